@@ -1,0 +1,278 @@
+//! The `fusebox` command line.
+
+use crate::error::{Error, ErrorKind, Result, Site};
+use crate::eval::{self, Tensors};
+use crate::graph::{self, Graph, TypeMap};
+use crate::rules::RuleSet;
+use crate::tensor::{Tensor, seeded_rng};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+#[derive(Parser, Debug)]
+#[command(name = "fusebox", version, about = "Optimizes tensor computation graphs by equality saturation")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Validate a graph and print each value's inferred dtype and shape.
+    Check {
+        graph: PathBuf,
+        /// A rule directory laid over the embedded defaults.
+        #[arg(long)]
+        rules: Option<PathBuf>,
+    },
+    /// Evaluate a graph and write each output to DIR/<output>.npy.
+    Run {
+        graph: PathBuf,
+        #[arg(long, value_enum)]
+        backend: Backend,
+        /// An input value: NAME=FILE.npy (repeatable).
+        #[arg(long = "input", value_name = "NAME=FILE")]
+        inputs: Vec<String>,
+        /// Fill every input not given by --input with seeded random values.
+        #[arg(long)]
+        random_inputs: bool,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        #[arg(long)]
+        rules: Option<PathBuf>,
+    },
+    /// List the ops of the catalogue.
+    Ops {
+        #[arg(long)]
+        rules: Option<PathBuf>,
+    },
+    /// Print the version, the embedded rules and whether CUDA libraries can be loaded.
+    Info,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The unfused op-by-op evaluator with eager rounding (the oracle).
+    Reference,
+}
+
+/// Runs a parsed command and returns what it prints on success.
+pub fn run(cli: Cli) -> Result<String> {
+    match cli.command {
+        Command::Check { graph, rules } => {
+            let rules = RuleSet::load(rules.as_deref())?;
+            let (graph, types) = graph::file::load(&graph, &rules.ops)?;
+            Ok(describe(&graph, &types))
+        }
+        Command::Run {
+            graph,
+            backend: Backend::Reference,
+            inputs,
+            random_inputs,
+            seed,
+            out,
+            rules,
+        } => {
+            let rules = RuleSet::load(rules.as_deref())?;
+            let (graph, _) = graph::file::load(&graph, &rules.ops)?;
+            let values = gather_inputs(&graph, &inputs, random_inputs, seed)?;
+            let outputs = eval::evaluate(&graph, &rules.ops, &values)?;
+            write_outputs(&graph, &outputs, &out)
+        }
+        Command::Ops { rules } => {
+            let rules = RuleSet::load(rules.as_deref())?;
+            Ok(list_ops(&rules))
+        }
+        Command::Info => Ok(info()),
+    }
+}
+
+/// One line per value: name, op, dtype, shape.
+pub fn describe(graph: &Graph, types: &TypeMap) -> String {
+    let mut rows: Vec<[String; 4]> = Vec::new();
+    for input in &graph.inputs {
+        let t = &types[&input.name];
+        rows.push([input.name.clone(), "input".into(), t.dtype.to_string(), format!("{:?}", t.shape)]);
+    }
+    for node in &graph.nodes {
+        let t = &types[&node.name];
+        rows.push([node.name.clone(), node.op.clone(), t.dtype.to_string(), format!("{:?}", t.shape)]);
+    }
+    let mut out = format!(
+        "graph `{}`: {} inputs, {} nodes, {} outputs\n",
+        graph.name,
+        graph.inputs.len(),
+        graph.nodes.len(),
+        graph.outputs.len()
+    );
+    out += &table(&rows);
+    let _ = writeln!(out, "outputs: {}", graph.outputs.join(", "));
+    out
+}
+
+fn table(rows: &[[String; 4]]) -> String {
+    let mut widths = [0; 4];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let line = format!(
+            "  {:w0$}  {:w1$}  {:w2$}  {}",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        );
+        out += line.trim_end();
+        out.push('\n');
+    }
+    out
+}
+
+fn cli_error(message: String) -> Error {
+    Error::new(Site::default(), ErrorKind::Input(message))
+}
+
+/// Reads `--input NAME=FILE` values and fills the rest randomly when asked.
+fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Result<Tensors> {
+    let mut values = Tensors::new();
+    for spec in specs {
+        let (name, file) = spec
+            .split_once('=')
+            .ok_or_else(|| cli_error(format!("--input `{spec}` must be NAME=FILE.npy")))?;
+        let declared = graph.input(name).ok_or_else(|| {
+            cli_error(format!(
+                "--input `{name}`: graph `{}` has no input of that name{}",
+                graph.name,
+                crate::error::suggest(name, graph.inputs.iter().map(|i| i.name.as_str()))
+                    .map(|s| format!(" (did you mean `{s}`?)"))
+                    .unwrap_or_default()
+            ))
+        })?;
+        let tensor = Tensor::read_npy(Path::new(file))
+            .map_err(|e| Error::at_node(name, ErrorKind::Input(e)))?;
+        if tensor.shape() != declared.shape.as_slice() {
+            return Err(Error::at_node(
+                name,
+                ErrorKind::Input(format!(
+                    "{file} holds shape {:?}, the graph declares {:?}",
+                    tensor.shape(),
+                    declared.shape
+                )),
+            ));
+        }
+        // A file in a wider or narrower type is converted to the declared dtype, so bf16
+        // inputs can come from float32 files (NumPy has no bf16).
+        values.insert(name.to_string(), Tensor::from_array(declared.dtype, tensor.data));
+    }
+    let mut rng = seeded_rng(seed);
+    let mut missing = Vec::new();
+    for input in &graph.inputs {
+        // Draw for every input in declaration order, so a given seed gives each input the same
+        // values whether or not other inputs came from files.
+        let random_value = Tensor::random(input.dtype, &input.shape, &mut rng);
+        if values.contains_key(&input.name) {
+            continue;
+        }
+        if random {
+            values.insert(input.name.clone(), random_value);
+        } else {
+            missing.push(input.name.as_str());
+        }
+    }
+    if !missing.is_empty() {
+        return Err(cli_error(format!(
+            "no value for input(s) {}: pass --input NAME=FILE.npy or --random-inputs",
+            missing.join(", ")
+        )));
+    }
+    Ok(values)
+}
+
+fn write_outputs(graph: &Graph, outputs: &Tensors, dir: &Path) -> Result<String> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        cli_error(format!("cannot create output directory {}: {e}", dir.display()))
+    })?;
+    let mut report = String::new();
+    for name in &graph.outputs {
+        let tensor = &outputs[name];
+        let path = dir.join(format!("{name}.npy"));
+        tensor
+            .write_npy(&path)
+            .map_err(|e| Error::at_node(name, ErrorKind::Io { path: path.display().to_string(), message: e }))?;
+        let _ = writeln!(
+            report,
+            "{name}: {}{:?} -> {}{}",
+            tensor.dtype,
+            tensor.shape(),
+            path.display(),
+            summary(tensor)
+        );
+    }
+    Ok(report)
+}
+
+/// Min, max and mean of the finite values, and counts of the others.
+fn summary(t: &Tensor) -> String {
+    let finite: Vec<f64> = t.data.iter().copied().filter(|v| v.is_finite()).collect();
+    let nan = t.data.iter().filter(|v| v.is_nan()).count();
+    let inf = t.data.iter().filter(|v| v.is_infinite()).count();
+    let mut s = String::new();
+    if !finite.is_empty() {
+        let min = finite.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mean = finite.iter().sum::<f64>() / finite.len() as f64;
+        let _ = write!(s, "  min {min:.6} max {max:.6} mean {mean:.6}");
+    }
+    if nan > 0 {
+        let _ = write!(s, "  {nan} NaN");
+    }
+    if inf > 0 {
+        let _ = write!(s, "  {inf} inf");
+    }
+    s
+}
+
+fn list_ops(rules: &RuleSet) -> String {
+    let rows: Vec<[String; 4]> = rules
+        .ops
+        .ops()
+        .map(|op| {
+            let what = match op.formula() {
+                Some(f) => f.to_string(),
+                None => format!("builtin {}", op.builtin().map(|b| b.name()).unwrap_or("?")),
+            };
+            [
+                op.name().to_string(),
+                format!("{:?}", op.kind()).to_lowercase(),
+                format!("({})", op.spec.operands.join(", ")),
+                what,
+            ]
+        })
+        .collect();
+    table(&rows)
+}
+
+fn info() -> String {
+    let rules = RuleSet::defaults();
+    // cudarc panics when asked for a library it cannot load, so presence is probed first.
+    // SAFETY: the probes only try to dlopen the libraries and drop the handle; they touch no
+    // CUDA state.
+    let driver = unsafe { cudarc::driver::sys::is_culib_present() };
+    let nvrtc = unsafe { cudarc::nvrtc::sys::is_culib_present() };
+    format!(
+        "fusebox {}\nembedded rules: {} ops\nCUDA driver library: {}\nNVRTC library: {}\n",
+        env!("CARGO_PKG_VERSION"),
+        rules.ops.len(),
+        if driver { "found" } else { "not found" },
+        if nvrtc { "found" } else { "not found" },
+    )
+}

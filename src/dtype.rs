@@ -1,0 +1,215 @@
+//! Element types, their promotion lattice and the rounding each storage type implies.
+//!
+//! The reference evaluator keeps every tensor as `f64` values and applies [`DType::round`]
+//! after each op: every f32, f16, bf16, bool and i32 value is exactly representable in f64, so
+//! rounding to the storage type is the only place precision is lost — exactly as in an eager
+//! framework that stores each op's result in its dtype.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The element types a graph may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum DType {
+    Bool,
+    I32,
+    I64,
+    F16,
+    BF16,
+    F32,
+    F64,
+}
+
+/// Which broad family a dtype belongs to; promotion never moves down a category.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Category {
+    Bool,
+    Integer,
+    Float,
+}
+
+impl DType {
+    /// Every dtype, narrowest first within each category.
+    pub const ALL: [DType; 7] = [
+        DType::Bool,
+        DType::I32,
+        DType::I64,
+        DType::F16,
+        DType::BF16,
+        DType::F32,
+        DType::F64,
+    ];
+
+    /// The spelling used in graph and rule files (`"f32"`, `"bf16"`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::Bool => "bool",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        }
+    }
+
+    /// Parses the file spelling; `None` for anything else.
+    pub fn from_name(name: &str) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.name() == name)
+    }
+
+    pub fn category(self) -> Category {
+        match self {
+            DType::Bool => Category::Bool,
+            DType::I32 | DType::I64 => Category::Integer,
+            _ => Category::Float,
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        self.category() == Category::Float
+    }
+
+    /// Bytes per element in memory (bool is one byte).
+    pub fn size_bytes(self) -> usize {
+        match self {
+            DType::Bool => 1,
+            DType::F16 | DType::BF16 => 2,
+            DType::I32 | DType::F32 => 4,
+            DType::I64 | DType::F64 => 8,
+        }
+    }
+
+    /// Bits of significand precision, used to order floats (f16 and bf16 are incomparable).
+    fn float_rank(self) -> u8 {
+        match self {
+            DType::F16 | DType::BF16 => 1,
+            DType::F32 => 2,
+            DType::F64 => 3,
+            _ => 0,
+        }
+    }
+
+    /// The type two operands meet at.
+    ///
+    /// Within a category the wider type wins (i32 < i64; f16, bf16 < f32 < f64, and f16 with
+    /// bf16 meet at f32 because neither holds the other's values). Across categories the higher
+    /// category's type wins unchanged (i64 + f16 → f16), as in PyTorch and JAX: NumPy's
+    /// value-safe rule would turn every index-meets-half-tensor into f64, which no ML graph wants.
+    pub fn promote(self, other: DType) -> DType {
+        use Category::*;
+        match (self.category(), other.category()) {
+            (a, b) if a > b => self,
+            (a, b) if a < b => other,
+            (Bool, Bool) => DType::Bool,
+            (Integer, Integer) => self.max(other),
+            _ => {
+                if self == other {
+                    self
+                } else if self.float_rank() == other.float_rank() {
+                    DType::F32
+                } else if self.float_rank() > other.float_rank() {
+                    self
+                } else {
+                    other
+                }
+            }
+        }
+    }
+
+    /// The type in which pointwise arithmetic on this storage type is carried out by eager
+    /// frameworks and by fused kernels: half types widen to f32, f64 stays f64, and integers and
+    /// bools are computed in f64 (exact for every value the reference evaluator stores).
+    pub fn compute_is_f64(self) -> bool {
+        !matches!(self, DType::F32 | DType::F16 | DType::BF16)
+    }
+
+    /// Rounds an exact value to the nearest value this dtype can store.
+    ///
+    /// Floats round to nearest even (NaN and ±Inf preserved, overflow to ±Inf); integer types
+    /// truncate toward zero and saturate, with NaN becoming 0 (C's cast is undefined there, we
+    /// pick Rust's rule); bool is `v != 0`, so NaN is true as in PyTorch.
+    pub fn round(self, v: f64) -> f64 {
+        match self {
+            DType::F64 => v,
+            DType::F32 => v as f32 as f64,
+            DType::F16 => half::f16::from_f64(v).to_f64(),
+            DType::BF16 => half::bf16::from_f64(v).to_f64(),
+            DType::I32 => (v as i32) as f64,
+            DType::I64 => (v as i64) as f64,
+            DType::Bool => {
+                if v != 0.0 {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl TryFrom<String> for DType {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        DType::from_name(&s).ok_or_else(|| {
+            format!(
+                "unknown dtype `{s}` (expected one of {})",
+                DType::ALL.map(|d| d.name()).join(", ")
+            )
+        })
+    }
+}
+
+impl From<DType> for String {
+    fn from(d: DType) -> String {
+        d.name().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DType::*;
+    use super::*;
+
+    #[test]
+    fn promotion_lattice() {
+        assert_eq!(F16.promote(F32), F32);
+        assert_eq!(F16.promote(BF16), F32);
+        assert_eq!(BF16.promote(BF16), BF16);
+        assert_eq!(I32.promote(I64), I64);
+        assert_eq!(I64.promote(F16), F16);
+        assert_eq!(Bool.promote(I32), I32);
+        assert_eq!(F64.promote(F16), F64);
+        for a in DType::ALL {
+            for b in DType::ALL {
+                assert_eq!(a.promote(b), b.promote(a), "{a} {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn rounding_known_values() {
+        // 1 + 2^-11 is halfway between two f16 values: ties to even gives 1.0.
+        assert_eq!(F16.round(1.0 + 2f64.powi(-11)), 1.0);
+        assert_eq!(F16.round(65520.0), f64::INFINITY);
+        assert_eq!(F16.round(65504.0), 65504.0);
+        // bf16 keeps 8 significand bits: 1 + 2^-8 ties to even, 1 + 3*2^-9 rounds up.
+        assert_eq!(BF16.round(1.0 + 2f64.powi(-8)), 1.0);
+        assert_eq!(BF16.round(1.0 + 3.0 * 2f64.powi(-9)), 1.0 + 2f64.powi(-7));
+        assert_eq!(F32.round(0.1), 0.1f32 as f64);
+        assert!(F16.round(f64::NAN).is_nan());
+        assert_eq!(F16.round(-0.0).to_bits(), (-0.0f64).to_bits());
+        assert_eq!(I32.round(-2.7), -2.0);
+        assert_eq!(I32.round(1e12), i32::MAX as f64);
+        assert_eq!(I32.round(f64::NAN), 0.0);
+        assert_eq!(Bool.round(f64::NAN), 1.0);
+        assert_eq!(Bool.round(-0.0), 0.0);
+    }
+}

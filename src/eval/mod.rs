@@ -1,0 +1,94 @@
+//! The reference evaluator: the oracle every optimization is checked against.
+//!
+//! It runs a graph op by op, unfused, and rounds each op's result to the op's dtype, as eager
+//! frameworks do: f16 and bf16 are computed in f32 and rounded after every op, f32 in f32, f64
+//! in f64. It favours being obviously right over being fast.
+
+mod builtin;
+mod pointwise;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::graph::{Graph, TypeMap, check, check::resolve_attrs};
+use crate::rules::{Catalogue, Semantics};
+use crate::tensor::Tensor;
+use std::collections::HashMap;
+
+/// Named tensors (graph inputs going in, graph outputs coming out).
+pub type Tensors = HashMap<String, Tensor>;
+
+/// Evaluates `graph` on `inputs` and returns its outputs by name.
+///
+/// Every input must be given with exactly the declared dtype and shape.
+pub fn evaluate(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> Result<Tensors> {
+    let all = evaluate_all(graph, catalogue, inputs)?;
+    Ok(graph
+        .outputs
+        .iter()
+        .map(|name| (name.clone(), all[name].clone()))
+        .collect())
+}
+
+/// Like [`evaluate`] but returns every intermediate value too (for debugging and for tests
+/// that compare values inside a graph).
+pub fn evaluate_all(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> Result<Tensors> {
+    let types = check(graph, catalogue)?;
+    let mut values = Tensors::new();
+    for input in &graph.inputs {
+        let tensor = inputs.get(&input.name).ok_or_else(|| {
+            Error::at_node(
+                &input.name,
+                ErrorKind::Input(format!("no value given for input `{}`", input.name)),
+            )
+        })?;
+        if tensor.dtype != input.dtype || tensor.shape() != input.shape.as_slice() {
+            return Err(Error::at_node(
+                &input.name,
+                ErrorKind::Input(format!(
+                    "input `{}` is declared {}{:?} but the value given is {}{:?}",
+                    input.name,
+                    input.dtype,
+                    input.shape,
+                    tensor.dtype,
+                    tensor.shape()
+                ),
+                ),
+            ));
+        }
+        values.insert(input.name.clone(), tensor.clone());
+    }
+    for name in inputs.keys() {
+        if graph.input(name).is_none() {
+            return Err(Error::at_node(
+                name,
+                ErrorKind::Input(format!(
+                    "`{name}` is not an input of graph `{}`{}",
+                    graph.name,
+                    crate::error::suggest(name, graph.inputs.iter().map(|i| i.name.as_str()))
+                        .map(|s| format!(" (did you mean `{s}`?)"))
+                        .unwrap_or_default()
+                )),
+            ));
+        }
+    }
+    for node in &graph.nodes {
+        let op = catalogue.get(&node.op).expect("checked above");
+        let attrs = resolve_attrs(op, &node.attrs).expect("checked above");
+        let args: Vec<&Tensor> = node.args.iter().map(|a| &values[a]).collect();
+        let out_type = &types[&node.name];
+        let result = match &op.semantics {
+            Semantics::Formula(expr) => {
+                pointwise::apply(op, expr, &args, &attrs, out_type, &types_of(&node.args, &types))
+            }
+            Semantics::Builtin(b) => builtin::apply(*b, &args, &attrs, out_type),
+        }
+        .map_err(|msg| Error::at_node(&node.name, ErrorKind::Eval(msg)))?;
+        debug_assert_eq!(result.shape(), out_type.shape.as_slice());
+        debug_assert_eq!(result.dtype, out_type.dtype);
+        values.insert(node.name.clone(), result);
+    }
+    Ok(values)
+}
+
+fn types_of(names: &[String], types: &TypeMap) -> Vec<crate::dtype::DType> {
+    names.iter().map(|n| types[n].dtype).collect()
+}

@@ -1,0 +1,444 @@
+//! Validation and inference: every name resolves, every op exists with the right arity and
+//! attributes, and every value gets a dtype and a static shape.
+
+use super::{Graph, Node};
+use crate::attr::{AttrValue, Attrs};
+use crate::dtype::DType;
+use crate::error::{Error, ErrorKind, Result, suggest};
+use crate::rules::{Builtin, Catalogue, DtypeRule, OpDef, Semantics};
+use crate::shape::{self, Shape};
+use std::collections::HashMap;
+use std::fmt;
+
+/// A value's element type and static shape.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TensorType {
+    pub dtype: DType,
+    pub shape: Shape,
+}
+
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{:?}", self.dtype, self.shape)
+    }
+}
+
+/// The inferred type of every input and node, by name.
+pub type TypeMap = HashMap<String, TensorType>;
+
+/// Which part of a graph an error concerns; turned into a file position by the loader, or into
+/// a node name for graphs built in Rust.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Graph,
+    Input { index: usize, field: &'static str },
+    Node { index: usize, field: &'static str },
+    Arg { node: usize, arg: usize },
+    Attr { node: usize, attr: String },
+    Output { index: usize },
+}
+
+/// A check failure before it is located.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub part: Part,
+    pub kind: ErrorKind,
+}
+
+/// Validates `graph` against `catalogue` and infers every value's type.
+///
+/// Errors name the node (or input, or output) they concern; [`file::load`](super::file::load)
+/// adds the file position.
+pub fn check(graph: &Graph, catalogue: &Catalogue) -> Result<TypeMap> {
+    check_parts(graph, catalogue).map_err(|p| {
+        let name = match &p.part {
+            Part::Graph => graph.name.clone(),
+            Part::Input { index, .. } => graph.inputs[*index].name.clone(),
+            Part::Node { index, .. } | Part::Arg { node: index, .. } => {
+                graph.nodes[*index].name.clone()
+            }
+            Part::Attr { node, .. } => graph.nodes[*node].name.clone(),
+            Part::Output { index } => graph.outputs[*index].clone(),
+        };
+        Error::at_node(&name, p.kind)
+    })
+}
+
+/// Like [`check`], but reports which part of the graph failed.
+pub fn check_parts(graph: &Graph, catalogue: &Catalogue) -> Result<TypeMap, Problem> {
+    let mut types = TypeMap::new();
+    let mut defined_at: HashMap<&str, Part> = HashMap::new();
+    let later: HashMap<&str, usize> = graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+
+    for (index, input) in graph.inputs.iter().enumerate() {
+        let part = Part::Input {
+            index,
+            field: "name",
+        };
+        if defined_at.contains_key(input.name.as_str()) {
+            return Err(Problem {
+                part,
+                kind: ErrorKind::Duplicate {
+                    name: input.name.clone(),
+                },
+            });
+        }
+        defined_at.insert(&input.name, part);
+        types.insert(
+            input.name.clone(),
+            TensorType {
+                dtype: input.dtype,
+                shape: input.shape.clone(),
+            },
+        );
+    }
+
+    for (index, node) in graph.nodes.iter().enumerate() {
+        if defined_at.contains_key(node.name.as_str()) {
+            return Err(Problem {
+                part: Part::Node {
+                    index,
+                    field: "name",
+                },
+                kind: ErrorKind::Duplicate {
+                    name: node.name.clone(),
+                },
+            });
+        }
+        let mut arg_types = Vec::with_capacity(node.args.len());
+        for (arg_index, arg) in node.args.iter().enumerate() {
+            let part = Part::Arg {
+                node: index,
+                arg: arg_index,
+            };
+            match types.get(arg) {
+                Some(t) => arg_types.push(t.clone()),
+                None => {
+                    let kind = if arg == &node.name {
+                        ErrorKind::Cycle { name: arg.clone() }
+                    } else if let Some(&later_index) = later.get(arg.as_str()) {
+                        ErrorKind::UseBeforeDefinition {
+                            name: arg.clone(),
+                            index: later_index,
+                        }
+                    } else {
+                        ErrorKind::UnknownName {
+                            name: arg.clone(),
+                            suggestion: suggest(arg, types.keys().map(String::as_str)),
+                        }
+                    };
+                    return Err(Problem { part, kind });
+                }
+            }
+        }
+        let ty = infer_node(node, index, &arg_types, catalogue)?;
+        defined_at.insert(
+            &node.name,
+            Part::Node {
+                index,
+                field: "name",
+            },
+        );
+        types.insert(node.name.clone(), ty);
+    }
+
+    if graph.outputs.is_empty() {
+        return Err(Problem {
+            part: Part::Graph,
+            kind: ErrorKind::Input("a graph needs at least one output".into()),
+        });
+    }
+    for (index, output) in graph.outputs.iter().enumerate() {
+        if !types.contains_key(output) {
+            return Err(Problem {
+                part: Part::Output { index },
+                kind: ErrorKind::UnknownName {
+                    name: output.clone(),
+                    suggestion: suggest(output, types.keys().map(String::as_str)),
+                },
+            });
+        }
+        if graph.outputs[..index].contains(output) {
+            return Err(Problem {
+                part: Part::Output { index },
+                kind: ErrorKind::Duplicate {
+                    name: output.clone(),
+                },
+            });
+        }
+    }
+    Ok(types)
+}
+
+/// The node's attributes with catalogue defaults filled in, each checked against its type.
+pub fn resolve_attrs(op: &OpDef, attrs: &Attrs) -> Result<Attrs, (Option<String>, ErrorKind)> {
+    for (name, value) in attrs {
+        match op.attr(name) {
+            None => {
+                return Err((
+                    Some(name.clone()),
+                    ErrorKind::UnknownAttr {
+                        op: op.name().to_string(),
+                        attr: name.clone(),
+                        suggestion: suggest(name, op.spec.attrs.iter().map(|a| a.name.as_str())),
+                    },
+                ));
+            }
+            Some(spec) if spec.ty != value.ty() => {
+                return Err((
+                    Some(name.clone()),
+                    ErrorKind::AttrType {
+                        attr: name.clone(),
+                        expected: spec.ty.to_string(),
+                        found: format!("{value}"),
+                    },
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    let mut resolved = Attrs::new();
+    for spec in &op.spec.attrs {
+        match attrs.get(&spec.name).or(spec.default.as_ref()) {
+            Some(v) => {
+                resolved.insert(spec.name.clone(), v.clone());
+            }
+            None if spec.optional => {}
+            None => {
+                return Err((
+                    None,
+                    ErrorKind::MissingAttr {
+                        op: op.name().to_string(),
+                        attr: spec.name.clone(),
+                    },
+                ));
+            }
+        }
+    }
+    Ok(resolved)
+}
+
+fn infer_node(
+    node: &Node,
+    index: usize,
+    args: &[TensorType],
+    catalogue: &Catalogue,
+) -> Result<TensorType, Problem> {
+    let node_part = |field| Part::Node { index, field };
+    let problem = |part: Part, kind| Problem { part, kind };
+    let op = catalogue.get(&node.op).ok_or_else(|| {
+        problem(
+            node_part("op"),
+            ErrorKind::UnknownOp {
+                op: node.op.clone(),
+                suggestion: suggest(&node.op, catalogue.names()),
+            },
+        )
+    })?;
+    if !op.accepts_arity(args.len()) {
+        return Err(problem(
+            node_part("args"),
+            ErrorKind::Arity {
+                op: node.op.clone(),
+                expected: op.arity_text(),
+                got: args.len(),
+            },
+        ));
+    }
+    let attrs = resolve_attrs(op, &node.attrs).map_err(|(attr, kind)| match attr {
+        Some(attr) => problem(Part::Attr { node: index, attr }, kind),
+        None => problem(node_part("attrs"), kind),
+    })?;
+    for (i, arg) in args.iter().enumerate() {
+        let operand = op.operand_name(i);
+        if let Some(class) = op.spec.accepts.get(operand) {
+            if !class.admits(arg.dtype) {
+                return Err(problem(
+                    Part::Arg { node: index, arg: i },
+                    ErrorKind::DType(format!(
+                        "operand `{operand}` of `{}` must be {class:?}, got {}",
+                        node.op, arg.dtype
+                    )),
+                ));
+            }
+        }
+    }
+    let dtype = result_dtype(op, args, &attrs);
+    let shape = result_shape(op, args, &attrs).map_err(|msg| {
+        problem(
+            node_part("op"),
+            ErrorKind::Shape(format!("`{}`: {msg}", node.op)),
+        )
+    })?;
+    Ok(TensorType { dtype, shape })
+}
+
+/// Dtypes of the args bound to the named operand (several for a variadic operand).
+fn operand_dtypes<'a>(
+    op: &'a OpDef,
+    args: &'a [TensorType],
+    name: &'a str,
+) -> impl Iterator<Item = DType> + 'a {
+    args.iter()
+        .enumerate()
+        .filter(move |(i, _)| op.operand_name(*i) == name)
+        .map(|(_, t)| t.dtype)
+}
+
+/// Applies the op's dtype rule.
+pub fn result_dtype(op: &OpDef, args: &[TensorType], attrs: &Attrs) -> DType {
+    let promote = |names: &[String]| {
+        names
+            .iter()
+            .flat_map(|n| operand_dtypes(op, args, n))
+            .reduce(DType::promote)
+            .unwrap_or(DType::F32)
+    };
+    match &op.spec.dtype {
+        DtypeRule::Promote(names) => promote(names),
+        DtypeRule::FloatPromote(names) => match promote(names) {
+            d if d.is_float() => d,
+            _ => DType::F32,
+        },
+        DtypeRule::Bool => DType::Bool,
+        DtypeRule::FromAttr(name) => match attrs.get(name) {
+            Some(AttrValue::DType(d)) => *d,
+            _ => DType::F32,
+        },
+        DtypeRule::SameAs(name) => operand_dtypes(op, args, name)
+            .next()
+            .unwrap_or(DType::F32),
+        DtypeRule::Accumulate(name) => match operand_dtypes(op, args, name).next() {
+            Some(DType::Bool | DType::I32) => DType::I64,
+            Some(d) => d,
+            None => DType::F32,
+        },
+    }
+}
+
+fn ints<'a>(attrs: &'a Attrs, name: &str) -> Option<&'a [i64]> {
+    match attrs.get(name) {
+        Some(AttrValue::Ints(v)) => Some(v),
+        _ => None,
+    }
+}
+
+fn int(attrs: &Attrs, name: &str) -> Option<i64> {
+    match attrs.get(name) {
+        Some(AttrValue::Int(v)) => Some(*v),
+        _ => None,
+    }
+}
+
+/// A shape attribute as sizes; negative entries are an error.
+pub fn shape_attr(attrs: &Attrs, name: &str) -> Result<Shape, String> {
+    let v = ints(attrs, name).ok_or_else(|| format!("missing `{name}`"))?;
+    v.iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("`{name}` {v:?} has a negative size")))
+        .collect()
+}
+
+/// Everything the reference evaluator and later stages need to apply a built-in op.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BuiltinPlan {
+    BroadcastTo(Shape),
+    Reshape(Shape),
+    Transpose(Vec<usize>),
+    Slice(shape::SliceRange),
+    Concat(usize),
+    Reduce {
+        builtin: Builtin,
+        axes: Vec<usize>,
+        keepdim: bool,
+    },
+    SumToSize(Shape),
+    MatMul,
+}
+
+/// Resolves a built-in op's attributes against its argument shapes.
+pub fn plan_builtin(
+    builtin: Builtin,
+    shapes: &[&[usize]],
+    attrs: &Attrs,
+) -> Result<(BuiltinPlan, Shape), String> {
+    let x = shapes[0];
+    Ok(match builtin {
+        Builtin::BroadcastTo => {
+            let target = shape_attr(attrs, "shape")?;
+            if !shape::broadcasts_to(x, &target) {
+                return Err(format!("cannot broadcast {x:?} to {target:?}"));
+            }
+            (BuiltinPlan::BroadcastTo(target.clone()), target)
+        }
+        Builtin::SumToSize => {
+            let target = shape_attr(attrs, "shape")?;
+            if !shape::broadcasts_to(&target, x) {
+                return Err(format!(
+                    "cannot sum {x:?} to {target:?}: the target must broadcast to the input"
+                ));
+            }
+            (BuiltinPlan::SumToSize(target.clone()), target)
+        }
+        Builtin::Reshape => {
+            let target = ints(attrs, "shape").ok_or("missing `shape`")?;
+            let out = shape::reshape_target(x, target)?;
+            (BuiltinPlan::Reshape(out.clone()), out)
+        }
+        Builtin::Transpose => {
+            let perm = shape::permutation(ints(attrs, "perm"), x.len())?;
+            let out = perm.iter().map(|&p| x[p]).collect();
+            (BuiltinPlan::Transpose(perm), out)
+        }
+        Builtin::Slice => {
+            let range = shape::slice_range(
+                x,
+                int(attrs, "axis").unwrap_or(0),
+                int(attrs, "start").unwrap_or(0),
+                int(attrs, "end"),
+                int(attrs, "step").unwrap_or(1),
+            )?;
+            let mut out = x.to_vec();
+            out[range.axis] = range.len;
+            (BuiltinPlan::Slice(range), out)
+        }
+        Builtin::Concat => {
+            let (axis, out) = shape::concat_shape(shapes, int(attrs, "axis").unwrap_or(0))?;
+            (BuiltinPlan::Concat(axis), out)
+        }
+        Builtin::Sum | Builtin::Mean | Builtin::ReduceMax => {
+            let axes = shape::normalize_axes(ints(attrs, "axes"), x.len())?;
+            let keepdim = matches!(attrs.get("keepdim"), Some(AttrValue::Bool(true)));
+            let out = shape::reduced_shape(x, &axes, keepdim);
+            if builtin == Builtin::ReduceMax
+                && axes.iter().any(|&a| x[a] == 0)
+                && shape::numel(&out) > 0
+            {
+                return Err(format!(
+                    "reduce_max over an empty axis of {x:?} has no identity"
+                ));
+            }
+            (
+                BuiltinPlan::Reduce {
+                    builtin,
+                    axes,
+                    keepdim,
+                },
+                out,
+            )
+        }
+        Builtin::MatMul => (BuiltinPlan::MatMul, shape::matmul_shape(x, shapes[1])?),
+    })
+}
+
+fn result_shape(op: &OpDef, args: &[TensorType], attrs: &Attrs) -> Result<Shape, String> {
+    let shapes: Vec<&[usize]> = args.iter().map(|t| t.shape.as_slice()).collect();
+    match &op.semantics {
+        Semantics::Formula(_) => shape::broadcast_all(shapes),
+        Semantics::Builtin(b) => plan_builtin(*b, &shapes, attrs).map(|(_, s)| s),
+    }
+}

@@ -1,0 +1,275 @@
+//! The RON graph format: reading with located errors, and writing back losslessly.
+//!
+//! ```ron
+//! Graph(
+//!     name: "example",
+//!     inputs: [Input(name: "x", dtype: "f32", shape: [64, 512])],
+//!     nodes: [
+//!         Node(name: "i", op: "sigmoid", args: ["x"]),
+//!         Node(name: "m", op: "mean", args: ["i"], attrs: {"axes": [1], "keepdim": true}),
+//!     ],
+//!     outputs: ["m"],
+//! )
+//! ```
+//! Attribute values are written bare; their types come from the op catalogue. Saving writes one
+//! input or node per line, attributes sorted by name, so `load(save(g)) == g` and saving twice
+//! gives the same text.
+
+use super::check::{Part, TypeMap, check_parts};
+use super::{Graph, Input, Node};
+use crate::attr::{AttrValue, Attrs};
+use crate::dtype::DType;
+use crate::error::{Error, ErrorKind, Result, suggest};
+use crate::rules::Catalogue;
+use crate::rules::ron_file::{self, RonDocument};
+use crate::span::Step;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Deserialize)]
+#[serde(rename = "Graph", deny_unknown_fields)]
+struct GraphFile {
+    name: String,
+    #[serde(default)]
+    inputs: Vec<InputFile>,
+    #[serde(default)]
+    nodes: Vec<NodeFile>,
+    outputs: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename = "Input", deny_unknown_fields)]
+struct InputFile {
+    name: String,
+    dtype: String,
+    shape: Vec<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename = "Node", deny_unknown_fields)]
+struct NodeFile {
+    name: String,
+    op: String,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    attrs: BTreeMap<String, ron::Value>,
+}
+
+/// Reads, validates and type-checks a graph file.
+pub fn load(path: &Path, catalogue: &Catalogue) -> Result<(Graph, TypeMap)> {
+    let text = ron_file::read_file(path)?;
+    parse(&text, &path.display().to_string(), catalogue)
+}
+
+/// Parses graph text; `file` is the name used in error messages.
+pub fn parse(text: &str, file: &str, catalogue: &Catalogue) -> Result<(Graph, TypeMap)> {
+    let doc: RonDocument<GraphFile> = ron_file::parse(text, file)?;
+    let graph = convert(&doc, catalogue)?;
+    match check_parts(&graph, catalogue) {
+        Ok(types) => Ok((graph, types)),
+        Err(problem) => {
+            let path = part_path(&problem.part);
+            let mut site = doc.site(&path);
+            site.node = part_name(&graph, &problem.part);
+            Err(Error::new(site, problem.kind))
+        }
+    }
+}
+
+/// Where a graph part is written in the file.
+fn part_path(part: &Part) -> Vec<Step> {
+    match part {
+        Part::Graph => vec![],
+        Part::Input { index, field } => vec![
+            Step::field("inputs"),
+            Step::Index(*index),
+            Step::field(field),
+        ],
+        Part::Node { index, field } => {
+            vec![Step::field("nodes"), Step::Index(*index), Step::field(field)]
+        }
+        Part::Arg { node, arg } => vec![
+            Step::field("nodes"),
+            Step::Index(*node),
+            Step::field("args"),
+            Step::Index(*arg),
+        ],
+        Part::Attr { node, attr } => vec![
+            Step::field("nodes"),
+            Step::Index(*node),
+            Step::field("attrs"),
+            Step::key(attr),
+        ],
+        Part::Output { index } => vec![Step::field("outputs"), Step::Index(*index)],
+    }
+}
+
+fn part_name(graph: &Graph, part: &Part) -> Option<String> {
+    match part {
+        Part::Graph | Part::Output { .. } => None,
+        Part::Input { index, .. } => Some(graph.inputs[*index].name.clone()),
+        Part::Node { index, .. } | Part::Arg { node: index, .. } | Part::Attr { node: index, .. } => {
+            Some(graph.nodes[*index].name.clone())
+        }
+    }
+}
+
+/// Turns the file structs into a [`Graph`], typing attribute values by the catalogue.
+fn convert(doc: &RonDocument<GraphFile>, catalogue: &Catalogue) -> Result<Graph> {
+    let file = &doc.value;
+    let mut inputs = Vec::with_capacity(file.inputs.len());
+    for (index, input) in file.inputs.iter().enumerate() {
+        let dtype = DType::from_name(&input.dtype).ok_or_else(|| {
+            let path = [Step::field("inputs"), Step::Index(index), Step::field("dtype")];
+            Error::new(
+                doc.site(&path).with_node(&input.name),
+                ErrorKind::DType(format!(
+                    "unknown dtype `{}`{}; the dtypes are {}",
+                    input.dtype,
+                    suggest(&input.dtype, DType::ALL.map(|d| d.name()))
+                        .map(|s| format!(" (did you mean `{s}`?)"))
+                        .unwrap_or_default(),
+                    DType::ALL.map(|d| d.name()).join(", ")
+                )),
+            )
+        })?;
+        inputs.push(Input {
+            name: input.name.clone(),
+            dtype,
+            shape: input.shape.clone(),
+        });
+    }
+    let mut nodes = Vec::with_capacity(file.nodes.len());
+    for (index, node) in file.nodes.iter().enumerate() {
+        let mut attrs = Attrs::new();
+        // An unknown op is reported by the checker, with a suggestion; its attributes cannot be
+        // typed, so they are dropped here.
+        if let Some(op) = catalogue.get(&node.op) {
+            for (name, value) in &node.attrs {
+                let path = [
+                    Step::field("nodes"),
+                    Step::Index(index),
+                    Step::field("attrs"),
+                    Step::key(name),
+                ];
+                let spec = op.attr(name).ok_or_else(|| {
+                    let position = doc
+                        .spans
+                        .key_position(&path)
+                        .unwrap_or_else(|| doc.spans.nearest(&path));
+                    Error::new(
+                        crate::error::Site::file(&doc.file, position).with_node(&node.name),
+                        ErrorKind::UnknownAttr {
+                            op: node.op.clone(),
+                            attr: name.clone(),
+                            suggestion: suggest(
+                                name,
+                                op.spec.attrs.iter().map(|a| a.name.as_str()),
+                            ),
+                        },
+                    )
+                })?;
+                let typed = AttrValue::from_bare(value, spec.ty).map_err(|message| {
+                    Error::new(
+                        doc.site(&path).with_node(&node.name),
+                        ErrorKind::AttrType {
+                            attr: name.clone(),
+                            expected: spec.ty.to_string(),
+                            found: message
+                                .split_once(", found ")
+                                .map(|(_, f)| f.to_string())
+                                .unwrap_or(message.clone()),
+                        },
+                    )
+                })?;
+                attrs.insert(name.clone(), typed);
+            }
+        }
+        nodes.push(Node {
+            name: node.name.clone(),
+            op: node.op.clone(),
+            args: node.args.clone(),
+            attrs,
+        });
+    }
+    Ok(Graph {
+        name: file.name.clone(),
+        inputs,
+        nodes,
+        outputs: file.outputs.clone(),
+    })
+}
+
+/// Writes a graph in the file format (one input or node per line).
+pub fn to_ron(graph: &Graph) -> String {
+    let mut out = String::from("Graph(\n");
+    out += &format!("    name: {},\n", quote(&graph.name));
+    out += "    inputs: [\n";
+    for input in &graph.inputs {
+        out += &format!(
+            "        Input(name: {}, dtype: {}, shape: {:?}),\n",
+            quote(&input.name),
+            quote(input.dtype.name()),
+            input.shape
+        );
+    }
+    out += "    ],\n    nodes: [\n";
+    for node in &graph.nodes {
+        out += &format!("        Node(name: {}, op: {}", quote(&node.name), quote(&node.op));
+        if !node.args.is_empty() {
+            let args: Vec<String> = node.args.iter().map(|a| quote(a)).collect();
+            out += &format!(", args: [{}]", args.join(", "));
+        }
+        if !node.attrs.is_empty() {
+            let attrs: Vec<String> = node
+                .attrs
+                .iter()
+                .map(|(k, v)| format!("{}: {}", quote(k), bare(v)))
+                .collect();
+            out += &format!(", attrs: {{{}}}", attrs.join(", "));
+        }
+        out += "),\n";
+    }
+    let outputs: Vec<String> = graph.outputs.iter().map(|o| quote(o)).collect();
+    out += &format!("    ],\n    outputs: [{}],\n)\n", outputs.join(", "));
+    out
+}
+
+/// Writes a graph file.
+pub fn save(graph: &Graph, path: &Path) -> Result<()> {
+    std::fs::write(path, to_ron(graph)).map_err(|e| {
+        Error::new(
+            crate::error::Site {
+                file: Some(path.display().to_string()),
+                ..Default::default()
+            },
+            ErrorKind::Io {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            },
+        )
+    })
+}
+
+/// A RON string literal (escaped by ron itself, so any name survives the round trip).
+fn quote(s: &str) -> String {
+    ron::to_string(s).expect("strings always serialize")
+}
+
+fn bare(value: &AttrValue) -> String {
+    match value {
+        // `{:?}` keeps a decimal point or exponent, so the value re-reads as a float, and
+        // prints the shortest text that round-trips.
+        AttrValue::Float(v) if v.is_nan() => "NaN".into(),
+        AttrValue::Float(v) if v.is_infinite() => {
+            if *v > 0.0 { "inf".into() } else { "-inf".into() }
+        }
+        AttrValue::Float(v) => format!("{v:?}"),
+        AttrValue::Int(v) => v.to_string(),
+        AttrValue::Bool(b) => b.to_string(),
+        AttrValue::Ints(v) => format!("{v:?}"),
+        AttrValue::DType(d) => quote(d.name()),
+    }
+}

@@ -1,0 +1,8 @@
+//! Rule files: everything a user may change about fusebox is data, read from RON.
+
+pub mod ops;
+pub mod ron_file;
+pub mod set;
+
+pub use ops::{Builtin, Catalogue, DtypeClass, DtypeRule, OpDef, OpKind, OpSpec, Semantics};
+pub use set::RuleSet;

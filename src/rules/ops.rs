@@ -1,0 +1,604 @@
+//! The op catalogue: every op fusebox knows, loaded from `rules/ops.ron`.
+//!
+//! Ops are data. A pointwise op is a formula over its operands and attributes; its derivatives
+//! are formulas over the operands, the output `y` and the incoming gradient `g`. Layout,
+//! reduction and opaque ops name one of a closed set of built-in semantics, so a rule file can
+//! rename or re-default them but never smuggle in code.
+
+use super::ron_file::{self, RonDocument};
+use crate::attr::{AttrType, AttrValue};
+use crate::dtype::{Category, DType};
+use crate::error::{Error, ErrorKind, Result};
+use crate::formula::{self, Expr};
+use crate::span::Step;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// How an op may take part in fusion (TVM's pattern kinds, reduced to what fusebox needs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OpKind {
+    /// Elementwise with NumPy broadcasting; defined by a formula.
+    Pointwise,
+    /// Moves or replicates elements without arithmetic (broadcast_to, reshape, transpose, …).
+    Layout,
+    /// Combines elements along axes (sum, mean, reduce_max, sum_to_size).
+    Reduction,
+    /// A library call the fuser never looks inside (matmul).
+    Opaque,
+}
+
+/// How an op's result dtype follows from its operands and attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DtypeRule {
+    /// The promotion of the named operands' dtypes (see [`DType::promote`]).
+    Promote(Vec<String>),
+    /// Like `Promote`, but integer and bool results become f32 (exp, div, sigmoid, …).
+    FloatPromote(Vec<String>),
+    /// Always bool (comparisons).
+    Bool,
+    /// The dtype given by the named attribute (cast, const).
+    FromAttr(String),
+    /// The named operand's dtype (layout ops, reduce_max).
+    SameAs(String),
+    /// The named operand's dtype, but bool and i32 accumulate into i64 (sum).
+    Accumulate(String),
+}
+
+/// Which dtypes an operand accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DtypeClass {
+    Any,
+    Bool,
+    Integer,
+    Float,
+    /// Anything but bool.
+    Numeric,
+}
+
+impl DtypeClass {
+    pub fn admits(self, dtype: DType) -> bool {
+        match self {
+            DtypeClass::Any => true,
+            DtypeClass::Bool => dtype == DType::Bool,
+            DtypeClass::Integer => dtype.category() == Category::Integer,
+            DtypeClass::Float => dtype.is_float(),
+            DtypeClass::Numeric => dtype != DType::Bool,
+        }
+    }
+}
+
+/// The built-in semantics a non-pointwise op can name with `builtin: "..."`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Builtin {
+    BroadcastTo,
+    Reshape,
+    Transpose,
+    Slice,
+    Concat,
+    Sum,
+    Mean,
+    ReduceMax,
+    SumToSize,
+    MatMul,
+}
+
+impl Builtin {
+    pub const ALL: [Builtin; 10] = [
+        Builtin::BroadcastTo,
+        Builtin::Reshape,
+        Builtin::Transpose,
+        Builtin::Slice,
+        Builtin::Concat,
+        Builtin::Sum,
+        Builtin::Mean,
+        Builtin::ReduceMax,
+        Builtin::SumToSize,
+        Builtin::MatMul,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Builtin::BroadcastTo => "broadcast_to",
+            Builtin::Reshape => "reshape",
+            Builtin::Transpose => "transpose",
+            Builtin::Slice => "slice",
+            Builtin::Concat => "concat",
+            Builtin::Sum => "sum",
+            Builtin::Mean => "mean",
+            Builtin::ReduceMax => "reduce_max",
+            Builtin::SumToSize => "sum_to_size",
+            Builtin::MatMul => "matmul",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Builtin> {
+        Builtin::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    /// The kind an op with these semantics must declare.
+    pub fn kind(self) -> OpKind {
+        match self {
+            Builtin::Sum | Builtin::Mean | Builtin::ReduceMax | Builtin::SumToSize => {
+                OpKind::Reduction
+            }
+            Builtin::MatMul => OpKind::Opaque,
+            _ => OpKind::Layout,
+        }
+    }
+
+    /// Operand count (`None`: one or more, as for concat) and the attributes the engine reads.
+    fn signature(self) -> (Option<usize>, &'static [(&'static str, AttrType)]) {
+        use AttrType::*;
+        match self {
+            Builtin::BroadcastTo | Builtin::Reshape | Builtin::SumToSize => {
+                (Some(1), &[("shape", Ints)])
+            }
+            Builtin::Transpose => (Some(1), &[("perm", Ints)]),
+            Builtin::Slice => (
+                Some(1),
+                &[("axis", Int), ("start", Int), ("end", Int), ("step", Int)],
+            ),
+            Builtin::Concat => (None, &[("axis", Int)]),
+            Builtin::Sum | Builtin::Mean | Builtin::ReduceMax => {
+                (Some(1), &[("axes", Ints), ("keepdim", Bool)])
+            }
+            Builtin::MatMul => (Some(2), &[]),
+        }
+    }
+}
+
+/// One attribute as declared in `ops.ron`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename = "Attr", deny_unknown_fields)]
+pub struct AttrSpec {
+    pub name: String,
+    pub ty: AttrType,
+    /// Used when a node omits the attribute.
+    #[serde(default)]
+    pub default: Option<AttrValue>,
+    /// May be absent with no default (e.g. `axes`: absent means every axis).
+    #[serde(default)]
+    pub optional: bool,
+}
+
+/// One op exactly as written in `ops.ron`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename = "Op", deny_unknown_fields)]
+pub struct OpSpec {
+    pub name: String,
+    pub kind: OpKind,
+    #[serde(default)]
+    pub operands: Vec<String>,
+    /// The last operand may repeat (concat's inputs).
+    #[serde(default)]
+    pub variadic: bool,
+    #[serde(default)]
+    pub attrs: Vec<AttrSpec>,
+    pub dtype: DtypeRule,
+    /// Restrictions on operand dtypes; operands not named accept any dtype.
+    #[serde(default)]
+    pub accepts: BTreeMap<String, DtypeClass>,
+    #[serde(default)]
+    pub formula: Option<String>,
+    /// Gradient formula per operand; an operand without one gets no gradient (conditions,
+    /// comparison inputs).
+    #[serde(default)]
+    pub derivatives: BTreeMap<String, String>,
+    #[serde(default)]
+    pub builtin: Option<String>,
+    #[serde(default)]
+    pub doc: String,
+}
+
+/// What an op computes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Semantics {
+    Formula(Expr),
+    Builtin(Builtin),
+}
+
+/// A validated op: formulas parsed, names checked, built-in semantics resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpDef {
+    pub spec: OpSpec,
+    pub semantics: Semantics,
+    /// Parsed derivative formulas, by operand name.
+    pub derivatives: BTreeMap<String, Expr>,
+}
+
+impl OpDef {
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub fn kind(&self) -> OpKind {
+        self.spec.kind
+    }
+
+    pub fn attr(&self, name: &str) -> Option<&AttrSpec> {
+        self.spec.attrs.iter().find(|a| a.name == name)
+    }
+
+    /// The formula of a pointwise op.
+    pub fn formula(&self) -> Option<&Expr> {
+        match &self.semantics {
+            Semantics::Formula(e) => Some(e),
+            Semantics::Builtin(_) => None,
+        }
+    }
+
+    pub fn builtin(&self) -> Option<Builtin> {
+        match self.semantics {
+            Semantics::Builtin(b) => Some(b),
+            Semantics::Formula(_) => None,
+        }
+    }
+
+    /// Whether `count` arguments fit this op's operand list.
+    pub fn accepts_arity(&self, count: usize) -> bool {
+        let fixed = self.spec.operands.len();
+        if self.spec.variadic {
+            count >= fixed
+        } else {
+            count == fixed
+        }
+    }
+
+    /// The arity as people say it: "2" or "at least 1".
+    pub fn arity_text(&self) -> String {
+        let fixed = self.spec.operands.len();
+        if self.spec.variadic {
+            format!("at least {fixed}")
+        } else {
+            fixed.to_string()
+        }
+    }
+
+    /// The operand name that argument `index` binds to (variadic tails repeat the last name).
+    pub fn operand_name(&self, index: usize) -> &str {
+        let ops = &self.spec.operands;
+        &ops[index.min(ops.len().saturating_sub(1))]
+    }
+}
+
+/// All known ops, by name.
+#[derive(Debug, Clone, Default)]
+pub struct Catalogue {
+    ops: BTreeMap<String, Arc<OpDef>>,
+}
+
+/// The default op catalogue, embedded in the binary.
+pub const DEFAULT_OPS: &str = include_str!("../../rules/ops.ron");
+
+impl Catalogue {
+    /// The embedded default catalogue.
+    pub fn defaults() -> Catalogue {
+        let mut catalogue = Catalogue::default();
+        catalogue
+            .load_str(DEFAULT_OPS, "rules/ops.ron")
+            .expect("the embedded rules/ops.ron is checked by tests");
+        catalogue
+    }
+
+    /// Parses and validates an `ops.ron` document and adds its ops; an op with a name already
+    /// present replaces it. Nothing is added unless the whole file is valid.
+    pub fn load_str(&mut self, text: &str, file: &str) -> Result<()> {
+        let doc: RonDocument<Vec<OpSpec>> = ron_file::parse(text, file)?;
+        let mut seen = BTreeMap::new();
+        let mut defs = Vec::new();
+        for (index, spec) in doc.value.iter().enumerate() {
+            let path = [Step::Index(index)];
+            if seen.insert(spec.name.clone(), index).is_some() {
+                let field = [Step::Index(index), Step::field("name")];
+                return Err(Error::new(
+                    doc.site(&field),
+                    ErrorKind::Duplicate {
+                        name: spec.name.clone(),
+                    },
+                ));
+            }
+            let def = validate(spec, &doc, &path)
+                .map_err(|mut e| {
+                    e.site.node.get_or_insert_with(|| spec.name.clone());
+                    e
+                })?;
+            defs.push(def);
+        }
+        for def in defs {
+            self.ops.insert(def.spec.name.clone(), Arc::new(def));
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<OpDef>> {
+        self.ops.get(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.ops.keys().map(String::as_str)
+    }
+
+    pub fn ops(&self) -> impl Iterator<Item = &Arc<OpDef>> {
+        self.ops.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// Names a formula may not use for operands or attributes, because derivatives bind them.
+const RESERVED: [&str; 2] = ["y", "g"];
+
+fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Result<OpDef> {
+    let at = |field: &str| {
+        let mut p = path.to_vec();
+        p.push(Step::field(field));
+        doc.site(&p)
+    };
+    let rule_error = |field: &str, msg: String| Error::new(at(field), ErrorKind::Rule(msg));
+
+    if !is_identifier(&spec.name) {
+        return Err(rule_error(
+            "name",
+            format!("op name `{}` must be an identifier", spec.name),
+        ));
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for operand in &spec.operands {
+        if !is_identifier(operand) || RESERVED.contains(&operand.as_str()) {
+            return Err(rule_error(
+                "operands",
+                format!("operand name `{operand}` must be an identifier other than y and g"),
+            ));
+        }
+        names.push(operand);
+    }
+    for attr in &spec.attrs {
+        if !is_identifier(&attr.name) || RESERVED.contains(&attr.name.as_str()) {
+            return Err(rule_error(
+                "attrs",
+                format!("attribute name `{}` must be an identifier other than y and g", attr.name),
+            ));
+        }
+        names.push(&attr.name);
+        if let Some(default) = &attr.default {
+            if default.ty() != attr.ty {
+                return Err(rule_error(
+                    "attrs",
+                    format!(
+                        "default of attribute `{}` must be {}, found {default:?}",
+                        attr.name, attr.ty
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(dup) = first_duplicate(&names) {
+        return Err(rule_error(
+            "operands",
+            format!("`{dup}` is declared twice among operands and attributes"),
+        ));
+    }
+    if spec.variadic && spec.operands.is_empty() {
+        return Err(rule_error(
+            "variadic",
+            "a variadic op needs at least one operand".into(),
+        ));
+    }
+    for operand in spec.accepts.keys() {
+        if !spec.operands.contains(operand) {
+            return Err(rule_error(
+                "accepts",
+                format!("`accepts` names `{operand}`, which is not an operand"),
+            ));
+        }
+    }
+    validate_dtype_rule(spec).map_err(|msg| rule_error("dtype", msg))?;
+
+    let semantics = match (spec.kind, &spec.formula, &spec.builtin) {
+        (OpKind::Pointwise, Some(text), None) => {
+            let mut formula_path = path.to_vec();
+            formula_path.push(Step::field("formula"));
+            let expr = parse_formula(text, doc, &formula_path)?;
+            let allowed: Vec<&str> = names.clone();
+            check_variables(&expr, &allowed, text, doc, &formula_path)?;
+            Semantics::Formula(expr)
+        }
+        (OpKind::Pointwise, None, _) => {
+            return Err(rule_error(
+                "kind",
+                "a pointwise op needs a `formula` (and no `builtin`)".into(),
+            ));
+        }
+        (_, Some(_), _) => {
+            return Err(rule_error(
+                "formula",
+                format!(
+                    "only pointwise ops are defined by formulas; a {:?} op names a `builtin`",
+                    spec.kind
+                ),
+            ));
+        }
+        (kind, None, Some(name)) => {
+            let builtin = Builtin::from_name(name).ok_or_else(|| {
+                rule_error(
+                    "builtin",
+                    format!(
+                        "unknown builtin `{name}`{}; the built-in semantics are {}",
+                        crate::error::suggest(name, Builtin::ALL.map(|b| b.name()))
+                            .map(|s| format!(" (did you mean `{s}`?)"))
+                            .unwrap_or_default(),
+                        Builtin::ALL.map(|b| b.name()).join(", ")
+                    ),
+                )
+            })?;
+            if builtin.kind() != kind {
+                return Err(rule_error(
+                    "kind",
+                    format!(
+                        "builtin `{name}` is a {:?} op, not {kind:?}",
+                        builtin.kind()
+                    ),
+                ));
+            }
+            check_builtin_signature(spec, builtin).map_err(|msg| rule_error("builtin", msg))?;
+            Semantics::Builtin(builtin)
+        }
+        (_, None, None) => {
+            return Err(rule_error(
+                "kind",
+                "a non-pointwise op needs a `builtin`; new semantics can only be added as pointwise formulas".into(),
+            ));
+        }
+    };
+
+    let mut derivatives = BTreeMap::new();
+    for (operand, text) in &spec.derivatives {
+        let mut d_path = path.to_vec();
+        d_path.push(Step::field("derivatives"));
+        if !spec.operands.contains(operand) {
+            return Err(Error::new(
+                doc.site(&d_path),
+                ErrorKind::Rule(format!("derivative for `{operand}`, which is not an operand")),
+            ));
+        }
+        d_path.push(Step::key(operand));
+        let expr = parse_formula(text, doc, &d_path)?;
+        let mut allowed = names.clone();
+        allowed.extend(RESERVED);
+        check_variables(&expr, &allowed, text, doc, &d_path)?;
+        derivatives.insert(operand.clone(), expr);
+    }
+
+    Ok(OpDef {
+        spec: spec.clone(),
+        semantics,
+        derivatives,
+    })
+}
+
+fn parse_formula(text: &str, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Result<Expr> {
+    formula::parse(text).map_err(|e| {
+        Error::new(
+            doc.site_in_string(path, e.offset),
+            ErrorKind::Formula {
+                formula: text.to_string(),
+                message: e.message,
+            },
+        )
+    })
+}
+
+fn check_variables(
+    expr: &Expr,
+    allowed: &[&str],
+    text: &str,
+    doc: &RonDocument<Vec<OpSpec>>,
+    path: &[Step],
+) -> Result<()> {
+    for var in expr.variables() {
+        if !allowed.contains(&var.as_str()) {
+            let offset = find_identifier(text, &var).unwrap_or(0);
+            let hint = crate::error::suggest(&var, allowed.iter().copied())
+                .map(|s| format!(" (did you mean `{s}`?)"))
+                .unwrap_or_default();
+            return Err(Error::new(
+                doc.site_in_string(path, offset),
+                ErrorKind::Formula {
+                    formula: text.to_string(),
+                    message: format!(
+                        "unknown name `{var}`{hint}; a formula may use {}",
+                        allowed.join(", ")
+                    ),
+                },
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_dtype_rule(spec: &OpSpec) -> Result<(), String> {
+    let operand = |name: &String| {
+        if spec.operands.contains(name) {
+            Ok(())
+        } else {
+            Err(format!("dtype rule names `{name}`, which is not an operand"))
+        }
+    };
+    match &spec.dtype {
+        DtypeRule::Promote(names) | DtypeRule::FloatPromote(names) => {
+            if names.is_empty() {
+                return Err("a promotion rule needs at least one operand".into());
+            }
+            names.iter().try_for_each(operand)
+        }
+        DtypeRule::SameAs(name) | DtypeRule::Accumulate(name) => operand(name),
+        DtypeRule::FromAttr(name) => match spec.attrs.iter().find(|a| &a.name == name) {
+            Some(a) if a.ty == AttrType::DType => Ok(()),
+            _ => Err(format!(
+                "dtype rule reads attribute `{name}`, which must be declared with ty: DType"
+            )),
+        },
+        DtypeRule::Bool => Ok(()),
+    }
+}
+
+fn check_builtin_signature(spec: &OpSpec, builtin: Builtin) -> Result<(), String> {
+    let (arity, attrs) = builtin.signature();
+    match arity {
+        Some(n) if spec.variadic || spec.operands.len() != n => {
+            return Err(format!(
+                "builtin `{}` takes exactly {n} operand(s)",
+                builtin.name()
+            ));
+        }
+        None if !spec.variadic || spec.operands.len() != 1 => {
+            return Err(format!(
+                "builtin `{}` takes one variadic operand",
+                builtin.name()
+            ));
+        }
+        _ => {}
+    }
+    for (name, ty) in attrs {
+        match spec.attrs.iter().find(|a| a.name == *name) {
+            Some(a) if a.ty == *ty => {}
+            _ => {
+                return Err(format!(
+                    "builtin `{}` reads attribute `{name}` of type {ty:?}; declare it",
+                    builtin.name()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn first_duplicate<'a>(names: &[&'a str]) -> Option<&'a str> {
+    let mut seen = std::collections::BTreeSet::new();
+    names.iter().copied().find(|n| !seen.insert(*n))
+}
+
+/// Char offset of the first whole-word occurrence of `name` in `text`.
+fn find_identifier(text: &str, name: &str) -> Option<usize> {
+    let chars: Vec<char> = text.chars().collect();
+    let target: Vec<char> = name.chars().collect();
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    (0..chars.len()).find(|&i| {
+        chars[i..].starts_with(&target)
+            && (i == 0 || !is_word(chars[i - 1]))
+            && chars.get(i + target.len()).is_none_or(|c| !is_word(*c))
+    })
+}

@@ -1,0 +1,70 @@
+//! Reading one RON document with errors that name the file, line and column.
+
+use crate::error::{Error, ErrorKind, Result, Site};
+use crate::span::{Position, SpanIndex, Step};
+use serde::de::DeserializeOwned;
+
+/// A parsed RON document together with the index that locates its values.
+pub struct RonDocument<T> {
+    pub value: T,
+    pub file: String,
+    pub spans: SpanIndex,
+}
+
+impl<T> RonDocument<T> {
+    /// The file position of the value at `path` (or of its nearest existing ancestor).
+    pub fn site(&self, path: &[Step]) -> Site {
+        Site::file(&self.file, self.spans.nearest(path))
+    }
+
+    /// The file position of a character inside the string value at `path`.
+    pub fn site_in_string(&self, path: &[Step], char_offset: usize) -> Site {
+        let position = self
+            .spans
+            .string_char_position(path, char_offset)
+            .unwrap_or_else(|| self.spans.nearest(path));
+        Site::file(&self.file, position)
+    }
+}
+
+/// Parses `text` as RON into `T`. `Option` fields may be written without `Some(...)`.
+pub fn parse<T: DeserializeOwned>(text: &str, file: &str) -> Result<RonDocument<T>> {
+    let options =
+        ron::Options::default().with_default_extension(ron::extensions::Extensions::IMPLICIT_SOME);
+    match options.from_str::<T>(text) {
+        Ok(value) => Ok(RonDocument {
+            value,
+            file: file.to_string(),
+            spans: SpanIndex::scan(text),
+        }),
+        Err(e) => {
+            // ron reports 1-based positions; an error at the very end may report column 0 on
+            // an empty line, which we clamp so every position is a real 1-based place.
+            let position = Position {
+                line: e.span.start.line.max(1),
+                column: e.span.start.col.max(1),
+            };
+            Err(Error::new(
+                Site::file(file, position),
+                ErrorKind::Syntax(e.code.to_string()),
+            ))
+        }
+    }
+}
+
+/// Reads a file to a string, mapping I/O failures to a located error.
+pub fn read_file(path: &std::path::Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| {
+        Error::new(
+            Site {
+                file: Some(path.display().to_string()),
+                position: Some(Position { line: 1, column: 1 }),
+                node: None,
+            },
+            ErrorKind::Io {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            },
+        )
+    })
+}

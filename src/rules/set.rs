@@ -1,0 +1,114 @@
+//! A rule directory: the embedded defaults with a user's files laid over them.
+//!
+//! The layout is `ops.ron`, `amp.ron`, `fusion.ron`, `cost.ron` and `rewrites/*.ron`; a
+//! directory may hold any subset. Ops from the user's `ops.ron` are added to the defaults (an
+//! op of the same name replaces the default one).
+
+use super::Catalogue;
+use super::ron_file;
+use crate::error::{Error, ErrorKind, Result, Site};
+use crate::span::Position;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The rule files fusebox reads besides `ops.ron`. Their schemas belong to the stages that
+/// consume them (AMP, fusion, cost model, rewriting); until a stage reads a file, loading checks
+/// its RON syntax and keeps its text.
+pub const OTHER_RULE_FILES: [&str; 3] = ["amp.ron", "fusion.ron", "cost.ron"];
+
+/// Everything loaded from rule files.
+#[derive(Debug, Clone)]
+pub struct RuleSet {
+    pub ops: Catalogue,
+    /// Syntax-checked text of the other rule files, keyed by their path inside the directory
+    /// (`amp.ron`, `rewrites/algebra.ron`, …).
+    pub documents: BTreeMap<String, String>,
+}
+
+impl RuleSet {
+    /// The rules embedded in the binary.
+    pub fn defaults() -> RuleSet {
+        RuleSet {
+            ops: Catalogue::defaults(),
+            documents: BTreeMap::new(),
+        }
+    }
+
+    /// The defaults with the files of `dir` laid over them.
+    pub fn load_dir(dir: &Path) -> Result<RuleSet> {
+        let mut rules = RuleSet::defaults();
+        let dir_error = |message: String| {
+            Error::new(
+                Site {
+                    file: Some(dir.display().to_string()),
+                    position: Some(Position { line: 1, column: 1 }),
+                    node: None,
+                },
+                ErrorKind::Io {
+                    path: dir.display().to_string(),
+                    message,
+                },
+            )
+        };
+        if !dir.is_dir() {
+            return Err(dir_error("not a directory".into()));
+        }
+        let mut files = Vec::new();
+        let entries = std::fs::read_dir(dir).map_err(|e| dir_error(e.to_string()))?;
+        for entry in entries {
+            let path = entry.map_err(|e| dir_error(e.to_string()))?.path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy().to_string();
+            if path.is_dir() && name == "rewrites" {
+                let inner = std::fs::read_dir(&path).map_err(|e| dir_error(e.to_string()))?;
+                for rewrite in inner {
+                    let rewrite = rewrite.map_err(|e| dir_error(e.to_string()))?.path();
+                    if rewrite.extension().is_some_and(|e| e == "ron") {
+                        let key = format!(
+                            "rewrites/{}",
+                            rewrite.file_name().unwrap_or_default().to_string_lossy()
+                        );
+                        files.push((key, rewrite));
+                    }
+                }
+            } else if path.extension().is_some_and(|e| e == "ron") {
+                if name != "ops.ron" && !OTHER_RULE_FILES.contains(&name.as_str()) {
+                    let expected = ["ops.ron"].into_iter().chain(OTHER_RULE_FILES);
+                    return Err(Error::new(
+                        Site {
+                            file: Some(path.display().to_string()),
+                            position: Some(Position { line: 1, column: 1 }),
+                            node: None,
+                        },
+                        ErrorKind::Rule(format!(
+                            "unknown rule file `{name}`{}; a rule directory holds ops.ron, amp.ron, fusion.ron, cost.ron and rewrites/*.ron",
+                            crate::error::suggest(&name, expected)
+                                .map(|s| format!(" (did you mean `{s}`?)"))
+                                .unwrap_or_default()
+                        )),
+                    ));
+                }
+                files.push((name, path));
+            }
+        }
+        files.sort();
+        for (key, path) in files {
+            let text = ron_file::read_file(&path)?;
+            let shown = path.display().to_string();
+            if key == "ops.ron" {
+                rules.ops.load_str(&text, &shown)?;
+            } else {
+                ron_file::parse::<ron::Value>(&text, &shown)?;
+                rules.documents.insert(key, text);
+            }
+        }
+        Ok(rules)
+    }
+
+    /// `load_dir` when a directory is given, the defaults otherwise.
+    pub fn load(dir: Option<&Path>) -> Result<RuleSet> {
+        match dir {
+            Some(d) => RuleSet::load_dir(d),
+            None => Ok(RuleSet::defaults()),
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Static shapes: NumPy broadcasting and the shape rules of the built-in ops.
+//!
+//! Shape inference and the reference evaluator both use these functions, so a graph that
+//! type-checks is evaluated with exactly the shapes that were checked.
+
+/// A static shape; `[]` is a scalar, a 0 anywhere means an empty tensor.
+pub type Shape = Vec<usize>;
+
+/// Number of elements (1 for a scalar, 0 when any dimension is 0).
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// NumPy broadcasting of two shapes: right-aligned, each pair of dims equal or one of them 1.
+pub fn broadcast(a: &[usize], b: &[usize]) -> Result<Shape, String> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0; rank];
+    for i in 0..rank {
+        let da = dim_from_right(a, rank - 1 - i);
+        let db = dim_from_right(b, rank - 1 - i);
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => {
+                return Err(format!(
+                    "shapes {a:?} and {b:?} do not broadcast (dimension {i} of the result: {da} vs {db})"
+                ));
+            }
+        };
+    }
+    Ok(out)
+}
+
+/// Broadcasts any number of shapes together (the empty list gives a scalar).
+pub fn broadcast_all<'a>(shapes: impl IntoIterator<Item = &'a [usize]>) -> Result<Shape, String> {
+    shapes
+        .into_iter()
+        .try_fold(Vec::new(), |acc, s| broadcast(&acc, s))
+}
+
+/// Whether `from` broadcasts to exactly `to` (the rule of broadcast_to and sum_to_size).
+pub fn broadcasts_to(from: &[usize], to: &[usize]) -> bool {
+    from.len() <= to.len()
+        && from
+            .iter()
+            .rev()
+            .zip(to.iter().rev())
+            .all(|(&f, &t)| f == t || f == 1)
+}
+
+/// The dim `k` places from the right, 1 when the shape is shorter.
+fn dim_from_right(shape: &[usize], k: usize) -> usize {
+    if k < shape.len() {
+        shape[shape.len() - 1 - k]
+    } else {
+        1
+    }
+}
+
+/// Resolves a possibly negative axis against `rank`.
+pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, String> {
+    let r = rank as i64;
+    if axis >= -r && axis < r {
+        Ok(if axis < 0 { axis + r } else { axis } as usize)
+    } else {
+        Err(format!("axis {axis} is out of range for rank {rank}"))
+    }
+}
+
+/// Resolves reduction axes: `None` means every axis; duplicates are an error.
+pub fn normalize_axes(axes: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, String> {
+    let mut out: Vec<usize> = match axes {
+        None => (0..rank).collect(),
+        Some(axes) => axes
+            .iter()
+            .map(|&a| normalize_axis(a, rank))
+            .collect::<Result<_, _>>()?,
+    };
+    out.sort_unstable();
+    if out.windows(2).any(|w| w[0] == w[1]) {
+        return Err(format!("axes {axes:?} name the same axis twice"));
+    }
+    Ok(out)
+}
+
+/// The shape left after reducing `axes` (already normalized).
+pub fn reduced_shape(shape: &[usize], axes: &[usize], keepdim: bool) -> Shape {
+    shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &d)| match (axes.contains(&i), keepdim) {
+            (false, _) => Some(d),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect()
+}
+
+/// Resolves a reshape target, inferring at most one `-1`.
+pub fn reshape_target(from: &[usize], target: &[i64]) -> Result<Shape, String> {
+    let total = numel(from);
+    let mut unknown = None;
+    let mut known: usize = 1;
+    for (i, &d) in target.iter().enumerate() {
+        match d {
+            -1 if unknown.is_none() => unknown = Some(i),
+            -1 => return Err(format!("reshape target {target:?} has more than one -1")),
+            d if d < 0 => return Err(format!("reshape target {target:?} has a negative size")),
+            d => {
+                known = known
+                    .checked_mul(d as usize)
+                    .ok_or_else(|| format!("reshape target {target:?} overflows"))?
+            }
+        }
+    }
+    let mut out: Shape = target.iter().map(|&d| d.max(0) as usize).collect();
+    if let Some(i) = unknown {
+        if known == 0 || total % known != 0 {
+            return Err(format!(
+                "cannot infer the -1 in {target:?} for {total} elements"
+            ));
+        }
+        out[i] = total / known;
+    } else if known != total {
+        return Err(format!(
+            "cannot reshape {from:?} ({total} elements) to {target:?} ({known} elements)"
+        ));
+    }
+    Ok(out)
+}
+
+/// Validates a permutation (`None`: reverse the axes) and returns it.
+pub fn permutation(perm: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, String> {
+    let perm: Vec<usize> = match perm {
+        None => (0..rank).rev().collect(),
+        Some(p) => {
+            if p.len() != rank {
+                return Err(format!("perm {p:?} has {} entries for rank {rank}", p.len()));
+            }
+            p.iter()
+                .map(|&a| normalize_axis(a, rank))
+                .collect::<Result<_, _>>()?
+        }
+    };
+    let mut sorted = perm.clone();
+    sorted.sort_unstable();
+    if sorted != (0..rank).collect::<Vec<_>>() {
+        return Err(format!("perm {perm:?} is not a permutation of 0..{rank}"));
+    }
+    Ok(perm)
+}
+
+/// A resolved slice along one axis: the first index, the stride, and how many elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SliceRange {
+    pub axis: usize,
+    pub start: usize,
+    pub step: usize,
+    pub len: usize,
+}
+
+/// Python's `x[start:end:step]` rules: negative indices count from the end, out-of-range
+/// bounds clamp, an empty range is allowed; `step` must be positive.
+pub fn slice_range(
+    shape: &[usize],
+    axis: i64,
+    start: i64,
+    end: Option<i64>,
+    step: i64,
+) -> Result<SliceRange, String> {
+    let axis = normalize_axis(axis, shape.len())?;
+    if step <= 0 {
+        return Err(format!("slice step must be positive, got {step}"));
+    }
+    let dim = shape[axis] as i64;
+    let clamp = |i: i64| {
+        let i = if i < 0 { i + dim } else { i };
+        i.clamp(0, dim)
+    };
+    let start = clamp(start);
+    let end = clamp(end.unwrap_or(dim));
+    let len = if end > start {
+        (end - start + step - 1) / step
+    } else {
+        0
+    };
+    Ok(SliceRange {
+        axis,
+        start: start as usize,
+        step: step as usize,
+        len: len as usize,
+    })
+}
+
+/// The shape of concatenating `shapes` along `axis`.
+pub fn concat_shape(shapes: &[&[usize]], axis: i64) -> Result<(usize, Shape), String> {
+    let first = shapes.first().ok_or("concat needs at least one input")?;
+    let rank = first.len();
+    let axis = normalize_axis(axis, rank)?;
+    let mut out = first.to_vec();
+    out[axis] = 0;
+    for s in shapes {
+        let same_elsewhere = s.len() == rank
+            && s.iter()
+                .zip(first.iter())
+                .enumerate()
+                .all(|(i, (a, b))| i == axis || a == b);
+        if !same_elsewhere {
+            return Err(format!(
+                "concat along axis {axis}: shape {s:?} does not match {first:?} outside that axis"
+            ));
+        }
+        out[axis] += s[axis];
+    }
+    Ok((axis, out))
+}
+
+/// NumPy matmul shapes: `[..., n, k] @ [..., k, m] -> [..., n, m]` with broadcast batch dims;
+/// a 1-D left operand is `[1, k]` and a 1-D right operand `[k, 1]`, the added axis removed.
+pub fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Shape, String> {
+    if a.is_empty() || b.is_empty() {
+        return Err("matmul operands must have at least one dimension".into());
+    }
+    let a2: Shape = if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() };
+    let b2: Shape = if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() };
+    let (n, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
+    let (k2, m) = (b2[b2.len() - 2], b2[b2.len() - 1]);
+    if k != k2 {
+        return Err(format!(
+            "matmul of {a:?} and {b:?}: inner dimensions {k} and {k2} differ"
+        ));
+    }
+    let mut out = broadcast(&a2[..a2.len() - 2], &b2[..b2.len() - 2])
+        .map_err(|e| format!("matmul batch dimensions: {e}"))?;
+    if a.len() > 1 {
+        out.push(n);
+    }
+    if b.len() > 1 {
+        out.push(m);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcasting_follows_numpy() {
+        assert_eq!(broadcast(&[4, 1], &[1, 3]).unwrap(), vec![4, 3]);
+        assert_eq!(broadcast(&[], &[2, 3]).unwrap(), vec![2, 3]);
+        assert_eq!(broadcast(&[5, 1, 3], &[4, 1]).unwrap(), vec![5, 4, 3]);
+        assert_eq!(broadcast(&[0, 1], &[1, 3]).unwrap(), vec![0, 3]);
+        assert!(broadcast(&[2, 3], &[3, 2]).is_err());
+        assert!(broadcast(&[0], &[2]).is_err());
+        assert!(broadcasts_to(&[1, 3], &[4, 3]));
+        assert!(!broadcasts_to(&[4, 3], &[1, 3]));
+    }
+
+    #[test]
+    fn slices_follow_python() {
+        let r = slice_range(&[10], 0, -3, None, 1).unwrap();
+        assert_eq!((r.start, r.len), (7, 3));
+        let r = slice_range(&[10], 0, 1, Some(8), 3).unwrap();
+        assert_eq!((r.start, r.step, r.len), (1, 3, 3)); // 1, 4, 7
+        assert_eq!(slice_range(&[10], 0, 8, Some(2), 1).unwrap().len, 0);
+        assert_eq!(slice_range(&[10], 0, -100, Some(100), 1).unwrap().len, 10);
+        assert!(slice_range(&[10], 0, 0, None, 0).is_err());
+    }
+
+    #[test]
+    fn matmul_shapes_follow_numpy() {
+        assert_eq!(matmul_shape(&[2, 3], &[3, 4]).unwrap(), vec![2, 4]);
+        assert_eq!(matmul_shape(&[5, 2, 3], &[3, 4]).unwrap(), vec![5, 2, 4]);
+        assert_eq!(matmul_shape(&[3], &[3, 4]).unwrap(), vec![4]);
+        assert_eq!(matmul_shape(&[2, 3], &[3]).unwrap(), vec![2]);
+        assert_eq!(matmul_shape(&[3], &[3]).unwrap(), Vec::<usize>::new());
+        assert!(matmul_shape(&[2, 3], &[4, 5]).is_err());
+    }
+
+    #[test]
+    fn reshape_infers_minus_one() {
+        assert_eq!(reshape_target(&[4, 6], &[-1, 8]).unwrap(), vec![3, 8]);
+        assert!(reshape_target(&[4, 6], &[5, -1]).is_err());
+        assert!(reshape_target(&[4, 6], &[-1, -1]).is_err());
+        assert_eq!(reshape_target(&[0, 6], &[3, 0]).unwrap(), vec![3, 0]);
+    }
+}

@@ -1,0 +1,203 @@
+//! Tensors as the reference evaluator holds them, and their `.npy` files.
+//!
+//! Every element is stored as an `f64` already rounded to the tensor's dtype: f64 holds every
+//! f32, f16, bf16, bool and i32 value exactly, so one representation serves all dtypes and the
+//! only rounding is the one each op's dtype implies. i64 values beyond 2^53 are refused when
+//! read rather than silently rounded.
+
+use crate::dtype::DType;
+use crate::shape::{Shape, numel};
+use ndarray::{ArrayD, IxDyn};
+use rand::{Rng, RngExt, SeedableRng};
+use std::io::{BufReader, BufWriter};
+use std::path::Path;
+
+/// A dtype-tagged array.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor {
+    pub dtype: DType,
+    /// Values, each exactly representable in `dtype`.
+    pub data: ArrayD<f64>,
+}
+
+impl Tensor {
+    /// Builds a tensor, rounding each value to `dtype`; `None` if the value count does not
+    /// match the shape.
+    pub fn from_values(dtype: DType, shape: &[usize], values: Vec<f64>) -> Option<Tensor> {
+        let data = ArrayD::from_shape_vec(IxDyn(shape), values).ok()?;
+        Some(Tensor::from_array(dtype, data))
+    }
+
+    /// Rounds every element of `data` to `dtype`.
+    pub fn from_array(dtype: DType, mut data: ArrayD<f64>) -> Tensor {
+        if dtype != DType::F64 {
+            data.mapv_inplace(|v| dtype.round(v));
+        }
+        Tensor { dtype, data }
+    }
+
+    pub fn scalar(dtype: DType, value: f64) -> Tensor {
+        Tensor::from_array(dtype, ArrayD::from_elem(IxDyn(&[]), value))
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        self.data.shape()
+    }
+
+    /// Values in row-major order.
+    pub fn values(&self) -> Vec<f64> {
+        self.data.iter().copied().collect()
+    }
+
+    /// Reads a `.npy` file (little- or big-endian bool, i32, i64, f16, f32 or f64).
+    pub fn read_npy(path: &Path) -> Result<Tensor, String> {
+        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let npy = npyz::NpyFile::new(BufReader::new(file))
+            .map_err(|e| format!("{}: not a readable .npy file: {e}", path.display()))?;
+        if npy.order() != npyz::Order::C {
+            return Err(format!(
+                "{}: Fortran-ordered arrays are not supported; save with np.ascontiguousarray",
+                path.display()
+            ));
+        }
+        let shape: Shape = npy.shape().iter().map(|&d| d as usize).collect();
+        let npyz::DType::Plain(ty) = npy.dtype() else {
+            return Err(format!("{}: structured arrays are not supported", path.display()));
+        };
+        use npyz::TypeChar as C;
+        let read_err = |e: std::io::Error| format!("{}: {e}", path.display());
+        let (dtype, values): (DType, Vec<f64>) = match (ty.type_char(), ty.size_field()) {
+            (C::Bool, 1) => (
+                DType::Bool,
+                npy.into_vec::<bool>()
+                    .map_err(read_err)?
+                    .into_iter()
+                    .map(|b| if b { 1.0 } else { 0.0 })
+                    .collect(),
+            ),
+            (C::Int, 4) => (
+                DType::I32,
+                npy.into_vec::<i32>().map_err(read_err)?.into_iter().map(f64::from).collect(),
+            ),
+            (C::Int, 8) => {
+                let raw = npy.into_vec::<i64>().map_err(read_err)?;
+                if let Some(v) = raw.iter().find(|v| v.unsigned_abs() > 1 << 53) {
+                    return Err(format!(
+                        "{}: i64 value {v} is beyond 2^53, which the reference evaluator cannot hold exactly",
+                        path.display()
+                    ));
+                }
+                (DType::I64, raw.into_iter().map(|v| v as f64).collect())
+            }
+            (C::Float, 2) => (
+                DType::F16,
+                npy.into_vec::<half::f16>()
+                    .map_err(read_err)?
+                    .into_iter()
+                    .map(f64::from)
+                    .collect(),
+            ),
+            (C::Float, 4) => (
+                DType::F32,
+                npy.into_vec::<f32>().map_err(read_err)?.into_iter().map(f64::from).collect(),
+            ),
+            (C::Float, 8) => (DType::F64, npy.into_vec::<f64>().map_err(read_err)?),
+            _ => {
+                return Err(format!(
+                    "{}: unsupported .npy dtype {}; use bool, int32, int64, float16, float32 or float64",
+                    path.display(),
+                    npyz::DType::Plain(ty.clone()).descr()
+                ));
+            }
+        };
+        Tensor::from_values(dtype, &shape, values)
+            .ok_or_else(|| format!("{}: data does not match shape {shape:?}", path.display()))
+    }
+
+    /// Writes a `.npy` file NumPy reads natively: bf16, which NumPy lacks, is written as
+    /// float32 (exactly, every bf16 value is an f32 value).
+    pub fn write_npy(&self, path: &Path) -> Result<(), String> {
+        let err = |e: std::io::Error| format!("{}: {e}", path.display());
+        let file = std::fs::File::create(path).map_err(err)?;
+        let shape: Vec<u64> = self.shape().iter().map(|&d| d as u64).collect();
+        let values = self.data.iter().copied();
+        let out = BufWriter::new(file);
+        match self.dtype {
+            DType::Bool => write_values(out, &shape, values.map(|v| v != 0.0)),
+            DType::I32 => write_values(out, &shape, values.map(|v| v as i32)),
+            DType::I64 => write_values(out, &shape, values.map(|v| v as i64)),
+            DType::F16 => write_values(out, &shape, values.map(half::f16::from_f64)),
+            DType::BF16 | DType::F32 => write_values(out, &shape, values.map(|v| v as f32)),
+            DType::F64 => write_values(out, &shape, values),
+        }
+        .map_err(err)
+    }
+
+    /// Deterministic random values for `dtype` and `shape`: floats uniform in [-3, 3] (wide
+    /// enough to exercise both tails of sigmoid and tanh, small enough not to overflow exp in
+    /// f16), integers in [-10, 10], bools fair.
+    pub fn random(dtype: DType, shape: &[usize], rng: &mut impl Rng) -> Tensor {
+        let values = (0..numel(shape))
+            .map(|_| match dtype.category() {
+                crate::dtype::Category::Float => rng.random_range(-3.0..=3.0),
+                crate::dtype::Category::Integer => rng.random_range(-10..=10) as f64,
+                crate::dtype::Category::Bool => f64::from(u8::from(rng.random::<bool>())),
+            })
+            .collect();
+        Tensor::from_values(dtype, shape, values).expect("value count matches the shape")
+    }
+}
+
+/// A seeded generator for reproducible random inputs.
+pub fn seeded_rng(seed: u64) -> rand_chacha::ChaCha8Rng {
+    rand_chacha::ChaCha8Rng::seed_from_u64(seed)
+}
+
+fn write_values<T: npyz::AutoSerialize>(
+    out: impl std::io::Write,
+    shape: &[u64],
+    values: impl Iterator<Item = T>,
+) -> std::io::Result<()> {
+    use npyz::WriterBuilder;
+    let mut writer = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(out)
+        .begin_nd()?;
+    writer.extend(values)?;
+    writer.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn npy_round_trips_every_dtype() {
+        let dir = std::env::temp_dir().join(format!("fusebox-npy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for dtype in DType::ALL {
+            let values = vec![1.5, -0.0, 3.0, 0.0, -2.0, 1.0];
+            let t = Tensor::from_values(dtype, &[2, 3], values).unwrap();
+            let path = dir.join(format!("{dtype}.npy"));
+            t.write_npy(&path).unwrap();
+            let back = Tensor::read_npy(&path).unwrap();
+            let expected_dtype = if dtype == DType::BF16 { DType::F32 } else { dtype };
+            assert_eq!(back.dtype, expected_dtype);
+            assert_eq!(back.shape(), &[2, 3]);
+            assert_eq!(back.values(), t.values(), "{dtype}");
+        }
+        let empty = Tensor::from_values(DType::F32, &[0, 4], vec![]).unwrap();
+        empty.write_npy(&dir.join("empty.npy")).unwrap();
+        assert_eq!(Tensor::read_npy(&dir.join("empty.npy")).unwrap().shape(), &[0, 4]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn garbage_npy_is_an_error() {
+        let path = std::env::temp_dir().join(format!("fusebox-bad-{}.npy", std::process::id()));
+        std::fs::write(&path, b"\x93NUMPY\x01\x00garbage").unwrap();
+        assert!(Tensor::read_npy(&path).is_err());
+        std::fs::remove_file(&path).unwrap();
+    }
+}
