@@ -86,14 +86,14 @@ impl AttrValue {
                 .collect::<Option<Vec<i64>>>()
                 .map(AttrValue::Ints)
                 .ok_or_else(mismatch),
-            (AttrType::DType, V::String(s)) => DType::from_name(s).map(AttrValue::DType).ok_or_else(
-                || {
+            (AttrType::DType, V::String(s)) => {
+                DType::from_name(s).map(AttrValue::DType).ok_or_else(|| {
                     format!(
                         "a dtype name (one of {}), found \"{s}\"",
                         DType::ALL.map(|d| d.name()).join(", ")
                     )
-                },
-            ),
+                })
+            }
             _ => Err(mismatch()),
         }
     }
@@ -179,7 +179,10 @@ mod tests {
             let value: ron::Value = ron::from_str(text).unwrap();
             let typed = AttrValue::from_bare(&value, ty).unwrap();
             assert_eq!(typed, expected);
-            assert_eq!(AttrValue::from_bare(&typed.to_bare(), ty).unwrap(), expected);
+            assert_eq!(
+                AttrValue::from_bare(&typed.to_bare(), ty).unwrap(),
+                expected
+            );
         }
     }
 

@@ -10,7 +10,11 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 #[derive(Parser, Debug)]
-#[command(name = "fusebox", version, about = "Optimizes tensor computation graphs by equality saturation")]
+#[command(
+    name = "fusebox",
+    version,
+    about = "Optimizes tensor computation graphs by equality saturation"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -94,22 +98,41 @@ pub fn describe(graph: &Graph, types: &TypeMap) -> String {
     let mut rows: Vec<[String; 4]> = Vec::new();
     for input in &graph.inputs {
         let t = &types[&input.name];
-        rows.push([input.name.clone(), "input".into(), t.dtype.to_string(), format!("{:?}", t.shape)]);
+        rows.push([
+            input.name.clone(),
+            "input".into(),
+            t.dtype.to_string(),
+            format!("{:?}", t.shape),
+        ]);
     }
     for node in &graph.nodes {
         let t = &types[&node.name];
-        rows.push([node.name.clone(), node.op.clone(), t.dtype.to_string(), format!("{:?}", t.shape)]);
+        rows.push([
+            node.name.clone(),
+            node.op.clone(),
+            t.dtype.to_string(),
+            format!("{:?}", t.shape),
+        ]);
     }
     let mut out = format!(
-        "graph `{}`: {} inputs, {} nodes, {} outputs\n",
+        "graph `{}`: {}, {}, {}\n",
         graph.name,
-        graph.inputs.len(),
-        graph.nodes.len(),
-        graph.outputs.len()
+        count(graph.inputs.len(), "input"),
+        count(graph.nodes.len(), "node"),
+        count(graph.outputs.len(), "output")
     );
     out += &table(&rows);
     let _ = writeln!(out, "outputs: {}", graph.outputs.join(", "));
     out
+}
+
+/// "1 node", "2 nodes".
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("{n} {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 fn table(rows: &[[String; 4]]) -> String {
@@ -171,11 +194,24 @@ fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Re
         }
         // A file in a wider or narrower type is converted to the declared dtype, so bf16
         // inputs can come from float32 files (NumPy has no bf16).
-        values.insert(name.to_string(), Tensor::from_array(declared.dtype, tensor.data));
+        values.insert(
+            name.to_string(),
+            Tensor::from_array(declared.dtype, tensor.data),
+        );
     }
     let mut rng = seeded_rng(seed);
     let mut missing = Vec::new();
     for input in &graph.inputs {
+        if crate::shape::numel(&input.shape) > eval::MAX_ELEMENTS {
+            return Err(Error::at_node(
+                &input.name,
+                ErrorKind::Input(format!(
+                    "shape {:?} exceeds the reference evaluator's limit of {} elements",
+                    input.shape,
+                    eval::MAX_ELEMENTS
+                )),
+            ));
+        }
         // Draw for every input in declaration order, so a given seed gives each input the same
         // values whether or not other inputs came from files.
         let random_value = Tensor::random(input.dtype, &input.shape, &mut rng);
@@ -199,15 +235,24 @@ fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Re
 
 fn write_outputs(graph: &Graph, outputs: &Tensors, dir: &Path) -> Result<String> {
     std::fs::create_dir_all(dir).map_err(|e| {
-        cli_error(format!("cannot create output directory {}: {e}", dir.display()))
+        cli_error(format!(
+            "cannot create output directory {}: {e}",
+            dir.display()
+        ))
     })?;
     let mut report = String::new();
     for name in &graph.outputs {
         let tensor = &outputs[name];
         let path = dir.join(format!("{name}.npy"));
-        tensor
-            .write_npy(&path)
-            .map_err(|e| Error::at_node(name, ErrorKind::Io { path: path.display().to_string(), message: e }))?;
+        tensor.write_npy(&path).map_err(|e| {
+            Error::at_node(
+                name,
+                ErrorKind::Io {
+                    path: path.display().to_string(),
+                    message: e,
+                },
+            )
+        })?;
         let _ = writeln!(
             report,
             "{name}: {}{:?} -> {}{}",

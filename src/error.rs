@@ -14,8 +14,10 @@ pub struct Site {
     pub file: Option<String>,
     /// Line and column inside `file`.
     pub position: Option<Position>,
-    /// The graph node (or rule-file op) the problem concerns.
+    /// The graph node the problem concerns.
     pub node: Option<String>,
+    /// The rule-file op the problem concerns.
+    pub op: Option<String>,
 }
 
 impl Site {
@@ -23,7 +25,7 @@ impl Site {
         Site {
             file: Some(file.to_string()),
             position: Some(position),
-            node: None,
+            ..Site::default()
         }
     }
 
@@ -51,6 +53,9 @@ impl fmt::Display for Site {
         }
         if let Some(node) = &self.node {
             parts.push(format!("node `{node}`"));
+        }
+        if let Some(op) = &self.op {
+            parts.push(format!("op `{op}`"));
         }
         f.write_str(&parts.join(": "))
     }
@@ -88,12 +93,17 @@ pub enum ErrorKind {
         expected: String,
         found: String,
     },
-    #[error("`{name}` is not a graph input or an earlier node{}", did_you_mean(suggestion))]
+    #[error(
+        "`{name}` is not a graph input or an earlier node{}",
+        did_you_mean(suggestion)
+    )]
     UnknownName {
         name: String,
         suggestion: Option<String>,
     },
-    #[error("`{name}` is used before it is defined (it is defined later, as node {index}): args must name inputs or earlier nodes")]
+    #[error(
+        "`{name}` is used before it is defined (it is defined later, as node {index}): args must name inputs or earlier nodes"
+    )]
     UseBeforeDefinition { name: String, index: usize },
     #[error("cycle: node `{name}` depends on itself")]
     Cycle { name: String },

@@ -11,6 +11,11 @@ pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+/// Number of elements, or `None` if it does not fit in `usize`.
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
 /// NumPy broadcasting of two shapes: right-aligned, each pair of dims equal or one of them 1.
 pub fn broadcast(a: &[usize], b: &[usize]) -> Result<Shape, String> {
     let rank = a.len().max(b.len());
@@ -136,7 +141,10 @@ pub fn permutation(perm: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, Stri
         None => (0..rank).rev().collect(),
         Some(p) => {
             if p.len() != rank {
-                return Err(format!("perm {p:?} has {} entries for rank {rank}", p.len()));
+                return Err(format!(
+                    "perm {p:?} has {} entries for rank {rank}",
+                    p.len()
+                ));
             }
             p.iter()
                 .map(|&a| normalize_axis(a, rank))
@@ -222,8 +230,16 @@ pub fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Shape, String> {
     if a.is_empty() || b.is_empty() {
         return Err("matmul operands must have at least one dimension".into());
     }
-    let a2: Shape = if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() };
-    let b2: Shape = if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() };
+    let a2: Shape = if a.len() == 1 {
+        vec![1, a[0]]
+    } else {
+        a.to_vec()
+    };
+    let b2: Shape = if b.len() == 1 {
+        vec![b[0], 1]
+    } else {
+        b.to_vec()
+    };
     let (n, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
     let (k2, m) = (b2[b2.len() - 2], b2[b2.len() - 1]);
     if k != k2 {

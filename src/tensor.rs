@@ -62,7 +62,10 @@ impl Tensor {
         }
         let shape: Shape = npy.shape().iter().map(|&d| d as usize).collect();
         let npyz::DType::Plain(ty) = npy.dtype() else {
-            return Err(format!("{}: structured arrays are not supported", path.display()));
+            return Err(format!(
+                "{}: structured arrays are not supported",
+                path.display()
+            ));
         };
         use npyz::TypeChar as C;
         let read_err = |e: std::io::Error| format!("{}: {e}", path.display());
@@ -77,7 +80,11 @@ impl Tensor {
             ),
             (C::Int, 4) => (
                 DType::I32,
-                npy.into_vec::<i32>().map_err(read_err)?.into_iter().map(f64::from).collect(),
+                npy.into_vec::<i32>()
+                    .map_err(read_err)?
+                    .into_iter()
+                    .map(f64::from)
+                    .collect(),
             ),
             (C::Int, 8) => {
                 let raw = npy.into_vec::<i64>().map_err(read_err)?;
@@ -99,7 +106,11 @@ impl Tensor {
             ),
             (C::Float, 4) => (
                 DType::F32,
-                npy.into_vec::<f32>().map_err(read_err)?.into_iter().map(f64::from).collect(),
+                npy.into_vec::<f32>()
+                    .map_err(read_err)?
+                    .into_iter()
+                    .map(f64::from)
+                    .collect(),
             ),
             (C::Float, 8) => (DType::F64, npy.into_vec::<f64>().map_err(read_err)?),
             _ => {
@@ -182,14 +193,21 @@ mod tests {
             let path = dir.join(format!("{dtype}.npy"));
             t.write_npy(&path).unwrap();
             let back = Tensor::read_npy(&path).unwrap();
-            let expected_dtype = if dtype == DType::BF16 { DType::F32 } else { dtype };
+            let expected_dtype = if dtype == DType::BF16 {
+                DType::F32
+            } else {
+                dtype
+            };
             assert_eq!(back.dtype, expected_dtype);
             assert_eq!(back.shape(), &[2, 3]);
             assert_eq!(back.values(), t.values(), "{dtype}");
         }
         let empty = Tensor::from_values(DType::F32, &[0, 4], vec![]).unwrap();
         empty.write_npy(&dir.join("empty.npy")).unwrap();
-        assert_eq!(Tensor::read_npy(&dir.join("empty.npy")).unwrap().shape(), &[0, 4]);
+        assert_eq!(
+            Tensor::read_npy(&dir.join("empty.npy")).unwrap().shape(),
+            &[0, 4]
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -125,7 +125,8 @@ fn matmul(a: &Tensor, b: &Tensor, out: &TensorType) -> Result<ArrayD<f64>, Strin
     };
     let (n, k) = (a2.shape()[a2.ndim() - 2], a2.shape()[a2.ndim() - 1]);
     let m = b2.shape()[b2.ndim() - 1];
-    let batch = crate::shape::broadcast(&a2.shape()[..a2.ndim() - 2], &b2.shape()[..b2.ndim() - 2])?;
+    let batch =
+        crate::shape::broadcast(&a2.shape()[..a2.ndim() - 2], &b2.shape()[..b2.ndim() - 2])?;
     let full = |arr: &ArrayD<f64>, rows, cols| {
         let mut shape = batch.clone();
         shape.extend([rows, cols]);

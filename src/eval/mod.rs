@@ -13,6 +13,10 @@ use crate::rules::{Catalogue, Semantics};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
 
+/// The largest tensor the reference evaluator materializes, in elements (16 GiB of f64):
+/// beyond it an allocation would abort the process, so evaluation stops with an error instead.
+pub const MAX_ELEMENTS: usize = 1 << 31;
+
 /// Named tensors (graph inputs going in, graph outputs coming out).
 pub type Tensors = HashMap<String, Tensor>;
 
@@ -32,6 +36,16 @@ pub fn evaluate(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> Resul
 /// that compare values inside a graph).
 pub fn evaluate_all(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> Result<Tensors> {
     let types = check(graph, catalogue)?;
+    for (name, ty) in &types {
+        if crate::shape::numel(&ty.shape) > MAX_ELEMENTS {
+            return Err(Error::at_node(
+                name,
+                ErrorKind::Eval(format!(
+                    "{ty} has more than {MAX_ELEMENTS} elements, the reference evaluator's limit"
+                )),
+            ));
+        }
+    }
     let mut values = Tensors::new();
     for input in &graph.inputs {
         let tensor = inputs.get(&input.name).ok_or_else(|| {
@@ -50,8 +64,7 @@ pub fn evaluate_all(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> R
                     input.shape,
                     tensor.dtype,
                     tensor.shape()
-                ),
-                ),
+                )),
             ));
         }
         values.insert(input.name.clone(), tensor.clone());
@@ -76,9 +89,14 @@ pub fn evaluate_all(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> R
         let args: Vec<&Tensor> = node.args.iter().map(|a| &values[a]).collect();
         let out_type = &types[&node.name];
         let result = match &op.semantics {
-            Semantics::Formula(expr) => {
-                pointwise::apply(op, expr, &args, &attrs, out_type, &types_of(&node.args, &types))
-            }
+            Semantics::Formula(expr) => pointwise::apply(
+                op,
+                expr,
+                &args,
+                &attrs,
+                out_type,
+                &types_of(&node.args, &types),
+            ),
             Semantics::Builtin(b) => builtin::apply(*b, &args, &attrs, out_type),
         }
         .map_err(|msg| Error::at_node(&node.name, ErrorKind::Eval(msg)))?;

@@ -23,7 +23,9 @@ fn common_dtype(op: &OpDef, arg_dtypes: &[DType], out: DType) -> Option<DType> {
 fn converts(op: &OpDef, index: usize) -> bool {
     let name = op.operand_name(index);
     match &op.spec.dtype {
-        DtypeRule::Promote(names) | DtypeRule::FloatPromote(names) => names.iter().any(|n| n == name),
+        DtypeRule::Promote(names) | DtypeRule::FloatPromote(names) => {
+            names.iter().any(|n| n == name)
+        }
         DtypeRule::SameAs(n) | DtypeRule::Accumulate(n) => n == name,
         DtypeRule::Bool => true,
         DtypeRule::FromAttr(_) => false,
@@ -70,7 +72,9 @@ fn run<S: Scalar>(
         };
         // A one-element operand stays a scalar; anything else is broadcast to the output.
         let values: Vec<S> = if arg.data.len() == 1 {
-            vec![S::from_f64(round(arg.data.iter().next().copied().unwrap_or(0.0)))]
+            vec![S::from_f64(round(
+                arg.data.iter().next().copied().unwrap_or(0.0),
+            ))]
         } else {
             let view = arg
                 .data
@@ -90,12 +94,6 @@ fn run<S: Scalar>(
     }
     for (name, value) in &attr_values {
         bindings = bindings.bind(name, value);
-    }
-    if op.spec.variadic && args.len() > op.spec.operands.len() {
-        return Err(format!(
-            "pointwise op `{}` cannot bind several values to its variadic operand",
-            op.name()
-        ));
     }
     let result = evaluate(expr, &bindings, len)?;
     Ok(result.into_iter().map(S::to_f64).collect())

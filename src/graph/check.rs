@@ -80,6 +80,18 @@ pub fn check_parts(graph: &Graph, catalogue: &Catalogue) -> Result<TypeMap, Prob
             index,
             field: "name",
         };
+        if shape::checked_numel(&input.shape).is_none() {
+            return Err(Problem {
+                part: Part::Input {
+                    index,
+                    field: "shape",
+                },
+                kind: ErrorKind::Shape(format!(
+                    "shape {:?} has more elements than this machine can address",
+                    input.shape
+                )),
+            });
+        }
         if defined_at.contains_key(input.name.as_str()) {
             return Err(Problem {
                 part,
@@ -137,6 +149,15 @@ pub fn check_parts(graph: &Graph, catalogue: &Catalogue) -> Result<TypeMap, Prob
             }
         }
         let ty = infer_node(node, index, &arg_types, catalogue)?;
+        if shape::checked_numel(&ty.shape).is_none() {
+            return Err(Problem {
+                part: Part::Node { index, field: "op" },
+                kind: ErrorKind::Shape(format!(
+                    "result shape {:?} has more elements than this machine can address",
+                    ty.shape
+                )),
+            });
+        }
         defined_at.insert(
             &node.name,
             Part::Node {
@@ -259,7 +280,10 @@ fn infer_node(
         if let Some(class) = op.spec.accepts.get(operand) {
             if !class.admits(arg.dtype) {
                 return Err(problem(
-                    Part::Arg { node: index, arg: i },
+                    Part::Arg {
+                        node: index,
+                        arg: i,
+                    },
                     ErrorKind::DType(format!(
                         "operand `{operand}` of `{}` must be {class:?}, got {}",
                         node.op, arg.dtype
@@ -310,9 +334,7 @@ pub fn result_dtype(op: &OpDef, args: &[TensorType], attrs: &Attrs) -> DType {
             Some(AttrValue::DType(d)) => *d,
             _ => DType::F32,
         },
-        DtypeRule::SameAs(name) => operand_dtypes(op, args, name)
-            .next()
-            .unwrap_or(DType::F32),
+        DtypeRule::SameAs(name) => operand_dtypes(op, args, name).next().unwrap_or(DType::F32),
         DtypeRule::Accumulate(name) => match operand_dtypes(op, args, name).next() {
             Some(DType::Bool | DType::I32) => DType::I64,
             Some(d) => d,

@@ -88,7 +88,11 @@ fn part_path(part: &Part) -> Vec<Step> {
             Step::field(field),
         ],
         Part::Node { index, field } => {
-            vec![Step::field("nodes"), Step::Index(*index), Step::field(field)]
+            vec![
+                Step::field("nodes"),
+                Step::Index(*index),
+                Step::field(field),
+            ]
         }
         Part::Arg { node, arg } => vec![
             Step::field("nodes"),
@@ -110,9 +114,9 @@ fn part_name(graph: &Graph, part: &Part) -> Option<String> {
     match part {
         Part::Graph | Part::Output { .. } => None,
         Part::Input { index, .. } => Some(graph.inputs[*index].name.clone()),
-        Part::Node { index, .. } | Part::Arg { node: index, .. } | Part::Attr { node: index, .. } => {
-            Some(graph.nodes[*index].name.clone())
-        }
+        Part::Node { index, .. }
+        | Part::Arg { node: index, .. }
+        | Part::Attr { node: index, .. } => Some(graph.nodes[*index].name.clone()),
     }
 }
 
@@ -122,7 +126,11 @@ fn convert(doc: &RonDocument<GraphFile>, catalogue: &Catalogue) -> Result<Graph>
     let mut inputs = Vec::with_capacity(file.inputs.len());
     for (index, input) in file.inputs.iter().enumerate() {
         let dtype = DType::from_name(&input.dtype).ok_or_else(|| {
-            let path = [Step::field("inputs"), Step::Index(index), Step::field("dtype")];
+            let path = [
+                Step::field("inputs"),
+                Step::Index(index),
+                Step::field("dtype"),
+            ];
             Error::new(
                 doc.site(&path).with_node(&input.name),
                 ErrorKind::DType(format!(
@@ -217,7 +225,11 @@ pub fn to_ron(graph: &Graph) -> String {
     }
     out += "    ],\n    nodes: [\n";
     for node in &graph.nodes {
-        out += &format!("        Node(name: {}, op: {}", quote(&node.name), quote(&node.op));
+        out += &format!(
+            "        Node(name: {}, op: {}",
+            quote(&node.name),
+            quote(&node.op)
+        );
         if !node.args.is_empty() {
             let args: Vec<String> = node.args.iter().map(|a| quote(a)).collect();
             out += &format!(", args: [{}]", args.join(", "));
@@ -264,7 +276,11 @@ fn bare(value: &AttrValue) -> String {
         // prints the shortest text that round-trips.
         AttrValue::Float(v) if v.is_nan() => "NaN".into(),
         AttrValue::Float(v) if v.is_infinite() => {
-            if *v > 0.0 { "inf".into() } else { "-inf".into() }
+            if *v > 0.0 {
+                "inf".into()
+            } else {
+                "-inf".into()
+            }
         }
         AttrValue::Float(v) => format!("{v:?}"),
         AttrValue::Int(v) => v.to_string(),

@@ -298,11 +298,10 @@ impl Catalogue {
                     },
                 ));
             }
-            let def = validate(spec, &doc, &path)
-                .map_err(|mut e| {
-                    e.site.node.get_or_insert_with(|| spec.name.clone());
-                    e
-                })?;
+            let def = validate(spec, &doc, &path).map_err(|mut e| {
+                e.site.op.get_or_insert_with(|| spec.name.clone());
+                e
+            })?;
             defs.push(def);
         }
         for def in defs {
@@ -363,7 +362,10 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
         if !is_identifier(&attr.name) || RESERVED.contains(&attr.name.as_str()) {
             return Err(rule_error(
                 "attrs",
-                format!("attribute name `{}` must be an identifier other than y and g", attr.name),
+                format!(
+                    "attribute name `{}` must be an identifier other than y and g",
+                    attr.name
+                ),
             ));
         }
         names.push(&attr.name);
@@ -385,10 +387,11 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
             format!("`{dup}` is declared twice among operands and attributes"),
         ));
     }
-    if spec.variadic && spec.operands.is_empty() {
+    if spec.variadic && spec.kind == OpKind::Pointwise {
         return Err(rule_error(
             "variadic",
-            "a variadic op needs at least one operand".into(),
+            "a pointwise op has a fixed operand list; only built-in ops such as concat are variadic"
+                .into(),
         ));
     }
     for operand in spec.accepts.keys() {
@@ -465,7 +468,9 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
         if !spec.operands.contains(operand) {
             return Err(Error::new(
                 doc.site(&d_path),
-                ErrorKind::Rule(format!("derivative for `{operand}`, which is not an operand")),
+                ErrorKind::Rule(format!(
+                    "derivative for `{operand}`, which is not an operand"
+                )),
             ));
         }
         d_path.push(Step::key(operand));
@@ -528,7 +533,9 @@ fn validate_dtype_rule(spec: &OpSpec) -> Result<(), String> {
         if spec.operands.contains(name) {
             Ok(())
         } else {
-            Err(format!("dtype rule names `{name}`, which is not an operand"))
+            Err(format!(
+                "dtype rule names `{name}`, which is not an operand"
+            ))
         }
     };
     match &spec.dtype {

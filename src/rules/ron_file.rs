@@ -59,7 +59,7 @@ pub fn read_file(path: &std::path::Path) -> Result<String> {
             Site {
                 file: Some(path.display().to_string()),
                 position: Some(Position { line: 1, column: 1 }),
-                node: None,
+                ..Site::default()
             },
             ErrorKind::Io {
                 path: path.display().to_string(),

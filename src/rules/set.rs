@@ -42,7 +42,7 @@ impl RuleSet {
                 Site {
                     file: Some(dir.display().to_string()),
                     position: Some(Position { line: 1, column: 1 }),
-                    node: None,
+                    ..Site::default()
                 },
                 ErrorKind::Io {
                     path: dir.display().to_string(),
@@ -57,7 +57,11 @@ impl RuleSet {
         let entries = std::fs::read_dir(dir).map_err(|e| dir_error(e.to_string()))?;
         for entry in entries {
             let path = entry.map_err(|e| dir_error(e.to_string()))?.path();
-            let name = path.file_name().unwrap_or_default().to_string_lossy().to_string();
+            let name = path
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .to_string();
             if path.is_dir() && name == "rewrites" {
                 let inner = std::fs::read_dir(&path).map_err(|e| dir_error(e.to_string()))?;
                 for rewrite in inner {
@@ -77,7 +81,7 @@ impl RuleSet {
                         Site {
                             file: Some(path.display().to_string()),
                             position: Some(Position { line: 1, column: 1 }),
-                            node: None,
+                            ..Site::default()
                         },
                         ErrorKind::Rule(format!(
                             "unknown rule file `{name}`{}; a rule directory holds ops.ron, amp.ron, fusion.ron, cost.ron and rewrites/*.ron",

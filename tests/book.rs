@@ -1,0 +1,192 @@
+//! The book's worked examples are produced by the CLI; this test re-runs every one and fails
+//! when the book and the CLI disagree.
+//!
+//! A block fenced as ```console whose lines start with `$ fusebox ...` is a command; the lines
+//! after it, up to the next `$` line, are its expected output (stdout, then stderr). Run with
+//! `FUSEBOX_BLESS=1` to rewrite the blocks from the current CLI instead of comparing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs one `fusebox ...` command line from the repository root; returns what it printed.
+fn run(command_line: &str) -> String {
+    let words: Vec<&str> = command_line.split_whitespace().collect();
+    assert_eq!(
+        words[0], "fusebox",
+        "book commands must start with `fusebox`"
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args(&words[1..])
+        .current_dir(repo())
+        .output()
+        .expect("the fusebox binary runs");
+    let mut text = String::from_utf8_lossy(&output.stdout).to_string();
+    text += &String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        text += &format!("[exit status {}]\n", output.status.code().unwrap_or(-1));
+    }
+    text
+}
+
+/// Checks (or with bless, rewrites) every console block of one chapter; returns mismatches.
+fn check_chapter(path: &Path, bless: bool) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut out = String::new();
+    let mut failures = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        out += line;
+        out.push('\n');
+        if line.trim() != "```console" {
+            continue;
+        }
+        // Inside a console block: commands and their outputs until the closing fence.
+        let mut block: Vec<&str> = Vec::new();
+        for inner in lines.by_ref() {
+            if inner.trim() == "```" {
+                break;
+            }
+            block.push(inner);
+        }
+        let mut i = 0;
+        while i < block.len() {
+            let command = block[i].strip_prefix("$ ").unwrap_or_else(|| {
+                panic!(
+                    "{}: console block line `{}` is not a `$ ` command",
+                    path.display(),
+                    block[i]
+                )
+            });
+            let mut expected = String::new();
+            i += 1;
+            while i < block.len() && !block[i].starts_with("$ ") {
+                expected += block[i];
+                expected.push('\n');
+                i += 1;
+            }
+            let actual = run(command);
+            if actual != expected {
+                failures.push(format!(
+                    "{}: `{command}`\n--- book ---\n{expected}--- cli ---\n{actual}",
+                    path.display()
+                ));
+            }
+            out += &format!("$ {command}\n{actual}");
+        }
+        out += "```\n";
+    }
+    if bless && out != text {
+        std::fs::write(path, out).unwrap();
+        return Vec::new();
+    }
+    failures
+}
+
+#[test]
+fn book_examples_match_the_cli() {
+    let bless = std::env::var_os("FUSEBOX_BLESS").is_some();
+    let mut chapters: Vec<PathBuf> = std::fs::read_dir(repo().join("book/src"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    chapters.sort();
+    let mut commands = 0;
+    let mut failures = Vec::new();
+    for chapter in &chapters {
+        commands += std::fs::read_to_string(chapter)
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("$ fusebox"))
+            .count();
+        failures.extend(check_chapter(chapter, bless));
+    }
+    assert!(
+        commands >= 5,
+        "the book should show the CLI at work ({commands} commands found)"
+    );
+    assert!(
+        failures.is_empty(),
+        "the book disagrees with the CLI (rerun with FUSEBOX_BLESS=1 to update):\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_chapter_is_in_the_summary() {
+    let summary = std::fs::read_to_string(repo().join("book/src/SUMMARY.md")).unwrap();
+    for entry in std::fs::read_dir(repo().join("book/src")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        if name.ends_with(".md") && name != "SUMMARY.md" {
+            assert!(
+                summary.contains(&format!("({name})")),
+                "{name} is missing from SUMMARY.md"
+            );
+        }
+    }
+}
+
+/// mdBook `{{#include path}}` directives must point at files that exist, so an included rule or
+/// graph file cannot silently disappear from the book.
+#[test]
+fn includes_resolve() {
+    for entry in std::fs::read_dir(repo().join("book/src")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for piece in text.split("{{#include ").skip(1) {
+            let target = piece
+                .split("}}")
+                .next()
+                .unwrap()
+                .split(':')
+                .next()
+                .unwrap()
+                .trim();
+            let resolved = repo().join("book/src").join(target);
+            assert!(
+                resolved.exists(),
+                "{}: include `{target}` does not exist",
+                path.display()
+            );
+        }
+    }
+}
+
+/// The authoring chapter's ELU, evaluated on chosen inputs and compared with ELU computed here.
+#[test]
+fn authoring_chapter_elu_matches_an_independent_computation() {
+    use fusebox::rules::RuleSet;
+    use fusebox::tensor::Tensor;
+    let rules = RuleSet::load_dir(&repo().join("book/examples/elu/rules")).unwrap();
+    let (graph, _) =
+        fusebox::graph::file::load(&repo().join("book/examples/elu/graph.ron"), &rules.ops)
+            .unwrap();
+    let x: Vec<f64> = (0..8 * 16).map(|i| (i as f64 - 64.0) / 16.0).collect();
+    let b: Vec<f64> = (0..16).map(|j| (j as f64 - 8.0) / 32.0).collect();
+    let mut inputs = fusebox::eval::Tensors::new();
+    inputs.insert(
+        "x".into(),
+        Tensor::from_values(fusebox::dtype::DType::F32, &[8, 16], x.clone()).unwrap(),
+    );
+    inputs.insert(
+        "b".into(),
+        Tensor::from_values(fusebox::dtype::DType::F32, &[16], b.clone()).unwrap(),
+    );
+    let out = fusebox::eval::evaluate(&graph, &rules.ops, &inputs).unwrap();
+    let y = out["y"].values();
+    for i in 0..8 {
+        for j in 0..16 {
+            let z = x[i * 16 + j] + b[j];
+            let expected = if z > 0.0 { z } else { 0.5 * z.exp_m1() };
+            let got = y[i * 16 + j];
+            assert!(
+                (got - expected).abs() <= 1e-6 * expected.abs().max(1e-3),
+                "elu({z}) = {got}, expected {expected}"
+            );
+        }
+    }
+}
