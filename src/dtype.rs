@@ -134,8 +134,12 @@ impl DType {
         match self {
             DType::F64 => v,
             DType::F32 => v as f32 as f64,
-            DType::F16 => half::f16::from_f64(v).to_f64(),
-            DType::BF16 => half::bf16::from_f64(v).to_f64(),
+            // `half`'s f64 conversions are not correctly rounded (with F16C they go through
+            // `as f32`, rounding twice; otherwise they drop the low 32 mantissa bits, losing the
+            // sticky bit). Rounding to odd in f32 first keeps every bit that decides the second
+            // rounding, so f32 -> f16/bf16 (correct in `half`) then rounds exactly once.
+            DType::F16 => half::f16::from_f32(round_to_odd_f32(v)).to_f64(),
+            DType::BF16 => half::bf16::from_f32(round_to_odd_f32(v)).to_f64(),
             DType::I32 => (v as i32) as f64,
             DType::I64 => (v as i64) as f64,
             DType::Bool => {
@@ -147,6 +151,23 @@ impl DType {
             }
         }
     }
+}
+
+/// `v` rounded to f32 toward zero, with the last significand bit set if that lost anything
+/// ("round to odd"). With 24 bits against f16's 11 and bf16's 8, a later round-to-nearest-even
+/// to either gives the correctly rounded result of `v`.
+fn round_to_odd_f32(v: f64) -> f32 {
+    let nearest = v as f32;
+    if v.is_nan() || f64::from(nearest) == v {
+        return nearest;
+    }
+    // Step back toward zero if rounding went away from it (possibly to infinity).
+    let toward_zero = if f64::from(nearest).abs() > v.abs() {
+        f32::from_bits(nearest.to_bits() - 1)
+    } else {
+        nearest
+    };
+    f32::from_bits(toward_zero.to_bits() | 1)
 }
 
 impl fmt::Display for DType {
@@ -206,6 +227,30 @@ mod tests {
         assert_eq!(F32.round(0.1), 0.1f32 as f64);
         assert!(F16.round(f64::NAN).is_nan());
         assert_eq!(F16.round(-0.0).to_bits(), (-0.0f64).to_bits());
+        // Rounding from f64 happens once: just above a midpoint rounds up, even where the
+        // bits that put it above lie beyond f32's precision.
+        assert_eq!(
+            F16.round(1.0 + 2f64.powi(-11) + 2f64.powi(-40)),
+            1.0 + 2f64.powi(-10)
+        );
+        assert_eq!(
+            F16.round(-(1.0 + 2f64.powi(-11) + 2f64.powi(-24))),
+            -(1.0 + 2f64.powi(-10))
+        );
+        assert_eq!(
+            BF16.round(1.0 + 2f64.powi(-8) + 2f64.powi(-23)),
+            1.0 + 2f64.powi(-7)
+        );
+        assert_eq!(
+            BF16.round(1.0 + 2f64.powi(-8) + 2f64.powi(-60)),
+            1.0 + 2f64.powi(-7)
+        );
+        assert_eq!(F16.round(65519.99), 65504.0);
+        assert_eq!(F16.round(1e300), f64::INFINITY);
+        assert_eq!(BF16.round(-1e300), f64::NEG_INFINITY);
+        assert_eq!(F16.round(1e-300).to_bits(), 0.0f64.to_bits());
+        assert_eq!(F16.round(-1e-300).to_bits(), (-0.0f64).to_bits());
+        assert_eq!(BF16.round(f64::INFINITY), f64::INFINITY);
         assert_eq!(I32.round(-2.7), -2.0);
         assert_eq!(I32.round(1e12), i32::MAX as f64);
         assert_eq!(I32.round(f64::NAN), 0.0);

@@ -771,7 +771,8 @@ fn cast_to_bf16_f32_and_between_floats() {
             1.0 + p(-8),       // halfway: to even, 1
             1.0 + 3.0 * p(-9), // halfway between 1 + 2^-8 and 1 + 2^-7: to even, 1 + 2^-7
             1.0 + p(-8) + p(-20),
-            f32::MAX as f64, // rounds up past the largest bf16: inf
+            1.0 + p(-8) + p(-23), // above the midpoint by the last f32 bit only: up
+            f32::MAX as f64,      // rounds up past the largest bf16: inf
             -0.0,
             NAN,
         ],
@@ -779,8 +780,8 @@ fn cast_to_bf16_f32_and_between_floats() {
     assert_exact(
         &cast(x, BF16),
         BF16,
-        &[6],
-        &[1.0, 1.0 + p(-7), 1.0 + p(-7), INF, -0.0, NAN],
+        &[7],
+        &[1.0, 1.0 + p(-7), 1.0 + p(-7), 1.0 + p(-7), INF, -0.0, NAN],
     );
     // f64 to f32 rounds to nearest; f16 and bf16 to f32 are exact.
     assert_exact(
@@ -1214,6 +1215,13 @@ fn reductions_accumulate_exactly_and_round_once() {
     assert_exact(&apply("sum", &[], &[x.clone()]), F16, &[], &[2050.0]);
     // The mean of f16 stays f16: 2050 / 3 = 683.33 rounds to 683.5 (f16 spacing 0.5 there).
     assert_exact(&apply("mean", &[], &[x]), F16, &[], &[683.5]);
+    // The single rounding is from the exact sum: 1 + 2^-11 + 2^-24 is just above the midpoint
+    // of 1 and 1 + 2^-10 (by less than f32 can hold), so it rounds up.
+    let p = |e: i32| 2f64.powi(e);
+    let x = vector(F16, &[1.0, p(-11), p(-24)]);
+    assert_exact(&apply("sum", &[], &[x]), F16, &[], &[1.0 + p(-10)]);
+    let x = vector(BF16, &[1.0, p(-8), p(-30)]);
+    assert_exact(&apply("sum", &[], &[x]), BF16, &[], &[1.0 + p(-7)]);
     // f32: 1e8 + 1 - 1e8 = 1 exactly when accumulated in f64.
     let x = vector(F32, &[1e8, 1.0, -1e8]);
     assert_exact(&apply("sum", &[], &[x]), F32, &[], &[1.0]);

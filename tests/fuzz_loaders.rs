@@ -1,0 +1,904 @@
+//! The loaders take hand-written text, so no text may crash them: every malformed document is
+//! an `Err` that says where the problem is.
+//!
+//! Three targets, each fed at least 10,000 cases in total across its strategies:
+//! the graph loader (`graph::file::parse`), the ops loader (`Catalogue::load_str`) and the
+//! formula parser (`formula::parse`). Inputs are random strings over a RON-ish alphabet, valid
+//! documents with random character, token and line mutations, semantic mutations (numbers
+//! replaced by huge, negative or fractional ones, names swapped, op and dtype names replaced)
+//! and randomly generated graphs. A panic anywhere fails the test. Graphs that load are also
+//! evaluated by the reference evaluator (when small) and must survive `to_ron` unchanged.
+
+use fusebox::dtype::DType;
+use fusebox::error::Error;
+use fusebox::eval::{Tensors, evaluate};
+use fusebox::formula;
+use fusebox::graph::file::{parse, to_ron};
+use fusebox::graph::{Graph, Input, Node};
+use fusebox::rules::Catalogue;
+use fusebox::shape::checked_numel;
+use fusebox::tensor::{Tensor, seeded_rng};
+use proptest::prelude::*;
+use proptest::sample::Index;
+use proptest::test_runner::TestCaseError;
+use std::sync::LazyLock;
+
+static CATALOGUE: LazyLock<Catalogue> = LazyLock::new(Catalogue::defaults);
+
+const OPS: &str = include_str!("../rules/ops.ron");
+
+/// Valid graphs covering every built-in and most pointwise ops, all dtypes, scalars and empty
+/// tensors.
+const GRAPHS: [&str; 4] = [
+    r#"Graph(
+    name: "mlp",
+    inputs: [
+        Input(name: "x", dtype: "f32", shape: [4, 8]),
+        Input(name: "w", dtype: "f32", shape: [8, 3]),
+        Input(name: "b", dtype: "f32", shape: [3]),
+    ],
+    nodes: [
+        Node(name: "h", op: "matmul", args: ["x", "w"]),
+        Node(name: "hb", op: "add", args: ["h", "b"]),
+        Node(name: "g", op: "gelu", args: ["hb"]),
+        Node(name: "m", op: "mean", args: ["g"], attrs: {"axes": [-1], "keepdim": true}),
+        Node(name: "c", op: "sub", args: ["g", "m"]),
+        Node(name: "sq", op: "mul", args: ["c", "c"]),
+        Node(name: "v", op: "sum", args: ["sq"], attrs: {"axes": [1]}),
+        Node(name: "eps", op: "const", attrs: {"value": 1e-5, "dtype": "f32"}),
+        Node(name: "r", op: "rsqrt", args: ["eps"]),
+        Node(name: "gt", op: "gelu_tanh", args: ["r"]),
+    ],
+    outputs: ["c", "v", "gt"],
+)
+"#,
+    r#"Graph(
+    name: "layout",
+    inputs: [
+        Input(name: "a", dtype: "f16", shape: [2, 3, 4]),
+        Input(name: "i", dtype: "i32", shape: [4]),
+        Input(name: "mask", dtype: "bool", shape: [2, 3, 4]),
+    ],
+    nodes: [
+        Node(name: "t", op: "transpose", args: ["a"], attrs: {"perm": [2, 0, 1]}),
+        Node(name: "r", op: "reshape", args: ["t"], attrs: {"shape": [4, -1]}),
+        Node(name: "s", op: "slice", args: ["r"], attrs: {"axis": 1, "start": 1, "end": -1, "step": 2}),
+        Node(name: "ci", op: "cast", args: ["i"], attrs: {"dtype": "bf16"}),
+        Node(name: "bc", op: "broadcast_to", args: ["ci"], attrs: {"shape": [2, 3, 4]}),
+        Node(name: "w", op: "where", args: ["mask", "a", "bc"]),
+        Node(name: "cat", op: "concat", args: ["a", "w", "a"], attrs: {"axis": 0}),
+        Node(name: "st", op: "sum_to_size", args: ["cat"], attrs: {"shape": [1, 4]}),
+        Node(name: "mx", op: "reduce_max", args: ["cat"], attrs: {"axes": [0, 1]}),
+        Node(name: "gt", op: "gt", args: ["mx", "st"]),
+    ],
+    outputs: ["s", "st", "gt"],
+)
+"#,
+    r#"Graph(
+    name: "zoo",
+    inputs: [
+        Input(name: "x", dtype: "bf16", shape: [5]),
+        Input(name: "y", dtype: "f64", shape: []),
+        Input(name: "n", dtype: "i64", shape: [5]),
+    ],
+    nodes: [
+        Node(name: "c", op: "clamp", args: ["x"], attrs: {"min": -1.5, "max": 2}),
+        Node(name: "p", op: "pow", args: ["c", "y"]),
+        Node(name: "d", op: "div", args: ["n", "n"]),
+        Node(name: "e", op: "exp", args: ["d"]),
+        Node(name: "l", op: "log1p", args: ["e"]),
+        Node(name: "s", op: "softplus", args: ["l"]),
+        Node(name: "q", op: "eq", args: ["n", "p"]),
+        Node(name: "z", op: "mean", args: ["n"]),
+        Node(name: "k", op: "sum", args: ["q"]),
+        Node(name: "t", op: "tanh", args: ["s"]),
+        Node(name: "u", op: "silu", args: ["t"]),
+        Node(name: "v", op: "abs", args: ["u"]),
+        Node(name: "mn", op: "min", args: ["v", "z"]),
+        Node(name: "nz", op: "ne", args: ["mn", "k"]),
+        Node(name: "lg", op: "log", args: ["n"]),
+        Node(name: "sq", op: "sqrt", args: ["lg"]),
+        Node(name: "rl", op: "relu", args: ["sq"]),
+        Node(name: "sn", op: "sin", args: ["rl"]),
+        Node(name: "cs", op: "cos", args: ["sn"]),
+        Node(name: "ng", op: "neg", args: ["cs"]),
+        Node(name: "mx", op: "max", args: ["ng", "x"]),
+        Node(name: "le", op: "le", args: ["mx", "y"]),
+        Node(name: "lt", op: "lt", args: ["mx", "y"]),
+        Node(name: "ge", op: "ge", args: ["le", "lt"]),
+    ],
+    outputs: ["mn", "nz", "k", "ge"],
+)
+"#,
+    r#"Graph(
+    name: "edge",
+    inputs: [
+        Input(name: "e", dtype: "f32", shape: [0, 3]),
+        Input(name: "s", dtype: "f32", shape: []),
+    ],
+    nodes: [
+        Node(name: "a", op: "add", args: ["e", "s"]),
+        Node(name: "m", op: "mean", args: ["a"], attrs: {"axes": [0]}),
+        Node(name: "r", op: "reshape", args: ["a"], attrs: {"shape": [3, 0]}),
+        Node(name: "mm", op: "matmul", args: ["r", "e"]),
+        Node(name: "sg", op: "sigmoid", args: ["s"]),
+        Node(name: "v", op: "matmul", args: ["sg", "sg"]),
+    ],
+    outputs: ["m", "mm", "sg"],
+)
+"#,
+];
+
+/// Small ops documents exercising every field of the schema.
+const OPS_DOCS: [&str; 3] = [
+    r#"[
+    Op(name: "scale", kind: Pointwise, operands: ["x"], dtype: FloatPromote(["x"]),
+       attrs: [Attr(name: "k", ty: Float, default: Float(2.0))],
+       formula: "x * k", derivatives: {"x": "g * k"}, doc: "x times k"),
+    Op(name: "pick", kind: Pointwise, operands: ["c", "a", "b"], dtype: Promote(["a", "b"]),
+       accepts: {"c": Bool}, formula: "select(c, a, b)",
+       derivatives: {"a": "select(c, g, 0)", "b": "select(c, 0, g)"}),
+]
+"#,
+    r#"[
+    Op(name: "total", kind: Reduction, builtin: "sum", operands: ["x"], dtype: Accumulate("x"),
+       attrs: [Attr(name: "axes", ty: Ints, optional: true),
+               Attr(name: "keepdim", ty: Bool, default: Bool(true))]),
+    Op(name: "join", kind: Layout, builtin: "concat", operands: ["xs"], variadic: true,
+       dtype: Promote(["xs"]), attrs: [Attr(name: "axis", ty: Int, default: Int(-1))]),
+    Op(name: "to", kind: Pointwise, operands: ["x"], dtype: FromAttr("dtype"),
+       attrs: [Attr(name: "dtype", ty: DType, default: DType("bf16"))], formula: "x"),
+]
+"#,
+    r#"[
+    Op(name: "mm", kind: Opaque, builtin: "matmul", operands: ["a", "b"], dtype: Promote(["a", "b"]),
+       accepts: {"a": Float, "b": Numeric}),
+    Op(name: "pick_row", kind: Layout, builtin: "slice", operands: ["x"], dtype: SameAs("x"),
+       attrs: [Attr(name: "axis", ty: Int, default: Int(0)), Attr(name: "start", ty: Int, default: Int(0)),
+               Attr(name: "end", ty: Int, optional: true), Attr(name: "step", ty: Int, default: Int(3))]),
+    Op(name: "pos", kind: Pointwise, operands: ["x"], dtype: Bool, formula: "x > 0"),
+]
+"#,
+];
+
+/// No file is written for failures (the regression cases are kept as `#[test]`s below).
+fn config(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+// ------------------------------------------------------------------------------- properties
+
+/// Every error names the file and a real 1-based position inside (or just past) the text.
+fn check_located(e: &Error, text: &str, file: &str) -> Result<(), TestCaseError> {
+    let shown = e.to_string();
+    prop_assert_eq!(e.site.file.as_deref(), Some(file), "{} for {:?}", shown, text);
+    let Some(p) = e.site.position else {
+        return Err(TestCaseError::fail(format!("no position: {shown} for {text:?}")));
+    };
+    prop_assert!(p.line >= 1 && p.column >= 1, "{} for {:?}", shown, text);
+    prop_assert!(
+        p.line <= text.lines().count() + 1,
+        "line past the end: {} for {:?}",
+        shown,
+        text
+    );
+    if let Some(line) = text.split('\n').nth(p.line - 1) {
+        prop_assert!(
+            p.column <= line.chars().count() + 1,
+            "column past the end of the line: {} for {:?}",
+            shown,
+            text
+        );
+    }
+    prop_assert!(shown.starts_with(&format!("{file}:{}:{}: ", p.line, p.column)));
+    Ok(())
+}
+
+fn has_nan(graph: &Graph) -> bool {
+    graph.nodes.iter().any(|n| {
+        n.attrs
+            .values()
+            .any(|v| matches!(v, fusebox::attr::AttrValue::Float(f) if f.is_nan()))
+    })
+}
+
+/// Parses a graph text; on success evaluates it (when small) and round-trips it.
+fn graph_property(text: &str) -> Result<(), TestCaseError> {
+    match parse(text, "fuzz.ron", &CATALOGUE) {
+        Err(e) => check_located(&e, text, "fuzz.ron"),
+        Ok((graph, types)) => {
+            // A checked graph types every input and node.
+            prop_assert_eq!(types.len(), graph.inputs.len() + graph.nodes.len());
+            let total = types
+                .values()
+                .map(|t| checked_numel(&t.shape).unwrap_or(usize::MAX))
+                .fold(0usize, usize::saturating_add);
+            if total <= 100_000 {
+                let mut rng = seeded_rng(text.len() as u64);
+                let inputs: Tensors = graph
+                    .inputs
+                    .iter()
+                    .map(|i| (i.name.clone(), Tensor::random(i.dtype, &i.shape, &mut rng)))
+                    .collect();
+                if let Ok(outputs) = evaluate(&graph, &CATALOGUE, &inputs) {
+                    for name in &graph.outputs {
+                        let t = &outputs[name];
+                        prop_assert_eq!(t.shape(), types[name].shape.as_slice());
+                        prop_assert_eq!(t.dtype, types[name].dtype);
+                    }
+                }
+            }
+            let saved = to_ron(&graph);
+            let (again, types_again) = parse(&saved, "saved.ron", &CATALOGUE).map_err(|e| {
+                TestCaseError::fail(format!("saved graph does not load: {e}\n{saved}"))
+            })?;
+            prop_assert_eq!(&to_ron(&again), &saved);
+            prop_assert_eq!(types_again, types);
+            if !has_nan(&graph) {
+                prop_assert_eq!(again, graph);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Loads an ops text over the defaults; on success applies every op it changed to small inputs.
+fn ops_property(text: &str) -> Result<(), TestCaseError> {
+    let mut catalogue = CATALOGUE.clone();
+    match catalogue.load_str(text, "fuzz_ops.ron") {
+        Err(e) => {
+            check_located(&e, text, "fuzz_ops.ron")?;
+            prop_assert_eq!(catalogue.len(), CATALOGUE.len(), "a rejected file adds nothing");
+            Ok(())
+        }
+        Ok(()) => {
+            for op in catalogue.ops() {
+                if CATALOGUE.get(op.name()) == Some(op) {
+                    continue;
+                }
+                let count = op.spec.operands.len().max(1);
+                for shape in [vec![2, 3], vec![]] {
+                    let inputs: Vec<Input> = (0..count)
+                        .map(|i| Input {
+                            name: format!("in{i}"),
+                            dtype: DType::ALL[i % DType::ALL.len()],
+                            shape: shape.clone(),
+                        })
+                        .collect();
+                    let graph = Graph {
+                        name: "probe".into(),
+                        nodes: vec![Node {
+                            name: "out".into(),
+                            op: op.name().to_string(),
+                            args: inputs.iter().map(|i| i.name.clone()).collect(),
+                            attrs: Default::default(),
+                        }],
+                        inputs,
+                        outputs: vec!["out".into()],
+                    };
+                    let mut rng = seeded_rng(1);
+                    let values: Tensors = graph
+                        .inputs
+                        .iter()
+                        .map(|i| (i.name.clone(), Tensor::random(i.dtype, &i.shape, &mut rng)))
+                        .collect();
+                    let _ = evaluate(&graph, &catalogue, &values);
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn formula_property(text: &str) -> Result<(), TestCaseError> {
+    match formula::parse(text) {
+        Err(e) => {
+            prop_assert!(e.offset <= text.chars().count(), "{:?} for {:?}", e, text);
+            prop_assert_eq!(e.column, e.offset + 1);
+            let _ = e.to_string();
+        }
+        Ok(expr) => {
+            let shown = expr.to_string();
+            let again = formula::parse(&shown)
+                .map_err(|e| TestCaseError::fail(format!("{shown:?} does not reparse: {e}")))?;
+            prop_assert_eq!(again, expr, "{:?} printed as {:?}", text, shown);
+        }
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------- generators
+
+/// Pieces of RON and graph syntax, glued together at random.
+const RON_PIECES: &[&str] = &[
+    "(", ")", "[", "]", "{", "}", ",", ":", "\"", "'", "\\", "/", "*", "#", "!", " ", "\n", "\t",
+    "\r", "0", "1", "-", ".", "e", "x", "r", "b", "u", "_", "é", "😀", "\u{0}", "Graph", "Input",
+    "Node", "Op", "Attr", "name", "op", "args", "attrs", "inputs", "nodes", "outputs", "dtype",
+    "shape", "kind", "operands", "formula", "builtin", "derivatives", "accepts", "variadic",
+    "default", "optional", "ty", "Pointwise", "Layout", "Reduction", "Opaque", "Promote",
+    "FloatPromote", "SameAs", "FromAttr", "Accumulate", "Bool", "Float", "Int", "Ints", "DType",
+    "\"x\"", "\"f32\"", "\"sigmoid\"", "\"sum\"", "\"axes\"", "\"a + b\"", "Some(", "None",
+    "true", "false", "1.5", "-1", "4294967296", "1e400", "NaN", "inf", "//", "/*", "*/",
+    "r#\"", "\"#", "#![enable(implicit_some)]", "b\"", "'c'", "()", "[]", "{}", "\"\"",
+];
+
+fn ron_soup() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![
+            8 => prop::sample::select(RON_PIECES).prop_map(str::to_owned),
+            1 => any::<char>().prop_map(String::from),
+        ],
+        0..80,
+    )
+    .prop_map(|v| v.concat())
+}
+
+/// Replacement text for numbers.
+const NUMBERS: &[&str] = &[
+    "0", "1", "2", "3", "-1", "-2", "-3", "7", "65536", "2147483648", "4294967296",
+    "4294967297", "9223372036854775807", "-9223372036854775808", "-9223372036854775809",
+    "18446744073709551615", "18446744073709551616", "1e308", "1e400", "-0.0", "0.5", "1.5",
+    "-2.5", "NaN", "inf", "-inf", "0x7fffffffffffffff", "0b101", "1_000_000", "1e-300", "+4",
+];
+
+/// Replacement text for string literals (besides other strings of the document).
+const STRINGS: &[&str] = &[
+    "\"\"",
+    "\"x\"",
+    "\"f8\"",
+    "\"f32\"",
+    "\"bool\"",
+    "\"i64\"",
+    "\"bf16\"",
+    "\"sigmod\"",
+    "\"a\\\"b\"",
+    "\"\\u{0}\"",
+    "\"é😀\"",
+    "\"a\\nb\"",
+    "r#\"raw\"#",
+    "\"axes\"",
+    "\"keepdim\"",
+    "\"shape\"",
+    "\"perm\"",
+    "\"axis\"",
+    "\"value\"",
+    "\"x * k +\"",
+    "\"select(x)\"",
+    "\"y\"",
+    "\"g\"",
+];
+
+/// Tokens inserted or substituted by token mutations.
+const TOKENS: &[&str] = &[
+    ",", "(", ")", "[", "]", "{", "}", ":", "\"x\"", "\"f32\"", "Node", "Input", "Graph", "Op",
+    "name", "op", "args", "attrs", "shape", "outputs", "inputs", "nodes", "Some(", "None",
+    "true", "1.5", "-1", "0", "4294967296", "//", "/*", "r#\"a\"#", "'c'", "\n", "[]", "{}",
+    "\"sigmoid\"", "\"keepdim\"", "\"axes\"", "Pointwise", "Reduction", "Float", "Ints",
+    "Int(1)", "Float(1.0)", "Bool(true)", "DType(\"f16\")", "Promote([\"x\"])", "Bool",
+    "\"x + 1\"", "\"(\"", "variadic: true", "optional: true",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TokKind {
+    Str,
+    Num,
+    Word,
+    Space,
+    Punct,
+}
+
+/// A rough RON tokenizer: byte ranges of string literals, numbers, words, whitespace and
+/// single punctuation chars. Good enough to aim mutations at whole tokens.
+fn tokens(text: &str) -> Vec<(usize, usize, TokKind)> {
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let end_of = |i: usize| chars.get(i).map_or(text.len(), |c| c.0);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let (start, c) = chars[i];
+        let kind;
+        if c == '"' {
+            i += 1;
+            while i < chars.len() && chars[i].1 != '"' {
+                i += if chars[i].1 == '\\' { 2 } else { 1 };
+            }
+            i = (i + 1).min(chars.len());
+            kind = TokKind::Str;
+        } else if c.is_ascii_digit()
+            || (c == '-' && chars.get(i + 1).is_some_and(|n| n.1.is_ascii_digit()))
+        {
+            i += 1;
+            while i < chars.len()
+                && (chars[i].1.is_ascii_alphanumeric() || matches!(chars[i].1, '.' | '_'))
+            {
+                i += 1;
+            }
+            kind = TokKind::Num;
+        } else if c.is_alphabetic() || c == '_' {
+            while i < chars.len() && (chars[i].1.is_alphanumeric() || chars[i].1 == '_') {
+                i += 1;
+            }
+            kind = TokKind::Word;
+        } else if c.is_whitespace() {
+            while i < chars.len() && chars[i].1.is_whitespace() {
+                i += 1;
+            }
+            kind = TokKind::Space;
+        } else {
+            i += 1;
+            kind = TokKind::Punct;
+        }
+        out.push((start, end_of(i), kind));
+    }
+    out
+}
+
+#[derive(Debug, Clone)]
+enum Mutation {
+    DeleteChar(Index),
+    InsertChar(Index, char),
+    ReplaceChar(Index, char),
+    DeleteToken(Index),
+    InsertToken(Index, &'static str),
+    ReplaceToken(Index, &'static str),
+    DuplicateLine(Index),
+    SwapLines(Index, Index),
+    DeleteLine(Index),
+    Truncate(Index),
+    ReplaceNumber(Index, &'static str),
+    /// Replace a string literal with another string literal of the same document.
+    SwapString(Index, Index),
+    /// Replace a string literal with an op name of the default catalogue.
+    OpName(Index, Index),
+    /// Replace a string literal with a fixed one (dtypes, attribute names, odd escapes).
+    ReplaceString(Index, &'static str),
+}
+
+fn char_mutation() -> impl Strategy<Value = Mutation> {
+    let c = prop_oneof![
+        4 => prop::sample::select(vec![
+            '(', ')', '[', ']', '{', '}', ',', ':', '"', '\'', '\\', '/', '*', '#', '-', '.', '0',
+            '9', 'e', 'x', ' ', '\n', 'é',
+        ]),
+        1 => any::<char>(),
+    ];
+    prop_oneof![
+        (any::<Index>()).prop_map(Mutation::DeleteChar),
+        (any::<Index>(), c.clone()).prop_map(|(i, c)| Mutation::InsertChar(i, c)),
+        (any::<Index>(), c).prop_map(|(i, c)| Mutation::ReplaceChar(i, c)),
+    ]
+}
+
+fn structured_mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        any::<Index>().prop_map(Mutation::DeleteToken),
+        (any::<Index>(), prop::sample::select(TOKENS)).prop_map(|(i, t)| Mutation::InsertToken(i, t)),
+        (any::<Index>(), prop::sample::select(TOKENS)).prop_map(|(i, t)| Mutation::ReplaceToken(i, t)),
+        any::<Index>().prop_map(Mutation::DuplicateLine),
+        (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Mutation::SwapLines(a, b)),
+        any::<Index>().prop_map(Mutation::DeleteLine),
+        any::<Index>().prop_map(Mutation::Truncate),
+        3 => (any::<Index>(), prop::sample::select(NUMBERS)).prop_map(|(i, n)| Mutation::ReplaceNumber(i, n)),
+        3 => (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Mutation::SwapString(a, b)),
+        3 => (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Mutation::OpName(a, b)),
+        2 => (any::<Index>(), prop::sample::select(STRINGS)).prop_map(|(i, s)| Mutation::ReplaceString(i, s)),
+    ]
+}
+
+fn replace_range(text: &str, start: usize, end: usize, with: &str) -> String {
+    format!("{}{with}{}", &text[..start], &text[end..])
+}
+
+/// Byte offset of the `index`-th char boundary (including the end).
+fn boundary(text: &str, at: &Index) -> usize {
+    let count = text.chars().count();
+    let k = at.index(count + 1);
+    text.char_indices().nth(k).map_or(text.len(), |(b, _)| b)
+}
+
+fn nth_token(text: &str, at: &Index, kind: Option<TokKind>) -> Option<(usize, usize)> {
+    let toks: Vec<(usize, usize)> = tokens(text)
+        .into_iter()
+        .filter(|t| kind.is_none_or(|k| t.2 == k))
+        .map(|t| (t.0, t.1))
+        .collect();
+    (!toks.is_empty()).then(|| toks[at.index(toks.len())])
+}
+
+fn apply(text: &str, m: &Mutation) -> String {
+    match m {
+        Mutation::DeleteChar(at) => {
+            let start = boundary(text, at);
+            let end = text[start..].chars().next().map_or(start, |c| start + c.len_utf8());
+            replace_range(text, start, end, "")
+        }
+        Mutation::InsertChar(at, c) => {
+            let start = boundary(text, at);
+            replace_range(text, start, start, &c.to_string())
+        }
+        Mutation::ReplaceChar(at, c) => {
+            let start = boundary(text, at);
+            let end = text[start..].chars().next().map_or(start, |ch| start + ch.len_utf8());
+            replace_range(text, start, end, &c.to_string())
+        }
+        Mutation::DeleteToken(at) => match nth_token(text, at, None) {
+            Some((s, e)) => replace_range(text, s, e, ""),
+            None => text.to_owned(),
+        },
+        Mutation::InsertToken(at, t) => match nth_token(text, at, None) {
+            Some((s, _)) => replace_range(text, s, s, t),
+            None => t.to_string(),
+        },
+        Mutation::ReplaceToken(at, t) => match nth_token(text, at, None) {
+            Some((s, e)) => replace_range(text, s, e, t),
+            None => t.to_string(),
+        },
+        Mutation::DuplicateLine(at) => {
+            let mut l = whole_lines(text);
+            if l.is_empty() {
+                return text.to_owned();
+            }
+            let i = at.index(l.len());
+            l.insert(i, l[i].clone());
+            l.concat()
+        }
+        Mutation::SwapLines(a, b) => {
+            let mut l = whole_lines(text);
+            if l.is_empty() {
+                return text.to_owned();
+            }
+            let (i, j) = (a.index(l.len()), b.index(l.len()));
+            l.swap(i, j);
+            l.concat()
+        }
+        Mutation::DeleteLine(at) => {
+            let mut l: Vec<&str> = text.split_inclusive('\n').collect();
+            if l.is_empty() {
+                return text.to_owned();
+            }
+            l.remove(at.index(l.len()));
+            l.concat()
+        }
+        Mutation::Truncate(at) => text[..boundary(text, at)].to_owned(),
+        Mutation::ReplaceNumber(at, n) => match nth_token(text, at, Some(TokKind::Num)) {
+            Some((s, e)) => replace_range(text, s, e, n),
+            None => text.to_owned(),
+        },
+        Mutation::SwapString(at, other) => {
+            match (
+                nth_token(text, at, Some(TokKind::Str)),
+                nth_token(text, other, Some(TokKind::Str)),
+            ) {
+                (Some((s, e)), Some((os, oe))) => replace_range(text, s, e, &text[os..oe]),
+                _ => text.to_owned(),
+            }
+        }
+        Mutation::OpName(at, op) => match nth_token(text, at, Some(TokKind::Str)) {
+            Some((s, e)) => {
+                let names: Vec<&str> = CATALOGUE.names().collect();
+                let name = names[op.index(names.len())];
+                replace_range(text, s, e, &format!("\"{name}\""))
+            }
+            None => text.to_owned(),
+        },
+        Mutation::ReplaceString(at, with) => match nth_token(text, at, Some(TokKind::Str)) {
+            Some((s, e)) => replace_range(text, s, e, with),
+            None => text.to_owned(),
+        },
+    }
+}
+
+/// The lines of `text`, each with its newline (one is added to a last line without).
+fn whole_lines(text: &str) -> Vec<String> {
+    text.split_inclusive('\n')
+        .map(|l| if l.ends_with('\n') { l.to_owned() } else { format!("{l}\n") })
+        .collect()
+}
+
+fn mutate(text: &str, mutations: &[Mutation]) -> String {
+    mutations
+        .iter()
+        .fold(text.to_owned(), |t, m| apply(&t, m))
+}
+
+fn graph_doc() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(GRAPHS.to_vec())
+}
+
+/// A deterministic generator driven by one proptest seed (splitmix64).
+struct Dice(u64);
+
+impl Dice {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    fn chance(&mut self, one_in: usize) -> bool {
+        self.below(one_in) == 0
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+/// A random graph over the default catalogue: mostly well-typed (random ops applied to earlier
+/// values, attributes of the declared types), sometimes not.
+fn random_graph(seed: u64) -> String {
+    use fusebox::attr::AttrType;
+    let mut d = Dice(seed);
+    let dims = [0usize, 1, 1, 2, 2, 3, 4];
+    let mut names: Vec<String> = Vec::new();
+    let mut out = String::from("Graph(\n    name: \"random\",\n    inputs: [\n");
+    for i in 0..1 + d.below(3) {
+        let rank = d.below(4);
+        let shape: Vec<usize> = (0..rank).map(|_| *d.pick(&dims)).collect();
+        let dtype = if d.chance(3) {
+            DType::F32
+        } else {
+            *d.pick(&DType::ALL)
+        };
+        let name = format!("in{i}");
+        out += &format!(
+            "        Input(name: \"{name}\", dtype: \"{}\", shape: {shape:?}),\n",
+            dtype.name()
+        );
+        names.push(name);
+    }
+    out += "    ],\n    nodes: [\n";
+    let ops: Vec<_> = CATALOGUE.ops().collect();
+    let small_ints = [-3i64, -2, -1, 0, 0, 1, 1, 2, 3];
+    for i in 0..1 + d.below(8) {
+        let op = *d.pick(&ops);
+        let arity = if op.spec.variadic {
+            1 + d.below(3)
+        } else if d.chance(20) {
+            d.below(4)
+        } else {
+            op.spec.operands.len()
+        };
+        let args: Vec<String> = (0..arity)
+            .map(|_| {
+                if d.chance(30) {
+                    "\"nowhere\"".to_string()
+                } else {
+                    format!("\"{}\"", d.pick(&names))
+                }
+            })
+            .collect();
+        let mut attrs = Vec::new();
+        for spec in &op.spec.attrs {
+            let required = spec.default.is_none() && !spec.optional;
+            if !required && d.chance(2) {
+                continue;
+            }
+            let ty = if d.chance(25) {
+                *d.pick(&[AttrType::Float, AttrType::Int, AttrType::Ints, AttrType::Bool])
+            } else {
+                spec.ty
+            };
+            let value = match ty {
+                AttrType::Float => d
+                    .pick(&["0.0", "1.5", "-2", "1e-3", "inf", "-inf", "NaN", "3"])
+                    .to_string(),
+                AttrType::Int => d.pick(&small_ints).to_string(),
+                AttrType::Bool => d.pick(&["true", "false"]).to_string(),
+                AttrType::Ints => {
+                    let n = d.below(4);
+                    let v: Vec<i64> = (0..n).map(|_| *d.pick(&small_ints)).collect();
+                    format!("{v:?}")
+                }
+                AttrType::DType => format!("\"{}\"", d.pick(&DType::ALL).name()),
+            };
+            attrs.push(format!("\"{}\": {value}", spec.name));
+        }
+        let name = format!("n{i}");
+        out += &format!(
+            "        Node(name: \"{name}\", op: \"{}\", args: [{}], attrs: {{{}}}),\n",
+            op.name(),
+            args.join(", "),
+            attrs.join(", ")
+        );
+        names.push(name);
+    }
+    let outputs: Vec<String> = (0..1 + d.below(2))
+        .map(|k| format!("\"{}\"", names[names.len() - 1 - k.min(names.len() - 1)]))
+        .collect();
+    let mut outputs = outputs;
+    outputs.dedup();
+    out += &format!("    ],\n    outputs: [{}],\n)\n", outputs.join(", "));
+    out
+}
+
+/// Every formula and derivative of the default catalogue.
+static FORMULAS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    let mut out = Vec::new();
+    for op in CATALOGUE.ops() {
+        out.extend(op.spec.formula.clone());
+        out.extend(op.spec.derivatives.values().cloned());
+    }
+    out
+});
+
+fn formula_soup() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![
+            8 => prop::sample::select(vec![
+                "x", "y", "g", "a", "b", "_1", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt",
+                "tanh", "erf", "abs", "floor", "sin", "cos", "min", "max", "pow", "select",
+                "sqr", "(", ")", ",", "+", "-", "*", "/", "<", "<=", ">", ">=", "==", "!=", "=",
+                "!", " ", "0", "1", "2.5", ".5", "1e", "1e+", "1e-3", "1e400", "9".repeat(400).leak(),
+                "0.000", "é", "\t", "\n",
+            ]).prop_map(str::to_owned),
+            1 => any::<char>().prop_map(String::from),
+        ],
+        0..40,
+    )
+    .prop_map(|v| v.concat())
+}
+
+fn nested_formula() -> impl Strategy<Value = String> {
+    (0usize..400, prop::sample::select(vec!["(", "-", "exp(", "-(", "pow(x, ", "select(x, 1, "]),
+     0usize..400, prop::sample::select(vec![" + x", " * 2", " < y"]))
+        .prop_map(|(depth, open, chain, link)| {
+            let close = if open.contains('(') { ")" } else { "" };
+            format!(
+                "{}x{}{}",
+                open.repeat(depth),
+                link.repeat(chain),
+                close.repeat(depth)
+            )
+        })
+}
+
+// ------------------------------------------------------------------------------- graph loader
+
+proptest! {
+    #![proptest_config(config(2500))]
+
+    #[test]
+    fn graph_loader_random_text(text in ron_soup()) {
+        graph_property(&text)?;
+    }
+
+    #[test]
+    fn graph_loader_char_mutations(
+        doc in graph_doc(),
+        mutations in prop::collection::vec(char_mutation(), 1..5),
+    ) {
+        graph_property(&mutate(doc, &mutations))?;
+    }
+
+    #[test]
+    fn graph_loader_structured_mutations(
+        doc in graph_doc(),
+        mutations in prop::collection::vec(structured_mutation(), 1..4),
+    ) {
+        graph_property(&mutate(doc, &mutations))?;
+    }
+
+    #[test]
+    fn graph_loader_random_graphs(
+        seed in any::<u64>(),
+        mutations in prop::collection::vec(structured_mutation(), 0..2),
+    ) {
+        let text = random_graph(seed);
+        graph_property(&text)?;
+        graph_property(&mutate(&text, &mutations))?;
+    }
+}
+
+// ------------------------------------------------------------------------------- ops loader
+
+proptest! {
+    #![proptest_config(config(2500))]
+
+    #[test]
+    fn ops_loader_random_text(text in ron_soup()) {
+        ops_property(&text)?;
+    }
+
+    #[test]
+    fn ops_loader_char_mutations(mutations in prop::collection::vec(char_mutation(), 1..4)) {
+        ops_property(&mutate(OPS, &mutations))?;
+    }
+
+    #[test]
+    fn ops_loader_structured_mutations(
+        mutations in prop::collection::vec(structured_mutation(), 1..3),
+    ) {
+        ops_property(&mutate(OPS, &mutations))?;
+    }
+
+    #[test]
+    fn ops_loader_small_documents(
+        doc in prop::sample::select(OPS_DOCS.to_vec()),
+        chars in prop::collection::vec(char_mutation(), 0..2),
+        structured in prop::collection::vec(structured_mutation(), 0..3),
+    ) {
+        ops_property(&mutate(&mutate(doc, &chars), &structured))?;
+    }
+}
+
+// ------------------------------------------------------------------------------- formulas
+
+proptest! {
+    #![proptest_config(config(4000))]
+
+    #[test]
+    fn formula_parser_random_text(text in formula_soup()) {
+        formula_property(&text)?;
+    }
+
+    #[test]
+    fn formula_parser_mutated_formulas(
+        pick in any::<Index>(),
+        mutations in prop::collection::vec(
+            prop_oneof![char_mutation(), structured_mutation()],
+            1..4,
+        ),
+    ) {
+        let formula = &FORMULAS[pick.index(FORMULAS.len())];
+        formula_property(&mutate(formula, &mutations))?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(2000))]
+
+    #[test]
+    fn formula_parser_deep_and_long(text in nested_formula()) {
+        formula_property(&text)?;
+    }
+}
+
+// ------------------------------------------------------------------------------- sanity
+
+#[test]
+fn embedded_documents_are_valid() {
+    for text in GRAPHS {
+        let (graph, _) = parse(text, "g.ron", &CATALOGUE).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!graph.nodes.is_empty());
+    }
+    for text in OPS_DOCS {
+        let mut catalogue = CATALOGUE.clone();
+        catalogue
+            .load_str(text, "ops.ron")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(catalogue.len() > CATALOGUE.len());
+    }
+    assert!(FORMULAS.len() > 43);
+}
+
+#[test]
+fn tokenizer_finds_numbers_and_strings() {
+    let text = "A(x: \"a\", y: [1, 2])\nB\n";
+    assert_eq!(
+        tokens(text)
+            .iter()
+            .filter(|t| t.2 == TokKind::Num)
+            .map(|t| &text[t.0..t.1])
+            .collect::<Vec<_>>(),
+        ["1", "2"]
+    );
+    assert_eq!(
+        tokens(text)
+            .iter()
+            .filter(|t| t.2 == TokKind::Str)
+            .map(|t| &text[t.0..t.1])
+            .collect::<Vec<_>>(),
+        ["\"a\""]
+    );
+}
