@@ -242,7 +242,7 @@ mod tests {
             1.0 + 2f64.powi(-7)
         );
         assert_eq!(
-            BF16.round(1.0 + 2f64.powi(-8) + 2f64.powi(-60)),
+            BF16.round(1.0 + 2f64.powi(-8) + 2f64.powi(-50)),
             1.0 + 2f64.powi(-7)
         );
         assert_eq!(F16.round(65519.99), 65504.0);

@@ -133,13 +133,17 @@ fn did_you_mean(suggestion: &Option<String>) -> String {
 /// A located error.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Error {
-    pub site: Site,
+    /// Boxed so that `Result<T, Error>` stays small on the success path.
+    pub site: Box<Site>,
     pub kind: ErrorKind,
 }
 
 impl Error {
     pub fn new(site: Site, kind: ErrorKind) -> Error {
-        Error { site, kind }
+        Error {
+            site: Box::new(site),
+            kind,
+        }
     }
 
     pub fn at_node(node: &str, kind: ErrorKind) -> Error {

@@ -20,10 +20,10 @@ pub fn checked_numel(shape: &[usize]) -> Option<usize> {
 pub fn broadcast(a: &[usize], b: &[usize]) -> Result<Shape, String> {
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
-    for i in 0..rank {
+    for (i, slot) in out.iter_mut().enumerate() {
         let da = dim_from_right(a, rank - 1 - i);
         let db = dim_from_right(b, rank - 1 - i);
-        out[i] = match (da, db) {
+        *slot = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
             (x, 1) => x,
@@ -121,7 +121,7 @@ pub fn reshape_target(from: &[usize], target: &[i64]) -> Result<Shape, String> {
     }
     let mut out: Shape = target.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = unknown {
-        if known == 0 || total % known != 0 {
+        if known == 0 || !total.is_multiple_of(known) {
             return Err(format!(
                 "cannot infer the -1 in {target:?} for {total} elements"
             ));
@@ -181,7 +181,8 @@ pub fn slice_range(
     if step <= 0 {
         return Err(format!("slice step must be positive, got {step}"));
     }
-    let dim = shape[axis] as i64;
+    let dim = i64::try_from(shape[axis])
+        .map_err(|_| format!("slice axis {axis} of {shape:?} is too long to index"))?;
     let clamp = |i: i64| {
         let i = if i < 0 { i + dim } else { i };
         i.clamp(0, dim)
@@ -189,7 +190,8 @@ pub fn slice_range(
     let start = clamp(start);
     let end = clamp(end.unwrap_or(dim));
     let len = if end > start {
-        (end - start + step - 1) / step
+        // Not `(end - start + step - 1) / step`, which overflows for a huge step.
+        (end - start - 1) / step + 1
     } else {
         0
     };

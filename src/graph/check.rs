@@ -277,8 +277,8 @@ fn infer_node(
     })?;
     for (i, arg) in args.iter().enumerate() {
         let operand = op.operand_name(i);
-        if let Some(class) = op.spec.accepts.get(operand) {
-            if !class.admits(arg.dtype) {
+        if let Some(class) = op.spec.accepts.get(operand)
+            && !class.admits(arg.dtype) {
                 return Err(problem(
                     Part::Arg {
                         node: index,
@@ -290,7 +290,6 @@ fn infer_node(
                     )),
                 ));
             }
-        }
     }
     let dtype = result_dtype(op, args, &attrs);
     let shape = result_shape(op, args, &attrs).map_err(|msg| {

@@ -369,8 +369,8 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
             ));
         }
         names.push(&attr.name);
-        if let Some(default) = &attr.default {
-            if default.ty() != attr.ty {
+        if let Some(default) = &attr.default
+            && default.ty() != attr.ty {
                 return Err(rule_error(
                     "attrs",
                     format!(
@@ -379,7 +379,6 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
                     ),
                 ));
             }
-        }
     }
     if let Some(dup) = first_duplicate(&names) {
         return Err(rule_error(
