@@ -100,7 +100,7 @@ fn vals(tensors: &Tensors, name: &str) -> Vec<f64> {
 /// Asserts `got` (an f32 tensor) matches `expected` (computed in f64) elementwise within
 /// `atol + rtol * |expected|`, with rtol = 1e-5 and atol = 1e-6.
 fn assert_close(what: &str, got: &Tensor, shape: &[usize], expected: &[f64]) {
-    assert_eq!(got.shape(), shape);
+    assert_eq!(got.shape(), shape, "{what}: shape");
     assert_eq!(got.values().len(), expected.len(), "{what}: element count");
     let (rtol, atol) = (1e-5, 1e-6);
     for (k, (&g, &e)) in got.values().iter().zip(expected).enumerate() {
@@ -282,6 +282,7 @@ fn fusebox() -> Command {
 fn cli_checks_and_runs_every_example() {
     let catalogue = Catalogue::defaults();
     let tmp = std::env::temp_dir().join(format!("fusebox-examples-cli-{}", std::process::id()));
+    let mut compared = 0;
     for path in example_files() {
         let (graph, types) = load_path(&path, &catalogue);
         let checked = fusebox().arg("check").arg(&path).output().unwrap();
@@ -319,14 +320,14 @@ fn cli_checks_and_runs_every_example() {
             String::from_utf8_lossy(&ran.stderr)
         );
         // The CLI draws --random-inputs in declaration order from the seed, as
-        // `random_inputs` does; for the smaller examples the files must hold exactly what the
-        // library computes from those inputs.
+        // `random_inputs` does, so the files must hold exactly what the library computes from
+        // those inputs (checked for all but the two largest examples, to keep the test fast).
         let elements: usize = graph
             .inputs
             .iter()
             .map(|i| i.shape.iter().product::<usize>())
             .sum();
-        let in_process = (elements <= 2_000_000)
+        let in_process = (elements <= 5_000_000)
             .then(|| evaluate(&graph, &catalogue, &random_inputs(&graph, 1)).unwrap());
         for name in &graph.outputs {
             let file = out.join(format!("{name}.npy"));
@@ -340,6 +341,7 @@ fn cli_checks_and_runs_every_example() {
             );
             assert_eq!(t.dtype, DType::F32, "{}: {name}", graph.name);
             if let Some(values) = &in_process {
+                compared += 1;
                 let same = t
                     .data
                     .iter()
@@ -353,6 +355,10 @@ fn cli_checks_and_runs_every_example() {
             }
         }
     }
+    assert!(
+        compared >= 10,
+        "CLI outputs compared with the library: {compared}"
+    );
     std::fs::remove_dir_all(&tmp).unwrap();
 }
 
