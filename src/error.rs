@@ -29,6 +29,12 @@ impl Site {
         }
     }
 
+    /// A problem with a file as a whole (it cannot be read, it should not be there): reported
+    /// at its first character so that every file error still has a position.
+    pub fn whole_file(file: &str) -> Site {
+        Site::file(file, Position { line: 1, column: 1 })
+    }
+
     pub fn node(node: &str) -> Site {
         Site {
             node: Some(node.to_string()),

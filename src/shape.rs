@@ -11,9 +11,16 @@ pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
-/// Number of elements, or `None` if it does not fit in `usize`.
+/// Number of elements, or `None` if the shape is too large to represent: the product of its
+/// non-zero dims must fit in `isize`, ndarray's limit even for an empty array (`[0, 2^64-1]`
+/// holds no elements, but no array of that shape can be built).
 pub fn checked_numel(shape: &[usize]) -> Option<usize> {
-    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+    let nonzero = shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| n <= isize::MAX as usize)?;
+    Some(if shape.contains(&0) { 0 } else { nonzero })
 }
 
 /// NumPy broadcasting of two shapes: right-aligned, each pair of dims equal or one of them 1.
@@ -221,7 +228,9 @@ pub fn concat_shape(shapes: &[&[usize]], axis: i64) -> Result<(usize, Shape), St
                 "concat along axis {axis}: shape {s:?} does not match {first:?} outside that axis"
             ));
         }
-        out[axis] += s[axis];
+        out[axis] = out[axis]
+            .checked_add(s[axis])
+            .ok_or_else(|| format!("concat along axis {axis}: the result is too long"))?;
     }
     Ok((axis, out))
 }

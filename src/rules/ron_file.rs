@@ -56,11 +56,7 @@ pub fn parse<T: DeserializeOwned>(text: &str, file: &str) -> Result<RonDocument<
 pub fn read_file(path: &std::path::Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| {
         Error::new(
-            Site {
-                file: Some(path.display().to_string()),
-                position: Some(Position { line: 1, column: 1 }),
-                ..Site::default()
-            },
+            Site::whole_file(&path.display().to_string()),
             ErrorKind::Io {
                 path: path.display().to_string(),
                 message: e.to_string(),

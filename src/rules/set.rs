@@ -7,7 +7,6 @@
 use super::Catalogue;
 use super::ron_file;
 use crate::error::{Error, ErrorKind, Result, Site};
-use crate::span::Position;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -39,11 +38,7 @@ impl RuleSet {
         let mut rules = RuleSet::defaults();
         let dir_error = |message: String| {
             Error::new(
-                Site {
-                    file: Some(dir.display().to_string()),
-                    position: Some(Position { line: 1, column: 1 }),
-                    ..Site::default()
-                },
+                Site::whole_file(&dir.display().to_string()),
                 ErrorKind::Io {
                     path: dir.display().to_string(),
                     message,
@@ -78,11 +73,7 @@ impl RuleSet {
                 if name != "ops.ron" && !OTHER_RULE_FILES.contains(&name.as_str()) {
                     let expected = ["ops.ron"].into_iter().chain(OTHER_RULE_FILES);
                     return Err(Error::new(
-                        Site {
-                            file: Some(path.display().to_string()),
-                            position: Some(Position { line: 1, column: 1 }),
-                            ..Site::default()
-                        },
+                        Site::whole_file(&path.display().to_string()),
                         ErrorKind::Rule(format!(
                             "unknown rule file `{name}`{}; a rule directory holds ops.ron, amp.ron, fusion.ron, cost.ron and rewrites/*.ron",
                             crate::error::suggest(&name, expected)
