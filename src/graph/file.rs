@@ -253,10 +253,7 @@ pub fn to_ron(graph: &Graph) -> String {
 pub fn save(graph: &Graph, path: &Path) -> Result<()> {
     std::fs::write(path, to_ron(graph)).map_err(|e| {
         Error::new(
-            crate::error::Site {
-                file: Some(path.display().to_string()),
-                ..Default::default()
-            },
+            crate::error::Site::whole_file(&path.display().to_string()),
             ErrorKind::Io {
                 path: path.display().to_string(),
                 message: e.to_string(),
