@@ -402,7 +402,10 @@ fn clamp_defaults_bounds_and_nan() {
 // ------------------------------------------------------------------------------------- transcendental
 
 /// (op, domain points, truth in f64) for the smooth unary ops.
-fn unary_truths() -> Vec<(&'static str, Vec<f64>, fn(f64) -> f64)> {
+/// An op, the points to evaluate it at, and its value in f64.
+type Truth = (&'static str, Vec<f64>, fn(f64) -> f64);
+
+fn unary_truths() -> Vec<Truth> {
     let general: Vec<f64> = vec![-1.0, -0.75, -0.5, -0.125, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0];
     let positive: Vec<f64> = vec![0.125, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 10.0, 100.0];
     // Half-based sigmoid, a different expression from the catalogue's 1 / (1 + exp(-x)).
@@ -923,7 +926,12 @@ fn type_promotion() {
             vector(F32, &[0.1f32 as f64]),
         ],
     );
-    assert_exact(&got, F32, &[1], &[(0.0999755859375f32 + 0.1f32) as f64]);
+    assert_exact(
+        &got,
+        F32,
+        &[1],
+        &[(0.0999755859375f64 as f32 + 0.1f32) as f64],
+    );
     // f16 + bf16 -> f32: 1 + 2^-10 (an f16) plus 2^-7 + 2^-14 (a bf16) is exact in f32 only.
     let got = apply(
         "add",
@@ -1018,7 +1026,7 @@ fn empty_tensors() {
     let e = tensor(F32, &[0, 3], &[]);
     // Pointwise.
     for op in ["exp", "neg", "sigmoid", "relu", "gelu", "softplus"] {
-        assert_exact(&apply(op, &[], &[e.clone()]), F32, &[0, 3], &[]);
+        assert_exact(&apply(op, &[], std::slice::from_ref(&e)), F32, &[0, 3], &[]);
     }
     let row = tensor(F32, &[1, 3], &[1.0, 2.0, 3.0]);
     assert_exact(
@@ -1047,29 +1055,77 @@ fn empty_tensors() {
         &[],
     );
     assert_exact(
-        &apply("cast", &[("dtype", AttrValue::DType(F16))], &[e.clone()]),
+        &apply(
+            "cast",
+            &[("dtype", AttrValue::DType(F16))],
+            std::slice::from_ref(&e),
+        ),
         F16,
         &[0, 3],
         &[],
     );
     // Reductions: the sum over an empty axis is 0, the mean NaN.
     let axes0 = [("axes", ints(&[0]))];
-    assert_exact(&apply("sum", &axes0, &[e.clone()]), F32, &[3], &[0.0; 3]);
-    assert_exact(&apply("sum", &[], &[e.clone()]), F32, &[], &[0.0]);
-    assert_exact(&apply("mean", &axes0, &[e.clone()]), F32, &[3], &[NAN; 3]);
-    assert_exact(&apply("mean", &[], &[e.clone()]), F32, &[], &[NAN]);
+    assert_exact(
+        &apply("sum", &axes0, std::slice::from_ref(&e)),
+        F32,
+        &[3],
+        &[0.0; 3],
+    );
+    assert_exact(
+        &apply("sum", &[], std::slice::from_ref(&e)),
+        F32,
+        &[],
+        &[0.0],
+    );
+    assert_exact(
+        &apply("mean", &axes0, std::slice::from_ref(&e)),
+        F32,
+        &[3],
+        &[NAN; 3],
+    );
+    assert_exact(
+        &apply("mean", &[], std::slice::from_ref(&e)),
+        F32,
+        &[],
+        &[NAN],
+    );
     let axes1 = [("axes", ints(&[1]))];
-    assert_exact(&apply("sum", &axes1, &[e.clone()]), F32, &[0], &[]);
-    assert_exact(&apply("mean", &axes1, &[e.clone()]), F32, &[0], &[]);
+    assert_exact(
+        &apply("sum", &axes1, std::slice::from_ref(&e)),
+        F32,
+        &[0],
+        &[],
+    );
+    assert_exact(
+        &apply("mean", &axes1, std::slice::from_ref(&e)),
+        F32,
+        &[0],
+        &[],
+    );
     // reduce_max over the non-empty axis leaves an empty result; over the empty one it has no
     // identity and is an error.
-    assert_exact(&apply("reduce_max", &axes1, &[e.clone()]), F32, &[0], &[]);
-    let err = apply_err("reduce_max", &axes0, &[e.clone()]);
+    assert_exact(
+        &apply("reduce_max", &axes1, std::slice::from_ref(&e)),
+        F32,
+        &[0],
+        &[],
+    );
+    let err = apply_err("reduce_max", &axes0, std::slice::from_ref(&e));
     assert!(matches!(err, ErrorKind::Shape(_)), "{err:?}");
     let keep = [("axes", ints(&[0])), ("keepdim", AttrValue::Bool(true))];
-    assert_exact(&apply("sum", &keep, &[e.clone()]), F32, &[1, 3], &[0.0; 3]);
     assert_exact(
-        &apply("sum_to_size", &[("shape", ints(&[1, 3]))], &[e.clone()]),
+        &apply("sum", &keep, std::slice::from_ref(&e)),
+        F32,
+        &[1, 3],
+        &[0.0; 3],
+    );
+    assert_exact(
+        &apply(
+            "sum_to_size",
+            &[("shape", ints(&[1, 3]))],
+            std::slice::from_ref(&e),
+        ),
         F32,
         &[1, 3],
         &[0.0; 3],
@@ -1078,30 +1134,47 @@ fn empty_tensors() {
     assert_exact(&apply("sum", &[], &[b]), I64, &[], &[0.0]);
     // Layout ops.
     assert_exact(
-        &apply("reshape", &[("shape", ints(&[3, 0]))], &[e.clone()]),
+        &apply(
+            "reshape",
+            &[("shape", ints(&[3, 0]))],
+            std::slice::from_ref(&e),
+        ),
         F32,
         &[3, 0],
         &[],
     );
     assert_exact(
-        &apply("reshape", &[("shape", ints(&[-1, 3]))], &[e.clone()]),
+        &apply(
+            "reshape",
+            &[("shape", ints(&[-1, 3]))],
+            std::slice::from_ref(&e),
+        ),
         F32,
         &[0, 3],
         &[],
     );
-    assert_exact(&apply("transpose", &[], &[e.clone()]), F32, &[3, 0], &[]);
+    assert_exact(
+        &apply("transpose", &[], std::slice::from_ref(&e)),
+        F32,
+        &[3, 0],
+        &[],
+    );
     assert_exact(
         &apply(
             "slice",
             &[("axis", AttrValue::Int(1)), ("start", AttrValue::Int(1))],
-            &[e.clone()],
+            std::slice::from_ref(&e),
         ),
         F32,
         &[0, 2],
         &[],
     );
     assert_exact(
-        &apply("broadcast_to", &[("shape", ints(&[0, 3]))], &[row.clone()]),
+        &apply(
+            "broadcast_to",
+            &[("shape", ints(&[0, 3]))],
+            std::slice::from_ref(&row),
+        ),
         F32,
         &[0, 3],
         &[],
@@ -1147,38 +1220,52 @@ fn reductions_over_axes() {
     let expected: Vec<f64> = (0..2)
         .flat_map(|i| (0..3).map(move |j| row_sum(i, j)))
         .collect();
-    let got = apply("sum", &[("axes", ints(&[-1]))], &[x.clone()]);
+    let got = apply("sum", &[("axes", ints(&[-1]))], std::slice::from_ref(&x));
     assert_exact(&got, F32, &[2, 3], &expected);
-    let got = apply("sum", &[("axes", ints(&[2]))], &[x.clone()]);
+    let got = apply("sum", &[("axes", ints(&[2]))], std::slice::from_ref(&x));
     assert_exact(&got, F32, &[2, 3], &expected);
     // Mean over axes 0 and 2 with keepdim: mean over i and k of 12 i + 4 j + k = 6 + 4 j + 1.5.
     let got = apply(
         "mean",
         &[("axes", ints(&[0, -1])), ("keepdim", AttrValue::Bool(true))],
-        &[x.clone()],
+        std::slice::from_ref(&x),
     );
     assert_exact(&got, F32, &[1, 3, 1], &[7.5, 11.5, 15.5]);
     // Without axes: every axis. Sum of 0..24 = 276.
-    assert_exact(&apply("sum", &[], &[x.clone()]), F32, &[], &[276.0]);
-    assert_exact(&apply("mean", &[], &[x.clone()]), F32, &[], &[11.5]);
+    assert_exact(
+        &apply("sum", &[], std::slice::from_ref(&x)),
+        F32,
+        &[],
+        &[276.0],
+    );
+    assert_exact(
+        &apply("mean", &[], std::slice::from_ref(&x)),
+        F32,
+        &[],
+        &[11.5],
+    );
     let keep_all = [("keepdim", AttrValue::Bool(true))];
     assert_exact(
-        &apply("sum", &keep_all, &[x.clone()]),
+        &apply("sum", &keep_all, std::slice::from_ref(&x)),
         F32,
         &[1, 1, 1],
         &[276.0],
     );
     // reduce_max over axis 1: the j = 2 row.
-    let got = apply("reduce_max", &[("axes", ints(&[1]))], &[x.clone()]);
+    let got = apply(
+        "reduce_max",
+        &[("axes", ints(&[1]))],
+        std::slice::from_ref(&x),
+    );
     let expected: Vec<f64> = (0..2)
         .flat_map(|i| (0..4).map(move |k| (12 * i + 8 + k) as f64))
         .collect();
     assert_exact(&got, F32, &[2, 4], &expected);
     // An empty axes list reduces nothing.
-    let got = apply("sum", &[("axes", ints(&[]))], &[x.clone()]);
+    let got = apply("sum", &[("axes", ints(&[]))], std::slice::from_ref(&x));
     assert_exact(&got, F32, &[2, 3, 4], &iota(24));
     // Out-of-range or repeated axes are errors.
-    let err = apply_err("sum", &[("axes", ints(&[3]))], &[x.clone()]);
+    let err = apply_err("sum", &[("axes", ints(&[3]))], std::slice::from_ref(&x));
     assert!(matches!(err, ErrorKind::Shape(_)), "{err:?}");
     let err = apply_err("mean", &[("axes", ints(&[1, -2]))], &[x]);
     assert!(matches!(err, ErrorKind::Shape(_)), "{err:?}");
@@ -1191,9 +1278,18 @@ fn reduce_max_propagates_nan_and_handles_infinities() {
         &[3, 3],
         &[1.0, NAN, 3.0, 4.0, 5.0, 6.0, -INF, -INF, -INF],
     );
-    let got = apply("reduce_max", &[("axes", ints(&[1]))], &[x.clone()]);
+    let got = apply(
+        "reduce_max",
+        &[("axes", ints(&[1]))],
+        std::slice::from_ref(&x),
+    );
     assert_exact(&got, F32, &[3], &[NAN, 6.0, -INF]);
-    assert_exact(&apply("reduce_max", &[], &[x.clone()]), F32, &[], &[NAN]);
+    assert_exact(
+        &apply("reduce_max", &[], std::slice::from_ref(&x)),
+        F32,
+        &[],
+        &[NAN],
+    );
     let got = apply("reduce_max", &[("axes", ints(&[0]))], &[x]);
     assert_exact(&got, F32, &[3], &[4.0, NAN, 6.0]);
     // NaN in the first position also wins.
@@ -1201,7 +1297,12 @@ fn reduce_max_propagates_nan_and_handles_infinities() {
     assert_exact(&apply("reduce_max", &[], &[x]), F32, &[], &[NAN]);
     // Sum and mean propagate NaN and inf as IEEE addition does.
     let x = vector(F32, &[1.0, INF, 2.0]);
-    assert_exact(&apply("sum", &[], &[x.clone()]), F32, &[], &[INF]);
+    assert_exact(
+        &apply("sum", &[], std::slice::from_ref(&x)),
+        F32,
+        &[],
+        &[INF],
+    );
     assert_exact(&apply("mean", &[], &[x]), F32, &[], &[INF]);
     let x = vector(F32, &[INF, -INF]);
     assert_exact(&apply("sum", &[], &[x]), F32, &[], &[NAN]);
@@ -1212,7 +1313,12 @@ fn reductions_accumulate_exactly_and_round_once() {
     // f16: 2048 + 1 + 1 accumulated exactly is 2050 (an f16); adding in f16 step by step
     // would give 2048 twice over.
     let x = vector(F16, &[2048.0, 1.0, 1.0]);
-    assert_exact(&apply("sum", &[], &[x.clone()]), F16, &[], &[2050.0]);
+    assert_exact(
+        &apply("sum", &[], std::slice::from_ref(&x)),
+        F16,
+        &[],
+        &[2050.0],
+    );
     // The mean of f16 stays f16: 2050 / 3 = 683.33 rounds to 683.5 (f16 spacing 0.5 there).
     assert_exact(&apply("mean", &[], &[x]), F16, &[], &[683.5]);
     // The single rounding is from the exact sum: 1 + 2^-11 + 2^-24 is just above the midpoint
@@ -1241,7 +1347,13 @@ fn sum_to_size_is_the_adjoint_of_broadcast() {
     let x = tensor(F32, &[4, 3], &iota(12));
     let col = |c: usize| (0..4).map(|r| (3 * r + c) as f64).sum::<f64>();
     let row = |r: usize| (0..3).map(|c| (3 * r + c) as f64).sum::<f64>();
-    let to = |shape: &[i64]| apply("sum_to_size", &[("shape", ints(shape))], &[x.clone()]);
+    let to = |shape: &[i64]| {
+        apply(
+            "sum_to_size",
+            &[("shape", ints(shape))],
+            std::slice::from_ref(&x),
+        )
+    };
     assert_exact(&to(&[1, 3]), F32, &[1, 3], &[col(0), col(1), col(2)]);
     assert_exact(&to(&[3]), F32, &[3], &[col(0), col(1), col(2)]);
     assert_exact(
@@ -1300,11 +1412,23 @@ fn broadcast_to_replicates() {
 #[test]
 fn reshape_is_row_major_and_infers_minus_one() {
     let x = tensor(F32, &[2, 3, 4], &iota(24));
-    let got = apply("reshape", &[("shape", ints(&[4, -1]))], &[x.clone()]);
+    let got = apply(
+        "reshape",
+        &[("shape", ints(&[4, -1]))],
+        std::slice::from_ref(&x),
+    );
     assert_exact(&got, F32, &[4, 6], &iota(24));
-    let got = apply("reshape", &[("shape", ints(&[-1]))], &[x.clone()]);
+    let got = apply(
+        "reshape",
+        &[("shape", ints(&[-1]))],
+        std::slice::from_ref(&x),
+    );
     assert_exact(&got, F32, &[24], &iota(24));
-    let got = apply("reshape", &[("shape", ints(&[2, 1, -1, 3]))], &[x.clone()]);
+    let got = apply(
+        "reshape",
+        &[("shape", ints(&[2, 1, -1, 3]))],
+        std::slice::from_ref(&x),
+    );
     assert_exact(&got, F32, &[2, 1, 4, 3], &iota(24));
     // Reshape after a transpose reads the transposed (logical) order.
     let mut g = GraphBuilder::new("tr");
@@ -1316,7 +1440,11 @@ fn reshape_is_row_major_and_infers_minus_one() {
     let out = evaluate(&graph, &CATALOGUE, &inputs).unwrap();
     assert_exact(&out["r"], F32, &[6], &[0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
     for bad in [vec![5, -1], vec![-1, -1], vec![7, 3], vec![-2, 12]] {
-        let err = apply_err("reshape", &[("shape", ints(&bad))], &[x.clone()]);
+        let err = apply_err(
+            "reshape",
+            &[("shape", ints(&bad))],
+            std::slice::from_ref(&x),
+        );
         assert!(matches!(err, ErrorKind::Shape(_)), "{bad:?}: {err:?}");
     }
 }
@@ -1327,19 +1455,27 @@ fn transpose_with_and_without_perm() {
     let x = tensor(F32, &[2, 3, 4], &iota(24));
     let at = |i: usize, j: usize, k: usize| (12 * i + 4 * j + k) as f64;
     // Default: axes reversed; out[k, j, i] = x[i, j, k].
-    let got = apply("transpose", &[], &[x.clone()]);
+    let got = apply("transpose", &[], std::slice::from_ref(&x));
     let expected: Vec<f64> = (0..4)
         .flat_map(|k| (0..3).flat_map(move |j| (0..2).map(move |i| at(i, j, k))))
         .collect();
     assert_exact(&got, F32, &[4, 3, 2], &expected);
     // perm [1, 0, 2]: out[j, i, k] = x[i, j, k].
-    let got = apply("transpose", &[("perm", ints(&[1, 0, 2]))], &[x.clone()]);
+    let got = apply(
+        "transpose",
+        &[("perm", ints(&[1, 0, 2]))],
+        std::slice::from_ref(&x),
+    );
     let expected: Vec<f64> = (0..3)
         .flat_map(|j| (0..2).flat_map(move |i| (0..4).map(move |k| at(i, j, k))))
         .collect();
     assert_exact(&got, F32, &[3, 2, 4], &expected);
     // Negative entries count from the end: [-1, 0, 1] = [2, 0, 1]; out[k, i, j].
-    let got = apply("transpose", &[("perm", ints(&[-1, 0, 1]))], &[x.clone()]);
+    let got = apply(
+        "transpose",
+        &[("perm", ints(&[-1, 0, 1]))],
+        std::slice::from_ref(&x),
+    );
     let expected: Vec<f64> = (0..4)
         .flat_map(|k| (0..2).flat_map(move |i| (0..3).map(move |j| at(i, j, k))))
         .collect();
@@ -1352,7 +1488,11 @@ fn transpose_with_and_without_perm() {
         &[5.0],
     );
     for bad in [vec![0, 1], vec![0, 0, 1], vec![0, 1, 3]] {
-        let err = apply_err("transpose", &[("perm", ints(&bad))], &[x.clone()]);
+        let err = apply_err(
+            "transpose",
+            &[("perm", ints(&bad))],
+            std::slice::from_ref(&x),
+        );
         assert!(matches!(err, ErrorKind::Shape(_)), "{bad:?}: {err:?}");
     }
 }
@@ -1365,7 +1505,7 @@ fn slice_follows_python_rules() {
             .iter()
             .map(|(k, v)| (*k, AttrValue::Int(*v)))
             .collect();
-        apply("slice", &attrs, &[v.clone()])
+        apply("slice", &attrs, std::slice::from_ref(&v))
     };
     assert_exact(&s(&[("start", -3)]), F32, &[3], &[7.0, 8.0, 9.0]);
     assert_exact(&s(&[("step", 2)]), F32, &[5], &[0.0, 2.0, 4.0, 6.0, 8.0]);
@@ -1389,15 +1529,23 @@ fn slice_follows_python_rules() {
             ("start", AttrValue::Int(1)),
             ("step", AttrValue::Int(2)),
         ],
-        &[m.clone()],
+        std::slice::from_ref(&m),
     );
     assert_exact(&got, I32, &[3, 2], &[1.0, 3.0, 5.0, 7.0, 9.0, 11.0]);
     // Along axis 0: rows -2.. = rows 1 and 2.
-    let got = apply("slice", &[("start", AttrValue::Int(-2))], &[m.clone()]);
+    let got = apply(
+        "slice",
+        &[("start", AttrValue::Int(-2))],
+        std::slice::from_ref(&m),
+    );
     assert_exact(&got, I32, &[2, 4], &iota(12)[4..]);
     // A step of zero or below is an error, and so is an axis out of range.
     for bad in [("step", 0), ("step", -1), ("axis", 2)] {
-        let err = apply_err("slice", &[(bad.0, AttrValue::Int(bad.1))], &[m.clone()]);
+        let err = apply_err(
+            "slice",
+            &[(bad.0, AttrValue::Int(bad.1))],
+            std::slice::from_ref(&m),
+        );
         assert!(matches!(err, ErrorKind::Shape(_)), "{bad:?}: {err:?}");
     }
 }
@@ -1593,7 +1741,7 @@ fn matmul_2d_batched_and_1d() {
         &apply("matmul", &[], &[a, b]),
         F32,
         &[1, 1],
-        &[(0.0999755859375f32 + 2.0f32) as f64],
+        &[(0.0999755859375f64 as f32 + 2.0f32) as f64],
     );
     // NaN propagates; mismatched inner dimensions and scalars are errors.
     let a = tensor(F32, &[1, 2], &[NAN, 0.0]);
