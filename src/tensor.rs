@@ -51,7 +51,8 @@ impl Tensor {
 
     /// Reads a `.npy` file (little- or big-endian bool, i32, i64, f16, f32 or f64).
     pub fn read_npy(path: &Path) -> Result<Tensor, String> {
-        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        check_npy_shape(&mut file).map_err(|e| format!("{}: {e}", path.display()))?;
         let npy = npyz::NpyFile::new(BufReader::new(file))
             .map_err(|e| format!("{}: not a readable .npy file: {e}", path.display()))?;
         if npy.order() != npyz::Order::C {
@@ -156,6 +157,43 @@ impl Tensor {
             })
             .collect();
         Tensor::from_values(dtype, shape, values).expect("value count matches the shape")
+    }
+}
+
+/// Refuses a `.npy` header whose shape has no representable element count, then rewinds.
+///
+/// npyz multiplies the header's dims unchecked, which panics on overflow in debug builds, so
+/// such a header must not reach it. Headers this scan cannot read are left to npyz to reject.
+fn check_npy_shape(file: &mut std::fs::File) -> Result<(), String> {
+    use std::io::{Read, Seek};
+    let mut head = Vec::new();
+    file.by_ref()
+        .take(1 << 16)
+        .read_to_end(&mut head)
+        .map_err(|e| e.to_string())?;
+    file.rewind().map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&head);
+    let Some(at) = text.find("'shape'").or_else(|| text.find("\"shape\"")) else {
+        return Ok(());
+    };
+    let rest = &text[at..];
+    let (Some(open), Some(close)) = (rest.find('('), rest.find(')')) else {
+        return Ok(());
+    };
+    if close < open {
+        return Ok(());
+    }
+    let dims: Option<Vec<usize>> = rest[open + 1..close]
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| d.trim_end_matches('L').parse().ok())
+        .collect();
+    match dims {
+        Some(dims) if crate::shape::checked_numel(&dims).is_none() => Err(format!(
+            "shape {dims:?} in the header is too large for any array"
+        )),
+        _ => Ok(()),
     }
 }
 

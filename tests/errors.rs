@@ -64,7 +64,11 @@ fn fusebox(args: &[&str], cwd: &Path) -> Output {
 fn assert_clean_failure(out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
-    assert!(out.stdout.is_empty(), "stdout: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(stderr.starts_with("error: "), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     for bad in ["panicked", "backtrace", "RUST_BACKTRACE", "unwrap"] {
@@ -322,7 +326,10 @@ fn integer_attribute_rejects_a_fraction_and_a_string() {
 )
 "#,
     );
-    assert!(matches!(&e.kind, ErrorKind::AttrType { attr, .. } if attr == "axis"), "{e}");
+    assert!(
+        matches!(&e.kind, ErrorKind::AttrType { attr, .. } if attr == "axis"),
+        "{e}"
+    );
     // `        Node(name: "s", op: "slice", args: ["x"], attrs: {"axis": ` is 66 chars.
     assert_at(&e, "g.ron", 5, 67);
 }
@@ -854,10 +861,16 @@ fn cli_check_reports_file_line_and_column() {
         "error: bad.ron:5:29: node `t`: unknown op `sigmod` (did you mean `sigmoid`?)\n"
     );
 
-    std::fs::write(dir.join("syntax.ron"), "Graph(\n    name: \"g\"\n    outputs: [],\n)\n")
-        .unwrap();
+    std::fs::write(
+        dir.join("syntax.ron"),
+        "Graph(\n    name: \"g\"\n    outputs: [],\n)\n",
+    )
+    .unwrap();
     let stderr = assert_clean_failure(&fusebox(&["check", "syntax.ron"], &dir));
-    assert!(stderr.starts_with("error: syntax.ron:3:5: RON syntax: "), "{stderr}");
+    assert!(
+        stderr.starts_with("error: syntax.ron:3:5: RON syntax: "),
+        "{stderr}"
+    );
 
     let stderr = assert_clean_failure(&fusebox(&["check", "missing.ron"], &dir));
     assert!(stderr.starts_with("error: missing.ron"), "{stderr}");
@@ -894,7 +907,10 @@ fn cli_run_rejects_bad_inputs_cleanly() {
 
     let stderr = assert_clean_failure(&run(&["--input", "x=three.npy"]));
     assert!(stderr.contains("node `x`"), "{stderr}");
-    assert!(stderr.contains("three.npy holds shape [3], the graph declares [4]"), "{stderr}");
+    assert!(
+        stderr.contains("three.npy holds shape [3], the graph declares [4]"),
+        "{stderr}"
+    );
 
     let stderr = assert_clean_failure(&run(&["--input", "z=three.npy"]));
     assert!(stderr.contains("--input `z`"), "{stderr}");
@@ -910,10 +926,35 @@ fn cli_run_rejects_bad_inputs_cleanly() {
     let stderr = assert_clean_failure(&run(&["--input", "x=junk.npy"]));
     assert!(stderr.contains("junk.npy"), "{stderr}");
 
+    // A header whose shape has no representable size (npyz's unchecked product of the dims
+    // panicked in debug builds).
+    for shape in ["(4611686018427387904, 4)", "(0, 18446744073709551615)"] {
+        std::fs::write(dir.join("huge.npy"), npy_header(shape)).unwrap();
+        let stderr = assert_clean_failure(&run(&["--input", "x=huge.npy"]));
+        assert!(stderr.contains("huge.npy: shape"), "{stderr}");
+        assert!(stderr.contains("too large"), "{stderr}");
+    }
+
     let stderr = assert_clean_failure(&run(&["--input", "x=absent.npy"]));
     assert!(stderr.contains("absent.npy"), "{stderr}");
-    assert!(!dir.join("out").exists(), "nothing is written when inputs are bad");
+    assert!(
+        !dir.join("out").exists(),
+        "nothing is written when inputs are bad"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A version-1 `.npy` header for float32 data of the given Python shape tuple, and no data.
+fn npy_header(shape: &str) -> Vec<u8> {
+    let mut dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + dict.len() + 1) % 64 != 0 {
+        dict.push(' ');
+    }
+    dict.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(dict.as_bytes());
+    bytes
 }
 
 // ------------------------------------------------------------------------------- evaluation
@@ -938,7 +979,10 @@ fn evaluating_with_a_wrong_input_is_an_input_error_naming_it() {
     }
 
     let e = evaluate(&graph, &catalogue, &Tensors::new()).unwrap_err();
-    assert!(matches!(&e.kind, ErrorKind::Input(m) if m.contains("`x`")), "{e}");
+    assert!(
+        matches!(&e.kind, ErrorKind::Input(m) if m.contains("`x`")),
+        "{e}"
+    );
 
     let mut inputs: Tensors = [(
         "x".to_string(),
@@ -947,6 +991,9 @@ fn evaluating_with_a_wrong_input_is_an_input_error_naming_it() {
     .into();
     inputs.insert("xx".into(), Tensor::scalar(DType::F32, 1.0));
     let e = evaluate(&graph, &catalogue, &inputs).unwrap_err();
-    assert!(matches!(&e.kind, ErrorKind::Input(m) if m.contains("`xx`")), "{e}");
+    assert!(
+        matches!(&e.kind, ErrorKind::Input(m) if m.contains("`xx`")),
+        "{e}"
+    );
     assert_node(&e, "xx");
 }

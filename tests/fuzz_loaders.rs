@@ -122,7 +122,6 @@ const GRAPHS: [&str; 4] = [
         Node(name: "r", op: "reshape", args: ["a"], attrs: {"shape": [3, 0]}),
         Node(name: "mm", op: "matmul", args: ["r", "e"]),
         Node(name: "sg", op: "sigmoid", args: ["s"]),
-        Node(name: "v", op: "matmul", args: ["sg", "sg"]),
     ],
     outputs: ["m", "mm", "sg"],
 )
@@ -162,9 +161,15 @@ const OPS_DOCS: [&str; 3] = [
 ];
 
 /// No file is written for failures (the regression cases are kept as `#[test]`s below).
+/// `FUSEBOX_FUZZ_SCALE=N` multiplies every case count, for a longer hunt.
 fn config(cases: u32) -> ProptestConfig {
+    let scale = std::env::var("FUSEBOX_FUZZ_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .unwrap_or(1)
+        .max(1);
     ProptestConfig {
-        cases,
+        cases: cases.saturating_mul(scale),
         failure_persistence: None,
         ..ProptestConfig::default()
     }
@@ -175,9 +180,17 @@ fn config(cases: u32) -> ProptestConfig {
 /// Every error names the file and a real 1-based position inside (or just past) the text.
 fn check_located(e: &Error, text: &str, file: &str) -> Result<(), TestCaseError> {
     let shown = e.to_string();
-    prop_assert_eq!(e.site.file.as_deref(), Some(file), "{} for {:?}", shown, text);
+    prop_assert_eq!(
+        e.site.file.as_deref(),
+        Some(file),
+        "{} for {:?}",
+        shown,
+        text
+    );
     let Some(p) = e.site.position else {
-        return Err(TestCaseError::fail(format!("no position: {shown} for {text:?}")));
+        return Err(TestCaseError::fail(format!(
+            "no position: {shown} for {text:?}"
+        )));
     };
     prop_assert!(p.line >= 1 && p.column >= 1, "{} for {:?}", shown, text);
     prop_assert!(
@@ -194,7 +207,8 @@ fn check_located(e: &Error, text: &str, file: &str) -> Result<(), TestCaseError>
             text
         );
     }
-    prop_assert!(shown.starts_with(&format!("{file}:{}:{}: ", p.line, p.column)));
+    let prefix = format!("{file}:{}:{}: ", p.line, p.column);
+    prop_assert!(shown.starts_with(&prefix), "{} for {:?}", shown, text);
     Ok(())
 }
 
@@ -252,7 +266,11 @@ fn ops_property(text: &str) -> Result<(), TestCaseError> {
     match catalogue.load_str(text, "fuzz_ops.ron") {
         Err(e) => {
             check_located(&e, text, "fuzz_ops.ron")?;
-            prop_assert_eq!(catalogue.len(), CATALOGUE.len(), "a rejected file adds nothing");
+            prop_assert_eq!(
+                catalogue.len(),
+                CATALOGUE.len(),
+                "a rejected file adds nothing"
+            );
             Ok(())
         }
         Ok(()) => {
@@ -315,15 +333,104 @@ fn formula_property(text: &str) -> Result<(), TestCaseError> {
 
 /// Pieces of RON and graph syntax, glued together at random.
 const RON_PIECES: &[&str] = &[
-    "(", ")", "[", "]", "{", "}", ",", ":", "\"", "'", "\\", "/", "*", "#", "!", " ", "\n", "\t",
-    "\r", "0", "1", "-", ".", "e", "x", "r", "b", "u", "_", "é", "😀", "\u{0}", "Graph", "Input",
-    "Node", "Op", "Attr", "name", "op", "args", "attrs", "inputs", "nodes", "outputs", "dtype",
-    "shape", "kind", "operands", "formula", "builtin", "derivatives", "accepts", "variadic",
-    "default", "optional", "ty", "Pointwise", "Layout", "Reduction", "Opaque", "Promote",
-    "FloatPromote", "SameAs", "FromAttr", "Accumulate", "Bool", "Float", "Int", "Ints", "DType",
-    "\"x\"", "\"f32\"", "\"sigmoid\"", "\"sum\"", "\"axes\"", "\"a + b\"", "Some(", "None",
-    "true", "false", "1.5", "-1", "4294967296", "1e400", "NaN", "inf", "//", "/*", "*/",
-    "r#\"", "\"#", "#![enable(implicit_some)]", "b\"", "'c'", "()", "[]", "{}", "\"\"",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ":",
+    "\"",
+    "'",
+    "\\",
+    "/",
+    "*",
+    "#",
+    "!",
+    " ",
+    "\n",
+    "\t",
+    "\r",
+    "0",
+    "1",
+    "-",
+    ".",
+    "e",
+    "x",
+    "r",
+    "b",
+    "u",
+    "_",
+    "é",
+    "😀",
+    "\u{0}",
+    "Graph",
+    "Input",
+    "Node",
+    "Op",
+    "Attr",
+    "name",
+    "op",
+    "args",
+    "attrs",
+    "inputs",
+    "nodes",
+    "outputs",
+    "dtype",
+    "shape",
+    "kind",
+    "operands",
+    "formula",
+    "builtin",
+    "derivatives",
+    "accepts",
+    "variadic",
+    "default",
+    "optional",
+    "ty",
+    "Pointwise",
+    "Layout",
+    "Reduction",
+    "Opaque",
+    "Promote",
+    "FloatPromote",
+    "SameAs",
+    "FromAttr",
+    "Accumulate",
+    "Bool",
+    "Float",
+    "Int",
+    "Ints",
+    "DType",
+    "\"x\"",
+    "\"f32\"",
+    "\"sigmoid\"",
+    "\"sum\"",
+    "\"axes\"",
+    "\"a + b\"",
+    "Some(",
+    "None",
+    "true",
+    "false",
+    "1.5",
+    "-1",
+    "4294967296",
+    "1e400",
+    "NaN",
+    "inf",
+    "//",
+    "/*",
+    "*/",
+    "r#\"",
+    "\"#",
+    "#![enable(implicit_some)]",
+    "b\"",
+    "'c'",
+    "()",
+    "[]",
+    "{}",
+    "\"\"",
 ];
 
 fn ron_soup() -> impl Strategy<Value = String> {
@@ -339,10 +446,37 @@ fn ron_soup() -> impl Strategy<Value = String> {
 
 /// Replacement text for numbers.
 const NUMBERS: &[&str] = &[
-    "0", "1", "2", "3", "-1", "-2", "-3", "7", "65536", "2147483648", "4294967296",
-    "4294967297", "9223372036854775807", "-9223372036854775808", "-9223372036854775809",
-    "18446744073709551615", "18446744073709551616", "1e308", "1e400", "-0.0", "0.5", "1.5",
-    "-2.5", "NaN", "inf", "-inf", "0x7fffffffffffffff", "0b101", "1_000_000", "1e-300", "+4",
+    "0",
+    "1",
+    "2",
+    "3",
+    "-1",
+    "-2",
+    "-3",
+    "7",
+    "65536",
+    "2147483648",
+    "4294967296",
+    "4294967297",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "-9223372036854775809",
+    "18446744073709551615",
+    "18446744073709551616",
+    "1e308",
+    "1e400",
+    "-0.0",
+    "0.5",
+    "1.5",
+    "-2.5",
+    "NaN",
+    "inf",
+    "-inf",
+    "0x7fffffffffffffff",
+    "0b101",
+    "1_000_000",
+    "1e-300",
+    "+4",
 ];
 
 /// Replacement text for string literals (besides other strings of the document).
@@ -374,12 +508,59 @@ const STRINGS: &[&str] = &[
 
 /// Tokens inserted or substituted by token mutations.
 const TOKENS: &[&str] = &[
-    ",", "(", ")", "[", "]", "{", "}", ":", "\"x\"", "\"f32\"", "Node", "Input", "Graph", "Op",
-    "name", "op", "args", "attrs", "shape", "outputs", "inputs", "nodes", "Some(", "None",
-    "true", "1.5", "-1", "0", "4294967296", "//", "/*", "r#\"a\"#", "'c'", "\n", "[]", "{}",
-    "\"sigmoid\"", "\"keepdim\"", "\"axes\"", "Pointwise", "Reduction", "Float", "Ints",
-    "Int(1)", "Float(1.0)", "Bool(true)", "DType(\"f16\")", "Promote([\"x\"])", "Bool",
-    "\"x + 1\"", "\"(\"", "variadic: true", "optional: true",
+    ",",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    ":",
+    "\"x\"",
+    "\"f32\"",
+    "Node",
+    "Input",
+    "Graph",
+    "Op",
+    "name",
+    "op",
+    "args",
+    "attrs",
+    "shape",
+    "outputs",
+    "inputs",
+    "nodes",
+    "Some(",
+    "None",
+    "true",
+    "1.5",
+    "-1",
+    "0",
+    "4294967296",
+    "//",
+    "/*",
+    "r#\"a\"#",
+    "'c'",
+    "\n",
+    "[]",
+    "{}",
+    "\"sigmoid\"",
+    "\"keepdim\"",
+    "\"axes\"",
+    "Pointwise",
+    "Reduction",
+    "Float",
+    "Ints",
+    "Int(1)",
+    "Float(1.0)",
+    "Bool(true)",
+    "DType(\"f16\")",
+    "Promote([\"x\"])",
+    "Bool",
+    "\"x + 1\"",
+    "\"(\"",
+    "variadic: true",
+    "optional: true",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -475,13 +656,13 @@ fn char_mutation() -> impl Strategy<Value = Mutation> {
 
 fn structured_mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
-        any::<Index>().prop_map(Mutation::DeleteToken),
-        (any::<Index>(), prop::sample::select(TOKENS)).prop_map(|(i, t)| Mutation::InsertToken(i, t)),
-        (any::<Index>(), prop::sample::select(TOKENS)).prop_map(|(i, t)| Mutation::ReplaceToken(i, t)),
-        any::<Index>().prop_map(Mutation::DuplicateLine),
-        (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Mutation::SwapLines(a, b)),
-        any::<Index>().prop_map(Mutation::DeleteLine),
-        any::<Index>().prop_map(Mutation::Truncate),
+        1 => any::<Index>().prop_map(Mutation::DeleteToken),
+        1 => (any::<Index>(), prop::sample::select(TOKENS)).prop_map(|(i, t)| Mutation::InsertToken(i, t)),
+        1 => (any::<Index>(), prop::sample::select(TOKENS)).prop_map(|(i, t)| Mutation::ReplaceToken(i, t)),
+        1 => any::<Index>().prop_map(Mutation::DuplicateLine),
+        1 => (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Mutation::SwapLines(a, b)),
+        1 => any::<Index>().prop_map(Mutation::DeleteLine),
+        1 => any::<Index>().prop_map(Mutation::Truncate),
         3 => (any::<Index>(), prop::sample::select(NUMBERS)).prop_map(|(i, n)| Mutation::ReplaceNumber(i, n)),
         3 => (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Mutation::SwapString(a, b)),
         3 => (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Mutation::OpName(a, b)),
@@ -513,7 +694,10 @@ fn apply(text: &str, m: &Mutation) -> String {
     match m {
         Mutation::DeleteChar(at) => {
             let start = boundary(text, at);
-            let end = text[start..].chars().next().map_or(start, |c| start + c.len_utf8());
+            let end = text[start..]
+                .chars()
+                .next()
+                .map_or(start, |c| start + c.len_utf8());
             replace_range(text, start, end, "")
         }
         Mutation::InsertChar(at, c) => {
@@ -522,7 +706,10 @@ fn apply(text: &str, m: &Mutation) -> String {
         }
         Mutation::ReplaceChar(at, c) => {
             let start = boundary(text, at);
-            let end = text[start..].chars().next().map_or(start, |ch| start + ch.len_utf8());
+            let end = text[start..]
+                .chars()
+                .next()
+                .map_or(start, |ch| start + ch.len_utf8());
             replace_range(text, start, end, &c.to_string())
         }
         Mutation::DeleteToken(at) => match nth_token(text, at, None) {
@@ -595,14 +782,18 @@ fn apply(text: &str, m: &Mutation) -> String {
 /// The lines of `text`, each with its newline (one is added to a last line without).
 fn whole_lines(text: &str) -> Vec<String> {
     text.split_inclusive('\n')
-        .map(|l| if l.ends_with('\n') { l.to_owned() } else { format!("{l}\n") })
+        .map(|l| {
+            if l.ends_with('\n') {
+                l.to_owned()
+            } else {
+                format!("{l}\n")
+            }
+        })
         .collect()
 }
 
 fn mutate(text: &str, mutations: &[Mutation]) -> String {
-    mutations
-        .iter()
-        .fold(text.to_owned(), |t, m| apply(&t, m))
+    mutations.iter().fold(text.to_owned(), |t, m| apply(&t, m))
 }
 
 fn graph_doc() -> impl Strategy<Value = &'static str> {
@@ -660,6 +851,13 @@ fn random_graph(seed: u64) -> String {
     out += "    ],\n    nodes: [\n";
     let ops: Vec<_> = CATALOGUE.ops().collect();
     let small_ints = [-3i64, -2, -1, 0, 0, 1, 1, 2, 3];
+    let any_int = |d: &mut Dice| {
+        if d.chance(40) {
+            *d.pick(&[i64::MIN, i64::MAX, 1 << 32, -(1 << 32)])
+        } else {
+            *d.pick(&small_ints)
+        }
+    };
     for i in 0..1 + d.below(8) {
         let op = *d.pick(&ops);
         let arity = if op.spec.variadic {
@@ -685,19 +883,26 @@ fn random_graph(seed: u64) -> String {
                 continue;
             }
             let ty = if d.chance(25) {
-                *d.pick(&[AttrType::Float, AttrType::Int, AttrType::Ints, AttrType::Bool])
+                *d.pick(&[
+                    AttrType::Float,
+                    AttrType::Int,
+                    AttrType::Ints,
+                    AttrType::Bool,
+                ])
             } else {
                 spec.ty
             };
             let value = match ty {
                 AttrType::Float => d
-                    .pick(&["0.0", "1.5", "-2", "1e-3", "inf", "-inf", "NaN", "3"])
+                    .pick(&[
+                        "0.0", "1.5", "-2", "1e-3", "inf", "-inf", "NaN", "3", "1e308", "-7e-310",
+                    ])
                     .to_string(),
-                AttrType::Int => d.pick(&small_ints).to_string(),
+                AttrType::Int => any_int(&mut d).to_string(),
                 AttrType::Bool => d.pick(&["true", "false"]).to_string(),
                 AttrType::Ints => {
                     let n = d.below(4);
-                    let v: Vec<i64> = (0..n).map(|_| *d.pick(&small_ints)).collect();
+                    let v: Vec<i64> = (0..n).map(|_| any_int(&mut d)).collect();
                     format!("{v:?}")
                 }
                 AttrType::DType => format!("\"{}\"", d.pick(&DType::ALL).name()),
@@ -750,8 +955,12 @@ fn formula_soup() -> impl Strategy<Value = String> {
 }
 
 fn nested_formula() -> impl Strategy<Value = String> {
-    (0usize..400, prop::sample::select(vec!["(", "-", "exp(", "-(", "pow(x, ", "select(x, 1, "]),
-     0usize..400, prop::sample::select(vec![" + x", " * 2", " < y"]))
+    (
+        0usize..400,
+        prop::sample::select(vec!["(", "-", "exp(", "-(", "pow(x, ", "select(x, 1, "]),
+        0usize..400,
+        prop::sample::select(vec![" + x", " * 2", " < y"]),
+    )
         .prop_map(|(depth, open, chain, link)| {
             let close = if open.contains('(') { ")" } else { "" };
             format!(
@@ -763,10 +972,25 @@ fn nested_formula() -> impl Strategy<Value = String> {
         })
 }
 
+/// Deeply nested or unbalanced brackets inside an otherwise plausible document.
+fn deep_nesting(prefix: &'static str) -> impl Strategy<Value = String> {
+    (
+        0usize..3000,
+        prop::sample::select(vec![
+            "[", "(", "{", "Some(", "Node(", "{\"a\": ", "[\"x\", ",
+        ]),
+        0usize..3000,
+        prop::sample::select(vec!["]", ")", "}", ""]),
+    )
+        .prop_map(move |(open_n, open, close_n, close)| {
+            format!("{prefix}{}1{}", open.repeat(open_n), close.repeat(close_n))
+        })
+}
+
 // ------------------------------------------------------------------------------- graph loader
 
 proptest! {
-    #![proptest_config(config(2500))]
+    #![proptest_config(config(4000))]
 
     #[test]
     fn graph_loader_random_text(text in ron_soup()) {
@@ -790,6 +1014,11 @@ proptest! {
     }
 
     #[test]
+    fn graph_loader_deep_nesting(text in deep_nesting("Graph(name: \"g\", outputs: [\"x\"], nodes: ")) {
+        graph_property(&text)?;
+    }
+
+    #[test]
     fn graph_loader_random_graphs(
         seed in any::<u64>(),
         mutations in prop::collection::vec(structured_mutation(), 0..2),
@@ -803,7 +1032,7 @@ proptest! {
 // ------------------------------------------------------------------------------- ops loader
 
 proptest! {
-    #![proptest_config(config(2500))]
+    #![proptest_config(config(4000))]
 
     #[test]
     fn ops_loader_random_text(text in ron_soup()) {
@@ -823,6 +1052,11 @@ proptest! {
     }
 
     #[test]
+    fn ops_loader_deep_nesting(text in deep_nesting("[Op(name: \"o\", kind: Pointwise, attrs: ")) {
+        ops_property(&text)?;
+    }
+
+    #[test]
     fn ops_loader_small_documents(
         doc in prop::sample::select(OPS_DOCS.to_vec()),
         chars in prop::collection::vec(char_mutation(), 0..2),
@@ -835,7 +1069,7 @@ proptest! {
 // ------------------------------------------------------------------------------- formulas
 
 proptest! {
-    #![proptest_config(config(4000))]
+    #![proptest_config(config(8000))]
 
     #[test]
     fn formula_parser_random_text(text in formula_soup()) {
@@ -856,7 +1090,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(config(2000))]
+    #![proptest_config(config(4000))]
 
     #[test]
     fn formula_parser_deep_and_long(text in nested_formula()) {
@@ -900,5 +1134,106 @@ fn tokenizer_finds_numbers_and_strings() {
             .map(|t| &text[t.0..t.1])
             .collect::<Vec<_>>(),
         ["\"a\""]
+    );
+}
+
+// ------------------------------------------------------------------------------- regressions
+// Panics the properties above found, kept as plain tests.
+
+#[test]
+fn slice_with_a_huge_step_takes_one_element() {
+    // `(end - start + step - 1) / step` overflowed for step = i64::MAX.
+    let text = r#"Graph(
+    name: "g",
+    inputs: [Input(name: "x", dtype: "f32", shape: [4])],
+    nodes: [
+        Node(name: "s", op: "slice", args: ["x"], attrs: {"start": 1, "step": 9223372036854775807}),
+    ],
+    outputs: ["s"],
+)
+"#;
+    let (graph, types) = parse(text, "g.ron", &CATALOGUE).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(types["s"].shape, vec![1]);
+    let x = Tensor::from_values(DType::F32, &[4], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+    let out = evaluate(&graph, &CATALOGUE, &[("x".to_string(), x)].into()).unwrap();
+    assert_eq!(out["s"].values(), vec![2.0]);
+}
+
+#[test]
+fn slice_default_step_from_an_ops_file_may_be_huge() {
+    let mut catalogue = CATALOGUE.clone();
+    catalogue
+        .load_str(
+            r#"[
+    Op(name: "first", kind: Layout, builtin: "slice", operands: ["x"], dtype: SameAs("x"),
+       attrs: [Attr(name: "axis", ty: Int, default: Int(0)), Attr(name: "start", ty: Int, default: Int(0)),
+               Attr(name: "end", ty: Int, optional: true),
+               Attr(name: "step", ty: Int, default: Int(9223372036854775807))]),
+]
+"#,
+            "ops.ron",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = r#"Graph(name: "g", inputs: [Input(name: "x", dtype: "i32", shape: [3, 2])],
+    nodes: [Node(name: "f", op: "first", args: ["x"])], outputs: ["f"])"#;
+    let (_, types) = parse(text, "g.ron", &catalogue).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(types["f"].shape, vec![1, 2]);
+}
+
+#[test]
+fn slice_range_of_an_unindexable_dim_is_an_error() {
+    // `shape[axis] as i64` turned 2^64-1 into -1, and `clamp(0, -1)` panicked.
+    assert!(fusebox::shape::slice_range(&[usize::MAX], 0, 0, None, 1).is_err());
+}
+
+#[test]
+fn empty_input_with_an_unrepresentable_dim_is_a_shape_error() {
+    // [0, 2^64-1] holds no elements, so the checker accepted it, but no array of that shape can
+    // exist and `Tensor::random` (as used by `fusebox run --random-inputs`) panicked.
+    let text = r#"Graph(
+    name: "g",
+    inputs: [Input(name: "x", dtype: "f32", shape: [0, 18446744073709551615])],
+    nodes: [],
+    outputs: ["x"],
+)
+"#;
+    let e = parse(text, "g.ron", &CATALOGUE).unwrap_err();
+    assert!(matches!(e.kind, fusebox::ErrorKind::Shape(_)), "{e}");
+    assert_eq!(
+        e.site.position,
+        Some(fusebox::span::Position {
+            line: 3,
+            column: 52
+        })
+    );
+    assert_eq!(e.site.node.as_deref(), Some("x"));
+    assert_eq!(checked_numel(&[0, usize::MAX]), None);
+    assert_eq!(checked_numel(&[0, 5]), Some(0));
+    assert_eq!(checked_numel(&[2, 3]), Some(6));
+}
+
+#[test]
+fn concat_whose_length_overflows_is_a_shape_error() {
+    // Summing the concatenated dims overflowed.
+    let text = r#"Graph(
+    name: "g",
+    inputs: [Input(name: "a", dtype: "f32", shape: [9223372036854775807])],
+    nodes: [
+        Node(name: "c", op: "concat", args: ["a", "a", "a"]),
+    ],
+    outputs: ["c"],
+)
+"#;
+    let e = parse(text, "g.ron", &CATALOGUE).unwrap_err();
+    assert!(
+        matches!(&e.kind, fusebox::ErrorKind::Shape(m) if m.contains("too long")),
+        "{e}"
+    );
+    assert_eq!(
+        e.site.position,
+        Some(fusebox::span::Position {
+            line: 5,
+            column: 29
+        })
     );
 }
