@@ -5,20 +5,10 @@
 //! `cargo bench --bench reference_eval`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use fusebox::eval::{Tensors, evaluate};
+use fusebox::eval::{evaluate, random_inputs};
 use fusebox::graph::file;
 use fusebox::rules::Catalogue;
-use fusebox::tensor::{Tensor, seeded_rng};
 use std::hint::black_box;
-
-fn random_inputs(graph: &fusebox::graph::Graph) -> Tensors {
-    let mut rng = seeded_rng(0);
-    graph
-        .inputs
-        .iter()
-        .map(|i| (i.name.clone(), Tensor::random(i.dtype, &i.shape, &mut rng)))
-        .collect()
-}
 
 fn bench(c: &mut Criterion) {
     let catalogue = Catalogue::defaults();
@@ -27,7 +17,7 @@ fn bench(c: &mut Criterion) {
         let path = format!("{root}/examples/{example}.ron");
         let text = std::fs::read_to_string(&path).unwrap();
         let (graph, _) = file::parse(&text, &path, &catalogue).unwrap();
-        let inputs = random_inputs(&graph);
+        let inputs = random_inputs(&graph, 0);
         c.bench_function(&format!("load {example}"), |b| {
             b.iter(|| file::parse(black_box(&text), &path, &catalogue).unwrap())
         });

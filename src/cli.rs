@@ -4,7 +4,7 @@ use crate::error::{Error, ErrorKind, Result, Site};
 use crate::eval::{self, Tensors};
 use crate::graph::{self, Graph, TypeMap};
 use crate::rules::RuleSet;
-use crate::tensor::{Tensor, seeded_rng};
+use crate::tensor::Tensor;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -199,9 +199,15 @@ fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Re
             Tensor::from_array(declared.dtype, tensor.data),
         );
     }
-    let mut rng = seeded_rng(seed);
     let mut missing = Vec::new();
-    for input in &graph.inputs {
+    for (index, input) in graph.inputs.iter().enumerate() {
+        if values.contains_key(&input.name) {
+            continue;
+        }
+        if !random {
+            missing.push(input.name.as_str());
+            continue;
+        }
         if crate::shape::numel(&input.shape) > eval::MAX_ELEMENTS {
             return Err(Error::at_node(
                 &input.name,
@@ -212,17 +218,7 @@ fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Re
                 )),
             ));
         }
-        // Draw for every input in declaration order, so a given seed gives each input the same
-        // values whether or not other inputs came from files.
-        let random_value = Tensor::random(input.dtype, &input.shape, &mut rng);
-        if values.contains_key(&input.name) {
-            continue;
-        }
-        if random {
-            values.insert(input.name.clone(), random_value);
-        } else {
-            missing.push(input.name.as_str());
-        }
+        values.insert(input.name.clone(), eval::random_input(graph, index, seed));
     }
     if !missing.is_empty() {
         return Err(cli_error(format!(

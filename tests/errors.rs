@@ -613,7 +613,8 @@ fn a_graph_needs_an_output() {
         matches!(&e.kind, ErrorKind::Input(m) if m.contains("at least one output")),
         "{e}"
     );
-    assert_at(&e, "g.ron", 1, 1);
+    // At the empty `outputs` list.
+    assert_at(&e, "g.ron", 5, 14);
 }
 
 // ------------------------------------------------------------------------------- ops files

@@ -53,14 +53,9 @@ fn load_example(name: &str, catalogue: &Catalogue) -> Graph {
     load_path(&examples_dir().join(format!("{name}.ron")), catalogue).0
 }
 
-/// Seeded random inputs, drawn in declaration order as `fusebox run --random-inputs` draws them.
+/// Seeded random inputs, exactly as `fusebox run --random-inputs` draws them.
 fn random_inputs(graph: &Graph, seed: u64) -> Tensors {
-    let mut rng = seeded_rng(seed);
-    graph
-        .inputs
-        .iter()
-        .map(|i| (i.name.clone(), Tensor::random(i.dtype, &i.shape, &mut rng)))
-        .collect()
+    fusebox::eval::random_inputs(graph, seed)
 }
 
 /// Random inputs within each example's domain: Adam's second moment `v` is non-negative.

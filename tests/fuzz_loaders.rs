@@ -11,13 +11,13 @@
 
 use fusebox::dtype::DType;
 use fusebox::error::Error;
-use fusebox::eval::{Tensors, evaluate};
+use fusebox::eval::{evaluate, random_inputs};
 use fusebox::formula;
 use fusebox::graph::file::{parse, to_ron};
 use fusebox::graph::{Graph, Input, Node};
 use fusebox::rules::Catalogue;
 use fusebox::shape::checked_numel;
-use fusebox::tensor::{Tensor, seeded_rng};
+use fusebox::tensor::Tensor;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::TestCaseError;
@@ -232,12 +232,7 @@ fn graph_property(text: &str) -> Result<(), TestCaseError> {
                 .map(|t| checked_numel(&t.shape).unwrap_or(usize::MAX))
                 .fold(0usize, usize::saturating_add);
             if total <= 100_000 {
-                let mut rng = seeded_rng(text.len() as u64);
-                let inputs: Tensors = graph
-                    .inputs
-                    .iter()
-                    .map(|i| (i.name.clone(), Tensor::random(i.dtype, &i.shape, &mut rng)))
-                    .collect();
+                let inputs = random_inputs(&graph, text.len() as u64);
                 if let Ok(outputs) = evaluate(&graph, &CATALOGUE, &inputs) {
                     for name in &graph.outputs {
                         let t = &outputs[name];
@@ -298,12 +293,7 @@ fn ops_property(text: &str) -> Result<(), TestCaseError> {
                         inputs,
                         outputs: vec!["out".into()],
                     };
-                    let mut rng = seeded_rng(1);
-                    let values: Tensors = graph
-                        .inputs
-                        .iter()
-                        .map(|i| (i.name.clone(), Tensor::random(i.dtype, &i.shape, &mut rng)))
-                        .collect();
+                    let values = random_inputs(&graph, 1);
                     let _ = evaluate(&graph, &catalogue, &values);
                 }
             }

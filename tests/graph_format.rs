@@ -71,9 +71,17 @@ fn special_values_and_odd_names_survive_the_round_trip() {
         "c",
         "clamp",
         &[&a],
-        &[("min", AttrValue::Float(-1e300)), ("max", AttrValue::Float(f64::INFINITY))],
+        &[
+            ("min", AttrValue::Float(-1e300)),
+            ("max", AttrValue::Float(f64::INFINITY)),
+        ],
     );
-    let s = b.op_with("s", "slice", &[&c], &[("start", AttrValue::Int(-2)), ("axis", AttrValue::Int(1))]);
+    let s = b.op_with(
+        "s",
+        "slice",
+        &[&c],
+        &[("start", AttrValue::Int(-2)), ("axis", AttrValue::Int(1))],
+    );
     let graph = b.finish(&[&s, &inf, &tiny, &third]);
     check(&graph, &catalogue).unwrap();
     let saved = file::to_ron(&graph);
@@ -86,9 +94,18 @@ fn special_values_and_odd_names_survive_the_round_trip() {
         AttrValue::Float(v) => assert!(v.is_nan()),
         other => panic!("{other:?}"),
     }
-    assert_eq!(again.node("ninf").unwrap().attrs["value"], AttrValue::Float(f64::NEG_INFINITY));
-    assert_eq!(again.node("tiny").unwrap().attrs["value"], AttrValue::Float(5e-324));
-    assert_eq!(again.node("third").unwrap().attrs["value"], AttrValue::Float(1.0 / 3.0));
+    assert_eq!(
+        again.node("ninf").unwrap().attrs["value"],
+        AttrValue::Float(f64::NEG_INFINITY)
+    );
+    assert_eq!(
+        again.node("tiny").unwrap().attrs["value"],
+        AttrValue::Float(5e-324)
+    );
+    assert_eq!(
+        again.node("third").unwrap().attrs["value"],
+        AttrValue::Float(1.0 / 3.0)
+    );
     assert_eq!(again.nodes[5..], graph.nodes[5..]);
 }
 
@@ -102,7 +119,12 @@ fn builder_and_file_give_the_same_graph() {
     let i = b.op("i", "sigmoid", &[&x]);
     let one = b.constant("one", 1.0, DType::F32);
     let t = b.op("t", "sub", &[&one, &i]);
-    let m = b.op_with("m", "mean", &[&t], &[("axes", vec![1i64].into()), ("keepdim", true.into())]);
+    let m = b.op_with(
+        "m",
+        "mean",
+        &[&t],
+        &[("axes", vec![1i64].into()), ("keepdim", true.into())],
+    );
     let h = b.op_with("h", "cast", &[&t], &[("dtype", DType::F16.into())]);
     assert_eq!(b.finish(&[&t, &m, &h]), from_file);
 }

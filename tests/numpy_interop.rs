@@ -127,10 +127,16 @@ np.save("u8.npy", np.array([1, 2], dtype=np.uint8))
     assert_eq!(ints.values(), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
     assert_eq!(ints.shape(), &[2, 3]);
     let bools = Tensor::read_npy(&dir.join("bool.npy")).unwrap();
-    assert_eq!((bools.dtype, bools.values()), (DType::Bool, vec![1.0, 0.0, 1.0]));
+    assert_eq!(
+        (bools.dtype, bools.values()),
+        (DType::Bool, vec![1.0, 0.0, 1.0])
+    );
     let fortran = Tensor::read_npy(&dir.join("fortran.npy")).unwrap_err();
     assert!(fortran.contains("Fortran"), "{fortran}");
     let unsupported = Tensor::read_npy(&dir.join("u8.npy")).unwrap_err();
-    assert!(unsupported.contains("unsupported .npy dtype"), "{unsupported}");
+    assert!(
+        unsupported.contains("unsupported .npy dtype"),
+        "{unsupported}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -20,6 +20,24 @@ pub const MAX_ELEMENTS: usize = 1 << 31;
 /// Named tensors (graph inputs going in, graph outputs coming out).
 pub type Tensors = HashMap<String, Tensor>;
 
+/// A seeded random value for the graph input at `index` (see [`Tensor::random`]).
+///
+/// Each input draws from its own ChaCha stream, so an input's values depend only on the seed
+/// and its position — not on which other inputs were supplied from files.
+pub fn random_input(graph: &Graph, index: usize, seed: u64) -> Tensor {
+    let input = &graph.inputs[index];
+    let mut rng = crate::tensor::seeded_rng(seed);
+    rng.set_stream(index as u64);
+    Tensor::random(input.dtype, &input.shape, &mut rng)
+}
+
+/// Seeded random values for every input of `graph`.
+pub fn random_inputs(graph: &Graph, seed: u64) -> Tensors {
+    (0..graph.inputs.len())
+        .map(|i| (graph.inputs[i].name.clone(), random_input(graph, i, seed)))
+        .collect()
+}
+
 /// Evaluates `graph` on `inputs` and returns its outputs by name.
 ///
 /// Every input must be given with exactly the declared dtype and shape.

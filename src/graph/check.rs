@@ -31,11 +31,27 @@ pub type TypeMap = HashMap<String, TensorType>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Part {
     Graph,
-    Input { index: usize, field: &'static str },
-    Node { index: usize, field: &'static str },
-    Arg { node: usize, arg: usize },
-    Attr { node: usize, attr: String },
-    Output { index: usize },
+    /// The `outputs` list as a whole.
+    Outputs,
+    Input {
+        index: usize,
+        field: &'static str,
+    },
+    Node {
+        index: usize,
+        field: &'static str,
+    },
+    Arg {
+        node: usize,
+        arg: usize,
+    },
+    Attr {
+        node: usize,
+        attr: String,
+    },
+    Output {
+        index: usize,
+    },
 }
 
 /// A check failure before it is located.
@@ -52,7 +68,7 @@ pub struct Problem {
 pub fn check(graph: &Graph, catalogue: &Catalogue) -> Result<TypeMap> {
     check_parts(graph, catalogue).map_err(|p| {
         let name = match &p.part {
-            Part::Graph => graph.name.clone(),
+            Part::Graph | Part::Outputs => graph.name.clone(),
             Part::Input { index, .. } => graph.inputs[*index].name.clone(),
             Part::Node { index, .. } | Part::Arg { node: index, .. } => {
                 graph.nodes[*index].name.clone()
@@ -87,7 +103,7 @@ pub fn check_parts(graph: &Graph, catalogue: &Catalogue) -> Result<TypeMap, Prob
                     field: "shape",
                 },
                 kind: ErrorKind::Shape(format!(
-                    "shape {:?} has more elements than this machine can address",
+                    "shape {:?} is too large to address on this machine",
                     input.shape
                 )),
             });
@@ -153,7 +169,7 @@ pub fn check_parts(graph: &Graph, catalogue: &Catalogue) -> Result<TypeMap, Prob
             return Err(Problem {
                 part: Part::Node { index, field: "op" },
                 kind: ErrorKind::Shape(format!(
-                    "result shape {:?} has more elements than this machine can address",
+                    "result shape {:?} is too large to address on this machine",
                     ty.shape
                 )),
             });
@@ -170,7 +186,7 @@ pub fn check_parts(graph: &Graph, catalogue: &Catalogue) -> Result<TypeMap, Prob
 
     if graph.outputs.is_empty() {
         return Err(Problem {
-            part: Part::Graph,
+            part: Part::Outputs,
             kind: ErrorKind::Input("a graph needs at least one output".into()),
         });
     }
@@ -278,18 +294,19 @@ fn infer_node(
     for (i, arg) in args.iter().enumerate() {
         let operand = op.operand_name(i);
         if let Some(class) = op.spec.accepts.get(operand)
-            && !class.admits(arg.dtype) {
-                return Err(problem(
-                    Part::Arg {
-                        node: index,
-                        arg: i,
-                    },
-                    ErrorKind::DType(format!(
-                        "operand `{operand}` of `{}` must be {class:?}, got {}",
-                        node.op, arg.dtype
-                    )),
-                ));
-            }
+            && !class.admits(arg.dtype)
+        {
+            return Err(problem(
+                Part::Arg {
+                    node: index,
+                    arg: i,
+                },
+                ErrorKind::DType(format!(
+                    "operand `{operand}` of `{}` must be {class:?}, got {}",
+                    node.op, arg.dtype
+                )),
+            ));
+        }
     }
     let dtype = result_dtype(op, args, &attrs);
     let shape = result_shape(op, args, &attrs).map_err(|msg| {

@@ -82,6 +82,7 @@ pub fn parse(text: &str, file: &str, catalogue: &Catalogue) -> Result<(Graph, Ty
 fn part_path(part: &Part) -> Vec<Step> {
     match part {
         Part::Graph => vec![],
+        Part::Outputs => vec![Step::field("outputs")],
         Part::Input { index, field } => vec![
             Step::field("inputs"),
             Step::Index(*index),
@@ -112,7 +113,7 @@ fn part_path(part: &Part) -> Vec<Step> {
 
 fn part_name(graph: &Graph, part: &Part) -> Option<String> {
     match part {
-        Part::Graph | Part::Output { .. } => None,
+        Part::Graph | Part::Outputs | Part::Output { .. } => None,
         Part::Input { index, .. } => Some(graph.inputs[*index].name.clone()),
         Part::Node { index, .. }
         | Part::Arg { node: index, .. }

@@ -370,15 +370,16 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
         }
         names.push(&attr.name);
         if let Some(default) = &attr.default
-            && default.ty() != attr.ty {
-                return Err(rule_error(
-                    "attrs",
-                    format!(
-                        "default of attribute `{}` must be {}, found {default:?}",
-                        attr.name, attr.ty
-                    ),
-                ));
-            }
+            && default.ty() != attr.ty
+        {
+            return Err(rule_error(
+                "attrs",
+                format!(
+                    "default of attribute `{}` must be {}, found {default:?}",
+                    attr.name, attr.ty
+                ),
+            ));
+        }
     }
     if let Some(dup) = first_duplicate(&names) {
         return Err(rule_error(
