@@ -12,8 +12,10 @@ use ndarray::{ArrayD, IxDyn};
 /// every operand to the common dtype first; `None` leaves operands as they are (cast).
 fn common_dtype(op: &OpDef, arg_dtypes: &[DType], out: DType) -> Option<DType> {
     match &op.spec.dtype {
-        DtypeRule::Promote(_) | DtypeRule::FloatPromote(_) | DtypeRule::SameAs(_) => Some(out),
-        DtypeRule::Accumulate(_) => Some(out),
+        DtypeRule::Promote(_)
+        | DtypeRule::FloatPromote(_)
+        | DtypeRule::SameAs(_)
+        | DtypeRule::Accumulate(_) => Some(out),
         DtypeRule::Bool => arg_dtypes.iter().copied().reduce(DType::promote),
         DtypeRule::FromAttr(_) => None,
     }
