@@ -69,10 +69,12 @@ impl AttrValue {
 
     /// Converts a bare value from a graph file to the declared type. Integers are accepted
     /// where a number is expected (`"value": 1`); nothing else is coerced.
-    pub fn from_bare(value: &ron::Value, ty: AttrType) -> Result<AttrValue, String> {
+    pub fn from_bare(value: &ron::Value, ty: AttrType) -> Result<AttrValue, AttrMismatch> {
         use ron::Value as V;
-        let found = describe(value);
-        let mismatch = || format!("{ty}, found {found}");
+        let mismatch = || AttrMismatch {
+            expected: ty.to_string(),
+            found: describe(value),
+        };
         match (ty, value) {
             (AttrType::Float, V::Number(n)) => Ok(AttrValue::Float(n.into_f64())),
             (AttrType::Int, V::Number(n)) => integer(n).map(AttrValue::Int).ok_or_else(mismatch),
@@ -86,14 +88,15 @@ impl AttrValue {
                 .collect::<Option<Vec<i64>>>()
                 .map(AttrValue::Ints)
                 .ok_or_else(mismatch),
-            (AttrType::DType, V::String(s)) => {
-                DType::from_name(s).map(AttrValue::DType).ok_or_else(|| {
-                    format!(
-                        "a dtype name (one of {}), found \"{s}\"",
+            (AttrType::DType, V::String(s)) => DType::from_name(s)
+                .map(AttrValue::DType)
+                .ok_or_else(|| AttrMismatch {
+                    expected: format!(
+                        "a dtype name (one of {})",
                         DType::ALL.map(|d| d.name()).join(", ")
-                    )
-                })
-            }
+                    ),
+                    found: format!("\"{s}\""),
+                }),
             _ => Err(mismatch()),
         }
     }
@@ -124,6 +127,19 @@ impl fmt::Display for AttrValue {
             AttrValue::Ints(v) => write!(f, "{v:?}"),
             AttrValue::DType(d) => write!(f, "{d}"),
         }
+    }
+}
+
+/// A bare value that does not have the declared attribute type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttrMismatch {
+    pub expected: String,
+    pub found: String,
+}
+
+impl fmt::Display for AttrMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}, found {}", self.expected, self.found)
     }
 }
 
@@ -190,13 +206,16 @@ mod tests {
     fn mismatches_say_what_was_expected_and_found() {
         let value: ron::Value = ron::from_str("1.5").unwrap();
         assert_eq!(
-            AttrValue::from_bare(&value, AttrType::Int).unwrap_err(),
+            AttrValue::from_bare(&value, AttrType::Int)
+                .unwrap_err()
+                .to_string(),
             "an integer, found the number 1.5"
         );
         let value: ron::Value = ron::from_str("\"f8\"").unwrap();
         assert!(
             AttrValue::from_bare(&value, AttrType::DType)
                 .unwrap_err()
+                .to_string()
                 .contains("found \"f8\"")
         );
     }

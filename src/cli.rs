@@ -175,9 +175,7 @@ fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Re
             cli_error(format!(
                 "--input `{name}`: graph `{}` has no input of that name{}",
                 graph.name,
-                crate::error::suggest(name, graph.inputs.iter().map(|i| i.name.as_str()))
-                    .map(|s| format!(" (did you mean `{s}`?)"))
-                    .unwrap_or_default()
+                crate::error::hint(name, graph.inputs.iter().map(|i| i.name.as_str()))
             ))
         })?;
         let tensor = Tensor::read_npy(Path::new(file))
@@ -208,16 +206,7 @@ fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Re
             missing.push(input.name.as_str());
             continue;
         }
-        if crate::shape::numel(&input.shape) > eval::MAX_ELEMENTS {
-            return Err(Error::at_node(
-                &input.name,
-                ErrorKind::Input(format!(
-                    "shape {:?} exceeds the reference evaluator's limit of {} elements",
-                    input.shape,
-                    eval::MAX_ELEMENTS
-                )),
-            ));
-        }
+        eval::check_size(&input.name, &input.shape)?;
         values.insert(input.name.clone(), eval::random_input(graph, index, seed));
     }
     if !missing.is_empty() {

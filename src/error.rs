@@ -172,6 +172,12 @@ impl std::error::Error for Error {}
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// `" (did you mean `x`?)"` when a candidate is close to `name`, else the empty string: the
+/// tail every "unknown name" message ends with.
+pub fn hint<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    did_you_mean(&suggest(name, candidates))
+}
+
 /// The candidate closest to `name`, if it is close enough to be a plausible typo.
 pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
     candidates

@@ -5,7 +5,7 @@
 
 use fusebox::attr::AttrValue;
 use fusebox::dtype::DType;
-use fusebox::eval::{Tensors, evaluate, evaluate_all};
+use fusebox::eval::{Tensors, evaluate, evaluate_all, random_inputs};
 use fusebox::graph::file::{load, parse, to_ron};
 use fusebox::graph::{Graph, TypeMap, check};
 use fusebox::rules::Catalogue;
@@ -51,11 +51,6 @@ fn load_path(path: &Path, catalogue: &Catalogue) -> (Graph, TypeMap) {
 
 fn load_example(name: &str, catalogue: &Catalogue) -> Graph {
     load_path(&examples_dir().join(format!("{name}.ron")), catalogue).0
-}
-
-/// Seeded random inputs, exactly as `fusebox run --random-inputs` draws them.
-fn random_inputs(graph: &Graph, seed: u64) -> Tensors {
-    fusebox::eval::random_inputs(graph, seed)
 }
 
 /// Random inputs within each example's domain: Adam's second moment `v` is non-negative.

@@ -17,6 +17,19 @@ use std::collections::HashMap;
 /// beyond it an allocation would abort the process, so evaluation stops with an error instead.
 pub const MAX_ELEMENTS: usize = 1 << 31;
 
+/// Refuses a value of `shape` beyond [`MAX_ELEMENTS`], before anything is allocated for it.
+pub fn check_size(name: &str, shape: &[usize]) -> Result<()> {
+    if crate::shape::numel(shape) > MAX_ELEMENTS {
+        return Err(Error::at_node(
+            name,
+            ErrorKind::Eval(format!(
+                "shape {shape:?} has more than {MAX_ELEMENTS} elements, the reference evaluator's limit"
+            )),
+        ));
+    }
+    Ok(())
+}
+
 /// Named tensors (graph inputs going in, graph outputs coming out).
 pub type Tensors = HashMap<String, Tensor>;
 
@@ -55,14 +68,7 @@ pub fn evaluate(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> Resul
 pub fn evaluate_all(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> Result<Tensors> {
     let types = check(graph, catalogue)?;
     for (name, ty) in &types {
-        if crate::shape::numel(&ty.shape) > MAX_ELEMENTS {
-            return Err(Error::at_node(
-                name,
-                ErrorKind::Eval(format!(
-                    "{ty} has more than {MAX_ELEMENTS} elements, the reference evaluator's limit"
-                )),
-            ));
-        }
+        check_size(name, &ty.shape)?;
     }
     let mut values = Tensors::new();
     for input in &graph.inputs {
@@ -94,9 +100,7 @@ pub fn evaluate_all(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> R
                 ErrorKind::Input(format!(
                     "`{name}` is not an input of graph `{}`{}",
                     graph.name,
-                    crate::error::suggest(name, graph.inputs.iter().map(|i| i.name.as_str()))
-                        .map(|s| format!(" (did you mean `{s}`?)"))
-                        .unwrap_or_default()
+                    crate::error::hint(name, graph.inputs.iter().map(|i| i.name.as_str()))
                 )),
             ));
         }

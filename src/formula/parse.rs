@@ -413,7 +413,7 @@ fn unknown_function_message(name: &str) -> String {
     let lower = name.to_ascii_lowercase();
     let best = Func::ALL
         .iter()
-        .map(|f| (edit_distance(&lower, f.name()), f.name()))
+        .map(|f| (strsim::levenshtein(&lower, f.name()), f.name()))
         .min_by_key(|&(d, _)| d);
     let allowed = |n: &str| if n.chars().count() >= 5 { 2 } else { 1 };
     match best {
@@ -425,22 +425,6 @@ fn unknown_function_message(name: &str) -> String {
             format!("unknown function `{name}` (available: {})", all.join(", "))
         }
     }
-}
-
-/// Levenshtein distance over chars, two-row dynamic programme.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.chars().enumerate() {
-        cur[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let substitution = prev[j] + usize::from(ca != cb);
-            cur[j + 1] = substitution.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
 }
 
 #[cfg(test)]
@@ -634,13 +618,6 @@ mod tests {
         let ok = format!("{}x{}", "(".repeat(200), ")".repeat(200));
         assert_eq!(parse(&ok), Ok(Expr::Var("x".into())));
         parse(&format!("{}x", "x + ".repeat(200))).unwrap();
-    }
-
-    #[test]
-    fn edit_distance_basics() {
-        assert_eq!(edit_distance("expp", "exp"), 1);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
     /// Checks the invariants that hold for every input, valid or not.

@@ -96,18 +96,14 @@ pub fn check_parts(graph: &Graph, catalogue: &Catalogue) -> Result<TypeMap, Prob
             index,
             field: "name",
         };
-        if shape::checked_numel(&input.shape).is_none() {
-            return Err(Problem {
-                part: Part::Input {
-                    index,
-                    field: "shape",
-                },
-                kind: ErrorKind::Shape(format!(
-                    "shape {:?} is too large to address on this machine",
-                    input.shape
-                )),
-            });
-        }
+        addressable(
+            &input.shape,
+            Part::Input {
+                index,
+                field: "shape",
+            },
+            "shape",
+        )?;
         if defined_at.contains_key(input.name.as_str()) {
             return Err(Problem {
                 part,
@@ -165,15 +161,7 @@ pub fn check_parts(graph: &Graph, catalogue: &Catalogue) -> Result<TypeMap, Prob
             }
         }
         let ty = infer_node(node, index, &arg_types, catalogue)?;
-        if shape::checked_numel(&ty.shape).is_none() {
-            return Err(Problem {
-                part: Part::Node { index, field: "op" },
-                kind: ErrorKind::Shape(format!(
-                    "result shape {:?} is too large to address on this machine",
-                    ty.shape
-                )),
-            });
-        }
+        addressable(&ty.shape, Part::Node { index, field: "op" }, "result shape")?;
         defined_at.insert(
             &node.name,
             Part::Node {
@@ -210,6 +198,19 @@ pub fn check_parts(graph: &Graph, catalogue: &Catalogue) -> Result<TypeMap, Prob
         }
     }
     Ok(types)
+}
+
+/// Refuses a shape whose element count does not fit the machine's address space.
+fn addressable(shape: &[usize], part: Part, what: &str) -> Result<(), Problem> {
+    match shape::checked_numel(shape) {
+        Some(_) => Ok(()),
+        None => Err(Problem {
+            part,
+            kind: ErrorKind::Shape(format!(
+                "{what} {shape:?} is too large to address on this machine"
+            )),
+        }),
+    }
 }
 
 /// The node's attributes with catalogue defaults filled in, each checked against its type.

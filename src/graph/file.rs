@@ -137,9 +137,7 @@ fn convert(doc: &RonDocument<GraphFile>, catalogue: &Catalogue) -> Result<Graph>
                 ErrorKind::DType(format!(
                     "unknown dtype `{}`{}; the dtypes are {}",
                     input.dtype,
-                    suggest(&input.dtype, DType::ALL.map(|d| d.name()))
-                        .map(|s| format!(" (did you mean `{s}`?)"))
-                        .unwrap_or_default(),
+                    crate::error::hint(&input.dtype, DType::ALL.map(|d| d.name())),
                     DType::ALL.map(|d| d.name()).join(", ")
                 )),
             )
@@ -180,16 +178,13 @@ fn convert(doc: &RonDocument<GraphFile>, catalogue: &Catalogue) -> Result<Graph>
                         },
                     )
                 })?;
-                let typed = AttrValue::from_bare(value, spec.ty).map_err(|message| {
+                let typed = AttrValue::from_bare(value, spec.ty).map_err(|mismatch| {
                     Error::new(
                         doc.site(&path).with_node(&node.name),
                         ErrorKind::AttrType {
                             attr: name.clone(),
                             expected: spec.ty.to_string(),
-                            found: message
-                                .split_once(", found ")
-                                .map(|(_, f)| f.to_string())
-                                .unwrap_or(message.clone()),
+                            found: mismatch.found,
                         },
                     )
                 })?;

@@ -434,9 +434,7 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
                     "builtin",
                     format!(
                         "unknown builtin `{name}`{}; the built-in semantics are {}",
-                        crate::error::suggest(name, Builtin::ALL.map(|b| b.name()))
-                            .map(|s| format!(" (did you mean `{s}`?)"))
-                            .unwrap_or_default(),
+                        crate::error::hint(name, Builtin::ALL.map(|b| b.name())),
                         Builtin::ALL.map(|b| b.name()).join(", ")
                     ),
                 )
@@ -510,9 +508,7 @@ fn check_variables(
     for var in expr.variables() {
         if !allowed.contains(&var.as_str()) {
             let offset = find_identifier(text, &var).unwrap_or(0);
-            let hint = crate::error::suggest(&var, allowed.iter().copied())
-                .map(|s| format!(" (did you mean `{s}`?)"))
-                .unwrap_or_default();
+            let hint = crate::error::hint(&var, allowed.iter().copied());
             return Err(Error::new(
                 doc.site_in_string(path, offset),
                 ErrorKind::Formula {

@@ -76,9 +76,7 @@ impl RuleSet {
                         Site::whole_file(&path.display().to_string()),
                         ErrorKind::Rule(format!(
                             "unknown rule file `{name}`{}; a rule directory holds ops.ron, amp.ron, fusion.ron, cost.ron and rewrites/*.ron",
-                            crate::error::suggest(&name, expected)
-                                .map(|s| format!(" (did you mean `{s}`?)"))
-                                .unwrap_or_default()
+                            crate::error::hint(&name, expected)
                         )),
                     ));
                 }
