@@ -7,7 +7,9 @@
 
 pub mod attr;
 pub mod cli;
+pub mod dag;
 pub mod dtype;
+pub mod egraph;
 pub mod error;
 pub mod eval;
 pub mod formula;

@@ -8,7 +8,7 @@ mod builtin;
 mod pointwise;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::graph::{Graph, TypeMap, check, check::resolve_attrs};
+use crate::graph::{Graph, check, check::resolve_attrs};
 use crate::rules::{Catalogue, Semantics};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
@@ -110,18 +110,8 @@ pub fn evaluate_all(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> R
         let attrs = resolve_attrs(op, &node.attrs).expect("checked above");
         let args: Vec<&Tensor> = node.args.iter().map(|a| &values[a]).collect();
         let out_type = &types[&node.name];
-        let result = match &op.semantics {
-            Semantics::Formula(expr) => pointwise::apply(
-                op,
-                expr,
-                &args,
-                &attrs,
-                out_type,
-                &types_of(&node.args, &types),
-            ),
-            Semantics::Builtin(b) => builtin::apply(*b, &args, &attrs, out_type),
-        }
-        .map_err(|msg| Error::at_node(&node.name, ErrorKind::Eval(msg)))?;
+        let result = apply_op(op, &args, &attrs, out_type)
+            .map_err(|msg| Error::at_node(&node.name, ErrorKind::Eval(msg)))?;
         debug_assert_eq!(result.shape(), out_type.shape.as_slice());
         debug_assert_eq!(result.dtype, out_type.dtype);
         values.insert(node.name.clone(), result);
@@ -129,6 +119,20 @@ pub fn evaluate_all(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> R
     Ok(values)
 }
 
-fn types_of(names: &[String], types: &TypeMap) -> Vec<crate::dtype::DType> {
-    names.iter().map(|n| types[n].dtype).collect()
+/// Applies one op to tensors, exactly as [`evaluate`] does for a node: `attrs` resolved (see
+/// [`resolve_attrs`]) and `out` the type the checker inferred. Constant folding in the e-graph
+/// calls this, so a folded constant is bit-for-bit what the reference evaluator computes.
+pub fn apply_op(
+    op: &crate::rules::OpDef,
+    args: &[&Tensor],
+    attrs: &crate::attr::Attrs,
+    out: &crate::graph::TensorType,
+) -> std::result::Result<Tensor, String> {
+    match &op.semantics {
+        Semantics::Formula(expr) => {
+            let dtypes: Vec<_> = args.iter().map(|t| t.dtype).collect();
+            pointwise::apply(op, expr, args, attrs, out, &dtypes)
+        }
+        Semantics::Builtin(b) => builtin::apply(*b, args, attrs, out),
+    }
 }

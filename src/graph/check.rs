@@ -292,30 +292,41 @@ fn infer_node(
         Some(attr) => problem(Part::Attr { node: index, attr }, kind),
         None => problem(node_part("attrs"), kind),
     })?;
+    infer_op(op, args, &attrs).map_err(|(arg, kind)| match arg {
+        Some(arg) => problem(Part::Arg { node: index, arg }, kind),
+        None => problem(node_part("op"), kind),
+    })
+}
+
+/// The type of applying `op` to arguments of types `args` with resolved attributes (see
+/// [`resolve_attrs`]). The arity must already fit. On failure, says which argument (if any) is
+/// at fault.
+///
+/// The e-graph analysis calls this for every e-node, so a rewrite that builds an ill-typed term
+/// is found the moment it is instantiated.
+pub fn infer_op(
+    op: &OpDef,
+    args: &[TensorType],
+    attrs: &Attrs,
+) -> Result<TensorType, (Option<usize>, ErrorKind)> {
     for (i, arg) in args.iter().enumerate() {
         let operand = op.operand_name(i);
         if let Some(class) = op.spec.accepts.get(operand)
             && !class.admits(arg.dtype)
         {
-            return Err(problem(
-                Part::Arg {
-                    node: index,
-                    arg: i,
-                },
+            return Err((
+                Some(i),
                 ErrorKind::DType(format!(
                     "operand `{operand}` of `{}` must be {class:?}, got {}",
-                    node.op, arg.dtype
+                    op.name(),
+                    arg.dtype
                 )),
             ));
         }
     }
-    let dtype = result_dtype(op, args, &attrs);
-    let shape = result_shape(op, args, &attrs).map_err(|msg| {
-        problem(
-            node_part("op"),
-            ErrorKind::Shape(format!("`{}`: {msg}", node.op)),
-        )
-    })?;
+    let dtype = result_dtype(op, args, attrs);
+    let shape = result_shape(op, args, attrs)
+        .map_err(|msg| (None, ErrorKind::Shape(format!("`{}`: {msg}", op.name()))))?;
     Ok(TensorType { dtype, shape })
 }
 

@@ -1,0 +1,236 @@
+//! A checked graph in index form: every value typed, every op resolved, attributes complete.
+//!
+//! [`Graph`] is the user's contract (names, a file format); the stages after checking want
+//! indices instead of names. The e-graph is built from a `Dag`, extraction produces one, and
+//! the partitioner and the cost model read one, so they never look a name up in a map.
+
+use crate::attr::{AttrValue, Attrs};
+use crate::error::Result;
+use crate::graph::check::resolve_attrs;
+use crate::graph::{Graph, Input, Node, TensorType, check};
+use crate::rules::{Catalogue, OpDef};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// A value: a graph input or the result of a node, by index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Value {
+    Input(usize),
+    Node(usize),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DagInput {
+    pub name: String,
+    pub ty: TensorType,
+}
+
+/// One op application. `attrs` is complete: catalogue defaults are filled in.
+#[derive(Debug, Clone)]
+pub struct DagNode {
+    /// A name for the value; unique within the dag only after [`Dag::to_graph`].
+    pub name: String,
+    pub op: Arc<OpDef>,
+    pub attrs: Attrs,
+    pub args: Vec<Value>,
+    pub ty: TensorType,
+}
+
+/// A named graph output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DagOutput {
+    pub name: String,
+    pub value: Value,
+}
+
+/// A graph in index form. Nodes are in dependency order: a node's args are inputs or earlier
+/// nodes.
+#[derive(Debug, Clone)]
+pub struct Dag {
+    pub name: String,
+    pub inputs: Vec<DagInput>,
+    pub nodes: Vec<DagNode>,
+    pub outputs: Vec<DagOutput>,
+}
+
+impl Dag {
+    /// Checks `graph` against `catalogue` and converts it.
+    pub fn from_graph(graph: &Graph, catalogue: &Catalogue) -> Result<Dag> {
+        let types = check(graph, catalogue)?;
+        let mut index: HashMap<&str, Value> = HashMap::new();
+        let inputs = graph
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| {
+                index.insert(&input.name, Value::Input(i));
+                DagInput {
+                    name: input.name.clone(),
+                    ty: types[&input.name].clone(),
+                }
+            })
+            .collect();
+        let mut nodes = Vec::with_capacity(graph.nodes.len());
+        for (i, node) in graph.nodes.iter().enumerate() {
+            let op = catalogue.get(&node.op).expect("checked").clone();
+            let attrs = resolve_attrs(&op, &node.attrs).expect("checked");
+            nodes.push(DagNode {
+                name: node.name.clone(),
+                args: node.args.iter().map(|a| index[a.as_str()]).collect(),
+                op,
+                attrs,
+                ty: types[&node.name].clone(),
+            });
+            index.insert(&node.name, Value::Node(i));
+        }
+        let outputs = graph
+            .outputs
+            .iter()
+            .map(|name| DagOutput {
+                name: name.clone(),
+                value: index[name.as_str()],
+            })
+            .collect();
+        Ok(Dag {
+            name: graph.name.clone(),
+            inputs,
+            nodes,
+            outputs,
+        })
+    }
+
+    pub fn ty(&self, value: Value) -> &TensorType {
+        match value {
+            Value::Input(i) => &self.inputs[i].ty,
+            Value::Node(i) => &self.nodes[i].ty,
+        }
+    }
+
+    pub fn value_name(&self, value: Value) -> &str {
+        match value {
+            Value::Input(i) => &self.inputs[i].name,
+            Value::Node(i) => &self.nodes[i].name,
+        }
+    }
+
+    /// For every node, the indices of the nodes that use it (once per use).
+    pub fn users(&self) -> Vec<Vec<usize>> {
+        let mut users = vec![Vec::new(); self.nodes.len()];
+        for (i, node) in self.nodes.iter().enumerate() {
+            for arg in &node.args {
+                if let Value::Node(p) = arg {
+                    users[*p].push(i);
+                }
+            }
+        }
+        users
+    }
+
+    /// Whether a node's value is a graph output.
+    pub fn output_mask(&self) -> Vec<bool> {
+        let mut mask = vec![false; self.nodes.len()];
+        for out in &self.outputs {
+            if let Value::Node(i) = out.value {
+                mask[i] = true;
+            }
+        }
+        mask
+    }
+
+    /// How many nodes apply `op`.
+    pub fn count_op(&self, op: &str) -> usize {
+        self.nodes.iter().filter(|n| n.op.name() == op).count()
+    }
+
+    /// The graph a user reads and saves. Names are made unique; each output keeps its name,
+    /// and an output whose value is an input or another output gets a copy node (a `cast` to
+    /// its own dtype) so the name still refers to it. Attributes equal to the catalogue default
+    /// are left out.
+    pub fn to_graph(&self) -> Graph {
+        let output_names: HashSet<&str> = self.outputs.iter().map(|o| o.name.as_str()).collect();
+        let mut taken: HashSet<String> = self.inputs.iter().map(|i| i.name.clone()).collect();
+        // Outputs claim the node computing them first, so they keep their own names.
+        let mut names: Vec<Option<String>> = vec![None; self.nodes.len()];
+        let mut copies: Vec<(String, Value)> = Vec::new();
+        for out in &self.outputs {
+            match out.value {
+                Value::Node(i) if names[i].is_none() && !taken.contains(&out.name) => {
+                    names[i] = Some(out.name.clone());
+                    taken.insert(out.name.clone());
+                }
+                value => copies.push((out.name.clone(), value)),
+            }
+        }
+        for (i, node) in self.nodes.iter().enumerate() {
+            if names[i].is_none() {
+                let base = if output_names.contains(node.name.as_str()) {
+                    format!("{}_value", node.name)
+                } else {
+                    node.name.clone()
+                };
+                let name = fresh(&base, &taken);
+                taken.insert(name.clone());
+                names[i] = Some(name);
+            }
+        }
+        let name_of = |v: Value| match v {
+            Value::Input(i) => self.inputs[i].name.clone(),
+            Value::Node(i) => names[i].clone().expect("named above"),
+        };
+        let mut nodes: Vec<Node> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| Node {
+                name: name_of(Value::Node(i)),
+                op: node.op.name().to_string(),
+                args: node.args.iter().map(|&a| name_of(a)).collect(),
+                attrs: written_attrs(&node.op, &node.attrs),
+            })
+            .collect();
+        for (name, value) in copies {
+            let mut attrs = Attrs::new();
+            attrs.insert("dtype".into(), AttrValue::DType(self.ty(value).dtype));
+            nodes.push(Node {
+                name,
+                op: "cast".into(),
+                args: vec![name_of(value)],
+                attrs,
+            });
+        }
+        Graph {
+            name: self.name.clone(),
+            inputs: self
+                .inputs
+                .iter()
+                .map(|i| Input {
+                    name: i.name.clone(),
+                    dtype: i.ty.dtype,
+                    shape: i.ty.shape.clone(),
+                })
+                .collect(),
+            nodes,
+            outputs: self.outputs.iter().map(|o| o.name.clone()).collect(),
+        }
+    }
+}
+
+/// `base`, or `base_2`, `base_3`, … whichever is free.
+fn fresh(base: &str, taken: &HashSet<String>) -> String {
+    if !taken.contains(base) {
+        return base.to_string();
+    }
+    (2..)
+        .map(|k| format!("{base}_{k}"))
+        .find(|n| !taken.contains(n))
+        .expect("an unbounded range has a free name")
+}
+
+/// The attributes worth writing: those that differ from the op's default.
+fn written_attrs(op: &OpDef, attrs: &Attrs) -> Attrs {
+    attrs
+        .iter()
+        .filter(|(name, value)| op.attr(name).and_then(|s| s.default.as_ref()) != Some(*value))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}

@@ -1,0 +1,289 @@
+//! What every e-class knows about its value: dtype and shape, or the attribute it holds, and
+//! whether every element is one known constant.
+//!
+//! Types are the soundness net of saturation. Every member of a class denotes the same tensor,
+//! so they must agree on dtype and shape; the rewrite applier compares the two sides before it
+//! unions them (see [`crate::rewrite`]), and a disagreement that still reaches [`merge`]
+//! (through congruence, or two constants proven equal that are not) is recorded in
+//! [`TypeAnalysis::conflicts`] and turned into an error by the runner instead of silently
+//! producing a wrong graph.
+//!
+//! [`merge`]: egg::Analysis::merge
+
+use super::language::{ENode, Leaf};
+use crate::attr::Attrs;
+use crate::graph::TensorType;
+use crate::graph::check::infer_op;
+use crate::rules::{Builtin, Catalogue, OpDef, Semantics};
+use crate::tensor::Tensor;
+use egg::{Analysis, DidMerge, EGraph, Id, Symbol};
+use std::collections::HashMap;
+
+/// The e-graph fusebox saturates.
+pub type FuseGraph = EGraph<ENode, TypeAnalysis>;
+
+/// A tensor class's facts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorData {
+    pub ty: TensorType,
+    /// `Some(v)`: every element equals `v` (already rounded to the dtype).
+    pub constant: Option<f64>,
+}
+
+/// Per-class analysis data.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClassData {
+    Tensor(TensorData),
+    Attr(Leaf),
+    /// An ill-typed term, with the reason. Only a rewrite's right-hand side can build one, and
+    /// the applier refuses to union it with anything.
+    Invalid(String),
+}
+
+impl ClassData {
+    pub fn tensor(&self) -> Option<&TensorData> {
+        match self {
+            ClassData::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    pub fn ty(&self) -> Option<&TensorType> {
+        self.tensor().map(|t| &t.ty)
+    }
+
+    pub fn leaf(&self) -> Option<&Leaf> {
+        match self {
+            ClassData::Attr(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// A short description for messages: `f32[2, 3]`, `attribute [4096]`, `invalid (…)`.
+    pub fn describe(&self) -> String {
+        match self {
+            ClassData::Tensor(t) => t.ty.to_string(),
+            ClassData::Attr(l) => format!("attribute {l}"),
+            ClassData::Invalid(why) => format!("an ill-typed term ({why})"),
+        }
+    }
+}
+
+/// Type inference and constant tracking over the catalogue.
+#[derive(Debug, Clone)]
+pub struct TypeAnalysis {
+    pub catalogue: Catalogue,
+    pub inputs: HashMap<Symbol, TensorType>,
+    /// Classes merged although their data disagree; each entry says what met what.
+    pub conflicts: Vec<String>,
+}
+
+impl TypeAnalysis {
+    pub fn new(catalogue: Catalogue, inputs: HashMap<Symbol, TensorType>) -> TypeAnalysis {
+        TypeAnalysis {
+            catalogue,
+            inputs,
+            conflicts: Vec::new(),
+        }
+    }
+}
+
+/// The operand and attribute split of an op e-node's children.
+pub fn split_children<'a>(op: &OpDef, children: &'a [Id]) -> Option<(&'a [Id], &'a [Id])> {
+    let attrs = op.spec.attrs.len();
+    let operands = children.len().checked_sub(attrs)?;
+    op.accepts_arity(operands)
+        .then(|| children.split_at(operands))
+}
+
+/// The resolved attributes of an op e-node, read from its attribute leaves.
+pub fn node_attrs(
+    op: &OpDef,
+    attr_ids: &[Id],
+    data: impl Fn(Id) -> ClassData,
+) -> Result<Attrs, String> {
+    let mut attrs = Attrs::new();
+    for (spec, &id) in op.spec.attrs.iter().zip(attr_ids) {
+        let leaf = match data(id) {
+            ClassData::Attr(leaf) => leaf,
+            other => {
+                return Err(format!(
+                    "attribute `{}` of `{}` is {}",
+                    spec.name,
+                    op.name(),
+                    other.describe()
+                ));
+            }
+        };
+        if leaf == Leaf::Absent {
+            if spec.optional {
+                continue;
+            }
+            return Err(format!("`{}` needs attribute `{}`", op.name(), spec.name));
+        }
+        let value = leaf.to_attr(spec.ty).ok_or_else(|| {
+            format!(
+                "attribute `{}` of `{}` must be {}, not {leaf}",
+                spec.name,
+                op.name(),
+                spec.ty
+            )
+        })?;
+        attrs.insert(spec.name.clone(), value);
+    }
+    Ok(attrs)
+}
+
+fn make_op(egraph: &FuseGraph, name: Symbol, children: &[Id]) -> Result<TensorData, String> {
+    let catalogue = &egraph.analysis.catalogue;
+    let op = catalogue
+        .get(name.as_str())
+        .ok_or_else(|| format!("unknown op `{name}`"))?;
+    let (operand_ids, attr_ids) = split_children(op, children).ok_or_else(|| {
+        format!(
+            "`{name}` takes {} operand(s) and {} attribute(s), got {} children",
+            op.arity_text(),
+            op.spec.attrs.len(),
+            children.len()
+        )
+    })?;
+    let attrs = node_attrs(op, attr_ids, |id| egraph[id].data.clone())?;
+    let mut operands = Vec::with_capacity(operand_ids.len());
+    for &id in operand_ids {
+        match &egraph[id].data {
+            ClassData::Tensor(t) => operands.push(t),
+            other => return Err(format!("an operand of `{name}` is {}", other.describe())),
+        }
+    }
+    let types: Vec<TensorType> = operands.iter().map(|t| t.ty.clone()).collect();
+    let ty = infer_op(op, &types, &attrs).map_err(|(_, kind)| kind.to_string())?;
+    let constant = uniform_value(op, &operands, &attrs, &ty);
+    Ok(TensorData { ty, constant })
+}
+
+/// The value every element of the result shares, when the operands make that certain.
+fn uniform_value(
+    op: &OpDef,
+    operands: &[&TensorData],
+    attrs: &Attrs,
+    ty: &TensorType,
+) -> Option<f64> {
+    let values: Option<Vec<f64>> = operands.iter().map(|t| t.constant).collect();
+    let values = values?;
+    match op.semantics {
+        Semantics::Formula(_) => {
+            let scalars: Vec<Tensor> = operands
+                .iter()
+                .zip(&values)
+                .map(|(t, &v)| Tensor::scalar(t.ty.dtype, v))
+                .collect();
+            let refs: Vec<&Tensor> = scalars.iter().collect();
+            let out = TensorType {
+                dtype: ty.dtype,
+                shape: Vec::new(),
+            };
+            let result = crate::eval::apply_op(op, &refs, attrs, &out).ok()?;
+            result.values().first().copied()
+        }
+        Semantics::Builtin(
+            Builtin::BroadcastTo | Builtin::Reshape | Builtin::Transpose | Builtin::Slice,
+        ) => values.first().copied(),
+        Semantics::Builtin(Builtin::Concat) => {
+            let first = *values.first()?;
+            values
+                .iter()
+                .all(|v| v.to_bits() == first.to_bits())
+                .then_some(first)
+        }
+        Semantics::Builtin(_) => None,
+    }
+}
+
+impl Analysis<ENode> for TypeAnalysis {
+    type Data = ClassData;
+
+    fn make(egraph: &mut FuseGraph, enode: &ENode, _id: Id) -> ClassData {
+        match enode {
+            ENode::Input(name) => match egraph.analysis.inputs.get(name) {
+                Some(ty) => ClassData::Tensor(TensorData {
+                    ty: ty.clone(),
+                    constant: None,
+                }),
+                None => ClassData::Invalid(format!("`{name}` is not an input of the graph")),
+            },
+            ENode::Attr(leaf) => ClassData::Attr(leaf.clone()),
+            ENode::Op(name, children) => match make_op(egraph, *name, children) {
+                Ok(t) => ClassData::Tensor(t),
+                Err(why) => ClassData::Invalid(why),
+            },
+        }
+    }
+
+    fn merge(&mut self, a: &mut ClassData, b: ClassData) -> DidMerge {
+        match (&mut *a, b) {
+            (ClassData::Tensor(x), ClassData::Tensor(y)) => {
+                if x.ty != y.ty {
+                    self.conflicts.push(format!(
+                        "a {} value was proven equal to a {} value",
+                        x.ty, y.ty
+                    ));
+                    return DidMerge(false, true);
+                }
+                match (x.constant, y.constant) {
+                    (None, Some(v)) => {
+                        x.constant = Some(v);
+                        DidMerge(true, false)
+                    }
+                    (Some(_), None) => DidMerge(false, true),
+                    (Some(u), Some(v))
+                        if u.to_bits() != v.to_bits() && !(u.is_nan() && v.is_nan()) =>
+                    {
+                        self.conflicts.push(format!(
+                            "the constant {u:?} was proven equal to the constant {v:?} ({})",
+                            x.ty
+                        ));
+                        DidMerge(false, true)
+                    }
+                    _ => DidMerge(false, false),
+                }
+            }
+            (ClassData::Attr(x), ClassData::Attr(y)) if *x == y => DidMerge(false, false),
+            (x, y) => {
+                if x != &y {
+                    self.conflicts.push(format!(
+                        "{} was proven equal to {}",
+                        x.describe(),
+                        y.describe()
+                    ));
+                }
+                DidMerge(false, true)
+            }
+        }
+    }
+
+    /// A scalar class with a known value gets a `const` node, so later rules and extraction see
+    /// the folded constant.
+    fn modify(egraph: &mut FuseGraph, id: Id) {
+        let Some(TensorData {
+            ty,
+            constant: Some(value),
+        }) = egraph[id].data.tensor().cloned()
+        else {
+            return;
+        };
+        if !ty.shape.is_empty() || egraph.analysis.catalogue.get("const").is_none() {
+            return;
+        }
+        let has_const = egraph[id]
+            .nodes
+            .iter()
+            .any(|n| n.op_name() == Some("const"));
+        if has_const {
+            return;
+        }
+        let v = egraph.add(ENode::Attr(Leaf::num(value)));
+        let d = egraph.add(ENode::Attr(Leaf::DType(ty.dtype)));
+        let c = egraph.add(ENode::op("const", vec![v, d]));
+        egraph.union(id, c);
+    }
+}
