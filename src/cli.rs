@@ -54,6 +54,22 @@ pub enum Command {
     },
     /// Print the version, the embedded rules and whether CUDA libraries can be loaded.
     Info,
+    /// Test every rewrite rule on random instances against the reference evaluator; exit 1
+    /// if any rule is unsound, printing a counterexample for each.
+    CheckRules {
+        /// A rule directory laid over the embedded defaults (its rewrites/*.ron are checked
+        /// along with the default rules they do not replace).
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Instances per rule and direction.
+        #[arg(long, default_value_t = crate::rewrite::soundness::CheckOptions::default().instances)]
+        instances: usize,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +106,12 @@ pub fn run(cli: Cli) -> Result<String> {
             Ok(list_ops(&rules))
         }
         Command::Info => Ok(info()),
+        Command::CheckRules {
+            rules,
+            seed,
+            instances,
+            json,
+        } => check_rules(rules.as_deref(), seed, instances, json),
     }
 }
 
@@ -305,4 +327,40 @@ fn info() -> String {
         if driver { "found" } else { "not found" },
         if nvrtc { "found" } else { "not found" },
     )
+}
+
+/// `fusebox check-rules`: the report goes to stdout whatever the outcome, so a person (or a
+/// JSON reader) sees every counterexample; an unsound rule also makes the command fail, with
+/// the rules and their files named on stderr, so CI stops on it.
+fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> Result<String> {
+    use crate::rewrite::soundness::{self, CheckOptions};
+    let set = RuleSet::load(dir)?;
+    let options = CheckOptions {
+        seed,
+        instances,
+        ..CheckOptions::default()
+    };
+    let report = soundness::check_rules(&set.rewrites, &set.ops, &options);
+    let text = if json {
+        let mut t = serde_json::to_string_pretty(&report.to_json()).expect("JSON values print");
+        t.push('\n');
+        t
+    } else {
+        report.render()
+    };
+    if report.is_sound() {
+        return Ok(text);
+    }
+    print!("{text}");
+    let mut unsound: Vec<String> = report
+        .unsound()
+        .map(|c| format!("`{}` ({})", c.rule, c.file))
+        .collect();
+    unsound.dedup();
+    let noun = if unsound.len() == 1 { "rule" } else { "rules" };
+    Err(cli_error(format!(
+        "{} unsound rewrite {noun}: {}",
+        unsound.len(),
+        unsound.join(", ")
+    )))
 }

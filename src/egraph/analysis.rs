@@ -17,7 +17,7 @@ use crate::graph::check::infer_op;
 use crate::rules::{Builtin, Catalogue, OpDef, Semantics};
 use crate::tensor::Tensor;
 use egg::{Analysis, DidMerge, EGraph, Id, Symbol};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The e-graph fusebox saturates.
 pub type FuseGraph = EGraph<ENode, TypeAnalysis>;
@@ -76,6 +76,9 @@ pub struct TypeAnalysis {
     pub inputs: HashMap<Symbol, TensorType>,
     /// Classes merged although their data disagree; each entry says what met what.
     pub conflicts: Vec<String>,
+    /// Per rewrite rule, how many instances of its right-hand side the checked applier refused
+    /// as ill-typed (a shape that does not broadcast, an operand dtype the op rejects, …).
+    pub ill_typed: BTreeMap<String, usize>,
 }
 
 impl TypeAnalysis {
@@ -84,6 +87,7 @@ impl TypeAnalysis {
             catalogue,
             inputs,
             conflicts: Vec::new(),
+            ill_typed: BTreeMap::new(),
         }
     }
 }
@@ -135,9 +139,23 @@ pub fn node_attrs(
 }
 
 fn make_op(egraph: &FuseGraph, name: Symbol, children: &[Id]) -> Result<TensorData, String> {
-    let catalogue = &egraph.analysis.catalogue;
+    op_data(&egraph.analysis.catalogue, name.as_str(), children, |id| {
+        egraph[id].data.clone()
+    })
+}
+
+/// The type and constant of op `name` applied to `children` (operands, then attribute leaves),
+/// whose class data `data` gives: exactly what the analysis computes for such an e-node. The
+/// rewrite applier calls it on a rule's right-hand side before adding anything, so an
+/// ill-typed instance is refused without touching the e-graph (see [`crate::rewrite`]).
+pub fn op_data(
+    catalogue: &Catalogue,
+    name: &str,
+    children: &[Id],
+    data: impl Fn(Id) -> ClassData,
+) -> Result<TensorData, String> {
     let op = catalogue
-        .get(name.as_str())
+        .get(name)
         .ok_or_else(|| format!("unknown op `{name}`"))?;
     let (operand_ids, attr_ids) = split_children(op, children).ok_or_else(|| {
         format!(
@@ -147,17 +165,18 @@ fn make_op(egraph: &FuseGraph, name: Symbol, children: &[Id]) -> Result<TensorDa
             children.len()
         )
     })?;
-    let attrs = node_attrs(op, attr_ids, |id| egraph[id].data.clone())?;
+    let attrs = node_attrs(op, attr_ids, &data)?;
     let mut operands = Vec::with_capacity(operand_ids.len());
     for &id in operand_ids {
-        match &egraph[id].data {
+        match data(id) {
             ClassData::Tensor(t) => operands.push(t),
             other => return Err(format!("an operand of `{name}` is {}", other.describe())),
         }
     }
     let types: Vec<TensorType> = operands.iter().map(|t| t.ty.clone()).collect();
     let ty = infer_op(op, &types, &attrs).map_err(|(_, kind)| kind.to_string())?;
-    let constant = uniform_value(op, &operands, &attrs, &ty);
+    let refs: Vec<&TensorData> = operands.iter().collect();
+    let constant = uniform_value(op, &refs, &attrs, &ty);
     Ok(TensorData { ty, constant })
 }
 

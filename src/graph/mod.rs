@@ -8,6 +8,7 @@
 pub mod builder;
 pub mod check;
 pub mod file;
+pub mod synthetic;
 
 pub use builder::GraphBuilder;
 pub use check::{TensorType, TypeMap, check};

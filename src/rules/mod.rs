@@ -1,8 +1,12 @@
 //! Rule files: everything a user may change about fusebox is data, read from RON.
 
+pub mod cost;
+pub mod fusion;
 pub mod ops;
 pub mod ron_file;
 pub mod set;
 
 pub use ops::{Builtin, Catalogue, DtypeClass, DtypeRule, OpDef, OpKind, OpSpec, Semantics};
+pub use cost::{CostModel, Primitive, Profile};
+pub use fusion::{FusionRules, Role};
 pub use set::RuleSet;

@@ -5,6 +5,7 @@
 //! op of the same name replaces the default one).
 
 use super::Catalogue;
+use super::{CostModel, FusionRules};
 use super::ron_file;
 use crate::error::{Error, ErrorKind, Result, Site};
 use std::collections::BTreeMap;
@@ -19,16 +20,28 @@ pub const OTHER_RULE_FILES: [&str; 3] = ["amp.ron", "fusion.ron", "cost.ron"];
 #[derive(Debug, Clone)]
 pub struct RuleSet {
     pub ops: Catalogue,
+    /// What may share a kernel: the user's `fusion.ron` replaces the default as a whole.
+    pub fusion: FusionRules,
+    /// Hardware profiles: a user's `cost.ron` adds profiles or replaces those of the same name.
+    pub cost: CostModel,
+    /// Rewrite rules: the embedded `rewrites/*.ron` with the user's `rewrites/NAME.ron` laid
+    /// over them (a file replaces the default file of the same name; others are added).
+    pub rewrites: Vec<crate::rewrite::Rule>,
     /// Syntax-checked text of the other rule files, keyed by their path inside the directory
-    /// (`amp.ron`, `rewrites/algebra.ron`, …).
+    /// (`amp.ron`, …).
     pub documents: BTreeMap<String, String>,
 }
 
 impl RuleSet {
     /// The rules embedded in the binary.
     pub fn defaults() -> RuleSet {
+        let ops = Catalogue::defaults();
         RuleSet {
-            ops: Catalogue::defaults(),
+            fusion: FusionRules::load_str(super::fusion::DEFAULT_FUSION, "rules/fusion.ron", &ops)
+                .expect("the embedded rules/fusion.ron is checked by tests"),
+            cost: CostModel::defaults(),
+            rewrites: crate::rewrite::default_rules(&ops),
+            ops,
             documents: BTreeMap::new(),
         }
     }
@@ -84,16 +97,31 @@ impl RuleSet {
             }
         }
         files.sort();
+        // fusion.ron names ops, so it is checked after ops.ron, which sorts after it.
+        let mut fusion_file = None;
+        let mut user_rewrites = Vec::new();
         for (key, path) in files {
             let text = ron_file::read_file(&path)?;
             let shown = path.display().to_string();
             if key == "ops.ron" {
                 rules.ops.load_str(&text, &shown)?;
+            } else if let Some(name) = key.strip_prefix("rewrites/") {
+                user_rewrites.push((name.to_string(), text, shown));
             } else {
                 ron_file::parse::<ron::Value>(&text, &shown)?;
+                if key == "cost.ron" {
+                    rules.cost.load_str(&text, &shown)?;
+                } else if key == "fusion.ron" {
+                    fusion_file = Some((text.clone(), shown));
+                }
                 rules.documents.insert(key, text);
             }
         }
+        if let Some((text, shown)) = fusion_file {
+            rules.fusion = FusionRules::load_str(&text, &shown, &rules.ops)?;
+        }
+        // Rewrite rules name ops, so they are checked against the final catalogue.
+        rules.rewrites = crate::rewrite::load_rule_set(&rules.ops, &user_rewrites)?;
         Ok(rules)
     }
 

@@ -1,0 +1,217 @@
+//! Rendering an optimization for people: the `--explain` report and the `--emit dot` drawing.
+//!
+//! Both are deterministic (no timings, stable order), so the book can show them verbatim and a
+//! test can fail when they drift.
+
+use crate::dag::Value;
+use crate::optimize::{Optimized, Report};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+/// A human-readable size: `512 B`, `4.0 KiB`, `12.5 MiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// Microseconds with sensible precision.
+pub fn micros(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.1} µs")
+    }
+}
+
+fn flops(n: u64) -> String {
+    match n {
+        0..1_000 => format!("{n} flop"),
+        1_000..1_000_000 => format!("{:.1} kflop", n as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} Mflop", n as f64 / 1e6),
+        _ => format!("{:.1} Gflop", n as f64 / 1e9),
+    }
+}
+
+/// The `--explain` text: what the cost model compared, which rules fired, the e-graph, and
+/// every kernel with its ops, reads and writes.
+pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String {
+    let r: &Report = &optimized.report;
+    let mut out = String::new();
+    let _ = writeln!(out, "graph `{}`, cost profile `{}`", r.graph, r.profile);
+    let _ = writeln!(out);
+    let _ = writeln!(out, "modeled cost (kernel launches + bytes at kernel boundaries + arithmetic):");
+    let _ = writeln!(
+        out,
+        "  one kernel per op:      {:>4} kernels  {:>10}  {:>10}",
+        r.kernels_before + r.library_calls_before,
+        bytes(r.bytes_before),
+        micros(r.cost_before)
+    );
+    let _ = writeln!(out, "  input fused as written:                          {:>10}", micros(r.cost_unrewritten));
+    let _ = writeln!(
+        out,
+        "  optimized and fused:    {:>4} kernels  {:>10}  {:>10}",
+        r.kernels_after + r.library_calls_after,
+        bytes(r.bytes_after),
+        micros(r.cost_after)
+    );
+    let saved_by_rules = r.cost_unrewritten - r.cost_after;
+    if saved_by_rules > 0.0 {
+        let _ = writeln!(
+            out,
+            "  rewrites saved {} over fusing the input as written",
+            micros(saved_by_rules)
+        );
+    } else {
+        let _ = writeln!(out, "  no rewrite made the fused graph cheaper; the input's form was kept");
+    }
+    let _ = writeln!(out, "casts: {} -> {}", r.casts_before, r.casts_after);
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "e-graph: {} e-nodes in {} classes after {} iterations ({})",
+        r.egraph.nodes, r.egraph.classes, r.egraph.iterations, r.egraph.stop_reason
+    );
+    if r.rules.is_empty() {
+        let _ = writeln!(out, "rules fired: none");
+    } else {
+        let _ = writeln!(out, "rules fired:");
+        let mut fired: Vec<(&String, &usize)> = r.rules.iter().collect();
+        fired.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        for (name, count) in fired {
+            let _ = writeln!(out, "  {count:>5}  {name}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "extraction: {} ({} candidate graphs costed)",
+        r.extraction.method, r.extraction.evaluations
+    );
+    let new_values: Vec<String> = optimized
+        .dag
+        .nodes
+        .iter()
+        .filter(|n| !input_nodes.contains(&n.name))
+        .map(|n| format!("{} = {}", n.name, n.op.name()))
+        .collect();
+    if !new_values.is_empty() {
+        let _ = writeln!(out, "values the rewrites introduced: {}", new_values.join(", "));
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "kernels:");
+    for (i, k) in r.kernels.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  #{} {} over {:?}: {}, {}, {}",
+            i + 1,
+            k.kind,
+            k.domain,
+            bytes(k.bytes),
+            flops(k.flops),
+            micros(k.cost_us)
+        );
+        let _ = writeln!(out, "     reads  {}", list(&k.inputs));
+        let _ = writeln!(out, "     writes {}", list(&k.outputs));
+        let _ = writeln!(out, "     ops    {}", list(&k.ops));
+    }
+    out
+}
+
+fn list(items: &[String]) -> String {
+    if items.is_empty() {
+        "(nothing)".into()
+    } else {
+        items.join(", ")
+    }
+}
+
+fn quote(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// Graphviz: one cluster per kernel, inputs as ellipses, graph outputs double-circled.
+pub fn to_dot(optimized: &Optimized) -> String {
+    let dag = &optimized.dag;
+    let mut out = String::new();
+    let _ = writeln!(out, "digraph {} {{", quote(&dag.name));
+    let _ = writeln!(out, "  rankdir=TB;");
+    let _ = writeln!(out, "  node [shape=box, fontname=\"monospace\"];");
+    for input in &dag.inputs {
+        let _ = writeln!(
+            out,
+            "  {} [shape=ellipse, label={}];",
+            quote(&format!("in:{}", input.name)),
+            quote(&format!("{}\\n{}", input.name, input.ty))
+        );
+    }
+    let outputs = dag.output_mask();
+    let id = |v: Value| match v {
+        Value::Input(i) => quote(&format!("in:{}", dag.inputs[i].name)),
+        Value::Node(i) => quote(&format!("n{i}")),
+    };
+    for (k, kernel) in optimized.partition.kernels.iter().enumerate() {
+        let report = &optimized.report.kernels[k];
+        let _ = writeln!(out, "  subgraph {} {{", quote(&format!("cluster_{k}")));
+        let _ = writeln!(
+            out,
+            "    label={}; style=rounded; color={};",
+            quote(&format!("kernel {} ({}, {})", k + 1, report.kind, micros(report.cost_us))),
+            if report.kind == "fused" { "blue" } else { "gray" }
+        );
+        for &i in &kernel.nodes {
+            let node = &dag.nodes[i];
+            let shape = if outputs[i] { ", peripheries=2" } else { "" };
+            let _ = writeln!(
+                out,
+                "    {} [label={}{shape}];",
+                id(Value::Node(i)),
+                quote(&format!("{} = {}\\n{}", node.name, node.op.name(), node.ty))
+            );
+        }
+        let _ = writeln!(out, "  }}");
+    }
+    for (i, node) in dag.nodes.iter().enumerate() {
+        if node.op.name() == "const" {
+            let value = node.attrs.get("value").and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+            let _ = writeln!(
+                out,
+                "  {} [shape=plain, label={}];",
+                id(Value::Node(i)),
+                quote(&format!("{value} {}", node.ty.dtype))
+            );
+        }
+        for &arg in &node.args {
+            let _ = writeln!(out, "  {} -> {};", id(arg), id(Value::Node(i)));
+        }
+    }
+    let _ = writeln!(out, "}}");
+    out
+}
+
+/// The default `fusebox optimize` output: three lines.
+pub fn summary(r: &Report) -> String {
+    format!(
+        "graph `{}` (profile `{}`)\nkernels: {} -> {}   casts: {} -> {}   bytes: {} -> {}\nmodeled cost: {} -> {} ({} iterations, {})\n",
+        r.graph,
+        r.profile,
+        r.kernels_before,
+        r.kernels_after,
+        r.casts_before,
+        r.casts_after,
+        bytes(r.bytes_before),
+        bytes(r.bytes_after),
+        micros(r.cost_before),
+        micros(r.cost_after),
+        r.egraph.iterations,
+        r.egraph.stop_reason
+    )
+}

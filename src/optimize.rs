@@ -1,0 +1,269 @@
+//! `optimize()`: the whole pipeline from a checked graph to fused kernels and a report.
+//!
+//! graph → [`Dag`] → e-graph seeded with it → saturation under the rewrite rules →
+//! extraction, where each candidate is costed by partitioning it into kernels per
+//! `fusion.ron` and pricing them per `cost.ron` → the chosen graph, its kernels, a report.
+//! The kernels returned are exactly the ones the cost in the report was computed for.
+
+use crate::dag::{Dag, Value};
+use crate::egraph::{self, ClassData, ENode, FuseGraph};
+use crate::error::Result;
+use crate::extract::{self, ExtractOptions, Method};
+use crate::graph::Graph;
+use crate::partition::{self, Kernel, KernelKind, Partition};
+use crate::rules::{OpKind, RuleSet};
+use crate::saturate::{self, Limits, PhaseReport};
+use crate::shape::{self, Shape};
+use egg::Id;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// How to optimize.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// A profile of `cost.ron` (`cpu`, `h200`, or one a rule directory adds).
+    pub profile: String,
+    pub limits: Limits,
+    pub extract: ExtractOptions,
+    /// Show a progress spinner on a terminal when saturation runs long.
+    pub progress: bool,
+    /// Apply the rewrite rules; without them the input graph is only partitioned, which is what
+    /// the report's `cost_unrewritten` measures.
+    pub rewrite: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            profile: "cpu".into(),
+            limits: Limits::default(),
+            extract: ExtractOptions::default(),
+            progress: false,
+            rewrite: true,
+        }
+    }
+}
+
+/// The result of [`optimize`].
+#[derive(Debug, Clone)]
+pub struct Optimized {
+    /// The optimized graph, ready to save or evaluate. Output names are the input's.
+    pub graph: Graph,
+    /// The same graph in index form; kernel node indices refer to it.
+    pub dag: Dag,
+    /// The fused kernels the lowering emits, and their modeled cost.
+    pub partition: Partition,
+    pub report: Report,
+}
+
+/// What optimization did, for people (`--explain`) and for tools (`--json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub graph: String,
+    pub profile: String,
+    /// One kernel per op that is not opaque (and not a `const` literal): the unfused baseline.
+    pub kernels_before: usize,
+    /// Fused and copy kernels after optimization (library calls counted apart).
+    pub kernels_after: usize,
+    /// Opaque ops (matmul) run as library calls, before and after.
+    pub library_calls_before: usize,
+    pub library_calls_after: usize,
+    pub casts_before: usize,
+    pub casts_after: usize,
+    /// Bytes moved at kernel boundaries.
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    /// Modeled time in microseconds: the input run one op per kernel …
+    pub cost_before: f64,
+    /// … the input graph fused as written, without rewrites …
+    pub cost_unrewritten: f64,
+    /// … and the optimized graph fused.
+    pub cost_after: f64,
+    pub egraph: EGraphReport,
+    /// Unions made per rule (both directions of a bidirectional rule under its name).
+    pub rules: BTreeMap<String, usize>,
+    pub extraction: ExtractionReport,
+    pub kernels: Vec<KernelReport>,
+    pub time_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EGraphReport {
+    pub nodes: usize,
+    pub classes: usize,
+    pub iterations: usize,
+    pub stop_reason: String,
+    pub limited: bool,
+    pub time_ms: f64,
+    pub phases: Vec<PhaseReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ExtractionReport {
+    /// `exact` (every combination of choices tried) or `greedy`.
+    pub method: String,
+    /// Candidate graphs partitioned and costed.
+    pub evaluations: usize,
+    pub time_ms: f64,
+}
+
+/// One kernel as the report shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelReport {
+    pub kind: String,
+    pub domain: Shape,
+    /// `name = op` for each node, in order.
+    pub ops: Vec<String>,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub bytes: u64,
+    pub flops: u64,
+    pub cost_us: f64,
+}
+
+/// Optimizes `graph` under `rules`.
+///
+/// ```
+/// use fusebox::dtype::DType;
+/// use fusebox::graph::GraphBuilder;
+/// use fusebox::optimize::{optimize, Options};
+/// use fusebox::rules::RuleSet;
+///
+/// let mut b = GraphBuilder::new("tail");
+/// let x = b.input("x", DType::F32, &[64, 256]);
+/// let s = b.op("s", "sigmoid", &[&x]);
+/// let t = b.op("t", "tanh", &[&s]);
+/// let graph = b.finish(&[&t]);
+/// let out = optimize(&graph, &RuleSet::defaults(), &Options::default()).unwrap();
+/// assert_eq!(out.report.kernels_before, 2);
+/// assert_eq!(out.report.kernels_after, 1);
+/// assert!(out.report.cost_after < out.report.cost_before);
+/// /// ```
+pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Optimized> {
+    let start = Instant::now();
+    let profile = rules.cost.profile(&options.profile)?;
+    let input = Dag::from_graph(graph, &rules.ops)?;
+    let before = partition::unfused(&input, profile);
+    let unrewritten = partition::partition(&input, &rules.fusion, profile);
+
+    let mut egraph = egraph::new_egraph(&input, &rules.ops);
+    let mut seeded = egraph::seed(&mut egraph, &input);
+    egraph.rebuild();
+    let active: &[crate::rewrite::Rule] = if options.rewrite { &rules.rewrites } else { &[] };
+    let (egraph, saturation) =
+        saturate::saturate(egraph, active, &options.limits, options.progress)?;
+    seeded.canonicalize(&egraph);
+
+    let extract_start = Instant::now();
+    let cost = |dag: &Dag| partition::partition(dag, &rules.fusion, profile).cost.total_us;
+    let extraction = extract::extract(&egraph, &seeded, &cost, &estimate, &options.extract);
+    let extract_ms = extract_start.elapsed().as_secs_f64() * 1e3;
+
+    let dag = extraction.dag;
+    let after = partition::partition(&dag, &rules.fusion, profile);
+    let optimized = dag.to_graph();
+    let kernels_before = input
+        .nodes
+        .iter()
+        .filter(|n| n.op.name() != "const" && n.op.kind() != OpKind::Opaque)
+        .count();
+    let library = |p: &Partition| {
+        p.kernels
+            .iter()
+            .filter(|k| k.kind == KernelKind::Library)
+            .count()
+    };
+    let report = Report {
+        graph: graph.name.clone(),
+        profile: options.profile.clone(),
+        kernels_before,
+        kernels_after: after.kernels.len() - library(&after),
+        library_calls_before: library(&before),
+        library_calls_after: library(&after),
+        casts_before: input.count_op("cast"),
+        casts_after: dag.count_op("cast"),
+        bytes_before: before.cost.bytes,
+        bytes_after: after.cost.bytes,
+        cost_before: before.cost.total_us,
+        cost_unrewritten: unrewritten.cost.total_us,
+        cost_after: after.cost.total_us,
+        egraph: EGraphReport {
+            nodes: saturation.nodes,
+            classes: saturation.classes,
+            iterations: saturation.iterations,
+            stop_reason: saturation.stop_reason,
+            limited: saturation.limited,
+            time_ms: saturation.time_ms,
+            phases: saturation.phases,
+        },
+        rules: saturation.firings,
+        extraction: ExtractionReport {
+            method: match extraction.method {
+                Method::Exact => "exact".into(),
+                Method::Greedy => "greedy".into(),
+            },
+            evaluations: extraction.evaluations,
+            time_ms: extract_ms,
+        },
+        kernels: after
+            .kernels
+            .iter()
+            .map(|k| kernel_report(&dag, k))
+            .collect(),
+        time_ms: start.elapsed().as_secs_f64() * 1e3,
+    };
+    Ok(Optimized {
+        graph: optimized,
+        dag,
+        partition: after,
+        report,
+    })
+}
+
+fn kernel_report(dag: &Dag, kernel: &Kernel) -> KernelReport {
+    let names = |values: &[Value]| values.iter().map(|&v| dag.value_name(v).to_string()).collect();
+    KernelReport {
+        kind: match kernel.kind {
+            KernelKind::Fused => "fused".into(),
+            KernelKind::Alone => "copy".into(),
+            KernelKind::Library => "library".into(),
+        },
+        domain: kernel.domain.clone(),
+        ops: kernel
+            .nodes
+            .iter()
+            .map(|&i| format!("{} = {}", dag.nodes[i].name, dag.nodes[i].op.name()))
+            .collect(),
+        inputs: names(&kernel.inputs),
+        outputs: names(&kernel.outputs),
+        bytes: kernel.cost.bytes,
+        flops: kernel.cost.flops,
+        cost_us: kernel.cost.total_us,
+    }
+}
+
+/// The greedy extractor's standalone guess at one e-node's cost, in arbitrary units that only
+/// need to rank alternatives: work proportional to the elements produced, heavier for ops that
+/// cannot fuse (they cost a launch and a round trip through memory). Local search then judges
+/// candidates by the true partition cost.
+fn estimate(egraph: &FuseGraph, id: Id, node: &ENode) -> f64 {
+    let Some(ty) = egraph[id].data.ty() else {
+        return 0.0;
+    };
+    let elements = shape::numel(&ty.shape) as f64;
+    let Some(op) = node.op_name().and_then(|n| egraph.analysis.catalogue.get(n)) else {
+        return 0.0;
+    };
+    if op.name() == "const" {
+        return 0.0;
+    }
+    let weight = match op.kind() {
+        OpKind::Pointwise => 1.0,
+        OpKind::Layout if op.name() == "broadcast_to" => 0.5,
+        OpKind::Layout | OpKind::Reduction => 4.0,
+        OpKind::Opaque => 16.0,
+    };
+    let bytes = ty.dtype.size_bytes() as f64;
+    weight * elements * bytes / 4.0 + matches!(egraph[id].data, ClassData::Tensor(_)) as u8 as f64
+}

@@ -1,0 +1,687 @@
+//! The greedy partitioner.
+//!
+//! Nodes are visited in topological order. A node whose role lets it fuse (`Join`, `End`)
+//! considers the kernels of its producers: each one alone, then greedily larger unions of them,
+//! then all of them. A candidate must be legal — no `End` result consumed inside its kernel,
+//! compatible iteration domains, the argument budget, convexity — and is taken only if the
+//! modeled total drops below running the node as a kernel of its own. The partial partition is
+//! priced as it stands: a value still awaiting users outside its kernel is written to memory.
+//! Since a node alone costs exactly what it adds to the unfused baseline, and the node only
+//! joins when that is cheaper, the partition never costs more than the baseline.
+//!
+//! Kernel statistics (inputs, outputs, bytes, arithmetic per element, domain, cost) are kept
+//! per kernel and updated as kernels grow, so evaluating a candidate costs time in the size of
+//! the node's neighbourhood, not of the kernels.
+//!
+//! Convexity: kernels carry a rank, a topological order of the kernel graph that is maintained
+//! through merges. A merge is convex when no kernel reachable from its members (by edges
+//! leaving them) reaches back into the members or into a producer of the node; that search
+//! only visits kernels ranked below the highest-ranked member or producer, since nothing
+//! ranked above them can reach them. The kernels it visits are then moved after the merged
+//! kernel, which keeps the ranks topological; the final kernel order is the rank order.
+
+use super::{Facts, KernelKind, Partition, kind_of, price};
+use crate::dag::{Dag, Value};
+use crate::rules::{FusionRules, Profile, Role};
+use crate::shape::{Shape, broadcast, broadcasts_to, numel};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// Rank spacing: room to insert kernels between two ranks without renumbering.
+const GAP: u64 = 1 << 24;
+
+/// A kernel under construction.
+#[derive(Debug, Default)]
+struct Group {
+    nodes: Vec<usize>,
+    kind: Option<KernelKind>,
+    /// Values read from memory (literals excluded).
+    inputs: HashSet<Value>,
+    in_bytes: u64,
+    /// How many of its nodes' values are written.
+    outputs: usize,
+    out_bytes: u64,
+    /// Σ flop-equivalents per domain element of its nodes.
+    per_element: f64,
+    domain: Shape,
+    /// Holds an `End` node: the domain is that node's input shape and cannot change.
+    fixed: bool,
+    rank: u64,
+    total_us: f64,
+    /// Uses of its values by nodes of other kernels: consumer kernel (possibly merged away
+    /// since; resolve with `find`) → producer node, once per use.
+    succ: HashMap<u32, Vec<usize>>,
+}
+
+/// A legal candidate: the node joining `members` (canonical kernel ids).
+struct Plan {
+    members: Vec<u32>,
+    domain: Shape,
+    fixed: bool,
+    in_bytes: u64,
+    in_count: usize,
+    out_count: usize,
+    out_bytes: u64,
+    per_element: f64,
+    total_us: f64,
+    /// Change of the modeled total.
+    delta: f64,
+    /// Producer nodes whose uses move inside the merged kernel, once per use.
+    internal_uses: Vec<usize>,
+    /// Values that stop being inputs because they are produced inside the merged kernel.
+    internal_inputs: Vec<Value>,
+    /// The highest rank among members and outside producers.
+    top_rank: u64,
+    /// Kernels between the members and their outside successors that must move after the
+    /// merged kernel.
+    moved: Vec<u32>,
+}
+
+/// The kernel that absorbed `g` (union-find without path compression: the absorbing kernel
+/// is always the largest, so chains stay logarithmic).
+fn find(parent: &[u32], mut g: u32) -> u32 {
+    while parent[g as usize] != g {
+        g = parent[g as usize];
+    }
+    g
+}
+
+struct Builder<'a> {
+    dag: &'a Dag,
+    facts: Facts,
+    profile: &'a Profile,
+    max_args: usize,
+    role: Vec<Role>,
+    /// Each assigned node's kernel, always canonical.
+    group_of: Vec<u32>,
+    /// Kernels merged away point to the kernel that absorbed them.
+    parent: Vec<u32>,
+    groups: Vec<Group>,
+    /// Per node: uses by nodes outside its kernel, counting nodes not yet placed.
+    ext: Vec<usize>,
+    /// Rank → kernel, for live kernels.
+    ranks: BTreeMap<u64, u32>,
+    next_rank: u64,
+    member_mark: Vec<u32>,
+    outside_mark: Vec<u32>,
+    visit_mark: Vec<u32>,
+    epoch: u32,
+}
+
+pub(super) fn partition(dag: &Dag, fusion: &FusionRules, profile: &Profile) -> Partition {
+    let facts = Facts::new(dag, profile);
+    let n = dag.nodes.len();
+    let mut b = Builder {
+        dag,
+        profile,
+        max_args: fusion.max_kernel_args,
+        role: dag.nodes.iter().map(|node| fusion.role(&node.op)).collect(),
+        group_of: vec![u32::MAX; n],
+        parent: Vec::new(),
+        groups: Vec::new(),
+        ext: facts.users.iter().map(Vec::len).collect(),
+        ranks: BTreeMap::new(),
+        next_rank: GAP,
+        member_mark: Vec::new(),
+        outside_mark: Vec::new(),
+        visit_mark: Vec::new(),
+        epoch: 0,
+        facts,
+    };
+    for node in 0..n {
+        if !b.facts.literal[node] {
+            b.place(node);
+        }
+    }
+    b.finish()
+}
+
+impl Builder<'_> {
+    fn find(&self, g: u32) -> u32 {
+        find(&self.parent, g)
+    }
+
+    fn group(&self, g: u32) -> &Group {
+        &self.groups[g as usize]
+    }
+
+    fn next_epoch(&mut self) -> u32 {
+        if self.epoch == u32::MAX {
+            self.member_mark.fill(0);
+            self.outside_mark.fill(0);
+            self.visit_mark.fill(0);
+            self.epoch = 0;
+        }
+        self.epoch += 1;
+        self.epoch
+    }
+
+    fn place(&mut self, n: usize) {
+        if matches!(self.role[n], Role::Join | Role::End) {
+            let producers = self.producer_groups(n);
+            if let Some(plan) = self.best_plan(n, &producers) {
+                self.merge(n, plan);
+                return;
+            }
+        }
+        self.start(n);
+    }
+
+    /// The fusable kernels producing `n`'s operands, in operand order.
+    fn producer_groups(&self, n: usize) -> Vec<u32> {
+        let mut out = Vec::new();
+        for &arg in &self.dag.nodes[n].args {
+            if let Value::Node(p) = arg
+                && !self.facts.literal[p]
+            {
+                let g = self.group_of[p];
+                if self.group(g).kind == Some(KernelKind::Fused) && !out.contains(&g) {
+                    out.push(g);
+                }
+            }
+        }
+        out
+    }
+
+    /// The cheapest legal way for `n` to join its producers' kernels, if cheaper than a
+    /// kernel of its own.
+    fn best_plan(&mut self, n: usize, producers: &[u32]) -> Option<Plan> {
+        let alone = self.singleton(n).total_us;
+        let mut best: Option<Plan> = None;
+        let bar = |best: &Option<Plan>| best.as_ref().map_or(alone, |p| p.delta);
+        for &g in producers {
+            if let Some(plan) = self.plan(n, &[g])
+                && plan.delta < bar(&best)
+            {
+                best = Some(plan);
+            }
+        }
+        // Grow the best single join one producer kernel at a time while that pays.
+        if let Some(mut current) = best.take() {
+            loop {
+                let mut next: Option<Plan> = None;
+                for &g in producers {
+                    if current.members.contains(&g) {
+                        continue;
+                    }
+                    let mut members = current.members.clone();
+                    members.push(g);
+                    let limit = next.as_ref().map_or(current.delta, |p| p.delta);
+                    if let Some(plan) = self.plan(n, &members)
+                        && plan.delta < limit
+                    {
+                        next = Some(plan);
+                    }
+                }
+                match next {
+                    Some(plan) => current = plan,
+                    None => break,
+                }
+            }
+            best = Some(current);
+        }
+        // All producers at once: legal even when no single join is (a producer kernel that
+        // feeds another producer kernel can only be merged together with it).
+        if producers.len() >= 2
+            && best.as_ref().is_none_or(|p| p.members.len() < producers.len())
+            && let Some(plan) = self.plan(n, producers)
+            && plan.delta < bar(&best)
+        {
+            best = Some(plan);
+        }
+        best
+    }
+
+    /// Prices `n` joining `members`, or `None` when that is illegal.
+    fn plan(&mut self, n: usize, members: &[u32]) -> Option<Plan> {
+        let epoch = self.next_epoch();
+        for &m in members {
+            self.member_mark[m as usize] = epoch;
+        }
+        let member = |b: &Self, g: u32| b.member_mark[g as usize] == epoch;
+        let dag = self.dag;
+        let node = &dag.nodes[n];
+
+        // Operands: uses moving inside, and producer kernels staying outside.
+        let mut internal_uses = Vec::new();
+        let mut outside = Vec::new();
+        for &arg in &node.args {
+            if let Value::Node(p) = arg
+                && !self.facts.literal[p]
+            {
+                let g = self.group_of[p];
+                if member(self, g) {
+                    if self.role[p] == Role::End {
+                        return None;
+                    }
+                    internal_uses.push(p);
+                } else if !outside.contains(&g) {
+                    outside.push(g);
+                }
+            }
+        }
+        // Edges between members become internal; none may consume an `End` result.
+        let mut internal_inputs: Vec<Value> = Vec::new();
+        if members.len() > 1 {
+            for &a in members {
+                for (&k, producers) in &self.group(a).succ {
+                    let c = self.find(k);
+                    if c == a || !member(self, c) {
+                        continue;
+                    }
+                    for &p in producers {
+                        if self.role[p] == Role::End {
+                            return None;
+                        }
+                        internal_uses.push(p);
+                        if !internal_inputs.contains(&Value::Node(p)) {
+                            internal_inputs.push(Value::Node(p));
+                        }
+                    }
+                }
+            }
+        }
+
+        // Iteration domain.
+        let shape = &self.facts.iter_shape[n];
+        let mut fixed: Option<&Shape> = (self.role[n] == Role::End).then_some(shape);
+        for &m in members {
+            let g = self.group(m);
+            if g.fixed {
+                match fixed {
+                    None => fixed = Some(&g.domain),
+                    Some(f) if *f != g.domain => return None,
+                    Some(_) => {}
+                }
+            }
+        }
+        let is_fixed = fixed.is_some();
+        let domain = match fixed {
+            Some(f) => f.clone(),
+            None => {
+                let mut d = shape.clone();
+                for &m in members {
+                    d = broadcast(&d, &self.group(m).domain).ok()?;
+                }
+                d
+            }
+        };
+        if !broadcasts_to(&self.facts.iter_shape[n], &domain)
+            || members
+                .iter()
+                .any(|&m| !broadcasts_to(&self.group(m).domain, &domain))
+        {
+            return None;
+        }
+
+        // Inputs: the union of the members' and the node's, less values made inside.
+        let largest = *members
+            .iter()
+            .max_by_key(|&&m| self.group(m).inputs.len())
+            .expect("a plan has members");
+        let big = &self.group(largest).inputs;
+        let mut extra: HashSet<Value> = HashSet::new();
+        let mut in_bytes = self.group(largest).in_bytes;
+        for &m in members {
+            if m != largest {
+                for &v in &self.group(m).inputs {
+                    if !big.contains(&v) && extra.insert(v) {
+                        in_bytes += self.facts.value_bytes(v);
+                    }
+                }
+            }
+        }
+        for &arg in &node.args {
+            let external = match arg {
+                Value::Input(_) => true,
+                Value::Node(p) => !self.facts.literal[p] && !member(self, self.group_of[p]),
+            };
+            if external && !big.contains(&arg) && extra.insert(arg) {
+                in_bytes += self.facts.value_bytes(arg);
+            }
+        }
+        for &v in &internal_inputs {
+            in_bytes -= self.facts.value_bytes(v);
+        }
+        let in_count = big.len() + extra.len() - internal_inputs.len();
+
+        // Outputs: the members' and the node's, less values no longer used outside.
+        let mut out_count: usize = members.iter().map(|&m| self.group(m).outputs).sum();
+        let mut out_bytes: u64 = members.iter().map(|&m| self.group(m).out_bytes).sum();
+        internal_uses.sort_unstable();
+        for run in internal_uses.chunk_by(|a, b| a == b) {
+            let p = run[0];
+            if !self.facts.graph_output[p] && self.ext[p] == run.len() {
+                out_count -= 1;
+                out_bytes -= self.facts.node_bytes[p];
+            }
+        }
+        if self.facts.graph_output[n] || !self.facts.users[n].is_empty() {
+            out_count += 1;
+            out_bytes += self.facts.node_bytes[n];
+        }
+        if in_count + out_count > self.max_args {
+            return None;
+        }
+
+        // Convexity.
+        for &g in &outside {
+            self.outside_mark[g as usize] = epoch;
+        }
+        let top_rank = members
+            .iter()
+            .chain(&outside)
+            .map(|&g| self.group(g).rank)
+            .max()
+            .expect("a plan has members");
+        let moved = self.between(members, top_rank, epoch)?;
+
+        let per_element: f64 = members
+            .iter()
+            .map(|&m| self.group(m).per_element)
+            .sum::<f64>()
+            + self.facts.flops_per_element[n];
+        let flops = per_element * numel(&domain) as f64;
+        let total_us = price(
+            self.profile,
+            in_bytes + out_bytes,
+            flops,
+            self.profile.pointwise_gflops,
+        )
+        .total_us;
+        let before: f64 = members.iter().map(|&m| self.group(m).total_us).sum();
+        Some(Plan {
+            members: members.to_vec(),
+            domain,
+            fixed: is_fixed,
+            in_bytes,
+            in_count,
+            out_count,
+            out_bytes,
+            per_element,
+            total_us,
+            delta: total_us - before,
+            internal_uses,
+            internal_inputs,
+            top_rank,
+            moved,
+        })
+    }
+
+    /// The kernels reachable from the members through edges leaving them and ranked at most
+    /// `top_rank`; `None` if one of them reaches back into a member or into an outside
+    /// producer of the node (the merge would not be convex). Members and outside producers
+    /// are marked with `epoch`.
+    fn between(&mut self, members: &[u32], top_rank: u64, epoch: u32) -> Option<Vec<u32>> {
+        let mut stack: Vec<u32> = Vec::new();
+        let mut found: Vec<u32> = Vec::new();
+        for &m in members {
+            for &k in self.groups[m as usize].succ.keys() {
+                let c = find(&self.parent, k);
+                if self.member_mark[c as usize] == epoch {
+                    continue;
+                }
+                if self.outside_mark[c as usize] == epoch {
+                    return None;
+                }
+                if self.groups[c as usize].rank <= top_rank && self.visit_mark[c as usize] != epoch {
+                    self.visit_mark[c as usize] = epoch;
+                    stack.push(c);
+                    found.push(c);
+                }
+            }
+        }
+        while let Some(x) = stack.pop() {
+            for &k in self.groups[x as usize].succ.keys() {
+                let c = find(&self.parent, k);
+                if self.member_mark[c as usize] == epoch || self.outside_mark[c as usize] == epoch
+                {
+                    return None;
+                }
+                if self.groups[c as usize].rank <= top_rank && self.visit_mark[c as usize] != epoch {
+                    self.visit_mark[c as usize] = epoch;
+                    stack.push(c);
+                    found.push(c);
+                }
+            }
+        }
+        Some(found)
+    }
+
+    /// `n` as a kernel of its own (not yet registered).
+    fn singleton(&self, n: usize) -> Group {
+        let role = self.role[n];
+        let node = &self.dag.nodes[n];
+        let mut inputs = HashSet::new();
+        let mut in_bytes = 0;
+        for &arg in &node.args {
+            let external = match arg {
+                Value::Input(_) => true,
+                Value::Node(p) => !self.facts.literal[p],
+            };
+            if external && inputs.insert(arg) {
+                in_bytes += self.facts.value_bytes(arg);
+            }
+        }
+        let written = self.facts.graph_output[n] || !self.facts.users[n].is_empty();
+        let out_bytes = if written { self.facts.node_bytes[n] } else { 0 };
+        let kind = kind_of(role);
+        let domain = self.facts.iter_shape[n].clone();
+        let per_element = self.facts.flops_per_element[n];
+        let total_us = match kind {
+            KernelKind::Library => price(
+                self.profile,
+                in_bytes + out_bytes,
+                self.facts.library_flops[n],
+                self.profile.matmul_rate(node.ty.dtype),
+            ),
+            _ => price(
+                self.profile,
+                in_bytes + out_bytes,
+                per_element * numel(&domain) as f64,
+                self.profile.pointwise_gflops,
+            ),
+        }
+        .total_us;
+        Group {
+            nodes: vec![n],
+            kind: Some(kind),
+            inputs,
+            in_bytes,
+            outputs: usize::from(written),
+            out_bytes,
+            per_element,
+            domain,
+            fixed: role == Role::End,
+            rank: 0,
+            total_us,
+            succ: HashMap::new(),
+        }
+    }
+
+    /// Registers `n` as a kernel of its own, ranked after every existing kernel.
+    fn start(&mut self, n: usize) {
+        let mut group = self.singleton(n);
+        let id = self.groups.len() as u32;
+        group.rank = self.next_rank;
+        self.ranks.insert(self.next_rank, id);
+        self.next_rank += GAP;
+        for &arg in &self.dag.nodes[n].args {
+            if let Value::Node(p) = arg
+                && !self.facts.literal[p]
+            {
+                let g = self.group_of[p] as usize;
+                self.groups[g].succ.entry(id).or_default().push(p);
+            }
+        }
+        self.groups.push(group);
+        self.parent.push(id);
+        self.member_mark.push(0);
+        self.outside_mark.push(0);
+        self.visit_mark.push(0);
+        self.group_of[n] = id;
+    }
+
+    /// Carries out a plan: the members become one kernel with `n` in it.
+    fn merge(&mut self, n: usize, plan: Plan) {
+        let survivor = *plan
+            .members
+            .iter()
+            .max_by_key(|&&m| (self.group(m).nodes.len(), std::cmp::Reverse(m)))
+            .expect("a plan has members");
+        self.rerank(&plan, survivor);
+        for &o in &plan.members {
+            if o == survivor {
+                continue;
+            }
+            let absorbed = std::mem::take(&mut self.groups[o as usize]);
+            for &node in &absorbed.nodes {
+                self.group_of[node] = survivor;
+            }
+            self.parent[o as usize] = survivor;
+            let s = &mut self.groups[survivor as usize];
+            s.nodes.extend(absorbed.nodes);
+            s.inputs.extend(absorbed.inputs);
+            for (k, producers) in absorbed.succ {
+                s.succ.entry(k).or_default().extend(producers);
+            }
+        }
+        let internal: Vec<u32> = self
+            .group(survivor)
+            .succ
+            .keys()
+            .copied()
+            .filter(|&k| self.find(k) == survivor)
+            .collect();
+        for &p in &plan.internal_uses {
+            self.ext[p] -= 1;
+        }
+        self.group_of[n] = survivor;
+        let mut new_edges = Vec::new();
+        {
+            let s = &mut self.groups[survivor as usize];
+            for k in internal {
+                s.succ.remove(&k);
+            }
+            for v in &plan.internal_inputs {
+                s.inputs.remove(v);
+            }
+            s.nodes.push(n);
+            for &arg in &self.dag.nodes[n].args {
+                let external = match arg {
+                    Value::Input(_) => true,
+                    Value::Node(p) => {
+                        !self.facts.literal[p] && self.group_of[p] != survivor && {
+                            new_edges.push((self.group_of[p], p));
+                            true
+                        }
+                    }
+                };
+                if external {
+                    s.inputs.insert(arg);
+                }
+            }
+            s.in_bytes = plan.in_bytes;
+            s.outputs = plan.out_count;
+            s.out_bytes = plan.out_bytes;
+            s.per_element = plan.per_element;
+            s.domain = plan.domain;
+            s.fixed = plan.fixed;
+            s.total_us = plan.total_us;
+            debug_assert_eq!(s.inputs.len(), plan.in_count);
+        }
+        for (g, p) in new_edges {
+            self.groups[g as usize]
+                .succ
+                .entry(survivor)
+                .or_default()
+                .push(p);
+        }
+    }
+
+    /// Keeps ranks topological through a merge: the merged kernel goes right after the
+    /// highest-ranked member or outside producer, and the kernels found between the members
+    /// and their successors (`plan.moved`) right after it, in their order.
+    fn rerank(&mut self, plan: &Plan, survivor: u32) {
+        let top = plan.top_rank;
+        let holder = self.ranks[&top];
+        let holder_is_member = plan.members.contains(&holder);
+        for &m in &plan.members {
+            let rank = self.group(m).rank;
+            self.ranks.remove(&rank);
+        }
+        let mut moved = plan.moved.clone();
+        moved.sort_by_key(|&g| self.group(g).rank);
+        let mut sequence = Vec::with_capacity(moved.len() + 1);
+        if holder_is_member {
+            self.groups[survivor as usize].rank = top;
+            self.ranks.insert(top, survivor);
+        } else {
+            sequence.push(survivor);
+        }
+        if sequence.is_empty() && moved.is_empty() {
+            return;
+        }
+        for &g in &moved {
+            let rank = self.group(g).rank;
+            self.ranks.remove(&rank);
+        }
+        sequence.extend(moved);
+        let high = self
+            .ranks
+            .range(top + 1..)
+            .next()
+            .map_or(self.next_rank, |(&r, _)| r);
+        let slots = sequence.len() as u64;
+        if high - top - 1 >= slots {
+            let step = (high - top) / (slots + 1);
+            for (i, &g) in sequence.iter().enumerate() {
+                let r = top + step * (i as u64 + 1);
+                self.groups[g as usize].rank = r;
+                self.ranks.insert(r, g);
+            }
+        } else {
+            // Out of room: renumber every kernel in order.
+            let mut order: Vec<u32> = Vec::with_capacity(self.ranks.len() + sequence.len());
+            for (&r, &g) in &self.ranks {
+                order.push(g);
+                if r == top {
+                    order.extend(&sequence);
+                }
+            }
+            self.ranks.clear();
+            for (i, &g) in order.iter().enumerate() {
+                let r = (i as u64 + 1) * GAP;
+                self.groups[g as usize].rank = r;
+                self.ranks.insert(r, g);
+            }
+            self.next_rank = (order.len() as u64 + 1) * GAP;
+        }
+    }
+
+    /// The kernels in rank order, each built and priced from scratch.
+    fn finish(self) -> Partition {
+        let mut kernels = Vec::with_capacity(self.ranks.len());
+        for &g in self.ranks.values() {
+            let group = self.group(g);
+            let mut nodes = group.nodes.clone();
+            nodes.sort_unstable();
+            let kernel = self.facts.kernel(
+                self.dag,
+                self.profile,
+                nodes,
+                group.kind.expect("live kernels have a kind"),
+                group.domain.clone(),
+                |m| self.group_of[m] == g,
+            );
+            debug_assert!(
+                (kernel.cost.total_us - group.total_us).abs() <= 1e-6 * group.total_us.max(1.0),
+                "incremental cost {} vs {}",
+                group.total_us,
+                kernel.cost.total_us
+            );
+            kernels.push(kernel);
+        }
+        let cost = kernels.iter().map(|k| k.cost).sum();
+        Partition { kernels, cost }
+    }
+}

@@ -1,0 +1,302 @@
+//! Partitioning a dag into kernels, and the modeled cost of those kernels.
+//!
+//! A kernel reads its inputs from memory once, keeps every value it computes in registers, and
+//! writes the values someone outside it needs. Its cost is a launch, plus the bytes it reads and
+//! writes over the profile's bandwidth, plus its arithmetic over the profile's throughput
+//! (combined per the profile's `overlap`; see [`Profile::combine`]). Values inside a kernel cost
+//! no memory traffic, which is what fusion buys; recomputing a small value for every element of
+//! a larger kernel is what fusion can cost.
+//!
+//! [`partition`] builds the kernels the lowering emits: legal per [`FusionRules`], convex, and
+//! chosen by the cost model. [`unfused`] is the baseline of one kernel per op. Both report
+//! exactly the kernels they price, so the modeled cost in a report is the cost of the kernels
+//! that run.
+//!
+//! A nullary pointwise node (`const`) is a scalar literal: it is inlined into every kernel that
+//! uses it, is never a kernel, never a kernel argument and moves no bytes.
+
+mod greedy;
+
+use crate::dag::{Dag, DagNode, Value};
+use crate::rules::{Builtin, FusionRules, OpKind, Profile, Role};
+use crate::shape::{Shape, numel};
+use std::collections::HashSet;
+use std::ops::{Add, AddAssign};
+
+/// A modeled cost. Times are in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Cost {
+    /// Kernel launches × launch overhead.
+    pub launch_us: f64,
+    /// Bytes at kernel boundaries over bandwidth.
+    pub memory_us: f64,
+    /// Arithmetic over throughput.
+    pub compute_us: f64,
+    /// Per kernel: launch + memory + compute − overlap · min(memory, compute); summed over
+    /// kernels. With overlap it is less than the sum of the three parts.
+    pub total_us: f64,
+    /// Bytes read plus bytes written at kernel boundaries.
+    pub bytes: u64,
+    /// Flop-equivalents (see `cost.ron`'s weights), recomputation included.
+    pub flops: u64,
+}
+
+impl Add for Cost {
+    type Output = Cost;
+    fn add(self, o: Cost) -> Cost {
+        Cost {
+            launch_us: self.launch_us + o.launch_us,
+            memory_us: self.memory_us + o.memory_us,
+            compute_us: self.compute_us + o.compute_us,
+            total_us: self.total_us + o.total_us,
+            bytes: self.bytes + o.bytes,
+            flops: self.flops + o.flops,
+        }
+    }
+}
+
+impl AddAssign for Cost {
+    fn add_assign(&mut self, o: Cost) {
+        *self = *self + o;
+    }
+}
+
+impl std::iter::Sum for Cost {
+    fn sum<I: Iterator<Item = Cost>>(iter: I) -> Cost {
+        iter.fold(Cost::default(), Add::add)
+    }
+}
+
+/// What runs a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelKind {
+    /// A generated loop over one iteration domain: pointwise ops, broadcasts, reductions at
+    /// its end. A single op run unfused is a one-node `Fused` kernel.
+    Fused,
+    /// A layout op run as a copy of its own (`Alone` in fusion.ron).
+    Alone,
+    /// An opaque library call (matmul).
+    Library,
+}
+
+/// One kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kernel {
+    /// Dag node indices, in topological (index) order.
+    pub nodes: Vec<usize>,
+    /// Values read from memory, in order of first use; literals are not inputs.
+    pub inputs: Vec<Value>,
+    /// Node values written to memory: graph outputs and values used outside the kernel, in
+    /// node order.
+    pub outputs: Vec<Value>,
+    /// The iteration domain: the shape every node is evaluated over. A node of a smaller
+    /// (broadcastable) shape is recomputed at every point of the domain.
+    pub domain: Shape,
+    pub kind: KernelKind,
+    pub cost: Cost,
+}
+
+/// Kernels in an order that runs them (each after the kernels producing its inputs), and their
+/// total cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Partition {
+    pub kernels: Vec<Kernel>,
+    pub cost: Cost,
+}
+
+impl Partition {
+    /// For each of the dag's `node_count` nodes, the index of its kernel (`None` for literals).
+    pub fn kernel_of(&self, node_count: usize) -> Vec<Option<usize>> {
+        let mut of = vec![None; node_count];
+        for (k, kernel) in self.kernels.iter().enumerate() {
+            for &n in &kernel.nodes {
+                of[n] = Some(k);
+            }
+        }
+        of
+    }
+}
+
+/// The fused partition: legal per `fusion`, convex (a path that leaves a kernel never comes
+/// back into it, so kernels run in the order given), and cost-driven: a node joins the
+/// kernels of its producers only if that lowers the modeled total under `profile`. Greedy in
+/// topological order; typical dags of 10,000 nodes take milliseconds.
+pub fn partition(dag: &Dag, fusion: &FusionRules, profile: &Profile) -> Partition {
+    greedy::partition(dag, fusion, profile)
+}
+
+/// The baseline: one kernel per op, every value written to memory and read back. Literals are
+/// not kernels; a pointwise or reduction op is a one-node fused kernel, a layout op a copy, an
+/// opaque op a library call.
+pub fn unfused(dag: &Dag, profile: &Profile) -> Partition {
+    let facts = Facts::new(dag, profile);
+    let kernels: Vec<Kernel> = (0..dag.nodes.len())
+        .filter(|&n| !facts.literal[n])
+        .map(|n| {
+            let kind = match dag.nodes[n].op.kind() {
+                OpKind::Pointwise | OpKind::Reduction => KernelKind::Fused,
+                OpKind::Layout => KernelKind::Alone,
+                OpKind::Opaque => KernelKind::Library,
+            };
+            facts.kernel(dag, profile, vec![n], kind, facts.iter_shape[n].clone(), |m| {
+                m == n
+            })
+        })
+        .collect();
+    let cost = kernels.iter().map(|k| k.cost).sum();
+    Partition { kernels, cost }
+}
+
+/// Whether a node is a scalar literal: a pointwise op without operands (`const`). Its value is
+/// a function of attributes alone, so every kernel that uses it computes it in place.
+pub fn is_literal(node: &DagNode) -> bool {
+    node.op.kind() == OpKind::Pointwise && node.args.is_empty()
+}
+
+/// What the partitioner and the pricing need to know about each node, computed once.
+pub(crate) struct Facts {
+    pub literal: Vec<bool>,
+    /// The shape a node iterates over: a reduction's input shape, every other op's output.
+    pub iter_shape: Vec<Shape>,
+    /// Flop-equivalents per element of the iteration shape (0 for library calls).
+    pub flops_per_element: Vec<f64>,
+    /// Flop-equivalents of a library call (matmul: 2·M·N·K), 0 otherwise.
+    pub library_flops: Vec<f64>,
+    pub node_bytes: Vec<u64>,
+    pub input_bytes: Vec<u64>,
+    pub graph_output: Vec<bool>,
+    pub users: Vec<Vec<usize>>,
+}
+
+fn bytes_of(ty: &crate::graph::TensorType) -> u64 {
+    numel(&ty.shape) as u64 * ty.dtype.size_bytes() as u64
+}
+
+impl Facts {
+    pub fn new(dag: &Dag, profile: &Profile) -> Facts {
+        let literal: Vec<bool> = dag.nodes.iter().map(is_literal).collect();
+        let iter_shape = dag
+            .nodes
+            .iter()
+            .map(|node| match (node.op.kind(), node.args.first()) {
+                (OpKind::Reduction, Some(&arg)) => dag.ty(arg).shape.clone(),
+                _ => node.ty.shape.clone(),
+            })
+            .collect();
+        let flops_per_element = dag
+            .nodes
+            .iter()
+            .map(|node| profile.elementwise_flops(&node.op))
+            .collect();
+        let library_flops = dag
+            .nodes
+            .iter()
+            .map(|node| match (node.op.builtin(), node.args.first()) {
+                (Some(Builtin::MatMul), Some(&a)) => {
+                    Profile::matmul_flops(&dag.ty(a).shape, &node.ty.shape)
+                }
+                _ => 0.0,
+            })
+            .collect();
+        Facts {
+            literal,
+            iter_shape,
+            flops_per_element,
+            library_flops,
+            node_bytes: dag.nodes.iter().map(|n| bytes_of(&n.ty)).collect(),
+            input_bytes: dag.inputs.iter().map(|i| bytes_of(&i.ty)).collect(),
+            graph_output: dag.output_mask(),
+            users: dag.users(),
+        }
+    }
+
+    pub fn value_bytes(&self, value: Value) -> u64 {
+        match value {
+            Value::Input(i) => self.input_bytes[i],
+            Value::Node(n) => self.node_bytes[n],
+        }
+    }
+
+    /// A node's value must be written: a graph output, or used by a node outside its kernel.
+    fn written(&self, n: usize, inside: &impl Fn(usize) -> bool) -> bool {
+        self.graph_output[n] || self.users[n].iter().any(|&u| !inside(u))
+    }
+
+    /// Builds and prices a kernel from scratch. `inside` tells which nodes belong to it.
+    pub fn kernel(
+        &self,
+        dag: &Dag,
+        profile: &Profile,
+        nodes: Vec<usize>,
+        kind: KernelKind,
+        domain: Shape,
+        inside: impl Fn(usize) -> bool,
+    ) -> Kernel {
+        let mut inputs: Vec<Value> = Vec::new();
+        let mut seen: HashSet<Value> = HashSet::new();
+        for &n in &nodes {
+            for &arg in &dag.nodes[n].args {
+                let external = match arg {
+                    Value::Input(_) => true,
+                    Value::Node(p) => !self.literal[p] && !inside(p),
+                };
+                if external && seen.insert(arg) {
+                    inputs.push(arg);
+                }
+            }
+        }
+        let outputs: Vec<Value> = nodes
+            .iter()
+            .filter(|&&n| self.written(n, &inside))
+            .map(|&n| Value::Node(n))
+            .collect();
+        let bytes: u64 = inputs
+            .iter()
+            .chain(&outputs)
+            .map(|&v| self.value_bytes(v))
+            .sum();
+        let cost = match kind {
+            KernelKind::Library => {
+                let flops: f64 = nodes.iter().map(|&n| self.library_flops[n]).sum();
+                let dtype = dag.nodes[nodes[0]].ty.dtype;
+                price(profile, bytes, flops, profile.matmul_rate(dtype))
+            }
+            KernelKind::Fused | KernelKind::Alone => {
+                let per_element: f64 = nodes.iter().map(|&n| self.flops_per_element[n]).sum();
+                let flops = per_element * numel(&domain) as f64;
+                price(profile, bytes, flops, profile.pointwise_gflops)
+            }
+        };
+        Kernel {
+            nodes,
+            inputs,
+            outputs,
+            domain,
+            kind,
+            cost,
+        }
+    }
+}
+
+/// The cost of one kernel that moves `bytes` and does `flops` at `gflops`.
+pub(crate) fn price(profile: &Profile, bytes: u64, flops: f64, gflops: f64) -> Cost {
+    let memory_us = profile.memory_us(bytes as f64);
+    let compute_us = Profile::compute_us(flops, gflops);
+    Cost {
+        launch_us: profile.launch_us,
+        memory_us,
+        compute_us,
+        total_us: profile.combine(memory_us, compute_us),
+        bytes,
+        flops: flops.round() as u64,
+    }
+}
+
+/// The kernel kind a node of this role starts.
+pub(crate) fn kind_of(role: Role) -> KernelKind {
+    match role {
+        Role::Join | Role::End => KernelKind::Fused,
+        Role::Alone => KernelKind::Alone,
+        Role::Never => KernelKind::Library,
+    }
+}

@@ -1,0 +1,583 @@
+//! Hardware profiles for the cost model, loaded from `rules/cost.ron`.
+//!
+//! A profile says how fast a machine moves bytes, launches kernels and does arithmetic. The
+//! partitioner ([`crate::partition`]) prices each kernel with one: launch overhead, plus bytes
+//! at the kernel boundary over bandwidth, plus arithmetic over throughput, combined per the
+//! profile's `overlap` (1 = roofline, 0 = sum).
+//!
+//! Arithmetic is counted from the op's formula: every primitive of the formula language has a
+//! weight in flop-equivalents (one add = 1), so an op added in a user's `ops.ron` gets a cost
+//! without anyone writing one down, and the cost of `sigmoid` follows from `1 / (1 + exp(-x))`.
+
+use super::ron_file::{self, RonDocument};
+use super::{OpDef, OpKind};
+use crate::dtype::DType;
+use crate::error::{Error, ErrorKind, Result, Site};
+use crate::formula::{BinOp, Expr, Func};
+use crate::span::Step;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// The embedded default profiles.
+pub const DEFAULT_COST: &str = include_str!("../../rules/cost.ron");
+
+/// What a flop-equivalent weight is given for: the primitives of the formula language, plus one
+/// accumulation of a reduction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Primitive {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Neg,
+    /// Any of `<`, `<=`, `>`, `>=`, `==`, `!=`.
+    Compare,
+    Select,
+    Min,
+    Max,
+    Abs,
+    Floor,
+    Exp,
+    Log,
+    Log1p,
+    Expm1,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    Erf,
+    Sin,
+    Cos,
+    Pow,
+    /// One accumulation step of a reduction, per input element.
+    Reduce,
+}
+
+impl Primitive {
+    pub const ALL: [Primitive; 23] = [
+        Primitive::Add,
+        Primitive::Sub,
+        Primitive::Mul,
+        Primitive::Div,
+        Primitive::Neg,
+        Primitive::Compare,
+        Primitive::Select,
+        Primitive::Min,
+        Primitive::Max,
+        Primitive::Abs,
+        Primitive::Floor,
+        Primitive::Exp,
+        Primitive::Log,
+        Primitive::Log1p,
+        Primitive::Expm1,
+        Primitive::Sqrt,
+        Primitive::Rsqrt,
+        Primitive::Tanh,
+        Primitive::Erf,
+        Primitive::Sin,
+        Primitive::Cos,
+        Primitive::Pow,
+        Primitive::Reduce,
+    ];
+
+    /// The key used in `cost.ron`'s `weights` tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Primitive::Add => "add",
+            Primitive::Sub => "sub",
+            Primitive::Mul => "mul",
+            Primitive::Div => "div",
+            Primitive::Neg => "neg",
+            Primitive::Compare => "compare",
+            Primitive::Select => "select",
+            Primitive::Min => "min",
+            Primitive::Max => "max",
+            Primitive::Abs => "abs",
+            Primitive::Floor => "floor",
+            Primitive::Exp => "exp",
+            Primitive::Log => "log",
+            Primitive::Log1p => "log1p",
+            Primitive::Expm1 => "expm1",
+            Primitive::Sqrt => "sqrt",
+            Primitive::Rsqrt => "rsqrt",
+            Primitive::Tanh => "tanh",
+            Primitive::Erf => "erf",
+            Primitive::Sin => "sin",
+            Primitive::Cos => "cos",
+            Primitive::Pow => "pow",
+            Primitive::Reduce => "reduce",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Primitive> {
+        Primitive::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    fn of_binop(op: BinOp) -> Primitive {
+        match op {
+            BinOp::Add => Primitive::Add,
+            BinOp::Sub => Primitive::Sub,
+            BinOp::Mul => Primitive::Mul,
+            BinOp::Div => Primitive::Div,
+            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne => {
+                Primitive::Compare
+            }
+        }
+    }
+
+    fn of_func(func: Func) -> Primitive {
+        match func {
+            Func::Exp => Primitive::Exp,
+            Func::Log => Primitive::Log,
+            Func::Log1p => Primitive::Log1p,
+            Func::Expm1 => Primitive::Expm1,
+            Func::Sqrt => Primitive::Sqrt,
+            Func::Rsqrt => Primitive::Rsqrt,
+            Func::Tanh => Primitive::Tanh,
+            Func::Erf => Primitive::Erf,
+            Func::Abs => Primitive::Abs,
+            Func::Floor => Primitive::Floor,
+            Func::Sin => Primitive::Sin,
+            Func::Cos => Primitive::Cos,
+            Func::Min => Primitive::Min,
+            Func::Max => Primitive::Max,
+            Func::Pow => Primitive::Pow,
+            Func::Select => Primitive::Select,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One machine as the cost model sees it. Every field is complete after loading: weights not
+/// given by the profile come from its file's table, then from the embedded defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    pub name: String,
+    pub doc: String,
+    /// Bytes read plus bytes written per second, in GB/s (1e9 bytes).
+    pub bandwidth_gbps: f64,
+    /// Fixed cost of one kernel, in microseconds.
+    pub launch_us: f64,
+    /// Flop-equivalents per second of generated kernels, in GFLOP/s.
+    pub pointwise_gflops: f64,
+    /// How much of the shorter of memory and compute time hides behind the longer one: 1 is
+    /// the roofline `max`, 0 the sum.
+    pub overlap: f64,
+    /// Matrix-product throughput per result dtype, in GFLOP/s.
+    pub matmul_gflops: BTreeMap<DType, f64>,
+    weights: [f64; Primitive::ALL.len()],
+}
+
+impl Profile {
+    /// The flop-equivalent weight of one primitive.
+    pub fn weight(&self, primitive: Primitive) -> f64 {
+        self.weights[primitive.index()]
+    }
+
+    /// Flop-equivalents to evaluate `expr` once. Numbers and variables are free.
+    pub fn formula_flops(&self, expr: &Expr) -> f64 {
+        match expr {
+            Expr::Num(_) | Expr::Var(_) => 0.0,
+            Expr::Neg(e) => self.weight(Primitive::Neg) + self.formula_flops(e),
+            Expr::Binary(op, l, r) => {
+                self.weight(Primitive::of_binop(*op))
+                    + self.formula_flops(l)
+                    + self.formula_flops(r)
+            }
+            Expr::Call(f, args) => {
+                self.weight(Primitive::of_func(*f))
+                    + args.iter().map(|a| self.formula_flops(a)).sum::<f64>()
+            }
+        }
+    }
+
+    /// Flop-equivalents per element of `op`'s iteration domain: a pointwise op's formula (at
+    /// least 1: an op with no arithmetic, such as `cast` with formula `x`, still converts and
+    /// stores every element), a reduction's accumulation per input element, nothing for layout
+    /// ops, and nothing for opaque ops, whose arithmetic depends on shapes (see
+    /// [`Profile::matmul_flops`]).
+    pub fn elementwise_flops(&self, op: &OpDef) -> f64 {
+        match op.kind() {
+            OpKind::Pointwise => op
+                .formula()
+                .map_or(1.0, |f| self.formula_flops(f).max(1.0)),
+            OpKind::Reduction => self.weight(Primitive::Reduce),
+            OpKind::Layout | OpKind::Opaque => 0.0,
+        }
+    }
+
+    /// 2·M·N·K for a (batched) matrix product with operand shapes `a`, `b` and result shape
+    /// `out`: each of the numel(out) results is a K-long dot product of multiply-adds. K is the
+    /// contracted axis, `a`'s last (its only one when `a` is 1-D).
+    pub fn matmul_flops(a: &[usize], out: &[usize]) -> f64 {
+        let k = a.last().copied().unwrap_or(1);
+        2.0 * crate::shape::numel(out) as f64 * k as f64
+    }
+
+    /// Matrix-product throughput for `dtype`; a dtype the profile does not list gets the
+    /// slowest listed rate, so an unlisted case is never priced optimistically.
+    pub fn matmul_rate(&self, dtype: DType) -> f64 {
+        self.matmul_gflops.get(&dtype).copied().unwrap_or_else(|| {
+            self.matmul_gflops
+                .values()
+                .copied()
+                .fold(f64::INFINITY, f64::min)
+        })
+    }
+
+    /// Microseconds to move `bytes` across the memory bus.
+    pub fn memory_us(&self, bytes: f64) -> f64 {
+        bytes / (self.bandwidth_gbps * 1e3)
+    }
+
+    /// Microseconds for `flops` flop-equivalents at `gflops` GFLOP/s.
+    pub fn compute_us(flops: f64, gflops: f64) -> f64 {
+        flops / (gflops * 1e3)
+    }
+
+    /// One kernel's time from its parts: launch + memory + compute − overlap · min(memory,
+    /// compute).
+    pub fn combine(&self, memory_us: f64, compute_us: f64) -> f64 {
+        self.launch_us + memory_us + compute_us - self.overlap * memory_us.min(compute_us)
+    }
+}
+
+/// All profiles by name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CostModel {
+    profiles: BTreeMap<String, Profile>,
+    /// The embedded weight table: what a user's file starts from.
+    base_weights: [f64; Primitive::ALL.len()],
+}
+
+/// `cost.ron` as written.
+#[derive(Debug, Deserialize)]
+#[serde(rename = "Cost", deny_unknown_fields)]
+struct CostSpec {
+    /// Weights for every profile of this file; keys not given come from the embedded table.
+    #[serde(default)]
+    weights: BTreeMap<String, f64>,
+    profiles: BTreeMap<String, ProfileSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename = "Profile", deny_unknown_fields)]
+struct ProfileSpec {
+    #[serde(default)]
+    doc: String,
+    bandwidth_gbps: f64,
+    launch_us: f64,
+    pointwise_gflops: f64,
+    /// Defaults to the sum (0), the pessimistic combination.
+    #[serde(default)]
+    overlap: f64,
+    matmul_gflops: BTreeMap<DType, f64>,
+    /// Overrides of the file's weights for this profile.
+    #[serde(default)]
+    weights: BTreeMap<String, f64>,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        CostModel::defaults()
+    }
+}
+
+impl CostModel {
+    /// The embedded profiles (`cpu`, `h200`).
+    pub fn defaults() -> CostModel {
+        let mut model = CostModel {
+            profiles: BTreeMap::new(),
+            base_weights: [f64::NAN; Primitive::ALL.len()],
+        };
+        model
+            .load(DEFAULT_COST, "rules/cost.ron", true)
+            .expect("the embedded rules/cost.ron is checked by tests");
+        model
+    }
+
+    /// Adds the profiles of a `cost.ron` document; a profile with the name of an existing one
+    /// replaces it. Weights the document leaves out come from the embedded table. Nothing is
+    /// added unless the whole document is valid.
+    pub fn load_str(&mut self, text: &str, file: &str) -> Result<()> {
+        self.load(text, file, false)
+    }
+
+    /// `embedded`: the document is the embedded default and must give every weight itself.
+    fn load(&mut self, text: &str, file: &str, embedded: bool) -> Result<()> {
+        let doc: RonDocument<CostSpec> = ron_file::parse(text, file)?;
+        let base = if embedded {
+            [f64::NAN; Primitive::ALL.len()]
+        } else {
+            self.base_weights
+        };
+        let file_weights = overlay(base, &doc.value.weights, &doc, &[Step::field("weights")])?;
+        if let Some(missing) = Primitive::ALL
+            .iter()
+            .find(|p| file_weights[p.index()].is_nan())
+        {
+            return Err(Error::new(
+                doc.site(&[Step::field("weights")]),
+                ErrorKind::Rule(format!(
+                    "the weight table must give every primitive; `{}` is missing",
+                    missing.name()
+                )),
+            ));
+        }
+        let mut added = Vec::new();
+        for (name, spec) in &doc.value.profiles {
+            let path = [Step::field("profiles"), Step::key(name)];
+            added.push(profile(name, spec, file_weights, &doc, &path)?);
+        }
+        if embedded {
+            self.base_weights = file_weights;
+        }
+        for p in added {
+            self.profiles.insert(p.name.clone(), p);
+        }
+        Ok(())
+    }
+
+    /// The profile called `name`; an unknown name is an error that lists the known ones.
+    pub fn profile(&self, name: &str) -> Result<&Profile> {
+        self.profiles.get(name).ok_or_else(|| {
+            let known: Vec<&str> = self.names().collect();
+            Error::new(
+                Site::default(),
+                ErrorKind::Rule(format!(
+                    "no cost profile `{name}`{}; cost.ron defines {}",
+                    crate::error::hint(name, known.iter().copied()),
+                    known.join(", ")
+                )),
+            )
+        })
+    }
+
+    /// Profile names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.profiles.keys().map(String::as_str)
+    }
+
+    pub fn profiles(&self) -> impl Iterator<Item = &Profile> {
+        self.profiles.values()
+    }
+}
+
+/// `base` with the entries of `table` laid over it; unknown keys and bad values are located
+/// errors.
+fn overlay(
+    mut base: [f64; Primitive::ALL.len()],
+    table: &BTreeMap<String, f64>,
+    doc: &RonDocument<CostSpec>,
+    path: &[Step],
+) -> Result<[f64; Primitive::ALL.len()]> {
+    for (key, &value) in table {
+        let mut at = path.to_vec();
+        at.push(Step::key(key));
+        let Some(primitive) = Primitive::from_name(key) else {
+            let position = doc.spans.key_position(&at).unwrap_or_else(|| doc.spans.nearest(&at));
+            return Err(Error::new(
+                Site::file(&doc.file, position),
+                ErrorKind::Rule(format!(
+                    "unknown weight `{key}`{}; weights are given for {}",
+                    crate::error::hint(key, Primitive::ALL.iter().map(|p| p.name())),
+                    Primitive::ALL.map(|p| p.name()).join(", ")
+                )),
+            ));
+        };
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(Error::new(
+                doc.site(&at),
+                ErrorKind::Rule(format!(
+                    "weight `{key}` must be a finite number ≥ 0, found {value}"
+                )),
+            ));
+        }
+        base[primitive.index()] = value;
+    }
+    Ok(base)
+}
+
+fn profile(
+    name: &str,
+    spec: &ProfileSpec,
+    file_weights: [f64; Primitive::ALL.len()],
+    doc: &RonDocument<CostSpec>,
+    path: &[Step],
+) -> Result<Profile> {
+    let at = |field: &str| {
+        let mut p = path.to_vec();
+        p.push(Step::field(field));
+        p
+    };
+    let rule = |field: &str, message: String| {
+        Error::new(doc.site(&at(field)), ErrorKind::Rule(message))
+    };
+    if name.is_empty() || name.chars().any(char::is_whitespace) {
+        let position = doc.spans.key_position(path).unwrap_or_else(|| doc.spans.nearest(path));
+        return Err(Error::new(
+            Site::file(&doc.file, position),
+            ErrorKind::Rule(format!(
+                "profile name `{name}` must be non-empty without spaces (it is given to --profile)"
+            )),
+        ));
+    }
+    let positive = |field: &str, value: f64| {
+        if value.is_finite() && value > 0.0 {
+            Ok(())
+        } else {
+            Err(rule(
+                field,
+                format!("`{field}` must be a finite number > 0, found {value}"),
+            ))
+        }
+    };
+    positive("bandwidth_gbps", spec.bandwidth_gbps)?;
+    positive("pointwise_gflops", spec.pointwise_gflops)?;
+    if !(spec.launch_us.is_finite() && spec.launch_us >= 0.0) {
+        return Err(rule(
+            "launch_us",
+            format!("`launch_us` must be a finite number ≥ 0, found {}", spec.launch_us),
+        ));
+    }
+    if !(0.0..=1.0).contains(&spec.overlap) {
+        return Err(rule(
+            "overlap",
+            format!(
+                "`overlap` must lie in [0, 1] (0: memory and compute time add up, 1: roofline), found {}",
+                spec.overlap
+            ),
+        ));
+    }
+    if spec.matmul_gflops.is_empty() {
+        return Err(rule(
+            "matmul_gflops",
+            "`matmul_gflops` must give the rate of at least one dtype".into(),
+        ));
+    }
+    for (dtype, &rate) in &spec.matmul_gflops {
+        if !(rate.is_finite() && rate > 0.0) {
+            let mut p = at("matmul_gflops");
+            p.push(Step::key(dtype.name()));
+            return Err(Error::new(
+                doc.site(&p),
+                ErrorKind::Rule(format!(
+                    "matmul rate for {} must be a finite number > 0, found {rate}",
+                    dtype.name()
+                )),
+            ));
+        }
+    }
+    let weights = overlay(file_weights, &spec.weights, doc, &at("weights"))?;
+    Ok(Profile {
+        name: name.to_string(),
+        doc: spec.doc.clone(),
+        bandwidth_gbps: spec.bandwidth_gbps,
+        launch_us: spec.launch_us,
+        pointwise_gflops: spec.pointwise_gflops,
+        overlap: spec.overlap,
+        matmul_gflops: spec.matmul_gflops.clone(),
+        weights,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::Catalogue;
+
+    #[test]
+    fn embedded_profiles_load_with_complete_weights() {
+        let model = CostModel::defaults();
+        assert_eq!(model.names().collect::<Vec<_>>(), ["cpu", "h200"]);
+        for p in model.profiles() {
+            for prim in Primitive::ALL {
+                assert!(p.weight(prim).is_finite(), "{} {}", p.name, prim.name());
+            }
+        }
+        let h200 = model.profile("h200").unwrap();
+        assert_eq!(h200.bandwidth_gbps, 4300.0);
+        assert_eq!(h200.matmul_rate(DType::BF16), 790000.0);
+        // The cpu profile overrides exp but keeps the shared add.
+        let cpu = model.profile("cpu").unwrap();
+        assert_eq!(cpu.weight(Primitive::Exp), 20.0);
+        assert_eq!(cpu.weight(Primitive::Add), 1.0);
+        assert_eq!(h200.weight(Primitive::Exp), 10.0);
+    }
+
+    #[test]
+    fn flops_follow_the_formula() {
+        let ops = Catalogue::defaults();
+        let cpu = CostModel::defaults().profile("cpu").unwrap().clone();
+        // sigmoid = 1 / (1 + exp(-x)): div 7 + add 1 + exp 20 + neg 1.
+        assert_eq!(cpu.elementwise_flops(ops.get("sigmoid").unwrap()), 29.0);
+        assert_eq!(cpu.elementwise_flops(ops.get("mul").unwrap()), 1.0);
+        // cast's formula is `x`: no arithmetic, but the 1-flop floor.
+        assert_eq!(cpu.elementwise_flops(ops.get("cast").unwrap()), 1.0);
+        assert_eq!(cpu.elementwise_flops(ops.get("sum").unwrap()), 1.0);
+        assert_eq!(cpu.elementwise_flops(ops.get("transpose").unwrap()), 0.0);
+        // where = select(c, a, b); gt = a > b.
+        assert_eq!(cpu.elementwise_flops(ops.get("where").unwrap()), 1.0);
+        assert_eq!(cpu.elementwise_flops(ops.get("gt").unwrap()), 1.0);
+        // [64, 32] x [32, 16]: 2 * 64 * 16 * 32.
+        assert_eq!(Profile::matmul_flops(&[64, 32], &[64, 16]), 65536.0);
+    }
+
+    #[test]
+    fn user_file_adds_profiles_and_inherits_weights() {
+        let mut model = CostModel::defaults();
+        model
+            .load_str(
+                r#"Cost(weights: {"exp": 3.0}, profiles: {
+                    "toy": Profile(bandwidth_gbps: 1.0, launch_us: 10.0, pointwise_gflops: 1.0,
+                                   matmul_gflops: {"f32": 2.0}, weights: {"tanh": 5.0}),
+                })"#,
+                "my/cost.ron",
+            )
+            .unwrap();
+        let toy = model.profile("toy").unwrap();
+        assert_eq!(toy.weight(Primitive::Exp), 3.0);
+        assert_eq!(toy.weight(Primitive::Tanh), 5.0);
+        assert_eq!(toy.weight(Primitive::Div), 10.0, "from the embedded table");
+        assert_eq!(toy.overlap, 0.0);
+        assert_eq!(toy.matmul_rate(DType::F16), 2.0, "slowest listed");
+        assert_eq!(toy.combine(3.0, 2.0), 15.0);
+        assert!(model.profile("cpu").is_ok(), "defaults stay");
+    }
+
+    #[test]
+    fn errors_are_located_and_suggest() {
+        let mut model = CostModel::defaults();
+        let err = model
+            .load_str(
+                "Cost(profiles: {\n  \"x\": Profile(bandwidth_gbps: 1.0, launch_us: 1.0,\n    pointwise_gflops: 1.0, matmul_gflops: {\"f32\": 1.0},\n    weights: {\"tahn\": 2.0}),\n})",
+                "c.ron",
+            )
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "c.ron:4:15: invalid rule: unknown weight `tahn` (did you mean `tanh`?); weights are given for add, sub, mul, div, neg, compare, select, min, max, abs, floor, exp, log, log1p, expm1, sqrt, rsqrt, tanh, erf, sin, cos, pow, reduce"
+        );
+        let err = model
+            .load_str(
+                "Cost(profiles: {\"x\": Profile(bandwidth_gbps: 0.0, launch_us: 1.0, pointwise_gflops: 1.0, matmul_gflops: {\"f32\": 1.0})})",
+                "c.ron",
+            )
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "c.ron:1:46: invalid rule: `bandwidth_gbps` must be a finite number > 0, found 0"
+        );
+        let err = model
+            .load_str("Cost(profiles: {}, speed: 1)", "c.ron")
+            .unwrap_err();
+        assert!(err.to_string().starts_with("c.ron:1:20: RON syntax"), "{err}");
+        let err = model.profile("h100").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid rule: no cost profile `h100` (did you mean `h200`?); cost.ron defines cpu, h200"
+        );
+    }
+}

@@ -1,0 +1,246 @@
+//! Fusion legality, loaded from `rules/fusion.ron`: what may share a kernel.
+//!
+//! Legality only says what *may* fuse; whether a legal fusion happens is decided by the cost
+//! model in the partitioner ([`crate::partition`]). Every op gets a [`Role`] from its kind,
+//! unless `ops` names it. The roles are TVM's FuseOps pattern kinds reduced to what the
+//! partitioner needs.
+
+use super::ron_file::{self, RonDocument};
+use super::{Catalogue, OpDef, OpKind};
+use crate::error::{Error, ErrorKind, Result, Site};
+use crate::span::Step;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+/// The embedded default rules.
+pub const DEFAULT_FUSION: &str = include_str!("../../rules/fusion.ron");
+
+/// How an op may take part in a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Role {
+    /// Anywhere in a kernel; its value may be consumed inside the kernel. Its iteration domain
+    /// is its output shape.
+    Join,
+    /// May join its producers' kernel, but nothing in the same kernel consumes its result, and
+    /// the kernel's iteration domain is fixed to the node's input shape. Reductions: their
+    /// result is complete only once the whole domain has been visited.
+    End,
+    /// A kernel of its own (a copy) that nothing joins.
+    Alone,
+    /// An opaque library call (matmul).
+    Never,
+}
+
+impl Role {
+    /// Whether an op of `kind` can take this role, and why not.
+    pub fn check(self, kind: OpKind) -> std::result::Result<(), String> {
+        match (kind, self) {
+            (OpKind::Opaque, Role::Never) => Ok(()),
+            (OpKind::Opaque, _) => Err(format!(
+                "an opaque op is a library call with no loop body to fuse: its role must be `Never`, not `{self:?}`"
+            )),
+            (_, Role::Never) => Err(format!(
+                "`Never` marks a library call and only opaque ops are library calls; a {kind:?} op that must not fuse is `Alone`"
+            )),
+            (OpKind::Reduction, Role::Join) => Err(
+                "a reduction's result is complete only after its whole domain is visited, so nothing in its kernel can consume it: its role is `End` or `Alone`, not `Join`"
+                    .into(),
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+const KINDS: [OpKind; 4] = [
+    OpKind::Pointwise,
+    OpKind::Layout,
+    OpKind::Reduction,
+    OpKind::Opaque,
+];
+
+fn kind_index(kind: OpKind) -> usize {
+    match kind {
+        OpKind::Pointwise => 0,
+        OpKind::Layout => 1,
+        OpKind::Reduction => 2,
+        OpKind::Opaque => 3,
+    }
+}
+
+/// The fusion rules: a role per op kind, per-op overrides, and the kernel argument budget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FusionRules {
+    kinds: [Role; 4],
+    ops: BTreeMap<String, Role>,
+    /// At most this many kernel inputs + outputs (literals are not arguments).
+    pub max_kernel_args: usize,
+}
+
+/// `fusion.ron` as written.
+#[derive(Debug, Deserialize)]
+#[serde(rename = "Fusion", deny_unknown_fields)]
+struct FusionSpec {
+    kinds: HashMap<OpKind, Role>,
+    #[serde(default)]
+    ops: BTreeMap<String, Role>,
+    max_kernel_args: usize,
+}
+
+impl Default for FusionRules {
+    fn default() -> Self {
+        FusionRules::defaults()
+    }
+}
+
+impl FusionRules {
+    /// The embedded `rules/fusion.ron`, checked against the default catalogue.
+    pub fn defaults() -> FusionRules {
+        FusionRules::load_str(DEFAULT_FUSION, "rules/fusion.ron", &Catalogue::defaults())
+            .expect("the embedded rules/fusion.ron is checked by tests")
+    }
+
+    /// Parses a `fusion.ron` document. It replaces the rules as a whole: every kind must have a
+    /// role, and every op named in `ops` must exist in `catalogue` and admit its role.
+    pub fn load_str(text: &str, file: &str, catalogue: &Catalogue) -> Result<FusionRules> {
+        let doc: RonDocument<FusionSpec> = ron_file::parse(text, file)?;
+        let spec = &doc.value;
+        let mut kinds = [Role::Never; 4];
+        for kind in KINDS {
+            let path = [Step::field("kinds"), Step::key(&format!("{kind:?}"))];
+            let Some(&role) = spec.kinds.get(&kind) else {
+                return Err(Error::new(
+                    doc.site(&[Step::field("kinds")]),
+                    ErrorKind::Rule(format!(
+                        "`kinds` must give a role to every op kind; {kind:?} has none"
+                    )),
+                ));
+            };
+            role.check(kind)
+                .map_err(|m| Error::new(doc.site(&path), ErrorKind::Rule(m)))?;
+            kinds[kind_index(kind)] = role;
+        }
+        for (name, &role) in &spec.ops {
+            let path = [Step::field("ops"), Step::key(name)];
+            let Some(op) = catalogue.get(name) else {
+                let position = doc
+                    .spans
+                    .key_position(&path)
+                    .unwrap_or_else(|| doc.spans.nearest(&path));
+                return Err(Error::new(
+                    Site::file(file, position),
+                    ErrorKind::UnknownOp {
+                        op: name.clone(),
+                        suggestion: crate::error::suggest(name, catalogue.names()),
+                    },
+                ));
+            };
+            role.check(op.kind()).map_err(|m| {
+                let mut site = doc.site(&path);
+                site.op = Some(name.clone());
+                Error::new(site, ErrorKind::Rule(m))
+            })?;
+        }
+        if spec.max_kernel_args < 2 {
+            return Err(Error::new(
+                doc.site(&[Step::field("max_kernel_args")]),
+                ErrorKind::Rule(format!(
+                    "`max_kernel_args` must be at least 2 (one input and one output), found {}",
+                    spec.max_kernel_args
+                )),
+            ));
+        }
+        Ok(FusionRules {
+            kinds,
+            ops: spec.ops.clone(),
+            max_kernel_args: spec.max_kernel_args,
+        })
+    }
+
+    /// The role of `op`: its entry in `ops`, else its kind's. An override that does not suit
+    /// the op's kind (the op was redefined after the rules were checked) falls back to the
+    /// kind's role, so the partitioner never sees an impossible role.
+    pub fn role(&self, op: &OpDef) -> Role {
+        let by_kind = self.kind_role(op.kind());
+        match self.ops.get(op.name()) {
+            Some(&role) if role.check(op.kind()).is_ok() => role,
+            _ => by_kind,
+        }
+    }
+
+    /// The role an op of `kind` gets unless `ops` names it.
+    pub fn kind_role(&self, kind: OpKind) -> Role {
+        self.kinds[kind_index(kind)]
+    }
+
+    /// The per-op overrides.
+    pub fn op_roles(&self) -> &BTreeMap<String, Role> {
+        &self.ops
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_rules() {
+        let rules = FusionRules::defaults();
+        let ops = Catalogue::defaults();
+        let role = |name: &str| rules.role(ops.get(name).unwrap());
+        assert_eq!(role("sigmoid"), Role::Join);
+        assert_eq!(role("broadcast_to"), Role::Join);
+        assert_eq!(role("transpose"), Role::Alone);
+        assert_eq!(role("concat"), Role::Alone);
+        assert_eq!(role("sum_to_size"), Role::End);
+        assert_eq!(role("matmul"), Role::Never);
+        assert_eq!(rules.max_kernel_args, 64);
+    }
+
+    fn load(text: &str) -> Result<FusionRules> {
+        FusionRules::load_str(text, "f.ron", &Catalogue::defaults())
+    }
+
+    #[test]
+    fn unknown_op_is_located_with_a_suggestion() {
+        let err = load(
+            "Fusion(\n  kinds: {Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never},\n  ops: {\"broadcst_to\": Join},\n  max_kernel_args: 8,\n)",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "f.ron:3:9: unknown op `broadcst_to` (did you mean `broadcast_to`?)"
+        );
+    }
+
+    #[test]
+    fn roles_must_suit_kinds() {
+        let err = load(
+            "Fusion(kinds: {Pointwise: Join, Layout: Alone, Reduction: Join, Opaque: Never}, max_kernel_args: 8)",
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("f.ron:1:59: invalid rule: a reduction's result"), "{err}");
+        let err = load(
+            "Fusion(kinds: {Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never}, ops: {\"matmul\": Join}, max_kernel_args: 8)",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with("f.ron:1:100: op `matmul`: invalid rule: an opaque op"),
+            "{err}"
+        );
+        let err = load(
+            "Fusion(kinds: {Pointwise: Join, Layout: Alone, Opaque: Never}, max_kernel_args: 8)",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "f.ron:1:15: invalid rule: `kinds` must give a role to every op kind; Reduction has none"
+        );
+        let err = load(
+            "Fusion(kinds: {Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never}, max_kernel_args: 1)",
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("f.ron:1:98: invalid rule: `max_kernel_args`"), "{err}");
+        let err = load("Fusion(kinds: {}, max_kernel_args: 8, budget: 3)").unwrap_err();
+        assert!(err.to_string().contains("RON syntax"), "{err}");
+    }
+}

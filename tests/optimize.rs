@@ -1,0 +1,381 @@
+//! `optimize()` end to end: semantics preserved on random graphs, the modeled cost never above
+//! the unfused input, and the cases where the cost model — not a fixed rule order — decides.
+
+use fusebox::attr::AttrValue;
+use fusebox::dag::Dag;
+use fusebox::dtype::DType;
+use fusebox::eval::{self, Tensors};
+use fusebox::graph::{self, Graph, GraphBuilder};
+use fusebox::optimize::{Optimized, Options, optimize};
+use fusebox::partition;
+use fusebox::rules::RuleSet;
+use fusebox::tensor::Tensor;
+use proptest::prelude::*;
+
+fn rules() -> RuleSet {
+    RuleSet::defaults()
+}
+
+fn parse(text: &str) -> Graph {
+    graph::file::parse(text, "test.ron", &rules().ops)
+        .expect("test graph is valid")
+        .0
+}
+
+fn load(path: &str) -> Graph {
+    graph::file::load(std::path::Path::new(path), &rules().ops)
+        .expect("example loads")
+        .0
+}
+
+fn run(graph: &Graph, rules: &RuleSet) -> Optimized {
+    optimize(graph, rules, &Options::default()).expect("optimize succeeds")
+}
+
+/// Relative tolerance for comparing two evaluations that may round differently: the optimized
+/// graph computes the same real function, but rewrites (a sum hoisted past a product) change
+/// where rounding happens. Scaled by the largest magnitude in the output, as reductions can
+/// cancel.
+fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => 1e-9,
+        DType::F32 => 2e-5,
+        DType::F16 => 4e-3,
+        DType::BF16 => 3e-2,
+        _ => 0.0,
+    }
+}
+
+/// Asserts `a` and `b` hold the same values: same dtype and shape, NaN exactly where the other
+/// has NaN, infinities equal, finite values within the dtype's tolerance.
+fn assert_same(name: &str, a: &Tensor, b: &Tensor) -> Result<(), String> {
+    if a.dtype != b.dtype || a.shape() != b.shape() {
+        return Err(format!(
+            "{name}: {}{:?} vs {}{:?}",
+            a.dtype,
+            a.shape(),
+            b.dtype,
+            b.shape()
+        ));
+    }
+    let (va, vb) = (a.values(), b.values());
+    let scale = va
+        .iter()
+        .chain(&vb)
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, |m, v| m.max(v.abs()));
+    let rtol = tolerance(a.dtype);
+    for (i, (x, y)) in va.iter().zip(&vb).enumerate() {
+        let same = (x.is_nan() && y.is_nan())
+            || x == y
+            || (x.is_finite() && y.is_finite() && (x - y).abs() <= rtol * (x.abs() + scale));
+        if !same {
+            return Err(format!("{name}[{i}]: {x} vs {y} ({})", a.dtype));
+        }
+    }
+    Ok(())
+}
+
+fn outputs_agree(before: &Graph, after: &Graph, seed: u64) -> Result<(), String> {
+    let catalogue = rules().ops;
+    let inputs: Tensors = eval::random_inputs(before, seed);
+    let a = eval::evaluate(before, &catalogue, &inputs).map_err(|e| e.to_string())?;
+    let b = eval::evaluate(after, &catalogue, &inputs).map_err(|e| e.to_string())?;
+    for name in &before.outputs {
+        assert_same(name, &a[name], &b[name])?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- random graphs
+
+/// A recipe for one node, resolved against the values built so far.
+#[derive(Debug, Clone)]
+enum Step {
+    Unary(&'static str, usize),
+    Binary(&'static str, usize, usize),
+    Where(usize, usize, usize),
+    Cast(DType, usize),
+    Const(f64, DType),
+    BroadcastTo(usize, usize),
+    SumToSize(usize, usize),
+    Sum(usize, i64),
+}
+
+const UNARY: [&str; 10] = [
+    "neg", "exp", "tanh", "sigmoid", "relu", "abs", "sqrt", "log1p", "gelu", "silu",
+];
+const BINARY: [&str; 7] = ["add", "sub", "mul", "div", "max", "min", "pow"];
+const DTYPES: [DType; 4] = [DType::F32, DType::F32, DType::F16, DType::BF16];
+
+fn shape_pool(n: usize, m: usize) -> Vec<Vec<usize>> {
+    vec![vec![n, m], vec![n, 1], vec![1, m], vec![m], vec![], vec![n, m]]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let v = 0usize..64;
+    prop_oneof![
+        3 => (0..UNARY.len(), v.clone()).prop_map(|(o, a)| Step::Unary(UNARY[o], a)),
+        4 => (0..BINARY.len(), v.clone(), v.clone()).prop_map(|(o, a, b)| Step::Binary(BINARY[o], a, b)),
+        1 => (v.clone(), v.clone(), v.clone()).prop_map(|(c, a, b)| Step::Where(c, a, b)),
+        1 => (0..DTYPES.len(), v.clone()).prop_map(|(d, a)| Step::Cast(DTYPES[d], a)),
+        1 => (prop_oneof![Just(0.0), Just(1.0), Just(-1.0), Just(2.0), Just(0.5), Just(-0.0)], 0..DTYPES.len())
+            .prop_map(|(c, d)| Step::Const(c, DTYPES[d])),
+        1 => (v.clone(), 0usize..6).prop_map(|(a, s)| Step::BroadcastTo(a, s)),
+        2 => (v.clone(), 0usize..6).prop_map(|(a, s)| Step::SumToSize(a, s)),
+        1 => (v.clone(), -1i64..=1).prop_map(|(a, axis)| Step::Sum(a, axis)),
+    ]
+}
+
+/// Builds a graph from the recipe, keeping only steps that type-check, so every generated graph
+/// is valid. Outputs: the last two values built.
+fn build(dims: (usize, usize), input_specs: &[(usize, usize)], steps: &[Step]) -> Option<Graph> {
+    let catalogue = rules().ops;
+    let shapes = shape_pool(dims.0, dims.1);
+    let mut b = GraphBuilder::new("random");
+    let mut values: Vec<String> = Vec::new();
+    for (i, &(d, s)) in input_specs.iter().enumerate() {
+        values.push(b.input(&format!("x{i}"), DTYPES[d], &shapes[s % shapes.len()]));
+    }
+    let pick = |values: &[String], i: usize| values[i % values.len()].clone();
+    for (k, step) in steps.iter().enumerate() {
+        let name = format!("v{k}");
+        let mut trial = b.clone();
+        match step {
+            Step::Unary(op, a) => {
+                trial.op(&name, op, &[&pick(&values, *a)]);
+            }
+            Step::Binary(op, a, c) => {
+                trial.op(&name, op, &[&pick(&values, *a), &pick(&values, *c)]);
+            }
+            Step::Where(c, a, d) => {
+                let cond = format!("{name}_c");
+                trial.op(&cond, "gt", &[&pick(&values, *c), &pick(&values, *a)]);
+                trial.op(&name, "where", &[&cond, &pick(&values, *a), &pick(&values, *d)]);
+            }
+            Step::Cast(d, a) => {
+                trial.op_with(&name, "cast", &[&pick(&values, *a)], &[("dtype", (*d).into())]);
+            }
+            Step::Const(c, d) => {
+                trial.constant(&name, *c, *d);
+            }
+            Step::BroadcastTo(a, s) => {
+                let shape: Vec<i64> = shapes[*s].iter().map(|&x| x as i64).collect();
+                trial.op_with(&name, "broadcast_to", &[&pick(&values, *a)], &[("shape", shape.into())]);
+            }
+            Step::SumToSize(a, s) => {
+                let shape: Vec<i64> = shapes[*s].iter().map(|&x| x as i64).collect();
+                trial.op_with(&name, "sum_to_size", &[&pick(&values, *a)], &[("shape", shape.into())]);
+            }
+            Step::Sum(a, axis) => {
+                trial.op_with(
+                    &name,
+                    "sum",
+                    &[&pick(&values, *a)],
+                    &[("axes", AttrValue::Ints(vec![*axis])), ("keepdim", true.into())],
+                );
+            }
+        }
+        let candidate = trial.clone().finish(&[&name]);
+        if graph::check(&candidate, &catalogue).is_ok() {
+            b = trial;
+            values.push(name);
+        }
+    }
+    if values.len() <= input_specs.len() {
+        return None;
+    }
+    let n = values.len();
+    let outs: Vec<&str> = if n - input_specs.len() >= 2 {
+        vec![&values[n - 2], &values[n - 1]]
+    } else {
+        vec![&values[n - 1]]
+    };
+    let graph = b.finish(&outs);
+    graph::check(&graph, &catalogue).ok()?;
+    Some(graph)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// On random graphs (broadcasting, [N,1] shapes, size-1 and size-0 dims, f16/bf16, casts,
+    /// where, reductions), optimize never fails, never reports a modeled cost above the
+    /// unfused input, and the optimized graph computes the same outputs.
+    #[test]
+    fn optimize_preserves_semantics_and_never_costs_more(
+        dims in prop_oneof![Just((3usize, 4usize)), Just((1, 5)), Just((2, 1)), Just((0, 3))],
+        inputs in prop::collection::vec((0usize..4, 0usize..6), 1..4),
+        steps in prop::collection::vec(step(), 2..14),
+        seed in 0u64..1000,
+    ) {
+        let Some(graph) = build(dims, &inputs, &steps) else { return Ok(()) };
+        let out = optimize(&graph, &rules(), &Options::default())
+            .map_err(|e| TestCaseError::fail(format!("optimize failed: {e}\n{}", graph::file::to_ron(&graph))))?;
+        let r = &out.report;
+        prop_assert!(r.cost_after <= r.cost_before + 1e-9, "cost {} > unfused {}", r.cost_after, r.cost_before);
+        prop_assert!(r.cost_after <= r.cost_unrewritten + 1e-9, "cost {} > input fused {}", r.cost_after, r.cost_unrewritten);
+        graph::check(&out.graph, &rules().ops).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        outputs_agree(&graph, &out.graph, seed).map_err(|e| TestCaseError::fail(format!(
+            "{e}\nbefore:\n{}\nafter:\n{}", graph::file::to_ron(&graph), graph::file::to_ron(&out.graph))))?;
+    }
+}
+
+// ---------------------------------------------------------------- the cost model decides
+
+/// The partition of the optimized graph is what the report prices.
+#[test]
+fn report_prices_exactly_the_returned_kernels() {
+    let graph = load("examples/lstm_cell_backward.ron");
+    let rules = rules();
+    let out = run(&graph, &rules);
+    let profile = rules.cost.profile("cpu").unwrap();
+    let again = partition::partition(&out.dag, &rules.fusion, profile);
+    assert_eq!(again.kernels.len(), out.partition.kernels.len());
+    assert_eq!(again.cost.total_us, out.report.cost_after);
+    let summed: f64 = out.partition.kernels.iter().map(|k| k.cost.total_us).sum();
+    assert!((summed - out.report.cost_after).abs() < 1e-6 * summed.max(1.0));
+}
+
+/// `lstm_cell` is pointwise end to end: one kernel.
+#[test]
+fn lstm_cell_becomes_one_kernel() {
+    let graph = load("examples/lstm_cell.ron");
+    for profile in ["cpu", "h200"] {
+        let options = Options {
+            profile: profile.into(),
+            ..Options::default()
+        };
+        let out = optimize(&graph, &rules(), &options).unwrap();
+        assert_eq!(out.report.kernels_after, 1, "{profile}");
+        assert_eq!(out.partition.kernels[0].outputs.len(), 2, "hy and cy");
+        assert!(out.report.kernels_before > 10);
+    }
+}
+
+/// (b) sum_to_size hoisting: with the sum_to_size rules, the bias gradient's reduction moves to
+/// the end of the one fused kernel; without them it needs its own kernels.
+#[test]
+fn lstm_backward_needs_fewer_kernels_with_sum_to_size_rules() {
+    let graph = load("examples/lstm_cell_backward.ron");
+    let all = rules();
+    let mut without = all.clone();
+    without.rewrites.retain(|r| !r.file.ends_with("sum_to_size.ron"));
+    assert!(without.rewrites.len() < all.rewrites.len());
+    let with_rules = run(&graph, &all);
+    let without_rules = run(&graph, &without);
+    assert!(
+        with_rules.report.kernels_after < without_rules.report.kernels_after,
+        "{} vs {}",
+        with_rules.report.kernels_after,
+        without_rules.report.kernels_after
+    );
+    assert!(with_rules.report.cost_after < without_rules.report.cost_after);
+    outputs_agree(&graph, &with_rules.graph, 7).unwrap();
+}
+
+/// (a) A legal fusion the cost model rejects: an expensive producer on an [N, 1] column feeds
+/// a consumer broadcast to [N, M]. Fusing would recompute it for every one of the N·M elements;
+/// materializing its N values costs one more launch and next to no bytes. A cheap producer in
+/// the same place is fused.
+#[test]
+fn expensive_broadcast_producer_is_materialized_cheap_one_fused() {
+    let expensive = parse(
+        r#"Graph(name: "recompute", inputs: [Input(name: "x", dtype: "f32", shape: [1024, 1]),
+                                           Input(name: "y", dtype: "f32", shape: [1024, 4096])],
+          nodes: [Node(name: "a", op: "exp", args: ["x"]), Node(name: "b", op: "tanh", args: ["a"]),
+                  Node(name: "c", op: "gelu", args: ["b"]), Node(name: "d", op: "log1p", args: ["c"]),
+                  Node(name: "e", op: "sigmoid", args: ["d"]), Node(name: "f", op: "gelu_tanh", args: ["e"]),
+                  Node(name: "out", op: "mul", args: ["y", "f"])],
+          outputs: ["out"])"#,
+    );
+    let out = run(&expensive, &rules());
+    assert_eq!(out.report.kernels_after, 2, "{:#?}", out.report.kernels);
+    let consumer = out
+        .partition
+        .kernels
+        .iter()
+        .find(|k| k.nodes.iter().any(|&i| out.dag.nodes[i].name == "out"))
+        .unwrap();
+    assert_eq!(consumer.nodes.len(), 1, "only the mul runs over [1024, 4096]");
+
+    let cheap = parse(
+        r#"Graph(name: "recompute", inputs: [Input(name: "x", dtype: "f32", shape: [1024, 1]),
+                                           Input(name: "y", dtype: "f32", shape: [1024, 4096])],
+          nodes: [Node(name: "a", op: "neg", args: ["x"]), Node(name: "out", op: "mul", args: ["y", "a"])],
+          outputs: ["out"])"#,
+    );
+    assert_eq!(run(&cheap, &rules()).report.kernels_after, 1);
+}
+
+/// (c) A rewrite that pays only through fusion: `mul(sum_to_size(t), b)` with `b` of the reduced
+/// shape does the multiply on the small tensor, so op by op it is the cheaper form. Rewritten as
+/// `sum_to_size(mul(t, b))` the multiply joins the kernel that computes `t` and the reduction
+/// ends it: one kernel instead of two. The extractor picks the rewritten form, and the unfused
+/// cost model would not.
+#[test]
+fn mul_moves_into_reduction_only_because_of_fusion() {
+    let graph = parse(
+        r#"Graph(name: "bias_grad", inputs: [Input(name: "g", dtype: "f32", shape: [512, 1024]),
+                                            Input(name: "b", dtype: "f32", shape: [1024])],
+          nodes: [Node(name: "t", op: "tanh", args: ["g"]),
+                  Node(name: "s", op: "sum_to_size", args: ["t"], attrs: {"shape": [1024]}),
+                  Node(name: "out", op: "mul", args: ["s", "b"])],
+          outputs: ["out"])"#,
+    );
+    let rules = rules();
+    let out = run(&graph, &rules);
+    assert_eq!(out.report.kernels_after, 1, "{:#?}", out.report.kernels);
+    let last = out.dag.nodes.last().unwrap();
+    assert_eq!(last.op.name(), "sum_to_size", "the reduction ends the kernel");
+    outputs_agree(&graph, &out.graph, 3).unwrap();
+
+    let profile = rules.cost.profile("cpu").unwrap();
+    let input = Dag::from_graph(&graph, &rules.ops).unwrap();
+    let unfused_before = partition::unfused(&input, profile).cost.total_us;
+    let unfused_after = partition::unfused(&out.dag, profile).cost.total_us;
+    assert!(
+        unfused_after > unfused_before,
+        "op by op the rewritten form costs more ({unfused_after} vs {unfused_before})"
+    );
+    assert!(out.report.cost_after < out.report.cost_unrewritten);
+}
+
+/// A rule that changes a value's type is refused loudly, naming the rule.
+#[test]
+fn an_unsound_rule_is_an_error_not_a_wrong_graph() {
+    let mut rules = rules();
+    let planted = fusebox::rewrite::load_rules(
+        r#"[Rule(name: "planted-cast", lhs: "(neg ?x)", rhs: "(cast (neg ?x) f16)")]"#,
+        "planted.ron",
+        &rules.ops,
+    )
+    .unwrap();
+    rules.rewrites.extend(planted);
+    let graph = parse(
+        r#"Graph(name: "g", inputs: [Input(name: "x", dtype: "f32", shape: [4])],
+          nodes: [Node(name: "y", op: "neg", args: ["x"])], outputs: ["y"])"#,
+    );
+    let err = optimize(&graph, &rules, &Options::default()).unwrap_err();
+    assert!(err.to_string().contains("planted-cast"), "{err}");
+}
+
+/// Every example optimizes, stays correct, and gets no more expensive.
+#[test]
+fn every_example_optimizes_correctly() {
+    for entry in std::fs::read_dir("examples").unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "ron") {
+            continue;
+        }
+        let graph = load(path.to_str().unwrap());
+        let out = run(&graph, &rules());
+        let r = &out.report;
+        assert!(r.cost_after <= r.cost_unrewritten, "{}", path.display());
+        assert!(r.cost_unrewritten <= r.cost_before, "{}", path.display());
+        if graph.inputs.iter().map(|i| fusebox::shape::numel(&i.shape)).sum::<usize>() < 3_000_000 {
+            outputs_agree(&graph, &out.graph, 11)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
+    }
+}

@@ -1,0 +1,731 @@
+//! The partitioner and the cost model: hand-computed costs on tiny dags, the LSTM examples,
+//! cases where the cost model (not legality) decides, convexity, the argument budget, and the
+//! invariants every partition must keep on the examples and on a large random dag.
+
+use fusebox::dag::{Dag, Value};
+use fusebox::dtype::DType;
+use fusebox::graph::{GraphBuilder, file};
+use fusebox::partition::{self, Kernel, KernelKind, Partition};
+use fusebox::rules::{Catalogue, CostModel, FusionRules, Profile, Role, RuleSet};
+use fusebox::shape::broadcasts_to;
+
+fn dag(text: &str) -> Dag {
+    let ops = Catalogue::defaults();
+    let (graph, _) = file::parse(text, "test.ron", &ops).unwrap();
+    Dag::from_graph(&graph, &ops).unwrap()
+}
+
+fn example(name: &str) -> Dag {
+    let ops = Catalogue::defaults();
+    let path = format!("{}/examples/{name}.ron", env!("CARGO_MANIFEST_DIR"));
+    let (graph, _) = file::load(std::path::Path::new(&path), &ops).unwrap();
+    Dag::from_graph(&graph, &ops).unwrap()
+}
+
+/// Round numbers so costs can be worked out by hand: 1000 bytes/us, 1000 flops/us, 10 us per
+/// launch, memory and compute added (overlap 0).
+fn toy() -> Profile {
+    let mut model = CostModel::defaults();
+    model
+        .load_str(
+            r#"Cost(profiles: {"toy": Profile(
+                bandwidth_gbps: 1.0, launch_us: 10.0, pointwise_gflops: 1.0, overlap: 0.0,
+                matmul_gflops: {"f32": 2.0},
+                weights: {"add": 1.0, "sub": 1.0, "mul": 1.0, "neg": 1.0, "exp": 8.0,
+                          "div": 4.0, "tanh": 6.0, "reduce": 1.0},
+            )})"#,
+            "toy.ron",
+        )
+        .unwrap();
+    model.profile("toy").unwrap().clone()
+}
+
+fn profile(name: &str) -> Profile {
+    CostModel::defaults().profile(name).unwrap().clone()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+macro_rules! assert_close {
+    ($a:expr, $b:expr) => {
+        assert!(close($a, $b), "{} != {}", $a, $b)
+    };
+}
+
+fn names(dag: &Dag, kernel: &Kernel) -> Vec<String> {
+    kernel
+        .nodes
+        .iter()
+        .map(|&n| dag.nodes[n].name.clone())
+        .collect()
+}
+
+fn kernel_with<'a>(dag: &Dag, p: &'a Partition, node: &str) -> &'a Kernel {
+    p.kernels
+        .iter()
+        .find(|k| k.nodes.iter().any(|&n| dag.nodes[n].name == node))
+        .unwrap_or_else(|| panic!("no kernel holds `{node}`"))
+}
+
+/// Everything a partition must satisfy, checked from scratch.
+fn check_invariants(dag: &Dag, p: &Partition, fusion: &FusionRules) {
+    let users = dag.users();
+    let outputs = dag.output_mask();
+    let of = p.kernel_of(dag.nodes.len());
+    for (n, node) in dag.nodes.iter().enumerate() {
+        assert_eq!(
+            of[n].is_none(),
+            partition::is_literal(node),
+            "node {} is in a kernel iff it is not a literal",
+            node.name
+        );
+    }
+    let mut placed = 0;
+    for (k, kernel) in p.kernels.iter().enumerate() {
+        placed += kernel.nodes.len();
+        assert!(kernel.nodes.windows(2).all(|w| w[0] < w[1]), "sorted nodes");
+        let inside = |n: usize| of[n] == Some(k);
+        // Inputs: exactly the external, non-literal operands, each from an earlier kernel
+        // (kernels are listed in an order that runs them, so the kernel graph is acyclic and
+        // every kernel convex).
+        let mut expected_inputs = Vec::new();
+        for &n in &kernel.nodes {
+            for &arg in &dag.nodes[n].args {
+                let external = match arg {
+                    Value::Input(_) => true,
+                    Value::Node(q) => of[q].is_some() && !inside(q),
+                };
+                if external && !expected_inputs.contains(&arg) {
+                    expected_inputs.push(arg);
+                }
+                if let Value::Node(q) = arg
+                    && let Some(kq) = of[q]
+                {
+                    assert!(kq <= k, "kernel {k} reads a value of the later kernel {kq}");
+                    if kq == k {
+                        assert_ne!(
+                            fusion.role(&dag.nodes[q].op),
+                            Role::End,
+                            "an End result is consumed inside its kernel"
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(kernel.inputs, expected_inputs);
+        let expected_outputs: Vec<Value> = kernel
+            .nodes
+            .iter()
+            .filter(|&&n| outputs[n] || users[n].iter().any(|&u| !inside(u)))
+            .map(|&n| Value::Node(n))
+            .collect();
+        assert_eq!(kernel.outputs, expected_outputs);
+        for &n in &kernel.nodes {
+            let node = &dag.nodes[n];
+            let shape = match (node.op.kind(), node.args.first()) {
+                (fusebox::rules::OpKind::Reduction, Some(&a)) => dag.ty(a).shape.clone(),
+                _ => node.ty.shape.clone(),
+            };
+            assert!(
+                broadcasts_to(&shape, &kernel.domain),
+                "{} of shape {shape:?} in domain {:?}",
+                node.name,
+                kernel.domain
+            );
+        }
+        match kernel.kind {
+            KernelKind::Fused => {
+                if kernel.nodes.len() > 1 {
+                    assert!(kernel.inputs.len() + kernel.outputs.len() <= fusion.max_kernel_args);
+                }
+            }
+            KernelKind::Alone | KernelKind::Library => assert_eq!(kernel.nodes.len(), 1),
+        }
+        let bytes: u64 = kernel
+            .inputs
+            .iter()
+            .chain(&kernel.outputs)
+            .map(|&v| {
+                let ty = dag.ty(v);
+                ty.shape.iter().product::<usize>() as u64 * ty.dtype.size_bytes() as u64
+            })
+            .sum();
+        assert_eq!(kernel.cost.bytes, bytes);
+    }
+    assert_eq!(placed, of.iter().flatten().count());
+    let total: f64 = p.kernels.iter().map(|k| k.cost.total_us).sum();
+    assert_close!(p.cost.total_us, total);
+    assert_eq!(
+        p.cost.bytes,
+        p.kernels.iter().map(|k| k.cost.bytes).sum::<u64>()
+    );
+}
+
+// ---------------------------------------------------------------- hand-computed costs
+
+const CHAIN: &str = r#"Graph(name: "chain",
+    inputs: [Input(name: "x", dtype: "f32", shape: [1000])],
+    nodes: [Node(name: "a", op: "neg", args: ["x"]), Node(name: "b", op: "exp", args: ["a"])],
+    outputs: ["b"])"#;
+
+#[test]
+fn unfused_chain_costs_by_hand() {
+    let dag = dag(CHAIN);
+    let p = partition::unfused(&dag, &toy());
+    assert_eq!(p.kernels.len(), 2);
+    // neg: 4000 B read + 4000 B written = 8 us, 1000 flops = 1 us, launch 10 us.
+    let a = &p.kernels[0].cost;
+    assert_eq!((a.bytes, a.flops), (8000, 1000));
+    assert_close!(a.memory_us, 8.0);
+    assert_close!(a.compute_us, 1.0);
+    assert_close!(a.total_us, 19.0);
+    // exp: the same bytes, 8 flops per element.
+    assert_close!(p.kernels[1].cost.total_us, 26.0);
+    assert_close!(p.cost.total_us, 45.0);
+    assert_close!(p.cost.launch_us, 20.0);
+    assert_eq!((p.cost.bytes, p.cost.flops), (16000, 9000));
+}
+
+#[test]
+fn fused_chain_costs_by_hand() {
+    let dag = dag(CHAIN);
+    let fusion = FusionRules::defaults();
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 1);
+    let k = &p.kernels[0];
+    assert_eq!(names(&dag, k), ["a", "b"]);
+    assert_eq!(k.inputs, [Value::Input(0)]);
+    assert_eq!(k.outputs, [Value::Node(1)]);
+    assert_eq!(k.domain, [1000]);
+    assert_eq!(k.kind, KernelKind::Fused);
+    // x read, b written: 8000 B = 8 us; 9000 flops = 9 us; one launch.
+    assert_eq!((k.cost.bytes, k.cost.flops), (8000, 9000));
+    assert_close!(p.cost.total_us, 27.0);
+}
+
+#[test]
+fn an_intermediate_graph_output_is_written() {
+    let dag = dag(&CHAIN.replace(r#"outputs: ["b"]"#, r#"outputs: ["b", "a"]"#));
+    let p = partition::partition(&dag, &FusionRules::defaults(), &toy());
+    assert_eq!(p.kernels.len(), 1);
+    assert_eq!(p.kernels[0].outputs, [Value::Node(0), Value::Node(1)]);
+    // 12000 B = 12 us + 9 us + 10 us.
+    assert_close!(p.cost.total_us, 31.0);
+}
+
+#[test]
+fn overlap_takes_the_larger_of_memory_and_compute() {
+    let mut model = CostModel::defaults();
+    model
+        .load_str(
+            r#"Cost(profiles: {"roof": Profile(bandwidth_gbps: 1.0, launch_us: 10.0,
+                pointwise_gflops: 1.0, overlap: 1.0, matmul_gflops: {"f32": 1.0},
+                weights: {"neg": 1.0, "exp": 8.0})})"#,
+            "roof.ron",
+        )
+        .unwrap();
+    let dag = dag(CHAIN);
+    let p = partition::partition(&dag, &FusionRules::defaults(), model.profile("roof").unwrap());
+    // max(8 us memory, 9 us compute) + 10 us.
+    assert_close!(p.cost.total_us, 19.0);
+    assert_close!(p.cost.memory_us, 8.0);
+    assert_close!(p.cost.compute_us, 9.0);
+}
+
+#[test]
+fn const_is_inlined_never_a_kernel() {
+    let dag = dag(r#"Graph(name: "c",
+        inputs: [Input(name: "x", dtype: "f32", shape: [1000])],
+        nodes: [Node(name: "one", op: "const", attrs: {"value": 1.0}),
+                Node(name: "y", op: "add", args: ["x", "one"])],
+        outputs: ["y"])"#);
+    let fusion = FusionRules::defaults();
+    for p in [
+        partition::unfused(&dag, &toy()),
+        partition::partition(&dag, &fusion, &toy()),
+    ] {
+        check_invariants(&dag, &p, &fusion);
+        assert_eq!(p.kernels.len(), 1);
+        assert_eq!(names(&dag, &p.kernels[0]), ["y"]);
+        assert_eq!(p.kernels[0].inputs, [Value::Input(0)]);
+        // 8000 B, 1000 flops, one launch: 8 + 1 + 10.
+        assert_close!(p.cost.total_us, 19.0);
+    }
+}
+
+#[test]
+fn a_reduction_ends_its_kernel() {
+    let dag = dag(r#"Graph(name: "r",
+        inputs: [Input(name: "x", dtype: "f32", shape: [100, 10])],
+        nodes: [Node(name: "e", op: "exp", args: ["x"]),
+                Node(name: "s", op: "sum", args: ["e"], attrs: {"axes": [1]}),
+                Node(name: "t", op: "neg", args: ["s"])],
+        outputs: ["t"])"#);
+    let fusion = FusionRules::defaults();
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 2);
+    let k = &p.kernels[0];
+    assert_eq!(names(&dag, k), ["e", "s"]);
+    assert_eq!(k.domain, [100, 10]);
+    // x read (4000 B) + s written (400 B) = 4.4 us; (8 + 1) flops x 1000 = 9 us; 10 us.
+    assert_close!(k.cost.total_us, 23.4);
+    // neg over the 100 sums: 800 B, 100 flops, its own launch.
+    assert_eq!(names(&dag, &p.kernels[1]), ["t"]);
+    assert_close!(p.kernels[1].cost.total_us, 10.9);
+    // Unfused: exp 8 + 8 + 10, sum 4.4 + 1 + 10, neg 10.9.
+    assert_close!(partition::unfused(&dag, &toy()).cost.total_us, 26.0 + 15.4 + 10.9);
+}
+
+#[test]
+fn matmul_is_a_library_call_at_matmul_throughput() {
+    let dag = dag(r#"Graph(name: "m",
+        inputs: [Input(name: "a", dtype: "f32", shape: [10, 20]),
+                 Input(name: "b", dtype: "f32", shape: [20, 30]),
+                 Input(name: "c", dtype: "f32", shape: [30])],
+        nodes: [Node(name: "ab", op: "matmul", args: ["a", "b"]),
+                Node(name: "y", op: "add", args: ["ab", "c"])],
+        outputs: ["y"])"#);
+    let fusion = FusionRules::defaults();
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 2);
+    let mm = &p.kernels[0];
+    assert_eq!(mm.kind, KernelKind::Library);
+    // 2 * 10 * 30 * 20 = 12000 flops at 2 GFLOP/s = 6 us; (800 + 2400 + 1200) B = 4.4 us.
+    assert_eq!(mm.cost.flops, 12000);
+    assert_close!(mm.cost.total_us, 10.0 + 4.4 + 6.0);
+    assert_eq!(p.kernels[1].kind, KernelKind::Fused);
+}
+
+// ---------------------------------------------------------------- the LSTM examples
+
+#[test]
+fn lstm_cell_is_one_kernel() {
+    let dag = example("lstm_cell");
+    let fusion = FusionRules::defaults();
+    for name in ["cpu", "h200"] {
+        let p = partition::partition(&dag, &fusion, &profile(name));
+        check_invariants(&dag, &p, &fusion);
+        assert_eq!(p.kernels.len(), 1, "{name}");
+        let k = &p.kernels[0];
+        assert_eq!(k.nodes.len(), 9);
+        assert_eq!(k.inputs.len(), 5);
+        assert_eq!(k.outputs.len(), 2);
+        // 5 inputs read + 2 outputs written, 16 MiB each (the example's own comment).
+        assert_eq!(p.cost.bytes, 117_440_512);
+        // One op per kernel moves 352 MiB.
+        assert_eq!(partition::unfused(&dag, &profile(name)).cost.bytes, 352 << 20);
+    }
+    // cpu: 3 sigmoids (neg 1 + exp 20 + add 1 + div 7 = 29), 2 tanh (27), 3 mul and 1 add:
+    // 145 flops per element x 4,194,304 elements at 125 GFLOP/s = 4865.4 us, more than the
+    // 117,440,512 B / 31 GB/s = 3788.4 us of memory; roofline, plus a 2 us launch.
+    let p = partition::partition(&dag, &fusion, &profile("cpu"));
+    assert_eq!(p.cost.flops, 145 * 4_194_304);
+    assert_close!(p.cost.total_us, 2.0 + 145.0 * 4_194_304.0 / 125e3);
+    // h200: sigmoid 1 + 10 + 1 + 10 = 22, tanh 16: 102 flops per element, 6.4 us at
+    // 67 TFLOP/s, under the 27.3 us of memory at 4.3 TB/s; plus a 1 us launch.
+    let p = partition::partition(&dag, &fusion, &profile("h200"));
+    assert_eq!(p.cost.flops, 102 * 4_194_304);
+    assert_close!(p.cost.total_us, 1.0 + 117_440_512.0 / 4.3e6);
+}
+
+#[test]
+fn lstm_cell_backward_as_given_is_three_kernels() {
+    let dag = example("lstm_cell_backward");
+    let fusion = FusionRules::defaults();
+    for name in ["cpu", "h200"] {
+        let p = partition::partition(&dag, &fusion, &profile(name));
+        check_invariants(&dag, &p, &fusion);
+        let kinds: Vec<KernelKind> = p.kernels.iter().map(|k| k.kind).collect();
+        assert_eq!(
+            kinds,
+            [KernelKind::Fused, KernelKind::Alone, KernelKind::Fused],
+            "{name}"
+        );
+        let pointwise = &p.kernels[0];
+        assert_eq!(pointwise.nodes.len(), 23, "every node but const, concat and sum_to_size");
+        assert_eq!(pointwise.inputs.len(), 8);
+        assert_eq!(pointwise.outputs.len(), 5, "four gate gradients and grad_cx");
+        assert_eq!(names(&dag, &p.kernels[1]), ["grad_gates"]);
+        assert_eq!(names(&dag, &p.kernels[2]), ["grad_bias"]);
+        assert_eq!(p.kernels[2].domain, [256, 4096]);
+    }
+}
+
+/// lstm_cell_backward after sum_to_size hoisting: the four column sums end the pointwise
+/// kernel (one multi-output kernel over [256, 1024]); only the concat of the four [1024] sums
+/// is left on its own.
+#[test]
+fn hoisted_column_sums_end_the_pointwise_kernel() {
+    let text = std::fs::read_to_string(format!(
+        "{}/examples/lstm_cell_backward.ron",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let hoisted = text
+        .replace(
+            r#"Node(name: "grad_gates", op: "concat", args: ["grad_ingate", "grad_forgetgate", "grad_cellgate", "grad_outgate"], attrs: {"axis": 1}),
+        Node(name: "grad_bias", op: "sum_to_size", args: ["grad_gates"], attrs: {"shape": [4096]}),"#,
+            r#"Node(name: "bi", op: "sum_to_size", args: ["grad_ingate"], attrs: {"shape": [1024]}),
+        Node(name: "bf", op: "sum_to_size", args: ["grad_forgetgate"], attrs: {"shape": [1024]}),
+        Node(name: "bc", op: "sum_to_size", args: ["grad_cellgate"], attrs: {"shape": [1024]}),
+        Node(name: "bo", op: "sum_to_size", args: ["grad_outgate"], attrs: {"shape": [1024]}),
+        Node(name: "grad_bias", op: "concat", args: ["bi", "bf", "bc", "bo"], attrs: {"axis": 0}),"#,
+        );
+    assert_ne!(hoisted, text);
+    let dag = dag(&hoisted);
+    let fusion = FusionRules::defaults();
+    for name in ["cpu", "h200"] {
+        let p = partition::partition(&dag, &fusion, &profile(name));
+        check_invariants(&dag, &p, &fusion);
+        assert_eq!(p.kernels.len(), 2, "{name}");
+        let main = &p.kernels[0];
+        assert_eq!(main.nodes.len(), 27);
+        assert_eq!(main.domain, [256, 1024]);
+        assert_eq!(main.outputs.len(), 9, "5 gradients and 4 column sums");
+        assert_eq!(p.kernels[1].kind, KernelKind::Alone);
+        let before = partition::partition(&example("lstm_cell_backward"), &fusion, &profile(name));
+        assert!(p.cost.total_us < before.cost.total_us);
+    }
+}
+
+// ---------------------------------------------------------------- the cost model decides
+
+/// `p` of shape [1, 100] feeds `c = p + x` over [100, 100]. Fusing them is legal, but inside
+/// c's kernel p is recomputed for each of the 10,000 elements.
+fn broadcast_producer(op: &str) -> Dag {
+    dag(&format!(
+        r#"Graph(name: "bcast",
+        inputs: [Input(name: "s", dtype: "f32", shape: [1, 100]),
+                 Input(name: "x", dtype: "f32", shape: [100, 100])],
+        nodes: [Node(name: "p", op: "{op}", args: ["s"]),
+                Node(name: "c", op: "add", args: ["p", "x"])],
+        outputs: ["c"])"#
+    ))
+}
+
+#[test]
+fn expensive_broadcast_producer_is_materialized() {
+    let dag = broadcast_producer("exp");
+    let fusion = FusionRules::defaults();
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    // Apart: exp reads and writes 400 B (0.8 us), 800 flops (0.8 us), launch: 11.6 us; the add
+    // reads 400 + 40000 B and writes 40000 B (80.4 us), 10000 flops (10 us), launch: 100.4 us.
+    // Together 112 us. Fused: 80.4 us of memory, (8 + 1) x 10000 flops = 90 us, one launch:
+    // 180.4 us. The fusion is legal and rejected.
+    assert_eq!(p.kernels.len(), 2);
+    assert_close!(p.cost.total_us, 112.0);
+    assert_eq!(p.kernels[1].inputs, [Value::Node(0), Value::Input(1)]);
+}
+
+#[test]
+fn cheap_broadcast_producer_is_fused() {
+    let dag = broadcast_producer("neg");
+    let fusion = FusionRules::defaults();
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    // Apart: 0.8 + 0.1 + 10 = 10.9 us and 100.4 us, 111.3 us. Fused: 80.4 us of memory,
+    // (1 + 1) x 10000 flops = 20 us, one launch: 110.4 us.
+    assert_eq!(p.kernels.len(), 1);
+    assert_eq!(p.kernels[0].domain, [100, 100]);
+    assert_eq!(p.kernels[0].cost.flops, 20000, "neg recomputed per domain element");
+    assert_close!(p.cost.total_us, 110.4);
+}
+
+/// The same decision on the h200 profile: a chain of `sin` (20 flop-equivalents each) over a
+/// [1, 4096] row feeds an add over [4096, 4096] f32, whose kernel moves 128 MiB: 31.2 us at
+/// 4.3 TB/s. Recomputing k sins per element costs (20k + 1) x 16.8M flops at 67 TFLOP/s:
+/// 20.3 us for k = 4 (hidden under the memory time, so fusing saves a launch) and 40.3 us for
+/// k = 8 (more than the 32.2 us the add costs on its own, so the row is materialized).
+#[test]
+fn on_h200_recomputation_decides_between_four_and_eight_sins() {
+    let h200 = profile("h200");
+    let fusion = FusionRules::defaults();
+    for (sins, kernels) in [(4, 1), (8, 2)] {
+        let mut b = GraphBuilder::new("sins");
+        let mut v = b.input("s", DType::F32, &[1, 4096]);
+        let x = b.input("x", DType::F32, &[4096, 4096]);
+        for i in 0..sins {
+            v = b.op(&format!("q{i}"), "sin", &[&v]);
+        }
+        let c = b.op("c", "add", &[&v, &x]);
+        let graph = b.finish(&[&c]);
+        let dag = Dag::from_graph(&graph, &Catalogue::defaults()).unwrap();
+        let p = partition::partition(&dag, &fusion, &h200);
+        check_invariants(&dag, &p, &fusion);
+        assert_eq!(p.kernels.len(), kernels, "{sins} sins");
+        let add = kernel_with(&dag, &p, "c");
+        let add_alone = 1.0 + (4 * 4096 + 2 * 4096 * 4096 * 4) as f64 / 4.3e6;
+        if kernels == 2 {
+            assert_eq!(add.nodes.len(), 1);
+            assert_close!(add.cost.total_us, add_alone);
+        } else {
+            assert_eq!(add.cost.flops, 81 * 4096 * 4096);
+            assert_close!(add.cost.total_us, add_alone);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- legality
+
+/// `c = a + transpose(a)`: a's kernel feeds the transpose copy, which feeds c. Putting c into
+/// a's kernel would leave the kernel and come back; c stays apart.
+#[test]
+fn a_diamond_through_an_alone_op_does_not_fuse_around_it() {
+    let dag = dag(r#"Graph(name: "diamond",
+        inputs: [Input(name: "x", dtype: "f32", shape: [64, 64])],
+        nodes: [Node(name: "a", op: "exp", args: ["x"]),
+                Node(name: "t", op: "transpose", args: ["a"]),
+                Node(name: "c", op: "add", args: ["a", "t"])],
+        outputs: ["c"])"#);
+    let fusion = FusionRules::defaults();
+    for p in [
+        partition::partition(&dag, &fusion, &toy()),
+        partition::partition(&dag, &fusion, &profile("h200")),
+    ] {
+        check_invariants(&dag, &p, &fusion);
+        assert_eq!(p.kernels.len(), 3);
+        assert_eq!(names(&dag, &p.kernels[0]), ["a"]);
+        assert_eq!(names(&dag, &p.kernels[1]), ["t"]);
+        assert_eq!(names(&dag, &p.kernels[2]), ["c"]);
+    }
+}
+
+/// `c = a + neg(transpose(a))`: c cannot join a's kernel (the path a → t → b → c leaves it),
+/// nor both kernels; it can join b's.
+#[test]
+fn convexity_picks_the_legal_producer() {
+    let dag = dag(r#"Graph(name: "diamond2",
+        inputs: [Input(name: "x", dtype: "f32", shape: [64, 64])],
+        nodes: [Node(name: "a", op: "exp", args: ["x"]),
+                Node(name: "t", op: "transpose", args: ["a"]),
+                Node(name: "b", op: "neg", args: ["t"]),
+                Node(name: "c", op: "add", args: ["a", "b"])],
+        outputs: ["c"])"#);
+    let fusion = FusionRules::defaults();
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 3);
+    assert_eq!(names(&dag, kernel_with(&dag, &p, "c")), ["b", "c"]);
+}
+
+/// A diamond of pointwise ops fuses whole, and a value used twice inside is read once.
+#[test]
+fn a_pointwise_diamond_fuses() {
+    let dag = dag(r#"Graph(name: "d",
+        inputs: [Input(name: "x", dtype: "f32", shape: [1000])],
+        nodes: [Node(name: "a", op: "exp", args: ["x"]),
+                Node(name: "b", op: "neg", args: ["a"]),
+                Node(name: "c", op: "mul", args: ["a", "b"]),
+                Node(name: "d", op: "add", args: ["c", "x"])],
+        outputs: ["d"])"#);
+    let fusion = FusionRules::defaults();
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 1);
+    // x read once, d written: 8 us; (8 + 1 + 1 + 1) x 1000 flops = 11 us; 10 us.
+    assert_close!(p.cost.total_us, 29.0);
+}
+
+#[test]
+fn the_argument_budget_is_respected() {
+    let fusion = FusionRules::load_str(
+        "Fusion(kinds: {Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never}, max_kernel_args: 4)",
+        "f.ron",
+        &Catalogue::defaults(),
+    )
+    .unwrap();
+    // a1 = x0 + x1, a2 = a1 + x2, ..., a9 = a8 + x9.
+    let mut b = GraphBuilder::new("sum10");
+    let xs: Vec<String> = (0..10)
+        .map(|i| b.input(&format!("x{i}"), DType::F32, &[100]))
+        .collect();
+    let mut acc = xs[0].clone();
+    for (i, x) in xs.iter().enumerate().skip(1) {
+        acc = b.op(&format!("a{i}"), "add", &[&acc, x]);
+    }
+    let dag = Dag::from_graph(&b.finish(&[&acc]), &Catalogue::defaults()).unwrap();
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    // {a1, a2} reads x0, x1, x2 and writes a2: 4 arguments. a3 would make 5, so it starts a
+    // kernel reading a2 and x3, which a4 joins; and so on.
+    let groups: Vec<Vec<String>> = p.kernels.iter().map(|k| names(&dag, k)).collect();
+    assert_eq!(
+        groups,
+        [
+            vec!["a1", "a2"],
+            vec!["a3", "a4"],
+            vec!["a5", "a6"],
+            vec!["a7", "a8"],
+            vec!["a9"]
+        ]
+    );
+    for k in &p.kernels {
+        assert!(k.inputs.len() + k.outputs.len() <= 4);
+    }
+    // The default budget of 64 takes all nine.
+    let p = partition::partition(&dag, &FusionRules::defaults(), &toy());
+    assert_eq!(p.kernels.len(), 1);
+}
+
+#[test]
+fn user_roles_change_the_kernels() {
+    let dag = dag(CHAIN);
+    let ops = Catalogue::defaults();
+    let fusion = FusionRules::load_str(
+        r#"Fusion(kinds: {Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never},
+                  ops: {"exp": Alone}, max_kernel_args: 64)"#,
+        "f.ron",
+        &ops,
+    )
+    .unwrap();
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 2);
+    assert_eq!(p.kernels[1].kind, KernelKind::Alone);
+    assert_close!(p.cost.total_us, 45.0);
+}
+
+// ---------------------------------------------------------------- every example, and scale
+
+#[test]
+fn partition_never_costs_more_than_unfused_on_the_examples() {
+    let fusion = FusionRules::defaults();
+    let dir = format!("{}/examples", env!("CARGO_MANIFEST_DIR"));
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        let dag = example(&name);
+        for prof in ["cpu", "h200"] {
+            let profile = profile(prof);
+            let fused = partition::partition(&dag, &fusion, &profile);
+            let before = partition::unfused(&dag, &profile);
+            check_invariants(&dag, &fused, &fusion);
+            check_invariants(&dag, &before, &fusion);
+            assert!(
+                fused.cost.total_us <= before.cost.total_us + 1e-9,
+                "{name} on {prof}: {} > {}",
+                fused.cost.total_us,
+                before.cost.total_us
+            );
+            assert!(fused.kernels.len() <= before.kernels.len());
+            let literals = dag.nodes.iter().filter(|n| partition::is_literal(n)).count();
+            assert_eq!(before.kernels.len(), dag.nodes.len() - literals);
+        }
+        seen += 1;
+    }
+    assert!(seen >= 9);
+}
+
+/// A deterministic pseudo-random dag of 10,000 nodes mixing pointwise ops, broadcasts of a
+/// row, transposes (Alone) and row sums (End), checked for every invariant.
+#[test]
+fn ten_thousand_node_dag() {
+    let mut state = 0x9e3779b97f4a7c15u64;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    let mut b = GraphBuilder::new("big");
+    let mut square: Vec<String> = (0..8)
+        .map(|i| b.input(&format!("x{i}"), DType::F32, &[32, 32]))
+        .collect();
+    let mut rows: Vec<String> = vec![b.input("r", DType::F32, &[32])];
+    for i in 0..10_000 {
+        let name = format!("n{i}");
+        let pick = |v: &Vec<String>, k: usize| v[v.len() - 1 - k % v.len().min(40)].clone();
+        let a = pick(&square, next(64));
+        match next(20) {
+            0 => square.push(b.op(&name, "transpose", &[&a])),
+            1 => rows.push(b.op_with(&name, "sum", &[&a], &[("axes", vec![0i64].into())])),
+            2 => {
+                let r = pick(&rows, next(8));
+                square.push(b.op(&name, "mul", &[&a, &r]));
+            }
+            3 => square.push(b.op(&name, "exp", &[&a])),
+            4..=10 => {
+                let c = pick(&square, next(64));
+                square.push(b.op(&name, "add", &[&a, &c]));
+            }
+            _ => square.push(b.op(&name, "tanh", &[&a])),
+        }
+    }
+    let last: Vec<&str> = square.iter().rev().take(5).map(String::as_str).collect();
+    let graph = b.finish(&last);
+    let dag = Dag::from_graph(&graph, &Catalogue::defaults()).unwrap();
+    assert_eq!(dag.nodes.len(), 10_000);
+    let fusion = FusionRules::defaults();
+    for prof in ["cpu", "h200"] {
+        let profile = profile(prof);
+        let start = std::time::Instant::now();
+        let p = partition::partition(&dag, &fusion, &profile);
+        let elapsed = start.elapsed();
+        let before = partition::unfused(&dag, &profile);
+        eprintln!(
+            "{prof}: 10,000 nodes -> {} kernels in {elapsed:?}; {:.1} us -> {:.1} us",
+            p.kernels.len(),
+            before.cost.total_us,
+            p.cost.total_us
+        );
+        check_invariants(&dag, &p, &fusion);
+        assert!(p.cost.total_us <= before.cost.total_us);
+        assert!(p.kernels.len() < before.kernels.len() / 2);
+    }
+}
+
+#[test]
+fn rule_directory_loads_fusion_and_cost() {
+    let dir = std::env::temp_dir().join(format!("fusebox-partition-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("fusion.ron"),
+        "Fusion(kinds: {Pointwise: Join, Layout: Alone, Reduction: Alone, Opaque: Never},\n  ops: {\"mine\": Alone}, max_kernel_args: 16)",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("ops.ron"),
+        r#"[Op(name: "mine", kind: Pointwise, operands: ["x"], dtype: Promote(["x"]), formula: "x * x")]"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("cost.ron"),
+        r#"Cost(profiles: {"slow": Profile(bandwidth_gbps: 1.0, launch_us: 5.0, pointwise_gflops: 1.0, matmul_gflops: {"f32": 1.0})})"#,
+    )
+    .unwrap();
+    let rules = RuleSet::load_dir(&dir).unwrap();
+    assert_eq!(rules.fusion.max_kernel_args, 16);
+    assert_eq!(rules.fusion.role(rules.ops.get("mine").unwrap()), Role::Alone);
+    assert_eq!(rules.fusion.role(rules.ops.get("sum").unwrap()), Role::Alone);
+    assert_eq!(rules.cost.profile("slow").unwrap().launch_us, 5.0);
+    assert!(rules.cost.profile("h200").is_ok());
+    // A user op gets its cost from its formula: x * x is one multiply.
+    assert_eq!(
+        rules
+            .cost
+            .profile("slow")
+            .unwrap()
+            .elementwise_flops(rules.ops.get("mine").unwrap()),
+        1.0
+    );
+    // fusion.ron naming an op nobody defines is a located error.
+    std::fs::write(
+        dir.join("fusion.ron"),
+        "Fusion(kinds: {Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never},\n  ops: {\"mien\": Alone}, max_kernel_args: 16)",
+    )
+    .unwrap();
+    let err = RuleSet::load_dir(&dir).unwrap_err();
+    let shown = dir.join("fusion.ron").display().to_string();
+    assert_eq!(
+        err.to_string(),
+        format!("{shown}:2:9: unknown op `mien` (did you mean `mine`?)")
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

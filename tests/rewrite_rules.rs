@@ -1,0 +1,776 @@
+//! Rewrite rules as data: load errors with exact positions, every default rule firing on a
+//! small e-graph with the term it should produce (and refusing where its conditions say so),
+//! and the checked applier catching a type-changing rule.
+
+use egg::{Id, RecExpr, Runner, Symbol};
+use fusebox::dag::Dag;
+use fusebox::dtype::DType;
+use fusebox::egraph::{ENode, FuseGraph, TypeAnalysis, new_egraph, seed};
+use fusebox::graph::TensorType;
+use fusebox::rewrite::{self, Rule, load_rule_set, load_rules};
+use fusebox::rules::{Catalogue, RuleSet};
+use std::collections::{BTreeSet, HashMap};
+
+fn catalogue() -> Catalogue {
+    Catalogue::defaults()
+}
+
+fn load_err(text: &str) -> String {
+    load_rules(text, "r.ron", &catalogue())
+        .expect_err("the rule file is invalid")
+        .to_string()
+}
+
+/// A one-rule file whose fields start on separate lines, so positions are easy to check:
+/// `lhs` is on line 3 with its string content starting at column 11, `rhs` on line 4 at
+/// column 11, `when` on line 5.
+fn rule_text(lhs: &str, rhs: &str, when: &str, extra: &str) -> String {
+    format!(
+        "[\n  Rule(name: \"r1\",\n    lhs: \"{lhs}\",\n    rhs: \"{rhs}\",\n    when: [{when}],{extra}\n  ),\n]\n"
+    )
+}
+
+#[test]
+fn pattern_errors_point_inside_the_string() {
+    // Unclosed parenthesis: at the `(` that is never closed (column 10 is the quote).
+    let e = load_err(&rule_text("(neg (neg ?x)", "?x", "", ""));
+    assert_eq!(e, "r.ron:3:11: invalid rule: this `(` is never closed");
+
+    // Unknown op, with a suggestion, at the op name.
+    let e = load_err(&rule_text("(neg (mull ?x ?y))", "?x", "", ""));
+    assert_eq!(e, "r.ron:3:17: unknown op `mull` (did you mean `mul`?)");
+
+    // Wrong child count: the op's operands and attributes in order.
+    let e = load_err(&rule_text("(neg ?x)", "(cast ?x)", "", ""));
+    assert_eq!(
+        e,
+        "r.ron:4:12: invalid rule: `cast` takes (x, dtype), got 1 child: every attribute is \
+         written out, in order, after the operands"
+    );
+    let e = load_err(&rule_text("(sum ?x [0])", "?x", "", ""));
+    assert!(
+        e.starts_with("r.ron:3:12: invalid rule: `sum` takes (x, axes, keepdim), got 2 children"),
+        "{e}"
+    );
+
+    // A literal that does not fit the attribute's type.
+    let e = load_err(&rule_text("(cast ?x 1.5)", "?x", "", ""));
+    assert_eq!(
+        e,
+        "r.ron:3:20: invalid rule: attribute `dtype` of `cast` must be a dtype name, not `1.5`"
+    );
+    let e = load_err(&rule_text("(sum ?x [0] 3)", "?x", "", ""));
+    assert_eq!(
+        e,
+        "r.ron:3:23: invalid rule: attribute `keepdim` of `sum` must be true or false, not `3`"
+    );
+
+    // A tensor position holding a leaf.
+    let e = load_err(&rule_text("(mul ?x 2)", "?x", "", ""));
+    assert_eq!(
+        e,
+        "r.ron:3:19: invalid rule: operand `b` of `mul` is a tensor, but `2` is an attribute \
+         value: write a constant as `(const 2 f32)`"
+    );
+
+    // A variable used both as a tensor and as an attribute.
+    let e = load_err(&rule_text("(cast (neg ?t) ?t)", "?t", "", ""));
+    assert_eq!(
+        e,
+        "r.ron:3:26: invalid rule: `?t` is an attribute (a dtype name) here (attribute `dtype` \
+         of `cast`) but a tensor at its first use (operand `x` of `neg`); a variable is one or \
+         the other"
+    );
+
+    // A right-hand variable the left-hand side does not bind.
+    let e = load_err(&rule_text("(neg ?x)", "(add ?x ?y)", "", ""));
+    assert!(
+        e.starts_with("r.ron:4:19: invalid rule: `?y` is not bound by the left-hand side"),
+        "{e}"
+    );
+    // Bound, but as another kind.
+    let e = load_err(&rule_text("(cast ?x ?t)", "(neg ?t)", "", ""));
+    assert!(e.starts_with("r.ron:4:16: invalid rule: `?t` is a tensor here"), "{e}");
+
+    // A bare variable on the left matches everything.
+    let e = load_err(&rule_text("?x", "(neg (neg ?x))", "", ""));
+    assert!(
+        e.starts_with("r.ron:3:11: invalid rule: the left-hand side must be an op pattern"),
+        "{e}"
+    );
+}
+
+#[test]
+fn condition_errors_point_at_the_argument() {
+    // `when: [` starts at column 5 of line 5; the first condition at column 12.
+    let e = load_err(&rule_text("(neg ?x)", "?x", "IsFloat(\"?y\")", ""));
+    assert_eq!(
+        e,
+        "r.ron:5:20: invalid rule: `?y` in `IsFloat` is not bound by the left-hand side"
+    );
+    let e = load_err(&rule_text("(cast ?x ?t)", "?x", "IsConst(\"?t\")", ""));
+    assert_eq!(
+        e,
+        "r.ron:5:20: invalid rule: `IsConst` needs a tensor here, but `?t` is an attribute (a \
+         dtype name)"
+    );
+    let e = load_err(&rule_text("(neg ?x)", "?x", "SameDtype(\"?x\", \"x\")", ""));
+    assert!(
+        e.starts_with("r.ron:5:28: invalid rule: `SameDtype` takes pattern variables"),
+        "{e}"
+    );
+    // Inside Not(...): the inner condition's argument.
+    let e = load_err(&rule_text(
+        "(broadcast_to ?x ?s)",
+        "?x",
+        "Not(KeepsType(\"?s\"))",
+        "",
+    ));
+    assert!(
+        e.starts_with("r.ron:5:26: invalid rule: `KeepsType` needs a tensor here, but `?s` is"),
+        "{e}"
+    );
+    // Shape conditions accept shape attributes; dtype conditions do not.
+    let e = load_err(&rule_text(
+        "(broadcast_to ?x ?s)",
+        "?x",
+        "SameShape(\"?x\", \"?s\"), IsFloat(\"?s\")",
+        "",
+    ));
+    assert!(e.starts_with("r.ron:5:43: invalid rule: `IsFloat` needs a tensor or a dtype"), "{e}");
+    // An unknown condition is a RON error, located by ron.
+    let e = load_err(&rule_text("(neg ?x)", "?x", "IsFlot(\"?x\")", ""));
+    assert!(e.starts_with("r.ron:5:"), "{e}");
+    assert!(e.contains("IsFlot"), "{e}");
+}
+
+#[test]
+fn rule_level_errors() {
+    // Bidirectional with a bare variable on the right.
+    let e = load_err(&rule_text("(neg (neg ?x))", "?x", "", "\n    bidirectional: true,"));
+    assert!(
+        e.starts_with("r.ron:4:11: invalid rule: a bidirectional rule needs an op pattern on the right-hand side"),
+        "{e}"
+    );
+    // Bidirectional with fewer variables on the right.
+    let e = load_err(&rule_text(
+        "(mul ?x ?y)",
+        "(neg ?x)",
+        "",
+        "\n    bidirectional: true,",
+    ));
+    assert!(e.starts_with("r.ron:4:11: invalid rule: a bidirectional rule's right-hand side must bind every variable"), "{e}");
+    assert!(e.contains("`?y`"), "{e}");
+    // Phase 0.
+    let e = load_err(&rule_text("(neg ?x)", "?x", "", "\n    phase: 0,"));
+    assert!(e.starts_with("r.ron:6:12: invalid rule: phase must be 1 or more"), "{e}");
+    // An unknown field (deny_unknown_fields), located by ron.
+    let e = load_err(&rule_text("(neg ?x)", "?x", "", "\n    phse: 2,"));
+    assert!(e.starts_with("r.ron:6:"), "{e}");
+    assert!(e.contains("phse"), "{e}");
+    // Duplicate names in one file: at the second name, naming the first.
+    let text = "[\n  Rule(name: \"a\", lhs: \"(neg ?x)\", rhs: \"?x\"),\n  Rule(name: \"a\", lhs: \"(abs ?x)\", rhs: \"?x\"),\n]";
+    assert_eq!(
+        load_err(text),
+        "r.ron:3:14: invalid rule: duplicate rule name `a` (first defined at r.ron:2:14)"
+    );
+    // A name may not end in the reverse suffix.
+    let text = "[Rule(name: \"a (reverse)\", lhs: \"(neg ?x)\", rhs: \"?x\")]";
+    assert!(load_err(text).starts_with("r.ron:1:13: invalid rule: rule names may not end in"));
+}
+
+#[test]
+fn duplicate_names_across_files_and_user_overrides() {
+    let cat = catalogue();
+    // A user file that redefines a default rule's name.
+    let user = vec![(
+        "mine.ron".to_string(),
+        "[\n  Rule(name: \"neg-neg\", lhs: \"(neg (neg ?x))\", rhs: \"?x\", when: [IsFloat(\"?x\")]),\n]"
+            .to_string(),
+        "dir/rewrites/mine.ron".to_string(),
+    )];
+    let e = load_rule_set(&cat, &user).unwrap_err().to_string();
+    assert!(
+        e.starts_with("dir/rewrites/mine.ron:2:14: invalid rule: duplicate rule name `neg-neg` (first defined at rules/rewrites/algebra.ron:"),
+        "{e}"
+    );
+    // Replacing algebra.ron removes its rules, so the same name is fine there.
+    let user = vec![(
+        "algebra.ron".to_string(),
+        "[Rule(name: \"neg-neg\", lhs: \"(neg (neg ?x))\", rhs: \"?x\", when: [IsFloat(\"?x\")])]"
+            .to_string(),
+        "dir/rewrites/algebra.ron".to_string(),
+    )];
+    let rules = load_rule_set(&cat, &user).unwrap();
+    assert!(rules.iter().any(|r| r.name == "neg-neg" && r.file == "dir/rewrites/algebra.ron"));
+    assert!(!rules.iter().any(|r| r.name == "mul-one-right"));
+    assert!(rules.iter().any(|r| r.name == "cast-same"));
+}
+
+#[test]
+fn rule_set_reads_a_rewrites_directory() {
+    let dir = std::env::temp_dir().join(format!("fusebox-rewrites-{}", std::process::id()));
+    let rewrites = dir.join("rewrites");
+    std::fs::create_dir_all(&rewrites).unwrap();
+    std::fs::write(
+        rewrites.join("casts.ron"),
+        "[Rule(name: \"only-cast-rule\", lhs: \"(cast ?x ?t)\", rhs: \"?x\", when: [SameDtype(\"?x\", \"?t\")])]",
+    )
+    .unwrap();
+    std::fs::write(
+        rewrites.join("extra.ron"),
+        "[Rule(name: \"extra-rule\", lhs: \"(neg (neg ?x))\", rhs: \"?x\", when: [IsFloat(\"?x\")], phase: 3)]",
+    )
+    .unwrap();
+    let rules = RuleSet::load_dir(&dir).unwrap();
+    let names: BTreeSet<&str> = rules.rewrites.iter().map(|r| r.name.as_str()).collect();
+    assert!(names.contains("only-cast-rule"));
+    assert!(names.contains("extra-rule"));
+    assert!(!names.contains("cast-up-down"), "casts.ron was replaced");
+    assert!(names.contains("mul-one-right"), "algebra.ron is still the default");
+    let extra = rules.rewrites.iter().find(|r| r.name == "extra-rule").unwrap();
+    assert_eq!(extra.phase, 3);
+
+    // A broken user rule file is reported with its path and position.
+    std::fs::write(
+        rewrites.join("extra.ron"),
+        "[Rule(name: \"x\", lhs: \"(neg ?x)\", rhs: \"(nega ?x)\")]",
+    )
+    .unwrap();
+    let e = RuleSet::load_dir(&dir).unwrap_err().to_string();
+    let path = rewrites.join("extra.ron").display().to_string();
+    assert_eq!(e, format!("{path}:1:42: unknown op `nega` (did you mean `neg`?)"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn defaults_load_with_phases_and_docs() {
+    let rules = RuleSet::defaults().rewrites;
+    assert!(rules.len() >= 70, "{} rules", rules.len());
+    for rule in &rules {
+        assert!(!rule.doc.trim().is_empty(), "rule `{}` has no doc", rule.name);
+        let expected = if rule.file.ends_with("algebra.ron") || rule.file.ends_with("casts.ron") {
+            1
+        } else {
+            2
+        };
+        assert_eq!(rule.phase, expected, "phase of `{}`", rule.name);
+    }
+    let files: BTreeSet<&str> = rules.iter().map(|r| r.file.as_str()).collect();
+    assert_eq!(
+        files,
+        BTreeSet::from([
+            "rules/rewrites/algebra.ron",
+            "rules/rewrites/broadcast.ron",
+            "rules/rewrites/casts.ron",
+            "rules/rewrites/sum_to_size.ron",
+        ])
+    );
+}
+
+// ------------------------------------------------------------------ applying rules
+
+/// A fresh e-graph whose inputs have these types.
+fn egraph_with(inputs: &[(&str, DType, &[usize])]) -> FuseGraph {
+    let inputs: HashMap<Symbol, TensorType> = inputs
+        .iter()
+        .map(|(name, dtype, shape)| {
+            (
+                Symbol::from(*name),
+                TensorType {
+                    dtype: *dtype,
+                    shape: shape.to_vec(),
+                },
+            )
+        })
+        .collect();
+    FuseGraph::new(TypeAnalysis::new(catalogue(), inputs))
+}
+
+fn expr(text: &str) -> RecExpr<ENode> {
+    text.parse()
+        .unwrap_or_else(|e| panic!("`{text}` parses: {e}"))
+}
+
+fn rule(name: &str) -> Rule {
+    RuleSet::defaults()
+        .rewrites
+        .into_iter()
+        .find(|r| r.name == name)
+        .unwrap_or_else(|| panic!("no default rule `{name}`"))
+}
+
+/// Adds `start`, runs only `rules`, and says whether `target` ended up in `start`'s class.
+fn proves(egraph: FuseGraph, rules: &[Rule], start: &str, target: &str) -> (bool, FuseGraph) {
+    let mut egraph = egraph;
+    let root = egraph.add_expr(&expr(start));
+    egraph.rebuild();
+    let rewrites: Vec<_> = rules.iter().flat_map(Rule::rewrites).collect();
+    let runner = Runner::new(TypeAnalysis::new(catalogue(), HashMap::new()))
+        .with_egraph(egraph)
+        .with_iter_limit(6)
+        .with_node_limit(10_000)
+        .run(&rewrites);
+    let egraph = runner.egraph;
+    let found = egraph.lookup_expr(&expr(target));
+    (found == Some(egraph.find(root)), egraph)
+}
+
+struct Case {
+    rule: &'static str,
+    start: &'static str,
+    target: &'static str,
+}
+
+const fn case(rule: &'static str, start: &'static str, target: &'static str) -> Case {
+    Case {
+        rule,
+        start,
+        target,
+    }
+}
+
+/// The inputs every case may use.
+fn inputs() -> FuseGraph {
+    use DType::*;
+    egraph_with(&[
+        ("x", F32, &[2, 3]),
+        ("y", F32, &[2, 3]),
+        ("h", F16, &[2, 3]),
+        ("i", I32, &[4]),
+        ("c", Bool, &[2, 3]),
+        ("v", F32, &[3]),
+        ("w", F32, &[2, 1]),
+        ("g", F32, &[8, 3]),
+        ("g2", F32, &[8, 3]),
+        ("g3", F32, &[4, 8, 3]),
+        ("cv", Bool, &[3]),
+        ("p", F32, &[8, 2]),
+        ("q", F32, &[8, 3]),
+        ("r", F32, &[8, 4]),
+        ("s", F32, &[8, 5]),
+    ])
+}
+
+/// Each default rule on a small term, with the term it must produce, written by hand.
+fn fires() -> Vec<Case> {
+    let mut cases = vec![
+        // algebra
+        case("add-neg-zero-right", "(add $x (const -0.0 f32))", "$x"),
+        case("add-neg-zero-left", "(add (const -0.0 f32) $x)", "$x"),
+        case("add-zero-int-right", "(add $i (const 0 i32))", "$i"),
+        case("add-zero-int-left", "(add (const 0 i32) $i)", "$i"),
+        case("sub-zero", "(sub $x (const 0 f32))", "$x"),
+        case("mul-one-right", "(mul $x (const 1 f32))", "$x"),
+        case("mul-one-left", "(mul (const 1 f16) $h)", "$h"),
+        case("div-one", "(div $x (const 1 f32))", "$x"),
+        case("mul-neg-one-right", "(mul $x (const -1 f32))", "(neg $x)"),
+        case("mul-neg-one-left", "(mul (const -1 i32) $i)", "(neg $i)"),
+        case("neg-neg", "(neg (neg $x))", "$x"),
+        case("sub-add-neg", "(sub $x $y)", "(add $x (neg $y))"),
+        case("sub-add-neg", "(add $x (neg $y))", "(sub $x $y)"),
+        case("neg-mul", "(neg (mul $x $y))", "(mul (neg $x) $y)"),
+        case("neg-mul", "(mul (neg $x) $y)", "(neg (mul $x $y))"),
+        case("div-pow2", "(div $x (const 4 f32))", "(mul $x (const 0.25 f32))"),
+        case("div-pow2", "(div $h (const 0.125 f16))", "(mul $h (const 8 f16))"),
+        case("where-same", "(where $c $x $x)", "$x"),
+        case("where-true", "(where (const 1 bool) $x $y)", "$x"),
+        case("where-false", "(where (const 0 bool) $x $y)", "$y"),
+        case("max-self", "(max $x $x)", "$x"),
+        case("min-self", "(min $x $x)", "$x"),
+        case("relu-relu", "(relu (relu $x))", "(relu $x)"),
+        case("abs-abs", "(abs (abs $x))", "(abs $x)"),
+        case("abs-neg", "(abs (neg $x))", "(abs $x)"),
+        case("clamp-unbounded", "(clamp $x -inf inf)", "$x"),
+        // casts
+        case("cast-same", "(cast $x f32)", "$x"),
+        case("cast-up-down", "(cast (cast $h f32) f16)", "$h"),
+        case("cast-up-down", "(cast (cast $i f64) i32)", "$i"),
+        case("cast-exact-first", "(cast (cast $h f32) bf16)", "(cast $h bf16)"),
+        case("cast-neg", "(cast (neg $x) f16)", "(neg (cast $x f16))"),
+        case("cast-neg", "(neg (cast $x f16))", "(cast (neg $x) f16)"),
+        case("cast-relu", "(cast (relu $x) f16)", "(relu (cast $x f16))"),
+        case("cast-relu", "(relu (cast $x i32))", "(cast (relu $x) i32)"),
+        case("cast-max", "(cast (max $x $y) f16)", "(max (cast $x f16) (cast $y f16))"),
+        case("cast-max", "(max (cast $x f16) (cast $y f16))", "(cast (max $x $y) f16)"),
+        case("cast-min", "(cast (min $x $y) bf16)", "(min (cast $x bf16) (cast $y bf16))"),
+        case("cast-where", "(cast (where $c $x $y) i32)", "(where $c (cast $x i32) (cast $y i32))"),
+        case("cast-where", "(where $c (cast $x f16) (cast $y f16))", "(cast (where $c $x $y) f16)"),
+        case("cast-broadcast", "(cast (broadcast_to $v [2,3]) f16)", "(broadcast_to (cast $v f16) [2,3])"),
+        case("cast-broadcast", "(broadcast_to (cast $v f16) [2,3])", "(cast (broadcast_to $v [2,3]) f16)"),
+        // sum_to_size
+        case("sum-to-size-mul-right", "(sum_to_size (mul $g $v) [3])", "(mul (sum_to_size $g [3]) $v)"),
+        case("sum-to-size-mul-right", "(mul (sum_to_size $g [3]) $v)", "(sum_to_size (mul $g $v) [3])"),
+        case("sum-to-size-mul-left", "(sum_to_size (mul $v $g) [3])", "(mul $v (sum_to_size $g [3]))"),
+        case("sum-to-size-mul-left", "(mul $v (sum_to_size $g [3]))", "(sum_to_size (mul $v $g) [3])"),
+        case("sum-to-size-neg", "(sum_to_size (neg $g) [3])", "(neg (sum_to_size $g [3]))"),
+        case("sum-to-size-neg", "(neg (sum_to_size $g [3]))", "(sum_to_size (neg $g) [3])"),
+        case("sum-to-size-div", "(sum_to_size (div $g $v) [3])", "(div (sum_to_size $g [3]) $v)"),
+        case("sum-to-size-div", "(div (sum_to_size $g [3]) $v)", "(sum_to_size (div $g $v) [3])"),
+        case(
+            "sum-to-size-where-left",
+            "(sum_to_size (where $cv $g (const 0 f32)) [3])",
+            "(where $cv (sum_to_size $g [3]) (const 0 f32))",
+        ),
+        case(
+            "sum-to-size-where-left",
+            "(where $cv (sum_to_size $g [3]) (const 0 f32))",
+            "(sum_to_size (where $cv $g (const 0 f32)) [3])",
+        ),
+        case(
+            "sum-to-size-where-right",
+            "(sum_to_size (where $cv (const 0 f32) $g) [3])",
+            "(where $cv (const 0 f32) (sum_to_size $g [3]))",
+        ),
+        case(
+            "sum-to-size-add",
+            "(add (sum_to_size $g [3]) (sum_to_size $g2 [3]))",
+            "(sum_to_size (add $g $g2) [3])",
+        ),
+        case("sum-to-size-nested", "(sum_to_size (sum_to_size $g3 [8,3]) [3])", "(sum_to_size $g3 [3])"),
+        case("sum-to-size-nested", "(sum_to_size (sum_to_size $g3 [1,3]) [3])", "(sum_to_size $g3 [3])"),
+        case("sum-to-size-identity", "(sum_to_size $g [8,3])", "$g"),
+        case("sum-to-size-leading-axis", "(sum_to_size $g [3])", "(sum $g [0] false)"),
+        case(
+            "sum-concat-2",
+            "(sum (concat $p $q 1) [0] false)",
+            "(concat (sum $p [0] false) (sum $q [0] false) 0)",
+        ),
+        case(
+            "sum-concat-3",
+            "(sum (concat $p $q $r 1) [0] false)",
+            "(concat (sum $p [0] false) (sum $q [0] false) (sum $r [0] false) 0)",
+        ),
+        case(
+            "sum-concat-4",
+            "(sum (concat $p $q $r $s 1) [0] false)",
+            "(concat (sum $p [0] false) (sum $q [0] false) (sum $r [0] false) (sum $s [0] false) 0)",
+        ),
+        // broadcast
+        case("broadcast-identity", "(broadcast_to $x [2,3])", "$x"),
+        case("broadcast-nested", "(broadcast_to (broadcast_to $v [2,3]) [4,2,3])", "(broadcast_to $v [4,2,3])"),
+        case("broadcast-clamp", "(clamp (broadcast_to $v [2,3]) 0 1)", "(broadcast_to (clamp $v 0 1) [2,3])"),
+        case("broadcast-clamp", "(broadcast_to (clamp $v 0 1) [2,3])", "(clamp (broadcast_to $v [2,3]) 0 1)"),
+    ];
+    // Every pointwise unary op commutes with broadcast_to, both ways.
+    for op in [
+        "neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
+        "relu", "gelu", "gelu_tanh", "silu", "softplus",
+    ] {
+        let rule: &'static str = format!("broadcast-{}", op.replace('_', "-")).leak();
+        let small: &'static str = format!("(broadcast_to ({op} $v) [2,3])").leak();
+        let big: &'static str = format!("({op} (broadcast_to $v [2,3]))").leak();
+        cases.push(case(rule, big, small));
+        cases.push(case(rule, small, big));
+    }
+    for op in ["add", "sub", "mul", "div", "max", "min"] {
+        let both: &'static str = format!("broadcast-{op}-both").leak();
+        cases.push(case(
+            both,
+            format!("({op} (broadcast_to $v [2,3]) (broadcast_to $w [2,3]))").leak(),
+            format!("(broadcast_to ({op} $v $w) [2,3])").leak(),
+        ));
+        cases.push(case(
+            format!("broadcast-{op}-implicit-right").leak(),
+            format!("({op} $x (broadcast_to $v [2,3]))").leak(),
+            format!("({op} $x $v)").leak(),
+        ));
+        cases.push(case(
+            format!("broadcast-{op}-implicit-left").leak(),
+            format!("({op} (broadcast_to $w [2,3]) $y)").leak(),
+            format!("({op} $w $y)").leak(),
+        ));
+    }
+    cases
+}
+
+#[test]
+fn every_default_rule_fires_and_gives_the_expected_term() {
+    let cases = fires();
+    let mut covered = BTreeSet::new();
+    for case in &cases {
+        let (found, egraph) = proves(inputs(), &[rule(case.rule)], case.start, case.target);
+        assert!(
+            found,
+            "rule `{}` did not rewrite {} into {}",
+            case.rule, case.start, case.target
+        );
+        assert!(
+            egraph.analysis.conflicts.is_empty(),
+            "rule `{}`: {:?}",
+            case.rule,
+            egraph.analysis.conflicts
+        );
+        covered.insert(case.rule);
+    }
+    let all: BTreeSet<String> = RuleSet::defaults()
+        .rewrites
+        .iter()
+        .map(|r| r.name.clone())
+        .collect();
+    let missing: Vec<&String> = all.iter().filter(|n| !covered.contains(n.as_str())).collect();
+    assert!(missing.is_empty(), "default rules without a case: {missing:?}");
+    // Every bidirectional rule has a case in each direction.
+    for r in RuleSet::defaults().rewrites.iter().filter(|r| r.bidirectional) {
+        let n = cases.iter().filter(|c| c.rule == r.name).count();
+        assert!(n >= 2, "bidirectional rule `{}` needs a reverse case", r.name);
+    }
+}
+
+/// Terms a rule must leave alone: its conditions exclude them. `target` must not appear in
+/// the start term's class, and nothing may be flagged unsound.
+fn refuses() -> Vec<Case> {
+    vec![
+        // x * 1 with x f16 and 1 f32 promotes to f32.
+        case("mul-one-right", "(mul $h (const 1 f32))", "$h"),
+        // x * 1 where 1 broadcasts x: [3] * [2,3].
+        case("mul-one-right", "(mul $v (broadcast_to (const 1 f32) [2,3]))", "$v"),
+        // Float x + 0 is not x (-0.0 + 0.0 = +0.0).
+        case("add-zero-int-right", "(add $x (const 0 f32))", "$x"),
+        case("add-neg-zero-right", "(add $x (const 0 f32))", "$x"),
+        // Integer double negation saturates.
+        case("neg-neg", "(neg (neg $i))", "$i"),
+        case("sub-add-neg", "(sub $x $i)", "(add $x (neg $i))"),
+        // Not a power of two; a power of two whose reciprocal overflows f16.
+        case("div-pow2", "(div $x (const 3 f32))", "(mul $x (div (const 1 f32) (const 3 f32)))"),
+        case(
+            "div-pow2",
+            "(div $h (const 0.0000152587890625 f16))",
+            "(mul $h (div (const 1 f16) (const 0.0000152587890625 f16)))",
+        ),
+        // The lossy down-then-up trip is never removed.
+        case("cast-up-down", "(cast (cast $x f16) f32)", "$x"),
+        case("cast-exact-first", "(cast (cast $x f16) bf16)", "(cast $x bf16)"),
+        // Integer targets for neg and max, bool targets for relu.
+        case("cast-neg", "(cast (neg $x) i32)", "(neg (cast $x i32))"),
+        case("cast-max", "(cast (max $x $y) i32)", "(max (cast $x i32) (cast $y i32))"),
+        case("cast-relu", "(cast (relu $x) bool)", "(relu (cast $x bool))"),
+        // Mixed operand dtypes would be converted before max/where runs.
+        case("cast-max", "(cast (max $x $h) bf16)", "(max (cast $x bf16) (cast $h bf16))"),
+        case("cast-where", "(cast (where $c $x $h) f16)", "(where $c (cast $x f16) (cast $h f16))"),
+        // A factor of the full shape does not leave the sum; a condition of the full shape
+        // does not either.
+        case("sum-to-size-mul-right", "(sum_to_size (mul $g $g2) [3])", "(mul (sum_to_size $g [3]) $g2)"),
+        case(
+            "sum-to-size-where-left",
+            "(sum_to_size (where (gt $g $g2) $g (const 0 f32)) [3])",
+            "(where (gt $g $g2) (sum_to_size $g [3]) (const 0 f32))",
+        ),
+        // -0.0 is not the zero the where rule needs.
+        case(
+            "sum-to-size-where-left",
+            "(sum_to_size (where $cv $g (const -0.0 f32)) [3])",
+            "(where $cv (sum_to_size $g [3]) (const -0.0 f32))",
+        ),
+        // Two reductions of different shapes.
+        case("sum-to-size-add", "(add (sum_to_size $g [3]) (sum_to_size $v [3]))", "(sum_to_size (add $g $v) [3])"),
+        // Not the leading axis.
+        case("sum-to-size-leading-axis", "(sum_to_size $g3 [3])", "(sum $g3 [0] false)"),
+        // Rank 3 pieces.
+        case(
+            "sum-concat-2",
+            "(sum (concat $g3 $g3 1) [0] false)",
+            "(concat (sum $g3 [0] false) (sum $g3 [0] false) 0)",
+        ),
+        // Implicit broadcasting needs the other operand at the full shape.
+        case("broadcast-add-implicit-right", "(add $v (broadcast_to $v [2,3]))", "(add $v $v)"),
+    ]
+}
+
+#[test]
+fn default_rules_refuse_what_their_conditions_exclude() {
+    for case in refuses() {
+        let (found, egraph) = proves(inputs(), &[rule(case.rule)], case.start, case.target);
+        assert!(
+            !found,
+            "rule `{}` rewrote {} into {}",
+            case.rule, case.start, case.target
+        );
+        assert!(
+            egraph.analysis.conflicts.is_empty(),
+            "rule `{}`: {:?}",
+            case.rule,
+            egraph.analysis.conflicts
+        );
+    }
+}
+
+#[test]
+fn all_default_rules_together_stay_sound_on_the_cases() {
+    let rules = RuleSet::defaults().rewrites;
+    for case in fires().iter().chain(&refuses()) {
+        let (_, egraph) = proves(inputs(), &rules, case.start, case.start);
+        assert!(
+            egraph.analysis.conflicts.is_empty(),
+            "{}: {:?}",
+            case.start,
+            egraph.analysis.conflicts
+        );
+    }
+}
+
+#[test]
+fn lstm_bias_gradient_becomes_column_sums() {
+    let cat = catalogue();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/lstm_cell_backward.ron"
+    ))
+    .unwrap();
+    let (graph, _) = fusebox::graph::file::parse(&text, "lstm_cell_backward.ron", &cat).unwrap();
+    let dag = Dag::from_graph(&graph, &cat).unwrap();
+    let mut egraph = new_egraph(&dag, &cat);
+    let seeded = seed(&mut egraph, &dag);
+    let rules: Vec<Rule> = ["sum-to-size-leading-axis", "sum-concat-4"]
+        .iter()
+        .map(|n| rule(n))
+        .collect();
+    let rewrites: Vec<_> = rules.iter().flat_map(Rule::rewrites).collect();
+    let runner = Runner::new(TypeAnalysis::new(catalogue(), HashMap::new()))
+        .with_egraph(egraph)
+        .with_iter_limit(5)
+        .run(&rewrites);
+    let egraph = runner.egraph;
+    assert!(egraph.analysis.conflicts.is_empty());
+    let bias = seeded
+        .outputs
+        .iter()
+        .find(|(n, _)| n == "grad_bias")
+        .map(|(_, id)| egraph.find(*id))
+        .unwrap();
+    // The gate gradients' classes, by the names of the nodes that computed them.
+    let class_of = |name: &str| -> Id {
+        let i = seeded.node_names.iter().position(|n| n == name).unwrap();
+        egraph.find(seeded.node_classes[i])
+    };
+    let sum_of = |name: &str| -> Id {
+        let axes = egraph
+            .lookup(ENode::Attr(fusebox::egraph::Leaf::Ints(vec![0])))
+            .unwrap();
+        let keep = egraph
+            .lookup(ENode::Attr(fusebox::egraph::Leaf::Bool(false)))
+            .unwrap();
+        egraph
+            .lookup(ENode::op("sum", vec![class_of(name), axes, keep]))
+            .unwrap_or_else(|| panic!("sum of {name} over the batch"))
+    };
+    let zero = egraph
+        .lookup(ENode::Attr(fusebox::egraph::Leaf::num(0.0)))
+        .unwrap();
+    let concat = ENode::op(
+        "concat",
+        vec![
+            sum_of("grad_ingate"),
+            sum_of("grad_forgetgate"),
+            sum_of("grad_cellgate"),
+            sum_of("grad_outgate"),
+            zero,
+        ],
+    );
+    assert_eq!(egraph.lookup(concat), Some(bias));
+    // The bias gradient is [4096] f32, as the graph says.
+    assert_eq!(
+        egraph[bias].data.ty(),
+        Some(&TensorType {
+            dtype: DType::F32,
+            shape: vec![4096]
+        })
+    );
+}
+
+// ------------------------------------------------------------------ the checked applier
+
+fn one_rule(text: &str) -> Rule {
+    let mut rules = load_rules(text, "planted.ron", &catalogue()).unwrap();
+    rules.remove(0)
+}
+
+#[test]
+fn a_type_changing_rule_is_recorded_as_unsound_and_not_applied() {
+    // Drops a cast whatever its dtype: f32 -> f16 casts become "equal" to their f32 input.
+    let bad = one_rule(r#"[Rule(name: "drop-cast", lhs: "(cast ?x ?t)", rhs: "?x")]"#);
+    let (found, egraph) = proves(inputs(), &[bad], "(cast $x f16)", "$x");
+    assert!(!found, "the ill-typed union must not happen");
+    assert_eq!(
+        egraph.analysis.conflicts,
+        vec!["rule `drop-cast` is unsound: it rewrote f16[2, 3] into f32[2, 3]".to_string()]
+    );
+
+    // The reverse direction of a bidirectional rule is named as such.
+    let bad = one_rule(
+        r#"[Rule(name: "neg-cast", lhs: "(neg (cast ?x ?t))", rhs: "(cast (neg ?x) f16)", bidirectional: false)]"#,
+    );
+    let (_, egraph) = proves(inputs(), &[bad], "(neg (cast $x bf16))", "$x");
+    assert_eq!(
+        egraph.analysis.conflicts,
+        vec!["rule `neg-cast` is unsound: it rewrote bf16[2, 3] into f16[2, 3]".to_string()]
+    );
+    // Only the reverse direction matches an f16 cast here, and it builds an f32 one.
+    let bad = one_rule(
+        r#"[Rule(name: "retype", lhs: "(cast (neg ?x) f32)", rhs: "(cast (neg ?x) f16)", bidirectional: true)]"#,
+    );
+    let (_, egraph) = proves(inputs(), &[bad], "(cast (neg $x) f16)", "$x");
+    assert_eq!(
+        egraph.analysis.conflicts,
+        vec!["rule `retype (reverse)` is unsound: it rewrote f16[2, 3] into f32[2, 3]".to_string()]
+    );
+}
+
+#[test]
+fn a_rule_that_changes_a_known_constant_is_unsound() {
+    // x * 0 -> 0 is false for x = Inf (Inf * 0 = NaN).
+    let bad = one_rule(
+        r#"[Rule(name: "mul-zero", lhs: "(mul ?x (const 0 ?t))", rhs: "(const 0 ?t)", when: [KeepsType("?x")])]"#,
+    );
+    let (_, egraph) = proves(inputs(), &[bad], "(mul (const inf f32) (const 0 f32))", "$x");
+    assert_eq!(
+        egraph.analysis.conflicts,
+        vec!["rule `mul-zero` is unsound: it rewrote the constant NaN into 0.0 (f32[])".to_string()]
+    );
+}
+
+#[test]
+fn ill_typed_instances_are_skipped_and_counted() {
+    // Summing x to [7] is ill-typed for every x of these cases ([2, 3] does not end in 7).
+    let odd = one_rule(
+        r#"[Rule(name: "odd", lhs: "(neg ?x)", rhs: "(neg (broadcast_to (sum_to_size ?x [7]) [2,3]))")]"#,
+    );
+    let mut egraph = inputs();
+    let root = egraph.add_expr(&expr("(neg $x)"));
+    egraph.rebuild();
+    let before = egraph.total_number_of_nodes();
+    let rewrites = odd.rewrites();
+    let matches = rewrites[0].search(&egraph);
+    assert_eq!(matches.len(), 1);
+    let applied = rewrites[0].apply(&mut egraph, &matches);
+    assert!(applied.is_empty());
+    assert_eq!(egraph.analysis.ill_typed.get("odd"), Some(&1));
+    assert!(egraph.analysis.conflicts.is_empty());
+    // Nothing was added.
+    egraph.rebuild();
+    assert_eq!(egraph.total_number_of_nodes(), before);
+    assert_eq!(egraph[root].nodes.len(), 1);
+}
+
+#[test]
+fn conditions_guard_the_applier_too() {
+    // The same rule with a condition that never holds here applies nowhere.
+    let guarded = one_rule(
+        r#"[Rule(name: "drop-cast-guarded", lhs: "(cast ?x ?t)", rhs: "?x", when: [SameDtype("?x", "?t")])]"#,
+    );
+    let (found, egraph) = proves(inputs(), &[guarded.clone()], "(cast $x f16)", "$x");
+    assert!(!found);
+    assert!(egraph.analysis.conflicts.is_empty());
+    let (found, _) = proves(inputs(), &[guarded], "(cast $x f32)", "$x");
+    assert!(found);
+    // Rule::conditions_hold agrees with the applier.
+    let rules = rewrite::default_rules(&catalogue());
+    let cast_same = rules.iter().find(|r| r.name == "cast-same").unwrap();
+    let mut egraph = inputs();
+    let root = egraph.add_expr(&expr("(cast $h f16)"));
+    egraph.rebuild();
+    let rewrites = cast_same.rewrites();
+    let m = rewrites[0].search(&egraph);
+    assert_eq!(m.len(), 1);
+    assert!(cast_same.conditions_hold(&egraph, root, &m[0].substs[0]));
+}
