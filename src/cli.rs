@@ -47,6 +47,27 @@ pub enum Command {
         #[arg(long)]
         rules: Option<PathBuf>,
     },
+    /// Optimize a graph: saturate with the rewrite rules, extract the cheapest form under the
+    /// fusion-aware cost model, and report the fused kernels.
+    Optimize {
+        graph: PathBuf,
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        /// A hardware profile of cost.ron.
+        #[arg(long, default_value = "cpu")]
+        profile: String,
+        /// Print the report for a person: costs compared, rules fired, kernels and their ops.
+        #[arg(long, conflicts_with = "json")]
+        explain: bool,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Write the optimized graph (ron) or a drawing of its kernels (dot) to --out.
+        #[arg(long, value_enum, requires = "out")]
+        emit: Option<Emit>,
+        #[arg(long, value_name = "FILE", requires = "emit")]
+        out: Option<PathBuf>,
+    },
     /// List the ops of the catalogue.
     Ops {
         #[arg(long)]
@@ -70,6 +91,14 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Emit {
+    /// The optimized graph in the graph file format.
+    Ron,
+    /// Graphviz, one cluster per fused kernel.
+    Dot,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +129,42 @@ pub fn run(cli: Cli) -> Result<String> {
             let values = gather_inputs(&graph, &inputs, random_inputs, seed)?;
             let outputs = eval::evaluate(&graph, &rules.ops, &values)?;
             write_outputs(&graph, &outputs, &out)
+        }
+        Command::Optimize {
+            graph,
+            rules,
+            profile,
+            explain,
+            json,
+            emit,
+            out,
+        } => {
+            let rules = RuleSet::load(rules.as_deref())?;
+            let (graph, _) = graph::file::load(&graph, &rules.ops)?;
+            let options = crate::optimize::Options {
+                profile,
+                progress: true,
+                ..Default::default()
+            };
+            let optimized = crate::optimize::optimize(&graph, &rules, &options)?;
+            if let (Some(emit), Some(path)) = (emit, &out) {
+                let text = match emit {
+                    Emit::Ron => graph::file::to_ron(&optimized.graph),
+                    Emit::Dot => crate::explain::to_dot(&optimized),
+                };
+                write_file(path, &text)?;
+            }
+            Ok(if json {
+                let mut text = serde_json::to_string_pretty(&optimized.report)
+                    .map_err(|e| Error::new(Site::default(), ErrorKind::Eval(e.to_string())))?;
+                text.push('\n');
+                text
+            } else if explain {
+                let names = graph.nodes.iter().map(|n| n.name.clone()).collect();
+                crate::explain::explain(&optimized, &names)
+            } else {
+                crate::explain::summary(&optimized.report)
+            })
         }
         Command::Ops { rules } => {
             let rules = RuleSet::load(rules.as_deref())?;
@@ -363,4 +428,17 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
         unsound.len(),
         unsound.join(", ")
     )))
+}
+
+/// Writes a whole text file, naming the path on failure.
+fn write_file(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(|e| {
+        Error::new(
+            Site::whole_file(&path.display().to_string()),
+            ErrorKind::Io {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            },
+        )
+    })
 }

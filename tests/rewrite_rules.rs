@@ -306,7 +306,7 @@ fn proves(egraph: FuseGraph, rules: &[Rule], start: &str, target: &str) -> (bool
     let root = egraph.add_expr(&expr(start));
     egraph.rebuild();
     let rewrites: Vec<_> = rules.iter().flat_map(Rule::rewrites).collect();
-    let runner = Runner::new(TypeAnalysis::new(catalogue(), HashMap::new()))
+    let runner = Runner::<ENode, TypeAnalysis, ()>::new(TypeAnalysis::new(catalogue(), HashMap::new()))
         .with_egraph(egraph)
         .with_iter_limit(6)
         .with_node_limit(10_000)
@@ -394,6 +394,7 @@ fn fires() -> Vec<Case> {
         case("cast-max", "(cast (max $x $y) f16)", "(max (cast $x f16) (cast $y f16))"),
         case("cast-max", "(max (cast $x f16) (cast $y f16))", "(cast (max $x $y) f16)"),
         case("cast-min", "(cast (min $x $y) bf16)", "(min (cast $x bf16) (cast $y bf16))"),
+        case("cast-min", "(min (cast $h f32) (cast $h f32))", "(cast (min $h $h) f32)"),
         case("cast-where", "(cast (where $c $x $y) i32)", "(where $c (cast $x i32) (cast $y i32))"),
         case("cast-where", "(where $c (cast $x f16) (cast $y f16))", "(cast (where $c $x $y) f16)"),
         case("cast-broadcast", "(cast (broadcast_to $v [2,3]) f16)", "(broadcast_to (cast $v f16) [2,3])"),
@@ -421,6 +422,11 @@ fn fires() -> Vec<Case> {
             "sum-to-size-where-right",
             "(sum_to_size (where $cv (const 0 f32) $g) [3])",
             "(where $cv (const 0 f32) (sum_to_size $g [3]))",
+        ),
+        case(
+            "sum-to-size-where-right",
+            "(where $cv (const 0 f32) (sum_to_size $g [3]))",
+            "(sum_to_size (where $cv (const 0 f32) $g) [3])",
         ),
         case(
             "sum-to-size-add",
@@ -626,7 +632,7 @@ fn lstm_bias_gradient_becomes_column_sums() {
         .map(|n| rule(n))
         .collect();
     let rewrites: Vec<_> = rules.iter().flat_map(Rule::rewrites).collect();
-    let runner = Runner::new(TypeAnalysis::new(catalogue(), HashMap::new()))
+    let runner = Runner::<ENode, TypeAnalysis, ()>::new(TypeAnalysis::new(catalogue(), HashMap::new()))
         .with_egraph(egraph)
         .with_iter_limit(5)
         .run(&rewrites);

@@ -78,7 +78,7 @@ pub fn greedy(
     // choice leaves open keep their greedy choice, so every resolved class stays chosen and a
     // switch may lead anywhere the greedy pass could.
     let greedy_wins = greedy_dag.is_some() && strictly_cheaper(greedy_cost, original_cost);
-    let (mut best_dag, mut best_cost) = match (original_dag, greedy_dag) {
+    let (best_dag, best_cost) = match (original_dag, greedy_dag) {
         (_, Some(g)) if greedy_wins => (g, greedy_cost),
         (Some(o), _) => {
             pass.overlay(&original);
@@ -90,36 +90,22 @@ pub fn greedy(
     pass.recompute_reached();
 
     let mut local = LocalSearch {
+        space: &space,
+        seeded,
         budget: options.local_search_budget,
         work: options.local_search_work,
+        best_dag,
+        best_cost,
     };
-    while local.has_budget() {
-        let mut improved = false;
-        for (class, candidate) in pass.switches() {
-            if !local.has_budget() {
-                break;
-            }
-            if !pass.reached_now(class) {
-                continue;
-            }
-            local.budget -= 1;
-            let Ok(dag) = space.build_with(seeded, &pass.choice, class, candidate) else {
-                continue;
-            };
-            local.work = local.work.saturating_sub(dag.nodes.len().max(1));
-            let c = evaluate(&dag);
-            if strictly_cheaper(c, best_cost) {
-                pass.switch(class, candidate);
-                pass.recompute_reached();
-                best_dag = dag;
-                best_cost = c;
-                improved = true;
-            }
-        }
-        if !improved {
-            break;
-        }
-    }
+    while local.has_budget()
+        && (local.single_pass(&mut pass, &mut evaluate)
+            || local.pair_pass(&mut pass, &mut evaluate))
+    {}
+    let LocalSearch {
+        best_dag,
+        best_cost,
+        ..
+    } = local;
 
     Extraction {
         choice: space.to_map(&pass.choice),
@@ -131,14 +117,103 @@ pub fn greedy(
     }
 }
 
-struct LocalSearch {
+/// Local improvement under the true cost: moves are one or two class switches, each judged by
+/// building the candidate graph (which rejects cycles) and costing it.
+struct LocalSearch<'s, 'g> {
+    space: &'s Space<'g>,
+    seeded: &'s Seeded,
+    /// Candidate graphs still allowed.
     budget: usize,
+    /// Graph nodes still allowed to be built.
     work: usize,
+    best_dag: Dag,
+    best_cost: f64,
 }
 
-impl LocalSearch {
+impl LocalSearch<'_, '_> {
     fn has_budget(&self) -> bool {
         self.budget > 0 && self.work > 0
+    }
+
+    /// Builds and costs `choice` with `moves` applied; keeps the result and applies the moves
+    /// to `pass` if it is strictly cheaper than the best so far.
+    fn attempt(
+        &mut self,
+        pass: &mut BottomUp<'_, '_>,
+        moves: &[(usize, usize)],
+        evaluate: &mut dyn FnMut(&Dag) -> f64,
+    ) -> bool {
+        self.budget -= 1;
+        let Ok(dag) = self.space.build_with(self.seeded, &pass.choice, moves) else {
+            return false;
+        };
+        self.work = self.work.saturating_sub(dag.nodes.len().max(1));
+        let cost = evaluate(&dag);
+        if !strictly_cheaper(cost, self.best_cost) {
+            return false;
+        }
+        for &(class, candidate) in moves {
+            pass.switch(class, candidate);
+        }
+        pass.recompute_reached();
+        self.best_dag = dag;
+        self.best_cost = cost;
+        true
+    }
+
+    /// Tries every single switch once, most promising first; whether any was kept.
+    fn single_pass(
+        &mut self,
+        pass: &mut BottomUp<'_, '_>,
+        evaluate: &mut dyn FnMut(&Dag) -> f64,
+    ) -> bool {
+        let mut improved = false;
+        for (class, candidate) in pass.switches() {
+            if !self.has_budget() {
+                break;
+            }
+            if pass.reached_now(class) {
+                improved |= self.attempt(pass, &[(class, candidate)], evaluate);
+            }
+        }
+        improved
+    }
+
+    /// Tries a switch together with a switch of a class it newly brings in: a rewrite often
+    /// pays only when the operands it introduces are computed differently too (recomputing a
+    /// cheap value inside a kernel instead of reading a shared one, say), which no single
+    /// switch reaches. Stops at the first improvement.
+    fn pair_pass(
+        &mut self,
+        pass: &mut BottomUp<'_, '_>,
+        evaluate: &mut dyn FnMut(&Dag) -> f64,
+    ) -> bool {
+        for (class, candidate) in pass.switches() {
+            if !pass.reached_now(class) {
+                continue;
+            }
+            let mut trial = pass.choice.clone();
+            trial[class] = Some(candidate);
+            let new: Vec<usize> = self
+                .space
+                .reached(&trial)
+                .into_iter()
+                .filter(|&d| !pass.reached_now(d))
+                .collect();
+            for d in new {
+                let alternatives: Vec<usize> =
+                    pass.ready(d).filter(|&k| Some(k) != trial[d]).collect();
+                for k in alternatives {
+                    if !self.has_budget() {
+                        return false;
+                    }
+                    if self.attempt(pass, &[(class, candidate), (d, k)], evaluate) {
+                        return true;
+                    }
+                }
+            }
+        }
+        false
     }
 }
 

@@ -107,18 +107,18 @@ impl<'g> Space<'g> {
         dag_from_choice(self.egraph, seeded, |id| self.chosen(choice, id))
     }
 
-    /// Like [`Space::build`], with one class's choice overridden.
+    /// Like [`Space::build`], with some classes' choices overridden (class, candidate).
     pub fn build_with(
         &self,
         seeded: &Seeded,
         choice: &[Option<usize>],
-        class: usize,
-        candidate: usize,
+        moves: &[(usize, usize)],
     ) -> Result<Dag, ChoiceError> {
         dag_from_choice(self.egraph, seeded, |id| {
-            match self.index.get(&self.egraph.find(id)) {
-                Some(&c) if c == class => &self.candidates[c][candidate].node,
-                _ => self.chosen(choice, id),
+            let class = self.index.get(&self.egraph.find(id));
+            match class.and_then(|c| moves.iter().find(|m| m.0 == *c)) {
+                Some(&(c, k)) => &self.candidates[c][k].node,
+                None => self.chosen(choice, id),
             }
         })
     }

@@ -263,4 +263,3 @@ fn ties_keep_the_original_graph() {
         assert_eq!(&original[id], node);
     }
 }
-

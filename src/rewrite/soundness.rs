@@ -1550,7 +1550,7 @@ fn simple_values(dtype: DType) -> &'static [f64] {
     match dtype.category() {
         Category::Bool => &[0.0, 1.0],
         Category::Integer => &[0.0, 1.0, -1.0, 2.0],
-        Category::Float => &[0.0, 1.0, -1.0, 2.0, 0.5],
+        Category::Float => &[0.0, 1.0, -1.0, 2.0, 0.5, 0.1],
     }
 }
 
@@ -1683,5 +1683,111 @@ impl Comparison {
             });
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32s(shape: &[usize], values: &[f64]) -> Tensor {
+        Tensor::from_values(DType::F32, shape, values.to_vec()).expect("shape fits")
+    }
+
+    fn differs(cmp: &Comparison, l: &Tensor, r: &Tensor, others: &[&Tensor]) -> Option<Failure> {
+        let all: Vec<&Tensor> = [l, r].into_iter().chain(others.iter().copied()).collect();
+        cmp.first_difference(l, r, all.into_iter())
+    }
+
+    const POINTWISE: Comparison = Comparison {
+        ops: 2,
+        sums: false,
+    };
+    const SUMMING: Comparison = Comparison {
+        ops: 3,
+        sums: true,
+    };
+
+    #[test]
+    fn an_f16_round_trip_is_beyond_f32_tolerance() {
+        // 1.1 in f16 is 1.099609375: a relative change of 3.6e-4, where f32 rounding is 6e-8.
+        let x = f32s(&[1], &[1.1]);
+        let trip = f32s(&[1], &[1.099609375]);
+        let failure = differs(&POINTWISE, &trip, &x, &[]).expect("caught");
+        assert!(matches!(failure, Failure::Value { ref index, .. } if index == &[0]));
+    }
+
+    #[test]
+    fn cancellation_in_a_sum_is_rounding_not_a_difference() {
+        // a + b summed two ways: 1e8 + 1 - 1e8 is 0 in f32 one way and 1 the other. The terms
+        // (1e8) set the scale, so a difference of 1 is within 2·2⁻²⁴·4·1e8 ≈ 48.
+        let terms = f32s(&[3], &[1e8, 1.0, -1e8]);
+        let zero = f32s(&[], &[0.0]);
+        let one = f32s(&[], &[1.0]);
+        assert_eq!(differs(&SUMMING, &zero, &one, &[&terms]), None);
+        // Without the terms the same difference is real.
+        assert!(differs(&SUMMING, &zero, &one, &[]).is_some());
+    }
+
+    #[test]
+    fn signed_zeros_count_unless_a_sum_made_them() {
+        let pos = f32s(&[2], &[0.0, 1.0]);
+        let neg = f32s(&[2], &[-0.0, 1.0]);
+        let failure = differs(&POINTWISE, &pos, &neg, &[]).expect("x + 0 is not x at -0.0");
+        assert!(matches!(failure, Failure::Value { ref why, .. } if why.contains("sign")));
+        assert_eq!(differs(&SUMMING, &pos, &neg, &[]), None);
+    }
+
+    #[test]
+    fn nan_and_infinity_must_match_exactly() {
+        let nan = f32s(&[2], &[f64::NAN, 2.0]);
+        let zero = f32s(&[2], &[0.0, 2.0]);
+        let failure = differs(&POINTWISE, &nan, &zero, &[]).expect("inf * 0 is NaN, not 0");
+        assert!(matches!(failure, Failure::Value { ref why, .. } if why.contains("NaN")));
+        assert_eq!(differs(&POINTWISE, &nan, &nan.clone(), &[]), None);
+        let inf = f32s(&[1], &[f64::INFINITY]);
+        let ninf = f32s(&[1], &[f64::NEG_INFINITY]);
+        assert!(differs(&POINTWISE, &inf, &ninf, &[]).is_some());
+    }
+
+    #[test]
+    fn overflow_near_the_largest_value_is_not_compared() {
+        // Summed in another order, 2e38 + 2e38 - 2e38 overflows on one side only.
+        let big = f32s(&[3], &[2e38, 2e38, -2e38]);
+        let inf = f32s(&[], &[f64::INFINITY]);
+        let finite = f32s(&[], &[2e38]);
+        assert_eq!(differs(&SUMMING, &inf, &finite, &[&big]), None);
+        // Far from overflow, an infinity on one side is a difference.
+        let small = f32s(&[], &[2.0]);
+        assert!(differs(&SUMMING, &inf, &small, &[]).is_some());
+    }
+
+    #[test]
+    fn integers_must_be_equal() {
+        let a = Tensor::from_values(DType::I32, &[2], vec![1.0, 2147483647.0]).expect("fits");
+        let b = Tensor::from_values(DType::I32, &[2], vec![1.0, 2147483646.0]).expect("fits");
+        assert!(differs(&POINTWISE, &a, &b, &[]).is_some());
+        assert_eq!(differs(&POINTWISE, &a, &a.clone(), &[]), None);
+    }
+
+    #[test]
+    fn numbers_print_as_written() {
+        assert_eq!(number(2.0), "2");
+        assert_eq!(number(-0.0), "-0.0");
+        assert_eq!(number(0.5), "0.5");
+        assert_eq!(number(1e30), "1e30");
+        assert_eq!(number(f64::NEG_INFINITY), "-inf");
+        assert_eq!(number(f64::NAN), "NaN");
+        let t = f32s(&[2, 2], &[1.0, -0.0, 0.5, 3.0]);
+        assert_eq!(tensor_text(&t), "f32[2, 2] [[1, -0.0], [0.5, 3]]");
+    }
+
+    #[test]
+    fn the_shape_pool_broadcasts_to_its_base() {
+        let pool = shape_pool(&[2, 3]);
+        for s in [&[2, 3][..], &[1, 3], &[2, 1], &[3], &[1], &[], &[1, 1]] {
+            assert!(pool.iter().any(|p| p == s), "{s:?} in {pool:?}");
+        }
+        assert!(pool.iter().all(|p| broadcasts_to(p, &[2, 3])));
     }
 }

@@ -224,7 +224,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            err.to_string().starts_with("f.ron:1:100: op `matmul`: invalid rule: an opaque op"),
+            err.to_string().starts_with("f.ron:1:96: op `matmul`: invalid rule: an opaque op"),
             "{err}"
         );
         let err = load(
@@ -239,7 +239,7 @@ mod tests {
             "Fusion(kinds: {Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never}, max_kernel_args: 1)",
         )
         .unwrap_err();
-        assert!(err.to_string().starts_with("f.ron:1:98: invalid rule: `max_kernel_args`"), "{err}");
+        assert!(err.to_string().starts_with("f.ron:1:97: invalid rule: `max_kernel_args`"), "{err}");
         let err = load("Fusion(kinds: {}, max_kernel_args: 8, budget: 3)").unwrap_err();
         assert!(err.to_string().contains("RON syntax"), "{err}");
     }
