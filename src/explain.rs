@@ -96,6 +96,12 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
         "extraction: {} ({} candidate graphs costed)",
         r.extraction.method, r.extraction.evaluations
     );
+    if r.extraction.kept_input {
+        let _ = writeln!(
+            out,
+            "the extracted form fused worse than the input as written, so the input was kept"
+        );
+    }
     let new_values: Vec<String> = optimized
         .dag
         .nodes

@@ -105,6 +105,8 @@ pub struct ExtractionReport {
     pub method: String,
     /// Candidate graphs partitioned and costed.
     pub evaluations: usize,
+    /// The extracted graph cost more than the input fused as written, so the input was kept.
+    pub kept_input: bool,
     pub time_ms: f64,
 }
 
@@ -160,8 +162,17 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
     let extraction = extract::extract(&egraph, &seeded, &cost, &estimate, &options.extract);
     let extract_ms = extract_start.elapsed().as_secs_f64() * 1e3;
 
-    let dag = extraction.dag;
-    let after = partition::partition(&dag, &rules.fusion, profile);
+    // Classes merged by a simplification can make the input's own form unreachable (once
+    // `max(x, x)` is proven equal to `x`, choosing it would be a cycle), and the partitioner
+    // only fuses along producer-consumer edges, so a simpler graph can fuse worse. The input
+    // fused as written is always a valid answer: keep it when extraction did not beat it.
+    let mut after = partition::partition(&extraction.dag, &rules.fusion, profile);
+    let mut dag = extraction.dag;
+    let kept_input = unrewritten.cost.total_us < after.cost.total_us;
+    if kept_input {
+        dag = input.clone();
+        after = unrewritten.clone();
+    }
     let optimized = dag.to_graph();
     let kernels_before = input
         .nodes
@@ -204,6 +215,7 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
                 Method::Greedy => "greedy".into(),
             },
             evaluations: extraction.evaluations,
+            kept_input,
             time_ms: extract_ms,
         },
         kernels: after

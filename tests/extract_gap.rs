@@ -23,6 +23,7 @@ use fusebox::shape::numel;
 use fusebox::tensor::{Tensor, seeded_rng};
 use rand::RngExt;
 use std::collections::{HashMap, HashSet};
+use std::ops::RangeInclusive;
 use std::time::Instant;
 
 type Rng = rand_chacha::ChaCha8Rng;
@@ -30,8 +31,9 @@ type Rng = rand_chacha::ChaCha8Rng;
 // ------------------------------------------------------------------------------ random graphs
 
 /// A random graph over a base shape `[rows, cols]`: inputs of that shape or of shapes that
-/// broadcast to it, then `ops` random nodes, then one or two outputs.
-fn random_graph(rng: &mut Rng, index: usize) -> Graph {
+/// broadcast to it, then `ops` random nodes (some of them small motifs a rewrite improves
+/// under a fusion cost), then one or two outputs.
+fn random_graph(rng: &mut Rng, index: usize, ops: RangeInclusive<usize>) -> Graph {
     let rows = rng.random_range(2..=4usize);
     let cols = rng.random_range(2..=5usize);
     let full = vec![rows, cols];
@@ -55,7 +57,7 @@ fn random_graph(rng: &mut Rng, index: usize) -> Graph {
         let shape = reduced[rng.random_range(0..2usize)].clone();
         (b.input("w", DType::F64, &shape), shape)
     });
-    let ops = rng.random_range(3..=7usize);
+    let ops = rng.random_range(ops);
     for i in 0..ops {
         let name = format!("v{i}");
         let pick = |rng: &mut Rng, values: &[(String, Vec<usize>)]| {
@@ -365,8 +367,17 @@ struct Instance {
     seeded: Seeded,
 }
 
-fn instance(rng: &mut Rng, index: usize, catalogue: &Catalogue) -> Instance {
-    let graph = random_graph(rng, index);
+fn instance(
+    rng: &mut Rng,
+    index: usize,
+    ops: RangeInclusive<usize>,
+    catalogue: &Catalogue,
+) -> Instance {
+    saturated(random_graph(rng, index, ops), catalogue, 400)
+}
+
+/// Seeds `graph` and runs the test rewrites with small limits.
+fn saturated(graph: Graph, catalogue: &Catalogue, node_limit: usize) -> Instance {
     let dag = Dag::from_graph(&graph, catalogue).unwrap_or_else(|e| {
         panic!(
             "random graph does not check: {e}\n{}",
@@ -379,7 +390,7 @@ fn instance(rng: &mut Rng, index: usize, catalogue: &Catalogue) -> Instance {
     let runner: Runner<ENode, TypeAnalysis> = Runner::new(egraph.analysis.clone())
         .with_egraph(egraph)
         .with_iter_limit(4)
-        .with_node_limit(400)
+        .with_node_limit(node_limit)
         .run(&rewrites());
     let egraph = runner.egraph;
     assert!(
@@ -419,7 +430,7 @@ fn greedy_is_close_to_exact_on_random_small_egraphs() {
             graph,
             egraph,
             seeded,
-        } = instance(&mut rng, index, &catalogue);
+        } = instance(&mut rng, index, 4..=12, &catalogue);
 
         let start = Instant::now();
         let Some(best) = extract::exact(&egraph, &seeded, &toy_cost, &options) else {
@@ -548,6 +559,55 @@ fn greedy_is_close_to_exact_on_random_small_egraphs() {
     assert!(max < 0.25, "max gap {max}");
 }
 
+/// Larger graphs (every sink an output) have too many choices for exact: greedy must still
+/// return a valid graph that computes the same values, and never cost more than the original.
+#[test]
+fn greedy_is_valid_where_exact_is_out_of_reach() {
+    let catalogue = Catalogue::defaults();
+    let mut rng = seeded_rng(0xB16);
+    let options = ExtractOptions::default();
+    let (mut greedy, mut improved) = (0, 0);
+    let mut time = 0.0;
+    for index in 0..40 {
+        let mut graph = random_graph(&mut rng, index, 25..=40);
+        let used: HashSet<&String> = graph.nodes.iter().flat_map(|n| &n.args).collect();
+        graph.outputs = graph
+            .nodes
+            .iter()
+            .map(|n| n.name.clone())
+            .filter(|n| !used.contains(n))
+            .collect();
+        let Instance {
+            graph,
+            egraph,
+            seeded,
+        } = saturated(graph, &catalogue, 3000);
+        let start = Instant::now();
+        let result = extract::extract(&egraph, &seeded, &toy_cost, &estimate, &options);
+        time += start.elapsed().as_secs_f64();
+        greedy += usize::from(result.method == Method::Greedy);
+        assert!(result.cost <= result.original_cost, "instance {index}");
+        improved += usize::from(result.cost < result.original_cost);
+        let inputs: HashMap<String, Tensor> = graph
+            .inputs
+            .iter()
+            .map(|i| (i.name.clone(), Tensor::random(i.dtype, &i.shape, &mut rng)))
+            .collect();
+        let expected = fusebox::eval::evaluate(&graph, &catalogue, &inputs).expect("evaluates");
+        let label = format!("large instance {index} ({})", result.method);
+        check_result(&label, &graph, &result, &catalogue, &inputs, &expected);
+    }
+    eprintln!(
+        "40 larger e-graphs: {greedy} extracted greedily, {improved} improved on the original, \
+         {:.1} ms in total",
+        time * 1e3
+    );
+    assert!(
+        greedy >= 10,
+        "only {greedy} instances were too large for exact"
+    );
+}
+
 /// The original choice is the input graph where saturation merged nothing: same nodes, same
 /// cost as the input dag itself.
 #[test]
@@ -555,7 +615,7 @@ fn the_original_choice_is_the_input_graph() {
     let catalogue = Catalogue::defaults();
     let mut rng = seeded_rng(7);
     for index in 0..20 {
-        let graph = random_graph(&mut rng, index);
+        let graph = random_graph(&mut rng, index, 3..=8);
         let dag = Dag::from_graph(&graph, &catalogue).expect("checks");
         let mut egraph = new_egraph(&dag, &catalogue);
         let seeded = seed(&mut egraph, &dag);

@@ -16,6 +16,8 @@ fn table() -> Vec<(&'static str, DType, Vec<usize>)> {
         ("c", Bool, vec![2, 3]), ("v", F32, vec![3]), ("w", F32, vec![2, 1]), ("g", F32, vec![8, 3]),
         ("g2", F32, vec![8, 3]), ("g3", F32, vec![4, 8, 3]), ("cv", Bool, vec![3]), ("p", F32, vec![8, 2]),
         ("q", F32, vec![8, 3]), ("r", F32, vec![8, 4]), ("s", F32, vec![8, 5]),
+        ("b", Bool, vec![2, 3]), ("j", I32, vec![2, 3]), ("j2", I32, vec![2, 3]), ("k", I64, vec![2, 3]), ("hb", BF16, vec![2, 3]),
+        ("d", F64, vec![2, 3]), ("h2", F16, vec![2, 3]), ("vh", F16, vec![3]), ("vj", I32, vec![3]),
     ]
 }
 
@@ -64,11 +66,37 @@ fn value(d: DType, rng: &mut impl Rng) -> f64 {
 fn same(a: f64, b: f64) -> bool { (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits() }
 
 #[test]
+fn scratch_refused() {
+    let cat = Catalogue::defaults();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    for c in refuses() {
+        let g1 = to_graph(c.start, &cat);
+        let g2 = to_graph(c.target, &cat);
+        let mut worst = String::new();
+        for _ in 0..300 {
+            let mut inputs = Tensors::new();
+            for (n, d, s) in table() {
+                let k: usize = s.iter().product();
+                let vals = (0..k).map(|_| value(d, &mut rng)).collect();
+                inputs.insert(n.to_string(), Tensor::from_values(d, &s, vals).unwrap());
+            }
+            let (Ok(a), Ok(b)) = (evaluate(&g1, &cat, &inputs), evaluate(&g2, &cat, &inputs)) else { worst = "eval error".into(); break };
+            let (ta, tb) = (a.values().next().unwrap(), b.values().next().unwrap());
+            if ta.shape() != tb.shape() || ta.dtype != tb.dtype { worst = format!("type {:?}{:?} vs {:?}{:?}", ta.dtype, ta.shape(), tb.dtype, tb.shape()); break; }
+            for (x, y) in ta.values().iter().zip(tb.values()) {
+                if !same(*x, y) && worst.is_empty() { worst = format!("{x:?} vs {y:?}"); }
+            }
+        }
+        println!("REFUSED {}: {} => {}: {}", c.rule, c.start, c.target, if worst.is_empty() { "EXACT".into() } else { worst });
+    }
+}
+
+#[test]
 fn scratch_exactness() {
     let cat = Catalogue::defaults();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
     let mut bad = 0;
-    for c in fires() {
+    for c in fires().into_iter().chain(extra()) {
         let g1 = to_graph(c.start, &cat);
         let g2 = to_graph(c.target, &cat);
         let mut worst = String::new();
@@ -307,3 +335,72 @@ fn refuses() -> Vec<Case> {
     ]
 }
 
+
+fn extra() -> Vec<Case> {
+    let mut v = vec![
+        case("a", "(add $j (const -0.0 i32))", "$j"), case("a", "(add $b (const -0.0 bool))", "$b"),
+        case("a", "(add $h (const -0.0 f16))", "$h"), case("a", "(add $x (const -0.0 f16))", "$x"),
+        case("a", "(add (const -0.0 bf16) $hb)", "$hb"),
+        case("a", "(add $b (const 0 bool))", "$b"), case("a", "(add $k (const 0 i32))", "$k"),
+        case("a", "(sub $j (const 0 i32))", "$j"), case("a", "(sub $b (const 0 bool))", "$b"), case("a", "(sub $h (const 0 f16))", "$h"),
+        case("a", "(sub $d (const 0 f32))", "$d"),
+        case("a", "(mul $b (const 1 bool))", "$b"), case("a", "(mul $j (const 1 i32))", "$j"), case("a", "(mul $x (const 1 bf16))", "$x"),
+        case("a", "(div $h (const 1 f16))", "$h"), case("a", "(div $d (const 1 f32))", "$d"),
+        case("a", "(mul $b (const -1 bool))", "(neg $b)"), case("a", "(mul $j (const -1 i32))", "(neg $j)"),
+        case("a", "(mul $h (const -1 f16))", "(neg $h)"), case("a", "(mul $x (const -1 i32))", "(neg $x)"),
+        case("a", "(mul $k (const -1 i64))", "(neg $k)"),
+        case("a", "(neg (neg $h))", "$h"), case("a", "(neg (neg $hb))", "$hb"),
+        case("a", "(sub $j $x)", "(add $j (neg $x))"), case("a", "(sub $h $hb)", "(add $h (neg $hb))"), case("a", "(sub $b $h)", "(add $b (neg $h))"),
+        case("a", "(sub $h $h2)", "(add $h (neg $h2))"), case("a", "(sub $h $d)", "(add $h (neg $d))"),
+        case("a", "(neg (mul $h $x))", "(mul (neg $h) $x)"), case("a", "(neg (mul $x $j))", "(mul (neg $x) $j)"),
+        case("a", "(neg (mul $h $hb))", "(mul (neg $h) $hb)"), case("a", "(neg (mul $h $h2))", "(mul (neg $h) $h2)"),
+        case("a", "(div $j (const 4 f16))", "(mul $j (div (const 1 f16) (const 4 f16)))"),
+        case("a", "(div $x (const 32768 f16))", "(mul $x (div (const 1 f16) (const 32768 f16)))"),
+        case("a", "(div $h (const 0.000030517578125 f16))", "(mul $h (div (const 1 f16) (const 0.000030517578125 f16)))"),
+        case("a", "(div $h (const 32768 f16))", "(mul $h (div (const 1 f16) (const 32768 f16)))"),
+        case("a", "(div $hb (const 8 bf16))", "(mul $hb (div (const 1 bf16) (const 8 bf16)))"),
+        case("a", "(div $d (const 0.5 f32))", "(mul $d (div (const 1 f32) (const 0.5 f32)))"),
+        case("a", "(div $h (const -0.25 f32))", "(mul $h (div (const 1 f32) (const -0.25 f32)))"),
+        case("a", "(div $b (const 2 f16))", "(mul $b (div (const 1 f16) (const 2 f16)))"),
+        case("a", "(where (const 1 bool) $h $h2)", "$h"), case("a", "(where (const 0 bool) $j $j2)", "$j2"),
+        case("a", "(relu (relu $j))", "(relu $j)"), case("a", "(relu (relu $h))", "(relu $h)"), case("a", "(relu (relu $b))", "(relu $b)"),
+        case("a", "(abs (abs $j))", "(abs $j)"), case("a", "(abs (neg $h))", "(abs $h)"), case("a", "(abs (abs $b))", "(abs $b)"),
+        case("a", "(clamp $j -inf inf)", "$j"), case("a", "(clamp $h -inf inf)", "$h"),
+        case("a", "(max $j $j)", "$j"), case("a", "(min $h $h)", "$h"),
+        case("a", "(cast $j i32)", "$j"), case("a", "(cast $b bool)", "$b"),
+        case("a", "(cast (cast $b f16) bool)", "$b"), case("a", "(cast (cast $j i64) i32)", "$j"),
+        case("a", "(cast (cast $hb f64) bf16)", "$hb"), case("a", "(cast (cast $x f64) f32)", "$x"),
+        case("a", "(cast (cast $h f32) f16)", "$h"), case("a", "(cast (cast $b i32) bool)", "$b"),
+        case("a", "(cast (cast $h f64) i32)", "(cast $h i32)"), case("a", "(cast (cast $j f64) f16)", "(cast $j f16)"),
+        case("a", "(cast (cast $b i32) f32)", "(cast $b f32)"), case("a", "(cast (cast $hb f32) f16)", "(cast $hb f16)"),
+        case("a", "(cast (cast $h f32) bool)", "(cast $h bool)"), case("a", "(cast (cast $hb f32) i32)", "(cast $hb i32)"),
+        case("a", "(cast (neg $d) f16)", "(neg (cast $d f16))"), case("a", "(cast (neg $h) bf16)", "(neg (cast $h bf16))"),
+        case("a", "(cast (neg $x) f64)", "(neg (cast $x f64))"), case("a", "(cast (neg $d) bf16)", "(neg (cast $d bf16))"),
+        case("a", "(cast (relu $x) i32)", "(relu (cast $x i32))"), case("a", "(cast (relu $j) f16)", "(relu (cast $j f16))"),
+        case("a", "(cast (relu $d) f16)", "(relu (cast $d f16))"), case("a", "(cast (relu $b) f32)", "(relu (cast $b f32))"),
+        case("a", "(cast (relu $h) i64)", "(relu (cast $h i64))"), case("a", "(cast (relu $k) i32)", "(relu (cast $k i32))"),
+        case("a", "(cast (relu $d) bf16)", "(relu (cast $d bf16))"), case("a", "(cast (relu $x) i64)", "(relu (cast $x i64))"),
+        case("a", "(cast (max $h $h2) bf16)", "(max (cast $h bf16) (cast $h2 bf16))"),
+        case("a", "(cast (max $j $j2) f16)", "(max (cast $j f16) (cast $j2 f16))"),
+        case("a", "(cast (min $j $j2) f16)", "(min (cast $j f16) (cast $j2 f16))"),
+        case("a", "(cast (min $x $y) f16)", "(min (cast $x f16) (cast $y f16))"),
+        case("a", "(cast (max $b $c) f16)", "(max (cast $b f16) (cast $c f16))"),
+        case("a", "(cast (where $c $x $y) bool)", "(where $c (cast $x bool) (cast $y bool))"),
+        case("a", "(cast (where $c $h $h2) i32)", "(where $c (cast $h i32) (cast $h2 i32))"),
+        case("a", "(cast (where $cv $x $y) f16)", "(where $cv (cast $x f16) (cast $y f16))"),
+        case("a", "(cast (broadcast_to $vh [2,3]) i32)", "(broadcast_to (cast $vh i32) [2,3])"),
+        case("a", "(sum_to_size (where $cv $g (const 0 f32)) [3])", "(where $cv (sum_to_size $g [3]) (const 0 f32))"),
+        case("a", "(sum_to_size $g3 [8,3])", "(sum $g3 [0] false)"),
+        case("a", "(sum_to_size $j [2,3])", "(sum_to_size $j [2,3])"),
+    ];
+    for op in ["neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "softplus"] {
+        for x in ["vh", "vj"] {
+            v.push(case("a", format!("({op} (broadcast_to ${x} [2,3]))").leak(), format!("(broadcast_to ({op} ${x}) [2,3])").leak()));
+        }
+    }
+    for op in ["add", "sub", "mul", "div", "max", "min"] {
+        v.push(case("a", format!("({op} (broadcast_to $vh [2,3]) (broadcast_to $vj [2,3]))").leak(), format!("(broadcast_to ({op} $vh $vj) [2,3])").leak()));
+        v.push(case("a", format!("({op} $j (broadcast_to $vh [2,3]))").leak(), format!("({op} $j $vh)").leak()));
+    }
+    v
+}

@@ -65,7 +65,11 @@ pub(super) fn apply(
 }
 
 fn reduce(x: &ArrayD<f64>, builtin: Builtin, axes: &[usize], keepdim: bool) -> ArrayD<f64> {
-    let mut acc = x.clone();
+    // Standard layout first: ndarray sums lanes along the smallest-stride axis with unrolled
+    // partial sums and other axes one slice at a time, so without this the same values could
+    // sum differently (catastrophic cancellation, last bits) depending on how the operand
+    // happens to be stored (a concat along axis 1 is not row-major).
+    let mut acc = x.as_standard_layout().into_owned();
     // Highest axis first, so the remaining axis numbers stay valid.
     for &axis in axes.iter().rev() {
         acc = match builtin {
@@ -96,7 +100,8 @@ fn reduce(x: &ArrayD<f64>, builtin: Builtin, axes: &[usize], keepdim: bool) -> A
 
 fn sum_to_size(x: &ArrayD<f64>, target: &[usize]) -> Result<ArrayD<f64>, String> {
     let lead = x.ndim() - target.len();
-    let mut acc = x.clone();
+    // Standard layout, so the summation order depends on the shape only (see `reduce`).
+    let mut acc = x.as_standard_layout().into_owned();
     for axis in (0..x.ndim()).rev() {
         let reduce = axis < lead || (target[axis - lead] == 1 && x.shape()[axis] != 1);
         if reduce {

@@ -179,19 +179,23 @@ impl LocalSearch<'_, '_> {
         improved
     }
 
-    /// Tries a switch together with a switch of a class it newly brings in: a rewrite often
-    /// pays only when the operands it introduces are computed differently too (recomputing a
-    /// cheap value inside a kernel instead of reading a shared one, say), which no single
-    /// switch reaches. Stops at the first improvement.
+    /// Tries two switches at once; stops at the first improvement. A rewrite often pays only
+    /// together with another one: the operands it brings in are better computed differently
+    /// too (recomputing a cheap value inside a kernel instead of reading a shared one), or a
+    /// shared value stops being materialized only when all of its users move off it. No
+    /// single switch reaches those. First a switch with a switch of a class it newly brings
+    /// in, then pairs of the [`PAIRED`] most promising single switches.
     fn pair_pass(
         &mut self,
         pass: &mut BottomUp<'_, '_>,
         evaluate: &mut dyn FnMut(&Dag) -> f64,
     ) -> bool {
-        for (class, candidate) in pass.switches() {
-            if !pass.reached_now(class) {
-                continue;
-            }
+        let singles: Vec<(usize, usize)> = pass
+            .switches()
+            .into_iter()
+            .filter(|&(class, _)| pass.reached_now(class))
+            .collect();
+        for &(class, candidate) in &singles {
             let mut trial = pass.choice.clone();
             trial[class] = Some(candidate);
             let new: Vec<usize> = self
@@ -213,9 +217,26 @@ impl LocalSearch<'_, '_> {
                 }
             }
         }
+        let best = &singles[..singles.len().min(PAIRED)];
+        for (j, &second) in best.iter().enumerate() {
+            for &first in &best[..j] {
+                if first.0 == second.0 {
+                    continue;
+                }
+                if !self.has_budget() {
+                    return false;
+                }
+                if self.attempt(pass, &[first, second], evaluate) {
+                    return true;
+                }
+            }
+        }
         false
     }
 }
+
+/// How many of the most promising single switches local improvement also tries in pairs.
+const PAIRED: usize = 32;
 
 /// The state of the bottom-up pass: a choice that is acyclic at all times, and a topological
 /// position per resolved class (parents before children) for the difference walks.

@@ -87,7 +87,7 @@ fn find(parent: &[u32], mut g: u32) -> u32 {
 
 struct Builder<'a> {
     dag: &'a Dag,
-    facts: Facts,
+    facts: Facts<'a>,
     profile: &'a Profile,
     max_args: usize,
     role: Vec<Role>,
@@ -104,6 +104,8 @@ struct Builder<'a> {
     member_mark: Vec<u32>,
     outside_mark: Vec<u32>,
     visit_mark: Vec<u32>,
+    /// Per value (inputs, then nodes): the epoch of the plan that last counted it.
+    value_mark: Vec<u32>,
     epoch: u32,
 }
 
@@ -118,12 +120,13 @@ pub(super) fn partition(dag: &Dag, fusion: &FusionRules, profile: &Profile) -> P
         group_of: vec![u32::MAX; n],
         parent: Vec::new(),
         groups: Vec::new(),
-        ext: facts.users.iter().map(Vec::len).collect(),
+        ext: (0..n).map(|i| facts.users(i).len()).collect(),
         ranks: BTreeMap::new(),
         next_rank: GAP,
         member_mark: Vec::new(),
         outside_mark: Vec::new(),
         visit_mark: Vec::new(),
+        value_mark: vec![0; dag.inputs.len() + n],
         epoch: 0,
         facts,
     };
@@ -140,6 +143,13 @@ impl Builder<'_> {
         find(&self.parent, g)
     }
 
+    fn value_slot(&self, v: Value) -> usize {
+        match v {
+            Value::Input(i) => i,
+            Value::Node(n) => self.dag.inputs.len() + n,
+        }
+    }
+
     fn group(&self, g: u32) -> &Group {
         &self.groups[g as usize]
     }
@@ -149,6 +159,7 @@ impl Builder<'_> {
             self.member_mark.fill(0);
             self.outside_mark.fill(0);
             self.visit_mark.fill(0);
+            self.value_mark.fill(0);
             self.epoch = 0;
         }
         self.epoch += 1;
@@ -185,7 +196,7 @@ impl Builder<'_> {
     /// The cheapest legal way for `n` to join its producers' kernels, if cheaper than a
     /// kernel of its own.
     fn best_plan(&mut self, n: usize, producers: &[u32]) -> Option<Plan> {
-        let alone = self.singleton(n).total_us;
+        let alone = self.singleton_cost(n).2;
         let mut best: Option<Plan> = None;
         let bar = |best: &Option<Plan>| best.as_ref().map_or(alone, |p| p.delta);
         for &g in producers {
@@ -282,7 +293,7 @@ impl Builder<'_> {
         }
 
         // Iteration domain.
-        let shape = &self.facts.iter_shape[n];
+        let shape = self.facts.iter_shape(n);
         let mut fixed: Option<&Shape> = (self.role[n] == Role::End).then_some(shape);
         for &m in members {
             let g = self.group(m);
@@ -305,7 +316,7 @@ impl Builder<'_> {
                 d
             }
         };
-        if !broadcasts_to(&self.facts.iter_shape[n], &domain)
+        if !broadcasts_to(self.facts.iter_shape(n), &domain)
             || members
                 .iter()
                 .any(|&m| !broadcasts_to(&self.group(m).domain, &domain))
@@ -318,15 +329,25 @@ impl Builder<'_> {
             .iter()
             .max_by_key(|&&m| self.group(m).inputs.len())
             .expect("a plan has members");
-        let big = &self.group(largest).inputs;
-        let mut extra: HashSet<Value> = HashSet::new();
+        let inputs_of_largest = self.group(largest).inputs.len();
         let mut in_bytes = self.group(largest).in_bytes;
+        let mut extra = 0;
+        // Values outside the largest member's inputs, each counted once (marked by epoch).
+        let mut add = |b: &mut Self, v: Value| {
+            if !b.group(largest).inputs.contains(&v) {
+                let slot = b.value_slot(v);
+                if b.value_mark[slot] != epoch {
+                    b.value_mark[slot] = epoch;
+                    extra += 1;
+                    in_bytes += b.facts.value_bytes(v);
+                }
+            }
+        };
         for &m in members {
             if m != largest {
-                for &v in &self.group(m).inputs {
-                    if !big.contains(&v) && extra.insert(v) {
-                        in_bytes += self.facts.value_bytes(v);
-                    }
+                let values: Vec<Value> = self.group(m).inputs.iter().copied().collect();
+                for v in values {
+                    add(self, v);
                 }
             }
         }
@@ -335,14 +356,14 @@ impl Builder<'_> {
                 Value::Input(_) => true,
                 Value::Node(p) => !self.facts.literal[p] && !member(self, self.group_of[p]),
             };
-            if external && !big.contains(&arg) && extra.insert(arg) {
-                in_bytes += self.facts.value_bytes(arg);
+            if external {
+                add(self, arg);
             }
         }
         for &v in &internal_inputs {
             in_bytes -= self.facts.value_bytes(v);
         }
-        let in_count = big.len() + extra.len() - internal_inputs.len();
+        let in_count = inputs_of_largest + extra - internal_inputs.len();
 
         // Outputs: the members' and the node's, less values no longer used outside.
         let mut out_count: usize = members.iter().map(|&m| self.group(m).outputs).sum();
@@ -355,7 +376,7 @@ impl Builder<'_> {
                 out_bytes -= self.facts.node_bytes[p];
             }
         }
-        if self.facts.graph_output[n] || !self.facts.users[n].is_empty() {
+        if self.facts.graph_output[n] || !self.facts.users(n).is_empty() {
             out_count += 1;
             out_bytes += self.facts.node_bytes[n];
         }
@@ -450,24 +471,53 @@ impl Builder<'_> {
     /// `n` as a kernel of its own (not yet registered).
     fn singleton(&self, n: usize) -> Group {
         let role = self.role[n];
-        let node = &self.dag.nodes[n];
-        let mut inputs = HashSet::new();
-        let mut in_bytes = 0;
-        for &arg in &node.args {
+        let inputs: HashSet<Value> = self.operands(n).collect();
+        let (in_bytes, out_bytes, total_us) = self.singleton_cost(n);
+        Group {
+            nodes: vec![n],
+            kind: Some(kind_of(role)),
+            inputs,
+            in_bytes,
+            outputs: usize::from(self.written_alone(n)),
+            out_bytes,
+            per_element: self.facts.flops_per_element[n],
+            domain: self.facts.iter_shape(n).clone(),
+            fixed: role == Role::End,
+            rank: 0,
+            total_us,
+            succ: HashMap::new(),
+        }
+    }
+
+    /// `n`'s distinct operands that are read from memory (literals are not).
+    fn operands(&self, n: usize) -> impl Iterator<Item = Value> + '_ {
+        let args = &self.dag.nodes[n].args;
+        args.iter().enumerate().filter_map(move |(i, &arg)| {
             let external = match arg {
                 Value::Input(_) => true,
                 Value::Node(p) => !self.facts.literal[p],
             };
-            if external && inputs.insert(arg) {
-                in_bytes += self.facts.value_bytes(arg);
-            }
-        }
-        let written = self.facts.graph_output[n] || !self.facts.users[n].is_empty();
-        let out_bytes = if written { self.facts.node_bytes[n] } else { 0 };
-        let kind = kind_of(role);
-        let domain = self.facts.iter_shape[n].clone();
+            (external && !args[..i].contains(&arg)).then_some(arg)
+        })
+    }
+
+    /// Whether `n`'s value is written when nothing shares its kernel.
+    fn written_alone(&self, n: usize) -> bool {
+        self.facts.graph_output[n] || !self.facts.users(n).is_empty()
+    }
+
+    /// Input bytes, output bytes and time of `n` as a kernel of its own.
+    fn singleton_cost(&self, n: usize) -> (u64, u64, f64) {
+        let node = &self.dag.nodes[n];
+        let in_bytes: u64 = self.operands(n).map(|v| self.facts.value_bytes(v)).sum();
+        let out_bytes = if self.written_alone(n) {
+            self.facts.node_bytes[n]
+        } else {
+            0
+        };
         let per_element = self.facts.flops_per_element[n];
-        let total_us = match kind {
+        let domain = self.facts.iter_shape(n);
+        let total_us = match kind_of(self.role[n]) {
             KernelKind::Library => price(
                 self.profile,
                 in_bytes + out_bytes,
@@ -477,25 +527,12 @@ impl Builder<'_> {
             _ => price(
                 self.profile,
                 in_bytes + out_bytes,
-                per_element * numel(&domain) as f64,
+                per_element * numel(domain) as f64,
                 self.profile.pointwise_gflops,
             ),
         }
         .total_us;
-        Group {
-            nodes: vec![n],
-            kind: Some(kind),
-            inputs,
-            in_bytes,
-            outputs: usize::from(written),
-            out_bytes,
-            per_element,
-            domain,
-            fixed: role == Role::End,
-            rank: 0,
-            total_us,
-            succ: HashMap::new(),
-        }
+        (in_bytes, out_bytes, total_us)
     }
 
     /// Registers `n` as a kernel of its own, ranked after every existing kernel.
@@ -666,7 +703,6 @@ impl Builder<'_> {
             let mut nodes = group.nodes.clone();
             nodes.sort_unstable();
             let kernel = self.facts.kernel(
-                self.dag,
                 self.profile,
                 nodes,
                 group.kind.expect("live kernels have a kind"),

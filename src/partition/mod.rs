@@ -138,9 +138,7 @@ pub fn unfused(dag: &Dag, profile: &Profile) -> Partition {
                 OpKind::Layout => KernelKind::Alone,
                 OpKind::Opaque => KernelKind::Library,
             };
-            facts.kernel(dag, profile, vec![n], kind, facts.iter_shape[n].clone(), |m| {
-                m == n
-            })
+            facts.kernel(profile, vec![n], kind, facts.iter_shape(n).clone(), |m| m == n)
         })
         .collect();
     let cost = kernels.iter().map(|k| k.cost).sum();
@@ -154,10 +152,12 @@ pub fn is_literal(node: &DagNode) -> bool {
 }
 
 /// What the partitioner and the pricing need to know about each node, computed once.
-pub(crate) struct Facts {
+pub(crate) struct Facts<'a> {
+    pub dag: &'a Dag,
     pub literal: Vec<bool>,
-    /// The shape a node iterates over: a reduction's input shape, every other op's output.
-    pub iter_shape: Vec<Shape>,
+    /// The value whose shape a node iterates over: a reduction's input, every other op's
+    /// output.
+    iter_value: Vec<Value>,
     /// Flop-equivalents per element of the iteration shape (0 for library calls).
     pub flops_per_element: Vec<f64>,
     /// Flop-equivalents of a library call (matmul: 2·M·N·K), 0 otherwise.
@@ -165,24 +165,48 @@ pub(crate) struct Facts {
     pub node_bytes: Vec<u64>,
     pub input_bytes: Vec<u64>,
     pub graph_output: Vec<bool>,
-    pub users: Vec<Vec<usize>>,
+    /// Node `n`'s users (once per use) are `user_list[user_start[n]..user_start[n + 1]]`.
+    user_start: Vec<u32>,
+    user_list: Vec<u32>,
 }
 
 fn bytes_of(ty: &crate::graph::TensorType) -> u64 {
     numel(&ty.shape) as u64 * ty.dtype.size_bytes() as u64
 }
 
-impl Facts {
-    pub fn new(dag: &Dag, profile: &Profile) -> Facts {
+impl<'a> Facts<'a> {
+    pub fn new(dag: &'a Dag, profile: &Profile) -> Facts<'a> {
         let literal: Vec<bool> = dag.nodes.iter().map(is_literal).collect();
-        let iter_shape = dag
+        let iter_value = dag
             .nodes
             .iter()
-            .map(|node| match (node.op.kind(), node.args.first()) {
-                (OpKind::Reduction, Some(&arg)) => dag.ty(arg).shape.clone(),
-                _ => node.ty.shape.clone(),
+            .enumerate()
+            .map(|(n, node)| match (node.op.kind(), node.args.first()) {
+                (OpKind::Reduction, Some(&arg)) => arg,
+                _ => Value::Node(n),
             })
             .collect();
+        let mut user_start = vec![0u32; dag.nodes.len() + 1];
+        for node in &dag.nodes {
+            for &arg in &node.args {
+                if let Value::Node(p) = arg {
+                    user_start[p + 1] += 1;
+                }
+            }
+        }
+        for i in 0..dag.nodes.len() {
+            user_start[i + 1] += user_start[i];
+        }
+        let mut fill = user_start.clone();
+        let mut user_list = vec![0u32; user_start[dag.nodes.len()] as usize];
+        for (n, node) in dag.nodes.iter().enumerate() {
+            for &arg in &node.args {
+                if let Value::Node(p) = arg {
+                    user_list[fill[p] as usize] = n as u32;
+                    fill[p] += 1;
+                }
+            }
+        }
         let flops_per_element = dag
             .nodes
             .iter()
@@ -199,15 +223,27 @@ impl Facts {
             })
             .collect();
         Facts {
+            dag,
             literal,
-            iter_shape,
+            iter_value,
             flops_per_element,
             library_flops,
             node_bytes: dag.nodes.iter().map(|n| bytes_of(&n.ty)).collect(),
             input_bytes: dag.inputs.iter().map(|i| bytes_of(&i.ty)).collect(),
             graph_output: dag.output_mask(),
-            users: dag.users(),
+            user_start,
+            user_list,
         }
+    }
+
+    /// The shape a node iterates over: a reduction's input shape, every other op's output.
+    pub fn iter_shape(&self, n: usize) -> &'a Shape {
+        &self.dag.ty(self.iter_value[n]).shape
+    }
+
+    /// The nodes using node `n`, once per use.
+    pub fn users(&self, n: usize) -> &[u32] {
+        &self.user_list[self.user_start[n] as usize..self.user_start[n + 1] as usize]
     }
 
     pub fn value_bytes(&self, value: Value) -> u64 {
@@ -219,20 +255,21 @@ impl Facts {
 
     /// A node's value must be written: a graph output, or used by a node outside its kernel.
     fn written(&self, n: usize, inside: &impl Fn(usize) -> bool) -> bool {
-        self.graph_output[n] || self.users[n].iter().any(|&u| !inside(u))
+        self.graph_output[n] || self.users(n).iter().any(|&u| !inside(u as usize))
     }
 
     /// Builds and prices a kernel from scratch. `inside` tells which nodes belong to it.
     pub fn kernel(
         &self,
-        dag: &Dag,
         profile: &Profile,
         nodes: Vec<usize>,
         kind: KernelKind,
         domain: Shape,
         inside: impl Fn(usize) -> bool,
     ) -> Kernel {
+        let dag = self.dag;
         let mut inputs: Vec<Value> = Vec::new();
+        // Small kernels dedupe by scanning; large ones through a set.
         let mut seen: HashSet<Value> = HashSet::new();
         for &n in &nodes {
             for &arg in &dag.nodes[n].args {
@@ -240,7 +277,15 @@ impl Facts {
                     Value::Input(_) => true,
                     Value::Node(p) => !self.literal[p] && !inside(p),
                 };
-                if external && seen.insert(arg) {
+                let new = if inputs.len() < 32 {
+                    !inputs.contains(&arg)
+                } else {
+                    if seen.is_empty() {
+                        seen.extend(inputs.iter().copied());
+                    }
+                    seen.insert(arg)
+                };
+                if external && new {
                     inputs.push(arg);
                 }
             }

@@ -273,6 +273,138 @@ fn power_of_two_with_exact_reciprocal(v: f64, dtype: Option<DType>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::egraph::{ENode, TypeAnalysis};
+    use crate::graph::TensorType;
+    use crate::rules::Catalogue;
+    use egg::{RecExpr, Symbol};
+    use std::collections::HashMap;
+
+    /// An e-graph with a few inputs and classes bound to variables by hand.
+    fn classes() -> (FuseGraph, Subst, Id) {
+        let ty = |dtype, shape: &[usize]| TensorType {
+            dtype,
+            shape: shape.to_vec(),
+        };
+        let inputs = HashMap::from([
+            (Symbol::from("x"), ty(DType::F32, &[2, 3])),
+            (Symbol::from("h"), ty(DType::F16, &[2, 3])),
+            (Symbol::from("v"), ty(DType::F32, &[3])),
+            (Symbol::from("i"), ty(DType::I32, &[2, 3])),
+        ]);
+        let mut egraph = FuseGraph::new(TypeAnalysis::new(Catalogue::defaults(), inputs));
+        let mut subst = Subst::default();
+        let mut bind = |egraph: &mut FuseGraph, var: &str, term: &str| {
+            let e: RecExpr<ENode> = term.parse().unwrap();
+            let id = egraph.add_expr(&e);
+            subst.insert(var.parse().unwrap(), id);
+            id
+        };
+        for (var, term) in [
+            ("?x", "$x"),
+            ("?h", "$h"),
+            ("?v", "$v"),
+            ("?i", "$i"),
+            ("?f16", "f16"),
+            ("?f32", "f32"),
+            ("?s", "[2,3]"),
+            ("?s3", "[3]"),
+            ("?neg", "[-1,3]"),
+            ("?num", "0.25"),
+            ("?three", "3"),
+            ("?quarter", "(const 0.25 f16)"),
+            ("?tiny", "(const 0.0000152587890625 f16)"),
+            ("?one", "(broadcast_to (const 1 f32) [2,3])"),
+            ("?nan", "(const nan f32)"),
+            ("?negzero", "(const -0.0 f32)"),
+        ] {
+            bind(&mut egraph, var, term);
+        }
+        let root = bind(&mut egraph, "?root", "(mul $x (const 1 f32))");
+        egraph.rebuild();
+        (egraph, subst, root)
+    }
+
+    fn holds(c: Condition) -> bool {
+        let (egraph, subst, root) = classes();
+        c.holds(&egraph, root, &subst)
+    }
+
+    fn s(v: &str) -> String {
+        v.to_string()
+    }
+
+    #[test]
+    fn dtype_conditions_read_tensors_and_dtype_attributes() {
+        use Condition::*;
+        assert!(holds(SameDtype(s("?x"), s("?f32"))));
+        assert!(holds(SameDtype(s("?f16"), s("?h"))));
+        assert!(!holds(SameDtype(s("?x"), s("?h"))));
+        assert!(holds(DtypeIn(s("?h"), vec![DType::BF16, DType::F16])));
+        assert!(!holds(DtypeIn(s("?i"), vec![DType::F16])));
+        assert!(holds(IsFloat(s("?f16"))));
+        assert!(!holds(IsFloat(s("?i"))));
+        assert!(holds(Wider(s("?x"), s("?h"))));
+        assert!(holds(Wider(s("?f32"), s("?f16"))));
+        assert!(!holds(Wider(s("?x"), s("?f32"))), "not wider than itself");
+        assert!(!holds(Wider(s("?h"), s("?x"))));
+        assert!(!holds(Wider(s("?x"), s("?i"))), "f32 does not hold every i32");
+        // A shape attribute has no dtype.
+        assert!(!holds(IsFloat(s("?s"))));
+        assert!(holds(Not(Box::new(IsFloat(s("?s"))))));
+    }
+
+    #[test]
+    fn shape_conditions_read_tensors_and_shape_attributes() {
+        use Condition::*;
+        assert!(holds(SameShape(s("?x"), s("?s"))));
+        assert!(holds(SameShape(s("?x"), s("?h"))));
+        assert!(!holds(SameShape(s("?x"), s("?v"))));
+        assert!(holds(BroadcastsTo(s("?v"), s("?x"))));
+        assert!(holds(BroadcastsTo(s("?s3"), s("?s"))));
+        assert!(!holds(BroadcastsTo(s("?x"), s("?v"))));
+        // A negative entry is not a shape.
+        assert!(!holds(SameShape(s("?neg"), s("?neg"))));
+        assert!(holds(Rank(s("?x"), 2)));
+        assert!(holds(Rank(s("?s3"), 1)));
+        assert!(!holds(Rank(s("?v"), 2)));
+        assert!(holds(DropsLeadingAxis(s("?s3"), s("?x"))));
+        assert!(holds(DropsLeadingAxis(s("?v"), s("?x"))));
+        assert!(!holds(DropsLeadingAxis(s("?s"), s("?x"))));
+        assert!(!holds(DropsLeadingAxis(s("?s3"), s("?v"))));
+    }
+
+    #[test]
+    fn keeps_type_compares_the_matched_root() {
+        use Condition::*;
+        // The root is x * 1 with x f32[2, 3]: the type of x.
+        assert!(holds(KeepsType(s("?x"))));
+        assert!(!holds(KeepsType(s("?h"))));
+        assert!(!holds(KeepsType(s("?v"))));
+        assert!(holds(KeepsType(s("?one"))));
+    }
+
+    #[test]
+    fn constant_conditions() {
+        use Condition::*;
+        assert!(holds(IsConst(s("?quarter"))));
+        assert!(holds(IsConst(s("?one"))), "a broadcast constant is uniform");
+        assert!(!holds(IsConst(s("?x"))));
+        assert!(holds(ConstEq(s("?one"), 1.0)));
+        assert!(holds(ConstEq(s("?quarter"), 0.25)));
+        assert!(holds(ConstEq(s("?num"), 0.25)), "a number attribute");
+        assert!(!holds(ConstEq(s("?nan"), f64::NAN)), "NaN equals nothing");
+        assert!(holds(ConstEq(s("?negzero"), 0.0)), "-0.0 == 0.0");
+        assert!(holds(ConstPowerOfTwo(s("?quarter"))));
+        assert!(holds(ConstPowerOfTwo(s("?num"))));
+        assert!(holds(ConstPowerOfTwo(s("?one"))));
+        assert!(!holds(ConstPowerOfTwo(s("?three"))));
+        // 2^-16 is an f16 value, but its reciprocal 2^16 is not.
+        assert!(!holds(ConstPowerOfTwo(s("?tiny"))));
+        assert!(!holds(ConstPowerOfTwo(s("?x"))));
+        // Unbound variables make a condition false.
+        assert!(!holds(IsConst(s("?nobody"))));
+        assert!(holds(Not(Box::new(IsConst(s("?nobody"))))));
+    }
 
     #[test]
     fn powers_of_two_and_their_reciprocals() {
@@ -296,8 +428,7 @@ mod tests {
         // Attributes: f16's range decides.
         assert!(power_of_two_with_exact_reciprocal(-0.5, None));
         assert!(!power_of_two_with_exact_reciprocal(65536.0, None));
-        // The largest f64 power of two has no f64 reciprocal's reciprocal problem, but its
-        // reciprocal 2^-1023 is subnormal and still exact in f64.
+        // 2^1023's reciprocal 2^-1023 is subnormal but exact in f64; 2^-1074's is not an f64.
         assert!(power_of_two_with_exact_reciprocal(2f64.powi(1023), Some(DType::F64)));
         assert!(!power_of_two_with_exact_reciprocal(2f64.powi(-1074), Some(DType::F64)));
     }

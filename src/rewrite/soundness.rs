@@ -356,9 +356,8 @@ fn counterexample_json(cx: &Counterexample) -> serde_json::Value {
             })
             .collect()
     };
-    let tensor = |t: &Tensor| {
-        json!({"dtype": t.dtype.name(), "shape": t.shape(), "values": values(t)})
-    };
+    let tensor =
+        |t: &Tensor| json!({"dtype": t.dtype.name(), "shape": t.shape(), "values": values(t)});
     let mut obj = json!({
         "problem": cx.failure.kind(),
         "message": cx.failure.to_string(),
@@ -458,7 +457,10 @@ pub fn check_rules(rules: &[Rule], catalogue: &Catalogue, options: &CheckOptions
     let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
     Report {
         options: options.clone(),
-        checks: results.into_iter().map(|r| r.expect("every job ran")).collect(),
+        checks: results
+            .into_iter()
+            .map(|r| r.expect("every job ran"))
+            .collect(),
     }
 }
 
@@ -578,8 +580,9 @@ struct Instance {
 enum Slot {
     /// An operand, with the dtype class the op accepts there.
     Operand(Option<DtypeClass>),
-    /// An attribute, by name (`shape`, `axes`, `perm`, `axis`, `value`, …).
-    Attr(String),
+    /// An attribute, by name (`shape`, `axes`, `perm`, `axis`, `value`, …), and whether the
+    /// op lets it be absent (`sum` without `axes` reduces everything).
+    Attr(String, bool),
 }
 
 /// Why a draw was discarded.
@@ -652,10 +655,16 @@ impl<'r> Plan<'r> {
                 }
                 Condition::ConstPowerOfTwo(v) => {
                     if let Ok(v) = v.parse() {
-                        constants
-                            .entry(v)
-                            .or_default()
-                            .extend([2.0, 0.5, 4.0, -2.0, 0.25, 1.0, 1024.0, 2f64.powi(-20)]);
+                        constants.entry(v).or_default().extend([
+                            2.0,
+                            0.5,
+                            4.0,
+                            -2.0,
+                            0.25,
+                            1.0,
+                            1024.0,
+                            2f64.powi(-20),
+                        ]);
                     }
                 }
                 _ => {}
@@ -723,11 +732,15 @@ impl<'r> Plan<'r> {
             );
         }
         for &(var, ty) in &self.attr_vars {
-            let slot = match self.slots.get(&var) {
-                Some(Slot::Attr(name)) => name.as_str(),
-                _ => "",
+            let (slot, optional) = match self.slots.get(&var) {
+                Some(Slot::Attr(name, optional)) => (name.as_str(), *optional),
+                _ => ("", false),
             };
-            let leaf = attr_value(ty, slot, &instance, &pool, base_dtype, rng);
+            let leaf = if optional && rng.random_bool(0.15) {
+                Leaf::Absent
+            } else {
+                attr_value(ty, slot, &instance, &pool, base_dtype, rng)
+            };
             instance.attrs.insert(var, leaf);
         }
         for cond in &self.rule.when {
@@ -757,7 +770,7 @@ impl<'r> Plan<'r> {
         let subst = self.subst(instance, &dag, &seeded, &mut egraph);
         let matched = self.from.search_eclass(&egraph, root).is_some_and(|m| {
             m.substs.iter().any(|s| {
-                self.from_vars()
+                self.matched_vars()
                     .all(|v| s.get(v).map(|&id| egraph.find(id)) == subst.get(v).copied())
             })
         });
@@ -776,7 +789,7 @@ impl<'r> Plan<'r> {
         Ok(Prepared { graph, ty })
     }
 
-    fn from_vars(&self) -> impl Iterator<Item = Var> + '_ {
+    fn matched_vars(&self) -> impl Iterator<Item = Var> + '_ {
         self.from.vars().into_iter()
     }
 
@@ -849,9 +862,10 @@ impl<'r> Plan<'r> {
             if let Outcome::Fails(..) = self.run(prepared, &rhs, &inputs) {
                 let inputs = self.shrink(prepared, &rhs, inputs);
                 // Evaluation is deterministic and shrinking keeps only failing inputs.
-                let Outcome::Fails(failure, l, r) = self.run(prepared, &rhs, &inputs) else {
+                let Outcome::Fails(failed) = self.run(prepared, &rhs, &inputs) else {
                     continue;
                 };
+                let (failure, l, r) = *failed;
                 let mut cx = self.counterexample(instance, failure);
                 cx.inputs = instance
                     .tensors
@@ -884,11 +898,11 @@ impl<'r> Plan<'r> {
         let right = match eval::evaluate_all(rhs, self.catalogue, inputs) {
             Ok(r) => r,
             Err(e) => {
-                return Outcome::Fails(
+                return Outcome::Fails(Box::new((
                     Failure::RhsEvalFailed(e.to_string()),
                     left.get(&prepared.graph.outputs[0]).cloned(),
                     None,
-                );
+                )));
             }
         };
         let l = &left[&prepared.graph.outputs[0]];
@@ -898,7 +912,7 @@ impl<'r> Plan<'r> {
             sums: self.sums,
         };
         match comparison.first_difference(l, r, left.values().chain(right.values())) {
-            Some(failure) => Outcome::Fails(failure, Some(l.clone()), Some(r.clone())),
+            Some(failure) => Outcome::Fails(Box::new((failure, Some(l.clone()), Some(r.clone())))),
             None => Outcome::Holds,
         }
     }
@@ -957,7 +971,8 @@ enum Outcome {
     Holds,
     /// The left-hand side could not be evaluated on these values (nothing to compare).
     Skipped,
-    Fails(Failure, Option<Tensor>, Option<Tensor>),
+    /// How, with both sides' values where they exist (boxed: the other variants are empty).
+    Fails(Box<(Failure, Option<Tensor>, Option<Tensor>)>),
 }
 
 /// Records where each variable first occurs, to draw values that suit it.
@@ -983,7 +998,7 @@ fn collect_slots(pattern: &Pattern<ENode>, catalogue: &Catalogue, slots: &mut Ha
             if let ENodeOrVar::Var(v) = &ast[usize::from(*id)] {
                 slots
                     .entry(*v)
-                    .or_insert_with(|| Slot::Attr(spec.name.clone()));
+                    .or_insert_with(|| Slot::Attr(spec.name.clone(), spec.optional));
             }
         }
     }
@@ -1143,8 +1158,18 @@ fn attr_value(
                 choices.extend(tensor_shapes.iter().copied());
                 let s = choices[rng.random_range(0..choices.len())];
                 let mut s: Vec<i64> = s.iter().map(|&d| d as i64).collect();
-                if slot == "shape" && rng.random_bool(0.1) {
-                    s.reverse();
+                // Reshape targets keep the element count: the dims reversed, flattened, or
+                // with one inferred (-1).
+                if slot == "shape" {
+                    match rng.random_range(0..10) {
+                        0 => s.reverse(),
+                        1 => s = vec![s.iter().product()],
+                        2 if !s.is_empty() => {
+                            let i = rng.random_range(0..s.len());
+                            s[i] = -1;
+                        }
+                        _ => {}
+                    }
                 }
                 s
             }
@@ -1219,9 +1244,7 @@ fn apply_hint(cond: &Condition, instance: &mut Instance, base: &[usize], rng: &m
         }
         Condition::Rank(v, n) => {
             if let Some(v) = var(v) {
-                let shape: Shape = (0..*n)
-                    .map(|i| base.get(i).copied().unwrap_or(2))
-                    .collect();
+                let shape: Shape = (0..*n).map(|i| base.get(i).copied().unwrap_or(2)).collect();
                 set_shape(instance, v, &shape);
             }
         }
@@ -1381,10 +1404,7 @@ fn build_graph(
                 let mut attrs = crate::attr::Attrs::new();
                 for (spec, id) in op.spec.attrs.iter().zip(attr_ids) {
                     let Some(Term::Leaf(leaf)) = &built[usize::from(*id)] else {
-                        return Err(format!(
-                            "attribute `{}` of `{name}` is a tensor",
-                            spec.name
-                        ));
+                        return Err(format!("attribute `{}` of `{name}` is a tensor", spec.name));
                     };
                     if *leaf == Leaf::Absent {
                         if spec.optional {
@@ -1640,49 +1660,44 @@ impl Comparison {
                 scale.mapv_inplace(|s| s.max(total));
             }
         }
-        let dtype = l.dtype;
-        let float = dtype.is_float();
-        let k = (self.ops + 1) as f64;
         for ((index, &a), (&b, &s)) in l.data.indexed_iter().zip(r.data.iter().zip(&scale)) {
-            let why = if a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()) {
-                continue;
-            } else if (!a.is_finite() || !b.is_finite()) && s >= overflow_limit {
-                continue;
-            } else if !float {
-                if a == b {
-                    continue;
-                }
-                "integer and bool results must be equal".to_string()
-            } else if a.is_nan() || b.is_nan() {
-                "NaN on one side only".to_string()
-            } else if a.is_infinite() || b.is_infinite() {
-                "infinities must be equal".to_string()
-            } else if a == 0.0 && b == 0.0 {
-                if self.sums {
-                    continue;
-                }
-                "the sign of an exact zero changes".to_string()
-            } else {
-                let tol = 2.0 * unit_roundoff(dtype) * k * (a.abs() + b.abs() + s)
-                    + k * smallest_normal(dtype);
-                let diff = (a - b).abs();
-                if diff <= tol {
-                    continue;
-                }
-                format!(
-                    "differs by {} (tolerance {})",
-                    number(diff),
-                    number(tol)
-                )
-            };
-            return Some(Failure::Value {
-                index: index.slice().to_vec(),
-                lhs: a,
-                rhs: b,
-                why,
-            });
+            if let Some(why) = self.judge(l.dtype, a, b, s, overflow_limit) {
+                return Some(Failure::Value {
+                    index: index.slice().to_vec(),
+                    lhs: a,
+                    rhs: b,
+                    why,
+                });
+            }
         }
         None
+    }
+
+    /// Why `a` (left) and `b` (right) differ, given the magnitude `scale` at their element;
+    /// `None` when they agree.
+    fn judge(&self, dtype: DType, a: f64, b: f64, scale: f64, overflow: f64) -> Option<String> {
+        let identical = a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+        let overflowed = (!a.is_finite() || !b.is_finite()) && scale >= overflow;
+        if identical || overflowed {
+            return None;
+        }
+        if !dtype.is_float() {
+            return (a != b).then(|| "integer and bool results must be equal".to_string());
+        }
+        if a.is_nan() || b.is_nan() {
+            return Some("NaN on one side only".into());
+        }
+        if a.is_infinite() || b.is_infinite() {
+            return Some("infinities must be equal".into());
+        }
+        if a == 0.0 && b == 0.0 {
+            return (!self.sums).then(|| "the sign of an exact zero changes".to_string());
+        }
+        let k = (self.ops + 1) as f64;
+        let tol = 2.0 * unit_roundoff(dtype) * k * (a.abs() + b.abs() + scale)
+            + k * smallest_normal(dtype);
+        let diff = (a - b).abs();
+        (diff > tol).then(|| format!("differs by {} (tolerance {})", number(diff), number(tol)))
     }
 }
 
@@ -1703,10 +1718,7 @@ mod tests {
         ops: 2,
         sums: false,
     };
-    const SUMMING: Comparison = Comparison {
-        ops: 3,
-        sums: true,
-    };
+    const SUMMING: Comparison = Comparison { ops: 3, sums: true };
 
     #[test]
     fn an_f16_round_trip_is_beyond_f32_tolerance() {
