@@ -417,17 +417,20 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
         return Ok(text);
     }
     print!("{text}");
-    let mut unsound: Vec<String> = report
-        .unsound()
-        .map(|c| format!("`{}` ({})", c.rule, c.file))
+    let unsound: Vec<String> = report
+        .unsound_rules()
+        .into_iter()
+        .map(|(file, rule)| format!("`{rule}` ({file})"))
         .collect();
-    unsound.dedup();
     let noun = if unsound.len() == 1 { "rule" } else { "rules" };
-    Err(cli_error(format!(
-        "{} unsound rewrite {noun}: {}",
-        unsound.len(),
-        unsound.join(", ")
-    )))
+    Err(Error::new(
+        Site::default(),
+        ErrorKind::Rule(format!(
+            "{} unsound rewrite {noun}: {}",
+            unsound.len(),
+            unsound.join(", ")
+        )),
+    ))
 }
 
 /// Writes a whole text file, naming the path on failure.

@@ -18,7 +18,8 @@ use fusebox::dtype::DType;
 use fusebox::egraph::{ENode, FuseGraph, Leaf, Seeded, TypeAnalysis, new_egraph, seed};
 use fusebox::extract::{self, ExtractOptions, Extraction, Method};
 use fusebox::graph::{Graph, GraphBuilder, check};
-use fusebox::rules::{Catalogue, OpKind};
+use fusebox::partition;
+use fusebox::rules::{Catalogue, OpKind, RuleSet};
 use fusebox::shape::numel;
 use fusebox::tensor::{Tensor, seeded_rng};
 use rand::RngExt;
@@ -408,16 +409,62 @@ fn saturated(graph: Graph, catalogue: &Catalogue, node_limit: usize) -> Instance
 
 // ------------------------------------------------------------------------------ the test
 
+/// Greedy against exact under the toy cost above.
 #[test]
-fn greedy_is_close_to_exact_on_random_small_egraphs() {
+fn greedy_is_close_to_exact_under_a_toy_fusion_cost() {
+    let gaps = gap_study("toy fusion cost", &toy_cost, 0xE27AC7);
+    // Measured: greedy matches exact on all 300 (one instance in a few hundred is off with
+    // other seeds, by up to 27%); the bottom-up pass alone is off by about 5% on average.
+    assert!(gaps.mean < 0.02, "mean gap {}", gaps.mean);
+    assert!(gaps.max < 0.5, "max gap {}", gaps.max);
+    assert!(gaps.worse <= 6, "greedy worse than exact on {}", gaps.worse);
+    assert!(
+        gaps.bottom_up_mean < 0.2,
+        "bottom-up mean gap {}",
+        gaps.bottom_up_mean
+    );
+}
+
+/// Greedy against exact under fusebox's own partition cost (default fusion rules, h200 and cpu
+/// profiles): the cost optimize extracts with.
+#[test]
+fn greedy_is_close_to_exact_under_the_partition_cost() {
+    let rules = RuleSet::defaults();
+    for (profile, seed) in [("h200", 0x4200), ("cpu", 0xC0)] {
+        let profile = rules.cost.profile(profile).expect("a default profile");
+        let cost = |dag: &Dag| {
+            partition::partition(dag, &rules.fusion, profile)
+                .cost
+                .total_us
+        };
+        let gaps = gap_study(&format!("partition cost, {}", profile.name), &cost, seed);
+        // Measured: h200 worse on 3 of 300 by a few parts per million; cpu worse on 3 of 300,
+        // mean 0.8%, max 99.9%. Those three are a partitioner quirk exact exploits: two
+        // unrelated outputs share a kernel only through a common producer, so adding a shared
+        // `neg(x)` and compensating negations (four coordinated switches) halves the launches.
+        assert!(gaps.mean < 0.03, "{}: mean gap {}", profile.name, gaps.mean);
+        assert!(gaps.max < 2.0, "{}: max gap {}", profile.name, gaps.max);
+        assert!(gaps.worse <= 9, "{}: worse on {}", profile.name, gaps.worse);
+        assert!(
+            gaps.bottom_up_mean < 0.3,
+            "{}: bottom-up mean gap {}",
+            profile.name,
+            gaps.bottom_up_mean
+        );
+    }
+}
+
+/// Runs exact, greedy and greedy's bottom-up pass alone on 300 random small e-graphs under
+/// `cost`; checks every result and prints and bounds the gap.
+fn gap_study(what: &str, cost: &dyn Fn(&Dag) -> f64, seed: u64) -> Gaps {
     let catalogue = Catalogue::defaults();
-    let mut rng = seeded_rng(0xE27AC7);
+    let mut rng = seeded_rng(seed);
     let options = ExtractOptions::default();
     let bottom_up_only = ExtractOptions {
         local_search_budget: 0,
         ..ExtractOptions::default()
     };
-    let wanted = 150;
+    let wanted = 300;
     let (mut solved, mut too_large, mut with_choice) = (0, 0, 0);
     let (mut gaps, mut bottom_up_gaps) = (Vec::new(), Vec::new());
     let (mut greedy_worse, mut bottom_up_worse, mut improved) = (0, 0, 0);
@@ -433,19 +480,19 @@ fn greedy_is_close_to_exact_on_random_small_egraphs() {
         } = instance(&mut rng, index, 4..=12, &catalogue);
 
         let start = Instant::now();
-        let Some(best) = extract::exact(&egraph, &seeded, &toy_cost, &options) else {
+        let Some(best) = extract::exact(&egraph, &seeded, cost, &options) else {
             too_large += 1;
             // Too many choices for exact: greedy must still be valid and no worse.
-            let result = extract::extract(&egraph, &seeded, &toy_cost, &estimate, &options);
+            let result = extract::extract(&egraph, &seeded, cost, &estimate, &options);
             assert_eq!(result.method, Method::Greedy);
             assert!(result.cost <= result.original_cost);
             continue;
         };
         exact_time += start.elapsed().as_secs_f64();
         let start = Instant::now();
-        let result = extract::greedy(&egraph, &seeded, &toy_cost, &estimate, &options);
+        let result = extract::greedy(&egraph, &seeded, cost, &estimate, &options);
         greedy_time += start.elapsed().as_secs_f64();
-        let bottom_up = extract::greedy(&egraph, &seeded, &toy_cost, &estimate, &bottom_up_only);
+        let bottom_up = extract::greedy(&egraph, &seeded, cost, &estimate, &bottom_up_only);
         solved += 1;
 
         let label = format!("instance {index}");
@@ -464,11 +511,7 @@ fn greedy_is_close_to_exact_on_random_small_egraphs() {
         assert!(bottom_up.cost <= bottom_up.original_cost, "{label}");
         assert!(best.cost <= bottom_up.cost, "{label}");
         for r in [&best, &result, &bottom_up] {
-            assert_eq!(
-                r.cost,
-                toy_cost(&r.dag),
-                "{label}: reported cost is the dag's"
-            );
+            assert_eq!(r.cost, cost(&r.dag), "{label}: reported cost is the dag's");
         }
         if best.evaluations > 2 {
             with_choice += 1;
@@ -477,19 +520,29 @@ fn greedy_is_close_to_exact_on_random_small_egraphs() {
             improved += 1;
         }
 
-        let gap = (result.cost - best.cost) / best.cost;
-        if gap > 0.05 {
+        let gap_of = |c: f64| {
+            if c == best.cost {
+                0.0
+            } else {
+                (c - best.cost) / best.cost
+            }
+        };
+        let gap = gap_of(result.cost);
+        if gap > 0.0 {
             eprintln!(
-                "GAP {gap} original {}\n{}\nEXACT {}\n{}\nGREEDY {}\n{}",
-                result.original_cost,
-                fusebox::graph::file::to_ron(&graph),
-                best.cost,
-                fusebox::graph::file::to_ron(&best.dag.to_graph()),
-                result.cost,
-                fusebox::graph::file::to_ron(&result.dag.to_graph())
+                "{label}: greedy {} vs exact {} (original {})",
+                result.cost, best.cost, result.original_cost
             );
+            if std::env::var("GAP_DEBUG").is_ok() {
+                eprintln!(
+                    "{}\nEXACT\n{}\nGREEDY\n{}",
+                    fusebox::graph::file::to_ron(&graph),
+                    fusebox::graph::file::to_ron(&best.dag.to_graph()),
+                    fusebox::graph::file::to_ron(&result.dag.to_graph())
+                );
+            }
         }
-        let bottom_up_gap = (bottom_up.cost - best.cost) / best.cost;
+        let bottom_up_gap = gap_of(bottom_up.cost);
         greedy_worse += usize::from(result.cost > best.cost);
         bottom_up_worse += usize::from(bottom_up.cost > best.cost);
         gaps.push(gap);
@@ -535,7 +588,7 @@ fn greedy_is_close_to_exact_on_random_small_egraphs() {
     let (mean, max) = stats(&gaps);
     let (bu_mean, bu_max) = stats(&bottom_up_gaps);
     eprintln!(
-        "extraction gap over {solved} random e-graphs ({with_choice} with a choice to make, \
+        "{what}: extraction gap over {solved} random e-graphs ({with_choice} with a choice to make, \
          {improved} where the optimum beats the original; {too_large} more too large for exact):\n\
          greedy + local search: mean {:.3}%, max {:.3}%, worse than exact on {greedy_worse}\n\
          bottom-up pass alone:  mean {:.3}%, max {:.3}%, worse than exact on {bottom_up_worse}\n\
@@ -555,8 +608,22 @@ fn greedy_is_close_to_exact_on_random_small_egraphs() {
         improved >= 10,
         "the instances rarely had anything to improve"
     );
-    assert!(mean < 0.02, "mean gap {mean}");
-    assert!(max < 0.25, "max gap {max}");
+    Gaps {
+        mean,
+        max,
+        worse: greedy_worse,
+        bottom_up_mean: bu_mean,
+    }
+}
+
+/// What [`gap_study`] measured: relative gaps of greedy to exact, and of the bottom-up pass
+/// alone.
+struct Gaps {
+    mean: f64,
+    max: f64,
+    /// Instances where greedy costs strictly more than exact.
+    worse: usize,
+    bottom_up_mean: f64,
 }
 
 /// Larger graphs (every sink an output) have too many choices for exact: greedy must still

@@ -228,7 +228,11 @@ fn overlap_takes_the_larger_of_memory_and_compute() {
         )
         .unwrap();
     let dag = dag(CHAIN);
-    let p = partition::partition(&dag, &FusionRules::defaults(), model.profile("roof").unwrap());
+    let p = partition::partition(
+        &dag,
+        &FusionRules::defaults(),
+        model.profile("roof").unwrap(),
+    );
     // max(8 us memory, 9 us compute) + 10 us.
     assert_close!(p.cost.total_us, 19.0);
     assert_close!(p.cost.memory_us, 8.0);
@@ -277,7 +281,10 @@ fn a_reduction_ends_its_kernel() {
     assert_eq!(names(&dag, &p.kernels[1]), ["t"]);
     assert_close!(p.kernels[1].cost.total_us, 10.9);
     // Unfused: exp 8 + 8 + 10, sum 4.4 + 1 + 10, neg 10.9.
-    assert_close!(partition::unfused(&dag, &toy()).cost.total_us, 26.0 + 15.4 + 10.9);
+    assert_close!(
+        partition::unfused(&dag, &toy()).cost.total_us,
+        26.0 + 15.4 + 10.9
+    );
 }
 
 #[test]
@@ -318,7 +325,10 @@ fn lstm_cell_is_one_kernel() {
         // 5 inputs read + 2 outputs written, 16 MiB each (the example's own comment).
         assert_eq!(p.cost.bytes, 117_440_512);
         // One op per kernel moves 352 MiB.
-        assert_eq!(partition::unfused(&dag, &profile(name)).cost.bytes, 352 << 20);
+        assert_eq!(
+            partition::unfused(&dag, &profile(name)).cost.bytes,
+            352 << 20
+        );
     }
     // cpu: 3 sigmoids (neg 1 + exp 20 + add 1 + div 7 = 29), 2 tanh (27), 3 mul and 1 add:
     // 145 flops per element x 4,194,304 elements at 125 GFLOP/s = 4865.4 us, more than the
@@ -347,9 +357,17 @@ fn lstm_cell_backward_as_given_is_three_kernels() {
             "{name}"
         );
         let pointwise = &p.kernels[0];
-        assert_eq!(pointwise.nodes.len(), 23, "every node but const, concat and sum_to_size");
+        assert_eq!(
+            pointwise.nodes.len(),
+            23,
+            "every node but const, concat and sum_to_size"
+        );
         assert_eq!(pointwise.inputs.len(), 8);
-        assert_eq!(pointwise.outputs.len(), 5, "four gate gradients and grad_cx");
+        assert_eq!(
+            pointwise.outputs.len(),
+            5,
+            "four gate gradients and grad_cx"
+        );
         assert_eq!(names(&dag, &p.kernels[1]), ["grad_gates"]);
         assert_eq!(names(&dag, &p.kernels[2]), ["grad_bias"]);
         assert_eq!(p.kernels[2].domain, [256, 4096]);
@@ -433,7 +451,10 @@ fn cheap_broadcast_producer_is_fused() {
     // (1 + 1) x 10000 flops = 20 us, one launch: 110.4 us.
     assert_eq!(p.kernels.len(), 1);
     assert_eq!(p.kernels[0].domain, [100, 100]);
-    assert_eq!(p.kernels[0].cost.flops, 20000, "neg recomputed per domain element");
+    assert_eq!(
+        p.kernels[0].cost.flops, 20000,
+        "neg recomputed per domain element"
+    );
     assert_close!(p.cost.total_us, 110.4);
 }
 
@@ -615,7 +636,11 @@ fn partition_never_costs_more_than_unfused_on_the_examples() {
                 before.cost.total_us
             );
             assert!(fused.kernels.len() <= before.kernels.len());
-            let literals = dag.nodes.iter().filter(|n| partition::is_literal(n)).count();
+            let literals = dag
+                .nodes
+                .iter()
+                .filter(|n| partition::is_literal(n))
+                .count();
             assert_eq!(before.kernels.len(), dag.nodes.len() - literals);
         }
         seen += 1;
@@ -681,6 +706,120 @@ fn ten_thousand_node_dag() {
     }
 }
 
+/// Hundreds of small random dags with every role in play (transposes run alone, row sums end
+/// kernels, rows broadcast into squares, literals), several outputs, three profiles and a
+/// tight argument budget: every invariant holds and fusing never costs more than not fusing.
+#[test]
+fn random_small_dags_keep_every_invariant() {
+    let tight = FusionRules::load_str(
+        "Fusion(kinds: {Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never}, max_kernel_args: 5)",
+        "f.ron",
+        &Catalogue::defaults(),
+    )
+    .unwrap();
+    let rules = [FusionRules::defaults(), tight];
+    let profiles = [toy(), profile("cpu"), profile("h200")];
+    let mut state = 0x2545f4914f6cdd1du64;
+    let mut next = move |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    for case in 0..300 {
+        let mut b = GraphBuilder::new("random");
+        let side = [1, 4, 16][next(3)];
+        let mut square: Vec<String> = (0..1 + next(3))
+            .map(|i| b.input(&format!("x{i}"), DType::F32, &[side, side]))
+            .collect();
+        let mut rows: Vec<String> = vec![b.input("r", DType::F32, &[side])];
+        let one = b.constant("one", 1.0, DType::F32);
+        for i in 0..2 + next(25) {
+            let name = format!("n{i}");
+            let a = square[next(square.len())].clone();
+            match next(12) {
+                0 => square.push(b.op(&name, "transpose", &[&a])),
+                1 => rows.push(b.op_with(&name, "sum", &[&a], &[("axes", vec![0i64].into())])),
+                2 => {
+                    let r = rows[next(rows.len())].clone();
+                    square.push(b.op(&name, "mul", &[&a, &r]));
+                }
+                3 => {
+                    let r = rows[next(rows.len())].clone();
+                    rows.push(b.op(&name, "exp", &[&r]));
+                }
+                4 => square.push(b.op(&name, "sub", &[&one, &a])),
+                5 => square.push(b.op(&name, "sigmoid", &[&a])),
+                _ => {
+                    let c = square[next(square.len())].clone();
+                    square.push(b.op(&name, "add", &[&a, &c]));
+                }
+            }
+        }
+        let mut outs: Vec<&str> = vec![square.last().unwrap()];
+        for v in square.iter().chain(&rows) {
+            if next(4) == 0 && !outs.contains(&v.as_str()) && v.starts_with('n') {
+                outs.push(v);
+            }
+        }
+        let dag = Dag::from_graph(&b.finish(&outs), &Catalogue::defaults()).unwrap();
+        for fusion in &rules {
+            for profile in &profiles {
+                let fused = partition::partition(&dag, fusion, profile);
+                let before = partition::unfused(&dag, profile);
+                check_invariants(&dag, &fused, fusion);
+                assert!(
+                    fused.cost.total_us <= before.cost.total_us * (1.0 + 1e-12),
+                    "case {case} on {}: {} > {}",
+                    profile.name,
+                    fused.cost.total_us,
+                    before.cost.total_us
+                );
+            }
+        }
+    }
+}
+
+/// Loading mutated copies of the embedded cost.ron and fusion.ron returns an error or rules,
+/// never panics.
+#[test]
+fn loaders_never_panic_on_mutated_text() {
+    let ops = Catalogue::defaults();
+    let sources = [
+        include_str!("../rules/cost.ron"),
+        include_str!("../rules/fusion.ron"),
+    ];
+    let pieces = [
+        "", "0", "-1", "1e400", "NaN", "inf", "\"", "(", ")", "{", "}", ",", ":", "Join", "End",
+        "Never", "f32", "\"exp\"", "Profile(", "x",
+    ];
+    let mut state = 0x6a09e667f3bcc909u64;
+    let mut next = move |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    for round in 0..3000 {
+        let source = sources[round % 2];
+        let chars: Vec<char> = source.chars().collect();
+        let mut text: Vec<char> = chars.clone();
+        for _ in 0..1 + next(3) {
+            let at = next(text.len());
+            let len = next(8).min(text.len() - at);
+            let piece: Vec<char> = pieces[next(pieces.len())].chars().collect();
+            text.splice(at..at + len, piece);
+        }
+        let text: String = text.into_iter().collect();
+        if round % 2 == 0 {
+            let mut model = CostModel::defaults();
+            let _ = model.load_str(&text, "cost.ron");
+        } else {
+            let _ = FusionRules::load_str(&text, "fusion.ron", &ops);
+        }
+    }
+}
+
 #[test]
 fn rule_directory_loads_fusion_and_cost() {
     let dir = std::env::temp_dir().join(format!("fusebox-partition-{}", std::process::id()));
@@ -702,8 +841,14 @@ fn rule_directory_loads_fusion_and_cost() {
     .unwrap();
     let rules = RuleSet::load_dir(&dir).unwrap();
     assert_eq!(rules.fusion.max_kernel_args, 16);
-    assert_eq!(rules.fusion.role(rules.ops.get("mine").unwrap()), Role::Alone);
-    assert_eq!(rules.fusion.role(rules.ops.get("sum").unwrap()), Role::Alone);
+    assert_eq!(
+        rules.fusion.role(rules.ops.get("mine").unwrap()),
+        Role::Alone
+    );
+    assert_eq!(
+        rules.fusion.role(rules.ops.get("sum").unwrap()),
+        Role::Alone
+    );
     assert_eq!(rules.cost.profile("slow").unwrap().launch_us, 5.0);
     assert!(rules.cost.profile("h200").is_ok());
     // A user op gets its cost from its formula: x * x is one multiply.

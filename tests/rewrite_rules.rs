@@ -90,7 +90,10 @@ fn pattern_errors_point_inside_the_string() {
     );
     // Bound, but as another kind.
     let e = load_err(&rule_text("(cast ?x ?t)", "(neg ?t)", "", ""));
-    assert!(e.starts_with("r.ron:4:16: invalid rule: `?t` is a tensor here"), "{e}");
+    assert!(
+        e.starts_with("r.ron:4:16: invalid rule: `?t` is a tensor here"),
+        "{e}"
+    );
 
     // A bare variable on the left matches everything.
     let e = load_err(&rule_text("?x", "(neg (neg ?x))", "", ""));
@@ -137,7 +140,10 @@ fn condition_errors_point_at_the_argument() {
         "SameShape(\"?x\", \"?s\"), IsFloat(\"?s\")",
         "",
     ));
-    assert!(e.starts_with("r.ron:5:43: invalid rule: `IsFloat` needs a tensor or a dtype"), "{e}");
+    assert!(
+        e.starts_with("r.ron:5:43: invalid rule: `IsFloat` needs a tensor or a dtype"),
+        "{e}"
+    );
     // An unknown condition is a RON error, located by ron.
     let e = load_err(&rule_text("(neg ?x)", "?x", "IsFlot(\"?x\")", ""));
     assert!(e.starts_with("r.ron:5:"), "{e}");
@@ -147,7 +153,12 @@ fn condition_errors_point_at_the_argument() {
 #[test]
 fn rule_level_errors() {
     // Bidirectional with a bare variable on the right.
-    let e = load_err(&rule_text("(neg (neg ?x))", "?x", "", "\n    bidirectional: true,"));
+    let e = load_err(&rule_text(
+        "(neg (neg ?x))",
+        "?x",
+        "",
+        "\n    bidirectional: true,",
+    ));
     assert!(
         e.starts_with("r.ron:4:11: invalid rule: a bidirectional rule needs an op pattern on the right-hand side"),
         "{e}"
@@ -163,7 +174,10 @@ fn rule_level_errors() {
     assert!(e.contains("`?y`"), "{e}");
     // Phase 0.
     let e = load_err(&rule_text("(neg ?x)", "?x", "", "\n    phase: 0,"));
-    assert!(e.starts_with("r.ron:6:12: invalid rule: phase must be 1 or more"), "{e}");
+    assert!(
+        e.starts_with("r.ron:6:12: invalid rule: phase must be 1 or more"),
+        "{e}"
+    );
     // An unknown field (deny_unknown_fields), located by ron.
     let e = load_err(&rule_text("(neg ?x)", "?x", "", "\n    phse: 2,"));
     assert!(e.starts_with("r.ron:6:"), "{e}");
@@ -202,7 +216,11 @@ fn duplicate_names_across_files_and_user_overrides() {
         "dir/rewrites/algebra.ron".to_string(),
     )];
     let rules = load_rule_set(&cat, &user).unwrap();
-    assert!(rules.iter().any(|r| r.name == "neg-neg" && r.file == "dir/rewrites/algebra.ron"));
+    assert!(
+        rules
+            .iter()
+            .any(|r| r.name == "neg-neg" && r.file == "dir/rewrites/algebra.ron")
+    );
     assert!(!rules.iter().any(|r| r.name == "mul-one-right"));
     assert!(rules.iter().any(|r| r.name == "cast-same"));
 }
@@ -227,8 +245,15 @@ fn rule_set_reads_a_rewrites_directory() {
     assert!(names.contains("only-cast-rule"));
     assert!(names.contains("extra-rule"));
     assert!(!names.contains("cast-up-down"), "casts.ron was replaced");
-    assert!(names.contains("mul-one-right"), "algebra.ron is still the default");
-    let extra = rules.rewrites.iter().find(|r| r.name == "extra-rule").unwrap();
+    assert!(
+        names.contains("mul-one-right"),
+        "algebra.ron is still the default"
+    );
+    let extra = rules
+        .rewrites
+        .iter()
+        .find(|r| r.name == "extra-rule")
+        .unwrap();
     assert_eq!(extra.phase, 3);
 
     // A broken user rule file is reported with its path and position.
@@ -239,7 +264,10 @@ fn rule_set_reads_a_rewrites_directory() {
     .unwrap();
     let e = RuleSet::load_dir(&dir).unwrap_err().to_string();
     let path = rewrites.join("extra.ron").display().to_string();
-    assert_eq!(e, format!("{path}:1:42: unknown op `nega` (did you mean `neg`?)"));
+    assert_eq!(
+        e,
+        format!("{path}:1:42: unknown op `nega` (did you mean `neg`?)")
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -248,7 +276,11 @@ fn defaults_load_with_phases_and_docs() {
     let rules = RuleSet::defaults().rewrites;
     assert!(rules.len() >= 70, "{} rules", rules.len());
     for rule in &rules {
-        assert!(!rule.doc.trim().is_empty(), "rule `{}` has no doc", rule.name);
+        assert!(
+            !rule.doc.trim().is_empty(),
+            "rule `{}` has no doc",
+            rule.name
+        );
         let expected = if rule.file.ends_with("algebra.ron") || rule.file.ends_with("casts.ron") {
             1
         } else {
@@ -311,11 +343,12 @@ fn proves(egraph: FuseGraph, rules: &[Rule], start: &str, target: &str) -> (bool
         egraph[root].data.describe()
     );
     let rewrites: Vec<_> = rules.iter().flat_map(Rule::rewrites).collect();
-    let runner = Runner::<ENode, TypeAnalysis, ()>::new(TypeAnalysis::new(catalogue(), HashMap::new()))
-        .with_egraph(egraph)
-        .with_iter_limit(6)
-        .with_node_limit(10_000)
-        .run(&rewrites);
+    let runner =
+        Runner::<ENode, TypeAnalysis, ()>::new(TypeAnalysis::new(catalogue(), HashMap::new()))
+            .with_egraph(egraph)
+            .with_iter_limit(6)
+            .with_node_limit(10_000)
+            .run(&rewrites);
     let egraph = runner.egraph;
     let found = egraph.lookup_expr(&expr(target));
     (found == Some(egraph.find(root)), egraph)
@@ -344,6 +377,9 @@ fn inputs() -> FuseGraph {
         ("h", F16, &[2, 3]),
         ("i", I32, &[4]),
         ("j", I32, &[2, 3]),
+        ("z", F32, &[]),
+        ("b11", F32, &[1, 1]),
+        ("x31", F32, &[3, 1]),
         ("c", Bool, &[2, 3]),
         ("v", F32, &[3]),
         ("w", F32, &[2, 1]),
@@ -377,8 +413,16 @@ fn fires() -> Vec<Case> {
         case("sub-add-neg", "(add $x (neg $y))", "(sub $x $y)"),
         case("neg-mul", "(neg (mul $x $y))", "(mul (neg $x) $y)"),
         case("neg-mul", "(mul (neg $x) $y)", "(neg (mul $x $y))"),
-        case("div-pow2", "(div $x (const 4 f32))", "(mul $x (const 0.25 f32))"),
-        case("div-pow2", "(div $h (const 0.125 f16))", "(mul $h (const 8 f16))"),
+        case(
+            "div-pow2",
+            "(div $x (const 4 f32))",
+            "(mul $x (const 0.25 f32))",
+        ),
+        case(
+            "div-pow2",
+            "(div $h (const 0.125 f16))",
+            "(mul $h (const 8 f16))",
+        ),
         case("where-same", "(where $c $x $x)", "$x"),
         case("where-true", "(where (const 1 bool) $x $y)", "$x"),
         case("where-false", "(where (const 0 bool) $x $y)", "$y"),
@@ -392,28 +436,96 @@ fn fires() -> Vec<Case> {
         case("cast-same", "(cast $x f32)", "$x"),
         case("cast-up-down", "(cast (cast $h f32) f16)", "$h"),
         case("cast-up-down", "(cast (cast $i f64) i32)", "$i"),
-        case("cast-exact-first", "(cast (cast $h f32) bf16)", "(cast $h bf16)"),
+        case(
+            "cast-exact-first",
+            "(cast (cast $h f32) bf16)",
+            "(cast $h bf16)",
+        ),
         case("cast-neg", "(cast (neg $x) f16)", "(neg (cast $x f16))"),
         case("cast-neg", "(neg (cast $x f16))", "(cast (neg $x) f16)"),
         case("cast-relu", "(cast (relu $x) f16)", "(relu (cast $x f16))"),
         case("cast-relu", "(relu (cast $x i32))", "(cast (relu $x) i32)"),
-        case("cast-max", "(cast (max $x $y) f16)", "(max (cast $x f16) (cast $y f16))"),
-        case("cast-max", "(max (cast $x f16) (cast $y f16))", "(cast (max $x $y) f16)"),
-        case("cast-min", "(cast (min $x $y) bf16)", "(min (cast $x bf16) (cast $y bf16))"),
-        case("cast-min", "(min (cast $h f32) (cast $h f32))", "(cast (min $h $h) f32)"),
-        case("cast-where", "(cast (where $c $x $y) i32)", "(where $c (cast $x i32) (cast $y i32))"),
-        case("cast-where", "(where $c (cast $x f16) (cast $y f16))", "(cast (where $c $x $y) f16)"),
-        case("cast-broadcast", "(cast (broadcast_to $v [2,3]) f16)", "(broadcast_to (cast $v f16) [2,3])"),
-        case("cast-broadcast", "(broadcast_to (cast $v f16) [2,3])", "(cast (broadcast_to $v [2,3]) f16)"),
+        case(
+            "cast-max",
+            "(cast (max $x $y) f16)",
+            "(max (cast $x f16) (cast $y f16))",
+        ),
+        case(
+            "cast-max",
+            "(max (cast $x f16) (cast $y f16))",
+            "(cast (max $x $y) f16)",
+        ),
+        case(
+            "cast-min",
+            "(cast (min $x $y) bf16)",
+            "(min (cast $x bf16) (cast $y bf16))",
+        ),
+        case(
+            "cast-min",
+            "(min (cast $h f32) (cast $h f32))",
+            "(cast (min $h $h) f32)",
+        ),
+        case(
+            "cast-where",
+            "(cast (where $c $x $y) i32)",
+            "(where $c (cast $x i32) (cast $y i32))",
+        ),
+        case(
+            "cast-where",
+            "(where $c (cast $x f16) (cast $y f16))",
+            "(cast (where $c $x $y) f16)",
+        ),
+        case(
+            "cast-broadcast",
+            "(cast (broadcast_to $v [2,3]) f16)",
+            "(broadcast_to (cast $v f16) [2,3])",
+        ),
+        case(
+            "cast-broadcast",
+            "(broadcast_to (cast $v f16) [2,3])",
+            "(cast (broadcast_to $v [2,3]) f16)",
+        ),
         // sum_to_size
-        case("sum-to-size-mul-right", "(sum_to_size (mul $g $v) [3])", "(mul (sum_to_size $g [3]) $v)"),
-        case("sum-to-size-mul-right", "(mul (sum_to_size $g [3]) $v)", "(sum_to_size (mul $g $v) [3])"),
-        case("sum-to-size-mul-left", "(sum_to_size (mul $v $g) [3])", "(mul $v (sum_to_size $g [3]))"),
-        case("sum-to-size-mul-left", "(mul $v (sum_to_size $g [3]))", "(sum_to_size (mul $v $g) [3])"),
-        case("sum-to-size-neg", "(sum_to_size (neg $g) [3])", "(neg (sum_to_size $g [3]))"),
-        case("sum-to-size-neg", "(neg (sum_to_size $g [3]))", "(sum_to_size (neg $g) [3])"),
-        case("sum-to-size-div", "(sum_to_size (div $g $v) [3])", "(div (sum_to_size $g [3]) $v)"),
-        case("sum-to-size-div", "(div (sum_to_size $g [3]) $v)", "(sum_to_size (div $g $v) [3])"),
+        case(
+            "sum-to-size-mul-right",
+            "(sum_to_size (mul $g $v) [3])",
+            "(mul (sum_to_size $g [3]) $v)",
+        ),
+        case(
+            "sum-to-size-mul-right",
+            "(mul (sum_to_size $g [3]) $v)",
+            "(sum_to_size (mul $g $v) [3])",
+        ),
+        case(
+            "sum-to-size-mul-left",
+            "(sum_to_size (mul $v $g) [3])",
+            "(mul $v (sum_to_size $g [3]))",
+        ),
+        case(
+            "sum-to-size-mul-left",
+            "(mul $v (sum_to_size $g [3]))",
+            "(sum_to_size (mul $v $g) [3])",
+        ),
+        case(
+            "sum-to-size-neg",
+            "(sum_to_size (neg $g) [3])",
+            "(neg (sum_to_size $g [3]))",
+        ),
+        case(
+            "sum-to-size-neg",
+            "(neg (sum_to_size $g [3]))",
+            "(sum_to_size (neg $g) [3])",
+        ),
+        case(
+            "sum-to-size-div",
+            "(sum_to_size (div $g $v) [3])",
+            "(div (sum_to_size $g [3]) $v)",
+        ),
+        case(
+            "sum-to-size-div",
+            "(div (sum_to_size $g [3]) $v)",
+            "(sum_to_size (div $g $v) [3])",
+        ),
         case(
             "sum-to-size-where-left",
             "(sum_to_size (where $cv $g (const 0 f32)) [3])",
@@ -439,10 +551,22 @@ fn fires() -> Vec<Case> {
             "(add (sum_to_size $g [3]) (sum_to_size $g2 [3]))",
             "(sum_to_size (add $g $g2) [3])",
         ),
-        case("sum-to-size-nested", "(sum_to_size (sum_to_size $g3 [8,3]) [3])", "(sum_to_size $g3 [3])"),
-        case("sum-to-size-nested", "(sum_to_size (sum_to_size $g3 [1,3]) [3])", "(sum_to_size $g3 [3])"),
+        case(
+            "sum-to-size-nested",
+            "(sum_to_size (sum_to_size $g3 [8,3]) [3])",
+            "(sum_to_size $g3 [3])",
+        ),
+        case(
+            "sum-to-size-nested",
+            "(sum_to_size (sum_to_size $g3 [1,3]) [3])",
+            "(sum_to_size $g3 [3])",
+        ),
         case("sum-to-size-identity", "(sum_to_size $g [8,3])", "$g"),
-        case("sum-to-size-leading-axis", "(sum_to_size $g [3])", "(sum $g [0] false)"),
+        case(
+            "sum-to-size-leading-axis",
+            "(sum_to_size $g [3])",
+            "(sum $g [0] false)",
+        ),
         case(
             "sum-concat-2",
             "(sum (concat $p $q 1) [0] false)",
@@ -460,14 +584,40 @@ fn fires() -> Vec<Case> {
         ),
         // broadcast
         case("broadcast-identity", "(broadcast_to $x [2,3])", "$x"),
-        case("broadcast-nested", "(broadcast_to (broadcast_to $v [2,3]) [4,2,3])", "(broadcast_to $v [4,2,3])"),
-        case("broadcast-clamp", "(clamp (broadcast_to $v [2,3]) 0 1)", "(broadcast_to (clamp $v 0 1) [2,3])"),
-        case("broadcast-clamp", "(broadcast_to (clamp $v 0 1) [2,3])", "(clamp (broadcast_to $v [2,3]) 0 1)"),
+        case(
+            "broadcast-nested",
+            "(broadcast_to (broadcast_to $v [2,3]) [4,2,3])",
+            "(broadcast_to $v [4,2,3])",
+        ),
+        case(
+            "broadcast-clamp",
+            "(clamp (broadcast_to $v [2,3]) 0 1)",
+            "(broadcast_to (clamp $v 0 1) [2,3])",
+        ),
+        case(
+            "broadcast-clamp",
+            "(broadcast_to (clamp $v 0 1) [2,3])",
+            "(clamp (broadcast_to $v [2,3]) 0 1)",
+        ),
     ];
     // Every pointwise unary op commutes with broadcast_to, both ways.
     for op in [
-        "neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
-        "relu", "gelu", "gelu_tanh", "silu", "softplus",
+        "neg",
+        "abs",
+        "exp",
+        "log",
+        "log1p",
+        "sqrt",
+        "rsqrt",
+        "sin",
+        "cos",
+        "tanh",
+        "sigmoid",
+        "relu",
+        "gelu",
+        "gelu_tanh",
+        "silu",
+        "softplus",
     ] {
         let rule: &'static str = format!("broadcast-{}", op.replace('_', "-")).leak();
         let small: &'static str = format!("(broadcast_to ({op} $v) [2,3])").leak();
@@ -513,6 +663,14 @@ fn every_default_rule_fires_and_gives_the_expected_term() {
             case.rule,
             egraph.analysis.conflicts
         );
+        // The conditions exclude every instance whose right-hand side would be ill-typed.
+        assert!(
+            egraph.analysis.ill_typed.is_empty(),
+            "rule `{}` on {}: {:?}",
+            case.rule,
+            case.start,
+            egraph.analysis.ill_typed
+        );
         covered.insert(case.rule);
     }
     let all: BTreeSet<String> = RuleSet::defaults()
@@ -520,12 +678,26 @@ fn every_default_rule_fires_and_gives_the_expected_term() {
         .iter()
         .map(|r| r.name.clone())
         .collect();
-    let missing: Vec<&String> = all.iter().filter(|n| !covered.contains(n.as_str())).collect();
-    assert!(missing.is_empty(), "default rules without a case: {missing:?}");
+    let missing: Vec<&String> = all
+        .iter()
+        .filter(|n| !covered.contains(n.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "default rules without a case: {missing:?}"
+    );
     // Every bidirectional rule has a case in each direction.
-    for r in RuleSet::defaults().rewrites.iter().filter(|r| r.bidirectional) {
+    for r in RuleSet::defaults()
+        .rewrites
+        .iter()
+        .filter(|r| r.bidirectional)
+    {
         let n = cases.iter().filter(|c| c.rule == r.name).count();
-        assert!(n >= 2, "bidirectional rule `{}` needs a reverse case", r.name);
+        assert!(
+            n >= 2,
+            "bidirectional rule `{}` needs a reverse case",
+            r.name
+        );
     }
 }
 
@@ -536,7 +708,11 @@ fn refuses() -> Vec<Case> {
         // x * 1 with x f16 and 1 f32 promotes to f32.
         case("mul-one-right", "(mul $h (const 1 f32))", "$h"),
         // x * 1 where 1 broadcasts x: [3] * [2,3].
-        case("mul-one-right", "(mul $v (broadcast_to (const 1 f32) [2,3]))", "$v"),
+        case(
+            "mul-one-right",
+            "(mul $v (broadcast_to (const 1 f32) [2,3]))",
+            "$v",
+        ),
         // Float x + 0 is not x (-0.0 + 0.0 = +0.0).
         case("add-zero-int-right", "(add $x (const 0 f32))", "$x"),
         case("add-neg-zero-right", "(add $x (const 0 f32))", "$x"),
@@ -544,7 +720,11 @@ fn refuses() -> Vec<Case> {
         case("neg-neg", "(neg (neg $i))", "$i"),
         case("sub-add-neg", "(sub $x $j)", "(add $x (neg $j))"),
         // Not a power of two; a power of two whose reciprocal overflows f16.
-        case("div-pow2", "(div $x (const 3 f32))", "(mul $x (div (const 1 f32) (const 3 f32)))"),
+        case(
+            "div-pow2",
+            "(div $x (const 3 f32))",
+            "(mul $x (div (const 1 f32) (const 3 f32)))",
+        ),
         case(
             "div-pow2",
             "(div $h (const 0.0000152587890625 f16))",
@@ -552,17 +732,41 @@ fn refuses() -> Vec<Case> {
         ),
         // The lossy down-then-up trip is never removed.
         case("cast-up-down", "(cast (cast $x f16) f32)", "$x"),
-        case("cast-exact-first", "(cast (cast $x f16) bf16)", "(cast $x bf16)"),
+        case(
+            "cast-exact-first",
+            "(cast (cast $x f16) bf16)",
+            "(cast $x bf16)",
+        ),
         // Integer targets for neg and max, bool targets for relu.
         case("cast-neg", "(cast (neg $x) i32)", "(neg (cast $x i32))"),
-        case("cast-max", "(cast (max $x $y) i32)", "(max (cast $x i32) (cast $y i32))"),
-        case("cast-relu", "(cast (relu $x) bool)", "(relu (cast $x bool))"),
+        case(
+            "cast-max",
+            "(cast (max $x $y) i32)",
+            "(max (cast $x i32) (cast $y i32))",
+        ),
+        case(
+            "cast-relu",
+            "(cast (relu $x) bool)",
+            "(relu (cast $x bool))",
+        ),
         // Mixed operand dtypes would be converted before max/where runs.
-        case("cast-max", "(cast (max $x $h) bf16)", "(max (cast $x bf16) (cast $h bf16))"),
-        case("cast-where", "(cast (where $c $x $h) f16)", "(where $c (cast $x f16) (cast $h f16))"),
+        case(
+            "cast-max",
+            "(cast (max $x $h) bf16)",
+            "(max (cast $x bf16) (cast $h bf16))",
+        ),
+        case(
+            "cast-where",
+            "(cast (where $c $x $h) f16)",
+            "(where $c (cast $x f16) (cast $h f16))",
+        ),
         // A factor of the full shape does not leave the sum; a condition of the full shape
         // does not either.
-        case("sum-to-size-mul-right", "(sum_to_size (mul $g $g2) [3])", "(mul (sum_to_size $g [3]) $g2)"),
+        case(
+            "sum-to-size-mul-right",
+            "(sum_to_size (mul $g $g2) [3])",
+            "(mul (sum_to_size $g [3]) $g2)",
+        ),
         case(
             "sum-to-size-where-left",
             "(sum_to_size (where (gt $g $g2) $g (const 0 f32)) [3])",
@@ -575,17 +779,43 @@ fn refuses() -> Vec<Case> {
             "(where $cv (sum_to_size $g [3]) (const -0.0 f32))",
         ),
         // Two reductions of different shapes.
-        case("sum-to-size-add", "(add (sum_to_size $g [3]) (sum_to_size $v [3]))", "(sum_to_size (add $g $v) [3])"),
+        case(
+            "sum-to-size-add",
+            "(add (sum_to_size $g [3]) (sum_to_size $v [3]))",
+            "(sum_to_size (add $g $v) [3])",
+        ),
         // Not the leading axis.
-        case("sum-to-size-leading-axis", "(sum_to_size $g3 [3])", "(sum $g3 [0] false)"),
+        case(
+            "sum-to-size-leading-axis",
+            "(sum_to_size $g3 [3])",
+            "(sum $g3 [0] false)",
+        ),
         // Rank 3 pieces.
         case(
             "sum-concat-2",
             "(sum (concat $g3 $g3 1) [0] false)",
             "(concat (sum $g3 [0] false) (sum $g3 [0] false) 0)",
         ),
+        // -0.0 stored as an integer is +0 (and -0.0 + +0 = +0); -1 stored as bool is 1.
+        case("add-neg-zero-right", "(add $x (const -0.0 i32))", "$x"),
+        case("mul-neg-one-right", "(mul $x (const -1 bool))", "(neg $x)"),
+        // s must broadcast to x itself, not only to the product (x [] * b [1,1]).
+        case(
+            "sum-to-size-mul-right",
+            "(sum_to_size (mul $z $b11) [1,1])",
+            "(mul (sum_to_size $z [1,1]) $b11)",
+        ),
+        case(
+            "sum-to-size-where-right",
+            "(sum_to_size (where $cv (const 0 f32) $x31) [1,3])",
+            "(where $cv (const 0 f32) (sum_to_size $x31 [1,3]))",
+        ),
         // Implicit broadcasting needs the other operand at the full shape.
-        case("broadcast-add-implicit-right", "(add $v (broadcast_to $v [2,3]))", "(add $v $v)"),
+        case(
+            "broadcast-add-implicit-right",
+            "(add $v (broadcast_to $v [2,3]))",
+            "(add $v $v)",
+        ),
     ]
 }
 
@@ -604,6 +834,14 @@ fn default_rules_refuse_what_their_conditions_exclude() {
             case.rule,
             egraph.analysis.conflicts
         );
+        // The conditions exclude every instance whose right-hand side would be ill-typed.
+        assert!(
+            egraph.analysis.ill_typed.is_empty(),
+            "rule `{}` on {}: {:?}",
+            case.rule,
+            case.start,
+            egraph.analysis.ill_typed
+        );
     }
 }
 
@@ -617,6 +855,12 @@ fn all_default_rules_together_stay_sound_on_the_cases() {
             "{}: {:?}",
             case.start,
             egraph.analysis.conflicts
+        );
+        assert!(
+            egraph.analysis.ill_typed.is_empty(),
+            "{}: {:?}",
+            case.start,
+            egraph.analysis.ill_typed
         );
     }
 }
@@ -638,10 +882,11 @@ fn lstm_bias_gradient_becomes_column_sums() {
         .map(|n| rule(n))
         .collect();
     let rewrites: Vec<_> = rules.iter().flat_map(Rule::rewrites).collect();
-    let runner = Runner::<ENode, TypeAnalysis, ()>::new(TypeAnalysis::new(catalogue(), HashMap::new()))
-        .with_egraph(egraph)
-        .with_iter_limit(5)
-        .run(&rewrites);
+    let runner =
+        Runner::<ENode, TypeAnalysis, ()>::new(TypeAnalysis::new(catalogue(), HashMap::new()))
+            .with_egraph(egraph)
+            .with_iter_limit(5)
+            .run(&rewrites);
     let egraph = runner.egraph;
     assert!(egraph.analysis.conflicts.is_empty());
     let bias = seeded
@@ -734,10 +979,17 @@ fn a_rule_that_changes_a_known_constant_is_unsound() {
     let bad = one_rule(
         r#"[Rule(name: "mul-zero", lhs: "(mul ?x (const 0 ?t))", rhs: "(const 0 ?t)", when: [KeepsType("?x")])]"#,
     );
-    let (_, egraph) = proves(inputs(), &[bad], "(mul (const inf f32) (const 0 f32))", "$x");
+    let (_, egraph) = proves(
+        inputs(),
+        &[bad],
+        "(mul (const inf f32) (const 0 f32))",
+        "$x",
+    );
     assert_eq!(
         egraph.analysis.conflicts,
-        vec!["rule `mul-zero` is unsound: it rewrote the constant NaN into 0.0 (f32[])".to_string()]
+        vec![
+            "rule `mul-zero` is unsound: it rewrote the constant NaN into 0.0 (f32[])".to_string()
+        ]
     );
 }
 
@@ -770,7 +1022,12 @@ fn conditions_guard_the_applier_too() {
     let guarded = one_rule(
         r#"[Rule(name: "drop-cast-guarded", lhs: "(cast ?x ?t)", rhs: "?x", when: [SameDtype("?x", "?t")])]"#,
     );
-    let (found, egraph) = proves(inputs(), &[guarded.clone()], "(cast $x f16)", "$x");
+    let (found, egraph) = proves(
+        inputs(),
+        std::slice::from_ref(&guarded),
+        "(cast $x f16)",
+        "$x",
+    );
     assert!(!found);
     assert!(egraph.analysis.conflicts.is_empty());
     let (found, _) = proves(inputs(), &[guarded], "(cast $x f32)", "$x");

@@ -99,7 +99,7 @@ pub fn greedy(
     };
     while local.has_budget()
         && (local.single_pass(&mut pass, &mut evaluate)
-            || local.pair_pass(&mut pass, &mut evaluate))
+            || local.multi_pass(&mut pass, &mut evaluate))
     {}
     let LocalSearch {
         best_dag,
@@ -179,13 +179,14 @@ impl LocalSearch<'_, '_> {
         improved
     }
 
-    /// Tries two switches at once; stops at the first improvement. A rewrite often pays only
-    /// together with another one: the operands it brings in are better computed differently
+    /// Tries several switches at once; stops at the first improvement. A rewrite often pays
+    /// only together with others: the operands it brings in are better computed differently
     /// too (recomputing a cheap value inside a kernel instead of reading a shared one), or a
     /// shared value stops being materialized only when all of its users move off it. No
-    /// single switch reaches those. First a switch with a switch of a class it newly brings
-    /// in, then pairs of the [`PAIRED`] most promising single switches.
-    fn pair_pass(
+    /// single switch reaches those. In order of cost: a switch followed by a switch of a class
+    /// it newly brings in; pairs of the [`PAIRED`] most promising single switches; chains of
+    /// three switches, each in a class the previous one brought in.
+    fn multi_pass(
         &mut self,
         pass: &mut BottomUp<'_, '_>,
         evaluate: &mut dyn FnMut(&Dag) -> f64,
@@ -195,27 +196,8 @@ impl LocalSearch<'_, '_> {
             .into_iter()
             .filter(|&(class, _)| pass.reached_now(class))
             .collect();
-        for &(class, candidate) in &singles {
-            let mut trial = pass.choice.clone();
-            trial[class] = Some(candidate);
-            let new: Vec<usize> = self
-                .space
-                .reached(&trial)
-                .into_iter()
-                .filter(|&d| !pass.reached_now(d))
-                .collect();
-            for d in new {
-                let alternatives: Vec<usize> =
-                    pass.ready(d).filter(|&k| Some(k) != trial[d]).collect();
-                for k in alternatives {
-                    if !self.has_budget() {
-                        return false;
-                    }
-                    if self.attempt(pass, &[(class, candidate), (d, k)], evaluate) {
-                        return true;
-                    }
-                }
-            }
+        if self.chains(pass, &singles, 2, evaluate) {
+            return true;
         }
         let best = &singles[..singles.len().min(PAIRED)];
         for (j, &second) in best.iter().enumerate() {
@@ -227,6 +209,74 @@ impl LocalSearch<'_, '_> {
                     return false;
                 }
                 if self.attempt(pass, &[first, second], evaluate) {
+                    return true;
+                }
+            }
+        }
+        self.chains(pass, &singles, 3, evaluate)
+    }
+
+    /// Tries every chain of exactly `length` switches starting with one of `firsts`.
+    fn chains(
+        &mut self,
+        pass: &mut BottomUp<'_, '_>,
+        firsts: &[(usize, usize)],
+        length: usize,
+        evaluate: &mut dyn FnMut(&Dag) -> f64,
+    ) -> bool {
+        for &first in firsts {
+            if !self.has_budget() {
+                return false;
+            }
+            if self.extend(pass, &mut vec![first], length, evaluate) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Extends `moves` with a switch of a class its last move newly brings in, until it has
+    /// `length` moves; then attempts it.
+    fn extend(
+        &mut self,
+        pass: &mut BottomUp<'_, '_>,
+        moves: &mut Vec<(usize, usize)>,
+        length: usize,
+        evaluate: &mut dyn FnMut(&Dag) -> f64,
+    ) -> bool {
+        let with = |moves: &[(usize, usize)]| {
+            let mut trial = pass.choice.clone();
+            for &(c, k) in moves {
+                trial[c] = Some(k);
+            }
+            trial
+        };
+        let before: HashSet<usize> = self
+            .space
+            .reached(&with(&moves[..moves.len() - 1]))
+            .into_iter()
+            .collect();
+        let trial = with(moves);
+        let new: Vec<usize> = self
+            .space
+            .reached(&trial)
+            .into_iter()
+            .filter(|d| !before.contains(d) && moves.iter().all(|m| m.0 != *d))
+            .collect();
+        for d in new {
+            let alternatives: Vec<usize> = pass.ready(d).filter(|&k| Some(k) != trial[d]).collect();
+            for k in alternatives {
+                if !self.has_budget() {
+                    return false;
+                }
+                moves.push((d, k));
+                let found = if moves.len() >= length {
+                    self.attempt(pass, moves, evaluate)
+                } else {
+                    self.extend(pass, moves, length, evaluate)
+                };
+                moves.pop();
+                if found {
                     return true;
                 }
             }
@@ -544,9 +594,8 @@ impl<'s, 'g> BottomUp<'s, 'g> {
     /// Single-class switches on the classes the current choice reaches, most promising first
     /// by estimated change in DAG cost.
     fn switches(&mut self) -> Vec<(usize, usize)> {
-        let mut found: Vec<(f64, usize, usize)> = Vec::new();
-        let reached: HashSet<usize> = self.space.reached(&self.choice).into_iter().collect();
-        let mut classes: Vec<usize> = reached.into_iter().collect();
+        let mut found: Vec<(bool, f64, usize, usize)> = Vec::new();
+        let mut classes = self.space.reached(&self.choice);
         classes.sort_unstable();
         for c in classes {
             let Some(current) = self.choice[c] else {
@@ -555,11 +604,34 @@ impl<'s, 'g> BottomUp<'s, 'g> {
             let ready: Vec<usize> = self.ready(c).filter(|&k| k != current).collect();
             for k in ready {
                 if let Some(delta) = self.delta(c, k) {
-                    found.push((delta, c, k));
+                    let reorder = self.only_reorders(c, current, k);
+                    found.push((reorder, delta, c, k));
                 }
             }
         }
-        found.sort_by(|a, b| a.0.total_cmp(&b.0).then((a.1, a.2).cmp(&(b.1, b.2))));
-        found.into_iter().map(|(_, c, k)| (c, k)).collect()
+        found.sort_by(|a, b| {
+            (a.0.cmp(&b.0))
+                .then(a.1.total_cmp(&b.1))
+                .then((a.2, a.3).cmp(&(b.2, b.3)))
+        });
+        found.into_iter().map(|(_, _, c, k)| (c, k)).collect()
+    }
+
+    /// Whether candidate `b` of class `c` is candidate `a` with its children reordered
+    /// (`mul(x, y)` for `mul(y, x)`). Such a switch changes no kernel, so it is tried last:
+    /// on a large graph the budget runs out first.
+    fn only_reorders(&self, c: usize, a: usize, b: usize) -> bool {
+        let (ENode::Op(op_a, kids_a), ENode::Op(op_b, kids_b)) = (
+            &self.space.candidates[c][a].node,
+            &self.space.candidates[c][b].node,
+        ) else {
+            return false;
+        };
+        let sorted = |kids: &[Id]| {
+            let mut kids = kids.to_vec();
+            kids.sort_unstable();
+            kids
+        };
+        op_a == op_b && sorted(kids_a) == sorted(kids_b)
     }
 }

@@ -11,13 +11,14 @@
 //!
 //! Kernel statistics (inputs, outputs, bytes, arithmetic per element, domain, cost) are kept
 //! per kernel and updated as kernels grow, so evaluating a candidate costs time in the size of
-//! the node's neighbourhood, not of the kernels.
+//! the node's neighbourhood (plus the smaller kernels' inputs when kernels merge), not in the
+//! size of the kernels.
 //!
 //! Convexity: kernels carry a rank, a topological order of the kernel graph that is maintained
 //! through merges. A merge is convex when no kernel reachable from its members (by edges
 //! leaving them) reaches back into the members or into a producer of the node; that search
-//! only visits kernels ranked below the highest-ranked member or producer, since nothing
-//! ranked above them can reach them. The kernels it visits are then moved after the merged
+//! only visits kernels ranked no higher than the highest-ranked member or producer, since
+//! nothing ranked above them can reach them. The kernels it visits are then moved after the merged
 //! kernel, which keeps the ranks topological; the final kernel order is the rank order.
 
 use super::{Facts, KernelKind, Partition, kind_of, price};
@@ -100,6 +101,7 @@ struct Builder<'a> {
     ext: Vec<usize>,
     /// Rank → kernel, for live kernels.
     ranks: BTreeMap<u64, u32>,
+    gap: u64,
     next_rank: u64,
     member_mark: Vec<u32>,
     outside_mark: Vec<u32>,
@@ -110,6 +112,11 @@ struct Builder<'a> {
 }
 
 pub(super) fn partition(dag: &Dag, fusion: &FusionRules, profile: &Profile) -> Partition {
+    partition_with_gap(dag, fusion, profile, GAP)
+}
+
+/// `partition` with a given rank spacing; tests use a tiny one to exercise renumbering.
+fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u64) -> Partition {
     let facts = Facts::new(dag, profile);
     let n = dag.nodes.len();
     let mut b = Builder {
@@ -122,7 +129,8 @@ pub(super) fn partition(dag: &Dag, fusion: &FusionRules, profile: &Profile) -> P
         groups: Vec::new(),
         ext: (0..n).map(|i| facts.users(i).len()).collect(),
         ranks: BTreeMap::new(),
-        next_rank: GAP,
+        gap,
+        next_rank: gap,
         member_mark: Vec::new(),
         outside_mark: Vec::new(),
         visit_mark: Vec::new(),
@@ -233,7 +241,9 @@ impl Builder<'_> {
         // All producers at once: legal even when no single join is (a producer kernel that
         // feeds another producer kernel can only be merged together with it).
         if producers.len() >= 2
-            && best.as_ref().is_none_or(|p| p.members.len() < producers.len())
+            && best
+                .as_ref()
+                .is_none_or(|p| p.members.len() < producers.len())
             && let Some(plan) = self.plan(n, producers)
             && plan.delta < bar(&best)
         {
@@ -444,7 +454,8 @@ impl Builder<'_> {
                 if self.outside_mark[c as usize] == epoch {
                     return None;
                 }
-                if self.groups[c as usize].rank <= top_rank && self.visit_mark[c as usize] != epoch {
+                if self.groups[c as usize].rank <= top_rank && self.visit_mark[c as usize] != epoch
+                {
                     self.visit_mark[c as usize] = epoch;
                     stack.push(c);
                     found.push(c);
@@ -454,11 +465,11 @@ impl Builder<'_> {
         while let Some(x) = stack.pop() {
             for &k in self.groups[x as usize].succ.keys() {
                 let c = find(&self.parent, k);
-                if self.member_mark[c as usize] == epoch || self.outside_mark[c as usize] == epoch
-                {
+                if self.member_mark[c as usize] == epoch || self.outside_mark[c as usize] == epoch {
                     return None;
                 }
-                if self.groups[c as usize].rank <= top_rank && self.visit_mark[c as usize] != epoch {
+                if self.groups[c as usize].rank <= top_rank && self.visit_mark[c as usize] != epoch
+                {
                     self.visit_mark[c as usize] = epoch;
                     stack.push(c);
                     found.push(c);
@@ -541,7 +552,7 @@ impl Builder<'_> {
         let id = self.groups.len() as u32;
         group.rank = self.next_rank;
         self.ranks.insert(self.next_rank, id);
-        self.next_rank += GAP;
+        self.next_rank += self.gap;
         for &arg in &self.dag.nodes[n].args {
             if let Value::Node(p) = arg
                 && !self.facts.literal[p]
@@ -669,7 +680,7 @@ impl Builder<'_> {
             .next()
             .map_or(self.next_rank, |(&r, _)| r);
         let slots = sequence.len() as u64;
-        if high - top - 1 >= slots {
+        if high - top > slots {
             let step = (high - top) / (slots + 1);
             for (i, &g) in sequence.iter().enumerate() {
                 let r = top + step * (i as u64 + 1);
@@ -687,11 +698,11 @@ impl Builder<'_> {
             }
             self.ranks.clear();
             for (i, &g) in order.iter().enumerate() {
-                let r = (i as u64 + 1) * GAP;
+                let r = (i as u64 + 1) * self.gap;
                 self.groups[g as usize].rank = r;
                 self.ranks.insert(r, g);
             }
-            self.next_rank = (order.len() as u64 + 1) * GAP;
+            self.next_rank = (order.len() as u64 + 1) * self.gap;
         }
     }
 
@@ -719,5 +730,51 @@ impl Builder<'_> {
         }
         let cost = kernels.iter().map(|k| k.cost).sum();
         Partition { kernels, cost }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::graph::GraphBuilder;
+    use crate::rules::{Catalogue, CostModel};
+
+    /// Renumbering ranks when a gap runs out keeps their order: with a spacing of 2 (room for
+    /// one insertion) every partition equals the one built with the normal spacing.
+    #[test]
+    fn renumbering_ranks_changes_nothing() {
+        let ops = Catalogue::defaults();
+        let fusion = FusionRules::defaults();
+        let model = CostModel::defaults();
+        let profile = model.profile("h200").unwrap();
+        let mut state = 0x853c49e6748fea9bu64;
+        let mut next = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        for _ in 0..200 {
+            let mut b = GraphBuilder::new("r");
+            let mut vs: Vec<String> = (0..3)
+                .map(|i| b.input(&format!("x{i}"), DType::F32, &[8, 8]))
+                .collect();
+            for i in 0..30 {
+                let name = format!("n{i}");
+                let a = vs[vs.len() - 1 - next(vs.len().min(6))].clone();
+                let c = vs[vs.len() - 1 - next(vs.len().min(6))].clone();
+                vs.push(match next(4) {
+                    0 => b.op(&name, "transpose", &[&a]),
+                    1 => b.op(&name, "exp", &[&a]),
+                    _ => b.op(&name, "add", &[&a, &c]),
+                });
+            }
+            let graph = b.finish(&[vs.last().unwrap()]);
+            let dag = Dag::from_graph(&graph, &ops).unwrap();
+            let normal = partition_with_gap(&dag, &fusion, profile, GAP);
+            let tight = partition_with_gap(&dag, &fusion, profile, 2);
+            assert_eq!(normal, tight);
+        }
     }
 }

@@ -138,7 +138,9 @@ pub fn unfused(dag: &Dag, profile: &Profile) -> Partition {
                 OpKind::Layout => KernelKind::Alone,
                 OpKind::Opaque => KernelKind::Library,
             };
-            facts.kernel(profile, vec![n], kind, facts.iter_shape(n).clone(), |m| m == n)
+            facts.kernel(profile, vec![n], kind, facts.iter_shape(n).clone(), |m| {
+                m == n
+            })
         })
         .collect();
     let cost = kernels.iter().map(|k| k.cost).sum();

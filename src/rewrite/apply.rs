@@ -39,9 +39,7 @@ pub fn instance_data(
     for node in pattern.as_ref() {
         let d = match node {
             ENodeOrVar::Var(v) => {
-                let id = subst
-                    .get(*v)
-                    .ok_or_else(|| format!("`{v}` is not bound"))?;
+                let id = subst.get(*v).ok_or_else(|| format!("`{v}` is not bound"))?;
                 egraph[*id].data.clone()
             }
             ENodeOrVar::ENode(ENode::Attr(leaf)) => ClassData::Attr(leaf.clone()),
@@ -52,11 +50,12 @@ pub fn instance_data(
                 }),
                 None => return Err(format!("`{name}` is not an input of the graph")),
             },
-            ENodeOrVar::ENode(ENode::Op(name, children)) => {
-                ClassData::Tensor(op_data(&egraph.analysis.catalogue, name.as_str(), children, |id| {
-                    data[usize::from(id)].clone()
-                })?)
-            }
+            ENodeOrVar::ENode(ENode::Op(name, children)) => ClassData::Tensor(op_data(
+                &egraph.analysis.catalogue,
+                name.as_str(),
+                children,
+                |id| data[usize::from(id)].clone(),
+            )?),
         };
         if let ClassData::Invalid(why) = &d {
             return Err(why.clone());

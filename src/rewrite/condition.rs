@@ -80,13 +80,16 @@ pub enum Accepts {
 
 impl Accepts {
     pub fn admits(self, kind: VarKind) -> bool {
-        match (self, kind) {
-            (_, VarKind::Tensor) => true,
-            (Accepts::Dtype, VarKind::Attr(AttrType::DType)) => true,
-            (Accepts::Shape, VarKind::Attr(AttrType::Ints)) => true,
-            (Accepts::Number, VarKind::Attr(AttrType::Float | AttrType::Int)) => true,
-            _ => false,
-        }
+        matches!(
+            (self, kind),
+            (_, VarKind::Tensor)
+                | (Accepts::Dtype, VarKind::Attr(AttrType::DType))
+                | (Accepts::Shape, VarKind::Attr(AttrType::Ints))
+                | (
+                    Accepts::Number,
+                    VarKind::Attr(AttrType::Float | AttrType::Int)
+                )
+        )
     }
 
     pub fn describe(self) -> &'static str {
@@ -159,16 +162,15 @@ impl Condition {
             Condition::Rank(a, n) => shape_of(data(a)).is_some_and(|s| s.len() == *n),
             Condition::DtypeIn(a, list) => dtype_of(data(a)).is_some_and(|d| list.contains(&d)),
             Condition::IsFloat(a) => dtype_of(data(a)).is_some_and(DType::is_float),
-            Condition::Wider(a, b) => {
-                both(dtype_of(data(a)), dtype_of(data(b)), |w, n| w != n && represents(w, n))
-            }
+            Condition::Wider(a, b) => both(dtype_of(data(a)), dtype_of(data(b)), |w, n| {
+                w != n && represents(w, n)
+            }),
             Condition::IsConst(a) => data(a)
                 .and_then(ClassData::tensor)
                 .is_some_and(|t| t.constant.is_some()),
             Condition::ConstEq(a, v) => number_of(data(a)).is_some_and(|(x, _)| x == *v),
-            Condition::ConstPowerOfTwo(a) => {
-                number_of(data(a)).is_some_and(|(x, dtype)| power_of_two_with_exact_reciprocal(x, dtype))
-            }
+            Condition::ConstPowerOfTwo(a) => number_of(data(a))
+                .is_some_and(|(x, dtype)| power_of_two_with_exact_reciprocal(x, dtype)),
             Condition::DropsLeadingAxis(s, x) => {
                 both(shape_of(data(s)), shape_of(data(x)), |s, x| {
                     !x.is_empty() && s[..] == x[1..]
@@ -347,7 +349,10 @@ mod tests {
         assert!(holds(Wider(s("?f32"), s("?f16"))));
         assert!(!holds(Wider(s("?x"), s("?f32"))), "not wider than itself");
         assert!(!holds(Wider(s("?h"), s("?x"))));
-        assert!(!holds(Wider(s("?x"), s("?i"))), "f32 does not hold every i32");
+        assert!(
+            !holds(Wider(s("?x"), s("?i"))),
+            "f32 does not hold every i32"
+        );
         // A shape attribute has no dtype.
         assert!(!holds(IsFloat(s("?s"))));
         assert!(holds(Not(Box::new(IsFloat(s("?s"))))));
@@ -413,15 +418,30 @@ mod tests {
         assert_eq!(exponent_of_power_of_two(3.0), None);
         assert_eq!(exponent_of_power_of_two(0.0), None);
         assert_eq!(exponent_of_power_of_two(f64::INFINITY), None);
-        assert_eq!(exponent_of_power_of_two(f64::MIN_POSITIVE / 4.0), Some(-1024));
+        assert_eq!(
+            exponent_of_power_of_two(f64::MIN_POSITIVE / 4.0),
+            Some(-1024)
+        );
         assert_eq!(pow2(-1074), Some(5e-324));
         assert_eq!(pow2(10), Some(1024.0));
         assert_eq!(pow2(1024), None);
         // f16: 2^15 and 2^-15 (subnormal) are both exact; 2^16 overflows to inf.
-        assert!(power_of_two_with_exact_reciprocal(32768.0, Some(DType::F16)));
-        assert!(power_of_two_with_exact_reciprocal(1.0 / 32768.0, Some(DType::F16)));
-        assert!(!power_of_two_with_exact_reciprocal(1.0 / 65536.0, Some(DType::F16)));
-        assert!(power_of_two_with_exact_reciprocal(1.0 / 65536.0, Some(DType::F32)));
+        assert!(power_of_two_with_exact_reciprocal(
+            32768.0,
+            Some(DType::F16)
+        ));
+        assert!(power_of_two_with_exact_reciprocal(
+            1.0 / 32768.0,
+            Some(DType::F16)
+        ));
+        assert!(!power_of_two_with_exact_reciprocal(
+            1.0 / 65536.0,
+            Some(DType::F16)
+        ));
+        assert!(power_of_two_with_exact_reciprocal(
+            1.0 / 65536.0,
+            Some(DType::F32)
+        ));
         // Integers hold no reciprocal but 1's.
         assert!(!power_of_two_with_exact_reciprocal(4.0, Some(DType::I32)));
         assert!(power_of_two_with_exact_reciprocal(-1.0, Some(DType::I32)));
@@ -429,8 +449,14 @@ mod tests {
         assert!(power_of_two_with_exact_reciprocal(-0.5, None));
         assert!(!power_of_two_with_exact_reciprocal(65536.0, None));
         // 2^1023's reciprocal 2^-1023 is subnormal but exact in f64; 2^-1074's is not an f64.
-        assert!(power_of_two_with_exact_reciprocal(2f64.powi(1023), Some(DType::F64)));
-        assert!(!power_of_two_with_exact_reciprocal(2f64.powi(-1074), Some(DType::F64)));
+        assert!(power_of_two_with_exact_reciprocal(
+            2f64.powi(1023),
+            Some(DType::F64)
+        ));
+        assert!(!power_of_two_with_exact_reciprocal(
+            2f64.powi(-1074),
+            Some(DType::F64)
+        ));
     }
 
     #[test]

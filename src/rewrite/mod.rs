@@ -86,6 +86,12 @@ pub struct Rule {
     pub bidirectional: bool,
     /// The runner's phase k applies every rule of phase ≤ k.
     pub phase: u32,
+    /// The rule is exact in real arithmetic for finite values but not under IEEE infinities
+    /// and NaN: the linearity rules of sum_to_size factor a value `b` out of a sum, and
+    /// `sum(x) * inf` is `inf` where `sum(x * inf)` is NaN once some `x` is 0. Such rules are
+    /// what a fuser needs (PyTorch's LSTM fuser hoists sum_to_size the same way); marking them
+    /// keeps the claim honest: `check-rules` tests them on finite values and says so.
+    pub finite_only: bool,
     pub doc: String,
     /// Every variable of the left-hand side and what it stands for (the right-hand side's
     /// variables are a subset, of the same kinds: checked at load).
@@ -144,13 +150,19 @@ impl Rule {
 /// The default rule files, by file name, as embedded in the binary. A user's rule directory
 /// replaces a file of the same name (`rewrites/casts.ron`) and adds any others.
 pub const DEFAULT_RULE_FILES: [(&str, &str); 4] = [
-    ("algebra.ron", include_str!("../../rules/rewrites/algebra.ron")),
+    (
+        "algebra.ron",
+        include_str!("../../rules/rewrites/algebra.ron"),
+    ),
     ("casts.ron", include_str!("../../rules/rewrites/casts.ron")),
     (
         "sum_to_size.ron",
         include_str!("../../rules/rewrites/sum_to_size.ron"),
     ),
-    ("broadcast.ron", include_str!("../../rules/rewrites/broadcast.ron")),
+    (
+        "broadcast.ron",
+        include_str!("../../rules/rewrites/broadcast.ron"),
+    ),
 ];
 
 /// The embedded default rules, validated against `catalogue`.
@@ -168,7 +180,10 @@ pub fn default_rules(catalogue: &Catalogue) -> Vec<Rule> {
 /// checked for duplicate names across all files. Each user file is `(file name, text, path to
 /// show in messages)`; one named like a default file (`casts.ron`) replaces it. Defaults come
 /// first in their fixed order, then the user's other files in the order given.
-pub fn load_rule_set(catalogue: &Catalogue, user: &[(String, String, String)]) -> Result<Vec<Rule>> {
+pub fn load_rule_set(
+    catalogue: &Catalogue,
+    user: &[(String, String, String)],
+) -> Result<Vec<Rule>> {
     let mut files: Vec<(String, String, String)> = DEFAULT_RULE_FILES
         .iter()
         .map(|(name, text)| {

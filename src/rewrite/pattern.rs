@@ -11,8 +11,8 @@ use super::VarKind;
 use crate::attr::AttrType;
 use crate::dtype::DType;
 use crate::egraph::{ENode, Leaf};
-use crate::rules::{Catalogue, OpDef};
 use crate::rules::ops::AttrSpec;
+use crate::rules::{Catalogue, OpDef};
 use egg::{ENodeOrVar, Id, PatternAst, Symbol, Var};
 use std::collections::BTreeMap;
 
@@ -87,7 +87,10 @@ fn parse_sexp(text: &str) -> Result<Sexp, PatternError> {
                     return Err(PatternError::new(i, "unexpected `)`: nothing to close"));
                 };
                 if items.is_empty() {
-                    return Err(PatternError::new(at, "empty list `()`: write an op name after `(`"));
+                    return Err(PatternError::new(
+                        at,
+                        "empty list `()`: write an op name after `(`",
+                    ));
                 }
                 i += 1;
                 Sexp::List { items, at }
@@ -209,10 +212,7 @@ pub fn check(text: &str, catalogue: &Catalogue) -> Result<Checked, PatternError>
 
 fn parse_var(text: &str, at: usize) -> Result<Var, PatternError> {
     let name = &text[1..];
-    let valid = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !valid {
         return Err(PatternError::new(
             at,
@@ -459,7 +459,11 @@ mod tests {
             "`cast` takes (x, dtype), got 1 child: every attribute is written out, in order, \
              after the operands"
         );
-        assert!(err("(concat ?a)").message.starts_with("`concat` takes (xs..., axis)"));
+        assert!(
+            err("(concat ?a)")
+                .message
+                .starts_with("`concat` takes (xs..., axis)")
+        );
         assert!(err("(?f ?a)").message.contains("cannot be applied"));
     }
 
@@ -467,7 +471,10 @@ mod tests {
     fn leaves_must_fit_their_slot() {
         let e = err("(cast ?x 1)");
         assert_eq!(e.offset, 9);
-        assert_eq!(e.message, "attribute `dtype` of `cast` must be a dtype name, not `1`");
+        assert_eq!(
+            e.message,
+            "attribute `dtype` of `cast` must be a dtype name, not `1`"
+        );
         let e = err("(cast ?x float16)");
         assert!(e.message.contains("is not a value"), "{}", e.message);
         let e = err("(slice ?x 0.5 0 none 1)");

@@ -25,6 +25,8 @@ struct RuleSpec {
     #[serde(default = "first_phase")]
     phase: u32,
     #[serde(default)]
+    finite_only: bool,
+    #[serde(default)]
     doc: String,
 }
 
@@ -117,6 +119,7 @@ fn validate(
         when: spec.when.clone(),
         bidirectional: spec.bidirectional,
         phase: spec.phase,
+        finite_only: spec.finite_only,
         doc: spec.doc.clone(),
         vars,
         file: doc.file.clone(),
@@ -137,7 +140,12 @@ fn check_rhs_vars(lhs: &Checked, rhs: &Checked) -> std::result::Result<(), Patte
                      it{}",
                     crate::error::hint(
                         &var.to_string(),
-                        lhs.vars.keys().map(|v| v.to_string()).collect::<Vec<_>>().iter().map(String::as_str)
+                        lhs.vars
+                            .keys()
+                            .map(|v| v.to_string())
+                            .collect::<Vec<_>>()
+                            .iter()
+                            .map(String::as_str)
                     )
                 ),
                 unknown_op: None,

@@ -200,9 +200,7 @@ impl Profile {
     /// [`Profile::matmul_flops`]).
     pub fn elementwise_flops(&self, op: &OpDef) -> f64 {
         match op.kind() {
-            OpKind::Pointwise => op
-                .formula()
-                .map_or(1.0, |f| self.formula_flops(f).max(1.0)),
+            OpKind::Pointwise => op.formula().map_or(1.0, |f| self.formula_flops(f).max(1.0)),
             OpKind::Reduction => self.weight(Primitive::Reduce),
             OpKind::Layout | OpKind::Opaque => 0.0,
         }
@@ -377,7 +375,10 @@ fn overlay(
         let mut at = path.to_vec();
         at.push(Step::key(key));
         let Some(primitive) = Primitive::from_name(key) else {
-            let position = doc.spans.key_position(&at).unwrap_or_else(|| doc.spans.nearest(&at));
+            let position = doc
+                .spans
+                .key_position(&at)
+                .unwrap_or_else(|| doc.spans.nearest(&at));
             return Err(Error::new(
                 Site::file(&doc.file, position),
                 ErrorKind::Rule(format!(
@@ -412,11 +413,13 @@ fn profile(
         p.push(Step::field(field));
         p
     };
-    let rule = |field: &str, message: String| {
-        Error::new(doc.site(&at(field)), ErrorKind::Rule(message))
-    };
+    let rule =
+        |field: &str, message: String| Error::new(doc.site(&at(field)), ErrorKind::Rule(message));
     if name.is_empty() || name.chars().any(char::is_whitespace) {
-        let position = doc.spans.key_position(path).unwrap_or_else(|| doc.spans.nearest(path));
+        let position = doc
+            .spans
+            .key_position(path)
+            .unwrap_or_else(|| doc.spans.nearest(path));
         return Err(Error::new(
             Site::file(&doc.file, position),
             ErrorKind::Rule(format!(
@@ -439,7 +442,10 @@ fn profile(
     if !(spec.launch_us.is_finite() && spec.launch_us >= 0.0) {
         return Err(rule(
             "launch_us",
-            format!("`launch_us` must be a finite number ≥ 0, found {}", spec.launch_us),
+            format!(
+                "`launch_us` must be a finite number ≥ 0, found {}",
+                spec.launch_us
+            ),
         ));
     }
     if !(0.0..=1.0).contains(&spec.overlap) {
@@ -573,7 +579,10 @@ mod tests {
         let err = model
             .load_str("Cost(profiles: {}, speed: 1)", "c.ron")
             .unwrap_err();
-        assert!(err.to_string().starts_with("c.ron:1:20: RON syntax"), "{err}");
+        assert!(
+            err.to_string().starts_with("c.ron:1:20: RON syntax"),
+            "{err}"
+        );
         let err = model.profile("h100").unwrap_err();
         assert_eq!(
             err.to_string(),

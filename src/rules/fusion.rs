@@ -218,13 +218,18 @@ mod tests {
             "Fusion(kinds: {Pointwise: Join, Layout: Alone, Reduction: Join, Opaque: Never}, max_kernel_args: 8)",
         )
         .unwrap_err();
-        assert!(err.to_string().starts_with("f.ron:1:59: invalid rule: a reduction's result"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("f.ron:1:59: invalid rule: a reduction's result"),
+            "{err}"
+        );
         let err = load(
             "Fusion(kinds: {Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never}, ops: {\"matmul\": Join}, max_kernel_args: 8)",
         )
         .unwrap_err();
         assert!(
-            err.to_string().starts_with("f.ron:1:96: op `matmul`: invalid rule: an opaque op"),
+            err.to_string()
+                .starts_with("f.ron:1:96: op `matmul`: invalid rule: an opaque op"),
             "{err}"
         );
         let err = load(
@@ -239,7 +244,11 @@ mod tests {
             "Fusion(kinds: {Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never}, max_kernel_args: 1)",
         )
         .unwrap_err();
-        assert!(err.to_string().starts_with("f.ron:1:97: invalid rule: `max_kernel_args`"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("f.ron:1:97: invalid rule: `max_kernel_args`"),
+            "{err}"
+        );
         let err = load("Fusion(kinds: {}, max_kernel_args: 8, budget: 3)").unwrap_err();
         assert!(err.to_string().contains("RON syntax"), "{err}");
     }

@@ -6,7 +6,7 @@ pub mod ops;
 pub mod ron_file;
 pub mod set;
 
-pub use ops::{Builtin, Catalogue, DtypeClass, DtypeRule, OpDef, OpKind, OpSpec, Semantics};
 pub use cost::{CostModel, Primitive, Profile};
 pub use fusion::{FusionRules, Role};
+pub use ops::{Builtin, Catalogue, DtypeClass, DtypeRule, OpDef, OpKind, OpSpec, Semantics};
 pub use set::RuleSet;

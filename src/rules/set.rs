@@ -5,8 +5,8 @@
 //! op of the same name replaces the default one).
 
 use super::Catalogue;
-use super::{CostModel, FusionRules};
 use super::ron_file;
+use super::{CostModel, FusionRules};
 use crate::error::{Error, ErrorKind, Result, Site};
 use std::collections::BTreeMap;
 use std::path::Path;
