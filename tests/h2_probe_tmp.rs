@@ -44,5 +44,7 @@ fn probe() {
     let t2 = Instant::now();
     let _ = extract::exact(&egraph, &seeded, &cost, &ExtractOptions::default());
     eprintln!("exact attempt {:?}", t2.elapsed());
+    let t = Instant::now();
+    let r = extract::extract(&egraph, &seeded, &cost, &estimate, &ExtractOptions::default());
     eprintln!("extract {:?} method {} evals {} cost {} original {}", t.elapsed(), r.method, r.evaluations, r.cost, r.original_cost);
 }

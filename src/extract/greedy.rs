@@ -228,7 +228,8 @@ impl LocalSearch<'_, '_> {
             if !self.has_budget() {
                 return false;
             }
-            if self.extend(pass, &mut vec![first], length, evaluate) {
+            let mut covered = HashSet::new();
+            if self.extend(pass, &mut vec![first], &mut covered, length, evaluate) {
                 return true;
             }
         }
@@ -236,35 +237,40 @@ impl LocalSearch<'_, '_> {
     }
 
     /// Extends `moves` with a switch of a class its last move newly brings in, until it has
-    /// `length` moves; then attempts it.
+    /// `length` moves; then attempts it. `covered` holds the classes earlier moves brought in
+    /// (besides those the current graph reaches), which are not new to a later move.
     fn extend(
         &mut self,
         pass: &mut BottomUp<'_, '_>,
         moves: &mut Vec<(usize, usize)>,
+        covered: &mut HashSet<usize>,
         length: usize,
         evaluate: &mut dyn FnMut(&Dag) -> f64,
     ) -> bool {
-        let with = |moves: &[(usize, usize)]| {
-            let mut trial = pass.choice.clone();
-            for &(c, k) in moves {
-                trial[c] = Some(k);
-            }
-            trial
+        // Classes below the last move not reached before it: a walk that stops at known ones,
+        // so it costs what the move adds, not the size of the graph.
+        let chosen = |d: usize| {
+            moves
+                .iter()
+                .find(|m| m.0 == d)
+                .map_or(pass.choice[d], |m| Some(m.1))
         };
-        let before: HashSet<usize> = self
-            .space
-            .reached(&with(&moves[..moves.len() - 1]))
-            .into_iter()
-            .collect();
-        let trial = with(moves);
-        let new: Vec<usize> = self
-            .space
-            .reached(&trial)
-            .into_iter()
-            .filter(|d| !before.contains(d) && moves.iter().all(|m| m.0 != *d))
-            .collect();
-        for d in new {
-            let alternatives: Vec<usize> = pass.ready(d).filter(|&k| Some(k) != trial[d]).collect();
+        let &(last, candidate) = moves.last().expect("a chain starts with a move");
+        // (class, its choice under the moves so far)
+        let mut new: Vec<(usize, Option<usize>)> = Vec::new();
+        let mut stack: Vec<usize> = self.space.candidates[last][candidate].children.clone();
+        while let Some(d) = stack.pop() {
+            if pass.reached_now(d) || moves.iter().any(|m| m.0 == d) || !covered.insert(d) {
+                continue;
+            }
+            let k = chosen(d);
+            new.push((d, k));
+            if let Some(k) = k {
+                stack.extend(&self.space.candidates[d][k].children);
+            }
+        }
+        for (d, current) in new {
+            let alternatives: Vec<usize> = pass.ready(d).filter(|&k| Some(k) != current).collect();
             for k in alternatives {
                 if !self.has_budget() {
                     return false;
@@ -273,7 +279,7 @@ impl LocalSearch<'_, '_> {
                 let found = if moves.len() >= length {
                     self.attempt(pass, moves, evaluate)
                 } else {
-                    self.extend(pass, moves, length, evaluate)
+                    self.extend(pass, moves, &mut covered.clone(), length, evaluate)
                 };
                 moves.pop();
                 if found {

@@ -55,15 +55,15 @@ pub struct ExtractOptions {
 impl Default for ExtractOptions {
     /// Sized so small e-graphs (a dozen classes with alternatives) are solved exactly and a
     /// 10,000-node e-graph extracts in well under a second. Building and costing a candidate
-    /// is linear in its size (about 10 ms for 10,000 nodes), so local improvement builds at
-    /// most 200,000 nodes in all: every one of its 400 candidates of a small graph, about 20
-    /// of a 10,000-node one.
+    /// is linear in its size (about 20 ms for 10,000 nodes with the partition cost), so local
+    /// improvement builds at most 150,000 nodes in all: every one of its 400 candidates of a
+    /// small graph, about 15 of a 10,000-node one.
     fn default() -> ExtractOptions {
         ExtractOptions {
             exact_limit: 20_000,
             exact_work: 2_000_000,
             local_search_budget: 400,
-            local_search_work: 200_000,
+            local_search_work: 150_000,
             greedy_sweeps: 8,
         }
     }
