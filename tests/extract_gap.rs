@@ -533,7 +533,7 @@ fn gap_study(what: &str, cost: &dyn Fn(&Dag) -> f64, seed: u64) -> Gaps {
                 "{label}: greedy {} vs exact {} (original {})",
                 result.cost, best.cost, result.original_cost
             );
-            if std::env::var("GAP_DEBUG").is_ok() {
+            if std::env::var("EXTRACT_GAP_DEBUG").is_ok() {
                 eprintln!(
                     "{}\nEXACT\n{}\nGREEDY\n{}",
                     fusebox::graph::file::to_ron(&graph),
@@ -590,8 +590,8 @@ fn gap_study(what: &str, cost: &dyn Fn(&Dag) -> f64, seed: u64) -> Gaps {
     eprintln!(
         "{what}: extraction gap over {solved} random e-graphs ({with_choice} with a choice to make, \
          {improved} where the optimum beats the original; {too_large} more too large for exact):\n\
-         greedy + local search: mean {:.3}%, max {:.3}%, worse than exact on {greedy_worse}\n\
-         bottom-up pass alone:  mean {:.3}%, max {:.3}%, worse than exact on {bottom_up_worse}\n\
+         greedy + local search: mean {:.4}%, max {:.4}%, worse than exact on {greedy_worse}\n\
+         bottom-up pass alone:  mean {:.4}%, max {:.4}%, worse than exact on {bottom_up_worse}\n\
          time: exact {:.1} ms, greedy {:.1} ms in total",
         mean * 100.0,
         max * 100.0,

@@ -20,10 +20,13 @@
 //! differ near the class, so a switch costs time proportional to what it changes rather than to
 //! the size of the graph below it; that keeps a 10,000-node e-graph fast.
 //!
-//! Estimates are only a proxy: whether a rewrite pays depends on fusion. So local improvement
-//! then tries single-class switches on the chosen graph, most promising (by estimate) first,
-//! builds each with [`dag_from_choice`](crate::egraph::dag_from_choice) (which rejects cycles),
-//! costs it with the caller's true cost, and keeps strict improvements, within
+//! Estimates are only a proxy: whether a rewrite pays depends on fusion, and a DAG-aware
+//! estimate favours sharing a value that a fused kernel would rather recompute. So local
+//! improvement then tries switches on the chosen graph: single switches, most promising (by
+//! estimate) first; when none helps, two or three switches together (a switch plus switches of
+//! the classes it brings in, or two promising switches). Each candidate is built with
+//! [`dag_from_choice`](crate::egraph::dag_from_choice) (which rejects cycles) and costed with
+//! the caller's true cost; strict improvements are kept, within
 //! [`ExtractOptions::local_search_budget`] and [`ExtractOptions::local_search_work`]. It starts
 //! from the cheaper of the greedy choice and the seed graph's own choice, so the result never
 //! costs more than the original.
@@ -117,8 +120,8 @@ pub fn greedy(
     }
 }
 
-/// Local improvement under the true cost: moves are one or two class switches, each judged by
-/// building the candidate graph (which rejects cycles) and costing it.
+/// Local improvement under the true cost: moves are one to three class switches, each judged
+/// by building the candidate graph (which rejects cycles) and costing it.
 struct LocalSearch<'s, 'g> {
     space: &'s Space<'g>,
     seeded: &'s Seeded,
@@ -152,10 +155,7 @@ impl LocalSearch<'_, '_> {
         if !strictly_cheaper(cost, self.best_cost) {
             return false;
         }
-        for &(class, candidate) in moves {
-            pass.switch(class, candidate);
-        }
-        pass.recompute_reached();
+        pass.apply(moves);
         self.best_dag = dag;
         self.best_cost = cost;
         true
@@ -172,7 +172,8 @@ impl LocalSearch<'_, '_> {
             if !self.has_budget() {
                 break;
             }
-            if pass.reached_now(class) {
+            // An earlier switch in this pass may have made it moot.
+            if pass.reached_now(class) && pass.choice[class] != Some(candidate) {
                 improved |= self.attempt(pass, &[(class, candidate)], evaluate);
             }
         }
@@ -394,10 +395,10 @@ impl<'s, 'g> BottomUp<'s, 'g> {
                 let mut best = (0.0, current);
                 let ready: Vec<usize> = self.ready(c).filter(|&k| k != current).collect();
                 for k in ready {
-                    if let Some(delta) = self.delta(c, k) {
-                        if delta < best.0 {
-                            best = (delta, k);
-                        }
+                    if let Some(delta) = self.delta(c, k)
+                        && delta < best.0
+                    {
+                        best = (delta, k);
                     }
                 }
                 if best.1 != current {
@@ -421,6 +422,24 @@ impl<'s, 'g> BottomUp<'s, 'g> {
         if breaks_order {
             self.recompute_order();
         }
+    }
+
+    /// Applies moves whose graph was built successfully (so it is acyclic where it reaches).
+    /// A move whose class the new graph no longer reaches was not checked by that build, so it
+    /// is undone: the whole choice stays acyclic.
+    fn apply(&mut self, moves: &[(usize, usize)]) {
+        let previous: Vec<(usize, Option<usize>)> =
+            moves.iter().map(|&(c, _)| (c, self.choice[c])).collect();
+        for &(c, k) in moves {
+            self.choice[c] = Some(k);
+        }
+        self.recompute_reached();
+        for (c, k) in previous {
+            if !self.reached[c] {
+                self.choice[c] = k;
+            }
+        }
+        self.recompute_order();
     }
 
     /// Keeps `original`'s e-node wherever it has one.

@@ -17,8 +17,10 @@
 //! Both are cycle-free by construction and every result is also built with
 //! [`dag_from_choice`](crate::egraph::dag_from_choice), which rejects cycles. Both consider
 //! the seed graph's own e-nodes ([`original_choice`]) and keep it unless something is strictly
-//! cheaper, so extraction never costs more than the graph that went in (modulo classes the
-//! e-graph merged, which only remove duplicate work).
+//! cheaper, so extraction never costs more than the seed graph as the e-graph holds it. That
+//! is the input graph with equal values merged: a merge removes duplicate work but can make a
+//! value shared, which a fusion partition may have to write to memory, so a caller that must
+//! never do worse than its input also costs the input dag itself (optimize does).
 
 mod exact;
 mod greedy;
