@@ -48,7 +48,10 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
     let mut out = String::new();
     let _ = writeln!(out, "graph `{}`, cost profile `{}`", r.graph, r.profile);
     let _ = writeln!(out);
-    let _ = writeln!(out, "modeled cost (kernel launches + bytes at kernel boundaries + arithmetic):");
+    let _ = writeln!(
+        out,
+        "modeled cost (kernel launches + bytes at kernel boundaries + arithmetic):"
+    );
     let _ = writeln!(
         out,
         "  one kernel per op:      {:>4} kernels  {:>10}  {:>10}",
@@ -56,7 +59,11 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
         bytes(r.bytes_before),
         micros(r.cost_before)
     );
-    let _ = writeln!(out, "  input fused as written:                          {:>10}", micros(r.cost_unrewritten));
+    let _ = writeln!(
+        out,
+        "  input fused as written:                          {:>10}",
+        micros(r.cost_unrewritten)
+    );
     let _ = writeln!(
         out,
         "  optimized and fused:    {:>4} kernels  {:>10}  {:>10}",
@@ -72,7 +79,10 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
             micros(saved_by_rules)
         );
     } else {
-        let _ = writeln!(out, "  no rewrite made the fused graph cheaper; the input's form was kept");
+        let _ = writeln!(
+            out,
+            "  no rewrite made the fused graph cheaper; the input's form was kept"
+        );
     }
     let _ = writeln!(out, "casts: {} -> {}", r.casts_before, r.casts_after);
     let _ = writeln!(out);
@@ -110,7 +120,11 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
         .map(|n| format!("{} = {}", n.name, n.op.name()))
         .collect();
     if !new_values.is_empty() {
-        let _ = writeln!(out, "values the rewrites introduced: {}", new_values.join(", "));
+        let _ = writeln!(
+            out,
+            "values the rewrites introduced: {}",
+            new_values.join(", ")
+        );
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "kernels:");
@@ -170,8 +184,17 @@ pub fn to_dot(optimized: &Optimized) -> String {
         let _ = writeln!(
             out,
             "    label={}; style=rounded; color={};",
-            quote(&format!("kernel {} ({}, {})", k + 1, report.kind, micros(report.cost_us))),
-            if report.kind == "fused" { "blue" } else { "gray" }
+            quote(&format!(
+                "kernel {} ({}, {})",
+                k + 1,
+                report.kind,
+                micros(report.cost_us)
+            )),
+            if report.kind == "fused" {
+                "blue"
+            } else {
+                "gray"
+            }
         );
         for &i in &kernel.nodes {
             let node = &dag.nodes[i];
@@ -187,7 +210,11 @@ pub fn to_dot(optimized: &Optimized) -> String {
     }
     for (i, node) in dag.nodes.iter().enumerate() {
         if node.op.name() == "const" {
-            let value = node.attrs.get("value").and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+            let value = node
+                .attrs
+                .get("value")
+                .and_then(|v| v.as_f64())
+                .unwrap_or(f64::NAN);
             let _ = writeln!(
                 out,
                 "  {} [shape=plain, label={}];",

@@ -152,13 +152,21 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
     let mut egraph = egraph::new_egraph(&input, &rules.ops);
     let mut seeded = egraph::seed(&mut egraph, &input);
     egraph.rebuild();
-    let active: &[crate::rewrite::Rule] = if options.rewrite { &rules.rewrites } else { &[] };
+    let active: &[crate::rewrite::Rule] = if options.rewrite {
+        &rules.rewrites
+    } else {
+        &[]
+    };
     let (egraph, saturation) =
         saturate::saturate(egraph, active, &options.limits, options.progress)?;
     seeded.canonicalize(&egraph);
 
     let extract_start = Instant::now();
-    let cost = |dag: &Dag| partition::partition(dag, &rules.fusion, profile).cost.total_us;
+    let cost = |dag: &Dag| {
+        partition::partition(dag, &rules.fusion, profile)
+            .cost
+            .total_us
+    };
     let extraction = extract::extract(&egraph, &seeded, &cost, &estimate, &options.extract);
     let extract_ms = extract_start.elapsed().as_secs_f64() * 1e3;
 
@@ -234,7 +242,12 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
 }
 
 fn kernel_report(dag: &Dag, kernel: &Kernel) -> KernelReport {
-    let names = |values: &[Value]| values.iter().map(|&v| dag.value_name(v).to_string()).collect();
+    let names = |values: &[Value]| {
+        values
+            .iter()
+            .map(|&v| dag.value_name(v).to_string())
+            .collect()
+    };
     KernelReport {
         kind: match kernel.kind {
             KernelKind::Fused => "fused".into(),
@@ -264,7 +277,10 @@ fn estimate(egraph: &FuseGraph, id: Id, node: &ENode) -> f64 {
         return 0.0;
     };
     let elements = shape::numel(&ty.shape) as f64;
-    let Some(op) = node.op_name().and_then(|n| egraph.analysis.catalogue.get(n)) else {
+    let Some(op) = node
+        .op_name()
+        .and_then(|n| egraph.analysis.catalogue.get(n))
+    else {
         return 0.0;
     };
     if op.name() == "const" {

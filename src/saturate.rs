@@ -124,7 +124,11 @@ pub fn saturate(
         )
         .with_hook(move |runner| {
             if let Some(bar) = &bar_for_hook {
-                bar.update(phase, runner.iterations.len(), runner.egraph.total_number_of_nodes());
+                bar.update(
+                    phase,
+                    runner.iterations.len(),
+                    runner.egraph.total_number_of_nodes(),
+                );
             }
             match runner.egraph.analysis.conflicts.first() {
                 Some(conflict) => Err(conflict.clone()),

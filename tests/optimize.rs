@@ -109,7 +109,14 @@ const BINARY: [&str; 7] = ["add", "sub", "mul", "div", "max", "min", "pow"];
 const DTYPES: [DType; 4] = [DType::F32, DType::F32, DType::F16, DType::BF16];
 
 fn shape_pool(n: usize, m: usize) -> Vec<Vec<usize>> {
-    vec![vec![n, m], vec![n, 1], vec![1, m], vec![m], vec![], vec![n, m]]
+    vec![
+        vec![n, m],
+        vec![n, 1],
+        vec![1, m],
+        vec![m],
+        vec![],
+        vec![n, m],
+    ]
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -151,28 +158,50 @@ fn build(dims: (usize, usize), input_specs: &[(usize, usize)], steps: &[Step]) -
             Step::Where(c, a, d) => {
                 let cond = format!("{name}_c");
                 trial.op(&cond, "gt", &[&pick(&values, *c), &pick(&values, *a)]);
-                trial.op(&name, "where", &[&cond, &pick(&values, *a), &pick(&values, *d)]);
+                trial.op(
+                    &name,
+                    "where",
+                    &[&cond, &pick(&values, *a), &pick(&values, *d)],
+                );
             }
             Step::Cast(d, a) => {
-                trial.op_with(&name, "cast", &[&pick(&values, *a)], &[("dtype", (*d).into())]);
+                trial.op_with(
+                    &name,
+                    "cast",
+                    &[&pick(&values, *a)],
+                    &[("dtype", (*d).into())],
+                );
             }
             Step::Const(c, d) => {
                 trial.constant(&name, *c, *d);
             }
             Step::BroadcastTo(a, s) => {
                 let shape: Vec<i64> = shapes[*s].iter().map(|&x| x as i64).collect();
-                trial.op_with(&name, "broadcast_to", &[&pick(&values, *a)], &[("shape", shape.into())]);
+                trial.op_with(
+                    &name,
+                    "broadcast_to",
+                    &[&pick(&values, *a)],
+                    &[("shape", shape.into())],
+                );
             }
             Step::SumToSize(a, s) => {
                 let shape: Vec<i64> = shapes[*s].iter().map(|&x| x as i64).collect();
-                trial.op_with(&name, "sum_to_size", &[&pick(&values, *a)], &[("shape", shape.into())]);
+                trial.op_with(
+                    &name,
+                    "sum_to_size",
+                    &[&pick(&values, *a)],
+                    &[("shape", shape.into())],
+                );
             }
             Step::Sum(a, axis) => {
                 trial.op_with(
                     &name,
                     "sum",
                     &[&pick(&values, *a)],
-                    &[("axes", AttrValue::Ints(vec![*axis])), ("keepdim", true.into())],
+                    &[
+                        ("axes", AttrValue::Ints(vec![*axis])),
+                        ("keepdim", true.into()),
+                    ],
                 );
             }
         }
@@ -260,7 +289,9 @@ fn lstm_backward_needs_fewer_kernels_with_sum_to_size_rules() {
     let graph = load("examples/lstm_cell_backward.ron");
     let all = rules();
     let mut without = all.clone();
-    without.rewrites.retain(|r| !r.file.ends_with("sum_to_size.ron"));
+    without
+        .rewrites
+        .retain(|r| !r.file.ends_with("sum_to_size.ron"));
     assert!(without.rewrites.len() < all.rewrites.len());
     let with_rules = run(&graph, &all);
     let without_rules = run(&graph, &without);
@@ -297,7 +328,11 @@ fn expensive_broadcast_producer_is_materialized_cheap_one_fused() {
         .iter()
         .find(|k| k.nodes.iter().any(|&i| out.dag.nodes[i].name == "out"))
         .unwrap();
-    assert_eq!(consumer.nodes.len(), 1, "only the mul runs over [1024, 4096]");
+    assert_eq!(
+        consumer.nodes.len(),
+        1,
+        "only the mul runs over [1024, 4096]"
+    );
 
     let cheap = parse(
         r#"Graph(name: "recompute", inputs: [Input(name: "x", dtype: "f32", shape: [1024, 1]),
@@ -335,7 +370,11 @@ fn mul_moves_into_reduction_only_because_of_fusion() {
     let fusebox::dag::Value::Node(product) = last.args[0] else {
         panic!("the reduction reads a node")
     };
-    assert_eq!(out.dag.nodes[product].op.name(), "mul", "the mul moved into the reduction");
+    assert_eq!(
+        out.dag.nodes[product].op.name(),
+        "mul",
+        "the mul moved into the reduction"
+    );
     outputs_agree(&graph, &out.graph, 3).unwrap();
 
     let profile = rules.cost.profile("cpu").unwrap();
@@ -381,7 +420,13 @@ fn every_example_optimizes_correctly() {
         let r = &out.report;
         assert!(r.cost_after <= r.cost_unrewritten, "{}", path.display());
         assert!(r.cost_unrewritten <= r.cost_before, "{}", path.display());
-        if graph.inputs.iter().map(|i| fusebox::shape::numel(&i.shape)).sum::<usize>() < 3_000_000 {
+        if graph
+            .inputs
+            .iter()
+            .map(|i| fusebox::shape::numel(&i.shape))
+            .sum::<usize>()
+            < 3_000_000
+        {
             outputs_agree(&graph, &out.graph, 11)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         }

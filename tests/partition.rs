@@ -874,3 +874,54 @@ fn rule_directory_loads_fusion_and_cost() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+#[ignore]
+fn zz_figures() {
+    let fusion = FusionRules::defaults();
+    let mut names: Vec<String> =
+        std::fs::read_dir(format!("{}/examples", env!("CARGO_MANIFEST_DIR")))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "ron"))
+            .map(|p| p.file_stem().unwrap().to_string_lossy().to_string())
+            .collect();
+    names.sort();
+    for name in names {
+        let dag = example(&name);
+        for prof in ["cpu", "h200"] {
+            let pr = profile(prof);
+            let p = partition::partition(&dag, &fusion, &pr);
+            let u = partition::unfused(&dag, &pr);
+            eprintln!(
+                "FIG {name:20} {prof:5} unfused {:3} k {:12.3} us | fused {:3} k {:12.3} us",
+                u.kernels.len(),
+                u.cost.total_us,
+                p.kernels.len(),
+                p.cost.total_us
+            );
+        }
+    }
+    let g = fusebox::graph::synthetic::pointwise(10_000, 256, 256, 1);
+    let dag = Dag::from_graph(&g, &Catalogue::defaults()).unwrap();
+    for prof in ["cpu", "h200"] {
+        let pr = profile(prof);
+        let mut best = std::time::Duration::MAX;
+        let mut p = None;
+        for _ in 0..5 {
+            let t = std::time::Instant::now();
+            p = Some(partition::partition(&dag, &fusion, &pr));
+            best = best.min(t.elapsed());
+        }
+        let p = p.unwrap();
+        let u = partition::unfused(&dag, &pr);
+        eprintln!(
+            "FIG synthetic {prof}: unfused {} k {:.1} us | fused {} k {:.1} us in {:?}",
+            u.kernels.len(),
+            u.cost.total_us,
+            p.kernels.len(),
+            p.cost.total_us,
+            best
+        );
+    }
+}

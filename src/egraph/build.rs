@@ -25,6 +25,9 @@ pub struct Seeded {
     pub node_enodes: Vec<ENode>,
     /// The class of each input, by input index.
     pub input_classes: Vec<Id>,
+    /// A readable name per (canonical) class: the first original name it holds. Kept here
+    /// because extraction builds many candidate graphs from one e-graph.
+    pub names: HashMap<Id, String>,
 }
 
 impl Seeded {
@@ -36,6 +39,7 @@ impl Seeded {
         for id in self.node_classes.iter_mut().chain(&mut self.input_classes) {
             *id = egraph.find(*id);
         }
+        self.names = self.class_names(egraph);
     }
 
     /// A readable name per class: the first original name it holds.
@@ -113,6 +117,7 @@ pub fn seed(egraph: &mut FuseGraph, dag: &Dag) -> Seeded {
             .collect(),
         node_names: dag.nodes.iter().map(|n| n.name.clone()).collect(),
         node_enodes,
+        names: HashMap::new(),
         node_classes,
         input_classes,
     }
@@ -136,7 +141,15 @@ pub fn dag_from_choice<'a>(
     seeded: &Seeded,
     choose: impl Fn(Id) -> &'a ENode,
 ) -> Result<Dag, ChoiceError> {
-    let names = seeded.class_names(egraph);
+    // Names recorded by `canonicalize` are used as they are; a seeded graph that was never
+    // canonicalized gets them computed here.
+    let computed;
+    let names = if seeded.names.is_empty() && !seeded.node_classes.is_empty() {
+        computed = seeded.class_names(egraph);
+        &computed
+    } else {
+        &seeded.names
+    };
     let input_of: HashMap<Symbol, usize> = seeded
         .inputs
         .iter()
@@ -146,7 +159,7 @@ pub fn dag_from_choice<'a>(
     let mut builder = Builder {
         egraph,
         choose: &choose,
-        names: &names,
+        names,
         input_of: &input_of,
         values: HashMap::new(),
         nodes: Vec::new(),
