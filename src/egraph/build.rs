@@ -192,7 +192,7 @@ struct Builder<'g, 'a, F: Fn(Id) -> &'a ENode> {
     generated: usize,
 }
 
-impl<'a, F: Fn(Id) -> &'a ENode> Builder<'_, 'a, F> {
+impl<'g, 'a, F: Fn(Id) -> &'a ENode> Builder<'g, 'a, F> {
     /// Iterative post-order walk, so deep chains (10,000-node graphs) do not overflow the stack.
     fn value(&mut self, root: Id) -> Result<Value, ChoiceError> {
         let mut stack: Vec<(Id, bool)> = vec![(root, false)];
@@ -224,17 +224,25 @@ impl<'a, F: Fn(Id) -> &'a ENode> Builder<'_, 'a, F> {
         Ok(self.values[&self.egraph.find(root)].expect("built above"))
     }
 
+    /// The catalogue op of an op e-node in class `id`.
+    fn op(
+        &self,
+        id: Id,
+        name: Symbol,
+    ) -> Result<&'g std::sync::Arc<crate::rules::OpDef>, ChoiceError> {
+        self.egraph
+            .analysis
+            .catalogue
+            .get(name.as_str())
+            .ok_or(ChoiceError::NotATensor(id))
+    }
+
     fn tensor_children(&self, id: Id, node: &ENode) -> Result<Vec<Id>, ChoiceError> {
         match node {
             ENode::Input(_) => Ok(Vec::new()),
             ENode::Attr(_) => Err(ChoiceError::NotATensor(id)),
             ENode::Op(name, children) => {
-                let op = self
-                    .egraph
-                    .analysis
-                    .catalogue
-                    .get(name.as_str())
-                    .ok_or(ChoiceError::NotATensor(id))?;
+                let op = self.op(id, *name)?;
                 let (operands, _) =
                     split_children(op, children).ok_or(ChoiceError::NotATensor(id))?;
                 Ok(operands.to_vec())
@@ -255,13 +263,7 @@ impl<'a, F: Fn(Id) -> &'a ENode> Builder<'_, 'a, F> {
                 .ok_or(ChoiceError::NotATensor(id)),
             ENode::Attr(_) => Err(ChoiceError::NotATensor(id)),
             ENode::Op(name, children) => {
-                let op = self
-                    .egraph
-                    .analysis
-                    .catalogue
-                    .get(name.as_str())
-                    .ok_or(ChoiceError::NotATensor(id))?
-                    .clone();
+                let op = self.op(id, *name)?.clone();
                 let (_, attr_ids) =
                     split_children(&op, children).ok_or(ChoiceError::NotATensor(id))?;
                 let attrs = node_attrs(&op, attr_ids, |a| self.egraph[a].data.clone())

@@ -1081,15 +1081,7 @@ fn pick_dtype(rng: &mut ChaCha8Rng) -> DType {
     DType::F32
 }
 
-const ALL_DTYPES: [DType; 7] = [
-    DType::Bool,
-    DType::I32,
-    DType::I64,
-    DType::F16,
-    DType::BF16,
-    DType::F32,
-    DType::F64,
-];
+const ALL_DTYPES: [DType; 7] = DType::ALL;
 const FLOATS: [DType; 4] = [DType::F16, DType::BF16, DType::F32, DType::F64];
 
 fn dtype_for(class: Option<DtypeClass>, base: DType, rng: &mut ChaCha8Rng) -> DType {
