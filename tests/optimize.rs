@@ -432,3 +432,39 @@ fn every_example_optimizes_correctly() {
         }
     }
 }
+
+/// Hitting a limit is reported, and the best graph found so far is used: never an error.
+#[test]
+fn limits_stop_saturation_without_failing() {
+    let graph = fusebox::graph::synthetic::pointwise(400, 8, 8, 3);
+    let rules = rules();
+    let tight = Options {
+        limits: fusebox::saturate::Limits {
+            nodes: 450,
+            ..Default::default()
+        },
+        ..Options::default()
+    };
+    let out = optimize(&graph, &rules, &tight).unwrap();
+    assert_eq!(out.report.egraph.stop_reason, "node limit");
+    assert!(out.report.egraph.limited);
+    assert!(out.report.cost_after <= out.report.cost_unrewritten);
+    outputs_agree(&graph, &out.graph, 1).unwrap();
+
+    let no_time = Options {
+        limits: fusebox::saturate::Limits {
+            time: std::time::Duration::ZERO,
+            ..Default::default()
+        },
+        ..Options::default()
+    };
+    let out = optimize(&graph, &rules, &no_time).unwrap();
+    assert_eq!(out.report.egraph.stop_reason, "time limit");
+    assert_eq!(out.report.egraph.iterations, 0);
+    outputs_agree(&graph, &out.graph, 2).unwrap();
+
+    let generous = optimize(&graph, &rules, &Options::default()).unwrap();
+    assert_eq!(generous.report.egraph.stop_reason, "saturated", "{:?}", generous.report.egraph);
+    assert!(generous.report.egraph.nodes > 450, "the tight limit did bind");
+    assert!(!generous.report.egraph.limited);
+}

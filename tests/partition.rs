@@ -612,6 +612,233 @@ fn user_roles_change_the_kernels() {
     assert_close!(p.cost.total_us, 45.0);
 }
 
+// ---------------------------------------------------------------- sibling fusion
+
+/// The default rules with sibling fusion off: producer-consumer fusion only.
+fn without_siblings() -> FusionRules {
+    let mut fusion = FusionRules::defaults();
+    fusion.siblings = false;
+    fusion
+}
+
+/// Fusion rules with the default roles and the given budget.
+fn with_budget(max_kernel_args: usize) -> FusionRules {
+    FusionRules::load_str(
+        &format!(
+            "Fusion(kinds: {{Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never}}, max_kernel_args: {max_kernel_args})"
+        ),
+        "f.ron",
+        &Catalogue::defaults(),
+    )
+    .unwrap()
+}
+
+/// `a = x / x` and `b = exp(x)`: no edge between them, one input in common.
+const SIBLINGS: &str = r#"Graph(name: "siblings",
+    inputs: [Input(name: "x", dtype: "f32", shape: [1000])],
+    nodes: [Node(name: "a", op: "div", args: ["x", "x"]), Node(name: "b", op: "exp", args: ["x"])],
+    outputs: ["a", "b"])"#;
+
+#[test]
+fn siblings_over_one_input_fuse_and_read_it_once() {
+    let dag = dag(SIBLINGS);
+    let fusion = FusionRules::defaults();
+    assert!(fusion.siblings, "on by default");
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 1);
+    let k = &p.kernels[0];
+    assert_eq!(names(&dag, k), ["a", "b"]);
+    assert_eq!(k.kind, KernelKind::Fused);
+    assert_eq!(k.inputs, [Value::Input(0)], "x read once");
+    assert_eq!(k.outputs, [Value::Node(0), Value::Node(1)]);
+    // x read, a and b written: 12000 B = 12 us; (4 + 8) x 1000 flops = 12 us; one launch.
+    assert_eq!((k.cost.bytes, k.cost.flops), (12000, 12000));
+    assert_close!(p.cost.total_us, 34.0);
+    // Apart (and unfused): a 8 + 4 + 10 = 22 us, b 8 + 8 + 10 = 26 us.
+    assert_close!(partition::unfused(&dag, &toy()).cost.total_us, 48.0);
+}
+
+#[test]
+fn turning_siblings_off_restores_producer_consumer_fusion_only() {
+    let fusion = without_siblings();
+    let dag = dag(SIBLINGS);
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 2);
+    assert_close!(p.cost.total_us, 22.0 + 26.0);
+    // The same rules from the shipped fusion.ron with its `siblings` line switched off.
+    let shipped = include_str!("../rules/fusion.ron");
+    let off = shipped.replace("siblings: true,", "siblings: false,");
+    assert_ne!(off, shipped);
+    let from_file = FusionRules::load_str(&off, "fusion.ron", &Catalogue::defaults()).unwrap();
+    assert_eq!(from_file, fusion);
+    // Two independent chains stay two kernels.
+    let dag = independent_chains();
+    let p = partition::partition(&dag, &fusion, &toy());
+    assert_eq!(p.kernels.len(), 2);
+    assert_close!(p.cost.total_us, 27.0 + 27.0);
+}
+
+/// `b = neg(exp(x))` and `d = neg(exp(y))`: nothing in common but the shape.
+fn independent_chains() -> Dag {
+    dag(r#"Graph(name: "chains",
+        inputs: [Input(name: "x", dtype: "f32", shape: [1000]),
+                 Input(name: "y", dtype: "f32", shape: [1000])],
+        nodes: [Node(name: "a", op: "exp", args: ["x"]), Node(name: "b", op: "neg", args: ["a"]),
+                Node(name: "c", op: "exp", args: ["y"]), Node(name: "d", op: "neg", args: ["c"])],
+        outputs: ["b", "d"])"#)
+}
+
+#[test]
+fn independent_chains_over_one_domain_share_a_launch() {
+    let dag = independent_chains();
+    let fusion = FusionRules::defaults();
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 1);
+    let k = &p.kernels[0];
+    assert_eq!(names(&dag, k), ["a", "b", "c", "d"]);
+    assert_eq!(k.inputs, [Value::Input(0), Value::Input(1)]);
+    assert_eq!(k.outputs, [Value::Node(1), Value::Node(3)]);
+    // Apart, each chain: 8000 B = 8 us, 9000 flops = 9 us, 10 us: 27 us. Together the same
+    // bytes and flops (16 + 18 us) and one launch: 44 us.
+    assert_close!(p.cost.total_us, 44.0);
+}
+
+/// `a = exp(x)`, `t = transpose(a)`, `b = x + t`: a and b share x, but merging them would put
+/// the transpose copy both after and before the merged kernel.
+#[test]
+fn siblings_joined_through_an_alone_op_stay_apart() {
+    let dag = dag(r#"Graph(name: "cycle",
+        inputs: [Input(name: "x", dtype: "f32", shape: [64, 64])],
+        nodes: [Node(name: "a", op: "exp", args: ["x"]),
+                Node(name: "t", op: "transpose", args: ["a"]),
+                Node(name: "b", op: "add", args: ["x", "t"])],
+        outputs: ["b"])"#);
+    let fusion = FusionRules::defaults();
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    let groups: Vec<Vec<String>> = p.kernels.iter().map(|k| names(&dag, k)).collect();
+    assert_eq!(groups, [vec!["a"], vec!["t"], vec!["b"]]);
+    // x is 16384 B. a: 32768 B = 32.768 us + 4096 x 8 flops = 32.768 us + 10 us. t: 32768 B,
+    // no arithmetic, 10 us. b: x and t read, b written: 49.152 us + 4.096 us + 10 us.
+    assert_close!(
+        p.cost.total_us,
+        (32.768 + 32.768 + 10.0) + (32.768 + 10.0) + (49.152 + 4.096 + 10.0)
+    );
+    assert_close!(
+        p.cost.total_us,
+        partition::unfused(&dag, &toy()).cost.total_us
+    );
+    // The same through two copies, on the h200 profile: still three fused kernels' worth of
+    // separation (a, the copies, b).
+    let dag = self::dag(
+        r#"Graph(name: "cycle2",
+        inputs: [Input(name: "x", dtype: "f32", shape: [64, 64])],
+        nodes: [Node(name: "a", op: "exp", args: ["x"]),
+                Node(name: "t", op: "transpose", args: ["a"]),
+                Node(name: "u", op: "transpose", args: ["t"]),
+                Node(name: "b", op: "add", args: ["x", "u"])],
+        outputs: ["b"])"#,
+    );
+    let p = partition::partition(&dag, &fusion, &profile("h200"));
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 4);
+}
+
+/// A kernel ending in a reduction keeps its domain. Its sibling over the same domain joins it;
+/// a sibling over a larger domain (which the reduction's kernel would have to grow to) does
+/// not, although all three read x.
+#[test]
+fn a_reduction_kernel_takes_siblings_only_over_its_own_domain() {
+    let dag = dag(r#"Graph(name: "rs",
+        inputs: [Input(name: "x", dtype: "f32", shape: [100, 10]),
+                 Input(name: "z", dtype: "f32", shape: [5, 100, 10])],
+        nodes: [Node(name: "e", op: "exp", args: ["x"]),
+                Node(name: "s", op: "sum", args: ["e"], attrs: {"axes": [1]}),
+                Node(name: "n", op: "neg", args: ["x"]),
+                Node(name: "b", op: "add", args: ["x", "z"])],
+        outputs: ["s", "n", "b"])"#);
+    let fusion = FusionRules::defaults();
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 2);
+    let reduction = kernel_with(&dag, &p, "s");
+    assert_eq!(names(&dag, reduction), ["e", "s", "n"]);
+    assert_eq!(reduction.domain, [100, 10]);
+    assert_eq!(reduction.inputs, [Value::Input(0)]);
+    // {e, s} alone: 4000 + 400 B, 9000 flops, 23.4 us; n alone 8 + 1 + 10 = 19 us. Together:
+    // x read once, s and n written: 8400 B = 8.4 us, 10000 flops = 10 us, 10 us.
+    assert_close!(reduction.cost.total_us, 28.4);
+    let wide = kernel_with(&dag, &p, "b");
+    assert_eq!(names(&dag, wide), ["b"]);
+    assert_eq!(wide.domain, [5, 100, 10]);
+    // x 4000 B + z 20000 B read, b 20000 B written: 44 us; 5000 flops; 10 us.
+    assert_close!(wide.cost.total_us, 59.0);
+    assert_close!(p.cost.total_us, 28.4 + 59.0);
+}
+
+/// A sibling over a broadcast row is recomputed for every row of the merged kernel's domain:
+/// the cost model merges a cheap one and leaves an expensive one apart (as for producers).
+#[test]
+fn the_cost_model_decides_broadcast_siblings() {
+    let siblings = |op: &str| {
+        dag(&format!(
+            r#"Graph(name: "bs",
+            inputs: [Input(name: "s", dtype: "f32", shape: [1, 100]),
+                     Input(name: "x", dtype: "f32", shape: [100, 100])],
+            nodes: [Node(name: "a", op: "add", args: ["x", "s"]),
+                    Node(name: "b", op: "{op}", args: ["s"])],
+            outputs: ["a", "b"])"#
+        ))
+    };
+    let fusion = FusionRules::defaults();
+    // a alone: 40400 B read + 40000 B written = 80.4 us, 10000 flops = 10 us, 10 us: 100.4 us.
+    // exp(s) alone: 800 B, 800 flops, 10 us: 11.6 us; 112 us apart. Merged over [100, 100]:
+    // 80.8 us of memory and (1 + 8) x 10000 flops = 90 us: 180.8 us. Left apart.
+    let dag = siblings("exp");
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 2);
+    assert_close!(p.cost.total_us, 112.0);
+    // neg(s) alone: 0.8 + 0.1 + 10 = 10.9 us; 111.3 us apart. Merged: 80.8 + 20 + 10 = 110.8 us.
+    let dag = siblings("neg");
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 1);
+    assert_eq!(p.kernels[0].domain, [100, 100]);
+    assert_eq!(p.kernels[0].cost.flops, 20000, "neg recomputed per element");
+    assert_close!(p.cost.total_us, 110.8);
+}
+
+/// Six siblings of x under a budget of 4 arguments: x plus three outputs fill a kernel.
+#[test]
+fn sibling_fusion_respects_the_argument_budget() {
+    let dag = dag(r#"Graph(name: "six",
+        inputs: [Input(name: "x", dtype: "f32", shape: [1000])],
+        nodes: [Node(name: "n1", op: "neg", args: ["x"]), Node(name: "n2", op: "exp", args: ["x"]),
+                Node(name: "n3", op: "tanh", args: ["x"]), Node(name: "n4", op: "mul", args: ["x", "x"]),
+                Node(name: "n5", op: "add", args: ["x", "x"]), Node(name: "n6", op: "div", args: ["x", "x"])],
+        outputs: ["n1", "n2", "n3", "n4", "n5", "n6"])"#);
+    let fusion = with_budget(4);
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    let groups: Vec<Vec<String>> = p.kernels.iter().map(|k| names(&dag, k)).collect();
+    assert_eq!(groups, [vec!["n1", "n2", "n3"], vec!["n4", "n5", "n6"]]);
+    for k in &p.kernels {
+        assert_eq!(k.inputs.len() + k.outputs.len(), 4);
+    }
+    // Each kernel reads x and writes three values: 16000 B = 16 us, plus a launch; arithmetic
+    // (1 + 8 + 6) x 1000 and (1 + 1 + 4) x 1000 flops.
+    assert_close!(p.kernels[0].cost.total_us, 16.0 + 15.0 + 10.0);
+    assert_close!(p.kernels[1].cost.total_us, 16.0 + 6.0 + 10.0);
+    // The default budget takes all six: 28000 B, 21000 flops, one launch.
+    let p = partition::partition(&dag, &FusionRules::defaults(), &toy());
+    assert_eq!(p.kernels.len(), 1);
+    assert_close!(p.cost.total_us, 28.0 + 21.0 + 10.0);
+}
+
 // ---------------------------------------------------------------- every example, and scale
 
 #[test]
@@ -694,21 +921,29 @@ fn ten_thousand_node_dag() {
         let p = partition::partition(&dag, &fusion, &profile);
         let elapsed = start.elapsed();
         let before = partition::unfused(&dag, &profile);
+        let mut off = fusion.clone();
+        off.siblings = false;
+        let producer_consumer = partition::partition(&dag, &off, &profile);
         eprintln!(
-            "{prof}: 10,000 nodes -> {} kernels in {elapsed:?}; {:.1} us -> {:.1} us",
+            "{prof}: 10,000 nodes -> {} kernels in {elapsed:?} ({} without siblings); \
+             {:.1} us -> {:.1} us ({:.1} us without siblings)",
             p.kernels.len(),
+            producer_consumer.kernels.len(),
             before.cost.total_us,
-            p.cost.total_us
+            p.cost.total_us,
+            producer_consumer.cost.total_us
         );
         check_invariants(&dag, &p, &fusion);
         assert!(p.cost.total_us <= before.cost.total_us);
+        assert!(p.cost.total_us <= producer_consumer.cost.total_us);
         assert!(p.kernels.len() < before.kernels.len() / 2);
     }
 }
 
 /// Hundreds of small random dags with every role in play (transposes run alone, row sums end
 /// kernels, rows broadcast into squares, literals), several outputs, three profiles and a
-/// tight argument budget: every invariant holds and fusing never costs more than not fusing.
+/// tight argument budget: every invariant holds, fusing never costs more than not fusing, and
+/// sibling fusion never costs more than producer-consumer fusion alone.
 #[test]
 fn random_small_dags_keep_every_invariant() {
     let tight = FusionRules::load_str(
@@ -775,6 +1010,19 @@ fn random_small_dags_keep_every_invariant() {
                     fused.cost.total_us,
                     before.cost.total_us
                 );
+                // Sibling fusion only merges after producer-consumer fusion, and only when
+                // that is cheaper; and the result does not depend on hash order.
+                let mut off = fusion.clone();
+                off.siblings = false;
+                let producer_consumer = partition::partition(&dag, &off, profile);
+                check_invariants(&dag, &producer_consumer, &off);
+                assert!(
+                    fused.cost.total_us <= producer_consumer.cost.total_us * (1.0 + 1e-12),
+                    "case {case} on {}: siblings made it worse",
+                    profile.name
+                );
+                assert!(fused.kernels.len() <= producer_consumer.kernels.len());
+                assert_eq!(fused, partition::partition(&dag, fusion, profile));
             }
         }
     }
@@ -873,55 +1121,4 @@ fn rule_directory_loads_fusion_and_cost() {
         format!("{shown}:2:9: unknown op `mien` (did you mean `mine`?)")
     );
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-#[test]
-#[ignore]
-fn zz_figures() {
-    let fusion = FusionRules::defaults();
-    let mut names: Vec<String> =
-        std::fs::read_dir(format!("{}/examples", env!("CARGO_MANIFEST_DIR")))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "ron"))
-            .map(|p| p.file_stem().unwrap().to_string_lossy().to_string())
-            .collect();
-    names.sort();
-    for name in names {
-        let dag = example(&name);
-        for prof in ["cpu", "h200"] {
-            let pr = profile(prof);
-            let p = partition::partition(&dag, &fusion, &pr);
-            let u = partition::unfused(&dag, &pr);
-            eprintln!(
-                "FIG {name:20} {prof:5} unfused {:3} k {:12.3} us | fused {:3} k {:12.3} us",
-                u.kernels.len(),
-                u.cost.total_us,
-                p.kernels.len(),
-                p.cost.total_us
-            );
-        }
-    }
-    let g = fusebox::graph::synthetic::pointwise(10_000, 256, 256, 1);
-    let dag = Dag::from_graph(&g, &Catalogue::defaults()).unwrap();
-    for prof in ["cpu", "h200"] {
-        let pr = profile(prof);
-        let mut best = std::time::Duration::MAX;
-        let mut p = None;
-        for _ in 0..5 {
-            let t = std::time::Instant::now();
-            p = Some(partition::partition(&dag, &fusion, &pr));
-            best = best.min(t.elapsed());
-        }
-        let p = p.unwrap();
-        let u = partition::unfused(&dag, &pr);
-        eprintln!(
-            "FIG synthetic {prof}: unfused {} k {:.1} us | fused {} k {:.1} us in {:?}",
-            u.kernels.len(),
-            u.cost.total_us,
-            p.kernels.len(),
-            p.cost.total_us,
-            best
-        );
-    }
 }

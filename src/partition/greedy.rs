@@ -20,12 +20,17 @@
 //! only visits kernels ranked no higher than the highest-ranked member or producer, since
 //! nothing ranked above them can reach them. The kernels it visits are then moved after the merged
 //! kernel, which keeps the ranks topological; the final kernel order is the rank order.
+//!
+//! Once every node is placed, the sibling pass (`greedy/siblings.rs`) merges pairs of independent
+//! kernels when that is cheaper still, with the same domain, budget and convexity checks.
 
 use super::{Facts, KernelKind, Partition, kind_of, price};
 use crate::dag::{Dag, Value};
 use crate::rules::{FusionRules, Profile, Role};
 use crate::shape::{Shape, broadcast, broadcasts_to, numel};
 use std::collections::{BTreeMap, HashMap, HashSet};
+
+mod siblings;
 
 /// Rank spacing: room to insert kernels between two ranks without renumbering.
 const GAP: u64 = 1 << 24;
@@ -91,6 +96,8 @@ struct Builder<'a> {
     facts: Facts<'a>,
     profile: &'a Profile,
     max_args: usize,
+    /// Whether the sibling pass runs (`siblings` in fusion.ron).
+    siblings: bool,
     role: Vec<Role>,
     /// Each assigned node's kernel, always canonical.
     group_of: Vec<u32>,
@@ -123,6 +130,7 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
         dag,
         profile,
         max_args: fusion.max_kernel_args,
+        siblings: fusion.siblings,
         role: dag.nodes.iter().map(|node| fusion.role(&node.op)).collect(),
         group_of: vec![u32::MAX; n],
         parent: Vec::new(),
@@ -142,6 +150,9 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
         if !b.facts.literal[node] {
             b.place(node);
         }
+    }
+    if b.siblings {
+        b.fuse_siblings();
     }
     b.finish()
 }
@@ -404,7 +415,7 @@ impl Builder<'_> {
             .map(|&g| self.group(g).rank)
             .max()
             .expect("a plan has members");
-        let moved = self.between(members, top_rank, epoch)?;
+        let moved = self.between(members, top_rank, epoch, true, usize::MAX)?;
 
         let per_element: f64 = members
             .iter()
@@ -441,15 +452,27 @@ impl Builder<'_> {
     /// The kernels reachable from the members through edges leaving them and ranked at most
     /// `top_rank`; `None` if one of them reaches back into a member or into an outside
     /// producer of the node (the merge would not be convex). Members and outside producers
-    /// are marked with `epoch`.
-    fn between(&mut self, members: &[u32], top_rank: u64, epoch: u32) -> Option<Vec<u32>> {
+    /// are marked with `epoch`. An edge from one member straight to another becomes internal
+    /// when `direct_ok`, and is refused otherwise (siblings must be independent). `None` too
+    /// when more than `limit` kernels are found: the caller gives up rather than search far.
+    fn between(
+        &mut self,
+        members: &[u32],
+        top_rank: u64,
+        epoch: u32,
+        direct_ok: bool,
+        limit: usize,
+    ) -> Option<Vec<u32>> {
         let mut stack: Vec<u32> = Vec::new();
         let mut found: Vec<u32> = Vec::new();
         for &m in members {
             for &k in self.groups[m as usize].succ.keys() {
                 let c = find(&self.parent, k);
                 if self.member_mark[c as usize] == epoch {
-                    continue;
+                    if direct_ok {
+                        continue;
+                    }
+                    return None;
                 }
                 if self.outside_mark[c as usize] == epoch {
                     return None;
@@ -474,6 +497,9 @@ impl Builder<'_> {
                     stack.push(c);
                     found.push(c);
                 }
+            }
+            if found.len() > limit {
+                return None;
             }
         }
         Some(found)
@@ -571,26 +597,11 @@ impl Builder<'_> {
 
     /// Carries out a plan: the members become one kernel with `n` in it.
     fn merge(&mut self, n: usize, plan: Plan) {
-        let survivor = *plan
-            .members
-            .iter()
-            .max_by_key(|&&m| (self.group(m).nodes.len(), std::cmp::Reverse(m)))
-            .expect("a plan has members");
+        let survivor = self.survivor(&plan.members);
         self.rerank(&plan, survivor);
         for &o in &plan.members {
-            if o == survivor {
-                continue;
-            }
-            let absorbed = std::mem::take(&mut self.groups[o as usize]);
-            for &node in &absorbed.nodes {
-                self.group_of[node] = survivor;
-            }
-            self.parent[o as usize] = survivor;
-            let s = &mut self.groups[survivor as usize];
-            s.nodes.extend(absorbed.nodes);
-            s.inputs.extend(absorbed.inputs);
-            for (k, producers) in absorbed.succ {
-                s.succ.entry(k).or_default().extend(producers);
+            if o != survivor {
+                self.absorb(survivor, o);
             }
         }
         let internal: Vec<u32> = self
@@ -643,6 +654,31 @@ impl Builder<'_> {
                 .entry(survivor)
                 .or_default()
                 .push(p);
+        }
+    }
+
+    /// The member of a merge that survives it: the one with the most nodes (so union-find
+    /// chains stay logarithmic), the lowest id on a tie.
+    fn survivor(&self, members: &[u32]) -> u32 {
+        *members
+            .iter()
+            .max_by_key(|&&m| (self.group(m).nodes.len(), std::cmp::Reverse(m)))
+            .expect("a plan has members")
+    }
+
+    /// Moves kernel `o`'s nodes, inputs and outgoing edges into `survivor`; `o` is merged away.
+    /// The survivor's statistics are the caller's to set.
+    fn absorb(&mut self, survivor: u32, o: u32) {
+        let absorbed = std::mem::take(&mut self.groups[o as usize]);
+        for &node in &absorbed.nodes {
+            self.group_of[node] = survivor;
+        }
+        self.parent[o as usize] = survivor;
+        let s = &mut self.groups[survivor as usize];
+        s.nodes.extend(absorbed.nodes);
+        s.inputs.extend(absorbed.inputs);
+        for (k, producers) in absorbed.succ {
+            s.succ.entry(k).or_default().extend(producers);
         }
     }
 

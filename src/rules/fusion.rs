@@ -67,13 +67,18 @@ fn kind_index(kind: OpKind) -> usize {
     }
 }
 
-/// The fusion rules: a role per op kind, per-op overrides, and the kernel argument budget.
+/// The fusion rules: a role per op kind, per-op overrides, the kernel argument budget, and
+/// whether independent kernels may share a launch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FusionRules {
     kinds: [Role; 4],
     ops: BTreeMap<String, Role>,
     /// At most this many kernel inputs + outputs (literals are not arguments).
     pub max_kernel_args: usize,
+    /// Sibling (horizontal) fusion: two fusable kernels with no path between them may become
+    /// one multi-output kernel, which reads their shared inputs once and launches once. Off,
+    /// a node only ever joins the kernels of its producers.
+    pub siblings: bool,
 }
 
 /// `fusion.ron` as written.
@@ -84,6 +89,14 @@ struct FusionSpec {
     #[serde(default)]
     ops: BTreeMap<String, Role>,
     max_kernel_args: usize,
+    /// On unless the file says otherwise: files written before the setting existed keep
+    /// loading, and get the cheaper partitions.
+    #[serde(default = "yes")]
+    siblings: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for FusionRules {
@@ -153,6 +166,7 @@ impl FusionRules {
             kinds,
             ops: spec.ops.clone(),
             max_kernel_args: spec.max_kernel_args,
+            siblings: spec.siblings,
         })
     }
 
@@ -194,6 +208,30 @@ mod tests {
         assert_eq!(role("sum_to_size"), Role::End);
         assert_eq!(role("matmul"), Role::Never);
         assert_eq!(rules.max_kernel_args, 64);
+        assert!(rules.siblings);
+    }
+
+    /// `siblings` is optional (on by default), can be turned off, and a value of the wrong
+    /// type is an error at its position.
+    #[test]
+    fn siblings_setting() {
+        let kinds = "kinds: {Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never}";
+        let rules = load(&format!("Fusion({kinds}, max_kernel_args: 8)")).unwrap();
+        assert!(rules.siblings);
+        let rules = load(&format!(
+            "Fusion({kinds}, max_kernel_args: 8, siblings: false)"
+        ))
+        .unwrap();
+        assert!(!rules.siblings);
+        let err = load(&format!(
+            "Fusion({kinds},\n  max_kernel_args: 8,\n  siblings: \"no\")"
+        ))
+        .unwrap_err();
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with("f.ron:3:") && shown.contains("boolean"),
+            "{shown}"
+        );
     }
 
     fn load(text: &str) -> Result<FusionRules> {

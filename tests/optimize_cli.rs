@@ -1,0 +1,119 @@
+//! `fusebox optimize` from the command line: the JSON report's keys, the emitted graph and
+//! drawing, and errors for bad options.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn fusebox(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("fusebox runs")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fusebox-optimize-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn json_report_has_every_key_the_issue_names() {
+    let out = fusebox(&["optimize", "examples/lstm_cell_backward.ron", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    for key in [
+        "kernels_before",
+        "kernels_after",
+        "casts_before",
+        "casts_after",
+        "bytes_before",
+        "bytes_after",
+        "cost_before",
+        "cost_after",
+        "egraph",
+        "rules",
+    ] {
+        assert!(report.get(key).is_some(), "missing {key}");
+    }
+    for key in ["nodes", "classes", "iterations", "stop_reason", "time_ms"] {
+        assert!(report["egraph"].get(key).is_some(), "missing egraph.{key}");
+    }
+    // 25 ops, none opaque, one const literal excluded: one kernel per op before.
+    assert_eq!(report["kernels_before"], 25);
+    assert!(report["kernels_after"].as_u64().unwrap() < 25);
+    assert!(report["cost_after"].as_f64().unwrap() < report["cost_before"].as_f64().unwrap());
+    assert!(report["rules"]["sum-concat-4"].as_u64().unwrap() >= 1);
+    assert_eq!(report["egraph"]["stop_reason"], "saturated");
+}
+
+#[test]
+fn emitted_graph_loads_and_computes_the_same_outputs() {
+    let path = scratch("lstm_backward_opt.ron");
+    let out = fusebox(&[
+        "optimize",
+        "examples/lstm_cell_backward.ron",
+        "--emit",
+        "ron",
+        "--out",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let catalogue = fusebox::rules::Catalogue::defaults();
+    let (before, _) = fusebox::graph::file::load(
+        std::path::Path::new("examples/lstm_cell_backward.ron"),
+        &catalogue,
+    )
+    .unwrap();
+    let (after, _) = fusebox::graph::file::load(&path, &catalogue).unwrap();
+    assert_eq!(after.outputs, before.outputs, "outputs keep their names");
+    let inputs = fusebox::eval::random_inputs(&before, 5);
+    let a = fusebox::eval::evaluate(&before, &catalogue, &inputs).unwrap();
+    let b = fusebox::eval::evaluate(&after, &catalogue, &inputs).unwrap();
+    for name in &before.outputs {
+        let (x, y) = (a[name].values(), b[name].values());
+        let scale = x.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        for (u, v) in x.iter().zip(&y) {
+            assert!((u - v).abs() <= 1e-5 * (u.abs() + scale), "{name}: {u} vs {v}");
+        }
+    }
+}
+
+#[test]
+fn emitted_dot_draws_one_cluster_per_kernel() {
+    let path = scratch("lstm_backward.dot");
+    let out = fusebox(&[
+        "optimize",
+        "examples/lstm_cell_backward.ron",
+        "--emit",
+        "dot",
+        "--out",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dot = std::fs::read_to_string(&path).unwrap();
+    assert!(dot.starts_with("digraph \"lstm_cell_backward\" {"));
+    let json = fusebox(&["optimize", "examples/lstm_cell_backward.ron", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let kernels = report["kernels"].as_array().unwrap().len();
+    assert_eq!(dot.matches("subgraph \"cluster_").count(), kernels);
+    assert!(dot.contains("\"in:grad_hy\" -> "), "inputs are drawn with their edges");
+    assert!(dot.trim_end().ends_with('}'));
+}
+
+#[test]
+fn bad_options_are_clear_errors() {
+    let out = fusebox(&["optimize", "examples/lstm_cell.ron", "--profile", "h100"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("h100"), "{err}");
+    assert!(err.contains("h200"), "suggests the profile that exists: {err}");
+
+    let out = fusebox(&["optimize", "examples/lstm_cell.ron", "--emit", "dot"]);
+    assert!(!out.status.success(), "--emit needs --out");
+
+    let out = fusebox(&["optimize", "examples/no_such_graph.ron"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no_such_graph.ron"));
+}
