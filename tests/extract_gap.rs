@@ -444,8 +444,8 @@ fn greedy_is_close_to_exact_under_the_partition_cost() {
         // added a shared `neg(x)` and compensating negations (four coordinated switches) to
         // halve the launches. Sibling fusion now merges such kernels directly.
         assert!(gaps.mean < 0.03, "{}: mean gap {}", profile.name, gaps.mean);
-        assert!(gaps.max < 2.0, "{}: max gap {}", profile.name, gaps.max);
-        assert!(gaps.worse <= 9, "{}: worse on {}", profile.name, gaps.worse);
+        assert!(gaps.max < 0.5, "{}: max gap {}", profile.name, gaps.max);
+        assert!(gaps.worse <= 6, "{}: worse on {}", profile.name, gaps.worse);
         assert!(
             gaps.bottom_up_mean < 0.3,
             "{}: bottom-up mean gap {}",

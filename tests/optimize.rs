@@ -464,7 +464,14 @@ fn limits_stop_saturation_without_failing() {
     outputs_agree(&graph, &out.graph, 2).unwrap();
 
     let generous = optimize(&graph, &rules, &Options::default()).unwrap();
-    assert_eq!(generous.report.egraph.stop_reason, "saturated", "{:?}", generous.report.egraph);
-    assert!(generous.report.egraph.nodes > 450, "the tight limit did bind");
+    assert_eq!(
+        generous.report.egraph.stop_reason, "saturated",
+        "{:?}",
+        generous.report.egraph
+    );
+    assert!(
+        generous.report.egraph.nodes > 450,
+        "the tight limit did bind"
+    );
     assert!(!generous.report.egraph.limited);
 }

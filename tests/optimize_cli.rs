@@ -21,7 +21,11 @@ fn scratch(name: &str) -> PathBuf {
 #[test]
 fn json_report_has_every_key_the_issue_names() {
     let out = fusebox(&["optimize", "examples/lstm_cell_backward.ron", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     for key in [
         "kernels_before",
@@ -59,7 +63,11 @@ fn emitted_graph_loads_and_computes_the_same_outputs() {
         "--out",
         path.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let catalogue = fusebox::rules::Catalogue::defaults();
     let (before, _) = fusebox::graph::file::load(
         std::path::Path::new("examples/lstm_cell_backward.ron"),
@@ -75,7 +83,10 @@ fn emitted_graph_loads_and_computes_the_same_outputs() {
         let (x, y) = (a[name].values(), b[name].values());
         let scale = x.iter().fold(0.0f64, |m, v| m.max(v.abs()));
         for (u, v) in x.iter().zip(&y) {
-            assert!((u - v).abs() <= 1e-5 * (u.abs() + scale), "{name}: {u} vs {v}");
+            assert!(
+                (u - v).abs() <= 1e-5 * (u.abs() + scale),
+                "{name}: {u} vs {v}"
+            );
         }
     }
 }
@@ -91,14 +102,21 @@ fn emitted_dot_draws_one_cluster_per_kernel() {
         "--out",
         path.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let dot = std::fs::read_to_string(&path).unwrap();
     assert!(dot.starts_with("digraph \"lstm_cell_backward\" {"));
     let json = fusebox(&["optimize", "examples/lstm_cell_backward.ron", "--json"]);
     let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     let kernels = report["kernels"].as_array().unwrap().len();
     assert_eq!(dot.matches("subgraph \"cluster_").count(), kernels);
-    assert!(dot.contains("\"in:grad_hy\" -> "), "inputs are drawn with their edges");
+    assert!(
+        dot.contains("\"in:grad_hy\" -> "),
+        "inputs are drawn with their edges"
+    );
     assert!(dot.trim_end().ends_with('}'));
 }
 
@@ -108,7 +126,10 @@ fn bad_options_are_clear_errors() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("h100"), "{err}");
-    assert!(err.contains("h200"), "suggests the profile that exists: {err}");
+    assert!(
+        err.contains("h200"),
+        "suggests the profile that exists: {err}"
+    );
 
     let out = fusebox(&["optimize", "examples/lstm_cell.ron", "--emit", "dot"]);
     assert!(!out.status.success(), "--emit needs --out");
