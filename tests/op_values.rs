@@ -1845,3 +1845,17 @@ Graph(
     assert_close("mean", &out["m"].values(), &[m0, m1], 1e-6);
     assert_exact(&out["c"], F32, &[2, 3], &[-1.0, -0.5, 0.0, 0.5, 1.0, 1.5]);
 }
+
+/// Reducing an empty tensor whose other axis is huge answers directly: summing axis by axis
+/// would first build a partial sum with 2^32 elements (found by the loader fuzzer).
+#[test]
+fn reductions_of_empty_tensors_with_huge_axes_do_not_allocate_them() {
+    let huge = 1usize << 32;
+    let x = tensor(F32, &[huge, 0], &[]);
+    let s = apply("sum", &[("axes", ints(&[0, 1]))], std::slice::from_ref(&x));
+    assert_exact(&s, F32, &[], &[0.0]);
+    let m = apply("mean", &[("axes", ints(&[0, 1]))], std::slice::from_ref(&x));
+    assert!(m.values()[0].is_nan(), "mean of nothing is NaN");
+    let t = apply("sum_to_size", &[("shape", ints(&[1, 0]))], &[x]);
+    assert_exact(&t, F32, &[1, 0], &[]);
+}

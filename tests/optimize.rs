@@ -226,7 +226,7 @@ fn build(dims: (usize, usize), input_specs: &[(usize, usize)], steps: &[Step]) -
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     /// On random graphs (broadcasting, [N,1] shapes, size-1 and size-0 dims, f16/bf16, casts,
     /// where, reductions), optimize never fails, never reports a modeled cost above the

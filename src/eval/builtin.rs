@@ -69,6 +69,18 @@ fn reduce(x: &ArrayD<f64>, builtin: Builtin, axes: &[usize], keepdim: bool) -> A
     // partial sums and other axes one slice at a time, so without this the same values could
     // sum differently (catastrophic cancellation, last bits) depending on how the operand
     // happens to be stored (a concat along axis 1 is not row-major).
+    if x.is_empty() {
+        // Summing axis by axis would build intermediates as large as the other axes (a
+        // [2^32, 0] input has a [2^32] partial sum): answer directly. Mean of nothing is NaN;
+        // reduce_max of nothing only reaches here with an empty result.
+        let fill = match builtin {
+            Builtin::Mean => f64::NAN,
+            Builtin::ReduceMax => f64::NEG_INFINITY,
+            _ => 0.0,
+        };
+        let shape = crate::shape::reduced_shape(x.shape(), axes, keepdim);
+        return ArrayD::from_elem(IxDyn(&shape), fill);
+    }
     let mut acc = x.as_standard_layout().into_owned();
     // Highest axis first, so the remaining axis numbers stay valid.
     for &axis in axes.iter().rev() {
@@ -100,6 +112,10 @@ fn reduce(x: &ArrayD<f64>, builtin: Builtin, axes: &[usize], keepdim: bool) -> A
 
 fn sum_to_size(x: &ArrayD<f64>, target: &[usize]) -> Result<ArrayD<f64>, String> {
     let lead = x.ndim() - target.len();
+    if x.is_empty() {
+        // As in `reduce`: no partial sums as large as the other axes of an empty input.
+        return Ok(ArrayD::zeros(IxDyn(target)));
+    }
     // Standard layout, so the summation order depends on the shape only (see `reduce`).
     let mut acc = x.as_standard_layout().into_owned();
     for axis in (0..x.ndim()).rev() {
