@@ -62,6 +62,10 @@ pub enum Command {
         /// Print the report as one JSON object.
         #[arg(long)]
         json: bool,
+        /// Leave out rewrite rules marked finite_only, so Inf and NaN propagate exactly as in
+        /// the input graph.
+        #[arg(long)]
+        strict_ieee: bool,
         /// Write the optimized graph (ron) or a drawing of its kernels (dot) to --out.
         #[arg(long, value_enum, requires = "out")]
         emit: Option<Emit>,
@@ -138,12 +142,14 @@ pub fn run(cli: Cli) -> Result<String> {
             json,
             emit,
             out,
+            strict_ieee,
         } => {
             let rules = RuleSet::load(rules.as_deref())?;
             let (graph, _) = graph::file::load(&graph, &rules.ops)?;
             let options = crate::optimize::Options {
                 profile,
                 progress: true,
+                strict_ieee,
                 ..Default::default()
             };
             let optimized = crate::optimize::optimize(&graph, &rules, &options)?;

@@ -31,6 +31,9 @@ pub struct Options {
     /// Apply the rewrite rules; without them the input graph is only partitioned, which is what
     /// the report's `cost_unrewritten` measures.
     pub rewrite: bool,
+    /// Leave out the rules marked `finite_only` (exact in real arithmetic but not under IEEE
+    /// infinities and NaN), so every rewrite preserves Inf and NaN exactly.
+    pub strict_ieee: bool,
 }
 
 impl Default for Options {
@@ -41,6 +44,7 @@ impl Default for Options {
             extract: ExtractOptions::default(),
             progress: false,
             rewrite: true,
+            strict_ieee: false,
         }
     }
 }
@@ -152,13 +156,14 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
     let mut egraph = egraph::new_egraph(&input, &rules.ops);
     let mut seeded = egraph::seed(&mut egraph, &input);
     egraph.rebuild();
-    let active: &[crate::rewrite::Rule] = if options.rewrite {
-        &rules.rewrites
-    } else {
-        &[]
-    };
+    let active: Vec<crate::rewrite::Rule> = rules
+        .rewrites
+        .iter()
+        .filter(|r| options.rewrite && !(options.strict_ieee && r.finite_only))
+        .cloned()
+        .collect();
     let (egraph, saturation) =
-        saturate::saturate(egraph, active, &options.limits, options.progress)?;
+        saturate::saturate(egraph, &active, &options.limits, options.progress)?;
     seeded.canonicalize(&egraph);
 
     let extract_start = Instant::now();

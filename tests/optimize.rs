@@ -475,3 +475,45 @@ fn limits_stop_saturation_without_failing() {
     );
     assert!(!generous.report.egraph.limited);
 }
+
+/// `strict_ieee` leaves out the finite_only rules: with an infinite factor the linearity law
+/// `sum(t) * b = sum(t * b)` breaks (0 · inf is NaN), and strict optimization keeps the input's
+/// form, so Inf and NaN come out exactly as the input graph computes them.
+#[test]
+fn strict_ieee_keeps_infinities_exact() {
+    let graph = parse(
+        r#"Graph(name: "bias_grad", inputs: [Input(name: "g", dtype: "f32", shape: [16, 65536]),
+                                            Input(name: "b", dtype: "f32", shape: [65536])],
+          nodes: [Node(name: "t", op: "tanh", args: ["g"]),
+                  Node(name: "s", op: "sum_to_size", args: ["t"], attrs: {"shape": [65536]}),
+                  Node(name: "out", op: "mul", args: ["s", "b"])],
+          outputs: ["out"])"#,
+    );
+    let strict = Options {
+        strict_ieee: true,
+        ..Options::default()
+    };
+    let out = optimize(&graph, &rules(), &strict).unwrap();
+    assert!(!out.report.rules.contains_key("sum-to-size-mul-right"));
+    assert_eq!(
+        out.report.kernels_after, 2,
+        "the mul stays after the reduction"
+    );
+
+    // g = 0 in column 0 (tanh 0 = 0, so the column sums to 0) and b = inf there: the input
+    // computes 0 · inf = NaN; a strict result must too.
+    let mut inputs = eval::random_inputs(&graph, 4);
+    let mut g = inputs["g"].clone();
+    for row in 0..16 {
+        g.data[[row, 0]] = 0.0;
+    }
+    let mut b = inputs["b"].clone();
+    b.data[[0]] = f64::INFINITY;
+    inputs.insert("g".into(), g);
+    inputs.insert("b".into(), b);
+    let catalogue = rules().ops;
+    let before = eval::evaluate(&graph, &catalogue, &inputs).unwrap();
+    let after = eval::evaluate(&out.graph, &catalogue, &inputs).unwrap();
+    assert!(before["out"].values()[0].is_nan());
+    assert!(after["out"].values()[0].is_nan());
+}
