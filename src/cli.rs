@@ -29,7 +29,7 @@ pub enum Command {
         #[arg(long)]
         rules: Option<PathBuf>,
     },
-    /// Evaluate a graph and write each output to DIR/<output>.npy.
+    /// Evaluate a graph and write each output to `DIR/<output>.npy`.
     Run {
         graph: PathBuf,
         #[arg(long, value_enum)]

@@ -12,7 +12,7 @@
 //! documents `ron` has already accepted, so it never reports errors itself;
 //! on malformed input it makes a best effort, and it is written so that it can
 //! neither panic nor loop forever (every loop iteration consumes input or
-//! exits) nor overflow the stack (nesting deeper than [`MAX_DEPTH`] is skipped
+//! exits) nor overflow the stack (nesting deeper than `MAX_DEPTH` is skipped
 //! iteratively instead of recursively).
 
 use std::fmt;

@@ -19,7 +19,7 @@ use crate::attr::{AttrValue, Attrs};
 use crate::dtype::DType;
 
 /// Accumulates inputs and nodes in order; [`GraphBuilder::finish`] yields the graph, which
-/// [`check`](super::check) then validates.
+/// [`check`](fn@super::check) then validates.
 #[derive(Debug, Clone)]
 pub struct GraphBuilder {
     graph: Graph,

@@ -1,9 +1,9 @@
 //! The tensor graph: named inputs with static shapes, nodes applying catalogue ops to earlier
 //! values, and named outputs.
 //!
-//! A graph is plain data. [`check`](check::check) validates it against a [`Catalogue`] and infers
-//! every value's dtype and shape; [`file`] reads and writes the RON graph format; [`builder`]
-//! builds graphs from Rust.
+//! A graph is plain data. [`check`](check::check) validates it against a
+//! [`Catalogue`](crate::rules::Catalogue) and infers every value's dtype and shape;
+//! [`file`](mod@file) reads and writes the RON graph format; [`builder`] builds graphs from Rust.
 
 pub mod builder;
 pub mod check;

@@ -26,7 +26,7 @@
 //! 4. **Comparison.** Same dtype and shape (else the rule is not type-preserving; an ill-typed
 //!    right-hand side under satisfied conditions counts too), NaN in the same places, infinities
 //!    equal, finite values equal within a tolerance that scales with the magnitudes involved, and
-//!    the sign of an exact zero preserved. See [`Comparison`] for the tolerance and why.
+//!    the sign of an exact zero preserved. See `Comparison` (in the source) for the tolerance and why.
 //!
 //! A failure is then made readable: among the first few failing instances the smallest is kept,
 //! and its input elements are replaced one by one with simple values (0, 1, −1, 2, ½) as long as
