@@ -126,8 +126,12 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
             new_values.join(", ")
         );
     }
+    let writes = written_because(optimized);
     let _ = writeln!(out);
-    let _ = writeln!(out, "kernels:");
+    let _ = writeln!(
+        out,
+        "kernels (a value is written because it is a graph output or read by a later kernel):"
+    );
     for (i, k) in r.kernels.iter().enumerate() {
         let _ = writeln!(
             out,
@@ -140,10 +144,58 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
             micros(k.cost_us)
         );
         let _ = writeln!(out, "     reads  {}", list(&k.inputs));
-        let _ = writeln!(out, "     writes {}", list(&k.outputs));
+        let _ = writeln!(out, "     writes {}", list(&writes[i]));
         let _ = writeln!(out, "     ops    {}", list(&k.ops));
     }
     out
+}
+
+/// Each kernel's outputs, each with why it leaves the kernel: `name (output)` for a graph
+/// output, `name (-> #2, #3)` for a value later kernels read.
+fn written_because(optimized: &Optimized) -> Vec<Vec<String>> {
+    let dag = &optimized.dag;
+    let kernel_of = optimized.partition.kernel_of(dag.nodes.len());
+    let users = dag.users();
+    let outputs = dag.output_mask();
+    optimized
+        .partition
+        .kernels
+        .iter()
+        .enumerate()
+        .map(|(k, kernel)| {
+            kernel
+                .outputs
+                .iter()
+                .map(|&v| {
+                    let name = dag.value_name(v).to_string();
+                    let Value::Node(n) = v else {
+                        return name;
+                    };
+                    let mut readers: Vec<usize> = users[n]
+                        .iter()
+                        .filter_map(|&u| kernel_of[u])
+                        .filter(|&r| r != k)
+                        .collect();
+                    readers.sort_unstable();
+                    readers.dedup();
+                    let mut why: Vec<String> = Vec::new();
+                    if outputs[n] {
+                        why.push("output".into());
+                    }
+                    if !readers.is_empty() {
+                        let to: Vec<String> =
+                            readers.iter().map(|r| format!("#{}", r + 1)).collect();
+                        why.push(format!("-> {}", to.join(", ")));
+                    }
+                    if why.is_empty() {
+                        name
+                    } else {
+                        format!("{name} ({})", why.join("; "))
+                    }
+                })
+                .collect()
+        })
+        .collect()
 }
 
 fn list(items: &[String]) -> String {
