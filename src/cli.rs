@@ -46,6 +46,10 @@ pub enum Command {
         out: PathBuf,
         #[arg(long)]
         rules: Option<PathBuf>,
+        /// Insert casts per this AMP policy of amp.ron (f16, bf16) and evaluate the
+        /// cast-inserted graph unfused; outputs keep their dtypes.
+        #[arg(long, value_name = "POLICY")]
+        amp: Option<String>,
     },
     /// Optimize a graph: saturate with the rewrite rules, extract the cheapest form under the
     /// fusion-aware cost model, and report the fused kernels.
@@ -66,6 +70,10 @@ pub enum Command {
         /// the input graph.
         #[arg(long)]
         strict_ieee: bool,
+        /// Insert casts per this AMP policy of amp.ron (f16, bf16) first, then optimize the
+        /// cast-inserted graph; outputs keep their dtypes.
+        #[arg(long, value_name = "POLICY")]
+        amp: Option<String>,
         /// Write the optimized graph (ron) or a drawing of its kernels (dot) to --out.
         #[arg(long, value_enum, requires = "out")]
         emit: Option<Emit>,
@@ -127,9 +135,14 @@ pub fn run(cli: Cli) -> Result<String> {
             seed,
             out,
             rules,
+            amp,
         } => {
             let rules = RuleSet::load(rules.as_deref())?;
-            let (graph, _) = graph::file::load(&graph, &rules.ops)?;
+            let (mut graph, _) = graph::file::load(&graph, &rules.ops)?;
+            if let Some(policy) = &amp {
+                let policy = rules.amp.policy(policy)?;
+                graph = crate::amp::insert_casts(&graph, &rules.ops, policy)?.graph;
+            }
             let values = gather_inputs(&graph, &inputs, random_inputs, seed)?;
             let outputs = eval::evaluate(&graph, &rules.ops, &values)?;
             write_outputs(&graph, &outputs, &out)
@@ -143,6 +156,7 @@ pub fn run(cli: Cli) -> Result<String> {
             emit,
             out,
             strict_ieee,
+            amp,
         } => {
             let rules = RuleSet::load(rules.as_deref())?;
             let (graph, _) = graph::file::load(&graph, &rules.ops)?;
@@ -150,6 +164,7 @@ pub fn run(cli: Cli) -> Result<String> {
                 profile,
                 progress: true,
                 strict_ieee,
+                amp,
                 ..Default::default()
             };
             let optimized = crate::optimize::optimize(&graph, &rules, &options)?;
@@ -166,7 +181,8 @@ pub fn run(cli: Cli) -> Result<String> {
                 text.push('\n');
                 text
             } else if explain {
-                let names = graph.nodes.iter().map(|n| n.name.clone()).collect();
+                // With AMP the casts the policy inserted are not the rewrites' doing.
+                let names = optimized.input.nodes.iter().map(|n| n.name.clone()).collect();
                 crate::explain::explain(&optimized, &names)
             } else {
                 crate::explain::summary(&optimized.report)

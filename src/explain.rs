@@ -47,6 +47,13 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
     let r: &Report = &optimized.report;
     let mut out = String::new();
     let _ = writeln!(out, "graph `{}`, cost profile `{}`", r.graph, r.profile);
+    if let Some(policy) = &r.amp {
+        let _ = writeln!(
+            out,
+            "AMP policy `{policy}` inserted {}; the figures below are for the graph with them",
+            count(r.casts_inserted, "cast")
+        );
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -84,7 +91,17 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
             "  no rewrite made the fused graph cheaper; the input's form was kept"
         );
     }
-    let _ = writeln!(out, "casts: {} -> {}", r.casts_before, r.casts_after);
+    if r.amp.is_some() {
+        // Casts fused into a computing kernel or absorbed by a library call cost no launch of
+        // their own; the ones that still do are what AMP's cast placement failed to hide.
+        let _ = writeln!(
+            out,
+            "casts: {} -> {}, standalone cast kernels: {}",
+            r.casts_before, r.casts_after, r.cast_kernels_after
+        );
+    } else {
+        let _ = writeln!(out, "casts: {} -> {}", r.casts_before, r.casts_after);
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -282,8 +299,30 @@ pub fn to_dot(optimized: &Optimized) -> String {
     out
 }
 
-/// The default `fusebox optimize` output: three lines.
+/// "1 cast", "2 casts".
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("{n} {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// The default `fusebox optimize` output: three lines, and a fourth with AMP.
 pub fn summary(r: &Report) -> String {
+    let amp = match &r.amp {
+        Some(policy) => format!(
+            "amp `{policy}`: {} inserted, {} standalone cast {} after fusion\n",
+            count(r.casts_inserted, "cast"),
+            r.cast_kernels_after,
+            if r.cast_kernels_after == 1 {
+                "kernel"
+            } else {
+                "kernels"
+            }
+        ),
+        None => String::new(),
+    };
     format!(
         "graph `{}` (profile `{}`)\nkernels: {} -> {}   casts: {} -> {}   bytes: {} -> {}\nmodeled cost: {} -> {} ({} iterations, {})\n",
         r.graph,
@@ -298,5 +337,5 @@ pub fn summary(r: &Report) -> String {
         micros(r.cost_after),
         r.egraph.iterations,
         r.egraph.stop_reason
-    )
+    ) + &amp
 }

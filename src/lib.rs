@@ -5,6 +5,7 @@
 //! checker) over the [`rules`] catalogue, the [`formula`] language that defines pointwise ops,
 //! and the reference evaluator [`eval`], which is the oracle for every later stage.
 
+pub mod amp;
 pub mod attr;
 pub mod cli;
 pub mod dag;

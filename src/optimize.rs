@@ -4,6 +4,12 @@
 //! extraction, where each candidate is costed by partitioning it into kernels per
 //! `fusion.ron` and pricing them per `cost.ron` → the chosen graph, its kernels, a report.
 //! The kernels returned are exactly the ones the cost in the report was computed for.
+//!
+//! With an AMP policy ([`Options::amp`]) the pipeline starts from the graph with the policy's
+//! casts inserted ([`crate::amp::insert_casts`]): the casts are part of the program, so
+//! saturation and extraction may move or merge them only by exact rules (no rounding the
+//! policy asked for disappears), and the partitioner fuses them into neighbouring kernels or,
+//! per `library_casts`, into the library call that reads them.
 
 use crate::dag::{Dag, Value};
 use crate::egraph::{self, ClassData, ENode, FuseGraph};
@@ -34,6 +40,9 @@ pub struct Options {
     /// Leave out the rules marked `finite_only` (exact in real arithmetic but not under IEEE
     /// infinities and NaN), so every rewrite preserves Inf and NaN exactly.
     pub strict_ieee: bool,
+    /// An AMP policy of `amp.ron` (`f16`, `bf16`, or one a rule directory adds): insert its
+    /// casts first and optimize the result. `None` optimizes the graph as written.
+    pub amp: Option<String>,
 }
 
 impl Default for Options {
@@ -45,6 +54,7 @@ impl Default for Options {
             progress: false,
             rewrite: true,
             strict_ieee: false,
+            amp: None,
         }
     }
 }
@@ -56,6 +66,9 @@ pub struct Optimized {
     pub graph: Graph,
     /// The same graph in index form; kernel node indices refer to it.
     pub dag: Dag,
+    /// The graph optimization started from: the input, or with AMP the input with the
+    /// policy's casts inserted (what `fusebox run --amp` evaluates).
+    pub input: Graph,
     /// The fused kernels the lowering emits, and their modeled cost.
     pub partition: Partition,
     pub report: Report,
@@ -66,7 +79,11 @@ pub struct Optimized {
 pub struct Report {
     pub graph: String,
     pub profile: String,
-    /// One kernel per op that is not opaque (and not a `const` literal): the unfused baseline.
+    /// The AMP policy applied, if any. The "before" figures below are those of the graph with
+    /// its casts inserted, run one op per kernel.
+    pub amp: Option<String>,
+    /// Casts the AMP policy inserted (0 without AMP).
+    pub casts_inserted: usize,    /// One kernel per op that is not opaque (and not a `const` literal): the unfused baseline.
     pub kernels_before: usize,
     /// Fused and copy kernels after optimization (library calls counted apart).
     pub kernels_after: usize,
@@ -75,6 +92,9 @@ pub struct Report {
     pub library_calls_after: usize,
     pub casts_before: usize,
     pub casts_after: usize,
+    /// Kernels after optimization that do nothing but cast: every node in them is a cast.
+    /// Casts fused into a computing kernel or absorbed by a library call are not counted.
+    pub cast_kernels_after: usize,
     /// Bytes moved at kernel boundaries.
     pub bytes_before: u64,
     pub bytes_after: u64,
@@ -149,6 +169,14 @@ pub struct KernelReport {
 pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Optimized> {
     let start = Instant::now();
     let profile = rules.cost.profile(&options.profile)?;
+    let amp;
+    let (graph, casts_inserted) = match &options.amp {
+        Some(name) => {
+            amp = crate::amp::insert_casts(graph, &rules.ops, rules.amp.policy(name)?)?;
+            (&amp.graph, amp.casts_inserted)
+        }
+        None => (graph, 0),
+    };
     let input = Dag::from_graph(graph, &rules.ops)?;
     let before = partition::unfused(&input, profile);
     let unrewritten = partition::partition(&input, &rules.fusion, profile);
@@ -198,15 +226,23 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
             .filter(|k| k.kind == KernelKind::Library)
             .count()
     };
+    let cast_kernels_after = after
+        .kernels
+        .iter()
+        .filter(|k| k.nodes.iter().all(|&n| dag.nodes[n].op.name() == "cast"))
+        .count();
     let report = Report {
         graph: graph.name.clone(),
         profile: options.profile.clone(),
+        amp: options.amp.clone(),
+        casts_inserted,
         kernels_before,
         kernels_after: after.kernels.len() - library(&after),
         library_calls_before: library(&before),
         library_calls_after: library(&after),
         casts_before: input.count_op("cast"),
         casts_after: dag.count_op("cast"),
+        cast_kernels_after,
         bytes_before: before.cost.bytes,
         bytes_after: after.cost.bytes,
         cost_before: before.cost.total_us,
@@ -241,6 +277,7 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
     Ok(Optimized {
         graph: optimized,
         dag,
+        input: graph.clone(),
         partition: after,
         report,
     })

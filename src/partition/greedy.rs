@@ -21,6 +21,13 @@
 //! nothing ranked above them can reach them. The kernels it visits are then moved after the merged
 //! kernel, which keeps the ranks topological; the final kernel order is the rank order.
 //!
+//! Library casts (`library_casts` in fusion.ron): a `cast` whose uses are all by one library
+//! call, and which is not a graph output, may instead be left for that call to absorb (it
+//! converts while packing its operands). The cast is then not placed when visited; the library
+//! call's kernel takes it in when the call is placed. Absorbing is chosen when it is cheaper
+//! than the cast joining its producer's kernel (where it would be stored narrow); it is always
+//! cheaper than the cast running alone.
+//!
 //! Once every node is placed, the sibling pass (`greedy/siblings.rs`) merges pairs of independent
 //! kernels when that is cheaper still, with the same domain, budget and convexity checks.
 
@@ -98,6 +105,10 @@ struct Builder<'a> {
     max_args: usize,
     /// Whether the sibling pass runs (`siblings` in fusion.ron).
     siblings: bool,
+    /// Per node: a cast that its one library-call user may absorb (`library_casts`).
+    absorbable: Vec<bool>,
+    /// Per node: a cast left for its library-call user to absorb, not yet placed.
+    absorbed: Vec<bool>,
     role: Vec<Role>,
     /// Each assigned node's kernel, always canonical.
     group_of: Vec<u32>,
@@ -126,12 +137,18 @@ pub(super) fn partition(dag: &Dag, fusion: &FusionRules, profile: &Profile) -> P
 fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u64) -> Partition {
     let facts = Facts::new(dag, profile);
     let n = dag.nodes.len();
+    let role: Vec<Role> = dag.nodes.iter().map(|node| fusion.role(&node.op)).collect();
+    let absorbable = (0..n)
+        .map(|c| fusion.library_casts && absorbable_cast(&facts, &role, c))
+        .collect();
     let mut b = Builder {
         dag,
         profile,
         max_args: fusion.max_kernel_args,
         siblings: fusion.siblings,
-        role: dag.nodes.iter().map(|node| fusion.role(&node.op)).collect(),
+        absorbable,
+        absorbed: vec![false; n],
+        role,
         group_of: vec![u32::MAX; n],
         parent: Vec::new(),
         groups: Vec::new(),
@@ -155,6 +172,20 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
         b.fuse_siblings();
     }
     b.finish()
+}
+
+/// Whether cast `c` may run inside the library call using it: a cast that is not a graph
+/// output, whose uses all belong to one node, a library call. A cast shared by two library
+/// calls stays a kernel of its own: the conversion is shared, and a node belongs to one kernel.
+fn absorbable_cast(facts: &Facts, role: &[Role], c: usize) -> bool {
+    let node = &facts.dag.nodes[c];
+    let users = facts.users(c);
+    node.op.name() == "cast"
+        && node.args.len() == 1
+        && !facts.graph_output[c]
+        && !users.is_empty()
+        && users.iter().all(|&u| u == users[0])
+        && role[users[0] as usize] == Role::Never
 }
 
 impl Builder<'_> {
@@ -188,12 +219,28 @@ impl Builder<'_> {
     fn place(&mut self, n: usize) {
         if matches!(self.role[n], Role::Join | Role::End) {
             let producers = self.producer_groups(n);
-            if let Some(plan) = self.best_plan(n, &producers) {
+            let plan = self.best_plan(n, &producers);
+            if self.absorbable[n] && plan.as_ref().is_none_or(|p| self.absorb_pays(n, p)) {
+                self.absorbed[n] = true;
+                return;
+            }
+            if let Some(plan) = plan {
                 self.merge(n, plan);
                 return;
             }
         }
         self.start(n);
+    }
+
+    /// Whether library cast `n` costs less absorbed by its library call than joining its
+    /// producer's kernel per `plan`. Absorbed, the call reads the cast's operand instead of
+    /// the cast's value; joined, the producer's kernel changes by `plan.delta` and the call
+    /// reads the cast's value. Memory time only: the call's arithmetic is the same either way.
+    fn absorb_pays(&self, n: usize, plan: &Plan) -> bool {
+        let operand = self.dag.nodes[n].args[0];
+        let absorbed = self.profile.memory_us(self.facts.value_bytes(operand) as f64);
+        let joined = plan.delta + self.profile.memory_us(self.facts.node_bytes[n] as f64);
+        absorbed <= joined
     }
 
     /// The fusable kernels producing `n`'s operands, in operand order.
@@ -572,20 +619,43 @@ impl Builder<'_> {
         (in_bytes, out_bytes, total_us)
     }
 
-    /// Registers `n` as a kernel of its own, ranked after every existing kernel.
+    /// Registers `n` as a kernel of its own, ranked after every existing kernel; a library
+    /// call takes in the casts left for it to absorb.
     fn start(&mut self, n: usize) {
-        let mut group = self.singleton(n);
+        let mut casts: Vec<usize> = self.dag.nodes[n]
+            .args
+            .iter()
+            .filter_map(|&arg| match arg {
+                Value::Node(c) if self.absorbed[c] => Some(c),
+                _ => None,
+            })
+            .collect();
+        casts.sort_unstable();
+        casts.dedup();
+        let mut group = if casts.is_empty() {
+            self.singleton(n)
+        } else {
+            self.library_with_casts(n, &casts)
+        };
         let id = self.groups.len() as u32;
         group.rank = self.next_rank;
         self.ranks.insert(self.next_rank, id);
         self.next_rank += self.gap;
-        for &arg in &self.dag.nodes[n].args {
-            if let Value::Node(p) = arg
-                && !self.facts.literal[p]
-            {
-                let g = self.group_of[p] as usize;
-                self.groups[g].succ.entry(id).or_default().push(p);
+        for &m in casts.iter().chain([&n]) {
+            for &arg in &self.dag.nodes[m].args {
+                if let Value::Node(p) = arg
+                    && !self.facts.literal[p]
+                    && !self.absorbed[p]
+                {
+                    let g = self.group_of[p] as usize;
+                    self.groups[g].succ.entry(id).or_default().push(p);
+                }
             }
+        }
+        for &c in &casts {
+            self.absorbed[c] = false;
+            self.group_of[c] = id;
+            self.ext[c] = 0;
         }
         self.groups.push(group);
         self.parent.push(id);
@@ -593,6 +663,44 @@ impl Builder<'_> {
         self.outside_mark.push(0);
         self.visit_mark.push(0);
         self.group_of[n] = id;
+    }
+
+    /// Library call `n` as a kernel of its own with the absorbed casts `casts` in it (not yet
+    /// registered): it reads the casts' operands instead of their values.
+    fn library_with_casts(&self, n: usize, casts: &[usize]) -> Group {
+        let inputs: HashSet<Value> = casts
+            .iter()
+            .flat_map(|&c| self.operands(c))
+            .chain(
+                self.operands(n)
+                    .filter(|v| !matches!(v, Value::Node(c) if casts.contains(c))),
+            )
+            .collect();
+        let in_bytes: u64 = inputs.iter().map(|&v| self.facts.value_bytes(v)).sum();
+        let (_, out_bytes, _) = self.singleton_cost(n);
+        let total_us = price(
+            self.profile,
+            in_bytes + out_bytes,
+            self.facts.library_flops[n],
+            self.profile.matmul_rate(self.dag.nodes[n].ty.dtype),
+        )
+        .total_us;
+        let mut nodes = casts.to_vec();
+        nodes.push(n);
+        Group {
+            nodes,
+            kind: Some(KernelKind::Library),
+            inputs,
+            in_bytes,
+            outputs: usize::from(self.written_alone(n)),
+            out_bytes,
+            per_element: self.facts.flops_per_element[n],
+            domain: self.facts.iter_shape(n).clone(),
+            fixed: false,
+            rank: 0,
+            total_us,
+            succ: HashMap::new(),
+        }
     }
 
     /// Carries out a plan: the members become one kernel with `n` in it.

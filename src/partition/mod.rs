@@ -307,7 +307,13 @@ impl<'a> Facts<'a> {
         let cost = match kind {
             KernelKind::Library => {
                 let flops: f64 = nodes.iter().map(|&n| self.library_flops[n]).sum();
-                let dtype = dag.nodes[nodes[0]].ty.dtype;
+                // The call's own node sets the rate: casts it absorbed come before it.
+                let call = nodes
+                    .iter()
+                    .copied()
+                    .find(|&n| dag.nodes[n].op.kind() == OpKind::Opaque)
+                    .unwrap_or(nodes[0]);
+                let dtype = dag.nodes[call].ty.dtype;
                 price(profile, bytes, flops, profile.matmul_rate(dtype))
             }
             KernelKind::Fused | KernelKind::Alone => {

@@ -79,6 +79,13 @@ pub struct FusionRules {
     /// one multi-output kernel, which reads their shared inputs once and launches once. Off,
     /// a node only ever joins the kernels of its producers.
     pub siblings: bool,
+    /// Library calls convert their operands while packing them: a `cast` whose every user is
+    /// a library call (`Never`), and which is not a graph output, runs inside that call's
+    /// kernel instead of as a kernel of its own. The call reads the cast's operand at the
+    /// operand's dtype; the cast costs no launch and no bytes. A GEMM copies operand panels
+    /// into a packed layout anyway, so converting on the way is free on CPUs; a backend that
+    /// runs these partitions must convert while packing too.
+    pub library_casts: bool,
 }
 
 /// `fusion.ron` as written.
@@ -93,6 +100,11 @@ struct FusionSpec {
     /// loading, and get the cheaper partitions.
     #[serde(default = "yes")]
     siblings: bool,
+    /// Off unless the file says so: it promises something of the backend (that its library
+    /// calls convert operands while packing them), which a file written before the setting
+    /// existed never promised.
+    #[serde(default)]
+    library_casts: bool,
 }
 
 fn yes() -> bool {
@@ -167,6 +179,7 @@ impl FusionRules {
             ops: spec.ops.clone(),
             max_kernel_args: spec.max_kernel_args,
             siblings: spec.siblings,
+            library_casts: spec.library_casts,
         })
     }
 
@@ -209,6 +222,30 @@ mod tests {
         assert_eq!(role("matmul"), Role::Never);
         assert_eq!(rules.max_kernel_args, 64);
         assert!(rules.siblings);
+        assert!(rules.library_casts);
+    }
+
+    /// `library_casts` is optional (off by default: it is a promise about the backend), can
+    /// be turned on, and a value of the wrong type is an error at its position.
+    #[test]
+    fn library_casts_setting() {
+        let kinds = "kinds: {Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never}";
+        let rules = load(&format!("Fusion({kinds}, max_kernel_args: 8)")).unwrap();
+        assert!(!rules.library_casts);
+        let rules = load(&format!(
+            "Fusion({kinds}, max_kernel_args: 8, library_casts: true)"
+        ))
+        .unwrap();
+        assert!(rules.library_casts);
+        let err = load(&format!(
+            "Fusion({kinds},\n  max_kernel_args: 8,\n  library_casts: 1)"
+        ))
+        .unwrap_err();
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with("f.ron:3:") && shown.contains("boolean"),
+            "{shown}"
+        );
     }
 
     /// `siblings` is optional (on by default), can be turned off, and a value of the wrong

@@ -1,11 +1,13 @@
 //! Rule files: everything a user may change about fusebox is data, read from RON.
 
+pub mod amp;
 pub mod cost;
 pub mod fusion;
 pub mod ops;
 pub mod ron_file;
 pub mod set;
 
+pub use amp::{AmpRules, Conditional, Policy, Treatment};
 pub use cost::{CostModel, Primitive, Profile};
 pub use fusion::{FusionRules, Role};
 pub use ops::{Builtin, Catalogue, DtypeClass, DtypeRule, OpDef, OpKind, OpSpec, Semantics};

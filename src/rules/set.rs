@@ -6,7 +6,7 @@
 
 use super::Catalogue;
 use super::ron_file;
-use super::{CostModel, FusionRules};
+use super::{AmpRules, CostModel, FusionRules};
 use crate::error::{Error, ErrorKind, Result, Site};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,6 +20,9 @@ pub const OTHER_RULE_FILES: [&str; 3] = ["amp.ron", "fusion.ron", "cost.ron"];
 #[derive(Debug, Clone)]
 pub struct RuleSet {
     pub ops: Catalogue,
+    /// Mixed-precision policies: the user's `amp.ron` replaces the default as a whole, so
+    /// its policies are exactly the ones the user wrote.
+    pub amp: AmpRules,
     /// What may share a kernel: the user's `fusion.ron` replaces the default as a whole.
     pub fusion: FusionRules,
     /// Hardware profiles: a user's `cost.ron` adds profiles or replaces those of the same name.
@@ -28,7 +31,7 @@ pub struct RuleSet {
     /// over them (a file replaces the default file of the same name; others are added).
     pub rewrites: Vec<crate::rewrite::Rule>,
     /// Syntax-checked text of the other rule files, keyed by their path inside the directory
-    /// (`amp.ron`, …).
+    /// (`fusion.ron`, `cost.ron`).
     pub documents: BTreeMap<String, String>,
 }
 
@@ -40,6 +43,8 @@ impl RuleSet {
             fusion: FusionRules::load_str(super::fusion::DEFAULT_FUSION, "rules/fusion.ron", &ops)
                 .expect("the embedded rules/fusion.ron is checked by tests"),
             cost: CostModel::defaults(),
+            amp: AmpRules::load_str(super::amp::DEFAULT_AMP, "rules/amp.ron", &ops)
+                .expect("the embedded rules/amp.ron is checked by tests"),
             rewrites: crate::rewrite::default_rules(&ops),
             ops,
             documents: BTreeMap::new(),
@@ -99,12 +104,15 @@ impl RuleSet {
         files.sort();
         // fusion.ron names ops, so it is checked after ops.ron, which sorts after it.
         let mut fusion_file = None;
+        let mut amp_file = None;
         let mut user_rewrites = Vec::new();
         for (key, path) in files {
             let text = ron_file::read_file(&path)?;
             let shown = path.display().to_string();
             if key == "ops.ron" {
                 rules.ops.load_str(&text, &shown)?;
+            } else if key == "amp.ron" {
+                amp_file = Some((text, shown));
             } else if let Some(name) = key.strip_prefix("rewrites/") {
                 user_rewrites.push((name.to_string(), text, shown));
             } else {
@@ -116,6 +124,10 @@ impl RuleSet {
                 }
                 rules.documents.insert(key, text);
             }
+        }
+        // amp.ron names ops too, and sorts before ops.ron.
+        if let Some((text, shown)) = amp_file {
+            rules.amp = AmpRules::load_str(&text, &shown, &rules.ops)?;
         }
         if let Some((text, shown)) = fusion_file {
             rules.fusion = FusionRules::load_str(&text, &shown, &rules.ops)?;
