@@ -182,7 +182,12 @@ pub fn run(cli: Cli) -> Result<String> {
                 text
             } else if explain {
                 // With AMP the casts the policy inserted are not the rewrites' doing.
-                let names = optimized.input.nodes.iter().map(|n| n.name.clone()).collect();
+                let names = optimized
+                    .input
+                    .nodes
+                    .iter()
+                    .map(|n| n.name.clone())
+                    .collect();
                 crate::explain::explain(&optimized, &names)
             } else {
                 crate::explain::summary(&optimized.report)

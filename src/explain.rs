@@ -224,7 +224,18 @@ fn list(items: &[String]) -> String {
 }
 
 fn quote(s: &str) -> String {
-    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+    format!("\"{}\"", escape(s))
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// A multi-line Graphviz label: each line escaped, joined by DOT's `\n` line break (escaping
+/// the joined text would turn that break into a literal backslash and `n`).
+fn label(lines: &[&str]) -> String {
+    let lines: Vec<String> = lines.iter().map(|l| escape(l)).collect();
+    format!("\"{}\"", lines.join("\\n"))
 }
 
 /// Graphviz: one cluster per kernel, inputs as ellipses, graph outputs double-circled.
@@ -239,7 +250,7 @@ pub fn to_dot(optimized: &Optimized) -> String {
             out,
             "  {} [shape=ellipse, label={}];",
             quote(&format!("in:{}", input.name)),
-            quote(&format!("{}\\n{}", input.name, input.ty))
+            label(&[&input.name, &input.ty.to_string()])
         );
     }
     let outputs = dag.output_mask();
@@ -272,7 +283,10 @@ pub fn to_dot(optimized: &Optimized) -> String {
                 out,
                 "    {} [label={}{shape}];",
                 id(Value::Node(i)),
-                quote(&format!("{} = {}\\n{}", node.name, node.op.name(), node.ty))
+                label(&[
+                    &format!("{} = {}", node.name, node.op.name()),
+                    &node.ty.to_string()
+                ])
             );
         }
         let _ = writeln!(out, "  }}");

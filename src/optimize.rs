@@ -83,7 +83,8 @@ pub struct Report {
     /// its casts inserted, run one op per kernel.
     pub amp: Option<String>,
     /// Casts the AMP policy inserted (0 without AMP).
-    pub casts_inserted: usize,    /// One kernel per op that is not opaque (and not a `const` literal): the unfused baseline.
+    pub casts_inserted: usize,
+    /// One kernel per op that is not opaque (and not a `const` literal): the unfused baseline.
     pub kernels_before: usize,
     /// Fused and copy kernels after optimization (library calls counted apart).
     pub kernels_after: usize,

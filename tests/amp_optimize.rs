@@ -19,7 +19,9 @@ fn repo() -> &'static Path {
 
 fn example(name: &str) -> Graph {
     let path = repo().join(format!("examples/{name}.ron"));
-    graph::file::load(&path, &RuleSet::defaults().ops).unwrap().0
+    graph::file::load(&path, &RuleSet::defaults().ops)
+        .unwrap()
+        .0
 }
 
 /// The MXNet AMP RFC's lists for its demo, written as an amp.ron policy: target_dtype_ops =
@@ -291,7 +293,10 @@ fn inputs(g: &Graph, seed: u64) -> Tensors {
         .map(|(name, t)| {
             let s = bound(&name) / 3.0;
             let values = t.values().into_iter().map(|v| v * s).collect();
-            (name, Tensor::from_values(t.dtype, t.shape(), values).unwrap())
+            (
+                name,
+                Tensor::from_values(t.dtype, t.shape(), values).unwrap(),
+            )
         })
         .collect()
 }
@@ -364,11 +369,21 @@ fn optimized_amp_numerics() {
 fn cli_reports_amp() {
     let bin = env!("CARGO_BIN_EXE_fusebox");
     let out = std::process::Command::new(bin)
-        .args(["optimize", "examples/mlp_block.ron", "--amp", "f16", "--json"])
+        .args([
+            "optimize",
+            "examples/mlp_block.ron",
+            "--amp",
+            "f16",
+            "--json",
+        ])
         .current_dir(repo())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["amp"], "f16");
     assert_eq!(json["casts_inserted"], 6);
@@ -389,7 +404,10 @@ fn cli_reports_amp() {
 #[test]
 fn book_dot_picture_is_current() {
     let chapter = std::fs::read_to_string(repo().join("book/src/amp.md")).unwrap();
-    let start = chapter.find("```dot\n").expect("the chapter shows a dot block") + 7;
+    let start = chapter
+        .find("```dot\n")
+        .expect("the chapter shows a dot block")
+        + 7;
     let end = start + chapter[start..].find("```").unwrap();
     let o = run(&example("mlp_block"), &RuleSet::defaults(), Some("f16"));
     assert_eq!(&chapter[start..end], fusebox::explain::to_dot(&o));

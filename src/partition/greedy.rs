@@ -238,7 +238,9 @@ impl Builder<'_> {
     /// reads the cast's value. Memory time only: the call's arithmetic is the same either way.
     fn absorb_pays(&self, n: usize, plan: &Plan) -> bool {
         let operand = self.dag.nodes[n].args[0];
-        let absorbed = self.profile.memory_us(self.facts.value_bytes(operand) as f64);
+        let absorbed = self
+            .profile
+            .memory_us(self.facts.value_bytes(operand) as f64);
         let joined = plan.delta + self.profile.memory_us(self.facts.node_bytes[n] as f64);
         absorbed <= joined
     }
