@@ -460,15 +460,20 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
     ))
 }
 
-/// Writes a whole text file, naming the path on failure.
+/// Writes a whole text file, creating its directory as `run --out` does, and naming the path
+/// on failure.
 fn write_file(path: &Path, text: &str) -> Result<()> {
-    std::fs::write(path, text).map_err(|e| {
-        Error::new(
-            Site::whole_file(&path.display().to_string()),
-            ErrorKind::Io {
-                path: path.display().to_string(),
-                message: e.to_string(),
-            },
-        )
-    })
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+    parent
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(path, text))
+        .map_err(|e| {
+            Error::new(
+                Site::whole_file(&path.display().to_string()),
+                ErrorKind::Io {
+                    path: path.display().to_string(),
+                    message: e.to_string(),
+                },
+            )
+        })
 }
