@@ -2,6 +2,7 @@
 
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::eval::{self, Tensors};
+use crate::explain::count;
 use crate::graph::{self, Graph, TypeMap};
 use crate::rules::RuleSet;
 use crate::tensor::Tensor;
@@ -238,15 +239,6 @@ pub fn describe(graph: &Graph, types: &TypeMap) -> String {
     out += &table(&rows);
     let _ = writeln!(out, "outputs: {}", graph.outputs.join(", "));
     out
-}
-
-/// "1 node", "2 nodes".
-fn count(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("{n} {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
 }
 
 fn table(rows: &[[String; 4]]) -> String {

@@ -23,6 +23,15 @@ pub fn bytes(n: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
+/// "1 node", "2 nodes".
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("{n} {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Microseconds with sensible precision.
 pub fn micros(us: f64) -> String {
     if us >= 1000.0 {
@@ -311,15 +320,6 @@ pub fn to_dot(optimized: &Optimized) -> String {
     }
     let _ = writeln!(out, "}}");
     out
-}
-
-/// "1 cast", "2 casts".
-fn count(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("{n} {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
 }
 
 /// The default `fusebox optimize` output: three lines, and a fourth with AMP.
