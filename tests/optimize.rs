@@ -105,7 +105,7 @@ enum Step {
 const UNARY: [&str; 10] = [
     "neg", "exp", "tanh", "sigmoid", "relu", "abs", "sqrt", "log1p", "gelu", "silu",
 ];
-const BINARY: [&str; 7] = ["add", "sub", "mul", "div", "max", "min", "pow"];
+const BINARY: [&str; 8] = ["add", "sub", "mul", "div", "max", "min", "pow", "matmul"];
 const DTYPES: [DType; 4] = [DType::F32, DType::F32, DType::F16, DType::BF16];
 
 fn shape_pool(n: usize, m: usize) -> Vec<Vec<usize>> {
@@ -516,4 +516,30 @@ fn strict_ieee_keeps_infinities_exact() {
     let after = eval::evaluate(&out.graph, &catalogue, &inputs).unwrap();
     assert!(before["out"].values()[0].is_nan());
     assert!(after["out"].values()[0].is_nan());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// With an AMP policy, optimization of the cast-inserted graph preserves its semantics too
+    /// (library casts, casts fused into kernels), and the cost bounds still hold.
+    #[test]
+    fn optimize_with_amp_preserves_the_cast_inserted_semantics(
+        dims in prop_oneof![Just((3usize, 4usize)), Just((1, 5)), Just((2, 1))],
+        inputs in prop::collection::vec((0usize..4, 0usize..6), 1..4),
+        steps in prop::collection::vec(step(), 2..12),
+        policy in prop_oneof![Just("f16"), Just("bf16")],
+        seed in 0u64..1000,
+    ) {
+        let Some(graph) = build(dims, &inputs, &steps) else { return Ok(()) };
+        let options = Options { amp: Some(policy.to_string()), ..Options::default() };
+        let out = optimize(&graph, &rules(), &options)
+            .map_err(|e| TestCaseError::fail(format!("optimize failed: {e}\n{}", graph::file::to_ron(&graph))))?;
+        let r = &out.report;
+        prop_assert!(r.cost_after <= r.cost_unrewritten + 1e-9);
+        prop_assert!(r.cost_unrewritten <= r.cost_before + 1e-9);
+        prop_assert_eq!(&out.graph.outputs, &graph.outputs);
+        outputs_agree(&out.input, &out.graph, seed).map_err(|e| TestCaseError::fail(format!(
+            "{e}\ncast-inserted:\n{}\noptimized:\n{}", graph::file::to_ron(&out.input), graph::file::to_ron(&out.graph))))?;
+    }
 }
