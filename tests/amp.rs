@@ -1,10 +1,12 @@
 //! AMP cast insertion (issue 4, part 1): policies from amp.ron, the MXNet pass with mirror
 //! maps, `fusebox run --amp`, and numerics against the f32 originals.
 
+mod common;
+use common::amp_inputs;
 use fusebox::amp::{AmpOptions, insert_casts, insert_casts_with};
 use fusebox::attr::AttrValue;
 use fusebox::dtype::DType;
-use fusebox::eval::{self, Tensors};
+use fusebox::eval;
 use fusebox::graph::{self, Graph, GraphBuilder, TypeMap};
 use fusebox::rules::{AmpRules, Catalogue, Conditional, Policy, RuleSet};
 use fusebox::tensor::Tensor;
@@ -310,39 +312,10 @@ fn shrunk(name: &str) -> Graph {
     g
 }
 
-/// Inputs uniform in [-bound, bound] (Tensor::random's [-3, 3] scaled).
-///
-/// Why scale: MXNet's atol of 1e-3 presumes values of order 1. f16's half-ulp is 2^-11 ≈
-/// 4.9e-4 at magnitude 1 but 9.8e-4 at 2..4, so a value of a few units rounded once to f16
-/// can already use up the whole atol, and an output that crosses zero has only atol to go on.
-/// Pointwise inputs are kept in [-1, 1] (amp_demo's `data`, which feeds exp in f16, in
-/// [-0.5, 0.5]); matmul weights are scaled by sqrt(3 / fan_in) (Xavier), so sums over the
-/// inner dimension stay of order 1 instead of growing with its square root. Nothing comes near
-/// f16's overflow at 65504 either way.
-fn inputs(g: &Graph, seed: u64) -> Tensors {
-    let bound = |name: &str| match (g.name.as_str(), name) {
-        ("amp_demo", "data") => 0.5,
-        ("mlp_block", "w1") => (3.0f64 / 64.0).sqrt(),
-        ("mlp_block", "w2") => (3.0f64 / 128.0).sqrt(),
-        ("mlp_block", "b1" | "b2") => 0.1,
-        ("mlp_block", "x") => 0.5,
-        _ => 1.0,
-    };
-    eval::random_inputs(g, seed)
-        .into_iter()
-        .map(|(name, t)| {
-            let s = bound(&name) / 3.0;
-            let values = t.values().into_iter().map(|v| v * s).collect();
-            let scaled = Tensor::from_values(t.dtype, t.shape(), values).unwrap();
-            (name, scaled)
-        })
-        .collect()
-}
-
 /// Largest |amp - reference| and largest |amp - reference| / (atol + rtol |reference|) over
 /// every output; outputs must keep their dtypes.
 fn compare(g: &Graph, amp: &Graph, seed: u64, rtol: f64, atol: f64) -> (f64, f64) {
-    let values = inputs(g, seed);
+    let values = amp_inputs(g, seed);
     let reference = eval::evaluate(g, &catalogue(), &values).unwrap();
     let got = eval::evaluate(amp, &catalogue(), &values).unwrap();
     let (mut max_err, mut max_ratio) = (0.0f64, 0.0f64);

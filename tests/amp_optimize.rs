@@ -3,13 +3,14 @@
 //! cast figures; numerics of the optimized AMP graph against the unoptimized one and against
 //! the f32 original.
 
+mod common;
+use common::amp_inputs;
 use fusebox::dtype::DType;
 use fusebox::eval::{self, Tensors};
 use fusebox::graph::{self, Graph};
 use fusebox::optimize::{Optimized, Options, optimize};
 use fusebox::partition::KernelKind;
 use fusebox::rules::{AmpRules, RuleSet};
-use fusebox::tensor::Tensor;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -273,34 +274,6 @@ fn shrunk(name: &str) -> Graph {
     g
 }
 
-/// Inputs uniform in [-bound, bound]: `Tensor::random`'s [-3, 3] scaled down. MXNet's atol of
-/// 1e-3 presumes values of order 1: f16's half-ulp is 4.9e-4 at 1 but 9.8e-4 between 2 and 4,
-/// so one rounding of a value of a few units uses up the atol, and an output near zero has
-/// only the atol. So pointwise inputs stay within [-1, 1] (amp_demo's `data` within
-/// [-0.5, 0.5]), the matmul weights are scaled by sqrt(3 / fan_in) (Xavier: sums over the
-/// inner dimension stay of order 1), the biases within 0.1.
-fn inputs(g: &Graph, seed: u64) -> Tensors {
-    let bound = |name: &str| match (g.name.as_str(), name) {
-        ("amp_demo", "data") => 0.5,
-        ("mlp_block", "w1") => (3.0f64 / 64.0).sqrt(),
-        ("mlp_block", "w2") => (3.0f64 / 256.0).sqrt(),
-        ("mlp_block", "b1" | "b2") => 0.1,
-        ("mlp_block", "x") => 0.5,
-        _ => 1.0,
-    };
-    eval::random_inputs(g, seed)
-        .into_iter()
-        .map(|(name, t)| {
-            let s = bound(&name) / 3.0;
-            let values = t.values().into_iter().map(|v| v * s).collect();
-            (
-                name,
-                Tensor::from_values(t.dtype, t.shape(), values).unwrap(),
-            )
-        })
-        .collect()
-}
-
 /// Largest of |got - want| / (atol + rtol |want|) over every output, and the largest absolute
 /// error; outputs must agree in dtype and be finite.
 fn compare(want: &Tensors, got: &Tensors, outputs: &[String], rtol: f64, atol: f64) -> (f64, f64) {
@@ -347,7 +320,7 @@ fn optimized_amp_numerics() {
         assert!(o.report.casts_inserted > 0);
         assert_eq!(o.report.cast_kernels_after, 0, "{name} {policy}");
         for seed in [1, 2] {
-            let values = inputs(&g, seed);
+            let values = amp_inputs(&g, seed);
             let f32_out = eval::evaluate(&g, &rules.ops, &values).unwrap();
             let amp_out = eval::evaluate(&o.input, &rules.ops, &values).unwrap();
             let opt_out = eval::evaluate(&o.graph, &rules.ops, &values).unwrap();

@@ -1,0 +1,36 @@
+//! Helpers shared by the AMP test files.
+
+use fusebox::eval::{self, Tensors};
+use fusebox::graph::Graph;
+use fusebox::tensor::Tensor;
+
+/// Random inputs in the ranges mixed precision is meant for. f16 keeps about 3 decimal digits,
+/// so one rounding of a value of a few units uses up MXNet's atol of 1e-3: pointwise inputs stay
+/// within [-1, 1] (amp_demo's `data`, which feeds exp in f16, within [-0.5, 0.5]), biases within
+/// 0.1, and matmul weights are scaled by sqrt(3 / fan_in) (Xavier), fan_in being the weight's
+/// first dimension, so sums over the inner dimension stay of order 1. Nothing comes near f16's
+/// overflow at 65504.
+pub fn amp_inputs(g: &Graph, seed: u64) -> Tensors {
+    let fan_in = |name: &str| {
+        g.input(name)
+            .and_then(|i| i.shape.first().copied())
+            .unwrap_or(1) as f64
+    };
+    let bound = |name: &str| match (g.name.as_str(), name) {
+        ("amp_demo", "data") => 0.5,
+        ("mlp_block", "w1" | "w2") => (3.0 / fan_in(name)).sqrt(),
+        ("mlp_block", "b1" | "b2") => 0.1,
+        ("mlp_block", "x") => 0.5,
+        _ => 1.0,
+    };
+    eval::random_inputs(g, seed)
+        .into_iter()
+        .map(|(name, t)| {
+            // random_inputs draws from [-3, 3].
+            let s = bound(&name) / 3.0;
+            let values = t.values().into_iter().map(|v| v * s).collect();
+            let scaled = Tensor::from_values(t.dtype, t.shape(), values).expect("same shape");
+            (name, scaled)
+        })
+        .collect()
+}
