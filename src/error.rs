@@ -127,6 +127,12 @@ pub enum ErrorKind {
     Input(String),
     #[error("evaluation failed: {0}")]
     Eval(String),
+    /// The lowering could not turn a partition into kernels (an internal invariant broke).
+    #[error("lowering: {0}")]
+    Lower(String),
+    /// A kernel backend failed: the C compiler, loading a library, a cache directory.
+    #[error("backend: {0}")]
+    Backend(String),
 }
 
 fn did_you_mean(suggestion: &Option<String>) -> String {

@@ -7,6 +7,7 @@
 
 pub mod amp;
 pub mod attr;
+pub mod backend;
 pub mod cli;
 pub mod dag;
 pub mod dtype;
@@ -17,6 +18,7 @@ pub mod explain;
 pub mod extract;
 pub mod formula;
 pub mod graph;
+pub mod lower;
 pub mod optimize;
 pub mod partition;
 pub mod rewrite;

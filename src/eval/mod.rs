@@ -5,7 +5,7 @@
 //! in f64. It favours being obviously right over being fast.
 
 mod builtin;
-mod pointwise;
+pub(crate) mod pointwise;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{Graph, check, check::resolve_attrs};

@@ -10,7 +10,7 @@ use ndarray::{ArrayD, IxDyn};
 
 /// The dtype operands are converted to before the formula runs, as eager frameworks convert
 /// every operand to the common dtype first; `None` leaves operands as they are (cast).
-fn common_dtype(op: &OpDef, arg_dtypes: &[DType], out: DType) -> Option<DType> {
+pub(crate) fn common_dtype(op: &OpDef, arg_dtypes: &[DType], out: DType) -> Option<DType> {
     match &op.spec.dtype {
         DtypeRule::Promote(_)
         | DtypeRule::FloatPromote(_)
@@ -22,7 +22,7 @@ fn common_dtype(op: &OpDef, arg_dtypes: &[DType], out: DType) -> Option<DType> {
 }
 
 /// Whether operand `index` takes part in the common dtype (where's condition does not).
-fn converts(op: &OpDef, index: usize) -> bool {
+pub(crate) fn converts(op: &OpDef, index: usize) -> bool {
     let name = op.operand_name(index);
     match &op.spec.dtype {
         DtypeRule::Promote(names) | DtypeRule::FloatPromote(names) => {

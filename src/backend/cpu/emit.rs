@@ -1,0 +1,1 @@
+//! C emission from kernel IR (being written).

@@ -1,0 +1,151 @@
+//! Typed host buffers: a tensor's elements in their storage format.
+//!
+//! The reference evaluator holds every value as f64; kernels read and write the real storage
+//! format (f16 and bf16 as 16-bit patterns, bool as one byte). A [`Buffer`] is that storage,
+//! 8-byte aligned (it is backed by `u64`s) so every dtype can be read in place.
+
+use crate::dtype::DType;
+use crate::tensor::Tensor;
+use half::{bf16, f16};
+use ndarray::{ArrayD, IxDyn};
+
+/// Elements of one dtype, in storage format.
+#[derive(Debug, Clone)]
+pub struct Buffer {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    words: Vec<u64>,
+}
+
+impl Buffer {
+    /// A buffer of `shape` with unspecified (zeroed) contents.
+    pub fn zeroed(dtype: DType, shape: &[usize]) -> Buffer {
+        let bytes = crate::shape::numel(shape) * dtype.size_bytes();
+        Buffer {
+            dtype,
+            shape: shape.to_vec(),
+            words: vec![0u64; bytes.div_ceil(8)],
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        crate::shape::numel(&self.shape)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes the elements take (without the padding to a whole word).
+    pub fn byte_len(&self) -> usize {
+        self.len() * self.dtype.size_bytes()
+    }
+
+    pub fn as_ptr(&self) -> *const u8 {
+        self.words.as_ptr() as *const u8
+    }
+
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.words.as_mut_ptr() as *mut u8
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `words` owns at least `byte_len` initialised bytes; u8 has no alignment.
+        unsafe { std::slice::from_raw_parts(self.as_ptr(), self.byte_len()) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.byte_len();
+        // SAFETY: as in `bytes`, and the borrow is unique.
+        unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), len) }
+    }
+
+    /// The elements as f32, when the dtype is f32.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        (self.dtype == DType::F32).then(|| {
+            // SAFETY: 8-byte aligned storage holding `len` f32 values.
+            unsafe { std::slice::from_raw_parts(self.as_ptr() as *const f32, self.len()) }
+        })
+    }
+
+    /// Element `i` as f64 (exact for every dtype).
+    pub fn get(&self, i: usize) -> f64 {
+        let b = self.bytes();
+        let w = self.dtype.size_bytes();
+        let e = &b[i * w..(i + 1) * w];
+        match self.dtype {
+            DType::Bool => f64::from(e[0]),
+            DType::F16 => f16::from_bits(u16::from_ne_bytes([e[0], e[1]])).to_f64(),
+            DType::BF16 => bf16::from_bits(u16::from_ne_bytes([e[0], e[1]])).to_f64(),
+            DType::I32 => f64::from(i32::from_ne_bytes(e.try_into().expect("4 bytes"))),
+            DType::F32 => f64::from(f32::from_ne_bytes(e.try_into().expect("4 bytes"))),
+            DType::I64 => i64::from_ne_bytes(e.try_into().expect("8 bytes")) as f64,
+            DType::F64 => f64::from_ne_bytes(e.try_into().expect("8 bytes")),
+        }
+    }
+
+    /// Stores `v` rounded to the dtype ([`DType::round`]).
+    pub fn set(&mut self, i: usize, v: f64) {
+        let dtype = self.dtype;
+        let w = dtype.size_bytes();
+        let v = dtype.round(v);
+        let e = &mut self.bytes_mut()[i * w..(i + 1) * w];
+        match dtype {
+            DType::Bool => e[0] = u8::from(v != 0.0),
+            DType::F16 => e.copy_from_slice(&f16::from_f64(v).to_bits().to_ne_bytes()),
+            DType::BF16 => e.copy_from_slice(&bf16::from_f64(v).to_bits().to_ne_bytes()),
+            DType::I32 => e.copy_from_slice(&(v as i32).to_ne_bytes()),
+            DType::F32 => e.copy_from_slice(&(v as f32).to_ne_bytes()),
+            DType::I64 => e.copy_from_slice(&(v as i64).to_ne_bytes()),
+            DType::F64 => e.copy_from_slice(&v.to_ne_bytes()),
+        }
+    }
+
+    pub fn from_tensor(t: &Tensor) -> Buffer {
+        let mut b = Buffer::zeroed(t.dtype, t.shape());
+        let values = t.data.as_standard_layout();
+        for (i, &v) in values.iter().enumerate() {
+            b.set(i, v);
+        }
+        b
+    }
+
+    pub fn to_tensor(&self) -> Tensor {
+        let values: Vec<f64> = (0..self.len()).map(|i| self.get(i)).collect();
+        let data = ArrayD::from_shape_vec(IxDyn(&self.shape), values).expect("shape matches");
+        Tensor::from_array(self.dtype, data)
+    }
+
+    /// Overwrites every byte with `byte`: a poison pattern, so an element a kernel failed
+    /// to write shows up (0xFF makes every float a NaN).
+    pub fn fill_bytes(&mut self, byte: u8) {
+        self.bytes_mut().fill(byte);
+    }
+
+    /// Copies the elements of `other` (same dtype and element count).
+    pub fn copy_from(&mut self, other: &Buffer) {
+        let n = self.byte_len().min(other.byte_len());
+        self.bytes_mut()[..n].copy_from_slice(&other.bytes()[..n]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_round_trip() {
+        for dtype in DType::ALL {
+            let mut b = Buffer::zeroed(dtype, &[3]);
+            for (i, v) in [1.5, -2.0, 0.0].into_iter().enumerate() {
+                b.set(i, v);
+            }
+            let want = [dtype.round(1.5), dtype.round(-2.0), 0.0];
+            let got: Vec<f64> = (0..3).map(|i| b.get(i)).collect();
+            assert_eq!(got, want, "{dtype}");
+        }
+        let mut b = Buffer::zeroed(DType::F16, &[1]);
+        b.set(0, 1.0);
+        assert_eq!(u16::from_ne_bytes([b.bytes()[0], b.bytes()[1]]), 0x3C00);
+    }
+}

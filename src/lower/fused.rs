@@ -1,0 +1,356 @@
+//! A fused kernel: pointwise nodes, broadcasts and reductions ending the kernel, over one
+//! iteration domain, as straight-line SSA.
+//!
+//! Each pointwise node is lowered the way the reference evaluator applies it
+//! (`eval::pointwise`): operands rounded to the op's common dtype, the formula at the compute
+//! precision of that dtype, the result rounded to the node's dtype. So a fused kernel rounds
+//! exactly where the unfused graph rounds, and differs from it only by the order of f64
+//! summation in reductions and by the few-ulp accuracy of vector math.
+
+use super::ir::{Instr, KernelIr, Launch, Prec, ReduceKind, Reduction, Store, ValueId};
+use super::view::{broadcast_view, domain_of};
+use super::{Lowered, lower_error};
+use crate::dag::{Dag, Value};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::eval::pointwise::{common_dtype, converts};
+use crate::formula::Expr;
+use crate::graph::check::{BuiltinPlan, plan_builtin};
+use crate::partition::is_literal;
+use crate::rules::{Builtin, OpKind};
+use std::collections::HashMap;
+
+/// Builds SSA, remembering each dag value's SSA id and dtype.
+struct Builder<'a> {
+    dag: &'a Dag,
+    domain: Vec<usize>,
+    ir: KernelIr,
+    /// Per load view: the value it reads and the launch strides.
+    load_args: Vec<(Value, Vec<i64>)>,
+    values: HashMap<Value, (ValueId, DType)>,
+}
+
+impl Builder<'_> {
+    fn push(&mut self, instr: Instr) -> ValueId {
+        self.ir.body.push(instr);
+        self.ir.body.len() - 1
+    }
+
+    /// `x` (held at its dtype's precision) at precision `to`.
+    fn at_prec(&mut self, x: ValueId, to: Prec) -> ValueId {
+        match (self.ir.prec(x), to) {
+            (Prec::F32, Prec::F64) => self.push(Instr::Widen { x }),
+            (Prec::F64, Prec::F32) => self.round(x, DType::F32),
+            _ => x,
+        }
+    }
+
+    /// `x` rounded to `dtype`. Widening is exact, so rounding a widened f32 to f32 or to a
+    /// narrower float rounds the f32 itself (one conversion instead of two).
+    fn round(&mut self, x: ValueId, dtype: DType) -> ValueId {
+        if let Instr::Widen { x: inner } = self.ir.body[x] {
+            match dtype {
+                DType::F32 => return inner,
+                DType::F16 | DType::BF16 => return self.push(Instr::Round { x: inner, dtype }),
+                _ => {}
+            }
+        }
+        self.push(Instr::Round { x, dtype })
+    }
+
+    fn constant(&mut self, value: f64, prec: Prec) -> ValueId {
+        let value = match prec {
+            Prec::F32 => value as f32 as f64,
+            Prec::F64 => value,
+        };
+        if let Some(i) = self.ir.body.iter().position(|instr| {
+            matches!(instr, Instr::Const { value: v, prec: p }
+                if *p == prec && v.to_bits() == value.to_bits())
+        }) {
+            return i;
+        }
+        self.push(Instr::Const { value, prec })
+    }
+
+    /// The SSA value of `value`: computed earlier in this kernel, a literal inlined here, or
+    /// a load of a kernel input.
+    fn value(&mut self, value: Value) -> Result<(ValueId, DType)> {
+        if let Some(&v) = self.values.get(&value) {
+            return Ok(v);
+        }
+        let dag = self.dag;
+        let result = match value {
+            Value::Node(n) if is_literal(&dag.nodes[n]) => {
+                self.pointwise(n)?;
+                return Ok(self.values[&value]);
+            }
+            _ => {
+                let ty = dag.ty(value);
+                let Some((view, strides)) = broadcast_view(ty.dtype, &ty.shape, &self.domain)
+                else {
+                    return Err(self.shape_error(value));
+                };
+                self.ir.loads.push(view);
+                self.load_args.push((value, strides));
+                let id = self.push(Instr::Load {
+                    view: self.ir.loads.len() - 1,
+                });
+                (id, ty.dtype)
+            }
+        };
+        self.values.insert(value, result);
+        Ok(result)
+    }
+
+    fn shape_error(&self, value: Value) -> crate::Error {
+        let name = self.dag.value_name(value).to_string();
+        crate::Error::new(
+            crate::error::Site::node(&name),
+            crate::ErrorKind::Lower(format!(
+                "shape {:?} does not broadcast to the kernel's domain {:?}",
+                self.dag.ty(value).shape,
+                self.domain
+            )),
+        )
+    }
+
+    /// Lowers pointwise node `n` as `eval::pointwise::apply` evaluates it.
+    fn pointwise(&mut self, n: usize) -> Result<()> {
+        let dag = self.dag;
+        let node = &dag.nodes[n];
+        let Some(expr) = node.op.formula() else {
+            return Err(lower_error(dag, n, "pointwise op without a formula".into()));
+        };
+        let out = node.ty.dtype;
+        let arg_dtypes: Vec<DType> = node.args.iter().map(|&a| dag.ty(a).dtype).collect();
+        let common = common_dtype(&node.op, &arg_dtypes, out);
+        let in_f64 = common.is_none_or(|d| d.compute_is_f64()) || out == DType::F64;
+        let prec = if in_f64 { Prec::F64 } else { Prec::F32 };
+        let mut env: HashMap<&str, ValueId> = HashMap::new();
+        for (i, &arg) in node.args.iter().enumerate() {
+            let (mut v, dtype) = self.value(arg)?;
+            if let Some(c) = common
+                && converts(&node.op, i)
+                && c != dtype
+            {
+                v = self.round(v, c);
+            }
+            v = self.at_prec(v, prec);
+            env.insert(node.op.operand_name(i), v);
+        }
+        for (name, attr) in node.attrs.iter() {
+            if let Some(x) = attr.as_f64() {
+                let c = self.constant(x, prec);
+                env.entry(name.as_str()).or_insert(c);
+            }
+        }
+        let mut result = self.formula(expr, &env, prec, n)?;
+        let needs_round = match (prec, out) {
+            (Prec::F32, DType::F32) | (Prec::F64, DType::F64) => false,
+            _ => true,
+        };
+        if needs_round {
+            result = self.round(result, out);
+        }
+        self.values.insert(Value::Node(n), (result, out));
+        Ok(())
+    }
+
+    fn formula(
+        &mut self,
+        expr: &Expr,
+        env: &HashMap<&str, ValueId>,
+        prec: Prec,
+        n: usize,
+    ) -> Result<ValueId> {
+        Ok(match expr {
+            Expr::Num(v) => self.constant(*v, prec),
+            Expr::Var(name) => *env.get(name.as_str()).ok_or_else(|| {
+                lower_error(self.dag, n, format!("formula variable `{name}` is unbound"))
+            })?,
+            Expr::Neg(e) => {
+                let x = self.formula(e, env, prec, n)?;
+                self.push(Instr::Neg { x, prec })
+            }
+            Expr::Binary(op, l, r) => {
+                let a = self.formula(l, env, prec, n)?;
+                let b = self.formula(r, env, prec, n)?;
+                self.push(Instr::Binary {
+                    op: *op,
+                    a,
+                    b,
+                    prec,
+                })
+            }
+            Expr::Call(func, args) => {
+                let args = args
+                    .iter()
+                    .map(|a| self.formula(a, env, prec, n))
+                    .collect::<Result<Vec<_>>>()?;
+                self.push(Instr::Call {
+                    func: *func,
+                    args,
+                    prec,
+                })
+            }
+        })
+    }
+
+    /// Reduction node `n` ending the kernel: the output view has stride 0 on reduced axes.
+    fn reduction(&mut self, n: usize) -> Result<Vec<i64>> {
+        let dag = self.dag;
+        let node = &dag.nodes[n];
+        let x = node.args[0];
+        let x_shape = dag.ty(x).shape.clone();
+        if domain_of(&x_shape) != self.domain {
+            return Err(self.shape_error(x));
+        }
+        let plan = plan_builtin(
+            node.op.builtin().unwrap_or(Builtin::Sum),
+            &[&x_shape],
+            &node.attrs,
+        )
+        .map_err(|e| lower_error(dag, n, e))?
+        .0;
+        let rank = self.domain.len();
+        // Which domain axes are reduced, and the output's stride along each kept one.
+        let (kind, reduced): (ReduceKind, Vec<bool>) = match &plan {
+            BuiltinPlan::Reduce { builtin, axes, .. } => {
+                let kind = match builtin {
+                    Builtin::Mean => ReduceKind::Mean,
+                    Builtin::ReduceMax => ReduceKind::Max,
+                    _ => ReduceKind::Sum,
+                };
+                let offset = rank - x_shape.len();
+                (
+                    kind,
+                    (0..rank)
+                        .map(|d| d < offset || axes.contains(&(d - offset)))
+                        .collect(),
+                )
+            }
+            BuiltinPlan::SumToSize(target) => {
+                let lead = rank - target.len();
+                (
+                    ReduceKind::Sum,
+                    (0..rank)
+                        .map(|d| d < lead || target[d - lead] == 1)
+                        .collect(),
+                )
+            }
+            _ => return Err(lower_error(dag, n, "not a reduction".into())),
+        };
+        // Kept axes appear in the output in domain order (keepdim only adds size-1 axes).
+        let kept: Vec<usize> = (0..rank)
+            .filter(|&d| !reduced[d])
+            .map(|d| self.domain[d])
+            .collect();
+        let kept_strides = super::view::contiguous_strides(&kept);
+        let mut strides = vec![0i64; rank];
+        let mut k = 0;
+        for d in 0..rank {
+            if !reduced[d] {
+                strides[d] = kept_strides[k];
+                k += 1;
+            }
+        }
+        let sizes: Vec<usize> = (0..rank)
+            .map(|d| if reduced[d] { 1 } else { self.domain[d] })
+            .collect();
+        let view = super::view::classify(node.ty.dtype, &sizes, &mut strides);
+        let (value, _) = self.value(x)?;
+        self.ir.reductions.push(Reduction {
+            kind,
+            value,
+            reduced,
+            view,
+        });
+        Ok(strides)
+    }
+}
+
+/// Lowers the fused kernel made of `nodes` (topological order) over `domain`, writing
+/// `outputs`.
+pub(super) fn lower_fused(
+    dag: &Dag,
+    nodes: &[usize],
+    domain: &[usize],
+    outputs: &[Value],
+) -> Result<Lowered> {
+    let domain = domain_of(domain);
+    let rank = domain.len();
+    let mut b = Builder {
+        dag,
+        domain: domain.clone(),
+        ir: KernelIr {
+            rank,
+            loads: Vec::new(),
+            body: Vec::new(),
+            stores: Vec::new(),
+            reductions: Vec::new(),
+        },
+        load_args: Vec::new(),
+        values: HashMap::new(),
+    };
+    let mut reduction_args: Vec<(Value, Vec<i64>)> = Vec::new();
+    for &n in nodes {
+        let node = &dag.nodes[n];
+        match (node.op.kind(), node.op.builtin()) {
+            (OpKind::Pointwise, _) => b.pointwise(n)?,
+            (OpKind::Layout, Some(Builtin::BroadcastTo)) => {
+                // The domain does the broadcasting: the value at each point is the operand's.
+                let v = b.value(node.args[0])?;
+                b.values.insert(Value::Node(n), v);
+            }
+            (OpKind::Reduction, _) => {
+                let strides = b.reduction(n)?;
+                reduction_args.push((Value::Node(n), strides));
+            }
+            _ => {
+                return Err(lower_error(
+                    dag,
+                    n,
+                    format!("`{}` cannot be part of a fused kernel", node.op.name()),
+                ));
+            }
+        }
+    }
+    let reduced: Vec<Value> = reduction_args.iter().map(|(v, _)| *v).collect();
+    for (v, _) in &reduction_args {
+        if b.values.contains_key(v) {
+            return Err(lower_error(
+                dag,
+                match v {
+                    Value::Node(n) => *n,
+                    Value::Input(_) => 0,
+                },
+                "a reduction's result is used inside its own kernel".into(),
+            ));
+        }
+    }
+    let mut store_args: Vec<(Value, Vec<i64>)> = Vec::new();
+    for &out in outputs {
+        if reduced.contains(&out) {
+            continue;
+        }
+        let (value, dtype) = *b.values.get(&out).ok_or_else(|| b.shape_error(out))?;
+        let ty = dag.ty(out);
+        let Some((view, strides)) = broadcast_view(dtype, &ty.shape, &domain) else {
+            return Err(b.shape_error(out));
+        };
+        b.ir.stores.push(Store { value, view });
+        store_args.push((out, strides));
+    }
+    let (args, strides): (Vec<Value>, Vec<Vec<i64>>) = b
+        .load_args
+        .into_iter()
+        .chain(store_args)
+        .chain(reduction_args)
+        .unzip();
+    let launch = Launch {
+        sizes: domain.iter().map(|&d| d as i64).collect(),
+        offsets: vec![0; args.len()],
+        strides,
+    };
+    Ok((b.ir, launch, args))
+}

@@ -1,0 +1,197 @@
+//! The kernel IR: what one generated kernel computes, with every size left out.
+//!
+//! A [`KernelIr`] is specialised on dtypes, rank and the broadcast/stride *pattern* of each
+//! view, never on concrete sizes: sizes, strides and offsets arrive at run time as a
+//! [`Launch`]. Two graphs that differ only in batch size lower to equal `KernelIr`s, emit equal
+//! source, and hit the same compiled kernel. The CPU (C) and CUDA emitters both read this IR.
+//!
+//! # Execution model
+//!
+//! A kernel iterates over a *domain* of `rank ≥ 1` axes. Every buffer it touches is a [`View`]
+//! over that domain: element `(i_0, …, i_{r-1})` of view `v` lives at
+//! `ptr_v[offset_v + Σ_d i_d · stride_v[d]]` (in elements of the view's dtype). Loads read
+//! views, stores write them, and reductions accumulate into them (a reduced axis has stride 0
+//! in the output view).
+//!
+//! The body is straight-line SSA over per-element scalars: [`Instr`]s, each producing one
+//! value at a compute precision ([`Prec`]): f16, bf16 and f32 values are held as C `float`,
+//! f64, integers and bool as `double` (as the reference evaluator holds them), so every
+//! integer or bool value is exact and every float value is exactly the graph's value.
+//! Rounding happens only where an [`Instr::Round`] says so, which is where the unfused graph
+//! rounds: operands converted to an op's common dtype, and each result to its dtype.
+
+use crate::dtype::DType;
+use crate::formula::{BinOp, Func};
+
+/// The precision an SSA value is computed and held in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Prec {
+    /// C `float`: values of dtype f16, bf16, f32.
+    F32,
+    /// C `double`: values of dtype f64, i32, i64, bool.
+    F64,
+}
+
+impl Prec {
+    /// The precision a value of `dtype` is held in.
+    pub fn of(dtype: DType) -> Prec {
+        if dtype.compute_is_f64() {
+            Prec::F64
+        } else {
+            Prec::F32
+        }
+    }
+}
+
+/// How a view moves along one domain axis. The pattern is part of the kernel's identity; the
+/// stride itself is a run-time argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Axis {
+    /// Stride 0: the view has size 1 on this axis (or lacks it) and is broadcast along it.
+    Broadcast,
+    /// Stride 1. Only ever used for the innermost axis, so vector loops see contiguous memory.
+    Unit,
+    /// Any stride, given at run time.
+    Strided,
+}
+
+/// A buffer seen over the kernel's domain: its dtype and, per domain axis, how it moves.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct View {
+    pub dtype: DType,
+    /// One entry per domain axis; `axes.len() == rank`.
+    pub axes: Vec<Axis>,
+}
+
+/// An SSA value: the index of the instruction that produced it in [`KernelIr::body`].
+pub type ValueId = usize;
+
+/// One instruction. Operands of `Neg`, `Binary` and `Call` all have the instruction's own
+/// precision (the lowering inserts [`Instr::Widen`]/[`Instr::Round`] to make it so).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Instr {
+    /// The element of load view `view` (an index into [`KernelIr::loads`]) at the current
+    /// domain point, converted to `Prec::of(view dtype)`.
+    Load { view: usize },
+    /// A literal at precision `prec` (already representable: the lowering rounds it).
+    Const { value: f64, prec: Prec },
+    /// f32 → f64, exact.
+    Widen { x: ValueId },
+    /// Rounds `x` to the nearest value of `dtype`, with the reference evaluator's rules
+    /// ([`DType::round`]): floats to nearest even (NaN kept, overflow to ±Inf; from f64 to
+    /// f16/bf16 exactly once, not via a second rounding), integers toward zero with
+    /// saturation and NaN → 0, bool as `x != 0`. The result is held at `Prec::of(dtype)`.
+    Round { x: ValueId, dtype: DType },
+    /// `-x` at precision `prec`.
+    Neg { x: ValueId, prec: Prec },
+    /// `a op b` at precision `prec`. Comparisons give 1 or 0 at that precision.
+    Binary {
+        op: BinOp,
+        a: ValueId,
+        b: ValueId,
+        prec: Prec,
+    },
+    /// A formula primitive at precision `prec`, with the reference interpreter's semantics
+    /// (`min`/`max` propagate NaN and order −0 below +0; `select(c, a, b)` is `c != 0 ? a :
+    /// b`; `rsqrt(x)` is `1 / sqrt(x)`).
+    Call {
+        func: Func,
+        args: Vec<ValueId>,
+        prec: Prec,
+    },
+}
+
+/// A pointwise result written to memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Store {
+    /// The value stored; its precision is `Prec::of(view.dtype)` and it is already rounded to
+    /// `view.dtype`, so storing only narrows the representation.
+    pub value: ValueId,
+    /// The destination. A `Broadcast` axis here means the stored value is smaller than the
+    /// domain along that axis: it is written only where the domain index on that axis is 0,
+    /// so each element is written once.
+    pub view: View,
+}
+
+/// What a reduction computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceKind {
+    /// Σ, accumulated in f64 (as the reference evaluator does). Identity 0.
+    Sum,
+    /// Σ / (number of reduced elements); 0/0 = NaN for an empty reduction.
+    Mean,
+    /// Maximum; NaN propagates (any NaN makes the result NaN). Identity −∞.
+    Max,
+}
+
+/// A reduction ending the kernel: `value` is accumulated over the domain axes marked in
+/// `reduced`, and each result rounded once to `view.dtype` and stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reduction {
+    pub kind: ReduceKind,
+    /// The value reduced, one per domain point.
+    pub value: ValueId,
+    /// Per domain axis: whether it is reduced. The output view has `Broadcast` (stride 0)
+    /// exactly on the reduced axes.
+    pub reduced: Vec<bool>,
+    pub view: View,
+}
+
+/// One kernel, independent of sizes. Equal `KernelIr`s emit equal source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelIr {
+    /// Number of domain axes, at least 1.
+    pub rank: usize,
+    /// Views read, in argument order.
+    pub loads: Vec<View>,
+    /// Straight-line SSA, in dependency order.
+    pub body: Vec<Instr>,
+    /// Pointwise results written.
+    pub stores: Vec<Store>,
+    /// Reductions ending the kernel.
+    pub reductions: Vec<Reduction>,
+}
+
+impl KernelIr {
+    /// Number of buffer arguments: loads, then stores, then reduction outputs, in that order.
+    pub fn arg_count(&self) -> usize {
+        self.loads.len() + self.stores.len() + self.reductions.len()
+    }
+
+    /// Every view in argument order.
+    pub fn views(&self) -> impl Iterator<Item = &View> {
+        self.loads
+            .iter()
+            .chain(self.stores.iter().map(|s| &s.view))
+            .chain(self.reductions.iter().map(|r| &r.view))
+    }
+
+    /// The precision of SSA value `id`.
+    pub fn prec(&self, id: ValueId) -> Prec {
+        match &self.body[id] {
+            Instr::Load { view } => Prec::of(self.loads[*view].dtype),
+            Instr::Const { prec, .. }
+            | Instr::Neg { prec, .. }
+            | Instr::Binary { prec, .. }
+            | Instr::Call { prec, .. } => *prec,
+            Instr::Widen { .. } => Prec::F64,
+            Instr::Round { dtype, .. } => Prec::of(*dtype),
+        }
+    }
+}
+
+/// The run-time arguments of one kernel launch: everything size-dependent.
+///
+/// The C ABI of a generated kernel is
+/// `void k(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs)`:
+/// `sizes[rank]`, then `strides[arg * rank + axis]` and `offsets[arg]` (in elements) and
+/// `ptrs[arg]` for every argument in [`KernelIr::views`] order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    /// The domain, `rank` entries.
+    pub sizes: Vec<i64>,
+    /// Per argument, `rank` strides in elements; 0 on `Broadcast` axes, 1 on `Unit` ones.
+    pub strides: Vec<Vec<i64>>,
+    /// Per argument, the element offset of domain point 0.
+    pub offsets: Vec<i64>,
+}

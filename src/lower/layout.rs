@@ -1,0 +1,147 @@
+//! Layout ops as strided copies: the same kernel IR with one load and one store.
+//!
+//! A transpose, slice or broadcast reads its operand through a view with permuted, scaled or
+//! zero strides and writes its result contiguously; a reshape is a contiguous copy; a concat
+//! is one copy per piece, each writing a window of the result (and converting to the result
+//! dtype, as concat's operands meet at it).
+
+use super::ir::{Instr, KernelIr, Launch, Prec, Store};
+use super::view::{classify, contiguous_strides, domain_of};
+use super::{Lowered, lower_error};
+use crate::dag::{Dag, Value};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::graph::check::{BuiltinPlan, plan_builtin};
+
+/// One copy over `domain`: read `src` (dtype `from`) at `src_strides` + `src_offset`, write
+/// `dst` (dtype `to`) at `dst_strides` + `dst_offset`.
+struct Copy {
+    domain: Vec<usize>,
+    src: Value,
+    from: DType,
+    src_strides: Vec<i64>,
+    src_offset: i64,
+    dst: Value,
+    to: DType,
+    dst_strides: Vec<i64>,
+    dst_offset: i64,
+}
+
+impl Copy {
+    fn lower(mut self) -> Lowered {
+        if self.domain.is_empty() {
+            self.domain = domain_of(&self.domain);
+            self.src_strides = vec![0];
+            self.dst_strides = vec![0];
+        }
+        let load = classify(self.from, &self.domain, &mut self.src_strides);
+        let store = classify(self.to, &self.domain, &mut self.dst_strides);
+        let mut body = vec![Instr::Load { view: 0 }];
+        if self.from != self.to {
+            // Widening f32 to a double-held dtype is exact; a rounding follows unless the
+            // result is f64 itself.
+            if Prec::of(self.from) == Prec::F32 && Prec::of(self.to) == Prec::F64 {
+                body.push(Instr::Widen { x: 0 });
+            }
+            if self.to != DType::F64 {
+                let x = body.len() - 1;
+                body.push(Instr::Round { x, dtype: self.to });
+            }
+        }
+        let value = body.len() - 1;
+        let ir = KernelIr {
+            rank: self.domain.len(),
+            loads: vec![load],
+            body,
+            stores: vec![Store { value, view: store }],
+            reductions: Vec::new(),
+        };
+        let launch = Launch {
+            sizes: self.domain.iter().map(|&d| d as i64).collect(),
+            strides: vec![self.src_strides, self.dst_strides],
+            offsets: vec![self.src_offset, self.dst_offset],
+        };
+        (ir, launch, vec![self.src, self.dst])
+    }
+}
+
+/// The copies that compute layout node `n`.
+pub(super) fn lower_copy(dag: &Dag, n: usize) -> Result<Vec<Lowered>> {
+    let node = &dag.nodes[n];
+    let out = &node.ty;
+    let shapes: Vec<&[usize]> = node.args.iter().map(|&a| &dag.ty(a).shape[..]).collect();
+    let builtin = node
+        .op
+        .builtin()
+        .ok_or_else(|| lower_error(dag, n, "layout op without a builtin".into()))?;
+    let (plan, _) =
+        plan_builtin(builtin, &shapes, &node.attrs).map_err(|e| lower_error(dag, n, e))?;
+    let dst = Value::Node(n);
+    let out_strides = contiguous_strides(&out.shape);
+    let x = node.args[0];
+    let x_ty = dag.ty(x);
+    let x_strides = contiguous_strides(&x_ty.shape);
+    let copy = |src_strides: Vec<i64>, src_offset: i64| Copy {
+        domain: out.shape.clone(),
+        src: x,
+        from: x_ty.dtype,
+        src_strides,
+        src_offset,
+        dst,
+        to: out.dtype,
+        dst_strides: out_strides.clone(),
+        dst_offset: 0,
+    };
+    let copies = match plan {
+        BuiltinPlan::BroadcastTo(_) => {
+            let lead = out.shape.len() - x_ty.shape.len();
+            let strides = (0..out.shape.len())
+                .map(|d| {
+                    if d < lead || x_ty.shape[d - lead] != out.shape[d] {
+                        0
+                    } else {
+                        x_strides[d - lead]
+                    }
+                })
+                .collect();
+            vec![copy(strides, 0)]
+        }
+        BuiltinPlan::Reshape(_) => vec![copy(out_strides.clone(), 0)],
+        BuiltinPlan::Transpose(perm) => {
+            vec![copy(perm.iter().map(|&p| x_strides[p]).collect(), 0)]
+        }
+        BuiltinPlan::Slice(r) => {
+            let mut strides = x_strides.clone();
+            strides[r.axis] = x_strides[r.axis] * r.step as i64;
+            vec![copy(strides, r.start as i64 * x_strides[r.axis])]
+        }
+        BuiltinPlan::Concat(axis) => {
+            let mut at = 0usize;
+            let mut pieces = Vec::new();
+            for &arg in &node.args {
+                let ty = dag.ty(arg);
+                pieces.push(Copy {
+                    domain: ty.shape.clone(),
+                    src: arg,
+                    from: ty.dtype,
+                    src_strides: contiguous_strides(&ty.shape),
+                    src_offset: 0,
+                    dst,
+                    to: out.dtype,
+                    dst_strides: out_strides.clone(),
+                    dst_offset: at as i64 * out_strides[axis],
+                });
+                at += ty.shape[axis];
+            }
+            pieces
+        }
+        _ => {
+            return Err(lower_error(
+                dag,
+                n,
+                format!("`{}` is not a layout op", node.op.name()),
+            ));
+        }
+    };
+    Ok(copies.into_iter().map(Copy::lower).collect())
+}

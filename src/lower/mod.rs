@@ -1,0 +1,226 @@
+//! Lowering: from a partitioned dag to kernel IR and the steps that run it.
+//!
+//! The partition ([`crate::partition`]) decides which nodes share a kernel; lowering turns each
+//! of its kernels into code without second-guessing it, so the kernels that run are exactly
+//! the kernels the cost model priced. A fused kernel becomes one [`KernelIr`] launch; a layout
+//! op becomes a strided copy (a concat, one copy per piece); a library call becomes a
+//! [`MatMulStep`] that converts absorbed casts while packing its operands.
+//!
+//! A [`Program`] is specific to the graph's sizes (its [`Launch`]es), but the [`KernelIr`]s in
+//! it are not: lowering the same graph at another batch size gives equal kernels, so a backend
+//! that caches compiled kernels by their IR compiles nothing new.
+
+mod fused;
+pub mod ir;
+mod layout;
+pub mod view;
+
+use crate::dag::{Dag, Value};
+use crate::dtype::DType;
+use crate::error::{Error, ErrorKind, Result, Site};
+use crate::partition::{Partition, is_literal};
+use crate::rules::{Builtin, OpKind};
+pub use ir::{KernelIr, Launch};
+
+/// A lowered graph: distinct kernels and the steps that run the graph with them.
+#[derive(Debug, Clone)]
+pub struct Program {
+    /// The graph the steps compute: value types, names and outputs.
+    pub dag: Dag,
+    /// Distinct kernels; steps refer to them by index. Equal kernels are stored once.
+    pub kernels: Vec<KernelIr>,
+    /// In an order that runs the graph: every value is written before it is read.
+    pub steps: Vec<Step>,
+    /// How many kernels the partition had (a concat is one kernel but one step per piece).
+    pub groups: usize,
+}
+
+/// One unit of work.
+#[derive(Debug, Clone)]
+pub enum Step {
+    Kernel(KernelStep),
+    MatMul(MatMulStep),
+}
+
+impl Step {
+    /// The partition kernel this step belongs to.
+    pub fn group(&self) -> usize {
+        match self {
+            Step::Kernel(k) => k.group,
+            Step::MatMul(m) => m.group,
+        }
+    }
+
+    /// Values read, and values written.
+    pub fn reads_writes(&self, kernels: &[KernelIr]) -> (Vec<Value>, Vec<Value>) {
+        match self {
+            Step::Kernel(k) => {
+                let loads = kernels[k.kernel].loads.len();
+                (k.args[..loads].to_vec(), k.args[loads..].to_vec())
+            }
+            Step::MatMul(m) => (vec![m.a.value, m.b.value], vec![m.out]),
+        }
+    }
+}
+
+/// A launch of a generated kernel.
+#[derive(Debug, Clone)]
+pub struct KernelStep {
+    /// Index into [`Program::kernels`].
+    pub kernel: usize,
+    pub launch: Launch,
+    /// The buffer of each argument, in [`KernelIr::views`] order.
+    pub args: Vec<Value>,
+    pub group: usize,
+}
+
+/// A matrix product through the BLAS-like library (NumPy semantics: 1-D operands promoted,
+/// batch dimensions broadcast).
+#[derive(Debug, Clone)]
+pub struct MatMulStep {
+    pub a: MatMulOperand,
+    pub b: MatMulOperand,
+    pub out: Value,
+    pub group: usize,
+}
+
+/// A matmul operand as read from memory, with the cast the call absorbed (fusion.ron's
+/// `library_casts`): each element is rounded to `cast` while packing, then to the product's
+/// dtype, exactly as the unfused cast-then-matmul rounds it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MatMulOperand {
+    pub value: Value,
+    pub cast: Option<DType>,
+}
+
+fn lower_error(dag: &Dag, node: usize, message: String) -> Error {
+    Error::new(Site::node(&dag.nodes[node].name), ErrorKind::Lower(message))
+}
+
+/// Lowers every kernel of `partition` (a partition of `dag`, as [`crate::partition::partition`]
+/// or [`crate::partition::unfused`] returns it).
+///
+/// Errors only when the partition breaks an invariant the partitioner guarantees (a node whose
+/// shape does not broadcast to its kernel's domain, a reduction consumed inside its own
+/// kernel, a layout op other than `broadcast_to` fused with others).
+pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
+    let mut program = Program {
+        dag: dag.clone(),
+        kernels: Vec::new(),
+        steps: Vec::new(),
+        groups: partition.kernels.len(),
+    };
+    let intern = |ir: KernelIr, kernels: &mut Vec<KernelIr>| -> usize {
+        match kernels.iter().position(|k| *k == ir) {
+            Some(i) => i,
+            None => {
+                kernels.push(ir);
+                kernels.len() - 1
+            }
+        }
+    };
+    let push = |program: &mut Program, group: usize, (ir, launch, args): Lowered| {
+        let kernel = intern(ir, &mut program.kernels);
+        program.steps.push(Step::Kernel(KernelStep {
+            kernel,
+            launch,
+            args,
+            group,
+        }));
+    };
+    for (group, kernel) in partition.kernels.iter().enumerate() {
+        let opaque = kernel
+            .nodes
+            .iter()
+            .copied()
+            .find(|&n| dag.nodes[n].op.kind() == OpKind::Opaque);
+        let layout = kernel.nodes.iter().copied().find(|&n| {
+            dag.nodes[n].op.kind() == OpKind::Layout
+                && dag.nodes[n].op.builtin() != Some(Builtin::BroadcastTo)
+        });
+        if let Some(call) = opaque {
+            program
+                .steps
+                .push(Step::MatMul(matmul_step(dag, &kernel.nodes, call, group)?));
+        } else if let Some(n) = layout {
+            if kernel.nodes.len() != 1 {
+                return Err(lower_error(
+                    dag,
+                    n,
+                    format!(
+                        "layout op `{}` shares a kernel with {} other node(s); only broadcast_to can be fused",
+                        dag.nodes[n].op.name(),
+                        kernel.nodes.len() - 1
+                    ),
+                ));
+            }
+            for piece in layout::lower_copy(dag, n)? {
+                push(&mut program, group, piece);
+            }
+        } else {
+            let lowered = fused::lower_fused(dag, &kernel.nodes, &kernel.domain, &kernel.outputs)?;
+            push(&mut program, group, lowered);
+        }
+    }
+    // A literal is inlined into the kernels that use it and is no kernel of its own, but a
+    // literal that is a graph output must still be written.
+    let outputs = dag.output_mask();
+    for n in 0..dag.nodes.len() {
+        if outputs[n] && is_literal(&dag.nodes[n]) {
+            let shape = dag.nodes[n].ty.shape.clone();
+            let lowered = fused::lower_fused(dag, &[n], &shape, &[Value::Node(n)])?;
+            let group = program.groups;
+            push(&mut program, group, lowered);
+        }
+    }
+    Ok(program)
+}
+
+/// A kernel, its launch and its buffer per argument.
+type Lowered = (KernelIr, Launch, Vec<Value>);
+
+fn matmul_step(dag: &Dag, nodes: &[usize], call: usize, group: usize) -> Result<MatMulStep> {
+    let node = &dag.nodes[call];
+    if node.op.builtin() != Some(Builtin::MatMul) || node.args.len() != 2 {
+        return Err(lower_error(
+            dag,
+            call,
+            format!(
+                "opaque op `{}` has no library implementation (only matmul does)",
+                node.op.name()
+            ),
+        ));
+    }
+    // A cast inside the call's kernel was absorbed: read its operand and round while packing.
+    let operand = |arg: Value| -> Result<MatMulOperand> {
+        match arg {
+            Value::Node(p) if nodes.contains(&p) => {
+                let cast = &dag.nodes[p];
+                match (cast.op.name(), cast.args.first()) {
+                    ("cast", Some(&inner)) => Ok(MatMulOperand {
+                        value: inner,
+                        cast: Some(cast.ty.dtype),
+                    }),
+                    _ => Err(lower_error(
+                        dag,
+                        p,
+                        format!(
+                            "only casts can run inside a library call, not `{}`",
+                            cast.op.name()
+                        ),
+                    )),
+                }
+            }
+            _ => Ok(MatMulOperand {
+                value: arg,
+                cast: None,
+            }),
+        }
+    };
+    Ok(MatMulStep {
+        a: operand(node.args[0])?,
+        b: operand(node.args[1])?,
+        out: Value::Node(call),
+        group,
+    })
+}

@@ -1,0 +1,101 @@
+//! Views: how a buffer of some shape is addressed over a kernel's iteration domain.
+//!
+//! A buffer is stored contiguously (row-major) in its own shape. Seen over a domain it is
+//! right-aligned against the domain's axes, as NumPy broadcasting aligns shapes: an axis the
+//! buffer lacks, or where it has size 1, is [`Axis::Broadcast`] (stride 0). The pattern is
+//! decided by which dims are 1, never by sizes, so a kernel compiled for a batch of 1024 is
+//! the kernel for a batch of 512.
+
+use super::ir::{Axis, View};
+use crate::dtype::DType;
+
+/// Row-major strides of `shape`, in elements.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<i64> {
+    let mut strides = vec![0i64; shape.len()];
+    let mut step = 1i64;
+    for (d, &n) in shape.iter().enumerate().rev() {
+        strides[d] = step;
+        step = step.saturating_mul(n.max(1) as i64);
+    }
+    strides
+}
+
+/// The pattern of a view with `strides` over a domain of `sizes`: stride 0 or a size-1 axis
+/// is a broadcast, the innermost axis with stride 1 is unit-stride, anything else strided.
+/// Strides on broadcast axes are forced to 0 so run-time arguments match the pattern.
+pub fn classify(dtype: DType, sizes: &[usize], strides: &mut [i64]) -> View {
+    let rank = sizes.len();
+    let axes = (0..rank)
+        .map(|d| {
+            if sizes[d] == 1 || strides[d] == 0 {
+                strides[d] = 0;
+                Axis::Broadcast
+            } else if d + 1 == rank && strides[d] == 1 {
+                Axis::Unit
+            } else {
+                Axis::Strided
+            }
+        })
+        .collect();
+    View { dtype, axes }
+}
+
+/// A contiguous buffer of `shape`, broadcast over `domain` (right-aligned). `None` when the
+/// shape does not broadcast to the domain.
+pub fn broadcast_view(dtype: DType, shape: &[usize], domain: &[usize]) -> Option<(View, Vec<i64>)> {
+    if shape.len() > domain.len() {
+        return None;
+    }
+    let lead = domain.len() - shape.len();
+    let own = contiguous_strides(shape);
+    let mut strides = vec![0i64; domain.len()];
+    for (d, &n) in shape.iter().enumerate() {
+        let target = domain[lead + d];
+        if n == target {
+            strides[lead + d] = own[d];
+        } else if n != 1 {
+            return None;
+        }
+    }
+    let sizes: Vec<usize> = (0..domain.len())
+        .map(|d| if d < lead { 1 } else { shape[d - lead] })
+        .collect();
+    let view = classify(dtype, &sizes, &mut strides);
+    Some((view, strides))
+}
+
+/// A rank-0 domain becomes `[1]`: every kernel has at least one axis.
+pub fn domain_of(shape: &[usize]) -> Vec<usize> {
+    if shape.is_empty() {
+        vec![1]
+    } else {
+        shape.to_vec()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType::F32;
+
+    #[test]
+    fn row_and_column_broadcasts() {
+        let (v, s) = broadcast_view(F32, &[4, 1], &[4, 8]).unwrap();
+        assert_eq!(v.axes, vec![Axis::Strided, Axis::Broadcast]);
+        assert_eq!(s, vec![1, 0]);
+        let (v, s) = broadcast_view(F32, &[8], &[4, 8]).unwrap();
+        assert_eq!(v.axes, vec![Axis::Broadcast, Axis::Unit]);
+        assert_eq!(s, vec![0, 1]);
+        let (v, s) = broadcast_view(F32, &[4, 8], &[4, 8]).unwrap();
+        assert_eq!(v.axes, vec![Axis::Strided, Axis::Unit]);
+        assert_eq!(s, vec![8, 1]);
+        assert!(broadcast_view(F32, &[3], &[4, 8]).is_none());
+    }
+
+    #[test]
+    fn pattern_does_not_depend_on_batch() {
+        let a = broadcast_view(F32, &[1024, 4096], &[1024, 4096]).unwrap().0;
+        let b = broadcast_view(F32, &[512, 4096], &[512, 4096]).unwrap().0;
+        assert_eq!(a, b);
+    }
+}
