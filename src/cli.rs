@@ -1,5 +1,6 @@
 //! The `fusebox` command line.
 
+use crate::backend::cpu::compiler::{Compiler, CompilerConfig};
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::eval::{self, Tensors};
 use crate::explain::count;
@@ -47,10 +48,35 @@ pub enum Command {
         out: PathBuf,
         #[arg(long)]
         rules: Option<PathBuf>,
-        /// Insert casts per this AMP policy of amp.ron (f16, bf16) and evaluate the
-        /// cast-inserted graph unfused; outputs keep their dtypes.
+        /// Insert casts per this AMP policy of amp.ron (f16, bf16) first; outputs keep their
+        /// dtypes. The reference backend evaluates the cast-inserted graph unfused.
         #[arg(long, value_name = "POLICY")]
         amp: Option<String>,
+        /// CPU backend: one kernel per op, no rewrites (the unfused baseline).
+        #[arg(long)]
+        no_fusion: bool,
+    },
+    /// Compile a graph and time it on random inputs: median time per run (compilation and
+    /// file I/O excluded), bytes moved and GB/s.
+    Bench {
+        graph: PathBuf,
+        #[arg(long, value_enum)]
+        backend: Backend,
+        /// One kernel per op, no rewrites (the unfused baseline).
+        #[arg(long)]
+        no_fusion: bool,
+        #[arg(long, value_name = "POLICY")]
+        amp: Option<String>,
+        /// Timed runs, after one warm-up run.
+        #[arg(long, default_value_t = 20)]
+        iters: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Print the result as one JSON object.
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        rules: Option<PathBuf>,
     },
     /// Optimize a graph: saturate with the rewrite rules, extract the cheapest form under the
     /// fusion-aware cost model, and report the fused kernels.
@@ -75,7 +101,8 @@ pub enum Command {
         /// cast-inserted graph; outputs keep their dtypes.
         #[arg(long, value_name = "POLICY")]
         amp: Option<String>,
-        /// Write the optimized graph (ron) or a drawing of its kernels (dot) to --out.
+        /// Write the optimized graph (ron), a drawing of its kernels (dot) or their C source
+        /// (c) to --out.
         #[arg(long, value_enum, requires = "out")]
         emit: Option<Emit>,
         #[arg(long, value_name = "FILE", requires = "emit")]
@@ -112,12 +139,16 @@ pub enum Emit {
     Ron,
     /// Graphviz, one cluster per fused kernel.
     Dot,
+    /// The C source of the CPU kernels, one translation unit.
+    C,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     /// The unfused op-by-op evaluator with eager rounding (the oracle).
     Reference,
+    /// Generated C kernels, compiled with the system C compiler and cached on disk.
+    Cpu,
 }
 
 /// Runs a parsed command and returns what it prints on success.
@@ -130,23 +161,88 @@ pub fn run(cli: Cli) -> Result<String> {
         }
         Command::Run {
             graph,
-            backend: Backend::Reference,
+            backend,
             inputs,
             random_inputs,
             seed,
             out,
             rules,
             amp,
+            no_fusion,
         } => {
             let rules = RuleSet::load(rules.as_deref())?;
-            let (mut graph, _) = graph::file::load(&graph, &rules.ops)?;
-            if let Some(policy) = &amp {
-                let policy = rules.amp.policy(policy)?;
-                graph = crate::amp::insert_casts(&graph, &rules.ops, policy)?.graph;
-            }
+            let (graph, _) = graph::file::load(&graph, &rules.ops)?;
             let values = gather_inputs(&graph, &inputs, random_inputs, seed)?;
-            let outputs = eval::evaluate(&graph, &rules.ops, &values)?;
-            write_outputs(&graph, &outputs, &out)
+            match backend {
+                Backend::Reference => {
+                    if no_fusion {
+                        return Err(usage("--no-fusion applies to compiled backends; the reference backend never fuses"));
+                    }
+                    let mut graph = graph;
+                    if let Some(policy) = &amp {
+                        let policy = rules.amp.policy(policy)?;
+                        graph = crate::amp::insert_casts(&graph, &rules.ops, policy)?.graph;
+                    }
+                    let outputs = eval::evaluate(&graph, &rules.ops, &values)?;
+                    write_outputs(&graph, &outputs, &out)
+                }
+                Backend::Cpu => {
+                    let options = run_options(amp, no_fusion);
+                    let compiler = Compiler::new(CompilerConfig::from_env());
+                    let mut prepared = crate::runner::prepare(&graph, &rules, &options, &compiler)?;
+                    let outputs = prepared.executable.run_tensors(&values)?;
+                    let mut text = format!(
+                        "{} on cpu: {}{}\n",
+                        graph.name,
+                        count(prepared.partition.kernels.len(), "kernel"),
+                        if prepared.compile.compiled > 0 {
+                            format!(", compiled in {:.0} ms", prepared.compile_ms)
+                        } else {
+                            ", compiled kernels from the cache".to_string()
+                        }
+                    );
+                    text += &write_outputs(&graph, &outputs, &out)?;
+                    Ok(text)
+                }
+            }
+        }
+        Command::Bench {
+            graph,
+            backend,
+            no_fusion,
+            amp,
+            iters,
+            seed,
+            json,
+            rules,
+        } => {
+            if backend != Backend::Cpu {
+                return Err(usage("bench needs a compiled backend: --backend cpu"));
+            }
+            let rules = RuleSet::load(rules.as_deref())?;
+            let (graph, _) = graph::file::load(&graph, &rules.ops)?;
+            let options = run_options(amp, no_fusion);
+            let compiler = Compiler::new(CompilerConfig::from_env());
+            let mut prepared = crate::runner::prepare(&graph, &rules, &options, &compiler)?;
+            let report = crate::runner::bench(&mut prepared, &graph, &options, iters, seed)?;
+            Ok(if json {
+                let mut text = serde_json::to_string_pretty(&report)
+                    .map_err(|e| Error::new(Site::default(), ErrorKind::Eval(e.to_string())))?;
+                text.push('\n');
+                text
+            } else {
+                format!(
+                    "{}: {} ({}), {} moved per run\nmedian {:.3} ms over {} runs (min {:.3} ms): {:.1} GB/s\n",
+                    report.graph,
+                    count(report.kernels, "kernel"),
+                    if report.fusion { "fused" } else { "unfused" },
+                    crate::explain::bytes(report.bytes),
+                    report.median_ms,
+                    report.iters,
+                    report.min_ms,
+                    report.gbps
+                )
+            })
         }
         Command::Optimize {
             graph,
@@ -173,6 +269,10 @@ pub fn run(cli: Cli) -> Result<String> {
                 let text = match emit {
                     Emit::Ron => graph::file::to_ron(&optimized.graph),
                     Emit::Dot => crate::explain::to_dot(&optimized),
+                    Emit::C => {
+                        let program = crate::lower::lower(&optimized.dag, &optimized.partition)?;
+                        crate::exec::module_source(&program).0
+                    }
                 };
                 write_file(path, &text)?;
             }
@@ -205,6 +305,18 @@ pub fn run(cli: Cli) -> Result<String> {
             instances,
             json,
         } => check_rules(rules.as_deref(), seed, instances, json),
+    }
+}
+
+fn usage(message: &str) -> Error {
+    Error::new(Site::default(), ErrorKind::Input(message.to_string()))
+}
+
+fn run_options(amp: Option<String>, no_fusion: bool) -> crate::runner::RunOptions {
+    crate::runner::RunOptions {
+        amp,
+        fusion: !no_fusion,
+        ..Default::default()
     }
 }
 

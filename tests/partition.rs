@@ -1,6 +1,6 @@
 //! The partitioner and the cost model: hand-computed costs on tiny dags, the LSTM examples,
-//! cases where the cost model (not legality) decides, convexity, the argument budget, and the
-//! invariants every partition must keep on the examples and on a large random dag.
+//! cases where the cost model (not legality) decides, convexity, the argument and op budgets,
+//! and the invariants every partition must keep on the examples and on random dags.
 
 use fusebox::dag::{Dag, Value};
 use fusebox::dtype::DType;
@@ -140,6 +140,22 @@ fn check_invariants(dag: &Dag, p: &Partition, fusion: &FusionRules) {
                 if kernel.nodes.len() > 1 {
                     assert!(kernel.inputs.len() + kernel.outputs.len() <= fusion.max_kernel_args);
                 }
+                // Literals are never a kernel's nodes, so this counts exactly the ops the
+                // budget counts.
+                assert!(
+                    kernel.nodes.len() <= fusion.max_kernel_ops,
+                    "{} ops in a kernel, budget {}",
+                    kernel.nodes.len(),
+                    fusion.max_kernel_ops
+                );
+                if kernel.nodes.len() > 1 {
+                    for &n in &kernel.nodes {
+                        assert!(
+                            matches!(fusion.role(&dag.nodes[n].op), Role::Join | Role::End),
+                            "only Join and End nodes share a generated kernel"
+                        );
+                    }
+                }
             }
             KernelKind::Alone | KernelKind::Library => assert_eq!(kernel.nodes.len(), 1),
         }
@@ -155,12 +171,47 @@ fn check_invariants(dag: &Dag, p: &Partition, fusion: &FusionRules) {
         assert_eq!(kernel.cost.bytes, bytes);
     }
     assert_eq!(placed, of.iter().flatten().count());
+    check_convex(dag, p);
     let total: f64 = p.kernels.iter().map(|k| k.cost.total_us).sum();
     assert_close!(p.cost.total_us, total);
     assert_eq!(
         p.cost.bytes,
         p.kernels.iter().map(|k| k.cost.bytes).sum::<u64>()
     );
+}
+
+/// Convexity checked on the dag itself, independently of the kernel order: no path that
+/// leaves a kernel through a node outside it comes back into the kernel.
+fn check_convex(dag: &Dag, p: &Partition) {
+    let users = dag.users();
+    let of = p.kernel_of(dag.nodes.len());
+    let mut seen = vec![usize::MAX; dag.nodes.len()];
+    for (k, kernel) in p.kernels.iter().enumerate() {
+        // Every node outside the kernel that a path from inside it reaches.
+        let mut stack: Vec<usize> = Vec::new();
+        for &n in &kernel.nodes {
+            for &u in &users[n] {
+                if of[u] != Some(k) && seen[u] != k {
+                    seen[u] = k;
+                    stack.push(u);
+                }
+            }
+        }
+        while let Some(n) = stack.pop() {
+            assert_ne!(
+                of[n],
+                Some(k),
+                "a path leaves kernel {k} and comes back through `{}`",
+                dag.nodes[n].name
+            );
+            for &u in &users[n] {
+                if seen[u] != k {
+                    seen[u] = k;
+                    stack.push(u);
+                }
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------- hand-computed costs
@@ -594,6 +645,132 @@ fn the_argument_budget_is_respected() {
     assert_eq!(p.kernels.len(), 1);
 }
 
+/// A chain `a1 = neg(x)`, `a2 = neg(a1)`, ..., `aN` over [1000] under a budget of k ops, with
+/// a literal in the middle of the chain (`a_m = a_{m-1} + one`) that the budget does not count.
+fn neg_chain(length: usize) -> Dag {
+    let mut b = GraphBuilder::new("chain");
+    let mut v = b.input("x", DType::F32, &[1000]);
+    let one = b.constant("one", 1.0, DType::F32);
+    for i in 1..=length {
+        v = if i == length / 2 {
+            b.op(&format!("a{i}"), "add", &[&v, &one])
+        } else {
+            b.op(&format!("a{i}"), "neg", &[&v])
+        };
+    }
+    Dag::from_graph(&b.finish(&[&v]), &Catalogue::defaults()).unwrap()
+}
+
+/// Fusion rules with the default roles and the given budgets.
+fn with_budgets(max_kernel_args: usize, max_kernel_ops: usize) -> FusionRules {
+    FusionRules::load_str(
+        &format!(
+            "Fusion(kinds: {{Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never}}, \
+             max_kernel_args: {max_kernel_args}, max_kernel_ops: {max_kernel_ops})"
+        ),
+        "f.ron",
+        &Catalogue::defaults(),
+    )
+    .unwrap()
+}
+
+/// A chain of N single-flop ops under a budget of k ops is cut into ceil(N / k) kernels of
+/// consecutive ops, each full but the last: every join is cheaper than a new kernel, until the
+/// kernel is full.
+#[test]
+fn the_op_budget_cuts_a_chain_into_full_kernels() {
+    for (length, k) in [
+        (10, 3),
+        (9, 3),
+        (7, 1),
+        (7, 7),
+        (7, 100),
+        (20, 6),
+        (300, 128),
+    ] {
+        let dag = neg_chain(length);
+        let literals = dag
+            .nodes
+            .iter()
+            .filter(|n| partition::is_literal(n))
+            .count();
+        assert_eq!((dag.nodes.len(), literals), (length + 1, 1));
+        let fusion = with_budgets(64, k);
+        let p = partition::partition(&dag, &fusion, &toy());
+        check_invariants(&dag, &p, &fusion);
+        let kernels = length.div_ceil(k);
+        assert_eq!(p.kernels.len(), kernels, "{length} ops, budget {k}");
+        let groups: Vec<Vec<String>> = p.kernels.iter().map(|kernel| names(&dag, kernel)).collect();
+        let expected: Vec<Vec<String>> = (1..=length)
+            .map(|i| format!("a{i}"))
+            .collect::<Vec<_>>()
+            .chunks(k)
+            .map(<[String]>::to_vec)
+            .collect();
+        assert_eq!(groups, expected, "{length} ops, budget {k}");
+        // Each kernel reads 4000 B and writes 4000 B (8 us), does one flop per element per
+        // op (1000 flops = 1 us per op), and launches (10 us).
+        for (kernel, ops) in p.kernels.iter().zip(&expected) {
+            assert!(kernel.nodes.len() <= k);
+            assert_eq!(kernel.inputs.len() + kernel.outputs.len(), 2);
+            assert_close!(kernel.cost.total_us, 18.0 + ops.len() as f64);
+        }
+        assert_close!(p.cost.total_us, 18.0 * kernels as f64 + length as f64);
+    }
+    // The default budget of 128 leaves a 300-op chain in three kernels on the real profiles.
+    let dag = neg_chain(300);
+    let fusion = FusionRules::defaults();
+    for name in ["cpu", "h200"] {
+        let p = partition::partition(&dag, &fusion, &profile(name));
+        check_invariants(&dag, &p, &fusion);
+        let sizes: Vec<usize> = p.kernels.iter().map(|k| k.nodes.len()).collect();
+        assert_eq!(sizes, [128, 128, 44], "{name}");
+    }
+}
+
+/// `c = a2 + b2` over two chains of two ops: with a budget of 4, c can join one producer kernel
+/// but not both (5 ops); it joins the first operand's, which then runs after the other.
+#[test]
+fn the_op_budget_limits_joining_several_producers() {
+    let dag = dag(r#"Graph(name: "two",
+        inputs: [Input(name: "x", dtype: "f32", shape: [1000]),
+                 Input(name: "y", dtype: "f32", shape: [1000])],
+        nodes: [Node(name: "a1", op: "neg", args: ["x"]), Node(name: "a2", op: "neg", args: ["a1"]),
+                Node(name: "b1", op: "neg", args: ["y"]), Node(name: "b2", op: "neg", args: ["b1"]),
+                Node(name: "c", op: "add", args: ["a2", "b2"])],
+        outputs: ["c"])"#);
+    let fusion = with_budgets(64, 4);
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    let groups: Vec<Vec<String>> = p.kernels.iter().map(|k| names(&dag, k)).collect();
+    assert_eq!(groups, [vec!["b1", "b2"], vec!["a1", "a2", "c"]]);
+    // {b1, b2}: y read, b2 written (8 us), 2000 flops, a launch: 20 us. {a1, a2, c}: x and b2
+    // read, c written (12 us), 3000 flops, a launch: 25 us.
+    assert_close!(p.kernels[0].cost.total_us, 20.0);
+    assert_close!(p.kernels[1].cost.total_us, 25.0);
+    // A budget of 5 takes all five: x and y read, c written, 5000 flops, one launch.
+    let fusion = with_budgets(64, 5);
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 1);
+    assert_close!(p.cost.total_us, 12.0 + 5.0 + 10.0);
+}
+
+/// `max_kernel_ops: 1` turns fusion off: the partition is the unfused baseline.
+#[test]
+fn an_op_budget_of_one_is_the_unfused_baseline() {
+    let fusion = with_budgets(64, 1);
+    for name in ["lstm_cell", "lstm_cell_backward"] {
+        let dag = example(name);
+        let p = partition::partition(&dag, &fusion, &toy());
+        check_invariants(&dag, &p, &fusion);
+        let before = partition::unfused(&dag, &toy());
+        assert_eq!(p.kernels.len(), before.kernels.len(), "{name}");
+        assert!(p.kernels.iter().all(|k| k.nodes.len() == 1));
+        assert_close!(p.cost.total_us, before.cost.total_us);
+    }
+}
+
 #[test]
 fn user_roles_change_the_kernels() {
     let dag = dag(CHAIN);
@@ -812,15 +989,18 @@ fn the_cost_model_decides_broadcast_siblings() {
     assert_close!(p.cost.total_us, 110.8);
 }
 
+/// Six independent readers of x, each a graph output.
+const SIX_SIBLINGS: &str = r#"Graph(name: "six",
+    inputs: [Input(name: "x", dtype: "f32", shape: [1000])],
+    nodes: [Node(name: "n1", op: "neg", args: ["x"]), Node(name: "n2", op: "exp", args: ["x"]),
+            Node(name: "n3", op: "tanh", args: ["x"]), Node(name: "n4", op: "mul", args: ["x", "x"]),
+            Node(name: "n5", op: "add", args: ["x", "x"]), Node(name: "n6", op: "div", args: ["x", "x"])],
+    outputs: ["n1", "n2", "n3", "n4", "n5", "n6"])"#;
+
 /// Six siblings of x under a budget of 4 arguments: x plus three outputs fill a kernel.
 #[test]
 fn sibling_fusion_respects_the_argument_budget() {
-    let dag = dag(r#"Graph(name: "six",
-        inputs: [Input(name: "x", dtype: "f32", shape: [1000])],
-        nodes: [Node(name: "n1", op: "neg", args: ["x"]), Node(name: "n2", op: "exp", args: ["x"]),
-                Node(name: "n3", op: "tanh", args: ["x"]), Node(name: "n4", op: "mul", args: ["x", "x"]),
-                Node(name: "n5", op: "add", args: ["x", "x"]), Node(name: "n6", op: "div", args: ["x", "x"])],
-        outputs: ["n1", "n2", "n3", "n4", "n5", "n6"])"#);
+    let dag = dag(SIX_SIBLINGS);
     let fusion = with_budget(4);
     let p = partition::partition(&dag, &fusion, &toy());
     check_invariants(&dag, &p, &fusion);
@@ -837,6 +1017,42 @@ fn sibling_fusion_respects_the_argument_budget() {
     let p = partition::partition(&dag, &FusionRules::defaults(), &toy());
     assert_eq!(p.kernels.len(), 1);
     assert_close!(p.cost.total_us, 28.0 + 21.0 + 10.0);
+}
+
+/// The six siblings of x under op budgets of 2, 3 and 4 (and the default argument budget):
+/// each kernel takes siblings in order until it is full.
+#[test]
+fn sibling_fusion_respects_the_op_budget() {
+    let dag = dag(SIX_SIBLINGS);
+    // Flop-equivalents per element: neg 1, exp 8, tanh 6, mul 1, add 1, div 4.
+    let flops = [1.0, 8.0, 6.0, 1.0, 1.0, 4.0];
+    for k in [2, 3, 4] {
+        let fusion = with_budgets(64, k);
+        let p = partition::partition(&dag, &fusion, &toy());
+        check_invariants(&dag, &p, &fusion);
+        let groups: Vec<Vec<String>> = p.kernels.iter().map(|kernel| names(&dag, kernel)).collect();
+        let all: Vec<String> = (1..=6).map(|i| format!("n{i}")).collect();
+        let expected: Vec<Vec<String>> = all.chunks(k).map(<[String]>::to_vec).collect();
+        assert_eq!(groups, expected, "budget {k}");
+        // A kernel of m siblings reads x once and writes m values: 4000 (1 + m) B; its
+        // arithmetic is the sum of its ops' over 1000 elements; one launch.
+        let mut total = 0.0;
+        for (kernel, chunk) in p.kernels.iter().zip(flops.chunks(k)) {
+            let m = chunk.len() as f64;
+            let expected = 4.0 * (1.0 + m) + chunk.iter().sum::<f64>() + 10.0;
+            assert_close!(kernel.cost.total_us, expected);
+            total += expected;
+        }
+        assert_close!(p.cost.total_us, total);
+    }
+    // With both budgets, the tighter one decides: 4 arguments fit three siblings, 2 ops two.
+    let fusion = with_budgets(4, 2);
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    assert!(p.kernels.iter().all(|k| k.nodes.len() == 2));
+    let fusion = with_budgets(4, 5);
+    let p = partition::partition(&dag, &fusion, &toy());
+    assert!(p.kernels.iter().all(|k| k.nodes.len() == 3));
 }
 
 // ---------------------------------------------------------------- every example, and scale
@@ -941,9 +1157,11 @@ fn ten_thousand_node_dag() {
 }
 
 /// Hundreds of small random dags with every role in play (transposes run alone, row sums end
-/// kernels, rows broadcast into squares, literals), several outputs, three profiles and a
-/// tight argument budget: every invariant holds, fusing never costs more than not fusing, and
-/// sibling fusion never costs more than producer-consumer fusion alone.
+/// kernels, rows broadcast into squares, literals), several outputs, three profiles, and
+/// tight argument and op budgets: every invariant holds (budgets, one domain, convexity,
+/// disjoint kernels covering every non-literal node, no End result consumed in its kernel),
+/// fusing never costs more than not fusing, and sibling fusion never costs more than
+/// producer-consumer fusion alone.
 #[test]
 fn random_small_dags_keep_every_invariant() {
     let tight = FusionRules::load_str(
@@ -952,7 +1170,13 @@ fn random_small_dags_keep_every_invariant() {
         &Catalogue::defaults(),
     )
     .unwrap();
-    let rules = [FusionRules::defaults(), tight];
+    // Budgets of a few ops cut kernels everywhere, in both passes.
+    let rules = [
+        FusionRules::defaults(),
+        tight,
+        with_budgets(64, 3),
+        with_budgets(6, 2),
+    ];
     let profiles = [toy(), profile("cpu"), profile("h200")];
     let mut state = 0x2545f4914f6cdd1du64;
     let mut next = move |n: usize| {

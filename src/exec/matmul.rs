@@ -38,7 +38,12 @@ fn pack_f64(buf: &Buffer, op: &MatMulOperand, out: DType) -> Vec<f64> {
 fn pack_f32<'a>(buf: &'a Buffer, op: &MatMulOperand, out: DType) -> Packed<'a, f32> {
     match buf.as_f32() {
         Some(s) if op.cast.is_none() && out == DType::F32 => Packed::Borrowed(s),
-        _ => Packed::Owned(pack_f64(buf, op, out).into_iter().map(|v| v as f32).collect()),
+        _ => Packed::Owned(
+            pack_f64(buf, op, out)
+                .into_iter()
+                .map(|v| v as f32)
+                .collect(),
+        ),
     }
 }
 
@@ -94,14 +99,20 @@ pub fn matmul(
     let (n, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
     let m = sb[sb.len() - 1];
     if sb[sb.len() - 2] != k {
-        return Err(format!("matmul inner dims differ: {:?} @ {:?}", a.shape, b.shape));
+        return Err(format!(
+            "matmul inner dims differ: {:?} @ {:?}",
+            a.shape, b.shape
+        ));
     }
     let batch = crate::shape::broadcast(&sa[..sa.len() - 2], &sb[..sb.len() - 2])?;
     let offsets = batch_offsets(&sa, &sb, &batch);
     let dtype = out.dtype;
     let total = offsets.len() * n * m;
     if total != out.len() {
-        return Err(format!("matmul result has {total} elements, buffer {}", out.len()));
+        return Err(format!(
+            "matmul result has {total} elements, buffer {}",
+            out.len()
+        ));
     }
     if !dtype.compute_is_f64() {
         let (pa, pb) = (pack_f32(a, a_op, dtype), pack_f32(b, b_op, dtype));
@@ -111,17 +122,27 @@ pub fn matmul(
             // batch layout of shapes whose element counts the slices have.
             unsafe {
                 matrixmultiply::sgemm(
-                    n, k, m, 1.0,
-                    pa.slice().as_ptr().add(oa), k as isize, 1,
-                    pb.slice().as_ptr().add(ob), m as isize, 1,
+                    n,
+                    k,
+                    m,
+                    1.0,
+                    pa.slice().as_ptr().add(oa),
+                    k as isize,
+                    1,
+                    pb.slice().as_ptr().add(ob),
+                    m as isize,
+                    1,
                     0.0,
-                    c.as_mut_ptr().add(bi * n * m), m as isize, 1,
+                    c.as_mut_ptr().add(bi * n * m),
+                    m as isize,
+                    1,
                 );
             }
         }
         if dtype == DType::F32 {
             // SAFETY: an f32 buffer of `total` elements, 8-byte aligned.
-            let dst = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut f32, total) };
+            let dst =
+                unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut f32, total) };
             dst.copy_from_slice(&c);
         } else {
             for (i, v) in c.into_iter().enumerate() {
@@ -135,11 +156,20 @@ pub fn matmul(
             // SAFETY: as above.
             unsafe {
                 matrixmultiply::dgemm(
-                    n, k, m, 1.0,
-                    pa.as_ptr().add(oa), k as isize, 1,
-                    pb.as_ptr().add(ob), m as isize, 1,
+                    n,
+                    k,
+                    m,
+                    1.0,
+                    pa.as_ptr().add(oa),
+                    k as isize,
+                    1,
+                    pb.as_ptr().add(ob),
+                    m as isize,
+                    1,
                     0.0,
-                    c.as_mut_ptr().add(bi * n * m), m as isize, 1,
+                    c.as_mut_ptr().add(bi * n * m),
+                    m as isize,
+                    1,
                 );
             }
         }

@@ -7,7 +7,7 @@
 //! exactly where the unfused graph rounds, and differs from it only by the order of f64
 //! summation in reductions and by the few-ulp accuracy of vector math.
 
-use super::ir::{Instr, KernelIr, Launch, Prec, ReduceKind, Reduction, Store, ValueId};
+use super::ir::{Axis, Instr, KernelIr, Launch, Prec, ReduceKind, Reduction, Store, ValueId, View};
 use super::view::{broadcast_view, domain_of};
 use super::{Lowered, lower_error};
 use crate::dag::{Dag, Value};
@@ -254,10 +254,23 @@ impl Builder<'_> {
                 k += 1;
             }
         }
-        let sizes: Vec<usize> = (0..rank)
-            .map(|d| if reduced[d] { 1 } else { self.domain[d] })
+        // Broadcast exactly on the reduced axes: a kept axis of size 1 keeps its stride, so
+        // the pattern says which axes are reduced and nothing else.
+        let axes = (0..rank)
+            .map(|d| {
+                if reduced[d] {
+                    Axis::Broadcast
+                } else if d + 1 == rank && strides[d] == 1 {
+                    Axis::Unit
+                } else {
+                    Axis::Strided
+                }
+            })
             .collect();
-        let view = super::view::classify(node.ty.dtype, &sizes, &mut strides);
+        let view = View {
+            dtype: node.ty.dtype,
+            axes,
+        };
         let (value, _) = self.value(x)?;
         self.ir.reductions.push(Reduction {
             kind,

@@ -11,6 +11,7 @@
 //! that caches compiled kernels by their IR compiles nothing new.
 
 mod fused;
+pub mod interpret;
 pub mod ir;
 mod layout;
 pub mod view;

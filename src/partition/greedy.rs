@@ -3,7 +3,7 @@
 //! Nodes are visited in topological order. A node whose role lets it fuse (`Join`, `End`)
 //! considers the kernels of its producers: each one alone, then greedily larger unions of them,
 //! then all of them. A candidate must be legal — no `End` result consumed inside its kernel,
-//! compatible iteration domains, the argument budget, convexity — and is taken only if the
+//! compatible iteration domains, the argument and op budgets, convexity — and is taken only if the
 //! modeled total drops below running the node as a kernel of its own. The partial partition is
 //! priced as it stands: a value still awaiting users outside its kernel is written to memory.
 //! Since a node alone costs exactly what it adds to the unfused baseline, and the node only
@@ -30,11 +30,15 @@
 //!
 //! Once every node is placed, the sibling pass (`greedy/siblings.rs`) merges pairs of independent
 //! kernels when that is cheaper still, with the same domain, budget and convexity checks.
+//!
+//! The op budget (`max_kernel_ops`) counts a kernel's nodes; literals are never nodes of a
+//! kernel, so they never count. A chain longer than the budget is cut greedily: each node joins
+//! its producer's kernel until that kernel is full, and the next node starts a new one.
 
-use super::{Facts, KernelKind, Partition, kind_of, price};
+use super::{Facts, KernelKind, Partition, fits, kind_of, price};
 use crate::dag::{Dag, Value};
 use crate::rules::{FusionRules, Profile, Role};
-use crate::shape::{Shape, broadcast, broadcasts_to, numel};
+use crate::shape::{Shape, broadcast, numel};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 mod siblings;
@@ -103,6 +107,8 @@ struct Builder<'a> {
     facts: Facts<'a>,
     profile: &'a Profile,
     max_args: usize,
+    /// At most this many nodes per fused kernel (`max_kernel_ops`).
+    max_ops: usize,
     /// Whether the sibling pass runs (`siblings` in fusion.ron).
     siblings: bool,
     /// Per node: a cast that its one library-call user may absorb (`library_casts`).
@@ -145,6 +151,7 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
         dag,
         profile,
         max_args: fusion.max_kernel_args,
+        max_ops: fusion.max_kernel_ops,
         siblings: fusion.siblings,
         absorbable,
         absorbed: vec![false; n],
@@ -322,6 +329,12 @@ impl Builder<'_> {
         let dag = self.dag;
         let node = &dag.nodes[n];
 
+        // The op budget: the members' nodes and `n`.
+        let ops: usize = members.iter().map(|&m| self.group(m).nodes.len()).sum();
+        if ops + 1 > self.max_ops {
+            return None;
+        }
+
         // Operands: uses moving inside, and producer kernels staying outside.
         let mut internal_uses = Vec::new();
         let mut outside = Vec::new();
@@ -386,10 +399,10 @@ impl Builder<'_> {
                 d
             }
         };
-        if !broadcasts_to(self.facts.iter_shape(n), &domain)
+        if !fits(self.facts.iter_shape(n), &domain)
             || members
                 .iter()
-                .any(|&m| !broadcasts_to(&self.group(m).domain, &domain))
+                .any(|&m| !fits(&self.group(m).domain, &domain))
         {
             return None;
         }

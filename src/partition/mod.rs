@@ -347,6 +347,14 @@ pub(crate) fn price(profile: &Profile, bytes: u64, flops: f64, gflops: f64) -> C
     }
 }
 
+/// Whether something iterating over `part` can run inside a kernel over `domain`: its shape
+/// broadcasts to the domain, and the domain has a point at which to compute it. A kernel
+/// over an empty domain visits no point, so a non-empty value (a `[1, 3]` beside a `[0, 3]`)
+/// would never be computed there.
+pub(crate) fn fits(part: &[usize], domain: &[usize]) -> bool {
+    crate::shape::broadcasts_to(part, domain) && (numel(domain) > 0 || numel(part) == 0)
+}
+
 /// The kernel kind a node of this role starts.
 pub(crate) fn kind_of(role: Role) -> KernelKind {
     match role {

@@ -3,10 +3,16 @@
 //! Legality only says what *may* fuse; whether a legal fusion happens is decided by the cost
 //! model in the partitioner ([`crate::partition`]). Every op gets a [`Role`] from its kind,
 //! unless `ops` names it. The roles are TVM's FuseOps pattern kinds reduced to what the
-//! partitioner needs.
+//! partitioner needs; in the terms of MXNet's subgraph selector they are `select`,
+//! `select_input` and `select_output`, and the budgets with convexity and the one iteration
+//! domain are its `filter` (see [`Role`] and [`FusionRules`]).
+//!
+//! Roles are checked when the file is loaded against what the kernel lowering can generate: a
+//! role that would put an op into a kernel the lowering cannot emit is an error at its
+//! position, not a failure at run time.
 
 use super::ron_file::{self, RonDocument};
-use super::{Catalogue, OpDef, OpKind};
+use super::{Builtin, Catalogue, OpDef, OpKind};
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::span::Step;
 use serde::{Deserialize, Serialize};
@@ -16,6 +22,13 @@ use std::collections::{BTreeMap, HashMap};
 pub const DEFAULT_FUSION: &str = include_str!("../../rules/fusion.ron");
 
 /// How an op may take part in a kernel.
+///
+/// As an MXNet subgraph selector: `select` (may start a group) holds for `Join` and `End`;
+/// `select_input` grows a group from a `Join` or `End` member into a `Join` producer;
+/// `select_output` grows it from a `Join` member into a `Join` or `End` user. So a `Join` node
+/// starts groups and grows them both ways, an `End` node joins its producers and ends its group
+/// (nothing grows out of it), an `Alone` node is a group of one, and a `Never` node is never
+/// selected at all: it is a library call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Role {
     /// Anywhere in a kernel; its value may be consumed inside the kernel. Its iteration domain
@@ -25,14 +38,16 @@ pub enum Role {
     /// the kernel's iteration domain is fixed to the node's input shape. Reductions: their
     /// result is complete only once the whole domain has been visited.
     End,
-    /// A kernel of its own (a copy) that nothing joins.
+    /// A kernel of its own (a copy) that nothing joins. Every op but an opaque one may be
+    /// `Alone`.
     Alone,
     /// An opaque library call (matmul).
     Never,
 }
 
 impl Role {
-    /// Whether an op of `kind` can take this role, and why not.
+    /// Whether an op of `kind` can take this role, and why not. [`Role::check_op`] also asks
+    /// whether the lowering can generate the op inside a kernel.
     pub fn check(self, kind: OpKind) -> std::result::Result<(), String> {
         match (kind, self) {
             (OpKind::Opaque, Role::Never) => Ok(()),
@@ -46,7 +61,41 @@ impl Role {
                 "a reduction's result is complete only after its whole domain is visited, so nothing in its kernel can consume it: its role is `End` or `Alone`, not `Join`"
                     .into(),
             ),
+            (OpKind::Layout, Role::End) => Err(
+                "a layout op reduces nothing, so it cannot end a kernel: `broadcast_to` may be `Join` (the kernel reads its operand at the broadcast index) or `Alone`, and other layout ops are copies of their own, `Alone`"
+                    .into(),
+            ),
             _ => Ok(()),
+        }
+    }
+
+    /// Whether `op` can take this role: [`Role::check`] for its kind, and whether the kernel
+    /// lowering can generate it inside a kernel. The lowering indexes through a broadcast (a
+    /// consumer reads the smaller operand at the broadcast index) but has no such indexing for
+    /// reshape, transpose, slice or concat, which it runs as copies of their own.
+    pub fn check_op(self, op: &OpDef) -> std::result::Result<(), String> {
+        self.check(op.kind())?;
+        match (op.kind(), op.builtin(), self) {
+            (OpKind::Layout, Some(Builtin::BroadcastTo), _) => Ok(()),
+            (OpKind::Layout, builtin, Role::Join | Role::End) => {
+                let what = match builtin {
+                    Some(b) if b.name() != op.name() => format!("`{}` (a {})", op.name(), b.name()),
+                    _ => format!("`{}`", op.name()),
+                };
+                Err(format!(
+                    "the kernel lowering can index through `broadcast_to` but runs reshape, transpose, slice and concat as copies of their own, so {what} cannot share a kernel: give it `Alone`, not `{self:?}`"
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The role that suits every op of `kind`: used when a role from the file no longer suits
+    /// an op (it was redefined after the rules were checked).
+    fn safe(kind: OpKind) -> Role {
+        match kind {
+            OpKind::Opaque => Role::Never,
+            _ => Role::Alone,
         }
     }
 }
@@ -67,14 +116,25 @@ fn kind_index(kind: OpKind) -> usize {
     }
 }
 
-/// The fusion rules: a role per op kind, per-op overrides, the kernel argument budget, and
-/// whether independent kernels may share a launch.
+/// The fusion rules: a role per op kind, per-op overrides, the kernel budgets, and whether
+/// independent kernels may share a launch.
+///
+/// In MXNet's subgraph-selector terms the roles ([`Role`]) are `select`, `select_input` and
+/// `select_output`, and the `filter` a grown group must pass is: at most `max_kernel_args`
+/// inputs + outputs, at most `max_kernel_ops` ops, convex (no path leaves the group and comes
+/// back, or no order could run the kernels), and one iteration domain every member broadcasts
+/// to (a kernel is one loop nest). The cost model then decides which legal groups to form.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FusionRules {
     kinds: [Role; 4],
     ops: BTreeMap<String, Role>,
     /// At most this many kernel inputs + outputs (literals are not arguments).
     pub max_kernel_args: usize,
+    /// At most this many ops in a fused kernel (literals are not counted), at least 1. All of
+    /// a kernel's ops become one generated loop body; huge bodies cost compile time out of
+    /// proportion (C compilers' register allocation and scheduling grow faster than linearly
+    /// in a function's size) and spill registers, so long chains are cut into several kernels.
+    pub max_kernel_ops: usize,
     /// Sibling (horizontal) fusion: two fusable kernels with no path between them may become
     /// one multi-output kernel, which reads their shared inputs once and launches once. Off,
     /// a node only ever joins the kernels of its producers.
@@ -96,6 +156,9 @@ struct FusionSpec {
     #[serde(default)]
     ops: BTreeMap<String, Role>,
     max_kernel_args: usize,
+    /// 128 unless the file says otherwise, so files written before the setting existed load.
+    #[serde(default = "default_max_kernel_ops")]
+    max_kernel_ops: usize,
     /// On unless the file says otherwise: files written before the setting existed keep
     /// loading, and get the cheaper partitions.
     #[serde(default = "yes")]
@@ -109,6 +172,13 @@ struct FusionSpec {
 
 fn yes() -> bool {
     true
+}
+
+/// `max_kernel_ops` when a file leaves it out: the embedded file's value.
+const DEFAULT_MAX_KERNEL_OPS: usize = 128;
+
+fn default_max_kernel_ops() -> usize {
+    DEFAULT_MAX_KERNEL_OPS
 }
 
 impl Default for FusionRules {
@@ -125,7 +195,9 @@ impl FusionRules {
     }
 
     /// Parses a `fusion.ron` document. It replaces the rules as a whole: every kind must have a
-    /// role, and every op named in `ops` must exist in `catalogue` and admit its role.
+    /// role, every op named in `ops` must exist in `catalogue`, every op of `catalogue` must
+    /// admit the role it gets ([`Role::check_op`]), and the budgets must be positive. Errors
+    /// point at the offending value.
     pub fn load_str(text: &str, file: &str, catalogue: &Catalogue) -> Result<FusionRules> {
         let doc: RonDocument<FusionSpec> = ron_file::parse(text, file)?;
         let spec = &doc.value;
@@ -142,6 +214,23 @@ impl FusionRules {
             };
             role.check(kind)
                 .map_err(|m| Error::new(doc.site(&path), ErrorKind::Rule(m)))?;
+            // The ops that get this role from their kind must admit it too.
+            for name in catalogue.names() {
+                let Some(op) = catalogue.get(name) else {
+                    continue;
+                };
+                if op.kind() != kind || spec.ops.contains_key(name) {
+                    continue;
+                }
+                role.check_op(op).map_err(|m| {
+                    Error::new(
+                        doc.site(&path),
+                        ErrorKind::Rule(format!(
+                            "`{kind:?}: {role:?}` gives `{name}` that role, as `ops` does not name it; {m}"
+                        )),
+                    )
+                })?;
+            }
             kinds[kind_index(kind)] = role;
         }
         for (name, &role) in &spec.ops {
@@ -159,7 +248,7 @@ impl FusionRules {
                     },
                 ));
             };
-            role.check(op.kind()).map_err(|m| {
+            role.check_op(op).map_err(|m| {
                 let mut site = doc.site(&path);
                 site.op = Some(name.clone());
                 Error::new(site, ErrorKind::Rule(m))
@@ -174,23 +263,39 @@ impl FusionRules {
                 )),
             ));
         }
+        if spec.max_kernel_ops < 1 {
+            return Err(Error::new(
+                doc.site(&[Step::field("max_kernel_ops")]),
+                ErrorKind::Rule(format!(
+                    "`max_kernel_ops` must be at least 1 (1 turns fusion off), found {}",
+                    spec.max_kernel_ops
+                )),
+            ));
+        }
         Ok(FusionRules {
             kinds,
             ops: spec.ops.clone(),
             max_kernel_args: spec.max_kernel_args,
+            max_kernel_ops: spec.max_kernel_ops,
             siblings: spec.siblings,
             library_casts: spec.library_casts,
         })
     }
 
-    /// The role of `op`: its entry in `ops`, else its kind's. An override that does not suit
-    /// the op's kind (the op was redefined after the rules were checked) falls back to the
-    /// kind's role, so the partitioner never sees an impossible role.
+    /// The role of `op`: its entry in `ops`, else its kind's. A role that does not suit the op
+    /// (it was defined or redefined after the rules were checked) falls back to the kind's
+    /// role, and where that does not suit it either, to `Alone` (`Never` for an opaque op), so
+    /// the partitioner never sees a role the lowering cannot generate.
     pub fn role(&self, op: &OpDef) -> Role {
         let by_kind = self.kind_role(op.kind());
-        match self.ops.get(op.name()) {
-            Some(&role) if role.check(op.kind()).is_ok() => role,
+        let chosen = match self.ops.get(op.name()) {
+            Some(&role) if role.check_op(op).is_ok() => role,
             _ => by_kind,
+        };
+        if chosen.check_op(op).is_ok() {
+            chosen
+        } else {
+            Role::safe(op.kind())
         }
     }
 
@@ -221,6 +326,7 @@ mod tests {
         assert_eq!(role("sum_to_size"), Role::End);
         assert_eq!(role("matmul"), Role::Never);
         assert_eq!(rules.max_kernel_args, 64);
+        assert_eq!(rules.max_kernel_ops, 128);
         assert!(rules.siblings);
         assert!(rules.library_casts);
     }

@@ -1,4 +1,5 @@
-//! Helpers shared by the AMP test files.
+//! Helpers shared by the test files.
+#![allow(dead_code)]
 
 use fusebox::eval::{self, Tensors};
 use fusebox::graph::Graph;
@@ -34,3 +35,5 @@ pub fn amp_inputs(g: &Graph, seed: u64) -> Tensors {
         })
         .collect()
 }
+
+pub mod random_graph;

@@ -11,7 +11,8 @@
 //! - their iteration domains agree under the producer-consumer pass's rules: a kernel holding
 //!   an `End` node keeps its domain, which the other's must broadcast to (two such kernels need
 //!   equal domains); otherwise the domain is the broadcast of both;
-//! - the merged kernel's inputs (shared ones counted once) plus outputs fit `max_kernel_args`;
+//! - the merged kernel's inputs (shared ones counted once) plus outputs fit `max_kernel_args`,
+//!   and its nodes (both kernels' together) fit `max_kernel_ops`;
 //! - the modeled cost of the merged kernel is strictly lower than the two apart.
 //!
 //! No edge between the two means no value moves inside: the outputs are both kernels' outputs,
@@ -28,8 +29,8 @@
 
 use super::{Builder, Plan};
 use crate::dag::Value;
-use crate::partition::{KernelKind, price};
-use crate::shape::{Shape, broadcast, broadcasts_to, numel};
+use crate::partition::{KernelKind, fits, price};
+use crate::shape::{Shape, broadcast, numel};
 use std::cmp::Reverse;
 use std::collections::HashMap;
 
@@ -150,18 +151,21 @@ impl Builder<'_> {
         if ga.kind != Some(KernelKind::Fused) || gb.kind != Some(KernelKind::Fused) {
             return None;
         }
+        if ga.nodes.len() + gb.nodes.len() > self.max_ops {
+            return None;
+        }
         // Iteration domain: a kernel with an `End` node keeps its own.
         let (domain, fixed) = match (ga.fixed, gb.fixed) {
             (true, true) => (ga.domain == gb.domain).then(|| (ga.domain.clone(), true))?,
             (true, false) => {
-                broadcasts_to(&gb.domain, &ga.domain).then(|| (ga.domain.clone(), true))?
+                fits(&gb.domain, &ga.domain).then(|| (ga.domain.clone(), true))?
             }
             (false, true) => {
-                broadcasts_to(&ga.domain, &gb.domain).then(|| (gb.domain.clone(), true))?
+                fits(&ga.domain, &gb.domain).then(|| (gb.domain.clone(), true))?
             }
             (false, false) => {
                 let d = broadcast(&ga.domain, &gb.domain).ok()?;
-                (broadcasts_to(&ga.domain, &d) && broadcasts_to(&gb.domain, &d))
+                (fits(&ga.domain, &d) && fits(&gb.domain, &d))
                     .then_some((d, false))?
             }
         };

@@ -1,0 +1,273 @@
+//! A compiled program and the loop that runs it.
+
+use super::{buffer, matmul, memory};
+use crate::backend::cpu::compiler::{Compiler, KernelFn, Module};
+use crate::backend::cpu::emit;
+use crate::dag::Value;
+use crate::error::{Error, ErrorKind, Result, Site};
+use crate::lower::{Program, Step};
+use buffer::Buffer;
+use memory::MemoryPlan;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// A program ready to run: kernels loaded, memory planned.
+pub struct CpuExecutable {
+    program: Program,
+    /// Per `program.kernels` entry, its loaded function.
+    functions: Vec<KernelFn>,
+    /// Per step, the strides flattened in the ABI's order (`strides[arg * rank + axis]`).
+    flat_strides: Vec<Vec<i64>>,
+    plan: MemoryPlan,
+    slots: Vec<Buffer>,
+    /// The module stays loaded as long as its functions may be called.
+    _module: Arc<Module>,
+    source: String,
+}
+
+fn backend_error(message: String) -> Error {
+    Error::new(Site::default(), ErrorKind::Backend(message))
+}
+
+/// The C source of `program`'s kernels, each under its [`emit::kernel_name`].
+pub fn module_source(program: &Program) -> (String, Vec<String>) {
+    let names: Vec<String> = program.kernels.iter().map(emit::kernel_name).collect();
+    let mut seen = std::collections::HashSet::new();
+    let unique: Vec<(String, &crate::lower::KernelIr)> = names
+        .iter()
+        .zip(&program.kernels)
+        .filter(|(name, _)| seen.insert(name.to_string()))
+        .map(|(name, ir)| (name.clone(), ir))
+        .collect();
+    (emit::emit_module(&unique), names)
+}
+
+impl CpuExecutable {
+    pub fn new(program: Program, compiler: &Compiler) -> Result<CpuExecutable> {
+        check_bounds(&program)?;
+        let (source, names) = module_source(&program);
+        let module = compiler.compile(&source)?;
+        let functions = names
+            .iter()
+            .map(|name| module.kernel(name))
+            .collect::<Result<Vec<_>>>()?;
+        let flat_strides = program
+            .steps
+            .iter()
+            .map(|step| match step {
+                Step::Kernel(k) => k.launch.strides.concat(),
+                Step::MatMul(_) => Vec::new(),
+            })
+            .collect();
+        let plan = MemoryPlan::new(&program);
+        let slots = plan
+            .slot_bytes
+            .iter()
+            .map(|&bytes| Buffer::zeroed(crate::dtype::DType::Bool, &[bytes]))
+            .collect();
+        Ok(CpuExecutable {
+            program,
+            functions,
+            flat_strides,
+            plan,
+            slots,
+            _module: module,
+            source,
+        })
+    }
+
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    pub fn memory_plan(&self) -> &MemoryPlan {
+        &self.plan
+    }
+
+    /// The C source that was compiled.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Fresh output buffers of the right dtypes and shapes, in `dag.outputs` order.
+    pub fn output_buffers(&self) -> Vec<Buffer> {
+        self.program
+            .dag
+            .outputs
+            .iter()
+            .map(|o| {
+                let ty = self.program.dag.ty(o.value);
+                Buffer::zeroed(ty.dtype, &ty.shape)
+            })
+            .collect()
+    }
+
+    /// Runs the program: `inputs` in `dag.inputs` order, results into `outputs` (from
+    /// [`CpuExecutable::output_buffers`]).
+    pub fn run_into(&mut self, inputs: &[Buffer], outputs: &mut [Buffer]) -> Result<()> {
+        let dag = &self.program.dag;
+        if inputs.len() != dag.inputs.len() {
+            return Err(backend_error(format!(
+                "{} inputs given, the graph has {}",
+                inputs.len(),
+                dag.inputs.len()
+            )));
+        }
+        for (buf, input) in inputs.iter().zip(&dag.inputs) {
+            if buf.dtype != input.ty.dtype || buf.shape != input.ty.shape {
+                return Err(Error::new(
+                    Site::node(&input.name),
+                    ErrorKind::Input(format!(
+                        "expected {} {:?}, got {} {:?}",
+                        input.ty.dtype, input.ty.shape, buf.dtype, buf.shape
+                    )),
+                ));
+            }
+        }
+        for (buf, output) in outputs.iter().zip(&dag.outputs) {
+            let ty = dag.ty(output.value);
+            if outputs.len() != dag.outputs.len() || buf.dtype != ty.dtype || buf.shape != ty.shape
+            {
+                return Err(backend_error(format!(
+                    "output buffer for `{}` must be {} {:?}",
+                    output.name, ty.dtype, ty.shape
+                )));
+            }
+        }
+        // The first output naming a node receives it; later aliases are copied at the end.
+        let mut output_of: Vec<Option<usize>> = vec![None; dag.nodes.len()];
+        for (k, output) in dag.outputs.iter().enumerate() {
+            if let Value::Node(n) = output.value
+                && output_of[n].is_none()
+            {
+                output_of[n] = Some(k);
+            }
+        }
+        let out_ptrs: Vec<*mut u8> = outputs.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        let slot_ptrs: Vec<*mut u8> = self.slots.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        let pointer = |v: Value| -> *mut u8 {
+            match v {
+                Value::Input(i) => inputs[i].as_ptr() as *mut u8,
+                Value::Node(n) => match (output_of[n], self.plan.slot_of[n]) {
+                    (Some(k), _) => out_ptrs[k],
+                    (None, Some(s)) => slot_ptrs[s],
+                    (None, None) => std::ptr::null_mut(),
+                },
+            }
+        };
+        for (s, step) in self.program.steps.iter().enumerate() {
+            match step {
+                Step::Kernel(k) => {
+                    let ptrs: Vec<*mut c_void> =
+                        k.args.iter().map(|&v| pointer(v) as *mut c_void).collect();
+                    // SAFETY: `check_bounds` proved every view of this launch lies inside
+                    // its buffer; the buffers outlive the call; the kernel follows the ABI
+                    // documented on `lower::ir::Launch`.
+                    unsafe {
+                        (self.functions[k.kernel])(
+                            k.launch.sizes.as_ptr(),
+                            self.flat_strides[s].as_ptr(),
+                            k.launch.offsets.as_ptr(),
+                            ptrs.as_ptr(),
+                        );
+                    }
+                }
+                Step::MatMul(m) => {
+                    let view = |v: Value| -> Buffer { self.view_buffer(v, pointer(v)) };
+                    let (a, b) = (view(m.a.value), view(m.b.value));
+                    let ty = dag.ty(m.out);
+                    let mut out = Buffer::zeroed(ty.dtype, &ty.shape);
+                    matmul::matmul(&a, &m.a, &b, &m.b, &mut out).map_err(backend_error)?;
+                    let dst = pointer(m.out);
+                    // SAFETY: `dst` is the output's buffer of exactly `byte_len` bytes.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(out.as_ptr(), dst, out.byte_len());
+                    }
+                }
+            }
+        }
+        // Outputs that are inputs, or that repeat another output's value.
+        for (k, output) in dag.outputs.iter().enumerate() {
+            let source = match output.value {
+                Value::Input(i) => Some(inputs[i].clone()),
+                Value::Node(n) if output_of[n] != Some(k) => {
+                    Some(outputs[output_of[n].expect("first alias")].clone())
+                }
+                _ => None,
+            };
+            if let Some(src) = source {
+                outputs[k].copy_from(&src);
+            }
+        }
+        Ok(())
+    }
+
+    /// A copy of the value at `ptr` as an owned buffer (matmul operands).
+    fn view_buffer(&self, v: Value, ptr: *const u8) -> Buffer {
+        let ty = self.program.dag.ty(v);
+        let mut b = Buffer::zeroed(ty.dtype, &ty.shape);
+        // SAFETY: `ptr` is the value's buffer, holding `byte_len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(ptr, b.as_mut_ptr(), b.byte_len()) };
+        b
+    }
+
+    /// Runs on tensors keyed by input name; returns tensors keyed by output name.
+    pub fn run_tensors(&mut self, inputs: &crate::eval::Tensors) -> Result<crate::eval::Tensors> {
+        let dag = &self.program.dag;
+        let buffers = dag
+            .inputs
+            .iter()
+            .map(|input| {
+                inputs
+                    .get(&input.name)
+                    .map(Buffer::from_tensor)
+                    .ok_or_else(|| {
+                        Error::new(
+                            Site::node(&input.name),
+                            ErrorKind::Input(format!("no value given for input `{}`", input.name)),
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut outputs = self.output_buffers();
+        self.run_into(&buffers, &mut outputs)?;
+        Ok(self
+            .program
+            .dag
+            .outputs
+            .iter()
+            .zip(&outputs)
+            .map(|(o, b)| (o.name.clone(), b.to_tensor()))
+            .collect())
+    }
+}
+
+/// Every view of every launch stays inside its buffer.
+fn check_bounds(program: &Program) -> Result<()> {
+    let dag = &program.dag;
+    for step in &program.steps {
+        let Step::Kernel(k) = step else { continue };
+        let sizes = &k.launch.sizes;
+        if sizes.contains(&0) {
+            continue;
+        }
+        for (a, &v) in k.args.iter().enumerate() {
+            let last: i64 = k.launch.offsets[a]
+                + sizes
+                    .iter()
+                    .zip(&k.launch.strides[a])
+                    .map(|(&n, &s)| (n - 1) * s)
+                    .sum::<i64>();
+            let len = crate::shape::numel(&dag.ty(v).shape) as i64;
+            if last < 0 || last >= len {
+                return Err(Error::new(
+                    Site::node(dag.value_name(v)),
+                    ErrorKind::Lower(format!(
+                        "a launch reaches element {last} of a buffer of {len}"
+                    )),
+                ));
+            }
+        }
+    }
+    Ok(())
+}

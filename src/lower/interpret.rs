@@ -1,0 +1,249 @@
+//! A slow, obviously-correct interpreter of kernel IR.
+//!
+//! It runs a [`KernelIr`] launch element by element with the semantics `ir.rs` documents, so
+//! the lowering can be tested against the reference evaluator without any C compiler, and a
+//! disagreement between a compiled kernel and the reference can be pinned on the emitter or
+//! on the lowering.
+
+use super::ir::{Instr, KernelIr, Launch, Prec, ReduceKind};
+use crate::exec::buffer::Buffer;
+use crate::formula::{BinOp, Func};
+
+fn at(prec: Prec, v: f64) -> f64 {
+    match prec {
+        Prec::F32 => v as f32 as f64,
+        Prec::F64 => v,
+    }
+}
+
+fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() {
+        a
+    } else if b.is_nan() {
+        b
+    } else if a > b || (a == b && !a.is_sign_negative()) {
+        a
+    } else {
+        b
+    }
+}
+
+fn nan_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() {
+        a
+    } else if b.is_nan() {
+        b
+    } else if a < b || (a == b && a.is_sign_negative()) {
+        a
+    } else {
+        b
+    }
+}
+
+fn call(func: Func, x: &[f64], prec: Prec) -> f64 {
+    let f32op = |f: fn(f32) -> f32| f64::from(f(x[0] as f32));
+    let single = prec == Prec::F32;
+    match func {
+        Func::Exp if single => f32op(f32::exp),
+        Func::Exp => x[0].exp(),
+        Func::Log if single => f32op(f32::ln),
+        Func::Log => x[0].ln(),
+        Func::Log1p if single => f32op(f32::ln_1p),
+        Func::Log1p => x[0].ln_1p(),
+        Func::Expm1 if single => f32op(f32::exp_m1),
+        Func::Expm1 => x[0].exp_m1(),
+        Func::Sqrt if single => f32op(f32::sqrt),
+        Func::Sqrt => x[0].sqrt(),
+        Func::Rsqrt if single => f32op(|v| 1.0 / v.sqrt()),
+        Func::Rsqrt => 1.0 / x[0].sqrt(),
+        Func::Tanh if single => f32op(f32::tanh),
+        Func::Tanh => x[0].tanh(),
+        Func::Erf if single => f32op(libm::erff),
+        Func::Erf => libm::erf(x[0]),
+        Func::Abs => x[0].abs(),
+        Func::Floor => x[0].floor(),
+        Func::Sin if single => f32op(f32::sin),
+        Func::Sin => x[0].sin(),
+        Func::Cos if single => f32op(f32::cos),
+        Func::Cos => x[0].cos(),
+        Func::Min => nan_min(x[0], x[1]),
+        Func::Max => nan_max(x[0], x[1]),
+        Func::Pow if single => f64::from((x[0] as f32).powf(x[1] as f32)),
+        Func::Pow => x[0].powf(x[1]),
+        Func::Select => {
+            if x[0] != 0.0 {
+                x[1]
+            } else {
+                x[2]
+            }
+        }
+    }
+}
+
+fn binary(op: BinOp, a: f64, b: f64) -> f64 {
+    let truth = |t: bool| if t { 1.0 } else { 0.0 };
+    match op {
+        BinOp::Add => a + b,
+        BinOp::Sub => a - b,
+        BinOp::Mul => a * b,
+        BinOp::Div => a / b,
+        BinOp::Lt => truth(a < b),
+        BinOp::Le => truth(a <= b),
+        BinOp::Gt => truth(a > b),
+        BinOp::Ge => truth(a >= b),
+        BinOp::Eq => truth(a == b),
+        BinOp::Ne => truth(a != b),
+    }
+}
+
+/// Runs one launch. `buffers` are the arguments in [`KernelIr::views`] order.
+pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
+    let rank = ir.rank;
+    let sizes: Vec<usize> = launch.sizes.iter().map(|&s| s as usize).collect();
+    let total: usize = sizes.iter().product();
+    let loads = ir.loads.len();
+    let stores = ir.stores.len();
+    // Reduction accumulators, by output element.
+    let mut acc: Vec<Vec<f64>> = ir
+        .reductions
+        .iter()
+        .enumerate()
+        .map(|(r, red)| {
+            let init = match red.kind {
+                ReduceKind::Max => f64::NEG_INFINITY,
+                _ => 0.0,
+            };
+            vec![init; buffers[loads + stores + r].len()]
+        })
+        .collect();
+    let index = |arg: usize, coord: &[usize]| -> usize {
+        let off = launch.offsets[arg]
+            + coord
+                .iter()
+                .zip(&launch.strides[arg])
+                .map(|(&c, &s)| c as i64 * s)
+                .sum::<i64>();
+        off as usize
+    };
+    let mut coord = vec![0usize; rank];
+    let mut vals = vec![0f64; ir.body.len()];
+    for flat in 0..total {
+        let mut rest = flat;
+        for d in (0..rank).rev() {
+            coord[d] = rest % sizes[d];
+            rest /= sizes[d];
+        }
+        for (i, instr) in ir.body.iter().enumerate() {
+            let prec = ir.prec(i);
+            vals[i] = match instr {
+                Instr::Load { view } => buffers[*view].get(index(*view, &coord)),
+                Instr::Const { value, .. } => *value,
+                Instr::Widen { x } => vals[*x],
+                Instr::Round { x, dtype } => dtype.round(vals[*x]),
+                Instr::Neg { x, .. } => -vals[*x],
+                Instr::Binary { op, a, b, .. } => at(prec, binary(*op, vals[*a], vals[*b])),
+                Instr::Call { func, args, .. } => {
+                    let xs: Vec<f64> = args.iter().map(|&a| vals[a]).collect();
+                    at(prec, call(*func, &xs, prec))
+                }
+            };
+        }
+        for (s, store) in ir.stores.iter().enumerate() {
+            let arg = loads + s;
+            let first = (0..rank).all(|d| launch.strides[arg][d] != 0 || coord[d] == 0);
+            if first {
+                let i = index(arg, &coord);
+                buffers[arg].set(i, vals[store.value]);
+            }
+        }
+        for (r, red) in ir.reductions.iter().enumerate() {
+            let arg = loads + stores + r;
+            let i = index(arg, &coord) - launch.offsets[arg] as usize;
+            let v = vals[red.value];
+            let a = &mut acc[r][i];
+            *a = match red.kind {
+                ReduceKind::Max => {
+                    if a.is_nan() || v.is_nan() {
+                        f64::NAN
+                    } else {
+                        a.max(v)
+                    }
+                }
+                _ => *a + v,
+            };
+        }
+    }
+    for (r, red) in ir.reductions.iter().enumerate() {
+        let arg = loads + stores + r;
+        let count: usize = (0..rank)
+            .filter(|&d| red.reduced[d])
+            .map(|d| sizes[d])
+            .product();
+        for (i, &a) in acc[r].iter().enumerate() {
+            let v = if red.kind == ReduceKind::Mean {
+                a / count as f64
+            } else {
+                a
+            };
+            buffers[arg].set(i + launch.offsets[arg] as usize, v);
+        }
+    }
+}
+
+/// Runs a whole program with the interpreter: `inputs` in `dag.inputs` order, outputs in
+/// `dag.outputs` order.
+pub fn run_program(program: &super::Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, String> {
+    use crate::dag::Value;
+    use std::collections::HashMap;
+    let dag = &program.dag;
+    let mut values: HashMap<Value, Buffer> = HashMap::new();
+    for (i, b) in inputs.iter().enumerate() {
+        values.insert(Value::Input(i), b.clone());
+    }
+    let fresh = |v: Value| {
+        let ty = dag.ty(v);
+        Buffer::zeroed(ty.dtype, &ty.shape)
+    };
+    for step in &program.steps {
+        match step {
+            super::Step::Kernel(k) => {
+                let ir = &program.kernels[k.kernel];
+                let mut owned: Vec<Buffer> = k
+                    .args
+                    .iter()
+                    .enumerate()
+                    .map(|(a, &v)| {
+                        if a < ir.loads.len() {
+                            values.get(&v).cloned().ok_or("load before store")
+                        } else {
+                            Ok(values.remove(&v).unwrap_or_else(|| fresh(v)))
+                        }
+                    })
+                    .collect::<Result<_, _>>()?;
+                let mut refs: Vec<&mut Buffer> = owned.iter_mut().collect();
+                run(ir, &k.launch, &mut refs);
+                for (a, (v, b)) in k.args.iter().zip(owned).enumerate() {
+                    if a >= ir.loads.len() {
+                        values.insert(*v, b);
+                    }
+                }
+            }
+            super::Step::MatMul(m) => {
+                let a = values.get(&m.a.value).ok_or("matmul operand missing")?;
+                let b = values.get(&m.b.value).ok_or("matmul operand missing")?;
+                let mut out = fresh(m.out);
+                crate::exec::matmul::matmul(a, &m.a, b, &m.b, &mut out)?;
+                values.insert(m.out, out);
+            }
+        }
+    }
+    dag.outputs
+        .iter()
+        .map(|o| {
+            values
+                .get(&o.value)
+                .cloned()
+                .ok_or_else(|| format!("output `{}` was never written", o.name))
+        })
+        .collect()
+}

@@ -1,0 +1,185 @@
+//! The CPU backend end to end: optimize → lower → emit C → cc → run, against the reference
+//! evaluator on the unfused graph.
+
+mod common;
+
+use common::random_graph::{self, assert_same, rules};
+use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
+use fusebox::graph::{self, Graph};
+use fusebox::runner::{RunOptions, prepare};
+use proptest::prelude::*;
+use std::sync::OnceLock;
+
+/// One compiler (and cache directory) for the whole test binary, so equal kernels compile once.
+fn compiler() -> &'static Compiler {
+    static COMPILER: OnceLock<Compiler> = OnceLock::new();
+    COMPILER.get_or_init(|| {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cpu-backend-cache");
+        Compiler::new(CompilerConfig::from_env().with_cache_dir(dir))
+    })
+}
+
+fn load(path: &str) -> Graph {
+    graph::file::load(std::path::Path::new(path), &rules().ops)
+        .expect("example loads")
+        .0
+}
+
+/// Compiles `graph` with `options`, runs it on seeded inputs (NaN/Inf planted if `specials`)
+/// and compares every output with the reference evaluator on the unfused graph (after AMP
+/// cast insertion, when a policy is given).
+fn agrees(graph: &Graph, options: &RunOptions, seed: u64, specials: bool) -> Result<(), String> {
+    let rules = rules();
+    let reference_graph = match &options.amp {
+        Some(p) => {
+            fusebox::amp::insert_casts(graph, &rules.ops, rules.amp.policy(p).unwrap())
+                .unwrap()
+                .graph
+        }
+        None => graph.clone(),
+    };
+    let inputs = random_graph::inputs(graph, seed, specials);
+    let want = fusebox::eval::evaluate(&reference_graph, &rules.ops, &inputs)
+        .map_err(|e| e.to_string())?;
+    let mut prepared = prepare(graph, &rules, options, compiler()).map_err(|e| e.to_string())?;
+    let got = prepared
+        .executable
+        .run_tensors(&inputs)
+        .map_err(|e| e.to_string())?;
+    for name in &graph.outputs {
+        assert_same(name, &want[name], &got[name])?;
+    }
+    Ok(())
+}
+
+#[test]
+fn every_example_runs_fused_and_unfused() {
+    for entry in std::fs::read_dir("examples").unwrap() {
+        let path = entry.unwrap().path();
+        let graph = load(path.to_str().unwrap());
+        for fusion in [true, false] {
+            let options = RunOptions {
+                fusion,
+                ..RunOptions::default()
+            };
+            agrees(&graph, &options, 3, false)
+                .unwrap_or_else(|e| panic!("{} (fusion {fusion}): {e}", path.display()));
+        }
+    }
+}
+
+#[test]
+fn amp_examples_run_on_the_cpu() {
+    for name in ["mlp_block", "amp_demo", "lstm_cell"] {
+        let graph = load(&format!("examples/{name}.ron"));
+        for policy in ["f16", "bf16"] {
+            let options = RunOptions {
+                amp: Some(policy.into()),
+                ..RunOptions::default()
+            };
+            // Outputs against the unoptimized cast-inserted graph: the same roundings.
+            agrees(&graph, &options, 5, false).unwrap_or_else(|e| panic!("{name} {policy}: {e}"));
+        }
+    }
+}
+
+/// Changing the batch size reuses the compiled kernels: nothing is compiled or even read
+/// from disk the second time.
+#[test]
+fn another_batch_size_compiles_nothing() {
+    let text = std::fs::read_to_string("examples/lstm_cell.ron").unwrap();
+    let parse = |t: &str| {
+        graph::file::parse(t, "lstm.ron", &rules().ops)
+            .unwrap()
+            .0
+    };
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("batch-size-cache");
+    let _ = std::fs::remove_dir_all(&dir);
+    let compiler = Compiler::new(CompilerConfig::from_env().with_cache_dir(&dir));
+    let rules = rules();
+    let first = prepare(&parse(&text), &rules, &RunOptions::default(), &compiler).unwrap();
+    assert_eq!(first.compile.compiled, 1);
+    for batch in [512, 3, 1000] {
+        let g = parse(&text.replace("[1024, 4096]", &format!("[{batch}, 4096]")));
+        let again = prepare(&g, &rules, &RunOptions::default(), &compiler).unwrap();
+        assert_eq!(again.compile.compiled, 0, "batch {batch} recompiled");
+        assert_eq!(again.compile.memory_hits, 1);
+        let mut exe = again.executable;
+        let inputs = fusebox::eval::random_inputs(&g, 1);
+        let want = fusebox::eval::evaluate(&g, &rules.ops, &inputs).unwrap();
+        let got = exe.run_tensors(&inputs).unwrap();
+        for name in &g.outputs {
+            assert_same(name, &want[name], &got[name]).unwrap();
+        }
+    }
+    assert_eq!(compiler.stats().compiled, 1);
+}
+
+/// Intermediates share buffers once dead. The unfused lstm_cell (node order i, f, g, o, f_cx,
+/// i_g, cy, tanh_cy, hy; cy and hy are outputs) has seven 16 MiB intermediates. While f_cx is
+/// written, i, f, g and o are still held (f is released only after the step that reads it
+/// last), so five are needed at once; i_g then takes f's, tanh_cy i's or g's.
+#[test]
+fn buffers_are_reused_by_liveness() {
+    let graph = load("examples/lstm_cell.ron");
+    let options = RunOptions {
+        fusion: false,
+        ..RunOptions::default()
+    };
+    let prepared = prepare(&graph, &rules(), &options, compiler()).unwrap();
+    let plan = prepared.executable.memory_plan();
+    let mib = 1 << 24;
+    assert_eq!(plan.unshared_bytes, 7 * mib);
+    assert_eq!(plan.total_bytes(), 5 * mib, "{:?}", plan.slot_bytes);
+    assert_eq!(prepared.partition.kernels.len(), 9);
+}
+
+/// A poisoned output buffer is completely overwritten: every element of every output is
+/// written by some kernel.
+#[test]
+fn every_output_element_is_written() {
+    for name in ["lstm_cell_backward", "layernorm_tail", "gru_residual", "iou"] {
+        let graph = load(&format!("examples/{name}.ron"));
+        let mut prepared = prepare(&graph, &rules(), &RunOptions::default(), compiler()).unwrap();
+        let exe = &mut prepared.executable;
+        let inputs: Vec<_> = (0..graph.inputs.len())
+            .map(|i| {
+                fusebox::exec::buffer::Buffer::from_tensor(&fusebox::eval::random_input(&graph, i, 9))
+            })
+            .collect();
+        let mut clean = exe.output_buffers();
+        exe.run_into(&inputs, &mut clean).unwrap();
+        for poison in [0xFFu8, 0x7F] {
+            let mut outs = exe.output_buffers();
+            outs.iter_mut().for_each(|b| b.fill_bytes(poison));
+            exe.run_into(&inputs, &mut outs).unwrap();
+            for (a, b) in clean.iter().zip(&outs) {
+                for i in 0..a.len() {
+                    assert_eq!(a.get(i).to_bits(), b.get(i).to_bits(), "{name}[{i}] poison {poison:#x}");
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// Random graphs (broadcasting, [N,1]×[1,M], transposes, slices, concats, size-1 and
+    /// size-0 dims, f16/bf16 and mixed dtypes, where/bool, reductions ending kernels,
+    /// multi-output kernels, NaN/Inf inputs), fused and unfused, equal the reference.
+    #[test]
+    fn compiled_random_graphs_agree(
+        dims in prop_oneof![Just((3usize, 4usize)), Just((1, 5)), Just((2, 1)), Just((0, 3)), Just((64, 700))],
+        inputs in prop::collection::vec((0usize..4, 0usize..6), 1..4),
+        steps in prop::collection::vec(random_graph::step(true), 2..14),
+        seed in 0u64..1000,
+        specials in any::<bool>(),
+        fusion in prop_oneof![3 => Just(true), 1 => Just(false)],
+    ) {
+        let Some(graph) = random_graph::build(&rules().ops, dims, &inputs, &steps) else { return Ok(()) };
+        let options = RunOptions { fusion, strict_ieee: specials, ..RunOptions::default() };
+        agrees(&graph, &options, seed, specials).map_err(|e| TestCaseError::fail(format!(
+            "{e}\n{}", graph::file::to_ron(&graph))))?;
+    }
+}

@@ -1,0 +1,1866 @@
+//! The C emitter, end to end: hand-built kernel IR → C → compiled library → called with
+//! hand-computed launch arguments, and every result checked against an independent Rust
+//! computation.
+//!
+//! Exact where the semantics are exact (arithmetic, conversions, NaN/Inf, signed zeros);
+//! within a few ulps where libmvec's vector math is involved. Large domains (hundreds of
+//! thousands of elements) make the parallel paths run on a multi-core machine.
+
+use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig, KernelFn, Module};
+use fusebox::backend::cpu::emit::{emit_kernel, emit_module, kernel_name};
+use fusebox::dtype::DType;
+use fusebox::formula::{BinOp, Func};
+use fusebox::lower::ir::{
+    Axis, Instr, KernelIr, Prec, ReduceKind, Reduction, Store, ValueId, View,
+};
+use half::{bf16, f16};
+use std::ffi::c_void;
+use std::sync::{Arc, OnceLock};
+
+use Axis::{Broadcast as B, Strided as S, Unit as U};
+
+// ---------------------------------------------------------------------------------------------
+// Harness.
+
+fn compiler() -> &'static Compiler {
+    static COMPILER: OnceLock<Compiler> = OnceLock::new();
+    COMPILER.get_or_init(|| {
+        let dir = std::env::temp_dir().join("fusebox-test-cpu-emit-cache");
+        Compiler::new(CompilerConfig::from_env().with_cache_dir(dir))
+    })
+}
+
+struct Compiled {
+    module: Arc<Module>,
+    f: KernelFn,
+    ir: KernelIr,
+}
+
+fn compile(ir: &KernelIr) -> Compiled {
+    let name = kernel_name(ir);
+    let source = emit_module(&[(name.clone(), ir)]);
+    let module = compiler()
+        .compile(&source)
+        .unwrap_or_else(|e| panic!("{e}\n--- source ---\n{source}"));
+    let f = module.kernel(&name).expect("kernel symbol");
+    Compiled {
+        module,
+        f,
+        ir: ir.clone(),
+    }
+}
+
+/// A buffer in a dtype's storage format.
+#[derive(Debug, Clone)]
+enum Buf {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    /// f16 or bf16 bits.
+    Half(Vec<u16>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    Bool(Vec<u8>),
+}
+
+impl Buf {
+    fn len(&self) -> usize {
+        match self {
+            Buf::F32(v) => v.len(),
+            Buf::F64(v) => v.len(),
+            Buf::Half(v) => v.len(),
+            Buf::I32(v) => v.len(),
+            Buf::I64(v) => v.len(),
+            Buf::Bool(v) => v.len(),
+        }
+    }
+
+    fn ptr(&mut self) -> *mut c_void {
+        match self {
+            Buf::F32(v) => v.as_mut_ptr().cast(),
+            Buf::F64(v) => v.as_mut_ptr().cast(),
+            Buf::Half(v) => v.as_mut_ptr().cast(),
+            Buf::I32(v) => v.as_mut_ptr().cast(),
+            Buf::I64(v) => v.as_mut_ptr().cast(),
+            Buf::Bool(v) => v.as_mut_ptr().cast(),
+        }
+    }
+
+    fn f32(&self) -> &[f32] {
+        match self {
+            Buf::F32(v) => v,
+            other => panic!("not f32: {other:?}"),
+        }
+    }
+
+    fn f64(&self) -> &[f64] {
+        match self {
+            Buf::F64(v) => v,
+            other => panic!("not f64: {other:?}"),
+        }
+    }
+
+    fn half(&self) -> &[u16] {
+        match self {
+            Buf::Half(v) => v,
+            other => panic!("not f16/bf16: {other:?}"),
+        }
+    }
+
+    fn i32(&self) -> &[i32] {
+        match self {
+            Buf::I32(v) => v,
+            other => panic!("not i32: {other:?}"),
+        }
+    }
+
+    fn i64(&self) -> &[i64] {
+        match self {
+            Buf::I64(v) => v,
+            other => panic!("not i64: {other:?}"),
+        }
+    }
+
+    fn bool(&self) -> &[u8] {
+        match self {
+            Buf::Bool(v) => v,
+            other => panic!("not bool: {other:?}"),
+        }
+    }
+}
+
+/// One kernel argument: its buffer and where the view lies in it.
+struct Arg {
+    buf: Buf,
+    strides: Vec<i64>,
+    offset: i64,
+}
+
+fn arg(buf: Buf, strides: &[i64], offset: i64) -> Arg {
+    Arg {
+        buf,
+        strides: strides.to_vec(),
+        offset,
+    }
+}
+
+/// Calls the kernel over domain `sizes`, after checking (so a wrong test cannot corrupt
+/// memory) that every view stays inside its buffer.
+fn run(k: &Compiled, sizes: &[i64], args: &mut [Arg]) {
+    assert_eq!(args.len(), k.ir.arg_count(), "argument count");
+    assert_eq!(sizes.len(), k.ir.rank);
+    if sizes.iter().all(|&n| n > 0) {
+        for (a, arg) in args.iter().enumerate() {
+            assert_eq!(arg.strides.len(), k.ir.rank);
+            let mut lo = arg.offset;
+            let mut hi = arg.offset;
+            for (&n, &s) in sizes.iter().zip(&arg.strides) {
+                lo += ((n - 1) * s).min(0);
+                hi += ((n - 1) * s).max(0);
+            }
+            assert!(
+                lo >= 0 && hi < arg.buf.len() as i64,
+                "argument {a} reaches [{lo}, {hi}] of a buffer of {}",
+                arg.buf.len()
+            );
+        }
+    }
+    let strides: Vec<i64> = args.iter().flat_map(|a| a.strides.clone()).collect();
+    let offsets: Vec<i64> = args.iter().map(|a| a.offset).collect();
+    let ptrs: Vec<*mut c_void> = args.iter_mut().map(|a| a.buf.ptr()).collect();
+    // SAFETY: the argument layout follows the ABI of `Launch` for `k.ir` (checked above:
+    // counts, ranks, and every reachable index in bounds), and the module is alive.
+    unsafe {
+        (k.f)(
+            sizes.as_ptr(),
+            strides.as_ptr(),
+            offsets.as_ptr(),
+            ptrs.as_ptr(),
+        )
+    };
+}
+
+/// Straight-line SSA under construction.
+#[derive(Default)]
+struct Body(Vec<Instr>);
+
+impl Body {
+    fn push(&mut self, instr: Instr) -> ValueId {
+        self.0.push(instr);
+        self.0.len() - 1
+    }
+    fn load(&mut self, view: usize) -> ValueId {
+        self.push(Instr::Load { view })
+    }
+    fn c(&mut self, value: f64, prec: Prec) -> ValueId {
+        self.push(Instr::Const { value, prec })
+    }
+    fn bin(&mut self, op: BinOp, a: ValueId, b: ValueId, prec: Prec) -> ValueId {
+        self.push(Instr::Binary { op, a, b, prec })
+    }
+    fn call(&mut self, func: Func, args: &[ValueId], prec: Prec) -> ValueId {
+        self.push(Instr::Call {
+            func,
+            args: args.to_vec(),
+            prec,
+        })
+    }
+    fn round(&mut self, x: ValueId, dtype: DType) -> ValueId {
+        self.push(Instr::Round { x, dtype })
+    }
+    fn neg(&mut self, x: ValueId, prec: Prec) -> ValueId {
+        self.push(Instr::Neg { x, prec })
+    }
+}
+
+fn view(dtype: DType, axes: &[Axis]) -> View {
+    View {
+        dtype,
+        axes: axes.to_vec(),
+    }
+}
+
+fn store(value: ValueId, dtype: DType, axes: &[Axis]) -> Store {
+    Store {
+        value,
+        view: view(dtype, axes),
+    }
+}
+
+fn reduction(kind: ReduceKind, value: ValueId, reduced: &[bool], dtype: DType) -> Reduction {
+    let axes: Vec<Axis> = reduced
+        .iter()
+        .enumerate()
+        .map(|(d, &r)| match (r, d + 1 == reduced.len()) {
+            (true, _) => B,
+            (false, true) => U,
+            (false, false) => S,
+        })
+        .collect();
+    Reduction {
+        kind,
+        value,
+        reduced: reduced.to_vec(),
+        view: view(dtype, &axes),
+    }
+}
+
+/// Deterministic pseudo-random numbers (splitmix64), independent of any crate's API.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [lo, hi).
+    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
+    }
+    fn f32s(&mut self, n: usize, lo: f64, hi: f64) -> Vec<f32> {
+        (0..n).map(|_| self.uniform(lo, hi) as f32).collect()
+    }
+}
+
+/// The distance between `x` and the next float away from zero.
+fn ulp32(x: f32) -> f64 {
+    let a = x.abs();
+    if a.is_infinite() {
+        return 0.0;
+    }
+    (f32::from_bits(a.to_bits() + 1) as f64) - a as f64
+}
+
+fn ulp64(x: f64) -> f64 {
+    let a = x.abs();
+    if a.is_infinite() {
+        return 0.0;
+    }
+    f64::from_bits(a.to_bits() + 1) - a
+}
+
+/// NaN matches NaN, everything else matches bit for bit (so −0 ≠ +0).
+fn same32(got: f32, want: f32) -> bool {
+    (got.is_nan() && want.is_nan()) || got.to_bits() == want.to_bits()
+}
+
+fn same64(got: f64, want: f64) -> bool {
+    (got.is_nan() && want.is_nan()) || got.to_bits() == want.to_bits()
+}
+
+fn assert_same32(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(same32(g, w), "{what}[{i}]: got {g:e}, want {w:e}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The LSTM cell tail: the kernel the CPU backend exists for.
+
+/// `cy = sigmoid(f) * cx + sigmoid(i) * tanh(g)`, `hy = sigmoid(o) * tanh(cy)` over an
+/// `[N, M]` domain, all f32, row-major (`Strided` rows, `Unit` columns).
+fn lstm_tail_ir() -> KernelIr {
+    let f = Prec::F32;
+    let mut b = Body::default();
+    let gates: Vec<ValueId> = (0..4).map(|v| b.load(v)).collect();
+    let cx = b.load(4);
+    let one = b.c(1.0, f);
+    let sigmoid = |b: &mut Body, x: ValueId| {
+        let nx = b.neg(x, f);
+        let e = b.call(Func::Exp, &[nx], f);
+        let d = b.bin(BinOp::Add, one, e, f);
+        b.bin(BinOp::Div, one, d, f)
+    };
+    let ig = sigmoid(&mut b, gates[0]);
+    let fg = sigmoid(&mut b, gates[1]);
+    let og = sigmoid(&mut b, gates[3]);
+    let cg = b.call(Func::Tanh, &[gates[2]], f);
+    let fc = b.bin(BinOp::Mul, fg, cx, f);
+    let ic = b.bin(BinOp::Mul, ig, cg, f);
+    let cy = b.bin(BinOp::Add, fc, ic, f);
+    let tc = b.call(Func::Tanh, &[cy], f);
+    let hy = b.bin(BinOp::Mul, og, tc, f);
+    KernelIr {
+        rank: 2,
+        loads: vec![view(DType::F32, &[S, U]); 5],
+        body: b.0,
+        stores: vec![store(cy, DType::F32, &[S, U]), store(hy, DType::F32, &[S, U])],
+        reductions: vec![],
+    }
+}
+
+fn sigmoid64(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// The LSTM tail in f64 from the same f32 inputs: `(cy, hy)`.
+fn lstm_reference(i: f32, f: f32, g: f32, o: f32, cx: f32) -> (f64, f64) {
+    let cy = sigmoid64(f as f64) * cx as f64 + sigmoid64(i as f64) * (g as f64).tanh();
+    (cy, sigmoid64(o as f64) * cy.tanh())
+}
+
+/// Runs the LSTM tail on `[n, m]` inputs; returns `(cy, hy)`.
+fn run_lstm(k: &Compiled, n: usize, m: usize, inputs: &[Vec<f32>; 5]) -> (Vec<f32>, Vec<f32>) {
+    let rm = [m as i64, 1];
+    let mut args: Vec<Arg> = inputs
+        .iter()
+        .map(|v| arg(Buf::F32(v.clone()), &rm, 0))
+        .collect();
+    args.push(arg(Buf::F32(vec![0.0; n * m]), &rm, 0));
+    args.push(arg(Buf::F32(vec![0.0; n * m]), &rm, 0));
+    run(k, &[n as i64, m as i64], &mut args);
+    (args[5].buf.f32().to_vec(), args[6].buf.f32().to_vec())
+}
+
+#[test]
+fn lstm_tail_matches_an_f64_reference_with_nan_and_inf_inputs() {
+    let (n, m) = (300, 5000);
+    let mut rng = Rng(1);
+    let mut inputs: [Vec<f32>; 5] = std::array::from_fn(|_| rng.f32s(n * m, -4.0, 4.0));
+    let (inf, nan) = (f32::INFINITY, f32::NAN);
+    // (element, input gate, forget gate, cell gate, output gate, cx): IEEE corner cases.
+    let special: [(usize, [f32; 5]); 6] = [
+        (0, [inf, -inf, inf, 0.5, 2.0]),     // i = 1, f = 0, g = 1: cy = 1
+        (1, [-inf, inf, 0.3, inf, inf]),     // f = 1, cx = inf: cy = inf, hy = 1
+        (7, [0.1, 0.2, 0.3, nan, 0.4]),      // o NaN: cy finite, hy NaN
+        (m + 3, [nan, 0.2, 0.3, 0.4, 0.5]),  // i NaN: both NaN
+        (2 * m - 1, [inf, inf, -inf, inf, -inf]), // cy = -inf, hy = -1
+        (n * m - 1, [0.0, -0.0, 0.0, 0.0, -0.0]),
+    ];
+    for (at, values) in special {
+        for (input, v) in inputs.iter_mut().zip(values) {
+            input[at] = v;
+        }
+    }
+    let k = compile(&lstm_tail_ir());
+    let (cy, hy) = run_lstm(&k, n, m, &inputs);
+    for e in 0..n * m {
+        let x: [f32; 5] = std::array::from_fn(|v| inputs[v][e]);
+        let (want_cy, want_hy) = lstm_reference(x[0], x[1], x[2], x[3], x[4]);
+        for (got, want, what) in [(cy[e], want_cy, "cy"), (hy[e], want_hy, "hy")] {
+            if want.is_nan() || want.is_infinite() {
+                assert!(same64(got as f64, want), "{what}[{e}] = {got}, want {want} for {x:?}");
+            } else {
+                // A handful of f32 roundings, each within a few ulps.
+                let tol = 1e-6 * (1.0 + want.abs());
+                assert!(
+                    (got as f64 - want).abs() <= tol,
+                    "{what}[{e}] = {got}, want {want} for {x:?}"
+                );
+            }
+        }
+    }
+    assert_eq!((cy[0], hy[0]), (1.0, sigmoid64(0.5) as f32 * 1f32.tanh()));
+    assert_eq!((cy[1], hy[1]), (f32::INFINITY, 1.0));
+    assert!(cy[7].is_finite() && hy[7].is_nan());
+    assert!(cy[m + 3].is_nan() && hy[m + 3].is_nan());
+    assert_eq!((cy[2 * m - 1], hy[2 * m - 1]), (f32::NEG_INFINITY, -1.0));
+    // sigmoid(-0) * -0 + sigmoid(0) * tanh(0) = -0 + +0 = +0.
+    assert_eq!(cy[n * m - 1].to_bits(), 0.0f32.to_bits());
+}
+
+#[test]
+fn vector_math_reaches_libmvec() {
+    let k = compile(&lstm_tail_ir());
+    let output = match std::process::Command::new("nm")
+        .args(["-D", "--undefined-only"])
+        .arg(k.module.path())
+        .output()
+    {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        _ => {
+            eprintln!("skipped: `nm` is not available to inspect the kernel library");
+            return;
+        }
+    };
+    let vector = |f: &str| {
+        output
+            .lines()
+            .any(|l| l.contains("_ZGV") && l.contains(&format!("v_{f}")))
+    };
+    assert!(vector("expf"), "no vector expf called:\n{output}");
+    assert!(vector("tanhf"), "no vector tanhf called:\n{output}");
+}
+
+/// Not a test: the LSTM tail at 1024×4096 f32, the README's benchmark size. Run with
+/// `cargo test --release --test cpu_emit -- --ignored --nocapture lstm_tail_timing`.
+#[test]
+#[ignore]
+fn lstm_tail_timing() {
+    let (n, m) = (1024, 4096);
+    let mut rng = Rng(2);
+    let inputs: [Vec<f32>; 5] = std::array::from_fn(|_| rng.f32s(n * m, -4.0, 4.0));
+    let k = compile(&lstm_tail_ir());
+    let rm = [m as i64, 1];
+    let mut args: Vec<Arg> = inputs
+        .iter()
+        .map(|v| arg(Buf::F32(v.clone()), &rm, 0))
+        .collect();
+    args.push(arg(Buf::F32(vec![0.0; n * m]), &rm, 0));
+    args.push(arg(Buf::F32(vec![0.0; n * m]), &rm, 0));
+    let sizes = [n as i64, m as i64];
+    run(&k, &sizes, &mut args);
+    let mut times = Vec::new();
+    for _ in 0..30 {
+        let start = std::time::Instant::now();
+        run(&k, &sizes, &mut args);
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    let bytes = 7.0 * (n * m * 4) as f64;
+    println!(
+        "lstm tail {n}x{m} f32: median {:.2} ms, min {:.2} ms ({:.1} GB/s at the median)",
+        times[times.len() / 2],
+        times[0],
+        bytes / times[times.len() / 2] / 1e6
+    );
+    let e = 12345;
+    let (want_cy, _) = lstm_reference(
+        inputs[0][e],
+        inputs[1][e],
+        inputs[2][e],
+        inputs[3][e],
+        inputs[4][e],
+    );
+    assert!((args[5].buf.f32()[e] as f64 - want_cy).abs() <= 1e-6 * (1.0 + want_cy.abs()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layouts: broadcasting, transposes, offsets, stores smaller than the domain.
+
+#[test]
+fn column_broadcast_plus_row_broadcast() {
+    let (n, m) = (257, 3001);
+    let f = Prec::F32;
+    let mut b = Body::default();
+    let col = b.load(0);
+    let row = b.load(1);
+    let sum = b.bin(BinOp::Add, col, row, f);
+    let ir = KernelIr {
+        rank: 2,
+        loads: vec![view(DType::F32, &[S, B]), view(DType::F32, &[B, U])],
+        body: b.0,
+        stores: vec![store(sum, DType::F32, &[S, U])],
+        reductions: vec![],
+    };
+    let mut rng = Rng(3);
+    let a = rng.f32s(n, -10.0, 10.0);
+    let r = rng.f32s(m, -10.0, 10.0);
+    let k = compile(&ir);
+    let mut args = vec![
+        arg(Buf::F32(a.clone()), &[1, 0], 0),
+        arg(Buf::F32(r.clone()), &[0, 1], 0),
+        arg(Buf::F32(vec![0.0; n * m]), &[m as i64, 1], 0),
+    ];
+    run(&k, &[n as i64, m as i64], &mut args);
+    let want: Vec<f32> = (0..n * m).map(|e| a[e / m] + r[e % m]).collect();
+    assert_same32(args[2].buf.f32(), &want, "a[:,None] + r[None,:]");
+}
+
+#[test]
+fn transposed_load_and_strided_stores_with_offsets() {
+    // Domain [rows, cols]; input is stored [cols, rows] (a transpose: both axes strided, the
+    // inner one by `rows`); one output is row-major with padded rows at an offset, the other
+    // transposed again.
+    let (rows, cols) = (300, 700);
+    let f = Prec::F32;
+    let mut b = Body::default();
+    let x = b.load(0);
+    let two = b.c(2.0, f);
+    let one = b.c(1.0, f);
+    let x2 = b.bin(BinOp::Mul, x, two, f);
+    let y = b.bin(BinOp::Sub, x2, one, f);
+    let ir = KernelIr {
+        rank: 2,
+        loads: vec![view(DType::F32, &[S, S])],
+        body: b.0,
+        stores: vec![store(y, DType::F32, &[S, U]), store(x2, DType::F32, &[S, S])],
+        reductions: vec![],
+    };
+    let mut rng = Rng(4);
+    let t = rng.f32s(rows * cols, -100.0, 100.0); // t[c * rows + r]
+    let pitch = cols + 3;
+    let offset = 5;
+    let sentinel = -12345.0f32;
+    let k = compile(&ir);
+    let mut args = vec![
+        arg(Buf::F32(t.clone()), &[1, rows as i64], 0),
+        arg(
+            Buf::F32(vec![sentinel; offset + rows * pitch]),
+            &[pitch as i64, 1],
+            offset as i64,
+        ),
+        arg(Buf::F32(vec![sentinel; rows * cols]), &[1, rows as i64], 0),
+    ];
+    run(&k, &[rows as i64, cols as i64], &mut args);
+    let out = args[1].buf.f32();
+    for (e, &got) in out.iter().enumerate() {
+        let in_view = e >= offset && (e - offset) % pitch < cols;
+        let want = if in_view {
+            let (r, c) = ((e - offset) / pitch, (e - offset) % pitch);
+            t[c * rows + r] * 2.0 - 1.0
+        } else {
+            sentinel
+        };
+        assert!(same32(got, want), "padded output [{e}]: got {got}, want {want}");
+    }
+    let back: Vec<f32> = t.iter().map(|&v| v * 2.0).collect();
+    assert_same32(args[2].buf.f32(), &back, "transposed output");
+}
+
+#[test]
+fn stores_broadcast_along_an_axis_are_written_once_from_index_zero() {
+    // Domain [n, m]: a full store, a row store [1, m] (outer axis broadcast), a column store
+    // [n, 1] (inner axis broadcast), and a row store with a strided inner axis.
+    let (n, m) = (200, 3000);
+    let f = Prec::F32;
+    let mut b = Body::default();
+    let a = b.load(0);
+    let r = b.load(1);
+    let c = b.load(2);
+    let ar = b.bin(BinOp::Add, a, r, f);
+    let full = b.bin(BinOp::Add, ar, c, f);
+    let two = b.c(2.0, f);
+    let three = b.c(3.0, f);
+    let row = b.bin(BinOp::Mul, r, two, f);
+    let col = b.bin(BinOp::Mul, c, three, f);
+    let ir = KernelIr {
+        rank: 2,
+        loads: vec![
+            view(DType::F32, &[S, U]),
+            view(DType::F32, &[B, U]),
+            view(DType::F32, &[S, B]),
+        ],
+        body: b.0,
+        stores: vec![
+            store(full, DType::F32, &[S, U]),
+            store(row, DType::F32, &[B, U]),
+            store(col, DType::F32, &[S, B]),
+            store(row, DType::F32, &[B, S]),
+        ],
+        reductions: vec![],
+    };
+    let mut rng = Rng(5);
+    let av = rng.f32s(n * m, -1.0, 1.0);
+    let rv = rng.f32s(m, -1.0, 1.0);
+    let cv = rng.f32s(n, -1.0, 1.0);
+    let sentinel = 777.0f32;
+    let k = compile(&ir);
+    let mut args = vec![
+        arg(Buf::F32(av.clone()), &[m as i64, 1], 0),
+        arg(Buf::F32(rv.clone()), &[0, 1], 0),
+        arg(Buf::F32(cv.clone()), &[1, 0], 0),
+        arg(Buf::F32(vec![sentinel; n * m]), &[m as i64, 1], 0),
+        arg(Buf::F32(vec![sentinel; m + 1]), &[0, 1], 1),
+        arg(Buf::F32(vec![sentinel; n + 1]), &[1, 0], 0),
+        arg(Buf::F32(vec![sentinel; 2 * m]), &[0, 2], 0),
+    ];
+    run(&k, &[n as i64, m as i64], &mut args);
+    let want_full: Vec<f32> = (0..n * m).map(|e| av[e] + rv[e % m] + cv[e / m]).collect();
+    assert_same32(args[3].buf.f32(), &want_full, "full store");
+    let mut want_row = vec![sentinel];
+    want_row.extend(rv.iter().map(|v| v * 2.0));
+    assert_same32(args[4].buf.f32(), &want_row, "row store");
+    let mut want_col: Vec<f32> = cv.iter().map(|v| v * 3.0).collect();
+    want_col.push(sentinel);
+    assert_same32(args[5].buf.f32(), &want_col, "column store");
+    let want_strided: Vec<f32> = (0..2 * m)
+        .map(|e| if e % 2 == 0 { rv[e / 2] * 2.0 } else { sentinel })
+        .collect();
+    assert_same32(args[6].buf.f32(), &want_strided, "strided row store");
+}
+
+#[test]
+fn empty_domains_write_nothing() {
+    let mut b = Body::default();
+    let x = b.load(0);
+    let ir = KernelIr {
+        rank: 2,
+        loads: vec![view(DType::F32, &[S, U])],
+        body: b.0,
+        stores: vec![store(x, DType::F32, &[S, U])],
+        reductions: vec![],
+    };
+    let k = compile(&ir);
+    for sizes in [[0i64, 7], [7, 0], [0, 0]] {
+        let mut args = vec![
+            arg(Buf::F32(vec![1.0; 8]), &[7, 1], 0),
+            arg(Buf::F32(vec![-1.0; 8]), &[7, 1], 0),
+        ];
+        run(&k, &sizes, &mut args);
+        assert_eq!(args[1].buf.f32(), &[-1.0; 8], "{sizes:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversions and rounding.
+
+/// A rank-1 kernel: load one `src` view, apply `f` to build the stores.
+fn unary_kernel(
+    src: DType,
+    f: impl FnOnce(&mut Body, ValueId) -> Vec<(ValueId, DType)>,
+) -> KernelIr {
+    let mut b = Body::default();
+    let x = b.load(0);
+    let outs = f(&mut b, x);
+    KernelIr {
+        rank: 1,
+        loads: vec![view(src, &[U])],
+        body: b.0,
+        stores: outs
+            .into_iter()
+            .map(|(v, d)| store(v, d, &[U]))
+            .collect(),
+        reductions: vec![],
+    }
+}
+
+fn half_out(n: usize) -> Arg {
+    arg(Buf::Half(vec![0x5555; n]), &[1], 0)
+}
+
+#[test]
+fn f16_loads_and_stores_round_exactly_over_every_bit_pattern() {
+    // Every f16 value: widened exactly, stored back unchanged, and `x * 3` rounded once more
+    // to f16 (overflowing to inf above 65504 / 3).
+    let k = compile(&unary_kernel(DType::F16, |b, x| {
+        let same = b.round(x, DType::F16);
+        let three = b.c(3.0, Prec::F32);
+        let p = b.bin(BinOp::Mul, x, three, Prec::F32);
+        let p16 = b.round(p, DType::F16);
+        vec![(x, DType::F32), (same, DType::F16), (p16, DType::F16)]
+    }));
+    let all: Vec<u16> = (0..=u16::MAX).collect();
+    let n = all.len();
+    let mut args = vec![
+        arg(Buf::Half(all.clone()), &[1], 0),
+        arg(Buf::F32(vec![0.0; n]), &[1], 0),
+        half_out(n),
+        half_out(n),
+    ];
+    run(&k, &[n as i64], &mut args);
+    for (i, &bits) in all.iter().enumerate() {
+        let h = f16::from_bits(bits);
+        let wide = args[1].buf.f32()[i];
+        assert!(same32(wide, h.to_f32()), "widen {bits:#06x}: {wide}");
+        let same = args[2].buf.half()[i];
+        if h.is_nan() {
+            assert!(f16::from_bits(same).is_nan(), "NaN {bits:#06x} -> {same:#06x}");
+        } else {
+            assert_eq!(same, bits, "round trip of {bits:#06x}");
+        }
+        let want = f16::from_f32(h.to_f32() * 3.0);
+        let got = f16::from_bits(args[3].buf.half()[i]);
+        assert!(
+            (got.is_nan() && want.is_nan()) || got.to_bits() == want.to_bits(),
+            "3 * {h} = {got}, want {want}"
+        );
+    }
+    let got = |x: f32| f16::from_bits(args[3].buf.half()[f16::from_f32(x).to_bits() as usize]);
+    assert_eq!(got(30000.0), f16::INFINITY, "overflow to inf");
+    assert_eq!(got(-30000.0), f16::NEG_INFINITY);
+}
+
+/// f32 test values: a sweep through the bit patterns plus the edges of f16 and bf16.
+fn f32_patterns() -> Vec<f32> {
+    let mut v: Vec<f32> = (0..(1u64 << 32))
+        .step_by(1021)
+        .map(|b| f32::from_bits(b as u32))
+        .collect();
+    let p = |e: i32| 2f32.powi(e);
+    v.extend([
+        65504.0,
+        65519.99,
+        65520.0,
+        65536.0,
+        1.0 + p(-11),     // f16 tie: to even (1.0)
+        1.0 + 3.0 * p(-11), // f16 tie: to even (1 + 2^-9)
+        p(-24),           // smallest f16 subnormal
+        p(-25),           // tie between 0 and it: to 0
+        3.0 * p(-26),     // above the tie: up
+        p(-14) - p(-25),  // just below the smallest normal
+        f32::from_bits(0x3f80_8000), // bf16 tie: to even (down)
+        f32::from_bits(0x3f81_8000), // bf16 tie: to even (up)
+        f32::from_bits(0x3f80_8001),
+        f32::from_bits(0x7f7f_ffff), // f32 max: bf16 inf
+        f32::from_bits(0x7f7f_7fff),
+        f32::MIN_POSITIVE,
+        f32::from_bits(1),
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+    ]);
+    let negated: Vec<f32> = v.iter().map(|x| -x).collect();
+    v.extend(negated);
+    v
+}
+
+#[test]
+fn f32_rounds_to_f16_and_bf16_to_nearest_even() {
+    let k = compile(&unary_kernel(DType::F32, |b, x| {
+        let h = b.round(x, DType::F16);
+        let bf = b.round(x, DType::BF16);
+        vec![(h, DType::F16), (bf, DType::BF16)]
+    }));
+    let values = f32_patterns();
+    let n = values.len();
+    let mut args = vec![arg(Buf::F32(values.clone()), &[1], 0), half_out(n), half_out(n)];
+    run(&k, &[n as i64], &mut args);
+    for (i, &x) in values.iter().enumerate() {
+        let (h, bf) = (args[1].buf.half()[i], args[2].buf.half()[i]);
+        let (wh, wb) = (f16::from_f32(x), bf16::from_f32(x));
+        if x.is_nan() {
+            assert!(f16::from_bits(h).is_nan() && bf16::from_bits(bf).is_nan(), "{x}");
+        } else {
+            assert_eq!(h, wh.to_bits(), "f16 of {x:e} ({:#010x})", x.to_bits());
+            assert_eq!(bf, wb.to_bits(), "bf16 of {x:e} ({:#010x})", x.to_bits());
+        }
+    }
+    let find = |bits: u32| values.iter().position(|x| x.to_bits() == bits).unwrap();
+    assert_eq!(args[2].buf.half()[find(0x3f80_8000)], 0x3f80);
+    assert_eq!(args[2].buf.half()[find(0x3f81_8000)], 0x3f82);
+    assert_eq!(args[2].buf.half()[find(0x7f7f_ffff)], 0x7f80);
+    assert_eq!(args[1].buf.half()[find(65520f32.to_bits())], 0x7c00);
+    assert_eq!(args[1].buf.half()[find(2f32.powi(-25).to_bits())], 0);
+}
+
+/// f64 values for rounding tests: random magnitudes over the whole range, and the cases
+/// where rounding twice would differ from rounding once.
+fn f64_values() -> Vec<f64> {
+    let mut rng = Rng(6);
+    let p = |e: i32| 2f64.powi(e);
+    let mut v: Vec<f64> = (0..200_000)
+        .map(|_| {
+            let mantissa = rng.uniform(1.0, 2.0);
+            let exponent = rng.uniform(-160.0, 160.0) as i32;
+            let sign = if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 };
+            sign * mantissa * p(exponent)
+        })
+        .collect();
+    // Near f16 and bf16 midpoints, where only the bits beyond f32's precision decide.
+    for _ in 0..20_000 {
+        let base = rng.uniform(1.0, 2.0);
+        let h = (base * 1024.0).floor() / 1024.0 + p(-11);
+        let bf = (base * 128.0).floor() / 128.0 + p(-8);
+        let tiny = p(-(rng.uniform(25.0, 52.0) as i32));
+        v.extend([h + tiny, h - tiny, h, bf + tiny, bf - tiny, bf]);
+    }
+    v.extend([
+        1.0 + p(-11) + p(-40),
+        -(1.0 + p(-11) + p(-24)),
+        1.0 + p(-8) + p(-23),
+        1.0 + p(-8) + p(-50),
+        65519.99,
+        65520.0,
+        1e300,
+        -1e300,
+        1e-300,
+        -1e-300,
+        5e-324,
+        f64::MAX,
+        3.4028235677973366e38, // just above f32::MAX: rounds to f32::MAX, not inf
+        3.4028235677973367e38,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        0.0,
+        -0.0,
+    ]);
+    v
+}
+
+#[test]
+fn f64_rounds_once_to_f32_f16_and_bf16() {
+    let k = compile(&unary_kernel(DType::F64, |b, x| {
+        let h = b.round(x, DType::F16);
+        let bf = b.round(x, DType::BF16);
+        let s = b.round(x, DType::F32);
+        vec![(h, DType::F16), (bf, DType::BF16), (s, DType::F32)]
+    }));
+    let values = f64_values();
+    let n = values.len();
+    let mut args = vec![
+        arg(Buf::F64(values.clone()), &[1], 0),
+        half_out(n),
+        half_out(n),
+        arg(Buf::F32(vec![0.0; n]), &[1], 0),
+    ];
+    run(&k, &[n as i64], &mut args);
+    for (i, &v) in values.iter().enumerate() {
+        let h = f16::from_bits(args[1].buf.half()[i]).to_f64();
+        let bf = bf16::from_bits(args[2].buf.half()[i]).to_f64();
+        let s = args[3].buf.f32()[i] as f64;
+        assert!(same64(h, DType::F16.round(v)), "f16 of {v:e}: {h:e}");
+        assert!(same64(bf, DType::BF16.round(v)), "bf16 of {v:e}: {bf:e}");
+        assert!(same64(s, DType::F32.round(v)), "f32 of {v:e}: {s:e}");
+    }
+}
+
+#[test]
+fn integers_truncate_and_saturate_and_bool_is_nonzero() {
+    let values = vec![
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        1e12,
+        -1e12,
+        -2.7,
+        2.7,
+        -0.5,
+        0.5,
+        -0.0,
+        0.0,
+        2147483647.5,
+        2147483648.0,
+        -2147483648.9,
+        -2147483649.0,
+        9.3e18,
+        -9.3e18,
+        9223372036854775807.0,
+        1e300,
+        123456789.75,
+        4503599627370495.5,
+        -4503599627370495.5,
+        8388607.5,
+        -8388607.5,
+        -0.3,
+        -1.0,
+        1.0,
+    ];
+    // From doubles, and from floats (the f32-held path widens first).
+    let k64 = compile(&unary_kernel(DType::F64, |b, x| {
+        let i = b.round(x, DType::I32);
+        let l = b.round(x, DType::I64);
+        let t = b.round(x, DType::Bool);
+        vec![(i, DType::I32), (l, DType::I64), (t, DType::Bool)]
+    }));
+    let k32 = compile(&unary_kernel(DType::F32, |b, x| {
+        let i = b.round(x, DType::I32);
+        let l = b.round(x, DType::I64);
+        let t = b.round(x, DType::Bool);
+        vec![(i, DType::I32), (l, DType::I64), (t, DType::Bool)]
+    }));
+    for (k, input) in [
+        (&k64, Buf::F64(values.clone())),
+        (&k32, Buf::F32(values.iter().map(|&v| v as f32).collect())),
+    ] {
+        let exact: Vec<f64> = match &input {
+            Buf::F64(v) => v.clone(),
+            Buf::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            _ => unreachable!(),
+        };
+        let n = exact.len();
+        let mut args = vec![
+            arg(input, &[1], 0),
+            arg(Buf::I32(vec![7; n]), &[1], 0),
+            arg(Buf::I64(vec![7; n]), &[1], 0),
+            arg(Buf::Bool(vec![7; n]), &[1], 0),
+        ];
+        run(k, &[n as i64], &mut args);
+        for (i, &v) in exact.iter().enumerate() {
+            assert_eq!(args[1].buf.i32()[i], DType::I32.round(v) as i32, "i32 of {v:e}");
+            assert_eq!(args[2].buf.i64()[i], DType::I64.round(v) as i64, "i64 of {v:e}");
+            assert_eq!(args[3].buf.bool()[i], DType::Bool.round(v) as u8, "bool of {v:e}");
+        }
+    }
+    // Spot checks of the rules themselves.
+    let k = compile(&unary_kernel(DType::F64, |b, x| {
+        let i = b.round(x, DType::I32);
+        vec![(i, DType::F64)]
+    }));
+    let mut args = vec![
+        arg(Buf::F64(vec![-0.5, f64::NAN, 1e12, -2.7]), &[1], 0),
+        arg(Buf::F64(vec![9.0; 4]), &[1], 0),
+    ];
+    run(&k, &[4], &mut args);
+    let got = args[1].buf.f64();
+    assert_eq!(got[0].to_bits(), 0.0f64.to_bits(), "-0.5 truncates to +0");
+    assert_eq!(&got[1..], &[0.0, 2147483647.0, -2.0]);
+}
+
+#[test]
+fn integer_and_bool_loads_are_exact() {
+    let mut b = Body::default();
+    let i = b.load(0);
+    let l = b.load(1);
+    let t = b.load(2);
+    let il = b.bin(BinOp::Add, i, l, Prec::F64);
+    let ir = KernelIr {
+        rank: 1,
+        loads: vec![
+            view(DType::I32, &[U]),
+            view(DType::I64, &[U]),
+            view(DType::Bool, &[U]),
+        ],
+        body: b.0,
+        stores: vec![
+            store(il, DType::F64, &[U]),
+            store(l, DType::F64, &[U]),
+            store(t, DType::F64, &[U]),
+        ],
+        reductions: vec![],
+    };
+    let ints = vec![i32::MIN, -1, 0, 1, i32::MAX];
+    let longs = vec![i64::MIN, -(1 << 53) - 1, 0, (1 << 53) + 1, i64::MAX];
+    let bools = vec![0u8, 1, 0, 1, 1];
+    let k = compile(&ir);
+    let mut args = vec![
+        arg(Buf::I32(ints.clone()), &[1], 0),
+        arg(Buf::I64(longs.clone()), &[1], 0),
+        arg(Buf::Bool(bools.clone()), &[1], 0),
+        arg(Buf::F64(vec![0.0; 5]), &[1], 0),
+        arg(Buf::F64(vec![0.0; 5]), &[1], 0),
+        arg(Buf::F64(vec![0.0; 5]), &[1], 0),
+    ];
+    run(&k, &[5], &mut args);
+    for e in 0..5 {
+        assert_eq!(args[3].buf.f64()[e], ints[e] as f64 + longs[e] as f64);
+        assert_eq!(args[4].buf.f64()[e], longs[e] as f64);
+        assert_eq!(args[5].buf.f64()[e], bools[e] as f64);
+    }
+}
+
+#[test]
+fn i64_stores_saturate_at_the_top() {
+    // A rounded i64 held as a double can be 2^63, one past i64::MAX.
+    let k = compile(&unary_kernel(DType::F64, |b, x| {
+        let l = b.round(x, DType::I64);
+        vec![(l, DType::I64)]
+    }));
+    let mut args = vec![
+        arg(Buf::F64(vec![1e300, -1e300, 2f64.powi(63), -(2f64.powi(63))]), &[1], 0),
+        arg(Buf::I64(vec![0; 4]), &[1], 0),
+    ];
+    run(&k, &[4], &mut args);
+    assert_eq!(args[1].buf.i64(), &[i64::MAX, i64::MIN, i64::MAX, i64::MIN]);
+}
+
+#[test]
+fn constants_round_trip_bit_for_bit() {
+    let f32s = [
+        -0.0f32,
+        0.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.1,
+        f32::from_bits(1),
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        1.0 / 3.0,
+        -16777215.0,
+    ];
+    let f64s = [
+        -0.0f64,
+        0.1,
+        1e300,
+        5e-324,
+        f64::MAX,
+        f64::NAN,
+        f64::NEG_INFINITY,
+        1.0 / 3.0,
+        -2.2250738585072014e-308,
+    ];
+    let mut b = Body::default();
+    let mut stores = Vec::new();
+    for &v in &f32s {
+        let c = b.c(v as f64, Prec::F32);
+        stores.push(store(c, DType::F32, &[U]));
+    }
+    for &v in &f64s {
+        let c = b.c(v, Prec::F64);
+        stores.push(store(c, DType::F64, &[U]));
+    }
+    let ir = KernelIr {
+        rank: 1,
+        loads: vec![],
+        body: b.0,
+        stores,
+        reductions: vec![],
+    };
+    let k = compile(&ir);
+    let mut args: Vec<Arg> = f32s
+        .iter()
+        .map(|_| arg(Buf::F32(vec![9.0]), &[1], 0))
+        .chain(f64s.iter().map(|_| arg(Buf::F64(vec![9.0]), &[1], 0)))
+        .collect();
+    run(&k, &[1], &mut args);
+    for (i, &v) in f32s.iter().enumerate() {
+        assert!(same32(args[i].buf.f32()[0], v), "f32 constant {v:e}");
+    }
+    for (i, &v) in f64s.iter().enumerate() {
+        let got = args[f32s.len() + i].buf.f64()[0];
+        assert!(same64(got, v), "f64 constant {v:e}: {got:e}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Primitives.
+
+/// PyTorch's minimum/maximum, written independently of the reference interpreter.
+fn torch_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == b {
+        if a.is_sign_negative() { a } else { b }
+    } else {
+        a.min(b)
+    }
+}
+
+fn torch_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == b {
+        if a.is_sign_positive() { a } else { b }
+    } else {
+        a.max(b)
+    }
+}
+
+/// A rank-1 kernel of two loads at `dtype` and one store per `(op, output dtype)`.
+fn binary_kernel(dtype: DType, ops: &[&dyn Fn(&mut Body, ValueId, ValueId) -> (ValueId, DType)]) -> KernelIr {
+    let mut b = Body::default();
+    let x = b.load(0);
+    let y = b.load(1);
+    let stores = ops
+        .iter()
+        .map(|op| {
+            let (v, d) = op(&mut b, x, y);
+            store(v, d, &[U])
+        })
+        .collect();
+    KernelIr {
+        rank: 1,
+        loads: vec![view(dtype, &[U]), view(dtype, &[U])],
+        body: b.0,
+        stores,
+        reductions: vec![],
+    }
+}
+
+fn pairs() -> (Vec<f64>, Vec<f64>) {
+    let specials = [
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        2.5,
+    ];
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for &x in &specials {
+        for &y in &specials {
+            a.push(x);
+            b.push(y);
+        }
+    }
+    // Enough ordinary pairs that the vector loop, not only its tail, sees the specials.
+    let mut rng = Rng(7);
+    for _ in 0..1000 {
+        a.push(rng.uniform(-3.0, 3.0).round());
+        b.push(rng.uniform(-3.0, 3.0).round());
+    }
+    let (a2, b2) = (a.clone(), b.clone());
+    a.extend(b2);
+    b.extend(a2);
+    (a, b)
+}
+
+#[test]
+fn min_max_select_and_comparisons_follow_the_reference_semantics() {
+    let (xs, ys) = pairs();
+    let n = xs.len();
+    for dtype in [DType::F32, DType::F64] {
+        let p = Prec::of(dtype);
+        let call = |func: Func| {
+            move |b: &mut Body, x: ValueId, y: ValueId| (b.call(func, &[x, y], p), dtype)
+        };
+        let cmp = |op: BinOp| move |b: &mut Body, x: ValueId, y: ValueId| (b.bin(op, x, y, p), dtype);
+        let select = move |b: &mut Body, x: ValueId, y: ValueId| {
+            let c = b.bin(BinOp::Sub, x, y, p);
+            (b.call(Func::Select, &[c, x, y], p), dtype)
+        };
+        let min = call(Func::Min);
+        let max = call(Func::Max);
+        let ops: Vec<BinOp> = vec![BinOp::Lt, BinOp::Le, BinOp::Gt, BinOp::Ge, BinOp::Eq, BinOp::Ne];
+        let cmps: Vec<_> = ops.iter().map(|&op| cmp(op)).collect();
+        let mut all: Vec<&dyn Fn(&mut Body, ValueId, ValueId) -> (ValueId, DType)> =
+            vec![&min, &max, &select];
+        for c in &cmps {
+            all.push(c);
+        }
+        let k = compile(&binary_kernel(dtype, &all));
+        let input = |v: &[f64]| match dtype {
+            DType::F32 => Buf::F32(v.iter().map(|&x| x as f32).collect()),
+            _ => Buf::F64(v.to_vec()),
+        };
+        let out = || match dtype {
+            DType::F32 => Buf::F32(vec![9.0; n]),
+            _ => Buf::F64(vec![9.0; n]),
+        };
+        let mut args = vec![arg(input(&xs), &[1], 0), arg(input(&ys), &[1], 0)];
+        for _ in 0..all.len() {
+            args.push(arg(out(), &[1], 0));
+        }
+        run(&k, &[n as i64], &mut args);
+        let got = |s: usize, e: usize| match &args[2 + s].buf {
+            Buf::F32(v) => v[e] as f64,
+            Buf::F64(v) => v[e],
+            _ => unreachable!(),
+        };
+        let truth = |b: bool| if b { 1.0 } else { 0.0 };
+        for e in 0..n {
+            let (x, y) = (xs[e], ys[e]);
+            let d = x - y;
+            let want = [
+                torch_min(x, y),
+                torch_max(x, y),
+                if d != 0.0 { x } else { y },
+                truth(x < y),
+                truth(x <= y),
+                truth(x > y),
+                truth(x >= y),
+                truth(x == y),
+                truth(x != y),
+            ];
+            for (s, &w) in want.iter().enumerate() {
+                assert!(
+                    same64(got(s, e), w),
+                    "{dtype} op {s} of ({x}, {y}): got {}, want {w}",
+                    got(s, e)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn where_with_a_bool_condition_picks_without_leaking_nan() {
+    // where(c, a, b) over [n, m] with c broadcast along columns: the bool loads as 0/1 held
+    // as double, is rounded to f32 for the select, and a NaN in the branch not taken must not
+    // leak.
+    let (n, m) = (100, 1000);
+    let f = Prec::F32;
+    let mut b = Body::default();
+    let c = b.load(0);
+    let x = b.load(1);
+    let y = b.load(2);
+    let c32 = b.round(c, DType::F32);
+    let w = b.call(Func::Select, &[c32, x, y], f);
+    let ir = KernelIr {
+        rank: 2,
+        loads: vec![
+            view(DType::Bool, &[S, B]),
+            view(DType::F32, &[S, U]),
+            view(DType::F32, &[S, U]),
+        ],
+        body: b.0,
+        stores: vec![store(w, DType::F32, &[S, U])],
+        reductions: vec![],
+    };
+    let mut rng = Rng(8);
+    let cond: Vec<u8> = (0..n).map(|i| (i % 3 == 0) as u8).collect();
+    let mut xs = rng.f32s(n * m, -1.0, 1.0);
+    let mut ys = rng.f32s(n * m, -1.0, 1.0);
+    for e in (0..n * m).step_by(7) {
+        if cond[e / m] == 1 {
+            ys[e] = f32::NAN;
+        } else {
+            xs[e] = f32::NAN;
+        }
+    }
+    let k = compile(&ir);
+    let mut args = vec![
+        arg(Buf::Bool(cond.clone()), &[1, 0], 0),
+        arg(Buf::F32(xs.clone()), &[m as i64, 1], 0),
+        arg(Buf::F32(ys.clone()), &[m as i64, 1], 0),
+        arg(Buf::F32(vec![0.0; n * m]), &[m as i64, 1], 0),
+    ];
+    run(&k, &[n as i64, m as i64], &mut args);
+    let want: Vec<f32> = (0..n * m)
+        .map(|e| if cond[e / m] != 0 { xs[e] } else { ys[e] })
+        .collect();
+    assert!(want.iter().all(|v| !v.is_nan()));
+    assert_same32(args[3].buf.f32(), &want, "where");
+}
+
+/// Inputs for one function: a sweep over its interesting range plus IEEE specials.
+fn function_inputs(func: Func) -> Vec<f64> {
+    let (lo, hi) = match func {
+        Func::Exp | Func::Expm1 => (-90.0, 90.0),
+        Func::Log | Func::Sqrt | Func::Rsqrt => (0.0, 1e6),
+        Func::Log1p => (-1.0, 1e6),
+        Func::Tanh => (-12.0, 12.0),
+        Func::Erf => (-5.0, 5.0),
+        Func::Sin | Func::Cos => (-100.0, 100.0),
+        _ => (-1e4, 1e4),
+    };
+    let mut rng = Rng(9);
+    let mut v: Vec<f64> = (0..4000).map(|_| rng.uniform(lo, hi)).collect();
+    v.extend((0..1000).map(|_| rng.uniform(-1.0, 1.0) * 10f64.powi(-(rng.uniform(1.0, 30.0) as i32))));
+    v.extend([
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -1.5,
+        2.5,
+        1e-40,
+        -2.0,
+    ]);
+    if func == Func::Floor {
+        // Where the spelled-out floor changes method, in both precisions.
+        for e in [23, 24, 52, 53] {
+            let p = 2f64.powi(e);
+            v.extend([p - 0.5, p - 1.0, p + 1.0, p + 2.0, -(p - 0.5), -(p + 2.0), -(p - 1.5)]);
+        }
+        v.extend([-0.3, 0.999_999_9, -0.999_999_9, 1e20, -1e20, 3.0, -3.0]);
+    }
+    v
+}
+
+/// The reference value of a unary function in f64.
+fn unary_reference(func: Func, x: f64) -> f64 {
+    match func {
+        Func::Exp => x.exp(),
+        Func::Log => x.ln(),
+        Func::Log1p => x.ln_1p(),
+        Func::Expm1 => x.exp_m1(),
+        Func::Sqrt => x.sqrt(),
+        Func::Tanh => x.tanh(),
+        Func::Erf => libm::erf(x),
+        Func::Abs => x.abs(),
+        Func::Floor => x.floor(),
+        Func::Sin => x.sin(),
+        Func::Cos => x.cos(),
+        _ => unreachable!("{func:?} is not unary"),
+    }
+}
+
+#[test]
+fn math_functions_match_f64_references_within_a_few_ulps() {
+    let unary = [
+        Func::Exp,
+        Func::Log,
+        Func::Log1p,
+        Func::Expm1,
+        Func::Sqrt,
+        Func::Rsqrt,
+        Func::Tanh,
+        Func::Erf,
+        Func::Abs,
+        Func::Floor,
+        Func::Sin,
+        Func::Cos,
+    ];
+    for dtype in [DType::F32, DType::F64] {
+        let p = Prec::of(dtype);
+        for func in unary {
+            let k = compile(&unary_kernel(dtype, |b, x| vec![(b.call(func, &[x], p), dtype)]));
+            let inputs = function_inputs(func);
+            let n = inputs.len();
+            let (input, output) = match dtype {
+                DType::F32 => (
+                    Buf::F32(inputs.iter().map(|&x| x as f32).collect()),
+                    Buf::F32(vec![0.0; n]),
+                ),
+                _ => (Buf::F64(inputs.clone()), Buf::F64(vec![0.0; n])),
+            };
+            let mut args = vec![arg(input, &[1], 0), arg(output, &[1], 0)];
+            run(&k, &[n as i64], &mut args);
+            for e in 0..n {
+                let check = |got: f64, x: f64, want: f64, ulp: f64| {
+                    // Exact for what IEEE makes exact; libmvec's vector functions are within
+                    // 4 ulps. Near zeros of sin and cos, where the result's own ulp is tiny,
+                    // an absolute error of an ulp of 1 is allowed instead.
+                    let exact = matches!(func, Func::Sqrt | Func::Abs | Func::Floor | Func::Rsqrt);
+                    let tol = if exact { 0.0 } else { 4.0 * ulp };
+                    let ok = same64(got, want)
+                        || (want.is_finite() && (got - want).abs() <= tol);
+                    assert!(ok, "{dtype} {func:?}({x:e}) = {got:e}, want {want:e}");
+                };
+                match &args[1].buf {
+                    Buf::F32(out) => {
+                        let x = inputs[e] as f32 as f64;
+                        let want = if func == Func::Rsqrt {
+                            (1.0 / (x as f32).sqrt()) as f64
+                        } else {
+                            unary_reference(func, x) as f32 as f64
+                        };
+                        let ulp = if matches!(func, Func::Sin | Func::Cos) {
+                            ulp32(want as f32).max(ulp32(1.0) / 2.0)
+                        } else {
+                            ulp32(want as f32)
+                        };
+                        check(out[e] as f64, x, want, ulp);
+                    }
+                    Buf::F64(out) => {
+                        let x = inputs[e];
+                        let want = if func == Func::Rsqrt {
+                            1.0 / x.sqrt()
+                        } else {
+                            unary_reference(func, x)
+                        };
+                        let ulp = if matches!(func, Func::Sin | Func::Cos) {
+                            ulp64(want).max(ulp64(1.0) / 2.0)
+                        } else {
+                            ulp64(want)
+                        };
+                        check(out[e], x, want, ulp);
+                    }
+                    _ => unreachable!(),
+                }
+            }
+        }
+        // pow(x, y), with the IEEE special cases.
+        let k = compile(&binary_kernel(dtype, &[&|b: &mut Body, x, y| {
+            (b.call(Func::Pow, &[x, y], p), dtype)
+        }]));
+        let mut rng = Rng(10);
+        let mut xs: Vec<f64> = (0..3000).map(|_| rng.uniform(0.0, 50.0)).collect();
+        let mut ys: Vec<f64> = (0..3000).map(|_| rng.uniform(-8.0, 8.0)).collect();
+        for (x, y) in [
+            (0.0, -1.0),
+            (-0.0, -1.0),
+            (-8.0, 1.0 / 3.0),
+            (f64::NAN, 0.0),
+            (1.0, f64::NAN),
+            (-2.0, 3.0),
+            (f64::INFINITY, -2.0),
+            (2.0, f64::INFINITY),
+            (-1.0, f64::INFINITY),
+        ] {
+            xs.push(x);
+            ys.push(y);
+        }
+        let n = xs.len();
+        let (a, b, out) = match dtype {
+            DType::F32 => (
+                Buf::F32(xs.iter().map(|&x| x as f32).collect()),
+                Buf::F32(ys.iter().map(|&x| x as f32).collect()),
+                Buf::F32(vec![0.0; n]),
+            ),
+            _ => (Buf::F64(xs.clone()), Buf::F64(ys.clone()), Buf::F64(vec![0.0; n])),
+        };
+        let mut args = vec![arg(a, &[1], 0), arg(b, &[1], 0), arg(out, &[1], 0)];
+        run(&k, &[n as i64], &mut args);
+        for e in 0..n {
+            let (got, want, ulp) = match &args[2].buf {
+                Buf::F32(out) => {
+                    let w = (xs[e] as f32 as f64).powf(ys[e] as f32 as f64) as f32;
+                    (out[e] as f64, w as f64, ulp32(w))
+                }
+                Buf::F64(out) => {
+                    let w = xs[e].powf(ys[e]);
+                    (out[e], w, ulp64(w))
+                }
+                _ => unreachable!(),
+            };
+            assert!(
+                same64(got, want) || (want.is_finite() && (got - want).abs() <= 4.0 * ulp),
+                "{dtype} pow({}, {}) = {got:e}, want {want:e}",
+                xs[e],
+                ys[e]
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions.
+
+/// Sum in f64 in index order; with `max`, NaN-propagating maximum from −∞.
+fn fold(values: impl Iterator<Item = f64>, kind: ReduceKind) -> f64 {
+    let mut count = 0usize;
+    let mut acc = match kind {
+        ReduceKind::Max => f64::NEG_INFINITY,
+        _ => 0.0,
+    };
+    for v in values {
+        count += 1;
+        acc = match kind {
+            ReduceKind::Max if acc.is_nan() || v.is_nan() => f64::NAN,
+            ReduceKind::Max => acc.max(v),
+            _ => acc + v,
+        };
+    }
+    if kind == ReduceKind::Mean {
+        acc / count as f64
+    } else {
+        acc
+    }
+}
+
+/// Checks a reduction output against the exact f64 `want`, rounded to `dtype`: equal, or
+/// (sums only, whose order differs) within one ulp of the output type.
+fn check_reduced(got: f64, want: f64, dtype: DType, kind: ReduceKind, what: &str) {
+    let rounded = dtype.round(want);
+    if same64(got, rounded) {
+        return;
+    }
+    let ulp = match dtype {
+        DType::F32 => ulp32(rounded as f32),
+        DType::F16 => f16::from_f64(rounded.abs()).to_f64() * 2f64.powi(-10),
+        _ => ulp64(rounded) * 4.0,
+    };
+    assert!(
+        kind != ReduceKind::Max && rounded.is_finite() && (got - rounded).abs() <= ulp,
+        "{what}: got {got:e}, want {rounded:e} (exact {want:e})"
+    );
+}
+
+/// A kernel reducing one f32 load over `[n0, .., nk]` with each `(kind, reduced, dtype)`.
+fn reduce_kernel(rank: usize, reductions: &[(ReduceKind, Vec<bool>, DType)]) -> KernelIr {
+    let mut b = Body::default();
+    let x = b.load(0);
+    let mut axes = vec![S; rank];
+    axes[rank - 1] = U;
+    KernelIr {
+        rank,
+        loads: vec![view(DType::F32, &axes)],
+        body: b.0,
+        stores: vec![],
+        reductions: reductions
+            .iter()
+            .map(|(kind, reduced, dtype)| reduction(*kind, x, reduced, *dtype))
+            .collect(),
+    }
+}
+
+fn out_buf(dtype: DType, n: usize) -> Buf {
+    match dtype {
+        DType::F32 => Buf::F32(vec![9.0; n]),
+        DType::F64 => Buf::F64(vec![9.0; n]),
+        DType::F16 | DType::BF16 => Buf::Half(vec![0x5555; n]),
+        other => panic!("no test outputs of {other}"),
+    }
+}
+
+fn read(buf: &Buf, dtype: DType, e: usize) -> f64 {
+    match dtype {
+        DType::F32 => buf.f32()[e] as f64,
+        DType::F64 => buf.f64()[e],
+        DType::F16 => f16::from_bits(buf.half()[e]).to_f64(),
+        DType::BF16 => bf16::from_bits(buf.half()[e]).to_f64(),
+        other => panic!("no test outputs of {other}"),
+    }
+}
+
+/// Reduces a row-major f32 tensor of `shape` with each reduction and checks every output
+/// (stored row-major over the kept axes) against [`fold`].
+fn check_reductions(shape: &[usize], reductions: &[(ReduceKind, Vec<bool>, DType)], x: &[f32]) {
+    let rank = shape.len();
+    let k = compile(&reduce_kernel(rank, reductions));
+    let row_major = |dims: &[usize]| -> Vec<i64> {
+        let mut s = vec![1i64; dims.len()];
+        for d in (0..dims.len().saturating_sub(1)).rev() {
+            s[d] = s[d + 1] * dims[d + 1] as i64;
+        }
+        s
+    };
+    let mut args = vec![arg(Buf::F32(x.to_vec()), &row_major(shape), 0)];
+    for (_, reduced, dtype) in reductions {
+        let kept: Vec<usize> = (0..rank).map(|d| if reduced[d] { 1 } else { shape[d] }).collect();
+        let mut strides = row_major(&kept);
+        for d in 0..rank {
+            if reduced[d] {
+                strides[d] = 0;
+            }
+        }
+        let numel: usize = kept.iter().product();
+        args.push(arg(out_buf(*dtype, numel.max(1)), &strides, 0));
+    }
+    let sizes: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
+    run(&k, &sizes, &mut args);
+    let total: usize = shape.iter().product();
+    for (r, (kind, reduced, dtype)) in reductions.iter().enumerate() {
+        let kept: Vec<usize> = (0..rank).map(|d| if reduced[d] { 1 } else { shape[d] }).collect();
+        let numel: usize = kept.iter().product();
+        for o in 0..numel {
+            // Output coordinates, then every input element with those kept coordinates.
+            let mut oc = vec![0; rank];
+            let mut rem = o;
+            for d in (0..rank).rev() {
+                oc[d] = rem % kept[d];
+                rem /= kept[d];
+            }
+            let members = (0..total).filter(|&e| {
+                let mut rem = e;
+                (0..rank).rev().all(|d| {
+                    let c = rem % shape[d];
+                    rem /= shape[d];
+                    reduced[d] || c == oc[d]
+                })
+            });
+            let want = fold(members.map(|e| x[e] as f64), *kind);
+            let got = read(&args[1 + r].buf, *dtype, o);
+            check_reduced(got, want, *dtype, *kind, &format!("{kind:?} {shape:?} {reduced:?} [{o}]"));
+        }
+    }
+}
+
+/// Row-major reference reductions are quadratic in the naive form above; this is the fast
+/// version for large 2-D cases: per row and per column sums/maxes in one pass.
+fn check_2d(n: usize, m: usize, x: &[f32], reductions: &[(ReduceKind, Vec<bool>, DType)]) {
+    let k = compile(&reduce_kernel(2, reductions));
+    let mut args = vec![arg(Buf::F32(x.to_vec()), &[m as i64, 1], 0)];
+    for (_, reduced, dtype) in reductions {
+        let (len, strides) = match (reduced[0], reduced[1]) {
+            (false, true) => (n, [1, 0]),
+            (true, false) => (m, [0, 1]),
+            (true, true) => (1, [0, 0]),
+            (false, false) => (n * m, [m as i64, 1]),
+        };
+        args.push(arg(out_buf(*dtype, len), &strides, 0));
+    }
+    run(&k, &[n as i64, m as i64], &mut args);
+    for (r, (kind, reduced, dtype)) in reductions.iter().enumerate() {
+        let want: Vec<f64> = match (reduced[0], reduced[1]) {
+            (false, true) => (0..n)
+                .map(|i| fold((0..m).map(|j| x[i * m + j] as f64), *kind))
+                .collect(),
+            (true, false) => (0..m)
+                .map(|j| fold((0..n).map(|i| x[i * m + j] as f64), *kind))
+                .collect(),
+            (true, true) => vec![fold(x.iter().map(|&v| v as f64), *kind)],
+            (false, false) => x.iter().map(|&v| v as f64).collect(),
+        };
+        // Guard against a vacuous check (every output NaN or infinite).
+        let finite = want.iter().filter(|w| w.is_finite()).count();
+        assert!(finite * 2 > want.len(), "{kind:?} {reduced:?}: mostly non-finite");
+        for (o, &w) in want.iter().enumerate() {
+            let got = read(&args[1 + r].buf, *dtype, o);
+            check_reduced(got, w, *dtype, *kind, &format!("{kind:?} {reduced:?} [{o}] of [{n}, {m}]"));
+        }
+    }
+}
+
+/// Puts a NaN at (7, 11) and +inf at (9, 5) of an `[_, m]` matrix, and fills row 8 (or,
+/// with `column`, column 8) with -inf, so that one output of a max sees nothing but -inf
+/// (the identity) while the other outputs stay finite.
+fn with_specials(mut x: Vec<f32>, m: usize, column: bool) -> Vec<f32> {
+    let n = x.len() / m;
+    x[7 * m + 11] = f32::NAN;
+    x[9 * m + 5] = f32::INFINITY;
+    if column {
+        (0..n).for_each(|i| x[i * m + 8] = f32::NEG_INFINITY);
+    } else {
+        (0..m).for_each(|j| x[8 * m + j] = f32::NEG_INFINITY);
+    }
+    x
+}
+
+#[test]
+fn row_reductions_sum_mean_and_max_with_nan() {
+    let (n, m) = (300, 5000);
+    let x = with_specials(Rng(11).f32s(n * m, -1.0, 1.0), m, false);
+    let row = vec![false, true];
+    check_2d(
+        n,
+        m,
+        &x,
+        &[
+            (ReduceKind::Sum, row.clone(), DType::F32),
+            (ReduceKind::Mean, row.clone(), DType::F64),
+            (ReduceKind::Max, row.clone(), DType::F32),
+            (ReduceKind::Max, row, DType::F16),
+        ],
+    );
+}
+
+#[test]
+fn column_reductions_sum_mean_and_max_with_nan() {
+    let (n, m) = (300, 5000);
+    let x = with_specials(Rng(12).f32s(n * m, -1.0, 1.0), m, true);
+    let col = vec![true, false];
+    check_2d(
+        n,
+        m,
+        &x,
+        &[
+            (ReduceKind::Sum, col.clone(), DType::F32),
+            (ReduceKind::Mean, col.clone(), DType::F16),
+            (ReduceKind::Max, col, DType::F32),
+        ],
+    );
+}
+
+#[test]
+fn reductions_of_narrow_columns_and_few_rows_use_all_threads() {
+    // Few rows (not one per thread) and few columns (not one range per thread): the
+    // per-thread partial buffers.
+    let few_rows = Rng(13).f32s(4 * 100_000, -1.0, 1.0);
+    check_2d(
+        4,
+        100_000,
+        &few_rows,
+        &[
+            (ReduceKind::Sum, vec![false, true], DType::F32),
+            (ReduceKind::Max, vec![false, true], DType::F32),
+        ],
+    );
+    let narrow = with_specials(Rng(14).f32s(100_000 * 16, -1.0, 1.0), 16, true);
+    check_2d(
+        100_000,
+        16,
+        &narrow,
+        &[
+            (ReduceKind::Sum, vec![true, false], DType::F64),
+            (ReduceKind::Max, vec![true, false], DType::F32),
+            (ReduceKind::Mean, vec![true, false], DType::F32),
+        ],
+    );
+}
+
+#[test]
+fn full_reductions_of_a_large_vector() {
+    let n = 1_000_003;
+    let mut x = Rng(15).f32s(n, -1.0, 1.0);
+    let k = compile(&reduce_kernel(
+        1,
+        &[
+            (ReduceKind::Sum, vec![true], DType::F64),
+            (ReduceKind::Max, vec![true], DType::F32),
+            (ReduceKind::Mean, vec![true], DType::F32),
+        ],
+    ));
+    for nan_at in [None, Some(n - 1), Some(0)] {
+        if let Some(at) = nan_at {
+            x[at] = f32::NAN;
+        }
+        let mut args = vec![
+            arg(Buf::F32(x.clone()), &[1], 0),
+            arg(Buf::F64(vec![9.0]), &[0], 0),
+            arg(Buf::F32(vec![9.0]), &[0], 0),
+            arg(Buf::F32(vec![9.0]), &[0], 0),
+        ];
+        run(&k, &[n as i64], &mut args);
+        let xs = || x.iter().map(|&v| v as f64);
+        let what = format!("NaN at {nan_at:?}");
+        check_reduced(args[1].buf.f64()[0], fold(xs(), ReduceKind::Sum), DType::F64, ReduceKind::Sum, &what);
+        check_reduced(args[2].buf.f32()[0] as f64, fold(xs(), ReduceKind::Max), DType::F32, ReduceKind::Max, &what);
+        check_reduced(args[3].buf.f32()[0] as f64, fold(xs(), ReduceKind::Mean), DType::F32, ReduceKind::Mean, &what);
+    }
+}
+
+#[test]
+fn middle_and_mixed_axis_reductions_in_one_kernel() {
+    // [40, 50, 60]: a mean over the middle axis, a max over the outer and inner axes, and a
+    // sum over everything, all from one loop nest.
+    let shape = [40, 50, 60];
+    let x = Rng(16).f32s(shape.iter().product(), -2.0, 2.0);
+    check_reductions(
+        &shape,
+        &[
+            (ReduceKind::Mean, vec![false, true, false], DType::F32),
+            (ReduceKind::Max, vec![true, false, true], DType::F64),
+            (ReduceKind::Sum, vec![true, true, true], DType::F64),
+        ],
+        &x,
+    );
+    // A small one too (single-threaded), where the middle-axis mean runs the column path.
+    let shape = [5, 6, 7];
+    let x = Rng(17).f32s(shape.iter().product(), -2.0, 2.0);
+    check_reductions(
+        &shape,
+        &[(ReduceKind::Mean, vec![false, true, false], DType::F32)],
+        &x,
+    );
+}
+
+#[test]
+fn empty_reductions_give_identity_or_nan() {
+    // Reducing an empty axis: sum 0, mean NaN (0/0), max -inf; reducing an axis of a
+    // domain whose kept axis is empty writes nothing.
+    for (shape, reduced) in [
+        (vec![4usize, 0], vec![false, true]),
+        (vec![0, 5], vec![true, false]),
+        (vec![3, 0, 2], vec![false, true, false]),
+    ] {
+        let kinds = [
+            (ReduceKind::Sum, reduced.clone(), DType::F32),
+            (ReduceKind::Mean, reduced.clone(), DType::F32),
+            (ReduceKind::Max, reduced.clone(), DType::F32),
+            (ReduceKind::Max, reduced.clone(), DType::F16),
+        ];
+        check_reductions(&shape, &kinds, &[]);
+        // And explicitly.
+        let k = compile(&reduce_kernel(shape.len(), &kinds));
+        let numel: usize = (0..shape.len()).filter(|&d| !reduced[d]).map(|d| shape[d]).product();
+        let dense = |d: usize| -> i64 {
+            ((d + 1)..shape.len())
+                .filter(|&e| !reduced[e])
+                .map(|e| shape[e] as i64)
+                .product()
+        };
+        let strides: Vec<i64> = (0..shape.len())
+            .map(|d| if reduced[d] { 0 } else { dense(d) })
+            .collect();
+        let mut args = vec![arg(Buf::F32(vec![]), &vec![0; shape.len()], 0)];
+        for (_, _, dtype) in &kinds {
+            args.push(arg(out_buf(*dtype, numel), &strides, 0));
+        }
+        let sizes: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
+        run(&k, &sizes, &mut args);
+        assert!(args[1].buf.f32().iter().all(|&v| v.to_bits() == 0), "{shape:?}");
+        assert!(args[2].buf.f32().iter().all(|v| v.is_nan()), "{shape:?}");
+        assert!(args[3].buf.f32().iter().all(|&v| v == f32::NEG_INFINITY));
+        assert!(args[4].buf.half().iter().all(|&v| v == 0xfc00), "f16 -inf");
+    }
+}
+
+#[test]
+fn reductions_alongside_stores_and_rounded_values() {
+    // A softmax-like kernel body: y = exp(x - 1) stored as bf16, its row sums as f32 and
+    // its row max of x as f16, over a large domain.
+    let (n, m) = (64, 20_000);
+    let f = Prec::F32;
+    let mut b = Body::default();
+    let x = b.load(0);
+    let one = b.c(1.0, f);
+    let d = b.bin(BinOp::Sub, x, one, f);
+    let e = b.call(Func::Exp, &[d], f);
+    let e16 = b.round(e, DType::BF16);
+    let ir = KernelIr {
+        rank: 2,
+        loads: vec![view(DType::F32, &[S, U])],
+        body: b.0,
+        stores: vec![store(e16, DType::BF16, &[S, U])],
+        reductions: vec![
+            reduction(ReduceKind::Sum, e16, &[false, true], DType::F32),
+            reduction(ReduceKind::Max, x, &[false, true], DType::F16),
+        ],
+    };
+    let xs = Rng(18).f32s(n * m, -3.0, 3.0);
+    let k = compile(&ir);
+    let mut args = vec![
+        arg(Buf::F32(xs.clone()), &[m as i64, 1], 0),
+        arg(Buf::Half(vec![0; n * m]), &[m as i64, 1], 0),
+        arg(Buf::F32(vec![0.0; n]), &[1, 0], 0),
+        arg(Buf::Half(vec![0; n]), &[1, 0], 0),
+    ];
+    run(&k, &[n as i64, m as i64], &mut args);
+    let stored: Vec<f64> = args[1]
+        .buf
+        .half()
+        .iter()
+        .map(|&h| bf16::from_bits(h).to_f64())
+        .collect();
+    for (e, &got) in stored.iter().enumerate() {
+        let want = ((xs[e] as f64) - 1.0).exp();
+        // exp within 4 ulps of f32, then one bf16 rounding.
+        assert!((got - want).abs() <= want * (2f64.powi(-8) + 1e-6), "exp [{e}]: {got} vs {want}");
+    }
+    for i in 0..n {
+        // The sum is of exactly the stored bf16 values.
+        let want_sum = fold(stored[i * m..(i + 1) * m].iter().copied(), ReduceKind::Sum);
+        check_reduced(args[2].buf.f32()[i] as f64, want_sum, DType::F32, ReduceKind::Sum, "row sum");
+        let want_max = fold(xs[i * m..(i + 1) * m].iter().map(|&v| v as f64), ReduceKind::Max);
+        check_reduced(read(&args[3].buf, DType::F16, i), want_max, DType::F16, ReduceKind::Max, "row max");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The text itself.
+
+#[test]
+fn emission_is_deterministic_and_names_follow_the_body() {
+    let lstm = lstm_tail_ir();
+    assert_eq!(emit_kernel(&lstm, "k"), emit_kernel(&lstm.clone(), "k"));
+    let name = kernel_name(&lstm);
+    assert_eq!(name, kernel_name(&lstm.clone()));
+    assert_eq!(name.len(), 3 + 16);
+    assert!(name.starts_with("fb_"));
+    assert!(name[3..].chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    let mut other = lstm.clone();
+    other.stores.pop();
+    assert_ne!(kernel_name(&other), name, "a different kernel gets a different name");
+    let mut transposed = lstm.clone();
+    transposed.loads[4].axes = vec![S, S];
+    assert_ne!(kernel_name(&transposed), name, "the stride pattern is part of the identity");
+
+    // A module of two kernels (and a repeated entry) compiles, and both run.
+    let k2 = unary_kernel(DType::F32, |b, x| {
+        let two = b.c(2.0, Prec::F32);
+        vec![(b.bin(BinOp::Mul, x, two, Prec::F32), DType::F32)]
+    });
+    let n2 = kernel_name(&k2);
+    let module_text = emit_module(&[(name.clone(), &lstm), (n2.clone(), &k2), (name.clone(), &lstm)]);
+    assert_eq!(module_text.matches(&format!("void {name}(")).count(), 1);
+    assert_eq!(
+        module_text,
+        emit_module(&[(name.clone(), &lstm), (n2.clone(), &k2), (name.clone(), &lstm)])
+    );
+    assert!(module_text.contains("#pragma omp declare simd notinbranch\nfloat expf(float);"));
+    assert!(!module_text.contains("double exp(double)"), "only the functions used are declared");
+    let module = compiler().compile(&module_text).expect("module compiles");
+    let double = Compiled {
+        f: module.kernel(&n2).unwrap(),
+        module: module.clone(),
+        ir: k2.clone(),
+    };
+    let mut args = vec![arg(Buf::F32(vec![1.5, -0.0]), &[1], 0), arg(Buf::F32(vec![0.0; 2]), &[1], 0)];
+    run(&double, &[2], &mut args);
+    assert_same32(args[1].buf.f32(), &[3.0, -0.0], "2x");
+    let lstm_k = Compiled {
+        f: module.kernel(&name).unwrap(),
+        module,
+        ir: lstm,
+    };
+    let inputs: [Vec<f32>; 5] = std::array::from_fn(|v| vec![v as f32 * 0.25 - 0.5; 6]);
+    let (cy, _) = run_lstm(&lstm_k, 2, 3, &inputs);
+    let (want, _) = lstm_reference(-0.5, -0.25, 0.0, 0.25, 0.5);
+    assert!((cy[5] as f64 - want).abs() <= 1e-6);
+}

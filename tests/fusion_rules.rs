@@ -1,0 +1,236 @@
+//! Loading `fusion.ron`: the op budget (`max_kernel_ops`), and roles checked against what the
+//! kernel lowering can generate, each rejected at its exact file position.
+
+use fusebox::rules::{Catalogue, FusionRules, Role};
+
+const KINDS: &str = "kinds: {Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never}";
+
+fn load(text: &str) -> fusebox::Result<FusionRules> {
+    FusionRules::load_str(text, "f.ron", &Catalogue::defaults())
+}
+
+fn error(text: &str) -> String {
+    load(text).unwrap_err().to_string()
+}
+
+/// The message every layout op other than `broadcast_to` gets when it is asked to fuse.
+fn copy_message(what: &str, role: &str) -> String {
+    format!(
+        "the kernel lowering can index through `broadcast_to` but runs reshape, transpose, slice \
+         and concat as copies of their own, so {what} cannot share a kernel: give it `Alone`, \
+         not `{role}`"
+    )
+}
+
+const LAYOUT_END: &str = "a layout op reduces nothing, so it cannot end a kernel: `broadcast_to` \
+    may be `Join` (the kernel reads its operand at the broadcast index) or `Alone`, and other \
+    layout ops are copies of their own, `Alone`";
+
+// ---------------------------------------------------------------- max_kernel_ops
+
+#[test]
+fn max_kernel_ops_is_optional_and_defaults_to_the_shipped_value() {
+    let rules = load(&format!("Fusion({KINDS}, max_kernel_args: 8)")).unwrap();
+    assert_eq!(rules.max_kernel_ops, 128);
+    let rules = load(&format!(
+        "Fusion({KINDS}, max_kernel_args: 8, max_kernel_ops: 7)"
+    ))
+    .unwrap();
+    assert_eq!(rules.max_kernel_ops, 7);
+    let rules = load(&format!(
+        "Fusion({KINDS}, max_kernel_args: 8, max_kernel_ops: 1)"
+    ))
+    .unwrap();
+    assert_eq!(rules.max_kernel_ops, 1);
+    assert_eq!(FusionRules::defaults().max_kernel_ops, 128);
+    // The shipped file states the value its absence implies.
+    let shipped = include_str!("../rules/fusion.ron");
+    assert!(shipped.contains("\n    max_kernel_ops: 128,\n"));
+    let without = shipped.replace("\n    max_kernel_ops: 128,\n", "\n");
+    assert_eq!(
+        FusionRules::load_str(&without, "f.ron", &Catalogue::defaults()).unwrap(),
+        FusionRules::defaults()
+    );
+}
+
+#[test]
+fn max_kernel_ops_of_zero_is_a_located_error() {
+    let text = format!("Fusion(\n  {KINDS},\n  max_kernel_args: 8,\n  max_kernel_ops: 0,\n)");
+    assert_eq!(
+        error(&text),
+        "f.ron:4:19: invalid rule: `max_kernel_ops` must be at least 1 (1 turns fusion off), found 0"
+    );
+}
+
+#[test]
+fn max_kernel_ops_of_the_wrong_type_is_a_located_error() {
+    for value in ["-3", "\"many\"", "2.5"] {
+        let text =
+            format!("Fusion(\n  {KINDS},\n  max_kernel_ops: {value},\n  max_kernel_args: 8)");
+        let shown = error(&text);
+        assert!(shown.starts_with("f.ron:3:"), "{value}: {shown}");
+        assert!(shown.contains("RON syntax"), "{value}: {shown}");
+    }
+}
+
+// ---------------------------------------------------------------- roles the lowering can generate
+
+#[test]
+fn a_fusing_transpose_override_is_rejected_at_its_value() {
+    let text = format!(
+        "Fusion(\n  {KINDS},\n  ops: {{\"broadcast_to\": Join, \"transpose\": Join}},\n  max_kernel_args: 8)"
+    );
+    // Line 3: `  ops: {"broadcast_to": Join, "transpose": Join},`; the second Join is at 44.
+    assert_eq!(
+        error(&text),
+        format!(
+            "f.ron:3:44: op `transpose`: invalid rule: {}",
+            copy_message("`transpose`", "Join")
+        )
+    );
+}
+
+#[test]
+fn every_copying_layout_op_is_rejected_as_join() {
+    // `ops: {"NAME": ` puts the role at column len(NAME) + 11.
+    for op in ["reshape", "transpose", "slice", "concat"] {
+        let text = format!("Fusion({KINDS},\nops: {{\"{op}\": Join}}, max_kernel_args: 8)");
+        let column = op.len() + 11;
+        assert_eq!(
+            error(&text),
+            format!(
+                "f.ron:2:{column}: op `{op}`: invalid rule: {}",
+                copy_message(&format!("`{op}`"), "Join")
+            ),
+            "{op}"
+        );
+    }
+}
+
+#[test]
+fn no_layout_op_may_end_a_kernel() {
+    for op in ["reshape", "broadcast_to"] {
+        let text = format!("Fusion({KINDS},\nops: {{\"{op}\": End}}, max_kernel_args: 8)");
+        let column = op.len() + 11;
+        assert_eq!(
+            error(&text),
+            format!("f.ron:2:{column}: op `{op}`: invalid rule: {LAYOUT_END}"),
+            "{op}"
+        );
+    }
+    // The same through the kind: `Layout: End` at line 2, column 27.
+    let text = "Fusion(kinds: {Pointwise: Join,\n  Reduction: End, Layout: End, Opaque: Never},\n  max_kernel_args: 8)";
+    assert_eq!(
+        error(text),
+        format!("f.ron:2:27: invalid rule: {LAYOUT_END}")
+    );
+}
+
+#[test]
+fn broadcast_to_may_join_or_run_alone() {
+    let ops = Catalogue::defaults();
+    let broadcast = ops.get("broadcast_to").unwrap();
+    for (role, name) in [(Role::Join, "Join"), (Role::Alone, "Alone")] {
+        let rules = load(&format!(
+            "Fusion({KINDS}, ops: {{\"broadcast_to\": {name}}}, max_kernel_args: 8)"
+        ))
+        .unwrap();
+        assert_eq!(rules.role(broadcast), role);
+        assert_eq!(rules.role(ops.get("transpose").unwrap()), Role::Alone);
+    }
+}
+
+/// `Layout: Join` would make every layout op `Join`: an error at the kind's role that names
+/// the first offending op, unless `ops` gives each copying layout op `Alone`.
+#[test]
+fn a_fusing_layout_kind_is_rejected_unless_every_copy_is_overridden() {
+    let kinds =
+        "Fusion(\n  kinds: {Pointwise: Join, Layout: Join, Reduction: End, Opaque: Never},\n";
+    let text = format!("{kinds}  max_kernel_args: 8)");
+    // Line 2, `Join` after `Layout: ` at column 36; `concat` is the first layout op by name.
+    assert_eq!(
+        error(&text),
+        format!(
+            "f.ron:2:36: invalid rule: `Layout: Join` gives `concat` that role, as `ops` does not name it; {}",
+            copy_message("`concat`", "Join")
+        )
+    );
+    let text = format!(
+        "{kinds}  ops: {{\"concat\": Alone, \"reshape\": Alone, \"slice\": Alone}},\n  max_kernel_args: 8)"
+    );
+    assert_eq!(
+        error(&text),
+        format!(
+            "f.ron:2:36: invalid rule: `Layout: Join` gives `transpose` that role, as `ops` does not name it; {}",
+            copy_message("`transpose`", "Join")
+        )
+    );
+    let text = format!(
+        "{kinds}  ops: {{\"concat\": Alone, \"reshape\": Alone, \"slice\": Alone, \"transpose\": Alone}},\n  max_kernel_args: 8)"
+    );
+    let rules = load(&text).unwrap();
+    let ops = Catalogue::defaults();
+    assert_eq!(rules.role(ops.get("broadcast_to").unwrap()), Role::Join);
+    assert_eq!(rules.role(ops.get("transpose").unwrap()), Role::Alone);
+}
+
+/// User-defined layout ops are judged by their builtin, not their name: an `expand` that is a
+/// `broadcast_to` may join, a `flip` that is a `transpose` may not. An op defined after the
+/// rules were checked never gets a role the lowering cannot generate.
+#[test]
+fn user_layout_ops_are_judged_by_their_builtin() {
+    let mut ops = Catalogue::defaults();
+    ops.load_str(
+        r#"[
+            Op(name: "expand", kind: Layout, builtin: "broadcast_to", operands: ["x"],
+               dtype: SameAs("x"), attrs: [Attr(name: "shape", ty: Ints)]),
+            Op(name: "flip", kind: Layout, builtin: "transpose", operands: ["x"],
+               dtype: SameAs("x"), attrs: [Attr(name: "perm", ty: Ints, optional: true)]),
+        ]"#,
+        "ops.ron",
+    )
+    .unwrap();
+    let rules = FusionRules::load_str(
+        &format!("Fusion({KINDS}, ops: {{\"expand\": Join}}, max_kernel_args: 8)"),
+        "f.ron",
+        &ops,
+    )
+    .unwrap();
+    assert_eq!(rules.role(ops.get("expand").unwrap()), Role::Join);
+    assert_eq!(rules.role(ops.get("flip").unwrap()), Role::Alone);
+    let err = FusionRules::load_str(
+        &format!("Fusion({KINDS},\nops: {{\"flip\": Join}}, max_kernel_args: 8)"),
+        "f.ron",
+        &ops,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "f.ron:2:15: op `flip`: invalid rule: {}",
+            copy_message("`flip` (a transpose)", "Join")
+        )
+    );
+    // Rules checked against the default catalogue, whose layout kind fuses (every default
+    // copy is overridden): `flip`, defined afterwards, would get `Join` from its kind, and
+    // falls back to `Alone`; `expand` keeps `Join`.
+    let rules = load(
+        "Fusion(kinds: {Pointwise: Join, Layout: Join, Reduction: End, Opaque: Never},
+            ops: {\"concat\": Alone, \"reshape\": Alone, \"slice\": Alone, \"transpose\": Alone},
+            max_kernel_args: 8)",
+    )
+    .unwrap();
+    assert_eq!(rules.role(ops.get("flip").unwrap()), Role::Alone);
+    assert_eq!(rules.role(ops.get("expand").unwrap()), Role::Join);
+}
+
+/// The checks that predate the lowering's still hold: an opaque op is `Never`, and only it.
+#[test]
+fn kind_checks_still_hold() {
+    let text = format!("Fusion({KINDS},\nops: {{\"exp\": Never}}, max_kernel_args: 8)");
+    let shown = error(&text);
+    assert!(
+        shown.starts_with("f.ron:2:14: op `exp`: invalid rule: `Never` marks a library call"),
+        "{shown}"
+    );
+}
