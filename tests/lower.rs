@@ -97,7 +97,7 @@ proptest! {
     /// Random graphs, optimized (or not), lowered and interpreted, equal the reference.
     #[test]
     fn lowered_random_graphs_agree(
-        dims in prop_oneof![Just((3usize, 4usize)), Just((1, 5)), Just((2, 1)), Just((0, 3))],
+        dims in prop_oneof![Just((3usize, 4usize)), Just((1, 5)), Just((2, 1)), Just((0, 3)), Just((64, 700))],
         inputs in prop::collection::vec((0usize..4, 0usize..6), 1..4),
         steps in prop::collection::vec(random_graph::step(true), 2..14),
         seed in 0u64..1000,

@@ -129,6 +129,34 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
             group,
         }));
     };
+    // A literal is inlined into the fused kernels that use it and is no kernel of its own,
+    // but copies and library calls read their operands from memory, and a graph output must
+    // be written: such literals are materialized first (they depend on nothing).
+    let mut needs_buffer = dag.output_mask();
+    for kernel in &partition.kernels {
+        let fused = kernel.nodes.iter().all(|&n| {
+            let op = &dag.nodes[n].op;
+            matches!(op.kind(), OpKind::Pointwise | OpKind::Reduction)
+                || op.builtin() == Some(Builtin::BroadcastTo)
+        });
+        if !fused {
+            for &n in &kernel.nodes {
+                for &arg in &dag.nodes[n].args {
+                    if let Value::Node(p) = arg {
+                        needs_buffer[p] = true;
+                    }
+                }
+            }
+        }
+    }
+    for n in 0..dag.nodes.len() {
+        if needs_buffer[n] && is_literal(&dag.nodes[n]) {
+            let shape = dag.nodes[n].ty.shape.clone();
+            let lowered = fused::lower_fused(dag, &[n], &shape, &[Value::Node(n)])?;
+            let group = program.groups;
+            push(&mut program, group, lowered);
+        }
+    }
     for (group, kernel) in partition.kernels.iter().enumerate() {
         let opaque = kernel
             .nodes
@@ -160,17 +188,6 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
             }
         } else {
             let lowered = fused::lower_fused(dag, &kernel.nodes, &kernel.domain, &kernel.outputs)?;
-            push(&mut program, group, lowered);
-        }
-    }
-    // A literal is inlined into the kernels that use it and is no kernel of its own, but a
-    // literal that is a graph output must still be written.
-    let outputs = dag.output_mask();
-    for n in 0..dag.nodes.len() {
-        if outputs[n] && is_literal(&dag.nodes[n]) {
-            let shape = dag.nodes[n].ty.shape.clone();
-            let lowered = fused::lower_fused(dag, &[n], &shape, &[Value::Node(n)])?;
-            let group = program.groups;
             push(&mut program, group, lowered);
         }
     }

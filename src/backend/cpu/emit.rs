@@ -647,11 +647,14 @@ impl<'a> Kernel<'a> {
         out.text
     }
 
-    /// Sizes, thread count, and per argument its pointer, offset and run-time strides.
+    /// Sizes, per argument its pointer, offset and run-time strides, the axis folding, and
+    /// the thread count.
     fn preamble(&self, out: &mut Out) {
         for d in 0..self.rank {
-            out.line(format!("const int64_t n{d} = sizes[{d}];"));
+            out.line(format!("int64_t n{d} = sizes[{d}];"));
         }
+        self.arguments(out);
+        self.fold_axes(out);
         out.line(format!("const int64_t inner = n{};", self.inner));
         let outer: Vec<String> = (0..self.inner).map(|d| format!("n{d}")).collect();
         let outer = if outer.is_empty() {
@@ -664,6 +667,9 @@ impl<'a> Kernel<'a> {
         out.line(format!(
             "const int nt = total > {PARALLEL_MIN} ? omp_get_max_threads() : 1;"
         ));
+    }
+
+    fn arguments(&self, out: &mut Out) {
         let loads = self.ir.loads.len();
         for (arg, view) in self.ir.views().enumerate() {
             let ty = storage_type(view.dtype);
@@ -680,6 +686,69 @@ impl<'a> Kernel<'a> {
                     ));
                 }
             }
+        }
+    }
+
+    /// Folds outer axes into the innermost one at run time, innermost first, while every
+    /// view is contiguous across the fold (its stride on the outer axis is its inner stride
+    /// times the inner size) or the outer axis has size 1. The fold keeps every view's inner
+    /// pattern, so the same vector loop runs over longer rows: a `[N, 1]` or `[N, 8]` domain
+    /// of contiguous tensors becomes one long row instead of N tiny ones (whose scalar loop
+    /// tails would call scalar libm).
+    fn fold_axes(&self, out: &mut Out) {
+        if self.rank < 2 {
+            return;
+        }
+        let nonempty: Vec<String> = (0..self.rank).map(|d| format!("n{d} > 0")).collect();
+        out.open(format!("if ({})", nonempty.join(" && ")));
+        for d in (0..self.inner).rev() {
+            out.open(format!("if (n{d} == 1 || {})", self.fold_condition(d)));
+            out.line(format!("n{} *= n{d};", self.inner));
+            out.line(format!("n{d} = 1;"));
+        }
+        for _ in 0..=self.inner - 1 {
+            out.close();
+        }
+        out.close();
+    }
+
+    /// The C condition under which outer axis `d` folds into the (already folded) inner axis.
+    fn fold_condition(&self, d: usize) -> String {
+        let inner = self.inner;
+        let n = format!("n{inner}");
+        let reductions = self.ir.loads.len() + self.ir.stores.len();
+        let mut conditions = Vec::new();
+        for (arg, view) in self.ir.views().enumerate() {
+            if arg >= reductions {
+                let red = &self.ir.reductions[arg - reductions];
+                if red.reduced[d] != red.reduced[inner] {
+                    // Folding would mix reduced and kept coordinates.
+                    return "0".to_string();
+                }
+                if red.reduced[d] {
+                    continue;
+                }
+            }
+            let inner_step = match view.axes[inner] {
+                Axis::Unit => n.clone(),
+                Axis::Broadcast => "0".to_string(),
+                Axis::Strided => format!("s{arg}_{inner} * {n}"),
+            };
+            let outer_stride = match view.axes[d] {
+                Axis::Unit => "1".to_string(),
+                Axis::Broadcast => "0".to_string(),
+                Axis::Strided => format!("s{arg}_{d}"),
+            };
+            match (outer_stride.as_str(), inner_step.as_str()) {
+                ("0", "0") => {}
+                ("0", _) | ("1", "0") => return "0".to_string(),
+                _ => conditions.push(format!("{outer_stride} == {inner_step}")),
+            }
+        }
+        if conditions.is_empty() {
+            "1".to_string()
+        } else {
+            format!("({})", conditions.join(" && "))
         }
     }
 
@@ -744,7 +813,8 @@ impl<'a> Kernel<'a> {
 
     /// Sets `o`, `j0` and `len` from work item `w` of `items = outer * nch`.
     fn work_item(&self, out: &mut Out) {
-        out.line("const int64_t o = w / nch;");
+        // Rows of at most one chunk are common; skip the division for them.
+        out.line("const int64_t o = nch == 1 ? w : w / nch;");
         out.line(format!("const int64_t j0 = (w - o * nch) * {CHUNK};"));
         out.line(format!(
             "const int64_t len = inner - j0 < {CHUNK} ? inner - j0 : {CHUNK};"
