@@ -192,14 +192,9 @@ pub fn run(cli: Cli) -> Result<String> {
                     let mut prepared = crate::runner::prepare(&graph, &rules, &options, &compiler)?;
                     let outputs = prepared.executable.run_tensors(&values)?;
                     let mut text = format!(
-                        "{} on cpu: {}{}\n",
+                        "{} on cpu: {}\n",
                         graph.name,
-                        count(prepared.partition.kernels.len(), "kernel"),
-                        if prepared.compile.compiled > 0 {
-                            format!(", compiled in {:.0} ms", prepared.compile_ms)
-                        } else {
-                            ", compiled kernels from the cache".to_string()
-                        }
+                        count(prepared.partition.kernels.len(), "kernel")
                     );
                     text += &write_outputs(&graph, &outputs, &out)?;
                     Ok(text)

@@ -136,6 +136,9 @@ fn every_chapter_is_in_the_summary() {
 fn includes_resolve() {
     for entry in std::fs::read_dir(repo().join("book/src")).unwrap() {
         let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "md") {
+            continue;
+        }
         let text = std::fs::read_to_string(&path).unwrap();
         for piece in text.split("{{#include ").skip(1) {
             let target = piece
@@ -189,4 +192,27 @@ fn authoring_chapter_elu_matches_an_independent_computation() {
             );
         }
     }
+}
+
+/// The C listing in the lowering chapter is what the emitter produces for lstm_cell today.
+#[test]
+fn the_books_c_listing_is_the_emitters() {
+    let rules = fusebox::rules::RuleSet::defaults();
+    let graph = fusebox::graph::file::load(&repo().join("examples/lstm_cell.ron"), &rules.ops)
+        .unwrap()
+        .0;
+    let optimized =
+        fusebox::optimize::optimize(&graph, &rules, &fusebox::optimize::Options::default())
+            .unwrap();
+    let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
+    let source = fusebox::exec::module_source(&program).0;
+    let path = repo().join("book/src/generated/lstm_cell.c");
+    if std::env::var_os("FUSEBOX_BLESS").is_some() {
+        std::fs::write(&path, &source).unwrap();
+    }
+    let book = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        book == source,
+        "book/src/generated/lstm_cell.c is stale (rerun with FUSEBOX_BLESS=1 to update)"
+    );
 }

@@ -327,7 +327,10 @@ fn lstm_tail_ir() -> KernelIr {
         rank: 2,
         loads: vec![view(DType::F32, &[S, U]); 5],
         body: b.0,
-        stores: vec![store(cy, DType::F32, &[S, U]), store(hy, DType::F32, &[S, U])],
+        stores: vec![
+            store(cy, DType::F32, &[S, U]),
+            store(hy, DType::F32, &[S, U]),
+        ],
         reductions: vec![],
     }
 }
@@ -363,10 +366,10 @@ fn lstm_tail_matches_an_f64_reference_with_nan_and_inf_inputs() {
     let (inf, nan) = (f32::INFINITY, f32::NAN);
     // (element, input gate, forget gate, cell gate, output gate, cx): IEEE corner cases.
     let special: [(usize, [f32; 5]); 6] = [
-        (0, [inf, -inf, inf, 0.5, 2.0]),     // i = 1, f = 0, g = 1: cy = 1
-        (1, [-inf, inf, 0.3, inf, inf]),     // f = 1, cx = inf: cy = inf, hy = 1
-        (7, [0.1, 0.2, 0.3, nan, 0.4]),      // o NaN: cy finite, hy NaN
-        (m + 3, [nan, 0.2, 0.3, 0.4, 0.5]),  // i NaN: both NaN
+        (0, [inf, -inf, inf, 0.5, 2.0]),    // i = 1, f = 0, g = 1: cy = 1
+        (1, [-inf, inf, 0.3, inf, inf]),    // f = 1, cx = inf: cy = inf, hy = 1
+        (7, [0.1, 0.2, 0.3, nan, 0.4]),     // o NaN: cy finite, hy NaN
+        (m + 3, [nan, 0.2, 0.3, 0.4, 0.5]), // i NaN: both NaN
         (2 * m - 1, [inf, inf, -inf, inf, -inf]), // cy = -inf, hy = -1
         (n * m - 1, [0.0, -0.0, 0.0, 0.0, -0.0]),
     ];
@@ -382,7 +385,10 @@ fn lstm_tail_matches_an_f64_reference_with_nan_and_inf_inputs() {
         let (want_cy, want_hy) = lstm_reference(x[0], x[1], x[2], x[3], x[4]);
         for (got, want, what) in [(cy[e], want_cy, "cy"), (hy[e], want_hy, "hy")] {
             if want.is_nan() || want.is_infinite() {
-                assert!(same64(got as f64, want), "{what}[{e}] = {got}, want {want} for {x:?}");
+                assert!(
+                    same64(got as f64, want),
+                    "{what}[{e}] = {got}, want {want} for {x:?}"
+                );
             } else {
                 // A handful of f32 roundings, each within a few ulps.
                 let tol = 1e-6 * (1.0 + want.abs());
@@ -400,6 +406,42 @@ fn lstm_tail_matches_an_f64_reference_with_nan_and_inf_inputs() {
     assert_eq!((cy[2 * m - 1], hy[2 * m - 1]), (f32::NEG_INFINITY, -1.0));
     // sigmoid(-0) * -0 + sigmoid(0) * tanh(0) = -0 + +0 = +0.
     assert_eq!(cy[n * m - 1].to_bits(), 0.0f32.to_bits());
+}
+
+#[test]
+fn narrow_rows_fold_into_long_ones_and_padded_rows_do_not() {
+    // The LSTM tail over [n, 1] and [n, 8] (contiguous: the rows fold into one), and over
+    // [n, 8] rows padded to a pitch of 9 (no fold: one short row per work item).
+    let k = compile(&lstm_tail_ir());
+    for (n, m, pitch) in [(100_000, 1, 1), (20_000, 8, 8), (20_000, 8, 9), (3, 1, 5)] {
+        let mut rng = Rng(21);
+        let inputs: [Vec<f32>; 5] = std::array::from_fn(|_| rng.f32s(n * pitch, -4.0, 4.0));
+        let rm = [pitch as i64, 1];
+        let mut args: Vec<Arg> = inputs
+            .iter()
+            .map(|v| arg(Buf::F32(v.clone()), &rm, 0))
+            .collect();
+        args.push(arg(Buf::F32(vec![f32::NAN; n * pitch]), &rm, 0));
+        args.push(arg(Buf::F32(vec![f32::NAN; n * pitch]), &rm, 0));
+        run(&k, &[n as i64, m as i64], &mut args);
+        let outputs = args[5].buf.f32().iter().zip(args[6].buf.f32());
+        for (e, (&cy, &hy)) in outputs.enumerate() {
+            if e % pitch >= m {
+                assert!(cy.is_nan() && hy.is_nan(), "padding [{e}] written");
+                continue;
+            }
+            let x: [f32; 5] = std::array::from_fn(|v| inputs[v][e]);
+            let (want_cy, want_hy) = lstm_reference(x[0], x[1], x[2], x[3], x[4]);
+            assert!(
+                (cy as f64 - want_cy).abs() <= 1e-6 * (1.0 + want_cy.abs()),
+                "cy [{e}]"
+            );
+            assert!(
+                (hy as f64 - want_hy).abs() <= 1e-6 * (1.0 + want_hy.abs()),
+                "hy [{e}]"
+            );
+        }
+    }
 }
 
 #[test]
@@ -517,7 +559,10 @@ fn transposed_load_and_strided_stores_with_offsets() {
         rank: 2,
         loads: vec![view(DType::F32, &[S, S])],
         body: b.0,
-        stores: vec![store(y, DType::F32, &[S, U]), store(x2, DType::F32, &[S, S])],
+        stores: vec![
+            store(y, DType::F32, &[S, U]),
+            store(x2, DType::F32, &[S, S]),
+        ],
         reductions: vec![],
     };
     let mut rng = Rng(4);
@@ -545,7 +590,10 @@ fn transposed_load_and_strided_stores_with_offsets() {
         } else {
             sentinel
         };
-        assert!(same32(got, want), "padded output [{e}]: got {got}, want {want}");
+        assert!(
+            same32(got, want),
+            "padded output [{e}]: got {got}, want {want}"
+        );
     }
     let back: Vec<f32> = t.iter().map(|&v| v * 2.0).collect();
     assert_same32(args[2].buf.f32(), &back, "transposed output");
@@ -608,7 +656,13 @@ fn stores_broadcast_along_an_axis_are_written_once_from_index_zero() {
     want_col.push(sentinel);
     assert_same32(args[5].buf.f32(), &want_col, "column store");
     let want_strided: Vec<f32> = (0..2 * m)
-        .map(|e| if e % 2 == 0 { rv[e / 2] * 2.0 } else { sentinel })
+        .map(|e| {
+            if e % 2 == 0 {
+                rv[e / 2] * 2.0
+            } else {
+                sentinel
+            }
+        })
         .collect();
     assert_same32(args[6].buf.f32(), &want_strided, "strided row store");
 }
@@ -650,10 +704,7 @@ fn unary_kernel(
         rank: 1,
         loads: vec![view(src, &[U])],
         body: b.0,
-        stores: outs
-            .into_iter()
-            .map(|(v, d)| store(v, d, &[U]))
-            .collect(),
+        stores: outs.into_iter().map(|(v, d)| store(v, d, &[U])).collect(),
         reductions: vec![],
     }
 }
@@ -688,7 +739,10 @@ fn f16_loads_and_stores_round_exactly_over_every_bit_pattern() {
         assert!(same32(wide, h.to_f32()), "widen {bits:#06x}: {wide}");
         let same = args[2].buf.half()[i];
         if h.is_nan() {
-            assert!(f16::from_bits(same).is_nan(), "NaN {bits:#06x} -> {same:#06x}");
+            assert!(
+                f16::from_bits(same).is_nan(),
+                "NaN {bits:#06x} -> {same:#06x}"
+            );
         } else {
             assert_eq!(same, bits, "round trip of {bits:#06x}");
         }
@@ -716,12 +770,12 @@ fn f32_patterns() -> Vec<f32> {
         65519.99,
         65520.0,
         65536.0,
-        1.0 + p(-11),     // f16 tie: to even (1.0)
-        1.0 + 3.0 * p(-11), // f16 tie: to even (1 + 2^-9)
-        p(-24),           // smallest f16 subnormal
-        p(-25),           // tie between 0 and it: to 0
-        3.0 * p(-26),     // above the tie: up
-        p(-14) - p(-25),  // just below the smallest normal
+        1.0 + p(-11),                // f16 tie: to even (1.0)
+        1.0 + 3.0 * p(-11),          // f16 tie: to even (1 + 2^-9)
+        p(-24),                      // smallest f16 subnormal
+        p(-25),                      // tie between 0 and it: to 0
+        3.0 * p(-26),                // above the tie: up
+        p(-14) - p(-25),             // just below the smallest normal
         f32::from_bits(0x3f80_8000), // bf16 tie: to even (down)
         f32::from_bits(0x3f81_8000), // bf16 tie: to even (up)
         f32::from_bits(0x3f80_8001),
@@ -749,13 +803,20 @@ fn f32_rounds_to_f16_and_bf16_to_nearest_even() {
     }));
     let values = f32_patterns();
     let n = values.len();
-    let mut args = vec![arg(Buf::F32(values.clone()), &[1], 0), half_out(n), half_out(n)];
+    let mut args = vec![
+        arg(Buf::F32(values.clone()), &[1], 0),
+        half_out(n),
+        half_out(n),
+    ];
     run(&k, &[n as i64], &mut args);
     for (i, &x) in values.iter().enumerate() {
         let (h, bf) = (args[1].buf.half()[i], args[2].buf.half()[i]);
         let (wh, wb) = (f16::from_f32(x), bf16::from_f32(x));
         if x.is_nan() {
-            assert!(f16::from_bits(h).is_nan() && bf16::from_bits(bf).is_nan(), "{x}");
+            assert!(
+                f16::from_bits(h).is_nan() && bf16::from_bits(bf).is_nan(),
+                "{x}"
+            );
         } else {
             assert_eq!(h, wh.to_bits(), "f16 of {x:e} ({:#010x})", x.to_bits());
             assert_eq!(bf, wb.to_bits(), "bf16 of {x:e} ({:#010x})", x.to_bits());
@@ -903,9 +964,21 @@ fn integers_truncate_and_saturate_and_bool_is_nonzero() {
         ];
         run(k, &[n as i64], &mut args);
         for (i, &v) in exact.iter().enumerate() {
-            assert_eq!(args[1].buf.i32()[i], DType::I32.round(v) as i32, "i32 of {v:e}");
-            assert_eq!(args[2].buf.i64()[i], DType::I64.round(v) as i64, "i64 of {v:e}");
-            assert_eq!(args[3].buf.bool()[i], DType::Bool.round(v) as u8, "bool of {v:e}");
+            assert_eq!(
+                args[1].buf.i32()[i],
+                DType::I32.round(v) as i32,
+                "i32 of {v:e}"
+            );
+            assert_eq!(
+                args[2].buf.i64()[i],
+                DType::I64.round(v) as i64,
+                "i64 of {v:e}"
+            );
+            assert_eq!(
+                args[3].buf.bool()[i],
+                DType::Bool.round(v) as u8,
+                "bool of {v:e}"
+            );
         }
     }
     // Spot checks of the rules themselves.
@@ -973,7 +1046,11 @@ fn i64_stores_saturate_at_the_top() {
         vec![(l, DType::I64)]
     }));
     let mut args = vec![
-        arg(Buf::F64(vec![1e300, -1e300, 2f64.powi(63), -(2f64.powi(63))]), &[1], 0),
+        arg(
+            Buf::F64(vec![1e300, -1e300, 2f64.powi(63), -(2f64.powi(63))]),
+            &[1],
+            0,
+        ),
         arg(Buf::I64(vec![0; 4]), &[1], 0),
     ];
     run(&k, &[4], &mut args);
@@ -1063,8 +1140,11 @@ fn torch_max(a: f64, b: f64) -> f64 {
     }
 }
 
+/// Builds one stored value (and its dtype) from two loaded values.
+type BinaryStore = dyn Fn(&mut Body, ValueId, ValueId) -> (ValueId, DType);
+
 /// A rank-1 kernel of two loads at `dtype` and one store per `(op, output dtype)`.
-fn binary_kernel(dtype: DType, ops: &[&dyn Fn(&mut Body, ValueId, ValueId) -> (ValueId, DType)]) -> KernelIr {
+fn binary_kernel(dtype: DType, ops: &[&BinaryStore]) -> KernelIr {
     let mut b = Body::default();
     let x = b.load(0);
     let y = b.load(1);
@@ -1123,17 +1203,24 @@ fn min_max_select_and_comparisons_follow_the_reference_semantics() {
         let call = |func: Func| {
             move |b: &mut Body, x: ValueId, y: ValueId| (b.call(func, &[x, y], p), dtype)
         };
-        let cmp = |op: BinOp| move |b: &mut Body, x: ValueId, y: ValueId| (b.bin(op, x, y, p), dtype);
+        let cmp =
+            |op: BinOp| move |b: &mut Body, x: ValueId, y: ValueId| (b.bin(op, x, y, p), dtype);
         let select = move |b: &mut Body, x: ValueId, y: ValueId| {
             let c = b.bin(BinOp::Sub, x, y, p);
             (b.call(Func::Select, &[c, x, y], p), dtype)
         };
         let min = call(Func::Min);
         let max = call(Func::Max);
-        let ops: Vec<BinOp> = vec![BinOp::Lt, BinOp::Le, BinOp::Gt, BinOp::Ge, BinOp::Eq, BinOp::Ne];
+        let ops: Vec<BinOp> = vec![
+            BinOp::Lt,
+            BinOp::Le,
+            BinOp::Gt,
+            BinOp::Ge,
+            BinOp::Eq,
+            BinOp::Ne,
+        ];
         let cmps: Vec<_> = ops.iter().map(|&op| cmp(op)).collect();
-        let mut all: Vec<&dyn Fn(&mut Body, ValueId, ValueId) -> (ValueId, DType)> =
-            vec![&min, &max, &select];
+        let mut all: Vec<&BinaryStore> = vec![&min, &max, &select];
         for c in &cmps {
             all.push(c);
         }
@@ -1245,7 +1332,9 @@ fn function_inputs(func: Func) -> Vec<f64> {
     };
     let mut rng = Rng(9);
     let mut v: Vec<f64> = (0..4000).map(|_| rng.uniform(lo, hi)).collect();
-    v.extend((0..1000).map(|_| rng.uniform(-1.0, 1.0) * 10f64.powi(-(rng.uniform(1.0, 30.0) as i32))));
+    v.extend(
+        (0..1000).map(|_| rng.uniform(-1.0, 1.0) * 10f64.powi(-(rng.uniform(1.0, 30.0) as i32))),
+    );
     v.extend([
         f64::NAN,
         f64::INFINITY,
@@ -1264,7 +1353,15 @@ fn function_inputs(func: Func) -> Vec<f64> {
         // Where the spelled-out floor changes method, in both precisions.
         for e in [23, 24, 52, 53] {
             let p = 2f64.powi(e);
-            v.extend([p - 0.5, p - 1.0, p + 1.0, p + 2.0, -(p - 0.5), -(p + 2.0), -(p - 1.5)]);
+            v.extend([
+                p - 0.5,
+                p - 1.0,
+                p + 1.0,
+                p + 2.0,
+                -(p - 0.5),
+                -(p + 2.0),
+                -(p - 1.5),
+            ]);
         }
         v.extend([-0.3, 0.999_999_9, -0.999_999_9, 1e20, -1e20, 3.0, -3.0]);
     }
@@ -1308,7 +1405,9 @@ fn math_functions_match_f64_references_within_a_few_ulps() {
     for dtype in [DType::F32, DType::F64] {
         let p = Prec::of(dtype);
         for func in unary {
-            let k = compile(&unary_kernel(dtype, |b, x| vec![(b.call(func, &[x], p), dtype)]));
+            let k = compile(&unary_kernel(dtype, |b, x| {
+                vec![(b.call(func, &[x], p), dtype)]
+            }));
             let inputs = function_inputs(func);
             let n = inputs.len();
             let (input, output) = match dtype {
@@ -1327,8 +1426,7 @@ fn math_functions_match_f64_references_within_a_few_ulps() {
                     // an absolute error of an ulp of 1 is allowed instead.
                     let exact = matches!(func, Func::Sqrt | Func::Abs | Func::Floor | Func::Rsqrt);
                     let tol = if exact { 0.0 } else { 4.0 * ulp };
-                    let ok = same64(got, want)
-                        || (want.is_finite() && (got - want).abs() <= tol);
+                    let ok = same64(got, want) || (want.is_finite() && (got - want).abs() <= tol);
                     assert!(ok, "{dtype} {func:?}({x:e}) = {got:e}, want {want:e}");
                 };
                 match &args[1].buf {
@@ -1365,9 +1463,10 @@ fn math_functions_match_f64_references_within_a_few_ulps() {
             }
         }
         // pow(x, y), with the IEEE special cases.
-        let k = compile(&binary_kernel(dtype, &[&|b: &mut Body, x, y| {
-            (b.call(Func::Pow, &[x, y], p), dtype)
-        }]));
+        let k = compile(&binary_kernel(
+            dtype,
+            &[&move |b: &mut Body, x, y| (b.call(Func::Pow, &[x, y], p), dtype)],
+        ));
         let mut rng = Rng(10);
         let mut xs: Vec<f64> = (0..3000).map(|_| rng.uniform(0.0, 50.0)).collect();
         let mut ys: Vec<f64> = (0..3000).map(|_| rng.uniform(-8.0, 8.0)).collect();
@@ -1392,7 +1491,11 @@ fn math_functions_match_f64_references_within_a_few_ulps() {
                 Buf::F32(ys.iter().map(|&x| x as f32).collect()),
                 Buf::F32(vec![0.0; n]),
             ),
-            _ => (Buf::F64(xs.clone()), Buf::F64(ys.clone()), Buf::F64(vec![0.0; n])),
+            _ => (
+                Buf::F64(xs.clone()),
+                Buf::F64(ys.clone()),
+                Buf::F64(vec![0.0; n]),
+            ),
         };
         let mut args = vec![arg(a, &[1], 0), arg(b, &[1], 0), arg(out, &[1], 0)];
         run(&k, &[n as i64], &mut args);
@@ -1512,7 +1615,9 @@ fn check_reductions(shape: &[usize], reductions: &[(ReduceKind, Vec<bool>, DType
     };
     let mut args = vec![arg(Buf::F32(x.to_vec()), &row_major(shape), 0)];
     for (_, reduced, dtype) in reductions {
-        let kept: Vec<usize> = (0..rank).map(|d| if reduced[d] { 1 } else { shape[d] }).collect();
+        let kept: Vec<usize> = (0..rank)
+            .map(|d| if reduced[d] { 1 } else { shape[d] })
+            .collect();
         let mut strides = row_major(&kept);
         for d in 0..rank {
             if reduced[d] {
@@ -1526,7 +1631,9 @@ fn check_reductions(shape: &[usize], reductions: &[(ReduceKind, Vec<bool>, DType
     run(&k, &sizes, &mut args);
     let total: usize = shape.iter().product();
     for (r, (kind, reduced, dtype)) in reductions.iter().enumerate() {
-        let kept: Vec<usize> = (0..rank).map(|d| if reduced[d] { 1 } else { shape[d] }).collect();
+        let kept: Vec<usize> = (0..rank)
+            .map(|d| if reduced[d] { 1 } else { shape[d] })
+            .collect();
         let numel: usize = kept.iter().product();
         for o in 0..numel {
             // Output coordinates, then every input element with those kept coordinates.
@@ -1546,7 +1653,13 @@ fn check_reductions(shape: &[usize], reductions: &[(ReduceKind, Vec<bool>, DType
             });
             let want = fold(members.map(|e| x[e] as f64), *kind);
             let got = read(&args[1 + r].buf, *dtype, o);
-            check_reduced(got, want, *dtype, *kind, &format!("{kind:?} {shape:?} {reduced:?} [{o}]"));
+            check_reduced(
+                got,
+                want,
+                *dtype,
+                *kind,
+                &format!("{kind:?} {shape:?} {reduced:?} [{o}]"),
+            );
         }
     }
 }
@@ -1579,10 +1692,19 @@ fn check_2d(n: usize, m: usize, x: &[f32], reductions: &[(ReduceKind, Vec<bool>,
         };
         // Guard against a vacuous check (every output NaN or infinite).
         let finite = want.iter().filter(|w| w.is_finite()).count();
-        assert!(finite * 2 > want.len(), "{kind:?} {reduced:?}: mostly non-finite");
+        assert!(
+            finite * 2 > want.len(),
+            "{kind:?} {reduced:?}: mostly non-finite"
+        );
         for (o, &w) in want.iter().enumerate() {
             let got = read(&args[1 + r].buf, *dtype, o);
-            check_reduced(got, w, *dtype, *kind, &format!("{kind:?} {reduced:?} [{o}] of [{n}, {m}]"));
+            check_reduced(
+                got,
+                w,
+                *dtype,
+                *kind,
+                &format!("{kind:?} {reduced:?} [{o}] of [{n}, {m}]"),
+            );
         }
     }
 }
@@ -1689,9 +1811,27 @@ fn full_reductions_of_a_large_vector() {
         run(&k, &[n as i64], &mut args);
         let xs = || x.iter().map(|&v| v as f64);
         let what = format!("NaN at {nan_at:?}");
-        check_reduced(args[1].buf.f64()[0], fold(xs(), ReduceKind::Sum), DType::F64, ReduceKind::Sum, &what);
-        check_reduced(args[2].buf.f32()[0] as f64, fold(xs(), ReduceKind::Max), DType::F32, ReduceKind::Max, &what);
-        check_reduced(args[3].buf.f32()[0] as f64, fold(xs(), ReduceKind::Mean), DType::F32, ReduceKind::Mean, &what);
+        check_reduced(
+            args[1].buf.f64()[0],
+            fold(xs(), ReduceKind::Sum),
+            DType::F64,
+            ReduceKind::Sum,
+            &what,
+        );
+        check_reduced(
+            args[2].buf.f32()[0] as f64,
+            fold(xs(), ReduceKind::Max),
+            DType::F32,
+            ReduceKind::Max,
+            &what,
+        );
+        check_reduced(
+            args[3].buf.f32()[0] as f64,
+            fold(xs(), ReduceKind::Mean),
+            DType::F32,
+            ReduceKind::Mean,
+            &what,
+        );
     }
 }
 
@@ -1721,6 +1861,37 @@ fn middle_and_mixed_axis_reductions_in_one_kernel() {
 }
 
 #[test]
+fn contiguous_axes_fold_into_the_inner_one_for_reductions() {
+    // Reduced axes next to the reduced inner axis, and kept axes next to the kept inner axis,
+    // fold at run time; a reduced axis next to a kept one must not.
+    let shape = [6, 50, 40];
+    let x = Rng(19).f32s(shape.iter().product(), -2.0, 2.0);
+    check_reductions(
+        &shape,
+        &[
+            (ReduceKind::Sum, vec![false, true, true], DType::F64),
+            (ReduceKind::Max, vec![false, true, true], DType::F32),
+        ],
+        &x,
+    );
+    let shape = [20, 30, 40];
+    let x = Rng(20).f32s(shape.iter().product(), -2.0, 2.0);
+    check_reductions(
+        &shape,
+        &[(ReduceKind::Mean, vec![true, false, false], DType::F32)],
+        &x,
+    );
+    check_reductions(
+        &shape,
+        &[
+            (ReduceKind::Sum, vec![true, false, true], DType::F32),
+            (ReduceKind::Max, vec![false, true, false], DType::F32),
+        ],
+        &x,
+    );
+}
+
+#[test]
 fn empty_reductions_give_identity_or_nan() {
     // Reducing an empty axis: sum 0, mean NaN (0/0), max -inf; reducing an axis of a
     // domain whose kept axis is empty writes nothing.
@@ -1738,7 +1909,10 @@ fn empty_reductions_give_identity_or_nan() {
         check_reductions(&shape, &kinds, &[]);
         // And explicitly.
         let k = compile(&reduce_kernel(shape.len(), &kinds));
-        let numel: usize = (0..shape.len()).filter(|&d| !reduced[d]).map(|d| shape[d]).product();
+        let numel: usize = (0..shape.len())
+            .filter(|&d| !reduced[d])
+            .map(|d| shape[d])
+            .product();
         let dense = |d: usize| -> i64 {
             ((d + 1)..shape.len())
                 .filter(|&e| !reduced[e])
@@ -1754,7 +1928,10 @@ fn empty_reductions_give_identity_or_nan() {
         }
         let sizes: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
         run(&k, &sizes, &mut args);
-        assert!(args[1].buf.f32().iter().all(|&v| v.to_bits() == 0), "{shape:?}");
+        assert!(
+            args[1].buf.f32().iter().all(|&v| v.to_bits() == 0),
+            "{shape:?}"
+        );
         assert!(args[2].buf.f32().iter().all(|v| v.is_nan()), "{shape:?}");
         assert!(args[3].buf.f32().iter().all(|&v| v == f32::NEG_INFINITY));
         assert!(args[4].buf.half().iter().all(|&v| v == 0xfc00), "f16 -inf");
@@ -1801,14 +1978,32 @@ fn reductions_alongside_stores_and_rounded_values() {
     for (e, &got) in stored.iter().enumerate() {
         let want = ((xs[e] as f64) - 1.0).exp();
         // exp within 4 ulps of f32, then one bf16 rounding.
-        assert!((got - want).abs() <= want * (2f64.powi(-8) + 1e-6), "exp [{e}]: {got} vs {want}");
+        assert!(
+            (got - want).abs() <= want * (2f64.powi(-8) + 1e-6),
+            "exp [{e}]: {got} vs {want}"
+        );
     }
     for i in 0..n {
         // The sum is of exactly the stored bf16 values.
         let want_sum = fold(stored[i * m..(i + 1) * m].iter().copied(), ReduceKind::Sum);
-        check_reduced(args[2].buf.f32()[i] as f64, want_sum, DType::F32, ReduceKind::Sum, "row sum");
-        let want_max = fold(xs[i * m..(i + 1) * m].iter().map(|&v| v as f64), ReduceKind::Max);
-        check_reduced(read(&args[3].buf, DType::F16, i), want_max, DType::F16, ReduceKind::Max, "row max");
+        check_reduced(
+            args[2].buf.f32()[i] as f64,
+            want_sum,
+            DType::F32,
+            ReduceKind::Sum,
+            "row sum",
+        );
+        let want_max = fold(
+            xs[i * m..(i + 1) * m].iter().map(|&v| v as f64),
+            ReduceKind::Max,
+        );
+        check_reduced(
+            read(&args[3].buf, DType::F16, i),
+            want_max,
+            DType::F16,
+            ReduceKind::Max,
+            "row max",
+        );
     }
 }
 
@@ -1823,13 +2018,25 @@ fn emission_is_deterministic_and_names_follow_the_body() {
     assert_eq!(name, kernel_name(&lstm.clone()));
     assert_eq!(name.len(), 3 + 16);
     assert!(name.starts_with("fb_"));
-    assert!(name[3..].chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    assert!(
+        name[3..]
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+    );
     let mut other = lstm.clone();
     other.stores.pop();
-    assert_ne!(kernel_name(&other), name, "a different kernel gets a different name");
+    assert_ne!(
+        kernel_name(&other),
+        name,
+        "a different kernel gets a different name"
+    );
     let mut transposed = lstm.clone();
     transposed.loads[4].axes = vec![S, S];
-    assert_ne!(kernel_name(&transposed), name, "the stride pattern is part of the identity");
+    assert_ne!(
+        kernel_name(&transposed),
+        name,
+        "the stride pattern is part of the identity"
+    );
 
     // A module of two kernels (and a repeated entry) compiles, and both run.
     let k2 = unary_kernel(DType::F32, |b, x| {
@@ -1837,21 +2044,35 @@ fn emission_is_deterministic_and_names_follow_the_body() {
         vec![(b.bin(BinOp::Mul, x, two, Prec::F32), DType::F32)]
     });
     let n2 = kernel_name(&k2);
-    let module_text = emit_module(&[(name.clone(), &lstm), (n2.clone(), &k2), (name.clone(), &lstm)]);
+    let module_text = emit_module(&[
+        (name.clone(), &lstm),
+        (n2.clone(), &k2),
+        (name.clone(), &lstm),
+    ]);
     assert_eq!(module_text.matches(&format!("void {name}(")).count(), 1);
     assert_eq!(
         module_text,
-        emit_module(&[(name.clone(), &lstm), (n2.clone(), &k2), (name.clone(), &lstm)])
+        emit_module(&[
+            (name.clone(), &lstm),
+            (n2.clone(), &k2),
+            (name.clone(), &lstm)
+        ])
     );
     assert!(module_text.contains("#pragma omp declare simd notinbranch\nfloat expf(float);"));
-    assert!(!module_text.contains("double exp(double)"), "only the functions used are declared");
+    assert!(
+        !module_text.contains("double exp(double)"),
+        "only the functions used are declared"
+    );
     let module = compiler().compile(&module_text).expect("module compiles");
     let double = Compiled {
         f: module.kernel(&n2).unwrap(),
         module: module.clone(),
         ir: k2.clone(),
     };
-    let mut args = vec![arg(Buf::F32(vec![1.5, -0.0]), &[1], 0), arg(Buf::F32(vec![0.0; 2]), &[1], 0)];
+    let mut args = vec![
+        arg(Buf::F32(vec![1.5, -0.0]), &[1], 0),
+        arg(Buf::F32(vec![0.0; 2]), &[1], 0),
+    ];
     run(&double, &[2], &mut args);
     assert_same32(args[1].buf.f32(), &[3.0, -0.0], "2x");
     let lstm_k = Compiled {

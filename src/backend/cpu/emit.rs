@@ -438,7 +438,11 @@ fn call_expr(func: Func, args: &[String], prec: Prec) -> String {
             args[0],
             args[1]
         ),
-        Func::Floor => format!("{}({})", if f32 { "fb_floorf" } else { "fb_floor" }, args[0]),
+        Func::Floor => format!(
+            "{}({})",
+            if f32 { "fb_floorf" } else { "fb_floor" },
+            args[0]
+        ),
         Func::Select => {
             let zero = if f32 { "0.0f" } else { "0.0" };
             format!("(({} != {zero}) ? {} : {})", args[0], args[1], args[2])
@@ -706,7 +710,7 @@ impl<'a> Kernel<'a> {
             out.line(format!("n{} *= n{d};", self.inner));
             out.line(format!("n{d} = 1;"));
         }
-        for _ in 0..=self.inner - 1 {
+        for _ in 0..self.inner {
             out.close();
         }
         out.close();
