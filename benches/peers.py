@@ -44,12 +44,13 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# A peer is checked against float64 NumPy with this statistic:
-#     max over outputs and elements of |y - ref| / max(|ref|, REL_FLOOR)
-# The floor keeps elements that cancel to nearly zero (cy = f*cx + i*g) from turning an
-# ordinary float32 rounding into a huge relative error; the values here are of order 1.
-REL_FLOOR = 1e-2
-TOLERANCE = 1e-4
+# A peer is checked against float64 NumPy with a normwise relative error: per output,
+#     max |y - ref| / max |ref|
+# and the worst output counts. An elementwise relative error would blame float32 for doing its
+# job wherever values cancel to nearly zero (cy = f*cx + i*g, the batch sums of grad_bias);
+# measured against the output's own scale, float32 peers land near 1e-7 and a wrong formula
+# lands near 1.
+TOLERANCE = 1e-5
 
 
 # --- The graphs' math, written once over a small set of primitives -------------------------
@@ -217,12 +218,11 @@ def max_rel_error(np, outputs, reference):
     worst = 0.0
     for y, ref in zip(outputs, reference):
         y = np.asarray(y, dtype=np.float64)
-        if y.shape != ref.shape:
+        if y.shape != ref.shape or not np.all(np.isfinite(y)):
             return float("inf")
-        err = np.abs(y - ref) / np.maximum(np.abs(ref), REL_FLOOR)
-        worst = max(worst, float(np.max(err)) if err.size else 0.0)
-        if not np.all(np.isfinite(y)):
-            return float("inf")
+        if y.size:
+            scale = max(float(np.max(np.abs(ref))), np.finfo(np.float64).tiny)
+            worst = max(worst, float(np.max(np.abs(y - ref))) / scale)
     return worst
 
 
@@ -509,8 +509,8 @@ def print_table(s):
               f"{max(s['copy_gbps'].values()):>7.2f}  compulsory bytes / best copy bandwidth")
         if s["fused_vs_floor"]:
             print(f"fusebox fused takes {s['fused_vs_floor']:.2f}x the memory floor")
-    print(f"(x fused: median time over fusebox fused's; max rel err: max |y - ref| / "
-          f"max(|ref|, {REL_FLOOR:g}) against float64 NumPy, tolerance {TOLERANCE:g})")
+    print(f"(x fused: median time over fusebox fused's; max rel err: max |y - ref| / max |ref| "
+          f"per output against float64 NumPy, worst output, tolerance {TOLERANCE:g})")
 
 
 if __name__ == "__main__":

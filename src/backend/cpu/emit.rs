@@ -14,6 +14,10 @@
 //! - **Threads.** Work is split into items of at most [`CHUNK`] elements of one row (a row is
 //!   one point of the outer axes, i.e. every axis but the innermost) and spread over OpenMP
 //!   threads once the domain is large enough to pay for them ([`PARALLEL_MIN`]).
+//! - **Long rows.** The kernel is compiled for a stride pattern, not for sizes, so a
+//!   `[N, 1]` domain may arrive at run time. Before looping, the kernel folds outer axes into
+//!   the innermost one wherever every view is contiguous across them (or the axis has size
+//!   1), so such a domain runs as one long vector loop rather than N one-element ones.
 //!
 //! # Reductions
 //!
@@ -499,8 +503,10 @@ enum Mode {
 /// Where a reduction's values go inside a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Accumulate {
-    /// Into a `simd` reduction variable, merged after the loop into `dest`.
-    RowLocal { dest: &'static str },
+    /// Into a `simd` reduction variable, merged after the loop into the row's `acc{r}`.
+    IntoRow,
+    /// Into a `simd` reduction variable, merged after the loop into `q{r}[kb{r}]`.
+    IntoSlot,
     /// Element `j` into `q{r}[kb{r} + j]`.
     Column,
 }
@@ -1019,8 +1025,8 @@ impl<'a> Kernel<'a> {
         let inner_reduced = self.ir.reductions[r].reduced[self.inner];
         match mode {
             Mode::Pointwise => unreachable!("pointwise kernels have no reductions"),
-            Mode::Rows => Accumulate::RowLocal { dest: "acc" },
-            Mode::Partials if inner_reduced => Accumulate::RowLocal { dest: "q" },
+            Mode::Rows => Accumulate::IntoRow,
+            Mode::Partials if inner_reduced => Accumulate::IntoSlot,
             Mode::Columns | Mode::Partials => Accumulate::Column,
         }
     }
@@ -1121,8 +1127,8 @@ impl<'a> Kernel<'a> {
                 out.line(format!("const int64_t kb{r} = {base};"));
             }
             match (accumulate, red.kind) {
-                (Accumulate::RowLocal { dest }, kind) => {
-                    let dest = if dest == "acc" {
+                (Accumulate::IntoRow | Accumulate::IntoSlot, kind) => {
+                    let dest = if accumulate == Accumulate::IntoRow {
                         format!("acc{r}")
                     } else {
                         format!("q{r}[kb{r}]")
@@ -1207,38 +1213,38 @@ fn check_invariants(ir: &KernelIr) {
                 );
                 vec![]
             }
-            Instr::Widen { x } => {
-                debug_assert!(*x >= id || ir.prec(*x) == Prec::F32, "widen of a double");
-                vec![*x]
-            }
-            Instr::Round { x, .. } => vec![*x],
-            Instr::Neg { x, .. } => vec![*x],
+            Instr::Widen { x } | Instr::Round { x, .. } | Instr::Neg { x, .. } => vec![*x],
             Instr::Binary { a, b, .. } => vec![*a, *b],
             Instr::Call { func, args, .. } => {
                 debug_assert_eq!(args.len(), func.arity(), "{func:?} arity");
                 args.clone()
             }
         };
-        for &x in &operands {
-            debug_assert!(x < id, "value v{x} used before it is defined (in v{id})");
+        if operands.iter().any(|&x| x >= id) {
+            debug_assert!(false, "v{id} uses a value defined after it");
+            continue;
         }
-        if let Instr::Neg { prec, .. } | Instr::Binary { prec, .. } | Instr::Call { prec, .. } =
-            instr
-        {
-            for &x in &operands {
-                debug_assert!(
-                    x >= id || ir.prec(x) == *prec,
-                    "operand v{x} of v{id} has the wrong precision"
-                );
+        match instr {
+            Instr::Widen { x } => {
+                debug_assert_eq!(ir.prec(*x), Prec::F32, "v{id} widens a double");
             }
+            Instr::Neg { prec, .. } | Instr::Binary { prec, .. } | Instr::Call { prec, .. } => {
+                for &x in &operands {
+                    debug_assert_eq!(ir.prec(x), *prec, "operand v{x} of v{id}: precision");
+                }
+            }
+            _ => {}
         }
     }
     for store in &ir.stores {
         debug_assert!(store.value < ir.body.len(), "store of a missing value");
-        debug_assert!(
-            store.value >= ir.body.len() || ir.prec(store.value) == Prec::of(store.view.dtype),
-            "stored value's precision differs from its dtype's"
-        );
+        if store.value < ir.body.len() {
+            debug_assert_eq!(
+                ir.prec(store.value),
+                Prec::of(store.view.dtype),
+                "stored value's precision differs from its dtype's"
+            );
+        }
     }
     for red in &ir.reductions {
         debug_assert!(red.value < ir.body.len(), "reduction of a missing value");
