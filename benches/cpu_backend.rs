@@ -45,7 +45,7 @@ fn bench(c: &mut Criterion) {
     // criterion reports anyway.
     group.sample_size(10);
     group.warm_up_time(Duration::from_secs(1));
-    group.measurement_time(Duration::from_secs(3));
+    group.measurement_time(Duration::from_secs(5));
     for example in ["lstm_cell", "lstm_cell_backward"] {
         let path = format!("{root}/examples/{example}.ron");
         let (graph, _) = file::load(std::path::Path::new(&path), &rules.ops).unwrap();
@@ -70,12 +70,7 @@ fn bench(c: &mut Criterion) {
             );
             group.throughput(Throughput::Bytes(compulsory as u64));
             group.bench_function(format!("{example}/{label}"), |b| {
-                b.iter(|| {
-                    prepared
-                        .executable
-                        .run_into(&inputs, &mut outputs)
-                        .unwrap()
-                })
+                b.iter(|| prepared.executable.run_into(&inputs, &mut outputs).unwrap())
             });
         }
     }

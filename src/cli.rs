@@ -176,7 +176,9 @@ pub fn run(cli: Cli) -> Result<String> {
             match backend {
                 Backend::Reference => {
                     if no_fusion {
-                        return Err(usage("--no-fusion applies to compiled backends; the reference backend never fuses"));
+                        return Err(usage(
+                            "--no-fusion applies to compiled backends; the reference backend never fuses",
+                        ));
                     }
                     let mut graph = graph;
                     if let Some(policy) = &amp {

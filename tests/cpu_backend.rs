@@ -88,11 +88,7 @@ fn amp_examples_run_on_the_cpu() {
 #[test]
 fn another_batch_size_compiles_nothing() {
     let text = std::fs::read_to_string("examples/lstm_cell.ron").unwrap();
-    let parse = |t: &str| {
-        graph::file::parse(t, "lstm.ron", &rules().ops)
-            .unwrap()
-            .0
-    };
+    let parse = |t: &str| graph::file::parse(t, "lstm.ron", &rules().ops).unwrap().0;
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("batch-size-cache");
     let _ = std::fs::remove_dir_all(&dir);
     let compiler = Compiler::new(CompilerConfig::from_env().with_cache_dir(&dir));
@@ -138,13 +134,20 @@ fn buffers_are_reused_by_liveness() {
 /// written by some kernel.
 #[test]
 fn every_output_element_is_written() {
-    for name in ["lstm_cell_backward", "layernorm_tail", "gru_residual", "iou"] {
+    for name in [
+        "lstm_cell_backward",
+        "layernorm_tail",
+        "gru_residual",
+        "iou",
+    ] {
         let graph = load(&format!("examples/{name}.ron"));
         let mut prepared = prepare(&graph, &rules(), &RunOptions::default(), compiler()).unwrap();
         let exe = &mut prepared.executable;
         let inputs: Vec<_> = (0..graph.inputs.len())
             .map(|i| {
-                fusebox::exec::buffer::Buffer::from_tensor(&fusebox::eval::random_input(&graph, i, 9))
+                fusebox::exec::buffer::Buffer::from_tensor(&fusebox::eval::random_input(
+                    &graph, i, 9,
+                ))
             })
             .collect();
         let mut clean = exe.output_buffers();
@@ -155,7 +158,11 @@ fn every_output_element_is_written() {
             exe.run_into(&inputs, &mut outs).unwrap();
             for (a, b) in clean.iter().zip(&outs) {
                 for i in 0..a.len() {
-                    assert_eq!(a.get(i).to_bits(), b.get(i).to_bits(), "{name}[{i}] poison {poison:#x}");
+                    assert_eq!(
+                        a.get(i).to_bits(),
+                        b.get(i).to_bits(),
+                        "{name}[{i}] poison {poison:#x}"
+                    );
                 }
             }
         }

@@ -45,11 +45,20 @@ fn run_cpu_matches_the_reference_backend() {
         .map(|d| scratch(&format!("run-{d}")))
         .collect();
     let args = |backend: &str, dir: &PathBuf| -> Vec<String> {
-        ["run", graph, "--backend", backend, "--random-inputs", "--seed", "4", "--out"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain([dir.display().to_string()])
-            .collect()
+        [
+            "run",
+            graph,
+            "--backend",
+            backend,
+            "--random-inputs",
+            "--seed",
+            "4",
+            "--out",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([dir.display().to_string()])
+        .collect()
     };
     let run = |a: Vec<String>| ok(&fusebox(&a.iter().map(String::as_str).collect::<Vec<_>>()));
     run(args("reference", &dirs[0]));
@@ -66,7 +75,10 @@ fn run_cpu_matches_the_reference_backend() {
             assert_eq!(want.len(), got.len());
             let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
             for (w, g) in want.iter().zip(&got) {
-                assert!((w - g).abs() <= 2e-5 * (w.abs() + scale), "{name:?}: {w} vs {g}");
+                assert!(
+                    (w - g).abs() <= 2e-5 * (w.abs() + scale),
+                    "{name:?}: {w} vs {g}"
+                );
             }
         }
     }
@@ -119,7 +131,11 @@ fn emit_c_writes_a_translation_unit_with_the_kernel() {
         path.to_str().unwrap(),
     ]));
     let c = std::fs::read_to_string(&path).unwrap();
-    assert_eq!(c.matches("const int64_t *sizes, const int64_t *strides").count(), 1);
+    assert_eq!(
+        c.matches("const int64_t *sizes, const int64_t *strides")
+            .count(),
+        1
+    );
     assert!(c.contains("#pragma omp declare simd"));
     assert!(c.contains("expf(") && c.contains("tanhf("));
 }
@@ -154,10 +170,18 @@ fn clear_errors_for_bad_backend_use() {
         ],
         &[
             ("FUSEBOX_CC", "/nonexistent/cc"),
-            ("FUSEBOX_CACHE_DIR", scratch("empty-cache").to_str().unwrap()),
+            (
+                "FUSEBOX_CACHE_DIR",
+                scratch("empty-cache").to_str().unwrap(),
+            ),
         ],
     );
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("/nonexistent/cc"), "{stderr}");
 }

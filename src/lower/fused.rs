@@ -145,10 +145,10 @@ impl Builder<'_> {
             }
         }
         let mut result = self.formula(expr, &env, prec, n)?;
-        let needs_round = match (prec, out) {
-            (Prec::F32, DType::F32) | (Prec::F64, DType::F64) => false,
-            _ => true,
-        };
+        let needs_round = !matches!(
+            (prec, out),
+            (Prec::F32, DType::F32) | (Prec::F64, DType::F64)
+        );
         if needs_round {
             result = self.round(result, out);
         }

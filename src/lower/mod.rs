@@ -149,8 +149,8 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
             }
         }
     }
-    for n in 0..dag.nodes.len() {
-        if needs_buffer[n] && is_literal(&dag.nodes[n]) {
+    for (n, &needed) in needs_buffer.iter().enumerate() {
+        if needed && is_literal(&dag.nodes[n]) {
             let shape = dag.nodes[n].ty.shape.clone();
             let lowered = fused::lower_fused(dag, &[n], &shape, &[Value::Node(n)])?;
             let group = program.groups;

@@ -157,16 +157,11 @@ impl Builder<'_> {
         // Iteration domain: a kernel with an `End` node keeps its own.
         let (domain, fixed) = match (ga.fixed, gb.fixed) {
             (true, true) => (ga.domain == gb.domain).then(|| (ga.domain.clone(), true))?,
-            (true, false) => {
-                fits(&gb.domain, &ga.domain).then(|| (ga.domain.clone(), true))?
-            }
-            (false, true) => {
-                fits(&ga.domain, &gb.domain).then(|| (gb.domain.clone(), true))?
-            }
+            (true, false) => fits(&gb.domain, &ga.domain).then(|| (ga.domain.clone(), true))?,
+            (false, true) => fits(&ga.domain, &gb.domain).then(|| (gb.domain.clone(), true))?,
             (false, false) => {
                 let d = broadcast(&ga.domain, &gb.domain).ok()?;
-                (fits(&ga.domain, &d) && fits(&gb.domain, &d))
-                    .then_some((d, false))?
+                (fits(&ga.domain, &d) && fits(&gb.domain, &d)).then_some((d, false))?
             }
         };
         // Arguments: shared inputs are read once; no value crosses between the two, so every
