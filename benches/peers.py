@@ -168,7 +168,8 @@ def read_graph(path):
     Only the parts this script needs are read, with regular expressions; fusebox itself checks
     the file properly when it runs it.
     """
-    text = re.sub(r"//[^\n]*", "", open(path).read())
+    with open(path) as f:
+        text = re.sub(r"//[^\n]*", "", f.read())
     name = re.search(r'Graph\s*\(\s*name\s*:\s*"([^"]+)"', text)
     inputs = re.findall(
         r'Input\s*\(\s*name\s*:\s*"([^"]+)"\s*,\s*dtype\s*:\s*"([^"]+)"\s*,\s*shape\s*:\s*\[([^\]]*)\]',
