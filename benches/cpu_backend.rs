@@ -10,7 +10,6 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
-use fusebox::eval::random_input;
 use fusebox::exec::buffer::Buffer;
 use fusebox::graph::{Graph, file};
 use fusebox::rules::RuleSet;
@@ -19,21 +18,7 @@ use std::time::Duration;
 
 /// Seeded random inputs (uniform in [-3, 3]) in the order the program takes them.
 fn inputs(prepared: &Prepared, graph: &Graph) -> Vec<Buffer> {
-    prepared
-        .executable
-        .program()
-        .dag
-        .inputs
-        .iter()
-        .map(|input| {
-            let index = graph
-                .inputs
-                .iter()
-                .position(|i| i.name == input.name)
-                .expect("the program keeps the graph's inputs");
-            Buffer::from_tensor(&random_input(graph, index, 0))
-        })
-        .collect()
+    prepared.random_inputs(graph, 0)
 }
 
 fn bench(c: &mut Criterion) {

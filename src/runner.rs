@@ -56,6 +56,27 @@ pub struct Prepared {
     pub compile: CompileStats,
 }
 
+impl Prepared {
+    /// Seeded random inputs for `graph` (the reference evaluator's `random_input`), in the
+    /// order the program takes them.
+    pub fn random_inputs(&self, graph: &Graph, seed: u64) -> Vec<Buffer> {
+        self.executable
+            .program()
+            .dag
+            .inputs
+            .iter()
+            .map(|input| {
+                let index = graph
+                    .inputs
+                    .iter()
+                    .position(|i| i.name == input.name)
+                    .expect("the program keeps the graph's inputs");
+                Buffer::from_tensor(&crate::eval::random_input(graph, index, seed))
+            })
+            .collect()
+    }
+}
+
 /// Optimizes (or not), lowers and compiles `graph`.
 pub fn prepare(
     graph: &Graph,
@@ -63,6 +84,34 @@ pub fn prepare(
     options: &RunOptions,
     compiler: &Compiler,
 ) -> Result<Prepared> {
+    let (program, partition, optimize_ms) = lower_graph(graph, rules, options)?;
+    let before = compiler.stats();
+    let start = Instant::now();
+    let executable = CpuExecutable::new(program, compiler)?;
+    let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+    let after = compiler.stats();
+    Ok(Prepared {
+        executable,
+        partition,
+        optimize_ms,
+        compile_ms,
+        compile: CompileStats {
+            compiled: after.compiled - before.compiled,
+            disk_hits: after.disk_hits - before.disk_hits,
+            memory_hits: after.memory_hits - before.memory_hits,
+            rebuilt_corrupt: after.rebuilt_corrupt - before.rebuilt_corrupt,
+        },
+    })
+}
+
+/// Applies AMP, optimizes (or, without fusion, partitions one kernel per op) and lowers:
+/// the part of [`prepare`] every backend shares. Returns the program, its partition and the
+/// milliseconds spent optimizing (0 without fusion).
+fn lower_graph(
+    graph: &Graph,
+    rules: &RuleSet,
+    options: &RunOptions,
+) -> Result<(lower::Program, Partition, f64)> {
     let start = Instant::now();
     let (dag, partition) = if options.fusion {
         let optimized = optimize(
@@ -93,23 +142,7 @@ pub fn prepare(
         0.0
     };
     let program = lower::lower(&dag, &partition)?;
-    let before = compiler.stats();
-    let start = Instant::now();
-    let executable = CpuExecutable::new(program, compiler)?;
-    let compile_ms = start.elapsed().as_secs_f64() * 1e3;
-    let after = compiler.stats();
-    Ok(Prepared {
-        executable,
-        partition,
-        optimize_ms,
-        compile_ms,
-        compile: CompileStats {
-            compiled: after.compiled - before.compiled,
-            disk_hits: after.disk_hits - before.disk_hits,
-            memory_hits: after.memory_hits - before.memory_hits,
-            rebuilt_corrupt: after.rebuilt_corrupt - before.rebuilt_corrupt,
-        },
-    })
+    Ok((program, partition, optimize_ms))
 }
 
 /// What `fusebox bench` reports.
@@ -147,20 +180,8 @@ pub fn bench(
     iters: usize,
     seed: u64,
 ) -> Result<BenchReport> {
+    let inputs = prepared.random_inputs(graph, seed);
     let exe = &mut prepared.executable;
-    let dag = &exe.program().dag;
-    let inputs: Vec<Buffer> = dag
-        .inputs
-        .iter()
-        .map(|input| {
-            let index = graph
-                .inputs
-                .iter()
-                .position(|i| i.name == input.name)
-                .expect("the program keeps the graph's inputs");
-            Buffer::from_tensor(&crate::eval::random_input(graph, index, seed))
-        })
-        .collect();
     let mut outputs = exe.output_buffers();
     exe.run_into(&inputs, &mut outputs)?;
     let mut times = Vec::with_capacity(iters);

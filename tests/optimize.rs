@@ -1,16 +1,16 @@
 //! `optimize()` end to end: semantics preserved on random graphs, the modeled cost never above
 //! the unfused input, and the cases where the cost model — not a fixed rule order — decides.
 
-use fusebox::attr::AttrValue;
 use fusebox::dag::Dag;
-use fusebox::dtype::DType;
 use fusebox::eval::{self, Tensors};
-use fusebox::graph::{self, Graph, GraphBuilder};
+use fusebox::graph::{self, Graph};
 use fusebox::optimize::{Optimized, Options, optimize};
 use fusebox::partition;
 use fusebox::rules::RuleSet;
-use fusebox::tensor::Tensor;
 use proptest::prelude::*;
+
+mod common;
+use common::random_graph::{self, assert_same};
 
 fn rules() -> RuleSet {
     RuleSet::defaults()
@@ -32,50 +32,6 @@ fn run(graph: &Graph, rules: &RuleSet) -> Optimized {
     optimize(graph, rules, &Options::default()).expect("optimize succeeds")
 }
 
-/// Relative tolerance for comparing two evaluations that may round differently: the optimized
-/// graph computes the same real function, but rewrites (a sum hoisted past a product) change
-/// where rounding happens. Scaled by the largest magnitude in the output, as reductions can
-/// cancel.
-fn tolerance(dtype: DType) -> f64 {
-    match dtype {
-        DType::F64 => 1e-9,
-        DType::F32 => 2e-5,
-        DType::F16 => 4e-3,
-        DType::BF16 => 3e-2,
-        _ => 0.0,
-    }
-}
-
-/// Asserts `a` and `b` hold the same values: same dtype and shape, NaN exactly where the other
-/// has NaN, infinities equal, finite values within the dtype's tolerance.
-fn assert_same(name: &str, a: &Tensor, b: &Tensor) -> Result<(), String> {
-    if a.dtype != b.dtype || a.shape() != b.shape() {
-        return Err(format!(
-            "{name}: {}{:?} vs {}{:?}",
-            a.dtype,
-            a.shape(),
-            b.dtype,
-            b.shape()
-        ));
-    }
-    let (va, vb) = (a.values(), b.values());
-    let scale = va
-        .iter()
-        .chain(&vb)
-        .filter(|v| v.is_finite())
-        .fold(0.0f64, |m, v| m.max(v.abs()));
-    let rtol = tolerance(a.dtype);
-    for (i, (x, y)) in va.iter().zip(&vb).enumerate() {
-        let same = (x.is_nan() && y.is_nan())
-            || x == y
-            || (x.is_finite() && y.is_finite() && (x - y).abs() <= rtol * (x.abs() + scale));
-        if !same {
-            return Err(format!("{name}[{i}]: {x} vs {y} ({})", a.dtype));
-        }
-    }
-    Ok(())
-}
-
 fn outputs_agree(before: &Graph, after: &Graph, seed: u64) -> Result<(), String> {
     let catalogue = rules().ops;
     let inputs: Tensors = eval::random_inputs(before, seed);
@@ -89,140 +45,14 @@ fn outputs_agree(before: &Graph, after: &Graph, seed: u64) -> Result<(), String>
 
 // ---------------------------------------------------------------- random graphs
 
-/// A recipe for one node, resolved against the values built so far.
-#[derive(Debug, Clone)]
-enum Step {
-    Unary(&'static str, usize),
-    Binary(&'static str, usize, usize),
-    Where(usize, usize, usize),
-    Cast(DType, usize),
-    Const(f64, DType),
-    BroadcastTo(usize, usize),
-    SumToSize(usize, usize),
-    Sum(usize, i64),
+/// The optimizer's random graphs: pointwise ops, where, casts, constants, broadcasts and
+/// reductions (layout ops are the lowering's business and covered there).
+fn step() -> BoxedStrategy<random_graph::Step> {
+    random_graph::step(false)
 }
 
-const UNARY: [&str; 10] = [
-    "neg", "exp", "tanh", "sigmoid", "relu", "abs", "sqrt", "log1p", "gelu", "silu",
-];
-const BINARY: [&str; 8] = ["add", "sub", "mul", "div", "max", "min", "pow", "matmul"];
-const DTYPES: [DType; 4] = [DType::F32, DType::F32, DType::F16, DType::BF16];
-
-fn shape_pool(n: usize, m: usize) -> Vec<Vec<usize>> {
-    vec![
-        vec![n, m],
-        vec![n, 1],
-        vec![1, m],
-        vec![m],
-        vec![],
-        vec![n, m],
-    ]
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    let v = 0usize..64;
-    prop_oneof![
-        3 => (0..UNARY.len(), v.clone()).prop_map(|(o, a)| Step::Unary(UNARY[o], a)),
-        4 => (0..BINARY.len(), v.clone(), v.clone()).prop_map(|(o, a, b)| Step::Binary(BINARY[o], a, b)),
-        1 => (v.clone(), v.clone(), v.clone()).prop_map(|(c, a, b)| Step::Where(c, a, b)),
-        1 => (0..DTYPES.len(), v.clone()).prop_map(|(d, a)| Step::Cast(DTYPES[d], a)),
-        1 => (prop_oneof![Just(0.0), Just(1.0), Just(-1.0), Just(2.0), Just(0.5), Just(-0.0)], 0..DTYPES.len())
-            .prop_map(|(c, d)| Step::Const(c, DTYPES[d])),
-        1 => (v.clone(), 0usize..6).prop_map(|(a, s)| Step::BroadcastTo(a, s)),
-        2 => (v.clone(), 0usize..6).prop_map(|(a, s)| Step::SumToSize(a, s)),
-        1 => (v.clone(), -1i64..=1).prop_map(|(a, axis)| Step::Sum(a, axis)),
-    ]
-}
-
-/// Builds a graph from the recipe, keeping only steps that type-check, so every generated graph
-/// is valid. Outputs: the last two values built.
-fn build(dims: (usize, usize), input_specs: &[(usize, usize)], steps: &[Step]) -> Option<Graph> {
-    let catalogue = rules().ops;
-    let shapes = shape_pool(dims.0, dims.1);
-    let mut b = GraphBuilder::new("random");
-    let mut values: Vec<String> = Vec::new();
-    for (i, &(d, s)) in input_specs.iter().enumerate() {
-        values.push(b.input(&format!("x{i}"), DTYPES[d], &shapes[s % shapes.len()]));
-    }
-    let pick = |values: &[String], i: usize| values[i % values.len()].clone();
-    for (k, step) in steps.iter().enumerate() {
-        let name = format!("v{k}");
-        let mut trial = b.clone();
-        match step {
-            Step::Unary(op, a) => {
-                trial.op(&name, op, &[&pick(&values, *a)]);
-            }
-            Step::Binary(op, a, c) => {
-                trial.op(&name, op, &[&pick(&values, *a), &pick(&values, *c)]);
-            }
-            Step::Where(c, a, d) => {
-                let cond = format!("{name}_c");
-                trial.op(&cond, "gt", &[&pick(&values, *c), &pick(&values, *a)]);
-                trial.op(
-                    &name,
-                    "where",
-                    &[&cond, &pick(&values, *a), &pick(&values, *d)],
-                );
-            }
-            Step::Cast(d, a) => {
-                trial.op_with(
-                    &name,
-                    "cast",
-                    &[&pick(&values, *a)],
-                    &[("dtype", (*d).into())],
-                );
-            }
-            Step::Const(c, d) => {
-                trial.constant(&name, *c, *d);
-            }
-            Step::BroadcastTo(a, s) => {
-                let shape: Vec<i64> = shapes[*s].iter().map(|&x| x as i64).collect();
-                trial.op_with(
-                    &name,
-                    "broadcast_to",
-                    &[&pick(&values, *a)],
-                    &[("shape", shape.into())],
-                );
-            }
-            Step::SumToSize(a, s) => {
-                let shape: Vec<i64> = shapes[*s].iter().map(|&x| x as i64).collect();
-                trial.op_with(
-                    &name,
-                    "sum_to_size",
-                    &[&pick(&values, *a)],
-                    &[("shape", shape.into())],
-                );
-            }
-            Step::Sum(a, axis) => {
-                trial.op_with(
-                    &name,
-                    "sum",
-                    &[&pick(&values, *a)],
-                    &[
-                        ("axes", AttrValue::Ints(vec![*axis])),
-                        ("keepdim", true.into()),
-                    ],
-                );
-            }
-        }
-        let candidate = trial.clone().finish(&[&name]);
-        if graph::check(&candidate, &catalogue).is_ok() {
-            b = trial;
-            values.push(name);
-        }
-    }
-    if values.len() <= input_specs.len() {
-        return None;
-    }
-    let n = values.len();
-    let outs: Vec<&str> = if n - input_specs.len() >= 2 {
-        vec![&values[n - 2], &values[n - 1]]
-    } else {
-        vec![&values[n - 1]]
-    };
-    let graph = b.finish(&outs);
-    graph::check(&graph, &catalogue).ok()?;
-    Some(graph)
+fn build(dims: (usize, usize), input_specs: &[(usize, usize)], steps: &[random_graph::Step]) -> Option<Graph> {
+    random_graph::build(&rules().ops, dims, input_specs, steps)
 }
 
 proptest! {

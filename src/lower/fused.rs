@@ -260,10 +260,8 @@ impl Builder<'_> {
             .map(|d| {
                 if reduced[d] {
                     Axis::Broadcast
-                } else if d + 1 == rank && strides[d] == 1 {
-                    Axis::Unit
                 } else {
-                    Axis::Strided
+                    super::view::moving_axis(d, rank, strides[d])
                 }
             })
             .collect();

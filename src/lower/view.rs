@@ -20,6 +20,16 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<i64> {
     strides
 }
 
+/// How a view that is not broadcast along axis `d` of `rank` moves: unit stride on the
+/// innermost axis when its stride is 1, strided otherwise.
+pub fn moving_axis(d: usize, rank: usize, stride: i64) -> Axis {
+    if d + 1 == rank && stride == 1 {
+        Axis::Unit
+    } else {
+        Axis::Strided
+    }
+}
+
 /// The pattern of a view with `strides` over a domain of `sizes`: stride 0 or a size-1 axis
 /// is a broadcast, the innermost axis with stride 1 is unit-stride, anything else strided.
 /// Strides on broadcast axes are forced to 0 so run-time arguments match the pattern.
@@ -30,10 +40,8 @@ pub fn classify(dtype: DType, sizes: &[usize], strides: &mut [i64]) -> View {
             if sizes[d] == 1 || strides[d] == 0 {
                 strides[d] = 0;
                 Axis::Broadcast
-            } else if d + 1 == rank && strides[d] == 1 {
-                Axis::Unit
             } else {
-                Axis::Strided
+                moving_axis(d, rank, strides[d])
             }
         })
         .collect();

@@ -55,11 +55,11 @@ pub fn shape_pool(n: usize, m: usize) -> Vec<Vec<usize>> {
     ]
 }
 
-/// One step, weighted toward pointwise ops.
-pub fn step(layout: bool) -> impl Strategy<Value = Step> {
+/// One step, weighted toward pointwise ops; with `layout`, transposes, slices, concats and
+/// reshapes too.
+pub fn step(layout: bool) -> BoxedStrategy<Step> {
     let v = 0usize..64;
-    let layout_weight = if layout { 1 } else { 0 };
-    prop_oneof![
+    let base = prop_oneof![
         3 => (0..UNARY.len(), v.clone()).prop_map(|(o, a)| Step::Unary(UNARY[o], a)),
         4 => (0..BINARY.len(), v.clone(), v.clone()).prop_map(|(o, a, b)| Step::Binary(BINARY[o], a, b)),
         1 => (0..COMPARE.len(), v.clone(), v.clone()).prop_map(|(o, a, b)| Step::Compare(COMPARE[o], a, b)),
@@ -70,11 +70,18 @@ pub fn step(layout: bool) -> impl Strategy<Value = Step> {
         1 => (v.clone(), 0usize..6).prop_map(|(a, s)| Step::BroadcastTo(a, s)),
         2 => (v.clone(), 0usize..6).prop_map(|(a, s)| Step::SumToSize(a, s)),
         2 => (0..REDUCE.len(), v.clone(), -1i64..=1).prop_map(|(o, a, axis)| Step::Reduce(REDUCE[o], a, axis)),
-        layout_weight => v.clone().prop_map(Step::Transpose),
-        layout_weight => (v.clone(), 0i64..2).prop_map(|(a, s)| Step::Slice(a, s)),
-        layout_weight => (v.clone(), v.clone(), -1i64..=0).prop_map(|(a, b, axis)| Step::Concat(a, b, axis)),
-        layout_weight => v.clone().prop_map(Step::Reshape),
+    ];
+    if !layout {
+        return base.boxed();
+    }
+    prop_oneof![
+        16 => base,
+        1 => v.clone().prop_map(Step::Transpose),
+        1 => (v.clone(), 0i64..2).prop_map(|(a, s)| Step::Slice(a, s)),
+        1 => (v.clone(), v.clone(), -1i64..=0).prop_map(|(a, b, axis)| Step::Concat(a, b, axis)),
+        1 => v.clone().prop_map(Step::Reshape),
     ]
+    .boxed()
 }
 
 /// Builds a graph from the recipe, keeping only steps that type-check. Outputs: the last two
