@@ -52,9 +52,15 @@ pub enum Command {
         /// dtypes. The reference backend evaluates the cast-inserted graph unfused.
         #[arg(long, value_name = "POLICY")]
         amp: Option<String>,
-        /// CPU backend: one kernel per op, no rewrites (the unfused baseline).
+        /// Compiled backends: one kernel per op, no rewrites (the unfused baseline).
         #[arg(long)]
         no_fusion: bool,
+        /// CUDA backend: the GPU to run on.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// CUDA backend: reductions without float atomics (bitwise reproducible).
+        #[arg(long)]
+        deterministic: bool,
     },
     /// Compile a graph and time it on random inputs: median time per run (compilation and
     /// file I/O excluded), bytes moved and GB/s.
@@ -77,6 +83,15 @@ pub enum Command {
         json: bool,
         #[arg(long)]
         rules: Option<PathBuf>,
+        /// CUDA backend: capture a run into a CUDA graph and time its replays.
+        #[arg(long)]
+        cuda_graph: bool,
+        /// CUDA backend: the GPU to run on.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// CUDA backend: reductions without float atomics (bitwise reproducible).
+        #[arg(long)]
+        deterministic: bool,
     },
     /// Optimize a graph: saturate with the rewrite rules, extract the cheapest form under the
     /// fusion-aware cost model, and report the fused kernels.
@@ -101,8 +116,8 @@ pub enum Command {
         /// cast-inserted graph; outputs keep their dtypes.
         #[arg(long, value_name = "POLICY")]
         amp: Option<String>,
-        /// Write the optimized graph (ron), a drawing of its kernels (dot) or their C source
-        /// (c) to --out.
+        /// Write the optimized graph (ron), a drawing of its kernels (dot), their C source (c)
+        /// or their CUDA source (cuda) to --out.
         #[arg(long, value_enum, requires = "out")]
         emit: Option<Emit>,
         #[arg(long, value_name = "FILE", requires = "emit")]
@@ -141,6 +156,9 @@ pub enum Emit {
     Dot,
     /// The C source of the CPU kernels, one translation unit.
     C,
+    /// The CUDA source of the GPU kernels: one self-contained .cu file (headers, prelude,
+    /// every kernel's entry points) that NVRTC or nvcc compiles as it is.
+    Cuda,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,6 +167,9 @@ pub enum Backend {
     Reference,
     /// Generated C kernels, compiled with the system C compiler and cached on disk.
     Cpu,
+    /// Generated CUDA kernels compiled with NVRTC (and cuBLAS for matmul), run on an NVIDIA
+    /// GPU; needs the CUDA driver.
+    Cuda,
 }
 
 /// Runs a parsed command and returns what it prints on success.
@@ -169,7 +190,19 @@ pub fn run(cli: Cli) -> Result<String> {
             rules,
             amp,
             no_fusion,
+            device,
+            deterministic,
         } => {
+            let cuda = crate::backend::cuda::runtime::CudaOptions {
+                device,
+                deterministic,
+                cuda_graph: false,
+            };
+            if backend != Backend::Cuda && cuda != Default::default() {
+                return Err(usage(
+                    "--device and --deterministic apply to --backend cuda",
+                ));
+            }
             let rules = RuleSet::load(rules.as_deref())?;
             let (graph, _) = graph::file::load(&graph, &rules.ops)?;
             let values = gather_inputs(&graph, &inputs, random_inputs, seed)?;
@@ -201,6 +234,20 @@ pub fn run(cli: Cli) -> Result<String> {
                     text += &write_outputs(&graph, &outputs, &out)?;
                     Ok(text)
                 }
+                Backend::Cuda => {
+                    let options = cuda_run_options(amp, no_fusion);
+                    let mut prepared =
+                        crate::runner::prepare_cuda(&graph, &rules, &options, &cuda)?;
+                    let outputs = prepared.executable.run_tensors(&values)?;
+                    let mut text = format!(
+                        "{} on cuda ({}): {}\n",
+                        graph.name,
+                        prepared.executable.device().info(),
+                        count(prepared.partition.kernels.len(), "kernel")
+                    );
+                    text += &write_outputs(&graph, &outputs, &out)?;
+                    Ok(text)
+                }
             }
         }
         Command::Bench {
@@ -212,23 +259,44 @@ pub fn run(cli: Cli) -> Result<String> {
             seed,
             json,
             rules,
+            cuda_graph,
+            device,
+            deterministic,
         } => {
-            if backend != Backend::Cpu {
-                return Err(usage("bench needs a compiled backend: --backend cpu"));
+            if backend == Backend::Reference {
+                return Err(usage(
+                    "bench needs a compiled backend: --backend cpu or --backend cuda",
+                ));
+            }
+            let cuda = crate::backend::cuda::runtime::CudaOptions {
+                device,
+                cuda_graph,
+                deterministic,
+            };
+            if backend != Backend::Cuda && cuda != Default::default() {
+                return Err(usage(
+                    "--cuda-graph, --device and --deterministic apply to --backend cuda",
+                ));
             }
             let rules = RuleSet::load(rules.as_deref())?;
             let (graph, _) = graph::file::load(&graph, &rules.ops)?;
-            let options = run_options(amp, no_fusion);
-            let compiler = Compiler::new(CompilerConfig::from_env());
-            let mut prepared = crate::runner::prepare(&graph, &rules, &options, &compiler)?;
-            let report = crate::runner::bench(&mut prepared, &graph, &options, iters, seed)?;
+            let report = if backend == Backend::Cuda {
+                let options = cuda_run_options(amp, no_fusion);
+                let mut prepared = crate::runner::prepare_cuda(&graph, &rules, &options, &cuda)?;
+                crate::runner::bench_cuda(&mut prepared, &graph, &options, iters, seed)?
+            } else {
+                let options = run_options(amp, no_fusion);
+                let compiler = Compiler::new(CompilerConfig::from_env());
+                let mut prepared = crate::runner::prepare(&graph, &rules, &options, &compiler)?;
+                crate::runner::bench(&mut prepared, &graph, &options, iters, seed)?
+            };
             Ok(if json {
                 let mut text = serde_json::to_string_pretty(&report)
                     .map_err(|e| Error::new(Site::default(), ErrorKind::Eval(e.to_string())))?;
                 text.push('\n');
                 text
             } else {
-                format!(
+                let mut text = format!(
                     "{}: {} ({}), {} moved per run\nmedian {:.3} ms over {} runs (min {:.3} ms): {:.1} GB/s\n",
                     report.graph,
                     count(report.kernels, "kernel"),
@@ -238,7 +306,22 @@ pub fn run(cli: Cli) -> Result<String> {
                     report.iters,
                     report.min_ms,
                     report.gbps
-                )
+                );
+                if let (Some(device), Some(launches), Some(copy)) =
+                    (&report.device, report.launches, report.copy_gbps)
+                {
+                    let _ = writeln!(
+                        text,
+                        "on {device}: {} per run{}; a device copy of the same bytes: {copy:.1} GB/s",
+                        count(launches, "device operation"),
+                        if report.cuda_graph == Some(true) {
+                            ", replayed from a CUDA graph"
+                        } else {
+                            ""
+                        },
+                    );
+                }
+                text
             })
         }
         Command::Optimize {
@@ -269,6 +352,10 @@ pub fn run(cli: Cli) -> Result<String> {
                     Emit::C => {
                         let program = crate::lower::lower(&optimized.dag, &optimized.partition)?;
                         crate::exec::module_source(&program).0
+                    }
+                    Emit::Cuda => {
+                        let program = crate::lower::lower(&optimized.dag, &optimized.partition)?;
+                        cuda_source(&program)
                     }
                 };
                 write_file(path, &text)?;
@@ -307,6 +394,14 @@ pub fn run(cli: Cli) -> Result<String> {
 
 fn usage(message: &str) -> Error {
     Error::new(Site::default(), ErrorKind::Input(message.to_string()))
+}
+
+/// Run options for the GPU: optimized for the GPU's cost profile.
+fn cuda_run_options(amp: Option<String>, no_fusion: bool) -> crate::runner::RunOptions {
+    crate::runner::RunOptions {
+        profile: crate::runner::CUDA_PROFILE.into(),
+        ..run_options(amp, no_fusion)
+    }
 }
 
 fn run_options(amp: Option<String>, no_fusion: bool) -> crate::runner::RunOptions {
@@ -506,20 +601,30 @@ fn list_ops(rules: &RuleSet) -> String {
     table(&rows)
 }
 
+/// The version, the rules, and where the CUDA libraries were found (or what is missing and
+/// how to get it); the probes load libraries but never touch a GPU.
 fn info() -> String {
     let rules = RuleSet::defaults();
-    // cudarc panics when asked for a library it cannot load, so presence is probed first.
-    // SAFETY: the probes only try to dlopen the libraries and drop the handle; they touch no
-    // CUDA state.
-    let driver = unsafe { cudarc::driver::sys::is_culib_present() };
-    let nvrtc = unsafe { cudarc::nvrtc::sys::is_culib_present() };
     format!(
-        "fusebox {}\nembedded rules: {} ops\nCUDA driver library: {}\nNVRTC library: {}\n",
+        "fusebox {}\nembedded rules: {} ops\n{}",
         env!("CARGO_PKG_VERSION"),
         rules.ops.len(),
-        if driver { "found" } else { "not found" },
-        if nvrtc { "found" } else { "not found" },
+        crate::backend::cuda::libs::describe()
     )
+}
+
+/// The CUDA translation unit of `program`'s kernels, each once (default emit options: what
+/// the runtime compiles).
+fn cuda_source(program: &crate::lower::Program) -> String {
+    use crate::backend::cuda::emit::{EmitOptions, emit_module, kernel_name};
+    let mut seen = std::collections::HashSet::new();
+    let kernels: Vec<(String, &crate::lower::KernelIr)> = program
+        .kernels
+        .iter()
+        .map(|ir| (kernel_name(ir), ir))
+        .filter(|(name, _)| seen.insert(name.clone()))
+        .collect();
+    emit_module(&kernels, &EmitOptions::default())
 }
 
 /// `fusebox check-rules`: the report goes to stdout whatever the outcome, so a person (or a

@@ -5,8 +5,12 @@
 //! kernel per op: the fair unfused baseline through the same code generator), lowers, and
 //! compiles. [`bench`] then runs the compiled program on seeded random inputs and reports the
 //! median wall time per run, which excludes compilation and file I/O.
+//!
+//! [`prepare_cuda`] and [`bench_cuda`] do the same for the GPU: the same optimized and lowered
+//! program, run by [`crate::backend::cuda::runtime`], timed with CUDA events.
 
 use crate::backend::cpu::compiler::{CompileStats, Compiler};
+use crate::backend::cuda::runtime::{CudaExecutable, CudaOptions, Device, ModuleStats};
 use crate::dag::Dag;
 use crate::error::Result;
 use crate::exec::CpuExecutable;
@@ -60,21 +64,25 @@ impl Prepared {
     /// Seeded random inputs for `graph` (the reference evaluator's `random_input`), in the
     /// order the program takes them.
     pub fn random_inputs(&self, graph: &Graph, seed: u64) -> Vec<Buffer> {
-        self.executable
-            .program()
-            .dag
-            .inputs
-            .iter()
-            .map(|input| {
-                let index = graph
-                    .inputs
-                    .iter()
-                    .position(|i| i.name == input.name)
-                    .expect("the program keeps the graph's inputs");
-                Buffer::from_tensor(&crate::eval::random_input(graph, index, seed))
-            })
-            .collect()
+        program_inputs(self.executable.program(), graph, seed)
     }
+}
+
+/// Seeded random inputs for `graph` in the order `program` takes them.
+fn program_inputs(program: &lower::Program, graph: &Graph, seed: u64) -> Vec<Buffer> {
+    program
+        .dag
+        .inputs
+        .iter()
+        .map(|input| {
+            let index = graph
+                .inputs
+                .iter()
+                .position(|i| i.name == input.name)
+                .expect("the program keeps the graph's inputs");
+            Buffer::from_tensor(&crate::eval::random_input(graph, index, seed))
+        })
+        .collect()
 }
 
 /// Optimizes (or not), lowers and compiles `graph`.
@@ -107,7 +115,7 @@ pub fn prepare(
 /// Applies AMP, optimizes (or, without fusion, partitions one kernel per op) and lowers:
 /// the part of [`prepare`] every backend shares. Returns the program, its partition and the
 /// milliseconds spent optimizing (0 without fusion).
-fn lower_graph(
+pub fn lower_graph(
     graph: &Graph,
     rules: &RuleSet,
     options: &RunOptions,
@@ -162,8 +170,23 @@ pub struct BenchReport {
     pub min_ms: f64,
     /// `bytes` over the median time.
     pub gbps: f64,
-    /// Threads the kernels may use (OpenMP's default, or OMP_NUM_THREADS).
-    pub threads: usize,
+    /// Threads the kernels may use (OpenMP's default, or OMP_NUM_THREADS); CPU only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
+    /// The GPU, for the cuda backend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// Whether runs were replayed from a captured CUDA graph (cuda backend).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda_graph: Option<bool>,
+    /// Device operations queued per run: kernel launches (a reduction may take several),
+    /// cuBLAS calls, fills and copies (cuda backend).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launches: Option<usize>,
+    /// GB/s of a device-to-device copy moving the same bytes, timed the same way in the same
+    /// process: what `gbps` would be at copy speed (cuda backend).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copy_gbps: Option<f64>,
     pub optimize_ms: f64,
     pub compile_ms: f64,
     /// Intermediate buffer bytes with reuse by liveness, and without.
@@ -204,7 +227,133 @@ pub fn bench(
         median_ms,
         min_ms: times[0],
         gbps: bytes as f64 / (median_ms * 1e6),
-        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        threads: Some(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        device: None,
+        cuda_graph: None,
+        launches: None,
+        copy_gbps: None,
+        optimize_ms: prepared.optimize_ms,
+        compile_ms: prepared.compile_ms,
+        scratch_bytes: exe.memory_plan().total_bytes(),
+        scratch_bytes_unshared: exe.memory_plan().unshared_bytes,
+    })
+}
+
+/// The cost profile a GPU run is optimized for.
+pub const CUDA_PROFILE: &str = "h200";
+
+/// A graph compiled for a GPU.
+pub struct CudaPrepared {
+    pub executable: CudaExecutable,
+    /// The partition the program runs.
+    pub partition: Partition,
+    /// Milliseconds spent optimizing (0 without fusion), and compiling and loading the module
+    /// (little on a cache hit).
+    pub optimize_ms: f64,
+    pub compile_ms: f64,
+    /// What NVRTC and the module cache did for this program.
+    pub compile: ModuleStats,
+}
+
+/// Optimizes (or not), lowers, compiles with NVRTC and loads `graph` on the GPU `cuda` names.
+/// The device is opened first, so a machine without CUDA fails at once, before optimizing.
+pub fn prepare_cuda(
+    graph: &Graph,
+    rules: &RuleSet,
+    options: &RunOptions,
+    cuda: &CudaOptions,
+) -> Result<CudaPrepared> {
+    Device::get(cuda.device)?;
+    let (program, partition, optimize_ms) = lower_graph(graph, rules, options)?;
+    let start = Instant::now();
+    let executable = CudaExecutable::new(program, cuda)?;
+    let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+    let compile = executable.module_stats();
+    Ok(CudaPrepared {
+        executable,
+        partition,
+        optimize_ms,
+        compile_ms,
+        compile,
+    })
+}
+
+/// Runs before timing: the first run pays for loading (and, with CUDA graphs, capturing);
+/// a few more let clocks and caches settle.
+const CUDA_WARMUP_RUNS: usize = 3;
+
+/// The median and the minimum of per-run times (milliseconds), timed on the device with
+/// events between back-to-back runs: `iters` runs are queued without a host wait, an event
+/// recorded after each, and each time is the gap between consecutive events. When queueing
+/// is slower than the GPU, the gaps show the queueing: that is what a run costs.
+fn time_device(
+    device: &Device,
+    iters: usize,
+    mut run: impl FnMut() -> Result<()>,
+) -> Result<Vec<f64>> {
+    let iters = iters.max(1);
+    let events = (0..=iters)
+        .map(|_| device.event())
+        .collect::<Result<Vec<_>>>()?;
+    events[0].record(device)?;
+    for event in &events[1..] {
+        run()?;
+        event.record(device)?;
+    }
+    device.synchronize()?;
+    let mut times = events
+        .windows(2)
+        .map(|w| w[0].elapsed_ms(&w[1]))
+        .collect::<Result<Vec<_>>>()?;
+    times.sort_by(f64::total_cmp);
+    Ok(times)
+}
+
+/// Runs `prepared` `iters` times on the GPU (after warm-up runs) on seeded random inputs
+/// that stay on the device, and reports the median device time per run, with the bandwidth of
+/// a device-to-device copy of the same bytes measured alongside.
+pub fn bench_cuda(
+    prepared: &mut CudaPrepared,
+    graph: &Graph,
+    options: &RunOptions,
+    iters: usize,
+    seed: u64,
+) -> Result<BenchReport> {
+    let exe = &mut prepared.executable;
+    let device = exe.device().clone();
+    let inputs = exe.upload_inputs(&program_inputs(exe.program(), graph, seed))?;
+    let mut outputs = exe.output_buffers()?;
+    for _ in 0..CUDA_WARMUP_RUNS {
+        exe.run_device(&inputs, &mut outputs)?;
+    }
+    device.synchronize()?;
+    let times = time_device(&device, iters, || exe.run_device(&inputs, &mut outputs))?;
+    let median_ms = times[times.len() / 2];
+    let bytes = prepared.partition.cost.bytes;
+    // A copy moving `bytes`: half read, half written.
+    let half = (bytes / 2).max(1) as usize;
+    let (src, dst) = (
+        crate::backend::cuda::runtime::DeviceBuffer::raw(&device, half)?,
+        crate::backend::cuda::runtime::DeviceBuffer::raw(&device, half)?,
+    );
+    let copy = time_device(&device, iters, || device.copy_buffer(&dst, &src))?;
+    let copy_ms = copy[copy.len() / 2];
+    Ok(BenchReport {
+        graph: graph.name.clone(),
+        backend: "cuda",
+        fusion: options.fusion,
+        amp: options.amp.clone(),
+        kernels: prepared.partition.kernels.len(),
+        bytes,
+        iters: times.len(),
+        median_ms,
+        min_ms: times[0],
+        gbps: bytes as f64 / (median_ms * 1e6),
+        threads: None,
+        device: Some(device.info().to_string()),
+        cuda_graph: Some(exe.options().cuda_graph),
+        launches: Some(exe.launches_per_run()),
+        copy_gbps: Some((2 * half) as f64 / (copy_ms * 1e6)),
         optimize_ms: prepared.optimize_ms,
         compile_ms: prepared.compile_ms,
         scratch_bytes: exe.memory_plan().total_bytes(),

@@ -51,7 +51,11 @@ fn step() -> BoxedStrategy<random_graph::Step> {
     random_graph::step(false)
 }
 
-fn build(dims: (usize, usize), input_specs: &[(usize, usize)], steps: &[random_graph::Step]) -> Option<Graph> {
+fn build(
+    dims: (usize, usize),
+    input_specs: &[(usize, usize)],
+    steps: &[random_graph::Step],
+) -> Option<Graph> {
     random_graph::build(&rules().ops, dims, input_specs, steps)
 }
 

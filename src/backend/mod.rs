@@ -1,5 +1,8 @@
 //! Backends: turning kernel IR into code that runs, and running it.
 //!
-//! [`cpu`] emits C, compiles it with the system C compiler and loads the result.
+//! [`cpu`] emits C, compiles it with the system C compiler and loads the result. Both
+//! compilers keep what they build in [`cache`], a content-addressed store on disk.
 
+pub mod cache;
 pub mod cpu;
+pub mod cuda;

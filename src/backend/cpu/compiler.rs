@@ -6,40 +6,26 @@
 //!
 //! # The disk cache
 //!
-//! An entry is content-addressed by its key (see [`Compiler::key`]): the hex SHA-256 of the
-//! source, the compiler's identity and the flags. Everything that can change the machine code
-//! is in the key, so an entry never goes stale and is never rewritten with other contents;
-//! changing the source, the compiler or a flag simply names another entry. In `cache_dir`:
-//!
-//! - `<key>.so`: the library;
-//! - `<key>.sha256`: the hex SHA-256 of the library's bytes;
-//! - `<key>.c`: the source it was compiled from, kept so that a user can read exactly what ran
-//!   (and find it when a compile fails).
-//!
-//! Several threads or processes may build the same entry at once, and a process may die half
-//! way through writing one, so a reader must never see a half-written library. A writer
-//! therefore compiles in a private temporary directory inside `cache_dir` (same file system,
-//! so renames are atomic), writes the digest there, and then renames the source, the digest
-//! and finally the library into place. Readers only ever look at `<key>.so`: once it exists,
-//! its digest already does. Before loading, a reader hashes the library and compares it with
-//! the digest; a mismatch, a missing digest or a library the dynamic loader rejects means the
-//! entry was damaged (a crash from an older layout, a full disk, a user's stray edit) and it is
-//! rebuilt, counted in [`CompileStats::rebuilt_corrupt`]. A damaged entry is replaced by
-//! renaming a fresh build over it, never unlinked first, so a reader cannot delete the valid
-//! copy a concurrent writer has just renamed in.
+//! Entries live in [`crate::backend::cache`]'s content-addressed store, keyed by
+//! [`Compiler::key`]: the hex SHA-256 of the source, the compiler's identity and the flags. In
+//! `cache_dir`, `<key>.so` is the library, `<key>.sha256` its digest and `<key>.c` the source
+//! it was compiled from. That module explains why concurrent writers and crashed ones never
+//! leave a half-written library where a reader would load it; a library the dynamic loader
+//! rejects counts as damaged and is rebuilt, like one whose digest does not match.
 //!
 //! Compiler output must be byte-for-byte reproducible for concurrent writers to agree on the
-//! digest: the compiler runs inside the temporary directory on the relative name `<key>.c`,
-//! so no temporary path ends up in the library (GCC records the input name in its symbol
-//! table).
+//! digest: the compiler runs inside the temporary build directory on the relative name
+//! `<key>.c`, so no temporary path ends up in the library (GCC records the input name in its
+//! symbol table).
 //!
 //! The dynamic loader keeps a library loaded under its path, and a later `dlopen` of the
 //! same path returns the library already loaded rather than reading the file again. That is
 //! sound here only because entries are content-addressed and never change once renamed in.
 
-use crate::error::{Error, ErrorKind, Result, Site};
+pub use crate::backend::cache::CompileStats;
+use crate::backend::cache::{KernelCache, Staging, backend, env_nonempty, hex, user_cache_dir};
+use crate::error::{Error, Result};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::fmt;
 use std::fs;
@@ -47,9 +33,7 @@ use std::io;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, OnceLock};
 
 /// The C ABI of every generated kernel (see [`crate::lower::ir::Launch`]): `sizes[rank]`, then
 /// per argument `rank` strides, one offset and one pointer.
@@ -133,34 +117,11 @@ impl Default for CompilerConfig {
     }
 }
 
-fn env_nonempty(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 fn default_cache_dir() -> PathBuf {
-    if let Some(dir) = env_nonempty("FUSEBOX_CACHE_DIR") {
-        return PathBuf::from(dir);
+    match env_nonempty("FUSEBOX_CACHE_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => user_cache_dir("cpu"),
     }
-    let base = env_nonempty("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| env_nonempty("HOME").map(|home| Path::new(&home).join(".cache")));
-    match base {
-        Some(base) => base.join("fusebox").join("cpu"),
-        None => std::env::temp_dir().join("fusebox-cache").join("cpu"),
-    }
-}
-
-/// What a [`Compiler`] has done since it was created.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CompileStats {
-    /// Times the C compiler ran successfully (rebuilds of damaged entries included).
-    pub compiled: usize,
-    /// Libraries loaded from a valid disk cache entry.
-    pub disk_hits: usize,
-    /// Requests answered from this compiler's memory.
-    pub memory_hits: usize,
-    /// Damaged disk entries (digest mismatch or missing, or rejected by the loader) rebuilt.
-    pub rebuilt_corrupt: usize,
 }
 
 /// A loaded kernel library.
@@ -238,10 +199,6 @@ fn is_c_identifier(name: &str) -> bool {
     chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
-/// One in-memory cache slot. Each key has its own lock so that one thread compiles a given
-/// source while others wait for it, and distinct sources still compile in parallel.
-type Slot = Arc<Mutex<Option<Arc<Module>>>>;
-
 /// Compiles C sources into loaded libraries, through a memory cache and a disk cache.
 ///
 /// `Compiler` is `Send + Sync`: share one through an `Arc` so that every thread benefits from
@@ -253,8 +210,7 @@ pub struct Compiler {
     version: OnceLock<Result<String>>,
     /// What `-march=native` resolves to, as far as the key needs to know.
     host: OnceLock<String>,
-    memory: Mutex<HashMap<String, Slot>>,
-    stats: Mutex<CompileStats>,
+    cache: KernelCache<Module>,
 }
 
 impl fmt::Debug for Compiler {
@@ -266,19 +222,14 @@ impl fmt::Debug for Compiler {
     }
 }
 
-/// Distinguishes temporary directories of one process; with the pid and the clock it makes
-/// their names unique across processes too.
-static TEMP_COUNTER: AtomicUsize = AtomicUsize::new(0);
-
 impl Compiler {
     /// A compiler with empty memory cache. Nothing runs until the first compile.
     pub fn new(config: CompilerConfig) -> Compiler {
         Compiler {
+            cache: KernelCache::new(config.cache_dir.clone(), "so", "c"),
             config,
             version: OnceLock::new(),
             host: OnceLock::new(),
-            memory: Mutex::new(HashMap::new()),
-            stats: Mutex::new(CompileStats::default()),
         }
     }
 
@@ -288,7 +239,7 @@ impl Compiler {
 
     /// Counters since creation.
     pub fn stats(&self) -> CompileStats {
-        *lock(&self.stats)
+        self.cache.stats()
     }
 
     /// The compiler's identity used in the cache key: the first line of `cc --version`, which
@@ -331,161 +282,55 @@ impl Compiler {
     /// Compiled and loaded library for `source`: from this compiler's memory cache, else from
     /// the disk cache, else by running the compiler.
     ///
-    /// Errors are [`ErrorKind::Backend`]: a compiler that cannot be run, a cache directory
-    /// that cannot be written, or a failed compile, whose message carries the compiler's
-    /// diagnostics (the first lines) and the path of the kept source file.
+    /// Errors are [`ErrorKind::Backend`](crate::ErrorKind::Backend): a compiler that cannot
+    /// be run, a cache directory that cannot be written, or a failed compile, whose message
+    /// carries the compiler's diagnostics (the first lines) and the path of the kept source.
     pub fn compile(&self, source: &str) -> Result<Arc<Module>> {
         let key = self.key(source)?;
-        let slot = lock(&self.memory).entry(key.clone()).or_default().clone();
-        let mut loaded = lock(&slot);
-        if let Some(module) = loaded.as_ref() {
-            lock(&self.stats).memory_hits += 1;
-            return Ok(module.clone());
-        }
-        let module = Arc::new(self.load_or_build(&key, source)?);
-        *loaded = Some(module.clone());
-        Ok(module)
-    }
-
-    fn load_or_build(&self, key: &str, source: &str) -> Result<Module> {
-        let dir = &self.config.cache_dir;
-        let so = dir.join(format!("{key}.so"));
-        let damaged = match load_cached(key, &so) {
-            Cached::Valid(module) => {
-                lock(&self.stats).disk_hits += 1;
-                // The source is documentation only; restore it if someone removed it.
-                let c = dir.join(format!("{key}.c"));
-                if !c.exists() {
-                    let _ = write_atomically(dir, &c, source.as_bytes());
-                }
-                return Ok(module);
-            }
-            Cached::Missing => false,
-            Cached::Damaged => true,
+        let load = |path: &Path, _bytes: Vec<u8>| {
+            open_library(path)
+                .map(|library| Module {
+                    key: key.clone(),
+                    path: path.to_path_buf(),
+                    library: ManuallyDrop::new(library),
+                })
+                .map_err(|e| e.to_string())
         };
-        let module = self.build(key, source)?;
-        let mut stats = lock(&self.stats);
-        stats.compiled += 1;
-        if damaged {
-            stats.rebuilt_corrupt += 1;
-        }
-        Ok(module)
+        self.cache
+            .get_or_build(&key, source, &load, |staging| self.build(staging))
     }
 
-    /// Runs the compiler in a fresh temporary directory and publishes the entry (see the
-    /// module docs for the order of renames and why).
-    fn build(&self, key: &str, source: &str) -> Result<Module> {
-        let dir = &self.config.cache_dir;
-        fs::create_dir_all(dir).map_err(|e| {
-            backend(format!(
-                "cannot create the kernel cache directory {}: {e} (set FUSEBOX_CACHE_DIR to a writable directory)",
-                dir.display()
-            ))
-        })?;
-        let temp = TempDir::create(dir)?;
-        let c_name = format!("{key}.c");
-        let so_name = format!("{key}.so");
-        let digest_name = format!("{key}.sha256");
-        let kept_source = dir.join(&c_name);
-
-        fs::write(temp.0.join(&c_name), source)
-            .map_err(|e| io_error("cannot write kernel source", &temp.0.join(&c_name), e))?;
+    /// Runs the compiler inside the staging directory on the staged source.
+    fn build(&self, staging: &Staging) -> Result<()> {
         let output = Command::new(&self.config.cc)
             .args(&self.config.flags)
-            .arg(&c_name)
+            .arg(staging.source_name())
             .arg("-o")
-            .arg(&so_name)
+            .arg(staging.artifact_name())
             .args(LINK_LIBS)
-            .current_dir(&temp.0)
+            .current_dir(staging.path())
             .output()
             .map_err(|e| cannot_run(&self.config.cc, &e))?;
-        if !output.status.success() {
-            // Keep the source where the message says it is, even though nothing was built.
-            let kept = fs::rename(temp.0.join(&c_name), &kept_source).is_ok();
-            let status = match output.status.code() {
-                Some(code) => format!("exit status {code}"),
-                None => "killed by a signal".to_string(),
-            };
-            let mut diagnostics = String::from_utf8_lossy(&output.stderr).into_owned();
-            if diagnostics.trim().is_empty() {
-                diagnostics = String::from_utf8_lossy(&output.stdout).into_owned();
-            }
-            return Err(backend(format!(
-                "C compiler `{}` failed ({status}) on {}{}:\n{}",
-                self.config.cc,
-                kept_source.display(),
-                if kept { "" } else { " (could not be kept)" },
-                trim_diagnostics(&diagnostics)
-            )));
+        if output.status.success() {
+            return Ok(());
         }
-
-        let built = temp.0.join(&so_name);
-        let bytes = fs::read(&built).map_err(|e| {
-            io_error(
-                "the C compiler reported success but its output cannot be read",
-                &built,
-                e,
-            )
-        })?;
-        fs::write(temp.0.join(&digest_name), hex(&Sha256::digest(&bytes)))
-            .map_err(|e| io_error("cannot write digest", &temp.0.join(&digest_name), e))?;
-        // Source, then digest, then library: whoever sees `<key>.so` finds its digest too.
-        for name in [&c_name, &digest_name, &so_name] {
-            let (from, to) = (temp.0.join(name), dir.join(name));
-            fs::rename(&from, &to).map_err(|e| {
-                backend(format!(
-                    "cannot move {} to {}: {e}",
-                    from.display(),
-                    to.display()
-                ))
-            })?;
+        // Keep the source where the message says it is, even though nothing was built.
+        let (kept_source, kept) = staging.keep_source();
+        let status = match output.status.code() {
+            Some(code) => format!("exit status {code}"),
+            None => "killed by a signal".to_string(),
+        };
+        let mut diagnostics = String::from_utf8_lossy(&output.stderr).into_owned();
+        if diagnostics.trim().is_empty() {
+            diagnostics = String::from_utf8_lossy(&output.stdout).into_owned();
         }
-        let so = dir.join(&so_name);
-        let library = open_library(&so).map_err(|e| {
-            backend(format!(
-                "the freshly compiled {} cannot be loaded: {e} (source: {})",
-                so.display(),
-                kept_source.display()
-            ))
-        })?;
-        Ok(Module {
-            key: key.to_string(),
-            path: so,
-            library: ManuallyDrop::new(library),
-        })
-    }
-}
-
-/// What the disk cache holds for one key.
-enum Cached {
-    Valid(Module),
-    Missing,
-    Damaged,
-}
-
-/// Loads `<key>.so` if it is present, matches its digest and is accepted by the loader.
-fn load_cached(key: &str, so: &Path) -> Cached {
-    let bytes = match fs::read(so) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Cached::Missing,
-        Err(_) => return Cached::Damaged,
-    };
-    let Ok(recorded) = fs::read_to_string(so.with_extension("sha256")) else {
-        return Cached::Damaged;
-    };
-    if !recorded
-        .trim()
-        .eq_ignore_ascii_case(&hex(&Sha256::digest(&bytes)))
-    {
-        return Cached::Damaged;
-    }
-    match open_library(so) {
-        Ok(library) => Cached::Valid(Module {
-            key: key.to_string(),
-            path: so.to_path_buf(),
-            library: ManuallyDrop::new(library),
-        }),
-        Err(_) => Cached::Damaged,
+        Err(backend(format!(
+            "C compiler `{}` failed ({status}) on {}{}:\n{}",
+            self.config.cc,
+            kept_source.display(),
+            if kept { "" } else { " (could not be kept)" },
+            trim_diagnostics(&diagnostics)
+        )))
     }
 }
 
@@ -505,46 +350,6 @@ fn open_library(path: &Path) -> std::result::Result<libloading::Library, libload
         // SAFETY: as above.
         unsafe { libloading::Library::new(path) }
     }
-}
-
-/// A private build directory inside the cache directory, removed on drop (after its files
-/// were renamed out, or after a failure).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn create(cache_dir: &Path) -> Result<TempDir> {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let name = format!(
-            ".tmp-{}-{}-{nanos}",
-            std::process::id(),
-            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        let path = cache_dir.join(name);
-        fs::create_dir(&path).map_err(|e| io_error("cannot create a build directory", &path, e))?;
-        Ok(TempDir(path))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Writes `path` through a temporary file and a rename, so no reader sees it half written.
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let temp = dir.join(format!(
-        ".tmp-{}-{}.part",
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    fs::write(&temp, bytes)?;
-    fs::rename(&temp, path).inspect_err(|_| {
-        let _ = fs::remove_file(&temp);
-    })
 }
 
 fn query_version(cc: &str) -> Result<String> {
@@ -590,16 +395,8 @@ fn cannot_run(cc: &str, e: &io::Error) -> Error {
     ))
 }
 
-fn io_error(what: &str, path: &Path, e: io::Error) -> Error {
-    backend(format!("{what} {}: {e}", path.display()))
-}
-
-fn backend(message: String) -> Error {
-    Error::new(Site::default(), ErrorKind::Backend(message))
-}
-
 /// The first lines of compiler output, cut to a readable size.
-fn trim_diagnostics(text: &str) -> String {
+pub(crate) fn trim_diagnostics(text: &str) -> String {
     let lines: Vec<&str> = text.trim_end().lines().collect();
     let mut out = String::new();
     let mut shown = 0;
@@ -615,16 +412,6 @@ fn trim_diagnostics(text: &str) -> String {
         out.push_str(&format!("… ({} more lines)\n", lines.len() - shown));
     }
     out.trim_end().to_string()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A poisoned lock only means another thread panicked while holding it; the data (counters,
-/// a map of finished modules) is still consistent, so keep going.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

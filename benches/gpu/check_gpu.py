@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""fusebox's CUDA backend against its reference evaluator, through the command line only.
+
+For a machine with a GPU but no Rust toolchain: everything goes through a prebuilt `fusebox`
+binary. For every example graph, and for random graphs written by graphs.py, it runs
+
+    fusebox run G --backend reference ...      (the oracle: op by op, eager rounding)
+    fusebox run G --backend cuda ...           (fused; --no-fusion; --deterministic; AMP)
+
+on the same inputs and compares every output: NaN exactly where the reference has NaN,
+infinities equal, finite values within the dtype's tolerance relative to the output's largest
+magnitude (the tolerance of tests/common/random_graph.rs). `--deterministic` runs are also
+repeated and compared bit for bit. Random graphs get NaN, ±Inf and ±0 planted in their inputs
+when run unfused (fused runs may use rewrites that hold only for finite values).
+
+Exit status 1 if anything disagreed. Needs numpy.
+
+    python3 benches/gpu/check_gpu.py --fusebox ./fusebox --random 200
+"""
+
+import argparse
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import graphs  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Relative tolerance per dtype, scaled by the output's largest finite magnitude (reductions
+# cancel): tests/common/random_graph.rs's `tolerance`.
+TOLERANCE = {"f64": 1e-9, "f32": 2e-5, "f16": 4e-3, "bf16": 3e-2}
+
+# What `fusebox run` prints per output: `name: dtype[shape] -> path ...`.
+OUTPUT_LINE = re.compile(r"^(\S+): (f16|bf16|f32|f64|i32|i64|bool)\[")
+
+
+def run_fusebox(args, graph_path, backend, out_dir, extra):
+    command = [args.fusebox, "run", graph_path, "--backend", backend, "--out", out_dir] + extra
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}: {done.stderr.strip()}")
+    dtypes = {}
+    for line in done.stdout.splitlines():
+        m = OUTPUT_LINE.match(line)
+        if m:
+            dtypes[m.group(1)] = m.group(2)
+    return dtypes
+
+
+def same(np, name, dtype, want, got):
+    """None when `got` matches `want` (random_graph.rs's assert_same), else why not."""
+    if want.shape != got.shape:
+        return f"{name}: shape {got.shape} vs {want.shape}"
+    a = want.astype(np.float64).ravel()
+    b = got.astype(np.float64).ravel()
+    finite = np.concatenate([a[np.isfinite(a)], b[np.isfinite(b)]])
+    scale = float(np.max(np.abs(finite))) if finite.size else 0.0
+    rtol = TOLERANCE.get(dtype, 0.0)
+    with np.errstate(invalid="ignore"):
+        ok = (np.isnan(a) & np.isnan(b)) | (a == b)
+        close = np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= rtol * (np.abs(a) + scale))
+    bad = np.flatnonzero(~(ok | close))
+    if bad.size:
+        i = int(bad[0])
+        return f"{name}[{i}]: {b[i]!r} vs reference {a[i]!r} ({dtype}; {bad.size} differ)"
+    return None
+
+
+def bitwise_same(np, name, want, got):
+    if want.shape != got.shape or want.dtype != got.dtype:
+        return f"{name}: {got.dtype}{got.shape} vs {want.dtype}{want.shape}"
+    a = np.ascontiguousarray(want).view(np.uint8)
+    b = np.ascontiguousarray(got).view(np.uint8)
+    if not np.array_equal(a, b):
+        return f"{name}: deterministic runs differ"
+    return None
+
+
+def compare(args, np, graph_path, outputs, reference_extra, cuda_extra, deterministic_twice):
+    """Runs the reference and the cuda backend; a list of problems (empty when they agree)."""
+    work = tempfile.mkdtemp(prefix="fusebox-gpu-check-")
+    try:
+        ref_dir, cuda_dir, again_dir = (os.path.join(work, d) for d in ("ref", "cuda", "again"))
+        dtypes = run_fusebox(args, graph_path, "reference", ref_dir, reference_extra)
+        run_fusebox(args, graph_path, args.backend, cuda_dir, cuda_extra)
+        problems = []
+        for name in outputs:
+            want = np.load(os.path.join(ref_dir, name + ".npy"))
+            got = np.load(os.path.join(cuda_dir, name + ".npy"))
+            problem = same(np, name, dtypes.get(name, "f32"), want, got)
+            if problem:
+                problems.append(problem)
+        if deterministic_twice:
+            run_fusebox(args, graph_path, args.backend, again_dir, cuda_extra)
+            for name in outputs:
+                first = np.load(os.path.join(cuda_dir, name + ".npy"))
+                second = np.load(os.path.join(again_dir, name + ".npy"))
+                problem = bitwise_same(np, name, first, second)
+                if problem:
+                    problems.append(problem)
+        return problems
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def write_inputs(np, graph, directory, seed, specials):
+    """Inputs as .npy files (bf16 written as f32: fusebox converts on reading)."""
+    rng = np.random.default_rng(seed)
+    flags = []
+    storage = {"f16": np.float16, "bf16": np.float32, "f32": np.float32, "f64": np.float64}
+    for i in graph["inputs"]:
+        x = rng.uniform(-3.0, 3.0, i["shape"])
+        if specials:
+            mask = rng.integers(0, 8, i["shape"]) == 0
+            picks = rng.choice([np.nan, np.inf, -np.inf, 0.0, -0.0], size=i["shape"])
+            x = np.where(mask, picks, x)
+        path = os.path.join(directory, i["name"] + ".npy")
+        np.save(path, np.asarray(x).astype(storage[i["dtype"]]))
+        flags += ["--input", f"{i['name']}={path}"]
+    return flags
+
+
+def check_examples(args, np, report):
+    examples = sorted(f[:-4] for f in os.listdir(os.path.join(ROOT, "examples")) if f.endswith(".ron"))
+    if args.examples:
+        examples = [e for e in examples if e in args.examples.split(",")]
+    variants = [
+        ("fused", [], []),
+        ("unfused", [], ["--no-fusion"]),
+        ("deterministic", [], ["--deterministic"]),
+        ("unfused deterministic", [], ["--no-fusion", "--deterministic"]),
+        ("amp f16", ["--amp", "f16"], ["--amp", "f16"]),
+        ("amp bf16", ["--amp", "bf16"], ["--amp", "bf16"]),
+        ("amp f16 unfused", ["--amp", "f16"], ["--amp", "f16", "--no-fusion"]),
+    ]
+    if args.backend != "cuda":
+        variants = [v for v in variants if "--deterministic" not in v[2]]
+    for name in examples:
+        path = os.path.join(ROOT, "examples", name + ".ron")
+        outputs = graphs.read(path)["outputs"]
+        for label, ref_extra, cuda_extra in variants:
+            seed = ["--random-inputs", "--seed", str(args.seed)]
+            try:
+                problems = compare(
+                    args, np, path, outputs, ref_extra + seed, cuda_extra + seed,
+                    "--deterministic" in cuda_extra,
+                )
+            except RuntimeError as exc:
+                problems = [str(exc)]
+            report(f"{name} ({label})", problems)
+
+
+def check_random(args, np, report):
+    rng = random.Random(args.seed)
+    work = tempfile.mkdtemp(prefix="fusebox-gpu-random-")
+    checked = skipped = 0
+    try:
+        index = 0
+        while checked < args.random and index < args.random * 20:
+            index += 1
+            graph = graphs.random_graph(rng, index)
+            if graph is None:
+                continue
+            path = os.path.join(work, f"random_{index}.ron")
+            with open(path, "w") as f:
+                f.write(graphs.to_ron(graph))
+            done = subprocess.run([args.fusebox, "check", path], capture_output=True, text=True)
+            if done.returncode != 0:
+                skipped += 1
+                continue
+            checked += 1
+            fused = index % 4 != 0
+            input_dir = os.path.join(work, f"inputs_{index}")
+            os.makedirs(input_dir)
+            flags = write_inputs(np, graph, input_dir, index, specials=not fused)
+            cuda_extra = list(flags) + ([] if fused else ["--no-fusion"])
+            if index % 3 == 0 and args.backend == "cuda":
+                cuda_extra.append("--deterministic")
+            try:
+                problems = compare(
+                    args, np, path, graph["outputs"], flags, cuda_extra, "--deterministic" in cuda_extra
+                )
+            except RuntimeError as exc:
+                problems = [str(exc)]
+            if problems and args.keep:
+                os.makedirs(args.keep, exist_ok=True)
+                shutil.copy(path, args.keep)
+            report(f"random_{index} ({'fused' if fused else 'unfused, NaN/Inf inputs'})", problems)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"random graphs: {checked} checked ({skipped} generated graphs rejected by `fusebox check`)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fusebox", default=os.path.join(ROOT, "target", "release", "fusebox"))
+    parser.add_argument("--random", type=int, default=100, help="random graphs to check")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--examples", help="comma-separated example names (default: all)")
+    parser.add_argument("--keep", help="copy failing random graphs into this directory")
+    parser.add_argument(
+        "--backend", default="cuda", help="the backend checked (cpu tests this script without a GPU)"
+    )
+    args = parser.parse_args()
+    try:
+        import numpy as np
+    except ImportError:
+        sys.exit("check_gpu.py needs numpy")
+
+    failures = []
+    passed = 0
+
+    def report(what, problems):
+        nonlocal passed
+        if problems:
+            failures.append(what)
+            print(f"FAIL {what}")
+            for p in problems[:5]:
+                print(f"     {p}")
+        else:
+            passed += 1
+            print(f"ok   {what}")
+        sys.stdout.flush()
+
+    check_examples(args, np, report)
+    if args.random > 0:
+        check_random(args, np, report)
+    print(f"\n{passed} passed, {len(failures)} failed")
+    if failures:
+        print("failed: " + ", ".join(failures))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,503 @@
+//! The launch ABI of generated CUDA kernels: which entry points run, with what grid, and the
+//! bytes of their one parameter.
+//!
+//! Everything here is plain Rust arithmetic on a [`KernelIr`] and a [`Launch`], so it is
+//! tested without a GPU. The emitter ([`super::emit`]) reads the same functions (vector width,
+//! reduction groups, entry names, parameter layout), so the kernel text and the host side of
+//! a launch cannot disagree.
+//!
+//! # Entry points
+//!
+//! Every entry point exists twice, `<name><part>_i32` and `<name><part>_i64`: the same template
+//! body instantiated with 32- or 64-bit index arithmetic. 32-bit integer division and
+//! multiplication are several times cheaper on a GPU, and a kernel's coordinates are divided
+//! by run-time sizes for every element; [`needs_i64`] picks the wide variant only when some
+//! count or element offset of the launch does not fit in an `int`.
+//!
+//! - A kernel without reductions has one part, `""`: a grid-stride loop over the domain.
+//! - A kernel with reductions runs `_init` (scratch accumulators set to the identity; not in
+//!   deterministic mode), then `_g0`, `_g1`, … (one pass per [reduction group](reduction_groups),
+//!   the first one also writing every pointwise store), then `_finish` (means divided, results
+//!   rounded to their dtype and stored).
+//!
+//! # The parameter block
+//!
+//! Each entry point takes one by-value parameter, a struct of 8-byte fields (so there is no
+//! padding and the layout is the field order), laid out by [`ParamLayout`]:
+//!
+//! | field            | count           | meaning |
+//! |------------------|-----------------|---------|
+//! | `p{a}`           | one per view    | device pointer of argument `a` ([`KernelIr::views`] order) |
+//! | `q{r}`           | one per reduction | device pointer of reduction `r`'s f64 scratch |
+//! | `n[rank]`        | rank            | domain sizes, after [folding](fold) |
+//! | `s[args][rank]`  | args × rank     | strides in elements (read only on `Strided` axes) |
+//! | `o[args]`        | args            | element offsets of domain point 0 |
+//! | `vec`            | 1               | 1 when the vectorized path may run ([`vector_ok`]) |
+//! | `lanes[groups]`  | groups          | threads cooperating on one output, per group |
+//! | `split[groups]`  | groups          | pieces each output's reduced elements are cut into |
+//!
+//! Arrays of length zero are left out (C has none), so a pointwise kernel has no `lanes` or
+//! `split`. Sizes are the launch's after [`fold`]: the host folds contiguous axes when it
+//! writes the block, once per launch, rather than every thread doing it.
+//!
+//! The block is `8 × (2·args + reductions + rank·(args + 1) + 1 + 2·groups)` bytes: a kernel
+//! at the fusion budget's 64 arguments, without reductions, stays under the classic 4 KiB
+//! kernel-parameter limit up to rank 5; a bigger block needs CUDA 12.1's 32 KiB limit (driver
+//! 12.1 or newer, Volta or newer).
+//!
+//! Scratch needs no initialisation by the runtime: `_init` sets it (atomic mode), or every
+//! slot is written by the pass before `_finish` reads it (deterministic mode), so one set of
+//! scratch buffers can serve every kernel queued on a stream.
+
+use crate::backend::cuda::emit::EmitOptions;
+use crate::lower::ir::{Axis, KernelIr, Launch};
+
+/// Threads per block for every entry point. Fixed, because the block reduction's shared
+/// memory and the `__launch_bounds__` of every entry are sized for it.
+pub const BLOCK: u32 = 256;
+
+/// Threads in a warp.
+pub const WARP: i64 = 32;
+
+/// Upper bound on blocks per SM in one grid. Grid-stride loops make any grid correct; this
+/// many keeps every SM busy (8 blocks of 256 threads fill an SM's 2048 thread slots, times
+/// four waves to even out imbalance) without launching millions of blocks that each do a
+/// handful of elements.
+pub const BLOCKS_PER_SM: u32 = 32;
+
+/// Threads a reduction pass aims to keep busy before it splits outputs' reduced elements
+/// across several groups: about an H100/H200's resident thread count (132 SMs × 2048). It
+/// depends on sizes only, never on the device, so results are the same on every GPU.
+pub const TARGET_THREADS: i64 = 1 << 18;
+
+/// How a launch of one kernel runs: entry points in order, each with its grid, and the
+/// scratch buffers (f64 accumulators, one per reduction) the runtime must provide.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchPlan {
+    pub launches: Vec<GpuLaunch>,
+    /// Bytes of scratch per reduction, in [`KernelIr::reductions`] order (at least 8 each, so
+    /// no allocation is empty). Empty for kernels without reductions.
+    pub scratch_bytes: Vec<usize>,
+}
+
+/// One kernel launch: entry point name, grid, block and dynamic shared memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuLaunch {
+    pub entry: String,
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    /// Always 0: the block reduction uses static shared memory.
+    pub shared_bytes: u32,
+}
+
+/// The entry point of `part` (`""`, `"_init"`, `"_g{g}"`, `"_finish"`) of kernel `name`, with
+/// 64-bit indexing when `wide`.
+pub fn entry_name(name: &str, part: &str, wide: bool) -> String {
+    format!("{name}{part}_{}", if wide { "i64" } else { "i32" })
+}
+
+/// Reductions that share one pass over the domain: those with equal `reduced` masks, grouped
+/// in order of first appearance. A pass walks each output's reduced elements, so reductions
+/// over different axes need different walks (the domain is read once per group).
+pub fn reduction_groups(ir: &KernelIr) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (r, red) in ir.reductions.iter().enumerate() {
+        match groups
+            .iter_mut()
+            .find(|g| ir.reductions[g[0]].reduced == red.reduced)
+        {
+            Some(group) => group.push(r),
+            None => groups.push(vec![r]),
+        }
+    }
+    groups
+}
+
+/// Elements per thread in the vectorized path of a pointwise kernel: as many as make a
+/// 16-byte access of the narrowest view that is contiguous along the innermost axis (8 for f16,
+/// bf16 or bool, 4 for f32 or i32, 2 for 8-byte types), so every such view moves in whole
+/// 16-byte chunks (bool in 8-byte ones). 1 means the kernel has no vectorized path: it has
+/// reductions (their passes are scalar) or no view with a `Unit` inner axis.
+pub fn vector_width(ir: &KernelIr) -> usize {
+    if !ir.reductions.is_empty() {
+        return 1;
+    }
+    let inner = ir.rank.saturating_sub(1);
+    ir.views()
+        .filter(|v| v.axes.get(inner) == Some(&Axis::Unit))
+        .map(|v| 16 / v.dtype.size_bytes().max(2))
+        .max()
+        .unwrap_or(1)
+}
+
+/// Bytes of one vector access of a view of `elem_bytes`-byte elements at vector `width`: the
+/// whole run of `width` elements if it is at most 16 bytes, else 16 (the run is then moved as
+/// several 16-byte chunks).
+pub fn chunk_bytes(elem_bytes: usize, width: usize) -> usize {
+    (elem_bytes * width).min(16)
+}
+
+/// Byte offsets of the fields of a kernel's parameter block (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamLayout {
+    pub ptrs: usize,
+    pub scratch: usize,
+    pub sizes: usize,
+    pub strides: usize,
+    pub offsets: usize,
+    pub vec: usize,
+    pub lanes: usize,
+    pub split: usize,
+    /// Size of the whole block.
+    pub bytes: usize,
+}
+
+/// The layout of `ir`'s parameter block.
+pub fn param_layout(ir: &KernelIr) -> ParamLayout {
+    let args = ir.arg_count();
+    let groups = reduction_groups(ir).len();
+    let ptrs = 0;
+    let scratch = ptrs + 8 * args;
+    let sizes = scratch + 8 * ir.reductions.len();
+    let strides = sizes + 8 * ir.rank;
+    let offsets = strides + 8 * args * ir.rank;
+    let vec = offsets + 8 * args;
+    let lanes = vec + 8;
+    let split = lanes + 8 * groups;
+    ParamLayout {
+        ptrs,
+        scratch,
+        sizes,
+        strides,
+        offsets,
+        vec,
+        lanes,
+        split,
+        bytes: split + 8 * groups,
+    }
+}
+
+/// Sizes of `launch` with outer axes folded into the innermost one, innermost first, while
+/// every view is contiguous across the fold (or the outer axis has size 1), exactly as the CPU
+/// emitter folds in its kernels. The kernel is compiled for stride patterns, not sizes, so a
+/// `[N, 1]` or `[N, 8]` domain of contiguous tensors may arrive; folded, it runs as one long
+/// row: fewer coordinate divisions per element, and rows long enough for the vector path.
+/// Strides and offsets are unchanged (a folded axis has size 1, so its coordinate is 0).
+pub fn fold(ir: &KernelIr, launch: &Launch) -> Vec<i64> {
+    let mut n = launch.sizes.clone();
+    if ir.rank < 2 || n.len() != ir.rank || n.iter().any(|&s| s <= 0) {
+        return n;
+    }
+    let inner = ir.rank - 1;
+    for d in (0..inner).rev() {
+        if n[d] != 1 && !foldable(ir, launch, &n, d) {
+            break;
+        }
+        n[inner] *= n[d];
+        n[d] = 1;
+    }
+    n
+}
+
+/// Whether outer axis `d` folds into the (already folded) innermost axis of sizes `n`: every
+/// view's stride on `d` equals its stride on the inner axis times the inner size, and no
+/// reduction mixes a reduced with a kept axis. Decided on patterns first (a `Broadcast` axis
+/// against a moving one never folds, which keeps "stores broadcast along an axis are written
+/// where its index is 0" intact) and on run-time strides only between moving axes.
+fn foldable(ir: &KernelIr, launch: &Launch, n: &[i64], d: usize) -> bool {
+    let inner = n.len() - 1;
+    let first_reduction = ir.loads.len() + ir.stores.len();
+    for (arg, view) in ir.views().enumerate() {
+        if arg >= first_reduction {
+            let red = &ir.reductions[arg - first_reduction];
+            if red.reduced[d] != red.reduced[inner] {
+                return false;
+            }
+            if red.reduced[d] {
+                continue;
+            }
+        }
+        let stride = |axis: usize| stride_of(launch, arg, axis);
+        let ok = match (view.axes[d], view.axes[inner]) {
+            (Axis::Broadcast, Axis::Broadcast) => true,
+            (Axis::Broadcast, _) | (_, Axis::Broadcast) => false,
+            (_, Axis::Unit) => stride(d) == n[inner],
+            (_, _) => i128::from(stride(d)) == i128::from(stride(inner)) * i128::from(n[inner]),
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+/// The run-time stride of argument `arg` on `axis` (0 when the launch lacks it).
+fn stride_of(launch: &Launch, arg: usize, axis: usize) -> i64 {
+    launch
+        .strides
+        .get(arg)
+        .and_then(|s| s.get(axis))
+        .copied()
+        .unwrap_or(0)
+}
+
+/// The stride the kernel multiplies coordinate `axis` of argument `arg` by: 0 on `Broadcast`
+/// axes, 1 on `Unit` ones, the run-time stride on `Strided` ones.
+fn effective_stride(ir: &KernelIr, launch: &Launch, arg: usize, axis: usize) -> i64 {
+    match ir.views().nth(arg).and_then(|v| v.axes.get(axis)) {
+        Some(Axis::Strided) => stride_of(launch, arg, axis),
+        Some(Axis::Unit) => 1,
+        Some(Axis::Broadcast) | None => 0,
+    }
+}
+
+/// How one reduction group's pass is cut into work, from (folded) sizes alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupShape {
+    /// Output elements: the product of the kept axes' sizes.
+    pub outputs: i64,
+    /// Reduced elements per output: the product of the reduced axes' sizes.
+    pub count: i64,
+    /// Threads cooperating on one (output, piece) item: 1 when the innermost axis is kept
+    /// (neighbouring threads take neighbouring outputs, so loads coalesce), a warp or the
+    /// whole block when it is reduced (neighbouring threads take neighbouring elements).
+    pub lanes: i64,
+    /// Pieces each output's reduced elements are cut into, so that few outputs with many
+    /// elements each still fill the GPU. Each piece is one item.
+    pub split: i64,
+}
+
+impl GroupShape {
+    /// Items of the pass: one per (output, piece).
+    pub fn items(&self) -> i64 {
+        self.outputs.saturating_mul(self.split)
+    }
+}
+
+/// The shape of every reduction group's pass, for folded sizes `n`.
+pub fn group_shapes(ir: &KernelIr, n: &[i64]) -> Vec<GroupShape> {
+    let inner = ir.rank.saturating_sub(1);
+    reduction_groups(ir)
+        .iter()
+        .map(|group| {
+            let reduced = &ir.reductions[group[0]].reduced;
+            let product = |keep: bool| -> i64 {
+                (0..ir.rank)
+                    .filter(|&d| reduced[d] != keep)
+                    .map(|d| n.get(d).copied().unwrap_or(1).max(0))
+                    .fold(1i64, |a, b| a.saturating_mul(b))
+            };
+            let outputs = product(true);
+            let count = product(false);
+            let lanes = if !reduced[inner] {
+                1
+            } else if outputs < 1024 && count >= 8192 {
+                i64::from(BLOCK)
+            } else {
+                WARP
+            };
+            // Each lane gets at least 64 elements (16 for a whole block) before an output is
+            // split further; splitting stops once the pass has TARGET_THREADS threads.
+            let per_item = lanes * if lanes == i64::from(BLOCK) { 16 } else { 64 };
+            let wanted = TARGET_THREADS / lanes;
+            let split = if outputs == 0 || count == 0 || outputs >= wanted {
+                1
+            } else {
+                div_ceil(wanted, outputs)
+                    .min(div_ceil(count, per_item))
+                    .max(1)
+            };
+            GroupShape {
+                outputs,
+                count,
+                lanes,
+                split,
+            }
+        })
+        .collect()
+}
+
+fn div_ceil(a: i64, b: i64) -> i64 {
+    if b <= 0 { 0 } else { (a + b - 1) / b }
+}
+
+/// Whether some count or element offset of the launch (with folded sizes `n`) needs 64-bit
+/// indexing: the domain's element count, any size, any group's outputs, reduced count or
+/// items, and for every argument every partial sum `offset + Σ i_d·stride_d` the kernel forms
+/// (its extremes over the domain, and the sums of the stride terms alone) must lie in
+/// `[-2^31, 2^31 - 1]`. Loop counters run in the unsigned type of the same width, whose range
+/// covers a count below 2^31 plus one grid's worth of threads.
+pub fn needs_i64(ir: &KernelIr, launch: &Launch, n: &[i64]) -> bool {
+    let fits = |v: i128| v >= i128::from(i32::MIN) && v <= i128::from(i32::MAX);
+    let total: i128 = n.iter().map(|&s| i128::from(s.max(0))).product();
+    if !fits(total) || n.iter().any(|&s| !fits(i128::from(s))) {
+        return true;
+    }
+    for shape in group_shapes(ir, n) {
+        let counts = [shape.outputs, shape.count, shape.items()];
+        if counts
+            .iter()
+            .any(|&c| !fits(i128::from(c)) || c == i64::MAX)
+        {
+            return true;
+        }
+    }
+    for arg in 0..ir.arg_count() {
+        let offset = i128::from(launch.offsets.get(arg).copied().unwrap_or(0));
+        let (mut low, mut high) = (0i128, 0i128);
+        for (d, &size) in n.iter().enumerate().take(ir.rank) {
+            if size <= 1 {
+                continue;
+            }
+            let stride = i128::from(effective_stride(ir, launch, arg, d));
+            if !fits(stride) {
+                return true;
+            }
+            let span = i128::from(size - 1) * stride;
+            if span < 0 {
+                low += span;
+            } else {
+                high += span;
+            }
+        }
+        let extremes = [offset, low, high, offset + low, offset + high];
+        if extremes.iter().any(|&v| !fits(v)) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether the vectorized path of a pointwise kernel may run with folded sizes `n` and device
+/// pointers `ptrs`: the kernel has one ([`vector_width`] > 1), the innermost size is a
+/// multiple of the width (so a vector never crosses a row), and every view with a `Unit`
+/// innermost axis starts each row on a chunk boundary: its pointer plus offset is aligned to
+/// its [`chunk_bytes`], and so is its stride (in bytes) along every outer axis that moves.
+pub fn vector_ok(ir: &KernelIr, launch: &Launch, n: &[i64], ptrs: &[u64]) -> bool {
+    let width = vector_width(ir);
+    let inner = ir.rank.saturating_sub(1);
+    let inner_size = n.get(inner).copied().unwrap_or(0);
+    if width <= 1 || inner_size % width as i64 != 0 {
+        return false;
+    }
+    for (arg, view) in ir.views().enumerate() {
+        if view.axes[inner] != Axis::Unit {
+            continue;
+        }
+        let elem = view.dtype.size_bytes() as i128;
+        let chunk = chunk_bytes(view.dtype.size_bytes(), width) as i128;
+        let ptr = i128::from(ptrs.get(arg).copied().unwrap_or(0));
+        let offset = i128::from(launch.offsets.get(arg).copied().unwrap_or(0));
+        if (ptr + offset * elem).rem_euclid(chunk) != 0 {
+            return false;
+        }
+        for d in 0..inner {
+            let moves = n.get(d).copied().unwrap_or(1) > 1 && view.axes[d] == Axis::Strided;
+            if moves && (i128::from(stride_of(launch, arg, d)) * elem).rem_euclid(chunk) != 0 {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Blocks for `threads` threads of work, at least one and at most [`BLOCKS_PER_SM`] per SM.
+pub fn grid_for(threads: i64, sm_count: u32) -> u32 {
+    let max_blocks = i64::from(sm_count.max(1)) * i64::from(BLOCKS_PER_SM);
+    div_ceil(threads.max(1), i64::from(BLOCK)).clamp(1, max_blocks) as u32
+}
+
+/// How to run kernel `ir` (named `name`) for `launch` on a device with `sm_count` SMs: the
+/// entry points in order (work-less ones left out: a grid cannot be empty), and the scratch
+/// each reduction needs (`outputs` doubles with atomics, `outputs × split` in deterministic
+/// mode, where each piece's partial result has its own slot).
+pub fn plan(
+    ir: &KernelIr,
+    name: &str,
+    launch: &Launch,
+    sm_count: u32,
+    options: &EmitOptions,
+) -> LaunchPlan {
+    let n = fold(ir, launch);
+    let wide = needs_i64(ir, launch, &n);
+    let total: i64 = n.iter().fold(1i64, |a, &b| a.saturating_mul(b.max(0)));
+    let mut launches = Vec::new();
+    let mut push = |part: &str, threads: i64| {
+        if threads > 0 {
+            launches.push(GpuLaunch {
+                entry: entry_name(name, part, wide),
+                grid: (grid_for(threads, sm_count), 1, 1),
+                block: (BLOCK, 1, 1),
+                shared_bytes: 0,
+            });
+        }
+    };
+    if ir.reductions.is_empty() {
+        let width = vector_width(ir) as i64;
+        let inner = n.get(ir.rank.saturating_sub(1)).copied().unwrap_or(0);
+        let threads = if width > 1 && inner % width == 0 {
+            total / width
+        } else {
+            total
+        };
+        push("", threads);
+        return LaunchPlan {
+            launches,
+            scratch_bytes: Vec::new(),
+        };
+    }
+    let shapes = group_shapes(ir, &n);
+    let groups = reduction_groups(ir);
+    let most_outputs = shapes.iter().map(|s| s.outputs).max().unwrap_or(0);
+    if !options.deterministic {
+        push("_init", most_outputs);
+    }
+    for (g, shape) in shapes.iter().enumerate() {
+        push(&format!("_g{g}"), shape.items().saturating_mul(shape.lanes));
+    }
+    push("_finish", most_outputs);
+    let mut scratch_bytes = vec![8; ir.reductions.len()];
+    for (group, shape) in groups.iter().zip(&shapes) {
+        let slots = if options.deterministic {
+            shape.items()
+        } else {
+            shape.outputs
+        };
+        for &r in group {
+            scratch_bytes[r] = usize::try_from(slots.saturating_mul(8))
+                .unwrap_or(usize::MAX)
+                .max(8);
+        }
+    }
+    LaunchPlan {
+        launches,
+        scratch_bytes,
+    }
+}
+
+/// The parameter block of one launch of `ir` (layout in the module documentation), with
+/// device pointers `ptrs` (one per argument, [`KernelIr::views`] order) and `scratch` (one per
+/// reduction, sized by [`plan`]). Every entry point of the kernel takes this same block.
+pub fn param_block(ir: &KernelIr, launch: &Launch, ptrs: &[u64], scratch: &[u64]) -> Vec<u8> {
+    debug_assert_eq!(ptrs.len(), ir.arg_count(), "one pointer per argument");
+    debug_assert_eq!(
+        scratch.len(),
+        ir.reductions.len(),
+        "one scratch per reduction"
+    );
+    let n = fold(ir, launch);
+    let args = ir.arg_count();
+    let mut words: Vec<u64> = Vec::with_capacity(param_layout(ir).bytes / 8);
+    words.extend((0..args).map(|a| ptrs.get(a).copied().unwrap_or(0)));
+    words.extend((0..ir.reductions.len()).map(|r| scratch.get(r).copied().unwrap_or(0)));
+    words.extend((0..ir.rank).map(|d| n.get(d).copied().unwrap_or(0) as u64));
+    for arg in 0..args {
+        words.extend((0..ir.rank).map(|d| stride_of(launch, arg, d) as u64));
+    }
+    words.extend((0..args).map(|a| launch.offsets.get(a).copied().unwrap_or(0) as u64));
+    words.push(u64::from(vector_ok(ir, launch, &n, ptrs)));
+    let shapes = group_shapes(ir, &n);
+    words.extend(shapes.iter().map(|s| s.lanes as u64));
+    words.extend(shapes.iter().map(|s| s.split as u64));
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}

@@ -1,0 +1,696 @@
+//! CUDA C emission: [`KernelIr`]s in, one self-contained `.cu` translation unit out.
+//!
+//! The text is compiled by NVRTC (see [`super::nvrtc`]) and launched with the ABI of
+//! [`super::abi`]: every entry point takes one by-value struct holding the device pointers,
+//! sizes, strides and offsets, and exists with 32- and 64-bit index arithmetic. The semantics
+//! are the CPU emitter's ([`crate::backend::cpu::emit`]) to the bit wherever the IR is exact:
+//! f16/bf16 values live as `__half`/`__nv_bfloat16` in memory and as `float` in registers,
+//! rounding happens where [`Instr::Round`] says with the reference's rules (`prelude.cu`
+//! spells each one), arithmetic goes through the `__fadd_rn`-style intrinsics so no compiler
+//! option can fuse a multiply-add, and the math functions are CUDA's accurate ones (`expf`,
+//! not `__expf`).
+//!
+//! # Pointwise kernels
+//!
+//! One grid-stride loop over the flattened domain (after the host has [folded](abi::fold)
+//! contiguous axes into the innermost one). Each thread decomposes its flat index into
+//! coordinates, forms each view's element index `offset + Σ coordinate · stride`, evaluates
+//! the body and stores. A second, vectorized loop runs instead when the parameter block's
+//! `vec` flag says every view contiguous along the innermost axis is aligned
+//! ([`abi::vector_ok`]): each thread then handles [`abi::vector_width`] neighbouring elements
+//! of one row, moving those views with 16-byte loads and stores (`uint4`: 8 halves, 4 floats,
+//! two 16-byte chunks of 8 f32s…) and the others element by element.
+//!
+//! # Reductions
+//!
+//! Reductions with the same reduced axes form a group ([`abi::reduction_groups`]); each group
+//! is one pass (`_g{g}`) that walks, for every output element `k` (a point of the kept axes),
+//! that output's reduced elements. The walk is cut into items (output, piece), each taken by
+//! `lanes` threads: a warp or a block when the innermost axis is reduced (neighbouring
+//! threads read neighbouring elements), a single thread when it is kept (neighbouring threads
+//! take neighbouring outputs, which are neighbours in memory). Each thread accumulates its
+//! share in `double`; the group's threads are combined by warp shuffles and, for a block,
+//! through shared memory, in a fixed order. Then:
+//!
+//! - by default the item's result is added into the output's f64 scratch slot with
+//!   `atomicAdd` (sum, mean) or a compare-and-swap max, after an `_init` pass has set every
+//!   slot to the identity;
+//! - with [`EmitOptions::deterministic`], each item writes its own slot `k * split + piece`
+//!   and no atomics are used, so results are bitwise reproducible run to run (the cut
+//!   depends on sizes only, [`abi::group_shapes`]).
+//!
+//! A `_finish` pass combines (deterministic) or reads (atomic) each output's slot(s), divides
+//! a mean by its element count, rounds once to the output dtype and stores. Max accumulates
+//! as `max` of the formula language does (NaN wins, −0 below +0), which makes it
+//! order-independent: even with atomics its result never depends on timing. The first
+//! group's pass visits every domain point exactly once, so it also writes the pointwise
+//! stores (element by element: the passes have no vectorized loop). Stores broadcast along
+//! an axis are written only where the domain index on that axis is 0, so each element is
+//! written once, as on the CPU.
+
+mod code;
+mod expr;
+
+use super::abi;
+use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, View};
+use code::Code;
+use expr::{
+    binary_expr, c_type, call_expr, identity, literal, load_conversion, round_expr, storage_type,
+    store_conversion,
+};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
+
+/// The prelude every module starts with: includes, conversions, rounding, min/max, vector
+/// access, and the reductions' combination helpers.
+const PRELUDE: &str = include_str!("emit/prelude.cu");
+
+/// The name [`kernel_name`] hashes the kernel under, so the hash depends on the body only.
+const PLACEHOLDER_NAME: &str = "fbc_kernel";
+
+/// Options that change the emitted code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct EmitOptions {
+    /// Deterministic reductions: no float atomics; each piece of each output writes its own
+    /// partial, and `_finish` combines them in order.
+    pub deterministic: bool,
+}
+
+/// A self-contained `.cu` translation unit: the prelude, then every kernel's parameter struct,
+/// device functions and `extern "C"` entry points ([`abi`] documents them).
+///
+/// The text depends only on the input, byte for byte, because it is the compile cache's key.
+/// Entries with a name already emitted are skipped: names come from [`kernel_name`], so an
+/// equal name means an equal kernel.
+pub fn emit_module(kernels: &[(String, &KernelIr)], options: &EmitOptions) -> String {
+    let mut out = String::from(PRELUDE);
+    let mut seen = BTreeSet::new();
+    for (name, ir) in kernels {
+        if seen.insert(name.as_str()) {
+            out.push('\n');
+            out.push_str(&emit_kernel(ir, name, options));
+        }
+    }
+    out
+}
+
+/// A stable name for the kernel: `fbc_` and 16 hex digits of the SHA-256 of its emitted text
+/// in both modes. Equal IRs get equal names, and a change to the emitter renames every kernel,
+/// so stale cache entries are never confused with new ones.
+pub fn kernel_name(ir: &KernelIr) -> String {
+    let mut hasher = Sha256::new();
+    for deterministic in [false, true] {
+        let options = EmitOptions { deterministic };
+        hasher.update(emit_kernel(ir, PLACEHOLDER_NAME, &options).as_bytes());
+    }
+    let digest = hasher.finalize();
+    let mut name = String::from("fbc_");
+    for byte in &digest[..8] {
+        name.push_str(&format!("{byte:02x}"));
+    }
+    name
+}
+
+/// One kernel's struct, device functions and entry points.
+fn emit_kernel(ir: &KernelIr, name: &str, options: &EmitOptions) -> String {
+    Kernel::new(ir, name, options.deterministic).emit()
+}
+
+/// Where an element of a view is read or written in the current loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    /// One element per thread, at `b{a}`.
+    Scalar,
+    /// Lane `l` of a vector of neighbouring elements starting at `b{a}`.
+    Vector,
+}
+
+/// One kernel being emitted. Names of the C++ locals: `n{d}` domain sizes; per argument `a`
+/// ([`KernelIr::views`] order) `o{a}` offset, `s{a}_{d}` strides of `Strided` axes, `b{a}` the
+/// element index at the current point, `x{a}` a vector of loaded elements; `i{d}`
+/// coordinates; `v{id}` SSA values; `y{k}` a vector of elements to store (store `k`);
+/// `a{r}` an accumulator (reduction `r`). The parameter block is `p`, with fields `p{a}`
+/// (argument pointers), `q{r}` (scratch), `n`, `s`, `o`, `vec`, `lanes`, `split`.
+struct Kernel<'a> {
+    ir: &'a KernelIr,
+    name: &'a str,
+    deterministic: bool,
+    rank: usize,
+    inner: usize,
+    groups: Vec<Vec<usize>>,
+    width: usize,
+}
+
+impl<'a> Kernel<'a> {
+    fn new(ir: &'a KernelIr, name: &'a str, deterministic: bool) -> Kernel<'a> {
+        Kernel {
+            ir,
+            name,
+            deterministic,
+            rank: ir.rank,
+            inner: ir.rank.saturating_sub(1),
+            groups: abi::reduction_groups(ir),
+            width: abi::vector_width(ir),
+        }
+    }
+
+    fn view(&self, arg: usize) -> &View {
+        let loads = self.ir.loads.len();
+        let stores = self.ir.stores.len();
+        if arg < loads {
+            &self.ir.loads[arg]
+        } else if arg < loads + stores {
+            &self.ir.stores[arg - loads].view
+        } else {
+            &self.ir.reductions[arg - loads - stores].view
+        }
+    }
+
+    fn store_arg(&self, k: usize) -> usize {
+        self.ir.loads.len() + k
+    }
+
+    fn reduction_arg(&self, r: usize) -> usize {
+        self.ir.loads.len() + self.ir.stores.len() + r
+    }
+
+    fn emit(&self) -> String {
+        let mut out = String::new();
+        out.push_str(&self.header_comment());
+        out.push_str(&self.params_struct());
+        if self.ir.reductions.is_empty() {
+            self.function(&mut out, "", &self.main_body());
+        } else {
+            if !self.deterministic {
+                self.function(&mut out, "_init", &self.init_body());
+            }
+            for g in 0..self.groups.len() {
+                self.function(&mut out, &format!("_g{g}"), &self.group_body(g));
+            }
+            self.function(&mut out, "_finish", &self.finish_body());
+        }
+        out
+    }
+
+    /// What the kernel computes, for a reader of the `.cu` file.
+    fn header_comment(&self) -> String {
+        let ir = self.ir;
+        let pattern = |view: &View| {
+            let axes: Vec<&str> = view
+                .axes
+                .iter()
+                .map(|a| match a {
+                    Axis::Broadcast => "broadcast",
+                    Axis::Unit => "unit",
+                    Axis::Strided => "strided",
+                })
+                .collect();
+            format!("{} [{}]", view.dtype, axes.join(", "))
+        };
+        let mut out = format!("/* {}: rank {}", self.name, self.rank);
+        if self.deterministic && !ir.reductions.is_empty() {
+            out.push_str(", deterministic reductions");
+        }
+        out.push('\n');
+        for (arg, view) in ir.views().enumerate() {
+            let role = if arg < ir.loads.len() {
+                "load".to_string()
+            } else if arg < self.reduction_arg(0) {
+                "store".to_string()
+            } else {
+                let red = &ir.reductions[arg - self.reduction_arg(0)];
+                let axes: Vec<String> = (0..self.rank)
+                    .filter(|&d| red.reduced[d])
+                    .map(|d| d.to_string())
+                    .collect();
+                format!("{:?} over axes {{{}}} to", red.kind, axes.join(", ")).to_lowercase()
+            };
+            out.push_str(&format!("   p{arg}: {role} {}\n", pattern(view)));
+        }
+        out.push_str("*/\n");
+        out
+    }
+
+    /// The parameter struct, field for field as [`abi::param_layout`] lays out the bytes.
+    fn params_struct(&self) -> String {
+        let ir = self.ir;
+        let args = ir.arg_count();
+        let mut out = format!("struct {}_params {{\n", self.name);
+        for (arg, view) in ir.views().enumerate() {
+            let constness = if arg < ir.loads.len() { "const " } else { "" };
+            out.push_str(&format!(
+                "    {constness}{} *p{arg};\n",
+                storage_type(view.dtype)
+            ));
+        }
+        for r in 0..ir.reductions.len() {
+            out.push_str(&format!("    double *q{r};\n"));
+        }
+        out.push_str(&format!("    long long n[{}];\n", self.rank));
+        if args > 0 {
+            out.push_str(&format!("    long long s[{args}][{}];\n", self.rank));
+            out.push_str(&format!("    long long o[{args}];\n"));
+        }
+        out.push_str("    long long vec;\n");
+        if !self.groups.is_empty() {
+            out.push_str(&format!("    long long lanes[{}];\n", self.groups.len()));
+            out.push_str(&format!("    long long split[{}];\n", self.groups.len()));
+        }
+        out.push_str("};\n");
+        out
+    }
+
+    /// A device template over the index type `I` (and its unsigned counterpart `U`) with
+    /// `body`, and its two `extern "C"` entry points.
+    fn function(&self, out: &mut String, part: &str, body: &Code) {
+        let name = self.name;
+        let params = format!("{name}_params");
+        out.push_str("\ntemplate <typename I, typename U>\n");
+        out.push_str(&format!(
+            "__device__ __forceinline__ void {name}{part}_body(const {params} &p) {{\n"
+        ));
+        out.push_str(&body.render(1));
+        out.push_str("}\n");
+        for (wide, i, u) in [
+            (false, "int", "unsigned int"),
+            (true, "long long", "unsigned long long"),
+        ] {
+            out.push_str(&format!(
+                "extern \"C\" __global__ void __launch_bounds__(FBC_BLOCK) {}(const {params} p) {{ {name}{part}_body<{i}, {u}>(p); }}\n",
+                abi::entry_name(name, part, wide)
+            ));
+        }
+    }
+
+    /// Definitions of sizes, offsets and strides (the unread ones are dropped at render).
+    fn preamble(&self, code: &mut Code) {
+        for d in 0..self.rank {
+            code.def(format!("n{d}"), format!("const I n{d} = (I)p.n[{d}];"));
+        }
+        for (arg, view) in self.ir.views().enumerate() {
+            code.def(
+                format!("o{arg}"),
+                format!("const I o{arg} = (I)p.o[{arg}];"),
+            );
+            for (d, axis) in view.axes.iter().enumerate() {
+                if *axis == Axis::Strided {
+                    code.def(
+                        format!("s{arg}_{d}"),
+                        format!("const I s{arg}_{d} = (I)p.s[{arg}][{d}];"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// `first` and `step` of a grid-stride loop with one thread per work unit.
+    fn thread_loop(&self, code: &mut Code) {
+        code.def(
+            "first",
+            "const U first = (U)blockIdx.x * (U)FBC_BLOCK + (U)threadIdx.x;",
+        );
+        code.def("step", "const U step = (U)gridDim.x * (U)FBC_BLOCK;");
+    }
+
+    /// The product of the sizes of `axes` as `U` (1 for none).
+    fn product(&self, axes: &[usize]) -> String {
+        if axes.is_empty() {
+            "(U)1".to_string()
+        } else {
+            axes.iter()
+                .map(|d| format!("(U)n{d}"))
+                .collect::<Vec<_>>()
+                .join(" * ")
+        }
+    }
+
+    /// Coordinates `i{d}` of the axes `axes` (row-major: the last varies fastest) from the
+    /// flat index `flat` (an `I` expression), using `rem` as the remainder variable.
+    fn decompose(&self, code: &mut Code, flat: &str, axes: &[usize], rem: &str) {
+        let Some((&first, rest)) = axes.split_first() else {
+            return;
+        };
+        if rest.is_empty() {
+            code.def(format!("i{first}"), format!("const I i{first} = {flat};"));
+            return;
+        }
+        code.def(rem, format!("I {rem} = {flat};"));
+        for &d in rest.iter().rev() {
+            code.def(format!("i{d}"), format!("const I i{d} = {rem} % n{d};"));
+            code.def(rem, format!("{rem} /= n{d};"));
+        }
+        code.def(format!("i{first}"), format!("const I i{first} = {rem};"));
+    }
+
+    /// `coord * stride` of argument `arg` on axis `d`, or `None` if it does not move there.
+    fn term(&self, arg: usize, d: usize, coord: &str) -> Option<String> {
+        match self.view(arg).axes[d] {
+            Axis::Broadcast => None,
+            Axis::Unit => Some(coord.to_string()),
+            Axis::Strided => Some(format!("{coord} * s{arg}_{d}")),
+        }
+    }
+
+    /// `b{a}`: the element index of argument `a` at the current point (the first lane's, in
+    /// the vector loop), for every load and store.
+    fn bases(&self, code: &mut Code) {
+        for arg in 0..self.ir.loads.len() + self.ir.stores.len() {
+            let index = self.index(arg, &(0..self.rank).collect::<Vec<_>>());
+            code.def(format!("b{arg}"), format!("const I b{arg} = {index};"));
+        }
+    }
+
+    /// `o{a} + Σ i{d} · stride` over `axes`.
+    fn index(&self, arg: usize, axes: &[usize]) -> String {
+        let mut index = format!("o{arg}");
+        for &d in axes {
+            if let Some(t) = self.term(arg, d, &format!("i{d}")) {
+                index.push_str(&format!(" + {t}"));
+            }
+        }
+        index
+    }
+
+    /// The stored element of argument `arg` read or written at the current point.
+    fn element(&self, arg: usize, lane: Lane) -> String {
+        let inner = self.inner;
+        match (lane, self.view(arg).axes[inner]) {
+            (Lane::Scalar, _) | (Lane::Vector, Axis::Broadcast) => format!("p.p{arg}[b{arg}]"),
+            (Lane::Vector, Axis::Unit) => format!("x{arg}[l]"),
+            (Lane::Vector, Axis::Strided) => {
+                format!("p.p{arg}[b{arg} + (I)l * s{arg}_{inner}]")
+            }
+        }
+    }
+
+    /// Every SSA value at the current point (unread ones are dropped at render).
+    fn values(&self, code: &mut Code, lane: Lane) {
+        let ir = self.ir;
+        let v = |id: usize| format!("v{id}");
+        for (id, instr) in ir.body.iter().enumerate() {
+            let expr = match instr {
+                Instr::Load { view } => {
+                    load_conversion(ir.loads[*view].dtype, &self.element(*view, lane))
+                }
+                Instr::Const { value, prec } => literal(*value, *prec),
+                Instr::Widen { x } => format!("(double){}", v(*x)),
+                Instr::Round { x, dtype } => round_expr(ir.prec(*x), *dtype, &v(*x)),
+                Instr::Neg { x, .. } => format!("(-{})", v(*x)),
+                Instr::Binary { op, a, b, prec } => binary_expr(*op, &v(*a), &v(*b), *prec),
+                Instr::Call { func, args, prec } => {
+                    let args: Vec<String> = args.iter().map(|&a| v(a)).collect();
+                    call_expr(*func, &args, *prec)
+                }
+            };
+            let ty = c_type(ir.prec(id));
+            code.def(v(id), format!("const {ty} v{id} = {expr};"));
+        }
+    }
+
+    /// The condition under which store `k` writes at the current point: the domain index is
+    /// 0 on every axis the store is broadcast along. `None` when it always writes.
+    fn store_condition(&self, k: usize, lane: Lane) -> Option<String> {
+        let view = &self.ir.stores[k].view;
+        let parts: Vec<String> = (0..self.rank)
+            .filter(|&d| view.axes[d] == Axis::Broadcast)
+            .map(|d| {
+                if lane == Lane::Vector && d == self.inner {
+                    format!("i{d} + (I)l == 0")
+                } else {
+                    format!("i{d} == 0")
+                }
+            })
+            .collect();
+        (!parts.is_empty()).then(|| parts.join(" && "))
+    }
+
+    /// The stores at the current point. In the vector loop, stores contiguous along the
+    /// innermost axis go to `y{k}[l]`, written out after the loop by [`Self::vector_stores`].
+    fn stores(&self, code: &mut Code, lane: Lane) {
+        for (k, store) in self.ir.stores.iter().enumerate() {
+            let arg = self.store_arg(k);
+            let value = store_conversion(store.view.dtype, &format!("v{}", store.value));
+            if lane == Lane::Vector && store.view.axes[self.inner] == Axis::Unit {
+                code.def(format!("y{k}"), format!("y{k}[l] = {value};"));
+                continue;
+            }
+            let write = format!("{} = {value};", self.element(arg, lane));
+            match self.store_condition(k, lane) {
+                Some(cond) => code.stmt(format!("if ({cond}) {write}")),
+                None => code.stmt(write),
+            }
+        }
+    }
+
+    /// After the lanes: the 16-byte stores of the stores contiguous along the innermost axis.
+    fn vector_stores(&self, code: &mut Code) {
+        for (k, store) in self.ir.stores.iter().enumerate() {
+            if store.view.axes[self.inner] != Axis::Unit {
+                continue;
+            }
+            let arg = self.store_arg(k);
+            let write = format!("fbc_vstore(p.p{arg} + b{arg}, y{k});");
+            match self.store_condition(k, Lane::Vector) {
+                Some(cond) => code.stmt(format!("if ({cond}) {write}")),
+                None => code.stmt(write),
+            }
+        }
+    }
+
+    /// The body of a kernel without reductions: the vector loop (when `p.vec`) and the
+    /// scalar loop, both grid-stride over the flattened domain.
+    fn main_body(&self) -> Code {
+        let mut code = Code::new();
+        self.preamble(&mut code);
+        self.thread_loop(&mut code);
+        let all: Vec<usize> = (0..self.rank).collect();
+        code.def("total", format!("const U total = {};", self.product(&all)));
+        if self.width > 1 {
+            let w = self.width;
+            code.open("if (p.vec)");
+            code.comment(format!(
+                "{w} neighbouring elements of one row per thread; the host checked alignment"
+            ));
+            code.open(format!("for (U t = first; t < total / (U){w}; t += step)"));
+            self.decompose(&mut code, &format!("(I)(t * (U){w})"), &all, "rem");
+            self.bases(&mut code);
+            for (arg, view) in self.ir.loads.iter().enumerate() {
+                if view.axes[self.inner] == Axis::Unit {
+                    let ty = storage_type(view.dtype);
+                    code.def(format!("x{arg}"), format!("{ty} x{arg}[{w}];"));
+                    code.def(
+                        format!("x{arg}"),
+                        format!("fbc_vload(x{arg}, p.p{arg} + b{arg});"),
+                    );
+                }
+            }
+            for (k, store) in self.ir.stores.iter().enumerate() {
+                if store.view.axes[self.inner] == Axis::Unit {
+                    let ty = storage_type(store.view.dtype);
+                    code.def(format!("y{k}"), format!("{ty} y{k}[{w}];"));
+                }
+            }
+            code.stmt("#pragma unroll");
+            code.open(format!("for (int l = 0; l < {w}; ++l)"));
+            self.values(&mut code, Lane::Vector);
+            self.stores(&mut code, Lane::Vector);
+            code.close();
+            self.vector_stores(&mut code);
+            code.close();
+            code.close();
+            code.open("else");
+        }
+        code.open("for (U t = first; t < total; t += step)");
+        self.decompose(&mut code, "(I)t", &all, "rem");
+        self.bases(&mut code);
+        self.values(&mut code, Lane::Scalar);
+        self.stores(&mut code, Lane::Scalar);
+        code.close();
+        if self.width > 1 {
+            code.close();
+        }
+        code
+    }
+
+    /// Axes kept and reduced by group `g`.
+    fn group_axes(&self, g: usize) -> (Vec<usize>, Vec<usize>) {
+        let reduced = &self.ir.reductions[self.groups[g][0]].reduced;
+        let kept = (0..self.rank).filter(|&d| !reduced[d]).collect();
+        let gone = (0..self.rank).filter(|&d| reduced[d]).collect();
+        (kept, gone)
+    }
+
+    /// Whether group `g` reduces the innermost axis (threads of an item share an output).
+    fn rows(&self, g: usize) -> bool {
+        self.ir.reductions[self.groups[g][0]].reduced[self.inner]
+    }
+
+    fn is_max(&self, r: usize) -> bool {
+        self.ir.reductions[r].kind == ReduceKind::Max
+    }
+
+    /// The pass of reduction group `g`: items (output `k`, piece `sp`), each walked by
+    /// `lanes` threads, combined, and added into the scratch (see the module docs).
+    fn group_body(&self, g: usize) -> Code {
+        let mut code = Code::new();
+        let (kept, gone) = self.group_axes(g);
+        let rows = self.rows(g);
+        self.preamble(&mut code);
+        if rows {
+            code.def("lanes", format!("const int lanes = (int)p.lanes[{g}];"));
+        } else {
+            code.def("lanes", "const int lanes = 1;");
+        }
+        code.def(
+            "step",
+            "const U step = (U)gridDim.x * (U)(FBC_BLOCK / lanes);",
+        );
+        code.def(
+            "outputs",
+            format!("const U outputs = {};", self.product(&kept)),
+        );
+        code.def("count", format!("const U count = {};", self.product(&gone)));
+        code.def("split", format!("const U split = (U)p.split[{g}];"));
+        code.def("piece", "const U piece = (count + split - 1) / split;");
+        code.def("items", "const U items = outputs * split;");
+        code.def("lane", "const U lane = (U)threadIdx.x % (U)lanes;");
+        if rows {
+            code.def("smem", "__shared__ double smem[FBC_BLOCK / 32];");
+        }
+        code.open(
+            "for (U it = (U)blockIdx.x * (U)(FBC_BLOCK / lanes) + (U)threadIdx.x / (U)lanes; \
+             it < items; it += step)",
+        );
+        if rows {
+            code.comment("the lanes of an item share its output: consecutive items, one output");
+            code.def("k", "const U k = it / split;");
+            code.def("sp", "const U sp = it % split;");
+        } else {
+            code.comment("neighbouring threads take neighbouring outputs");
+            code.def("k", "const U k = it % outputs;");
+            code.def("sp", "const U sp = it / outputs;");
+        }
+        self.decompose(&mut code, "(I)k", &kept, "remk");
+        code.def("r0", "const U r0 = fbc_piece_start(sp, piece, count);");
+        code.def("r1", "const U r1 = fbc_piece_end(r0, piece, count);");
+        for &r in &self.groups[g] {
+            code.def(
+                format!("a{r}"),
+                format!("double a{r} = {};", identity(self.is_max(r))),
+            );
+        }
+        code.open("for (U e = r0 + lane; e < r1; e += (U)lanes)");
+        self.decompose(&mut code, "(I)e", &gone, "rem");
+        self.bases(&mut code);
+        self.values(&mut code, Lane::Scalar);
+        if g == 0 {
+            self.stores(&mut code, Lane::Scalar);
+        }
+        for &r in &self.groups[g] {
+            let red = &self.ir.reductions[r];
+            let x = match self.ir.prec(red.value) {
+                Prec::F32 => format!("(double)v{}", red.value),
+                Prec::F64 => format!("v{}", red.value),
+            };
+            let combine = if self.is_max(r) {
+                "fbc_max2"
+            } else {
+                "fbc_sum2"
+            };
+            code.def(format!("a{r}"), format!("a{r} = {combine}(a{r}, {x});"));
+        }
+        code.close();
+        for &r in &self.groups[g] {
+            if rows {
+                let max = self.is_max(r);
+                code.def(
+                    format!("a{r}"),
+                    format!("a{r} = fbc_group<{max}>(a{r}, lanes, smem);"),
+                );
+            }
+            let write = match (self.deterministic, self.is_max(r)) {
+                (true, _) => format!("p.q{r}[k * split + sp] = a{r};"),
+                (false, false) => format!("atomicAdd(p.q{r} + k, a{r});"),
+                (false, true) => format!("fbc_atomic_max(p.q{r} + k, a{r});"),
+            };
+            code.stmt(format!("if (lane == 0) {write}"));
+        }
+        code.close();
+        code
+    }
+
+    /// `_init`: every reduction's scratch slots set to its identity (atomic mode only).
+    fn init_body(&self) -> Code {
+        let mut code = Code::new();
+        self.preamble(&mut code);
+        self.thread_loop(&mut code);
+        for (g, group) in self.groups.iter().enumerate() {
+            let (kept, _) = self.group_axes(g);
+            code.def(
+                format!("outputs{g}"),
+                format!("const U outputs{g} = {};", self.product(&kept)),
+            );
+            for &r in group {
+                code.stmt(format!(
+                    "for (U k = first; k < outputs{g}; k += step) p.q{r}[k] = {};",
+                    identity(self.is_max(r))
+                ));
+            }
+        }
+        code
+    }
+
+    /// `_finish`: per output of every reduction, its accumulated value (the slot, or the
+    /// pieces' partials combined in order), divided by the count for a mean, rounded to the
+    /// output dtype and stored at the output's element.
+    fn finish_body(&self) -> Code {
+        let mut code = Code::new();
+        self.preamble(&mut code);
+        self.thread_loop(&mut code);
+        for (g, group) in self.groups.iter().enumerate() {
+            let (kept, gone) = self.group_axes(g);
+            code.def(
+                format!("outputs{g}"),
+                format!("const U outputs{g} = {};", self.product(&kept)),
+            );
+            code.def(
+                format!("count{g}"),
+                format!("const U count{g} = {};", self.product(&gone)),
+            );
+            code.def(
+                format!("split{g}"),
+                format!("const U split{g} = (U)p.split[{g}];"),
+            );
+            for &r in group {
+                let red = &self.ir.reductions[r];
+                let arg = self.reduction_arg(r);
+                code.open(format!("for (U k = first; k < outputs{g}; k += step)"));
+                self.decompose(&mut code, "(I)k", &kept, "rem");
+                if self.deterministic {
+                    let combine = if self.is_max(r) {
+                        "fbc_max2"
+                    } else {
+                        "fbc_sum2"
+                    };
+                    code.def("a", format!("double a = {};", identity(self.is_max(r))));
+                    code.def(
+                        "a",
+                        format!(
+                            "for (U sp = 0; sp < split{g}; ++sp) a = {combine}(a, p.q{r}[k * split{g} + sp]);"
+                        ),
+                    );
+                } else {
+                    code.def("a", format!("double a = p.q{r}[k];"));
+                }
+                if red.kind == ReduceKind::Mean {
+                    code.def("a", format!("a = __ddiv_rn(a, (double)count{g});"));
+                }
+                let value =
+                    store_conversion(red.view.dtype, &round_expr(Prec::F64, red.view.dtype, "a"));
+                code.stmt(format!("p.p{arg}[{}] = {value};", self.index(arg, &kept)));
+                code.close();
+            }
+        }
+        code
+    }
+}

@@ -1,0 +1,471 @@
+//! A program loaded on the GPU, and the loop that queues one run of it.
+//!
+//! Building an executable turns the program's steps into a flat list of device operations
+//! (kernel launches with their launch plans, cuBLAS calls with the conversions around them,
+//! zero fills, copies), loads the module holding every kernel, and takes every buffer a run
+//! needs from the pool: intermediates by liveness, reduction scratch, matmul temporaries. A
+//! run then only queues that list on a stream: no allocation, no compilation, no host wait,
+//! which is also what lets a run be captured into a CUDA graph.
+
+use super::device::{CuStream, Device};
+use super::plan::{Buf, DevicePlan, Op};
+use super::pool::DeviceBuffer;
+use super::{DriverResult, backend_error};
+use crate::backend::cuda::abi;
+use crate::backend::cuda::emit::EmitOptions;
+use crate::backend::cuda::nvrtc::CompileStats;
+use crate::dag::Value;
+use crate::error::{Error, ErrorKind, Result, Site};
+use crate::exec::buffer::Buffer;
+use crate::exec::memory::MemoryPlan;
+use crate::lower::Program;
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaFunction, CudaGraph, CudaStream};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// How to run a program on the GPU.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CudaOptions {
+    /// The device ordinal.
+    pub device: usize,
+    /// Capture a run into a CUDA graph and replay it while the input and output buffers stay
+    /// the same (one launch per run instead of one per kernel).
+    pub cuda_graph: bool,
+    /// Reductions without float atomics, so results are bitwise reproducible run to run.
+    pub deterministic: bool,
+}
+
+/// What building an executable cost in compilation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModuleStats {
+    /// What NVRTC did (compiled, or found the PTX in its memory or disk cache). All zero when
+    /// the module was already loaded.
+    pub nvrtc: CompileStats,
+    /// Whether the module was already loaded in the device's context.
+    pub loaded_already: bool,
+}
+
+/// A run captured as a CUDA graph, valid for the input and output addresses it was captured
+/// with.
+struct Captured {
+    io: Vec<u64>,
+    graph: CudaGraph,
+    _stream: Arc<CudaStream>,
+}
+
+// SAFETY: CUDA graph objects may be used from any thread with the context bound (every entry
+// point binds it), as long as no two threads use one at the same time; `Captured` is only
+// reached through `&mut CudaExecutable`, so moving it between threads is all that happens.
+unsafe impl Send for Captured {}
+
+/// A program ready to run on a GPU.
+pub struct CudaExecutable {
+    program: Program,
+    device: Arc<Device>,
+    options: CudaOptions,
+    plan: DevicePlan,
+    /// Per operation of `plan.ops`: the function of each of its launches (empty for
+    /// operations other than kernels).
+    functions: Vec<Vec<CudaFunction>>,
+    memory: MemoryPlan,
+    slots: Vec<DeviceBuffer>,
+    scratch: Vec<DeviceBuffer>,
+    temps: Vec<DeviceBuffer>,
+    stats: ModuleStats,
+    captured: Option<Captured>,
+}
+
+fn input_error(name: &str, message: String) -> Error {
+    Error::new(Site::node(name), ErrorKind::Input(message))
+}
+
+impl CudaExecutable {
+    /// Compiles (or finds) and loads `program`'s kernels on the device `options` names and
+    /// takes the buffers a run needs. Fails cleanly, naming what is missing, on a machine
+    /// without CUDA.
+    pub fn new(program: Program, options: &CudaOptions) -> Result<CudaExecutable> {
+        let device = Device::get(options.device)?;
+        device.bind()?;
+        let emit_options = EmitOptions {
+            deterministic: options.deterministic,
+        };
+        let plan = DevicePlan::new(&program, &emit_options, device.info().sm_count)?;
+        // Device-wide counters: another thread building at the same time shows up here too.
+        let nvrtc_before = device.compiler.stats();
+        let hits_before = device.modules.counts().1;
+        let module = device.module(&plan.source)?;
+        let stats = ModuleStats {
+            nvrtc: device.compiler.stats().since(&nvrtc_before),
+            loaded_already: device.modules.counts().1 > hits_before,
+        };
+        let functions = plan
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Kernel(call) => call
+                    .plan
+                    .launches
+                    .iter()
+                    .map(|l| module.function(&l.entry))
+                    .collect::<Result<Vec<_>>>(),
+                _ => Ok(Vec::new()),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if plan.uses_blas() {
+            // Created now, not during a run: creation allocates, which a graph capture forbids.
+            device.with_blas(|_| Ok(()))?;
+        }
+        let raw = |bytes: &usize| DeviceBuffer::raw(&device, *bytes);
+        let memory = MemoryPlan::new(&program);
+        let slots = memory.slot_bytes.iter().map(raw).collect::<Result<_>>()?;
+        let scratch = plan.scratch_bytes.iter().map(raw).collect::<Result<_>>()?;
+        let temps = plan.temp_bytes.iter().map(raw).collect::<Result<_>>()?;
+        Ok(CudaExecutable {
+            program,
+            device,
+            options: options.clone(),
+            plan,
+            functions,
+            memory,
+            slots,
+            scratch,
+            temps,
+            stats,
+            captured: None,
+        })
+    }
+
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    pub fn options(&self) -> &CudaOptions {
+        &self.options
+    }
+
+    pub fn memory_plan(&self) -> &MemoryPlan {
+        &self.memory
+    }
+
+    /// The CUDA C that was compiled (the program's kernels and the conversion kernels).
+    pub fn source(&self) -> &str {
+        &self.plan.source
+    }
+
+    /// The operations a run queues.
+    pub fn plan(&self) -> &DevicePlan {
+        &self.plan
+    }
+
+    pub fn module_stats(&self) -> ModuleStats {
+        self.stats
+    }
+
+    /// Kernel launches, cuBLAS calls, fills and copies queued per run.
+    pub fn launches_per_run(&self) -> usize {
+        self.plan.launches()
+    }
+
+    /// Device buffers for the outputs (contents unspecified), in `dag.outputs` order.
+    pub fn output_buffers(&self) -> Result<Vec<DeviceBuffer>> {
+        let dag = &self.program.dag;
+        dag.outputs
+            .iter()
+            .map(|o| {
+                let ty = dag.ty(o.value);
+                DeviceBuffer::uninit(&self.device, ty.dtype, &ty.shape)
+            })
+            .collect()
+    }
+
+    /// Copies host inputs (in `dag.inputs` order) to the device.
+    pub fn upload_inputs(&self, inputs: &[Buffer]) -> Result<Vec<DeviceBuffer>> {
+        let dag = &self.program.dag;
+        if inputs.len() != dag.inputs.len() {
+            return Err(backend_error(format!(
+                "{} inputs given, the graph has {}",
+                inputs.len(),
+                dag.inputs.len()
+            )));
+        }
+        for (buf, input) in inputs.iter().zip(&dag.inputs) {
+            if buf.dtype != input.ty.dtype || buf.shape != input.ty.shape {
+                return Err(input_error(
+                    &input.name,
+                    format!(
+                        "expected {} {:?}, got {} {:?}",
+                        input.ty.dtype, input.ty.shape, buf.dtype, buf.shape
+                    ),
+                ));
+            }
+        }
+        inputs
+            .iter()
+            .map(|b| DeviceBuffer::upload(&self.device, b))
+            .collect()
+    }
+
+    /// Queues one run: `inputs` in `dag.inputs` order, results into `outputs` (from
+    /// [`CudaExecutable::output_buffers`]). Returns without waiting: the results are there
+    /// for work queued later on the device (and for [`DeviceBuffer::download`]).
+    pub fn run_device(
+        &mut self,
+        inputs: &[DeviceBuffer],
+        outputs: &mut [DeviceBuffer],
+    ) -> Result<()> {
+        self.check_device_buffers(inputs, outputs)?;
+        self.device.bind()?;
+        let ins: Vec<u64> = inputs.iter().map(DeviceBuffer::device_ptr).collect();
+        let outs: Vec<u64> = outputs.iter().map(DeviceBuffer::device_ptr).collect();
+        if !self.options.cuda_graph {
+            return self.enqueue(self.device.cu_stream(), &ins, &outs);
+        }
+        let io: Vec<u64> = ins.iter().chain(&outs).copied().collect();
+        if self.captured.as_ref().is_none_or(|c| c.io != io) {
+            self.captured = None;
+            self.captured = self.capture(&ins, &outs, io)?;
+        }
+        match &self.captured {
+            // SAFETY: the graph's kernels read and write the executable's own buffers and the
+            // io buffers it was captured with, which `io` proved are the ones given now.
+            Some(c) => unsafe {
+                cudarc::driver::result::graph::launch(
+                    c.graph.cu_graph_exec(),
+                    self.device.cu_stream(),
+                )
+            }
+            .or_driver("launching the CUDA graph"),
+            None => self.enqueue(self.device.cu_stream(), &ins, &outs),
+        }
+    }
+
+    /// Records one run into a CUDA graph. The capture uses a stream of its own, so nothing
+    /// another thread queues on the device stream meanwhile can end up in the graph; the
+    /// graph is then launched on the device stream, in order with everything else.
+    fn capture(&self, ins: &[u64], outs: &[u64], io: Vec<u64>) -> Result<Option<Captured>> {
+        let stream = self.device.new_stream()?;
+        stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .or_driver("starting a CUDA graph capture")?;
+        let queued = self.enqueue(stream.cu_stream(), ins, outs);
+        // The capture must end even when queueing failed, or the stream stays capturing.
+        let ended = stream.end_capture(CUgraphInstantiate_flags(0));
+        queued?;
+        let graph = ended.or_driver("instantiating the CUDA graph")?;
+        Ok(graph.map(|graph| Captured {
+            io,
+            graph,
+            _stream: stream,
+        }))
+    }
+
+    fn check_device_buffers(
+        &self,
+        inputs: &[DeviceBuffer],
+        outputs: &[DeviceBuffer],
+    ) -> Result<()> {
+        let dag = &self.program.dag;
+        if inputs.len() != dag.inputs.len() || outputs.len() != dag.outputs.len() {
+            return Err(backend_error(format!(
+                "{} inputs and {} outputs given, the graph has {} and {}",
+                inputs.len(),
+                outputs.len(),
+                dag.inputs.len(),
+                dag.outputs.len()
+            )));
+        }
+        let ordinal = self.device.info().ordinal;
+        for (buf, input) in inputs.iter().zip(&dag.inputs) {
+            if buf.dtype != input.ty.dtype || buf.shape != input.ty.shape {
+                return Err(input_error(
+                    &input.name,
+                    format!(
+                        "expected {} {:?}, got {} {:?}",
+                        input.ty.dtype, input.ty.shape, buf.dtype, buf.shape
+                    ),
+                ));
+            }
+        }
+        for (buf, output) in outputs.iter().zip(&dag.outputs) {
+            let ty = dag.ty(output.value);
+            if buf.dtype != ty.dtype || buf.shape != ty.shape {
+                return Err(backend_error(format!(
+                    "output buffer for `{}` must be {} {:?}",
+                    output.name, ty.dtype, ty.shape
+                )));
+            }
+        }
+        if let Some(b) = inputs
+            .iter()
+            .chain(outputs)
+            .find(|b| b.device().info().ordinal != ordinal)
+        {
+            return Err(backend_error(format!(
+                "a buffer on device {} was given to a program on device {ordinal}",
+                b.device().info().ordinal
+            )));
+        }
+        Ok(())
+    }
+
+    /// The device address of `b` in a run with these input and output addresses.
+    fn address(&self, b: Buf, ins: &[u64], outs: &[u64]) -> u64 {
+        match b {
+            Buf::Temp(i) => self.temps[i].device_ptr(),
+            Buf::Output(k) => outs[k],
+            Buf::Value(Value::Input(i)) => ins[i],
+            Buf::Value(Value::Node(n)) => match (self.plan.output_of[n], self.memory.slot_of[n]) {
+                (Some(k), _) => outs[k],
+                (None, Some(s)) => self.slots[s].device_ptr(),
+                // Nothing reads a value no step writes (literals are inlined into kernels).
+                (None, None) => 0,
+            },
+        }
+    }
+
+    /// Queues every operation of one run on `stream`, in order, without waiting.
+    fn enqueue(&self, stream: CuStream, ins: &[u64], outs: &[u64]) -> Result<()> {
+        let scratch: Vec<u64> = self.scratch.iter().map(DeviceBuffer::device_ptr).collect();
+        for (op, functions) in self.plan.ops.iter().zip(&self.functions) {
+            match op {
+                Op::Kernel(call) => {
+                    if functions.is_empty() {
+                        continue;
+                    }
+                    let ptrs: Vec<u64> = call
+                        .args
+                        .iter()
+                        .map(|&b| self.address(b, ins, outs))
+                        .collect();
+                    let ir = &self.plan.kernels[call.kernel];
+                    let used = &scratch[..call.plan.scratch_bytes.len()];
+                    let block = abi::param_block(ir, &call.launch, &ptrs, used);
+                    if block.is_empty() {
+                        return Err(backend_error(
+                            "the launch ABI produced an empty parameter block",
+                        ));
+                    }
+                    // 8-byte aligned storage for the block, which holds pointers and int64s.
+                    let mut words = vec![0u64; block.len().div_ceil(8)];
+                    // SAFETY: `words` has at least `block.len()` bytes.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            block.as_ptr(),
+                            words.as_mut_ptr() as *mut u8,
+                            block.len(),
+                        )
+                    };
+                    for (function, l) in functions.iter().zip(&call.plan.launches) {
+                        let mut params = [words.as_mut_ptr() as *mut c_void];
+                        // SAFETY: the function belongs to a module the device keeps loaded; its
+                        // one parameter is the block `abi::param_block` laid out for it, which
+                        // the driver copies before returning; the plan checked every view lies
+                        // inside its buffer, and every buffer outlives the queued work (see the
+                        // pool's reuse rule).
+                        unsafe {
+                            cudarc::driver::result::launch_kernel(
+                                function.cu_function(),
+                                l.grid,
+                                l.block,
+                                l.shared_bytes,
+                                stream,
+                                &mut params,
+                            )
+                        }
+                        .map_err(|e| super::driver_error(&format!("launching `{}`", l.entry), e))?;
+                    }
+                }
+                Op::Gemm {
+                    types,
+                    shape,
+                    a,
+                    b,
+                    c,
+                } => {
+                    let ptrs = (
+                        self.address(*a, ins, outs),
+                        self.address(*b, ins, outs),
+                        self.address(*c, ins, outs),
+                    );
+                    self.device
+                        .with_blas(|blas| blas.gemm(stream, types, shape, ptrs))?;
+                }
+                Op::Zero { dst, bytes } => {
+                    self.device
+                        .zero(self.address(*dst, ins, outs), *bytes, stream)?;
+                }
+                Op::Copy { dst, src, bytes } => {
+                    self.device.copy(
+                        self.address(*dst, ins, outs),
+                        self.address(*src, ins, outs),
+                        *bytes,
+                        stream,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs on host buffers: uploads the inputs, runs, downloads into `outputs` (from
+    /// [`crate::exec::CpuExecutable::output_buffers`]-like fresh buffers of the right types),
+    /// and waits once, at the end.
+    pub fn run_into(&mut self, inputs: &[Buffer], outputs: &mut [Buffer]) -> Result<()> {
+        let device_inputs = self.upload_inputs(inputs)?;
+        let mut device_outputs = self.output_buffers()?;
+        self.run_device(&device_inputs, &mut device_outputs)?;
+        if outputs.len() != device_outputs.len() {
+            return Err(backend_error(format!(
+                "{} output buffers given, the graph has {} outputs",
+                outputs.len(),
+                device_outputs.len()
+            )));
+        }
+        for (d, h) in device_outputs.iter().zip(outputs.iter_mut()) {
+            d.download_into(h)?;
+        }
+        self.device.synchronize()
+    }
+
+    /// Runs on tensors keyed by input name; returns tensors keyed by output name.
+    pub fn run_tensors(&mut self, inputs: &crate::eval::Tensors) -> Result<crate::eval::Tensors> {
+        let dag = &self.program.dag;
+        let buffers = dag
+            .inputs
+            .iter()
+            .map(|input| {
+                inputs
+                    .get(&input.name)
+                    .map(Buffer::from_tensor)
+                    .ok_or_else(|| {
+                        input_error(
+                            &input.name,
+                            format!("no value given for input `{}`", input.name),
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut outputs: Vec<Buffer> = dag
+            .outputs
+            .iter()
+            .map(|o| {
+                let ty = dag.ty(o.value);
+                Buffer::zeroed(ty.dtype, &ty.shape)
+            })
+            .collect();
+        self.run_into(&buffers, &mut outputs)?;
+        Ok(self
+            .program
+            .dag
+            .outputs
+            .iter()
+            .zip(&outputs)
+            .map(|(o, b)| (o.name.clone(), b.to_tensor()))
+            .collect())
+    }
+}

@@ -1,0 +1,462 @@
+//! The device-independent half of building an executable: a program's steps as a flat list
+//! of device operations, the module source holding every kernel they launch, and the buffers
+//! they need.
+//!
+//! Nothing here touches a GPU, so the whole plan — conversion kernels, launch plans,
+//! parameter blocks, the source NVRTC compiles — is checked on machines without one (see
+//! `tests/cuda_gpu.rs`). [`super::CudaExecutable`] adds the device: it loads the module,
+//! resolves entry points, takes buffers from the pool and queues the operations.
+
+use super::gemm::{self, GemmShape, GemmTypes, OperandSpec};
+use super::pack;
+use crate::backend::cuda::abi::{self, LaunchPlan};
+use crate::backend::cuda::emit::{self, EmitOptions};
+use crate::dag::Value;
+use crate::dtype::DType;
+use crate::error::{Error, ErrorKind, Result, Site};
+use crate::lower::{KernelIr, Launch, MatMulOperand, MatMulStep, Program, Step};
+use std::collections::{BTreeSet, HashSet};
+
+/// A buffer an operation reads or writes, resolved to an address at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Buf {
+    /// A graph value: an input, an output, or an intermediate's slot.
+    Value(Value),
+    /// Output `k` of the run (for aliases of one value under two output names).
+    Output(usize),
+    /// A matmul temporary: 0 and 1 for converted operands, 2 for a result before rounding.
+    Temp(usize),
+}
+
+/// One launch of a generated kernel: every entry point of its plan, in order.
+#[derive(Debug, Clone)]
+pub struct KernelCall {
+    /// Index into [`DevicePlan::kernels`].
+    pub kernel: usize,
+    pub launch: Launch,
+    pub args: Vec<Buf>,
+    /// Entry points with their grids (only launches with work), and the scratch sizes.
+    pub plan: LaunchPlan,
+}
+
+/// One device operation of a run.
+#[derive(Debug, Clone)]
+pub enum Op {
+    Kernel(KernelCall),
+    Gemm {
+        types: GemmTypes,
+        shape: GemmShape,
+        a: Buf,
+        b: Buf,
+        c: Buf,
+    },
+    Zero {
+        dst: Buf,
+        bytes: usize,
+    },
+    Copy {
+        dst: Buf,
+        src: Buf,
+        bytes: usize,
+    },
+}
+
+/// Everything about running a program on a GPU that does not need the GPU.
+#[derive(Debug, Clone)]
+pub struct DevicePlan {
+    /// The program's kernels, then the conversion kernels of matrix products.
+    pub kernels: Vec<KernelIr>,
+    /// Each kernel's name in the module ([`emit::kernel_name`]).
+    pub names: Vec<String>,
+    /// The CUDA C of every distinct kernel, one translation unit.
+    pub source: String,
+    pub ops: Vec<Op>,
+    /// Bytes of each matmul temporary ([`Buf::Temp`]).
+    pub temp_bytes: Vec<usize>,
+    /// Bytes of each reduction scratch buffer: the largest any launch needs at that index
+    /// (launches run one after another, so they share).
+    pub scratch_bytes: Vec<usize>,
+    /// Per dag node: the output it is written to directly (the first output naming it).
+    pub output_of: Vec<Option<usize>>,
+}
+
+impl DevicePlan {
+    /// Plans `program` for a device with `sm_count` SMs.
+    pub fn new(program: &Program, options: &EmitOptions, sm_count: u32) -> Result<DevicePlan> {
+        check_bounds(program)?;
+        let mut builder = Builder {
+            kernels: program.kernels.clone(),
+            ops: Vec::new(),
+            temp_bytes: vec![0; 3],
+        };
+        for step in &program.steps {
+            match step {
+                Step::Kernel(k) => builder.kernel(
+                    k.kernel,
+                    k.launch.clone(),
+                    k.args.iter().map(|&v| Buf::Value(v)).collect(),
+                ),
+                Step::MatMul(m) => builder.matmul(program, m)?,
+            }
+        }
+        let output_of = first_outputs(program);
+        builder.alias_copies(program, &output_of);
+        let Builder {
+            kernels,
+            mut ops,
+            temp_bytes,
+        } = builder;
+        let names: Vec<String> = kernels.iter().map(emit::kernel_name).collect();
+        let mut seen = HashSet::new();
+        let unique: Vec<(String, &KernelIr)> = names
+            .iter()
+            .zip(&kernels)
+            .filter(|(name, _)| seen.insert(name.as_str()))
+            .map(|(name, ir)| (name.clone(), ir))
+            .collect();
+        let source = emit::emit_module(&unique, options);
+        let mut scratch_bytes: Vec<usize> = Vec::new();
+        for op in &mut ops {
+            let Op::Kernel(call) = op else { continue };
+            let mut plan = abi::plan(
+                &kernels[call.kernel],
+                &names[call.kernel],
+                &call.launch,
+                sm_count,
+                options,
+            );
+            plan.launches.retain(|l| {
+                let (g, b) = (l.grid, l.block);
+                ![g.0, g.1, g.2, b.0, b.1, b.2].contains(&0)
+            });
+            for (i, &bytes) in plan.scratch_bytes.iter().enumerate() {
+                match scratch_bytes.get_mut(i) {
+                    Some(b) => *b = (*b).max(bytes),
+                    None => scratch_bytes.push(bytes),
+                }
+            }
+            call.plan = plan;
+        }
+        Ok(DevicePlan {
+            kernels,
+            names,
+            source,
+            ops,
+            temp_bytes,
+            scratch_bytes,
+            output_of,
+        })
+    }
+
+    /// Every entry point some launch uses.
+    pub fn entry_points(&self) -> BTreeSet<&str> {
+        self.ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Kernel(call) => Some(call.plan.launches.iter().map(|l| l.entry.as_str())),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    /// Device operations per run: kernel launches, cuBLAS calls, fills and copies.
+    pub fn launches(&self) -> usize {
+        self.ops
+            .iter()
+            .map(|op| match op {
+                Op::Kernel(call) => call.plan.launches.len(),
+                Op::Gemm { shape, .. } => shape.calls.len(),
+                Op::Zero { .. } | Op::Copy { .. } => 1,
+            })
+            .sum()
+    }
+
+    /// Whether a run calls cuBLAS.
+    pub fn uses_blas(&self) -> bool {
+        self.ops.iter().any(|op| matches!(op, Op::Gemm { .. }))
+    }
+}
+
+/// Turns steps into operations.
+struct Builder {
+    kernels: Vec<KernelIr>,
+    ops: Vec<Op>,
+    /// Bytes of each matmul temporary: the largest any product needs (they run one after
+    /// another on one stream, so every product can use the same three).
+    temp_bytes: Vec<usize>,
+}
+
+impl Builder {
+    fn kernel(&mut self, kernel: usize, launch: Launch, args: Vec<Buf>) {
+        self.ops.push(Op::Kernel(KernelCall {
+            kernel,
+            launch,
+            args,
+            plan: LaunchPlan {
+                launches: Vec::new(),
+                scratch_bytes: Vec::new(),
+            },
+        }));
+    }
+
+    fn intern(&mut self, ir: KernelIr) -> usize {
+        match self.kernels.iter().position(|k| *k == ir) {
+            Some(i) => i,
+            None => {
+                self.kernels.push(ir);
+                self.kernels.len() - 1
+            }
+        }
+    }
+
+    /// A conversion of `len` elements of dtype `from` at `src` through `chain` into `dst`.
+    fn convert(&mut self, from: DType, chain: &[DType], len: usize, src: Buf, dst: Buf) {
+        if len == 0 {
+            return;
+        }
+        let kernel = self.intern(pack::convert_ir(from, chain));
+        self.kernel(kernel, pack::convert_launch(len), vec![src, dst]);
+    }
+
+    fn temp(&mut self, index: usize, bytes: usize) -> Buf {
+        self.temp_bytes[index] = self.temp_bytes[index].max(bytes);
+        Buf::Temp(index)
+    }
+
+    /// The operations of one matrix product: operand conversions, the GEMM (or a zero fill
+    /// when the inner dimension is empty), and the final rounding for integer products.
+    fn matmul(&mut self, program: &Program, m: &MatMulStep) -> Result<()> {
+        let dag = &program.dag;
+        let (ta, tb, tc) = (dag.ty(m.a.value), dag.ty(m.b.value), dag.ty(m.out));
+        let node_error = |message: String| {
+            Error::new(Site::node(dag.value_name(m.out)), ErrorKind::Lower(message))
+        };
+        let shape = gemm::plan_shape(&ta.shape, &tb.shape).map_err(node_error)?;
+        let len = crate::shape::numel(&tc.shape);
+        if len != shape.batches * shape.n * shape.m {
+            return Err(node_error(format!(
+                "matmul result has {} elements, its value {len}",
+                shape.batches * shape.n * shape.m
+            )));
+        }
+        let spec = |op: &MatMulOperand, dtype| OperandSpec {
+            dtype,
+            cast: op.cast,
+        };
+        let types = gemm::choose_types(spec(&m.a, ta.dtype), spec(&m.b, tb.dtype), tc.dtype);
+        let operand = |this: &mut Builder, index: usize, value: Value, chain: &Option<Vec<_>>| {
+            let ty = dag.ty(value);
+            let n = crate::shape::numel(&ty.shape);
+            match chain {
+                Some(chain) => {
+                    let dst = this.temp(index, n * types.input.size_bytes());
+                    this.convert(ty.dtype, chain, n, Buf::Value(value), dst);
+                    dst
+                }
+                None => Buf::Value(value),
+            }
+        };
+        let a = operand(self, 0, m.a.value, &types.a_chain);
+        let b = operand(self, 1, m.b.value, &types.b_chain);
+        let c = match types.out_chain {
+            Some(_) => self.temp(2, len * types.output.size_bytes()),
+            None => Buf::Value(m.out),
+        };
+        if len > 0 {
+            if shape.k == 0 {
+                self.ops.push(Op::Zero {
+                    dst: c,
+                    bytes: len * types.output.size_bytes(),
+                });
+            } else {
+                self.ops.push(Op::Gemm {
+                    types: types.clone(),
+                    shape,
+                    a,
+                    b,
+                    c,
+                });
+            }
+        }
+        if let Some(chain) = &types.out_chain {
+            self.convert(types.output, chain, len, c, Buf::Value(m.out));
+        }
+        Ok(())
+    }
+
+    /// Outputs that are graph inputs, or that repeat a value another output already holds,
+    /// are copied at the end of the run.
+    fn alias_copies(&mut self, program: &Program, output_of: &[Option<usize>]) {
+        let dag = &program.dag;
+        for (k, output) in dag.outputs.iter().enumerate() {
+            let src = match output.value {
+                Value::Input(i) => Buf::Value(Value::Input(i)),
+                Value::Node(n) => match output_of[n] {
+                    Some(first) if first != k => Buf::Output(first),
+                    _ => continue,
+                },
+            };
+            let ty = dag.ty(output.value);
+            self.ops.push(Op::Copy {
+                dst: Buf::Output(k),
+                src,
+                bytes: crate::shape::numel(&ty.shape) * ty.dtype.size_bytes(),
+            });
+        }
+    }
+}
+
+/// Per dag node, the first output naming it: that output's buffer receives it.
+fn first_outputs(program: &Program) -> Vec<Option<usize>> {
+    let dag = &program.dag;
+    let mut output_of = vec![None; dag.nodes.len()];
+    for (k, output) in dag.outputs.iter().enumerate() {
+        if let Value::Node(n) = output.value
+            && output_of[n].is_none()
+        {
+            output_of[n] = Some(k);
+        }
+    }
+    output_of
+}
+
+/// Every view of every launch stays inside its buffer (the same check the CPU executor
+/// makes): a wrong launch is an error here rather than a wild write on the device.
+fn check_bounds(program: &Program) -> Result<()> {
+    let dag = &program.dag;
+    for step in &program.steps {
+        let Step::Kernel(k) = step else { continue };
+        let sizes = &k.launch.sizes;
+        if sizes.contains(&0) {
+            continue;
+        }
+        for (a, &v) in k.args.iter().enumerate() {
+            let last: i64 = k.launch.offsets[a]
+                + sizes
+                    .iter()
+                    .zip(&k.launch.strides[a])
+                    .map(|(&n, &s)| (n - 1) * s)
+                    .sum::<i64>();
+            let len = crate::shape::numel(&dag.ty(v).shape) as i64;
+            if last < 0 || last >= len {
+                return Err(Error::new(
+                    Site::node(dag.value_name(v)),
+                    ErrorKind::Lower(format!(
+                        "a launch reaches element {last} of a buffer of {len}"
+                    )),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::RuleSet;
+
+    /// The unfused program of a graph file's text.
+    fn program(text: &str) -> Program {
+        let rules = RuleSet::defaults();
+        let (graph, _) = crate::graph::file::parse(text, "t.ron", &rules.ops).unwrap();
+        let dag = crate::dag::Dag::from_graph(&graph, &rules.ops).unwrap();
+        let partition = crate::partition::unfused(&dag, rules.cost.profile("h200").unwrap());
+        crate::lower::lower(&dag, &partition).unwrap()
+    }
+
+    fn plan(text: &str) -> DevicePlan {
+        DevicePlan::new(&program(text), &EmitOptions::default(), 132).unwrap()
+    }
+
+    /// An integer product: both operands converted to f64 into temporaries 0 and 1, the GEMM
+    /// into temporary 2 in f64, and a last conversion rounding into the output.
+    #[test]
+    fn integer_matmul_converts_around_an_f64_gemm() {
+        let p = plan(
+            r#"Graph(name: "t", inputs: [Input(name: "a", dtype: "i32", shape: [3, 4]),
+                   Input(name: "b", dtype: "i32", shape: [4, 5])],
+                 nodes: [Node(name: "c", op: "matmul", args: ["a", "b"])], outputs: ["c"])"#,
+        );
+        assert_eq!(p.ops.len(), 4, "{:#?}", p.ops);
+        let kernel_of = |op: &Op| match op {
+            Op::Kernel(call) => (p.kernels[call.kernel].clone(), call.args.clone()),
+            other => panic!("not a kernel: {other:?}"),
+        };
+        let (ir, args) = kernel_of(&p.ops[0]);
+        assert_eq!(ir, pack::convert_ir(DType::I32, &[DType::I32, DType::F64]));
+        assert_eq!(args, vec![Buf::Value(Value::Input(0)), Buf::Temp(0)]);
+        assert_eq!(
+            kernel_of(&p.ops[1]).1,
+            vec![Buf::Value(Value::Input(1)), Buf::Temp(1)]
+        );
+        match &p.ops[2] {
+            Op::Gemm { types, a, b, c, .. } => {
+                assert_eq!((types.input, types.output), (DType::F64, DType::F64));
+                assert_eq!((*a, *b, *c), (Buf::Temp(0), Buf::Temp(1), Buf::Temp(2)));
+            }
+            other => panic!("{other:?}"),
+        }
+        let (ir, args) = kernel_of(&p.ops[3]);
+        assert_eq!(ir, pack::convert_ir(DType::F64, &[DType::I32]));
+        assert_eq!(args[0], Buf::Temp(2));
+        assert_eq!(p.temp_bytes, vec![12 * 8, 20 * 8, 15 * 8]);
+        assert!(p.uses_blas());
+        // Three conversion kernels, all distinct and appended after the program's own.
+        assert_eq!(p.kernels.len(), 3);
+        assert_eq!(p.entry_points().len(), 3);
+    }
+
+    /// An f32 product of operands stored as f32 needs nothing around the GEMM; an empty inner
+    /// dimension is a zero fill instead of a cuBLAS call.
+    #[test]
+    fn plain_and_empty_products() {
+        let p = plan(
+            r#"Graph(name: "t", inputs: [Input(name: "a", dtype: "f32", shape: [2, 3, 4]),
+                   Input(name: "b", dtype: "f32", shape: [4, 5])],
+                 nodes: [Node(name: "c", op: "matmul", args: ["a", "b"])], outputs: ["c"])"#,
+        );
+        assert!(matches!(&p.ops[..], [Op::Gemm { .. }]), "{:#?}", p.ops);
+        assert_eq!(p.launches(), 1, "the batch folds into one GEMM");
+        let p = plan(
+            r#"Graph(name: "t", inputs: [Input(name: "a", dtype: "f32", shape: [2, 0]),
+                   Input(name: "b", dtype: "f32", shape: [0, 5])],
+                 nodes: [Node(name: "c", op: "matmul", args: ["a", "b"])], outputs: ["c"])"#,
+        );
+        match &p.ops[..] {
+            [Op::Zero { dst, bytes }] => {
+                assert_eq!(*dst, Buf::Value(Value::Node(0)));
+                assert_eq!(*bytes, 10 * 4);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!p.uses_blas());
+    }
+
+    /// An output naming an input, and a value named by two outputs, are copied at the end.
+    #[test]
+    fn aliased_outputs_are_copied() {
+        let p = plan(
+            r#"Graph(name: "t", inputs: [Input(name: "x", dtype: "f32", shape: [8])],
+                 nodes: [Node(name: "y", op: "exp", args: ["x"])], outputs: ["y", "x", "y"])"#,
+        );
+        let copies: Vec<(Buf, Buf, usize)> = p
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Copy { dst, src, bytes } => Some((*dst, *src, *bytes)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            copies,
+            vec![
+                (Buf::Output(1), Buf::Value(Value::Input(0)), 32),
+                (Buf::Output(2), Buf::Output(0), 32),
+            ]
+        );
+        assert_eq!(p.output_of, vec![Some(0)]);
+        assert!(matches!(p.ops[0], Op::Kernel(_)));
+    }
+}
