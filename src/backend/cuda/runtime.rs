@@ -3,13 +3,14 @@
 //!
 //! # Execution model
 //!
-//! A [`CudaExecutable`] is built once per program: its kernels (and the small conversion
-//! kernels matrix products need, see [`gemm`]) are emitted as one CUDA C module, compiled to
-//! PTX by NVRTC (cached on disk by the compiler) and loaded into the device's context (cached
-//! in memory by source, across executables: two programs with the same kernels share one
-//! loaded module). Intermediate buffers are planned by liveness with the CPU executor's
-//! [`MemoryPlan`](crate::exec::memory::MemoryPlan) and taken from the device's [`pool`] once,
-//! at build time.
+//! A [`CudaExecutable`] is built once per program. The device-independent half is a
+//! [`plan::DevicePlan`]: the program's steps as a flat list of device operations. Its kernels
+//! (and the small conversion kernels matrix products need, see [`gemm`] and [`pack`]) are
+//! emitted as one CUDA C module, compiled to PTX by NVRTC (cached on disk by the compiler) and
+//! loaded into the device's context (cached in memory by source, across executables: two
+//! programs with the same kernels share one loaded module). Intermediate buffers are planned
+//! by liveness with the CPU executor's [`MemoryPlan`](crate::exec::memory::MemoryPlan) and
+//! taken from the device's [`pool`] once, at build time.
 //!
 //! A run is a sequence of asynchronous operations on **one stream per device**: kernel launches
 //! (each [`abi::plan`](super::abi::plan) launch in order, with its parameter block), cuBLAS

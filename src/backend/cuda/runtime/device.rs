@@ -155,7 +155,8 @@ impl Device {
         &self.nvrtc
     }
 
-    /// The architecture kernels are compiled for (see [`choose_arch`]).
+    /// The architecture kernels are compiled for: the device's own when NVRTC knows it, else
+    /// the newest older one NVRTC knows.
     pub fn target_arch(&self) -> Result<String> {
         let (major, minor) = self.info.compute_capability;
         choose_arch((major * 10 + minor).max(0) as u32, &self.nvrtc.archs)

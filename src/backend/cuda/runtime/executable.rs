@@ -412,9 +412,8 @@ impl CudaExecutable {
         Ok(())
     }
 
-    /// Runs on host buffers: uploads the inputs, runs, downloads into `outputs` (from
-    /// [`crate::exec::CpuExecutable::output_buffers`]-like fresh buffers of the right types),
-    /// and waits once, at the end.
+    /// Runs on host buffers: uploads the inputs, runs, downloads into `outputs` (host buffers
+    /// of the outputs' dtypes and shapes, in `dag.outputs` order), and waits once, at the end.
     pub fn run_into(&mut self, inputs: &[Buffer], outputs: &mut [Buffer]) -> Result<()> {
         let device_inputs = self.upload_inputs(inputs)?;
         let mut device_outputs = self.output_buffers()?;

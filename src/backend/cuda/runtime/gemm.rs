@@ -1,6 +1,6 @@
 //! Matrix products through cuBLAS, with the reference evaluator's semantics.
 //!
-//! The semantics are [`crate::exec::matmul`]'s (NumPy matmul: 1-D operands promoted, batch
+//! The semantics are the CPU executor's (`src/exec/matmul.rs`; NumPy matmul: 1-D operands promoted, batch
 //! dimensions broadcast; operands rounded through their absorbed cast and then to the
 //! product's dtype; f32 arithmetic for f16, bf16 and f32 products and f64 otherwise; the result
 //! rounded to the product's dtype). Planning ([`choose_types`], [`plan_shape`]) is pure Rust
