@@ -3,7 +3,7 @@
 //!
 //! [`prepare`] applies the AMP policy (if any), optimizes (or, with `fusion: false`, keeps one
 //! kernel per op: the fair unfused baseline through the same code generator), lowers, and
-//! compiles. [`bench`] then runs the compiled program on seeded random inputs and reports the
+//! compiles. [`bench()`] then runs the compiled program on seeded random inputs and reports the
 //! median wall time per run, which excludes compilation and file I/O.
 //!
 //! [`prepare_cuda`] and [`bench_cuda`] do the same for the GPU: the same optimized and lowered

@@ -44,7 +44,7 @@ pub fn module_source(program: &Program) -> (String, Vec<String>) {
 
 impl CpuExecutable {
     pub fn new(program: Program, compiler: &Compiler) -> Result<CpuExecutable> {
-        check_bounds(&program)?;
+        program.check_bounds()?;
         let (source, names) = module_source(&program);
         let module = compiler.compile(&source)?;
         let functions = names
@@ -240,34 +240,4 @@ impl CpuExecutable {
             .map(|(o, b)| (o.name.clone(), b.to_tensor()))
             .collect())
     }
-}
-
-/// Every view of every launch stays inside its buffer.
-fn check_bounds(program: &Program) -> Result<()> {
-    let dag = &program.dag;
-    for step in &program.steps {
-        let Step::Kernel(k) = step else { continue };
-        let sizes = &k.launch.sizes;
-        if sizes.contains(&0) {
-            continue;
-        }
-        for (a, &v) in k.args.iter().enumerate() {
-            let last: i64 = k.launch.offsets[a]
-                + sizes
-                    .iter()
-                    .zip(&k.launch.strides[a])
-                    .map(|(&n, &s)| (n - 1) * s)
-                    .sum::<i64>();
-            let len = crate::shape::numel(&dag.ty(v).shape) as i64;
-            if last < 0 || last >= len {
-                return Err(Error::new(
-                    Site::node(dag.value_name(v)),
-                    ErrorKind::Lower(format!(
-                        "a launch reaches element {last} of a buffer of {len}"
-                    )),
-                ));
-            }
-        }
-    }
-    Ok(())
 }

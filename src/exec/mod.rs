@@ -1,4 +1,4 @@
-//! The executor: runs a lowered [`Program`] on the CPU backend.
+//! The executor: runs a lowered [`Program`](crate::lower::Program) on the CPU backend.
 //!
 //! Compiling a program emits one C module holding each distinct kernel once, compiles it (or
 //! finds it in the cache: kernels carry no sizes, so another batch size compiles nothing),

@@ -36,6 +36,39 @@ pub struct Program {
     pub groups: usize,
 }
 
+impl Program {
+    /// Every view of every launch stays inside its buffer. Backends check this before running
+    /// anything, so a wrong launch is an error rather than a stray write from generated code.
+    pub fn check_bounds(&self) -> Result<()> {
+        let dag = &self.dag;
+        for step in &self.steps {
+            let Step::Kernel(k) = step else { continue };
+            let sizes = &k.launch.sizes;
+            if sizes.contains(&0) {
+                continue;
+            }
+            for (a, &v) in k.args.iter().enumerate() {
+                let last: i64 = k.launch.offsets[a]
+                    + sizes
+                        .iter()
+                        .zip(&k.launch.strides[a])
+                        .map(|(&n, &s)| (n - 1) * s)
+                        .sum::<i64>();
+                let len = crate::shape::numel(&dag.ty(v).shape) as i64;
+                if last < 0 || last >= len {
+                    return Err(Error::new(
+                        Site::node(dag.value_name(v)),
+                        ErrorKind::Lower(format!(
+                            "a launch reaches element {last} of a buffer of {len}"
+                        )),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One unit of work.
 #[derive(Debug, Clone)]
 pub enum Step {
