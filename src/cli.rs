@@ -616,15 +616,8 @@ fn info() -> String {
 /// The CUDA translation unit of `program`'s kernels, each once (default emit options: what
 /// the runtime compiles).
 fn cuda_source(program: &crate::lower::Program) -> String {
-    use crate::backend::cuda::emit::{EmitOptions, emit_module, kernel_name};
-    let mut seen = std::collections::HashSet::new();
-    let kernels: Vec<(String, &crate::lower::KernelIr)> = program
-        .kernels
-        .iter()
-        .map(|ir| (kernel_name(ir), ir))
-        .filter(|(name, _)| seen.insert(name.clone()))
-        .collect();
-    emit_module(&kernels, &EmitOptions::default())
+    use crate::backend::cuda::emit::{EmitOptions, emit_program};
+    emit_program(&program.kernels, &EmitOptions::default()).0
 }
 
 /// `fusebox check-rules`: the report goes to stdout whatever the outcome, so a person (or a

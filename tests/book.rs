@@ -216,3 +216,29 @@ fn the_books_c_listing_is_the_emitters() {
         "book/src/generated/lstm_cell.c is stale (rerun with FUSEBOX_BLESS=1 to update)"
     );
 }
+
+/// The CUDA listing in the CUDA chapter is what the emitter produces for lstm_cell today.
+#[test]
+fn the_books_cuda_listing_is_the_emitters() {
+    use fusebox::backend::cuda::emit::{EmitOptions, emit_program};
+    let rules = fusebox::rules::RuleSet::defaults();
+    let graph = fusebox::graph::file::load(&repo().join("examples/lstm_cell.ron"), &rules.ops)
+        .unwrap()
+        .0;
+    let options = fusebox::optimize::Options {
+        profile: "h200".into(),
+        ..Default::default()
+    };
+    let optimized = fusebox::optimize::optimize(&graph, &rules, &options).unwrap();
+    let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
+    let source = emit_program(&program.kernels, &EmitOptions::default()).0;
+    let path = repo().join("book/src/generated/lstm_cell.cu");
+    if std::env::var_os("FUSEBOX_BLESS").is_some() {
+        std::fs::write(&path, &source).unwrap();
+    }
+    let book = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        book == source,
+        "book/src/generated/lstm_cell.cu is stale (rerun with FUSEBOX_BLESS=1 to update)"
+    );
+}

@@ -76,6 +76,14 @@ pub struct EmitOptions {
     pub deterministic: bool,
 }
 
+/// The module for a program's kernels: its source, and each kernel's name in it (in the
+/// order given; equal kernels share one name and one definition).
+pub fn emit_program(kernels: &[KernelIr], options: &EmitOptions) -> (String, Vec<String>) {
+    let names: Vec<String> = kernels.iter().map(kernel_name).collect();
+    let pairs: Vec<(String, &KernelIr)> = names.iter().cloned().zip(kernels).collect();
+    (emit_module(&pairs, options), names)
+}
+
 /// A self-contained `.cu` translation unit: the prelude, then every kernel's parameter struct,
 /// device functions and `extern "C"` entry points ([`abi`] documents them).
 ///

@@ -15,7 +15,7 @@ use crate::dag::Value;
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::lower::{KernelIr, Launch, MatMulOperand, MatMulStep, Program, Step};
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 
 /// A buffer an operation reads or writes, resolved to an address at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,15 +106,7 @@ impl DevicePlan {
             mut ops,
             temp_bytes,
         } = builder;
-        let names: Vec<String> = kernels.iter().map(emit::kernel_name).collect();
-        let mut seen = HashSet::new();
-        let unique: Vec<(String, &KernelIr)> = names
-            .iter()
-            .zip(&kernels)
-            .filter(|(name, _)| seen.insert(name.as_str()))
-            .map(|(name, ir)| (name.clone(), ir))
-            .collect();
-        let source = emit::emit_module(&unique, options);
+        let (source, names) = emit::emit_program(&kernels, options);
         let mut scratch_bytes: Vec<usize> = Vec::new();
         for op in &mut ops {
             let Op::Kernel(call) = op else { continue };

@@ -1,0 +1,308 @@
+/* fusebox CUDA prelude: conversions and rounding with the reference evaluator's semantics
+   (DType::round), NaN-propagating min/max, vector memory access, and the reductions'
+   warp/block combination and atomics. Compute is f32 for f16/bf16/f32 values and f64 for
+   f64, integer and bool values; arithmetic in the kernels uses the __f*_rn/__d*_rn
+   intrinsics, which are never contracted into fused multiply-adds whatever --fmad says. */
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#define FBC_BLOCK 256
+
+/* Storage -> compute. Both conversions are exact. */
+__device__ __forceinline__ float fbc_h2f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float fbc_b2f(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+/* f32 -> f16 / bf16 storage, round to nearest even (cvt.rn): overflow gives Inf, NaN stays
+   NaN, f16 subnormals are rounded correctly (NVRTC's default --ftz=false). */
+__device__ __forceinline__ __half fbc_f2h(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __nv_bfloat16 fbc_f2b(float x) { return __float2bfloat16_rn(x); }
+
+/* f64 -> f32 rounded to odd: toward zero (cvt.rz, which gives FLT_MAX rather than Inf on
+   overflow), with the last bit set if anything was lost. A second rounding of that to f16 or
+   bf16 to nearest even equals rounding the double once. */
+__device__ __forceinline__ float fbc_rto(double v) {
+    const float t = __double2float_rz(v);
+    const bool inexact = (double)t != v && v == v;
+    return inexact ? __uint_as_float(__float_as_uint(t) | 1u) : t;
+}
+
+/* Round (held at compute precision) to f16, bf16, f32. */
+__device__ __forceinline__ float fbc_rnd_fh(float x) { return fbc_h2f(fbc_f2h(x)); }
+__device__ __forceinline__ float fbc_rnd_fb(float x) { return fbc_b2f(fbc_f2b(x)); }
+__device__ __forceinline__ float fbc_rnd_dh(double x) { return fbc_h2f(fbc_f2h(fbc_rto(x))); }
+__device__ __forceinline__ float fbc_rnd_db(double x) { return fbc_b2f(fbc_f2b(fbc_rto(x))); }
+__device__ __forceinline__ float fbc_rnd_df(double x) { return __double2float_rn(x); }
+
+/* Integer rounding: toward zero, saturating, NaN -> 0. Adding +0.0 turns -0 into +0, as the
+   integer has no sign of zero. */
+__device__ __forceinline__ double fbc_rnd_i32(double v) {
+    double t = __dadd_rn(trunc(v), 0.0);
+    t = t < -2147483648.0 ? -2147483648.0 : t;
+    t = t > 2147483647.0 ? 2147483647.0 : t;
+    return v != v ? 0.0 : t;
+}
+__device__ __forceinline__ double fbc_rnd_i64(double v) {
+    double t = __dadd_rn(trunc(v), 0.0);
+    t = t < -9223372036854775808.0 ? -9223372036854775808.0 : t;
+    t = t > 9223372036854775808.0 ? 9223372036854775808.0 : t;
+    return v != v ? 0.0 : t;
+}
+/* A rounded i64 value held as double may be 2^63 (i64::MAX rounded up): saturate it. */
+__device__ __forceinline__ long long fbc_d2i64(double v) {
+    return v >= 9223372036854775808.0 ? 9223372036854775807LL : (long long)v;
+}
+__device__ __forceinline__ double fbc_rnd_bool(double v) { return v != 0.0 ? 1.0 : 0.0; }
+
+/* min/max: NaN wins, and -0 orders below +0 (equal values differ at most in the sign of zero,
+   which the bitwise or/and of their bits resolves). */
+__device__ __forceinline__ float fbc_minf(float a, float b) {
+    return (a != a || b != b) ? __fadd_rn(a, b)
+         : (a < b ? a : (b < a ? b : __uint_as_float(__float_as_uint(a) | __float_as_uint(b))));
+}
+__device__ __forceinline__ float fbc_maxf(float a, float b) {
+    return (a != a || b != b) ? __fadd_rn(a, b)
+         : (a > b ? a : (b > a ? b : __uint_as_float(__float_as_uint(a) & __float_as_uint(b))));
+}
+__device__ __forceinline__ double fbc_mind(double a, double b) {
+    return (a != a || b != b) ? __dadd_rn(a, b)
+         : (a < b ? a : (b < a ? b : __longlong_as_double(__double_as_longlong(a) | __double_as_longlong(b))));
+}
+__device__ __forceinline__ double fbc_maxd(double a, double b) {
+    return (a != a || b != b) ? __dadd_rn(a, b)
+         : (a > b ? a : (b > a ? b : __longlong_as_double(__double_as_longlong(a) & __double_as_longlong(b))));
+}
+
+/* Vector access: W elements of T at an address aligned to the chunk (16 bytes, or the whole
+   run if shorter), moved as whole chunks. */
+template <int B> struct fbc_chunk;
+template <> struct fbc_chunk<16> { typedef uint4 type; };
+template <> struct fbc_chunk<8> { typedef uint2 type; };
+template <> struct fbc_chunk<4> { typedef unsigned int type; };
+
+template <typename T, int W>
+__device__ __forceinline__ void fbc_vload(T (&dst)[W], const T *src) {
+    constexpr int BYTES = W * (int)sizeof(T);
+    constexpr int C = BYTES < 16 ? BYTES : 16;
+    typedef typename fbc_chunk<C>::type chunk;
+    const chunk *from = reinterpret_cast<const chunk *>(src);
+#pragma unroll
+    for (int c = 0; c < BYTES / C; ++c) {
+        const chunk v = from[c];
+        memcpy(reinterpret_cast<char *>(dst) + c * C, &v, C);
+    }
+}
+
+template <typename T, int W>
+__device__ __forceinline__ void fbc_vstore(T *dst, const T (&src)[W]) {
+    constexpr int BYTES = W * (int)sizeof(T);
+    constexpr int C = BYTES < 16 ? BYTES : 16;
+    typedef typename fbc_chunk<C>::type chunk;
+    chunk *to = reinterpret_cast<chunk *>(dst);
+#pragma unroll
+    for (int c = 0; c < BYTES / C; ++c) {
+        chunk v;
+        memcpy(&v, reinterpret_cast<const char *>(src) + c * C, C);
+        to[c] = v;
+    }
+}
+
+/* The end of piece s (of `piece` elements) of [0, count), and its start, without overflow in
+   the unsigned counter type U (count < half of U's range). */
+template <typename U>
+__device__ __forceinline__ U fbc_piece_start(U s, U piece, U count) {
+    const U start = s * piece;
+    return start < count ? start : count;
+}
+template <typename U>
+__device__ __forceinline__ U fbc_piece_end(U start, U piece, U count) {
+    return count - start < piece ? count : start + piece;
+}
+
+/* Reduction combiners on f64 accumulators. Max orders -0 below +0 and lets NaN win, so it is
+   commutative and associative: the result does not depend on the order of combination. */
+__device__ __forceinline__ double fbc_sum2(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ double fbc_max2(double a, double b) { return fbc_maxd(a, b); }
+
+/* Combination of `v` over the `lanes` threads (1, 32 or FBC_BLOCK) of an aligned group, in a
+   fixed order; every thread of the group gets the result. A warp combines by xor butterfly
+   (lane i adds lane i^m's value to its own, which is the same sum lane i^m forms, so all lanes
+   agree); a block then combines its warps' results in warp order through shared memory. The
+   whole block must call it together when lanes == FBC_BLOCK, and each whole warp when 32. */
+template <bool MAX>
+__device__ __forceinline__ double fbc_group(double v, int lanes, double *smem) {
+    if (lanes == 1) return v;
+#pragma unroll
+    for (int m = 16; m >= 1; m /= 2) {
+        const double w = __shfl_xor_sync(0xffffffffu, v, m);
+        v = MAX ? fbc_max2(v, w) : fbc_sum2(v, w);
+    }
+    if (lanes == 32) return v;
+    if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = smem[0];
+    for (int w = 1; w < FBC_BLOCK / 32; ++w) v = MAX ? fbc_max2(v, smem[w]) : fbc_sum2(v, smem[w]);
+    __syncthreads();
+    return v;
+}
+
+/* Atomic max on an f64 accumulator, by compare-and-swap on its bits. Stops as soon as the
+   stored value already is the maximum (bit for bit), so concurrent NaNs settle too. */
+__device__ __forceinline__ void fbc_atomic_max(double *at, double x) {
+    unsigned long long *bits = reinterpret_cast<unsigned long long *>(at);
+    unsigned long long seen = *reinterpret_cast<volatile unsigned long long *>(bits);
+    for (;;) {
+        const unsigned long long want = __double_as_longlong(fbc_maxd(__longlong_as_double(seen), x));
+        if (want == seen) return;
+        const unsigned long long before = atomicCAS(bits, seen, want);
+        if (before == seen) return;
+        seen = before;
+    }
+}
+
+/* fbc_5c1dddd09e9d4381: rank 2
+   p0: load f32 [strided, unit]
+   p1: load f32 [strided, unit]
+   p2: load f32 [strided, unit]
+   p3: load f32 [strided, unit]
+   p4: load f32 [strided, unit]
+   p5: store f32 [strided, unit]
+   p6: store f32 [strided, unit]
+*/
+struct fbc_5c1dddd09e9d4381_params {
+    const float *p0;
+    const float *p1;
+    const float *p2;
+    const float *p3;
+    const float *p4;
+    float *p5;
+    float *p6;
+    long long n[2];
+    long long s[7][2];
+    long long o[7];
+    long long vec;
+};
+
+template <typename I, typename U>
+__device__ __forceinline__ void fbc_5c1dddd09e9d4381_body(const fbc_5c1dddd09e9d4381_params &p) {
+    const I n0 = (I)p.n[0];
+    const I n1 = (I)p.n[1];
+    const I o0 = (I)p.o[0];
+    const I s0_0 = (I)p.s[0][0];
+    const I o1 = (I)p.o[1];
+    const I s1_0 = (I)p.s[1][0];
+    const I o2 = (I)p.o[2];
+    const I s2_0 = (I)p.s[2][0];
+    const I o3 = (I)p.o[3];
+    const I s3_0 = (I)p.s[3][0];
+    const I o4 = (I)p.o[4];
+    const I s4_0 = (I)p.s[4][0];
+    const I o5 = (I)p.o[5];
+    const I s5_0 = (I)p.s[5][0];
+    const I o6 = (I)p.o[6];
+    const I s6_0 = (I)p.s[6][0];
+    const U first = (U)blockIdx.x * (U)FBC_BLOCK + (U)threadIdx.x;
+    const U step = (U)gridDim.x * (U)FBC_BLOCK;
+    const U total = (U)n0 * (U)n1;
+    if (p.vec) {
+        /* 4 neighbouring elements of one row per thread; the host checked alignment */
+        for (U t = first; t < total / (U)4; t += step) {
+            I rem = (I)(t * (U)4);
+            const I i1 = rem % n1;
+            rem /= n1;
+            const I i0 = rem;
+            const I b0 = o0 + i0 * s0_0 + i1;
+            const I b1 = o1 + i0 * s1_0 + i1;
+            const I b2 = o2 + i0 * s2_0 + i1;
+            const I b3 = o3 + i0 * s3_0 + i1;
+            const I b4 = o4 + i0 * s4_0 + i1;
+            const I b5 = o5 + i0 * s5_0 + i1;
+            const I b6 = o6 + i0 * s6_0 + i1;
+            float x0[4];
+            fbc_vload(x0, p.p0 + b0);
+            float x1[4];
+            fbc_vload(x1, p.p1 + b1);
+            float x2[4];
+            fbc_vload(x2, p.p2 + b2);
+            float x3[4];
+            fbc_vload(x3, p.p3 + b3);
+            float x4[4];
+            fbc_vload(x4, p.p4 + b4);
+            float y0[4];
+            float y1[4];
+            #pragma unroll
+            for (int l = 0; l < 4; ++l) {
+                const float v0 = x0[l];
+                const float v1 = (1e0f);
+                const float v2 = (-v0);
+                const float v3 = expf(v2);
+                const float v4 = __fadd_rn(v1, v3);
+                const float v5 = __fdiv_rn(v1, v4);
+                const float v6 = x1[l];
+                const float v7 = (-v6);
+                const float v8 = expf(v7);
+                const float v9 = __fadd_rn(v1, v8);
+                const float v10 = __fdiv_rn(v1, v9);
+                const float v11 = x2[l];
+                const float v12 = __fmul_rn(v10, v11);
+                const float v13 = x3[l];
+                const float v14 = (-v13);
+                const float v15 = expf(v14);
+                const float v16 = __fadd_rn(v1, v15);
+                const float v17 = __fdiv_rn(v1, v16);
+                const float v18 = x4[l];
+                const float v19 = tanhf(v18);
+                const float v20 = __fmul_rn(v17, v19);
+                const float v21 = __fadd_rn(v12, v20);
+                const float v22 = tanhf(v21);
+                const float v23 = __fmul_rn(v5, v22);
+                y0[l] = v21;
+                y1[l] = v23;
+            }
+            fbc_vstore(p.p5 + b5, y0);
+            fbc_vstore(p.p6 + b6, y1);
+        }
+    }
+    else {
+        for (U t = first; t < total; t += step) {
+            I rem = (I)t;
+            const I i1 = rem % n1;
+            rem /= n1;
+            const I i0 = rem;
+            const I b0 = o0 + i0 * s0_0 + i1;
+            const I b1 = o1 + i0 * s1_0 + i1;
+            const I b2 = o2 + i0 * s2_0 + i1;
+            const I b3 = o3 + i0 * s3_0 + i1;
+            const I b4 = o4 + i0 * s4_0 + i1;
+            const I b5 = o5 + i0 * s5_0 + i1;
+            const I b6 = o6 + i0 * s6_0 + i1;
+            const float v0 = p.p0[b0];
+            const float v1 = (1e0f);
+            const float v2 = (-v0);
+            const float v3 = expf(v2);
+            const float v4 = __fadd_rn(v1, v3);
+            const float v5 = __fdiv_rn(v1, v4);
+            const float v6 = p.p1[b1];
+            const float v7 = (-v6);
+            const float v8 = expf(v7);
+            const float v9 = __fadd_rn(v1, v8);
+            const float v10 = __fdiv_rn(v1, v9);
+            const float v11 = p.p2[b2];
+            const float v12 = __fmul_rn(v10, v11);
+            const float v13 = p.p3[b3];
+            const float v14 = (-v13);
+            const float v15 = expf(v14);
+            const float v16 = __fadd_rn(v1, v15);
+            const float v17 = __fdiv_rn(v1, v16);
+            const float v18 = p.p4[b4];
+            const float v19 = tanhf(v18);
+            const float v20 = __fmul_rn(v17, v19);
+            const float v21 = __fadd_rn(v12, v20);
+            const float v22 = tanhf(v21);
+            const float v23 = __fmul_rn(v5, v22);
+            p.p5[b5] = v21;
+            p.p6[b6] = v23;
+        }
+    }
+}
+extern "C" __global__ void __launch_bounds__(FBC_BLOCK) fbc_5c1dddd09e9d4381_i32(const fbc_5c1dddd09e9d4381_params p) { fbc_5c1dddd09e9d4381_body<int, unsigned int>(p); }
+extern "C" __global__ void __launch_bounds__(FBC_BLOCK) fbc_5c1dddd09e9d4381_i64(const fbc_5c1dddd09e9d4381_params p) { fbc_5c1dddd09e9d4381_body<long long, unsigned long long>(p); }
