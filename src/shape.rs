@@ -237,6 +237,47 @@ pub fn concat_shape(shapes: &[&[usize]], axis: i64) -> Result<(usize, Shape), St
 
 /// NumPy matmul shapes: `[..., n, k] @ [..., k, m] -> [..., n, m]` with broadcast batch dims;
 /// a 1-D left operand is `[1, k]` and a 1-D right operand `[k, 1]`, the added axis removed.
+/// A matmul operand's shape as `[batch…, rows, cols]`: a 1-D left operand is a row, a 1-D
+/// right operand a column (NumPy's promotion).
+pub fn matmul_operand(shape: &[usize], is_rhs: bool) -> Vec<usize> {
+    match shape.len() {
+        1 if is_rhs => vec![shape[0], 1],
+        1 => vec![1, shape[0]],
+        _ => shape.to_vec(),
+    }
+}
+
+/// For each matrix of a matmul result (row-major over the broadcast `batch` dims), the element
+/// offsets of its left and right operand matrices in contiguous `a` and `b` (both as
+/// [`matmul_operand`] gives them): a batch dim of size 1 is broadcast (offset step 0).
+pub fn matmul_batch_offsets(a: &[usize], b: &[usize], batch: &[usize]) -> Vec<(usize, usize)> {
+    let strides = |s: &[usize]| {
+        let lead = batch.len() - (s.len() - 2);
+        let mut st = vec![0usize; batch.len()];
+        let mut step = s[s.len() - 2] * s[s.len() - 1];
+        for d in (0..s.len() - 2).rev() {
+            if s[d] != 1 {
+                st[lead + d] = step;
+            }
+            step *= s[d];
+        }
+        st
+    };
+    let (sa, sb) = (strides(a), strides(b));
+    (0..numel(batch))
+        .map(|mut idx| {
+            let (mut oa, mut ob) = (0, 0);
+            for d in (0..batch.len()).rev() {
+                let i = idx % batch[d];
+                idx /= batch[d];
+                oa += i * sa[d];
+                ob += i * sb[d];
+            }
+            (oa, ob)
+        })
+        .collect()
+}
+
 pub fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Shape, String> {
     if a.is_empty() || b.is_empty() {
         return Err("matmul operands must have at least one dimension".into());

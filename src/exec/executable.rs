@@ -106,24 +106,8 @@ impl CpuExecutable {
     /// [`CpuExecutable::output_buffers`]).
     pub fn run_into(&mut self, inputs: &[Buffer], outputs: &mut [Buffer]) -> Result<()> {
         let dag = &self.program.dag;
-        if inputs.len() != dag.inputs.len() {
-            return Err(backend_error(format!(
-                "{} inputs given, the graph has {}",
-                inputs.len(),
-                dag.inputs.len()
-            )));
-        }
-        for (buf, input) in inputs.iter().zip(&dag.inputs) {
-            if buf.dtype != input.ty.dtype || buf.shape != input.ty.shape {
-                return Err(Error::new(
-                    Site::node(&input.name),
-                    ErrorKind::Input(format!(
-                        "expected {} {:?}, got {} {:?}",
-                        input.ty.dtype, input.ty.shape, buf.dtype, buf.shape
-                    )),
-                ));
-            }
-        }
+        self.program
+            .check_inputs(inputs.iter().map(|b| (b.dtype, b.shape.as_slice())))?;
         for (buf, output) in outputs.iter().zip(&dag.outputs) {
             let ty = dag.ty(output.value);
             if outputs.len() != dag.outputs.len() || buf.dtype != ty.dtype || buf.shape != ty.shape

@@ -47,46 +47,6 @@ fn pack_f32<'a>(buf: &'a Buffer, op: &MatMulOperand, out: DType) -> Packed<'a, f
     }
 }
 
-/// Shapes as `[batch…, rows, cols]` with 1-D operands promoted.
-fn as_matrix(shape: &[usize], is_rhs: bool) -> Vec<usize> {
-    match shape.len() {
-        1 if is_rhs => vec![shape[0], 1],
-        1 => vec![1, shape[0]],
-        _ => shape.to_vec(),
-    }
-}
-
-/// Per output batch index, the element offsets of the a and b matrices.
-fn batch_offsets(a: &[usize], b: &[usize], batch: &[usize]) -> Vec<(usize, usize)> {
-    let mat = |s: &[usize]| s[s.len() - 2] * s[s.len() - 1];
-    let strides = |s: &[usize]| {
-        let lead = batch.len() - (s.len() - 2);
-        let mut st = vec![0usize; batch.len()];
-        let mut step = mat(s);
-        for d in (0..s.len() - 2).rev() {
-            if s[d] != 1 {
-                st[lead + d] = step;
-            }
-            step *= s[d];
-        }
-        st
-    };
-    let (sa, sb) = (strides(a), strides(b));
-    let count = crate::shape::numel(batch);
-    (0..count)
-        .map(|mut idx| {
-            let (mut oa, mut ob) = (0, 0);
-            for d in (0..batch.len()).rev() {
-                let i = idx % batch[d];
-                idx /= batch[d];
-                oa += i * sa[d];
-                ob += i * sb[d];
-            }
-            (oa, ob)
-        })
-        .collect()
-}
-
 /// `out = a @ b`.
 pub fn matmul(
     a: &Buffer,
@@ -95,7 +55,10 @@ pub fn matmul(
     b_op: &MatMulOperand,
     out: &mut Buffer,
 ) -> Result<(), String> {
-    let (sa, sb) = (as_matrix(&a.shape, false), as_matrix(&b.shape, true));
+    let (sa, sb) = (
+        crate::shape::matmul_operand(&a.shape, false),
+        crate::shape::matmul_operand(&b.shape, true),
+    );
     let (n, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
     let m = sb[sb.len() - 1];
     if sb[sb.len() - 2] != k {
@@ -105,7 +68,7 @@ pub fn matmul(
         ));
     }
     let batch = crate::shape::broadcast(&sa[..sa.len() - 2], &sb[..sb.len() - 2])?;
-    let offsets = batch_offsets(&sa, &sb, &batch);
+    let offsets = crate::shape::matmul_batch_offsets(&sa, &sb, &batch);
     let dtype = out.dtype;
     let total = offsets.len() * n * m;
     if total != out.len() {

@@ -37,6 +37,36 @@ pub struct Program {
 }
 
 impl Program {
+    /// `inputs` (dtype and shape of each, in `dag.inputs` order) are what the graph takes.
+    pub fn check_inputs<'a>(
+        &self,
+        inputs: impl ExactSizeIterator<Item = (DType, &'a [usize])>,
+    ) -> Result<()> {
+        let dag = &self.dag;
+        if inputs.len() != dag.inputs.len() {
+            return Err(Error::new(
+                Site::default(),
+                ErrorKind::Input(format!(
+                    "{} inputs given, the graph has {}",
+                    inputs.len(),
+                    dag.inputs.len()
+                )),
+            ));
+        }
+        for ((dtype, shape), input) in inputs.zip(&dag.inputs) {
+            if dtype != input.ty.dtype || shape != input.ty.shape.as_slice() {
+                return Err(Error::new(
+                    Site::node(&input.name),
+                    ErrorKind::Input(format!(
+                        "expected {} {:?}, got {dtype} {shape:?}",
+                        input.ty.dtype, input.ty.shape
+                    )),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Every view of every launch stays inside its buffer. Backends check this before running
     /// anything, so a wrong launch is an error rather than a stray write from generated code.
     pub fn check_bounds(&self) -> Result<()> {

@@ -185,25 +185,8 @@ impl CudaExecutable {
 
     /// Copies host inputs (in `dag.inputs` order) to the device.
     pub fn upload_inputs(&self, inputs: &[Buffer]) -> Result<Vec<DeviceBuffer>> {
-        let dag = &self.program.dag;
-        if inputs.len() != dag.inputs.len() {
-            return Err(backend_error(format!(
-                "{} inputs given, the graph has {}",
-                inputs.len(),
-                dag.inputs.len()
-            )));
-        }
-        for (buf, input) in inputs.iter().zip(&dag.inputs) {
-            if buf.dtype != input.ty.dtype || buf.shape != input.ty.shape {
-                return Err(input_error(
-                    &input.name,
-                    format!(
-                        "expected {} {:?}, got {} {:?}",
-                        input.ty.dtype, input.ty.shape, buf.dtype, buf.shape
-                    ),
-                ));
-            }
-        }
+        self.program
+            .check_inputs(inputs.iter().map(|b| (b.dtype, b.shape.as_slice())))?;
         inputs
             .iter()
             .map(|b| DeviceBuffer::upload(&self.device, b))
@@ -280,17 +263,8 @@ impl CudaExecutable {
             )));
         }
         let ordinal = self.device.info().ordinal;
-        for (buf, input) in inputs.iter().zip(&dag.inputs) {
-            if buf.dtype != input.ty.dtype || buf.shape != input.ty.shape {
-                return Err(input_error(
-                    &input.name,
-                    format!(
-                        "expected {} {:?}, got {} {:?}",
-                        input.ty.dtype, input.ty.shape, buf.dtype, buf.shape
-                    ),
-                ));
-            }
-        }
+        self.program
+            .check_inputs(inputs.iter().map(|b| (b.dtype, b.shape.as_slice())))?;
         for (buf, output) in outputs.iter().zip(&dag.outputs) {
             let ty = dag.ty(output.value);
             if buf.dtype != ty.dtype || buf.shape != ty.shape {

@@ -157,44 +157,6 @@ pub struct GemmShape {
     pub calls: Vec<BatchCall>,
 }
 
-/// Shapes as `[batch…, rows, cols]` with 1-D operands promoted.
-fn as_matrix(shape: &[usize], is_rhs: bool) -> Vec<usize> {
-    match shape.len() {
-        1 if is_rhs => vec![shape[0], 1],
-        1 => vec![1, shape[0]],
-        _ => shape.to_vec(),
-    }
-}
-
-/// Per result matrix (in row-major batch order), the element offsets of its a and b matrices.
-fn batch_offsets(a: &[usize], b: &[usize], batch: &[usize]) -> Vec<(usize, usize)> {
-    let strides = |s: &[usize]| {
-        let lead = batch.len() - (s.len() - 2);
-        let mut st = vec![0usize; batch.len()];
-        let mut step = s[s.len() - 2] * s[s.len() - 1];
-        for d in (0..s.len() - 2).rev() {
-            if s[d] != 1 {
-                st[lead + d] = step;
-            }
-            step *= s[d];
-        }
-        st
-    };
-    let (sa, sb) = (strides(a), strides(b));
-    (0..crate::shape::numel(batch))
-        .map(|mut idx| {
-            let (mut oa, mut ob) = (0, 0);
-            for d in (0..batch.len()).rev() {
-                let i = idx % batch[d];
-                idx /= batch[d];
-                oa += i * sa[d];
-                ob += i * sb[d];
-            }
-            (oa, ob)
-        })
-        .collect()
-}
-
 /// The common step of an arithmetic progression, if `values` is one with a step ≥ 0.
 fn progression(values: impl Iterator<Item = usize> + Clone) -> Option<usize> {
     let mut it = values.clone();
@@ -217,14 +179,17 @@ pub fn plan_shape(a: &[usize], b: &[usize]) -> std::result::Result<GemmShape, St
     if a.is_empty() || b.is_empty() {
         return Err("matmul operands must have at least one dimension".into());
     }
-    let (sa, sb) = (as_matrix(a, false), as_matrix(b, true));
+    let (sa, sb) = (
+        crate::shape::matmul_operand(a, false),
+        crate::shape::matmul_operand(b, true),
+    );
     let (n, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
     let m = sb[sb.len() - 1];
     if sb[sb.len() - 2] != k {
         return Err(format!("matmul inner dims differ: {a:?} @ {b:?}"));
     }
     let batch = crate::shape::broadcast(&sa[..sa.len() - 2], &sb[..sb.len() - 2])?;
-    let offsets = batch_offsets(&sa, &sb, &batch);
+    let offsets = crate::shape::matmul_batch_offsets(&sa, &sb, &batch);
     let batches = offsets.len();
     let mut shape = GemmShape {
         n,
@@ -592,7 +557,10 @@ mod tests {
             };
             let (a, b) = (fill(sa, 1.0), fill(sb, 2.0));
             let out_shape = {
-                let (ma, mb) = (as_matrix(sa, false), as_matrix(sb, true));
+                let (ma, mb) = (
+                    crate::shape::matmul_operand(sa, false),
+                    crate::shape::matmul_operand(sb, true),
+                );
                 let mut s =
                     crate::shape::broadcast(&ma[..ma.len() - 2], &mb[..mb.len() - 2]).unwrap();
                 if sa.len() > 1 {
