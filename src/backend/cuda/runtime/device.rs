@@ -158,6 +158,9 @@ impl Device {
     /// The architecture kernels are compiled for: the device's own when NVRTC knows it, else
     /// the newest older one NVRTC knows.
     pub fn target_arch(&self) -> Result<String> {
+        if let Some(arch) = arch_override()? {
+            return Ok(arch);
+        }
         let (major, minor) = self.info.compute_capability;
         choose_arch((major * 10 + minor).max(0) as u32, &self.nvrtc.archs)
     }
@@ -296,6 +299,22 @@ impl Device {
 /// The NVRTC target for a device of compute capability `cc` (`90` for 9.0): the device's own
 /// architecture when NVRTC knows it, else the newest one NVRTC knows below it (the driver
 /// compiles PTX of an older virtual architecture for a newer GPU when it loads it).
+/// `FUSEBOX_CUDA_ARCH` (`sm_80`, `sm_90`, …) overrides the architecture the device reports:
+/// to compile for an older target than the device (PTX runs on newer GPUs), or to compare
+/// code generated for two targets on one machine. Anything but `sm_` and digits is an error.
+pub fn arch_override() -> Result<Option<String>> {
+    let Ok(arch) = std::env::var("FUSEBOX_CUDA_ARCH") else {
+        return Ok(None);
+    };
+    let digits = arch.strip_prefix("sm_").unwrap_or("");
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(backend_error(format!(
+            "FUSEBOX_CUDA_ARCH must look like `sm_90`, not `{arch}`"
+        )));
+    }
+    Ok(Some(arch))
+}
+
 pub fn choose_arch(cc: u32, nvrtc_archs: &[u32]) -> Result<String> {
     if nvrtc_archs.is_empty() || nvrtc_archs.contains(&cc) {
         return Ok(format!("sm_{cc}"));
