@@ -68,6 +68,42 @@ impl Buffer {
         })
     }
 
+    /// The elements as 16-bit patterns, when the dtype is f16 or bf16.
+    pub fn as_u16(&self) -> Option<&[u16]> {
+        matches!(self.dtype, DType::F16 | DType::BF16).then(|| {
+            // SAFETY: 8-byte aligned storage holding `len` 16-bit values.
+            unsafe { std::slice::from_raw_parts(self.as_ptr() as *const u16, self.len()) }
+        })
+    }
+
+    /// Stores f32 values (already exactly representable in the dtype, or rounded to it here
+    /// to nearest even) when the dtype is f32, f16 or bf16; `false` for other dtypes.
+    pub fn store_f32(&mut self, values: &[f32]) -> bool {
+        let n = self.len().min(values.len());
+        let ptr = self.as_mut_ptr();
+        match self.dtype {
+            DType::F32 => {
+                // SAFETY: 8-byte aligned storage of `len` f32 values, uniquely borrowed.
+                let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut f32, n) };
+                dst.copy_from_slice(&values[..n]);
+            }
+            DType::F16 | DType::BF16 => {
+                // SAFETY: as above, 16-bit values.
+                let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u16, n) };
+                let half = self.dtype == DType::F16;
+                for (d, &v) in dst.iter_mut().zip(values) {
+                    *d = if half {
+                        f16::from_f32(v).to_bits()
+                    } else {
+                        bf16::from_f32(v).to_bits()
+                    };
+                }
+            }
+            _ => return false,
+        }
+        true
+    }
+
     /// Element `i` as f64 (exact for every dtype).
     pub fn get(&self, i: usize) -> f64 {
         let b = self.bytes();

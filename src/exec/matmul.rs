@@ -35,15 +35,54 @@ fn pack_f64(buf: &Buffer, op: &MatMulOperand, out: DType) -> Vec<f64> {
         .collect()
 }
 
+/// `v` (an f32 value) rounded to `dtype` when that is a float of at most 32 bits; rounding
+/// an exact f32 once is what [`DType::round`] does for such values.
+fn round_f32(dtype: DType, v: f32) -> Option<f32> {
+    match dtype {
+        DType::F32 => Some(v),
+        DType::F16 => Some(half::f16::from_f32(v).to_f32()),
+        DType::BF16 => Some(half::bf16::from_f32(v).to_f32()),
+        _ => None,
+    }
+}
+
+/// The f32 fast path: an f32/f16/bf16 operand rounded through f32-sized floats only, one
+/// pass without going through f64 (AMP's f16 and bf16 operands take this path).
+fn pack_narrow(buf: &Buffer, op: &MatMulOperand, out: DType) -> Option<Vec<f32>> {
+    let steps = [op.cast.unwrap_or(DType::F32), out];
+    if steps.iter().any(|&d| round_f32(d, 0.0).is_none()) {
+        return None;
+    }
+    let round = |v: f32| {
+        steps
+            .iter()
+            .fold(v, |v, &d| round_f32(d, v).expect("checked above"))
+    };
+    match (buf.as_f32(), buf.as_u16()) {
+        (Some(s), _) => Some(s.iter().map(|&v| round(v)).collect()),
+        (_, Some(bits)) if buf.dtype == DType::F16 => Some(
+            bits.iter()
+                .map(|&b| round(half::f16::from_bits(b).to_f32()))
+                .collect(),
+        ),
+        (_, Some(bits)) => Some(
+            bits.iter()
+                .map(|&b| round(half::bf16::from_bits(b).to_f32()))
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
 fn pack_f32<'a>(buf: &'a Buffer, op: &MatMulOperand, out: DType) -> Packed<'a, f32> {
     match buf.as_f32() {
         Some(s) if op.cast.is_none() && out == DType::F32 => Packed::Borrowed(s),
-        _ => Packed::Owned(
+        _ => Packed::Owned(pack_narrow(buf, op, out).unwrap_or_else(|| {
             pack_f64(buf, op, out)
                 .into_iter()
                 .map(|v| v as f32)
-                .collect(),
-        ),
+                .collect()
+        })),
     }
 }
 
@@ -102,16 +141,9 @@ pub fn matmul(
                 );
             }
         }
-        if dtype == DType::F32 {
-            // SAFETY: an f32 buffer of `total` elements, 8-byte aligned.
-            let dst =
-                unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut f32, total) };
-            dst.copy_from_slice(&c);
-        } else {
-            for (i, v) in c.into_iter().enumerate() {
-                out.set(i, f64::from(v));
-            }
-        }
+        // f32, f16 or bf16 here: rounding the f32 result once is the reference's rounding.
+        let stored = out.store_f32(&c);
+        debug_assert!(stored, "{dtype} result of an f32 product");
     } else {
         let (pa, pb) = (pack_f64(a, a_op, dtype), pack_f64(b, b_op, dtype));
         let mut c = vec![0f64; total];
@@ -141,4 +173,49 @@ pub fn matmul(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dag::Value;
+
+    /// The f32 fast path rounds exactly as the f64 path (the reference's `DType::round`) for
+    /// every f16 and bf16 bit pattern and a spread of f32 values, through every cast and
+    /// product dtype it takes.
+    #[test]
+    fn the_narrow_packing_path_rounds_as_the_reference() {
+        let mut f16s = Buffer::zeroed(DType::F16, &[65536]);
+        let mut bf16s = Buffer::zeroed(DType::BF16, &[65536]);
+        for i in 0..65536usize {
+            f16s.set(i, half::f16::from_bits(i as u16).to_f64());
+            bf16s.set(i, half::bf16::from_bits(i as u16).to_f64());
+        }
+        let mut f32s = Buffer::zeroed(DType::F32, &[4096]);
+        for i in 0..4096 {
+            let x = f32::from_bits(0x3380_0000u32.wrapping_add(i as u32 * 0x0003_1f7b));
+            f32s.set(i, f64::from(if i % 2 == 0 { x } else { -x }));
+        }
+        let floats = [DType::F32, DType::F16, DType::BF16];
+        for buf in [&f16s, &bf16s, &f32s] {
+            for cast in [None, Some(DType::F16), Some(DType::BF16), Some(DType::F32)] {
+                for out in floats {
+                    let op = MatMulOperand {
+                        value: Value::Input(0),
+                        cast,
+                    };
+                    let fast = pack_narrow(buf, &op, out).expect("a narrow case");
+                    let slow = pack_f64(buf, &op, out);
+                    for (i, (&f, &s)) in fast.iter().zip(&slow).enumerate() {
+                        let same = (f.is_nan() && s.is_nan()) || f64::from(f) == s;
+                        assert!(
+                            same,
+                            "{} [{i}] cast {cast:?} out {out}: {f} vs {s}",
+                            buf.dtype
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
