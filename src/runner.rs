@@ -97,18 +97,12 @@ pub fn prepare(
     let start = Instant::now();
     let executable = CpuExecutable::new(program, compiler)?;
     let compile_ms = start.elapsed().as_secs_f64() * 1e3;
-    let after = compiler.stats();
     Ok(Prepared {
         executable,
         partition,
         optimize_ms,
         compile_ms,
-        compile: CompileStats {
-            compiled: after.compiled - before.compiled,
-            disk_hits: after.disk_hits - before.disk_hits,
-            memory_hits: after.memory_hits - before.memory_hits,
-            rebuilt_corrupt: after.rebuilt_corrupt - before.rebuilt_corrupt,
-        },
+        compile: compiler.stats().since(&before),
     })
 }
 

@@ -60,81 +60,51 @@ impl Buffer {
         unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), len) }
     }
 
+    /// The elements, borrowed.
+    pub fn elements(&self) -> Elements<'_> {
+        Elements {
+            dtype: self.dtype,
+            shape: &self.shape,
+            bytes: self.bytes(),
+        }
+    }
+
+    /// The elements, borrowed for writing.
+    pub fn elements_mut(&mut self) -> ElementsMut<'_> {
+        let (dtype, len) = (self.dtype, self.byte_len());
+        // SAFETY: `words` owns at least `len` initialised bytes, uniquely borrowed; the shape
+        // is a separate field.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), len) };
+        ElementsMut {
+            dtype,
+            shape: &self.shape,
+            bytes,
+        }
+    }
+
     /// The elements as f32, when the dtype is f32.
     pub fn as_f32(&self) -> Option<&[f32]> {
-        (self.dtype == DType::F32).then(|| {
-            // SAFETY: 8-byte aligned storage holding `len` f32 values.
-            unsafe { std::slice::from_raw_parts(self.as_ptr() as *const f32, self.len()) }
-        })
+        self.elements().as_f32()
     }
 
     /// The elements as 16-bit patterns, when the dtype is f16 or bf16.
     pub fn as_u16(&self) -> Option<&[u16]> {
-        matches!(self.dtype, DType::F16 | DType::BF16).then(|| {
-            // SAFETY: 8-byte aligned storage holding `len` 16-bit values.
-            unsafe { std::slice::from_raw_parts(self.as_ptr() as *const u16, self.len()) }
-        })
+        self.elements().as_u16()
     }
 
-    /// Stores f32 values (already exactly representable in the dtype, or rounded to it here
-    /// to nearest even) when the dtype is f32, f16 or bf16; `false` for other dtypes.
+    /// Stores f32 values (see [`ElementsMut::store_f32`]).
     pub fn store_f32(&mut self, values: &[f32]) -> bool {
-        let n = self.len().min(values.len());
-        let ptr = self.as_mut_ptr();
-        match self.dtype {
-            DType::F32 => {
-                // SAFETY: 8-byte aligned storage of `len` f32 values, uniquely borrowed.
-                let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut f32, n) };
-                dst.copy_from_slice(&values[..n]);
-            }
-            DType::F16 | DType::BF16 => {
-                // SAFETY: as above, 16-bit values.
-                let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u16, n) };
-                let half = self.dtype == DType::F16;
-                for (d, &v) in dst.iter_mut().zip(values) {
-                    *d = if half {
-                        f16::from_f32(v).to_bits()
-                    } else {
-                        bf16::from_f32(v).to_bits()
-                    };
-                }
-            }
-            _ => return false,
-        }
-        true
+        self.elements_mut().store_f32(values)
     }
 
     /// Element `i` as f64 (exact for every dtype).
     pub fn get(&self, i: usize) -> f64 {
-        let b = self.bytes();
-        let w = self.dtype.size_bytes();
-        let e = &b[i * w..(i + 1) * w];
-        match self.dtype {
-            DType::Bool => f64::from(e[0]),
-            DType::F16 => f16::from_bits(u16::from_ne_bytes([e[0], e[1]])).to_f64(),
-            DType::BF16 => bf16::from_bits(u16::from_ne_bytes([e[0], e[1]])).to_f64(),
-            DType::I32 => f64::from(i32::from_ne_bytes(e.try_into().expect("4 bytes"))),
-            DType::F32 => f64::from(f32::from_ne_bytes(e.try_into().expect("4 bytes"))),
-            DType::I64 => i64::from_ne_bytes(e.try_into().expect("8 bytes")) as f64,
-            DType::F64 => f64::from_ne_bytes(e.try_into().expect("8 bytes")),
-        }
+        self.elements().get(i)
     }
 
     /// Stores `v` rounded to the dtype ([`DType::round`]).
     pub fn set(&mut self, i: usize, v: f64) {
-        let dtype = self.dtype;
-        let w = dtype.size_bytes();
-        let v = dtype.round(v);
-        let e = &mut self.bytes_mut()[i * w..(i + 1) * w];
-        match dtype {
-            DType::Bool => e[0] = u8::from(v != 0.0),
-            DType::F16 => e.copy_from_slice(&f16::from_f64(v).to_bits().to_ne_bytes()),
-            DType::BF16 => e.copy_from_slice(&bf16::from_f64(v).to_bits().to_ne_bytes()),
-            DType::I32 => e.copy_from_slice(&(v as i32).to_ne_bytes()),
-            DType::F32 => e.copy_from_slice(&(v as f32).to_ne_bytes()),
-            DType::I64 => e.copy_from_slice(&(v as i64).to_ne_bytes()),
-            DType::F64 => e.copy_from_slice(&v.to_ne_bytes()),
-        }
+        self.elements_mut().set(i, v)
     }
 
     pub fn from_tensor(t: &Tensor) -> Buffer {
@@ -162,6 +132,147 @@ impl Buffer {
     pub fn copy_from(&mut self, other: &Buffer) {
         let n = self.byte_len().min(other.byte_len());
         self.bytes_mut()[..n].copy_from_slice(&other.bytes()[..n]);
+    }
+}
+
+/// A tensor's elements in storage format, borrowed: from a [`Buffer`], or from memory a
+/// kernel wrote (the executor hands matmul its operands this way, without copying them).
+#[derive(Debug, Clone, Copy)]
+pub struct Elements<'a> {
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    bytes: &'a [u8],
+}
+
+/// [`Elements`] to write.
+#[derive(Debug)]
+pub struct ElementsMut<'a> {
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    bytes: &'a mut [u8],
+}
+
+impl<'a> Elements<'a> {
+    /// # Safety
+    /// `ptr` must point at `numel(shape)` elements of `dtype`, aligned for the dtype and
+    /// valid for reads, unchanged while the result lives.
+    pub unsafe fn from_raw(dtype: DType, shape: &'a [usize], ptr: *const u8) -> Elements<'a> {
+        let len = crate::shape::numel(shape) * dtype.size_bytes();
+        // SAFETY: the caller's promise.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
+        Elements {
+            dtype,
+            shape,
+            bytes,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        crate::shape::numel(self.shape)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements as f32, when the dtype is f32.
+    pub fn as_f32(&self) -> Option<&'a [f32]> {
+        (self.dtype == DType::F32).then(|| {
+            // SAFETY: storage holding `len` f32 values, aligned (buffers are 8-byte aligned).
+            unsafe { std::slice::from_raw_parts(self.bytes.as_ptr() as *const f32, self.len()) }
+        })
+    }
+
+    /// The elements as 16-bit patterns, when the dtype is f16 or bf16.
+    pub fn as_u16(&self) -> Option<&'a [u16]> {
+        matches!(self.dtype, DType::F16 | DType::BF16).then(|| {
+            // SAFETY: as in `as_f32`, 16-bit values.
+            unsafe { std::slice::from_raw_parts(self.bytes.as_ptr() as *const u16, self.len()) }
+        })
+    }
+
+    /// Element `i` as f64 (exact for every dtype).
+    pub fn get(&self, i: usize) -> f64 {
+        let w = self.dtype.size_bytes();
+        let e = &self.bytes[i * w..(i + 1) * w];
+        match self.dtype {
+            DType::Bool => f64::from(e[0]),
+            DType::F16 => f16::from_bits(u16::from_ne_bytes([e[0], e[1]])).to_f64(),
+            DType::BF16 => bf16::from_bits(u16::from_ne_bytes([e[0], e[1]])).to_f64(),
+            DType::I32 => f64::from(i32::from_ne_bytes(e.try_into().expect("4 bytes"))),
+            DType::F32 => f64::from(f32::from_ne_bytes(e.try_into().expect("4 bytes"))),
+            DType::I64 => i64::from_ne_bytes(e.try_into().expect("8 bytes")) as f64,
+            DType::F64 => f64::from_ne_bytes(e.try_into().expect("8 bytes")),
+        }
+    }
+}
+
+impl<'a> ElementsMut<'a> {
+    /// # Safety
+    /// As [`Elements::from_raw`], valid for writes and not otherwise accessed while the
+    /// result lives.
+    pub unsafe fn from_raw(dtype: DType, shape: &'a [usize], ptr: *mut u8) -> ElementsMut<'a> {
+        let len = crate::shape::numel(shape) * dtype.size_bytes();
+        // SAFETY: the caller's promise.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+        ElementsMut {
+            dtype,
+            shape,
+            bytes,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        crate::shape::numel(self.shape)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stores `v` rounded to the dtype ([`DType::round`]).
+    pub fn set(&mut self, i: usize, v: f64) {
+        let dtype = self.dtype;
+        let w = dtype.size_bytes();
+        let v = dtype.round(v);
+        let e = &mut self.bytes[i * w..(i + 1) * w];
+        match dtype {
+            DType::Bool => e[0] = u8::from(v != 0.0),
+            DType::F16 => e.copy_from_slice(&f16::from_f64(v).to_bits().to_ne_bytes()),
+            DType::BF16 => e.copy_from_slice(&bf16::from_f64(v).to_bits().to_ne_bytes()),
+            DType::I32 => e.copy_from_slice(&(v as i32).to_ne_bytes()),
+            DType::F32 => e.copy_from_slice(&(v as f32).to_ne_bytes()),
+            DType::I64 => e.copy_from_slice(&(v as i64).to_ne_bytes()),
+            DType::F64 => e.copy_from_slice(&v.to_ne_bytes()),
+        }
+    }
+
+    /// Stores f32 values (already exactly representable in the dtype, or rounded to it here
+    /// to nearest even) when the dtype is f32, f16 or bf16; `false` for other dtypes.
+    pub fn store_f32(&mut self, values: &[f32]) -> bool {
+        let n = self.len().min(values.len());
+        let ptr = self.bytes.as_mut_ptr();
+        match self.dtype {
+            DType::F32 => {
+                // SAFETY: aligned storage of `len` f32 values, uniquely borrowed.
+                let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut f32, n) };
+                dst.copy_from_slice(&values[..n]);
+            }
+            DType::F16 | DType::BF16 => {
+                // SAFETY: as above, 16-bit values.
+                let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u16, n) };
+                let half = self.dtype == DType::F16;
+                for (d, &v) in dst.iter_mut().zip(values) {
+                    *d = if half {
+                        f16::from_f32(v).to_bits()
+                    } else {
+                        bf16::from_f32(v).to_bits()
+                    };
+                }
+            }
+            _ => return false,
+        }
+        true
     }
 }
 

@@ -6,7 +6,7 @@ use crate::backend::cpu::emit;
 use crate::dag::Value;
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::lower::{Program, Step};
-use buffer::Buffer;
+use buffer::{Buffer, Elements, ElementsMut};
 use memory::MemoryPlan;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -29,17 +29,13 @@ fn backend_error(message: String) -> Error {
     Error::new(Site::default(), ErrorKind::Backend(message))
 }
 
-/// The C source of `program`'s kernels, each under its [`emit::kernel_name`].
+/// The C source of `program`'s kernels, and each kernel's name in it (equal kernels share one
+/// name, and the emitter writes each name once).
 pub fn module_source(program: &Program) -> (String, Vec<String>) {
     let names: Vec<String> = program.kernels.iter().map(emit::kernel_name).collect();
-    let mut seen = std::collections::HashSet::new();
-    let unique: Vec<(String, &crate::lower::KernelIr)> = names
-        .iter()
-        .zip(&program.kernels)
-        .filter(|(name, _)| seen.insert(name.to_string()))
-        .map(|(name, ir)| (name.clone(), ir))
-        .collect();
-    (emit::emit_module(&unique), names)
+    let pairs: Vec<(String, &crate::lower::KernelIr)> =
+        names.iter().cloned().zip(&program.kernels).collect();
+    (emit::emit_module(&pairs), names)
 }
 
 impl CpuExecutable {
@@ -157,16 +153,19 @@ impl CpuExecutable {
                     }
                 }
                 Step::MatMul(m) => {
-                    let view = |v: Value| -> Buffer { self.view_buffer(v, pointer(v)) };
-                    let (a, b) = (view(m.a.value), view(m.b.value));
-                    let ty = dag.ty(m.out);
-                    let mut out = Buffer::zeroed(ty.dtype, &ty.shape);
-                    matmul::matmul(&a, &m.a, &b, &m.b, &mut out).map_err(backend_error)?;
-                    let dst = pointer(m.out);
-                    // SAFETY: `dst` is the output's buffer of exactly `byte_len` bytes.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(out.as_ptr(), dst, out.byte_len());
-                    }
+                    let (ta, tb, to) = (dag.ty(m.a.value), dag.ty(m.b.value), dag.ty(m.out));
+                    // SAFETY: each pointer is its value's buffer of exactly its type's size,
+                    // 8-byte aligned; a step never writes a buffer it reads (the output is a
+                    // node written here, its operands earlier values), and nothing else touches
+                    // them during the call.
+                    let (a, b, out) = unsafe {
+                        (
+                            Elements::from_raw(ta.dtype, &ta.shape, pointer(m.a.value)),
+                            Elements::from_raw(tb.dtype, &tb.shape, pointer(m.b.value)),
+                            ElementsMut::from_raw(to.dtype, &to.shape, pointer(m.out)),
+                        )
+                    };
+                    matmul::matmul_elements(a, &m.a, b, &m.b, out).map_err(backend_error)?;
                 }
             }
         }
@@ -186,33 +185,9 @@ impl CpuExecutable {
         Ok(())
     }
 
-    /// A copy of the value at `ptr` as an owned buffer (matmul operands).
-    fn view_buffer(&self, v: Value, ptr: *const u8) -> Buffer {
-        let ty = self.program.dag.ty(v);
-        let mut b = Buffer::zeroed(ty.dtype, &ty.shape);
-        // SAFETY: `ptr` is the value's buffer, holding `byte_len` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(ptr, b.as_mut_ptr(), b.byte_len()) };
-        b
-    }
-
     /// Runs on tensors keyed by input name; returns tensors keyed by output name.
     pub fn run_tensors(&mut self, inputs: &crate::eval::Tensors) -> Result<crate::eval::Tensors> {
-        let dag = &self.program.dag;
-        let buffers = dag
-            .inputs
-            .iter()
-            .map(|input| {
-                inputs
-                    .get(&input.name)
-                    .map(Buffer::from_tensor)
-                    .ok_or_else(|| {
-                        Error::new(
-                            Site::node(&input.name),
-                            ErrorKind::Input(format!("no value given for input `{}`", input.name)),
-                        )
-                    })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let buffers = self.program.input_buffers(inputs)?;
         let mut outputs = self.output_buffers();
         self.run_into(&buffers, &mut outputs)?;
         Ok(self

@@ -6,7 +6,7 @@
 //! absorbed cast (fusion.ron's `library_casts`) rounds each element while the operand is
 //! converted into the layout the GEMM reads, so no cast kernel and no narrow copy exist.
 
-use super::buffer::Buffer;
+use super::buffer::{Buffer, Elements, ElementsMut};
 use crate::dtype::DType;
 use crate::lower::MatMulOperand;
 
@@ -25,7 +25,7 @@ impl<T> Packed<'_, T> {
     }
 }
 
-fn pack_f64(buf: &Buffer, op: &MatMulOperand, out: DType) -> Vec<f64> {
+fn pack_f64(buf: Elements<'_>, op: &MatMulOperand, out: DType) -> Vec<f64> {
     (0..buf.len())
         .map(|i| {
             let v = buf.get(i);
@@ -48,7 +48,7 @@ fn round_f32(dtype: DType, v: f32) -> Option<f32> {
 
 /// The f32 fast path: an f32/f16/bf16 operand rounded through f32-sized floats only, one
 /// pass without going through f64 (AMP's f16 and bf16 operands take this path).
-fn pack_narrow(buf: &Buffer, op: &MatMulOperand, out: DType) -> Option<Vec<f32>> {
+fn pack_narrow(buf: Elements<'_>, op: &MatMulOperand, out: DType) -> Option<Vec<f32>> {
     let steps = [op.cast.unwrap_or(DType::F32), out];
     if steps.iter().any(|&d| round_f32(d, 0.0).is_none()) {
         return None;
@@ -74,7 +74,7 @@ fn pack_narrow(buf: &Buffer, op: &MatMulOperand, out: DType) -> Option<Vec<f32>>
     }
 }
 
-fn pack_f32<'a>(buf: &'a Buffer, op: &MatMulOperand, out: DType) -> Packed<'a, f32> {
+fn pack_f32<'a>(buf: Elements<'a>, op: &MatMulOperand, out: DType) -> Packed<'a, f32> {
     match buf.as_f32() {
         Some(s) if op.cast.is_none() && out == DType::F32 => Packed::Borrowed(s),
         _ => Packed::Owned(pack_narrow(buf, op, out).unwrap_or_else(|| {
@@ -86,7 +86,7 @@ fn pack_f32<'a>(buf: &'a Buffer, op: &MatMulOperand, out: DType) -> Packed<'a, f
     }
 }
 
-/// `out = a @ b`.
+/// `out = a @ b` on buffers.
 pub fn matmul(
     a: &Buffer,
     a_op: &MatMulOperand,
@@ -94,9 +94,21 @@ pub fn matmul(
     b_op: &MatMulOperand,
     out: &mut Buffer,
 ) -> Result<(), String> {
+    matmul_elements(a.elements(), a_op, b.elements(), b_op, out.elements_mut())
+}
+
+/// `out = a @ b` on borrowed elements: the executor passes the buffers kernels wrote, with
+/// no copies.
+pub fn matmul_elements(
+    a: Elements<'_>,
+    a_op: &MatMulOperand,
+    b: Elements<'_>,
+    b_op: &MatMulOperand,
+    mut out: ElementsMut<'_>,
+) -> Result<(), String> {
     let (sa, sb) = (
-        crate::shape::matmul_operand(&a.shape, false),
-        crate::shape::matmul_operand(&b.shape, true),
+        crate::shape::matmul_operand(a.shape, false),
+        crate::shape::matmul_operand(b.shape, true),
     );
     let (n, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
     let m = sb[sb.len() - 1];
@@ -204,8 +216,8 @@ mod tests {
                         value: Value::Input(0),
                         cast,
                     };
-                    let fast = pack_narrow(buf, &op, out).expect("a narrow case");
-                    let slow = pack_f64(buf, &op, out);
+                    let fast = pack_narrow(buf.elements(), &op, out).expect("a narrow case");
+                    let slow = pack_f64(buf.elements(), &op, out);
                     for (i, (&f, &s)) in fast.iter().zip(&slow).enumerate() {
                         let same = (f.is_nan() && s.is_nan()) || f64::from(f) == s;
                         assert!(
