@@ -87,7 +87,12 @@ pub fn user_cache_dir(name: &str) -> PathBuf {
 
 /// Lowercase hex, two digits per byte (the form of every key and digest).
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    use std::fmt::Write;
+    let mut out = String::with_capacity(2 * bytes.len());
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
 }
 
 /// The hex SHA-256 of `bytes`.

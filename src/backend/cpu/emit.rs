@@ -45,6 +45,7 @@
 //! innermost axis the vector loop does not store it at all, and the element at index 0 is
 //! recomputed and stored in scalar code after the loop.
 
+use crate::backend::cache::hex;
 use crate::dtype::DType;
 use crate::formula::{BinOp, Func};
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind};
@@ -121,11 +122,7 @@ pub fn emit_module(kernels: &[(String, &KernelIr)]) -> String {
 /// every kernel and stale cache entries are never confused with new ones.
 pub fn kernel_name(ir: &KernelIr) -> String {
     let digest = Sha256::digest(emit_kernel(ir, PLACEHOLDER_NAME).as_bytes());
-    let mut name = String::from("fb_");
-    for byte in &digest[..8] {
-        name.push_str(&format!("{byte:02x}"));
-    }
-    name
+    format!("fb_{}", hex(&digest[..8]))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -613,6 +610,18 @@ impl<'a> Kernel<'a> {
         })
     }
 
+    /// `o{arg}` plus argument `arg`'s terms for the outer coordinates `i{d}`: its index at the
+    /// start of the current row.
+    fn row_base(&self, arg: usize) -> String {
+        let mut base = format!("o{arg}");
+        for d in 0..self.inner {
+            if let Some(t) = self.term(arg, d, &format!("i{d}")) {
+                base.push_str(&format!(" + {t}"));
+            }
+        }
+        base
+    }
+
     /// The element of argument `arg` at inner index `j` of the current segment.
     fn element(&self, arg: usize) -> String {
         match self.term(arg, self.inner, "j") {
@@ -769,11 +778,11 @@ impl<'a> Kernel<'a> {
     fn fold_condition(&self, d: usize) -> String {
         let inner = self.inner;
         let n = format!("n{inner}");
-        let reductions = self.ir.loads.len() + self.ir.stores.len();
+        let first_reduction = self.reduction_arg(0);
         let mut conditions = Vec::new();
         for (arg, view) in self.ir.views().enumerate() {
-            if arg >= reductions {
-                let red = &self.ir.reductions[arg - reductions];
+            if arg >= first_reduction {
+                let red = &self.ir.reductions[arg - first_reduction];
                 if red.reduced[d] != red.reduced[inner] {
                     // Folding would mix reduced and kept coordinates.
                     return "0".to_string();
@@ -787,11 +796,7 @@ impl<'a> Kernel<'a> {
                 Axis::Broadcast => "0".to_string(),
                 Axis::Strided => format!("s{arg}_{inner} * {n}"),
             };
-            let outer_stride = match view.axes[d] {
-                Axis::Unit => "1".to_string(),
-                Axis::Broadcast => "0".to_string(),
-                Axis::Strided => format!("s{arg}_{d}"),
-            };
+            let outer_stride = self.stride(arg, d).unwrap_or_else(|| "0".to_string());
             match (outer_stride.as_str(), inner_step.as_str()) {
                 ("0", "0") => {}
                 ("0", _) | ("1", "0") => return "0".to_string(),
@@ -928,13 +933,7 @@ impl<'a> Kernel<'a> {
         self.segment(out, Mode::Rows);
         out.close();
         for r in 0..self.ir.reductions.len() {
-            let arg = self.reduction_arg(r);
-            let mut at = format!("o{arg}");
-            for d in 0..self.inner {
-                if let Some(t) = self.term(arg, d, &format!("i{d}")) {
-                    at.push_str(&format!(" + {t}"));
-                }
-            }
+            let at = self.row_base(self.reduction_arg(r));
             out.open("");
             out.line(format!("double a = acc{r};"));
             self.finish(out, r, &at);
@@ -1081,12 +1080,7 @@ impl<'a> Kernel<'a> {
         out.open("");
         // Base indices of loads and stores at (i, j0).
         for arg in 0..ir.loads.len() + ir.stores.len() {
-            let mut base = format!("o{arg}");
-            for d in 0..self.inner {
-                if let Some(t) = self.term(arg, d, &format!("i{d}")) {
-                    base.push_str(&format!(" + {t}"));
-                }
-            }
+            let mut base = self.row_base(arg);
             if let Some(t) = self.term(arg, self.inner, "j0") {
                 base.push_str(&format!(" + {t}"));
             }
@@ -1152,11 +1146,7 @@ impl<'a> Kernel<'a> {
         let mut merges = Vec::new();
         for (r, red) in ir.reductions.iter().enumerate() {
             let x = format!("(double)v{}", red.value);
-            let accumulate = if mode == Mode::Pointwise {
-                continue;
-            } else {
-                self.accumulate(mode, r)
-            };
+            let accumulate = self.accumulate(mode, r);
             if mode != Mode::Rows {
                 let mut base = "0".to_string();
                 for d in 0..self.inner {
