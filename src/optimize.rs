@@ -14,7 +14,7 @@
 use crate::dag::{Dag, Value};
 use crate::egraph::{self, ENode, FuseGraph};
 use crate::error::Result;
-use crate::extract::{self, ExtractOptions, Method};
+use crate::extract::{self, ExtractOptions};
 use crate::graph::Graph;
 use crate::partition::{self, Kernel, KernelKind, Partition};
 use crate::rules::{OpKind, RuleSet};
@@ -260,10 +260,7 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
         },
         rules: saturation.firings,
         extraction: ExtractionReport {
-            method: match extraction.method {
-                Method::Exact => "exact".into(),
-                Method::Greedy => "greedy".into(),
-            },
+            method: extraction.method.to_string(),
             evaluations: extraction.evaluations,
             kept_input,
             time_ms: extract_ms,

@@ -197,21 +197,9 @@ fn closes_cycle(
     work: &mut usize,
 ) -> bool {
     let mut stack: Vec<usize> = Vec::new();
-    for &x in &space.candidates[class][k].children {
-        if x == class {
-            return true;
-        }
-        if choice[x].is_some() && seen[x] != epoch {
-            seen[x] = epoch;
-            stack.push(x);
-        }
-    }
-    while let Some(x) = stack.pop() {
-        *work += 1;
-        let Some(kx) = choice[x] else {
-            continue;
-        };
-        for &y in &space.candidates[x][kx].children {
+    let mut children = &space.candidates[class][k].children;
+    loop {
+        for &y in children {
             if y == class {
                 return true;
             }
@@ -220,6 +208,11 @@ fn closes_cycle(
                 stack.push(y);
             }
         }
+        let Some(x) = stack.pop() else {
+            return false;
+        };
+        *work += 1;
+        let kx = choice[x].expect("only chosen classes are pushed");
+        children = &space.candidates[x][kx].children;
     }
-    false
 }

@@ -416,22 +416,20 @@ impl Builder<'_> {
         let mut in_bytes = self.group(largest).in_bytes;
         let mut extra = 0;
         // Values outside the largest member's inputs, each counted once (marked by epoch).
-        let mut add = |b: &mut Self, v: Value| {
-            if !b.group(largest).inputs.contains(&v) {
-                let slot = b.value_slot(v);
-                if b.value_mark[slot] != epoch {
-                    b.value_mark[slot] = epoch;
+        let mut value_mark = std::mem::take(&mut self.value_mark);
+        let mut add = |v: Value| {
+            if !self.group(largest).inputs.contains(&v) {
+                let slot = self.value_slot(v);
+                if value_mark[slot] != epoch {
+                    value_mark[slot] = epoch;
                     extra += 1;
-                    in_bytes += b.facts.value_bytes(v);
+                    in_bytes += self.facts.value_bytes(v);
                 }
             }
         };
         for &m in members {
             if m != largest {
-                let values: Vec<Value> = self.group(m).inputs.iter().copied().collect();
-                for v in values {
-                    add(self, v);
-                }
+                self.group(m).inputs.iter().for_each(|&v| add(v));
             }
         }
         for &arg in &node.args {
@@ -440,9 +438,10 @@ impl Builder<'_> {
                 Value::Node(p) => !self.facts.literal[p] && !member(self, self.group_of[p]),
             };
             if external {
-                add(self, arg);
+                add(arg);
             }
         }
+        self.value_mark = value_mark;
         for &v in &internal_inputs {
             in_bytes -= self.facts.value_bytes(v);
         }

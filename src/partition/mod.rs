@@ -174,6 +174,28 @@ pub(crate) struct Facts<'a> {
     user_list: Vec<u32>,
 }
 
+/// The items of `pairs` (slot, item) grouped by slot, as slices of one list: slot `s` holds
+/// `list[start[s]..start[s + 1]]`, in the order `pairs` yields them. `pairs` is walked twice.
+pub(crate) fn slices_by_slot<I: Iterator<Item = (usize, u32)>>(
+    slots: usize,
+    pairs: impl Fn() -> I,
+) -> (Vec<u32>, Vec<u32>) {
+    let mut start = vec![0u32; slots + 1];
+    for (slot, _) in pairs() {
+        start[slot + 1] += 1;
+    }
+    for i in 0..slots {
+        start[i + 1] += start[i];
+    }
+    let mut fill = start.clone();
+    let mut list = vec![0u32; start[slots] as usize];
+    for (slot, item) in pairs() {
+        list[fill[slot] as usize] = item;
+        fill[slot] += 1;
+    }
+    (start, list)
+}
+
 fn bytes_of(ty: &crate::graph::TensorType) -> u64 {
     numel(&ty.shape) as u64 * ty.dtype.size_bytes() as u64
 }
@@ -190,27 +212,14 @@ impl<'a> Facts<'a> {
                 _ => Value::Node(n),
             })
             .collect();
-        let mut user_start = vec![0u32; dag.nodes.len() + 1];
-        for node in &dag.nodes {
-            for &arg in &node.args {
-                if let Value::Node(p) = arg {
-                    user_start[p + 1] += 1;
-                }
-            }
-        }
-        for i in 0..dag.nodes.len() {
-            user_start[i + 1] += user_start[i];
-        }
-        let mut fill = user_start.clone();
-        let mut user_list = vec![0u32; user_start[dag.nodes.len()] as usize];
-        for (n, node) in dag.nodes.iter().enumerate() {
-            for &arg in &node.args {
-                if let Value::Node(p) = arg {
-                    user_list[fill[p] as usize] = n as u32;
-                    fill[p] += 1;
-                }
-            }
-        }
+        let (user_start, user_list) = slices_by_slot(dag.nodes.len(), || {
+            dag.nodes.iter().enumerate().flat_map(|(n, node)| {
+                node.args.iter().filter_map(move |&arg| match arg {
+                    Value::Node(p) => Some((p, n as u32)),
+                    Value::Input(_) => None,
+                })
+            })
+        });
         let flops_per_element = dag
             .nodes
             .iter()

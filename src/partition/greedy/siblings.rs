@@ -29,7 +29,7 @@
 
 use super::{Builder, Plan};
 use crate::dag::Value;
-use crate::partition::{KernelKind, fits, price};
+use crate::partition::{KernelKind, fits, price, slices_by_slot};
 use crate::shape::{Shape, broadcast, numel};
 use std::cmp::Reverse;
 use std::collections::HashMap;
@@ -49,24 +49,13 @@ impl Builder<'_> {
         let dag = self.dag;
         let slots = dag.inputs.len() + dag.nodes.len();
         // Which nodes read each value from memory (once per node), as slices of one list.
-        let mut start = vec![0u32; slots + 1];
-        for n in 0..dag.nodes.len() {
-            for arg in self.operands(n) {
-                start[self.value_slot(arg) + 1] += 1;
-            }
-        }
-        for i in 0..slots {
-            start[i + 1] += start[i];
-        }
-        let mut fill = start.clone();
-        let mut readers = vec![0u32; start[slots] as usize];
-        for n in 0..dag.nodes.len() {
-            for arg in self.operands(n) {
-                let slot = self.value_slot(arg);
-                readers[fill[slot] as usize] = n as u32;
-                fill[slot] += 1;
-            }
-        }
+        let this = &*self;
+        let (start, readers) = slices_by_slot(slots, || {
+            (0..dag.nodes.len()).flat_map(|n| {
+                this.operands(n)
+                    .map(move |arg| (this.value_slot(arg), n as u32))
+            })
+        });
 
         // Round 1: kernels sharing an input, the largest shared values first.
         let value_of = |slot: usize| {
