@@ -479,6 +479,15 @@ pub fn plan(
 /// device pointers `ptrs` (one per argument, [`KernelIr::views`] order) and `scratch` (one per
 /// reduction, sized by [`plan`]). Every entry point of the kernel takes this same block.
 pub fn param_block(ir: &KernelIr, launch: &Launch, ptrs: &[u64], scratch: &[u64]) -> Vec<u8> {
+    param_words(ir, launch, ptrs, scratch)
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect()
+}
+
+/// [`param_block`] as its 8-byte fields, in native order: the storage a launch hands to the
+/// driver (8-byte aligned, as the block's pointers and int64s need).
+pub fn param_words(ir: &KernelIr, launch: &Launch, ptrs: &[u64], scratch: &[u64]) -> Vec<u64> {
     debug_assert_eq!(ptrs.len(), ir.arg_count(), "one pointer per argument");
     debug_assert_eq!(
         scratch.len(),
@@ -499,5 +508,5 @@ pub fn param_block(ir: &KernelIr, launch: &Launch, ptrs: &[u64], scratch: &[u64]
     let shapes = group_shapes(ir, &n);
     words.extend(shapes.iter().map(|s| s.lanes as u64));
     words.extend(shapes.iter().map(|s| s.split as u64));
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    words
 }

@@ -52,6 +52,7 @@ mod code;
 mod expr;
 
 use super::abi;
+use crate::backend::cache::hex;
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, View};
 use code::Code;
 use expr::{
@@ -111,12 +112,7 @@ pub fn kernel_name(ir: &KernelIr) -> String {
         let options = EmitOptions { deterministic };
         hasher.update(emit_kernel(ir, PLACEHOLDER_NAME, &options).as_bytes());
     }
-    let digest = hasher.finalize();
-    let mut name = String::from("fbc_");
-    for byte in &digest[..8] {
-        name.push_str(&format!("{byte:02x}"));
-    }
-    name
+    format!("fbc_{}", hex(&hasher.finalize()[..8]))
 }
 
 /// One kernel's struct, device functions and entry points.

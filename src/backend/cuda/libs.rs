@@ -140,7 +140,8 @@ pub fn describe() -> String {
     out
 }
 
-fn error_text(e: &Error) -> String {
+/// The message of a Backend error (the text it was made from), else the error kind's text.
+pub(crate) fn error_text(e: &Error) -> String {
     match &e.kind {
         ErrorKind::Backend(message) => message.clone(),
         other => other.to_string(),

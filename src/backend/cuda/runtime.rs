@@ -47,11 +47,11 @@ pub use device::{Device, DeviceInfo, Event};
 pub use executable::{CudaExecutable, CudaOptions, ModuleStats};
 pub use pool::DeviceBuffer;
 
-use crate::error::{Error, ErrorKind, Result, Site};
+use crate::error::{Error, Result};
 
 /// A backend error with no better site than the whole run.
 pub(crate) fn backend_error(message: impl Into<String>) -> Error {
-    Error::new(Site::default(), ErrorKind::Backend(message.into()))
+    crate::backend::cache::backend(message.into())
 }
 
 /// A failed CUDA driver call, naming what was being done.

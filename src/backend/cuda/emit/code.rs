@@ -12,8 +12,8 @@ use std::collections::HashSet;
 struct Line {
     depth: usize,
     text: String,
-    /// Names this line writes; empty for a line that must stay.
-    defines: Vec<String>,
+    /// The name this line writes; `None` for a line that must stay.
+    defines: Option<String>,
     /// Whether the line's identifiers count as uses (not for comments).
     reads: bool,
 }
@@ -30,7 +30,7 @@ impl Code {
         Code::default()
     }
 
-    fn push(&mut self, text: String, defines: Vec<String>, reads: bool) {
+    fn push(&mut self, text: String, defines: Option<String>, reads: bool) {
         self.lines.push(Line {
             depth: self.depth,
             text,
@@ -41,18 +41,18 @@ impl Code {
 
     /// A line with effects: always kept.
     pub fn stmt(&mut self, text: impl Into<String>) {
-        self.push(text.into(), Vec::new(), true);
+        self.push(text.into(), None, true);
     }
 
     /// A line that only writes `name` (a declaration or an update): kept when a later kept
     /// line mentions `name`.
     pub fn def(&mut self, name: impl Into<String>, text: impl Into<String>) {
-        self.push(text.into(), vec![name.into()], true);
+        self.push(text.into(), Some(name.into()), true);
     }
 
     /// A comment line; its words are not uses.
     pub fn comment(&mut self, text: impl Into<String>) {
-        self.push(format!("/* {} */", text.into()), Vec::new(), false);
+        self.push(format!("/* {} */", text.into()), None, false);
     }
 
     /// `header {`, one level deeper.
@@ -77,7 +77,11 @@ impl Code {
         let mut used: HashSet<&str> = HashSet::new();
         let mut keep = vec![false; self.lines.len()];
         for (i, line) in self.lines.iter().enumerate().rev() {
-            if line.defines.is_empty() || line.defines.iter().any(|n| used.contains(n.as_str())) {
+            if line
+                .defines
+                .as_ref()
+                .is_none_or(|n| used.contains(n.as_str()))
+            {
                 keep[i] = true;
                 if line.reads {
                     used.extend(identifiers(&line.text));

@@ -10,13 +10,14 @@ use super::modules::ModuleCache;
 use super::pool::{DeviceBuffer, Pool, bucket};
 use super::probe::Libraries;
 use super::{DriverResult, backend_error};
+use crate::backend::cache::lock;
 use crate::backend::cuda::libs::NvrtcSetup;
-use crate::backend::cuda::nvrtc::{CompileOptions, NvrtcCompiler};
+use crate::backend::cuda::nvrtc::{CompileOptions, NvrtcCompiler, arch_for_capability};
 use crate::error::Result;
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUresult};
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// What the device is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,10 +34,7 @@ pub struct DeviceInfo {
 impl DeviceInfo {
     /// The NVRTC target for this device, e.g. `sm_90`.
     pub fn arch(&self) -> String {
-        format!(
-            "sm_{}{}",
-            self.compute_capability.0, self.compute_capability.1
-        )
+        arch_for_capability(self.compute_capability.0, self.compute_capability.1)
     }
 }
 
@@ -63,12 +61,6 @@ pub struct Device {
     blas: Mutex<Option<Blas>>,
     pub(super) modules: ModuleCache,
     pub(super) compiler: NvrtcCompiler,
-}
-
-/// Locks `m`, recovering the data from a thread that panicked while holding it: every
-/// structure behind these locks is left consistent between statements.
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn open_error(ordinal: usize, what: &str, e: DriverError) -> crate::error::Error {

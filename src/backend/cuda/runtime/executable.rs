@@ -318,26 +318,11 @@ impl CudaExecutable {
                         .collect();
                     let ir = &self.plan.kernels[call.kernel];
                     let used = &scratch[..call.plan.scratch_bytes.len()];
-                    let block = abi::param_block(ir, &call.launch, &ptrs, used);
-                    if block.is_empty() {
-                        return Err(backend_error(
-                            "the launch ABI produced an empty parameter block",
-                        ));
-                    }
-                    // 8-byte aligned storage for the block, which holds pointers and int64s.
-                    let mut words = vec![0u64; block.len().div_ceil(8)];
-                    // SAFETY: `words` has at least `block.len()` bytes.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            block.as_ptr(),
-                            words.as_mut_ptr() as *mut u8,
-                            block.len(),
-                        )
-                    };
+                    let mut words = abi::param_words(ir, &call.launch, &ptrs, used);
                     for (function, l) in functions.iter().zip(&call.plan.launches) {
                         let mut params = [words.as_mut_ptr() as *mut c_void];
                         // SAFETY: the function belongs to a module the device keeps loaded; its
-                        // one parameter is the block `abi::param_block` laid out for it, which
+                        // one parameter is the block `abi::param_words` laid out for it, which
                         // the driver copies before returning; the plan checked every view lies
                         // inside its buffer, and every buffer outlives the queued work (see the
                         // pool's reuse rule).

@@ -556,21 +556,7 @@ mod tests {
                 buf
             };
             let (a, b) = (fill(sa, 1.0), fill(sb, 2.0));
-            let out_shape = {
-                let (ma, mb) = (
-                    crate::shape::matmul_operand(sa, false),
-                    crate::shape::matmul_operand(sb, true),
-                );
-                let mut s =
-                    crate::shape::broadcast(&ma[..ma.len() - 2], &mb[..mb.len() - 2]).unwrap();
-                if sa.len() > 1 {
-                    s.push(shape.n);
-                }
-                if sb.len() > 1 {
-                    s.push(shape.m);
-                }
-                s
-            };
+            let out_shape = crate::shape::matmul_shape(sa, sb).unwrap();
             let mut want = Buffer::zeroed(DType::F64, &out_shape);
             let op = MatMulOperand {
                 value: crate::dag::Value::Input(0),

@@ -8,11 +8,11 @@
 //! per-process cost left.
 
 use super::backend_error;
-use super::device::{Device, lock};
+use super::device::Device;
+use crate::backend::cache::{lock, sha256_hex};
 use crate::error::Result;
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaFunction, CudaModule};
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -62,9 +62,7 @@ impl ModuleCache {
 }
 
 fn key(source: &str, arch: &str) -> String {
-    let digest = Sha256::digest(source.as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{hex}-{arch}")
+    format!("{}-{arch}", sha256_hex(source.as_bytes()))
 }
 
 impl Device {

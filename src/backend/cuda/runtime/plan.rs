@@ -110,17 +110,13 @@ impl DevicePlan {
         let mut scratch_bytes: Vec<usize> = Vec::new();
         for op in &mut ops {
             let Op::Kernel(call) = op else { continue };
-            let mut plan = abi::plan(
+            let plan = abi::plan(
                 &kernels[call.kernel],
                 &names[call.kernel],
                 &call.launch,
                 sm_count,
                 options,
             );
-            plan.launches.retain(|l| {
-                let (g, b) = (l.grid, l.block);
-                ![g.0, g.1, g.2, b.0, b.1, b.2].contains(&0)
-            });
             for (i, &bytes) in plan.scratch_bytes.iter().enumerate() {
                 match scratch_bytes.get_mut(i) {
                     Some(b) => *b = (*b).max(bytes),

@@ -7,7 +7,7 @@
 
 use super::backend_error;
 use crate::backend::cuda::libs::{self, NvrtcSetup};
-use crate::error::{ErrorKind, Result};
+use crate::error::Result;
 
 /// What was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,10 +27,7 @@ impl Libraries {
             driver: libs::driver_available(),
             nvrtc: libs::nvrtc_available()
                 .map(|setup| describe_nvrtc(&setup))
-                .map_err(|e| match e.kind {
-                    ErrorKind::Backend(message) => message,
-                    other => other.to_string(),
-                }),
+                .map_err(|e| libs::error_text(&e)),
             cublas: libs::cublas_available(),
         }
     }
