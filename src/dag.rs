@@ -137,6 +137,20 @@ impl Dag {
         mask
     }
 
+    /// Per node, the first graph output naming it. Executors write a node into that output's
+    /// buffer and copy it to any later output naming the same node.
+    pub fn first_output_of(&self) -> Vec<Option<usize>> {
+        let mut first = vec![None; self.nodes.len()];
+        for (k, out) in self.outputs.iter().enumerate() {
+            if let Value::Node(n) = out.value
+                && first[n].is_none()
+            {
+                first[n] = Some(k);
+            }
+        }
+        first
+    }
+
     /// How many nodes apply `op`.
     pub fn count_op(&self, op: &str) -> usize {
         self.nodes.iter().filter(|n| n.op.name() == op).count()

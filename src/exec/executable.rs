@@ -19,6 +19,8 @@ pub struct CpuExecutable {
     /// Per step, the strides flattened in the ABI's order (`strides[arg * rank + axis]`).
     flat_strides: Vec<Vec<i64>>,
     plan: MemoryPlan,
+    /// Per node, the first output naming it ([`crate::dag::Dag::first_output_of`]).
+    output_of: Vec<Option<usize>>,
     slots: Vec<Buffer>,
     /// The module stays loaded as long as its functions may be called.
     _module: Arc<Module>,
@@ -62,6 +64,7 @@ impl CpuExecutable {
             .map(|&bytes| Buffer::zeroed(crate::dtype::DType::Bool, &[bytes]))
             .collect();
         Ok(CpuExecutable {
+            output_of: program.dag.first_output_of(),
             program,
             functions,
             flat_strides,
@@ -115,14 +118,7 @@ impl CpuExecutable {
             }
         }
         // The first output naming a node receives it; later aliases are copied at the end.
-        let mut output_of: Vec<Option<usize>> = vec![None; dag.nodes.len()];
-        for (k, output) in dag.outputs.iter().enumerate() {
-            if let Value::Node(n) = output.value
-                && output_of[n].is_none()
-            {
-                output_of[n] = Some(k);
-            }
-        }
+        let output_of = &self.output_of;
         let out_ptrs: Vec<*mut u8> = outputs.iter_mut().map(|b| b.as_mut_ptr()).collect();
         let slot_ptrs: Vec<*mut u8> = self.slots.iter_mut().map(|b| b.as_mut_ptr()).collect();
         let pointer = |v: Value| -> *mut u8 {

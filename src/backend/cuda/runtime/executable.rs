@@ -15,7 +15,7 @@ use crate::backend::cuda::abi;
 use crate::backend::cuda::emit::EmitOptions;
 use crate::backend::cuda::nvrtc::CompileStats;
 use crate::dag::Value;
-use crate::error::{Error, ErrorKind, Result, Site};
+use crate::error::Result;
 use crate::exec::buffer::Buffer;
 use crate::exec::memory::MemoryPlan;
 use crate::lower::Program;
@@ -74,10 +74,6 @@ pub struct CudaExecutable {
     temps: Vec<DeviceBuffer>,
     stats: ModuleStats,
     captured: Option<Captured>,
-}
-
-fn input_error(name: &str, message: String) -> Error {
-    Error::new(Site::node(name), ErrorKind::Input(message))
 }
 
 impl CudaExecutable {
@@ -393,21 +389,7 @@ impl CudaExecutable {
     /// Runs on tensors keyed by input name; returns tensors keyed by output name.
     pub fn run_tensors(&mut self, inputs: &crate::eval::Tensors) -> Result<crate::eval::Tensors> {
         let dag = &self.program.dag;
-        let buffers = dag
-            .inputs
-            .iter()
-            .map(|input| {
-                inputs
-                    .get(&input.name)
-                    .map(Buffer::from_tensor)
-                    .ok_or_else(|| {
-                        input_error(
-                            &input.name,
-                            format!("no value given for input `{}`", input.name),
-                        )
-                    })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let buffers = self.program.input_buffers(inputs)?;
         let mut outputs: Vec<Buffer> = dag
             .outputs
             .iter()

@@ -99,7 +99,7 @@ impl DevicePlan {
                 Step::MatMul(m) => builder.matmul(program, m)?,
             }
         }
-        let output_of = first_outputs(program);
+        let output_of = program.dag.first_output_of();
         builder.alias_copies(program, &output_of);
         let Builder {
             kernels,
@@ -293,20 +293,6 @@ impl Builder {
             });
         }
     }
-}
-
-/// Per dag node, the first output naming it: that output's buffer receives it.
-fn first_outputs(program: &Program) -> Vec<Option<usize>> {
-    let dag = &program.dag;
-    let mut output_of = vec![None; dag.nodes.len()];
-    for (k, output) in dag.outputs.iter().enumerate() {
-        if let Value::Node(n) = output.value
-            && output_of[n].is_none()
-        {
-            output_of[n] = Some(k);
-        }
-    }
-    output_of
 }
 
 #[cfg(test)]
