@@ -101,6 +101,18 @@ pub enum Instr {
     },
 }
 
+impl Instr {
+    /// The values this instruction reads, in operand order.
+    pub fn operands(&self) -> Vec<ValueId> {
+        match self {
+            Instr::Load { .. } | Instr::Const { .. } => Vec::new(),
+            Instr::Widen { x } | Instr::Round { x, .. } | Instr::Neg { x, .. } => vec![*x],
+            Instr::Binary { a, b, .. } => vec![*a, *b],
+            Instr::Call { args, .. } => args.clone(),
+        }
+    }
+}
+
 /// A pointwise result written to memory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Store {

@@ -115,24 +115,59 @@ static inline double fb_maxd(double a, double b) {
 /* Max accumulation: once a NaN is in, it stays. */
 static inline double fb_maxacc(double acc, double x) { return (x > acc || x != x) ? x : acc; }
 
-/* Vector variants come from glibc's libmvec; without these declarations (and
-   without -ffast-math) GCC would call the scalar functions once per element. */
-#pragma omp declare simd notinbranch
-float expf(float);
+static inline float fb_expf_poly(float r) {
+    float q = fmaf(r, 0x1.6a2352p-10f, 0x1.123a6cp-7f);
+    q = fmaf(q, r, 0x1.5558f4p-5f);
+    q = fmaf(q, r, 0x1.55549p-3f);
+    q = fmaf(q, r, 0x1.fffffcp-2f);
+    return fmaf(q, r * r, r);
+}
+static inline float fb_expf_small(float x) {
+    float z = fmaf(x, 0x1.715476p+0f, 0x1.8p23f);
+    float n = z - 0x1.8p23f;
+    float r = fmaf(n, 0x1.05c61p-29f, fmaf(n, -0x1.62e43p-1f, x));
+    float p = fb_expf_poly(r);
+    float s = fb_u2f((fb_f2u(z) + (127u - 0x4b400000u)) << 23);
+    return fmaf(s, p, s);
+}
+static inline float fb_expf_addend(float x) {
+    float xc = x < -87.0f ? -87.0f : (x > 89.0f ? 89.0f : x);
+    float z = fmaf(xc, 0x1.715476p+0f, 0x1.8p23f);
+    float n = z - 0x1.8p23f;
+    float r = fmaf(n, 0x1.05c61p-29f, fmaf(n, -0x1.62e43p-1f, xc));
+    float p = fb_expf_poly(r);
+    float s = fb_u2f((fb_f2u(z) + (126u - 0x4b400000u)) << 23);
+    return fmaf(s, p, s) * 2.0f;
+}
+static inline float fb_expf(float x) {
+    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+    float z = fmaf(xc, 0x1.715476p+0f, 0x1.8p23f);
+    float n = z - 0x1.8p23f;
+    float r = fmaf(n, 0x1.05c61p-29f, fmaf(n, -0x1.62e43p-1f, xc));
+    float p = fb_expf_poly(r);
+    int32_t ni = (int32_t)(fb_f2u(z) - 0x4b400000u);
+    int32_t n1 = ni < -100 ? -100 : (ni > 127 ? 127 : ni);
+    float s1 = fb_u2f((uint32_t)(n1 + 127) << 23);
+    float s2 = fb_u2f((uint32_t)(ni - n1 + 127) << 23);
+    return fmaf(s1, p, s1) * s2;
+}
 
 static inline float fb_tanhf(float x) {
     float a = fabsf(x);
     float u = a * a;
-    float small = a + a * u * (-0.33333316445350647f + u * (0.13332721590995789f
-        + u * (-0.05389472097158432f + u * (0.021458545699715614f
-        + u * (-0.007667089346796274f + u * 0.001742537715472281f)))));
-    float e = expf(2.0f * (a < 9.5f ? a : 9.5f));
+    float q = fmaf(u, 0.001742537715472281f, -0.007667089346796274f);
+    q = fmaf(q, u, 0.021458545699715614f);
+    q = fmaf(q, u, -0.05389472097158432f);
+    q = fmaf(q, u, 0.13332721590995789f);
+    q = fmaf(q, u, -0.33333316445350647f);
+    float small = fmaf(a * u, q, a);
+    float e = fb_expf_small(2.0f * (a < 9.5f ? a : 9.5f));
     float big = 1.0f - 2.0f / (e + 1.0f);
     float y = copysignf(a < 0.75f ? small : big, x);
     return x != x ? x : y;
 }
 
-void fb_635cef1099c024ec(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
+void fb_685479ebe4e91ff8(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
     int64_t n0 = sizes[0];
     int64_t n1 = sizes[1];
     const float *p0 = (const float *)ptrs[0];
@@ -184,33 +219,42 @@ void fb_635cef1099c024ec(const int64_t *sizes, const int64_t *strides, const int
             const int64_t b6 = o6 + i0 * s6_0 + j0;
             float *d0 = p5 + b5;
             float *d1 = p6 + b6;
+            float c5[2048] __attribute__((aligned(64)));
+            float c21[2048] __attribute__((aligned(64)));
             #pragma omp simd
             for (int64_t j = 0; j < len; j++) {
                 const float v0 = p0[b0 + j];
                 const float v1 = (1e0f);
                 const float v2 = (-v0);
-                const float v3 = expf(v2);
+                const float v3 = fb_expf_addend(v2);
                 const float v4 = (v1 + v3);
                 const float v5 = (v1 / v4);
                 const float v6 = p1[b1 + j];
                 const float v7 = (-v6);
-                const float v8 = expf(v7);
+                const float v8 = fb_expf_addend(v7);
                 const float v9 = (v1 + v8);
                 const float v10 = (v1 / v9);
                 const float v11 = p2[b2 + j];
                 const float v12 = (v10 * v11);
                 const float v13 = p3[b3 + j];
                 const float v14 = (-v13);
-                const float v15 = expf(v14);
+                const float v15 = fb_expf_addend(v14);
                 const float v16 = (v1 + v15);
                 const float v17 = (v1 / v16);
                 const float v18 = p4[b4 + j];
                 const float v19 = fb_tanhf(v18);
                 const float v20 = (v17 * v19);
                 const float v21 = (v12 + v20);
+                c5[j] = v5;
+                c21[j] = v21;
+                d0[j] = v21;
+            }
+            #pragma omp simd
+            for (int64_t j = 0; j < len; j++) {
+                const float v5 = c5[j];
+                const float v21 = c21[j];
                 const float v22 = fb_tanhf(v21);
                 const float v23 = (v5 * v22);
-                d0[j] = v21;
                 d1[j] = v23;
             }
         }
