@@ -116,54 +116,43 @@ static inline double fb_maxd(double a, double b) {
 static inline double fb_maxacc(double acc, double x) { return (x > acc || x != x) ? x : acc; }
 
 static inline float fb_expf_poly(float r) {
-    float q = fmaf(r, 0x1.6a2352p-10f, 0x1.123a6cp-7f);
-    q = fmaf(q, r, 0x1.5558f4p-5f);
-    q = fmaf(q, r, 0x1.55549p-3f);
-    q = fmaf(q, r, 0x1.fffffcp-2f);
+    float q = fmaf(r, 0x1.6bebf2p-10f, 0x1.1227f6p-7f);
+    q = fmaf(q, r, 0x1.555674p-5f);
+    q = fmaf(q, r, 0x1.5554bp-3f);
+    q = fmaf(q, r, 0x1.fffffep-2f);
     return fmaf(q, r * r, r);
 }
-static inline float fb_expf_small(float x) {
-    float z = fmaf(x, 0x1.715476p+0f, 0x1.8p23f);
-    float n = z - 0x1.8p23f;
-    float r = fmaf(n, 0x1.05c61p-29f, fmaf(n, -0x1.62e43p-1f, x));
-    float p = fb_expf_poly(r);
-    float s = fb_u2f((fb_f2u(z) + (127u - 0x4b400000u)) << 23);
-    return fmaf(s, p, s);
+/* x = n ln2 + r: returns r; *z gets x log2(e) + 1.5 2^23, whose low bits hold n. */
+static inline float fb_exp_reduce(float x, float *z) {
+    float zz = fmaf(x, 0x1.715476p+0f, 0x1.8p23f);
+    float n = zz - 0x1.8p23f;
+    *z = zz;
+    return fmaf(n, 0x1.05c61p-29f, fmaf(n, -0x1.62e43p-1f, x));
+}
+/* 2^(n + bias - 127) for the n held in z; a normal float while n + bias is in [1, 254]. */
+static inline float fb_exp_scale(float z, uint32_t bias) {
+    return fb_u2f((fb_f2u(z) + (bias - 0x4b400000u)) << 23);
 }
 static inline float fb_expf_addend(float x) {
-    float xc = x < -87.0f ? -87.0f : (x > 89.0f ? 89.0f : x);
-    float z = fmaf(xc, 0x1.715476p+0f, 0x1.8p23f);
-    float n = z - 0x1.8p23f;
-    float r = fmaf(n, 0x1.05c61p-29f, fmaf(n, -0x1.62e43p-1f, xc));
-    float p = fb_expf_poly(r);
-    float s = fb_u2f((fb_f2u(z) + (126u - 0x4b400000u)) << 23);
-    return fmaf(s, p, s) * 2.0f;
+    float z, r = fb_exp_reduce(x < -87.0f ? -87.0f : (x > 89.0f ? 89.0f : x), &z);
+    float s = fb_exp_scale(z, 126u);
+    return fmaf(s, fb_expf_poly(r), s) * 2.0f;
 }
 static inline float fb_expf(float x) {
-    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
-    float z = fmaf(xc, 0x1.715476p+0f, 0x1.8p23f);
-    float n = z - 0x1.8p23f;
-    float r = fmaf(n, 0x1.05c61p-29f, fmaf(n, -0x1.62e43p-1f, xc));
-    float p = fb_expf_poly(r);
-    int32_t ni = (int32_t)(fb_f2u(z) - 0x4b400000u);
-    int32_t n1 = ni < -100 ? -100 : (ni > 127 ? 127 : ni);
+    float z, r = fb_exp_reduce(x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x), &z);
+    int32_t n = (int32_t)(fb_f2u(z) - 0x4b400000u);
+    int32_t n1 = n < -100 ? -100 : (n > 127 ? 127 : n);
     float s1 = fb_u2f((uint32_t)(n1 + 127) << 23);
-    float s2 = fb_u2f((uint32_t)(ni - n1 + 127) << 23);
-    return fmaf(s1, p, s1) * s2;
+    float s2 = fb_u2f((uint32_t)(n - n1 + 127) << 23);
+    return fmaf(s1, fb_expf_poly(r), s1) * s2;
 }
 
 static inline float fb_tanhf(float x) {
     float a = fabsf(x);
-    float u = a * a;
-    float q = fmaf(u, 0.001742537715472281f, -0.007667089346796274f);
-    q = fmaf(q, u, 0.021458545699715614f);
-    q = fmaf(q, u, -0.05389472097158432f);
-    q = fmaf(q, u, 0.13332721590995789f);
-    q = fmaf(q, u, -0.33333316445350647f);
-    float small = fmaf(a * u, q, a);
-    float e = fb_expf_small(2.0f * (a < 9.5f ? a : 9.5f));
-    float big = 1.0f - 2.0f / (e + 1.0f);
-    float y = copysignf(a < 0.75f ? small : big, x);
+    float z, r = fb_exp_reduce(2.0f * (a < 9.5f ? a : 9.5f), &z);
+    float s = fb_exp_scale(z, 127u);
+    float em = fmaf(s, fb_expf_poly(r), s - 1.0f);
+    float y = copysignf(em / (em + 2.0f), x);
     return x != x ? x : y;
 }
 

@@ -249,82 +249,71 @@ static inline double fb_maxacc(double acc, double x) { return (x > acc || x != x
 
 /// f32 `exp`, inline. glibc's vector `expf` is accurate and fast, but a call clobbers every
 /// vector register, so a loop making five of them (an LSTM cell) spills around each; inline,
-/// the same work costs about half. Scheme: x = n·ln2 + r with n = round(x·log2 e) (the 1.5·2²³
-/// shift rounds it), r reduced with a two-part ln2 so it is exact to about 2⁻³⁶; e^r = 1 + r +
-/// r²·q(r) with q of degree 4, fitted for minimax relative error on |r| ≤ 0.347 (3.1e-9,
-/// `tools/fit_expf.py`); then scaled by 2ⁿ built from exponent bits. The input is clamped to
-/// [-104, 89] (beyond it the result is 0 or Inf anyway; NaN passes the clamps) and 2ⁿ is
-/// applied as two powers of two so that results near overflow and in the subnormal range are
-/// rounded once, like libm's. Worst error 1.02 ulp over every float in [-110, 90]
-/// (tests/cpu_emit.rs checks a dense sample, and NaN, ±Inf, the overflow threshold and the
-/// subnormal range exactly). Everything is `fmaf`, integer and select code, so `omp simd`
-/// vectorizes it; `fmaf` is one instruction on FMA hardware and correctly rounded everywhere.
+/// the same work costs about half. Scheme: x = n·ln2 + r with n = round(x·log2 e) (the
+/// 1.5·2²³ shift rounds it), r reduced with a two-part ln2 so it is exact to about 2⁻³⁶;
+/// e^r = 1 + r + r²·q(r) with q of degree 4, fitted for minimax relative error of e^r - 1 on
+/// |r| ≤ 0.347 (1.3e-8, and 5.5e-9 for e^r; `tools/fit_expf.py`); then scaled by 2ⁿ built
+/// from exponent bits. The input is clamped to [-104, 89] (beyond it the result is 0 or Inf
+/// anyway; NaN passes the clamps) and 2ⁿ is applied as two powers of two so that results near
+/// overflow and in the subnormal range are rounded once, like libm's. Worst error 1.04 ulp
+/// over every third float in [-110, 90] (tests/cpu_emit.rs checks a dense sample, and NaN,
+/// ±Inf, the overflow threshold and the subnormal range exactly). Everything is `fmaf`,
+/// integer and select code, so `omp simd` vectorizes it; `fmaf` is one instruction on FMA
+/// hardware and correctly rounded everywhere.
 ///
-/// Two cheaper variants for callers that need less:
-/// - `fb_expf_small` skips the clamps and the split scaling for callers that know |x| ≤ 87
-///   (`fb_tanhf`), where 2ⁿ is a normal float;
-/// - `fb_expf_addend` is exact down to 2⁻¹²⁴ and returns something below that for smaller
-///   results, for an exp only ever added to a literal (see [`only_added_to_constants`]). It
-///   applies 2ⁿ as 2ⁿ⁻¹ · 2, which keeps results up to the f32 maximum rounded once.
+/// `fb_expf_addend` is a cheaper variant for an exp only ever added to a literal (see
+/// [`only_added_to_constants`]): exact down to 2⁻¹²⁴, anything below that for smaller
+/// results. It applies 2ⁿ as 2ⁿ⁻¹ · 2, which keeps results up to the f32 maximum rounded once.
 const EXPF: &str = r#"
 static inline float fb_expf_poly(float r) {
-    float q = fmaf(r, 0x1.6a2352p-10f, 0x1.123a6cp-7f);
-    q = fmaf(q, r, 0x1.5558f4p-5f);
-    q = fmaf(q, r, 0x1.55549p-3f);
-    q = fmaf(q, r, 0x1.fffffcp-2f);
+    float q = fmaf(r, 0x1.6bebf2p-10f, 0x1.1227f6p-7f);
+    q = fmaf(q, r, 0x1.555674p-5f);
+    q = fmaf(q, r, 0x1.5554bp-3f);
+    q = fmaf(q, r, 0x1.fffffep-2f);
     return fmaf(q, r * r, r);
 }
-static inline float fb_expf_small(float x) {
-    float z = fmaf(x, 0x1.715476p+0f, 0x1.8p23f);
-    float n = z - 0x1.8p23f;
-    float r = fmaf(n, 0x1.05c61p-29f, fmaf(n, -0x1.62e43p-1f, x));
-    float p = fb_expf_poly(r);
-    float s = fb_u2f((fb_f2u(z) + (127u - 0x4b400000u)) << 23);
-    return fmaf(s, p, s);
+/* x = n ln2 + r: returns r; *z gets x log2(e) + 1.5 2^23, whose low bits hold n. */
+static inline float fb_exp_reduce(float x, float *z) {
+    float zz = fmaf(x, 0x1.715476p+0f, 0x1.8p23f);
+    float n = zz - 0x1.8p23f;
+    *z = zz;
+    return fmaf(n, 0x1.05c61p-29f, fmaf(n, -0x1.62e43p-1f, x));
+}
+/* 2^(n + bias - 127) for the n held in z; a normal float while n + bias is in [1, 254]. */
+static inline float fb_exp_scale(float z, uint32_t bias) {
+    return fb_u2f((fb_f2u(z) + (bias - 0x4b400000u)) << 23);
 }
 static inline float fb_expf_addend(float x) {
-    float xc = x < -87.0f ? -87.0f : (x > 89.0f ? 89.0f : x);
-    float z = fmaf(xc, 0x1.715476p+0f, 0x1.8p23f);
-    float n = z - 0x1.8p23f;
-    float r = fmaf(n, 0x1.05c61p-29f, fmaf(n, -0x1.62e43p-1f, xc));
-    float p = fb_expf_poly(r);
-    float s = fb_u2f((fb_f2u(z) + (126u - 0x4b400000u)) << 23);
-    return fmaf(s, p, s) * 2.0f;
+    float z, r = fb_exp_reduce(x < -87.0f ? -87.0f : (x > 89.0f ? 89.0f : x), &z);
+    float s = fb_exp_scale(z, 126u);
+    return fmaf(s, fb_expf_poly(r), s) * 2.0f;
 }
 static inline float fb_expf(float x) {
-    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
-    float z = fmaf(xc, 0x1.715476p+0f, 0x1.8p23f);
-    float n = z - 0x1.8p23f;
-    float r = fmaf(n, 0x1.05c61p-29f, fmaf(n, -0x1.62e43p-1f, xc));
-    float p = fb_expf_poly(r);
-    int32_t ni = (int32_t)(fb_f2u(z) - 0x4b400000u);
-    int32_t n1 = ni < -100 ? -100 : (ni > 127 ? 127 : ni);
+    float z, r = fb_exp_reduce(x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x), &z);
+    int32_t n = (int32_t)(fb_f2u(z) - 0x4b400000u);
+    int32_t n1 = n < -100 ? -100 : (n > 127 ? 127 : n);
     float s1 = fb_u2f((uint32_t)(n1 + 127) << 23);
-    float s2 = fb_u2f((uint32_t)(ni - n1 + 127) << 23);
-    return fmaf(s1, p, s1) * s2;
+    float s2 = fb_u2f((uint32_t)(n - n1 + 127) << 23);
+    return fmaf(s1, fb_expf_poly(r), s1) * s2;
 }
 "#;
 
-/// f32 tanh through [`EXPF`]'s exp. glibc's vector `tanhf` costs about twice a vector `expf`
-/// here, and an LSTM cell spends most of its arithmetic in it. Below 0.75 an odd polynomial
-/// fitted to tanh(x)/x (relative error 2e-9 on [0, 0.75], least squares on Chebyshev nodes);
-/// above, 1 - 2/(e^{2|x|} + 1), which does not cancel there and damps the error of the exp
-/// rather than amplifying it; |x| is capped at 9.5, past which tanh is 1 in f32. Worst error
-/// 1.06 ulp over every 61st float (70 million values, every exponent), with NaN, ±Inf and
-/// ±0 exact (tests/cpu_emit.rs).
+/// f32 tanh as expm1(2|x|) / (expm1(2|x|) + 2), with the sign of x. expm1 comes from
+/// [`EXPF`]'s pieces without cancellation: e^t - 1 = (2ⁿ - 1) + 2ⁿ·p, where p = e^r - 1 is
+/// what the polynomial computes (fitted for the relative error of e^r - 1, so p stays accurate
+/// as r → 0) and 2ⁿ - 1 is exact for the small n near zero. One formula for every |x|, with
+/// no select between a polynomial and an exp branch, so a lane costs one exp and one
+/// division: on the LSTM cell this is about a sixth of the kernel against the two-branch
+/// version (1.06 ulp). Worst error 2.57 ulp over every positive float (at 0.062, where the
+/// rounding of the denominator dominates); |x| is capped at 9.5, past which tanh is 1 in f32;
+/// NaN, ±Inf and ±0 exact (tests/cpu_emit.rs).
 const TANHF: &str = r#"
 static inline float fb_tanhf(float x) {
     float a = fabsf(x);
-    float u = a * a;
-    float q = fmaf(u, 0.001742537715472281f, -0.007667089346796274f);
-    q = fmaf(q, u, 0.021458545699715614f);
-    q = fmaf(q, u, -0.05389472097158432f);
-    q = fmaf(q, u, 0.13332721590995789f);
-    q = fmaf(q, u, -0.33333316445350647f);
-    float small = fmaf(a * u, q, a);
-    float e = fb_expf_small(2.0f * (a < 9.5f ? a : 9.5f));
-    float big = 1.0f - 2.0f / (e + 1.0f);
-    float y = copysignf(a < 0.75f ? small : big, x);
+    float z, r = fb_exp_reduce(2.0f * (a < 9.5f ? a : 9.5f), &z);
+    float s = fb_exp_scale(z, 127u);
+    float em = fmaf(s, fb_expf_poly(r), s - 1.0f);
+    float y = copysignf(em / (em + 2.0f), x);
     return x != x ? x : y;
 }
 "#;
