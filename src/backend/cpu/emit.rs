@@ -284,12 +284,14 @@ static inline float fb_exp_scale(float z, uint32_t bias) {
     return fb_u2f((fb_f2u(z) + (bias - 0x4b400000u)) << 23);
 }
 static inline float fb_expf_addend(float x) {
-    float z, r = fb_exp_reduce(x < -87.0f ? -87.0f : (x > 89.0f ? 89.0f : x), &z);
+    float lo = x < -87.0f ? -87.0f : x;
+    float z, r = fb_exp_reduce(lo > 89.0f ? 89.0f : lo, &z);
     float s = fb_exp_scale(z, 126u);
     return fmaf(s, fb_expf_poly(r), s) * 2.0f;
 }
 static inline float fb_expf(float x) {
-    float z, r = fb_exp_reduce(x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x), &z);
+    float lo = x < -104.0f ? -104.0f : x;
+    float z, r = fb_exp_reduce(lo > 89.0f ? 89.0f : lo, &z);
     int32_t n = (int32_t)(fb_f2u(z) - 0x4b400000u);
     int32_t n1 = n < -100 ? -100 : (n > 127 ? 127 : n);
     float s1 = fb_u2f((uint32_t)(n1 + 127) << 23);
@@ -305,16 +307,16 @@ static inline float fb_expf(float x) {
 /// no select between a polynomial and an exp branch, so a lane costs one exp and one
 /// division: on the LSTM cell this is about a sixth of the kernel against the two-branch
 /// version (1.06 ulp). Worst error 2.57 ulp over every positive float (at 0.062, where the
-/// rounding of the denominator dominates); |x| is capped at 9.5, past which tanh is 1 in f32;
-/// NaN, ±Inf and ±0 exact (tests/cpu_emit.rs).
+/// rounding of the denominator dominates); |x| is capped at 9.5, past which tanh is 1 in f32,
+/// by a select that lets NaN through (it then propagates to the result); NaN, ±Inf and ±0
+/// exact (tests/cpu_emit.rs).
 const TANHF: &str = r#"
 static inline float fb_tanhf(float x) {
     float a = fabsf(x);
-    float z, r = fb_exp_reduce(2.0f * (a < 9.5f ? a : 9.5f), &z);
+    float z, r = fb_exp_reduce(2.0f * (a > 9.5f ? 9.5f : a), &z);
     float s = fb_exp_scale(z, 127u);
     float em = fmaf(s, fb_expf_poly(r), s - 1.0f);
-    float y = copysignf(em / (em + 2.0f), x);
-    return x != x ? x : y;
+    return copysignf(em / (em + 2.0f), x);
 }
 "#;
 
