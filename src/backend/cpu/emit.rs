@@ -6,9 +6,11 @@
 //! Speed comes from two things the text is shaped for:
 //!
 //! - **Vector loops.** The innermost domain axis runs in a `#pragma omp simd` loop whose body
-//!   is branch-free straight-line code (selects are ternaries over values already computed),
-//!   and the prelude declares the libm functions with `#pragma omp declare simd`, so GCC calls
-//!   glibc's libmvec variants (`_ZGVdN8v_expf`, …) instead of scalar `expf` per element. The
+//!   is branch-free straight-line code (selects are ternaries over values already computed).
+//!   f32 `exp` and `tanh`, the LSTM's hot functions, are inline code (`EXPF`, `TANHF`);
+//!   the prelude declares the other libm functions with `#pragma omp declare simd`, so GCC
+//!   calls glibc's libmvec variants (`_ZGVeN16v_logf`, …) instead of scalar libm. Bodies that
+//!   chain transcendental calls are split into one loop per level (`Stages`). The
 //!   half-precision conversions are written with integer bit operations rather than
 //!   `_Float16`, which GCC 12 cannot vectorize without AVX512-FP16.
 //! - **Threads.** Work is split into items of at most [`CHUNK`] elements of one row (a row is
