@@ -641,8 +641,9 @@ fn an_exp_only_added_to_a_literal_drops_the_subnormal_range_soundly() {
 }
 
 /// A body that chains transcendental calls runs as consecutive vector loops, one per level
-/// of calls, handing values on through stack arrays. Stores, row and column reductions
-/// (which read a carried value and a reloaded input in the last loop) come out exactly as
+/// of calls, handing values on through stack arrays. Stores, row, column and full reductions
+/// (which read a carried value and a reloaded input in the last loop; the three reduction
+/// strategies) come out exactly as
 /// the values the loops stored imply, with NaN and ±Inf inputs, over threaded sizes whose
 /// rows are not a multiple of the chunk.
 #[test]
@@ -660,7 +661,7 @@ fn chained_transcendentals_run_as_consecutive_loops_with_the_same_results() {
     {
         x[e * 977 + 5] = special;
     }
-    for reduced in [vec![false, true], vec![true, false]] {
+    for reduced in [vec![false, true], vec![true, false], vec![true, true]] {
         // e = exp(x / 2); t = tanh(e - 2); stores e and t; sum of t * x and max of e.
         let mut b = Body::default();
         let xv = b.load(0);
@@ -687,8 +688,11 @@ fn chained_transcendentals_run_as_consecutive_loops_with_the_same_results() {
             "e is not carried:\n{text}"
         );
         let k = compile(&ir);
-        let kept = if reduced[1] { n } else { m };
-        let out_strides: [i64; 2] = if reduced[1] { [1, 0] } else { [0, 1] };
+        let (kept, out_strides): (usize, [i64; 2]) = match (reduced[0], reduced[1]) {
+            (false, true) => (n, [1, 0]),
+            (true, false) => (m, [0, 1]),
+            _ => (1, [0, 0]),
+        };
         let mut args = vec![
             arg(Buf::F32(x.clone()), &[m as i64, 1], 0),
             arg(Buf::F32(vec![0.0; n * m]), &[m as i64, 1], 0),
@@ -715,10 +719,10 @@ fn chained_transcendentals_run_as_consecutive_loops_with_the_same_results() {
             );
         }
         for o in 0..kept {
-            let members: Vec<usize> = if reduced[1] {
-                (o * m..(o + 1) * m).collect()
-            } else {
-                (0..n).map(|r| r * m + o).collect()
+            let members: Vec<usize> = match (reduced[0], reduced[1]) {
+                (false, true) => (o * m..(o + 1) * m).collect(),
+                (true, false) => (0..n).map(|r| r * m + o).collect(),
+                _ => (0..n * m).collect(),
             };
             let sum = fold(
                 members.iter().map(|&i| (ts[i] * x[i]) as f64),
