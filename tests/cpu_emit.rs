@@ -2420,3 +2420,232 @@ fn emission_is_deterministic_and_names_follow_the_body() {
     let (want, _) = lstm_reference(-0.5, -0.25, 0.0, 0.25, 0.5);
     assert!((cy[5] as f64 - want).abs() <= 1e-6);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Explicit AVX-512 loops.
+
+/// Whether this host's CPU has AVX-512F (so `-march=native` takes the vector loops).
+fn host_has_avx512f() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .map(|info| {
+            info.lines()
+                .filter(|l| l.starts_with("flags"))
+                .any(|l| l.split_whitespace().any(|f| f == "avx512f"))
+        })
+        .unwrap_or(false)
+}
+
+/// Every instruction the vector loops can write, in one kernel over `[N, M]`: two contiguous
+/// f32 loads and one broadcast along the inner axis (an `[N, 1]` column), literals, negation,
+/// the four operators, the six comparisons, `select`, `abs`, `sqrt`, `rsqrt`, a stored `exp`,
+/// an `exp` only added to a literal (the sigmoid variant), and `tanh` of `tanh`, so the body
+/// runs as three loops handing values on through stack arrays.
+fn vector_coverage_ir() -> (KernelIr, usize) {
+    let f = Prec::F32;
+    let mut b = Body::default();
+    let x = b.load(0);
+    let y = b.load(1);
+    let col = b.load(2);
+    let one = b.c(1.0, f);
+    let half = b.c(0.5, f);
+    let mut outs = Vec::new();
+    let nx = b.neg(x, f);
+    outs.push(nx);
+    for op in [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div] {
+        let v = b.bin(op, x, y, f);
+        outs.push(v);
+    }
+    let xc = b.bin(BinOp::Mul, x, col, f);
+    outs.push(xc);
+    for op in [
+        BinOp::Lt,
+        BinOp::Le,
+        BinOp::Gt,
+        BinOp::Ge,
+        BinOp::Eq,
+        BinOp::Ne,
+    ] {
+        let v = b.bin(op, x, y, f);
+        outs.push(v);
+    }
+    let sel = b.call(Func::Select, &[x, y, col], f);
+    outs.push(sel);
+    for func in [Func::Abs, Func::Sqrt, Func::Rsqrt, Func::Exp, Func::Tanh] {
+        let v = b.call(func, &[x], f);
+        outs.push(v);
+    }
+    // sigmoid(y): its exp is only added to a literal.
+    let ny = b.neg(y, f);
+    let e = b.call(Func::Exp, &[ny], f);
+    let d = b.bin(BinOp::Add, one, e, f);
+    let sig = b.bin(BinOp::Div, one, d, f);
+    outs.push(sig);
+    // tanh(tanh(x * 0.5) + sigmoid(y)) * col: a second and a third loop.
+    let xh = b.bin(BinOp::Mul, x, half, f);
+    let t1 = b.call(Func::Tanh, &[xh], f);
+    let s1 = b.bin(BinOp::Add, t1, sig, f);
+    let t2 = b.call(Func::Tanh, &[s1], f);
+    let e2 = b.call(Func::Exp, &[t2], f);
+    let last = b.bin(BinOp::Mul, e2, col, f);
+    outs.push(last);
+    let stores: Vec<Store> = outs
+        .iter()
+        .map(|&v| store(v, DType::F32, &[S, U]))
+        .collect();
+    let count = stores.len();
+    (
+        KernelIr {
+            rank: 2,
+            loads: vec![
+                view(DType::F32, &[S, U]),
+                view(DType::F32, &[S, U]),
+                view(DType::F32, &[S, B]),
+            ],
+            body: b.0,
+            stores,
+            reductions: Vec::new(),
+        },
+        count,
+    )
+}
+
+/// The vector loops compute exactly what the scalar loops compute: the same kernel built for
+/// this host and built with `-mno-avx512f` (scalar loops only) gives the same bits for every
+/// output (any NaN for NaN: x86 takes a NaN's sign from whichever operand the compiler put
+/// first), over ordinary values, ±0, subnormals, ±Inf, NaN, values beyond exp's overflow and
+/// underflow thresholds and random bit patterns, in rows whose length leaves a scalar
+/// remainder after the whole vectors and spans two chunks.
+#[test]
+fn avx512_vector_loops_match_the_scalar_loops_bit_for_bit() {
+    let (ir, outputs) = vector_coverage_ir();
+    let name = kernel_name(&ir);
+    let source = emit_module(&[(name.clone(), &ir)]);
+    assert!(
+        source.contains("fbv_tanhf(")
+            && source.contains("fbv_expf_addend(")
+            && source.contains("#if defined(FB_AVX512)"),
+        "the kernel has no vector loops:\n{source}"
+    );
+    if !host_has_avx512f() {
+        eprintln!("note: this CPU has no AVX-512F, so both builds run the scalar loops");
+    }
+    let dir = std::env::temp_dir().join("fusebox-test-cpu-emit-cache");
+    let mut scalar_config = CompilerConfig::from_env().with_cache_dir(dir);
+    scalar_config.flags.push("-mno-avx512f".to_string());
+    let scalar_compiler = Compiler::new(scalar_config);
+    let scalar_module = scalar_compiler
+        .compile(&source)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let vector = compile(&ir);
+    let scalar = Compiled {
+        f: scalar_module.kernel(&name).expect("kernel symbol"),
+        module: scalar_module,
+        ir: ir.clone(),
+    };
+
+    let (n, m) = (3usize, 2048 + 77);
+    let mut rng = Rng(0x5eed_0fa5);
+    let specials = [
+        0.0f32,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::MIN_POSITIVE,
+        -1e-40,
+        1e-45,
+        88.72284,
+        88.72285,
+        -87.5,
+        -103.97,
+        -104.5,
+        9.5,
+        -9.6,
+        1e30,
+        -1e30,
+        f32::MAX,
+        1.0,
+    ];
+    let mut draw = |i: usize| match i % 5 {
+        0 => specials[(rng.next_u64() % specials.len() as u64) as usize],
+        1 => f32::from_bits(rng.next_u64() as u32),
+        2 => rng.uniform(-120.0, 120.0) as f32,
+        3 => rng.uniform(-12.0, 12.0) as f32,
+        _ => rng.uniform(-1e-3, 1e-3) as f32,
+    };
+    let xs: Vec<f32> = (0..n * m).map(&mut draw).collect();
+    let ys: Vec<f32> = (0..n * m).map(|i| draw(i + 2)).collect();
+    let cols: Vec<f32> = (0..n).map(|i| draw(i + 3)).collect();
+    let outputs_of = |k: &Compiled| {
+        let mut args = vec![
+            arg(Buf::F32(xs.clone()), &[m as i64, 1], 0),
+            arg(Buf::F32(ys.clone()), &[m as i64, 1], 0),
+            arg(Buf::F32(cols.clone()), &[1, 0], 0),
+        ];
+        for _ in 0..outputs {
+            // Poisoned, so an element either loop skipped shows.
+            args.push(arg(
+                Buf::F32(vec![f32::from_bits(0x7fa5_a5a5); n * m]),
+                &[m as i64, 1],
+                0,
+            ));
+        }
+        run(k, &[n as i64, m as i64], &mut args);
+        args.split_off(3)
+    };
+    let want = outputs_of(&scalar);
+    let got = outputs_of(&vector);
+    for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+        for (i, (&gv, &wv)) in g.buf.f32().iter().zip(w.buf.f32()).enumerate() {
+            assert!(
+                gv.to_bits() != 0x7fa5_a5a5 && same32(gv, wv),
+                "output {o} element {i} (x = {:e}, y = {:e}): vector {gv:e}, scalar {wv:e}",
+                xs[i],
+                ys[i]
+            );
+        }
+    }
+}
+
+/// Kernels the vector loops cannot express keep the scalar loops alone: other functions,
+/// half-precision and f64 values, strided inner axes, reductions.
+#[test]
+fn kernels_outside_the_vector_subset_emit_no_vector_loops() {
+    let f = Prec::F32;
+    let min = unary_kernel(DType::F32, |b, x| {
+        vec![(b.call(Func::Min, &[x, x], f), DType::F32)]
+    });
+    let half = unary_kernel(DType::F16, |b, x| {
+        let e = b.call(Func::Exp, &[x], f);
+        vec![(b.round(e, DType::F16), DType::F16)]
+    });
+    let strided = {
+        let mut b = Body::default();
+        let x = b.load(0);
+        KernelIr {
+            rank: 2,
+            loads: vec![view(DType::F32, &[S, S])],
+            body: b.0,
+            stores: vec![store(x, DType::F32, &[S, U])],
+            reductions: Vec::new(),
+        }
+    };
+    let reduced = reduce_kernel(2, &[(ReduceKind::Sum, vec![false, true], DType::F32)]);
+    for (what, ir) in [
+        ("min", min),
+        ("f16", half),
+        ("strided", strided),
+        ("sum", reduced),
+    ] {
+        let text = emit_module(&[(kernel_name(&ir), &ir)]);
+        assert!(!text.contains("_mm512"), "{what} has vector loops:\n{text}");
+    }
+    // The LSTM tail's two loops both start with whole vectors.
+    let lstm = lstm_tail_ir();
+    let text = emit_module(&[(kernel_name(&lstm), &lstm)]);
+    assert_eq!(
+        text.matches("for (int64_t j = 0; j < jv; j += 16)").count(),
+        2
+    );
+}

@@ -157,7 +157,52 @@ static inline float fb_tanhf(float x) {
     return copysignf(em / (em + 2.0f), x);
 }
 
-void fb_685479ebe4e91ff8(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define FB_AVX512 1
+static inline __m512 fbv_f(float x) { return _mm512_set1_ps(x); }
+static inline __m512 fbv_neg(__m512 x) {
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+}
+/* 1.0f where the comparison holds, else +0.0f, as the scalar `(a < b) ? 1.0f : 0.0f`. */
+static inline __m512 fbv_bool(__mmask16 m) { return _mm512_maskz_mov_ps(m, _mm512_set1_ps(1.0f)); }
+/* c != 0 ? a : b, with NaN != 0 as in C. */
+static inline __m512 fbv_select(__m512 c, __m512 a, __m512 b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_NEQ_UQ), b, a);
+}
+static inline __m512 fbv_expf_poly(__m512 r) {
+    __m512 q = _mm512_fmadd_ps(r, fbv_f(0x1.6bebf2p-10f), fbv_f(0x1.1227f6p-7f));
+    q = _mm512_fmadd_ps(q, r, fbv_f(0x1.555674p-5f));
+    q = _mm512_fmadd_ps(q, r, fbv_f(0x1.5554bp-3f));
+    q = _mm512_fmadd_ps(q, r, fbv_f(0x1.fffffep-2f));
+    return _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), r);
+}
+/* x = n ln2 + r: returns r and sets *n, as fb_exp_reduce. */
+static inline __m512 fbv_exp_reduce(__m512 x, __m512 *n) {
+    __m512 nn = _mm512_sub_ps(_mm512_fmadd_ps(x, fbv_f(0x1.715476p+0f), fbv_f(0x1.8p23f)), fbv_f(0x1.8p23f));
+    *n = nn;
+    return _mm512_fmadd_ps(nn, fbv_f(0x1.05c61p-29f), _mm512_fmadd_ps(nn, fbv_f(-0x1.62e43p-1f), x));
+}
+/* e^x for x clamped to [lo, 89]; max(lo, x) and min(89, x) return x when it is NaN. */
+static inline __m512 fbv_expf_from(__m512 x, float lo) {
+    __m512 n, r = fbv_exp_reduce(_mm512_min_ps(fbv_f(89.0f), _mm512_max_ps(fbv_f(lo), x)), &n);
+    return _mm512_scalef_ps(_mm512_add_ps(fbv_expf_poly(r), fbv_f(1.0f)), n);
+}
+static inline __m512 fbv_expf(__m512 x) { return fbv_expf_from(x, -104.0f); }
+static inline __m512 fbv_expf_addend(__m512 x) { return fbv_expf_from(x, -87.0f); }
+static inline __m512 fbv_tanhf(__m512 x) {
+    __m512 a = _mm512_min_ps(fbv_f(9.5f), _mm512_abs_ps(x));
+    __m512 n, r = fbv_exp_reduce(_mm512_add_ps(a, a), &n);
+    __m512 s = _mm512_scalef_ps(fbv_f(1.0f), n);
+    __m512 em = _mm512_fmadd_ps(s, fbv_expf_poly(r), _mm512_sub_ps(s, fbv_f(1.0f)));
+    __m512 t = _mm512_div_ps(em, _mm512_add_ps(em, fbv_f(2.0f)));
+    /* copysign(t, x): the sign bit from x, the rest from t. */
+    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+        _mm512_castps_si512(t), _mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff), 0xe4));
+}
+#endif
+
+void fb_e09ed91887707ca0(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
     int64_t n0 = sizes[0];
     int64_t n1 = sizes[1];
     const float *p0 = (const float *)ptrs[0];
@@ -211,8 +256,42 @@ void fb_685479ebe4e91ff8(const int64_t *sizes, const int64_t *strides, const int
             float *d1 = p6 + b6;
             float c5[2048] __attribute__((aligned(64)));
             float c21[2048] __attribute__((aligned(64)));
+            #if defined(FB_AVX512)
+            const int64_t jv = len - len % 16;
+            #else
+            const int64_t jv = 0;
+            #endif
+            #if defined(FB_AVX512)
+            for (int64_t j = 0; j < jv; j += 16) {
+                const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
+                const __m512 v1 = _mm512_set1_ps((1e0f));
+                const __m512 v2 = fbv_neg(v0);
+                const __m512 v3 = fbv_expf_addend(v2);
+                const __m512 v4 = _mm512_add_ps(v1, v3);
+                const __m512 v5 = _mm512_div_ps(v1, v4);
+                const __m512 v6 = _mm512_loadu_ps(&p1[b1 + j]);
+                const __m512 v7 = fbv_neg(v6);
+                const __m512 v8 = fbv_expf_addend(v7);
+                const __m512 v9 = _mm512_add_ps(v1, v8);
+                const __m512 v10 = _mm512_div_ps(v1, v9);
+                const __m512 v11 = _mm512_loadu_ps(&p2[b2 + j]);
+                const __m512 v12 = _mm512_mul_ps(v10, v11);
+                const __m512 v13 = _mm512_loadu_ps(&p3[b3 + j]);
+                const __m512 v14 = fbv_neg(v13);
+                const __m512 v15 = fbv_expf_addend(v14);
+                const __m512 v16 = _mm512_add_ps(v1, v15);
+                const __m512 v17 = _mm512_div_ps(v1, v16);
+                const __m512 v18 = _mm512_loadu_ps(&p4[b4 + j]);
+                const __m512 v19 = fbv_tanhf(v18);
+                const __m512 v20 = _mm512_mul_ps(v17, v19);
+                const __m512 v21 = _mm512_add_ps(v12, v20);
+                _mm512_store_ps(&c5[j], v5);
+                _mm512_store_ps(&c21[j], v21);
+                _mm512_storeu_ps(&d0[j], v21);
+            }
+            #endif
             #pragma omp simd
-            for (int64_t j = 0; j < len; j++) {
+            for (int64_t j = jv; j < len; j++) {
                 const float v0 = p0[b0 + j];
                 const float v1 = (1e0f);
                 const float v2 = (-v0);
@@ -239,8 +318,17 @@ void fb_685479ebe4e91ff8(const int64_t *sizes, const int64_t *strides, const int
                 c21[j] = v21;
                 d0[j] = v21;
             }
+            #if defined(FB_AVX512)
+            for (int64_t j = 0; j < jv; j += 16) {
+                const __m512 v5 = _mm512_load_ps(&c5[j]);
+                const __m512 v21 = _mm512_load_ps(&c21[j]);
+                const __m512 v22 = fbv_tanhf(v21);
+                const __m512 v23 = _mm512_mul_ps(v5, v22);
+                _mm512_storeu_ps(&d1[j], v23);
+            }
+            #endif
             #pragma omp simd
-            for (int64_t j = 0; j < len; j++) {
+            for (int64_t j = jv; j < len; j++) {
                 const float v5 = c5[j];
                 const float v21 = c21[j];
                 const float v22 = fb_tanhf(v21);

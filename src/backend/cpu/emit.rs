@@ -54,6 +54,8 @@ use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 
+mod vector;
+
 /// Elements of one row handled by one work item (and one vector loop). Big enough that the
 /// per-item bookkeeping (index arithmetic, base offsets) is noise, small enough that a row of
 /// a wide tensor still splits across threads and scratch buffers fit on the stack.
@@ -99,6 +101,9 @@ pub fn emit_module(kernels: &[(String, &KernelIr)]) -> String {
     }
     if tanhf {
         out.push_str(TANHF);
+    }
+    if kernels.iter().any(|(_, ir)| vector::supports(ir)) {
+        out.push_str(vector::VECTOR_HELPERS);
     }
     let mut seen = BTreeSet::new();
     for (name, ir) in kernels {
@@ -644,6 +649,8 @@ struct Kernel<'a> {
     body: Vec<String>,
     /// How the body is split into consecutive vector loops.
     stages: Stages,
+    /// Whether each loop starts with explicit AVX-512 vectors ([`vector`]).
+    vector: bool,
 }
 
 impl<'a> Kernel<'a> {
@@ -654,6 +661,7 @@ impl<'a> Kernel<'a> {
             inner: ir.rank - 1,
             body: Vec::new(),
             stages: Stages::plan(ir),
+            vector: vector::supports(ir),
         };
         kernel.body = kernel.body_lines();
         kernel
@@ -1229,6 +1237,7 @@ impl<'a> Kernel<'a> {
                         stage: self.stages.store_stage(store.value),
                         reads: store.value,
                         text: format!("d{k}[{index}] = {value};"),
+                        vector: self.vector.then(|| vector::store(k, store.value)),
                     });
                 }
             }
@@ -1242,6 +1251,7 @@ impl<'a> Kernel<'a> {
                 stage: self.stages.count,
                 reads: red.value,
                 text,
+                vector: None,
             };
             let how = self.accumulate(mode, r);
             if mode != Mode::Rows {
@@ -1321,13 +1331,15 @@ impl<'a> Kernel<'a> {
                 self.value_type(id)
             ));
         }
+        if self.vector {
+            // Whole vectors first (when the compiler targets AVX-512), the rest in scalar.
+            out.line("#if defined(FB_AVX512)");
+            out.line(format!("const int64_t jv = len - len % {};", vector::LANES));
+            out.line("#else");
+            out.line("const int64_t jv = 0;");
+            out.line("#endif");
+        }
         for stage in 1..=stages.count {
-            out.line(if stage == stages.count {
-                pragma
-            } else {
-                "#pragma omp simd"
-            });
-            out.open("for (int64_t j = 0; j < len; j++)");
             let statements: Vec<&LoopStatement> =
                 in_loop.iter().filter(|st| st.stage == stage).collect();
             // What this loop evaluates: its own stage, plus the loads and literals those read;
@@ -1345,17 +1357,52 @@ impl<'a> Kernel<'a> {
                     }
                 }
             }
+            let computed = |id: usize| stages.stage[id] == stage || stages.stage[id] == 0;
+            let saved: Vec<usize> = stages
+                .carried
+                .iter()
+                .copied()
+                .filter(|&id| stages.stage[id] == stage)
+                .collect();
+            if self.vector {
+                out.line("#if defined(FB_AVX512)");
+                out.open(format!(
+                    "for (int64_t j = 0; j < jv; j += {})",
+                    vector::LANES
+                ));
+                for id in (0..self.body.len()).filter(|&id| needed[id]) {
+                    out.line(if computed(id) {
+                        vector::statement(self.ir, id)
+                    } else {
+                        vector::carried_load(id)
+                    });
+                }
+                for &id in &saved {
+                    out.line(vector::carried_store(id));
+                }
+                for statement in &statements {
+                    let text = statement.vector.as_ref();
+                    out.line(text.expect("vector kernels have vector statements"));
+                }
+                out.close();
+                out.line("#endif");
+            }
+            out.line(if stage == stages.count {
+                pragma
+            } else {
+                "#pragma omp simd"
+            });
+            let start = if self.vector { "jv" } else { "0" };
+            out.open(format!("for (int64_t j = {start}; j < len; j++)"));
             for id in (0..self.body.len()).filter(|&id| needed[id]) {
-                if stages.stage[id] == stage || stages.stage[id] == 0 {
+                if computed(id) {
                     out.line(&self.body[id]);
                 } else {
                     out.line(format!("const {} v{id} = c{id}[j];", self.value_type(id)));
                 }
             }
-            for &id in &stages.carried {
-                if stages.stage[id] == stage {
-                    out.line(format!("c{id}[j] = v{id};"));
-                }
+            for &id in &saved {
+                out.line(format!("c{id}[j] = v{id};"));
             }
             for statement in statements {
                 out.line(&statement.text);
@@ -1375,6 +1422,8 @@ struct LoopStatement {
     /// The body value it reads.
     reads: usize,
     text: String,
+    /// The same statement over 16 lanes, for kernels with vector loops.
+    vector: Option<String>,
 }
 
 /// How a segment's body is split into consecutive vector loops (loop fission).

@@ -1,0 +1,192 @@
+//! Explicit AVX-512 loops for f32 bodies.
+//!
+//! GCC vectorizes the scalar `omp simd` loops well, but two things it cannot do from portable
+//! C cost the transcendental-heavy kernels (an LSTM cell) about a quarter of their time:
+//!
+//! - a clamp written `x < c ? c : x` keeps NaN, which is exactly `vmaxps c, x`, yet the
+//!   vectorizer emits a compare, a mask operation and a blend for it;
+//! - scaling by 2ⁿ goes through integer adds and shifts on the exponent bits (and a second
+//!   factor to reach the subnormal range), where AVX-512 has `vscalefps`, one instruction that
+//!   rounds once over the whole range.
+//!
+//! So when the compiler targets AVX-512 (`__AVX512F__`, i.e. `-march=native` on such a host)
+//! and a kernel's body is made only of what this module can write as intrinsics — f32 loads
+//! and stores through contiguous or broadcast inner axes, the arithmetic operators and
+//! comparisons, `select`, `abs`, `sqrt`, `rsqrt`, `exp` and `tanh` — each of the segment's
+//! loops first runs over whole vectors of 16 with intrinsics, and the scalar `omp simd` loop
+//! finishes the remainder. Everything else (other functions, f16/bf16/f64/integer values,
+//! strided inner axes, reductions) keeps the scalar loops alone; so does a compiler without
+//! AVX-512, because the vector loops are inside `#if defined(FB_AVX512)`.
+//!
+//! **Bit for bit the scalar results.** Every intrinsic computes the same IEEE operation in
+//! the same order as the scalar C it replaces: `fbv_expf` and `fbv_tanhf` reduce the argument
+//! with the same fused multiply-adds and evaluate the same polynomial, and `vscalefps` rounds
+//! 2ⁿ·(1 + p) once exactly as the two power-of-two factors of `fb_expf` do. Which elements go
+//! through which loop (it depends on the chunk length) therefore never shows in the output;
+//! the one freedom is the sign of a NaN, which x86 takes from an operand that the compiler's
+//! operand order decides. `tests/cpu_emit.rs` compiles kernels with and without AVX-512 and
+//! compares the outputs bit for bit.
+
+use super::{literal, only_added_to_constants};
+use crate::dtype::DType;
+use crate::formula::{BinOp, Func};
+use crate::lower::ir::{Axis, Instr, KernelIr, Prec};
+
+/// Lanes per vector.
+pub const LANES: usize = 16;
+
+/// The vector helpers, defined only when the compiler targets AVX-512; kernels test
+/// `FB_AVX512` around their vector loops. Each function mirrors its scalar twin in `EXPF` and
+/// `TANHF` operation for operation (see the module documentation).
+pub(super) const VECTOR_HELPERS: &str = r#"
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define FB_AVX512 1
+static inline __m512 fbv_f(float x) { return _mm512_set1_ps(x); }
+static inline __m512 fbv_neg(__m512 x) {
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+}
+/* 1.0f where the comparison holds, else +0.0f, as the scalar `(a < b) ? 1.0f : 0.0f`. */
+static inline __m512 fbv_bool(__mmask16 m) { return _mm512_maskz_mov_ps(m, _mm512_set1_ps(1.0f)); }
+/* c != 0 ? a : b, with NaN != 0 as in C. */
+static inline __m512 fbv_select(__m512 c, __m512 a, __m512 b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_NEQ_UQ), b, a);
+}
+static inline __m512 fbv_expf_poly(__m512 r) {
+    __m512 q = _mm512_fmadd_ps(r, fbv_f(0x1.6bebf2p-10f), fbv_f(0x1.1227f6p-7f));
+    q = _mm512_fmadd_ps(q, r, fbv_f(0x1.555674p-5f));
+    q = _mm512_fmadd_ps(q, r, fbv_f(0x1.5554bp-3f));
+    q = _mm512_fmadd_ps(q, r, fbv_f(0x1.fffffep-2f));
+    return _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), r);
+}
+/* x = n ln2 + r: returns r and sets *n, as fb_exp_reduce. */
+static inline __m512 fbv_exp_reduce(__m512 x, __m512 *n) {
+    __m512 nn = _mm512_sub_ps(_mm512_fmadd_ps(x, fbv_f(0x1.715476p+0f), fbv_f(0x1.8p23f)), fbv_f(0x1.8p23f));
+    *n = nn;
+    return _mm512_fmadd_ps(nn, fbv_f(0x1.05c61p-29f), _mm512_fmadd_ps(nn, fbv_f(-0x1.62e43p-1f), x));
+}
+/* e^x for x clamped to [lo, 89]; max(lo, x) and min(89, x) return x when it is NaN. */
+static inline __m512 fbv_expf_from(__m512 x, float lo) {
+    __m512 n, r = fbv_exp_reduce(_mm512_min_ps(fbv_f(89.0f), _mm512_max_ps(fbv_f(lo), x)), &n);
+    return _mm512_scalef_ps(_mm512_add_ps(fbv_expf_poly(r), fbv_f(1.0f)), n);
+}
+static inline __m512 fbv_expf(__m512 x) { return fbv_expf_from(x, -104.0f); }
+static inline __m512 fbv_expf_addend(__m512 x) { return fbv_expf_from(x, -87.0f); }
+static inline __m512 fbv_tanhf(__m512 x) {
+    __m512 a = _mm512_min_ps(fbv_f(9.5f), _mm512_abs_ps(x));
+    __m512 n, r = fbv_exp_reduce(_mm512_add_ps(a, a), &n);
+    __m512 s = _mm512_scalef_ps(fbv_f(1.0f), n);
+    __m512 em = _mm512_fmadd_ps(s, fbv_expf_poly(r), _mm512_sub_ps(s, fbv_f(1.0f)));
+    __m512 t = _mm512_div_ps(em, _mm512_add_ps(em, fbv_f(2.0f)));
+    /* copysign(t, x): the sign bit from x, the rest from t. */
+    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+        _mm512_castps_si512(t), _mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff), 0xe4));
+}
+#endif
+"#;
+
+/// Whether `ir` runs vector loops: every value an f32, every load and store an f32 view whose
+/// innermost axis is contiguous or broadcast (a broadcast store is written after the loops,
+/// in scalar code), every instruction one of those listed in the module documentation, and no
+/// reductions.
+pub(super) fn supports(ir: &KernelIr) -> bool {
+    let inner = ir.rank - 1;
+    let f32_view = |dtype: DType, axis: Axis| dtype == DType::F32 && axis != Axis::Strided;
+    ir.reductions.is_empty()
+        && ir.loads.iter().all(|v| f32_view(v.dtype, v.axes[inner]))
+        && ir
+            .stores
+            .iter()
+            .all(|s| f32_view(s.view.dtype, s.view.axes[inner]))
+        && ir.body.iter().all(|instr| match instr {
+            Instr::Load { .. } => true,
+            Instr::Const { prec, .. } | Instr::Neg { prec, .. } | Instr::Binary { prec, .. } => {
+                *prec == Prec::F32
+            }
+            Instr::Call { func, prec, .. } => {
+                *prec == Prec::F32
+                    && matches!(
+                        func,
+                        Func::Exp
+                            | Func::Tanh
+                            | Func::Select
+                            | Func::Abs
+                            | Func::Sqrt
+                            | Func::Rsqrt
+                    )
+            }
+            Instr::Widen { .. } | Instr::Round { .. } => false,
+        })
+}
+
+/// The statement computing `v{id}` as a vector at lanes `j .. j + 16` of the segment, for a
+/// kernel [`supports`] accepts. Loads read argument `view` at base `b{view}`, as the scalar
+/// loop does.
+pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
+    let v = |x: usize| format!("v{x}");
+    let inner = ir.rank - 1;
+    let expr = match &ir.body[id] {
+        Instr::Load { view } => match ir.loads[*view].axes[inner] {
+            Axis::Unit => format!("_mm512_loadu_ps(&p{view}[b{view} + j])"),
+            _ => format!("_mm512_set1_ps(p{view}[b{view}])"),
+        },
+        Instr::Const { value, prec } => format!("_mm512_set1_ps({})", literal(*value, *prec)),
+        Instr::Neg { x, .. } => format!("fbv_neg({})", v(*x)),
+        Instr::Binary { op, a, b, .. } => {
+            let (a, b) = (v(*a), v(*b));
+            let compare =
+                |predicate: &str| format!("fbv_bool(_mm512_cmp_ps_mask({a}, {b}, {predicate}))");
+            match op {
+                BinOp::Add => format!("_mm512_add_ps({a}, {b})"),
+                BinOp::Sub => format!("_mm512_sub_ps({a}, {b})"),
+                BinOp::Mul => format!("_mm512_mul_ps({a}, {b})"),
+                BinOp::Div => format!("_mm512_div_ps({a}, {b})"),
+                // C's relational operators are false on NaN (ordered), `!=` is true (unordered).
+                BinOp::Lt => compare("_CMP_LT_OQ"),
+                BinOp::Le => compare("_CMP_LE_OQ"),
+                BinOp::Gt => compare("_CMP_GT_OQ"),
+                BinOp::Ge => compare("_CMP_GE_OQ"),
+                BinOp::Eq => compare("_CMP_EQ_OQ"),
+                BinOp::Ne => compare("_CMP_NEQ_UQ"),
+            }
+        }
+        Instr::Call { func, args, .. } => {
+            let args: Vec<String> = args.iter().map(|&a| v(a)).collect();
+            match func {
+                Func::Exp if only_added_to_constants(ir, id) => {
+                    format!("fbv_expf_addend({})", args[0])
+                }
+                Func::Exp => format!("fbv_expf({})", args[0]),
+                Func::Tanh => format!("fbv_tanhf({})", args[0]),
+                Func::Abs => format!("_mm512_abs_ps({})", args[0]),
+                Func::Sqrt => format!("_mm512_sqrt_ps({})", args[0]),
+                Func::Rsqrt => format!(
+                    "_mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_sqrt_ps({}))",
+                    args[0]
+                ),
+                Func::Select => format!("fbv_select({}, {}, {})", args[0], args[1], args[2]),
+                other => unreachable!("{other:?} has no vector form (`supports` rejects it)"),
+            }
+        }
+        Instr::Widen { .. } | Instr::Round { .. } => {
+            unreachable!("`supports` rejects conversions")
+        }
+    };
+    format!("const __m512 v{id} = {expr};")
+}
+
+/// The statement reading carried value `v{id}` back from its chunk array `c{id}` (64-byte
+/// aligned; `j` is a multiple of 16).
+pub(super) fn carried_load(id: usize) -> String {
+    format!("const __m512 v{id} = _mm512_load_ps(&c{id}[j]);")
+}
+
+/// The statement saving `v{id}` into its chunk array for a later loop.
+pub(super) fn carried_store(id: usize) -> String {
+    format!("_mm512_store_ps(&c{id}[j], v{id});")
+}
+
+/// The store of `v{value}` into contiguous destination `d{k}` (f32, unit stride).
+pub(super) fn store(k: usize, value: usize) -> String {
+    format!("_mm512_storeu_ps(&d{k}[j], v{value});")
+}
