@@ -2,7 +2,9 @@
 //!
 //! The reference evaluator holds every value as f64; kernels read and write the real storage
 //! format (f16 and bf16 as 16-bit patterns, bool as one byte). A [`Buffer`] is that storage,
-//! 8-byte aligned (it is backed by `u64`s) so every dtype can be read in place.
+//! aligned to 64 bytes (it is backed by cache-line blocks): every dtype can be read in place,
+//! a vector of 16 f32 never straddles two cache lines, and the CPU kernels' streaming stores,
+//! which need 64-byte alignment, apply to whole buffers.
 
 use crate::dtype::DType;
 use crate::tensor::Tensor;
@@ -14,7 +16,35 @@ use ndarray::{ArrayD, IxDyn};
 pub struct Buffer {
     pub dtype: DType,
     pub shape: Vec<usize>,
-    words: Vec<u64>,
+    blocks: Vec<Block>,
+}
+
+/// One cache line of storage; its alignment is the buffer's.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+struct Block([u64; 8]);
+
+/// Bytes per [`Block`].
+const BLOCK_BYTES: usize = std::mem::size_of::<Block>();
+
+/// `count` zeroed blocks from the allocator's zeroed memory (fresh pages from the OS for big
+/// buffers, so a large buffer costs nothing until it is touched, as `vec![0u64; n]` does).
+fn zeroed_blocks(count: usize) -> Vec<Block> {
+    let layout = std::alloc::Layout::array::<Block>(count).expect("buffer size fits in memory");
+    if layout.size() == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the layout has a non-zero size. A non-null result is `count` zeroed blocks with
+    // `Block`'s alignment, allocated by the global allocator with exactly the layout `Vec`
+    // uses for that capacity, so `from_raw_parts` may own and free it; all-zero bytes are a
+    // valid `Block`.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout) as *mut Block;
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Vec::from_raw_parts(ptr, count, count)
+    }
 }
 
 impl Buffer {
@@ -24,7 +54,7 @@ impl Buffer {
         Buffer {
             dtype,
             shape: shape.to_vec(),
-            words: vec![0u64; bytes.div_ceil(8)],
+            blocks: zeroed_blocks(bytes.div_ceil(BLOCK_BYTES)),
         }
     }
 
@@ -42,15 +72,15 @@ impl Buffer {
     }
 
     pub fn as_ptr(&self) -> *const u8 {
-        self.words.as_ptr() as *const u8
+        self.blocks.as_ptr() as *const u8
     }
 
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.words.as_mut_ptr() as *mut u8
+        self.blocks.as_mut_ptr() as *mut u8
     }
 
     fn bytes(&self) -> &[u8] {
-        // SAFETY: `words` owns at least `byte_len` initialised bytes; u8 has no alignment.
+        // SAFETY: `blocks` owns at least `byte_len` initialised bytes; u8 has no alignment.
         unsafe { std::slice::from_raw_parts(self.as_ptr(), self.byte_len()) }
     }
 
@@ -72,7 +102,7 @@ impl Buffer {
     /// The elements, borrowed for writing.
     pub fn elements_mut(&mut self) -> ElementsMut<'_> {
         let (dtype, len) = (self.dtype, self.byte_len());
-        // SAFETY: `words` owns at least `len` initialised bytes, uniquely borrowed; the shape
+        // SAFETY: `blocks` owns at least `len` initialised bytes, uniquely borrowed; the shape
         // is a separate field.
         let bytes = unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), len) };
         ElementsMut {
@@ -178,7 +208,7 @@ impl<'a> Elements<'a> {
     /// The elements as f32, when the dtype is f32.
     pub fn as_f32(&self) -> Option<&'a [f32]> {
         (self.dtype == DType::F32).then(|| {
-            // SAFETY: storage holding `len` f32 values, aligned (buffers are 8-byte aligned).
+            // SAFETY: storage holding `len` f32 values, aligned (buffers are 64-byte aligned).
             unsafe { std::slice::from_raw_parts(self.bytes.as_ptr() as *const f32, self.len()) }
         })
     }
@@ -294,5 +324,27 @@ mod tests {
         let mut b = Buffer::zeroed(DType::F16, &[1]);
         b.set(0, 1.0);
         assert_eq!(u16::from_ne_bytes([b.bytes()[0], b.bytes()[1]]), 0x3C00);
+    }
+
+    /// Every buffer starts on a cache line, from empty ones to ones big enough that the
+    /// allocator maps fresh pages (whose start it would otherwise offset by its header), and
+    /// comes zeroed.
+    #[test]
+    fn buffers_are_cache_line_aligned_and_zeroed() {
+        for (dtype, n) in [
+            (DType::F32, 0),
+            (DType::F32, 1),
+            (DType::F16, 33),
+            (DType::Bool, 4097),
+            (DType::F32, 1 << 22),
+            (DType::F64, (1 << 20) + 3),
+        ] {
+            let b = Buffer::zeroed(dtype, &[n]);
+            assert_eq!(b.as_ptr() as usize % 64, 0, "{dtype} x {n}");
+            assert_eq!(b.byte_len(), n * dtype.size_bytes());
+            assert!(b.bytes().iter().all(|&x| x == 0), "{dtype} x {n}");
+            let copy = b.clone();
+            assert_eq!(copy.as_ptr() as usize % 64, 0, "clone of {dtype} x {n}");
+        }
     }
 }

@@ -160,6 +160,17 @@ static inline float fb_tanhf(float x) {
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #define FB_AVX512 1
+/* Streaming stores write whole cache lines without reading them first (no read for
+   ownership) and bypass the cache: a third less traffic for a kernel that only writes its
+   outputs, but a loss for outputs read again while still cached, so only large launches
+   stream (`fbs` in the kernel). */
+static inline void fbv_store(float *p, __m512 v, int stream) {
+    if (stream) {
+        _mm512_stream_ps(p, v);
+    } else {
+        _mm512_storeu_ps(p, v);
+    }
+}
 static inline __m512 fbv_f(float x) { return _mm512_set1_ps(x); }
 static inline __m512 fbv_neg(__m512 x) {
     return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
@@ -202,7 +213,7 @@ static inline __m512 fbv_tanhf(__m512 x) {
 }
 #endif
 
-void fb_e09ed91887707ca0(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
+void fb_895d74fe9efd81bb(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
     int64_t n0 = sizes[0];
     int64_t n1 = sizes[1];
     const float *p0 = (const float *)ptrs[0];
@@ -236,6 +247,9 @@ void fb_e09ed91887707ca0(const int64_t *sizes, const int64_t *strides, const int
     const int64_t outer = n0;
     const int64_t total = outer * inner;
     const int nt = total > 32768 ? omp_get_max_threads() : 1;
+    #if defined(FB_AVX512)
+    const int fbs = total * 28 > 33554432;
+    #endif
     const int64_t nch = (inner + 2047) / 2048;
     const int64_t items = outer * nch;
     #pragma omp parallel for schedule(static) if(nt > 1)
@@ -258,6 +272,7 @@ void fb_e09ed91887707ca0(const int64_t *sizes, const int64_t *strides, const int
             float c21[2048] __attribute__((aligned(64)));
             #if defined(FB_AVX512)
             const int64_t jv = len - len % 16;
+            const int st = fbs && (((uintptr_t)d0 | (uintptr_t)d1) & 63) == 0;
             #else
             const int64_t jv = 0;
             #endif
@@ -287,7 +302,7 @@ void fb_e09ed91887707ca0(const int64_t *sizes, const int64_t *strides, const int
                 const __m512 v21 = _mm512_add_ps(v12, v20);
                 _mm512_store_ps(&c5[j], v5);
                 _mm512_store_ps(&c21[j], v21);
-                _mm512_storeu_ps(&d0[j], v21);
+                fbv_store(&d0[j], v21, st);
             }
             #endif
             #pragma omp simd
@@ -324,7 +339,7 @@ void fb_e09ed91887707ca0(const int64_t *sizes, const int64_t *strides, const int
                 const __m512 v21 = _mm512_load_ps(&c21[j]);
                 const __m512 v22 = fbv_tanhf(v21);
                 const __m512 v23 = _mm512_mul_ps(v5, v22);
-                _mm512_storeu_ps(&d1[j], v23);
+                fbv_store(&d1[j], v23, st);
             }
             #endif
             #pragma omp simd
@@ -335,6 +350,9 @@ void fb_e09ed91887707ca0(const int64_t *sizes, const int64_t *strides, const int
                 const float v23 = (v5 * v22);
                 d1[j] = v23;
             }
+            #if defined(FB_AVX512)
+            if (st) _mm_sfence();
+            #endif
         }
     }
 }

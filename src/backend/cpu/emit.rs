@@ -55,6 +55,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 
 mod vector;
+pub use vector::STREAM_MIN_BYTES;
 
 /// Elements of one row handled by one work item (and one vector loop). Big enough that the
 /// per-item bookkeeping (index arithmetic, base offsets) is noise, small enough that a row of
@@ -825,6 +826,14 @@ impl<'a> Kernel<'a> {
         out.line(format!(
             "const int nt = total > {PARALLEL_MIN} ? omp_get_max_threads() : 1;"
         ));
+        if self.vector {
+            out.line("#if defined(FB_AVX512)");
+            out.line(format!(
+                "const int fbs = {};",
+                vector::launch_streams(self.ir)
+            ));
+            out.line("#endif");
+        }
     }
 
     fn arguments(&self, out: &mut Out) {
@@ -1331,10 +1340,18 @@ impl<'a> Kernel<'a> {
                 self.value_type(id)
             ));
         }
+        // Destinations the vector loops store to (contiguous ones; see `segment`).
+        let streamed: Vec<usize> = (0..self.ir.stores.len())
+            .filter(|&k| self.ir.stores[k].view.axes[self.inner] == Axis::Unit)
+            .collect();
         if self.vector {
             // Whole vectors first (when the compiler targets AVX-512), the rest in scalar.
             out.line("#if defined(FB_AVX512)");
             out.line(format!("const int64_t jv = len - len % {};", vector::LANES));
+            if !streamed.is_empty() {
+                let condition = vector::stream_condition(&streamed);
+                out.line(format!("const int st = {condition};"));
+            }
             out.line("#else");
             out.line("const int64_t jv = 0;");
             out.line("#endif");
@@ -1408,6 +1425,13 @@ impl<'a> Kernel<'a> {
                 out.line(&statement.text);
             }
             out.close();
+        }
+        if self.vector && !streamed.is_empty() {
+            // Streaming stores are weakly ordered: fence them before the thread moves on (and
+            // before the team's closing barrier publishes the results).
+            out.line("#if defined(FB_AVX512)");
+            out.line("if (st) _mm_sfence();");
+            out.line("#endif");
         }
     }
 }

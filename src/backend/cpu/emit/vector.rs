@@ -18,6 +18,12 @@
 //! strided inner axes, reductions) keeps the scalar loops alone; so does a compiler without
 //! AVX-512, because the vector loops are inside `#if defined(FB_AVX512)`.
 //!
+//! **Streaming stores.** A launch touching more than [`STREAM_MIN_BYTES`] writes its outputs
+//! with `vmovntps` wherever a segment's destinations are 64-byte aligned (the executor's
+//! buffers are; see `exec::buffer`): the cache lines are written whole, without first being
+//! read for ownership, so a kernel like the LSTM cell moves its compulsory bytes and no more.
+//! The stores are fenced at the end of each segment.
+//!
 //! **Bit for bit the scalar results.** Every intrinsic computes the same IEEE operation in
 //! the same order as the scalar C it replaces: `fbv_expf` and `fbv_tanhf` reduce the argument
 //! with the same fused multiply-adds and evaluate the same polynomial, and `vscalefps` rounds
@@ -42,6 +48,17 @@ pub(super) const VECTOR_HELPERS: &str = r#"
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #define FB_AVX512 1
+/* Streaming stores write whole cache lines without reading them first (no read for
+   ownership) and bypass the cache: a third less traffic for a kernel that only writes its
+   outputs, but a loss for outputs read again while still cached, so only large launches
+   stream (`fbs` in the kernel). */
+static inline void fbv_store(float *p, __m512 v, int stream) {
+    if (stream) {
+        _mm512_stream_ps(p, v);
+    } else {
+        _mm512_storeu_ps(p, v);
+    }
+}
 static inline __m512 fbv_f(float x) { return _mm512_set1_ps(x); }
 static inline __m512 fbv_neg(__m512 x) {
     return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
@@ -186,7 +203,28 @@ pub(super) fn carried_store(id: usize) -> String {
     format!("_mm512_store_ps(&c{id}[j], v{id});")
 }
 
-/// The store of `v{value}` into contiguous destination `d{k}` (f32, unit stride).
+/// The store of `v{value}` into contiguous destination `d{k}` (f32, unit stride), streaming
+/// when the segment's `st` says so (see [`stream_condition`]).
 pub(super) fn store(k: usize, value: usize) -> String {
-    format!("_mm512_storeu_ps(&d{k}[j], v{value});")
+    format!("fbv_store(&d{k}[j], v{value}, st);")
+}
+
+/// Launches touching more bytes than this stream their stores: 32 MiB, the last-level cache
+/// of one core complex on this machine's EPYC (and of most current server parts). Asking the
+/// system does not work: in a virtual machine `sysconf(_SC_LEVEL3_CACHE_SIZE)` reports the
+/// host socket's 320 MiB here, which would stop streaming everywhere.
+pub const STREAM_MIN_BYTES: usize = 32 << 20;
+
+/// Whether a launch streams its stores: the bytes of every argument over the domain (an
+/// upper bound on what it touches) exceed [`STREAM_MIN_BYTES`].
+pub(super) fn launch_streams(ir: &KernelIr) -> String {
+    format!("total * {} > {}", 4 * ir.arg_count(), STREAM_MIN_BYTES)
+}
+
+/// Whether a segment streams: its launch does and every contiguous destination `d{k}` in
+/// `stores` is 64-byte aligned (then so is each `d{k} + j`, `j` moving by 16 floats; a row
+/// redirected to a stack scratch buffer usually is not, and is stored normally).
+pub(super) fn stream_condition(stores: &[usize]) -> String {
+    let pointers: Vec<String> = stores.iter().map(|k| format!("(uintptr_t)d{k}")).collect();
+    format!("fbs && (({}) & 63) == 0", pointers.join(" | "))
 }
