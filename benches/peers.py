@@ -4,9 +4,10 @@
 For one example graph (default: examples/lstm_cell.ron, 1024 x 4096 f32), this script runs,
 in one process and one sitting so they share the machine's state:
 
-  * a measured copy bandwidth (the best of NumPy `np.copyto` and, when importable, torch's
-    multi-threaded `Tensor.copy_`, on 256 MiB arrays, read + write bytes counted), which turns
-    the graph's compulsory traffic into a memory floor;
+  * a measured copy bandwidth (the best of NumPy `np.copyto` on one thread and on one thread
+    per core, and, when importable, torch's multi-threaded `Tensor.copy_`, on 256 MiB arrays,
+    read + write bytes counted), which turns the graph's compulsory traffic into a memory
+    floor;
   * `fusebox bench --json`, fused and `--no-fusion` (the same code generator, one kernel per op);
   * NumPy, PyTorch eager, torch.compile (inductor on CPU) and jax.jit, each skipped with a note
     when it cannot be imported, and reported as "failed: reason" when it breaks.
@@ -40,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -208,6 +210,26 @@ def copy_bandwidth(np, torch, mib, iters):
     moved = 2 * src.nbytes
     median, _ = time_calls(lambda: np.copyto(dst, src), 2, iters)
     results["numpy.copyto"] = moved / (median * 1e6)
+    # The same memcpy (glibc streams stores this large, so no read for ownership) on one
+    # thread per core, each copying its own slice: NumPy releases the GIL while it copies.
+    # fusebox's kernels run on every core and stream their stores too, so this is the copy
+    # they should be held to.
+    workers = os.cpu_count() or 1
+    if workers > 1:
+        bounds = [n * k // workers for k in range(workers + 1)]
+        pool = ThreadPoolExecutor(workers)
+
+        def threaded_copy():
+            jobs = [
+                pool.submit(np.copyto, dst[lo:hi], src[lo:hi])
+                for lo, hi in zip(bounds, bounds[1:])
+            ]
+            for job in jobs:
+                job.result()
+
+        median, _ = time_calls(threaded_copy, 2, iters)
+        pool.shutdown()
+        results[f"numpy.copyto x{workers} threads"] = moved / (median * 1e6)
     if torch is not None:
         tsrc = torch.from_numpy(src)
         tdst = torch.empty_like(tsrc)
