@@ -2445,7 +2445,8 @@ fn aligned_arg(values: Vec<f32>, strides: &[i64]) -> Arg {
 }
 
 /// Every instruction the vector loops can write, in one kernel over `[N, M]`: two contiguous
-/// f32 loads and one broadcast along the inner axis (an `[N, 1]` column), literals, negation,
+/// f32 loads and one broadcast along the inner axis (an `[N, 1]` column), literals (one in f64
+/// rounded to f32), negation,
 /// the four operators, the six comparisons, `select`, `abs`, `sqrt`, `rsqrt`, a stored `exp`,
 /// an `exp` only added to a literal (the sigmoid variant), and `tanh` of `tanh`, so the body
 /// runs as three loops handing values on through stack arrays.
@@ -2466,6 +2467,11 @@ fn vector_coverage_ir() -> (KernelIr, usize) {
     }
     let xc = b.bin(BinOp::Mul, x, col, f);
     outs.push(xc);
+    // An f64 literal rounded to f32 (as the lowering writes scalar constants of f32 ops).
+    let wide = b.c(0.1, Prec::F64);
+    let tenth = b.round(wide, DType::F32);
+    let xt = b.bin(BinOp::Mul, x, tenth, f);
+    outs.push(xt);
     for op in [
         BinOp::Lt,
         BinOp::Le,

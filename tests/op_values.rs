@@ -1668,6 +1668,30 @@ fn naive_matmul(a: &[f64], a_shape: &[usize], b: &[f64], b_shape: &[usize]) -> V
     out
 }
 
+/// Operands whatever their memory layout: a concat along the last axis comes out of the
+/// evaluator column-major, which the batched reshapes once rejected ("incompatible memory
+/// layout"; found by the CPU property test on `[64] @ concat([x, x], -1)`).
+#[test]
+fn matmul_of_a_concat_along_the_last_axis() {
+    let xv: Vec<f64> = (0..12).map(|i| (i % 5) as f64 - 2.0).collect();
+    let x = tensor(F32, &[4, 3], &xv);
+    let joined = apply("concat", &[("axis", AttrValue::Int(-1))], &[x.clone(), x]);
+    let jv = joined.values();
+    assert_eq!(joined.shape(), &[4, 6]);
+    let v = vector(F32, &[1.0, -2.0, 3.0, 0.5]);
+    let got = apply("matmul", &[], &[v, joined.clone()]);
+    let expected = naive_matmul(&[1.0, -2.0, 3.0, 0.5], &[1, 4], &jv, &[4, 6]);
+    assert_exact(&got, F32, &[6], &expected);
+    let m = tensor(F32, &[2, 4], &iota(8));
+    let got = apply("matmul", &[], &[m, joined]);
+    assert_exact(
+        &got,
+        F32,
+        &[2, 6],
+        &naive_matmul(&iota(8), &[2, 4], &jv, &[4, 6]),
+    );
+}
+
 #[test]
 fn matmul_2d_batched_and_1d() {
     let a = tensor(F32, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);

@@ -151,8 +151,10 @@ fn matmul(a: &Tensor, b: &Tensor, out: &TensorType) -> Result<ArrayD<f64>, Strin
     let full = |arr: &ArrayD<f64>, rows, cols| {
         let mut shape = batch.clone();
         shape.extend([rows, cols]);
+        // Row-major whatever the operand's layout (`to_owned` keeps a column-major one, which
+        // the reshapes below cannot take).
         arr.broadcast(IxDyn(&shape))
-            .map(|v| v.to_owned())
+            .map(|v| v.as_standard_layout().into_owned())
             .ok_or_else(|| "matmul batch broadcast failed".to_string())
     };
     let (a3, b3) = (full(&a2, n, k)?, full(&b2, k, m)?);

@@ -11,10 +11,10 @@
 //!
 //! So when the compiler targets AVX-512 (`__AVX512F__`, i.e. `-march=native` on such a host)
 //! and a kernel's body is made only of what this module can write as intrinsics — f32 loads
-//! and stores through contiguous or broadcast inner axes, the arithmetic operators and
-//! comparisons, `select`, `abs`, `sqrt`, `rsqrt`, `exp` and `tanh` — each of the segment's
-//! loops first runs over whole vectors of 16 with intrinsics, and the scalar `omp simd` loop
-//! finishes the remainder. Everything else (other functions, f16/bf16/f64/integer values,
+//! and stores through contiguous or broadcast inner axes, literals (f64 ones rounded to f32),
+//! the arithmetic operators and comparisons, `select`, `abs`, `sqrt`, `rsqrt`, `exp` and
+//! `tanh` — each of the segment's loops first runs over whole vectors of 16 with intrinsics,
+//! and the scalar `omp simd` loop finishes the remainder. Everything else (other functions, f16/bf16/f64/integer values,
 //! strided inner axes, reductions) keeps the scalar loops alone; so does a compiler without
 //! AVX-512, because the vector loops are inside `#if defined(FB_AVX512)`.
 //!
@@ -102,10 +102,10 @@ static inline __m512 fbv_tanhf(__m512 x) {
 #endif
 "#;
 
-/// Whether `ir` runs vector loops: every value an f32, every load and store an f32 view whose
-/// innermost axis is contiguous or broadcast (a broadcast store is written after the loops,
-/// in scalar code), every instruction one of those listed in the module documentation, and no
-/// reductions.
+/// Whether `ir` runs vector loops: every value an f32 (or an f64 literal rounded to f32), every
+/// load and store an f32 view whose innermost axis is contiguous or broadcast (a broadcast
+/// store is written after the loops, in scalar code), every instruction one of those listed in
+/// the module documentation, and no reductions.
 pub(super) fn supports(ir: &KernelIr) -> bool {
     let inner = ir.rank - 1;
     let f32_view = |dtype: DType, axis: Axis| dtype == DType::F32 && axis != Axis::Strided;
@@ -116,10 +116,14 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
             .iter()
             .all(|s| f32_view(s.view.dtype, s.view.axes[inner]))
         && ir.body.iter().all(|instr| match instr {
-            Instr::Load { .. } => true,
-            Instr::Const { prec, .. } | Instr::Neg { prec, .. } | Instr::Binary { prec, .. } => {
-                *prec == Prec::F32
+            // A literal of any precision: an f64 one stays a scalar `double` in the vector
+            // loop, and only its rounding to f32 (below) or an f64 operation (rejected) can use it.
+            Instr::Load { .. } | Instr::Const { .. } => true,
+            Instr::Round { x, dtype } => {
+                *dtype == DType::F32
+                    && (ir.prec(*x) == Prec::F32 || matches!(ir.body[*x], Instr::Const { .. }))
             }
+            Instr::Neg { prec, .. } | Instr::Binary { prec, .. } => *prec == Prec::F32,
             Instr::Call { func, prec, .. } => {
                 *prec == Prec::F32
                     && matches!(
@@ -132,7 +136,7 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
                             | Func::Rsqrt
                     )
             }
-            Instr::Widen { .. } | Instr::Round { .. } => false,
+            Instr::Widen { .. } => false,
         })
 }
 
@@ -147,7 +151,14 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
             Axis::Unit => format!("_mm512_loadu_ps(&p{view}[b{view} + j])"),
             _ => format!("_mm512_set1_ps(p{view}[b{view}])"),
         },
+        Instr::Const {
+            value,
+            prec: Prec::F64,
+        } => return format!("const double v{id} = {};", literal(*value, Prec::F64)),
         Instr::Const { value, prec } => format!("_mm512_set1_ps({})", literal(*value, *prec)),
+        // f32 to f32 is no rounding; an f64 literal is rounded once, as the scalar loop does.
+        Instr::Round { x, .. } if ir.prec(*x) == Prec::F32 => v(*x),
+        Instr::Round { x, .. } => format!("_mm512_set1_ps((float){})", v(*x)),
         Instr::Neg { x, .. } => format!("fbv_neg({})", v(*x)),
         Instr::Binary { op, a, b, .. } => {
             let (a, b) = (v(*a), v(*b));
@@ -185,9 +196,7 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
                 other => unreachable!("{other:?} has no vector form (`supports` rejects it)"),
             }
         }
-        Instr::Widen { .. } | Instr::Round { .. } => {
-            unreachable!("`supports` rejects conversions")
-        }
+        Instr::Widen { .. } => unreachable!("`supports` rejects widening"),
     };
     format!("const __m512 v{id} = {expr};")
 }
