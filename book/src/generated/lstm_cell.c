@@ -181,6 +181,20 @@ static inline __m512 fbv_bool(__mmask16 m) { return _mm512_maskz_mov_ps(m, _mm51
 static inline __m512 fbv_select(__m512 c, __m512 a, __m512 b) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_NEQ_UQ), b, a);
 }
+/* min/max as fb_minf/fb_maxf: NaN wins (as a + b), -0 orders below +0 (equal values merge
+   their sign bits). */
+static inline __m512 fbv_min(__m512 a, __m512 b) {
+    __m512 eq = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+    __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(b, a, _CMP_LT_OQ), eq, b);
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), r, a);
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), r, _mm512_add_ps(a, b));
+}
+static inline __m512 fbv_max(__m512 a, __m512 b) {
+    __m512 eq = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+    __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(b, a, _CMP_GT_OQ), eq, b);
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), r, a);
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), r, _mm512_add_ps(a, b));
+}
 static inline __m512 fbv_expf_poly(__m512 r) {
     __m512 q = _mm512_fmadd_ps(r, fbv_f(0x1.6bebf2p-10f), fbv_f(0x1.1227f6p-7f));
     q = _mm512_fmadd_ps(q, r, fbv_f(0x1.555674p-5f));

@@ -12,8 +12,8 @@
 //! So when the compiler targets AVX-512 (`__AVX512F__`, i.e. `-march=native` on such a host)
 //! and a kernel's body is made only of what this module can write as intrinsics — f32 loads
 //! and stores through contiguous or broadcast inner axes, literals (f64 ones rounded to f32),
-//! the arithmetic operators and comparisons, `select`, `abs`, `sqrt`, `rsqrt`, `exp` and
-//! `tanh` — each of the segment's loops first runs over whole vectors of 16 with intrinsics,
+//! the arithmetic operators and comparisons, `select`, `min`, `max`, `abs`, `floor`, `sqrt`,
+//! `rsqrt`, `exp` and `tanh` — each of the segment's loops first runs over whole vectors of 16 with intrinsics,
 //! and the scalar `omp simd` loop finishes the remainder. Everything else (other functions, f16/bf16/f64/integer values,
 //! strided inner axes, reductions) keeps the scalar loops alone; so does a compiler without
 //! AVX-512, because the vector loops are inside `#if defined(FB_AVX512)`.
@@ -68,6 +68,20 @@ static inline __m512 fbv_bool(__mmask16 m) { return _mm512_maskz_mov_ps(m, _mm51
 /* c != 0 ? a : b, with NaN != 0 as in C. */
 static inline __m512 fbv_select(__m512 c, __m512 a, __m512 b) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_NEQ_UQ), b, a);
+}
+/* min/max as fb_minf/fb_maxf: NaN wins (as a + b), -0 orders below +0 (equal values merge
+   their sign bits). */
+static inline __m512 fbv_min(__m512 a, __m512 b) {
+    __m512 eq = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+    __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(b, a, _CMP_LT_OQ), eq, b);
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), r, a);
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), r, _mm512_add_ps(a, b));
+}
+static inline __m512 fbv_max(__m512 a, __m512 b) {
+    __m512 eq = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+    __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(b, a, _CMP_GT_OQ), eq, b);
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), r, a);
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), r, _mm512_add_ps(a, b));
 }
 static inline __m512 fbv_expf_poly(__m512 r) {
     __m512 q = _mm512_fmadd_ps(r, fbv_f(0x1.6bebf2p-10f), fbv_f(0x1.1227f6p-7f));
@@ -134,6 +148,9 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
                             | Func::Abs
                             | Func::Sqrt
                             | Func::Rsqrt
+                            | Func::Min
+                            | Func::Max
+                            | Func::Floor
                     )
             }
             Instr::Widen { .. } => false,
@@ -193,6 +210,13 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
                     args[0]
                 ),
                 Func::Select => format!("fbv_select({}, {}, {})", args[0], args[1], args[2]),
+                Func::Min => format!("fbv_min({}, {})", args[0], args[1]),
+                Func::Max => format!("fbv_max({}, {})", args[0], args[1]),
+                // Toward -Inf, exact, keeping -0, ±Inf and NaN: what fb_floorf computes.
+                Func::Floor => format!(
+                    "_mm512_roundscale_ps({}, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)",
+                    args[0]
+                ),
                 other => unreachable!("{other:?} has no vector form (`supports` rejects it)"),
             }
         }
