@@ -2538,6 +2538,28 @@ fn vector_coverage_ir() -> (KernelIr, usize) {
     )
 }
 
+/// `ir` compiled twice: as for this host (vector loops where it has AVX-512) and with
+/// `-mno-avx512f` (scalar loops only).
+fn vector_and_scalar_builds(ir: &KernelIr) -> (Compiled, Compiled) {
+    if !host_has_avx512f() {
+        eprintln!("note: this CPU has no AVX-512F, so both builds run the scalar loops");
+    }
+    let name = kernel_name(ir);
+    let source = emit_module(&[(name.clone(), ir)]);
+    let dir = std::env::temp_dir().join("fusebox-test-cpu-emit-cache");
+    let mut scalar_config = CompilerConfig::from_env().with_cache_dir(dir);
+    scalar_config.flags.push("-mno-avx512f".to_string());
+    let module = Compiler::new(scalar_config)
+        .compile(&source)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let scalar = Compiled {
+        f: module.kernel(&name).expect("kernel symbol"),
+        module,
+        ir: ir.clone(),
+    };
+    (compile(ir), scalar)
+}
+
 /// The vector loops compute exactly what the scalar loops compute: the same kernel built for
 /// this host and built with `-mno-avx512f` (scalar loops only) gives the same bits for every
 /// output (any NaN for NaN: x86 takes a NaN's sign from whichever operand the compiler put
@@ -2555,22 +2577,7 @@ fn avx512_vector_loops_match_the_scalar_loops_bit_for_bit() {
             && source.contains("#if defined(FB_AVX512)"),
         "the kernel has no vector loops:\n{source}"
     );
-    if !host_has_avx512f() {
-        eprintln!("note: this CPU has no AVX-512F, so both builds run the scalar loops");
-    }
-    let dir = std::env::temp_dir().join("fusebox-test-cpu-emit-cache");
-    let mut scalar_config = CompilerConfig::from_env().with_cache_dir(dir);
-    scalar_config.flags.push("-mno-avx512f".to_string());
-    let scalar_compiler = Compiler::new(scalar_config);
-    let scalar_module = scalar_compiler
-        .compile(&source)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let vector = compile(&ir);
-    let scalar = Compiled {
-        f: scalar_module.kernel(&name).expect("kernel symbol"),
-        module: scalar_module,
-        ir: ir.clone(),
-    };
+    let (vector, scalar) = vector_and_scalar_builds(&ir);
 
     // 320 rows of 2125: every row leaves a scalar remainder, and the launch touches about
     // 73 MB, so the vector loops stream their stores wherever a row starts 64-byte aligned
@@ -2649,17 +2656,15 @@ fn avx512_vector_loops_match_the_scalar_loops_bit_for_bit() {
 }
 
 /// Kernels the vector loops cannot express keep the scalar loops alone: other functions (the
-/// libmvec ones such as `log`),
-/// half-precision and f64 values, strided inner axes, reductions.
+/// libmvec ones such as `log`), f64 values, strided inner axes, reductions.
 #[test]
 fn kernels_outside_the_vector_subset_emit_no_vector_loops() {
     let f = Prec::F32;
     let log = unary_kernel(DType::F32, |b, x| {
         vec![(b.call(Func::Log, &[x], f), DType::F32)]
     });
-    let half = unary_kernel(DType::F16, |b, x| {
-        let e = b.call(Func::Exp, &[x], f);
-        vec![(b.round(e, DType::F16), DType::F16)]
+    let double = unary_kernel(DType::F64, |b, x| {
+        vec![(b.call(Func::Exp, &[x], Prec::F64), DType::F64)]
     });
     let strided = {
         let mut b = Body::default();
@@ -2675,7 +2680,7 @@ fn kernels_outside_the_vector_subset_emit_no_vector_loops() {
     let reduced = reduce_kernel(2, &[(ReduceKind::Sum, vec![false, true], DType::F32)]);
     for (what, ir) in [
         ("log", log),
-        ("f16", half),
+        ("f64", double),
         ("strided", strided),
         ("sum", reduced),
     ] {
@@ -2689,4 +2694,147 @@ fn kernels_outside_the_vector_subset_emit_no_vector_loops() {
         text.matches("for (int64_t j = 0; j < jv; j += 16)").count(),
         2
     );
+}
+
+/// f16 and bf16 through the vector loops: loads of every f16 and bf16 bit pattern (NaNs,
+/// infinities, subnormals included), an f16 column broadcast along rows, f32 arithmetic
+/// rounded to f16 and bf16 where the graph rounds (once before further arithmetic, once
+/// before a store), an f64 literal rounded once to f16, a dead widening, and stores of all
+/// three formats over
+/// two loops (a `tanh` of a `tanh`). Every output equals the scalar build's bit for bit, NaN
+/// for NaN.
+#[test]
+fn avx512_half_precision_loops_match_the_scalar_loops_bit_for_bit() {
+    let f = Prec::F32;
+    let mut b = Body::default();
+    let x = b.load(0); // f16
+    let y = b.load(1); // bf16
+    let col = b.load(2); // f16, [N, 1]
+    let z = b.load(3); // f32
+    // A dead widening, as the lowering leaves beside an f16 load: it has no vector form, and
+    // being unused it must neither keep the kernel out of the vector loops nor reach them.
+    b.push(Instr::Widen { x });
+    let mut stores = Vec::new();
+    let mut out = |b: &mut Body, v: ValueId, dtype: DType| {
+        let r = if dtype == DType::F32 {
+            v
+        } else {
+            b.round(v, dtype)
+        };
+        stores.push(store(r, dtype, &[S, U]));
+    };
+    let s = b.bin(BinOp::Add, x, y, f);
+    out(&mut b, s, DType::F16);
+    out(&mut b, s, DType::BF16);
+    out(&mut b, s, DType::F32);
+    let wide = b.c(0.1, Prec::F64);
+    let tenth = b.round(wide, DType::F16);
+    let xt = b.bin(BinOp::Mul, x, tenth, f);
+    out(&mut b, xt, DType::F16);
+    let xc = b.bin(BinOp::Mul, x, col, f);
+    out(&mut b, xc, DType::BF16);
+    let xz = b.bin(BinOp::Mul, x, z, f);
+    let h = b.round(xz, DType::F16);
+    let t1 = b.call(Func::Tanh, &[h], f);
+    let tb = b.round(t1, DType::BF16);
+    out(&mut b, tb, DType::F32);
+    let e = b.call(Func::Exp, &[y], f);
+    out(&mut b, e, DType::F16);
+    let t2 = b.call(Func::Tanh, &[tb], f);
+    let last = b.bin(BinOp::Add, t2, col, f);
+    out(&mut b, last, DType::F16);
+    out(&mut b, last, DType::BF16);
+    let ir = KernelIr {
+        rank: 2,
+        loads: vec![
+            view(DType::F16, &[S, U]),
+            view(DType::BF16, &[S, U]),
+            view(DType::F16, &[S, B]),
+            view(DType::F32, &[S, U]),
+        ],
+        body: b.0,
+        stores,
+        reductions: Vec::new(),
+    };
+    let source = emit_module(&[(kernel_name(&ir), &ir)]);
+    assert!(
+        source.contains("fbv_h2f(&p0")
+            && source.contains("fbv_store_b(")
+            && source.contains("fbv_rnd_fh("),
+        "the kernel has no half-precision vector loops:\n{source}"
+    );
+    let (vector, scalar) = vector_and_scalar_builds(&ir);
+
+    // 40 rows of 2125 (a scalar remainder in every row); every 16-bit pattern appears.
+    let (n, m) = (40usize, 2048 + 77);
+    let mut rng = Rng(0xbf16);
+    // The first 65,536 elements run through every pattern (y in another order than x, an odd
+    // multiplier being a permutation of u16), the rest are random.
+    let bits = |rng: &mut Rng, step: u16| -> Vec<u16> {
+        (0..n * m)
+            .map(|i| {
+                if i < 65536 {
+                    (i as u16).wrapping_mul(step)
+                } else {
+                    rng.next_u64() as u16
+                }
+            })
+            .collect()
+    };
+    let (xs, ys) = (bits(&mut rng, 1), bits(&mut rng, 40503));
+    let cols: Vec<u16> = (0..n)
+        .map(|i| [0x3c00u16, 0x8000, 0x7c00, 0x7e00, 0x0001][i % 5])
+        .collect();
+    let zs = rng.f32s(n * m, -3.0, 3.0);
+    let dtypes: Vec<DType> = ir.stores.iter().map(|s| s.view.dtype).collect();
+    // Signalling NaNs of each format: arithmetic only ever produces quiet ones, so an output
+    // still holding one was never written.
+    let poison = |dtype: DType| {
+        if dtype == DType::F16 {
+            0x7d55u16
+        } else {
+            0x7f95
+        }
+    };
+    let outputs_of = |k: &Compiled| {
+        let mut args = vec![
+            arg(Buf::Half(xs.clone()), &[m as i64, 1], 0),
+            arg(Buf::Half(ys.clone()), &[m as i64, 1], 0),
+            arg(Buf::Half(cols.clone()), &[1, 0], 0),
+            arg(Buf::F32(zs.clone()), &[m as i64, 1], 0),
+        ];
+        for &dtype in &dtypes {
+            let buf = match dtype {
+                DType::F32 => Buf::F32(vec![f32::from_bits(0x7fa5_a5a5); n * m]),
+                _ => Buf::Half(vec![poison(dtype); n * m]),
+            };
+            args.push(arg(buf, &[m as i64, 1], 0));
+        }
+        run(k, &[n as i64, m as i64], &mut args);
+        args.split_off(4)
+    };
+    let (got, want) = (outputs_of(&vector), outputs_of(&scalar));
+    let nan16 = |dtype: DType, v: u16| match dtype {
+        DType::F16 => v & 0x7c00 == 0x7c00 && v & 0x03ff != 0,
+        _ => v & 0x7f80 == 0x7f80 && v & 0x007f != 0,
+    };
+    for (o, ((g, w), &dtype)) in got.iter().zip(&want).zip(&dtypes).enumerate() {
+        for i in 0..n * m {
+            let ok = match dtype {
+                DType::F32 => {
+                    let (gv, wv) = (g.buf.f32()[i], w.buf.f32()[i]);
+                    gv.to_bits() != 0x7fa5_a5a5 && same32(gv, wv)
+                }
+                _ => {
+                    let (gv, wv) = (g.buf.half()[i], w.buf.half()[i]);
+                    gv != poison(dtype) && (gv == wv || (nan16(dtype, gv) && nan16(dtype, wv)))
+                }
+            };
+            assert!(
+                ok,
+                "output {o} ({dtype}) element {i} (x = {:#06x}, y = {:#06x}): vector and scalar differ",
+                xs[i], ys[i]
+            );
+        }
+    }
 }

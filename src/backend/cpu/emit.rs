@@ -1246,7 +1246,9 @@ impl<'a> Kernel<'a> {
                         stage: self.stages.store_stage(store.value),
                         reads: store.value,
                         text: format!("d{k}[{index}] = {value};"),
-                        vector: self.vector.then(|| vector::store(k, store.value)),
+                        vector: self
+                            .vector
+                            .then(|| vector::store(k, store.value, store.view.dtype)),
                     });
                 }
             }
@@ -1344,6 +1346,11 @@ impl<'a> Kernel<'a> {
         let streamed: Vec<usize> = (0..self.ir.stores.len())
             .filter(|&k| self.ir.stores[k].view.axes[self.inner] == Axis::Unit)
             .collect();
+        let live = if self.vector {
+            vector::live(self.ir)
+        } else {
+            Vec::new()
+        };
         if self.vector {
             // Whole vectors first (when the compiler targets AVX-512), the rest in scalar.
             out.line("#if defined(FB_AVX512)");
@@ -1387,14 +1394,15 @@ impl<'a> Kernel<'a> {
                     "for (int64_t j = 0; j < jv; j += {})",
                     vector::LANES
                 ));
-                for id in (0..self.body.len()).filter(|&id| needed[id]) {
+                // Dead values (which may have no vector form) are left out.
+                for id in (0..self.body.len()).filter(|&id| needed[id] && live[id]) {
                     out.line(if computed(id) {
                         vector::statement(self.ir, id)
                     } else {
                         vector::carried_load(id)
                     });
                 }
-                for &id in &saved {
+                for &id in saved.iter().filter(|&&id| live[id]) {
                     out.line(vector::carried_store(id));
                 }
                 for statement in &statements {

@@ -1,4 +1,4 @@
-//! Explicit AVX-512 loops for f32 bodies.
+//! Explicit AVX-512 loops for bodies computed in f32.
 //!
 //! GCC vectorizes the scalar `omp simd` loops well, but two things it cannot do from portable
 //! C cost the transcendental-heavy kernels (an LSTM cell) about a quarter of their time:
@@ -10,13 +10,15 @@
 //!   rounds once over the whole range.
 //!
 //! So when the compiler targets AVX-512 (`__AVX512F__`, i.e. `-march=native` on such a host)
-//! and a kernel's body is made only of what this module can write as intrinsics — f32 loads
-//! and stores through contiguous or broadcast inner axes, literals (f64 ones rounded to f32),
+//! and a kernel's body is made only of what this module can write as intrinsics — f32, f16
+//! and bf16 loads and stores through contiguous or broadcast inner axes, values computed in
+//! f32 and rounded to f16 or bf16 where the graph says so, literals (f64 ones rounded once),
 //! the arithmetic operators and comparisons, `select`, `min`, `max`, `abs`, `floor`, `sqrt`,
-//! `rsqrt`, `exp` and `tanh` — each of the segment's loops first runs over whole vectors of 16 with intrinsics,
-//! and the scalar `omp simd` loop finishes the remainder. Everything else (other functions, f16/bf16/f64/integer values,
-//! strided inner axes, reductions) keeps the scalar loops alone; so does a compiler without
-//! AVX-512, because the vector loops are inside `#if defined(FB_AVX512)`.
+//! `rsqrt`, `exp` and `tanh` — each of the segment's loops first runs over whole vectors of 16
+//! with intrinsics, and the scalar `omp simd` loop finishes the remainder. Everything else
+//! (other functions, f64/integer/bool values, strided inner axes, reductions) keeps the scalar
+//! loops alone; so does a compiler without AVX-512, because the vector loops are inside
+//! `#if defined(FB_AVX512)`.
 //!
 //! **Streaming stores.** A launch touching more than [`STREAM_MIN_BYTES`] writes its outputs
 //! with `vmovntps` wherever a segment's destinations are 64-byte aligned (the executor's
@@ -29,11 +31,12 @@
 //! with the same fused multiply-adds and evaluate the same polynomial, and `vscalefps` rounds
 //! 2ⁿ·(1 + p) once exactly as the two power-of-two factors of `fb_expf` do. Which elements go
 //! through which loop (it depends on the chunk length) therefore never shows in the output;
-//! the one freedom is the sign of a NaN, which x86 takes from an operand that the compiler's
-//! operand order decides. `tests/cpu_emit.rs` compiles kernels with and without AVX-512 and
-//! compares the outputs bit for bit.
+//! the one freedom is which NaN: x86 takes a NaN's sign from an operand that the compiler's
+//! operand order decides, and the hardware f16/bf16 conversions keep a NaN's payload where the
+//! scalar helpers write the canonical quiet NaN. `tests/cpu_emit.rs` compiles kernels with and
+//! without AVX-512 and compares the outputs bit for bit (any NaN for NaN).
 
-use super::{literal, only_added_to_constants};
+use super::{literal, load_conversion, only_added_to_constants, round_expr};
 use crate::dtype::DType;
 use crate::formula::{BinOp, Func};
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec};
@@ -83,6 +86,40 @@ static inline __m512 fbv_max(__m512 a, __m512 b) {
     r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), r, a);
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), r, _mm512_add_ps(a, b));
 }
+/* f16 and bf16 storage, as fb_h2f/fb_f2h/fb_b2f/fb_f2b: the hardware conversions are exact
+   and round to nearest even (overflow to Inf, subnormals exact); a NaN keeps its payload's
+   top bits where the scalar helpers write the canonical quiet NaN, which is still a NaN. */
+static inline __m512 fbv_h2f(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline __m512 fbv_bits_b2f(__m256i b) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
+static inline __m512 fbv_b2f(const uint16_t *p) {
+    return fbv_bits_b2f(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline __m256i fbv_f2h(__m512 x) {
+    return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+static inline __m256i fbv_f2b(__m512 x) {
+    __m512i f = _mm512_castps_si512(x);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(f, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(f, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    __m512i q = _mm512_or_si512(_mm512_srli_epi32(f, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, q));
+}
+static inline __m512 fbv_rnd_fh(__m512 x) { return _mm512_cvtph_ps(fbv_f2h(x)); }
+static inline __m512 fbv_rnd_fb(__m512 x) { return fbv_bits_b2f(fbv_f2b(x)); }
+/* 16 halves are 32 bytes: aligned for streaming whenever the row of floats would be. */
+static inline void fbv_store_bits(uint16_t *p, __m256i h, int stream) {
+    if (stream) {
+        _mm256_stream_si256((__m256i *)p, h);
+    } else {
+        _mm256_storeu_si256((__m256i *)p, h);
+    }
+}
+static inline void fbv_store_h(uint16_t *p, __m512 v, int stream) { fbv_store_bits(p, fbv_f2h(v), stream); }
+static inline void fbv_store_b(uint16_t *p, __m512 v, int stream) { fbv_store_bits(p, fbv_f2b(v), stream); }
 static inline __m512 fbv_expf_poly(__m512 r) {
     __m512 q = _mm512_fmadd_ps(r, fbv_f(0x1.6bebf2p-10f), fbv_f(0x1.1227f6p-7f));
     q = _mm512_fmadd_ps(q, r, fbv_f(0x1.555674p-5f));
@@ -116,45 +153,72 @@ static inline __m512 fbv_tanhf(__m512 x) {
 #endif
 "#;
 
-/// Whether `ir` runs vector loops: every value an f32 (or an f64 literal rounded to f32), every
-/// load and store an f32 view whose innermost axis is contiguous or broadcast (a broadcast
-/// store is written after the loops, in scalar code), every instruction one of those listed in
-/// the module documentation, and no reductions.
+/// Whether `ir` runs vector loops: every value held in f32 (or an f64 literal rounded once),
+/// every load and store an f32, f16 or bf16 view whose innermost axis is contiguous or
+/// broadcast (a broadcast store is written after the loops, in scalar code), every
+/// instruction one of those listed in the module documentation, and no reductions.
 pub(super) fn supports(ir: &KernelIr) -> bool {
     let inner = ir.rank - 1;
-    let f32_view = |dtype: DType, axis: Axis| dtype == DType::F32 && axis != Axis::Strided;
+    let float_view = |dtype: DType, axis: Axis| {
+        matches!(dtype, DType::F32 | DType::F16 | DType::BF16) && axis != Axis::Strided
+    };
     ir.reductions.is_empty()
-        && ir.loads.iter().all(|v| f32_view(v.dtype, v.axes[inner]))
+        && ir.loads.iter().all(|v| float_view(v.dtype, v.axes[inner]))
         && ir
             .stores
             .iter()
-            .all(|s| f32_view(s.view.dtype, s.view.axes[inner]))
-        && ir.body.iter().all(|instr| match instr {
-            // A literal of any precision: an f64 one stays a scalar `double` in the vector
-            // loop, and only its rounding to f32 (below) or an f64 operation (rejected) can use it.
-            Instr::Load { .. } | Instr::Const { .. } => true,
-            Instr::Round { x, dtype } => {
-                *dtype == DType::F32
-                    && (ir.prec(*x) == Prec::F32 || matches!(ir.body[*x], Instr::Const { .. }))
-            }
-            Instr::Neg { prec, .. } | Instr::Binary { prec, .. } => *prec == Prec::F32,
-            Instr::Call { func, prec, .. } => {
-                *prec == Prec::F32
-                    && matches!(
-                        func,
-                        Func::Exp
-                            | Func::Tanh
-                            | Func::Select
-                            | Func::Abs
-                            | Func::Sqrt
-                            | Func::Rsqrt
-                            | Func::Min
-                            | Func::Max
-                            | Func::Floor
-                    )
-            }
-            Instr::Widen { .. } => false,
+            .all(|s| float_view(s.view.dtype, s.view.axes[inner]))
+        && ir.body.iter().zip(live(ir)).all(|(instr, live)| {
+            !live
+                || match instr {
+                    // A literal of any precision: an f64 one stays a scalar `double` in the vector
+                    // loop, and only its rounding (below) or an f64 operation (rejected) can use it.
+                    Instr::Load { .. } | Instr::Const { .. } => true,
+                    Instr::Round { x, dtype } => {
+                        matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+                            && (ir.prec(*x) == Prec::F32
+                                || matches!(ir.body[*x], Instr::Const { .. }))
+                    }
+                    Instr::Neg { prec, .. } | Instr::Binary { prec, .. } => *prec == Prec::F32,
+                    Instr::Call { func, prec, .. } => {
+                        *prec == Prec::F32
+                            && matches!(
+                                func,
+                                Func::Exp
+                                    | Func::Tanh
+                                    | Func::Select
+                                    | Func::Abs
+                                    | Func::Sqrt
+                                    | Func::Rsqrt
+                                    | Func::Min
+                                    | Func::Max
+                                    | Func::Floor
+                            )
+                    }
+                    Instr::Widen { .. } => false,
+                }
         })
+}
+
+/// Which body values a store reads, directly or through other values. The loops only
+/// evaluate those, so a dead instruction (an unused widening the lowering left, say) does not
+/// keep a kernel out of the vector loops.
+pub(super) fn live(ir: &KernelIr) -> Vec<bool> {
+    let mut live = vec![false; ir.body.len()];
+    for store in &ir.stores {
+        live[store.value] = true;
+    }
+    for red in &ir.reductions {
+        live[red.value] = true;
+    }
+    for id in (0..ir.body.len()).rev() {
+        if live[id] {
+            for x in ir.body[id].operands() {
+                live[x] = true;
+            }
+        }
+    }
+    live
 }
 
 /// The statement computing `v{id}` as a vector at lanes `j .. j + 16` of the segment, for a
@@ -164,18 +228,37 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
     let v = |x: usize| format!("v{x}");
     let inner = ir.rank - 1;
     let expr = match &ir.body[id] {
-        Instr::Load { view } => match ir.loads[*view].axes[inner] {
-            Axis::Unit => format!("_mm512_loadu_ps(&p{view}[b{view} + j])"),
-            _ => format!("_mm512_set1_ps(p{view}[b{view}])"),
-        },
+        Instr::Load { view } => {
+            let dtype = ir.loads[*view].dtype;
+            match ir.loads[*view].axes[inner] {
+                Axis::Unit => {
+                    let load = match dtype {
+                        DType::F16 => "fbv_h2f",
+                        DType::BF16 => "fbv_b2f",
+                        _ => "_mm512_loadu_ps",
+                    };
+                    format!("{load}(&p{view}[b{view} + j])")
+                }
+                _ => format!(
+                    "_mm512_set1_ps({})",
+                    load_conversion(dtype, &format!("p{view}[b{view}]"))
+                ),
+            }
+        }
         Instr::Const {
             value,
             prec: Prec::F64,
         } => return format!("const double v{id} = {};", literal(*value, Prec::F64)),
         Instr::Const { value, prec } => format!("_mm512_set1_ps({})", literal(*value, *prec)),
-        // f32 to f32 is no rounding; an f64 literal is rounded once, as the scalar loop does.
-        Instr::Round { x, .. } if ir.prec(*x) == Prec::F32 => v(*x),
-        Instr::Round { x, .. } => format!("_mm512_set1_ps((float){})", v(*x)),
+        // An f64 literal is rounded once by the scalar helper, as the scalar loop does.
+        Instr::Round { x, dtype } if ir.prec(*x) == Prec::F64 => {
+            format!("_mm512_set1_ps({})", round_expr(Prec::F64, *dtype, &v(*x)))
+        }
+        Instr::Round { x, dtype } => match dtype {
+            DType::F16 => format!("fbv_rnd_fh({})", v(*x)),
+            DType::BF16 => format!("fbv_rnd_fb({})", v(*x)),
+            _ => v(*x),
+        },
         Instr::Neg { x, .. } => format!("fbv_neg({})", v(*x)),
         Instr::Binary { op, a, b, .. } => {
             let (a, b) = (v(*a), v(*b));
@@ -236,10 +319,15 @@ pub(super) fn carried_store(id: usize) -> String {
     format!("_mm512_store_ps(&c{id}[j], v{id});")
 }
 
-/// The store of `v{value}` into contiguous destination `d{k}` (f32, unit stride), streaming
+/// The store of `v{value}` into contiguous destination `d{k}` of `dtype` (unit stride), streaming
 /// when the segment's `st` says so (see [`stream_condition`]).
-pub(super) fn store(k: usize, value: usize) -> String {
-    format!("fbv_store(&d{k}[j], v{value}, st);")
+pub(super) fn store(k: usize, value: usize, dtype: DType) -> String {
+    let store = match dtype {
+        DType::F16 => "fbv_store_h",
+        DType::BF16 => "fbv_store_b",
+        _ => "fbv_store",
+    };
+    format!("{store}(&d{k}[j], v{value}, st);")
 }
 
 /// Launches touching more bytes than this stream their stores: 32 MiB, the last-level cache
@@ -251,7 +339,8 @@ pub const STREAM_MIN_BYTES: usize = 32 << 20;
 /// Whether a launch streams its stores: the bytes of every argument over the domain (an
 /// upper bound on what it touches) exceed [`STREAM_MIN_BYTES`].
 pub(super) fn launch_streams(ir: &KernelIr) -> String {
-    format!("total * {} > {}", 4 * ir.arg_count(), STREAM_MIN_BYTES)
+    let bytes_per_point: usize = ir.views().map(|v| v.dtype.size_bytes()).sum();
+    format!("total * {bytes_per_point} > {STREAM_MIN_BYTES}")
 }
 
 /// Whether a segment streams: its launch does and every contiguous destination `d{k}` in
