@@ -115,33 +115,48 @@ static inline double fb_maxd(double a, double b) {
 /* Max accumulation: once a NaN is in, it stays. */
 static inline double fb_maxacc(double acc, double x) { return (x > acc || x != x) ? x : acc; }
 
+/* The constants of exp, shared with the AVX-512 helpers (which must compute the same bits):
+   the polynomial q, log2(e), the 1.5 2^23 rounding shift, ln2 in two parts (negated high
+   part), and the input clamps (the addend variant's lower one). */
+#define FB_EXP_Q4 0x1.6bebf2p-10f
+#define FB_EXP_Q3 0x1.1227f6p-7f
+#define FB_EXP_Q2 0x1.555674p-5f
+#define FB_EXP_Q1 0x1.5554bp-3f
+#define FB_EXP_Q0 0x1.fffffep-2f
+#define FB_LOG2E 0x1.715476p+0f
+#define FB_EXP_SHIFT 0x1.8p23f
+#define FB_LN2_NEG_HI -0x1.62e43p-1f
+#define FB_LN2_LO 0x1.05c61p-29f
+#define FB_EXP_LO -104.0f
+#define FB_EXP_ADDEND_LO -87.0f
+#define FB_EXP_HI 89.0f
 static inline float fb_expf_poly(float r) {
-    float q = fmaf(r, 0x1.6bebf2p-10f, 0x1.1227f6p-7f);
-    q = fmaf(q, r, 0x1.555674p-5f);
-    q = fmaf(q, r, 0x1.5554bp-3f);
-    q = fmaf(q, r, 0x1.fffffep-2f);
+    float q = fmaf(r, FB_EXP_Q4, FB_EXP_Q3);
+    q = fmaf(q, r, FB_EXP_Q2);
+    q = fmaf(q, r, FB_EXP_Q1);
+    q = fmaf(q, r, FB_EXP_Q0);
     return fmaf(q, r * r, r);
 }
 /* x = n ln2 + r: returns r; *z gets x log2(e) + 1.5 2^23, whose low bits hold n. */
 static inline float fb_exp_reduce(float x, float *z) {
-    float zz = fmaf(x, 0x1.715476p+0f, 0x1.8p23f);
-    float n = zz - 0x1.8p23f;
+    float zz = fmaf(x, FB_LOG2E, FB_EXP_SHIFT);
+    float n = zz - FB_EXP_SHIFT;
     *z = zz;
-    return fmaf(n, 0x1.05c61p-29f, fmaf(n, -0x1.62e43p-1f, x));
+    return fmaf(n, FB_LN2_LO, fmaf(n, FB_LN2_NEG_HI, x));
 }
 /* 2^(n + bias - 127) for the n held in z; a normal float while n + bias is in [1, 254]. */
 static inline float fb_exp_scale(float z, uint32_t bias) {
     return fb_u2f((fb_f2u(z) + (bias - 0x4b400000u)) << 23);
 }
 static inline float fb_expf_addend(float x) {
-    float lo = x < -87.0f ? -87.0f : x;
-    float z, r = fb_exp_reduce(lo > 89.0f ? 89.0f : lo, &z);
+    float lo = x < FB_EXP_ADDEND_LO ? FB_EXP_ADDEND_LO : x;
+    float z, r = fb_exp_reduce(lo > FB_EXP_HI ? FB_EXP_HI : lo, &z);
     float s = fb_exp_scale(z, 126u);
     return fmaf(s, fb_expf_poly(r), s) * 2.0f;
 }
 static inline float fb_expf(float x) {
-    float lo = x < -104.0f ? -104.0f : x;
-    float z, r = fb_exp_reduce(lo > 89.0f ? 89.0f : lo, &z);
+    float lo = x < FB_EXP_LO ? FB_EXP_LO : x;
+    float z, r = fb_exp_reduce(lo > FB_EXP_HI ? FB_EXP_HI : lo, &z);
     int32_t n = (int32_t)(fb_f2u(z) - 0x4b400000u);
     int32_t n1 = n < -100 ? -100 : (n > 127 ? 127 : n);
     float s1 = fb_u2f((uint32_t)(n1 + 127) << 23);
@@ -149,9 +164,11 @@ static inline float fb_expf(float x) {
     return fmaf(s1, fb_expf_poly(r), s1) * s2;
 }
 
+/* Past this |x|, tanh is 1 in f32 (shared with the AVX-512 helper). */
+#define FB_TANH_CAP 9.5f
 static inline float fb_tanhf(float x) {
     float a = fabsf(x);
-    float z, r = fb_exp_reduce(2.0f * (a > 9.5f ? 9.5f : a), &z);
+    float z, r = fb_exp_reduce(2.0f * (a > FB_TANH_CAP ? FB_TANH_CAP : a), &z);
     float s = fb_exp_scale(z, 127u);
     float em = fmaf(s, fb_expf_poly(r), s - 1.0f);
     return copysignf(em / (em + 2.0f), x);
@@ -229,28 +246,34 @@ static inline void fbv_store_bits(uint16_t *p, __m256i h, int stream) {
 }
 static inline void fbv_store_h(uint16_t *p, __m512 v, int stream) { fbv_store_bits(p, fbv_f2h(v), stream); }
 static inline void fbv_store_b(uint16_t *p, __m512 v, int stream) { fbv_store_bits(p, fbv_f2b(v), stream); }
+#endif
+
+#if defined(FB_AVX512)
 static inline __m512 fbv_expf_poly(__m512 r) {
-    __m512 q = _mm512_fmadd_ps(r, fbv_f(0x1.6bebf2p-10f), fbv_f(0x1.1227f6p-7f));
-    q = _mm512_fmadd_ps(q, r, fbv_f(0x1.555674p-5f));
-    q = _mm512_fmadd_ps(q, r, fbv_f(0x1.5554bp-3f));
-    q = _mm512_fmadd_ps(q, r, fbv_f(0x1.fffffep-2f));
+    __m512 q = _mm512_fmadd_ps(r, fbv_f(FB_EXP_Q4), fbv_f(FB_EXP_Q3));
+    q = _mm512_fmadd_ps(q, r, fbv_f(FB_EXP_Q2));
+    q = _mm512_fmadd_ps(q, r, fbv_f(FB_EXP_Q1));
+    q = _mm512_fmadd_ps(q, r, fbv_f(FB_EXP_Q0));
     return _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), r);
 }
 /* x = n ln2 + r: returns r and sets *n, as fb_exp_reduce. */
 static inline __m512 fbv_exp_reduce(__m512 x, __m512 *n) {
-    __m512 nn = _mm512_sub_ps(_mm512_fmadd_ps(x, fbv_f(0x1.715476p+0f), fbv_f(0x1.8p23f)), fbv_f(0x1.8p23f));
+    __m512 nn = _mm512_sub_ps(_mm512_fmadd_ps(x, fbv_f(FB_LOG2E), fbv_f(FB_EXP_SHIFT)), fbv_f(FB_EXP_SHIFT));
     *n = nn;
-    return _mm512_fmadd_ps(nn, fbv_f(0x1.05c61p-29f), _mm512_fmadd_ps(nn, fbv_f(-0x1.62e43p-1f), x));
+    return _mm512_fmadd_ps(nn, fbv_f(FB_LN2_LO), _mm512_fmadd_ps(nn, fbv_f(FB_LN2_NEG_HI), x));
 }
-/* e^x for x clamped to [lo, 89]; max(lo, x) and min(89, x) return x when it is NaN. */
+/* e^x for x clamped to [lo, FB_EXP_HI]; max(lo, x) and min(hi, x) return x when it is NaN. */
 static inline __m512 fbv_expf_from(__m512 x, float lo) {
-    __m512 n, r = fbv_exp_reduce(_mm512_min_ps(fbv_f(89.0f), _mm512_max_ps(fbv_f(lo), x)), &n);
+    __m512 n, r = fbv_exp_reduce(_mm512_min_ps(fbv_f(FB_EXP_HI), _mm512_max_ps(fbv_f(lo), x)), &n);
     return _mm512_scalef_ps(_mm512_add_ps(fbv_expf_poly(r), fbv_f(1.0f)), n);
 }
-static inline __m512 fbv_expf(__m512 x) { return fbv_expf_from(x, -104.0f); }
-static inline __m512 fbv_expf_addend(__m512 x) { return fbv_expf_from(x, -87.0f); }
+static inline __m512 fbv_expf(__m512 x) { return fbv_expf_from(x, FB_EXP_LO); }
+static inline __m512 fbv_expf_addend(__m512 x) { return fbv_expf_from(x, FB_EXP_ADDEND_LO); }
+#endif
+
+#if defined(FB_AVX512)
 static inline __m512 fbv_tanhf(__m512 x) {
-    __m512 a = _mm512_min_ps(fbv_f(9.5f), _mm512_abs_ps(x));
+    __m512 a = _mm512_min_ps(fbv_f(FB_TANH_CAP), _mm512_abs_ps(x));
     __m512 n, r = fbv_exp_reduce(_mm512_add_ps(a, a), &n);
     __m512 s = _mm512_scalef_ps(fbv_f(1.0f), n);
     __m512 em = _mm512_fmadd_ps(s, fbv_expf_poly(r), _mm512_sub_ps(s, fbv_f(1.0f)));

@@ -96,8 +96,9 @@ pub fn emit_module(kernels: &[(String, &KernelIr)]) -> String {
         })
     };
     let tanhf = calls_f32(Func::Tanh);
+    let expf = tanhf || calls_f32(Func::Exp);
     let mut out = prelude(&used);
-    if tanhf || calls_f32(Func::Exp) {
+    if expf {
         out.push_str(EXPF);
     }
     if tanhf {
@@ -105,6 +106,12 @@ pub fn emit_module(kernels: &[(String, &KernelIr)]) -> String {
     }
     if kernels.iter().any(|(_, ir)| vector::supports(ir)) {
         out.push_str(vector::VECTOR_HELPERS);
+        if expf {
+            out.push_str(vector::VECTOR_EXPF);
+        }
+        if tanhf {
+            out.push_str(vector::VECTOR_TANHF);
+        }
     }
     let mut seen = BTreeSet::new();
     for (name, ir) in kernels {
@@ -273,33 +280,48 @@ static inline double fb_maxacc(double acc, double x) { return (x > acc || x != x
 /// [`only_added_to_constants`]): exact down to 2⁻¹²⁴, anything below that for smaller
 /// results. It applies 2ⁿ as 2ⁿ⁻¹ · 2, which keeps results up to the f32 maximum rounded once.
 const EXPF: &str = r#"
+/* The constants of exp, shared with the AVX-512 helpers (which must compute the same bits):
+   the polynomial q, log2(e), the 1.5 2^23 rounding shift, ln2 in two parts (negated high
+   part), and the input clamps (the addend variant's lower one). */
+#define FB_EXP_Q4 0x1.6bebf2p-10f
+#define FB_EXP_Q3 0x1.1227f6p-7f
+#define FB_EXP_Q2 0x1.555674p-5f
+#define FB_EXP_Q1 0x1.5554bp-3f
+#define FB_EXP_Q0 0x1.fffffep-2f
+#define FB_LOG2E 0x1.715476p+0f
+#define FB_EXP_SHIFT 0x1.8p23f
+#define FB_LN2_NEG_HI -0x1.62e43p-1f
+#define FB_LN2_LO 0x1.05c61p-29f
+#define FB_EXP_LO -104.0f
+#define FB_EXP_ADDEND_LO -87.0f
+#define FB_EXP_HI 89.0f
 static inline float fb_expf_poly(float r) {
-    float q = fmaf(r, 0x1.6bebf2p-10f, 0x1.1227f6p-7f);
-    q = fmaf(q, r, 0x1.555674p-5f);
-    q = fmaf(q, r, 0x1.5554bp-3f);
-    q = fmaf(q, r, 0x1.fffffep-2f);
+    float q = fmaf(r, FB_EXP_Q4, FB_EXP_Q3);
+    q = fmaf(q, r, FB_EXP_Q2);
+    q = fmaf(q, r, FB_EXP_Q1);
+    q = fmaf(q, r, FB_EXP_Q0);
     return fmaf(q, r * r, r);
 }
 /* x = n ln2 + r: returns r; *z gets x log2(e) + 1.5 2^23, whose low bits hold n. */
 static inline float fb_exp_reduce(float x, float *z) {
-    float zz = fmaf(x, 0x1.715476p+0f, 0x1.8p23f);
-    float n = zz - 0x1.8p23f;
+    float zz = fmaf(x, FB_LOG2E, FB_EXP_SHIFT);
+    float n = zz - FB_EXP_SHIFT;
     *z = zz;
-    return fmaf(n, 0x1.05c61p-29f, fmaf(n, -0x1.62e43p-1f, x));
+    return fmaf(n, FB_LN2_LO, fmaf(n, FB_LN2_NEG_HI, x));
 }
 /* 2^(n + bias - 127) for the n held in z; a normal float while n + bias is in [1, 254]. */
 static inline float fb_exp_scale(float z, uint32_t bias) {
     return fb_u2f((fb_f2u(z) + (bias - 0x4b400000u)) << 23);
 }
 static inline float fb_expf_addend(float x) {
-    float lo = x < -87.0f ? -87.0f : x;
-    float z, r = fb_exp_reduce(lo > 89.0f ? 89.0f : lo, &z);
+    float lo = x < FB_EXP_ADDEND_LO ? FB_EXP_ADDEND_LO : x;
+    float z, r = fb_exp_reduce(lo > FB_EXP_HI ? FB_EXP_HI : lo, &z);
     float s = fb_exp_scale(z, 126u);
     return fmaf(s, fb_expf_poly(r), s) * 2.0f;
 }
 static inline float fb_expf(float x) {
-    float lo = x < -104.0f ? -104.0f : x;
-    float z, r = fb_exp_reduce(lo > 89.0f ? 89.0f : lo, &z);
+    float lo = x < FB_EXP_LO ? FB_EXP_LO : x;
+    float z, r = fb_exp_reduce(lo > FB_EXP_HI ? FB_EXP_HI : lo, &z);
     int32_t n = (int32_t)(fb_f2u(z) - 0x4b400000u);
     int32_t n1 = n < -100 ? -100 : (n > 127 ? 127 : n);
     float s1 = fb_u2f((uint32_t)(n1 + 127) << 23);
@@ -319,9 +341,11 @@ static inline float fb_expf(float x) {
 /// by a select that lets NaN through (it then propagates to the result); NaN, ±Inf and ±0
 /// exact (tests/cpu_emit.rs).
 const TANHF: &str = r#"
+/* Past this |x|, tanh is 1 in f32 (shared with the AVX-512 helper). */
+#define FB_TANH_CAP 9.5f
 static inline float fb_tanhf(float x) {
     float a = fabsf(x);
-    float z, r = fb_exp_reduce(2.0f * (a > 9.5f ? 9.5f : a), &z);
+    float z, r = fb_exp_reduce(2.0f * (a > FB_TANH_CAP ? FB_TANH_CAP : a), &z);
     float s = fb_exp_scale(z, 127u);
     float em = fmaf(s, fb_expf_poly(r), s - 1.0f);
     return copysignf(em / (em + 2.0f), x);
@@ -1343,9 +1367,13 @@ impl<'a> Kernel<'a> {
             ));
         }
         // Destinations the vector loops store to (contiguous ones; see `segment`).
-        let streamed: Vec<usize> = (0..self.ir.stores.len())
-            .filter(|&k| self.ir.stores[k].view.axes[self.inner] == Axis::Unit)
-            .collect();
+        let streamed: Vec<usize> = if self.vector {
+            (0..self.ir.stores.len())
+                .filter(|&k| self.ir.stores[k].view.axes[self.inner] == Axis::Unit)
+                .collect()
+        } else {
+            Vec::new()
+        };
         let live = if self.vector {
             vector::live(self.ir)
         } else {
@@ -1434,7 +1462,7 @@ impl<'a> Kernel<'a> {
             }
             out.close();
         }
-        if self.vector && !streamed.is_empty() {
+        if !streamed.is_empty() {
             // Streaming stores are weakly ordered: fence them before the thread moves on (and
             // before the team's closing barrier publishes the results).
             out.line("#if defined(FB_AVX512)");

@@ -45,8 +45,9 @@ use crate::lower::ir::{Axis, Instr, KernelIr, Prec};
 pub const LANES: usize = 16;
 
 /// The vector helpers, defined only when the compiler targets AVX-512; kernels test
-/// `FB_AVX512` around their vector loops. Each function mirrors its scalar twin in `EXPF` and
-/// `TANHF` operation for operation (see the module documentation).
+/// `FB_AVX512` around their vector loops. Each function mirrors its scalar twin in the prelude
+/// operation for operation (see the module documentation); `exp` and `tanh` follow in
+/// [`VECTOR_EXPF`] and [`VECTOR_TANHF`].
 pub(super) const VECTOR_HELPERS: &str = r#"
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -120,28 +121,43 @@ static inline void fbv_store_bits(uint16_t *p, __m256i h, int stream) {
 }
 static inline void fbv_store_h(uint16_t *p, __m512 v, int stream) { fbv_store_bits(p, fbv_f2h(v), stream); }
 static inline void fbv_store_b(uint16_t *p, __m512 v, int stream) { fbv_store_bits(p, fbv_f2b(v), stream); }
+#endif
+"#;
+
+/// The vector `exp`, emitted after `EXPF` (whose constants it uses) when a vector kernel may
+/// call it; operation for operation `fb_expf_poly`, `fb_exp_reduce`, `fb_expf` and
+/// `fb_expf_addend`.
+pub(super) const VECTOR_EXPF: &str = r#"
+#if defined(FB_AVX512)
 static inline __m512 fbv_expf_poly(__m512 r) {
-    __m512 q = _mm512_fmadd_ps(r, fbv_f(0x1.6bebf2p-10f), fbv_f(0x1.1227f6p-7f));
-    q = _mm512_fmadd_ps(q, r, fbv_f(0x1.555674p-5f));
-    q = _mm512_fmadd_ps(q, r, fbv_f(0x1.5554bp-3f));
-    q = _mm512_fmadd_ps(q, r, fbv_f(0x1.fffffep-2f));
+    __m512 q = _mm512_fmadd_ps(r, fbv_f(FB_EXP_Q4), fbv_f(FB_EXP_Q3));
+    q = _mm512_fmadd_ps(q, r, fbv_f(FB_EXP_Q2));
+    q = _mm512_fmadd_ps(q, r, fbv_f(FB_EXP_Q1));
+    q = _mm512_fmadd_ps(q, r, fbv_f(FB_EXP_Q0));
     return _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), r);
 }
 /* x = n ln2 + r: returns r and sets *n, as fb_exp_reduce. */
 static inline __m512 fbv_exp_reduce(__m512 x, __m512 *n) {
-    __m512 nn = _mm512_sub_ps(_mm512_fmadd_ps(x, fbv_f(0x1.715476p+0f), fbv_f(0x1.8p23f)), fbv_f(0x1.8p23f));
+    __m512 nn = _mm512_sub_ps(_mm512_fmadd_ps(x, fbv_f(FB_LOG2E), fbv_f(FB_EXP_SHIFT)), fbv_f(FB_EXP_SHIFT));
     *n = nn;
-    return _mm512_fmadd_ps(nn, fbv_f(0x1.05c61p-29f), _mm512_fmadd_ps(nn, fbv_f(-0x1.62e43p-1f), x));
+    return _mm512_fmadd_ps(nn, fbv_f(FB_LN2_LO), _mm512_fmadd_ps(nn, fbv_f(FB_LN2_NEG_HI), x));
 }
-/* e^x for x clamped to [lo, 89]; max(lo, x) and min(89, x) return x when it is NaN. */
+/* e^x for x clamped to [lo, FB_EXP_HI]; max(lo, x) and min(hi, x) return x when it is NaN. */
 static inline __m512 fbv_expf_from(__m512 x, float lo) {
-    __m512 n, r = fbv_exp_reduce(_mm512_min_ps(fbv_f(89.0f), _mm512_max_ps(fbv_f(lo), x)), &n);
+    __m512 n, r = fbv_exp_reduce(_mm512_min_ps(fbv_f(FB_EXP_HI), _mm512_max_ps(fbv_f(lo), x)), &n);
     return _mm512_scalef_ps(_mm512_add_ps(fbv_expf_poly(r), fbv_f(1.0f)), n);
 }
-static inline __m512 fbv_expf(__m512 x) { return fbv_expf_from(x, -104.0f); }
-static inline __m512 fbv_expf_addend(__m512 x) { return fbv_expf_from(x, -87.0f); }
+static inline __m512 fbv_expf(__m512 x) { return fbv_expf_from(x, FB_EXP_LO); }
+static inline __m512 fbv_expf_addend(__m512 x) { return fbv_expf_from(x, FB_EXP_ADDEND_LO); }
+#endif
+"#;
+
+/// The vector `tanh`, emitted after `TANHF` and [`VECTOR_EXPF`]; operation for operation
+/// `fb_tanhf`.
+pub(super) const VECTOR_TANHF: &str = r#"
+#if defined(FB_AVX512)
 static inline __m512 fbv_tanhf(__m512 x) {
-    __m512 a = _mm512_min_ps(fbv_f(9.5f), _mm512_abs_ps(x));
+    __m512 a = _mm512_min_ps(fbv_f(FB_TANH_CAP), _mm512_abs_ps(x));
     __m512 n, r = fbv_exp_reduce(_mm512_add_ps(a, a), &n);
     __m512 s = _mm512_scalef_ps(fbv_f(1.0f), n);
     __m512 em = _mm512_fmadd_ps(s, fbv_expf_poly(r), _mm512_sub_ps(s, fbv_f(1.0f)));
