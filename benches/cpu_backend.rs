@@ -9,15 +9,18 @@
 //! to NumPy, PyTorch and JAX.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use fusebox::backend::Executable;
+use fusebox::backend::cpu::CpuExecutable;
 use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
-use fusebox::exec::buffer::Buffer;
 use fusebox::graph::{Graph, file};
+use fusebox::optimize::Options;
 use fusebox::rules::RuleSet;
-use fusebox::runner::{Prepared, RunOptions, prepare};
+use fusebox::runner::{Prepared, prepare};
+use fusebox::runtime::buffer::Buffer;
 use std::time::Duration;
 
 /// Seeded random inputs (uniform in [-3, 3]) in the order the program takes them.
-fn inputs(prepared: &Prepared, graph: &Graph) -> Vec<Buffer> {
+fn inputs(prepared: &Prepared<CpuExecutable>, graph: &Graph) -> Vec<Buffer> {
     prepared.random_inputs(graph, 0)
 }
 
@@ -35,9 +38,9 @@ fn bench(c: &mut Criterion) {
         let path = format!("{root}/examples/{example}.ron");
         let (graph, _) = file::load(std::path::Path::new(&path), &rules.ops).unwrap();
         for fusion in [true, false] {
-            let options = RunOptions {
+            let options = Options {
                 fusion,
-                ..RunOptions::default()
+                ..Options::default()
             };
             let mut prepared = prepare(&graph, &rules, &options, &compiler).unwrap();
             let inputs = inputs(&prepared, &graph);

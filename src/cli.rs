@@ -1,10 +1,12 @@
 //! The `fusebox` command line.
 
 use crate::backend::cpu::compiler::{Compiler, CompilerConfig};
+use crate::backend::{Executable, Target};
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::eval::{self, Tensors};
 use crate::explain::count;
 use crate::graph::{self, Graph, TypeMap};
+use crate::optimize::Options;
 use crate::rules::RuleSet;
 use crate::tensor::Tensor;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -206,6 +208,7 @@ pub fn run(cli: Cli) -> Result<String> {
             let rules = RuleSet::load(rules.as_deref())?;
             let (graph, _) = graph::file::load(&graph, &rules.ops)?;
             let values = gather_inputs(&graph, &inputs, random_inputs, seed)?;
+            let options = run_options(amp, no_fusion);
             match backend {
                 Backend::Reference => {
                     if no_fusion {
@@ -213,41 +216,16 @@ pub fn run(cli: Cli) -> Result<String> {
                             "--no-fusion applies to compiled backends; the reference backend never fuses",
                         ));
                     }
-                    let mut graph = graph;
-                    if let Some(policy) = &amp {
-                        let policy = rules.amp.policy(policy)?;
-                        graph = crate::amp::insert_casts(&graph, &rules.ops, policy)?.graph;
-                    }
+                    let (graph, _) =
+                        crate::optimize::with_amp(&graph, &rules, options.amp.as_deref())?;
                     let outputs = eval::evaluate(&graph, &rules.ops, &values)?;
                     write_outputs(&graph, &outputs, &out)
                 }
                 Backend::Cpu => {
-                    let options = run_options(amp, no_fusion);
                     let compiler = Compiler::new(CompilerConfig::from_env());
-                    let mut prepared = crate::runner::prepare(&graph, &rules, &options, &compiler)?;
-                    let outputs = prepared.executable.run_tensors(&values)?;
-                    let mut text = format!(
-                        "{} on cpu: {}\n",
-                        graph.name,
-                        count(prepared.partition.kernels.len(), "kernel")
-                    );
-                    text += &write_outputs(&graph, &outputs, &out)?;
-                    Ok(text)
+                    run_compiled(&graph, &rules, &values, options, &compiler, &out)
                 }
-                Backend::Cuda => {
-                    let options = cuda_run_options(amp, no_fusion);
-                    let mut prepared =
-                        crate::runner::prepare_cuda(&graph, &rules, &options, &cuda)?;
-                    let outputs = prepared.executable.run_tensors(&values)?;
-                    let mut text = format!(
-                        "{} on cuda ({}): {}\n",
-                        graph.name,
-                        prepared.executable.device().info(),
-                        count(prepared.partition.kernels.len(), "kernel")
-                    );
-                    text += &write_outputs(&graph, &outputs, &out)?;
-                    Ok(text)
-                }
+                Backend::Cuda => run_compiled(&graph, &rules, &values, options, &cuda, &out),
             }
         }
         Command::Bench {
@@ -280,15 +258,12 @@ pub fn run(cli: Cli) -> Result<String> {
             }
             let rules = RuleSet::load(rules.as_deref())?;
             let (graph, _) = graph::file::load(&graph, &rules.ops)?;
+            let options = run_options(amp, no_fusion);
             let report = if backend == Backend::Cuda {
-                let options = cuda_run_options(amp, no_fusion);
-                let mut prepared = crate::runner::prepare_cuda(&graph, &rules, &options, &cuda)?;
-                crate::runner::bench_cuda(&mut prepared, &graph, &options, iters, seed)?
+                bench_compiled(&graph, &rules, options, &cuda, iters, seed)?
             } else {
-                let options = run_options(amp, no_fusion);
                 let compiler = Compiler::new(CompilerConfig::from_env());
-                let mut prepared = crate::runner::prepare(&graph, &rules, &options, &compiler)?;
-                crate::runner::bench(&mut prepared, &graph, &options, iters, seed)?
+                bench_compiled(&graph, &rules, options, &compiler, iters, seed)?
             };
             Ok(if json {
                 let mut text = serde_json::to_string_pretty(&report)
@@ -307,14 +282,15 @@ pub fn run(cli: Cli) -> Result<String> {
                     report.min_ms,
                     report.gbps
                 );
+                let facts = &report.facts;
                 if let (Some(device), Some(launches), Some(copy)) =
-                    (&report.device, report.launches, report.copy_gbps)
+                    (&facts.device, facts.launches, facts.copy_gbps)
                 {
                     let _ = writeln!(
                         text,
                         "on {device}: {} per run{}; a device copy of the same bytes: {copy:.1} GB/s",
                         count(launches, "device operation"),
-                        if report.cuda_graph == Some(true) {
+                        if facts.cuda_graph == Some(true) {
                             ", replayed from a CUDA graph"
                         } else {
                             ""
@@ -351,7 +327,7 @@ pub fn run(cli: Cli) -> Result<String> {
                     Emit::Dot => crate::explain::to_dot(&optimized),
                     Emit::C => {
                         let program = crate::lower::lower(&optimized.dag, &optimized.partition)?;
-                        crate::exec::module_source(&program).0
+                        crate::backend::cpu::module_source(&program).0
                     }
                     Emit::Cuda => {
                         let program = crate::lower::lower(&optimized.dag, &optimized.partition)?;
@@ -396,20 +372,56 @@ fn usage(message: &str) -> Error {
     Error::new(Site::default(), ErrorKind::Input(message.to_string()))
 }
 
-/// Run options for the GPU: optimized for the GPU's cost profile.
-fn cuda_run_options(amp: Option<String>, no_fusion: bool) -> crate::runner::RunOptions {
-    crate::runner::RunOptions {
-        profile: crate::runner::CUDA_PROFILE.into(),
-        ..run_options(amp, no_fusion)
+/// The pipeline options `run` and `bench` share (the cost profile is the backend's).
+fn run_options(amp: Option<String>, no_fusion: bool) -> Options {
+    Options {
+        amp,
+        fusion: !no_fusion,
+        ..Options::default()
     }
 }
 
-fn run_options(amp: Option<String>, no_fusion: bool) -> crate::runner::RunOptions {
-    crate::runner::RunOptions {
-        amp,
-        fusion: !no_fusion,
-        ..Default::default()
-    }
+/// `run` on a compiled backend: prepare for `target` (optimized for its cost profile), run
+/// once, write the outputs.
+fn run_compiled<T: Target>(
+    graph: &Graph,
+    rules: &RuleSet,
+    values: &Tensors,
+    options: Options,
+    target: &T,
+    out: &Path,
+) -> Result<String> {
+    let options = Options {
+        profile: T::PROFILE.into(),
+        ..options
+    };
+    let mut prepared = crate::runner::prepare(graph, rules, &options, target)?;
+    let outputs = prepared.executable.run_tensors(values)?;
+    let mut text = format!(
+        "{} on {}: {}\n",
+        graph.name,
+        prepared.executable.describe(),
+        count(prepared.partition.kernels.len(), "kernel")
+    );
+    text += &write_outputs(graph, &outputs, out)?;
+    Ok(text)
+}
+
+/// `bench` on a compiled backend, optimized for its cost profile.
+fn bench_compiled<T: Target>(
+    graph: &Graph,
+    rules: &RuleSet,
+    options: Options,
+    target: &T,
+    iters: usize,
+    seed: u64,
+) -> Result<crate::runner::BenchReport> {
+    let options = Options {
+        profile: T::PROFILE.into(),
+        ..options
+    };
+    let mut prepared = crate::runner::prepare(graph, rules, &options, target)?;
+    crate::runner::bench(&mut prepared, graph, &options, iters, seed)
 }
 
 /// One line per value: name, op, dtype, shape.

@@ -17,11 +17,12 @@ use crate::error::Result;
 use crate::extract::{self, ExtractOptions};
 use crate::graph::Graph;
 use crate::partition::{self, Kernel, KernelKind, Partition};
-use crate::rules::{OpKind, RuleSet};
-use crate::saturate::{self, Limits, PhaseReport};
+use crate::rules::{OpKind, Profile, RuleSet};
+use crate::saturate::{self, Limits, PhaseReport, Saturation};
 use crate::shape::{self, Shape};
 use egg::Id;
 use serde::Serialize;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -43,6 +44,9 @@ pub struct Options {
     /// An AMP policy of `amp.ron` (`f16`, `bf16`, or one a rule directory adds): insert its
     /// casts first and optimize the result. `None` optimizes the graph as written.
     pub amp: Option<String>,
+    /// Rewrite and fuse. Off, the graph (with its AMP casts) runs one op per kernel: the
+    /// unfused baseline, through the same lowering and code generators.
+    pub fusion: bool,
 }
 
 impl Default for Options {
@@ -55,6 +59,7 @@ impl Default for Options {
             rewrite: true,
             strict_ieee: false,
             amp: None,
+            fusion: true,
         }
     }
 }
@@ -166,55 +171,27 @@ pub struct KernelReport {
 /// assert_eq!(out.report.kernels_before, 2);
 /// assert_eq!(out.report.kernels_after, 1);
 /// assert!(out.report.cost_after < out.report.cost_before);
-/// /// ```
+/// ```
 pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Optimized> {
     let start = Instant::now();
     let profile = rules.cost.profile(&options.profile)?;
-    let amp;
-    let (graph, casts_inserted) = match &options.amp {
-        Some(name) => {
-            amp = crate::amp::insert_casts(graph, &rules.ops, rules.amp.policy(name)?)?;
-            (&amp.graph, amp.casts_inserted)
-        }
-        None => (graph, 0),
-    };
+    let (graph, casts_inserted) = with_amp(graph, rules, options.amp.as_deref())?;
+    let graph = graph.as_ref();
     let input = Dag::from_graph(graph, &rules.ops)?;
     let before = partition::unfused(&input, profile);
     let unrewritten = partition::partition(&input, &rules.fusion, profile);
-
-    let mut egraph = egraph::new_egraph(&input, &rules.ops);
-    let mut seeded = egraph::seed(&mut egraph, &input);
-    egraph.rebuild();
-    let active: Vec<crate::rewrite::Rule> = rules
-        .rewrites
-        .iter()
-        .filter(|r| options.rewrite && !(options.strict_ieee && r.finite_only))
-        .cloned()
-        .collect();
-    let (egraph, saturation) =
-        saturate::saturate(egraph, &active, &options.limits, options.progress)?;
-    seeded.canonicalize(&egraph);
-
-    let extract_start = Instant::now();
-    let cost = |dag: &Dag| {
-        partition::partition(dag, &rules.fusion, profile)
-            .cost
-            .total_us
+    let (dag, after, saturation, extraction) = if options.fusion {
+        fuse(&input, &unrewritten, rules, profile, options)?
+    } else {
+        let extraction = ExtractionReport {
+            method: "none".into(),
+            evaluations: 0,
+            kept_input: true,
+            time_ms: 0.0,
+        };
+        let not_run = Saturation::not_run();
+        (input.clone(), before.clone(), not_run, extraction)
     };
-    let extraction = extract::extract(&egraph, &seeded, &cost, &estimate, &options.extract);
-    let extract_ms = extract_start.elapsed().as_secs_f64() * 1e3;
-
-    // Classes merged by a simplification can make the input's own form unreachable (once
-    // `max(x, x)` is proven equal to `x`, choosing it would be a cycle), and the partitioner
-    // only fuses along producer-consumer edges, so a simpler graph can fuse worse. The input
-    // fused as written is always a valid answer: keep it when extraction did not beat it.
-    let mut after = partition::partition(&extraction.dag, &rules.fusion, profile);
-    let mut dag = extraction.dag;
-    let kept_input = unrewritten.cost.total_us < after.cost.total_us;
-    if kept_input {
-        dag = input.clone();
-        after = unrewritten.clone();
-    }
     let optimized = dag.to_graph();
     let kernels_before = input
         .nodes
@@ -259,12 +236,7 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
             phases: saturation.phases,
         },
         rules: saturation.firings,
-        extraction: ExtractionReport {
-            method: extraction.method.to_string(),
-            evaluations: extraction.evaluations,
-            kept_input,
-            time_ms: extract_ms,
-        },
+        extraction,
         kernels: after
             .kernels
             .iter()
@@ -279,6 +251,79 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
         partition: after,
         report,
     })
+}
+
+/// The graph the pipeline starts from: `graph` with the casts of the AMP policy named `amp`
+/// (a policy of `amp.ron`) inserted, and how many casts that added. This is the one place a
+/// policy is applied: [`optimize`] starts from it, and the reference backend evaluates it, so
+/// both see the same program.
+pub fn with_amp<'g>(
+    graph: &'g Graph,
+    rules: &RuleSet,
+    amp: Option<&str>,
+) -> Result<(Cow<'g, Graph>, usize)> {
+    Ok(match amp {
+        Some(name) => {
+            let applied = crate::amp::insert_casts(graph, &rules.ops, rules.amp.policy(name)?)?;
+            (Cow::Owned(applied.graph), applied.casts_inserted)
+        }
+        None => (Cow::Borrowed(graph), 0),
+    })
+}
+
+/// Saturation and extraction: the cheapest form of `input` the rewrites reach, its partition,
+/// and what the two phases did. `unrewritten` is `input` fused as written.
+fn fuse(
+    input: &Dag,
+    unrewritten: &Partition,
+    rules: &RuleSet,
+    profile: &Profile,
+    options: &Options,
+) -> Result<(Dag, Partition, Saturation, ExtractionReport)> {
+    let mut egraph = egraph::new_egraph(&input, &rules.ops);
+    let mut seeded = egraph::seed(&mut egraph, &input);
+    egraph.rebuild();
+    let active: Vec<crate::rewrite::Rule> = rules
+        .rewrites
+        .iter()
+        .filter(|r| options.rewrite && !(options.strict_ieee && r.finite_only))
+        .cloned()
+        .collect();
+    let (egraph, saturation) =
+        saturate::saturate(egraph, &active, &options.limits, options.progress)?;
+    seeded.canonicalize(&egraph);
+
+    let extract_start = Instant::now();
+    let cost = |dag: &Dag| {
+        partition::partition(dag, &rules.fusion, profile)
+            .cost
+            .total_us
+    };
+    let extraction = extract::extract(&egraph, &seeded, &cost, &estimate, &options.extract);
+    let extract_ms = extract_start.elapsed().as_secs_f64() * 1e3;
+
+    // Classes merged by a simplification can make the input's own form unreachable (once
+    // `max(x, x)` is proven equal to `x`, choosing it would be a cycle), and the partitioner
+    // only fuses along producer-consumer edges, so a simpler graph can fuse worse. The input
+    // fused as written is always a valid answer: keep it when extraction did not beat it.
+    let mut after = partition::partition(&extraction.dag, &rules.fusion, profile);
+    let mut dag = extraction.dag;
+    let kept_input = unrewritten.cost.total_us < after.cost.total_us;
+    if kept_input {
+        dag = input.clone();
+        after = unrewritten.clone();
+    }
+    Ok((
+        dag,
+        after,
+        saturation,
+        ExtractionReport {
+            method: extraction.method.to_string(),
+            evaluations: extraction.evaluations,
+            kept_input,
+            time_ms: extract_ms,
+        },
+    ))
 }
 
 fn kernel_report(dag: &Dag, kernel: &Kernel) -> KernelReport {

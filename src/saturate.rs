@@ -71,6 +71,22 @@ pub struct Saturation {
     pub phases: Vec<PhaseReport>,
 }
 
+impl Saturation {
+    /// The report of a pipeline that did not saturate (fusion off).
+    pub fn not_run() -> Saturation {
+        Saturation {
+            nodes: 0,
+            classes: 0,
+            iterations: 0,
+            stop_reason: "not run".into(),
+            limited: false,
+            time_ms: 0.0,
+            firings: BTreeMap::new(),
+            phases: Vec::new(),
+        }
+    }
+}
+
 /// Runs `rules` over `egraph` in phases. Fails only when a rule proves two values of different
 /// types (or two different constants) equal: that rule is unsound, and the graph it would
 /// produce cannot be trusted.

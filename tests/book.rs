@@ -205,7 +205,7 @@ fn the_books_c_listing_is_the_emitters() {
         fusebox::optimize::optimize(&graph, &rules, &fusebox::optimize::Options::default())
             .unwrap();
     let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
-    let source = fusebox::exec::module_source(&program).0;
+    let source = fusebox::backend::cpu::module_source(&program).0;
     let path = repo().join("book/src/generated/lstm_cell.c");
     if std::env::var_os("FUSEBOX_BLESS").is_some() {
         std::fs::write(&path, &source).unwrap();

@@ -4,9 +4,11 @@
 mod common;
 
 use common::random_graph::{self, assert_same, rules};
+use fusebox::backend::Executable;
 use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
 use fusebox::graph::{self, Graph};
-use fusebox::runner::{RunOptions, prepare};
+use fusebox::optimize::Options;
+use fusebox::runner::prepare;
 use proptest::prelude::*;
 use std::sync::OnceLock;
 
@@ -28,7 +30,7 @@ fn load(path: &str) -> Graph {
 /// Compiles `graph` with `options`, runs it on seeded inputs (NaN/Inf planted if `specials`)
 /// and compares every output with the reference evaluator on the unfused graph (after AMP
 /// cast insertion, when a policy is given).
-fn agrees(graph: &Graph, options: &RunOptions, seed: u64, specials: bool) -> Result<(), String> {
+fn agrees(graph: &Graph, options: &Options, seed: u64, specials: bool) -> Result<(), String> {
     let rules = rules();
     let reference_graph = match &options.amp {
         Some(p) => {
@@ -58,9 +60,9 @@ fn every_example_runs_fused_and_unfused() {
         let path = entry.unwrap().path();
         let graph = load(path.to_str().unwrap());
         for fusion in [true, false] {
-            let options = RunOptions {
+            let options = Options {
                 fusion,
-                ..RunOptions::default()
+                ..Options::default()
             };
             agrees(&graph, &options, 3, false)
                 .unwrap_or_else(|e| panic!("{} (fusion {fusion}): {e}", path.display()));
@@ -73,9 +75,9 @@ fn amp_examples_run_on_the_cpu() {
     for name in ["mlp_block", "amp_demo", "lstm_cell"] {
         let graph = load(&format!("examples/{name}.ron"));
         for policy in ["f16", "bf16"] {
-            let options = RunOptions {
+            let options = Options {
                 amp: Some(policy.into()),
-                ..RunOptions::default()
+                ..Options::default()
             };
             // Outputs against the unoptimized cast-inserted graph: the same roundings.
             agrees(&graph, &options, 5, false).unwrap_or_else(|e| panic!("{name} {policy}: {e}"));
@@ -93,11 +95,11 @@ fn another_batch_size_compiles_nothing() {
     let _ = std::fs::remove_dir_all(&dir);
     let compiler = Compiler::new(CompilerConfig::from_env().with_cache_dir(&dir));
     let rules = rules();
-    let first = prepare(&parse(&text), &rules, &RunOptions::default(), &compiler).unwrap();
+    let first = prepare(&parse(&text), &rules, &Options::default(), &compiler).unwrap();
     assert_eq!(first.compile.compiled, 1);
     for batch in [512, 3, 1000] {
         let g = parse(&text.replace("[1024, 4096]", &format!("[{batch}, 4096]")));
-        let again = prepare(&g, &rules, &RunOptions::default(), &compiler).unwrap();
+        let again = prepare(&g, &rules, &Options::default(), &compiler).unwrap();
         assert_eq!(again.compile.compiled, 0, "batch {batch} recompiled");
         assert_eq!(again.compile.memory_hits, 1);
         let mut exe = again.executable;
@@ -118,9 +120,9 @@ fn another_batch_size_compiles_nothing() {
 #[test]
 fn buffers_are_reused_by_liveness() {
     let graph = load("examples/lstm_cell.ron");
-    let options = RunOptions {
+    let options = Options {
         fusion: false,
-        ..RunOptions::default()
+        ..Options::default()
     };
     let prepared = prepare(&graph, &rules(), &options, compiler()).unwrap();
     let plan = prepared.executable.memory_plan();
@@ -141,11 +143,11 @@ fn every_output_element_is_written() {
         "iou",
     ] {
         let graph = load(&format!("examples/{name}.ron"));
-        let mut prepared = prepare(&graph, &rules(), &RunOptions::default(), compiler()).unwrap();
+        let mut prepared = prepare(&graph, &rules(), &Options::default(), compiler()).unwrap();
         let exe = &mut prepared.executable;
         let inputs: Vec<_> = (0..graph.inputs.len())
             .map(|i| {
-                fusebox::exec::buffer::Buffer::from_tensor(&fusebox::eval::random_input(
+                fusebox::runtime::buffer::Buffer::from_tensor(&fusebox::eval::random_input(
                     &graph, i, 9,
                 ))
             })
@@ -185,7 +187,7 @@ proptest! {
         fusion in prop_oneof![3 => Just(true), 1 => Just(false)],
     ) {
         let Some(graph) = random_graph::build(&rules().ops, dims, &inputs, &steps) else { return Ok(()) };
-        let options = RunOptions { fusion, strict_ieee: specials, ..RunOptions::default() };
+        let options = Options { fusion, strict_ieee: specials, ..Options::default() };
         agrees(&graph, &options, seed, specials).map_err(|e| TestCaseError::fail(format!(
             "{e}\n{}", graph::file::to_ron(&graph))))?;
     }

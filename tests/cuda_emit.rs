@@ -13,12 +13,12 @@ use fusebox::backend::cuda::abi::{
 };
 use fusebox::backend::cuda::emit::{EmitOptions, emit_module, kernel_name};
 use fusebox::dtype::DType;
-use fusebox::exec::buffer::Buffer;
 use fusebox::formula::{BinOp, Func};
-use fusebox::lower::interpret;
 use fusebox::lower::ir::{
     Axis, Instr, KernelIr, Launch, Prec, ReduceKind, Reduction, Store, ValueId, View,
 };
+use fusebox::runtime::buffer::Buffer;
+use fusebox::runtime::interpret;
 use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -23,13 +23,19 @@ use fusebox::backend::cuda::abi;
 use fusebox::backend::cuda::emit::EmitOptions;
 use fusebox::backend::cuda::libs;
 use fusebox::backend::cuda::nvrtc::{CompileOptions, NvrtcCompiler};
+use fusebox::backend::cuda::runtime::CudaExecutable;
 use fusebox::backend::cuda::runtime::plan::{DevicePlan, Op};
 use fusebox::backend::cuda::runtime::{CudaOptions, DeviceBuffer};
+use fusebox::backend::{Executable, Target};
 use fusebox::dtype::DType;
 use fusebox::eval::Tensors;
-use fusebox::exec::buffer::Buffer;
 use fusebox::graph::{self, Graph};
-use fusebox::runner::{CUDA_PROFILE, CudaPrepared, RunOptions, prepare_cuda};
+use fusebox::optimize::Options;
+use fusebox::runner::Prepared;
+use fusebox::runtime::buffer::Buffer;
+
+type CudaPrepared = Prepared<CudaExecutable>;
+const CUDA_PROFILE: &str = <CudaOptions as Target>::PROFILE;
 use proptest::prelude::*;
 use std::path::PathBuf;
 use std::process::Command;
@@ -77,12 +83,12 @@ fn scratch_dir(name: &str) -> PathBuf {
     dir
 }
 
-fn options(fusion: bool, amp: Option<&str>) -> RunOptions {
-    RunOptions {
+fn options(fusion: bool, amp: Option<&str>) -> Options {
+    Options {
         fusion,
         amp: amp.map(String::from),
         profile: CUDA_PROFILE.into(),
-        ..RunOptions::default()
+        ..Options::default()
     }
 }
 
@@ -157,7 +163,7 @@ fn without_a_driver_prepare_is_an_error() {
     }
     let graph = load("lstm_cell");
     let start = std::time::Instant::now();
-    let error = match prepare_cuda(
+    let error = match fusebox::runner::prepare(
         &graph,
         &rules(),
         &options(true, None),
@@ -276,8 +282,9 @@ fn every_device_plan_compiles_and_names_real_entry_points() {
 // ---------------------------------------------------------------------------------------------
 // On a GPU (`--ignored`).
 
-fn prepare(graph: &Graph, opts: &RunOptions, cuda: &CudaOptions) -> CudaPrepared {
-    prepare_cuda(graph, &rules(), opts, cuda).unwrap_or_else(|e| panic!("{}: {e}", graph.name))
+fn prepare(graph: &Graph, opts: &Options, cuda: &CudaOptions) -> CudaPrepared {
+    fusebox::runner::prepare(graph, &rules(), opts, cuda)
+        .unwrap_or_else(|e| panic!("{}: {e}", graph.name))
 }
 
 /// Host buffers of `inputs` in the program's input order.
@@ -318,7 +325,7 @@ fn poisoned_run(
 /// one comparison or the other whatever the reference holds there.
 fn agrees(
     graph: &Graph,
-    opts: &RunOptions,
+    opts: &Options,
     cuda: &CudaOptions,
     seed: u64,
     specials: bool,
@@ -335,7 +342,8 @@ fn agrees(
     let inputs = random_graph::inputs(graph, seed, specials);
     let want = fusebox::eval::evaluate(&reference_graph, &rules.ops, &inputs)
         .map_err(|e| e.to_string())?;
-    let mut prepared = prepare_cuda(graph, &rules, opts, cuda).map_err(|e| e.to_string())?;
+    let mut prepared =
+        fusebox::runner::prepare(graph, &rules, opts, cuda).map_err(|e| e.to_string())?;
     let host = input_buffers(&prepared, &inputs);
     let device_inputs = prepared
         .executable
@@ -497,7 +505,7 @@ fn another_batch_size_reuses_the_loaded_module_and_pooled_memory() {
     for batch in [512, 3, 1000] {
         let g = parse(&text.replace("[1024, 4096]", &format!("[{batch}, 4096]")));
         let mut again = prepare(&g, &options(true, None), &cuda);
-        let stats = again.executable.module_stats();
+        let stats = again.executable.compile_stats();
         assert!(stats.loaded_already, "batch {batch}: module loaded again");
         assert_eq!(stats.nvrtc.compiled, 0, "batch {batch}: NVRTC ran");
         let inputs = fusebox::eval::random_inputs(&g, 1);
@@ -594,7 +602,7 @@ proptest! {
         cuda_graph in prop_oneof![3 => Just(false), 1 => Just(true)],
     ) {
         let Some(graph) = random_graph::build(&rules().ops, dims, &inputs, &steps) else { return Ok(()) };
-        let opts = RunOptions { strict_ieee: specials, ..options(fusion, None) };
+        let opts = Options { strict_ieee: specials, ..options(fusion, None) };
         let cuda = CudaOptions { deterministic, cuda_graph, ..CudaOptions::default() };
         agrees(&graph, &opts, &cuda, seed, specials).map_err(|e| TestCaseError::fail(format!(
             "{e}\n{}", graph::file::to_ron(&graph))))?;

@@ -6,11 +6,12 @@ mod common;
 
 use common::random_graph::{self, assert_same, rules};
 use fusebox::dag::Dag;
-use fusebox::exec::buffer::Buffer;
 use fusebox::graph::{self, Graph};
-use fusebox::lower::{self, Program, interpret};
+use fusebox::lower::{self, Program};
 use fusebox::optimize::{Options, optimize};
 use fusebox::partition;
+use fusebox::runtime::buffer::Buffer;
+use fusebox::runtime::interpret;
 use proptest::prelude::*;
 
 fn load(path: &str) -> Graph {

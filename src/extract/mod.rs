@@ -1,8 +1,8 @@
 //! Extraction: one graph out of the saturated e-graph, chosen by the true cost of the whole
 //! graph.
 //!
-//! fusebox partitions during extraction (DESIGN.md, "Fusion inside the e-graph"): the cost
-//! that matters is what the fused kernels of a candidate graph cost, and that is not a sum of
+//! fusebox partitions during extraction (the book's "Rewrite rules and the cost model" chapter):
+//! the cost that matters is what the fused kernels of a candidate graph cost, and that is not a sum of
 //! per-node costs — whether a rewrite pays depends on what ends up in the same kernel. So the
 //! caller supplies `cost`, a function of a whole [`Dag`] (optimize passes the partition's
 //! modeled time), and both extractors judge complete candidates by it:

@@ -6,7 +6,7 @@
 //! deliberately closed ([`Func`]) so a rule file can never smuggle raw code
 //! into a generated kernel; anything outside the grammar is a parse error.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt;
 
 pub mod eval;
@@ -203,21 +203,6 @@ impl Expr {
         }
     }
 
-    /// Replace variables by expressions (used later by autodiff); unknown names are kept.
-    pub fn substitute(&self, map: &HashMap<String, Expr>) -> Expr {
-        match self {
-            Expr::Num(v) => Expr::Num(*v),
-            Expr::Var(name) => map.get(name).cloned().unwrap_or_else(|| self.clone()),
-            Expr::Neg(e) => Expr::Neg(Box::new(e.substitute(map))),
-            Expr::Binary(op, l, r) => Expr::Binary(
-                *op,
-                Box::new(l.substitute(map)),
-                Box::new(r.substitute(map)),
-            ),
-            Expr::Call(f, args) => Expr::Call(*f, args.iter().map(|a| a.substitute(map)).collect()),
-        }
-    }
-
     /// How tightly this node binds when printed, to decide where the
     /// printer needs parentheses.
     fn precedence(&self) -> u8 {
@@ -311,16 +296,6 @@ mod tests {
         let e = parse("y * x + min(x, max(b, y)) - a").unwrap();
         assert_eq!(e.variables(), vec!["a", "b", "x", "y"]);
         assert!(parse("1 + 2").unwrap().variables().is_empty());
-    }
-
-    #[test]
-    fn substitute_replaces_known_names_only() {
-        let e = parse("g * (1 - y*y)").unwrap();
-        let map = HashMap::from([("y".to_owned(), parse("tanh(x)").unwrap())]);
-        assert_eq!(
-            e.substitute(&map),
-            parse("g * (1 - tanh(x) * tanh(x))").unwrap()
-        );
     }
 
     #[test]

@@ -11,7 +11,6 @@
 //! that caches compiled kernels by their IR compiles nothing new.
 
 mod fused;
-pub mod interpret;
 pub mod ir;
 mod layout;
 pub mod view;
@@ -37,29 +36,6 @@ pub struct Program {
 }
 
 impl Program {
-    /// The buffers of `tensors` (keyed by input name) in the order the program takes them;
-    /// an input without a value is an error naming it.
-    pub fn input_buffers(
-        &self,
-        tensors: &crate::eval::Tensors,
-    ) -> Result<Vec<crate::exec::buffer::Buffer>> {
-        self.dag
-            .inputs
-            .iter()
-            .map(|input| {
-                tensors
-                    .get(&input.name)
-                    .map(crate::exec::buffer::Buffer::from_tensor)
-                    .ok_or_else(|| {
-                        Error::new(
-                            Site::node(&input.name),
-                            ErrorKind::Input(format!("no value given for input `{}`", input.name)),
-                        )
-                    })
-            })
-            .collect()
-    }
-
     /// `inputs` (dtype and shape of each, in `dag.inputs` order) are what the graph takes.
     pub fn check_inputs<'a>(
         &self,

@@ -303,11 +303,6 @@ impl FusionRules {
     pub fn kind_role(&self, kind: OpKind) -> Role {
         self.kinds[kind_index(kind)]
     }
-
-    /// The per-op overrides.
-    pub fn op_roles(&self) -> &BTreeMap<String, Role> {
-        &self.ops
-    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,6 @@ use super::Catalogue;
 use super::ron_file;
 use super::{AmpRules, CostModel, FusionRules};
 use crate::error::{Error, ErrorKind, Result, Site};
-use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The rule files fusebox reads besides `ops.ron`. Their schemas belong to the stages that
@@ -30,9 +29,6 @@ pub struct RuleSet {
     /// Rewrite rules: the embedded `rewrites/*.ron` with the user's `rewrites/NAME.ron` laid
     /// over them (a file replaces the default file of the same name; others are added).
     pub rewrites: Vec<crate::rewrite::Rule>,
-    /// Syntax-checked text of the other rule files, keyed by their path inside the directory
-    /// (`fusion.ron`, `cost.ron`).
-    pub documents: BTreeMap<String, String>,
 }
 
 impl RuleSet {
@@ -47,7 +43,6 @@ impl RuleSet {
                 .expect("the embedded rules/amp.ron is checked by tests"),
             rewrites: crate::rewrite::default_rules(&ops),
             ops,
-            documents: BTreeMap::new(),
         }
     }
 
@@ -120,9 +115,8 @@ impl RuleSet {
                 if key == "cost.ron" {
                     rules.cost.load_str(&text, &shown)?;
                 } else if key == "fusion.ron" {
-                    fusion_file = Some((text.clone(), shown));
+                    fusion_file = Some((text, shown));
                 }
-                rules.documents.insert(key, text);
             }
         }
         // amp.ron names ops too, and sorts before ops.ron.

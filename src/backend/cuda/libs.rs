@@ -82,12 +82,6 @@ pub fn cublas_available() -> bool {
     cublas().is_some()
 }
 
-/// The cuBLAS file loaded by path from one of the directories NVRTC is searched in; `None`
-/// when the system's loader finds it, or when it is missing.
-pub fn cublas_library() -> Option<PathBuf> {
-    cublas().clone().flatten()
-}
-
 /// `Some(path)` when cuBLAS was loaded by path, `Some(None)` when the system's loader finds
 /// it, `None` when it is missing. Searched once per process.
 fn cublas() -> &'static Option<Option<PathBuf>> {

@@ -9,7 +9,7 @@
 //! emitted as one CUDA C module, compiled to PTX by NVRTC (cached on disk by the compiler) and
 //! loaded into the device's context (cached in memory by source, across executables: two
 //! programs with the same kernels share one loaded module). Intermediate buffers are planned
-//! by liveness with the CPU executor's [`MemoryPlan`](crate::exec::memory::MemoryPlan) and
+//! by liveness with the CPU executor's [`MemoryPlan`](crate::runtime::memory::MemoryPlan) and
 //! taken from the device's [`pool`] once, at build time.
 //!
 //! A run is a sequence of asynchronous operations on **one stream per device**: kernel launches

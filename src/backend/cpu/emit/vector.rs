@@ -22,7 +22,7 @@
 //!
 //! **Streaming stores.** A launch touching more than [`STREAM_MIN_BYTES`] writes its outputs
 //! with `vmovntps` wherever a segment's destinations are 64-byte aligned (the executor's
-//! buffers are; see `exec::buffer`): the cache lines are written whole, without first being
+//! buffers are; see `runtime::buffer`): the cache lines are written whole, without first being
 //! read for ownership, so a kernel like the LSTM cell moves its compulsory bytes and no more.
 //! The stores are fenced at the end of each segment.
 //!

@@ -14,11 +14,12 @@ use super::{DriverResult, backend_error};
 use crate::backend::cuda::abi;
 use crate::backend::cuda::emit::EmitOptions;
 use crate::backend::cuda::nvrtc::CompileStats;
+use crate::backend::{BenchFacts, Executable, Target};
 use crate::dag::Value;
 use crate::error::Result;
-use crate::exec::buffer::Buffer;
-use crate::exec::memory::MemoryPlan;
 use crate::lower::Program;
+use crate::runtime::buffer::Buffer;
+use crate::runtime::memory::MemoryPlan;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaFunction, CudaGraph, CudaStream};
 use std::ffi::c_void;
@@ -132,10 +133,6 @@ impl CudaExecutable {
         })
     }
 
-    pub fn program(&self) -> &Program {
-        &self.program
-    }
-
     pub fn device(&self) -> &Arc<Device> {
         &self.device
     }
@@ -144,22 +141,9 @@ impl CudaExecutable {
         &self.options
     }
 
-    pub fn memory_plan(&self) -> &MemoryPlan {
-        &self.memory
-    }
-
-    /// The CUDA C that was compiled (the program's kernels and the conversion kernels).
-    pub fn source(&self) -> &str {
-        &self.plan.source
-    }
-
     /// The operations a run queues.
     pub fn plan(&self) -> &DevicePlan {
         &self.plan
-    }
-
-    pub fn module_stats(&self) -> ModuleStats {
-        self.stats
     }
 
     /// Kernel launches, cuBLAS calls, fills and copies queued per run.
@@ -366,10 +350,80 @@ impl CudaExecutable {
         }
         Ok(())
     }
+}
+
+/// Runs before timing: the first run pays for loading (and, with CUDA graphs, capturing);
+/// a few more let clocks and caches settle.
+const WARMUP_RUNS: usize = 3;
+
+/// Per-run times (milliseconds, sorted), timed on the device with events between back-to-back
+/// runs: `iters` runs are queued without a host wait, an event recorded after each, and each
+/// time is the gap between consecutive events. When queueing is slower than the GPU, the gaps
+/// show the queueing: that is what a run costs.
+fn time_device(
+    device: &Device,
+    iters: usize,
+    mut run: impl FnMut() -> Result<()>,
+) -> Result<Vec<f64>> {
+    let iters = iters.max(1);
+    let events = (0..=iters)
+        .map(|_| device.event())
+        .collect::<Result<Vec<_>>>()?;
+    events[0].record(device)?;
+    for event in &events[1..] {
+        run()?;
+        event.record(device)?;
+    }
+    device.synchronize()?;
+    let mut times = events
+        .windows(2)
+        .map(|w| w[0].elapsed_ms(&w[1]))
+        .collect::<Result<Vec<_>>>()?;
+    times.sort_by(f64::total_cmp);
+    Ok(times)
+}
+
+impl Target for CudaOptions {
+    type Executable = CudaExecutable;
+    const PROFILE: &'static str = "h200";
+
+    fn open(&self) -> Result<()> {
+        Device::get(self.device).map(|_| ())
+    }
+
+    fn build(&self, program: Program) -> Result<CudaExecutable> {
+        CudaExecutable::new(program, self)
+    }
+}
+
+impl Executable for CudaExecutable {
+    const BACKEND: &'static str = "cuda";
+    type CompileStats = ModuleStats;
+
+    fn program(&self) -> &Program {
+        &self.program
+    }
+
+    fn memory_plan(&self) -> &MemoryPlan {
+        &self.memory
+    }
+
+    /// The CUDA C that was compiled (the program's kernels and the conversion kernels).
+    fn source(&self) -> &str {
+        &self.plan.source
+    }
+
+    fn compile_stats(&self) -> ModuleStats {
+        self.stats
+    }
+
+    fn describe(&self) -> String {
+        format!("cuda ({})", self.device.info())
+    }
 
     /// Runs on host buffers: uploads the inputs, runs, downloads into `outputs` (host buffers
     /// of the outputs' dtypes and shapes, in `dag.outputs` order), and waits once, at the end.
-    pub fn run_into(&mut self, inputs: &[Buffer], outputs: &mut [Buffer]) -> Result<()> {
+    fn run_into(&mut self, inputs: &[Buffer], outputs: &mut [Buffer]) -> Result<()> {
         let device_inputs = self.upload_inputs(inputs)?;
         let mut device_outputs = self.output_buffers()?;
         self.run_device(&device_inputs, &mut device_outputs)?;
@@ -386,26 +440,35 @@ impl CudaExecutable {
         self.device.synchronize()
     }
 
-    /// Runs on tensors keyed by input name; returns tensors keyed by output name.
-    pub fn run_tensors(&mut self, inputs: &crate::eval::Tensors) -> Result<crate::eval::Tensors> {
-        let dag = &self.program.dag;
-        let buffers = self.program.input_buffers(inputs)?;
-        let mut outputs: Vec<Buffer> = dag
-            .outputs
-            .iter()
-            .map(|o| {
-                let ty = dag.ty(o.value);
-                Buffer::zeroed(ty.dtype, &ty.shape)
-            })
-            .collect();
-        self.run_into(&buffers, &mut outputs)?;
-        Ok(self
-            .program
-            .dag
-            .outputs
-            .iter()
-            .zip(&outputs)
-            .map(|(o, b)| (o.name.clone(), b.to_tensor()))
-            .collect())
+    /// Device time per run, inputs and outputs staying on the device, after warm-up runs.
+    fn time_runs(&mut self, inputs: &[Buffer], iters: usize) -> Result<Vec<f64>> {
+        let device = self.device.clone();
+        let inputs = self.upload_inputs(inputs)?;
+        let mut outputs = self.output_buffers()?;
+        for _ in 0..WARMUP_RUNS {
+            self.run_device(&inputs, &mut outputs)?;
+        }
+        device.synchronize()?;
+        time_device(&device, iters, || self.run_device(&inputs, &mut outputs))
+    }
+
+    /// The device, whether runs replay a CUDA graph, operations per run, and the bandwidth of
+    /// a device-to-device copy moving `bytes` (half read, half written), timed alike.
+    fn bench_facts(&self, bytes: u64, iters: usize) -> Result<BenchFacts> {
+        let device = &self.device;
+        let half = (bytes / 2).max(1) as usize;
+        let (src, dst) = (
+            DeviceBuffer::raw(device, half)?,
+            DeviceBuffer::raw(device, half)?,
+        );
+        let copy = time_device(device, iters, || device.copy_buffer(&dst, &src))?;
+        let copy_ms = copy[copy.len() / 2];
+        Ok(BenchFacts {
+            device: Some(device.info().to_string()),
+            cuda_graph: Some(self.options.cuda_graph),
+            launches: Some(self.launches_per_run()),
+            copy_gbps: Some((2 * half) as f64 / (copy_ms * 1e6)),
+            ..BenchFacts::default()
+        })
     }
 }

@@ -444,8 +444,8 @@ impl Drop for Blas {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::buffer::Buffer;
     use crate::lower::MatMulOperand;
+    use crate::runtime::buffer::Buffer;
 
     fn spec(dtype: DType, cast: Option<DType>) -> OperandSpec {
         OperandSpec { dtype, cast }
@@ -562,7 +562,7 @@ mod tests {
                 value: crate::dag::Value::Input(0),
                 cast: None,
             };
-            crate::exec::matmul::matmul(&a, &op, &b, &op, &mut want).unwrap();
+            crate::runtime::matmul::matmul(&a, &op, &b, &op, &mut want).unwrap();
             let values = |buf: &Buffer| (0..buf.len()).map(|i| buf.get(i)).collect::<Vec<_>>();
             // With k = 0 the executor zero-fills C instead of calling cuBLAS; the simulated
             // empty sums give the same zeros.

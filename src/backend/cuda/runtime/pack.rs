@@ -60,8 +60,8 @@ pub fn convert_launch(len: usize) -> Launch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::buffer::Buffer;
-    use crate::lower::interpret;
+    use crate::runtime::buffer::Buffer;
+    use crate::runtime::interpret;
 
     /// Values that every rounding treats differently: ties, subnormals, overflow, NaN, −0,
     /// values past the integer range.

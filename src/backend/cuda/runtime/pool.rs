@@ -15,7 +15,7 @@ use super::device::Device;
 use super::{DriverResult, backend_error};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::exec::buffer::Buffer;
+use crate::runtime::buffer::Buffer;
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -5,9 +5,10 @@
 //! disagreement between a compiled kernel and the reference can be pinned on the emitter or
 //! on the lowering.
 
-use super::ir::{Instr, KernelIr, Launch, Prec, ReduceKind};
-use crate::exec::buffer::Buffer;
+use super::buffer::Buffer;
 use crate::formula::{BinOp, Func};
+use crate::lower::ir::{Instr, KernelIr, Launch, Prec, ReduceKind};
+use crate::lower::{Program, Step};
 
 fn at(prec: Prec, v: f64) -> f64 {
     match prec {
@@ -192,7 +193,7 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
 
 /// Runs a whole program with the interpreter: `inputs` in `dag.inputs` order, outputs in
 /// `dag.outputs` order.
-pub fn run_program(program: &super::Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, String> {
+pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, String> {
     use crate::dag::Value;
     use std::collections::HashMap;
     let dag = &program.dag;
@@ -206,7 +207,7 @@ pub fn run_program(program: &super::Program, inputs: &[Buffer]) -> Result<Vec<Bu
     };
     for step in &program.steps {
         match step {
-            super::Step::Kernel(k) => {
+            Step::Kernel(k) => {
                 let ir = &program.kernels[k.kernel];
                 let mut owned: Vec<Buffer> = k
                     .args
@@ -228,11 +229,11 @@ pub fn run_program(program: &super::Program, inputs: &[Buffer]) -> Result<Vec<Bu
                     }
                 }
             }
-            super::Step::MatMul(m) => {
+            Step::MatMul(m) => {
                 let a = values.get(&m.a.value).ok_or("matmul operand missing")?;
                 let b = values.get(&m.b.value).ok_or("matmul operand missing")?;
                 let mut out = fresh(m.out);
-                crate::exec::matmul::matmul(a, &m.a, b, &m.b, &mut out)?;
+                super::matmul::matmul(a, &m.a, b, &m.b, &mut out)?;
                 values.insert(m.out, out);
             }
         }

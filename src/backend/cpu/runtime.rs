@@ -1,15 +1,25 @@
-//! A compiled program and the loop that runs it.
+//! The CPU runtime: a program's kernels compiled into one loaded module, and the loop that
+//! runs it.
+//!
+//! Compiling a program emits one C module holding each distinct kernel once, compiles it (or
+//! finds it in the cache: kernels carry no sizes, so another batch size compiles nothing),
+//! plans intermediate buffers by liveness ([`MemoryPlan`]), and checks every launch's views
+//! lie inside their buffers, so a wrong launch is an error here rather than a wild write in C.
+//! Running is then a loop over steps: kernel calls and matrix products, on the caller's
+//! thread (the kernels spread their work over OpenMP threads themselves).
 
-use super::{buffer, matmul, memory};
-use crate::backend::cpu::compiler::{Compiler, KernelFn, Module};
-use crate::backend::cpu::emit;
+use super::compiler::{CompileStats, Compiler, KernelFn, Module};
+use super::emit;
+use crate::backend::{BenchFacts, Executable, Target};
 use crate::dag::Value;
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::lower::{Program, Step};
-use buffer::{Buffer, Elements, ElementsMut};
-use memory::MemoryPlan;
+use crate::runtime::buffer::{Buffer, Elements, ElementsMut};
+use crate::runtime::matmul;
+use crate::runtime::memory::MemoryPlan;
 use std::ffi::c_void;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// A program ready to run: kernels loaded, memory planned.
 pub struct CpuExecutable {
@@ -25,6 +35,8 @@ pub struct CpuExecutable {
     /// The module stays loaded as long as its functions may be called.
     _module: Arc<Module>,
     source: String,
+    /// What the compiler did while this executable was built.
+    stats: CompileStats,
 }
 
 fn backend_error(message: String) -> Error {
@@ -41,8 +53,10 @@ pub fn module_source(program: &Program) -> (String, Vec<String>) {
 }
 
 impl CpuExecutable {
+    /// Compiles (or finds in `compiler`'s cache) and loads `program`'s kernels.
     pub fn new(program: Program, compiler: &Compiler) -> Result<CpuExecutable> {
         program.check_bounds()?;
+        let before = compiler.stats();
         let (source, names) = module_source(&program);
         let module = compiler.compile(&source)?;
         let functions = names
@@ -72,38 +86,53 @@ impl CpuExecutable {
             slots,
             _module: module,
             source,
+            stats: compiler.stats().since(&before),
         })
-    }
-
-    pub fn program(&self) -> &Program {
-        &self.program
-    }
-
-    pub fn memory_plan(&self) -> &MemoryPlan {
-        &self.plan
-    }
-
-    /// The C source that was compiled.
-    pub fn source(&self) -> &str {
-        &self.source
     }
 
     /// Fresh output buffers of the right dtypes and shapes, in `dag.outputs` order.
     pub fn output_buffers(&self) -> Vec<Buffer> {
-        self.program
-            .dag
-            .outputs
-            .iter()
-            .map(|o| {
-                let ty = self.program.dag.ty(o.value);
-                Buffer::zeroed(ty.dtype, &ty.shape)
-            })
-            .collect()
+        self.output_buffers_host()
+    }
+}
+
+impl Target for Compiler {
+    type Executable = CpuExecutable;
+    const PROFILE: &'static str = "cpu";
+
+    fn build(&self, program: Program) -> Result<CpuExecutable> {
+        CpuExecutable::new(program, self)
+    }
+}
+
+impl Executable for CpuExecutable {
+    const BACKEND: &'static str = "cpu";
+    type CompileStats = CompileStats;
+
+    fn program(&self) -> &Program {
+        &self.program
     }
 
-    /// Runs the program: `inputs` in `dag.inputs` order, results into `outputs` (from
-    /// [`CpuExecutable::output_buffers`]).
-    pub fn run_into(&mut self, inputs: &[Buffer], outputs: &mut [Buffer]) -> Result<()> {
+    fn memory_plan(&self) -> &MemoryPlan {
+        &self.plan
+    }
+
+    /// The C source that was compiled.
+    fn source(&self) -> &str {
+        &self.source
+    }
+
+    fn compile_stats(&self) -> CompileStats {
+        self.stats
+    }
+
+    fn describe(&self) -> String {
+        "cpu".into()
+    }
+
+    /// Runs the program on the caller's thread: `inputs` in `dag.inputs` order, results into
+    /// `outputs` (from [`CpuExecutable::output_buffers`]).
+    fn run_into(&mut self, inputs: &[Buffer], outputs: &mut [Buffer]) -> Result<()> {
         let dag = &self.program.dag;
         self.program
             .check_inputs(inputs.iter().map(|b| (b.dtype, b.shape.as_slice())))?;
@@ -181,18 +210,24 @@ impl CpuExecutable {
         Ok(())
     }
 
-    /// Runs on tensors keyed by input name; returns tensors keyed by output name.
-    pub fn run_tensors(&mut self, inputs: &crate::eval::Tensors) -> Result<crate::eval::Tensors> {
-        let buffers = self.program.input_buffers(inputs)?;
+    /// Wall-clock time per run after one warm-up run.
+    fn time_runs(&mut self, inputs: &[Buffer], iters: usize) -> Result<Vec<f64>> {
         let mut outputs = self.output_buffers();
-        self.run_into(&buffers, &mut outputs)?;
-        Ok(self
-            .program
-            .dag
-            .outputs
-            .iter()
-            .zip(&outputs)
-            .map(|(o, b)| (o.name.clone(), b.to_tensor()))
-            .collect())
+        self.run_into(inputs, &mut outputs)?;
+        let mut times = Vec::with_capacity(iters.max(1));
+        for _ in 0..iters.max(1) {
+            let start = Instant::now();
+            self.run_into(inputs, &mut outputs)?;
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times)
+    }
+
+    fn bench_facts(&self, _bytes: u64, _iters: usize) -> Result<BenchFacts> {
+        Ok(BenchFacts {
+            threads: Some(std::thread::available_parallelism().map_or(1, |n| n.get())),
+            ..BenchFacts::default()
+        })
     }
 }
