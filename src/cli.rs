@@ -201,7 +201,7 @@ pub fn run(cli: Cli) -> Result<String> {
                 cuda_graph: false,
             };
             if backend != Backend::Cuda && cuda != Default::default() {
-                return Err(usage(
+                return Err(Error::input(
                     "--device and --deterministic apply to --backend cuda",
                 ));
             }
@@ -212,7 +212,7 @@ pub fn run(cli: Cli) -> Result<String> {
             match backend {
                 Backend::Reference => {
                     if no_fusion {
-                        return Err(usage(
+                        return Err(Error::input(
                             "--no-fusion applies to compiled backends; the reference backend never fuses",
                         ));
                     }
@@ -242,7 +242,7 @@ pub fn run(cli: Cli) -> Result<String> {
             deterministic,
         } => {
             if backend == Backend::Reference {
-                return Err(usage(
+                return Err(Error::input(
                     "bench needs a compiled backend: --backend cpu or --backend cuda",
                 ));
             }
@@ -252,7 +252,7 @@ pub fn run(cli: Cli) -> Result<String> {
                 deterministic,
             };
             if backend != Backend::Cuda && cuda != Default::default() {
-                return Err(usage(
+                return Err(Error::input(
                     "--cuda-graph, --device and --deterministic apply to --backend cuda",
                 ));
             }
@@ -267,7 +267,7 @@ pub fn run(cli: Cli) -> Result<String> {
             };
             Ok(if json {
                 let mut text = serde_json::to_string_pretty(&report)
-                    .map_err(|e| Error::new(Site::default(), ErrorKind::Eval(e.to_string())))?;
+                    .map_err(|e| Error::serialize("the bench report", e))?;
                 text.push('\n');
                 text
             } else {
@@ -338,7 +338,7 @@ pub fn run(cli: Cli) -> Result<String> {
             }
             Ok(if json {
                 let mut text = serde_json::to_string_pretty(&optimized.report)
-                    .map_err(|e| Error::new(Site::default(), ErrorKind::Eval(e.to_string())))?;
+                    .map_err(|e| Error::serialize("the optimization report", e))?;
                 text.push('\n');
                 text
             } else if explain {
@@ -366,10 +366,6 @@ pub fn run(cli: Cli) -> Result<String> {
             json,
         } => check_rules(rules.as_deref(), seed, instances, json),
     }
-}
-
-fn usage(message: &str) -> Error {
-    Error::new(Site::default(), ErrorKind::Input(message.to_string()))
 }
 
 /// The pipeline options `run` and `bench` share (the cost profile is the backend's).
@@ -482,19 +478,15 @@ fn table(rows: &[[String; 4]]) -> String {
     out
 }
 
-fn cli_error(message: String) -> Error {
-    Error::new(Site::default(), ErrorKind::Input(message))
-}
-
 /// Reads `--input NAME=FILE` values and fills the rest randomly when asked.
 fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Result<Tensors> {
     let mut values = Tensors::new();
     for spec in specs {
         let (name, file) = spec
             .split_once('=')
-            .ok_or_else(|| cli_error(format!("--input `{spec}` must be NAME=FILE.npy")))?;
+            .ok_or_else(|| Error::input(format!("--input `{spec}` must be NAME=FILE.npy")))?;
         let declared = graph.input(name).ok_or_else(|| {
-            cli_error(format!(
+            Error::input(format!(
                 "--input `{name}`: graph `{}` has no input of that name{}",
                 graph.name,
                 crate::error::hint(name, graph.inputs.iter().map(|i| i.name.as_str()))
@@ -532,7 +524,7 @@ fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Re
         values.insert(input.name.clone(), eval::random_input(graph, index, seed));
     }
     if !missing.is_empty() {
-        return Err(cli_error(format!(
+        return Err(Error::input(format!(
             "no value for input(s) {}: pass --input NAME=FILE.npy or --random-inputs",
             missing.join(", ")
         )));
@@ -542,7 +534,7 @@ fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Re
 
 fn write_outputs(graph: &Graph, outputs: &Tensors, dir: &Path) -> Result<String> {
     std::fs::create_dir_all(dir).map_err(|e| {
-        cli_error(format!(
+        Error::input(format!(
             "cannot create output directory {}: {e}",
             dir.display()
         ))

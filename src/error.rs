@@ -133,6 +133,9 @@ pub enum ErrorKind {
     /// A kernel backend failed: the C compiler, loading a library, a cache directory.
     #[error("backend: {0}")]
     Backend(String),
+    /// A report or a graph could not be turned into text.
+    #[error("cannot write {what} as text: {message}")]
+    Serialize { what: String, message: String },
 }
 
 fn did_you_mean(suggestion: &Option<String>) -> String {
@@ -160,6 +163,29 @@ impl Error {
 
     pub fn at_node(node: &str, kind: ErrorKind) -> Error {
         Error::new(Site::node(node), kind)
+    }
+
+    /// A backend failure (the C compiler, a CUDA call, a cache directory) with no better site
+    /// than the whole run.
+    pub fn backend(message: impl Into<String>) -> Error {
+        Error::new(Site::default(), ErrorKind::Backend(message.into()))
+    }
+
+    /// A request that cannot be met as given (a flag combination, a missing or ill-formed
+    /// input value), not tied to a place in a file.
+    pub fn input(message: impl Into<String>) -> Error {
+        Error::new(Site::default(), ErrorKind::Input(message.into()))
+    }
+
+    /// `what` (a report, a graph) could not be serialized.
+    pub fn serialize(what: &str, error: impl fmt::Display) -> Error {
+        Error::new(
+            Site::default(),
+            ErrorKind::Serialize {
+                what: what.to_string(),
+                message: error.to_string(),
+            },
+        )
     }
 }
 

@@ -5,6 +5,7 @@
 
 use crate::dag::Value;
 use crate::optimize::{Optimized, Report};
+use crate::partition::KernelKind;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
@@ -130,7 +131,10 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
     let _ = writeln!(
         out,
         "extraction: {} ({} candidate graphs costed)",
-        r.extraction.method, r.extraction.evaluations
+        r.extraction
+            .method
+            .map_or_else(|| "none".to_string(), |m| m.to_string()),
+        r.extraction.evaluations
     );
     if r.extraction.kept_input {
         let _ = writeln!(
@@ -279,7 +283,7 @@ pub fn to_dot(optimized: &Optimized) -> String {
                 report.kind,
                 micros(report.cost_us)
             )),
-            if report.kind == "fused" {
+            if report.kind == KernelKind::Fused {
                 "blue"
             } else {
                 "gray"

@@ -14,11 +14,11 @@
 use crate::dag::{Dag, Value};
 use crate::egraph::{self, ENode, FuseGraph};
 use crate::error::Result;
-use crate::extract::{self, ExtractOptions};
+use crate::extract::{self, ExtractOptions, Method};
 use crate::graph::Graph;
 use crate::partition::{self, Kernel, KernelKind, Partition};
 use crate::rules::{OpKind, Profile, RuleSet};
-use crate::saturate::{self, Limits, PhaseReport, Saturation};
+use crate::saturate::{self, Limits, PhaseReport, Saturation, Stop};
 use crate::shape::{self, Shape};
 use egg::Id;
 use serde::Serialize;
@@ -123,7 +123,7 @@ pub struct EGraphReport {
     pub nodes: usize,
     pub classes: usize,
     pub iterations: usize,
-    pub stop_reason: String,
+    pub stop_reason: Stop,
     pub limited: bool,
     pub time_ms: f64,
     pub phases: Vec<PhaseReport>,
@@ -131,8 +131,9 @@ pub struct EGraphReport {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ExtractionReport {
-    /// `exact` (every combination of choices tried) or `greedy`.
-    pub method: String,
+    /// `exact` (every combination of choices tried) or `greedy`; `null` when nothing was
+    /// extracted (fusion off).
+    pub method: Option<Method>,
     /// Candidate graphs partitioned and costed.
     pub evaluations: usize,
     /// The extracted graph cost more than the input fused as written, so the input was kept.
@@ -143,7 +144,7 @@ pub struct ExtractionReport {
 /// One kernel as the report shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct KernelReport {
-    pub kind: String,
+    pub kind: KernelKind,
     pub domain: Shape,
     /// `name = op` for each node, in order.
     pub ops: Vec<String>,
@@ -184,7 +185,7 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
         fuse(&input, &unrewritten, rules, profile, options)?
     } else {
         let extraction = ExtractionReport {
-            method: "none".into(),
+            method: None,
             evaluations: 0,
             kept_input: true,
             time_ms: 0.0,
@@ -318,7 +319,7 @@ fn fuse(
         after,
         saturation,
         ExtractionReport {
-            method: extraction.method.to_string(),
+            method: Some(extraction.method),
             evaluations: extraction.evaluations,
             kept_input,
             time_ms: extract_ms,
@@ -334,11 +335,7 @@ fn kernel_report(dag: &Dag, kernel: &Kernel) -> KernelReport {
             .collect()
     };
     KernelReport {
-        kind: match kernel.kind {
-            KernelKind::Fused => "fused".into(),
-            KernelKind::Alone => "copy".into(),
-            KernelKind::Library => "library".into(),
-        },
+        kind: kernel.kind,
         domain: kernel.domain.clone(),
         ops: kernel
             .nodes

@@ -10,10 +10,11 @@
 use crate::egraph::{ENode, FuseGraph, TypeAnalysis};
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::rewrite::Rule;
-use egg::{BackoffScheduler, Rewrite, Runner, StopReason};
+use egg::{BackoffScheduler, Rewrite, Runner};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use std::collections::BTreeMap;
+use std::fmt;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
@@ -46,13 +47,65 @@ impl Default for Limits {
     }
 }
 
+/// Why saturation (or one phase of it) stopped. Serialized as the words `Display` prints, so
+/// the JSON report reads `"stop_reason": "node limit"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// No rule could add anything new: every form the rules reach is in the e-graph.
+    Saturated,
+    NodeLimit,
+    IterationLimit,
+    TimeLimit,
+    /// Saturation did not run (the pipeline ran without fusion).
+    NotRun,
+    /// egg stopped for a reason of its own, in its words.
+    Other(String),
+}
+
+impl Stop {
+    /// Whether a limit, rather than saturation, ended the run: the e-graph may be missing
+    /// forms the rules would have reached.
+    pub fn is_limit(&self) -> bool {
+        !matches!(self, Stop::Saturated | Stop::NotRun)
+    }
+
+    fn of(reason: Option<&egg::StopReason>) -> Stop {
+        match reason {
+            Some(egg::StopReason::Saturated) | None => Stop::Saturated,
+            Some(egg::StopReason::NodeLimit(_)) => Stop::NodeLimit,
+            Some(egg::StopReason::IterationLimit(_)) => Stop::IterationLimit,
+            Some(egg::StopReason::TimeLimit(_)) => Stop::TimeLimit,
+            Some(egg::StopReason::Other(why)) => Stop::Other(why.clone()),
+        }
+    }
+}
+
+impl fmt::Display for Stop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Stop::Saturated => "saturated",
+            Stop::NodeLimit => "node limit",
+            Stop::IterationLimit => "iteration limit",
+            Stop::TimeLimit => "time limit",
+            Stop::NotRun => "not run",
+            Stop::Other(why) => why,
+        })
+    }
+}
+
+impl Serialize for Stop {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 /// What one phase did.
 #[derive(Debug, Clone, Serialize)]
 pub struct PhaseReport {
     pub phase: u32,
     pub rules: usize,
     pub iterations: usize,
-    pub stop_reason: String,
+    pub stop_reason: Stop,
 }
 
 /// What saturation did, for the report.
@@ -61,8 +114,8 @@ pub struct Saturation {
     pub nodes: usize,
     pub classes: usize,
     pub iterations: usize,
-    /// Why the last phase stopped: `saturated`, `node limit`, `iteration limit`, `time limit`.
-    pub stop_reason: String,
+    /// Why the last phase stopped.
+    pub stop_reason: Stop,
     /// Whether a limit (rather than saturation) ended some phase.
     pub limited: bool,
     pub time_ms: f64,
@@ -78,7 +131,7 @@ impl Saturation {
             nodes: 0,
             classes: 0,
             iterations: 0,
-            stop_reason: "not run".into(),
+            stop_reason: Stop::NotRun,
             limited: false,
             time_ms: 0.0,
             firings: BTreeMap::new(),
@@ -106,7 +159,7 @@ pub fn saturate(
         nodes: 0,
         classes: 0,
         iterations: 0,
-        stop_reason: "saturated".into(),
+        stop_reason: Stop::Saturated,
         limited: false,
         time_ms: 0.0,
         firings: BTreeMap::new(),
@@ -120,7 +173,7 @@ pub fn saturate(
             .collect();
         let remaining = limits.time.saturating_sub(start.elapsed());
         if remaining.is_zero() {
-            report.stop_reason = "time limit".into();
+            report.stop_reason = Stop::TimeLimit;
             report.limited = true;
             break;
         }
@@ -165,9 +218,9 @@ pub fn saturate(
                 *report.firings.entry(base).or_default() += count;
             }
         }
-        let (reason, limited) = describe(runner.stop_reason.as_ref());
+        let reason = Stop::of(runner.stop_reason.as_ref());
         report.iterations += runner.iterations.len();
-        report.limited |= limited;
+        report.limited |= reason.is_limit();
         report.stop_reason = reason.clone();
         report.phases.push(PhaseReport {
             phase,
@@ -184,16 +237,6 @@ pub fn saturate(
     report.classes = egraph.number_of_classes();
     report.time_ms = start.elapsed().as_secs_f64() * 1e3;
     Ok((egraph, report))
-}
-
-fn describe(reason: Option<&StopReason>) -> (String, bool) {
-    match reason {
-        Some(StopReason::Saturated) | None => ("saturated".into(), false),
-        Some(StopReason::NodeLimit(_)) => ("node limit".into(), true),
-        Some(StopReason::IterationLimit(_)) => ("iteration limit".into(), true),
-        Some(StopReason::TimeLimit(_)) => ("time limit".into(), true),
-        Some(StopReason::Other(why)) => (why.clone(), true),
-    }
 }
 
 /// A spinner on stderr that appears only on a terminal and only once a run has taken half a

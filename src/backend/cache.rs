@@ -4,7 +4,8 @@
 //! The CPU compiler caches shared libraries built by `cc`, the CUDA one PTX built by NVRTC;
 //! everything about keeping those files safe is the same and lives here, in
 //! [`KernelCache::get_or_build`]. Each caller computes its own key (a hex SHA-256 of everything
-//! that can change the artifact), builds artifacts, and says how to load one.
+//! that can change the artifact), builds artifacts, and says how to load one. The helpers both
+//! compilers report with (their errors, compiler logs cut to a readable size) live here too.
 //!
 //! # The disk layout
 //!
@@ -32,7 +33,7 @@
 //! fresh build over it, never unlinked first, so a reader cannot delete the valid copy a
 //! concurrent writer has just renamed in.
 
-use crate::error::{Error, ErrorKind, Result, Site};
+use crate::error::{Error, Result};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fs;
@@ -106,12 +107,33 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-pub(crate) fn backend(message: String) -> Error {
-    Error::new(Site::default(), ErrorKind::Backend(message))
+/// At most this many lines of compiler diagnostics go into an error message: the first errors
+/// are the useful ones, and a runaway cascade should not bury them.
+const MAX_DIAGNOSTIC_LINES: usize = 40;
+/// At most this many bytes of compiler diagnostics go into an error message.
+const MAX_DIAGNOSTIC_BYTES: usize = 6000;
+
+/// The first lines of compiler output, cut to a readable size.
+pub(crate) fn trim_diagnostics(text: &str) -> String {
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    let mut out = String::new();
+    let mut shown = 0;
+    for line in &lines {
+        if shown == MAX_DIAGNOSTIC_LINES || out.len() + line.len() > MAX_DIAGNOSTIC_BYTES {
+            break;
+        }
+        out.push_str(line);
+        out.push('\n');
+        shown += 1;
+    }
+    if shown < lines.len() {
+        out.push_str(&format!("… ({} more lines)\n", lines.len() - shown));
+    }
+    out.trim_end().to_string()
 }
 
 pub(crate) fn io_error(what: &str, path: &Path, e: io::Error) -> Error {
-    backend(format!("{what} {}: {e}", path.display()))
+    Error::backend(format!("{what} {}: {e}", path.display()))
 }
 
 /// One in-memory slot. Each key has its own lock so that one thread builds a given source
@@ -254,7 +276,7 @@ impl<T> KernelCache<T> {
         build: impl FnOnce(&Staging) -> Result<()>,
     ) -> Result<T> {
         fs::create_dir_all(&self.dir).map_err(|e| {
-            backend(format!(
+            Error::backend(format!(
                 "cannot create the kernel cache directory {}: {e} (set FUSEBOX_CACHE_DIR to a writable directory)",
                 self.dir.display()
             ))
@@ -293,7 +315,7 @@ impl<T> KernelCache<T> {
         {
             let (from, to) = (staging.temp.join(name), self.dir.join(name));
             fs::rename(&from, &to).map_err(|e| {
-                backend(format!(
+                Error::backend(format!(
                     "cannot move {} to {}: {e}",
                     from.display(),
                     to.display()
@@ -302,7 +324,7 @@ impl<T> KernelCache<T> {
         }
         let path = self.artifact_path(key);
         load(&path, bytes).map_err(|e| {
-            backend(format!(
+            Error::backend(format!(
                 "the freshly built {} cannot be loaded: {e} (source: {})",
                 path.display(),
                 staging.kept_source.display()
@@ -422,12 +444,12 @@ mod tests {
     /// A "compiler" that upper-cases its source; loading reads the text back.
     fn upper(staging: &Staging) -> Result<()> {
         let text = fs::read_to_string(staging.path().join(staging.source_name()))
-            .map_err(|e| backend(e.to_string()))?;
+            .map_err(|e| Error::backend(e.to_string()))?;
         fs::write(
             staging.path().join(staging.artifact_name()),
             text.to_uppercase(),
         )
-        .map_err(|e| backend(e.to_string()))
+        .map_err(|e| Error::backend(e.to_string()))
     }
 
     fn text(_: &Path, bytes: Vec<u8>) -> std::result::Result<String, String> {
@@ -441,6 +463,16 @@ mod tests {
             .collect();
         n.sort();
         n
+    }
+
+    #[test]
+    fn diagnostics_are_cut_to_the_first_lines() {
+        let long: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        let cut = trim_diagnostics(&long);
+        assert_eq!(cut.lines().count(), MAX_DIAGNOSTIC_LINES + 1);
+        assert!(cut.starts_with("line 0\n"));
+        assert!(cut.ends_with("(60 more lines)"));
+        assert_eq!(trim_diagnostics("a\nb\n"), "a\nb");
     }
 
     #[test]
@@ -487,7 +519,7 @@ mod tests {
         let dir = scratch("damage");
         let with_log = |s: &Staging| {
             upper(s)?;
-            fs::write(s.path().join("k2.log"), "note").map_err(|e| backend(e.to_string()))
+            fs::write(s.path().join("k2.log"), "note").map_err(|e| Error::backend(e.to_string()))
         };
         let cache = KernelCache::<String>::new(dir.clone(), "out", "in");
         cache.get_or_build("k2", "xy", &text, with_log).unwrap();
@@ -531,7 +563,7 @@ mod tests {
             .get_or_build("k3", "bad", &text, |s| {
                 let (kept, moved) = s.keep_source();
                 assert!(moved);
-                Err(backend(format!("broken, see {}", kept.display())))
+                Err(Error::backend(format!("broken, see {}", kept.display())))
             })
             .unwrap_err();
         assert!(err.to_string().contains("k3.in"), "{err}");

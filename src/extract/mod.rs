@@ -71,8 +71,9 @@ impl Default for ExtractOptions {
     }
 }
 
-/// Which extractor produced a result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which extractor produced a result. Serialized as its lowercase name, as `Display` prints it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Method {
     Exact,
     Greedy,

@@ -43,14 +43,11 @@ impl Program {
     ) -> Result<()> {
         let dag = &self.dag;
         if inputs.len() != dag.inputs.len() {
-            return Err(Error::new(
-                Site::default(),
-                ErrorKind::Input(format!(
-                    "{} inputs given, the graph has {}",
-                    inputs.len(),
-                    dag.inputs.len()
-                )),
-            ));
+            return Err(Error::input(format!(
+                "{} inputs given, the graph has {}",
+                inputs.len(),
+                dag.inputs.len()
+            )));
         }
         for ((dtype, shape), input) in inputs.zip(&dag.inputs) {
             if dtype != input.ty.dtype || shape != input.ty.shape.as_slice() {

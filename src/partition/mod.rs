@@ -67,16 +67,28 @@ impl std::iter::Sum for Cost {
     }
 }
 
-/// What runs a kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What runs a kernel. Serialized as reports name it: `fused`, `copy`, `library`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum KernelKind {
     /// A generated loop over one iteration domain: pointwise ops, broadcasts, reductions at
     /// its end. A single op run unfused is a one-node `Fused` kernel.
     Fused,
     /// A layout op run as a copy of its own (`Alone` in fusion.ron).
+    #[serde(rename = "copy")]
     Alone,
     /// An opaque library call (matmul).
     Library,
+}
+
+impl std::fmt::Display for KernelKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KernelKind::Fused => "fused",
+            KernelKind::Alone => "copy",
+            KernelKind::Library => "library",
+        })
+    }
 }
 
 /// One kernel.

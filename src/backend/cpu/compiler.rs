@@ -23,7 +23,9 @@
 //! sound here only because entries are content-addressed and never change once renamed in.
 
 pub use crate::backend::cache::CompileStats;
-use crate::backend::cache::{KernelCache, Staging, backend, env_nonempty, hex, user_cache_dir};
+use crate::backend::cache::{
+    KernelCache, Staging, env_nonempty, hex, trim_diagnostics, user_cache_dir,
+};
 use crate::error::{Error, Result};
 use sha2::{Digest, Sha256};
 use std::ffi::c_void;
@@ -73,12 +75,6 @@ pub const DEFAULT_FLAGS: &[&str] = &[
 /// Libraries linked after the source file (the linker resolves left to right): libmvec for the
 /// vector math variants, libm for the scalar ones.
 pub const LINK_LIBS: &[&str] = &["-lmvec", "-lm"];
-
-/// At most this many lines of compiler diagnostics go into an error message: the first errors
-/// are the useful ones, and a runaway cascade should not bury them.
-const MAX_DIAGNOSTIC_LINES: usize = 40;
-/// At most this many bytes of compiler diagnostics go into an error message.
-const MAX_DIAGNOSTIC_BYTES: usize = 6000;
 
 /// How to run the C compiler and where to keep what it builds.
 #[derive(Debug, Clone)]
@@ -171,7 +167,7 @@ impl Module {
     /// should only ask for names the emitter generated.
     pub fn kernel(&self, name: &str) -> Result<KernelFn> {
         if !is_c_identifier(name) {
-            return Err(backend(format!(
+            return Err(Error::backend(format!(
                 "`{name}` is not a C identifier, so it cannot name a kernel in {}",
                 self.path.display()
             )));
@@ -182,7 +178,7 @@ impl Module {
         let symbol = unsafe { self.library.get::<KernelFn>(name.as_bytes()) };
         match symbol {
             Ok(symbol) => Ok(*symbol),
-            Err(e) => Err(backend(format!(
+            Err(e) => Err(Error::backend(format!(
                 "kernel `{name}` not found in {}: {e}",
                 self.path.display()
             ))),
@@ -324,7 +320,7 @@ impl Compiler {
         if diagnostics.trim().is_empty() {
             diagnostics = String::from_utf8_lossy(&output.stdout).into_owned();
         }
-        Err(backend(format!(
+        Err(Error::backend(format!(
             "C compiler `{}` failed ({status}) on {}{}:\n{}",
             self.config.cc,
             kept_source.display(),
@@ -361,7 +357,7 @@ fn query_version(cc: &str) -> Result<String> {
     let first = stdout.lines().map(str::trim).find(|l| !l.is_empty());
     match (output.status.success(), first) {
         (true, Some(line)) => Ok(line.to_string()),
-        _ => Err(backend(format!(
+        _ => Err(Error::backend(format!(
             "C compiler `{cc}` did not report a version with `{cc} --version`: {}; set FUSEBOX_CC to a C compiler such as gcc or clang",
             trim_diagnostics(&String::from_utf8_lossy(&output.stderr))
         ))),
@@ -390,28 +386,9 @@ fn host_identity() -> String {
 }
 
 fn cannot_run(cc: &str, e: &io::Error) -> Error {
-    backend(format!(
+    Error::backend(format!(
         "cannot run the C compiler `{cc}`: {e}; install a C compiler or set FUSEBOX_CC to one (for example FUSEBOX_CC=gcc)"
     ))
-}
-
-/// The first lines of compiler output, cut to a readable size.
-pub(crate) fn trim_diagnostics(text: &str) -> String {
-    let lines: Vec<&str> = text.trim_end().lines().collect();
-    let mut out = String::new();
-    let mut shown = 0;
-    for line in &lines {
-        if shown == MAX_DIAGNOSTIC_LINES || out.len() + line.len() > MAX_DIAGNOSTIC_BYTES {
-            break;
-        }
-        out.push_str(line);
-        out.push('\n');
-        shown += 1;
-    }
-    if shown < lines.len() {
-        out.push_str(&format!("… ({} more lines)\n", lines.len() - shown));
-    }
-    out.trim_end().to_string()
 }
 
 #[cfg(test)]
@@ -427,16 +404,6 @@ mod tests {
         assert!(!is_c_identifier("k-1"));
         assert!(!is_c_identifier("k\0"));
         assert!(!is_c_identifier("é"));
-    }
-
-    #[test]
-    fn diagnostics_are_cut_to_the_first_lines() {
-        let long: String = (0..100).map(|i| format!("line {i}\n")).collect();
-        let cut = trim_diagnostics(&long);
-        assert_eq!(cut.lines().count(), MAX_DIAGNOSTIC_LINES + 1);
-        assert!(cut.starts_with("line 0\n"));
-        assert!(cut.ends_with("(60 more lines)"));
-        assert_eq!(trim_diagnostics("a\nb\n"), "a\nb");
     }
 
     #[test]

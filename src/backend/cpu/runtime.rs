@@ -12,7 +12,7 @@ use super::compiler::{CompileStats, Compiler, KernelFn, Module};
 use super::emit;
 use crate::backend::{BenchFacts, Executable, Target};
 use crate::dag::Value;
-use crate::error::{Error, ErrorKind, Result, Site};
+use crate::error::{Error, Result};
 use crate::lower::{Program, Step};
 use crate::runtime::buffer::{Buffer, Elements, ElementsMut};
 use crate::runtime::matmul;
@@ -37,10 +37,6 @@ pub struct CpuExecutable {
     source: String,
     /// What the compiler did while this executable was built.
     stats: CompileStats,
-}
-
-fn backend_error(message: String) -> Error {
-    Error::new(Site::default(), ErrorKind::Backend(message))
 }
 
 /// The C source of `program`'s kernels, and each kernel's name in it (equal kernels share one
@@ -140,7 +136,7 @@ impl Executable for CpuExecutable {
             let ty = dag.ty(output.value);
             if outputs.len() != dag.outputs.len() || buf.dtype != ty.dtype || buf.shape != ty.shape
             {
-                return Err(backend_error(format!(
+                return Err(Error::backend(format!(
                     "output buffer for `{}` must be {} {:?}",
                     output.name, ty.dtype, ty.shape
                 )));
@@ -190,7 +186,7 @@ impl Executable for CpuExecutable {
                             ElementsMut::from_raw(to.dtype, &to.shape, pointer(m.out)),
                         )
                     };
-                    matmul::matmul_elements(a, &m.a, b, &m.b, out).map_err(backend_error)?;
+                    matmul::matmul_elements(a, &m.a, b, &m.b, out).map_err(Error::backend)?;
                 }
             }
         }

@@ -23,7 +23,7 @@
 //! so NVRTC counts as available only together with a directory holding those headers.
 
 use crate::backend::cache::{env_nonempty, sha256_hex, user_cache_dir};
-use crate::error::{Error, ErrorKind, Result, Site};
+use crate::error::{Error, ErrorKind, Result};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -66,7 +66,7 @@ pub(crate) fn nvrtc_setup() -> Result<&'static NvrtcSetup> {
     NVRTC
         .get_or_init(find_nvrtc)
         .as_ref()
-        .map_err(|message| Error::new(Site::default(), ErrorKind::Backend(message.clone())))
+        .map_err(|message| Error::backend(message.clone()))
 }
 
 /// Whether the CUDA driver library (libcuda, installed with the NVIDIA driver) can be loaded:

@@ -17,12 +17,12 @@
 //! into a fused multiply-add, whose single rounding would differ from the unfused graph.
 
 pub use crate::backend::cache::CompileStats;
+use crate::backend::cache::trim_diagnostics;
 use crate::backend::cache::{
-    KernelCache, Staging, backend, env_nonempty, io_error, sha256_hex, user_cache_dir,
+    KernelCache, Staging, env_nonempty, io_error, sha256_hex, user_cache_dir,
 };
-use crate::backend::cpu::compiler::trim_diagnostics;
 use crate::backend::cuda::libs::{self, NvrtcSetup};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::ffi::{CStr, CString};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -148,7 +148,7 @@ impl NvrtcCompiler {
         let setup = libs::nvrtc_setup()?;
         let (number, suffix) = parse_arch(arch)?;
         if !setup.archs.contains(&number) {
-            return Err(backend(format!(
+            return Err(Error::backend(format!(
                 "NVRTC {}.{} cannot compile for `{arch}`; it supports sm_{}",
                 setup.version.0,
                 setup.version.1,
@@ -174,7 +174,9 @@ impl NvrtcCompiler {
         }
         flags.extend(self.options.extra.iter().cloned());
         if let Some(bad) = flags.iter().find(|f| f.contains('\0')) {
-            return Err(backend(format!("NVRTC option {bad:?} contains a NUL byte")));
+            return Err(Error::backend(format!(
+                "NVRTC option {bad:?} contains a NUL byte"
+            )));
         }
         Ok(flags)
     }
@@ -218,7 +220,7 @@ impl NvrtcCompiler {
             build(staging, source, &all, &key)
         })?;
         if self.options.warnings_as_errors && has_warning(&module.log) {
-            return Err(backend(format!(
+            return Err(Error::backend(format!(
                 "NVRTC warned (warnings are errors) on {}:\n{}",
                 self.cache.source_path(&key).display(),
                 trim_diagnostics(&module.log)
@@ -250,7 +252,7 @@ fn parse_arch(arch: &str) -> Result<(u32, &str)> {
     let (number, suffix) = rest.split_at(digits);
     match (number.parse::<u32>(), suffix) {
         (Ok(n), "" | "a" | "f") => Ok((n, suffix)),
-        _ => Err(backend(format!(
+        _ => Err(Error::backend(format!(
             "`{arch}` is not a CUDA architecture (expected the form sm_90, sm_90a or compute_80)"
         ))),
     }
@@ -269,8 +271,8 @@ fn has_warning(log: &str) -> bool {
 
 /// Runs NVRTC on the source and leaves `<key>.ptx` (and `<key>.log`) in `staging`.
 fn build(staging: &Staging, source: &str, flags: &[String], key: &str) -> Result<()> {
-    let c_source =
-        CString::new(source).map_err(|_| backend("CUDA source contains a NUL byte".to_string()))?;
+    let c_source = CString::new(source)
+        .map_err(|_| Error::backend("CUDA source contains a NUL byte".to_string()))?;
     let name = c"fusebox.cu";
     let (status, log, ptx) = run_nvrtc(&c_source, name, flags)?;
     if !log.trim().is_empty() {
@@ -279,7 +281,7 @@ fn build(staging: &Staging, source: &str, flags: &[String], key: &str) -> Result
     }
     if let Err(e) = status {
         let (kept, moved) = staging.keep_source();
-        return Err(backend(format!(
+        return Err(Error::backend(format!(
             "NVRTC failed ({e}) on {}{} with {}:\n{}",
             kept.display(),
             if moved { "" } else { " (could not be kept)" },
@@ -301,7 +303,7 @@ type NvrtcOutput = (
 fn run_nvrtc(source: &CStr, name: &CStr, flags: &[String]) -> Result<NvrtcOutput> {
     use cudarc::nvrtc::result as nvrtc;
     let program = nvrtc::create_program(source, Some(name))
-        .map_err(|e| backend(format!("nvrtcCreateProgram failed: {e}")))?;
+        .map_err(|e| Error::backend(format!("nvrtcCreateProgram failed: {e}")))?;
     // SAFETY: `program` was just created and is destroyed exactly once below; the options
     // contain no NUL byte (checked in `flags`, and paths cannot contain one), so cudarc's
     // conversion to C strings cannot fail.
@@ -317,7 +319,7 @@ fn run_nvrtc(source: &CStr, name: &CStr, flags: &[String]) -> Result<NvrtcOutput
     };
     // SAFETY: created above and not destroyed before.
     let _ = unsafe { nvrtc::destroy_program(program) };
-    let ptx = ptx.map_err(|e| backend(format!("nvrtcGetPTX failed: {e}")))?;
+    let ptx = ptx.map_err(|e| Error::backend(format!("nvrtcGetPTX failed: {e}")))?;
     Ok((status, log, ptx))
 }
 

@@ -49,19 +49,14 @@ pub use pool::DeviceBuffer;
 
 use crate::error::{Error, Result};
 
-/// A backend error with no better site than the whole run.
-pub(crate) fn backend_error(message: impl Into<String>) -> Error {
-    crate::backend::cache::backend(message.into())
-}
-
 /// A failed CUDA driver call, naming what was being done.
 pub(crate) fn driver_error(what: &str, error: cudarc::driver::DriverError) -> Error {
-    backend_error(format!("CUDA driver: {what}: {error:?}"))
+    Error::backend(format!("CUDA driver: {what}: {error:?}"))
 }
 
 /// A failed cuBLAS call, naming what was being done.
 pub(crate) fn cublas_error(what: &str, error: cudarc::cublas::result::CublasError) -> Error {
-    backend_error(format!("cuBLAS: {what}: {error:?}"))
+    Error::backend(format!("cuBLAS: {what}: {error:?}"))
 }
 
 /// Shorthand for results of the driver API.

@@ -5,15 +5,15 @@
 //! table, never dropped), so kernels loaded and memory pooled for one executable serve the
 //! next one too, and nothing is torn down while another thread may still use it.
 
+use super::DriverResult;
 use super::gemm::Blas;
 use super::modules::ModuleCache;
 use super::pool::{DeviceBuffer, Pool, bucket};
 use super::probe::Libraries;
-use super::{DriverResult, backend_error};
 use crate::backend::cache::lock;
 use crate::backend::cuda::libs::NvrtcSetup;
 use crate::backend::cuda::nvrtc::{CompileOptions, NvrtcCompiler, arch_for_capability};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUresult};
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
 use std::collections::HashMap;
@@ -70,7 +70,7 @@ fn open_error(ordinal: usize, what: &str, e: DriverError) -> crate::error::Error
         }
         _ => "",
     };
-    backend_error(format!(
+    Error::backend(format!(
         "cannot open CUDA device {ordinal}: {what}: {e:?}{hint}"
     ))
 }
@@ -94,12 +94,12 @@ impl Device {
     fn open(ordinal: usize, nvrtc: NvrtcSetup) -> Result<Device> {
         let count = CudaContext::device_count().map_err(|e| open_error(ordinal, "cuInit", e))?;
         if count <= 0 {
-            return Err(backend_error(
+            return Err(Error::backend(
                 "the CUDA driver reports no devices (check nvidia-smi and CUDA_VISIBLE_DEVICES)",
             ));
         }
         if ordinal >= count as usize {
-            return Err(backend_error(format!(
+            return Err(Error::backend(format!(
                 "CUDA device {ordinal} was asked for, but only {count} device(s) are visible"
             )));
         }
@@ -204,7 +204,7 @@ impl Device {
                         .or_driver("freeing idle memory")?;
                 }
                 unsafe { cudarc::driver::result::malloc_sync(size) }.map_err(|e| {
-                    backend_error(format!(
+                    Error::backend(format!(
                         "CUDA device {} is out of memory allocating {size} bytes ({} bytes in \
                          use by fusebox): {e:?}",
                         self.info.ordinal, pool.live_bytes
@@ -241,7 +241,7 @@ impl Device {
         }
         match blas.as_mut() {
             Some(handle) => f(handle),
-            None => Err(backend_error("cuBLAS handle missing after creation")),
+            None => Err(Error::backend("cuBLAS handle missing after creation")),
         }
     }
 
@@ -300,7 +300,7 @@ pub fn arch_override() -> Result<Option<String>> {
     };
     let digits = arch.strip_prefix("sm_").unwrap_or("");
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(backend_error(format!(
+        return Err(Error::backend(format!(
             "FUSEBOX_CUDA_ARCH must look like `sm_90`, not `{arch}`"
         )));
     }
@@ -313,7 +313,7 @@ pub fn choose_arch(cc: u32, nvrtc_archs: &[u32]) -> Result<String> {
     }
     match nvrtc_archs.iter().copied().filter(|&a| a <= cc).max() {
         Some(a) => Ok(format!("sm_{a}")),
-        None => Err(backend_error(format!(
+        None => Err(Error::backend(format!(
             "this NVRTC cannot compile for the device (sm_{cc}) or any older architecture; it \
              targets sm_{}",
             nvrtc_archs

@@ -7,16 +7,16 @@
 //! run then only queues that list on a stream: no allocation, no compilation, no host wait,
 //! which is also what lets a run be captured into a CUDA graph.
 
+use super::DriverResult;
 use super::device::{CuStream, Device};
 use super::plan::{Buf, DevicePlan, Op};
 use super::pool::DeviceBuffer;
-use super::{DriverResult, backend_error};
 use crate::backend::cuda::abi;
 use crate::backend::cuda::emit::EmitOptions;
 use crate::backend::cuda::nvrtc::CompileStats;
 use crate::backend::{BenchFacts, Executable, Target};
 use crate::dag::Value;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lower::Program;
 use crate::runtime::buffer::Buffer;
 use crate::runtime::memory::MemoryPlan;
@@ -234,7 +234,7 @@ impl CudaExecutable {
     ) -> Result<()> {
         let dag = &self.program.dag;
         if inputs.len() != dag.inputs.len() || outputs.len() != dag.outputs.len() {
-            return Err(backend_error(format!(
+            return Err(Error::backend(format!(
                 "{} inputs and {} outputs given, the graph has {} and {}",
                 inputs.len(),
                 outputs.len(),
@@ -248,7 +248,7 @@ impl CudaExecutable {
         for (buf, output) in outputs.iter().zip(&dag.outputs) {
             let ty = dag.ty(output.value);
             if buf.dtype != ty.dtype || buf.shape != ty.shape {
-                return Err(backend_error(format!(
+                return Err(Error::backend(format!(
                     "output buffer for `{}` must be {} {:?}",
                     output.name, ty.dtype, ty.shape
                 )));
@@ -259,7 +259,7 @@ impl CudaExecutable {
             .chain(outputs)
             .find(|b| b.device().info().ordinal != ordinal)
         {
-            return Err(backend_error(format!(
+            return Err(Error::backend(format!(
                 "a buffer on device {} was given to a program on device {ordinal}",
                 b.device().info().ordinal
             )));
@@ -428,7 +428,7 @@ impl Executable for CudaExecutable {
         let mut device_outputs = self.output_buffers()?;
         self.run_device(&device_inputs, &mut device_outputs)?;
         if outputs.len() != device_outputs.len() {
-            return Err(backend_error(format!(
+            return Err(Error::backend(format!(
                 "{} output buffers given, the graph has {} outputs",
                 outputs.len(),
                 device_outputs.len()

@@ -27,10 +27,10 @@
 //! no transposition. Batches are grouped into strided-batched calls wherever the broadcast
 //! batch layout allows (see [`plan_shape`]).
 
+use super::cublas_error;
 use super::device::{CuStream, Device};
-use super::{backend_error, cublas_error};
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use cudarc::cublas::result as cublas;
 use cudarc::cublas::sys::{
     cublasComputeType_t, cublasGemmAlgo_t, cublasHandle_t, cublasMath_t, cublasOperation_t,
@@ -255,14 +255,14 @@ fn data_type(dtype: DType) -> Result<cudaDataType> {
         DType::BF16 => cudaDataType::CUDA_R_16BF,
         DType::F32 => cudaDataType::CUDA_R_32F,
         DType::F64 => cudaDataType::CUDA_R_64F,
-        other => return Err(backend_error(format!("cuBLAS cannot read {other}"))),
+        other => return Err(Error::backend(format!("cuBLAS cannot read {other}"))),
     })
 }
 
 /// cuBLAS's sizes are C ints.
 fn int(value: usize, what: &str) -> Result<i32> {
     i32::try_from(value).map_err(|_| {
-        backend_error(format!(
+        Error::backend(format!(
             "matmul {what} {value} exceeds cuBLAS's 32-bit sizes"
         ))
     })

@@ -7,10 +7,9 @@
 //! version) make a new process skip compilation too; loading PTX into a context is the only
 //! per-process cost left.
 
-use super::backend_error;
 use super::device::Device;
 use crate::backend::cache::{lock, sha256_hex};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaFunction, CudaModule};
 use std::collections::HashMap;
@@ -31,12 +30,12 @@ impl LoadedModule {
             return Ok(f.clone());
         }
         if name.contains('\0') {
-            return Err(backend_error(format!(
+            return Err(Error::backend(format!(
                 "entry point name {name:?} contains NUL"
             )));
         }
         let f = self.module.load_function(name).map_err(|e| {
-            backend_error(format!("entry point `{name}` is not in the module: {e:?}"))
+            Error::backend(format!("entry point `{name}` is not in the module: {e:?}"))
         })?;
         functions.insert(name.to_string(), f.clone());
         Ok(f)
@@ -79,7 +78,7 @@ impl Device {
         }
         let ptx = self.compiler.compile(source, &arch)?;
         if ptx.ptx.contains('\0') {
-            return Err(backend_error("NVRTC returned PTX containing a NUL byte"));
+            return Err(Error::backend("NVRTC returned PTX containing a NUL byte"));
         }
         self.bind()?;
         let module = self.context().load_module(ptx.to_cudarc()).map_err(|e| {
@@ -93,7 +92,7 @@ impl Device {
                 }
                 _ => "",
             };
-            backend_error(format!(
+            Error::backend(format!(
                 "loading the PTX compiled for {arch} into the context: {e:?}{hint}"
             ))
         })?;

@@ -11,10 +11,10 @@
 //! [module docs](super)): a block returned while queued work still uses it can only be touched
 //! again by work queued after that work.
 
+use super::DriverResult;
 use super::device::Device;
-use super::{DriverResult, backend_error};
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::runtime::buffer::Buffer;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -133,7 +133,7 @@ impl DeviceBuffer {
     /// values for a program whose CUDA graph was captured with this buffer.
     pub fn write(&mut self, host: &Buffer) -> Result<()> {
         if host.dtype != self.dtype || host.shape != self.shape {
-            return Err(backend_error(format!(
+            return Err(Error::backend(format!(
                 "cannot copy a host buffer of {} {:?} into a device buffer of {} {:?}",
                 host.dtype, host.shape, self.dtype, self.shape
             )));
@@ -164,7 +164,7 @@ impl DeviceBuffer {
     /// only after [`Device::synchronize`]; `host` must not be read or dropped before.
     pub(crate) fn download_into(&self, host: &mut Buffer) -> Result<()> {
         if host.dtype != self.dtype || host.shape != self.shape {
-            return Err(backend_error(format!(
+            return Err(Error::backend(format!(
                 "cannot copy a device buffer of {} {:?} into a host buffer of {} {:?}",
                 self.dtype, self.shape, host.dtype, host.shape
             )));

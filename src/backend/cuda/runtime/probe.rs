@@ -5,9 +5,8 @@
 //! found, and what the cuda backend needs: on a machine without a GPU, `fusebox run --backend
 //! cuda` must fail with a sentence, not a backtrace.
 
-use super::backend_error;
 use crate::backend::cuda::libs::{self, NvrtcSetup};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// What was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +61,7 @@ impl Libraries {
         if missing.is_empty() {
             return Ok(());
         }
-        Err(backend_error(format!(
+        Err(Error::backend(format!(
             "the cuda backend cannot run here: {} ({})",
             missing.join("; "),
             found.join("; ")
