@@ -23,7 +23,7 @@ fn describe(label: &str, graph: &Graph, rules: &RuleSet) {
         r.egraph.classes,
         r.egraph.iterations,
         r.egraph.stop_reason,
-        r.extraction.method,
+        r.extraction.method.expect("optimize with fusion extracts"),
         r.extraction.evaluations,
         r.time_ms
     );

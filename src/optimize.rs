@@ -281,8 +281,8 @@ fn fuse(
     profile: &Profile,
     options: &Options,
 ) -> Result<(Dag, Partition, Saturation, ExtractionReport)> {
-    let mut egraph = egraph::new_egraph(&input, &rules.ops);
-    let mut seeded = egraph::seed(&mut egraph, &input);
+    let mut egraph = egraph::new_egraph(input, &rules.ops);
+    let mut seeded = egraph::seed(&mut egraph, input);
     egraph.rebuild();
     let active: Vec<crate::rewrite::Rule> = rules
         .rewrites

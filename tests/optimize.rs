@@ -7,6 +7,7 @@ use fusebox::graph::{self, Graph};
 use fusebox::optimize::{Optimized, Options, optimize};
 use fusebox::partition;
 use fusebox::rules::RuleSet;
+use fusebox::saturate::Stop;
 use proptest::prelude::*;
 
 mod common;
@@ -280,7 +281,7 @@ fn limits_stop_saturation_without_failing() {
         ..Options::default()
     };
     let out = optimize(&graph, &rules, &tight).unwrap();
-    assert_eq!(out.report.egraph.stop_reason, "node limit");
+    assert_eq!(out.report.egraph.stop_reason, Stop::NodeLimit);
     assert!(out.report.egraph.limited);
     assert!(out.report.cost_after <= out.report.cost_unrewritten);
     outputs_agree(&graph, &out.graph, 1).unwrap();
@@ -293,13 +294,14 @@ fn limits_stop_saturation_without_failing() {
         ..Options::default()
     };
     let out = optimize(&graph, &rules, &no_time).unwrap();
-    assert_eq!(out.report.egraph.stop_reason, "time limit");
+    assert_eq!(out.report.egraph.stop_reason, Stop::TimeLimit);
     assert_eq!(out.report.egraph.iterations, 0);
     outputs_agree(&graph, &out.graph, 2).unwrap();
 
     let generous = optimize(&graph, &rules, &Options::default()).unwrap();
     assert_eq!(
-        generous.report.egraph.stop_reason, "saturated",
+        generous.report.egraph.stop_reason,
+        Stop::Saturated,
         "{:?}",
         generous.report.egraph
     );
