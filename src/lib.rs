@@ -1,9 +1,20 @@
 //! fusebox optimizes tensor computation graphs by equality saturation, with every op, casting
 //! policy, fusion rule and rewrite written as data in RON rule files.
 //!
-//! The data flows through the modules in this order: [`graph`] (the IR, its file format and
-//! checker) over the [`rules`] catalogue, the [`formula`] language that defines pointwise ops,
-//! and the reference evaluator [`eval`], which is the oracle for every later stage.
+//! The modules follow the data flow (the book's architecture chapter has one line per module
+//! and which may use which, checked by `tests/architecture.rs`):
+//!
+//! - foundations: [`dtype`], [`shape`], [`span`], [`formula`], [`attr`], [`error`], [`tensor`];
+//! - the rules as data: [`rules`] (op catalogue, AMP policies, fusion legality, cost profiles,
+//!   and [`rules::RuleSet`], a rule directory over the embedded defaults);
+//! - the graph and its oracle: [`graph`] (IR, file format, checker), [`eval`] (the reference
+//!   evaluator every later stage is tested against), [`amp`] (cast insertion), [`dag`];
+//! - the optimizer: [`egraph`], [`rewrite`], [`saturate`], [`extract`], [`partition`], joined by
+//!   [`optimize`], the one pipeline entry, and described by [`explain`];
+//! - code: [`lower`] (the size-free kernel IR), [`runtime`] (host buffers, memory plan, reference
+//!   matmul, IR interpreter), [`backend`] (the `Target`/`Executable` boundary, with the
+//!   [`backend::cpu`] and [`backend::cuda`] backends);
+//! - on top: [`runner`] (compile and time for any backend) and [`cli`].
 
 pub mod amp;
 pub mod attr;
