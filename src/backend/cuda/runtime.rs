@@ -1,5 +1,5 @@
 //! Running a lowered [`Program`](crate::lower::Program) on an NVIDIA GPU: the CUDA twin of the
-//! CPU executor in [`crate::exec`].
+//! CPU runtime in [`crate::backend::cpu::runtime`].
 //!
 //! # Execution model
 //!
@@ -18,7 +18,7 @@
 //! them: CUDA runs the work of one stream in order, so a kernel sees everything earlier
 //! kernels wrote without a synchronization, and a host wait would only leave the GPU idle
 //! while the next launch is prepared. The host waits once, when outputs are read back
-//! ([`CudaExecutable::run_tensors`], [`DeviceBuffer::download`]).
+//! ([`Executable::run_tensors`](crate::backend::Executable::run_tensors), [`DeviceBuffer::download`]).
 //!
 //! One stream per device is also what makes the buffer pool safe without events: a buffer
 //! given back to the pool on the host may still be in use by queued work, but whoever takes it
