@@ -230,7 +230,11 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
     let cast_kernels_after = after
         .kernels
         .iter()
-        .filter(|k| k.nodes.iter().all(|&n| dag.nodes[n].op.builtin() == Some(Builtin::Cast)))
+        .filter(|k| {
+            k.nodes
+                .iter()
+                .all(|&n| dag.nodes[n].op.builtin() == Some(Builtin::Cast))
+        })
         .count();
     let report = Report {
         graph: graph.name.clone(),

@@ -6,8 +6,8 @@
 //! embedded file says why each op is where it is. A policy is only data: the cast-insertion
 //! pass that applies one is [`crate::amp`].
 
-use super::{Builtin, Catalogue};
 use super::ron_file::{self, RonDocument};
+use super::{Builtin, Catalogue};
 use crate::attr::{AttrValue, Attrs};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result, Site};
@@ -257,7 +257,9 @@ fn check_policy(
                 return Err(rule(
                     site,
                     op,
-                    format!("casts are what AMP inserts and always produce their `dtype`: `{op}` cannot be listed"),
+                    format!(
+                        "casts are what AMP inserts and always produce their `dtype`: `{op}` cannot be listed"
+                    ),
                 ));
             }
             if let Some(first) = listed.insert(op, list) {

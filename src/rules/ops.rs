@@ -538,7 +538,7 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
             let builtin = name.as_deref().map(resolve).transpose()?;
             if let Some(b) = builtin {
                 check_pointwise_builtin(spec, b, &expr)
-                    .map_err(|msg| rule_error("formula", msg))?;
+                    .map_err(|(field, msg)| rule_error(field, msg))?;
             }
             (Semantics::Formula(expr), builtin)
         }
@@ -698,37 +698,59 @@ fn check_builtin_signature(spec: &OpSpec, builtin: Builtin) -> Result<(), String
 /// is exactly the built-in's (the operand for a cast, the `value` attribute for a literal), the
 /// result dtype is the `dtype` attribute, the attributes are exactly the built-in's, and a cast
 /// takes every dtype (it also copies integer and bool outputs).
-fn check_pointwise_builtin(spec: &OpSpec, builtin: Builtin, formula: &Expr) -> Result<(), String> {
+/// An error names the field it is about.
+fn check_pointwise_builtin(
+    spec: &OpSpec,
+    builtin: Builtin,
+    formula: &Expr,
+) -> Result<(), (&'static str, String)> {
     let (value, what) = match builtin {
         Builtin::Cast => (spec.operands[0].as_str(), "its operand"),
         _ => ("value", "its `value` attribute"),
     };
     if *formula != Expr::Var(value.to_string()) {
-        return Err(format!(
-            "the formula of builtin `{}` is {what}: write `formula: \"{value}\"`",
-            builtin.name()
+        return Err((
+            "formula",
+            format!(
+                "the formula of builtin `{}` is {what}: write `formula: \"{value}\"`",
+                builtin.name()
+            ),
         ));
     }
     if spec.dtype != DtypeRule::FromAttr("dtype".into()) {
-        return Err(format!(
-            "builtin `{}` produces its `dtype` attribute: write `dtype: FromAttr(\"dtype\")`",
-            builtin.name()
+        return Err((
+            "dtype",
+            format!(
+                "builtin `{}` produces its `dtype` attribute: write `dtype: FromAttr(\"dtype\")`",
+                builtin.name()
+            ),
         ));
     }
     let (_, attrs) = builtin.signature();
-    if let Some(extra) = spec.attrs.iter().find(|a| attrs.iter().all(|(n, _)| *n != a.name)) {
-        return Err(format!(
-            "builtin `{}` takes only the attributes {}; the engine creates its nodes and cannot fill `{}`",
-            builtin.name(),
-            attrs.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(" and "),
-            extra.name
+    if let Some(extra) = spec
+        .attrs
+        .iter()
+        .find(|a| attrs.iter().all(|(n, _)| *n != a.name))
+    {
+        let names: Vec<String> = attrs.iter().map(|(n, _)| format!("`{n}`")).collect();
+        return Err((
+            "attrs",
+            format!(
+                "builtin `{}` takes only the attributes {}; the engine creates its nodes and cannot fill `{}`",
+                builtin.name(),
+                names.join(" and "),
+                extra.name
+            ),
         ));
     }
     if builtin == Builtin::Cast
         && let Some(class) = spec.accepts.values().find(|c| **c != DtypeClass::Any)
     {
-        return Err(format!(
-            "builtin `cast` converts every dtype (output copies cast integers and bools too): drop `accepts: {{.. {class:?}}}`"
+        return Err((
+            "accepts",
+            format!(
+                "builtin `cast` converts every dtype (output copies cast integers and bools too): drop `accepts: {{.. {class:?}}}`"
+            ),
         ));
     }
     Ok(())
