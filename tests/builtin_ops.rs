@@ -438,7 +438,7 @@ fn replacing_the_only_cast_op_is_refused() {
 ]
 "#,
         "Op(name: \"cast\"",
-        "replaces the catalogue's only cast op",
+        "leaves the catalogue without a cast",
     );
     assert_eq!(e.site.op.as_deref(), Some("cast"));
     // Declaring another cast op in the same file is fine.

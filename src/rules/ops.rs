@@ -360,7 +360,7 @@ impl Catalogue {
             return Err(Error::new(
                 site,
                 ErrorKind::Rule(format!(
-                    "`{}` replaces the catalogue's only cast op, but is no `builtin: \"cast\"`; fusebox inserts casts (AMP, copies of outputs) and needs one: declare it here or on another op",
+                    "`{}` replaces a cast op but declares no `builtin: \"cast\"`, which leaves the catalogue without a cast; fusebox inserts casts (AMP, copies of outputs) and needs one: declare it here or on another op",
                     name.unwrap_or_default()
                 )),
             ));
@@ -545,7 +545,8 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
         (OpKind::Pointwise, None, _) => {
             return Err(rule_error(
                 "kind",
-                "a pointwise op needs a `formula` (and no `builtin` but cast or const, which declare one too)".into(),
+                "a pointwise op needs a `formula` (only cast and const also name a `builtin`)"
+                    .into(),
             ));
         }
         (_, Some(_), _) => {
