@@ -21,7 +21,7 @@ use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::check::{infer_op, resolve_attrs};
 use crate::graph::{Graph, Node, TensorType, check};
-use crate::rules::{Catalogue, Policy, Treatment};
+use crate::rules::{Builtin, Catalogue, Policy, Treatment};
 use std::collections::{HashMap, HashSet};
 
 /// Options of [`insert_casts_with`].
@@ -76,7 +76,17 @@ pub fn insert_casts_with(
     options: &AmpOptions,
 ) -> Result<AmpGraph> {
     let original = check(graph, catalogue)?;
+    let cast_op = catalogue.builtin(Builtin::Cast).ok_or_else(|| {
+        Error::new(
+            Default::default(),
+            ErrorKind::Rule(
+                "AMP inserts casts, but the op catalogue declares no op with `builtin: \"cast\"`"
+                    .into(),
+            ),
+        )
+    })?;
     let mut pass = Pass {
+        cast_op: cast_op.name().to_string(),
         used: graph
             .inputs
             .iter()
@@ -161,7 +171,7 @@ pub fn insert_casts_with(
         } else {
             node.name.clone()
         };
-        if node.op == "cast"
+        if op.builtin() == Some(Builtin::Cast)
             && let Some(AttrValue::DType(d)) = attrs.get("dtype")
         {
             // A cast the graph already has serves later consumers wanting the same value in
@@ -201,6 +211,8 @@ pub fn insert_casts_with(
 
 /// The state of one visit.
 struct Pass {
+    /// The name of the catalogue's cast op, which the pass inserts.
+    cast_op: String,
     /// Every name taken in either graph, so a generated name never shadows an original one.
     used: HashSet<String>,
     /// Original value name → the value standing for it in the new graph (MXNet's mirror_map).
@@ -233,7 +245,7 @@ impl Pass {
         let shape = self.types[value].shape.clone();
         self.nodes.push(Node {
             name: name.clone(),
-            op: "cast".into(),
+            op: self.cast_op.clone(),
             args: vec![value.to_string()],
             attrs: Attrs::from([("dtype".to_string(), AttrValue::DType(dtype))]),
         });

@@ -8,7 +8,7 @@ use crate::attr::{AttrValue, Attrs};
 use crate::error::Result;
 use crate::graph::check::resolve_attrs;
 use crate::graph::{Graph, Input, Node, TensorType, check};
-use crate::rules::{Catalogue, OpDef};
+use crate::rules::{Builtin, Catalogue, OpDef};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -51,6 +51,9 @@ pub struct Dag {
     pub inputs: Vec<DagInput>,
     pub nodes: Vec<DagNode>,
     pub outputs: Vec<DagOutput>,
+    /// The catalogue's cast op ([`Catalogue::builtin`]), with which [`Dag::to_graph`] writes
+    /// output copies; `None` when the catalogue has no cast op.
+    pub cast: Option<Arc<OpDef>>,
 }
 
 impl Dag {
@@ -96,6 +99,7 @@ impl Dag {
             inputs,
             nodes,
             outputs,
+            cast: catalogue.builtin(Builtin::Cast).cloned(),
         })
     }
 
@@ -156,23 +160,32 @@ impl Dag {
         self.nodes.iter().filter(|n| n.op.name() == op).count()
     }
 
+    /// How many nodes apply an op declaring built-in `builtin` (casts, whatever their name).
+    pub fn count_builtin(&self, builtin: Builtin) -> usize {
+        self.nodes
+            .iter()
+            .filter(|n| n.op.builtin() == Some(builtin))
+            .count()
+    }
+
     /// The graph a user reads and saves. Names are made unique; each output keeps its name,
-    /// and an output whose value is an input or another output gets a copy node (a `cast` to
-    /// its own dtype) so the name still refers to it. Attributes equal to the catalogue default
-    /// are left out.
+    /// and an output whose value is an input or another output gets a copy node (a cast to its
+    /// own dtype, with [`Dag::cast`]) so the name still refers to it; without a cast op, such
+    /// an output names the value it repeats. Attributes equal to the catalogue default are
+    /// left out.
     pub fn to_graph(&self) -> Graph {
         let output_names: HashSet<&str> = self.outputs.iter().map(|o| o.name.as_str()).collect();
         let mut taken: HashSet<String> = self.inputs.iter().map(|i| i.name.clone()).collect();
         // Outputs claim the node computing them first, so they keep their own names.
         let mut names: Vec<Option<String>> = vec![None; self.nodes.len()];
-        let mut copies: Vec<(String, Value)> = Vec::new();
-        for out in &self.outputs {
+        let mut copies: Vec<(usize, Value)> = Vec::new();
+        for (k, out) in self.outputs.iter().enumerate() {
             match out.value {
                 Value::Node(i) if names[i].is_none() && !taken.contains(&out.name) => {
                     names[i] = Some(out.name.clone());
                     taken.insert(out.name.clone());
                 }
-                value => copies.push((out.name.clone(), value)),
+                value => copies.push((k, value)),
             }
         }
         for (i, node) in self.nodes.iter().enumerate() {
@@ -202,12 +215,17 @@ impl Dag {
                 attrs: written_attrs(&node.op, &node.attrs),
             })
             .collect();
-        for (name, value) in copies {
+        let mut outputs: Vec<String> = self.outputs.iter().map(|o| o.name.clone()).collect();
+        for (k, value) in copies {
+            let Some(cast) = &self.cast else {
+                outputs[k] = name_of(value);
+                continue;
+            };
             let mut attrs = Attrs::new();
             attrs.insert("dtype".into(), AttrValue::DType(self.ty(value).dtype));
             nodes.push(Node {
-                name,
-                op: "cast".into(),
+                name: outputs[k].clone(),
+                op: cast.name().to_string(),
                 args: vec![name_of(value)],
                 attrs,
             });
@@ -224,7 +242,7 @@ impl Dag {
                 })
                 .collect(),
             nodes,
-            outputs: self.outputs.iter().map(|o| o.name.clone()).collect(),
+            outputs,
         }
     }
 }

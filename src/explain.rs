@@ -6,6 +6,7 @@
 use crate::dag::Value;
 use crate::optimize::{Optimized, Report};
 use crate::partition::KernelKind;
+use crate::rules::Builtin;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
@@ -305,17 +306,22 @@ pub fn to_dot(optimized: &Optimized) -> String {
         let _ = writeln!(out, "  }}");
     }
     for (i, node) in dag.nodes.iter().enumerate() {
-        if node.op.name() == "const" {
-            let value = node
-                .attrs
-                .get("value")
-                .and_then(|v| v.as_f64())
-                .unwrap_or(f64::NAN);
+        if node.op.is_literal() {
+            // The const built-in shows its value; another literal op, its name.
+            let what = match node.op.builtin() {
+                Some(Builtin::Const) => node
+                    .attrs
+                    .get("value")
+                    .and_then(|v| v.as_f64())
+                    .unwrap_or(f64::NAN)
+                    .to_string(),
+                _ => node.op.name().to_string(),
+            };
             let _ = writeln!(
                 out,
                 "  {} [shape=plain, label={}];",
                 id(Value::Node(i)),
-                quote(&format!("{value} {}", node.ty.dtype))
+                quote(&format!("{what} {}", node.ty.dtype))
             );
         }
         for &arg in &node.args {

@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::extract::{self, ExtractOptions, Method};
 use crate::graph::Graph;
 use crate::partition::{self, Kernel, KernelKind, Partition};
-use crate::rules::{OpKind, Profile, RuleSet};
+use crate::rules::{Builtin, OpKind, Profile, RuleSet};
 use crate::saturate::{self, Limits, PhaseReport, Saturation, Stop};
 use crate::shape::{self, Shape};
 use egg::Id;
@@ -197,7 +197,7 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
     let kernels_before = input
         .nodes
         .iter()
-        .filter(|n| n.op.name() != "const" && n.op.kind() != OpKind::Opaque)
+        .filter(|n| !n.op.is_literal() && n.op.kind() != OpKind::Opaque)
         .count();
     let library = |p: &Partition| {
         p.kernels
@@ -208,7 +208,11 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
     let cast_kernels_after = after
         .kernels
         .iter()
-        .filter(|k| k.nodes.iter().all(|&n| dag.nodes[n].op.name() == "cast"))
+        .filter(|k| {
+            k.nodes
+                .iter()
+                .all(|&n| dag.nodes[n].op.builtin() == Some(Builtin::Cast))
+        })
         .count();
     let report = Report {
         graph: graph.name.clone(),
@@ -219,8 +223,8 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
         kernels_after: after.kernels.len() - library(&after),
         library_calls_before: library(&before),
         library_calls_after: library(&after),
-        casts_before: input.count_op("cast"),
-        casts_after: dag.count_op("cast"),
+        casts_before: input.count_builtin(Builtin::Cast),
+        casts_after: dag.count_builtin(Builtin::Cast),
         cast_kernels_after,
         bytes_before: before.cost.bytes,
         bytes_after: after.cost.bytes,
@@ -365,12 +369,12 @@ fn estimate(egraph: &FuseGraph, id: Id, node: &ENode) -> f64 {
     else {
         return 0.0;
     };
-    if op.name() == "const" {
+    if op.is_literal() {
         return 0.0;
     }
     let weight = match op.kind() {
         OpKind::Pointwise => 1.0,
-        OpKind::Layout if op.name() == "broadcast_to" => 0.5,
+        OpKind::Layout if op.builtin() == Some(Builtin::BroadcastTo) => 0.5,
         OpKind::Layout | OpKind::Reduction => 4.0,
         OpKind::Opaque => 16.0,
     };

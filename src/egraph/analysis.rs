@@ -280,8 +280,8 @@ impl Analysis<ENode> for TypeAnalysis {
         }
     }
 
-    /// A scalar class with a known value gets a `const` node, so later rules and extraction see
-    /// the folded constant.
+    /// A scalar class with a known value gets a node of the catalogue's `const` built-in, so
+    /// later rules and extraction see the folded constant. Without a const op nothing is folded.
     fn modify(egraph: &mut FuseGraph, id: Id) {
         let Some(TensorData {
             ty,
@@ -290,19 +290,36 @@ impl Analysis<ENode> for TypeAnalysis {
         else {
             return;
         };
-        if !ty.shape.is_empty() || egraph.analysis.catalogue.get("const").is_none() {
+        if !ty.shape.is_empty() {
             return;
         }
-        let has_const = egraph[id]
-            .nodes
-            .iter()
-            .any(|n| n.op_name() == Some("const"));
+        let catalogue = &egraph.analysis.catalogue;
+        let Some(literal) = catalogue.builtin(Builtin::Const).cloned() else {
+            return;
+        };
+        let has_const = egraph[id].nodes.iter().any(|n| {
+            n.op_name()
+                .and_then(|name| catalogue.get(name))
+                .is_some_and(|op| op.builtin() == Some(Builtin::Const))
+        });
         if has_const {
             return;
         }
-        let v = egraph.add(ENode::Attr(Leaf::num(value)));
-        let d = egraph.add(ENode::Attr(Leaf::DType(ty.dtype)));
-        let c = egraph.add(ENode::op("const", vec![v, d]));
+        // The attributes in declaration order: the loader made them exactly `value` and `dtype`.
+        let attrs: Vec<Leaf> = literal
+            .spec
+            .attrs
+            .iter()
+            .map(|a| match a.ty {
+                crate::attr::AttrType::DType => Leaf::DType(ty.dtype),
+                _ => Leaf::num(value),
+            })
+            .collect();
+        let children = attrs
+            .into_iter()
+            .map(|leaf| egraph.add(ENode::Attr(leaf)))
+            .collect();
+        let c = egraph.add(ENode::op(literal.name(), children));
         egraph.union(id, c);
     }
 }

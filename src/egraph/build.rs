@@ -4,7 +4,7 @@
 use super::analysis::{ClassData, FuseGraph, TypeAnalysis, node_attrs, split_children};
 use super::language::{ENode, Leaf};
 use crate::dag::{Dag, DagInput, DagNode, DagOutput, Value};
-use crate::rules::Catalogue;
+use crate::rules::{Builtin, Catalogue};
 use egg::{Id, Symbol};
 use std::collections::HashMap;
 
@@ -178,6 +178,7 @@ pub fn dag_from_choice<'a>(
         inputs: seeded.inputs.clone(),
         nodes: builder.nodes,
         outputs,
+        cast: egraph.analysis.catalogue.builtin(Builtin::Cast).cloned(),
     })
 }
 

@@ -17,6 +17,7 @@
 use super::{Graph, Input, Node};
 use crate::attr::{AttrValue, Attrs};
 use crate::dtype::DType;
+use crate::rules::Builtin;
 
 /// Accumulates inputs and nodes in order; [`GraphBuilder::finish`] yields the graph, which
 /// [`check`](fn@super::check) then validates.
@@ -72,11 +73,12 @@ impl GraphBuilder {
         name.to_string()
     }
 
-    /// Adds a scalar constant of the given dtype.
+    /// Adds a scalar constant of the given dtype: a node of the op the default catalogue
+    /// declares as the `const` built-in (a catalogue that renames it needs [`Self::op_with`]).
     pub fn constant(&mut self, name: &str, value: f64, dtype: DType) -> String {
         self.op_with(
             name,
-            "const",
+            Builtin::Const.name(),
             &[],
             &[
                 ("value", AttrValue::Float(value)),

@@ -416,7 +416,7 @@ pub fn plan_builtin(
     shapes: &[&[usize]],
     attrs: &Attrs,
 ) -> Result<(BuiltinPlan, Shape), String> {
-    let x = shapes[0];
+    let x = shapes.first().copied().unwrap_or_default();
     Ok(match builtin {
         Builtin::BroadcastTo => {
             let target = shape_attr(attrs, "shape")?;
@@ -482,6 +482,12 @@ pub fn plan_builtin(
             )
         }
         Builtin::MatMul => (BuiltinPlan::MatMul, shape::matmul_shape(x, shapes[1])?),
+        Builtin::Cast | Builtin::Const => {
+            return Err(format!(
+                "`{}` is a pointwise built-in, computed by its formula",
+                builtin.name()
+            ));
+        }
     })
 }
 

@@ -16,7 +16,6 @@ use crate::error::Result;
 use crate::eval::pointwise::{common_dtype, converts};
 use crate::formula::Expr;
 use crate::graph::check::{BuiltinPlan, plan_builtin};
-use crate::partition::is_literal;
 use crate::rules::{Builtin, OpKind};
 use std::collections::HashMap;
 
@@ -80,7 +79,7 @@ impl Builder<'_> {
         }
         let dag = self.dag;
         let result = match value {
-            Value::Node(n) if is_literal(&dag.nodes[n]) => {
+            Value::Node(n) if dag.nodes[n].op.is_literal() => {
                 self.pointwise(n)?;
                 return Ok(self.values[&value]);
             }

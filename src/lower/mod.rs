@@ -18,7 +18,7 @@ pub mod view;
 use crate::dag::{Dag, Value};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result, Site};
-use crate::partition::{Partition, is_literal};
+use crate::partition::Partition;
 use crate::rules::{Builtin, OpKind};
 pub use ir::{KernelIr, Launch};
 
@@ -209,7 +209,7 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
         }
     }
     for (n, &needed) in needs_buffer.iter().enumerate() {
-        if needed && is_literal(&dag.nodes[n]) {
+        if needed && dag.nodes[n].op.is_literal() {
             let shape = dag.nodes[n].ty.shape.clone();
             let lowered = fused::lower_fused(dag, &[n], &shape, &[Value::Node(n)])?;
             let group = program.groups;
@@ -273,8 +273,8 @@ fn matmul_step(dag: &Dag, nodes: &[usize], call: usize, group: usize) -> Result<
         match arg {
             Value::Node(p) if nodes.contains(&p) => {
                 let cast = &dag.nodes[p];
-                match (cast.op.name(), cast.args.first()) {
-                    ("cast", Some(&inner)) => Ok(MatMulOperand {
+                match (cast.op.builtin(), cast.args.first()) {
+                    (Some(Builtin::Cast), Some(&inner)) => Ok(MatMulOperand {
                         value: inner,
                         cast: Some(cast.ty.dtype),
                     }),

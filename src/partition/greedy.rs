@@ -37,7 +37,7 @@
 
 use super::{Facts, KernelKind, Partition, fits, kind_of, price};
 use crate::dag::{Dag, Value};
-use crate::rules::{FusionRules, Profile, Role};
+use crate::rules::{Builtin, FusionRules, Profile, Role};
 use crate::shape::{Shape, broadcast, numel};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -187,7 +187,7 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
 fn absorbable_cast(facts: &Facts, role: &[Role], c: usize) -> bool {
     let node = &facts.dag.nodes[c];
     let users = facts.users(c);
-    node.op.name() == "cast"
+    node.op.builtin() == Some(Builtin::Cast)
         && node.args.len() == 1
         && !facts.graph_output[c]
         && !users.is_empty()

@@ -161,10 +161,13 @@ pub fn unfused(dag: &Dag, profile: &Profile) -> Partition {
     Partition { kernels, cost }
 }
 
-/// Whether a node is a scalar literal: a pointwise op without operands (`const`). Its value is
-/// a function of attributes alone, so every kernel that uses it computes it in place.
+/// Whether a node is a literal ([`OpDef::is_literal`]: a pointwise op without operands, such
+/// as `const`). Its value is a function of attributes alone, so every kernel that uses it
+/// computes it in place.
+///
+/// [`OpDef::is_literal`]: crate::rules::OpDef::is_literal
 pub fn is_literal(node: &DagNode) -> bool {
-    node.op.kind() == OpKind::Pointwise && node.args.is_empty()
+    node.op.is_literal()
 }
 
 /// What the partitioner and the pricing need to know about each node, computed once.
@@ -214,7 +217,7 @@ fn bytes_of(ty: &crate::graph::TensorType) -> u64 {
 
 impl<'a> Facts<'a> {
     pub fn new(dag: &'a Dag, profile: &Profile) -> Facts<'a> {
-        let literal: Vec<bool> = dag.nodes.iter().map(is_literal).collect();
+        let literal: Vec<bool> = dag.nodes.iter().map(|n| n.op.is_literal()).collect();
         let iter_value = dag
             .nodes
             .iter()

@@ -6,8 +6,8 @@
 //! embedded file says why each op is where it is. A policy is only data: the cast-insertion
 //! pass that applies one is [`crate::amp`].
 
-use super::Catalogue;
 use super::ron_file::{self, RonDocument};
+use super::{Builtin, Catalogue};
 use crate::attr::{AttrValue, Attrs};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result, Site};
@@ -250,14 +250,16 @@ fn check_policy(
         };
         for (index, op) in entries.iter().enumerate() {
             let site = at(&[Step::field(list), Step::Index(index)]);
-            if catalogue.get(op).is_none() {
+            let Some(def) = catalogue.get(op) else {
                 return Err(unknown_op(site, op));
-            }
-            if op == "cast" {
+            };
+            if def.builtin() == Some(Builtin::Cast) {
                 return Err(rule(
                     site,
                     op,
-                    "casts are what AMP inserts and always produce their `dtype`: `cast` cannot be listed".into(),
+                    format!(
+                        "casts are what AMP inserts and always produce their `dtype`: `{op}` cannot be listed"
+                    ),
                 ));
             }
             if let Some(first) = listed.insert(op, list) {

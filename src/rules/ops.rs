@@ -4,6 +4,11 @@
 //! are formulas over the operands, the output `y` and the incoming gradient `g`. Layout,
 //! reduction and opaque ops name one of a closed set of built-in semantics, so a rule file can
 //! rename or re-default them but never smuggle in code.
+//!
+//! Two pointwise ops are built-ins too: `cast` and `const`. Their values are ordinary formulas,
+//! but the engine creates such nodes itself (AMP inserts casts, constant folding adds literals,
+//! the matmul lowering absorbs casts), so it finds them by role through
+//! [`Catalogue::builtin`], never by name: a rule file may call them anything.
 
 use super::ron_file::{self, RonDocument};
 use crate::attr::{AttrType, AttrValue};
@@ -68,9 +73,14 @@ impl DtypeClass {
     }
 }
 
-/// The built-in semantics a non-pointwise op can name with `builtin: "..."`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The built-in semantics an op can name with `builtin: "..."`: the engine's layout,
+/// reduction and library ops, and the two pointwise ops the engine itself creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Builtin {
+    /// Pointwise: rounds its operand to the `dtype` attribute (AMP inserts these).
+    Cast,
+    /// Pointwise, no operands: the scalar `value` in `dtype` (constant folding adds these).
+    Const,
     BroadcastTo,
     Reshape,
     Transpose,
@@ -84,7 +94,9 @@ pub enum Builtin {
 }
 
 impl Builtin {
-    pub const ALL: [Builtin; 10] = [
+    pub const ALL: [Builtin; 12] = [
+        Builtin::Cast,
+        Builtin::Const,
         Builtin::BroadcastTo,
         Builtin::Reshape,
         Builtin::Transpose,
@@ -97,8 +109,12 @@ impl Builtin {
         Builtin::MatMul,
     ];
 
+    /// The name a rule file gives with `builtin: "..."` (also the default catalogue's name for
+    /// the op).
     pub fn name(self) -> &'static str {
         match self {
+            Builtin::Cast => "cast",
+            Builtin::Const => "const",
             Builtin::BroadcastTo => "broadcast_to",
             Builtin::Reshape => "reshape",
             Builtin::Transpose => "transpose",
@@ -119,6 +135,7 @@ impl Builtin {
     /// The kind an op with these semantics must declare.
     pub fn kind(self) -> OpKind {
         match self {
+            Builtin::Cast | Builtin::Const => OpKind::Pointwise,
             Builtin::Sum | Builtin::Mean | Builtin::ReduceMax | Builtin::SumToSize => {
                 OpKind::Reduction
             }
@@ -131,6 +148,8 @@ impl Builtin {
     fn signature(self) -> (Option<usize>, &'static [(&'static str, AttrType)]) {
         use AttrType::*;
         match self {
+            Builtin::Cast => (Some(1), &[("dtype", DType)]),
+            Builtin::Const => (Some(0), &[("value", Float), ("dtype", DType)]),
             Builtin::BroadcastTo | Builtin::Reshape | Builtin::SumToSize => {
                 (Some(1), &[("shape", Ints)])
             }
@@ -205,6 +224,9 @@ pub struct OpDef {
     pub semantics: Semantics,
     /// Parsed derivative formulas, by operand name.
     pub derivatives: BTreeMap<String, Expr>,
+    /// The declared `builtin`: the semantics of a non-pointwise op, the role of a pointwise
+    /// built-in (cast, const).
+    builtin: Option<Builtin>,
 }
 
 impl OpDef {
@@ -228,11 +250,20 @@ impl OpDef {
         }
     }
 
+    /// The built-in this op declares: its semantics for layout, reduction and opaque ops;
+    /// for a pointwise op, `Cast` or `Const` when it is the catalogue's cast or literal (its
+    /// value is still its formula), `None` for every other pointwise op.
     pub fn builtin(&self) -> Option<Builtin> {
-        match self.semantics {
-            Semantics::Builtin(b) => Some(b),
-            Semantics::Formula(_) => None,
-        }
+        self.builtin
+    }
+
+    /// Whether an application of this op is a literal: a pointwise op without operands, whose
+    /// value is a function of its attributes alone (the `const` built-in, or a user's nullary
+    /// op such as a `pi`). A literal is no kernel of its own: every kernel using it computes
+    /// it in place. The single definition the partitioner, the lowering, the report's counts
+    /// and the drawings share.
+    pub fn is_literal(&self) -> bool {
+        self.kind() == OpKind::Pointwise && self.spec.operands.is_empty()
     }
 
     /// Whether `count` arguments fit this op's operand list.
@@ -266,6 +297,9 @@ impl OpDef {
 #[derive(Debug, Clone, Default)]
 pub struct Catalogue {
     ops: BTreeMap<String, Arc<OpDef>>,
+    /// Per built-in, the op the engine uses when it must create a node with those semantics:
+    /// the one declared last.
+    builtins: BTreeMap<Builtin, String>,
 }
 
 /// The default op catalogue, embedded in the binary.
@@ -283,6 +317,11 @@ impl Catalogue {
 
     /// Parses and validates an `ops.ron` document and adds its ops; an op with a name already
     /// present replaces it. Nothing is added unless the whole file is valid.
+    ///
+    /// An op declaring a built-in becomes the catalogue's op for it ([`Catalogue::builtin`]),
+    /// so a file can rename `cast` by declaring, say, `convert` with `builtin: "cast"`. A file
+    /// that replaces the catalogue's last cast op with one that is no cast is refused: the
+    /// engine inserts casts (AMP, output copies) and must have one.
     pub fn load_str(&mut self, text: &str, file: &str) -> Result<()> {
         let doc: RonDocument<Vec<OpSpec>> = ron_file::parse(text, file)?;
         let mut seen = BTreeMap::new();
@@ -304,14 +343,73 @@ impl Catalogue {
             })?;
             defs.push(def);
         }
+        let mut next = self.clone();
         for def in defs {
-            self.ops.insert(def.spec.name.clone(), Arc::new(def));
+            next.insert(def);
         }
+        if self.builtin(Builtin::Cast).is_some() && next.builtin(Builtin::Cast).is_none() {
+            // Only replacing an op by name can lose a built-in: point at the replacement.
+            let index = doc
+                .value
+                .iter()
+                .position(|spec| self.builtin_of(&spec.name) == Some(Builtin::Cast))
+                .unwrap_or(0);
+            let name = doc.value.get(index).map(|s| s.name.clone());
+            let mut site = doc.site(&[Step::Index(index), Step::field("builtin")]);
+            site.op = name.clone();
+            return Err(Error::new(
+                site,
+                ErrorKind::Rule(format!(
+                    "`{}` replaces a cast op but declares no `builtin: \"cast\"`, which leaves the catalogue without a cast; fusebox inserts casts (AMP, copies of outputs) and needs one: declare it here or on another op",
+                    name.unwrap_or_default()
+                )),
+            ));
+        }
+        *self = next;
         Ok(())
+    }
+
+    /// Adds `def`, replacing an op of the same name, and makes it the op for its built-in.
+    fn insert(&mut self, def: OpDef) {
+        let name = def.spec.name.clone();
+        let lost = self.builtin_of(&name).filter(|&b| def.builtin() != Some(b));
+        if let Some(b) = def.builtin() {
+            self.builtins.insert(b, name.clone());
+        }
+        self.ops.insert(name, Arc::new(def));
+        if let Some(b) = lost {
+            // The replaced op held a built-in its replacement does not declare: another op
+            // declaring it takes over (the first by name), or the catalogue has none.
+            match self.ops.values().find(|op| op.builtin() == Some(b)) {
+                Some(op) => {
+                    let other = op.name().to_string();
+                    self.builtins.insert(b, other);
+                }
+                None => {
+                    self.builtins.remove(&b);
+                }
+            }
+        }
+    }
+
+    /// The built-in `name` is the catalogue's op for, if any.
+    fn builtin_of(&self, name: &str) -> Option<Builtin> {
+        self.builtins
+            .iter()
+            .find(|(_, op)| op.as_str() == name)
+            .map(|(&b, _)| b)
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<OpDef>> {
         self.ops.get(name)
+    }
+
+    /// The op the engine uses for built-in `b` when it creates a node itself (a cast AMP
+    /// inserts, a folded constant, an output copy): the op declaring `b` that was loaded last.
+    /// Other ops may declare `b` too, and are treated alike wherever the engine reads a graph
+    /// (`op.builtin() == Some(b)`).
+    pub fn builtin(&self, b: Builtin) -> Option<&Arc<OpDef>> {
+        self.builtins.get(&b).and_then(|name| self.ops.get(name))
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -404,19 +502,51 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
     }
     validate_dtype_rule(spec).map_err(|msg| rule_error("dtype", msg))?;
 
-    let semantics = match (spec.kind, &spec.formula, &spec.builtin) {
-        (OpKind::Pointwise, Some(text), None) => {
+    let resolve = |name: &str| -> Result<Builtin> {
+        let builtin = Builtin::from_name(name).ok_or_else(|| {
+            rule_error(
+                "builtin",
+                format!(
+                    "unknown builtin `{name}`{}; the built-in semantics are {}",
+                    crate::error::hint(name, Builtin::ALL.map(|b| b.name())),
+                    Builtin::ALL.map(|b| b.name()).join(", ")
+                ),
+            )
+        })?;
+        if builtin.kind() != spec.kind {
+            return Err(rule_error(
+                "kind",
+                format!(
+                    "builtin `{name}` is a {:?} op, not {:?}",
+                    builtin.kind(),
+                    spec.kind
+                ),
+            ));
+        }
+        check_builtin_signature(spec, builtin).map_err(|msg| rule_error("builtin", msg))?;
+        Ok(builtin)
+    };
+    let (semantics, builtin) = match (spec.kind, &spec.formula, &spec.builtin) {
+        (OpKind::Pointwise, Some(text), name) => {
             let mut formula_path = path.to_vec();
             formula_path.push(Step::field("formula"));
             let expr = parse_formula(text, doc, &formula_path)?;
             let allowed: Vec<&str> = names.clone();
             check_variables(&expr, &allowed, text, doc, &formula_path)?;
-            Semantics::Formula(expr)
+            // `cast` and `const` are pointwise built-ins: a formula, and a role the engine
+            // finds them by.
+            let builtin = name.as_deref().map(resolve).transpose()?;
+            if let Some(b) = builtin {
+                check_pointwise_builtin(spec, b, &expr)
+                    .map_err(|(field, msg)| rule_error(field, msg))?;
+            }
+            (Semantics::Formula(expr), builtin)
         }
         (OpKind::Pointwise, None, _) => {
             return Err(rule_error(
                 "kind",
-                "a pointwise op needs a `formula` (and no `builtin`)".into(),
+                "a pointwise op needs a `formula` (only cast and const also name a `builtin`)"
+                    .into(),
             ));
         }
         (_, Some(_), _) => {
@@ -428,28 +558,9 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
                 ),
             ));
         }
-        (kind, None, Some(name)) => {
-            let builtin = Builtin::from_name(name).ok_or_else(|| {
-                rule_error(
-                    "builtin",
-                    format!(
-                        "unknown builtin `{name}`{}; the built-in semantics are {}",
-                        crate::error::hint(name, Builtin::ALL.map(|b| b.name())),
-                        Builtin::ALL.map(|b| b.name()).join(", ")
-                    ),
-                )
-            })?;
-            if builtin.kind() != kind {
-                return Err(rule_error(
-                    "kind",
-                    format!(
-                        "builtin `{name}` is a {:?} op, not {kind:?}",
-                        builtin.kind()
-                    ),
-                ));
-            }
-            check_builtin_signature(spec, builtin).map_err(|msg| rule_error("builtin", msg))?;
-            Semantics::Builtin(builtin)
+        (_, None, Some(name)) => {
+            let builtin = resolve(name)?;
+            (Semantics::Builtin(builtin), Some(builtin))
         }
         (_, None, None) => {
             return Err(rule_error(
@@ -483,6 +594,7 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
         spec: spec.clone(),
         semantics,
         derivatives,
+        builtin,
     })
 }
 
@@ -579,6 +691,68 @@ fn check_builtin_signature(spec: &OpSpec, builtin: Builtin) -> Result<(), String
                 ));
             }
         }
+    }
+    Ok(())
+}
+
+/// What the engine relies on when it creates a pointwise built-in's nodes itself: the value
+/// is exactly the built-in's (the operand for a cast, the `value` attribute for a literal), the
+/// result dtype is the `dtype` attribute, the attributes are exactly the built-in's, and a cast
+/// takes every dtype (it also copies integer and bool outputs).
+/// An error names the field it is about.
+fn check_pointwise_builtin(
+    spec: &OpSpec,
+    builtin: Builtin,
+    formula: &Expr,
+) -> Result<(), (&'static str, String)> {
+    let (value, what) = match builtin {
+        Builtin::Cast => (spec.operands[0].as_str(), "its operand"),
+        _ => ("value", "its `value` attribute"),
+    };
+    if *formula != Expr::Var(value.to_string()) {
+        return Err((
+            "formula",
+            format!(
+                "the formula of builtin `{}` is {what}: write `formula: \"{value}\"`",
+                builtin.name()
+            ),
+        ));
+    }
+    if spec.dtype != DtypeRule::FromAttr("dtype".into()) {
+        return Err((
+            "dtype",
+            format!(
+                "builtin `{}` produces its `dtype` attribute: write `dtype: FromAttr(\"dtype\")`",
+                builtin.name()
+            ),
+        ));
+    }
+    let (_, attrs) = builtin.signature();
+    if let Some(extra) = spec
+        .attrs
+        .iter()
+        .find(|a| attrs.iter().all(|(n, _)| *n != a.name))
+    {
+        let names: Vec<String> = attrs.iter().map(|(n, _)| format!("`{n}`")).collect();
+        return Err((
+            "attrs",
+            format!(
+                "builtin `{}` takes only the attributes {}; the engine creates its nodes and cannot fill `{}`",
+                builtin.name(),
+                names.join(" and "),
+                extra.name
+            ),
+        ));
+    }
+    if builtin == Builtin::Cast
+        && let Some(class) = spec.accepts.values().find(|c| **c != DtypeClass::Any)
+    {
+        return Err((
+            "accepts",
+            format!(
+                "builtin `cast` converts every dtype (output copies cast integers and bools too): drop `accepts: {{.. {class:?}}}`"
+            ),
+        ));
     }
     Ok(())
 }

@@ -776,6 +776,13 @@ pub(super) fn build_graph(
         nodes: Vec::new(),
         outputs: Vec::new(),
     };
+    // The ops the catalogue makes literals and broadcasts with, whatever their names.
+    let builtin_name = |b: Builtin| {
+        catalogue
+            .builtin(b)
+            .map(|op| op.name().to_string())
+            .ok_or_else(|| format!("the op catalogue has no `{}` built-in", b.name()))
+    };
     for (var, binding) in &instance.tensors {
         let name = var_name(*var);
         match binding.constant {
@@ -798,7 +805,7 @@ pub(super) fn build_graph(
                 };
                 graph.nodes.push(Node {
                     name: scalar.clone(),
-                    op: "const".into(),
+                    op: builtin_name(Builtin::Const)?,
                     args: Vec::new(),
                     attrs,
                 });
@@ -812,7 +819,7 @@ pub(super) fn build_graph(
                     );
                     graph.nodes.push(Node {
                         name,
-                        op: "broadcast_to".into(),
+                        op: builtin_name(Builtin::BroadcastTo)?,
                         args: vec![scalar],
                         attrs,
                     });

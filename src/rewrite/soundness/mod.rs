@@ -43,7 +43,7 @@ use crate::egraph::analysis::split_children;
 use crate::egraph::{ENode, FuseGraph, Leaf, new_egraph, seed};
 use crate::eval::{self, Tensors};
 use crate::graph::{Graph, Input, Node, TensorType, check};
-use crate::rules::{Catalogue, DtypeClass, OpKind};
+use crate::rules::{Builtin, Catalogue, DtypeClass, OpKind};
 use crate::shape::{Shape, broadcasts_to, numel};
 use crate::tensor::Tensor;
 use egg::{ENodeOrVar, Pattern, Searcher, Subst, Var};
