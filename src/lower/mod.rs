@@ -14,6 +14,7 @@ mod fused;
 pub mod interpret;
 pub mod ir;
 mod layout;
+pub mod verify;
 pub mod view;
 
 use crate::dag::{Dag, Value};
