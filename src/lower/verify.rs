@@ -117,10 +117,11 @@ impl std::error::Error for IrError {}
 
 impl KernelIr {
     /// Checks the invariants the lowering guarantees: a domain of at least one axis, views of
-    /// the domain's rank with `Unit` only innermost, SSA order, operands at their
-    /// instruction's precision, representable literals, call arities, stores at their dtype's
-    /// precision, and reduction outputs broadcast exactly on the reduced axes. Returns the
-    /// first violation, in that order.
+    /// the domain's rank with `Unit` only innermost, loads of existing views, call arities, SSA
+    /// order, operands at their instruction's precision, stores of existing values at their
+    /// dtype's precision, reduction masks of the domain's rank with outputs broadcast exactly
+    /// on the reduced axes, and, last, f32 literals that f32 represents. Returns the first
+    /// violation, in that order.
     pub fn verify(&self) -> Result<(), IrError> {
         if self.rank < 1 {
             return Err(IrError::NoAxes);
@@ -141,15 +142,6 @@ impl KernelIr {
             match instr {
                 Instr::Load { view } if *view >= self.loads.len() => {
                     return Err(IrError::MissingLoad { value, view: *view });
-                }
-                Instr::Const {
-                    value: literal,
-                    prec: Prec::F32,
-                } if !literal.is_nan() && (*literal as f32) as f64 != *literal => {
-                    return Err(IrError::UnrepresentableConst {
-                        value,
-                        literal: *literal,
-                    });
                 }
                 Instr::Call { func, args, .. } if args.len() != func.arity() => {
                     return Err(IrError::Arity {
@@ -204,6 +196,19 @@ impl KernelIr {
             let broadcast = |d: usize| red.view.axes[d] == Axis::Broadcast;
             if let Some(axis) = (0..self.rank).find(|&d| broadcast(d) != red.reduced[d]) {
                 return Err(IrError::ReductionOutput { reduction, axis });
+            }
+        }
+        // Last, because it is about values rather than structure: an emitter may accept an
+        // unrounded literal (both spell one by rounding it to nearest) but nothing else.
+        for (value, instr) in self.body.iter().enumerate() {
+            if let Instr::Const {
+                value: literal,
+                prec: Prec::F32,
+            } = *instr
+                && !literal.is_nan()
+                && (literal as f32) as f64 != literal
+            {
+                return Err(IrError::UnrepresentableConst { value, literal });
             }
         }
         Ok(())
@@ -289,6 +294,12 @@ mod tests {
             ir.verify(),
             Err(IrError::UnrepresentableConst { value: 1, .. })
         ));
+        // Structure is checked before literals.
+        ir.stores[0].value = 7;
+        assert_eq!(
+            ir.verify(),
+            Err(IrError::MissingStoredValue { store: 0, value: 7 })
+        );
 
         let mut ir = valid();
         ir.body.push(Instr::Widen { x: 2 });

@@ -57,7 +57,8 @@ impl Spelling for Cuda {
     }
 
     /// Through the round-to-nearest intrinsics, so that no compiler option can contract
-    /// `a * b + c` into a fused multiply-add (the reference rounds the product).
+    /// `a * b + c` into a fused multiply-add (the reference rounds the product), and a
+    /// division (`rsqrt`'s included) is IEEE-rounded whatever `--prec-div` says.
     fn arithmetic(&self, op: Arith, a: &str, b: &str, prec: Prec) -> String {
         let letter = match prec {
             Prec::F32 => "f",
