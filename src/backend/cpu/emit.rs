@@ -33,7 +33,7 @@
 //! This module decides which of them a translation unit needs and writes the kernels after
 //! them with the submodules: `kernel` (the loop nests), `fission` (how a body is split into
 //! loops), `vector` (the explicit AVX-512 loops) and `expr` (the C spelling of scalar values,
-//! where it differs from CUDA's in [`crate::backend::spelling`]). The IR's invariants are
+//! where it differs from CUDA's in `backend::spelling`). The IR's invariants are
 //! checked by [`KernelIr::verify`], the same check as the CUDA emitter's.
 //!
 //! [`DType::round`]: crate::dtype::DType::round

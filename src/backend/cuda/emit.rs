@@ -9,7 +9,7 @@
 //! spells each one), arithmetic goes through the `__fadd_rn`-style intrinsics so no compiler
 //! option can fuse a multiply-add, and the math functions are CUDA's accurate ones (`expf`,
 //! not `__expf`). The text of each value is the CPU's wherever the two agree: both spell
-//! scalars through [`crate::backend::spelling`], and `expr` holds CUDA's differences.
+//! scalars through `backend::spelling`, and `expr` holds CUDA's differences.
 //!
 //! [`Instr::Round`]: crate::lower::ir::Instr::Round
 //!
