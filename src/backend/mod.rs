@@ -10,6 +10,9 @@
 //! traits: a [`Target`] is what a program is compiled *for* (the CPU's C compiler, a GPU with
 //! its options) and builds an [`Executable`], which runs and times the program.
 
+// The scalar C text both emitters share; the C and CUDA spellings implement it.
+pub(crate) mod spelling;
+
 pub mod cache;
 pub mod cpu;
 pub mod cuda;

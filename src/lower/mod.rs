@@ -13,6 +13,7 @@
 mod fused;
 pub mod ir;
 mod layout;
+pub mod verify;
 pub mod view;
 
 use crate::dag::{Dag, Value};

@@ -8,7 +8,10 @@
 //! rounding happens where [`Instr::Round`] says with the reference's rules (`prelude.cu`
 //! spells each one), arithmetic goes through the `__fadd_rn`-style intrinsics so no compiler
 //! option can fuse a multiply-add, and the math functions are CUDA's accurate ones (`expf`,
-//! not `__expf`).
+//! not `__expf`). The text of each value is the CPU's wherever the two agree: both spell
+//! scalars through `backend::spelling`, and `expr` holds CUDA's differences.
+//!
+//! [`Instr::Round`]: crate::lower::ir::Instr::Round
 //!
 //! # Pointwise kernels
 //!
@@ -53,12 +56,11 @@ mod expr;
 
 use super::abi;
 use crate::backend::cache::hex;
-use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, View};
+use crate::backend::spelling::Spelling;
+use crate::lower::ir::{Axis, KernelIr, Prec, ReduceKind, View};
+use crate::lower::verify::IrError;
 use code::Code;
-use expr::{
-    binary_expr, c_type, call_expr, identity, literal, load_conversion, round_expr, storage_type,
-    store_conversion,
-};
+use expr::{Cuda, identity};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 
@@ -117,6 +119,16 @@ pub fn kernel_name(ir: &KernelIr) -> String {
 
 /// One kernel's struct, device functions and entry points.
 fn emit_kernel(ir: &KernelIr, name: &str, options: &EmitOptions) -> String {
+    // The IR's invariants, as the CPU emitter checks them, except that an f32 literal f32
+    // cannot represent is accepted: the spelling rounds it to nearest (as the CPU's does), and
+    // the compile tests write such literals (1e-40 and 3.4e38 at f32 in `tests/cuda_emit.rs`).
+    // `verify` checks literals last, so all else has been checked when it reports one.
+    if cfg!(debug_assertions) {
+        match ir.verify() {
+            Ok(()) | Err(IrError::UnrepresentableConst { .. }) => {}
+            Err(error) => panic!("invalid kernel IR: {error}"),
+        }
+    }
     Kernel::new(ir, name, options.deterministic).emit()
 }
 
@@ -244,7 +256,7 @@ impl<'a> Kernel<'a> {
             let constness = if arg < ir.loads.len() { "const " } else { "" };
             out.push_str(&format!(
                 "    {constness}{} *p{arg};\n",
-                storage_type(view.dtype)
+                Cuda.storage_type(view.dtype)
             ));
         }
         for r in 0..ir.reductions.len() {
@@ -389,25 +401,9 @@ impl<'a> Kernel<'a> {
 
     /// Every SSA value at the current point (unread ones are dropped at render).
     fn values(&self, code: &mut Code, lane: Lane) {
-        let ir = self.ir;
-        let v = |id: usize| format!("v{id}");
-        for (id, instr) in ir.body.iter().enumerate() {
-            let expr = match instr {
-                Instr::Load { view } => {
-                    load_conversion(ir.loads[*view].dtype, &self.element(*view, lane))
-                }
-                Instr::Const { value, prec } => literal(*value, *prec),
-                Instr::Widen { x } => format!("(double){}", v(*x)),
-                Instr::Round { x, dtype } => round_expr(ir.prec(*x), *dtype, &v(*x)),
-                Instr::Neg { x, .. } => format!("(-{})", v(*x)),
-                Instr::Binary { op, a, b, prec } => binary_expr(*op, &v(*a), &v(*b), *prec),
-                Instr::Call { func, args, prec } => {
-                    let args: Vec<String> = args.iter().map(|&a| v(a)).collect();
-                    call_expr(*func, &args, *prec)
-                }
-            };
-            let ty = c_type(ir.prec(id));
-            code.def(v(id), format!("const {ty} v{id} = {expr};"));
+        for id in 0..self.ir.body.len() {
+            let definition = Cuda.definition(self.ir, id, |view| self.element(view, lane));
+            code.def(format!("v{id}"), definition);
         }
     }
 
@@ -433,7 +429,7 @@ impl<'a> Kernel<'a> {
     fn stores(&self, code: &mut Code, lane: Lane) {
         for (k, store) in self.ir.stores.iter().enumerate() {
             let arg = self.store_arg(k);
-            let value = store_conversion(store.view.dtype, &format!("v{}", store.value));
+            let value = Cuda.store(store.view.dtype, &format!("v{}", store.value));
             if lane == Lane::Vector && store.view.axes[self.inner] == Axis::Unit {
                 code.def(format!("y{k}"), format!("y{k}[l] = {value};"));
                 continue;
@@ -480,7 +476,7 @@ impl<'a> Kernel<'a> {
             self.bases(&mut code);
             for (arg, view) in self.ir.loads.iter().enumerate() {
                 if view.axes[self.inner] == Axis::Unit {
-                    let ty = storage_type(view.dtype);
+                    let ty = Cuda.storage_type(view.dtype);
                     code.def(format!("x{arg}"), format!("{ty} x{arg}[{w}];"));
                     code.def(
                         format!("x{arg}"),
@@ -490,7 +486,7 @@ impl<'a> Kernel<'a> {
             }
             for (k, store) in self.ir.stores.iter().enumerate() {
                 if store.view.axes[self.inner] == Axis::Unit {
-                    let ty = storage_type(store.view.dtype);
+                    let ty = Cuda.storage_type(store.view.dtype);
                     code.def(format!("y{k}"), format!("{ty} y{k}[{w}];"));
                 }
             }
@@ -689,8 +685,7 @@ impl<'a> Kernel<'a> {
                 if red.kind == ReduceKind::Mean {
                     code.def("a", format!("a = __ddiv_rn(a, (double)count{g});"));
                 }
-                let value =
-                    store_conversion(red.view.dtype, &round_expr(Prec::F64, red.view.dtype, "a"));
+                let value = Cuda.store(red.view.dtype, &Cuda.round(Prec::F64, red.view.dtype, "a"));
                 code.stmt(format!("p.p{arg}[{}] = {value};", self.index(arg, &kept)));
                 code.close();
             }

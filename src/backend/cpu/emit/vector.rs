@@ -36,7 +36,8 @@
 //! scalar helpers write the canonical quiet NaN. `tests/cpu_emit.rs` compiles kernels with and
 //! without AVX-512 and compares the outputs bit for bit (any NaN for NaN).
 
-use super::{literal, load_conversion, only_added_to_constants, round_expr};
+use super::expr::{C, only_added_to_constants};
+use crate::backend::spelling::Spelling;
 use crate::dtype::DType;
 use crate::formula::{BinOp, Func};
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec};
@@ -48,126 +49,16 @@ pub const LANES: usize = 16;
 /// `FB_AVX512` around their vector loops. Each function mirrors its scalar twin in the prelude
 /// operation for operation (see the module documentation); `exp` and `tanh` follow in
 /// [`VECTOR_EXPF`] and [`VECTOR_TANHF`].
-pub(super) const VECTOR_HELPERS: &str = r#"
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#define FB_AVX512 1
-/* Streaming stores write whole cache lines without reading them first (no read for
-   ownership) and bypass the cache: a third less traffic for a kernel that only writes its
-   outputs, but a loss for outputs read again while still cached, so only large launches
-   stream (`fbs` in the kernel). */
-static inline void fbv_store(float *p, __m512 v, int stream) {
-    if (stream) {
-        _mm512_stream_ps(p, v);
-    } else {
-        _mm512_storeu_ps(p, v);
-    }
-}
-static inline __m512 fbv_f(float x) { return _mm512_set1_ps(x); }
-static inline __m512 fbv_neg(__m512 x) {
-    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
-}
-/* 1.0f where the comparison holds, else +0.0f, as the scalar `(a < b) ? 1.0f : 0.0f`. */
-static inline __m512 fbv_bool(__mmask16 m) { return _mm512_maskz_mov_ps(m, _mm512_set1_ps(1.0f)); }
-/* c != 0 ? a : b, with NaN != 0 as in C. */
-static inline __m512 fbv_select(__m512 c, __m512 a, __m512 b) {
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_NEQ_UQ), b, a);
-}
-/* min/max as fb_minf/fb_maxf: NaN wins (as a + b), -0 orders below +0 (equal values merge
-   their sign bits). */
-static inline __m512 fbv_min(__m512 a, __m512 b) {
-    __m512 eq = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
-    __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(b, a, _CMP_LT_OQ), eq, b);
-    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), r, a);
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), r, _mm512_add_ps(a, b));
-}
-static inline __m512 fbv_max(__m512 a, __m512 b) {
-    __m512 eq = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
-    __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(b, a, _CMP_GT_OQ), eq, b);
-    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), r, a);
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), r, _mm512_add_ps(a, b));
-}
-/* f16 and bf16 storage, as fb_h2f/fb_f2h/fb_b2f/fb_f2b: the hardware conversions are exact
-   and round to nearest even (overflow to Inf, subnormals exact); a NaN keeps its payload's
-   top bits where the scalar helpers write the canonical quiet NaN, which is still a NaN. */
-static inline __m512 fbv_h2f(const uint16_t *p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-}
-static inline __m512 fbv_bits_b2f(__m256i b) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-}
-static inline __m512 fbv_b2f(const uint16_t *p) {
-    return fbv_bits_b2f(_mm256_loadu_si256((const __m256i *)p));
-}
-static inline __m256i fbv_f2h(__m512 x) {
-    return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
-static inline __m256i fbv_f2b(__m512 x) {
-    __m512i f = _mm512_castps_si512(x);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(f, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(f, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-    __m512i q = _mm512_or_si512(_mm512_srli_epi32(f, 16), _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, q));
-}
-static inline __m512 fbv_rnd_fh(__m512 x) { return _mm512_cvtph_ps(fbv_f2h(x)); }
-static inline __m512 fbv_rnd_fb(__m512 x) { return fbv_bits_b2f(fbv_f2b(x)); }
-/* 16 halves are 32 bytes: aligned for streaming whenever the row of floats would be. */
-static inline void fbv_store_bits(uint16_t *p, __m256i h, int stream) {
-    if (stream) {
-        _mm256_stream_si256((__m256i *)p, h);
-    } else {
-        _mm256_storeu_si256((__m256i *)p, h);
-    }
-}
-static inline void fbv_store_h(uint16_t *p, __m512 v, int stream) { fbv_store_bits(p, fbv_f2h(v), stream); }
-static inline void fbv_store_b(uint16_t *p, __m512 v, int stream) { fbv_store_bits(p, fbv_f2b(v), stream); }
-#endif
-"#;
+pub(super) const VECTOR_HELPERS: &str = include_str!("vector.c");
 
 /// The vector `exp`, emitted after `EXPF` (whose constants it uses) when a vector kernel may
 /// call it; operation for operation `fb_expf_poly`, `fb_exp_reduce`, `fb_expf` and
 /// `fb_expf_addend`.
-pub(super) const VECTOR_EXPF: &str = r#"
-#if defined(FB_AVX512)
-static inline __m512 fbv_expf_poly(__m512 r) {
-    __m512 q = _mm512_fmadd_ps(r, fbv_f(FB_EXP_Q4), fbv_f(FB_EXP_Q3));
-    q = _mm512_fmadd_ps(q, r, fbv_f(FB_EXP_Q2));
-    q = _mm512_fmadd_ps(q, r, fbv_f(FB_EXP_Q1));
-    q = _mm512_fmadd_ps(q, r, fbv_f(FB_EXP_Q0));
-    return _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), r);
-}
-/* x = n ln2 + r: returns r and sets *n, as fb_exp_reduce. */
-static inline __m512 fbv_exp_reduce(__m512 x, __m512 *n) {
-    __m512 nn = _mm512_sub_ps(_mm512_fmadd_ps(x, fbv_f(FB_LOG2E), fbv_f(FB_EXP_SHIFT)), fbv_f(FB_EXP_SHIFT));
-    *n = nn;
-    return _mm512_fmadd_ps(nn, fbv_f(FB_LN2_LO), _mm512_fmadd_ps(nn, fbv_f(FB_LN2_NEG_HI), x));
-}
-/* e^x for x clamped to [lo, FB_EXP_HI]; max(lo, x) and min(hi, x) return x when it is NaN. */
-static inline __m512 fbv_expf_from(__m512 x, float lo) {
-    __m512 n, r = fbv_exp_reduce(_mm512_min_ps(fbv_f(FB_EXP_HI), _mm512_max_ps(fbv_f(lo), x)), &n);
-    return _mm512_scalef_ps(_mm512_add_ps(fbv_expf_poly(r), fbv_f(1.0f)), n);
-}
-static inline __m512 fbv_expf(__m512 x) { return fbv_expf_from(x, FB_EXP_LO); }
-static inline __m512 fbv_expf_addend(__m512 x) { return fbv_expf_from(x, FB_EXP_ADDEND_LO); }
-#endif
-"#;
+pub(super) const VECTOR_EXPF: &str = include_str!("vector_expf.c");
 
 /// The vector `tanh`, emitted after `TANHF` and [`VECTOR_EXPF`]; operation for operation
 /// `fb_tanhf`.
-pub(super) const VECTOR_TANHF: &str = r#"
-#if defined(FB_AVX512)
-static inline __m512 fbv_tanhf(__m512 x) {
-    __m512 a = _mm512_min_ps(fbv_f(FB_TANH_CAP), _mm512_abs_ps(x));
-    __m512 n, r = fbv_exp_reduce(_mm512_add_ps(a, a), &n);
-    __m512 s = _mm512_scalef_ps(fbv_f(1.0f), n);
-    __m512 em = _mm512_fmadd_ps(s, fbv_expf_poly(r), _mm512_sub_ps(s, fbv_f(1.0f)));
-    __m512 t = _mm512_div_ps(em, _mm512_add_ps(em, fbv_f(2.0f)));
-    /* copysign(t, x): the sign bit from x, the rest from t. */
-    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
-        _mm512_castps_si512(t), _mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff), 0xe4));
-}
-#endif
-"#;
+pub(super) const VECTOR_TANHF: &str = include_str!("vector_tanhf.c");
 
 /// Whether `ir` runs vector loops: every value held in f32 (or an f64 literal rounded once),
 /// every load and store an f32, f16 or bf16 view whose innermost axis is contiguous or
@@ -257,18 +148,18 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
                 }
                 _ => format!(
                     "_mm512_set1_ps({})",
-                    load_conversion(dtype, &format!("p{view}[b{view}]"))
+                    C.load(dtype, &format!("p{view}[b{view}]"))
                 ),
             }
         }
         Instr::Const {
             value,
             prec: Prec::F64,
-        } => return format!("const double v{id} = {};", literal(*value, Prec::F64)),
-        Instr::Const { value, prec } => format!("_mm512_set1_ps({})", literal(*value, *prec)),
+        } => return format!("const double v{id} = {};", C.literal(*value, Prec::F64)),
+        Instr::Const { value, prec } => format!("_mm512_set1_ps({})", C.literal(*value, *prec)),
         // An f64 literal is rounded once by the scalar helper, as the scalar loop does.
         Instr::Round { x, dtype } if ir.prec(*x) == Prec::F64 => {
-            format!("_mm512_set1_ps({})", round_expr(Prec::F64, *dtype, &v(*x)))
+            format!("_mm512_set1_ps({})", C.round(Prec::F64, *dtype, &v(*x)))
         }
         Instr::Round { x, dtype } => match dtype {
             DType::F16 => format!("fbv_rnd_fh({})", v(*x)),

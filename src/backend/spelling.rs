@@ -1,0 +1,240 @@
+//! The scalar spelling of kernel IR in C, shared by the C and the CUDA emitters.
+//!
+//! Both backends compute the same [`KernelIr`] with the same semantics, element by element,
+//! and most of what they write for one element is the same text: a widening is `(double)x`, a
+//! comparison `((a < b) ? 1.0f : 0.0f)`, an f16 load `<prefix>h2f(raw)`, a finite literal its
+//! shortest round-trip digits. Where they differ it is for a reason: CUDA spells arithmetic
+//! with the `__fadd_rn`-style intrinsics so that no compiler option can fuse a multiply-add,
+//! has no `<math.h>` macros for NaN and infinity, stores in `__half`/`long long` rather than
+//! `uint16_t`/`int64_t`; the CPU calls its inline `fb_expf`/`fb_tanhf` and branch-free
+//! `fb_floor`. Each helper lives in the backend's own prelude (`fb_` in C, `fbc_` in CUDA).
+//!
+//! [`Spelling`] holds the common text once, in its provided methods, and asks each backend
+//! only for the differences. The provided methods match exhaustively on [`Instr`], [`DType`],
+//! [`BinOp`] and [`Func`], so a new instruction, dtype, operator or function does not compile
+//! until it is spelled for both backends, in one place that shows whether they agree.
+
+use crate::dtype::DType;
+use crate::formula::{BinOp, Func};
+use crate::lower::ir::{Instr, KernelIr, Prec, ValueId};
+
+/// The four arithmetic operators, which the backends spell differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arith {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+/// How a C-like backend writes scalar values, conversions and instructions. Implemented by
+/// zero-sized markers (`cpu::emit::expr::C`, `cuda::emit::expr::Cuda`); the required methods
+/// are exactly where the two backends differ.
+pub(crate) trait Spelling {
+    /// The prefix of the helper functions the backend's prelude defines.
+    const PREFIX: &'static str;
+
+    /// The C type elements of `dtype` are stored as in memory.
+    fn storage_type(&self, dtype: DType) -> &'static str;
+
+    /// A stored bool element `raw` as a `double` 0 or 1.
+    fn bool_load(&self, raw: &str) -> String;
+
+    /// A `double` 0 or 1 in bool storage.
+    fn bool_store(&self, value: &str) -> String;
+
+    /// A `double` rounded to nearest even to `float`.
+    fn f64_to_f32(&self, x: &str) -> String;
+
+    /// A `double` rounded to bool as [`DType::round`] does: 1 unless it is 0.
+    fn f64_to_bool(&self, x: &str) -> String;
+
+    /// A NaN at `prec`, as a complete expression.
+    fn nan(&self, prec: Prec) -> String;
+
+    /// +∞ at `prec` (the caller parenthesizes it, with a sign when negative).
+    fn infinity(&self, prec: Prec) -> String;
+
+    /// `a op b`, rounded once to `prec`.
+    fn arithmetic(&self, op: Arith, a: &str, b: &str, prec: Prec) -> String;
+
+    /// The name of the function that computes `func` at `prec` as instruction `id` of `ir`
+    /// does: one of the functions without a shared spelling (those [`Spelling::call`] hands
+    /// over). The CPU picks a cheaper `exp` for some instructions, hence `ir` and `id`.
+    fn function(&self, ir: &KernelIr, id: ValueId, func: Func, prec: Prec) -> String;
+
+    /// The C type a value of precision `prec` is held in.
+    fn value_type(&self, prec: Prec) -> &'static str {
+        match prec {
+            Prec::F32 => "float",
+            Prec::F64 => "double",
+        }
+    }
+
+    /// A stored element `raw` as a value at `Prec::of(dtype)` (exact in every case).
+    fn load(&self, dtype: DType, raw: &str) -> String {
+        let prefix = Self::PREFIX;
+        match dtype {
+            DType::F16 => format!("{prefix}h2f({raw})"),
+            DType::BF16 => format!("{prefix}b2f({raw})"),
+            DType::F32 | DType::F64 => raw.to_string(),
+            DType::I32 | DType::I64 => format!("(double){raw}"),
+            DType::Bool => self.bool_load(raw),
+        }
+    }
+
+    /// A value at `Prec::of(dtype)`, already rounded to `dtype`, in `dtype`'s storage format.
+    fn store(&self, dtype: DType, value: &str) -> String {
+        let prefix = Self::PREFIX;
+        match dtype {
+            DType::F16 => format!("{prefix}f2h({value})"),
+            DType::BF16 => format!("{prefix}f2b({value})"),
+            DType::F32 | DType::F64 => value.to_string(),
+            DType::I32 => format!("({}){value}", self.storage_type(DType::I32)),
+            // A rounded i64 held as double may be 2^63; the helper saturates it.
+            DType::I64 => format!("{prefix}d2i64({value})"),
+            DType::Bool => self.bool_store(value),
+        }
+    }
+
+    /// `x` (held at `from`) rounded to `dtype` as [`DType::round`] does, held at
+    /// `Prec::of(dtype)`.
+    fn round(&self, from: Prec, dtype: DType, x: &str) -> String {
+        let prefix = Self::PREFIX;
+        match (from, dtype) {
+            (Prec::F32, DType::F32) | (Prec::F64, DType::F64) => x.to_string(),
+            (Prec::F32, DType::F16) => format!("{prefix}rnd_fh({x})"),
+            (Prec::F32, DType::BF16) => format!("{prefix}rnd_fb({x})"),
+            (Prec::F32, _) => self.round(Prec::F64, dtype, &format!("(double){x}")),
+            (Prec::F64, DType::F32) => self.f64_to_f32(x),
+            (Prec::F64, DType::F16) => format!("{prefix}rnd_dh({x})"),
+            (Prec::F64, DType::BF16) => format!("{prefix}rnd_db({x})"),
+            (Prec::F64, DType::I32) => format!("{prefix}rnd_i32({x})"),
+            (Prec::F64, DType::I64) => format!("{prefix}rnd_i64({x})"),
+            (Prec::F64, DType::Bool) => self.f64_to_bool(x),
+        }
+    }
+
+    /// A literal equal to `value` at `prec`, bit for bit (NaN as some NaN). Rust's shortest
+    /// round-trip formatting of the value in its own type parses back to the same value.
+    fn literal(&self, value: f64, prec: Prec) -> String {
+        if value.is_nan() {
+            return self.nan(prec);
+        }
+        if value.is_infinite() {
+            let sign = if value < 0.0 { "-" } else { "" };
+            return format!("({sign}{})", self.infinity(prec));
+        }
+        match prec {
+            Prec::F32 => format!("({:e}f)", value as f32),
+            Prec::F64 => format!("({value:e})"),
+        }
+    }
+
+    /// `a op b` at `prec`; comparisons give 1 or 0 at `prec`.
+    fn binary(&self, op: BinOp, a: &str, b: &str, prec: Prec) -> String {
+        let compare = |sym: &str| {
+            let (one, zero) = match prec {
+                Prec::F32 => ("1.0f", "0.0f"),
+                Prec::F64 => ("1.0", "0.0"),
+            };
+            format!("(({a} {sym} {b}) ? {one} : {zero})")
+        };
+        match op {
+            BinOp::Add => self.arithmetic(Arith::Add, a, b, prec),
+            BinOp::Sub => self.arithmetic(Arith::Sub, a, b, prec),
+            BinOp::Mul => self.arithmetic(Arith::Mul, a, b, prec),
+            BinOp::Div => self.arithmetic(Arith::Div, a, b, prec),
+            BinOp::Lt => compare("<"),
+            BinOp::Le => compare("<="),
+            BinOp::Gt => compare(">"),
+            BinOp::Ge => compare(">="),
+            BinOp::Eq => compare("=="),
+            BinOp::Ne => compare("!="),
+        }
+    }
+
+    /// Instruction `id` of `ir`, a call of `func` on `args` at `prec`, with the reference
+    /// interpreter's semantics: `rsqrt(x)` is `1 / sqrt(x)` (two roundings), `select(c, a, b)`
+    /// is `c != 0 ? a : b`, and `min`/`max` (NaN wins, −0 below +0) are prelude helpers.
+    fn call(&self, ir: &KernelIr, id: ValueId, func: Func, args: &[String], prec: Prec) -> String {
+        let f32 = prec == Prec::F32;
+        let prefix = Self::PREFIX;
+        let suffix = if f32 { "f" } else { "d" };
+        match func {
+            Func::Rsqrt => {
+                let one = if f32 { "1.0f" } else { "1.0" };
+                let sqrt = self.function(ir, id, Func::Sqrt, prec);
+                self.arithmetic(Arith::Div, one, &format!("{sqrt}({})", args[0]), prec)
+            }
+            Func::Select => {
+                let zero = if f32 { "0.0f" } else { "0.0" };
+                format!("(({} != {zero}) ? {} : {})", args[0], args[1], args[2])
+            }
+            Func::Min => format!("{prefix}min{suffix}({}, {})", args[0], args[1]),
+            Func::Max => format!("{prefix}max{suffix}({}, {})", args[0], args[1]),
+            Func::Exp
+            | Func::Log
+            | Func::Log1p
+            | Func::Expm1
+            | Func::Sqrt
+            | Func::Tanh
+            | Func::Erf
+            | Func::Abs
+            | Func::Floor
+            | Func::Sin
+            | Func::Cos
+            | Func::Pow => format!("{}({})", self.function(ir, id, func, prec), args.join(", ")),
+        }
+    }
+
+    /// The expression computing SSA value `id` of `ir` from the values `v{x}` before it;
+    /// `element(view)` is the stored element that a load of `view` reads at the current point.
+    fn value(&self, ir: &KernelIr, id: ValueId, element: impl Fn(usize) -> String) -> String {
+        let v = |x: ValueId| format!("v{x}");
+        match &ir.body[id] {
+            Instr::Load { view } => self.load(ir.loads[*view].dtype, &element(*view)),
+            Instr::Const { value, prec } => self.literal(*value, *prec),
+            Instr::Widen { x } => format!("(double){}", v(*x)),
+            Instr::Round { x, dtype } => self.round(ir.prec(*x), *dtype, &v(*x)),
+            Instr::Neg { x, .. } => format!("(-{})", v(*x)),
+            Instr::Binary { op, a, b, prec } => self.binary(*op, &v(*a), &v(*b), *prec),
+            Instr::Call { func, args, prec } => {
+                let args: Vec<String> = args.iter().map(|&a| v(a)).collect();
+                self.call(ir, id, *func, &args, *prec)
+            }
+        }
+    }
+
+    /// The statement defining `v{id}` (see [`Spelling::value`]).
+    fn definition(&self, ir: &KernelIr, id: ValueId, element: impl Fn(usize) -> String) -> String {
+        let ty = self.value_type(ir.prec(id));
+        format!("const {ty} v{id} = {};", self.value(ir, id, element))
+    }
+}
+
+/// The C math library's name for `func` at `prec` (`expf`, `exp`, …). Both backends call
+/// these for the functions they do not spell themselves; the CPU prelude also declares them.
+pub(crate) fn libm_name(func: Func, prec: Prec) -> String {
+    let base = match func {
+        Func::Exp => "exp",
+        Func::Log => "log",
+        Func::Log1p => "log1p",
+        Func::Expm1 => "expm1",
+        Func::Sqrt => "sqrt",
+        Func::Tanh => "tanh",
+        Func::Erf => "erf",
+        Func::Abs => "fabs",
+        Func::Floor => "floor",
+        Func::Sin => "sin",
+        Func::Cos => "cos",
+        Func::Pow => "pow",
+        Func::Rsqrt | Func::Min | Func::Max | Func::Select => {
+            unreachable!("{func:?} is not a libm function")
+        }
+    };
+    match prec {
+        Prec::F32 => format!("{base}f"),
+        Prec::F64 => base.to_string(),
+    }
+}

@@ -1,0 +1,327 @@
+//! The invariants of [`KernelIr`] that the lowering guarantees and the emitters rely on.
+//!
+//! The emitters index views by argument, read each operand's precision to pick a C type and
+//! assume every value is defined before its use; an IR breaking that would give text that
+//! either fails deep inside emission or compiles and computes something else. The lowering
+//! establishes these by construction, so the check is not part of normal runs: both emitters
+//! call [`KernelIr::verify`] in debug builds only (every test run) and panic on a violation.
+//! It lives on the IR rather than in one backend so that both check the same contract.
+
+use super::ir::{Axis, Instr, KernelIr, Prec, ValueId};
+use crate::formula::Func;
+use std::fmt;
+
+/// The first invariant a [`KernelIr`] breaks, as [`KernelIr::verify`] finds it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IrError {
+    /// The domain has no axis.
+    NoAxes,
+    /// Argument `arg`'s view has `axes` entries for a domain of `rank`.
+    ViewRank {
+        arg: usize,
+        axes: usize,
+        rank: usize,
+    },
+    /// Argument `arg` uses [`Axis::Unit`] on axis `axis`, which is not the innermost.
+    UnitNotInnermost { arg: usize, axis: usize },
+    /// Value `value` loads view `view`, which does not exist.
+    MissingLoad { value: ValueId, view: usize },
+    /// Value `value` is an f32 literal that f32 cannot hold.
+    UnrepresentableConst { value: ValueId, literal: f64 },
+    /// Value `value` calls `func` with `args` arguments.
+    Arity {
+        value: ValueId,
+        func: Func,
+        args: usize,
+    },
+    /// Value `value` reads `operand`, which is not defined before it.
+    UseBeforeDefinition { value: ValueId, operand: ValueId },
+    /// Value `value` widens a value already held in f64.
+    WidensDouble { value: ValueId },
+    /// Operand `operand` of value `value` has another precision than the instruction.
+    OperandPrecision { value: ValueId, operand: ValueId },
+    /// Store `store` writes value `value`, which does not exist.
+    MissingStoredValue { store: usize, value: ValueId },
+    /// Store `store`'s value is not held at its dtype's precision.
+    StorePrecision { store: usize },
+    /// Reduction `reduction` reduces value `value`, which does not exist.
+    MissingReducedValue { reduction: usize, value: ValueId },
+    /// Reduction `reduction`'s mask has `len` entries for a domain of `rank`.
+    ReducedMaskRank {
+        reduction: usize,
+        len: usize,
+        rank: usize,
+    },
+    /// Reduction `reduction`'s output view is broadcast on axis `axis` where the axis is kept,
+    /// or not broadcast where it is reduced.
+    ReductionOutput { reduction: usize, axis: usize },
+}
+
+impl fmt::Display for IrError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IrError::NoAxes => write!(f, "a kernel domain has at least one axis"),
+            IrError::ViewRank { arg, axes, rank } => write!(
+                f,
+                "view rank differs from the domain's (argument {arg}: {axes} axes, rank {rank})"
+            ),
+            IrError::UnitNotInnermost { arg, axis } => write!(
+                f,
+                "`Unit` is only used on the innermost axis (argument {arg}, axis {axis})"
+            ),
+            IrError::MissingLoad { value, view } => {
+                write!(f, "load of a missing view (v{value} loads view {view})")
+            }
+            IrError::UnrepresentableConst { value, literal } => {
+                write!(f, "f32 constant {literal} is not representable (v{value})")
+            }
+            IrError::Arity { value, func, args } => {
+                write!(f, "{func:?} arity: v{value} passes {args} arguments")
+            }
+            IrError::UseBeforeDefinition { value, operand } => {
+                write!(f, "v{value} uses a value defined after it (v{operand})")
+            }
+            IrError::WidensDouble { value } => write!(f, "v{value} widens a double"),
+            IrError::OperandPrecision { value, operand } => {
+                write!(f, "operand v{operand} of v{value}: precision")
+            }
+            IrError::MissingStoredValue { store, value } => {
+                write!(f, "store of a missing value (store {store} of v{value})")
+            }
+            IrError::StorePrecision { store } => write!(
+                f,
+                "stored value's precision differs from its dtype's (store {store})"
+            ),
+            IrError::MissingReducedValue { reduction, value } => write!(
+                f,
+                "reduction of a missing value (reduction {reduction} of v{value})"
+            ),
+            IrError::ReducedMaskRank {
+                reduction,
+                len,
+                rank,
+            } => write!(
+                f,
+                "reduced mask rank (reduction {reduction}: {len} entries, rank {rank})"
+            ),
+            IrError::ReductionOutput { reduction, axis } => write!(
+                f,
+                "a reduction's output is broadcast exactly on its reduced axes \
+                 (reduction {reduction}, axis {axis})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for IrError {}
+
+impl KernelIr {
+    /// Checks the invariants the lowering guarantees: a domain of at least one axis, views of
+    /// the domain's rank with `Unit` only innermost, loads of existing views, call arities, SSA
+    /// order, operands at their instruction's precision, stores of existing values at their
+    /// dtype's precision, reduction masks of the domain's rank with outputs broadcast exactly
+    /// on the reduced axes, and, last, f32 literals that f32 represents. Returns the first
+    /// violation, in that order.
+    pub fn verify(&self) -> Result<(), IrError> {
+        if self.rank < 1 {
+            return Err(IrError::NoAxes);
+        }
+        for (arg, view) in self.views().enumerate() {
+            if view.axes.len() != self.rank {
+                return Err(IrError::ViewRank {
+                    arg,
+                    axes: view.axes.len(),
+                    rank: self.rank,
+                });
+            }
+            if let Some(axis) = (0..self.rank - 1).find(|&d| view.axes[d] == Axis::Unit) {
+                return Err(IrError::UnitNotInnermost { arg, axis });
+            }
+        }
+        for (value, instr) in self.body.iter().enumerate() {
+            match instr {
+                Instr::Load { view } if *view >= self.loads.len() => {
+                    return Err(IrError::MissingLoad { value, view: *view });
+                }
+                Instr::Call { func, args, .. } if args.len() != func.arity() => {
+                    return Err(IrError::Arity {
+                        value,
+                        func: *func,
+                        args: args.len(),
+                    });
+                }
+                _ => {}
+            }
+            let operands = instr.operands();
+            if let Some(&operand) = operands.iter().find(|&&x| x >= value) {
+                return Err(IrError::UseBeforeDefinition { value, operand });
+            }
+            match instr {
+                Instr::Widen { x } if self.prec(*x) != Prec::F32 => {
+                    return Err(IrError::WidensDouble { value });
+                }
+                Instr::Neg { prec, .. } | Instr::Binary { prec, .. } | Instr::Call { prec, .. } => {
+                    if let Some(&operand) = operands.iter().find(|&&x| self.prec(x) != *prec) {
+                        return Err(IrError::OperandPrecision { value, operand });
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (store, s) in self.stores.iter().enumerate() {
+            if s.value >= self.body.len() {
+                return Err(IrError::MissingStoredValue {
+                    store,
+                    value: s.value,
+                });
+            }
+            if self.prec(s.value) != Prec::of(s.view.dtype) {
+                return Err(IrError::StorePrecision { store });
+            }
+        }
+        for (reduction, red) in self.reductions.iter().enumerate() {
+            if red.value >= self.body.len() {
+                return Err(IrError::MissingReducedValue {
+                    reduction,
+                    value: red.value,
+                });
+            }
+            if red.reduced.len() != self.rank {
+                return Err(IrError::ReducedMaskRank {
+                    reduction,
+                    len: red.reduced.len(),
+                    rank: self.rank,
+                });
+            }
+            let broadcast = |d: usize| red.view.axes[d] == Axis::Broadcast;
+            if let Some(axis) = (0..self.rank).find(|&d| broadcast(d) != red.reduced[d]) {
+                return Err(IrError::ReductionOutput { reduction, axis });
+            }
+        }
+        // Last, because it is about values rather than structure: an emitter may accept an
+        // unrounded literal (both spell one by rounding it to nearest) but nothing else.
+        for (value, instr) in self.body.iter().enumerate() {
+            if let Instr::Const {
+                value: literal,
+                prec: Prec::F32,
+            } = *instr
+                && !literal.is_nan()
+                && (literal as f32) as f64 != literal
+            {
+                return Err(IrError::UnrepresentableConst { value, literal });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::lower::ir::{ReduceKind, Reduction, Store, View};
+
+    /// `y = x + 1` over `[n, m]`, and the sum of `x` over axis 1.
+    fn valid() -> KernelIr {
+        let view = |axes: Vec<Axis>| View {
+            dtype: DType::F32,
+            axes,
+        };
+        KernelIr {
+            rank: 2,
+            loads: vec![view(vec![Axis::Strided, Axis::Unit])],
+            body: vec![
+                Instr::Load { view: 0 },
+                Instr::Const {
+                    value: 1.0,
+                    prec: Prec::F32,
+                },
+                Instr::Binary {
+                    op: crate::formula::BinOp::Add,
+                    a: 0,
+                    b: 1,
+                    prec: Prec::F32,
+                },
+            ],
+            stores: vec![Store {
+                value: 2,
+                view: view(vec![Axis::Strided, Axis::Unit]),
+            }],
+            reductions: vec![Reduction {
+                kind: ReduceKind::Sum,
+                value: 0,
+                reduced: vec![false, true],
+                view: view(vec![Axis::Strided, Axis::Broadcast]),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_lowered_shape_passes() {
+        assert_eq!(valid().verify(), Ok(()));
+    }
+
+    #[test]
+    fn each_broken_invariant_is_named() {
+        let mut ir = valid();
+        ir.loads[0].axes[0] = Axis::Unit;
+        assert_eq!(
+            ir.verify(),
+            Err(IrError::UnitNotInnermost { arg: 0, axis: 0 })
+        );
+
+        let mut ir = valid();
+        ir.body[2] = Instr::Binary {
+            op: crate::formula::BinOp::Add,
+            a: 0,
+            b: 2,
+            prec: Prec::F32,
+        };
+        assert_eq!(
+            ir.verify(),
+            Err(IrError::UseBeforeDefinition {
+                value: 2,
+                operand: 2
+            })
+        );
+
+        let mut ir = valid();
+        ir.body[1] = Instr::Const {
+            value: 0.1,
+            prec: Prec::F32,
+        };
+        assert!(matches!(
+            ir.verify(),
+            Err(IrError::UnrepresentableConst { value: 1, .. })
+        ));
+        // Structure is checked before literals.
+        ir.stores[0].value = 7;
+        assert_eq!(
+            ir.verify(),
+            Err(IrError::MissingStoredValue { store: 0, value: 7 })
+        );
+
+        let mut ir = valid();
+        ir.body.push(Instr::Widen { x: 2 });
+        ir.body.push(Instr::Widen { x: 3 });
+        assert_eq!(ir.verify(), Err(IrError::WidensDouble { value: 4 }));
+
+        let mut ir = valid();
+        ir.stores[0].view.dtype = DType::F64;
+        assert_eq!(ir.verify(), Err(IrError::StorePrecision { store: 0 }));
+
+        let mut ir = valid();
+        ir.reductions[0].reduced = vec![true, true];
+        assert_eq!(
+            ir.verify(),
+            Err(IrError::ReductionOutput {
+                reduction: 0,
+                axis: 0
+            })
+        );
+        assert_eq!(
+            ir.verify().unwrap_err().to_string(),
+            "a reduction's output is broadcast exactly on its reduced axes (reduction 0, axis 0)"
+        );
+    }
+}
