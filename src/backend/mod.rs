@@ -3,19 +3,18 @@
 //! Each backend owns its whole path from a lowered [`Program`] to results: [`cpu`] emits C,
 //! compiles it with the system C compiler and runs it on host threads; [`cuda`] emits CUDA C,
 //! compiles it with NVRTC and runs it on one GPU stream. Both keep what they compile in
-//! [`cache`], a content-addressed store on disk, and both use the backend-neutral host runtime
-//! ([`crate::runtime`]) for buffers, memory planning and the reference matmul.
+//! [`cache`], a content-addressed store on disk, spell kernel IR values in C through one trait
+//! (`spelling`, so the two emitters cannot drift apart), and use the backend-neutral host
+//! runtime ([`crate::runtime`]) for buffers, memory planning and the reference matmul.
 //!
 //! Everything above the backends ([`crate::runner`], the CLI) is written once against two
 //! traits: a [`Target`] is what a program is compiled *for* (the CPU's C compiler, a GPU with
 //! its options) and builds an [`Executable`], which runs and times the program.
 
-// The scalar C text both emitters share; the C and CUDA spellings implement it.
-pub(crate) mod spelling;
-
 pub mod cache;
 pub mod cpu;
 pub mod cuda;
+pub(crate) mod spelling;
 
 use crate::error::Result;
 use crate::eval::Tensors;
