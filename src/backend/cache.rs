@@ -251,12 +251,15 @@ impl<T> KernelCache<T> {
 
     /// The artifact's bytes if they are present and match their recorded digest.
     fn read_verified(&self, path: &Path) -> Cached {
-        let bytes = match fs::read(path) {
+        let bytes = match read_regular(path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Cached::Missing,
             Err(_) => return Cached::Damaged,
         };
-        let Ok(recorded) = fs::read_to_string(path.with_extension("sha256")) else {
+        let Ok(recorded) = read_regular(&path.with_extension("sha256")) else {
+            return Cached::Damaged;
+        };
+        let Ok(recorded) = String::from_utf8(recorded) else {
             return Cached::Damaged;
         };
         if recorded.trim().eq_ignore_ascii_case(&sha256_hex(&bytes)) {
@@ -281,6 +284,7 @@ impl<T> KernelCache<T> {
                 self.dir.display()
             ))
         })?;
+        sweep_abandoned_staging(&self.dir);
         let staging = Staging {
             temp: create_temp_dir(&self.dir)?,
             source_name: format!("{key}.{}", self.source),
@@ -397,6 +401,64 @@ fn temp_name(suffix: &str) -> String {
     )
 }
 
+/// Reads `path` only if it is a regular file (after following links). Anything else in place of
+/// a cache entry is damage: a FIFO would block the read forever, a device could be endless.
+fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
+    if !fs::metadata(path)?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    fs::read(path)
+}
+
+/// How old a staging entry must be before it is removed even though its process may live:
+/// no compile takes this long, and a process id can be reused.
+const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Removes the staging directories and `.part` files (`.tmp-PID-…`) that builds killed midway
+/// left in the cache directory: those of processes that no longer run, and any older than
+/// [`ABANDONED_AFTER`]. A live process's staging is never touched while it is young, so
+/// concurrent builds by other processes are safe. Failures are ignored: sweeping is tidying.
+fn sweep_abandoned_staging(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(".tmp-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > ABANDONED_AFTER);
+        if (pid != std::process::id() && !process_runs(pid)) || old {
+            let path = entry.path();
+            let _ = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+        }
+    }
+}
+
+/// Whether process `pid` runs, where `/proc` can tell; elsewhere every process is assumed to
+/// run (so only age sweeps).
+fn process_runs(pid: u32) -> bool {
+    let proc = Path::new("/proc");
+    !proc.join("self").exists() || proc.join(pid.to_string()).exists()
+}
+
 fn create_temp_dir(dir: &Path) -> Result<PathBuf> {
     let path = dir.join(temp_name(""));
     fs::create_dir(&path).map_err(|e| io_error("cannot create a build directory", &path, e))?;
@@ -473,6 +535,57 @@ mod tests {
         assert!(cut.starts_with("line 0\n"));
         assert!(cut.ends_with("(60 more lines)"));
         assert_eq!(trim_diagnostics("a\nb\n"), "a\nb");
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_an_entry_is_rebuilt_not_waited_on() {
+        let dir = scratch("fifo");
+        fs::create_dir_all(&dir).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.join("k1.out"))
+            .status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("skipped: mkfifo is not available");
+            return;
+        }
+        let (done, result) = std::sync::mpsc::channel();
+        let cache_dir = dir.clone();
+        std::thread::spawn(move || {
+            let cache = KernelCache::<String>::new(cache_dir, "out", "in");
+            let built = cache
+                .get_or_build("k1", "abc", &text, upper)
+                .map(|v| (*v).clone());
+            let _ = done.send((built, cache.stats()));
+        });
+        let (built, stats) = result
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("reading the cache entry blocked on a FIFO");
+        assert_eq!(built.unwrap(), "ABC");
+        assert_eq!(stats.rebuilt_corrupt, 1);
+        assert!(fs::metadata(dir.join("k1.out")).unwrap().is_file());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn staging_left_by_dead_processes_is_swept_and_live_staging_kept() {
+        let dir = scratch("sweep");
+        fs::create_dir_all(&dir).unwrap();
+        // Linux process ids stay below 2^22, so this one never runs.
+        let dead = dir.join(".tmp-999999999-0-1");
+        fs::create_dir(&dead).unwrap();
+        fs::write(dead.join("k9.in"), "half a build").unwrap();
+        fs::write(dir.join(".tmp-999999999-1-2.part"), "half a file").unwrap();
+        let live = dir.join(format!(".tmp-{}-77-3", std::process::id()));
+        fs::create_dir(&live).unwrap();
+        let cache = KernelCache::<String>::new(dir.clone(), "out", "in");
+        cache.get_or_build("k1", "abc", &text, upper).unwrap();
+        let left = names(&dir);
+        assert!(
+            !left.iter().any(|n| n.starts_with(".tmp-999999999")),
+            "{left:?}"
+        );
+        assert!(live.exists(), "a running process's staging was removed");
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
