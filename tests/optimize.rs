@@ -140,6 +140,49 @@ fn lstm_backward_needs_fewer_kernels_with_sum_to_size_rules() {
     outputs_agree(&graph, &with_rules.graph, 7).unwrap();
 }
 
+/// Values the rewrites introduce get names no value of the input graph has: in the LSTM
+/// backward the sum_to_size rules add four `sum` nodes, which used to be named `sum_1` …
+/// `sum_4` even when the graph already had values of those names.
+#[test]
+fn introduced_values_never_take_an_existing_name() {
+    let text = std::fs::read_to_string("examples/lstm_cell_backward.ron")
+        .unwrap()
+        .replace("\"tanh_cy\"", "\"sum_1\"")
+        .replace("\"one\"", "\"sum_2\"");
+    let graph = parse(&text);
+    let out = run(&graph, &rules());
+    let mut seen = std::collections::HashSet::new();
+    for node in &out.dag.nodes {
+        assert!(
+            seen.insert(node.name.clone()),
+            "two values named `{}`",
+            node.name
+        );
+    }
+    let existing: std::collections::HashSet<&str> =
+        graph.nodes.iter().map(|n| n.name.as_str()).collect();
+    let introduced: Vec<&str> = out
+        .dag
+        .nodes
+        .iter()
+        .filter(|n| n.op.name() == "sum" && !existing.contains(n.name.as_str()))
+        .map(|n| n.name.as_str())
+        .collect();
+    assert!(
+        !introduced.is_empty(),
+        "the sum_to_size rules no longer fire"
+    );
+    let renamed = ["sum_1", "sum_2"];
+    for name in renamed {
+        let node = out.dag.nodes.iter().find(|n| n.name == name);
+        assert!(
+            node.is_none_or(|n| n.op.name() != "sum"),
+            "`{name}` names a new sum"
+        );
+    }
+    outputs_agree(&graph, &out.graph, 7).unwrap();
+}
+
 /// (a) A legal fusion the cost model rejects: an expensive producer on an [N, 1] column feeds
 /// a consumer broadcast to [N, M]. Fusing would recompute it for every one of the N·M elements;
 /// materializing its N values costs one more launch and next to no bytes. A cheap producer in

@@ -6,7 +6,7 @@ use super::language::{ENode, Leaf};
 use crate::dag::{Dag, DagInput, DagNode, DagOutput, Value};
 use crate::rules::{Builtin, Catalogue};
 use egg::{Id, Symbol};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// A graph's place in an e-graph: the class of every output and a name for every class that
 /// held a named value of the original graph.
@@ -164,6 +164,13 @@ pub fn dag_from_choice<'a>(
         values: HashMap::new(),
         nodes: Vec::new(),
         generated: 0,
+        taken: seeded
+            .inputs
+            .iter()
+            .map(|i| i.name.clone())
+            .chain(seeded.node_names.iter().cloned())
+            .chain(seeded.outputs.iter().map(|(name, _)| name.clone()))
+            .collect(),
     };
     let mut outputs = Vec::with_capacity(seeded.outputs.len());
     for (name, id) in &seeded.outputs {
@@ -191,6 +198,9 @@ struct Builder<'g, 'a, F: Fn(Id) -> &'a ENode> {
     values: HashMap<Id, Option<Value>>,
     nodes: Vec<DagNode>,
     generated: usize,
+    /// Every name of the seed graph and every name generated so far: a value the rewrites
+    /// introduce gets a name none of them has, so reports never show two values as one.
+    taken: HashSet<String>,
 }
 
 impl<'g, 'a, F: Fn(Id) -> &'a ENode> Builder<'g, 'a, F> {
@@ -275,10 +285,13 @@ impl<'g, 'a, F: Fn(Id) -> &'a ENode> Builder<'g, 'a, F> {
                     .collect();
                 let name = match self.names.get(&id) {
                     Some(n) => n.clone(),
-                    None => {
+                    None => loop {
                         self.generated += 1;
-                        format!("{}_{}", op.name(), self.generated)
-                    }
+                        let fresh = format!("{}_{}", op.name(), self.generated);
+                        if self.taken.insert(fresh.clone()) {
+                            break fresh;
+                        }
+                    },
                 };
                 self.nodes.push(DagNode {
                     name,
