@@ -140,6 +140,7 @@ fn renamed_rules() -> RuleSet {
         rewrites: fusebox::rewrite::load_rule_set(&ops, &rewrites)
             .unwrap_or_else(|e| panic!("{e}")),
         ops,
+        warnings: Vec::new(),
     }
 }
 

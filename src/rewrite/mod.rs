@@ -108,6 +108,19 @@ impl Rule {
         Site::file(&self.file, self.position)
     }
 
+    /// The ops the rule's patterns name, on either side.
+    pub fn ops(&self) -> impl Iterator<Item = &str> {
+        self.lhs
+            .ast
+            .as_ref()
+            .iter()
+            .chain(self.rhs.ast.as_ref())
+            .filter_map(|node| match node {
+                egg::ENodeOrVar::ENode(n) => n.op_name(),
+                egg::ENodeOrVar::Var(_) => None,
+            })
+    }
+
     /// The name of the reverse direction of a bidirectional rule.
     pub fn reverse_name(&self) -> String {
         format!("{}{REVERSE_SUFFIX}", self.name)

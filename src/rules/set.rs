@@ -8,6 +8,9 @@ use super::Catalogue;
 use super::ron_file;
 use super::{AmpRules, CostModel, FusionRules};
 use crate::error::{Error, ErrorKind, Result, Site};
+use crate::rewrite::Rule;
+use crate::rewrite::soundness::{CheckOptions, Verdict, check_rules};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// The rule files fusebox reads besides `ops.ron`. Their schemas belong to the stages that
@@ -29,6 +32,10 @@ pub struct RuleSet {
     /// Rewrite rules: the embedded `rewrites/*.ron` with the user's `rewrites/NAME.ron` laid
     /// over them (a file replaces the default file of the same name; others are added).
     pub rewrites: Vec<crate::rewrite::Rule>,
+    /// What loading left out and why, for the user to see (the CLI prints these on stderr):
+    /// default rewrite rules that name an op the directory redefined and failed their
+    /// re-verification under the new meaning.
+    pub warnings: Vec<String>,
 }
 
 impl RuleSet {
@@ -43,6 +50,7 @@ impl RuleSet {
                 .expect("the embedded rules/amp.ron is checked by tests"),
             rewrites: crate::rewrite::default_rules(&ops),
             ops,
+            warnings: Vec::new(),
         }
     }
 
@@ -128,7 +136,58 @@ impl RuleSet {
         }
         // Rewrite rules name ops, so they are checked against the final catalogue.
         rules.rewrites = crate::rewrite::load_rule_set(&rules.ops, &user_rewrites)?;
+        rules.reverify_default_rewrites();
         Ok(rules)
+    }
+
+    /// The default rewrite rules were proven for the default ops. A directory may redefine an
+    /// op (`add` as `a - b`), and a default rule that names it would then rewrite by the old
+    /// meaning and silently change results. Each such rule is checked again by the value-level
+    /// soundness checker (what `check-rules` runs) against the catalogue as loaded; a rule that
+    /// is not shown sound in every direction is dropped, with a warning saying why. Rules from
+    /// the user's own files are theirs to check (`fusebox check-rules`).
+    fn reverify_default_rewrites(&mut self) {
+        let defaults = Catalogue::defaults();
+        let redefined: BTreeSet<&str> = self
+            .ops
+            .ops()
+            .filter(|op| defaults.get(op.name()).is_some_and(|d| **d != ***op))
+            .map(|op| op.name())
+            .collect();
+        if redefined.is_empty() {
+            return;
+        }
+        let is_default = |rule: &Rule| rule.file.starts_with("rules/rewrites/");
+        let affected: Vec<Rule> = self
+            .rewrites
+            .iter()
+            .filter(|r| is_default(r) && r.ops().any(|op| redefined.contains(op)))
+            .cloned()
+            .collect();
+        if affected.is_empty() {
+            return;
+        }
+        let report = check_rules(&affected, &self.ops, &CheckOptions::default());
+        let mut dropped: BTreeMap<(String, String), String> = BTreeMap::new();
+        for check in &report.checks {
+            let why = match &check.verdict {
+                Verdict::Sound => continue,
+                Verdict::Unsound(_) => "it is unsound under the redefinition".to_string(),
+                Verdict::NotExercised(how) => format!("it could not be re-verified ({how})"),
+            };
+            dropped
+                .entry((check.file.clone(), check.rule.clone()))
+                .or_insert(why);
+        }
+        self.rewrites
+            .retain(|r| !dropped.contains_key(&(r.file.clone(), r.name.clone())));
+        let names: Vec<&str> = redefined.into_iter().collect();
+        for ((file, rule), why) in dropped {
+            self.warnings.push(format!(
+                "default rewrite rule `{rule}` ({file}) is left out: it names an op this rule directory redefines ({}), and {why}",
+                names.join(", ")
+            ));
+        }
     }
 
     /// `load_dir` when a directory is given, the defaults otherwise.
