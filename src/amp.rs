@@ -76,6 +76,20 @@ pub fn insert_casts_with(
     options: &AmpOptions,
 ) -> Result<AmpGraph> {
     let original = check(graph, catalogue)?;
+    // An exclusion that names no node would protect nothing while the user believes it does.
+    if let Some(missing) = policy
+        .exclude
+        .iter()
+        .find(|name| !graph.nodes.iter().any(|n| &n.name == *name))
+    {
+        return Err(Error::new(
+            Default::default(),
+            ErrorKind::Rule(format!(
+                "the AMP policy excludes `{missing}`, but the graph has no node of that name{}",
+                crate::error::hint(missing, graph.nodes.iter().map(|n| n.name.as_str()))
+            )),
+        ));
+    }
     let cast_op = catalogue.builtin(Builtin::Cast).ok_or_else(|| {
         Error::new(
             Default::default(),

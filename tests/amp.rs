@@ -249,6 +249,17 @@ fn generated_names_never_collide() {
     assert_eq!(amp.casts_inserted, 3);
 }
 
+/// An exclusion that names no node of the graph is an error, not a silent no-op.
+#[test]
+fn excluding_a_node_the_graph_lacks_is_an_error() {
+    let g = example("mlp_block");
+    let mut p = default_policy("f16");
+    p.exclude = set(&["outt"]);
+    let error = insert_casts(&g, &catalogue(), &p).unwrap_err().to_string();
+    assert!(error.contains("excludes `outt`"), "{error}");
+    assert!(error.contains("did you mean `out`"), "{error}");
+}
+
 #[test]
 fn excluded_nodes_run_in_their_original_types() {
     let g = example("mlp_block");
