@@ -814,6 +814,42 @@ fn errors_in_a_rule_directory_name_the_file() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Rules put where fusebox does not read them are reported, not skipped: a `rewrites` that is
+/// a file, and entries of `rewrites/` that are not `.ron` files.
+#[test]
+fn misplaced_rewrite_rules_are_errors_not_silently_skipped() {
+    let dir = scratch("rules-rewrites-file");
+    std::fs::write(dir.join("rewrites"), "[]").unwrap();
+    let e = RuleSet::load_dir(&dir).unwrap_err();
+    assert!(
+        e.to_string().contains("`rewrites` must be a directory"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    for (entry, is_dir) in [
+        ("mine.txt", false),
+        ("mine.ron.bak", false),
+        ("nested.ron", true),
+    ] {
+        let dir = scratch("rules-rewrites-entry");
+        std::fs::create_dir_all(dir.join("rewrites")).unwrap();
+        let path = dir.join("rewrites").join(entry);
+        if is_dir {
+            std::fs::create_dir(&path).unwrap();
+        } else {
+            std::fs::write(&path, "[]").unwrap();
+        }
+        let e = RuleSet::load_dir(&dir).unwrap_err();
+        assert!(
+            e.to_string().contains("only rule files named *.ron"),
+            "{entry}: {e}"
+        );
+        assert!(e.to_string().contains(entry), "{entry}: {e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
 #[test]
 fn missing_graph_file_is_an_io_error_naming_the_path() {
     let path = std::env::temp_dir().join(format!(

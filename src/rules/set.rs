@@ -13,6 +13,14 @@ use crate::rewrite::soundness::{CheckOptions, Verdict, check_rules};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+/// An entry of a rule directory that fusebox would not read.
+fn misplaced(path: &Path, rule: &str) -> Error {
+    Error::new(
+        Site::whole_file(&path.display().to_string()),
+        ErrorKind::Rule(format!("not read as a rule file: {rule}")),
+    )
+}
+
 /// The rule files fusebox reads besides `ops.ron`. Their schemas belong to the stages that
 /// consume them (AMP, fusion, cost model, rewriting); until a stage reads a file, loading checks
 /// its RON syntax and keeps its text.
@@ -78,17 +86,30 @@ impl RuleSet {
                 .unwrap_or_default()
                 .to_string_lossy()
                 .to_string();
-            if path.is_dir() && name == "rewrites" {
+            if name == "rewrites" {
+                // A rule author who puts rules where fusebox does not read them must hear so:
+                // a `rewrites` that is not a directory, or an entry in it that is not a
+                // `.ron` file, would otherwise be skipped without a word.
+                if !path.is_dir() {
+                    return Err(misplaced(
+                        &path,
+                        "`rewrites` must be a directory of .ron files",
+                    ));
+                }
                 let inner = std::fs::read_dir(&path).map_err(|e| dir_error(e.to_string()))?;
                 for rewrite in inner {
                     let rewrite = rewrite.map_err(|e| dir_error(e.to_string()))?.path();
-                    if rewrite.extension().is_some_and(|e| e == "ron") {
-                        let key = format!(
-                            "rewrites/{}",
-                            rewrite.file_name().unwrap_or_default().to_string_lossy()
-                        );
-                        files.push((key, rewrite));
+                    if !(rewrite.is_file() && rewrite.extension().is_some_and(|e| e == "ron")) {
+                        return Err(misplaced(
+                            &rewrite,
+                            "rewrites/ holds only rule files named *.ron",
+                        ));
                     }
+                    let key = format!(
+                        "rewrites/{}",
+                        rewrite.file_name().unwrap_or_default().to_string_lossy()
+                    );
+                    files.push((key, rewrite));
                 }
             } else if path.extension().is_some_and(|e| e == "ron") {
                 if name != "ops.ron" && !OTHER_RULE_FILES.contains(&name.as_str()) {
