@@ -200,17 +200,28 @@ pub fn check_parts(graph: &Graph, catalogue: &Catalogue) -> Result<TypeMap, Prob
     Ok(types)
 }
 
-/// Refuses a shape whose element count does not fit the machine's address space.
+/// Refuses a shape beyond fusebox's limits ([`shape::MAX_RANK`] axes, [`shape::MAX_NUMEL`]
+/// elements): every later stage (byte counts, buffers, slice bounds) may then count in
+/// plain integers without overflowing.
 fn addressable(shape: &[usize], part: Part, what: &str) -> Result<(), Problem> {
-    match shape::checked_numel(shape) {
-        Some(_) => Ok(()),
-        None => Err(Problem {
-            part,
-            kind: ErrorKind::Shape(format!(
-                "{what} {shape:?} is too large to address on this machine"
-            )),
-        }),
-    }
+    let problem = if shape.len() > shape::MAX_RANK {
+        format!(
+            "{what} has {} axes, more than {}, the most a shape may have",
+            shape.len(),
+            shape::MAX_RANK
+        )
+    } else if shape::checked_numel(shape).is_none() {
+        format!(
+            "{what} {shape:?} has more than 2^48 = {} elements, the most a shape may have",
+            shape::MAX_NUMEL
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Problem {
+        part,
+        kind: ErrorKind::Shape(problem),
+    })
 }
 
 /// The node's attributes with catalogue defaults filled in, each checked against its type.
