@@ -15,23 +15,32 @@ pub fn numel(shape: &[usize]) -> usize {
 /// are all held to it, so nothing sized by a rank can ask for an absurd allocation.
 pub const MAX_RANK: usize = 64;
 
-/// The most elements a shape may have, counting only its non-zero dims (2^48, 256 Ti
+/// The most elements an op's result may have, counting only its non-zero dims (2^48, 256 Ti
 /// elements). Far beyond any tensor that can be materialized, yet small enough that byte
-/// counts (8 bytes an element) of thousands of such tensors fit in a `u64`, and every dim
-/// and slice bound is an exact f64 (below 2^53). Graph checking refuses a larger shape.
+/// counts (8 bytes an element) of thousands of such tensors fit in a `u64`. Graph checking
+/// refuses a node whose result is larger (see [`within_limits`]).
 pub const MAX_NUMEL: usize = 1 << 48;
 
 /// Number of elements, or `None` if the shape is too large to represent: the product of its
-/// non-zero dims must be at most [`MAX_NUMEL`] (which is also below `isize::MAX`, ndarray's
-/// limit even for an empty array: `[0, 2^64-1]` holds no elements, but no array of that
-/// shape can be built).
+/// non-zero dims must fit in `isize`, ndarray's limit even for an empty array (`[0, 2^64-1]`
+/// holds no elements, but no array of that shape can be built).
 pub fn checked_numel(shape: &[usize]) -> Option<usize> {
-    let nonzero = shape
+    let nonzero = nonzero_numel(shape).filter(|&n| n <= isize::MAX as usize)?;
+    Some(if shape.contains(&0) { 0 } else { nonzero })
+}
+
+/// Whether an op may produce `shape`: at most [`MAX_RANK`] axes and [`MAX_NUMEL`] elements
+/// counting only the non-zero dims.
+pub fn within_limits(shape: &[usize]) -> bool {
+    shape.len() <= MAX_RANK && nonzero_numel(shape).is_some_and(|n| n <= MAX_NUMEL)
+}
+
+/// The product of the non-zero dims, `None` on overflow.
+fn nonzero_numel(shape: &[usize]) -> Option<usize> {
+    shape
         .iter()
         .filter(|&&d| d != 0)
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .filter(|&n| n <= MAX_NUMEL)?;
-    Some(if shape.contains(&0) { 0 } else { nonzero })
 }
 
 /// NumPy broadcasting of two shapes: right-aligned, each pair of dims equal or one of them 1.

@@ -200,10 +200,12 @@ pub fn check_parts(graph: &Graph, catalogue: &Catalogue) -> Result<TypeMap, Prob
     Ok(types)
 }
 
-/// Refuses a shape beyond fusebox's limits ([`shape::MAX_RANK`] axes, [`shape::MAX_NUMEL`]
-/// elements): every later stage (byte counts, buffers, slice bounds) may then count in
-/// plain integers without overflowing.
+/// Refuses an input shape with more than [`shape::MAX_RANK`] axes or whose element count
+/// does not fit the machine's address space, and a node's result beyond
+/// [`shape::MAX_NUMEL`] elements: every later stage (byte counts, buffers) may then count
+/// in plain integers without overflowing.
 fn addressable(shape: &[usize], part: Part, what: &str) -> Result<(), Problem> {
+    let is_result = matches!(part, Part::Node { .. });
     let problem = if shape.len() > shape::MAX_RANK {
         format!(
             "{what} has {} axes, more than {}, the most a shape may have",
@@ -211,8 +213,10 @@ fn addressable(shape: &[usize], part: Part, what: &str) -> Result<(), Problem> {
             shape::MAX_RANK
         )
     } else if shape::checked_numel(shape).is_none() {
+        format!("{what} {shape:?} is too large to address on this machine")
+    } else if is_result && !shape::within_limits(shape) {
         format!(
-            "{what} {shape:?} has more than 2^48 = {} elements, the most a shape may have",
+            "{what} {shape:?} has more than 2^48 = {} elements, the most an op's result may have",
             shape::MAX_NUMEL
         )
     } else {
