@@ -15,10 +15,10 @@ pub fn numel(shape: &[usize]) -> usize {
 /// are all held to it, so nothing sized by a rank can ask for an absurd allocation.
 pub const MAX_RANK: usize = 64;
 
-/// The most elements an op's result may have, counting only its non-zero dims (2^48, 256 Ti
-/// elements). Far beyond any tensor that can be materialized, yet small enough that byte
-/// counts (8 bytes an element) of thousands of such tensors fit in a `u64`. Graph checking
-/// refuses a node whose result is larger (see [`within_limits`]).
+/// The most elements a value (graph input or op result) may have, counting only its non-zero
+/// dims (2^48, 256 Ti elements). Far beyond any tensor that can be materialized, yet small
+/// enough that byte counts (8 bytes an element) of thousands of such tensors fit in a `u64`.
+/// Graph checking refuses a larger value (see [`within_limits`]).
 pub const MAX_NUMEL: usize = 1 << 48;
 
 /// Number of elements, or `None` if the shape is too large to represent: the product of its
@@ -29,7 +29,7 @@ pub fn checked_numel(shape: &[usize]) -> Option<usize> {
     Some(if shape.contains(&0) { 0 } else { nonzero })
 }
 
-/// Whether an op may produce `shape`: at most [`MAX_RANK`] axes and [`MAX_NUMEL`] elements
+/// Whether a value may have `shape`: at most [`MAX_RANK`] axes and [`MAX_NUMEL`] elements
 /// counting only the non-zero dims.
 pub fn within_limits(shape: &[usize]) -> bool {
     shape.len() <= MAX_RANK && nonzero_numel(shape).is_some_and(|n| n <= MAX_NUMEL)

@@ -297,6 +297,30 @@ fn shapes_beyond_the_element_limit_are_refused_where_shapes_are_checked() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// An input beyond 2^48 elements is refused at its shape too, even when every node reduces
+/// it to something small (the partitioner's byte sums overflowed on such an input).
+#[test]
+fn inputs_beyond_the_element_limit_are_refused_at_their_shape() {
+    let dir = scratch("numel-input");
+    let text = r#"Graph(
+    name: "big_sum",
+    inputs: [Input(name: "x", dtype: "f64", shape: [1152921504606846976]),
+             Input(name: "z", dtype: "f64", shape: [1152921504606846976])],
+    nodes: [
+        Node(name: "s", op: "sum", args: ["x"]),
+        Node(name: "t", op: "sum", args: ["z"]),
+        Node(name: "u", op: "add", args: ["s", "t"]),
+    ],
+    outputs: ["u"],
+)
+"#;
+    std::fs::write(dir.join("g.ron"), text).unwrap();
+    let stderr = clean_failure(&fusebox(&["optimize", "g.ron"], &dir));
+    assert!(stderr.contains("g.ron:3:52"), "{stderr}");
+    assert!(stderr.contains("more than 2^48"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A shape with more axes than the limit is refused where it is declared.
 #[test]
 fn shapes_beyond_the_rank_limit_are_refused() {
