@@ -11,16 +11,36 @@ pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+/// The most axes a shape may have. Graph files, `.npy` files and rule conditions (`Rank`)
+/// are all held to it, so nothing sized by a rank can ask for an absurd allocation.
+pub const MAX_RANK: usize = 64;
+
+/// The most elements a value (graph input or op result) may have, counting only its non-zero
+/// dims (2^48, 256 Ti elements). Far beyond any tensor that can be materialized, yet small
+/// enough that byte counts (8 bytes an element) of thousands of such tensors fit in a `u64`.
+/// Graph checking refuses a larger value (see [`within_limits`]).
+pub const MAX_NUMEL: usize = 1 << 48;
+
 /// Number of elements, or `None` if the shape is too large to represent: the product of its
 /// non-zero dims must fit in `isize`, ndarray's limit even for an empty array (`[0, 2^64-1]`
 /// holds no elements, but no array of that shape can be built).
 pub fn checked_numel(shape: &[usize]) -> Option<usize> {
-    let nonzero = shape
+    let nonzero = nonzero_numel(shape).filter(|&n| n <= isize::MAX as usize)?;
+    Some(if shape.contains(&0) { 0 } else { nonzero })
+}
+
+/// Whether a value may have `shape`: at most [`MAX_RANK`] axes and [`MAX_NUMEL`] elements
+/// counting only the non-zero dims.
+pub fn within_limits(shape: &[usize]) -> bool {
+    shape.len() <= MAX_RANK && nonzero_numel(shape).is_some_and(|n| n <= MAX_NUMEL)
+}
+
+/// The product of the non-zero dims, `None` on overflow.
+fn nonzero_numel(shape: &[usize]) -> Option<usize> {
+    shape
         .iter()
         .filter(|&&d| d != 0)
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .filter(|&n| n <= isize::MAX as usize)?;
-    Some(if shape.contains(&0) { 0 } else { nonzero })
 }
 
 /// NumPy broadcasting of two shapes: right-aligned, each pair of dims equal or one of them 1.
@@ -202,6 +222,9 @@ pub fn slice_range(
     } else {
         0
     };
+    // With at most one element the step is never taken: make it 1, so that no consumer
+    // multiplies a huge step by a stride (`step = i64::MAX` picks just the first element).
+    let step = if len <= 1 { 1 } else { step };
     Ok(SliceRange {
         axis,
         start: start as usize,
@@ -335,6 +358,22 @@ mod tests {
         assert_eq!(slice_range(&[10], 0, 8, Some(2), 1).unwrap().len, 0);
         assert_eq!(slice_range(&[10], 0, -100, Some(100), 1).unwrap().len, 10);
         assert!(slice_range(&[10], 0, 0, None, 0).is_err());
+    }
+
+    #[test]
+    fn extreme_slice_bounds_clamp_like_python() {
+        let r = slice_range(&[10], 0, 0, Some(i64::MAX), 1).unwrap();
+        assert_eq!((r.start, r.step, r.len), (0, 1, 10));
+        let r = slice_range(&[10], 0, i64::MIN, Some(i64::MAX), 3).unwrap();
+        assert_eq!((r.start, r.step, r.len), (0, 3, 4));
+        let r = slice_range(&[10], 0, -(1 << 53) - 1, Some(i64::MIN), 1).unwrap();
+        assert_eq!(r.len, 0);
+        let r = slice_range(&[10], -1, 2, Some(i64::MAX), i64::MAX).unwrap();
+        assert_eq!((r.start, r.step, r.len), (2, 1, 1));
+        let r = slice_range(&[10], 0, i64::MAX, None, 1).unwrap();
+        assert_eq!((r.start, r.len), (10, 0));
+        assert!(slice_range(&[10], 0, 0, None, -1).is_err());
+        assert!(slice_range(&[10], 0, 0, None, i64::MIN).is_err());
     }
 
     #[test]

@@ -52,6 +52,8 @@ impl Tensor {
     /// Reads a `.npy` file (little- or big-endian bool, i32, i64, f16, f32 or f64).
     pub fn read_npy(path: &Path) -> Result<Tensor, String> {
         let mut file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let data_bytes =
+            check_npy_header(&mut file).map_err(|e| format!("{}: {e}", path.display()))?;
         check_npy_shape(&mut file).map_err(|e| format!("{}: {e}", path.display()))?;
         let npy = npyz::NpyFile::new(BufReader::new(file))
             .map_err(|e| format!("{}: not a readable .npy file: {e}", path.display()))?;
@@ -68,6 +70,18 @@ impl Tensor {
                 path.display()
             ));
         };
+        // npyz reserves room for every element before reading any: a header that promises
+        // more data than the file holds must fail here, not in the allocator.
+        let needed =
+            crate::shape::checked_numel(&shape).and_then(|n| n.checked_mul(ty.num_bytes()?));
+        if let (Some(have), Some(needed)) = (data_bytes, needed)
+            && (needed as u64) > have
+        {
+            return Err(format!(
+                "{}: shape {shape:?} needs {needed} bytes of data but the file holds {have}",
+                path.display()
+            ));
+        }
         use npyz::TypeChar as C;
         let read_err = |e: std::io::Error| format!("{}: {e}", path.display());
         let (dtype, values): (DType, Vec<f64>) = match (ty.type_char(), ty.size_field()) {
@@ -160,6 +174,54 @@ impl Tensor {
     }
 }
 
+/// The most bytes a `.npy` header may take. NumPy's own reader refuses headers over 10 000
+/// bytes by default; npyz allocates whatever the length field says before reading, so a
+/// 13-byte file claiming a 4 GiB header must be refused here.
+const MAX_NPY_HEADER: u64 = 1 << 16;
+
+/// Checks a `.npy` file's preamble (magic, version, header length) against the file's size,
+/// then rewinds. Returns how many bytes follow the header (the data), or `None` when the
+/// preamble is not one this check reads (npyz then reports the file as unreadable).
+fn check_npy_header(file: &mut std::fs::File) -> Result<Option<u64>, String> {
+    use std::io::{Read, Seek};
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        // A pipe has no size to check against.
+        return Ok(None);
+    }
+    let size = meta.len();
+    let mut head = Vec::new();
+    file.by_ref()
+        .take(12)
+        .read_to_end(&mut head)
+        .map_err(|e| e.to_string())?;
+    file.rewind().map_err(|e| e.to_string())?;
+    if head.len() < 10 || !head.starts_with(b"\x93NUMPY") {
+        return Ok(None);
+    }
+    let (prefix, header_len) = match head[6] {
+        1 => (10u64, u64::from(u16::from_le_bytes([head[8], head[9]]))),
+        2 | 3 if head.len() == 12 => (
+            12,
+            u64::from(u32::from_le_bytes([head[8], head[9], head[10], head[11]])),
+        ),
+        _ => return Ok(None),
+    };
+    if header_len > MAX_NPY_HEADER {
+        return Err(format!(
+            "the header length field says {header_len} bytes, more than the {MAX_NPY_HEADER} \
+             a .npy header may take"
+        ));
+    }
+    let data_start = prefix + header_len;
+    if data_start > size {
+        return Err(format!(
+            "the header length field says {header_len} bytes but the file has only {size}"
+        ));
+    }
+    Ok(Some(size - data_start))
+}
+
 /// Refuses a `.npy` header whose shape has no representable element count, then rewinds.
 ///
 /// npyz multiplies the header's dims unchecked, which panics on overflow in debug builds, so
@@ -190,6 +252,11 @@ fn check_npy_shape(file: &mut std::fs::File) -> Result<(), String> {
         .map(|d| d.trim_end_matches('L').parse().ok())
         .collect();
     match dims {
+        Some(dims) if dims.len() > crate::shape::MAX_RANK => Err(format!(
+            "the header's shape has {} axes, more than {}, the most a shape may have",
+            dims.len(),
+            crate::shape::MAX_RANK
+        )),
         Some(dims) if crate::shape::checked_numel(&dims).is_none() => Err(format!(
             "shape {dims:?} in the header is too large for any array"
         )),

@@ -73,14 +73,20 @@ pub trait Executable {
     /// run moves, for backends that compare against a copy of the same size.
     fn bench_facts(&self, bytes: u64, iters: usize) -> Result<BenchFacts>;
 
-    /// Fresh host buffers for the outputs, in `dag.outputs` order.
-    fn output_buffers_host(&self) -> Vec<Buffer> {
+    /// Fresh host buffers for the outputs, in `dag.outputs` order; an error naming the size
+    /// when one cannot be allocated.
+    fn output_buffers_host(&self) -> Result<Vec<Buffer>> {
         let dag = &self.program().dag;
         dag.outputs
             .iter()
             .map(|o| {
                 let ty = dag.ty(o.value);
-                Buffer::zeroed(ty.dtype, &ty.shape)
+                Buffer::try_zeroed(ty.dtype, &ty.shape).map_err(|e| {
+                    crate::error::Error::new(
+                        crate::error::Site::node(&o.name),
+                        crate::error::ErrorKind::Lower(e),
+                    )
+                })
             })
             .collect()
     }
@@ -88,7 +94,7 @@ pub trait Executable {
     /// Runs on tensors keyed by input name; returns tensors keyed by output name.
     fn run_tensors(&mut self, inputs: &Tensors) -> Result<Tensors> {
         let buffers = crate::runtime::input_buffers(self.program(), inputs)?;
-        let mut outputs = self.output_buffers_host();
+        let mut outputs = self.output_buffers_host()?;
         self.run_into(&buffers, &mut outputs)?;
         Ok(self
             .program()

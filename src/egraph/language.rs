@@ -22,12 +22,21 @@ use std::fmt;
 pub enum Leaf {
     /// The bits of an f64; every NaN is stored as one canonical NaN, `-0.0` stays itself.
     Num(u64),
+    /// An integer beyond ±2^53, which an f64 cannot hold exactly. ONNX writes "slice to the
+    /// end" as `end = i64::MAX`; stored as a `Num` it would come back as a different integer
+    /// (or none at all), so such integers keep their exact value here. Every integer has one
+    /// form: `Num` up to ±2^53, `Int` beyond (see [`Leaf::int`]), so equal values stay equal
+    /// leaves.
+    Int(i64),
     Bool(bool),
     Ints(Vec<i64>),
     DType(DType),
     /// An optional attribute that was left out (`sum` without `axes`).
     Absent,
 }
+
+/// The largest magnitude up to which every integer is an exact f64 (2^53).
+const MAX_EXACT_INT: u64 = 1 << 53;
 
 impl Leaf {
     pub fn num(value: f64) -> Leaf {
@@ -38,9 +47,20 @@ impl Leaf {
         })
     }
 
+    /// An integer leaf in its one canonical form: `Num` when the f64 holds it exactly.
+    pub fn int(value: i64) -> Leaf {
+        if value.unsigned_abs() <= MAX_EXACT_INT {
+            Leaf::num(value as f64)
+        } else {
+            Leaf::Int(value)
+        }
+    }
+
+    /// The value as a number; an [`Leaf::Int`] rounds to the nearest f64.
     pub fn as_f64(&self) -> Option<f64> {
         match self {
             Leaf::Num(bits) => Some(f64::from_bits(*bits)),
+            Leaf::Int(v) => Some(*v as f64),
             _ => None,
         }
     }
@@ -48,7 +68,7 @@ impl Leaf {
     pub fn from_attr(value: &AttrValue) -> Leaf {
         match value {
             AttrValue::Float(v) => Leaf::num(*v),
-            AttrValue::Int(v) => Leaf::num(*v as f64),
+            AttrValue::Int(v) => Leaf::int(*v),
             AttrValue::Bool(b) => Leaf::Bool(*b),
             AttrValue::Ints(v) => Leaf::Ints(v.clone()),
             AttrValue::DType(d) => Leaf::DType(*d),
@@ -62,11 +82,14 @@ impl Leaf {
             (Leaf::Num(_), AttrType::Float) => AttrValue::Float(self.as_f64()?),
             (Leaf::Num(_), AttrType::Int) => {
                 let v = self.as_f64()?;
-                if v.fract() != 0.0 || v.abs() > 9.0e15 {
+                // Beyond 2^53 a `Num` no longer names one integer (such integers are `Int`).
+                if v.fract() != 0.0 || v.abs() > MAX_EXACT_INT as f64 {
                     return None;
                 }
                 AttrValue::Int(v as i64)
             }
+            (Leaf::Int(v), AttrType::Int) => AttrValue::Int(*v),
+            (Leaf::Int(v), AttrType::Float) => AttrValue::Float(*v as f64),
             (Leaf::Bool(b), AttrType::Bool) => AttrValue::Bool(*b),
             (Leaf::Ints(v), AttrType::Ints) => AttrValue::Ints(v.clone()),
             (Leaf::DType(d), AttrType::DType) => AttrValue::DType(*d),
@@ -99,6 +122,12 @@ impl Leaf {
             .trim_start_matches(['-', '+'])
             .starts_with(|c: char| c.is_ascii_digit() || c == '.');
         if starts_numeric {
+            // Integers beyond 2^53 keep their exact value; other numbers are f64s.
+            if let Ok(v) = text.parse::<i64>()
+                && v.unsigned_abs() > MAX_EXACT_INT
+            {
+                return Some(Leaf::Int(v));
+            }
             return text.parse::<f64>().ok().map(Leaf::num);
         }
         None
@@ -122,6 +151,7 @@ impl fmt::Display for Leaf {
                     write!(f, "{v:?}")
                 }
             }
+            Leaf::Int(v) => write!(f, "{v}"),
             Leaf::Bool(b) => write!(f, "{b}"),
             Leaf::Ints(v) => {
                 let parts: Vec<String> = v.iter().map(i64::to_string).collect();
@@ -291,5 +321,28 @@ mod tests {
         );
         assert_eq!(Leaf::num(3.5).to_attr(AttrType::Int), None);
         assert_eq!(Leaf::DType(DType::F16).to_attr(AttrType::Float), None);
+    }
+
+    #[test]
+    fn extreme_integer_attributes_keep_their_exact_value() {
+        let exact = 1i64 << 53;
+        for v in [
+            i64::MAX,
+            i64::MIN,
+            i64::MAX - 1,
+            -exact - 1,
+            exact + 1,
+            exact,
+            -exact,
+            0,
+        ] {
+            let leaf = Leaf::from_attr(&AttrValue::Int(v));
+            assert_eq!(leaf.to_attr(AttrType::Int), Some(AttrValue::Int(v)), "{v}");
+            assert_eq!(Leaf::parse(&leaf.to_string()), Some(leaf.clone()), "{v}");
+            assert_eq!(Leaf::parse(&v.to_string()), Some(leaf), "{v}");
+        }
+        // One form per integer: small integers stay `Num`, equal to the float spelling.
+        assert_eq!(Leaf::int(7), Leaf::num(7.0));
+        assert_eq!(Leaf::num(2f64.powi(60)).to_attr(AttrType::Int), None);
     }
 }

@@ -171,6 +171,24 @@ pub fn check_parts(graph: &Graph, catalogue: &Catalogue) -> Result<TypeMap, Prob
         );
         types.insert(node.name.clone(), ty);
     }
+    // Inputs are held to the element limit too, but only once every node has checked: a
+    // node's own problem with a huge input (a concat whose length overflows) is the more
+    // precise report.
+    for (index, input) in graph.inputs.iter().enumerate() {
+        if !shape::within_limits(&input.shape) {
+            return Err(Problem {
+                part: Part::Input {
+                    index,
+                    field: "shape",
+                },
+                kind: ErrorKind::Shape(format!(
+                    "shape {:?} has more than 2^48 = {} elements, the most a value may have",
+                    input.shape,
+                    shape::MAX_NUMEL
+                )),
+            });
+        }
+    }
 
     if graph.outputs.is_empty() {
         return Err(Problem {
@@ -200,17 +218,32 @@ pub fn check_parts(graph: &Graph, catalogue: &Catalogue) -> Result<TypeMap, Prob
     Ok(types)
 }
 
-/// Refuses a shape whose element count does not fit the machine's address space.
+/// Refuses a shape with more than [`shape::MAX_RANK`] axes or whose element count does not
+/// fit the machine's address space, and a node's result beyond [`shape::MAX_NUMEL`]
+/// elements (inputs are held to that after the nodes are checked): every later stage (byte
+/// counts, buffers) may then count in plain integers without overflowing.
 fn addressable(shape: &[usize], part: Part, what: &str) -> Result<(), Problem> {
-    match shape::checked_numel(shape) {
-        Some(_) => Ok(()),
-        None => Err(Problem {
-            part,
-            kind: ErrorKind::Shape(format!(
-                "{what} {shape:?} is too large to address on this machine"
-            )),
-        }),
-    }
+    let is_result = matches!(part, Part::Node { .. });
+    let problem = if shape.len() > shape::MAX_RANK {
+        format!(
+            "{what} has {} axes, more than {}, the most a shape may have",
+            shape.len(),
+            shape::MAX_RANK
+        )
+    } else if shape::checked_numel(shape).is_none() {
+        format!("{what} {shape:?} is too large to address on this machine")
+    } else if is_result && !shape::within_limits(shape) {
+        format!(
+            "{what} {shape:?} has more than 2^48 = {} elements, the most a value may have",
+            shape::MAX_NUMEL
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Problem {
+        part,
+        kind: ErrorKind::Shape(problem),
+    })
 }
 
 /// The node's attributes with catalogue defaults filled in, each checked against its type.

@@ -66,8 +66,28 @@ impl Program {
 
     /// Every view of every launch stays inside its buffer. Backends check this before running
     /// anything, so a wrong launch is an error rather than a stray write from generated code.
+    /// It also refuses a value larger than the reference evaluator materializes
+    /// ([`crate::eval::MAX_ELEMENTS`]) before any buffer is allocated for it: an allocation
+    /// that large would abort the process or be killed on first touch, not fail cleanly.
     pub fn check_bounds(&self) -> Result<()> {
         let dag = &self.dag;
+        let values = (0..dag.inputs.len())
+            .map(Value::Input)
+            .chain((0..dag.nodes.len()).map(Value::Node));
+        for v in values {
+            let ty = dag.ty(v);
+            if crate::shape::numel(&ty.shape) > crate::eval::MAX_ELEMENTS {
+                return Err(Error::new(
+                    Site::node(dag.value_name(v)),
+                    ErrorKind::Lower(format!(
+                        "shape {:?} has more than {} elements, the most a backend allocates \
+                         (the reference evaluator's limit)",
+                        ty.shape,
+                        crate::eval::MAX_ELEMENTS
+                    )),
+                ));
+            }
+        }
         for step in &self.steps {
             let Step::Kernel(k) = step else { continue };
             let sizes = &k.launch.sizes;

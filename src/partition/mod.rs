@@ -49,8 +49,10 @@ impl Add for Cost {
             memory_us: self.memory_us + o.memory_us,
             compute_us: self.compute_us + o.compute_us,
             total_us: self.total_us + o.total_us,
-            bytes: self.bytes + o.bytes,
-            flops: self.flops + o.flops,
+            // Saturating: a report never wraps to a small count (graph checking bounds each
+            // value to `shape::MAX_NUMEL` elements, so real sums stay far from the limit).
+            bytes: self.bytes.saturating_add(o.bytes),
+            flops: self.flops.saturating_add(o.flops),
         }
     }
 }
@@ -211,8 +213,9 @@ pub(crate) fn slices_by_slot<I: Iterator<Item = (usize, u32)>>(
     (start, list)
 }
 
+/// A value's bytes, saturating rather than wrapping for a shape past the graph limits.
 fn bytes_of(ty: &crate::graph::TensorType) -> u64 {
-    numel(&ty.shape) as u64 * ty.dtype.size_bytes() as u64
+    (numel(&ty.shape) as u64).saturating_mul(ty.dtype.size_bytes() as u64)
 }
 
 impl<'a> Facts<'a> {

@@ -6,6 +6,7 @@ use super::{REVERSE_SUFFIX, Rule, VarKind};
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::rules::Catalogue;
 use crate::rules::ron_file::{self, RonDocument};
+use crate::shape;
 use crate::span::Step;
 use egg::{Pattern, Var};
 use serde::Deserialize;
@@ -212,6 +213,21 @@ fn check_condition(
         let mut inner_path = path.to_vec();
         inner_path.push(Step::Index(0));
         return check_condition(doc, &inner_path, inner, vars);
+    }
+    // `check-rules` builds a shape of this rank for the variable; past the graph limit no
+    // graph could match and a huge rank would allocate without bound.
+    if let Condition::Rank(_, n) = condition
+        && *n > shape::MAX_RANK
+    {
+        let mut rank_path = path.to_vec();
+        rank_path.push(Step::Index(1));
+        return Err(rule_error(
+            doc.site(&rank_path),
+            format!(
+                "`Rank` {n} is more than {}, the most axes a shape may have",
+                shape::MAX_RANK
+            ),
+        ));
     }
     for (position, name, accepts) in condition.var_args() {
         let mut arg_path = path.to_vec();

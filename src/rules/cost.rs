@@ -388,17 +388,37 @@ fn overlay(
                 )),
             ));
         };
-        if !(value.is_finite() && value >= 0.0) {
+        if !(0.0..=MAX_TIME_OR_WEIGHT).contains(&value) {
             return Err(Error::new(
                 doc.site(&at),
                 ErrorKind::Rule(format!(
-                    "weight `{key}` must be a finite number ≥ 0, found {value}"
+                    "weight `{key}` must be a finite number ≥ 0, at most {MAX_TIME_OR_WEIGHT:e}, found {value}"
                 )),
             ));
         }
         base[primitive.index()] = value;
     }
     Ok(base)
+}
+
+/// The rates a profile may give (`bandwidth_gbps`, `pointwise_gflops`, `matmul_gflops`), in
+/// GB/s or GFLOP/s: from a thousandth of a byte per microsecond to 10^12 GB/s. Outside it,
+/// times come out 0, infinite or NaN (`5e-324` GB/s makes every kernel infinitely slow,
+/// `1e308` overflows to infinity when scaled), and the plan the partitioner picks is arbitrary.
+pub const RATE_RANGE: std::ops::RangeInclusive<f64> = 1e-6..=1e12;
+
+/// The most a time (`launch_us`) or a weight may be: 10^9 µs or flop-equivalents, far beyond
+/// any machine, small enough that sums over a graph stay finite.
+pub const MAX_TIME_OR_WEIGHT: f64 = 1e9;
+
+/// Why a positive rate outside [`RATE_RANGE`] is refused.
+fn out_of_range(value: f64) -> String {
+    format!(
+        "must lie between {:e} and {:e} (GB/s or GFLOP/s), found {value:e}: beyond that, \
+         kernel times come out 0, infinite or NaN and the plan would be arbitrary",
+        RATE_RANGE.start(),
+        RATE_RANGE.end()
+    )
 }
 
 fn profile(
@@ -428,8 +448,10 @@ fn profile(
         ));
     }
     let positive = |field: &str, value: f64| {
-        if value.is_finite() && value > 0.0 {
+        if RATE_RANGE.contains(&value) {
             Ok(())
+        } else if value.is_finite() && value > 0.0 {
+            Err(rule(field, format!("`{field}` {}", out_of_range(value))))
         } else {
             Err(rule(
                 field,
@@ -439,11 +461,11 @@ fn profile(
     };
     positive("bandwidth_gbps", spec.bandwidth_gbps)?;
     positive("pointwise_gflops", spec.pointwise_gflops)?;
-    if !(spec.launch_us.is_finite() && spec.launch_us >= 0.0) {
+    if !(0.0..=MAX_TIME_OR_WEIGHT).contains(&spec.launch_us) {
         return Err(rule(
             "launch_us",
             format!(
-                "`launch_us` must be a finite number ≥ 0, found {}",
+                "`launch_us` must be a finite number ≥ 0, at most {MAX_TIME_OR_WEIGHT:e}, found {}",
                 spec.launch_us
             ),
         ));
@@ -464,16 +486,18 @@ fn profile(
         ));
     }
     for (dtype, &rate) in &spec.matmul_gflops {
-        if !(rate.is_finite() && rate > 0.0) {
+        if !RATE_RANGE.contains(&rate) {
             let mut p = at("matmul_gflops");
             p.push(Step::key(dtype.name()));
-            return Err(Error::new(
-                doc.site(&p),
-                ErrorKind::Rule(format!(
+            let message = if rate.is_finite() && rate > 0.0 {
+                format!("matmul rate for {} {}", dtype.name(), out_of_range(rate))
+            } else {
+                format!(
                     "matmul rate for {} must be a finite number > 0, found {rate}",
                     dtype.name()
-                )),
-            ));
+                )
+            };
+            return Err(Error::new(doc.site(&p), ErrorKind::Rule(message)));
         }
     }
     let weights = overlay(file_weights, &spec.weights, doc, &at("weights"))?;
@@ -551,6 +575,57 @@ mod tests {
         assert_eq!(toy.matmul_rate(DType::F16), 2.0, "slowest listed");
         assert_eq!(toy.combine(3.0, 2.0), 15.0);
         assert!(model.profile("cpu").is_ok(), "defaults stay");
+    }
+
+    /// Rates so small or large that times come out infinite, 0 or NaN are refused at load,
+    /// at the value, instead of giving an arbitrary plan.
+    #[test]
+    fn extreme_profile_numbers_are_refused_where_written() {
+        let cases = [
+            (
+                "bandwidth_gbps: 5e-324",
+                "launch_us: 1.0",
+                "1:46",
+                "found 5e-324",
+            ),
+            (
+                "bandwidth_gbps: 1e308",
+                "launch_us: 1.0",
+                "1:46",
+                "found 1e308",
+            ),
+            (
+                "bandwidth_gbps: 1.0",
+                "launch_us: 1e300",
+                "1:62",
+                "at most 1e9",
+            ),
+        ];
+        for (bandwidth, launch, at, needle) in cases {
+            let text = format!(
+                "Cost(profiles: {{\"x\": Profile({bandwidth}, {launch}, pointwise_gflops: 1.0, matmul_gflops: {{\"f32\": 1.0}})}})"
+            );
+            let err = CostModel::defaults()
+                .load_str(&text, "c.ron")
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(&format!("c.ron:{at}: ")), "{err}");
+            assert!(err.contains(needle), "{err}");
+        }
+        let text = "Cost(profiles: {\"x\": Profile(bandwidth_gbps: 1.0, launch_us: 1.0, pointwise_gflops: 1.0, matmul_gflops: {\"f32\": 1e-320}, weights: {\"exp\": 1e300})})";
+        let err = CostModel::defaults().load_str(text, "c.ron").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("matmul rate for f32 must lie between"),
+            "{err}"
+        );
+        let text = "Cost(profiles: {\"x\": Profile(bandwidth_gbps: 1.0, launch_us: 1.0, pointwise_gflops: 1.0, matmul_gflops: {\"f32\": 1.0}, weights: {\"exp\": 1e300})})";
+        let err = CostModel::defaults().load_str(text, "c.ron").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("weight `exp` must be a finite number ≥ 0, at most 1e9"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -28,11 +28,13 @@ struct Block([u64; 8]);
 const BLOCK_BYTES: usize = std::mem::size_of::<Block>();
 
 /// `count` zeroed blocks from the allocator's zeroed memory (fresh pages from the OS for big
-/// buffers, so a large buffer costs nothing until it is touched, as `vec![0u64; n]` does).
-fn zeroed_blocks(count: usize) -> Vec<Block> {
-    let layout = std::alloc::Layout::array::<Block>(count).expect("buffer size fits in memory");
+/// buffers, so a large buffer costs nothing until it is touched, as `vec![0u64; n]` does);
+/// `None` when the allocator refuses (the caller reports it: `handle_alloc_error` would abort
+/// the process).
+fn zeroed_blocks(count: usize) -> Option<Vec<Block>> {
+    let layout = std::alloc::Layout::array::<Block>(count).ok()?;
     if layout.size() == 0 {
-        return Vec::new();
+        return Some(Vec::new());
     }
     // SAFETY: the layout has a non-zero size. A non-null result is `count` zeroed blocks with
     // `Block`'s alignment, allocated by the global allocator with exactly the layout `Vec`
@@ -41,21 +43,33 @@ fn zeroed_blocks(count: usize) -> Vec<Block> {
     unsafe {
         let ptr = std::alloc::alloc_zeroed(layout) as *mut Block;
         if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
+            return None;
         }
-        Vec::from_raw_parts(ptr, count, count)
+        Some(Vec::from_raw_parts(ptr, count, count))
     }
 }
 
 impl Buffer {
-    /// A buffer of `shape` with unspecified (zeroed) contents.
+    /// A buffer of `shape` with unspecified (zeroed) contents; panics if it cannot be
+    /// allocated. For sizes that come from user input use [`Buffer::try_zeroed`].
     pub fn zeroed(dtype: DType, shape: &[usize]) -> Buffer {
-        let bytes = crate::shape::numel(shape) * dtype.size_bytes();
-        Buffer {
+        Buffer::try_zeroed(dtype, shape).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A buffer of `shape` with zeroed contents, or an error naming the size when its byte
+    /// count overflows or the allocator refuses it (rather than aborting the process).
+    pub fn try_zeroed(dtype: DType, shape: &[usize]) -> Result<Buffer, String> {
+        let bytes = crate::shape::checked_numel(shape)
+            .and_then(|n| n.checked_mul(dtype.size_bytes()))
+            .ok_or_else(|| format!("a {dtype} buffer of shape {shape:?} is too large"))?;
+        let blocks = zeroed_blocks(bytes.div_ceil(BLOCK_BYTES)).ok_or_else(|| {
+            format!("cannot allocate {bytes} bytes for a {dtype} buffer of shape {shape:?}")
+        })?;
+        Ok(Buffer {
             dtype,
             shape: shape.to_vec(),
-            blocks: zeroed_blocks(bytes.div_ceil(BLOCK_BYTES)),
-        }
+            blocks,
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -346,5 +360,14 @@ mod tests {
             let copy = b.clone();
             assert_eq!(copy.as_ptr() as usize % 64, 0, "clone of {dtype} x {n}");
         }
+    }
+
+    #[test]
+    fn allocation_failure_is_an_error_naming_the_size() {
+        // More than any allocator grants (the layout itself is valid): an error, no abort.
+        let e = Buffer::try_zeroed(DType::F64, &[1 << 47]).unwrap_err();
+        assert!(e.contains("1125899906842624 bytes"), "{e}");
+        let e = Buffer::try_zeroed(DType::F64, &[1 << 62]).unwrap_err();
+        assert!(e.contains("too large"), "{e}");
     }
 }

@@ -65,7 +65,7 @@ impl MemoryPlan {
                     continue;
                 }
                 let need = bytes(i);
-                unshared_bytes += need;
+                unshared_bytes = usize::saturating_add(unshared_bytes, need);
                 let best = free
                     .iter()
                     .enumerate()

@@ -12,7 +12,7 @@ use super::compiler::{CompileStats, Compiler, KernelFn, Module};
 use super::emit;
 use crate::backend::{BenchFacts, Executable, Target};
 use crate::dag::Value;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result, Site};
 use crate::lower::{Program, Step};
 use crate::runtime::buffer::{Buffer, Elements, ElementsMut};
 use crate::runtime::matmul;
@@ -71,8 +71,11 @@ impl CpuExecutable {
         let slots = plan
             .slot_bytes
             .iter()
-            .map(|&bytes| Buffer::zeroed(crate::dtype::DType::Bool, &[bytes]))
-            .collect();
+            .map(|&bytes| {
+                Buffer::try_zeroed(crate::dtype::DType::Bool, &[bytes])
+                    .map_err(|e| Error::new(Site::default(), ErrorKind::Lower(e)))
+            })
+            .collect::<Result<_>>()?;
         Ok(CpuExecutable {
             output_of: program.dag.first_output_of(),
             program,
@@ -87,8 +90,10 @@ impl CpuExecutable {
     }
 
     /// Fresh output buffers of the right dtypes and shapes, in `dag.outputs` order.
+    /// Panics if they cannot be allocated: [`Executable::run_tensors`] and
+    /// [`Executable::time_runs`] report that as an error instead.
     pub fn output_buffers(&self) -> Vec<Buffer> {
-        self.output_buffers_host()
+        self.output_buffers_host().unwrap_or_else(|e| panic!("{e}"))
     }
 }
 
@@ -208,7 +213,7 @@ impl Executable for CpuExecutable {
 
     /// Wall-clock time per run after one warm-up run.
     fn time_runs(&mut self, inputs: &[Buffer], iters: usize) -> Result<Vec<f64>> {
-        let mut outputs = self.output_buffers();
+        let mut outputs = self.output_buffers_host()?;
         self.run_into(inputs, &mut outputs)?;
         let mut times = Vec::with_capacity(iters.max(1));
         for _ in 0..iters.max(1) {
