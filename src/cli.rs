@@ -725,15 +725,7 @@ fn write_file(path: &Path, text: &str) -> Result<()> {
     parent
         .map_or(Ok(()), std::fs::create_dir_all)
         .and_then(|()| output::write_atomically(path, text))
-        .map_err(|e| {
-            Error::new(
-                Site::whole_file(&path.display().to_string()),
-                ErrorKind::Io {
-                    path: path.display().to_string(),
-                    message: e.to_string(),
-                },
-            )
-        })
+        .map_err(|e| Error::input(format!("cannot write {}: {e}", path.display())))
 }
 
 /// [`RuleSet::load`], after telling a rule directory that does not exist (a typo in
