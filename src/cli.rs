@@ -13,6 +13,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+mod output;
+pub mod terminal;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "fusebox",
@@ -178,7 +181,7 @@ pub enum Backend {
 pub fn run(cli: Cli) -> Result<String> {
     match cli.command {
         Command::Check { graph, rules } => {
-            let rules = RuleSet::load(rules.as_deref())?;
+            let rules = load_rules(rules.as_deref())?;
             let (graph, types) = graph::file::load(&graph, &rules.ops)?;
             Ok(describe(&graph, &types))
         }
@@ -205,7 +208,7 @@ pub fn run(cli: Cli) -> Result<String> {
                     "--device and --deterministic apply to --backend cuda",
                 ));
             }
-            let rules = RuleSet::load(rules.as_deref())?;
+            let rules = load_rules(rules.as_deref())?;
             let (graph, _) = graph::file::load(&graph, &rules.ops)?;
             let values = gather_inputs(&graph, &inputs, random_inputs, seed)?;
             let options = run_options(amp, no_fusion);
@@ -241,6 +244,11 @@ pub fn run(cli: Cli) -> Result<String> {
             device,
             deterministic,
         } => {
+            if iters == 0 {
+                return Err(Error::input(
+                    "--iters 0: bench needs at least one timed run",
+                ));
+            }
             if backend == Backend::Reference {
                 return Err(Error::input(
                     "bench needs a compiled backend: --backend cpu or --backend cuda",
@@ -256,7 +264,7 @@ pub fn run(cli: Cli) -> Result<String> {
                     "--cuda-graph, --device and --deterministic apply to --backend cuda",
                 ));
             }
-            let rules = RuleSet::load(rules.as_deref())?;
+            let rules = load_rules(rules.as_deref())?;
             let (graph, _) = graph::file::load(&graph, &rules.ops)?;
             let options = run_options(amp, no_fusion);
             let report = if backend == Backend::Cuda {
@@ -311,7 +319,7 @@ pub fn run(cli: Cli) -> Result<String> {
             strict_ieee,
             amp,
         } => {
-            let rules = RuleSet::load(rules.as_deref())?;
+            let rules = load_rules(rules.as_deref())?;
             let (graph, _) = graph::file::load(&graph, &rules.ops)?;
             let options = crate::optimize::Options {
                 profile,
@@ -355,7 +363,7 @@ pub fn run(cli: Cli) -> Result<String> {
             })
         }
         Command::Ops { rules } => {
-            let rules = RuleSet::load(rules.as_deref())?;
+            let rules = load_rules(rules.as_deref())?;
             Ok(list_ops(&rules))
         }
         Command::Info => Ok(info()),
@@ -453,25 +461,29 @@ pub fn describe(graph: &Graph, types: &TypeMap) -> String {
     out
 }
 
+/// The widest a padded column gets: a longer cell (a 70,000-character node name) overflows its
+/// row instead of widening every row, and `format!`'s width, which panics past 65,535, is
+/// never used.
+const MAX_COLUMN: usize = 48;
+
 fn table(rows: &[[String; 4]]) -> String {
     let mut widths = [0; 4];
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
+            *w = (*w).max(cell.chars().count().min(MAX_COLUMN));
         }
     }
     let mut out = String::new();
     for row in rows {
-        let line = format!(
-            "  {:w0$}  {:w1$}  {:w2$}  {}",
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2]
-        );
+        let mut line = String::from(" ");
+        for (cell, width) in row.iter().zip(widths).take(3) {
+            line.push(' ');
+            line += cell;
+            let pad = width.saturating_sub(cell.chars().count());
+            line.extend(std::iter::repeat_n(' ', pad + 1));
+        }
+        line.push(' ');
+        line += &row[3];
         out += line.trim_end();
         out.push('\n');
     }
@@ -481,6 +493,18 @@ fn table(rows: &[[String; 4]]) -> String {
 /// Reads `--input NAME=FILE` values and fills the rest randomly when asked.
 fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Result<Tensors> {
     let mut values = Tensors::new();
+    // Checked before any file is read: a second value for one input is a mistake to name, not
+    // a silent override.
+    let mut given = std::collections::HashSet::new();
+    for spec in specs {
+        if let Some((name, _)) = spec.split_once('=')
+            && !given.insert(name)
+        {
+            return Err(Error::input(format!(
+                "--input `{name}` is given more than once"
+            )));
+        }
+    }
     for spec in specs {
         let (name, file) = spec
             .split_once('=')
@@ -532,32 +556,58 @@ fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Re
     Ok(values)
 }
 
+/// Writes every output of `graph` to `dir`, all or none (see [`output::write_all_or_none`]),
+/// each under the file name [`output::file_name`] gives its name, so no output name, however
+/// written, puts a file outside `dir`.
 fn write_outputs(graph: &Graph, outputs: &Tensors, dir: &Path) -> Result<String> {
+    // An output listed twice is one file, written once.
+    let mut names: Vec<String> = Vec::new();
+    for name in &graph.outputs {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    let files = output::check_distinct(&names).map_err(Error::input)?;
     std::fs::create_dir_all(dir).map_err(|e| {
         Error::input(format!(
             "cannot create output directory {}: {e}",
             dir.display()
         ))
     })?;
+    let writes: Vec<(String, _)> = names
+        .iter()
+        .zip(&files)
+        .map(|(name, file)| {
+            let tensor = &outputs[name];
+            (file.clone(), move |path: &Path| tensor.write_npy(path))
+        })
+        .collect();
+    output::write_all_or_none(dir, &writes).map_err(|e| {
+        let name = names
+            .iter()
+            .zip(&files)
+            .find(|(_, file)| e.path.file_name().is_some_and(|f| f == file.as_str()))
+            .map_or("", |(name, _)| name.as_str());
+        let kind = ErrorKind::Input(format!(
+            "cannot write {}: {}; no output was written",
+            e.path.display(),
+            e.message
+        ));
+        if name.is_empty() {
+            Error::new(Site::default(), kind)
+        } else {
+            Error::at_node(name, kind)
+        }
+    })?;
     let mut report = String::new();
-    for name in &graph.outputs {
+    for (name, file) in names.iter().zip(&files) {
         let tensor = &outputs[name];
-        let path = dir.join(format!("{name}.npy"));
-        tensor.write_npy(&path).map_err(|e| {
-            Error::at_node(
-                name,
-                ErrorKind::Io {
-                    path: path.display().to_string(),
-                    message: e,
-                },
-            )
-        })?;
         let _ = writeln!(
             report,
             "{name}: {}{:?} -> {}{}",
             tensor.dtype,
             tensor.shape(),
-            path.display(),
+            dir.join(file).display(),
             summary(tensor)
         );
     }
@@ -629,7 +679,7 @@ fn cuda_source(program: &crate::lower::Program) -> String {
 /// the rules and their files named on stderr, so CI stops on it.
 fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> Result<String> {
     use crate::rewrite::soundness::{self, CheckOptions};
-    let set = RuleSet::load(dir)?;
+    let set = load_rules(dir)?;
     let options = CheckOptions {
         seed,
         instances,
@@ -646,7 +696,11 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
     if report.is_sound() {
         return Ok(text);
     }
-    print!("{text}");
+    // The report goes out before the error; a reader that went away is no reason to hide
+    // the unsound rules from stderr.
+    if let Err(e) = terminal::print(&text) {
+        return Err(stdout_error(&e));
+    }
     let unsound: Vec<String> = report
         .unsound_rules()
         .into_iter()
@@ -664,19 +718,36 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
 }
 
 /// Writes a whole text file, creating its directory as `run --out` does, and naming the path
-/// on failure.
+/// on failure. The file is written beside its final name and renamed over it, so a failure
+/// leaves the old file as it was (see [`output::write_atomically`]).
 fn write_file(path: &Path, text: &str) -> Result<()> {
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
     parent
         .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|()| std::fs::write(path, text))
-        .map_err(|e| {
-            Error::new(
-                Site::whole_file(&path.display().to_string()),
+        .and_then(|()| output::write_atomically(path, text))
+        .map_err(|e| Error::input(format!("cannot write {}: {e}", path.display())))
+}
+
+/// [`RuleSet::load`], after telling a rule directory that does not exist (a typo in
+/// `--rules`) from a path that is something other than a directory.
+fn load_rules(dir: Option<&Path>) -> Result<RuleSet> {
+    if let Some(dir) = dir {
+        let missing =
+            std::fs::symlink_metadata(dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+        if missing {
+            return Err(Error::new(
+                Site::whole_file(&dir.display().to_string()),
                 ErrorKind::Io {
-                    path: path.display().to_string(),
-                    message: e.to_string(),
+                    path: dir.display().to_string(),
+                    message: "no such directory".into(),
                 },
-            )
-        })
+            ));
+        }
+    }
+    RuleSet::load(dir)
+}
+
+/// The error for output that could not be written to stdout (a full disk, `> /dev/full`).
+pub fn stdout_error(e: &std::io::Error) -> Error {
+    Error::input(format!("cannot write to standard output: {e}"))
 }

@@ -1,0 +1,345 @@
+//! Files the command writes: `run --out DIR` outputs and `optimize --emit … --out FILE`.
+//!
+//! Graph files are untrusted, and output names come from them, so a name never becomes a path
+//! by itself: [`file_name`] turns it into one plain file name inside the output directory. And a
+//! run writes all of its outputs or none: [`write_all_or_none`] stages every file in a
+//! temporary directory inside DIR (the same file system, so renames are atomic) and moves them
+//! into place only once all were written, restoring what it replaced if a move fails.
+
+use sha2::{Digest, Sha256};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The longest name, in bytes, that is used as it is (or percent-encoded) before `.npy`;
+/// longer ones are cut and get a hash suffix. File systems allow 255 bytes per name, and the
+/// suffix and extension must still fit.
+pub const MAX_PLAIN: usize = 200;
+
+/// The file name (not a path) of output `name` inside `--out DIR`.
+///
+/// A plain name (not empty, not `.` or `..`, at most [`MAX_PLAIN`] bytes, no `/`, `\`, `%`, NUL
+/// or other control characters) maps to `NAME.npy`. Otherwise each of those bytes is written
+/// as `%XX` (uppercase hex of its UTF-8 bytes; `.` and `..` become `%2E` and `%2E%2E`, the
+/// empty name `%`), and a result longer than [`MAX_PLAIN`] bytes keeps its first
+/// [`MAX_PLAIN`] bytes followed by `~` and the first 16 hex digits of the SHA-256 of the name.
+/// Encoding `%` itself keeps the mapping one-to-one, and a hashed stem is longer than any
+/// unhashed one, so two names can only meet on a hash collision (which
+/// [`check_distinct`] still reports).
+pub fn file_name(name: &str) -> String {
+    let stem = match name {
+        "" => "%".to_string(),
+        "." => "%2E".to_string(),
+        ".." => "%2E%2E".to_string(),
+        _ => {
+            let mut stem = String::with_capacity(name.len());
+            for c in name.chars() {
+                if is_unsafe(c) {
+                    let mut bytes = [0; 4];
+                    for b in c.encode_utf8(&mut bytes).bytes() {
+                        stem.push_str(&format!("%{b:02X}"));
+                    }
+                } else {
+                    stem.push(c);
+                }
+            }
+            stem
+        }
+    };
+    if stem.len() <= MAX_PLAIN {
+        return format!("{stem}.npy");
+    }
+    let mut cut = MAX_PLAIN;
+    while !stem.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    // Never split a `%XX` escape: a dangling `%` or `%X` would read as a different escape.
+    let head = &stem[..cut];
+    let head = match head.rfind('%') {
+        Some(i) if head.len() - i < 3 => &head[..i],
+        _ => head,
+    };
+    let digest = Sha256::digest(name.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{head}~{hex}.npy")
+}
+
+fn is_unsafe(c: char) -> bool {
+    matches!(c, '/' | '\\' | '%') || c.is_control()
+}
+
+/// The file names of `names`, or an error naming two outputs that would share one file.
+pub fn check_distinct(names: &[String]) -> Result<Vec<String>, String> {
+    let mut seen = std::collections::HashMap::new();
+    let mut files = Vec::with_capacity(names.len());
+    for name in names {
+        let file = file_name(name);
+        if let Some(other) = seen.insert(file.clone(), name)
+            && other != name
+        {
+            return Err(format!(
+                "outputs `{other}` and `{name}` would both be written to {file}"
+            ));
+        }
+        files.push(file);
+    }
+    Ok(files)
+}
+
+/// Removes a staging directory or temporary file when dropped, whatever happened.
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if self.0.is_dir() {
+            let _ = fs::remove_dir_all(&self.0);
+        } else {
+            let _ = fs::remove_file(&self.0);
+        }
+    }
+}
+
+/// A fresh directory `DIR/.fusebox-staging-PID-N`; `create_dir` fails on an existing name, so
+/// no other process's (or earlier run's leftover) directory is reused.
+fn staging_dir(dir: &Path) -> io::Result<PathBuf> {
+    let pid = std::process::id();
+    for n in 0..1000 {
+        let path = dir.join(format!(".fusebox-staging-{pid}-{n}"));
+        match fs::create_dir(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        "no free staging directory name",
+    ))
+}
+
+/// Why writing the outputs failed: the file (final path) concerned and the message.
+pub struct WriteError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+/// Writes each `(file name, writer)` into `dir` so that either all files are in place
+/// afterwards or none was touched: every file is first written into a staging directory in
+/// `dir`; only then is each renamed over its final name, after a hard link (or copy) of the
+/// file it replaces is kept, so that a failing rename can put every earlier one back. The
+/// staging directory is removed in every case.
+pub fn write_all_or_none<W>(dir: &Path, files: &[(String, W)]) -> Result<(), WriteError>
+where
+    W: Fn(&Path) -> Result<(), String>,
+{
+    let fail = |path: &Path, message: String| WriteError {
+        path: path.to_path_buf(),
+        message,
+    };
+    let staging = staging_dir(dir).map_err(|e| fail(dir, format!("cannot stage outputs: {e}")))?;
+    let _cleanup = Cleanup(staging.clone());
+    for (name, write) in files {
+        write(&staging.join(name)).map_err(|e| fail(&dir.join(name), e))?;
+    }
+    // A directory (or anything but a file or link) where an output goes would make its
+    // rename fail half way: refuse before anything moves.
+    for (name, _) in files {
+        let target = dir.join(name);
+        if let Ok(meta) = fs::symlink_metadata(&target)
+            && meta.is_dir()
+        {
+            return Err(fail(&target, "a directory is in the way".into()));
+        }
+    }
+    let backups = staging.join(".replaced");
+    fs::create_dir(&backups).map_err(|e| fail(dir, format!("cannot stage outputs: {e}")))?;
+    // For each file moved into place: the kept copy of what it replaced, if anything.
+    let mut moved: Vec<(PathBuf, Option<PathBuf>)> = Vec::new();
+    let result = (|| {
+        for (i, (name, _)) in files.iter().enumerate() {
+            let target = dir.join(name);
+            let backup = match fs::symlink_metadata(&target) {
+                Ok(_) => {
+                    let backup = backups.join(i.to_string());
+                    fs::hard_link(&target, &backup)
+                        .or_else(|_| fs::copy(&target, &backup).map(|_| ()))
+                        .map_err(|e| fail(&target, format!("cannot keep the old file: {e}")))?;
+                    Some(backup)
+                }
+                Err(_) => None,
+            };
+            fs::rename(staging.join(name), &target).map_err(|e| fail(&target, e.to_string()))?;
+            moved.push((target, backup));
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        for (target, backup) in moved.into_iter().rev() {
+            let _ = match backup {
+                Some(backup) => fs::rename(backup, &target),
+                None => fs::remove_file(&target),
+            };
+        }
+    }
+    result
+}
+
+/// Writes `text` to `path` through a temporary file in the same directory and a rename, so
+/// `path` holds either its old contents or all of the new ones, never a part.
+pub fn write_atomically(path: &Path, text: &str) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let base = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let pid = std::process::id();
+    for n in 0..1000 {
+        let temp = dir.join(format!(".{base}.fusebox-tmp-{pid}-{n}"));
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp);
+        let mut file = match file {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        };
+        let cleanup = Cleanup(temp.clone());
+        io::Write::write_all(&mut file, text.as_bytes())?;
+        drop(file);
+        fs::rename(&temp, path)?;
+        std::mem::forget(cleanup);
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        "no free temporary file name",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_names_are_kept_and_others_encoded_inside_the_directory() {
+        assert_eq!(file_name("y"), "y.npy");
+        assert_eq!(file_name("onnx::Tanh_21"), "onnx::Tanh_21.npy");
+        assert_eq!(file_name("23"), "23.npy");
+        assert_eq!(file_name("../../escaped"), "..%2F..%2Fescaped.npy");
+        assert_eq!(file_name("/tmp/x/abs"), "%2Ftmp%2Fx%2Fabs.npy");
+        assert_eq!(file_name(".."), "%2E%2E.npy");
+        assert_eq!(file_name("."), "%2E.npy");
+        assert_eq!(file_name(""), "%.npy");
+        assert_eq!(file_name("a\\b%c\u{1b}"), "a%5Cb%25c%1B.npy");
+        assert_eq!(file_name("\u{85}"), "%C2%85.npy");
+    }
+
+    #[test]
+    fn long_names_are_cut_with_a_hash_and_stay_distinct() {
+        let a = "x".repeat(70_000);
+        let b = format!("{}y", "x".repeat(69_999));
+        let (fa, fb) = (file_name(&a), file_name(&b));
+        assert_ne!(fa, fb);
+        assert!(fa.len() <= 255 && fb.len() <= 255, "{}", fa.len());
+        assert!(fa.starts_with(&"x".repeat(MAX_PLAIN)));
+        assert_eq!(file_name(&"é".repeat(150)).len(), 200 + 1 + 16 + 4);
+        let slashes = file_name(&"/".repeat(100));
+        assert!(!slashes.contains('/'));
+        assert!(slashes.split('~').next().unwrap().ends_with("%2F"));
+        assert_eq!(
+            file_name(&"a".repeat(MAX_PLAIN)),
+            format!("{}.npy", "a".repeat(200))
+        );
+    }
+
+    #[test]
+    fn the_same_file_twice_is_an_error() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        assert_eq!(check_distinct(&names).unwrap(), ["a.npy", "b.npy"]);
+        let names = vec!["a".to_string(), "a".to_string()];
+        assert!(check_distinct(&names).is_ok());
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("fusebox-output-unit-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
+    type Writer = Box<dyn Fn(&Path) -> Result<(), String>>;
+
+    fn writes(files: &[(&str, Option<&'static str>)]) -> Vec<(String, Writer)> {
+        files
+            .iter()
+            .map(|&(name, text)| {
+                let write: Writer = Box::new(move |path: &Path| match text {
+                    Some(t) => fs::write(path, t).map_err(|e| e.to_string()),
+                    None => Err("disk full".into()),
+                });
+                (name.to_string(), write)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_failed_write_leaves_every_old_file_and_no_staging() {
+        let dir = scratch("write-fails");
+        fs::write(dir.join("a.npy"), "old a").unwrap();
+        let e = write_all_or_none(&dir, &writes(&[("a.npy", Some("new a")), ("b.npy", None)]))
+            .err()
+            .unwrap();
+        assert_eq!(e.path, dir.join("b.npy"));
+        assert_eq!(fs::read_to_string(dir.join("a.npy")).unwrap(), "old a");
+        assert_eq!(entries(&dir), ["a.npy"]);
+    }
+
+    #[test]
+    fn a_failed_rename_puts_back_what_earlier_renames_replaced() {
+        let dir = scratch("rename-fails");
+        fs::write(dir.join("a.npy"), "old a").unwrap();
+        // The second writer reports success without writing: its rename is what fails, after
+        // the first file was already moved into place and new `c.npy` was created.
+        let missing: Writer = Box::new(|_: &Path| Ok(()));
+        let mut files = writes(&[("a.npy", Some("new a")), ("c.npy", Some("new c"))]);
+        files.push(("b.npy".into(), missing));
+        let e = write_all_or_none(&dir, &files).err().unwrap();
+        assert_eq!(e.path, dir.join("b.npy"));
+        assert_eq!(fs::read_to_string(dir.join("a.npy")).unwrap(), "old a");
+        assert_eq!(entries(&dir), ["a.npy"]);
+        write_all_or_none(
+            &dir,
+            &writes(&[("a.npy", Some("new a")), ("b.npy", Some("b"))]),
+        )
+        .ok()
+        .unwrap();
+        assert_eq!(fs::read_to_string(dir.join("a.npy")).unwrap(), "new a");
+        assert_eq!(entries(&dir), ["a.npy", "b.npy"]);
+    }
+
+    #[test]
+    fn an_atomic_write_leaves_no_temporary_file() {
+        let dir = scratch("atomic-file");
+        let path = dir.join("x.c");
+        write_atomically(&path, "one").unwrap();
+        write_atomically(&path, "two").unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), "two");
+        fs::create_dir(dir.join("d")).unwrap();
+        assert!(write_atomically(&dir.join("d"), "three").is_err());
+        assert_eq!(entries(&dir), ["d", "x.c"]);
+    }
+}
