@@ -729,7 +729,9 @@ fn write_file(path: &Path, text: &str) -> Result<()> {
 }
 
 /// [`RuleSet::load`], after telling a rule directory that does not exist (a typo in
-/// `--rules`) from a path that is something other than a directory.
+/// `--rules`) from a path that is something other than a directory. What loading left out
+/// (default rewrites that do not hold for an op the directory redefines) is said on stderr,
+/// so the command's output stays what it was.
 fn load_rules(dir: Option<&Path>) -> Result<RuleSet> {
     if let Some(dir) = dir {
         let missing =
@@ -744,7 +746,11 @@ fn load_rules(dir: Option<&Path>) -> Result<RuleSet> {
             ));
         }
     }
-    RuleSet::load(dir)
+    let rules = RuleSet::load(dir)?;
+    for warning in &rules.warnings {
+        terminal::print_error(&format!("warning: {warning}\n"));
+    }
+    Ok(rules)
 }
 
 /// The error for output that could not be written to stdout (a full disk, `> /dev/full`).

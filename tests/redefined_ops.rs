@@ -103,3 +103,28 @@ fn an_unchanged_redeclaration_keeps_every_rule() {
     agree(&rules);
     fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_cli_says_which_default_rules_it_left_out() {
+    let dir = scratch("cli");
+    fs::write(
+        dir.join("ops.ron"),
+        r#"[
+    Op(name: "add", kind: Pointwise, operands: ["a", "b"], dtype: Promote(["a", "b"]),
+       formula: "a - b", derivatives: {"a": "g", "b": "-g"}),
+]"#,
+    )
+    .unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args(["ops", "--rules"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("warning: default rewrite rule `sub-add-neg`"),
+        "{stderr}"
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
