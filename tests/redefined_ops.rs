@@ -16,6 +16,12 @@ fn scratch(tag: &str) -> PathBuf {
     dir
 }
 
+/// A rule pack's `ops.ron` that redefines `add` as `a - b`.
+const REDEFINED_ADD: &str = r#"[
+    Op(name: "add", kind: Pointwise, operands: ["a", "b"], dtype: Promote(["a", "b"]),
+       formula: "a - b", derivatives: {"a": "g", "b": "-g"}),
+]"#;
+
 const GRAPH: &str = r#"Graph(
     name: "difference",
     inputs: [
@@ -54,14 +60,7 @@ fn agree(rules: &RuleSet) {
 #[test]
 fn default_rules_naming_a_redefined_op_are_reverified_and_unsound_ones_left_out() {
     let dir = scratch("add");
-    fs::write(
-        dir.join("ops.ron"),
-        r#"[
-    Op(name: "add", kind: Pointwise, operands: ["a", "b"], dtype: Promote(["a", "b"]),
-       formula: "a - b", derivatives: {"a": "g", "b": "-g"}),
-]"#,
-    )
-    .unwrap();
+    fs::write(dir.join("ops.ron"), REDEFINED_ADD).unwrap();
     let rules = RuleSet::load_dir(&dir).unwrap();
     let defaults = RuleSet::defaults();
     assert!(rules.rewrites.len() < defaults.rewrites.len());
@@ -107,14 +106,7 @@ fn an_unchanged_redeclaration_keeps_every_rule() {
 #[test]
 fn the_cli_says_which_default_rules_it_left_out() {
     let dir = scratch("cli");
-    fs::write(
-        dir.join("ops.ron"),
-        r#"[
-    Op(name: "add", kind: Pointwise, operands: ["a", "b"], dtype: Promote(["a", "b"]),
-       formula: "a - b", derivatives: {"a": "g", "b": "-g"}),
-]"#,
-    )
-    .unwrap();
+    fs::write(dir.join("ops.ron"), REDEFINED_ADD).unwrap();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_fusebox"))
         .args(["ops", "--rules"])
         .arg(&dir)
