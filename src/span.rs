@@ -100,6 +100,29 @@ impl SpanIndex {
         self.node(path).map(|n| n.start)
     }
 
+    /// The first key written twice in one `{ … }` map of the document, with the position of
+    /// its second appearance. serde fills a map entry by entry, so a repeated key would
+    /// silently keep only its last value (struct fields are refused by serde itself).
+    pub fn duplicate_map_key(&self) -> Option<(String, Position)> {
+        let mut pending: Vec<&Node> = self.root.iter().collect();
+        while let Some(node) = pending.pop() {
+            match &node.kind {
+                Kind::Map(entries) | Kind::Struct(entries) => {
+                    if matches!(node.kind, Kind::Map(_)) {
+                        let mut seen = std::collections::HashSet::new();
+                        if let Some(entry) = entries.iter().find(|e| !seen.insert(&e.key)) {
+                            return Some((entry.key.clone(), entry.key_pos));
+                        }
+                    }
+                    pending.extend(entries.iter().filter_map(|e| e.value.as_ref()));
+                }
+                Kind::Seq(items) | Kind::Tuple(items) => pending.extend(items),
+                _ => {}
+            }
+        }
+        None
+    }
+
     /// Like [`SpanIndex::position`], but falls back to the deepest prefix of
     /// `path` that exists, and to the root value (or 1:1 for an empty
     /// document). Always returns something, so error reporting never has to

@@ -814,6 +814,34 @@ fn errors_in_a_rule_directory_name_the_file() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A map key written twice (two `axes` for one node) would silently keep the last value; it
+/// is an error at the second key, in graph files and rule files alike.
+#[test]
+fn duplicate_map_keys_are_errors_at_the_second_key() {
+    let e = graph_err(
+        "Graph(\n    name: \"g\",\n    inputs: [Input(name: \"x\", dtype: \"f32\", shape: [4, 8])],\n    nodes: [Node(name: \"y\", op: \"sum\", args: [\"x\"], attrs: {\"axes\": [1], \"axes\": [0]})],\n    outputs: [\"y\"],\n)\n",
+    );
+    assert!(e.to_string().contains("key `axes` appears twice"), "{e}");
+    assert_eq!(
+        e.site.position,
+        Some(Position {
+            line: 4,
+            column: 74
+        }),
+        "{e}"
+    );
+    let dir = scratch("rules-duplicate-key");
+    std::fs::write(
+        dir.join("ops.ron"),
+        "[\n    Op(name: \"twice\", kind: Pointwise, operands: [\"x\"], dtype: Promote([\"x\"]),\n       formula: \"x * 2\", derivatives: {\"x\": \"2 * g\", \"x\": \"g\"}),\n]\n",
+    )
+    .unwrap();
+    let e = RuleSet::load_dir(&dir).unwrap_err();
+    assert!(e.to_string().contains("key `x` appears twice"), "{e}");
+    assert_at(&e, &dir.join("ops.ron").display().to_string(), 3, 54);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Rules put where fusebox does not read them are reported, not skipped: a `rewrites` that is
 /// a file, and entries of `rewrites/` that are not `.ron` files.
 #[test]

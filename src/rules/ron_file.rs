@@ -32,11 +32,22 @@ pub fn parse<T: DeserializeOwned>(text: &str, file: &str) -> Result<RonDocument<
     let options =
         ron::Options::default().with_default_extension(ron::extensions::Extensions::IMPLICIT_SOME);
     match options.from_str::<T>(text) {
-        Ok(value) => Ok(RonDocument {
-            value,
-            file: file.to_string(),
-            spans: SpanIndex::scan(text),
-        }),
+        Ok(value) => {
+            let spans = SpanIndex::scan(text);
+            if let Some((key, position)) = spans.duplicate_map_key() {
+                return Err(Error::new(
+                    Site::file(file, position),
+                    ErrorKind::Syntax(format!(
+                        "key `{key}` appears twice in one map; write each key once"
+                    )),
+                ));
+            }
+            Ok(RonDocument {
+                value,
+                file: file.to_string(),
+                spans,
+            })
+        }
         Err(e) => {
             // ron reports 1-based positions; an error at the very end may report column 0 on
             // an empty line, which we clamp so every position is a real 1-based place.
