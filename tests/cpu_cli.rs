@@ -4,6 +4,9 @@ use fusebox::tensor::Tensor;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+mod common;
+use common::ok;
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("fusebox-cpu-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -24,15 +27,6 @@ fn fusebox_with(args: &[&str], env: &[(&str, &str)]) -> Output {
 
 fn fusebox(args: &[&str]) -> Output {
     fusebox_with(args, &[])
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 /// The CPU backend, fused and unfused, writes what the reference backend writes (within f32

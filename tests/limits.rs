@@ -13,6 +13,9 @@ use fusebox::tensor::Tensor;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+use common::ok;
+
 /// A scratch directory of its own for each test.
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("fusebox-limits-{}-{name}", std::process::id()));
@@ -28,16 +31,6 @@ fn fusebox(args: &[&str], cwd: &Path) -> Output {
         .env("FUSEBOX_CACHE_DIR", cwd.join("cache"))
         .output()
         .expect("the fusebox binary runs")
-}
-
-#[track_caller]
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 /// Exit status 1, one `error: ...` line on stderr and no panic or abort text.

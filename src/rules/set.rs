@@ -65,6 +65,9 @@ impl RuleSet {
     /// The defaults with the files of `dir` laid over them.
     pub fn load_dir(dir: &Path) -> Result<RuleSet> {
         let mut rules = RuleSet::defaults();
+        // The catalogue the default rewrites were proven for, to tell which ops the directory
+        // redefines (an `Arc` per op: cloning copies no definitions).
+        let default_ops = rules.ops.clone();
         let dir_error = |message: String| {
             Error::new(
                 Site::whole_file(&dir.display().to_string()),
@@ -157,7 +160,7 @@ impl RuleSet {
         }
         // Rewrite rules name ops, so they are checked against the final catalogue.
         rules.rewrites = crate::rewrite::load_rule_set(&rules.ops, &user_rewrites)?;
-        rules.reverify_default_rewrites();
+        rules.reverify_default_rewrites(&default_ops);
         Ok(rules)
     }
 
@@ -167,8 +170,7 @@ impl RuleSet {
     /// soundness checker (what `check-rules` runs) against the catalogue as loaded; a rule that
     /// is not shown sound in every direction is dropped, with a warning saying why. Rules from
     /// the user's own files are theirs to check (`fusebox check-rules`).
-    fn reverify_default_rewrites(&mut self) {
-        let defaults = Catalogue::defaults();
+    fn reverify_default_rewrites(&mut self, defaults: &Catalogue) {
         let redefined: BTreeSet<&str> = self
             .ops
             .ops()

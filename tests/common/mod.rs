@@ -37,3 +37,14 @@ pub fn amp_inputs(g: &Graph, seed: u64) -> Tensors {
 }
 
 pub mod random_graph;
+
+/// The stdout of a command that must have succeeded (its stderr is the failure message).
+#[track_caller]
+pub fn ok(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
