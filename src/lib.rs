@@ -18,6 +18,7 @@
 
 pub mod amp;
 pub mod attr;
+pub mod autodiff;
 pub mod backend;
 pub mod cli;
 pub mod dag;

@@ -3,6 +3,7 @@
 pub mod amp;
 pub mod cost;
 pub mod fusion;
+pub mod gradients;
 pub mod ops;
 pub mod ron_file;
 pub mod set;
@@ -10,5 +11,6 @@ pub mod set;
 pub use amp::{AmpRules, Conditional, Policy, Treatment};
 pub use cost::{CostModel, Primitive, Profile};
 pub use fusion::{FusionRules, Role};
+pub use gradients::GradientRules;
 pub use ops::{Builtin, Catalogue, DtypeClass, DtypeRule, OpDef, OpKind, OpSpec, Semantics};
 pub use set::RuleSet;

@@ -227,6 +227,14 @@ pub struct OpDef {
     /// The declared `builtin`: the semantics of a non-pointwise op, the role of a pointwise
     /// built-in (cast, const).
     builtin: Option<Builtin>,
+    /// For a gradient op the catalogue derived: the op and operand it differentiates.
+    pub gradient_of: Option<(String, String)>,
+}
+
+/// The name of the gradient op of `op` for `operand`. It is no identifier, so no declared op
+/// can take it.
+pub fn gradient_op_name(op: &str, operand: &str) -> String {
+    format!("{op}.grad.{operand}")
 }
 
 impl OpDef {
@@ -240,6 +248,50 @@ impl OpDef {
 
     pub fn attr(&self, name: &str) -> Option<&AttrSpec> {
         self.spec.attrs.iter().find(|a| a.name == name)
+    }
+
+    /// The pointwise op that computes this op's gradient with respect to `operand` from its
+    /// derivative formula: the derivative becomes the formula, over the op's operands, then `y`
+    /// (the op's result) when the formula reads it, then `g` (the incoming gradient), with the
+    /// op's attributes. Automatic differentiation applies it like any other op, so the
+    /// evaluator, both emitters and fusion treat a backward pass exactly as they treat the
+    /// forward one. The result has the broadcast shape of all operands and the float type
+    /// they promote to; summing it down to the operand's shape and casting it to the
+    /// operand's dtype is the caller's business. `None` without a derivative for `operand`
+    /// or for a variadic op.
+    pub fn gradient_op(&self, operand: &str) -> Option<OpDef> {
+        let derivative = self.derivatives.get(operand)?;
+        if self.spec.variadic {
+            return None;
+        }
+        let mut operands = self.spec.operands.clone();
+        if derivative.variables().iter().any(|v| v == "y") {
+            operands.push("y".into());
+        }
+        operands.push("g".into());
+        let spec = OpSpec {
+            name: gradient_op_name(self.name(), operand),
+            kind: OpKind::Pointwise,
+            dtype: DtypeRule::FloatPromote(operands.clone()),
+            operands,
+            variadic: false,
+            attrs: self.spec.attrs.clone(),
+            accepts: self.spec.accepts.clone(),
+            formula: Some(derivative.to_string()),
+            derivatives: BTreeMap::new(),
+            builtin: None,
+            doc: format!(
+                "The gradient of `{}` with respect to `{operand}`, derived from its derivative formula.",
+                self.name()
+            ),
+        };
+        Some(OpDef {
+            spec,
+            semantics: Semantics::Formula(derivative.clone()),
+            derivatives: BTreeMap::new(),
+            builtin: None,
+            gradient_of: Some((self.name().to_string(), operand.to_string())),
+        })
     }
 
     /// The formula of a pointwise op.
@@ -297,6 +349,9 @@ impl OpDef {
 #[derive(Debug, Clone, Default)]
 pub struct Catalogue {
     ops: BTreeMap<String, Arc<OpDef>>,
+    /// The gradient ops derived from the derivative formulas of `ops` (see
+    /// [`OpDef::gradient_op`]), by name; rebuilt whenever an op is added or replaced.
+    gradients: BTreeMap<String, Arc<OpDef>>,
     /// Per built-in, the op the engine uses when it must create a node with those semantics:
     /// the one declared last.
     builtins: BTreeMap<Builtin, String>,
@@ -376,6 +431,14 @@ impl Catalogue {
         if let Some(b) = def.builtin() {
             self.builtins.insert(b, name.clone());
         }
+        self.gradients
+            .retain(|_, grad| grad.gradient_of.as_ref().map(|(op, _)| op) != Some(&name));
+        for operand in def.derivatives.keys() {
+            if let Some(grad) = def.gradient_op(operand) {
+                self.gradients
+                    .insert(grad.name().to_string(), Arc::new(grad));
+            }
+        }
         self.ops.insert(name, Arc::new(def));
         if let Some(b) = lost {
             // The replaced op held a built-in its replacement does not declare: another op
@@ -400,8 +463,15 @@ impl Catalogue {
             .map(|(&b, _)| b)
     }
 
+    /// The op called `name`: a declared op, or a gradient op derived from one.
     pub fn get(&self, name: &str) -> Option<&Arc<OpDef>> {
-        self.ops.get(name)
+        self.ops.get(name).or_else(|| self.gradients.get(name))
+    }
+
+    /// The gradient op of `op` with respect to `operand` (see [`OpDef::gradient_op`]); `None`
+    /// when `op` declares no derivative for it.
+    pub fn gradient(&self, op: &str, operand: &str) -> Option<&Arc<OpDef>> {
+        self.gradients.get(&gradient_op_name(op, operand))
     }
 
     /// The op the engine uses for built-in `b` when it creates a node itself (a cast AMP
@@ -595,6 +665,7 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
         semantics,
         derivatives,
         builtin,
+        gradient_of: None,
     })
 }
 

@@ -1,12 +1,13 @@
 //! A rule directory: the embedded defaults with a user's files laid over them.
 //!
-//! The layout is `ops.ron`, `amp.ron`, `fusion.ron`, `cost.ron` and `rewrites/*.ron`; a
+//! The layout is `ops.ron`, `amp.ron`, `fusion.ron`, `cost.ron`, `gradients.ron` and
+//! `rewrites/*.ron`; a
 //! directory may hold any subset. Ops from the user's `ops.ron` are added to the defaults (an
 //! op of the same name replaces the default one).
 
 use super::Catalogue;
 use super::ron_file;
-use super::{AmpRules, CostModel, FusionRules};
+use super::{AmpRules, CostModel, FusionRules, GradientRules};
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::rewrite::Rule;
 use crate::rewrite::soundness::{CheckOptions, Verdict, check_rules};
@@ -24,7 +25,7 @@ fn misplaced(path: &Path, rule: &str) -> Error {
 /// The rule files fusebox reads besides `ops.ron`. Their schemas belong to the stages that
 /// consume them (AMP, fusion, cost model, rewriting); until a stage reads a file, loading checks
 /// its RON syntax and keeps its text.
-pub const OTHER_RULE_FILES: [&str; 3] = ["amp.ron", "fusion.ron", "cost.ron"];
+pub const OTHER_RULE_FILES: [&str; 4] = ["amp.ron", "fusion.ron", "cost.ron", "gradients.ron"];
 
 /// Everything loaded from rule files.
 #[derive(Debug, Clone)]
@@ -37,6 +38,9 @@ pub struct RuleSet {
     pub fusion: FusionRules,
     /// Hardware profiles: a user's `cost.ron` adds profiles or replaces those of the same name.
     pub cost: CostModel,
+    /// Gradient templates of built-in ops: the user's `gradients.ron` replaces the default as
+    /// a whole.
+    pub gradients: GradientRules,
     /// Rewrite rules: the embedded `rewrites/*.ron` with the user's `rewrites/NAME.ron` laid
     /// over them (a file replaces the default file of the same name; others are added).
     pub rewrites: Vec<crate::rewrite::Rule>,
@@ -57,6 +61,7 @@ impl RuleSet {
             amp: AmpRules::load_str(super::amp::DEFAULT_AMP, "rules/amp.ron", &ops)
                 .expect("the embedded rules/amp.ron is checked by tests"),
             rewrites: crate::rewrite::default_rules(&ops),
+            gradients: GradientRules::defaults(&ops),
             ops,
             warnings: Vec::new(),
         }
@@ -120,7 +125,7 @@ impl RuleSet {
                     return Err(Error::new(
                         Site::whole_file(&path.display().to_string()),
                         ErrorKind::Rule(format!(
-                            "unknown rule file `{name}`{}; a rule directory holds ops.ron, amp.ron, fusion.ron, cost.ron and rewrites/*.ron",
+                            "unknown rule file `{name}`{}; a rule directory holds ops.ron, amp.ron, fusion.ron, cost.ron, gradients.ron and rewrites/*.ron",
                             crate::error::hint(&name, expected)
                         )),
                     ));
@@ -132,6 +137,7 @@ impl RuleSet {
         // fusion.ron names ops, so it is checked after ops.ron, which sorts after it.
         let mut fusion_file = None;
         let mut amp_file = None;
+        let mut gradients_file = None;
         let mut user_rewrites = Vec::new();
         for (key, path) in files {
             let text = ron_file::read_file(&path)?;
@@ -140,6 +146,8 @@ impl RuleSet {
                 rules.ops.load_str(&text, &shown)?;
             } else if key == "amp.ron" {
                 amp_file = Some((text, shown));
+            } else if key == "gradients.ron" {
+                gradients_file = Some((text, shown));
             } else if let Some(name) = key.strip_prefix("rewrites/") {
                 user_rewrites.push((name.to_string(), text, shown));
             } else {
@@ -154,6 +162,12 @@ impl RuleSet {
         // amp.ron names ops too, and sorts before ops.ron.
         if let Some((text, shown)) = amp_file {
             rules.amp = AmpRules::load_str(&text, &shown, &rules.ops)?;
+        }
+        // So does gradients.ron, and a redefined op changes what its template must compute:
+        // the user's file is checked against the final catalogue (`check-rules` differentiates
+        // every template numerically).
+        if let Some((text, shown)) = gradients_file {
+            rules.gradients = GradientRules::load_str(&text, &shown, &rules.ops)?;
         }
         if let Some((text, shown)) = fusion_file {
             rules.fusion = FusionRules::load_str(&text, &shown, &rules.ops)?;

@@ -1,0 +1,80 @@
+//! What a gradient template reads: the types of its values and the forward node's facts.
+
+use crate::attr::{AttrValue, Attrs};
+use crate::dtype::DType;
+use crate::graph::check::{BuiltinPlan, TypeMap};
+use crate::rules::gradients::TemplateEnv;
+use std::collections::HashMap;
+
+/// Template value names bound to graph values, with the graph's types.
+pub(super) struct Env<'a> {
+    bound: &'a HashMap<String, String>,
+    types: &'a TypeMap,
+    facts: &'a Attrs,
+}
+
+impl<'a> Env<'a> {
+    pub(super) fn new(
+        bound: &'a HashMap<String, String>,
+        types: &'a TypeMap,
+        facts: &'a Attrs,
+    ) -> Env<'a> {
+        Env {
+            bound,
+            types,
+            facts,
+        }
+    }
+}
+
+impl TemplateEnv for Env<'_> {
+    fn shape(&self, value: &str) -> Option<&[usize]> {
+        let name = self.bound.get(value)?;
+        self.types.get(name).map(|t| t.shape.as_slice())
+    }
+
+    fn dtype(&self, value: &str) -> Option<DType> {
+        let name = self.bound.get(value)?;
+        self.types.get(name).map(|t| t.dtype)
+    }
+
+    fn fact(&self, name: &str) -> Option<AttrValue> {
+        self.facts.get(name).cloned()
+    }
+}
+
+/// The facts of a built-in op's resolved plan, as templates name them (the list is in
+/// `rules/gradients.ron`'s header). `index` is the argument being differentiated; `shapes`
+/// are the argument shapes.
+pub(super) fn facts(plan: Option<&BuiltinPlan>, shapes: &[&[usize]], index: usize) -> Attrs {
+    let ints = |v: &[usize]| AttrValue::Ints(v.iter().map(|&d| d as i64).collect());
+    let int = |v: usize| AttrValue::Int(v as i64);
+    let mut facts = Attrs::new();
+    let mut put = |name: &str, value: AttrValue| {
+        facts.insert(name.to_string(), value);
+    };
+    put("index", int(index));
+    match plan {
+        Some(BuiltinPlan::BroadcastTo(s) | BuiltinPlan::Reshape(s) | BuiltinPlan::SumToSize(s)) => {
+            put("shape", ints(s))
+        }
+        Some(BuiltinPlan::Transpose(perm)) => put("perm", ints(perm)),
+        Some(BuiltinPlan::Slice(range)) => {
+            put("axis", int(range.axis));
+            put("start", int(range.start));
+            put("step", int(range.step));
+            put("len", int(range.len));
+        }
+        Some(BuiltinPlan::Concat(axis)) => {
+            put("axis", int(*axis));
+            let offset: usize = shapes[..index].iter().map(|s| s[*axis]).sum();
+            put("offset", int(offset));
+        }
+        Some(BuiltinPlan::Reduce { axes, keepdim, .. }) => {
+            put("axes", ints(axes));
+            put("keepdim", AttrValue::Bool(*keepdim));
+        }
+        Some(BuiltinPlan::MatMul) | None => {}
+    }
+    facts
+}
