@@ -128,6 +128,26 @@ pub enum Command {
         #[arg(long, value_name = "FILE", requires = "emit")]
         out: Option<PathBuf>,
     },
+    /// Differentiate a graph: write the joint forward + backward graph (the graph's inputs and
+    /// one cotangent `grad_<output>` per floating-point output in; its outputs and one
+    /// gradient `grad_<input>` per differentiated input out), or with --split a forward and a
+    /// backward graph with the values between them chosen by cost.
+    Grad {
+        graph: PathBuf,
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        /// Inputs to differentiate with respect to, comma-separated (default: every
+        /// floating-point input).
+        #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+        wrt: Vec<String>,
+        /// Where to write the joint graph.
+        #[arg(long, value_name = "FILE", required_unless_present = "split")]
+        out: Option<PathBuf>,
+        /// Write forward.ron (outputs plus the values the backward needs) and backward.ron
+        /// (those values and the cotangents in, gradients out) to DIR instead.
+        #[arg(long, value_name = "DIR", conflicts_with = "out")]
+        split: Option<PathBuf>,
+    },
     /// List the ops of the catalogue.
     Ops {
         #[arg(long)]
@@ -362,6 +382,17 @@ pub fn run(cli: Cli) -> Result<String> {
                 crate::explain::summary(&optimized.report)
             })
         }
+        Command::Grad {
+            graph,
+            rules,
+            wrt,
+            out,
+            split,
+        } => {
+            let rules = load_rules(rules.as_deref())?;
+            let (graph, _) = graph::file::load(&graph, &rules.ops)?;
+            differentiate(&graph, &rules, wrt, out.as_deref(), split.as_deref())
+        }
         Command::Ops { rules } => {
             let rules = load_rules(rules.as_deref())?;
             Ok(list_ops(&rules))
@@ -374,6 +405,103 @@ pub fn run(cli: Cli) -> Result<String> {
             json,
         } => check_rules(rules.as_deref(), seed, instances, json),
     }
+}
+
+/// `grad`: the joint graph to `out`, or the forward and backward graphs to `split_dir`, and a
+/// summary of the names made and, when split, of what crosses between the two.
+fn differentiate(
+    graph: &Graph,
+    rules: &RuleSet,
+    wrt: Vec<String>,
+    out: Option<&Path>,
+    split_dir: Option<&Path>,
+) -> Result<String> {
+    use crate::autodiff::{Wrt, grad, split::split};
+    let wrt = if wrt.is_empty() {
+        Wrt::AllFloatInputs
+    } else {
+        Wrt::Inputs(wrt)
+    };
+    let joint = grad(graph, &rules.ops, &rules.gradients, &wrt)?;
+    let pairs = |list: &[(String, String)]| {
+        list.iter()
+            .map(|(a, b)| format!("{a} -> {b}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut text = format!(
+        "{}: {} backward nodes\ncotangents: {}\ngradients: {}\n",
+        joint.graph.name,
+        joint.graph.nodes.len() - graph.nodes.len(),
+        if joint.cotangents.is_empty() {
+            "none (no floating-point output)".to_string()
+        } else {
+            pairs(&joint.cotangents)
+        },
+        if joint.gradients.is_empty() {
+            "none (no floating-point input)".to_string()
+        } else {
+            pairs(&joint.gradients)
+        },
+    );
+    for (wanted, given) in &joint.renamed {
+        let _ = writeln!(text, "note: `{wanted}` is already a name in the graph; using `{given}`");
+    }
+    match (out, split_dir) {
+        (_, Some(dir)) => {
+            let halves = split(graph, &joint, &rules.ops)?;
+            let texts = [
+                ("forward.ron", graph::file::to_ron(&halves.forward)),
+                ("backward.ron", graph::file::to_ron(&halves.backward)),
+            ];
+            let writes: Vec<(String, _)> = texts
+                .iter()
+                .map(|(name, text)| {
+                    let write = move |path: &Path| {
+                        std::fs::write(path, text).map_err(|e| e.to_string())
+                    };
+                    (name.to_string(), write)
+                })
+                .collect();
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::input(format!("cannot create {}: {e}", dir.display())))?;
+            output::write_all_or_none(dir, &writes).map_err(|e| {
+                Error::input(format!(
+                    "cannot write {}: {}; neither file was written",
+                    e.path.display(),
+                    e.message
+                ))
+            })?;
+            let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+            let _ = writeln!(
+                text,
+                "saved: {} ({:.2} MiB; saving every value the backward reads: {:.2} MiB)",
+                if halves.saved.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    halves.saved.join(", ")
+                },
+                mib(halves.saved_bytes),
+                mib(halves.save_all_bytes)
+            );
+            let _ = writeln!(
+                text,
+                "recomputed in the backward: {}",
+                if halves.recomputed.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    halves.recomputed.join(", ")
+                }
+            );
+            let _ = writeln!(text, "wrote forward.ron and backward.ron to {}", dir.display());
+        }
+        (Some(path), None) => {
+            write_file(path, &graph::file::to_ron(&joint.graph))?;
+            let _ = writeln!(text, "wrote {}", path.display());
+        }
+        (None, None) => unreachable!("clap requires --out or --split"),
+    }
+    Ok(text)
 }
 
 /// The pipeline options `run` and `bench` share (the cost profile is the backend's).

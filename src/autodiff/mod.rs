@@ -29,6 +29,7 @@
 //! ```
 
 mod env;
+pub mod split;
 pub mod verify;
 
 use crate::attr::{AttrValue, Attrs};
@@ -354,11 +355,21 @@ impl<'a> Backward<'a> {
             return Ok(result);
         }
         if let Some(gradient_op) = self.catalogue.gradient(op.name(), operand).cloned() {
-            let mut args = node.args.clone();
-            if gradient_op.spec.operands.iter().any(|o| o == "y") {
-                args.push(node.name.clone());
-            }
-            args.push(g.to_string());
+            let args = gradient_op
+                .spec
+                .operands
+                .iter()
+                .map(|name| match name.as_str() {
+                    "y" => node.name.clone(),
+                    "g" => g.to_string(),
+                    operand => {
+                        let at = (0..node.args.len())
+                            .find(|&i| op.operand_name(i) == operand)
+                            .expect("gradient ops read the op's own operands");
+                        node.args[at].clone()
+                    }
+                })
+                .collect();
             return self.add_node(
                 &format!("d_{}.{operand}", node.name),
                 gradient_op.name(),

@@ -251,9 +251,9 @@ impl OpDef {
     }
 
     /// The pointwise op that computes this op's gradient with respect to `operand` from its
-    /// derivative formula: the derivative becomes the formula, over the op's operands, then `y`
-    /// (the op's result) when the formula reads it, then `g` (the incoming gradient), with the
-    /// op's attributes. Automatic differentiation applies it like any other op, so the
+    /// derivative formula: the derivative becomes the formula, over the op's operands the
+    /// formula reads, then `y` (the op's result) when it reads it, then `g` (the incoming
+    /// gradient, which has the result's shape), with the op's attributes. Automatic differentiation applies it like any other op, so the
     /// evaluator, both emitters and fusion treat a backward pass exactly as they treat the
     /// forward one. The result has the broadcast shape of all operands and the float type
     /// they promote to; summing it down to the operand's shape and casting it to the
@@ -264,8 +264,17 @@ impl OpDef {
         if self.spec.variadic {
             return None;
         }
-        let mut operands = self.spec.operands.clone();
-        if derivative.variables().iter().any(|v| v == "y") {
+        // Only what the formula reads: an operand the gradient does not depend on would make
+        // the backward keep a value it never uses (`add`'s gradient is `g` alone).
+        let used = derivative.variables();
+        let mut operands: Vec<String> = self
+            .spec
+            .operands
+            .iter()
+            .filter(|o| used.contains(o))
+            .cloned()
+            .collect();
+        if used.iter().any(|v| v == "y") {
             operands.push("y".into());
         }
         operands.push("g".into());
@@ -276,7 +285,13 @@ impl OpDef {
             operands,
             variadic: false,
             attrs: self.spec.attrs.clone(),
-            accepts: self.spec.accepts.clone(),
+            accepts: self
+                .spec
+                .accepts
+                .iter()
+                .filter(|(o, _)| used.contains(o))
+                .map(|(o, c)| (o.clone(), *c))
+                .collect(),
             formula: Some(derivative.to_string()),
             derivatives: BTreeMap::new(),
             builtin: None,
