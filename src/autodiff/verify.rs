@@ -71,22 +71,40 @@ pub fn agreement(
     probe: Probe,
     seed: u64,
 ) -> Result<(JointGraph, Agreement)> {
-    let joint = grad(graph, catalogue, templates, &Wrt::AllFloatInputs)?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut random = |dtype: DType, shape: &[usize]| {
-        let values = (0..crate::shape::numel(shape))
-            .map(|_| match dtype.is_float() {
-                true => rng.random_range(-1.0..=1.0),
-                false => f64::from(rng.random_range(-3i32..=3)),
-            })
-            .collect();
-        Tensor::from_values(dtype, shape, values).expect("value count matches the shape")
-    };
     let inputs: Tensors = graph
         .inputs
         .iter()
-        .map(|i| (i.name.clone(), random(i.dtype, &i.shape)))
+        .map(|i| (i.name.clone(), random(&mut rng, i.dtype, &i.shape)))
         .collect();
+    agreement_at(graph, catalogue, templates, probe, seed, &inputs)
+}
+
+/// Uniform in [-1, 1] for floats, small integers otherwise (bools are rounded to 0 or 1).
+fn random(rng: &mut rand::rngs::StdRng, dtype: DType, shape: &[usize]) -> Tensor {
+    let values = (0..crate::shape::numel(shape))
+        .map(|_| match dtype.is_float() {
+            true => rng.random_range(-1.0..=1.0),
+            false => f64::from(rng.random_range(-3i32..=3)),
+        })
+        .collect();
+    Tensor::from_values(dtype, shape, values).expect("value count matches the shape")
+}
+
+/// [`agreement`] at given input values (for graphs whose inputs have a domain, such as a
+/// variance that must be positive); cotangents and directions are still seeded random.
+pub fn agreement_at(
+    graph: &Graph,
+    catalogue: &Catalogue,
+    templates: &GradientRules,
+    probe: Probe,
+    seed: u64,
+    inputs: &Tensors,
+) -> Result<(JointGraph, Agreement)> {
+    let joint = grad(graph, catalogue, templates, &Wrt::AllFloatInputs)?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0xc07a);
+    let mut random = |dtype: DType, shape: &[usize]| random(&mut rng, dtype, shape);
+    let inputs = inputs.clone();
     let mut joint_inputs = inputs.clone();
     let outputs = evaluate(graph, catalogue, &inputs)?;
     let mut weights = Tensors::new();
