@@ -445,7 +445,10 @@ fn differentiate(
         },
     );
     for (wanted, given) in &joint.renamed {
-        let _ = writeln!(text, "note: `{wanted}` is already a name in the graph; using `{given}`");
+        let _ = writeln!(
+            text,
+            "note: `{wanted}` is already a name in the graph; using `{given}`"
+        );
     }
     match (out, split_dir) {
         (_, Some(dir)) => {
@@ -457,9 +460,8 @@ fn differentiate(
             let writes: Vec<(String, _)> = texts
                 .iter()
                 .map(|(name, text)| {
-                    let write = move |path: &Path| {
-                        std::fs::write(path, text).map_err(|e| e.to_string())
-                    };
+                    let write =
+                        move |path: &Path| std::fs::write(path, text).map_err(|e| e.to_string());
                     (name.to_string(), write)
                 })
                 .collect();
@@ -493,7 +495,11 @@ fn differentiate(
                     halves.recomputed.join(", ")
                 }
             );
-            let _ = writeln!(text, "wrote forward.ron and backward.ron to {}", dir.display());
+            let _ = writeln!(
+                text,
+                "wrote forward.ron and backward.ron to {}",
+                dir.display()
+            );
         }
         (Some(path), None) => {
             write_file(path, &graph::file::to_ron(&joint.graph))?;
@@ -814,15 +820,35 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
         ..CheckOptions::default()
     };
     let report = soundness::check_rules(&set.rewrites, &set.ops, &options);
+    let templates = crate::autodiff::verify::check_templates(&set.ops, &set.gradients);
     let text = if json {
-        let mut t = serde_json::to_string_pretty(&report.to_json()).expect("JSON values print");
+        let mut value = report.to_json();
+        if let Some(object) = value.as_object_mut() {
+            object.insert(
+                "gradient_templates".into(),
+                templates_json(&templates, &set.gradients.file),
+            );
+        }
+        let mut t = serde_json::to_string_pretty(&value).expect("JSON values print");
         t.push('\n');
         t
     } else {
-        report.render()
+        report.render() + &render_templates(&templates, &set.gradients.file)
     };
-    if report.is_sound() {
+    if report.is_sound() && templates.passed() {
         return Ok(text);
+    }
+    if report.is_sound() {
+        if let Err(e) = terminal::print(&text) {
+            return Err(stdout_error(&e));
+        }
+        return Err(Error::new(
+            Site::default(),
+            ErrorKind::Rule(format!(
+                "gradient templates of {} disagree with finite differences or are unchecked",
+                set.gradients.file
+            )),
+        ));
     }
     // The report goes out before the error; a reader that went away is no reason to hide
     // the unsound rules from stderr.
@@ -843,6 +869,72 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
             unsound.join(", ")
         )),
     ))
+}
+
+/// The gradient-template part of `check-rules`: a line per failing instance or unchecked
+/// template, then a summary.
+fn render_templates(report: &crate::autodiff::verify::TemplateReport, file: &str) -> String {
+    let mut out = String::new();
+    let mut worst: f64 = 0.0;
+    let mut failing = 0;
+    for check in &report.instances {
+        match &check.outcome {
+            Ok(e) if *e <= report.tolerance => worst = worst.max(*e),
+            Ok(e) => {
+                failing += 1;
+                let _ = writeln!(
+                    out,
+                    "WRONG GRADIENT: {}: relative error {e:.3e} against finite differences (tolerance {:.0e})",
+                    check.instance, report.tolerance
+                );
+            }
+            Err(why) => {
+                failing += 1;
+                let _ = writeln!(out, "WRONG GRADIENT: {}: {why}", check.instance);
+            }
+        }
+    }
+    for (op, operand, index) in &report.unused {
+        let _ = writeln!(
+            out,
+            "UNCHECKED: gradient template {} (`{op}`, operand `{operand}`): no check instance uses it",
+            index + 1
+        );
+    }
+    let _ = writeln!(
+        out,
+        "check-rules: {} gradient checks of {file} in f64: {} agree with finite differences (worst relative error {worst:.1e}), {failing} wrong, {} templates unchecked",
+        report.instances.len(),
+        report.instances.len() - failing,
+        report.unused.len()
+    );
+    out
+}
+
+fn templates_json(
+    report: &crate::autodiff::verify::TemplateReport,
+    file: &str,
+) -> serde_json::Value {
+    let instances: Vec<serde_json::Value> = report
+        .instances
+        .iter()
+        .map(|c| match &c.outcome {
+            Ok(e) => serde_json::json!({"instance": c.instance, "relative_error": e, "agrees": *e <= report.tolerance}),
+            Err(why) => serde_json::json!({"instance": c.instance, "error": why, "agrees": false}),
+        })
+        .collect();
+    let unused: Vec<serde_json::Value> = report
+        .unused
+        .iter()
+        .map(|(op, operand, index)| serde_json::json!({"template": index + 1, "op": op, "operand": operand}))
+        .collect();
+    serde_json::json!({
+        "file": file,
+        "tolerance": report.tolerance,
+        "instances": instances,
+        "unchecked": unused,
+        "passed": report.passed(),
+    })
 }
 
 /// Writes a whole text file, creating its directory as `run --out` does, and naming the path

@@ -25,7 +25,9 @@ fn rules() -> RuleSet {
 }
 
 fn example(name: &str) -> Graph {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name);
     graph::file::load(&path, &rules().ops).unwrap().0
 }
 
@@ -41,7 +43,11 @@ fn every_default_gradient_template_agrees_with_finite_differences() {
             check.outcome
         );
     }
-    assert!(report.unused.is_empty(), "unused templates: {:?}", report.unused);
+    assert!(
+        report.unused.is_empty(),
+        "unused templates: {:?}",
+        report.unused
+    );
     assert!(report.passed());
     assert_eq!(report.instances.len(), rules.gradients.checks().len());
     assert!(report.instances.len() >= 25);
@@ -59,15 +65,27 @@ fn planted(from: &str, to: &str) -> GradientRules {
 fn planted_wrong_templates_are_caught() {
     let cases = [
         // A transpose's gradient transposed forward again instead of back.
-        ("\"perm\": InversePerm(Fact(\"perm\"))", "\"perm\": Fact(\"perm\")", "transpose"),
+        (
+            "\"perm\": InversePerm(Fact(\"perm\"))",
+            "\"perm\": Fact(\"perm\")",
+            "transpose",
+        ),
         // A mean that forgets to divide by the count.
-        ("args: [\"g_spread\", \"count\"]", "args: [\"g_spread\", \"g_spread\"]", "mean"),
+        (
+            "args: [\"g_spread\", \"count\"]",
+            "args: [\"g_spread\", \"g_spread\"]",
+            "mean",
+        ),
         // A matmul gradient with the operands in the wrong order (a^T g read as g a^T).
         ("args: [\"a_t\", \"g\"]", "args: [\"g\", \"a_t\"]", "matmul"),
         // Concat segments read from the wrong offset.
         ("\"start\": Fact(\"offset\")", "\"start\": Int(0)", "concat"),
         // Tied maxima each given the whole gradient.
-        ("args: [\"g_kept\", \"ties\"]", "args: [\"g_kept\", \"g_kept\"]", "reduce_max"),
+        (
+            "args: [\"g_kept\", \"ties\"]",
+            "args: [\"g_kept\", \"g_kept\"]",
+            "reduce_max",
+        ),
         // A strided slice's gradient placed without its gaps.
         ("Sub(Fact(\"step\"), Int(1))", "Int(0)", "slice"),
     ];
@@ -121,8 +139,13 @@ fn every_derivative_formula_differentiates_through_its_gradient_op() {
         let shapes: [&[usize]; 3] = [&[3, 1], &[1, 4], &[3, 4]];
         let mut args = Vec::new();
         for (i, operand) in op.spec.operands.iter().enumerate() {
-            let accepts_bool = op.spec.accepts.get(operand) == Some(&fusebox::rules::DtypeClass::Bool);
-            let dtype = if accepts_bool { DType::Bool } else { DType::F64 };
+            let accepts_bool =
+                op.spec.accepts.get(operand) == Some(&fusebox::rules::DtypeClass::Bool);
+            let dtype = if accepts_bool {
+                DType::Bool
+            } else {
+                DType::F64
+            };
             let x = b.input(&format!("x{i}"), dtype, shapes[i % 3]);
             args.push(if positive(op.name(), operand) {
                 b.op(&format!("pos{i}"), "exp", &[&x])
@@ -157,7 +180,9 @@ fn every_derivative_formula_differentiates_through_its_gradient_op() {
 fn a_user_declared_op_is_differentiable() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("book/examples/elu");
     let rules = RuleSet::load_dir(&dir.join("rules")).unwrap();
-    let graph = graph::file::load(&dir.join("graph.ron"), &rules.ops).unwrap().0;
+    let graph = graph::file::load(&dir.join("graph.ron"), &rules.ops)
+        .unwrap()
+        .0;
     let (joint, agreement) = agreement(
         &in_f64(&graph),
         &rules.ops,
@@ -194,7 +219,10 @@ fn every_example_differentiates_correctly() {
             &inputs,
         )
         .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(!joint.gradients.is_empty(), "{name}: nothing differentiated");
+        assert!(
+            !joint.gradients.is_empty(),
+            "{name}: nothing differentiated"
+        );
         // One direction sums millions of products, so the central difference carries
         // rounding of about 1e-6 relative; a wrong gradient is off by order 1.
         assert!(agreement.worst < 1e-4, "{name}: {agreement:?}");
@@ -233,7 +261,10 @@ fn positive_values(graph: &Graph, seed: u64) -> Tensors {
                 return (name, t);
             }
             let values = t.values().iter().map(|v| 0.1 + v.abs() / 3.0).collect();
-            (name, Tensor::from_values(t.dtype, t.shape(), values).unwrap())
+            (
+                name,
+                Tensor::from_values(t.dtype, t.shape(), values).unwrap(),
+            )
         })
         .collect()
 }
@@ -258,7 +289,13 @@ fn lstm_cell_gradients_equal_the_hand_written_backward() {
         hand_inputs.insert(name.into(), value.clone());
     }
     let expected = evaluate(&hand, &rules.ops, &hand_inputs).unwrap();
-    for name in ["grad_ingate", "grad_forgetgate", "grad_cellgate", "grad_outgate", "grad_cx"] {
+    for name in [
+        "grad_ingate",
+        "grad_forgetgate",
+        "grad_cellgate",
+        "grad_outgate",
+        "grad_cx",
+    ] {
         let (a, b) = (generated[name].values(), expected[name].values());
         let worst = a
             .iter()
@@ -301,11 +338,21 @@ fn broadcast_operands_get_gradients_summed_to_their_shape() {
     let types = graph::check(&joint.graph, &rules.ops).unwrap();
     assert_eq!(types["grad_bias"].shape, vec![32]);
     assert!(joint.graph.nodes.iter().any(|n| n.op == "sum_to_size"));
-    let (_, agreement) =
-        agreement(&in_f64(&graph), &rules.ops, &rules.gradients, Probe::Elementwise, 1).unwrap();
+    let (_, agreement) = agreement(
+        &in_f64(&graph),
+        &rules.ops,
+        &rules.gradients,
+        Probe::Elementwise,
+        1,
+    )
+    .unwrap();
     assert!(agreement.worst < 1e-6, "{agreement:?}");
     let optimized = optimize(&joint.graph, &rules, &Options::default()).unwrap();
-    assert!(optimized.report.kernels.len() <= 2, "{}", optimized.report.kernels.len());
+    assert!(
+        optimized.report.kernels.len() <= 2,
+        "{}",
+        optimized.report.kernels.len()
+    );
 }
 
 #[test]
@@ -351,7 +398,10 @@ fn inputs_the_outputs_ignore_get_zero_gradients_and_outputs_that_are_inputs_pass
     inputs.insert("grad_x".into(), gx);
     let out = evaluate(&joint.graph, &rules.ops, &inputs).unwrap();
     // d/dx of (-x, x): -gy + gx.
-    assert_eq!(out["grad_x_2"].values(), vec![-0.5, -1.5, -2.5, -3.5, -4.5, -5.5]);
+    assert_eq!(
+        out["grad_x_2"].values(),
+        vec![-0.5, -1.5, -2.5, -3.5, -4.5, -5.5]
+    );
     assert_eq!(out["grad_unused"].values(), vec![0.0; 5]);
     assert_eq!(out["grad_unused"].dtype, DType::F16);
 }
@@ -405,7 +455,9 @@ fn amp_composes_with_gradients() {
         let u = Tensor::from_values(
             t.dtype,
             t.shape(),
-            (0..t.values().len()).map(|i| ((i % 7) as f64 - 3.0) / 4.0).collect(),
+            (0..t.values().len())
+                .map(|i| ((i % 7) as f64 - 3.0) / 4.0)
+                .collect(),
         )
         .unwrap();
         inputs.insert(cotangent.clone(), u);
@@ -417,7 +469,11 @@ fn amp_composes_with_gradients() {
             let (a, b) = (values[name].values(), reference[name].values());
             assert_eq!(values[name].dtype, DType::F32);
             let scale = b.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-            let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+            let worst = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f64::max);
             assert!(worst / scale < 2e-2, "{name}: {worst} (scale {scale})");
         }
     }
@@ -429,28 +485,49 @@ fn amp_composes_with_gradients() {
 #[test]
 fn forward_and_backward_halves_compute_the_joint_graph() {
     let rules = rules();
-    for graph in [small_lstm(), example("mlp_block.ron"), example("layernorm_tail.ron")] {
+    for graph in [
+        small_lstm(),
+        example("mlp_block.ron"),
+        example("layernorm_tail.ron"),
+    ] {
         let joint = grad(&graph, &rules.ops, &rules.gradients, &Wrt::AllFloatInputs).unwrap();
         let halves = split(&graph, &joint, &rules.ops).unwrap();
         let mut inputs = positive_values(&joint.graph, 4);
         let expected = evaluate(&joint.graph, &rules.ops, &inputs).unwrap();
-        let forward = evaluate(&halves.forward, &rules.ops, &inputs_of(&halves.forward, &inputs)).unwrap();
+        let forward = evaluate(
+            &halves.forward,
+            &rules.ops,
+            &inputs_of(&halves.forward, &inputs),
+        )
+        .unwrap();
         for v in &halves.saved {
             inputs.insert(v.clone(), forward.get(v).or(inputs.get(v)).unwrap().clone());
         }
-        let backward = evaluate(&halves.backward, &rules.ops, &inputs_of(&halves.backward, &inputs)).unwrap();
+        let backward = evaluate(
+            &halves.backward,
+            &rules.ops,
+            &inputs_of(&halves.backward, &inputs),
+        )
+        .unwrap();
         for (_, name) in &joint.gradients {
             assert_eq!(backward[name], expected[name], "{}: {name}", graph.name);
         }
         for output in &graph.outputs {
             assert_eq!(forward[output], expected[output]);
         }
-        assert!(halves.saved_bytes <= halves.save_all_bytes, "{}", graph.name);
+        assert!(
+            halves.saved_bytes <= halves.save_all_bytes,
+            "{}",
+            graph.name
+        );
     }
     let graph = small_lstm();
     let joint = grad(&graph, &rules.ops, &rules.gradients, &Wrt::AllFloatInputs).unwrap();
     let halves = split(&graph, &joint, &rules.ops).unwrap();
-    assert_eq!(halves.saved, ["ingate", "forgetgate", "cellgate", "outgate", "cx"]);
+    assert_eq!(
+        halves.saved,
+        ["ingate", "forgetgate", "cellgate", "outgate", "cx"]
+    );
     assert!(halves.saved_bytes < halves.save_all_bytes);
 }
 
@@ -467,7 +544,11 @@ fn matmul_results_are_saved_not_recomputed() {
     let graph = b.finish(&[&s]);
     let joint = grad(&graph, &rules.ops, &rules.gradients, &Wrt::AllFloatInputs).unwrap();
     let halves = split(&graph, &joint, &rules.ops).unwrap();
-    assert!(halves.saved.contains(&"h".to_string()), "{:?}", halves.saved);
+    assert!(
+        halves.saved.contains(&"h".to_string()),
+        "{:?}",
+        halves.saved
+    );
     assert!(!halves.recomputed.contains(&"h".to_string()));
 }
 
@@ -496,4 +577,114 @@ proptest! {
             Err(e) => prop_assert!(false, "{e}\n{}", graph::file::to_ron(&graph)),
         }
     }
+}
+
+fn fusebox(args: &[&str]) -> (bool, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).to_string()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.code().is_some_and(|c| c == 0 || c == 1),
+        "{text}"
+    );
+    (output.status.success(), text)
+}
+
+#[test]
+fn grad_command_writes_a_graph_the_other_commands_take() {
+    let dir = tempdir("grad_cli");
+    let out = dir.join("joint.ron");
+    let (ok, text) = fusebox(&[
+        "grad",
+        "examples/mlp_block.ron",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{text}");
+    assert!(text.contains("gradients: "), "{text}");
+    let (ok, text) = fusebox(&["check", out.to_str().unwrap()]);
+    assert!(ok, "{text}");
+    let run_dir = dir.join("values");
+    let (ok, text) = fusebox(&[
+        "run",
+        out.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--random-inputs",
+        "--out",
+        run_dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "{text}");
+    let split_dir = dir.join("split");
+    let (ok, text) = fusebox(&[
+        "grad",
+        "examples/mlp_block.ron",
+        "--split",
+        split_dir.to_str().unwrap(),
+    ]);
+    assert!(ok && text.contains("saved: "), "{text}");
+    for half in ["forward.ron", "backward.ron"] {
+        let (ok, text) = fusebox(&["check", split_dir.join(half).to_str().unwrap()]);
+        assert!(ok, "{half}: {text}");
+    }
+}
+
+#[test]
+fn grad_command_errors_are_clear() {
+    let dir = tempdir("grad_cli_errors");
+    let out = dir.join("joint.ron");
+    let out = out.to_str().unwrap();
+    let (ok, text) = fusebox(&[
+        "grad",
+        "examples/lstm_cell.ron",
+        "--wrt",
+        "cx,nope",
+        "--out",
+        out,
+    ]);
+    assert!(!ok);
+    assert!(
+        text.contains("`nope`") && text.contains("not an input"),
+        "{text}"
+    );
+    // An op with no derivative for an operand the outputs depend on.
+    let rules = dir.join("rules");
+    std::fs::create_dir_all(&rules).unwrap();
+    std::fs::write(
+        rules.join("ops.ron"),
+        r#"[Op(name: "cube", kind: Pointwise, operands: ["x"], dtype: Promote(["x"]), formula: "x * x * x")]"#,
+    )
+    .unwrap();
+    let graph = dir.join("cube.ron");
+    std::fs::write(
+        &graph,
+        r#"Graph(name: "c", inputs: [Input(name: "x", dtype: "f32", shape: [3])],
+           nodes: [Node(name: "y", op: "cube", args: ["x"])], outputs: ["y"])"#,
+    )
+    .unwrap();
+    let (ok, text) = fusebox(&[
+        "grad",
+        graph.to_str().unwrap(),
+        "--rules",
+        rules.to_str().unwrap(),
+        "--out",
+        out,
+    ]);
+    assert!(!ok);
+    assert!(
+        text.contains("`y`") && text.contains("declares no derivative for operand `x`"),
+        "{text}"
+    );
+    assert!(!Path::new(out).exists(), "nothing written on failure");
+}
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("fusebox-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }

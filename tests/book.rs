@@ -194,6 +194,32 @@ fn authoring_chapter_elu_matches_an_independent_computation() {
     }
 }
 
+/// The joint graph in the training chapter is what `grad` makes of lstm_cell today.
+#[test]
+fn the_books_gradient_listing_is_grads() {
+    let rules = fusebox::rules::RuleSet::defaults();
+    let graph = fusebox::graph::file::load(&repo().join("examples/lstm_cell.ron"), &rules.ops)
+        .unwrap()
+        .0;
+    let joint = fusebox::autodiff::grad(
+        &graph,
+        &rules.ops,
+        &rules.gradients,
+        &fusebox::autodiff::Wrt::AllFloatInputs,
+    )
+    .unwrap();
+    let text = fusebox::graph::file::to_ron(&joint.graph);
+    let path = repo().join("book/src/generated/lstm_cell_grad.ron");
+    if std::env::var_os("FUSEBOX_BLESS").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let book = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        book == text,
+        "book/src/generated/lstm_cell_grad.ron is stale (rerun with FUSEBOX_BLESS=1 to update)"
+    );
+}
+
 /// The C listing in the lowering chapter is what the emitter produces for lstm_cell today.
 #[test]
 fn the_books_c_listing_is_the_emitters() {

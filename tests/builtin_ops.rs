@@ -137,6 +137,12 @@ fn renamed_rules() -> RuleSet {
         fusion: FusionRules::load_str(&text("fusion.ron"), "rules/fusion.ron", &ops)
             .unwrap_or_else(|e| panic!("{e}")),
         cost: CostModel::defaults(),
+        gradients: fusebox::rules::GradientRules::load_str(
+            &renamed(&text("gradients.ron")),
+            "renamed/gradients.ron",
+            &ops,
+        )
+        .unwrap_or_else(|e| panic!("{e}")),
         rewrites: fusebox::rewrite::load_rule_set(&ops, &rewrites)
             .unwrap_or_else(|e| panic!("{e}")),
         ops,

@@ -134,11 +134,7 @@ pub fn grad(
 }
 
 /// The inputs `wrt` selects, in input order, each checked to exist and be floating-point.
-fn chosen_inputs(
-    graph: &Graph,
-    types: &check::TypeMap,
-    wrt: &Wrt,
-) -> Result<Vec<String>> {
+fn chosen_inputs(graph: &Graph, types: &check::TypeMap, wrt: &Wrt) -> Result<Vec<String>> {
     match wrt {
         Wrt::AllFloatInputs => Ok(graph
             .inputs
@@ -354,6 +350,10 @@ impl<'a> Backward<'a> {
         if let Some(result) = self.apply_template(node, op, index, operand, g)? {
             return Ok(result);
         }
+        if op.derivatives.get(operand) == Some(&crate::formula::Expr::Var("g".into())) {
+            // The gradient passes through unchanged (add, a cast): no node for it.
+            return Ok(g.to_string());
+        }
         if let Some(gradient_op) = self.catalogue.gradient(op.name(), operand).cloned() {
             let args = gradient_op
                 .spec
@@ -493,8 +493,8 @@ impl<'a> Backward<'a> {
 
     /// What the forward node's built-in resolved its attributes to, for templates to read.
     fn node_facts(&self, node: &Node, op: &OpDef, index: usize) -> Result<Attrs> {
-        let resolved = resolve_attrs(op, &node.attrs)
-            .map_err(|(_, kind)| Error::at_node(&node.name, kind))?;
+        let resolved =
+            resolve_attrs(op, &node.attrs).map_err(|(_, kind)| Error::at_node(&node.name, kind))?;
         let shapes: Vec<&[usize]> = node
             .args
             .iter()
@@ -523,6 +523,15 @@ impl<'a> Backward<'a> {
         let have = self.types[&gradient].clone();
         let mut fitted = gradient;
         if have.shape != want.shape {
+            if !crate::shape::broadcasts_to(&want.shape, &have.shape) {
+                return Err(Error::at_node(
+                    forward,
+                    ErrorKind::Rule(format!(
+                        "the gradient built for `{value}` has shape {:?}, which does not sum down to `{value}`'s shape {:?}",
+                        have.shape, want.shape
+                    )),
+                ));
+            }
             let op = self.builtin_op(Builtin::SumToSize, forward)?;
             let shape = want.shape.iter().map(|&d| d as i64).collect();
             fitted = self.add_node(
@@ -576,13 +585,14 @@ impl<'a> Backward<'a> {
     fn finish_gradient(&mut self, input: &str, name: &str) -> Result<()> {
         let ty = self.types[input].clone();
         match self.total(input, input)? {
-            Some(total) if self.nodes.iter().any(|n| n.name == total) => {
-                // A node this pass made: it takes the output's name.
+            Some(total) if self.renamable(&total) => {
+                // A node this pass made for this gradient alone: it takes the output's name.
                 self.rename(&total, name);
             }
-            Some(cotangent) => {
-                // The input is itself an output: its gradient is that output's cotangent.
-                let made = self.cast(cotangent, ty.dtype, name, input)?;
+            Some(shared) => {
+                // A cotangent input (the input is itself an output), or a value other
+                // gradients use too: the output is a copy of it.
+                let made = self.cast(shared, ty.dtype, name, input)?;
                 self.rename(&made, name);
             }
             None => {
@@ -591,6 +601,17 @@ impl<'a> Backward<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Whether `value` is a backward node that nothing else reads and no other gradient
+    /// output will be: only then may it be renamed to a gradient output's name.
+    fn renamable(&self, value: &str) -> bool {
+        self.nodes.iter().any(|n| n.name == value)
+            && !self.nodes.iter().any(|n| n.args.iter().any(|a| a == value))
+            && !self
+                .contributions
+                .values()
+                .any(|parts| parts.iter().any(|p| p == value))
     }
 
     /// Zeros of `ty`: a constant broadcast to the shape.

@@ -123,7 +123,8 @@ pub fn split(forward_graph: &Graph, joint: &JointGraph, catalogue: &Catalogue) -
     // Both halves must stand alone; a failure here is a bug in the cut, said as such.
     check(&forward, catalogue)?;
     check(&backward, catalogue)?;
-    let bytes = |v: &str| types[v].dtype.size_bytes() as u64 * crate::shape::numel(&types[v].shape) as u64;
+    let bytes =
+        |v: &str| types[v].dtype.size_bytes() as u64 * crate::shape::numel(&types[v].shape) as u64;
     Ok(Split {
         saved_bytes: saved_in_order.iter().map(|v| bytes(v)).sum(),
         save_all_bytes: read_by_backward.iter().map(|v| bytes(v)).sum(),

@@ -162,7 +162,7 @@ pub fn agreement_at(
     };
     let mut record = |analytic: f64, numeric: f64, at: String| {
         let error = (analytic - numeric).abs() / (1.0 + numeric.abs());
-        if !(error <= worst.worst) {
+        if error.is_nan() || error > worst.worst {
             worst = Agreement { worst: error, at };
         }
     };
@@ -268,8 +268,11 @@ pub fn check_templates(catalogue: &Catalogue, templates: &GradientRules) -> Temp
                 if check.attrs.is_empty() {
                     String::new()
                 } else {
-                    let attrs: Vec<String> =
-                        check.attrs.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                    let attrs: Vec<String> = check
+                        .attrs
+                        .iter()
+                        .map(|(k, v)| format!("{k}: {v}"))
+                        .collect();
                     format!(" {{{}}}", attrs.join(", "))
                 }
             ),

@@ -275,12 +275,15 @@ impl GradientRules {
             }
         }
         for (index, check) in spec.checks.iter().enumerate() {
-            let at = |field: &str| [Step::field("checks"), Step::Index(index), Step::field(field)];
+            let at = |field: &str| {
+                [
+                    Step::field("checks"),
+                    Step::Index(index),
+                    Step::field(field),
+                ]
+            };
             let Some(op) = catalogue.get(&check.op) else {
-                return Err(rule_error(
-                    &at("op"),
-                    format!("unknown op `{}`", check.op),
-                ));
+                return Err(rule_error(&at("op"), format!("unknown op `{}`", check.op)));
             };
             if !op.accepts_arity(check.shapes.len()) {
                 return Err(rule_error(
@@ -332,11 +335,7 @@ impl Condition {
                 (AttrValue::Ints(_), AttrValue::Ints(_))
                 | (AttrValue::Bool(_), AttrValue::Bool(_))
                 | (AttrValue::DType(_), AttrValue::DType(_)) => Ok(None),
-                _ => Err(format!(
-                    "cannot compare {} with {}",
-                    a.ty(),
-                    b.ty()
-                )),
+                _ => Err(format!("cannot compare {} with {}", a.ty(), b.ty())),
             }
         };
         use std::cmp::Ordering::*;
