@@ -688,3 +688,57 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Gradients computed in f16 and bf16 (every op rounding to its dtype, as eager frameworks do)
+/// stay within those dtypes' precision of the f64 gradient on the same input values.
+#[test]
+fn half_precision_gradients_are_within_their_dtypes_precision() {
+    let rules = rules();
+    for (dtype, tolerance) in [(DType::F16, 1e-2), (DType::BF16, 6e-2), (DType::F32, 1e-5)] {
+        for name in ["lstm_cell.ron", "gelu_bias.ron", "layernorm_tail.ron"] {
+            let mut graph = example(name);
+            for input in &mut graph.inputs {
+                if input.dtype.is_float() {
+                    input.dtype = dtype;
+                }
+                // Small shapes: the point is the arithmetic, not the size.
+                input.shape = input.shape.iter().map(|&d| d.min(48)).collect();
+            }
+            let Ok(_) = graph::check(&graph, &rules.ops) else {
+                panic!("{name} at reduced size does not check");
+            };
+            let native = grad(&graph, &rules.ops, &rules.gradients, &Wrt::AllFloatInputs).unwrap();
+            let wide_graph = in_f64(&graph);
+            let wide = grad(
+                &wide_graph,
+                &rules.ops,
+                &rules.gradients,
+                &Wrt::AllFloatInputs,
+            )
+            .unwrap();
+            let mut inputs = positive_values(&native.graph, 21);
+            let native_out = evaluate(&native.graph, &rules.ops, &inputs).unwrap();
+            for (name, t) in inputs.iter_mut() {
+                if t.dtype.is_float() {
+                    *t = Tensor::from_values(DType::F64, t.shape(), t.values()).unwrap();
+                }
+                let _ = name;
+            }
+            let wide_out = evaluate(&wide.graph, &rules.ops, &inputs).unwrap();
+            for (_, gradient) in &native.gradients {
+                let (a, b) = (native_out[gradient].values(), wide_out[gradient].values());
+                assert_eq!(native_out[gradient].dtype, dtype);
+                let scale = b.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+                let worst = a
+                    .iter()
+                    .zip(&b)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0, f64::max);
+                assert!(
+                    worst / scale < tolerance,
+                    "{name} {dtype}: {gradient} off by {worst} (scale {scale})"
+                );
+            }
+        }
+    }
+}

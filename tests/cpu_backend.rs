@@ -70,6 +70,26 @@ fn every_example_runs_fused_and_unfused() {
     }
 }
 
+/// The joint forward + backward graph of every example runs fused on the CPU and equals the
+/// reference evaluator on it.
+#[test]
+fn every_example_gradient_runs_on_the_cpu() {
+    let rules = rules();
+    for entry in std::fs::read_dir("examples").unwrap() {
+        let path = entry.unwrap().path();
+        let graph = load(path.to_str().unwrap());
+        let joint = fusebox::autodiff::grad(
+            &graph,
+            &rules.ops,
+            &rules.gradients,
+            &fusebox::autodiff::Wrt::AllFloatInputs,
+        )
+        .unwrap();
+        agrees(&joint.graph, &Options::default(), 5, false)
+            .unwrap_or_else(|e| panic!("{} gradient: {e}", path.display()));
+    }
+}
+
 #[test]
 fn amp_examples_run_on_the_cpu() {
     for name in ["mlp_block", "amp_demo", "lstm_cell"] {

@@ -213,6 +213,40 @@ fn every_example_module_compiles() {
     );
 }
 
+/// The joint forward + backward graph of every example (`fusebox grad`) compiles too, fused
+/// under the H200 profile and unfused: gradient ops and templates emit like any other op.
+#[test]
+fn every_example_gradient_module_compiles() {
+    if !nvrtc_ready("every_example_gradient_module_compiles") {
+        return;
+    }
+    let rules = rules();
+    let mut modules = 0;
+    for path in example_paths() {
+        let graph = graph::file::load(&path, &rules.ops).unwrap().0;
+        let joint = fusebox::autodiff::grad(
+            &graph,
+            &rules.ops,
+            &rules.gradients,
+            &fusebox::autodiff::Wrt::AllFloatInputs,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for fusion in [Fusion::Fused("h200"), Fusion::Unfused] {
+            let context = format!("{} gradient {fusion:?}", path.display());
+            let program = program(&joint.graph, fusion, None)
+                .unwrap_or_else(|e| panic!("{context}: does not lower: {e}"));
+            let kernels = named(&program);
+            let source = emit_module(&kernels, &EmitOptions::default());
+            let names: Vec<&str> = kernels.iter().map(|(n, _)| n.as_str()).collect();
+            for ptx in compile_everywhere(compiler(), &source, &context) {
+                assert_entries(&ptx, &names, &context);
+            }
+            modules += 1;
+        }
+    }
+    assert!(modules >= 9 * 2, "only {modules} modules");
+}
+
 /// A random graph's recipe: dims, input specs and steps for [`random_graph::build`].
 type Case = ((usize, usize), Vec<(usize, usize)>, Vec<random_graph::Step>);
 
