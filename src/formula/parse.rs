@@ -7,7 +7,7 @@
 //! pathological formula cannot overflow the stack (here or in the recursive
 //! walks that later consume the tree).
 
-use super::{BinOp, Expr, FormulaError, Func};
+use super::{BinOp, Expr, FormulaError, Func, MAX_FORMULA_TERMS};
 
 /// Deepest parenthesis/unary nesting accepted. Real formulas use a handful
 /// of levels; the cap exists only to turn stack overflow into an error.
@@ -179,6 +179,21 @@ pub fn parse(text: &str) -> Result<Expr, FormulaError> {
     let tokens = lex(text);
     if tokens[0].tok == Tok::End {
         return Err(FormulaError::new("empty formula", 0));
+    }
+    // Every tree node comes from a token that is not a parenthesis or a comma (a unary `+`
+    // makes none), so counting those tokens bounds the tree before it is built.
+    let terms = tokens
+        .iter()
+        .filter(|t| !matches!(t.tok, Tok::LParen | Tok::RParen | Tok::Comma | Tok::End))
+        .enumerate()
+        .nth(MAX_FORMULA_TERMS);
+    if let Some((_, first_over)) = terms {
+        return Err(FormulaError::new(
+            format!(
+                "formula has more than {MAX_FORMULA_TERMS} terms (numbers, names, operators and calls); split the op into several ops"
+            ),
+            first_over.offset,
+        ));
     }
     let mut p = Parser {
         tokens,
