@@ -486,8 +486,10 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
             return Err(rule_error(
                 "attrs",
                 format!(
-                    "default of attribute `{}` must be {}, found {default:?}",
-                    attr.name, attr.ty
+                    "default of attribute `{}` must be {}, found {} `{default}`",
+                    attr.name,
+                    attr.ty,
+                    default.ty()
                 ),
             ));
         }
