@@ -15,7 +15,6 @@
 use fusebox::attr::AttrType;
 use fusebox::rules::Catalogue;
 use fusebox::tensor::Tensor;
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -157,7 +156,7 @@ const NAME_PIECES: &[&str] = &[
 fn generated_name(rng: &mut Seeded) -> String {
     let pieces = 1 + rng.next() % 4;
     let mut name: String = (0..pieces).map(|_| *rng.pick(NAME_PIECES)).collect();
-    if rng.next() % 6 == 0 {
+    if rng.next().is_multiple_of(6) {
         name = name.repeat(300 / name.len().max(1) + 1);
     }
     name
@@ -183,7 +182,7 @@ fn graph_with_outputs(names: &[String]) -> String {
 #[test]
 fn generated_output_names_stay_inside_the_out_directory_with_a_stable_mapping() {
     let dir = scratch("names");
-    let mut rng = Seeded(0x5eed_0a);
+    let mut rng = Seeded(0x005e_ed0a);
     for round in 0..6 {
         let mut names: Vec<String> = Vec::new();
         while names.len() < 8 {
@@ -219,19 +218,14 @@ fn generated_output_names_stay_inside_the_out_directory_with_a_stable_mapping() 
             assert!(file.is_file(), "{case}: {file:?}");
         }
         // Nothing beside the graph, the outputs and the cache was created.
-        let top: BTreeSet<String> = std::fs::read_dir(&work)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-            .collect();
-        let expected: BTreeSet<String> = ["g.ron", "out"].iter().map(|s| s.to_string()).collect();
-        assert!(
-            top.is_subset(&{
-                let mut e = expected.clone();
-                e.insert("cache".into());
-                e
-            }),
-            "{case}: {top:?}"
-        );
+        let allowed = ["g.ron", "out", "cache"];
+        for entry in std::fs::read_dir(&work).unwrap() {
+            let name = entry.unwrap().file_name().to_string_lossy().to_string();
+            assert!(
+                allowed.contains(&name.as_str()),
+                "{case}: {name} was created"
+            );
+        }
         assert!(!dir.join("escaped.npy").exists() && !Path::new("/abs.npy").exists());
         // The same names in reverse order map to the same files.
         names.reverse();
