@@ -97,6 +97,12 @@ impl AttrValue {
                     ),
                     found: format!("\"{s}\""),
                 }),
+            // RON reads a bare name as `()`: lowercase `nan`, as rewrite patterns spell it, is
+            // the likely one where a number is due, so say how a graph file spells it.
+            (AttrType::Float | AttrType::Int, V::Unit) => Err(AttrMismatch {
+                expected: ty.to_string(),
+                found: "a bare name or `()` (graph files are RON, which writes the non-finite numbers `NaN`, `inf` and `-inf`; a lowercase `nan` is a name to it)".into(),
+            }),
             _ => Err(mismatch()),
         }
     }

@@ -703,10 +703,10 @@ fn write_outputs(graph: &Graph, outputs: &Tensors, dir: &Path) -> Result<String>
     }
     let files = output::check_distinct(&names).map_err(Error::input)?;
     std::fs::create_dir_all(dir).map_err(|e| {
-        Error::input(format!(
-            "cannot create output directory {}: {e}",
-            dir.display()
-        ))
+        Error::write(
+            dir.display(),
+            format!("cannot create the output directory: {e}"),
+        )
     })?;
     let writes: Vec<(String, _)> = names
         .iter()
@@ -722,16 +722,14 @@ fn write_outputs(graph: &Graph, outputs: &Tensors, dir: &Path) -> Result<String>
             .zip(&files)
             .find(|(_, file)| e.path.file_name().is_some_and(|f| f == file.as_str()))
             .map_or("", |(name, _)| name.as_str());
-        let kind = ErrorKind::Input(format!(
-            "cannot write {}: {}; no output was written",
+        let mut error = Error::write(
             e.path.display(),
-            e.message
-        ));
-        if name.is_empty() {
-            Error::new(Site::default(), kind)
-        } else {
-            Error::at_node(name, kind)
+            format!("{}; no output was written", e.message),
+        );
+        if !name.is_empty() {
+            error.site.node = Some(name.to_string());
         }
+        error
     })?;
     let mut report = String::new();
     for (name, file) in names.iter().zip(&files) {
@@ -945,7 +943,7 @@ fn write_file(path: &Path, text: &str) -> Result<()> {
     parent
         .map_or(Ok(()), std::fs::create_dir_all)
         .and_then(|()| output::write_atomically(path, text))
-        .map_err(|e| Error::input(format!("cannot write {}: {e}", path.display())))
+        .map_err(|e| Error::write(path.display(), e))
 }
 
 /// [`RuleSet::load`], after telling a rule directory that does not exist (a typo in
@@ -975,5 +973,5 @@ fn load_rules(dir: Option<&Path>) -> Result<RuleSet> {
 
 /// The error for output that could not be written to stdout (a full disk, `> /dev/full`).
 pub fn stdout_error(e: &std::io::Error) -> Error {
-    Error::input(format!("cannot write to standard output: {e}"))
+    Error::write("standard output", e)
 }

@@ -74,6 +74,10 @@ pub enum ErrorKind {
     Syntax(String),
     #[error("cannot read `{path}`: {message}")]
     Io { path: String, message: String },
+    /// A file (or standard output) fusebox was asked to write could not be written. No file
+    /// position: the file is fusebox's output, not input it read.
+    #[error("cannot write {path}: {message}")]
+    Write { path: String, message: String },
     #[error("unknown op `{op}`{}", did_you_mean(suggestion))]
     UnknownOp {
         op: String,
@@ -175,6 +179,17 @@ impl Error {
     /// input value), not tied to a place in a file.
     pub fn input(message: impl Into<String>) -> Error {
         Error::new(Site::default(), ErrorKind::Input(message.into()))
+    }
+
+    /// Writing `path` (an output file, the kernel cache, `standard output`) failed.
+    pub fn write(path: impl fmt::Display, message: impl fmt::Display) -> Error {
+        Error::new(
+            Site::default(),
+            ErrorKind::Write {
+                path: path.to_string(),
+                message: message.to_string(),
+            },
+        )
     }
 
     /// `what` (a report, a graph) could not be serialized.

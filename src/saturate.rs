@@ -270,6 +270,8 @@ impl Progress {
             self.bar
                 .set_draw_target(indicatif::ProgressDrawTarget::stderr());
         }
+        // Numbers only: no name from a graph or rule file reaches the spinner, so it needs
+        // none of the escaping the CLI gives what it prints (`cli::terminal`).
         self.bar.set_message(format!(
             "phase {phase}, iteration {iteration}, {nodes} e-nodes"
         ));

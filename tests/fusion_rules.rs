@@ -1,4 +1,5 @@
-//! Loading `fusion.ron`: the op budget (`max_kernel_ops`), and roles checked against what the
+//! Loading `fusion.ron`: the op budget (`max_kernel_ops`), the body budget
+//! (`max_kernel_terms`), and roles checked against what the
 //! kernel lowering can generate, each rejected at its exact file position.
 
 use fusebox::rules::{Catalogue, FusionRules, Role};
@@ -71,6 +72,35 @@ fn max_kernel_ops_of_the_wrong_type_is_a_located_error() {
         assert!(shown.starts_with("f.ron:3:"), "{value}: {shown}");
         assert!(shown.contains("RON syntax"), "{value}: {shown}");
     }
+}
+
+// ---------------------------------------------------------------- max_kernel_terms
+
+#[test]
+fn max_kernel_terms_is_optional_and_defaults_to_the_shipped_value() {
+    let rules = load(&format!("Fusion({KINDS}, max_kernel_args: 8)")).unwrap();
+    assert_eq!(rules.max_kernel_terms, 4096);
+    let rules = load(&format!(
+        "Fusion({KINDS}, max_kernel_args: 8, max_kernel_terms: 20)"
+    ))
+    .unwrap();
+    assert_eq!(rules.max_kernel_terms, 20);
+    let shipped = include_str!("../rules/fusion.ron");
+    assert!(shipped.contains("\n    max_kernel_terms: 4096,\n"));
+    let without = shipped.replace("\n    max_kernel_terms: 4096,\n", "\n");
+    assert_eq!(
+        FusionRules::load_str(&without, "f.ron", &Catalogue::defaults()).unwrap(),
+        FusionRules::defaults()
+    );
+}
+
+#[test]
+fn max_kernel_terms_of_zero_is_a_located_error() {
+    let text = format!("Fusion(\n  {KINDS},\n  max_kernel_args: 8,\n  max_kernel_terms: 0,\n)");
+    assert_eq!(
+        error(&text),
+        "f.ron:4:21: invalid rule: `max_kernel_terms` must be at least 1 (an op of one term, such as a reduction, must fit), found 0"
+    );
 }
 
 // ---------------------------------------------------------------- roles the lowering can generate

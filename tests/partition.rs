@@ -149,6 +149,16 @@ fn check_invariants(dag: &Dag, p: &Partition, fusion: &FusionRules) {
                     fusion.max_kernel_ops
                 );
                 if kernel.nodes.len() > 1 {
+                    let terms: usize = kernel
+                        .nodes
+                        .iter()
+                        .map(|&n| dag.nodes[n].op.body_terms())
+                        .sum();
+                    assert!(
+                        terms <= fusion.max_kernel_terms,
+                        "{terms} formula terms in a kernel, budget {}",
+                        fusion.max_kernel_terms
+                    );
                     for &n in &kernel.nodes {
                         assert!(
                             matches!(fusion.role(&dag.nodes[n].op), Role::Join | Role::End),
@@ -672,6 +682,34 @@ fn with_budgets(max_kernel_args: usize, max_kernel_ops: usize) -> FusionRules {
         &Catalogue::defaults(),
     )
     .unwrap()
+}
+
+/// The body budget counts formula terms, not ops: `neg` (`-x`) has 2 terms, so under
+/// `max_kernel_terms: 6` a chain of 12 negs is cut into 4 kernels of 3, though the op budget
+/// would allow all 12 in one; with room for 24 terms they are one kernel.
+#[test]
+fn the_body_budget_cuts_a_chain_by_formula_terms() {
+    let mut b = GraphBuilder::new("negs");
+    let mut v = b.input("x", DType::F32, &[1000]);
+    for i in 0..12 {
+        v = b.op(&format!("n{i}"), "neg", &[&v]);
+    }
+    let dag = Dag::from_graph(&b.finish(&[&v]), &Catalogue::defaults()).unwrap();
+    assert_eq!(dag.nodes[0].op.body_terms(), 2);
+    for (budget, kernels) in [(6, 4), (7, 4), (8, 3), (24, 1)] {
+        let fusion = FusionRules::load_str(
+            &format!(
+                "Fusion(kinds: {{Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never}}, \
+                 max_kernel_args: 64, max_kernel_terms: {budget})"
+            ),
+            "f.ron",
+            &Catalogue::defaults(),
+        )
+        .unwrap();
+        let p = partition::partition(&dag, &fusion, &toy());
+        check_invariants(&dag, &p, &fusion);
+        assert_eq!(p.kernels.len(), kernels, "budget {budget}");
+    }
 }
 
 /// A chain of N single-flop ops under a budget of k ops is cut into ceil(N / k) kernels of

@@ -279,10 +279,12 @@ impl<T> KernelCache<T> {
         build: impl FnOnce(&Staging) -> Result<()>,
     ) -> Result<T> {
         fs::create_dir_all(&self.dir).map_err(|e| {
-            Error::backend(format!(
-                "cannot create the kernel cache directory {}: {e} (set FUSEBOX_CACHE_DIR to a writable directory)",
-                self.dir.display()
-            ))
+            Error::write(
+                self.dir.display(),
+                format!(
+                    "cannot create the kernel cache directory: {e} (set FUSEBOX_CACHE_DIR to a writable directory)"
+                ),
+            )
         })?;
         sweep_abandoned_staging(&self.dir);
         let staging = Staging {
@@ -292,8 +294,7 @@ impl<T> KernelCache<T> {
             kept_source: self.source_path(key),
         };
         let staged_source = staging.temp.join(&staging.source_name);
-        fs::write(&staged_source, source)
-            .map_err(|e| io_error("cannot write kernel source", &staged_source, e))?;
+        fs::write(&staged_source, source).map_err(|e| Error::write(staged_source.display(), e))?;
         build(&staging)?;
 
         let built = staging.temp.join(&staging.artifact_name);
@@ -306,8 +307,7 @@ impl<T> KernelCache<T> {
         })?;
         let digest_name = format!("{key}.sha256");
         let digest = staging.temp.join(&digest_name);
-        fs::write(&digest, sha256_hex(&bytes))
-            .map_err(|e| io_error("cannot write digest", &digest, e))?;
+        fs::write(&digest, sha256_hex(&bytes)).map_err(|e| Error::write(digest.display(), e))?;
         // Source and companions, then digest, then artifact: whoever sees the artifact finds
         // its digest too.
         let mut companions = staged_names(&staging.temp)?;

@@ -69,16 +69,28 @@ fn is_unsafe(c: char) -> bool {
 }
 
 /// The file names of `names`, or an error naming two outputs that would share one file.
+///
+/// Two names whose files differ only in letter case (`A.npy`, `a.npy`) are refused too: they
+/// are two files on Linux but one on the case-insensitive file systems macOS and Windows use by
+/// default, where the second would silently replace the first. Refusing everywhere keeps a
+/// graph's outputs the same on every machine.
 pub fn check_distinct(names: &[String]) -> Result<Vec<String>, String> {
     let mut seen = std::collections::HashMap::new();
+    let mut folded = std::collections::HashMap::new();
     let mut files = Vec::with_capacity(names.len());
     for name in names {
         let file = file_name(name);
-        if let Some(other) = seen.insert(file.clone(), name)
-            && other != name
+        if let Some(other) = seen.insert(file.clone(), name) {
+            if other != name {
+                return Err(format!(
+                    "outputs `{other}` and `{name}` would both be written to {file}"
+                ));
+            }
+        } else if let Some((other, other_file)) =
+            folded.insert(file.to_lowercase(), (name, file.clone()))
         {
             return Err(format!(
-                "outputs `{other}` and `{name}` would both be written to {file}"
+                "outputs `{other}` and `{name}` would be written to {other_file} and {file}, which are one file on case-insensitive file systems (macOS, Windows); rename one of them"
             ));
         }
         files.push(file);
@@ -262,6 +274,19 @@ mod tests {
         assert_eq!(check_distinct(&names).unwrap(), ["a.npy", "b.npy"]);
         let names = vec!["a".to_string(), "a".to_string()];
         assert!(check_distinct(&names).is_ok());
+    }
+
+    /// `A` and `a` are one file on macOS and Windows: refused on every system alike.
+    #[test]
+    fn names_differing_only_in_case_are_refused() {
+        let names = vec!["Gate".to_string(), "x".to_string(), "gate".to_string()];
+        let e = check_distinct(&names).unwrap_err();
+        assert_eq!(
+            e,
+            "outputs `Gate` and `gate` would be written to Gate.npy and gate.npy, which are one file on case-insensitive file systems (macOS, Windows); rename one of them"
+        );
+        let names = vec!["É".to_string(), "é".to_string()];
+        assert!(check_distinct(&names).is_err());
     }
 
     fn scratch(name: &str) -> PathBuf {

@@ -15,6 +15,14 @@ mod parse;
 pub use eval::{Bindings, Scalar, evaluate};
 pub use parse::parse;
 
+/// The most terms (numbers, names, operators and function calls, as written) one formula may
+/// have. A formula is inlined into every kernel that uses its op, and a kernel body's size is
+/// what a C or CUDA compiler's time grows with; a 2,048-term formula already takes seconds to
+/// compile, so a formula far beyond that is refused where it is written rather than left to
+/// stall a compile. How many terms a *fused kernel* may hold is `max_kernel_terms` in
+/// fusion.ron, which users tune; this bound is on one formula and is fixed.
+pub const MAX_FORMULA_TERMS: usize = 16_384;
+
 /// A parsed formula. Kept minimal (no separate unary plus, no parentheses
 /// node) so that structurally equal formulas compare equal after parsing.
 #[derive(Debug, Clone, PartialEq)]
@@ -181,6 +189,18 @@ impl FormulaError {
 }
 
 impl Expr {
+    /// How many nodes the tree has: numbers, names, operators and calls, each once. The
+    /// kernel lowering inlines a formula node by node, so this is the size of the code one use
+    /// of the op generates; the parser refuses formulas larger than [`MAX_FORMULA_TERMS`].
+    pub fn size(&self) -> usize {
+        match self {
+            Expr::Num(_) | Expr::Var(_) => 1,
+            Expr::Neg(e) => 1 + e.size(),
+            Expr::Binary(_, l, r) => 1 + l.size() + r.size(),
+            Expr::Call(_, args) => 1 + args.iter().map(Expr::size).sum::<usize>(),
+        }
+    }
+
     /// Variables used, sorted, deduplicated.
     pub fn variables(&self) -> Vec<String> {
         let mut seen = BTreeSet::new();

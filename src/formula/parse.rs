@@ -7,7 +7,7 @@
 //! pathological formula cannot overflow the stack (here or in the recursive
 //! walks that later consume the tree).
 
-use super::{BinOp, Expr, FormulaError, Func};
+use super::{BinOp, Expr, FormulaError, Func, MAX_FORMULA_TERMS};
 
 /// Deepest parenthesis/unary nesting accepted. Real formulas use a handful
 /// of levels; the cap exists only to turn stack overflow into an error.
@@ -186,10 +186,35 @@ pub fn parse(text: &str) -> Result<Expr, FormulaError> {
         nesting: 0,
     };
     let (expr, _) = p.comparison()?;
+    if p.peek().tok == Tok::End {
+        // Checked once the text parses, so that errors come in reading order (a formula nested
+        // too deeply says so at its 257th level). The tree is bounded by the text already in
+        // memory, and only its depth matters for the recursive walks.
+        too_many_terms(&p.tokens)?;
+    }
     match p.peek().tok {
         Tok::End => Ok(expr),
         Tok::RParen => Err(FormulaError::new("unmatched `)`", p.peek().offset)),
         _ => Err(p.unexpected("an operator or end of formula")),
+    }
+}
+
+/// An error at the first term past [`MAX_FORMULA_TERMS`], if there is one. Every tree node
+/// comes from a token that is not a parenthesis or a comma (a unary `+` makes none), so
+/// counting those tokens bounds the tree's size.
+fn too_many_terms(tokens: &[Token]) -> Result<(), FormulaError> {
+    let first_over = tokens
+        .iter()
+        .filter(|t| !matches!(t.tok, Tok::LParen | Tok::RParen | Tok::Comma | Tok::End))
+        .nth(MAX_FORMULA_TERMS);
+    match first_over {
+        Some(token) => Err(FormulaError::new(
+            format!(
+                "formula has more than {MAX_FORMULA_TERMS} terms (numbers, names, operators and calls); split the op into several ops"
+            ),
+            token.offset,
+        )),
+        None => Ok(()),
     }
 }
 

@@ -43,7 +43,37 @@ struct GraphFile {
 struct InputFile {
     name: String,
     dtype: String,
-    shape: Vec<usize>,
+    shape: Vec<Dim>,
+}
+
+/// One dimension as written: any integer, so that a negative one (`-1`, how some exporters
+/// write "unknown") reaches [`convert`], which refuses it at its position with a message about
+/// dimensions instead of RON's "Integer is out of bounds".
+struct Dim(i128);
+
+impl<'de> Deserialize<'de> for Dim {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Dim, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Dim;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a dimension (a non-negative integer)")
+            }
+            fn visit_i64<E>(self, v: i64) -> std::result::Result<Dim, E> {
+                Ok(Dim(v.into()))
+            }
+            fn visit_u64<E>(self, v: u64) -> std::result::Result<Dim, E> {
+                Ok(Dim(v.into()))
+            }
+            fn visit_i128<E>(self, v: i128) -> std::result::Result<Dim, E> {
+                Ok(Dim(v))
+            }
+            fn visit_u128<E>(self, v: u128) -> std::result::Result<Dim, E> {
+                Ok(Dim(i128::try_from(v).unwrap_or(i128::MAX)))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 #[derive(Deserialize)]
@@ -142,10 +172,31 @@ fn convert(doc: &RonDocument<GraphFile>, catalogue: &Catalogue) -> Result<Graph>
                 )),
             )
         })?;
+        let mut shape = Vec::with_capacity(input.shape.len());
+        for (axis, &Dim(dim)) in input.shape.iter().enumerate() {
+            let size = usize::try_from(dim).map_err(|_| {
+                let path = [
+                    Step::field("inputs"),
+                    Step::Index(index),
+                    Step::field("shape"),
+                    Step::Index(axis),
+                ];
+                let why = if dim < 0 {
+                    "dimensions must be non-negative integers"
+                } else {
+                    "that is more than this machine can address"
+                };
+                Error::new(
+                    doc.site(&path).with_node(&input.name),
+                    ErrorKind::Shape(format!("dimension {axis} is {dim}; {why}")),
+                )
+            })?;
+            shape.push(size);
+        }
         inputs.push(Input {
             name: input.name.clone(),
             dtype,
-            shape: input.shape.clone(),
+            shape,
         });
     }
     let mut nodes = Vec::with_capacity(file.nodes.len());

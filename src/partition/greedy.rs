@@ -32,8 +32,10 @@
 //! kernels when that is cheaper still, with the same domain, budget and convexity checks.
 //!
 //! The op budget (`max_kernel_ops`) counts a kernel's nodes; literals are never nodes of a
-//! kernel, so they never count. A chain longer than the budget is cut greedily: each node joins
-//! its producer's kernel until that kernel is full, and the next node starts a new one.
+//! kernel, so they never count. The body budget (`max_kernel_terms`) counts the terms of their
+//! formulas, so a few ops with huge formulas fill a kernel as surely as many small ones. A chain
+//! longer than either budget is cut greedily: each node joins its producer's kernel until that
+//! kernel is full, and the next node starts a new one.
 
 use super::{Facts, KernelKind, Partition, fits, kind_of, price};
 use crate::dag::{Dag, Value};
@@ -59,6 +61,8 @@ struct Group {
     out_bytes: u64,
     /// Σ flop-equivalents per domain element of its nodes.
     per_element: f64,
+    /// Σ formula terms of its nodes: the size of its loop body (`max_kernel_terms`).
+    terms: usize,
     domain: Shape,
     /// Holds an `End` node: the domain is that node's input shape and cannot change.
     fixed: bool,
@@ -79,6 +83,7 @@ struct Plan {
     out_count: usize,
     out_bytes: u64,
     per_element: f64,
+    terms: usize,
     total_us: f64,
     /// Change of the modeled total.
     delta: f64,
@@ -109,6 +114,8 @@ struct Builder<'a> {
     max_args: usize,
     /// At most this many nodes per fused kernel (`max_kernel_ops`).
     max_ops: usize,
+    /// At most this many formula terms per fused kernel (`max_kernel_terms`).
+    max_terms: usize,
     /// Whether the sibling pass runs (`siblings` in fusion.ron).
     siblings: bool,
     /// Per node: a cast that its one library-call user may absorb (`library_casts`).
@@ -152,6 +159,7 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
         profile,
         max_args: fusion.max_kernel_args,
         max_ops: fusion.max_kernel_ops,
+        max_terms: fusion.max_kernel_terms,
         siblings: fusion.siblings,
         absorbable,
         absorbed: vec![false; n],
@@ -334,6 +342,15 @@ impl Builder<'_> {
         if ops + 1 > self.max_ops {
             return None;
         }
+        // The body budget: the members' terms and `n`'s.
+        let terms = members
+            .iter()
+            .map(|&m| self.group(m).terms)
+            .sum::<usize>()
+            .saturating_add(self.facts.terms[n]);
+        if terms > self.max_terms {
+            return None;
+        }
 
         // Operands: uses moving inside, and producer kernels staying outside.
         let mut internal_uses = Vec::new();
@@ -501,6 +518,7 @@ impl Builder<'_> {
             out_count,
             out_bytes,
             per_element,
+            terms,
             total_us,
             delta: total_us - before,
             internal_uses,
@@ -579,6 +597,7 @@ impl Builder<'_> {
             outputs: usize::from(self.written_alone(n)),
             out_bytes,
             per_element: self.facts.flops_per_element[n],
+            terms: self.facts.terms[n],
             domain: self.facts.iter_shape(n).clone(),
             fixed: role == Role::End,
             rank: 0,
@@ -709,6 +728,7 @@ impl Builder<'_> {
             outputs: usize::from(self.written_alone(n)),
             out_bytes,
             per_element: self.facts.flops_per_element[n],
+            terms: casts.iter().chain([&n]).map(|&m| self.facts.terms[m]).sum(),
             domain: self.facts.iter_shape(n).clone(),
             fixed: false,
             rank: 0,
@@ -765,6 +785,7 @@ impl Builder<'_> {
             s.outputs = plan.out_count;
             s.out_bytes = plan.out_bytes;
             s.per_element = plan.per_element;
+            s.terms = plan.terms;
             s.domain = plan.domain;
             s.fixed = plan.fixed;
             s.total_us = plan.total_us;

@@ -183,6 +183,10 @@ pub(crate) struct Facts<'a> {
     pub flops_per_element: Vec<f64>,
     /// Flop-equivalents of a library call (matmul: 2·M·N·K), 0 otherwise.
     pub library_flops: Vec<f64>,
+    /// What a node adds to its kernel's loop body, in formula terms
+    /// ([`OpDef::body_terms`](crate::rules::OpDef::body_terms)): the
+    /// measure `max_kernel_terms` bounds.
+    pub terms: Vec<usize>,
     pub node_bytes: Vec<u64>,
     pub input_bytes: Vec<u64>,
     pub graph_output: Vec<bool>,
@@ -259,6 +263,7 @@ impl<'a> Facts<'a> {
             iter_value,
             flops_per_element,
             library_flops,
+            terms: dag.nodes.iter().map(|node| node.op.body_terms()).collect(),
             node_bytes: dag.nodes.iter().map(|n| bytes_of(&n.ty)).collect(),
             input_bytes: dag.inputs.iter().map(|i| bytes_of(&i.ty)).collect(),
             graph_output: dag.output_mask(),

@@ -135,6 +135,12 @@ pub struct FusionRules {
     /// proportion (C compilers' register allocation and scheduling grow faster than linearly
     /// in a function's size) and spill registers, so long chains are cut into several kernels.
     pub max_kernel_ops: usize,
+    /// At most this many formula terms in a fused kernel's loop body, summed over its ops
+    /// ([`OpDef::body_terms`]), at least 1. The op budget cannot see how big each op is: one op
+    /// whose formula has thousands of terms, chained a few times, would make a function that a C
+    /// compiler takes minutes over. A single op always runs, in a kernel of its own, however
+    /// large its formula (the formula parser bounds that).
+    pub max_kernel_terms: usize,
     /// Sibling (horizontal) fusion: two fusable kernels with no path between them may become
     /// one multi-output kernel, which reads their shared inputs once and launches once. Off,
     /// a node only ever joins the kernels of its producers.
@@ -159,6 +165,9 @@ struct FusionSpec {
     /// 128 unless the file says otherwise, so files written before the setting existed load.
     #[serde(default = "default_max_kernel_ops")]
     max_kernel_ops: usize,
+    /// 4096 unless the file says otherwise, so files written before the setting existed load.
+    #[serde(default = "default_max_kernel_terms")]
+    max_kernel_terms: usize,
     /// On unless the file says otherwise: files written before the setting existed keep
     /// loading, and get the cheaper partitions.
     #[serde(default = "yes")]
@@ -179,6 +188,13 @@ const DEFAULT_MAX_KERNEL_OPS: usize = 128;
 
 fn default_max_kernel_ops() -> usize {
     DEFAULT_MAX_KERNEL_OPS
+}
+
+/// `max_kernel_terms` when a file leaves it out: the embedded file's value.
+const DEFAULT_MAX_KERNEL_TERMS: usize = 4096;
+
+fn default_max_kernel_terms() -> usize {
+    DEFAULT_MAX_KERNEL_TERMS
 }
 
 impl Default for FusionRules {
@@ -272,11 +288,21 @@ impl FusionRules {
                 )),
             ));
         }
+        if spec.max_kernel_terms < 1 {
+            return Err(Error::new(
+                doc.site(&[Step::field("max_kernel_terms")]),
+                ErrorKind::Rule(format!(
+                    "`max_kernel_terms` must be at least 1 (an op of one term, such as a reduction, must fit), found {}",
+                    spec.max_kernel_terms
+                )),
+            ));
+        }
         Ok(FusionRules {
             kinds,
             ops: spec.ops.clone(),
             max_kernel_args: spec.max_kernel_args,
             max_kernel_ops: spec.max_kernel_ops,
+            max_kernel_terms: spec.max_kernel_terms,
             siblings: spec.siblings,
             library_casts: spec.library_casts,
         })
@@ -322,6 +348,7 @@ mod tests {
         assert_eq!(role("matmul"), Role::Never);
         assert_eq!(rules.max_kernel_args, 64);
         assert_eq!(rules.max_kernel_ops, 128);
+        assert_eq!(rules.max_kernel_terms, 4096);
         assert!(rules.siblings);
         assert!(rules.library_casts);
     }

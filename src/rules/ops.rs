@@ -246,6 +246,19 @@ impl OpDef {
         self.spec.kind
     }
 
+    /// The terms this op adds to the loop body of a kernel it joins: its formula's size
+    /// ([`Expr::size`]: numbers, names, operators and calls) for a pointwise op, which the
+    /// lowering inlines expression by expression, and 1 for anything else (a reduction's
+    /// accumulation, a broadcast's index). This, not the op count, is what a C compiler's time
+    /// grows with: one op with a 2,048-term formula makes a bigger function than a hundred
+    /// `add`s. `max_kernel_terms` in fusion.ron bounds the sum over a kernel.
+    pub fn body_terms(&self) -> usize {
+        match (self.kind(), self.formula()) {
+            (OpKind::Pointwise, Some(formula)) => formula.size(),
+            _ => 1,
+        }
+    }
+
     pub fn attr(&self, name: &str) -> Option<&AttrSpec> {
         self.spec.attrs.iter().find(|a| a.name == name)
     }
@@ -558,8 +571,10 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
             return Err(rule_error(
                 "attrs",
                 format!(
-                    "default of attribute `{}` must be {}, found {default:?}",
-                    attr.name, attr.ty
+                    "default of attribute `{}` must be {}, found {} `{default}`",
+                    attr.name,
+                    attr.ty,
+                    default.ty()
                 ),
             ));
         }
@@ -689,11 +704,23 @@ fn parse_formula(text: &str, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> R
         Error::new(
             doc.site_in_string(path, e.offset),
             ErrorKind::Formula {
-                formula: text.to_string(),
+                formula: quoted_formula(text),
                 message: e.message,
             },
         )
     })
+}
+
+/// A formula as an error message quotes it: whole when short, else its start and its length.
+/// The error's line and column point into the formula, so a 40 KB formula need not be
+/// repeated in full to be found.
+fn quoted_formula(text: &str) -> String {
+    const SHOWN: usize = 60;
+    if text.chars().count() <= 2 * SHOWN {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(SHOWN).collect();
+    format!("{head}… ({} characters)", text.chars().count())
 }
 
 fn check_variables(
@@ -710,7 +737,7 @@ fn check_variables(
             return Err(Error::new(
                 doc.site_in_string(path, offset),
                 ErrorKind::Formula {
-                    formula: text.to_string(),
+                    formula: quoted_formula(text),
                     message: format!(
                         "unknown name `{var}`{hint}; a formula may use {}",
                         allowed.join(", ")

@@ -290,7 +290,16 @@ impl Compiler {
                     path: path.to_path_buf(),
                     library: ManuallyDrop::new(library),
                 })
-                .map_err(|e| e.to_string())
+                .map_err(|e| {
+                    // libloading's own text is only "dlopen failed"; the loader's reason (a
+                    // bad ELF header, a missing symbol) is its source.
+                    let reason = std::error::Error::source(&e)
+                        .map_or_else(|| e.to_string(), |why| why.to_string());
+                    format!(
+                        "the dynamic loader refused it: {reason} (built by C compiler `{}`; set FUSEBOX_CC to a working C compiler)",
+                        self.config.cc
+                    )
+                })
         };
         self.cache
             .get_or_build(&key, source, &load, |staging| self.build(staging))

@@ -18,9 +18,7 @@
 
 pub use crate::backend::cache::CompileStats;
 use crate::backend::cache::trim_diagnostics;
-use crate::backend::cache::{
-    KernelCache, Staging, env_nonempty, io_error, sha256_hex, user_cache_dir,
-};
+use crate::backend::cache::{KernelCache, Staging, env_nonempty, sha256_hex, user_cache_dir};
 use crate::backend::cuda::libs::{self, NvrtcSetup};
 use crate::error::{Error, Result};
 use std::ffi::{CStr, CString};
@@ -277,7 +275,7 @@ fn build(staging: &Staging, source: &str, flags: &[String], key: &str) -> Result
     let (status, log, ptx) = run_nvrtc(&c_source, name, flags)?;
     if !log.trim().is_empty() {
         let path = staging.path().join(format!("{key}.log"));
-        fs::write(&path, &log).map_err(|e| io_error("cannot write NVRTC log", &path, e))?;
+        fs::write(&path, &log).map_err(|e| Error::write(path.display(), e))?;
     }
     if let Err(e) = status {
         let (kept, moved) = staging.keep_source();
@@ -290,7 +288,7 @@ fn build(staging: &Staging, source: &str, flags: &[String], key: &str) -> Result
         )));
     }
     let path = staging.path().join(staging.artifact_name());
-    fs::write(&path, ptx).map_err(|e| io_error("cannot write PTX", &path, e))
+    fs::write(&path, ptx).map_err(|e| Error::write(path.display(), e))
 }
 
 /// What one NVRTC compile gives: its status, its log and (on success) the PTX.

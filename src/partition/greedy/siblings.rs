@@ -12,7 +12,8 @@
 //!   an `End` node keeps its domain, which the other's must broadcast to (two such kernels need
 //!   equal domains); otherwise the domain is the broadcast of both;
 //! - the merged kernel's inputs (shared ones counted once) plus outputs fit `max_kernel_args`,
-//!   and its nodes (both kernels' together) fit `max_kernel_ops`;
+//!   its nodes (both kernels' together) fit `max_kernel_ops`, and their formula terms
+//!   `max_kernel_terms`;
 //! - the modeled cost of the merged kernel is strictly lower than the two apart.
 //!
 //! No edge between the two means no value moves inside: the outputs are both kernels' outputs,
@@ -140,7 +141,9 @@ impl Builder<'_> {
         if ga.kind != Some(KernelKind::Fused) || gb.kind != Some(KernelKind::Fused) {
             return None;
         }
-        if ga.nodes.len() + gb.nodes.len() > self.max_ops {
+        if ga.nodes.len() + gb.nodes.len() > self.max_ops
+            || ga.terms.saturating_add(gb.terms) > self.max_terms
+        {
             return None;
         }
         // Iteration domain: a kernel with an `End` node keeps its own.
@@ -175,6 +178,7 @@ impl Builder<'_> {
         let in_bytes = ga.in_bytes + gb.in_bytes - shared_bytes;
         let out_bytes = ga.out_bytes + gb.out_bytes;
         let per_element = ga.per_element + gb.per_element;
+        let terms = ga.terms + gb.terms;
         let total_us = price(
             self.profile,
             in_bytes + out_bytes,
@@ -203,6 +207,7 @@ impl Builder<'_> {
             out_count,
             out_bytes,
             per_element,
+            terms,
             total_us,
             delta: total_us - before,
             internal_uses: Vec::new(),
@@ -228,6 +233,7 @@ impl Builder<'_> {
         s.outputs = plan.out_count;
         s.out_bytes = plan.out_bytes;
         s.per_element = plan.per_element;
+        s.terms = plan.terms;
         s.domain = plan.domain;
         s.fixed = plan.fixed;
         s.total_us = plan.total_us;
