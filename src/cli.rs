@@ -465,14 +465,12 @@ fn differentiate(
                     (name.to_string(), write)
                 })
                 .collect();
-            std::fs::create_dir_all(dir)
-                .map_err(|e| Error::input(format!("cannot create {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| Error::write(dir.display(), e))?;
             output::write_all_or_none(dir, &writes).map_err(|e| {
-                Error::input(format!(
-                    "cannot write {}: {}; neither file was written",
+                Error::write(
                     e.path.display(),
-                    e.message
-                ))
+                    format!("{}; neither file was written", e.message),
+                )
             })?;
             let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
             let _ = writeln!(
