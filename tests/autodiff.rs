@@ -175,6 +175,25 @@ fn every_derivative_formula_differentiates_through_its_gradient_op() {
     assert!(checked >= 25, "only {checked} ops checked");
 }
 
+/// Asserts that every gradient element of `graph`, made f64, agrees with the central
+/// difference; returns the joint graph.
+fn agrees_elementwise_in_f64(
+    graph: &Graph,
+    rules: &RuleSet,
+    seed: u64,
+) -> fusebox::autodiff::JointGraph {
+    let (joint, agreement) = agreement(
+        &in_f64(graph),
+        &rules.ops,
+        &rules.gradients,
+        Probe::Elementwise,
+        seed,
+    )
+    .unwrap();
+    assert!(agreement.worst < 1e-6, "{}: {agreement:?}", graph.name);
+    joint
+}
+
 /// A user-declared op (the book's ELU, RON only) is differentiable with no Rust.
 #[test]
 fn a_user_declared_op_is_differentiable() {
@@ -183,15 +202,7 @@ fn a_user_declared_op_is_differentiable() {
     let graph = graph::file::load(&dir.join("graph.ron"), &rules.ops)
         .unwrap()
         .0;
-    let (joint, agreement) = agreement(
-        &in_f64(&graph),
-        &rules.ops,
-        &rules.gradients,
-        Probe::Elementwise,
-        3,
-    )
-    .unwrap();
-    assert!(agreement.worst < 1e-6, "{agreement:?}");
+    let joint = agrees_elementwise_in_f64(&graph, &rules, 3);
     assert!(joint.graph.nodes.iter().any(|n| n.op == "elu.grad.x"));
 }
 
@@ -338,15 +349,7 @@ fn broadcast_operands_get_gradients_summed_to_their_shape() {
     let types = graph::check(&joint.graph, &rules.ops).unwrap();
     assert_eq!(types["grad_bias"].shape, vec![32]);
     assert!(joint.graph.nodes.iter().any(|n| n.op == "sum_to_size"));
-    let (_, agreement) = agreement(
-        &in_f64(&graph),
-        &rules.ops,
-        &rules.gradients,
-        Probe::Elementwise,
-        1,
-    )
-    .unwrap();
-    assert!(agreement.worst < 1e-6, "{agreement:?}");
+    agrees_elementwise_in_f64(&graph, &rules, 1);
     let optimized = optimize(&joint.graph, &rules, &Options::default()).unwrap();
     assert!(
         optimized.report.kernels.len() <= 2,
