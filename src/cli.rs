@@ -530,10 +530,7 @@ fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Re
         }
         // A file in a wider or narrower type is converted to the declared dtype, so bf16
         // inputs can come from float32 files (NumPy has no bf16).
-        values.insert(
-            name.to_string(),
-            Tensor::from_array(declared.dtype, tensor.data),
-        );
+        values.insert(name.to_string(), tensor.cast(declared.dtype));
     }
     let mut missing = Vec::new();
     for (index, input) in graph.inputs.iter().enumerate() {
@@ -616,9 +613,10 @@ fn write_outputs(graph: &Graph, outputs: &Tensors, dir: &Path) -> Result<String>
 
 /// Min, max and mean of the finite values, and counts of the others.
 fn summary(t: &Tensor) -> String {
-    let finite: Vec<f64> = t.data.iter().copied().filter(|v| v.is_finite()).collect();
-    let nan = t.data.iter().filter(|v| v.is_nan()).count();
-    let inf = t.data.iter().filter(|v| v.is_infinite()).count();
+    let values = t.floats();
+    let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    let nan = values.iter().filter(|v| v.is_nan()).count();
+    let inf = values.iter().filter(|v| v.is_infinite()).count();
     let mut s = String::new();
     if !finite.is_empty() {
         let min = finite.iter().copied().fold(f64::INFINITY, f64::min);

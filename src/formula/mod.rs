@@ -12,7 +12,7 @@ use std::fmt;
 pub mod eval;
 mod parse;
 
-pub use eval::{Bindings, Scalar, evaluate};
+pub use eval::{Bindings, Scalar, WrappingInt, evaluate};
 pub use parse::parse;
 
 /// A parsed formula. Kept minimal (no separate unary plus, no parentheses

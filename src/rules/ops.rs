@@ -468,7 +468,7 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
         }
         names.push(&attr.name);
         if let Some(default) = &attr.default
-            && default.ty() != attr.ty
+            && !attr.ty.admits(default)
         {
             return Err(rule_error(
                 "attrs",

@@ -26,7 +26,8 @@ pub fn convert_ir(from: DType, chain: &[DType]) -> KernelIr {
         if Prec::of(current) == Prec::F32 && Prec::of(to) == Prec::F64 {
             body.push(Instr::Widen { x });
         }
-        if to != DType::F64 {
+        // An integer becomes an f64 by a rounding too.
+        if to != DType::F64 || Prec::of(current) == Prec::I64 {
             let x = body.len() - 1;
             body.push(Instr::Round { x, dtype: to });
         }
