@@ -157,6 +157,15 @@ impl Tensor {
         }
     }
 
+    /// The elements of a float or bool tensor, to modify in place; `None` for integers (whose
+    /// elements are [`Data::Int`]).
+    pub fn floats_mut(&mut self) -> Option<&mut ArrayD<f64>> {
+        match &mut self.data {
+            Data::Float(a) => Some(a),
+            Data::Int(_) => None,
+        }
+    }
+
     /// The elements as exact integers: borrowed for integer dtypes; for bools 0 and 1; for
     /// floats converted as a cast to `i64` does (truncated, saturated, NaN → 0).
     pub fn ints(&self) -> Cow<'_, ArrayD<i64>> {

@@ -171,6 +171,11 @@ impl K {
     }
 
     fn c(&mut self, value: f64, prec: Prec) -> ValueId {
+        if prec == Prec::I64 {
+            return self.push(Instr::Int {
+                value: value as i64,
+            });
+        }
         self.push(Instr::Const { value, prec })
     }
 
@@ -216,6 +221,7 @@ fn f64_of(k: &mut K, x: ValueId) -> ValueId {
     match k.ir.prec(x) {
         Prec::F32 => k.push(Instr::Widen { x }),
         Prec::F64 => x,
+        Prec::I64 => k.round(x, DType::F64),
     }
 }
 
@@ -256,6 +262,7 @@ fn everything(k: &mut K, a: ValueId, b: ValueId, prec: Prec) -> ValueId {
         f64::NEG_INFINITY,
         1e-40,
         3.4e38,
+        -9223372036854775808.0,
     ] {
         let c = k.c(value, prec);
         acc = k.bin(BinOp::Add, acc, c);
@@ -267,7 +274,9 @@ fn everything(k: &mut K, a: ValueId, b: ValueId, prec: Prec) -> ValueId {
 fn at_prec_of(k: &mut K, x: ValueId, dtype: DType) -> ValueId {
     match (k.ir.prec(x), Prec::of(dtype)) {
         (Prec::F32, Prec::F64) => k.push(Instr::Widen { x }),
-        (Prec::F64, Prec::F32) => k.round(x, DType::F32),
+        (Prec::F64 | Prec::I64, Prec::F32) => k.round(x, DType::F32),
+        (Prec::I64, Prec::F64) => k.round(x, DType::F64),
+        (Prec::F32 | Prec::F64, Prec::I64) => k.round(x, DType::I64),
         _ => x,
     }
 }
@@ -280,12 +289,12 @@ fn at_prec_of(k: &mut K, x: ValueId, dtype: DType) -> ValueId {
 #[test]
 fn every_instruction_function_and_dtype_compiles_without_warnings() {
     let mut kernels = Vec::new();
-    for prec in [Prec::F32, Prec::F64] {
+    for prec in [Prec::F32, Prec::F64, Prec::I64] {
         let mut k = K::new(2);
-        let dtype = if prec == Prec::F32 {
-            DType::F32
-        } else {
-            DType::F64
+        let dtype = match prec {
+            Prec::F32 => DType::F32,
+            Prec::F64 => DType::F64,
+            Prec::I64 => DType::I64,
         };
         let a = k.load(dtype, &[S, U]);
         let b = k.load(dtype, &[B, U]);
@@ -302,6 +311,7 @@ fn every_instruction_function_and_dtype_compiles_without_warnings() {
             let other = match k.ir.prec(x) {
                 Prec::F32 => k.push(Instr::Widen { x }),
                 Prec::F64 => k.round(x, DType::F32),
+                Prec::I64 => k.round(x, DType::F64),
             };
             let via = k.round(other, target);
             let y = at_prec_of(&mut k, via, target);
