@@ -399,14 +399,17 @@ fn reduction_kernels() -> Vec<KernelIr> {
     let x = k.load(DType::F32, &[S, S, U]);
     let w = k.push(Instr::Widen { x });
     k.reduce(ReduceKind::Sum, x, DType::F32, &[B, B, U]);
-    k.reduce(ReduceKind::Max, w, DType::I64, &[B, B, U]);
+    // Integer outputs reduce integers (the lowering converts the value first).
+    let wi = k.round(w, DType::I64);
+    k.reduce(ReduceKind::Max, wi, DType::I64, &[B, B, U]);
     k.reduce(ReduceKind::Mean, w, DType::Bool, &[B, B, U]);
     kernels.push(k.ir);
     // Batch-norm-like: keep the middle axis; everything into f64 and i32.
     let mut k = K::new(4);
     let x = k.load(DType::F64, &[S, S, S, U]);
     k.reduce(ReduceKind::Mean, x, DType::F64, &[B, S, B, B]);
-    k.reduce(ReduceKind::Sum, x, DType::I32, &[B, S, B, B]);
+    let xi = k.round(x, DType::I64);
+    k.reduce(ReduceKind::Sum, xi, DType::I32, &[B, S, B, B]);
     kernels.push(k.ir);
     // Several groups: over axis 0, over axis 1, over both, with a broadcast store.
     let mut k = K::new(2);
@@ -433,6 +436,10 @@ fn reductions_compile_with_and_without_atomics() {
     };
     assert!(atomic.contains("atom.global.add.f64"), "atomic sums");
     assert!(atomic.contains("atom.global.cas.b64"), "atomic max");
+    assert!(
+        atomic.contains("atom.global.add.u64"),
+        "wrapping integer sums"
+    );
     assert!(
         !deterministic.contains("atom."),
         "the deterministic module uses no atomics"
@@ -1011,17 +1018,35 @@ inline unsigned long long atomicCAS(unsigned long long *at, unsigned long long e
     std::atomic_ref<unsigned long long>(*at).compare_exchange_strong(expect, want);
     return expect;
 }
+inline unsigned long long atomicAdd(unsigned long long *at, unsigned long long x) {
+    return std::atomic_ref<unsigned long long>(*at).fetch_add(x);
+}
+inline long long atomicMax(long long *at, long long x) {
+    std::atomic_ref<long long> slot(*at);
+    long long seen = slot.load();
+    while (seen < x && !slot.compare_exchange_weak(seen, x)) {}
+    return seen;
+}
 
 /* Barriers of the running block: one per warp (shuffles), one for the block. */
 static std::barrier<> *emu_block_barrier;
 static std::barrier<> *emu_warp_barrier[8];
 static double emu_exchange[256];
+static long long emu_exchange_int[256];
 inline void __syncthreads() { emu_block_barrier->arrive_and_wait(); }
 inline double __shfl_xor_sync(unsigned, double v, int m) {
     const unsigned t = threadIdx.x, w = t / 32;
     emu_exchange[t] = v;
     emu_warp_barrier[w]->arrive_and_wait();
     const double r = emu_exchange[(t & ~31u) | ((t % 32) ^ (unsigned)m)];
+    emu_warp_barrier[w]->arrive_and_wait();
+    return r;
+}
+inline long long __shfl_xor_sync(unsigned, long long v, int m) {
+    const unsigned t = threadIdx.x, w = t / 32;
+    emu_exchange_int[t] = v;
+    emu_warp_barrier[w]->arrive_and_wait();
+    const long long r = emu_exchange_int[(t & ~31u) | ((t % 32) ^ (unsigned)m)];
     emu_warp_barrier[w]->arrive_and_wait();
     return r;
 }
