@@ -611,8 +611,16 @@ fn write_outputs(graph: &Graph, outputs: &Tensors, dir: &Path) -> Result<String>
     Ok(report)
 }
 
-/// Min, max and mean of the finite values, and counts of the others.
+/// Min, max and mean of the finite values, and counts of the others. Integers print their
+/// exact minimum and maximum (an f64 would show 2^53 + 1 as 2^53).
 fn summary(t: &Tensor) -> String {
+    if let crate::tensor::Data::Int(ints) = &t.data {
+        let (Some(min), Some(max)) = (ints.iter().min(), ints.iter().max()) else {
+            return String::new();
+        };
+        let mean = ints.iter().map(|&v| v as f64).sum::<f64>() / ints.len() as f64;
+        return format!("  min {min} max {max} mean {mean:.6}");
+    }
     let values = t.floats();
     let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     let nan = values.iter().filter(|v| v.is_nan()).count();

@@ -331,7 +331,7 @@ impl Tensor {
     pub fn random(dtype: DType, shape: &[usize], rng: &mut impl Rng) -> Tensor {
         if dtype.category() == Category::Integer {
             let values = (0..numel(shape))
-                .map(|_| rng.random_range(-10..=10))
+                .map(|_| i64::from(rng.random_range(-10i32..=10)))
                 .collect();
             return Tensor::from_ints(dtype, shape, values).expect("value count matches the shape");
         }

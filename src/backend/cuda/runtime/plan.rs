@@ -241,21 +241,16 @@ impl Builder {
                 });
                 return Ok(());
             }
-            let operand = |op: &MatMulOperand, ty: &'_ crate::graph::TensorType| {
-                (ty.dtype, op.cast, ty.shape.clone())
-            };
-            let (da, ca, sa) = operand(&m.a, ta);
-            let (db, cb, sb) = operand(&m.b, tb);
             let (ir, launch) = pack::integer_matmul(
                 pack::IntOperand {
-                    dtype: da,
-                    cast: ca,
-                    shape: &sa,
+                    dtype: ta.dtype,
+                    cast: m.a.cast,
+                    shape: &ta.shape,
                 },
                 pack::IntOperand {
-                    dtype: db,
-                    cast: cb,
-                    shape: &sb,
+                    dtype: tb.dtype,
+                    cast: m.b.cast,
+                    shape: &tb.shape,
                 },
                 tc.dtype,
             )
