@@ -468,7 +468,7 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
         }
         names.push(&attr.name);
         if let Some(default) = &attr.default
-            && !attr.ty.admits(default)
+            && default.ty() != attr.ty
         {
             return Err(rule_error(
                 "attrs",
