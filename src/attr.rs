@@ -19,6 +19,15 @@ pub enum AttrType {
     DType,
 }
 
+impl AttrType {
+    /// Whether `value` is a value of this type. A number (`Float`) also admits an exact
+    /// integer: a `const` value such as 9007199254740993 is kept as the integer it is, since
+    /// the nearest f64 would be a different integer.
+    pub fn admits(self, value: &AttrValue) -> bool {
+        self == value.ty() || (self == AttrType::Float && value.ty() == AttrType::Int)
+    }
+}
+
 impl fmt::Display for AttrType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -67,8 +76,21 @@ impl AttrValue {
         }
     }
 
+    /// The value as an exact integer, for formulas evaluated on integer dtypes: an integer as
+    /// it is, a float converted as a cast to `i64` converts (toward zero, saturating, NaN →
+    /// 0), a bool as 0 or 1; `None` for lists and dtypes.
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            AttrValue::Float(v) => Some(*v as i64),
+            AttrValue::Int(v) => Some(*v),
+            AttrValue::Bool(b) => Some(i64::from(*b)),
+            _ => None,
+        }
+    }
+
     /// Converts a bare value from a graph file to the declared type. Integers are accepted
-    /// where a number is expected (`"value": 1`); nothing else is coerced.
+    /// where a number is expected (`"value": 1`); one that f64 cannot hold exactly (beyond
+    /// 2^53) stays an [`AttrValue::Int`] so that no bit of it is lost. Nothing else is coerced.
     pub fn from_bare(value: &ron::Value, ty: AttrType) -> Result<AttrValue, AttrMismatch> {
         use ron::Value as V;
         let mismatch = || AttrMismatch {
@@ -76,7 +98,10 @@ impl AttrValue {
             found: describe(value),
         };
         match (ty, value) {
-            (AttrType::Float, V::Number(n)) => Ok(AttrValue::Float(n.into_f64())),
+            (AttrType::Float, V::Number(n)) => Ok(match integer(n) {
+                Some(i) if i.unsigned_abs() > 1 << 53 => AttrValue::Int(i),
+                _ => AttrValue::Float(n.into_f64()),
+            }),
             (AttrType::Int, V::Number(n)) => integer(n).map(AttrValue::Int).ok_or_else(mismatch),
             (AttrType::Bool, V::Bool(b)) => Ok(AttrValue::Bool(*b)),
             (AttrType::Ints, V::Seq(items)) => items
@@ -192,6 +217,16 @@ mod tests {
         let cases = [
             ("1.5", AttrType::Float, AttrValue::Float(1.5)),
             ("2", AttrType::Float, AttrValue::Float(2.0)),
+            (
+                "9007199254740993",
+                AttrType::Float,
+                AttrValue::Int(9007199254740993),
+            ),
+            (
+                "-9223372036854775808",
+                AttrType::Float,
+                AttrValue::Int(i64::MIN),
+            ),
             ("-3", AttrType::Int, AttrValue::Int(-3)),
             ("true", AttrType::Bool, AttrValue::Bool(true)),
             ("[1, -1]", AttrType::Ints, AttrValue::Ints(vec![1, -1])),

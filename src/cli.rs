@@ -662,10 +662,7 @@ fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Re
         }
         // A file in a wider or narrower type is converted to the declared dtype, so bf16
         // inputs can come from float32 files (NumPy has no bf16).
-        values.insert(
-            name.to_string(),
-            Tensor::from_array(declared.dtype, tensor.data),
-        );
+        values.insert(name.to_string(), tensor.cast(declared.dtype));
     }
     let mut missing = Vec::new();
     for (index, input) in graph.inputs.iter().enumerate() {
@@ -744,11 +741,20 @@ fn write_outputs(graph: &Graph, outputs: &Tensors, dir: &Path) -> Result<String>
     Ok(report)
 }
 
-/// Min, max and mean of the finite values, and counts of the others.
+/// Min, max and mean of the finite values, and counts of the others. Integers print their
+/// exact minimum and maximum (an f64 would show 2^53 + 1 as 2^53).
 fn summary(t: &Tensor) -> String {
-    let finite: Vec<f64> = t.data.iter().copied().filter(|v| v.is_finite()).collect();
-    let nan = t.data.iter().filter(|v| v.is_nan()).count();
-    let inf = t.data.iter().filter(|v| v.is_infinite()).count();
+    if let crate::tensor::Data::Int(ints) = &t.data {
+        let (Some(min), Some(max)) = (ints.iter().min(), ints.iter().max()) else {
+            return String::new();
+        };
+        let mean = ints.iter().map(|&v| v as f64).sum::<f64>() / ints.len() as f64;
+        return format!("  min {min} max {max} mean {mean:.6}");
+    }
+    let values = t.floats();
+    let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    let nan = values.iter().filter(|v| v.is_nan()).count();
+    let inf = values.iter().filter(|v| v.is_infinite()).count();
     let mut s = String::new();
     if !finite.is_empty() {
         let min = finite.iter().copied().fold(f64::INFINITY, f64::min);

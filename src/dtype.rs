@@ -1,9 +1,10 @@
 //! Element types, their promotion lattice and the rounding each storage type implies.
 //!
-//! The reference evaluator keeps every tensor as `f64` values and applies [`DType::round`]
-//! after each op: every f32, f16, bf16, bool and i32 value is exactly representable in f64, so
-//! rounding to the storage type is the only place precision is lost — exactly as in an eager
-//! framework that stores each op's result in its dtype.
+//! The reference evaluator keeps float and bool tensors as `f64` values and applies
+//! [`DType::round`] after each op: every f32, f16, bf16 and bool value is exactly representable
+//! in f64, so rounding to the storage type is the only place precision is lost — exactly as in
+//! an eager framework that stores each op's result in its dtype. Integer tensors are exact
+//! `i64`s (see `tensor`); [`DType::round`] is how a float becomes an integer.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -118,9 +119,10 @@ impl DType {
         }
     }
 
-    /// The type in which pointwise arithmetic on this storage type is carried out by eager
-    /// frameworks and by fused kernels: half types widen to f32, f64 stays f64, and integers and
-    /// bools are computed in f64 (exact for every value the reference evaluator stores).
+    /// Whether float arithmetic on this storage type is carried out in f64 by eager frameworks
+    /// and by fused kernels: half types widen to f32, f64 stays f64, bools are computed in f64.
+    /// Integers answer `true` too, for the float computations they take part in (a `mean`, a
+    /// cast to f64); their own arithmetic is exact integer arithmetic, never f64.
     pub fn compute_is_f64(self) -> bool {
         !matches!(self, DType::F32 | DType::F16 | DType::BF16)
     }

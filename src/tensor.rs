@@ -1,39 +1,134 @@
 //! Tensors as the reference evaluator holds them, and their `.npy` files.
 //!
-//! Every element is stored as an `f64` already rounded to the tensor's dtype: f64 holds every
-//! f32, f16, bf16, bool and i32 value exactly, so one representation serves all dtypes and the
-//! only rounding is the one each op's dtype implies. i64 values beyond 2^53 are refused when
-//! read rather than silently rounded.
+//! Integer tensors (`i32`, `i64`) hold their elements as `i64`, every other dtype as `f64`
+//! already rounded to the tensor's dtype: f64 holds every f32, f16, bf16 and bool value
+//! exactly, and i64 holds every integer value exactly, so each tensor has one exact
+//! representation and the only rounding is the one each op's dtype implies. Integers never
+//! pass through f64 on their way through the evaluator: an `i64` beyond 2^53 keeps every bit,
+//! and integer arithmetic wraps as NumPy's does.
 
-use crate::dtype::DType;
+use crate::dtype::{Category, DType};
 use crate::shape::{Shape, numel};
 use ndarray::{ArrayD, IxDyn};
 use rand::{Rng, RngExt, SeedableRng};
+use std::borrow::Cow;
 use std::io::{BufReader, BufWriter};
 use std::path::Path;
+
+/// A tensor's elements: `Int` exactly for the integer dtypes, `Float` for the others.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Data {
+    /// Floats and bools (0 or 1), each exactly representable in the tensor's dtype.
+    Float(ArrayD<f64>),
+    /// `i32` and `i64` values, each within the tensor's dtype (an `i32` tensor holds only
+    /// values in `i32`'s range).
+    Int(ArrayD<i64>),
+}
+
+impl Data {
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            Data::Float(a) => a.shape(),
+            Data::Int(a) => a.shape(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Data::Float(a) => a.len(),
+            Data::Int(a) => a.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// A dtype-tagged array.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tensor {
     pub dtype: DType,
-    /// Values, each exactly representable in `dtype`.
-    pub data: ArrayD<f64>,
+    /// The elements; `Data::Int` exactly when `dtype` is an integer type.
+    pub data: Data,
+}
+
+/// `v` in `dtype`'s range by two's-complement wrap-around (an `i32` keeps the low 32 bits, as
+/// NumPy's `astype` does); identity for `i64` and for non-integer dtypes.
+pub fn wrap_int(dtype: DType, v: i64) -> i64 {
+    match dtype {
+        DType::I32 => i64::from(v as i32),
+        _ => v,
+    }
+}
+
+/// An integer converted to a non-integer `dtype`: to the nearest f64 (the one rounding for
+/// f64; ties to even), then rounded to `dtype`. Going through f64 rounds only once in effect:
+/// f64's 53 bits are more than twice f32's 24 plus 2, so the second rounding cannot differ
+/// from rounding the integer directly.
+pub fn int_to_float(dtype: DType, v: i64) -> f64 {
+    dtype.round(v as f64)
+}
+
+/// A float or bool value converted to an integer `dtype` as a cast does: truncated toward
+/// zero and saturated, NaN becoming 0 ([`DType::round`]).
+pub fn float_to_int(dtype: DType, v: f64) -> i64 {
+    match dtype {
+        DType::I32 => i64::from(v as i32),
+        _ => v as i64,
+    }
 }
 
 impl Tensor {
-    /// Builds a tensor, rounding each value to `dtype`; `None` if the value count does not
-    /// match the shape.
+    /// Builds a tensor, rounding each value to `dtype` (integer dtypes truncate and saturate,
+    /// see [`float_to_int`]); `None` if the value count does not match the shape.
     pub fn from_values(dtype: DType, shape: &[usize], values: Vec<f64>) -> Option<Tensor> {
         let data = ArrayD::from_shape_vec(IxDyn(shape), values).ok()?;
         Some(Tensor::from_array(dtype, data))
     }
 
+    /// Builds a tensor of integers, wrapping each to `dtype` (see [`Tensor::from_int_array`]);
+    /// `None` if the value count does not match the shape.
+    pub fn from_ints(dtype: DType, shape: &[usize], values: Vec<i64>) -> Option<Tensor> {
+        let data = ArrayD::from_shape_vec(IxDyn(shape), values).ok()?;
+        Some(Tensor::from_int_array(dtype, data))
+    }
+
     /// Rounds every element of `data` to `dtype`.
     pub fn from_array(dtype: DType, mut data: ArrayD<f64>) -> Tensor {
+        if dtype.category() == Category::Integer {
+            return Tensor {
+                dtype,
+                data: Data::Int(data.mapv(|v| float_to_int(dtype, v))),
+            };
+        }
         if dtype != DType::F64 {
             data.mapv_inplace(|v| dtype.round(v));
         }
-        Tensor { dtype, data }
+        Tensor {
+            dtype,
+            data: Data::Float(data),
+        }
+    }
+
+    /// Converts exact integers to `dtype`: wrapping for integer dtypes, rounding to nearest
+    /// for floats, `v != 0` for bool.
+    pub fn from_int_array(dtype: DType, mut data: ArrayD<i64>) -> Tensor {
+        match dtype.category() {
+            Category::Integer => {
+                if dtype != DType::I64 {
+                    data.mapv_inplace(|v| wrap_int(dtype, v));
+                }
+                Tensor {
+                    dtype,
+                    data: Data::Int(data),
+                }
+            }
+            _ => Tensor {
+                dtype,
+                data: Data::Float(data.mapv(|v| int_to_float(dtype, v))),
+            },
+        }
     }
 
     pub fn scalar(dtype: DType, value: f64) -> Tensor {
@@ -44,9 +139,78 @@ impl Tensor {
         self.data.shape()
     }
 
-    /// Values in row-major order.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// The elements as f64: borrowed for floats and bools; for integers a converted copy,
+    /// rounded to nearest beyond 2^53 (for statistics and tolerant comparisons, never for
+    /// arithmetic on integer values).
+    pub fn floats(&self) -> Cow<'_, ArrayD<f64>> {
+        match &self.data {
+            Data::Float(a) => Cow::Borrowed(a),
+            Data::Int(a) => Cow::Owned(a.mapv(|v| v as f64)),
+        }
+    }
+
+    /// The elements of a float or bool tensor, to modify in place; `None` for integers (whose
+    /// elements are [`Data::Int`]).
+    pub fn floats_mut(&mut self) -> Option<&mut ArrayD<f64>> {
+        match &mut self.data {
+            Data::Float(a) => Some(a),
+            Data::Int(_) => None,
+        }
+    }
+
+    /// The elements as exact integers: borrowed for integer dtypes; for bools 0 and 1; for
+    /// floats converted as a cast to `i64` does (truncated, saturated, NaN → 0).
+    pub fn ints(&self) -> Cow<'_, ArrayD<i64>> {
+        match &self.data {
+            Data::Int(a) => Cow::Borrowed(a),
+            Data::Float(a) => Cow::Owned(a.mapv(|v| float_to_int(DType::I64, v))),
+        }
+    }
+
+    /// Values in row-major order as f64 (integers beyond 2^53 rounded, see [`Tensor::floats`]).
     pub fn values(&self) -> Vec<f64> {
-        self.data.iter().copied().collect()
+        self.floats().iter().copied().collect()
+    }
+
+    /// Values in row-major order as exact integers (see [`Tensor::ints`]).
+    pub fn int_values(&self) -> Vec<i64> {
+        self.ints().iter().copied().collect()
+    }
+
+    /// This tensor converted to `dtype` as the `cast` op converts: integers wrap to a
+    /// narrower integer type and round to nearest into a float, floats truncate and saturate
+    /// into an integer type (NaN → 0), bool is `v != 0`.
+    pub fn cast(&self, dtype: DType) -> Tensor {
+        if dtype == self.dtype {
+            return self.clone();
+        }
+        match &self.data {
+            Data::Int(a) => Tensor::from_int_array(dtype, a.clone()),
+            Data::Float(a) => Tensor::from_array(dtype, a.clone()),
+        }
+    }
+
+    /// The same elements rearranged by `f`, which must not look at values (a layout op).
+    pub fn map_layout(
+        &self,
+        f_float: impl FnOnce(&ArrayD<f64>) -> Result<ArrayD<f64>, String>,
+        f_int: impl FnOnce(&ArrayD<i64>) -> Result<ArrayD<i64>, String>,
+    ) -> Result<Tensor, String> {
+        Ok(Tensor {
+            dtype: self.dtype,
+            data: match &self.data {
+                Data::Float(a) => Data::Float(f_float(a)?),
+                Data::Int(a) => Data::Int(f_int(a)?),
+            },
+        })
     }
 
     /// Reads a `.npy` file (little- or big-endian bool, i32, i64, f16, f32 or f64).
@@ -84,6 +248,11 @@ impl Tensor {
         }
         use npyz::TypeChar as C;
         let read_err = |e: std::io::Error| format!("{}: {e}", path.display());
+        let mismatch = || format!("{}: data does not match shape {shape:?}", path.display());
+        // Integers go straight to exact storage: every i64 is read, none refused or rounded.
+        let ints = |dtype: DType, values: Vec<i64>| {
+            Tensor::from_ints(dtype, &shape, values).ok_or_else(mismatch)
+        };
         let (dtype, values): (DType, Vec<f64>) = match (ty.type_char(), ty.size_field()) {
             (C::Bool, 1) => (
                 DType::Bool,
@@ -93,24 +262,11 @@ impl Tensor {
                     .map(|b| if b { 1.0 } else { 0.0 })
                     .collect(),
             ),
-            (C::Int, 4) => (
-                DType::I32,
-                npy.into_vec::<i32>()
-                    .map_err(read_err)?
-                    .into_iter()
-                    .map(f64::from)
-                    .collect(),
-            ),
-            (C::Int, 8) => {
-                let raw = npy.into_vec::<i64>().map_err(read_err)?;
-                if let Some(v) = raw.iter().find(|v| v.unsigned_abs() > 1 << 53) {
-                    return Err(format!(
-                        "{}: i64 value {v} is beyond 2^53, which the reference evaluator cannot hold exactly",
-                        path.display()
-                    ));
-                }
-                (DType::I64, raw.into_iter().map(|v| v as f64).collect())
+            (C::Int, 4) => {
+                let raw = npy.into_vec::<i32>().map_err(read_err)?;
+                return ints(DType::I32, raw.into_iter().map(i64::from).collect());
             }
+            (C::Int, 8) => return ints(DType::I64, npy.into_vec::<i64>().map_err(read_err)?),
             (C::Float, 2) => (
                 DType::F16,
                 npy.into_vec::<half::f16>()
@@ -136,8 +292,7 @@ impl Tensor {
                 ));
             }
         };
-        Tensor::from_values(dtype, &shape, values)
-            .ok_or_else(|| format!("{}: data does not match shape {shape:?}", path.display()))
+        Tensor::from_values(dtype, &shape, values).ok_or_else(mismatch)
     }
 
     /// Writes a `.npy` file NumPy reads natively: bf16, which NumPy lacks, is written as
@@ -146,10 +301,21 @@ impl Tensor {
         let err = |e: std::io::Error| format!("{}: {e}", path.display());
         let file = std::fs::File::create(path).map_err(err)?;
         let shape: Vec<u64> = self.shape().iter().map(|&d| d as u64).collect();
-        let values = self.data.iter().copied();
         let out = BufWriter::new(file);
+        if let Data::Int(ints) = &self.data {
+            let ints = ints.iter().copied();
+            return match self.dtype {
+                // An i32 tensor holds only i32 values, so the narrowing is exact.
+                DType::I32 => write_values(out, &shape, ints.map(|v| v as i32)),
+                _ => write_values(out, &shape, ints),
+            }
+            .map_err(err);
+        }
+        let floats = self.floats();
+        let values = floats.iter().copied();
         match self.dtype {
             DType::Bool => write_values(out, &shape, values.map(|v| v != 0.0)),
+            // Only a hand-built tensor pairs an integer dtype with floats: convert as a cast.
             DType::I32 => write_values(out, &shape, values.map(|v| v as i32)),
             DType::I64 => write_values(out, &shape, values.map(|v| v as i64)),
             DType::F16 => write_values(out, &shape, values.map(half::f16::from_f64)),
@@ -163,11 +329,16 @@ impl Tensor {
     /// enough to exercise both tails of sigmoid and tanh, small enough not to overflow exp in
     /// f16), integers in [-10, 10], bools fair.
     pub fn random(dtype: DType, shape: &[usize], rng: &mut impl Rng) -> Tensor {
+        if dtype.category() == Category::Integer {
+            let values = (0..numel(shape))
+                .map(|_| i64::from(rng.random_range(-10i32..=10)))
+                .collect();
+            return Tensor::from_ints(dtype, shape, values).expect("value count matches the shape");
+        }
         let values = (0..numel(shape))
             .map(|_| match dtype.category() {
-                crate::dtype::Category::Float => rng.random_range(-3.0..=3.0),
-                crate::dtype::Category::Integer => rng.random_range(-10..=10) as f64,
-                crate::dtype::Category::Bool => f64::from(u8::from(rng.random::<bool>())),
+                Category::Bool => f64::from(u8::from(rng.random::<bool>())),
+                _ => rng.random_range(-3.0..=3.0),
             })
             .collect();
         Tensor::from_values(dtype, shape, values).expect("value count matches the shape")
@@ -314,6 +485,52 @@ mod tests {
             &[0, 4]
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// i64 values beyond 2^53 used to be refused on reading: every i64, the extremes
+    /// included, must come back bit for bit, and an i32 file keeps its extremes too.
+    #[test]
+    fn npy_i64_extremes_round_trip() {
+        let dir = std::env::temp_dir().join(format!("fusebox-npy-ints-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let big = vec![i64::MIN, i64::MAX, (1 << 53) + 1, -(1 << 53) - 1, 0, -1];
+        let t = Tensor::from_ints(DType::I64, &[2, 3], big.clone()).unwrap();
+        let path = dir.join("i64.npy");
+        t.write_npy(&path).unwrap();
+        let back = Tensor::read_npy(&path).unwrap();
+        assert_eq!(back.dtype, DType::I64);
+        assert_eq!(back.int_values(), big);
+        let small = vec![i64::from(i32::MIN), i64::from(i32::MAX), -7];
+        let t = Tensor::from_ints(DType::I32, &[3], small.clone()).unwrap();
+        t.write_npy(&dir.join("i32.npy")).unwrap();
+        assert_eq!(
+            Tensor::read_npy(&dir.join("i32.npy")).unwrap().int_values(),
+            small
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Casts between integer widths wrap (NumPy's `astype`), floats truncate and saturate
+    /// into integers, and integers round to nearest into floats.
+    #[test]
+    fn casts_follow_numpy_between_integers() {
+        let t = Tensor::from_ints(
+            DType::I64,
+            &[3],
+            vec![(1 << 32) + 5, i64::MAX, -(1 << 31) - 1],
+        )
+        .unwrap();
+        assert_eq!(
+            t.cast(DType::I32).int_values(),
+            vec![5, -1, i64::from(i32::MAX)]
+        );
+        let f = Tensor::from_values(DType::F64, &[3], vec![-2.7, 1e300, f64::NAN]).unwrap();
+        assert_eq!(
+            f.cast(DType::I32).int_values(),
+            vec![-2, i64::from(i32::MAX), 0]
+        );
+        let odd = Tensor::from_ints(DType::I64, &[1], vec![(1 << 53) + 1]).unwrap();
+        assert_eq!(odd.cast(DType::F64).values(), vec![2f64.powi(53)]);
     }
 
     #[test]

@@ -211,4 +211,21 @@ proptest! {
         agrees(&graph, &options, seed, specials).map_err(|e| TestCaseError::fail(format!(
             "{e}\n{}", graph::file::to_ron(&graph))))?;
     }
+
+    /// Integer graphs (i32 and i64 inputs holding i32::MIN/MAX, i64::MIN/MAX and neighbours
+    /// of 2^53; wrapping arithmetic, comparisons, where, casts, exact constants, integer
+    /// reductions and matmul), fused and unfused, equal the reference bit for bit.
+    #[test]
+    fn compiled_integer_graphs_agree_exactly(
+        dims in prop_oneof![Just((3usize, 4usize)), Just((1, 5)), Just((2, 1)), Just((0, 3)), Just((64, 700))],
+        inputs in prop::collection::vec((0usize..2, 0usize..6), 1..4),
+        steps in prop::collection::vec(random_graph::int_step(true), 2..14),
+        seed in 0u64..1000,
+        fusion in prop_oneof![3 => Just(true), 1 => Just(false)],
+    ) {
+        let Some(graph) = random_graph::build_ints(&rules().ops, dims, &inputs, &steps) else { return Ok(()) };
+        let options = Options { fusion, ..Options::default() };
+        agrees(&graph, &options, seed, false).map_err(|e| TestCaseError::fail(format!(
+            "{e}\n{}", graph::file::to_ron(&graph))))?;
+    }
 }

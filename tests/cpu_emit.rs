@@ -1315,7 +1315,8 @@ fn integers_truncate_and_saturate_and_bool_is_nonzero() {
     // Spot checks of the rules themselves.
     let k = compile(&unary_kernel(DType::F64, |b, x| {
         let i = b.round(x, DType::I32);
-        vec![(i, DType::F64)]
+        let f = b.round(i, DType::F64);
+        vec![(f, DType::F64)]
     }));
     let mut args = vec![
         arg(Buf::F64(vec![-0.5, f64::NAN, 1e12, -2.7]), &[1], 0),
@@ -1333,7 +1334,8 @@ fn integer_and_bool_loads_are_exact() {
     let i = b.load(0);
     let l = b.load(1);
     let t = b.load(2);
-    let il = b.bin(BinOp::Add, i, l, Prec::F64);
+    // Integers load at `Prec::I64`, exactly, and add with wrap-around.
+    let il = b.bin(BinOp::Add, i, l, Prec::I64);
     let ir = KernelIr {
         rank: 1,
         loads: vec![
@@ -1343,8 +1345,8 @@ fn integer_and_bool_loads_are_exact() {
         ],
         body: b.0,
         stores: vec![
-            store(il, DType::F64, &[U]),
-            store(l, DType::F64, &[U]),
+            store(il, DType::I64, &[U]),
+            store(l, DType::I64, &[U]),
             store(t, DType::F64, &[U]),
         ],
         reductions: vec![],
@@ -1357,14 +1359,17 @@ fn integer_and_bool_loads_are_exact() {
         arg(Buf::I32(ints.clone()), &[1], 0),
         arg(Buf::I64(longs.clone()), &[1], 0),
         arg(Buf::Bool(bools.clone()), &[1], 0),
-        arg(Buf::F64(vec![0.0; 5]), &[1], 0),
-        arg(Buf::F64(vec![0.0; 5]), &[1], 0),
+        arg(Buf::I64(vec![0; 5]), &[1], 0),
+        arg(Buf::I64(vec![0; 5]), &[1], 0),
         arg(Buf::F64(vec![0.0; 5]), &[1], 0),
     ];
     run(&k, &[5], &mut args);
     for e in 0..5 {
-        assert_eq!(args[3].buf.f64()[e], ints[e] as f64 + longs[e] as f64);
-        assert_eq!(args[4].buf.f64()[e], longs[e] as f64);
+        assert_eq!(
+            args[3].buf.i64()[e],
+            i64::from(ints[e]).wrapping_add(longs[e])
+        );
+        assert_eq!(args[4].buf.i64()[e], longs[e]);
         assert_eq!(args[5].buf.f64()[e], bools[e] as f64);
     }
 }

@@ -171,6 +171,11 @@ impl K {
     }
 
     fn c(&mut self, value: f64, prec: Prec) -> ValueId {
+        if prec == Prec::I64 {
+            return self.push(Instr::Int {
+                value: value as i64,
+            });
+        }
         self.push(Instr::Const { value, prec })
     }
 
@@ -216,6 +221,7 @@ fn f64_of(k: &mut K, x: ValueId) -> ValueId {
     match k.ir.prec(x) {
         Prec::F32 => k.push(Instr::Widen { x }),
         Prec::F64 => x,
+        Prec::I64 => k.round(x, DType::F64),
     }
 }
 
@@ -256,6 +262,7 @@ fn everything(k: &mut K, a: ValueId, b: ValueId, prec: Prec) -> ValueId {
         f64::NEG_INFINITY,
         1e-40,
         3.4e38,
+        -9223372036854775808.0,
     ] {
         let c = k.c(value, prec);
         acc = k.bin(BinOp::Add, acc, c);
@@ -267,7 +274,9 @@ fn everything(k: &mut K, a: ValueId, b: ValueId, prec: Prec) -> ValueId {
 fn at_prec_of(k: &mut K, x: ValueId, dtype: DType) -> ValueId {
     match (k.ir.prec(x), Prec::of(dtype)) {
         (Prec::F32, Prec::F64) => k.push(Instr::Widen { x }),
-        (Prec::F64, Prec::F32) => k.round(x, DType::F32),
+        (Prec::F64 | Prec::I64, Prec::F32) => k.round(x, DType::F32),
+        (Prec::I64, Prec::F64) => k.round(x, DType::F64),
+        (Prec::F32 | Prec::F64, Prec::I64) => k.round(x, DType::I64),
         _ => x,
     }
 }
@@ -280,12 +289,12 @@ fn at_prec_of(k: &mut K, x: ValueId, dtype: DType) -> ValueId {
 #[test]
 fn every_instruction_function_and_dtype_compiles_without_warnings() {
     let mut kernels = Vec::new();
-    for prec in [Prec::F32, Prec::F64] {
+    for prec in [Prec::F32, Prec::F64, Prec::I64] {
         let mut k = K::new(2);
-        let dtype = if prec == Prec::F32 {
-            DType::F32
-        } else {
-            DType::F64
+        let dtype = match prec {
+            Prec::F32 => DType::F32,
+            Prec::F64 => DType::F64,
+            Prec::I64 => DType::I64,
         };
         let a = k.load(dtype, &[S, U]);
         let b = k.load(dtype, &[B, U]);
@@ -302,6 +311,7 @@ fn every_instruction_function_and_dtype_compiles_without_warnings() {
             let other = match k.ir.prec(x) {
                 Prec::F32 => k.push(Instr::Widen { x }),
                 Prec::F64 => k.round(x, DType::F32),
+                Prec::I64 => k.round(x, DType::F64),
             };
             let via = k.round(other, target);
             let y = at_prec_of(&mut k, via, target);
@@ -389,14 +399,17 @@ fn reduction_kernels() -> Vec<KernelIr> {
     let x = k.load(DType::F32, &[S, S, U]);
     let w = k.push(Instr::Widen { x });
     k.reduce(ReduceKind::Sum, x, DType::F32, &[B, B, U]);
-    k.reduce(ReduceKind::Max, w, DType::I64, &[B, B, U]);
+    // Integer outputs reduce integers (the lowering converts the value first).
+    let wi = k.round(w, DType::I64);
+    k.reduce(ReduceKind::Max, wi, DType::I64, &[B, B, U]);
     k.reduce(ReduceKind::Mean, w, DType::Bool, &[B, B, U]);
     kernels.push(k.ir);
     // Batch-norm-like: keep the middle axis; everything into f64 and i32.
     let mut k = K::new(4);
     let x = k.load(DType::F64, &[S, S, S, U]);
     k.reduce(ReduceKind::Mean, x, DType::F64, &[B, S, B, B]);
-    k.reduce(ReduceKind::Sum, x, DType::I32, &[B, S, B, B]);
+    let xi = k.round(x, DType::I64);
+    k.reduce(ReduceKind::Sum, xi, DType::I32, &[B, S, B, B]);
     kernels.push(k.ir);
     // Several groups: over axis 0, over axis 1, over both, with a broadcast store.
     let mut k = K::new(2);
@@ -423,6 +436,10 @@ fn reductions_compile_with_and_without_atomics() {
     };
     assert!(atomic.contains("atom.global.add.f64"), "atomic sums");
     assert!(atomic.contains("atom.global.cas.b64"), "atomic max");
+    assert!(
+        atomic.contains("atom.global.add.u64"),
+        "wrapping integer sums"
+    );
     assert!(
         !deterministic.contains("atom."),
         "the deterministic module uses no atomics"
@@ -1001,17 +1018,35 @@ inline unsigned long long atomicCAS(unsigned long long *at, unsigned long long e
     std::atomic_ref<unsigned long long>(*at).compare_exchange_strong(expect, want);
     return expect;
 }
+inline unsigned long long atomicAdd(unsigned long long *at, unsigned long long x) {
+    return std::atomic_ref<unsigned long long>(*at).fetch_add(x);
+}
+inline long long atomicMax(long long *at, long long x) {
+    std::atomic_ref<long long> slot(*at);
+    long long seen = slot.load();
+    while (seen < x && !slot.compare_exchange_weak(seen, x)) {}
+    return seen;
+}
 
 /* Barriers of the running block: one per warp (shuffles), one for the block. */
 static std::barrier<> *emu_block_barrier;
 static std::barrier<> *emu_warp_barrier[8];
 static double emu_exchange[256];
+static long long emu_exchange_int[256];
 inline void __syncthreads() { emu_block_barrier->arrive_and_wait(); }
 inline double __shfl_xor_sync(unsigned, double v, int m) {
     const unsigned t = threadIdx.x, w = t / 32;
     emu_exchange[t] = v;
     emu_warp_barrier[w]->arrive_and_wait();
     const double r = emu_exchange[(t & ~31u) | ((t % 32) ^ (unsigned)m)];
+    emu_warp_barrier[w]->arrive_and_wait();
+    return r;
+}
+inline long long __shfl_xor_sync(unsigned, long long v, int m) {
+    const unsigned t = threadIdx.x, w = t / 32;
+    emu_exchange_int[t] = v;
+    emu_warp_barrier[w]->arrive_and_wait();
+    const long long r = emu_exchange_int[(t & ~31u) | ((t % 32) ^ (unsigned)m)];
     emu_warp_barrier[w]->arrive_and_wait();
     return r;
 }

@@ -126,7 +126,7 @@ fn custom_ops_evaluate_in_the_library() {
 /// (from the f32 alpha) or in f64.
 fn check_leaky(t: &Tensor, dtype: DType, alpha: f64) {
     assert_eq!(t.dtype, dtype);
-    assert_eq!(t.data.len(), XS.len());
+    assert_eq!(t.len(), XS.len());
     for (got, &x) in t.values().iter().zip(&XS) {
         let expected = match dtype {
             F32 => leaky_relu(x, alpha as f32 as f64) as f32 as f64,

@@ -58,7 +58,7 @@ fn domain_inputs(graph: &Graph, seed: u64) -> Tensors {
     let mut inputs = random_inputs(graph, seed);
     if graph.name == "adam_step" {
         let v = inputs.get_mut("v").unwrap();
-        v.data.mapv_inplace(f64::abs);
+        v.floats_mut().unwrap().mapv_inplace(f64::abs);
     }
     inputs
 }
@@ -168,7 +168,7 @@ fn every_example_checks_and_evaluates_to_finite_outputs() {
                 graph.name
             );
             assert_eq!(t.dtype, types[name].dtype, "{}: {name}", graph.name);
-            let bad = t.data.iter().filter(|v| !v.is_finite()).count();
+            let bad = t.floats().iter().filter(|v| !v.is_finite()).count();
             assert_eq!(bad, 0, "{}: {name} has {bad} non-finite values", graph.name);
         }
     }
@@ -333,9 +333,9 @@ fn cli_checks_and_runs_every_example() {
             if let Some(values) = &in_process {
                 compared += 1;
                 let same = t
-                    .data
+                    .floats()
                     .iter()
-                    .zip(values[name].data.iter())
+                    .zip(values[name].floats().iter())
                     .all(|(a, b)| a == b || (a.is_nan() && b.is_nan()));
                 assert!(
                     same,
@@ -442,7 +442,7 @@ fn lstm_saved_inputs(graph: &Graph, seed: u64) -> Tensors {
         ("o", sigmoid),
     ] {
         let t = &inputs[name];
-        let activated = Tensor::from_array(t.dtype, t.data.mapv(act));
+        let activated = Tensor::from_array(t.dtype, t.floats().mapv(act));
         inputs.insert(name.to_string(), activated);
     }
     inputs
@@ -523,7 +523,7 @@ fn lstm_cell_backward_matches_finite_differences_of_the_forward() {
         let shifted = |delta: f64| {
             let mut inputs = fwd_inputs.clone();
             let t = inputs.get_mut(input).unwrap();
-            let flat = t.data.as_slice_mut().unwrap();
+            let flat = t.floats_mut().unwrap().as_slice_mut().unwrap();
             for &k in at {
                 flat[k] += delta;
             }
@@ -757,7 +757,7 @@ fn mlp_block_computes_the_feed_forward_block() {
     let mut inputs = random_inputs(&graph, 19);
     for name in ["w1", "w2"] {
         let t = &inputs[name];
-        let scaled = Tensor::from_array(DType::F32, t.data.mapv(|v| v / 8.0));
+        let scaled = Tensor::from_array(DType::F32, t.floats().mapv(|v| v / 8.0));
         inputs.insert(name.to_string(), scaled);
     }
     let out = run_graph(&graph, &catalogue, &inputs);

@@ -119,4 +119,28 @@ proptest! {
         agrees(&graph, &program, seed, specials).map_err(|e| TestCaseError::fail(format!(
             "{e}\n{}", graph::file::to_ron(&graph))))?;
     }
+
+    /// Integer graphs at the extremes (see `random_graph::int_step`), optimized (or not),
+    /// lowered and interpreted, equal the reference bit for bit.
+    #[test]
+    fn lowered_integer_graphs_agree_exactly(
+        dims in prop_oneof![Just((3usize, 4usize)), Just((1, 5)), Just((2, 1)), Just((0, 3)), Just((64, 700))],
+        inputs in prop::collection::vec((0usize..2, 0usize..6), 1..4),
+        steps in prop::collection::vec(random_graph::int_step(true), 2..14),
+        seed in 0u64..1000,
+        fused in any::<bool>(),
+    ) {
+        let catalogue = rules().ops;
+        let Some(graph) = random_graph::build_ints(&catalogue, dims, &inputs, &steps) else { return Ok(()) };
+        let program = if fused {
+            lowered(&graph, &Options::default())
+        } else {
+            let dag = Dag::from_graph(&graph, &catalogue).unwrap();
+            let model = fusebox::rules::CostModel::defaults();
+            let unfused = partition::unfused(&dag, model.profile("cpu").unwrap());
+            lower::lower(&dag, &unfused).unwrap()
+        };
+        agrees(&graph, &program, seed, false).map_err(|e| TestCaseError::fail(format!(
+            "{e}\n{}", graph::file::to_ron(&graph))))?;
+    }
 }

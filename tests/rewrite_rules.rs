@@ -444,7 +444,7 @@ fn fires() -> Vec<Case> {
         case("cast-neg", "(cast (neg $x) f16)", "(neg (cast $x f16))"),
         case("cast-neg", "(neg (cast $x f16))", "(cast (neg $x) f16)"),
         case("cast-relu", "(cast (relu $x) f16)", "(relu (cast $x f16))"),
-        case("cast-relu", "(relu (cast $x i32))", "(cast (relu $x) i32)"),
+        case("cast-relu", "(relu (cast $x i64))", "(cast (relu $x) i64)"),
         case(
             "cast-max",
             "(cast (max $x $y) f16)",
@@ -748,6 +748,12 @@ fn refuses() -> Vec<Case> {
             "cast-relu",
             "(cast (relu $x) bool)",
             "(relu (cast $x bool))",
+        ),
+        // Nor i32 targets: i64 -> i32 wraps, which is not monotone.
+        case(
+            "cast-relu",
+            "(relu (cast (cast $j i64) i32))",
+            "(cast (relu (cast $j i64)) i32)",
         ),
         // Mixed operand dtypes would be converted before max/where runs.
         case(

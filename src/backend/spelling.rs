@@ -68,6 +68,71 @@ pub(crate) trait Spelling {
         match prec {
             Prec::F32 => "float",
             Prec::F64 => "double",
+            Prec::I64 => self.storage_type(DType::I64),
+        }
+    }
+
+    /// An integer literal of the `Prec::I64` type. `i64::MIN` has no literal in C (its
+    /// magnitude does not fit), so it is spelled as a difference.
+    fn int_literal(&self, value: i64) -> String {
+        let ty = self.value_type(Prec::I64);
+        if value == i64::MIN {
+            format!("(({ty})(-9223372036854775807LL - 1))")
+        } else {
+            format!("(({ty}){value}LL)")
+        }
+    }
+
+    /// A `Prec::I64` value `a op b`, wrapping. Signed overflow is undefined behaviour in C
+    /// and CUDA, so `+`, `-` and `*` run on `unsigned long long`, where overflow is defined
+    /// modulo 2^64, and convert back (modulo 2^64 too with GCC and NVCC, which define the
+    /// out-of-range conversion that way). Division has no integer meaning: through f64.
+    fn int_binary(&self, op: BinOp, a: &str, b: &str) -> String {
+        let ty = self.value_type(Prec::I64);
+        let wrap =
+            |sym: &str| format!("(({ty})((unsigned long long){a} {sym} (unsigned long long){b}))");
+        let compare = |sym: &str| format!("(({a} {sym} {b}) ? ({ty})1 : ({ty})0)");
+        match op {
+            BinOp::Add => wrap("+"),
+            BinOp::Sub => wrap("-"),
+            BinOp::Mul => wrap("*"),
+            BinOp::Div => {
+                let quotient = self.arithmetic(
+                    Arith::Div,
+                    &format!("(double){a}"),
+                    &format!("(double){b}"),
+                    Prec::F64,
+                );
+                self.round(Prec::F64, DType::I64, &quotient)
+            }
+            BinOp::Lt => compare("<"),
+            BinOp::Le => compare("<="),
+            BinOp::Gt => compare(">"),
+            BinOp::Ge => compare(">="),
+            BinOp::Eq => compare("=="),
+            BinOp::Ne => compare("!="),
+        }
+    }
+
+    /// A `Prec::I64` value `-x`, wrapping (`-i64::MIN` is `i64::MIN`).
+    fn int_neg(&self, x: &str) -> String {
+        let ty = self.value_type(Prec::I64);
+        format!("(({ty})(0ULL - (unsigned long long){x}))")
+    }
+
+    /// A primitive on `Prec::I64` values: `abs` wraps, `min`/`max`/`select` are exact, and
+    /// the rest go through f64 and back as a cast to i64 does (see [`Prec::I64`]).
+    fn int_call(&self, ir: &KernelIr, id: ValueId, func: Func, args: &[String]) -> String {
+        match func {
+            Func::Abs => format!("(({0} < 0) ? {1} : {0})", args[0], self.int_neg(&args[0])),
+            Func::Min => format!("(({0} < {1}) ? {0} : {1})", args[0], args[1]),
+            Func::Max => format!("(({0} > {1}) ? {0} : {1})", args[0], args[1]),
+            Func::Select => format!("(({} != 0) ? {} : {})", args[0], args[1], args[2]),
+            _ => {
+                let doubles: Vec<String> = args.iter().map(|a| format!("(double){a}")).collect();
+                let result = self.call(ir, id, func, &doubles, Prec::F64);
+                self.round(Prec::F64, DType::I64, &result)
+            }
         }
     }
 
@@ -78,7 +143,7 @@ pub(crate) trait Spelling {
             DType::F16 => format!("{prefix}h2f({raw})"),
             DType::BF16 => format!("{prefix}b2f({raw})"),
             DType::F32 | DType::F64 => raw.to_string(),
-            DType::I32 | DType::I64 => format!("(double){raw}"),
+            DType::I32 | DType::I64 => format!("({}){raw}", self.value_type(Prec::I64)),
             DType::Bool => self.bool_load(raw),
         }
     }
@@ -90,9 +155,9 @@ pub(crate) trait Spelling {
             DType::F16 => format!("{prefix}f2h({value})"),
             DType::BF16 => format!("{prefix}f2b({value})"),
             DType::F32 | DType::F64 => value.to_string(),
+            // The value is already within i32's range: the conversion is exact.
             DType::I32 => format!("({}){value}", self.storage_type(DType::I32)),
-            // A rounded i64 held as double may be 2^63; the helper saturates it.
-            DType::I64 => format!("{prefix}d2i64({value})"),
+            DType::I64 => value.to_string(),
             DType::Bool => self.bool_store(value),
         }
     }
@@ -101,16 +166,31 @@ pub(crate) trait Spelling {
     /// `Prec::of(dtype)`.
     fn round(&self, from: Prec, dtype: DType, x: &str) -> String {
         let prefix = Self::PREFIX;
+        let int = self.value_type(Prec::I64);
         match (from, dtype) {
-            (Prec::F32, DType::F32) | (Prec::F64, DType::F64) => x.to_string(),
+            (Prec::F32, DType::F32) | (Prec::F64, DType::F64) | (Prec::I64, DType::I64) => {
+                x.to_string()
+            }
+            // Wrap to the low 32 bits (the narrowing conversion is modulo 2^32 with GCC and
+            // NVCC), then sign-extend back.
+            (Prec::I64, DType::I32) => {
+                format!("(({int})(int)(unsigned int)(unsigned long long){x})")
+            }
+            (Prec::I64, DType::Bool) => format!("(({x} != 0) ? 1.0 : 0.0)"),
+            // To nearest f64 first: for every narrower float the second rounding agrees with
+            // rounding the integer once (f64 has more than twice their precision plus two).
+            (Prec::I64, DType::F64) => format!("(double){x}"),
+            (Prec::I64, _) => self.round(Prec::F64, dtype, &format!("(double){x}")),
             (Prec::F32, DType::F16) => format!("{prefix}rnd_fh({x})"),
             (Prec::F32, DType::BF16) => format!("{prefix}rnd_fb({x})"),
             (Prec::F32, _) => self.round(Prec::F64, dtype, &format!("(double){x}")),
             (Prec::F64, DType::F32) => self.f64_to_f32(x),
             (Prec::F64, DType::F16) => format!("{prefix}rnd_dh({x})"),
             (Prec::F64, DType::BF16) => format!("{prefix}rnd_db({x})"),
-            (Prec::F64, DType::I32) => format!("{prefix}rnd_i32({x})"),
-            (Prec::F64, DType::I64) => format!("{prefix}rnd_i64({x})"),
+            // Both helpers truncate and saturate in double (NaN -> 0); the i32 result is then
+            // exact in any integer type, the i64 one may be 2^63, which `d2i64` saturates.
+            (Prec::F64, DType::I32) => format!("(({int}){prefix}rnd_i32({x}))"),
+            (Prec::F64, DType::I64) => format!("{prefix}d2i64({prefix}rnd_i64({x}))"),
             (Prec::F64, DType::Bool) => self.f64_to_bool(x),
         }
     }
@@ -118,6 +198,10 @@ pub(crate) trait Spelling {
     /// A literal equal to `value` at `prec`, bit for bit (NaN as some NaN). Rust's shortest
     /// round-trip formatting of the value in its own type parses back to the same value.
     fn literal(&self, value: f64, prec: Prec) -> String {
+        if prec == Prec::I64 {
+            // As a formula literal on integers converts (`WrappingInt::from_f64`).
+            return self.int_literal(value as i64);
+        }
         if value.is_nan() {
             return self.nan(prec);
         }
@@ -127,7 +211,7 @@ pub(crate) trait Spelling {
         }
         match prec {
             Prec::F32 => format!("({:e}f)", value as f32),
-            Prec::F64 => format!("({value:e})"),
+            Prec::F64 | Prec::I64 => format!("({value:e})"),
         }
     }
 
@@ -137,9 +221,13 @@ pub(crate) trait Spelling {
             let (one, zero) = match prec {
                 Prec::F32 => ("1.0f", "0.0f"),
                 Prec::F64 => ("1.0", "0.0"),
+                Prec::I64 => return self.int_binary(op, a, b),
             };
             format!("(({a} {sym} {b}) ? {one} : {zero})")
         };
+        if prec == Prec::I64 {
+            return self.int_binary(op, a, b);
+        }
         match op {
             BinOp::Add => self.arithmetic(Arith::Add, a, b, prec),
             BinOp::Sub => self.arithmetic(Arith::Sub, a, b, prec),
@@ -158,6 +246,9 @@ pub(crate) trait Spelling {
     /// interpreter's semantics: `rsqrt(x)` is `1 / sqrt(x)` (two roundings), `select(c, a, b)`
     /// is `c != 0 ? a : b`, and `min`/`max` (NaN wins, −0 below +0) are prelude helpers.
     fn call(&self, ir: &KernelIr, id: ValueId, func: Func, args: &[String], prec: Prec) -> String {
+        if prec == Prec::I64 {
+            return self.int_call(ir, id, func, args);
+        }
         let f32 = prec == Prec::F32;
         let prefix = Self::PREFIX;
         let suffix = if f32 { "f" } else { "d" };
@@ -195,8 +286,10 @@ pub(crate) trait Spelling {
         match &ir.body[id] {
             Instr::Load { view } => self.load(ir.loads[*view].dtype, &element(*view)),
             Instr::Const { value, prec } => self.literal(*value, *prec),
+            Instr::Int { value } => self.int_literal(*value),
             Instr::Widen { x } => format!("(double){}", v(*x)),
             Instr::Round { x, dtype } => self.round(ir.prec(*x), *dtype, &v(*x)),
+            Instr::Neg { x, prec: Prec::I64 } => self.int_neg(&v(*x)),
             Instr::Neg { x, .. } => format!("(-{})", v(*x)),
             Instr::Binary { op, a, b, prec } => self.binary(*op, &v(*a), &v(*b), *prec),
             Instr::Call { func, args, prec } => {
@@ -235,6 +328,7 @@ pub(crate) fn libm_name(func: Func, prec: Prec) -> String {
     };
     match prec {
         Prec::F32 => format!("{base}f"),
-        Prec::F64 => base.to_string(),
+        // Integers call the f64 function (see `Spelling::int_call`).
+        Prec::F64 | Prec::I64 => base.to_string(),
     }
 }

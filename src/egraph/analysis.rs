@@ -15,7 +15,7 @@ use crate::attr::Attrs;
 use crate::graph::TensorType;
 use crate::graph::check::infer_op;
 use crate::rules::{Builtin, Catalogue, OpDef, Semantics};
-use crate::tensor::Tensor;
+use crate::tensor::{Data, Tensor};
 use egg::{Analysis, DidMerge, EGraph, Id, Symbol};
 use std::collections::{BTreeMap, HashMap};
 
@@ -27,7 +27,72 @@ pub type FuseGraph = EGraph<ENode, TypeAnalysis>;
 pub struct TensorData {
     pub ty: TensorType,
     /// `Some(v)`: every element equals `v` (already rounded to the dtype).
-    pub constant: Option<f64>,
+    pub constant: Option<Constant>,
+}
+
+/// A class's uniform value, held as its tensor holds it: an integer class's value is an exact
+/// `i64`, so folding `-(2^53 + 1)` gives that integer and not its f64 neighbour.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Constant {
+    Float(f64),
+    Int(i64),
+}
+
+impl Constant {
+    /// The first element of `t` (a scalar, in practice); `None` when it has none.
+    pub fn first_of(t: &Tensor) -> Option<Constant> {
+        match &t.data {
+            Data::Float(a) => a.iter().next().map(|&v| Constant::Float(v)),
+            Data::Int(a) => a.iter().next().map(|&v| Constant::Int(v)),
+        }
+    }
+
+    /// The value as f64 (an integer beyond 2^53 rounds to nearest): for conditions that
+    /// compare a constant with a number.
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Constant::Float(v) => v,
+            Constant::Int(v) => v as f64,
+        }
+    }
+
+    /// The same value, bit for bit (any NaN equals any NaN).
+    pub fn same(self, other: Constant) -> bool {
+        match (self, other) {
+            (Constant::Float(x), Constant::Float(y)) => {
+                x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())
+            }
+            (Constant::Int(x), Constant::Int(y)) => x == y,
+            _ => false,
+        }
+    }
+
+    /// A scalar tensor of `dtype` holding this value.
+    pub fn scalar(self, dtype: crate::dtype::DType) -> Tensor {
+        match self {
+            Constant::Float(v) => Tensor::scalar(dtype, v),
+            Constant::Int(v) => {
+                Tensor::from_int_array(dtype, ndarray::ArrayD::from_elem(ndarray::IxDyn(&[]), v))
+            }
+        }
+    }
+
+    /// The attribute leaf that spells this value in a `const` node.
+    pub fn leaf(self) -> Leaf {
+        match self {
+            Constant::Float(v) => Leaf::num(v),
+            Constant::Int(v) => Leaf::int(v),
+        }
+    }
+}
+
+impl std::fmt::Display for Constant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Constant::Float(v) => write!(f, "{v:?}"),
+            Constant::Int(v) => write!(f, "{v}"),
+        }
+    }
 }
 
 /// Per-class analysis data.
@@ -186,15 +251,15 @@ fn uniform_value(
     operands: &[&TensorData],
     attrs: &Attrs,
     ty: &TensorType,
-) -> Option<f64> {
-    let values: Option<Vec<f64>> = operands.iter().map(|t| t.constant).collect();
+) -> Option<Constant> {
+    let values: Option<Vec<Constant>> = operands.iter().map(|t| t.constant).collect();
     let values = values?;
     match op.semantics {
         Semantics::Formula(_) => {
             let scalars: Vec<Tensor> = operands
                 .iter()
                 .zip(&values)
-                .map(|(t, &v)| Tensor::scalar(t.ty.dtype, v))
+                .map(|(t, &v)| v.scalar(t.ty.dtype))
                 .collect();
             let refs: Vec<&Tensor> = scalars.iter().collect();
             let out = TensorType {
@@ -202,17 +267,21 @@ fn uniform_value(
                 shape: Vec::new(),
             };
             let result = crate::eval::apply_op(op, &refs, attrs, &out).ok()?;
-            result.values().first().copied()
+            Constant::first_of(&result)
         }
         Semantics::Builtin(
             Builtin::BroadcastTo | Builtin::Reshape | Builtin::Transpose | Builtin::Slice,
         ) => values.first().copied(),
         Semantics::Builtin(Builtin::Concat) => {
-            let first = *values.first()?;
-            values
+            // Operands meet at the result dtype first: an i32 and an i64 operand, or an
+            // integer and a float one, hold their constants differently.
+            let converted: Vec<Constant> = operands
                 .iter()
-                .all(|v| v.to_bits() == first.to_bits())
-                .then_some(first)
+                .zip(&values)
+                .map(|(t, v)| Constant::first_of(&v.scalar(t.ty.dtype).cast(ty.dtype)))
+                .collect::<Option<_>>()?;
+            let first = converted[0];
+            converted.iter().all(|v| v.same(first)).then_some(first)
         }
         Semantics::Builtin(_) => None,
     }
@@ -254,11 +323,9 @@ impl Analysis<ENode> for TypeAnalysis {
                         DidMerge(true, false)
                     }
                     (Some(_), None) => DidMerge(false, true),
-                    (Some(u), Some(v))
-                        if u.to_bits() != v.to_bits() && !(u.is_nan() && v.is_nan()) =>
-                    {
+                    (Some(u), Some(v)) if !u.same(v) => {
                         self.conflicts.push(format!(
-                            "the constant {u:?} was proven equal to the constant {v:?} ({})",
+                            "the constant {u} was proven equal to the constant {v} ({})",
                             x.ty
                         ));
                         DidMerge(false, true)
@@ -312,7 +379,7 @@ impl Analysis<ENode> for TypeAnalysis {
             .iter()
             .map(|a| match a.ty {
                 crate::attr::AttrType::DType => Leaf::DType(ty.dtype),
-                _ => Leaf::num(value),
+                _ => value.leaf(),
             })
             .collect();
         let children = attrs

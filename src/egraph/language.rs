@@ -89,7 +89,7 @@ impl Leaf {
                 AttrValue::Int(v as i64)
             }
             (Leaf::Int(v), AttrType::Int) => AttrValue::Int(*v),
-            (Leaf::Int(v), AttrType::Float) => AttrValue::Float(*v as f64),
+            (Leaf::Int(v), AttrType::Float) => AttrValue::Int(*v),
             (Leaf::Bool(b), AttrType::Bool) => AttrValue::Bool(*b),
             (Leaf::Ints(v), AttrType::Ints) => AttrValue::Ints(v.clone()),
             (Leaf::DType(d), AttrType::DType) => AttrValue::DType(*d),

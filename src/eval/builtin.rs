@@ -1,11 +1,12 @@
 //! Layout, reduction and matmul semantics, on whole arrays.
 //!
-//! Reductions accumulate in f64 and round once to the result dtype: the oracle should be at
-//! least as accurate as any kernel it judges. Matmul runs at the compute precision of its dtype
+//! Float reductions accumulate in f64 and round once to the result dtype: the oracle should be
+//! at least as accurate as any kernel it judges. Integer results (sums, maxima, products) are
+//! computed on exact integers, wrapping in i64 and then to the result dtype. Matmul runs at the compute precision of its dtype
 //! (f32 for f16/bf16/f32, as cuBLAS does with f32 accumulation) through ndarray's GEMM.
 
 use crate::attr::Attrs;
-use crate::dtype::DType;
+use crate::dtype::{Category, DType};
 use crate::graph::TensorType;
 use crate::graph::check::{BuiltinPlan, plan_builtin};
 use crate::rules::Builtin;
@@ -20,20 +21,75 @@ pub(super) fn apply(
 ) -> Result<Tensor, String> {
     let shapes: Vec<&[usize]> = args.iter().map(|t| t.shape()).collect();
     let (plan, _) = plan_builtin(builtin, &shapes, attrs)?;
-    let x = &args[0].data;
-    let data: ArrayD<f64> = match plan {
+    // Integer results are computed on exact integers, wrapping in i64 and then to the result
+    // dtype (as NumPy sums and multiplies `int32` in `int32`: the low 32 bits agree).
+    let int_out = out.dtype.category() == Category::Integer;
+    let x = args[0];
+    match plan {
+        BuiltinPlan::BroadcastTo(_)
+        | BuiltinPlan::Reshape(_)
+        | BuiltinPlan::Transpose(_)
+        | BuiltinPlan::Slice(_) => {
+            let t = x.map_layout(|a| layout(a, &plan), |a| layout(a, &plan))?;
+            Ok(t.cast(out.dtype))
+        }
+        BuiltinPlan::Concat(axis) => {
+            // Operands meet at the result dtype before they are joined.
+            let converted: Vec<Tensor> = args.iter().map(|t| t.cast(out.dtype)).collect();
+            if int_out {
+                let arrays: Vec<_> = converted.iter().map(|t| t.ints()).collect();
+                let views: Vec<_> = arrays.iter().map(|a| a.view()).collect();
+                let data = ndarray::concatenate(Axis(axis), &views).map_err(|e| e.to_string())?;
+                Ok(Tensor::from_int_array(out.dtype, data))
+            } else {
+                let arrays: Vec<_> = converted.iter().map(|t| t.floats()).collect();
+                let views: Vec<_> = arrays.iter().map(|a| a.view()).collect();
+                let data = ndarray::concatenate(Axis(axis), &views).map_err(|e| e.to_string())?;
+                Ok(Tensor::from_array(out.dtype, data))
+            }
+        }
+        BuiltinPlan::Reduce {
+            builtin,
+            axes,
+            keepdim,
+        } => Ok(if int_out {
+            Tensor::from_int_array(out.dtype, reduce_ints(&x.ints(), builtin, &axes, keepdim))
+        } else {
+            Tensor::from_array(out.dtype, reduce(&x.floats(), builtin, &axes, keepdim))
+        }),
+        BuiltinPlan::SumToSize(target) => Ok(if int_out {
+            let summed = sum_to_size(&x.ints(), &target, wrapping_sum_axis)?;
+            Tensor::from_int_array(out.dtype, summed)
+        } else {
+            let summed = sum_to_size(&x.floats(), &target, |a, axis| a.sum_axis(axis))?;
+            Tensor::from_array(out.dtype, summed)
+        }),
+        BuiltinPlan::MatMul if int_out => {
+            let product = matmul_ints(&args[0].cast(out.dtype), &args[1].cast(out.dtype), out)?;
+            Ok(Tensor::from_int_array(out.dtype, product))
+        }
+        BuiltinPlan::MatMul => Ok(Tensor::from_array(
+            out.dtype,
+            matmul(&args[0].floats(), &args[1].floats(), out)?,
+        )),
+    }
+}
+
+/// A layout op's rearrangement, the same for every element type.
+fn layout<T: Clone>(x: &ArrayD<T>, plan: &BuiltinPlan) -> Result<ArrayD<T>, String> {
+    Ok(match plan {
         BuiltinPlan::BroadcastTo(shape) => x
-            .broadcast(IxDyn(&shape))
+            .broadcast(IxDyn(shape))
             .ok_or("broadcast failed")?
             .to_owned(),
         BuiltinPlan::Reshape(shape) => x
             .as_standard_layout()
             .into_owned()
-            .into_shape_with_order(IxDyn(&shape))
+            .into_shape_with_order(IxDyn(shape))
             .map_err(|e| e.to_string())?,
         BuiltinPlan::Transpose(perm) => x
             .view()
-            .permuted_axes(IxDyn(&perm))
+            .permuted_axes(IxDyn(perm))
             .as_standard_layout()
             .into_owned(),
         BuiltinPlan::Slice(r) => {
@@ -44,24 +100,33 @@ pub(super) fn apply(
             )
             .to_owned()
         }
-        BuiltinPlan::Concat(axis) => {
-            // Operands meet at the result dtype before they are joined.
-            let converted: Vec<ArrayD<f64>> = args
-                .iter()
-                .map(|t| t.data.mapv(|v| out.dtype.round(v)))
-                .collect();
-            let views: Vec<_> = converted.iter().map(|a| a.view()).collect();
-            ndarray::concatenate(Axis(axis), &views).map_err(|e| e.to_string())?
+        _ => return Err("not a layout op".into()),
+    })
+}
+
+/// [`reduce`] on exact integers: sums wrap in i64, maxima compare as integers.
+fn reduce_ints(x: &ArrayD<i64>, builtin: Builtin, axes: &[usize], keepdim: bool) -> ArrayD<i64> {
+    if x.is_empty() {
+        // reduce_max of nothing only reaches here with an empty result.
+        let shape = crate::shape::reduced_shape(x.shape(), axes, keepdim);
+        return ArrayD::zeros(IxDyn(&shape));
+    }
+    let mut acc = x.as_standard_layout().into_owned();
+    // Highest axis first, so the remaining axis numbers stay valid.
+    for &axis in axes.iter().rev() {
+        acc = match builtin {
+            Builtin::ReduceMax => acc.map_axis(Axis(axis), |lane| {
+                lane.iter().copied().max().unwrap_or(i64::MIN)
+            }),
+            _ => wrapping_sum_axis(&acc, Axis(axis)),
+        };
+    }
+    if keepdim {
+        for &axis in axes {
+            acc.insert_axis_inplace(Axis(axis));
         }
-        BuiltinPlan::Reduce {
-            builtin,
-            axes,
-            keepdim,
-        } => reduce(x, builtin, &axes, keepdim),
-        BuiltinPlan::SumToSize(target) => sum_to_size(x, &target)?,
-        BuiltinPlan::MatMul => matmul(args[0], args[1], out)?,
-    };
-    Ok(Tensor::from_array(out.dtype, data))
+    }
+    acc
 }
 
 fn reduce(x: &ArrayD<f64>, builtin: Builtin, axes: &[usize], keepdim: bool) -> ArrayD<f64> {
@@ -110,18 +175,24 @@ fn reduce(x: &ArrayD<f64>, builtin: Builtin, axes: &[usize], keepdim: bool) -> A
     acc
 }
 
-fn sum_to_size(x: &ArrayD<f64>, target: &[usize]) -> Result<ArrayD<f64>, String> {
+/// Sums `x` down to `target` (the leading axes and the axes where `target` has size 1), one
+/// axis at a time with `sum_axis`.
+fn sum_to_size<T: Clone + Default>(
+    x: &ArrayD<T>,
+    target: &[usize],
+    sum_axis: impl Fn(&ArrayD<T>, Axis) -> ArrayD<T>,
+) -> Result<ArrayD<T>, String> {
     let lead = x.ndim() - target.len();
     if x.is_empty() {
         // As in `reduce`: no partial sums as large as the other axes of an empty input.
-        return Ok(ArrayD::zeros(IxDyn(target)));
+        return Ok(ArrayD::from_elem(IxDyn(target), T::default()));
     }
     // Standard layout, so the summation order depends on the shape only (see `reduce`).
     let mut acc = x.as_standard_layout().into_owned();
     for axis in (0..x.ndim()).rev() {
         let reduce = axis < lead || (target[axis - lead] == 1 && x.shape()[axis] != 1);
         if reduce {
-            acc = acc.sum_axis(Axis(axis));
+            acc = sum_axis(&acc, Axis(axis));
             if axis >= lead {
                 acc.insert_axis_inplace(Axis(axis));
             }
@@ -131,24 +202,57 @@ fn sum_to_size(x: &ArrayD<f64>, target: &[usize]) -> Result<ArrayD<f64>, String>
         .map_err(|e| e.to_string())
 }
 
+/// The wrapping sum of `x` along `axis`.
+fn wrapping_sum_axis(x: &ArrayD<i64>, axis: Axis) -> ArrayD<i64> {
+    x.map_axis(axis, |lane| {
+        lane.iter().fold(0i64, |a, &v| a.wrapping_add(v))
+    })
+}
+
 /// NumPy matmul through ndarray's GEMM, looping over broadcast batch dimensions.
-fn matmul(a: &Tensor, b: &Tensor, out: &TensorType) -> Result<ArrayD<f64>, String> {
+fn matmul(a: &ArrayD<f64>, b: &ArrayD<f64>, out: &TensorType) -> Result<ArrayD<f64>, String> {
+    let f32_compute = !out.dtype.compute_is_f64();
+    batched(a, b, out, |ai, bi| {
+        if f32_compute {
+            gemm_f32(ai, bi, out.dtype)
+        } else {
+            ai.dot(&bi)
+        }
+    })
+}
+
+/// Integer matmul: products and sums wrap in i64 (`Wrapping`), as NumPy's integer matmul
+/// wraps; the caller wraps the result to its dtype. Operands arrive already in that dtype.
+fn matmul_ints(a: &Tensor, b: &Tensor, out: &TensorType) -> Result<ArrayD<i64>, String> {
+    use std::num::Wrapping;
+    let (a, b) = (a.ints().mapv(Wrapping), b.ints().mapv(Wrapping));
+    let product = batched(&a, &b, out, |ai, bi| ai.dot(&bi))?;
+    Ok(product.mapv(|w| w.0))
+}
+
+/// A matrix product per broadcast batch, computed by `product`.
+fn batched<T: ndarray::LinalgScalar>(
+    a: &ArrayD<T>,
+    b: &ArrayD<T>,
+    out: &TensorType,
+    product: impl Fn(ArrayView2<T>, ArrayView2<T>) -> Array2<T>,
+) -> Result<ArrayD<T>, String> {
     // Promote 1-D operands to matrices, as NumPy does.
-    let a2 = if a.data.ndim() == 1 {
-        a.data.clone().insert_axis(Axis(0))
+    let a2 = if a.ndim() == 1 {
+        a.clone().insert_axis(Axis(0))
     } else {
-        a.data.clone()
+        a.clone()
     };
-    let b2 = if b.data.ndim() == 1 {
-        b.data.clone().insert_axis(Axis(1))
+    let b2 = if b.ndim() == 1 {
+        b.clone().insert_axis(Axis(1))
     } else {
-        b.data.clone()
+        b.clone()
     };
     let (n, k) = (a2.shape()[a2.ndim() - 2], a2.shape()[a2.ndim() - 1]);
     let m = b2.shape()[b2.ndim() - 1];
     let batch =
         crate::shape::broadcast(&a2.shape()[..a2.ndim() - 2], &b2.shape()[..b2.ndim() - 2])?;
-    let full = |arr: &ArrayD<f64>, rows, cols| {
+    let full = |arr: &ArrayD<T>, rows, cols| {
         let mut shape = batch.clone();
         shape.extend([rows, cols]);
         // Row-major whatever the operand's layout (`to_owned` keeps a column-major one, which
@@ -165,16 +269,10 @@ fn matmul(a: &Tensor, b: &Tensor, out: &TensorType) -> Result<ArrayD<f64>, Strin
     let b3 = b3
         .into_shape_with_order((batches, k, m))
         .map_err(|e| e.to_string())?;
-    let f32_compute = !out.dtype.compute_is_f64();
     let mut result = Vec::with_capacity(batches * n * m);
     for i in 0..batches {
         let (ai, bi) = (a3.index_axis(Axis(0), i), b3.index_axis(Axis(0), i));
-        let product: Array2<f64> = if f32_compute {
-            gemm_f32(ai, bi, out.dtype)
-        } else {
-            ai.dot(&bi)
-        };
-        result.extend(product.iter().copied());
+        result.extend(product(ai, bi).iter().copied());
     }
     ArrayD::from_shape_vec(IxDyn(&out.shape), result).map_err(|e| e.to_string())
 }

@@ -1,11 +1,15 @@
 //! Pointwise ops: interpret the op's formula over broadcast operands.
+//!
+//! Integer ops compute in exact 64-bit integers that wrap ([`WrappingInt`]) and are wrapped
+//! to the result dtype; float ops at their dtype's float precision. Integers never go through
+//! f64 unless the op's dtype rule makes the result a float.
 
 use crate::attr::Attrs;
-use crate::dtype::DType;
-use crate::formula::{Bindings, Expr, Scalar, evaluate};
+use crate::dtype::{Category, DType};
+use crate::formula::{Bindings, Expr, Scalar, WrappingInt, evaluate};
 use crate::graph::TensorType;
 use crate::rules::{DtypeRule, OpDef};
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, wrap_int};
 use ndarray::{ArrayD, IxDyn};
 
 /// The dtype operands are converted to before the formula runs, as eager frameworks convert
@@ -34,6 +38,21 @@ pub(crate) fn converts(op: &OpDef, index: usize) -> bool {
     }
 }
 
+/// Whether a pointwise op computes in exact integers ([`WrappingInt`]): its common dtype is an
+/// integer type, or (a cast or a constant, which have none) its operands are all integers and
+/// there is something integer to compute (an operand, or an integer result).
+pub(crate) fn computes_in_integers(
+    common: Option<DType>,
+    arg_dtypes: &[DType],
+    out: DType,
+) -> bool {
+    let int = |d: DType| d.category() == Category::Integer;
+    match common {
+        Some(c) => int(c),
+        None => arg_dtypes.iter().all(|&d| int(d)) && (!arg_dtypes.is_empty() || int(out)),
+    }
+}
+
 pub(super) fn apply(
     op: &OpDef,
     expr: &Expr,
@@ -43,21 +62,38 @@ pub(super) fn apply(
     arg_dtypes: &[DType],
 ) -> Result<Tensor, String> {
     let common = common_dtype(op, arg_dtypes, out.dtype);
+    if computes_in_integers(common, arg_dtypes, out.dtype) {
+        // Exact integers throughout: an operand is wrapped to the common dtype (a widening,
+        // so exact), a bool is 0 or 1, and a float operand that takes no part in the common
+        // dtype is converted as a cast to i64 converts it.
+        let operands = operands(args, out, |i, t| {
+            let convert = common.filter(|_| converts(op, i)).unwrap_or(DType::I64);
+            Ok(t.ints().mapv(|v| WrappingInt(wrap_int(convert, v))))
+        })?;
+        let attr_values: Vec<(String, [WrappingInt; 1])> = attrs
+            .iter()
+            .filter_map(|(k, v)| v.as_i64().map(|x| (k.clone(), [WrappingInt(x)])))
+            .collect();
+        let values = run(op, expr, &operands, &attr_values, out)?;
+        let data = ArrayD::from_shape_vec(IxDyn(&out.shape), values.iter().map(|w| w.0).collect())
+            .map_err(|e| format!("internal shape error: {e}"))?;
+        return Ok(Tensor::from_int_array(out.dtype, data));
+    }
     // Operands are rounded to the common dtype first, then the formula runs at that dtype's
     // compute precision: f32 for f16/bf16/f32, f64 otherwise (and for casts, which must round
-    // once, from the exact value).
+    // once, from the exact value). An integer operand becomes the nearest f64 first.
     let in_f64 = common.is_none_or(|d| d.compute_is_f64()) || out.dtype == DType::F64;
     let values = if in_f64 {
-        run::<f64>(op, expr, args, attrs, out, common)?
+        float_run::<f64>(op, expr, args, attrs, out, common)?
     } else {
-        run::<f32>(op, expr, args, attrs, out, common)?
+        float_run::<f32>(op, expr, args, attrs, out, common)?
     };
     let data = ArrayD::from_shape_vec(IxDyn(&out.shape), values)
         .map_err(|e| format!("internal shape error: {e}"))?;
     Ok(Tensor::from_array(out.dtype, data))
 }
 
-fn run<S: Scalar>(
+fn float_run<S: Scalar>(
     op: &OpDef,
     expr: &Expr,
     args: &[&Tensor],
@@ -65,38 +101,58 @@ fn run<S: Scalar>(
     out: &TensorType,
     common: Option<DType>,
 ) -> Result<Vec<f64>, String> {
-    let len = crate::shape::numel(&out.shape);
-    let mut operands: Vec<Vec<S>> = Vec::with_capacity(args.len());
-    for (i, arg) in args.iter().enumerate() {
+    let operands = operands(args, out, |i, t| {
         let round = |v: f64| match common {
             Some(d) if converts(op, i) => d.round(v),
             _ => v,
         };
-        // A one-element operand stays a scalar; anything else is broadcast to the output.
-        let values: Vec<S> = if arg.data.len() == 1 {
-            vec![S::from_f64(round(
-                arg.data.iter().next().copied().unwrap_or(0.0),
-            ))]
-        } else {
-            let view = arg
-                .data
-                .broadcast(IxDyn(&out.shape))
-                .ok_or_else(|| format!("cannot broadcast {:?} to {:?}", arg.shape(), out.shape))?;
-            view.iter().map(|&v| S::from_f64(round(v))).collect()
-        };
-        operands.push(values);
-    }
+        Ok(t.floats().mapv(|v| S::from_f64(round(v))))
+    })?;
     let attr_values: Vec<(String, [S; 1])> = attrs
         .iter()
         .filter_map(|(k, v)| v.as_f64().map(|x| (k.clone(), [S::from_f64(x)])))
         .collect();
+    let result = run(op, expr, &operands, &attr_values, out)?;
+    Ok(result.into_iter().map(S::to_f64).collect())
+}
+
+/// Each operand converted by `convert(index, tensor)`; a one-element operand stays a scalar,
+/// anything else is broadcast to the output.
+fn operands<S: Scalar>(
+    args: &[&Tensor],
+    out: &TensorType,
+    convert: impl Fn(usize, &Tensor) -> Result<ArrayD<S>, String>,
+) -> Result<Vec<Vec<S>>, String> {
+    let mut operands = Vec::with_capacity(args.len());
+    for (i, arg) in args.iter().enumerate() {
+        let converted = convert(i, arg)?;
+        let values: Vec<S> = if converted.len() == 1 {
+            converted.iter().copied().collect()
+        } else {
+            let view = converted
+                .broadcast(IxDyn(&out.shape))
+                .ok_or_else(|| format!("cannot broadcast {:?} to {:?}", arg.shape(), out.shape))?;
+            view.iter().copied().collect()
+        };
+        operands.push(values);
+    }
+    Ok(operands)
+}
+
+fn run<S: Scalar>(
+    op: &OpDef,
+    expr: &Expr,
+    operands: &[Vec<S>],
+    attr_values: &[(String, [S; 1])],
+    out: &TensorType,
+) -> Result<Vec<S>, String> {
+    let len = crate::shape::numel(&out.shape);
     let mut bindings = Bindings::new(len);
     for (i, values) in operands.iter().enumerate() {
         bindings = bindings.bind(op.operand_name(i), values);
     }
-    for (name, value) in &attr_values {
+    for (name, value) in attr_values {
         bindings = bindings.bind(name, value);
     }
-    let result = evaluate(expr, &bindings, len)?;
-    Ok(result.into_iter().map(S::to_f64).collect())
+    evaluate(expr, &bindings, len)
 }

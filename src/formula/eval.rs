@@ -44,6 +44,10 @@ pub trait Scalar:
     fn sin(self) -> Self;
     fn cos(self) -> Self;
     fn powf(self, exponent: Self) -> Self;
+    /// `1 / sqrt(x)`, rounded twice at float precisions.
+    fn rsqrt(self) -> Self {
+        Self::from_f64(1.0) / self.sqrt()
+    }
     fn is_nan(self) -> bool;
     fn is_sign_negative(self) -> bool;
 }
@@ -107,6 +111,114 @@ macro_rules! impl_scalar {
 
 impl_scalar!(f32, libm::erff);
 impl_scalar!(f64, libm::erf);
+
+/// An integer at the compute precision of the integer dtypes: 64-bit two's complement with
+/// wrap-around, as NumPy computes `int64` (and `int32`, whose values this holds exactly: the
+/// low 32 bits of a wrapped 64-bit sum, difference or product are those of the 32-bit one, so
+/// rounding the result to `i32` afterwards gives NumPy's `int32` answer).
+///
+/// `+`, `-`, `*`, unary `-`, `abs` (`abs(i64::MIN)` is `i64::MIN`), `min`, `max`, `select`
+/// and comparisons are exact integer operations. Every other primitive (`/`, `exp`, `pow`,
+/// `floor`, …) has no integer meaning in the language: it converts its operands to f64, computes
+/// there and converts back as a cast does (toward zero, saturating, NaN → 0). The catalogue's
+/// ops never reach those on integers (their dtype rule makes them float), only custom ops do.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
+pub struct WrappingInt(pub i64);
+
+impl WrappingInt {
+    fn via_f64(self, f: impl Fn(f64) -> f64) -> Self {
+        WrappingInt(f(self.0 as f64) as i64)
+    }
+}
+
+impl Add for WrappingInt {
+    type Output = Self;
+    fn add(self, o: Self) -> Self {
+        WrappingInt(self.0.wrapping_add(o.0))
+    }
+}
+
+impl Sub for WrappingInt {
+    type Output = Self;
+    fn sub(self, o: Self) -> Self {
+        WrappingInt(self.0.wrapping_sub(o.0))
+    }
+}
+
+impl Mul for WrappingInt {
+    type Output = Self;
+    fn mul(self, o: Self) -> Self {
+        WrappingInt(self.0.wrapping_mul(o.0))
+    }
+}
+
+impl Div for WrappingInt {
+    type Output = Self;
+    fn div(self, o: Self) -> Self {
+        WrappingInt((self.0 as f64 / o.0 as f64) as i64)
+    }
+}
+
+impl Neg for WrappingInt {
+    type Output = Self;
+    fn neg(self) -> Self {
+        WrappingInt(self.0.wrapping_neg())
+    }
+}
+
+impl Scalar for WrappingInt {
+    fn from_f64(v: f64) -> Self {
+        WrappingInt(v as i64)
+    }
+    fn to_f64(self) -> f64 {
+        self.0 as f64
+    }
+    fn exp(self) -> Self {
+        self.via_f64(f64::exp)
+    }
+    fn ln(self) -> Self {
+        self.via_f64(f64::ln)
+    }
+    fn ln_1p(self) -> Self {
+        self.via_f64(f64::ln_1p)
+    }
+    fn exp_m1(self) -> Self {
+        self.via_f64(f64::exp_m1)
+    }
+    fn sqrt(self) -> Self {
+        self.via_f64(f64::sqrt)
+    }
+    fn tanh(self) -> Self {
+        self.via_f64(f64::tanh)
+    }
+    fn erf(self) -> Self {
+        self.via_f64(libm::erf)
+    }
+    fn abs(self) -> Self {
+        WrappingInt(self.0.wrapping_abs())
+    }
+    fn floor(self) -> Self {
+        self.via_f64(f64::floor)
+    }
+    fn sin(self) -> Self {
+        self.via_f64(f64::sin)
+    }
+    fn cos(self) -> Self {
+        self.via_f64(f64::cos)
+    }
+    fn powf(self, exponent: Self) -> Self {
+        WrappingInt((self.0 as f64).powf(exponent.0 as f64) as i64)
+    }
+    fn rsqrt(self) -> Self {
+        self.via_f64(|x| 1.0 / x.sqrt())
+    }
+    fn is_nan(self) -> bool {
+        false
+    }
+    fn is_sign_negative(self) -> bool {
+        self.0 < 0
+    }
+}
 
 /// Values bound to variables: each is a slice either of length `len` or of length 1 (a scalar broadcast to all elements).
 ///
@@ -327,7 +439,7 @@ fn eval_node<'a, S: Scalar>(
                 Func::Log1p => map1(arg(), S::ln_1p),
                 Func::Expm1 => map1(arg(), S::exp_m1),
                 Func::Sqrt => map1(arg(), S::sqrt),
-                Func::Rsqrt => map1(arg(), |x| S::from_f64(1.0) / x.sqrt()),
+                Func::Rsqrt => map1(arg(), S::rsqrt),
                 Func::Tanh => map1(arg(), S::tanh),
                 Func::Erf => map1(arg(), S::erf),
                 Func::Abs => map1(arg(), S::abs),
@@ -511,6 +623,47 @@ mod tests {
         assert!(evaluate::<f64>(&e, &Bindings::new(2), 3).is_err());
         let bad = Expr::Call(Func::Pow, vec![Expr::Num(1.0)]);
         assert!(evaluate::<f64>(&bad, &Bindings::new(1), 1).is_err());
+    }
+
+    fn int(formula: &str, vars: &[(&str, &[i64])], len: usize) -> Vec<i64> {
+        let wrapped: Vec<(&str, Vec<WrappingInt>)> = vars
+            .iter()
+            .map(|(n, v)| (*n, v.iter().map(|&x| WrappingInt(x)).collect()))
+            .collect();
+        let mut b = Bindings::new(len);
+        for (name, values) in &wrapped {
+            b = b.bind(name, values);
+        }
+        let out = evaluate(&parse(formula).unwrap(), &b, len).unwrap();
+        out.into_iter().map(|w| w.0).collect()
+    }
+
+    #[test]
+    fn integer_arithmetic_wraps_and_compares_exactly() {
+        let a = (1i64 << 52) + 1;
+        assert_eq!(int("x * 3", &[("x", &[a])], 1), vec![a * 3]);
+        assert_eq!(
+            int("x * x", &[("x", &[i64::MAX])], 1),
+            vec![i64::MAX.wrapping_mul(i64::MAX)]
+        );
+        assert_eq!(int("abs(x)", &[("x", &[i64::MIN])], 1), vec![i64::MIN]);
+        assert_eq!(int("-x", &[("x", &[i64::MIN])], 1), vec![i64::MIN]);
+        // Neighbours that f64 cannot tell apart still compare as integers.
+        let (lo, hi) = ((1i64 << 53) + 1, (1i64 << 53) + 2);
+        assert_eq!(int("a < b", &[("a", &[lo]), ("b", &[hi])], 1), vec![1]);
+        assert_eq!(int("max(a, b)", &[("a", &[lo]), ("b", &[hi])], 1), vec![hi]);
+        assert_eq!(int("min(a, b)", &[("a", &[lo]), ("b", &[hi])], 1), vec![lo]);
+        assert_eq!(
+            int(
+                "select(c, a, b)",
+                &[("c", &[0]), ("a", &[lo]), ("b", &[hi])],
+                1
+            ),
+            vec![hi]
+        );
+        // Primitives without an integer meaning go through f64 and back as a cast.
+        assert_eq!(int("x / 2", &[("x", &[-7])], 1), vec![-3]);
+        assert_eq!(int("x / 0", &[("x", &[0])], 1), vec![0]);
     }
 
     #[test]

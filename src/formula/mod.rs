@@ -12,7 +12,7 @@ use std::fmt;
 pub mod eval;
 mod parse;
 
-pub use eval::{Bindings, Scalar, evaluate};
+pub use eval::{Bindings, Scalar, WrappingInt, evaluate};
 pub use parse::parse;
 
 /// The most terms (numbers, names, operators and function calls, as written) one formula may

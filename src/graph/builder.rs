@@ -87,6 +87,20 @@ impl GraphBuilder {
         )
     }
 
+    /// Adds a scalar integer constant of an integer dtype, exact whatever its magnitude (see
+    /// [`Self::constant`] for the op it uses).
+    pub fn constant_int(&mut self, name: &str, value: i64, dtype: DType) -> String {
+        self.op_with(
+            name,
+            Builtin::Const.name(),
+            &[],
+            &[
+                ("value", AttrValue::Int(value)),
+                ("dtype", AttrValue::DType(dtype)),
+            ],
+        )
+    }
+
     pub fn finish(mut self, outputs: &[&str]) -> Graph {
         self.graph.outputs = outputs.iter().map(|o| o.to_string()).collect();
         self.graph

@@ -260,7 +260,7 @@ pub fn resolve_attrs(op: &OpDef, attrs: &Attrs) -> Result<Attrs, (Option<String>
                     },
                 ));
             }
-            Some(spec) if spec.ty != value.ty() => {
+            Some(spec) if !spec.ty.admits(value) => {
                 return Err((
                     Some(name.clone()),
                     ErrorKind::AttrType {

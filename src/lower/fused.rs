@@ -11,9 +11,9 @@ use super::ir::{Axis, Instr, KernelIr, Launch, Prec, ReduceKind, Reduction, Stor
 use super::view::{broadcast_view, domain_of};
 use super::{Lowered, lower_error};
 use crate::dag::{Dag, Value};
-use crate::dtype::DType;
+use crate::dtype::{Category, DType};
 use crate::error::Result;
-use crate::eval::pointwise::{common_dtype, converts};
+use crate::eval::pointwise::{common_dtype, computes_in_integers, converts};
 use crate::formula::Expr;
 use crate::graph::check::{BuiltinPlan, plan_builtin};
 use crate::rules::{Builtin, OpKind};
@@ -39,7 +39,10 @@ impl Builder<'_> {
     fn at_prec(&mut self, x: ValueId, to: Prec) -> ValueId {
         match (self.ir.prec(x), to) {
             (Prec::F32, Prec::F64) => self.push(Instr::Widen { x }),
-            (Prec::F64, Prec::F32) => self.round(x, DType::F32),
+            (Prec::F64 | Prec::I64, Prec::F32) => self.round(x, DType::F32),
+            (Prec::I64, Prec::F64) => self.round(x, DType::F64),
+            // A bool or float operand of an integer computation, converted as a cast.
+            (Prec::F32 | Prec::F64, Prec::I64) => self.round(x, DType::I64),
             _ => x,
         }
     }
@@ -47,6 +50,10 @@ impl Builder<'_> {
     /// `x` rounded to `dtype`. Widening is exact, so rounding a widened f32 to f32 or to a
     /// narrower float rounds the f32 itself (one conversion instead of two).
     fn round(&mut self, x: ValueId, dtype: DType) -> ValueId {
+        if self.ir.prec(x) == Prec::I64 && dtype == DType::I64 {
+            // Every integer held at I64 is already an i64.
+            return x;
+        }
         if let Instr::Widen { x: inner } = self.ir.body[x] {
             match dtype {
                 DType::F32 => return inner,
@@ -57,10 +64,25 @@ impl Builder<'_> {
         self.push(Instr::Round { x, dtype })
     }
 
+    /// An exact integer literal.
+    fn int_constant(&mut self, value: i64) -> ValueId {
+        if let Some(i) = self
+            .ir
+            .body
+            .iter()
+            .position(|instr| *instr == Instr::Int { value })
+        {
+            return i;
+        }
+        self.push(Instr::Int { value })
+    }
+
     fn constant(&mut self, value: f64, prec: Prec) -> ValueId {
         let value = match prec {
             Prec::F32 => value as f32 as f64,
             Prec::F64 => value,
+            // A formula's literal on integers converts as a cast to i64 (as `WrappingInt`).
+            Prec::I64 => return self.int_constant(value as i64),
         };
         if let Some(i) = self.ir.body.iter().position(|instr| {
             matches!(instr, Instr::Const { value: v, prec: p }
@@ -124,7 +146,13 @@ impl Builder<'_> {
         let arg_dtypes: Vec<DType> = node.args.iter().map(|&a| dag.ty(a).dtype).collect();
         let common = common_dtype(&node.op, &arg_dtypes, out);
         let in_f64 = common.is_none_or(|d| d.compute_is_f64()) || out == DType::F64;
-        let prec = if in_f64 { Prec::F64 } else { Prec::F32 };
+        let prec = if computes_in_integers(common, &arg_dtypes, out) {
+            Prec::I64
+        } else if in_f64 {
+            Prec::F64
+        } else {
+            Prec::F32
+        };
         let mut env: HashMap<&str, ValueId> = HashMap::new();
         for (i, &arg) in node.args.iter().enumerate() {
             let (mut v, dtype) = self.value(arg)?;
@@ -138,15 +166,19 @@ impl Builder<'_> {
             env.insert(node.op.operand_name(i), v);
         }
         for (name, attr) in node.attrs.iter() {
-            if let Some(x) = attr.as_f64() {
-                let c = self.constant(x, prec);
+            // Integer computations read attributes exactly (a `const` beyond 2^53).
+            let c = match prec {
+                Prec::I64 => attr.as_i64().map(|x| self.int_constant(x)),
+                _ => attr.as_f64().map(|x| self.constant(x, prec)),
+            };
+            if let Some(c) = c {
                 env.entry(name.as_str()).or_insert(c);
             }
         }
         let mut result = self.formula(expr, &env, prec, n)?;
         let needs_round = !matches!(
             (prec, out),
-            (Prec::F32, DType::F32) | (Prec::F64, DType::F64)
+            (Prec::F32, DType::F32) | (Prec::F64, DType::F64) | (Prec::I64, DType::I64)
         );
         if needs_round {
             result = self.round(result, out);
@@ -269,6 +301,13 @@ impl Builder<'_> {
             axes,
         };
         let (value, _) = self.value(x)?;
+        // Integer results accumulate exact integers (a bool summed into i64 becomes 0 or 1);
+        // float results accumulate floats (an integer averaged by `mean` becomes its f64).
+        let value = match (node.ty.dtype.category(), self.ir.prec(value)) {
+            (Category::Integer, _) => self.at_prec(value, Prec::I64),
+            (_, Prec::I64) => self.at_prec(value, Prec::F64),
+            _ => value,
+        };
         self.ir.reductions.push(Reduction {
             kind,
             value,

@@ -15,8 +15,10 @@
 //!
 //! The body is straight-line SSA over per-element scalars: [`Instr`]s, each producing one
 //! value at a compute precision ([`Prec`]): f16, bf16 and f32 values are held as C `float`,
-//! f64, integers and bool as `double` (as the reference evaluator holds them), so every
-//! integer or bool value is exact and every float value is exactly the graph's value.
+//! f64 and bool as `double`, i32 and i64 as `int64_t` (as the reference evaluator holds them),
+//! so every integer or bool value is exact and every float value is exactly the graph's value.
+//! Integer arithmetic wraps in 64 bits (emitters spell it through unsigned arithmetic, since
+//! signed overflow is undefined in C); an i32 result is wrapped to 32 bits by its `Round`.
 //! Rounding happens only where an [`Instr::Round`] says so, which is where the unfused graph
 //! rounds: operands converted to an op's common dtype, and each result to its dtype.
 
@@ -28,17 +30,22 @@ use crate::formula::{BinOp, Func};
 pub enum Prec {
     /// C `float`: values of dtype f16, bf16, f32.
     F32,
-    /// C `double`: values of dtype f64, i32, i64, bool.
+    /// C `double`: values of dtype f64 and bool.
     F64,
+    /// C `int64_t`, wrapping on overflow: values of dtype i32 and i64. `+`, `-`, `*`, `-x`,
+    /// comparisons, `abs`, `min`, `max` and `select` are exact integer operations; every other
+    /// primitive converts its operands to f64, computes there and converts back as a cast to
+    /// i64 does (`WrappingInt` in the formula interpreter).
+    I64,
 }
 
 impl Prec {
     /// The precision a value of `dtype` is held in.
     pub fn of(dtype: DType) -> Prec {
-        if dtype.compute_is_f64() {
-            Prec::F64
-        } else {
-            Prec::F32
+        match dtype {
+            DType::I32 | DType::I64 => Prec::I64,
+            DType::F32 | DType::F16 | DType::BF16 => Prec::F32,
+            DType::F64 | DType::Bool => Prec::F64,
         }
     }
 }
@@ -73,14 +80,20 @@ pub enum Instr {
     /// The element of load view `view` (an index into [`KernelIr::loads`]) at the current
     /// domain point, converted to `Prec::of(view dtype)`.
     Load { view: usize },
-    /// A literal at precision `prec` (already representable: the lowering rounds it).
+    /// A literal at precision `prec`, F32 or F64 (already representable: the lowering rounds
+    /// it).
     Const { value: f64, prec: Prec },
+    /// An integer literal, held at `Prec::I64`: exact, whatever its magnitude.
+    Int { value: i64 },
     /// f32 → f64, exact.
     Widen { x: ValueId },
     /// Rounds `x` to the nearest value of `dtype`, with the reference evaluator's rules
     /// ([`DType::round`]): floats to nearest even (NaN kept, overflow to ±Inf; from f64 to
     /// f16/bf16 exactly once, not via a second rounding), integers toward zero with
-    /// saturation and NaN → 0, bool as `x != 0`. The result is held at `Prec::of(dtype)`.
+    /// saturation and NaN → 0, bool as `x != 0`. From an integer (`Prec::I64`) `x`: to an
+    /// integer type by wrapping (i32 keeps the low 32 bits), to a float by rounding to nearest
+    /// (through f64, which rounds only once in effect), to bool as `x != 0`. The result is held
+    /// at `Prec::of(dtype)`.
     Round { x: ValueId, dtype: DType },
     /// `-x` at precision `prec`.
     Neg { x: ValueId, prec: Prec },
@@ -105,7 +118,7 @@ impl Instr {
     /// The values this instruction reads, in operand order.
     pub fn operands(&self) -> Vec<ValueId> {
         match self {
-            Instr::Load { .. } | Instr::Const { .. } => Vec::new(),
+            Instr::Load { .. } | Instr::Const { .. } | Instr::Int { .. } => Vec::new(),
             Instr::Widen { x } | Instr::Round { x, .. } | Instr::Neg { x, .. } => vec![*x],
             Instr::Binary { a, b, .. } => vec![*a, *b],
             Instr::Call { args, .. } => args.clone(),
@@ -128,11 +141,13 @@ pub struct Store {
 /// What a reduction computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReduceKind {
-    /// Σ, accumulated in f64 (as the reference evaluator does). Identity 0.
+    /// Σ, accumulated in f64 (as the reference evaluator does); for an integer output, in
+    /// wrapping i64 over values held at `Prec::I64`. Identity 0.
     Sum,
     /// Σ / (number of reduced elements); 0/0 = NaN for an empty reduction.
     Mean,
-    /// Maximum; NaN propagates (any NaN makes the result NaN). Identity −∞.
+    /// Maximum; NaN propagates (any NaN makes the result NaN). Identity −∞, or `i64::MIN`
+    /// for an integer output (compared as integers, over values held at `Prec::I64`).
     Max,
 }
 
@@ -187,6 +202,7 @@ impl KernelIr {
             | Instr::Binary { prec, .. }
             | Instr::Call { prec, .. } => *prec,
             Instr::Widen { .. } => Prec::F64,
+            Instr::Int { .. } => Prec::I64,
             Instr::Round { dtype, .. } => Prec::of(*dtype),
         }
     }

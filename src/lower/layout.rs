@@ -43,7 +43,8 @@ impl Copy {
             if Prec::of(self.from) == Prec::F32 && Prec::of(self.to) == Prec::F64 {
                 body.push(Instr::Widen { x: 0 });
             }
-            if self.to != DType::F64 {
+            // An integer becomes an f64 by a rounding too.
+            if self.to != DType::F64 || Prec::of(self.from) == Prec::I64 {
                 let x = body.len() - 1;
                 body.push(Instr::Round { x, dtype: self.to });
             }

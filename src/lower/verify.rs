@@ -55,6 +55,9 @@ pub enum IrError {
     /// Reduction `reduction`'s output view is broadcast on axis `axis` where the axis is kept,
     /// or not broadcast where it is reduced.
     ReductionOutput { reduction: usize, axis: usize },
+    /// Reduction `reduction` has an integer output but reduces a value not held as an integer
+    /// (`Prec::I64`), or the other way round: integers accumulate exactly, floats in f64.
+    ReducedPrecision { reduction: usize },
 }
 
 impl fmt::Display for IrError {
@@ -91,6 +94,11 @@ impl fmt::Display for IrError {
             IrError::StorePrecision { store } => write!(
                 f,
                 "stored value's precision differs from its dtype's (store {store})"
+            ),
+            IrError::ReducedPrecision { reduction } => write!(
+                f,
+                "reduced value's precision does not match its output (reduction {reduction}): \
+                 integer outputs reduce integers, float and bool outputs floats"
             ),
             IrError::MissingReducedValue { reduction, value } => write!(
                 f,
@@ -192,6 +200,10 @@ impl KernelIr {
                     len: red.reduced.len(),
                     rank: self.rank,
                 });
+            }
+            let integer_value = self.prec(red.value) == Prec::I64;
+            if integer_value != (Prec::of(red.view.dtype) == Prec::I64) {
+                return Err(IrError::ReducedPrecision { reduction });
             }
             let broadcast = |d: usize| red.view.axes[d] == Axis::Broadcast;
             if let Some(axis) = (0..self.rank).find(|&d| broadcast(d) != red.reduced[d]) {

@@ -14,7 +14,7 @@
 //! - otherwise the right-hand side is added and unioned with the matched class.
 
 use super::condition::Condition;
-use crate::egraph::analysis::op_data;
+use crate::egraph::analysis::{Constant, op_data};
 use crate::egraph::{ClassData, ENode, FuseGraph, TypeAnalysis};
 use egg::{Applier, ENodeOrVar, Id, Language, PatternAst, Subst, Symbol};
 
@@ -65,9 +65,9 @@ pub fn instance_data(
     data.pop().ok_or_else(|| "empty pattern".to_string())
 }
 
-fn same_constant(a: Option<f64>, b: Option<f64>) -> bool {
+fn same_constant(a: Option<Constant>, b: Option<Constant>) -> bool {
     match (a, b) {
-        (Some(x), Some(y)) => x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
+        (Some(x), Some(y)) => x.same(y),
         _ => true,
     }
 }
@@ -118,10 +118,10 @@ impl Applier<ENode, TypeAnalysis> for CheckedApplier {
             record(
                 egraph,
                 format!(
-                    "rule `{}` is unsound: it rewrote the constant {:?} into {:?} ({})",
+                    "rule `{}` is unsound: it rewrote the constant {} into {} ({})",
                     self.direction,
-                    matched.constant.unwrap_or(f64::NAN),
-                    built.constant.unwrap_or(f64::NAN),
+                    matched.constant.map_or("?".to_string(), |c| c.to_string()),
+                    built.constant.map_or("?".to_string(), |c| c.to_string()),
                     matched.ty
                 ),
             );

@@ -207,7 +207,7 @@ fn shape_of(data: Option<&ClassData>) -> Option<Vec<usize>> {
 /// A tensor class's uniform constant with its dtype, or a number attribute's value.
 fn number_of(data: Option<&ClassData>) -> Option<(f64, Option<DType>)> {
     match data? {
-        ClassData::Tensor(t) => t.constant.map(|c| (c, Some(t.ty.dtype))),
+        ClassData::Tensor(t) => t.constant.map(|c| (c.as_f64(), Some(t.ty.dtype))),
         ClassData::Attr(leaf) => leaf.as_f64().map(|v| (v, None)),
         ClassData::Invalid(_) => None,
     }

@@ -1,13 +1,13 @@
 //! Typed host buffers: a tensor's elements in their storage format.
 //!
-//! The reference evaluator holds every value as f64; kernels read and write the real storage
+//! The reference evaluator holds floats as f64 and integers as i64; kernels read and write the real storage
 //! format (f16 and bf16 as 16-bit patterns, bool as one byte). A [`Buffer`] is that storage,
 //! aligned to 64 bytes (it is backed by cache-line blocks): every dtype can be read in place,
 //! a vector of 16 f32 never straddles two cache lines, and the CPU kernels' streaming stores,
 //! which need 64-byte alignment, apply to whole buffers.
 
-use crate::dtype::DType;
-use crate::tensor::Tensor;
+use crate::dtype::{Category, DType};
+use crate::tensor::{Data, Tensor};
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 
@@ -141,7 +141,8 @@ impl Buffer {
         self.elements_mut().store_f32(values)
     }
 
-    /// Element `i` as f64 (exact for every dtype).
+    /// Element `i` as f64 (integers beyond 2^53 round to nearest: read integers with
+    /// [`Buffer::get_int`]).
     pub fn get(&self, i: usize) -> f64 {
         self.elements().get(i)
     }
@@ -151,16 +152,39 @@ impl Buffer {
         self.elements_mut().set(i, v)
     }
 
+    /// Element `i` of an integer buffer, exactly; other dtypes convert as a cast to i64.
+    pub fn get_int(&self, i: usize) -> i64 {
+        self.elements().get_int(i)
+    }
+
+    /// Stores integer `v` wrapped to an integer dtype (other dtypes round it to nearest).
+    pub fn set_int(&mut self, i: usize, v: i64) {
+        self.elements_mut().set_int(i, v)
+    }
+
     pub fn from_tensor(t: &Tensor) -> Buffer {
         let mut b = Buffer::zeroed(t.dtype, t.shape());
-        let values = t.data.as_standard_layout();
-        for (i, &v) in values.iter().enumerate() {
-            b.set(i, v);
+        match &t.data {
+            Data::Float(a) => {
+                for (i, &v) in a.as_standard_layout().iter().enumerate() {
+                    b.set(i, v);
+                }
+            }
+            Data::Int(a) => {
+                for (i, &v) in a.as_standard_layout().iter().enumerate() {
+                    b.set_int(i, v);
+                }
+            }
         }
         b
     }
 
     pub fn to_tensor(&self) -> Tensor {
+        if self.dtype.category() == Category::Integer {
+            let values: Vec<i64> = (0..self.len()).map(|i| self.get_int(i)).collect();
+            let data = ArrayD::from_shape_vec(IxDyn(&self.shape), values).expect("shape matches");
+            return Tensor::from_int_array(self.dtype, data);
+        }
         let values: Vec<f64> = (0..self.len()).map(|i| self.get(i)).collect();
         let data = ArrayD::from_shape_vec(IxDyn(&self.shape), values).expect("shape matches");
         Tensor::from_array(self.dtype, data)
@@ -235,7 +259,20 @@ impl<'a> Elements<'a> {
         })
     }
 
-    /// Element `i` as f64 (exact for every dtype).
+    /// Element `i` of an integer dtype, exactly; other dtypes convert as a cast to i64
+    /// (bool as 0 or 1).
+    pub fn get_int(&self, i: usize) -> i64 {
+        let w = self.dtype.size_bytes();
+        let e = &self.bytes[i * w..(i + 1) * w];
+        match self.dtype {
+            DType::I32 => i64::from(i32::from_ne_bytes(e.try_into().expect("4 bytes"))),
+            DType::I64 => i64::from_ne_bytes(e.try_into().expect("8 bytes")),
+            _ => self.get(i) as i64,
+        }
+    }
+
+    /// Element `i` as f64 (exact for every dtype but i64 beyond 2^53, which rounds to
+    /// nearest: read integers with [`Elements::get_int`]).
     pub fn get(&self, i: usize) -> f64 {
         let w = self.dtype.size_bytes();
         let e = &self.bytes[i * w..(i + 1) * w];
@@ -272,6 +309,18 @@ impl<'a> ElementsMut<'a> {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Stores integer `v`: wrapped to an integer dtype (an i32 keeps the low 32 bits), rounded
+    /// to nearest for the other dtypes.
+    pub fn set_int(&mut self, i: usize, v: i64) {
+        let w = self.dtype.size_bytes();
+        let e = &mut self.bytes[i * w..(i + 1) * w];
+        match self.dtype {
+            DType::I32 => e.copy_from_slice(&(v as i32).to_ne_bytes()),
+            DType::I64 => e.copy_from_slice(&v.to_ne_bytes()),
+            _ => self.set(i, v as f64),
+        }
     }
 
     /// Stores `v` rounded to the dtype ([`DType::round`]).

@@ -6,14 +6,62 @@
 //! on the lowering.
 
 use super::buffer::Buffer;
+use crate::dtype::{Category, DType};
 use crate::formula::{BinOp, Func};
 use crate::lower::ir::{Instr, KernelIr, Launch, Prec, ReduceKind};
 use crate::lower::{Program, Step};
+use crate::tensor::{float_to_int, int_to_float, wrap_int};
 
 fn at(prec: Prec, v: f64) -> f64 {
     match prec {
         Prec::F32 => v as f32 as f64,
-        Prec::F64 => v,
+        _ => v,
+    }
+}
+
+/// `a op b` on integers held at `Prec::I64`: wrapping arithmetic and exact comparisons;
+/// division has no integer meaning and goes through f64 (see [`Prec::I64`]).
+fn int_binary(op: BinOp, a: i64, b: i64) -> i64 {
+    match op {
+        BinOp::Add => a.wrapping_add(b),
+        BinOp::Sub => a.wrapping_sub(b),
+        BinOp::Mul => a.wrapping_mul(b),
+        BinOp::Div => (a as f64 / b as f64) as i64,
+        BinOp::Lt => i64::from(a < b),
+        BinOp::Le => i64::from(a <= b),
+        BinOp::Gt => i64::from(a > b),
+        BinOp::Ge => i64::from(a >= b),
+        BinOp::Eq => i64::from(a == b),
+        BinOp::Ne => i64::from(a != b),
+    }
+}
+
+/// A primitive on integers held at `Prec::I64` (see [`Prec::I64`]).
+fn int_call(func: Func, x: &[i64]) -> i64 {
+    match func {
+        Func::Abs => x[0].wrapping_abs(),
+        Func::Min => x[0].min(x[1]),
+        Func::Max => x[0].max(x[1]),
+        Func::Select => {
+            if x[0] != 0 {
+                x[1]
+            } else {
+                x[2]
+            }
+        }
+        _ => {
+            let xs: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+            call(func, &xs, Prec::F64) as i64
+        }
+    }
+}
+
+/// `x`, held at `Prec::I64`, rounded to `dtype` ([`crate::lower::ir::Instr::Round`]): the
+/// result at `Prec::of(dtype)`, an integer or a float.
+fn round_int(x: i64, dtype: DType) -> (f64, i64) {
+    match dtype.category() {
+        Category::Integer => (0.0, wrap_int(dtype, x)),
+        _ => (int_to_float(dtype, x), 0),
     }
 }
 
@@ -104,7 +152,27 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
     let total: usize = sizes.iter().product();
     let loads = ir.loads.len();
     let stores = ir.stores.len();
-    // Reduction accumulators, by output element.
+    // Reduction accumulators, by output element; integer outputs accumulate in `iacc`.
+    let int_out = |r: usize| Prec::of(ir.reductions[r].view.dtype) == Prec::I64;
+    let mut iacc: Vec<Vec<i64>> = ir
+        .reductions
+        .iter()
+        .enumerate()
+        .map(|(r, red)| {
+            let init = match red.kind {
+                ReduceKind::Max => i64::MIN,
+                _ => 0,
+            };
+            vec![
+                init;
+                if int_out(r) {
+                    buffers[loads + stores + r].len()
+                } else {
+                    0
+                }
+            ]
+        })
+        .collect();
     let mut acc: Vec<Vec<f64>> = ir
         .reductions
         .iter()
@@ -127,7 +195,9 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
         off as usize
     };
     let mut coord = vec![0usize; rank];
+    // Each SSA value lives in `vals` (float and bool precisions) or `ints` (`Prec::I64`).
     let mut vals = vec![0f64; ir.body.len()];
+    let mut ints = vec![0i64; ir.body.len()];
     for flat in 0..total {
         let mut rest = flat;
         for d in (0..rank).rev() {
@@ -136,7 +206,30 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
         }
         for (i, instr) in ir.body.iter().enumerate() {
             let prec = ir.prec(i);
+            if prec == Prec::I64 {
+                ints[i] = match instr {
+                    Instr::Load { view } => buffers[*view].get_int(index(*view, &coord)),
+                    Instr::Int { value } => *value,
+                    Instr::Round { x, dtype } if ir.prec(*x) == Prec::I64 => {
+                        round_int(ints[*x], *dtype).1
+                    }
+                    Instr::Round { x, dtype } => float_to_int(*dtype, vals[*x]),
+                    Instr::Neg { x, .. } => ints[*x].wrapping_neg(),
+                    Instr::Binary { op, a, b, .. } => int_binary(*op, ints[*a], ints[*b]),
+                    Instr::Call { func, args, .. } => {
+                        let xs: Vec<i64> = args.iter().map(|&a| ints[a]).collect();
+                        int_call(*func, &xs)
+                    }
+                    Instr::Const { value, .. } => *value as i64,
+                    Instr::Widen { x } => vals[*x] as i64,
+                };
+                continue;
+            }
             vals[i] = match instr {
+                Instr::Int { value } => *value as f64,
+                Instr::Round { x, dtype } if ir.prec(*x) == Prec::I64 => {
+                    round_int(ints[*x], *dtype).0
+                }
                 Instr::Load { view } => buffers[*view].get(index(*view, &coord)),
                 Instr::Const { value, .. } => *value,
                 Instr::Widen { x } => vals[*x],
@@ -154,12 +247,25 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
             let first = (0..rank).all(|d| launch.strides[arg][d] != 0 || coord[d] == 0);
             if first {
                 let i = index(arg, &coord);
-                buffers[arg].set(i, vals[store.value]);
+                if ir.prec(store.value) == Prec::I64 {
+                    buffers[arg].set_int(i, ints[store.value]);
+                } else {
+                    buffers[arg].set(i, vals[store.value]);
+                }
             }
         }
         for (r, red) in ir.reductions.iter().enumerate() {
             let arg = loads + stores + r;
             let i = index(arg, &coord) - launch.offsets[arg] as usize;
+            if int_out(r) {
+                let v = ints[red.value];
+                let a = &mut iacc[r][i];
+                *a = match red.kind {
+                    ReduceKind::Max => (*a).max(v),
+                    _ => a.wrapping_add(v),
+                };
+                continue;
+            }
             let v = vals[red.value];
             let a = &mut acc[r][i];
             *a = match red.kind {
@@ -176,6 +282,12 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
     }
     for (r, red) in ir.reductions.iter().enumerate() {
         let arg = loads + stores + r;
+        if int_out(r) {
+            for (i, &a) in iacc[r].iter().enumerate() {
+                buffers[arg].set_int(i + launch.offsets[arg] as usize, a);
+            }
+            continue;
+        }
         let count: usize = (0..rank)
             .filter(|&d| red.reduced[d])
             .map(|d| sizes[d])

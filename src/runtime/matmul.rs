@@ -2,13 +2,14 @@
 //!
 //! Semantics are the reference evaluator's: NumPy matmul (1-D operands promoted, batch
 //! dimensions broadcast), operands rounded to the product's dtype, f32 arithmetic for f16,
-//! bf16 and f32 products and f64 otherwise, the result rounded to the product's dtype. An
+//! bf16 and f32 products, f64 for f64 products and wrapping i64 for integer ones, the result rounded to the product's dtype. An
 //! absorbed cast (fusion.ron's `library_casts`) rounds each element while the operand is
 //! converted into the layout the GEMM reads, so no cast kernel and no narrow copy exist.
 
 use super::buffer::{Buffer, Elements, ElementsMut};
-use crate::dtype::DType;
+use crate::dtype::{Category, DType};
 use crate::lower::MatMulOperand;
+use crate::tensor::{float_to_int, wrap_int};
 
 /// An operand as the GEMM reads it: contiguous, at compute precision.
 enum Packed<'a, T> {
@@ -31,6 +32,24 @@ fn pack_f64(buf: Elements<'_>, op: &MatMulOperand, out: DType) -> Vec<f64> {
             let v = buf.get(i);
             let v = op.cast.map_or(v, |c| c.round(v));
             out.round(v)
+        })
+        .collect()
+}
+
+/// An operand of an integer product as exact integers in the product's dtype: an integer
+/// element (through an absorbed integer cast, if any) wraps, anything else converts as a cast.
+fn pack_int(buf: Elements<'_>, op: &MatMulOperand, out: DType) -> Vec<i64> {
+    let exact = buf.dtype.category() == Category::Integer
+        && op.cast.is_none_or(|c| c.category() == Category::Integer);
+    (0..buf.len())
+        .map(|i| {
+            if exact {
+                let v = buf.get_int(i);
+                wrap_int(out, op.cast.map_or(v, |c| wrap_int(c, v)))
+            } else {
+                let v = buf.get(i);
+                float_to_int(out, op.cast.map_or(v, |c| c.round(v)))
+            }
         })
         .collect()
 }
@@ -128,7 +147,22 @@ pub fn matmul_elements(
             out.len()
         ));
     }
-    if !dtype.compute_is_f64() {
+    if dtype.category() == Category::Integer {
+        // Integer products wrap, as NumPy's integer matmul does: a plain loop of wrapping
+        // multiply-adds in i64 (no integer GEMM is worth its weight here), then each result
+        // wrapped to the product's dtype by the store.
+        let (pa, pb) = (pack_int(a, a_op, dtype), pack_int(b, b_op, dtype));
+        for (bi, &(oa, ob)) in offsets.iter().enumerate() {
+            for r in 0..n {
+                for c in 0..m {
+                    let dot = (0..k).fold(0i64, |acc, j| {
+                        acc.wrapping_add(pa[oa + r * k + j].wrapping_mul(pb[ob + j * m + c]))
+                    });
+                    out.set_int(bi * n * m + r * m + c, dot);
+                }
+            }
+        }
+    } else if !dtype.compute_is_f64() {
         let (pa, pb) = (pack_f32(a, a_op, dtype), pack_f32(b, b_op, dtype));
         let mut c = vec![0f32; total];
         for (bi, &(oa, ob)) in offsets.iter().enumerate() {

@@ -13,7 +13,7 @@ use fusebox::dtype::DType;
 use fusebox::eval::{self, Tensors};
 use fusebox::graph::{self, Graph, GraphBuilder};
 use fusebox::rules::RuleSet;
-use fusebox::tensor::Tensor;
+use fusebox::tensor::{Data, Tensor};
 use proptest::prelude::*;
 use rand::{RngExt, SeedableRng};
 
@@ -26,6 +26,8 @@ pub enum Step {
     Where(usize, usize, usize),
     Cast(DType, usize),
     Const(f64, DType),
+    /// An exact integer constant (the integer graphs' extremes).
+    IntConst(i64, DType),
     BroadcastTo(usize, usize),
     SumToSize(usize, usize),
     Reduce(&'static str, usize, i64),
@@ -43,6 +45,29 @@ pub const BINARY: [&str; 8] = ["add", "sub", "mul", "div", "max", "min", "pow", 
 pub const COMPARE: [&str; 3] = ["gt", "le", "ne"];
 pub const REDUCE: [&str; 3] = ["sum", "mean", "reduce_max"];
 pub const DTYPES: [DType; 4] = [DType::F32, DType::F32, DType::F16, DType::BF16];
+
+/// The integer graphs' ops: those that keep integers integral (wrapping arithmetic, exact
+/// comparisons and maxima), and their dtypes, with casts out to floats and back.
+pub const INT_UNARY: [&str; 3] = ["neg", "abs", "relu"];
+pub const INT_BINARY: [&str; 6] = ["add", "sub", "mul", "max", "min", "matmul"];
+pub const INT_REDUCE: [&str; 2] = ["sum", "reduce_max"];
+pub const INT_DTYPES: [DType; 2] = [DType::I32, DType::I64];
+pub const INT_CASTS: [DType; 5] = [DType::I32, DType::I64, DType::I64, DType::F64, DType::F32];
+
+/// Integers where wrap-around and f64's 53 bits bite: the extremes of both widths, the
+/// neighbours of 2^53 (which f64 cannot tell apart), and values whose products overflow.
+pub const INT_EXTREMES: [i64; 10] = [
+    i64::MIN,
+    i64::MAX,
+    i32::MIN as i64,
+    i32::MAX as i64,
+    (1 << 53) + 1,
+    -(1 << 53) - 1,
+    4503599627370497,
+    3037000500,
+    65537,
+    -1,
+];
 
 pub fn shape_pool(n: usize, m: usize) -> Vec<Vec<usize>> {
     vec![
@@ -84,6 +109,46 @@ pub fn step(layout: bool) -> BoxedStrategy<Step> {
     .boxed()
 }
 
+/// One step of an integer graph: wrapping arithmetic, comparisons, where, casts between the
+/// integer widths and out to floats, exact constants at the extremes, reductions, broadcasts
+/// and (with `layout`) layout ops.
+pub fn int_step(layout: bool) -> BoxedStrategy<Step> {
+    let v = 0usize..64;
+    let base = prop_oneof![
+        3 => (0..INT_UNARY.len(), v.clone()).prop_map(|(o, a)| Step::Unary(INT_UNARY[o], a)),
+        5 => (0..INT_BINARY.len(), v.clone(), v.clone()).prop_map(|(o, a, b)| Step::Binary(INT_BINARY[o], a, b)),
+        1 => (0..COMPARE.len(), v.clone(), v.clone()).prop_map(|(o, a, b)| Step::Compare(COMPARE[o], a, b)),
+        1 => (v.clone(), v.clone(), v.clone()).prop_map(|(c, a, b)| Step::Where(c, a, b)),
+        2 => (0..INT_CASTS.len(), v.clone()).prop_map(|(d, a)| Step::Cast(INT_CASTS[d], a)),
+        2 => (0..INT_EXTREMES.len(), 0..INT_DTYPES.len())
+            .prop_map(|(c, d)| Step::IntConst(INT_EXTREMES[c], INT_DTYPES[d])),
+        1 => (v.clone(), 0usize..6).prop_map(|(a, s)| Step::BroadcastTo(a, s)),
+        2 => (v.clone(), 0usize..6).prop_map(|(a, s)| Step::SumToSize(a, s)),
+        2 => (0..INT_REDUCE.len(), v.clone(), -1i64..=1).prop_map(|(o, a, axis)| Step::Reduce(INT_REDUCE[o], a, axis)),
+    ];
+    if !layout {
+        return base.boxed();
+    }
+    prop_oneof![
+        16 => base,
+        1 => v.clone().prop_map(Step::Transpose),
+        1 => (v.clone(), 0i64..2).prop_map(|(a, s)| Step::Slice(a, s)),
+        1 => (v.clone(), v.clone(), -1i64..=0).prop_map(|(a, b, axis)| Step::Concat(a, b, axis)),
+        1 => v.clone().prop_map(Step::Reshape),
+    ]
+    .boxed()
+}
+
+/// [`build`] for integer graphs: inputs are i32 and i64 (see [`int_step`]).
+pub fn build_ints(
+    catalogue: &fusebox::rules::Catalogue,
+    dims: (usize, usize),
+    input_specs: &[(usize, usize)],
+    steps: &[Step],
+) -> Option<Graph> {
+    build_in(catalogue, dims, input_specs, steps, &INT_DTYPES)
+}
+
 /// Builds a graph from the recipe, keeping only steps that type-check. Outputs: the last two
 /// values built (a multi-output graph whenever two steps succeeded).
 pub fn build(
@@ -92,13 +157,24 @@ pub fn build(
     input_specs: &[(usize, usize)],
     steps: &[Step],
 ) -> Option<Graph> {
+    build_in(catalogue, dims, input_specs, steps, &DTYPES)
+}
+
+/// [`build`] with inputs drawn from `dtypes`.
+fn build_in(
+    catalogue: &fusebox::rules::Catalogue,
+    dims: (usize, usize),
+    input_specs: &[(usize, usize)],
+    steps: &[Step],
+    dtypes: &[DType],
+) -> Option<Graph> {
     let shapes = shape_pool(dims.0, dims.1);
     let mut b = GraphBuilder::new("random");
     let mut values: Vec<String> = Vec::new();
     for (i, &(d, s)) in input_specs.iter().enumerate() {
         values.push(b.input(
             &format!("x{i}"),
-            DTYPES[d % DTYPES.len()],
+            dtypes[d % dtypes.len()],
             &shapes[s % shapes.len()],
         ));
     }
@@ -133,6 +209,9 @@ pub fn build(
             }
             Step::Const(c, d) => {
                 trial.constant(&name, *c, *d);
+            }
+            Step::IntConst(c, d) => {
+                trial.constant_int(&name, *c, *d);
             }
             Step::BroadcastTo(a, s) => {
                 trial.op_with(
@@ -214,19 +293,31 @@ pub fn build(
 }
 
 /// Random inputs, with NaN, ±Inf and ±0 planted in about one element in eight when
-/// `specials` is set.
+/// `specials` is set; integer inputs always get [`INT_EXTREMES`] (wrapped to their dtype)
+/// planted in about one element in three.
 pub fn inputs(graph: &Graph, seed: u64, specials: bool) -> Tensors {
     let mut tensors = eval::random_inputs(graph, seed);
-    if specials {
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
-        for t in tensors.values_mut() {
-            let dtype = t.dtype;
-            for v in t.data.iter_mut() {
-                if rng.random_range(0..8) == 0 {
-                    let special = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0];
-                    *v = dtype.round(special[rng.random_range(0..special.len())]);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
+    for t in tensors.values_mut() {
+        let dtype = t.dtype;
+        match &mut t.data {
+            Data::Int(a) => {
+                for v in a.iter_mut() {
+                    if rng.random_range(0..3) == 0 {
+                        let extreme = INT_EXTREMES[rng.random_range(0..INT_EXTREMES.len())];
+                        *v = fusebox::tensor::wrap_int(dtype, extreme);
+                    }
                 }
             }
+            Data::Float(a) if specials => {
+                for v in a.iter_mut() {
+                    if rng.random_range(0..8) == 0 {
+                        let special = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0];
+                        *v = dtype.round(special[rng.random_range(0..special.len())]);
+                    }
+                }
+            }
+            Data::Float(_) => {}
         }
     }
     tensors
@@ -256,6 +347,18 @@ pub fn assert_same(name: &str, a: &Tensor, b: &Tensor) -> Result<(), String> {
             b.dtype,
             b.shape()
         ));
+    }
+    if let (Data::Int(x), Data::Int(y)) = (&a.data, &b.data) {
+        // Integers are exact on every backend: equal, element for element.
+        return match x.iter().zip(y.iter()).position(|(p, q)| p != q) {
+            None => Ok(()),
+            Some(i) => Err(format!(
+                "{name}[{i}]: {} vs {} ({})",
+                x.iter().nth(i).unwrap(),
+                y.iter().nth(i).unwrap(),
+                a.dtype
+            )),
+        };
     }
     let (va, vb) = (a.values(), b.values());
     let scale = va

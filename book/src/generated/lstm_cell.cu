@@ -122,18 +122,24 @@ __device__ __forceinline__ U fbc_piece_end(U start, U piece, U count) {
    commutative and associative: the result does not depend on the order of combination. */
 __device__ __forceinline__ double fbc_sum2(double a, double b) { return __dadd_rn(a, b); }
 __device__ __forceinline__ double fbc_max2(double a, double b) { return fbc_maxd(a, b); }
+/* ... and on integer accumulators: the sum wraps (unsigned arithmetic, as signed overflow is
+   undefined), the max is exact. */
+__device__ __forceinline__ long long fbc_sum2(long long a, long long b) {
+    return (long long)((unsigned long long)a + (unsigned long long)b);
+}
+__device__ __forceinline__ long long fbc_max2(long long a, long long b) { return a > b ? a : b; }
 
 /* Combination of `v` over the `lanes` threads (1, 32 or FBC_BLOCK) of an aligned group, in a
    fixed order; every thread of the group gets the result. A warp combines by xor butterfly
    (lane i adds lane i^m's value to its own, which is the same sum lane i^m forms, so all lanes
    agree); a block then combines its warps' results in warp order through shared memory. The
    whole block must call it together when lanes == FBC_BLOCK, and each whole warp when 32. */
-template <bool MAX>
-__device__ __forceinline__ double fbc_group(double v, int lanes, double *smem) {
+template <bool MAX, typename T>
+__device__ __forceinline__ T fbc_group(T v, int lanes, T *smem) {
     if (lanes == 1) return v;
 #pragma unroll
     for (int m = 16; m >= 1; m /= 2) {
-        const double w = __shfl_xor_sync(0xffffffffu, v, m);
+        const T w = __shfl_xor_sync(0xffffffffu, v, m);
         v = MAX ? fbc_max2(v, w) : fbc_sum2(v, w);
     }
     if (lanes == 32) return v;

@@ -28,7 +28,7 @@
 //! | field            | count           | meaning |
 //! |------------------|-----------------|---------|
 //! | `p{a}`           | one per view    | device pointer of argument `a` ([`KernelIr::views`] order) |
-//! | `q{r}`           | one per reduction | device pointer of reduction `r`'s f64 scratch |
+//! | `q{r}`           | one per reduction | device pointer of reduction `r`'s scratch (f64, or i64 for an integer output) |
 //! | `n[rank]`        | rank            | domain sizes, after [folding](fold) |
 //! | `s[args][rank]`  | args × rank     | strides in elements (read only on `Strided` axes) |
 //! | `o[args]`        | args            | element offsets of domain point 0 |

@@ -260,7 +260,7 @@ impl<'a> Kernel<'a> {
             ));
         }
         for r in 0..ir.reductions.len() {
-            out.push_str(&format!("    double *q{r};\n"));
+            out.push_str(&format!("    {} *q{r};\n", self.acc_type(r)));
         }
         out.push_str(&format!("    long long n[{}];\n", self.rank));
         if args > 0 {
@@ -529,6 +529,21 @@ impl<'a> Kernel<'a> {
         self.ir.reductions[r].kind == ReduceKind::Max
     }
 
+    /// Whether reduction `r` has an integer output, and so accumulates exact integers in
+    /// `long long` (wrapping) instead of `double`.
+    fn is_int(&self, r: usize) -> bool {
+        Prec::of(self.ir.reductions[r].view.dtype) == Prec::I64
+    }
+
+    /// The C type of reduction `r`'s accumulators.
+    fn acc_type(&self, r: usize) -> &'static str {
+        if self.is_int(r) {
+            "long long"
+        } else {
+            "double"
+        }
+    }
+
     /// The pass of reduction group `g`: items (output `k`, piece `sp`), each walked by
     /// `lanes` threads, combined, and added into the scratch (see the module docs).
     fn group_body(&self, g: usize) -> Code {
@@ -556,6 +571,9 @@ impl<'a> Kernel<'a> {
         code.def("lane", "const U lane = (U)threadIdx.x % (U)lanes;");
         if rows {
             code.def("smem", "__shared__ double smem[FBC_BLOCK / 32];");
+            if self.groups[g].iter().any(|&r| self.is_int(r)) {
+                code.def("smemi", "__shared__ long long smemi[FBC_BLOCK / 32];");
+            }
         }
         code.open(
             "for (U it = (U)blockIdx.x * (U)(FBC_BLOCK / lanes) + (U)threadIdx.x / (U)lanes; \
@@ -576,7 +594,11 @@ impl<'a> Kernel<'a> {
         for &r in &self.groups[g] {
             code.def(
                 format!("a{r}"),
-                format!("double a{r} = {};", identity(self.is_max(r))),
+                format!(
+                    "{} a{r} = {};",
+                    self.acc_type(r),
+                    identity(self.is_max(r), self.is_int(r))
+                ),
             );
         }
         code.open("for (U e = r0 + lane; e < r1; e += (U)lanes)");
@@ -590,7 +612,7 @@ impl<'a> Kernel<'a> {
             let red = &self.ir.reductions[r];
             let x = match self.ir.prec(red.value) {
                 Prec::F32 => format!("(double)v{}", red.value),
-                Prec::F64 => format!("v{}", red.value),
+                Prec::F64 | Prec::I64 => format!("v{}", red.value),
             };
             let combine = if self.is_max(r) {
                 "fbc_max2"
@@ -603,15 +625,21 @@ impl<'a> Kernel<'a> {
         for &r in &self.groups[g] {
             if rows {
                 let max = self.is_max(r);
+                let smem = if self.is_int(r) { "smemi" } else { "smem" };
                 code.def(
                     format!("a{r}"),
-                    format!("a{r} = fbc_group<{max}>(a{r}, lanes, smem);"),
+                    format!("a{r} = fbc_group<{max}>(a{r}, lanes, {smem});"),
                 );
             }
-            let write = match (self.deterministic, self.is_max(r)) {
-                (true, _) => format!("p.q{r}[k * split + sp] = a{r};"),
-                (false, false) => format!("atomicAdd(p.q{r} + k, a{r});"),
-                (false, true) => format!("fbc_atomic_max(p.q{r} + k, a{r});"),
+            let write = match (self.deterministic, self.is_max(r), self.is_int(r)) {
+                (true, _, _) => format!("p.q{r}[k * split + sp] = a{r};"),
+                (false, false, false) => format!("atomicAdd(p.q{r} + k, a{r});"),
+                (false, true, false) => format!("fbc_atomic_max(p.q{r} + k, a{r});"),
+                // Integer atomics are exact, and unsigned addition wraps as the sum must.
+                (false, false, true) => format!(
+                    "atomicAdd((unsigned long long *)(p.q{r} + k), (unsigned long long)a{r});"
+                ),
+                (false, true, true) => format!("atomicMax(p.q{r} + k, a{r});"),
             };
             code.stmt(format!("if (lane == 0) {write}"));
         }
@@ -633,7 +661,7 @@ impl<'a> Kernel<'a> {
             for &r in group {
                 code.stmt(format!(
                     "for (U k = first; k < outputs{g}; k += step) p.q{r}[k] = {};",
-                    identity(self.is_max(r))
+                    identity(self.is_max(r), self.is_int(r))
                 ));
             }
         }
@@ -672,7 +700,14 @@ impl<'a> Kernel<'a> {
                     } else {
                         "fbc_sum2"
                     };
-                    code.def("a", format!("double a = {};", identity(self.is_max(r))));
+                    code.def(
+                        "a",
+                        format!(
+                            "{} a = {};",
+                            self.acc_type(r),
+                            identity(self.is_max(r), self.is_int(r))
+                        ),
+                    );
                     code.def(
                         "a",
                         format!(
@@ -680,12 +715,13 @@ impl<'a> Kernel<'a> {
                         ),
                     );
                 } else {
-                    code.def("a", format!("double a = p.q{r}[k];"));
+                    code.def("a", format!("{} a = p.q{r}[k];", self.acc_type(r)));
                 }
                 if red.kind == ReduceKind::Mean {
                     code.def("a", format!("a = __ddiv_rn(a, (double)count{g});"));
                 }
-                let value = Cuda.store(red.view.dtype, &Cuda.round(Prec::F64, red.view.dtype, "a"));
+                let held = if self.is_int(r) { Prec::I64 } else { Prec::F64 };
+                let value = Cuda.store(red.view.dtype, &Cuda.round(held, red.view.dtype, "a"));
                 code.stmt(format!("p.p{arg}[{}] = {value};", self.index(arg, &kept)));
                 code.close();
             }

@@ -370,17 +370,26 @@ impl<'r> Plan<'r> {
         let mut names: Vec<String> = inputs.keys().cloned().collect();
         names.sort();
         for name in names {
-            let len = inputs[&name].data.len();
+            let len = inputs[&name].len();
             let dtype = inputs[&name].dtype;
             for i in 0..len {
-                let current = inputs[&name].data.as_slice().expect("standard layout")[i];
+                let current = match &inputs[&name].data {
+                    Data::Float(a) => a.as_slice().expect("standard layout")[i],
+                    Data::Int(a) => a.as_slice().expect("standard layout")[i] as f64,
+                };
                 for &candidate in simple_values(dtype) {
                     if candidate.to_bits() == current.to_bits() {
                         break;
                     }
                     let mut trial = inputs.clone();
                     let t = trial.get_mut(&name).expect("present");
-                    t.data.as_slice_mut().expect("standard layout")[i] = candidate;
+                    match &mut t.data {
+                        Data::Float(a) => a.as_slice_mut().expect("standard layout")[i] = candidate,
+                        Data::Int(a) => {
+                            a.as_slice_mut().expect("standard layout")[i] =
+                                crate::tensor::float_to_int(dtype, candidate)
+                        }
+                    }
                     if let Outcome::Fails(..) = self.run(prepared, rhs, &trial) {
                         inputs = trial;
                         break;

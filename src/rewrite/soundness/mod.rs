@@ -45,7 +45,7 @@ use crate::eval::{self, Tensors};
 use crate::graph::{Graph, Input, Node, TensorType, check};
 use crate::rules::{Builtin, Catalogue, DtypeClass, OpKind};
 use crate::shape::{Shape, broadcasts_to, numel};
-use crate::tensor::Tensor;
+use crate::tensor::{Data, Tensor};
 use egg::{ENodeOrVar, Pattern, Searcher, Subst, Var};
 use ndarray::{ArrayD, Dimension, IxDyn};
 use rand::RngExt;
@@ -393,7 +393,7 @@ fn render_unsound(out: &mut String, check: &RuleCheck, cx: &Counterexample) {
 fn counterexample_json(cx: &Counterexample) -> serde_json::Value {
     use serde_json::json;
     let values = |t: &Tensor| -> Vec<serde_json::Value> {
-        t.data
+        t.floats()
             .iter()
             .map(|&v| {
                 if v.is_finite() {

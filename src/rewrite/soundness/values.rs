@@ -157,7 +157,9 @@ impl Comparison {
             if v.dtype.is_float() {
                 overflow_limit = overflow_limit.min(0.5 * largest_finite(v.dtype));
             }
-            let mag = v.data.mapv(|x| if x.is_finite() { x.abs() } else { 0.0 });
+            let mag = v
+                .floats()
+                .mapv(|x| if x.is_finite() { x.abs() } else { 0.0 });
             if broadcasts_to(v.shape(), &shape) {
                 if let Some(b) = mag.broadcast(IxDyn(&shape)) {
                     scale.zip_mut_with(&b, |s, &m| *s = s.max(m));
@@ -167,7 +169,21 @@ impl Comparison {
                 scale.mapv_inplace(|s| s.max(total));
             }
         }
-        for ((index, &a), (&b, &s)) in l.data.indexed_iter().zip(r.data.iter().zip(&scale)) {
+        if let (Data::Int(li), Data::Int(ri)) = (&l.data, &r.data) {
+            // Integers are compared as integers: neighbours beyond 2^53 are different values.
+            return li
+                .indexed_iter()
+                .zip(ri.iter())
+                .find(|((_, a), b)| a != b)
+                .map(|((index, &a), &b)| Failure::Value {
+                    index: index.slice().to_vec(),
+                    lhs: a as f64,
+                    rhs: b as f64,
+                    why: "integer results must be equal".into(),
+                });
+        }
+        let (lf, rf) = (l.floats(), r.floats());
+        for ((index, &a), (&b, &s)) in lf.indexed_iter().zip(rf.iter().zip(&scale)) {
             if let Some(why) = self.judge(l.dtype, a, b, s, overflow_limit) {
                 return Some(Failure::Value {
                     index: index.slice().to_vec(),

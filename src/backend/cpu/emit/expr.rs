@@ -80,7 +80,7 @@ impl Spelling for C {
 fn double_cast(prec: Prec) -> &'static str {
     match prec {
         Prec::F32 => "",
-        Prec::F64 => "(double)",
+        Prec::F64 | Prec::I64 => "(double)",
     }
 }
 

@@ -96,7 +96,7 @@ impl Stages {
             .iter()
             .map(|&id| match ir.prec(id) {
                 Prec::F32 => 4,
-                Prec::F64 => 8,
+                Prec::F64 | Prec::I64 => 8,
             })
             .sum::<usize>()
             * CHUNK as usize;

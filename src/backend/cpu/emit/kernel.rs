@@ -424,18 +424,45 @@ impl<'a> Kernel<'a> {
         out.close();
     }
 
+    /// Whether reduction `r` has an integer output, and so accumulates exact integers in
+    /// `int64_t` (wrapping, through unsigned arithmetic) instead of `double`.
+    fn integer(&self, r: usize) -> bool {
+        Prec::of(self.ir.reductions[r].view.dtype) == Prec::I64
+    }
+
+    /// The C type of reduction `r`'s accumulators.
+    fn acc_type(&self, r: usize) -> &'static str {
+        if self.integer(r) { "int64_t" } else { "double" }
+    }
+
     fn identity(&self, r: usize) -> &'static str {
-        match self.ir.reductions[r].kind {
-            ReduceKind::Sum | ReduceKind::Mean => "0.0",
-            ReduceKind::Max => "-INFINITY",
+        match (self.ir.reductions[r].kind, self.integer(r)) {
+            (ReduceKind::Sum | ReduceKind::Mean, false) => "0.0",
+            (ReduceKind::Max, false) => "-INFINITY",
+            (ReduceKind::Sum | ReduceKind::Mean, true) => "0",
+            (ReduceKind::Max, true) => "INT64_MIN",
         }
     }
 
     /// `acc` combined with `x`, for reduction `r`.
     fn merge(&self, r: usize, acc: &str, x: &str) -> String {
-        match self.ir.reductions[r].kind {
-            ReduceKind::Sum | ReduceKind::Mean => format!("{acc} + {x}"),
-            ReduceKind::Max => format!("fb_maxacc({acc}, {x})"),
+        match (self.ir.reductions[r].kind, self.integer(r)) {
+            (ReduceKind::Sum | ReduceKind::Mean, false) => format!("{acc} + {x}"),
+            (ReduceKind::Max, false) => format!("fb_maxacc({acc}, {x})"),
+            (ReduceKind::Sum | ReduceKind::Mean, true) => {
+                format!("(int64_t)((uint64_t){acc} + (uint64_t){x})")
+            }
+            (ReduceKind::Max, true) => format!("({x} > {acc} ? {x} : {acc})"),
+        }
+    }
+
+    /// Reduction `r`'s accumulators `q{r}` in the block `block` (of `double`s, which have
+    /// the size of `int64_t`s), at element offset `offset`.
+    fn accumulators(&self, r: usize, block: &str, offset: &str) -> String {
+        if self.integer(r) {
+            format!("int64_t *q{r} = (int64_t *)({block} + {offset});")
+        } else {
+            format!("double *q{r} = {block} + {offset};")
         }
     }
 
@@ -446,7 +473,12 @@ impl<'a> Kernel<'a> {
             out.line(format!("a = a / cnt{r};"));
         }
         let arg = self.reduction_arg(r);
-        let value = C.store(red.view.dtype, &C.round(Prec::F64, red.view.dtype, "a"));
+        let held = if self.integer(r) {
+            Prec::I64
+        } else {
+            Prec::F64
+        };
+        let value = C.store(red.view.dtype, &C.round(held, red.view.dtype, "a"));
         out.line(format!("p{arg}[{at}] = {value};"));
     }
 
@@ -455,7 +487,11 @@ impl<'a> Kernel<'a> {
         out.open("for (int64_t o = 0; o < outer; o++)");
         self.decompose_outer(out, "o");
         for r in 0..self.ir.reductions.len() {
-            out.line(format!("double acc{r} = {};", self.identity(r)));
+            out.line(format!(
+                "{} acc{r} = {};",
+                self.acc_type(r),
+                self.identity(r)
+            ));
         }
         out.open(format!("for (int64_t j0 = 0; j0 < inner; j0 += {CHUNK})"));
         out.line(format!(
@@ -466,7 +502,7 @@ impl<'a> Kernel<'a> {
         for r in 0..self.ir.reductions.len() {
             let at = self.row_base(self.reduction_arg(r));
             out.open("");
-            out.line(format!("double a = acc{r};"));
+            out.line(format!("{} a = acc{r};", self.acc_type(r)));
             self.finish(out, r, &at);
             out.close();
         }
@@ -523,7 +559,7 @@ impl<'a> Kernel<'a> {
         out.line("double *acc = (double *)malloc(sizeof(double) * (size_t)(ptot > 0 ? ptot : 1));");
         out.line("if (!acc) abort();");
         for r in 0..self.ir.reductions.len() {
-            out.line(format!("double *q{r} = acc + poff{r};"));
+            out.line(self.accumulators(r, "acc", &format!("poff{r}")));
         }
         self.init_accumulators(out, true);
         // About four column ranges per thread, in whole cache lines of doubles.
@@ -542,7 +578,7 @@ impl<'a> Kernel<'a> {
         self.segment(out, Mode::Columns);
         out.close();
         out.close();
-        self.finalize(out, |r| vec![format!("double a = q{r}[k];")]);
+        self.finalize(out, |r| vec![format!("{} a = q{r}[k];", self.acc_type(r))]);
         out.line("free(acc);");
     }
 
@@ -570,9 +606,7 @@ impl<'a> Kernel<'a> {
         // The team may be smaller than asked for; only its buffers are initialised and read.
         out.line("if (t == 0) nused = nth;");
         for r in 0..self.ir.reductions.len() {
-            out.line(format!(
-                "double *q{r} = part + (int64_t)t * ptot + poff{r};"
-            ));
+            out.line(self.accumulators(r, "part", &format!("(int64_t)t * ptot + poff{r}")));
         }
         self.init_accumulators(out, false);
         out.line("const int64_t w0 = items * t / nth;");
@@ -583,11 +617,16 @@ impl<'a> Kernel<'a> {
         out.close();
         out.close();
         self.finalize(out, |r| {
+            let part = if self.integer(r) {
+                "((int64_t *)part)"
+            } else {
+                "part"
+            };
             vec![
-                format!("double a = {};", self.identity(r)),
+                format!("{} a = {};", self.acc_type(r), self.identity(r)),
                 format!(
                     "for (int u = 0; u < nused; u++) a = {};",
-                    self.merge(r, "a", &format!("part[(int64_t)u * ptot + poff{r} + k]"))
+                    self.merge(r, "a", &format!("{part}[(int64_t)u * ptot + poff{r} + k]"))
                 ),
             ]
         });
@@ -683,7 +722,12 @@ impl<'a> Kernel<'a> {
         let mut clauses = Vec::new();
         let mut merges = Vec::new();
         for (r, red) in ir.reductions.iter().enumerate() {
-            let x = format!("(double)v{}", red.value);
+            let integer = self.integer(r);
+            let x = if integer {
+                format!("v{}", red.value)
+            } else {
+                format!("(double)v{}", red.value)
+            };
             let accumulate = |text: String| LoopStatement {
                 stage: self.stages.count,
                 reads: red.value,
@@ -704,6 +748,36 @@ impl<'a> Kernel<'a> {
                 out.line(format!("const int64_t kb{r} = {base};"));
             }
             match (how, red.kind) {
+                (Accumulate::IntoRow | Accumulate::IntoSlot, kind) if integer => {
+                    let dest = if how == Accumulate::IntoRow {
+                        format!("acc{r}")
+                    } else {
+                        format!("q{r}[kb{r}]")
+                    };
+                    if kind == ReduceKind::Max {
+                        out.line(format!("int64_t m{r} = INT64_MIN;"));
+                        clauses.push(format!("reduction(max:m{r})"));
+                        in_loop.push(accumulate(format!("m{r} = {x} > m{r} ? {x} : m{r};")));
+                    } else {
+                        // Unsigned, so that the simd partial sums wrap instead of overflowing.
+                        out.line(format!("uint64_t s{r} = 0;"));
+                        clauses.push(format!("reduction(+:s{r})"));
+                        in_loop.push(accumulate(format!("s{r} += (uint64_t){x};")));
+                    }
+                    let m = if kind == ReduceKind::Max {
+                        format!("m{r}")
+                    } else {
+                        format!("(int64_t)s{r}")
+                    };
+                    merges.push(format!("{dest} = {};", self.merge(r, &dest, &m)));
+                }
+                (Accumulate::Column, _) if integer => {
+                    let slot = format!("q{r}[kb{r} + j]");
+                    in_loop.push(accumulate(format!(
+                        "{slot} = {};",
+                        self.merge(r, &slot, &x)
+                    )))
+                }
                 (Accumulate::IntoRow | Accumulate::IntoSlot, kind) => {
                     let dest = if how == Accumulate::IntoRow {
                         format!("acc{r}")

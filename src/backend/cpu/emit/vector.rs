@@ -81,6 +81,8 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
                     // A literal of any precision: an f64 one stays a scalar `double` in the vector
                     // loop, and only its rounding (below) or an f64 operation (rejected) can use it.
                     Instr::Load { .. } | Instr::Const { .. } => true,
+                    // Integers have no vector spelling here; the scalar loop computes them.
+                    Instr::Int { .. } => false,
                     Instr::Round { x, dtype } => {
                         matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
                             && (ir.prec(*x) == Prec::F32
@@ -157,6 +159,7 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
             prec: Prec::F64,
         } => return format!("const double v{id} = {};", C.literal(*value, Prec::F64)),
         Instr::Const { value, prec } => format!("_mm512_set1_ps({})", C.literal(*value, *prec)),
+        Instr::Int { .. } => unreachable!("`supports` keeps integers out of vector loops"),
         // An f64 literal is rounded once by the scalar helper, as the scalar loop does.
         Instr::Round { x, dtype } if ir.prec(*x) == Prec::F64 => {
             format!("_mm512_set1_ps({})", C.round(Prec::F64, *dtype, &v(*x)))

@@ -45,14 +45,14 @@ impl Spelling for Cuda {
     fn nan(&self, prec: Prec) -> String {
         match prec {
             Prec::F32 => "__int_as_float(0x7fc00000)".to_string(),
-            Prec::F64 => "__longlong_as_double(0x7ff8000000000000LL)".to_string(),
+            Prec::F64 | Prec::I64 => "__longlong_as_double(0x7ff8000000000000LL)".to_string(),
         }
     }
 
     fn infinity(&self, prec: Prec) -> String {
         match prec {
             Prec::F32 => "__int_as_float(0x7f800000)".to_string(),
-            Prec::F64 => "__longlong_as_double(0x7ff0000000000000LL)".to_string(),
+            Prec::F64 | Prec::I64 => "__longlong_as_double(0x7ff0000000000000LL)".to_string(),
         }
     }
 
@@ -62,7 +62,8 @@ impl Spelling for Cuda {
     fn arithmetic(&self, op: Arith, a: &str, b: &str, prec: Prec) -> String {
         let letter = match prec {
             Prec::F32 => "f",
-            Prec::F64 => "d",
+            // Integers never reach here (`Spelling::int_binary` spells them); f64 if they did.
+            Prec::F64 | Prec::I64 => "d",
         };
         let name = match op {
             Arith::Add => "add",
@@ -84,11 +85,13 @@ impl Spelling for Cuda {
     }
 }
 
-/// The identity of a reduction's accumulation, as an f64 literal.
-pub(super) fn identity(max: bool) -> String {
-    if max {
-        Cuda.literal(f64::NEG_INFINITY, Prec::F64)
-    } else {
-        Cuda.literal(0.0, Prec::F64)
+/// The identity of a reduction's accumulation: an f64 literal, or for an integer reduction
+/// (`integer`) a `long long` one.
+pub(super) fn identity(max: bool, integer: bool) -> String {
+    match (max, integer) {
+        (true, false) => Cuda.literal(f64::NEG_INFINITY, Prec::F64),
+        (false, false) => Cuda.literal(0.0, Prec::F64),
+        (true, true) => Cuda.int_literal(i64::MIN),
+        (false, true) => Cuda.int_literal(0),
     }
 }

@@ -16,8 +16,9 @@
 //! GEMM reads them as they are stored (f16 × f16 → f32 is a native cuBLAS combination) and no
 //! conversion pass runs. Otherwise an operand that needs rounding is converted first by a
 //! [`pack`](super::pack) kernel into a temporary. f64 products use `CUBLAS_COMPUTE_64F`;
-//! integer and bool products run in f64 (as the reference does) into a temporary that a last
-//! conversion kernel rounds to the product's dtype.
+//! bool products run in f64 into a temporary that a last conversion kernel rounds to the
+//! product's dtype. Integer products never come here: they wrap, which no cuBLAS GEMM does, so
+//! the plan runs them as a reduction kernel (`pack::integer_matmul`).
 //!
 //! # Layout
 //!

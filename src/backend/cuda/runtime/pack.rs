@@ -26,7 +26,8 @@ pub fn convert_ir(from: DType, chain: &[DType]) -> KernelIr {
         if Prec::of(current) == Prec::F32 && Prec::of(to) == Prec::F64 {
             body.push(Instr::Widen { x });
         }
-        if to != DType::F64 {
+        // An integer becomes an f64 by a rounding too.
+        if to != DType::F64 || Prec::of(current) == Prec::I64 {
             let x = body.len() - 1;
             body.push(Instr::Round { x, dtype: to });
         }
@@ -46,6 +47,112 @@ pub fn convert_ir(from: DType, chain: &[DType]) -> KernelIr {
         body,
         reductions: Vec::new(),
     }
+}
+
+/// One operand of an integer product: its dtype, absorbed cast and shape (as the graph has it).
+#[derive(Debug, Clone, Copy)]
+pub struct IntOperand<'a> {
+    pub dtype: DType,
+    pub cast: Option<DType>,
+    pub shape: &'a [usize],
+}
+
+/// An integer matrix product as one kernel, with its launch (arguments `a`, `b`, the result).
+///
+/// cuBLAS has no GEMM that wraps as NumPy's integer matmul does, and f64 arithmetic loses
+/// integers past 2^53, so an integer product is a reduction: over the domain
+/// `batch ++ [n, m, k]`, each operand element (through its absorbed cast, then wrapped to
+/// `out`) multiplied at `Prec::I64` and summed over `k`, wrapping, into the `[batch, n, m]`
+/// result. Batch dims broadcast as NumPy's do. `None` when the shapes do not make a product.
+pub fn integer_matmul(
+    a: IntOperand<'_>,
+    b: IntOperand<'_>,
+    out: DType,
+) -> Option<(KernelIr, Launch)> {
+    use crate::lower::ir::{ReduceKind, Reduction};
+    use crate::lower::view::{classify, contiguous_strides, moving_axis};
+    let sa = crate::shape::matmul_operand(a.shape, false);
+    let sb = crate::shape::matmul_operand(b.shape, true);
+    let (n, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
+    let m = sb[sb.len() - 1];
+    if sb[sb.len() - 2] != k {
+        return None;
+    }
+    let batch = crate::shape::broadcast(&sa[..sa.len() - 2], &sb[..sb.len() - 2]).ok()?;
+    let rank = batch.len() + 3;
+    let mut domain = batch.clone();
+    domain.extend([n, m, k]);
+    // An operand's strides over the domain: its batch dims aligned right (size 1 broadcast),
+    // then its row and column strides placed on the axes it moves along.
+    let operand_strides = |s: &[usize], row_axis: usize, col_axis: usize| {
+        let own = contiguous_strides(s);
+        let lead = batch.len() - (s.len() - 2);
+        let mut strides = vec![0i64; rank];
+        for d in 0..s.len() - 2 {
+            if s[d] != 1 {
+                strides[lead + d] = own[d];
+            }
+        }
+        strides[row_axis] = own[s.len() - 2];
+        strides[col_axis] = own[s.len() - 1];
+        strides
+    };
+    let (n_axis, m_axis, k_axis) = (batch.len(), batch.len() + 1, batch.len() + 2);
+    let mut a_strides = operand_strides(&sa, n_axis, k_axis);
+    let mut b_strides = operand_strides(&sb, k_axis, m_axis);
+    let mut kept = batch.clone();
+    kept.extend([n, m]);
+    let mut out_strides = contiguous_strides(&kept);
+    out_strides.push(0);
+    let a_view = classify(a.dtype, &domain, &mut a_strides);
+    let b_view = classify(b.dtype, &domain, &mut b_strides);
+    let out_view = View {
+        dtype: out,
+        axes: (0..rank)
+            .map(|d| {
+                if d == k_axis {
+                    Axis::Broadcast
+                } else {
+                    moving_axis(d, rank, out_strides[d])
+                }
+            })
+            .collect(),
+    };
+    let mut body = Vec::new();
+    let mut operand = |view: usize, op: IntOperand<'_>| {
+        body.push(Instr::Load { view });
+        for dtype in op.cast.into_iter().chain([out]) {
+            let x = body.len() - 1;
+            body.push(Instr::Round { x, dtype });
+        }
+        body.len() - 1
+    };
+    let (x, y) = (operand(0, a), operand(1, b));
+    body.push(Instr::Binary {
+        op: crate::formula::BinOp::Mul,
+        a: x,
+        b: y,
+        prec: Prec::I64,
+    });
+    let value = body.len() - 1;
+    let ir = KernelIr {
+        rank,
+        loads: vec![a_view, b_view],
+        body,
+        stores: Vec::new(),
+        reductions: vec![Reduction {
+            kind: ReduceKind::Sum,
+            value,
+            reduced: (0..rank).map(|d| d == k_axis).collect(),
+            view: out_view,
+        }],
+    };
+    let launch = Launch {
+        sizes: domain.iter().map(|&d| d as i64).collect(),
+        strides: vec![a_strides, b_strides, out_strides],
+        offsets: vec![0, 0, 0],
+    };
+    Some((ir, launch))
 }
 
 /// The launch of a conversion kernel over `len` contiguous elements.
@@ -148,5 +255,50 @@ mod tests {
         assert_eq!(ir.prec(ir.stores[0].value), Prec::F64);
         assert_eq!(ir.stores[0].view.dtype, DType::F64);
         assert_eq!(ir.arg_count(), 2);
+    }
+
+    /// The integer product kernel, run by the interpreter, wraps exactly as NumPy's integer
+    /// matmul (checked against `wrapping_*` on i32), with a broadcast batch dim.
+    #[test]
+    fn integer_matmul_kernel_wraps_like_numpy() {
+        let a: Vec<i64> = vec![i64::from(i32::MAX), 2, -3, i64::from(i32::MIN), 7, 65537];
+        let b: Vec<i64> = vec![2, i64::from(i32::MAX), 65537, -1, 5, 3];
+        // a: [2, 1, 3] (two batches of one row), b: [3, 2].
+        let (ir, launch) = integer_matmul(
+            IntOperand {
+                dtype: DType::I32,
+                cast: None,
+                shape: &[2, 1, 3],
+            },
+            IntOperand {
+                dtype: DType::I32,
+                cast: None,
+                shape: &[3, 2],
+            },
+            DType::I32,
+        )
+        .unwrap();
+        assert_eq!(ir.verify(), Ok(()));
+        let mut x = Buffer::zeroed(DType::I32, &[2, 1, 3]);
+        let mut y = Buffer::zeroed(DType::I32, &[3, 2]);
+        for (i, &v) in a.iter().enumerate() {
+            x.set_int(i, v);
+        }
+        for (i, &v) in b.iter().enumerate() {
+            y.set_int(i, v);
+        }
+        let mut out = Buffer::zeroed(DType::I32, &[2, 1, 2]);
+        interpret::run(&ir, &launch, &mut [&mut x, &mut y, &mut out]);
+        let mut expected = Vec::new();
+        for batch in 0..2 {
+            for col in 0..2 {
+                let dot = (0..3).fold(0i32, |acc, j| {
+                    acc.wrapping_add((a[batch * 3 + j] as i32).wrapping_mul(b[j * 2 + col] as i32))
+                });
+                expected.push(i64::from(dot));
+            }
+        }
+        let got: Vec<i64> = (0..4).map(|i| out.get_int(i)).collect();
+        assert_eq!(got, expected);
     }
 }

@@ -228,6 +228,45 @@ impl Builder {
                 shape.batches * shape.n * shape.m
             )));
         }
+        if tc.dtype.category() == crate::dtype::Category::Integer {
+            // Integer products are a wrapping reduction kernel, never cuBLAS (see
+            // `pack::integer_matmul`); an empty inner dimension sums nothing: zeros.
+            if len == 0 {
+                return Ok(());
+            }
+            if shape.k == 0 {
+                self.ops.push(Op::Zero {
+                    dst: Buf::Value(m.out),
+                    bytes: len * tc.dtype.size_bytes(),
+                });
+                return Ok(());
+            }
+            let (ir, launch) = pack::integer_matmul(
+                pack::IntOperand {
+                    dtype: ta.dtype,
+                    cast: m.a.cast,
+                    shape: &ta.shape,
+                },
+                pack::IntOperand {
+                    dtype: tb.dtype,
+                    cast: m.b.cast,
+                    shape: &tb.shape,
+                },
+                tc.dtype,
+            )
+            .ok_or_else(|| node_error("matmul operands do not make a product".into()))?;
+            let kernel = self.intern(ir);
+            self.kernel(
+                kernel,
+                launch,
+                vec![
+                    Buf::Value(m.a.value),
+                    Buf::Value(m.b.value),
+                    Buf::Value(m.out),
+                ],
+            );
+            return Ok(());
+        }
         let spec = |op: &MatMulOperand, dtype| OperandSpec {
             dtype,
             cast: op.cast,
@@ -313,42 +352,34 @@ mod tests {
         DevicePlan::new(&program(text), &EmitOptions::default(), 132).unwrap()
     }
 
-    /// An integer product: both operands converted to f64 into temporaries 0 and 1, the GEMM
-    /// into temporary 2 in f64, and a last conversion rounding into the output.
+    /// An integer product is one wrapping reduction kernel reading the operands where they
+    /// are and writing the result: no f64 temporaries, no cuBLAS (whose f64 GEMM would lose
+    /// integers past 2^53 and saturate instead of wrapping).
     #[test]
-    fn integer_matmul_converts_around_an_f64_gemm() {
+    fn integer_matmul_is_a_wrapping_kernel_not_a_gemm() {
         let p = plan(
             r#"Graph(name: "t", inputs: [Input(name: "a", dtype: "i32", shape: [3, 4]),
                    Input(name: "b", dtype: "i32", shape: [4, 5])],
                  nodes: [Node(name: "c", op: "matmul", args: ["a", "b"])], outputs: ["c"])"#,
         );
-        assert_eq!(p.ops.len(), 4, "{:#?}", p.ops);
-        let kernel_of = |op: &Op| match op {
-            Op::Kernel(call) => (p.kernels[call.kernel].clone(), call.args.clone()),
-            other => panic!("not a kernel: {other:?}"),
+        assert_eq!(p.ops.len(), 1, "{:#?}", p.ops);
+        let Op::Kernel(call) = &p.ops[0] else {
+            panic!("not a kernel: {:?}", p.ops[0]);
         };
-        let (ir, args) = kernel_of(&p.ops[0]);
-        assert_eq!(ir, pack::convert_ir(DType::I32, &[DType::I32, DType::F64]));
-        assert_eq!(args, vec![Buf::Value(Value::Input(0)), Buf::Temp(0)]);
         assert_eq!(
-            kernel_of(&p.ops[1]).1,
-            vec![Buf::Value(Value::Input(1)), Buf::Temp(1)]
+            call.args,
+            vec![
+                Buf::Value(Value::Input(0)),
+                Buf::Value(Value::Input(1)),
+                Buf::Value(Value::Node(0))
+            ]
         );
-        match &p.ops[2] {
-            Op::Gemm { types, a, b, c, .. } => {
-                assert_eq!((types.input, types.output), (DType::F64, DType::F64));
-                assert_eq!((*a, *b, *c), (Buf::Temp(0), Buf::Temp(1), Buf::Temp(2)));
-            }
-            other => panic!("{other:?}"),
-        }
-        let (ir, args) = kernel_of(&p.ops[3]);
-        assert_eq!(ir, pack::convert_ir(DType::F64, &[DType::I32]));
-        assert_eq!(args[0], Buf::Temp(2));
-        assert_eq!(p.temp_bytes, vec![12 * 8, 20 * 8, 15 * 8]);
-        assert!(p.uses_blas());
-        // Two conversion kernels (both operands share one), after the program's own (none).
-        assert_eq!(p.kernels.len(), 2);
-        assert_eq!(p.entry_points().len(), 2);
+        let ir = &p.kernels[call.kernel];
+        assert_eq!(ir.reductions.len(), 1);
+        assert_eq!(ir.reductions[0].view.dtype, DType::I32);
+        assert_eq!(call.launch.sizes, vec![3, 5, 4]);
+        assert!(!p.uses_blas());
+        assert!(p.temp_bytes.iter().all(|&b| b == 0));
     }
 
     /// An f32 product of operands stored as f32 needs nothing around the GEMM; an empty inner
