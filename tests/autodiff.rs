@@ -164,7 +164,7 @@ fn every_derivative_formula_differentiates_through_its_gradient_op() {
         let (_, agreement) = agreement(&graph, &rules.ops, &rules.gradients, Probe::Elementwise, 7)
             .unwrap_or_else(|e| panic!("{}: {e}", op.name()));
         assert!(
-            agreement.worst < 1e-6,
+            agreement.worst < 1e-6 && agreement.singular == 0,
             "{}: worst disagreement {} at {}",
             op.name(),
             agreement.worst,
@@ -190,7 +190,11 @@ fn agrees_elementwise_in_f64(
         seed,
     )
     .unwrap();
-    assert!(agreement.worst < 1e-6, "{}: {agreement:?}", graph.name);
+    assert!(
+        agreement.worst < 1e-6 && agreement.singular == 0,
+        "{}: {agreement:?}",
+        graph.name
+    );
     joint
 }
 
@@ -236,7 +240,10 @@ fn every_example_differentiates_correctly() {
         );
         // One direction sums millions of products, so the central difference carries
         // rounding of about 1e-6 relative; a wrong gradient is off by order 1.
-        assert!(agreement.worst < 1e-4, "{name}: {agreement:?}");
+        assert!(
+            agreement.worst < 1e-4 && agreement.singular == 0,
+            "{name}: {agreement:?}"
+        );
     }
 }
 
@@ -576,6 +583,8 @@ proptest! {
         let values = evaluate_all(&graph, &rules.ops, &inputs);
         prop_assume!(values.is_ok_and(|v| v.values().all(|t| t.values().iter().all(|x| x.is_finite() && x.abs() < 1e6))));
         match agreement_at(&graph, &rules.ops, &rules.gradients, Probe::Elementwise, seed, &inputs) {
+            // A singular point (sqrt at 0 times a zero derivative) is NaN here as in PyTorch.
+            Ok((_, a)) if a.singular > 0 => prop_assume!(false),
             Ok((_, a)) => prop_assert!(a.worst < 1e-4, "{a:?}\n{}", graph::file::to_ron(&graph)),
             Err(e) => prop_assert!(false, "{e}\n{}", graph::file::to_ron(&graph)),
         }

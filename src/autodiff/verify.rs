@@ -34,6 +34,11 @@ pub struct Agreement {
     pub worst: f64,
     /// The input (and element, for [`Probe::Elementwise`]) where it occurred.
     pub at: String,
+    /// Probes where the analytic gradient is not finite although the function is: points
+    /// where a derivative is infinite (`sqrt` at 0) and the chain rule multiplies it by zero,
+    /// which gives NaN here as in every reverse-mode framework. They are counted, not
+    /// compared.
+    pub singular: usize,
 }
 
 /// The relative step of the central difference: small enough for curvature to be negligible
@@ -159,11 +164,17 @@ pub fn agreement_at(
     let mut worst = Agreement {
         worst: 0.0,
         at: String::new(),
+        singular: 0,
     };
     let mut record = |analytic: f64, numeric: f64, at: String| {
+        if !analytic.is_finite() && numeric.is_finite() {
+            worst.singular += 1;
+            return;
+        }
         let error = (analytic - numeric).abs() / (1.0 + numeric.abs());
         if error.is_nan() || error > worst.worst {
-            worst = Agreement { worst: error, at };
+            worst.worst = error;
+            worst.at = at;
         }
     };
     match probe {
@@ -257,7 +268,12 @@ pub fn check_templates(catalogue: &Catalogue, templates: &GradientRules) -> Temp
         let outcome = agreement(&graph, catalogue, templates, Probe::Elementwise, k as u64)
             .map(|(joint, agreement)| {
                 used.extend(joint.templates_used.iter().copied());
-                agreement.worst
+                // Templates are linear maps: a non-finite gradient is a wrong template.
+                if agreement.singular > 0 {
+                    f64::INFINITY
+                } else {
+                    agreement.worst
+                }
             })
             .map_err(|e: Error| e.to_string());
         instances.push(InstanceCheck {
