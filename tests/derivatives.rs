@@ -30,6 +30,7 @@ const REQUIRED: [&str; 26] = [
     "relu",
     "gelu",
     "gelu_tanh",
+    "erf",
     "silu",
     "softplus",
     "where",
