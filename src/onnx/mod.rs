@@ -83,10 +83,15 @@ pub fn import_model(
     table: &MapTable,
 ) -> Result<Imported> {
     let fail = |message: String| Error::new(Site::whole_file(file), ErrorKind::Input(message));
+    // The table follows the op semantics of opset 13 on (axes as inputs, Softmax over one
+    // axis); the opsets after 21, up to 26 (onnx 1.22), changed none of the imported ops'
+    // meaning, only the element types they admit, which are checked per tensor.
     for opset in &model.opset_import {
-        if (opset.domain.is_empty() || opset.domain == "ai.onnx") && opset.version > 22 {
+        if (opset.domain.is_empty() || opset.domain == "ai.onnx")
+            && !(13..=26).contains(&opset.version)
+        {
             return Err(fail(format!(
-                "opset {} is newer than fusebox reads (up to 22)",
+                "opset {} is outside the opsets fusebox imports (13 to 26)",
                 opset.version
             )));
         }
@@ -117,6 +122,7 @@ pub fn import_model(
         taken: HashSet::new(),
         reserved: HashSet::new(),
         materialized: HashMap::new(),
+        dropped: HashMap::new(),
     };
     importer.run(graph)?;
     let Importer {
@@ -220,6 +226,8 @@ struct Importer<'a> {
     reserved: HashSet<String>,
     /// Constant (by ONNX name) → the parameter input or `const` node that holds it.
     materialized: HashMap<String, String>,
+    /// Outputs of nodes that fusebox does not produce, and why.
+    dropped: HashMap<String, String>,
 }
 
 impl Importer<'_> {
@@ -272,18 +280,29 @@ impl Importer<'_> {
                     ErrorKind::Input(format!("{} node: {e}", node.op_type)),
                 )
             })?;
+            let made = outputs.len();
             for (name, value) in node.output.iter().zip(outputs) {
                 if !name.is_empty() {
                     self.env.insert(name.clone(), value);
                 }
             }
+            for (k, name) in node.output.iter().enumerate().skip(made) {
+                if !name.is_empty() {
+                    let why = format!(
+                        "`{name}` is output {k} of {} node `{}`; fusebox imports only its first output",
+                        node.op_type,
+                        node_label(node)
+                    );
+                    self.dropped.insert(name.clone(), why);
+                }
+            }
         }
         for output in &graph.output {
             let value = self.env.get(&output.name).cloned().ok_or_else(|| {
-                fail(format!(
-                    "graph output `{}` is computed by no node",
-                    output.name
-                ))
+                fail(match self.dropped.get(&output.name) {
+                    Some(why) => format!("graph output {why}"),
+                    None => format!("graph output `{}` is computed by no node", output.name),
+                })
             })?;
             let name = match value {
                 Val::Dyn(name, _) if name == output.name => name,
@@ -464,12 +483,16 @@ impl Importer<'_> {
         match node.input.get(i) {
             None => Ok(None),
             Some(name) if name.is_empty() => Ok(None),
-            Some(name) => self
-                .env
-                .get(name)
-                .cloned()
-                .map(Some)
-                .ok_or_else(|| format!("input `{name}` is not a value computed before it")),
+            Some(name) => {
+                self.env
+                    .get(name)
+                    .cloned()
+                    .map(Some)
+                    .ok_or_else(|| match self.dropped.get(name) {
+                        Some(why) => format!("input {why}"),
+                        None => format!("input `{name}` is not a value computed before it"),
+                    })
+            }
         }
     }
 
@@ -492,7 +515,7 @@ impl Importer<'_> {
         match node.op_type.as_str() {
             "Constant" => Ok(vec![self.constant(&attrs, &out)?]),
             "ConstantOfShape" => {
-                let shape = self.ints(node, 1, "shape", 0)?;
+                let shape = self.ints(node, 0, "shape")?;
                 let (dims, count) = proto::element_count(&shape)?;
                 let fill = match attrs.get("value") {
                     Some(Attr::Tensor(t)) => t.clone(),
@@ -526,7 +549,7 @@ impl Importer<'_> {
                 let indices = self.required(node, 1)?;
                 let idx = indices
                     .constant()
-                    .ok_or("the indices must be constant (fusebox shapes are static)")?
+                    .ok_or("the indices must be a constant (fusebox shapes are static), not a run-time value")?
                     .clone();
                 let rank = data.shape().len();
                 let axis =
@@ -557,7 +580,7 @@ impl Importer<'_> {
             }
             "Reshape" => {
                 let x = self.required(node, 0)?;
-                let target = self.ints(node, 1, "shape", 0)?;
+                let target = self.ints(node, 1, "shape")?;
                 let allowzero = int_attr(&attrs, "allowzero").unwrap_or(0) != 0;
                 let mut dims = Vec::new();
                 for (i, &d) in target.iter().enumerate() {
@@ -588,7 +611,7 @@ impl Importer<'_> {
             "Squeeze" | "Unsqueeze" => {
                 let x = self.required(node, 0)?;
                 let axes = match self.input(node, 1)? {
-                    Some(_) => Some(self.ints(node, 1, "axes", 0)?),
+                    Some(_) => Some(self.ints(node, 1, "axes")?),
                     None => ints_attr(&attrs, "axes"),
                 };
                 let rank = x.shape().len();
@@ -626,7 +649,7 @@ impl Importer<'_> {
             }
             "Expand" => {
                 let x = self.required(node, 0)?;
-                let target = self.ints(node, 1, "shape", 0)?;
+                let target = self.ints(node, 1, "shape")?;
                 let target: Vec<usize> = target
                     .iter()
                     .map(|&d| usize::try_from(d).map_err(|_| format!("dimension {d} is negative")))
@@ -645,15 +668,15 @@ impl Importer<'_> {
             }
             "Slice" => {
                 let x = self.required(node, 0)?;
-                let starts = self.ints(node, 1, "starts", 0)?;
-                let ends = self.ints(node, 2, "ends", 0)?;
+                let starts = self.ints(node, 1, "starts")?;
+                let ends = self.ints(node, 2, "ends")?;
                 let rank = x.shape().len();
                 let axes = match self.input(node, 3)? {
-                    Some(_) => self.ints(node, 3, "axes", 0)?,
+                    Some(_) => self.ints(node, 3, "axes")?,
                     None => (0..starts.len() as i64).collect(),
                 };
                 let steps = match self.input(node, 4)? {
-                    Some(_) => self.ints(node, 4, "steps", 0)?,
+                    Some(_) => self.ints(node, 4, "steps")?,
                     None => vec![1; starts.len()],
                 };
                 if ends.len() != starts.len()
@@ -692,7 +715,7 @@ impl Importer<'_> {
                 let dim = x.shape()[axis] as i64;
                 let n = node.output.len() as i64;
                 let sizes = match self.input(node, 1)? {
-                    Some(_) => self.ints(node, 1, "split", 0)?,
+                    Some(_) => self.ints(node, 1, "split")?,
                     None => match ints_attr(&attrs, "split") {
                         Some(s) => s,
                         None => {
@@ -751,18 +774,17 @@ impl Importer<'_> {
         Ok(Val::Const(Rc::new(t), Some(out.to_string())))
     }
 
-    /// Input `i` (or, for models older than opset 13, attribute `attr`) as constant integers.
+    /// Input `i`, which must be a constant, as integers (`what` names it in errors).
     fn ints(
         &self,
         node: &NodeProto,
         i: usize,
         what: &str,
-        _unused: usize,
     ) -> std::result::Result<Vec<i64>, String> {
         let v = self.required(node, i)?;
-        let t = v
-            .constant()
-            .ok_or_else(|| format!("`{what}` must be constant (fusebox shapes are static)"))?;
+        let t = v.constant().ok_or_else(|| {
+            format!("`{what}` must be a constant (fusebox shapes are static), not a run-time value")
+        })?;
         Ok(t.values().iter().map(|&f| f as i64).collect())
     }
 
@@ -944,7 +966,7 @@ impl Importer<'_> {
                     (Some(v), "value" | "ints") => {
                         let t = v
                             .constant()
-                            .ok_or_else(|| format!("input {index} must be a constant"))?;
+                            .ok_or_else(|| format!("input {index} must be a constant (fusebox shapes and attributes are static), not a run-time value"))?;
                         let vals = t.values();
                         if what == "value" {
                             if vals.len() != 1 {
