@@ -859,14 +859,13 @@ impl Importer<'_> {
         let mut local: HashMap<String, Option<Val>> = HashMap::new();
         let mut last: Option<Val> = inputs.first().cloned().flatten();
         for (n, t) in map.nodes.iter().enumerate() {
-            let keep = t
-                .when
-                .iter()
-                .all(|(k, v)| matches(attr_or_default(attrs, map, k).as_ref(), v))
-                && !(!t.unless.is_empty()
-                    && t.unless
-                        .iter()
-                        .all(|(k, v)| matches(attr_or_default(attrs, map, k).as_ref(), v)))
+            let holds = |(k, v): (&String, &ron::Value)| {
+                matches(attr_or_default(attrs, map, k).as_ref(), v)
+            };
+            // `unless` leaves the node out only when every one of its conditions holds.
+            let excluded = !t.unless.is_empty() && t.unless.iter().all(holds);
+            let keep = t.when.iter().all(holds)
+                && !excluded
                 && t.needs.iter().all(|r| {
                     r.strip_prefix('$')
                         .and_then(|i| i.parse::<usize>().ok())
