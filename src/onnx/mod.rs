@@ -123,6 +123,7 @@ pub fn import_model(
         reserved: HashSet::new(),
         materialized: HashMap::new(),
         dropped: HashMap::new(),
+        initializers: graph.initializer.iter().map(|i| i.name.clone()).collect(),
     };
     importer.run(graph)?;
     let Importer {
@@ -228,6 +229,8 @@ struct Importer<'a> {
     materialized: HashMap<String, String>,
     /// Outputs of nodes that fusebox does not produce, and why.
     dropped: HashMap<String, String>,
+    /// The names of the model's initializers.
+    initializers: HashSet<String>,
 }
 
 impl Importer<'_> {
@@ -433,7 +436,13 @@ impl Importer<'_> {
                 args.len()
             ));
         }
-        if args.iter().all(|a| a.constant().is_some()) {
+        // Constants fold, except a model's weights: a non-scalar initializer stays a
+        // parameter input (so `--input` can replace it and `grad` can differentiate by it)
+        // even where only constants feed the op, as a transposed Gemm weight does.
+        let weight = |a: &Val| {
+            matches!(a, Val::Const(t, Some(name)) if !t.shape().is_empty() && self.initializers.contains(name))
+        };
+        if args.iter().all(|a| a.constant().is_some()) && !args.iter().any(weight) {
             return self.fold(op, args, attrs);
         }
         let mut names = Vec::new();
