@@ -476,3 +476,44 @@ fn the_embedded_op_table_loads_and_names_only_catalogue_ops() {
         "{err}"
     );
 }
+
+fn int_attr(name: &str, value: i64) -> onnx_protobuf::AttributeProto {
+    let mut a = onnx_protobuf::AttributeProto::new();
+    a.name = name.into();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::INT.into();
+    a.i = value;
+    a
+}
+
+#[test]
+fn extreme_attribute_values_are_errors_not_overflows() {
+    let dir = temp_dir("extreme");
+    let rules = RuleSet::defaults();
+    let cases: Vec<(&str, Vec<onnx_protobuf::AttributeProto>, &[&str])> = vec![
+        ("Flatten", vec![int_attr("axis", i64::MIN)], &["x"]),
+        (
+            "Split",
+            vec![int_attr("axis", 0), int_attr("num_outputs", i64::MAX)],
+            &["x"],
+        ),
+        ("Softmax", vec![int_attr("axis", i64::MIN)], &["x"]),
+        ("Gather", vec![int_attr("axis", i64::MAX)], &["x", "w"]),
+        (
+            "Shape",
+            vec![int_attr("start", i64::MIN), int_attr("end", i64::MAX)],
+            &["x"],
+        ),
+    ];
+    for (op, attrs, inputs) in cases {
+        let mut n = node(op, "n", inputs, "y");
+        n.attribute = attrs;
+        let model = model_with(weights(floats(&[1.0, 2.0, 3.0, 4.0]), &[4]), vec![n]);
+        let path = dir.join(format!("{op}.onnx"));
+        std::fs::write(&path, model.write_to_bytes().unwrap()).unwrap();
+        // Shape with clamped bounds is valid (a constant output); the others are refused.
+        match onnx::import(&path, &rules.ops) {
+            Ok(_) => assert_eq!(op, "Shape", "{op} with extreme attributes imported"),
+            Err(e) => assert!(e.to_string().contains("node `n`"), "{op}: {e}"),
+        }
+    }
+}

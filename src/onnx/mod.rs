@@ -439,9 +439,7 @@ impl Importer<'_> {
         // Constants fold, except a model's weights: a non-scalar initializer stays a
         // parameter input (so `--input` can replace it and `grad` can differentiate by it)
         // even where only constants feed the op, as a transposed Gemm weight does.
-        let weight = |a: &Val| {
-            matches!(a, Val::Const(t, Some(name)) if !t.shape().is_empty() && self.initializers.contains(name))
-        };
+        let weight = |a: &Val| matches!(a, Val::Const(t, Some(name)) if !t.shape().is_empty() && self.initializers.contains(name));
         if args.iter().all(|a| a.constant().is_some()) && !args.iter().any(weight) {
             return self.fold(op, args, attrs);
         }
@@ -542,7 +540,9 @@ impl Importer<'_> {
             "Shape" => {
                 let x = self.required(node, 0)?;
                 let rank = x.shape().len() as i64;
-                let clip = |v: i64| (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize;
+                let clip = |v: i64| {
+                    (if v < 0 { v.saturating_add(rank) } else { v }).clamp(0, rank) as usize
+                };
                 let start = clip(int_attr(&attrs, "start").unwrap_or(0));
                 let end = clip(int_attr(&attrs, "end").unwrap_or(rank));
                 let dims: Vec<f64> = x.shape()[start..end.max(start)]
@@ -567,7 +567,7 @@ impl Importer<'_> {
                 let mut parts = Vec::new();
                 for v in idx.values() {
                     let i = v as i64;
-                    let i = if i < 0 { i + dim } else { i };
+                    let i = if i < 0 { i.saturating_add(dim) } else { i };
                     if i < 0 || i >= dim {
                         return Err(format!(
                             "index {v} is out of range for a dimension of {dim}"
@@ -609,7 +609,11 @@ impl Importer<'_> {
                 let x = self.required(node, 0)?;
                 let rank = x.shape().len();
                 let axis = int_attr(&attrs, "axis").unwrap_or(1);
-                let axis = if axis < 0 { axis + rank as i64 } else { axis };
+                let axis = if axis < 0 {
+                    axis.saturating_add(rank as i64)
+                } else {
+                    axis
+                };
                 if axis < 0 || axis > rank as i64 {
                     return Err(format!("axis {axis} is out of range for rank {rank}"));
                 }
@@ -728,7 +732,12 @@ impl Importer<'_> {
                     None => match ints_attr(&attrs, "split") {
                         Some(s) => s,
                         None => {
-                            let parts = int_attr(&attrs, "num_outputs").unwrap_or(n).max(1);
+                            let parts = int_attr(&attrs, "num_outputs").unwrap_or(n);
+                            if parts != n || parts < 1 {
+                                return Err(format!(
+                                    "num_outputs is {parts}, but the node has {n} output(s)"
+                                ));
+                            }
                             let chunk = (dim + parts - 1) / parts;
                             (0..parts)
                                 .map(|p| chunk.min(dim - p * chunk).max(0))
@@ -736,7 +745,11 @@ impl Importer<'_> {
                         }
                     },
                 };
-                if sizes.iter().any(|&s| s < 0) || sizes.iter().sum::<i64>() != dim {
+                if sizes.len() as i64 != n {
+                    return Err(format!("{} split sizes for {n} output(s)", sizes.len()));
+                }
+                let total = sizes.iter().try_fold(0i64, |acc, &s| acc.checked_add(s));
+                if sizes.iter().any(|&s| s < 0) || total != Some(dim) {
                     return Err(format!(
                         "split sizes {sizes:?} do not add up to the dimension {dim}"
                     ));
