@@ -30,6 +30,9 @@ pub struct Mapping {
     pub chain: Option<String>,
     #[serde(default)]
     pub nodes: Vec<Template>,
+    /// Template nodes that are the ONNX node's second, third, … outputs.
+    #[serde(default)]
+    pub outputs: Vec<String>,
 }
 
 /// One catalogue node of a Map's graph.

@@ -767,7 +767,7 @@ impl Importer<'_> {
                 }
                 Ok(outs)
             }
-            _ => Ok(vec![self.mapped(node, &attrs, &out)?]),
+            _ => self.mapped(node, &attrs, &out),
         }
     }
 
@@ -833,7 +833,14 @@ impl Importer<'_> {
     }
 
     /// A node imported through the op table.
-    fn mapped(&mut self, node: &NodeProto, attrs: &HashMap<String, Attr>, out: &str) -> Msg {
+    /// A node imported through the op table: its first output, then the template nodes the
+    /// Map's `outputs` names for the ONNX node's further outputs.
+    fn mapped(
+        &mut self,
+        node: &NodeProto,
+        attrs: &HashMap<String, Attr>,
+        out: &str,
+    ) -> std::result::Result<Vec<Val>, String> {
         let candidates: Vec<&Mapping> = self
             .table
             .maps
@@ -959,7 +966,18 @@ impl Importer<'_> {
             }
             last = value;
         }
-        last.ok_or_else(|| "the mapping produced no value".into())
+        let mut outputs = vec![last.ok_or("the mapping produced no value")?];
+        for (k, name) in map.outputs.iter().enumerate() {
+            // Only outputs the model names are wanted; an unnamed one may have been skipped.
+            if node.output.get(k + 1).is_none_or(|o| o.is_empty()) {
+                break;
+            }
+            match local.get(name) {
+                Some(Some(v)) => outputs.push(v.clone()),
+                _ => return Err(format!("rules/onnx.ron: output `{name}` has no value here")),
+            }
+        }
+        Ok(outputs)
     }
 
     /// Resolves a `$…` attribute reference of the op table (see rules/onnx.ron's header).
