@@ -1,4 +1,5 @@
-"""Writes mlp.onnx, the model of the book's chapter "Importing ONNX models".
+"""Writes mlp.onnx and unsupported.onnx, the models of the book's chapter "Importing ONNX
+models".
 
 A two-layer MLP as PyTorch's exporter writes it: Gemm with transB, GELU spelled out with Erf,
 a second Gemm, Softmax. The weights are seeded, so the file is reproducible:
@@ -47,3 +48,23 @@ graph = h.make_graph(nodes, "main_graph",
 model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], producer_name="pytorch")
 onnx.checker.check_model(model)
 onnx.save(model, os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlp.onnx"))
+
+# unsupported.onnx: a model with ops fusebox does not import (two Conv nodes and a TopK), for
+# the chapter's example of the one error that lists them all.
+conv = [
+    h.make_node("Conv", ["image", "kernel"], ["c1"], name="/stem/Conv"),
+    h.make_node("Relu", ["c1"], ["r1"], name="/stem/Relu"),
+    h.make_node("Conv", ["r1", "kernel2"], ["c2"], name="/block/Conv"),
+    h.make_node("Flatten", ["c2"], ["flat"], name="/Flatten"),
+    h.make_node("TopK", ["flat", "k"], ["values", "indices"], name="/TopK"),
+]
+conv_inits = [
+    init("kernel", (rng.standard_normal((4, 3, 3, 3)) * 0.2).astype(np.float32)),
+    init("kernel2", (rng.standard_normal((4, 4, 3, 3)) * 0.2).astype(np.float32)),
+    init("k", np.array([5], np.int64)),
+]
+conv_graph = h.make_graph(conv, "convnet",
+                          [h.make_tensor_value_info("image", T.FLOAT, [1, 3, 16, 16])],
+                          [h.make_tensor_value_info("values", T.FLOAT, [1, 5])], conv_inits)
+conv_model = h.make_model(conv_graph, opset_imports=[h.make_opsetid("", 17)])
+onnx.save(conv_model, os.path.join(os.path.dirname(os.path.abspath(__file__)), "unsupported.onnx"))
