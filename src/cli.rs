@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+mod model;
 mod output;
 pub mod terminal;
 
@@ -148,6 +149,14 @@ pub enum Command {
         #[arg(long, value_name = "DIR", conflicts_with = "out")]
         split: Option<PathBuf>,
     },
+    /// Import an ONNX model: write DIR/graph.ron and one .npy per weight (all or none).
+    Import {
+        model: PathBuf,
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        #[arg(long)]
+        rules: Option<PathBuf>,
+    },
     /// List the ops of the catalogue.
     Ops {
         #[arg(long)]
@@ -202,8 +211,8 @@ pub fn run(cli: Cli) -> Result<String> {
     match cli.command {
         Command::Check { graph, rules } => {
             let rules = load_rules(rules.as_deref())?;
-            let (graph, types) = graph::file::load(&graph, &rules.ops)?;
-            Ok(describe(&graph, &types))
+            let loaded = model::load(&graph, &rules)?;
+            Ok(describe(&loaded.graph, &loaded.types))
         }
         Command::Run {
             graph,
@@ -229,8 +238,8 @@ pub fn run(cli: Cli) -> Result<String> {
                 ));
             }
             let rules = load_rules(rules.as_deref())?;
-            let (graph, _) = graph::file::load(&graph, &rules.ops)?;
-            let values = gather_inputs(&graph, &inputs, random_inputs, seed)?;
+            let model::Loaded { graph, stored, .. } = model::load(&graph, &rules)?;
+            let values = gather_inputs(&graph, &inputs, stored, random_inputs, seed)?;
             let options = run_options(amp, no_fusion);
             match backend {
                 Backend::Reference => {
@@ -285,7 +294,7 @@ pub fn run(cli: Cli) -> Result<String> {
                 ));
             }
             let rules = load_rules(rules.as_deref())?;
-            let (graph, _) = graph::file::load(&graph, &rules.ops)?;
+            let graph = model::load(&graph, &rules)?.graph;
             let options = run_options(amp, no_fusion);
             let report = if backend == Backend::Cuda {
                 bench_compiled(&graph, &rules, options, &cuda, iters, seed)?
@@ -340,7 +349,7 @@ pub fn run(cli: Cli) -> Result<String> {
             amp,
         } => {
             let rules = load_rules(rules.as_deref())?;
-            let (graph, _) = graph::file::load(&graph, &rules.ops)?;
+            let graph = model::load(&graph, &rules)?.graph;
             let options = crate::optimize::Options {
                 profile,
                 progress: true,
@@ -390,8 +399,12 @@ pub fn run(cli: Cli) -> Result<String> {
             split,
         } => {
             let rules = load_rules(rules.as_deref())?;
-            let (graph, _) = graph::file::load(&graph, &rules.ops)?;
+            let graph = model::load(&graph, &rules)?.graph;
             differentiate(&graph, &rules, wrt, out.as_deref(), split.as_deref())
+        }
+        Command::Import { model, out, rules } => {
+            let rules = load_rules(rules.as_deref())?;
+            model::import(&model, &out, &rules)
         }
         Command::Ops { rules } => {
             let rules = load_rules(rules.as_deref())?;
@@ -623,7 +636,14 @@ fn table(rows: &[[String; 4]]) -> String {
 }
 
 /// Reads `--input NAME=FILE` values and fills the rest randomly when asked.
-fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Result<Tensors> {
+/// Inputs with stored values (a model's weights) take them unless `--input` gives another.
+fn gather_inputs(
+    graph: &Graph,
+    specs: &[String],
+    stored: Tensors,
+    random: bool,
+    seed: u64,
+) -> Result<Tensors> {
     let mut values = Tensors::new();
     // Checked before any file is read: a second value for one input is a mistake to name, not
     // a silent override.
@@ -663,6 +683,9 @@ fn gather_inputs(graph: &Graph, specs: &[String], random: bool, seed: u64) -> Re
         // A file in a wider or narrower type is converted to the declared dtype, so bf16
         // inputs can come from float32 files (NumPy has no bf16).
         values.insert(name.to_string(), tensor.cast(declared.dtype));
+    }
+    for (name, value) in stored {
+        values.entry(name).or_insert(value);
     }
     let mut missing = Vec::new();
     for (index, input) in graph.inputs.iter().enumerate() {

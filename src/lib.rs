@@ -31,6 +31,7 @@ pub mod extract;
 pub mod formula;
 pub mod graph;
 pub mod lower;
+pub mod onnx;
 pub mod optimize;
 pub mod partition;
 pub mod rewrite;

@@ -7,7 +7,7 @@ use fusebox::rules::{Catalogue, DtypeClass, OpDef};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Ops whose derivatives must be among those checked.
-const REQUIRED: [&str; 26] = [
+const REQUIRED: [&str; 27] = [
     "add",
     "sub",
     "mul",
@@ -30,6 +30,7 @@ const REQUIRED: [&str; 26] = [
     "relu",
     "gelu",
     "gelu_tanh",
+    "erf",
     "silu",
     "softplus",
     "where",

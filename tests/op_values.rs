@@ -17,7 +17,7 @@ const NAN: f64 = f64::NAN;
 const INF: f64 = f64::INFINITY;
 
 /// Every op of the default catalogue; each is exercised below.
-const COVERED: [&str; 43] = [
+const COVERED: [&str; 44] = [
     "abs",
     "add",
     "broadcast_to",
@@ -28,6 +28,7 @@ const COVERED: [&str; 43] = [
     "cos",
     "div",
     "eq",
+    "erf",
     "exp",
     "ge",
     "gelu",
@@ -434,6 +435,8 @@ fn unary_truths() -> Vec<Truth> {
             0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
         }),
         ("silu", general.clone(), |x| x * sigmoid(x)),
+        // Independent of the formula's libm erf: erf(x) = 1 - erfc(x).
+        ("erf", general.clone(), |x| 1.0 - libm::erfc(x)),
         ("softplus", general, |x| x.exp().ln_1p()),
     ]
 }

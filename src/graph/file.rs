@@ -44,6 +44,10 @@ struct InputFile {
     name: String,
     dtype: String,
     shape: Vec<Dim>,
+    /// A `.npy` file holding this input's stored value (a model's weights), relative to the
+    /// graph file's directory and inside it.
+    #[serde(default)]
+    value: Option<String>,
 }
 
 /// One dimension as written: any integer, so that a negative one (`-1`, how some exporters
@@ -76,6 +80,10 @@ impl<'de> Deserialize<'de> for Dim {
     }
 }
 
+/// The stored-value files graph inputs name (`value: "w.npy"`), by input name, as written
+/// (relative to the graph file's directory).
+pub type StoredValues = BTreeMap<String, String>;
+
 #[derive(Deserialize)]
 #[serde(rename = "Node", deny_unknown_fields)]
 struct NodeFile {
@@ -93,12 +101,55 @@ pub fn load(path: &Path, catalogue: &Catalogue) -> Result<(Graph, TypeMap)> {
     parse(&text, &path.display().to_string(), catalogue)
 }
 
+/// Reads a graph file and the stored-value files its inputs name.
+pub fn load_with_values(
+    path: &Path,
+    catalogue: &Catalogue,
+) -> Result<(Graph, TypeMap, StoredValues)> {
+    let text = ron_file::read_file(path)?;
+    parse_with_values(&text, &path.display().to_string(), catalogue)
+}
+
 /// Parses graph text; `file` is the name used in error messages.
 pub fn parse(text: &str, file: &str, catalogue: &Catalogue) -> Result<(Graph, TypeMap)> {
+    parse_with_values(text, file, catalogue).map(|(graph, types, _)| (graph, types))
+}
+
+/// Parses graph text and the stored-value files its inputs name. A value path must be
+/// relative and stay inside the graph's directory: a graph file from elsewhere cannot make a
+/// command read arbitrary files.
+pub fn parse_with_values(
+    text: &str,
+    file: &str,
+    catalogue: &Catalogue,
+) -> Result<(Graph, TypeMap, StoredValues)> {
     let doc: RonDocument<GraphFile> = ron_file::parse(text, file)?;
     let graph = convert(&doc, catalogue)?;
+    let mut values = StoredValues::new();
+    for (index, input) in doc.value.inputs.iter().enumerate() {
+        let Some(value) = &input.value else { continue };
+        let relative = Path::new(value);
+        if relative.as_os_str().is_empty()
+            || !relative
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+        {
+            let path = [
+                Step::field("inputs"),
+                Step::Index(index),
+                Step::field("value"),
+            ];
+            return Err(Error::new(
+                doc.site(&path).with_node(&input.name),
+                ErrorKind::Input(format!(
+                    "value `{value}` must be a relative path inside the graph file's directory"
+                )),
+            ));
+        }
+        values.insert(input.name.clone(), value.clone());
+    }
     match check_parts(&graph, catalogue) {
-        Ok(types) => Ok((graph, types)),
+        Ok(types) => Ok((graph, types, values)),
         Err(problem) => {
             let path = part_path(&problem.part);
             let mut site = doc.site(&path);
@@ -259,12 +310,21 @@ fn convert(doc: &RonDocument<GraphFile>, catalogue: &Catalogue) -> Result<Graph>
 
 /// Writes a graph in the file format (one input or node per line).
 pub fn to_ron(graph: &Graph) -> String {
+    to_ron_with_values(graph, &StoredValues::new())
+}
+
+/// Writes a graph whose inputs in `values` name their stored-value files.
+pub fn to_ron_with_values(graph: &Graph, values: &StoredValues) -> String {
     let mut out = String::from("Graph(\n");
     out += &format!("    name: {},\n", quote(&graph.name));
     out += "    inputs: [\n";
     for input in &graph.inputs {
+        let value = values
+            .get(&input.name)
+            .map(|v| format!(", value: {}", quote(v)))
+            .unwrap_or_default();
         out += &format!(
-            "        Input(name: {}, dtype: {}, shape: {:?}),\n",
+            "        Input(name: {}, dtype: {}, shape: {:?}{value}),\n",
             quote(&input.name),
             quote(input.dtype.name()),
             input.shape

@@ -1,0 +1,519 @@
+//! ONNX import: small real models (built by tests/onnx/models.py with the onnx helper) run on
+//! the reference and CPU backends against `onnx.reference.ReferenceEvaluator`; `fusebox
+//! import` and the stored values of graph inputs; and hostile model files, which get errors
+//! and never panics.
+//!
+//! The model tests are skipped, with a message, where `python3 -c "import onnx"` fails,
+//! unless `FUSEBOX_REQUIRE_ONNX` is set (as `.ci/run` sets it). The hostile-file tests build
+//! their models in Rust and always run.
+
+use fusebox::onnx;
+use fusebox::rules::RuleSet;
+use fusebox::tensor::Tensor;
+use onnx_protobuf::{
+    GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
+    TensorProto, TypeProto, ValueInfoProto,
+};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fusebox(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args(args)
+        .output()
+        .expect("the fusebox binary runs");
+    let mut text = String::from_utf8_lossy(&out.stdout).to_string();
+    text += &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fusebox-onnx-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Builds the Python models into a fresh directory, or `None` (after checking that this is
+/// allowed) where the onnx wheel is missing.
+fn models(tag: &str) -> Option<PathBuf> {
+    let have = Command::new("python3")
+        .args(["-c", "import onnx"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        assert!(
+            std::env::var_os("FUSEBOX_REQUIRE_ONNX").is_none(),
+            "FUSEBOX_REQUIRE_ONNX is set but python3 cannot import onnx"
+        );
+        eprintln!("skipped: python3 cannot import onnx (pip install onnx==1.22.0)");
+        return None;
+    }
+    let dir = temp_dir(tag);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/models.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "models.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(dir)
+}
+
+fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    for (i, (g, w)) in got.values().iter().zip(want.values().iter()).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 + 1e-4 * w.abs(),
+            "{what}: element {i} is {g}, the ONNX reference evaluator gives {w}"
+        );
+    }
+}
+
+/// Runs `model` (with the inputs models.py recorded) on `backend` and compares every output
+/// with the reference evaluator's.
+fn check_model(dir: &Path, model: &str, outputs: &[&str], graph: &Path, backend: &str) {
+    let out = dir.join(format!("out-{model}-{backend}"));
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        graph.display().to_string(),
+        "--backend".into(),
+        backend.into(),
+        "--out".into(),
+        out.display().to_string(),
+    ];
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let file = path.file_name().unwrap().to_string_lossy().to_string();
+        if let Some(input) = file
+            .strip_prefix(&format!("{model}.in."))
+            .and_then(|r| r.strip_suffix(".npy"))
+        {
+            args.push("--input".into());
+            args.push(format!("{input}={}", path.display()));
+        }
+    }
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, text) = fusebox(&words);
+    assert!(ok, "{model} on {backend}: {text}");
+    for (k, name) in outputs.iter().enumerate() {
+        let got = Tensor::read_npy(&out.join(format!("{name}.npy"))).unwrap();
+        let want = Tensor::read_npy(&dir.join(format!("{model}.out.{k}.npy"))).unwrap();
+        assert_close(&format!("{model} `{name}` on {backend}"), &got, &want);
+    }
+}
+
+const MODELS: [(&str, &[&str]); 4] = [
+    ("mlp", &["y"]),
+    ("lstm", &["h_next", "c_next"]),
+    ("attention", &["y"]),
+    ("layernorm", &["y", "m"]),
+];
+
+#[test]
+fn real_models_match_the_onnx_reference_evaluator_on_reference_and_cpu() {
+    let Some(dir) = models("real") else { return };
+    for (model, outputs) in MODELS {
+        let path = dir.join(format!("{model}.onnx"));
+        for backend in ["reference", "cpu"] {
+            check_model(&dir, model, outputs, &path, backend);
+        }
+    }
+}
+
+#[test]
+fn external_data_weights_are_read_from_beside_the_model() {
+    let Some(dir) = models("external") else {
+        return;
+    };
+    let path = dir.join("mlp_external.onnx");
+    check_model(&dir, "mlp_external", &["y"], &path, "reference");
+}
+
+#[test]
+fn imported_graph_binds_its_stored_weights_and_input_overrides_them() {
+    let Some(dir) = models("import") else { return };
+    let out = dir.join("imported");
+    let model = dir.join("lstm.onnx");
+    let (ok, text) = fusebox(&[
+        "import",
+        model.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{text}");
+    let graph_text = std::fs::read_to_string(out.join("graph.ron")).unwrap();
+    assert!(
+        graph_text.contains(r#"Input(name: "w", dtype: "f32", shape: [6, 32], value: "w.npy")"#),
+        "{graph_text}"
+    );
+    // The graph file, run from anywhere, finds its weights beside it.
+    let graph = out.join("graph.ron");
+    check_model(&dir, "lstm", &["h_next", "c_next"], &graph, "cpu");
+    // --input replaces a stored value: zero recurrent weights change h_next.
+    let zeros = Tensor::from_values(fusebox::dtype::DType::F32, &[8, 32], vec![0.0; 256]).unwrap();
+    let zeros_path = dir.join("zeros.npy");
+    zeros.write_npy(&zeros_path).unwrap();
+    let run_out = dir.join("override");
+    let args = [
+        "run".to_string(),
+        graph.display().to_string(),
+        "--backend".into(),
+        "reference".into(),
+        "--out".into(),
+        run_out.display().to_string(),
+        "--input".into(),
+        format!("x={}", dir.join("lstm.in.x.npy").display()),
+        "--input".into(),
+        format!("h={}", dir.join("lstm.in.h.npy").display()),
+        "--input".into(),
+        format!("c={}", dir.join("lstm.in.c.npy").display()),
+        "--input".into(),
+        format!("u={}", zeros_path.display()),
+    ];
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, text) = fusebox(&words);
+    assert!(ok, "{text}");
+    let got = Tensor::read_npy(&run_out.join("h_next.npy")).unwrap();
+    let stored = Tensor::read_npy(&dir.join("lstm.out.0.npy")).unwrap();
+    assert_ne!(
+        got.values(),
+        stored.values(),
+        "the --input value was not used"
+    );
+}
+
+#[test]
+fn graph_value_paths_that_leave_the_graph_directory_are_refused() {
+    let dir = temp_dir("escape");
+    let graph = dir.join("g.ron");
+    std::fs::write(
+        &graph,
+        r#"Graph(name: "g", inputs: [Input(name: "w", dtype: "f32", shape: [2], value: "../w.npy")], nodes: [Node(name: "y", op: "neg", args: ["w"])], outputs: ["y"])"#,
+    )
+    .unwrap();
+    let (ok, text) = fusebox(&["check", graph.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        text.contains("g.ron:1:") && text.contains("must be a relative path inside"),
+        "{text}"
+    );
+}
+
+// ------------------------------------------------------------------ hostile files, built in Rust
+
+fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
+    let mut ty = TypeProto::new();
+    let tensor = ty.mut_tensor_type();
+    tensor.elem_type = 1;
+    let shape = tensor.shape.mut_or_insert_default();
+    for &d in dims {
+        let mut dim = onnx_protobuf::tensor_shape_proto::Dimension::new();
+        dim.set_dim_value(d);
+        shape.dim.push(dim);
+    }
+    let mut info = ValueInfoProto::new();
+    info.name = name.into();
+    info.type_ = Some(ty).into();
+    info
+}
+
+fn node(op: &str, name: &str, inputs: &[&str], output: &str) -> NodeProto {
+    let mut n = NodeProto::new();
+    n.op_type = op.into();
+    n.name = name.into();
+    n.input = inputs.iter().map(|s| s.to_string()).collect();
+    n.output = vec![output.into()];
+    n
+}
+
+/// y = x + w, with w an initializer of 4 floats.
+fn model_with(w: TensorProto, nodes: Vec<NodeProto>) -> ModelProto {
+    let mut graph = GraphProto::new();
+    graph.name = "m".into();
+    graph.input.push(value_info("x", &[4]));
+    graph.output.push(value_info("y", &[4]));
+    graph.initializer.push(w);
+    graph.node = nodes;
+    let mut model = ModelProto::new();
+    model.ir_version = 8;
+    let mut opset = OperatorSetIdProto::new();
+    opset.version = 17;
+    model.opset_import.push(opset);
+    model.graph = Some(graph).into();
+    model
+}
+
+fn weights(raw: Vec<u8>, dims: &[i64]) -> TensorProto {
+    let mut t = TensorProto::new();
+    t.name = "w".into();
+    t.data_type = 1;
+    t.dims = dims.to_vec();
+    t.raw_data = raw;
+    t
+}
+
+fn floats(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|f| f.to_le_bytes()).collect()
+}
+
+fn import_bytes(dir: &Path, bytes: &[u8]) -> Result<onnx::Imported, String> {
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, bytes).unwrap();
+    onnx::import(&path, &RuleSet::defaults().ops).map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_model_built_in_rust_imports_with_its_initializer_as_a_stored_parameter() {
+    let dir = temp_dir("plain");
+    let model = model_with(
+        weights(floats(&[1.0, 2.0, 3.0, 4.0]), &[4]),
+        vec![node("Add", "add", &["x", "w"], "y")],
+    );
+    let imported = import_bytes(&dir, &model.write_to_bytes().unwrap()).unwrap();
+    assert_eq!(imported.values["w"].values(), vec![1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(imported.graph.outputs, vec!["y".to_string()]);
+}
+
+#[test]
+fn truncated_and_corrupted_models_are_errors_not_panics() {
+    let dir = temp_dir("truncated");
+    let model = model_with(
+        weights(floats(&[1.0, 2.0, 3.0, 4.0]), &[4]),
+        vec![node("Add", "add", &["x", "w"], "y")],
+    );
+    let bytes = model.write_to_bytes().unwrap();
+    let path = dir.join("model.onnx");
+    let rules = RuleSet::defaults();
+    let mut errors = 0;
+    for len in 0..bytes.len() {
+        std::fs::write(&path, &bytes[..len]).unwrap();
+        if onnx::import(&path, &rules.ops).is_err() {
+            errors += 1;
+        }
+    }
+    assert!(errors > bytes.len() / 2, "most truncations must be refused");
+    // Seeded single-byte corruptions: whatever they do, they must not panic.
+    let mut state: u64 = 0x9e3779b97f4a7c15;
+    for _ in 0..2000 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let mut bad = bytes.clone();
+        let at = (state % bad.len() as u64) as usize;
+        bad[at] = (state >> 32) as u8;
+        std::fs::write(&path, &bad).unwrap();
+        let _ = onnx::import(&path, &rules.ops);
+    }
+}
+
+#[test]
+fn huge_declared_tensor_sizes_are_refused_before_allocating() {
+    let dir = temp_dir("huge");
+    let model = model_with(
+        weights(floats(&[1.0]), &[1 << 40, 1 << 40]),
+        vec![node("Add", "add", &["x", "w"], "y")],
+    );
+    let err = import_bytes(&dir, &model.write_to_bytes().unwrap()).unwrap_err();
+    assert!(
+        err.contains("initializer `w`") && err.contains("elements"),
+        "{err}"
+    );
+    let model = model_with(
+        weights(floats(&[1.0]), &[4]),
+        vec![node("Add", "add", &["x", "w"], "y")],
+    );
+    let err = import_bytes(&dir, &model.write_to_bytes().unwrap()).unwrap_err();
+    assert!(err.contains("need 16 bytes of data, found 4"), "{err}");
+}
+
+fn external(location: &str, offset: &str, length: &str) -> TensorProto {
+    let mut t = weights(vec![], &[4]);
+    t.data_location = onnx_protobuf::tensor_proto::DataLocation::EXTERNAL.into();
+    for (k, v) in [
+        ("location", location),
+        ("offset", offset),
+        ("length", length),
+    ] {
+        let mut e = StringStringEntryProto::new();
+        e.key = k.into();
+        e.value = v.into();
+        t.external_data.push(e);
+    }
+    t
+}
+
+#[test]
+fn external_data_paths_that_escape_the_model_directory_are_refused() {
+    let root = temp_dir("external-escape");
+    let dir = root.join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(root.join("secret.bin"), floats(&[9.0; 4])).unwrap();
+    std::fs::write(dir.join("w.bin"), floats(&[1.0, 2.0, 3.0, 4.0])).unwrap();
+    let add = || vec![node("Add", "add", &["x", "w"], "y")];
+    let ok = model_with(external("w.bin", "0", "16"), add());
+    let imported = import_bytes(&dir, &ok.write_to_bytes().unwrap()).unwrap();
+    assert_eq!(imported.values["w"].values(), vec![1.0, 2.0, 3.0, 4.0]);
+    let secret = root.join("secret.bin").display().to_string();
+    for location in ["../secret.bin", secret.as_str()] {
+        let bad = model_with(external(location, "0", "16"), add());
+        let err = import_bytes(&dir, &bad.write_to_bytes().unwrap()).unwrap_err();
+        assert!(
+            err.contains("relative path inside the model's directory"),
+            "{err}"
+        );
+    }
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(root.join("secret.bin"), dir.join("link.bin")).unwrap();
+        let bad = model_with(external("link.bin", "0", "16"), add());
+        let err = import_bytes(&dir, &bad.write_to_bytes().unwrap()).unwrap_err();
+        assert!(err.contains("leaves the model's directory"), "{err}");
+    }
+    let past_end = model_with(external("w.bin", "8", "16"), add());
+    let err = import_bytes(&dir, &past_end.write_to_bytes().unwrap()).unwrap_err();
+    assert!(err.contains("do not fit"), "{err}");
+}
+
+#[test]
+fn an_unsupported_model_gets_one_error_naming_every_unsupported_op_and_node() {
+    let dir = temp_dir("unsupported");
+    let model = model_with(
+        weights(floats(&[1.0, 2.0, 3.0, 4.0]), &[4]),
+        vec![
+            node("Conv", "conv_a", &["x", "w"], "a"),
+            node("TopK", "topk", &["a"], "b"),
+            node("Conv", "conv_b", &["b", "w"], "y"),
+        ],
+    );
+    let err = import_bytes(&dir, &model.write_to_bytes().unwrap()).unwrap_err();
+    assert!(
+        err.contains("2 op type(s)")
+            && err.contains("Conv: conv_a, conv_b")
+            && err.contains("TopK: topk"),
+        "{err}"
+    );
+}
+
+#[test]
+fn onnx_names_stay_the_graph_names_and_map_to_safe_output_files() {
+    let dir = temp_dir("names");
+    let mut model = model_with(
+        weights(floats(&[1.0, 2.0, 3.0, 4.0]), &[4]),
+        vec![
+            node("Add", "add", &["x", "w"], "onnx::Tanh_21"),
+            node("Tanh", "tanh", &["onnx::Tanh_21"], "23/out"),
+        ],
+    );
+    model.graph.as_mut().unwrap().output[0].name = "23/out".into();
+    let path = dir.join("names.onnx");
+    std::fs::write(&path, model.write_to_bytes().unwrap()).unwrap();
+    let x = Tensor::from_values(fusebox::dtype::DType::F32, &[4], vec![0.0; 4]).unwrap();
+    x.write_npy(&dir.join("x.npy")).unwrap();
+    let out = dir.join("out");
+    let x_arg = format!("x={}", dir.join("x.npy").display());
+    let (ok, text) = fusebox(&[
+        "run",
+        path.to_str().unwrap(),
+        "--backend",
+        "reference",
+        "--input",
+        &x_arg,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{text}");
+    let y = Tensor::read_npy(&out.join("23%2Fout.npy")).unwrap();
+    let want: Vec<f64> = [1.0f64, 2.0, 3.0, 4.0]
+        .iter()
+        .map(|v| f64::from((*v as f32).tanh()))
+        .collect();
+    for (g, w) in y.values().iter().zip(&want) {
+        assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+    }
+}
+
+#[test]
+fn the_embedded_op_table_loads_and_names_only_catalogue_ops() {
+    let table = onnx::map::MapTable::defaults().unwrap();
+    let catalogue = RuleSet::defaults().ops;
+    for map in &table.maps {
+        for node in &map.nodes {
+            let op = catalogue.get(&node.op);
+            assert!(
+                op.is_some(),
+                "{}: op `{}` is not in the catalogue",
+                map.onnx,
+                node.op
+            );
+            for attr in node.attrs.keys() {
+                assert!(
+                    op.unwrap().attr(attr).is_some(),
+                    "{}: op `{}` has no attribute `{attr}`",
+                    map.onnx,
+                    node.op
+                );
+            }
+        }
+        if let Some(chain) = &map.chain {
+            assert!(
+                catalogue.get(chain).is_some(),
+                "{}: chain op `{chain}`",
+                map.onnx
+            );
+        }
+    }
+    let bad = r#"[Map(onnx: "X", nodes: [Node(op: "neg", args: ["nowhere"])])]"#;
+    let err = onnx::map::MapTable::load_str(bad, "bad.ron")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("bad.ron:1:") && err.contains("`nowhere`"),
+        "{err}"
+    );
+}
+
+fn int_attr(name: &str, value: i64) -> onnx_protobuf::AttributeProto {
+    let mut a = onnx_protobuf::AttributeProto::new();
+    a.name = name.into();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::INT.into();
+    a.i = value;
+    a
+}
+
+#[test]
+fn extreme_attribute_values_are_errors_not_overflows() {
+    let dir = temp_dir("extreme");
+    let rules = RuleSet::defaults();
+    let cases: Vec<(&str, Vec<onnx_protobuf::AttributeProto>, &[&str])> = vec![
+        ("Flatten", vec![int_attr("axis", i64::MIN)], &["x"]),
+        (
+            "Split",
+            vec![int_attr("axis", 0), int_attr("num_outputs", i64::MAX)],
+            &["x"],
+        ),
+        ("Softmax", vec![int_attr("axis", i64::MIN)], &["x"]),
+        ("Gather", vec![int_attr("axis", i64::MAX)], &["x", "w"]),
+        (
+            "Shape",
+            vec![int_attr("start", i64::MIN), int_attr("end", i64::MAX)],
+            &["x"],
+        ),
+    ];
+    for (op, attrs, inputs) in cases {
+        let mut n = node(op, "n", inputs, "y");
+        n.attribute = attrs;
+        let model = model_with(weights(floats(&[1.0, 2.0, 3.0, 4.0]), &[4]), vec![n]);
+        let path = dir.join(format!("{op}.onnx"));
+        std::fs::write(&path, model.write_to_bytes().unwrap()).unwrap();
+        // Shape with clamped bounds is valid (a constant output); the others are refused.
+        match onnx::import(&path, &rules.ops) {
+            Ok(_) => assert_eq!(op, "Shape", "{op} with extreme attributes imported"),
+            Err(e) => assert!(e.to_string().contains("node `n`"), "{op}: {e}"),
+        }
+    }
+}
