@@ -26,8 +26,9 @@ pub struct Split {
     pub forward: Graph,
     /// The saved values and the cotangents in; the gradients out.
     pub backward: Graph,
-    /// The values the forward hands to the backward (graph inputs among them are passed on
-    /// as they are), in forward order.
+    /// The values the backward reads from the forward pass, in forward order: graph inputs
+    /// (which the caller holds already, so the forward does not output them) and forward
+    /// outputs the forward writes for it.
     pub saved: Vec<String>,
     /// Forward nodes the backward computes again instead of reading.
     pub recomputed: Vec<String>,
@@ -93,9 +94,11 @@ pub fn split(forward_graph: &Graph, joint: &JointGraph, catalogue: &Catalogue) -
         shape: types[name].shape.clone(),
     };
 
+    // A saved graph input is the caller's already: the backward takes it under its own name,
+    // and the forward does not copy it out.
     let mut forward_outputs = forward_graph.outputs.clone();
     for v in &saved_in_order {
-        if !forward_outputs.contains(v) {
+        if forward_graph.input(v).is_none() && !forward_outputs.contains(v) {
             forward_outputs.push(v.clone());
         }
     }
