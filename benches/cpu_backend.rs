@@ -21,7 +21,9 @@ use std::time::Duration;
 
 /// Seeded random inputs (uniform in [-3, 3]) in the order the program takes them.
 fn inputs(prepared: &Prepared<CpuExecutable>, graph: &Graph) -> Vec<Buffer> {
-    prepared.random_inputs(graph, 0)
+    prepared
+        .random_inputs(graph, 0)
+        .expect("the benchmark inputs fit in memory")
 }
 
 fn bench(c: &mut Criterion) {

@@ -9,7 +9,7 @@
 //! knows which backend it drives.
 
 use crate::backend::{BenchFacts, Executable, Target};
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::graph::Graph;
 use crate::lower;
 use crate::optimize::{Options, optimize};
@@ -35,7 +35,7 @@ pub struct Prepared<E: Executable> {
 impl<E: Executable> Prepared<E> {
     /// Seeded random inputs for `graph` (the reference evaluator's `random_input`), in the
     /// order the program takes them.
-    pub fn random_inputs(&self, graph: &Graph, seed: u64) -> Vec<Buffer> {
+    pub fn random_inputs(&self, graph: &Graph, seed: u64) -> Result<Vec<Buffer>> {
         self.executable
             .program()
             .dag
@@ -47,7 +47,8 @@ impl<E: Executable> Prepared<E> {
                     .iter()
                     .position(|i| i.name == input.name)
                     .expect("the program keeps the graph's inputs");
-                Buffer::from_tensor(&crate::eval::random_input(graph, index, seed))
+                Buffer::try_from_tensor(&crate::eval::random_input(graph, index, seed))
+                    .map_err(|e| Error::at_node(&input.name, ErrorKind::Input(e)))
             })
             .collect()
     }
@@ -131,7 +132,7 @@ pub fn bench<E: Executable>(
     iters: usize,
     seed: u64,
 ) -> Result<BenchReport> {
-    let inputs = prepared.random_inputs(graph, seed);
+    let inputs = prepared.random_inputs(graph, seed)?;
     let exe = &mut prepared.executable;
     let times = exe.time_runs(&inputs, iters)?;
     let median_ms = times[times.len() / 2];

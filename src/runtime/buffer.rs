@@ -162,8 +162,15 @@ impl Buffer {
         self.elements_mut().set_int(i, v)
     }
 
+    /// The buffer of `t`; panics if it cannot be allocated (tests). Every path user input
+    /// reaches uses [`Buffer::try_from_tensor`].
     pub fn from_tensor(t: &Tensor) -> Buffer {
-        let mut b = Buffer::zeroed(t.dtype, t.shape());
+        Buffer::try_from_tensor(t).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The buffer of `t`, or an error naming the size when it cannot be allocated.
+    pub fn try_from_tensor(t: &Tensor) -> Result<Buffer, String> {
+        let mut b = Buffer::try_zeroed(t.dtype, t.shape())?;
         match &t.data {
             Data::Float(a) => {
                 for (i, &v) in a.as_standard_layout().iter().enumerate() {
@@ -176,7 +183,7 @@ impl Buffer {
                 }
             }
         }
-        b
+        Ok(b)
     }
 
     pub fn to_tensor(&self) -> Tensor {

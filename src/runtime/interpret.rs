@@ -315,7 +315,7 @@ pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, 
     }
     let fresh = |v: Value| {
         let ty = dag.ty(v);
-        Buffer::zeroed(ty.dtype, &ty.shape)
+        Buffer::try_zeroed(ty.dtype, &ty.shape)
     };
     for step in &program.steps {
         match step {
@@ -327,9 +327,12 @@ pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, 
                     .enumerate()
                     .map(|(a, &v)| {
                         if a < ir.loads.len() {
-                            values.get(&v).cloned().ok_or("load before store")
+                            values
+                                .get(&v)
+                                .cloned()
+                                .ok_or_else(|| "load before store".to_string())
                         } else {
-                            Ok(values.remove(&v).unwrap_or_else(|| fresh(v)))
+                            values.remove(&v).map_or_else(|| fresh(v), Ok)
                         }
                     })
                     .collect::<Result<_, _>>()?;
@@ -344,7 +347,7 @@ pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, 
             Step::MatMul(m) => {
                 let a = values.get(&m.a.value).ok_or("matmul operand missing")?;
                 let b = values.get(&m.b.value).ok_or("matmul operand missing")?;
-                let mut out = fresh(m.out);
+                let mut out = fresh(m.out)?;
                 super::matmul::matmul(a, &m.a, b, &m.b, &mut out)?;
                 values.insert(m.out, out);
             }

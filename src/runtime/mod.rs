@@ -25,15 +25,14 @@ pub fn input_buffers(program: &Program, tensors: &Tensors) -> Result<Vec<Buffer>
         .inputs
         .iter()
         .map(|input| {
-            tensors
-                .get(&input.name)
-                .map(Buffer::from_tensor)
-                .ok_or_else(|| {
-                    Error::new(
-                        Site::node(&input.name),
-                        ErrorKind::Input(format!("no value given for input `{}`", input.name)),
-                    )
-                })
+            let tensor = tensors.get(&input.name).ok_or_else(|| {
+                Error::new(
+                    Site::node(&input.name),
+                    ErrorKind::Input(format!("no value given for input `{}`", input.name)),
+                )
+            })?;
+            Buffer::try_from_tensor(tensor)
+                .map_err(|e| Error::new(Site::node(&input.name), ErrorKind::Input(e)))
         })
         .collect()
 }
