@@ -96,15 +96,21 @@ pub fn step(layout: bool) -> BoxedStrategy<Step> {
         2 => (v.clone(), 0usize..6).prop_map(|(a, s)| Step::SumToSize(a, s)),
         2 => (0..REDUCE.len(), v.clone(), -1i64..=1).prop_map(|(o, a, axis)| Step::Reduce(REDUCE[o], a, axis)),
     ];
+    with_layout(base.boxed(), layout)
+}
+
+/// `base`, mixed (when `layout`) with transposes, slices, concats and reshapes.
+fn with_layout(base: BoxedStrategy<Step>, layout: bool) -> BoxedStrategy<Step> {
     if !layout {
-        return base.boxed();
+        return base;
     }
+    let v = 0usize..64;
     prop_oneof![
         16 => base,
         1 => v.clone().prop_map(Step::Transpose),
         1 => (v.clone(), 0i64..2).prop_map(|(a, s)| Step::Slice(a, s)),
         1 => (v.clone(), v.clone(), -1i64..=0).prop_map(|(a, b, axis)| Step::Concat(a, b, axis)),
-        1 => v.clone().prop_map(Step::Reshape),
+        1 => v.prop_map(Step::Reshape),
     ]
     .boxed()
 }
@@ -126,17 +132,7 @@ pub fn int_step(layout: bool) -> BoxedStrategy<Step> {
         2 => (v.clone(), 0usize..6).prop_map(|(a, s)| Step::SumToSize(a, s)),
         2 => (0..INT_REDUCE.len(), v.clone(), -1i64..=1).prop_map(|(o, a, axis)| Step::Reduce(INT_REDUCE[o], a, axis)),
     ];
-    if !layout {
-        return base.boxed();
-    }
-    prop_oneof![
-        16 => base,
-        1 => v.clone().prop_map(Step::Transpose),
-        1 => (v.clone(), 0i64..2).prop_map(|(a, s)| Step::Slice(a, s)),
-        1 => (v.clone(), v.clone(), -1i64..=0).prop_map(|(a, b, axis)| Step::Concat(a, b, axis)),
-        1 => v.clone().prop_map(Step::Reshape),
-    ]
-    .boxed()
+    with_layout(base.boxed(), layout)
 }
 
 /// [`build`] for integer graphs: inputs are i32 and i64 (see [`int_step`]).
