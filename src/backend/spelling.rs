@@ -83,15 +83,15 @@ pub(crate) trait Spelling {
         }
     }
 
-    /// A `Prec::I64` value `a op b`, wrapping. Signed overflow is undefined behaviour in C
-    /// and CUDA, so `+`, `-` and `*` run on `unsigned long long`, where overflow is defined
-    /// modulo 2^64, and convert back (modulo 2^64 too with GCC and NVCC, which define the
-    /// out-of-range conversion that way). Division has no integer meaning: through f64.
-    fn int_binary(&self, op: BinOp, a: &str, b: &str) -> String {
+    /// A `Prec::I64` value `a op b` for an arithmetic `op`, wrapping. Signed overflow is
+    /// undefined behaviour in C and CUDA, so `+`, `-` and `*` run on `unsigned long long`,
+    /// where overflow is defined modulo 2^64, and convert back (modulo 2^64 too with GCC and
+    /// NVCC, which define the out-of-range conversion that way). Division has no integer
+    /// meaning: through f64. Comparisons are [`Self::binary`]'s, as at every precision.
+    fn int_arithmetic(&self, op: BinOp, a: &str, b: &str) -> String {
         let ty = self.value_type(Prec::I64);
         let wrap =
             |sym: &str| format!("(({ty})((unsigned long long){a} {sym} (unsigned long long){b}))");
-        let compare = |sym: &str| format!("(({a} {sym} {b}) ? ({ty})1 : ({ty})0)");
         match op {
             BinOp::Add => wrap("+"),
             BinOp::Sub => wrap("-"),
@@ -105,12 +105,7 @@ pub(crate) trait Spelling {
                 );
                 self.round(Prec::F64, DType::I64, &quotient)
             }
-            BinOp::Lt => compare("<"),
-            BinOp::Le => compare("<="),
-            BinOp::Gt => compare(">"),
-            BinOp::Ge => compare(">="),
-            BinOp::Eq => compare("=="),
-            BinOp::Ne => compare("!="),
+            _ => unreachable!("comparisons are spelled by `binary`"),
         }
     }
 
@@ -219,16 +214,19 @@ pub(crate) trait Spelling {
     fn binary(&self, op: BinOp, a: &str, b: &str, prec: Prec) -> String {
         let compare = |sym: &str| {
             let (one, zero) = match prec {
-                Prec::F32 => ("1.0f", "0.0f"),
-                Prec::F64 => ("1.0", "0.0"),
-                Prec::I64 => return self.int_binary(op, a, b),
+                Prec::F32 => ("1.0f".to_string(), "0.0f".to_string()),
+                Prec::F64 => ("1.0".to_string(), "0.0".to_string()),
+                Prec::I64 => {
+                    let ty = self.value_type(Prec::I64);
+                    (format!("({ty})1"), format!("({ty})0"))
+                }
             };
             format!("(({a} {sym} {b}) ? {one} : {zero})")
         };
-        if prec == Prec::I64 {
-            return self.int_binary(op, a, b);
-        }
         match op {
+            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div if prec == Prec::I64 => {
+                self.int_arithmetic(op, a, b)
+            }
             BinOp::Add => self.arithmetic(Arith::Add, a, b, prec),
             BinOp::Sub => self.arithmetic(Arith::Sub, a, b, prec),
             BinOp::Mul => self.arithmetic(Arith::Mul, a, b, prec),

@@ -62,7 +62,7 @@ impl Spelling for Cuda {
     fn arithmetic(&self, op: Arith, a: &str, b: &str, prec: Prec) -> String {
         let letter = match prec {
             Prec::F32 => "f",
-            // Integers never reach here (`Spelling::int_binary` spells them); f64 if they did.
+            // Integers never reach here (`Spelling::int_arithmetic` spells them); f64 if they did.
             Prec::F64 | Prec::I64 => "d",
         };
         let name = match op {
