@@ -608,7 +608,7 @@ fn fusebox(args: &[&str]) -> (bool, String) {
 
 #[test]
 fn grad_command_writes_a_graph_the_other_commands_take() {
-    let dir = tempdir("grad_cli");
+    let dir = common::scratch("autodiff", "grad_cli");
     let out = dir.join("joint.ron");
     let (ok, text) = fusebox(&[
         "grad",
@@ -647,7 +647,7 @@ fn grad_command_writes_a_graph_the_other_commands_take() {
 
 #[test]
 fn grad_command_errors_are_clear() {
-    let dir = tempdir("grad_cli_errors");
+    let dir = common::scratch("autodiff", "grad_cli_errors");
     let out = dir.join("joint.ron");
     let out = out.to_str().unwrap();
     let (ok, text) = fusebox(&[
@@ -692,13 +692,6 @@ fn grad_command_errors_are_clear() {
         "{text}"
     );
     assert!(!Path::new(out).exists(), "nothing written on failure");
-}
-
-fn tempdir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("fusebox-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// Gradients computed in f16 and bf16 (every op rounding to its dtype, as eager frameworks do)

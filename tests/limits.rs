@@ -16,12 +16,9 @@ use std::process::{Command, Output};
 mod common;
 use common::ok;
 
-/// A scratch directory of its own for each test.
+/// A fresh scratch directory for one test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fusebox-limits-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("limits", name)
 }
 
 fn fusebox(args: &[&str], cwd: &Path) -> Output {

@@ -23,10 +23,7 @@ use common::ok;
 
 /// A fresh scratch directory for one test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fusebox-red-team-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("red-team", name)
 }
 
 /// The command, run in `cwd` with a kernel cache of the test's own.

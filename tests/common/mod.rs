@@ -38,6 +38,14 @@ pub fn amp_inputs(g: &Graph, seed: u64) -> Tensors {
 
 pub mod random_graph;
 
+/// A fresh, empty scratch directory `fusebox-PREFIX-PID-NAME` under the system temp dir.
+pub fn scratch(prefix: &str, name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("fusebox-{prefix}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// The stdout of a command that must have succeeded (its stderr is the failure message).
 #[track_caller]
 pub fn ok(out: &std::process::Output) -> String {
