@@ -126,8 +126,7 @@ pub fn split(forward_graph: &Graph, joint: &JointGraph, catalogue: &Catalogue) -
     // Both halves must stand alone; a failure here is a bug in the cut, said as such.
     check(&forward, catalogue)?;
     check(&backward, catalogue)?;
-    let bytes =
-        |v: &str| types[v].dtype.size_bytes() as u64 * crate::shape::numel(&types[v].shape) as u64;
+    let bytes = |v: &str| value_bytes(&types[v]);
     Ok(Split {
         saved_bytes: saved_in_order.iter().map(|v| bytes(v)).sum(),
         save_all_bytes: read_by_backward.iter().map(|v| bytes(v)).sum(),
@@ -136,6 +135,11 @@ pub fn split(forward_graph: &Graph, joint: &JointGraph, catalogue: &Catalogue) -
         saved: saved_in_order,
         recomputed,
     })
+}
+
+/// The bytes a value of `ty` occupies (saturating: shapes are bounded, sums of them need not be).
+fn value_bytes(ty: &crate::graph::TensorType) -> u64 {
+    (ty.dtype.size_bytes() as u64).saturating_mul(crate::shape::numel(&ty.shape) as u64)
 }
 
 /// The cheapest set of forward values to save (see the module documentation).
@@ -152,11 +156,7 @@ fn min_cut(
     let mut ends: HashMap<&str, (NodeIndex, NodeIndex)> = HashMap::new();
     let add_value = |network: &mut DiGraph<(), u64>, name: &str| {
         let (a, b) = (network.add_node(()), network.add_node(()));
-        let ty = &types[name];
-        let bytes = (ty.dtype.size_bytes() as u64)
-            .saturating_mul(crate::shape::numel(&ty.shape) as u64)
-            .min(NEVER - 1);
-        network.add_edge(a, b, bytes);
+        network.add_edge(a, b, value_bytes(&types[name]).min(NEVER - 1));
         (a, b)
     };
     for input in &forward.inputs {
