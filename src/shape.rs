@@ -333,6 +333,126 @@ pub fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Shape, String> {
     Ok(out)
 }
 
+/// A tensor addressed in someone else's buffer: element `idx` of a value of some shape lives
+/// at `offset + Σ idx[d] · strides[d]` (in elements). Layout ops that only re-index (slice,
+/// transpose, reshape, broadcast) map one such view to another, so a kernel can read their
+/// result straight from their operand's buffer instead of copying it first. The sizes are not
+/// part of the view: callers hold the shape beside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Strided {
+    pub offset: i64,
+    pub strides: Vec<i64>,
+}
+
+impl Strided {
+    /// A contiguous (row-major) buffer of `shape`.
+    pub fn contiguous(shape: &[usize]) -> Strided {
+        let mut strides = vec![0i64; shape.len()];
+        let mut step = 1i64;
+        for (d, &n) in shape.iter().enumerate().rev() {
+            strides[d] = step;
+            step = step.saturating_mul(n.max(1) as i64);
+        }
+        Strided { offset: 0, strides }
+    }
+
+    /// Axis `d` of the result is axis `perm[d]` of this view.
+    pub fn transpose(&self, perm: &[usize]) -> Strided {
+        Strided {
+            offset: self.offset,
+            strides: perm.iter().map(|&p| self.strides[p]).collect(),
+        }
+    }
+
+    /// Every `range.step`-th element from `range.start` along `range.axis`.
+    pub fn slice(&self, range: &SliceRange) -> Strided {
+        let mut strides = self.strides.clone();
+        let along = strides[range.axis];
+        strides[range.axis] = along.saturating_mul(range.step as i64);
+        Strided {
+            offset: self
+                .offset
+                .saturating_add((range.start as i64).saturating_mul(along)),
+            strides,
+        }
+    }
+
+    /// This view of shape `from` broadcast to `to` (right-aligned, NumPy rules): new leading
+    /// axes and size-1 axes that grow get stride 0.
+    pub fn broadcast(&self, from: &[usize], to: &[usize]) -> Strided {
+        let lead = to.len() - from.len();
+        let strides = (0..to.len())
+            .map(|d| {
+                if d < lead || from[d - lead] != to[d] {
+                    0
+                } else {
+                    self.strides[d - lead]
+                }
+            })
+            .collect();
+        Strided {
+            offset: self.offset,
+            strides,
+        }
+    }
+
+    /// This view of shape `from` read as shape `to` (same element count, row-major order),
+    /// or `None` when no strides can say that: a run of axes that the reshape merges must be
+    /// laid out contiguously relative to each other (`stride[d] = stride[d + 1] · size[d + 1]`),
+    /// as for a transposed matrix read as a vector it is not. Splitting an axis always works.
+    pub fn reshape(&self, from: &[usize], to: &[usize]) -> Option<Strided> {
+        if numel(from) == 0 {
+            return Some(Strided {
+                offset: self.offset,
+                strides: Strided::contiguous(to).strides,
+            });
+        }
+        // Size-1 axes carry no layout; the reshape is decided by the others.
+        let old: Vec<(usize, i64)> = from
+            .iter()
+            .zip(&self.strides)
+            .filter(|(n, _)| **n != 1)
+            .map(|(&n, &s)| (n, s))
+            .collect();
+        let mut strides = vec![0i64; to.len()];
+        let (mut oi, mut ni) = (0usize, 0usize);
+        while ni < to.len() {
+            if to[ni] == 1 {
+                ni += 1;
+                continue;
+            }
+            // The shortest runs old[oi..=oj] and to[ni..=nj] with equal products.
+            let (mut oj, mut nj) = (oi, ni);
+            let mut old_product = old.get(oi)?.0;
+            let mut new_product = to[ni];
+            while old_product != new_product {
+                if old_product < new_product {
+                    oj += 1;
+                    let (size, stride) = *old.get(oj)?;
+                    if old[oj - 1].1 != stride.saturating_mul(size as i64) {
+                        return None;
+                    }
+                    old_product = old_product.checked_mul(size)?;
+                } else {
+                    nj += 1;
+                    new_product = new_product.checked_mul(*to.get(nj)?)?;
+                }
+            }
+            let mut stride = old[oj].1;
+            for k in (ni..=nj).rev() {
+                strides[k] = stride;
+                stride = stride.saturating_mul(to[k] as i64);
+            }
+            oi = oj + 1;
+            ni = nj + 1;
+        }
+        Some(Strided {
+            offset: self.offset,
+            strides,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,5 +512,52 @@ mod tests {
         assert!(reshape_target(&[4, 6], &[5, -1]).is_err());
         assert!(reshape_target(&[4, 6], &[-1, -1]).is_err());
         assert_eq!(reshape_target(&[0, 6], &[3, 0]).unwrap(), vec![3, 0]);
+    }
+
+    #[test]
+    fn strided_views_follow_layout_ops() {
+        let x = Strided::contiguous(&[4, 6]);
+        assert_eq!(x.strides, vec![6, 1]);
+        // Transposed, the rows of the result are the columns of x.
+        let t = x.transpose(&[1, 0]);
+        assert_eq!(t.strides, vec![1, 6]);
+        // A transposed matrix is not a vector in memory order; its split is still a view.
+        assert_eq!(t.reshape(&[6, 4], &[24]), None);
+        assert_eq!(
+            t.reshape(&[6, 4], &[3, 2, 4]).unwrap().strides,
+            vec![2, 1, 6]
+        );
+        // Columns 2, 5 of x: offset 2, column stride 3.
+        let range = SliceRange {
+            axis: 1,
+            start: 2,
+            step: 3,
+            len: 2,
+        };
+        let s = x.slice(&range);
+        assert_eq!((s.offset, s.strides.clone()), (2, vec![6, 3]));
+        // Merging a sliced row with the next is impossible; splitting rows is not.
+        assert_eq!(s.reshape(&[4, 2], &[8]), None);
+        assert_eq!(
+            s.reshape(&[4, 2], &[2, 2, 2]).unwrap().strides,
+            vec![12, 6, 3]
+        );
+        // Contiguous reshapes, with size-1 axes anywhere.
+        assert_eq!(
+            x.reshape(&[4, 6], &[1, 24, 1]).unwrap().strides,
+            vec![0, 1, 0]
+        );
+        assert_eq!(
+            x.reshape(&[4, 6], &[6, 4]).unwrap().strides,
+            vec![4, 1]
+        );
+        assert_eq!(
+            x.broadcast(&[4, 6], &[3, 4, 6]).strides,
+            vec![0, 6, 1]
+        );
+        assert_eq!(
+            Strided::contiguous(&[4, 1]).broadcast(&[4, 1], &[4, 5]).strides,
+            vec![1, 0]
+        );
     }
 }

@@ -443,6 +443,22 @@ pub enum BuiltinPlan {
     MatMul,
 }
 
+impl BuiltinPlan {
+    /// The view a kernel reads this layout op's result through, given the view `x` of its
+    /// operand (of shape `x_shape`; the result has shape `out`). `None` for ops that are not
+    /// a re-indexing of one operand (concat, reductions, matmul) and for a reshape no strides
+    /// can express ([`shape::Strided::reshape`]).
+    pub fn view(&self, x: &shape::Strided, x_shape: &[usize], out: &[usize]) -> Option<shape::Strided> {
+        match self {
+            BuiltinPlan::BroadcastTo(_) => Some(x.broadcast(x_shape, out)),
+            BuiltinPlan::Reshape(_) => x.reshape(x_shape, out),
+            BuiltinPlan::Transpose(perm) => Some(x.transpose(perm)),
+            BuiltinPlan::Slice(range) => Some(x.slice(range)),
+            _ => None,
+        }
+    }
+}
+
 /// Resolves a built-in op's attributes against its argument shapes.
 pub fn plan_builtin(
     builtin: Builtin,

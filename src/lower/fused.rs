@@ -8,7 +8,7 @@
 //! summation in reductions and by the few-ulp accuracy of vector math.
 
 use super::ir::{Axis, Instr, KernelIr, Launch, Prec, ReduceKind, Reduction, Store, ValueId, View};
-use super::view::{broadcast_view, domain_of};
+use super::view::{broadcast_view, domain_of, strided_view};
 use super::{Lowered, lower_error};
 use crate::dag::{Dag, Value};
 use crate::dtype::{Category, DType};
@@ -17,15 +17,18 @@ use crate::eval::pointwise::{common_dtype, computes_in_integers, converts};
 use crate::formula::Expr;
 use crate::graph::check::{BuiltinPlan, plan_builtin};
 use crate::rules::{Builtin, OpKind};
-use std::collections::HashMap;
+use crate::shape::Strided;
+use std::collections::{HashMap, HashSet};
 
 /// Builds SSA, remembering each dag value's SSA id and dtype.
 struct Builder<'a> {
     dag: &'a Dag,
     domain: Vec<usize>,
     ir: KernelIr,
-    /// Per load view: the value it reads and the launch strides.
-    load_args: Vec<(Value, Vec<i64>)>,
+    /// The kernel's nodes: a layout node among them is a view, read through strides.
+    members: HashSet<usize>,
+    /// Per load view: the value it reads, the launch strides and the element offset.
+    load_args: Vec<(Value, Vec<i64>, i64)>,
     values: HashMap<Value, (ValueId, DType)>,
 }
 
@@ -105,6 +108,29 @@ impl Builder<'_> {
                 self.pointwise(n)?;
                 return Ok(self.values[&value]);
             }
+            Value::Node(v) if self.is_view(v) => {
+                let (source, strided) = self.view_of(v)?;
+                if let Value::Node(s) = source
+                    && dag.nodes[s].op.is_literal()
+                {
+                    // A literal is the same at every index, so any view of it is the literal.
+                    let literal = self.value(source)?;
+                    self.values.insert(value, literal);
+                    return Ok(literal);
+                }
+                let ty = dag.ty(value);
+                let Some((view, strides)) =
+                    strided_view(ty.dtype, &ty.shape, &strided.strides, &self.domain)
+                else {
+                    return Err(self.shape_error(value));
+                };
+                self.ir.loads.push(view);
+                self.load_args.push((source, strides, strided.offset));
+                let id = self.push(Instr::Load {
+                    view: self.ir.loads.len() - 1,
+                });
+                (id, ty.dtype)
+            }
             _ => {
                 let ty = dag.ty(value);
                 let Some((view, strides)) = broadcast_view(ty.dtype, &ty.shape, &self.domain)
@@ -112,7 +138,7 @@ impl Builder<'_> {
                     return Err(self.shape_error(value));
                 };
                 self.ir.loads.push(view);
-                self.load_args.push((value, strides));
+                self.load_args.push((value, strides, 0));
                 let id = self.push(Instr::Load {
                     view: self.ir.loads.len() - 1,
                 });
@@ -121,6 +147,55 @@ impl Builder<'_> {
         };
         self.values.insert(value, result);
         Ok(result)
+    }
+
+    /// Whether node `n` of this kernel is a view: a layout op other than a broadcast (the
+    /// partitioner admits those only as views of their operand's buffer).
+    fn is_view(&self, n: usize) -> bool {
+        let op = &self.dag.nodes[n].op;
+        self.members.contains(&n)
+            && op.kind() == OpKind::Layout
+            && op.builtin() != Some(Builtin::BroadcastTo)
+    }
+
+    /// The buffer view node `v` reads and the strides over it: its operand's contiguous buffer,
+    /// or, when its operand is a view in this kernel too, that view composed with its own.
+    fn view_of(&self, v: usize) -> Result<(Value, Strided)> {
+        let dag = self.dag;
+        let node = &dag.nodes[v];
+        let x = node.args[0];
+        let x_shape = &dag.ty(x).shape;
+        let (source, base) = match x {
+            Value::Node(p) if self.is_view(p) => self.view_of(p)?,
+            Value::Node(p) if self.members.contains(&p) => {
+                return Err(lower_error(
+                    dag,
+                    v,
+                    "a view's operand is computed in the view's own kernel".into(),
+                ));
+            }
+            _ => (x, Strided::contiguous(x_shape)),
+        };
+        let builtin = node
+            .op
+            .builtin()
+            .ok_or_else(|| lower_error(dag, v, "layout op without a builtin".into()))?;
+        let (plan, _) =
+            plan_builtin(builtin, &[x_shape], &node.attrs).map_err(|e| lower_error(dag, v, e))?;
+        let view = plan
+            .view(&base, x_shape, &node.ty.shape)
+            .ok_or_else(|| {
+                lower_error(
+                    dag,
+                    v,
+                    format!(
+                        "`{}` cannot be read as a view of `{}` here",
+                        node.op.name(),
+                        dag.value_name(source)
+                    ),
+                )
+            })?;
+        Ok((source, view))
     }
 
     fn shape_error(&self, value: Value) -> crate::Error {
@@ -338,6 +413,7 @@ pub(super) fn lower_fused(
             stores: Vec::new(),
             reductions: Vec::new(),
         },
+        members: nodes.iter().copied().collect(),
         load_args: Vec::new(),
         values: HashMap::new(),
     };
@@ -351,6 +427,8 @@ pub(super) fn lower_fused(
                 let v = b.value(node.args[0])?;
                 b.values.insert(Value::Node(n), v);
             }
+            // A view is loaded where it is used (a view only another view reads is no load).
+            (OpKind::Layout, _) => {}
             (OpKind::Reduction, _) => {
                 let strides = b.reduction(n)?;
                 reduction_args.push((Value::Node(n), strides));
@@ -377,28 +455,40 @@ pub(super) fn lower_fused(
             ));
         }
     }
-    let mut store_args: Vec<(Value, Vec<i64>)> = Vec::new();
+    let mut store_args: Vec<(Value, Vec<i64>, i64)> = Vec::new();
     for &out in outputs {
         if reduced.contains(&out) {
             continue;
         }
-        let (value, dtype) = *b.values.get(&out).ok_or_else(|| b.shape_error(out))?;
+        let (value, dtype) = match (b.values.get(&out), out) {
+            (Some(&v), _) => v,
+            // A view written out (read by other kernels too): a copy folded into this one.
+            (None, Value::Node(v)) if b.is_view(v) => b.value(out)?,
+            (None, _) => return Err(b.shape_error(out)),
+        };
         let ty = dag.ty(out);
         let Some((view, strides)) = broadcast_view(dtype, &ty.shape, &domain) else {
             return Err(b.shape_error(out));
         };
         b.ir.stores.push(Store { value, view });
-        store_args.push((out, strides));
+        store_args.push((out, strides, 0));
     }
-    let (args, strides): (Vec<Value>, Vec<Vec<i64>>) = b
+    let mut args = Vec::new();
+    let mut strides = Vec::new();
+    let mut offsets = Vec::new();
+    for (value, s, offset) in b
         .load_args
         .into_iter()
         .chain(store_args)
-        .chain(reduction_args)
-        .unzip();
+        .chain(reduction_args.into_iter().map(|(v, s)| (v, s, 0)))
+    {
+        args.push(value);
+        strides.push(s);
+        offsets.push(offset);
+    }
     let launch = Launch {
         sizes: domain.iter().map(|&d| d as i64).collect(),
-        offsets: vec![0; args.len()],
+        offsets,
         strides,
     };
     Ok((b.ir, launch, args))

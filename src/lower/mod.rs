@@ -19,7 +19,7 @@ pub mod view;
 use crate::dag::{Dag, Value};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result, Site};
-use crate::partition::Partition;
+use crate::partition::{KernelKind, Partition};
 use crate::rules::{Builtin, OpKind};
 pub use ir::{KernelIr, Launch};
 
@@ -95,14 +95,18 @@ impl Program {
                 continue;
             }
             for (a, &v) in k.args.iter().enumerate() {
-                let last: i64 = k.launch.offsets[a]
-                    + sizes
-                        .iter()
-                        .zip(&k.launch.strides[a])
-                        .map(|(&n, &s)| (n - 1) * s)
-                        .sum::<i64>();
+                // The lowest and highest element reached: a negative stride reaches down.
+                let (mut first, mut last) = (k.launch.offsets[a], k.launch.offsets[a]);
+                for (&n, &s) in sizes.iter().zip(&k.launch.strides[a]) {
+                    let reach = (n - 1).saturating_mul(s);
+                    if reach < 0 {
+                        first = first.saturating_add(reach);
+                    } else {
+                        last = last.saturating_add(reach);
+                    }
+                }
                 let len = crate::shape::numel(&dag.ty(v).shape) as i64;
-                if last < 0 || last >= len {
+                if first < 0 || last >= len {
                     return Err(Error::new(
                         Site::node(dag.value_name(v)),
                         ErrorKind::Lower(format!(
@@ -214,12 +218,7 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
     // be written: such literals are materialized first (they depend on nothing).
     let mut needs_buffer = dag.output_mask();
     for kernel in &partition.kernels {
-        let fused = kernel.nodes.iter().all(|&n| {
-            let op = &dag.nodes[n].op;
-            matches!(op.kind(), OpKind::Pointwise | OpKind::Reduction)
-                || op.builtin() == Some(Builtin::BroadcastTo)
-        });
-        if !fused {
+        if kernel.kind != KernelKind::Fused {
             for &n in &kernel.nodes {
                 for &arg in &dag.nodes[n].args {
                     if let Value::Node(p) = arg {
@@ -243,21 +242,18 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
             .iter()
             .copied()
             .find(|&n| dag.nodes[n].op.kind() == OpKind::Opaque);
-        let layout = kernel.nodes.iter().copied().find(|&n| {
-            dag.nodes[n].op.kind() == OpKind::Layout
-                && dag.nodes[n].op.builtin() != Some(Builtin::BroadcastTo)
-        });
         if let Some(call) = opaque {
             program
                 .steps
                 .push(Step::MatMul(matmul_step(dag, &kernel.nodes, call, group)?));
-        } else if let Some(n) = layout {
+        } else if kernel.kind == KernelKind::Alone {
+            let n = kernel.nodes[0];
             if kernel.nodes.len() != 1 {
                 return Err(lower_error(
                     dag,
                     n,
                     format!(
-                        "layout op `{}` shares a kernel with {} other node(s); only broadcast_to can be fused",
+                        "copy kernel `{}` holds {} other node(s); a copy is one layout op",
                         dag.nodes[n].op.name(),
                         kernel.nodes.len() - 1
                     ),

@@ -51,11 +51,22 @@ pub fn classify(dtype: DType, sizes: &[usize], strides: &mut [i64]) -> View {
 /// A contiguous buffer of `shape`, broadcast over `domain` (right-aligned). `None` when the
 /// shape does not broadcast to the domain.
 pub fn broadcast_view(dtype: DType, shape: &[usize], domain: &[usize]) -> Option<(View, Vec<i64>)> {
+    strided_view(dtype, shape, &contiguous_strides(shape), domain)
+}
+
+/// A value of `shape` stored with `own` strides (a contiguous buffer, or a view into another
+/// value's buffer that a slice, transpose or reshape makes), broadcast over `domain`
+/// (right-aligned). `None` when the shape does not broadcast to the domain.
+pub fn strided_view(
+    dtype: DType,
+    shape: &[usize],
+    own: &[i64],
+    domain: &[usize],
+) -> Option<(View, Vec<i64>)> {
     if shape.len() > domain.len() {
         return None;
     }
     let lead = domain.len() - shape.len();
-    let own = contiguous_strides(shape);
     let mut strides = vec![0i64; domain.len()];
     for (d, &n) in shape.iter().enumerate() {
         let target = domain[lead + d];

@@ -39,8 +39,9 @@
 
 use super::{Facts, KernelKind, Partition, fits, kind_of, price};
 use crate::dag::{Dag, Value};
+use crate::graph::check::{BuiltinPlan, plan_builtin};
 use crate::rules::{Builtin, FusionRules, Profile, Role};
-use crate::shape::{Shape, broadcast, numel};
+use crate::shape::{Shape, Strided, broadcast, numel};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 mod siblings;
@@ -66,6 +67,9 @@ struct Group {
     domain: Shape,
     /// Holds an `End` node: the domain is that node's input shape and cannot change.
     fixed: bool,
+    /// Values its view members read through their views ([`Role::is_view`]): they come from
+    /// memory, so the kernel producing them can never merge into this one.
+    view_sources: Vec<Value>,
     rank: u64,
     total_us: f64,
     /// Uses of its values by nodes of other kernels: consumer kernel (possibly merged away
@@ -76,6 +80,8 @@ struct Group {
 /// A legal candidate: the node joining `members` (canonical kernel ids).
 struct Plan {
     members: Vec<u32>,
+    /// When the node is a view: what it reads and how ([`Builder::resolve_view`]).
+    view: Option<(Value, Strided)>,
     domain: Shape,
     fixed: bool,
     in_bytes: u64,
@@ -123,6 +129,12 @@ struct Builder<'a> {
     /// Per node: a cast left for its library-call user to absorb, not yet placed.
     absorbed: Vec<bool>,
     role: Vec<Role>,
+    /// Per node: a layout op joining kernels as a view ([`Role::is_view`]), with its resolved
+    /// plan (what it re-indexes and how).
+    view_plan: Vec<Option<BuiltinPlan>>,
+    /// Per placed view node: the value its kernel reads through it (its operand, or the source
+    /// of the view it extends in the same kernel) and the strides over that value's buffer.
+    view_of: Vec<Option<(Value, Strided)>>,
     /// Each assigned node's kernel, always canonical.
     group_of: Vec<u32>,
     /// Kernels merged away point to the kernel that absorbed them.
@@ -154,6 +166,7 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
     let absorbable = (0..n)
         .map(|c| fusion.library_casts && absorbable_cast(&facts, &role, c))
         .collect();
+    let view_plan = (0..n).map(|v| view_plan(dag, &role, v)).collect();
     let mut b = Builder {
         dag,
         profile,
@@ -164,6 +177,8 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
         absorbable,
         absorbed: vec![false; n],
         role,
+        view_plan,
+        view_of: vec![None; n],
         group_of: vec![u32::MAX; n],
         parent: Vec::new(),
         groups: Vec::new(),
@@ -201,6 +216,18 @@ fn absorbable_cast(facts: &Facts, role: &[Role], c: usize) -> bool {
         && !users.is_empty()
         && users.iter().all(|&u| u == users[0])
         && role[users[0] as usize] == Role::Never
+}
+
+/// The resolved plan of node `v` when it joins kernels as a view, `None` for every other node.
+fn view_plan(dag: &Dag, role: &[Role], v: usize) -> Option<BuiltinPlan> {
+    let node = &dag.nodes[v];
+    if !role[v].is_view(&node.op) {
+        return None;
+    }
+    let x = dag.ty(*node.args.first()?);
+    plan_builtin(node.op.builtin()?, &[&x.shape], &node.attrs)
+        .ok()
+        .map(|(plan, _)| plan)
 }
 
 impl Builder<'_> {
@@ -350,6 +377,29 @@ impl Builder<'_> {
             .saturating_add(self.facts.terms[n]);
         if terms > self.max_terms {
             return None;
+        }
+
+        // A view reads memory: its operand must not be computed here unless it is a view too.
+        let view = match self.view_plan[n] {
+            Some(_) => {
+                let inside = match node.args[0] {
+                    Value::Node(p) => !self.facts.literal[p] && member(self, self.group_of[p]),
+                    Value::Input(_) => false,
+                };
+                Some(self.resolve_view(n, inside)?)
+            }
+            None => None,
+        };
+        // Nor may a merge take in the producer of a value some member reads through a view.
+        for &m in members {
+            for &source in &self.group(m).view_sources {
+                if let Value::Node(s) = source
+                    && !self.facts.literal[s]
+                    && member(self, self.group_of[s])
+                {
+                    return None;
+                }
+            }
         }
 
         // Operands: uses moving inside, and producer kernels staying outside.
@@ -511,6 +561,7 @@ impl Builder<'_> {
         let before: f64 = members.iter().map(|&m| self.group(m).total_us).sum();
         Some(Plan {
             members: members.to_vec(),
+            view,
             domain,
             fixed: is_fixed,
             in_bytes,
@@ -584,6 +635,23 @@ impl Builder<'_> {
         Some(found)
     }
 
+    /// What view node `n` reads, and through which strides, when it joins a kernel:
+    /// `operand_inside` says whether its operand is computed in that kernel, which is legal only
+    /// for a view (the two compose into one view of the first one's source). `None` when the
+    /// operand is computed there and is not a view, or when no strides express the composition
+    /// (a reshape merging axes of a transposed view).
+    fn resolve_view(&self, n: usize, operand_inside: bool) -> Option<(Value, Strided)> {
+        let node = &self.dag.nodes[n];
+        let plan = self.view_plan[n].as_ref()?;
+        let x = node.args[0];
+        let x_shape = &self.dag.ty(x).shape;
+        let (source, base) = match x {
+            Value::Node(p) if operand_inside => self.view_of[p].clone()?,
+            _ => (x, Strided::contiguous(x_shape)),
+        };
+        Some((source, plan.view(&base, x_shape, &node.ty.shape)?))
+    }
+
     /// `n` as a kernel of its own (not yet registered).
     fn singleton(&self, n: usize) -> Group {
         let role = self.role[n];
@@ -600,6 +668,7 @@ impl Builder<'_> {
             terms: self.facts.terms[n],
             domain: self.facts.iter_shape(n).clone(),
             fixed: role == Role::End,
+            view_sources: Vec::new(),
             rank: 0,
             total_us,
             succ: HashMap::new(),
@@ -670,6 +739,13 @@ impl Builder<'_> {
         } else {
             self.library_with_casts(n, &casts)
         };
+        if self.view_plan[n].is_some() {
+            // Alone, a view reads its operand's (contiguous) buffer.
+            self.view_of[n] = self.resolve_view(n, false);
+            if let Some((source, _)) = &self.view_of[n] {
+                group.view_sources.push(*source);
+            }
+        }
         let id = self.groups.len() as u32;
         group.rank = self.next_rank;
         self.ranks.insert(self.next_rank, id);
@@ -731,6 +807,7 @@ impl Builder<'_> {
             terms: casts.iter().chain([&n]).map(|&m| self.facts.terms[m]).sum(),
             domain: self.facts.iter_shape(n).clone(),
             fixed: false,
+            view_sources: Vec::new(),
             rank: 0,
             total_us,
             succ: HashMap::new(),
@@ -757,6 +834,13 @@ impl Builder<'_> {
             self.ext[p] -= 1;
         }
         self.group_of[n] = survivor;
+        if let Some((source, strided)) = plan.view {
+            let sources = &mut self.groups[survivor as usize].view_sources;
+            if !sources.contains(&source) {
+                sources.push(source);
+            }
+            self.view_of[n] = Some((source, strided));
+        }
         let mut new_edges = Vec::new();
         {
             let s = &mut self.groups[survivor as usize];
@@ -820,6 +904,11 @@ impl Builder<'_> {
         let s = &mut self.groups[survivor as usize];
         s.nodes.extend(absorbed.nodes);
         s.inputs.extend(absorbed.inputs);
+        for source in absorbed.view_sources {
+            if !s.view_sources.contains(&source) {
+                s.view_sources.push(source);
+            }
+        }
         for (k, producers) in absorbed.succ {
             s.succ.entry(k).or_default().extend(producers);
         }

@@ -62,7 +62,7 @@ impl Role {
                     .into(),
             ),
             (OpKind::Layout, Role::End) => Err(
-                "a layout op reduces nothing, so it cannot end a kernel: `broadcast_to` may be `Join` (the kernel reads its operand at the broadcast index) or `Alone`, and other layout ops are copies of their own, `Alone`"
+                "a layout op reduces nothing, so it cannot end a kernel: broadcast_to, reshape, transpose and slice may be `Join` (a kernel reads them through views) or `Alone` (a copy of their own), concat only `Alone`"
                     .into(),
             ),
             _ => Ok(()),
@@ -70,24 +70,42 @@ impl Role {
     }
 
     /// Whether `op` can take this role: [`Role::check`] for its kind, and whether the kernel
-    /// lowering can generate it inside a kernel. The lowering indexes through a broadcast (a
-    /// consumer reads the smaller operand at the broadcast index) but has no such indexing for
-    /// reshape, transpose, slice or concat, which it runs as copies of their own.
+    /// lowering can generate it inside a kernel. A broadcast is computed in place (a consumer
+    /// reads the smaller operand at the broadcast index). Reshape, transpose and slice re-index
+    /// one operand, so a kernel reads them as a view of that operand's buffer: `Join` makes
+    /// them such views (their operand comes from memory, never from their own kernel). Concat
+    /// has several operands in disjoint ranges and no single view, so it is a copy, `Alone`.
     pub fn check_op(self, op: &OpDef) -> std::result::Result<(), String> {
         self.check(op.kind())?;
         match (op.kind(), op.builtin(), self) {
-            (OpKind::Layout, Some(Builtin::BroadcastTo), _) => Ok(()),
+            (
+                OpKind::Layout,
+                Some(Builtin::BroadcastTo | Builtin::Reshape | Builtin::Transpose | Builtin::Slice),
+                _,
+            ) => Ok(()),
             (OpKind::Layout, builtin, Role::Join | Role::End) => {
                 let what = match builtin {
                     Some(b) if b.name() != op.name() => format!("`{}` (a {})", op.name(), b.name()),
                     _ => format!("`{}`", op.name()),
                 };
                 Err(format!(
-                    "the kernel lowering can index through `broadcast_to` but runs reshape, transpose, slice and concat as copies of their own, so {what} cannot share a kernel: give it `Alone`, not `{self:?}`"
+                    "a kernel reads broadcast_to, reshape, transpose and slice through views but runs concat as a copy of its own, so {what} cannot share a kernel: give it `Alone`, not `{self:?}`"
                 ))
             }
             _ => Ok(()),
         }
+    }
+
+    /// Whether a node of `op` in this role joins kernels as a view of its operand's buffer
+    /// (reshape, transpose, slice as `Join`): its operand is read from memory through strides
+    /// that re-index it, so that operand is never computed in the same kernel.
+    pub fn is_view(self, op: &OpDef) -> bool {
+        self == Role::Join
+            && op.kind() == OpKind::Layout
+            && matches!(
+                op.builtin(),
+                Some(Builtin::Reshape | Builtin::Transpose | Builtin::Slice)
+            )
     }
 
     /// The role that suits every op of `kind`: used when a role from the file no longer suits

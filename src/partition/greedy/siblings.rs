@@ -200,6 +200,7 @@ impl Builder<'_> {
         let moved = self.between(&[a, b], top_rank, epoch, false, SEARCH_LIMIT)?;
         Some(Plan {
             members: vec![a, b],
+            view: None,
             domain,
             fixed,
             in_bytes,
