@@ -14,18 +14,18 @@ fn error(text: &str) -> String {
     load(text).unwrap_err().to_string()
 }
 
-/// The message every layout op other than `broadcast_to` gets when it is asked to fuse.
+/// The message a concat (the one layout op that is no view) gets when it is asked to fuse.
 fn copy_message(what: &str, role: &str) -> String {
     format!(
-        "the kernel lowering can index through `broadcast_to` but runs reshape, transpose, slice \
-         and concat as copies of their own, so {what} cannot share a kernel: give it `Alone`, \
-         not `{role}`"
+        "a kernel reads broadcast_to, reshape, transpose and slice through views but runs \
+         concat as a copy of its own, so {what} cannot share a kernel: give it `Alone`, not \
+         `{role}`"
     )
 }
 
-const LAYOUT_END: &str = "a layout op reduces nothing, so it cannot end a kernel: `broadcast_to` \
-    may be `Join` (the kernel reads its operand at the broadcast index) or `Alone`, and other \
-    layout ops are copies of their own, `Alone`";
+const LAYOUT_END: &str = "a layout op reduces nothing, so it cannot end a kernel: broadcast_to, \
+    reshape, transpose and slice may be `Join` (a kernel reads them through views) or `Alone` \
+    (a copy of their own), concat only `Alone`";
 
 // ---------------------------------------------------------------- max_kernel_ops
 
@@ -106,24 +106,34 @@ fn max_kernel_terms_of_zero_is_a_located_error() {
 // ---------------------------------------------------------------- roles the lowering can generate
 
 #[test]
-fn a_fusing_transpose_override_is_rejected_at_its_value() {
+fn a_fusing_concat_override_is_rejected_at_its_value() {
     let text = format!(
-        "Fusion(\n  {KINDS},\n  ops: {{\"broadcast_to\": Join, \"transpose\": Join}},\n  max_kernel_args: 8)"
+        "Fusion(\n  {KINDS},\n  ops: {{\"broadcast_to\": Join, \"concat\": Join}},\n  max_kernel_args: 8)"
     );
-    // Line 3: `  ops: {"broadcast_to": Join, "transpose": Join},`; the second Join is at 44.
+    // Line 3: `  ops: {"broadcast_to": Join, "concat": Join},`; the second Join is at 41.
     assert_eq!(
         error(&text),
         format!(
-            "f.ron:3:44: op `transpose`: invalid rule: {}",
-            copy_message("`transpose`", "Join")
+            "f.ron:3:41: op `concat`: invalid rule: {}",
+            copy_message("`concat`", "Join")
         )
     );
 }
 
 #[test]
-fn every_copying_layout_op_is_rejected_as_join() {
+fn concat_is_rejected_as_join_and_the_views_are_accepted() {
+    let ops = Catalogue::defaults();
+    for op in ["reshape", "transpose", "slice", "broadcast_to"] {
+        let rules = load(&format!(
+            "Fusion({KINDS}, ops: {{\"{op}\": Join}}, max_kernel_args: 8)"
+        ))
+        .unwrap();
+        let def = ops.get(op).unwrap();
+        assert_eq!(rules.role(def), Role::Join, "{op}");
+        assert_eq!(rules.role(def).is_view(def), op != "broadcast_to", "{op}");
+    }
     // `ops: {"NAME": ` puts the role at column len(NAME) + 11.
-    for op in ["reshape", "transpose", "slice", "concat"] {
+    for op in ["concat"] {
         let text = format!("Fusion({KINDS},\nops: {{\"{op}\": Join}}, max_kernel_args: 8)");
         let column = op.len() + 11;
         assert_eq!(
@@ -170,14 +180,14 @@ fn broadcast_to_may_join_or_run_alone() {
     }
 }
 
-/// `Layout: Join` would make every layout op `Join`: an error at the kind's role that names
-/// the first offending op, unless `ops` gives each copying layout op `Alone`.
+/// `Layout: Join` makes every layout op `Join`: an error at the kind's role that names
+/// concat, unless `ops` gives concat `Alone`.
 #[test]
-fn a_fusing_layout_kind_is_rejected_unless_every_copy_is_overridden() {
+fn a_fusing_layout_kind_is_rejected_unless_concat_is_overridden() {
     let kinds =
         "Fusion(\n  kinds: {Pointwise: Join, Layout: Join, Reduction: End, Opaque: Never},\n";
     let text = format!("{kinds}  max_kernel_args: 8)");
-    // Line 2, `Join` after `Layout: ` at column 36; `concat` is the first layout op by name.
+    // Line 2, `Join` after `Layout: ` at column 36.
     assert_eq!(
         error(&text),
         format!(
@@ -185,51 +195,41 @@ fn a_fusing_layout_kind_is_rejected_unless_every_copy_is_overridden() {
             copy_message("`concat`", "Join")
         )
     );
-    let text = format!(
-        "{kinds}  ops: {{\"concat\": Alone, \"reshape\": Alone, \"slice\": Alone}},\n  max_kernel_args: 8)"
-    );
-    assert_eq!(
-        error(&text),
-        format!(
-            "f.ron:2:36: invalid rule: `Layout: Join` gives `transpose` that role, as `ops` does not name it; {}",
-            copy_message("`transpose`", "Join")
-        )
-    );
-    let text = format!(
-        "{kinds}  ops: {{\"concat\": Alone, \"reshape\": Alone, \"slice\": Alone, \"transpose\": Alone}},\n  max_kernel_args: 8)"
-    );
+    let text = format!("{kinds}  ops: {{\"concat\": Alone}},\n  max_kernel_args: 8)");
     let rules = load(&text).unwrap();
     let ops = Catalogue::defaults();
     assert_eq!(rules.role(ops.get("broadcast_to").unwrap()), Role::Join);
-    assert_eq!(rules.role(ops.get("transpose").unwrap()), Role::Alone);
+    assert_eq!(rules.role(ops.get("transpose").unwrap()), Role::Join);
+    assert_eq!(rules.role(ops.get("concat").unwrap()), Role::Alone);
 }
 
-/// User-defined layout ops are judged by their builtin, not their name: an `expand` that is a
-/// `broadcast_to` may join, a `flip` that is a `transpose` may not. An op defined after the
-/// rules were checked never gets a role the lowering cannot generate.
+/// User-defined layout ops are judged by their builtin, not their name: a `flip` that is a
+/// `transpose` may join as a view, a `stack` that is a `concat` may not. An op defined after
+/// the rules were checked never gets a role the lowering cannot generate.
 #[test]
 fn user_layout_ops_are_judged_by_their_builtin() {
     let mut ops = Catalogue::defaults();
     ops.load_str(
         r#"[
-            Op(name: "expand", kind: Layout, builtin: "broadcast_to", operands: ["x"],
-               dtype: SameAs("x"), attrs: [Attr(name: "shape", ty: Ints)]),
             Op(name: "flip", kind: Layout, builtin: "transpose", operands: ["x"],
                dtype: SameAs("x"), attrs: [Attr(name: "perm", ty: Ints, optional: true)]),
+            Op(name: "stack", kind: Layout, builtin: "concat", operands: ["xs"], variadic: true,
+               dtype: Promote(["xs"]), attrs: [Attr(name: "axis", ty: Int, optional: true)]),
         ]"#,
         "ops.ron",
     )
     .unwrap();
     let rules = FusionRules::load_str(
-        &format!("Fusion({KINDS}, ops: {{\"expand\": Join}}, max_kernel_args: 8)"),
+        &format!("Fusion({KINDS}, ops: {{\"flip\": Join}}, max_kernel_args: 8)"),
         "f.ron",
         &ops,
     )
     .unwrap();
-    assert_eq!(rules.role(ops.get("expand").unwrap()), Role::Join);
-    assert_eq!(rules.role(ops.get("flip").unwrap()), Role::Alone);
+    assert_eq!(rules.role(ops.get("flip").unwrap()), Role::Join);
+    assert!(Role::Join.is_view(ops.get("flip").unwrap()));
+    assert_eq!(rules.role(ops.get("stack").unwrap()), Role::Alone);
     let err = FusionRules::load_str(
-        &format!("Fusion({KINDS},\nops: {{\"flip\": Join}}, max_kernel_args: 8)"),
+        &format!("Fusion({KINDS},\nops: {{\"stack\": Join}}, max_kernel_args: 8)"),
         "f.ron",
         &ops,
     )
@@ -237,21 +237,21 @@ fn user_layout_ops_are_judged_by_their_builtin() {
     assert_eq!(
         err.to_string(),
         format!(
-            "f.ron:2:15: op `flip`: invalid rule: {}",
-            copy_message("`flip` (a transpose)", "Join")
+            "f.ron:2:16: op `stack`: invalid rule: {}",
+            copy_message("`stack` (a concat)", "Join")
         )
     );
-    // Rules checked against the default catalogue, whose layout kind fuses (every default
-    // copy is overridden): `flip`, defined afterwards, would get `Join` from its kind, and
-    // falls back to `Alone`; `expand` keeps `Join`.
+    // Rules checked against the default catalogue, whose layout kind fuses (concat is
+    // overridden): `stack`, defined afterwards, would get `Join` from its kind, and falls back
+    // to `Alone`; `flip` gets `Join`.
     let rules = load(
         "Fusion(kinds: {Pointwise: Join, Layout: Join, Reduction: End, Opaque: Never},
-            ops: {\"concat\": Alone, \"reshape\": Alone, \"slice\": Alone, \"transpose\": Alone},
+            ops: {\"concat\": Alone},
             max_kernel_args: 8)",
     )
     .unwrap();
-    assert_eq!(rules.role(ops.get("flip").unwrap()), Role::Alone);
-    assert_eq!(rules.role(ops.get("expand").unwrap()), Role::Join);
+    assert_eq!(rules.role(ops.get("stack").unwrap()), Role::Alone);
+    assert_eq!(rules.role(ops.get("flip").unwrap()), Role::Join);
 }
 
 /// The checks that predate the lowering's still hold: an opaque op is `Never`, and only it.
