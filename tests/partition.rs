@@ -122,6 +122,24 @@ fn check_invariants(dag: &Dag, p: &Partition, fusion: &FusionRules) {
             .map(|&n| Value::Node(n))
             .collect();
         assert_eq!(kernel.outputs, expected_outputs);
+        // A view reads memory: its operand is never computed in its kernel, except by a view
+        // it extends.
+        for &n in &kernel.nodes {
+            let node = &dag.nodes[n];
+            if kernel.kind == KernelKind::Fused && fusion.role(&node.op).is_view(&node.op) {
+                if let Value::Node(q) = node.args[0]
+                    && inside(q)
+                {
+                    let producer = &dag.nodes[q].op;
+                    assert!(
+                        fusion.role(producer).is_view(producer),
+                        "view {} reads {} computed in its own kernel",
+                        node.name,
+                        dag.nodes[q].name
+                    );
+                }
+            }
+        }
         for &n in &kernel.nodes {
             let node = &dag.nodes[n];
             let shape = match (node.op.kind(), node.args.first()) {
@@ -555,8 +573,46 @@ fn on_h200_recomputation_decides_between_four_and_eight_sins() {
 
 // ---------------------------------------------------------------- legality
 
-/// `c = a + transpose(a)`: a's kernel feeds the transpose copy, which feeds c. Putting c into
-/// a's kernel would leave the kernel and come back; c stays apart.
+/// Rules under which layout ops are copies of their own (`Layout: Alone`): the convexity tests
+/// below need an op that nothing joins between two fusable ones.
+fn layout_alone() -> FusionRules {
+    FusionRules::load_str(
+        "Fusion(kinds: {Pointwise: Join, Layout: Alone, Reduction: End, Opaque: Never}, max_kernel_args: 64)",
+        "f.ron",
+        &Catalogue::defaults(),
+    )
+    .unwrap()
+}
+
+/// `c = a + transpose(a)` under the default rules: the transpose is a view of a's buffer, so
+/// it cannot join a's kernel, but c joins it: two kernels, and c reads a both directly and
+/// transposed.
+#[test]
+fn a_view_never_joins_the_kernel_computing_its_operand() {
+    let dag = dag(r#"Graph(name: "diamond",
+        inputs: [Input(name: "x", dtype: "f32", shape: [64, 64])],
+        nodes: [Node(name: "a", op: "exp", args: ["x"]),
+                Node(name: "t", op: "transpose", args: ["a"]),
+                Node(name: "u", op: "transpose", args: ["t"]),
+                Node(name: "c", op: "add", args: ["a", "t"]),
+                Node(name: "d", op: "mul", args: ["c", "u"])],
+        outputs: ["d"])"#);
+    let fusion = FusionRules::defaults();
+    for p in [
+        partition::partition(&dag, &fusion, &toy()),
+        partition::partition(&dag, &fusion, &profile("h200")),
+    ] {
+        check_invariants(&dag, &p, &fusion);
+        assert_eq!(p.kernels.len(), 2);
+        assert_eq!(names(&dag, &p.kernels[0]), ["a"]);
+        // u extends the view t in the same kernel: one view of a, transposed twice.
+        assert_eq!(names(&dag, &p.kernels[1]), ["t", "u", "c", "d"]);
+        assert_eq!(p.kernels[1].inputs, [Value::Node(0)]);
+    }
+}
+
+/// `c = a + transpose(a)` with layout ops as copies: a's kernel feeds the transpose copy,
+/// which feeds c. Putting c into a's kernel would leave the kernel and come back; c stays apart.
 #[test]
 fn a_diamond_through_an_alone_op_does_not_fuse_around_it() {
     let dag = dag(r#"Graph(name: "diamond",
@@ -565,7 +621,7 @@ fn a_diamond_through_an_alone_op_does_not_fuse_around_it() {
                 Node(name: "t", op: "transpose", args: ["a"]),
                 Node(name: "c", op: "add", args: ["a", "t"])],
         outputs: ["c"])"#);
-    let fusion = FusionRules::defaults();
+    let fusion = layout_alone();
     for p in [
         partition::partition(&dag, &fusion, &toy()),
         partition::partition(&dag, &fusion, &profile("h200")),
@@ -589,7 +645,7 @@ fn convexity_picks_the_legal_producer() {
                 Node(name: "b", op: "neg", args: ["t"]),
                 Node(name: "c", op: "add", args: ["a", "b"])],
         outputs: ["c"])"#);
-    let fusion = FusionRules::defaults();
+    let fusion = layout_alone();
     let p = partition::partition(&dag, &fusion, &toy());
     check_invariants(&dag, &p, &fusion);
     assert_eq!(p.kernels.len(), 3);
@@ -931,7 +987,7 @@ fn siblings_joined_through_an_alone_op_stay_apart() {
                 Node(name: "t", op: "transpose", args: ["a"]),
                 Node(name: "b", op: "add", args: ["x", "t"])],
         outputs: ["b"])"#);
-    let fusion = FusionRules::defaults();
+    let fusion = layout_alone();
     let p = partition::partition(&dag, &fusion, &toy());
     check_invariants(&dag, &p, &fusion);
     let groups: Vec<Vec<String>> = p.kernels.iter().map(|k| names(&dag, k)).collect();

@@ -360,7 +360,8 @@ mod tests {
         let role = |name: &str| rules.role(ops.get(name).unwrap());
         assert_eq!(role("sigmoid"), Role::Join);
         assert_eq!(role("broadcast_to"), Role::Join);
-        assert_eq!(role("transpose"), Role::Alone);
+        assert_eq!(role("transpose"), Role::Join);
+        assert!(Role::Join.is_view(ops.get("transpose").unwrap()));
         assert_eq!(role("concat"), Role::Alone);
         assert_eq!(role("sum_to_size"), Role::End);
         assert_eq!(role("matmul"), Role::Never);
