@@ -21,7 +21,7 @@ use proptest::prelude::*;
 use std::path::Path;
 
 fn rules() -> RuleSet {
-    RuleSet::defaults()
+    random_graph::rules()
 }
 
 fn example(name: &str) -> Graph {
@@ -563,7 +563,7 @@ fn matmul_results_are_saved_not_recomputed() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: random_graph::cases(64), ..ProptestConfig::default() })]
 
     /// Random graphs (broadcasting, [N,1], size-1 and size-0 dims, reductions, layout ops,
     /// matmul, where, casts) made f64: every gradient element equals the central difference.

@@ -192,7 +192,7 @@ fn every_output_element_is_written() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: random_graph::cases(96), ..ProptestConfig::default() })]
 
     /// Random graphs (broadcasting, [N,1]×[1,M], transposes, slices, concats, size-1 and
     /// size-0 dims, f16/bf16 and mixed dtypes, where/bool, reductions ending kernels,

@@ -93,7 +93,7 @@ fn kernels_do_not_depend_on_the_batch_size() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: random_graph::cases(128), ..ProptestConfig::default() })]
 
     /// Random graphs, optimized (or not), lowered and interpreted, equal the reference.
     #[test]
@@ -142,5 +142,177 @@ proptest! {
         };
         agrees(&graph, &program, seed, false).map_err(|e| TestCaseError::fail(format!(
             "{e}\n{}", graph::file::to_ron(&graph))))?;
+    }
+}
+
+/// Small shapes keep each case to a few milliseconds, so thousands of graphs fit in CI: the
+/// bugs random graphs find (a view's offset, a broadcast inside a chunk, a size-0 axis) show
+/// at 3×4 as well as at 64×700, which the tests above also run.
+fn small_dims() -> BoxedStrategy<(usize, usize)> {
+    prop_oneof![
+        Just((3usize, 4usize)),
+        Just((1, 5)),
+        Just((2, 1)),
+        Just((0, 3)),
+        Just((4, 6)),
+        Just((6, 2)),
+    ]
+    .boxed()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: random_graph::cases(FUSED_FLOAT_CASES),
+        max_global_rejects: 100_000,
+        ..ProptestConfig::default()
+    })]
+
+    /// The bulk of the suite's fused-versus-reference graphs: layout-heavy float graphs
+    /// (stepped slices with negative bounds, chunks, transposes, contiguous and transposed
+    /// reshapes, two- and three-way concats, broadcasting, [N,1], size-0 and size-1 dims,
+    /// f16/bf16, NaN/Inf inputs), always optimized and fused, run by the interpreter. Recipes
+    /// that build no graph are rejected, so every case counted is a graph compared.
+    #[test]
+    fn fused_layout_graphs_agree_with_the_reference(
+        dims in small_dims(),
+        inputs in prop::collection::vec((0usize..4, 0usize..6), 1..4),
+        steps in prop::collection::vec(random_graph::step(true), 2..10),
+        seed in 0u64..1000,
+        specials in any::<bool>(),
+    ) {
+        let catalogue = rules().ops;
+        let graph = random_graph::build(&catalogue, dims, &inputs, &steps);
+        prop_assume!(graph.is_some());
+        let graph = graph.unwrap();
+        let options = Options { strict_ieee: specials, ..Options::default() };
+        let program = lowered(&graph, &options);
+        agrees(&graph, &program, seed, specials).map_err(|e| TestCaseError::fail(format!(
+            "{e}\n{}", graph::file::to_ron(&graph))))?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: random_graph::cases(FUSED_INT_CASES),
+        max_global_rejects: 100_000,
+        ..ProptestConfig::default()
+    })]
+
+    /// The same for integer graphs at the extremes, bit for bit.
+    #[test]
+    fn fused_layout_integer_graphs_agree_exactly(
+        dims in small_dims(),
+        inputs in prop::collection::vec((0usize..2, 0usize..6), 1..4),
+        steps in prop::collection::vec(random_graph::int_step(true), 2..10),
+        seed in 0u64..1000,
+    ) {
+        let catalogue = rules().ops;
+        let graph = random_graph::build_ints(&catalogue, dims, &inputs, &steps);
+        prop_assume!(graph.is_some());
+        let graph = graph.unwrap();
+        let program = lowered(&graph, &Options::default());
+        agrees(&graph, &program, seed, false).map_err(|e| TestCaseError::fail(format!(
+            "{e}\n{}", graph::file::to_ron(&graph))))?;
+    }
+}
+
+/// Cases of the two small-shape tests above (before [`random_graph::cases`] scales them).
+const FUSED_FLOAT_CASES: u32 = 6000;
+const FUSED_INT_CASES: u32 = 4000;
+
+/// The generators produce what the tests above claim to cover: over 2,000 recipes drawn as
+/// the float test draws them, the built graphs include stepped slices with negative bounds,
+/// chunks, transposed reshapes, three-way concats, f16/bf16 inputs and size-0 and size-1 dims
+/// in fair numbers.
+#[test]
+fn random_graphs_cover_the_layout_forms() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{Config, TestRng, TestRunner};
+    let catalogue = rules().ops;
+    let strategy = (
+        small_dims(),
+        prop::collection::vec((0usize..4, 0usize..6), 1..4),
+        prop::collection::vec(random_graph::step(true), 2..10),
+    );
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &[7; 32]),
+    );
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    let mut built = 0;
+    for _ in 0..2000 {
+        let (dims, inputs, steps) = strategy.new_tree(&mut runner).unwrap().current();
+        let Some(graph) = random_graph::build(&catalogue, dims, &inputs, &steps) else {
+            continue;
+        };
+        built += 1;
+        let types = graph::check(&graph, &catalogue).unwrap();
+        let attr = |n: &fusebox::graph::Node, k: &str| match n.attrs.get(k) {
+            Some(fusebox::attr::AttrValue::Int(v)) => Some(*v),
+            _ => None,
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for n in &graph.nodes {
+            let ty = &types[&n.name];
+            if n.op == "slice" && attr(n, "step").is_some_and(|s| s > 1) {
+                seen.insert("slice with step > 1");
+            }
+            if n.op == "slice"
+                && (attr(n, "start").is_some_and(|s| s < 0)
+                    || attr(n, "end").is_some_and(|e| e < 0))
+            {
+                seen.insert("slice with a negative bound");
+            }
+            if n.op == "slice" && n.name.ends_with("_1") {
+                seen.insert("chunk");
+            }
+            if n.op == "reshape"
+                && graph
+                    .nodes
+                    .iter()
+                    .any(|m| m.op == "transpose" && n.args[0] == m.name)
+            {
+                seen.insert("reshape of a transpose");
+            }
+            if n.op == "concat" && n.args.len() == 3 {
+                seen.insert("three-way concat");
+            }
+            if ty.shape.contains(&0) {
+                seen.insert("size-0 dim");
+            }
+            if ty.shape.len() == 2 && ty.shape[1] == 1 && ty.shape[0] > 1 {
+                seen.insert("[N,1]");
+            }
+        }
+        for i in &graph.inputs {
+            if matches!(
+                i.dtype,
+                fusebox::dtype::DType::F16 | fusebox::dtype::DType::BF16
+            ) {
+                seen.insert("f16/bf16 input");
+            }
+        }
+        for s in seen {
+            *counts.entry(s).or_default() += 1;
+        }
+    }
+    // Shown with `--nocapture`: how the recipes fell.
+    eprintln!("{built} of 2000 recipes built a graph; graphs with each form: {counts:?}");
+    assert!(built > 1500, "{built} of 2000 recipes built a graph");
+    for form in [
+        "slice with step > 1",
+        "slice with a negative bound",
+        "chunk",
+        "reshape of a transpose",
+        "three-way concat",
+        "size-0 dim",
+        "[N,1]",
+        "f16/bf16 input",
+    ] {
+        let n = counts.get(form).copied().unwrap_or(0);
+        assert!(
+            n >= 40,
+            "only {n} of {built} graphs have a {form}: {counts:?}"
+        );
     }
 }

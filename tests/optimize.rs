@@ -14,7 +14,7 @@ mod common;
 use common::random_graph::{self, assert_same};
 
 fn rules() -> RuleSet {
-    RuleSet::defaults()
+    random_graph::rules()
 }
 
 fn parse(text: &str) -> Graph {
@@ -47,10 +47,11 @@ fn outputs_agree(before: &Graph, after: &Graph, seed: u64) -> Result<(), String>
 
 // ---------------------------------------------------------------- random graphs
 
-/// The optimizer's random graphs: pointwise ops, where, casts, constants, broadcasts and
-/// reductions (layout ops are the lowering's business and covered there).
+/// The optimizer's random graphs: pointwise ops, where, casts, constants, broadcasts,
+/// reductions, and the layout ops `rules/rewrites/layout.ron` rewrites (stepped slices, chunks,
+/// transposes, reshapes, concats).
 fn step() -> BoxedStrategy<random_graph::Step> {
-    random_graph::step(false)
+    random_graph::step(true)
 }
 
 fn build(
@@ -62,10 +63,10 @@ fn build(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: random_graph::cases(256), ..ProptestConfig::default() })]
 
     /// On random graphs (broadcasting, [N,1] shapes, size-1 and size-0 dims, f16/bf16, casts,
-    /// where, reductions), optimize never fails, never reports a modeled cost above the
+    /// where, reductions, layout chains), optimize never fails, never reports a modeled cost above the
     /// unfused input, and the optimized graph computes the same outputs.
     #[test]
     fn optimize_preserves_semantics_and_never_costs_more(
@@ -91,7 +92,7 @@ proptest! {
     fn optimize_preserves_integer_semantics_exactly(
         dims in prop_oneof![Just((3usize, 4usize)), Just((1, 5)), Just((2, 1)), Just((0, 3))],
         inputs in prop::collection::vec((0usize..2, 0usize..6), 1..4),
-        steps in prop::collection::vec(random_graph::int_step(false), 2..14),
+        steps in prop::collection::vec(random_graph::int_step(true), 2..14),
         seed in 0u64..1000,
     ) {
         let Some(graph) = random_graph::build_ints(&rules().ops, dims, &inputs, &steps) else { return Ok(()) };
@@ -415,7 +416,7 @@ fn strict_ieee_keeps_infinities_exact() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: random_graph::cases(128), ..ProptestConfig::default() })]
 
     /// With an AMP policy, optimization of the cast-inserted graph preserves its semantics too
     /// (library casts, casts fused into kernels), and the cost bounds still hold.

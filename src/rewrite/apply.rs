@@ -25,6 +25,7 @@ pub(crate) struct CheckedApplier {
     /// `NAME` or `NAME (reverse)`, for messages.
     pub direction: String,
     pub when: Vec<Condition>,
+    pub compute: Vec<super::Compute>,
     pub build: PatternAst<ENode>,
 }
 
@@ -92,6 +93,20 @@ impl Applier<ENode, TypeAnalysis> for CheckedApplier {
         }
         let Some(matched) = egraph[eclass].data.tensor().cloned() else {
             return Vec::new();
+        };
+        // Computed attributes join the substitution; a declined computation skips the
+        // match as a failed condition would.
+        let extended;
+        let subst = if self.compute.is_empty() {
+            subst
+        } else {
+            match super::compute::extend(&self.compute, egraph, subst) {
+                Some(s) => {
+                    extended = s;
+                    &extended
+                }
+                None => return Vec::new(),
+            }
         };
         let built = match instance_data(egraph, &self.build, subst) {
             Ok(ClassData::Tensor(t)) => t,

@@ -61,6 +61,10 @@ pub enum Condition {
     /// The first (a shape attribute or tensor) is the second tensor's shape without its first
     /// axis: `sum_to_size` to it is a sum over axis 0.
     DropsLeadingAxis(String, String),
+    /// The permutation attribute (first) leaves every axis of the tensor (second) in place,
+    /// so transposing by it copies each element to its own index. An absent permutation
+    /// reverses the axes, which is the identity only up to rank 1.
+    IdentityPerm(String, String),
     /// The inner condition does not hold.
     Not(Box<Condition>),
 }
@@ -76,10 +80,16 @@ pub enum Accepts {
     Tensor,
     /// A tensor (its uniform constant) or a number attribute.
     Number,
+    /// An integer-list attribute read as a permutation (not a tensor: a permutation is never
+    /// a tensor's shape).
+    Perm,
 }
 
 impl Accepts {
     pub fn admits(self, kind: VarKind) -> bool {
+        if self == Accepts::Perm {
+            return kind == VarKind::Attr(AttrType::Ints);
+        }
         matches!(
             (self, kind),
             (_, VarKind::Tensor)
@@ -98,6 +108,7 @@ impl Accepts {
             Accepts::Shape => "a tensor or a shape (integer list) attribute",
             Accepts::Tensor => "a tensor",
             Accepts::Number => "a tensor or a number attribute",
+            Accepts::Perm => "an integer-list attribute (a permutation)",
         }
     }
 }
@@ -118,6 +129,7 @@ impl Condition {
             Condition::ConstEq(..) => "ConstEq",
             Condition::ConstPowerOfTwo(..) => "ConstPowerOfTwo",
             Condition::DropsLeadingAxis(..) => "DropsLeadingAxis",
+            Condition::IdentityPerm(..) => "IdentityPerm",
             Condition::Not(..) => "Not",
         }
     }
@@ -137,6 +149,7 @@ impl Condition {
             Condition::Rank(a, _) => vec![(0, a, Shape)],
             Condition::DtypeIn(a, _) | Condition::IsFloat(a) => vec![(0, a, Dtype)],
             Condition::ConstEq(a, _) | Condition::ConstPowerOfTwo(a) => vec![(0, a, Number)],
+            Condition::IdentityPerm(p, x) => vec![(0, p, Perm), (1, x, Tensor)],
             Condition::Not(_) => Vec::new(),
         }
     }
@@ -174,6 +187,17 @@ impl Condition {
             Condition::DropsLeadingAxis(s, x) => {
                 both(shape_of(data(s)), shape_of(data(x)), |s, x| {
                     !x.is_empty() && s[..] == x[1..]
+                })
+            }
+            Condition::IdentityPerm(p, x) => {
+                let perm = match data(p) {
+                    Some(ClassData::Attr(Leaf::Ints(v))) => Some(v.as_slice()),
+                    Some(ClassData::Attr(Leaf::Absent)) => None,
+                    _ => return false,
+                };
+                shape_of(data(x)).is_some_and(|s| {
+                    crate::shape::permutation(perm, s.len())
+                        .is_ok_and(|p| p.iter().enumerate().all(|(i, &a)| i == a))
                 })
             }
             Condition::Not(inner) => !inner.holds(egraph, root, subst),
@@ -318,6 +342,10 @@ mod tests {
             ("?one", "(broadcast_to (const 1 f32) [2,3])"),
             ("?nan", "(const nan f32)"),
             ("?negzero", "(const -0.0 f32)"),
+            ("?id", "[0,1]"),
+            ("?idneg", "[-2,-1]"),
+            ("?swap", "[1,0]"),
+            ("?noperm", "none"),
         ] {
             bind(&mut egraph, var, term);
         }
@@ -376,6 +404,14 @@ mod tests {
         assert!(holds(DropsLeadingAxis(s("?v"), s("?x"))));
         assert!(!holds(DropsLeadingAxis(s("?s"), s("?x"))));
         assert!(!holds(DropsLeadingAxis(s("?s3"), s("?v"))));
+        // Permutations: [0, 1] keeps x's axes, [-2, -1] too, [1, 0] and a wrong rank do not;
+        // an absent perm reverses, the identity only up to rank 1.
+        assert!(holds(IdentityPerm(s("?id"), s("?x"))));
+        assert!(holds(IdentityPerm(s("?idneg"), s("?x"))));
+        assert!(!holds(IdentityPerm(s("?swap"), s("?x"))));
+        assert!(!holds(IdentityPerm(s("?id"), s("?v"))));
+        assert!(holds(IdentityPerm(s("?noperm"), s("?v"))));
+        assert!(!holds(IdentityPerm(s("?noperm"), s("?x"))));
     }
 
     #[test]

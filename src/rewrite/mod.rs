@@ -47,11 +47,13 @@
 //! ```
 
 pub mod apply;
+pub mod compute;
 pub mod condition;
 pub mod pattern;
 pub mod rule;
 pub mod soundness;
 
+pub use compute::Compute;
 pub use condition::Condition;
 pub use rule::{check_unique, load_rules};
 
@@ -83,6 +85,11 @@ pub struct Rule {
     pub lhs: Pattern<ENode>,
     pub rhs: Pattern<ENode>,
     pub when: Vec<Condition>,
+    /// Attributes the right-hand side needs that the match does not hold, computed from it
+    /// (see [`compute`]); never bidirectional.
+    pub compute: Vec<Compute>,
+    /// The variables `compute` binds, with the attribute type of each.
+    pub computed: BTreeMap<Var, AttrType>,
     pub bidirectional: bool,
     /// The runner's phase k applies every rule of phase ≤ k.
     pub phase: u32,
@@ -131,6 +138,12 @@ impl Rule {
         self.when.iter().all(|c| c.holds(egraph, root, subst))
     }
 
+    /// `subst` extended with the computed attributes of this match (each leaf added to the
+    /// e-graph), or `None` when a computation declines it.
+    pub fn compute_attrs(&self, egraph: &mut FuseGraph, subst: &Subst) -> Option<Subst> {
+        compute::extend(&self.compute, egraph, subst)
+    }
+
     /// egg rewrites with the checked applier: one, or two if bidirectional (the reverse named
     /// `"NAME (reverse)"`, searching for the right-hand side and building the left-hand side,
     /// under the same conditions evaluated on its own match).
@@ -152,6 +165,7 @@ impl Rule {
             rule: self.name.clone(),
             direction: name.to_string(),
             when: self.when.clone(),
+            compute: self.compute.clone(),
             build: build.ast.clone(),
         };
         // The applier declares no variables (it checks bindings itself), so egg has nothing to
@@ -162,7 +176,7 @@ impl Rule {
 
 /// The default rule files, by file name, as embedded in the binary. A user's rule directory
 /// replaces a file of the same name (`rewrites/casts.ron`) and adds any others.
-pub const DEFAULT_RULE_FILES: [(&str, &str); 4] = [
+pub const DEFAULT_RULE_FILES: [(&str, &str); 5] = [
     (
         "algebra.ron",
         include_str!("../../rules/rewrites/algebra.ron"),
@@ -175,6 +189,10 @@ pub const DEFAULT_RULE_FILES: [(&str, &str); 4] = [
     (
         "broadcast.ron",
         include_str!("../../rules/rewrites/broadcast.ron"),
+    ),
+    (
+        "layout.ron",
+        include_str!("../../rules/rewrites/layout.ron"),
     ),
 ];
 

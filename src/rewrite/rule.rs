@@ -1,8 +1,10 @@
 //! Loading rule files: RON in, validated [`Rule`]s out, every problem located.
 
+use super::compute::Compute;
 use super::condition::Condition;
 use super::pattern::{self, Checked, PatternError, describe_kind};
 use super::{REVERSE_SUFFIX, Rule, VarKind};
+use crate::attr::AttrType;
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::rules::Catalogue;
 use crate::rules::ron_file::{self, RonDocument};
@@ -21,6 +23,8 @@ struct RuleSpec {
     rhs: String,
     #[serde(default)]
     when: Vec<Condition>,
+    #[serde(default)]
+    compute: Vec<Compute>,
     #[serde(default)]
     bidirectional: bool,
     #[serde(default = "first_phase")]
@@ -104,11 +108,31 @@ fn validate(
             },
         ));
     }
-    check_rhs_vars(&lhs, &rhs).map_err(|e| pattern_at("rhs", e))?;
+    let vars: BTreeMap<Var, VarKind> = lhs.vars.iter().map(|(v, u)| (*v, u.kind)).collect();
+    if spec.bidirectional && !spec.compute.is_empty() {
+        return Err(rule_error(
+            at("compute"),
+            "a rule that computes attributes cannot be bidirectional: its reverse direction \
+             would have to recover the matched attributes from the computed ones"
+                .into(),
+        ));
+    }
+    let computed = check_computations(doc, index, &spec.compute, &vars)?;
+    check_rhs_vars(&lhs, &rhs, &computed).map_err(|e| pattern_at("rhs", e))?;
     if spec.bidirectional {
         check_reversible(&lhs, &rhs).map_err(|e| pattern_at("rhs", e))?;
     }
-    let vars: BTreeMap<Var, VarKind> = lhs.vars.iter().map(|(v, u)| (*v, u.kind)).collect();
+    for (var, (site, _)) in &computed {
+        if !rhs.vars.contains_key(var) {
+            return Err(rule_error(
+                site.clone(),
+                format!(
+                    "`{var}` is computed but the right-hand side never uses it: compute only \
+                     what the rewrite builds"
+                ),
+            ));
+        }
+    }
     for (j, condition) in spec.when.iter().enumerate() {
         let path = vec![Step::Index(index), Step::field("when"), Step::Index(j)];
         check_condition(doc, &path, condition, &vars)?;
@@ -118,6 +142,8 @@ fn validate(
         lhs: Pattern::new(lhs.ast),
         rhs: Pattern::new(rhs.ast),
         when: spec.when.clone(),
+        compute: spec.compute.clone(),
+        computed: computed.iter().map(|(v, (_, ty))| (*v, *ty)).collect(),
         bidirectional: spec.bidirectional,
         phase: spec.phase,
         finite_only: spec.finite_only,
@@ -130,9 +156,124 @@ fn validate(
     })
 }
 
-/// Every right-hand variable is bound by the left-hand side, as the same kind.
-fn check_rhs_vars(lhs: &Checked, rhs: &Checked) -> std::result::Result<(), PatternError> {
+/// Checks a rule's computations against the left-hand side's variables and returns the
+/// variables they bind, each with where it is written and the attribute type it gets. An
+/// input may be a left-hand variable or an earlier computation's output.
+fn check_computations(
+    doc: &RonDocument<Vec<RuleSpec>>,
+    index: usize,
+    computations: &[Compute],
+    vars: &BTreeMap<Var, VarKind>,
+) -> Result<BTreeMap<Var, (Site, AttrType)>> {
+    let mut computed: BTreeMap<Var, (Site, AttrType)> = BTreeMap::new();
+    for (j, computation) in computations.iter().enumerate() {
+        let base = vec![Step::Index(index), Step::field("compute"), Step::Index(j)];
+        let field_site = |field: &str, item: Option<usize>| {
+            let mut path = base.clone();
+            path.push(Step::field(field));
+            if let Some(i) = item {
+                path.push(Step::Index(i));
+            }
+            doc.site(&path)
+        };
+        let what = computation.name();
+        for (field, wanted, got) in computation.list_lengths() {
+            if wanted != got {
+                return Err(rule_error(
+                    field_site(field, None),
+                    format!("`{field}` of `{what}` lists {wanted} variables, not {got}"),
+                ));
+            }
+        }
+        if let Some((field, message)) = computation.invalid() {
+            return Err(rule_error(field_site(field, None), message));
+        }
+        let parse = |name: &str, site: Site| -> Result<Var> {
+            name.parse::<Var>().map_err(|_| {
+                rule_error(
+                    site,
+                    format!(
+                        "`{what}` takes pattern variables, written with `?` (`\"?x\"`), not \
+                         `{name}`"
+                    ),
+                )
+            })
+        };
+        for (arg, reads) in computation.inputs() {
+            let site = field_site(arg.field, arg.index);
+            let var = parse(arg.name, site.clone())?;
+            let kind = match (vars.get(&var), computed.get(&var)) {
+                (Some(kind), _) => *kind,
+                (None, Some((_, ty))) => VarKind::Attr(*ty),
+                (None, None) => {
+                    let names: Vec<String> = vars.keys().map(|v| v.to_string()).collect();
+                    return Err(rule_error(
+                        site,
+                        format!(
+                            "`{}` in `{what}` is not bound by the left-hand side{}",
+                            arg.name,
+                            crate::error::hint(arg.name, names.iter().map(String::as_str))
+                        ),
+                    ));
+                }
+            };
+            if !reads.admits(kind) {
+                return Err(rule_error(
+                    site,
+                    format!(
+                        "`{what}` reads {} as `{}`, but `{}` is {}",
+                        reads.describe(),
+                        arg.field,
+                        arg.name,
+                        describe_kind(kind)
+                    ),
+                ));
+            }
+        }
+        for (arg, ty) in computation.outputs() {
+            let site = field_site(arg.field, arg.index);
+            let var = parse(arg.name, site.clone())?;
+            if vars.contains_key(&var) || computed.contains_key(&var) {
+                return Err(rule_error(
+                    site,
+                    format!(
+                        "`{}` is already bound: `{what}` must bind a fresh variable",
+                        arg.name
+                    ),
+                ));
+            }
+            computed.insert(var, (site, ty));
+        }
+    }
+    Ok(computed)
+}
+
+/// Every right-hand variable is bound by the left-hand side, as the same kind, or computed,
+/// as an attribute of the type its computation produces.
+fn check_rhs_vars(
+    lhs: &Checked,
+    rhs: &Checked,
+    computed: &BTreeMap<Var, (Site, AttrType)>,
+) -> std::result::Result<(), PatternError> {
     for (var, used) in &rhs.vars {
+        if let Some((_, ty)) = computed.get(var) {
+            if used.kind != VarKind::Attr(*ty) {
+                return Err(PatternError {
+                    offset: used.offset,
+                    message: format!(
+                        "`{var}` is computed as {} but fills {} here, which must be {}",
+                        describe_kind(VarKind::Attr(*ty)),
+                        used.role,
+                        match used.kind {
+                            VarKind::Tensor => "a tensor".to_string(),
+                            VarKind::Attr(t) => t.to_string(),
+                        }
+                    ),
+                    unknown_op: None,
+                });
+            }
+            continue;
+        }
         let Some(bound) = lhs.vars.get(var) else {
             return Err(PatternError {
                 offset: used.offset,

@@ -35,6 +35,28 @@ pub enum Step {
     Slice(usize, i64),
     Concat(usize, usize, i64),
     Reshape(usize),
+    /// `x[start:end:step]` along `axis`, with negative bounds and steps above 1.
+    SliceStep {
+        a: usize,
+        axis: i64,
+        start: i64,
+        end: Option<i64>,
+        step: i64,
+    },
+    /// `torch.chunk`: `parts` slices of one value along `axis` that cover it (the last one
+    /// shorter when the length does not divide), each a value, and the product of the first
+    /// two (the LSTM cell reads its gates this way).
+    Chunk {
+        a: usize,
+        axis: i64,
+        parts: usize,
+    },
+    /// A contiguous reshape to a target derived from the value's shape (see [`reshape_target`]).
+    ReshapeTo(usize, usize),
+    /// The same reshape of the value's transpose: the elements are read out of order.
+    ReshapeTransposed(usize, usize),
+    /// Three values concatenated along `axis`.
+    Concat3(usize, usize, usize, i64),
 }
 
 pub const UNARY: [&str; 12] = [
@@ -111,8 +133,112 @@ fn with_layout(base: BoxedStrategy<Step>, layout: bool) -> BoxedStrategy<Step> {
         1 => (v.clone(), 0i64..2).prop_map(|(a, s)| Step::Slice(a, s)),
         1 => (v.clone(), v.clone(), -1i64..=0).prop_map(|(a, b, axis)| Step::Concat(a, b, axis)),
         1 => v.prop_map(Step::Reshape),
+        2 => stepped_slices(),
+        2 => chunks(),
+        1 => contiguous_reshapes(),
+        1 => transposed_reshapes(),
+        1 => three_way_concats(),
     ]
     .boxed()
+}
+
+/// Slices with steps of 1 to 3 and bounds that may be negative, past either end, or absent,
+/// along the first or last axis.
+pub fn stepped_slices() -> BoxedStrategy<Step> {
+    (
+        0usize..64,
+        prop_oneof![Just(0i64), Just(-1), Just(1)],
+        -4i64..4,
+        prop_oneof![
+            Just(None),
+            Just(Some(-1)),
+            Just(Some(2)),
+            Just(Some(5)),
+            Just(Some(-3))
+        ],
+        1i64..=3,
+    )
+        .prop_map(|(a, axis, start, end, step)| Step::SliceStep {
+            a,
+            axis,
+            start,
+            end,
+            step,
+        })
+        .boxed()
+}
+
+/// Chunks of 2 to 4 pieces along the first or last axis.
+pub fn chunks() -> BoxedStrategy<Step> {
+    (0usize..64, prop_oneof![Just(0i64), Just(-1)], 2usize..=4)
+        .prop_map(|(a, axis, parts)| Step::Chunk { a, axis, parts })
+        .boxed()
+}
+
+/// Reshapes that keep the elements' order: flatten, a leading 1, merged or split axes, the
+/// dims reversed.
+pub fn contiguous_reshapes() -> BoxedStrategy<Step> {
+    (0usize..64, 0usize..5)
+        .prop_map(|(a, k)| Step::ReshapeTo(a, k))
+        .boxed()
+}
+
+/// Reshapes of a transposed value, which read the elements out of order (floordiv/mod
+/// indexing where the layout is an index map).
+pub fn transposed_reshapes() -> BoxedStrategy<Step> {
+    (0usize..64, 0usize..5)
+        .prop_map(|(a, k)| Step::ReshapeTransposed(a, k))
+        .boxed()
+}
+
+/// Concats of three values along the first or last axis.
+pub fn three_way_concats() -> BoxedStrategy<Step> {
+    (0usize..64, 0usize..64, 0usize..64, -1i64..=0)
+        .prop_map(|(a, b, c, axis)| Step::Concat3(a, b, c, axis))
+        .boxed()
+}
+
+/// A reshape target with `shape`'s element count, by `kind`: 0 flattens, 1 adds a leading 1,
+/// 2 merges the first two axes (or makes a column of a vector), 3 splits the first axis with
+/// a factor 2 or 3 (or appends a 1), 4 reverses the dims.
+pub fn reshape_target(shape: &[usize], kind: usize) -> Vec<i64> {
+    let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    match kind % 5 {
+        0 => vec![-1],
+        1 => std::iter::once(1).chain(dims).collect(),
+        2 if dims.len() >= 2 => std::iter::once(dims[0] * dims[1])
+            .chain(dims[2..].iter().copied())
+            .collect(),
+        2 => vec![-1, 1],
+        3 => match dims
+            .iter()
+            .position(|&d| d > 1 && (d % 2 == 0 || d % 3 == 0))
+        {
+            Some(i) => {
+                let f = if dims[i] % 2 == 0 { 2 } else { 3 };
+                let mut out = dims[..i].to_vec();
+                out.extend([f, dims[i] / f]);
+                out.extend(&dims[i + 1..]);
+                out
+            }
+            None => dims.into_iter().chain(std::iter::once(1)).collect(),
+        },
+        _ => dims.into_iter().rev().collect(),
+    }
+}
+
+/// The `(start, end)` of each piece of `torch.chunk(parts)` over a length: pieces of
+/// `ceil(len / parts)`, the last shorter, fewer pieces when they run out; an empty axis gives
+/// one empty piece.
+pub fn chunk_bounds(len: usize, parts: usize) -> Vec<(i64, i64)> {
+    if len == 0 {
+        return vec![(0, 0)];
+    }
+    let size = len.div_ceil(parts.max(1));
+    (0..len)
+        .step_by(size)
+        .map(|start| (start as i64, (start + size).min(len) as i64))
+        .collect()
 }
 
 /// One step of an integer graph: wrapping arithmetic, comparisons, where, casts between the
@@ -176,9 +302,27 @@ fn build_in(
     }
     let pick = |values: &[String], i: usize| values[i % values.len()].clone();
     let ints = |s: &[usize]| AttrValue::Ints(s.iter().map(|&x| x as i64).collect());
+    // The type of every value so far, for the steps whose attributes depend on a shape.
+    let mut types: graph::TypeMap = b
+        .clone()
+        .finish(&[])
+        .inputs
+        .iter()
+        .map(|i| {
+            (
+                i.name.clone(),
+                fusebox::graph::TensorType {
+                    dtype: i.dtype,
+                    shape: i.shape.clone(),
+                },
+            )
+        })
+        .collect();
     for (k, step) in steps.iter().enumerate() {
         let name = format!("v{k}");
         let mut trial = b.clone();
+        let shape_of = |i: usize| types[&pick(&values, i)].shape.clone();
+        let mut made = vec![name.clone()];
         match step {
             Step::Unary(op, a) => {
                 trial.op(&name, op, &[&pick(&values, *a)]);
@@ -267,11 +411,69 @@ fn build_in(
                     &[("shape", AttrValue::Ints(vec![-1]))],
                 );
             }
+            Step::SliceStep {
+                a,
+                axis,
+                start,
+                end,
+                step,
+            } => {
+                let mut attrs = vec![
+                    ("axis", AttrValue::Int(*axis)),
+                    ("start", AttrValue::Int(*start)),
+                    ("step", AttrValue::Int(*step)),
+                ];
+                if let Some(end) = end {
+                    attrs.push(("end", AttrValue::Int(*end)));
+                }
+                trial.op_with(&name, "slice", &[&pick(&values, *a)], &attrs);
+            }
+            Step::Chunk { a, axis, parts } => {
+                made = build_chunk(
+                    &mut trial,
+                    &name,
+                    &pick(&values, *a),
+                    &shape_of(*a),
+                    *axis,
+                    *parts,
+                );
+            }
+            Step::ReshapeTo(a, kind) => {
+                let target = reshape_target(&shape_of(*a), *kind);
+                trial.op_with(
+                    &name,
+                    "reshape",
+                    &[&pick(&values, *a)],
+                    &[("shape", AttrValue::Ints(target))],
+                );
+            }
+            Step::ReshapeTransposed(a, kind) => {
+                let mut transposed = shape_of(*a);
+                transposed.reverse();
+                let moved = format!("{name}_t");
+                trial.op(&moved, "transpose", &[&pick(&values, *a)]);
+                trial.op_with(
+                    &name,
+                    "reshape",
+                    &[&moved],
+                    &[("shape", AttrValue::Ints(reshape_target(&transposed, *kind)))],
+                );
+            }
+            Step::Concat3(a, c, d, axis) => {
+                trial.op_with(
+                    &name,
+                    "concat",
+                    &[&pick(&values, *a), &pick(&values, *c), &pick(&values, *d)],
+                    &[("axis", AttrValue::Int(*axis))],
+                );
+            }
         }
-        let candidate = trial.clone().finish(&[&name]);
-        if graph::check(&candidate, catalogue).is_ok() {
+        let refs: Vec<&str> = made.iter().map(String::as_str).collect();
+        let candidate = trial.clone().finish(&refs);
+        if let Ok(checked) = graph::check(&candidate, catalogue) {
             b = trial;
-            values.push(name);
+            types = checked;
+            values.extend(made);
         }
     }
     if values.len() <= input_specs.len() {
@@ -286,6 +488,62 @@ fn build_in(
     let graph = b.finish(&outs);
     graph::check(&graph, catalogue).ok()?;
     Some(graph)
+}
+
+/// The pieces of `torch.chunk(x, parts, axis)` named `{name}_0`, `{name}_1`, …, and `name`
+/// the product of the first two when there are two of one shape: the values the step makes.
+/// A scalar (no axis to split) gets no pieces, which fails the step's check.
+fn build_chunk(
+    b: &mut GraphBuilder,
+    name: &str,
+    x: &str,
+    shape: &[usize],
+    axis: i64,
+    parts: usize,
+) -> Vec<String> {
+    let rank = shape.len() as i64;
+    if rank == 0 {
+        return vec![name.to_string()];
+    }
+    let resolved = if axis < 0 { axis + rank } else { axis } as usize;
+    let mut pieces = Vec::new();
+    for (i, (start, end)) in chunk_bounds(shape[resolved], parts).into_iter().enumerate() {
+        let piece = format!("{name}_{i}");
+        b.op_with(
+            &piece,
+            "slice",
+            &[x],
+            &[
+                ("axis", AttrValue::Int(axis)),
+                ("start", AttrValue::Int(start)),
+                ("end", AttrValue::Int(end)),
+            ],
+        );
+        pieces.push(piece);
+    }
+    let len = |i: usize| chunk_bounds(shape[resolved], parts)[i];
+    if pieces.len() >= 2 && len(0).1 - len(0).0 == len(1).1 - len(1).0 {
+        b.op(name, "mul", &[&pieces[0], &pieces[1]]);
+        pieces.push(name.to_string());
+    }
+    pieces
+}
+
+/// The environment variable that scales every random-graph property test's case count, for
+/// a larger run than CI's (`FUSEBOX_GRAPH_CASES_SCALE=10 cargo test`).
+pub const CASES_SCALE_VAR: &str = "FUSEBOX_GRAPH_CASES_SCALE";
+
+/// `base` cases, times [`CASES_SCALE_VAR`] when it is set to a positive number. The bases are
+/// sized for CI on two cores; a scale below 1 makes a quick local run.
+pub fn cases(base: u32) -> u32 {
+    let scale = std::env::var(CASES_SCALE_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0);
+    match scale {
+        Some(s) => ((f64::from(base) * s).ceil() as u32).max(1),
+        None => base,
+    }
 }
 
 /// Random inputs, with NaN, ±Inf and ±0 planted in about one element in eight when
@@ -374,7 +632,10 @@ pub fn assert_same(name: &str, a: &Tensor, b: &Tensor) -> Result<(), String> {
     Ok(())
 }
 
-/// The default rule set.
+/// The default rule set, parsed once per test binary: parsing and locating the embedded RON
+/// files costs more than a small random graph's whole optimize-lower-run cycle, and the
+/// property tests ask for the rules several times per case.
 pub fn rules() -> RuleSet {
-    RuleSet::defaults()
+    static RULES: std::sync::OnceLock<RuleSet> = std::sync::OnceLock::new();
+    RULES.get_or_init(RuleSet::defaults).clone()
 }

@@ -196,7 +196,8 @@ impl<'r> Plan<'r> {
 
     /// Builds and checks the left-hand side, matches the pattern in the e-graph and decides
     /// the conditions there, exactly as saturation would.
-    pub(super) fn prepare(&self, instance: &Instance) -> Result<Prepared, Reject> {
+    /// The attributes the rule computes are added to `instance`, for the right-hand side.
+    pub(super) fn prepare(&self, instance: &mut Instance) -> Result<Prepared, Reject> {
         let graph = build_graph(self.from, instance, self.catalogue, "lhs")
             .map_err(|e| reject("ill-typed left-hand sides", e))?;
         let dag = Dag::from_graph(&graph, self.catalogue)
@@ -228,6 +229,23 @@ impl<'r> Plan<'r> {
                 "draws failing the conditions",
                 format!("{} with {}", describe_instance(self.from, instance), ty),
             ));
+        }
+        // The computations run on the match as the applier runs them; their leaves are what
+        // the right-hand side is built with.
+        if !self.rule.compute.is_empty() {
+            let Some(extended) = self.rule.compute_attrs(&mut egraph, &subst) else {
+                return Err(reject(
+                    "draws the computations declined",
+                    describe_instance(self.from, instance),
+                ));
+            };
+            for var in self.rule.computed.keys() {
+                if let Some(&id) = extended.get(*var)
+                    && let crate::egraph::ClassData::Attr(leaf) = &egraph[id].data
+                {
+                    instance.attrs.insert(*var, leaf.clone());
+                }
+            }
         }
         Ok(Prepared { graph, ty })
     }
@@ -754,6 +772,14 @@ pub(super) fn apply_hint(
                 let k = rng.random_range(-6..=6);
                 let sign = if rng.random_bool(0.3) { -1.0 } else { 1.0 };
                 *leaf = Leaf::num(sign * 2f64.powi(k));
+            }
+        }
+        Condition::IdentityPerm(p, x) => {
+            if let (Some(p), Some(x)) = (var(p), var(x))
+                && let Some(rank) = shape_of(instance, x).map(|s| s.len())
+                && let Some(leaf) = instance.attrs.get_mut(&p)
+            {
+                *leaf = Leaf::Ints((0..rank as i64).collect());
             }
         }
         Condition::DropsLeadingAxis(s, x) => {

@@ -530,8 +530,8 @@ pub fn check_direction(
     let mut since_first = 0;
     while exercised < options.instances && tried < budget {
         tried += 1;
-        let instance = plan.generate(&mut rng);
-        let prepared = match plan.prepare(&instance) {
+        let mut instance = plan.generate(&mut rng);
+        let prepared = match plan.prepare(&mut instance) {
             Ok(p) => p,
             Err(reject) => {
                 let entry = rejected.entry(reject.kind).or_insert((0, reject.detail));
