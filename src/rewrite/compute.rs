@@ -74,6 +74,21 @@ pub enum Compute {
         axis: String,
         slice: Vec<String>,
     },
+    /// The slice of operand `x` of a pointwise op over `operands` (whose result has their
+    /// broadcast shape) that a slice `[s, e, k]` along `axis` of that result reads:
+    /// `into: [axis', s', e', k']`, with `axis'` the same axis in `x`'s own (right-aligned)
+    /// axes. Where `x` has the axis at full length the bounds are the result's, resolved; where
+    /// `x` has length 1 there (it is broadcast along it) the slice keeps its one element
+    /// (`0:1`), so it still broadcasts. Declines when `x` lacks the axis altogether. This is
+    /// what moves a slice across a pointwise op whose operands broadcast
+    /// (`slice(a + bias, 1, …)` is `slice(a, 1, …) + slice(bias, 0, …)`).
+    SliceOperand {
+        into: Vec<String>,
+        x: String,
+        operands: Vec<String>,
+        axis: String,
+        slice: Vec<String>,
+    },
 }
 
 /// What an input of a computation must be bound to.
@@ -133,6 +148,7 @@ impl Compute {
             Compute::ComposePerm { .. } => "ComposePerm",
             Compute::ComposeSlices { .. } => "ComposeSlices",
             Compute::SliceOfConcat { .. } => "SliceOfConcat",
+            Compute::SliceOperand { .. } => "SliceOperand",
         }
     }
 
@@ -149,6 +165,9 @@ impl Compute {
             ],
             Compute::SliceOfConcat { into, slice, .. } => {
                 vec![("into", 2, into.len()), ("slice", 3, slice.len())]
+            }
+            Compute::SliceOperand { into, slice, .. } => {
+                vec![("into", 4, into.len()), ("slice", 3, slice.len())]
             }
         }
     }
@@ -192,6 +211,19 @@ impl Compute {
                 args.extend(Arg::list("slice", slice).map(|a| (a, int)));
                 args
             }
+            Compute::SliceOperand {
+                x,
+                operands,
+                axis,
+                slice,
+                ..
+            } => {
+                let mut args = vec![(Arg::one("x", x), Reads::Tensor)];
+                args.extend(Arg::list("operands", operands).map(|a| (a, Reads::Tensor)));
+                args.push((Arg::one("axis", axis), int));
+                args.extend(Arg::list("slice", slice).map(|a| (a, int)));
+                args
+            }
         }
     }
 
@@ -199,7 +231,9 @@ impl Compute {
     pub fn outputs(&self) -> Vec<(Arg<'_>, AttrType)> {
         match self {
             Compute::ComposePerm { into, .. } => vec![(Arg::one("into", into), AttrType::Ints)],
-            Compute::ComposeSlices { into, .. } | Compute::SliceOfConcat { into, .. } => {
+            Compute::ComposeSlices { into, .. }
+            | Compute::SliceOfConcat { into, .. }
+            | Compute::SliceOperand { into, .. } => {
                 Arg::list("into", into)
                     .map(|a| (a, AttrType::Int))
                     .collect()
@@ -344,6 +378,41 @@ impl Compute {
                 Some(vec![
                     Leaf::int(i64::try_from(start).ok()?),
                     Leaf::int(i64::try_from(end).ok()?),
+                ])
+            }
+            Compute::SliceOperand {
+                x,
+                operands,
+                axis,
+                slice,
+                ..
+            } => {
+                let own = shape_of(x)?;
+                let shapes: Vec<Vec<usize>> = operands
+                    .iter()
+                    .map(|o| shape_of(o))
+                    .collect::<Option<_>>()?;
+                let whole = shape::broadcast_all(shapes.iter().map(Vec::as_slice)).ok()?;
+                let range = shape::slice_range(
+                    &whole,
+                    int(axis)?,
+                    int(&slice[0])?,
+                    opt_int(&slice[1])?,
+                    int(&slice[2])?,
+                )
+                .ok()?;
+                let lead = whole.len().checked_sub(own.len())?;
+                let own_axis = range.axis.checked_sub(lead)?;
+                let (s, e, k) = match own[own_axis] {
+                    n if n == whole[range.axis] => bounds(range.start, range.step, range.len)?,
+                    1 => (0, 1, 1),
+                    _ => return None,
+                };
+                Some(vec![
+                    Leaf::int(i64::try_from(own_axis).ok()?),
+                    Leaf::int(s),
+                    Leaf::int(e),
+                    Leaf::int(k),
                 ])
             }
         }
