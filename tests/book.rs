@@ -243,6 +243,32 @@ fn the_books_c_listing_is_the_emitters() {
     );
 }
 
+/// The kernel listing in the layout chapter is what the emitter produces for lstm_cell_full
+/// today: the one fused kernel, from its signature on (the prelude is lstm_cell's, shown in
+/// the lowering chapter).
+#[test]
+fn the_books_lstm_cell_full_kernel_is_the_emitters() {
+    let rules = fusebox::rules::RuleSet::defaults();
+    let graph = fusebox::graph::file::load(&repo().join("examples/lstm_cell_full.ron"), &rules.ops)
+        .unwrap()
+        .0;
+    let optimized =
+        fusebox::optimize::optimize(&graph, &rules, &fusebox::optimize::Options::default())
+            .unwrap();
+    let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
+    let source = fusebox::backend::cpu::module_source(&program).0;
+    let kernel = &source[source.find("\nvoid fb_").expect("a kernel function") + 1..];
+    let path = repo().join("book/src/generated/lstm_cell_full_kernel.c");
+    if std::env::var_os("FUSEBOX_BLESS").is_some() {
+        std::fs::write(&path, kernel).unwrap();
+    }
+    let book = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        book == kernel,
+        "book/src/generated/lstm_cell_full_kernel.c is stale (rerun with FUSEBOX_BLESS=1 to update)"
+    );
+}
+
 /// The CUDA listing in the CUDA chapter is what the emitter produces for lstm_cell today.
 #[test]
 fn the_books_cuda_listing_is_the_emitters() {
