@@ -160,9 +160,12 @@ fn comparable(report: &fusebox::optimize::Report) -> serde_json::Value {
             }
             serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
             serde_json::Value::String(s) => {
+                // Values a rewrite introduces are named after their op (`convert_4`).
                 *s = s
                     .replace("= convert", "= cast")
-                    .replace("= scalar", "= const");
+                    .replace("= scalar", "= const")
+                    .replace("convert_", "cast_")
+                    .replace("scalar_", "const_");
             }
             _ => {}
         }
