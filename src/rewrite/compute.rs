@@ -370,7 +370,7 @@ impl Compute {
                 let last = range
                     .start
                     .checked_add((range.len - 1).checked_mul(range.step)?)?;
-                if range.start < offset || last >= offset + length {
+                if range.start < offset || last >= offset.checked_add(length)? {
                     return None;
                 }
                 let start = range.start - offset;

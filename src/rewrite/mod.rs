@@ -23,7 +23,9 @@
 //! `(sum ?x [0] false)`, `(const 1 f32)`). Variables start with `?`; one that stands in an
 //! attribute position binds the attribute. Everything is checked at load against the op
 //! catalogue, and every error carries the file, line and column (inside a pattern, of the
-//! offending character). Conditions come from the closed vocabulary of [`Condition`].
+//! offending character). Conditions come from the closed vocabulary of [`Condition`], and
+//! attributes the right-hand side needs but the match does not hold (a composed permutation)
+//! from the closed vocabulary of [`Compute`], listed under an optional `compute:` field.
 //!
 //! Rules are applied through [`Rule::rewrites`], whose applier type-checks each right-hand
 //! side before adding it (see [`apply`]): a rule that would prove a value of one type equal to

@@ -36,7 +36,7 @@ pub enum Step {
     Concat(usize, usize, i64),
     Reshape(usize),
     /// `x[start:end:step]` along `axis`, with negative bounds and steps above 1.
-    SliceStep {
+    SteppedSlice {
         a: usize,
         axis: i64,
         start: i64,
@@ -158,7 +158,7 @@ pub fn stepped_slices() -> BoxedStrategy<Step> {
         ],
         1i64..=3,
     )
-        .prop_map(|(a, axis, start, end, step)| Step::SliceStep {
+        .prop_map(|(a, axis, start, end, step)| Step::SteppedSlice {
             a,
             axis,
             start,
@@ -411,7 +411,7 @@ fn build_in(
                     &[("shape", AttrValue::Ints(vec![-1]))],
                 );
             }
-            Step::SliceStep {
+            Step::SteppedSlice {
                 a,
                 axis,
                 start,
