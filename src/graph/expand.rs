@@ -99,9 +99,9 @@ pub fn instantiate<S: Sink>(
                     (Some(AttrValue::Int(i)), true) => Some(AttrValue::Ints(vec![*i])),
                     (v, _) => v.cloned(),
                 },
-                BodyAttr::DTypeOf(i) => Some(AttrValue::DType(
-                    sink.dtype(&args[*i]).map_err(inside)?,
-                )),
+                BodyAttr::DTypeOf(i) => {
+                    Some(AttrValue::DType(sink.dtype(&args[*i]).map_err(inside)?))
+                }
             };
             if let Some(v) = resolved {
                 node_attrs.insert(key.clone(), v);
@@ -125,7 +125,13 @@ pub fn instantiate<S: Sink>(
             )
             .map_err(|f| inside(f.kind()))?,
             None => sink
-                .emit(&node.op, node_args, node_attrs, &inner_name, last && is_last)
+                .emit(
+                    &node.op,
+                    node_args,
+                    node_attrs,
+                    &inner_name,
+                    last && is_last,
+                )
                 .map_err(inside)?,
         };
         values.push(value);
@@ -188,8 +194,8 @@ impl Sink for GraphSink<'_> {
             .map(|a| self.types.get(a).cloned())
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| ErrorKind::Input("an argument has no type".into()))?;
-        let ty = infer_node(&node, self.nodes.len(), &arg_types, self.catalogue)
-            .map_err(|p| p.kind)?;
+        let ty =
+            infer_node(&node, self.nodes.len(), &arg_types, self.catalogue).map_err(|p| p.kind)?;
         self.types.insert(name.clone(), ty);
         self.nodes.push(node);
         Ok(name)
@@ -249,7 +255,14 @@ pub fn expand_parts(
             continue;
         };
         if let Some(arg) = node.args.iter().position(|a| !sink.types.contains_key(a)) {
-            return Err(untyped_arg(graph, &sink.nodes, &origin, index, arg, catalogue));
+            return Err(untyped_arg(
+                graph,
+                &sink.nodes,
+                &origin,
+                index,
+                arg,
+                catalogue,
+            ));
         }
         let before = sink.nodes.len();
         let result = instantiate(
@@ -384,17 +397,15 @@ pub fn map_part(problem: Problem, origin: &[usize]) -> Problem {
 
 /// Expands a graph built in Rust; errors name the node they concern.
 pub fn expand(graph: &Graph, catalogue: &Catalogue) -> Result<Graph> {
-    expand_parts(graph, catalogue)
-        .map(|(g, _)| g)
-        .map_err(|p| {
-            let name = match &p.part {
-                Part::Node { index, .. } | Part::Arg { node: index, .. } => {
-                    graph.nodes[*index].name.clone()
-                }
-                Part::Attr { node, .. } => graph.nodes[*node].name.clone(),
-                Part::Input { index, .. } => graph.inputs[*index].name.clone(),
-                _ => graph.name.clone(),
-            };
-            Error::at_node(&name, p.kind)
-        })
+    expand_parts(graph, catalogue).map(|(g, _)| g).map_err(|p| {
+        let name = match &p.part {
+            Part::Node { index, .. } | Part::Arg { node: index, .. } => {
+                graph.nodes[*index].name.clone()
+            }
+            Part::Attr { node, .. } => graph.nodes[*node].name.clone(),
+            Part::Input { index, .. } => graph.inputs[*index].name.clone(),
+            _ => graph.name.clone(),
+        };
+        Error::at_node(&name, p.kind)
+    })
 }

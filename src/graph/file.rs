@@ -265,7 +265,11 @@ fn convert(doc: &RonDocument<GraphFile>, catalogue: &Catalogue) -> Result<Graph>
         let declared = catalogue
             .get(&node.op)
             .map(|op| op.spec.attrs.as_slice())
-            .or_else(|| catalogue.composite(&node.op).map(|c| c.spec.attrs.as_slice()));
+            .or_else(|| {
+                catalogue
+                    .composite(&node.op)
+                    .map(|c| c.spec.attrs.as_slice())
+            });
         if let Some(declared) = declared {
             for (name, value) in &node.attrs {
                 let path = [

@@ -925,10 +925,12 @@ impl Importer<'_> {
                 // `"$2|zero"`: the first alternative that has a value here.
                 let arg = written
                     .split('|')
-                    .find(|alt| match alt.strip_prefix('$').and_then(|i| i.parse::<usize>().ok()) {
-                        Some(i) => inputs.get(i).is_some_and(|v| v.is_some()),
-                        None => true,
-                    })
+                    .find(
+                        |alt| match alt.strip_prefix('$').and_then(|i| i.parse::<usize>().ok()) {
+                            Some(i) => inputs.get(i).is_some_and(|v| v.is_some()),
+                            None => true,
+                        },
+                    )
                     .unwrap_or(written);
                 if arg == "$*" {
                     args.extend(inputs.iter().flatten().cloned());
@@ -947,19 +949,17 @@ impl Importer<'_> {
                 }
             }
             let value = if keep {
-                let declared: Vec<crate::rules::ops::AttrSpec> = match (
-                    self.catalogue.get(&t.op),
-                    self.catalogue.composite(&t.op),
-                ) {
-                    (Some(def), _) => def.spec.attrs.clone(),
-                    (None, Some(composite)) => composite.spec.attrs.clone(),
-                    (None, None) => {
-                        return Err(format!(
-                            "rules/onnx.ron names op `{}`, which the catalogue lacks",
-                            t.op
-                        ));
-                    }
-                };
+                let declared: Vec<crate::rules::ops::AttrSpec> =
+                    match (self.catalogue.get(&t.op), self.catalogue.composite(&t.op)) {
+                        (Some(def), _) => def.spec.attrs.clone(),
+                        (None, Some(composite)) => composite.spec.attrs.clone(),
+                        (None, None) => {
+                            return Err(format!(
+                                "rules/onnx.ron names op `{}`, which the catalogue lacks",
+                                t.op
+                            ));
+                        }
+                    };
                 let mut a = Attrs::new();
                 for (k, v) in &t.attrs {
                     let spec = declared.iter().find(|d| &d.name == k).ok_or_else(|| {

@@ -415,10 +415,16 @@ fn body_attr(
     };
     if let Some(operand) = reference.strip_suffix(".dtype") {
         let Some(i) = spec.operands.iter().position(|o| o == operand) else {
-            return Err(format!("`${operand}.dtype` names no operand of `{}`", spec.name));
+            return Err(format!(
+                "`${operand}.dtype` names no operand of `{}`",
+                spec.name
+            ));
         };
         if target.ty != AttrType::DType {
-            return Err(format!("`{text}` is a dtype, but the attribute is {}", target.ty));
+            return Err(format!(
+                "`{text}` is a dtype, but the attribute is {}",
+                target.ty
+            ));
         }
         return Ok(BodyAttr::DTypeOf(i));
     }

@@ -9,8 +9,8 @@ pub mod ops;
 pub mod ron_file;
 pub mod set;
 
-pub use composite::{BodyArg, BodyAttr, Composite};
 pub use amp::{AmpRules, Conditional, Policy, Treatment};
+pub use composite::{BodyArg, BodyAttr, Composite};
 pub use cost::{CostModel, Primitive, Profile};
 pub use fusion::{FusionRules, Role};
 pub use gradients::GradientRules;
