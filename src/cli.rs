@@ -399,8 +399,8 @@ pub fn run(cli: Cli) -> Result<String> {
             split,
         } => {
             let rules = load_rules(rules.as_deref())?;
-            let graph = model::load(&graph, &rules)?.graph;
-            differentiate(&graph, &rules, wrt, out.as_deref(), split.as_deref())
+            let loaded = model::load(&graph, &rules)?;
+            differentiate(&loaded, &rules, wrt, out.as_deref(), split.as_deref())
         }
         Command::Import { model, out, rules } => {
             let rules = load_rules(rules.as_deref())?;
@@ -423,13 +423,14 @@ pub fn run(cli: Cli) -> Result<String> {
 /// `grad`: the joint graph to `out`, or the forward and backward graphs to `split_dir`, and a
 /// summary of the names made and, when split, of what crosses between the two.
 fn differentiate(
-    graph: &Graph,
+    loaded: &model::Loaded,
     rules: &RuleSet,
     wrt: Vec<String>,
     out: Option<&Path>,
     split_dir: Option<&Path>,
 ) -> Result<String> {
     use crate::autodiff::{Wrt, grad, split::split};
+    let graph = &loaded.graph;
     let wrt = if wrt.is_empty() {
         Wrt::AllFloatInputs
     } else {
@@ -466,25 +467,49 @@ fn differentiate(
     match (out, split_dir) {
         (_, Some(dir)) => {
             let halves = split(graph, &joint, &rules.ops)?;
+            std::fs::create_dir_all(dir).map_err(|e| Error::write(dir.display(), e))?;
+            // Both halves read the parameters they share with the model by name; their
+            // stored values are carried once, for whichever half reads them.
+            let names: Vec<String> = halves
+                .forward
+                .inputs
+                .iter()
+                .chain(&halves.backward.inputs)
+                .map(|i| i.name.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let (values, copies) = model::carry_values(loaded, &names, dir)?;
             let texts = [
-                ("forward.ron", graph::file::to_ron(&halves.forward)),
-                ("backward.ron", graph::file::to_ron(&halves.backward)),
+                (
+                    "forward.ron",
+                    graph::file::to_ron_with_values(&halves.forward, &values),
+                ),
+                (
+                    "backward.ron",
+                    graph::file::to_ron_with_values(&halves.backward, &values),
+                ),
             ];
-            let writes: Vec<(String, _)> = texts
+            let mut writes: Vec<(String, model::Writer)> = texts
                 .iter()
                 .map(|(name, text)| {
-                    let write =
-                        move |path: &Path| std::fs::write(path, text).map_err(|e| e.to_string());
+                    let write: model::Writer = Box::new(move |path: &Path| {
+                        std::fs::write(path, text).map_err(|e| e.to_string())
+                    });
                     (name.to_string(), write)
                 })
                 .collect();
-            std::fs::create_dir_all(dir).map_err(|e| Error::write(dir.display(), e))?;
+            let copied = copies.len();
+            writes.extend(copies);
             output::write_all_or_none(dir, &writes).map_err(|e| {
                 Error::write(
                     e.path.display(),
-                    format!("{}; neither file was written", e.message),
+                    format!("{}; none of the files was written", e.message),
                 )
             })?;
+            if copied > 0 {
+                let _ = writeln!(text, "stored values written beside them: {copied}");
+            }
             let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
             let _ = writeln!(
                 text,
@@ -513,7 +538,44 @@ fn differentiate(
             );
         }
         (Some(path), None) => {
-            write_file(path, &graph::file::to_ron(&joint.graph))?;
+            let dir = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            let file = path
+                .file_name()
+                .and_then(|f| f.to_str())
+                .ok_or_else(|| Error::input(format!("--out {} names no file", path.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| Error::write(dir.display(), e))?;
+            let names: Vec<String> = joint.graph.inputs.iter().map(|i| i.name.clone()).collect();
+            let (values, copies) = model::carry_values(loaded, &names, dir)?;
+            if copies.is_empty() {
+                write_file(
+                    path,
+                    &graph::file::to_ron_with_values(&joint.graph, &values),
+                )?;
+            } else {
+                let ron = graph::file::to_ron_with_values(&joint.graph, &values);
+                if copies.iter().any(|(f, _)| f == file) {
+                    return Err(Error::input(format!(
+                        "--out {} would be overwritten by a stored value of the same name; choose another file name",
+                        path.display()
+                    )));
+                }
+                let mut writes: Vec<(String, model::Writer)> = vec![(
+                    file.to_string(),
+                    Box::new(|p: &Path| std::fs::write(p, &ron).map_err(|e| e.to_string())),
+                )];
+                let copied = copies.len();
+                writes.extend(copies);
+                output::write_all_or_none(dir, &writes).map_err(|e| {
+                    Error::write(
+                        e.path.display(),
+                        format!("{}; none of the files was written", e.message),
+                    )
+                })?;
+                let _ = writeln!(text, "stored values written beside it: {copied}");
+            }
             let _ = writeln!(text, "wrote {}", path.display());
         }
         (None, None) => unreachable!("clap requires --out or --split"),
