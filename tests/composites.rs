@@ -542,3 +542,40 @@ fn a_rule_directory_declares_its_own_composite() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn check_rules_differentiates_every_composite_and_catches_a_wrong_part() {
+    // The defaults: every composite agrees with central differences.
+    let out = common::ok(&fusebox(&["check-rules"]));
+    assert!(
+        out.contains(
+            "14 composite ops expanded and differentiated through their parts in f64: 14 agree"
+        ),
+        "{out}"
+    );
+    // A rule directory whose op has a wrong derivative (d(2x) written as g, not 2g): the
+    // composite built on it is reported and the command exits 1.
+    let dir = common::scratch("composites", "check-rules");
+    write(
+        &dir,
+        "ops.ron",
+        r#"[
+    Op(name: "twice", kind: Pointwise, operands: ["x"], dtype: FloatPromote(["x"]),
+       formula: "2 * x", derivatives: {"x": "g"}),
+    Composite(name: "twice_tanh", operands: ["x"], nodes: [
+        Node(name: "t", op: "twice", args: ["x"]),
+        Node(name: "y", op: "tanh", args: ["t"]),
+    ]),
+]"#,
+    );
+    let out = fusebox(&["check-rules", "--rules", &dir.display().to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("WRONG GRADIENT: composite `twice_tanh`"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("twice_tanh"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

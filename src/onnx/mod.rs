@@ -130,7 +130,16 @@ pub fn import_model(
         graph, mut values, ..
     } = importer;
     let graph = prune(graph, &mut values);
-    let types = crate::graph::check(&graph, catalogue)?;
+    // The graph's own check names the node at fault; the message also names the model, as
+    // every other import error does (found by the loader fuzzer: a model whose outputs were
+    // all dropped said only "a graph needs at least one output").
+    let types = crate::graph::check(&graph, catalogue).map_err(|mut e| {
+        if e.site.file.is_none() {
+            e.site.file = Some(file.to_string());
+            e.site.position = Some(crate::span::Position { line: 1, column: 1 });
+        }
+        e
+    })?;
     Ok(Imported {
         graph,
         types,
