@@ -455,18 +455,12 @@ impl Catalogue {
             }
         }
         let mut next = self.clone();
-        for (index, def) in defs {
-            if next.composites.contains_key(def.name()) {
-                let mut site = doc.site(&[Step::Index(index), Step::field("name")]);
-                site.op = Some(def.name().to_string());
-                return Err(Error::new(
-                    site,
-                    ErrorKind::Rule(format!(
-                        "`{}` is a composite op already; an op and a composite cannot share a name",
-                        def.name()
-                    )),
-                ));
-            }
+        for (_, def) in defs {
+            // An op replaces a composite of its name as it replaces an op: a rule directory
+            // may give `elu` one formula instead of the default's graph. Composites whose
+            // bodies use the name then apply the op; a use that no longer fits (an attribute
+            // the op lacks) is an error at that use.
+            next.composites.remove(def.name());
             next.insert(def);
         }
         // Composites are checked against every op of the file and the catalogue, so a body
