@@ -107,9 +107,9 @@ fn softmax_and_log_softmax_equal_a_direct_computation_along_either_axis() {
     for j in 0..4 {
         let col: Vec<f64> = (0..3).map(|i| x[0][i * 4 + j]).collect();
         let s: f64 = col.iter().map(|v| v.exp()).sum();
-        for i in 0..3 {
+        for (i, v) in col.iter().enumerate() {
             let got = y.values()[i * 4 + j];
-            assert!((got - col[i].exp() / s).abs() < 1e-12);
+            assert!((got - v.exp() / s).abs() < 1e-12);
         }
     }
     // Large inputs do not overflow: the maximum is subtracted first.
