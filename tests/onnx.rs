@@ -639,3 +639,25 @@ fn grad_refers_to_value_files_inside_the_output_directory_and_writes_all_or_noth
     assert!(!target.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn reduce_sum_with_noop_with_empty_axes_and_no_axes_is_the_identity() {
+    // ReduceSum(x) with noop_with_empty_axes = 1 and no axes input returns x (ONNX opset 13
+    // on); with the default 0 it would sum every axis.
+    let dir = temp_dir("noop-axes");
+    let mut reduce = node("ReduceSum", "reduce", &["x"], "s");
+    reduce.attribute.push(int_attr("noop_with_empty_axes", 1));
+    let model = model_with(
+        weights(floats(&[1.0, 2.0, 3.0, 4.0]), &[4]),
+        vec![reduce, node("Add", "add", &["s", "w"], "y")],
+    );
+    let imported = import_bytes(&dir, &model.write_to_bytes().unwrap()).unwrap();
+    let rules = RuleSet::defaults();
+    let x =
+        Tensor::from_values(fusebox::dtype::DType::F32, &[4], vec![0.5, -1.0, 2.0, 3.0]).unwrap();
+    let mut inputs: fusebox::eval::Tensors = imported.values.clone().into_iter().collect();
+    inputs.insert("x".into(), x);
+    let out = fusebox::eval::evaluate(&imported.graph, &rules.ops, &inputs).unwrap();
+    assert_eq!(out["y"].values(), vec![1.5, 1.0, 5.0, 7.0]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
