@@ -399,8 +399,8 @@ pub fn run(cli: Cli) -> Result<String> {
             split,
         } => {
             let rules = load_rules(rules.as_deref())?;
-            let graph = model::load(&graph, &rules)?.graph;
-            differentiate(&graph, &rules, wrt, out.as_deref(), split.as_deref())
+            let loaded = model::load(&graph, &rules)?;
+            differentiate(&loaded, &rules, wrt, out.as_deref(), split.as_deref())
         }
         Command::Import { model, out, rules } => {
             let rules = load_rules(rules.as_deref())?;
@@ -423,13 +423,14 @@ pub fn run(cli: Cli) -> Result<String> {
 /// `grad`: the joint graph to `out`, or the forward and backward graphs to `split_dir`, and a
 /// summary of the names made and, when split, of what crosses between the two.
 fn differentiate(
-    graph: &Graph,
+    loaded: &model::Loaded,
     rules: &RuleSet,
     wrt: Vec<String>,
     out: Option<&Path>,
     split_dir: Option<&Path>,
 ) -> Result<String> {
     use crate::autodiff::{Wrt, grad, split::split};
+    let graph = &loaded.graph;
     let wrt = if wrt.is_empty() {
         Wrt::AllFloatInputs
     } else {
@@ -466,25 +467,49 @@ fn differentiate(
     match (out, split_dir) {
         (_, Some(dir)) => {
             let halves = split(graph, &joint, &rules.ops)?;
+            std::fs::create_dir_all(dir).map_err(|e| Error::write(dir.display(), e))?;
+            // Both halves read the parameters they share with the model by name; their
+            // stored values are carried once, for whichever half reads them.
+            let names: Vec<String> = halves
+                .forward
+                .inputs
+                .iter()
+                .chain(&halves.backward.inputs)
+                .map(|i| i.name.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let (values, copies) = model::carry_values(loaded, &names, dir)?;
             let texts = [
-                ("forward.ron", graph::file::to_ron(&halves.forward)),
-                ("backward.ron", graph::file::to_ron(&halves.backward)),
+                (
+                    "forward.ron",
+                    graph::file::to_ron_with_values(&halves.forward, &values),
+                ),
+                (
+                    "backward.ron",
+                    graph::file::to_ron_with_values(&halves.backward, &values),
+                ),
             ];
-            let writes: Vec<(String, _)> = texts
+            let mut writes: Vec<(String, model::Writer)> = texts
                 .iter()
                 .map(|(name, text)| {
-                    let write =
-                        move |path: &Path| std::fs::write(path, text).map_err(|e| e.to_string());
+                    let write: model::Writer = Box::new(move |path: &Path| {
+                        std::fs::write(path, text).map_err(|e| e.to_string())
+                    });
                     (name.to_string(), write)
                 })
                 .collect();
-            std::fs::create_dir_all(dir).map_err(|e| Error::write(dir.display(), e))?;
+            let copied = copies.len();
+            writes.extend(copies);
             output::write_all_or_none(dir, &writes).map_err(|e| {
                 Error::write(
                     e.path.display(),
-                    format!("{}; neither file was written", e.message),
+                    format!("{}; none of the files was written", e.message),
                 )
             })?;
+            if copied > 0 {
+                let _ = writeln!(text, "stored values written beside them: {copied}");
+            }
             let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
             let _ = writeln!(
                 text,
@@ -513,7 +538,44 @@ fn differentiate(
             );
         }
         (Some(path), None) => {
-            write_file(path, &graph::file::to_ron(&joint.graph))?;
+            let dir = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            let file = path
+                .file_name()
+                .and_then(|f| f.to_str())
+                .ok_or_else(|| Error::input(format!("--out {} names no file", path.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| Error::write(dir.display(), e))?;
+            let names: Vec<String> = joint.graph.inputs.iter().map(|i| i.name.clone()).collect();
+            let (values, copies) = model::carry_values(loaded, &names, dir)?;
+            if copies.is_empty() {
+                write_file(
+                    path,
+                    &graph::file::to_ron_with_values(&joint.graph, &values),
+                )?;
+            } else {
+                let ron = graph::file::to_ron_with_values(&joint.graph, &values);
+                if copies.iter().any(|(f, _)| f == file) {
+                    return Err(Error::input(format!(
+                        "--out {} would be overwritten by a stored value of the same name; choose another file name",
+                        path.display()
+                    )));
+                }
+                let mut writes: Vec<(String, model::Writer)> = vec![(
+                    file.to_string(),
+                    Box::new(|p: &Path| std::fs::write(p, &ron).map_err(|e| e.to_string())),
+                )];
+                let copied = copies.len();
+                writes.extend(copies);
+                output::write_all_or_none(dir, &writes).map_err(|e| {
+                    Error::write(
+                        e.path.display(),
+                        format!("{}; none of the files was written", e.message),
+                    )
+                })?;
+                let _ = writeln!(text, "stored values written beside it: {copied}");
+            }
             let _ = writeln!(text, "wrote {}", path.display());
         }
         (None, None) => unreachable!("clap requires --out or --split"),
@@ -811,6 +873,16 @@ fn list_ops(rules: &RuleSet) -> String {
             ]
         })
         .collect();
+    let composites = rules.ops.composites().map(|c| {
+        let parts: Vec<&str> = c.body.iter().map(|n| n.op.as_str()).collect();
+        [
+            c.name().to_string(),
+            "composite".to_string(),
+            format!("({})", c.spec.operands.join(", ")),
+            parts.join(" → "),
+        ]
+    });
+    let rows: Vec<[String; 4]> = rows.into_iter().chain(composites).collect();
     table(&rows)
 }
 
@@ -846,6 +918,7 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
     };
     let report = soundness::check_rules(&set.rewrites, &set.ops, &options);
     let templates = crate::autodiff::verify::check_templates(&set.ops, &set.gradients);
+    let composites = check_composites(&set);
     let text = if json {
         let mut value = report.to_json();
         if let Some(object) = value.as_object_mut() {
@@ -853,15 +926,35 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
                 "gradient_templates".into(),
                 templates_json(&templates, &set.gradients.file),
             );
+            object.insert("composites".into(), composites_json(&composites));
         }
         let mut t = serde_json::to_string_pretty(&value).expect("JSON values print");
         t.push('\n');
         t
     } else {
-        report.render() + &render_templates(&templates, &set.gradients.file)
+        report.render()
+            + &render_templates(&templates, &set.gradients.file)
+            + &render_composites(&composites)
     };
-    if report.is_sound() && templates.passed() {
+    let wrong_composites: Vec<&str> = composites
+        .iter()
+        .filter(|c| matches!(c.outcome, CompositeOutcome::Gradient(e) if e > COMPOSITE_TOLERANCE))
+        .map(|c| c.name.as_str())
+        .collect();
+    if report.is_sound() && templates.passed() && wrong_composites.is_empty() {
         return Ok(text);
+    }
+    if report.is_sound() && templates.passed() {
+        if let Err(e) = terminal::print(&text) {
+            return Err(stdout_error(&e));
+        }
+        return Err(Error::new(
+            Site::default(),
+            ErrorKind::Rule(format!(
+                "the gradients of composite op(s) {} disagree with finite differences",
+                wrong_composites.join(", ")
+            )),
+        ));
     }
     if report.is_sound() {
         if let Err(e) = terminal::print(&text) {
@@ -894,6 +987,126 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
             unsound.join(", ")
         )),
     ))
+}
+
+/// The largest relative disagreement between the gradient through a composite's parts and
+/// central differences, in f64, on values away from the kinks at 0.
+const COMPOSITE_TOLERANCE: f64 = 1e-6;
+
+/// What `check-rules` found for one composite op.
+struct CompositeCheck {
+    name: String,
+    outcome: CompositeOutcome,
+}
+
+enum CompositeOutcome {
+    /// The worst relative error of its gradient against central differences.
+    Gradient(f64),
+    /// Not checked, and why: its body does not apply to the probe (f64 operands of shape
+    /// [2, 3]), or a part has no derivative.
+    Unchecked(String),
+}
+
+/// Every composite of the catalogue, applied to f64 operands of shape [2, 3] with its default
+/// attributes, expanded, and differentiated through its parts; the gradient is compared
+/// element by element with central differences. The values are ±[0.5, 1.5], so both sides of
+/// every kink at 0 are visited but no kink itself. A wrong gradient means a part's derivative
+/// or template is wrong; the parts are what fusion and `grad` use.
+fn check_composites(set: &RuleSet) -> Vec<CompositeCheck> {
+    use crate::autodiff::verify::{Probe, agreement_at};
+    let mut checks = Vec::new();
+    for (k, composite) in set.ops.composites().enumerate() {
+        let mut builder = crate::graph::GraphBuilder::new(&format!("check_{}", composite.name()));
+        let args: Vec<String> = (0..composite.spec.operands.len())
+            .map(|i| builder.input(&format!("x{i}"), crate::dtype::DType::F64, &[2, 3]))
+            .collect();
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let y = builder.op_with("y", composite.name(), &refs, &[]);
+        let graph = builder.finish(&[&y]);
+        let outcome = crate::graph::expand::expand(&graph, &set.ops)
+            .and_then(|expanded| {
+                let mut inputs = Tensors::new();
+                for (i, name) in args.iter().enumerate() {
+                    let values = (0..6)
+                        .map(|j| {
+                            let magnitude = 0.5 + ((i * 7 + j * 5 + k) % 11) as f64 / 10.0;
+                            if (i + j) % 2 == 0 {
+                                magnitude
+                            } else {
+                                -magnitude
+                            }
+                        })
+                        .collect();
+                    let tensor = Tensor::from_values(crate::dtype::DType::F64, &[2, 3], values)
+                        .expect("six values for [2, 3]");
+                    inputs.insert(name.clone(), tensor);
+                }
+                agreement_at(
+                    &expanded,
+                    &set.ops,
+                    &set.gradients,
+                    Probe::Elementwise,
+                    k as u64,
+                    &inputs,
+                )
+            })
+            .map(|(_, agreement)| {
+                if agreement.singular > 0 {
+                    CompositeOutcome::Gradient(f64::INFINITY)
+                } else {
+                    CompositeOutcome::Gradient(agreement.worst)
+                }
+            })
+            .unwrap_or_else(|e| CompositeOutcome::Unchecked(e.kind.to_string()));
+        checks.push(CompositeCheck {
+            name: composite.name().to_string(),
+            outcome,
+        });
+    }
+    checks
+}
+
+fn render_composites(checks: &[CompositeCheck]) -> String {
+    let mut out = String::new();
+    let mut worst: f64 = 0.0;
+    let (mut agree, mut wrong, mut unchecked) = (0, 0, 0);
+    for check in checks {
+        match &check.outcome {
+            CompositeOutcome::Gradient(e) if *e <= COMPOSITE_TOLERANCE => {
+                agree += 1;
+                worst = worst.max(*e);
+            }
+            CompositeOutcome::Gradient(e) => {
+                wrong += 1;
+                let _ = writeln!(
+                    out,
+                    "WRONG GRADIENT: composite `{}`: relative error {e:.3e} against finite differences (tolerance {COMPOSITE_TOLERANCE:.0e})",
+                    check.name
+                );
+            }
+            CompositeOutcome::Unchecked(why) => {
+                unchecked += 1;
+                let _ = writeln!(out, "UNCHECKED: composite `{}`: {why}", check.name);
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "check-rules: {} composite ops expanded and differentiated through their parts in f64: {agree} agree with finite differences (worst relative error {worst:.1e}), {wrong} wrong, {unchecked} unchecked",
+        checks.len()
+    );
+    out
+}
+
+fn composites_json(checks: &[CompositeCheck]) -> serde_json::Value {
+    let list: Vec<serde_json::Value> = checks
+        .iter()
+        .map(|c| match &c.outcome {
+            CompositeOutcome::Gradient(e) => serde_json::json!({"composite": c.name, "relative_error": e, "agrees": *e <= COMPOSITE_TOLERANCE}),
+            CompositeOutcome::Unchecked(why) => serde_json::json!({"composite": c.name, "unchecked": why}),
+        })
+        .collect();
+    serde_json::json!({"tolerance": COMPOSITE_TOLERANCE, "checks": list})
 }
 
 /// The gradient-template part of `check-rules`: a line per failing instance or unchecked

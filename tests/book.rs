@@ -194,6 +194,40 @@ fn authoring_chapter_elu_matches_an_independent_computation() {
     }
 }
 
+/// The authoring chapter's composite `scaled_softmax`, evaluated on chosen inputs and compared
+/// with softmax(x * 0.125) computed here.
+#[test]
+fn authoring_chapter_composite_matches_an_independent_computation() {
+    use fusebox::rules::RuleSet;
+    use fusebox::tensor::Tensor;
+    let rules = RuleSet::load_dir(&repo().join("book/examples/composite/rules")).unwrap();
+    let (graph, _) = fusebox::graph::file::load(
+        &repo().join("book/examples/composite/graph.ron"),
+        &rules.ops,
+    )
+    .unwrap();
+    let s: Vec<f64> = (0..4 * 8).map(|i| ((i * 7) % 19) as f64 - 9.0).collect();
+    let mut inputs = fusebox::eval::Tensors::new();
+    inputs.insert(
+        "s".into(),
+        Tensor::from_values(fusebox::dtype::DType::F32, &[4, 8], s.clone()).unwrap(),
+    );
+    let out = fusebox::eval::evaluate(&graph, &rules.ops, &inputs).unwrap();
+    let p = out["p"].values();
+    for row in 0..4 {
+        let scaled: Vec<f64> = s[row * 8..row * 8 + 8].iter().map(|v| v * 0.125).collect();
+        let total: f64 = scaled.iter().map(|v| v.exp()).sum();
+        for j in 0..8 {
+            let expected = scaled[j].exp() / total;
+            let got = p[row * 8 + j];
+            assert!(
+                (got - expected).abs() <= 1e-6,
+                "row {row}, column {j}: {got} vs {expected}"
+            );
+        }
+    }
+}
+
 /// The joint graph in the training chapter is what `grad` makes of lstm_cell today.
 #[test]
 fn the_books_gradient_listing_is_grads() {

@@ -1,9 +1,11 @@
 //! The loaders take hand-written text, so no text may crash them: every malformed document is
 //! an `Err` that says where the problem is.
 //!
-//! Three targets, each fed at least 10,000 cases in total across its strategies:
-//! the graph loader (`graph::file::parse`), the ops loader (`Catalogue::load_str`) and the
-//! formula parser (`formula::parse`). Inputs are random strings over a RON-ish alphabet, valid
+//! Four targets: the graph loader (`graph::file::parse`), the ops loader
+//! (`Catalogue::load_str`) and the formula parser (`formula::parse`), each fed at least 10,000
+//! cases in total across its strategies, and the ONNX importer (`onnx::import`), fed mutated
+//! and truncated protobuf bytes of small valid models, huge declared sizes and hostile
+//! external-data paths. Inputs are random strings over a RON-ish alphabet, valid
 //! documents with random character, token and line mutations, semantic mutations (numbers
 //! replaced by huge, negative or fractional ones, names swapped, op and dtype names replaced)
 //! and randomly generated graphs. A panic anywhere fails the test. Graphs that load are also
@@ -29,7 +31,7 @@ const OPS: &str = include_str!("../rules/ops.ron");
 
 /// Valid graphs covering every built-in and most pointwise ops, all dtypes, scalars and empty
 /// tensors.
-const GRAPHS: [&str; 4] = [
+const GRAPHS: [&str; 5] = [
     r#"Graph(
     name: "mlp",
     inputs: [
@@ -126,10 +128,27 @@ const GRAPHS: [&str; 4] = [
     outputs: ["m", "mm", "sg"],
 )
 "#,
+    r#"Graph(
+    name: "composites",
+    inputs: [
+        Input(name: "x", dtype: "f32", shape: [3, 4]),
+        Input(name: "w", dtype: "f32", shape: [4]),
+        Input(name: "b", dtype: "f32", shape: [4]),
+    ],
+    nodes: [
+        Node(name: "n", op: "layer_norm", args: ["x", "w", "b"], attrs: {"axes": [-1], "epsilon": 1e-3}),
+        Node(name: "s", op: "softmax", args: ["n"], attrs: {"axis": 0}),
+        Node(name: "l", op: "leaky_relu", args: ["s"], attrs: {"alpha": 0.2}),
+        Node(name: "r", op: "rms_norm", args: ["l", "w"]),
+        Node(name: "m", op: "reduce_min", args: ["r"], attrs: {"axes": [1], "keepdim": true}),
+    ],
+    outputs: ["m", "s"],
+)
+"#,
 ];
 
 /// Small ops documents exercising every field of the schema.
-const OPS_DOCS: [&str; 3] = [
+const OPS_DOCS: [&str; 4] = [
     r#"[
     Op(name: "scale", kind: Pointwise, operands: ["x"], dtype: FloatPromote(["x"]),
        attrs: [Attr(name: "k", ty: Float, default: Float(2.0))],
@@ -156,6 +175,17 @@ const OPS_DOCS: [&str; 3] = [
        attrs: [Attr(name: "axis", ty: Int, default: Int(0)), Attr(name: "start", ty: Int, default: Int(0)),
                Attr(name: "end", ty: Int, optional: true), Attr(name: "step", ty: Int, default: Int(3))]),
     Op(name: "pos", kind: Pointwise, operands: ["x"], dtype: Bool, formula: "x > 0"),
+]
+"#,
+    r#"[
+    Composite(name: "norm2", operands: ["x", "w"],
+       attrs: [Attr(name: "axis", ty: Int, default: Int(-1)), Attr(name: "eps", ty: Float, default: Float(1e-6))],
+       nodes: [
+           Node(name: "s", op: "softmax", args: ["x"], attrs: {"axis": "$axis"}),
+           Node(name: "e", op: "const", attrs: {"value": "$eps", "dtype": "$x.dtype"}),
+           Node(name: "t", op: "add", args: ["s", "e"]),
+           Node(name: "y", op: "mul", args: ["t", "w"]),
+       ], doc: "a composite over a composite"),
 ]
 "#,
 ];
@@ -269,6 +299,35 @@ fn ops_property(text: &str) -> Result<(), TestCaseError> {
             Ok(())
         }
         Ok(()) => {
+            // A composite the file added or changed is expanded and run on small inputs.
+            for composite in catalogue.composites() {
+                if CATALOGUE.composite(composite.name()) == Some(composite) {
+                    continue;
+                }
+                let count = composite.spec.operands.len();
+                let inputs: Vec<Input> = (0..count)
+                    .map(|i| Input {
+                        name: format!("in{i}"),
+                        dtype: DType::F32,
+                        shape: vec![2, 3],
+                    })
+                    .collect();
+                let graph = Graph {
+                    name: "probe".into(),
+                    nodes: vec![Node {
+                        name: "out".into(),
+                        op: composite.name().to_string(),
+                        args: inputs.iter().map(|i| i.name.clone()).collect(),
+                        attrs: Default::default(),
+                    }],
+                    inputs,
+                    outputs: vec!["out".into()],
+                };
+                if let Ok(expanded) = fusebox::graph::expand::expand(&graph, &catalogue) {
+                    let values = random_inputs(&expanded, 1);
+                    let _ = evaluate(&expanded, &catalogue, &values);
+                }
+            }
             for op in catalogue.ops() {
                 if CATALOGUE.get(op.name()) == Some(op) {
                     continue;
@@ -1101,7 +1160,8 @@ fn embedded_documents_are_valid() {
         catalogue
             .load_str(text, "ops.ron")
             .unwrap_or_else(|e| panic!("{e}"));
-        assert!(catalogue.len() > CATALOGUE.len());
+        let added = catalogue.len() + catalogue.composites().count();
+        assert!(added > CATALOGUE.len() + CATALOGUE.composites().count());
     }
     assert!(FORMULAS.len() > 43);
 }
@@ -1226,4 +1286,402 @@ fn concat_whose_length_overflows_is_a_shape_error() {
             column: 29
         })
     );
+}
+
+// ------------------------------------------------------------------------------- ONNX importer
+
+mod onnx_models {
+    //! Small valid models, built here as protobuf messages: the seeds the mutations start from.
+
+    use onnx_protobuf::{
+        AttributeProto, GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto,
+        StringStringEntryProto, TensorProto, TypeProto, ValueInfoProto,
+    };
+
+    pub fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
+        let mut ty = TypeProto::new();
+        let tensor = ty.mut_tensor_type();
+        tensor.elem_type = 1;
+        let shape = tensor.shape.mut_or_insert_default();
+        for &d in dims {
+            let mut dim = onnx_protobuf::tensor_shape_proto::Dimension::new();
+            dim.set_dim_value(d);
+            shape.dim.push(dim);
+        }
+        let mut info = ValueInfoProto::new();
+        info.name = name.into();
+        info.type_ = Some(ty).into();
+        info
+    }
+
+    fn node(op: &str, inputs: &[&str], output: &str, attrs: Vec<AttributeProto>) -> NodeProto {
+        let mut n = NodeProto::new();
+        n.op_type = op.into();
+        n.name = format!("{op}_node");
+        n.input = inputs.iter().map(|s| s.to_string()).collect();
+        n.output = vec![output.into()];
+        n.attribute = attrs;
+        n
+    }
+
+    fn int_attr(name: &str, value: i64) -> AttributeProto {
+        let mut a = AttributeProto::new();
+        a.name = name.into();
+        a.type_ = onnx_protobuf::attribute_proto::AttributeType::INT.into();
+        a.i = value;
+        a
+    }
+
+    fn float_attr(name: &str, value: f32) -> AttributeProto {
+        let mut a = AttributeProto::new();
+        a.name = name.into();
+        a.type_ = onnx_protobuf::attribute_proto::AttributeType::FLOAT.into();
+        a.f = value;
+        a
+    }
+
+    pub fn weights(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
+        let mut t = TensorProto::new();
+        t.name = name.into();
+        t.data_type = 1;
+        t.dims = dims.to_vec();
+        t.raw_data = values.iter().flat_map(|f| f.to_le_bytes()).collect();
+        t
+    }
+
+    pub fn external(location: &str, offset: &str, length: &str) -> TensorProto {
+        let mut t = weights("w", &[4], &[]);
+        t.data_location = onnx_protobuf::tensor_proto::DataLocation::EXTERNAL.into();
+        for (k, v) in [
+            ("location", location),
+            ("offset", offset),
+            ("length", length),
+        ] {
+            let mut e = StringStringEntryProto::new();
+            e.key = k.into();
+            e.value = v.into();
+            t.external_data.push(e);
+        }
+        t
+    }
+
+    pub fn model(
+        inputs: Vec<ValueInfoProto>,
+        output: ValueInfoProto,
+        initializers: Vec<TensorProto>,
+        nodes: Vec<NodeProto>,
+    ) -> ModelProto {
+        let mut graph = GraphProto::new();
+        graph.name = "m".into();
+        graph.input = inputs;
+        graph.output.push(output);
+        graph.initializer = initializers;
+        graph.node = nodes;
+        let mut model = ModelProto::new();
+        model.ir_version = 8;
+        let mut opset = OperatorSetIdProto::new();
+        opset.version = 17;
+        model.opset_import.push(opset);
+        model.graph = Some(graph).into();
+        model
+    }
+
+    /// y = x + w, with w external (`w.bin` beside the model) when `external_w` is set.
+    pub fn add(w: TensorProto) -> ModelProto {
+        model(
+            vec![value_info("x", &[4])],
+            value_info("y", &[4]),
+            vec![w],
+            vec![node("Add", &["x", "w"], "y", vec![])],
+        )
+    }
+
+    /// Gemm (transposed B, alpha), then LayerNormalization, Softmax, LeakyRelu and a
+    /// ReduceMin: the composite ops and their attributes.
+    pub fn block() -> ModelProto {
+        let ones = [1.0f32; 8];
+        model(
+            vec![value_info("x", &[2, 4])],
+            value_info("y", &[2]),
+            vec![
+                weights("b", &[4, 4], &[0.5; 16]),
+                weights("scale", &[4], &ones[..4]),
+                weights("bias", &[4], &[0.1; 4]),
+            ],
+            vec![
+                node(
+                    "Gemm",
+                    &["x", "b"],
+                    "g",
+                    vec![int_attr("transB", 1), float_attr("alpha", 0.5)],
+                ),
+                node(
+                    "LayerNormalization",
+                    &["g", "scale", "bias"],
+                    "n",
+                    vec![int_attr("axis", -1), float_attr("epsilon", 1e-3)],
+                ),
+                node("Softmax", &["n"], "s", vec![int_attr("axis", 1)]),
+                node("LeakyRelu", &["s"], "l", vec![float_attr("alpha", 0.2)]),
+                node(
+                    "ReduceMin",
+                    &["l"],
+                    "y",
+                    vec![int_attr("axes", 1), int_attr("keepdims", 0)],
+                ),
+            ],
+        )
+    }
+
+    pub fn bytes(model: &ModelProto) -> Vec<u8> {
+        model.write_to_bytes().expect("a built model serializes")
+    }
+}
+
+/// The seeds: a plain model, an external-data one and one with the composite ops.
+static ONNX_SEEDS: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
+    use onnx_models::*;
+    vec![
+        bytes(&add(weights("w", &[4], &[1.0, 2.0, 3.0, 4.0]))),
+        bytes(&add(external("w.bin", "0", "16"))),
+        bytes(&block()),
+    ]
+});
+
+/// A directory per test thread holding `w.bin` (16 bytes of weights) and, beside it,
+/// `secret.bin`, which no model may read.
+fn onnx_dir() -> std::path::PathBuf {
+    let root = std::env::temp_dir().join(format!(
+        "fusebox-fuzz-onnx-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let dir = root.join("model");
+    if !dir.join("w.bin").exists() {
+        std::fs::create_dir_all(&dir).unwrap();
+        let w: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+            .iter()
+            .flat_map(|f| f.to_le_bytes())
+            .collect();
+        std::fs::write(dir.join("w.bin"), &w).unwrap();
+        std::fs::write(root.join("secret.bin"), &w).unwrap();
+    }
+    dir
+}
+
+/// Imports `bytes` as `model.onnx`: an error must name the model file and carry a message; a
+/// model that imports must type-check, and no external value may come from outside the
+/// model's directory (`secret.bin` holds the same bytes as `w.bin`, so only a path check can
+/// tell; a model importing `w` from an escaping path would pass unnoticed here, which the
+/// hostile-path strategy below rules out by construction).
+fn onnx_property(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let dir = onnx_dir();
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, bytes).unwrap();
+    match fusebox::onnx::import(&path, &CATALOGUE) {
+        Err(e) => {
+            let shown = e.to_string();
+            let file = path.display().to_string();
+            prop_assert_eq!(e.site.file.as_deref(), Some(file.as_str()), "{}", shown);
+            prop_assert!(shown.len() > file.len() + 2, "{}", shown);
+            prop_assert!(!shown.contains("panicked"), "{}", shown);
+            Ok(())
+        }
+        Ok(imported) => {
+            let types = fusebox::graph::check(&imported.graph, &CATALOGUE).map_err(|e| {
+                TestCaseError::fail(format!("an imported graph fails its check: {e}"))
+            })?;
+            prop_assert_eq!(
+                types.len(),
+                imported.graph.inputs.len() + imported.graph.nodes.len()
+            );
+            Ok(())
+        }
+    }
+}
+
+/// A byte-level change to a protobuf message.
+#[derive(Debug, Clone)]
+enum ByteMutation {
+    Flip(Index, u8),
+    Truncate(Index),
+    Insert(Index, Vec<u8>),
+    Delete(Index, usize),
+    /// A varint of the largest sizes at a random place: a length or dimension that lies.
+    HugeVarint(Index, u64),
+}
+
+fn byte_mutation() -> impl Strategy<Value = ByteMutation> {
+    prop_oneof![
+        4 => (any::<Index>(), any::<u8>()).prop_map(|(i, b)| ByteMutation::Flip(i, b)),
+        1 => any::<Index>().prop_map(ByteMutation::Truncate),
+        2 => (any::<Index>(), prop::collection::vec(any::<u8>(), 1..8))
+            .prop_map(|(i, b)| ByteMutation::Insert(i, b)),
+        1 => (any::<Index>(), 1usize..16).prop_map(|(i, n)| ByteMutation::Delete(i, n)),
+        2 => (
+            any::<Index>(),
+            prop::sample::select(vec![u64::MAX, i64::MAX as u64, 1 << 40, 1 << 31, 0x7fff_ffff])
+        )
+            .prop_map(|(i, v)| ByteMutation::HugeVarint(i, v)),
+    ]
+}
+
+fn mutate_bytes(mut bytes: Vec<u8>, mutations: &[ByteMutation]) -> Vec<u8> {
+    for m in mutations {
+        if bytes.is_empty() {
+            break;
+        }
+        match m {
+            ByteMutation::Flip(i, b) => {
+                let at = i.index(bytes.len());
+                bytes[at] ^= b | 1;
+            }
+            ByteMutation::Truncate(i) => bytes.truncate(i.index(bytes.len())),
+            ByteMutation::Insert(i, new) => {
+                let at = i.index(bytes.len() + 1);
+                bytes.splice(at..at, new.iter().copied());
+            }
+            ByteMutation::Delete(i, n) => {
+                let at = i.index(bytes.len());
+                let end = (at + n).min(bytes.len());
+                bytes.drain(at..end);
+            }
+            ByteMutation::HugeVarint(i, v) => {
+                let at = i.index(bytes.len());
+                let mut varint = Vec::new();
+                let mut v = *v;
+                while v >= 0x80 {
+                    varint.push((v as u8) | 0x80);
+                    v >>= 7;
+                }
+                varint.push(v as u8);
+                let end = (at + varint.len()).min(bytes.len());
+                bytes.splice(at..end, varint);
+            }
+        }
+    }
+    bytes
+}
+
+/// An external-data location assembled from escaping pieces.
+fn hostile_location() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop::sample::select(vec![
+            "..",
+            "../",
+            "/",
+            "//",
+            "./",
+            "secret.bin",
+            "w.bin",
+            "model",
+            "/etc/passwd",
+            "\\..\\",
+            "%2e%2e/",
+            "\u{0}",
+            "C:\\",
+            "~",
+            "w.bin/..",
+            "../model/w.bin",
+            "/proc/self/mem",
+            "a/../../secret.bin",
+        ]),
+        1..5,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+fn number_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (0u64..64).prop_map(|n| n.to_string()),
+        prop::sample::select(vec![
+            "-1",
+            "-16",
+            "18446744073709551615",
+            "18446744073709551616",
+            "9223372036854775807",
+            "1e3",
+            "",
+            " 16",
+            "0x10",
+            "16 ",
+        ])
+        .prop_map(String::from),
+    ]
+}
+
+proptest! {
+    #![proptest_config(config(700))]
+
+    #[test]
+    fn onnx_importer_mutated_bytes(
+        seed in 0usize..3,
+        mutations in prop::collection::vec(byte_mutation(), 1..4),
+    ) {
+        onnx_property(&mutate_bytes(ONNX_SEEDS[seed].clone(), &mutations))?;
+    }
+
+    #[test]
+    fn onnx_importer_truncated_bytes(seed in 0usize..3, cut in any::<Index>()) {
+        let bytes = &ONNX_SEEDS[seed];
+        onnx_property(&bytes[..cut.index(bytes.len())])?;
+    }
+
+    #[test]
+    fn onnx_importer_hostile_external_paths(
+        location in hostile_location(),
+        offset in number_text(),
+        length in number_text(),
+    ) {
+        use onnx_models::*;
+        let escapes = location.contains("..") || location.starts_with('/')
+            || location.contains(':') || location.starts_with('~') || location.contains('\u{0}');
+        let bytes = bytes(&add(external(&location, &offset, &length)));
+        let dir = onnx_dir();
+        let path = dir.join("model.onnx");
+        std::fs::write(&path, &bytes).unwrap();
+        let result = fusebox::onnx::import(&path, &CATALOGUE);
+        if escapes {
+            // A path that leaves the model's directory (or names a device) is never read.
+            prop_assert!(result.is_err(), "{:?} was read", location);
+        }
+        onnx_property(&bytes)?;
+    }
+
+    #[test]
+    fn onnx_importer_huge_declared_dimensions(
+        dims in prop::collection::vec(
+            prop::sample::select(vec![0i64, 1, 4, -1, i64::MAX, i64::MIN, 1 << 40, 1 << 62]),
+            1..4,
+        ),
+    ) {
+        use onnx_models::*;
+        let model = model(
+            vec![value_info("x", &dims)],
+            value_info("y", &dims),
+            vec![weights("w", &dims, &[1.0, 2.0])],
+            vec![],
+        );
+        let mut model = model;
+        if let Some(graph) = model.graph.as_mut() {
+            let mut n = onnx_protobuf::NodeProto::new();
+            n.op_type = "Add".into();
+            n.input = vec!["x".into(), "w".into()];
+            n.output = vec!["y".into()];
+            graph.node.push(n);
+        }
+        onnx_property(&bytes(&model))?;
+    }
+}
+
+#[test]
+fn onnx_seeds_import() {
+    for (k, bytes) in ONNX_SEEDS.iter().enumerate() {
+        let dir = onnx_dir();
+        let path = dir.join("model.onnx");
+        std::fs::write(&path, bytes).unwrap();
+        let imported = fusebox::onnx::import(&path, &CATALOGUE)
+            .unwrap_or_else(|e| panic!("seed {k} must import: {e}"));
+        assert!(!imported.graph.nodes.is_empty(), "seed {k}");
+    }
 }

@@ -443,16 +443,20 @@ fn the_embedded_op_table_loads_and_names_only_catalogue_ops() {
     let catalogue = RuleSet::defaults().ops;
     for map in &table.maps {
         for node in &map.nodes {
-            let op = catalogue.get(&node.op);
+            // A catalogue op or a composite of ops.ron.
+            let declared = catalogue
+                .get(&node.op)
+                .map(|op| op.spec.attrs.clone())
+                .or_else(|| catalogue.composite(&node.op).map(|c| c.spec.attrs.clone()));
             assert!(
-                op.is_some(),
+                declared.is_some(),
                 "{}: op `{}` is not in the catalogue",
                 map.onnx,
                 node.op
             );
             for attr in node.attrs.keys() {
                 assert!(
-                    op.unwrap().attr(attr).is_some(),
+                    declared.as_ref().unwrap().iter().any(|a| &a.name == attr),
                     "{}: op `{}` has no attribute `{attr}`",
                     map.onnx,
                     node.op
@@ -516,4 +520,144 @@ fn extreme_attribute_values_are_errors_not_overflows() {
             Err(e) => assert!(e.to_string().contains("node `n`"), "{op}: {e}"),
         }
     }
+}
+
+// ------------------------------------------------------------------ grad keeps stored values
+
+/// Writes `values` as an f32 `.npy` of shape [4] and returns its path as text.
+fn npy(dir: &Path, name: &str, values: &[f64]) -> String {
+    let path = dir.join(name);
+    Tensor::from_values(fusebox::dtype::DType::F32, &[4], values.to_vec())
+        .unwrap()
+        .write_npy(&path)
+        .unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn grad_of_an_imported_model_keeps_its_weights_and_runs_without_them() {
+    // y = x * w with w = [1, 2, 3, 4] stored in the model: dy/dw = g * x.
+    let dir = temp_dir("grad-values");
+    let model = model_with(
+        weights(floats(&[1.0, 2.0, 3.0, 4.0]), &[4]),
+        vec![node("Mul", "mul", &["x", "w"], "y")],
+    );
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, model.write_to_bytes().unwrap()).unwrap();
+    let out_dir = dir.join("elsewhere");
+    let joint = out_dir.join("joint.ron");
+    let (ok, text) = fusebox(&[
+        "grad",
+        &path.display().to_string(),
+        "--out",
+        &joint.display().to_string(),
+    ]);
+    assert!(ok, "{text}");
+    let written = std::fs::read_to_string(&joint).unwrap();
+    assert!(written.contains(r#"value: "w.npy""#), "{written}");
+    assert_eq!(
+        Tensor::read_npy(&out_dir.join("w.npy")).unwrap().values(),
+        vec![1.0, 2.0, 3.0, 4.0]
+    );
+    // Only the model input and the cotangent are given: the weight comes from its file.
+    let x = npy(&dir, "x.npy", &[0.5, -1.0, 2.0, 3.0]);
+    let g = npy(&dir, "g.npy", &[1.0, 2.0, -1.0, 0.25]);
+    let results = dir.join("results");
+    let (ok, text) = fusebox(&[
+        "run",
+        &joint.display().to_string(),
+        "--input",
+        &format!("x={x}"),
+        "--input",
+        &format!("grad_y={g}"),
+        "--backend",
+        "cpu",
+        "--out",
+        &results.display().to_string(),
+    ]);
+    assert!(ok, "{text}");
+    let read = |name: &str| Tensor::read_npy(&results.join(name)).unwrap().values();
+    assert_eq!(read("y.npy"), vec![0.5, -2.0, 6.0, 12.0]);
+    assert_eq!(read("grad_w.npy"), vec![0.5, -2.0, -2.0, 0.75]);
+    assert_eq!(read("grad_x.npy"), vec![1.0, 4.0, -3.0, 1.0]);
+
+    // The split halves carry the weight too.
+    let split = dir.join("split");
+    let (ok, text) = fusebox(&[
+        "grad",
+        &path.display().to_string(),
+        "--split",
+        &split.display().to_string(),
+    ]);
+    assert!(ok, "{text}");
+    let forward = std::fs::read_to_string(split.join("forward.ron")).unwrap();
+    assert!(forward.contains(r#"value: "w.npy""#), "{forward}");
+    assert!(split.join("w.npy").is_file());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn grad_refers_to_value_files_inside_the_output_directory_and_writes_all_or_nothing() {
+    let dir = temp_dir("grad-inside");
+    std::fs::create_dir_all(dir.join("weights")).unwrap();
+    npy(&dir.join("weights"), "w.npy", &[1.0, 2.0, 3.0, 4.0]);
+    let graph = dir.join("g.ron");
+    std::fs::write(
+        &graph,
+        r#"Graph(name: "g", inputs: [Input(name: "x", dtype: "f32", shape: [4]),
+            Input(name: "w", dtype: "f32", shape: [4], value: "weights/w.npy")],
+          nodes: [Node(name: "y", op: "mul", args: ["x", "w"])], outputs: ["y"])"#,
+    )
+    .unwrap();
+    // Written beside the graph: the existing file is named, nothing is copied.
+    let joint = dir.join("joint.ron");
+    let (ok, text) = fusebox(&[
+        "grad",
+        &graph.display().to_string(),
+        "--out",
+        &joint.display().to_string(),
+    ]);
+    assert!(ok, "{text}");
+    let written = std::fs::read_to_string(&joint).unwrap();
+    assert!(written.contains(r#"value: "weights/w.npy""#), "{written}");
+    assert!(!dir.join("w.npy").exists());
+    let (ok, text) = fusebox(&["check", &joint.display().to_string()]);
+    assert!(ok, "{text}");
+
+    // Elsewhere, with a directory where the copy must go: exit 1 and no file at all.
+    let blocked = dir.join("blocked");
+    std::fs::create_dir_all(blocked.join("w.npy")).unwrap();
+    let target = blocked.join("joint.ron");
+    let (ok, text) = fusebox(&[
+        "grad",
+        &graph.display().to_string(),
+        "--out",
+        &target.display().to_string(),
+    ]);
+    assert!(!ok);
+    assert!(text.contains("none of the files was written"), "{text}");
+    assert!(!target.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn reduce_sum_with_noop_with_empty_axes_and_no_axes_is_the_identity() {
+    // ReduceSum(x) with noop_with_empty_axes = 1 and no axes input returns x (ONNX opset 13
+    // on); with the default 0 it would sum every axis.
+    let dir = temp_dir("noop-axes");
+    let mut reduce = node("ReduceSum", "reduce", &["x"], "s");
+    reduce.attribute.push(int_attr("noop_with_empty_axes", 1));
+    let model = model_with(
+        weights(floats(&[1.0, 2.0, 3.0, 4.0]), &[4]),
+        vec![reduce, node("Add", "add", &["s", "w"], "y")],
+    );
+    let imported = import_bytes(&dir, &model.write_to_bytes().unwrap()).unwrap();
+    let rules = RuleSet::defaults();
+    let x =
+        Tensor::from_values(fusebox::dtype::DType::F32, &[4], vec![0.5, -1.0, 2.0, 3.0]).unwrap();
+    let mut inputs: fusebox::eval::Tensors = imported.values.clone().into_iter().collect();
+    inputs.insert("x".into(), x);
+    let out = fusebox::eval::evaluate(&imported.graph, &rules.ops, &inputs).unwrap();
+    assert_eq!(out["y"].values(), vec![1.5, 1.0, 5.0, 7.0]);
+    let _ = std::fs::remove_dir_all(&dir);
 }

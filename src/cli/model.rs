@@ -9,13 +9,17 @@ use crate::graph::file::StoredValues;
 use crate::graph::{self, Graph, TypeMap};
 use crate::rules::RuleSet;
 use crate::tensor::Tensor;
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 /// A graph, its types, and the stored value of each parameter input that has one.
 pub struct Loaded {
     pub graph: Graph,
     pub types: TypeMap,
     pub stored: Tensors,
+    /// For a RON graph file, the resolved path of each stored value's `.npy` (an ONNX model's
+    /// weights have none: they live inside the model).
+    pub files: BTreeMap<String, PathBuf>,
 }
 
 /// Reads `path`: an ONNX model when it ends in `.onnx`, else a RON graph file whose inputs may
@@ -28,11 +32,13 @@ pub fn load(path: &Path, rules: &RuleSet) -> Result<Loaded> {
             graph: imported.graph,
             types: imported.types,
             stored: imported.values.into_iter().collect(),
+            files: BTreeMap::new(),
         });
     }
     let (graph, types, files) = graph::file::load_with_values(path, &rules.ops)?;
     let dir = path.parent().unwrap_or(Path::new(""));
     let mut stored = Tensors::new();
+    let mut resolved = BTreeMap::new();
     for (name, file) in &files {
         let at = |message: String| {
             Error::new(
@@ -69,16 +75,67 @@ pub fn load(path: &Path, rules: &RuleSet) -> Result<Loaded> {
             )));
         }
         stored.insert(name.clone(), tensor.cast(dtype));
+        resolved.insert(name.clone(), real);
     }
     Ok(Loaded {
         graph,
         types,
         stored,
+        files: resolved,
     })
 }
 
 /// A writer of one output file.
-type Writer<'a> = Box<dyn Fn(&Path) -> std::result::Result<(), String> + 'a>;
+pub type Writer<'a> = Box<dyn Fn(&Path) -> std::result::Result<(), String> + 'a>;
+
+/// How a graph derived from a loaded one (`grad`'s joint graph, the halves of its split) keeps
+/// the stored values of the inputs it shares with it, so that it runs without `--input` from
+/// wherever it is written: each value file is named relative to `out_dir`, the directory the
+/// derived graph goes to. A value file already inside `out_dir` is referred to where it is;
+/// any other value (outside it, or an ONNX model's weight) is written into `out_dir` as
+/// `<input>.npy` by the safe name mapping of `run --out`, with the graph, all or none.
+pub fn carry_values<'a>(
+    loaded: &'a Loaded,
+    inputs: &[String],
+    out_dir: &Path,
+) -> Result<(StoredValues, Vec<(String, Writer<'a>)>)> {
+    let real_dir = out_dir
+        .canonicalize()
+        .map_err(|e| Error::write(out_dir.display(), e))?;
+    let mut values = StoredValues::new();
+    let mut copied = Vec::new();
+    for name in inputs {
+        if !loaded.stored.contains_key(name) {
+            continue;
+        }
+        let inside = loaded
+            .files
+            .get(name)
+            .and_then(|real| real.strip_prefix(&real_dir).ok())
+            .and_then(|relative| {
+                // A graph file names its value files with `/`, whatever the platform.
+                let parts: Option<Vec<&str>> = relative
+                    .components()
+                    .map(|c| c.as_os_str().to_str())
+                    .collect();
+                parts.map(|p| p.join("/"))
+            });
+        match inside {
+            Some(relative) => {
+                values.insert(name.clone(), relative);
+            }
+            None => copied.push(name.clone()),
+        }
+    }
+    let files = output::check_distinct(&copied).map_err(Error::input)?;
+    let mut writes: Vec<(String, Writer<'a>)> = Vec::new();
+    for (name, file) in copied.iter().zip(files) {
+        values.insert(name.clone(), file.clone());
+        let tensor = &loaded.stored[name];
+        writes.push((file, Box::new(move |path: &Path| tensor.write_npy(path))));
+    }
+    Ok((values, writes))
+}
 
 /// `fusebox import`: the model as `DIR/graph.ron` and one `.npy` per parameter input, named by
 /// the same safe mapping as `run --out` uses, written all or none.

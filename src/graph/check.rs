@@ -294,7 +294,7 @@ pub fn resolve_attrs(op: &OpDef, attrs: &Attrs) -> Result<Attrs, (Option<String>
     Ok(resolved)
 }
 
-fn infer_node(
+pub(crate) fn infer_node(
     node: &Node,
     index: usize,
     args: &[TensorType],

@@ -148,8 +148,15 @@ pub fn parse_with_values(
         }
         values.insert(input.name.clone(), value.clone());
     }
-    match check_parts(&graph, catalogue) {
-        Ok(types) => Ok((graph, types, values)),
+    // Composite ops are replaced by their bodies before the check; a problem anywhere is
+    // reported at the node the file wrote.
+    let checked = super::expand::expand_parts(&graph, catalogue).and_then(|(expanded, origin)| {
+        check_parts(&expanded, catalogue)
+            .map(|types| (expanded, types))
+            .map_err(|p| super::expand::map_part(p, &origin))
+    });
+    match checked {
+        Ok((expanded, types)) => Ok((expanded, types, values)),
         Err(problem) => {
             let path = part_path(&problem.part);
             let mut site = doc.site(&path);
@@ -255,7 +262,15 @@ fn convert(doc: &RonDocument<GraphFile>, catalogue: &Catalogue) -> Result<Graph>
         let mut attrs = Attrs::new();
         // An unknown op is reported by the checker, with a suggestion; its attributes cannot be
         // typed, so they are dropped here.
-        if let Some(op) = catalogue.get(&node.op) {
+        let declared = catalogue
+            .get(&node.op)
+            .map(|op| op.spec.attrs.as_slice())
+            .or_else(|| {
+                catalogue
+                    .composite(&node.op)
+                    .map(|c| c.spec.attrs.as_slice())
+            });
+        if let Some(declared) = declared {
             for (name, value) in &node.attrs {
                 let path = [
                     Step::field("nodes"),
@@ -263,7 +278,7 @@ fn convert(doc: &RonDocument<GraphFile>, catalogue: &Catalogue) -> Result<Graph>
                     Step::field("attrs"),
                     Step::key(name),
                 ];
-                let spec = op.attr(name).ok_or_else(|| {
+                let spec = declared.iter().find(|a| &a.name == name).ok_or_else(|| {
                     let position = doc
                         .spans
                         .key_position(&path)
@@ -273,10 +288,7 @@ fn convert(doc: &RonDocument<GraphFile>, catalogue: &Catalogue) -> Result<Graph>
                         ErrorKind::UnknownAttr {
                             op: node.op.clone(),
                             attr: name.clone(),
-                            suggestion: suggest(
-                                name,
-                                op.spec.attrs.iter().map(|a| a.name.as_str()),
-                            ),
+                            suggestion: suggest(name, declared.iter().map(|a| a.name.as_str())),
                         },
                     )
                 })?;

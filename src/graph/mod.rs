@@ -3,10 +3,12 @@
 //!
 //! A graph is plain data. [`check`](check::check) validates it against a
 //! [`Catalogue`](crate::rules::Catalogue) and infers every value's dtype and shape;
-//! [`file`](mod@file) reads and writes the RON graph format; [`builder`] builds graphs from Rust.
+//! [`file`](mod@file) reads and writes the RON graph format; [`builder`] builds graphs from Rust;
+//! [`expand`] replaces composite ops by the catalogue ops they are made of.
 
 pub mod builder;
 pub mod check;
+pub mod expand;
 pub mod file;
 pub mod synthetic;
 

@@ -72,12 +72,15 @@ impl MapTable {
         for (m, map) in doc.value.iter().enumerate() {
             let mut names: Vec<&str> = Vec::new();
             for (n, node) in map.nodes.iter().enumerate() {
-                for (a, arg) in node.args.iter().enumerate() {
-                    let is_input = arg == "$*"
-                        || arg
-                            .strip_prefix('$')
-                            .is_some_and(|i| i.parse::<usize>().is_ok());
-                    if !is_input && !names.contains(&arg.as_str()) {
+                for (a, written) in node.args.iter().enumerate() {
+                    let known = |arg: &str| {
+                        arg == "$*"
+                            || arg
+                                .strip_prefix('$')
+                                .is_some_and(|i| i.parse::<usize>().is_ok())
+                            || names.contains(&arg)
+                    };
+                    if let Some(arg) = written.split('|').find(|alt| !known(alt)) {
                         let path = [
                             Step::Index(m),
                             Step::field("nodes"),

@@ -130,7 +130,16 @@ pub fn import_model(
         graph, mut values, ..
     } = importer;
     let graph = prune(graph, &mut values);
-    let types = crate::graph::check(&graph, catalogue)?;
+    // The graph's own check names the node at fault; the message also names the model, as
+    // every other import error does (found by the loader fuzzer: a model whose outputs were
+    // all dropped said only "a graph needs at least one output").
+    let types = crate::graph::check(&graph, catalogue).map_err(|mut e| {
+        if e.site.file.is_none() {
+            e.site.file = Some(file.to_string());
+            e.site.position = Some(crate::span::Position { line: 1, column: 1 });
+        }
+        e
+    })?;
     Ok(Imported {
         graph,
         types,
@@ -422,8 +431,22 @@ impl Importer<'_> {
         Ok(ty)
     }
 
-    /// Applies catalogue op `op`; folded into a constant when every argument is one.
+    /// Applies catalogue op `op`; folded into a constant when every argument is one. A
+    /// composite op is expanded here, node by node, so its parts fold too.
     fn emit(&mut self, op: &str, args: &[Val], attrs: Attrs, name: &str, own: bool) -> Msg {
+        if let Some(composite) = self.catalogue.composite(op).cloned() {
+            let catalogue = self.catalogue;
+            return crate::graph::expand::instantiate(
+                catalogue,
+                &composite,
+                args.to_vec(),
+                &attrs,
+                name,
+                own,
+                self,
+            )
+            .map_err(|fault| fault.kind().to_string());
+        }
         let def = self
             .catalogue
             .get(op)
@@ -907,7 +930,17 @@ impl Importer<'_> {
             } else {
                 t.args.len().min(1)
             };
-            for arg in &t.args[..wanted] {
+            for written in &t.args[..wanted] {
+                // `"$2|zero"`: the first alternative that has a value here.
+                let arg = written
+                    .split('|')
+                    .find(
+                        |alt| match alt.strip_prefix('$').and_then(|i| i.parse::<usize>().ok()) {
+                            Some(i) => inputs.get(i).is_some_and(|v| v.is_some()),
+                            None => true,
+                        },
+                    )
+                    .unwrap_or(written);
                 if arg == "$*" {
                     args.extend(inputs.iter().flatten().cloned());
                 } else if let Some(i) = arg.strip_prefix('$').and_then(|i| i.parse::<usize>().ok())
@@ -925,15 +958,20 @@ impl Importer<'_> {
                 }
             }
             let value = if keep {
-                let def = self.catalogue.get(&t.op).cloned().ok_or_else(|| {
-                    format!(
-                        "rules/onnx.ron names op `{}`, which the catalogue lacks",
-                        t.op
-                    )
-                })?;
+                let declared: Vec<crate::rules::ops::AttrSpec> =
+                    match (self.catalogue.get(&t.op), self.catalogue.composite(&t.op)) {
+                        (Some(def), _) => def.spec.attrs.clone(),
+                        (None, Some(composite)) => composite.spec.attrs.clone(),
+                        (None, None) => {
+                            return Err(format!(
+                                "rules/onnx.ron names op `{}`, which the catalogue lacks",
+                                t.op
+                            ));
+                        }
+                    };
                 let mut a = Attrs::new();
                 for (k, v) in &t.attrs {
-                    let spec = def.attr(k).ok_or_else(|| {
+                    let spec = declared.iter().find(|d| &d.name == k).ok_or_else(|| {
                         format!("rules/onnx.ron: op `{}` has no attribute `{k}`", t.op)
                     })?;
                     let value = match v {
@@ -1143,4 +1181,24 @@ fn prune(mut graph: Graph, values: &mut BTreeMap<String, Tensor>) -> Graph {
         .retain(|i| live.contains(&i.name) || !values.contains_key(&i.name));
     values.retain(|name, _| live.contains(name));
     graph
+}
+
+/// Composite ops expand through the importer, so each part is folded or checked as it comes.
+impl crate::graph::expand::Sink for Importer<'_> {
+    type Value = Val;
+
+    fn dtype(&mut self, value: &Val) -> std::result::Result<DType, ErrorKind> {
+        Ok(value.dtype())
+    }
+
+    fn emit(
+        &mut self,
+        op: &str,
+        args: Vec<Val>,
+        attrs: Attrs,
+        name: &str,
+        last: bool,
+    ) -> std::result::Result<Val, ErrorKind> {
+        Importer::emit(self, op, &args, attrs, name, last).map_err(ErrorKind::Input)
+    }
 }

@@ -1,6 +1,7 @@
 //! Rule files: everything a user may change about fusebox is data, read from RON.
 
 pub mod amp;
+pub mod composite;
 pub mod cost;
 pub mod fusion;
 pub mod gradients;
@@ -9,6 +10,7 @@ pub mod ron_file;
 pub mod set;
 
 pub use amp::{AmpRules, Conditional, Policy, Treatment};
+pub use composite::{BodyArg, BodyAttr, Composite};
 pub use cost::{CostModel, Primitive, Profile};
 pub use fusion::{FusionRules, Role};
 pub use gradients::GradientRules;

@@ -10,6 +10,7 @@
 //! the matmul lowering absorbs casts), so it finds them by role through
 //! [`Catalogue::builtin`], never by name: a rule file may call them anything.
 
+use super::composite::{Composite, CompositeSpec};
 use super::ron_file::{self, RonDocument};
 use crate::attr::{AttrType, AttrValue};
 use crate::dtype::{Category, DType};
@@ -383,6 +384,24 @@ pub struct Catalogue {
     /// Per built-in, the op the engine uses when it must create a node with those semantics:
     /// the one declared last.
     builtins: BTreeMap<Builtin, String>,
+    /// Ops declared as graphs over other ops, expanded before anything else reads a graph.
+    composites: BTreeMap<String, Arc<Composite>>,
+}
+
+/// One entry of an `ops.ron` file: an op, or a composite (see [`super::composite`]).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+enum Entry {
+    Op(OpSpec),
+    Composite(CompositeSpec),
+}
+
+impl Entry {
+    fn name(&self) -> &str {
+        match self {
+            Entry::Op(spec) => &spec.name,
+            Entry::Composite(spec) => &spec.name,
+        }
+    }
 }
 
 /// The default op catalogue, embedded in the binary.
@@ -406,38 +425,76 @@ impl Catalogue {
     /// that replaces the catalogue's last cast op with one that is no cast is refused: the
     /// engine inserts casts (AMP, output copies) and must have one.
     pub fn load_str(&mut self, text: &str, file: &str) -> Result<()> {
-        let doc: RonDocument<Vec<OpSpec>> = ron_file::parse(text, file)?;
+        let doc: RonDocument<Vec<Entry>> = ron_file::parse_with_variant_newtypes(text, file)?;
         let mut seen = BTreeMap::new();
         let mut defs = Vec::new();
-        for (index, spec) in doc.value.iter().enumerate() {
-            let path = [Step::Index(index)];
-            if seen.insert(spec.name.clone(), index).is_some() {
+        let mut pending: BTreeMap<String, &CompositeSpec> = BTreeMap::new();
+        for (index, entry) in doc.value.iter().enumerate() {
+            let name = entry.name();
+            if seen.insert(name.to_string(), index).is_some() {
                 let field = [Step::Index(index), Step::field("name")];
                 return Err(Error::new(
                     doc.site(&field),
                     ErrorKind::Duplicate {
-                        name: spec.name.clone(),
+                        name: name.to_string(),
                     },
                 ));
             }
-            let def = validate(spec, &doc, &path).map_err(|mut e| {
-                e.site.op.get_or_insert_with(|| spec.name.clone());
-                e
-            })?;
-            defs.push(def);
+            match entry {
+                Entry::Op(spec) => {
+                    let path = [Step::Index(index)];
+                    let def = validate(spec, &doc, &path).map_err(|mut e| {
+                        e.site.op.get_or_insert_with(|| spec.name.clone());
+                        e
+                    })?;
+                    defs.push((index, def));
+                }
+                Entry::Composite(spec) => {
+                    pending.insert(spec.name.clone(), spec);
+                }
+            }
         }
         let mut next = self.clone();
-        for def in defs {
+        for (_, def) in defs {
+            // An op replaces a composite of its name as it replaces an op: a rule directory
+            // may give `elu` one formula instead of the default's graph. Composites whose
+            // bodies use the name then apply the op; a use that no longer fits (an attribute
+            // the op lacks) is an error at that use.
+            next.composites.remove(def.name());
             next.insert(def);
         }
+        // Composites are checked against every op of the file and the catalogue, so a body
+        // may use an op declared below it, or another composite of the file.
+        let mut file_composites = Vec::new();
+        for (index, entry) in doc.value.iter().enumerate() {
+            let Entry::Composite(spec) = entry else {
+                continue;
+            };
+            if next.ops.contains_key(&spec.name) || next.gradients.contains_key(&spec.name) {
+                let mut site = doc.site(&[Step::Index(index), Step::field("name")]);
+                site.op = Some(spec.name.clone());
+                return Err(Error::new(
+                    site,
+                    ErrorKind::Rule(format!(
+                        "`{}` is an op of the catalogue already; a composite needs a name of its own",
+                        spec.name
+                    )),
+                ));
+            }
+            let composite = super::composite::validate(spec, &next, &pending, &doc, index)?;
+            file_composites.push((index, spec.name.clone()));
+            next.composites
+                .insert(spec.name.clone(), Arc::new(composite));
+        }
+        super::composite::check_cycles(&next, &file_composites, &doc)?;
         if self.builtin(Builtin::Cast).is_some() && next.builtin(Builtin::Cast).is_none() {
             // Only replacing an op by name can lose a built-in: point at the replacement.
             let index = doc
                 .value
                 .iter()
-                .position(|spec| self.builtin_of(&spec.name) == Some(Builtin::Cast))
+                .position(|spec| self.builtin_of(spec.name()) == Some(Builtin::Cast))
                 .unwrap_or(0);
-            let name = doc.value.get(index).map(|s| s.name.clone());
+            let name = doc.value.get(index).map(|s| s.name().to_string());
             let mut site = doc.site(&[Step::Index(index), Step::field("builtin")]);
             site.op = name.clone();
             return Err(Error::new(
@@ -510,6 +567,19 @@ impl Catalogue {
         self.builtins.get(&b).and_then(|name| self.ops.get(name))
     }
 
+    /// The composite op called `name`.
+    pub fn composite(&self, name: &str) -> Option<&Arc<Composite>> {
+        self.composites.get(name)
+    }
+
+    pub fn composite_names(&self) -> impl Iterator<Item = &str> {
+        self.composites.keys().map(String::as_str)
+    }
+
+    pub fn composites(&self) -> impl Iterator<Item = &Arc<Composite>> {
+        self.composites.values()
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.ops.keys().map(String::as_str)
     }
@@ -530,7 +600,7 @@ impl Catalogue {
 /// Names a formula may not use for operands or attributes, because derivatives bind them.
 const RESERVED: [&str; 2] = ["y", "g"];
 
-fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Result<OpDef> {
+fn validate<T>(spec: &OpSpec, doc: &RonDocument<T>, path: &[Step]) -> Result<OpDef> {
     let at = |field: &str| {
         let mut p = path.to_vec();
         p.push(Step::field(field));
@@ -699,7 +769,7 @@ fn validate(spec: &OpSpec, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Res
     })
 }
 
-fn parse_formula(text: &str, doc: &RonDocument<Vec<OpSpec>>, path: &[Step]) -> Result<Expr> {
+fn parse_formula<T>(text: &str, doc: &RonDocument<T>, path: &[Step]) -> Result<Expr> {
     formula::parse(text).map_err(|e| {
         Error::new(
             doc.site_in_string(path, e.offset),
@@ -723,11 +793,11 @@ fn quoted_formula(text: &str) -> String {
     format!("{head}… ({} characters)", text.chars().count())
 }
 
-fn check_variables(
+fn check_variables<T>(
     expr: &Expr,
     allowed: &[&str],
     text: &str,
-    doc: &RonDocument<Vec<OpSpec>>,
+    doc: &RonDocument<T>,
     path: &[Step],
 ) -> Result<()> {
     for var in expr.variables() {
@@ -870,7 +940,7 @@ fn check_pointwise_builtin(
     Ok(())
 }
 
-fn is_identifier(s: &str) -> bool {
+pub(super) fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')

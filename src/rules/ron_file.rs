@@ -29,8 +29,29 @@ impl<T> RonDocument<T> {
 
 /// Parses `text` as RON into `T`. `Option` fields may be written without `Some(...)`.
 pub fn parse<T: DeserializeOwned>(text: &str, file: &str) -> Result<RonDocument<T>> {
-    let options =
-        ron::Options::default().with_default_extension(ron::extensions::Extensions::IMPLICIT_SOME);
+    parse_with(text, file, ron::extensions::Extensions::IMPLICIT_SOME)
+}
+
+/// Like [`parse`], and an enum variant holding a struct may be written `Op(name: …)` rather
+/// than `Op((name: …))`: how `ops.ron` writes its two kinds of entry.
+pub fn parse_with_variant_newtypes<T: DeserializeOwned>(
+    text: &str,
+    file: &str,
+) -> Result<RonDocument<T>> {
+    use ron::extensions::Extensions;
+    parse_with(
+        text,
+        file,
+        Extensions::IMPLICIT_SOME | Extensions::UNWRAP_VARIANT_NEWTYPES,
+    )
+}
+
+fn parse_with<T: DeserializeOwned>(
+    text: &str,
+    file: &str,
+    extensions: ron::extensions::Extensions,
+) -> Result<RonDocument<T>> {
+    let options = ron::Options::default().with_default_extension(extensions);
     match options.from_str::<T>(text) {
         Ok(value) => {
             let spans = SpanIndex::scan(text);

@@ -1,0 +1,503 @@
+//! Composite ops: ops declared in `ops.ron` as a small graph over other catalogue ops.
+//!
+//! A softmax is a reduction, a subtraction, an exponential, another reduction and a division.
+//! Declaring it as one pointwise formula is impossible (it reduces), and declaring it as a new
+//! built-in would put its meaning in Rust. A composite keeps it in data: its body names
+//! catalogue ops (or other composites), and every node using it is replaced by that body before
+//! saturation ([`crate::graph::expand`]), so rewrites, fusion and automatic differentiation see
+//! the parts and need nothing of their own.
+//!
+//! ```ron
+//! Composite(name: "softmax", operands: ["x"],
+//!     attrs: [Attr(name: "axis", ty: Int, default: Int(-1))],
+//!     nodes: [
+//!         Node(name: "m", op: "reduce_max", args: ["x"], attrs: {"axes": "$axis", "keepdim": true}),
+//!         Node(name: "e", op: "exp", args: ["d"]), …
+//!     ])
+//! ```
+//!
+//! In a body, an arg names an operand or an earlier node; the last node is the result. An
+//! attribute value is written bare, or as `"$attr"` (the composite's attribute; an `Int` fills
+//! an `Ints` attribute as a one-element list) or `"$operand.dtype"` (the dtype of the value
+//! bound to that operand, so constants follow the precision of what they meet). Everything is
+//! checked when the file loads, with its position: the ops exist and take that many args, the
+//! attributes exist with those types, every attribute an inner op requires is bound, every node
+//! is used, and no composite reaches itself.
+
+use super::ops::{AttrSpec, Catalogue};
+use super::ron_file::RonDocument;
+use crate::attr::{AttrType, AttrValue, Attrs};
+use crate::error::{Error, ErrorKind, Result, suggest};
+use crate::span::Step;
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One composite exactly as written in `ops.ron`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename = "Composite", deny_unknown_fields)]
+pub struct CompositeSpec {
+    pub name: String,
+    pub operands: Vec<String>,
+    #[serde(default)]
+    pub attrs: Vec<AttrSpec>,
+    pub nodes: Vec<BodyNodeSpec>,
+    #[serde(default)]
+    pub doc: String,
+}
+
+/// One node of a composite's body as written.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename = "Node", deny_unknown_fields)]
+pub struct BodyNodeSpec {
+    pub name: String,
+    pub op: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub attrs: BTreeMap<String, ron::Value>,
+}
+
+/// Where a body node's argument comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyArg {
+    /// The value bound to the composite's operand at this index.
+    Operand(usize),
+    /// An earlier body node, by index.
+    Node(usize),
+}
+
+/// A body node's attribute value, resolved when the composite is used.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BodyAttr {
+    /// Written bare in the body.
+    Value(AttrValue),
+    /// The composite's attribute `name`; `to_list` turns an `Int` into a one-element `Ints`.
+    /// Left out when the use binds nothing to an optional attribute without default.
+    Attr { name: String, to_list: bool },
+    /// The dtype of the value bound to the operand at this index.
+    DTypeOf(usize),
+}
+
+/// One validated body node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BodyNode {
+    pub name: String,
+    pub op: String,
+    pub args: Vec<BodyArg>,
+    pub attrs: Vec<(String, BodyAttr)>,
+}
+
+/// A validated composite.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Composite {
+    pub spec: CompositeSpec,
+    pub body: Vec<BodyNode>,
+}
+
+impl Composite {
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub fn attr(&self, name: &str) -> Option<&AttrSpec> {
+        self.spec.attrs.iter().find(|a| a.name == name)
+    }
+
+    /// The attributes of one use, checked against the declaration, with defaults filled in.
+    /// An error names the attribute at fault, if one is.
+    pub fn bind_attrs(&self, given: &Attrs) -> Result<Attrs, (Option<String>, ErrorKind)> {
+        for (name, value) in given {
+            match self.attr(name) {
+                None => {
+                    return Err((
+                        Some(name.clone()),
+                        ErrorKind::UnknownAttr {
+                            op: self.name().to_string(),
+                            attr: name.clone(),
+                            suggestion: suggest(
+                                name,
+                                self.spec.attrs.iter().map(|a| a.name.as_str()),
+                            ),
+                        },
+                    ));
+                }
+                Some(spec) if !spec.ty.admits(value) => {
+                    return Err((
+                        Some(name.clone()),
+                        ErrorKind::AttrType {
+                            attr: name.clone(),
+                            expected: spec.ty.to_string(),
+                            found: value.to_string(),
+                        },
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        let mut bound = Attrs::new();
+        for spec in &self.spec.attrs {
+            match given.get(&spec.name).or(spec.default.as_ref()) {
+                Some(v) => {
+                    bound.insert(spec.name.clone(), v.clone());
+                }
+                None if spec.optional => {}
+                None => {
+                    return Err((
+                        None,
+                        ErrorKind::MissingAttr {
+                            op: self.name().to_string(),
+                            attr: spec.name.clone(),
+                        },
+                    ));
+                }
+            }
+        }
+        Ok(bound)
+    }
+}
+
+/// What a body node's op declares: its arity and attributes, whether it is an op or a
+/// composite.
+struct Signature<'a> {
+    fixed: usize,
+    variadic: bool,
+    attrs: &'a [AttrSpec],
+}
+
+impl Catalogue {
+    fn signature<'a>(
+        &'a self,
+        name: &str,
+        pending: &'a BTreeMap<String, &'a CompositeSpec>,
+    ) -> Option<Signature<'a>> {
+        if let Some(spec) = pending.get(name) {
+            return Some(Signature {
+                fixed: spec.operands.len(),
+                variadic: false,
+                attrs: &spec.attrs,
+            });
+        }
+        if let Some(op) = self.get(name) {
+            return Some(Signature {
+                fixed: op.spec.operands.len(),
+                variadic: op.spec.variadic,
+                attrs: &op.spec.attrs,
+            });
+        }
+        self.composite(name).map(|c| Signature {
+            fixed: c.spec.operands.len(),
+            variadic: false,
+            attrs: &c.spec.attrs,
+        })
+    }
+}
+
+/// Validates the composite at `index` of the document against `catalogue` (the ops as they
+/// will be once the file loads) and the file's other composites (`pending`, by name).
+pub(super) fn validate<T>(
+    spec: &CompositeSpec,
+    catalogue: &Catalogue,
+    pending: &BTreeMap<String, &CompositeSpec>,
+    doc: &RonDocument<T>,
+    index: usize,
+) -> Result<Composite> {
+    let at = |steps: &[Step]| {
+        let mut path = vec![Step::Index(index)];
+        path.extend_from_slice(steps);
+        let mut site = doc.site(&path);
+        site.op = Some(spec.name.clone());
+        site
+    };
+    let fail = |steps: &[Step], msg: String| Err(Error::new(at(steps), ErrorKind::Rule(msg)));
+
+    if !super::ops::is_identifier(&spec.name) {
+        return fail(
+            &[Step::field("name")],
+            format!("composite name `{}` must be an identifier", spec.name),
+        );
+    }
+    let mut declared: BTreeSet<&str> = BTreeSet::new();
+    for operand in &spec.operands {
+        if !super::ops::is_identifier(operand) || !declared.insert(operand) {
+            return fail(
+                &[Step::field("operands")],
+                format!("operand `{operand}` must be an identifier declared once"),
+            );
+        }
+    }
+    for attr in &spec.attrs {
+        if !super::ops::is_identifier(&attr.name) || !declared.insert(&attr.name) {
+            return fail(
+                &[Step::field("attrs")],
+                format!(
+                    "attribute `{}` must be an identifier used once among operands and attributes",
+                    attr.name
+                ),
+            );
+        }
+        if let Some(default) = &attr.default
+            && default.ty() != attr.ty
+        {
+            return fail(
+                &[Step::field("attrs")],
+                format!(
+                    "default of attribute `{}` must be {}, found {} `{default}`",
+                    attr.name,
+                    attr.ty,
+                    default.ty()
+                ),
+            );
+        }
+    }
+    if spec.nodes.is_empty() {
+        return fail(
+            &[Step::field("nodes")],
+            "a composite needs at least one node; its last node is its result".into(),
+        );
+    }
+
+    let mut body: Vec<BodyNode> = Vec::with_capacity(spec.nodes.len());
+    let mut used = vec![false; spec.nodes.len()];
+    for (n, node) in spec.nodes.iter().enumerate() {
+        let here = |field: &str| vec![Step::field("nodes"), Step::Index(n), Step::field(field)];
+        if !super::ops::is_identifier(&node.name)
+            || spec.operands.contains(&node.name)
+            || body.iter().any(|b| b.name == node.name)
+        {
+            return fail(
+                &here("name"),
+                format!(
+                    "node name `{}` must be an identifier, distinct from the operands and the other nodes",
+                    node.name
+                ),
+            );
+        }
+        let Some(signature) = catalogue.signature(&node.op, pending) else {
+            let names = catalogue
+                .names()
+                .chain(catalogue.composite_names())
+                .chain(pending.keys().map(String::as_str));
+            return Err(Error::new(
+                at(&here("op")),
+                ErrorKind::UnknownOp {
+                    op: node.op.clone(),
+                    suggestion: suggest(&node.op, names),
+                },
+            ));
+        };
+        let arity_fits = if signature.variadic {
+            node.args.len() >= signature.fixed
+        } else {
+            node.args.len() == signature.fixed
+        };
+        if !arity_fits {
+            return Err(Error::new(
+                at(&here("args")),
+                ErrorKind::Arity {
+                    op: node.op.clone(),
+                    expected: if signature.variadic {
+                        format!("at least {}", signature.fixed)
+                    } else {
+                        signature.fixed.to_string()
+                    },
+                    got: node.args.len(),
+                },
+            ));
+        }
+        let mut args = Vec::with_capacity(node.args.len());
+        for (a, arg) in node.args.iter().enumerate() {
+            if let Some(i) = spec.operands.iter().position(|o| o == arg) {
+                args.push(BodyArg::Operand(i));
+            } else if let Some(i) = body.iter().position(|b| &b.name == arg) {
+                used[i] = true;
+                args.push(BodyArg::Node(i));
+            } else {
+                let mut steps = here("args");
+                steps.push(Step::Index(a));
+                let known = spec
+                    .operands
+                    .iter()
+                    .map(String::as_str)
+                    .chain(body.iter().map(|b| b.name.as_str()));
+                return fail(
+                    &steps,
+                    format!(
+                        "`{arg}` is neither an operand of `{}` nor an earlier node{}",
+                        spec.name,
+                        crate::error::hint(arg, known)
+                    ),
+                );
+            }
+        }
+        let mut attrs = Vec::with_capacity(node.attrs.len());
+        for (key, value) in &node.attrs {
+            let mut steps = here("attrs");
+            steps.push(Step::key(key));
+            let Some(target) = signature.attrs.iter().find(|a| &a.name == key) else {
+                return Err(Error::new(
+                    at(&steps),
+                    ErrorKind::UnknownAttr {
+                        op: node.op.clone(),
+                        attr: key.clone(),
+                        suggestion: suggest(key, signature.attrs.iter().map(|a| a.name.as_str())),
+                    },
+                ));
+            };
+            let resolved = body_attr(spec, target, value).map_err(|msg| {
+                Error::new(
+                    at(&steps),
+                    ErrorKind::Rule(format!("node `{}`, attribute `{key}`: {msg}", node.name)),
+                )
+            })?;
+            attrs.push((key.clone(), resolved));
+        }
+        // An attribute the inner op needs must be bound on every use: a literal, or a
+        // composite attribute that always has a value.
+        for target in signature.attrs {
+            if target.default.is_some() || target.optional {
+                continue;
+            }
+            let always = match attrs.iter().find(|(k, _)| k == &target.name) {
+                None => false,
+                Some((_, BodyAttr::Attr { name, .. })) => spec
+                    .attrs
+                    .iter()
+                    .any(|a| &a.name == name && (a.default.is_some() || !a.optional)),
+                Some(_) => true,
+            };
+            if !always {
+                return fail(
+                    &here("attrs"),
+                    format!(
+                        "node `{}`: op `{}` needs attribute `{}`, which is not bound (write a value, or a `$attr` of the composite that is required or has a default)",
+                        node.name, node.op, target.name
+                    ),
+                );
+            }
+        }
+        body.push(BodyNode {
+            name: node.name.clone(),
+            op: node.op.clone(),
+            args,
+            attrs,
+        });
+    }
+    if let Some(n) = used[..used.len() - 1].iter().position(|u| !u) {
+        return fail(
+            &[Step::field("nodes"), Step::Index(n), Step::field("name")],
+            format!(
+                "node `{}` is never used; only the last node is the composite's result",
+                spec.nodes[n].name
+            ),
+        );
+    }
+    Ok(Composite {
+        spec: spec.clone(),
+        body,
+    })
+}
+
+/// One attribute value of a body node, checked against the attribute it fills.
+fn body_attr(
+    spec: &CompositeSpec,
+    target: &AttrSpec,
+    value: &ron::Value,
+) -> std::result::Result<BodyAttr, String> {
+    let ron::Value::String(text) = value else {
+        return AttrValue::from_bare(value, target.ty)
+            .map(BodyAttr::Value)
+            .map_err(|m| format!("must be {}, found {}", m.expected, m.found));
+    };
+    let Some(reference) = text.strip_prefix('$') else {
+        return AttrValue::from_bare(value, target.ty)
+            .map(BodyAttr::Value)
+            .map_err(|m| format!("must be {}, found {}", m.expected, m.found));
+    };
+    if let Some(operand) = reference.strip_suffix(".dtype") {
+        let Some(i) = spec.operands.iter().position(|o| o == operand) else {
+            return Err(format!(
+                "`${operand}.dtype` names no operand of `{}`",
+                spec.name
+            ));
+        };
+        if target.ty != AttrType::DType {
+            return Err(format!(
+                "`{text}` is a dtype, but the attribute is {}",
+                target.ty
+            ));
+        }
+        return Ok(BodyAttr::DTypeOf(i));
+    }
+    let Some(source) = spec.attrs.iter().find(|a| a.name == reference) else {
+        let names = spec.attrs.iter().map(|a| a.name.as_str());
+        return Err(format!(
+            "`{text}` names no attribute of `{}`{}",
+            spec.name,
+            crate::error::hint(reference, names)
+        ));
+    };
+    let to_list = match (source.ty, target.ty) {
+        (a, b) if a == b => false,
+        (AttrType::Int, AttrType::Ints) => true,
+        (a, b) => return Err(format!("`{text}` is {a}, but the attribute is {b}")),
+    };
+    Ok(BodyAttr::Attr {
+        name: reference.to_string(),
+        to_list,
+    })
+}
+
+/// Refuses a composite that reaches itself through the bodies of others: expanding it would
+/// never end. The error is at the body node that closes the cycle.
+pub(super) fn check_cycles<T>(
+    catalogue: &Catalogue,
+    file_composites: &[(usize, String)],
+    doc: &RonDocument<T>,
+) -> Result<()> {
+    for (index, name) in file_composites {
+        // Depth-first from each composite of this file, along the body ops that are
+        // composites; reaching the start again is a cycle.
+        let Some(start) = catalogue.composite(name) else {
+            continue;
+        };
+        let mut stack: Vec<(String, Vec<String>)> = vec![(name.clone(), vec![name.clone()])];
+        let mut seen = BTreeSet::new();
+        while let Some((current, trail)) = stack.pop() {
+            let Some(c) = catalogue.composite(&current) else {
+                continue;
+            };
+            for node in &c.body {
+                if node.op == *name {
+                    let n = start
+                        .body
+                        .iter()
+                        .position(|b| b.op == trail.get(1).cloned().unwrap_or_default())
+                        .or_else(|| start.body.iter().position(|b| b.op == *name))
+                        .unwrap_or(0);
+                    let mut site = doc.site(&[
+                        Step::Index(*index),
+                        Step::field("nodes"),
+                        Step::Index(n),
+                        Step::field("op"),
+                    ]);
+                    site.op = Some(name.clone());
+                    let mut path = trail.clone();
+                    path.push(name.clone());
+                    return Err(Error::new(
+                        site,
+                        ErrorKind::Rule(format!(
+                            "composite `{name}` uses itself ({}): its expansion would never end",
+                            path.join(" → ")
+                        )),
+                    ));
+                }
+                if catalogue.composite(&node.op).is_some() && seen.insert(node.op.clone()) {
+                    let mut next = trail.clone();
+                    next.push(node.op.clone());
+                    stack.push((node.op.clone(), next));
+                }
+            }
+        }
+    }
+    Ok(())
+}
