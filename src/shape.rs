@@ -556,16 +556,12 @@ mod tests {
             x.reshape(&[4, 6], &[1, 24, 1]).unwrap().strides,
             vec![0, 1, 0]
         );
+        assert_eq!(x.reshape(&[4, 6], &[6, 4]).unwrap().strides, vec![4, 1]);
+        assert_eq!(x.broadcast(&[4, 6], &[3, 4, 6]).strides, vec![0, 6, 1]);
         assert_eq!(
-            x.reshape(&[4, 6], &[6, 4]).unwrap().strides,
-            vec![4, 1]
-        );
-        assert_eq!(
-            x.broadcast(&[4, 6], &[3, 4, 6]).strides,
-            vec![0, 6, 1]
-        );
-        assert_eq!(
-            Strided::contiguous(&[4, 1]).broadcast(&[4, 1], &[4, 5]).strides,
+            Strided::contiguous(&[4, 1])
+                .broadcast(&[4, 1], &[4, 5])
+                .strides,
             vec![1, 0]
         );
     }

@@ -126,18 +126,18 @@ fn check_invariants(dag: &Dag, p: &Partition, fusion: &FusionRules) {
         // it extends.
         for &n in &kernel.nodes {
             let node = &dag.nodes[n];
-            if kernel.kind == KernelKind::Fused && fusion.role(&node.op).is_view(&node.op) {
-                if let Value::Node(q) = node.args[0]
-                    && inside(q)
-                {
-                    let producer = &dag.nodes[q].op;
-                    assert!(
-                        fusion.role(producer).is_view(producer),
-                        "view {} reads {} computed in its own kernel",
-                        node.name,
-                        dag.nodes[q].name
-                    );
-                }
+            if kernel.kind == KernelKind::Fused
+                && fusion.role(&node.op).is_view(&node.op)
+                && let Value::Node(q) = node.args[0]
+                && inside(q)
+            {
+                let producer = &dag.nodes[q].op;
+                assert!(
+                    fusion.role(producer).is_view(producer),
+                    "view {} reads {} computed in its own kernel",
+                    node.name,
+                    dag.nodes[q].name
+                );
             }
         }
         for &n in &kernel.nodes {

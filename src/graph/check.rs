@@ -448,7 +448,12 @@ impl BuiltinPlan {
     /// operand (of shape `x_shape`; the result has shape `out`). `None` for ops that are not
     /// a re-indexing of one operand (concat, reductions, matmul) and for a reshape no strides
     /// can express ([`shape::Strided::reshape`]).
-    pub fn view(&self, x: &shape::Strided, x_shape: &[usize], out: &[usize]) -> Option<shape::Strided> {
+    pub fn view(
+        &self,
+        x: &shape::Strided,
+        x_shape: &[usize],
+        out: &[usize],
+    ) -> Option<shape::Strided> {
         match self {
             BuiltinPlan::BroadcastTo(_) => Some(x.broadcast(x_shape, out)),
             BuiltinPlan::Reshape(_) => x.reshape(x_shape, out),

@@ -182,19 +182,17 @@ impl Builder<'_> {
             .ok_or_else(|| lower_error(dag, v, "layout op without a builtin".into()))?;
         let (plan, _) =
             plan_builtin(builtin, &[x_shape], &node.attrs).map_err(|e| lower_error(dag, v, e))?;
-        let view = plan
-            .view(&base, x_shape, &node.ty.shape)
-            .ok_or_else(|| {
-                lower_error(
-                    dag,
-                    v,
-                    format!(
-                        "`{}` cannot be read as a view of `{}` here",
-                        node.op.name(),
-                        dag.value_name(source)
-                    ),
-                )
-            })?;
+        let view = plan.view(&base, x_shape, &node.ty.shape).ok_or_else(|| {
+            lower_error(
+                dag,
+                v,
+                format!(
+                    "`{}` cannot be read as a view of `{}` here",
+                    node.op.name(),
+                    dag.value_name(source)
+                ),
+            )
+        })?;
         Ok((source, view))
     }
 

@@ -233,11 +233,9 @@ impl Compute {
             Compute::ComposePerm { into, .. } => vec![(Arg::one("into", into), AttrType::Ints)],
             Compute::ComposeSlices { into, .. }
             | Compute::SliceOfConcat { into, .. }
-            | Compute::SliceOperand { into, .. } => {
-                Arg::list("into", into)
-                    .map(|a| (a, AttrType::Int))
-                    .collect()
-            }
+            | Compute::SliceOperand { into, .. } => Arg::list("into", into)
+                .map(|a| (a, AttrType::Int))
+                .collect(),
         }
     }
 
