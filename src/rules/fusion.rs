@@ -38,6 +38,14 @@ pub enum Role {
     /// the kernel's iteration domain is fixed to the node's input shape. Reductions: their
     /// result is complete only once the whole domain has been visited.
     End,
+    /// A reduction that is `End`, except when it reduces the innermost axis of its input and
+    /// nothing else (a *row* reduction: softmax's max and sum, layernorm's mean and variance).
+    /// Then ops iterating over the same rows may consume its result inside its kernel: the
+    /// kernel's domain is the reduction's input shape, and it makes one pass over each row per
+    /// level of reductions, the earlier passes computing the reductions the later ones read.
+    /// Every reduction in such a kernel must be a row reduction over the same domain.
+    /// Reductions over outer axes (column sums, `sum_to_size` to `[1, N]`) stay `End`.
+    Rows,
     /// A kernel of its own (a copy) that nothing joins. Every op but an opaque one may be
     /// `Alone`.
     Alone,
@@ -58,9 +66,12 @@ impl Role {
                 "`Never` marks a library call and only opaque ops are library calls; a {kind:?} op that must not fuse is `Alone`"
             )),
             (OpKind::Reduction, Role::Join) => Err(
-                "a reduction's result is complete only after its whole domain is visited, so nothing in its kernel can consume it: its role is `End` or `Alone`, not `Join`"
+                "a reduction's result is complete only after its whole domain is visited, so nothing in its kernel can consume it: its role is `End`, `Rows` or `Alone`, not `Join`"
                     .into(),
             ),
+            (OpKind::Pointwise | OpKind::Layout, Role::Rows) => Err(format!(
+                "`Rows` lets a reduction's result be consumed along the rows it reduced; a {kind:?} op reduces nothing, so it cannot be `Rows`"
+            )),
             (OpKind::Layout, Role::End) => Err(
                 "a layout op reduces nothing, so it cannot end a kernel: `broadcast_to` may be `Join` (the kernel reads its operand at the broadcast index) or `Alone`, and other layout ops are copies of their own, `Alone`"
                     .into(),
