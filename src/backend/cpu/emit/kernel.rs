@@ -588,12 +588,13 @@ impl<'a> Kernel<'a> {
                         statements.push(format!("s{id} += (uint64_t)v{x};"));
                     }
                     (ReduceKind::Max, false) => {
-                        out.line(format!("double m{id} = -INFINITY;"));
+                        // The maximum of floats is one of them: f32 values compare exactly in
+                        // `float`, at twice the lanes of `double`.
+                        let ty = C.value_type(ir.prec(x));
+                        out.line(format!("{ty} m{id} = -INFINITY;"));
                         out.line(format!("int nan{id} = 0;"));
                         clauses.push(format!("reduction(max:m{id}) reduction(|:nan{id})"));
-                        statements.push(format!(
-                            "m{id} = (double)v{x} > m{id} ? (double)v{x} : m{id};"
-                        ));
+                        statements.push(format!("m{id} = v{x} > m{id} ? v{x} : m{id};"));
                         statements.push(format!("nan{id} |= v{x} != v{x};"));
                     }
                     (_, false) => {
@@ -637,7 +638,7 @@ impl<'a> Kernel<'a> {
                     (ReduceKind::Max, true) => (Prec::I64, format!("m{id}")),
                     (_, true) => (Prec::I64, format!("(int64_t)s{id}")),
                     (ReduceKind::Max, false) => {
-                        (Prec::F64, format!("(nan{id} ? (double)NAN : m{id})"))
+                        (Prec::F64, format!("(nan{id} ? (double)NAN : (double)m{id})"))
                     }
                     (ReduceKind::Mean, false) => (Prec::F64, format!("(s{id} / (double)len)")),
                     (ReduceKind::Sum, false) => (Prec::F64, format!("s{id}")),
