@@ -367,7 +367,23 @@ pub fn run(cli: Cli) -> Result<String> {
                         crate::backend::cpu::module_source(&program).0
                     }
                     Emit::Cuda => {
-                        let program = crate::lower::lower(&optimized.dag, &optimized.partition)?;
+                        // What the CUDA backend runs: its partition reads `Rows` as `End`
+                        // (`Target::ROW_KERNELS`).
+                        let program = if optimized
+                            .partition
+                            .kernels
+                            .iter()
+                            .any(|k| crate::partition::row_kernel(&optimized.dag, k))
+                        {
+                            let demoted = RuleSet {
+                                fusion: rules.fusion.rows_as_end(),
+                                ..rules.clone()
+                            };
+                            let again = crate::optimize::optimize(&graph, &demoted, &options)?;
+                            crate::lower::lower(&again.dag, &again.partition)?
+                        } else {
+                            crate::lower::lower(&optimized.dag, &optimized.partition)?
+                        };
                         cuda_source(&program)
                     }
                 };

@@ -336,6 +336,17 @@ impl FusionRules {
         }
     }
 
+    /// These rules with every `Rows` role read as `End`: for a backend that cannot run row
+    /// kernels ([`crate::backend::Target::ROW_KERNELS`]), the partitions it had before `Rows`.
+    pub fn rows_as_end(&self) -> FusionRules {
+        let demote = |role: Role| if role == Role::Rows { Role::End } else { role };
+        FusionRules {
+            kinds: self.kinds.map(demote),
+            ops: self.ops.iter().map(|(k, &r)| (k.clone(), demote(r))).collect(),
+            ..self.clone()
+        }
+    }
+
     /// The role an op of `kind` gets unless `ops` names it.
     pub fn kind_role(&self, kind: OpKind) -> Role {
         self.kinds[kind_index(kind)]
