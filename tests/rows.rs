@@ -6,11 +6,11 @@
 mod common;
 
 use common::random_graph::{self, assert_same, rules};
+use fusebox::attr::AttrValue;
 use fusebox::backend::Executable;
 use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
 use fusebox::dtype::DType;
 use fusebox::graph::builder::GraphBuilder;
-use fusebox::attr::AttrValue;
 use fusebox::graph::{self, Graph};
 use fusebox::lower::{self, Program};
 use fusebox::optimize::{Options, optimize};
@@ -153,7 +153,10 @@ fn layernorm_with_and_without_affine_is_one_kernel() {
     for affine in [true, false] {
         let graph = layernorm(DType::F32, &[40, 129], affine);
         let program = lowered(&graph);
-        assert_eq!(program.groups, 1, "layernorm (affine {affine}) is one kernel");
+        assert_eq!(
+            program.groups, 1,
+            "layernorm (affine {affine}) is one kernel"
+        );
         assert_eq!(row_kernels(&program), vec![3], "mean; variance; normalize");
         agrees(&graph, 3, false).unwrap();
     }
@@ -337,9 +340,13 @@ fn row_kernels_do_not_depend_on_sizes() {
 fn fusion_ron_decides_whether_rows_fuse() {
     let mut rules = rules();
     let text = fusebox::rules::fusion::DEFAULT_FUSION.replace("Reduction: Rows", "Reduction: End");
-    rules.fusion =
-        fusebox::rules::FusionRules::load_str(&text, "fusion.ron", &rules.ops).unwrap();
-    let out = optimize(&softmax(DType::F32, &[64, 300]), &rules, &Options::default()).unwrap();
+    rules.fusion = fusebox::rules::FusionRules::load_str(&text, "fusion.ron", &rules.ops).unwrap();
+    let out = optimize(
+        &softmax(DType::F32, &[64, 300]),
+        &rules,
+        &Options::default(),
+    )
+    .unwrap();
     assert_eq!(out.partition.kernels.len(), 3);
 }
 

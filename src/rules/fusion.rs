@@ -342,7 +342,11 @@ impl FusionRules {
         let demote = |role: Role| if role == Role::Rows { Role::End } else { role };
         FusionRules {
             kinds: self.kinds.map(demote),
-            ops: self.ops.iter().map(|(k, &r)| (k.clone(), demote(r))).collect(),
+            ops: self
+                .ops
+                .iter()
+                .map(|(k, &r)| (k.clone(), demote(r)))
+                .collect(),
             ..self.clone()
         }
     }

@@ -160,11 +160,12 @@ fn eval<'b>(
     let prec = ir.prec(i);
     if prec == Prec::I64 {
         ints[i] = match instr {
-            Instr::Load { view } => { let (b, at) = load(*view); b.get_int(at) },
-            Instr::Int { value } => *value,
-            Instr::Round { x, dtype } if ir.prec(*x) == Prec::I64 => {
-                round_int(ints[*x], *dtype).1
+            Instr::Load { view } => {
+                let (b, at) = load(*view);
+                b.get_int(at)
             }
+            Instr::Int { value } => *value,
+            Instr::Round { x, dtype } if ir.prec(*x) == Prec::I64 => round_int(ints[*x], *dtype).1,
             Instr::Round { x, dtype } => float_to_int(*dtype, vals[*x]),
             Instr::Neg { x, .. } => ints[*x].wrapping_neg(),
             Instr::Binary { op, a, b, .. } => int_binary(*op, ints[*a], ints[*b]),
@@ -180,10 +181,11 @@ fn eval<'b>(
     }
     vals[i] = match instr {
         Instr::Int { value } => *value as f64,
-        Instr::Round { x, dtype } if ir.prec(*x) == Prec::I64 => {
-            round_int(ints[*x], *dtype).0
+        Instr::Round { x, dtype } if ir.prec(*x) == Prec::I64 => round_int(ints[*x], *dtype).0,
+        Instr::Load { view } => {
+            let (b, at) = load(*view);
+            b.get(at)
         }
-        Instr::Load { view } => { let (b, at) = load(*view); b.get(at) },
         Instr::Const { value, .. } => *value,
         Instr::Widen { x } => vals[*x],
         Instr::RowReduce { .. } => return,
@@ -390,8 +392,8 @@ fn run_rows(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
             }
             for j in 0..inner {
                 coord[inner_axis] = j;
-                for i in 0..ir.body.len() {
-                    if levels[i] <= pass {
+                for (i, &level) in levels.iter().enumerate() {
+                    if level <= pass {
                         eval(ir, i, &mut vals, &mut ints, |view| {
                             (&*buffers[view], index(view, &coord))
                         });
@@ -456,8 +458,8 @@ fn run_rows(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
         }
         // Stores with one element per row: from the row's results, at inner index 0.
         coord[inner_axis] = 0;
-        for i in 0..ir.body.len() {
-            if needed[i] {
+        for (i, &need) in needed.iter().enumerate() {
+            if need {
                 eval(ir, i, &mut vals, &mut ints, |view| {
                     (&*buffers[view], index(view, &coord))
                 });

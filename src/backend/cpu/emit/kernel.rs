@@ -564,7 +564,9 @@ impl<'a> Kernel<'a> {
         for pass in 0..passes {
             let last = pass + 1 == passes;
             let reducing: Vec<usize> = (0..ir.body.len())
-                .filter(|&id| levels[id] == pass + 1 && matches!(ir.body[id], Instr::RowReduce { .. }))
+                .filter(|&id| {
+                    levels[id] == pass + 1 && matches!(ir.body[id], Instr::RowReduce { .. })
+                })
                 .collect();
             let mut clauses = Vec::new();
             let mut statements = Vec::new();
@@ -637,9 +639,10 @@ impl<'a> Kernel<'a> {
                 let (held, a) = match (kind, integer) {
                     (ReduceKind::Max, true) => (Prec::I64, format!("m{id}")),
                     (_, true) => (Prec::I64, format!("(int64_t)s{id}")),
-                    (ReduceKind::Max, false) => {
-                        (Prec::F64, format!("(nan{id} ? (double)NAN : (double)m{id})"))
-                    }
+                    (ReduceKind::Max, false) => (
+                        Prec::F64,
+                        format!("(nan{id} ? (double)NAN : (double)m{id})"),
+                    ),
                     (ReduceKind::Mean, false) => (Prec::F64, format!("(s{id} / (double)len)")),
                     (ReduceKind::Sum, false) => (Prec::F64, format!("s{id}")),
                 };
