@@ -369,12 +369,8 @@ pub fn run(cli: Cli) -> Result<String> {
                     Emit::Cuda => {
                         // What the CUDA backend runs: its partition reads `Rows` as `End`
                         // (`Target::ROW_KERNELS`).
-                        let program = if optimized
-                            .partition
-                            .kernels
-                            .iter()
-                            .any(|k| crate::partition::row_kernel(&optimized.dag, k))
-                        {
+                        let program = crate::lower::lower(&optimized.dag, &optimized.partition)?;
+                        let program = if program.kernels.iter().any(|k| k.is_row_kernel()) {
                             let demoted = RuleSet {
                                 fusion: rules.fusion.rows_as_end(),
                                 ..rules.clone()
@@ -382,7 +378,7 @@ pub fn run(cli: Cli) -> Result<String> {
                             let again = crate::optimize::optimize(&graph, &demoted, &options)?;
                             crate::lower::lower(&again.dag, &again.partition)?
                         } else {
-                            crate::lower::lower(&optimized.dag, &optimized.partition)?
+                            program
                         };
                         cuda_source(&program)
                     }

@@ -438,16 +438,6 @@ pub fn row_reduction(dag: &Dag, n: usize) -> bool {
     })
 }
 
-/// Whether `kernel` is a row kernel: one of its nodes reads a reduction of the same kernel.
-pub fn row_kernel(dag: &Dag, kernel: &Kernel) -> bool {
-    kernel.nodes.iter().any(|&n| {
-        dag.nodes[n].args.iter().any(|&a| {
-            matches!(a, Value::Node(p) if dag.nodes[p].op.kind() == OpKind::Reduction
-                && kernel.nodes.contains(&p))
-        })
-    })
-}
-
 /// The kernel kind a node of this role starts.
 pub(crate) fn kind_of(role: Role) -> KernelKind {
     match role {

@@ -370,8 +370,17 @@ mod tests {
         assert_eq!(role("broadcast_to"), Role::Join);
         assert_eq!(role("transpose"), Role::Alone);
         assert_eq!(role("concat"), Role::Alone);
-        assert_eq!(role("sum_to_size"), Role::End);
+        assert_eq!(role("sum_to_size"), Role::Rows);
+        assert_eq!(role("mean"), Role::Rows);
         assert_eq!(role("matmul"), Role::Never);
+        // A backend without row kernels reads `Rows` as `End`, and nothing else changes.
+        let demoted = rules.rows_as_end();
+        assert_eq!(demoted.role(ops.get("sum").unwrap()), Role::End);
+        assert_eq!(demoted.role(ops.get("sigmoid").unwrap()), Role::Join);
+        // Only reductions can be `Rows`.
+        assert!(Role::Rows.check(OpKind::Pointwise).is_err());
+        assert!(Role::Rows.check(OpKind::Layout).is_err());
+        assert!(Role::Rows.check(OpKind::Reduction).is_ok());
         assert_eq!(rules.max_kernel_args, 64);
         assert_eq!(rules.max_kernel_ops, 128);
         assert_eq!(rules.max_kernel_terms, 4096);
