@@ -28,6 +28,7 @@ Threads are left at each library's default; the counts are printed.
 
     python3 benches/peers.py                                  # lstm_cell
     python3 benches/peers.py --graph lstm_cell_backward --iters 50
+    python3 benches/peers.py --graph softmax                  # also: layernorm
     python3 benches/peers.py --json > peers.json
 """
 
@@ -58,7 +59,8 @@ TOLERANCE = 1e-5
 
 # --- The graphs' math, written once over a small set of primitives -------------------------
 #
-# `m` supplies sigmoid, tanh, concat (along axis 1) and sum0 (over axis 0); the arithmetic
+# `m` supplies sigmoid, tanh, exp, rsqrt, concat (along axis 1), sum0 (over axis 0) and the
+# row reductions rowmax, rowsum, rowmean (over the last axis, keeping it); the arithmetic
 # operators are the array type's own. Each peer runs exactly this function, so nobody gets a
 # different algorithm.
 
@@ -95,7 +97,21 @@ def lstm_cell_full(m, x, h, cx, W_ih, W_hh, b):
     return lstm_cell(m, ingate, forgetgate, cellgate, outgate, cx)
 
 
+def softmax(m, x):
+    e = m.exp(x - m.rowmax(x))
+    return (e / m.rowsum(e),)
+
+
+def layernorm(m, x, weight, bias):
+    mean = m.rowmean(x)
+    centered = x - mean
+    var = m.rowmean(centered * centered)
+    return (centered * m.rsqrt(var + 1e-5) * weight + bias,)
+
+
 MATH = {
+    "softmax": (softmax, ["x"], ["y"]),
+    "layernorm": (layernorm, ["x", "weight", "bias"], ["y"]),
     "lstm_cell": (
         lstm_cell,
         ["ingate", "forgetgate", "cellgate", "outgate", "cx"],
@@ -133,6 +149,21 @@ class NumpyOps:
     def sum0(self, x):
         return x.sum(axis=0)
 
+    def exp(self, x):
+        return self.np.exp(x)
+
+    def rsqrt(self, x):
+        return 1.0 / self.np.sqrt(x)
+
+    def rowmax(self, x):
+        return x.max(axis=-1, keepdims=True)
+
+    def rowsum(self, x):
+        return x.sum(axis=-1, keepdims=True)
+
+    def rowmean(self, x):
+        return x.mean(axis=-1, keepdims=True)
+
 
 class TorchOps:
     def __init__(self, torch):
@@ -149,6 +180,21 @@ class TorchOps:
 
     def sum0(self, x):
         return x.sum(dim=0)
+
+    def exp(self, x):
+        return self.torch.exp(x)
+
+    def rsqrt(self, x):
+        return 1.0 / self.torch.sqrt(x)
+
+    def rowmax(self, x):
+        return x.amax(dim=-1, keepdim=True)
+
+    def rowsum(self, x):
+        return x.sum(dim=-1, keepdim=True)
+
+    def rowmean(self, x):
+        return x.mean(dim=-1, keepdim=True)
 
 
 class JaxOps:
@@ -167,6 +213,21 @@ class JaxOps:
 
     def sum0(self, x):
         return x.sum(axis=0)
+
+    def exp(self, x):
+        return self.jnp.exp(x)
+
+    def rsqrt(self, x):
+        return 1.0 / self.jnp.sqrt(x)
+
+    def rowmax(self, x):
+        return x.max(axis=-1, keepdims=True)
+
+    def rowsum(self, x):
+        return x.sum(axis=-1, keepdims=True)
+
+    def rowmean(self, x):
+        return x.mean(axis=-1, keepdims=True)
 
 
 # --- The graph file --------------------------------------------------------------------------

@@ -328,3 +328,33 @@ fn the_books_cuda_listing_is_the_emitters() {
         "book/src/generated/lstm_cell.cu is stale (rerun with FUSEBOX_BLESS=1 to update)"
     );
 }
+
+/// The softmax row kernel in the "Reductions inside kernels" section is what the C emitter
+/// produces for examples/softmax.ron today (the kernel function; the prelude is the lowering
+/// chapter's).
+#[test]
+fn the_books_softmax_listing_is_the_emitters() {
+    let rules = fusebox::rules::RuleSet::defaults();
+    let graph = fusebox::graph::file::load(&repo().join("examples/softmax.ron"), &rules.ops)
+        .unwrap()
+        .0;
+    let optimized =
+        fusebox::optimize::optimize(&graph, &rules, &fusebox::optimize::Options::default())
+            .unwrap();
+    let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
+    assert_eq!(program.kernels.len(), 1, "softmax is one kernel");
+    let module = fusebox::backend::cpu::module_source(&program).0;
+    let start = module
+        .rfind("\nvoid fb_")
+        .expect("the module defines the kernel");
+    let source = &module[start + 1..];
+    let path = repo().join("book/src/generated/softmax.c");
+    if std::env::var_os("FUSEBOX_BLESS").is_some() {
+        std::fs::write(&path, source).unwrap();
+    }
+    let book = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        book == source,
+        "book/src/generated/softmax.c is stale (rerun with FUSEBOX_BLESS=1 to update)"
+    );
+}

@@ -86,7 +86,9 @@ enum Fusion {
 
 /// Lowers `graph` the way `fusebox run` would, without compiling anything.
 fn program(graph: &Graph, fusion: Fusion, amp: Option<&str>) -> fusebox::Result<Program> {
-    let rules = rules();
+    let mut rules = rules();
+    // The CUDA backend partitions with `Rows` read as `End` (`Target::ROW_KERNELS`).
+    rules.fusion = rules.fusion.rows_as_end();
     let (dag, partition) = match fusion {
         Fusion::Fused(profile) => {
             let optimized = optimize(

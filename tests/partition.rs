@@ -110,6 +110,12 @@ fn check_invariants(dag: &Dag, p: &Partition, fusion: &FusionRules) {
                             Role::End,
                             "an End result is consumed inside its kernel"
                         );
+                        if fusion.role(&dag.nodes[q].op) == Role::Rows {
+                            assert!(
+                                partition::row_reduction(dag, q),
+                                "a Rows result consumed inside its kernel is a row reduction"
+                            );
+                        }
                     }
                 }
             }
@@ -179,8 +185,11 @@ fn check_invariants(dag: &Dag, p: &Partition, fusion: &FusionRules) {
                     );
                     for &n in &kernel.nodes {
                         assert!(
-                            matches!(fusion.role(&dag.nodes[n].op), Role::Join | Role::End),
-                            "only Join and End nodes share a generated kernel"
+                            matches!(
+                                fusion.role(&dag.nodes[n].op),
+                                Role::Join | Role::End | Role::Rows
+                            ),
+                            "only Join, End and Rows nodes share a generated kernel"
                         );
                     }
                 }

@@ -286,6 +286,8 @@ pub(crate) trait Spelling {
             Instr::Const { value, prec } => self.literal(*value, *prec),
             Instr::Int { value } => self.int_literal(*value),
             Instr::Widen { x } => format!("(double){}", v(*x)),
+            // The row's result, which the row loops define before the passes that read it.
+            Instr::RowReduce { .. } => format!("r{id}"),
             Instr::Round { x, dtype } => self.round(ir.prec(*x), *dtype, &v(*x)),
             Instr::Neg { x, prec: Prec::I64 } => self.int_neg(&v(*x)),
             Instr::Neg { x, .. } => format!("(-{})", v(*x)),

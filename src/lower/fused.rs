@@ -1,5 +1,7 @@
 //! A fused kernel: pointwise nodes, broadcasts and reductions ending the kernel, over one
-//! iteration domain, as straight-line SSA.
+//! iteration domain, as straight-line SSA. A kernel in which a reduction's result is consumed
+//! is a row kernel (see [`super::ir`]): each of its reductions is a row reduction of the
+//! domain ([`crate::partition::row_reduction`]) and becomes an [`Instr::RowReduce`].
 //!
 //! Each pointwise node is lowered the way the reference evaluator applies it
 //! (`eval::pointwise`): operands rounded to the op's common dtype, the formula at the compute
@@ -300,6 +302,55 @@ impl Builder<'_> {
         })
     }
 
+    /// Row reduction node `n` of a row kernel: an [`Instr::RowReduce`] of its operand, which
+    /// later nodes read like any value. Returns the view and strides of its result as a
+    /// store: one element per row, contiguous over the outer axes.
+    fn row_reduction(&mut self, n: usize) -> Result<(View, Vec<i64>)> {
+        let dag = self.dag;
+        let node = &dag.nodes[n];
+        let x = node.args[0];
+        if !crate::partition::row_reduction(dag, n) || dag.ty(x).shape != self.domain {
+            return Err(lower_error(
+                dag,
+                n,
+                "a reduction consumed inside its kernel must reduce the innermost axis of the \
+                 kernel's domain, one result per row"
+                    .into(),
+            ));
+        }
+        let kind = match node.op.builtin() {
+            Some(Builtin::Mean) => ReduceKind::Mean,
+            Some(Builtin::ReduceMax) => ReduceKind::Max,
+            _ => ReduceKind::Sum,
+        };
+        let (value, _) = self.value(x)?;
+        let value = self.accumulated(value, node.ty.dtype);
+        let id = self.push(Instr::RowReduce {
+            kind,
+            x: value,
+            dtype: node.ty.dtype,
+        });
+        self.values.insert(Value::Node(n), (id, node.ty.dtype));
+        let rank = self.domain.len();
+        let mut sizes = self.domain.clone();
+        sizes[rank - 1] = 1;
+        let mut strides = super::view::contiguous_strides(&sizes);
+        strides[rank - 1] = 0;
+        let view = super::view::classify(node.ty.dtype, &sizes, &mut strides);
+        Ok((view, strides))
+    }
+
+    /// `value` at the precision a reduction to `dtype` accumulates it in: integer results
+    /// accumulate exact integers (a bool summed into i64 becomes 0 or 1); float results
+    /// accumulate floats (an integer averaged by `mean` becomes its f64).
+    fn accumulated(&mut self, value: ValueId, dtype: DType) -> ValueId {
+        match (dtype.category(), self.ir.prec(value)) {
+            (Category::Integer, _) => self.at_prec(value, Prec::I64),
+            (_, Prec::I64) => self.at_prec(value, Prec::F64),
+            _ => value,
+        }
+    }
+
     /// Reduction node `n` ending the kernel: the output view has stride 0 on reduced axes.
     fn reduction(&mut self, n: usize) -> Result<Vec<i64>> {
         let dag = self.dag;
@@ -374,13 +425,7 @@ impl Builder<'_> {
             axes,
         };
         let (value, _) = self.value(x)?;
-        // Integer results accumulate exact integers (a bool summed into i64 becomes 0 or 1);
-        // float results accumulate floats (an integer averaged by `mean` becomes its f64).
-        let value = match (node.ty.dtype.category(), self.ir.prec(value)) {
-            (Category::Integer, _) => self.at_prec(value, Prec::I64),
-            (_, Prec::I64) => self.at_prec(value, Prec::F64),
-            _ => value,
-        };
+        let value = self.accumulated(value, node.ty.dtype);
         self.ir.reductions.push(Reduction {
             kind,
             value,
@@ -416,6 +461,15 @@ pub(super) fn lower_fused(
         values: HashMap::new(),
     };
     let mut reduction_args: Vec<(Value, Vec<i64>)> = Vec::new();
+    // A row kernel: some reduction's result is read by another node of the kernel.
+    let is_reduction = |n: usize| dag.nodes[n].op.kind() == OpKind::Reduction;
+    let row_kernel = nodes.iter().any(|&m| {
+        dag.nodes[m]
+            .args
+            .iter()
+            .any(|&a| matches!(a, Value::Node(p) if is_reduction(p) && nodes.contains(&p)))
+    });
+    let mut row_views: HashMap<Value, (View, Vec<i64>)> = HashMap::new();
     for &n in nodes {
         let node = &dag.nodes[n];
         match (node.op.kind(), node.op.builtin()) {
@@ -424,6 +478,10 @@ pub(super) fn lower_fused(
                 // The domain does the broadcasting: the value at each point is the operand's.
                 let v = b.value(node.args[0])?;
                 b.values.insert(Value::Node(n), v);
+            }
+            (OpKind::Reduction, _) if row_kernel => {
+                let view = b.row_reduction(n)?;
+                row_views.insert(Value::Node(n), view);
             }
             // A view is loaded where it is used (a view only another view reads is no load).
             (OpKind::Layout, _) => {}
@@ -465,8 +523,12 @@ pub(super) fn lower_fused(
             (None, _) => return Err(b.shape_error(out)),
         };
         let ty = dag.ty(out);
-        let Some((view, strides)) = broadcast_view(dtype, &ty.shape, &domain) else {
-            return Err(b.shape_error(out));
+        let (view, strides) = match row_views.get(&out) {
+            Some(row) => row.clone(),
+            None => match broadcast_view(dtype, &ty.shape, &domain) {
+                Some(found) => found,
+                None => return Err(b.shape_error(out)),
+            },
         };
         b.ir.stores.push(Store { value, view });
         store_args.push((out, strides, 0));

@@ -21,6 +21,20 @@
 //! signed overflow is undefined in C); an i32 result is wrapped to 32 bits by its `Round`.
 //! Rounding happens only where an [`Instr::Round`] says so, which is where the unfused graph
 //! rounds: operands converted to an op's common dtype, and each result to its dtype.
+//!
+//! # Row kernels
+//!
+//! A kernel whose body holds [`Instr::RowReduce`]s is a *row kernel*: its domain splits into
+//! the outer axes (one point of them is a *row*) and the innermost axis (the row's elements).
+//! A `RowReduce` is the reduction of a value over the row it is evaluated in, broadcast along
+//! that row, so later instructions may read it. Each row is visited in passes
+//! ([`KernelIr::levels`]): pass `p` evaluates the values of level at most `p` at every element
+//! of the row and accumulates the `RowReduce`s of level `p + 1`; the last pass writes the
+//! stores. Softmax makes three passes (max; sum of exponentials; normalize), layernorm three
+//! (mean; variance; normalize), and independent reductions of one row share a pass. A row
+//! kernel has no [`Reduction`]s: every reduction in it is a `RowReduce`, and a result a row
+//! kernel writes is a [`Store`] (broadcast along the innermost axis when it has one element per
+//! row). Nothing here depends on sizes either: a row is whatever the innermost size is.
 
 use crate::dtype::DType;
 use crate::formula::{BinOp, Func};
@@ -104,6 +118,16 @@ pub enum Instr {
         b: ValueId,
         prec: Prec,
     },
+    /// The reduction of `x` over the innermost axis (the current row), rounded once to
+    /// `dtype` and held at `Prec::of(dtype)`: the same value at every element of the row.
+    /// Accumulates as [`Reduction`] does (floats in f64, integers in wrapping i64; `x` is held
+    /// at `Prec::I64` exactly when `dtype` is an integer). Only in row kernels (see the module
+    /// documentation).
+    RowReduce {
+        kind: ReduceKind,
+        x: ValueId,
+        dtype: DType,
+    },
     /// A formula primitive at precision `prec`, with the reference interpreter's semantics
     /// (`min`/`max` propagate NaN and order −0 below +0; `select(c, a, b)` is `c != 0 ? a :
     /// b`; `rsqrt(x)` is `1 / sqrt(x)`).
@@ -119,7 +143,10 @@ impl Instr {
     pub fn operands(&self) -> Vec<ValueId> {
         match self {
             Instr::Load { .. } | Instr::Const { .. } | Instr::Int { .. } => Vec::new(),
-            Instr::Widen { x } | Instr::Round { x, .. } | Instr::Neg { x, .. } => vec![*x],
+            Instr::Widen { x }
+            | Instr::Round { x, .. }
+            | Instr::Neg { x, .. }
+            | Instr::RowReduce { x, .. } => vec![*x],
             Instr::Binary { a, b, .. } => vec![*a, *b],
             Instr::Call { args, .. } => args.clone(),
         }
@@ -203,8 +230,42 @@ impl KernelIr {
             | Instr::Call { prec, .. } => *prec,
             Instr::Widen { .. } => Prec::F64,
             Instr::Int { .. } => Prec::I64,
-            Instr::Round { dtype, .. } => Prec::of(*dtype),
+            Instr::Round { dtype, .. } | Instr::RowReduce { dtype, .. } => Prec::of(*dtype),
         }
+    }
+
+    /// Whether this is a row kernel: its body holds [`Instr::RowReduce`]s.
+    pub fn is_row_kernel(&self) -> bool {
+        self.body
+            .iter()
+            .any(|i| matches!(i, Instr::RowReduce { .. }))
+    }
+
+    /// Per SSA value, the pass over a row from which it can be computed: 0 for values that
+    /// need no reduction of the row, and for a `RowReduce` one more than its operand's (it is
+    /// accumulated in the pass of its operand and read from the next); any other value takes
+    /// the highest level of its operands. All 0 outside row kernels.
+    pub fn levels(&self) -> Vec<usize> {
+        let mut level = vec![0usize; self.body.len()];
+        for (id, instr) in self.body.iter().enumerate() {
+            let top = instr
+                .operands()
+                .iter()
+                .map(|&x| level.get(x).copied().unwrap_or(0))
+                .max()
+                .unwrap_or(0);
+            level[id] = match instr {
+                Instr::RowReduce { .. } => top + 1,
+                _ => top,
+            };
+        }
+        level
+    }
+
+    /// How many passes a row kernel makes over each row: one per level of `RowReduce`s, plus
+    /// the last one, which stores. 1 for any other kernel.
+    pub fn passes(&self) -> usize {
+        self.levels().into_iter().max().unwrap_or(0) + 1
     }
 }
 

@@ -58,6 +58,13 @@ pub enum IrError {
     /// Reduction `reduction` has an integer output but reduces a value not held as an integer
     /// (`Prec::I64`), or the other way round: integers accumulate exactly, floats in f64.
     ReducedPrecision { reduction: usize },
+    /// Value `value` is a row reduction of a value whose precision does not match its dtype
+    /// (integers accumulate exactly, at `Prec::I64`; floats and bools from a float
+    /// precision).
+    RowReducePrecision { value: ValueId },
+    /// A row kernel (one with [`Instr::RowReduce`]s) also has reductions ending it; its
+    /// reductions are all row reductions.
+    RowKernelReduction,
 }
 
 impl fmt::Display for IrError {
@@ -112,6 +119,14 @@ impl fmt::Display for IrError {
                 f,
                 "reduced mask rank (reduction {reduction}: {len} entries, rank {rank})"
             ),
+            IrError::RowReducePrecision { value } => write!(
+                f,
+                "row reduction v{value} reduces a value whose precision does not match its dtype"
+            ),
+            IrError::RowKernelReduction => write!(
+                f,
+                "a row kernel's reductions are all row reductions, none ends the kernel"
+            ),
             IrError::ReductionOutput { reduction, axis } => write!(
                 f,
                 "a reduction's output is broadcast exactly on its reduced axes \
@@ -128,7 +143,8 @@ impl KernelIr {
     /// the domain's rank with `Unit` only innermost, loads of existing views, call arities, SSA
     /// order, operands at their instruction's precision, stores of existing values at their
     /// dtype's precision, reduction masks of the domain's rank with outputs broadcast exactly
-    /// on the reduced axes, and, last, f32 literals that f32 represents. Returns the first
+    /// on the reduced axes (none in a row kernel, whose row reductions reduce values of their
+    /// dtype's kind of precision), and, last, f32 literals that f32 represents. Returns the first
     /// violation, in that order.
     pub fn verify(&self) -> Result<(), IrError> {
         if self.rank < 1 {
@@ -168,6 +184,11 @@ impl KernelIr {
                 Instr::Widen { x } if self.prec(*x) != Prec::F32 => {
                     return Err(IrError::WidensDouble { value });
                 }
+                Instr::RowReduce { x, dtype, .. }
+                    if (self.prec(*x) == Prec::I64) != (Prec::of(*dtype) == Prec::I64) =>
+                {
+                    return Err(IrError::RowReducePrecision { value });
+                }
                 Instr::Neg { prec, .. } | Instr::Binary { prec, .. } | Instr::Call { prec, .. } => {
                     if let Some(&operand) = operands.iter().find(|&&x| self.prec(x) != *prec) {
                         return Err(IrError::OperandPrecision { value, operand });
@@ -186,6 +207,9 @@ impl KernelIr {
             if self.prec(s.value) != Prec::of(s.view.dtype) {
                 return Err(IrError::StorePrecision { store });
             }
+        }
+        if self.is_row_kernel() && !self.reductions.is_empty() {
+            return Err(IrError::RowKernelReduction);
         }
         for (reduction, red) in self.reductions.iter().enumerate() {
             if red.value >= self.body.len() {

@@ -65,11 +65,16 @@ struct Group {
     /// Σ formula terms of its nodes: the size of its loop body (`max_kernel_terms`).
     terms: usize,
     domain: Shape,
-    /// Holds an `End` node: the domain is that node's input shape and cannot change.
+    /// Holds an `End` or `Rows` node: the domain is that node's input shape and cannot change.
     fixed: bool,
     /// Values its view members read through their views ([`Role::is_view`]): they come from
     /// memory, so the kernel producing them can never merge into this one.
     view_sources: Vec<Value>,
+    /// Consumes a `Rows` reduction inside: a row kernel, whose reductions must all be row
+    /// reductions over its domain.
+    rows: bool,
+    /// Holds a reduction that is not a `Rows` row reduction, which a row kernel cannot hold.
+    other_end: bool,
     rank: u64,
     total_us: f64,
     /// Uses of its values by nodes of other kernels: consumer kernel (possibly merged away
@@ -84,6 +89,8 @@ struct Plan {
     view: Option<(Value, Strided)>,
     domain: Shape,
     fixed: bool,
+    rows: bool,
+    other_end: bool,
     in_bytes: u64,
     in_count: usize,
     out_count: usize,
@@ -135,6 +142,9 @@ struct Builder<'a> {
     /// Per placed view node: the value its kernel reads through it (its operand, or the source
     /// of the view it extends in the same kernel) and the strides over that value's buffer.
     view_of: Vec<Option<(Value, Strided)>>,
+    /// Per node: a `Rows` node that is a row reduction ([`super::row_reduction`]), whose
+    /// result may be consumed inside its kernel.
+    row: Vec<bool>,
     /// Each assigned node's kernel, always canonical.
     group_of: Vec<u32>,
     /// Kernels merged away point to the kernel that absorbed them.
@@ -163,6 +173,9 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
     let facts = Facts::new(dag, profile);
     let n = dag.nodes.len();
     let role: Vec<Role> = dag.nodes.iter().map(|node| fusion.role(&node.op)).collect();
+    let row = (0..n)
+        .map(|i| role[i] == Role::Rows && super::row_reduction(dag, i))
+        .collect();
     let absorbable = (0..n)
         .map(|c| fusion.library_casts && absorbable_cast(&facts, &role, c))
         .collect();
@@ -179,6 +192,7 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
         role,
         view_plan,
         view_of: vec![None; n],
+        row,
         group_of: vec![u32::MAX; n],
         parent: Vec::new(),
         groups: Vec::new(),
@@ -259,7 +273,7 @@ impl Builder<'_> {
     }
 
     fn place(&mut self, n: usize) {
-        if matches!(self.role[n], Role::Join | Role::End) {
+        if matches!(self.role[n], Role::Join | Role::End | Role::Rows) {
             let producers = self.producer_groups(n);
             let plan = self.best_plan(n, &producers);
             if self.absorbable[n] && plan.as_ref().is_none_or(|p| self.absorb_pays(n, p)) {
@@ -405,15 +419,17 @@ impl Builder<'_> {
         // Operands: uses moving inside, and producer kernels staying outside.
         let mut internal_uses = Vec::new();
         let mut outside = Vec::new();
+        let mut consumes_rows = false;
         for &arg in &node.args {
             if let Value::Node(p) = arg
                 && !self.facts.literal[p]
             {
                 let g = self.group_of[p];
                 if member(self, g) {
-                    if self.role[p] == Role::End {
+                    if !self.consumable(p) {
                         return None;
                     }
+                    consumes_rows |= self.role[p] == Role::Rows;
                     internal_uses.push(p);
                 } else if !outside.contains(&g) {
                     outside.push(g);
@@ -430,9 +446,10 @@ impl Builder<'_> {
                         continue;
                     }
                     for &p in producers {
-                        if self.role[p] == Role::End {
+                        if !self.consumable(p) {
                             return None;
                         }
+                        consumes_rows |= self.role[p] == Role::Rows;
                         internal_uses.push(p);
                         if !internal_inputs.contains(&Value::Node(p)) {
                             internal_inputs.push(Value::Node(p));
@@ -444,7 +461,13 @@ impl Builder<'_> {
 
         // Iteration domain.
         let shape = self.facts.iter_shape(n);
-        let mut fixed: Option<&Shape> = (self.role[n] == Role::End).then_some(shape);
+        let rows = consumes_rows || members.iter().any(|&m| self.group(m).rows);
+        let other_end = self.other_end(n) || members.iter().any(|&m| self.group(m).other_end);
+        if rows && other_end {
+            return None;
+        }
+        let mut fixed: Option<&Shape> =
+            matches!(self.role[n], Role::End | Role::Rows).then_some(shape);
         for &m in members {
             let g = self.group(m);
             if g.fixed {
@@ -564,6 +587,8 @@ impl Builder<'_> {
             view,
             domain,
             fixed: is_fixed,
+            rows,
+            other_end,
             in_bytes,
             in_count,
             out_count,
@@ -652,6 +677,27 @@ impl Builder<'_> {
         Some((source, plan.view(&base, x_shape, &node.ty.shape)?))
     }
 
+    /// Whether node `p`'s result may be read by another node of its kernel: anything but an
+    /// `End` node or a `Rows` node that is not a row reduction. (The row kernel's domain is
+    /// then the reduction's input shape: `Rows` fixes it like `End`.)
+    fn consumable(&self, p: usize) -> bool {
+        match self.role[p] {
+            Role::End => false,
+            Role::Rows => self.row[p],
+            _ => true,
+        }
+    }
+
+    /// Whether `n` is a reduction a row kernel cannot hold: an `End` node, or a `Rows` node
+    /// over other axes than the innermost.
+    fn other_end(&self, n: usize) -> bool {
+        match self.role[n] {
+            Role::End => true,
+            Role::Rows => !self.row[n],
+            _ => false,
+        }
+    }
+
     /// `n` as a kernel of its own (not yet registered).
     fn singleton(&self, n: usize) -> Group {
         let role = self.role[n];
@@ -667,8 +713,10 @@ impl Builder<'_> {
             per_element: self.facts.flops_per_element[n],
             terms: self.facts.terms[n],
             domain: self.facts.iter_shape(n).clone(),
-            fixed: role == Role::End,
+            fixed: matches!(role, Role::End | Role::Rows),
             view_sources: Vec::new(),
+            rows: false,
+            other_end: self.other_end(n),
             rank: 0,
             total_us,
             succ: HashMap::new(),
@@ -808,6 +856,8 @@ impl Builder<'_> {
             domain: self.facts.iter_shape(n).clone(),
             fixed: false,
             view_sources: Vec::new(),
+            rows: false,
+            other_end: false,
             rank: 0,
             total_us,
             succ: HashMap::new(),
@@ -872,6 +922,8 @@ impl Builder<'_> {
             s.terms = plan.terms;
             s.domain = plan.domain;
             s.fixed = plan.fixed;
+            s.rows = plan.rows;
+            s.other_end = plan.other_end;
             s.total_us = plan.total_us;
             debug_assert_eq!(s.inputs.len(), plan.in_count);
         }

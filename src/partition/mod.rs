@@ -387,10 +387,61 @@ pub(crate) fn fits(part: &[usize], domain: &[usize]) -> bool {
     crate::shape::broadcasts_to(part, domain) && (numel(domain) > 0 || numel(part) == 0)
 }
 
+/// Whether node `n` is a *row reduction*: a reduction of the innermost axis of its input
+/// (other reduced axes, if any, have size 1) whose result, right-aligned against that input,
+/// has one element per row: the input's shape with the innermost axis made 1. Such a result
+/// may be consumed inside its kernel where fusion.ron gives it the role `Rows`: every point of
+/// the kernel's domain (the input's shape) reads the result of its own row.
+///
+/// The alignment matters as much as the axes: `sum(x, axes = [1])` of a `[4, 4]` without
+/// `keepdim` is `[4]`, which broadcasts against `[4, 4]` along the *other* axis, so a
+/// consumer would read column sums where a row kernel holds row sums. It stays `End`.
+pub fn row_reduction(dag: &Dag, n: usize) -> bool {
+    let node = &dag.nodes[n];
+    let (OpKind::Reduction, Some(&x)) = (node.op.kind(), node.args.first()) else {
+        return false;
+    };
+    let x_shape = &dag.ty(x).shape;
+    let Some(last) = x_shape.len().checked_sub(1) else {
+        return false;
+    };
+    let Ok((plan, _)) = crate::graph::check::plan_builtin(
+        node.op.builtin().unwrap_or(Builtin::Sum),
+        &[x_shape],
+        &node.attrs,
+    ) else {
+        return false;
+    };
+    let reduced: Vec<bool> = match plan {
+        crate::graph::check::BuiltinPlan::Reduce { axes, .. } => {
+            (0..=last).map(|d| axes.contains(&d)).collect()
+        }
+        crate::graph::check::BuiltinPlan::SumToSize(target) => {
+            let Some(lead) = x_shape.len().checked_sub(target.len()) else {
+                return false;
+            };
+            (0..=last)
+                .map(|d| d < lead || target[d - lead] == 1)
+                .collect()
+        }
+        _ => return false,
+    };
+    let axes_ok = reduced[last] && (0..last).all(|d| !reduced[d] || x_shape[d] == 1);
+    let out = &node.ty.shape;
+    if !axes_ok || out.len() > x_shape.len() {
+        return false;
+    }
+    let pad = x_shape.len() - out.len();
+    (0..=last).all(|d| {
+        let o = if d < pad { 1 } else { out[d - pad] };
+        if d == last { o == 1 } else { o == x_shape[d] }
+    })
+}
+
 /// The kernel kind a node of this role starts.
 pub(crate) fn kind_of(role: Role) -> KernelKind {
     match role {
-        Role::Join | Role::End => KernelKind::Fused,
+        Role::Join | Role::End | Role::Rows => KernelKind::Fused,
         Role::Alone => KernelKind::Alone,
         Role::Never => KernelKind::Library,
     }

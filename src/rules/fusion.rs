@@ -38,6 +38,14 @@ pub enum Role {
     /// the kernel's iteration domain is fixed to the node's input shape. Reductions: their
     /// result is complete only once the whole domain has been visited.
     End,
+    /// A reduction that is `End`, except when it reduces the innermost axis of its input and
+    /// nothing else (a *row* reduction: softmax's max and sum, layernorm's mean and variance).
+    /// Then ops iterating over the same rows may consume its result inside its kernel: the
+    /// kernel's domain is the reduction's input shape, and it makes one pass over each row per
+    /// level of reductions, the earlier passes computing the reductions the later ones read.
+    /// Every reduction in such a kernel must be a row reduction over the same domain.
+    /// Reductions over outer axes (column sums, `sum_to_size` to `[1, N]`) stay `End`.
+    Rows,
     /// A kernel of its own (a copy) that nothing joins. Every op but an opaque one may be
     /// `Alone`.
     Alone,
@@ -58,9 +66,12 @@ impl Role {
                 "`Never` marks a library call and only opaque ops are library calls; a {kind:?} op that must not fuse is `Alone`"
             )),
             (OpKind::Reduction, Role::Join) => Err(
-                "a reduction's result is complete only after its whole domain is visited, so nothing in its kernel can consume it: its role is `End` or `Alone`, not `Join`"
+                "a reduction's result is complete only after its whole domain is visited, so nothing in its kernel can consume it: its role is `End`, `Rows` or `Alone`, not `Join`"
                     .into(),
             ),
+            (OpKind::Pointwise | OpKind::Layout, Role::Rows) => Err(format!(
+                "`Rows` lets a reduction's result be consumed along the rows it reduced; a {kind:?} op reduces nothing, so it cannot be `Rows`"
+            )),
             (OpKind::Layout, Role::End) => Err(
                 "a layout op reduces nothing, so it cannot end a kernel: broadcast_to, reshape, transpose and slice may be `Join` (a kernel reads them through views) or `Alone` (a copy of their own), concat only `Alone`"
                     .into(),
@@ -343,6 +354,21 @@ impl FusionRules {
         }
     }
 
+    /// These rules with every `Rows` role read as `End`: for a backend that cannot run row
+    /// kernels ([`crate::backend::Target::ROW_KERNELS`]), the partitions it had before `Rows`.
+    pub fn rows_as_end(&self) -> FusionRules {
+        let demote = |role: Role| if role == Role::Rows { Role::End } else { role };
+        FusionRules {
+            kinds: self.kinds.map(demote),
+            ops: self
+                .ops
+                .iter()
+                .map(|(k, &r)| (k.clone(), demote(r)))
+                .collect(),
+            ..self.clone()
+        }
+    }
+
     /// The role an op of `kind` gets unless `ops` names it.
     pub fn kind_role(&self, kind: OpKind) -> Role {
         self.kinds[kind_index(kind)]
@@ -363,8 +389,17 @@ mod tests {
         assert_eq!(role("transpose"), Role::Join);
         assert!(Role::Join.is_view(ops.get("transpose").unwrap()));
         assert_eq!(role("concat"), Role::Alone);
-        assert_eq!(role("sum_to_size"), Role::End);
+        assert_eq!(role("sum_to_size"), Role::Rows);
+        assert_eq!(role("mean"), Role::Rows);
         assert_eq!(role("matmul"), Role::Never);
+        // A backend without row kernels reads `Rows` as `End`, and nothing else changes.
+        let demoted = rules.rows_as_end();
+        assert_eq!(demoted.role(ops.get("sum").unwrap()), Role::End);
+        assert_eq!(demoted.role(ops.get("sigmoid").unwrap()), Role::Join);
+        // Only reductions can be `Rows`.
+        assert!(Role::Rows.check(OpKind::Pointwise).is_err());
+        assert!(Role::Rows.check(OpKind::Layout).is_err());
+        assert!(Role::Rows.check(OpKind::Reduction).is_ok());
         assert_eq!(rules.max_kernel_args, 64);
         assert_eq!(rules.max_kernel_ops, 128);
         assert_eq!(rules.max_kernel_terms, 4096);

@@ -8,7 +8,7 @@
 use super::buffer::Buffer;
 use crate::dtype::{Category, DType};
 use crate::formula::{BinOp, Func};
-use crate::lower::ir::{Instr, KernelIr, Launch, Prec, ReduceKind};
+use crate::lower::ir::{Axis, Instr, KernelIr, Launch, Prec, ReduceKind};
 use crate::lower::{Program, Step};
 use crate::tensor::{float_to_int, int_to_float, wrap_int};
 
@@ -145,8 +145,66 @@ fn binary(op: BinOp, a: f64, b: f64) -> f64 {
     }
 }
 
+/// Evaluates SSA value `i` at the current point into `vals` or `ints` (by its precision);
+/// `load(view)` is the buffer of load view `view` and the index of the current point in it.
+/// A row reduction's value is the row's result, set by [`run_rows`] before the passes that
+/// read it, so it is left as it is.
+fn eval<'b>(
+    ir: &KernelIr,
+    i: usize,
+    vals: &mut [f64],
+    ints: &mut [i64],
+    load: impl Fn(usize) -> (&'b Buffer, usize),
+) {
+    let instr = &ir.body[i];
+    let prec = ir.prec(i);
+    if prec == Prec::I64 {
+        ints[i] = match instr {
+            Instr::Load { view } => {
+                let (b, at) = load(*view);
+                b.get_int(at)
+            }
+            Instr::Int { value } => *value,
+            Instr::Round { x, dtype } if ir.prec(*x) == Prec::I64 => round_int(ints[*x], *dtype).1,
+            Instr::Round { x, dtype } => float_to_int(*dtype, vals[*x]),
+            Instr::Neg { x, .. } => ints[*x].wrapping_neg(),
+            Instr::Binary { op, a, b, .. } => int_binary(*op, ints[*a], ints[*b]),
+            Instr::Call { func, args, .. } => {
+                let xs: Vec<i64> = args.iter().map(|&a| ints[a]).collect();
+                int_call(*func, &xs)
+            }
+            Instr::Const { value, .. } => *value as i64,
+            Instr::Widen { x } => vals[*x] as i64,
+            Instr::RowReduce { .. } => return,
+        };
+        return;
+    }
+    vals[i] = match instr {
+        Instr::Int { value } => *value as f64,
+        Instr::Round { x, dtype } if ir.prec(*x) == Prec::I64 => round_int(ints[*x], *dtype).0,
+        Instr::Load { view } => {
+            let (b, at) = load(*view);
+            b.get(at)
+        }
+        Instr::Const { value, .. } => *value,
+        Instr::Widen { x } => vals[*x],
+        Instr::RowReduce { .. } => return,
+        Instr::Round { x, dtype } => dtype.round(vals[*x]),
+        Instr::Neg { x, .. } => -vals[*x],
+        Instr::Binary { op, a, b, .. } => at(prec, binary(*op, vals[*a], vals[*b])),
+        Instr::Call { func, args, .. } => {
+            let xs: Vec<f64> = args.iter().map(|&a| vals[a]).collect();
+            at(prec, call(*func, &xs, prec))
+        }
+    };
+}
+
 /// Runs one launch. `buffers` are the arguments in [`KernelIr::views`] order.
 pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
+    if ir.is_row_kernel() {
+        run_rows(ir, launch, buffers);
+        return;
+    }
     let rank = ir.rank;
     let sizes: Vec<usize> = launch.sizes.iter().map(|&s| s as usize).collect();
     let total: usize = sizes.iter().product();
@@ -204,43 +262,10 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
             coord[d] = rest % sizes[d];
             rest /= sizes[d];
         }
-        for (i, instr) in ir.body.iter().enumerate() {
-            let prec = ir.prec(i);
-            if prec == Prec::I64 {
-                ints[i] = match instr {
-                    Instr::Load { view } => buffers[*view].get_int(index(*view, &coord)),
-                    Instr::Int { value } => *value,
-                    Instr::Round { x, dtype } if ir.prec(*x) == Prec::I64 => {
-                        round_int(ints[*x], *dtype).1
-                    }
-                    Instr::Round { x, dtype } => float_to_int(*dtype, vals[*x]),
-                    Instr::Neg { x, .. } => ints[*x].wrapping_neg(),
-                    Instr::Binary { op, a, b, .. } => int_binary(*op, ints[*a], ints[*b]),
-                    Instr::Call { func, args, .. } => {
-                        let xs: Vec<i64> = args.iter().map(|&a| ints[a]).collect();
-                        int_call(*func, &xs)
-                    }
-                    Instr::Const { value, .. } => *value as i64,
-                    Instr::Widen { x } => vals[*x] as i64,
-                };
-                continue;
-            }
-            vals[i] = match instr {
-                Instr::Int { value } => *value as f64,
-                Instr::Round { x, dtype } if ir.prec(*x) == Prec::I64 => {
-                    round_int(ints[*x], *dtype).0
-                }
-                Instr::Load { view } => buffers[*view].get(index(*view, &coord)),
-                Instr::Const { value, .. } => *value,
-                Instr::Widen { x } => vals[*x],
-                Instr::Round { x, dtype } => dtype.round(vals[*x]),
-                Instr::Neg { x, .. } => -vals[*x],
-                Instr::Binary { op, a, b, .. } => at(prec, binary(*op, vals[*a], vals[*b])),
-                Instr::Call { func, args, .. } => {
-                    let xs: Vec<f64> = args.iter().map(|&a| vals[a]).collect();
-                    at(prec, call(*func, &xs, prec))
-                }
-            };
+        for i in 0..ir.body.len() {
+            eval(ir, i, &mut vals, &mut ints, |view| {
+                (&*buffers[view], index(view, &coord))
+            });
         }
         for (s, store) in ir.stores.iter().enumerate() {
             let arg = loads + s;
@@ -299,6 +324,160 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
                 a
             };
             buffers[arg].set(i + launch.offsets[arg] as usize, v);
+        }
+    }
+}
+
+/// Runs one launch of a row kernel: row by row, pass by pass, as the module documentation of
+/// [`crate::lower::ir`] describes. Stores with one element per row are written after the last
+/// pass (from the row's results, so also for an empty row); the others in the last pass.
+fn run_rows(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
+    let rank = ir.rank;
+    let inner_axis = rank - 1;
+    let sizes: Vec<usize> = launch.sizes.iter().map(|&s| s as usize).collect();
+    let inner = sizes[inner_axis];
+    let outer: usize = sizes[..inner_axis].iter().product();
+    let loads = ir.loads.len();
+    let levels = ir.levels();
+    let passes = ir.passes();
+    let index = |arg: usize, coord: &[usize]| -> usize {
+        let off = launch.offsets[arg]
+            + coord
+                .iter()
+                .zip(&launch.strides[arg])
+                .map(|(&c, &s)| c as i64 * s)
+                .sum::<i64>();
+        off as usize
+    };
+    // Which values each per-row store needs, so an empty row loads nothing.
+    let mut needed = vec![false; ir.body.len()];
+    for store in &ir.stores {
+        if store.view.axes[inner_axis] == Axis::Broadcast {
+            needed[store.value] = true;
+        }
+    }
+    for id in (0..ir.body.len()).rev() {
+        if needed[id] && !matches!(ir.body[id], Instr::RowReduce { .. }) {
+            for x in ir.body[id].operands() {
+                needed[x] = true;
+            }
+        }
+    }
+    let mut coord = vec![0usize; rank];
+    let mut vals = vec![0f64; ir.body.len()];
+    let mut ints = vec![0i64; ir.body.len()];
+    for o in 0..outer {
+        let mut rest = o;
+        for d in (0..inner_axis).rev() {
+            coord[d] = rest % sizes[d];
+            rest /= sizes[d];
+        }
+        for pass in 0..passes {
+            let last = pass + 1 == passes;
+            // The row reductions accumulated in this pass: (value, float sum or max, integer).
+            let reducing: Vec<usize> = (0..ir.body.len())
+                .filter(|&id| {
+                    levels[id] == pass + 1 && matches!(ir.body[id], Instr::RowReduce { .. })
+                })
+                .collect();
+            let mut facc: Vec<f64> = Vec::new();
+            let mut iacc: Vec<i64> = Vec::new();
+            for &id in &reducing {
+                let Instr::RowReduce { kind, .. } = ir.body[id] else {
+                    continue;
+                };
+                let max = kind == ReduceKind::Max;
+                facc.push(if max { f64::NEG_INFINITY } else { 0.0 });
+                iacc.push(if max { i64::MIN } else { 0 });
+            }
+            for j in 0..inner {
+                coord[inner_axis] = j;
+                for (i, &level) in levels.iter().enumerate() {
+                    if level <= pass {
+                        eval(ir, i, &mut vals, &mut ints, |view| {
+                            (&*buffers[view], index(view, &coord))
+                        });
+                    }
+                }
+                for (k, &id) in reducing.iter().enumerate() {
+                    let Instr::RowReduce { kind, x, .. } = ir.body[id] else {
+                        continue;
+                    };
+                    let max = kind == ReduceKind::Max;
+                    if ir.prec(x) == Prec::I64 {
+                        let v = ints[x];
+                        iacc[k] = if max {
+                            iacc[k].max(v)
+                        } else {
+                            iacc[k].wrapping_add(v)
+                        };
+                    } else {
+                        let v = vals[x];
+                        facc[k] = match max {
+                            true if facc[k].is_nan() || v.is_nan() => f64::NAN,
+                            true => facc[k].max(v),
+                            false => facc[k] + v,
+                        };
+                    }
+                }
+                if last {
+                    for (s, store) in ir.stores.iter().enumerate() {
+                        let arg = loads + s;
+                        if store.view.axes[inner_axis] == Axis::Broadcast {
+                            continue;
+                        }
+                        let first =
+                            (0..inner_axis).all(|d| launch.strides[arg][d] != 0 || coord[d] == 0);
+                        if first {
+                            let at = index(arg, &coord);
+                            if ir.prec(store.value) == Prec::I64 {
+                                buffers[arg].set_int(at, ints[store.value]);
+                            } else {
+                                buffers[arg].set(at, vals[store.value]);
+                            }
+                        }
+                    }
+                }
+            }
+            // The row's results, each rounded once to its dtype.
+            for (k, &id) in reducing.iter().enumerate() {
+                let Instr::RowReduce { kind, x, dtype } = ir.body[id] else {
+                    continue;
+                };
+                if ir.prec(x) == Prec::I64 {
+                    ints[id] = round_int(iacc[k], dtype).1;
+                    continue;
+                }
+                let a = if kind == ReduceKind::Mean {
+                    facc[k] / inner as f64
+                } else {
+                    facc[k]
+                };
+                vals[id] = dtype.round(a);
+            }
+        }
+        // Stores with one element per row: from the row's results, at inner index 0.
+        coord[inner_axis] = 0;
+        for (i, &need) in needed.iter().enumerate() {
+            if need {
+                eval(ir, i, &mut vals, &mut ints, |view| {
+                    (&*buffers[view], index(view, &coord))
+                });
+            }
+        }
+        for (s, store) in ir.stores.iter().enumerate() {
+            let arg = loads + s;
+            if store.view.axes[inner_axis] != Axis::Broadcast {
+                continue;
+            }
+            if (0..inner_axis).all(|d| launch.strides[arg][d] != 0 || coord[d] == 0) {
+                let at = index(arg, &coord);
+                if ir.prec(store.value) == Prec::I64 {
+                    buffers[arg].set_int(at, ints[store.value]);
+                } else {
+                    buffers[arg].set(at, vals[store.value]);
+                }
+            }
         }
     }
 }

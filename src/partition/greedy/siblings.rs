@@ -146,6 +146,12 @@ impl Builder<'_> {
         {
             return None;
         }
+        // A row kernel holds row reductions only.
+        let rows = ga.rows || gb.rows;
+        let other_end = ga.other_end || gb.other_end;
+        if rows && other_end {
+            return None;
+        }
         // Iteration domain: a kernel with an `End` node keeps its own.
         let (domain, fixed) = match (ga.fixed, gb.fixed) {
             (true, true) => (ga.domain == gb.domain).then(|| (ga.domain.clone(), true))?,
@@ -203,6 +209,8 @@ impl Builder<'_> {
             view: None,
             domain,
             fixed,
+            rows,
+            other_end,
             in_bytes,
             in_count,
             out_count,
@@ -237,6 +245,8 @@ impl Builder<'_> {
         s.terms = plan.terms;
         s.domain = plan.domain;
         s.fixed = plan.fixed;
+        s.rows = plan.rows;
+        s.other_end = plan.other_end;
         s.total_us = plan.total_us;
         debug_assert_eq!(s.inputs.len(), plan.in_count);
         debug_assert!(

@@ -70,6 +70,7 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
         matches!(dtype, DType::F32 | DType::F16 | DType::BF16) && axis != Axis::Strided
     };
     ir.reductions.is_empty()
+        && !ir.is_row_kernel()
         && ir.loads.iter().all(|v| float_view(v.dtype, v.axes[inner]))
         && ir
             .stores
@@ -104,7 +105,8 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
                                     | Func::Floor
                             )
                     }
-                    Instr::Widen { .. } => false,
+                    // Row kernels run their passes as `omp simd` loops only.
+                    Instr::Widen { .. } | Instr::RowReduce { .. } => false,
                 }
         })
 }
@@ -213,7 +215,9 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
                 other => unreachable!("{other:?} has no vector form (`supports` rejects it)"),
             }
         }
-        Instr::Widen { .. } => unreachable!("`supports` rejects widening"),
+        Instr::Widen { .. } | Instr::RowReduce { .. } => {
+            unreachable!("`supports` rejects widening and row reductions")
+        }
     };
     format!("const __m512 v{id} = {expr};")
 }

@@ -1,0 +1,434 @@
+//! Row kernels: reductions over the innermost axis consumed inside their kernel (fusion.ron's
+//! `Rows`). Each graph runs fused on the CPU (generated C) and in the kernel-IR interpreter,
+//! and both must agree with the reference evaluator on the unfused graph; the kernel counts
+//! and pass counts the design promises are asserted.
+
+mod common;
+
+use common::random_graph::{self, assert_same, rules};
+use fusebox::attr::AttrValue;
+use fusebox::backend::Executable;
+use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
+use fusebox::dtype::DType;
+use fusebox::graph::builder::GraphBuilder;
+use fusebox::graph::{self, Graph};
+use fusebox::lower::{self, Program};
+use fusebox::optimize::{Options, optimize};
+use fusebox::runner::prepare;
+use fusebox::runtime::buffer::Buffer;
+use fusebox::runtime::interpret;
+use proptest::prelude::*;
+use std::sync::OnceLock;
+
+fn compiler() -> &'static Compiler {
+    static COMPILER: OnceLock<Compiler> = OnceLock::new();
+    COMPILER.get_or_init(|| {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("rows-cache");
+        Compiler::new(CompilerConfig::from_env().with_cache_dir(dir))
+    })
+}
+
+fn lowered(graph: &Graph) -> Program {
+    let out = optimize(graph, &rules(), &Options::default()).expect("optimize");
+    lower::lower(&out.dag, &out.partition).expect("lower")
+}
+
+/// Runs `graph` fused through the interpreter and through compiled C, on seeded inputs (with
+/// NaN/±Inf/±0 planted when `specials`), against the reference evaluator.
+fn agrees(graph: &Graph, seed: u64, specials: bool) -> Result<(), String> {
+    let rules = rules();
+    let inputs = random_graph::inputs(graph, seed, specials);
+    let want = fusebox::eval::evaluate(graph, &rules.ops, &inputs).map_err(|e| e.to_string())?;
+    let program = lowered(graph);
+    let buffers: Vec<Buffer> = program
+        .dag
+        .inputs
+        .iter()
+        .map(|i| Buffer::from_tensor(&inputs[&i.name]))
+        .collect();
+    let interpreted = interpret::run_program(&program, &buffers)?;
+    for (o, b) in program.dag.outputs.iter().zip(&interpreted) {
+        assert_same(&o.name, &want[&o.name], &b.to_tensor())
+            .map_err(|e| format!("interpreter: {e}"))?;
+    }
+    let mut prepared =
+        prepare(graph, &rules, &Options::default(), compiler()).map_err(|e| e.to_string())?;
+    let got = prepared
+        .executable
+        .run_tensors(&inputs)
+        .map_err(|e| e.to_string())?;
+    for name in &graph.outputs {
+        assert_same(name, &want[name], &got[name]).map_err(|e| format!("C: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The row kernels of the fused program: (kernel IR, passes over each row).
+fn row_kernels(program: &Program) -> Vec<usize> {
+    program
+        .kernels
+        .iter()
+        .filter(|k| k.is_row_kernel())
+        .map(|k| k.passes())
+        .collect()
+}
+
+fn last_axis(b: &mut GraphBuilder, name: &str, op: &str, x: &str) -> String {
+    b.op_with(
+        name,
+        op,
+        &[x],
+        &[
+            ("axes", AttrValue::Ints(vec![-1])),
+            ("keepdim", true.into()),
+        ],
+    )
+}
+
+fn softmax(dtype: DType, shape: &[usize]) -> Graph {
+    let mut b = GraphBuilder::new("softmax");
+    let x = b.input("x", dtype, shape);
+    let m = last_axis(&mut b, "m", "reduce_max", &x);
+    let d = b.op("d", "sub", &[&x, &m]);
+    let e = b.op("e", "exp", &[&d]);
+    let s = last_axis(&mut b, "s", "sum", &e);
+    let y = b.op("y", "div", &[&e, &s]);
+    b.finish(&[&y])
+}
+
+fn layernorm(dtype: DType, shape: &[usize], affine: bool) -> Graph {
+    let mut b = GraphBuilder::new("layernorm");
+    let x = b.input("x", dtype, shape);
+    let last = *shape.last().unwrap();
+    let (w, bias) = if affine {
+        (
+            Some(b.input("w", dtype, &[last])),
+            Some(b.input("b", dtype, &[last])),
+        )
+    } else {
+        (None, None)
+    };
+    let mean = last_axis(&mut b, "mean", "mean", &x);
+    let c = b.op("c", "sub", &[&x, &mean]);
+    let sq = b.op("sq", "mul", &[&c, &c]);
+    let var = last_axis(&mut b, "var", "mean", &sq);
+    let eps = b.constant("eps", 1e-5, dtype);
+    let ve = b.op("ve", "add", &[&var, &eps]);
+    let r = b.op("r", "rsqrt", &[&ve]);
+    let mut y = b.op("n", "mul", &[&c, &r]);
+    if let (Some(w), Some(bias)) = (w, bias) {
+        let s = b.op("s", "mul", &[&y, &w]);
+        y = b.op("y", "add", &[&s, &bias]);
+    }
+    b.finish(&[&y])
+}
+
+#[test]
+fn softmax_is_one_kernel_of_three_passes_and_matches_the_reference() {
+    let graph = softmax(DType::F32, &[64, 300]);
+    let program = lowered(&graph);
+    assert_eq!(program.groups, 1, "softmax is one kernel");
+    assert_eq!(row_kernels(&program), vec![3], "max; sum of exp; normalize");
+    agrees(&graph, 1, false).unwrap();
+}
+
+#[test]
+fn log_softmax_matches_the_reference() {
+    let mut b = GraphBuilder::new("log_softmax");
+    let x = b.input("x", DType::F32, &[33, 257]);
+    let m = last_axis(&mut b, "m", "reduce_max", &x);
+    let d = b.op("d", "sub", &[&x, &m]);
+    let e = b.op("e", "exp", &[&d]);
+    let s = last_axis(&mut b, "s", "sum", &e);
+    let l = b.op("l", "log", &[&s]);
+    let y = b.op("y", "sub", &[&d, &l]);
+    let graph = b.finish(&[&y]);
+    let program = lowered(&graph);
+    assert_eq!(program.groups, 1);
+    agrees(&graph, 2, false).unwrap();
+}
+
+#[test]
+fn layernorm_with_and_without_affine_is_one_kernel() {
+    for affine in [true, false] {
+        let graph = layernorm(DType::F32, &[40, 129], affine);
+        let program = lowered(&graph);
+        assert_eq!(
+            program.groups, 1,
+            "layernorm (affine {affine}) is one kernel"
+        );
+        assert_eq!(row_kernels(&program), vec![3], "mean; variance; normalize");
+        agrees(&graph, 3, false).unwrap();
+    }
+}
+
+#[test]
+fn rms_norm_matches_the_reference() {
+    let mut b = GraphBuilder::new("rms_norm");
+    let x = b.input("x", DType::F32, &[17, 96]);
+    let w = b.input("w", DType::F32, &[96]);
+    let sq = b.op("sq", "mul", &[&x, &x]);
+    let ms = last_axis(&mut b, "ms", "mean", &sq);
+    let eps = b.constant("eps", 1e-6, DType::F32);
+    let ve = b.op("ve", "add", &[&ms, &eps]);
+    let r = b.op("r", "rsqrt", &[&ve]);
+    let n = b.op("n", "mul", &[&x, &r]);
+    let y = b.op("y", "mul", &[&n, &w]);
+    let graph = b.finish(&[&y]);
+    let program = lowered(&graph);
+    assert_eq!(program.groups, 1);
+    assert_eq!(row_kernels(&program), vec![2]);
+    agrees(&graph, 4, false).unwrap();
+}
+
+/// Two independent reductions of one row are accumulated in the same pass.
+#[test]
+fn two_reductions_of_one_row_share_a_pass() {
+    let mut b = GraphBuilder::new("two");
+    let x = b.input("x", DType::F32, &[20, 70]);
+    let m = last_axis(&mut b, "m", "reduce_max", &x);
+    let s = last_axis(&mut b, "s", "sum", &x);
+    let d = b.op("d", "sub", &[&x, &m]);
+    let y = b.op("y", "div", &[&d, &s]);
+    let graph = b.finish(&[&y, &m]);
+    let program = lowered(&graph);
+    assert_eq!(program.groups, 1);
+    assert_eq!(row_kernels(&program), vec![2], "both reductions in pass 0");
+    agrees(&graph, 5, false).unwrap();
+}
+
+/// The consumer of a row reduction also reads another input broadcast along the rows ([N])
+/// and one broadcast along the columns ([N, 1]); the reduction's result is an output too.
+#[test]
+fn a_row_reduction_consumer_broadcasts_other_inputs() {
+    let mut b = GraphBuilder::new("bcast");
+    let x = b.input("x", DType::F32, &[12, 50]);
+    let col = b.input("col", DType::F32, &[50]);
+    let row = b.input("row", DType::F32, &[12, 1]);
+    let s = last_axis(&mut b, "s", "sum", &x);
+    let t = b.op("t", "mul", &[&s, &row]);
+    let u = b.op("u", "add", &[&x, &t]);
+    let y = b.op("y", "mul", &[&u, &col]);
+    let graph = b.finish(&[&y, &s, &t]);
+    let program = lowered(&graph);
+    assert_eq!(program.groups, 1);
+    agrees(&graph, 6, false).unwrap();
+}
+
+/// Rows of zero and one element, a `[N, 1]` input, zero rows, and a rank-1 input whose one
+/// row is the whole tensor.
+#[test]
+fn empty_single_and_degenerate_rows_match_the_reference() {
+    for shape in [
+        vec![5, 1],
+        vec![1, 1],
+        vec![0, 7],
+        vec![7, 0],
+        vec![1, 300],
+        vec![300],
+        vec![2, 3, 9],
+    ] {
+        // A max over an empty row has no identity: the graph checker refuses it.
+        if shape.last() != Some(&0) {
+            agrees(&softmax(DType::F32, &shape), 7, false)
+                .unwrap_or_else(|e| panic!("softmax {shape:?}: {e}"));
+        }
+        agrees(&layernorm(DType::F32, &shape, true), 7, false)
+            .unwrap_or_else(|e| panic!("layernorm {shape:?}: {e}"));
+    }
+}
+
+/// A row kernel over empty rows still writes each row's result: the sum of nothing is 0 and
+/// the mean NaN. (A max over an empty row is refused by the graph checker.)
+#[test]
+fn empty_rows_still_write_their_results() {
+    let mut b = GraphBuilder::new("empty");
+    let x = b.input("x", DType::F32, &[3, 0]);
+    let s = last_axis(&mut b, "s", "sum", &x);
+    let m = last_axis(&mut b, "m", "mean", &x);
+    let d = b.op("d", "sub", &[&x, &s]);
+    let e = b.op("e", "add", &[&m, &s]);
+    let graph = b.finish(&[&d, &s, &e]);
+    agrees(&graph, 8, false).unwrap();
+}
+
+#[test]
+fn nan_and_inf_rows_match_the_reference() {
+    for seed in 0..6 {
+        agrees(&softmax(DType::F32, &[16, 40]), seed, true).unwrap();
+        agrees(&layernorm(DType::F32, &[16, 40], true), seed, true).unwrap();
+    }
+}
+
+#[test]
+fn half_precision_rows_match_the_reference() {
+    for dtype in [DType::F16, DType::BF16] {
+        let graph = softmax(dtype, &[24, 130]);
+        assert_eq!(lowered(&graph).groups, 1);
+        agrees(&graph, 9, false).unwrap();
+        agrees(&layernorm(dtype, &[24, 130], true), 9, true).unwrap();
+    }
+}
+
+/// Integer row reductions consumed in their kernel accumulate exactly (wrapping i64).
+#[test]
+fn integer_row_reductions_are_exact() {
+    let mut b = GraphBuilder::new("ints");
+    let x = b.input("x", DType::I32, &[9, 33]);
+    let s = last_axis(&mut b, "s", "sum", &x);
+    let m = last_axis(&mut b, "m", "reduce_max", &x);
+    let d = b.op("d", "sub", &[&x, &m]);
+    let y = b.op("y", "add", &[&d, &s]);
+    let graph = b.finish(&[&y]);
+    assert_eq!(lowered(&graph).groups, 1);
+    agrees(&graph, 10, true).unwrap();
+}
+
+/// `sum(x, axes = [1])` of a `[4, 4]` without keepdim is `[4]`, which broadcasts against
+/// `[4, 4]` along the other axis: its consumer reads column j's entry at column j, so it
+/// must not be fused as a row kernel (which would hand row i's sum to row i).
+#[test]
+fn a_row_result_that_broadcasts_across_rows_is_not_fused_as_one() {
+    let mut b = GraphBuilder::new("misaligned");
+    let x = b.input("x", DType::F32, &[4, 4]);
+    let s = b.op_with(
+        "s",
+        "sum",
+        &[&x],
+        &[
+            ("axes", AttrValue::Ints(vec![-1])),
+            ("keepdim", false.into()),
+        ],
+    );
+    let y = b.op("y", "sub", &[&x, &s]);
+    let graph = b.finish(&[&y]);
+    assert!(row_kernels(&lowered(&graph)).is_empty());
+    agrees(&graph, 11, false).unwrap();
+}
+
+/// Reductions over outer axes keep ending their kernels: the bias gradient's column sums
+/// and `sum_to_size` to `[1, N]` are never consumed inside.
+#[test]
+fn outer_axis_reductions_keep_ending_their_kernels() {
+    let mut b = GraphBuilder::new("columns");
+    let x = b.input("x", DType::F32, &[30, 20]);
+    let c = b.op_with(
+        "c",
+        "sum_to_size",
+        &[&x],
+        &[("shape", AttrValue::Ints(vec![1, 20]))],
+    );
+    let y = b.op("y", "sub", &[&x, &c]);
+    let graph = b.finish(&[&y]);
+    let program = lowered(&graph);
+    assert!(row_kernels(&program).is_empty());
+    assert_eq!(program.groups, 2, "the column sum ends its kernel");
+    agrees(&graph, 12, false).unwrap();
+}
+
+/// The kernel IR is size-free: softmax at another batch and row length lowers to equal
+/// kernels.
+#[test]
+fn row_kernels_do_not_depend_on_sizes() {
+    let a = lowered(&softmax(DType::F32, &[64, 300]));
+    let b = lowered(&softmax(DType::F32, &[7, 5000]));
+    assert_eq!(a.kernels, b.kernels);
+}
+
+/// `Rows` is data: with `Reduction: End` in fusion.ron, softmax is three kernels again.
+#[test]
+fn fusion_ron_decides_whether_rows_fuse() {
+    let mut rules = rules();
+    let text = fusebox::rules::fusion::DEFAULT_FUSION.replace("Reduction: Rows", "Reduction: End");
+    rules.fusion = fusebox::rules::FusionRules::load_str(&text, "fusion.ron", &rules.ops).unwrap();
+    let out = optimize(
+        &softmax(DType::F32, &[64, 300]),
+        &rules,
+        &Options::default(),
+    )
+    .unwrap();
+    assert_eq!(out.partition.kernels.len(), 3);
+}
+
+// --- Random graphs with row reductions feeding consumers ------------------------------------
+
+/// One step of a random row graph over `[n, m]` values.
+#[derive(Debug, Clone)]
+enum RowStep {
+    Unary(&'static str, usize),
+    Binary(&'static str, usize, usize),
+    /// A keepdim reduction of the last axis.
+    Reduce(&'static str, usize),
+}
+
+fn row_step() -> BoxedStrategy<RowStep> {
+    let v = 0usize..64;
+    prop_oneof![
+        2 => (0..4usize, v.clone()).prop_map(|(o, a)| RowStep::Unary(["exp", "neg", "tanh", "abs"][o], a)),
+        3 => (0..4usize, v.clone(), v.clone())
+            .prop_map(|(o, a, b)| RowStep::Binary(["add", "sub", "mul", "max"][o], a, b)),
+        3 => (0..3usize, v).prop_map(|(o, a)| RowStep::Reduce(["sum", "mean", "reduce_max"][o], a)),
+    ]
+    .boxed()
+}
+
+/// Builds a graph over inputs `[n, m]`, `[n, 1]` and `[m]` of `dtype`, keeping the steps
+/// that type-check; outputs are the last two values.
+fn build_rows(dims: (usize, usize), dtype: DType, steps: &[RowStep]) -> Option<Graph> {
+    let catalogue = &rules().ops;
+    let mut b = GraphBuilder::new("rows");
+    let mut values = vec![
+        b.input("x", dtype, &[dims.0, dims.1]),
+        b.input("r", dtype, &[dims.0, 1]),
+        b.input("c", dtype, &[dims.1]),
+    ];
+    for (k, step) in steps.iter().enumerate() {
+        let name = format!("v{k}");
+        let pick = |i: usize| values[i % values.len()].clone();
+        let mut trial = b.clone();
+        match step {
+            RowStep::Unary(op, a) => {
+                trial.op(&name, op, &[&pick(*a)]);
+            }
+            RowStep::Binary(op, a, c) => {
+                trial.op(&name, op, &[&pick(*a), &pick(*c)]);
+            }
+            RowStep::Reduce(op, a) => {
+                last_axis(&mut trial, &name, op, &pick(*a));
+            }
+        }
+        if graph::check(&trial.clone().finish(&[&name]), catalogue).is_ok() {
+            b = trial;
+            values.push(name);
+        }
+    }
+    let n = values.len();
+    if n <= 3 {
+        return None;
+    }
+    let graph = b.finish(&[&values[n - 2], &values[n - 1]]);
+    graph::check(&graph, catalogue).ok()?;
+    Some(graph)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random graphs mixing row reductions, their consumers and broadcasts, over f32, f16
+    /// and bf16, with rows of 0, 1 and many elements and NaN/Inf planted: fused (C and
+    /// interpreter) equals the reference.
+    #[test]
+    fn random_row_graphs_match_the_reference(
+        n in prop_oneof![Just(0usize), Just(1), 2usize..9],
+        m in prop_oneof![Just(0usize), Just(1), 2usize..70],
+        d in 0usize..3,
+        steps in prop::collection::vec(row_step(), 1..10),
+        seed in 0u64..1000,
+        specials in any::<bool>(),
+    ) {
+        let dtype = [DType::F32, DType::F16, DType::BF16][d];
+        if let Some(graph) = build_rows((n, m), dtype, &steps) {
+            agrees(&graph, seed, specials).map_err(TestCaseError::fail)?;
+        }
+    }
+}
