@@ -661,3 +661,37 @@ fn reduce_sum_with_noop_with_empty_axes_and_no_axes_is_the_identity() {
     assert_eq!(out["y"].values(), vec![1.5, 1.0, 5.0, 7.0]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn reduce_sum_with_an_empty_axes_input_sums_every_axis() {
+    // ReduceSum(x, axes = []) with the default noop_with_empty_axes = 0 reduces every axis
+    // (ONNX opset 13 on): an empty list is not "reduce nothing".
+    let dir = temp_dir("empty-axes");
+    let mut empty = onnx_protobuf::TensorProto::new();
+    empty.data_type = 7; // INT64
+    empty.dims = vec![0];
+    let mut value = onnx_protobuf::AttributeProto::new();
+    value.name = "value".into();
+    value.type_ = onnx_protobuf::attribute_proto::AttributeType::TENSOR.into();
+    value.t = Some(empty).into();
+    let mut constant = node("Constant", "axes", &[], "axes");
+    constant.attribute.push(value);
+    let model = model_with(
+        weights(floats(&[1.0, 2.0, 3.0, 4.0]), &[4]),
+        vec![
+            constant,
+            node("ReduceSum", "reduce", &["x", "axes"], "s"),
+            node("Add", "add", &["s", "w"], "y"),
+        ],
+    );
+    let imported = import_bytes(&dir, &model.write_to_bytes().unwrap()).unwrap();
+    let rules = RuleSet::defaults();
+    let x =
+        Tensor::from_values(fusebox::dtype::DType::F32, &[4], vec![0.5, -1.0, 2.0, 3.0]).unwrap();
+    let mut inputs: fusebox::eval::Tensors = imported.values.clone().into_iter().collect();
+    inputs.insert("x".into(), x);
+    let out = fusebox::eval::evaluate(&imported.graph, &rules.ops, &inputs).unwrap();
+    // sum(x) = 4.5, kept as [1] and added to w.
+    assert_eq!(out["y"].values(), vec![5.5, 6.5, 7.5, 8.5]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

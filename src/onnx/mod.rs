@@ -1040,7 +1040,7 @@ impl Importer<'_> {
                     (Some(v), "dtype") => {
                         return Ok(Some(AttrValue::DType(v.dtype())));
                     }
-                    (Some(v), "value" | "ints") => {
+                    (Some(v), "value" | "ints" | "axes") => {
                         let t = v
                             .constant()
                             .ok_or_else(|| format!("input {index} must be a constant (fusebox shapes and attributes are static), not a run-time value"))?;
@@ -1050,6 +1050,11 @@ impl Importer<'_> {
                                 return Err(format!("input {index} must hold one value"));
                             }
                             Some(Attr::Float(vals[0]))
+                        } else if what == "axes" && vals.is_empty() {
+                            // An empty axes input means every axis to ONNX's reductions
+                            // (noop_with_empty_axes = 0): the same as no axes at all, so the
+                            // next alternative (or the op's default, all axes) decides.
+                            None
                         } else {
                             Some(Attr::Ints(vals.iter().map(|&f| f as i64).collect()))
                         }
