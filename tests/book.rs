@@ -228,6 +228,46 @@ fn authoring_chapter_composite_matches_an_independent_computation() {
     }
 }
 
+/// Compares `text` with the book's generated listing `name` (under book/src/generated/), or
+/// rewrites the listing under `FUSEBOX_BLESS`.
+fn check_listing(name: &str, text: &str) {
+    let path = repo().join("book/src/generated").join(name);
+    if std::env::var_os("FUSEBOX_BLESS").is_some() {
+        std::fs::write(&path, text).unwrap();
+    }
+    let book = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        book == text,
+        "book/src/generated/{name} is stale (rerun with FUSEBOX_BLESS=1 to update)"
+    );
+}
+
+/// An example optimized under the default rules and `profile`, and lowered.
+fn lowered_example(example: &str, profile: &str) -> fusebox::lower::Program {
+    let rules = fusebox::rules::RuleSet::defaults();
+    let path = repo().join("examples").join(format!("{example}.ron"));
+    let graph = fusebox::graph::file::load(&path, &rules.ops).unwrap().0;
+    let options = fusebox::optimize::Options {
+        profile: profile.into(),
+        ..Default::default()
+    };
+    let optimized = fusebox::optimize::optimize(&graph, &rules, &options).unwrap();
+    fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap()
+}
+
+/// The C module of an example, or only its last kernel function (from its signature on: the
+/// prelude is the one the lowering chapter shows).
+fn emitted_c(example: &str, last_kernel_only: bool) -> String {
+    let module = fusebox::backend::cpu::module_source(&lowered_example(example, "cpu")).0;
+    if !last_kernel_only {
+        return module;
+    }
+    let start = module
+        .rfind("\nvoid fb_")
+        .expect("the module defines a kernel");
+    module[start + 1..].to_string()
+}
+
 /// The joint graph in the training chapter is what `grad` makes of lstm_cell today.
 #[test]
 fn the_books_gradient_listing_is_grads() {
@@ -242,64 +282,26 @@ fn the_books_gradient_listing_is_grads() {
         &fusebox::autodiff::Wrt::AllFloatInputs,
     )
     .unwrap();
-    let text = fusebox::graph::file::to_ron(&joint.graph);
-    let path = repo().join("book/src/generated/lstm_cell_grad.ron");
-    if std::env::var_os("FUSEBOX_BLESS").is_some() {
-        std::fs::write(&path, &text).unwrap();
-    }
-    let book = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        book == text,
-        "book/src/generated/lstm_cell_grad.ron is stale (rerun with FUSEBOX_BLESS=1 to update)"
+    check_listing(
+        "lstm_cell_grad.ron",
+        &fusebox::graph::file::to_ron(&joint.graph),
     );
 }
 
 /// The C listing in the lowering chapter is what the emitter produces for lstm_cell today.
 #[test]
 fn the_books_c_listing_is_the_emitters() {
-    let rules = fusebox::rules::RuleSet::defaults();
-    let graph = fusebox::graph::file::load(&repo().join("examples/lstm_cell.ron"), &rules.ops)
-        .unwrap()
-        .0;
-    let optimized =
-        fusebox::optimize::optimize(&graph, &rules, &fusebox::optimize::Options::default())
-            .unwrap();
-    let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
-    let source = fusebox::backend::cpu::module_source(&program).0;
-    let path = repo().join("book/src/generated/lstm_cell.c");
-    if std::env::var_os("FUSEBOX_BLESS").is_some() {
-        std::fs::write(&path, &source).unwrap();
-    }
-    let book = std::fs::read_to_string(&path).unwrap();
-    assert!(
-        book == source,
-        "book/src/generated/lstm_cell.c is stale (rerun with FUSEBOX_BLESS=1 to update)"
-    );
+    check_listing("lstm_cell.c", &emitted_c("lstm_cell", false));
 }
 
 /// The kernel listing in the layout chapter is what the emitter produces for lstm_cell_full
-/// today: the one fused kernel, from its signature on (the prelude is lstm_cell's, shown in
-/// the lowering chapter).
+/// today: its one fused kernel.
 #[test]
 fn the_books_lstm_cell_full_kernel_is_the_emitters() {
-    let rules = fusebox::rules::RuleSet::defaults();
-    let graph = fusebox::graph::file::load(&repo().join("examples/lstm_cell_full.ron"), &rules.ops)
-        .unwrap()
-        .0;
-    let optimized =
-        fusebox::optimize::optimize(&graph, &rules, &fusebox::optimize::Options::default())
-            .unwrap();
-    let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
-    let source = fusebox::backend::cpu::module_source(&program).0;
-    let kernel = &source[source.find("\nvoid fb_").expect("a kernel function") + 1..];
-    let path = repo().join("book/src/generated/lstm_cell_full_kernel.c");
-    if std::env::var_os("FUSEBOX_BLESS").is_some() {
-        std::fs::write(&path, kernel).unwrap();
-    }
-    let book = std::fs::read_to_string(&path).unwrap();
-    assert!(
-        book == kernel,
-        "book/src/generated/lstm_cell_full_kernel.c is stale (rerun with FUSEBOX_BLESS=1 to update)"
+    assert_eq!(lowered_example("lstm_cell_full", "cpu").kernels.len(), 1);
+    check_listing(
+        "lstm_cell_full_kernel.c",
+        &emitted_c("lstm_cell_full", true),
     );
 }
 
@@ -307,54 +309,21 @@ fn the_books_lstm_cell_full_kernel_is_the_emitters() {
 #[test]
 fn the_books_cuda_listing_is_the_emitters() {
     use fusebox::backend::cuda::emit::{EmitOptions, emit_program};
-    let rules = fusebox::rules::RuleSet::defaults();
-    let graph = fusebox::graph::file::load(&repo().join("examples/lstm_cell.ron"), &rules.ops)
-        .unwrap()
-        .0;
-    let options = fusebox::optimize::Options {
-        profile: "h200".into(),
-        ..Default::default()
-    };
-    let optimized = fusebox::optimize::optimize(&graph, &rules, &options).unwrap();
-    let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
-    let source = emit_program(&program.kernels, &EmitOptions::default()).0;
-    let path = repo().join("book/src/generated/lstm_cell.cu");
-    if std::env::var_os("FUSEBOX_BLESS").is_some() {
-        std::fs::write(&path, &source).unwrap();
-    }
-    let book = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        book == source,
-        "book/src/generated/lstm_cell.cu is stale (rerun with FUSEBOX_BLESS=1 to update)"
+    let program = lowered_example("lstm_cell", "h200");
+    check_listing(
+        "lstm_cell.cu",
+        &emit_program(&program.kernels, &EmitOptions::default()).0,
     );
 }
 
 /// The softmax row kernel in the "Reductions inside kernels" section is what the C emitter
-/// produces for examples/softmax.ron today (the kernel function; the prelude is the lowering
-/// chapter's).
+/// produces for examples/softmax.ron today.
 #[test]
 fn the_books_softmax_listing_is_the_emitters() {
-    let rules = fusebox::rules::RuleSet::defaults();
-    let graph = fusebox::graph::file::load(&repo().join("examples/softmax.ron"), &rules.ops)
-        .unwrap()
-        .0;
-    let optimized =
-        fusebox::optimize::optimize(&graph, &rules, &fusebox::optimize::Options::default())
-            .unwrap();
-    let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
-    assert_eq!(program.kernels.len(), 1, "softmax is one kernel");
-    let module = fusebox::backend::cpu::module_source(&program).0;
-    let start = module
-        .rfind("\nvoid fb_")
-        .expect("the module defines the kernel");
-    let source = &module[start + 1..];
-    let path = repo().join("book/src/generated/softmax.c");
-    if std::env::var_os("FUSEBOX_BLESS").is_some() {
-        std::fs::write(&path, source).unwrap();
-    }
-    let book = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        book == source,
-        "book/src/generated/softmax.c is stale (rerun with FUSEBOX_BLESS=1 to update)"
+    assert_eq!(
+        lowered_example("softmax", "cpu").kernels.len(),
+        1,
+        "softmax is one kernel"
     );
+    check_listing("softmax.c", &emitted_c("softmax", true));
 }

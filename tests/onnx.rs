@@ -640,6 +640,19 @@ fn grad_refers_to_value_files_inside_the_output_directory_and_writes_all_or_noth
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Output `y` of `model` (imported into `dir`, its stored weights bound) on the reference
+/// evaluator, for x = [0.5, -1, 2, 3].
+fn y_of_x_0_5_m1_2_3(dir: &Path, model: &ModelProto) -> Vec<f64> {
+    let imported = import_bytes(dir, &model.write_to_bytes().unwrap()).unwrap();
+    let rules = RuleSet::defaults();
+    let x =
+        Tensor::from_values(fusebox::dtype::DType::F32, &[4], vec![0.5, -1.0, 2.0, 3.0]).unwrap();
+    let mut inputs: fusebox::eval::Tensors = imported.values.clone().into_iter().collect();
+    inputs.insert("x".into(), x);
+    let out = fusebox::eval::evaluate(&imported.graph, &rules.ops, &inputs).unwrap();
+    out["y"].values()
+}
+
 #[test]
 fn reduce_sum_with_noop_with_empty_axes_and_no_axes_is_the_identity() {
     // ReduceSum(x) with noop_with_empty_axes = 1 and no axes input returns x (ONNX opset 13
@@ -651,14 +664,8 @@ fn reduce_sum_with_noop_with_empty_axes_and_no_axes_is_the_identity() {
         weights(floats(&[1.0, 2.0, 3.0, 4.0]), &[4]),
         vec![reduce, node("Add", "add", &["s", "w"], "y")],
     );
-    let imported = import_bytes(&dir, &model.write_to_bytes().unwrap()).unwrap();
-    let rules = RuleSet::defaults();
-    let x =
-        Tensor::from_values(fusebox::dtype::DType::F32, &[4], vec![0.5, -1.0, 2.0, 3.0]).unwrap();
-    let mut inputs: fusebox::eval::Tensors = imported.values.clone().into_iter().collect();
-    inputs.insert("x".into(), x);
-    let out = fusebox::eval::evaluate(&imported.graph, &rules.ops, &inputs).unwrap();
-    assert_eq!(out["y"].values(), vec![1.5, 1.0, 5.0, 7.0]);
+    let y = y_of_x_0_5_m1_2_3(&dir, &model);
+    assert_eq!(y, vec![1.5, 1.0, 5.0, 7.0]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -684,14 +691,8 @@ fn reduce_sum_with_an_empty_axes_input_sums_every_axis() {
             node("Add", "add", &["s", "w"], "y"),
         ],
     );
-    let imported = import_bytes(&dir, &model.write_to_bytes().unwrap()).unwrap();
-    let rules = RuleSet::defaults();
-    let x =
-        Tensor::from_values(fusebox::dtype::DType::F32, &[4], vec![0.5, -1.0, 2.0, 3.0]).unwrap();
-    let mut inputs: fusebox::eval::Tensors = imported.values.clone().into_iter().collect();
-    inputs.insert("x".into(), x);
-    let out = fusebox::eval::evaluate(&imported.graph, &rules.ops, &inputs).unwrap();
+    let y = y_of_x_0_5_m1_2_3(&dir, &model);
     // sum(x) = 4.5, kept as [1] and added to w.
-    assert_eq!(out["y"].values(), vec![5.5, 6.5, 7.5, 8.5]);
+    assert_eq!(y, vec![5.5, 6.5, 7.5, 8.5]);
     let _ = std::fs::remove_dir_all(&dir);
 }
