@@ -248,50 +248,7 @@ fn addressable(shape: &[usize], part: Part, what: &str) -> Result<(), Problem> {
 
 /// The node's attributes with catalogue defaults filled in, each checked against its type.
 pub fn resolve_attrs(op: &OpDef, attrs: &Attrs) -> Result<Attrs, (Option<String>, ErrorKind)> {
-    for (name, value) in attrs {
-        match op.attr(name) {
-            None => {
-                return Err((
-                    Some(name.clone()),
-                    ErrorKind::UnknownAttr {
-                        op: op.name().to_string(),
-                        attr: name.clone(),
-                        suggestion: suggest(name, op.spec.attrs.iter().map(|a| a.name.as_str())),
-                    },
-                ));
-            }
-            Some(spec) if !spec.ty.admits(value) => {
-                return Err((
-                    Some(name.clone()),
-                    ErrorKind::AttrType {
-                        attr: name.clone(),
-                        expected: spec.ty.to_string(),
-                        found: format!("{value}"),
-                    },
-                ));
-            }
-            Some(_) => {}
-        }
-    }
-    let mut resolved = Attrs::new();
-    for spec in &op.spec.attrs {
-        match attrs.get(&spec.name).or(spec.default.as_ref()) {
-            Some(v) => {
-                resolved.insert(spec.name.clone(), v.clone());
-            }
-            None if spec.optional => {}
-            None => {
-                return Err((
-                    None,
-                    ErrorKind::MissingAttr {
-                        op: op.name().to_string(),
-                        attr: spec.name.clone(),
-                    },
-                ));
-            }
-        }
-    }
-    Ok(resolved)
+    crate::rules::ops::bind_attrs(op.name(), &op.spec.attrs, attrs)
 }
 
 pub(crate) fn infer_node(

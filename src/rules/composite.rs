@@ -106,53 +106,7 @@ impl Composite {
     /// The attributes of one use, checked against the declaration, with defaults filled in.
     /// An error names the attribute at fault, if one is.
     pub fn bind_attrs(&self, given: &Attrs) -> Result<Attrs, (Option<String>, ErrorKind)> {
-        for (name, value) in given {
-            match self.attr(name) {
-                None => {
-                    return Err((
-                        Some(name.clone()),
-                        ErrorKind::UnknownAttr {
-                            op: self.name().to_string(),
-                            attr: name.clone(),
-                            suggestion: suggest(
-                                name,
-                                self.spec.attrs.iter().map(|a| a.name.as_str()),
-                            ),
-                        },
-                    ));
-                }
-                Some(spec) if !spec.ty.admits(value) => {
-                    return Err((
-                        Some(name.clone()),
-                        ErrorKind::AttrType {
-                            attr: name.clone(),
-                            expected: spec.ty.to_string(),
-                            found: value.to_string(),
-                        },
-                    ));
-                }
-                Some(_) => {}
-            }
-        }
-        let mut bound = Attrs::new();
-        for spec in &self.spec.attrs {
-            match given.get(&spec.name).or(spec.default.as_ref()) {
-                Some(v) => {
-                    bound.insert(spec.name.clone(), v.clone());
-                }
-                None if spec.optional => {}
-                None => {
-                    return Err((
-                        None,
-                        ErrorKind::MissingAttr {
-                            op: self.name().to_string(),
-                            attr: spec.name.clone(),
-                        },
-                    ));
-                }
-            }
-        }
-        Ok(bound)
+        super::ops::bind_attrs(self.name(), &self.spec.attrs, given)
     }
 }
 

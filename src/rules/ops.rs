@@ -168,6 +168,63 @@ impl Builtin {
     }
 }
 
+/// The attributes of one use of op `op` that declares `specs`: each given one checked against
+/// its declaration, then every declared one bound, defaults filled in. An error names the
+/// attribute at fault, if one is. Ops and composites bind their uses the same way.
+pub fn bind_attrs(
+    op: &str,
+    specs: &[AttrSpec],
+    given: &crate::attr::Attrs,
+) -> std::result::Result<crate::attr::Attrs, (Option<String>, ErrorKind)> {
+    for (name, value) in given {
+        match specs.iter().find(|a| a.name == *name) {
+            None => {
+                return Err((
+                    Some(name.clone()),
+                    ErrorKind::UnknownAttr {
+                        op: op.to_string(),
+                        attr: name.clone(),
+                        suggestion: crate::error::suggest(
+                            name,
+                            specs.iter().map(|a| a.name.as_str()),
+                        ),
+                    },
+                ));
+            }
+            Some(spec) if !spec.ty.admits(value) => {
+                return Err((
+                    Some(name.clone()),
+                    ErrorKind::AttrType {
+                        attr: name.clone(),
+                        expected: spec.ty.to_string(),
+                        found: value.to_string(),
+                    },
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    let mut bound = crate::attr::Attrs::new();
+    for spec in specs {
+        match given.get(&spec.name).or(spec.default.as_ref()) {
+            Some(v) => {
+                bound.insert(spec.name.clone(), v.clone());
+            }
+            None if spec.optional => {}
+            None => {
+                return Err((
+                    None,
+                    ErrorKind::MissingAttr {
+                        op: op.to_string(),
+                        attr: spec.name.clone(),
+                    },
+                ));
+            }
+        }
+    }
+    Ok(bound)
+}
+
 /// One attribute as declared in `ops.ron`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename = "Attr", deny_unknown_fields)]
