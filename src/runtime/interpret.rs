@@ -243,15 +243,7 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
             vec![init; buffers[loads + stores + r].len()]
         })
         .collect();
-    let index = |arg: usize, coord: &[usize]| -> usize {
-        let off = launch.offsets[arg]
-            + coord
-                .iter()
-                .zip(&launch.strides[arg])
-                .map(|(&c, &s)| c as i64 * s)
-                .sum::<i64>();
-        off as usize
-    };
+    let index = |arg: usize, coord: &[usize]| element_index(launch, arg, coord);
     let mut coord = vec![0usize; rank];
     // Each SSA value lives in `vals` (float and bool precisions) or `ints` (`Prec::I64`).
     let mut vals = vec![0f64; ir.body.len()];
@@ -340,15 +332,7 @@ fn run_rows(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
     let loads = ir.loads.len();
     let levels = ir.levels();
     let passes = ir.passes();
-    let index = |arg: usize, coord: &[usize]| -> usize {
-        let off = launch.offsets[arg]
-            + coord
-                .iter()
-                .zip(&launch.strides[arg])
-                .map(|(&c, &s)| c as i64 * s)
-                .sum::<i64>();
-        off as usize
-    };
+    let index = |arg: usize, coord: &[usize]| element_index(launch, arg, coord);
     // Which values each per-row store needs, so an empty row loads nothing.
     let mut needed = vec![false; ir.body.len()];
     for store in &ir.stores {
@@ -541,4 +525,16 @@ pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, 
                 .ok_or_else(|| format!("output `{}` was never written", o.name))
         })
         .collect()
+}
+
+/// The element of argument `arg` at domain point `coord`: its offset plus the strided
+/// coordinates (the launch was bounds-checked, so the index is in its buffer).
+fn element_index(launch: &Launch, arg: usize, coord: &[usize]) -> usize {
+    let off = launch.offsets[arg]
+        + coord
+            .iter()
+            .zip(&launch.strides[arg])
+            .map(|(&c, &s)| c as i64 * s)
+            .sum::<i64>();
+    off as usize
 }
