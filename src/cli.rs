@@ -502,7 +502,7 @@ fn differentiate(
                     graph::file::to_ron_with_values(&halves.backward, &values),
                 ),
             ];
-            let mut writes: Vec<(String, model::Writer)> = texts
+            let writes: Vec<(String, model::Writer)> = texts
                 .iter()
                 .map(|(name, text)| {
                     let write: model::Writer = Box::new(move |path: &Path| {
@@ -511,14 +511,7 @@ fn differentiate(
                     (name.to_string(), write)
                 })
                 .collect();
-            let copied = copies.len();
-            writes.extend(copies);
-            output::write_all_or_none(dir, &writes).map_err(|e| {
-                Error::write(
-                    e.path.display(),
-                    format!("{}; none of the files was written", e.message),
-                )
-            })?;
+            let copied = write_with_copies(dir, writes, copies)?;
             if copied > 0 {
                 let _ = writeln!(text, "stored values written beside them: {copied}");
             }
@@ -574,18 +567,11 @@ fn differentiate(
                         path.display()
                     )));
                 }
-                let mut writes: Vec<(String, model::Writer)> = vec![(
+                let writes: Vec<(String, model::Writer)> = vec![(
                     file.to_string(),
                     Box::new(|p: &Path| std::fs::write(p, &ron).map_err(|e| e.to_string())),
                 )];
-                let copied = copies.len();
-                writes.extend(copies);
-                output::write_all_or_none(dir, &writes).map_err(|e| {
-                    Error::write(
-                        e.path.display(),
-                        format!("{}; none of the files was written", e.message),
-                    )
-                })?;
+                let copied = write_with_copies(dir, writes, copies)?;
                 let _ = writeln!(text, "stored values written beside it: {copied}");
             }
             let _ = writeln!(text, "wrote {}", path.display());
@@ -1226,4 +1212,22 @@ fn load_rules(dir: Option<&Path>) -> Result<RuleSet> {
 /// The error for output that could not be written to stdout (a full disk, `> /dev/full`).
 pub fn stdout_error(e: &std::io::Error) -> Error {
     Error::write("standard output", e)
+}
+
+/// Writes `files` and the stored-value `copies` beside them into `dir`, all or none; returns
+/// how many values were copied.
+fn write_with_copies<'a>(
+    dir: &Path,
+    mut files: Vec<(String, model::Writer<'a>)>,
+    copies: Vec<(String, model::Writer<'a>)>,
+) -> Result<usize> {
+    let copied = copies.len();
+    files.extend(copies);
+    output::write_all_or_none(dir, &files).map_err(|e| {
+        Error::write(
+            e.path.display(),
+            format!("{}; none of the files was written", e.message),
+        )
+    })?;
+    Ok(copied)
 }
