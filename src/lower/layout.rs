@@ -12,6 +12,7 @@ use crate::dag::{Dag, Value};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::check::{BuiltinPlan, plan_builtin};
+use crate::shape::Strided;
 
 /// One copy over `domain`: read `src` (dtype `from`) at `src_strides` + `src_offset`, write
 /// `dst` (dtype `to`) at `dst_strides` + `dst_offset`.
@@ -81,7 +82,6 @@ pub(super) fn lower_copy(dag: &Dag, n: usize) -> Result<Vec<Lowered>> {
     let out_strides = contiguous_strides(&out.shape);
     let x = node.args[0];
     let x_ty = dag.ty(x);
-    let x_strides = contiguous_strides(&x_ty.shape);
     let copy = |src_strides: Vec<i64>, src_offset: i64| Copy {
         domain: out.shape.clone(),
         src: x,
@@ -94,27 +94,16 @@ pub(super) fn lower_copy(dag: &Dag, n: usize) -> Result<Vec<Lowered>> {
         dst_offset: 0,
     };
     let copies = match plan {
-        BuiltinPlan::BroadcastTo(_) => {
-            let lead = out.shape.len() - x_ty.shape.len();
-            let strides = (0..out.shape.len())
-                .map(|d| {
-                    if d < lead || x_ty.shape[d - lead] != out.shape[d] {
-                        0
-                    } else {
-                        x_strides[d - lead]
-                    }
-                })
-                .collect();
-            vec![copy(strides, 0)]
-        }
-        BuiltinPlan::Reshape(_) => vec![copy(out_strides.clone(), 0)],
-        BuiltinPlan::Transpose(perm) => {
-            vec![copy(perm.iter().map(|&p| x_strides[p]).collect(), 0)]
-        }
-        BuiltinPlan::Slice(r) => {
-            let mut strides = x_strides.clone();
-            strides[r.axis] = x_strides[r.axis] * r.step as i64;
-            vec![copy(strides, r.start as i64 * x_strides[r.axis])]
+        // A re-indexing of one operand: read it through the view a fused kernel would use.
+        BuiltinPlan::BroadcastTo(_)
+        | BuiltinPlan::Reshape(_)
+        | BuiltinPlan::Transpose(_)
+        | BuiltinPlan::Slice(_) => {
+            let view = plan
+                .view(&Strided::contiguous(&x_ty.shape), &x_ty.shape, &out.shape)
+                // The operand's buffer is contiguous, and every reshape of one is a view.
+                .ok_or_else(|| lower_error(dag, n, "no view reads this layout op".into()))?;
+            vec![copy(view.strides, view.offset)]
         }
         BuiltinPlan::Concat(axis) => {
             let mut at = 0usize;

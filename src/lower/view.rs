@@ -8,16 +8,11 @@
 
 use super::ir::{Axis, View};
 use crate::dtype::DType;
+use crate::shape::Strided;
 
-/// Row-major strides of `shape`, in elements.
+/// Row-major strides of `shape`, in elements ([`Strided::contiguous`]).
 pub fn contiguous_strides(shape: &[usize]) -> Vec<i64> {
-    let mut strides = vec![0i64; shape.len()];
-    let mut step = 1i64;
-    for (d, &n) in shape.iter().enumerate().rev() {
-        strides[d] = step;
-        step = step.saturating_mul(n.max(1) as i64);
-    }
-    strides
+    Strided::contiguous(shape).strides
 }
 
 /// How a view that is not broadcast along axis `d` of `rank` moves: unit stride on the
