@@ -563,7 +563,8 @@ impl IndexMap {
         let contiguous = Strided::contiguous(to);
         let mut stages = self.stages.clone();
         match stage.shape.len() {
-            // Affine after all (a run of axes that only the size-1 rule kept apart): fold the
+            // Affine after all (all of `from`'s axes are contiguous with each other, which
+            // `Strided::reshape` only misses when its size products overflow): fold the
             // stage into the row-major strides of `to`.
             0 | 1 => {
                 let along = stage.strided.strides.first().copied().unwrap_or(0);

@@ -1309,6 +1309,12 @@ fn index_map_kernel() -> (KernelIr, Launch) {
 fn index_maps_compile_and_match_the_interpreter() {
     let (ir, launch) = index_map_kernel();
     check(std::slice::from_ref(&ir));
+    let source = emit_module(&[(kernel_name(&ir), &ir)], &EmitOptions::default());
+    assert!(
+        source
+            .contains("p2: load f32 [strided, strided] through an index map, stages of rank 2, 2")
+    );
+    assert!(source.contains("long long m[22];"), "{source}");
     let layout = param_layout(&ir);
     assert_eq!(layout.vec - layout.maps, 8 * ir.map_word_count());
     assert_eq!(ir.map_word_count(), 5 + 5 + 5 + 7);

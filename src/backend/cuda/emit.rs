@@ -221,7 +221,15 @@ impl<'a> Kernel<'a> {
                     Axis::Strided => "strided",
                 })
                 .collect();
-            format!("{} [{}]", view.dtype, axes.join(", "))
+            let mut text = format!("{} [{}]", view.dtype, axes.join(", "));
+            if view.is_mapped() {
+                let ranks: Vec<String> = view.stages.iter().map(|r| r.to_string()).collect();
+                text.push_str(&format!(
+                    " through an index map, stages of rank {}",
+                    ranks.join(", ")
+                ));
+            }
+            text
         };
         let mut out = format!("/* {}: rank {}", self.name, self.rank);
         if self.deterministic && !ir.reductions.is_empty() {
