@@ -90,11 +90,13 @@ impl Program {
         }
         for step in &self.steps {
             let Step::Kernel(k) = step else { continue };
-            let sizes = &k.launch.sizes;
-            if sizes.contains(&0) {
-                continue;
-            }
-            let ir = &self.kernels[k.kernel];
+            // The kernel reads its index maps' words at entry, whatever the domain.
+            let Some(ir) = self.kernels.get(k.kernel) else {
+                return Err(Error::new(
+                    Site::default(),
+                    ErrorKind::Lower(format!("a launch of kernel {}, which is missing", k.kernel)),
+                ));
+            };
             for (a, view) in ir.views().enumerate() {
                 let ranks: Vec<usize> = k.launch.stages(a).iter().map(|s| s.sizes.len()).collect();
                 let wellformed = k
@@ -112,6 +114,10 @@ impl Program {
                         )),
                     ));
                 }
+            }
+            let sizes = &k.launch.sizes;
+            if sizes.contains(&0) {
+                continue;
             }
             for (a, &v) in k.args.iter().enumerate() {
                 // The lowest and highest element reached: a negative stride reaches down.
