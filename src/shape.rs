@@ -453,6 +453,161 @@ impl Strided {
     }
 }
 
+/// One reshape boundary of an [`IndexMap`]: a position (an element count from the start of a
+/// row-major `shape`) is unflattened into a multi-index of `shape` with floor division and
+/// remainder, which `strided` then maps to a position of the next stage (or to an element of
+/// the buffer, for the last stage).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stage {
+    pub shape: Shape,
+    pub strided: Strided,
+}
+
+impl Stage {
+    /// The stage of a strided view of `shape` that a reshape read in row-major order, with the
+    /// axes that carry no layout taken out: size-1 axes are dropped and each run of axes laid
+    /// out contiguously relative to each other (`stride[d] = stride[d + 1] · size[d + 1]`) is
+    /// one axis. The stage unflattens every position exactly as the full shape would, with
+    /// fewer divisions; a stage of rank 0 or 1 is affine and needs none.
+    fn merged(shape: &[usize], strided: &Strided) -> Stage {
+        let mut axes: Vec<(usize, i64)> = Vec::new();
+        for (&n, &s) in shape.iter().zip(&strided.strides) {
+            if n == 1 {
+                continue;
+            }
+            match axes.last_mut() {
+                Some((m, t)) if *t == s.saturating_mul(n as i64) => {
+                    *m = m.saturating_mul(n);
+                    *t = s;
+                }
+                _ => axes.push((n, s)),
+            }
+        }
+        Stage {
+            shape: axes.iter().map(|&(n, _)| n).collect(),
+            strided: Strided {
+                offset: strided.offset,
+                strides: axes.iter().map(|&(_, s)| s).collect(),
+            },
+        }
+    }
+
+    /// The position this stage maps position `q` to (`q` below the stage's element count).
+    pub fn apply(&self, q: i64) -> i64 {
+        let mut rest = q;
+        let mut at = self.strided.offset;
+        for (&n, &s) in self.shape.iter().zip(&self.strided.strides).rev() {
+            let n = (n as i64).max(1);
+            at = at.wrapping_add((rest % n).wrapping_mul(s));
+            rest /= n;
+        }
+        at
+    }
+}
+
+/// A tensor addressed in someone else's buffer through reshapes that strides cannot express
+/// (XLA's indexing maps, where a reshape is floor division and remainder): element `idx` of a
+/// value is at position `outer.offset + Σ idx[d] · outer.strides[d]`, and each of `stages`
+/// in turn maps that position to the next, the last one to an element of the buffer. With no
+/// stages it is a [`Strided`] view. Like `Strided`, it holds no shape of its own; the stages
+/// hold theirs, because unflattening needs them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexMap {
+    pub outer: Strided,
+    /// In the order they are applied, from the value's side to the buffer's.
+    pub stages: Vec<Stage>,
+}
+
+impl IndexMap {
+    /// A contiguous (row-major) buffer of `shape`.
+    pub fn contiguous(shape: &[usize]) -> IndexMap {
+        IndexMap::strided(Strided::contiguous(shape))
+    }
+
+    /// A view with no reshape boundary.
+    pub fn strided(outer: Strided) -> IndexMap {
+        IndexMap {
+            outer,
+            stages: Vec::new(),
+        }
+    }
+
+    /// The strided view this is, when it has no reshape boundary.
+    pub fn as_strided(&self) -> Option<&Strided> {
+        self.stages.is_empty().then_some(&self.outer)
+    }
+
+    /// Axis `d` of the result is axis `perm[d]` of this view.
+    pub fn transpose(&self, perm: &[usize]) -> IndexMap {
+        self.with_outer(self.outer.transpose(perm))
+    }
+
+    /// Every `range.step`-th element from `range.start` along `range.axis`.
+    pub fn slice(&self, range: &SliceRange) -> IndexMap {
+        self.with_outer(self.outer.slice(range))
+    }
+
+    /// This view of shape `from` broadcast to `to`.
+    pub fn broadcast(&self, from: &[usize], to: &[usize]) -> IndexMap {
+        self.with_outer(self.outer.broadcast(from, to))
+    }
+
+    /// This view of shape `from` read as shape `to` in row-major order. Strides express it
+    /// when they can ([`Strided::reshape`]); otherwise the current strides become a stage that
+    /// the row-major position in `to` is unflattened into, which always works.
+    pub fn reshape(&self, from: &[usize], to: &[usize]) -> IndexMap {
+        if let Some(outer) = self.outer.reshape(from, to) {
+            return self.with_outer(outer);
+        }
+        let stage = Stage::merged(from, &self.outer);
+        let contiguous = Strided::contiguous(to);
+        let mut stages = self.stages.clone();
+        match stage.shape.len() {
+            // Affine after all (all of `from`'s axes are contiguous with each other, which
+            // `Strided::reshape` only misses when its size products overflow): fold the
+            // stage into the row-major strides of `to`.
+            0 | 1 => {
+                let along = stage.strided.strides.first().copied().unwrap_or(0);
+                return IndexMap {
+                    outer: Strided {
+                        offset: stage.strided.offset,
+                        strides: contiguous
+                            .strides
+                            .iter()
+                            .map(|&s| s.saturating_mul(along))
+                            .collect(),
+                    },
+                    stages,
+                };
+            }
+            _ => stages.insert(0, stage),
+        }
+        IndexMap {
+            outer: contiguous,
+            stages,
+        }
+    }
+
+    fn with_outer(&self, outer: Strided) -> IndexMap {
+        IndexMap {
+            outer,
+            stages: self.stages.clone(),
+        }
+    }
+
+    /// The buffer element of the value's element `idx` (every `idx[d]` within the value's
+    /// shape).
+    pub fn element(&self, idx: &[usize]) -> i64 {
+        let q = idx
+            .iter()
+            .zip(&self.outer.strides)
+            .fold(self.outer.offset, |a, (&i, &s)| {
+                a.wrapping_add((i as i64).wrapping_mul(s))
+            });
+        self.stages.iter().fold(q, |q, stage| stage.apply(q))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,5 +719,50 @@ mod tests {
                 .strides,
             vec![1, 0]
         );
+    }
+
+    /// Every element of an index map, against the row-major element of the same position
+    /// computed independently: `reshape(transpose(x))` reads `x[j][i]` at flat `i · rows + j`.
+    #[test]
+    fn index_maps_unflatten_reshapes_of_transposes_and_slices() {
+        let x = IndexMap::contiguous(&[4, 6]);
+        let t = x.transpose(&[1, 0]);
+        let flat = t.reshape(&[6, 4], &[24]);
+        assert_eq!(flat.stages.len(), 1);
+        assert_eq!(flat.stages[0].shape, vec![6, 4]);
+        for k in 0..24usize {
+            let (i, j) = (k / 4, k % 4);
+            assert_eq!(flat.element(&[k]), (j * 6 + i) as i64, "flat {k}");
+        }
+        // Reshaped again, and sliced with a step: still one stage, and the same elements.
+        let back = flat.reshape(&[24], &[3, 8]).slice(&SliceRange {
+            axis: 1,
+            start: 1,
+            step: 2,
+            len: 4,
+        });
+        for r in 0..3usize {
+            for c in 0..4usize {
+                let k = r * 8 + 1 + 2 * c;
+                assert_eq!(back.element(&[r, c]), ((k % 4) * 6 + k / 4) as i64);
+            }
+        }
+        assert_eq!(back.stages.len(), 1);
+        // Columns 1..3 of x, then a reshape: positions skip the other columns.
+        let cols = x.slice(&SliceRange {
+            axis: 1,
+            start: 1,
+            step: 1,
+            len: 2,
+        });
+        let merged = cols.reshape(&[4, 2], &[8]);
+        let want: Vec<i64> = (0..4).flat_map(|r| [r * 6 + 1, r * 6 + 2]).collect();
+        let got: Vec<i64> = (0..8).map(|k| merged.element(&[k])).collect();
+        assert_eq!(got, want);
+        // Size-1 axes carry no layout: [6, 1, 4] merges into [6, 4] (rank 2, two divisions).
+        let t3 = IndexMap::contiguous(&[4, 1, 6]).transpose(&[2, 1, 0]);
+        assert_eq!(t3.reshape(&[6, 1, 4], &[24]).stages[0].shape, vec![6, 4]);
+        // A strided reshape stays strided.
+        assert!(x.reshape(&[4, 6], &[2, 12]).as_strided().is_some());
     }
 }

@@ -316,6 +316,26 @@ fn the_books_cuda_listing_is_the_emitters() {
     );
 }
 
+/// The index-map kernel in the layout chapter is what the C emitter produces for
+/// book/examples/layout/flat_transpose.ron today: one kernel, whose load of `x` has one stage.
+#[test]
+fn the_books_index_map_listing_is_the_emitters() {
+    let rules = fusebox::rules::RuleSet::defaults();
+    let path = repo().join("book/examples/layout/flat_transpose.ron");
+    let graph = fusebox::graph::file::load(&path, &rules.ops).unwrap().0;
+    let optimized =
+        fusebox::optimize::optimize(&graph, &rules, &fusebox::optimize::Options::default())
+            .unwrap();
+    let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
+    assert_eq!(program.kernels.len(), 1);
+    assert_eq!(program.kernels[0].loads[0].stages, [2]);
+    let module = fusebox::backend::cpu::module_source(&program).0;
+    let start = module
+        .rfind("\nvoid fb_")
+        .expect("the module defines a kernel");
+    check_listing("flat_transpose_kernel.c", &module[start + 1..]);
+}
+
 /// The softmax row kernel in the "Reductions inside kernels" section is what the C emitter
 /// produces for examples/softmax.ron today.
 #[test]

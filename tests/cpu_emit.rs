@@ -213,10 +213,7 @@ impl Body {
 }
 
 fn view(dtype: DType, axes: &[Axis]) -> View {
-    View {
-        dtype,
-        axes: axes.to_vec(),
-    }
+    View::strided(dtype, axes.to_vec())
 }
 
 fn store(value: ValueId, dtype: DType, axes: &[Axis]) -> Store {

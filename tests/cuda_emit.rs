@@ -15,7 +15,7 @@ use fusebox::backend::cuda::emit::{EmitOptions, emit_module, kernel_name};
 use fusebox::dtype::DType;
 use fusebox::formula::{BinOp, Func};
 use fusebox::lower::ir::{
-    Axis, Instr, KernelIr, Launch, Prec, ReduceKind, Reduction, Store, ValueId, View,
+    Axis, Instr, KernelIr, Launch, MapStage, Prec, ReduceKind, Reduction, Store, ValueId, View,
 };
 use fusebox::runtime::buffer::Buffer;
 use fusebox::runtime::interpret;
@@ -134,10 +134,7 @@ fn check(kernels: &[KernelIr]) -> Option<(String, String)> {
 // Kernel IR builders.
 
 fn view(dtype: DType, axes: &[Axis]) -> View {
-    View {
-        dtype,
-        axes: axes.to_vec(),
-    }
+    View::strided(dtype, axes.to_vec())
 }
 
 /// A kernel under construction.
@@ -550,6 +547,7 @@ fn planned_entry_points_exist() {
         sizes: vec![3; ir.rank],
         strides: ir.views().map(|_| vec![1; ir.rank]).collect(),
         offsets: vec![0; ir.arg_count()],
+        maps: Vec::new(),
     };
     for deterministic in [false, true] {
         let options = EmitOptions { deterministic };
@@ -642,6 +640,7 @@ fn contiguous(ir: &KernelIr, sizes: &[i64]) -> Launch {
         sizes: sizes.to_vec(),
         strides,
         offsets: vec![0; ir.arg_count()],
+        maps: Vec::new(),
     }
 }
 
@@ -663,6 +662,7 @@ fn param_block_bytes() {
         sizes: vec![5, 7],
         strides: vec![vec![9, 1], vec![1, 0]],
         offsets: vec![3, 2],
+        maps: Vec::new(),
     };
     let layout = param_layout(&ir);
     // 2 pointers, 1 scratch, 2 sizes, 2×2 strides, 2 offsets, vec, 1 lanes, 1 split.
@@ -692,6 +692,7 @@ fn param_block_bytes() {
         sizes: vec![5, 7],
         strides: vec![vec![-7, 1], vec![1, 0]],
         offsets: vec![28, 0],
+        maps: Vec::new(),
     };
     let w = words(&param_block(&ir, &launch, &[8, 16], &[24]));
     assert_eq!(w[5] as i64, -7);
@@ -1232,7 +1233,8 @@ fn run_emulated(
     words(&block)[param_layout(ir).vec / 8]
 }
 
-/// Elements each argument of `launch` needs (its largest index plus one).
+/// Elements each argument of `launch` needs (its largest index plus one; through an index
+/// map, the largest element its last stage reaches).
 fn buffer_lens(ir: &KernelIr, launch: &Launch) -> Vec<usize> {
     (0..ir.arg_count())
         .map(|a| {
@@ -1242,9 +1244,126 @@ fn buffer_lens(ir: &KernelIr, launch: &Launch) -> Vec<usize> {
                     last += (n - 1) * launch.strides[a][d].max(0);
                 }
             }
+            if let Some(stage) = launch.stages(a).last() {
+                last = stage.offset;
+                for (&n, &s) in stage.sizes.iter().zip(&stage.strides) {
+                    last += (n - 1) * s.max(0);
+                }
+            }
             (last + 1) as usize
         })
         .collect()
+}
+
+/// A kernel reading two index maps — x `[4, 6]` transposed and read as `[3, 8]` (one stage),
+/// and the same positions through a second stage — plus a strided f16 load, a mapped load
+/// broadcast along the inner axis, and one store.
+fn index_map_kernel() -> (KernelIr, Launch) {
+    let mut k = K::new(2);
+    let a = k.load(DType::F32, &[S, S]);
+    let b = k.load(DType::F16, &[S, U]);
+    let c = k.load(DType::F32, &[S, S]);
+    let d = k.load(DType::F32, &[S, B]);
+    let ab = k.bin(BinOp::Mul, a, b);
+    let abc = k.bin(BinOp::Add, ab, c);
+    let y = k.bin(BinOp::Sub, abc, d);
+    k.store(y, DType::F32, &[S, U]);
+    k.ir.loads[0].stages = vec![2];
+    k.ir.loads[2].stages = vec![2, 2];
+    k.ir.loads[3].stages = vec![3];
+    assert_eq!(k.ir.verify(), Ok(()));
+    let transpose = MapStage {
+        offset: 0,
+        sizes: vec![6, 4],
+        strides: vec![1, 6],
+    };
+    let launch = Launch {
+        sizes: vec![3, 8],
+        strides: vec![vec![8, 1], vec![8, 1], vec![8, 1], vec![2, 0], vec![8, 1]],
+        offsets: vec![0, 0, 0, 1, 0],
+        maps: vec![
+            vec![transpose.clone()],
+            vec![],
+            vec![
+                transpose,
+                MapStage {
+                    offset: 0,
+                    sizes: vec![2, 12],
+                    strides: vec![1, 2],
+                },
+            ],
+            vec![MapStage {
+                offset: 2,
+                sizes: vec![2, 2, 2],
+                strides: vec![-1, 6, 2],
+            }],
+        ],
+    };
+    (k.ir, launch)
+}
+
+/// Index maps compile without warnings for sm_80 and sm_90, their parameter block carries
+/// the stages after the offsets, and the emulated kernel reads the elements the interpreter
+/// reads, with 32- and 64-bit indexing.
+#[test]
+fn index_maps_compile_and_match_the_interpreter() {
+    let (ir, launch) = index_map_kernel();
+    check(std::slice::from_ref(&ir));
+    let source = emit_module(&[(kernel_name(&ir), &ir)], &EmitOptions::default());
+    assert!(
+        source
+            .contains("p2: load f32 [strided, strided] through an index map, stages of rank 2, 2")
+    );
+    assert!(source.contains("long long m[22];"), "{source}");
+    let layout = param_layout(&ir);
+    assert_eq!(layout.vec - layout.maps, 8 * ir.map_word_count());
+    assert_eq!(ir.map_word_count(), 5 + 5 + 5 + 7);
+    let ptrs = vec![0u64; ir.arg_count()];
+    let block = words(&param_block(&ir, &launch, &ptrs, &[]));
+    let maps: Vec<i64> = block[layout.maps / 8..layout.vec / 8]
+        .iter()
+        .map(|&w| w as i64)
+        .collect();
+    assert_eq!(maps, launch.map_words());
+    assert_eq!(&maps[..5], &[0, 6, 4, 1, 6]);
+    assert_eq!(
+        vector_width(&ir),
+        8,
+        "the f16 load and the store are contiguous"
+    );
+    let options = EmitOptions::default();
+    let Some(emulated) = emulate(&ir, &options) else {
+        return;
+    };
+    let n = ir.arg_count();
+    for wide in [false, true] {
+        let (got, _) = agree(
+            &emulated,
+            &ir,
+            &launch,
+            &vec![0; n],
+            wide,
+            &options,
+            5,
+            true,
+        );
+        // Independently: y = x[t] · b + x[t'] - x[m] at (i, j), position p = 8i + j.
+        let x = |a: usize, at: i64| got[a].get(at as usize);
+        for p in 0..24i64 {
+            let t = (p % 4) * 6 + p / 4;
+            let q2 = t;
+            let second = q2 / 12 + (q2 % 12) * 2;
+            let i = p / 8;
+            let m = 1 + 2 * i;
+            let third = 2 - (m / 4) + (m / 2 % 2) * 6 + (m % 2) * 2;
+            let want = (x(0, t) as f32 * x(1, p) as f32 + x(2, second) as f32) - x(3, third) as f32;
+            let y = got[4].get(p as usize);
+            assert!(
+                y.to_bits() == f64::from(want).to_bits() || (y.is_nan() && want.is_nan()),
+                "element {p}: {y} vs {want}"
+            );
+        }
+    }
 }
 
 /// Buffers for every argument: inputs filled with small integers and halves (so every sum is

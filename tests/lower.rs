@@ -222,8 +222,8 @@ const FUSED_INT_CASES: u32 = 4000;
 
 /// The generators produce what the tests above claim to cover: over 2,000 recipes drawn as
 /// the float test draws them, the built graphs include stepped slices with negative bounds,
-/// chunks, transposed reshapes, three-way concats, f16/bf16 inputs and size-0 and size-1 dims
-/// in fair numbers.
+/// chunks, transposed reshapes, reshapes of sliced views, three-way concats, f16/bf16 inputs
+/// and size-0 and size-1 dims in fair numbers.
 #[test]
 fn random_graphs_cover_the_layout_forms() {
     use proptest::strategy::ValueTree;
@@ -274,6 +274,9 @@ fn random_graphs_cover_the_layout_forms() {
             {
                 seen.insert("reshape of a transpose");
             }
+            if n.op == "reshape" && n.args[0].ends_with("_v") {
+                seen.insert("reshape of a sliced or doubly transposed view");
+            }
             if n.op == "concat" && n.args.len() == 3 {
                 seen.insert("three-way concat");
             }
@@ -304,6 +307,7 @@ fn random_graphs_cover_the_layout_forms() {
         "slice with a negative bound",
         "chunk",
         "reshape of a transpose",
+        "reshape of a sliced or doubly transposed view",
         "three-way concat",
         "size-0 dim",
         "[N,1]",

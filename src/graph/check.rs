@@ -419,6 +419,24 @@ impl BuiltinPlan {
             _ => None,
         }
     }
+
+    /// [`Self::view`] through index maps: the same re-indexing, where a reshape no strides
+    /// express becomes a floor-division/remainder stage ([`shape::IndexMap::reshape`]) rather
+    /// than `None`. `None` only for ops that are not a re-indexing of one operand.
+    pub fn index_map(
+        &self,
+        x: &shape::IndexMap,
+        x_shape: &[usize],
+        out: &[usize],
+    ) -> Option<shape::IndexMap> {
+        match self {
+            BuiltinPlan::BroadcastTo(_) => Some(x.broadcast(x_shape, out)),
+            BuiltinPlan::Reshape(_) => Some(x.reshape(x_shape, out)),
+            BuiltinPlan::Transpose(perm) => Some(x.transpose(perm)),
+            BuiltinPlan::Slice(range) => Some(x.slice(range)),
+            _ => None,
+        }
+    }
 }
 
 /// Resolves a built-in op's attributes against its argument shapes.

@@ -9,8 +9,10 @@
 //! exactly where the unfused graph rounds, and differs from it only by the order of f64
 //! summation in reductions and by the few-ulp accuracy of vector math.
 
-use super::ir::{Axis, Instr, KernelIr, Launch, Prec, ReduceKind, Reduction, Store, ValueId, View};
-use super::view::{broadcast_view, domain_of, strided_view};
+use super::ir::{
+    Axis, Instr, KernelIr, Launch, MapStage, Prec, ReduceKind, Reduction, Store, ValueId, View,
+};
+use super::view::{broadcast_view, domain_of, mapped_view};
 use super::{Lowered, lower_error};
 use crate::dag::{Dag, Value};
 use crate::dtype::{Category, DType};
@@ -19,7 +21,7 @@ use crate::eval::pointwise::{common_dtype, computes_in_integers, converts};
 use crate::formula::Expr;
 use crate::graph::check::{BuiltinPlan, plan_builtin};
 use crate::rules::{Builtin, OpKind};
-use crate::shape::Strided;
+use crate::shape::IndexMap;
 use std::collections::{HashMap, HashSet};
 
 /// Builds SSA, remembering each dag value's SSA id and dtype.
@@ -27,10 +29,11 @@ struct Builder<'a> {
     dag: &'a Dag,
     domain: Vec<usize>,
     ir: KernelIr,
-    /// The kernel's nodes: a layout node among them is a view, read through strides.
+    /// The kernel's nodes: a layout node among them is a view, read through an index map.
     members: HashSet<usize>,
-    /// Per load view: the value it reads, the launch strides and the element offset.
-    load_args: Vec<(Value, Vec<i64>, i64)>,
+    /// Per load view: the value it reads, the launch strides, the offset (of the element, or
+    /// of the position for an index map) and the index map's stages.
+    load_args: Vec<(Value, Vec<i64>, i64, Vec<MapStage>)>,
     values: HashMap<Value, (ValueId, DType)>,
 }
 
@@ -111,7 +114,7 @@ impl Builder<'_> {
                 return Ok(self.values[&value]);
             }
             Value::Node(v) if self.is_view(v) => {
-                let (source, strided) = self.view_of(v)?;
+                let (source, map) = self.view_of(v)?;
                 if let Value::Node(s) = source
                     && dag.nodes[s].op.is_literal()
                 {
@@ -121,13 +124,13 @@ impl Builder<'_> {
                     return Ok(literal);
                 }
                 let ty = dag.ty(value);
-                let Some((view, strides)) =
-                    strided_view(ty.dtype, &ty.shape, &strided.strides, &self.domain)
+                let Some((view, strides, offset, stages)) =
+                    mapped_view(ty.dtype, &ty.shape, &map, &self.domain)
                 else {
                     return Err(self.shape_error(value));
                 };
                 self.ir.loads.push(view);
-                self.load_args.push((source, strides, strided.offset));
+                self.load_args.push((source, strides, offset, stages));
                 let id = self.push(Instr::Load {
                     view: self.ir.loads.len() - 1,
                 });
@@ -140,7 +143,7 @@ impl Builder<'_> {
                     return Err(self.shape_error(value));
                 };
                 self.ir.loads.push(view);
-                self.load_args.push((value, strides, 0));
+                self.load_args.push((value, strides, 0, Vec::new()));
                 let id = self.push(Instr::Load {
                     view: self.ir.loads.len() - 1,
                 });
@@ -160,9 +163,10 @@ impl Builder<'_> {
             && op.builtin() != Some(Builtin::BroadcastTo)
     }
 
-    /// The buffer view node `v` reads and the strides over it: its operand's contiguous buffer,
-    /// or, when its operand is a view in this kernel too, that view composed with its own.
-    fn view_of(&self, v: usize) -> Result<(Value, Strided)> {
+    /// The buffer view node `v` reads and the index map over it: its operand's contiguous
+    /// buffer, or, when its operand is a view in this kernel too, that view composed with its
+    /// own (as the partitioner composed them, [`BuiltinPlan::index_map`]).
+    fn view_of(&self, v: usize) -> Result<(Value, IndexMap)> {
         let dag = self.dag;
         let node = &dag.nodes[v];
         let x = node.args[0];
@@ -176,7 +180,7 @@ impl Builder<'_> {
                     "a view's operand is computed in the view's own kernel".into(),
                 ));
             }
-            _ => (x, Strided::contiguous(x_shape)),
+            _ => (x, IndexMap::contiguous(x_shape)),
         };
         let builtin = node
             .op
@@ -184,17 +188,19 @@ impl Builder<'_> {
             .ok_or_else(|| lower_error(dag, v, "layout op without a builtin".into()))?;
         let (plan, _) =
             plan_builtin(builtin, &[x_shape], &node.attrs).map_err(|e| lower_error(dag, v, e))?;
-        let view = plan.view(&base, x_shape, &node.ty.shape).ok_or_else(|| {
-            lower_error(
-                dag,
-                v,
-                format!(
-                    "`{}` cannot be read as a view of `{}` here",
-                    node.op.name(),
-                    dag.value_name(source)
-                ),
-            )
-        })?;
+        let view = plan
+            .index_map(&base, x_shape, &node.ty.shape)
+            .ok_or_else(|| {
+                lower_error(
+                    dag,
+                    v,
+                    format!(
+                        "`{}` cannot be read as a view of `{}` here",
+                        node.op.name(),
+                        dag.value_name(source)
+                    ),
+                )
+            })?;
         Ok((source, view))
     }
 
@@ -420,10 +426,7 @@ impl Builder<'_> {
                 }
             })
             .collect();
-        let view = View {
-            dtype: node.ty.dtype,
-            axes,
-        };
+        let view = View::strided(node.ty.dtype, axes);
         let (value, _) = self.value(x)?;
         let value = self.accumulated(value, node.ty.dtype);
         self.ir.reductions.push(Reduction {
@@ -511,7 +514,7 @@ pub(super) fn lower_fused(
             ));
         }
     }
-    let mut store_args: Vec<(Value, Vec<i64>, i64)> = Vec::new();
+    let mut store_args: Vec<(Value, Vec<i64>, i64, Vec<MapStage>)> = Vec::new();
     for &out in outputs {
         if reduced.contains(&out) {
             continue;
@@ -531,25 +534,27 @@ pub(super) fn lower_fused(
             },
         };
         b.ir.stores.push(Store { value, view });
-        store_args.push((out, strides, 0));
+        store_args.push((out, strides, 0, Vec::new()));
     }
     let mut args = Vec::new();
     let mut strides = Vec::new();
     let mut offsets = Vec::new();
-    for (value, s, offset) in b
-        .load_args
-        .into_iter()
-        .chain(store_args)
-        .chain(reduction_args.into_iter().map(|(v, s)| (v, s, 0)))
-    {
+    let mut maps = Vec::new();
+    for (value, s, offset, stages) in b.load_args.into_iter().chain(store_args).chain(
+        reduction_args
+            .into_iter()
+            .map(|(v, s)| (v, s, 0, Vec::new())),
+    ) {
         args.push(value);
         strides.push(s);
         offsets.push(offset);
+        maps.push(stages);
     }
     let launch = Launch {
         sizes: domain.iter().map(|&d| d as i64).collect(),
         offsets,
         strides,
+        maps,
     };
     Ok((b.ir, launch, args))
 }

@@ -82,6 +82,33 @@ pub struct View {
     pub dtype: DType,
     /// One entry per domain axis; `axes.len() == rank`.
     pub axes: Vec<Axis>,
+    /// An index map's reshape boundaries, by rank (see [`View::is_mapped`]); empty for a
+    /// strided view, which is every store and reduction output and most loads.
+    pub stages: Vec<usize>,
+}
+
+impl View {
+    /// A strided view: element at `offset + Σ i_d · stride_d`.
+    pub fn strided(dtype: DType, axes: Vec<Axis>) -> View {
+        View {
+            dtype,
+            axes,
+            stages: Vec::new(),
+        }
+    }
+
+    /// Whether this is an *index map*: a load through reshapes that no strides express. Its
+    /// strides and offset then give a *position* `q = offset + Σ i_d · stride_d` rather than an
+    /// element, and each stage `k` (of rank `stages[k]`, in order) maps a position to the
+    /// next: `q` is unflattened row-major into the stage's shape (floor division and
+    /// remainder by its sizes) and that multi-index goes through the stage's strides and
+    /// offset ([`MapStage`]). The last stage gives the element. Only the ranks are part of
+    /// the kernel's identity; shapes, strides and offsets are launch arguments. A mapped view
+    /// has no `Unit` axis: consecutive positions are not consecutive elements, so its
+    /// innermost loop is a plain loop, never a vector load.
+    pub fn is_mapped(&self) -> bool {
+        !self.stages.is_empty()
+    }
 }
 
 /// An SSA value: the index of the instruction that produced it in [`KernelIr::body`].
@@ -275,6 +302,11 @@ impl KernelIr {
 /// `void k(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs)`:
 /// `sizes[rank]`, then `strides[arg * rank + axis]` and `offsets[arg]` (in elements) and
 /// `ptrs[arg]` for every argument in [`KernelIr::views`] order.
+///
+/// Index maps ([`View::is_mapped`]) take their stages from the same `strides` array, after the
+/// `args × rank` strides: for every mapped load in argument order, for each of its stages in
+/// order, the stage's offset, its `r` sizes and its `r` strides ([`Launch::map_words`]). A
+/// kernel without index maps reads exactly what it read before they existed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Launch {
     /// The domain, `rank` entries.
@@ -283,4 +315,86 @@ pub struct Launch {
     pub strides: Vec<Vec<i64>>,
     /// Per argument, the element offset of domain point 0.
     pub offsets: Vec<i64>,
+    /// Per argument, the stages of its index map, as many as its view's `stages` (none for a
+    /// strided view; arguments past the end of this list have none).
+    pub maps: Vec<Vec<MapStage>>,
+}
+
+/// One reshape boundary of a mapped load at launch: position `q` (below `Π sizes`) goes to
+/// `offset + Σ_e idx_e · strides[e]`, where `idx` is `q` unflattened row-major into `sizes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapStage {
+    pub offset: i64,
+    pub sizes: Vec<i64>,
+    pub strides: Vec<i64>,
+}
+
+impl MapStage {
+    /// The position (or element, for a last stage) that position `q` maps to. Wrapping, like
+    /// the generated code; [`crate::lower::Program::check_bounds`] proves the result is in range.
+    pub fn apply(&self, q: i64) -> i64 {
+        let mut rest = q;
+        let mut at = self.offset;
+        for (&n, &s) in self.sizes.iter().zip(&self.strides).rev() {
+            let n = n.max(1);
+            at = at.wrapping_add((rest % n).wrapping_mul(s));
+            rest /= n;
+        }
+        at
+    }
+
+    /// Words of this stage in the kernel's `strides` array.
+    pub fn words(rank: usize) -> usize {
+        1 + 2 * rank
+    }
+}
+
+impl Launch {
+    /// The stages of argument `arg` (empty for a strided view).
+    pub fn stages(&self, arg: usize) -> &[MapStage] {
+        self.maps.get(arg).map_or(&[], |m| m.as_slice())
+    }
+
+    /// The index-map words that follow the per-argument strides in the kernel's `strides`
+    /// array (see [`Launch`]).
+    pub fn map_words(&self) -> Vec<i64> {
+        let mut words = Vec::new();
+        for stage in self.maps.iter().flatten() {
+            words.push(stage.offset);
+            words.extend(&stage.sizes);
+            words.extend(&stage.strides);
+        }
+        words
+    }
+
+    /// The element argument `arg` reads at position `q` of its view: `q` itself for a
+    /// strided view, else `q` through every stage of its index map.
+    pub fn through_map(&self, arg: usize, q: i64) -> i64 {
+        self.stages(arg).iter().fold(q, |q, stage| stage.apply(q))
+    }
+}
+
+impl KernelIr {
+    /// Where the words of stage `stage` of argument `arg`'s index map start in the kernel's
+    /// `strides` array: after the `args × rank` strides and every earlier stage's words.
+    pub fn map_word(&self, arg: usize, stage: usize) -> usize {
+        let mut at = self.arg_count() * self.rank;
+        for (a, view) in self.views().enumerate() {
+            for (k, &r) in view.stages.iter().enumerate() {
+                if (a, k) == (arg, stage) {
+                    return at;
+                }
+                at += MapStage::words(r);
+            }
+        }
+        at
+    }
+
+    /// Words of all index-map stages in the `strides` array (0 without index maps).
+    pub fn map_word_count(&self) -> usize {
+        self.views()
+            .flat_map(|v| &v.stages)
+            .map(|&r| MapStage::words(r))
+            .sum()
+    }
 }

@@ -90,20 +90,56 @@ impl Program {
         }
         for step in &self.steps {
             let Step::Kernel(k) = step else { continue };
+            // The kernel reads its index maps' words at entry, whatever the domain.
+            let Some(ir) = self.kernels.get(k.kernel) else {
+                return Err(Error::new(
+                    Site::default(),
+                    ErrorKind::Lower(format!("a launch of kernel {}, which is missing", k.kernel)),
+                ));
+            };
+            for (a, view) in ir.views().enumerate() {
+                let ranks: Vec<usize> = k.launch.stages(a).iter().map(|s| s.sizes.len()).collect();
+                let wellformed = k
+                    .launch
+                    .stages(a)
+                    .iter()
+                    .all(|s| s.strides.len() == s.sizes.len());
+                if ranks != view.stages || !wellformed {
+                    return Err(Error::new(
+                        Site::default(),
+                        ErrorKind::Lower(format!(
+                            "argument {a} of a launch has index-map stages of ranks {ranks:?}, \
+                             its kernel {:?}",
+                            view.stages
+                        )),
+                    ));
+                }
+            }
             let sizes = &k.launch.sizes;
             if sizes.contains(&0) {
                 continue;
             }
             for (a, &v) in k.args.iter().enumerate() {
                 // The lowest and highest element reached: a negative stride reaches down.
-                let (mut first, mut last) = (k.launch.offsets[a], k.launch.offsets[a]);
-                for (&n, &s) in sizes.iter().zip(&k.launch.strides[a]) {
-                    let reach = (n - 1).saturating_mul(s);
-                    if reach < 0 {
-                        first = first.saturating_add(reach);
-                    } else {
-                        last = last.saturating_add(reach);
+                let (mut first, mut last) = reach(k.launch.offsets[a], sizes, &k.launch.strides[a]);
+                // Through an index map, the range above is of positions: each stage must hold
+                // all of them, and then reaches what its whole shape reaches (a superset of
+                // what those positions unflatten to, so the proof errs on the safe side).
+                for stage in k.launch.stages(a) {
+                    let count = stage
+                        .sizes
+                        .iter()
+                        .try_fold(1i64, |c, &n| if n > 0 { c.checked_mul(n) } else { None });
+                    if first < 0 || count.is_none_or(|c| last >= c) {
+                        return Err(Error::new(
+                            Site::node(dag.value_name(v)),
+                            ErrorKind::Lower(format!(
+                                "an index map reaches position {last} of a reshape of {:?}",
+                                stage.sizes
+                            )),
+                        ));
                     }
+                    (first, last) = reach(stage.offset, &stage.sizes, &stage.strides);
                 }
                 let len = crate::shape::numel(&dag.ty(v).shape) as i64;
                 if first < 0 || last >= len {
@@ -118,6 +154,21 @@ impl Program {
         }
         Ok(())
     }
+}
+
+/// The lowest and highest of `offset + Σ i_d · strides[d]` over `0 ≤ i_d < sizes[d]` (sizes
+/// all positive), saturating: a saturated bound is out of every buffer's range.
+fn reach(offset: i64, sizes: &[i64], strides: &[i64]) -> (i64, i64) {
+    let (mut first, mut last) = (offset, offset);
+    for (&n, &s) in sizes.iter().zip(strides) {
+        let reach = (n - 1).saturating_mul(s);
+        if reach < 0 {
+            first = first.saturating_add(reach);
+        } else {
+            last = last.saturating_add(reach);
+        }
+    }
+    (first, last)
 }
 
 /// One unit of work.

@@ -24,6 +24,9 @@ pub enum IrError {
     },
     /// Argument `arg` uses [`Axis::Unit`] on axis `axis`, which is not the innermost.
     UnitNotInnermost { arg: usize, axis: usize },
+    /// Argument `arg` has an index map but is not a load, or a stage of rank 0, or a `Unit`
+    /// axis (consecutive positions of an index map are not consecutive elements).
+    MappedView { arg: usize },
     /// Value `value` loads view `view`, which does not exist.
     MissingLoad { value: ValueId, view: usize },
     /// Value `value` is an f32 literal that f32 cannot hold.
@@ -78,6 +81,11 @@ impl fmt::Display for IrError {
             IrError::UnitNotInnermost { arg, axis } => write!(
                 f,
                 "`Unit` is only used on the innermost axis (argument {arg}, axis {axis})"
+            ),
+            IrError::MappedView { arg } => write!(
+                f,
+                "only loads have index maps, each stage of rank at least 1 and no `Unit` axis \
+                 (argument {arg})"
             ),
             IrError::MissingLoad { value, view } => {
                 write!(f, "load of a missing view (v{value} loads view {view})")
@@ -140,7 +148,8 @@ impl std::error::Error for IrError {}
 
 impl KernelIr {
     /// Checks the invariants the lowering guarantees: a domain of at least one axis, views of
-    /// the domain's rank with `Unit` only innermost, loads of existing views, call arities, SSA
+    /// the domain's rank with `Unit` only innermost, index maps only on loads (stages of rank
+    /// at least 1, no `Unit` axis), loads of existing views, call arities, SSA
     /// order, operands at their instruction's precision, stores of existing values at their
     /// dtype's precision, reduction masks of the domain's rank with outputs broadcast exactly
     /// on the reduced axes (none in a row kernel, whose row reductions reduce values of their
@@ -160,6 +169,13 @@ impl KernelIr {
             }
             if let Some(axis) = (0..self.rank - 1).find(|&d| view.axes[d] == Axis::Unit) {
                 return Err(IrError::UnitNotInnermost { arg, axis });
+            }
+            if view.is_mapped()
+                && (arg >= self.loads.len()
+                    || view.stages.contains(&0)
+                    || view.axes.contains(&Axis::Unit))
+            {
+                return Err(IrError::MappedView { arg });
             }
         }
         for (value, instr) in self.body.iter().enumerate() {
@@ -259,10 +275,7 @@ mod tests {
 
     /// `y = x + 1` over `[n, m]`, and the sum of `x` over axis 1.
     fn valid() -> KernelIr {
-        let view = |axes: Vec<Axis>| View {
-            dtype: DType::F32,
-            axes,
-        };
+        let view = |axes: Vec<Axis>| View::strided(DType::F32, axes);
         KernelIr {
             rank: 2,
             loads: vec![view(vec![Axis::Strided, Axis::Unit])],
@@ -336,6 +349,19 @@ mod tests {
             ir.verify(),
             Err(IrError::MissingStoredValue { store: 0, value: 7 })
         );
+
+        // Index maps: loads only, never `Unit`, no empty stage.
+        let mut ir = valid();
+        ir.loads[0].stages = vec![2];
+        assert_eq!(ir.verify(), Err(IrError::MappedView { arg: 0 }));
+        ir.loads[0].axes[1] = Axis::Strided;
+        assert_eq!(ir.verify(), Ok(()));
+        ir.loads[0].stages = vec![2, 0];
+        assert_eq!(ir.verify(), Err(IrError::MappedView { arg: 0 }));
+        let mut ir = valid();
+        ir.stores[0].view.axes[1] = Axis::Strided;
+        ir.stores[0].view.stages = vec![2];
+        assert_eq!(ir.verify(), Err(IrError::MappedView { arg: 1 }));
 
         let mut ir = valid();
         ir.body.push(Instr::Widen { x: 2 });

@@ -6,9 +6,9 @@
 //! decided by which dims are 1, never by sizes, so a kernel compiled for a batch of 1024 is
 //! the kernel for a batch of 512.
 
-use super::ir::{Axis, View};
+use super::ir::{Axis, MapStage, View};
 use crate::dtype::DType;
-use crate::shape::Strided;
+use crate::shape::{IndexMap, Strided};
 
 /// Row-major strides of `shape`, in elements ([`Strided::contiguous`]).
 pub fn contiguous_strides(shape: &[usize]) -> Vec<i64> {
@@ -40,7 +40,7 @@ pub fn classify(dtype: DType, sizes: &[usize], strides: &mut [i64]) -> View {
             }
         })
         .collect();
-    View { dtype, axes }
+    View::strided(dtype, axes)
 }
 
 /// A contiguous buffer of `shape`, broadcast over `domain` (right-aligned). `None` when the
@@ -76,6 +76,39 @@ pub fn strided_view(
         .collect();
     let view = classify(dtype, &sizes, &mut strides);
     Some((view, strides))
+}
+
+/// A value of `shape` read through index map `map` (a view through reshapes no strides
+/// express), broadcast over `domain`: the view, its launch strides and offset (of the
+/// position, for a mapped view) and its launch stages. A map without stages is exactly
+/// [`strided_view`]. A mapped view's `Unit` axis becomes `Strided`: consecutive positions are
+/// not consecutive elements, so no emitter may read it as a contiguous vector. `None` when the
+/// shape does not broadcast to the domain.
+pub fn mapped_view(
+    dtype: DType,
+    shape: &[usize],
+    map: &IndexMap,
+    domain: &[usize],
+) -> Option<(View, Vec<i64>, i64, Vec<MapStage>)> {
+    let (mut view, strides) = strided_view(dtype, shape, &map.outer.strides, domain)?;
+    let stages: Vec<MapStage> = map
+        .stages
+        .iter()
+        .map(|stage| MapStage {
+            offset: stage.strided.offset,
+            sizes: stage.shape.iter().map(|&n| n as i64).collect(),
+            strides: stage.strided.strides.clone(),
+        })
+        .collect();
+    if !stages.is_empty() {
+        view.stages = stages.iter().map(|s| s.sizes.len()).collect();
+        for axis in &mut view.axes {
+            if *axis == Axis::Unit {
+                *axis = Axis::Strided;
+            }
+        }
+    }
+    Some((view, strides, map.outer.offset, stages))
 }
 
 /// A rank-0 domain becomes `[1]`: every kernel has at least one axis.

@@ -41,7 +41,7 @@ use super::{Facts, KernelKind, Partition, fits, kind_of, price};
 use crate::dag::{Dag, Value};
 use crate::graph::check::{BuiltinPlan, plan_builtin};
 use crate::rules::{Builtin, FusionRules, Profile, Role};
-use crate::shape::{Shape, Strided, broadcast, numel};
+use crate::shape::{IndexMap, Shape, broadcast, numel};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 mod siblings;
@@ -86,7 +86,7 @@ struct Group {
 struct Plan {
     members: Vec<u32>,
     /// When the node is a view: what it reads and how ([`Builder::resolve_view`]).
-    view: Option<(Value, Strided)>,
+    view: Option<(Value, IndexMap)>,
     domain: Shape,
     fixed: bool,
     rows: bool,
@@ -140,8 +140,8 @@ struct Builder<'a> {
     /// plan (what it re-indexes and how).
     view_plan: Vec<Option<BuiltinPlan>>,
     /// Per placed view node: the value its kernel reads through it (its operand, or the source
-    /// of the view it extends in the same kernel) and the strides over that value's buffer.
-    view_of: Vec<Option<(Value, Strided)>>,
+    /// of the view it extends in the same kernel) and the index map over that value's buffer.
+    view_of: Vec<Option<(Value, IndexMap)>>,
     /// Per node: a `Rows` node that is a row reduction ([`super::row_reduction`]), whose
     /// result may be consumed inside its kernel.
     row: Vec<bool>,
@@ -468,7 +468,12 @@ impl Builder<'_> {
         }
         let mut fixed: Option<&Shape> =
             matches!(self.role[n], Role::End | Role::Rows).then_some(shape);
-        for &m in members {
+        // A view extending a kernel of views that then writes nothing (every value of it is
+        // read only by `n`) takes that kernel over: its views become loads of `n`'s, so its
+        // old domain (the shape of a view `n` reshapes) no longer says anything.
+        let dissolved = view.is_some() && self.views_dissolve(members, &internal_uses);
+        let shaping: &[u32] = if dissolved { &[] } else { members };
+        for &m in shaping {
             let g = self.group(m);
             if g.fixed {
                 match fixed {
@@ -483,14 +488,14 @@ impl Builder<'_> {
             Some(f) => f.clone(),
             None => {
                 let mut d = shape.clone();
-                for &m in members {
+                for &m in shaping {
                     d = broadcast(&d, &self.group(m).domain).ok()?;
                 }
                 d
             }
         };
         if !fits(self.facts.iter_shape(n), &domain)
-            || members
+            || shaping
                 .iter()
                 .any(|&m| !fits(&self.group(m).domain, &domain))
         {
@@ -660,21 +665,36 @@ impl Builder<'_> {
         Some(found)
     }
 
-    /// What view node `n` reads, and through which strides, when it joins a kernel:
+    /// What view node `n` reads, and through which index map, when it joins a kernel:
     /// `operand_inside` says whether its operand is computed in that kernel, which is legal only
     /// for a view (the two compose into one view of the first one's source). `None` when the
-    /// operand is computed there and is not a view, or when no strides express the composition
-    /// (a reshape merging axes of a transposed view).
-    fn resolve_view(&self, n: usize, operand_inside: bool) -> Option<(Value, Strided)> {
+    /// operand is computed there and is not a view. A reshape that no strides express (merging
+    /// the axes of a transposed or sliced view) composes too, as a floor-division/remainder
+    /// stage of the map ([`IndexMap::reshape`]): reading through it costs a few integer
+    /// divisions per element, far less than a copy kernel's write and read back.
+    fn resolve_view(&self, n: usize, operand_inside: bool) -> Option<(Value, IndexMap)> {
         let node = &self.dag.nodes[n];
         let plan = self.view_plan[n].as_ref()?;
         let x = node.args[0];
         let x_shape = &self.dag.ty(x).shape;
         let (source, base) = match x {
             Value::Node(p) if operand_inside => self.view_of[p].clone()?,
-            _ => (x, Strided::contiguous(x_shape)),
+            _ => (x, IndexMap::contiguous(x_shape)),
         };
-        Some((source, plan.view(&base, x_shape, &node.ty.shape)?))
+        Some((source, plan.index_map(&base, x_shape, &node.ty.shape)?))
+    }
+
+    /// Whether `members` hold only view nodes and none of their values is written once the
+    /// uses in `internal_uses` (once per use) move inside: they would then be no loop of
+    /// their own, only the index maps of the view joining them.
+    fn views_dissolve(&self, members: &[u32], internal_uses: &[usize]) -> bool {
+        members.iter().all(|&m| {
+            self.group(m).nodes.iter().all(|&v| {
+                self.view_plan[v].is_some()
+                    && !self.facts.graph_output[v]
+                    && self.ext[v] == internal_uses.iter().filter(|&&p| p == v).count()
+            })
+        })
     }
 
     /// Whether node `p`'s result may be read by another node of its kernel: anything but an
@@ -884,12 +904,12 @@ impl Builder<'_> {
             self.ext[p] -= 1;
         }
         self.group_of[n] = survivor;
-        if let Some((source, strided)) = plan.view {
+        if let Some((source, map)) = plan.view {
             let sources = &mut self.groups[survivor as usize].view_sources;
             if !sources.contains(&source) {
                 sources.push(source);
             }
-            self.view_of[n] = Some((source, strided));
+            self.view_of[n] = Some((source, map));
         }
         let mut new_edges = Vec::new();
         {

@@ -528,7 +528,8 @@ pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, 
 }
 
 /// The element of argument `arg` at domain point `coord`: its offset plus the strided
-/// coordinates (the launch was bounds-checked, so the index is in its buffer).
+/// coordinates, and for an index map that position through each of its stages (the launch
+/// was bounds-checked, so the index is in its buffer).
 fn element_index(launch: &Launch, arg: usize, coord: &[usize]) -> usize {
     let off = launch.offsets[arg]
         + coord
@@ -536,5 +537,5 @@ fn element_index(launch: &Launch, arg: usize, coord: &[usize]) -> usize {
             .zip(&launch.strides[arg])
             .map(|(&c, &s)| c as i64 * s)
             .sum::<i64>();
-    off as usize
+    launch.through_map(arg, off) as usize
 }

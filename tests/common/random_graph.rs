@@ -57,6 +57,16 @@ pub enum Step {
     ReshapeTransposed(usize, usize),
     /// Three values concatenated along `axis`.
     Concat3(usize, usize, usize, i64),
+    /// A reshape (target by `kind`, see [`reshape_target`]) of a view whose axes are not
+    /// contiguous with each other, by `form`: 0 a slice of every second column from a negative
+    /// start, 1 a transpose split, transposed back and reshaped again (two reshape
+    /// boundaries), 2 every second row, transposed. No strides express these; they fuse as
+    /// index maps.
+    ReshapeStrided {
+        a: usize,
+        form: usize,
+        kind: usize,
+    },
 }
 
 pub const UNARY: [&str; 12] = [
@@ -137,9 +147,17 @@ fn with_layout(base: BoxedStrategy<Step>, layout: bool) -> BoxedStrategy<Step> {
         2 => chunks(),
         1 => contiguous_reshapes(),
         1 => transposed_reshapes(),
+        1 => strided_reshapes(),
         1 => three_way_concats(),
     ]
     .boxed()
+}
+
+/// Reshapes of sliced and doubly transposed views ([`Step::ReshapeStrided`]).
+pub fn strided_reshapes() -> BoxedStrategy<Step> {
+    (0usize..64, 0usize..3, 0usize..5)
+        .prop_map(|(a, form, kind)| Step::ReshapeStrided { a, form, kind })
+        .boxed()
 }
 
 /// Slices with steps of 1 to 3 and bounds that may be negative, past either end, or absent,
@@ -457,6 +475,68 @@ fn build_in(
                     "reshape",
                     &[&moved],
                     &[("shape", AttrValue::Ints(reshape_target(&transposed, *kind)))],
+                );
+            }
+            Step::ReshapeStrided { a, form, kind } => {
+                let shape = shape_of(*a);
+                let x = pick(&values, *a);
+                let first = format!("{name}_v");
+                let viewed = match form % 3 {
+                    0 => {
+                        trial.op_with(
+                            &first,
+                            "slice",
+                            &[&x],
+                            &[
+                                ("axis", AttrValue::Int(-1)),
+                                ("start", AttrValue::Int(-5)),
+                                ("step", AttrValue::Int(2)),
+                            ],
+                        );
+                        let mut s = shape.clone();
+                        if let Some(last) = s.last_mut() {
+                            let start = last.saturating_sub(5);
+                            *last = (*last - start).div_ceil(2);
+                        }
+                        s
+                    }
+                    1 => {
+                        let mut t = shape.clone();
+                        t.reverse();
+                        let split = reshape_target(&t, 3);
+                        let (t1, r1) = (format!("{name}_t"), format!("{name}_s"));
+                        trial.op(&t1, "transpose", &[&x]);
+                        trial.op_with(
+                            &r1,
+                            "reshape",
+                            &[&t1],
+                            &[("shape", AttrValue::Ints(split.clone()))],
+                        );
+                        trial.op(&first, "transpose", &[&r1]);
+                        split.iter().rev().map(|&d| d as usize).collect()
+                    }
+                    _ => {
+                        let rows = format!("{name}_r");
+                        trial.op_with(
+                            &rows,
+                            "slice",
+                            &[&x],
+                            &[("axis", AttrValue::Int(0)), ("step", AttrValue::Int(2))],
+                        );
+                        trial.op(&first, "transpose", &[&rows]);
+                        let mut s = shape.clone();
+                        if let Some(d) = s.first_mut() {
+                            *d = d.div_ceil(2);
+                        }
+                        s.reverse();
+                        s
+                    }
+                };
+                trial.op_with(
+                    &name,
+                    "reshape",
+                    &[&first],
+                    &[("shape", AttrValue::Ints(reshape_target(&viewed, *kind)))],
                 );
             }
             Step::Concat3(a, c, d, axis) => {

@@ -63,7 +63,8 @@ impl CpuExecutable {
             .steps
             .iter()
             .map(|step| match step {
-                Step::Kernel(k) => k.launch.strides.concat(),
+                // Index-map stages follow the strides (see `Launch`).
+                Step::Kernel(k) => [k.launch.strides.concat(), k.launch.map_words()].concat(),
                 Step::MatMul(_) => Vec::new(),
             })
             .collect();

@@ -32,6 +32,7 @@
 //! | `n[rank]`        | rank            | domain sizes, after [folding](fold) |
 //! | `s[args][rank]`  | args × rank     | strides in elements (read only on `Strided` axes) |
 //! | `o[args]`        | args            | element offsets of domain point 0 |
+//! | `m[words]`       | index-map words | every index map's stages ([`Launch::map_words`]) |
 //! | `vec`            | 1               | 1 when the vectorized path may run ([`vector_ok`]) |
 //! | `lanes[groups]`  | groups          | threads cooperating on one output, per group |
 //! | `split[groups]`  | groups          | pieces each output's reduced elements are cut into |
@@ -40,7 +41,7 @@
 //! `split`. Sizes are the launch's after [`fold`]: the host folds contiguous axes when it
 //! writes the block, once per launch, rather than every thread doing it.
 //!
-//! The block is `8 × (2·args + reductions + rank·(args + 1) + 1 + 2·groups)` bytes: a kernel
+//! The block is `8 × (2·args + reductions + rank·(args + 1) + words + 1 + 2·groups)` bytes: a kernel
 //! at the fusion budget's 64 arguments, without reductions, stays under the classic 4 KiB
 //! kernel-parameter limit up to rank 5; a bigger block needs CUDA 12.1's 32 KiB limit (driver
 //! 12.1 or newer, Volta or newer).
@@ -145,6 +146,8 @@ pub struct ParamLayout {
     pub sizes: usize,
     pub strides: usize,
     pub offsets: usize,
+    /// Index-map stages (empty for a kernel without index maps).
+    pub maps: usize,
     pub vec: usize,
     pub lanes: usize,
     pub split: usize,
@@ -161,7 +164,8 @@ pub fn param_layout(ir: &KernelIr) -> ParamLayout {
     let sizes = scratch + 8 * ir.reductions.len();
     let strides = sizes + 8 * ir.rank;
     let offsets = strides + 8 * args * ir.rank;
-    let vec = offsets + 8 * args;
+    let maps = offsets + 8 * args;
+    let vec = maps + 8 * ir.map_word_count();
     let lanes = vec + 8;
     let split = lanes + 8 * groups;
     ParamLayout {
@@ -170,6 +174,7 @@ pub fn param_layout(ir: &KernelIr) -> ParamLayout {
         sizes,
         strides,
         offsets,
+        maps,
         vec,
         lanes,
         split,
@@ -364,8 +369,35 @@ pub fn needs_i64(ir: &KernelIr, launch: &Launch, n: &[i64]) -> bool {
         if extremes.iter().any(|&v| !fits(v)) {
             return true;
         }
+        if launch.stages(arg).iter().any(|stage| !stage_fits(stage)) {
+            return true;
+        }
     }
     false
+}
+
+/// Whether every value the unflattening of `stage` forms fits an `int`: its sizes, their
+/// products (the divisors), its strides, and its offset plus the partial sums of its terms.
+fn stage_fits(stage: &crate::lower::ir::MapStage) -> bool {
+    let fits = |v: i128| v >= i128::from(i32::MIN) && v <= i128::from(i32::MAX);
+    let mut product = 1i128;
+    let (mut low, mut high) = (0i128, 0i128);
+    for (&size, &stride) in stage.sizes.iter().zip(&stage.strides) {
+        product *= i128::from(size.max(1));
+        if !fits(product) || !fits(i128::from(stride)) {
+            return false;
+        }
+        let span = i128::from(size.max(1) - 1) * i128::from(stride);
+        if span < 0 {
+            low += span;
+        } else {
+            high += span;
+        }
+    }
+    let offset = i128::from(stage.offset);
+    [offset, low, high, offset + low, offset + high]
+        .iter()
+        .all(|&v| fits(v))
 }
 
 /// Whether the vectorized path of a pointwise kernel may run with folded sizes `n` and device
@@ -504,6 +536,9 @@ pub fn param_words(ir: &KernelIr, launch: &Launch, ptrs: &[u64], scratch: &[u64]
         words.extend((0..ir.rank).map(|d| stride_of(launch, arg, d) as u64));
     }
     words.extend((0..args).map(|a| launch.offsets.get(a).copied().unwrap_or(0) as u64));
+    let mut maps = launch.map_words();
+    maps.resize(ir.map_word_count(), 0);
+    words.extend(maps.iter().map(|&w| w as u64));
     words.push(u64::from(vector_ok(ir, launch, &n, ptrs)));
     let shapes = group_shapes(ir, &n);
     words.extend(shapes.iter().map(|s| s.lanes as u64));

@@ -57,7 +57,7 @@ mod expr;
 use super::abi;
 use crate::backend::cache::hex;
 use crate::backend::spelling::Spelling;
-use crate::lower::ir::{Axis, KernelIr, Prec, ReduceKind, View};
+use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, View};
 use crate::lower::verify::IrError;
 use code::Code;
 use expr::{Cuda, identity};
@@ -221,7 +221,15 @@ impl<'a> Kernel<'a> {
                     Axis::Strided => "strided",
                 })
                 .collect();
-            format!("{} [{}]", view.dtype, axes.join(", "))
+            let mut text = format!("{} [{}]", view.dtype, axes.join(", "));
+            if view.is_mapped() {
+                let ranks: Vec<String> = view.stages.iter().map(|r| r.to_string()).collect();
+                text.push_str(&format!(
+                    " through an index map, stages of rank {}",
+                    ranks.join(", ")
+                ));
+            }
+            text
         };
         let mut out = format!("/* {}: rank {}", self.name, self.rank);
         if self.deterministic && !ir.reductions.is_empty() {
@@ -266,6 +274,10 @@ impl<'a> Kernel<'a> {
         if args > 0 {
             out.push_str(&format!("    long long s[{args}][{}];\n", self.rank));
             out.push_str(&format!("    long long o[{args}];\n"));
+        }
+        let map_words = ir.map_word_count();
+        if map_words > 0 {
+            out.push_str(&format!("    long long m[{map_words}];\n"));
         }
         out.push_str("    long long vec;\n");
         if !self.groups.is_empty() {
@@ -315,6 +327,44 @@ impl<'a> Kernel<'a> {
                         format!("const I s{arg}_{d} = (I)p.s[{arg}][{d}];"),
                     );
                 }
+            }
+            self.map_arguments(code, arg);
+        }
+    }
+
+    /// The stages of argument `arg`'s index map from `p.m` (layout in [`abi`]): per stage `k`
+    /// of rank `r`, offset `c{arg}_{k}`, sizes `m{arg}_{k}_{e}`, strides `t{arg}_{k}_{e}` and the
+    /// divisors `d{arg}_{k}_{e}` (the product of the sizes after `e`) of the unflattening.
+    fn map_arguments(&self, code: &mut Code, arg: usize) {
+        let first = self.ir.arg_count() * self.rank;
+        for (k, &r) in self.view(arg).stages.iter().enumerate() {
+            let w = self.ir.map_word(arg, k) - first;
+            code.def(
+                format!("c{arg}_{k}"),
+                format!("const I c{arg}_{k} = (I)p.m[{w}];"),
+            );
+            for e in 1..r {
+                code.def(
+                    format!("m{arg}_{k}_{e}"),
+                    format!("const I m{arg}_{k}_{e} = (I)p.m[{}];", w + 1 + e),
+                );
+            }
+            for e in 0..r {
+                code.def(
+                    format!("t{arg}_{k}_{e}"),
+                    format!("const I t{arg}_{k}_{e} = (I)p.m[{}];", w + 1 + r + e),
+                );
+            }
+            for e in (0..r.saturating_sub(1)).rev() {
+                let divisor = if e + 2 == r {
+                    format!("m{arg}_{k}_{}", e + 1)
+                } else {
+                    format!("d{arg}_{k}_{} * m{arg}_{k}_{}", e + 1, e + 1)
+                };
+                code.def(
+                    format!("d{arg}_{k}_{e}"),
+                    format!("const I d{arg}_{k}_{e} = {divisor};"),
+                );
             }
         }
     }
@@ -389,21 +439,62 @@ impl<'a> Kernel<'a> {
 
     /// The stored element of argument `arg` read or written at the current point.
     fn element(&self, arg: usize, lane: Lane) -> String {
-        let inner = self.inner;
-        match (lane, self.view(arg).axes[inner]) {
-            (Lane::Scalar, _) | (Lane::Vector, Axis::Broadcast) => format!("p.p{arg}[b{arg}]"),
+        match (lane, self.view(arg).axes[self.inner]) {
             (Lane::Vector, Axis::Unit) => format!("x{arg}[l]"),
-            (Lane::Vector, Axis::Strided) => {
-                format!("p.p{arg}[b{arg} + (I)l * s{arg}_{inner}]")
-            }
+            _ => format!("p.p{arg}[{}]", self.lane_index(arg, lane)),
         }
     }
 
-    /// Every SSA value at the current point (unread ones are dropped at render).
+    /// The index of argument `arg` at the current point (the position, for an index map),
+    /// when it is not a vector register's lane.
+    fn lane_index(&self, arg: usize, lane: Lane) -> String {
+        let inner = self.inner;
+        match (lane, self.view(arg).axes[inner]) {
+            (Lane::Vector, Axis::Strided) => format!("b{arg} + (I)l * s{arg}_{inner}"),
+            _ => format!("b{arg}"),
+        }
+    }
+
+    /// Every SSA value at the current point (unread ones are dropped at render). A load
+    /// through an index map first defines its positions: `q{id}_0` the strided one, and
+    /// `q{id}_{k+1}` the position (finally the element) stage `k` maps `q{id}_k` to, with
+    /// coordinate `e` of the stage's shape `q / d{arg}_{k}_{e} % m{arg}_{k}_{e}`.
     fn values(&self, code: &mut Code, lane: Lane) {
         for id in 0..self.ir.body.len() {
-            let definition = Cuda.definition(self.ir, id, |view| self.element(view, lane));
+            let definition = match self.ir.body[id] {
+                Instr::Load { view } if self.ir.loads[view].is_mapped() => {
+                    self.positions(code, view, id, lane);
+                    let last = self.ir.loads[view].stages.len();
+                    Cuda.definition(self.ir, id, |_| format!("p.p{view}[q{id}_{last}]"))
+                }
+                _ => Cuda.definition(self.ir, id, |view| self.element(view, lane)),
+            };
             code.def(format!("v{id}"), definition);
+        }
+    }
+
+    /// The position definitions of load `id` through the index map of load view `arg`.
+    fn positions(&self, code: &mut Code, arg: usize, id: usize, lane: Lane) {
+        code.def(
+            format!("q{id}_0"),
+            format!("const I q{id}_0 = {};", self.lane_index(arg, lane)),
+        );
+        for (k, &r) in self.ir.loads[arg].stages.iter().enumerate() {
+            let q = format!("q{id}_{k}");
+            let mut sum = format!("c{arg}_{k}");
+            for e in 0..r {
+                let coord = match (e == 0, e + 1 == r) {
+                    (true, true) => q.clone(),
+                    (true, false) => format!("{q} / d{arg}_{k}_{e}"),
+                    (false, true) => format!("{q} % m{arg}_{k}_{e}"),
+                    (false, false) => format!("{q} / d{arg}_{k}_{e} % m{arg}_{k}_{e}"),
+                };
+                sum.push_str(&format!(" + ({coord}) * t{arg}_{k}_{e}"));
+            }
+            code.def(
+                format!("q{id}_{}", k + 1),
+                format!("const I q{id}_{} = {sum};", k + 1),
+            );
         }
     }
 

@@ -176,9 +176,15 @@ impl<'a> Kernel<'a> {
 
     /// The element of argument `arg` at inner index `j` of the current segment.
     fn element(&self, arg: usize) -> String {
+        format!("p{arg}[{}]", self.index(arg))
+    }
+
+    /// The index of argument `arg` at inner index `j` of the current segment (the position,
+    /// for an index map).
+    fn index(&self, arg: usize) -> String {
         match self.term(arg, self.inner, "j") {
-            Some(t) => format!("p{arg}[b{arg} + {t}]"),
-            None => format!("p{arg}[b{arg}]"),
+            Some(t) => format!("b{arg} + {t}"),
+            None => format!("b{arg}"),
         }
     }
 
@@ -186,11 +192,45 @@ impl<'a> Kernel<'a> {
         C.value_type(self.ir.prec(id))
     }
 
-    /// The statement defining each `v{id}` at the current `j`.
+    /// The statement defining each `v{id}` at the current `j`. A load through an index map
+    /// is preceded, on the same line, by the positions it goes through: `q{id}_0` is the
+    /// strided position, and `q{id}_{k+1}` the position (finally the element) stage `k` maps
+    /// `q{id}_k` to.
     fn body_lines(&self) -> Vec<String> {
         (0..self.ir.body.len())
-            .map(|id| C.definition(self.ir, id, |view| self.element(view)))
+            .map(|id| match self.ir.body[id] {
+                Instr::Load { view } if self.ir.loads[view].is_mapped() => {
+                    let stages = self.ir.loads[view].stages.len();
+                    let element = format!("p{view}[q{id}_{stages}]");
+                    let definition = C.definition(self.ir, id, |_| element.clone());
+                    format!("{} {definition}", self.positions(view, id))
+                }
+                _ => C.definition(self.ir, id, |view| self.element(view)),
+            })
             .collect()
+    }
+
+    /// The statements computing the positions of load `id` through the index map of load view
+    /// `arg` (see [`Self::body_lines`]). Stage `k` of rank `r` unflattens its position `q`
+    /// row-major: coordinate `e` is `q / d{arg}_{k}_{e} % m{arg}_{k}_{e}` (the outermost needs
+    /// no remainder, the innermost no division).
+    fn positions(&self, arg: usize, id: usize) -> String {
+        let mut text = format!("const int64_t q{id}_0 = {};", self.index(arg));
+        for (k, &r) in self.ir.loads[arg].stages.iter().enumerate() {
+            let q = format!("q{id}_{k}");
+            let mut sum = format!("c{arg}_{k}");
+            for e in 0..r {
+                let coord = match (e == 0, e + 1 == r) {
+                    (true, true) => q.clone(),
+                    (true, false) => format!("{q} / d{arg}_{k}_{e}"),
+                    (false, true) => format!("{q} % m{arg}_{k}_{e}"),
+                    (false, false) => format!("{q} / d{arg}_{k}_{e} % m{arg}_{k}_{e}"),
+                };
+                sum.push_str(&format!(" + ({coord}) * t{arg}_{k}_{e}"));
+            }
+            text.push_str(&format!(" const int64_t q{id}_{} = {sum};", k + 1));
+        }
+        text
     }
 
     /// The C function `name`.
@@ -291,6 +331,38 @@ impl<'a> Kernel<'a> {
                         arg * self.rank + d
                     ));
                 }
+            }
+            self.map_arguments(out, arg);
+        }
+    }
+
+    /// The stages of argument `arg`'s index map, from the words after the strides (layout on
+    /// [`crate::lower::ir::Launch`]): per stage `k` of rank `r`, offset `c{arg}_{k}`, sizes
+    /// `m{arg}_{k}_{e}` (the outermost is never needed), strides `t{arg}_{k}_{e}`, and the
+    /// divisors `d{arg}_{k}_{e}` (the product of the sizes after `e`) of the unflattening.
+    fn map_arguments(&self, out: &mut Out, arg: usize) {
+        for (k, &r) in self.view(arg).stages.iter().enumerate() {
+            let w = self.ir.map_word(arg, k);
+            out.line(format!("const int64_t c{arg}_{k} = strides[{w}];"));
+            for e in 1..r {
+                out.line(format!(
+                    "const int64_t m{arg}_{k}_{e} = strides[{}];",
+                    w + 1 + e
+                ));
+            }
+            for e in 0..r {
+                out.line(format!(
+                    "const int64_t t{arg}_{k}_{e} = strides[{}];",
+                    w + 1 + r + e
+                ));
+            }
+            for e in (0..r.saturating_sub(1)).rev() {
+                let divisor = if e + 2 == r {
+                    format!("m{arg}_{k}_{}", e + 1)
+                } else {
+                    format!("d{arg}_{k}_{} * m{arg}_{k}_{}", e + 1, e + 1)
+                };
+                out.line(format!("const int64_t d{arg}_{k}_{e} = {divisor};"));
             }
         }
     }

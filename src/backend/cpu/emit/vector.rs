@@ -71,6 +71,8 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
     };
     ir.reductions.is_empty()
         && !ir.is_row_kernel()
+        // An index map's element is computed per lane, with divisions: a plain loop.
+        && ir.loads.iter().all(|v| !v.is_mapped())
         && ir.loads.iter().all(|v| float_view(v.dtype, v.axes[inner]))
         && ir
             .stores

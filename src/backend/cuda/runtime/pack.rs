@@ -33,10 +33,7 @@ pub fn convert_ir(from: DType, chain: &[DType]) -> KernelIr {
         }
         current = to;
     }
-    let view = |dtype| View {
-        dtype,
-        axes: vec![Axis::Unit],
-    };
+    let view = |dtype| View::strided(dtype, vec![Axis::Unit]);
     KernelIr {
         rank: 1,
         loads: vec![view(from)],
@@ -106,9 +103,9 @@ pub fn integer_matmul(
     out_strides.push(0);
     let a_view = classify(a.dtype, &domain, &mut a_strides);
     let b_view = classify(b.dtype, &domain, &mut b_strides);
-    let out_view = View {
-        dtype: out,
-        axes: (0..rank)
+    let out_view = View::strided(
+        out,
+        (0..rank)
             .map(|d| {
                 if d == k_axis {
                     Axis::Broadcast
@@ -117,7 +114,7 @@ pub fn integer_matmul(
                 }
             })
             .collect(),
-    };
+    );
     let mut body = Vec::new();
     let mut operand = |view: usize, op: IntOperand<'_>| {
         body.push(Instr::Load { view });
@@ -151,6 +148,7 @@ pub fn integer_matmul(
         sizes: domain.iter().map(|&d| d as i64).collect(),
         strides: vec![a_strides, b_strides, out_strides],
         offsets: vec![0, 0, 0],
+        maps: Vec::new(),
     };
     Some((ir, launch))
 }
@@ -161,6 +159,7 @@ pub fn convert_launch(len: usize) -> Launch {
         sizes: vec![len as i64],
         strides: vec![vec![1], vec![1]],
         offsets: vec![0, 0],
+        maps: Vec::new(),
     }
 }
 
