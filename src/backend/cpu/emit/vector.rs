@@ -16,8 +16,8 @@
 //! the arithmetic operators and comparisons, `select`, `min`, `max`, `abs`, `floor`, `sqrt`,
 //! `rsqrt`, `exp` and `tanh` — each of the segment's loops first runs over whole vectors of 16
 //! with intrinsics, and the scalar `omp simd` loop finishes the remainder. Everything else
-//! (other functions, f64/integer/bool values, strided inner axes, reductions) keeps the scalar
-//! loops alone; so does a compiler without AVX-512, because the vector loops are inside
+//! (other functions, f64/integer/bool values, strided inner axes, reductions ending the kernel)
+//! keeps the scalar loops alone; so does a compiler without AVX-512, because the vector loops are inside
 //! `#if defined(FB_AVX512)`.
 //!
 //! **Streaming stores.** A launch touching more than [`STREAM_MIN_BYTES`] writes its outputs
@@ -63,14 +63,15 @@ pub(super) const VECTOR_TANHF: &str = include_str!("vector_tanhf.c");
 /// Whether `ir` runs vector loops: every value held in f32 (or an f64 literal rounded once),
 /// every load and store an f32, f16 or bf16 view whose innermost axis is contiguous or
 /// broadcast (a broadcast store is written after the loops, in scalar code), every
-/// instruction one of those listed in the module documentation, and no reductions.
+/// instruction one of those listed in the module documentation, and no reductions ending the
+/// kernel (row reductions of f32 values are in: their passes are vector loops too, see
+/// `kernel::rows`).
 pub(super) fn supports(ir: &KernelIr) -> bool {
     let inner = ir.rank - 1;
     let float_view = |dtype: DType, axis: Axis| {
         matches!(dtype, DType::F32 | DType::F16 | DType::BF16) && axis != Axis::Strided
     };
     ir.reductions.is_empty()
-        && !ir.is_row_kernel()
         && ir.loads.iter().all(|v| float_view(v.dtype, v.axes[inner]))
         && ir
             .stores
@@ -105,8 +106,13 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
                                     | Func::Floor
                             )
                     }
-                    // Row kernels run their passes as `omp simd` loops only.
-                    Instr::Widen { .. } | Instr::RowReduce { .. } => false,
+                    // A row reduction of f32 values: vector accumulators (in f64 for sums),
+                    // then a row constant (`kernel::rows`).
+                    Instr::RowReduce { x, dtype, .. } => {
+                        ir.prec(*x) == Prec::F32
+                            && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+                    }
+                    Instr::Widen { .. } => false,
                 }
         })
 }
@@ -121,6 +127,12 @@ pub(super) fn live(ir: &KernelIr) -> Vec<bool> {
     }
     for red in &ir.reductions {
         live[red.value] = true;
+    }
+    // A row reduction is evaluated (its pass accumulates it) whether or not a store reads it.
+    for (id, instr) in ir.body.iter().enumerate() {
+        if matches!(instr, Instr::RowReduce { .. }) {
+            live[id] = true;
+        }
     }
     for id in (0..ir.body.len()).rev() {
         if live[id] {
