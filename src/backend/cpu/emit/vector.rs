@@ -16,9 +16,12 @@
 //! the arithmetic operators and comparisons, `select`, `min`, `max`, `abs`, `floor`, `sqrt`,
 //! `rsqrt`, `exp` and `tanh` — each of the segment's loops first runs over whole vectors of 16
 //! with intrinsics, and the scalar `omp simd` loop finishes the remainder. Everything else
-//! (other functions, f64/integer/bool values, strided inner axes, reductions ending the kernel)
-//! keeps the scalar loops alone; so does a compiler without AVX-512, because the vector loops are inside
-//! `#if defined(FB_AVX512)`.
+//! (other functions, f64/integer/bool values, strided inner axes, reductions ending the
+//! kernel) keeps the scalar loops alone; so does a compiler without AVX-512, because the vector
+//! loops are inside `#if defined(FB_AVX512)`.
+//!
+//! Row kernels use the same statements in every pass over a row, with row reductions of f32
+//! values accumulated in vector registers (sums in f64); `kernel::rows` writes those loops.
 //!
 //! **Streaming stores.** A launch touching more than [`STREAM_MIN_BYTES`] writes its outputs
 //! with `vmovntps` wherever a segment's destinations are 64-byte aligned (the executor's
@@ -227,9 +230,10 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
                 other => unreachable!("{other:?} has no vector form (`supports` rejects it)"),
             }
         }
-        Instr::Widen { .. } | Instr::RowReduce { .. } => {
-            unreachable!("`supports` rejects widening and row reductions")
-        }
+        Instr::Widen { .. } => unreachable!("`supports` rejects widening"),
+        // A row reduction is a row constant by the time a vector reads it; `kernel::rows`
+        // writes its accumulation and its broadcast.
+        Instr::RowReduce { .. } => unreachable!("row reductions are spelled by kernel::rows"),
     };
     format!("const __m512 v{id} = {expr};")
 }

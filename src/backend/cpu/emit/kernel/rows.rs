@@ -47,6 +47,31 @@ use crate::lower::ir::{Axis, Instr, Prec, ReduceKind};
 /// carries one f32 per element, so rows of up to 131,072 floats carry.
 pub const ROW_SCRATCH_BYTES: usize = 512 << 10;
 
+/// What one pass over a row does.
+struct Pass {
+    /// Its index, from 0.
+    index: usize,
+    /// Whether it is the last pass, which stores.
+    last: bool,
+    /// The `RowReduce`s it accumulates.
+    reducing: Vec<usize>,
+    /// The stores it writes (those with one element per inner index).
+    looped: Vec<usize>,
+    /// The values it must evaluate at each element: the reduced ones and the stored ones.
+    reads: Vec<usize>,
+}
+
+/// The loop over one row in one pass, once the row scratch question is settled.
+struct Loop<'p> {
+    pass: &'p Pass,
+    /// Values evaluated at each element, in order.
+    needed: Vec<usize>,
+    /// Values read back from the row scratch instead of evaluated.
+    stop: Vec<bool>,
+    /// Values this loop writes to the row scratch.
+    saves: Vec<usize>,
+}
+
 impl Kernel<'_> {
     /// A row kernel: rows over threads, one loop per pass over each row (see the module
     /// documentation).
@@ -59,13 +84,16 @@ impl Kernel<'_> {
                 .iter()
                 .map(|&(id, _)| format!("sizeof({})", self.value_type(id)))
                 .collect();
-            out.line("const int64_t rpad = (inner + 15) / 16 * 16;");
+            // (A row past the limit is not padded, so no product below can overflow.)
+            out.line(format!(
+                "const int64_t rpad = inner <= {ROW_SCRATCH_BYTES} ? (inner + 15) / 16 * 16 : 0;"
+            ));
             out.line(format!(
                 "const int64_t rbytes = rpad * (int64_t)({});",
                 bytes.join(" + ")
             ));
             out.line(format!(
-                "const int keep = inner > 0 && rbytes <= {ROW_SCRATCH_BYTES};"
+                "const int keep = rpad > 0 && rbytes <= {ROW_SCRATCH_BYTES};"
             ));
             out.line("#pragma omp parallel if(nt > 1)");
             out.open("");
@@ -214,12 +242,12 @@ impl Kernel<'_> {
     /// Pass `pass` over the row: declares the accumulators of the reductions it feeds, runs
     /// its loops (vector then scalar; twice over, with and without the scratch row, when it
     /// saves or reads carried values) and rounds the results to `r{id}`.
-    fn pass(&self, out: &mut Out, pass: usize, carried: &[(usize, usize)]) {
+    fn pass(&self, out: &mut Out, index: usize, carried: &[(usize, usize)]) {
         let ir = self.ir;
         let levels = ir.levels();
-        let last = pass + 1 == ir.passes();
+        let last = index + 1 == ir.passes();
         let reducing: Vec<usize> = (0..ir.body.len())
-            .filter(|&id| levels[id] == pass + 1 && matches!(ir.body[id], Instr::RowReduce { .. }))
+            .filter(|&id| levels[id] == index + 1 && matches!(ir.body[id], Instr::RowReduce { .. }))
             .collect();
         let looped: Vec<usize> = if last {
             (0..ir.stores.len()).filter(|&k| !self.per_row(k)).collect()
@@ -234,7 +262,14 @@ impl Kernel<'_> {
             })
             .collect();
         reads.extend(looped.iter().map(|&k| ir.stores[k].value));
-        for &id in &reducing {
+        let pass = Pass {
+            index,
+            last,
+            reducing,
+            looped,
+            reads,
+        };
+        for &id in &pass.reducing {
             let Instr::RowReduce { kind, x, .. } = ir.body[id] else {
                 continue;
             };
@@ -251,25 +286,21 @@ impl Kernel<'_> {
                 (_, false) => out.line(format!("double s{id} = 0.0;")),
             }
         }
-        if !reads.is_empty() {
-            let saves: Vec<usize> = carried
-                .iter()
-                .filter(|&&(_, p)| p == pass)
-                .map(|&(id, _)| id)
-                .collect();
-            if (last || !saves.is_empty()) && !carried.is_empty() {
+        if !pass.reads.is_empty() {
+            let saves = carried.iter().any(|&(_, p)| p == index);
+            if (last || saves) && !carried.is_empty() {
                 let first = carried[0].0;
                 out.open(format!("if (c{first})"));
-                self.pass_loops(out, pass, &reducing, &looped, &reads, carried, true);
+                self.pass_loops(out, &pass, carried, true);
                 out.close();
                 out.open("else");
-                self.pass_loops(out, pass, &reducing, &looped, &reads, carried, false);
+                self.pass_loops(out, &pass, carried, false);
                 out.close();
             } else {
-                self.pass_loops(out, pass, &reducing, &looped, &reads, carried, false);
+                self.pass_loops(out, &pass, carried, false);
             }
         }
-        for &id in &reducing {
+        for &id in &pass.reducing {
             let Instr::RowReduce { kind, x, dtype } = ir.body[id] else {
                 continue;
             };
@@ -295,40 +326,36 @@ impl Kernel<'_> {
     /// The loops of one pass: the vector loop over whole vectors (when the kernel has one),
     /// then the scalar `omp simd` loop over the rest. With `scratch`, the pass saves the
     /// carried values it is the saving pass of, and the last pass reads carried values back.
-    #[allow(clippy::too_many_arguments)]
-    fn pass_loops(
-        &self,
-        out: &mut Out,
-        pass: usize,
-        reducing: &[usize],
-        looped: &[usize],
-        reads: &[usize],
-        carried: &[(usize, usize)],
-        scratch: bool,
-    ) {
+    fn pass_loops(&self, out: &mut Out, pass: &Pass, carried: &[(usize, usize)], scratch: bool) {
         let ir = self.ir;
-        let last = pass + 1 == ir.passes();
         let saves: Vec<usize> = carried
             .iter()
-            .filter(|&&(_, p)| scratch && p == pass)
+            .filter(|&&(_, p)| scratch && p == pass.index)
             .map(|&(id, _)| id)
             .collect();
         // In the last pass, carried values are read back: their computation is cut off.
         let mut stop = vec![false; ir.body.len()];
-        if scratch && last {
+        if scratch && pass.last {
             for &(id, _) in carried {
                 stop[id] = true;
             }
         }
-        let mut reads = reads.to_vec();
+        let mut reads = pass.reads.clone();
         reads.extend(&saves);
         let needed = self.needed_stopping(&reads, &stop);
+        let lp = Loop {
+            pass,
+            needed,
+            stop,
+            saves,
+        };
         if self.vector {
-            self.vector_loop(out, pass, reducing, looped, &needed, &stop, &saves);
+            self.vector_loop(out, &lp);
         }
+        let (needed, stop, saves) = (&lp.needed, &lp.stop, &lp.saves);
         let mut pragma = String::from("#pragma omp simd");
         let mut statements = Vec::new();
-        for &id in reducing {
+        for &id in &pass.reducing {
             let Instr::RowReduce { kind, x, .. } = ir.body[id] else {
                 continue;
             };
@@ -355,20 +382,20 @@ impl Kernel<'_> {
         out.line(pragma);
         let start = if self.vector { "jv" } else { "0" };
         out.open(format!("for (int64_t j = {start}; j < len; j++)"));
-        for &id in &needed {
+        for &id in needed {
             if stop[id] {
                 out.line(format!("const {} v{id} = c{id}[j];", self.value_type(id)));
             } else {
                 out.line(&self.body[id]);
             }
         }
-        for &id in &saves {
+        for &id in saves {
             out.line(format!("c{id}[j] = v{id};"));
         }
         for statement in &statements {
             out.line(statement);
         }
-        for &k in looped {
+        for &k in &pass.looped {
             out.line(self.store_line(k));
         }
         out.close();
@@ -378,18 +405,10 @@ impl Kernel<'_> {
     /// `#if defined(FB_AVX512)`: the same values as the scalar loop, lane for lane; reductions
     /// in vector accumulators merged into the scalar ones after the loop, which the scalar
     /// loop then continues.
-    #[allow(clippy::too_many_arguments)]
-    fn vector_loop(
-        &self,
-        out: &mut Out,
-        pass: usize,
-        reducing: &[usize],
-        looped: &[usize],
-        needed: &[usize],
-        stop: &[bool],
-        saves: &[usize],
-    ) {
+    fn vector_loop(&self, out: &mut Out, lp: &Loop) {
         let ir = self.ir;
+        let (reducing, looped) = (&lp.pass.reducing, &lp.pass.looped);
+        let (needed, stop, saves) = (&lp.needed, &lp.stop, &lp.saves);
         let live = vector::live(ir);
         out.line("#if defined(FB_AVX512)");
         out.open("");
@@ -418,7 +437,7 @@ impl Kernel<'_> {
                 vector::stream_condition(looped)
             ));
         }
-        let prefetch = pass == 1 && self.ir.passes() > 1;
+        let prefetch = lp.pass.index == 1;
         out.open(format!(
             "for (int64_t j = 0; j < jv; j += {})",
             vector::LANES
