@@ -14,9 +14,9 @@
 //!
 //! - **Each value once.** A value the last pass needs that an earlier pass already computed,
 //!   and that costs more to recompute than to reload (its expression holds a function call or
-//!   a division — softmax's `exp`), is *carried*: the last pass that computes it also writes
-//!   it to a per-thread row scratch buffer `c{id}`, and the last pass reads it back instead of
-//!   evaluating it again. The value is the same bits either way, so results do not change. The
+//!   a division — softmax's `exp`), is *carried*: the latest earlier pass that computes it
+//!   also writes it to a per-thread row scratch buffer `c{id}`, and the last pass reads it back
+//!   instead of evaluating it again. The value is the same bits either way, so results do not change. The
 //!   scratch is allocated once per thread and launch, only while a row of carried values fits
 //!   in [`ROW_SCRATCH_BYTES`] (beyond that it would not stay in cache, and re-reading it would
 //!   cost what it saves); with longer rows, or if the allocation fails, the passes recompute.
@@ -30,9 +30,10 @@
 //!   only in a different order of additions than the scalar loop's.
 //! - **Memory in the background.** While a thread works on a row in cache (its second pass),
 //!   it prefetches the next row of every input that moves from row to row, one cache line per
-//!   vector, so the next first pass finds its data arriving instead of stalling on it. The last
-//!   pass writes large launches with streaming stores ([`vector`]'s `fbv_store`): the output
-//!   lines are written whole, without first being read.
+//!   vector, so the next first pass finds its data arriving instead of stalling on it (while a
+//!   row of those inputs fits in [`ROW_SCRATCH_BYTES`], so that it stays in cache beside the
+//!   current one). The last pass writes large launches with streaming stores ([`vector`]'s
+//!   `fbv_store`): the output lines are written whole, without first being read.
 
 use super::{Kernel, Out};
 use crate::backend::cpu::emit::expr::C;
