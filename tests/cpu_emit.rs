@@ -7,7 +7,9 @@
 //! thousands of elements) make the parallel paths run on a multi-core machine.
 
 use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig, KernelFn, Module};
-use fusebox::backend::cpu::emit::{STREAM_MIN_BYTES, emit_kernel, emit_module, kernel_name};
+use fusebox::backend::cpu::emit::{
+    ROW_SCRATCH_BYTES, STREAM_MIN_BYTES, emit_kernel, emit_module, kernel_name,
+};
 use fusebox::dtype::DType;
 use fusebox::formula::{BinOp, Func};
 use fusebox::lower::ir::{
@@ -2837,6 +2839,131 @@ fn avx512_half_precision_loops_match_the_scalar_loops_bit_for_bit() {
                 "output {o} ({dtype}) element {i} (x = {:#06x}, y = {:#06x}): vector and scalar differ",
                 xs[i], ys[i]
             );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row kernels.
+
+/// Softmax over the rows of `[N, M]` f32 as the lowering writes it (max; `exp(x - max)`,
+/// summed; `exp / sum`), also storing each row's sum (`[N, 1]`, one element per row).
+/// Returns the kernel and the ids of its `exp` and its sum.
+fn softmax_row_ir() -> (KernelIr, ValueId, ValueId) {
+    let f = Prec::F32;
+    let mut b = Body::default();
+    let x = b.load(0);
+    let m = b.push(Instr::RowReduce {
+        kind: ReduceKind::Max,
+        x,
+        dtype: DType::F32,
+    });
+    let d = b.bin(BinOp::Sub, x, m, f);
+    let e = b.call(Func::Exp, &[d], f);
+    let s = b.push(Instr::RowReduce {
+        kind: ReduceKind::Sum,
+        x: e,
+        dtype: DType::F32,
+    });
+    let y = b.bin(BinOp::Div, e, s, f);
+    let ir = KernelIr {
+        rank: 2,
+        loads: vec![view(DType::F32, &[S, U])],
+        body: b.0,
+        stores: vec![store(y, DType::F32, &[S, U]), store(s, DType::F32, &[S, B])],
+        reductions: Vec::new(),
+    };
+    (ir, e, s)
+}
+
+/// The last pass of softmax reads `exp(x - max)` back from the row scratch the second pass
+/// wrote, rather than evaluating `exp` a second time per element; the recomputing loops are
+/// kept for rows too long for the scratch. The passes run AVX-512 loops first.
+#[test]
+fn the_last_softmax_pass_reads_exp_back_instead_of_recomputing_it() {
+    let (ir, e, _) = softmax_row_ir();
+    let text = emit_kernel(&ir, "k");
+    let carried = format!("if (c{e})");
+    // Pass 2 (saving or not), then pass 3 (reading back or recomputing).
+    assert_eq!(text.matches(&carried).count(), 2, "{text}");
+    let last = &text[text.rfind(&carried).unwrap()..];
+    let reading = &last[..last.find("else").unwrap()];
+    let recomputing = &last[last.find("else").unwrap()..];
+    assert!(
+        reading.contains(&format!("c{e}[j]")) && !reading.contains("expf"),
+        "the last pass recomputes exp:\n{reading}"
+    );
+    assert!(recomputing.contains("fbv_expf(") && recomputing.contains("fb_expf("));
+    assert!(text.contains(&format!("_mm512_store_ps(&c{e}[j]")));
+    // Three passes, each with a vector loop per variant: max; exp (saving, not saving);
+    // divide (reading back, recomputing).
+    assert_eq!(
+        text.matches("for (int64_t j = 0; j < jv; j += 16)").count(),
+        5
+    );
+}
+
+/// Softmax through the row kernel's AVX-512 loops and through its scalar loops alone (the
+/// same source built with `-mno-avx512f`) gives the same results: the maximum and every
+/// `exp` are the same operations bit for bit, and only the order in which the f64 sum adds
+/// its terms differs, which can move the rounded f32 sum by one ulp and so each quotient by
+/// at most two. Rows of 2125 elements (a scalar remainder after the whole vectors) carry the
+/// `exp` in the row scratch; rows just past `ROW_SCRATCH_BYTES` recompute it. Inputs mix
+/// ordinary values with ±Inf (rows whose max is +Inf divide NaN by NaN), NaN (whole rows
+/// NaN), and rows of equal values.
+#[test]
+fn avx512_row_passes_match_the_scalar_loops() {
+    let (ir, _, _) = softmax_row_ir();
+    let (vector, scalar) = vector_and_scalar_builds(&ir);
+    let mut rng = Rng(0x0005_0f7a);
+    for (n, m) in [(48usize, 2048 + 77), (3, ROW_SCRATCH_BYTES / 4 + 5)] {
+        let mut xs = rng.f32s(n * m, -30.0, 30.0);
+        // Row 1: a NaN; row 2: +Inf; row 3: -Inf among ordinary values; row 4: constant.
+        xs[m + 7] = f32::NAN;
+        xs[2 * m + 3] = f32::INFINITY;
+        if n > 4 {
+            xs[3 * m + 1] = f32::NEG_INFINITY;
+            xs[4 * m..5 * m].fill(-0.5);
+        }
+        let outputs_of = |k: &Compiled| {
+            let mut args = vec![
+                aligned_arg(xs.clone(), &[m as i64, 1]),
+                aligned_arg(vec![f32::from_bits(0x7fa5_a5a5); n * m], &[m as i64, 1]),
+                arg(Buf::F32(vec![f32::from_bits(0x7fa5_a5a5); n]), &[1, 0], 0),
+            ];
+            run(k, &[n as i64, m as i64], &mut args);
+            let y = &args[1];
+            let o = y.offset as usize;
+            (
+                y.buf.f32()[o..o + n * m].to_vec(),
+                args[2].buf.f32().to_vec(),
+            )
+        };
+        let (want_y, want_s) = outputs_of(&scalar);
+        let (got_y, got_s) = outputs_of(&vector);
+        let close = |g: f32, w: f32, ulps: f64| {
+            same32(g, w)
+                || (g.is_finite() && w.is_finite() && ((g - w) as f64).abs() <= ulps * ulp32(w))
+        };
+        for (r, (&g, &w)) in got_s.iter().zip(&want_s).enumerate() {
+            assert!(
+                close(g, w, 1.0),
+                "[{n}, {m}] row {r} sum: vector {g:e}, scalar {w:e}"
+            );
+        }
+        for (i, (&g, &w)) in got_y.iter().zip(&want_y).enumerate() {
+            assert!(
+                g.to_bits() != 0x7fa5_a5a5 && close(g, w, 2.0),
+                "[{n}, {m}] element {i} (x = {:e}): vector {g:e}, scalar {w:e}",
+                xs[i]
+            );
+        }
+        // The planted specials: a NaN row is NaN throughout, and so is a row holding +Inf
+        // (Inf - Inf); the constant row is uniform.
+        assert!(got_y[m..3 * m].iter().all(|v| v.is_nan()));
+        if n > 4 {
+            let row = &got_y[4 * m..5 * m];
+            assert!(row.iter().all(|&v| v == 1.0 / m as f32), "{}", row[0]);
         }
     }
 }

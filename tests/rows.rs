@@ -9,6 +9,7 @@ use common::random_graph::{self, assert_same, rules};
 use fusebox::attr::AttrValue;
 use fusebox::backend::Executable;
 use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
+use fusebox::backend::cpu::emit::ROW_SCRATCH_BYTES;
 use fusebox::dtype::DType;
 use fusebox::graph::builder::GraphBuilder;
 use fusebox::graph::{self, Graph};
@@ -250,6 +251,25 @@ fn empty_rows_still_write_their_results() {
     let e = b.op("e", "add", &[&m, &s]);
     let graph = b.finish(&[&d, &s, &e]);
     agrees(&graph, 8, false).unwrap();
+}
+
+/// The CPU kernel keeps softmax's `exp` in a per-thread row scratch for its last pass only
+/// while a row of it fits in `ROW_SCRATCH_BYTES`; longer rows compute it again in the last
+/// pass. Both sides of the limit, with rows that are not a whole number of vectors, and with
+/// NaN and ±Inf planted, agree with the reference evaluator.
+#[test]
+fn rows_on_both_sides_of_the_row_scratch_limit_match_the_reference() {
+    let fits = ROW_SCRATCH_BYTES / 4;
+    for (seed, shape) in [
+        (11, [3, fits]),
+        (12, [3, fits + 17]),
+        (13, [2, 3 * fits + 5]),
+    ] {
+        agrees(&softmax(DType::F32, &shape), seed, seed == 12)
+            .unwrap_or_else(|e| panic!("softmax {shape:?}: {e}"));
+        agrees(&layernorm(DType::F32, &shape, true), seed, seed == 12)
+            .unwrap_or_else(|e| panic!("layernorm {shape:?}: {e}"));
+    }
 }
 
 #[test]

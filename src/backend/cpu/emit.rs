@@ -51,6 +51,7 @@ mod expr;
 mod fission;
 mod kernel;
 mod vector;
+pub use kernel::ROW_SCRATCH_BYTES;
 pub use vector::STREAM_MIN_BYTES;
 
 /// Elements of one row handled by one work item (and one vector loop). Big enough that the

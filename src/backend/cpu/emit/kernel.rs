@@ -21,14 +21,8 @@
 //!
 //! # Row kernels
 //!
-//! A row kernel ([`crate::lower::ir`]) gives each thread whole rows. For each row it runs one
-//! `omp simd` loop per pass over the row's elements: a pass evaluates the values it needs
-//! (loads are read again in every pass; the row is in cache from the first), accumulates the
-//! row reductions of the next level in `double` (integers in wrapping `uint64_t`), and after
-//! the loop rounds each result once to its dtype as `r{id}`, which the later passes read as a
-//! row constant. The last pass stores; a store with one element per row is written after it,
-//! at inner index 0, from the row's results (so an empty row still gets its sum of 0). The
-//! axes are never folded: folding would merge rows.
+//! A row kernel ([`crate::lower::ir`]) gives each thread whole rows and makes one loop per
+//! pass over each row; its loop nest, and what keeps it near the memory floor, is in [`rows`].
 //!
 //! # Stores smaller than the domain
 //!
@@ -43,6 +37,9 @@ use super::fission::{LoopStatement, Stages};
 use super::{CHUNK, PARALLEL_MIN, vector};
 use crate::backend::spelling::Spelling;
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, View};
+
+mod rows;
+pub use rows::ROW_SCRATCH_BYTES;
 
 /// Indented C text.
 struct Out {
@@ -589,155 +586,6 @@ impl<'a> Kernel<'a> {
             out.open("");
             out.line(format!("{} a = acc{r};", self.acc_type(r)));
             self.finish(out, r, &at);
-            out.close();
-        }
-        out.close();
-    }
-
-    /// A row kernel: rows over threads, one `omp simd` loop per pass over each row (see the
-    /// module documentation).
-    fn row_kernel(&self, out: &mut Out) {
-        let ir = self.ir;
-        let levels = ir.levels();
-        let passes = ir.passes();
-        let inner = self.inner;
-        let per_row = |k: usize| ir.stores[k].view.axes[inner] == Axis::Broadcast;
-        out.line("#pragma omp parallel for schedule(static) if(nt > 1)");
-        out.open("for (int64_t o = 0; o < outer; o++)");
-        self.decompose_outer(out, "o");
-        out.line("const int64_t len = inner;");
-        for arg in 0..ir.loads.len() + ir.stores.len() {
-            out.line(format!("const int64_t b{arg} = {};", self.row_base(arg)));
-        }
-        // A store broadcast along an outer axis is written from the rows at index 0 there.
-        let mut guards: Vec<Option<String>> = Vec::new();
-        for (k, store) in ir.stores.iter().enumerate() {
-            let skipped: Vec<String> = (0..inner)
-                .filter(|&d| store.view.axes[d] == Axis::Broadcast)
-                .map(|d| format!("i{d} == 0"))
-                .collect();
-            guards.push(if skipped.is_empty() {
-                None
-            } else {
-                out.line(format!("const int ok{k} = {};", skipped.join(" && ")));
-                Some(format!("ok{k}"))
-            });
-        }
-        let store_line = |k: usize| {
-            let store = &ir.stores[k];
-            let arg = self.store_arg(k);
-            let value = C.store(store.view.dtype, &format!("v{}", store.value));
-            let write = format!("{} = {value};", self.element(arg));
-            match &guards[k] {
-                Some(ok) => format!("if ({ok}) {write}"),
-                None => write,
-            }
-        };
-        for pass in 0..passes {
-            let last = pass + 1 == passes;
-            let reducing: Vec<usize> = (0..ir.body.len())
-                .filter(|&id| {
-                    levels[id] == pass + 1 && matches!(ir.body[id], Instr::RowReduce { .. })
-                })
-                .collect();
-            let mut clauses = Vec::new();
-            let mut statements = Vec::new();
-            let mut reads = Vec::new();
-            for &id in &reducing {
-                let Instr::RowReduce { kind, x, .. } = ir.body[id] else {
-                    continue;
-                };
-                reads.push(x);
-                let integer = ir.prec(x) == Prec::I64;
-                match (kind, integer) {
-                    (ReduceKind::Max, true) => {
-                        out.line(format!("int64_t m{id} = INT64_MIN;"));
-                        clauses.push(format!("reduction(max:m{id})"));
-                        statements.push(format!("m{id} = v{x} > m{id} ? v{x} : m{id};"));
-                    }
-                    (_, true) => {
-                        // Unsigned, so that the simd partial sums wrap instead of overflowing.
-                        out.line(format!("uint64_t s{id} = 0;"));
-                        clauses.push(format!("reduction(+:s{id})"));
-                        statements.push(format!("s{id} += (uint64_t)v{x};"));
-                    }
-                    (ReduceKind::Max, false) => {
-                        // The maximum of floats is one of them: f32 values compare exactly in
-                        // `float`, at twice the lanes of `double`.
-                        let ty = C.value_type(ir.prec(x));
-                        out.line(format!("{ty} m{id} = -INFINITY;"));
-                        out.line(format!("int nan{id} = 0;"));
-                        clauses.push(format!("reduction(max:m{id}) reduction(|:nan{id})"));
-                        statements.push(format!("m{id} = v{x} > m{id} ? v{x} : m{id};"));
-                        statements.push(format!("nan{id} |= v{x} != v{x};"));
-                    }
-                    (_, false) => {
-                        out.line(format!("double s{id} = 0.0;"));
-                        clauses.push(format!("reduction(+:s{id})"));
-                        statements.push(format!("s{id} += (double)v{x};"));
-                    }
-                }
-            }
-            let looped: Vec<usize> = if last {
-                (0..ir.stores.len()).filter(|&k| !per_row(k)).collect()
-            } else {
-                Vec::new()
-            };
-            reads.extend(looped.iter().map(|&k| ir.stores[k].value));
-            let mut pragma = String::from("#pragma omp simd");
-            for clause in &clauses {
-                pragma.push(' ');
-                pragma.push_str(clause);
-            }
-            if !reads.is_empty() {
-                out.line(pragma);
-                out.open("for (int64_t j = 0; j < len; j++)");
-                for id in self.needed(&reads) {
-                    out.line(&self.body[id]);
-                }
-                for statement in &statements {
-                    out.line(statement);
-                }
-                for &k in &looped {
-                    out.line(store_line(k));
-                }
-                out.close();
-            }
-            for &id in &reducing {
-                let Instr::RowReduce { kind, x, dtype } = ir.body[id] else {
-                    continue;
-                };
-                let integer = ir.prec(x) == Prec::I64;
-                let (held, a) = match (kind, integer) {
-                    (ReduceKind::Max, true) => (Prec::I64, format!("m{id}")),
-                    (_, true) => (Prec::I64, format!("(int64_t)s{id}")),
-                    (ReduceKind::Max, false) => (
-                        Prec::F64,
-                        format!("(nan{id} ? (double)NAN : (double)m{id})"),
-                    ),
-                    (ReduceKind::Mean, false) => (Prec::F64, format!("(s{id} / (double)len)")),
-                    (ReduceKind::Sum, false) => (Prec::F64, format!("s{id}")),
-                };
-                out.line(format!(
-                    "const {} r{id} = {};",
-                    C.value_type(Prec::of(dtype)),
-                    C.round(held, dtype, &a)
-                ));
-            }
-        }
-        // One element per row: from the row's results, at inner index 0.
-        let rows: Vec<usize> = (0..ir.stores.len()).filter(|&k| per_row(k)).collect();
-        if !rows.is_empty() {
-            out.open("");
-            out.line("const int64_t j = 0;");
-            out.line("(void)j;");
-            let reads: Vec<usize> = rows.iter().map(|&k| ir.stores[k].value).collect();
-            for id in self.needed(&reads) {
-                out.line(&self.body[id]);
-            }
-            for &k in &rows {
-                out.line(store_line(k));
-            }
             out.close();
         }
         out.close();

@@ -16,9 +16,12 @@
 //! the arithmetic operators and comparisons, `select`, `min`, `max`, `abs`, `floor`, `sqrt`,
 //! `rsqrt`, `exp` and `tanh` — each of the segment's loops first runs over whole vectors of 16
 //! with intrinsics, and the scalar `omp simd` loop finishes the remainder. Everything else
-//! (other functions, f64/integer/bool values, strided inner axes, reductions) keeps the scalar
-//! loops alone; so does a compiler without AVX-512, because the vector loops are inside
-//! `#if defined(FB_AVX512)`.
+//! (other functions, f64/integer/bool values, strided inner axes, reductions ending the
+//! kernel) keeps the scalar loops alone; so does a compiler without AVX-512, because the vector
+//! loops are inside `#if defined(FB_AVX512)`.
+//!
+//! Row kernels use the same statements in every pass over a row, with row reductions of f32
+//! values accumulated in vector registers (sums in f64); `kernel::rows` writes those loops.
 //!
 //! **Streaming stores.** A launch touching more than [`STREAM_MIN_BYTES`] writes its outputs
 //! with `vmovntps` wherever a segment's destinations are 64-byte aligned (the executor's
@@ -63,14 +66,15 @@ pub(super) const VECTOR_TANHF: &str = include_str!("vector_tanhf.c");
 /// Whether `ir` runs vector loops: every value held in f32 (or an f64 literal rounded once),
 /// every load and store an f32, f16 or bf16 view whose innermost axis is contiguous or
 /// broadcast (a broadcast store is written after the loops, in scalar code), every
-/// instruction one of those listed in the module documentation, and no reductions.
+/// instruction one of those listed in the module documentation, and no reductions ending the
+/// kernel (row reductions of f32 values are in: their passes are vector loops too, see
+/// `kernel::rows`).
 pub(super) fn supports(ir: &KernelIr) -> bool {
     let inner = ir.rank - 1;
     let float_view = |dtype: DType, axis: Axis| {
         matches!(dtype, DType::F32 | DType::F16 | DType::BF16) && axis != Axis::Strided
     };
     ir.reductions.is_empty()
-        && !ir.is_row_kernel()
         // An index map's element is computed per lane, with divisions: a plain loop.
         && ir.loads.iter().all(|v| !v.is_mapped())
         && ir.loads.iter().all(|v| float_view(v.dtype, v.axes[inner]))
@@ -107,8 +111,13 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
                                     | Func::Floor
                             )
                     }
-                    // Row kernels run their passes as `omp simd` loops only.
-                    Instr::Widen { .. } | Instr::RowReduce { .. } => false,
+                    // A row reduction of f32 values: vector accumulators (in f64 for sums),
+                    // then a row constant (`kernel::rows`).
+                    Instr::RowReduce { x, dtype, .. } => {
+                        ir.prec(*x) == Prec::F32
+                            && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+                    }
+                    Instr::Widen { .. } => false,
                 }
         })
 }
@@ -123,6 +132,12 @@ pub(super) fn live(ir: &KernelIr) -> Vec<bool> {
     }
     for red in &ir.reductions {
         live[red.value] = true;
+    }
+    // A row reduction is evaluated (its pass accumulates it) whether or not a store reads it.
+    for (id, instr) in ir.body.iter().enumerate() {
+        if matches!(instr, Instr::RowReduce { .. }) {
+            live[id] = true;
+        }
     }
     for id in (0..ir.body.len()).rev() {
         if live[id] {
@@ -217,9 +232,10 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
                 other => unreachable!("{other:?} has no vector form (`supports` rejects it)"),
             }
         }
-        Instr::Widen { .. } | Instr::RowReduce { .. } => {
-            unreachable!("`supports` rejects widening and row reductions")
-        }
+        Instr::Widen { .. } => unreachable!("`supports` rejects widening"),
+        // A row reduction is a row constant by the time a vector reads it; `kernel::rows`
+        // writes its accumulation and its broadcast.
+        Instr::RowReduce { .. } => unreachable!("row reductions are spelled by kernel::rows"),
     };
     format!("const __m512 v{id} = {expr};")
 }

@@ -1,0 +1,612 @@
+//! The loop nest of a row kernel ([`crate::lower::ir`]'s execution model): rows over threads,
+//! one loop per pass over each row.
+//!
+//! Each thread owns whole rows (`#pragma omp for schedule(static)`, so a thread's rows are
+//! consecutive). For each row, pass `p` evaluates the values it needs, accumulates the row
+//! reductions of level `p + 1` and, after the loop, rounds each result once to its dtype as
+//! `r{id}`, a row constant for the later passes. The last pass stores; a store with one element
+//! per row is written after it, at inner index 0, from the row's results (so an empty row still
+//! gets its sum of 0). The axes are never folded: folding would merge rows.
+//!
+//! A softmax row is read from memory once, by its first pass; every later pass finds it in
+//! cache. What the kernel costs beyond the memory floor is therefore the arithmetic of its
+//! passes, and three things here keep that small:
+//!
+//! - **Each value once.** A value the last pass needs that an earlier pass already computed,
+//!   and that costs more to recompute than to reload (its expression holds a function call or
+//!   a division — softmax's `exp`), is *carried*: the latest earlier pass that computes it
+//!   also writes it to a per-thread row scratch buffer `c{id}`, and the last pass reads it back
+//!   instead of evaluating it again. The value is the same bits either way, so results do not change. The
+//!   scratch is allocated once per thread and launch, only while a row of carried values fits
+//!   in [`ROW_SCRATCH_BYTES`] (beyond that it would not stay in cache, and re-reading it would
+//!   cost what it saves); with longer rows, or if the allocation fails, the passes recompute.
+//! - **Explicit vectors.** When the kernel is in the subset [`vector`] can write (f32 values,
+//!   f32/f16/bf16 contiguous or broadcast views, f32 row reductions), each pass first runs over
+//!   whole vectors of 16 with AVX-512 intrinsics — the same operations, bit for bit, as the
+//!   scalar `omp simd` loop, which then finishes the row's remainder (and is all that runs
+//!   without AVX-512). A maximum compares `v > m` lane-wise exactly as the scalar loop does,
+//!   with NaN recorded in a mask; a sum converts each lane to `double` and accumulates two
+//!   vectors of 8 `double`s, so float reductions still accumulate in f64 (the IR's contract),
+//!   only in a different order of additions than the scalar loop's.
+//! - **Memory in the background.** While a thread works on a row in cache (its second pass),
+//!   it prefetches the next row of every input that moves from row to row, one cache line per
+//!   vector, so the next first pass finds its data arriving instead of stalling on it (while a
+//!   row of those inputs fits in [`ROW_SCRATCH_BYTES`], so that it stays in cache beside the
+//!   current one). The last pass writes large launches with streaming stores ([`vector`]'s
+//!   `fbv_store`): the output lines are written whole, without first being read.
+
+use super::{Kernel, Out};
+use crate::backend::cpu::emit::expr::C;
+use crate::backend::cpu::emit::vector;
+use crate::backend::spelling::Spelling;
+use crate::formula::{BinOp, Func};
+use crate::lower::ir::{Axis, Instr, Prec, ReduceKind};
+
+/// The most bytes of carried values one row may need for the kernel to carry them (see the
+/// module documentation): 512 KiB, a quarter of this machine's 2 MiB L2 per core, so that the
+/// scratch row, the input row and the next row being prefetched stay in L2 together. Softmax
+/// carries one f32 per element, so rows of up to 131,072 floats carry.
+pub const ROW_SCRATCH_BYTES: usize = 512 << 10;
+
+/// What one pass over a row does.
+struct Pass {
+    /// Its index, from 0.
+    index: usize,
+    /// Whether it is the last pass, which stores.
+    last: bool,
+    /// The `RowReduce`s it accumulates.
+    reducing: Vec<usize>,
+    /// The stores it writes (those with one element per inner index).
+    looped: Vec<usize>,
+    /// The values it must evaluate at each element: the reduced ones and the stored ones.
+    reads: Vec<usize>,
+}
+
+/// The loop over one row in one pass, once the row scratch question is settled.
+struct Loop<'p> {
+    pass: &'p Pass,
+    /// Values evaluated at each element, in order.
+    needed: Vec<usize>,
+    /// Values read back from the row scratch instead of evaluated.
+    stop: Vec<bool>,
+    /// Values this loop writes to the row scratch.
+    saves: Vec<usize>,
+}
+
+impl Kernel<'_> {
+    /// A row kernel: rows over threads, one loop per pass over each row (see the module
+    /// documentation).
+    pub(super) fn row_kernel(&self, out: &mut Out) {
+        let carried = self.carried();
+        let carrying = !carried.is_empty();
+        if carrying {
+            // Bytes of carried values per element, and whether a row of them fits.
+            let bytes: Vec<String> = carried
+                .iter()
+                .map(|&(id, _)| format!("sizeof({})", self.value_type(id)))
+                .collect();
+            // (A row past the limit is not padded, so no product below can overflow.)
+            out.line(format!(
+                "const int64_t rpad = inner <= {ROW_SCRATCH_BYTES} ? (inner + 15) / 16 * 16 : 0;"
+            ));
+            out.line(format!(
+                "const int64_t rbytes = rpad * (int64_t)({});",
+                bytes.join(" + ")
+            ));
+            out.line(format!(
+                "const int keep = rpad > 0 && rbytes <= {ROW_SCRATCH_BYTES};"
+            ));
+            out.line("#pragma omp parallel if(nt > 1)");
+            out.open("");
+            out.line("char *scratch = keep ? (char *)aligned_alloc(64, (size_t)rbytes) : NULL;");
+            let mut offset = String::from("0");
+            for &(id, _) in &carried {
+                let ty = self.value_type(id);
+                out.line(format!(
+                    "{ty} *c{id} = scratch ? ({ty} *)(scratch + {offset}) : NULL;"
+                ));
+                offset = format!("{offset} + rpad * (int64_t)sizeof({ty})");
+            }
+            out.line("#pragma omp for schedule(static)");
+        } else {
+            out.line("#pragma omp parallel for schedule(static) if(nt > 1)");
+        }
+        out.open("for (int64_t o = 0; o < outer; o++)");
+        self.row(out, &carried);
+        out.close();
+        if carrying {
+            out.line("free(scratch);");
+            out.close();
+        }
+    }
+
+    /// One row: its bases, its passes, and the stores with one element per row.
+    fn row(&self, out: &mut Out, carried: &[(usize, usize)]) {
+        let ir = self.ir;
+        let passes = ir.passes();
+        self.decompose_outer(out, "o");
+        out.line("const int64_t len = inner;");
+        for arg in 0..ir.loads.len() + ir.stores.len() {
+            out.line(format!("const int64_t b{arg} = {};", self.row_base(arg)));
+        }
+        // A store broadcast along an outer axis is written from the rows at index 0 there.
+        for k in 0..ir.stores.len() {
+            if let Some(ok) = self.outer_guard(k) {
+                out.line(format!("const int ok{k} = {ok};"));
+            }
+        }
+        if self.vector {
+            out.line("#if defined(FB_AVX512)");
+            out.line(format!("const int64_t jv = len - len % {};", vector::LANES));
+            self.next_row(out);
+            out.line("#else");
+            out.line("const int64_t jv = 0;");
+            out.line("#endif");
+        }
+        for pass in 0..passes {
+            self.pass(out, pass, carried);
+        }
+        // One element per row: from the row's results, at inner index 0.
+        let rows: Vec<usize> = (0..ir.stores.len()).filter(|&k| self.per_row(k)).collect();
+        if !rows.is_empty() {
+            out.open("");
+            out.line("const int64_t j = 0;");
+            out.line("(void)j;");
+            let reads: Vec<usize> = rows.iter().map(|&k| ir.stores[k].value).collect();
+            for id in self.needed(&reads) {
+                out.line(&self.body[id]);
+            }
+            for &k in &rows {
+                out.line(self.store_line(k));
+            }
+            out.close();
+        }
+    }
+
+    /// Whether store `k` has one element per row (it is broadcast along the inner axis).
+    fn per_row(&self, k: usize) -> bool {
+        self.ir.stores[k].view.axes[self.inner] == Axis::Broadcast
+    }
+
+    /// The condition under which this row writes store `k`, when the store is broadcast along
+    /// an outer axis (only the rows at index 0 on such axes write it).
+    fn outer_guard(&self, k: usize) -> Option<String> {
+        let skipped: Vec<String> = (0..self.inner)
+            .filter(|&d| self.ir.stores[k].view.axes[d] == Axis::Broadcast)
+            .map(|d| format!("i{d} == 0"))
+            .collect();
+        (!skipped.is_empty()).then(|| skipped.join(" && "))
+    }
+
+    /// The scalar statement writing store `k` at the current `j`.
+    fn store_line(&self, k: usize) -> String {
+        let store = &self.ir.stores[k];
+        let arg = self.store_arg(k);
+        let value = C.store(store.view.dtype, &format!("v{}", store.value));
+        let write = format!("{} = {value};", self.element(arg));
+        match self.outer_guard(k) {
+            Some(_) => format!("if (ok{k}) {write}"),
+            None => write,
+        }
+    }
+
+    /// Loads whose rows move from one row to the next (not broadcast along every outer axis)
+    /// and are contiguous along the row: the ones worth prefetching.
+    fn moving_loads(&self) -> Vec<usize> {
+        (0..self.ir.loads.len())
+            .filter(|&a| {
+                let axes = &self.ir.loads[a].axes;
+                axes[self.inner] == Axis::Unit
+                    && axes[..self.inner].iter().any(|&x| x != Axis::Broadcast)
+            })
+            .collect()
+    }
+
+    /// `nb{a}`: how far the next row of moving load `a` is from this one, or 0 on the last
+    /// row and when rows are too long to sit in cache (the prefetches then touch this row,
+    /// which is harmless).
+    fn next_row(&self, out: &mut Out) {
+        let moving = self.moving_loads();
+        if moving.is_empty() || self.ir.passes() < 2 {
+            return;
+        }
+        let bytes: usize = moving
+            .iter()
+            .map(|&a| self.ir.loads[a].dtype.size_bytes())
+            .sum();
+        out.line(format!(
+            "const int pf = o + 1 < outer && len * {bytes} <= {ROW_SCRATCH_BYTES};"
+        ));
+        // Outer coordinates `q{d}` of row o + 1.
+        match self.inner {
+            1 => out.line("const int64_t q0 = o + 1;"),
+            _ => {
+                out.line("int64_t qrem = o + 1;");
+                for d in (1..self.inner).rev() {
+                    out.line(format!("const int64_t q{d} = qrem % n{d};"));
+                    out.line(format!("qrem /= n{d};"));
+                }
+                out.line("const int64_t q0 = qrem;");
+            }
+        }
+        for a in moving {
+            let mut next = format!("o{a}");
+            for d in 0..self.inner {
+                if let Some(t) = self.term(a, d, &format!("q{d}")) {
+                    next.push_str(&format!(" + {t}"));
+                }
+            }
+            out.line(format!("const int64_t nb{a} = pf ? {next} - b{a} : 0;"));
+        }
+    }
+
+    /// Pass `pass` over the row: declares the accumulators of the reductions it feeds, runs
+    /// its loops (vector then scalar; twice over, with and without the scratch row, when it
+    /// saves or reads carried values) and rounds the results to `r{id}`.
+    fn pass(&self, out: &mut Out, index: usize, carried: &[(usize, usize)]) {
+        let ir = self.ir;
+        let levels = ir.levels();
+        let last = index + 1 == ir.passes();
+        let reducing: Vec<usize> = (0..ir.body.len())
+            .filter(|&id| levels[id] == index + 1 && matches!(ir.body[id], Instr::RowReduce { .. }))
+            .collect();
+        let looped: Vec<usize> = if last {
+            (0..ir.stores.len()).filter(|&k| !self.per_row(k)).collect()
+        } else {
+            Vec::new()
+        };
+        let mut reads: Vec<usize> = reducing
+            .iter()
+            .filter_map(|&id| match ir.body[id] {
+                Instr::RowReduce { x, .. } => Some(x),
+                _ => None,
+            })
+            .collect();
+        reads.extend(looped.iter().map(|&k| ir.stores[k].value));
+        let pass = Pass {
+            index,
+            last,
+            reducing,
+            looped,
+            reads,
+        };
+        for &id in &pass.reducing {
+            let Instr::RowReduce { kind, x, .. } = ir.body[id] else {
+                continue;
+            };
+            match (kind, ir.prec(x) == Prec::I64) {
+                (ReduceKind::Max, true) => out.line(format!("int64_t m{id} = INT64_MIN;")),
+                // Unsigned, so that the simd partial sums wrap instead of overflowing.
+                (_, true) => out.line(format!("uint64_t s{id} = 0;")),
+                (ReduceKind::Max, false) => {
+                    // The maximum of floats is one of them: f32 values compare exactly in
+                    // `float`, at twice the lanes of `double`.
+                    out.line(format!("{} m{id} = -INFINITY;", C.value_type(ir.prec(x))));
+                    out.line(format!("int nan{id} = 0;"));
+                }
+                (_, false) => out.line(format!("double s{id} = 0.0;")),
+            }
+        }
+        if !pass.reads.is_empty() {
+            let saves = carried.iter().any(|&(_, p)| p == index);
+            if (last || saves) && !carried.is_empty() {
+                let first = carried[0].0;
+                out.open(format!("if (c{first})"));
+                self.pass_loops(out, &pass, carried, true);
+                out.close();
+                out.open("else");
+                self.pass_loops(out, &pass, carried, false);
+                out.close();
+            } else {
+                self.pass_loops(out, &pass, carried, false);
+            }
+        }
+        for &id in &pass.reducing {
+            let Instr::RowReduce { kind, x, dtype } = ir.body[id] else {
+                continue;
+            };
+            let integer = ir.prec(x) == Prec::I64;
+            let (held, a) = match (kind, integer) {
+                (ReduceKind::Max, true) => (Prec::I64, format!("m{id}")),
+                (_, true) => (Prec::I64, format!("(int64_t)s{id}")),
+                (ReduceKind::Max, false) => (
+                    Prec::F64,
+                    format!("(nan{id} ? (double)NAN : (double)m{id})"),
+                ),
+                (ReduceKind::Mean, false) => (Prec::F64, format!("(s{id} / (double)len)")),
+                (ReduceKind::Sum, false) => (Prec::F64, format!("s{id}")),
+            };
+            out.line(format!(
+                "const {} r{id} = {};",
+                C.value_type(Prec::of(dtype)),
+                C.round(held, dtype, &a)
+            ));
+        }
+    }
+
+    /// The loops of one pass: the vector loop over whole vectors (when the kernel has one),
+    /// then the scalar `omp simd` loop over the rest. With `scratch`, the pass saves the
+    /// carried values it is the saving pass of, and the last pass reads carried values back.
+    fn pass_loops(&self, out: &mut Out, pass: &Pass, carried: &[(usize, usize)], scratch: bool) {
+        let ir = self.ir;
+        let saves: Vec<usize> = carried
+            .iter()
+            .filter(|&&(_, p)| scratch && p == pass.index)
+            .map(|&(id, _)| id)
+            .collect();
+        // In the last pass, carried values are read back: their computation is cut off.
+        let mut stop = vec![false; ir.body.len()];
+        if scratch && pass.last {
+            for &(id, _) in carried {
+                stop[id] = true;
+            }
+        }
+        let mut reads = pass.reads.clone();
+        reads.extend(&saves);
+        let needed = self.needed_stopping(&reads, &stop);
+        let lp = Loop {
+            pass,
+            needed,
+            stop,
+            saves,
+        };
+        if self.vector {
+            self.vector_loop(out, &lp);
+        }
+        let (needed, stop, saves) = (&lp.needed, &lp.stop, &lp.saves);
+        let mut pragma = String::from("#pragma omp simd");
+        let mut statements = Vec::new();
+        for &id in &pass.reducing {
+            let Instr::RowReduce { kind, x, .. } = ir.body[id] else {
+                continue;
+            };
+            match (kind, ir.prec(x) == Prec::I64) {
+                (ReduceKind::Max, true) => {
+                    pragma.push_str(&format!(" reduction(max:m{id})"));
+                    statements.push(format!("m{id} = v{x} > m{id} ? v{x} : m{id};"));
+                }
+                (_, true) => {
+                    pragma.push_str(&format!(" reduction(+:s{id})"));
+                    statements.push(format!("s{id} += (uint64_t)v{x};"));
+                }
+                (ReduceKind::Max, false) => {
+                    pragma.push_str(&format!(" reduction(max:m{id}) reduction(|:nan{id})"));
+                    statements.push(format!("m{id} = v{x} > m{id} ? v{x} : m{id};"));
+                    statements.push(format!("nan{id} |= v{x} != v{x};"));
+                }
+                (_, false) => {
+                    pragma.push_str(&format!(" reduction(+:s{id})"));
+                    statements.push(format!("s{id} += (double)v{x};"));
+                }
+            }
+        }
+        out.line(pragma);
+        let start = if self.vector { "jv" } else { "0" };
+        out.open(format!("for (int64_t j = {start}; j < len; j++)"));
+        for &id in needed {
+            if stop[id] {
+                out.line(format!("const {} v{id} = c{id}[j];", self.value_type(id)));
+            } else {
+                out.line(&self.body[id]);
+            }
+        }
+        for &id in saves {
+            out.line(format!("c{id}[j] = v{id};"));
+        }
+        for statement in &statements {
+            out.line(statement);
+        }
+        for &k in &pass.looped {
+            out.line(self.store_line(k));
+        }
+        out.close();
+    }
+
+    /// The AVX-512 loop of one pass over the row's whole vectors, inside
+    /// `#if defined(FB_AVX512)`: the same values as the scalar loop, lane for lane; reductions
+    /// in vector accumulators merged into the scalar ones after the loop, which the scalar
+    /// loop then continues.
+    fn vector_loop(&self, out: &mut Out, lp: &Loop) {
+        let ir = self.ir;
+        let (reducing, looped) = (&lp.pass.reducing, &lp.pass.looped);
+        let (needed, stop, saves) = (&lp.needed, &lp.stop, &lp.saves);
+        let live = vector::live(ir);
+        out.line("#if defined(FB_AVX512)");
+        out.open("");
+        for &id in reducing {
+            let Instr::RowReduce { kind, .. } = ir.body[id] else {
+                continue;
+            };
+            if kind == ReduceKind::Max {
+                out.line(format!("__m512 vm{id} = _mm512_set1_ps(-INFINITY);"));
+                out.line(format!("__mmask16 vn{id} = 0;"));
+            } else {
+                out.line(format!("__m512d vs{id} = _mm512_setzero_pd();"));
+                out.line(format!("__m512d vt{id} = _mm512_setzero_pd();"));
+            }
+        }
+        for &k in looped {
+            let arg = self.store_arg(k);
+            out.line(format!(
+                "{} *d{k} = p{arg} + b{arg};",
+                C.storage_type(ir.stores[k].view.dtype)
+            ));
+        }
+        if !looped.is_empty() {
+            out.line(format!(
+                "const int st = {};",
+                vector::stream_condition(looped)
+            ));
+        }
+        let prefetch = lp.pass.index == 1;
+        out.open(format!(
+            "for (int64_t j = 0; j < jv; j += {})",
+            vector::LANES
+        ));
+        if prefetch {
+            for a in self.moving_loads() {
+                out.line(format!(
+                    "_mm_prefetch((const char *)&p{a}[b{a} + nb{a} + j], _MM_HINT_T0);"
+                ));
+            }
+        }
+        for &id in needed.iter().filter(|&&id| live[id]) {
+            out.line(if stop[id] {
+                vector::carried_load(id)
+            } else if matches!(ir.body[id], Instr::RowReduce { .. }) {
+                format!("const __m512 v{id} = _mm512_set1_ps(r{id});")
+            } else {
+                vector::statement(ir, id)
+            });
+        }
+        for &id in saves {
+            out.line(vector::carried_store(id));
+        }
+        for &id in reducing {
+            let Instr::RowReduce { kind, x, .. } = ir.body[id] else {
+                continue;
+            };
+            if kind == ReduceKind::Max {
+                // `v > m ? v : m` per lane, as the scalar loop: a NaN lane keeps m and is
+                // recorded in the mask.
+                out.line(format!("vm{id} = _mm512_max_ps(v{x}, vm{id});"));
+                out.line(format!(
+                    "vn{id} |= _mm512_cmp_ps_mask(v{x}, v{x}, _CMP_UNORD_Q);"
+                ));
+            } else {
+                out.line(format!(
+                    "vs{id} = _mm512_add_pd(vs{id}, _mm512_cvtps_pd(_mm512_castps512_ps256(v{x})));"
+                ));
+                out.line(format!(
+                    "vt{id} = _mm512_add_pd(vt{id}, _mm512_cvtps_pd(_mm256_castpd_ps(\
+                     _mm512_extractf64x4_pd(_mm512_castps_pd(v{x}), 1))));"
+                ));
+            }
+        }
+        for &k in looped {
+            let store = vector::store(k, ir.stores[k].value, ir.stores[k].view.dtype);
+            out.line(match self.outer_guard(k) {
+                Some(_) => format!("if (ok{k}) {store}"),
+                None => store,
+            });
+        }
+        out.close();
+        for &id in reducing {
+            let Instr::RowReduce { kind, .. } = ir.body[id] else {
+                continue;
+            };
+            if kind == ReduceKind::Max {
+                out.line(format!("m{id} = _mm512_reduce_max_ps(vm{id});"));
+                out.line(format!("nan{id} = vn{id} != 0;"));
+            } else {
+                out.line(format!(
+                    "s{id} = _mm512_reduce_add_pd(_mm512_add_pd(vs{id}, vt{id}));"
+                ));
+            }
+        }
+        if !looped.is_empty() {
+            // Streaming stores are weakly ordered: fence them before the row is done (and
+            // before the team's closing barrier publishes the results).
+            out.line("if (st) _mm_sfence();");
+        }
+        out.close();
+        out.line("#endif");
+    }
+
+    /// The values the last pass reads back from the row scratch, each with the pass that
+    /// saves it (the last one computing it). Walking from the stored values towards the
+    /// loads, a value is carried where the walk first meets one that an earlier pass computes
+    /// and whose expression holds a call or a division; below it the walk stops, so only the
+    /// values nearest the stores are carried (softmax carries `exp(x - max)`, not `x - max`
+    /// too). Layernorm's `x - mean` is a subtraction, cheaper to redo than to reload, so
+    /// layernorm carries nothing.
+    pub(super) fn carried(&self) -> Vec<(usize, usize)> {
+        let ir = self.ir;
+        let passes = ir.passes();
+        if passes < 2 {
+            return Vec::new();
+        }
+        let levels = ir.levels();
+        // The last pass before the last that computes each value, if any.
+        let mut saved_in: Vec<Option<usize>> = vec![None; ir.body.len()];
+        for pass in 0..passes - 1 {
+            let reads: Vec<usize> = (0..ir.body.len())
+                .filter(|&id| levels[id] == pass + 1)
+                .filter_map(|id| match ir.body[id] {
+                    Instr::RowReduce { x, .. } => Some(x),
+                    _ => None,
+                })
+                .collect();
+            for id in self.needed(&reads) {
+                saved_in[id] = Some(pass);
+            }
+        }
+        let costly = self.costly();
+        let mut carried = Vec::new();
+        let mut seen = vec![false; ir.body.len()];
+        let mut stack: Vec<usize> = (0..ir.stores.len())
+            .filter(|&k| !self.per_row(k))
+            .map(|k| ir.stores[k].value)
+            .collect();
+        while let Some(id) = stack.pop() {
+            if std::mem::replace(&mut seen[id], true) {
+                continue;
+            }
+            match ir.body[id] {
+                Instr::RowReduce { .. } | Instr::Load { .. } | Instr::Const { .. } => {}
+                _ => match saved_in[id] {
+                    Some(pass) if costly[id] => carried.push((id, pass)),
+                    _ => stack.extend(ir.body[id].operands()),
+                },
+            }
+        }
+        carried.sort_unstable();
+        carried
+    }
+
+    /// Per value, whether its expression within the row (stopping at loads, literals and row
+    /// reductions) holds a function call or a division: work a reload from cache is cheaper
+    /// than.
+    fn costly(&self) -> Vec<bool> {
+        let ir = self.ir;
+        let mut costly = vec![false; ir.body.len()];
+        for (id, instr) in ir.body.iter().enumerate() {
+            costly[id] = match instr {
+                Instr::RowReduce { .. } | Instr::Load { .. } | Instr::Const { .. } => false,
+                // Selections, clamps and the like are a few instructions, not a call's worth.
+                Instr::Call { func, .. } => {
+                    !matches!(
+                        func,
+                        Func::Select | Func::Min | Func::Max | Func::Abs | Func::Floor
+                    ) || instr_has(ir, id, &costly)
+                }
+                Instr::Binary { op: BinOp::Div, .. } => true,
+                _ => instr_has(ir, id, &costly),
+            };
+        }
+        costly
+    }
+
+    /// Like [`Kernel::needed`], also stopping at the values marked in `stop` (read back from
+    /// the row scratch rather than computed).
+    fn needed_stopping(&self, reads: &[usize], stop: &[bool]) -> Vec<usize> {
+        let ir = self.ir;
+        let mut needed = vec![false; ir.body.len()];
+        for &x in reads {
+            needed[x] = true;
+        }
+        for id in (0..ir.body.len()).rev() {
+            if needed[id] && !stop[id] && !matches!(ir.body[id], Instr::RowReduce { .. }) {
+                for x in ir.body[id].operands() {
+                    needed[x] = true;
+                }
+            }
+        }
+        (0..ir.body.len()).filter(|&id| needed[id]).collect()
+    }
+}
+
+/// Whether any operand of value `id` is marked in `costly`.
+fn instr_has(ir: &crate::lower::ir::KernelIr, id: usize, costly: &[bool]) -> bool {
+    ir.body[id].operands().iter().any(|&x| costly[x])
+}
