@@ -86,9 +86,7 @@ enum Fusion {
 
 /// Lowers `graph` the way `fusebox run` would, without compiling anything.
 fn program(graph: &Graph, fusion: Fusion, amp: Option<&str>) -> fusebox::Result<Program> {
-    let mut rules = rules();
-    // The CUDA backend partitions with `Rows` read as `End` (`Target::ROW_KERNELS`).
-    rules.fusion = rules.fusion.rows_as_end();
+    let rules = rules();
     let (dag, partition) = match fusion {
         Fusion::Fused(profile) => {
             let optimized = optimize(
@@ -272,7 +270,13 @@ fn random_case() -> impl Strategy<Value = Case> {
             Just((64, 700))
         ],
         prop::collection::vec((0usize..4, 0usize..6), 1..4),
-        prop::collection::vec(random_graph::step(true), 2..14),
+        prop::collection::vec(
+            prop_oneof![
+                8 => random_graph::step(true),
+                1 => random_graph::row_reductions_with_consumers(),
+            ],
+            2..14,
+        ),
     )
 }
 
@@ -353,8 +357,9 @@ fn kernels_of_random_graphs_compile() {
         }
     }
     let stats = compiler.stats();
+    let row_kernels = kernels.values().filter(|f| f.ir.is_row_kernel()).count();
     eprintln!(
-        "kernels_of_random_graphs_compile: {graphs} graphs, {} distinct kernels in {} units × {} archs; lowering {:.1} s, total {:.1} s ({stats:?})",
+        "kernels_of_random_graphs_compile: {graphs} graphs, {} distinct kernels ({row_kernels} row kernels) in {} units × {} archs; lowering {:.1} s, total {:.1} s ({stats:?})",
         kernels.len(),
         units.len(),
         ARCHS.len(),
@@ -365,6 +370,10 @@ fn kernels_of_random_graphs_compile() {
         kernels.len() > 100,
         "only {} distinct kernels",
         kernels.len()
+    );
+    assert!(
+        row_kernels >= 10,
+        "only {row_kernels} row kernels among the random graphs' kernels"
     );
 }
 
