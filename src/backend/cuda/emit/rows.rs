@@ -105,8 +105,8 @@ impl Kernel<'_> {
                 let mut body = Code::new();
                 body.def(format!("i{inner}"), format!("const I i{inner} = (I)j;"));
                 self.element_bases(&mut body, true);
-                for id in 0..ir.body.len() {
-                    if levels[id] <= pass {
+                for (id, &level) in levels.iter().enumerate() {
+                    if level <= pass {
                         let definition =
                             Cuda.definition(ir, id, |view| self.element(view, Lane::Scalar));
                         body.def(format!("v{id}"), definition);
