@@ -668,6 +668,48 @@ fn emit_cuda_writes_a_module_that_compiles() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `optimize --emit cuda` writes softmax and layernorm as one row kernel each, as the CPU
+/// partition has them: the CUDA backend runs row kernels, so nothing demotes their reductions.
+#[test]
+fn emit_cuda_writes_softmax_and_layernorm_as_one_row_kernel() {
+    let dir = temp_dir("emit-rows");
+    for example in ["softmax", "layernorm"] {
+        let out = dir.join(format!("{example}.cu"));
+        let graph = format!("examples/{example}.ron");
+        let output = fusebox(
+            &[
+                "optimize",
+                &graph,
+                "--profile",
+                "h200",
+                "--emit",
+                "cuda",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report = String::from_utf8_lossy(&output.stdout);
+        assert!(report.contains("-> 1 "), "{example}: {report}");
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(
+            text.matches("_params {").count(),
+            1,
+            "{example}: one kernel"
+        );
+        assert!(
+            text.contains("row kernel: 3 passes over each row, one block per row"),
+            "{example}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `fusebox info` says where NVRTC was found, or why it was not, without crashing either way.
 #[test]
 fn info_names_what_is_missing() {
