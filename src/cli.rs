@@ -367,19 +367,7 @@ pub fn run(cli: Cli) -> Result<String> {
                         crate::backend::cpu::module_source(&program).0
                     }
                     Emit::Cuda => {
-                        // What the CUDA backend runs: its partition reads `Rows` as `End`
-                        // (`Target::ROW_KERNELS`).
                         let program = crate::lower::lower(&optimized.dag, &optimized.partition)?;
-                        let program = if program.kernels.iter().any(|k| k.is_row_kernel()) {
-                            let demoted = RuleSet {
-                                fusion: rules.fusion.rows_as_end(),
-                                ..rules.clone()
-                            };
-                            let again = crate::optimize::optimize(&graph, &demoted, &options)?;
-                            crate::lower::lower(&again.dag, &again.partition)?
-                        } else {
-                            program
-                        };
                         cuda_source(&program)
                     }
                 };

@@ -63,16 +63,6 @@ pub fn prepare<T: Target>(
     target: &T,
 ) -> Result<Prepared<T::Executable>> {
     target.open()?;
-    let demoted;
-    let rules = if T::ROW_KERNELS {
-        rules
-    } else {
-        demoted = RuleSet {
-            fusion: rules.fusion.rows_as_end(),
-            ..rules.clone()
-        };
-        &demoted
-    };
     let (program, partition, optimize_ms) = lower_graph(graph, rules, options)?;
     let start = Instant::now();
     let executable = target.build(program)?;

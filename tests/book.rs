@@ -336,6 +336,22 @@ fn the_books_index_map_listing_is_the_emitters() {
     check_listing("flat_transpose_kernel.c", &module[start + 1..]);
 }
 
+/// The CUDA softmax row kernel in the "Row kernels on CUDA" section is what the CUDA emitter
+/// produces for examples/softmax.ron under the GPU profile today: one kernel, whose text
+/// (from its header comment on; the prelude is the CUDA chapter's) is the listing.
+#[test]
+fn the_books_cuda_softmax_listing_is_the_emitters() {
+    use fusebox::backend::cuda::emit::{EmitOptions, emit_program};
+    let program = lowered_example("softmax", "h200");
+    assert_eq!(program.kernels.len(), 1, "softmax is one kernel on CUDA");
+    assert!(program.kernels[0].is_row_kernel());
+    let module = emit_program(&program.kernels, &EmitOptions::default()).0;
+    let start = module
+        .rfind("\n/* fbc_")
+        .expect("the module defines a kernel");
+    check_listing("softmax.cu", &module[start + 1..]);
+}
+
 /// The softmax row kernel in the "Reductions inside kernels" section is what the C emitter
 /// produces for examples/softmax.ron today.
 #[test]

@@ -86,9 +86,7 @@ enum Fusion {
 
 /// Lowers `graph` the way `fusebox run` would, without compiling anything.
 fn program(graph: &Graph, fusion: Fusion, amp: Option<&str>) -> fusebox::Result<Program> {
-    let mut rules = rules();
-    // The CUDA backend partitions with `Rows` read as `End` (`Target::ROW_KERNELS`).
-    rules.fusion = rules.fusion.rows_as_end();
+    let rules = rules();
     let (dag, partition) = match fusion {
         Fusion::Fused(profile) => {
             let optimized = optimize(
@@ -294,7 +292,13 @@ fn random_case() -> impl Strategy<Value = Case> {
             Just((64, 700))
         ],
         prop::collection::vec((0usize..4, 0usize..6), 1..4),
-        prop::collection::vec(random_graph::step(true), 2..14),
+        prop::collection::vec(
+            prop_oneof![
+                8 => random_graph::step(true),
+                1 => random_graph::row_reductions_with_consumers(),
+            ],
+            2..14,
+        ),
     )
 }
 
@@ -375,8 +379,9 @@ fn kernels_of_random_graphs_compile() {
         }
     }
     let stats = compiler.stats();
+    let row_kernels = kernels.values().filter(|f| f.ir.is_row_kernel()).count();
     eprintln!(
-        "kernels_of_random_graphs_compile: {graphs} graphs, {} distinct kernels in {} units × {} archs; lowering {:.1} s, total {:.1} s ({stats:?})",
+        "kernels_of_random_graphs_compile: {graphs} graphs, {} distinct kernels ({row_kernels} row kernels) in {} units × {} archs; lowering {:.1} s, total {:.1} s ({stats:?})",
         kernels.len(),
         units.len(),
         ARCHS.len(),
@@ -387,6 +392,10 @@ fn kernels_of_random_graphs_compile() {
         kernels.len() > 100,
         "only {} distinct kernels",
         kernels.len()
+    );
+    assert!(
+        row_kernels >= 10,
+        "only {row_kernels} row kernels among the random graphs' kernels"
     );
 }
 
@@ -677,6 +686,48 @@ fn emit_cuda_writes_a_module_that_compiles() {
         for ptx in compile_everywhere(compiler(), &text, "lstm_cell.cu") {
             assert_entries(&ptx, &names, "lstm_cell.cu");
         }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `optimize --emit cuda` writes softmax and layernorm as one row kernel each, as the CPU
+/// partition has them: the CUDA backend runs row kernels, so nothing demotes their reductions.
+#[test]
+fn emit_cuda_writes_softmax_and_layernorm_as_one_row_kernel() {
+    let dir = temp_dir("emit-rows");
+    for example in ["softmax", "layernorm"] {
+        let out = dir.join(format!("{example}.cu"));
+        let graph = format!("examples/{example}.ron");
+        let output = fusebox(
+            &[
+                "optimize",
+                &graph,
+                "--profile",
+                "h200",
+                "--emit",
+                "cuda",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report = String::from_utf8_lossy(&output.stdout);
+        assert!(report.contains("-> 1 "), "{example}: {report}");
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(
+            text.matches("_params {").count(),
+            1,
+            "{example}: one kernel"
+        );
+        assert!(
+            text.contains("row kernel: 3 passes over each row, one block per row"),
+            "{example}"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -7,18 +7,28 @@
 //! under `$FUSEBOX_CUDA_DIR` (default `/tmp/wheels/x/nvidia`). Without them the compile
 //! tests print why and pass; the ABI tests always run.
 
+mod common;
+
+use common::random_graph;
+use fusebox::attr::AttrValue;
 use fusebox::backend::cuda::abi::{
     self, BLOCK, BLOCKS_PER_SM, GpuLaunch, entry_name, fold, group_shapes, needs_i64, param_block,
     param_layout, plan, vector_ok, vector_width,
 };
 use fusebox::backend::cuda::emit::{EmitOptions, emit_module, kernel_name};
+use fusebox::dag::Value;
 use fusebox::dtype::DType;
 use fusebox::formula::{BinOp, Func};
+use fusebox::graph::{self, Graph, GraphBuilder};
 use fusebox::lower::ir::{
     Axis, Instr, KernelIr, Launch, MapStage, Prec, ReduceKind, Reduction, Store, ValueId, View,
 };
+use fusebox::lower::{self, Program, Step as LowerStep};
+use fusebox::optimize::{Options, optimize};
 use fusebox::runtime::buffer::Buffer;
 use fusebox::runtime::interpret;
+use proptest::prelude::*;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -940,8 +950,9 @@ fn reduction_plans() {
 // the warp and block combination, the atomics and the finish exactly as written.
 
 const SHIM: &str = r#"/* Host emulation of the CUDA features the emitted kernels use, so that the exact emitted text
-   runs on the CPU in the tests: blocks run one after another, the 256 threads of a block as
-   real threads (shuffles and __syncthreads are barriers), __shared__ variables are statics. */
+   runs on the CPU in the tests: blocks run one after another, the threads of a block (as many
+   as the launch says, up to 256) as real threads (shuffles and __syncthreads are barriers),
+   __shared__ variables are statics. */
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -1052,22 +1063,22 @@ inline long long __shfl_xor_sync(unsigned, long long v, int m) {
     return r;
 }
 
-template <class F> static void emu_launch(unsigned grid, F f) {
+template <class F> static void emu_launch(unsigned grid, unsigned size, F f) {
     for (unsigned b = 0; b < grid; ++b) {
-        std::barrier<> block(256);
+        std::barrier<> block(size);
         std::vector<std::unique_ptr<std::barrier<>>> warps;
-        for (int w = 0; w < 8; ++w) {
+        for (unsigned w = 0; w < size / 32; ++w) {
             warps.push_back(std::make_unique<std::barrier<>>(32));
             emu_warp_barrier[w] = warps.back().get();
         }
         emu_block_barrier = &block;
         std::vector<std::thread> threads;
-        for (unsigned t = 0; t < 256; ++t) {
+        for (unsigned t = 0; t < size; ++t) {
             threads.emplace_back([&, t] {
                 threadIdx = {t, 0, 0};
                 blockIdx = {b, 0, 0};
                 gridDim = {grid, 1, 1};
-                blockDim = {256, 1, 1};
+                blockDim = {size, 1, 1};
                 f();
                 emu_warp_barrier[t / 32]->arrive_and_drop();
                 emu_block_barrier->arrive_and_drop();
@@ -1106,11 +1117,12 @@ fn emulate(ir: &KernelIr, options: &EmitOptions) -> Option<Emulated> {
         for wide in [false, true] {
             let entry = entry_name(&name, part, wide);
             source.push_str(&format!(
-                "extern \"C\" int run_{entry}(const unsigned char *block, unsigned long long len, unsigned grid) {{\n\
+                "extern \"C\" int run_{entry}(const unsigned char *block, unsigned long long len, unsigned grid, unsigned threads) {{\n\
                  \x20   {name}_params p;\n\
                  \x20   if (len != sizeof p) return 1;\n\
+                 \x20   if (threads % 32 != 0 || threads > 256) return 2;\n\
                  \x20   memcpy(&p, block, sizeof p);\n\
-                 \x20   emu_launch(grid, [&] {{ {entry}(p); }});\n\
+                 \x20   emu_launch(grid, threads, [&] {{ {entry}(p); }});\n\
                  \x20   return 0;\n}}\n"
             ));
         }
@@ -1218,12 +1230,13 @@ fn run_emulated(
             l.entry.clone()
         };
         let symbol = format!("run_{entry}");
-        let run: libloading::Symbol<unsafe extern "C" fn(*const u8, u64, u32) -> i32> =
+        let run: libloading::Symbol<unsafe extern "C" fn(*const u8, u64, u32, u32) -> i32> =
             unsafe { emulated.library.get(symbol.as_bytes()) }.expect("entry wrapper");
-        let status = unsafe { run(block.as_ptr(), block.len() as u64, l.grid.0) };
+        let status = unsafe { run(block.as_ptr(), block.len() as u64, l.grid.0, l.block.0) };
         assert_eq!(
             status, 0,
-            "{entry}: parameter block size differs from the struct"
+            "{entry}: parameter block size differs from the struct (1), or a block of {} threads (2)",
+            l.block.0
         );
     }
     for (b, d) in buffers.iter_mut().zip(device.iter_mut()) {
@@ -1621,5 +1634,485 @@ fn emulated_reductions_match_the_interpreter() {
                 }
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row kernels: real graphs (softmax, log-softmax, layernorm, integer sums) lowered as `fusebox
+// run` lowers them, compiled with NVRTC, and run through the emulation above as whole programs
+// against the reference evaluator.
+
+/// `op(x, axes = [-1], keepdim)`.
+fn last_axis(b: &mut GraphBuilder, name: &str, op: &str, x: &str) -> String {
+    b.op_with(
+        name,
+        op,
+        &[x],
+        &[
+            ("axes", AttrValue::Ints(vec![-1])),
+            ("keepdim", true.into()),
+        ],
+    )
+}
+
+fn softmax_graph(dtype: DType, shape: &[usize]) -> Graph {
+    let mut b = GraphBuilder::new("softmax");
+    let x = b.input("x", dtype, shape);
+    let m = last_axis(&mut b, "m", "reduce_max", &x);
+    let d = b.op("d", "sub", &[&x, &m]);
+    let e = b.op("e", "exp", &[&d]);
+    let s = last_axis(&mut b, "s", "sum", &e);
+    let y = b.op("y", "div", &[&e, &s]);
+    b.finish(&[&y])
+}
+
+fn log_softmax_graph(dtype: DType, shape: &[usize]) -> Graph {
+    let mut b = GraphBuilder::new("log_softmax");
+    let x = b.input("x", dtype, shape);
+    let m = last_axis(&mut b, "m", "reduce_max", &x);
+    let d = b.op("d", "sub", &[&x, &m]);
+    let e = b.op("e", "exp", &[&d]);
+    let s = last_axis(&mut b, "s", "sum", &e);
+    let l = b.op("l", "log", &[&s]);
+    let y = b.op("y", "sub", &[&d, &l]);
+    b.finish(&[&y])
+}
+
+fn layernorm_graph(dtype: DType, shape: &[usize], affine: bool) -> Graph {
+    let mut b = GraphBuilder::new("layernorm");
+    let x = b.input("x", dtype, shape);
+    let last = *shape.last().expect("rank ≥ 1");
+    let mean = last_axis(&mut b, "mean", "mean", &x);
+    let c = b.op("c", "sub", &[&x, &mean]);
+    let sq = b.op("sq", "mul", &[&c, &c]);
+    let var = last_axis(&mut b, "var", "mean", &sq);
+    let eps = b.constant("eps", 1e-5, dtype);
+    let ve = b.op("ve", "add", &[&var, &eps]);
+    let r = b.op("r", "rsqrt", &[&ve]);
+    let mut y = b.op("n", "mul", &[&c, &r]);
+    if affine {
+        let w = b.input("w", dtype, &[last]);
+        let bias = b.input("b", dtype, &[last]);
+        let s = b.op("s", "mul", &[&y, &w]);
+        y = b.op("y", "add", &[&s, &bias]);
+    }
+    b.finish(&[&y])
+}
+
+/// Sums over rows (no max: a max of an empty row is refused), their mean, and the row's
+/// values shifted by both; the per-row results are outputs too (stores with one element per
+/// row, which an empty row must still write).
+fn row_sums_graph(dtype: DType, shape: &[usize]) -> Graph {
+    let mut b = GraphBuilder::new("row_sums");
+    let x = b.input("x", dtype, shape);
+    let s = last_axis(&mut b, "s", "sum", &x);
+    let d = b.op("d", "sub", &[&x, &s]);
+    if dtype.is_float() {
+        let m = last_axis(&mut b, "m", "mean", &x);
+        let e = b.op("e", "add", &[&m, &s]);
+        let y = b.op("y", "mul", &[&d, &e]);
+        b.finish(&[&y, &s, &e])
+    } else {
+        b.finish(&[&d, &s])
+    }
+}
+
+/// Integer row reductions: a wrapping sum and a max read back along the rows.
+fn int_rows_graph(dtype: DType, shape: &[usize]) -> Graph {
+    let mut b = GraphBuilder::new("int_rows");
+    let x = b.input("x", dtype, shape);
+    let s = last_axis(&mut b, "s", "sum", &x);
+    let m = last_axis(&mut b, "m", "reduce_max", &x);
+    let d = b.op("d", "sub", &[&x, &m]);
+    let y = b.op("y", "add", &[&d, &s]);
+    b.finish(&[&y, &m])
+}
+
+/// `graph` optimized and lowered as the CUDA backend does (the same partition as the CPU's).
+fn lowered(graph: &Graph) -> Program {
+    let rules = random_graph::rules();
+    let optimized = optimize(graph, &rules, &Options::default())
+        .unwrap_or_else(|e| panic!("optimize: {e}\n{}", graph::file::to_ron(graph)));
+    lower::lower(&optimized.dag, &optimized.partition).expect("lower")
+}
+
+/// Runs `program` with every kernel step emulated (atomic mode; 64-bit indexing when
+/// `wide`) and matrix products on the host: `interpret::run_program` with the kernels
+/// swapped for the emitted CUDA. Fresh outputs start as a sentinel pattern, so an element
+/// the kernel fails to write shows.
+/// `emulated` keeps the compiled kernels by name across calls.
+fn run_program_emulated(
+    program: &Program,
+    inputs: &[Buffer],
+    emulated: &mut BTreeMap<String, Emulated>,
+    wide: bool,
+) -> Option<Vec<Buffer>> {
+    let dag = &program.dag;
+    let options = EmitOptions::default();
+    let mut values: HashMap<Value, Buffer> = HashMap::new();
+    for (i, b) in inputs.iter().enumerate() {
+        values.insert(Value::Input(i), b.clone());
+    }
+    let fresh = |v: Value| {
+        let ty = dag.ty(v);
+        let mut b = Buffer::try_zeroed(ty.dtype, &ty.shape).expect("buffer");
+        b.fill_bytes(0x5a);
+        b
+    };
+    for step in &program.steps {
+        match step {
+            LowerStep::Kernel(k) => {
+                let ir = &program.kernels[k.kernel];
+                let name = kernel_name(ir);
+                if !emulated.contains_key(&name) {
+                    emulated.insert(name.clone(), emulate(ir, &options)?);
+                }
+                let mut owned: Vec<Buffer> = k
+                    .args
+                    .iter()
+                    .enumerate()
+                    .map(|(a, &v)| {
+                        if a < ir.loads.len() {
+                            values[&v].clone()
+                        } else {
+                            values.remove(&v).unwrap_or_else(|| fresh(v))
+                        }
+                    })
+                    .collect();
+                let shifts = vec![0; owned.len()];
+                run_emulated(
+                    &emulated[&name],
+                    ir,
+                    &k.launch,
+                    &mut owned,
+                    &shifts,
+                    wide,
+                    &options,
+                );
+                for (a, (v, b)) in k.args.iter().zip(owned).enumerate() {
+                    if a >= ir.loads.len() {
+                        values.insert(*v, b);
+                    }
+                }
+            }
+            LowerStep::MatMul(m) => {
+                let mut out = fresh(m.out);
+                fusebox::runtime::matmul::matmul(
+                    &values[&m.a.value],
+                    &m.a,
+                    &values[&m.b.value],
+                    &m.b,
+                    &mut out,
+                )
+                .expect("matmul");
+                values.insert(m.out, out);
+            }
+        }
+    }
+    Some(
+        dag.outputs
+            .iter()
+            .map(|o| values[&o.value].clone())
+            .collect(),
+    )
+}
+
+/// `graph`'s program run through the emulation against the reference evaluator on seeded
+/// inputs (NaN, ±Inf and ±0 planted when `specials`). `None` without a C++ compiler.
+fn emulated_agrees(
+    graph: &Graph,
+    program: &Program,
+    emulated: &mut BTreeMap<String, Emulated>,
+    seed: u64,
+    specials: bool,
+    wide: bool,
+) -> Option<Result<(), String>> {
+    let rules = random_graph::rules();
+    let inputs = random_graph::inputs(graph, seed, specials);
+    let want = match fusebox::eval::evaluate(graph, &rules.ops, &inputs) {
+        Ok(want) => want,
+        Err(e) => return Some(Err(format!("reference: {e}"))),
+    };
+    let buffers: Vec<Buffer> = program
+        .dag
+        .inputs
+        .iter()
+        .map(|i| Buffer::from_tensor(&inputs[&i.name]))
+        .collect();
+    let got = run_program_emulated(program, &buffers, emulated, wide)?;
+    for (o, b) in program.dag.outputs.iter().zip(&got) {
+        if let Err(e) = random_graph::assert_same(&o.name, &want[&o.name], &b.to_tensor()) {
+            return Some(Err(format!("{e} (seed {seed}, specials {specials})")));
+        }
+    }
+    Some(Ok(()))
+}
+
+/// A row-kernel test graph at a given shape.
+type MakeGraph = fn(&[usize]) -> Graph;
+
+/// The row-kernel graphs of the tests, by name.
+fn row_graphs() -> Vec<(&'static str, MakeGraph)> {
+    fn softmax_f32(s: &[usize]) -> Graph {
+        softmax_graph(DType::F32, s)
+    }
+    fn softmax_f16(s: &[usize]) -> Graph {
+        softmax_graph(DType::F16, s)
+    }
+    fn softmax_bf16(s: &[usize]) -> Graph {
+        softmax_graph(DType::BF16, s)
+    }
+    fn log_softmax_f32(s: &[usize]) -> Graph {
+        log_softmax_graph(DType::F32, s)
+    }
+    fn layernorm_affine(s: &[usize]) -> Graph {
+        layernorm_graph(DType::F32, s, true)
+    }
+    fn layernorm_plain(s: &[usize]) -> Graph {
+        layernorm_graph(DType::F32, s, false)
+    }
+    fn layernorm_f16(s: &[usize]) -> Graph {
+        layernorm_graph(DType::F16, s, true)
+    }
+    fn layernorm_bf16(s: &[usize]) -> Graph {
+        layernorm_graph(DType::BF16, s, false)
+    }
+    fn sums_f32(s: &[usize]) -> Graph {
+        row_sums_graph(DType::F32, s)
+    }
+    fn sums_i32(s: &[usize]) -> Graph {
+        row_sums_graph(DType::I32, s)
+    }
+    fn ints_i32(s: &[usize]) -> Graph {
+        int_rows_graph(DType::I32, s)
+    }
+    fn ints_i64(s: &[usize]) -> Graph {
+        int_rows_graph(DType::I64, s)
+    }
+    vec![
+        ("softmax f32", softmax_f32),
+        ("softmax f16", softmax_f16),
+        ("softmax bf16", softmax_bf16),
+        ("log-softmax f32", log_softmax_f32),
+        ("layernorm f32 affine", layernorm_affine),
+        ("layernorm f32", layernorm_plain),
+        ("layernorm f16 affine", layernorm_f16),
+        ("layernorm bf16", layernorm_bf16),
+        ("row sums f32", sums_f32),
+        ("row sums i32", sums_i32),
+        ("integer rows i32", ints_i32),
+        ("integer rows i64", ints_i64),
+    ]
+}
+
+/// Whether graph `name` has reductions without an identity (max), which the checker refuses
+/// over empty rows.
+fn has_max(name: &str) -> bool {
+    name.contains("softmax") || name.starts_with("integer")
+}
+
+/// Every row graph is one row kernel on CUDA, as on the CPU, with the passes the design
+/// promises (softmax and layernorm three, the integer sum-and-max two).
+#[test]
+fn row_graphs_lower_to_one_row_kernel() {
+    for (name, make) in row_graphs() {
+        let program = lowered(&make(&[4, 33]));
+        assert_eq!(program.groups, 1, "{name}: one kernel");
+        let ir = &program.kernels[0];
+        assert!(ir.is_row_kernel(), "{name}: a row kernel");
+        let passes = if name.starts_with("softmax")
+            || name.starts_with("log-softmax")
+            || name.starts_with("layernorm")
+        {
+            3
+        } else {
+            2
+        };
+        assert_eq!(ir.passes(), passes, "{name}");
+    }
+}
+
+/// Every row kernel of the row graphs compiles for sm_80 and sm_90 in both reduction modes
+/// without a warning, and its PTX synchronizes the block, shuffles within warps and uses no
+/// atomics (each row is one block's alone).
+#[test]
+fn row_kernels_compile_for_sm80_and_sm90() {
+    let mut kernels: Vec<KernelIr> = Vec::new();
+    for (_, make) in row_graphs() {
+        for shape in [&[4usize, 33][..], &[2, 3, 5], &[7]] {
+            for ir in lowered(&make(shape)).kernels {
+                if ir.is_row_kernel() && !kernels.contains(&ir) {
+                    kernels.push(ir);
+                }
+            }
+        }
+    }
+    assert!(kernels.len() >= 12, "only {} row kernels", kernels.len());
+    let Some((atomic, deterministic)) = check(&kernels) else {
+        return;
+    };
+    for ptx in [&atomic, &deterministic] {
+        assert!(ptx.contains("bar.sync"), "block barrier");
+        assert!(ptx.contains("shfl.sync.bfly"), "warp shuffles");
+        assert!(!ptx.contains("atom."), "row kernels use no atomics");
+    }
+}
+
+/// The emitted row kernels, run through the emulation at row lengths 0, 1, 33 (one warp and
+/// a bit) and 1000 (a full block, four elements a thread), over more rows than the grid has
+/// blocks, at rank 3, with NaN/±Inf/±0 rows and 64-bit indexing, equal the reference.
+#[test]
+fn emulated_row_kernels_match_the_reference() {
+    for (name, make) in row_graphs() {
+        let mut emulated = BTreeMap::new();
+        let shapes: [&[usize]; 7] = [
+            &[3, 0],
+            &[3, 1],
+            &[5, 33],
+            &[2, 1000],
+            &[40, 3],
+            &[2, 3, 33],
+            &[0, 4],
+        ];
+        for (i, shape) in shapes.into_iter().enumerate() {
+            if shape.last() == Some(&0) && has_max(name) {
+                continue;
+            }
+            let graph = make(shape);
+            let program = lowered(&graph);
+            // Size-0 and size-1 dims may partition differently (the cost model sees no
+            // traffic to save); the rest are one row kernel.
+            if shape.iter().all(|&d| d > 1) {
+                assert_eq!(program.groups, 1, "{name} {shape:?}");
+                assert!(program.kernels[0].is_row_kernel(), "{name} {shape:?}");
+            }
+            for (seed, specials, wide) in [(i as u64, false, false), (100 + i as u64, true, true)] {
+                let Some(result) =
+                    emulated_agrees(&graph, &program, &mut emulated, seed, specials, wide)
+                else {
+                    return;
+                };
+                result.unwrap_or_else(|e| panic!("{name} {shape:?}: {e}"));
+            }
+        }
+    }
+}
+
+/// Every row kernel writes the NaN and infinity rows a planted special makes exactly as the
+/// reference: a row holding NaN gives NaN throughout its softmax, a row holding +Inf gives
+/// NaN where the reference does, and −Inf elements give 0.
+#[test]
+fn emulated_nan_and_inf_rows_match_the_reference() {
+    let graph = softmax_graph(DType::F32, &[4, 40]);
+    let program = lowered(&graph);
+    let mut emulated = BTreeMap::new();
+    for seed in 0..4 {
+        let Some(result) = emulated_agrees(&graph, &program, &mut emulated, seed, true, false)
+        else {
+            return;
+        };
+        result.unwrap_or_else(|e| panic!("softmax with specials: {e}"));
+    }
+}
+
+/// Launch plans of row kernels: one block per row up to the grid cap (grid-stride beyond),
+/// the block sized from the row length, never folded (a contiguous `[N, M]` stays N rows),
+/// no vector path, no scratch; no rows, no launch.
+#[test]
+fn row_kernel_plans() {
+    assert_eq!(
+        [0, 1, 33, 128, 129, 256, 1000, 1024, 4096, i64::MAX].map(abi::row_block),
+        [32, 32, 32, 32, 64, 64, 256, 256, 256, 256]
+    );
+    let program = lowered(&softmax_graph(DType::F32, &[4096, 4096]));
+    let ir = &program.kernels[0];
+    assert!(ir.is_row_kernel());
+    assert_eq!(vector_width(ir), 1);
+    let options = EmitOptions::default();
+    let cases: [(&[i64], u32, u32, bool); 5] = [
+        (&[4096, 4096], 4096, 256, false),
+        (&[8192, 1024], 132 * BLOCKS_PER_SM, 256, false),
+        (&[7, 100], 7, 32, false),
+        (&[3, 0], 3, 32, false),
+        (&[1 << 16, 1 << 16], 132 * BLOCKS_PER_SM, 256, true),
+    ];
+    for (sizes, grid, block, wide) in cases {
+        let launch = contiguous(ir, sizes);
+        assert_eq!(fold(ir, &launch), sizes.to_vec(), "rows are never folded");
+        let p = plan(ir, "k", &launch, 132, &options);
+        assert!(p.scratch_bytes.is_empty());
+        let want = GpuLaunch {
+            entry: entry_name("k", "", wide),
+            grid: (grid, 1, 1),
+            block: (block, 1, 1),
+            shared_bytes: 0,
+        };
+        assert_eq!(p.launches, vec![want], "{sizes:?}");
+        let ptrs = vec![0x1000; ir.arg_count()];
+        let block_words = words(&param_block(ir, &launch, &ptrs, &[]));
+        assert_eq!(block_words[param_layout(ir).vec / 8], 0, "no vector path");
+    }
+    assert!(
+        plan(ir, "k", &contiguous(ir, &[0, 5]), 132, &options)
+            .launches
+            .is_empty()
+    );
+}
+
+/// Random graphs with row reductions feeding pointwise consumers (mixed with the usual
+/// pointwise, broadcast and layout steps) whose programs hold a row kernel run through the
+/// emulation as whole programs and equal the reference.
+#[test]
+fn emulated_random_row_graphs_match_the_reference() {
+    use proptest::strategy::{Strategy, ValueTree};
+    use proptest::test_runner::TestRunner;
+    let rules = random_graph::rules();
+    let strategy = (
+        prop_oneof![
+            Just((3usize, 5usize)),
+            Just((2, 40)),
+            Just((1, 1)),
+            Just((4, 0))
+        ],
+        prop::collection::vec((0usize..4, 0usize..6), 1..3),
+        prop::collection::vec(
+            prop_oneof![
+                2 => random_graph::step(true),
+                1 => random_graph::row_reductions_with_consumers(),
+            ],
+            2..8,
+        ),
+        any::<bool>(),
+    );
+    let mut runner = TestRunner::deterministic();
+    let wanted = random_graph::cases(10) as usize;
+    let (mut found, mut attempts) = (0, 0);
+    while found < wanted {
+        attempts += 1;
+        assert!(attempts < 400 * wanted, "too few random row graphs");
+        let (dims, inputs, steps, specials) = strategy.new_tree(&mut runner).unwrap().current();
+        let Some(graph) = random_graph::build(&rules.ops, dims, &inputs, &steps) else {
+            continue;
+        };
+        let Ok(optimized) = optimize(&graph, &rules, &Options::default()) else {
+            continue;
+        };
+        let program = lower::lower(&optimized.dag, &optimized.partition).expect("lower");
+        if !program.kernels.iter().any(KernelIr::is_row_kernel) {
+            continue;
+        }
+        found += 1;
+        let mut emulated = BTreeMap::new();
+        let Some(result) = emulated_agrees(
+            &graph,
+            &program,
+            &mut emulated,
+            attempts as u64,
+            specials,
+            false,
+        ) else {
+            return;
+        };
+        result.unwrap_or_else(|e| panic!("{e}\n{}", graph::file::to_ron(&graph)));
     }
 }

@@ -217,18 +217,13 @@ fn every_device_plan_compiles_and_names_real_entry_points() {
         ..CompileOptions::from_env().with_cache_dir(scratch_dir("plans"))
     });
     let rules = rules();
-    // What the CUDA backend lowers: `Rows` read as `End` (`Target::ROW_KERNELS`).
-    let cuda_rules = fusebox::rules::RuleSet {
-        fusion: rules.fusion.rows_as_end(),
-        ..rules.clone()
-    };
     let mut conversions = 0;
     for name in EXAMPLES {
         let graph = load(name);
         for amp in [None, Some("f16"), Some("bf16")] {
             for fusion in [true, false] {
                 let opts = options(fusion, amp);
-                let (program, _, _) = fusebox::runner::lower_graph(&graph, &cuda_rules, &opts)
+                let (program, _, _) = fusebox::runner::lower_graph(&graph, &rules, &opts)
                     .unwrap_or_else(|e| panic!("{name} {amp:?} fusion {fusion}: {e}"));
                 for deterministic in [false, true] {
                     let what = format!("{name} {amp:?} fusion {fusion} det {deterministic}");

@@ -30,12 +30,6 @@ pub trait Target {
     /// The `cost.ron` profile programs for this target are optimized with by default.
     const PROFILE: &'static str;
 
-    /// Whether the backend runs row kernels (fusion.ron's `Rows`: reductions consumed along
-    /// their rows inside their kernel). One that does not gets its programs partitioned with
-    /// `Rows` read as `End` ([`crate::rules::FusionRules::rows_as_end`]), so it runs every
-    /// graph, with the row reductions ending their kernels.
-    const ROW_KERNELS: bool = true;
-
     /// Checks the target can run anything at all (a GPU backend opens its device), so a
     /// machine without one fails before time is spent optimizing.
     fn open(&self) -> Result<()> {

@@ -354,21 +354,6 @@ impl FusionRules {
         }
     }
 
-    /// These rules with every `Rows` role read as `End`: for a backend that cannot run row
-    /// kernels ([`crate::backend::Target::ROW_KERNELS`]), the partitions it had before `Rows`.
-    pub fn rows_as_end(&self) -> FusionRules {
-        let demote = |role: Role| if role == Role::Rows { Role::End } else { role };
-        FusionRules {
-            kinds: self.kinds.map(demote),
-            ops: self
-                .ops
-                .iter()
-                .map(|(k, &r)| (k.clone(), demote(r)))
-                .collect(),
-            ..self.clone()
-        }
-    }
-
     /// The role an op of `kind` gets unless `ops` names it.
     pub fn kind_role(&self, kind: OpKind) -> Role {
         self.kinds[kind_index(kind)]
@@ -392,10 +377,6 @@ mod tests {
         assert_eq!(role("sum_to_size"), Role::Rows);
         assert_eq!(role("mean"), Role::Rows);
         assert_eq!(role("matmul"), Role::Never);
-        // A backend without row kernels reads `Rows` as `End`, and nothing else changes.
-        let demoted = rules.rows_as_end();
-        assert_eq!(demoted.role(ops.get("sum").unwrap()), Role::End);
-        assert_eq!(demoted.role(ops.get("sigmoid").unwrap()), Role::Join);
         // Only reductions can be `Rows`.
         assert!(Role::Rows.check(OpKind::Pointwise).is_err());
         assert!(Role::Rows.check(OpKind::Layout).is_err());

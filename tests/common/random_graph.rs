@@ -67,6 +67,13 @@ pub enum Step {
         form: usize,
         kind: usize,
     },
+    /// `then(x, reduce(x, axes = [-1], keepdim))`: a reduction over the last axis read back
+    /// along its rows by a pointwise consumer (a row kernel when it fuses).
+    RowConsumed {
+        reduce: &'static str,
+        a: usize,
+        then: &'static str,
+    },
 }
 
 pub const UNARY: [&str; 12] = [
@@ -157,6 +164,19 @@ fn with_layout(base: BoxedStrategy<Step>, layout: bool) -> BoxedStrategy<Step> {
 pub fn strided_reshapes() -> BoxedStrategy<Step> {
     (0usize..64, 0usize..3, 0usize..5)
         .prop_map(|(a, form, kind)| Step::ReshapeStrided { a, form, kind })
+        .boxed()
+}
+
+/// Row reductions consumed along their rows ([`Step::RowConsumed`]): the three reductions
+/// under the consumers softmax and layernorm use. Mixed into a step strategy, they put row
+/// kernels into the random graphs.
+pub fn row_reductions_with_consumers() -> BoxedStrategy<Step> {
+    (0..REDUCE.len(), 0usize..64, 0..4usize)
+        .prop_map(|(r, a, t)| Step::RowConsumed {
+            reduce: REDUCE[r],
+            a,
+            then: ["sub", "div", "mul", "add"][t],
+        })
         .boxed()
 }
 
@@ -546,6 +566,20 @@ fn build_in(
                     &[&pick(&values, *a), &pick(&values, *c), &pick(&values, *d)],
                     &[("axis", AttrValue::Int(*axis))],
                 );
+            }
+            Step::RowConsumed { reduce, a, then } => {
+                let x = pick(&values, *a);
+                let reduced = format!("{name}_r");
+                trial.op_with(
+                    &reduced,
+                    reduce,
+                    &[&x],
+                    &[
+                        ("axes", AttrValue::Ints(vec![-1])),
+                        ("keepdim", true.into()),
+                    ],
+                );
+                trial.op(&name, then, &[&x, &reduced]);
             }
         }
         let refs: Vec<&str> = made.iter().map(String::as_str).collect();

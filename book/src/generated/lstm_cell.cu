@@ -129,11 +129,12 @@ __device__ __forceinline__ long long fbc_sum2(long long a, long long b) {
 }
 __device__ __forceinline__ long long fbc_max2(long long a, long long b) { return a > b ? a : b; }
 
-/* Combination of `v` over the `lanes` threads (1, 32 or FBC_BLOCK) of an aligned group, in a
-   fixed order; every thread of the group gets the result. A warp combines by xor butterfly
-   (lane i adds lane i^m's value to its own, which is the same sum lane i^m forms, so all lanes
-   agree); a block then combines its warps' results in warp order through shared memory. The
-   whole block must call it together when lanes == FBC_BLOCK, and each whole warp when 32. */
+/* Combination of `v` over the `lanes` threads of an aligned group (1, 32, or a whole block of
+   a multiple of 32 threads, at most FBC_BLOCK), in a fixed order; every thread of the group
+   gets the result. A warp combines by xor butterfly (lane i adds lane i^m's value to its own,
+   which is the same sum lane i^m forms, so all lanes agree); a block then combines its warps'
+   results in warp order through shared memory. The whole block must call it together when
+   lanes is the block, and each whole warp when 32. */
 template <bool MAX, typename T>
 __device__ __forceinline__ T fbc_group(T v, int lanes, T *smem) {
     if (lanes == 1) return v;
@@ -146,7 +147,7 @@ __device__ __forceinline__ T fbc_group(T v, int lanes, T *smem) {
     if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = v;
     __syncthreads();
     v = smem[0];
-    for (int w = 1; w < FBC_BLOCK / 32; ++w) v = MAX ? fbc_max2(v, smem[w]) : fbc_sum2(v, smem[w]);
+    for (int w = 1; w < lanes / 32; ++w) v = MAX ? fbc_max2(v, smem[w]) : fbc_sum2(v, smem[w]);
     __syncthreads();
     return v;
 }

@@ -15,6 +15,9 @@
 //! count or element offset of the launch does not fit in an `int`.
 //!
 //! - A kernel without reductions has one part, `""`: a grid-stride loop over the domain.
+//! - A [row kernel](crate::lower::ir) also has the one part `""`, launched with one block per
+//!   row (grid-stride over rows when there are more rows than the grid has blocks) and
+//!   [`row_block`] threads, chosen from the row length at launch.
 //! - A kernel with reductions runs `_init` (scratch accumulators set to the identity; not in
 //!   deterministic mode), then `_g0`, `_g1`, … (one pass per [reduction group](reduction_groups),
 //!   the first one also writing every pointwise store), then `_finish` (means divided, results
@@ -59,6 +62,32 @@ pub const BLOCK: u32 = 256;
 
 /// Threads in a warp.
 pub const WARP: i64 = 32;
+
+/// Elements each thread of a row kernel's block handles per pass before the block grows
+/// (see [`row_block`]).
+pub const ROW_ELEMS_PER_THREAD: i64 = 4;
+
+/// Threads of the block that runs each row of a row kernel whose rows have `len` elements:
+/// the smallest power of two that gives every thread at most [`ROW_ELEMS_PER_THREAD`]
+/// elements, between one warp and [`BLOCK`].
+///
+/// Why by length, at launch: every pass ends in a block-wide combination (warp shuffles, then
+/// shared memory and two barriers), a fixed cost per pass that only pays when each thread has
+/// several elements to accumulate first. A row of 128 elements or fewer (an attention head,
+/// a small hidden size) runs on one warp, whose combination is shuffles alone; rows of a few
+/// thousand (softmax over a vocabulary, layernorm over a model width) take the full block of
+/// 256, so a pass streams a row with 256 coalesced accesses at a time. Powers of two keep the
+/// warps whole, which the shuffles need. The choice is a launch argument: the kernel reads
+/// `blockDim.x`, so its text (and the compile cache key) does not depend on it.
+pub fn row_block(len: i64) -> u32 {
+    let per_thread = ROW_ELEMS_PER_THREAD;
+    let wanted = (len.max(0).saturating_add(per_thread - 1) / per_thread).max(WARP);
+    let threads = u64::try_from(wanted)
+        .unwrap_or(u64::MAX)
+        .checked_next_power_of_two()
+        .unwrap_or(u64::MAX);
+    threads.min(u64::from(BLOCK)) as u32
+}
 
 /// Upper bound on blocks per SM in one grid. Grid-stride loops make any grid correct; this
 /// many keeps every SM busy (8 blocks of 256 threads fill an SM's 2048 thread slots, times
@@ -118,9 +147,9 @@ pub fn reduction_groups(ir: &KernelIr) -> Vec<Vec<usize>> {
 /// 16-byte access of the narrowest view that is contiguous along the innermost axis (8 for f16,
 /// bf16 or bool, 4 for f32 or i32, 2 for 8-byte types), so every such view moves in whole
 /// 16-byte chunks (bool in 8-byte ones). 1 means the kernel has no vectorized path: it has
-/// reductions (their passes are scalar) or no view with a `Unit` inner axis.
+/// reductions or row reductions (their passes are scalar) or no view with a `Unit` inner axis.
 pub fn vector_width(ir: &KernelIr) -> usize {
-    if !ir.reductions.is_empty() {
+    if !ir.reductions.is_empty() || ir.is_row_kernel() {
         return 1;
     }
     let inner = ir.rank.saturating_sub(1);
@@ -188,9 +217,11 @@ pub fn param_layout(ir: &KernelIr) -> ParamLayout {
 /// `[N, 1]` or `[N, 8]` domain of contiguous tensors may arrive; folded, it runs as one long
 /// row: fewer coordinate divisions per element, and rows long enough for the vector path.
 /// Strides and offsets are unchanged (a folded axis has size 1, so its coordinate is 0).
+/// A row kernel is never folded: its innermost axis is the row its reductions run over, and
+/// folding would merge rows.
 pub fn fold(ir: &KernelIr, launch: &Launch) -> Vec<i64> {
     let mut n = launch.sizes.clone();
-    if ir.rank < 2 || n.len() != ir.rank || n.iter().any(|&s| s <= 0) {
+    if ir.rank < 2 || n.len() != ir.rank || n.iter().any(|&s| s <= 0) || ir.is_row_kernel() {
         return n;
     }
     let inner = ir.rank - 1;
@@ -454,6 +485,31 @@ pub fn plan(
     let wide = needs_i64(ir, launch, &n);
     let total: i64 = n.iter().fold(1i64, |a, &b| a.saturating_mul(b.max(0)));
     let mut launches = Vec::new();
+    if ir.is_row_kernel() {
+        // One block per row: the grid covers the rows (grid-stride beyond the cap), and the
+        // block's size follows the row length.
+        let inner = ir.rank.saturating_sub(1);
+        let rows = n
+            .iter()
+            .take(inner)
+            .fold(1i64, |a, &b| a.saturating_mul(b.max(0)));
+        let len = n.get(inner).copied().unwrap_or(0);
+        let max_blocks = i64::from(sm_count.max(1)) * i64::from(BLOCKS_PER_SM);
+        // An empty row still has results to write (a sum of 0, a mean of NaN); without rows
+        // there is nothing to do, and a grid cannot be empty.
+        if rows > 0 {
+            launches.push(GpuLaunch {
+                entry: entry_name(name, "", wide),
+                grid: (rows.min(max_blocks) as u32, 1, 1),
+                block: (row_block(len), 1, 1),
+                shared_bytes: 0,
+            });
+        }
+        return LaunchPlan {
+            launches,
+            scratch_bytes: Vec::new(),
+        };
+    }
     let mut push = |part: &str, threads: i64| {
         if threads > 0 {
             launches.push(GpuLaunch {

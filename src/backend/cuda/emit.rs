@@ -24,6 +24,13 @@
 //! of one row, moving those views with 16-byte loads and stores (`uint4`: 8 halves, 4 floats,
 //! two 16-byte chunks of 8 f32s…) and the others element by element.
 //!
+//! # Row kernels
+//!
+//! A kernel whose body holds row reductions ([`crate::lower::ir`]'s row kernels: softmax,
+//! layernorm) runs one block per row, its threads striding over the row in one loop per
+//! pass, with a block-wide combination after each pass that hands every thread the row's
+//! results; `rows` documents the code, [`abi::row_block`] the block size.
+//!
 //! # Reductions
 //!
 //! Reductions with the same reduced axes form a group ([`abi::reduction_groups`]); each group
@@ -53,6 +60,7 @@
 
 mod code;
 mod expr;
+mod rows;
 
 use super::abi;
 use crate::backend::cache::hex;
@@ -194,7 +202,9 @@ impl<'a> Kernel<'a> {
         let mut out = String::new();
         out.push_str(&self.header_comment());
         out.push_str(&self.params_struct());
-        if self.ir.reductions.is_empty() {
+        if self.ir.is_row_kernel() {
+            self.function(&mut out, "", &self.row_body());
+        } else if self.ir.reductions.is_empty() {
             self.function(&mut out, "", &self.main_body());
         } else {
             if !self.deterministic {
@@ -234,6 +244,12 @@ impl<'a> Kernel<'a> {
         let mut out = format!("/* {}: rank {}", self.name, self.rank);
         if self.deterministic && !ir.reductions.is_empty() {
             out.push_str(", deterministic reductions");
+        }
+        if ir.is_row_kernel() {
+            out.push_str(&format!(
+                ", row kernel: {} passes over each row, one block per row",
+                ir.passes()
+            ));
         }
         out.push('\n');
         for (arg, view) in ir.views().enumerate() {

@@ -72,8 +72,42 @@ impl Code {
         self.stmt("}");
     }
 
+    /// The kept lines of `inner` (those [`Code::render`] would write), added here as lines
+    /// with effects, each at this block's depth plus its own. Names `inner` defines are then
+    /// pruned within `inner` alone, while the names its kept lines read still keep this
+    /// block's definitions of them: a loop body that defines the same names as a sibling loop
+    /// (the passes of a row kernel) keeps exactly what it reads itself.
+    pub fn splice(&mut self, inner: &Code) {
+        for (line, kept) in inner.lines.iter().zip(inner.kept()) {
+            if kept {
+                self.lines.push(Line {
+                    depth: self.depth + line.depth,
+                    text: line.text.clone(),
+                    defines: None,
+                    reads: line.reads,
+                });
+            }
+        }
+    }
+
     /// The text, indented by `base` levels plus each line's own, without unread definitions.
     pub fn render(&self, base: usize) -> String {
+        let mut out = String::new();
+        for (line, kept) in self.lines.iter().zip(self.kept()) {
+            if kept {
+                for _ in 0..base + line.depth {
+                    out.push_str("    ");
+                }
+                out.push_str(&line.text);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Per line, whether it is kept: it has effects, or a later kept line reads what it
+    /// defines.
+    fn kept(&self) -> Vec<bool> {
         let mut used: HashSet<&str> = HashSet::new();
         let mut keep = vec![false; self.lines.len()];
         for (i, line) in self.lines.iter().enumerate().rev() {
@@ -88,17 +122,7 @@ impl Code {
                 }
             }
         }
-        let mut out = String::new();
-        for (line, kept) in self.lines.iter().zip(keep) {
-            if kept {
-                for _ in 0..base + line.depth {
-                    out.push_str("    ");
-                }
-                out.push_str(&line.text);
-                out.push('\n');
-            }
-        }
-        out
+        keep
     }
 }
 
@@ -153,6 +177,29 @@ mod tests {
         assert_eq!(
             code.render(0),
             "int a = 1;\nint b = a + 1;\nif (x) {\n    out[0] = b;\n}\n"
+        );
+    }
+
+    /// A spliced block prunes its own definitions and keeps the outer ones it reads, even
+    /// where a sibling block defines the same name.
+    #[test]
+    fn spliced_blocks_prune_their_own_definitions() {
+        let mut code = Code::new();
+        code.def("r", "const int r = 1;");
+        code.def("s", "const int s = 2;");
+        let mut first = Code::new();
+        first.def("v", "const int v = r;");
+        first.stmt("acc += r;");
+        let mut second = Code::new();
+        second.def("v", "const int v = s;");
+        second.stmt("out[0] = v;");
+        code.open("for (;;)");
+        code.splice(&first);
+        code.close();
+        code.splice(&second);
+        assert_eq!(
+            code.render(0),
+            "const int r = 1;\nconst int s = 2;\nfor (;;) {\n    acc += r;\n}\nconst int v = s;\nout[0] = v;\n"
         );
     }
 

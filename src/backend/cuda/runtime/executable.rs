@@ -386,8 +386,6 @@ fn time_device(
 impl Target for CudaOptions {
     type Executable = CudaExecutable;
     const PROFILE: &'static str = "h200";
-    // Row kernels are emitted for the CPU only so far: the CUDA emitter has no row loops.
-    const ROW_KERNELS: bool = false;
 
     fn open(&self) -> Result<()> {
         Device::get(self.device).map(|_| ())
