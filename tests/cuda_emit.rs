@@ -10,7 +10,7 @@
 mod common;
 
 use common::random_graph;
-use fusebox::attr::AttrValue;
+use common::row_graphs::{self, last_axis};
 use fusebox::backend::cuda::abi::{
     self, BLOCK, BLOCKS_PER_SM, GpuLaunch, entry_name, fold, group_shapes, needs_i64, param_block,
     param_layout, plan, vector_ok, vector_width,
@@ -1642,63 +1642,6 @@ fn emulated_reductions_match_the_interpreter() {
 // run` lowers them, compiled with NVRTC, and run through the emulation above as whole programs
 // against the reference evaluator.
 
-/// `op(x, axes = [-1], keepdim)`.
-fn last_axis(b: &mut GraphBuilder, name: &str, op: &str, x: &str) -> String {
-    b.op_with(
-        name,
-        op,
-        &[x],
-        &[
-            ("axes", AttrValue::Ints(vec![-1])),
-            ("keepdim", true.into()),
-        ],
-    )
-}
-
-fn softmax_graph(dtype: DType, shape: &[usize]) -> Graph {
-    let mut b = GraphBuilder::new("softmax");
-    let x = b.input("x", dtype, shape);
-    let m = last_axis(&mut b, "m", "reduce_max", &x);
-    let d = b.op("d", "sub", &[&x, &m]);
-    let e = b.op("e", "exp", &[&d]);
-    let s = last_axis(&mut b, "s", "sum", &e);
-    let y = b.op("y", "div", &[&e, &s]);
-    b.finish(&[&y])
-}
-
-fn log_softmax_graph(dtype: DType, shape: &[usize]) -> Graph {
-    let mut b = GraphBuilder::new("log_softmax");
-    let x = b.input("x", dtype, shape);
-    let m = last_axis(&mut b, "m", "reduce_max", &x);
-    let d = b.op("d", "sub", &[&x, &m]);
-    let e = b.op("e", "exp", &[&d]);
-    let s = last_axis(&mut b, "s", "sum", &e);
-    let l = b.op("l", "log", &[&s]);
-    let y = b.op("y", "sub", &[&d, &l]);
-    b.finish(&[&y])
-}
-
-fn layernorm_graph(dtype: DType, shape: &[usize], affine: bool) -> Graph {
-    let mut b = GraphBuilder::new("layernorm");
-    let x = b.input("x", dtype, shape);
-    let last = *shape.last().expect("rank ≥ 1");
-    let mean = last_axis(&mut b, "mean", "mean", &x);
-    let c = b.op("c", "sub", &[&x, &mean]);
-    let sq = b.op("sq", "mul", &[&c, &c]);
-    let var = last_axis(&mut b, "var", "mean", &sq);
-    let eps = b.constant("eps", 1e-5, dtype);
-    let ve = b.op("ve", "add", &[&var, &eps]);
-    let r = b.op("r", "rsqrt", &[&ve]);
-    let mut y = b.op("n", "mul", &[&c, &r]);
-    if affine {
-        let w = b.input("w", dtype, &[last]);
-        let bias = b.input("b", dtype, &[last]);
-        let s = b.op("s", "mul", &[&y, &w]);
-        y = b.op("y", "add", &[&s, &bias]);
-    }
-    b.finish(&[&y])
-}
-
 /// Sums over rows (no max: a max of an empty row is refused), their mean, and the row's
 /// values shifted by both; the per-row results are outputs too (stores with one element per
 /// row, which an empty row must still write).
@@ -1854,28 +1797,28 @@ type MakeGraph = fn(&[usize]) -> Graph;
 /// The row-kernel graphs of the tests, by name.
 fn row_graphs() -> Vec<(&'static str, MakeGraph)> {
     fn softmax_f32(s: &[usize]) -> Graph {
-        softmax_graph(DType::F32, s)
+        row_graphs::softmax(DType::F32, s)
     }
     fn softmax_f16(s: &[usize]) -> Graph {
-        softmax_graph(DType::F16, s)
+        row_graphs::softmax(DType::F16, s)
     }
     fn softmax_bf16(s: &[usize]) -> Graph {
-        softmax_graph(DType::BF16, s)
+        row_graphs::softmax(DType::BF16, s)
     }
     fn log_softmax_f32(s: &[usize]) -> Graph {
-        log_softmax_graph(DType::F32, s)
+        row_graphs::log_softmax(DType::F32, s)
     }
     fn layernorm_affine(s: &[usize]) -> Graph {
-        layernorm_graph(DType::F32, s, true)
+        row_graphs::layernorm(DType::F32, s, true)
     }
     fn layernorm_plain(s: &[usize]) -> Graph {
-        layernorm_graph(DType::F32, s, false)
+        row_graphs::layernorm(DType::F32, s, false)
     }
     fn layernorm_f16(s: &[usize]) -> Graph {
-        layernorm_graph(DType::F16, s, true)
+        row_graphs::layernorm(DType::F16, s, true)
     }
     fn layernorm_bf16(s: &[usize]) -> Graph {
-        layernorm_graph(DType::BF16, s, false)
+        row_graphs::layernorm(DType::BF16, s, false)
     }
     fn sums_f32(s: &[usize]) -> Graph {
         row_sums_graph(DType::F32, s)
@@ -2003,7 +1946,7 @@ fn emulated_row_kernels_match_the_reference() {
 /// NaN where the reference does, and −Inf elements give 0.
 #[test]
 fn emulated_nan_and_inf_rows_match_the_reference() {
-    let graph = softmax_graph(DType::F32, &[4, 40]);
+    let graph = row_graphs::softmax(DType::F32, &[4, 40]);
     let program = lowered(&graph);
     let mut emulated = BTreeMap::new();
     for seed in 0..4 {
@@ -2024,7 +1967,7 @@ fn row_kernel_plans() {
         [0, 1, 33, 128, 129, 256, 1000, 1024, 4096, i64::MAX].map(abi::row_block),
         [32, 32, 32, 32, 64, 64, 256, 256, 256, 256]
     );
-    let program = lowered(&softmax_graph(DType::F32, &[4096, 4096]));
+    let program = lowered(&row_graphs::softmax(DType::F32, &[4096, 4096]));
     let ir = &program.kernels[0];
     assert!(ir.is_row_kernel());
     assert_eq!(vector_width(ir), 1);

@@ -6,6 +6,7 @@
 mod common;
 
 use common::random_graph::{self, assert_same, rules};
+use common::row_graphs::{last_axis, layernorm, softmax};
 use fusebox::attr::AttrValue;
 use fusebox::backend::Executable;
 use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
@@ -72,56 +73,6 @@ fn row_kernels(program: &Program) -> Vec<usize> {
         .filter(|k| k.is_row_kernel())
         .map(|k| k.passes())
         .collect()
-}
-
-fn last_axis(b: &mut GraphBuilder, name: &str, op: &str, x: &str) -> String {
-    b.op_with(
-        name,
-        op,
-        &[x],
-        &[
-            ("axes", AttrValue::Ints(vec![-1])),
-            ("keepdim", true.into()),
-        ],
-    )
-}
-
-fn softmax(dtype: DType, shape: &[usize]) -> Graph {
-    let mut b = GraphBuilder::new("softmax");
-    let x = b.input("x", dtype, shape);
-    let m = last_axis(&mut b, "m", "reduce_max", &x);
-    let d = b.op("d", "sub", &[&x, &m]);
-    let e = b.op("e", "exp", &[&d]);
-    let s = last_axis(&mut b, "s", "sum", &e);
-    let y = b.op("y", "div", &[&e, &s]);
-    b.finish(&[&y])
-}
-
-fn layernorm(dtype: DType, shape: &[usize], affine: bool) -> Graph {
-    let mut b = GraphBuilder::new("layernorm");
-    let x = b.input("x", dtype, shape);
-    let last = *shape.last().unwrap();
-    let (w, bias) = if affine {
-        (
-            Some(b.input("w", dtype, &[last])),
-            Some(b.input("b", dtype, &[last])),
-        )
-    } else {
-        (None, None)
-    };
-    let mean = last_axis(&mut b, "mean", "mean", &x);
-    let c = b.op("c", "sub", &[&x, &mean]);
-    let sq = b.op("sq", "mul", &[&c, &c]);
-    let var = last_axis(&mut b, "var", "mean", &sq);
-    let eps = b.constant("eps", 1e-5, dtype);
-    let ve = b.op("ve", "add", &[&var, &eps]);
-    let r = b.op("r", "rsqrt", &[&ve]);
-    let mut y = b.op("n", "mul", &[&c, &r]);
-    if let (Some(w), Some(bias)) = (w, bias) {
-        let s = b.op("s", "mul", &[&y, &w]);
-        y = b.op("y", "add", &[&s, &bias]);
-    }
-    b.finish(&[&y])
 }
 
 #[test]

@@ -37,6 +37,7 @@ pub fn amp_inputs(g: &Graph, seed: u64) -> Tensors {
 }
 
 pub mod random_graph;
+pub mod row_graphs;
 
 /// A fresh, empty scratch directory `fusebox-PREFIX-PID-NAME` under the system temp dir.
 pub fn scratch(prefix: &str, name: &str) -> std::path::PathBuf {

@@ -1,0 +1,72 @@
+//! The row-reduction graphs several test files build: softmax, log-softmax and layernorm over
+//! the last axis, written op by op as a framework's graph would hold them.
+
+use fusebox::attr::AttrValue;
+use fusebox::dtype::DType;
+use fusebox::graph::{Graph, GraphBuilder};
+
+/// `op(x, axes = [-1], keepdim)`.
+pub fn last_axis(b: &mut GraphBuilder, name: &str, op: &str, x: &str) -> String {
+    b.op_with(
+        name,
+        op,
+        &[x],
+        &[
+            ("axes", AttrValue::Ints(vec![-1])),
+            ("keepdim", true.into()),
+        ],
+    )
+}
+
+/// `e / sum(e)` with `e = exp(x - max(x))`, over the last axis.
+pub fn softmax(dtype: DType, shape: &[usize]) -> Graph {
+    let mut b = GraphBuilder::new("softmax");
+    let x = b.input("x", dtype, shape);
+    let m = last_axis(&mut b, "m", "reduce_max", &x);
+    let d = b.op("d", "sub", &[&x, &m]);
+    let e = b.op("e", "exp", &[&d]);
+    let s = last_axis(&mut b, "s", "sum", &e);
+    let y = b.op("y", "div", &[&e, &s]);
+    b.finish(&[&y])
+}
+
+/// `d - log(sum(exp(d)))` with `d = x - max(x)`, over the last axis.
+pub fn log_softmax(dtype: DType, shape: &[usize]) -> Graph {
+    let mut b = GraphBuilder::new("log_softmax");
+    let x = b.input("x", dtype, shape);
+    let m = last_axis(&mut b, "m", "reduce_max", &x);
+    let d = b.op("d", "sub", &[&x, &m]);
+    let e = b.op("e", "exp", &[&d]);
+    let s = last_axis(&mut b, "s", "sum", &e);
+    let l = b.op("l", "log", &[&s]);
+    let y = b.op("y", "sub", &[&d, &l]);
+    b.finish(&[&y])
+}
+
+/// `(x - mean) * rsqrt(var + 1e-5)` over the last axis, then `* w + b` when `affine`.
+pub fn layernorm(dtype: DType, shape: &[usize], affine: bool) -> Graph {
+    let mut b = GraphBuilder::new("layernorm");
+    let x = b.input("x", dtype, shape);
+    let last = *shape.last().expect("rank ≥ 1");
+    let (w, bias) = if affine {
+        (
+            Some(b.input("w", dtype, &[last])),
+            Some(b.input("b", dtype, &[last])),
+        )
+    } else {
+        (None, None)
+    };
+    let mean = last_axis(&mut b, "mean", "mean", &x);
+    let c = b.op("c", "sub", &[&x, &mean]);
+    let sq = b.op("sq", "mul", &[&c, &c]);
+    let var = last_axis(&mut b, "var", "mean", &sq);
+    let eps = b.constant("eps", 1e-5, dtype);
+    let ve = b.op("ve", "add", &[&var, &eps]);
+    let r = b.op("r", "rsqrt", &[&ve]);
+    let mut y = b.op("n", "mul", &[&c, &r]);
+    if let (Some(w), Some(bias)) = (w, bias) {
+        let s = b.op("s", "mul", &[&y, &w]);
+        y = b.op("y", "add", &[&s, &bias]);
+    }
+    b.finish(&[&y])
+}
