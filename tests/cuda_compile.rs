@@ -649,16 +649,12 @@ fn fusebox(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     command.output().expect("fusebox runs")
 }
 
-/// `optimize --emit cuda` writes one self-contained .cu with every kernel of the optimized
-/// graph, and that file compiles.
-#[test]
-fn emit_cuda_writes_a_module_that_compiles() {
-    let dir = temp_dir("emit");
-    let out = dir.join("lstm_cell.cu");
+/// `fusebox optimize GRAPH --profile h200 --emit cuda --out OUT`, which must succeed.
+fn emit_cuda(graph: &str, out: &Path) -> std::process::Output {
     let output = fusebox(
         &[
             "optimize",
-            "examples/lstm_cell.ron",
+            graph,
             "--profile",
             "h200",
             "--emit",
@@ -673,6 +669,16 @@ fn emit_cuda_writes_a_module_that_compiles() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    output
+}
+
+/// `optimize --emit cuda` writes one self-contained .cu with every kernel of the optimized
+/// graph, and that file compiles.
+#[test]
+fn emit_cuda_writes_a_module_that_compiles() {
+    let dir = temp_dir("emit");
+    let out = dir.join("lstm_cell.cu");
+    emit_cuda("examples/lstm_cell.ron", &out);
     let text = std::fs::read_to_string(&out).unwrap();
     let graph = graph::file::load(Path::new("examples/lstm_cell.ron"), &rules().ops)
         .unwrap()
@@ -698,24 +704,7 @@ fn emit_cuda_writes_softmax_and_layernorm_as_one_row_kernel() {
     for example in ["softmax", "layernorm"] {
         let out = dir.join(format!("{example}.cu"));
         let graph = format!("examples/{example}.ron");
-        let output = fusebox(
-            &[
-                "optimize",
-                &graph,
-                "--profile",
-                "h200",
-                "--emit",
-                "cuda",
-                "--out",
-                out.to_str().unwrap(),
-            ],
-            &[],
-        );
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let output = emit_cuda(&graph, &out);
         let report = String::from_utf8_lossy(&output.stdout);
         assert!(report.contains("-> 1 "), "{example}: {report}");
         let text = std::fs::read_to_string(&out).unwrap();

@@ -1776,12 +1776,7 @@ fn emulated_agrees(
         Ok(want) => want,
         Err(e) => return Some(Err(format!("reference: {e}"))),
     };
-    let buffers: Vec<Buffer> = program
-        .dag
-        .inputs
-        .iter()
-        .map(|i| Buffer::from_tensor(&inputs[&i.name]))
-        .collect();
+    let buffers = random_graph::input_buffers(program, &inputs);
     let got = run_program_emulated(program, &buffers, emulated, wide)?;
     for (o, b) in program.dag.outputs.iter().zip(&got) {
         if let Err(e) = random_graph::assert_same(&o.name, &want[&o.name], &b.to_tensor()) {

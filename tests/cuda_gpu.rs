@@ -289,14 +289,7 @@ fn prepare(graph: &Graph, opts: &Options, cuda: &CudaOptions) -> CudaPrepared {
 
 /// Host buffers of `inputs` in the program's input order.
 fn input_buffers(prepared: &CudaPrepared, inputs: &Tensors) -> Vec<Buffer> {
-    prepared
-        .executable
-        .program()
-        .dag
-        .inputs
-        .iter()
-        .map(|i| Buffer::from_tensor(&inputs[&i.name]))
-        .collect()
+    random_graph::input_buffers(prepared.executable.program(), inputs)
 }
 
 /// One run with every output byte poisoned with `poison` first, read back.

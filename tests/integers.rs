@@ -6,14 +6,13 @@
 
 mod common;
 
-use common::random_graph::rules;
+use common::random_graph::{self, rules};
 use fusebox::backend::Executable;
 use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
 use fusebox::dtype::DType;
 use fusebox::eval::Tensors;
 use fusebox::graph::{Graph, GraphBuilder};
 use fusebox::optimize::{Options, optimize};
-use fusebox::runtime::buffer::Buffer;
 use fusebox::runtime::interpret;
 use fusebox::tensor::Tensor;
 use std::sync::OnceLock;
@@ -43,12 +42,7 @@ fn everywhere(graph: &Graph, inputs: &Tensors, name: &str) -> Vec<(String, Tenso
         };
         let out = optimize(graph, &rules, &options).unwrap();
         let program = fusebox::lower::lower(&out.dag, &out.partition).unwrap();
-        let buffers: Vec<Buffer> = program
-            .dag
-            .inputs
-            .iter()
-            .map(|i| Buffer::from_tensor(&inputs[&i.name]))
-            .collect();
+        let buffers = random_graph::input_buffers(&program, inputs);
         let got = interpret::run_program(&program, &buffers).unwrap();
         let at = program
             .dag

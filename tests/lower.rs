@@ -10,7 +10,6 @@ use fusebox::graph::{self, Graph};
 use fusebox::lower::{self, Program};
 use fusebox::optimize::{Options, optimize};
 use fusebox::partition;
-use fusebox::runtime::buffer::Buffer;
 use fusebox::runtime::interpret;
 use proptest::prelude::*;
 
@@ -29,12 +28,7 @@ fn lowered(graph: &Graph, options: &Options) -> Program {
 fn agrees(graph: &Graph, program: &Program, seed: u64, specials: bool) -> Result<(), String> {
     let inputs = random_graph::inputs(graph, seed, specials);
     let want = fusebox::eval::evaluate(graph, &rules().ops, &inputs).map_err(|e| e.to_string())?;
-    let buffers: Vec<Buffer> = program
-        .dag
-        .inputs
-        .iter()
-        .map(|i| Buffer::from_tensor(&inputs[&i.name]))
-        .collect();
+    let buffers = random_graph::input_buffers(program, &inputs);
     let got = interpret::run_program(program, &buffers)?;
     for (o, b) in program.dag.outputs.iter().zip(&got) {
         assert_same(&o.name, &want[&o.name], &b.to_tensor())?;

@@ -6,7 +6,7 @@
 mod common;
 
 use common::random_graph::{self, assert_same, rules};
-use common::row_graphs::{last_axis, layernorm, softmax};
+use common::row_graphs::{last_axis, layernorm, log_softmax, softmax};
 use fusebox::attr::AttrValue;
 use fusebox::backend::Executable;
 use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
@@ -17,7 +17,6 @@ use fusebox::graph::{self, Graph};
 use fusebox::lower::{self, Program};
 use fusebox::optimize::{Options, optimize};
 use fusebox::runner::prepare;
-use fusebox::runtime::buffer::Buffer;
 use fusebox::runtime::interpret;
 use proptest::prelude::*;
 use std::sync::OnceLock;
@@ -42,12 +41,7 @@ fn agrees(graph: &Graph, seed: u64, specials: bool) -> Result<(), String> {
     let inputs = random_graph::inputs(graph, seed, specials);
     let want = fusebox::eval::evaluate(graph, &rules.ops, &inputs).map_err(|e| e.to_string())?;
     let program = lowered(graph);
-    let buffers: Vec<Buffer> = program
-        .dag
-        .inputs
-        .iter()
-        .map(|i| Buffer::from_tensor(&inputs[&i.name]))
-        .collect();
+    let buffers = random_graph::input_buffers(&program, &inputs);
     let interpreted = interpret::run_program(&program, &buffers)?;
     for (o, b) in program.dag.outputs.iter().zip(&interpreted) {
         assert_same(&o.name, &want[&o.name], &b.to_tensor())
@@ -86,15 +80,7 @@ fn softmax_is_one_kernel_of_three_passes_and_matches_the_reference() {
 
 #[test]
 fn log_softmax_matches_the_reference() {
-    let mut b = GraphBuilder::new("log_softmax");
-    let x = b.input("x", DType::F32, &[33, 257]);
-    let m = last_axis(&mut b, "m", "reduce_max", &x);
-    let d = b.op("d", "sub", &[&x, &m]);
-    let e = b.op("e", "exp", &[&d]);
-    let s = last_axis(&mut b, "s", "sum", &e);
-    let l = b.op("l", "log", &[&s]);
-    let y = b.op("y", "sub", &[&d, &l]);
-    let graph = b.finish(&[&y]);
+    let graph = log_softmax(DType::F32, &[33, 257]);
     let program = lowered(&graph);
     assert_eq!(program.groups, 1);
     agrees(&graph, 2, false).unwrap();

@@ -332,3 +332,32 @@ pub(crate) fn libm_name(func: Func, prec: Prec) -> String {
         Prec::F64 | Prec::I64 => base.to_string(),
     }
 }
+
+/// The position each stage of load view `arg`'s index map yields for load `id`, in C
+/// expression syntax shared by both backends: entry `k` is `q{id}_{k+1}`'s right-hand side,
+/// computed from the previous position `q{id}_{k}` (`q{id}_0` is the point's index into the
+/// first stage, which each backend defines in its own index type). Stage `k` of rank `r`
+/// unflattens its position row-major: coordinate `e` is `q / d{arg}_{k}_{e} % m{arg}_{k}_{e}`
+/// (the outermost needs no remainder, the innermost no division), and the position is the
+/// stage's offset `c{arg}_{k}` plus each coordinate times its stride `t{arg}_{k}_{e}`.
+pub(crate) fn map_stage_positions(ir: &KernelIr, arg: usize, id: usize) -> Vec<String> {
+    ir.loads[arg]
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(k, &r)| {
+            let q = format!("q{id}_{k}");
+            let mut sum = format!("c{arg}_{k}");
+            for e in 0..r {
+                let coord = match (e == 0, e + 1 == r) {
+                    (true, true) => q.clone(),
+                    (true, false) => format!("{q} / d{arg}_{k}_{e}"),
+                    (false, true) => format!("{q} % m{arg}_{k}_{e}"),
+                    (false, false) => format!("{q} / d{arg}_{k}_{e} % m{arg}_{k}_{e}"),
+                };
+                sum.push_str(&format!(" + ({coord}) * t{arg}_{k}_{e}"));
+            }
+            sum
+        })
+        .collect()
+}

@@ -753,3 +753,16 @@ pub fn rules() -> RuleSet {
     static RULES: std::sync::OnceLock<RuleSet> = std::sync::OnceLock::new();
     RULES.get_or_init(RuleSet::defaults).clone()
 }
+
+/// `program`'s input buffers, in its dag's input order, from the tensors named in `inputs`.
+pub fn input_buffers(
+    program: &fusebox::lower::Program,
+    inputs: &Tensors,
+) -> Vec<fusebox::runtime::buffer::Buffer> {
+    program
+        .dag
+        .inputs
+        .iter()
+        .map(|i| fusebox::runtime::buffer::Buffer::from_tensor(&inputs[&i.name]))
+        .collect()
+}

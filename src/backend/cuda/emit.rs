@@ -64,7 +64,7 @@ mod rows;
 
 use super::abi;
 use crate::backend::cache::hex;
-use crate::backend::spelling::Spelling;
+use crate::backend::spelling::{Spelling, map_stage_positions};
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, View};
 use crate::lower::verify::IrError;
 use code::Code;
@@ -495,18 +495,7 @@ impl<'a> Kernel<'a> {
             format!("q{id}_0"),
             format!("const I q{id}_0 = {};", self.lane_index(arg, lane)),
         );
-        for (k, &r) in self.ir.loads[arg].stages.iter().enumerate() {
-            let q = format!("q{id}_{k}");
-            let mut sum = format!("c{arg}_{k}");
-            for e in 0..r {
-                let coord = match (e == 0, e + 1 == r) {
-                    (true, true) => q.clone(),
-                    (true, false) => format!("{q} / d{arg}_{k}_{e}"),
-                    (false, true) => format!("{q} % m{arg}_{k}_{e}"),
-                    (false, false) => format!("{q} / d{arg}_{k}_{e} % m{arg}_{k}_{e}"),
-                };
-                sum.push_str(&format!(" + ({coord}) * t{arg}_{k}_{e}"));
-            }
+        for (k, sum) in map_stage_positions(self.ir, arg, id).iter().enumerate() {
             code.def(
                 format!("q{id}_{}", k + 1),
                 format!("const I q{id}_{} = {sum};", k + 1),

@@ -35,7 +35,7 @@
 use super::expr::C;
 use super::fission::{LoopStatement, Stages};
 use super::{CHUNK, PARALLEL_MIN, vector};
-use crate::backend::spelling::Spelling;
+use crate::backend::spelling::{Spelling, map_stage_positions};
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, View};
 
 mod rows;
@@ -208,23 +208,10 @@ impl<'a> Kernel<'a> {
     }
 
     /// The statements computing the positions of load `id` through the index map of load view
-    /// `arg` (see [`Self::body_lines`]). Stage `k` of rank `r` unflattens its position `q`
-    /// row-major: coordinate `e` is `q / d{arg}_{k}_{e} % m{arg}_{k}_{e}` (the outermost needs
-    /// no remainder, the innermost no division).
+    /// `arg` (see [`Self::body_lines`] and [`map_stage_positions`]).
     fn positions(&self, arg: usize, id: usize) -> String {
         let mut text = format!("const int64_t q{id}_0 = {};", self.index(arg));
-        for (k, &r) in self.ir.loads[arg].stages.iter().enumerate() {
-            let q = format!("q{id}_{k}");
-            let mut sum = format!("c{arg}_{k}");
-            for e in 0..r {
-                let coord = match (e == 0, e + 1 == r) {
-                    (true, true) => q.clone(),
-                    (true, false) => format!("{q} / d{arg}_{k}_{e}"),
-                    (false, true) => format!("{q} % m{arg}_{k}_{e}"),
-                    (false, false) => format!("{q} / d{arg}_{k}_{e} % m{arg}_{k}_{e}"),
-                };
-                sum.push_str(&format!(" + ({coord}) * t{arg}_{k}_{e}"));
-            }
+        for (k, sum) in map_stage_positions(self.ir, arg, id).iter().enumerate() {
             text.push_str(&format!(" const int64_t q{id}_{} = {sum};", k + 1));
         }
         text
