@@ -401,28 +401,11 @@ pub enum BuiltinPlan {
 }
 
 impl BuiltinPlan {
-    /// The view a kernel reads this layout op's result through, given the view `x` of its
-    /// operand (of shape `x_shape`; the result has shape `out`). `None` for ops that are not
-    /// a re-indexing of one operand (concat, reductions, matmul) and for a reshape no strides
-    /// can express ([`shape::Strided::reshape`]).
-    pub fn view(
-        &self,
-        x: &shape::Strided,
-        x_shape: &[usize],
-        out: &[usize],
-    ) -> Option<shape::Strided> {
-        match self {
-            BuiltinPlan::BroadcastTo(_) => Some(x.broadcast(x_shape, out)),
-            BuiltinPlan::Reshape(_) => x.reshape(x_shape, out),
-            BuiltinPlan::Transpose(perm) => Some(x.transpose(perm)),
-            BuiltinPlan::Slice(range) => Some(x.slice(range)),
-            _ => None,
-        }
-    }
-
-    /// [`Self::view`] through index maps: the same re-indexing, where a reshape no strides
-    /// express becomes a floor-division/remainder stage ([`shape::IndexMap::reshape`]) rather
-    /// than `None`. `None` only for ops that are not a re-indexing of one operand.
+    /// The index map a kernel reads this layout op's result through, given the map `x` of its
+    /// operand (of shape `x_shape`; the result has shape `out`): strides where they express
+    /// the re-indexing, and a floor-division/remainder stage for a reshape they cannot
+    /// ([`shape::IndexMap::reshape`]). `None` for ops that are not a re-indexing of one
+    /// operand (concat, reductions, matmul).
     pub fn index_map(
         &self,
         x: &shape::IndexMap,

@@ -12,7 +12,7 @@ use crate::dag::{Dag, Value};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::check::{BuiltinPlan, plan_builtin};
-use crate::shape::Strided;
+use crate::shape::IndexMap;
 
 /// One copy over `domain`: read `src` (dtype `from`) at `src_strides` + `src_offset`, write
 /// `dst` (dtype `to`) at `dst_strides` + `dst_offset`.
@@ -100,11 +100,13 @@ pub(super) fn lower_copy(dag: &Dag, n: usize) -> Result<Vec<Lowered>> {
         | BuiltinPlan::Reshape(_)
         | BuiltinPlan::Transpose(_)
         | BuiltinPlan::Slice(_) => {
-            let view = plan
-                .view(&Strided::contiguous(&x_ty.shape), &x_ty.shape, &out.shape)
-                // The operand's buffer is contiguous, and every reshape of one is a view.
+            let map = plan.index_map(&IndexMap::contiguous(&x_ty.shape), &x_ty.shape, &out.shape);
+            // The operand's buffer is contiguous, and every reshape of one is strided.
+            let view = map
+                .as_ref()
+                .and_then(IndexMap::as_strided)
                 .ok_or_else(|| lower_error(dag, n, "no view reads this layout op".into()))?;
-            vec![copy(view.strides, view.offset)]
+            vec![copy(view.strides.clone(), view.offset)]
         }
         BuiltinPlan::Concat(axis) => {
             let mut at = 0usize;
