@@ -9,7 +9,12 @@ binary. For every example graph, and for random graphs written by graphs.py, it 
 
 on the same inputs and compares every output: NaN exactly where the reference has NaN,
 infinities equal, finite values within the dtype's tolerance relative to the output's largest
-magnitude (the tolerance of tests/common/random_graph.rs). `--deterministic` runs are also
+magnitude (the tolerance of tests/common/random_graph.rs). Under `--amp f16|bf16` a float
+output is held to the AMP dtype's tolerance, since its values went through that dtype. Outputs of
+graphs with a matmul, whose f32 error grows with the contraction length and with the sums'
+cancellation, may in addition differ by up to 4x the largest error that PyTorch eager makes on
+the same GPU and the same inputs (against the same reference); without PyTorch they get no such
+allowance. `--deterministic` runs are also
 repeated and compared bit for bit. Random graphs get NaN, ±Inf and ±0 planted in their inputs
 when run unfused (fused runs may use rewrites that hold only for finite values).
 
@@ -53,8 +58,9 @@ def run_fusebox(args, graph_path, backend, out_dir, extra):
     return dtypes
 
 
-def same(np, name, dtype, want, got):
-    """None when `got` matches `want` (random_graph.rs's assert_same), else why not."""
+def same(np, name, dtype, want, got, atol=0.0):
+    """None when `got` matches `want` (random_graph.rs's assert_same, plus an absolute `atol`
+    for contractions), else why not."""
     if want.shape != got.shape:
         return f"{name}: shape {got.shape} vs {want.shape}"
     a = want.astype(np.float64).ravel()
@@ -64,7 +70,7 @@ def same(np, name, dtype, want, got):
     rtol = TOLERANCE.get(dtype, 0.0)
     with np.errstate(invalid="ignore"):
         ok = (np.isnan(a) & np.isnan(b)) | (a == b)
-        close = np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= rtol * (np.abs(a) + scale))
+        close = np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= rtol * (np.abs(a) + scale) + atol)
     bad = np.flatnonzero(~(ok | close))
     if bad.size:
         i = int(bad[0])
@@ -82,20 +88,75 @@ def bitwise_same(np, name, want, got):
     return None
 
 
-def compare(args, np, graph_path, outputs, reference_extra, cuda_extra, deterministic_twice):
-    """Runs the reference and the cuda backend; a list of problems (empty when they agree)."""
+def amp_dtype(extra):
+    """The AMP dtype a run's flags ask for, or None."""
+    return extra[extra.index("--amp") + 1] if "--amp" in extra else None
+
+
+def output_tolerance_dtype(dtype, amp):
+    """The dtype whose tolerance an output is held to: a float output of an AMP run carries
+    the rounding of the AMP dtype even when it is stored wider."""
+    if amp and dtype in ("f32", "f64") and TOLERANCE[amp] > TOLERANCE[dtype]:
+        return amp
+    return dtype
+
+
+def torch_errors(np, graph, input_paths, ref_dir, amp):
+    """{output: max |PyTorch eager - reference|} on the GPU for a graph with a matmul, the
+    yardstick for errors that grow with contraction length; {} without PyTorch or CUDA."""
+    if not any(n["op"] == "matmul" for n in graph["nodes"]):
+        return {}
+    try:
+        import torch
+    except ImportError:
+        return {}
+    if not torch.cuda.is_available():
+        return {}
+    try:
+        fn = graphs.torch_function(graph, torch, "cuda")
+        inputs = [
+            torch.from_numpy(np.load(input_paths[i["name"]]))
+            .to(graphs.torch_dtype(torch, i["dtype"]))
+            .cuda()
+            for i in graph["inputs"]
+        ]
+        cast = {"f16": torch.float16, "bf16": torch.bfloat16}.get(amp)
+        with torch.autocast("cuda", dtype=cast or torch.float16, enabled=cast is not None):
+            results = fn(*inputs)
+    except (NotImplementedError, RuntimeError, KeyError):
+        return {}
+    errors = {}
+    for name, value in zip(graph["outputs"], results):
+        want = np.load(os.path.join(ref_dir, name + ".npy")).astype(np.float64)
+        got = value.double().cpu().numpy()
+        finite = np.isfinite(want) & np.isfinite(got)
+        errors[name] = float(np.max(np.abs(want - got)[finite])) if finite.any() else 0.0
+    return errors
+
+
+def compare(args, np, graph_path, outputs, reference_extra, cuda_extra, deterministic_twice,
+            graph=None, input_paths=None):
+    """Runs the reference and the cuda backend; a list of problems (empty when they agree).
+    With `graph` and the `input_paths` both runs read, a graph with a matmul gets the PyTorch
+    allowance (see the module doc)."""
     work = tempfile.mkdtemp(prefix="fusebox-gpu-check-")
     try:
         ref_dir, cuda_dir, again_dir = (os.path.join(work, d) for d in ("ref", "cuda", "again"))
         dtypes = run_fusebox(args, graph_path, "reference", ref_dir, reference_extra)
         run_fusebox(args, graph_path, args.backend, cuda_dir, cuda_extra)
+        amp = amp_dtype(cuda_extra)
+        allowance = {}
+        if graph is not None and input_paths is not None and args.backend == "cuda":
+            allowance = torch_errors(np, graph, input_paths, ref_dir, amp)
         problems = []
         for name in outputs:
             want = np.load(os.path.join(ref_dir, name + ".npy"))
             got = np.load(os.path.join(cuda_dir, name + ".npy"))
-            problem = same(np, name, dtypes.get(name, "f32"), want, got)
+            dtype = output_tolerance_dtype(dtypes.get(name, "f32"), amp)
+            atol = 4.0 * allowance.get(name, 0.0)
+            problem = same(np, name, dtype, want, got, atol)
             if problem:
-                problems.append(problem)
+                problems.append(problem + (f" (PyTorch eager's error: {atol / 4:.3g})" if atol else ""))
         if deterministic_twice:
             run_fusebox(args, graph_path, args.backend, again_dir, cuda_extra)
             for name in outputs:
@@ -109,8 +170,9 @@ def compare(args, np, graph_path, outputs, reference_extra, cuda_extra, determin
         shutil.rmtree(work, ignore_errors=True)
 
 
-def write_inputs(np, graph, directory, seed, specials):
-    """Inputs as .npy files (bf16 written as f32: fusebox converts on reading)."""
+def write_inputs(np, graph, directory, seed, specials, paths=None):
+    """Inputs as .npy files (bf16 written as f32: fusebox converts on reading); the `--input`
+    flags, and each input's file in `paths` when given."""
     rng = np.random.default_rng(seed)
     flags = []
     storage = {"f16": np.float16, "bf16": np.float32, "f32": np.float32, "f64": np.float64}
@@ -123,6 +185,8 @@ def write_inputs(np, graph, directory, seed, specials):
         path = os.path.join(directory, i["name"] + ".npy")
         np.save(path, np.asarray(x).astype(storage[i["dtype"]]))
         flags += ["--input", f"{i['name']}={path}"]
+        if paths is not None:
+            paths[i["name"]] = path
     return flags
 
 
@@ -143,16 +207,22 @@ def check_examples(args, np, report):
         variants = [v for v in variants if "--deterministic" not in v[2]]
     for name in examples:
         path = os.path.join(ROOT, "examples", name + ".ron")
-        outputs = graphs.read(path)["outputs"]
+        graph = graphs.read(path)
         for label, ref_extra, cuda_extra in variants:
-            seed = ["--random-inputs", "--seed", str(args.seed)]
+            input_dir = tempfile.mkdtemp(prefix="fusebox-gpu-inputs-")
             try:
+                # Inputs written here (uniform in [-3, 3], as `--random-inputs`) so that
+                # PyTorch can read the same ones for a graph with a matmul.
+                input_paths = {}
+                flags = write_inputs(np, graph, input_dir, args.seed, False, input_paths)
                 problems = compare(
-                    args, np, path, outputs, ref_extra + seed, cuda_extra + seed,
-                    "--deterministic" in cuda_extra,
+                    args, np, path, graph["outputs"], ref_extra + flags, cuda_extra + flags,
+                    "--deterministic" in cuda_extra, graph, input_paths,
                 )
-            except RuntimeError as exc:
+            except (RuntimeError, KeyError) as exc:
                 problems = [str(exc)]
+            finally:
+                shutil.rmtree(input_dir, ignore_errors=True)
             report(f"{name} ({label})", problems)
 
 
@@ -178,13 +248,15 @@ def check_random(args, np, report):
             fused = index % 4 != 0
             input_dir = os.path.join(work, f"inputs_{index}")
             os.makedirs(input_dir)
-            flags = write_inputs(np, graph, input_dir, index, specials=not fused)
+            input_paths = {}
+            flags = write_inputs(np, graph, input_dir, index, not fused, input_paths)
             cuda_extra = list(flags) + ([] if fused else ["--no-fusion"])
             if index % 3 == 0 and args.backend == "cuda":
                 cuda_extra.append("--deterministic")
             try:
                 problems = compare(
-                    args, np, path, graph["outputs"], flags, cuda_extra, "--deterministic" in cuda_extra
+                    args, np, path, graph["outputs"], flags, cuda_extra,
+                    "--deterministic" in cuda_extra, graph, input_paths,
                 )
             except RuntimeError as exc:
                 problems = [str(exc)]
