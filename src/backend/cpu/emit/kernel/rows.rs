@@ -22,12 +22,21 @@
 //!   cost what it saves); with longer rows, or if the allocation fails, the passes recompute.
 //! - **Explicit vectors.** When the kernel is in the subset [`vector`] can write (f32 values,
 //!   f32/f16/bf16 contiguous or broadcast views, f32 row reductions), each pass first runs over
-//!   whole vectors of 16 with AVX-512 intrinsics — the same operations, bit for bit, as the
-//!   scalar `omp simd` loop, which then finishes the row's remainder (and is all that runs
-//!   without AVX-512). A maximum compares `v > m` lane-wise exactly as the scalar loop does,
-//!   with NaN recorded in a mask; a sum converts each lane to `double` and accumulates two
-//!   vectors of 8 `double`s, so float reductions still accumulate in f64 (the IR's contract),
-//!   only in a different order of additions than the scalar loop's.
+//!   whole vectors of 16 with AVX-512 intrinsics — the same operations as the scalar `omp simd`
+//!   loop, which then finishes the row's remainder (and is all that runs without AVX-512). A
+//!   maximum compares `v > m` lane-wise exactly as the scalar loop does, with NaN recorded in a
+//!   mask.
+//! - **Sums in f32 blocks.** A float sum adds each lane's values in f32 over a block of
+//!   [`SUM_BLOCK`] elements, then converts the block's 16 lanes to `double` and adds them to two
+//!   vectors of 8 `double`s, so the per-element cost is one f32 addition instead of two
+//!   conversions and two f64 additions. A block whose f32 lanes are not all finite is added
+//!   again in f64, so a sum is ±Inf or NaN exactly when the f64 sum is. This is one of the two
+//!   freedoms the IR grants row kernels ([`crate::lower::ir`], "Precision of row kernels"),
+//!   with the bound stated there; the scalar loop still adds in f64.
+//! - **One division per row.** An f32 division by a row constant derived from row reductions
+//!   (softmax's `e / s`) is a multiplication by the reciprocal, computed once per row where it
+//!   is a normal float ([`Kernel::reciprocals`]), the other freedom: a multiplication instead
+//!   of a division per element, in the vector and the scalar loops alike.
 //! - **Memory in the background.** While a thread works on a row in cache (its second pass),
 //!   it prefetches the next row of every input that moves from row to row, one cache line per
 //!   vector, so the next first pass finds its data arriving instead of stalling on it (while a
