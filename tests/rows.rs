@@ -389,3 +389,193 @@ proptest! {
         }
     }
 }
+
+/// The fused C outputs and the reference evaluator's for `graph` on the given inputs, each
+/// output's values as f64, in `graph.outputs` order.
+fn c_and_reference(graph: &Graph, inputs: &fusebox::eval::Tensors) -> Vec<(Vec<f64>, Vec<f64>)> {
+    let rules = rules();
+    let want = fusebox::eval::evaluate(graph, &rules.ops, inputs).expect("reference");
+    let mut prepared = prepare(graph, &rules, &Options::default(), compiler()).expect("prepare");
+    let got = prepared.executable.run_tensors(inputs).expect("run");
+    graph
+        .outputs
+        .iter()
+        .map(|name| (got[name].values(), want[name].values()))
+        .collect()
+}
+
+/// `(s, x - s)` with `s = sum(x)` over the last axis: a row kernel whose sum is an output.
+fn row_sum(shape: &[usize]) -> Graph {
+    let mut b = GraphBuilder::new("row_sum");
+    let x = b.input("x", DType::F32, shape);
+    let s = last_axis(&mut b, "s", "sum", &x);
+    let d = b.op("d", "sub", &[&x, &s]);
+    b.finish(&[&s, &d])
+}
+
+fn f32_inputs(name: &str, shape: &[usize], values: Vec<f64>) -> fusebox::eval::Tensors {
+    let tensor = fusebox::tensor::Tensor::from_values(DType::F32, shape, values).expect("tensor");
+    [(name.to_string(), tensor)].into_iter().collect()
+}
+
+/// The CPU row kernels add a float row sum in f32 blocks of `SUM_BLOCK` values (16 per lane)
+/// before an f64 total; `src/lower/ir.rs` states the bound `(15·2⁻²⁴ + n·2⁻⁵³)·Σ|x|` before
+/// the result's rounding to f32. Long rows of positive values, of mixed signs and of values
+/// spread over many binades, checked against sums computed here in f64 (plus an ulp for the
+/// two roundings to f32, ours and the test's).
+#[test]
+fn float_row_sums_stay_within_the_stated_bound() {
+    let n = 70_001;
+    let rows = 4;
+    let mut values = Vec::with_capacity(rows * n);
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for r in 0..rows {
+        for _ in 0..n {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let u = (state >> 11) as f64 / (1u64 << 53) as f64;
+            let v = match r {
+                0 => u,
+                1 => 2.0 * u - 1.0,
+                2 => (u * 40.0 - 20.0).exp2(),
+                _ => 1.0 + u * 1e-3,
+            };
+            values.push(v as f32 as f64);
+        }
+    }
+    let graph = row_sum(&[rows, n]);
+    let inputs = f32_inputs("x", &[rows, n], values.clone());
+    let outputs = c_and_reference(&graph, &inputs);
+    let (got, want) = &outputs[0];
+    for r in 0..rows {
+        let row = &values[r * n..(r + 1) * n];
+        let exact: f64 = row.iter().sum();
+        let magnitude: f64 = row.iter().map(|v| v.abs()).sum();
+        let bound = (15.0 * 2f64.powi(-24) + n as f64 * 2f64.powi(-53)) * magnitude
+            + exact.abs() * 2f64.powi(-23);
+        assert!(
+            (got[r] - exact).abs() <= bound,
+            "row {r}: {} vs exact {exact} (bound {bound})",
+            got[r]
+        );
+        // The reference sums in f64 and rounds once: within half an ulp of the exact sum.
+        assert!((want[r] - exact).abs() <= exact.abs() * 2f64.powi(-24) + 1e-30);
+    }
+    for (name, (got, want)) in graph.outputs.iter().zip(&outputs) {
+        let a = fusebox::tensor::Tensor::from_values(DType::F32, &[got.len()], got.clone());
+        let b = fusebox::tensor::Tensor::from_values(DType::F32, &[want.len()], want.clone());
+        assert_same(name, &b.unwrap(), &a.unwrap()).unwrap();
+    }
+}
+
+/// A block whose f32 partial sums overflow is summed again in f64: `3e38 + 3e38 - 3e38 -
+/// 3e38` in one lane (elements 16 apart, in a first block otherwise zero, so that f64 loses
+/// nothing either) is +Inf in f32 but 0 in f64, and the row's sum is then exactly that of its
+/// small values, as the reference's; a row holding +Inf and -Inf is NaN, one holding +Inf is
+/// +Inf.
+#[test]
+fn overflowing_f32_blocks_are_summed_again_in_f64() {
+    let n = 700;
+    let mut values = vec![0.0; 3 * n];
+    for (j, v) in values.iter_mut().enumerate() {
+        if j % n >= 256 {
+            *v = (j % 7) as f64 * 0.25;
+        }
+    }
+    for (k, big) in [3e38, 3e38, -3e38, -3e38].into_iter().enumerate() {
+        values[16 * k] = big as f32 as f64;
+    }
+    values[n + 5] = f64::INFINITY;
+    values[n + 600] = f64::NEG_INFINITY;
+    values[2 * n + 40] = f64::INFINITY;
+    let graph = row_sum(&[3, n]);
+    let inputs = f32_inputs("x", &[3, n], values.clone());
+    let outputs = c_and_reference(&graph, &inputs);
+    let (got, want) = &outputs[0];
+    let small: f64 = values[256..n].iter().sum();
+    assert_eq!(want[0], small, "the reference's own sum");
+    assert_eq!(got[0], small, "row 0: the overflowing block summed in f64");
+    assert!(got[1].is_nan() && want[1].is_nan(), "row 1: Inf - Inf");
+    assert_eq!((got[2], want[2]), (f64::INFINITY, f64::INFINITY), "row 2");
+}
+
+/// `x / sum(w)` over rows: the division by the row's sum is a multiplication by its
+/// reciprocal where the sum's magnitude is within [2⁻¹²⁶, 2¹²⁶], within 2⁻²³ of the quotient
+/// relatively (`src/lower/ir.rs`), and a division where it is not (a subnormal sum, whose
+/// reciprocal overflows; a huge one, whose reciprocal is subnormal; zero; Inf; NaN). Each
+/// element against the reference's correctly rounded quotient.
+#[test]
+fn division_by_a_row_sum_is_within_the_stated_bound_and_exact_outside_its_range() {
+    let n = 100;
+    let sums = [
+        3.0,
+        1e-3,
+        1e-40,
+        1e-44,
+        3e38,
+        1e38,
+        0.0,
+        f64::INFINITY,
+        f64::NAN,
+        -7.5,
+    ];
+    let rows = sums.len();
+    let mut w = vec![0.0; rows * n];
+    let mut x = vec![0.0; rows * n];
+    for (r, &s) in sums.iter().enumerate() {
+        // One nonzero weight per row: the sum is exactly that value (as an f32).
+        w[r * n + 3] = s;
+        for j in 0..n {
+            let t = j as f64 - 50.0;
+            x[r * n + j] = match r % 3 {
+                0 => t * 1.37e-3,
+                1 => t * 3.1e30,
+                _ => t * 1e-39,
+            } as f32 as f64;
+        }
+    }
+    let mut b = GraphBuilder::new("divide");
+    let xs = b.input("x", DType::F32, &[rows, n]);
+    let ws = b.input("w", DType::F32, &[rows, n]);
+    let s = last_axis(&mut b, "s", "sum", &ws);
+    let y = b.op("y", "div", &[&xs, &s]);
+    let graph = b.finish(&[&y]);
+    assert_eq!(lowered(&graph).groups, 1, "one row kernel");
+    let mut inputs = f32_inputs("x", &[rows, n], x);
+    inputs.extend(f32_inputs("w", &[rows, n], w));
+    let outputs = c_and_reference(&graph, &inputs);
+    let (got, want) = &outputs[0];
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let ok = (g.is_nan() && w.is_nan())
+            || g == w
+            || (g - w).abs() <= 1.5 * 2f64.powi(-23) * w.abs() + 2f64.powi(-149);
+        assert!(ok, "element {i} (row sum {}): {g} vs {w}", sums[i / n]);
+    }
+}
+
+/// Softmax over rows of huge and of tiny (subnormal) values: the row sum's blocks and the
+/// reciprocal both at the edges of f32's range, against the reference.
+#[test]
+fn softmax_rows_of_huge_and_tiny_values_match_the_reference() {
+    let n = 1000;
+    let mut values = Vec::new();
+    for r in 0..4 {
+        for j in 0..n {
+            let t = (j as f64 * 0.61803).fract() * 2.0 - 1.0;
+            values.push(match r {
+                0 => t * 3e38,
+                1 => t * 1e-40,
+                2 => t * 80.0,
+                _ => t * 1e4,
+            } as f32 as f64);
+        }
+    }
+    let graph = softmax(DType::F32, &[4, n]);
+    let inputs = f32_inputs("x", &[4, n], values);
+    for (name, (got, want)) in graph.outputs.iter().zip(c_and_reference(&graph, &inputs)) {
+        let a = fusebox::tensor::Tensor::from_values(DType::F32, &[got.len()], got);
+        let b = fusebox::tensor::Tensor::from_values(DType::F32, &[want.len()], want);
+        assert_same(name, &b.unwrap(), &a.unwrap()).unwrap();
+    }
+}

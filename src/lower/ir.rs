@@ -35,6 +35,28 @@
 //! kernel has no [`Reduction`]s: every reduction in it is a `RowReduce`, and a result a row
 //! kernel writes is a [`Store`] (broadcast along the innermost axis when it has one element per
 //! row). Nothing here depends on sizes either: a row is whatever the innermost size is.
+//!
+//! ## Precision of row kernels
+//!
+//! Two freedoms let an emitter keep a row's arithmetic under its memory traffic; everything
+//! else is exactly as in pointwise kernels. For a row of `n` values `x_i` held at `Prec::F32`:
+//!
+//! - A float `Sum` or `Mean` may add up to 16 values per partial sum in f32 before the
+//!   partials join an f64 total, so before its one rounding to `dtype` the result is within
+//!   `(15·2⁻²⁴ + n·2⁻⁵³)·Σ|x_i|` of the exact sum (f64 alone: `n·2⁻⁵³·Σ|x_i|`). A block whose
+//!   f32 partials overflow is added again in f64, so the result is ±Inf or NaN exactly when
+//!   the f64 sum is. For softmax's positive terms that is a relative error of at most
+//!   9·10⁻⁷.
+//! - An f32 division `a / b` whose divisor is a row constant computed from `RowReduce`s may be
+//!   `a · (1/b)` with `1/b` rounded once per row, where `|b|` is within `[2⁻¹²⁶, 2¹²⁶]` (any
+//!   other divisor divides): within `2⁻²³` of the exact quotient relatively (`2⁻¹⁴⁹` absolutely
+//!   below the normal range), where the division is within `2⁻²⁴`.
+//!
+//! Softmax's outputs are then within about `18·2⁻²⁴ ≈ 1.1·10⁻⁶` of the values computed with
+//! the f64 sum and the division (relatively), far inside the f32 tolerance (`2·10⁻⁵`) of the
+//! equivalence tests. The CPU emitter uses both freedoms (`backend::cpu::emit::kernel::rows`);
+//! the kernel-IR interpreter uses neither (it is the slow, exact twin), nor, for now, the CUDA
+//! emitter.
 
 use crate::dtype::DType;
 use crate::formula::{BinOp, Func};
@@ -148,8 +170,9 @@ pub enum Instr {
     /// The reduction of `x` over the innermost axis (the current row), rounded once to
     /// `dtype` and held at `Prec::of(dtype)`: the same value at every element of the row.
     /// Accumulates as [`Reduction`] does (floats in f64, integers in wrapping i64; `x` is held
-    /// at `Prec::I64` exactly when `dtype` is an integer). Only in row kernels (see the module
-    /// documentation).
+    /// at `Prec::I64` exactly when `dtype` is an integer), except that float sums of f32 values
+    /// may use f32 partial sums within the bound of the module documentation's "Precision of
+    /// row kernels". Only in row kernels (see the module documentation).
     RowReduce {
         kind: ReduceKind,
         x: ValueId,

@@ -1,4 +1,4 @@
-void fb_d5d60af8e9362028(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
+void fb_76d70ec44dc69596(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
     int64_t n0 = sizes[0];
     int64_t n1 = sizes[1];
     const float *p0 = (const float *)ptrs[0];
@@ -63,15 +63,32 @@ void fb_d5d60af8e9362028(const int64_t *sizes, const int64_t *strides, const int
                 {
                     __m512d vs4 = _mm512_setzero_pd();
                     __m512d vt4 = _mm512_setzero_pd();
-                    for (int64_t j = 0; j < jv; j += 16) {
-                        _mm_prefetch((const char *)&p0[b0 + nb0 + j], _MM_HINT_T0);
-                        const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
-                        const __m512 v1 = _mm512_set1_ps(r1);
-                        const __m512 v2 = _mm512_sub_ps(v0, v1);
-                        const __m512 v3 = fbv_expf(v2);
-                        _mm512_store_ps(&c3[j], v3);
-                        vs4 = _mm512_add_pd(vs4, _mm512_cvtps_pd(_mm512_castps512_ps256(v3)));
-                        vt4 = _mm512_add_pd(vt4, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v3), 1))));
+                    for (int64_t jb = 0; jb < jv; jb += 256) {
+                        const int64_t je = jv - jb > 256 ? jb + 256 : jv;
+                        __m512 vf4 = _mm512_setzero_ps();
+                        for (int64_t j = jb; j < je; j += 16) {
+                            _mm_prefetch((const char *)&p0[b0 + nb0 + j], _MM_HINT_T0);
+                            const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
+                            const __m512 v1 = _mm512_set1_ps(r1);
+                            const __m512 v2 = _mm512_sub_ps(v0, v1);
+                            const __m512 v3 = fbv_expf(v2);
+                            _mm512_store_ps(&c3[j], v3);
+                            vf4 = _mm512_add_ps(vf4, v3);
+                        }
+                        if ((_mm512_cmp_ps_mask(_mm512_sub_ps(vf4, vf4), _mm512_setzero_ps(), _CMP_EQ_OQ)) == 0xFFFF) {
+                            vs4 = _mm512_add_pd(vs4, _mm512_cvtps_pd(_mm512_castps512_ps256(vf4)));
+                            vt4 = _mm512_add_pd(vt4, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(vf4), 1))));
+                        }
+                        else {
+                            for (int64_t j = jb; j < je; j += 16) {
+                                const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
+                                const __m512 v1 = _mm512_set1_ps(r1);
+                                const __m512 v2 = _mm512_sub_ps(v0, v1);
+                                const __m512 v3 = fbv_expf(v2);
+                                vs4 = _mm512_add_pd(vs4, _mm512_cvtps_pd(_mm512_castps512_ps256(v3)));
+                                vt4 = _mm512_add_pd(vt4, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v3), 1))));
+                            }
+                        }
                     }
                     s4 = _mm512_reduce_add_pd(_mm512_add_pd(vs4, vt4));
                 }
@@ -91,14 +108,31 @@ void fb_d5d60af8e9362028(const int64_t *sizes, const int64_t *strides, const int
                 {
                     __m512d vs4 = _mm512_setzero_pd();
                     __m512d vt4 = _mm512_setzero_pd();
-                    for (int64_t j = 0; j < jv; j += 16) {
-                        _mm_prefetch((const char *)&p0[b0 + nb0 + j], _MM_HINT_T0);
-                        const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
-                        const __m512 v1 = _mm512_set1_ps(r1);
-                        const __m512 v2 = _mm512_sub_ps(v0, v1);
-                        const __m512 v3 = fbv_expf(v2);
-                        vs4 = _mm512_add_pd(vs4, _mm512_cvtps_pd(_mm512_castps512_ps256(v3)));
-                        vt4 = _mm512_add_pd(vt4, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v3), 1))));
+                    for (int64_t jb = 0; jb < jv; jb += 256) {
+                        const int64_t je = jv - jb > 256 ? jb + 256 : jv;
+                        __m512 vf4 = _mm512_setzero_ps();
+                        for (int64_t j = jb; j < je; j += 16) {
+                            _mm_prefetch((const char *)&p0[b0 + nb0 + j], _MM_HINT_T0);
+                            const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
+                            const __m512 v1 = _mm512_set1_ps(r1);
+                            const __m512 v2 = _mm512_sub_ps(v0, v1);
+                            const __m512 v3 = fbv_expf(v2);
+                            vf4 = _mm512_add_ps(vf4, v3);
+                        }
+                        if ((_mm512_cmp_ps_mask(_mm512_sub_ps(vf4, vf4), _mm512_setzero_ps(), _CMP_EQ_OQ)) == 0xFFFF) {
+                            vs4 = _mm512_add_pd(vs4, _mm512_cvtps_pd(_mm512_castps512_ps256(vf4)));
+                            vt4 = _mm512_add_pd(vt4, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(vf4), 1))));
+                        }
+                        else {
+                            for (int64_t j = jb; j < je; j += 16) {
+                                const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
+                                const __m512 v1 = _mm512_set1_ps(r1);
+                                const __m512 v2 = _mm512_sub_ps(v0, v1);
+                                const __m512 v3 = fbv_expf(v2);
+                                vs4 = _mm512_add_pd(vs4, _mm512_cvtps_pd(_mm512_castps512_ps256(v3)));
+                                vt4 = _mm512_add_pd(vt4, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v3), 1))));
+                            }
+                        }
                     }
                     s4 = _mm512_reduce_add_pd(_mm512_add_pd(vs4, vt4));
                 }
@@ -113,6 +147,13 @@ void fb_d5d60af8e9362028(const int64_t *sizes, const int64_t *strides, const int
                 }
             }
             const float r4 = (float)s4;
+            float rc5 = 1.0f;
+            int rk5 = 0;
+            {
+                const float v4 = r4;
+                rk5 = fabsf(v4) >= 0x1p-126f && fabsf(v4) <= 0x1p126f;
+                rc5 = 1.0f / v4;
+            }
             if (c3) {
                 #if defined(FB_AVX512)
                 {
@@ -121,7 +162,7 @@ void fb_d5d60af8e9362028(const int64_t *sizes, const int64_t *strides, const int
                     for (int64_t j = 0; j < jv; j += 16) {
                         const __m512 v3 = _mm512_load_ps(&c3[j]);
                         const __m512 v4 = _mm512_set1_ps(r4);
-                        const __m512 v5 = _mm512_div_ps(v3, v4);
+                        const __m512 v5 = rk5 ? _mm512_mul_ps(v3, _mm512_set1_ps(rc5)) : _mm512_div_ps(v3, v4);
                         fbv_store(&d0[j], v5, st);
                     }
                     if (st) _mm_sfence();
@@ -131,7 +172,7 @@ void fb_d5d60af8e9362028(const int64_t *sizes, const int64_t *strides, const int
                 for (int64_t j = jv; j < len; j++) {
                     const float v3 = c3[j];
                     const float v4 = r4;
-                    const float v5 = (v3 / v4);
+                    const float v5 = rk5 ? (v3 * rc5) : (v3 / v4);
                     p1[b1 + j] = v5;
                 }
             }
@@ -146,7 +187,7 @@ void fb_d5d60af8e9362028(const int64_t *sizes, const int64_t *strides, const int
                         const __m512 v2 = _mm512_sub_ps(v0, v1);
                         const __m512 v3 = fbv_expf(v2);
                         const __m512 v4 = _mm512_set1_ps(r4);
-                        const __m512 v5 = _mm512_div_ps(v3, v4);
+                        const __m512 v5 = rk5 ? _mm512_mul_ps(v3, _mm512_set1_ps(rc5)) : _mm512_div_ps(v3, v4);
                         fbv_store(&d0[j], v5, st);
                     }
                     if (st) _mm_sfence();
@@ -159,7 +200,7 @@ void fb_d5d60af8e9362028(const int64_t *sizes, const int64_t *strides, const int
                     const float v2 = (v0 - v1);
                     const float v3 = fb_expf(v2);
                     const float v4 = r4;
-                    const float v5 = (v3 / v4);
+                    const float v5 = rk5 ? (v3 * rc5) : (v3 / v4);
                     p1[b1 + j] = v5;
                 }
             }

@@ -124,6 +124,9 @@ impl<'a> Kernel<'a> {
             vector: vector::supports(ir),
         };
         kernel.body = kernel.body_lines();
+        if ir.is_row_kernel() {
+            kernel.multiply_by_reciprocals();
+        }
         kernel
     }
 

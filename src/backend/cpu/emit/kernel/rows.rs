@@ -22,12 +22,21 @@
 //!   cost what it saves); with longer rows, or if the allocation fails, the passes recompute.
 //! - **Explicit vectors.** When the kernel is in the subset [`vector`] can write (f32 values,
 //!   f32/f16/bf16 contiguous or broadcast views, f32 row reductions), each pass first runs over
-//!   whole vectors of 16 with AVX-512 intrinsics — the same operations, bit for bit, as the
-//!   scalar `omp simd` loop, which then finishes the row's remainder (and is all that runs
-//!   without AVX-512). A maximum compares `v > m` lane-wise exactly as the scalar loop does,
-//!   with NaN recorded in a mask; a sum converts each lane to `double` and accumulates two
-//!   vectors of 8 `double`s, so float reductions still accumulate in f64 (the IR's contract),
-//!   only in a different order of additions than the scalar loop's.
+//!   whole vectors of 16 with AVX-512 intrinsics — the same operations as the scalar `omp simd`
+//!   loop, which then finishes the row's remainder (and is all that runs without AVX-512). A
+//!   maximum compares `v > m` lane-wise exactly as the scalar loop does, with NaN recorded in a
+//!   mask.
+//! - **Sums in f32 blocks.** A float sum adds each lane's values in f32 over a block of
+//!   [`SUM_BLOCK`] elements, then converts the block's 16 lanes to `double` and adds them to two
+//!   vectors of 8 `double`s, so the per-element cost is one f32 addition instead of two
+//!   conversions and two f64 additions. A block whose f32 lanes are not all finite is added
+//!   again in f64, so a sum is ±Inf or NaN exactly when the f64 sum is. This is one of the two
+//!   freedoms the IR grants row kernels ([`crate::lower::ir`], "Precision of row kernels"),
+//!   with the bound stated there; the scalar loop still adds in f64.
+//! - **One division per row.** An f32 division by a row constant derived from row reductions
+//!   (softmax's `e / s`) is a multiplication by the reciprocal, computed once per row where it
+//!   is a normal float ([`Kernel::reciprocals`]), the other freedom: a multiplication instead
+//!   of a division per element, in the vector and the scalar loops alike.
 //! - **Memory in the background.** While a thread works on a row in cache (its second pass),
 //!   it prefetches the next row of every input that moves from row to row, one cache line per
 //!   vector, so the next first pass finds its data arriving instead of stalling on it (while a
@@ -47,6 +56,12 @@ use crate::lower::ir::{Axis, Instr, Prec, ReduceKind};
 /// scratch row, the input row and the next row being prefetched stay in L2 together. Softmax
 /// carries one f32 per element, so rows of up to 131,072 floats carry.
 pub const ROW_SCRATCH_BYTES: usize = 512 << 10;
+
+/// Elements of a row per block of a float sum's f32 partial sums (see the module
+/// documentation): 16 vectors, so each lane adds 16 values in f32 before the block's lanes
+/// join the row's f64 total. The f32 part of the error bound grows with this (15 roundings of
+/// at most 2⁻²⁴ each), the cost of the f64 conversions shrinks with it.
+pub const SUM_BLOCK: usize = 256;
 
 /// What one pass over a row does.
 struct Pass {
@@ -322,6 +337,82 @@ impl Kernel<'_> {
                 C.round(held, dtype, &a)
             ));
         }
+        self.row_reciprocals(out, index + 1);
+    }
+
+    /// For each division by a row constant whose divisor becomes known once the reductions of
+    /// `level` are (see [`Kernel::reciprocals`]): the divisor's reciprocal `rc{id}`, computed
+    /// once per row, and `rk{id}`, whether multiplying by it stays within the stated bound
+    /// (the divisor's magnitude is in [2⁻¹²⁶, 2¹²⁶], so that the reciprocal is a normal
+    /// float; a zero, subnormal, huge, infinite or NaN divisor divides instead).
+    fn row_reciprocals(&self, out: &mut Out, level: usize) {
+        let levels = self.ir.levels();
+        for (id, divisor) in self.reciprocals().into_iter().enumerate() {
+            let Some(b) = divisor else { continue };
+            if levels[b] != level {
+                continue;
+            }
+            out.line(format!("float rc{id} = 1.0f;"));
+            out.line(format!("int rk{id} = 0;"));
+            out.open("");
+            for x in self.needed(&[b]) {
+                out.line(&self.body[x]);
+            }
+            out.line(format!(
+                "rk{id} = fabsf(v{b}) >= 0x1p-126f && fabsf(v{b}) <= 0x1p126f;"
+            ));
+            out.line(format!("rc{id} = 1.0f / v{b};"));
+            out.close();
+        }
+    }
+
+    /// Per value, the divisor `b` when the value is an f32 division `a / b` of a value that
+    /// varies along the row by a row constant (`b` is computed from row reductions and
+    /// literals only, and reads at least one reduction: softmax's sum). The kernel multiplies
+    /// `a` by `1 / b`, computed once per row, instead of dividing at every element: a
+    /// division costs about five times a multiplication here, and the product is within
+    /// 2⁻²³ of the quotient relatively (two roundings of at most 2⁻²⁴ each, where the
+    /// correctly rounded quotient has one), or 2⁻¹⁴⁹ absolutely in the subnormal range.
+    pub(super) fn reciprocals(&self) -> Vec<Option<usize>> {
+        let ir = self.ir;
+        let mut constant = vec![false; ir.body.len()];
+        let mut reduced = vec![false; ir.body.len()];
+        for (id, instr) in ir.body.iter().enumerate() {
+            let operands = instr.operands();
+            (constant[id], reduced[id]) = match instr {
+                Instr::RowReduce { .. } => (true, true),
+                Instr::Load { .. } => (false, false),
+                Instr::Const { .. } | Instr::Int { .. } => (true, false),
+                _ => (
+                    operands.iter().all(|&x| constant[x]),
+                    operands.iter().any(|&x| reduced[x]),
+                ),
+            };
+        }
+        ir.body
+            .iter()
+            .map(|instr| match *instr {
+                Instr::Binary {
+                    op: BinOp::Div,
+                    a,
+                    b,
+                    prec: Prec::F32,
+                } if constant[b] && reduced[b] && !constant[a] => Some(b),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Rewrites the scalar statement of each division by a row constant (see
+    /// [`Kernel::reciprocals`]) into a multiplication by the row's `rc{id}` where `rk{id}`
+    /// allows it, and a division where it does not.
+    pub(in crate::backend::cpu::emit) fn multiply_by_reciprocals(&mut self) {
+        for (id, divisor) in self.reciprocals().into_iter().enumerate() {
+            if let (Some(b), Instr::Binary { a, .. }) = (divisor, &self.ir.body[id]) {
+                self.body[id] =
+                    format!("const float v{id} = rk{id} ? (v{a} * rc{id}) : (v{a} / v{b});");
+            }
+        }
     }
 
     /// The loops of one pass: the vector loop over whole vectors (when the kernel has one),
@@ -405,12 +496,20 @@ impl Kernel<'_> {
     /// The AVX-512 loop of one pass over the row's whole vectors, inside
     /// `#if defined(FB_AVX512)`: the same values as the scalar loop, lane for lane; reductions
     /// in vector accumulators merged into the scalar ones after the loop, which the scalar
-    /// loop then continues.
+    /// loop then continues. A pass with float sums walks the row in blocks of [`SUM_BLOCK`]
+    /// elements: each sum adds its vectors in an f32 accumulator `vf{id}`, whose lanes join
+    /// the f64 accumulators `vs{id}`/`vt{id}` at the block's end; a block whose f32 sums are
+    /// not all finite (an overflow, or an Inf or NaN among the values) is summed again in f64,
+    /// so that a row whose f64 sum is finite never reads an overflowed block.
     fn vector_loop(&self, out: &mut Out, lp: &Loop) {
         let ir = self.ir;
         let (reducing, looped) = (&lp.pass.reducing, &lp.pass.looped);
-        let (needed, stop, saves) = (&lp.needed, &lp.stop, &lp.saves);
-        let live = vector::live(ir);
+        let saves = &lp.saves;
+        let sums: Vec<usize> = reducing
+            .iter()
+            .copied()
+            .filter(|&id| matches!(ir.body[id], Instr::RowReduce { kind, .. } if kind != ReduceKind::Max))
+            .collect();
         out.line("#if defined(FB_AVX512)");
         out.open("");
         for &id in reducing {
@@ -438,27 +537,32 @@ impl Kernel<'_> {
                 vector::stream_condition(looped)
             ));
         }
-        let prefetch = lp.pass.index == 1;
-        out.open(format!(
-            "for (int64_t j = 0; j < jv; j += {})",
-            vector::LANES
-        ));
-        if prefetch {
+        if !sums.is_empty() {
+            out.open(format!("for (int64_t jb = 0; jb < jv; jb += {SUM_BLOCK})"));
+            out.line(format!(
+                "const int64_t je = jv - jb > {SUM_BLOCK} ? jb + {SUM_BLOCK} : jv;"
+            ));
+            for &id in &sums {
+                out.line(format!("__m512 vf{id} = _mm512_setzero_ps();"));
+            }
+            out.open(format!(
+                "for (int64_t j = jb; j < je; j += {})",
+                vector::LANES
+            ));
+        } else {
+            out.open(format!(
+                "for (int64_t j = 0; j < jv; j += {})",
+                vector::LANES
+            ));
+        }
+        if lp.pass.index == 1 {
             for a in self.moving_loads() {
                 out.line(format!(
                     "_mm_prefetch((const char *)&p{a}[b{a} + nb{a} + j], _MM_HINT_T0);"
                 ));
             }
         }
-        for &id in needed.iter().filter(|&&id| live[id]) {
-            out.line(if stop[id] {
-                vector::carried_load(id)
-            } else if matches!(ir.body[id], Instr::RowReduce { .. }) {
-                format!("const __m512 v{id} = _mm512_set1_ps(r{id});")
-            } else {
-                vector::statement(ir, id)
-            });
-        }
+        self.vector_values(out, lp);
         for &id in saves {
             out.line(vector::carried_store(id));
         }
@@ -474,13 +578,7 @@ impl Kernel<'_> {
                     "vn{id} |= _mm512_cmp_ps_mask(v{x}, v{x}, _CMP_UNORD_Q);"
                 ));
             } else {
-                out.line(format!(
-                    "vs{id} = _mm512_add_pd(vs{id}, _mm512_cvtps_pd(_mm512_castps512_ps256(v{x})));"
-                ));
-                out.line(format!(
-                    "vt{id} = _mm512_add_pd(vt{id}, _mm512_cvtps_pd(_mm256_castpd_ps(\
-                     _mm512_extractf64x4_pd(_mm512_castps_pd(v{x}), 1))));"
-                ));
+                out.line(format!("vf{id} = _mm512_add_ps(vf{id}, v{x});"));
             }
         }
         for &k in looped {
@@ -491,6 +589,38 @@ impl Kernel<'_> {
             });
         }
         out.close();
+        if !sums.is_empty() {
+            // x - x is 0 exactly for finite x, NaN for ±Inf and NaN.
+            let finite: Vec<String> = sums
+                .iter()
+                .map(|id| {
+                    format!(
+                        "_mm512_cmp_ps_mask(_mm512_sub_ps(vf{id}, vf{id}), \
+                         _mm512_setzero_ps(), _CMP_EQ_OQ)"
+                    )
+                })
+                .collect();
+            out.open(format!("if (({}) == 0xFFFF)", finite.join(" & ")));
+            for &id in &sums {
+                widen_into(out, id, &format!("vf{id}"));
+            }
+            out.close();
+            out.open("else");
+            out.open(format!(
+                "for (int64_t j = jb; j < je; j += {})",
+                vector::LANES
+            ));
+            self.vector_values(out, lp);
+            for &id in &sums {
+                let Instr::RowReduce { x, .. } = ir.body[id] else {
+                    continue;
+                };
+                widen_into(out, id, &format!("v{x}"));
+            }
+            out.close();
+            out.close();
+            out.close();
+        }
         for &id in reducing {
             let Instr::RowReduce { kind, .. } = ir.body[id] else {
                 continue;
@@ -511,6 +641,29 @@ impl Kernel<'_> {
         }
         out.close();
         out.line("#endif");
+    }
+
+    /// The vector statements of one loop's values at lanes `j .. j + 16`: carried values read
+    /// back, row reductions broadcast, divisions by a row constant multiplied by its
+    /// reciprocal where the row allows it, the rest as [`vector::statement`] writes them.
+    fn vector_values(&self, out: &mut Out, lp: &Loop) {
+        let ir = self.ir;
+        let live = vector::live(ir);
+        let reciprocals = self.reciprocals();
+        for &id in lp.needed.iter().filter(|&&id| live[id]) {
+            out.line(if lp.stop[id] {
+                vector::carried_load(id)
+            } else if matches!(ir.body[id], Instr::RowReduce { .. }) {
+                format!("const __m512 v{id} = _mm512_set1_ps(r{id});")
+            } else if let (Some(b), Instr::Binary { a, .. }) = (reciprocals[id], &ir.body[id]) {
+                format!(
+                    "const __m512 v{id} = rk{id} ? _mm512_mul_ps(v{a}, _mm512_set1_ps(rc{id})) \
+                     : _mm512_div_ps(v{a}, v{b});"
+                )
+            } else {
+                vector::statement(ir, id)
+            });
+        }
     }
 
     /// The values the last pass reads back from the row scratch, each with the pass that
@@ -609,4 +762,16 @@ impl Kernel<'_> {
 /// Whether any operand of value `id` is marked in `costly`.
 fn instr_has(ir: &crate::lower::ir::KernelIr, id: usize, costly: &[bool]) -> bool {
     ir.body[id].operands().iter().any(|&x| costly[x])
+}
+
+/// The statements adding the 16 f32 lanes of `lanes` to sum `id`'s f64 accumulators `vs{id}`
+/// (lanes 0–7) and `vt{id}` (lanes 8–15); the conversions are exact.
+fn widen_into(out: &mut Out, id: usize, lanes: &str) {
+    out.line(format!(
+        "vs{id} = _mm512_add_pd(vs{id}, _mm512_cvtps_pd(_mm512_castps512_ps256({lanes})));"
+    ));
+    out.line(format!(
+        "vt{id} = _mm512_add_pd(vt{id}, _mm512_cvtps_pd(_mm256_castpd_ps(\
+         _mm512_extractf64x4_pd(_mm512_castps_pd({lanes}), 1))));"
+    ));
 }
