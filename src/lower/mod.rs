@@ -13,6 +13,7 @@
 mod fused;
 pub mod ir;
 mod layout;
+mod refine;
 pub mod verify;
 pub mod view;
 
@@ -256,6 +257,8 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
         }
     };
     let push = |program: &mut Program, group: usize, (ir, launch, args): Lowered| {
+        // Index maps become strides wherever the domain can be split to follow them.
+        let (ir, launch) = refine::refine(ir, launch);
         let kernel = intern(ir, &mut program.kernels);
         program.steps.push(Step::Kernel(KernelStep {
             kernel,
