@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::random_graph::{assert_same, rules};
+use common::random_graph::{self, Step as RStep, assert_same, rules};
 use fusebox::backend::Executable;
 use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
 use fusebox::dtype::DType;
@@ -17,6 +17,7 @@ use fusebox::runner::prepare;
 use fusebox::runtime::buffer::Buffer;
 use fusebox::runtime::interpret;
 use fusebox::tensor::Tensor;
+use proptest::prelude::*;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
@@ -504,4 +505,105 @@ fn a_refined_kernel_at_a_new_batch_size_compiles_nothing() {
         .map(|k| -(((k % 24) * 6 + k / 24) as f64))
         .collect();
     assert_eq!(got["y"].values(), want);
+}
+
+/// Reshapes of transposed, sliced and doubly transposed views among pointwise ops, at shapes
+/// where some domains split to follow them and some do not (`4 × 6` read as `6 × 4`).
+fn reshape_recipe() -> impl Strategy<Value = ((usize, usize), Vec<(usize, usize)>, Vec<RStep>)> {
+    let dims = prop_oneof![
+        Just((3usize, 4usize)),
+        Just((4, 6)),
+        Just((6, 4)),
+        Just((5, 7)),
+        Just((4, 8)),
+        Just((2, 1)),
+        Just((1, 5)),
+        Just((0, 3)),
+    ];
+    let step = prop_oneof![
+        2 => random_graph::step(false),
+        1 => random_graph::transposed_reshapes(),
+        1 => random_graph::strided_reshapes(),
+    ];
+    (
+        dims,
+        prop::collection::vec((0usize..4, 0usize..6), 1..3),
+        prop::collection::vec(step, 2..8),
+    )
+}
+
+/// Whether `program` has a kernel whose loop domain was refined (more axes than its
+/// partition kernel's domain) and one whose load kept an index map.
+fn refined_and_kept(program: &Program, out: &fusebox::optimize::Optimized) -> (bool, bool) {
+    let refined = program.steps.iter().any(|s| match s {
+        Step::Kernel(k) => out
+            .partition
+            .kernels
+            .get(k.group)
+            .is_some_and(|p| k.launch.sizes.len() > p.domain.len().max(1)),
+        _ => false,
+    });
+    (refined, !mapped_loads(program).is_empty())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: random_graph::cases(400),
+        max_global_rejects: 100_000,
+        ..ProptestConfig::default()
+    })]
+
+    /// Random graphs of reshaped views, refined or not, agree with the reference evaluator
+    /// when the interpreter runs their lowered program, and every launch is proved in bounds.
+    #[test]
+    fn refined_and_mapped_reshapes_agree_with_the_reference(
+        (dims, inputs, steps) in reshape_recipe(),
+        seed in 0u64..1000,
+    ) {
+        let catalogue = rules().ops;
+        let graph = random_graph::build(&catalogue, dims, &inputs, &steps);
+        prop_assume!(graph.is_some());
+        let graph = graph.unwrap();
+        let out = optimize(&graph, &rules(), &Options::default()).expect("optimize");
+        let program = lower::lower(&out.dag, &out.partition).expect("lower");
+        program.check_bounds().expect("bounds proved");
+        let tensors = random_graph::inputs(&graph, seed, false);
+        let want = fusebox::eval::evaluate(&graph, &catalogue, &tensors).expect("reference");
+        let buffers = random_graph::input_buffers(&program, &tensors);
+        let got = interpret::run_program(&program, &buffers).expect("interpreter");
+        for (o, b) in program.dag.outputs.iter().zip(&got) {
+            assert_same(&o.name, &want[&o.name], &b.to_tensor())
+                .map_err(|e| TestCaseError::fail(format!("{e}\n{}", graph::file::to_ron(&graph))))?;
+        }
+    }
+}
+
+/// The recipe above draws both kinds of kernel in fair numbers: domains refined to follow a
+/// reshape, and loads that keep an index map (27 and 8 of 300 with this seed).
+#[test]
+fn reshape_recipes_draw_refined_and_kept_maps() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{Config, TestRng, TestRunner};
+    let catalogue = rules().ops;
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &[3; 32]),
+    );
+    let strategy = reshape_recipe();
+    let (mut refined, mut kept) = (0, 0);
+    for _ in 0..300 {
+        let (dims, inputs, steps) = strategy.new_tree(&mut runner).unwrap().current();
+        let Some(graph) = random_graph::build(&catalogue, dims, &inputs, &steps) else {
+            continue;
+        };
+        let out = optimize(&graph, &rules(), &Options::default()).expect("optimize");
+        let program = lower::lower(&out.dag, &out.partition).expect("lower");
+        let (r, k) = refined_and_kept(&program, &out);
+        refined += r as usize;
+        kept += k as usize;
+    }
+    assert!(
+        refined >= 15 && kept >= 5,
+        "refined {refined}, kept {kept} of 300"
+    );
 }
