@@ -507,9 +507,12 @@ fn a_refined_kernel_at_a_new_batch_size_compiles_nothing() {
     assert_eq!(got["y"].values(), want);
 }
 
+/// A recipe for [`random_graph::build`]: dims, input specs and steps.
+type Recipe = ((usize, usize), Vec<(usize, usize)>, Vec<RStep>);
+
 /// Reshapes of transposed, sliced and doubly transposed views among pointwise ops, at shapes
 /// where some domains split to follow them and some do not (`4 × 6` read as `6 × 4`).
-fn reshape_recipe() -> impl Strategy<Value = ((usize, usize), Vec<(usize, usize)>, Vec<RStep>)> {
+fn reshape_recipe() -> impl Strategy<Value = Recipe> {
     let dims = prop_oneof![
         Just((3usize, 4usize)),
         Just((4, 6)),
