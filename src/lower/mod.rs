@@ -13,6 +13,7 @@
 mod fused;
 pub mod ir;
 mod layout;
+mod refine;
 pub mod verify;
 pub mod view;
 
@@ -130,7 +131,7 @@ impl Program {
                         .sizes
                         .iter()
                         .try_fold(1i64, |c, &n| if n > 0 { c.checked_mul(n) } else { None });
-                    if first < 0 || count.is_none_or(|c| last >= c) {
+                    if first < 0 || count.is_none_or(|c| last >= c || c > MAX_MAP_POSITIONS) {
                         return Err(Error::new(
                             Site::node(dag.value_name(v)),
                             ErrorKind::Lower(format!(
@@ -155,6 +156,18 @@ impl Program {
         Ok(())
     }
 }
+
+/// The most positions a stage of an index map may hold. Positions below 2^51 are exact in
+/// a double with room to spare, which lets the C emitter divide by a stage's sizes with a
+/// rounded reciprocal and one correction; every stage a graph makes holds one of its values,
+/// far fewer elements than this ([`crate::eval::MAX_ELEMENTS`]).
+pub const MAX_MAP_POSITIONS: i64 = 1 << 51;
+
+/// The largest element index a launch that passes [`Program::check_bounds`] reaches in any
+/// buffer: the bounds check refuses values of more than [`crate::eval::MAX_ELEMENTS`], so an
+/// emitter may index through 32-bit integers (the C emitter's gathers through index maps do).
+pub const MAX_ELEMENT_INDEX: i64 = i32::MAX as i64;
+const _: () = assert!(crate::eval::MAX_ELEMENTS as i64 - 1 <= MAX_ELEMENT_INDEX);
 
 /// The lowest and highest of `offset + Σ i_d · strides[d]` over `0 ≤ i_d < sizes[d]` (sizes
 /// all positive), saturating: a saturated bound is out of every buffer's range.
@@ -256,6 +269,8 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
         }
     };
     let push = |program: &mut Program, group: usize, (ir, launch, args): Lowered| {
+        // Index maps become strides wherever the domain can be split to follow them.
+        let (ir, launch) = refine::refine(ir, launch);
         let kernel = intern(ir, &mut program.kernels);
         program.steps.push(Step::Kernel(KernelStep {
             kernel,

@@ -35,7 +35,7 @@
 use super::expr::C;
 use super::fission::{LoopStatement, Stages};
 use super::{CHUNK, PARALLEL_MIN, vector};
-use crate::backend::spelling::{Spelling, map_stage_positions};
+use crate::backend::spelling::Spelling;
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, View};
 
 mod rows;
@@ -201,7 +201,11 @@ impl<'a> Kernel<'a> {
             .map(|id| match self.ir.body[id] {
                 Instr::Load { view } if self.ir.loads[view].is_mapped() => {
                     let stages = self.ir.loads[view].stages.len();
-                    let element = format!("p{view}[q{id}_{stages}]");
+                    // The element is below 2^31 (`Program::check_bounds` keeps every buffer
+                    // within `eval::MAX_ELEMENTS`, see `lower::MAX_ELEMENT_INDEX`), and GCC gathers
+                    // 4-byte values only through 32-bit indices: as an `int32_t` index the loop
+                    // vectorizes.
+                    let element = format!("p{view}[(int32_t)q{id}_{stages}]");
                     let definition = C.definition(self.ir, id, |_| element.clone());
                     format!("{} {definition}", self.positions(view, id))
                 }
@@ -211,10 +215,35 @@ impl<'a> Kernel<'a> {
     }
 
     /// The statements computing the positions of load `id` through the index map of load view
-    /// `arg` (see [`Self::body_lines`] and [`map_stage_positions`]).
+    /// `arg` (see [`Self::body_lines`]). Each stage unflattens its position from the innermost
+    /// axis out, one quotient and remainder per axis but the outermost, and the quotient is
+    /// taken with the stage size's reciprocal in double precision instead of an integer
+    /// division: `Program::check_bounds` proves every position `0 <= q < 2^51`
+    /// (`MAX_MAP_POSITIONS`), where the rounded product is within 1/2 of `q / m`, so one
+    /// correction step either way makes it exact. Unlike a 64-bit division, the multiply, the
+    /// conversions and the correction vectorize (AVX-512 converts doubles to 64-bit integers),
+    /// so the loop reading the map is a vector loop with a gather.
     fn positions(&self, arg: usize, id: usize) -> String {
         let mut text = format!("const int64_t q{id}_0 = {};", self.index(arg));
-        for (k, sum) in map_stage_positions(self.ir, arg, id).iter().enumerate() {
+        for (k, &r) in self.view(arg).stages.iter().enumerate() {
+            let mut rest = format!("q{id}_{k}");
+            let mut sum = format!("c{arg}_{k}");
+            for e in (1..r).rev() {
+                let (m, a, x) = (
+                    format!("m{arg}_{k}_{e}"),
+                    format!("a{id}_{k}_{e}"),
+                    format!("x{id}_{k}_{e}"),
+                );
+                text.push_str(&format!(
+                    " const int64_t {a}e = (int64_t)((double){rest} * r{arg}_{k}_{e}); \
+                     const int64_t {x}e = {rest} - {a}e * {m}; \
+                     const int64_t {a} = {a}e - ({x}e < 0) + ({x}e >= {m}); \
+                     const int64_t {x} = {rest} - {a} * {m};"
+                ));
+                sum.push_str(&format!(" + {x} * t{arg}_{k}_{e}"));
+                rest = a;
+            }
+            sum.push_str(&format!(" + {rest} * t{arg}_{k}_0"));
             text.push_str(&format!(" const int64_t q{id}_{} = {sum};", k + 1));
         }
         text
@@ -326,7 +355,7 @@ impl<'a> Kernel<'a> {
     /// The stages of argument `arg`'s index map, from the words after the strides (layout on
     /// [`crate::lower::ir::Launch`]): per stage `k` of rank `r`, offset `c{arg}_{k}`, sizes
     /// `m{arg}_{k}_{e}` (the outermost is never needed), strides `t{arg}_{k}_{e}`, and the
-    /// divisors `d{arg}_{k}_{e}` (the product of the sizes after `e`) of the unflattening.
+    /// reciprocals `r{arg}_{k}_{e}` of the sizes that [`Self::positions`] divides by.
     fn map_arguments(&self, out: &mut Out, arg: usize) {
         for (k, &r) in self.view(arg).stages.iter().enumerate() {
             let w = self.ir.map_word(arg, k);
@@ -343,13 +372,10 @@ impl<'a> Kernel<'a> {
                     w + 1 + r + e
                 ));
             }
-            for e in (0..r.saturating_sub(1)).rev() {
-                let divisor = if e + 2 == r {
-                    format!("m{arg}_{k}_{}", e + 1)
-                } else {
-                    format!("d{arg}_{k}_{} * m{arg}_{k}_{}", e + 1, e + 1)
-                };
-                out.line(format!("const int64_t d{arg}_{k}_{e} = {divisor};"));
+            for e in 1..r {
+                out.line(format!(
+                    "const double r{arg}_{k}_{e} = 1.0 / (double)m{arg}_{k}_{e};"
+                ));
             }
         }
     }
