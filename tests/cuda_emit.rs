@@ -1207,6 +1207,14 @@ impl DeviceBuf {
     }
 }
 
+/// How an emulated launch runs: 64-bit indexing when `wide`; a row kernel on the path
+/// `force` gives (see [`force_row_path`]) instead of the host's choice.
+#[derive(Debug, Clone, Copy, Default)]
+struct Mode {
+    wide: bool,
+    force: Option<RowPath>,
+}
+
 /// Runs `launch` of `ir` through the emulation, on copies of `buffers` in `DeviceBuf`s
 /// shifted by `shifts` bytes, with every entry point replaced by its 64-bit variant when
 /// `wide`; the buffers are updated in place. Returns the parameter block's `vec` word.
@@ -1216,10 +1224,10 @@ fn run_emulated(
     launch: &Launch,
     buffers: &mut [Buffer],
     shifts: &[usize],
-    wide: bool,
+    mode: Mode,
     options: &EmitOptions,
-    force: Option<RowPath>,
 ) -> u64 {
+    let Mode { wide, force } = mode;
     let mut device: Vec<DeviceBuf> = buffers
         .iter()
         .zip(shifts)
@@ -1513,7 +1521,8 @@ fn agree(
     let mut want = got.clone();
     let mut refs: Vec<&mut Buffer> = want.iter_mut().collect();
     interpret::run(ir, launch, &mut refs);
-    let vec = run_emulated(emulated, ir, launch, &mut got, shifts, wide, options, None);
+    let mode = Mode { wide, force: None };
+    let vec = run_emulated(emulated, ir, launch, &mut got, shifts, mode, options);
     let first_reduction = ir.loads.len() + ir.stores.len();
     for a in ir.loads.len()..ir.arg_count() {
         let max =
@@ -1794,9 +1803,8 @@ fn run_program_emulated(
                     &k.launch,
                     &mut owned,
                     &shifts,
-                    wide,
+                    Mode { wide, force },
                     &options,
-                    force,
                 );
                 for (a, (v, b)) in k.args.iter().zip(owned).enumerate() {
                     if a >= ir.loads.len() {
@@ -2066,7 +2074,9 @@ fn row_kernel_plans() {
     );
     let options = EmitOptions::default();
     use RowPath::{Registers, RegistersVector, Reread, Shared};
-    let cases: [(&[i64], u64, u32, u32, u32, bool, RowPath); 9] = [
+    // sizes, pointers, grid, block, shared bytes, 64-bit indexing, path
+    type Case = (&'static [i64], u64, u32, u32, u32, bool, RowPath);
+    let cases: [Case; 9] = [
         (&[4096, 4096], 0x1000, 4096, 256, 0, false, RegistersVector),
         (&[4096, 4096], 0x1004, 4096, 256, 0, false, Registers),
         (
