@@ -1948,8 +1948,9 @@ fn row_graphs_lower_to_one_row_kernel() {
 }
 
 /// Every row kernel of the row graphs compiles for sm_80 and sm_90 in both reduction modes
-/// without a warning, and its PTX synchronizes the block, shuffles within warps and uses no
-/// atomics (each row is one block's alone).
+/// without a warning, and its PTX synchronizes the block, shuffles within warps, uses no
+/// atomics (each row is one block's alone), moves rows in 16-byte vectors, has its shared
+/// memory cache, and keeps the register cache out of local memory.
 #[test]
 fn row_kernels_compile_for_sm80_and_sm90() {
     let mut kernels: Vec<KernelIr> = Vec::new();
@@ -1970,6 +1971,12 @@ fn row_kernels_compile_for_sm80_and_sm90() {
         assert!(ptx.contains("bar.sync"), "block barrier");
         assert!(ptx.contains("shfl.sync.bfly"), "warp shuffles");
         assert!(!ptx.contains("atom."), "row kernels use no atomics");
+        // The register cache is indexed by constants only once its loops are unrolled, so
+        // it lives in registers: an array left in local memory would be a `.local` one.
+        assert!(!ptx.contains(".local"), "the row cache stays in registers");
+        assert!(ptx.contains("ld.global.v4") || ptx.contains("ld.global.nc.v4"), "16-byte loads");
+        assert!(ptx.contains("st.global.v4"), "16-byte stores");
+        assert!(ptx.contains("ld.shared"), "the shared-memory cache");
     }
 }
 
