@@ -1974,7 +1974,10 @@ fn row_kernels_compile_for_sm80_and_sm90() {
         // The register cache is indexed by constants only once its loops are unrolled, so
         // it lives in registers: an array left in local memory would be a `.local` one.
         assert!(!ptx.contains(".local"), "the row cache stays in registers");
-        assert!(ptx.contains("ld.global.v4") || ptx.contains("ld.global.nc.v4"), "16-byte loads");
+        assert!(
+            ptx.contains("ld.global.v4") || ptx.contains("ld.global.nc.v4"),
+            "16-byte loads"
+        );
         assert!(ptx.contains("st.global.v4"), "16-byte stores");
         assert!(ptx.contains("ld.shared"), "the shared-memory cache");
     }

@@ -1,8 +1,8 @@
-/* fbc_4ff49bdcd6034ef7: rank 2, row kernel: 3 passes over each row, one block per row
+/* fbc_efa24e73f5f967bc: rank 2, row kernel: 3 passes over each row, one block per row
    p0: load f32 [strided, unit]
    p1: store f32 [strided, unit]
 */
-struct fbc_4ff49bdcd6034ef7_params {
+struct fbc_efa24e73f5f967bc_params {
     const float *p0;
     float *p1;
     long long n[2];
@@ -12,7 +12,7 @@ struct fbc_4ff49bdcd6034ef7_params {
 };
 
 template <typename I, typename U>
-__device__ __forceinline__ void fbc_4ff49bdcd6034ef7_body(const fbc_4ff49bdcd6034ef7_params &p) {
+__device__ __forceinline__ void fbc_efa24e73f5f967bc_body(const fbc_efa24e73f5f967bc_params &p) {
     const I n0 = (I)p.n[0];
     const I n1 = (I)p.n[1];
     const I o0 = (I)p.o[0];
@@ -39,7 +39,7 @@ __device__ __forceinline__ void fbc_4ff49bdcd6034ef7_body(const fbc_4ff49bdcd603
                     fbc_vload(c0[g], p.p0 + rb0 + j0);
                 }
             }
-            double a1 = (-__longlong_as_double(0x7ff0000000000000LL));
+            float m1 = (-__int_as_float(0x7f800000));
             #pragma unroll
             for (int g = 0; g < 4; ++g) {
                 const I j0 = ((I)g * (I)threads + tid) * (I)4;
@@ -47,11 +47,11 @@ __device__ __forceinline__ void fbc_4ff49bdcd6034ef7_body(const fbc_4ff49bdcd603
                     #pragma unroll
                     for (int l = 0; l < 4; ++l) {
                         const float v0 = c0[g][l];
-                        a1 = fbc_max2(a1, (double)v0);
+                        m1 = fbc_maxf(m1, v0);
                     }
                 }
             }
-            a1 = fbc_group<true>(a1, threads, smem);
+            double a1 = fbc_group<true>((double)m1, threads, smem);
             const float r1 = fbc_rnd_df(a1);
             double a4 = (0e0);
             #pragma unroll
@@ -99,16 +99,16 @@ __device__ __forceinline__ void fbc_4ff49bdcd6034ef7_body(const fbc_4ff49bdcd603
                     c0[s / 4][s % 4] = p.p0[rb0 + i1];
                 }
             }
-            double a1 = (-__longlong_as_double(0x7ff0000000000000LL));
+            float m1 = (-__int_as_float(0x7f800000));
             #pragma unroll
             for (int s = 0; s < 16; ++s) {
                 const I i1 = (I)s * (I)threads + tid;
                 if (i1 < n1) {
                     const float v0 = c0[s / 4][s % 4];
-                    a1 = fbc_max2(a1, (double)v0);
+                    m1 = fbc_maxf(m1, v0);
                 }
             }
-            a1 = fbc_group<true>(a1, threads, smem);
+            double a1 = fbc_group<true>((double)m1, threads, smem);
             const float r1 = fbc_rnd_df(a1);
             double a4 = (0e0);
             #pragma unroll
@@ -143,16 +143,16 @@ __device__ __forceinline__ void fbc_4ff49bdcd6034ef7_body(const fbc_4ff49bdcd603
             /* the row in shared memory after its first reading */
             unsigned char *const cache = fbc_row_cache();
             float *const sh0 = reinterpret_cast<float *>(cache);
-            double a1 = (-__longlong_as_double(0x7ff0000000000000LL));
+            float m1 = (-__int_as_float(0x7f800000));
             for (U j = (U)threadIdx.x; j < (U)n1; j += (U)threads) {
                 const I i1 = (I)j;
                 const I b0 = rb0 + i1;
                 const float e0 = p.p0[b0];
                 sh0[i1] = e0;
                 const float v0 = e0;
-                a1 = fbc_max2(a1, (double)v0);
+                m1 = fbc_maxf(m1, v0);
             }
-            a1 = fbc_group<true>(a1, threads, smem);
+            double a1 = fbc_group<true>((double)m1, threads, smem);
             const float r1 = fbc_rnd_df(a1);
             double a4 = (0e0);
             for (U j = (U)threadIdx.x; j < (U)n1; j += (U)threads) {
@@ -179,14 +179,14 @@ __device__ __forceinline__ void fbc_4ff49bdcd6034ef7_body(const fbc_4ff49bdcd603
         }
         else {
             /* every pass reads the row from global memory */
-            double a1 = (-__longlong_as_double(0x7ff0000000000000LL));
+            float m1 = (-__int_as_float(0x7f800000));
             for (U j = (U)threadIdx.x; j < (U)n1; j += (U)threads) {
                 const I i1 = (I)j;
                 const I b0 = rb0 + i1;
                 const float v0 = p.p0[b0];
-                a1 = fbc_max2(a1, (double)v0);
+                m1 = fbc_maxf(m1, v0);
             }
-            a1 = fbc_group<true>(a1, threads, smem);
+            double a1 = fbc_group<true>((double)m1, threads, smem);
             const float r1 = fbc_rnd_df(a1);
             double a4 = (0e0);
             for (U j = (U)threadIdx.x; j < (U)n1; j += (U)threads) {
@@ -215,5 +215,5 @@ __device__ __forceinline__ void fbc_4ff49bdcd6034ef7_body(const fbc_4ff49bdcd603
         }
     }
 }
-extern "C" __global__ void __launch_bounds__(FBC_BLOCK) fbc_4ff49bdcd6034ef7_i32(const fbc_4ff49bdcd6034ef7_params p) { fbc_4ff49bdcd6034ef7_body<int, unsigned int>(p); }
-extern "C" __global__ void __launch_bounds__(FBC_BLOCK) fbc_4ff49bdcd6034ef7_i64(const fbc_4ff49bdcd6034ef7_params p) { fbc_4ff49bdcd6034ef7_body<long long, unsigned long long>(p); }
+extern "C" __global__ void __launch_bounds__(FBC_BLOCK) fbc_efa24e73f5f967bc_i32(const fbc_efa24e73f5f967bc_params p) { fbc_efa24e73f5f967bc_body<int, unsigned int>(p); }
+extern "C" __global__ void __launch_bounds__(FBC_BLOCK) fbc_efa24e73f5f967bc_i64(const fbc_efa24e73f5f967bc_params p) { fbc_efa24e73f5f967bc_body<long long, unsigned long long>(p); }

@@ -7,10 +7,11 @@
 //! two from 32 to `FBC_BLOCK`, chosen from the row length at launch by
 //! [`abi::row_block`](crate::backend::cuda::abi::row_block)) share the row's elements. Pass
 //! `p` evaluates, at each element a thread holds, the values of level at most `p` and
-//! accumulates the row reductions of level `p + 1` per thread — floats in `double`, integers
-//! in wrapping `long long`, max with NaN winning (`fbc_max2`), exactly the accumulators of
-//! the reductions that end kernels. Then `fbc_group` combines the threads' partials (warp
-//! shuffles, then the warps in order through shared memory) and hands the row's result to
+//! accumulates the row reductions of level `p + 1` per thread — float sums in `double`,
+//! integers in wrapping `long long`, max with NaN winning (`fbc_max2`; an f32 max in `float`
+//! with `fbc_maxf`, the same exact maximum without a conversion per element). Then
+//! `fbc_group` combines the threads' partials (warp shuffles, then the warps in order
+//! through shared memory) and hands the row's result to
 //! every thread, which divides a mean by the row length (0/0 = NaN for an empty row), rounds
 //! it once to its dtype as `r{id}` and reads it as a constant in the later passes. The last
 //! pass writes the stores; a store with one element per row is written after it by thread
@@ -100,6 +101,19 @@ impl Kernel<'_> {
         match self.ir.body[id] {
             Instr::RowReduce { kind, x, .. } => Some((kind, self.ir.prec(x) == Prec::I64)),
             _ => None,
+        }
+    }
+
+    /// Whether row reduction `id` is a maximum of f32 values, which each thread accumulates
+    /// in `float` (`m{id}`, with `fbc_maxf`) and widens once for the block's combination: a
+    /// maximum is exact in either precision, with the same NaN and signed-zero rules, and this
+    /// saves a conversion to `double` per element (a slow instruction on GPUs).
+    fn float_max(&self, id: usize) -> bool {
+        match self.ir.body[id] {
+            Instr::RowReduce { kind, x, .. } => {
+                kind == ReduceKind::Max && self.ir.prec(x) == Prec::F32
+            }
+            _ => false,
         }
     }
 
@@ -199,6 +213,11 @@ impl Kernel<'_> {
                 let Some((kind, int)) = self.row_reduce(id) else {
                     continue;
                 };
+                if self.float_max(id) {
+                    let start = Cuda.literal(f64::NEG_INFINITY, Prec::F32);
+                    code.def(format!("m{id}"), format!("float m{id} = {start};"));
+                    continue;
+                }
                 let ty = if int { "long long" } else { "double" };
                 let start = identity(kind == ReduceKind::Max, int);
                 code.def(format!("a{id}"), format!("{ty} a{id} = {start};"));
@@ -224,7 +243,13 @@ impl Kernel<'_> {
                 let smem = if int { "smemi" } else { "smem" };
                 // Every thread gets the row's result; the barriers inside make this a line
                 // with effects, kept even if nothing read the result.
-                code.stmt(format!("a{id} = fbc_group<{max}>(a{id}, threads, {smem});"));
+                if self.float_max(id) {
+                    code.stmt(format!(
+                        "double a{id} = fbc_group<true>((double)m{id}, threads, smem);"
+                    ));
+                } else {
+                    code.stmt(format!("a{id} = fbc_group<{max}>(a{id}, threads, {smem});"));
+                }
                 if kind == ReduceKind::Mean && !int {
                     code.def(
                         format!("a{id}"),
@@ -529,6 +554,10 @@ impl Kernel<'_> {
             let Instr::RowReduce { x, .. } = ir.body[id] else {
                 continue;
             };
+            if self.float_max(id) {
+                code.stmt(format!("m{id} = fbc_maxf(m{id}, v{x});"));
+                continue;
+            }
             let value = match ir.prec(x) {
                 Prec::F32 => format!("(double)v{x}"),
                 Prec::F64 | Prec::I64 => format!("v{x}"),
