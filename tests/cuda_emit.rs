@@ -12,8 +12,8 @@ mod common;
 use common::random_graph;
 use common::row_graphs::{self, last_axis};
 use fusebox::backend::cuda::abi::{
-    self, BLOCK, BLOCKS_PER_SM, GpuLaunch, entry_name, fold, group_shapes, needs_i64, param_block,
-    param_layout, plan, vector_ok, vector_width,
+    self, BLOCK, BLOCKS_PER_SM, GpuLaunch, LaunchPlan, RowPath, entry_name, fold, group_shapes,
+    needs_i64, param_block, param_layout, plan, vector_ok, vector_width,
 };
 use fusebox::backend::cuda::emit::{EmitOptions, emit_module, kernel_name};
 use fusebox::dag::Value;
@@ -1063,8 +1063,14 @@ inline long long __shfl_xor_sync(unsigned, long long v, int m) {
     return r;
 }
 
-template <class F> static void emu_launch(unsigned grid, unsigned size, F f) {
+/* Dynamic shared memory of the running block (fbc_row_cache), sized by the launch. */
+static unsigned char *emu_dynamic_shared;
+
+template <class F> static void emu_launch(unsigned grid, unsigned size, unsigned shared, F f) {
     for (unsigned b = 0; b < grid; ++b) {
+        /* Fresh NaN-pattern bytes per block: a read before the block's own write shows. */
+        std::vector<uint4> dynamic((shared + 15) / 16 + 1, uint4{~0u, ~0u, ~0u, ~0u});
+        emu_dynamic_shared = reinterpret_cast<unsigned char *>(dynamic.data());
         std::barrier<> block(size);
         std::vector<std::unique_ptr<std::barrier<>>> warps;
         for (unsigned w = 0; w < size / 32; ++w) {
@@ -1102,6 +1108,14 @@ fn emulate(ir: &KernelIr, options: &EmitOptions) -> Option<Emulated> {
     let module = emit_module(&[(name.clone(), ir)], options);
     let body = module.replace("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n", "");
     assert_ne!(body, module, "the prelude's includes moved");
+    // `extern __shared__` has no host spelling: the row cache is the emulated block's buffer.
+    let dynamic = "__device__ __forceinline__ unsigned char *fbc_row_cache() {\n    extern __shared__ __align__(16) unsigned char fbc_row_cache_bytes[];\n    return fbc_row_cache_bytes;\n}\n";
+    let body2 = body.replace(
+        dynamic,
+        "inline unsigned char *fbc_row_cache() { return emu_dynamic_shared; }\n",
+    );
+    assert_ne!(body2, body, "the prelude's fbc_row_cache moved");
+    let body = body2;
     let mut source = format!("{SHIM}\n{body}\n");
     let mut parts = vec![String::new()];
     if !ir.reductions.is_empty() {
@@ -1117,12 +1131,13 @@ fn emulate(ir: &KernelIr, options: &EmitOptions) -> Option<Emulated> {
         for wide in [false, true] {
             let entry = entry_name(&name, part, wide);
             source.push_str(&format!(
-                "extern \"C\" int run_{entry}(const unsigned char *block, unsigned long long len, unsigned grid, unsigned threads) {{\n\
+                "extern \"C\" int run_{entry}(const unsigned char *block, unsigned long long len, unsigned grid, unsigned threads, unsigned shared) {{\n\
                  \x20   {name}_params p;\n\
                  \x20   if (len != sizeof p) return 1;\n\
                  \x20   if (threads % 32 != 0 || threads > 256) return 2;\n\
+                 \x20   if (shared > 48 * 1024) return 3;\n\
                  \x20   memcpy(&p, block, sizeof p);\n\
-                 \x20   emu_launch(grid, threads, [&] {{ {entry}(p); }});\n\
+                 \x20   emu_launch(grid, threads, shared, [&] {{ {entry}(p); }});\n\
                  \x20   return 0;\n}}\n"
             ));
         }
@@ -1192,6 +1207,14 @@ impl DeviceBuf {
     }
 }
 
+/// How an emulated launch runs: 64-bit indexing when `wide`; a row kernel on the path
+/// `force` gives (see [`force_row_path`]) instead of the host's choice.
+#[derive(Debug, Clone, Copy, Default)]
+struct Mode {
+    wide: bool,
+    force: Option<RowPath>,
+}
+
 /// Runs `launch` of `ir` through the emulation, on copies of `buffers` in `DeviceBuf`s
 /// shifted by `shifts` bytes, with every entry point replaced by its 64-bit variant when
 /// `wide`; the buffers are updated in place. Returns the parameter block's `vec` word.
@@ -1201,9 +1224,10 @@ fn run_emulated(
     launch: &Launch,
     buffers: &mut [Buffer],
     shifts: &[usize],
-    wide: bool,
+    mode: Mode,
     options: &EmitOptions,
 ) -> u64 {
+    let Mode { wide, force } = mode;
     let mut device: Vec<DeviceBuf> = buffers
         .iter()
         .zip(shifts)
@@ -1213,7 +1237,7 @@ fn run_emulated(
             d
         })
         .collect();
-    let p = plan(ir, &emulated.name, launch, 1, options);
+    let mut p = plan(ir, &emulated.name, launch, 1, options);
     // Scratch starts as NaN bytes: every slot must be initialised or written before it is read.
     let mut scratch: Vec<DeviceBuf> = p
         .scratch_bytes
@@ -1222,7 +1246,10 @@ fn run_emulated(
         .collect();
     let ptrs: Vec<u64> = device.iter_mut().map(|d| d.ptr() as u64).collect();
     let scratch_ptrs: Vec<u64> = scratch.iter_mut().map(|d| d.ptr() as u64).collect();
-    let block = param_block(ir, launch, &ptrs, &scratch_ptrs);
+    let mut block = param_block(ir, launch, &ptrs, &scratch_ptrs);
+    if let Some(path) = force.filter(|_| ir.is_row_kernel()) {
+        force_row_path(ir, launch, &mut block, &mut p, path);
+    }
     for l in &p.launches {
         let entry = if wide {
             l.entry.replace("_i32", "_i64")
@@ -1230,12 +1257,21 @@ fn run_emulated(
             l.entry.clone()
         };
         let symbol = format!("run_{entry}");
-        let run: libloading::Symbol<unsafe extern "C" fn(*const u8, u64, u32, u32) -> i32> =
+        let run: libloading::Symbol<unsafe extern "C" fn(*const u8, u64, u32, u32, u32) -> i32> =
             unsafe { emulated.library.get(symbol.as_bytes()) }.expect("entry wrapper");
-        let status = unsafe { run(block.as_ptr(), block.len() as u64, l.grid.0, l.block.0) };
+        let status = unsafe {
+            run(
+                block.as_ptr(),
+                block.len() as u64,
+                l.grid.0,
+                l.block.0,
+                l.shared_bytes,
+            )
+        };
         assert_eq!(
             status, 0,
-            "{entry}: parameter block size differs from the struct (1), or a block of {} threads (2)",
+            "{entry}: parameter block size differs from the struct (1), a block of {} threads (2) \
+             or over 48 KiB of shared memory (3)",
             l.block.0
         );
     }
@@ -1244,6 +1280,42 @@ fn run_emulated(
         unsafe { std::ptr::copy_nonoverlapping(d.ptr(), b.as_mut_ptr(), len) };
     }
     words(&block)[param_layout(ir).vec / 8]
+}
+
+/// Makes a row kernel's launch take `path` instead of the host's choice where `path` is
+/// valid for it (shared memory and re-reading always are; registers only where the row fits
+/// them, and vectors only where the host found them aligned), with the shared memory the
+/// shared path needs. Lets short rows run every path of the kernel text.
+fn force_row_path(
+    ir: &KernelIr,
+    launch: &Launch,
+    block: &mut [u8],
+    p: &mut LaunchPlan,
+    path: RowPath,
+) {
+    let at = param_layout(ir).vec;
+    let natural = words(block)[at / 8];
+    let valid = match path {
+        RowPath::Reread | RowPath::Shared => true,
+        RowPath::Registers => natural >= RowPath::Registers as u64,
+        RowPath::RegistersVector => natural == RowPath::RegistersVector as u64,
+    };
+    if !valid {
+        return;
+    }
+    block[at..at + 8].copy_from_slice(&(path as u64).to_le_bytes());
+    let len = fold(ir, launch)[ir.rank - 1];
+    let shared: i64 = abi::row_cached(ir)
+        .iter()
+        .map(|&v| (len * ir.loads[v].dtype.size_bytes() as i64 + 15) / 16 * 16)
+        .sum();
+    for l in &mut p.launches {
+        l.shared_bytes = if path == RowPath::Shared {
+            shared as u32
+        } else {
+            0
+        };
+    }
 }
 
 /// Elements each argument of `launch` needs (its largest index plus one; through an index
@@ -1449,7 +1521,8 @@ fn agree(
     let mut want = got.clone();
     let mut refs: Vec<&mut Buffer> = want.iter_mut().collect();
     interpret::run(ir, launch, &mut refs);
-    let vec = run_emulated(emulated, ir, launch, &mut got, shifts, wide, options);
+    let mode = Mode { wide, force: None };
+    let vec = run_emulated(emulated, ir, launch, &mut got, shifts, mode, options);
     let first_reduction = ir.loads.len() + ir.stores.len();
     for a in ir.loads.len()..ir.arg_count() {
         let max =
@@ -1689,6 +1762,7 @@ fn run_program_emulated(
     inputs: &[Buffer],
     emulated: &mut BTreeMap<String, Emulated>,
     wide: bool,
+    force: Option<RowPath>,
 ) -> Option<Vec<Buffer>> {
     let dag = &program.dag;
     let options = EmitOptions::default();
@@ -1729,7 +1803,7 @@ fn run_program_emulated(
                     &k.launch,
                     &mut owned,
                     &shifts,
-                    wide,
+                    Mode { wide, force },
                     &options,
                 );
                 for (a, (v, b)) in k.args.iter().zip(owned).enumerate() {
@@ -1769,6 +1843,7 @@ fn emulated_agrees(
     seed: u64,
     specials: bool,
     wide: bool,
+    force: Option<RowPath>,
 ) -> Option<Result<(), String>> {
     let rules = random_graph::rules();
     let inputs = random_graph::inputs(graph, seed, specials);
@@ -1777,10 +1852,12 @@ fn emulated_agrees(
         Err(e) => return Some(Err(format!("reference: {e}"))),
     };
     let buffers = random_graph::input_buffers(program, &inputs);
-    let got = run_program_emulated(program, &buffers, emulated, wide)?;
+    let got = run_program_emulated(program, &buffers, emulated, wide, force)?;
     for (o, b) in program.dag.outputs.iter().zip(&got) {
         if let Err(e) = random_graph::assert_same(&o.name, &want[&o.name], &b.to_tensor()) {
-            return Some(Err(format!("{e} (seed {seed}, specials {specials})")));
+            return Some(Err(format!(
+                "{e} (seed {seed}, specials {specials}, path {force:?})"
+            )));
         }
     }
     Some(Ok(()))
@@ -1871,8 +1948,9 @@ fn row_graphs_lower_to_one_row_kernel() {
 }
 
 /// Every row kernel of the row graphs compiles for sm_80 and sm_90 in both reduction modes
-/// without a warning, and its PTX synchronizes the block, shuffles within warps and uses no
-/// atomics (each row is one block's alone).
+/// without a warning, and its PTX synchronizes the block, shuffles within warps, uses no
+/// atomics (each row is one block's alone), moves rows in 16-byte vectors, has its shared
+/// memory cache, and keeps the register cache out of local memory.
 #[test]
 fn row_kernels_compile_for_sm80_and_sm90() {
     let mut kernels: Vec<KernelIr> = Vec::new();
@@ -1893,24 +1971,39 @@ fn row_kernels_compile_for_sm80_and_sm90() {
         assert!(ptx.contains("bar.sync"), "block barrier");
         assert!(ptx.contains("shfl.sync.bfly"), "warp shuffles");
         assert!(!ptx.contains("atom."), "row kernels use no atomics");
+        // The register cache is indexed by constants only once its loops are unrolled, so
+        // it lives in registers: an array left in local memory would be a `.local` one.
+        assert!(!ptx.contains(".local"), "the row cache stays in registers");
+        assert!(
+            ptx.contains("ld.global.v4") || ptx.contains("ld.global.nc.v4"),
+            "16-byte loads"
+        );
+        assert!(ptx.contains("st.global.v4"), "16-byte stores");
+        assert!(ptx.contains("ld.shared"), "the shared-memory cache");
     }
 }
 
-/// The emitted row kernels, run through the emulation at row lengths 0, 1, 33 (one warp and
-/// a bit) and 1000 (a full block, four elements a thread), over more rows than the grid has
-/// blocks, at rank 3, with NaN/±Inf/±0 rows and 64-bit indexing, equal the reference.
+/// The emitted row kernels, run through the emulation at row lengths 0, 1, 31, 33 (one warp
+/// and a bit), 1000 (64 threads, four 16-byte vectors each), 4097 (one past the register
+/// cache of a full block: shared memory) and 24577 (past 48 KiB of f16 or f32: re-reading),
+/// over more rows than the grid has blocks, at rank 3, with NaN/±Inf/±0 rows and 64-bit
+/// indexing, equal the reference; every short shape also runs forced onto the shared,
+/// re-reading and element-by-element register paths, so every path of every kernel text runs.
 #[test]
 fn emulated_row_kernels_match_the_reference() {
     for (name, make) in row_graphs() {
         let mut emulated = BTreeMap::new();
-        let shapes: [&[usize]; 7] = [
+        let shapes: [&[usize]; 10] = [
             &[3, 0],
             &[3, 1],
+            &[2, 31],
             &[5, 33],
             &[2, 1000],
             &[40, 3],
             &[2, 3, 33],
             &[0, 4],
+            &[2, 4097],
+            &[1, 24577],
         ];
         for (i, shape) in shapes.into_iter().enumerate() {
             if shape.last() == Some(&0) && has_max(name) {
@@ -1924,9 +2017,22 @@ fn emulated_row_kernels_match_the_reference() {
                 assert_eq!(program.groups, 1, "{name} {shape:?}");
                 assert!(program.kernels[0].is_row_kernel(), "{name} {shape:?}");
             }
-            for (seed, specials, wide) in [(i as u64, false, false), (100 + i as u64, true, true)] {
+            let long = shape.last().is_some_and(|&n| n > 4096);
+            let mut runs = vec![
+                (i as u64, false, false, None),
+                (100 + i as u64, true, true, None),
+            ];
+            if !long {
+                for (k, path) in [RowPath::Shared, RowPath::Reread, RowPath::Registers]
+                    .into_iter()
+                    .enumerate()
+                {
+                    runs.push((200 + 10 * i as u64 + k as u64, true, false, Some(path)));
+                }
+            }
+            for (seed, specials, wide, force) in runs {
                 let Some(result) =
-                    emulated_agrees(&graph, &program, &mut emulated, seed, specials, wide)
+                    emulated_agrees(&graph, &program, &mut emulated, seed, specials, wide, force)
                 else {
                     return;
                 };
@@ -1945,7 +2051,8 @@ fn emulated_nan_and_inf_rows_match_the_reference() {
     let program = lowered(&graph);
     let mut emulated = BTreeMap::new();
     for seed in 0..4 {
-        let Some(result) = emulated_agrees(&graph, &program, &mut emulated, seed, true, false)
+        let Some(result) =
+            emulated_agrees(&graph, &program, &mut emulated, seed, true, false, None)
         else {
             return;
         };
@@ -1954,27 +2061,59 @@ fn emulated_nan_and_inf_rows_match_the_reference() {
 }
 
 /// Launch plans of row kernels: one block per row up to the grid cap (grid-stride beyond),
-/// the block sized from the row length, never folded (a contiguous `[N, M]` stays N rows),
-/// no vector path, no scratch; no rows, no launch.
+/// the block sized from the row length so a row fits 16 f32 registers a thread, never folded
+/// (a contiguous `[N, M]` stays N rows), no scratch; the path in the `vec` word: vectors
+/// where the row fits the registers and is aligned, registers element by element where it
+/// fits but is not, shared memory (with its size) up to 48 KiB, re-reading beyond; no rows,
+/// no launch.
 #[test]
 fn row_kernel_plans() {
-    assert_eq!(
-        [0, 1, 33, 128, 129, 256, 1000, 1024, 4096, i64::MAX].map(abi::row_block),
-        [32, 32, 32, 32, 64, 64, 256, 256, 256, 256]
-    );
     let program = lowered(&row_graphs::softmax(DType::F32, &[4096, 4096]));
     let ir = &program.kernels[0];
     assert!(ir.is_row_kernel());
-    assert_eq!(vector_width(ir), 1);
+    assert_eq!(vector_width(ir), 1, "no pointwise vector loop");
+    assert_eq!(abi::row_cached(ir), vec![0], "softmax keeps its input");
+    assert_eq!((abi::row_slots(ir), abi::row_vector_width(ir)), (16, 4));
+    assert_eq!(
+        [0, 1, 33, 512, 513, 1024, 1025, 4096, 4097, i64::MAX].map(|n| abi::row_block(ir, n)),
+        [32, 32, 32, 32, 64, 64, 128, 256, 256, 256]
+    );
+    assert_eq!(
+        [4096, 4097, 12288, 12289].map(|n| abi::row_shared_bytes(ir, n)),
+        [0, 16400, 48 * 1024, 0]
+    );
     let options = EmitOptions::default();
-    let cases: [(&[i64], u32, u32, bool); 5] = [
-        (&[4096, 4096], 4096, 256, false),
-        (&[8192, 1024], 132 * BLOCKS_PER_SM, 256, false),
-        (&[7, 100], 7, 32, false),
-        (&[3, 0], 3, 32, false),
-        (&[1 << 16, 1 << 16], 132 * BLOCKS_PER_SM, 256, true),
+    use RowPath::{Registers, RegistersVector, Reread, Shared};
+    // sizes, pointers, grid, block, shared bytes, 64-bit indexing, path
+    type Case = (&'static [i64], u64, u32, u32, u32, bool, RowPath);
+    let cases: [Case; 9] = [
+        (&[4096, 4096], 0x1000, 4096, 256, 0, false, RegistersVector),
+        (&[4096, 4096], 0x1004, 4096, 256, 0, false, Registers),
+        (
+            &[8192, 1024],
+            0x1000,
+            132 * BLOCKS_PER_SM,
+            64,
+            0,
+            false,
+            RegistersVector,
+        ),
+        (&[7, 100], 0x1000, 7, 32, 0, false, RegistersVector),
+        (&[7, 33], 0x1000, 7, 32, 0, false, Registers),
+        (&[3, 0], 0x1000, 3, 32, 0, false, RegistersVector),
+        (&[10, 5000], 0x1000, 10, 256, 20000, false, Shared),
+        (&[10, 12289], 0x1000, 10, 256, 0, false, Reread),
+        (
+            &[1 << 16, 1 << 16],
+            0x1000,
+            132 * BLOCKS_PER_SM,
+            256,
+            0,
+            true,
+            Reread,
+        ),
     ];
-    for (sizes, grid, block, wide) in cases {
+    for (sizes, ptr, grid, block, shared, wide, path) in cases {
         let launch = contiguous(ir, sizes);
         assert_eq!(fold(ir, &launch), sizes.to_vec(), "rows are never folded");
         let p = plan(ir, "k", &launch, 132, &options);
@@ -1983,18 +2122,41 @@ fn row_kernel_plans() {
             entry: entry_name("k", "", wide),
             grid: (grid, 1, 1),
             block: (block, 1, 1),
-            shared_bytes: 0,
+            shared_bytes: shared,
         };
         assert_eq!(p.launches, vec![want], "{sizes:?}");
-        let ptrs = vec![0x1000; ir.arg_count()];
+        let ptrs = vec![ptr; ir.arg_count()];
         let block_words = words(&param_block(ir, &launch, &ptrs, &[]));
-        assert_eq!(block_words[param_layout(ir).vec / 8], 0, "no vector path");
+        assert_eq!(
+            block_words[param_layout(ir).vec / 8],
+            path as u64,
+            "{sizes:?} at {ptr:#x}"
+        );
     }
     assert!(
         plan(ir, "k", &contiguous(ir, &[0, 5]), 132, &options)
             .launches
             .is_empty()
     );
+}
+
+/// Which loads a row kernel caches: layernorm keeps its input (read by all three passes) but
+/// not its weight and bias (read by the last pass only), and its slots follow the cached
+/// bytes (f16: 64 bytes would be 32 slots, capped at 16).
+#[test]
+fn row_kernels_cache_the_loads_read_twice() {
+    let program = lowered(&row_graphs::layernorm(DType::F32, &[8, 1024], true));
+    let ir = &program.kernels[0];
+    assert_eq!(ir.loads.len(), 3, "x, weight, bias");
+    let cached = abi::row_cached(ir);
+    assert_eq!(cached.len(), 1, "only the input");
+    assert!(abi::row_pass_loads(ir, 0)[cached[0]]);
+    assert_eq!(abi::row_slots(ir), 16);
+    let f16 = lowered(&row_graphs::layernorm(DType::F16, &[8, 1024], true));
+    assert_eq!(abi::row_slots(&f16.kernels[0]), 16);
+    assert_eq!(abi::row_vector_width(&f16.kernels[0]), 8);
+    let sums = lowered(&row_sums_graph(DType::F32, &[8, 1024]));
+    assert_eq!(abi::row_cached(&sums.kernels[0]).len(), 1);
 }
 
 /// Random graphs with row reductions feeding pointwise consumers (mixed with the usual
@@ -2048,6 +2210,7 @@ fn emulated_random_row_graphs_match_the_reference() {
             attempts as u64,
             specials,
             false,
+            None,
         ) else {
             return;
         };

@@ -21,6 +21,11 @@ when run unfused (fused runs may use rewrites that hold only for finite values).
 Exit status 1 if anything disagreed. Needs numpy.
 
     python3 benches/gpu/check_gpu.py --fusebox ./fusebox --random 200
+    python3 benches/gpu/check_gpu.py --examples softmax,layernorm --random 0   # row kernels
+
+`--rows 1` (the default) also checks softmax and layernorm at row lengths around each of the
+CUDA row kernel's paths (registers, vectors, shared memory, re-reading), with strided rows
+and NaN/Inf rows (check_rows).
 """
 
 import argparse
@@ -226,6 +231,51 @@ def check_examples(args, np, report):
             report(f"{name} ({label})", problems)
 
 
+# Row lengths around the CUDA row kernel's path limits (src/backend/cuda/abi.rs, row_path):
+# odd lengths run the register cache element by element, multiples of the vector width with
+# 16-byte vectors (1000: 64 threads, 4096: the full block of 256 x 16 floats), 4097 the
+# shared-memory cache, 12289 (f32) and 24577 (f16, bf16) past its 48 KiB the re-reading path.
+ROW_LENGTHS = [1, 31, 33, 1000, 1023, 4096, 4097, 12289, 24577]
+
+
+def check_rows(args, np, report):
+    """Softmax and layernorm at every ROW_LENGTHS, in f32, f16 and bf16, and with a transposed
+    (strided) input, fused into one row kernel each, against the reference evaluator (f64
+    accumulation, eager rounding); softmax f32 also with NaN, ±Inf and ±0 in its rows."""
+    work = tempfile.mkdtemp(prefix="fusebox-gpu-rows-")
+    cases = []
+    for kind in ["softmax", "layernorm"]:
+        for dtype in ["f32", "f16", "bf16"]:
+            for length in ROW_LENGTHS:
+                cases.append((kind, dtype, length, False, False))
+        for length in [33, 1000, 4097]:
+            cases.append((kind, "f32", length, True, False))
+    for length in [33, 1000, 4097, 12289]:
+        cases.append(("softmax", "f32", length, False, True))
+    try:
+        for index, (kind, dtype, length, transposed, specials) in enumerate(cases):
+            rows = 5 if length < 4096 else 3
+            graph = graphs.row_graph(kind, dtype, rows, length, transposed)
+            path = os.path.join(work, f"row_{index}.ron")
+            with open(path, "w") as f:
+                f.write(graphs.to_ron(graph))
+            input_dir = os.path.join(work, f"inputs_{index}")
+            os.makedirs(input_dir)
+            flags = write_inputs(np, graph, input_dir, args.seed + index, specials)
+            label = f"{kind} {dtype} [{rows}, {length}]"
+            if transposed:
+                label += " transposed"
+            if specials:
+                label += " NaN/Inf"
+            try:
+                problems = compare(args, np, path, graph["outputs"], flags, flags, False)
+            except RuntimeError as exc:
+                problems = [str(exc)]
+            report(label, problems)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def check_random(args, np, report):
     rng = random.Random(args.seed)
     work = tempfile.mkdtemp(prefix="fusebox-gpu-random-")
@@ -277,6 +327,9 @@ def main():
     parser.add_argument("--examples", help="comma-separated example names (default: all)")
     parser.add_argument("--keep", help="copy failing random graphs into this directory")
     parser.add_argument(
+        "--rows", type=int, default=1, help="1: check softmax/layernorm at row lengths around each CUDA row path"
+    )
+    parser.add_argument(
         "--backend", default="cuda", help="the backend checked (cpu tests this script without a GPU)"
     )
     args = parser.parse_args()
@@ -301,6 +354,8 @@ def main():
         sys.stdout.flush()
 
     check_examples(args, np, report)
+    if args.rows:
+        check_rows(args, np, report)
     if args.random > 0:
         check_random(args, np, report)
     print(f"\n{passed} passed, {len(failures)} failed")

@@ -348,6 +348,50 @@ def torch_inputs(graph, torch, device, seed):
 
 UNARY = ["neg", "exp", "tanh", "sigmoid", "relu", "abs", "gelu", "silu", "softplus", "sqrt"]
 BINARY = ["add", "sub", "mul", "div", "max", "min"]
+def row_graph(kind, dtype, rows, length, transposed=False):
+    """Softmax or layernorm (affine) over rows of `length` elements, as the examples write
+    them, at any size: the row kernels' device check (check_gpu.py --rows) runs each of the
+    CUDA row kernel's paths (registers with and without vectors, shared memory, re-reading)
+    by choosing lengths around their limits. With `transposed`, x is stored [length, rows]
+    and transposed, so the row is strided (no vectors)."""
+    graph = {"name": f"{kind}_{dtype}_{rows}x{length}", "inputs": [], "nodes": [], "outputs": []}
+    stored = [length, rows] if transposed else [rows, length]
+    graph["inputs"].append({"name": "x", "dtype": dtype, "shape": stored})
+    nodes = graph["nodes"]
+
+    def node(name, op, args, **attrs):
+        nodes.append({"name": name, "op": op, "args": args, "attrs": attrs})
+
+    x = "x"
+    if transposed:
+        node("xt", "transpose", ["x"], perm=[1, 0])
+        x = "xt"
+    last = {"axes": [-1], "keepdim": True}
+    if kind == "softmax":
+        node("m", "reduce_max", [x], **last)
+        node("shifted", "sub", [x, "m"])
+        node("e", "exp", ["shifted"])
+        node("s", "sum", ["e"], **last)
+        node("y", "div", ["e", "s"])
+    elif kind == "layernorm":
+        graph["inputs"].append({"name": "weight", "dtype": dtype, "shape": [length]})
+        graph["inputs"].append({"name": "bias", "dtype": dtype, "shape": [length]})
+        node("mean", "mean", [x], **last)
+        node("centered", "sub", [x, "mean"])
+        node("squared", "mul", ["centered", "centered"])
+        node("var", "mean", ["squared"], **last)
+        nodes.append({"name": "eps", "op": "const", "args": [], "attrs": {"value": 1e-5, "dtype": dtype}})
+        node("var_eps", "add", ["var", "eps"])
+        node("rstd", "rsqrt", ["var_eps"])
+        node("normalized", "mul", ["centered", "rstd"])
+        node("scaled", "mul", ["normalized", "weight"])
+        node("y", "add", ["scaled", "bias"])
+    else:
+        raise ValueError(f"unknown row graph {kind}")
+    graph["outputs"].append("y")
+    return graph
+
+
 REDUCE = ["sum", "mean", "reduce_max"]
 FLOATS = ["f32", "f32", "f16", "bf16"]
 

@@ -32,6 +32,9 @@
 #                         the system (headers from CUDA_HOME or /usr/local/cuda).
 #   RANDOM_GRAPHS=n       random graphs for `check` (default 200)
 #   ITERS=n               timed runs per benchmark row (default 50)
+#   EXAMPLES=a,b          only these examples in `check` and `bench` (default: all), e.g.
+#                         EXAMPLES=softmax,layernorm RANDOM_GRAPHS=0 for the row kernels alone
+#                         (check_gpu.py's row-length checks run whatever EXAMPLES says)
 #   OUT=dir               where results go (default target/gpu-suite)
 #   PYTHON=python3
 #
@@ -52,6 +55,8 @@ PYTHON="${PYTHON:-python3}"
 OUT="${OUT:-$ROOT/target/gpu-suite}"
 RANDOM_GRAPHS="${RANDOM_GRAPHS:-200}"
 ITERS="${ITERS:-50}"
+EXAMPLE_ARGS=()
+[ -n "${EXAMPLES:-}" ] && EXAMPLE_ARGS=(--examples "$EXAMPLES")
 if [ -z "${FUSEBOX:-}" ]; then
     if [ -x "$ROOT/fusebox" ]; then FUSEBOX="$ROOT/fusebox"; else FUSEBOX="$ROOT/target/release/fusebox"; fi
 fi
@@ -126,7 +131,7 @@ run_info() {
 run_check() {
     "$PYTHON" -c "import numpy" 2>/dev/null || die "check needs numpy for $PYTHON"
     "$PYTHON" "$HERE/check_gpu.py" --fusebox "$FUSEBOX" --random "$RANDOM_GRAPHS" \
-        --keep "$OUT/failing-graphs" 2>&1 | tee "$OUT/check.txt"
+        ${EXAMPLE_ARGS[@]+"${EXAMPLE_ARGS[@]}"} --keep "$OUT/failing-graphs" 2>&1 | tee "$OUT/check.txt"
     return "${PIPESTATUS[0]}"
 }
 
@@ -146,7 +151,7 @@ run_bench() {
     "$PYTHON" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null \
         || die "bench needs PyTorch with CUDA for $PYTHON"
     "$PYTHON" "$HERE/peers_gpu.py" --fusebox "$FUSEBOX" --iters "$ITERS" --json "$OUT/bench.json" \
-        2>&1 | tee "$OUT/bench.txt"
+        ${EXAMPLE_ARGS[@]+"${EXAMPLE_ARGS[@]}"} 2>&1 | tee "$OUT/bench.txt"
     return "${PIPESTATUS[0]}"
 }
 

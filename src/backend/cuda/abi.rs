@@ -16,8 +16,9 @@
 //!
 //! - A kernel without reductions has one part, `""`: a grid-stride loop over the domain.
 //! - A [row kernel](crate::lower::ir) also has the one part `""`, launched with one block per
-//!   row (grid-stride over rows when there are more rows than the grid has blocks) and
-//!   [`row_block`] threads, chosen from the row length at launch.
+//!   row (grid-stride over rows when there are more rows than the grid has blocks),
+//!   [`row_block`] threads and [`row_shared_bytes`] of dynamic shared memory, chosen from the
+//!   row length at launch, and takes the [`RowPath`] its `vec` word says.
 //! - A kernel with reductions runs `_init` (scratch accumulators set to the identity; not in
 //!   deterministic mode), then `_g0`, `_g1`, … (one pass per [reduction group](reduction_groups),
 //!   the first one also writing every pointwise store), then `_finish` (means divided, results
@@ -36,7 +37,7 @@
 //! | `s[args][rank]`  | args × rank     | strides in elements (read only on `Strided` axes) |
 //! | `o[args]`        | args            | element offsets of domain point 0 |
 //! | `m[words]`       | index-map words | every index map's stages ([`Launch::map_words`]) |
-//! | `vec`            | 1               | 1 when the vectorized path may run ([`vector_ok`]) |
+//! | `vec`            | 1               | 1 when the vectorized path may run ([`vector_ok`]); a row kernel's [`RowPath`] |
 //! | `lanes[groups]`  | groups          | threads cooperating on one output, per group |
 //! | `split[groups]`  | groups          | pieces each output's reduced elements are cut into |
 //!
@@ -54,7 +55,7 @@
 //! scratch buffers can serve every kernel queued on a stream.
 
 use crate::backend::cuda::emit::EmitOptions;
-use crate::lower::ir::{Axis, KernelIr, Launch};
+use crate::lower::ir::{Axis, Instr, KernelIr, Launch};
 
 /// Threads per block for every entry point. Fixed, because the block reduction's shared
 /// memory and the `__launch_bounds__` of every entry are sized for it.
@@ -63,30 +64,200 @@ pub const BLOCK: u32 = 256;
 /// Threads in a warp.
 pub const WARP: i64 = 32;
 
-/// Elements each thread of a row kernel's block handles per pass before the block grows
-/// (see [`row_block`]).
+/// Elements each thread of a row kernel's block handles per pass before the block grows,
+/// when the kernel keeps nothing of the row in registers (see [`row_block`]).
 pub const ROW_ELEMS_PER_THREAD: i64 = 4;
 
+/// Bytes of a row's cached loads each thread of a row kernel aims to hold in registers: the
+/// register cache's slots per thread ([`row_slots`]) are this over the bytes one element of
+/// every cached load takes, so the cache costs about 16 registers whatever the dtypes.
+pub const ROW_REGISTER_BYTES: usize = 64;
+
+/// Most slots of the register cache per thread: 16 floats a thread and 256 threads hold a
+/// row of 4096 f32 elements.
+pub const ROW_MAX_SLOTS: usize = 16;
+
+/// Dynamic shared memory a row kernel may ask for to cache a row too long for registers:
+/// the 48 KiB every CUDA device grants a launch without an opt-in attribute, so the launch
+/// needs nothing beyond its shared-memory size.
+pub const ROW_SHARED_BYTES: i64 = 48 * 1024;
+
+/// How a row kernel's block holds each row between its passes, chosen per launch by
+/// [`row_path`] and handed to the kernel in the parameter block's `vec` word (the value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowPath {
+    /// Every pass reads the row's loads from global memory again (L1/L2 after the first).
+    Reread = 0,
+    /// The first pass that reads a cached load copies it into dynamic shared memory, and the
+    /// later passes read it there.
+    Shared = 1,
+    /// The row's cached loads are read once into registers, [`row_slots`] per thread, element
+    /// by element (thread `t`'s slot `s` holds element `s * threads + t`).
+    Registers = 2,
+    /// As `Registers`, with 16-byte loads and stores of the views contiguous along the row:
+    /// thread `t`'s slots `g * W .. (g + 1) * W` hold elements `(g * threads + t) * W + l`.
+    RegistersVector = 3,
+}
+
+/// Load views of a row kernel worth caching: those read in two or more passes over the row
+/// (a load read once gains nothing from being kept), moving along the row (a per-row scalar
+/// is one element), and not read through an index map (whose positions are computed per
+/// element anyway). In load order.
+pub fn row_cached(ir: &KernelIr) -> Vec<usize> {
+    if !ir.is_row_kernel() {
+        return Vec::new();
+    }
+    let inner = ir.rank.saturating_sub(1);
+    let mut passes_reading = vec![0usize; ir.loads.len()];
+    for pass in 0..ir.passes() {
+        for (view, reads) in row_pass_loads(ir, pass).into_iter().enumerate() {
+            passes_reading[view] += usize::from(reads);
+        }
+    }
+    (0..ir.loads.len())
+        .filter(|&view| {
+            let v = &ir.loads[view];
+            passes_reading[view] >= 2 && v.axes[inner] != Axis::Broadcast && !v.is_mapped()
+        })
+        .collect()
+}
+
+/// Per load view, whether pass `pass` of row kernel `ir` reads it per element: the loads
+/// its accumulated row reductions (level `pass + 1`) and, in the last pass, its element
+/// stores depend on, not looking through the row reductions it reads as constants.
+pub fn row_pass_loads(ir: &KernelIr, pass: usize) -> Vec<bool> {
+    let levels = ir.levels();
+    let inner = ir.rank.saturating_sub(1);
+    let mut needed = vec![false; ir.body.len()];
+    let mut roots: Vec<usize> = Vec::new();
+    for (id, instr) in ir.body.iter().enumerate() {
+        if let Instr::RowReduce { x, .. } = instr
+            && levels[id] == pass + 1
+        {
+            roots.push(*x);
+        }
+    }
+    if pass + 1 == ir.passes() {
+        roots.extend(
+            ir.stores
+                .iter()
+                .filter(|s| s.view.axes.get(inner) != Some(&Axis::Broadcast))
+                .map(|s| s.value),
+        );
+    }
+    let mut reads = vec![false; ir.loads.len()];
+    while let Some(id) = roots.pop() {
+        if id >= needed.len() || needed[id] {
+            continue;
+        }
+        needed[id] = true;
+        match &ir.body[id] {
+            Instr::Load { view } => {
+                if let Some(r) = reads.get_mut(*view) {
+                    *r = true;
+                }
+            }
+            Instr::RowReduce { .. } => {}
+            other => roots.extend(other.operands()),
+        }
+    }
+    reads
+}
+
+/// Vector width of a row kernel's [`RowPath::RegistersVector`] path: as for a pointwise
+/// kernel ([`vector_width`]), from the narrowest view contiguous along the row; 1 when no
+/// view is.
+pub fn row_vector_width(ir: &KernelIr) -> usize {
+    unit_vector_width(ir)
+}
+
+/// Slots of a row kernel's register cache per thread, a compile-time constant of its text:
+/// [`ROW_REGISTER_BYTES`] over the bytes of one element of every cached load, as a power of
+/// two between the vector width (so a thread's slots are whole vectors) and
+/// [`ROW_MAX_SLOTS`]. 0 when nothing is cached.
+pub fn row_slots(ir: &KernelIr) -> usize {
+    let cached = row_cached(ir);
+    if cached.is_empty() {
+        return 0;
+    }
+    let bytes: usize = cached.iter().map(|&v| ir.loads[v].dtype.size_bytes()).sum();
+    let fit = (ROW_REGISTER_BYTES / bytes.max(1)).max(1);
+    let pow2 = 1usize << (usize::BITS - 1 - fit.leading_zeros());
+    pow2.clamp(4, ROW_MAX_SLOTS).max(row_vector_width(ir))
+}
+
 /// Threads of the block that runs each row of a row kernel whose rows have `len` elements:
-/// the smallest power of two that gives every thread at most [`ROW_ELEMS_PER_THREAD`]
-/// elements, between one warp and [`BLOCK`].
+/// the smallest power of two that gives every thread at most [`row_slots`] elements (or
+/// [`ROW_ELEMS_PER_THREAD`] without a register cache), between one warp and [`BLOCK`].
 ///
 /// Why by length, at launch: every pass ends in a block-wide combination (warp shuffles, then
 /// shared memory and two barriers), a fixed cost per pass that only pays when each thread has
-/// several elements to accumulate first. A row of 128 elements or fewer (an attention head,
-/// a small hidden size) runs on one warp, whose combination is shuffles alone; rows of a few
-/// thousand (softmax over a vocabulary, layernorm over a model width) take the full block of
-/// 256, so a pass streams a row with 256 coalesced accesses at a time. Powers of two keep the
-/// warps whole, which the shuffles need. The choice is a launch argument: the kernel reads
-/// `blockDim.x`, so its text (and the compile cache key) does not depend on it.
-pub fn row_block(len: i64) -> u32 {
-    let per_thread = ROW_ELEMS_PER_THREAD;
+/// several elements to accumulate first, and a row that fits the register cache of fewer
+/// threads is read once by them. A row of up to 16 × 32 f32 elements runs on one warp, whose
+/// combination is shuffles alone; layernorm's 1024 takes 64 threads, softmax's 4096 the full
+/// block of 256. Powers of two keep the warps whole, which the shuffles need. The choice is a
+/// launch argument: the kernel reads `blockDim.x`, so its text (and the compile cache key)
+/// does not depend on it.
+pub fn row_block(ir: &KernelIr, len: i64) -> u32 {
+    let per_thread = match row_slots(ir) {
+        0 => ROW_ELEMS_PER_THREAD,
+        slots => slots as i64,
+    };
     let wanted = (len.max(0).saturating_add(per_thread - 1) / per_thread).max(WARP);
     let threads = u64::try_from(wanted)
         .unwrap_or(u64::MAX)
         .checked_next_power_of_two()
         .unwrap_or(u64::MAX);
     threads.min(u64::from(BLOCK)) as u32
+}
+
+/// Bytes of dynamic shared memory cache load `k` of [`row_cached`] starts at, for rows of
+/// `len` elements: each cached load's row rounded up to 16 bytes, in order. The kernel forms
+/// the same sums (`fbc_row_cache`), so the two cannot disagree.
+fn row_shared_extent(ir: &KernelIr, len: i64) -> i128 {
+    row_cached(ir)
+        .iter()
+        .map(|&v| {
+            let bytes = i128::from(len.max(0)) * ir.loads[v].dtype.size_bytes() as i128;
+            (bytes + 15) / 16 * 16
+        })
+        .sum()
+}
+
+/// The dynamic shared memory of a row kernel's launch for rows of `len` elements: the
+/// cached loads' rows ([`RowPath::Shared`]) when the row is too long for the register cache
+/// of a full block and they fit [`ROW_SHARED_BYTES`]; 0 otherwise.
+pub fn row_shared_bytes(ir: &KernelIr, len: i64) -> u32 {
+    let slots = row_slots(ir) as i64;
+    if slots == 0 || len <= slots * i64::from(row_block(ir, len)) {
+        return 0;
+    }
+    let extent = row_shared_extent(ir, len);
+    if extent <= i128::from(ROW_SHARED_BYTES) {
+        extent as u32
+    } else {
+        0
+    }
+}
+
+/// The path a row kernel's launch takes (see [`RowPath`]) with folded sizes `n` and device
+/// pointers `ptrs`: registers when the row fits [`row_slots`] per thread of [`row_block`],
+/// with vectors when [`vector_ok`] holds at [`row_vector_width`]; else shared memory when
+/// [`row_shared_bytes`] grants it; else re-reading.
+pub fn row_path(ir: &KernelIr, launch: &Launch, n: &[i64], ptrs: &[u64]) -> RowPath {
+    let len = n.get(ir.rank.saturating_sub(1)).copied().unwrap_or(0);
+    let slots = row_slots(ir) as i64;
+    if slots > 0 && len <= slots * i64::from(row_block(ir, len)) {
+        if vector_ok_at(ir, launch, n, ptrs, row_vector_width(ir)) {
+            RowPath::RegistersVector
+        } else {
+            RowPath::Registers
+        }
+    } else if row_shared_bytes(ir, len) > 0 {
+        RowPath::Shared
+    } else {
+        RowPath::Reread
+    }
 }
 
 /// Upper bound on blocks per SM in one grid. Grid-stride loops make any grid correct; this
@@ -116,7 +287,8 @@ pub struct GpuLaunch {
     pub entry: String,
     pub grid: (u32, u32, u32),
     pub block: (u32, u32, u32),
-    /// Always 0: the block reduction uses static shared memory.
+    /// Dynamic shared memory: 0 but for a row kernel's [`RowPath::Shared`] launch (the block
+    /// reductions use static shared memory).
     pub shared_bytes: u32,
 }
 
@@ -152,6 +324,12 @@ pub fn vector_width(ir: &KernelIr) -> usize {
     if !ir.reductions.is_empty() || ir.is_row_kernel() {
         return 1;
     }
+    unit_vector_width(ir)
+}
+
+/// 16 bytes over the element size of the narrowest view contiguous along the innermost axis
+/// (at least 2 bytes), or 1 when no view is.
+fn unit_vector_width(ir: &KernelIr) -> usize {
     let inner = ir.rank.saturating_sub(1);
     ir.views()
         .filter(|v| v.axes.get(inner) == Some(&Axis::Unit))
@@ -437,7 +615,11 @@ fn stage_fits(stage: &crate::lower::ir::MapStage) -> bool {
 /// innermost axis starts each row on a chunk boundary: its pointer plus offset is aligned to
 /// its [`chunk_bytes`], and so is its stride (in bytes) along every outer axis that moves.
 pub fn vector_ok(ir: &KernelIr, launch: &Launch, n: &[i64], ptrs: &[u64]) -> bool {
-    let width = vector_width(ir);
+    vector_ok_at(ir, launch, n, ptrs, vector_width(ir))
+}
+
+/// [`vector_ok`] at vector width `width` (a row kernel's is [`row_vector_width`]).
+fn vector_ok_at(ir: &KernelIr, launch: &Launch, n: &[i64], ptrs: &[u64], width: usize) -> bool {
     let inner = ir.rank.saturating_sub(1);
     let inner_size = n.get(inner).copied().unwrap_or(0);
     if width <= 1 || inner_size % width as i64 != 0 {
@@ -501,8 +683,8 @@ pub fn plan(
             launches.push(GpuLaunch {
                 entry: entry_name(name, "", wide),
                 grid: (rows.min(max_blocks) as u32, 1, 1),
-                block: (row_block(len), 1, 1),
-                shared_bytes: 0,
+                block: (row_block(ir, len), 1, 1),
+                shared_bytes: row_shared_bytes(ir, len),
             });
         }
         return LaunchPlan {
@@ -595,7 +777,11 @@ pub fn param_words(ir: &KernelIr, launch: &Launch, ptrs: &[u64], scratch: &[u64]
     let mut maps = launch.map_words();
     maps.resize(ir.map_word_count(), 0);
     words.extend(maps.iter().map(|&w| w as u64));
-    words.push(u64::from(vector_ok(ir, launch, &n, ptrs)));
+    words.push(if ir.is_row_kernel() {
+        row_path(ir, launch, &n, ptrs) as u64
+    } else {
+        u64::from(vector_ok(ir, launch, &n, ptrs))
+    });
     let shapes = group_shapes(ir, &n);
     words.extend(shapes.iter().map(|s| s.lanes as u64));
     words.extend(shapes.iter().map(|s| s.split as u64));

@@ -106,6 +106,12 @@ __device__ __forceinline__ void fbc_vstore(T *dst, const T (&src)[W]) {
     }
 }
 
+/* A row kernel's dynamic shared memory (its RowPath::Shared row cache), 16-byte aligned. */
+__device__ __forceinline__ unsigned char *fbc_row_cache() {
+    extern __shared__ __align__(16) unsigned char fbc_row_cache_bytes[];
+    return fbc_row_cache_bytes;
+}
+
 /* The end of piece s (of `piece` elements) of [0, count), and its start, without overflow in
    the unsigned counter type U (count < half of U's range). */
 template <typename U>

@@ -1,37 +1,98 @@
 //! Row kernels on CUDA: one block per row, the passes of [`KernelIr::levels`] as loops of the
-//! block's threads over the row, and a block-wide combination after each.
+//! block's threads over the row, a block-wide combination after each, and the row read from
+//! global memory once whenever it fits on chip.
 //!
 //! The block takes rows `blockIdx.x`, `blockIdx.x + gridDim.x`, … (the host caps the grid,
 //! [`abi::plan`](crate::backend::cuda::abi::plan)), and its `blockDim.x` threads (a power of
 //! two from 32 to `FBC_BLOCK`, chosen from the row length at launch by
-//! [`abi::row_block`](crate::backend::cuda::abi::row_block)) stride over the row's elements,
-//! so neighbouring threads read neighbouring elements. Pass `p` evaluates, at each element a
-//! thread visits, the values of level at most `p` and accumulates the row reductions of level
-//! `p + 1` per thread — floats in `double`, integers in wrapping `long long`, max with NaN
-//! winning (`fbc_max2`), exactly the accumulators of the reductions that end kernels. Then
-//! `fbc_group` combines the threads' partials (warp shuffles, then the warps in order through
-//! shared memory) and hands the row's result to every thread, which divides a mean by the
-//! row length (0/0 = NaN for an empty row), rounds it once to its dtype as `r{id}` and reads
-//! it as a constant in the later passes. The last pass writes the stores; a store with one
-//! element per row is written after it by thread 0, from the row's results at inner index 0,
-//! so an empty row still gets its sum of 0 or mean of NaN, as on the CPU and in the
-//! interpreter.
+//! [`abi::row_block`](crate::backend::cuda::abi::row_block)) share the row's elements. Pass
+//! `p` evaluates, at each element a thread holds, the values of level at most `p` and
+//! accumulates the row reductions of level `p + 1` per thread — float sums in `double`,
+//! integers in wrapping `long long`, max with NaN winning (`fbc_max2`; an f32 max in `float`
+//! with `fbc_maxf`, the same exact maximum without a conversion per element). Then
+//! `fbc_group` combines the threads' partials (warp shuffles, then the warps in order
+//! through shared memory) and hands the row's result to
+//! every thread, which divides a mean by the row length (0/0 = NaN for an empty row), rounds
+//! it once to its dtype as `r{id}` and reads it as a constant in the later passes. The last
+//! pass writes the stores; a store with one element per row is written after it by thread
+//! 0, from the row's results at inner index 0, so an empty row still gets its sum of 0 or
+//! mean of NaN, as on the CPU and in the interpreter.
 //!
-//! Loads are read again in every pass, from L1/L2 after the first: a row of a few thousand
-//! elements stays in cache between passes, and holding it in registers or shared memory would
-//! tie the kernel to a maximum row length, which the size-free kernel cannot know.
+//! # Where the row lives between passes
 //!
-//! Every thread of the block reaches every combination (the row loop's bounds are the same
-//! for the whole block, and the element loops end before it), as the barriers and full-warp
-//! shuffles require. The order of accumulation differs from the CPU's, so float sums may
-//! differ in their last bits, as between any two summation orders; maxima, integer sums and
-//! every pointwise value are exact.
+//! Softmax and layernorm read their input in every pass (three), so a kernel that re-reads
+//! it moves the row from L2 three times and stays far from the copy floor. The loads read in
+//! two passes or more ([`abi::row_cached`]) are therefore kept on chip, in one of three
+//! places, all in the one kernel text: the host picks one per launch from the row length
+//! ([`abi::row_path`]) and hands it over in the parameter block's `vec` word, so the text
+//! and its compile cache key stay free of sizes.
+//!
+//! - Registers (`path` 2 and 3), when the row fits [`abi::row_slots`] elements per thread of
+//!   the block (a compile-time constant: 16 f32 elements, so 4096 on 256 threads, 1024 on 64).
+//!   Before the first pass each thread loads its slots of every cached load into arrays
+//!   `c{a}[G][W]` (`G · W` slots, `W` the row vector width); the passes are fully unrolled
+//!   loops over the slots, so the arrays stay in registers, with a guard for the slots past
+//!   the row's end. Path 3, when the host found every view contiguous along the row aligned
+//!   to 16 bytes at each row's start and the row a multiple of `W` long ([`abi::vector_ok`]),
+//!   gives each thread runs of `W` neighbouring elements and moves them with 16-byte loads
+//!   and stores (also for loads read in one pass only, such as layernorm's weight and bias);
+//!   path 2 gives slot `s` of thread `t` element `s · threads + t`, element by element, so
+//!   neighbouring threads still read neighbouring elements.
+//! - Shared memory (`path` 1), when the row is too long for the registers but the cached
+//!   loads' rows fit the launch's dynamic shared memory
+//!   ([`abi::row_shared_bytes`]: at most 48 KiB, each load's row 16-byte aligned after the
+//!   last, at `fbc_row_cache()`). The first pass that reads a cached load copies each element
+//!   it reads there; the later passes read it back. Each thread only ever touches the elements
+//!   it copied itself (the same `threadIdx.x + k · threads` in every pass), so the cache
+//!   needs no barrier of its own.
+//! - Re-reading (`path` 0), for anything longer: every pass reads the loads from global
+//!   memory again, from L1/L2 at best, as the size-free kernel must when no bound on the row
+//!   holds.
+//!
+//! Every thread of the block reaches every combination (the row loop's bounds and the path
+//! are the same for the whole block, and the element loops end before it), as the barriers
+//! and full-warp shuffles require. The order of accumulation differs from the CPU's (and
+//! between paths), so float sums may differ in their last bits, as between any two summation
+//! orders; maxima, integer sums and every pointwise value are exact.
 
 use super::code::Code;
 use super::expr::{Cuda, identity};
-use super::{Kernel, Lane};
+use super::{Kernel, Lane, abi};
 use crate::backend::spelling::Spelling;
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind};
+
+/// The emitter's side of [`abi::RowPath`]: which loop shape a row's passes take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RowPath {
+    Reread,
+    Shared,
+    Registers,
+    Vector,
+}
+
+impl RowPath {
+    /// What the path's block of the kernel does, for a reader of the `.cu` file.
+    fn comment(self) -> &'static str {
+        match self {
+            RowPath::Vector => "the row in registers, moved in 16-byte vectors",
+            RowPath::Registers => "the row in registers, element by element",
+            RowPath::Shared => "the row in shared memory after its first reading",
+            RowPath::Reread => "every pass reads the row from global memory",
+        }
+    }
+}
+
+/// One pass's element loop to emit.
+struct PassLoop<'a> {
+    pass: usize,
+    path: RowPath,
+    /// Row reductions accumulated in this pass.
+    reducing: &'a [usize],
+    /// Element stores written in this pass (the last).
+    looped: &'a [usize],
+    /// Loads of [`abi::row_cached`].
+    cached: &'a [usize],
+}
 
 impl Kernel<'_> {
     /// Row reduction `id`'s kind and whether it accumulates integers, or `None` for any
@@ -43,24 +104,39 @@ impl Kernel<'_> {
         }
     }
 
+    /// Whether row reduction `id` is a maximum of f32 values, which each thread accumulates
+    /// in `float` (`m{id}`, with `fbc_maxf`) and widens once for the block's combination: a
+    /// maximum is exact in either precision, with the same NaN and signed-zero rules, and this
+    /// saves a conversion to `double` per element (a slow instruction on GPUs).
+    fn float_max(&self, id: usize) -> bool {
+        match self.ir.body[id] {
+            Instr::RowReduce { kind, x, .. } => {
+                kind == ReduceKind::Max && self.ir.prec(x) == Prec::F32
+            }
+            _ => false,
+        }
+    }
+
     /// The body of a row kernel (see the module documentation). Names beyond the emitter's:
     /// `row` the row index, `rb{a}` argument `a`'s element index at the row's start, `a{id}`
     /// the accumulator and `r{id}` the result of row reduction `id`, `ok{k}` whether store
-    /// `k` (broadcast along some outer axis) writes this row.
+    /// `k` (broadcast along some outer axis) writes this row, `c{a}` the register cache and
+    /// `sh{a}` the shared-memory cache of load `a`, `x{a}`/`y{k}` a vector of load `a`/store
+    /// `k`, `j0` the first element of a vector.
     pub(super) fn row_body(&self) -> Code {
         let ir: &KernelIr = self.ir;
         let inner = self.inner;
         let outer: Vec<usize> = (0..inner).collect();
-        let levels = ir.levels();
-        let passes = ir.passes();
-        let per_row = |k: usize| ir.stores[k].view.axes[inner] == Axis::Broadcast;
+        let cached = abi::row_cached(ir);
         let mut code = Code::new();
         self.preamble(&mut code);
         code.def("rows", format!("const U rows = {};", self.product(&outer)));
         code.def("threads", "const int threads = (int)blockDim.x;");
+        code.def("tid", "const I tid = (I)threadIdx.x;");
+        code.def("path", "const int path = (int)p.vec;");
         code.def("smem", "__shared__ double smem[FBC_BLOCK / 32];");
         code.def("smemi", "__shared__ long long smemi[FBC_BLOCK / 32];");
-        code.comment("one block per row; its threads stride over the row's elements");
+        code.comment("one block per row; its threads share the row's elements");
         code.open("for (U row = (U)blockIdx.x; row < rows; row += (U)gridDim.x)");
         self.decompose(&mut code, "(I)row", &outer, "rem");
         for arg in 0..ir.loads.len() + ir.stores.len() {
@@ -83,6 +159,46 @@ impl Kernel<'_> {
                 );
             }
         }
+        if cached.is_empty() {
+            // Nothing is read twice: re-reading is reading once (the host says path 0).
+            self.row_passes(&mut code, RowPath::Reread);
+        } else {
+            let mut paths = vec![
+                (abi::RowPath::Registers, RowPath::Registers),
+                (abi::RowPath::Shared, RowPath::Shared),
+            ];
+            if abi::row_vector_width(ir) > 1 {
+                paths.insert(0, (abi::RowPath::RegistersVector, RowPath::Vector));
+            }
+            for (i, (word, path)) in paths.into_iter().enumerate() {
+                let test = format!("if (path == {})", word as u32);
+                code.open(if i == 0 { test } else { format!("else {test}") });
+                code.comment(path.comment());
+                self.row_passes(&mut code, path);
+                code.close();
+            }
+            code.open("else");
+            code.comment(RowPath::Reread.comment());
+            self.row_passes(&mut code, RowPath::Reread);
+            code.close();
+        }
+        code.close();
+        code
+    }
+
+    /// The passes over one row on `path`, their combinations, and the per-row stores.
+    fn row_passes(&self, code: &mut Code, path: RowPath) {
+        let ir: &KernelIr = self.ir;
+        let inner = self.inner;
+        let levels = ir.levels();
+        let passes = ir.passes();
+        let per_row = |k: usize| ir.stores[k].view.axes[inner] == Axis::Broadcast;
+        let cached = abi::row_cached(ir);
+        match path {
+            RowPath::Registers | RowPath::Vector => self.row_fill(code, path, &cached),
+            RowPath::Shared => self.row_shared(code, &cached),
+            RowPath::Reread => {}
+        }
         for pass in 0..passes {
             let last = pass + 1 == passes;
             let reducing: Vec<usize> = (0..ir.body.len())
@@ -97,47 +213,24 @@ impl Kernel<'_> {
                 let Some((kind, int)) = self.row_reduce(id) else {
                     continue;
                 };
+                if self.float_max(id) {
+                    let start = Cuda.literal(f64::NEG_INFINITY, Prec::F32);
+                    code.def(format!("m{id}"), format!("float m{id} = {start};"));
+                    continue;
+                }
                 let ty = if int { "long long" } else { "double" };
                 let start = identity(kind == ReduceKind::Max, int);
                 code.def(format!("a{id}"), format!("{ty} a{id} = {start};"));
             }
             if !reducing.is_empty() || !looped.is_empty() {
-                let mut body = Code::new();
-                body.def(format!("i{inner}"), format!("const I i{inner} = (I)j;"));
-                self.element_bases(&mut body, true);
-                for (id, &level) in levels.iter().enumerate() {
-                    if level <= pass {
-                        let definition =
-                            Cuda.definition(ir, id, |view| self.element(view, Lane::Scalar));
-                        body.def(format!("v{id}"), definition);
-                    }
-                }
-                for &id in &reducing {
-                    let Some((kind, _)) = self.row_reduce(id) else {
-                        continue;
-                    };
-                    let Instr::RowReduce { x, .. } = ir.body[id] else {
-                        continue;
-                    };
-                    let value = match ir.prec(x) {
-                        Prec::F32 => format!("(double)v{x}"),
-                        Prec::F64 | Prec::I64 => format!("v{x}"),
-                    };
-                    let combine = if kind == ReduceKind::Max {
-                        "fbc_max2"
-                    } else {
-                        "fbc_sum2"
-                    };
-                    body.stmt(format!("a{id} = {combine}(a{id}, {value});"));
-                }
-                for &k in &looped {
-                    self.row_store(&mut body, k);
-                }
-                code.open(format!(
-                    "for (U j = (U)threadIdx.x; j < (U)n{inner}; j += (U)threads)"
-                ));
-                code.splice(&body);
-                code.close();
+                let pass_loop = PassLoop {
+                    pass,
+                    path,
+                    reducing: &reducing,
+                    looped: &looped,
+                    cached: &cached,
+                };
+                self.row_pass_loop(code, &pass_loop);
             }
             for &id in &reducing {
                 let Some((kind, int)) = self.row_reduce(id) else {
@@ -150,7 +243,13 @@ impl Kernel<'_> {
                 let smem = if int { "smemi" } else { "smem" };
                 // Every thread gets the row's result; the barriers inside make this a line
                 // with effects, kept even if nothing read the result.
-                code.stmt(format!("a{id} = fbc_group<{max}>(a{id}, threads, {smem});"));
+                if self.float_max(id) {
+                    code.stmt(format!(
+                        "double a{id} = fbc_group<true>((double)m{id}, threads, smem);"
+                    ));
+                } else {
+                    code.stmt(format!("a{id} = fbc_group<{max}>(a{id}, threads, {smem});"));
+                }
                 if kind == ReduceKind::Mean && !int {
                     code.def(
                         format!("a{id}"),
@@ -173,10 +272,9 @@ impl Kernel<'_> {
         if !rows.is_empty() {
             let mut body = Code::new();
             self.element_bases(&mut body, false);
-            for id in 0..ir.body.len() {
-                let definition = Cuda.definition(ir, id, |view| self.element(view, Lane::Scalar));
-                body.def(format!("v{id}"), definition);
-            }
+            self.row_values(&mut body, usize::MAX, &|view| {
+                self.element(view, Lane::Scalar)
+            });
             for &k in &rows {
                 self.row_store(&mut body, k);
             }
@@ -184,8 +282,293 @@ impl Kernel<'_> {
             code.splice(&body);
             code.close();
         }
+    }
+
+    /// The register cache of the cached loads, `c{a}[G][W]`, filled with this thread's
+    /// slots of the row (those past its end left unset and never read).
+    fn row_fill(&self, code: &mut Code, path: RowPath, cached: &[usize]) {
+        let inner = self.inner;
+        let (groups, width) = self.row_cache_shape();
+        for &a in cached {
+            let ty = Cuda.storage_type(self.ir.loads[a].dtype);
+            code.def(format!("c{a}"), format!("{ty} c{a}[{groups}][{width}];"));
+        }
+        code.stmt("#pragma unroll");
+        if path == RowPath::Vector {
+            code.open(format!("for (int g = 0; g < {groups}; ++g)"));
+            code.def(
+                "j0",
+                format!("const I j0 = ((I)g * (I)threads + tid) * (I){width};"),
+            );
+            code.open(format!("if (j0 < n{inner})"));
+            for &a in cached {
+                if self.ir.loads[a].axes[inner] == Axis::Unit {
+                    code.stmt(format!("fbc_vload(c{a}[g], p.p{a} + rb{a} + j0);"));
+                } else {
+                    let term = self.term(a, inner, "(j0 + (I)l)").unwrap_or_default();
+                    code.stmt(format!(
+                        "for (int l = 0; l < {width}; ++l) c{a}[g][l] = p.p{a}[rb{a} + {term}];"
+                    ));
+                }
+            }
+        } else {
+            let slots = groups * width;
+            code.open(format!("for (int s = 0; s < {slots}; ++s)"));
+            code.def(
+                format!("i{inner}"),
+                format!("const I i{inner} = (I)s * (I)threads + tid;"),
+            );
+            code.open(format!("if (i{inner} < n{inner})"));
+            for &a in cached {
+                let term = self
+                    .term(a, inner, &format!("i{inner}"))
+                    .unwrap_or_default();
+                code.stmt(format!(
+                    "c{a}[s / {width}][s % {width}] = p.p{a}[rb{a} + {term}];"
+                ));
+            }
+        }
         code.close();
-        code
+        code.close();
+    }
+
+    /// `sh{a}`: where cached load `a`'s row lives in the dynamic shared memory, each load's
+    /// row rounded up to 16 bytes after the previous one's, as
+    /// [`abi::row_shared_bytes`] sizes it.
+    fn row_shared(&self, code: &mut Code, cached: &[usize]) {
+        let inner = self.inner;
+        code.def("cache", "unsigned char *const cache = fbc_row_cache();");
+        let mut offset = String::new();
+        for &a in cached {
+            let dtype = self.ir.loads[a].dtype;
+            let ty = Cuda.storage_type(dtype);
+            let at = if offset.is_empty() {
+                "cache".to_string()
+            } else {
+                format!("cache + {offset}")
+            };
+            code.def(
+                format!("sh{a}"),
+                format!("{ty} *const sh{a} = reinterpret_cast<{ty} *>({at});"),
+            );
+            let bytes = format!(
+                "((U)n{inner} * (U){} + (U)15) / (U)16 * (U)16",
+                dtype.size_bytes()
+            );
+            offset = if offset.is_empty() {
+                bytes
+            } else {
+                format!("{offset} + {bytes}")
+            };
+        }
+    }
+
+    /// Slots of the register cache as `(G, W)`: `G` vectors of the row vector width `W`.
+    fn row_cache_shape(&self) -> (usize, usize) {
+        let width = abi::row_vector_width(self.ir).max(1);
+        (abi::row_slots(self.ir).max(width) / width, width)
+    }
+
+    /// One pass's loop over the thread's elements on its path: values, accumulation, and in
+    /// the last pass the stores.
+    fn row_pass_loop(&self, code: &mut Code, pl: &PassLoop) {
+        let ir = self.ir;
+        let inner = self.inner;
+        let (groups, width) = self.row_cache_shape();
+        let first_reader: Vec<Option<usize>> = {
+            let reads: Vec<Vec<bool>> = (0..ir.passes())
+                .map(|pass| abi::row_pass_loads(ir, pass))
+                .collect();
+            (0..ir.loads.len())
+                .map(|a| (0..reads.len()).find(|&pass| reads[pass][a]))
+                .collect()
+        };
+        let mut body = Code::new();
+        match pl.path {
+            RowPath::Reread | RowPath::Shared => {
+                body.def(format!("i{inner}"), format!("const I i{inner} = (I)j;"));
+                self.element_bases(&mut body, true);
+                let mut filled = Vec::new();
+                if pl.path == RowPath::Shared {
+                    for &a in pl.cached {
+                        if first_reader[a] == Some(pl.pass) {
+                            let ty = Cuda.storage_type(ir.loads[a].dtype);
+                            body.def(format!("e{a}"), format!("const {ty} e{a} = p.p{a}[b{a}];"));
+                            body.stmt(format!("sh{a}[i{inner}] = e{a};"));
+                            filled.push(a);
+                        }
+                    }
+                }
+                let load = |view: usize| {
+                    if filled.contains(&view) {
+                        format!("e{view}")
+                    } else if pl.path == RowPath::Shared
+                        && pl.cached.contains(&view)
+                        && first_reader[view].is_some_and(|f| f < pl.pass)
+                    {
+                        format!("sh{view}[i{inner}]")
+                    } else {
+                        self.element(view, Lane::Scalar)
+                    }
+                };
+                self.row_values(&mut body, pl.pass, &load);
+                self.row_accumulate(&mut body, pl.reducing);
+                for &k in pl.looped {
+                    self.row_store(&mut body, k);
+                }
+                code.open(format!(
+                    "for (U j = (U)threadIdx.x; j < (U)n{inner}; j += (U)threads)"
+                ));
+                code.splice(&body);
+                code.close();
+            }
+            RowPath::Registers => {
+                body.def(
+                    format!("i{inner}"),
+                    format!("const I i{inner} = (I)s * (I)threads + tid;"),
+                );
+                body.open(format!("if (i{inner} < n{inner})"));
+                self.element_bases(&mut body, true);
+                let load = |view: usize| {
+                    if pl.cached.contains(&view) {
+                        format!("c{view}[s / {width}][s % {width}]")
+                    } else {
+                        self.element(view, Lane::Scalar)
+                    }
+                };
+                self.row_values(&mut body, pl.pass, &load);
+                self.row_accumulate(&mut body, pl.reducing);
+                for &k in pl.looped {
+                    self.row_store(&mut body, k);
+                }
+                body.close();
+                code.stmt("#pragma unroll");
+                code.open(format!("for (int s = 0; s < {}; ++s)", groups * width));
+                code.splice(&body);
+                code.close();
+            }
+            RowPath::Vector => {
+                let unit = |view: &crate::lower::ir::View| view.axes[inner] == Axis::Unit;
+                body.def(
+                    "j0",
+                    format!("const I j0 = ((I)g * (I)threads + tid) * (I){width};"),
+                );
+                body.open(format!("if (j0 < n{inner})"));
+                for (a, view) in ir.loads.iter().enumerate() {
+                    if unit(view) && !pl.cached.contains(&a) {
+                        let ty = Cuda.storage_type(view.dtype);
+                        body.def(format!("x{a}"), format!("{ty} x{a}[{width}];"));
+                        body.def(
+                            format!("x{a}"),
+                            format!("fbc_vload(x{a}, p.p{a} + rb{a} + j0);"),
+                        );
+                    }
+                }
+                let vector_stores: Vec<usize> = pl
+                    .looped
+                    .iter()
+                    .copied()
+                    .filter(|&k| unit(&ir.stores[k].view))
+                    .collect();
+                for &k in &vector_stores {
+                    let ty = Cuda.storage_type(ir.stores[k].view.dtype);
+                    body.def(format!("y{k}"), format!("{ty} y{k}[{width}];"));
+                }
+                let mut lanes = Code::new();
+                lanes.def(
+                    format!("i{inner}"),
+                    format!("const I i{inner} = j0 + (I)l;"),
+                );
+                self.element_bases(&mut lanes, true);
+                let load = |view: usize| {
+                    if pl.cached.contains(&view) {
+                        format!("c{view}[g][l]")
+                    } else if unit(&ir.loads[view]) {
+                        format!("x{view}[l]")
+                    } else {
+                        self.element(view, Lane::Scalar)
+                    }
+                };
+                self.row_values(&mut lanes, pl.pass, &load);
+                self.row_accumulate(&mut lanes, pl.reducing);
+                for &k in pl.looped {
+                    if vector_stores.contains(&k) {
+                        let store = &ir.stores[k];
+                        let value = Cuda.store(store.view.dtype, &format!("v{}", store.value));
+                        // Read by the vector store after the lane loop, outside `lanes`,
+                        // whose definitions are pruned on their own: a line that stays.
+                        lanes.stmt(format!("y{k}[l] = {value};"));
+                    } else {
+                        self.row_store(&mut lanes, k);
+                    }
+                }
+                body.stmt("#pragma unroll");
+                body.open(format!("for (int l = 0; l < {width}; ++l)"));
+                body.splice(&lanes);
+                body.close();
+                for &k in &vector_stores {
+                    let arg = self.store_arg(k);
+                    let write = format!("fbc_vstore(p.p{arg} + rb{arg} + j0, y{k});");
+                    if (0..inner).any(|d| ir.stores[k].view.axes[d] == Axis::Broadcast) {
+                        body.stmt(format!("if (ok{k}) {write}"));
+                    } else {
+                        body.stmt(write);
+                    }
+                }
+                body.close();
+                code.stmt("#pragma unroll");
+                code.open(format!("for (int g = 0; g < {groups}; ++g)"));
+                code.splice(&body);
+                code.close();
+            }
+        }
+    }
+
+    /// `v{id}` for every value of level at most `pass` at the current element, loads read
+    /// through `load` (or through their index map's positions).
+    fn row_values(&self, code: &mut Code, pass: usize, load: &dyn Fn(usize) -> String) {
+        let ir = self.ir;
+        for (id, &level) in ir.levels().iter().enumerate() {
+            if level > pass {
+                continue;
+            }
+            let definition = match ir.body[id] {
+                Instr::Load { view } if ir.loads[view].is_mapped() => {
+                    self.positions(code, view, id, Lane::Scalar);
+                    let last = ir.loads[view].stages.len();
+                    Cuda.definition(ir, id, |_| format!("p.p{view}[q{id}_{last}]"))
+                }
+                _ => Cuda.definition(ir, id, load),
+            };
+            code.def(format!("v{id}"), definition);
+        }
+    }
+
+    /// The accumulation of the row reductions `reducing` at the current element.
+    fn row_accumulate(&self, code: &mut Code, reducing: &[usize]) {
+        let ir = self.ir;
+        for &id in reducing {
+            let Some((kind, _)) = self.row_reduce(id) else {
+                continue;
+            };
+            let Instr::RowReduce { x, .. } = ir.body[id] else {
+                continue;
+            };
+            if self.float_max(id) {
+                code.stmt(format!("m{id} = fbc_maxf(m{id}, v{x});"));
+                continue;
+            }
+            let value = match ir.prec(x) {
+                Prec::F32 => format!("(double)v{x}"),
+                Prec::F64 | Prec::I64 => format!("v{x}"),
+            };
+            let combine = if kind == ReduceKind::Max {
+                "fbc_max2"
+            } else {
+                "fbc_sum2"
+            };
+            code.stmt(format!("a{id} = {combine}(a{id}, {value});"));
+        }
     }
 
     /// `b{a}` for every load and store: the row's start, plus the inner coordinate's term
