@@ -550,6 +550,7 @@ fn planned_entry_points_exist() {
         sizes: vec![3; ir.rank],
         strides: ir.views().map(|_| vec![1; ir.rank]).collect(),
         offsets: vec![0; ir.arg_count()],
+        ranges: Vec::new(),
     };
     for deterministic in [false, true] {
         let options = EmitOptions { deterministic };
@@ -642,6 +643,7 @@ fn contiguous(ir: &KernelIr, sizes: &[i64]) -> Launch {
         sizes: sizes.to_vec(),
         strides,
         offsets: vec![0; ir.arg_count()],
+        ranges: Vec::new(),
     }
 }
 
@@ -663,6 +665,7 @@ fn param_block_bytes() {
         sizes: vec![5, 7],
         strides: vec![vec![9, 1], vec![1, 0]],
         offsets: vec![3, 2],
+        ranges: Vec::new(),
     };
     let layout = param_layout(&ir);
     // 2 pointers, 1 scratch, 2 sizes, 2×2 strides, 2 offsets, vec, 1 lanes, 1 split.
@@ -692,6 +695,7 @@ fn param_block_bytes() {
         sizes: vec![5, 7],
         strides: vec![vec![-7, 1], vec![1, 0]],
         offsets: vec![28, 0],
+        ranges: Vec::new(),
     };
     let w = words(&param_block(&ir, &launch, &[8, 16], &[24]));
     assert_eq!(w[5] as i64, -7);

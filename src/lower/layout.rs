@@ -62,6 +62,7 @@ impl Copy {
             sizes: self.domain.iter().map(|&d| d as i64).collect(),
             strides: vec![self.src_strides, self.dst_strides],
             offsets: vec![self.src_offset, self.dst_offset],
+            ranges: Vec::new(),
         };
         (ir, launch, vec![self.src, self.dst])
     }

@@ -91,19 +91,47 @@ impl Program {
         for step in &self.steps {
             let Step::Kernel(k) = step else { continue };
             let sizes = &k.launch.sizes;
+            let ir = &self.kernels[k.kernel];
+            let ranges = &k.launch.ranges;
+            if ranges.len() < ir.range_count() {
+                return Err(Error::new(
+                    Site::default(),
+                    ErrorKind::Lower(format!(
+                        "a launch gives {} ranges to a kernel reading {}",
+                        ranges.len(),
+                        ir.range_count()
+                    )),
+                ));
+            }
             if sizes.contains(&0) {
                 continue;
             }
+            // A view read only inside one range is reached only there.
+            let within = ir.range_views();
             for (a, &v) in k.args.iter().enumerate() {
+                let mut span: Vec<(i64, i64)> = sizes.iter().map(|&n| (0, n)).collect();
+                if let Some(&Some((axis, r))) = within.get(a) {
+                    let (start, end) = ranges[r];
+                    if start < 0 || end > sizes[axis] || start > end {
+                        return Err(Error::new(
+                            Site::node(dag.value_name(v)),
+                            ErrorKind::Lower(format!(
+                                "range {start}..{end} lies outside axis {axis} of size {}",
+                                sizes[axis]
+                            )),
+                        ));
+                    }
+                    if start == end {
+                        continue;
+                    }
+                    span[axis] = (start, end);
+                }
                 // The lowest and highest element reached: a negative stride reaches down.
                 let (mut first, mut last) = (k.launch.offsets[a], k.launch.offsets[a]);
-                for (&n, &s) in sizes.iter().zip(&k.launch.strides[a]) {
-                    let reach = (n - 1).saturating_mul(s);
-                    if reach < 0 {
-                        first = first.saturating_add(reach);
-                    } else {
-                        last = last.saturating_add(reach);
-                    }
+                for (&(low, high), &s) in span.iter().zip(&k.launch.strides[a]) {
+                    let (from, to) = (low.saturating_mul(s), (high - 1).saturating_mul(s));
+                    first = first.saturating_add(from.min(to));
+                    last = last.saturating_add(from.max(to));
                 }
                 let len = crate::shape::numel(&dag.ty(v).shape) as i64;
                 if first < 0 || last >= len {

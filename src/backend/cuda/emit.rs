@@ -272,6 +272,10 @@ impl<'a> Kernel<'a> {
             out.push_str(&format!("    long long lanes[{}];\n", self.groups.len()));
             out.push_str(&format!("    long long split[{}];\n", self.groups.len()));
         }
+        let ranges = ir.range_count();
+        if ranges > 0 {
+            out.push_str(&format!("    long long r[{}];\n", 2 * ranges));
+        }
         out.push_str("};\n");
         out
     }
@@ -302,6 +306,16 @@ impl<'a> Kernel<'a> {
     fn preamble(&self, code: &mut Code) {
         for d in 0..self.rank {
             code.def(format!("n{d}"), format!("const I n{d} = (I)p.n[{d}];"));
+        }
+        for r in 0..self.ir.range_count() {
+            code.def(
+                format!("rs{r}"),
+                format!("const I rs{r} = (I)p.r[{}];", 2 * r),
+            );
+            code.def(
+                format!("re{r}"),
+                format!("const I re{r} = (I)p.r[{}];", 2 * r + 1),
+            );
         }
         for (arg, view) in self.ir.views().enumerate() {
             code.def(

@@ -124,7 +124,8 @@ impl<'a> Kernel<'a> {
             inner: ir.rank - 1,
             body: Vec::new(),
             stages: Stages::plan(ir),
-            vector: vector::supports(ir),
+            // A concat read in place picks its operand by coordinate: scalar loops only.
+            vector: vector::supports(ir) && !ir.has_ranges(),
         };
         kernel.body = kernel.body_lines();
         kernel
@@ -251,6 +252,12 @@ impl<'a> Kernel<'a> {
         for d in 0..self.rank {
             out.line(format!("int64_t n{d} = sizes[{d}];"));
         }
+        // The ranges of concats read in place follow the sizes.
+        for r in 0..self.ir.range_count() {
+            let at = self.rank + 2 * r;
+            out.line(format!("const int64_t rs{r} = sizes[{at}];"));
+            out.line(format!("const int64_t re{r} = sizes[{}];", at + 1));
+        }
         self.arguments(out);
         self.fold_axes(out);
         out.line(format!("const int64_t inner = n{};", self.inner));
@@ -302,7 +309,8 @@ impl<'a> Kernel<'a> {
     /// of contiguous tensors becomes one long row instead of N tiny ones (whose scalar loop
     /// tails would call scalar libm).
     fn fold_axes(&self, out: &mut Out) {
-        if self.rank < 2 || self.ir.is_row_kernel() {
+        // Ranges are coordinates along one axis: folding axes would change them.
+        if self.rank < 2 || self.ir.is_row_kernel() || self.ir.has_ranges() {
             return;
         }
         let nonempty: Vec<String> = (0..self.rank).map(|d| format!("n{d} > 0")).collect();

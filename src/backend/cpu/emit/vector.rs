@@ -105,8 +105,12 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
                                     | Func::Floor
                             )
                     }
-                    // Row kernels run their passes as `omp simd` loops only.
-                    Instr::Widen { .. } | Instr::RowReduce { .. } => false,
+                    // Row kernels run their passes as `omp simd` loops only, and a concat
+                    // read in place picks its operand per element by coordinate.
+                    Instr::Widen { .. }
+                    | Instr::RowReduce { .. }
+                    | Instr::RangeLoad { .. }
+                    | Instr::Select { .. } => false,
                 }
         })
 }
@@ -215,8 +219,11 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
                 other => unreachable!("{other:?} has no vector form (`supports` rejects it)"),
             }
         }
-        Instr::Widen { .. } | Instr::RowReduce { .. } => {
-            unreachable!("`supports` rejects widening and row reductions")
+        Instr::Widen { .. }
+        | Instr::RowReduce { .. }
+        | Instr::RangeLoad { .. }
+        | Instr::Select { .. } => {
+            unreachable!("`supports` rejects widening, row reductions and range reads")
         }
     };
     format!("const __m512 v{id} = {expr};")

@@ -151,6 +151,7 @@ pub fn integer_matmul(
         sizes: domain.iter().map(|&d| d as i64).collect(),
         strides: vec![a_strides, b_strides, out_strides],
         offsets: vec![0, 0, 0],
+        ranges: Vec::new(),
     };
     Some((ir, launch))
 }
@@ -161,6 +162,7 @@ pub fn convert_launch(len: usize) -> Launch {
         sizes: vec![len as i64],
         strides: vec![vec![1], vec![1]],
         offsets: vec![0, 0],
+        ranges: Vec::new(),
     }
 }
 
