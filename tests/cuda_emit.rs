@@ -1508,3 +1508,77 @@ fn emulated_reductions_match_the_interpreter() {
         }
     }
 }
+
+/// The kernel of a small graph that reads a concat by ranges: `tanh(concat(exp(x), y[.., 1:],
+/// axis))` over `[4, 5]` operands, as the lowering emits it, with its launch.
+fn range_select_kernel(axis: i64) -> (KernelIr, Launch) {
+    use fusebox::attr::AttrValue;
+    use fusebox::graph::GraphBuilder;
+    let rules = fusebox::rules::RuleSet::defaults();
+    let mut b = GraphBuilder::new("ranges");
+    let (x_shape, y_shape) = if axis == 0 {
+        ([2, 5], [4, 5])
+    } else {
+        ([4, 2], [4, 5])
+    };
+    let x = b.input("x", DType::F32, &x_shape);
+    let y = b.input("y", DType::F16, &y_shape);
+    let e = b.op("e", "exp", &[&x]);
+    let s = b.op_with(
+        "s",
+        "slice",
+        &[&y],
+        &[("axis", AttrValue::Int(axis)), ("start", AttrValue::Int(1))],
+    );
+    let c = b.op_with("c", "concat", &[&e, &s], &[("axis", AttrValue::Int(axis))]);
+    b.op("out", "tanh", &[&c]);
+    let graph = b.finish(&["out"]);
+    let optimized =
+        fusebox::optimize::optimize(&graph, &rules, &fusebox::optimize::Options::default())
+            .unwrap();
+    let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
+    program.check_bounds().unwrap();
+    assert_eq!(program.steps.len(), 1);
+    let fusebox::lower::Step::Kernel(step) = &program.steps[0] else {
+        panic!("one generated kernel");
+    };
+    let ir = program.kernels[step.kernel].clone();
+    assert!(ir.has_ranges());
+    (ir, step.launch.clone())
+}
+
+/// A concat read by ranges, along the outer and the inner axis, runs through the CPU model of
+/// CUDA exactly as the interpreter runs it (32- and 64-bit indices), and compiles with NVRTC.
+#[test]
+fn emulated_range_selects_match_the_interpreter() {
+    let options = EmitOptions::default();
+    for axis in [0, 1] {
+        let (ir, launch) = range_select_kernel(axis);
+        assert_eq!(vector_width(&ir), 1, "range selects have no vector path");
+        assert_eq!(fold(&ir, &launch), launch.sizes, "nor fold axes");
+        let layout = param_layout(&ir);
+        assert_eq!(layout.bytes, layout.ranges + 16 * ir.range_count());
+        if nvrtc().is_some() {
+            let source = emit_module(&[(kernel_name(&ir), &ir)], &options);
+            for arch in ["compute_80", "compute_90"] {
+                compile(&source, arch, &[]).unwrap_or_else(|log| panic!("{arch}: {log}"));
+            }
+        }
+        let Some(emulated) = emulate(&ir, &options) else {
+            return;
+        };
+        let n = ir.arg_count();
+        for (wide, seed) in [(false, 11), (true, 12)] {
+            agree(
+                &emulated,
+                &ir,
+                &launch,
+                &vec![0; n],
+                wide,
+                &options,
+                seed,
+                true,
+            );
+        }
+    }
+}
