@@ -112,7 +112,8 @@ impl Program {
                 let mut span: Vec<(i64, i64)> = sizes.iter().map(|&n| (0, n)).collect();
                 if let Some(&Some((axis, r))) = within.get(a) {
                     let (start, end) = ranges[r];
-                    if start < 0 || end > sizes[axis] || start > end {
+                    // Non-empty: the C loops clamp coordinates into the range.
+                    if start < 0 || end > sizes[axis] || start >= end {
                         return Err(Error::new(
                             Site::node(dag.value_name(v)),
                             ErrorKind::Lower(format!(
@@ -120,9 +121,6 @@ impl Program {
                                 sizes[axis]
                             )),
                         ));
-                    }
-                    if start == end {
-                        continue;
                     }
                     span[axis] = (start, end);
                 }

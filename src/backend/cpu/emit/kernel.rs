@@ -190,8 +190,42 @@ impl<'a> Kernel<'a> {
     /// The statement defining each `v{id}` at the current `j`.
     fn body_lines(&self) -> Vec<String> {
         (0..self.ir.body.len())
-            .map(|id| C.definition(self.ir, id, |view| self.element(view)))
+            .map(|id| match self.ir.body[id] {
+                Instr::RangeLoad { view, axis, range } => self.range_load(id, view, axis, range),
+                _ => C.definition(self.ir, id, |view| self.element(view)),
+            })
             .collect()
+    }
+
+    /// A range load as the C loops spell it: the element at the point's coordinate on `axis`
+    /// clamped into the range, read unconditionally. Inside the range that is the element the
+    /// IR means; outside it is some element of the same segment, always in bounds
+    /// (`check_bounds` checks each range-loaded view over its range), which no select picks.
+    /// A load without a branch keeps the loop vectorizable (the clamped index is a gather or,
+    /// on an outer axis, a row constant), so the segments' math runs through vector libm
+    /// instead of scalar calls.
+    fn range_load(&self, id: usize, view: usize, axis: usize, range: usize) -> String {
+        let dtype = self.ir.loads[view].dtype;
+        let (coord, shift) = if axis == self.inner {
+            ("(j0 + j)".to_string(), "j0".to_string())
+        } else {
+            (format!("i{axis}"), format!("i{axis}"))
+        };
+        let clamped = format!("fb_clamp_index({coord}, rs{range}, re{range})");
+        let mut index = format!("b{view}");
+        if let Some(t) = self.term(view, axis, &format!("({clamped} - {shift})")) {
+            index.push_str(&format!(" + {t}"));
+        }
+        if axis != self.inner
+            && let Some(t) = self.term(view, self.inner, "j")
+        {
+            index.push_str(&format!(" + {t}"));
+        }
+        format!(
+            "const {} v{id} = {};",
+            self.value_type(id),
+            C.load(dtype, &format!("p{view}[{index}]"))
+        )
     }
 
     /// The C function `name`.
