@@ -300,6 +300,10 @@ impl<'a> Kernel<'a> {
             out.push_str(&format!("    long long lanes[{}];\n", self.groups.len()));
             out.push_str(&format!("    long long split[{}];\n", self.groups.len()));
         }
+        let ranges = ir.range_count();
+        if ranges > 0 {
+            out.push_str(&format!("    long long r[{}];\n", 2 * ranges));
+        }
         out.push_str("};\n");
         out
     }
@@ -330,6 +334,16 @@ impl<'a> Kernel<'a> {
     fn preamble(&self, code: &mut Code) {
         for d in 0..self.rank {
             code.def(format!("n{d}"), format!("const I n{d} = (I)p.n[{d}];"));
+        }
+        for r in 0..self.ir.range_count() {
+            code.def(
+                format!("rs{r}"),
+                format!("const I rs{r} = (I)p.r[{}];", 2 * r),
+            );
+            code.def(
+                format!("re{r}"),
+                format!("const I re{r} = (I)p.r[{}];", 2 * r + 1),
+            );
         }
         for (arg, view) in self.ir.views().enumerate() {
             code.def(
@@ -478,7 +492,11 @@ impl<'a> Kernel<'a> {
     fn values(&self, code: &mut Code, lane: Lane) {
         for id in 0..self.ir.body.len() {
             let definition = match self.ir.body[id] {
-                Instr::Load { view } if self.ir.loads[view].is_mapped() => {
+                Instr::Load { view } | Instr::RangeLoad { view, .. }
+                    if self.ir.loads[view].is_mapped() =>
+                {
+                    // A range load reads its element only inside its range; the positions
+                    // are plain arithmetic, harmless outside it.
                     self.positions(code, view, id, lane);
                     let last = self.ir.loads[view].stages.len();
                     Cuda.definition(self.ir, id, |_| format!("p.p{view}[q{id}_{last}]"))
