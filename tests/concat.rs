@@ -315,3 +315,202 @@ fn concat_recipes_cover_range_selects() {
     assert!(selecting * 2 > built, "{selecting} of {built}");
     assert!(empty * 5 > built && negative * 3 > built && half * 3 > built);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Per-segment loops: where the select runs along a loop axis, the C kernel runs one loop per
+// segment, each evaluating only its own operand (src/backend/cpu/emit/split.rs), and falls
+// back to the clamped form only for selects the pieces cannot express.
+
+fn parse(text: &str) -> Graph {
+    graph::file::parse(text, "test.ron", &rules().ops)
+        .expect("graph parses")
+        .0
+}
+
+/// How many kernels of `program` the C emitter splits into per-segment pieces: their C text
+/// calls a piece over a cut domain.
+fn split_kernels(program: &Program) -> usize {
+    program
+        .kernels
+        .iter()
+        .filter(|ir| fusebox::backend::cpu::emit::emit_kernel(ir, "k").contains("k_s0(cut"))
+        .count()
+}
+
+/// `relu(concat(exp(a), b, tanh(c)) * w)` over rank-3 operands joined along axis 0, 1 and 2
+/// (and -1), with segments of length 0, 1 and 2 in every position: each is one kernel split
+/// into per-segment loops, equal to the reference with and without NaN/Inf inputs.
+#[test]
+fn per_segment_loops_along_every_axis_with_segments_of_size_0_and_1() {
+    for axis in [0i64, 1, 2, -1] {
+        for lens in [[1, 0, 2], [0, 1, 1], [2, 1, 0], [1, 1, 1]] {
+            let ax = axis.rem_euclid(3) as usize;
+            let shape = |len: usize| {
+                let mut s = vec![2usize, 3, 4];
+                s[ax] = len;
+                s
+            };
+            let total: usize = lens.iter().sum();
+            let mut b = GraphBuilder::new("segments");
+            let a = b.input("a", DType::F32, &shape(lens[0]));
+            let y = b.input("y", DType::F32, &shape(lens[1]));
+            let c = b.input("c", DType::F32, &shape(lens[2]));
+            let w = b.input("w", DType::F32, &shape(total));
+            let ea = b.op("ea", "exp", &[&a]);
+            let tc = b.op("tc", "tanh", &[&c]);
+            let cat = b.op_with(
+                "cat",
+                "concat",
+                &[&ea, &y, &tc],
+                &[("axis", AttrValue::Int(axis))],
+            );
+            let m = b.op("m", "mul", &[&cat, &w]);
+            b.op("out", "relu", &[&m]);
+            let graph = b.finish(&["out"]);
+            let program = lowered(&graph);
+            assert_eq!(program.kernels.len(), 1, "axis {axis}, {lens:?}");
+            if lens.iter().filter(|&&l| l > 0).count() > 1 {
+                assert_eq!(split_kernels(&program), 1, "axis {axis}, {lens:?}");
+            }
+            for specials in [false, true] {
+                agrees(&graph, 7, specials, true)
+                    .unwrap_or_else(|e| panic!("axis {axis}, {lens:?}: {e}"));
+            }
+        }
+    }
+}
+
+/// Operands read through views: a slice with step 2, a transpose, and a reshape of a
+/// transpose (an index map), concatenated along the inner axis and along the outer one. The
+/// pieces read each view from the segment's start.
+#[test]
+fn per_segment_operands_through_strided_views_and_index_maps() {
+    for axis in [1, 0] {
+        let (sliced, transposed, mapped) = if axis == 1 {
+            ("[4, 9]", "[3, 4]", "[4, 6]")
+        } else {
+            ("[9, 4]", "[4, 2]", "[8, 3]")
+        };
+        let graph = parse(&format!(
+            r#"Graph(name: "views",
+            inputs: [Input(name: "x", dtype: "f32", shape: {sliced}),
+                     Input(name: "t", dtype: "f32", shape: {transposed}),
+                     Input(name: "m", dtype: "f32", shape: {mapped})],
+            nodes: [Node(name: "s", op: "slice", args: ["x"],
+                         attrs: {{"axis": {axis}, "start": 1, "step": 2}}),
+                    Node(name: "tt", op: "transpose", args: ["t"]),
+                    Node(name: "mt", op: "transpose", args: ["m"]),
+                    Node(name: "r", op: "reshape", args: ["mt"],
+                         attrs: {{"shape": {shape}}}),
+                    Node(name: "er", op: "exp", args: ["r"]),
+                    Node(name: "c", op: "concat", args: ["s", "tt", "er"], attrs: {{"axis": {axis}}}),
+                    Node(name: "out", op: "tanh", args: ["c"])],
+            outputs: ["out"])"#,
+            shape = if axis == 1 { "[4, 6]" } else { "[6, 4]" },
+        ));
+        let program = lowered(&graph);
+        assert!(selects(&program), "axis {axis}");
+        assert!(
+            program
+                .kernels
+                .iter()
+                .any(|k| k.loads.iter().any(|v| v.is_mapped())),
+            "axis {axis}: the reshape of a transpose is read through an index map"
+        );
+        assert_eq!(split_kernels(&program), 1, "axis {axis}");
+        agrees(&graph, 8, true, true).unwrap_or_else(|e| panic!("axis {axis}: {e}"));
+    }
+}
+
+/// f16 and bf16 operands in per-segment loops, rounded where the reference rounds.
+#[test]
+fn per_segment_half_precision() {
+    for (a, c) in [(DType::F16, DType::BF16), (DType::BF16, DType::BF16)] {
+        let mut b = GraphBuilder::new("half");
+        let x = b.input("x", a, &[3, 40]);
+        let y = b.input("y", c, &[3, 24]);
+        let ex = b.op("ex", "exp", &[&x]);
+        let ty = b.op("ty", "tanh", &[&y]);
+        let cat = b.op_with("cat", "concat", &[&ex, &ty], &[("axis", AttrValue::Int(1))]);
+        b.op("out", "neg", &[&cat]);
+        let graph = b.finish(&["out"]);
+        assert_eq!(split_kernels(&lowered(&graph)), 1, "{a} and {c}");
+        agrees(&graph, 9, true, true).unwrap_or_else(|e| panic!("{a} and {c}: {e}"));
+    }
+}
+
+/// NaN and ±Inf in one operand stay in its segment: the other segment's values are exactly
+/// its own operand's, in the interpreter and compiled.
+#[test]
+fn nan_and_inf_stay_in_their_segment() {
+    let mut b = GraphBuilder::new("specials");
+    let x = b.input("x", DType::F32, &[2, 3]);
+    let y = b.input("y", DType::F32, &[2, 2]);
+    let ex = b.op("ex", "exp", &[&x]);
+    let ny = b.op("ny", "neg", &[&y]);
+    b.op_with("c", "concat", &[&ex, &ny], &[("axis", AttrValue::Int(1))]);
+    let graph = b.finish(&["c"]);
+    let (nan, inf) = (f64::NAN, f64::INFINITY);
+    let inputs: Tensors = [
+        input("x", DType::F32, &[2, 3], &[nan, inf, -inf, 0.0, nan, 1.0]),
+        input("y", DType::F32, &[2, 2], &[1.0, -2.0, 3.0, 0.5]),
+    ]
+    .into();
+    let program = lowered(&graph);
+    assert_eq!(split_kernels(&program), 1);
+    let e1 = (1.0f32).exp() as f64;
+    let want = [nan, inf, 0.0, -1.0, 2.0, 1.0, nan, e1, -3.0, -0.5];
+    for got in [
+        interpreted(&program, &inputs).unwrap(),
+        compiled(&graph, &inputs).unwrap(),
+    ] {
+        let got = got["c"].values();
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "element {i}: {g} vs {w}"
+            );
+        }
+    }
+}
+
+/// A concat that is its kernel's output and is read by another kernel too (a matmul, a
+/// library step): the writing kernel runs per-segment loops, and the reader sees every
+/// segment.
+#[test]
+fn per_segment_concat_written_out_and_read_by_another_kernel() {
+    let mut b = GraphBuilder::new("written");
+    let x = b.input("x", DType::F32, &[5, 6]);
+    let y = b.input("y", DType::F32, &[5, 3]);
+    let ex = b.op("ex", "exp", &[&x]);
+    let sy = b.op("sy", "sigmoid", &[&y]);
+    let w = b.input("w", DType::F32, &[9, 2]);
+    let c = b.op_with("c", "concat", &[&ex, &sy], &[("axis", AttrValue::Int(1))]);
+    b.op("s", "matmul", &[&c, &w]);
+    let graph = b.finish(&["c", "s"]);
+    let program = lowered(&graph);
+    assert_eq!(split_kernels(&program), 1);
+    agrees(&graph, 10, true, true).unwrap();
+}
+
+/// Two concats along one axis with different segments in one kernel: no split into pieces
+/// fits both, so the kernel keeps the clamped form, and is still right.
+#[test]
+fn two_concats_with_different_segments_keep_the_clamped_form() {
+    let mut b = GraphBuilder::new("two");
+    let a = b.input("a", DType::F32, &[3, 2]);
+    let bb = b.input("b", DType::F32, &[3, 5]);
+    let c = b.input("c", DType::F32, &[3, 4]);
+    let d = b.input("d", DType::F32, &[3, 3]);
+    let ea = b.op("ea", "exp", &[&a]);
+    let tc = b.op("tc", "tanh", &[&c]);
+    let k1 = b.op_with("k1", "concat", &[&ea, &bb], &[("axis", AttrValue::Int(1))]);
+    let k2 = b.op_with("k2", "concat", &[&tc, &d], &[("axis", AttrValue::Int(1))]);
+    b.op("out", "add", &[&k1, &k2]);
+    let graph = b.finish(&["out"]);
+    let program = lowered(&graph);
+    if selects(&program) {
+        assert_eq!(split_kernels(&program), 0);
+    }
+    agrees(&graph, 11, true, true).unwrap();
+}
