@@ -2099,7 +2099,8 @@ fn range_select_kernel(axis: i64) -> (KernelIr, Launch) {
 }
 
 /// A concat read by ranges, along the outer and the inner axis, runs through the CPU model of
-/// CUDA exactly as the interpreter runs it (32- and 64-bit indices), and compiles with NVRTC.
+/// CUDA exactly as the interpreter runs it (32- and 64-bit indices, and ranges that do not
+/// tile the axis), each thread evaluating only its segment's piece, and compiles with NVRTC.
 #[test]
 fn emulated_range_selects_match_the_interpreter() {
     let options = EmitOptions::default();
@@ -2109,8 +2110,12 @@ fn emulated_range_selects_match_the_interpreter() {
         assert_eq!(fold(&ir, &launch), launch.sizes, "nor fold axes");
         let layout = param_layout(&ir);
         assert_eq!(layout.bytes, layout.ranges + 16 * ir.range_count());
+        let source = emit_module(&[(kernel_name(&ir), &ir)], &options);
+        assert!(
+            source.contains(&format!("if (i{axis} < re")) && source.contains("else {"),
+            "each thread evaluates only its own segment's piece:\n{source}"
+        );
         if nvrtc().is_some() {
-            let source = emit_module(&[(kernel_name(&ir), &ir)], &options);
             for arch in ["compute_80", "compute_90"] {
                 compile(&source, arch, &[]).unwrap_or_else(|log| panic!("{arch}: {log}"));
             }
@@ -2119,11 +2124,19 @@ fn emulated_range_selects_match_the_interpreter() {
             return;
         };
         let n = ir.arg_count();
-        for (wide, seed) in [(false, 11), (true, 12)] {
+        // Ranges that leave a gap (the first segment cut short): the pieces keep their range
+        // loads' bounds, so the gap reads nothing, as in the interpreter.
+        let mut gapped = launch.clone();
+        gapped.ranges[0].1 -= 1;
+        for (launch, wide, seed) in [
+            (&launch, false, 11),
+            (&launch, true, 12),
+            (&gapped, false, 13),
+        ] {
             agree(
                 &emulated,
                 &ir,
-                &launch,
+                launch,
                 &vec![0; n],
                 wide,
                 &options,

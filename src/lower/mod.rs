@@ -13,6 +13,7 @@
 mod fused;
 pub mod ir;
 mod layout;
+pub mod split;
 pub mod verify;
 pub mod view;
 

@@ -77,7 +77,7 @@ pub fn emit_kernel(ir: &KernelIr, name: &str) -> String {
     {
         panic!("invalid kernel IR: {error}");
     }
-    match split::split(ir) {
+    match crate::lower::split::split(ir) {
         // Per-segment loops: the pieces and the clamped form, then the function choosing.
         Some(split) => {
             let mut text = Kernel::new(ir).emit(&format!("{name}_c"));
@@ -126,7 +126,7 @@ pub fn emit_module(kernels: &[(String, &KernelIr)]) -> String {
     }
     let vectorized = |ir: &KernelIr| {
         vector::supports(ir)
-            || split::split(ir).is_some_and(|s| s.pieces.iter().any(vector::supports))
+            || crate::lower::split::split(ir).is_some_and(|s| s.pieces.iter().any(vector::supports))
     };
     if kernels.iter().any(|(_, ir)| vectorized(ir)) {
         part(vector::VECTOR_HELPERS);

@@ -617,13 +617,45 @@ impl<'a> Kernel<'a> {
         code.open("for (U t = first; t < total; t += step)");
         self.decompose(&mut code, "(I)t", &all, "rem");
         self.bases(&mut code);
-        self.values(&mut code, Lane::Scalar);
-        self.stores(&mut code, Lane::Scalar);
+        match crate::lower::split::split_guarded(self.ir) {
+            Some(split) => self.pieces(&mut code, &split),
+            None => {
+                self.values(&mut code, Lane::Scalar);
+                self.stores(&mut code, Lane::Scalar);
+            }
+        }
         code.close();
         if self.width > 1 {
             code.close();
         }
         code
+    }
+
+    /// A range-select kernel cut into pieces ([`crate::lower::split`]): the thread's element
+    /// picks its segment by one comparison chain on the segment ends (the select's own rule:
+    /// the first range ending after the coordinate, else the last) and evaluates and stores
+    /// only that piece. Coordinates and offsets stay the launch's: a range load's offset
+    /// already points its segment's first index at the operand's element 0, and the pieces
+    /// keep their range loads' bounds, so a launch whose ranges do not tile the axis reads
+    /// what the select would.
+    fn pieces(&self, code: &mut Code, split: &crate::lower::split::Split) {
+        let c = format!("i{}", split.axis);
+        let last = split.pieces.len() - 1;
+        for (k, piece) in split.pieces.iter().enumerate() {
+            let header = match k {
+                0 if last == 0 => "".to_string(),
+                0 => format!("if ({c} < re{})", split.ranges[0]),
+                k if k == last => "else".to_string(),
+                k => format!("else if ({c} < re{})", split.ranges[k]),
+            };
+            let inner = Kernel::new(piece, self.name, self.deterministic);
+            let mut branch = Code::new();
+            inner.values(&mut branch, Lane::Scalar);
+            inner.stores(&mut branch, Lane::Scalar);
+            code.open(header);
+            code.splice(&branch);
+            code.close();
+        }
     }
 
     /// Axes kept and reduced by group `g`.

@@ -1,4 +1,5 @@
-//! Per-segment loops for a kernel that reads a concat by ranges.
+//! Per-segment loops for a kernel that reads a concat by ranges: the C side of
+//! [`crate::lower::split`].
 //!
 //! A range-select kernel evaluated as written computes every operand of the concat at every
 //! point (at a coordinate clamped into the operand's range) and then selects: each element
@@ -20,134 +21,8 @@
 //! range load outside its own segment, a reduction, a store written only at index 0 of the
 //! axis) are emitted in the clamped form only.
 
-use crate::lower::ir::{Axis, Instr, KernelIr, ValueId};
-
-/// The pieces of a range-select kernel: the select's axis, its launch ranges (one per piece,
-/// in order along the axis) and the pointwise kernel evaluated over each.
-#[derive(Debug, Clone)]
-pub(super) struct Split {
-    pub axis: usize,
-    pub ranges: Vec<usize>,
-    pub pieces: Vec<KernelIr>,
-}
-
-/// The per-segment pieces of `ir`, when every select of it picks along one axis by the same
-/// ranges and each piece needs no other segment's values (see the module documentation).
-pub(super) fn split(ir: &KernelIr) -> Option<Split> {
-    if !ir.has_ranges() || !ir.reductions.is_empty() || ir.is_row_kernel() {
-        return None;
-    }
-    let mut select: Option<(usize, &Vec<usize>)> = None;
-    for instr in &ir.body {
-        if let Instr::Select { axis, ranges, .. } = instr {
-            match select {
-                None => select = Some((*axis, ranges)),
-                Some(seen) if seen == (*axis, ranges) => {}
-                Some(_) => return None,
-            }
-        }
-    }
-    let (axis, ranges) = select?;
-    // A store smaller than the domain on the axis is written at index 0 only, which a piece
-    // past the first would not see.
-    if ir
-        .stores
-        .iter()
-        .any(|s| s.view.axes.get(axis) == Some(&Axis::Broadcast))
-    {
-        return None;
-    }
-    let pieces = (0..ranges.len())
-        .map(|s| piece(ir, axis, ranges, s))
-        .collect::<Option<Vec<_>>>()?;
-    Some(Split {
-        axis,
-        ranges: ranges.clone(),
-        pieces,
-    })
-}
-
-/// The kernel evaluated over segment `s`: the values the stores need when every select
-/// picks its case `s`, with range loads of range `ranges[s]` read as plain loads. `None` when
-/// such a value needs a range load of another range.
-fn piece(ir: &KernelIr, axis: usize, ranges: &[usize], s: usize) -> Option<KernelIr> {
-    let n = ir.body.len();
-    let mut live = vec![false; n];
-    for store in &ir.stores {
-        live[store.value] = true;
-    }
-    for id in (0..n).rev() {
-        if !live[id] {
-            continue;
-        }
-        match &ir.body[id] {
-            Instr::Select { cases, .. } => live[cases[s]] = true,
-            Instr::RangeLoad { axis: a, range, .. } if *a != axis || *range != ranges[s] => {
-                return None;
-            }
-            instr => {
-                for x in instr.operands() {
-                    live[x] = true;
-                }
-            }
-        }
-    }
-    let mut new_id: Vec<ValueId> = vec![0; n];
-    let mut body = Vec::new();
-    for id in 0..n {
-        if !live[id] {
-            continue;
-        }
-        let instr = match &ir.body[id] {
-            Instr::Select { cases, .. } => {
-                new_id[id] = new_id[cases[s]];
-                continue;
-            }
-            Instr::RangeLoad { view, .. } => Instr::Load { view: *view },
-            instr => renumbered(instr, &new_id),
-        };
-        new_id[id] = body.len();
-        body.push(instr);
-    }
-    let mut stores = ir.stores.clone();
-    for store in &mut stores {
-        store.value = new_id[store.value];
-    }
-    Some(KernelIr {
-        rank: ir.rank,
-        loads: ir.loads.clone(),
-        body,
-        stores,
-        reductions: Vec::new(),
-    })
-}
-
-/// `instr` with every operand `x` replaced by `new_id[x]`.
-fn renumbered(instr: &Instr, new_id: &[ValueId]) -> Instr {
-    let mut instr = instr.clone();
-    match &mut instr {
-        Instr::Widen { x }
-        | Instr::Round { x, .. }
-        | Instr::Neg { x, .. }
-        | Instr::RowReduce { x, .. } => *x = new_id[*x],
-        Instr::Binary { a, b, .. } => {
-            *a = new_id[*a];
-            *b = new_id[*b];
-        }
-        Instr::Call { args, .. } => {
-            for a in args {
-                *a = new_id[*a];
-            }
-        }
-        Instr::Select { cases, .. } => {
-            for c in cases {
-                *c = new_id[*c];
-            }
-        }
-        Instr::Load { .. } | Instr::RangeLoad { .. } | Instr::Const { .. } | Instr::Int { .. } => {}
-    }
-    instr
-}
+use crate::lower::ir::{Axis, KernelIr};
+use crate::lower::split::Split;
 
 /// The C function `name` of a split kernel: the range check, then each piece `{name}_s{k}` over
 /// its segment, else the clamped form `{name}_c` (both emitted by the caller before it).
