@@ -177,6 +177,17 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
         let _ = writeln!(out, "     reads  {}", list(&k.inputs));
         let _ = writeln!(out, "     writes {}", list(&writes[i]));
         let _ = writeln!(out, "     ops    {}", list(&k.ops));
+        for c in &k.concats {
+            let how = match c.strategy {
+                "copy" => "copied, one copy per operand".to_string(),
+                _ => format!(
+                    "read in place: {} segments selected by index (a copy would move {})",
+                    c.segments,
+                    bytes(c.copy_bytes)
+                ),
+            };
+            let _ = writeln!(out, "     concat {}: {how}", c.node);
+        }
     }
     out
 }

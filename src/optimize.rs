@@ -153,6 +153,25 @@ pub struct KernelReport {
     pub bytes: u64,
     pub flops: u64,
     pub cost_us: f64,
+    /// How each concat of the kernel runs: the cost model's choice between reading it by
+    /// ranges and copying it. Left out of the JSON when the kernel has none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub concats: Vec<ConcatReport>,
+}
+
+/// One concat and how it runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConcatReport {
+    pub node: String,
+    /// `range select`: the kernel reads each operand over its segment and picks by index, so
+    /// the concatenated value never exists in memory. `copy`: a copy per operand writes it.
+    pub strategy: &'static str,
+    /// Operands with elements (segments the kernel selects among).
+    pub segments: usize,
+    /// What copying it moves: its operands read and its value written. A range select saves
+    /// that traffic and the readers' read of the copy, and pays by evaluating every segment's
+    /// ops at every point of its kernel.
+    pub copy_bytes: u64,
 }
 
 /// Optimizes `graph` under `rules`.
@@ -351,6 +370,35 @@ fn kernel_report(dag: &Dag, kernel: &Kernel) -> KernelReport {
         bytes: kernel.cost.bytes,
         flops: kernel.cost.flops,
         cost_us: kernel.cost.total_us,
+        concats: kernel
+            .nodes
+            .iter()
+            .filter(|&&n| dag.nodes[n].op.builtin() == Some(Builtin::Concat))
+            .map(|&n| concat_report(dag, kernel.kind, n))
+            .collect(),
+    }
+}
+
+fn concat_report(dag: &Dag, kind: KernelKind, n: usize) -> ConcatReport {
+    let node = &dag.nodes[n];
+    let bytes = |v: Value| {
+        let ty = dag.ty(v);
+        (shape::numel(&ty.shape) as u64).saturating_mul(ty.dtype.size_bytes() as u64)
+    };
+    let read: u64 = node.args.iter().map(|&a| bytes(a)).sum();
+    ConcatReport {
+        node: node.name.clone(),
+        strategy: if kind == KernelKind::Alone {
+            "copy"
+        } else {
+            "range select"
+        },
+        segments: node
+            .args
+            .iter()
+            .filter(|&&a| shape::numel(&dag.ty(a).shape) > 0)
+            .count(),
+        copy_bytes: read.saturating_add(bytes(Value::Node(n))),
     }
 }
 

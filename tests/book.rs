@@ -365,3 +365,15 @@ fn the_books_softmax_listing_is_the_emitters() {
     );
     check_listing("softmax.c", &emitted_c("softmax", true));
 }
+
+/// The per-segment function in the Concat section is what the C emitter produces for
+/// examples/layout_mix.ron today: its second kernel reads the concat by ranges, and the C
+/// function of that kernel (the last of the module) runs one piece per segment.
+#[test]
+fn the_books_per_segment_listing_is_the_emitters() {
+    let program = lowered_example("layout_mix", "cpu");
+    assert_eq!(program.kernels.len(), 2, "layout_mix is two kernels");
+    let text = emitted_c("layout_mix", true);
+    assert!(text.contains("_s2(cut, strides, moved, ptrs)"), "{text}");
+    check_listing("layout_mix_segments.c", &text);
+}

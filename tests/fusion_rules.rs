@@ -14,18 +14,9 @@ fn error(text: &str) -> String {
     load(text).unwrap_err().to_string()
 }
 
-/// The message a concat (the one layout op that is no view) gets when it is asked to fuse.
-fn copy_message(what: &str, role: &str) -> String {
-    format!(
-        "a kernel reads broadcast_to, reshape, transpose and slice through views but runs \
-         concat as a copy of its own, so {what} cannot share a kernel: give it `Alone`, not \
-         `{role}`"
-    )
-}
-
 const LAYOUT_END: &str = "a layout op reduces nothing, so it cannot end a kernel: broadcast_to, \
-    reshape, transpose and slice may be `Join` (a kernel reads them through views) or `Alone` \
-    (a copy of their own), concat only `Alone`";
+    reshape, transpose and slice may be `Join` (a kernel reads them through views), concat `Join` \
+    (a kernel reads it by ranges), or any of them `Alone` (a copy of their own)";
 
 // ---------------------------------------------------------------- max_kernel_ops
 
@@ -105,23 +96,9 @@ fn max_kernel_terms_of_zero_is_a_located_error() {
 
 // ---------------------------------------------------------------- roles the lowering can generate
 
+/// Concat may join kernels (a range select) or run alone (a copy); the views join as views.
 #[test]
-fn a_fusing_concat_override_is_rejected_at_its_value() {
-    let text = format!(
-        "Fusion(\n  {KINDS},\n  ops: {{\"broadcast_to\": Join, \"concat\": Join}},\n  max_kernel_args: 8)"
-    );
-    // Line 3: `  ops: {"broadcast_to": Join, "concat": Join},`; the second Join is at 41.
-    assert_eq!(
-        error(&text),
-        format!(
-            "f.ron:3:41: op `concat`: invalid rule: {}",
-            copy_message("`concat`", "Join")
-        )
-    );
-}
-
-#[test]
-fn concat_is_rejected_as_join_and_the_views_are_accepted() {
+fn concat_joins_as_a_range_select_and_the_views_as_views() {
     let ops = Catalogue::defaults();
     for op in ["reshape", "transpose", "slice", "broadcast_to"] {
         let rules = load(&format!(
@@ -131,15 +108,23 @@ fn concat_is_rejected_as_join_and_the_views_are_accepted() {
         let def = ops.get(op).unwrap();
         assert_eq!(rules.role(def), Role::Join, "{op}");
         assert_eq!(rules.role(def).is_view(def), op != "broadcast_to", "{op}");
+        assert!(!rules.role(def).is_select(def), "{op}");
     }
-    // `ops: {"concat": ` puts the role at column 17.
-    let text = format!("Fusion({KINDS},\nops: {{\"concat\": Join}}, max_kernel_args: 8)");
+    let concat = ops.get("concat").unwrap();
+    for (name, role) in [("Join", Role::Join), ("Alone", Role::Alone)] {
+        let rules = load(&format!(
+            "Fusion({KINDS}, ops: {{\"concat\": {name}}}, max_kernel_args: 8)"
+        ))
+        .unwrap();
+        assert_eq!(rules.role(concat), role);
+        assert_eq!(rules.role(concat).is_select(concat), role == Role::Join);
+        assert!(!rules.role(concat).is_view(concat));
+    }
+    // `End` is refused at its value: `ops: {"concat": ` puts the role at column 17.
+    let text = format!("Fusion({KINDS},\nops: {{\"concat\": End}}, max_kernel_args: 8)");
     assert_eq!(
         error(&text),
-        format!(
-            "f.ron:2:17: op `concat`: invalid rule: {}",
-            copy_message("`concat`", "Join")
-        )
+        format!("f.ron:2:17: op `concat`: invalid rule: {LAYOUT_END}")
     );
 }
 
@@ -176,32 +161,25 @@ fn broadcast_to_may_join_or_run_alone() {
     }
 }
 
-/// `Layout: Join` makes every layout op `Join`: an error at the kind's role that names
-/// concat, unless `ops` gives concat `Alone`.
+/// `Layout: Join` makes every layout op `Join`, concat included (a range select), unless
+/// `ops` gives concat `Alone`.
 #[test]
-fn a_fusing_layout_kind_is_rejected_unless_concat_is_overridden() {
+fn a_fusing_layout_kind_joins_concat_unless_overridden() {
     let kinds =
         "Fusion(\n  kinds: {Pointwise: Join, Layout: Join, Reduction: End, Opaque: Never},\n";
-    let text = format!("{kinds}  max_kernel_args: 8)");
-    // Line 2, `Join` after `Layout: ` at column 36.
-    assert_eq!(
-        error(&text),
-        format!(
-            "f.ron:2:36: invalid rule: `Layout: Join` gives `concat` that role, as `ops` does not name it; {}",
-            copy_message("`concat`", "Join")
-        )
-    );
+    let ops = Catalogue::defaults();
+    let rules = load(&format!("{kinds}  max_kernel_args: 8)")).unwrap();
+    assert_eq!(rules.role(ops.get("concat").unwrap()), Role::Join);
     let text = format!("{kinds}  ops: {{\"concat\": Alone}},\n  max_kernel_args: 8)");
     let rules = load(&text).unwrap();
-    let ops = Catalogue::defaults();
     assert_eq!(rules.role(ops.get("broadcast_to").unwrap()), Role::Join);
     assert_eq!(rules.role(ops.get("transpose").unwrap()), Role::Join);
     assert_eq!(rules.role(ops.get("concat").unwrap()), Role::Alone);
 }
 
 /// User-defined layout ops are judged by their builtin, not their name: a `flip` that is a
-/// `transpose` may join as a view, a `stack` that is a `concat` may not. An op defined after
-/// the rules were checked never gets a role the lowering cannot generate.
+/// `transpose` joins as a view, a `stack` that is a `concat` as a range select. An op defined
+/// after the rules were checked gets its kind's role.
 #[test]
 fn user_layout_ops_are_judged_by_their_builtin() {
     let mut ops = Catalogue::defaults();
@@ -216,37 +194,24 @@ fn user_layout_ops_are_judged_by_their_builtin() {
     )
     .unwrap();
     let rules = FusionRules::load_str(
-        &format!("Fusion({KINDS}, ops: {{\"flip\": Join}}, max_kernel_args: 8)"),
+        &format!("Fusion({KINDS}, ops: {{\"flip\": Join, \"stack\": Join}}, max_kernel_args: 8)"),
         "f.ron",
         &ops,
     )
     .unwrap();
     assert_eq!(rules.role(ops.get("flip").unwrap()), Role::Join);
     assert!(Role::Join.is_view(ops.get("flip").unwrap()));
-    assert_eq!(rules.role(ops.get("stack").unwrap()), Role::Alone);
-    let err = FusionRules::load_str(
-        &format!("Fusion({KINDS},\nops: {{\"stack\": Join}}, max_kernel_args: 8)"),
-        "f.ron",
-        &ops,
-    )
-    .unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        format!(
-            "f.ron:2:16: op `stack`: invalid rule: {}",
-            copy_message("`stack` (a concat)", "Join")
-        )
-    );
-    // Rules checked against the default catalogue, whose layout kind fuses (concat is
-    // overridden): `stack`, defined afterwards, would get `Join` from its kind, and falls back
-    // to `Alone`; `flip` gets `Join`.
+    assert_eq!(rules.role(ops.get("stack").unwrap()), Role::Join);
+    assert!(Role::Join.is_select(ops.get("stack").unwrap()));
+    // Rules checked against the default catalogue: `stack` and `flip`, defined afterwards,
+    // get `Join` from the layout kind.
     let rules = load(
         "Fusion(kinds: {Pointwise: Join, Layout: Join, Reduction: End, Opaque: Never},
             ops: {\"concat\": Alone},
             max_kernel_args: 8)",
     )
     .unwrap();
-    assert_eq!(rules.role(ops.get("stack").unwrap()), Role::Alone);
+    assert_eq!(rules.role(ops.get("stack").unwrap()), Role::Join);
     assert_eq!(rules.role(ops.get("flip").unwrap()), Role::Join);
 }
 

@@ -136,9 +136,10 @@ fn lstm_cell_becomes_one_kernel() {
 }
 
 /// (b) sum_to_size hoisting: with the sum_to_size rules, the bias gradient's reduction moves to
-/// the end of the one fused kernel; without them it needs its own kernels.
+/// the end of the one fused kernel; without them it needs a kernel of its own that reads the
+/// four gate gradients back (through the concat, by ranges): as many kernels, more bytes.
 #[test]
-fn lstm_backward_needs_fewer_kernels_with_sum_to_size_rules() {
+fn lstm_backward_moves_fewer_bytes_with_sum_to_size_rules() {
     let graph = load("examples/lstm_cell_backward.ron");
     let all = rules();
     let mut without = all.clone();
@@ -149,11 +150,12 @@ fn lstm_backward_needs_fewer_kernels_with_sum_to_size_rules() {
     let with_rules = run(&graph, &all);
     let without_rules = run(&graph, &without);
     assert!(
-        with_rules.report.kernels_after < without_rules.report.kernels_after,
+        with_rules.report.kernels_after <= without_rules.report.kernels_after,
         "{} vs {}",
         with_rules.report.kernels_after,
         without_rules.report.kernels_after
     );
+    assert!(with_rules.report.bytes_after < without_rules.report.bytes_after);
     assert!(with_rules.report.cost_after < without_rules.report.cost_after);
     outputs_agree(&graph, &with_rules.graph, 7).unwrap();
 }

@@ -63,6 +63,10 @@ pub(crate) trait Spelling {
     /// over). The CPU picks a cheaper `exp` for some instructions, hence `ir` and `id`.
     fn function(&self, ir: &KernelIr, id: ValueId, func: Func, prec: Prec) -> String;
 
+    /// The index of the current point on domain axis `axis`, as the backend's loops name it
+    /// (read by range loads and selects; the range bounds are the locals `rs{r}`, `re{r}`).
+    fn coordinate(&self, ir: &KernelIr, axis: usize) -> String;
+
     /// The C type a value of precision `prec` is held in.
     fn value_type(&self, prec: Prec) -> &'static str {
         match prec {
@@ -283,6 +287,32 @@ pub(crate) trait Spelling {
         let v = |x: ValueId| format!("v{x}");
         match &ir.body[id] {
             Instr::Load { view } => self.load(ir.loads[*view].dtype, &element(*view)),
+            // A conditional expression evaluates only the branch taken: outside its range
+            // the load reads no memory.
+            Instr::RangeLoad { view, axis, range } => {
+                let c = self.coordinate(ir, *axis);
+                let zero = match ir.prec(id) {
+                    Prec::I64 => self.int_literal(0),
+                    prec => self.literal(0.0, prec),
+                };
+                format!(
+                    "(({c} >= rs{range} && {c} < re{range}) ? {} : {zero})",
+                    self.load(ir.loads[*view].dtype, &element(*view))
+                )
+            }
+            Instr::Select {
+                axis,
+                ranges,
+                cases,
+                ..
+            } => {
+                let c = self.coordinate(ir, *axis);
+                let mut text = v(cases[cases.len() - 1]);
+                for (&r, &x) in ranges.iter().zip(cases).rev().skip(1) {
+                    text = format!("({c} < re{r} ? {} : {text})", v(x));
+                }
+                text
+            }
             Instr::Const { value, prec } => self.literal(*value, *prec),
             Instr::Int { value } => self.int_literal(*value),
             Instr::Widen { x } => format!("(double){}", v(*x)),

@@ -3,6 +3,14 @@
 //! is a row kernel (see [`super::ir`]): each of its reductions is a row reduction of the
 //! domain ([`crate::partition::row_reduction`]) and becomes an [`Instr::RowReduce`].
 //!
+//! A concat in the kernel is read in place (a *range select*): each operand is evaluated
+//! over its own segment of the concat's axis, in a *context* that shifts every load by the
+//! segment's start and reads only inside the segment ([`Instr::RangeLoad`]), and an
+//! [`Instr::Select`] picks the operand of the segment holding each point. Values that only a
+//! concat reads are evaluated in the contexts of its segments, not over the whole domain
+//! (their shapes are the operands', not the domain's); a value needed in several contexts
+//! is computed once in each.
+//!
 //! Each pointwise node is lowered the way the reference evaluator applies it
 //! (`eval::pointwise`): operands rounded to the op's common dtype, the formula at the compute
 //! precision of that dtype, the result rounded to the node's dtype. So a fused kernel rounds
@@ -24,7 +32,17 @@ use crate::rules::{Builtin, OpKind};
 use crate::shape::IndexMap;
 use std::collections::{HashMap, HashSet};
 
-/// Builds SSA, remembering each dag value's SSA id and dtype.
+/// One segment of a concat read in place: the indices `start..end` along domain axis
+/// `axis`. Values evaluated in it read their operands at `index - start` along that axis.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    axis: usize,
+    start: i64,
+    end: i64,
+}
+
+/// Builds SSA, remembering each dag value's SSA id and dtype per context: context 0 is the
+/// whole domain, context `c > 0` is segment `segments[c - 1]` (launch range `c - 1`).
 struct Builder<'a> {
     dag: &'a Dag,
     domain: Vec<usize>,
@@ -34,7 +52,11 @@ struct Builder<'a> {
     /// Per load view: the value it reads, the launch strides, the offset (of the element, or
     /// of the position for an index map) and the index map's stages.
     load_args: Vec<(Value, Vec<i64>, i64, Vec<MapStage>)>,
-    values: HashMap<Value, (ValueId, DType)>,
+    values: HashMap<(Value, usize), (ValueId, DType)>,
+    /// The segments of the concats read in place, in the order they were made.
+    segments: Vec<Segment>,
+    /// (concat node, context it is read in, operand) → the context of that operand's segment.
+    segment_of: HashMap<(usize, usize, usize), usize>,
 }
 
 impl Builder<'_> {
@@ -101,17 +123,64 @@ impl Builder<'_> {
         self.push(Instr::Const { value, prec })
     }
 
-    /// The SSA value of `value`: computed earlier in this kernel, a literal inlined here, or
-    /// a load of a kernel input.
-    fn value(&mut self, value: Value) -> Result<(ValueId, DType)> {
-        if let Some(&v) = self.values.get(&value) {
+    /// The domain of context `ctx`: the kernel's, with a segment's axis cut to its length.
+    fn domain_of_context(&self, ctx: usize) -> Vec<usize> {
+        let mut domain = self.domain.clone();
+        if let Some(seg) = ctx.checked_sub(1).map(|c| self.segments[c]) {
+            domain[seg.axis] = (seg.end - seg.start) as usize;
+        }
+        domain
+    }
+
+    /// A load of `source` (a value of `value`'s type read through `map`) in context `ctx`:
+    /// over the whole domain a plain load; in a segment a range load whose offset is moved back
+    /// by the segment's start, so index `start` reads element 0. The shift is on the position
+    /// before any index-map stage, which is linear in the domain index, so it holds for mapped
+    /// views too.
+    fn load(
+        &mut self,
+        value: Value,
+        source: Value,
+        map: &IndexMap,
+        ctx: usize,
+    ) -> Result<(ValueId, DType)> {
+        let ty = self.dag.ty(value);
+        let domain = self.domain_of_context(ctx);
+        let Some((view, strides, offset, stages)) = mapped_view(ty.dtype, &ty.shape, map, &domain)
+        else {
+            return Err(self.shape_error(value));
+        };
+        self.ir.loads.push(view);
+        let view = self.ir.loads.len() - 1;
+        let (instr, offset) = match ctx.checked_sub(1) {
+            None => (Instr::Load { view }, offset),
+            Some(range) => {
+                let seg = self.segments[range];
+                let shift = seg.start.saturating_mul(strides[seg.axis]);
+                let instr = Instr::RangeLoad {
+                    view,
+                    axis: seg.axis,
+                    range,
+                };
+                (instr, offset.saturating_sub(shift))
+            }
+        };
+        self.load_args.push((source, strides, offset, stages));
+        Ok((self.push(instr), ty.dtype))
+    }
+
+    /// The SSA value of `value` in context `ctx`: computed earlier in this kernel, a literal
+    /// inlined here, a node of this kernel computed now (its operands first), or a load of a
+    /// kernel input.
+    fn value(&mut self, value: Value, ctx: usize) -> Result<(ValueId, DType)> {
+        if let Some(&v) = self.values.get(&(value, ctx)) {
             return Ok(v);
         }
         let dag = self.dag;
         let result = match value {
             Value::Node(n) if dag.nodes[n].op.is_literal() => {
-                self.pointwise(n)?;
-                return Ok(self.values[&value]);
+                self.pointwise(n, ctx)?;
+                return Ok(self.values[&(value, ctx)]);
             }
             Value::Node(v) if self.is_view(v) => {
                 let (source, map) = self.view_of(v)?;
@@ -119,39 +188,138 @@ impl Builder<'_> {
                     && dag.nodes[s].op.is_literal()
                 {
                     // A literal is the same at every index, so any view of it is the literal.
-                    let literal = self.value(source)?;
-                    self.values.insert(value, literal);
+                    let literal = self.value(source, ctx)?;
+                    self.values.insert((value, ctx), literal);
                     return Ok(literal);
                 }
-                let ty = dag.ty(value);
-                let Some((view, strides, offset, stages)) =
-                    mapped_view(ty.dtype, &ty.shape, &map, &self.domain)
-                else {
-                    return Err(self.shape_error(value));
-                };
-                self.ir.loads.push(view);
-                self.load_args.push((source, strides, offset, stages));
-                let id = self.push(Instr::Load {
-                    view: self.ir.loads.len() - 1,
-                });
-                (id, ty.dtype)
+                self.load(value, source, &map, ctx)?
+            }
+            Value::Node(c) if self.is_concat(c) => self.concat(c, ctx)?,
+            Value::Node(p) if self.members.contains(&p) => {
+                let node = &dag.nodes[p];
+                match (node.op.kind(), node.op.builtin()) {
+                    (OpKind::Pointwise, _) => {
+                        self.pointwise(p, ctx)?;
+                        return Ok(self.values[&(value, ctx)]);
+                    }
+                    // The domain does the broadcasting: each point reads the operand's value.
+                    (OpKind::Layout, Some(Builtin::BroadcastTo)) => {
+                        self.value(node.args[0], ctx)?
+                    }
+                    _ => {
+                        return Err(lower_error(
+                            dag,
+                            p,
+                            "a reduction's result is used inside its own kernel".into(),
+                        ));
+                    }
+                }
             }
             _ => {
-                let ty = dag.ty(value);
-                let Some((view, strides)) = broadcast_view(ty.dtype, &ty.shape, &self.domain)
-                else {
-                    return Err(self.shape_error(value));
-                };
-                self.ir.loads.push(view);
-                self.load_args.push((value, strides, 0, Vec::new()));
-                let id = self.push(Instr::Load {
-                    view: self.ir.loads.len() - 1,
-                });
-                (id, ty.dtype)
+                let map = IndexMap::contiguous(&dag.ty(value).shape);
+                self.load(value, value, &map, ctx)?
             }
         };
-        self.values.insert(value, result);
+        self.values.insert((value, ctx), result);
         Ok(result)
+    }
+
+    /// Whether node `n` of this kernel is a concat, read in place by segments.
+    fn is_concat(&self, n: usize) -> bool {
+        self.members.contains(&n) && self.dag.nodes[n].op.builtin() == Some(Builtin::Concat)
+    }
+
+    /// Concat node `c` read in place in context `ctx`: each operand with elements is evaluated
+    /// in the context of its segment and converted to the concat's dtype, and a
+    /// [`Instr::Select`] picks among them by the index along the concat's axis. A concat that
+    /// the domain broadcasts along its axis (its size there is 1), or with one operand that
+    /// has elements, is that operand.
+    fn concat(&mut self, c: usize, ctx: usize) -> Result<(ValueId, DType)> {
+        let dag = self.dag;
+        let node = &dag.nodes[c];
+        let shapes: Vec<&[usize]> = node.args.iter().map(|&a| &dag.ty(a).shape[..]).collect();
+        let plan = plan_builtin(Builtin::Concat, &shapes, &node.attrs)
+            .map_err(|e| lower_error(dag, c, e))?
+            .0;
+        let BuiltinPlan::Concat(axis) = plan else {
+            return Err(lower_error(dag, c, "not a concat".into()));
+        };
+        let out = &node.ty;
+        let domain = self.domain_of_context(ctx);
+        let Some(lead) = domain.len().checked_sub(out.shape.len()) else {
+            return Err(self.shape_error(Value::Node(c)));
+        };
+        let d = lead + axis;
+        let filled: Vec<usize> = (0..node.args.len())
+            .filter(|&s| shapes[s][axis] > 0)
+            .collect();
+        let convert = |b: &mut Self, (v, from): (ValueId, DType)| b.convert(v, from, out.dtype);
+        if out.shape[axis] != domain[d] || filled.len() <= 1 {
+            let s = filled.first().copied().unwrap_or(0);
+            let v = self.value(node.args[s], ctx)?;
+            return Ok((convert(self, v), out.dtype));
+        }
+        let base = match ctx.checked_sub(1).map(|r| self.segments[r]) {
+            None => 0,
+            Some(seg) if seg.axis == d => seg.start,
+            Some(_) => {
+                return Err(lower_error(
+                    dag,
+                    c,
+                    "a concat inside another concat's operand must share its axis".into(),
+                ));
+            }
+        };
+        let mut starts = Vec::with_capacity(shapes.len());
+        let mut at = 0i64;
+        for shape in &shapes {
+            starts.push(at);
+            at += shape[axis] as i64;
+        }
+        let mut cases = Vec::new();
+        let mut ranges = Vec::new();
+        for &s in &filled {
+            let start = base + starts[s];
+            let end = start + shapes[s][axis] as i64;
+            let child = match self.segment_of.get(&(c, ctx, s)) {
+                Some(&child) => child,
+                None => {
+                    self.segments.push(Segment {
+                        axis: d,
+                        start,
+                        end,
+                    });
+                    let child = self.segments.len();
+                    self.segment_of.insert((c, ctx, s), child);
+                    child
+                }
+            };
+            let v = self.value(node.args[s], child)?;
+            cases.push(convert(self, v));
+            ranges.push(child - 1);
+        }
+        let id = self.push(Instr::Select {
+            axis: d,
+            ranges,
+            cases,
+            prec: Prec::of(out.dtype),
+        });
+        Ok((id, out.dtype))
+    }
+
+    /// `x` of dtype `from` as a value of dtype `to`, rounded as a cast rounds it (concat's
+    /// operands meet at its promoted dtype).
+    fn convert(&mut self, x: ValueId, from: DType, to: DType) -> ValueId {
+        if from == to || (Prec::of(from) == Prec::F32 && to == DType::F32) {
+            return x;
+        }
+        if to == DType::F64 && Prec::of(from) == Prec::F32 {
+            return self.push(Instr::Widen { x });
+        }
+        if to == DType::F64 && Prec::of(from) == Prec::F64 {
+            return x;
+        }
+        self.round(x, to)
     }
 
     /// Whether node `n` of this kernel is a view: a layout op other than a broadcast (the
@@ -160,7 +328,7 @@ impl Builder<'_> {
         let op = &self.dag.nodes[n].op;
         self.members.contains(&n)
             && op.kind() == OpKind::Layout
-            && op.builtin() != Some(Builtin::BroadcastTo)
+            && !matches!(op.builtin(), Some(Builtin::BroadcastTo | Builtin::Concat))
     }
 
     /// The buffer view node `v` reads and the index map over it: its operand's contiguous
@@ -217,7 +385,7 @@ impl Builder<'_> {
     }
 
     /// Lowers pointwise node `n` as `eval::pointwise::apply` evaluates it.
-    fn pointwise(&mut self, n: usize) -> Result<()> {
+    fn pointwise(&mut self, n: usize, ctx: usize) -> Result<()> {
         let dag = self.dag;
         let node = &dag.nodes[n];
         let Some(expr) = node.op.formula() else {
@@ -236,7 +404,7 @@ impl Builder<'_> {
         };
         let mut env: HashMap<&str, ValueId> = HashMap::new();
         for (i, &arg) in node.args.iter().enumerate() {
-            let (mut v, dtype) = self.value(arg)?;
+            let (mut v, dtype) = self.value(arg, ctx)?;
             if let Some(c) = common
                 && converts(&node.op, i)
                 && c != dtype
@@ -264,7 +432,7 @@ impl Builder<'_> {
         if needs_round {
             result = self.round(result, out);
         }
-        self.values.insert(Value::Node(n), (result, out));
+        self.values.insert((Value::Node(n), ctx), (result, out));
         Ok(())
     }
 
@@ -329,14 +497,14 @@ impl Builder<'_> {
             Some(Builtin::ReduceMax) => ReduceKind::Max,
             _ => ReduceKind::Sum,
         };
-        let (value, _) = self.value(x)?;
+        let (value, _) = self.value(x, 0)?;
         let value = self.accumulated(value, node.ty.dtype);
         let id = self.push(Instr::RowReduce {
             kind,
             x: value,
             dtype: node.ty.dtype,
         });
-        self.values.insert(Value::Node(n), (id, node.ty.dtype));
+        self.values.insert((Value::Node(n), 0), (id, node.ty.dtype));
         let rank = self.domain.len();
         let mut sizes = self.domain.clone();
         sizes[rank - 1] = 1;
@@ -427,7 +595,7 @@ impl Builder<'_> {
             })
             .collect();
         let view = View::strided(node.ty.dtype, axes);
-        let (value, _) = self.value(x)?;
+        let (value, _) = self.value(x, 0)?;
         let value = self.accumulated(value, node.ty.dtype);
         self.ir.reductions.push(Reduction {
             kind,
@@ -462,6 +630,8 @@ pub(super) fn lower_fused(
         members: nodes.iter().copied().collect(),
         load_args: Vec::new(),
         values: HashMap::new(),
+        segments: Vec::new(),
+        segment_of: HashMap::new(),
     };
     let mut reduction_args: Vec<(Value, Vec<i64>)> = Vec::new();
     // A row kernel: some reduction's result is read by another node of the kernel.
@@ -472,21 +642,47 @@ pub(super) fn lower_fused(
             .iter()
             .any(|&a| matches!(a, Value::Node(p) if is_reduction(p) && nodes.contains(&p)))
     });
+    // The nodes evaluated over the whole domain: what the kernel writes or reduces, and what
+    // those read, except through a concat (whose operands are evaluated over their segments,
+    // on demand).
+    let mut whole: HashSet<usize> = outputs
+        .iter()
+        .filter_map(|&v| match v {
+            Value::Node(n) => Some(n),
+            Value::Input(_) => None,
+        })
+        .chain(nodes.iter().copied().filter(|&n| is_reduction(n)))
+        .collect();
+    for &n in nodes.iter().rev() {
+        if whole.contains(&n) && !b.is_concat(n) {
+            for &arg in &dag.nodes[n].args {
+                if let Value::Node(p) = arg
+                    && b.members.contains(&p)
+                {
+                    whole.insert(p);
+                }
+            }
+        }
+    }
     let mut row_views: HashMap<Value, (View, Vec<i64>)> = HashMap::new();
     for &n in nodes {
         let node = &dag.nodes[n];
+        if !whole.contains(&n) {
+            continue;
+        }
         match (node.op.kind(), node.op.builtin()) {
-            (OpKind::Pointwise, _) => b.pointwise(n)?,
+            (OpKind::Pointwise, _) => b.pointwise(n, 0)?,
             (OpKind::Layout, Some(Builtin::BroadcastTo)) => {
                 // The domain does the broadcasting: the value at each point is the operand's.
-                let v = b.value(node.args[0])?;
-                b.values.insert(Value::Node(n), v);
+                let v = b.value(node.args[0], 0)?;
+                b.values.insert((Value::Node(n), 0), v);
             }
             (OpKind::Reduction, _) if row_kernel => {
                 let view = b.row_reduction(n)?;
                 row_views.insert(Value::Node(n), view);
             }
-            // A view is loaded where it is used (a view only another view reads is no load).
+            // A view is loaded where it is used (a view only another view reads is no load),
+            // and a concat is read where it is used.
             (OpKind::Layout, _) => {}
             (OpKind::Reduction, _) => {
                 let strides = b.reduction(n)?;
@@ -503,7 +699,7 @@ pub(super) fn lower_fused(
     }
     let reduced: Vec<Value> = reduction_args.iter().map(|(v, _)| *v).collect();
     for (v, _) in &reduction_args {
-        if b.values.contains_key(v) {
+        if b.values.contains_key(&(*v, 0)) {
             return Err(lower_error(
                 dag,
                 match v {
@@ -519,10 +715,11 @@ pub(super) fn lower_fused(
         if reduced.contains(&out) {
             continue;
         }
-        let (value, dtype) = match (b.values.get(&out), out) {
+        let (value, dtype) = match (b.values.get(&(out, 0)), out) {
             (Some(&v), _) => v,
-            // A view written out (read by other kernels too): a copy folded into this one.
-            (None, Value::Node(v)) if b.is_view(v) => b.value(out)?,
+            // A view or a concat written out (read by other kernels too): a copy folded into
+            // this one.
+            (None, Value::Node(v)) if b.members.contains(&v) => b.value(out, 0)?,
             (None, _) => return Err(b.shape_error(out)),
         };
         let ty = dag.ty(out);
@@ -555,6 +752,7 @@ pub(super) fn lower_fused(
         offsets,
         strides,
         maps,
+        ranges: b.segments.iter().map(|s| (s.start, s.end)).collect(),
     };
     Ok((b.ir, launch, args))
 }

@@ -178,6 +178,31 @@ pub enum Instr {
         x: ValueId,
         dtype: DType,
     },
+    /// A concatenation read in place (a *range select*): the element of load view `view` at
+    /// the current domain point, read only where the point's index on domain axis `axis` lies
+    /// in the launch's range `range` ([`Launch::ranges`], never empty). Elsewhere the value is
+    /// unspecified and no select picks it: the interpreter and CUDA give 0 without touching
+    /// memory, the C loops read the element at the coordinate clamped into the range (in
+    /// bounds, and branch-free, so the loop vectorizes). The lowering folds the segment's start into the view's offset, so
+    /// the element read is the operand's own at `index - start`. Range loads are what let a
+    /// kernel evaluate each operand of a concat only where the concat takes it, without a
+    /// branch around the straight-line body; [`Instr::Select`] then picks the operand.
+    RangeLoad {
+        view: usize,
+        axis: usize,
+        range: usize,
+    },
+    /// The value of a concat at the current point: `cases[s]` for the first `s` whose range
+    /// `ranges[s]` ([`Launch::ranges`]) ends after the point's index on domain axis `axis`,
+    /// and the last case where none does. The cases are the operands in order, each
+    /// evaluated over its segment; all have the instruction's precision `prec`. The number
+    /// of cases is part of the kernel's identity; where the segments start and end is not.
+    Select {
+        axis: usize,
+        ranges: Vec<usize>,
+        cases: Vec<ValueId>,
+        prec: Prec,
+    },
     /// A formula primitive at precision `prec`, with the reference interpreter's semantics
     /// (`min`/`max` propagate NaN and order −0 below +0; `select(c, a, b)` is `c != 0 ? a :
     /// b`; `rsqrt(x)` is `1 / sqrt(x)`).
@@ -192,13 +217,17 @@ impl Instr {
     /// The values this instruction reads, in operand order.
     pub fn operands(&self) -> Vec<ValueId> {
         match self {
-            Instr::Load { .. } | Instr::Const { .. } | Instr::Int { .. } => Vec::new(),
+            Instr::Load { .. }
+            | Instr::RangeLoad { .. }
+            | Instr::Const { .. }
+            | Instr::Int { .. } => Vec::new(),
             Instr::Widen { x }
             | Instr::Round { x, .. }
             | Instr::Neg { x, .. }
             | Instr::RowReduce { x, .. } => vec![*x],
             Instr::Binary { a, b, .. } => vec![*a, *b],
             Instr::Call { args, .. } => args.clone(),
+            Instr::Select { cases, .. } => cases.clone(),
         }
     }
 }
@@ -273,8 +302,11 @@ impl KernelIr {
     /// The precision of SSA value `id`.
     pub fn prec(&self, id: ValueId) -> Prec {
         match &self.body[id] {
-            Instr::Load { view } => Prec::of(self.loads[*view].dtype),
+            Instr::Load { view } | Instr::RangeLoad { view, .. } => {
+                Prec::of(self.loads[*view].dtype)
+            }
             Instr::Const { prec, .. }
+            | Instr::Select { prec, .. }
             | Instr::Neg { prec, .. }
             | Instr::Binary { prec, .. }
             | Instr::Call { prec, .. } => *prec,
@@ -312,6 +344,48 @@ impl KernelIr {
         level
     }
 
+    /// Whether the body reads a concat by ranges ([`Instr::RangeLoad`], [`Instr::Select`]):
+    /// such a kernel depends on the index along a domain axis, so emitters neither fold axes
+    /// together nor run their vector paths over it.
+    pub fn has_ranges(&self) -> bool {
+        self.body
+            .iter()
+            .any(|i| matches!(i, Instr::RangeLoad { .. } | Instr::Select { .. }))
+    }
+
+    /// The number of launch ranges the body refers to: one more than the highest index.
+    pub fn range_count(&self) -> usize {
+        self.body
+            .iter()
+            .flat_map(|i| match i {
+                Instr::RangeLoad { range, .. } => vec![*range],
+                Instr::Select { ranges, .. } => ranges.clone(),
+                _ => Vec::new(),
+            })
+            .max()
+            .map_or(0, |r| r + 1)
+    }
+
+    /// Per argument ([`KernelIr::views`] order), the domain axis and launch range within
+    /// which it is read, when every read of it is a [`Instr::RangeLoad`] of one range:
+    /// such a view is reached only there (its offset is moved back by the range's start).
+    pub fn range_views(&self) -> Vec<Option<(usize, usize)>> {
+        let mut within: Vec<Option<Option<(usize, usize)>>> = vec![None; self.arg_count()];
+        for instr in &self.body {
+            let (view, range) = match instr {
+                Instr::Load { view } => (*view, None),
+                Instr::RangeLoad { view, axis, range } => (*view, Some((*axis, *range))),
+                _ => continue,
+            };
+            within[view] = match within[view] {
+                None => Some(range),
+                Some(seen) if seen == range => Some(seen),
+                Some(_) => Some(None),
+            };
+        }
+        within.into_iter().map(Option::flatten).collect()
+    }
+
     /// How many passes a row kernel makes over each row: one per level of `RowReduce`s, plus
     /// the last one, which stores. 1 for any other kernel.
     pub fn passes(&self) -> usize {
@@ -323,8 +397,9 @@ impl KernelIr {
 ///
 /// The C ABI of a generated kernel is
 /// `void k(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs)`:
-/// `sizes[rank]`, then `strides[arg * rank + axis]` and `offsets[arg]` (in elements) and
-/// `ptrs[arg]` for every argument in [`KernelIr::views`] order.
+/// `sizes[rank]` followed by the ranges (`sizes[rank + 2r]` the start and `sizes[rank + 2r +
+/// 1]` the end of range `r`), then `strides[arg * rank + axis]` and `offsets[arg]` (in
+/// elements) and `ptrs[arg]` for every argument in [`KernelIr::views`] order.
 ///
 /// Index maps ([`View::is_mapped`]) take their stages from the same `strides` array, after the
 /// `args × rank` strides: for every mapped load in argument order, for each of its stages in
@@ -341,6 +416,9 @@ pub struct Launch {
     /// Per argument, the stages of its index map, as many as its view's `stages` (none for a
     /// strided view; arguments past the end of this list have none).
     pub maps: Vec<Vec<MapStage>>,
+    /// Index ranges `[start, end)` along one domain axis, read by [`Instr::RangeLoad`] and
+    /// [`Instr::Select`]: the segments of concats read in place. Empty for other kernels.
+    pub ranges: Vec<(i64, i64)>,
 }
 
 /// One reshape boundary of a mapped load at launch: position `q` (below `Π sizes`) goes to
@@ -373,6 +451,16 @@ impl MapStage {
 }
 
 impl Launch {
+    /// `sizes` followed by every range's start and end: the first array of the C ABI.
+    pub fn sizes_and_ranges(&self) -> Vec<i64> {
+        let mut all = self.sizes.clone();
+        for &(start, end) in &self.ranges {
+            all.push(start);
+            all.push(end);
+        }
+        all
+    }
+
     /// The stages of argument `arg` (empty for a strided view).
     pub fn stages(&self, arg: usize) -> &[MapStage] {
         self.maps.get(arg).map_or(&[], |m| m.as_slice())

@@ -63,6 +63,7 @@ impl Copy {
             strides: vec![self.src_strides, self.dst_strides],
             offsets: vec![self.src_offset, self.dst_offset],
             maps: Vec::new(),
+            ranges: Vec::new(),
         };
         (ir, launch, vec![self.src, self.dst])
     }

@@ -14,6 +14,7 @@ mod fused;
 pub mod ir;
 mod layout;
 mod refine;
+pub mod split;
 pub mod verify;
 pub mod view;
 
@@ -117,12 +118,45 @@ impl Program {
                 }
             }
             let sizes = &k.launch.sizes;
+            let ranges = &k.launch.ranges;
+            if ranges.len() < ir.range_count() {
+                return Err(Error::new(
+                    Site::default(),
+                    ErrorKind::Lower(format!(
+                        "a launch gives {} ranges to a kernel reading {}",
+                        ranges.len(),
+                        ir.range_count()
+                    )),
+                ));
+            }
             if sizes.contains(&0) {
                 continue;
             }
+            // A view read only inside one range is reached only there.
+            let within = ir.range_views();
             for (a, &v) in k.args.iter().enumerate() {
+                let mut span: Vec<(i64, i64)> = sizes.iter().map(|&n| (0, n)).collect();
+                if let Some(&Some((axis, r))) = within.get(a) {
+                    let (start, end) = ranges[r];
+                    // Non-empty: the C loops clamp coordinates into the range.
+                    if start < 0 || end > sizes[axis] || start >= end {
+                        return Err(Error::new(
+                            Site::node(dag.value_name(v)),
+                            ErrorKind::Lower(format!(
+                                "range {start}..{end} lies outside axis {axis} of size {}",
+                                sizes[axis]
+                            )),
+                        ));
+                    }
+                    span[axis] = (start, end);
+                }
                 // The lowest and highest element reached: a negative stride reaches down.
-                let (mut first, mut last) = reach(k.launch.offsets[a], sizes, &k.launch.strides[a]);
+                let (mut first, mut last) = (k.launch.offsets[a], k.launch.offsets[a]);
+                for (&(low, high), &s) in span.iter().zip(&k.launch.strides[a]) {
+                    let (from, to) = (low.saturating_mul(s), (high - 1).saturating_mul(s));
+                    first = first.saturating_add(from.min(to));
+                    last = last.saturating_add(from.max(to));
+                }
                 // Through an index map, the range above is of positions: each stage must hold
                 // all of them, and then reaches what its whole shape reaches (a superset of
                 // what those positions unflatten to, so the proof errs on the safe side).

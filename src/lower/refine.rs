@@ -29,10 +29,13 @@ use super::ir::{Axis, KernelIr, Launch};
 
 /// `ir` and `launch` with as many index-map stages as the domain's splits allow turned into
 /// strides. Unchanged when nothing can be refined (no index map, an empty domain, a row
-/// kernel, or no stage whose positions the domain enumerates).
+/// kernel, a range select, or no stage whose positions the domain enumerates).
 pub(super) fn refine(ir: KernelIr, launch: Launch) -> (KernelIr, Launch) {
     let mapped = ir.views().any(|v| v.is_mapped());
-    if !mapped || ir.is_row_kernel() || launch.sizes.iter().any(|&n| n <= 0) {
+    // A range select's segments are index ranges along one domain axis; splitting that axis
+    // would need them split too, so kernels reading a concat keep their maps.
+    let selects = !launch.ranges.is_empty();
+    if !mapped || selects || ir.is_row_kernel() || launch.sizes.iter().any(|&n| n <= 0) {
         return (ir, launch);
     }
     let mut k = Refining {
@@ -225,6 +228,7 @@ impl Refining {
             strides,
             offsets: self.offsets,
             maps: self.maps,
+            ranges: Vec::new(),
         };
         (ir, launch)
     }

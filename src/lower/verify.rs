@@ -68,6 +68,18 @@ pub enum IrError {
     /// A row kernel (one with [`Instr::RowReduce`]s) also has reductions ending it; its
     /// reductions are all row reductions.
     RowKernelReduction,
+    /// Value `value` (a range load or a select) names domain axis `axis` of a rank-`rank`
+    /// domain.
+    RangeAxis {
+        value: ValueId,
+        axis: usize,
+        rank: usize,
+    },
+    /// Value `value` is a select without cases, or with another number of ranges than cases.
+    SelectCases { value: ValueId },
+    /// A range load or select appears in a row kernel, whose rows the emitters walk without
+    /// the coordinates a range needs.
+    RowKernelRange,
 }
 
 impl fmt::Display for IrError {
@@ -131,6 +143,15 @@ impl fmt::Display for IrError {
                 f,
                 "row reduction v{value} reduces a value whose precision does not match its dtype"
             ),
+            IrError::RangeAxis { value, axis, rank } => write!(
+                f,
+                "v{value} selects by domain axis {axis} of a domain of rank {rank}"
+            ),
+            IrError::SelectCases { value } => write!(
+                f,
+                "select v{value} needs at least one case and one range per case"
+            ),
+            IrError::RowKernelRange => write!(f, "a row kernel cannot read a concat by ranges"),
             IrError::RowKernelReduction => write!(
                 f,
                 "a row kernel's reductions are all row reductions, none ends the kernel"
@@ -180,8 +201,24 @@ impl KernelIr {
         }
         for (value, instr) in self.body.iter().enumerate() {
             match instr {
-                Instr::Load { view } if *view >= self.loads.len() => {
+                Instr::Load { view } | Instr::RangeLoad { view, .. }
+                    if *view >= self.loads.len() =>
+                {
                     return Err(IrError::MissingLoad { value, view: *view });
+                }
+                Instr::RangeLoad { axis, .. } | Instr::Select { axis, .. }
+                    if *axis >= self.rank =>
+                {
+                    return Err(IrError::RangeAxis {
+                        value,
+                        axis: *axis,
+                        rank: self.rank,
+                    });
+                }
+                Instr::Select { ranges, cases, .. }
+                    if cases.is_empty() || ranges.len() != cases.len() =>
+                {
+                    return Err(IrError::SelectCases { value });
                 }
                 Instr::Call { func, args, .. } if args.len() != func.arity() => {
                     return Err(IrError::Arity {
@@ -205,7 +242,10 @@ impl KernelIr {
                 {
                     return Err(IrError::RowReducePrecision { value });
                 }
-                Instr::Neg { prec, .. } | Instr::Binary { prec, .. } | Instr::Call { prec, .. } => {
+                Instr::Neg { prec, .. }
+                | Instr::Binary { prec, .. }
+                | Instr::Call { prec, .. }
+                | Instr::Select { prec, .. } => {
                     if let Some(&operand) = operands.iter().find(|&&x| self.prec(x) != *prec) {
                         return Err(IrError::OperandPrecision { value, operand });
                     }
@@ -226,6 +266,9 @@ impl KernelIr {
         }
         if self.is_row_kernel() && !self.reductions.is_empty() {
             return Err(IrError::RowKernelReduction);
+        }
+        if self.is_row_kernel() && self.has_ranges() {
+            return Err(IrError::RowKernelRange);
         }
         for (reduction, red) in self.reductions.iter().enumerate() {
             if red.value >= self.body.len() {

@@ -28,6 +28,14 @@
 //! than the cast joining its producer's kernel (where it would be stored narrow); it is always
 //! cheaper than the cast running alone.
 //!
+//! Concat as a range select ([`Role::is_select`]): a concat joins the kernels producing its
+//! operands when each of them is a *segment kernel* — its domain fits the operand it produces
+//! and, once merged, it writes nothing (the concat is the only reader of its values) — and the
+//! merged kernel's domain is the concat's shape. Its ops are then evaluated per segment by
+//! the lowering. Every concat in a kernel selects along one axis (counted from the innermost,
+//! which broadcasting keeps), and row kernels hold none. A concat kernel nothing joined is
+//! reported and lowered as a copy.
+//!
 //! Once every node is placed, the sibling pass (`greedy/siblings.rs`) merges pairs of independent
 //! kernels when that is cheaper still, with the same domain, budget and convexity checks.
 //!
@@ -75,6 +83,9 @@ struct Group {
     rows: bool,
     /// Holds a reduction that is not a `Rows` row reduction, which a row kernel cannot hold.
     other_end: bool,
+    /// Holds a concat read by ranges: the axis they select along, counted from the innermost
+    /// (1 = innermost).
+    select: Option<usize>,
     rank: u64,
     total_us: f64,
     /// Uses of its values by nodes of other kernels: consumer kernel (possibly merged away
@@ -91,6 +102,7 @@ struct Plan {
     fixed: bool,
     rows: bool,
     other_end: bool,
+    select: Option<usize>,
     in_bytes: u64,
     in_count: usize,
     out_count: usize,
@@ -145,6 +157,9 @@ struct Builder<'a> {
     /// Per node: a `Rows` node that is a row reduction ([`super::row_reduction`]), whose
     /// result may be consumed inside its kernel.
     row: Vec<bool>,
+    /// Per node: a concat read by ranges ([`Role::is_select`]), with the axis it selects
+    /// along counted from the innermost (1 = innermost).
+    select: Vec<Option<usize>>,
     /// Each assigned node's kernel, always canonical.
     group_of: Vec<u32>,
     /// Kernels merged away point to the kernel that absorbed them.
@@ -180,6 +195,7 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
         .map(|c| fusion.library_casts && absorbable_cast(&facts, &role, c))
         .collect();
     let view_plan = (0..n).map(|v| view_plan(dag, &role, v)).collect();
+    let select = (0..n).map(|c| select_axis(dag, &role, c)).collect();
     let mut b = Builder {
         dag,
         profile,
@@ -193,6 +209,7 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
         view_plan,
         view_of: vec![None; n],
         row,
+        select,
         group_of: vec![u32::MAX; n],
         parent: Vec::new(),
         groups: Vec::new(),
@@ -242,6 +259,33 @@ fn view_plan(dag: &Dag, role: &[Role], v: usize) -> Option<BuiltinPlan> {
     plan_builtin(node.op.builtin()?, &[&x.shape], &node.attrs)
         .ok()
         .map(|(plan, _)| plan)
+}
+
+/// For a concat read by ranges ([`Role::is_select`]), its axis counted from the innermost
+/// (1 = innermost): right-aligned broadcasting keeps that count as domains grow.
+fn select_axis(dag: &Dag, role: &[Role], c: usize) -> Option<usize> {
+    let node = &dag.nodes[c];
+    if !role[c].is_select(&node.op) {
+        return None;
+    }
+    let shapes: Vec<&[usize]> = node.args.iter().map(|&a| &dag.ty(a).shape[..]).collect();
+    match plan_builtin(Builtin::Concat, &shapes, &node.attrs) {
+        Ok((BuiltinPlan::Concat(axis), _)) => node.ty.shape.len().checked_sub(axis),
+        _ => None,
+    }
+}
+
+/// The one axis selected along by kernels and a node, counted from the innermost: `Err` when
+/// two differ.
+fn one_axis(axes: impl Iterator<Item = Option<usize>>) -> Result<Option<usize>, ()> {
+    let mut found = None;
+    for axis in axes.flatten() {
+        match found {
+            Some(f) if f != axis => return Err(()),
+            _ => found = Some(axis),
+        }
+    }
+    Ok(found)
 }
 
 impl Builder<'_> {
@@ -416,6 +460,46 @@ impl Builder<'_> {
             }
         }
 
+        // All concats of a kernel select along one axis.
+        let select = one_axis(
+            members
+                .iter()
+                .map(|&m| self.group(m).select)
+                .chain([self.select[n]]),
+        )
+        .ok()?;
+        // A concat read by ranges takes in only segment kernels: each fits the operands it
+        // produces, and writes nothing once the concat reads them inside.
+        if self.select[n].is_some() {
+            for &m in members {
+                let g = self.group(m);
+                if g.fixed || g.rows {
+                    return None;
+                }
+                let mut freed = 0;
+                let mut seen: Vec<usize> = Vec::new();
+                for &arg in &node.args {
+                    let Value::Node(p) = arg else { continue };
+                    if self.facts.literal[p] || self.group_of[p] != m {
+                        continue;
+                    }
+                    if !fits(&g.domain, &dag.ty(arg).shape) {
+                        return None;
+                    }
+                    if !seen.contains(&p) {
+                        seen.push(p);
+                        let uses = node.args.iter().filter(|&&a| a == arg).count();
+                        if !self.facts.graph_output[p] && self.ext[p] == uses {
+                            freed += 1;
+                        }
+                    }
+                }
+                if freed != g.outputs {
+                    return None;
+                }
+            }
+        }
+
         // Operands: uses moving inside, and producer kernels staying outside.
         let mut internal_uses = Vec::new();
         let mut outside = Vec::new();
@@ -463,7 +547,7 @@ impl Builder<'_> {
         let shape = self.facts.iter_shape(n);
         let rows = consumes_rows || members.iter().any(|&m| self.group(m).rows);
         let other_end = self.other_end(n) || members.iter().any(|&m| self.group(m).other_end);
-        if rows && other_end {
+        if rows && (other_end || select.is_some()) {
             return None;
         }
         let mut fixed: Option<&Shape> =
@@ -484,8 +568,12 @@ impl Builder<'_> {
             }
         }
         let is_fixed = fixed.is_some();
+        // A concat's segment kernels iterate over their segments: the concat's shape is the
+        // domain.
+        let segments = self.select[n].is_some();
         let domain = match fixed {
             Some(f) => f.clone(),
+            None if segments => shape.clone(),
             None => {
                 let mut d = shape.clone();
                 for &m in shaping {
@@ -495,9 +583,10 @@ impl Builder<'_> {
             }
         };
         if !fits(self.facts.iter_shape(n), &domain)
-            || shaping
-                .iter()
-                .any(|&m| !fits(&self.group(m).domain, &domain))
+            || (!segments
+                && shaping
+                    .iter()
+                    .any(|&m| !fits(&self.group(m).domain, &domain)))
         {
             return None;
         }
@@ -594,6 +683,7 @@ impl Builder<'_> {
             fixed: is_fixed,
             rows,
             other_end,
+            select,
             in_bytes,
             in_count,
             out_count,
@@ -737,6 +827,7 @@ impl Builder<'_> {
             view_sources: Vec::new(),
             rows: false,
             other_end: self.other_end(n),
+            select: self.select[n],
             rank: 0,
             total_us,
             succ: HashMap::new(),
@@ -878,6 +969,7 @@ impl Builder<'_> {
             view_sources: Vec::new(),
             rows: false,
             other_end: false,
+            select: None,
             rank: 0,
             total_us,
             succ: HashMap::new(),
@@ -944,6 +1036,7 @@ impl Builder<'_> {
             s.fixed = plan.fixed;
             s.rows = plan.rows;
             s.other_end = plan.other_end;
+            s.select = plan.select;
             s.total_us = plan.total_us;
             debug_assert_eq!(s.inputs.len(), plan.in_count);
         }
@@ -1053,13 +1146,18 @@ impl Builder<'_> {
             let group = self.group(g);
             let mut nodes = group.nodes.clone();
             nodes.sort_unstable();
-            let kernel = self.facts.kernel(
-                self.profile,
-                nodes,
-                group.kind.expect("live kernels have a kind"),
-                group.domain.clone(),
-                |m| self.group_of[m] == g,
-            );
+            // A concat that nothing joined is a copy (one per operand), not a range select.
+            let kind = match group.kind.expect("live kernels have a kind") {
+                KernelKind::Fused if nodes.len() == 1 && self.select[nodes[0]].is_some() => {
+                    KernelKind::Alone
+                }
+                kind => kind,
+            };
+            let kernel = self
+                .facts
+                .kernel(self.profile, nodes, kind, group.domain.clone(), |m| {
+                    self.group_of[m] == g
+                });
             debug_assert!(
                 (kernel.cost.total_us - group.total_us).abs() <= 1e-6 * group.total_us.max(1.0),
                 "incremental cost {} vs {}",

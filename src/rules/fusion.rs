@@ -73,7 +73,7 @@ impl Role {
                 "`Rows` lets a reduction's result be consumed along the rows it reduced; a {kind:?} op reduces nothing, so it cannot be `Rows`"
             )),
             (OpKind::Layout, Role::End) => Err(
-                "a layout op reduces nothing, so it cannot end a kernel: broadcast_to, reshape, transpose and slice may be `Join` (a kernel reads them through views) or `Alone` (a copy of their own), concat only `Alone`"
+                "a layout op reduces nothing, so it cannot end a kernel: broadcast_to, reshape, transpose and slice may be `Join` (a kernel reads them through views), concat `Join` (a kernel reads it by ranges), or any of them `Alone` (a copy of their own)"
                     .into(),
             ),
             _ => Ok(()),
@@ -85,7 +85,9 @@ impl Role {
     /// reads the smaller operand at the broadcast index). Reshape, transpose and slice re-index
     /// one operand, so a kernel reads them as a view of that operand's buffer: `Join` makes
     /// them such views (their operand comes from memory, never from their own kernel). Concat
-    /// has several operands in disjoint ranges and no single view, so it is a copy, `Alone`.
+    /// has several operands in disjoint ranges and no single view: `Join` makes it a *range
+    /// select* (each point of its kernel evaluates the operand whose segment holds it, see
+    /// [`Role::is_select`]), `Alone` a copy per operand.
     pub fn check_op(self, op: &OpDef) -> std::result::Result<(), String> {
         self.check(op.kind())?;
         match (op.kind(), op.builtin(), self) {
@@ -94,13 +96,14 @@ impl Role {
                 Some(Builtin::BroadcastTo | Builtin::Reshape | Builtin::Transpose | Builtin::Slice),
                 _,
             ) => Ok(()),
+            (OpKind::Layout, Some(Builtin::Concat), Role::Join | Role::Alone) => Ok(()),
             (OpKind::Layout, builtin, Role::Join | Role::End) => {
                 let what = match builtin {
                     Some(b) if b.name() != op.name() => format!("`{}` (a {})", op.name(), b.name()),
                     _ => format!("`{}`", op.name()),
                 };
                 Err(format!(
-                    "a kernel reads broadcast_to, reshape, transpose and slice through views but runs concat as a copy of its own, so {what} cannot share a kernel: give it `Alone`, not `{self:?}`"
+                    "a kernel reads broadcast_to, reshape, transpose and slice through views and concat by ranges, and no other layout op, so {what} cannot share a kernel: give it `Alone`, not `{self:?}`"
                 ))
             }
             _ => Ok(()),
@@ -117,6 +120,15 @@ impl Role {
                 op.builtin(),
                 Some(Builtin::Reshape | Builtin::Transpose | Builtin::Slice)
             )
+    }
+
+    /// Whether a node of `op` in this role joins kernels as a *range select* (concat as
+    /// `Join`): its kernel evaluates each operand over that operand's segment of the concat's
+    /// axis and picks, at each point, the one whose segment holds it. Its operands may come
+    /// from memory or be computed in the same kernel (then over their segment only, and only
+    /// for the concat: they write nothing).
+    pub fn is_select(self, op: &OpDef) -> bool {
+        self == Role::Join && op.kind() == OpKind::Layout && op.builtin() == Some(Builtin::Concat)
     }
 
     /// The role that suits every op of `kind`: used when a role from the file no longer suits
@@ -373,7 +385,10 @@ mod tests {
         assert_eq!(role("broadcast_to"), Role::Join);
         assert_eq!(role("transpose"), Role::Join);
         assert!(Role::Join.is_view(ops.get("transpose").unwrap()));
-        assert_eq!(role("concat"), Role::Alone);
+        assert_eq!(role("concat"), Role::Join);
+        assert!(Role::Join.is_select(ops.get("concat").unwrap()));
+        assert!(!Role::Alone.is_select(ops.get("concat").unwrap()));
+        assert!(!Role::Join.is_select(ops.get("slice").unwrap()));
         assert_eq!(role("sum_to_size"), Role::Rows);
         assert_eq!(role("mean"), Role::Rows);
         assert_eq!(role("matmul"), Role::Never);

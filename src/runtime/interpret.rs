@@ -148,22 +148,48 @@ fn binary(op: BinOp, a: f64, b: f64) -> f64 {
 /// Evaluates SSA value `i` at the current point into `vals` or `ints` (by its precision);
 /// `load(view)` is the buffer of load view `view` and the index of the current point in it.
 /// A row reduction's value is the row's result, set by [`run_rows`] before the passes that
-/// read it, so it is left as it is.
+/// read it, so it is left as it is. `at` is the current point and `ranges` the launch's
+/// ranges: a range load outside its range reads nothing and is 0, and a select picks its
+/// case by the point's index.
 fn eval<'b>(
     ir: &KernelIr,
     i: usize,
     vals: &mut [f64],
     ints: &mut [i64],
+    (point, ranges): (&[usize], &[(i64, i64)]),
     load: impl Fn(usize) -> (&'b Buffer, usize),
 ) {
     let instr = &ir.body[i];
     let prec = ir.prec(i);
+    let inside = |axis: usize, range: usize| {
+        let (start, end) = ranges[range];
+        (start..end).contains(&(point[axis] as i64))
+    };
+    let pick = |axis: usize, rs: &[usize], cases: &[usize]| -> usize {
+        rs.iter()
+            .position(|&r| (point[axis] as i64) < ranges[r].1)
+            .map_or(cases[cases.len() - 1], |s| cases[s])
+    };
     if prec == Prec::I64 {
         ints[i] = match instr {
             Instr::Load { view } => {
                 let (b, at) = load(*view);
                 b.get_int(at)
             }
+            Instr::RangeLoad { view, axis, range } => {
+                if inside(*axis, *range) {
+                    let (b, at) = load(*view);
+                    b.get_int(at)
+                } else {
+                    0
+                }
+            }
+            Instr::Select {
+                axis,
+                ranges: rs,
+                cases,
+                ..
+            } => ints[pick(*axis, rs, cases)],
             Instr::Int { value } => *value,
             Instr::Round { x, dtype } if ir.prec(*x) == Prec::I64 => round_int(ints[*x], *dtype).1,
             Instr::Round { x, dtype } => float_to_int(*dtype, vals[*x]),
@@ -186,6 +212,20 @@ fn eval<'b>(
             let (b, at) = load(*view);
             b.get(at)
         }
+        Instr::RangeLoad { view, axis, range } => {
+            if inside(*axis, *range) {
+                let (b, at) = load(*view);
+                b.get(at)
+            } else {
+                0.0
+            }
+        }
+        Instr::Select {
+            axis,
+            ranges: rs,
+            cases,
+            ..
+        } => vals[pick(*axis, rs, cases)],
         Instr::Const { value, .. } => *value,
         Instr::Widen { x } => vals[*x],
         Instr::RowReduce { .. } => return,
@@ -255,9 +295,14 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
             rest /= sizes[d];
         }
         for i in 0..ir.body.len() {
-            eval(ir, i, &mut vals, &mut ints, |view| {
-                (&*buffers[view], index(view, &coord))
-            });
+            eval(
+                ir,
+                i,
+                &mut vals,
+                &mut ints,
+                (&coord, &launch.ranges),
+                |view| (&*buffers[view], index(view, &coord)),
+            );
         }
         for (s, store) in ir.stores.iter().enumerate() {
             let arg = loads + s;
@@ -378,9 +423,14 @@ fn run_rows(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
                 coord[inner_axis] = j;
                 for (i, &level) in levels.iter().enumerate() {
                     if level <= pass {
-                        eval(ir, i, &mut vals, &mut ints, |view| {
-                            (&*buffers[view], index(view, &coord))
-                        });
+                        eval(
+                            ir,
+                            i,
+                            &mut vals,
+                            &mut ints,
+                            (&coord, &launch.ranges),
+                            |view| (&*buffers[view], index(view, &coord)),
+                        );
                     }
                 }
                 for (k, &id) in reducing.iter().enumerate() {
@@ -444,9 +494,14 @@ fn run_rows(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
         coord[inner_axis] = 0;
         for (i, &need) in needed.iter().enumerate() {
             if need {
-                eval(ir, i, &mut vals, &mut ints, |view| {
-                    (&*buffers[view], index(view, &coord))
-                });
+                eval(
+                    ir,
+                    i,
+                    &mut vals,
+                    &mut ints,
+                    (&coord, &launch.ranges),
+                    |view| (&*buffers[view], index(view, &coord)),
+                );
             }
         }
         for (s, store) in ir.stores.iter().enumerate() {

@@ -766,3 +766,146 @@ pub fn input_buffers(
         .map(|i| fusebox::runtime::buffer::Buffer::from_tensor(&inputs[&i.name]))
         .collect()
 }
+
+/// One operand of a [`ConcatRecipe`]'s concat: how it is made, its length along the concat's
+/// axis (0 makes an empty segment), its input dtype and the unary op it may apply.
+#[derive(Debug, Clone)]
+pub struct ConcatPart {
+    /// 0: a slice of a wider input (a view); 1: a unary op of an input; 2: an input plus a
+    /// vector broadcast against it; 3: a broadcast_to of an input of size 1 off the axis,
+    /// then a unary op; 4: an input read as it is.
+    pub kind: usize,
+    pub len: usize,
+    pub dtype: usize,
+    pub op: usize,
+}
+
+/// A graph around one concat, aimed at reading it by ranges: operands from memory, views and
+/// ops that only the concat reads, empty segments, negative axes, broadcast operands, mixed
+/// f32/f16/bf16 operands (concat promotes), and consumers that read it in several ways.
+#[derive(Debug, Clone)]
+pub struct ConcatRecipe {
+    /// The extent of the axis the concat does not join.
+    pub across: usize,
+    /// 0, 1, -1 or -2 over rank-2 operands.
+    pub axis: i64,
+    pub parts: Vec<ConcatPart>,
+    /// 0: the concat is the output; 1: a unary op of it; 2: it plus a broadcast vector; 3:
+    /// its sum over axis 0 and a unary op of it (two readers in two kernels); 4: it and a
+    /// unary op of it, both outputs.
+    pub consumer: usize,
+    pub consumer_op: usize,
+}
+
+/// Recipes for [`build_concat`]: 1 to 4 operands of lengths 0 to 3, across 0 to 4.
+pub fn concat_recipes() -> BoxedStrategy<ConcatRecipe> {
+    let part = (0usize..5, 0usize..4, 0usize..4, 0usize..UNARY.len()).prop_map(
+        |(kind, len, dtype, op)| ConcatPart {
+            kind,
+            len,
+            dtype,
+            op,
+        },
+    );
+    (
+        0usize..5,
+        prop_oneof![Just(0i64), Just(1), Just(-1), Just(-2)],
+        prop::collection::vec(part, 1..5),
+        0usize..5,
+        0usize..UNARY.len(),
+    )
+        .prop_map(
+            |(across, axis, parts, consumer, consumer_op)| ConcatRecipe {
+                across,
+                axis,
+                parts,
+                consumer,
+                consumer_op,
+            },
+        )
+        .boxed()
+}
+
+/// The graph of `recipe`, or `None` when it does not type-check (a unary op that rejects
+/// its operand's dtype).
+pub fn build_concat(catalogue: &fusebox::rules::Catalogue, recipe: &ConcatRecipe) -> Option<Graph> {
+    let ax = recipe.axis.rem_euclid(2) as usize;
+    let shape = |len: usize, across: usize| -> Vec<usize> {
+        if ax == 0 {
+            vec![len, across]
+        } else {
+            vec![across, len]
+        }
+    };
+    let mut b = GraphBuilder::new("concat");
+    let mut operands = Vec::new();
+    for (i, part) in recipe.parts.iter().enumerate() {
+        let dtype = DTYPES[part.dtype % DTYPES.len()];
+        let own = shape(part.len, recipe.across);
+        let name = format!("p{i}");
+        let operand = match part.kind {
+            0 => {
+                let wide = b.input(&format!("w{i}"), dtype, &shape(part.len + 3, recipe.across));
+                b.op_with(
+                    &name,
+                    "slice",
+                    &[&wide],
+                    &[
+                        ("axis", AttrValue::Int(recipe.axis)),
+                        ("start", AttrValue::Int(1)),
+                        ("end", AttrValue::Int(1 + part.len as i64)),
+                    ],
+                )
+            }
+            1 => {
+                let x = b.input(&format!("x{i}"), dtype, &own);
+                b.op(&name, UNARY[part.op], &[&x])
+            }
+            2 => {
+                let x = b.input(&format!("x{i}"), dtype, &own);
+                let v = b.input(&format!("v{i}"), dtype, &shape(part.len, 1));
+                b.op(&name, "add", &[&x, &v])
+            }
+            3 => {
+                let x = b.input(&format!("x{i}"), dtype, &shape(part.len, 1));
+                let to: Vec<i64> = own.iter().map(|&d| d as i64).collect();
+                let wide = b.op_with(
+                    &format!("bc{i}"),
+                    "broadcast_to",
+                    &[&x],
+                    &[("shape", AttrValue::Ints(to))],
+                );
+                b.op(&name, UNARY[part.op], &[&wide])
+            }
+            _ => b.input(&format!("x{i}"), dtype, &own),
+        };
+        operands.push(operand);
+    }
+    let args: Vec<&str> = operands.iter().map(String::as_str).collect();
+    let c = b.op_with(
+        "c",
+        "concat",
+        &args,
+        &[("axis", AttrValue::Int(recipe.axis))],
+    );
+    let op = UNARY[recipe.consumer_op % UNARY.len()];
+    let outputs: Vec<String> = match recipe.consumer % 5 {
+        0 => vec![c],
+        1 => vec![b.op("out", op, &[&c])],
+        2 => {
+            let total: usize = recipe.parts.iter().map(|p| p.len).sum();
+            let along = if ax == 0 { vec![total, 1] } else { vec![total] };
+            let v = b.input("bias", DType::F32, &along);
+            vec![b.op("out", "add", &[&c, &v])]
+        }
+        3 => {
+            let s = b.op_with("s", "sum", &[&c], &[("axes", AttrValue::Ints(vec![0]))]);
+            vec![s, b.op("out", op, &[&c])]
+        }
+        _ => vec![c.clone(), b.op("out", op, &[&c])],
+    };
+    let names: Vec<&str> = outputs.iter().map(String::as_str).collect();
+    let graph = b.finish(&names);
+    graph::check(&graph, catalogue).ok()?;
+    Some(graph)
+}

@@ -96,6 +96,10 @@ static inline double fb_rnd_i64(double v) {
 }
 /* A rounded i64 value held as double may be 2^63 (i64::MAX rounded up): saturate it. */
 static inline int64_t fb_d2i64(double v) { return v >= 0x1p63 ? INT64_MAX : (int64_t)v; }
+/* A coordinate clamped into the non-empty range [start, end): range loads read there. */
+static inline int64_t fb_clamp_index(int64_t c, int64_t start, int64_t end) {
+    return c < start ? start : (c >= end ? end - 1 : c);
+}
 
 /* min/max: NaN wins, and -0 orders below +0 (equal values differ only in the sign of zero,
    which the bitwise or/and of their bits resolves). */

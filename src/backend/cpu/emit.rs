@@ -50,6 +50,7 @@ use std::collections::BTreeSet;
 mod expr;
 mod fission;
 mod kernel;
+mod split;
 mod vector;
 pub use kernel::ROW_SCRATCH_BYTES;
 pub use vector::STREAM_MIN_BYTES;
@@ -76,7 +77,20 @@ pub fn emit_kernel(ir: &KernelIr, name: &str) -> String {
     {
         panic!("invalid kernel IR: {error}");
     }
-    Kernel::new(ir).emit(name)
+    match crate::lower::split::split(ir) {
+        // Per-segment loops: the pieces and the clamped form, then the function choosing.
+        Some(split) => {
+            let mut text = Kernel::new(ir).emit(&format!("{name}_c"));
+            for (k, piece) in split.pieces.iter().enumerate() {
+                text.push('\n');
+                text.push_str(&Kernel::new(piece).emit(&format!("{name}_s{k}")));
+            }
+            text.push('\n');
+            text.push_str(&split::wrapper(ir, &split, name));
+            text
+        }
+        None => Kernel::new(ir).emit(name),
+    }
 }
 
 /// A whole translation unit: the prelude (includes, conversion helpers, `omp declare simd`
@@ -110,7 +124,11 @@ pub fn emit_module(kernels: &[(String, &KernelIr)]) -> String {
     if tanhf {
         part(TANHF);
     }
-    if kernels.iter().any(|(_, ir)| vector::supports(ir)) {
+    let vectorized = |ir: &KernelIr| {
+        vector::supports(ir)
+            || crate::lower::split::split(ir).is_some_and(|s| s.pieces.iter().any(vector::supports))
+    };
+    if kernels.iter().any(|(_, ir)| vectorized(ir)) {
         part(vector::VECTOR_HELPERS);
         if expf {
             part(vector::VECTOR_EXPF);

@@ -28,6 +28,9 @@ pub struct CpuExecutable {
     functions: Vec<KernelFn>,
     /// Per step, the strides flattened in the ABI's order (`strides[arg * rank + axis]`).
     flat_strides: Vec<Vec<i64>>,
+    /// Per step, the sizes followed by the ranges of concats read in place
+    /// ([`crate::lower::Launch::sizes_and_ranges`]).
+    flat_sizes: Vec<Vec<i64>>,
     plan: MemoryPlan,
     /// Per node, the first output naming it ([`crate::dag::Dag::first_output_of`]).
     output_of: Vec<Option<usize>>,
@@ -68,6 +71,14 @@ impl CpuExecutable {
                 Step::MatMul(_) => Vec::new(),
             })
             .collect();
+        let flat_sizes = program
+            .steps
+            .iter()
+            .map(|step| match step {
+                Step::Kernel(k) => k.launch.sizes_and_ranges(),
+                Step::MatMul(_) => Vec::new(),
+            })
+            .collect();
         let plan = MemoryPlan::new(&program);
         let slots = plan
             .slot_bytes
@@ -82,6 +93,7 @@ impl CpuExecutable {
             program,
             functions,
             flat_strides,
+            flat_sizes,
             plan,
             slots,
             _module: module,
@@ -172,7 +184,7 @@ impl Executable for CpuExecutable {
                     // documented on `lower::ir::Launch`.
                     unsafe {
                         (self.functions[k.kernel])(
-                            k.launch.sizes.as_ptr(),
+                            self.flat_sizes[s].as_ptr(),
                             self.flat_strides[s].as_ptr(),
                             k.launch.offsets.as_ptr(),
                             ptrs.as_ptr(),

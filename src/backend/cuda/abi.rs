@@ -40,6 +40,7 @@
 //! | `vec`            | 1               | 1 when the vectorized path may run ([`vector_ok`]); a row kernel's [`RowPath`] |
 //! | `lanes[groups]`  | groups          | threads cooperating on one output, per group |
 //! | `split[groups]`  | groups          | pieces each output's reduced elements are cut into |
+//! | `r[2·ranges]`    | 2 × ranges      | start and end of each range a concat read in place uses ([`Launch::ranges`]) |
 //!
 //! Arrays of length zero are left out (C has none), so a pointwise kernel has no `lanes` or
 //! `split`. Sizes are the launch's after [`fold`]: the host folds contiguous axes when it
@@ -321,7 +322,8 @@ pub fn reduction_groups(ir: &KernelIr) -> Vec<Vec<usize>> {
 /// 16-byte chunks (bool in 8-byte ones). 1 means the kernel has no vectorized path: it has
 /// reductions or row reductions (their passes are scalar) or no view with a `Unit` inner axis.
 pub fn vector_width(ir: &KernelIr) -> usize {
-    if !ir.reductions.is_empty() || ir.is_row_kernel() {
+    // A concat read in place picks its operand per element, by the element's coordinate.
+    if !ir.reductions.is_empty() || ir.is_row_kernel() || ir.has_ranges() {
         return 1;
     }
     unit_vector_width(ir)
@@ -358,6 +360,8 @@ pub struct ParamLayout {
     pub vec: usize,
     pub lanes: usize,
     pub split: usize,
+    /// The ranges of concats read in place (start, end per range).
+    pub ranges: usize,
     /// Size of the whole block.
     pub bytes: usize,
 }
@@ -375,6 +379,7 @@ pub fn param_layout(ir: &KernelIr) -> ParamLayout {
     let vec = maps + 8 * ir.map_word_count();
     let lanes = vec + 8;
     let split = lanes + 8 * groups;
+    let ranges = split + 8 * groups;
     ParamLayout {
         ptrs,
         scratch,
@@ -385,7 +390,8 @@ pub fn param_layout(ir: &KernelIr) -> ParamLayout {
         vec,
         lanes,
         split,
-        bytes: split + 8 * groups,
+        ranges,
+        bytes: ranges + 16 * ir.range_count(),
     }
 }
 
@@ -399,7 +405,13 @@ pub fn param_layout(ir: &KernelIr) -> ParamLayout {
 /// folding would merge rows.
 pub fn fold(ir: &KernelIr, launch: &Launch) -> Vec<i64> {
     let mut n = launch.sizes.clone();
-    if ir.rank < 2 || n.len() != ir.rank || n.iter().any(|&s| s <= 0) || ir.is_row_kernel() {
+    // Ranges are indices along one axis: folding would change what the coordinates mean.
+    if ir.rank < 2
+        || n.len() != ir.rank
+        || n.iter().any(|&s| s <= 0)
+        || ir.is_row_kernel()
+        || ir.has_ranges()
+    {
         return n;
     }
     let inner = ir.rank - 1;
@@ -785,5 +797,10 @@ pub fn param_words(ir: &KernelIr, launch: &Launch, ptrs: &[u64], scratch: &[u64]
     let shapes = group_shapes(ir, &n);
     words.extend(shapes.iter().map(|s| s.lanes as u64));
     words.extend(shapes.iter().map(|s| s.split as u64));
+    for r in 0..ir.range_count() {
+        let (start, end) = launch.ranges.get(r).copied().unwrap_or((0, 0));
+        words.push(start as u64);
+        words.push(end as u64);
+    }
     words
 }

@@ -300,6 +300,10 @@ impl<'a> Kernel<'a> {
             out.push_str(&format!("    long long lanes[{}];\n", self.groups.len()));
             out.push_str(&format!("    long long split[{}];\n", self.groups.len()));
         }
+        let ranges = ir.range_count();
+        if ranges > 0 {
+            out.push_str(&format!("    long long r[{}];\n", 2 * ranges));
+        }
         out.push_str("};\n");
         out
     }
@@ -330,6 +334,16 @@ impl<'a> Kernel<'a> {
     fn preamble(&self, code: &mut Code) {
         for d in 0..self.rank {
             code.def(format!("n{d}"), format!("const I n{d} = (I)p.n[{d}];"));
+        }
+        for r in 0..self.ir.range_count() {
+            code.def(
+                format!("rs{r}"),
+                format!("const I rs{r} = (I)p.r[{}];", 2 * r),
+            );
+            code.def(
+                format!("re{r}"),
+                format!("const I re{r} = (I)p.r[{}];", 2 * r + 1),
+            );
         }
         for (arg, view) in self.ir.views().enumerate() {
             code.def(
@@ -478,7 +492,11 @@ impl<'a> Kernel<'a> {
     fn values(&self, code: &mut Code, lane: Lane) {
         for id in 0..self.ir.body.len() {
             let definition = match self.ir.body[id] {
-                Instr::Load { view } if self.ir.loads[view].is_mapped() => {
+                Instr::Load { view } | Instr::RangeLoad { view, .. }
+                    if self.ir.loads[view].is_mapped() =>
+                {
+                    // A range load reads its element only inside its range; the positions
+                    // are plain arithmetic, harmless outside it.
                     self.positions(code, view, id, lane);
                     let last = self.ir.loads[view].stages.len();
                     Cuda.definition(self.ir, id, |_| format!("p.p{view}[q{id}_{last}]"))
@@ -599,13 +617,45 @@ impl<'a> Kernel<'a> {
         code.open("for (U t = first; t < total; t += step)");
         self.decompose(&mut code, "(I)t", &all, "rem");
         self.bases(&mut code);
-        self.values(&mut code, Lane::Scalar);
-        self.stores(&mut code, Lane::Scalar);
+        match crate::lower::split::split_guarded(self.ir) {
+            Some(split) => self.pieces(&mut code, &split),
+            None => {
+                self.values(&mut code, Lane::Scalar);
+                self.stores(&mut code, Lane::Scalar);
+            }
+        }
         code.close();
         if self.width > 1 {
             code.close();
         }
         code
+    }
+
+    /// A range-select kernel cut into pieces ([`crate::lower::split`]): the thread's element
+    /// picks its segment by one comparison chain on the segment ends (the select's own rule:
+    /// the first range ending after the coordinate, else the last) and evaluates and stores
+    /// only that piece. Coordinates and offsets stay the launch's: a range load's offset
+    /// already points its segment's first index at the operand's element 0, and the pieces
+    /// keep their range loads' bounds, so a launch whose ranges do not tile the axis reads
+    /// what the select would.
+    fn pieces(&self, code: &mut Code, split: &crate::lower::split::Split) {
+        let c = format!("i{}", split.axis);
+        let last = split.pieces.len() - 1;
+        for (k, piece) in split.pieces.iter().enumerate() {
+            let header = match k {
+                0 if last == 0 => "".to_string(),
+                0 => format!("if ({c} < re{})", split.ranges[0]),
+                k if k == last => "else".to_string(),
+                k => format!("else if ({c} < re{})", split.ranges[k]),
+            };
+            let inner = Kernel::new(piece, self.name, self.deterministic);
+            let mut branch = Code::new();
+            inner.values(&mut branch, Lane::Scalar);
+            inner.stores(&mut branch, Lane::Scalar);
+            code.open(header);
+            code.splice(&branch);
+            code.close();
+        }
     }
 
     /// Axes kept and reduced by group `g`.

@@ -149,7 +149,8 @@ impl Builder<'_> {
         // A row kernel holds row reductions only.
         let rows = ga.rows || gb.rows;
         let other_end = ga.other_end || gb.other_end;
-        if rows && other_end {
+        let select = super::one_axis([ga.select, gb.select].into_iter()).ok()?;
+        if rows && (other_end || select.is_some()) {
             return None;
         }
         // Iteration domain: a kernel with an `End` node keeps its own.
@@ -211,6 +212,7 @@ impl Builder<'_> {
             fixed,
             rows,
             other_end,
+            select,
             in_bytes,
             in_count,
             out_count,
@@ -247,6 +249,7 @@ impl Builder<'_> {
         s.fixed = plan.fixed;
         s.rows = plan.rows;
         s.other_end = plan.other_end;
+        s.select = plan.select;
         s.total_us = plan.total_us;
         debug_assert_eq!(s.inputs.len(), plan.in_count);
         debug_assert!(

@@ -64,6 +64,16 @@ impl Spelling for C {
 
     /// f32 `exp` and `tanh` are inline code (`EXPF`, `TANHF`), with a cheaper `exp` where only
     /// a literal is added to it; `floor` is branch-free so it vectorizes. The rest is libm.
+    /// Outer axes are the row's coordinates `i{d}`; along the innermost axis a loop walks
+    /// `j` from the segment's start `j0`. (Row kernels, which have no `j0`, read no ranges.)
+    fn coordinate(&self, ir: &KernelIr, axis: usize) -> String {
+        if axis + 1 == ir.rank {
+            "(j0 + j)".to_string()
+        } else {
+            format!("i{axis}")
+        }
+    }
+
     fn function(&self, ir: &KernelIr, id: ValueId, func: Func, prec: Prec) -> String {
         match (func, prec) {
             (Func::Exp, Prec::F32) if only_added_to_constants(ir, id) => "fb_expf_addend".into(),

@@ -121,7 +121,8 @@ impl<'a> Kernel<'a> {
             inner: ir.rank - 1,
             body: Vec::new(),
             stages: Stages::plan(ir),
-            vector: vector::supports(ir),
+            // A concat read in place picks its operand by coordinate: scalar loops only.
+            vector: vector::supports(ir) && !ir.has_ranges(),
         };
         kernel.body = kernel.body_lines();
         if ir.is_row_kernel() {
@@ -209,6 +210,7 @@ impl<'a> Kernel<'a> {
                     let definition = C.definition(self.ir, id, |_| element.clone());
                     format!("{} {definition}", self.positions(view, id))
                 }
+                Instr::RangeLoad { view, axis, range } => self.range_load(id, view, axis, range),
                 _ => C.definition(self.ir, id, |view| self.element(view)),
             })
             .collect()
@@ -224,7 +226,12 @@ impl<'a> Kernel<'a> {
     /// conversions and the correction vectorize (AVX-512 converts doubles to 64-bit integers),
     /// so the loop reading the map is a vector loop with a gather.
     fn positions(&self, arg: usize, id: usize) -> String {
-        let mut text = format!("const int64_t q{id}_0 = {};", self.index(arg));
+        self.positions_from(arg, id, &self.index(arg))
+    }
+
+    /// [`Self::positions`] from a given first position `first` (a range load's clamped index).
+    fn positions_from(&self, arg: usize, id: usize, first: &str) -> String {
+        let mut text = format!("const int64_t q{id}_0 = {first};");
         for (k, &r) in self.view(arg).stages.iter().enumerate() {
             let mut rest = format!("q{id}_{k}");
             let mut sum = format!("c{arg}_{k}");
@@ -247,6 +254,47 @@ impl<'a> Kernel<'a> {
             text.push_str(&format!(" const int64_t q{id}_{} = {sum};", k + 1));
         }
         text
+    }
+
+    /// A range load as the C loops spell it: the element at the point's coordinate on `axis`
+    /// clamped into the range, read unconditionally. Inside the range that is the element the
+    /// IR means; outside it is some element of the same segment, always in bounds
+    /// (`check_bounds` checks each range-loaded view over its range), which no select picks.
+    /// A load without a branch keeps the loop vectorizable (the clamped index is a gather or,
+    /// on an outer axis, a row constant), so the segments' math runs through vector libm
+    /// instead of scalar calls.
+    fn range_load(&self, id: usize, view: usize, axis: usize, range: usize) -> String {
+        let dtype = self.ir.loads[view].dtype;
+        let (coord, shift) = if axis == self.inner {
+            ("(j0 + j)".to_string(), "j0".to_string())
+        } else {
+            (format!("i{axis}"), format!("i{axis}"))
+        };
+        let clamped = format!("fb_clamp_index({coord}, rs{range}, re{range})");
+        let mut index = format!("b{view}");
+        if let Some(t) = self.term(view, axis, &format!("({clamped} - {shift})")) {
+            index.push_str(&format!(" + {t}"));
+        }
+        if axis != self.inner
+            && let Some(t) = self.term(view, self.inner, "j")
+        {
+            index.push_str(&format!(" + {t}"));
+        }
+        if !self.ir.loads[view].is_mapped() {
+            return format!(
+                "const {} v{id} = {};",
+                self.value_type(id),
+                C.load(dtype, &format!("p{view}[{index}]"))
+            );
+        }
+        // Through an index map the clamped index is a position: the stages map it on.
+        let text = self.positions_from(view, id, &index);
+        let stages = self.ir.loads[view].stages.len();
+        format!(
+            "{text} const {} v{id} = {};",
+            self.value_type(id),
+            C.load(dtype, &format!("p{view}[(int32_t)q{id}_{stages}]"))
+        )
     }
 
     /// The C function `name`.
@@ -306,6 +354,12 @@ impl<'a> Kernel<'a> {
     fn preamble(&self, out: &mut Out) {
         for d in 0..self.rank {
             out.line(format!("int64_t n{d} = sizes[{d}];"));
+        }
+        // The ranges of concats read in place follow the sizes.
+        for r in 0..self.ir.range_count() {
+            let at = self.rank + 2 * r;
+            out.line(format!("const int64_t rs{r} = sizes[{at}];"));
+            out.line(format!("const int64_t re{r} = sizes[{}];", at + 1));
         }
         self.arguments(out);
         self.fold_axes(out);
@@ -387,7 +441,8 @@ impl<'a> Kernel<'a> {
     /// of contiguous tensors becomes one long row instead of N tiny ones (whose scalar loop
     /// tails would call scalar libm).
     fn fold_axes(&self, out: &mut Out) {
-        if self.rank < 2 || self.ir.is_row_kernel() {
+        // Ranges are coordinates along one axis: folding axes would change them.
+        if self.rank < 2 || self.ir.is_row_kernel() || self.ir.has_ranges() {
             return;
         }
         let nonempty: Vec<String> = (0..self.rank).map(|d| format!("n{d} > 0")).collect();

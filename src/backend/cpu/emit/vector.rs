@@ -119,7 +119,8 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
                         ir.prec(*x) == Prec::F32
                             && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
                     }
-                    Instr::Widen { .. } => false,
+                    // A concat read in place picks its operand per element by coordinate.
+                    Instr::Widen { .. } | Instr::RangeLoad { .. } | Instr::Select { .. } => false,
                 }
         })
 }
@@ -234,7 +235,9 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
                 other => unreachable!("{other:?} has no vector form (`supports` rejects it)"),
             }
         }
-        Instr::Widen { .. } => unreachable!("`supports` rejects widening"),
+        Instr::Widen { .. } | Instr::RangeLoad { .. } | Instr::Select { .. } => {
+            unreachable!("`supports` rejects widening and range reads")
+        }
         // A row reduction is a row constant by the time a vector reads it; `kernel::rows`
         // writes its accumulation and its broadcast.
         Instr::RowReduce { .. } => unreachable!("row reductions are spelled by kernel::rows"),

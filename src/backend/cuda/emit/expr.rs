@@ -76,6 +76,11 @@ impl Spelling for Cuda {
 
     /// CUDA's accurate math functions (`expf`, never `__expf`); square root through the
     /// IEEE-rounded intrinsic whatever `--prec-sqrt` says.
+    /// Every loop of a CUDA kernel decomposes its index into the coordinates `i{d}`.
+    fn coordinate(&self, _ir: &KernelIr, axis: usize) -> String {
+        format!("i{axis}")
+    }
+
     fn function(&self, _ir: &KernelIr, _id: ValueId, func: Func, prec: Prec) -> String {
         match (func, prec) {
             (Func::Sqrt, Prec::F32) => "__fsqrt_rn".into(),

@@ -149,6 +149,7 @@ pub fn integer_matmul(
         strides: vec![a_strides, b_strides, out_strides],
         offsets: vec![0, 0, 0],
         maps: Vec::new(),
+        ranges: Vec::new(),
     };
     Some((ir, launch))
 }
@@ -160,6 +161,7 @@ pub fn convert_launch(len: usize) -> Launch {
         strides: vec![vec![1], vec![1]],
         offsets: vec![0, 0],
         maps: Vec::new(),
+        ranges: Vec::new(),
     }
 }
 

@@ -1,0 +1,166 @@
+//! The per-segment pieces of a kernel that reads a concat by ranges.
+//!
+//! A range-select kernel evaluated as written computes every operand of the concat at every
+//! point and then selects: each element pays for every operand's ops. When every select runs
+//! along one axis by the same ranges, the same result comes from evaluating, over each segment
+//! of that axis, only the operand that segment selects: a *piece*. A piece is an ordinary
+//! pointwise kernel (its range loads become plain loads, its selects become the operand they
+//! pick, the other operands' instructions are dropped as dead), with the same views in the
+//! same argument order, so it runs under the kernel's own launch words.
+//!
+//! Both emitters use it: the C backend runs one loop nest per piece over its segment (its
+//! offsets moved to the segment's start, see `backend::cpu::emit::split`); the CUDA backend
+//! lets each thread pick its piece by one comparison chain on the segment ends and evaluate
+//! only that piece, at the thread's own coordinates and the launch's offsets (a range load's
+//! offset already points its segment's first index at the operand's element 0). Kernels the
+//! pieces cannot express (two selects over different ranges, a range load outside its own
+//! segment, a reduction, a store written only at index 0 of the axis) keep the select.
+
+use super::ir::{Axis, Instr, KernelIr, ValueId};
+
+/// The pieces of a range-select kernel: the select's axis, its launch ranges (one per piece,
+/// in order along the axis) and the pointwise kernel evaluated over each.
+#[derive(Debug, Clone)]
+pub struct Split {
+    pub axis: usize,
+    pub ranges: Vec<usize>,
+    pub pieces: Vec<KernelIr>,
+}
+
+/// The per-segment pieces of `ir`, when every select of it picks along one axis by the same
+/// ranges and each piece needs no other segment's values (see the module documentation).
+///
+/// Each piece reads its range loads as plain loads: it is meant to run only over its own
+/// segment, which the caller must make sure of.
+pub fn split(ir: &KernelIr) -> Option<Split> {
+    cut(ir, false)
+}
+
+/// [`split`] with each piece's range loads kept: a piece then reads memory only inside its own
+/// segment, so evaluating piece `k` wherever the select would pick case `k` is exactly the
+/// kernel as written, whatever the launch's ranges (CUDA, which checks none).
+pub fn split_guarded(ir: &KernelIr) -> Option<Split> {
+    cut(ir, true)
+}
+
+fn cut(ir: &KernelIr, guarded: bool) -> Option<Split> {
+    if !ir.has_ranges() || !ir.reductions.is_empty() || ir.is_row_kernel() {
+        return None;
+    }
+    let mut select: Option<(usize, &Vec<usize>)> = None;
+    for instr in &ir.body {
+        if let Instr::Select { axis, ranges, .. } = instr {
+            match select {
+                None => select = Some((*axis, ranges)),
+                Some(seen) if seen == (*axis, ranges) => {}
+                Some(_) => return None,
+            }
+        }
+    }
+    let (axis, ranges) = select?;
+    // A store smaller than the domain on the axis is written at index 0 only, which a piece
+    // past the first would not see.
+    if ir
+        .stores
+        .iter()
+        .any(|s| s.view.axes.get(axis) == Some(&Axis::Broadcast))
+    {
+        return None;
+    }
+    let pieces = (0..ranges.len())
+        .map(|s| piece(ir, axis, ranges, s, guarded))
+        .collect::<Option<Vec<_>>>()?;
+    Some(Split {
+        axis,
+        ranges: ranges.clone(),
+        pieces,
+    })
+}
+
+/// The kernel evaluated over segment `s`: the values the stores need when every select
+/// picks its case `s`, with range loads of range `ranges[s]` read as plain loads (kept as
+/// range loads when `guarded`). `None` when such a value needs a range load of another range.
+fn piece(
+    ir: &KernelIr,
+    axis: usize,
+    ranges: &[usize],
+    s: usize,
+    guarded: bool,
+) -> Option<KernelIr> {
+    let n = ir.body.len();
+    let mut live = vec![false; n];
+    for store in &ir.stores {
+        live[store.value] = true;
+    }
+    for id in (0..n).rev() {
+        if !live[id] {
+            continue;
+        }
+        match &ir.body[id] {
+            Instr::Select { cases, .. } => live[cases[s]] = true,
+            Instr::RangeLoad { axis: a, range, .. } if *a != axis || *range != ranges[s] => {
+                return None;
+            }
+            instr => {
+                for x in instr.operands() {
+                    live[x] = true;
+                }
+            }
+        }
+    }
+    let mut new_id: Vec<ValueId> = vec![0; n];
+    let mut body = Vec::new();
+    for id in 0..n {
+        if !live[id] {
+            continue;
+        }
+        let instr = match &ir.body[id] {
+            Instr::Select { cases, .. } => {
+                new_id[id] = new_id[cases[s]];
+                continue;
+            }
+            Instr::RangeLoad { view, .. } if !guarded => Instr::Load { view: *view },
+            instr => renumbered(instr, &new_id),
+        };
+        new_id[id] = body.len();
+        body.push(instr);
+    }
+    let mut stores = ir.stores.clone();
+    for store in &mut stores {
+        store.value = new_id[store.value];
+    }
+    Some(KernelIr {
+        rank: ir.rank,
+        loads: ir.loads.clone(),
+        body,
+        stores,
+        reductions: Vec::new(),
+    })
+}
+
+/// `instr` with every operand `x` replaced by `new_id[x]`.
+fn renumbered(instr: &Instr, new_id: &[ValueId]) -> Instr {
+    let mut instr = instr.clone();
+    match &mut instr {
+        Instr::Widen { x }
+        | Instr::Round { x, .. }
+        | Instr::Neg { x, .. }
+        | Instr::RowReduce { x, .. } => *x = new_id[*x],
+        Instr::Binary { a, b, .. } => {
+            *a = new_id[*a];
+            *b = new_id[*b];
+        }
+        Instr::Call { args, .. } => {
+            for a in args {
+                *a = new_id[*a];
+            }
+        }
+        Instr::Select { cases, .. } => {
+            for c in cases {
+                *c = new_id[*c];
+            }
+        }
+        Instr::Load { .. } | Instr::RangeLoad { .. } | Instr::Const { .. } | Instr::Int { .. } => {}
+    }
+    instr
+}
