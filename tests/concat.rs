@@ -237,6 +237,21 @@ fn concat_read_by_several_kernels() {
     agrees(&graph, 4, true, true).unwrap();
 }
 
+/// One random concat graph fused and run (compiled to C when `compiled`, else by the
+/// interpreter) against the reference; rejected when the recipe builds no graph.
+fn random_concat_graph_agrees(
+    recipe: &random_graph::ConcatRecipe,
+    seed: u64,
+    specials: bool,
+    compiled: bool,
+) -> Result<(), TestCaseError> {
+    let graph = random_graph::build_concat(&rules().ops, recipe);
+    prop_assume!(graph.is_some());
+    let graph = graph.unwrap();
+    agrees(&graph, seed, specials, compiled)
+        .map_err(|e| TestCaseError::fail(format!("{e}\n{}", graph::file::to_ron(&graph))))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: random_graph::cases(1500),
@@ -251,11 +266,7 @@ proptest! {
         seed in 0u64..1000,
         specials in any::<bool>(),
     ) {
-        let graph = random_graph::build_concat(&rules().ops, &recipe);
-        prop_assume!(graph.is_some());
-        let graph = graph.unwrap();
-        agrees(&graph, seed, specials, false).map_err(|e| TestCaseError::fail(format!(
-            "{e}\n{}", graph::file::to_ron(&graph))))?;
+        random_concat_graph_agrees(&recipe, seed, specials, false)?;
     }
 }
 
@@ -273,11 +284,7 @@ proptest! {
         seed in 0u64..1000,
         specials in any::<bool>(),
     ) {
-        let graph = random_graph::build_concat(&rules().ops, &recipe);
-        prop_assume!(graph.is_some());
-        let graph = graph.unwrap();
-        agrees(&graph, seed, specials, true).map_err(|e| TestCaseError::fail(format!(
-            "{e}\n{}", graph::file::to_ron(&graph))))?;
+        random_concat_graph_agrees(&recipe, seed, specials, true)?;
     }
 }
 
