@@ -267,10 +267,12 @@ pub(super) fn store(k: usize, value: usize, dtype: DType) -> String {
     format!("{store}(&d{k}[j], v{value}, st);")
 }
 
-/// Launches touching more bytes than this stream their stores: 32 MiB, the last-level cache
-/// of one core complex on this machine's EPYC (and of most current server parts). Asking the
-/// system does not work: in a virtual machine `sysconf(_SC_LEVEL3_CACHE_SIZE)` reports the
-/// host socket's 320 MiB here, which would stop streaming everywhere.
+/// Launches touching more bytes than this stream their stores: 32 MiB, about the last-level
+/// cache a few cores of a current server part can count on (an AMD EPYC core complex has
+/// 32 MiB; a Xeon's shared L3 is larger but split among all its cores). Asking the system does
+/// not work: in a virtual machine `sysconf(_SC_LEVEL3_CACHE_SIZE)` reports the whole host
+/// socket (260 to 320 MiB on the Xeon machines fusebox is measured on), which would stop
+/// streaming everywhere.
 pub const STREAM_MIN_BYTES: usize = 32 << 20;
 
 /// Whether a launch streams its stores: the bytes of every argument over the domain (an
