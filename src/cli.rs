@@ -105,9 +105,11 @@ pub enum Command {
         graph: PathBuf,
         #[arg(long)]
         rules: Option<PathBuf>,
-        /// A hardware profile of cost.ron.
-        #[arg(long, default_value = "cpu")]
-        profile: String,
+        /// A hardware profile of cost.ron. Default: the CUDA backend's profile with
+        /// `--emit cuda` (the kernels are partitioned for the machine they are written for),
+        /// otherwise `cpu`.
+        #[arg(long)]
+        profile: Option<String>,
         /// Print the report for a person: costs compared, rules fired, kernels and their ops.
         #[arg(long, conflicts_with = "json")]
         explain: bool,
@@ -350,6 +352,14 @@ pub fn run(cli: Cli) -> Result<String> {
         } => {
             let rules = load_rules(rules.as_deref())?;
             let graph = model::load(&graph, &rules)?.graph;
+            let profile = profile.unwrap_or_else(|| {
+                let target = if emit == Some(Emit::Cuda) {
+                    <crate::backend::cuda::runtime::CudaOptions as Target>::PROFILE
+                } else {
+                    <Compiler as Target>::PROFILE
+                };
+                target.to_string()
+            });
             let options = crate::optimize::Options {
                 profile,
                 progress: true,

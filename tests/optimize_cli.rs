@@ -138,3 +138,32 @@ fn bad_options_are_clear_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no_such_graph.ron"));
 }
+
+/// `--emit cuda` partitions for the CUDA backend's profile unless `--profile` says otherwise:
+/// CUDA source written for a CPU partition would be kernels no GPU run uses.
+#[test]
+fn emit_cuda_defaults_to_the_cuda_profile() {
+    let out = scratch("profile.cu");
+    let path = out.to_str().unwrap();
+    let profile_of = |args: &[&str]| -> String {
+        let mut all = vec!["optimize", "examples/lstm_cell.ron", "--json"];
+        all.extend_from_slice(args);
+        let output = fusebox(&all);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report: serde_json::Value =
+            serde_json::from_slice(&output.stdout).expect("one JSON object");
+        report["profile"].as_str().expect("a profile").to_string()
+    };
+    assert_eq!(profile_of(&[]), "cpu");
+    assert_eq!(profile_of(&["--emit", "c", "--out", path]), "cpu");
+    assert_eq!(profile_of(&["--emit", "cuda", "--out", path]), "h200");
+    assert_eq!(
+        profile_of(&["--emit", "cuda", "--out", path, "--profile", "cpu"]),
+        "cpu"
+    );
+    std::fs::remove_file(&out).ok();
+}
