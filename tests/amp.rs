@@ -1,7 +1,7 @@
 //! AMP cast insertion (issue 4, part 1): policies from amp.ron, the MXNet pass with mirror
 //! maps, `fusebox run --amp`, and numerics against the f32 originals.
 
-mod common;
+use crate::common;
 use common::amp_inputs;
 use fusebox::amp::{AmpOptions, insert_casts, insert_casts_with};
 use fusebox::attr::AttrValue;

@@ -3,7 +3,7 @@
 //! cast figures; numerics of the optimized AMP graph against the unoptimized one and against
 //! the f32 original.
 
-mod common;
+use crate::common;
 use common::amp_inputs;
 use fusebox::dtype::DType;
 use fusebox::eval::{self, Tensors};

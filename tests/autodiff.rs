@@ -3,7 +3,7 @@
 //! graphs against central differences of the reference evaluator in f64; the LSTM cell's
 //! generated backward against the hand-written one; fusion, AMP and the forward/backward split.
 
-mod common;
+use crate::common;
 
 use common::random_graph;
 use fusebox::attr::AttrValue;

@@ -2,7 +2,7 @@
 //! direct computations written here, gradients through them against central differences,
 //! the CPU backend against the reference, and located errors for bad declarations and uses.
 
-mod common;
+use crate::common;
 
 use fusebox::autodiff::verify::{Probe, agreement_at};
 use fusebox::eval::{Tensors, evaluate};

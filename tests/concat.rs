@@ -5,7 +5,7 @@
 //! negative axes, broadcast operands, f16/bf16, a concat read by several kernels, and random
 //! graphs built around concats.
 
-mod common;
+use crate::common;
 
 use common::random_graph::{self, assert_same, rules};
 use fusebox::attr::AttrValue;

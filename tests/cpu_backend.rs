@@ -1,7 +1,7 @@
 //! The CPU backend end to end: optimize → lower → emit C → cc → run, against the reference
 //! evaluator on the unfused graph.
 
-mod common;
+use crate::common;
 
 use common::random_graph::{self, assert_same, rules};
 use fusebox::backend::Executable;

@@ -4,7 +4,7 @@ use fusebox::tensor::Tensor;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-mod common;
+use crate::common;
 use common::ok;
 
 fn scratch(name: &str) -> PathBuf {

@@ -11,7 +11,7 @@
 //! unfused. Random-graph kernels are deduplicated by name (the hash of their body) and
 //! compiled many to a translation unit, which keeps the NVRTC time to seconds.
 
-mod common;
+use crate::common;
 
 use common::random_graph::{self, rules};
 use fusebox::ErrorKind;

@@ -7,7 +7,7 @@
 //! under `$FUSEBOX_CUDA_DIR` (default `/tmp/wheels/x/nvidia`). Without them the compile
 //! tests print why and pass; the ABI tests always run.
 
-mod common;
+use crate::common;
 
 use common::random_graph;
 use common::row_graphs::{self, last_axis};

@@ -4,7 +4,7 @@
 //! one kernel, and the compiled C, the kernel-IR interpreter and the reference evaluator agree
 //! with values computed here by hand from the inputs' indices.
 
-mod common;
+use crate::common;
 
 use common::random_graph::{self, Step as RStep, assert_same, rules};
 use fusebox::backend::Executable;

@@ -4,7 +4,7 @@
 //! with Rust's `wrapping_*` operations on the integer types NumPy would use (and, where NumPy
 //! is installed, checked against NumPy itself).
 
-mod common;
+use crate::common;
 
 use common::random_graph::{self, rules};
 use fusebox::backend::Executable;

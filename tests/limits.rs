@@ -13,7 +13,7 @@ use fusebox::tensor::Tensor;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-mod common;
+use crate::common;
 use common::ok;
 
 /// A fresh scratch directory for one test.

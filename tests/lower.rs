@@ -2,7 +2,7 @@
 //! interpreter agree with the reference evaluator on the unfused graph, kernels carry no sizes,
 //! and the lowering emits exactly the partition's kernels.
 
-mod common;
+use crate::common;
 
 use common::random_graph::{self, assert_same, rules};
 use fusebox::dag::Dag;

@@ -10,7 +10,7 @@ use fusebox::rules::RuleSet;
 use fusebox::saturate::Stop;
 use proptest::prelude::*;
 
-mod common;
+use crate::common;
 use common::random_graph::{self, assert_same};
 
 fn rules() -> RuleSet {

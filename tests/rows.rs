@@ -3,7 +3,7 @@
 //! and both must agree with the reference evaluator on the unfused graph; the kernel counts
 //! and pass counts the design promises are asserted.
 
-mod common;
+use crate::common;
 
 use common::random_graph::{self, assert_same, rules};
 use common::row_graphs::{last_axis, layernorm, log_softmax, softmax};

@@ -1,0 +1,37 @@
+//! The tests of the pipeline's back half: partitioning, lowering, the C and CUDA emitters and
+//! compilers, the runtimes, the examples and the book. One test binary for all of these files
+//! (see `pipeline.rs` for why).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+#[path = "../cpu_backend.rs"]
+mod cpu_backend;
+#[path = "../cpu_cli.rs"]
+mod cpu_cli;
+#[path = "../cpu_compiler.rs"]
+mod cpu_compiler;
+#[path = "../cpu_emit.rs"]
+mod cpu_emit;
+#[path = "../cuda_compile.rs"]
+mod cuda_compile;
+#[path = "../cuda_emit.rs"]
+mod cuda_emit;
+#[path = "../concat.rs"]
+mod concat;
+#[path = "../index_maps.rs"]
+mod index_maps;
+#[path = "../rows.rs"]
+mod rows;
+#[path = "../integers.rs"]
+mod integers;
+#[path = "../lower.rs"]
+mod lower;
+#[path = "../examples.rs"]
+mod examples;
+#[path = "../numpy_interop.rs"]
+mod numpy_interop;
+#[path = "../book.rs"]
+mod book;
+#[path = "../partition.rs"]
+mod partition;
