@@ -191,6 +191,11 @@ pub struct Reads {
     /// the share of it given by how much of each line it skips.
     #[serde(default)]
     pub strided: f64,
+    /// Values of at most this many bytes pay no `strided` price: the lines a strided pass
+    /// touches stay cached for the neighbouring elements the next rows read (a transposing
+    /// read of a small matrix reads every line from memory once).
+    #[serde(default)]
+    pub cache_bytes: f64,
     /// Extra bytes moved per byte read through an index map with floor-division/remainder
     /// stages (a reshape of a transposed or sliced view).
     #[serde(default)]
@@ -210,11 +215,15 @@ impl Reads {
 
     /// Extra bytes, per byte of the value, that one pass reading `map` for a value of `shape`
     /// with elements of `element_bytes` moves beyond the value's bytes: 0 for a contiguous or
-    /// broadcast inner axis, `gathered` through index-map stages, the stride's share of
-    /// `strided` otherwise.
+    /// broadcast inner axis or a value of at most `cache_bytes`, `gathered` through index-map
+    /// stages, the stride's share of `strided` otherwise.
     pub fn extra_per_byte(&self, map: &IndexMap, shape: &[usize], element_bytes: usize) -> f64 {
         if !map.stages.is_empty() {
             return self.gathered;
+        }
+        let value_bytes = crate::shape::numel(shape) as f64 * element_bytes as f64;
+        if value_bytes <= self.cache_bytes {
+            return 0.0;
         }
         // The innermost axis that has more than one element is the one the loop walks.
         let Some(d) = shape.iter().rposition(|&n| n > 1) else {
@@ -242,6 +251,7 @@ impl Default for Reads {
         Reads {
             line_bytes: Reads::default_line(),
             strided: 0.0,
+            cache_bytes: 0.0,
             gathered: 0.0,
             rows_reread: false,
         }
@@ -586,6 +596,7 @@ fn profile(
         ("line_bytes", reads.line_bytes, 1.0..=MAX_TIME_OR_WEIGHT),
         ("strided", reads.strided, 0.0..=MAX_TIME_OR_WEIGHT),
         ("gathered", reads.gathered, 0.0..=MAX_TIME_OR_WEIGHT),
+        ("cache_bytes", reads.cache_bytes, 0.0..=1e18),
     ] {
         if !range.contains(&value) {
             let mut p = at("reads");
