@@ -740,6 +740,53 @@ mod tests {
         );
     }
 
+    /// Read prices load from `reads`, default to bytes alone when absent, and refuse negative
+    /// or non-finite prices at the value.
+    #[test]
+    fn read_prices_load_default_and_are_checked() {
+        let model = CostModel::defaults();
+        let cpu = model.profile("cpu").unwrap();
+        assert_eq!(cpu.reads.strided, 36.0);
+        assert!(cpu.reads.rows_reread);
+        assert!(!model.profile("h200").unwrap().reads.rows_reread);
+        let base = "bandwidth_gbps: 1.0, launch_us: 1.0, pointwise_gflops: 1.0, matmul_gflops: {\"f32\": 1.0}";
+        let mut model = CostModel::defaults();
+        model
+            .load_str(
+                &format!("Cost(profiles: {{\"x\": Profile({base})}})"),
+                "c.ron",
+            )
+            .unwrap();
+        assert_eq!(model.profile("x").unwrap().reads, Reads::default());
+        let err = model
+            .load_str(
+                &format!(
+                    "Cost(profiles: {{\"x\": Profile({base},\n reads: Reads(strided: -1.0))}})"
+                ),
+                "c.ron",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("c.ron:2:"), "{err}");
+        assert!(
+            err.contains("`reads.strided` must be a finite number between 0 and"),
+            "{err}"
+        );
+        // A [4, 8] f32 read transposed from [8, 4]: stride 4 elements = 16 bytes of a 64-byte
+        // line, 12 of its 60 bytes past the first element skipped.
+        let reads = Reads {
+            strided: 10.0,
+            ..Reads::default()
+        };
+        let map = IndexMap::contiguous(&[8, 4]).transpose(&[1, 0]);
+        assert!((reads.extra_per_byte(&map, &[4, 8], 4) - 10.0 * 12.0 / 60.0).abs() < 1e-12);
+        let cached = Reads {
+            cache_bytes: 128.0,
+            ..reads
+        };
+        assert_eq!(cached.extra_per_byte(&map, &[4, 8], 4), 0.0);
+    }
+
     #[test]
     fn errors_are_located_and_suggest() {
         let mut model = CostModel::defaults();
