@@ -1462,3 +1462,180 @@ fn rule_directory_loads_fusion_and_cost() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// --- Reads priced by access pattern: view or copy ----------------------------------------
+
+/// The cpu profile with its read prices replaced by `reads` (a `cost.ron` of the user's).
+fn cpu_with_reads(reads: &str) -> Profile {
+    let mut model = CostModel::defaults();
+    let cpu = profile("cpu");
+    model
+        .load_str(
+            &format!(
+                r#"Cost(profiles: {{"cpu": Profile(bandwidth_gbps: {}, launch_us: {}, pointwise_gflops: {},
+                    overlap: {}, matmul_gflops: {{"f32": 150.0}}, reads: {reads})}})"#,
+                cpu.bandwidth_gbps, cpu.launch_us, cpu.pointwise_gflops, cpu.overlap
+            ),
+            "cost.ron",
+        )
+        .unwrap();
+    model.profile("cpu").unwrap().clone()
+}
+
+/// Softmax over axis 1 of `transpose(x)`, x `[n, n]` f32.
+fn transposed_softmax(n: usize) -> Dag {
+    dag(&format!(
+        r#"Graph(name: "transposed_softmax",
+        inputs: [Input(name: "x", dtype: "f32", shape: [{n}, {n}])],
+        nodes: [Node(name: "t", op: "transpose", args: ["x"], attrs: {{"perm": [1, 0]}}),
+                Node(name: "m", op: "reduce_max", args: ["t"], attrs: {{"axes": [-1], "keepdim": true}}),
+                Node(name: "d", op: "sub", args: ["t", "m"]),
+                Node(name: "e", op: "exp", args: ["d"]),
+                Node(name: "s", op: "sum", args: ["e"], attrs: {{"axes": [-1], "keepdim": true}}),
+                Node(name: "y", op: "div", args: ["e", "s"])],
+        outputs: ["y"])"#
+    ))
+}
+
+/// On the cpu profile a row kernel walks each row again on every pass, and a row of
+/// `transpose(x)` is a column of x: read as a view, softmax's passes would each gather it. The
+/// transpose is instead gathered once, by the kernel that also takes the row max on the way,
+/// and the row kernel reads the transposed value contiguously.
+#[test]
+fn a_transposed_softmax_gathers_its_rows_once_on_the_cpu() {
+    let dag = transposed_softmax(4096);
+    let fusion = FusionRules::defaults();
+    let p = partition::partition(&dag, &fusion, &profile("cpu"));
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 2);
+    assert_eq!(names(&dag, &p.kernels[0]), ["t", "m"]);
+    assert_eq!(p.kernels[0].inputs, [Value::Input(0)]);
+    assert_eq!(p.kernels[0].outputs, [Value::Node(0), Value::Node(1)]);
+    assert_eq!(names(&dag, &p.kernels[1]), ["d", "e", "s", "y"]);
+    assert_eq!(p.kernels[1].inputs, [Value::Node(0), Value::Node(1)]);
+    // The gathering kernel pays one strided pass over x: 36 extra bytes per byte of x on top
+    // of reading x and writing t and m.
+    let x_bytes = 4096.0 * 4096.0 * 4.0;
+    let bytes = 2.0 * x_bytes + 4096.0 * 4.0;
+    let cpu = profile("cpu");
+    assert_close!(
+        p.kernels[0].cost.memory_us,
+        (bytes + 36.0 * x_bytes) / (cpu.bandwidth_gbps * 1e3)
+    );
+    // Cheaper than the one-kernel form that the same data with no read prices picks.
+    let flat = cpu_with_reads("Reads(strided: 0.0, gathered: 0.0)");
+    let one = partition::partition(&dag, &fusion, &flat);
+    assert_eq!(one.kernels.len(), 1);
+    let one_repriced = {
+        // The one-kernel form under the cpu prices: three passes, each gathering x.
+        let passes = 3.0;
+        one.kernels[0].cost.total_us + passes * 36.0 * x_bytes / (cpu.bandwidth_gbps * 1e3)
+    };
+    assert!(p.cost.total_us < one_repriced);
+}
+
+/// With a strided read priced like a contiguous one (`strided: 0` in the rule directory's
+/// cost.ron), nothing is gained by gathering first: the transposed softmax is one row kernel
+/// reading x through the view, as before reads had prices.
+#[test]
+fn a_free_strided_read_keeps_the_softmax_view() {
+    let dag = transposed_softmax(4096);
+    let fusion = FusionRules::defaults();
+    let p = partition::partition(
+        &dag,
+        &fusion,
+        &cpu_with_reads("Reads(strided: 0.0, gathered: 0.0, rows_reread: true)"),
+    );
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 1);
+    assert_eq!(p.kernels[0].inputs, [Value::Input(0)]);
+}
+
+/// On the h200 profile a row kernel keeps its row on chip after the first read, so the view is
+/// gathered once either way and the softmax stays one kernel.
+#[test]
+fn a_transposed_softmax_stays_one_kernel_where_rows_stay_on_chip() {
+    let dag = transposed_softmax(4096);
+    let fusion = FusionRules::defaults();
+    let p = partition::partition(&dag, &fusion, &profile("h200"));
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 1);
+    assert_eq!(p.kernels[0].inputs, [Value::Input(0)]);
+}
+
+/// A transpose read by a single pointwise kernel stays a view even at the cpu's strided price:
+/// a copy would gather the same bytes once, then write and read them back.
+#[test]
+fn a_transpose_read_by_one_add_stays_a_view() {
+    let dag = dag(r#"Graph(name: "tadd",
+        inputs: [Input(name: "x", dtype: "f32", shape: [4096, 4096]),
+                 Input(name: "b", dtype: "f32", shape: [4096, 4096])],
+        nodes: [Node(name: "t", op: "transpose", args: ["x"]),
+                Node(name: "z", op: "add", args: ["t", "b"])],
+        outputs: ["z"])"#);
+    let fusion = FusionRules::defaults();
+    let cpu = profile("cpu");
+    let p = partition::partition(&dag, &fusion, &cpu);
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 1);
+    assert_eq!(names(&dag, &p.kernels[0]), ["t", "z"]);
+    assert_eq!(p.kernels[0].inputs, [Value::Input(0), Value::Input(1)]);
+    // The strided read is priced even so: 3 values' bytes plus 36 per byte of x.
+    let x_bytes = 4096.0 * 4096.0 * 4.0;
+    assert_close!(
+        p.kernels[0].cost.memory_us,
+        (3.0 * x_bytes + 36.0 * x_bytes) / (cpu.bandwidth_gbps * 1e3)
+    );
+}
+
+/// Read prices by hand on the toy profile: a transposing copy of a `[64, 64]` f32 moves its
+/// 32 KiB plus `strided` per byte read; a stride of 2 elements skips 4 of each 64-byte line's
+/// 60 bytes after the first element, so it pays 4/60 of that; a slice along the outer axis
+/// and a broadcast inner axis pay nothing.
+#[test]
+fn strided_reads_are_priced_by_the_line_share_they_skip() {
+    let mut model = CostModel::defaults();
+    model
+        .load_str(
+            r#"Cost(profiles: {"toy": Profile(
+                bandwidth_gbps: 1.0, launch_us: 10.0, pointwise_gflops: 1.0,
+                matmul_gflops: {"f32": 2.0}, reads: Reads(line_bytes: 64.0, strided: 15.0),
+            )})"#,
+            "toy.ron",
+        )
+        .unwrap();
+    let toy = model.profile("toy").unwrap().clone();
+    let cases = [
+        // (layout node, its attrs, extra bytes per byte of the result)
+        ("transpose", "", 15.0),
+        (
+            "slice",
+            r#", attrs: {"axis": 1, "step": 2}"#,
+            15.0 * 4.0 / 60.0,
+        ),
+        ("slice", r#", attrs: {"axis": 0, "step": 2}"#, 0.0),
+    ];
+    for (op, attrs, extra) in cases {
+        let dag = dag(&format!(
+            r#"Graph(name: "copy",
+            inputs: [Input(name: "x", dtype: "f32", shape: [64, 64])],
+            nodes: [Node(name: "y", op: "{op}", args: ["x"]{attrs})],
+            outputs: ["y"])"#
+        ));
+        let p = partition::unfused(&dag, &toy);
+        let out_bytes = (dag.nodes[0].ty.shape.iter().product::<usize>() * 4) as f64;
+        let bytes = 64.0 * 64.0 * 4.0 + out_bytes;
+        assert_close!(
+            p.kernels[0].cost.memory_us,
+            (bytes + extra * out_bytes) / 1e3
+        );
+        assert_close!(
+            p.kernels[0].cost.total_us,
+            10.0 + (bytes + extra * out_bytes) / 1e3
+        );
+        assert_eq!(
+            p.kernels[0].cost.bytes, bytes as u64,
+            "{op}: bytes stay the values'"
+        );
+    }
+}

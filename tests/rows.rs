@@ -37,10 +37,20 @@ fn lowered(graph: &Graph) -> Program {
 /// Runs `graph` fused through the interpreter and through compiled C, on seeded inputs (with
 /// NaN/±Inf/±0 planted when `specials`), against the reference evaluator.
 fn agrees(graph: &Graph, seed: u64, specials: bool) -> Result<(), String> {
-    let rules = rules();
+    agrees_under(graph, &rules(), seed, specials)
+}
+
+/// [`agrees`] under a rule set of the caller's.
+fn agrees_under(
+    graph: &Graph,
+    rules: &fusebox::rules::RuleSet,
+    seed: u64,
+    specials: bool,
+) -> Result<(), String> {
     let inputs = random_graph::inputs(graph, seed, specials);
     let want = fusebox::eval::evaluate(graph, &rules.ops, &inputs).map_err(|e| e.to_string())?;
-    let program = lowered(graph);
+    let out = optimize(graph, rules, &Options::default()).map_err(|e| e.to_string())?;
+    let program = lower::lower(&out.dag, &out.partition).map_err(|e| e.to_string())?;
     let buffers = random_graph::input_buffers(&program, &inputs);
     let interpreted = interpret::run_program(&program, &buffers)?;
     for (o, b) in program.dag.outputs.iter().zip(&interpreted) {
@@ -48,7 +58,7 @@ fn agrees(graph: &Graph, seed: u64, specials: bool) -> Result<(), String> {
             .map_err(|e| format!("interpreter: {e}"))?;
     }
     let mut prepared =
-        prepare(graph, &rules, &Options::default(), compiler()).map_err(|e| e.to_string())?;
+        prepare(graph, rules, &Options::default(), compiler()).map_err(|e| e.to_string())?;
     let got = prepared
         .executable
         .run_tensors(&inputs)
@@ -290,6 +300,57 @@ fn row_kernels_do_not_depend_on_sizes() {
     let a = lowered(&softmax(DType::F32, &[64, 300]));
     let b = lowered(&softmax(DType::F32, &[7, 5000]));
     assert_eq!(a.kernels, b.kernels);
+}
+
+/// Softmax over axis 1 of `transpose(x)`: a row of the transposed value is a column of x.
+fn transposed_softmax(shape: &[usize]) -> Graph {
+    let mut b = GraphBuilder::new("transposed_softmax");
+    let x = b.input("x", DType::F32, shape);
+    let t = b.op_with(
+        "t",
+        "transpose",
+        &[&x],
+        &[("perm", AttrValue::Ints(vec![1, 0]))],
+    );
+    let m = last_axis(&mut b, "m", "reduce_max", &t);
+    let d = b.op("d", "sub", &[&t, &m]);
+    let e = b.op("e", "exp", &[&d]);
+    let s = last_axis(&mut b, "s", "sum", &e);
+    let y = b.op("y", "div", &[&e, &s]);
+    b.finish(&[&y])
+}
+
+/// Both forms the cost model chooses between for a transposed softmax match the reference:
+/// under the cpu profile's read prices the transpose is gathered once (with the row max) and a
+/// row kernel reads it contiguously; with strided reads priced free it is one row kernel
+/// reading x through the transposed view on every pass. (x is 1.2 MB: over the cpu profile's
+/// `cache_bytes`, under which a strided read is free.)
+#[test]
+fn a_transposed_softmax_matches_the_reference_gathered_or_viewed() {
+    let graph = transposed_softmax(&[600, 512]);
+    let gathered = rules();
+    let mut viewed = rules();
+    let cpu = viewed.cost.profile("cpu").unwrap().clone();
+    viewed
+        .cost
+        .load_str(
+            &format!(
+                r#"Cost(profiles: {{"cpu": Profile(bandwidth_gbps: {}, launch_us: {}, pointwise_gflops: {},
+                    matmul_gflops: {{"f32": 150.0}}, reads: Reads(strided: 0.0, rows_reread: true))}})"#,
+                cpu.bandwidth_gbps, cpu.launch_us, cpu.pointwise_gflops
+            ),
+            "cost.ron",
+        )
+        .unwrap();
+    for (rules, kernels, row_passes) in [(&gathered, 2, vec![2]), (&viewed, 1, vec![3])] {
+        let out = optimize(&graph, rules, &Options::default()).unwrap();
+        assert_eq!(out.partition.kernels.len(), kernels);
+        let program = lower::lower(&out.dag, &out.partition).unwrap();
+        assert_eq!(row_kernels(&program), row_passes);
+        for seed in 0..3 {
+            agrees_under(&graph, rules, seed, seed == 2).unwrap();
+        }
+    }
 }
 
 /// `Rows` is data: with `Reduction: End` in fusion.ron, softmax is three kernels again.

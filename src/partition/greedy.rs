@@ -86,6 +86,12 @@ struct Group {
     /// Holds a concat read by ranges: the axis they select along, counted from the innermost
     /// (1 = innermost).
     select: Option<usize>,
+    /// Bytes its view loads move beyond their values' per pass over the data (strided or
+    /// gathered reads, [`crate::rules::Reads`]).
+    gather: f64,
+    /// Passes its loop makes over each row: 1, plus 1 per row reduction consumed inside on
+    /// the longest chain (softmax: the max, the sum, the normalization).
+    passes: u32,
     rank: u64,
     total_us: f64,
     /// Uses of its values by nodes of other kernels: consumer kernel (possibly merged away
@@ -103,6 +109,10 @@ struct Plan {
     rows: bool,
     other_end: bool,
     select: Option<usize>,
+    gather: f64,
+    passes: u32,
+    /// The row pass computing the node ([`Builder::level`]).
+    level: u32,
     in_bytes: u64,
     in_count: usize,
     out_count: usize,
@@ -160,6 +170,9 @@ struct Builder<'a> {
     /// Per node: a concat read by ranges ([`Role::is_select`]), with the axis it selects
     /// along counted from the innermost (1 = innermost).
     select: Vec<Option<usize>>,
+    /// Per placed node: the pass of its row kernel that computes it, from 0: one more than
+    /// the latest pass of a row reduction it consumes inside its kernel.
+    level: Vec<u32>,
     /// Each assigned node's kernel, always canonical.
     group_of: Vec<u32>,
     /// Kernels merged away point to the kernel that absorbed them.
@@ -210,6 +223,7 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
         view_of: vec![None; n],
         row,
         select,
+        level: vec![0; n],
         group_of: vec![u32::MAX; n],
         parent: Vec::new(),
         groups: Vec::new(),
@@ -557,6 +571,31 @@ impl Builder<'_> {
         // old domain (the shape of a view `n` reshapes) no longer says anything.
         let dissolved = view.is_some() && self.views_dissolve(members, &internal_uses);
         let shaping: &[u32] = if dissolved { &[] } else { members };
+        // Reads beyond bytes: the members' view loads (gone when `n` dissolves them into its
+        // own load) and `n`'s, if it is a view; each row pass reads them again where the
+        // profile says rows are re-read.
+        let mut gather: f64 = shaping.iter().map(|&m| self.group(m).gather).sum();
+        if let Some((_, map)) = &view {
+            gather += self.facts.read_extra(self.profile, n, map);
+        }
+        let level = node
+            .args
+            .iter()
+            .filter_map(|&arg| match arg {
+                Value::Node(p) if !self.facts.literal[p] && member(self, self.group_of[p]) => {
+                    Some(self.level_after(p))
+                }
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let passes = members
+            .iter()
+            .map(|&m| self.group(m).passes)
+            .chain(internal_uses.iter().map(|&p| self.level_after(p) + 1))
+            .chain([level + 1])
+            .max()
+            .unwrap_or(1);
         for &m in shaping {
             let g = self.group(m);
             if g.fixed {
@@ -671,6 +710,7 @@ impl Builder<'_> {
         let total_us = price(
             self.profile,
             in_bytes + out_bytes,
+            self.read_extra(gather, passes),
             flops,
             self.profile.pointwise_gflops,
         )
@@ -684,6 +724,9 @@ impl Builder<'_> {
             rows,
             other_end,
             select,
+            gather,
+            passes,
+            level,
             in_bytes,
             in_count,
             out_count,
@@ -787,6 +830,23 @@ impl Builder<'_> {
         })
     }
 
+    /// The row pass from which a node of `p`'s kernel may read `p`'s value: `p`'s own pass,
+    /// or the next one when `p` is a row reduction (its result is complete only after the pass
+    /// that reduces the row).
+    fn level_after(&self, p: usize) -> u32 {
+        self.level[p] + u32::from(self.role[p] == Role::Rows)
+    }
+
+    /// The bytes a kernel's reads move beyond its values' bytes: `gather` per pass over the
+    /// data, every pass of a row kernel where the profile says rows are read again, else once.
+    fn read_extra(&self, gather: f64, passes: u32) -> f64 {
+        if self.profile.reads.rows_reread {
+            gather * f64::from(passes)
+        } else {
+            gather
+        }
+    }
+
     /// Whether node `p`'s result may be read by another node of its kernel: anything but an
     /// `End` node or a `Rows` node that is not a row reduction. (The row kernel's domain is
     /// then the reduction's input shape: `Rows` fixes it like `End`.)
@@ -813,6 +873,7 @@ impl Builder<'_> {
         let role = self.role[n];
         let inputs: HashSet<Value> = self.operands(n).collect();
         let (in_bytes, out_bytes, total_us) = self.singleton_cost(n);
+        let gather = self.facts.copy_read_extra(self.profile, n);
         Group {
             nodes: vec![n],
             kind: Some(kind_of(role)),
@@ -828,6 +889,8 @@ impl Builder<'_> {
             rows: false,
             other_end: self.other_end(n),
             select: self.select[n],
+            gather,
+            passes: 1,
             rank: 0,
             total_us,
             succ: HashMap::new(),
@@ -851,7 +914,8 @@ impl Builder<'_> {
         self.facts.graph_output[n] || !self.facts.users(n).is_empty()
     }
 
-    /// Input bytes, output bytes and time of `n` as a kernel of its own.
+    /// Input bytes, output bytes and time of `n` as a kernel of its own (a layout op gathering
+    /// its operand through its own map, see [`Facts::copy_read_extra`]).
     fn singleton_cost(&self, n: usize) -> (u64, u64, f64) {
         let node = &self.dag.nodes[n];
         let in_bytes: u64 = self.operands(n).map(|v| self.facts.value_bytes(v)).sum();
@@ -866,12 +930,14 @@ impl Builder<'_> {
             KernelKind::Library => price(
                 self.profile,
                 in_bytes + out_bytes,
+                0.0,
                 self.facts.library_flops[n],
                 self.profile.matmul_rate(node.ty.dtype),
             ),
             _ => price(
                 self.profile,
                 in_bytes + out_bytes,
+                self.facts.copy_read_extra(self.profile, n),
                 per_element * numel(domain) as f64,
                 self.profile.pointwise_gflops,
             ),
@@ -949,6 +1015,7 @@ impl Builder<'_> {
         let total_us = price(
             self.profile,
             in_bytes + out_bytes,
+            0.0,
             self.facts.library_flops[n],
             self.profile.matmul_rate(self.dag.nodes[n].ty.dtype),
         )
@@ -970,6 +1037,8 @@ impl Builder<'_> {
             rows: false,
             other_end: false,
             select: None,
+            gather: 0.0,
+            passes: 1,
             rank: 0,
             total_us,
             succ: HashMap::new(),
@@ -996,6 +1065,7 @@ impl Builder<'_> {
             self.ext[p] -= 1;
         }
         self.group_of[n] = survivor;
+        self.level[n] = plan.level;
         if let Some((source, map)) = plan.view {
             let sources = &mut self.groups[survivor as usize].view_sources;
             if !sources.contains(&source) {
@@ -1037,6 +1107,8 @@ impl Builder<'_> {
             s.rows = plan.rows;
             s.other_end = plan.other_end;
             s.select = plan.select;
+            s.gather = plan.gather;
+            s.passes = plan.passes;
             s.total_us = plan.total_us;
             debug_assert_eq!(s.inputs.len(), plan.in_count);
         }
@@ -1153,11 +1225,14 @@ impl Builder<'_> {
                 }
                 kind => kind,
             };
-            let kernel = self
-                .facts
-                .kernel(self.profile, nodes, kind, group.domain.clone(), |m| {
-                    self.group_of[m] == g
-                });
+            let kernel = self.facts.kernel(
+                self.profile,
+                nodes,
+                kind,
+                group.domain.clone(),
+                self.read_extra(group.gather, group.passes),
+                |m| self.group_of[m] == g,
+            );
             debug_assert!(
                 (kernel.cost.total_us - group.total_us).abs() <= 1e-6 * group.total_us.max(1.0),
                 "incremental cost {} vs {}",

@@ -19,7 +19,7 @@ mod greedy;
 
 use crate::dag::{Dag, DagNode, Value};
 use crate::rules::{Builtin, FusionRules, OpKind, Profile, Role};
-use crate::shape::{Shape, numel};
+use crate::shape::{IndexMap, Shape, numel};
 use std::collections::HashSet;
 use std::ops::{Add, AddAssign};
 
@@ -154,9 +154,15 @@ pub fn unfused(dag: &Dag, profile: &Profile) -> Partition {
                 OpKind::Layout => KernelKind::Alone,
                 OpKind::Opaque => KernelKind::Library,
             };
-            facts.kernel(profile, vec![n], kind, facts.iter_shape(n).clone(), |m| {
-                m == n
-            })
+            let extra = facts.copy_read_extra(profile, n);
+            facts.kernel(
+                profile,
+                vec![n],
+                kind,
+                facts.iter_shape(n).clone(),
+                extra,
+                |m| m == n,
+            )
         })
         .collect();
     let cost = kernels.iter().map(|k| k.cost).sum();
@@ -294,13 +300,48 @@ impl<'a> Facts<'a> {
         self.graph_output[n] || self.users(n).iter().any(|&u| !inside(u as usize))
     }
 
-    /// Builds and prices a kernel from scratch. `inside` tells which nodes belong to it.
+    /// Extra bytes, beyond its value's, that layout node `n` moves when it reads its operand's
+    /// contiguous buffer through its own index map once ([`Reads::extra_per_byte`]): what a
+    /// copy kernel of a transpose pays to gather. 0 for every other node.
+    ///
+    /// [`Reads::extra_per_byte`]: crate::rules::Reads::extra_per_byte
+    pub fn copy_read_extra(&self, profile: &Profile, n: usize) -> f64 {
+        let node = &self.dag.nodes[n];
+        let (OpKind::Layout, Some(builtin), [x]) =
+            (node.op.kind(), node.op.builtin(), &node.args[..])
+        else {
+            return 0.0;
+        };
+        let x_shape = &self.dag.ty(*x).shape;
+        let Ok((plan, _)) = crate::graph::check::plan_builtin(builtin, &[x_shape], &node.attrs)
+        else {
+            return 0.0;
+        };
+        plan.index_map(&IndexMap::contiguous(x_shape), x_shape, &node.ty.shape)
+            .map_or(0.0, |map| self.read_extra(profile, n, &map))
+    }
+
+    /// Extra bytes, beyond node `n`'s value, that one pass reading that value through `map`
+    /// moves under `profile`'s read prices.
+    pub fn read_extra(&self, profile: &Profile, n: usize, map: &IndexMap) -> f64 {
+        let ty = &self.dag.nodes[n].ty;
+        profile
+            .reads
+            .extra_per_byte(map, &ty.shape, ty.dtype.size_bytes())
+            * self.node_bytes[n] as f64
+    }
+
+    /// Builds and prices a kernel from scratch. `inside` tells which nodes belong to it;
+    /// `read_extra` is the bytes its reads move beyond the values' own (strided or gathered
+    /// views, see [`Reads`](crate::rules::Reads)), priced at the profile's bandwidth but not
+    /// counted in the kernel's `bytes`.
     pub fn kernel(
         &self,
         profile: &Profile,
         nodes: Vec<usize>,
         kind: KernelKind,
         domain: Shape,
+        read_extra: f64,
         inside: impl Fn(usize) -> bool,
     ) -> Kernel {
         let dag = self.dag;
@@ -346,12 +387,18 @@ impl<'a> Facts<'a> {
                     .find(|&n| dag.nodes[n].op.kind() == OpKind::Opaque)
                     .unwrap_or(nodes[0]);
                 let dtype = dag.nodes[call].ty.dtype;
-                price(profile, bytes, flops, profile.matmul_rate(dtype))
+                price(
+                    profile,
+                    bytes,
+                    read_extra,
+                    flops,
+                    profile.matmul_rate(dtype),
+                )
             }
             KernelKind::Fused | KernelKind::Alone => {
                 let per_element: f64 = nodes.iter().map(|&n| self.flops_per_element[n]).sum();
                 let flops = per_element * numel(&domain) as f64;
-                price(profile, bytes, flops, profile.pointwise_gflops)
+                price(profile, bytes, read_extra, flops, profile.pointwise_gflops)
             }
         };
         Kernel {
@@ -365,9 +412,17 @@ impl<'a> Facts<'a> {
     }
 }
 
-/// The cost of one kernel that moves `bytes` and does `flops` at `gflops`.
-pub(crate) fn price(profile: &Profile, bytes: u64, flops: f64, gflops: f64) -> Cost {
-    let memory_us = profile.memory_us(bytes as f64);
+/// The cost of one kernel that moves `bytes` and does `flops` at `gflops`, its reads moving
+/// `read_extra` bytes more (lines touched but not used: strided or gathered views). The extra
+/// is time, not traffic a report counts: `bytes` stays the values' bytes.
+pub(crate) fn price(
+    profile: &Profile,
+    bytes: u64,
+    read_extra: f64,
+    flops: f64,
+    gflops: f64,
+) -> Cost {
+    let memory_us = profile.memory_us(bytes as f64 + read_extra);
     let compute_us = Profile::compute_us(flops, gflops);
     Cost {
         launch_us: profile.launch_us,

@@ -14,6 +14,7 @@ use super::{OpDef, OpKind};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::formula::{BinOp, Expr, Func};
+use crate::shape::IndexMap;
 use crate::span::Step;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -167,7 +168,94 @@ pub struct Profile {
     pub overlap: f64,
     /// Matrix-product throughput per result dtype, in GFLOP/s.
     pub matmul_gflops: BTreeMap<DType, f64>,
+    /// What a read costs beyond its bytes, by access pattern.
+    pub reads: Reads,
     weights: [f64; Primitive::ALL.len()],
+}
+
+/// The price of a read by its access pattern, beyond the bytes it moves (`reads` in
+/// `cost.ron`). A kernel reading a value through a view pays for the memory lines it touches,
+/// not the bytes it uses: a transposed read along the loop's inner axis touches a new line
+/// (and soon a new page) per element. The partitioner charges that extra as bytes moved at
+/// the profile's bandwidth, which is what lets it weigh a view against a copy kernel that
+/// gathers once and is then read contiguously. The default, all zero, prices every read by its
+/// bytes alone.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename = "Reads", deny_unknown_fields)]
+pub struct Reads {
+    /// The unit the memory system moves, in bytes (a cache line, a GPU sector).
+    #[serde(default = "Reads::default_line")]
+    pub line_bytes: f64,
+    /// Extra bytes moved per byte read when consecutive elements along the inner loop axis
+    /// lie on different lines (stride × element size ≥ `line_bytes`). A shorter stride pays
+    /// the share of it given by how much of each line it skips.
+    #[serde(default)]
+    pub strided: f64,
+    /// Values of at most this many bytes pay no `strided` price: the lines a strided pass
+    /// touches stay cached for the neighbouring elements the next rows read (a transposing
+    /// read of a small matrix reads every line from memory once).
+    #[serde(default)]
+    pub cache_bytes: f64,
+    /// Extra bytes moved per byte read through an index map with floor-division/remainder
+    /// stages (a reshape of a transposed or sliced view).
+    #[serde(default)]
+    pub gathered: f64,
+    /// Whether a row kernel reads its inputs from memory again on every pass over a row (the
+    /// CPU's passes re-walk the row, so a strided row gathers again each pass). `false` where
+    /// the row stays on chip after the first read (the CUDA row kernels' registers or shared
+    /// memory).
+    #[serde(default)]
+    pub rows_reread: bool,
+}
+
+impl Reads {
+    fn default_line() -> f64 {
+        64.0
+    }
+
+    /// Extra bytes, per byte of the value, that one pass reading `map` for a value of `shape`
+    /// with elements of `element_bytes` moves beyond the value's bytes: 0 for a contiguous or
+    /// broadcast inner axis or a value of at most `cache_bytes`, `gathered` through index-map
+    /// stages, the stride's share of `strided` otherwise.
+    pub fn extra_per_byte(&self, map: &IndexMap, shape: &[usize], element_bytes: usize) -> f64 {
+        if !map.stages.is_empty() {
+            return self.gathered;
+        }
+        let value_bytes = crate::shape::numel(shape) as f64 * element_bytes as f64;
+        if value_bytes <= self.cache_bytes {
+            return 0.0;
+        }
+        // The innermost axis that has more than one element is the one the loop walks.
+        let Some(d) = shape.iter().rposition(|&n| n > 1) else {
+            return 0.0;
+        };
+        if d + 1 != shape.len() {
+            // Every axis after `d` has one element: the inner loop axis broadcasts this value.
+            return 0.0;
+        }
+        let stride = map.outer.strides.get(d).map_or(1, |s| s.unsigned_abs());
+        if stride <= 1 {
+            return 0.0;
+        }
+        let element = element_bytes.max(1) as f64;
+        if self.line_bytes <= element {
+            return self.strided;
+        }
+        let skipped = (stride as f64 * element).min(self.line_bytes) - element;
+        self.strided * skipped / (self.line_bytes - element)
+    }
+}
+
+impl Default for Reads {
+    fn default() -> Self {
+        Reads {
+            line_bytes: Reads::default_line(),
+            strided: 0.0,
+            cache_bytes: 0.0,
+            gathered: 0.0,
+            rows_reread: false,
+        }
+    }
 }
 
 impl Profile {
@@ -275,6 +363,9 @@ struct ProfileSpec {
     /// Overrides of the file's weights for this profile.
     #[serde(default)]
     weights: BTreeMap<String, f64>,
+    /// Read prices by access pattern; none beyond bytes when absent.
+    #[serde(default)]
+    reads: Reads,
 }
 
 impl Default for CostModel {
@@ -500,6 +591,26 @@ fn profile(
             return Err(Error::new(doc.site(&p), ErrorKind::Rule(message)));
         }
     }
+    let reads = spec.reads;
+    for (field, value, range) in [
+        ("line_bytes", reads.line_bytes, 1.0..=MAX_TIME_OR_WEIGHT),
+        ("strided", reads.strided, 0.0..=MAX_TIME_OR_WEIGHT),
+        ("gathered", reads.gathered, 0.0..=MAX_TIME_OR_WEIGHT),
+        ("cache_bytes", reads.cache_bytes, 0.0..=1e18),
+    ] {
+        if !range.contains(&value) {
+            let mut p = at("reads");
+            p.push(Step::field(field));
+            return Err(Error::new(
+                doc.site(&p),
+                ErrorKind::Rule(format!(
+                    "`reads.{field}` must be a finite number between {} and {:e}, found {value}",
+                    range.start(),
+                    range.end()
+                )),
+            ));
+        }
+    }
     let weights = overlay(file_weights, &spec.weights, doc, &at("weights"))?;
     Ok(Profile {
         name: name.to_string(),
@@ -509,6 +620,7 @@ fn profile(
         pointwise_gflops: spec.pointwise_gflops,
         overlap: spec.overlap,
         matmul_gflops: spec.matmul_gflops.clone(),
+        reads,
         weights,
     })
 }
@@ -626,6 +738,53 @@ mod tests {
                 .contains("weight `exp` must be a finite number ≥ 0, at most 1e9"),
             "{err}"
         );
+    }
+
+    /// Read prices load from `reads`, default to bytes alone when absent, and refuse negative
+    /// or non-finite prices at the value.
+    #[test]
+    fn read_prices_load_default_and_are_checked() {
+        let model = CostModel::defaults();
+        let cpu = model.profile("cpu").unwrap();
+        assert_eq!(cpu.reads.strided, 36.0);
+        assert!(cpu.reads.rows_reread);
+        assert!(!model.profile("h200").unwrap().reads.rows_reread);
+        let base = "bandwidth_gbps: 1.0, launch_us: 1.0, pointwise_gflops: 1.0, matmul_gflops: {\"f32\": 1.0}";
+        let mut model = CostModel::defaults();
+        model
+            .load_str(
+                &format!("Cost(profiles: {{\"x\": Profile({base})}})"),
+                "c.ron",
+            )
+            .unwrap();
+        assert_eq!(model.profile("x").unwrap().reads, Reads::default());
+        let err = model
+            .load_str(
+                &format!(
+                    "Cost(profiles: {{\"x\": Profile({base},\n reads: Reads(strided: -1.0))}})"
+                ),
+                "c.ron",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("c.ron:2:"), "{err}");
+        assert!(
+            err.contains("`reads.strided` must be a finite number between 0 and"),
+            "{err}"
+        );
+        // A [4, 8] f32 read transposed from [8, 4]: stride 4 elements = 16 bytes of a 64-byte
+        // line, 12 of its 60 bytes past the first element skipped.
+        let reads = Reads {
+            strided: 10.0,
+            ..Reads::default()
+        };
+        let map = IndexMap::contiguous(&[8, 4]).transpose(&[1, 0]);
+        assert!((reads.extra_per_byte(&map, &[4, 8], 4) - 10.0 * 12.0 / 60.0).abs() < 1e-12);
+        let cached = Reads {
+            cache_bytes: 128.0,
+            ..reads
+        };
+        assert_eq!(cached.extra_per_byte(&map, &[4, 8], 4), 0.0);
     }
 
     #[test]

@@ -186,9 +186,12 @@ impl Builder<'_> {
         let out_bytes = ga.out_bytes + gb.out_bytes;
         let per_element = ga.per_element + gb.per_element;
         let terms = ga.terms + gb.terms;
+        let gather = ga.gather + gb.gather;
+        let passes = ga.passes.max(gb.passes);
         let total_us = price(
             self.profile,
             in_bytes + out_bytes,
+            self.read_extra(gather, passes),
             per_element * numel(&domain) as f64,
             self.profile.pointwise_gflops,
         )
@@ -213,6 +216,9 @@ impl Builder<'_> {
             rows,
             other_end,
             select,
+            gather,
+            passes,
+            level: 0,
             in_bytes,
             in_count,
             out_count,
@@ -250,6 +256,8 @@ impl Builder<'_> {
         s.rows = plan.rows;
         s.other_end = plan.other_end;
         s.select = plan.select;
+        s.gather = plan.gather;
+        s.passes = plan.passes;
         s.total_us = plan.total_us;
         debug_assert_eq!(s.inputs.len(), plan.in_count);
         debug_assert!(
