@@ -21,6 +21,10 @@ use std::sync::{Arc, OnceLock};
 
 use Axis::{Broadcast as B, Strided as S, Unit as U};
 
+#[allow(dead_code)]
+#[path = "common/map_positions.rs"]
+mod map_positions;
+
 // ---------------------------------------------------------------------------------------------
 // Harness.
 
@@ -2996,4 +3000,47 @@ fn avx512_row_passes_match_the_scalar_loops() {
             assert!(row.iter().all(|&v| v == 1.0 / m as f32), "{}", row[0]);
         }
     }
+}
+
+/// Index-map positions divide by a rounded reciprocal with one correction (the spelling the
+/// CUDA emitter shares): at, just below and just above multiples of a stage size, from small
+/// positions up to just below the 2^51 cap, the C kernel reads the element integer
+/// arithmetic gives, including where the estimate alone is one short.
+#[test]
+fn map_positions_divide_exactly_by_reciprocals_up_to_the_cap() {
+    use map_positions::{COLUMNS, SECOND};
+    let ir = map_positions::kernel();
+    let k = compile(&ir);
+    let mut corrected = 0;
+    for (launch, _) in map_positions::launches() {
+        corrected += map_positions::corrected(&launch);
+        let rows = launch.sizes[0];
+        let mut x: Vec<f32> = (0..SECOND).map(|i| i as f32).collect();
+        let mut y = vec![f32::NAN; (rows * COLUMNS) as usize];
+        let mut strides: Vec<i64> = launch.strides.iter().flatten().copied().collect();
+        strides.extend(launch.map_words());
+        let ptrs: Vec<*mut c_void> = vec![x.as_mut_ptr().cast(), y.as_mut_ptr().cast()];
+        // Every element read is below SECOND (the map's last stage takes positions modulo it)
+        // and the store covers y exactly.
+        // SAFETY: the arguments follow the ABI of `Launch` for `ir`, and the module is alive.
+        unsafe {
+            (k.f)(
+                launch.sizes.as_ptr(),
+                strides.as_ptr(),
+                launch.offsets.as_ptr(),
+                ptrs.as_ptr(),
+            )
+        };
+        for r in 0..rows {
+            for c in 0..COLUMNS {
+                let q = map_positions::position(&launch, r, c);
+                assert_eq!(
+                    y[(r * COLUMNS + c) as usize],
+                    map_positions::element(q) as f32,
+                    "position {q}"
+                );
+            }
+        }
+    }
+    assert!(corrected > 0, "no position needed the correction");
 }

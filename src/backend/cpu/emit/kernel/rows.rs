@@ -48,7 +48,6 @@ use super::{Kernel, Out};
 use crate::backend::cpu::emit::expr::C;
 use crate::backend::cpu::emit::vector;
 use crate::backend::spelling::Spelling;
-use crate::formula::{BinOp, Func};
 use crate::lower::ir::{Axis, Instr, Prec, ReduceKind};
 
 /// The most bytes of carried values one row may need for the kernel to carry them (see the
@@ -366,41 +365,14 @@ impl Kernel<'_> {
         }
     }
 
-    /// Per value, the divisor `b` when the value is an f32 division `a / b` of a value that
-    /// varies along the row by a row constant (`b` is computed from row reductions and
-    /// literals only, and reads at least one reduction: softmax's sum). The kernel multiplies
-    /// `a` by `1 / b`, computed once per row, instead of dividing at every element: a
-    /// division costs about five times a multiplication here, and the product is within
-    /// 2⁻²³ of the quotient relatively (two roundings of at most 2⁻²⁴ each, where the
-    /// correctly rounded quotient has one), or 2⁻¹⁴⁹ absolutely in the subnormal range.
+    /// Per value, the divisor `b` when the value is an f32 division by a row constant that
+    /// the kernel multiplies by the row's reciprocal instead ([`KernelIr::row_constant_divisors`],
+    /// shared with the CUDA row kernels): a division costs about five times a multiplication
+    /// here.
+    ///
+    /// [`KernelIr::row_constant_divisors`]: crate::lower::ir::KernelIr::row_constant_divisors
     pub(super) fn reciprocals(&self) -> Vec<Option<usize>> {
-        let ir = self.ir;
-        let mut constant = vec![false; ir.body.len()];
-        let mut reduced = vec![false; ir.body.len()];
-        for (id, instr) in ir.body.iter().enumerate() {
-            let operands = instr.operands();
-            (constant[id], reduced[id]) = match instr {
-                Instr::RowReduce { .. } => (true, true),
-                Instr::Load { .. } => (false, false),
-                Instr::Const { .. } | Instr::Int { .. } => (true, false),
-                _ => (
-                    operands.iter().all(|&x| constant[x]),
-                    operands.iter().any(|&x| reduced[x]),
-                ),
-            };
-        }
-        ir.body
-            .iter()
-            .map(|instr| match *instr {
-                Instr::Binary {
-                    op: BinOp::Div,
-                    a,
-                    b,
-                    prec: Prec::F32,
-                } if constant[b] && reduced[b] && !constant[a] => Some(b),
-                _ => None,
-            })
-            .collect()
+        self.ir.row_constant_divisors()
     }
 
     /// Rewrites the scalar statement of each division by a row constant (see
@@ -667,77 +639,12 @@ impl Kernel<'_> {
     }
 
     /// The values the last pass reads back from the row scratch, each with the pass that
-    /// saves it (the last one computing it). Walking from the stored values towards the
-    /// loads, a value is carried where the walk first meets one that an earlier pass computes
-    /// and whose expression holds a call or a division; below it the walk stops, so only the
-    /// values nearest the stores are carried (softmax carries `exp(x - max)`, not `x - max`
-    /// too). Layernorm's `x - mean` is a subtraction, cheaper to redo than to reload, so
-    /// layernorm carries nothing.
+    /// saves it: the values [`KernelIr::row_kept`] keeps (softmax's `exp(x - max)`; nothing
+    /// for layernorm), the same ones the CUDA row kernels keep on chip.
+    ///
+    /// [`KernelIr::row_kept`]: crate::lower::ir::KernelIr::row_kept
     pub(super) fn carried(&self) -> Vec<(usize, usize)> {
-        let ir = self.ir;
-        let passes = ir.passes();
-        if passes < 2 {
-            return Vec::new();
-        }
-        let levels = ir.levels();
-        // The last pass before the last that computes each value, if any.
-        let mut saved_in: Vec<Option<usize>> = vec![None; ir.body.len()];
-        for pass in 0..passes - 1 {
-            let reads: Vec<usize> = (0..ir.body.len())
-                .filter(|&id| levels[id] == pass + 1)
-                .filter_map(|id| match ir.body[id] {
-                    Instr::RowReduce { x, .. } => Some(x),
-                    _ => None,
-                })
-                .collect();
-            for id in self.needed(&reads) {
-                saved_in[id] = Some(pass);
-            }
-        }
-        let costly = self.costly();
-        let mut carried = Vec::new();
-        let mut seen = vec![false; ir.body.len()];
-        let mut stack: Vec<usize> = (0..ir.stores.len())
-            .filter(|&k| !self.per_row(k))
-            .map(|k| ir.stores[k].value)
-            .collect();
-        while let Some(id) = stack.pop() {
-            if std::mem::replace(&mut seen[id], true) {
-                continue;
-            }
-            match ir.body[id] {
-                Instr::RowReduce { .. } | Instr::Load { .. } | Instr::Const { .. } => {}
-                _ => match saved_in[id] {
-                    Some(pass) if costly[id] => carried.push((id, pass)),
-                    _ => stack.extend(ir.body[id].operands()),
-                },
-            }
-        }
-        carried.sort_unstable();
-        carried
-    }
-
-    /// Per value, whether its expression within the row (stopping at loads, literals and row
-    /// reductions) holds a function call or a division: work a reload from cache is cheaper
-    /// than.
-    fn costly(&self) -> Vec<bool> {
-        let ir = self.ir;
-        let mut costly = vec![false; ir.body.len()];
-        for (id, instr) in ir.body.iter().enumerate() {
-            costly[id] = match instr {
-                Instr::RowReduce { .. } | Instr::Load { .. } | Instr::Const { .. } => false,
-                // Selections, clamps and the like are a few instructions, not a call's worth.
-                Instr::Call { func, .. } => {
-                    !matches!(
-                        func,
-                        Func::Select | Func::Min | Func::Max | Func::Abs | Func::Floor
-                    ) || instr_has(ir, id, &costly)
-                }
-                Instr::Binary { op: BinOp::Div, .. } => true,
-                _ => instr_has(ir, id, &costly),
-            };
-        }
-        costly
+        self.ir.row_kept()
     }
 
     /// Like [`Kernel::needed`], also stopping at the values marked in `stop` (read back from
@@ -757,11 +664,6 @@ impl Kernel<'_> {
         }
         (0..ir.body.len()).filter(|&id| needed[id]).collect()
     }
-}
-
-/// Whether any operand of value `id` is marked in `costly`.
-fn instr_has(ir: &crate::lower::ir::KernelIr, id: usize, costly: &[bool]) -> bool {
-    ir.body[id].operands().iter().any(|&x| costly[x])
 }
 
 /// The statements adding the 16 f32 lanes of `lanes` to sum `id`'s f64 accumulators `vs{id}`
