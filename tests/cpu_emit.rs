@@ -13,7 +13,7 @@ use fusebox::backend::cpu::emit::{
 use fusebox::dtype::DType;
 use fusebox::formula::{BinOp, Func};
 use fusebox::lower::ir::{
-    Axis, Instr, KernelIr, Prec, ReduceKind, Reduction, Store, ValueId, View,
+    Axis, Instr, KernelIr, Prec, ReduceKind, Reduction, RowArithmetic, Store, ValueId, View,
 };
 use half::{bf16, f16};
 use std::ffi::c_void;
@@ -324,6 +324,7 @@ fn lstm_tail_ir() -> KernelIr {
     let hy = b.bin(BinOp::Mul, og, tc, f);
     KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(DType::F32, &[S, U]); 5],
         body: b.0,
         stores: vec![
@@ -673,6 +674,7 @@ fn chained_transcendentals_run_as_consecutive_loops_with_the_same_results() {
         let tx = b.bin(BinOp::Mul, t, xv, f);
         let ir = KernelIr {
             rank: 2,
+            row_arithmetic: RowArithmetic::default(),
             loads: vec![view(DType::F32, &[S, U])],
             body: b.0,
             stores: vec![store(e, DType::F32, &[S, U]), store(t, DType::F32, &[S, U])],
@@ -853,6 +855,7 @@ fn column_broadcast_plus_row_broadcast() {
     let sum = b.bin(BinOp::Add, col, row, f);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(DType::F32, &[S, B]), view(DType::F32, &[B, U])],
         body: b.0,
         stores: vec![store(sum, DType::F32, &[S, U])],
@@ -887,6 +890,7 @@ fn transposed_load_and_strided_stores_with_offsets() {
     let y = b.bin(BinOp::Sub, x2, one, f);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(DType::F32, &[S, S])],
         body: b.0,
         stores: vec![
@@ -947,6 +951,7 @@ fn stores_broadcast_along_an_axis_are_written_once_from_index_zero() {
     let col = b.bin(BinOp::Mul, c, three, f);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![
             view(DType::F32, &[S, U]),
             view(DType::F32, &[B, U]),
@@ -1003,6 +1008,7 @@ fn empty_domains_write_nothing() {
     let x = b.load(0);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(DType::F32, &[S, U])],
         body: b.0,
         stores: vec![store(x, DType::F32, &[S, U])],
@@ -1032,6 +1038,7 @@ fn unary_kernel(
     let outs = f(&mut b, x);
     KernelIr {
         rank: 1,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(src, &[U])],
         body: b.0,
         stores: outs.into_iter().map(|(v, d)| store(v, d, &[U])).collect(),
@@ -1337,6 +1344,7 @@ fn integer_and_bool_loads_are_exact() {
     let il = b.bin(BinOp::Add, i, l, Prec::I64);
     let ir = KernelIr {
         rank: 1,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![
             view(DType::I32, &[U]),
             view(DType::I64, &[U]),
@@ -1430,6 +1438,7 @@ fn constants_round_trip_bit_for_bit() {
     }
     let ir = KernelIr {
         rank: 1,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![],
         body: b.0,
         stores,
@@ -1492,6 +1501,7 @@ fn binary_kernel(dtype: DType, ops: &[&BinaryStore]) -> KernelIr {
         .collect();
     KernelIr {
         rank: 1,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(dtype, &[U]), view(dtype, &[U])],
         body: b.0,
         stores,
@@ -1619,6 +1629,7 @@ fn where_with_a_bool_condition_picks_without_leaking_nan() {
     let w = b.call(Func::Select, &[c32, x, y], f);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![
             view(DType::Bool, &[S, B]),
             view(DType::F32, &[S, U]),
@@ -1907,6 +1918,7 @@ fn reduce_kernel(rank: usize, reductions: &[(ReduceKind, Vec<bool>, DType)]) -> 
     axes[rank - 1] = U;
     KernelIr {
         rank,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(DType::F32, &axes)],
         body: b.0,
         stores: vec![],
@@ -2287,6 +2299,7 @@ fn reductions_alongside_stores_and_rounded_values() {
     let e16 = b.round(e, DType::BF16);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(DType::F32, &[S, U])],
         body: b.0,
         stores: vec![store(e16, DType::BF16, &[S, U])],
@@ -2529,6 +2542,7 @@ fn vector_coverage_ir() -> (KernelIr, usize) {
     (
         KernelIr {
             rank: 2,
+            row_arithmetic: RowArithmetic::default(),
             loads: vec![
                 view(DType::F32, &[S, U]),
                 view(DType::F32, &[S, U]),
@@ -2675,6 +2689,7 @@ fn kernels_outside_the_vector_subset_emit_no_vector_loops() {
         let x = b.load(0);
         KernelIr {
             rank: 2,
+            row_arithmetic: RowArithmetic::default(),
             loads: vec![view(DType::F32, &[S, S])],
             body: b.0,
             stores: vec![store(x, DType::F32, &[S, U])],
@@ -2750,6 +2765,7 @@ fn avx512_half_precision_loops_match_the_scalar_loops_bit_for_bit() {
     out(&mut b, last, DType::BF16);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![
             view(DType::F16, &[S, U]),
             view(DType::BF16, &[S, U]),
@@ -2868,6 +2884,7 @@ fn softmax_row_ir() -> (KernelIr, ValueId, ValueId) {
     let y = b.bin(BinOp::Div, e, s, f);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(DType::F32, &[S, U])],
         body: b.0,
         stores: vec![store(y, DType::F32, &[S, U]), store(s, DType::F32, &[S, B])],

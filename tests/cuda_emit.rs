@@ -21,7 +21,8 @@ use fusebox::dtype::DType;
 use fusebox::formula::{BinOp, Func};
 use fusebox::graph::{self, Graph, GraphBuilder};
 use fusebox::lower::ir::{
-    Axis, Instr, KernelIr, Launch, MapStage, Prec, ReduceKind, Reduction, Store, ValueId, View,
+    Axis, Instr, KernelIr, Launch, MapStage, Prec, ReduceKind, Reduction, RowArithmetic, Store,
+    ValueId, View,
 };
 use fusebox::lower::{self, Program, Step as LowerStep};
 use fusebox::optimize::{Options, optimize};
@@ -166,6 +167,7 @@ impl K {
         K {
             ir: KernelIr {
                 rank,
+                row_arithmetic: RowArithmetic::default(),
                 loads: Vec::new(),
                 body: Vec::new(),
                 stores: Vec::new(),
