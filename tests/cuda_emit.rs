@@ -21,7 +21,8 @@ use fusebox::dtype::DType;
 use fusebox::formula::{BinOp, Func};
 use fusebox::graph::{self, Graph, GraphBuilder};
 use fusebox::lower::ir::{
-    Axis, Instr, KernelIr, Launch, MapStage, Prec, ReduceKind, Reduction, Store, ValueId, View,
+    Axis, Instr, KernelIr, Launch, MapStage, Prec, ReduceKind, Reduction, RowArithmetic, Store,
+    ValueId, View,
 };
 use fusebox::lower::{self, Program, Step as LowerStep};
 use fusebox::optimize::{Options, optimize};
@@ -166,6 +167,7 @@ impl K {
         K {
             ir: KernelIr {
                 rank,
+                row_arithmetic: RowArithmetic::default(),
                 loads: Vec::new(),
                 body: Vec::new(),
                 stores: Vec::new(),
@@ -2422,6 +2424,55 @@ fn cuda_softmax_evaluates_exp_once_and_multiplies_by_the_reciprocal() {
         body.contains("rk") && body.contains("= fbc_recip_ok(v"),
         "{body}"
     );
+}
+
+/// Under `row_arithmetic: Exact` the CUDA row kernel takes neither freedom: softmax adds its
+/// sum in `double` and divides at every element (no f32 partials, no reciprocal), while it
+/// still evaluates `exp` once on the on-chip paths (keeping a value changes no bits); the
+/// text differs from the relaxed one, so the two never share a compiled module.
+#[test]
+fn cuda_exact_row_arithmetic_sums_in_double_and_divides() {
+    let program = lowered(&row_graphs::softmax(DType::F32, &[8, 100]));
+    let mut ir = program.kernels[0].clone();
+    assert_eq!(ir.row_arithmetic, RowArithmetic::Relaxed, "the default");
+    let relaxed = emit_module(&[(kernel_name(&ir), &ir)], &EmitOptions::default());
+    ir.row_arithmetic = RowArithmetic::Exact;
+    assert!(ir.row_constant_divisors().iter().all(Option::is_none));
+    let source = emit_module(&[(kernel_name(&ir), &ir)], &EmitOptions::default());
+    assert_ne!(source, relaxed);
+    check(std::slice::from_ref(&ir));
+    let body = &source[source.rfind("/* fbc_").expect("a kernel")..];
+    assert!(!body.contains("__fadd_rn(f"), "no f32 partials:\n{body}");
+    assert!(!body.contains("fbc_recip_ok"), "no reciprocal");
+    assert!(body.contains("= fbc_sum2(a4, (double)v3);"), "f64 sums");
+    assert!(
+        body.contains("= __fdiv_rn(v3, v4);"),
+        "a division per element"
+    );
+    let vector = &body[..body
+        .find("the row in registers, element by element")
+        .expect("paths")];
+    assert_eq!(
+        vector.matches("expf(").count(),
+        1,
+        "exp kept under Exact too"
+    );
+    let options = EmitOptions::default();
+    let Some(emulated) = emulate(&ir, &options) else {
+        return;
+    };
+    let mut programs = BTreeMap::new();
+    programs.insert(kernel_name(&ir), emulated);
+    let mut exact = program.clone();
+    exact.kernels[0] = ir;
+    let graph = row_graphs::softmax(DType::F32, &[8, 100]);
+    for force in [None, Some(RowPath::Shared), Some(RowPath::Reread)] {
+        let Some(result) = emulated_agrees(&graph, &exact, &mut programs, 9, true, false, force)
+        else {
+            return;
+        };
+        result.unwrap_or_else(|e| panic!("exact softmax: {e}"));
+    }
 }
 
 /// Relaxed row sums on CUDA, through the emulation on every path at the row lengths around

@@ -38,8 +38,13 @@
 //!
 //! ## Precision of row kernels
 //!
-//! Two freedoms let an emitter keep a row's arithmetic under its memory traffic; everything
-//! else is exactly as in pointwise kernels. For a row of `n` values `x_i` held at `Prec::F32`:
+//! A row kernel's [`KernelIr::row_arithmetic`] (fusion.ron's `row_arithmetic`) says which
+//! arithmetic it may use. Under `RowArithmetic::Exact` an emitter takes none of the freedoms
+//! below: a float sum is accumulated in f64 (in any order) and rounded once, and every
+//! division is correctly rounded, as in the reference evaluator. Under
+//! `RowArithmetic::Relaxed` (the default), two freedoms let an emitter keep a row's
+//! arithmetic under its memory traffic; everything else is exactly as in pointwise kernels.
+//! For a row of `n` values `x_i` held at `Prec::F32`:
 //!
 //! - A float `Sum` or `Mean` may add up to 16 values per partial sum in f32 before the
 //!   partials join an f64 total, so before its one rounding to `dtype` the result is within
@@ -54,17 +59,21 @@
 //!
 //! Softmax's outputs are then within about `18·2⁻²⁴ ≈ 1.1·10⁻⁶` of the values computed with
 //! the f64 sum and the division (relatively), far inside the f32 tolerance (`2·10⁻⁵`) of the
-//! equivalence tests. Both emitters use both freedoms, choosing the same divisions
+//! equivalence tests. Both emitters use both freedoms under `Relaxed` and neither under
+//! `Exact` ([`KernelIr::row_arithmetic`]), choosing the same divisions
 //! ([`KernelIr::row_constant_divisors`]): the C row loops add each vector lane's 16 values of a
 //! block in f32 (`backend::cpu::emit::kernel::rows`), and each CUDA thread adds at most 16 of
 //! its elements in an f32 partial, joins the partials in its f64 total, and the block combines
 //! the threads' totals in f64 (`backend::cuda::emit::rows`): in both, every f32 partial holds at
 //! most 16 values and everything after it is f64, so the bound above holds as stated for any
-//! block size and order of combination. The kernel-IR interpreter uses neither freedom (it is
-//! the slow, exact twin).
+//! block size and order of combination. The kernel-IR interpreter uses neither freedom under
+//! either setting (it is the slow, exact twin).
 
 use crate::dtype::DType;
 use crate::formula::{BinOp, Func};
+/// The arithmetic a row kernel may use, from `fusion.ron`'s `row_arithmetic`: defined with
+/// the rules that choose it, and named here so that backends read it from the IR alone.
+pub use crate::rules::RowArithmetic;
 
 /// The precision an SSA value is computed and held in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -288,6 +297,13 @@ pub struct KernelIr {
     pub stores: Vec<Store>,
     /// Reductions ending the kernel.
     pub reductions: Vec<Reduction>,
+    /// The arithmetic a row kernel's sums and divisions by row constants use ("Precision of
+    /// row kernels" in the module documentation): `Relaxed` grants an emitter the two
+    /// freedoms stated there, `Exact` none of them. It is part of the kernel's identity, so a
+    /// rule directory that switches it compiles (and caches) other kernels. The lowering sets
+    /// it on row kernels only; every other kernel carries the default, which no emitter reads
+    /// there, so kernels without row reductions stay equal whatever the rules say.
+    pub row_arithmetic: RowArithmetic,
 }
 
 impl KernelIr {
@@ -527,7 +543,11 @@ impl KernelIr {
     /// division costs several multiplications on either target, and the product is within
     /// 2⁻²³ of the quotient relatively (two roundings of at most 2⁻²⁴ each), or 2⁻¹⁴⁹
     /// absolutely in the subnormal range.
+    /// None under [`RowArithmetic::Exact`], which keeps every division.
     pub fn row_constant_divisors(&self) -> Vec<Option<usize>> {
+        if self.row_arithmetic == RowArithmetic::Exact {
+            return vec![None; self.body.len()];
+        }
         let mut constant = vec![false; self.body.len()];
         let mut reduced = vec![false; self.body.len()];
         for (id, instr) in self.body.iter().enumerate() {

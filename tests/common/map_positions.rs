@@ -5,7 +5,7 @@
 //! (tests/cuda_emit.rs), with the expected elements computed here by integer arithmetic.
 
 use fusebox::dtype::DType;
-use fusebox::lower::ir::{Axis, Instr, KernelIr, Launch, MapStage, Store, View};
+use fusebox::lower::ir::{Axis, Instr, KernelIr, Launch, MapStage, RowArithmetic, Store, View};
 
 /// The first stage's inner size. `fl(1/49)` lies below `1/49` by enough that `49k · fl(1/49)`
 /// rounds below `k` for many `k` (the estimate truncates to `k - 1` and the correction adds
@@ -26,6 +26,7 @@ pub fn kernel() -> KernelIr {
     x.stages = vec![2, 2];
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![x],
         body: vec![
             Instr::Load { view: 0 },

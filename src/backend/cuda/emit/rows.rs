@@ -80,15 +80,17 @@
 //!   rounded once per row after the reductions it reads, where `rk{id}` says the divisor is in
 //!   `[2⁻¹²⁶, 2¹²⁶]` (`fbc_recip_ok`); any other divisor divides. The second freedom.
 //!
-//! The order of accumulation differs from the CPU's (and between paths), so float sums may
-//! differ in their last bits, within the stated bound; maxima, integer sums and every
-//! pointwise value are exact.
+//! The last two are the IR's freedoms, taken only when the kernel's `row_arithmetic` is
+//! `Relaxed` (fusion.ron's default); under `Exact` every float sum adds in `double` and every
+//! division divides, while keeping values (the same bits) stays. The order of accumulation
+//! differs from the CPU's (and between paths), so float sums may differ in their last bits,
+//! within the stated bound; maxima, integer sums and every pointwise value are exact.
 
 use super::code::Code;
 use super::expr::{Cuda, identity};
 use super::{Kernel, Lane, abi};
 use crate::backend::spelling::Spelling;
-use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind};
+use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, RowArithmetic};
 
 /// The emitter's side of [`abi::RowPath`]: which loop shape a row's passes take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,13 +178,16 @@ impl Kernel<'_> {
 
     /// Whether row reduction `id` is a sum or mean of f32 values, which each thread adds in
     /// f32 partials of at most [`SUM_CHUNK`] elements (`f{id}`) joined in its f64 total
-    /// `a{id}`: the first freedom of the IR's "Precision of row kernels". An f32 addition per
-    /// element instead of a conversion and an f64 addition, which run at a fraction of the f32
-    /// rate on GPUs.
+    /// `a{id}`: the first freedom of the IR's "Precision of row kernels", taken only under
+    /// `RowArithmetic::Relaxed` (under `Exact` every element is added in `double`). An f32
+    /// addition per element instead of a conversion and an f64 addition, which run at a
+    /// fraction of the f32 rate on GPUs.
     fn relaxed_sum(&self, id: usize) -> bool {
         match self.ir.body[id] {
             Instr::RowReduce { kind, x, .. } => {
-                matches!(kind, ReduceKind::Sum | ReduceKind::Mean) && self.ir.prec(x) == Prec::F32
+                matches!(kind, ReduceKind::Sum | ReduceKind::Mean)
+                    && self.ir.prec(x) == Prec::F32
+                    && self.ir.row_arithmetic == RowArithmetic::Relaxed
             }
             _ => false,
         }

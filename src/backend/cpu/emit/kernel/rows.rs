@@ -37,6 +37,12 @@
 //!   (softmax's `e / s`) is a multiplication by the reciprocal, computed once per row where it
 //!   is a normal float ([`Kernel::reciprocals`]), the other freedom: a multiplication instead
 //!   of a division per element, in the vector and the scalar loops alike.
+//!
+//! Both freedoms are taken only under `RowArithmetic::Relaxed` (fusion.ron's
+//! `row_arithmetic`, carried by the kernel IR). Under `Exact` the vector loops widen every
+//! vector of a sum into the f64 accumulators and every division divides, so a row's sums
+//! are the f64 sums (up to the order of f64 additions) rounded once, and each quotient is
+//! correctly rounded, as in the reference evaluator.
 //! - **Memory in the background.** While a thread works on a row in cache (its second pass),
 //!   it prefetches the next row of every input that moves from row to row, one cache line per
 //!   vector, so the next first pass finds its data arriving instead of stalling on it (while a
@@ -48,7 +54,7 @@ use super::{Kernel, Out};
 use crate::backend::cpu::emit::expr::C;
 use crate::backend::cpu::emit::vector;
 use crate::backend::spelling::Spelling;
-use crate::lower::ir::{Axis, Instr, Prec, ReduceKind};
+use crate::lower::ir::{Axis, Instr, Prec, ReduceKind, RowArithmetic};
 
 /// The most bytes of carried values one row may need for the kernel to carry them (see the
 /// module documentation): 512 KiB, a quarter of this machine's 2 MiB L2 per core, so that the
@@ -367,8 +373,8 @@ impl Kernel<'_> {
 
     /// Per value, the divisor `b` when the value is an f32 division by a row constant that
     /// the kernel multiplies by the row's reciprocal instead ([`KernelIr::row_constant_divisors`],
-    /// shared with the CUDA row kernels): a division costs about five times a multiplication
-    /// here.
+    /// shared with the CUDA row kernels; none under `RowArithmetic::Exact`): a division costs
+    /// about five times a multiplication here.
     ///
     /// [`KernelIr::row_constant_divisors`]: crate::lower::ir::KernelIr::row_constant_divisors
     pub(super) fn reciprocals(&self) -> Vec<Option<usize>> {
@@ -477,11 +483,17 @@ impl Kernel<'_> {
         let ir = self.ir;
         let (reducing, looped) = (&lp.pass.reducing, &lp.pass.looped);
         let saves = &lp.saves;
-        let sums: Vec<usize> = reducing
+        let all_sums: Vec<usize> = reducing
             .iter()
             .copied()
             .filter(|&id| matches!(ir.body[id], Instr::RowReduce { kind, .. } if kind != ReduceKind::Max))
             .collect();
+        // Exact arithmetic adds every vector into the f64 accumulators as it comes, with no
+        // f32 blocks.
+        let (sums, f64_sums) = match ir.row_arithmetic {
+            RowArithmetic::Relaxed => (all_sums, Vec::new()),
+            RowArithmetic::Exact => (Vec::new(), all_sums),
+        };
         out.line("#if defined(FB_AVX512)");
         out.open("");
         for &id in reducing {
@@ -549,6 +561,8 @@ impl Kernel<'_> {
                 out.line(format!(
                     "vn{id} |= _mm512_cmp_ps_mask(v{x}, v{x}, _CMP_UNORD_Q);"
                 ));
+            } else if f64_sums.contains(&id) {
+                widen_into(out, id, &format!("v{x}"));
             } else {
                 out.line(format!("vf{id} = _mm512_add_ps(vf{id}, v{x});"));
             }
