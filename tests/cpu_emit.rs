@@ -13,13 +13,17 @@ use fusebox::backend::cpu::emit::{
 use fusebox::dtype::DType;
 use fusebox::formula::{BinOp, Func};
 use fusebox::lower::ir::{
-    Axis, Instr, KernelIr, Prec, ReduceKind, Reduction, Store, ValueId, View,
+    Axis, Instr, KernelIr, Prec, ReduceKind, Reduction, RowArithmetic, Store, ValueId, View,
 };
 use half::{bf16, f16};
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
 
 use Axis::{Broadcast as B, Strided as S, Unit as U};
+
+#[allow(dead_code)]
+#[path = "common/map_positions.rs"]
+mod map_positions;
 
 // ---------------------------------------------------------------------------------------------
 // Harness.
@@ -324,6 +328,7 @@ fn lstm_tail_ir() -> KernelIr {
     let hy = b.bin(BinOp::Mul, og, tc, f);
     KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(DType::F32, &[S, U]); 5],
         body: b.0,
         stores: vec![
@@ -673,6 +678,7 @@ fn chained_transcendentals_run_as_consecutive_loops_with_the_same_results() {
         let tx = b.bin(BinOp::Mul, t, xv, f);
         let ir = KernelIr {
             rank: 2,
+            row_arithmetic: RowArithmetic::default(),
             loads: vec![view(DType::F32, &[S, U])],
             body: b.0,
             stores: vec![store(e, DType::F32, &[S, U]), store(t, DType::F32, &[S, U])],
@@ -853,6 +859,7 @@ fn column_broadcast_plus_row_broadcast() {
     let sum = b.bin(BinOp::Add, col, row, f);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(DType::F32, &[S, B]), view(DType::F32, &[B, U])],
         body: b.0,
         stores: vec![store(sum, DType::F32, &[S, U])],
@@ -887,6 +894,7 @@ fn transposed_load_and_strided_stores_with_offsets() {
     let y = b.bin(BinOp::Sub, x2, one, f);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(DType::F32, &[S, S])],
         body: b.0,
         stores: vec![
@@ -947,6 +955,7 @@ fn stores_broadcast_along_an_axis_are_written_once_from_index_zero() {
     let col = b.bin(BinOp::Mul, c, three, f);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![
             view(DType::F32, &[S, U]),
             view(DType::F32, &[B, U]),
@@ -1003,6 +1012,7 @@ fn empty_domains_write_nothing() {
     let x = b.load(0);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(DType::F32, &[S, U])],
         body: b.0,
         stores: vec![store(x, DType::F32, &[S, U])],
@@ -1032,6 +1042,7 @@ fn unary_kernel(
     let outs = f(&mut b, x);
     KernelIr {
         rank: 1,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(src, &[U])],
         body: b.0,
         stores: outs.into_iter().map(|(v, d)| store(v, d, &[U])).collect(),
@@ -1337,6 +1348,7 @@ fn integer_and_bool_loads_are_exact() {
     let il = b.bin(BinOp::Add, i, l, Prec::I64);
     let ir = KernelIr {
         rank: 1,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![
             view(DType::I32, &[U]),
             view(DType::I64, &[U]),
@@ -1430,6 +1442,7 @@ fn constants_round_trip_bit_for_bit() {
     }
     let ir = KernelIr {
         rank: 1,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![],
         body: b.0,
         stores,
@@ -1492,6 +1505,7 @@ fn binary_kernel(dtype: DType, ops: &[&BinaryStore]) -> KernelIr {
         .collect();
     KernelIr {
         rank: 1,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(dtype, &[U]), view(dtype, &[U])],
         body: b.0,
         stores,
@@ -1619,6 +1633,7 @@ fn where_with_a_bool_condition_picks_without_leaking_nan() {
     let w = b.call(Func::Select, &[c32, x, y], f);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![
             view(DType::Bool, &[S, B]),
             view(DType::F32, &[S, U]),
@@ -1907,6 +1922,7 @@ fn reduce_kernel(rank: usize, reductions: &[(ReduceKind, Vec<bool>, DType)]) -> 
     axes[rank - 1] = U;
     KernelIr {
         rank,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(DType::F32, &axes)],
         body: b.0,
         stores: vec![],
@@ -2287,6 +2303,7 @@ fn reductions_alongside_stores_and_rounded_values() {
     let e16 = b.round(e, DType::BF16);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(DType::F32, &[S, U])],
         body: b.0,
         stores: vec![store(e16, DType::BF16, &[S, U])],
@@ -2529,6 +2546,7 @@ fn vector_coverage_ir() -> (KernelIr, usize) {
     (
         KernelIr {
             rank: 2,
+            row_arithmetic: RowArithmetic::default(),
             loads: vec![
                 view(DType::F32, &[S, U]),
                 view(DType::F32, &[S, U]),
@@ -2675,6 +2693,7 @@ fn kernels_outside_the_vector_subset_emit_no_vector_loops() {
         let x = b.load(0);
         KernelIr {
             rank: 2,
+            row_arithmetic: RowArithmetic::default(),
             loads: vec![view(DType::F32, &[S, S])],
             body: b.0,
             stores: vec![store(x, DType::F32, &[S, U])],
@@ -2750,6 +2769,7 @@ fn avx512_half_precision_loops_match_the_scalar_loops_bit_for_bit() {
     out(&mut b, last, DType::BF16);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![
             view(DType::F16, &[S, U]),
             view(DType::BF16, &[S, U]),
@@ -2868,6 +2888,7 @@ fn softmax_row_ir() -> (KernelIr, ValueId, ValueId) {
     let y = b.bin(BinOp::Div, e, s, f);
     let ir = KernelIr {
         rank: 2,
+        row_arithmetic: RowArithmetic::default(),
         loads: vec![view(DType::F32, &[S, U])],
         body: b.0,
         stores: vec![store(y, DType::F32, &[S, U]), store(s, DType::F32, &[S, B])],
@@ -2996,4 +3017,47 @@ fn avx512_row_passes_match_the_scalar_loops() {
             assert!(row.iter().all(|&v| v == 1.0 / m as f32), "{}", row[0]);
         }
     }
+}
+
+/// Index-map positions divide by a rounded reciprocal with one correction (the spelling the
+/// CUDA emitter shares): at, just below and just above multiples of a stage size, from small
+/// positions up to just below the 2^51 cap, the C kernel reads the element integer
+/// arithmetic gives, including where the estimate alone is one short.
+#[test]
+fn map_positions_divide_exactly_by_reciprocals_up_to_the_cap() {
+    use map_positions::{COLUMNS, SECOND};
+    let ir = map_positions::kernel();
+    let k = compile(&ir);
+    let mut corrected = 0;
+    for (launch, _) in map_positions::launches() {
+        corrected += map_positions::corrected(&launch);
+        let rows = launch.sizes[0];
+        let mut x: Vec<f32> = (0..SECOND).map(|i| i as f32).collect();
+        let mut y = vec![f32::NAN; (rows * COLUMNS) as usize];
+        let mut strides: Vec<i64> = launch.strides.iter().flatten().copied().collect();
+        strides.extend(launch.map_words());
+        let ptrs: Vec<*mut c_void> = vec![x.as_mut_ptr().cast(), y.as_mut_ptr().cast()];
+        // Every element read is below SECOND (the map's last stage takes positions modulo it)
+        // and the store covers y exactly.
+        // SAFETY: the arguments follow the ABI of `Launch` for `ir`, and the module is alive.
+        unsafe {
+            (k.f)(
+                launch.sizes.as_ptr(),
+                strides.as_ptr(),
+                launch.offsets.as_ptr(),
+                ptrs.as_ptr(),
+            )
+        };
+        for r in 0..rows {
+            for c in 0..COLUMNS {
+                let q = map_positions::position(&launch, r, c);
+                assert_eq!(
+                    y[(r * COLUMNS + c) as usize],
+                    map_positions::element(q) as f32,
+                    "position {q}"
+                );
+            }
+        }
+    }
+    assert!(corrected > 0, "no position needed the correction");
 }

@@ -21,7 +21,8 @@ use fusebox::dtype::DType;
 use fusebox::formula::{BinOp, Func};
 use fusebox::graph::{self, Graph, GraphBuilder};
 use fusebox::lower::ir::{
-    Axis, Instr, KernelIr, Launch, MapStage, Prec, ReduceKind, Reduction, Store, ValueId, View,
+    Axis, Instr, KernelIr, Launch, MapStage, Prec, ReduceKind, Reduction, RowArithmetic, Store,
+    ValueId, View,
 };
 use fusebox::lower::{self, Program, Step as LowerStep};
 use fusebox::optimize::{Options, optimize};
@@ -166,6 +167,7 @@ impl K {
         K {
             ir: KernelIr {
                 rank,
+                row_arithmetic: RowArithmetic::default(),
                 loads: Vec::new(),
                 body: Vec::new(),
                 stores: Vec::new(),
@@ -2315,6 +2317,247 @@ fn emulated_range_selects_match_the_interpreter() {
                 seed,
                 true,
             );
+        }
+    }
+}
+
+/// Index-map positions divide by a rounded reciprocal with one correction (the spelling the
+/// C emitter shares): at, just below and just above multiples of a stage size, from small
+/// positions (32- and 64-bit indexing) up to just below the 2^51 cap (64-bit), the emulated
+/// kernel reads the element integer arithmetic gives, including where the estimate alone is
+/// one short.
+#[test]
+fn map_positions_divide_exactly_by_reciprocals_up_to_the_cap() {
+    use common::map_positions::{self, COLUMNS, SECOND};
+    let ir = map_positions::kernel();
+    check(std::slice::from_ref(&ir));
+    let source = emit_module(&[(kernel_name(&ir), &ir)], &EmitOptions::default());
+    assert!(
+        source.contains("__dmul_rn((double)q"),
+        "reciprocal estimates"
+    );
+    assert!(
+        !source.contains(" / m0_"),
+        "no integer division by a stage size"
+    );
+    let options = EmitOptions::default();
+    let Some(emulated) = emulate(&ir, &options) else {
+        return;
+    };
+    let mut corrected = 0;
+    for (launch, narrow) in map_positions::launches() {
+        corrected += map_positions::corrected(&launch);
+        let widths: &[bool] = if narrow { &[false, true] } else { &[true] };
+        for &wide in widths {
+            let rows = launch.sizes[0];
+            let mut x = Buffer::zeroed(DType::F32, &[SECOND as usize]);
+            for i in 0..SECOND as usize {
+                x.set(i, i as f64);
+            }
+            let y = Buffer::zeroed(DType::F32, &[(rows * COLUMNS) as usize]);
+            let mut buffers = vec![x, y];
+            let mode = Mode { wide, force: None };
+            run_emulated(
+                &emulated,
+                &ir,
+                &launch,
+                &mut buffers,
+                &[0, 0],
+                mode,
+                &options,
+            );
+            for r in 0..rows {
+                for c in 0..COLUMNS {
+                    let q = map_positions::position(&launch, r, c);
+                    assert_eq!(
+                        buffers[1].get((r * COLUMNS + c) as usize),
+                        map_positions::element(q) as f64,
+                        "position {q} (wide {wide})"
+                    );
+                }
+            }
+        }
+    }
+    assert!(corrected > 0, "no position needed the correction");
+}
+
+/// Softmax's CUDA row kernel evaluates `exp` once per element on every path that holds the
+/// row on chip (the sum pass keeps `exp(x - max)` in registers or over the row in shared
+/// memory, and the normalize pass reads it back), sums in f32 partials joined in f64, and
+/// multiplies by the row's reciprocal instead of dividing, with the division kept only for
+/// a divisor outside the normal range.
+#[test]
+fn cuda_softmax_evaluates_exp_once_and_multiplies_by_the_reciprocal() {
+    let program = lowered(&row_graphs::softmax(DType::F32, &[8, 100]));
+    let ir = &program.kernels[0];
+    assert_eq!(ir.row_kept().len(), 1, "exp(x - max) is kept");
+    let source = emit_module(&[(kernel_name(ir), ir)], &EmitOptions::default());
+    let body = &source[source.rfind("/* fbc_").expect("a kernel")..];
+    let paths = [
+        "the row in registers, moved in 16-byte vectors",
+        "the row in registers, element by element",
+        "the row in shared memory after its first reading",
+        "every pass reads the row from global memory",
+    ];
+    let at: Vec<usize> = paths
+        .iter()
+        .map(|p| body.find(p).unwrap_or_else(|| panic!("no path {p}")))
+        .collect();
+    for (i, path) in paths.iter().enumerate() {
+        let end = at.get(i + 1).copied().unwrap_or(body.len());
+        let text = &body[at[i]..end];
+        let exps = text.matches("expf(").count();
+        // Re-reading has nowhere to keep it: the sum pass, its f64 redo and the last pass.
+        let want = if i == 3 { 3 } else { 1 };
+        assert_eq!(exps, want, "{path}:\n{text}");
+        assert!(text.contains("= __fadd_rn(f"), "{path}: f32 partial sums");
+        assert!(
+            text.contains("fbc_finitef(f"),
+            "{path}: overflow falls back to f64"
+        );
+        assert!(
+            text.contains(" ? __fmul_rn(v"),
+            "{path}: multiplied by the reciprocal"
+        );
+    }
+    assert!(
+        body.contains("rk") && body.contains("= fbc_recip_ok(v"),
+        "{body}"
+    );
+}
+
+/// Under `row_arithmetic: Exact` the CUDA row kernel takes neither freedom: softmax adds its
+/// sum in `double` and divides at every element (no f32 partials, no reciprocal), while it
+/// still evaluates `exp` once on the on-chip paths (keeping a value changes no bits); the
+/// text differs from the relaxed one, so the two never share a compiled module.
+#[test]
+fn cuda_exact_row_arithmetic_sums_in_double_and_divides() {
+    let program = lowered(&row_graphs::softmax(DType::F32, &[8, 100]));
+    let mut ir = program.kernels[0].clone();
+    assert_eq!(ir.row_arithmetic, RowArithmetic::Relaxed, "the default");
+    let relaxed = emit_module(&[(kernel_name(&ir), &ir)], &EmitOptions::default());
+    ir.row_arithmetic = RowArithmetic::Exact;
+    assert!(ir.row_constant_divisors().iter().all(Option::is_none));
+    let source = emit_module(&[(kernel_name(&ir), &ir)], &EmitOptions::default());
+    assert_ne!(source, relaxed);
+    check(std::slice::from_ref(&ir));
+    let body = &source[source.rfind("/* fbc_").expect("a kernel")..];
+    assert!(!body.contains("__fadd_rn(f"), "no f32 partials:\n{body}");
+    assert!(!body.contains("fbc_recip_ok"), "no reciprocal");
+    assert!(body.contains("= fbc_sum2(a4, (double)v3);"), "f64 sums");
+    assert!(
+        body.contains("= __fdiv_rn(v3, v4);"),
+        "a division per element"
+    );
+    let vector = &body[..body
+        .find("the row in registers, element by element")
+        .expect("paths")];
+    assert_eq!(
+        vector.matches("expf(").count(),
+        1,
+        "exp kept under Exact too"
+    );
+    let options = EmitOptions::default();
+    let Some(emulated) = emulate(&ir, &options) else {
+        return;
+    };
+    let mut programs = BTreeMap::new();
+    programs.insert(kernel_name(&ir), emulated);
+    let mut exact = program.clone();
+    exact.kernels[0] = ir;
+    let graph = row_graphs::softmax(DType::F32, &[8, 100]);
+    for force in [None, Some(RowPath::Shared), Some(RowPath::Reread)] {
+        let Some(result) = emulated_agrees(&graph, &exact, &mut programs, 9, true, false, force)
+        else {
+            return;
+        };
+        result.unwrap_or_else(|e| panic!("exact softmax: {e}"));
+    }
+}
+
+/// Relaxed row sums on CUDA, through the emulation on every path at the row lengths around
+/// the paths' boundaries (4096: the registers of a full block; 12288: 48 KiB of shared
+/// memory): a row of random values is within the bound of the IR's "Precision of row
+/// kernels" of the exact sum, and a row whose f32 partials overflow (each thread's elements
+/// share a sign, ±3·10³⁸) gives exactly the f64 sum rounded to f32 (0 or ±Inf, never NaN).
+/// Softmax at the same lengths equals the reference.
+#[test]
+fn emulated_relaxed_row_sums_stay_within_the_bound_on_every_path() {
+    let mut emulated = BTreeMap::new();
+    let mut softmaxes = BTreeMap::new();
+    for n in [1000usize, 4096, 4097, 12288, 12289] {
+        let graph = row_sums_graph(DType::F32, &[2, n]);
+        let program = lowered(&graph);
+        assert!(program.kernels[0].is_row_kernel());
+        let mut inputs = random_graph::inputs(&graph, n as u64, false);
+        let mut state = n as u64;
+        let mut values = Vec::with_capacity(2 * n);
+        for _ in 0..n {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let u = (state >> 40) as f64 / (1u64 << 24) as f64;
+            values.push(f64::from((u * 2.0 - 1.0) as f32));
+        }
+        let big = f64::from(3.0e38f32);
+        for j in 0..n {
+            values.push(if (j / 4) % 2 == 0 { big } else { -big });
+        }
+        inputs.insert(
+            "x".into(),
+            fusebox::tensor::Tensor::from_values(DType::F32, &[2, n], values.clone()).unwrap(),
+        );
+        let buffers = random_graph::input_buffers(&program, &inputs);
+        let s = program
+            .dag
+            .outputs
+            .iter()
+            .position(|o| o.name == "s")
+            .expect("output s");
+        // Each path the row fits once (registers up to 4096 floats, shared memory up to
+        // 48 KiB, 12288), and the host's choice where it is not re-reading.
+        let mut forces = Vec::new();
+        if n <= 12288 {
+            forces.push(None);
+        }
+        if n <= 4096 {
+            forces.push(Some(RowPath::Registers));
+        }
+        if n <= 12288 {
+            forces.push(Some(RowPath::Shared));
+        }
+        forces.push(Some(RowPath::Reread));
+        let shared = (n <= 12288).then_some(RowPath::Shared);
+        for force in forces {
+            let Some(got) = run_program_emulated(&program, &buffers, &mut emulated, false, force)
+            else {
+                return;
+            };
+            let got = &got[s];
+            let row = &values[..n];
+            let exact: f64 = row.iter().sum();
+            let magnitude: f64 = row.iter().map(|v| v.abs()).sum();
+            let nf = n as f64;
+            let slack = (15.0 * 2f64.powi(-24) + 2.0 * nf * 2f64.powi(-53)) * magnitude;
+            let bound = slack + 2f64.powi(-24) * (exact.abs() + slack);
+            assert!(
+                (got.get(0) - exact).abs() <= bound,
+                "n {n} {force:?}: {} vs {exact} (bound {bound})",
+                got.get(0)
+            );
+            let wide: f64 = values[n..].iter().sum();
+            let want = f64::from(wide as f32);
+            assert_eq!(got.get(1), want, "n {n} {force:?}: overflowing partials");
+        }
+        let graph = row_graphs::softmax(DType::F32, &[2, n]);
+        let program = lowered(&graph);
+        for (seed, force) in [(1, None), (2, shared), (3, Some(RowPath::Reread))] {
+            let Some(result) =
+                emulated_agrees(&graph, &program, &mut softmaxes, seed, true, false, force)
+            else {
+                return;
+            };
+            result.unwrap_or_else(|e| panic!("softmax [2, {n}]: {e}"));
         }
     }
 }

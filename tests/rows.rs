@@ -640,3 +640,184 @@ fn softmax_rows_of_huge_and_tiny_values_match_the_reference() {
         assert_same(name, &b.unwrap(), &a.unwrap()).unwrap();
     }
 }
+
+// --- fusion.ron's row_arithmetic: Relaxed (the default) and Exact ----------------------------
+
+/// The default rules with fusion.ron's `row_arithmetic: Exact`, loaded the way a user's rule
+/// directory is (a directory holding only that fusion.ron, laid over the defaults); loaded once,
+/// since the tests run in parallel.
+fn exact_rules() -> fusebox::rules::RuleSet {
+    static RULES: OnceLock<fusebox::rules::RuleSet> = OnceLock::new();
+    RULES
+        .get_or_init(|| {
+            let text = fusebox::rules::fusion::DEFAULT_FUSION
+                .replace("row_arithmetic: Relaxed", "row_arithmetic: Exact");
+            let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("rows-exact-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("fusion.ron"), text).unwrap();
+            let rules = fusebox::rules::RuleSet::load_dir(&dir).expect("rule directory");
+            std::fs::remove_dir_all(&dir).unwrap();
+            rules
+        })
+        .clone()
+}
+
+/// `(s, x / s)` with `s = sum(x)` over the last axis, compiled under `rules` and run on `x`.
+fn sum_and_quotient(
+    rules: &fusebox::rules::RuleSet,
+    shape: &[usize],
+    x: &[f64],
+) -> (Vec<f64>, Vec<f64>) {
+    let mut b = GraphBuilder::new("normalize");
+    let xs = b.input("x", DType::F32, shape);
+    let s = last_axis(&mut b, "s", "sum", &xs);
+    let y = b.op("y", "div", &[&xs, &s]);
+    let graph = b.finish(&[&s, &y]);
+    let inputs = f32_inputs("x", shape, x.to_vec());
+    let mut prepared = prepare(&graph, rules, &Options::default(), compiler()).expect("prepare");
+    assert_eq!(prepared.partition.kernels.len(), 1, "one row kernel");
+    let got = prepared.executable.run_tensors(&inputs).expect("run");
+    (got["s"].values(), got["y"].values())
+}
+
+/// Under `row_arithmetic: Exact` a row kernel's sum is the f64 sum rounded once to f32 and
+/// each quotient is the correctly rounded f32 division, bit for bit. The rows (f32 values in
+/// [2⁻¹⁰, 16) of either sign, 3,001 per row) are chosen so that every f64 partial sum is
+/// exact in any order (the values are multiples of 2⁻³³ and the sums stay below 2¹⁷), so
+/// the expected bits are computed here independently: the exact sum rounded to f32, then
+/// `x / s` in f32. Under the default `Relaxed` the same kernel sums in f32 blocks and
+/// multiplies by a reciprocal: within the stated bounds, and not the same bits (which is
+/// what the setting changes).
+#[test]
+fn exact_row_arithmetic_reproduces_f64_sums_and_correctly_rounded_division() {
+    let (rows, n) = (6, 3001);
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut x = Vec::with_capacity(rows * n);
+    for r in 0..rows {
+        for _ in 0..n {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let u = (state >> 11) as f64 / (1u64 << 53) as f64;
+            let magnitude = (u * 14.0 - 10.0).exp2();
+            // Rows 0-3 positive, 4-5 of mixed signs.
+            let sign = if r >= 4 && (state & 1) == 1 {
+                -1.0
+            } else {
+                1.0
+            };
+            x.push((sign * magnitude) as f32 as f64);
+        }
+    }
+    let shape = [rows, n];
+    let exact = exact_rules();
+    assert_eq!(
+        exact.fusion.row_arithmetic,
+        fusebox::rules::RowArithmetic::Exact
+    );
+    let (s, y) = sum_and_quotient(&exact, &shape, &x);
+    for r in 0..rows {
+        let row = &x[r * n..(r + 1) * n];
+        let want_s = row.iter().sum::<f64>() as f32;
+        assert_eq!(s[r] as f32, want_s, "row {r}: the f64 sum rounded once");
+        for (j, &v) in row.iter().enumerate() {
+            let want = v as f32 / want_s;
+            assert_eq!(
+                (y[r * n + j] as f32).to_bits(),
+                want.to_bits(),
+                "row {r}, element {j}: the correctly rounded quotient"
+            );
+        }
+    }
+    let (rs, ry) = sum_and_quotient(&rules(), &shape, &x);
+    let mut differ = 0;
+    for r in 0..rows {
+        let row = &x[r * n..(r + 1) * n];
+        let sum: f64 = row.iter().sum();
+        let magnitude: f64 = row.iter().map(|v| v.abs()).sum();
+        let bound = (15.0 * 2f64.powi(-24) + n as f64 * 2f64.powi(-53)) * magnitude
+            + sum.abs() * 2f64.powi(-24);
+        assert!((rs[r] - sum).abs() <= bound, "row {r}: {} vs {sum}", rs[r]);
+        for (j, &v) in row.iter().enumerate() {
+            // Against the quotient by the relaxed kernel's own (rounded) sum: 2⁻²³.
+            let q = v / rs[r];
+            let got = ry[r * n + j];
+            assert!(
+                (got - q).abs() <= 2f64.powi(-23) * q.abs(),
+                "row {r}, element {j}: {got} vs {q}"
+            );
+            differ += usize::from(got.to_bits() != y[r * n + j].to_bits());
+        }
+    }
+    assert!(
+        differ > 0,
+        "relaxed and exact arithmetic gave the same bits"
+    );
+}
+
+/// Switching `row_arithmetic` changes the IR of row kernels only: their emitted C (exact:
+/// no reciprocal, no f32 block sums; relaxed: both) and therefore their cache key, while a
+/// kernel without row reductions emits the same C, under the same name, either way.
+#[test]
+fn row_arithmetic_changes_the_emitted_c_and_the_cache_key_of_row_kernels_only() {
+    let program = |rules: &fusebox::rules::RuleSet, graph: &Graph| {
+        let out = optimize(graph, rules, &Options::default()).expect("optimize");
+        lower::lower(&out.dag, &out.partition).expect("lower")
+    };
+    let relaxed = rules();
+    let exact = exact_rules();
+    let graph = softmax(DType::F32, &[64, 300]);
+    let (a, b) = (program(&relaxed, &graph), program(&exact, &graph));
+    use fusebox::lower::ir::RowArithmetic;
+    assert_eq!(a.kernels[0].row_arithmetic, RowArithmetic::Relaxed);
+    assert_eq!(b.kernels[0].row_arithmetic, RowArithmetic::Exact);
+    let (ca, _) = fusebox::backend::cpu::module_source(&a);
+    let (cb, _) = fusebox::backend::cpu::module_source(&b);
+    // The reciprocal's flag `rk…` and the f32 block accumulators `vf…`.
+    assert!(
+        ca.contains("int rk") && ca.contains("_mm512_add_ps(vf"),
+        "relaxed:\n{ca}"
+    );
+    assert!(
+        !cb.contains("int rk") && !cb.contains("_mm512_add_ps(vf"),
+        "exact:\n{cb}"
+    );
+    let key = |source: &str| compiler().key(source).expect("cache key");
+    assert_ne!(key(&ca), key(&cb));
+    // A pointwise kernel: the same kernel, the same text, the same key.
+    let mut g = GraphBuilder::new("pointwise");
+    let x = g.input("x", DType::F32, &[8, 33]);
+    let t = g.op("t", "tanh", &[&x]);
+    let e = g.op("e", "exp", &[&t]);
+    let pointwise = g.finish(&[&e]);
+    let (pa, pb) = (program(&relaxed, &pointwise), program(&exact, &pointwise));
+    assert_eq!(pa.kernels, pb.kernels);
+    assert_eq!(
+        fusebox::backend::cpu::module_source(&pa).0,
+        fusebox::backend::cpu::module_source(&pb).0
+    );
+}
+
+/// Exact row kernels still agree with the reference evaluator on softmax, layernorm and
+/// log-softmax, special values included (the relaxed ones are checked above).
+#[test]
+fn exact_row_kernels_match_the_reference() {
+    let rules = exact_rules();
+    for (graph, seed) in [
+        (softmax(DType::F32, &[16, 700]), 3),
+        (layernorm(DType::F32, &[16, 257], true), 4),
+        (log_softmax(DType::F32, &[9, 1000]), 5),
+    ] {
+        for specials in [false, true] {
+            let inputs = random_graph::inputs(&graph, seed, specials);
+            let want = fusebox::eval::evaluate(&graph, &rules.ops, &inputs).expect("reference");
+            let mut prepared =
+                prepare(&graph, &rules, &Options::default(), compiler()).expect("prepare");
+            let got = prepared.executable.run_tensors(&inputs).expect("run");
+            for name in &graph.outputs {
+                assert_same(name, &want[name], &got[name]).unwrap();
+            }
+        }
+    }
+}

@@ -363,31 +363,77 @@ pub(crate) fn libm_name(func: Func, prec: Prec) -> String {
     }
 }
 
-/// The position each stage of load view `arg`'s index map yields for load `id`, in C
-/// expression syntax shared by both backends: entry `k` is `q{id}_{k+1}`'s right-hand side,
-/// computed from the previous position `q{id}_{k}` (`q{id}_0` is the point's index into the
-/// first stage, which each backend defines in its own index type). Stage `k` of rank `r`
-/// unflattens its position row-major: coordinate `e` is `q / d{arg}_{k}_{e} % m{arg}_{k}_{e}`
-/// (the outermost needs no remainder, the innermost no division), and the position is the
-/// stage's offset `c{arg}_{k}` plus each coordinate times its stride `t{arg}_{k}_{e}`.
-pub(crate) fn map_stage_positions(ir: &KernelIr, arg: usize, id: usize) -> Vec<String> {
-    ir.loads[arg]
-        .stages
-        .iter()
-        .enumerate()
-        .map(|(k, &r)| {
-            let q = format!("q{id}_{k}");
-            let mut sum = format!("c{arg}_{k}");
-            for e in 0..r {
-                let coord = match (e == 0, e + 1 == r) {
-                    (true, true) => q.clone(),
-                    (true, false) => format!("{q} / d{arg}_{k}_{e}"),
-                    (false, true) => format!("{q} % m{arg}_{k}_{e}"),
-                    (false, false) => format!("{q} / d{arg}_{k}_{e} % m{arg}_{k}_{e}"),
-                };
-                sum.push_str(&format!(" + ({coord}) * t{arg}_{k}_{e}"));
-            }
-            sum
-        })
-        .collect()
+/// The statements computing the positions of load `id` through the index map of load view
+/// `arg`, after the first one (`q{id}_0`, the point's index into the first stage, which each
+/// backend defines itself), as `(name, statement)` pairs in order, integers of C type `int`.
+/// Both backends write exactly these; C puts them on one line, CUDA defines each on its own
+/// so that the ones nothing reads drop out.
+///
+/// Stage `k` of rank `r` unflattens its position `q{id}_k` row-major from the innermost axis
+/// out (the outermost coordinate is what remains, needing no remainder), and its output
+/// position `q{id}_{k+1}` is the stage's offset `c{arg}_{k}` plus each coordinate times its
+/// stride `t{arg}_{k}_{e}`. Each quotient by a size `m{arg}_{k}_{e}` is taken with the size's
+/// reciprocal `r{arg}_{k}_{e} = 1.0 / (double)m` (rounded once, defined by the backend with
+/// the other map arguments) and one correction, not with an integer division: a 64-bit
+/// division is a long instruction sequence on CPUs (which cannot vectorize it) and is emulated
+/// in software on GPUs, where a double multiply and two conversions are a few instructions.
+///
+/// Why it is exact. `Program::check_bounds` proves every position satisfies `|q| < 2^51`
+/// ([`crate::lower::MAX_MAP_POSITIONS`]; a range load computes positions outside its range
+/// too, where `q` may be negative, and nothing reads what they give). `(double)q` is then
+/// exact, `r` is within `2^-53` of `1/m` relatively and the product rounds once more, so the
+/// estimate is within `(2^-52 + 2^-106)·|q|/m < 1/2` of `q/m`. Truncating it gives the floor
+/// `a` of `q/m` or a neighbour (`a - 1` when `q/m` is an integer approached from below,
+/// `a + 1` within `1/2` below it), so the remainder estimate `q - ae·m` lies in `[-m, 2m)`,
+/// and one step (`- (xe < 0)`, `+ (xe >= m)`) lands on `a` and the exact remainder in
+/// `[0, m)` (for negative `q`, the floor quotient and the non-negative remainder: the same
+/// arithmetic). No product overflows: `|ae·m| <= |q| + m`, below `2^52` with 64-bit integers;
+/// with 32-bit ones (`|q| < 2^31`, the narrow CUDA variant) the estimate's error is below
+/// `2^-21/m`, so `ae` is `a` or `a - 1` and `ae·m <= q`.
+pub(crate) fn map_stage_positions<S: Spelling>(
+    spelling: &S,
+    ir: &KernelIr,
+    arg: usize,
+    id: usize,
+    int: &str,
+) -> Vec<(String, String)> {
+    let mut lines = Vec::new();
+    for (k, &r) in ir.loads[arg].stages.iter().enumerate() {
+        let mut rest = format!("q{id}_{k}");
+        let mut sum = format!("c{arg}_{k}");
+        for e in (1..r).rev() {
+            let (m, a, x) = (
+                format!("m{arg}_{k}_{e}"),
+                format!("a{id}_{k}_{e}"),
+                format!("x{id}_{k}_{e}"),
+            );
+            let product = spelling.arithmetic(
+                Arith::Mul,
+                &format!("(double){rest}"),
+                &format!("r{arg}_{k}_{e}"),
+                Prec::F64,
+            );
+            lines.push((
+                format!("{a}e"),
+                format!("const {int} {a}e = ({int}){product};"),
+            ));
+            lines.push((
+                format!("{x}e"),
+                format!("const {int} {x}e = {rest} - {a}e * {m};"),
+            ));
+            lines.push((
+                a.clone(),
+                format!("const {int} {a} = {a}e - ({x}e < 0) + ({x}e >= {m});"),
+            ));
+            lines.push((x.clone(), format!("const {int} {x} = {rest} - {a} * {m};")));
+            sum.push_str(&format!(" + {x} * t{arg}_{k}_{e}"));
+            rest = a;
+        }
+        sum.push_str(&format!(" + {rest} * t{arg}_{k}_0"));
+        lines.push((
+            format!("q{id}_{}", k + 1),
+            format!("const {int} q{id}_{} = {sum};", k + 1),
+        ));
+    }
+    lines
 }

@@ -18,7 +18,8 @@
 //! summation in reductions and by the few-ulp accuracy of vector math.
 
 use super::ir::{
-    Axis, Instr, KernelIr, Launch, MapStage, Prec, ReduceKind, Reduction, Store, ValueId, View,
+    Axis, Instr, KernelIr, Launch, MapStage, Prec, ReduceKind, Reduction, RowArithmetic, Store,
+    ValueId, View,
 };
 use super::view::{broadcast_view, domain_of, mapped_view};
 use super::{Lowered, lower_error};
@@ -622,6 +623,7 @@ pub(super) fn lower_fused(
         domain: domain.clone(),
         ir: KernelIr {
             rank,
+            row_arithmetic: RowArithmetic::default(),
             loads: Vec::new(),
             body: Vec::new(),
             stores: Vec::new(),

@@ -38,8 +38,13 @@
 //!
 //! ## Precision of row kernels
 //!
-//! Two freedoms let an emitter keep a row's arithmetic under its memory traffic; everything
-//! else is exactly as in pointwise kernels. For a row of `n` values `x_i` held at `Prec::F32`:
+//! A row kernel's [`KernelIr::row_arithmetic`] (fusion.ron's `row_arithmetic`) says which
+//! arithmetic it may use. Under `RowArithmetic::Exact` an emitter takes none of the freedoms
+//! below: a float sum is accumulated in f64 (in any order) and rounded once, and every
+//! division is correctly rounded, as in the reference evaluator. Under
+//! `RowArithmetic::Relaxed` (the default), two freedoms let an emitter keep a row's
+//! arithmetic under its memory traffic; everything else is exactly as in pointwise kernels.
+//! For a row of `n` values `x_i` held at `Prec::F32`:
 //!
 //! - A float `Sum` or `Mean` may add up to 16 values per partial sum in f32 before the
 //!   partials join an f64 total, so before its one rounding to `dtype` the result is within
@@ -54,12 +59,21 @@
 //!
 //! Softmax's outputs are then within about `18·2⁻²⁴ ≈ 1.1·10⁻⁶` of the values computed with
 //! the f64 sum and the division (relatively), far inside the f32 tolerance (`2·10⁻⁵`) of the
-//! equivalence tests. The CPU emitter uses both freedoms (`backend::cpu::emit::kernel::rows`);
-//! the kernel-IR interpreter uses neither (it is the slow, exact twin), nor, for now, the CUDA
-//! emitter.
+//! equivalence tests. Both emitters use both freedoms under `Relaxed` and neither under
+//! `Exact` ([`KernelIr::row_arithmetic`]), choosing the same divisions
+//! ([`KernelIr::row_constant_divisors`]): the C row loops add each vector lane's 16 values of a
+//! block in f32 (`backend::cpu::emit::kernel::rows`), and each CUDA thread adds at most 16 of
+//! its elements in an f32 partial, joins the partials in its f64 total, and the block combines
+//! the threads' totals in f64 (`backend::cuda::emit::rows`): in both, every f32 partial holds at
+//! most 16 values and everything after it is f64, so the bound above holds as stated for any
+//! block size and order of combination. The kernel-IR interpreter uses neither freedom under
+//! either setting (it is the slow, exact twin).
 
 use crate::dtype::DType;
 use crate::formula::{BinOp, Func};
+/// The arithmetic a row kernel may use, from `fusion.ron`'s `row_arithmetic`: defined with
+/// the rules that choose it, and named here so that backends read it from the IR alone.
+pub use crate::rules::RowArithmetic;
 
 /// The precision an SSA value is computed and held in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -283,6 +297,13 @@ pub struct KernelIr {
     pub stores: Vec<Store>,
     /// Reductions ending the kernel.
     pub reductions: Vec<Reduction>,
+    /// The arithmetic a row kernel's sums and divisions by row constants use ("Precision of
+    /// row kernels" in the module documentation): `Relaxed` grants an emitter the two
+    /// freedoms stated there, `Exact` none of them. It is part of the kernel's identity, so a
+    /// rule directory that switches it compiles (and caches) other kernels. The lowering sets
+    /// it on row kernels only; every other kernel carries the default, which no emitter reads
+    /// there, so kernels without row reductions stay equal whatever the rules say.
+    pub row_arithmetic: RowArithmetic,
 }
 
 impl KernelIr {
@@ -507,5 +528,145 @@ impl KernelIr {
             .flat_map(|v| &v.stages)
             .map(|&r| MapStage::words(r))
             .sum()
+    }
+}
+
+/// Row-kernel analyses both emitters share: what a pass may keep for a later one, and which
+/// divisions may multiply by a row's reciprocal (the second freedom of "Precision of row
+/// kernels" in the module documentation). Pure functions of the body, so the C and CUDA
+/// kernels of one IR make the same choices.
+impl KernelIr {
+    /// Per value, the divisor `b` when the value is an f32 division `a / b` of a value that
+    /// varies along the row by a row constant (`b` is computed from row reductions and
+    /// literals only, and reads at least one reduction: softmax's sum). An emitter may
+    /// multiply `a` by `1 / b`, rounded once per row, where `|b|` is in `[2⁻¹²⁶, 2¹²⁶]`: a
+    /// division costs several multiplications on either target, and the product is within
+    /// 2⁻²³ of the quotient relatively (two roundings of at most 2⁻²⁴ each), or 2⁻¹⁴⁹
+    /// absolutely in the subnormal range.
+    /// None under [`RowArithmetic::Exact`], which keeps every division.
+    pub fn row_constant_divisors(&self) -> Vec<Option<usize>> {
+        if self.row_arithmetic == RowArithmetic::Exact {
+            return vec![None; self.body.len()];
+        }
+        let mut constant = vec![false; self.body.len()];
+        let mut reduced = vec![false; self.body.len()];
+        for (id, instr) in self.body.iter().enumerate() {
+            let operands = instr.operands();
+            (constant[id], reduced[id]) = match instr {
+                Instr::RowReduce { .. } => (true, true),
+                Instr::Load { .. } | Instr::RangeLoad { .. } => (false, false),
+                Instr::Const { .. } | Instr::Int { .. } => (true, false),
+                _ => (
+                    operands.iter().all(|&x| constant[x]),
+                    operands.iter().any(|&x| reduced[x]),
+                ),
+            };
+        }
+        self.body
+            .iter()
+            .map(|instr| match *instr {
+                Instr::Binary {
+                    op: BinOp::Div,
+                    a,
+                    b,
+                    prec: Prec::F32,
+                } if constant[b] && reduced[b] && !constant[a] => Some(b),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The values the last pass of a row kernel would compute again that an earlier pass
+    /// already computes, worth keeping from that pass (with the pass that keeps them, the
+    /// last one computing them). Walking from the stored values towards the loads, a value
+    /// is kept where the walk first meets one that an earlier pass computes and whose
+    /// expression holds a call or a division; below it the walk stops, so only the values
+    /// nearest the stores are kept (softmax keeps `exp(x - max)`, not `x - max` too).
+    /// Layernorm's `x - mean` is a subtraction, cheaper to redo than to keep, so layernorm
+    /// keeps nothing. Keeping never changes a value: the bits are the same either way.
+    pub fn row_kept(&self) -> Vec<(usize, usize)> {
+        let passes = self.passes();
+        if passes < 2 || !self.is_row_kernel() {
+            return Vec::new();
+        }
+        let inner = self.rank.saturating_sub(1);
+        let levels = self.levels();
+        // The last pass before the last that computes each value, if any.
+        let mut saved_in: Vec<Option<usize>> = vec![None; self.body.len()];
+        for pass in 0..passes - 1 {
+            let reads: Vec<usize> = (0..self.body.len())
+                .filter(|&id| levels[id] == pass + 1)
+                .filter_map(|id| match self.body[id] {
+                    Instr::RowReduce { x, .. } => Some(x),
+                    _ => None,
+                })
+                .collect();
+            for id in self.row_needed(&reads) {
+                saved_in[id] = Some(pass);
+            }
+        }
+        let costly = self.row_costly();
+        let mut kept = Vec::new();
+        let mut seen = vec![false; self.body.len()];
+        let mut stack: Vec<usize> = self
+            .stores
+            .iter()
+            .filter(|s| s.view.axes.get(inner) != Some(&Axis::Broadcast))
+            .map(|s| s.value)
+            .collect();
+        while let Some(id) = stack.pop() {
+            if std::mem::replace(&mut seen[id], true) {
+                continue;
+            }
+            match self.body[id] {
+                Instr::RowReduce { .. } | Instr::Load { .. } | Instr::Const { .. } => {}
+                _ => match saved_in[id] {
+                    Some(pass) if costly[id] => kept.push((id, pass)),
+                    _ => stack.extend(self.body[id].operands()),
+                },
+            }
+        }
+        kept.sort_unstable();
+        kept
+    }
+
+    /// The values evaluating `reads` at an element needs (row reductions are constants of
+    /// the row, read without their operands), in body order.
+    pub fn row_needed(&self, reads: &[usize]) -> Vec<usize> {
+        let mut needed = vec![false; self.body.len()];
+        for &x in reads {
+            needed[x] = true;
+        }
+        for id in (0..self.body.len()).rev() {
+            if needed[id] && !matches!(self.body[id], Instr::RowReduce { .. }) {
+                for x in self.body[id].operands() {
+                    needed[x] = true;
+                }
+            }
+        }
+        (0..self.body.len()).filter(|&id| needed[id]).collect()
+    }
+
+    /// Per value, whether its expression within the row (stopping at loads, literals and row
+    /// reductions) holds a function call or a division: work that costs more than reading
+    /// the value back from where a pass kept it.
+    fn row_costly(&self) -> Vec<bool> {
+        let mut costly = vec![false; self.body.len()];
+        for (id, instr) in self.body.iter().enumerate() {
+            let has = instr.operands().iter().any(|&x| costly[x]);
+            costly[id] = match instr {
+                Instr::RowReduce { .. } | Instr::Load { .. } | Instr::Const { .. } => false,
+                // Selections, clamps and the like are a few instructions, not a call's worth.
+                Instr::Call { func, .. } => {
+                    !matches!(
+                        func,
+                        Func::Select | Func::Min | Func::Max | Func::Abs | Func::Floor
+                    ) || has
+                }
+                Instr::Binary { op: BinOp::Div, .. } => true,
+                _ => has,
+            };
+        }
+        costly
     }
 }

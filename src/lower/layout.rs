@@ -5,7 +5,7 @@
 //! is one copy per piece, each writing a window of the result (and converting to the result
 //! dtype, as concat's operands meet at it).
 
-use super::ir::{Instr, KernelIr, Launch, Prec, Store};
+use super::ir::{Instr, KernelIr, Launch, Prec, RowArithmetic, Store};
 use super::view::{classify, contiguous_strides, domain_of};
 use super::{Lowered, lower_error};
 use crate::dag::{Dag, Value};
@@ -53,6 +53,7 @@ impl Copy {
         let value = body.len() - 1;
         let ir = KernelIr {
             rank: self.domain.len(),
+            row_arithmetic: RowArithmetic::default(),
             loads: vec![load],
             body,
             stores: vec![Store { value, view: store }],

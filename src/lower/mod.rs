@@ -302,7 +302,12 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
             }
         }
     };
-    let push = |program: &mut Program, group: usize, (ir, launch, args): Lowered| {
+    let push = |program: &mut Program, group: usize, (mut ir, launch, args): Lowered| {
+        // The rules' row arithmetic applies to row kernels; the rest keep the default, so
+        // they stay equal (and share compiled code) whatever the rules say.
+        if ir.is_row_kernel() {
+            ir.row_arithmetic = partition.row_arithmetic;
+        }
         // Index maps become strides wherever the domain can be split to follow them.
         let (ir, launch) = refine::refine(ir, launch);
         let kernel = intern(ir, &mut program.kernels);

@@ -131,6 +131,7 @@ fn piece(
     }
     Some(KernelIr {
         rank: ir.rank,
+        row_arithmetic: ir.row_arithmetic,
         loads: ir.loads.clone(),
         body,
         stores,

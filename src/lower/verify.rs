@@ -314,13 +314,14 @@ impl KernelIr {
 mod tests {
     use super::*;
     use crate::dtype::DType;
-    use crate::lower::ir::{ReduceKind, Reduction, Store, View};
+    use crate::lower::ir::{ReduceKind, Reduction, RowArithmetic, Store, View};
 
     /// `y = x + 1` over `[n, m]`, and the sum of `x` over axis 1.
     fn valid() -> KernelIr {
         let view = |axes: Vec<Axis>| View::strided(DType::F32, axes);
         KernelIr {
             rank: 2,
+            row_arithmetic: RowArithmetic::default(),
             loads: vec![view(vec![Axis::Strided, Axis::Unit])],
             body: vec![
                 Instr::Load { view: 0 },

@@ -48,7 +48,7 @@
 use super::{Facts, KernelKind, Partition, fits, kind_of, price};
 use crate::dag::{Dag, Value};
 use crate::graph::check::{BuiltinPlan, plan_builtin};
-use crate::rules::{Builtin, FusionRules, Profile, Role};
+use crate::rules::{Builtin, FusionRules, Profile, Role, RowArithmetic};
 use crate::shape::{IndexMap, Shape, broadcast, numel};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -1242,7 +1242,12 @@ impl Builder<'_> {
             kernels.push(kernel);
         }
         let cost = kernels.iter().map(|k| k.cost).sum();
-        Partition { kernels, cost }
+        // `partition` sets the rules' own.
+        Partition {
+            kernels,
+            cost,
+            row_arithmetic: RowArithmetic::default(),
+        }
     }
 }
 

@@ -18,7 +18,7 @@
 mod greedy;
 
 use crate::dag::{Dag, DagNode, Value};
-use crate::rules::{Builtin, FusionRules, OpKind, Profile, Role};
+use crate::rules::{Builtin, FusionRules, OpKind, Profile, Role, RowArithmetic};
 use crate::shape::{IndexMap, Shape, numel};
 use std::collections::HashSet;
 use std::ops::{Add, AddAssign};
@@ -116,6 +116,10 @@ pub struct Kernel {
 pub struct Partition {
     pub kernels: Vec<Kernel>,
     pub cost: Cost,
+    /// The arithmetic the row kernels among `kernels` may use (fusion.ron's
+    /// `row_arithmetic`), carried to the lowering with the kernels it applies to, so that the
+    /// kernels that run are the ones the rules asked for.
+    pub row_arithmetic: RowArithmetic,
 }
 
 impl Partition {
@@ -138,7 +142,10 @@ impl Partition {
 /// inputs or a domain are merged into multi-output kernels where that is cheaper still.
 /// Typical dags of 10,000 nodes take milliseconds.
 pub fn partition(dag: &Dag, fusion: &FusionRules, profile: &Profile) -> Partition {
-    greedy::partition(dag, fusion, profile)
+    Partition {
+        row_arithmetic: fusion.row_arithmetic,
+        ..greedy::partition(dag, fusion, profile)
+    }
 }
 
 /// The baseline: one kernel per op, every value written to memory and read back. Literals are
@@ -166,7 +173,12 @@ pub fn unfused(dag: &Dag, profile: &Profile) -> Partition {
         })
         .collect();
     let cost = kernels.iter().map(|k| k.cost).sum();
-    Partition { kernels, cost }
+    // One op per kernel has no row kernels for the setting to apply to.
+    Partition {
+        kernels,
+        cost,
+        row_arithmetic: RowArithmetic::default(),
+    }
 }
 
 /// Whether a node is a literal ([`OpDef::is_literal`]: a pointwise op without operands, such

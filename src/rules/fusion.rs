@@ -141,6 +141,24 @@ impl Role {
     }
 }
 
+/// The arithmetic a row kernel's reductions and divisions may use (`row_arithmetic` in
+/// `fusion.ron`): the accuracy a user trades for speed is a rule, not a property of one
+/// backend. The kernel IR carries it on every row kernel (`KernelIr::row_arithmetic`), and
+/// its module documentation, "Precision of row kernels", states what each form promises.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RowArithmetic {
+    /// The freedoms that keep a row's arithmetic under its memory traffic: float sums in f32
+    /// blocks joined in f64, a division by a row constant as a multiplication by its
+    /// reciprocal rounded once per row, each within the bound the IR states. The default: the error stays far inside f32's tolerance and the
+    /// kernels stay at the memory floor.
+    #[default]
+    Relaxed,
+    /// What the reference evaluator computes: float sums accumulated in f64 and rounded once,
+    /// every division correctly rounded. For users who compare
+    /// row kernels' results bit for bit with another f64-accumulating implementation.
+    Exact,
+}
+
 const KINDS: [OpKind; 4] = [
     OpKind::Pointwise,
     OpKind::Layout,
@@ -193,6 +211,9 @@ pub struct FusionRules {
     /// into a packed layout anyway, so converting on the way is free on CPUs; a backend that
     /// runs these partitions must convert while packing too.
     pub library_casts: bool,
+    /// The arithmetic row kernels may use: relaxed (f32 block sums, one reciprocal per row) or
+    /// exact (f64 sums, correctly rounded division). See [`RowArithmetic`].
+    pub row_arithmetic: RowArithmetic,
 }
 
 /// `fusion.ron` as written.
@@ -218,6 +239,10 @@ struct FusionSpec {
     /// existed never promised.
     #[serde(default)]
     library_casts: bool,
+    /// `Relaxed` unless the file says otherwise, so files written before the setting existed
+    /// keep the row kernels they had.
+    #[serde(default)]
+    row_arithmetic: RowArithmetic,
 }
 
 fn yes() -> bool {
@@ -346,6 +371,7 @@ impl FusionRules {
             max_kernel_terms: spec.max_kernel_terms,
             siblings: spec.siblings,
             library_casts: spec.library_casts,
+            row_arithmetic: spec.row_arithmetic,
         })
     }
 
@@ -401,6 +427,38 @@ mod tests {
         assert_eq!(rules.max_kernel_terms, 4096);
         assert!(rules.siblings);
         assert!(rules.library_casts);
+        assert_eq!(rules.row_arithmetic, RowArithmetic::Relaxed);
+    }
+
+    /// `row_arithmetic` is optional (`Relaxed` by default), can ask for `Exact`, and a value
+    /// that is not one of the two is an error at its position naming both.
+    #[test]
+    fn row_arithmetic_setting() {
+        let kinds = "kinds: {Pointwise: Join, Layout: Alone, Reduction: Rows, Opaque: Never}";
+        let rules = load(&format!("Fusion({kinds}, max_kernel_args: 8)")).unwrap();
+        assert_eq!(rules.row_arithmetic, RowArithmetic::Relaxed);
+        let rules = load(&format!(
+            "Fusion({kinds}, max_kernel_args: 8, row_arithmetic: Exact)"
+        ))
+        .unwrap();
+        assert_eq!(rules.row_arithmetic, RowArithmetic::Exact);
+        for bad in ["Fast", "\"Exact\"", "true"] {
+            let err = load(&format!(
+                "Fusion({kinds},\n  max_kernel_args: 8,\n  row_arithmetic: {bad})"
+            ))
+            .unwrap_err();
+            let shown = err.to_string();
+            assert!(shown.starts_with("f.ron:3:"), "{bad}: {shown}");
+        }
+        let err = load(&format!(
+            "Fusion({kinds},\n  max_kernel_args: 8,\n  row_arithmetic: Fast)"
+        ))
+        .unwrap_err();
+        let shown = err.to_string();
+        assert!(
+            shown.contains("Relaxed") && shown.contains("Exact"),
+            "{shown}"
+        );
     }
 
     /// `library_casts` is optional (off by default: it is a promise about the backend), can

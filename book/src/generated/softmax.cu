@@ -1,8 +1,8 @@
-/* fbc_efa24e73f5f967bc: rank 2, row kernel: 3 passes over each row, one block per row
+/* fbc_070b22b68e7246bf: rank 2, row kernel: 3 passes over each row, one block per row
    p0: load f32 [strided, unit]
    p1: store f32 [strided, unit]
 */
-struct fbc_efa24e73f5f967bc_params {
+struct fbc_070b22b68e7246bf_params {
     const float *p0;
     float *p1;
     long long n[2];
@@ -12,7 +12,7 @@ struct fbc_efa24e73f5f967bc_params {
 };
 
 template <typename I, typename U>
-__device__ __forceinline__ void fbc_efa24e73f5f967bc_body(const fbc_efa24e73f5f967bc_params &p) {
+__device__ __forceinline__ void fbc_070b22b68e7246bf_body(const fbc_070b22b68e7246bf_params &p) {
     const I n0 = (I)p.n[0];
     const I n1 = (I)p.n[1];
     const I o0 = (I)p.o[0];
@@ -39,6 +39,7 @@ __device__ __forceinline__ void fbc_efa24e73f5f967bc_body(const fbc_efa24e73f5f9
                     fbc_vload(c0[g], p.p0 + rb0 + j0);
                 }
             }
+            float k3[4][4];
             float m1 = (-__int_as_float(0x7f800000));
             #pragma unroll
             for (int g = 0; g < 4; ++g) {
@@ -54,6 +55,7 @@ __device__ __forceinline__ void fbc_efa24e73f5f967bc_body(const fbc_efa24e73f5f9
             double a1 = fbc_group<true>((double)m1, threads, smem);
             const float r1 = fbc_rnd_df(a1);
             double a4 = (0e0);
+            float f4 = 0.0f;
             #pragma unroll
             for (int g = 0; g < 4; ++g) {
                 const I j0 = ((I)g * (I)threads + tid) * (I)4;
@@ -64,12 +66,37 @@ __device__ __forceinline__ void fbc_efa24e73f5f967bc_body(const fbc_efa24e73f5f9
                         const float v1 = r1;
                         const float v2 = __fsub_rn(v0, v1);
                         const float v3 = expf(v2);
-                        a4 = fbc_sum2(a4, (double)v3);
+                        k3[g][l] = v3;
+                        f4 = __fadd_rn(f4, v3);
+                    }
+                }
+            }
+            if (fbc_finitef(f4)) {
+                a4 = fbc_sum2(a4, (double)f4);
+            }
+            else {
+                /* the f32 partial overflowed or met a NaN: the same elements in f64 */
+                #pragma unroll
+                for (int g = 0; g < 4; ++g) {
+                    const I j0 = ((I)g * (I)threads + tid) * (I)4;
+                    if (j0 < n1) {
+                        #pragma unroll
+                        for (int l = 0; l < 4; ++l) {
+                            const float v3 = k3[g][l];
+                            a4 = fbc_sum2(a4, (double)v3);
+                        }
                     }
                 }
             }
             a4 = fbc_group<false>(a4, threads, smem);
             const float r4 = fbc_rnd_df(a4);
+            float rc5 = 1.0f;
+            bool rk5 = false;
+            {
+                const float v4 = r4;
+                rk5 = fbc_recip_ok(v4);
+                rc5 = __fdiv_rn(1.0f, v4);
+            }
             #pragma unroll
             for (int g = 0; g < 4; ++g) {
                 const I j0 = ((I)g * (I)threads + tid) * (I)4;
@@ -77,12 +104,9 @@ __device__ __forceinline__ void fbc_efa24e73f5f967bc_body(const fbc_efa24e73f5f9
                     float y0[4];
                     #pragma unroll
                     for (int l = 0; l < 4; ++l) {
-                        const float v0 = c0[g][l];
-                        const float v1 = r1;
-                        const float v2 = __fsub_rn(v0, v1);
-                        const float v3 = expf(v2);
+                        const float v3 = k3[g][l];
                         const float v4 = r4;
-                        const float v5 = __fdiv_rn(v3, v4);
+                        const float v5 = rk5 ? __fmul_rn(v3, rc5) : __fdiv_rn(v3, v4);
                         y0[l] = v5;
                     }
                     fbc_vstore(p.p1 + rb1 + j0, y0);
@@ -99,6 +123,7 @@ __device__ __forceinline__ void fbc_efa24e73f5f967bc_body(const fbc_efa24e73f5f9
                     c0[s / 4][s % 4] = p.p0[rb0 + i1];
                 }
             }
+            float k3[4][4];
             float m1 = (-__int_as_float(0x7f800000));
             #pragma unroll
             for (int s = 0; s < 16; ++s) {
@@ -111,6 +136,7 @@ __device__ __forceinline__ void fbc_efa24e73f5f967bc_body(const fbc_efa24e73f5f9
             double a1 = fbc_group<true>((double)m1, threads, smem);
             const float r1 = fbc_rnd_df(a1);
             double a4 = (0e0);
+            float f4 = 0.0f;
             #pragma unroll
             for (int s = 0; s < 16; ++s) {
                 const I i1 = (I)s * (I)threads + tid;
@@ -119,22 +145,41 @@ __device__ __forceinline__ void fbc_efa24e73f5f967bc_body(const fbc_efa24e73f5f9
                     const float v1 = r1;
                     const float v2 = __fsub_rn(v0, v1);
                     const float v3 = expf(v2);
-                    a4 = fbc_sum2(a4, (double)v3);
+                    k3[s / 4][s % 4] = v3;
+                    f4 = __fadd_rn(f4, v3);
+                }
+            }
+            if (fbc_finitef(f4)) {
+                a4 = fbc_sum2(a4, (double)f4);
+            }
+            else {
+                /* the f32 partial overflowed or met a NaN: the same elements in f64 */
+                #pragma unroll
+                for (int s = 0; s < 16; ++s) {
+                    const I i1 = (I)s * (I)threads + tid;
+                    if (i1 < n1) {
+                        const float v3 = k3[s / 4][s % 4];
+                        a4 = fbc_sum2(a4, (double)v3);
+                    }
                 }
             }
             a4 = fbc_group<false>(a4, threads, smem);
             const float r4 = fbc_rnd_df(a4);
+            float rc5 = 1.0f;
+            bool rk5 = false;
+            {
+                const float v4 = r4;
+                rk5 = fbc_recip_ok(v4);
+                rc5 = __fdiv_rn(1.0f, v4);
+            }
             #pragma unroll
             for (int s = 0; s < 16; ++s) {
                 const I i1 = (I)s * (I)threads + tid;
                 if (i1 < n1) {
                     const I b1 = rb1 + i1;
-                    const float v0 = c0[s / 4][s % 4];
-                    const float v1 = r1;
-                    const float v2 = __fsub_rn(v0, v1);
-                    const float v3 = expf(v2);
+                    const float v3 = k3[s / 4][s % 4];
                     const float v4 = r4;
-                    const float v5 = __fdiv_rn(v3, v4);
+                    const float v5 = rk5 ? __fmul_rn(v3, rc5) : __fdiv_rn(v3, v4);
                     p.p1[b1] = v5;
                 }
             }
@@ -155,25 +200,48 @@ __device__ __forceinline__ void fbc_efa24e73f5f967bc_body(const fbc_efa24e73f5f9
             double a1 = fbc_group<true>((double)m1, threads, smem);
             const float r1 = fbc_rnd_df(a1);
             double a4 = (0e0);
-            for (U j = (U)threadIdx.x; j < (U)n1; j += (U)threads) {
-                const I i1 = (I)j;
-                const float v0 = sh0[i1];
-                const float v1 = r1;
-                const float v2 = __fsub_rn(v0, v1);
-                const float v3 = expf(v2);
-                a4 = fbc_sum2(a4, (double)v3);
+            for (U j0 = (U)threadIdx.x; j0 < (U)n1; j0 += (U)threads * (U)16) {
+                float f4 = 0.0f;
+                for (int s = 0; s < 16; ++s) {
+                    const U j = j0 + (U)s * (U)threads;
+                    if (j >= (U)n1) break;
+                    const I i1 = (I)j;
+                    const float v0 = sh0[i1];
+                    const float v1 = r1;
+                    const float v2 = __fsub_rn(v0, v1);
+                    const float v3 = expf(v2);
+                    sh0[i1] = v3;
+                    f4 = __fadd_rn(f4, v3);
+                }
+                if (fbc_finitef(f4)) {
+                    a4 = fbc_sum2(a4, (double)f4);
+                }
+                else {
+                    /* the f32 partial overflowed or met a NaN: the same elements in f64 */
+                    for (int s = 0; s < 16; ++s) {
+                        const U j = j0 + (U)s * (U)threads;
+                        if (j >= (U)n1) break;
+                        const I i1 = (I)j;
+                        const float v3 = sh0[i1];
+                        a4 = fbc_sum2(a4, (double)v3);
+                    }
+                }
             }
             a4 = fbc_group<false>(a4, threads, smem);
             const float r4 = fbc_rnd_df(a4);
+            float rc5 = 1.0f;
+            bool rk5 = false;
+            {
+                const float v4 = r4;
+                rk5 = fbc_recip_ok(v4);
+                rc5 = __fdiv_rn(1.0f, v4);
+            }
             for (U j = (U)threadIdx.x; j < (U)n1; j += (U)threads) {
                 const I i1 = (I)j;
                 const I b1 = rb1 + i1;
-                const float v0 = sh0[i1];
-                const float v1 = r1;
-                const float v2 = __fsub_rn(v0, v1);
-                const float v3 = expf(v2);
+                const float v3 = sh0[i1];
                 const float v4 = r4;
-                const float v5 = __fdiv_rn(v3, v4);
+                const float v5 = rk5 ? __fmul_rn(v3, rc5) : __fdiv_rn(v3, v4);
                 p.p1[b1] = v5;
             }
         }
@@ -189,17 +257,46 @@ __device__ __forceinline__ void fbc_efa24e73f5f967bc_body(const fbc_efa24e73f5f9
             double a1 = fbc_group<true>((double)m1, threads, smem);
             const float r1 = fbc_rnd_df(a1);
             double a4 = (0e0);
-            for (U j = (U)threadIdx.x; j < (U)n1; j += (U)threads) {
-                const I i1 = (I)j;
-                const I b0 = rb0 + i1;
-                const float v0 = p.p0[b0];
-                const float v1 = r1;
-                const float v2 = __fsub_rn(v0, v1);
-                const float v3 = expf(v2);
-                a4 = fbc_sum2(a4, (double)v3);
+            for (U j0 = (U)threadIdx.x; j0 < (U)n1; j0 += (U)threads * (U)16) {
+                float f4 = 0.0f;
+                for (int s = 0; s < 16; ++s) {
+                    const U j = j0 + (U)s * (U)threads;
+                    if (j >= (U)n1) break;
+                    const I i1 = (I)j;
+                    const I b0 = rb0 + i1;
+                    const float v0 = p.p0[b0];
+                    const float v1 = r1;
+                    const float v2 = __fsub_rn(v0, v1);
+                    const float v3 = expf(v2);
+                    f4 = __fadd_rn(f4, v3);
+                }
+                if (fbc_finitef(f4)) {
+                    a4 = fbc_sum2(a4, (double)f4);
+                }
+                else {
+                    /* the f32 partial overflowed or met a NaN: the same elements in f64 */
+                    for (int s = 0; s < 16; ++s) {
+                        const U j = j0 + (U)s * (U)threads;
+                        if (j >= (U)n1) break;
+                        const I i1 = (I)j;
+                        const I b0 = rb0 + i1;
+                        const float v0 = p.p0[b0];
+                        const float v1 = r1;
+                        const float v2 = __fsub_rn(v0, v1);
+                        const float v3 = expf(v2);
+                        a4 = fbc_sum2(a4, (double)v3);
+                    }
+                }
             }
             a4 = fbc_group<false>(a4, threads, smem);
             const float r4 = fbc_rnd_df(a4);
+            float rc5 = 1.0f;
+            bool rk5 = false;
+            {
+                const float v4 = r4;
+                rk5 = fbc_recip_ok(v4);
+                rc5 = __fdiv_rn(1.0f, v4);
+            }
             for (U j = (U)threadIdx.x; j < (U)n1; j += (U)threads) {
                 const I i1 = (I)j;
                 const I b0 = rb0 + i1;
@@ -209,11 +306,11 @@ __device__ __forceinline__ void fbc_efa24e73f5f967bc_body(const fbc_efa24e73f5f9
                 const float v2 = __fsub_rn(v0, v1);
                 const float v3 = expf(v2);
                 const float v4 = r4;
-                const float v5 = __fdiv_rn(v3, v4);
+                const float v5 = rk5 ? __fmul_rn(v3, rc5) : __fdiv_rn(v3, v4);
                 p.p1[b1] = v5;
             }
         }
     }
 }
-extern "C" __global__ void __launch_bounds__(FBC_BLOCK) fbc_efa24e73f5f967bc_i32(const fbc_efa24e73f5f967bc_params p) { fbc_efa24e73f5f967bc_body<int, unsigned int>(p); }
-extern "C" __global__ void __launch_bounds__(FBC_BLOCK) fbc_efa24e73f5f967bc_i64(const fbc_efa24e73f5f967bc_params p) { fbc_efa24e73f5f967bc_body<long long, unsigned long long>(p); }
+extern "C" __global__ void __launch_bounds__(FBC_BLOCK) fbc_070b22b68e7246bf_i32(const fbc_070b22b68e7246bf_params p) { fbc_070b22b68e7246bf_body<int, unsigned int>(p); }
+extern "C" __global__ void __launch_bounds__(FBC_BLOCK) fbc_070b22b68e7246bf_i64(const fbc_070b22b68e7246bf_params p) { fbc_070b22b68e7246bf_body<long long, unsigned long long>(p); }

@@ -364,7 +364,8 @@ impl<'a> Kernel<'a> {
 
     /// The stages of argument `arg`'s index map from `p.m` (layout in [`abi`]): per stage `k`
     /// of rank `r`, offset `c{arg}_{k}`, sizes `m{arg}_{k}_{e}`, strides `t{arg}_{k}_{e}` and the
-    /// divisors `d{arg}_{k}_{e}` (the product of the sizes after `e`) of the unflattening.
+    /// reciprocals `r{arg}_{k}_{e}` of the sizes that [`map_stage_positions`] divides by,
+    /// rounded once per thread.
     fn map_arguments(&self, code: &mut Code, arg: usize) {
         let first = self.ir.arg_count() * self.rank;
         for (k, &r) in self.view(arg).stages.iter().enumerate() {
@@ -385,15 +386,12 @@ impl<'a> Kernel<'a> {
                     format!("const I t{arg}_{k}_{e} = (I)p.m[{}];", w + 1 + r + e),
                 );
             }
-            for e in (0..r.saturating_sub(1)).rev() {
-                let divisor = if e + 2 == r {
-                    format!("m{arg}_{k}_{}", e + 1)
-                } else {
-                    format!("d{arg}_{k}_{} * m{arg}_{k}_{}", e + 1, e + 1)
-                };
+            for e in 1..r {
                 code.def(
-                    format!("d{arg}_{k}_{e}"),
-                    format!("const I d{arg}_{k}_{e} = {divisor};"),
+                    format!("r{arg}_{k}_{e}"),
+                    format!(
+                        "const double r{arg}_{k}_{e} = __ddiv_rn(1.0, (double)m{arg}_{k}_{e});"
+                    ),
                 );
             }
         }
@@ -487,8 +485,8 @@ impl<'a> Kernel<'a> {
 
     /// Every SSA value at the current point (unread ones are dropped at render). A load
     /// through an index map first defines its positions: `q{id}_0` the strided one, and
-    /// `q{id}_{k+1}` the position (finally the element) stage `k` maps `q{id}_k` to, with
-    /// coordinate `e` of the stage's shape `q / d{arg}_{k}_{e} % m{arg}_{k}_{e}`.
+    /// `q{id}_{k+1}` the position (finally the element) stage `k` maps `q{id}_k` to, its
+    /// coordinates unflattened by [`map_stage_positions`].
     fn values(&self, code: &mut Code, lane: Lane) {
         for id in 0..self.ir.body.len() {
             let definition = match self.ir.body[id] {
@@ -513,11 +511,8 @@ impl<'a> Kernel<'a> {
             format!("q{id}_0"),
             format!("const I q{id}_0 = {};", self.lane_index(arg, lane)),
         );
-        for (k, sum) in map_stage_positions(self.ir, arg, id).iter().enumerate() {
-            code.def(
-                format!("q{id}_{}", k + 1),
-                format!("const I q{id}_{} = {sum};", k + 1),
-            );
+        for (name, line) in map_stage_positions(&Cuda, self.ir, arg, id, "I") {
+            code.def(name, line);
         }
     }
 

@@ -35,7 +35,7 @@
 use super::expr::C;
 use super::fission::{LoopStatement, Stages};
 use super::{CHUNK, PARALLEL_MIN, vector};
-use crate::backend::spelling::Spelling;
+use crate::backend::spelling::{Spelling, map_stage_positions};
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, View};
 
 mod rows;
@@ -217,14 +217,10 @@ impl<'a> Kernel<'a> {
     }
 
     /// The statements computing the positions of load `id` through the index map of load view
-    /// `arg` (see [`Self::body_lines`]). Each stage unflattens its position from the innermost
-    /// axis out, one quotient and remainder per axis but the outermost, and the quotient is
-    /// taken with the stage size's reciprocal in double precision instead of an integer
-    /// division: `Program::check_bounds` proves every position `0 <= q < 2^51`
-    /// (`MAX_MAP_POSITIONS`), where the rounded product is within 1/2 of `q / m`, so one
-    /// correction step either way makes it exact. Unlike a 64-bit division, the multiply, the
-    /// conversions and the correction vectorize (AVX-512 converts doubles to 64-bit integers),
-    /// so the loop reading the map is a vector loop with a gather.
+    /// `arg` (see [`Self::body_lines`]), on one line: the shared spelling
+    /// ([`map_stage_positions`], exact division by rounded reciprocals), whose multiply, conversions
+    /// and correction vectorize (AVX-512 converts doubles to 64-bit integers), so the loop reading
+    /// the map is a vector loop with a gather.
     fn positions(&self, arg: usize, id: usize) -> String {
         self.positions_from(arg, id, &self.index(arg))
     }
@@ -232,26 +228,9 @@ impl<'a> Kernel<'a> {
     /// [`Self::positions`] from a given first position `first` (a range load's clamped index).
     fn positions_from(&self, arg: usize, id: usize, first: &str) -> String {
         let mut text = format!("const int64_t q{id}_0 = {first};");
-        for (k, &r) in self.view(arg).stages.iter().enumerate() {
-            let mut rest = format!("q{id}_{k}");
-            let mut sum = format!("c{arg}_{k}");
-            for e in (1..r).rev() {
-                let (m, a, x) = (
-                    format!("m{arg}_{k}_{e}"),
-                    format!("a{id}_{k}_{e}"),
-                    format!("x{id}_{k}_{e}"),
-                );
-                text.push_str(&format!(
-                    " const int64_t {a}e = (int64_t)((double){rest} * r{arg}_{k}_{e}); \
-                     const int64_t {x}e = {rest} - {a}e * {m}; \
-                     const int64_t {a} = {a}e - ({x}e < 0) + ({x}e >= {m}); \
-                     const int64_t {x} = {rest} - {a} * {m};"
-                ));
-                sum.push_str(&format!(" + {x} * t{arg}_{k}_{e}"));
-                rest = a;
-            }
-            sum.push_str(&format!(" + {rest} * t{arg}_{k}_0"));
-            text.push_str(&format!(" const int64_t q{id}_{} = {sum};", k + 1));
+        for (_, line) in map_stage_positions(&C, self.ir, arg, id, "int64_t") {
+            text.push(' ');
+            text.push_str(&line);
         }
         text
     }

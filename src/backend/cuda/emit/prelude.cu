@@ -124,6 +124,15 @@ __device__ __forceinline__ U fbc_piece_end(U start, U piece, U count) {
     return count - start < piece ? count : start + piece;
 }
 
+/* Whether an f32 partial sum is finite (x - x is 0 exactly then; NaN for Inf and NaN). */
+__device__ __forceinline__ bool fbc_finitef(float x) { return __fsub_rn(x, x) == 0.0f; }
+/* Whether a row's f32 divisor may be replaced by its reciprocal: |b| in [2^-126, 2^126], so
+   1/b is a normal float (the bound of the IR's "Precision of row kernels"). */
+__device__ __forceinline__ bool fbc_recip_ok(float b) {
+    const float m = b < 0.0f ? -b : b;
+    return m >= 1.17549435e-38f && m <= 8.50705917e37f;
+}
+
 /* Reduction combiners on f64 accumulators. Max orders -0 below +0 and lets NaN win, so it is
    commutative and associative: the result does not depend on the order of combination. */
 __device__ __forceinline__ double fbc_sum2(double a, double b) { return __dadd_rn(a, b); }

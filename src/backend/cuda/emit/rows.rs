@@ -7,7 +7,8 @@
 //! two from 32 to `FBC_BLOCK`, chosen from the row length at launch by
 //! [`abi::row_block`](crate::backend::cuda::abi::row_block)) share the row's elements. Pass
 //! `p` evaluates, at each element a thread holds, the values of level at most `p` and
-//! accumulates the row reductions of level `p + 1` per thread — float sums in `double`,
+//! accumulates the row reductions of level `p + 1` per thread — sums of f32 values in f32
+//! partials of at most 16 elements joined in `double` (below), other float sums in `double`,
 //! integers in wrapping `long long`, max with NaN winning (`fbc_max2`; an f32 max in `float`
 //! with `fbc_maxf`, the same exact maximum without a conversion per element). Then
 //! `fbc_group` combines the threads' partials (warp shuffles, then the warps in order
@@ -51,15 +52,45 @@
 //!
 //! Every thread of the block reaches every combination (the row loop's bounds and the path
 //! are the same for the whole block, and the element loops end before it), as the barriers
-//! and full-warp shuffles require. The order of accumulation differs from the CPU's (and
-//! between paths), so float sums may differ in their last bits, as between any two summation
-//! orders; maxima, integer sums and every pointwise value are exact.
+//! and full-warp shuffles require.
+//!
+//! # Arithmetic per element
+//!
+//! Once the row is on chip, a pass costs its arithmetic, so each element gets as little as
+//! the IR allows:
+//!
+//! - **Each value once.** A value the last pass needs that an earlier pass computes and that
+//!   costs a call or a division ([`KernelIr::row_kept`]: softmax's `exp(x - max)`) is kept by
+//!   that pass where the row is: in registers `k{id}` beside the register cache, or, on the
+//!   shared path, written over the row of a cached f32 load that no later pass reads
+//!   (softmax's `x`, which the normalize pass no longer needs), each thread over its own
+//!   elements. The last pass reads it back. An f16/bf16 row has no f32 slot to lie over, and
+//!   re-reading has no place at all: there the last pass evaluates it again (the same bits).
+//! - **Sums in f32 partials.** A sum or mean of f32 values adds at most [`SUM_CHUNK`] (16) of
+//!   the thread's elements in an f32 partial `f{id}`, then joins it to the thread's `double`
+//!   total: an f32 addition per element instead of a conversion and an f64 addition (fp64
+//!   runs at a fraction of the f32 rate). The register paths hold at most 16 elements a
+//!   thread, one partial; the other paths walk the row in chunks of 16 of the thread's
+//!   elements. A partial that is not finite is dropped and its chunk added again in f64, so a
+//!   sum is ±Inf or NaN exactly when the f64 sum is. The block then combines the threads'
+//!   totals in f64 as before. This is the first freedom of the IR's "Precision of row
+//!   kernels", whose bound it meets as stated (each f32 partial holds at most 16 values).
+//! - **One division per row.** An f32 division by a row constant (softmax's `e / s`,
+//!   [`KernelIr::row_constant_divisors`]) multiplies by `rc{id}`, the divisor's reciprocal
+//!   rounded once per row after the reductions it reads, where `rk{id}` says the divisor is in
+//!   `[2⁻¹²⁶, 2¹²⁶]` (`fbc_recip_ok`); any other divisor divides. The second freedom.
+//!
+//! The last two are the IR's freedoms, taken only when the kernel's `row_arithmetic` is
+//! `Relaxed` (fusion.ron's default); under `Exact` every float sum adds in `double` and every
+//! division divides, while keeping values (the same bits) stays. The order of accumulation
+//! differs from the CPU's (and between paths), so float sums may differ in their last bits,
+//! within the stated bound; maxima, integer sums and every pointwise value are exact.
 
 use super::code::Code;
 use super::expr::{Cuda, identity};
 use super::{Kernel, Lane, abi};
 use crate::backend::spelling::Spelling;
-use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind};
+use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, RowArithmetic};
 
 /// The emitter's side of [`abi::RowPath`]: which loop shape a row's passes take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +113,30 @@ impl RowPath {
     }
 }
 
+/// Elements of a row one thread adds into one f32 partial sum before the partial joins the
+/// thread's f64 total: the "up to 16 values per partial sum in f32" of the IR's precision
+/// contract ([`crate::lower::ir`], "Precision of row kernels"), which bounds the error.
+const SUM_CHUNK: usize = 16;
+// The register paths hold at most this many elements per thread: one partial each.
+const _: () = assert!(abi::ROW_MAX_SLOTS <= SUM_CHUNK);
+
+/// What one pass's element body accumulates: everything (`Main`), or, when the f32 partial
+/// of relaxed sum `id` overflowed, only that sum again in f64 (`Redo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Acc {
+    Main,
+    Redo(usize),
+}
+
+/// Where a value kept from an earlier pass ([`KernelIr::row_kept`]) lives on a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// `k{id}[G][W]`, beside the register cache.
+    Registers,
+    /// Over cached load `a`'s row in shared memory, which no later pass reads.
+    Shared(usize),
+}
+
 /// One pass's element loop to emit.
 struct PassLoop<'a> {
     pass: usize,
@@ -92,6 +147,10 @@ struct PassLoop<'a> {
     looped: &'a [usize],
     /// Loads of [`abi::row_cached`].
     cached: &'a [usize],
+    /// Kept values on this path: value, the pass that keeps it, where.
+    kept: &'a [(usize, usize, Place)],
+    /// Per load, the first pass that reads it (the one filling the shared cache).
+    first_reader: &'a [Option<usize>],
 }
 
 impl Kernel<'_> {
@@ -117,12 +176,31 @@ impl Kernel<'_> {
         }
     }
 
+    /// Whether row reduction `id` is a sum or mean of f32 values, which each thread adds in
+    /// f32 partials of at most [`SUM_CHUNK`] elements (`f{id}`) joined in its f64 total
+    /// `a{id}`: the first freedom of the IR's "Precision of row kernels", taken only under
+    /// `RowArithmetic::Relaxed` (under `Exact` every element is added in `double`). An f32
+    /// addition per element instead of a conversion and an f64 addition, which run at a
+    /// fraction of the f32 rate on GPUs.
+    fn relaxed_sum(&self, id: usize) -> bool {
+        match self.ir.body[id] {
+            Instr::RowReduce { kind, x, .. } => {
+                matches!(kind, ReduceKind::Sum | ReduceKind::Mean)
+                    && self.ir.prec(x) == Prec::F32
+                    && self.ir.row_arithmetic == RowArithmetic::Relaxed
+            }
+            _ => false,
+        }
+    }
+
     /// The body of a row kernel (see the module documentation). Names beyond the emitter's:
     /// `row` the row index, `rb{a}` argument `a`'s element index at the row's start, `a{id}`
-    /// the accumulator and `r{id}` the result of row reduction `id`, `ok{k}` whether store
-    /// `k` (broadcast along some outer axis) writes this row, `c{a}` the register cache and
-    /// `sh{a}` the shared-memory cache of load `a`, `x{a}`/`y{k}` a vector of load `a`/store
-    /// `k`, `j0` the first element of a vector.
+    /// the accumulator, `f{id}` the f32 partial and `r{id}` the result of row reduction `id`,
+    /// `rc{id}`/`rk{id}` the reciprocal of division `id`'s divisor and whether to multiply by
+    /// it, `ok{k}` whether store `k` (broadcast along some outer axis) writes this row, `c{a}`
+    /// the register cache and `sh{a}` the shared-memory cache of load `a`, `k{id}` kept value
+    /// `id`, `x{a}`/`y{k}` a vector of load `a`/store `k`, `j0` the first element of a vector
+    /// or of a chunk.
     pub(super) fn row_body(&self) -> Code {
         let ir: &KernelIr = self.ir;
         let inner = self.inner;
@@ -186,18 +264,119 @@ impl Kernel<'_> {
         code
     }
 
+    /// Per load, whether pass `pass` reads it per element when the values of `kept` that an
+    /// earlier pass keeps are read back instead of evaluated (like [`abi::row_pass_loads`],
+    /// which keeps nothing).
+    fn row_reads_keeping(&self, pass: usize, kept: &[(usize, usize, Place)]) -> Vec<bool> {
+        let ir = self.ir;
+        let stop: Vec<usize> = kept
+            .iter()
+            .filter(|&&(_, save, _)| save < pass)
+            .map(|&(id, _, _)| id)
+            .collect();
+        let levels = ir.levels();
+        let mut roots: Vec<usize> = (0..ir.body.len())
+            .filter(|&id| levels[id] == pass + 1)
+            .filter_map(|id| match ir.body[id] {
+                Instr::RowReduce { x, .. } => Some(x),
+                _ => None,
+            })
+            .collect();
+        if pass + 1 == ir.passes() {
+            roots.extend(
+                ir.stores
+                    .iter()
+                    .filter(|s| s.view.axes[self.inner] != Axis::Broadcast)
+                    .map(|s| s.value),
+            );
+        }
+        let mut seen = vec![false; ir.body.len()];
+        let mut reads = vec![false; ir.loads.len()];
+        while let Some(id) = roots.pop() {
+            if std::mem::replace(&mut seen[id], true) || stop.contains(&id) {
+                continue;
+            }
+            match ir.body[id] {
+                Instr::Load { view } => reads[view] = true,
+                Instr::RowReduce { .. } => {}
+                _ => roots.extend(ir.body[id].operands()),
+            }
+        }
+        reads
+    }
+
+    /// The values [`KernelIr::row_kept`] keeps, and where, on `path`: in registers on the
+    /// register paths; on the shared path over the row of a cached f32 load that the passes
+    /// after the keeping one no longer read (softmax's `exp(x - max)` over `x`), where one is
+    /// free, and nowhere else (the later pass recomputes it, as on the re-reading path).
+    fn row_places(&self, path: RowPath, cached: &[usize]) -> Vec<(usize, usize, Place)> {
+        let ir = self.ir;
+        let kept = ir.row_kept();
+        match path {
+            RowPath::Reread => Vec::new(),
+            RowPath::Registers | RowPath::Vector => kept
+                .into_iter()
+                .map(|(id, save)| (id, save, Place::Registers))
+                .collect(),
+            RowPath::Shared => {
+                let first = self.row_first_readers();
+                let mut placed: Vec<(usize, usize, Place)> = Vec::new();
+                for (id, save) in kept {
+                    if ir.prec(id) != Prec::F32 {
+                        continue;
+                    }
+                    // Adding a kept value only removes reads from later passes, so the rows
+                    // chosen earlier stay unread after their keeping pass.
+                    let free = cached.iter().copied().find(|&a| {
+                        let mut with = placed.clone();
+                        with.push((id, save, Place::Shared(a)));
+                        ir.loads[a].dtype == crate::dtype::DType::F32
+                            && first[a].is_some_and(|f| f <= save)
+                            && !placed.iter().any(|&(_, _, p)| p == Place::Shared(a))
+                            && (save + 1..ir.passes()).all(|p| !self.row_reads_keeping(p, &with)[a])
+                    });
+                    if let Some(a) = free {
+                        placed.push((id, save, Place::Shared(a)));
+                    }
+                }
+                placed
+            }
+        }
+    }
+
+    /// Per load, the first pass that reads it per element.
+    fn row_first_readers(&self) -> Vec<Option<usize>> {
+        let ir = self.ir;
+        let reads: Vec<Vec<bool>> = (0..ir.passes())
+            .map(|pass| abi::row_pass_loads(ir, pass))
+            .collect();
+        (0..ir.loads.len())
+            .map(|a| (0..reads.len()).find(|&pass| reads[pass][a]))
+            .collect()
+    }
+
     /// The passes over one row on `path`, their combinations, and the per-row stores.
     fn row_passes(&self, code: &mut Code, path: RowPath) {
         let ir: &KernelIr = self.ir;
         let inner = self.inner;
-        let levels = ir.levels();
         let passes = ir.passes();
+        let levels = ir.levels();
         let per_row = |k: usize| ir.stores[k].view.axes[inner] == Axis::Broadcast;
         let cached = abi::row_cached(ir);
+        let kept = self.row_places(path, &cached);
+        let first_reader = self.row_first_readers();
+        let divisors = ir.row_constant_divisors();
         match path {
             RowPath::Registers | RowPath::Vector => self.row_fill(code, path, &cached),
             RowPath::Shared => self.row_shared(code, &cached),
             RowPath::Reread => {}
+        }
+        let (groups, width) = self.row_cache_shape();
+        for &(id, _, place) in &kept {
+            if place == Place::Registers {
+                let ty = Cuda.value_type(ir.prec(id));
+                code.def(format!("k{id}"), format!("{ty} k{id}[{groups}][{width}];"));
+            }
         }
         for pass in 0..passes {
             let last = pass + 1 == passes;
@@ -229,6 +408,8 @@ impl Kernel<'_> {
                     reducing: &reducing,
                     looped: &looped,
                     cached: &cached,
+                    kept: &kept,
+                    first_reader: &first_reader,
                 };
                 self.row_pass_loop(code, &pass_loop);
             }
@@ -266,15 +447,26 @@ impl Kernel<'_> {
                     ),
                 );
             }
+            // Divisors now known: their reciprocals, once per row.
+            for (id, divisor) in divisors.iter().enumerate() {
+                if let Some(b) = *divisor
+                    && levels[b] == pass + 1
+                {
+                    self.row_reciprocal(code, id, b);
+                }
+            }
         }
         // One element per row: from the row's results, at inner index 0, by one thread.
         let rows: Vec<usize> = (0..ir.stores.len()).filter(|&k| per_row(k)).collect();
         if !rows.is_empty() {
             let mut body = Code::new();
             self.element_bases(&mut body, false);
-            self.row_values(&mut body, usize::MAX, &|view| {
-                self.element(view, Lane::Scalar)
-            });
+            self.row_values(
+                &mut body,
+                usize::MAX,
+                &|view| self.element(view, Lane::Scalar),
+                &|_| None,
+            );
             for &k in &rows {
                 self.row_store(&mut body, k);
             }
@@ -282,6 +474,33 @@ impl Kernel<'_> {
             code.splice(&body);
             code.close();
         }
+    }
+
+    /// `rc{id}`, the reciprocal of division `id`'s divisor `v{b}` (a row constant, see
+    /// [`KernelIr::row_constant_divisors`]) rounded once per row, and `rk{id}`, whether
+    /// multiplying by it keeps the IR's bound (the divisor's magnitude is in `[2⁻¹²⁶, 2¹²⁶]`;
+    /// a zero, subnormal, huge, infinite or NaN divisor divides instead). The divisor's
+    /// values are evaluated in a block of their own, from the row's results and literals.
+    fn row_reciprocal(&self, code: &mut Code, id: usize, b: usize) {
+        let ir = self.ir;
+        code.def(format!("rc{id}"), format!("float rc{id} = 1.0f;"));
+        code.def(format!("rk{id}"), format!("bool rk{id} = false;"));
+        // Lines of this block, not a spliced one: the assignments stay exactly when a later
+        // pass reads `rc{id}`/`rk{id}`, and keep the divisor's values they read.
+        code.open("");
+        for x in ir.row_needed(&[b]) {
+            // Only row reductions, literals and arithmetic on them: no element is read.
+            code.def(
+                format!("v{x}"),
+                Cuda.definition(ir, x, |view| self.element(view, Lane::Scalar)),
+            );
+        }
+        code.def(format!("rk{id}"), format!("rk{id} = fbc_recip_ok(v{b});"));
+        code.def(
+            format!("rc{id}"),
+            format!("rc{id} = __fdiv_rn(1.0f, v{b});"),
+        );
+        code.close();
     }
 
     /// The register cache of the cached loads, `c{a}[G][W]`, filled with this thread's
@@ -369,171 +588,265 @@ impl Kernel<'_> {
         (abi::row_slots(self.ir).max(width) / width, width)
     }
 
-    /// One pass's loop over the thread's elements on its path: values, accumulation, and in
-    /// the last pass the stores.
+    /// One pass's loop over the thread's elements: values, accumulation, and in the last pass
+    /// the stores. A pass with relaxed sums ([`Kernel::relaxed_sum`]) adds each chunk of at
+    /// most [`SUM_CHUNK`] of the thread's elements into f32 partials (on the register paths
+    /// the thread's slots are one chunk; the other paths walk the row in chunks), then joins
+    /// each partial to its f64 total; a partial that is not finite is thrown away and its
+    /// chunk added again in f64, so a sum is ±Inf or NaN exactly when the f64 sum is.
     fn row_pass_loop(&self, code: &mut Code, pl: &PassLoop) {
+        let inner = self.inner;
+        let sums: Vec<usize> = pl
+            .reducing
+            .iter()
+            .copied()
+            .filter(|&id| self.relaxed_sum(id))
+            .collect();
+        if sums.is_empty() {
+            self.row_element_loop(code, pl, Acc::Main, false);
+            return;
+        }
+        let chunked = matches!(pl.path, RowPath::Reread | RowPath::Shared);
+        if chunked {
+            code.open(format!(
+                "for (U j0 = (U)threadIdx.x; j0 < (U)n{inner}; j0 += (U)threads * (U){SUM_CHUNK})"
+            ));
+        }
+        for &id in &sums {
+            code.def(format!("f{id}"), format!("float f{id} = 0.0f;"));
+        }
+        self.row_element_loop(code, pl, Acc::Main, chunked);
+        for &id in &sums {
+            code.open(format!("if (fbc_finitef(f{id}))"));
+            code.stmt(format!("a{id} = fbc_sum2(a{id}, (double)f{id});"));
+            code.close();
+            code.open("else");
+            code.comment("the f32 partial overflowed or met a NaN: the same elements in f64");
+            self.row_element_loop(code, pl, Acc::Redo(id), chunked);
+            code.close();
+        }
+        if chunked {
+            code.close();
+        }
+    }
+
+    /// The loop over the thread's elements of one pass on its path (of one chunk when
+    /// `chunked`), each element's body written by [`Kernel::row_element`].
+    fn row_element_loop(&self, code: &mut Code, pl: &PassLoop, acc: Acc, chunked: bool) {
         let ir = self.ir;
         let inner = self.inner;
         let (groups, width) = self.row_cache_shape();
-        let first_reader: Vec<Option<usize>> = {
-            let reads: Vec<Vec<bool>> = (0..ir.passes())
-                .map(|pass| abi::row_pass_loads(ir, pass))
-                .collect();
-            (0..ir.loads.len())
-                .map(|a| (0..reads.len()).find(|&pass| reads[pass][a]))
-                .collect()
-        };
-        let mut body = Code::new();
+        let body = self.row_element(pl, acc);
         match pl.path {
             RowPath::Reread | RowPath::Shared => {
-                body.def(format!("i{inner}"), format!("const I i{inner} = (I)j;"));
-                self.element_bases(&mut body, true);
-                let mut filled = Vec::new();
-                if pl.path == RowPath::Shared {
-                    for &a in pl.cached {
-                        if first_reader[a] == Some(pl.pass) {
-                            let ty = Cuda.storage_type(ir.loads[a].dtype);
-                            body.def(format!("e{a}"), format!("const {ty} e{a} = p.p{a}[b{a}];"));
-                            body.stmt(format!("sh{a}[i{inner}] = e{a};"));
-                            filled.push(a);
-                        }
-                    }
+                if chunked {
+                    code.open(format!("for (int s = 0; s < {SUM_CHUNK}; ++s)"));
+                    code.def("j", "const U j = j0 + (U)s * (U)threads;");
+                    code.stmt(format!("if (j >= (U)n{inner}) break;"));
+                } else {
+                    code.open(format!(
+                        "for (U j = (U)threadIdx.x; j < (U)n{inner}; j += (U)threads)"
+                    ));
                 }
-                let load = |view: usize| {
-                    if filled.contains(&view) {
-                        format!("e{view}")
-                    } else if pl.path == RowPath::Shared
-                        && pl.cached.contains(&view)
-                        && first_reader[view].is_some_and(|f| f < pl.pass)
-                    {
-                        format!("sh{view}[i{inner}]")
-                    } else {
-                        self.element(view, Lane::Scalar)
-                    }
-                };
-                self.row_values(&mut body, pl.pass, &load);
-                self.row_accumulate(&mut body, pl.reducing);
-                for &k in pl.looped {
-                    self.row_store(&mut body, k);
-                }
-                code.open(format!(
-                    "for (U j = (U)threadIdx.x; j < (U)n{inner}; j += (U)threads)"
-                ));
                 code.splice(&body);
                 code.close();
             }
             RowPath::Registers => {
-                body.def(
+                code.stmt("#pragma unroll");
+                code.open(format!("for (int s = 0; s < {}; ++s)", groups * width));
+                code.def(
                     format!("i{inner}"),
                     format!("const I i{inner} = (I)s * (I)threads + tid;"),
                 );
-                body.open(format!("if (i{inner} < n{inner})"));
-                self.element_bases(&mut body, true);
-                let load = |view: usize| {
-                    if pl.cached.contains(&view) {
-                        format!("c{view}[s / {width}][s % {width}]")
-                    } else {
-                        self.element(view, Lane::Scalar)
-                    }
-                };
-                self.row_values(&mut body, pl.pass, &load);
-                self.row_accumulate(&mut body, pl.reducing);
-                for &k in pl.looped {
-                    self.row_store(&mut body, k);
-                }
-                body.close();
-                code.stmt("#pragma unroll");
-                code.open(format!("for (int s = 0; s < {}; ++s)", groups * width));
+                code.open(format!("if (i{inner} < n{inner})"));
                 code.splice(&body);
+                code.close();
                 code.close();
             }
             RowPath::Vector => {
                 let unit = |view: &crate::lower::ir::View| view.axes[inner] == Axis::Unit;
-                body.def(
+                let mut group = Code::new();
+                group.def(
                     "j0",
                     format!("const I j0 = ((I)g * (I)threads + tid) * (I){width};"),
                 );
-                body.open(format!("if (j0 < n{inner})"));
+                group.open(format!("if (j0 < n{inner})"));
                 for (a, view) in ir.loads.iter().enumerate() {
                     if unit(view) && !pl.cached.contains(&a) {
                         let ty = Cuda.storage_type(view.dtype);
-                        body.def(format!("x{a}"), format!("{ty} x{a}[{width}];"));
-                        body.def(
+                        group.def(format!("x{a}"), format!("{ty} x{a}[{width}];"));
+                        group.def(
                             format!("x{a}"),
                             format!("fbc_vload(x{a}, p.p{a} + rb{a} + j0);"),
                         );
                     }
                 }
-                let vector_stores: Vec<usize> = pl
-                    .looped
-                    .iter()
-                    .copied()
-                    .filter(|&k| unit(&ir.stores[k].view))
-                    .collect();
+                let vector_stores = self.row_vector_stores(pl);
                 for &k in &vector_stores {
                     let ty = Cuda.storage_type(ir.stores[k].view.dtype);
-                    body.def(format!("y{k}"), format!("{ty} y{k}[{width}];"));
+                    group.def(format!("y{k}"), format!("{ty} y{k}[{width}];"));
                 }
-                let mut lanes = Code::new();
-                lanes.def(
-                    format!("i{inner}"),
-                    format!("const I i{inner} = j0 + (I)l;"),
-                );
-                self.element_bases(&mut lanes, true);
-                let load = |view: usize| {
-                    if pl.cached.contains(&view) {
-                        format!("c{view}[g][l]")
-                    } else if unit(&ir.loads[view]) {
-                        format!("x{view}[l]")
-                    } else {
-                        self.element(view, Lane::Scalar)
-                    }
-                };
-                self.row_values(&mut lanes, pl.pass, &load);
-                self.row_accumulate(&mut lanes, pl.reducing);
-                for &k in pl.looped {
-                    if vector_stores.contains(&k) {
-                        let store = &ir.stores[k];
-                        let value = Cuda.store(store.view.dtype, &format!("v{}", store.value));
-                        // Read by the vector store after the lane loop, outside `lanes`,
-                        // whose definitions are pruned on their own: a line that stays.
-                        lanes.stmt(format!("y{k}[l] = {value};"));
-                    } else {
-                        self.row_store(&mut lanes, k);
-                    }
-                }
-                body.stmt("#pragma unroll");
-                body.open(format!("for (int l = 0; l < {width}; ++l)"));
-                body.splice(&lanes);
-                body.close();
+                group.stmt("#pragma unroll");
+                group.open(format!("for (int l = 0; l < {width}; ++l)"));
+                group.splice(&body);
+                group.close();
                 for &k in &vector_stores {
                     let arg = self.store_arg(k);
                     let write = format!("fbc_vstore(p.p{arg} + rb{arg} + j0, y{k});");
                     if (0..inner).any(|d| ir.stores[k].view.axes[d] == Axis::Broadcast) {
-                        body.stmt(format!("if (ok{k}) {write}"));
+                        group.stmt(format!("if (ok{k}) {write}"));
                     } else {
-                        body.stmt(write);
+                        group.stmt(write);
                     }
                 }
-                body.close();
+                group.close();
                 code.stmt("#pragma unroll");
                 code.open(format!("for (int g = 0; g < {groups}; ++g)"));
-                code.splice(&body);
+                code.splice(&group);
                 code.close();
             }
         }
     }
 
-    /// `v{id}` for every value of level at most `pass` at the current element, loads read
-    /// through `load` (or through their index map's positions).
-    fn row_values(&self, code: &mut Code, pass: usize, load: &dyn Fn(usize) -> String) {
+    /// The stores of this pass that the vector path writes as whole vectors (those
+    /// contiguous along the row), after each group's lane loop.
+    fn row_vector_stores(&self, pl: &PassLoop) -> Vec<usize> {
+        pl.looped
+            .iter()
+            .copied()
+            .filter(|&k| self.ir.stores[k].view.axes[self.inner] == Axis::Unit)
+            .collect()
+    }
+
+    /// One element's work in one pass, the same on every path but for where the element's
+    /// index, its loads and its kept values come from: the values of the pass, the shared
+    /// cache filled on first reading and the kept values written in their keeping pass, the
+    /// accumulation (`acc`), and the stores. A `Redo` body only adds its sum again in f64: it
+    /// fills nothing and keeps nothing (the main body did), and on the shared path reads
+    /// its loads from global memory, as a kept value may by now lie over a cached row.
+    fn row_element(&self, pl: &PassLoop, acc: Acc) -> Code {
         let ir = self.ir;
+        let inner = self.inner;
+        let (_, width) = self.row_cache_shape();
+        let redo = acc != Acc::Main;
+        let mut body = Code::new();
+        let slot = match pl.path {
+            RowPath::Vector => {
+                body.def(
+                    format!("i{inner}"),
+                    format!("const I i{inner} = j0 + (I)l;"),
+                );
+                "[g][l]".to_string()
+            }
+            RowPath::Registers => format!("[s / {width}][s % {width}]"),
+            RowPath::Reread | RowPath::Shared => {
+                body.def(format!("i{inner}"), format!("const I i{inner} = (I)j;"));
+                String::new()
+            }
+        };
+        self.element_bases(&mut body, true);
+        let mut filled = Vec::new();
+        if pl.path == RowPath::Shared && !redo {
+            for &a in pl.cached {
+                if pl.first_reader[a] == Some(pl.pass) {
+                    let ty = Cuda.storage_type(ir.loads[a].dtype);
+                    body.def(format!("e{a}"), format!("const {ty} e{a} = p.p{a}[b{a}];"));
+                    body.stmt(format!("sh{a}[i{inner}] = e{a};"));
+                    filled.push(a);
+                }
+            }
+        }
+        let load = |view: usize| {
+            let cached = pl.cached.contains(&view);
+            match pl.path {
+                RowPath::Shared if filled.contains(&view) => format!("e{view}"),
+                RowPath::Shared
+                    if !redo && cached && pl.first_reader[view].is_some_and(|f| f < pl.pass) =>
+                {
+                    format!("sh{view}[i{inner}]")
+                }
+                RowPath::Registers | RowPath::Vector if cached => format!("c{view}{slot}"),
+                RowPath::Vector if ir.loads[view].axes[inner] == Axis::Unit => {
+                    format!("x{view}[l]")
+                }
+                _ => self.element(view, Lane::Scalar),
+            }
+        };
+        let place = |id: usize| -> Option<String> {
+            pl.kept
+                .iter()
+                .find(|k| k.0 == id)
+                .map(|&(_, _, p)| match p {
+                    Place::Registers => format!("k{id}{slot}"),
+                    Place::Shared(a) => format!("sh{a}[i{inner}]"),
+                })
+        };
+        // Read back in the passes after the keeping one, and in the keeping pass's own f64
+        // redo (its main loop has written the whole chunk by then).
+        let kept = |id: usize| -> Option<String> {
+            pl.kept
+                .iter()
+                .find(|&&(k, save, _)| k == id && (save < pl.pass || (redo && save == pl.pass)))
+                .and_then(|_| place(id))
+        };
+        self.row_values(&mut body, pl.pass, &load, &kept);
+        if !redo {
+            for &(id, save, _) in pl.kept {
+                if save == pl.pass
+                    && let Some(at) = place(id)
+                {
+                    body.stmt(format!("{at} = v{id};"));
+                }
+            }
+        }
+        self.row_accumulate(&mut body, pl.reducing, acc);
+        if !redo {
+            let vector_stores = if pl.path == RowPath::Vector {
+                self.row_vector_stores(pl)
+            } else {
+                Vec::new()
+            };
+            for &k in pl.looped {
+                if vector_stores.contains(&k) {
+                    let store = &ir.stores[k];
+                    let value = Cuda.store(store.view.dtype, &format!("v{}", store.value));
+                    // Read by the vector store after the lane loop, outside this body,
+                    // whose definitions are pruned on their own: a line that stays.
+                    body.stmt(format!("y{k}[l] = {value};"));
+                } else {
+                    self.row_store(&mut body, k);
+                }
+            }
+        }
+        body
+    }
+
+    /// `v{id}` for every value of level at most `pass` at the current element, loads read
+    /// through `load` (or through their index map's positions), values an earlier pass kept
+    /// read where `kept` says, and divisions by a row constant multiplied by the row's
+    /// reciprocal where `rk{id}` allows it.
+    fn row_values(
+        &self,
+        code: &mut Code,
+        pass: usize,
+        load: &dyn Fn(usize) -> String,
+        kept: &dyn Fn(usize) -> Option<String>,
+    ) {
+        let ir = self.ir;
+        let divisors = ir.row_constant_divisors();
         for (id, &level) in ir.levels().iter().enumerate() {
             if level > pass {
                 continue;
             }
-            let definition = match ir.body[id] {
-                Instr::Load { view } if ir.loads[view].is_mapped() => {
+            let ty = Cuda.value_type(ir.prec(id));
+            let definition = match (&ir.body[id], divisors[id]) {
+                _ if kept(id).is_some() => {
+                    format!("const {ty} v{id} = {};", kept(id).unwrap_or_default())
+                }
+                (&Instr::Binary { a, .. }, Some(b)) => format!(
+                    "const {ty} v{id} = rk{id} ? __fmul_rn(v{a}, rc{id}) : __fdiv_rn(v{a}, v{b});"
+                ),
+                (&Instr::Load { view }, _) if ir.loads[view].is_mapped() => {
                     self.positions(code, view, id, Lane::Scalar);
                     let last = ir.loads[view].stages.len();
                     Cuda.definition(ir, id, |_| format!("p.p{view}[q{id}_{last}]"))
@@ -544,8 +857,10 @@ impl Kernel<'_> {
         }
     }
 
-    /// The accumulation of the row reductions `reducing` at the current element.
-    fn row_accumulate(&self, code: &mut Code, reducing: &[usize]) {
+    /// The accumulation of the row reductions `reducing` at the current element: relaxed
+    /// sums into their f32 partials, the rest into their accumulators; or, for `Redo(id)`,
+    /// sum `id` alone in f64.
+    fn row_accumulate(&self, code: &mut Code, reducing: &[usize], acc: Acc) {
         let ir = self.ir;
         for &id in reducing {
             let Some((kind, _)) = self.row_reduce(id) else {
@@ -554,6 +869,18 @@ impl Kernel<'_> {
             let Instr::RowReduce { x, .. } = ir.body[id] else {
                 continue;
             };
+            match acc {
+                Acc::Redo(only) if only != id => continue,
+                Acc::Redo(_) => {
+                    code.stmt(format!("a{id} = fbc_sum2(a{id}, (double)v{x});"));
+                    continue;
+                }
+                Acc::Main if self.relaxed_sum(id) => {
+                    code.stmt(format!("f{id} = __fadd_rn(f{id}, v{x});"));
+                    continue;
+                }
+                Acc::Main => {}
+            }
             if self.float_max(id) {
                 code.stmt(format!("m{id} = fbc_maxf(m{id}, v{x});"));
                 continue;

@@ -36,6 +36,7 @@ pub fn convert_ir(from: DType, chain: &[DType]) -> KernelIr {
     let view = |dtype| View::strided(dtype, vec![Axis::Unit]);
     KernelIr {
         rank: 1,
+        row_arithmetic: crate::lower::ir::RowArithmetic::default(),
         loads: vec![view(from)],
         stores: vec![Store {
             value: body.len() - 1,
@@ -134,6 +135,7 @@ pub fn integer_matmul(
     let value = body.len() - 1;
     let ir = KernelIr {
         rank,
+        row_arithmetic: crate::lower::ir::RowArithmetic::default(),
         loads: vec![a_view, b_view],
         body,
         stores: Vec::new(),

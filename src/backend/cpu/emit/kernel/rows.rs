@@ -37,6 +37,12 @@
 //!   (softmax's `e / s`) is a multiplication by the reciprocal, computed once per row where it
 //!   is a normal float ([`Kernel::reciprocals`]), the other freedom: a multiplication instead
 //!   of a division per element, in the vector and the scalar loops alike.
+//!
+//! Both freedoms are taken only under `RowArithmetic::Relaxed` (fusion.ron's
+//! `row_arithmetic`, carried by the kernel IR). Under `Exact` the vector loops widen every
+//! vector of a sum into the f64 accumulators and every division divides, so a row's sums
+//! are the f64 sums (up to the order of f64 additions) rounded once, and each quotient is
+//! correctly rounded, as in the reference evaluator.
 //! - **Memory in the background.** While a thread works on a row in cache (its second pass),
 //!   it prefetches the next row of every input that moves from row to row, one cache line per
 //!   vector, so the next first pass finds its data arriving instead of stalling on it (while a
@@ -48,8 +54,7 @@ use super::{Kernel, Out};
 use crate::backend::cpu::emit::expr::C;
 use crate::backend::cpu::emit::vector;
 use crate::backend::spelling::Spelling;
-use crate::formula::{BinOp, Func};
-use crate::lower::ir::{Axis, Instr, Prec, ReduceKind};
+use crate::lower::ir::{Axis, Instr, Prec, ReduceKind, RowArithmetic};
 
 /// The most bytes of carried values one row may need for the kernel to carry them (see the
 /// module documentation): 512 KiB, a quarter of this machine's 2 MiB L2 per core, so that the
@@ -366,41 +371,14 @@ impl Kernel<'_> {
         }
     }
 
-    /// Per value, the divisor `b` when the value is an f32 division `a / b` of a value that
-    /// varies along the row by a row constant (`b` is computed from row reductions and
-    /// literals only, and reads at least one reduction: softmax's sum). The kernel multiplies
-    /// `a` by `1 / b`, computed once per row, instead of dividing at every element: a
-    /// division costs about five times a multiplication here, and the product is within
-    /// 2⁻²³ of the quotient relatively (two roundings of at most 2⁻²⁴ each, where the
-    /// correctly rounded quotient has one), or 2⁻¹⁴⁹ absolutely in the subnormal range.
+    /// Per value, the divisor `b` when the value is an f32 division by a row constant that
+    /// the kernel multiplies by the row's reciprocal instead ([`KernelIr::row_constant_divisors`],
+    /// shared with the CUDA row kernels; none under `RowArithmetic::Exact`): a division costs
+    /// about five times a multiplication here.
+    ///
+    /// [`KernelIr::row_constant_divisors`]: crate::lower::ir::KernelIr::row_constant_divisors
     pub(super) fn reciprocals(&self) -> Vec<Option<usize>> {
-        let ir = self.ir;
-        let mut constant = vec![false; ir.body.len()];
-        let mut reduced = vec![false; ir.body.len()];
-        for (id, instr) in ir.body.iter().enumerate() {
-            let operands = instr.operands();
-            (constant[id], reduced[id]) = match instr {
-                Instr::RowReduce { .. } => (true, true),
-                Instr::Load { .. } => (false, false),
-                Instr::Const { .. } | Instr::Int { .. } => (true, false),
-                _ => (
-                    operands.iter().all(|&x| constant[x]),
-                    operands.iter().any(|&x| reduced[x]),
-                ),
-            };
-        }
-        ir.body
-            .iter()
-            .map(|instr| match *instr {
-                Instr::Binary {
-                    op: BinOp::Div,
-                    a,
-                    b,
-                    prec: Prec::F32,
-                } if constant[b] && reduced[b] && !constant[a] => Some(b),
-                _ => None,
-            })
-            .collect()
+        self.ir.row_constant_divisors()
     }
 
     /// Rewrites the scalar statement of each division by a row constant (see
@@ -505,11 +483,17 @@ impl Kernel<'_> {
         let ir = self.ir;
         let (reducing, looped) = (&lp.pass.reducing, &lp.pass.looped);
         let saves = &lp.saves;
-        let sums: Vec<usize> = reducing
+        let all_sums: Vec<usize> = reducing
             .iter()
             .copied()
             .filter(|&id| matches!(ir.body[id], Instr::RowReduce { kind, .. } if kind != ReduceKind::Max))
             .collect();
+        // Exact arithmetic adds every vector into the f64 accumulators as it comes, with no
+        // f32 blocks.
+        let (sums, f64_sums) = match ir.row_arithmetic {
+            RowArithmetic::Relaxed => (all_sums, Vec::new()),
+            RowArithmetic::Exact => (Vec::new(), all_sums),
+        };
         out.line("#if defined(FB_AVX512)");
         out.open("");
         for &id in reducing {
@@ -577,6 +561,8 @@ impl Kernel<'_> {
                 out.line(format!(
                     "vn{id} |= _mm512_cmp_ps_mask(v{x}, v{x}, _CMP_UNORD_Q);"
                 ));
+            } else if f64_sums.contains(&id) {
+                widen_into(out, id, &format!("v{x}"));
             } else {
                 out.line(format!("vf{id} = _mm512_add_ps(vf{id}, v{x});"));
             }
@@ -667,77 +653,12 @@ impl Kernel<'_> {
     }
 
     /// The values the last pass reads back from the row scratch, each with the pass that
-    /// saves it (the last one computing it). Walking from the stored values towards the
-    /// loads, a value is carried where the walk first meets one that an earlier pass computes
-    /// and whose expression holds a call or a division; below it the walk stops, so only the
-    /// values nearest the stores are carried (softmax carries `exp(x - max)`, not `x - max`
-    /// too). Layernorm's `x - mean` is a subtraction, cheaper to redo than to reload, so
-    /// layernorm carries nothing.
+    /// saves it: the values [`KernelIr::row_kept`] keeps (softmax's `exp(x - max)`; nothing
+    /// for layernorm), the same ones the CUDA row kernels keep on chip.
+    ///
+    /// [`KernelIr::row_kept`]: crate::lower::ir::KernelIr::row_kept
     pub(super) fn carried(&self) -> Vec<(usize, usize)> {
-        let ir = self.ir;
-        let passes = ir.passes();
-        if passes < 2 {
-            return Vec::new();
-        }
-        let levels = ir.levels();
-        // The last pass before the last that computes each value, if any.
-        let mut saved_in: Vec<Option<usize>> = vec![None; ir.body.len()];
-        for pass in 0..passes - 1 {
-            let reads: Vec<usize> = (0..ir.body.len())
-                .filter(|&id| levels[id] == pass + 1)
-                .filter_map(|id| match ir.body[id] {
-                    Instr::RowReduce { x, .. } => Some(x),
-                    _ => None,
-                })
-                .collect();
-            for id in self.needed(&reads) {
-                saved_in[id] = Some(pass);
-            }
-        }
-        let costly = self.costly();
-        let mut carried = Vec::new();
-        let mut seen = vec![false; ir.body.len()];
-        let mut stack: Vec<usize> = (0..ir.stores.len())
-            .filter(|&k| !self.per_row(k))
-            .map(|k| ir.stores[k].value)
-            .collect();
-        while let Some(id) = stack.pop() {
-            if std::mem::replace(&mut seen[id], true) {
-                continue;
-            }
-            match ir.body[id] {
-                Instr::RowReduce { .. } | Instr::Load { .. } | Instr::Const { .. } => {}
-                _ => match saved_in[id] {
-                    Some(pass) if costly[id] => carried.push((id, pass)),
-                    _ => stack.extend(ir.body[id].operands()),
-                },
-            }
-        }
-        carried.sort_unstable();
-        carried
-    }
-
-    /// Per value, whether its expression within the row (stopping at loads, literals and row
-    /// reductions) holds a function call or a division: work a reload from cache is cheaper
-    /// than.
-    fn costly(&self) -> Vec<bool> {
-        let ir = self.ir;
-        let mut costly = vec![false; ir.body.len()];
-        for (id, instr) in ir.body.iter().enumerate() {
-            costly[id] = match instr {
-                Instr::RowReduce { .. } | Instr::Load { .. } | Instr::Const { .. } => false,
-                // Selections, clamps and the like are a few instructions, not a call's worth.
-                Instr::Call { func, .. } => {
-                    !matches!(
-                        func,
-                        Func::Select | Func::Min | Func::Max | Func::Abs | Func::Floor
-                    ) || instr_has(ir, id, &costly)
-                }
-                Instr::Binary { op: BinOp::Div, .. } => true,
-                _ => instr_has(ir, id, &costly),
-            };
-        }
-        costly
+        self.ir.row_kept()
     }
 
     /// Like [`Kernel::needed`], also stopping at the values marked in `stop` (read back from
@@ -757,11 +678,6 @@ impl Kernel<'_> {
         }
         (0..ir.body.len()).filter(|&id| needed[id]).collect()
     }
-}
-
-/// Whether any operand of value `id` is marked in `costly`.
-fn instr_has(ir: &crate::lower::ir::KernelIr, id: usize, costly: &[bool]) -> bool {
-    ir.body[id].operands().iter().any(|&x| costly[x])
 }
 
 /// The statements adding the 16 f32 lanes of `lanes` to sum `id`'s f64 accumulators `vs{id}`
