@@ -149,12 +149,13 @@ impl Role {
 pub enum RowArithmetic {
     /// The freedoms that keep a row's arithmetic under its memory traffic: float sums in f32
     /// blocks joined in f64, a division by a row constant as a multiplication by its
-    /// reciprocal rounded once per row, each within the bound the IR states. The default: the error stays far inside f32's tolerance and the
+    /// reciprocal rounded once per row, and an `exp` within 2.5 ulp instead of 1.05, each
+    /// within the bound the IR states. The default: the error stays far inside f32's tolerance and the
     /// kernels stay at the memory floor.
     #[default]
     Relaxed,
     /// What the reference evaluator computes: float sums accumulated in f64 and rounded once,
-    /// every division correctly rounded. For users who compare
+    /// every division correctly rounded, the pointwise kernels' `exp`. For users who compare
     /// row kernels' results bit for bit with another f64-accumulating implementation.
     Exact,
 }
@@ -211,8 +212,9 @@ pub struct FusionRules {
     /// into a packed layout anyway, so converting on the way is free on CPUs; a backend that
     /// runs these partitions must convert while packing too.
     pub library_casts: bool,
-    /// The arithmetic row kernels may use: relaxed (f32 block sums, one reciprocal per row) or
-    /// exact (f64 sums, correctly rounded division). See [`RowArithmetic`].
+    /// The arithmetic row kernels may use: relaxed (f32 block sums, one reciprocal per row, a
+    /// cheaper `exp`) or exact (f64 sums, correctly rounded division, the pointwise `exp`).
+    /// See [`RowArithmetic`].
     pub row_arithmetic: RowArithmetic,
 }
 

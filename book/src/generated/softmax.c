@@ -1,4 +1,4 @@
-void fb_76d70ec44dc69596(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
+void fb_70865ebdca61a5bb(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
     int64_t n0 = sizes[0];
     int64_t n1 = sizes[1];
     const float *p0 = (const float *)ptrs[0];
@@ -71,7 +71,7 @@ void fb_76d70ec44dc69596(const int64_t *sizes, const int64_t *strides, const int
                             const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
                             const __m512 v1 = _mm512_set1_ps(r1);
                             const __m512 v2 = _mm512_sub_ps(v0, v1);
-                            const __m512 v3 = fbv_expf(v2);
+                            const __m512 v3 = fbv_expf_row(v2);
                             _mm512_store_ps(&c3[j], v3);
                             vf4 = _mm512_add_ps(vf4, v3);
                         }
@@ -84,7 +84,7 @@ void fb_76d70ec44dc69596(const int64_t *sizes, const int64_t *strides, const int
                                 const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
                                 const __m512 v1 = _mm512_set1_ps(r1);
                                 const __m512 v2 = _mm512_sub_ps(v0, v1);
-                                const __m512 v3 = fbv_expf(v2);
+                                const __m512 v3 = fbv_expf_row(v2);
                                 vs4 = _mm512_add_pd(vs4, _mm512_cvtps_pd(_mm512_castps512_ps256(v3)));
                                 vt4 = _mm512_add_pd(vt4, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v3), 1))));
                             }
@@ -116,7 +116,7 @@ void fb_76d70ec44dc69596(const int64_t *sizes, const int64_t *strides, const int
                             const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
                             const __m512 v1 = _mm512_set1_ps(r1);
                             const __m512 v2 = _mm512_sub_ps(v0, v1);
-                            const __m512 v3 = fbv_expf(v2);
+                            const __m512 v3 = fbv_expf_row(v2);
                             vf4 = _mm512_add_ps(vf4, v3);
                         }
                         if ((_mm512_cmp_ps_mask(_mm512_sub_ps(vf4, vf4), _mm512_setzero_ps(), _CMP_EQ_OQ)) == 0xFFFF) {
@@ -128,7 +128,7 @@ void fb_76d70ec44dc69596(const int64_t *sizes, const int64_t *strides, const int
                                 const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
                                 const __m512 v1 = _mm512_set1_ps(r1);
                                 const __m512 v2 = _mm512_sub_ps(v0, v1);
-                                const __m512 v3 = fbv_expf(v2);
+                                const __m512 v3 = fbv_expf_row(v2);
                                 vs4 = _mm512_add_pd(vs4, _mm512_cvtps_pd(_mm512_castps512_ps256(v3)));
                                 vt4 = _mm512_add_pd(vt4, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v3), 1))));
                             }
@@ -185,7 +185,7 @@ void fb_76d70ec44dc69596(const int64_t *sizes, const int64_t *strides, const int
                         const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
                         const __m512 v1 = _mm512_set1_ps(r1);
                         const __m512 v2 = _mm512_sub_ps(v0, v1);
-                        const __m512 v3 = fbv_expf(v2);
+                        const __m512 v3 = fbv_expf_row(v2);
                         const __m512 v4 = _mm512_set1_ps(r4);
                         const __m512 v5 = rk5 ? _mm512_mul_ps(v3, _mm512_set1_ps(rc5)) : _mm512_div_ps(v3, v4);
                         fbv_store(&d0[j], v5, st);

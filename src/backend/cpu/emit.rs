@@ -132,6 +132,12 @@ pub fn emit_module(kernels: &[(String, &KernelIr)]) -> String {
         part(vector::VECTOR_HELPERS);
         if expf {
             part(vector::VECTOR_EXPF);
+            if kernels
+                .iter()
+                .any(|(_, ir)| kernel::row_exps(ir).contains(&true))
+            {
+                part(vector::VECTOR_EXPF_ROW);
+            }
         }
         if tanhf {
             part(vector::VECTOR_TANHF);

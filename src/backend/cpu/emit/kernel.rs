@@ -40,6 +40,7 @@ use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, View};
 
 mod rows;
 pub use rows::ROW_SCRATCH_BYTES;
+pub(super) use rows::row_exps;
 
 /// Indented C text.
 struct Out {

@@ -61,6 +61,11 @@ pub(super) const VECTOR_HELPERS: &str = include_str!("vector.c");
 /// `fb_expf_addend`.
 pub(super) const VECTOR_EXPF: &str = include_str!("vector_expf.c");
 
+/// The cheaper vector `exp` of relaxed row kernels, emitted after [`VECTOR_EXPF`] (whose range
+/// reduction it shares) only in modules holding such a kernel, so every other module's text
+/// is unchanged.
+pub(super) const VECTOR_EXPF_ROW: &str = include_str!("vector_expf_row.c");
+
 /// The vector `tanh`, emitted after `TANHF` and [`VECTOR_EXPF`]; operation for operation
 /// `fb_tanhf`.
 pub(super) const VECTOR_TANHF: &str = include_str!("vector_tanhf.c");

@@ -52,9 +52,11 @@
 
 use super::{Kernel, Out};
 use crate::backend::cpu::emit::expr::C;
+use crate::backend::cpu::emit::expr::only_added_to_constants;
 use crate::backend::cpu::emit::vector;
 use crate::backend::spelling::Spelling;
-use crate::lower::ir::{Axis, Instr, Prec, ReduceKind, RowArithmetic};
+use crate::formula::Func;
+use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, RowArithmetic};
 
 /// The most bytes of carried values one row may need for the kernel to carry them (see the
 /// module documentation): 512 KiB, a quarter of this machine's 2 MiB L2 per core, so that the
@@ -636,11 +638,14 @@ impl Kernel<'_> {
         let ir = self.ir;
         let live = vector::live(ir);
         let reciprocals = self.reciprocals();
+        let exps = row_exps(ir);
         for &id in lp.needed.iter().filter(|&&id| live[id]) {
             out.line(if lp.stop[id] {
                 vector::carried_load(id)
             } else if matches!(ir.body[id], Instr::RowReduce { .. }) {
                 format!("const __m512 v{id} = _mm512_set1_ps(r{id});")
+            } else if let (true, Instr::Call { args, .. }) = (exps[id], &ir.body[id]) {
+                format!("const __m512 v{id} = fbv_expf_row(v{});", args[0])
             } else if let (Some(b), Instr::Binary { a, .. }) = (reciprocals[id], &ir.body[id]) {
                 format!(
                     "const __m512 v{id} = rk{id} ? _mm512_mul_ps(v{a}, _mm512_set1_ps(rc{id})) \
@@ -678,6 +683,34 @@ impl Kernel<'_> {
         }
         (0..ir.body.len()).filter(|&id| needed[id]).collect()
     }
+}
+
+/// Per value, whether the vector loops of this row kernel spell it with `fbv_expf_row`, the
+/// cheaper `exp` (`vector_expf_row.c`): an f32 `exp` in a row kernel whose arithmetic is
+/// `Relaxed` and which runs vector loops, except one only added to literals (that keeps
+/// `fbv_expf_addend`, which drops the subnormal range the sum cannot see). The `exp` is
+/// most of a softmax row's arithmetic; the IR contract lets a relaxed row kernel's `exp` be
+/// within 2.5 ulp instead of the pointwise kernels' 1.05. The scalar loop finishing a row
+/// keeps `fb_expf`.
+pub(in crate::backend::cpu::emit) fn row_exps(ir: &KernelIr) -> Vec<bool> {
+    let relaxed = ir.row_arithmetic == RowArithmetic::Relaxed
+        && ir.is_row_kernel()
+        && vector::supports(ir)
+        && !ir.has_ranges();
+    (0..ir.body.len())
+        .map(|id| {
+            relaxed
+                && matches!(
+                    ir.body[id],
+                    Instr::Call {
+                        func: Func::Exp,
+                        prec: Prec::F32,
+                        ..
+                    }
+                )
+                && !only_added_to_constants(ir, id)
+        })
+        .collect()
 }
 
 /// The statements adding the 16 f32 lanes of `lanes` to sum `id`'s f64 accumulators `vs{id}`
