@@ -1167,7 +1167,11 @@ impl Builder<'_> {
             kernels.push(kernel);
         }
         let cost = kernels.iter().map(|k| k.cost).sum();
-        Partition { kernels, cost }
+        Partition {
+            kernels,
+            cost,
+            in_place: Vec::new(),
+        }
     }
 }
 

@@ -16,6 +16,7 @@
 //! uses it, is never a kernel, never a kernel argument and moves no bytes.
 
 mod greedy;
+mod in_place;
 
 use crate::dag::{Dag, DagNode, Value};
 use crate::rules::{Builtin, FusionRules, OpKind, Profile, Role};
@@ -108,6 +109,24 @@ pub struct Kernel {
     pub domain: Shape,
     pub kind: KernelKind,
     pub cost: Cost,
+    /// Values of this kernel stored straight into their segments of concats written in place
+    /// (in node order): each is written there as well as, or instead of, to a buffer of its
+    /// own (it is in `outputs` only if a graph output or a reader other than such a concat
+    /// needs that buffer).
+    pub segments: Vec<SegmentWrite>,
+}
+
+/// A value stored into its segment of a concat written in place: the concat's buffer along
+/// `axis`, from index `start` on, holds it. The concat itself is then no kernel: the kernels
+/// producing its operands write it together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentWrite {
+    /// The operand's node (a member of the writing kernel).
+    pub value: usize,
+    /// The concat's node.
+    pub concat: usize,
+    pub axis: usize,
+    pub start: usize,
 }
 
 /// Kernels in an order that runs them (each after the kernels producing its inputs), and their
@@ -116,6 +135,8 @@ pub struct Kernel {
 pub struct Partition {
     pub kernels: Vec<Kernel>,
     pub cost: Cost,
+    /// Concats written in place ([`SegmentWrite`]), in node order: no kernel holds them.
+    pub in_place: Vec<usize>,
 }
 
 impl Partition {
@@ -137,8 +158,13 @@ impl Partition {
 /// topological order; then, unless `fusion.siblings` is off, independent kernels that share
 /// inputs or a domain are merged into multi-output kernels where that is cheaper still.
 /// Typical dags of 10,000 nodes take milliseconds.
+///
+/// Last, concats whose operands all come from fused kernels are written in place where that
+/// is cheaper (see `partition/in_place.rs`): those kernels store each operand into its
+/// segment of the concat's buffer, and the copy or range select of the concat goes away.
 pub fn partition(dag: &Dag, fusion: &FusionRules, profile: &Profile) -> Partition {
-    greedy::partition(dag, fusion, profile)
+    let role: Vec<Role> = dag.nodes.iter().map(|node| fusion.role(&node.op)).collect();
+    in_place::write_in_place(dag, &role, profile, greedy::partition(dag, fusion, profile))
 }
 
 /// The baseline: one kernel per op, every value written to memory and read back. Literals are
@@ -160,7 +186,11 @@ pub fn unfused(dag: &Dag, profile: &Profile) -> Partition {
         })
         .collect();
     let cost = kernels.iter().map(|k| k.cost).sum();
-    Partition { kernels, cost }
+    Partition {
+        kernels,
+        cost,
+        in_place: Vec::new(),
+    }
 }
 
 /// Whether a node is a literal ([`OpDef::is_literal`]: a pointwise op without operands, such
@@ -303,6 +333,24 @@ impl<'a> Facts<'a> {
         domain: Shape,
         inside: impl Fn(usize) -> bool,
     ) -> Kernel {
+        self.kernel_with(profile, nodes, kind, domain, inside, Vec::new(), |_| false)
+    }
+
+    /// [`Facts::kernel`] for a kernel that also stores `segments` into concats written in
+    /// place: those stores are priced as writes, and a use by a concat `in_place` tells is no
+    /// reason to write a value to a buffer of its own (the concat reads nothing: its operands'
+    /// kernels write it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn kernel_with(
+        &self,
+        profile: &Profile,
+        nodes: Vec<usize>,
+        kind: KernelKind,
+        domain: Shape,
+        inside: impl Fn(usize) -> bool,
+        segments: Vec<SegmentWrite>,
+        in_place: impl Fn(usize) -> bool,
+    ) -> Kernel {
         let dag = self.dag;
         let mut inputs: Vec<Value> = Vec::new();
         // Small kernels dedupe by scanning; large ones through a set.
@@ -328,13 +376,15 @@ impl<'a> Facts<'a> {
         }
         let outputs: Vec<Value> = nodes
             .iter()
-            .filter(|&&n| self.written(n, &inside))
+            .filter(|&&n| self.written(n, &|u| inside(u) || in_place(u)))
             .map(|&n| Value::Node(n))
             .collect();
         let bytes: u64 = inputs
             .iter()
             .chain(&outputs)
-            .map(|&v| self.value_bytes(v))
+            .copied()
+            .chain(segments.iter().map(|s| Value::Node(s.value)))
+            .map(|v| self.value_bytes(v))
             .sum();
         let cost = match kind {
             KernelKind::Library => {
@@ -361,6 +411,7 @@ impl<'a> Facts<'a> {
             domain,
             kind,
             cost,
+            segments,
         }
     }
 }
