@@ -20,7 +20,8 @@
 //! store per segment it holds, and keeps the operand's own store only where a graph output
 //! or some other reader needs that buffer; the concat leaves its kernel, whose remaining
 //! nodes read the concat's buffer, and a kernel left empty (a copy) is gone. The form is
-//! taken when its modeled total is lower. Writing in place moves the concat's bytes once
+//! taken when its modeled total is lower and every kernel keeps within `max_kernel_args`
+//! (a segment store is one more argument). Writing in place moves the concat's bytes once
 //! instead of an operand write plus a read and a write of the copy, so it wins wherever the
 //! concat is a copy or is written out by its range select; a range select whose concat never
 //! reaches memory reads exactly the operands' bytes, so there the two tie and the range
@@ -39,6 +40,7 @@ use crate::shape::numel;
 pub(super) fn write_in_place(
     dag: &Dag,
     role: &[Role],
+    max_args: usize,
     profile: &Profile,
     mut partition: Partition,
 ) -> Partition {
@@ -84,7 +86,11 @@ pub(super) fn write_in_place(
             .map(|&k| partition.kernels[k].cost.total_us)
             .sum();
         let after: f64 = rebuilt.iter().flatten().map(|k| k.cost.total_us).sum();
-        if after >= before {
+        // Each segment is one more argument (`max_kernel_args` bounds them all).
+        let too_many = rebuilt.iter().flatten().any(|k| {
+            k.nodes.len() > 1 && k.inputs.len() + k.outputs.len() + k.segments.len() > max_args
+        });
+        if after >= before || too_many {
             in_place[c] = false;
             kernel_of[c] = Some(kc);
             continue;

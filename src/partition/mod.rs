@@ -164,7 +164,8 @@ impl Partition {
 /// segment of the concat's buffer, and the copy or range select of the concat goes away.
 pub fn partition(dag: &Dag, fusion: &FusionRules, profile: &Profile) -> Partition {
     let role: Vec<Role> = dag.nodes.iter().map(|node| fusion.role(&node.op)).collect();
-    in_place::write_in_place(dag, &role, profile, greedy::partition(dag, fusion, profile))
+    let greedy = greedy::partition(dag, fusion, profile);
+    in_place::write_in_place(dag, &role, fusion.max_kernel_args, profile, greedy)
 }
 
 /// The baseline: one kernel per op, every value written to memory and read back. Literals are
