@@ -387,7 +387,12 @@ fn kernel_report(dag: &Dag, kernel: &Kernel) -> KernelReport {
             .segments
             .iter()
             .map(|s| {
-                let len = dag.nodes[s.value].ty.shape.get(s.axis).copied().unwrap_or(0);
+                let len = dag.nodes[s.value]
+                    .ty
+                    .shape
+                    .get(s.axis)
+                    .copied()
+                    .unwrap_or(0);
                 format!(
                     "{} -> {}[{}..{} on axis {}]",
                     dag.nodes[s.value].name,
@@ -402,7 +407,10 @@ fn kernel_report(dag: &Dag, kernel: &Kernel) -> KernelReport {
 }
 
 /// One report per concat that `kernel` writes in place, with how many of its segments.
-fn in_place_reports<'a>(dag: &'a Dag, kernel: &'a Kernel) -> impl Iterator<Item = ConcatReport> + 'a {
+fn in_place_reports<'a>(
+    dag: &'a Dag,
+    kernel: &'a Kernel,
+) -> impl Iterator<Item = ConcatReport> + 'a {
     let mut concats: Vec<usize> = kernel.segments.iter().map(|s| s.concat).collect();
     concats.dedup();
     concats.into_iter().map(move |c| ConcatReport {

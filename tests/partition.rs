@@ -559,7 +559,11 @@ fn hoisted_column_sums_end_the_pointwise_kernel() {
         assert_eq!(main.nodes.len(), 27);
         assert_eq!(main.domain, [256, 1024]);
         assert_eq!(main.outputs.len(), 5, "grad_cx and 4 column sums");
-        assert_eq!(main.segments.len(), 4, "the gate gradients, into grad_gates");
+        assert_eq!(
+            main.segments.len(),
+            4,
+            "the gate gradients, into grad_gates"
+        );
         assert_eq!(p.in_place, [node(&dag, "grad_gates")]);
         assert_eq!(p.kernels[1].kind, KernelKind::Alone);
         let before = partition::partition(&example("lstm_cell_backward"), &fusion, &profile(name));

@@ -188,7 +188,7 @@ impl Program {
                 }
             }
         }
-        Ok(())
+        self.check_writes()
     }
 }
 
