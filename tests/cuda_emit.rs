@@ -2324,7 +2324,10 @@ fn emulated_range_selects_match_the_interpreter() {
 /// 15 of rows of 20), as the lowering emits it, with its launch.
 fn in_place_gate_kernel() -> (KernelIr, Launch) {
     let rules = fusebox::rules::RuleSet::defaults();
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/lstm_cell_backward.ron");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/lstm_cell_backward.ron"
+    );
     let text = std::fs::read_to_string(path)
         .unwrap()
         .replace("[256, 1024]", "[3, 5]")
