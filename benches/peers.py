@@ -83,8 +83,11 @@ def lstm_cell_backward(m, i, f, g, o, cx, cy, grad_hy, grad_cy):
     grad_cellgate = gcy * i * (1.0 - g * g)
     grad_outgate = grad_hy * tanh_cy * (o * (1.0 - o))
     grad_cx = gcy * f
-    grad_bias = m.sum0(m.concat([grad_ingate, grad_forgetgate, grad_cellgate, grad_outgate]))
-    return grad_ingate, grad_forgetgate, grad_cellgate, grad_outgate, grad_cx, grad_bias
+    # PyTorch's _thnn_fused_lstm_cell_backward returns the gate gradients as one [B, 4H]
+    # tensor, which the gate matmuls' backward reads.
+    grad_gates = m.concat([grad_ingate, grad_forgetgate, grad_cellgate, grad_outgate])
+    grad_bias = m.sum0(grad_gates)
+    return grad_gates, grad_cx, grad_bias
 
 
 def lstm_cell_full(m, x, h, cx, W_ih, W_hh, b):
@@ -128,7 +131,7 @@ MATH = {
     "lstm_cell_backward": (
         lstm_cell_backward,
         ["i", "f", "g", "o", "cx", "cy", "grad_hy", "grad_cy"],
-        ["grad_ingate", "grad_forgetgate", "grad_cellgate", "grad_outgate", "grad_cx", "grad_bias"],
+        ["grad_gates", "grad_cx", "grad_bias"],
     ),
 }
 

@@ -175,11 +175,19 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
             micros(k.cost_us)
         );
         let _ = writeln!(out, "     reads  {}", list(&k.inputs));
-        let _ = writeln!(out, "     writes {}", list(&writes[i]));
+        let mut written = writes[i].clone();
+        written.extend(k.writes_in_place.iter().map(|w| format!("{w} (in place)")));
+        let _ = writeln!(out, "     writes {}", list(&written));
         let _ = writeln!(out, "     ops    {}", list(&k.ops));
         for c in &k.concats {
             let how = match c.strategy {
                 "copy" => "copied, one copy per operand".to_string(),
+                "in place" => format!(
+                    "written in place: this kernel stores {} segment(s) into its buffer, \
+                     no kernel copies it (a copy would move {})",
+                    c.segments,
+                    bytes(c.copy_bytes)
+                ),
                 _ => format!(
                     "read in place: {} segments selected by index (a copy would move {})",
                     c.segments,

@@ -157,6 +157,10 @@ pub struct KernelReport {
     /// ranges and copying it. Left out of the JSON when the kernel has none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub concats: Vec<ConcatReport>,
+    /// Values stored straight into their segments of concats written in place, as
+    /// `value -> concat[start..end on axis a]`. Left out of the JSON when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub writes_in_place: Vec<String>,
 }
 
 /// One concat and how it runs.
@@ -165,8 +169,10 @@ pub struct ConcatReport {
     pub node: String,
     /// `range select`: the kernel reads each operand over its segment and picks by index, so
     /// the concatenated value never exists in memory. `copy`: a copy per operand writes it.
+    /// `in place`: the kernels producing its operands store them into its segments, and no
+    /// kernel of its own exists (reported with each kernel that stores segments).
     pub strategy: &'static str,
-    /// Operands with elements (segments the kernel selects among).
+    /// Operands with elements (segments the kernel selects among, or, in place, stores).
     pub segments: usize,
     /// What copying it moves: its operands read and its value written. A range select saves
     /// that traffic and the readers' read of the copy, and pays by evaluating every segment's
@@ -375,8 +381,43 @@ fn kernel_report(dag: &Dag, kernel: &Kernel) -> KernelReport {
             .iter()
             .filter(|&&n| dag.nodes[n].op.builtin() == Some(Builtin::Concat))
             .map(|&n| concat_report(dag, kernel.kind, n))
+            .chain(in_place_reports(dag, kernel))
+            .collect(),
+        writes_in_place: kernel
+            .segments
+            .iter()
+            .map(|s| {
+                let len = dag.nodes[s.value]
+                    .ty
+                    .shape
+                    .get(s.axis)
+                    .copied()
+                    .unwrap_or(0);
+                format!(
+                    "{} -> {}[{}..{} on axis {}]",
+                    dag.nodes[s.value].name,
+                    dag.nodes[s.concat].name,
+                    s.start,
+                    s.start + len,
+                    s.axis
+                )
+            })
             .collect(),
     }
+}
+
+/// One report per concat that `kernel` writes in place, with how many of its segments.
+fn in_place_reports<'a>(
+    dag: &'a Dag,
+    kernel: &'a Kernel,
+) -> impl Iterator<Item = ConcatReport> + 'a {
+    let mut concats: Vec<usize> = kernel.segments.iter().map(|s| s.concat).collect();
+    concats.dedup();
+    concats.into_iter().map(move |c| ConcatReport {
+        strategy: "in place",
+        segments: kernel.segments.iter().filter(|s| s.concat == c).count(),
+        ..concat_report(dag, kernel.kind, c)
+    })
 }
 
 fn concat_report(dag: &Dag, kind: KernelKind, n: usize) -> ConcatReport {

@@ -22,8 +22,7 @@ use std::sync::{Arc, OnceLock};
 use Axis::{Broadcast as B, Strided as S, Unit as U};
 
 #[allow(dead_code)]
-#[path = "common/map_positions.rs"]
-mod map_positions;
+use crate::common::map_positions;
 
 // ---------------------------------------------------------------------------------------------
 // Harness.

@@ -180,7 +180,7 @@ fn example_output_types_are_as_documented() {
     let expect: [(&str, &str, &[usize]); 17] = [
         ("lstm_cell", "hy", &[1024, 4096]),
         ("lstm_cell", "cy", &[1024, 4096]),
-        ("lstm_cell_backward", "grad_ingate", &[256, 1024]),
+        ("lstm_cell_backward", "grad_gates", &[256, 4096]),
         ("lstm_cell_backward", "grad_cx", &[256, 1024]),
         ("lstm_cell_backward", "grad_bias", &[4096]),
         ("gru_residual", "h_next", &[512, 1024]),
@@ -448,6 +448,19 @@ fn lstm_saved_inputs(graph: &Graph, seed: u64) -> Tensors {
     inputs
 }
 
+/// The four gate gradients as outputs of their own beside grad_gates (the example returns
+/// them only concatenated, as PyTorch does), to compare each with its formula.
+fn with_gate_outputs(graph: &mut fusebox::graph::Graph) {
+    for name in [
+        "grad_ingate",
+        "grad_forgetgate",
+        "grad_cellgate",
+        "grad_outgate",
+    ] {
+        graph.outputs.push(name.to_string());
+    }
+}
+
 #[test]
 fn lstm_cell_backward_computes_the_derivative_formulas() {
     let catalogue = Catalogue::defaults();
@@ -455,10 +468,28 @@ fn lstm_cell_backward_computes_the_derivative_formulas() {
     let (batch, hidden) = (9, 16);
     resize(&mut graph, &[batch, hidden], None);
     set_ints(&mut graph, "grad_bias", "shape", vec![4 * hidden as i64]);
+    with_gate_outputs(&mut graph);
     let inputs = lstm_saved_inputs(&graph, 12);
     let out = run_graph(&graph, &catalogue, &inputs);
     let want = lstm_backward_f64(&inputs, batch, hidden);
     let shape = [batch, hidden];
+    // grad_gates is the four gate gradients side by side, gate k in columns k·H..(k+1)·H.
+    let gates = out["grad_gates"].values();
+    for (k, name) in [
+        "grad_ingate",
+        "grad_forgetgate",
+        "grad_cellgate",
+        "grad_outgate",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let own = out[name].values();
+        for r in 0..batch {
+            let row = &gates[r * 4 * hidden + k * hidden..r * 4 * hidden + (k + 1) * hidden];
+            assert_eq!(row, &own[r * hidden..(r + 1) * hidden], "{name} row {r}");
+        }
+    }
     assert_close("grad_ingate", &out["grad_ingate"], &shape, &want.ingate);
     assert_close(
         "grad_forgetgate",
@@ -488,6 +519,7 @@ fn lstm_cell_backward_matches_finite_differences_of_the_forward() {
     let mut forward = load_example("lstm_cell", &catalogue);
     resize(&mut forward, &[batch, hidden], Some(DType::F64));
     let mut backward = load_example("lstm_cell_backward", &catalogue);
+    with_gate_outputs(&mut backward);
     resize(&mut backward, &[batch, hidden], Some(DType::F64));
     set_ints(&mut backward, "grad_bias", "shape", vec![4 * hidden as i64]);
     check(&forward, &catalogue).unwrap();

@@ -21,7 +21,7 @@ use super::ir::{
     Axis, Instr, KernelIr, Launch, MapStage, Prec, ReduceKind, Reduction, RowArithmetic, Store,
     ValueId, View,
 };
-use super::view::{broadcast_view, domain_of, mapped_view};
+use super::view::{broadcast_view, contiguous_strides, domain_of, mapped_view, strided_view};
 use super::{Lowered, lower_error};
 use crate::dag::{Dag, Value};
 use crate::dtype::{Category, DType};
@@ -29,6 +29,7 @@ use crate::error::Result;
 use crate::eval::pointwise::{common_dtype, computes_in_integers, converts};
 use crate::formula::Expr;
 use crate::graph::check::{BuiltinPlan, plan_builtin};
+use crate::partition::SegmentWrite;
 use crate::rules::{Builtin, OpKind};
 use crate::shape::IndexMap;
 use std::collections::{HashMap, HashSet};
@@ -609,12 +610,14 @@ impl Builder<'_> {
 }
 
 /// Lowers the fused kernel made of `nodes` (topological order) over `domain`, writing
-/// `outputs`.
+/// `outputs`, and storing each of `segments` into its concat's buffer (a concat written in
+/// place: the store's view is the concat's strides from the segment's start on).
 pub(super) fn lower_fused(
     dag: &Dag,
     nodes: &[usize],
     domain: &[usize],
     outputs: &[Value],
+    segments: &[SegmentWrite],
 ) -> Result<Lowered> {
     let domain = domain_of(domain);
     let rank = domain.len();
@@ -654,6 +657,7 @@ pub(super) fn lower_fused(
             Value::Input(_) => None,
         })
         .chain(nodes.iter().copied().filter(|&n| is_reduction(n)))
+        .chain(segments.iter().map(|s| s.value))
         .collect();
     for &n in nodes.iter().rev() {
         if whole.contains(&n) && !b.is_concat(n) {
@@ -734,6 +738,25 @@ pub(super) fn lower_fused(
         };
         b.ir.stores.push(Store { value, view });
         store_args.push((out, strides, 0, Vec::new()));
+    }
+    for s in segments {
+        let out = Value::Node(s.value);
+        let (value, dtype) = match b.values.get(&(out, 0)) {
+            Some(&v) => v,
+            None if b.members.contains(&s.value) => b.value(out, 0)?,
+            None => return Err(b.shape_error(out)),
+        };
+        let whole = &dag.nodes[s.concat].ty.shape;
+        let own = contiguous_strides(whole);
+        let part = &dag.ty(out).shape;
+        let fits = part.len() == whole.len() && s.axis < whole.len();
+        let Some((view, strides)) = strided_view(dtype, part, &own, &domain).filter(|_| fits)
+        else {
+            return Err(b.shape_error(out));
+        };
+        b.ir.stores.push(Store { value, view });
+        let offset = s.start as i64 * own[s.axis];
+        store_args.push((Value::Node(s.concat), strides, offset, Vec::new()));
     }
     let mut args = Vec::new();
     let mut strides = Vec::new();

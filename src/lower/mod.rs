@@ -68,6 +68,7 @@ impl Program {
 
     /// Every view of every launch stays inside its buffer. Backends check this before running
     /// anything, so a wrong launch is an error rather than a stray write from generated code.
+    /// Values written piece by piece are written whole and once ([`Program::check_writes`]).
     /// It also refuses a value larger than the reference evaluator materializes
     /// ([`crate::eval::MAX_ELEMENTS`]) before any buffer is allocated for it: an allocation
     /// that large would abort the process or be killed on first touch, not fail cleanly.
@@ -187,7 +188,7 @@ impl Program {
                 }
             }
         }
-        Ok(())
+        self.check_writes()
     }
 }
 
@@ -336,7 +337,7 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
     for (n, &needed) in needs_buffer.iter().enumerate() {
         if needed && dag.nodes[n].op.is_literal() {
             let shape = dag.nodes[n].ty.shape.clone();
-            let lowered = fused::lower_fused(dag, &[n], &shape, &[Value::Node(n)])?;
+            let lowered = fused::lower_fused(dag, &[n], &shape, &[Value::Node(n)], &[])?;
             let group = program.groups;
             push(&mut program, group, lowered);
         }
@@ -368,7 +369,13 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
                 push(&mut program, group, piece);
             }
         } else {
-            let lowered = fused::lower_fused(dag, &kernel.nodes, &kernel.domain, &kernel.outputs)?;
+            let lowered = fused::lower_fused(
+                dag,
+                &kernel.nodes,
+                &kernel.domain,
+                &kernel.outputs,
+                &kernel.segments,
+            )?;
             push(&mut program, group, lowered);
         }
     }

@@ -310,6 +310,141 @@ impl KernelIr {
     }
 }
 
+/// The part of a value's buffer one write reaches: per axis of the value, the first index
+/// and how many.
+type Block = Vec<(usize, usize)>;
+
+impl super::Program {
+    /// Values written by several writes (several stores of one step or of several steps: a
+    /// concat copied piece by piece, or written in place by its operands' kernels) are written
+    /// exactly once each: every write reaches a block of the value's buffer, the blocks are
+    /// disjoint, and together they hold every element. A buffer with an element no write
+    /// reaches would be read as stale memory from a reused slot, and one written twice could
+    /// race on a GPU; neither shows up in a bounds check. Values written once are whole by
+    /// construction and are not checked here. Called by [`super::Program::check_bounds`].
+    pub fn check_writes(&self) -> crate::error::Result<()> {
+        use crate::dag::Value;
+        use crate::error::{Error, ErrorKind, Site};
+        let dag = &self.dag;
+        let mut writes: Vec<Vec<Option<Block>>> = vec![Vec::new(); dag.nodes.len()];
+        for step in &self.steps {
+            match step {
+                super::Step::MatMul(m) => {
+                    if let Value::Node(n) = m.out {
+                        let shape = &dag.nodes[n].ty.shape;
+                        writes[n].push(Some(shape.iter().map(|&s| (0, s)).collect()));
+                    }
+                }
+                super::Step::Kernel(k) => {
+                    let Some(ir) = self.kernels.get(k.kernel) else {
+                        continue;
+                    };
+                    if k.launch.sizes.contains(&0) {
+                        continue;
+                    }
+                    for a in ir.loads.len()..ir.arg_count().min(k.args.len()) {
+                        let Value::Node(n) = k.args[a] else { continue };
+                        let (Some(strides), Some(&offset)) =
+                            (k.launch.strides.get(a), k.launch.offsets.get(a))
+                        else {
+                            continue;
+                        };
+                        let shape = &dag.nodes[n].ty.shape;
+                        writes[n].push(block(shape, &k.launch.sizes, strides, offset));
+                    }
+                }
+            }
+        }
+        for (n, blocks) in writes.iter().enumerate() {
+            if blocks.len() < 2 {
+                continue;
+            }
+            let shape = &dag.nodes[n].ty.shape;
+            let error = |what: String| {
+                Err(Error::new(
+                    Site::node(&dag.nodes[n].name),
+                    ErrorKind::Lower(format!("the writes of {shape:?} {what}")),
+                ))
+            };
+            let Some(blocks) = blocks.iter().cloned().collect::<Option<Vec<Block>>>() else {
+                return error("include one that is no block of the buffer".into());
+            };
+            let blocks: Vec<Block> = blocks
+                .into_iter()
+                .filter(|b| b.iter().all(|&(_, len)| len > 0))
+                .collect();
+            for (i, a) in blocks.iter().enumerate() {
+                for b in &blocks[i + 1..] {
+                    let overlap = a
+                        .iter()
+                        .zip(b)
+                        .all(|(&(a0, al), &(b0, bl))| a0 < b0 + bl && b0 < a0 + al);
+                    if overlap {
+                        return error(format!("overlap: {a:?} and {b:?} (first, count per axis)"));
+                    }
+                }
+            }
+            let held: usize = blocks
+                .iter()
+                .map(|b| b.iter().map(|&(_, len)| len).product::<usize>())
+                .sum();
+            if held != crate::shape::numel(shape) {
+                return error(format!("hold {held} of its elements"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The block of a contiguous buffer of `shape` that a view over a domain of `sizes` (none
+/// 0) with `strides` from `offset` reaches, or `None` when it reaches no block: each domain
+/// axis that moves must step along one axis of the value by a whole number of its elements,
+/// the steps along each value axis must fill a range without gaps (a loop axis split by the
+/// lowering's refinement gives two steps along one value axis), and the range must stay inside
+/// that axis. A broadcast axis of a store writes its index 0 only, so it reaches one element.
+fn block(shape: &[usize], sizes: &[i64], strides: &[i64], offset: i64) -> Option<Block> {
+    let own = super::view::contiguous_strides(shape);
+    let numel = crate::shape::numel(shape) as i64;
+    if offset < 0 || offset >= numel.max(1) {
+        return None;
+    }
+    // Per value axis: (step in its elements, count) of each domain axis moving along it.
+    let mut steps: Vec<Vec<(i64, i64)>> = vec![Vec::new(); shape.len()];
+    for (&n, &s) in sizes.iter().zip(strides) {
+        if n <= 1 || s == 0 {
+            continue;
+        }
+        let j = (0..shape.len())
+            .find(|&j| shape[j] > 1 && own[j] <= s && s < own[j] * shape[j] as i64)?;
+        if s % own[j] != 0 {
+            return None;
+        }
+        steps[j].push((s / own[j], n));
+    }
+    let mut block = Vec::with_capacity(shape.len());
+    for (j, mut axis) in steps.into_iter().enumerate() {
+        let first = offset / own[j] % (shape[j].max(1) as i64);
+        axis.sort_unstable();
+        let mut len = 1i64;
+        for (step, n) in axis {
+            if step != len {
+                return None;
+            }
+            len = len.checked_mul(n)?;
+        }
+        if first + len > shape[j] as i64 {
+            return None;
+        }
+        block.push((first as usize, len as usize));
+    }
+    let start: i64 = block
+        .iter()
+        .zip(&own)
+        .map(|(&(f, _), &s)| f as i64 * s)
+        .sum();
+    (start == offset).then_some(block)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1247,6 +1247,7 @@ impl Builder<'_> {
             kernels,
             cost,
             row_arithmetic: RowArithmetic::default(),
+            in_place: Vec::new(),
         }
     }
 }

@@ -16,6 +16,7 @@
 //! uses it, is never a kernel, never a kernel argument and moves no bytes.
 
 mod greedy;
+mod in_place;
 
 use crate::dag::{Dag, DagNode, Value};
 use crate::rules::{Builtin, FusionRules, OpKind, Profile, Role, RowArithmetic};
@@ -108,6 +109,28 @@ pub struct Kernel {
     pub domain: Shape,
     pub kind: KernelKind,
     pub cost: Cost,
+    /// The bytes its reads move beyond the values' own (lines of strided or gathered views
+    /// touched but not used), priced as time in `cost`; kept so that a kernel rebuilt with
+    /// other outputs (a concat written in place) is priced with the same reads.
+    pub read_extra: f64,
+    /// Values of this kernel stored straight into their segments of concats written in place
+    /// (in node order): each is written there as well as, or instead of, to a buffer of its
+    /// own (it is in `outputs` only if a graph output or a reader other than such a concat
+    /// needs that buffer).
+    pub segments: Vec<SegmentWrite>,
+}
+
+/// A value stored into its segment of a concat written in place: the concat's buffer along
+/// `axis`, from index `start` on, holds it. The concat itself is then no kernel: the kernels
+/// producing its operands write it together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentWrite {
+    /// The operand's node (a member of the writing kernel).
+    pub value: usize,
+    /// The concat's node.
+    pub concat: usize,
+    pub axis: usize,
+    pub start: usize,
 }
 
 /// Kernels in an order that runs them (each after the kernels producing its inputs), and their
@@ -120,6 +143,8 @@ pub struct Partition {
     /// `row_arithmetic`), carried to the lowering with the kernels it applies to, so that the
     /// kernels that run are the ones the rules asked for.
     pub row_arithmetic: RowArithmetic,
+    /// Concats written in place ([`SegmentWrite`]), in node order: no kernel holds them.
+    pub in_place: Vec<usize>,
 }
 
 impl Partition {
@@ -141,10 +166,16 @@ impl Partition {
 /// topological order; then, unless `fusion.siblings` is off, independent kernels that share
 /// inputs or a domain are merged into multi-output kernels where that is cheaper still.
 /// Typical dags of 10,000 nodes take milliseconds.
+///
+/// Last, concats whose operands all come from fused kernels are written in place where that
+/// is cheaper (see `partition/in_place.rs`): those kernels store each operand into its
+/// segment of the concat's buffer, and the copy or range select of the concat goes away.
 pub fn partition(dag: &Dag, fusion: &FusionRules, profile: &Profile) -> Partition {
+    let role: Vec<Role> = dag.nodes.iter().map(|node| fusion.role(&node.op)).collect();
+    let greedy = greedy::partition(dag, fusion, profile);
     Partition {
         row_arithmetic: fusion.row_arithmetic,
-        ..greedy::partition(dag, fusion, profile)
+        ..in_place::write_in_place(dag, &role, fusion.max_kernel_args, profile, greedy)
     }
 }
 
@@ -178,6 +209,7 @@ pub fn unfused(dag: &Dag, profile: &Profile) -> Partition {
         kernels,
         cost,
         row_arithmetic: RowArithmetic::default(),
+        in_place: Vec::new(),
     }
 }
 
@@ -356,6 +388,34 @@ impl<'a> Facts<'a> {
         read_extra: f64,
         inside: impl Fn(usize) -> bool,
     ) -> Kernel {
+        self.kernel_with(
+            profile,
+            nodes,
+            kind,
+            domain,
+            read_extra,
+            inside,
+            Vec::new(),
+            |_| false,
+        )
+    }
+
+    /// [`Facts::kernel`] for a kernel that also stores `segments` into concats written in
+    /// place: those stores are priced as writes, and a use by a concat `in_place` tells is no
+    /// reason to write a value to a buffer of its own (the concat reads nothing: its operands'
+    /// kernels write it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn kernel_with(
+        &self,
+        profile: &Profile,
+        nodes: Vec<usize>,
+        kind: KernelKind,
+        domain: Shape,
+        read_extra: f64,
+        inside: impl Fn(usize) -> bool,
+        segments: Vec<SegmentWrite>,
+        in_place: impl Fn(usize) -> bool,
+    ) -> Kernel {
         let dag = self.dag;
         let mut inputs: Vec<Value> = Vec::new();
         // Small kernels dedupe by scanning; large ones through a set.
@@ -381,13 +441,15 @@ impl<'a> Facts<'a> {
         }
         let outputs: Vec<Value> = nodes
             .iter()
-            .filter(|&&n| self.written(n, &inside))
+            .filter(|&&n| self.written(n, &|u| inside(u) || in_place(u)))
             .map(|&n| Value::Node(n))
             .collect();
         let bytes: u64 = inputs
             .iter()
             .chain(&outputs)
-            .map(|&v| self.value_bytes(v))
+            .copied()
+            .chain(segments.iter().map(|s| Value::Node(s.value)))
+            .map(|v| self.value_bytes(v))
             .sum();
         let cost = match kind {
             KernelKind::Library => {
@@ -420,6 +482,8 @@ impl<'a> Facts<'a> {
             domain,
             kind,
             cost,
+            read_extra,
+            segments,
         }
     }
 }

@@ -539,25 +539,31 @@ pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, 
         match step {
             Step::Kernel(k) => {
                 let ir = &program.kernels[k.kernel];
-                let mut owned: Vec<Buffer> = k
-                    .args
-                    .iter()
-                    .enumerate()
-                    .map(|(a, &v)| {
-                        if a < ir.loads.len() {
-                            values
-                                .get(&v)
-                                .cloned()
-                                .ok_or_else(|| "load before store".to_string())
-                        } else {
-                            values.remove(&v).map_or_else(|| fresh(v), Ok)
-                        }
-                    })
-                    .collect::<Result<_, _>>()?;
+                let loads = ir.loads.len();
+                // A value several arguments write (a concat written in place by stores of one
+                // kernel, into disjoint segments) gives each of them a copy; the first holds
+                // the result once each later one has handed back the elements it reaches.
+                let first_of = |a: usize| k.args[loads..a].iter().position(|&w| w == k.args[a]);
+                let mut owned: Vec<Buffer> = Vec::with_capacity(k.args.len());
+                for (a, &v) in k.args.iter().enumerate() {
+                    owned.push(if a < loads {
+                        values.get(&v).cloned().ok_or("load before store")?
+                    } else if let Some(f) = first_of(a) {
+                        owned[loads + f].clone()
+                    } else {
+                        values.remove(&v).map_or_else(|| fresh(v), Ok)?
+                    });
+                }
                 let mut refs: Vec<&mut Buffer> = owned.iter_mut().collect();
                 run(ir, &k.launch, &mut refs);
+                for a in (loads..k.args.len()).rev() {
+                    if let Some(f) = first_of(a) {
+                        let copy = owned[a].clone();
+                        hand_back(ir, &k.launch, a, &copy, &mut owned[loads + f]);
+                    }
+                }
                 for (a, (v, b)) in k.args.iter().zip(owned).enumerate() {
-                    if a >= ir.loads.len() {
+                    if a >= loads && first_of(a).is_none() {
                         values.insert(*v, b);
                     }
                 }
@@ -580,6 +586,32 @@ pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, 
                 .ok_or_else(|| format!("output `{}` was never written", o.name))
         })
         .collect()
+}
+
+/// Copies into `to` every element of `from` that argument `arg`'s view reaches over the
+/// launch's domain (bytes as they are: the buffers share a dtype).
+fn hand_back(ir: &KernelIr, launch: &Launch, arg: usize, from: &Buffer, to: &mut Buffer) {
+    let sizes: Vec<usize> = launch.sizes.iter().map(|&s| s.max(0) as usize).collect();
+    let total: usize = sizes.iter().product();
+    let width = ir.views().nth(arg).map_or(1, |v| v.dtype.size_bytes());
+    let len = from.byte_len().min(to.byte_len());
+    let mut coord = vec![0usize; sizes.len()];
+    for _ in 0..total {
+        let at = element_index(launch, arg, &coord) * width;
+        if at + width <= len {
+            // SAFETY: both buffers hold at least `at + width` bytes, and they are distinct.
+            unsafe {
+                std::ptr::copy_nonoverlapping(from.as_ptr().add(at), to.as_mut_ptr().add(at), width)
+            };
+        }
+        for d in (0..coord.len()).rev() {
+            coord[d] += 1;
+            if coord[d] < sizes[d] {
+                break;
+            }
+            coord[d] = 0;
+        }
+    }
 }
 
 /// The element of argument `arg` at domain point `coord`: its offset plus the strided

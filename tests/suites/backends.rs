@@ -5,6 +5,12 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+#[path = "../book.rs"]
+mod book;
+#[path = "../concat.rs"]
+mod concat;
+#[path = "../concat_in_place.rs"]
+mod concat_in_place;
 #[path = "../cpu_backend.rs"]
 mod cpu_backend;
 #[path = "../cpu_cli.rs"]
@@ -17,21 +23,17 @@ mod cpu_emit;
 mod cuda_compile;
 #[path = "../cuda_emit.rs"]
 mod cuda_emit;
-#[path = "../concat.rs"]
-mod concat;
+#[path = "../examples.rs"]
+mod examples;
 #[path = "../index_maps.rs"]
 mod index_maps;
-#[path = "../rows.rs"]
-mod rows;
 #[path = "../integers.rs"]
 mod integers;
 #[path = "../lower.rs"]
 mod lower;
-#[path = "../examples.rs"]
-mod examples;
 #[path = "../numpy_interop.rs"]
 mod numpy_interop;
-#[path = "../book.rs"]
-mod book;
 #[path = "../partition.rs"]
 mod partition;
+#[path = "../rows.rs"]
+mod rows;
