@@ -2381,13 +2381,13 @@ fn map_positions_divide_exactly_by_reciprocals_up_to_the_cap() {
     assert!(corrected > 0, "no position needed the correction");
 }
 
-/// Softmax's CUDA row kernel evaluates `exp` once per element on every path that holds the
-/// row on chip (the sum pass keeps `exp(x - max)` in registers or over the row in shared
-/// memory, and the normalize pass reads it back), sums in f32 partials joined in f64, and
+/// Softmax's CUDA row kernel evaluates `exp` once per element on the shared-memory path (the
+/// sum pass keeps `exp(x - max)` over the row in shared memory, and the normalize pass reads
+/// it back) and again in the last pass on the others, sums in f32 partials joined in f64, and
 /// multiplies by the row's reciprocal instead of dividing, with the division kept only for
 /// a divisor outside the normal range.
 #[test]
-fn cuda_softmax_evaluates_exp_once_and_multiplies_by_the_reciprocal() {
+fn cuda_softmax_keeps_exp_in_shared_memory_and_multiplies_by_the_reciprocal() {
     let program = lowered(&row_graphs::softmax(DType::F32, &[8, 100]));
     let ir = &program.kernels[0];
     assert_eq!(ir.row_kept().len(), 1, "exp(x - max) is kept");
@@ -2407,8 +2407,10 @@ fn cuda_softmax_evaluates_exp_once_and_multiplies_by_the_reciprocal() {
         let end = at.get(i + 1).copied().unwrap_or(body.len());
         let text = &body[at[i]..end];
         let exps = text.matches("expf(").count();
-        // Re-reading has nowhere to keep it: the sum pass, its f64 redo and the last pass.
-        let want = if i == 3 { 3 } else { 1 };
+        // Only the shared path keeps it (over `x`); the register paths (where a kept array
+        // costs occupancy) and re-reading evaluate it in the sum pass, its f64 redo and the
+        // last pass.
+        let want = if i == 2 { 1 } else { 3 };
         assert_eq!(exps, want, "{path}:\n{text}");
         assert!(text.contains("= __fadd_rn(f"), "{path}: f32 partial sums");
         assert!(
@@ -2428,7 +2430,7 @@ fn cuda_softmax_evaluates_exp_once_and_multiplies_by_the_reciprocal() {
 
 /// Under `row_arithmetic: Exact` the CUDA row kernel takes neither freedom: softmax adds its
 /// sum in `double` and divides at every element (no f32 partials, no reciprocal), while it
-/// still evaluates `exp` once on the on-chip paths (keeping a value changes no bits); the
+/// still evaluates `exp` once on the shared path (keeping a value changes no bits); the
 /// text differs from the relaxed one, so the two never share a compiled module.
 #[test]
 fn cuda_exact_row_arithmetic_sums_in_double_and_divides() {
@@ -2454,8 +2456,19 @@ fn cuda_exact_row_arithmetic_sums_in_double_and_divides() {
         .expect("paths")];
     assert_eq!(
         vector.matches("expf(").count(),
+        2,
+        "the register paths evaluate exp in the sum pass and the last"
+    );
+    let shared = &body[body
+        .find("the row in shared memory after its first reading")
+        .expect("paths")
+        ..body
+            .find("every pass reads the row from global memory")
+            .expect("paths")];
+    assert_eq!(
+        shared.matches("expf(").count(),
         1,
-        "exp kept under Exact too"
+        "exp kept over the row in shared memory under Exact too"
     );
     let options = EmitOptions::default();
     let Some(emulated) = emulate(&ir, &options) else {
