@@ -567,7 +567,40 @@ fn hoisted_column_sums_end_the_pointwise_kernel() {
         assert_eq!(p.in_place, [node(&dag, "grad_gates")]);
         assert_eq!(p.kernels[1].kind, KernelKind::Alone);
         let before = partition::partition(&example("lstm_cell_backward"), &fusion, &profile(name));
-        assert!(p.cost.total_us < before.cost.total_us);
+        // The hoisted sums save the 4 MiB that reading grad_gates back costs, and cost a copy
+        // of grad_bias in one launch per operand (four): on the CPU the bytes weigh more; on
+        // the H200 profile, where a launch costs as much as moving 4 MiB, the launches do (its
+        // measured times agree: 0.036 ms hoisted, 0.014-0.020 ms not; see the book).
+        if name == "cpu" {
+            assert!(p.cost.total_us < before.cost.total_us, "{name}");
+        } else {
+            assert!(p.cost.total_us > before.cost.total_us, "{name}");
+        }
+    }
+}
+
+/// A concat copied on its own runs one launch per operand (`lower::layout` copies each into
+/// its segment, an empty one too), and is priced so, unfused and fused alike: on a GPU the
+/// launches of a few small pieces outweigh their bytes.
+#[test]
+fn a_concat_copy_pays_one_launch_per_operand() {
+    let dag = dag(r#"Graph(name: "cat",
+        inputs: [Input(name: "a", dtype: "f32", shape: [4]),
+                 Input(name: "b", dtype: "f32", shape: [4]),
+                 Input(name: "c", dtype: "f32", shape: [0])],
+        nodes: [Node(name: "y", op: "concat", args: ["a", "b", "c"], attrs: {"axis": 0})],
+        outputs: ["y"])"#);
+    let fusion = FusionRules::defaults();
+    for profile in [toy(), profile("h200"), profile("cpu")] {
+        let unfused = partition::unfused(&dag, &profile);
+        let fused = partition::partition(&dag, &fusion, &profile);
+        check_invariants(&dag, &fused, &fusion);
+        for p in [&unfused, &fused] {
+            assert_eq!(p.kernels.len(), 1);
+            assert_eq!(p.kernels[0].kind, KernelKind::Alone);
+            assert_close!(p.cost.launch_us, 3.0 * profile.launch_us);
+        }
+        assert_close!(fused.cost.total_us, unfused.cost.total_us);
     }
 }
 

@@ -934,13 +934,15 @@ impl Builder<'_> {
                 self.facts.library_flops[n],
                 self.profile.matmul_rate(node.ty.dtype),
             ),
+            // Alone, a concat is a copy kernel of one launch per operand.
             _ => price(
                 self.profile,
                 in_bytes + out_bytes,
                 self.facts.copy_read_extra(self.profile, n),
                 per_element * numel(domain) as f64,
                 self.profile.pointwise_gflops,
-            ),
+            )
+            .with_launches(self.facts.alone_launches(n), self.profile),
         }
         .total_us;
         (in_bytes, out_bytes, total_us)

@@ -375,6 +375,18 @@ impl<'a> Facts<'a> {
             * self.node_bytes[n] as f64
     }
 
+    /// How many launches node `n` takes as a kernel of its own: a concat is copied one
+    /// operand per launch (see `lower::layout`), which matters where launches are dear (on a
+    /// GPU four 8 KiB copies cost four launches, not one); any other node is one launch.
+    pub fn alone_launches(&self, n: usize) -> usize {
+        let node = &self.dag.nodes[n];
+        if node.op.builtin() == Some(Builtin::Concat) {
+            node.args.len().max(1)
+        } else {
+            1
+        }
+    }
+
     /// Builds and prices a kernel from scratch. `inside` tells which nodes belong to it;
     /// `read_extra` is the bytes its reads move beyond the values' own (strided or gathered
     /// views, see [`Reads`](crate::rules::Reads)), priced at the profile's bandwidth but not
@@ -475,6 +487,10 @@ impl<'a> Facts<'a> {
                 price(profile, bytes, read_extra, flops, profile.pointwise_gflops)
             }
         };
+        let cost = match (kind, nodes.as_slice()) {
+            (KernelKind::Alone, &[n]) => cost.with_launches(self.alone_launches(n), profile),
+            _ => cost,
+        };
         Kernel {
             nodes,
             inputs,
@@ -491,6 +507,18 @@ impl<'a> Facts<'a> {
 /// The cost of one kernel that moves `bytes` and does `flops` at `gflops`, its reads moving
 /// `read_extra` bytes more (lines touched but not used: strided or gathered views). The extra
 /// is time, not traffic a report counts: `bytes` stays the values' bytes.
+impl Cost {
+    /// This cost for a kernel that takes `launches` launches instead of one.
+    pub(crate) fn with_launches(self, launches: usize, profile: &Profile) -> Cost {
+        let extra = launches.saturating_sub(1) as f64 * profile.launch_us;
+        Cost {
+            launch_us: self.launch_us + extra,
+            total_us: self.total_us + extra,
+            ..self
+        }
+    }
+}
+
 pub(crate) fn price(
     profile: &Profile,
     bytes: u64,

@@ -1,8 +1,8 @@
-/* fbc_070b22b68e7246bf: rank 2, row kernel: 3 passes over each row, one block per row
+/* fbc_d14025bb002796a5: rank 2, row kernel: 3 passes over each row, one block per row
    p0: load f32 [strided, unit]
    p1: store f32 [strided, unit]
 */
-struct fbc_070b22b68e7246bf_params {
+struct fbc_d14025bb002796a5_params {
     const float *p0;
     float *p1;
     long long n[2];
@@ -12,7 +12,7 @@ struct fbc_070b22b68e7246bf_params {
 };
 
 template <typename I, typename U>
-__device__ __forceinline__ void fbc_070b22b68e7246bf_body(const fbc_070b22b68e7246bf_params &p) {
+__device__ __forceinline__ void fbc_d14025bb002796a5_body(const fbc_d14025bb002796a5_params &p) {
     const I n0 = (I)p.n[0];
     const I n1 = (I)p.n[1];
     const I o0 = (I)p.o[0];
@@ -39,7 +39,6 @@ __device__ __forceinline__ void fbc_070b22b68e7246bf_body(const fbc_070b22b68e72
                     fbc_vload(c0[g], p.p0 + rb0 + j0);
                 }
             }
-            float k3[4][4];
             float m1 = (-__int_as_float(0x7f800000));
             #pragma unroll
             for (int g = 0; g < 4; ++g) {
@@ -66,7 +65,6 @@ __device__ __forceinline__ void fbc_070b22b68e7246bf_body(const fbc_070b22b68e72
                         const float v1 = r1;
                         const float v2 = __fsub_rn(v0, v1);
                         const float v3 = expf(v2);
-                        k3[g][l] = v3;
                         f4 = __fadd_rn(f4, v3);
                     }
                 }
@@ -82,7 +80,10 @@ __device__ __forceinline__ void fbc_070b22b68e7246bf_body(const fbc_070b22b68e72
                     if (j0 < n1) {
                         #pragma unroll
                         for (int l = 0; l < 4; ++l) {
-                            const float v3 = k3[g][l];
+                            const float v0 = c0[g][l];
+                            const float v1 = r1;
+                            const float v2 = __fsub_rn(v0, v1);
+                            const float v3 = expf(v2);
                             a4 = fbc_sum2(a4, (double)v3);
                         }
                     }
@@ -104,7 +105,10 @@ __device__ __forceinline__ void fbc_070b22b68e7246bf_body(const fbc_070b22b68e72
                     float y0[4];
                     #pragma unroll
                     for (int l = 0; l < 4; ++l) {
-                        const float v3 = k3[g][l];
+                        const float v0 = c0[g][l];
+                        const float v1 = r1;
+                        const float v2 = __fsub_rn(v0, v1);
+                        const float v3 = expf(v2);
                         const float v4 = r4;
                         const float v5 = rk5 ? __fmul_rn(v3, rc5) : __fdiv_rn(v3, v4);
                         y0[l] = v5;
@@ -123,7 +127,6 @@ __device__ __forceinline__ void fbc_070b22b68e7246bf_body(const fbc_070b22b68e72
                     c0[s / 4][s % 4] = p.p0[rb0 + i1];
                 }
             }
-            float k3[4][4];
             float m1 = (-__int_as_float(0x7f800000));
             #pragma unroll
             for (int s = 0; s < 16; ++s) {
@@ -145,7 +148,6 @@ __device__ __forceinline__ void fbc_070b22b68e7246bf_body(const fbc_070b22b68e72
                     const float v1 = r1;
                     const float v2 = __fsub_rn(v0, v1);
                     const float v3 = expf(v2);
-                    k3[s / 4][s % 4] = v3;
                     f4 = __fadd_rn(f4, v3);
                 }
             }
@@ -158,7 +160,10 @@ __device__ __forceinline__ void fbc_070b22b68e7246bf_body(const fbc_070b22b68e72
                 for (int s = 0; s < 16; ++s) {
                     const I i1 = (I)s * (I)threads + tid;
                     if (i1 < n1) {
-                        const float v3 = k3[s / 4][s % 4];
+                        const float v0 = c0[s / 4][s % 4];
+                        const float v1 = r1;
+                        const float v2 = __fsub_rn(v0, v1);
+                        const float v3 = expf(v2);
                         a4 = fbc_sum2(a4, (double)v3);
                     }
                 }
@@ -177,7 +182,10 @@ __device__ __forceinline__ void fbc_070b22b68e7246bf_body(const fbc_070b22b68e72
                 const I i1 = (I)s * (I)threads + tid;
                 if (i1 < n1) {
                     const I b1 = rb1 + i1;
-                    const float v3 = k3[s / 4][s % 4];
+                    const float v0 = c0[s / 4][s % 4];
+                    const float v1 = r1;
+                    const float v2 = __fsub_rn(v0, v1);
+                    const float v3 = expf(v2);
                     const float v4 = r4;
                     const float v5 = rk5 ? __fmul_rn(v3, rc5) : __fdiv_rn(v3, v4);
                     p.p1[b1] = v5;
@@ -312,5 +320,5 @@ __device__ __forceinline__ void fbc_070b22b68e7246bf_body(const fbc_070b22b68e72
         }
     }
 }
-extern "C" __global__ void __launch_bounds__(FBC_BLOCK) fbc_070b22b68e7246bf_i32(const fbc_070b22b68e7246bf_params p) { fbc_070b22b68e7246bf_body<int, unsigned int>(p); }
-extern "C" __global__ void __launch_bounds__(FBC_BLOCK) fbc_070b22b68e7246bf_i64(const fbc_070b22b68e7246bf_params p) { fbc_070b22b68e7246bf_body<long long, unsigned long long>(p); }
+extern "C" __global__ void __launch_bounds__(FBC_BLOCK) fbc_d14025bb002796a5_i32(const fbc_d14025bb002796a5_params p) { fbc_d14025bb002796a5_body<int, unsigned int>(p); }
+extern "C" __global__ void __launch_bounds__(FBC_BLOCK) fbc_d14025bb002796a5_i64(const fbc_d14025bb002796a5_params p) { fbc_d14025bb002796a5_body<long long, unsigned long long>(p); }
