@@ -595,10 +595,17 @@ fn child_process_compiles_into_shared_dir() {
 fn separate_processes_share_one_fresh_dir() {
     let dir = temp_dir("processes");
     let exe = std::env::current_exe().unwrap();
+    // libtest names a test by its module path inside the test binary (this file is a module
+    // of a suite), which `--exact` must match.
+    let child_test = module_path!()
+        .split_once("::")
+        .map_or(CHILD_TEST.to_string(), |(_, module)| {
+            format!("{module}::{CHILD_TEST}")
+        });
     let children: Vec<_> = (0..4)
         .map(|_| {
             Command::new(&exe)
-                .args(["--ignored", "--exact", CHILD_TEST, "--nocapture"])
+                .args(["--ignored", "--exact", &child_test, "--nocapture"])
                 .args(["--test-threads", "1"])
                 .env(CHILD_DIR_VAR, &dir)
                 .stdout(std::process::Stdio::piped())
