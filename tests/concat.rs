@@ -19,7 +19,6 @@ use fusebox::lower::{self, Program};
 use fusebox::optimize::{Options, optimize};
 use fusebox::partition::KernelKind;
 use fusebox::runner::prepare;
-use fusebox::runtime::buffer::Buffer;
 use fusebox::runtime::interpret;
 use fusebox::tensor::Tensor;
 use proptest::prelude::*;
@@ -47,13 +46,8 @@ fn selects(program: &Program) -> bool {
 }
 
 /// The interpreter's outputs for `program` on `inputs`, by name.
-fn interpreted(program: &Program, inputs: &Tensors) -> Result<Tensors, String> {
-    let buffers: Vec<Buffer> = program
-        .dag
-        .inputs
-        .iter()
-        .map(|i| Buffer::from_tensor(&inputs[&i.name]))
-        .collect();
+pub(crate) fn interpreted(program: &Program, inputs: &Tensors) -> Result<Tensors, String> {
+    let buffers = random_graph::input_buffers(program, inputs);
     let got = interpret::run_program(program, &buffers)?;
     Ok(program
         .dag
@@ -65,7 +59,7 @@ fn interpreted(program: &Program, inputs: &Tensors) -> Result<Tensors, String> {
 }
 
 /// The compiled CPU program's outputs on `inputs`.
-fn compiled(graph: &Graph, inputs: &Tensors) -> Result<Tensors, String> {
+pub(crate) fn compiled(graph: &Graph, inputs: &Tensors) -> Result<Tensors, String> {
     let mut prepared =
         prepare(graph, &rules(), &Options::default(), compiler()).map_err(|e| e.to_string())?;
     prepared
@@ -75,7 +69,7 @@ fn compiled(graph: &Graph, inputs: &Tensors) -> Result<Tensors, String> {
 }
 
 /// The interpreter and the CPU agree with the reference evaluator on `graph`.
-fn agrees(graph: &Graph, seed: u64, specials: bool, cpu: bool) -> Result<(), String> {
+pub(crate) fn agrees(graph: &Graph, seed: u64, specials: bool, cpu: bool) -> Result<(), String> {
     let inputs = random_graph::inputs(graph, seed, specials);
     let want = fusebox::eval::evaluate(graph, &rules().ops, &inputs).map_err(|e| e.to_string())?;
     let program = lowered(graph);
@@ -93,7 +87,7 @@ fn agrees(graph: &Graph, seed: u64, specials: bool, cpu: bool) -> Result<(), Str
     Ok(())
 }
 
-fn input(name: &str, dtype: DType, shape: &[usize], values: &[f64]) -> (String, Tensor) {
+pub(crate) fn input(name: &str, dtype: DType, shape: &[usize], values: &[f64]) -> (String, Tensor) {
     (
         name.to_string(),
         Tensor::from_values(dtype, shape, values.to_vec()).unwrap(),

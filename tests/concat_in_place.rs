@@ -7,31 +7,18 @@
 //! write check refuses overlapping and missing segments.
 
 use crate::common;
+use crate::concat::{agrees, compiled, input, interpreted};
 
-use common::random_graph::{self, assert_same, rules};
+use common::random_graph::{self, rules};
 use fusebox::attr::AttrValue;
-use fusebox::backend::Executable;
-use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
 use fusebox::dag::Value;
 use fusebox::dtype::DType;
 use fusebox::eval::Tensors;
 use fusebox::graph::{self, Graph, GraphBuilder};
 use fusebox::lower::{self, Program, Step};
 use fusebox::optimize::{Optimized, Options, optimize};
-use fusebox::runner::prepare;
-use fusebox::runtime::interpret;
 use fusebox::runtime::memory::MemoryPlan;
-use fusebox::tensor::Tensor;
 use proptest::prelude::*;
-use std::sync::OnceLock;
-
-fn compiler() -> &'static Compiler {
-    static COMPILER: OnceLock<Compiler> = OnceLock::new();
-    COMPILER.get_or_init(|| {
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("in-place-cache");
-        Compiler::new(CompilerConfig::from_env().with_cache_dir(dir))
-    })
-}
 
 fn optimized(graph: &Graph) -> Optimized {
     optimize(graph, &rules(), &Options::default()).expect("optimize")
@@ -57,56 +44,6 @@ fn node(program: &Program, name: &str) -> usize {
         .iter()
         .position(|n| n.name == name)
         .unwrap()
-}
-
-/// The interpreter's outputs for `program` on `inputs`, by name.
-fn interpreted(program: &Program, inputs: &Tensors) -> Result<Tensors, String> {
-    let buffers = random_graph::input_buffers(program, inputs);
-    let got = interpret::run_program(program, &buffers)?;
-    Ok(program
-        .dag
-        .outputs
-        .iter()
-        .zip(got)
-        .map(|(o, b)| (o.name.clone(), b.to_tensor()))
-        .collect())
-}
-
-/// The compiled CPU program's outputs on `inputs`.
-fn compiled(graph: &Graph, inputs: &Tensors) -> Result<Tensors, String> {
-    let mut prepared =
-        prepare(graph, &rules(), &Options::default(), compiler()).map_err(|e| e.to_string())?;
-    prepared
-        .executable
-        .run_tensors(inputs)
-        .map_err(|e| e.to_string())
-}
-
-/// The interpreter and (when `cpu`) the compiled CPU program agree with the reference
-/// evaluator on `graph`; the program passes the bounds and write checks.
-fn agrees(graph: &Graph, seed: u64, specials: bool, cpu: bool) -> Result<(), String> {
-    let inputs = random_graph::inputs(graph, seed, specials);
-    let want = fusebox::eval::evaluate(graph, &rules().ops, &inputs).map_err(|e| e.to_string())?;
-    let program = lowered(&optimized(graph));
-    program.check_bounds().map_err(|e| e.to_string())?;
-    let got = interpreted(&program, &inputs)?;
-    for name in &graph.outputs {
-        assert_same(&format!("interpreted {name}"), &want[name], &got[name])?;
-    }
-    if cpu {
-        let got = compiled(graph, &inputs)?;
-        for name in &graph.outputs {
-            assert_same(&format!("compiled {name}"), &want[name], &got[name])?;
-        }
-    }
-    Ok(())
-}
-
-fn input(name: &str, dtype: DType, shape: &[usize], values: &[f64]) -> (String, Tensor) {
-    (
-        name.to_string(),
-        Tensor::from_values(dtype, shape, values.to_vec()).unwrap(),
-    )
 }
 
 /// `c = concat(x + y, x * y, axis 1)`, `s = sum(c, axis 0)` and `w = (x + y) - x * y` out,
