@@ -2898,37 +2898,80 @@ fn softmax_row_ir() -> (KernelIr, ValueId, ValueId) {
 
 /// The last pass of softmax reads `exp(x - max)` back from the row scratch the second pass
 /// wrote, rather than evaluating `exp` a second time per element; the recomputing loops are
-/// kept for rows too long for the scratch. The passes run AVX-512 loops first.
+/// kept for rows too long for the scratch. With the scratch, the last pass runs one row late:
+/// it hands the row over (`pend`), and the next row's second pass stores it one vector per
+/// step, then its remainder; a thread's last row is stored after its rows. The passes run
+/// AVX-512 loops first; the max pass keeps four accumulators.
 #[test]
 fn the_last_softmax_pass_reads_exp_back_instead_of_recomputing_it() {
     let (ir, e, _) = softmax_row_ir();
     let text = emit_kernel(&ir, "k");
     let carried = format!("if (c{e})");
-    // Pass 2 (saving or not), then pass 3 (reading back or recomputing).
+    // Pass 2 (saving or not), then pass 3 (handing over or recomputing).
     assert_eq!(text.matches(&carried).count(), 2, "{text}");
     let last = &text[text.rfind(&carried).unwrap()..];
-    let reading = &last[..last.find("else").unwrap()];
+    let handing = block(last);
     let recomputing = &last[last.find("else").unwrap()..];
     assert!(
-        reading.contains(&format!("c{e}[j]")) && !reading.contains("expf"),
-        "the last pass recomputes exp:\n{reading}"
+        handing.contains("pend = 1;") && !handing.contains("expf") && !handing.contains("[j]"),
+        "the last pass does not hand its row over:\n{handing}"
     );
+    // The pending row is stored in the next row's second pass (by vector, then the
+    // remainder) and after the thread's rows: each time from the other scratch row, as
+    // the same quotient, without exp.
+    let pending: Vec<&str> = text
+        .match_indices("if (pend)")
+        .map(|(i, _)| block(&text[i..]))
+        .collect();
+    assert_eq!(pending.len(), 3, "{text}");
+    for store in &pending {
+        assert!(
+            store.contains(&format!("const float *c{e} = pc{e};"))
+                && store.contains(&format!("c{e}[j]"))
+                && !store.contains("expf"),
+            "{store}"
+        );
+    }
+    assert!(pending[0].contains("fbv_store(&d0[j]"), "{}", pending[0]);
+    assert!(text.contains("#pragma omp for schedule(static) nowait"));
     // The vector loops of a relaxed row kernel use the cheaper exp, the scalar ones fb_expf.
     assert!(recomputing.contains("fbv_expf_row(") && recomputing.contains("fb_expf("));
     assert!(!text.contains("fbv_expf("), "{text}");
     assert!(text.contains(&format!("_mm512_store_ps(&c{e}[j]")));
-    // Three passes, each with a vector loop per variant: max; exp (saving, not saving);
-    // divide (reading back, recomputing). The sum's pass walks the row in f32 blocks, each
-    // with its loop again in f64 for a block that overflows.
+    // The max pass: four chains over 64 elements, then single vectors.
+    assert!(text.contains("for (; j + 64 <= jv; j += 64)"), "{text}");
+    assert!(text.contains("vm1_3 = _mm512_max_ps(v0, vm1_3);"), "{text}");
+    // Vector loops: divide recomputing, and the thread's last pending row. The sum's pass
+    // walks the row in f32 blocks (saving or not), each with its loop again in f64 for a
+    // block that overflows.
     assert_eq!(
         text.matches("for (int64_t j = 0; j < jv; j += 16)").count(),
-        3
+        2
     );
     assert_eq!(
         text.matches("for (int64_t j = jb; j < je; j += 16)")
             .count(),
         4
     );
+}
+
+/// The balanced `{ ... }` block that starts at the first `{` of `text`.
+fn block(text: &str) -> &str {
+    let start = text.find('{').expect("a block");
+    let mut depth = 0;
+    for (i, c) in text[start..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &text[start..start + i + 1];
+                }
+            }
+            _ => {}
+        }
+    }
+    panic!("unbalanced block in {text}")
 }
 
 /// Under `row_arithmetic: Exact` softmax's row kernel takes none of the relaxed forms: its

@@ -219,6 +219,23 @@ fn rows_on_both_sides_of_the_row_scratch_limit_match_the_reference() {
     }
 }
 
+/// Softmax's last pass runs one row late (it stores row `o` while the thread computes row
+/// `o + 1`, see `emit::kernel::rows`'s `Lag`). Launches large enough to use every thread and
+/// stream their stores, rows that are not a whole number of vectors, a thread's last row,
+/// a single row, and NaN and ±Inf planted: every element agrees with the reference.
+#[test]
+fn lagging_last_passes_match_the_reference_threaded_streamed_and_ragged() {
+    for (seed, shape) in [
+        (21, vec![1031, 4099]),
+        (22, vec![3, 131_071]),
+        (23, vec![1, 4099]),
+        (24, vec![7, 3, 33]),
+    ] {
+        agrees(&softmax(DType::F32, &shape), seed, true)
+            .unwrap_or_else(|e| panic!("softmax {shape:?}: {e}"));
+    }
+}
+
 #[test]
 fn nan_and_inf_rows_match_the_reference() {
     for seed in 0..6 {

@@ -1,4 +1,4 @@
-void fb_70865ebdca61a5bb(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
+void fb_46ac4b1183c5867a(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
     int64_t n0 = sizes[0];
     int64_t n1 = sizes[1];
     const float *p0 = (const float *)ptrs[0];
@@ -19,9 +19,17 @@ void fb_70865ebdca61a5bb(const int64_t *sizes, const int64_t *strides, const int
     const int keep = rpad > 0 && rbytes <= 524288;
     #pragma omp parallel if(nt > 1)
     {
-        char *scratch = keep ? (char *)aligned_alloc(64, (size_t)rbytes) : NULL;
+        char *scratch = keep ? (char *)aligned_alloc(64, (size_t)rbytes * 2) : NULL;
         float *c3 = scratch ? (float *)(scratch + 0) : NULL;
-        #pragma omp for schedule(static)
+        float *pc3 = scratch ? (float *)(scratch + rbytes + 0) : NULL;
+        int pend = 0;
+        int l_st = 0;
+        (void)l_st;
+        float l_r4 = 0;
+        float l_rc5 = 0;
+        int l_rk5 = 0;
+        int64_t l_b1 = 0;
+        #pragma omp for schedule(static) nowait
         for (int64_t o = 0; o < outer; o++) {
             const int64_t i0 = o;
             const int64_t len = inner;
@@ -40,12 +48,44 @@ void fb_70865ebdca61a5bb(const int64_t *sizes, const int64_t *strides, const int
             #if defined(FB_AVX512)
             {
                 __m512 vm1 = _mm512_set1_ps(-INFINITY);
+                __m512 vm1_1 = _mm512_set1_ps(-INFINITY);
+                __m512 vm1_2 = _mm512_set1_ps(-INFINITY);
+                __m512 vm1_3 = _mm512_set1_ps(-INFINITY);
                 __mmask16 vn1 = 0;
-                for (int64_t j = 0; j < jv; j += 16) {
+                int64_t j = 0;
+                for (; j + 64 <= jv; j += 64) {
+                    const int64_t j0 = j;
+                    {
+                        const int64_t j = j0 + 0;
+                        const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
+                        vm1 = _mm512_max_ps(v0, vm1);
+                        vn1 |= _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q);
+                    }
+                    {
+                        const int64_t j = j0 + 16;
+                        const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
+                        vm1_1 = _mm512_max_ps(v0, vm1_1);
+                        vn1 |= _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q);
+                    }
+                    {
+                        const int64_t j = j0 + 32;
+                        const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
+                        vm1_2 = _mm512_max_ps(v0, vm1_2);
+                        vn1 |= _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q);
+                    }
+                    {
+                        const int64_t j = j0 + 48;
+                        const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
+                        vm1_3 = _mm512_max_ps(v0, vm1_3);
+                        vn1 |= _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q);
+                    }
+                }
+                for (; j < jv; j += 16) {
                     const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
                     vm1 = _mm512_max_ps(v0, vm1);
                     vn1 |= _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q);
                 }
+                vm1 = _mm512_max_ps(vm1_3, _mm512_max_ps(vm1_2, _mm512_max_ps(vm1_1, vm1)));
                 m1 = _mm512_reduce_max_ps(vm1);
                 nan1 = vn1 != 0;
             }
@@ -67,7 +107,20 @@ void fb_70865ebdca61a5bb(const int64_t *sizes, const int64_t *strides, const int
                         const int64_t je = jv - jb > 256 ? jb + 256 : jv;
                         __m512 vf4 = _mm512_setzero_ps();
                         for (int64_t j = jb; j < je; j += 16) {
-                            _mm_prefetch((const char *)&p0[b0 + nb0 + j], _MM_HINT_T0);
+                            _mm_prefetch((const char *)&p0[b0 + nb0 + j], _MM_HINT_T1);
+                            if (pend) {
+                                const float r4 = l_r4;
+                                const float rc5 = l_rc5;
+                                const int rk5 = l_rk5;
+                                const int64_t b1 = l_b1;
+                                const float *c3 = pc3;
+                                float *d0 = p1 + b1;
+                                const int st = l_st;
+                                const __m512 v3 = _mm512_load_ps(&c3[j]);
+                                const __m512 v4 = _mm512_set1_ps(r4);
+                                const __m512 v5 = rk5 ? _mm512_mul_ps(v3, _mm512_set1_ps(rc5)) : _mm512_div_ps(v3, v4);
+                                fbv_store(&d0[j], v5, st);
+                            }
                             const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
                             const __m512 v1 = _mm512_set1_ps(r1);
                             const __m512 v2 = _mm512_sub_ps(v0, v1);
@@ -112,7 +165,7 @@ void fb_70865ebdca61a5bb(const int64_t *sizes, const int64_t *strides, const int
                         const int64_t je = jv - jb > 256 ? jb + 256 : jv;
                         __m512 vf4 = _mm512_setzero_ps();
                         for (int64_t j = jb; j < je; j += 16) {
-                            _mm_prefetch((const char *)&p0[b0 + nb0 + j], _MM_HINT_T0);
+                            _mm_prefetch((const char *)&p0[b0 + nb0 + j], _MM_HINT_T1);
                             const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
                             const __m512 v1 = _mm512_set1_ps(r1);
                             const __m512 v2 = _mm512_sub_ps(v0, v1);
@@ -146,6 +199,26 @@ void fb_70865ebdca61a5bb(const int64_t *sizes, const int64_t *strides, const int
                     s4 += (double)v3;
                 }
             }
+            if (pend) {
+                {
+                    const float r4 = l_r4;
+                    const float rc5 = l_rc5;
+                    const int rk5 = l_rk5;
+                    const int64_t b1 = l_b1;
+                    const float *c3 = pc3;
+                    #pragma omp simd
+                    for (int64_t j = jv; j < len; j++) {
+                        const float v3 = c3[j];
+                        const float v4 = r4;
+                        const float v5 = rk5 ? (v3 * rc5) : (v3 / v4);
+                        p1[b1 + j] = v5;
+                    }
+                }
+                #if defined(FB_AVX512)
+                if (l_st) _mm_sfence();
+                #endif
+                pend = 0;
+            }
             const float r4 = (float)s4;
             float rc5 = 1.0f;
             int rk5 = 0;
@@ -155,26 +228,19 @@ void fb_70865ebdca61a5bb(const int64_t *sizes, const int64_t *strides, const int
                 rc5 = 1.0f / v4;
             }
             if (c3) {
+                l_r4 = r4;
+                l_rc5 = rc5;
+                l_rk5 = rk5;
+                l_b1 = b1;
                 #if defined(FB_AVX512)
                 {
                     float *d0 = p1 + b1;
                     const int st = fbs && (((uintptr_t)d0) & 63) == 0;
-                    for (int64_t j = 0; j < jv; j += 16) {
-                        const __m512 v3 = _mm512_load_ps(&c3[j]);
-                        const __m512 v4 = _mm512_set1_ps(r4);
-                        const __m512 v5 = rk5 ? _mm512_mul_ps(v3, _mm512_set1_ps(rc5)) : _mm512_div_ps(v3, v4);
-                        fbv_store(&d0[j], v5, st);
-                    }
-                    if (st) _mm_sfence();
+                    l_st = st;
                 }
                 #endif
-                #pragma omp simd
-                for (int64_t j = jv; j < len; j++) {
-                    const float v3 = c3[j];
-                    const float v4 = r4;
-                    const float v5 = rk5 ? (v3 * rc5) : (v3 / v4);
-                    p1[b1 + j] = v5;
-                }
+                pend = 1;
+                { float *t = c3; c3 = pc3; pc3 = t; }
             }
             else {
                 #if defined(FB_AVX512)
@@ -204,6 +270,44 @@ void fb_70865ebdca61a5bb(const int64_t *sizes, const int64_t *strides, const int
                     p1[b1 + j] = v5;
                 }
             }
+        }
+        if (pend) {
+            const int64_t len = inner;
+            #if defined(FB_AVX512)
+            const int64_t jv = len - len % 16;
+            for (int64_t j = 0; j < jv; j += 16) {
+                const float r4 = l_r4;
+                const float rc5 = l_rc5;
+                const int rk5 = l_rk5;
+                const int64_t b1 = l_b1;
+                const float *c3 = pc3;
+                float *d0 = p1 + b1;
+                const int st = l_st;
+                const __m512 v3 = _mm512_load_ps(&c3[j]);
+                const __m512 v4 = _mm512_set1_ps(r4);
+                const __m512 v5 = rk5 ? _mm512_mul_ps(v3, _mm512_set1_ps(rc5)) : _mm512_div_ps(v3, v4);
+                fbv_store(&d0[j], v5, st);
+            }
+            #else
+            const int64_t jv = 0;
+            #endif
+            {
+                const float r4 = l_r4;
+                const float rc5 = l_rc5;
+                const int rk5 = l_rk5;
+                const int64_t b1 = l_b1;
+                const float *c3 = pc3;
+                #pragma omp simd
+                for (int64_t j = jv; j < len; j++) {
+                    const float v3 = c3[j];
+                    const float v4 = r4;
+                    const float v5 = rk5 ? (v3 * rc5) : (v3 / v4);
+                    p1[b1 + j] = v5;
+                }
+            }
+            #if defined(FB_AVX512)
+            if (l_st) _mm_sfence();
+            #endif
         }
         free(scratch);
     }

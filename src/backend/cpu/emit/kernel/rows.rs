@@ -44,11 +44,15 @@
 //! are the f64 sums (up to the order of f64 additions) rounded once, and each quotient is
 //! correctly rounded, as in the reference evaluator.
 //! - **Memory in the background.** While a thread works on a row in cache (its second pass),
-//!   it prefetches the next row of every input that moves from row to row, one cache line per
-//!   vector, so the next first pass finds its data arriving instead of stalling on it (while a
-//!   row of those inputs fits in [`ROW_SCRATCH_BYTES`], so that it stays in cache beside the
-//!   current one). The last pass writes large launches with streaming stores ([`vector`]'s
-//!   `fbv_store`): the output lines are written whole, without first being read.
+//!   it prefetches the next row of every input that moves from row to row into L2, one cache
+//!   line per vector, so the next first pass finds its data arriving instead of stalling on it
+//!   (while a row of those inputs fits in [`ROW_SCRATCH_BYTES`], so that it stays in cache
+//!   beside the current one). The last pass writes large launches with streaming stores
+//!   ([`vector`]'s `fbv_store`): the output lines are written whole, without first being read.
+//! - **Stores under the arithmetic.** Where the last pass only stores what the scratch row and
+//!   the row constants give it (softmax), it runs one row late, inside the next row's second
+//!   pass ([`Lag`]), so that the output's memory traffic overlaps the `exp`s instead of
+//!   following them. A pass that only takes maxima keeps [`MAX_CHAINS`] accumulators.
 
 use super::{Kernel, Out};
 use crate::backend::cpu::emit::expr::C;
@@ -63,6 +67,11 @@ use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, RowArithmetic};
 /// scratch row, the input row and the next row being prefetched stay in L2 together. Softmax
 /// carries one f32 per element, so rows of up to 131,072 floats carry.
 pub const ROW_SCRATCH_BYTES: usize = 512 << 10;
+
+/// Accumulators per maximum in a pass that only takes maxima: a vector maximum waits about
+/// four cycles for the previous one, so one chain would hold the loop to a vector per four
+/// cycles where the loads allow two per cycle.
+pub const MAX_CHAINS: usize = 4;
 
 /// Elements of a row per block of a float sum's f32 partial sums (see the module
 /// documentation): 16 vectors, so each lane adds 16 values in f32 before the block's lanes
@@ -95,12 +104,168 @@ struct Loop<'p> {
     saves: Vec<usize>,
 }
 
+/// A last pass that runs one row late. A row's last pass only streams its stores out (it
+/// reads carried values and row constants, nothing from memory), and the pass before it only
+/// computes (its inputs are in cache), so run one after the other the store traffic and the
+/// arithmetic never overlap. With a lag, the last pass of row `o` hands its row constants and
+/// scratch row over to the thread's next row, whose pass before the last stores one vector of
+/// the pending row per vector step of its own; the thread's last pending row is stored after
+/// its rows. Each thread then needs two scratch rows, used in turn. The outputs are the same
+/// bits, written later; a kernel's stores never alias its loads (lowering gives every store
+/// its own buffer), so no row reads what a pending row has yet to write.
+struct Lag {
+    /// The last pass.
+    pass: Pass,
+    /// The carried values and their saving passes.
+    carried: Vec<(usize, usize)>,
+    /// The C type and name of each row-dependent name the last pass reads: its row
+    /// constants `r{id}`, reciprocals `rc{id}`/`rk{id}`, store bases `b{arg}` and guards
+    /// `ok{k}`. The pending row keeps them as `l_{name}`.
+    names: Vec<(&'static str, String)>,
+}
+
 impl Kernel<'_> {
+    /// The [`Lag`] of this kernel, if its last pass can run one row late: the kernel runs
+    /// vector loops, carries values in a row scratch, has at least two passes, and its last
+    /// pass stores every element, reduces nothing and needs no load (only carried values, row
+    /// constants and literals).
+    fn lag(&self, carried: &[(usize, usize)]) -> Option<Lag> {
+        let ir = self.ir;
+        let passes = ir.passes();
+        if !self.vector || carried.is_empty() || passes < 2 {
+            return None;
+        }
+        let pass = self.plan(passes - 1);
+        if !pass.reducing.is_empty() || pass.looped.is_empty() {
+            return None;
+        }
+        let lp = self.pass_loop(&pass, carried, true);
+        let loads = lp.needed.iter().any(|&id| {
+            !lp.stop[id] && matches!(ir.body[id], Instr::Load { .. } | Instr::RangeLoad { .. })
+        });
+        if loads {
+            return None;
+        }
+        let reciprocals = self.reciprocals();
+        let mut names = Vec::new();
+        for &id in &lp.needed {
+            if let Instr::RowReduce { dtype, .. } = ir.body[id] {
+                names.push((C.value_type(Prec::of(dtype)), format!("r{id}")));
+            }
+            if reciprocals[id].is_some() {
+                names.push(("float", format!("rc{id}")));
+                names.push(("int", format!("rk{id}")));
+            }
+        }
+        for &k in &pass.looped {
+            names.push(("int64_t", format!("b{}", self.store_arg(k))));
+            if self.outer_guard(k).is_some() {
+                names.push(("int", format!("ok{k}")));
+            }
+        }
+        drop(lp);
+        Some(Lag {
+            pass,
+            carried: carried.to_vec(),
+            names,
+        })
+    }
+
+    /// The pending row's names in a new scope: its row constants, bases and guards, and its
+    /// scratch row `pc{id}` as `c{id}`.
+    fn rebind(&self, out: &mut Out, lag: &Lag) {
+        for (ty, name) in &lag.names {
+            out.line(format!("const {ty} {name} = l_{name};"));
+        }
+        for &(id, _) in &lag.carried {
+            out.line(format!("const {} *c{id} = pc{id};", self.value_type(id)));
+        }
+    }
+
+    /// The last pass's place in a lagging row with a scratch row: the row becomes the pending
+    /// one, and the thread's next row takes the other scratch row.
+    fn hand_over(&self, out: &mut Out, lag: &Lag) {
+        for (_, name) in &lag.names {
+            out.line(format!("l_{name} = {name};"));
+        }
+        out.line("#if defined(FB_AVX512)");
+        out.open("");
+        self.destinations(out, &lag.pass.looped);
+        out.line("l_st = st;");
+        out.close();
+        out.line("#endif");
+        out.line("pend = 1;");
+        for &(id, _) in &lag.carried {
+            let ty = self.value_type(id);
+            out.line(format!(
+                "{{ {ty} *t = c{id}; c{id} = pc{id}; pc{id} = t; }}"
+            ));
+        }
+    }
+
+    /// Inside a vector loop at `j`: the pending row's vector at `j`, if there is one.
+    fn flush_step(&self, out: &mut Out, flush: Option<&Lag>) {
+        let Some(lag) = flush else { return };
+        out.open("if (pend)");
+        self.flush_vector(out, lag);
+        out.close();
+    }
+
+    /// The last pass's vector step at `j` for the pending row.
+    fn flush_vector(&self, out: &mut Out, lag: &Lag) {
+        self.rebind(out, lag);
+        for &k in &lag.pass.looped {
+            let arg = self.store_arg(k);
+            out.line(format!(
+                "{} *d{k} = p{arg} + b{arg};",
+                C.storage_type(self.ir.stores[k].view.dtype)
+            ));
+        }
+        out.line("const int st = l_st;");
+        let lp = self.pass_loop(&lag.pass, &lag.carried, true);
+        self.vector_step(out, &lp, &[], 0);
+    }
+
+    /// The pending row's elements from `jv` to its end (all of them without AVX-512), then
+    /// the fence of its streaming stores.
+    fn flush_tail(&self, out: &mut Out, lag: &Lag) {
+        out.open("");
+        self.rebind(out, lag);
+        let lp = self.pass_loop(&lag.pass, &lag.carried, true);
+        self.scalar_loop(out, &lp, "jv");
+        out.close();
+        out.line("#if defined(FB_AVX512)");
+        out.line("if (l_st) _mm_sfence();");
+        out.line("#endif");
+    }
+
+    /// After a thread's rows: its last pending row, whole.
+    fn flush_last(&self, out: &mut Out, lag: &Lag) {
+        out.open("if (pend)");
+        out.line("const int64_t len = inner;");
+        out.line("#if defined(FB_AVX512)");
+        out.line(format!("const int64_t jv = len - len % {};", vector::LANES));
+        out.open(format!(
+            "for (int64_t j = 0; j < jv; j += {})",
+            vector::LANES
+        ));
+        self.flush_vector(out, lag);
+        out.close();
+        out.line("#else");
+        out.line("const int64_t jv = 0;");
+        out.line("#endif");
+        self.flush_tail(out, lag);
+        out.close();
+    }
+
     /// A row kernel: rows over threads, one loop per pass over each row (see the module
     /// documentation).
     pub(super) fn row_kernel(&self, out: &mut Out) {
         let carried = self.carried();
         let carrying = !carried.is_empty();
+        let lag = self.lag(&carried);
+        // A lagging kernel's threads keep two scratch rows.
+        let rows = if lag.is_some() { 2 } else { 1 };
         if carrying {
             // Bytes of carried values per element, and whether a row of them fits.
             let bytes: Vec<String> = carried
@@ -120,30 +285,52 @@ impl Kernel<'_> {
             ));
             out.line("#pragma omp parallel if(nt > 1)");
             out.open("");
-            out.line("char *scratch = keep ? (char *)aligned_alloc(64, (size_t)rbytes) : NULL;");
+            out.line(format!(
+                "char *scratch = keep ? (char *)aligned_alloc(64, (size_t)rbytes * {rows}) : NULL;"
+            ));
             let mut offset = String::from("0");
             for &(id, _) in &carried {
                 let ty = self.value_type(id);
                 out.line(format!(
                     "{ty} *c{id} = scratch ? ({ty} *)(scratch + {offset}) : NULL;"
                 ));
+                if lag.is_some() {
+                    out.line(format!(
+                        "{ty} *pc{id} = scratch ? ({ty} *)(scratch + rbytes + {offset}) : NULL;"
+                    ));
+                }
                 offset = format!("{offset} + rpad * (int64_t)sizeof({ty})");
             }
-            out.line("#pragma omp for schedule(static)");
+            match &lag {
+                Some(lag) => {
+                    out.line("int pend = 0;");
+                    out.line("int l_st = 0;");
+                    out.line("(void)l_st;");
+                    for (ty, name) in &lag.names {
+                        out.line(format!("{ty} l_{name} = 0;"));
+                    }
+                    // Each thread stores its own last pending row after its rows.
+                    out.line("#pragma omp for schedule(static) nowait");
+                }
+                None => out.line("#pragma omp for schedule(static)"),
+            }
         } else {
             out.line("#pragma omp parallel for schedule(static) if(nt > 1)");
         }
         out.open("for (int64_t o = 0; o < outer; o++)");
-        self.row(out, &carried);
+        self.row(out, &carried, lag.as_ref());
         out.close();
         if carrying {
+            if let Some(lag) = &lag {
+                self.flush_last(out, lag);
+            }
             out.line("free(scratch);");
             out.close();
         }
     }
 
     /// One row: its bases, its passes, and the stores with one element per row.
-    fn row(&self, out: &mut Out, carried: &[(usize, usize)]) {
+    fn row(&self, out: &mut Out, carried: &[(usize, usize)], lag: Option<&Lag>) {
         let ir = self.ir;
         let passes = ir.passes();
         self.decompose_outer(out, "o");
@@ -166,7 +353,7 @@ impl Kernel<'_> {
             out.line("#endif");
         }
         for pass in 0..passes {
-            self.pass(out, pass, carried);
+            self.pass(out, pass, carried, lag);
         }
         // One element per row: from the row's results, at inner index 0.
         let rows: Vec<usize> = (0..ir.stores.len()).filter(|&k| self.per_row(k)).collect();
@@ -262,10 +449,8 @@ impl Kernel<'_> {
         }
     }
 
-    /// Pass `pass` over the row: declares the accumulators of the reductions it feeds, runs
-    /// its loops (vector then scalar; twice over, with and without the scratch row, when it
-    /// saves or reads carried values) and rounds the results to `r{id}`.
-    fn pass(&self, out: &mut Out, index: usize, carried: &[(usize, usize)]) {
+    /// What pass `index` over a row reduces, stores and must evaluate.
+    fn plan(&self, index: usize) -> Pass {
         let ir = self.ir;
         let levels = ir.levels();
         let last = index + 1 == ir.passes();
@@ -285,13 +470,24 @@ impl Kernel<'_> {
             })
             .collect();
         reads.extend(looped.iter().map(|&k| ir.stores[k].value));
-        let pass = Pass {
+        Pass {
             index,
             last,
             reducing,
             looped,
             reads,
-        };
+        }
+    }
+
+    /// Pass `index` over the row: declares the accumulators of the reductions it feeds, runs
+    /// its loops (vector then scalar; twice over, with and without the scratch row, when it
+    /// saves or reads carried values) and rounds the results to `r{id}`. With a `lag`, the
+    /// pass before the last also stores the pending row, and the last pass hands its row over
+    /// (see [`Lag`]).
+    fn pass(&self, out: &mut Out, index: usize, carried: &[(usize, usize)], lag: Option<&Lag>) {
+        let ir = self.ir;
+        let pass = self.plan(index);
+        let last = pass.last;
         for &id in &pass.reducing {
             let Instr::RowReduce { kind, x, .. } = ir.body[id] else {
                 continue;
@@ -309,19 +505,32 @@ impl Kernel<'_> {
                 (_, false) => out.line(format!("double s{id} = 0.0;")),
             }
         }
+        // With a lag, this pass stores the pending row as it goes.
+        let flush = lag.filter(|_| index + 2 == ir.passes());
         if !pass.reads.is_empty() {
             let saves = carried.iter().any(|&(_, p)| p == index);
             if (last || saves) && !carried.is_empty() {
                 let first = carried[0].0;
                 out.open(format!("if (c{first})"));
-                self.pass_loops(out, &pass, carried, true);
+                match lag.filter(|_| last) {
+                    Some(lag) => self.hand_over(out, lag),
+                    None => self.pass_loops(out, &pass, carried, true, flush),
+                }
                 out.close();
+                // Without the scratch row nothing is pending.
                 out.open("else");
-                self.pass_loops(out, &pass, carried, false);
+                self.pass_loops(out, &pass, carried, false, None);
                 out.close();
             } else {
-                self.pass_loops(out, &pass, carried, false);
+                self.pass_loops(out, &pass, carried, false, flush);
             }
+        }
+        if let Some(lag) = flush {
+            // The pending row's elements past the last whole vector, then its fence.
+            out.open("if (pend)");
+            self.flush_tail(out, lag);
+            out.line("pend = 0;");
+            out.close();
         }
         for &id in &pass.reducing {
             let Instr::RowReduce { kind, x, dtype } = ir.body[id] else {
@@ -398,7 +607,25 @@ impl Kernel<'_> {
     /// The loops of one pass: the vector loop over whole vectors (when the kernel has one),
     /// then the scalar `omp simd` loop over the rest. With `scratch`, the pass saves the
     /// carried values it is the saving pass of, and the last pass reads carried values back.
-    fn pass_loops(&self, out: &mut Out, pass: &Pass, carried: &[(usize, usize)], scratch: bool) {
+    fn pass_loops(
+        &self,
+        out: &mut Out,
+        pass: &Pass,
+        carried: &[(usize, usize)],
+        scratch: bool,
+        flush: Option<&Lag>,
+    ) {
+        let lp = self.pass_loop(pass, carried, scratch);
+        if self.vector {
+            self.vector_loop(out, &lp, flush);
+        }
+        self.scalar_loop(out, &lp, if self.vector { "jv" } else { "0" });
+    }
+
+    /// The loop of `pass` once the row scratch question is settled: with `scratch`, the pass
+    /// saves the carried values it is the saving pass of, and the last pass reads carried
+    /// values back.
+    fn pass_loop<'p>(&self, pass: &'p Pass, carried: &[(usize, usize)], scratch: bool) -> Loop<'p> {
         let ir = self.ir;
         let saves: Vec<usize> = carried
             .iter()
@@ -415,15 +642,18 @@ impl Kernel<'_> {
         let mut reads = pass.reads.clone();
         reads.extend(&saves);
         let needed = self.needed_stopping(&reads, &stop);
-        let lp = Loop {
+        Loop {
             pass,
             needed,
             stop,
             saves,
-        };
-        if self.vector {
-            self.vector_loop(out, &lp);
         }
+    }
+
+    /// The scalar `omp simd` loop of one pass from element `start` to the row's end.
+    fn scalar_loop(&self, out: &mut Out, lp: &Loop, start: &str) {
+        let ir = self.ir;
+        let pass = lp.pass;
         let (needed, stop, saves) = (&lp.needed, &lp.stop, &lp.saves);
         let mut pragma = String::from("#pragma omp simd");
         let mut statements = Vec::new();
@@ -452,7 +682,6 @@ impl Kernel<'_> {
             }
         }
         out.line(pragma);
-        let start = if self.vector { "jv" } else { "0" };
         out.open(format!("for (int64_t j = {start}; j < len; j++)"));
         for &id in needed {
             if stop[id] {
@@ -480,11 +709,12 @@ impl Kernel<'_> {
     /// elements: each sum adds its vectors in an f32 accumulator `vf{id}`, whose lanes join
     /// the f64 accumulators `vs{id}`/`vt{id}` at the block's end; a block whose f32 sums are
     /// not all finite (an overflow, or an Inf or NaN among the values) is summed again in f64,
-    /// so that a row whose f64 sum is finite never reads an overflowed block.
-    fn vector_loop(&self, out: &mut Out, lp: &Loop) {
+    /// so that a row whose f64 sum is finite never reads an overflowed block. A pass that only
+    /// takes maxima keeps [`MAX_CHAINS`] accumulators per maximum. With `flush`, each vector
+    /// step first stores the same vector of the pending row (see [`Lag`]).
+    fn vector_loop(&self, out: &mut Out, lp: &Loop, flush: Option<&Lag>) {
         let ir = self.ir;
         let (reducing, looped) = (&lp.pass.reducing, &lp.pass.looped);
-        let saves = &lp.saves;
         let all_sums: Vec<usize> = reducing
             .iter()
             .copied()
@@ -493,9 +723,16 @@ impl Kernel<'_> {
         // Exact arithmetic adds every vector into the f64 accumulators as it comes, with no
         // f32 blocks.
         let (sums, f64_sums) = match ir.row_arithmetic {
-            RowArithmetic::Relaxed => (all_sums, Vec::new()),
-            RowArithmetic::Exact => (Vec::new(), all_sums),
+            RowArithmetic::Relaxed => (all_sums.clone(), Vec::new()),
+            RowArithmetic::Exact => (Vec::new(), all_sums.clone()),
         };
+        // Only maxima, nothing stored or saved: the loop is the maxima's dependency chains.
+        let chains =
+            if all_sums.is_empty() && looped.is_empty() && lp.saves.is_empty() && flush.is_none() {
+                MAX_CHAINS
+            } else {
+                1
+            };
         out.line("#if defined(FB_AVX512)");
         out.open("");
         for &id in reducing {
@@ -503,27 +740,43 @@ impl Kernel<'_> {
                 continue;
             };
             if kind == ReduceKind::Max {
-                out.line(format!("__m512 vm{id} = _mm512_set1_ps(-INFINITY);"));
+                for c in 0..chains {
+                    out.line(format!(
+                        "__m512 {} = _mm512_set1_ps(-INFINITY);",
+                        chain(id, c)
+                    ));
+                }
                 out.line(format!("__mmask16 vn{id} = 0;"));
             } else {
                 out.line(format!("__m512d vs{id} = _mm512_setzero_pd();"));
                 out.line(format!("__m512d vt{id} = _mm512_setzero_pd();"));
             }
         }
-        for &k in looped {
-            let arg = self.store_arg(k);
-            out.line(format!(
-                "{} *d{k} = p{arg} + b{arg};",
-                C.storage_type(ir.stores[k].view.dtype)
-            ));
-        }
-        if !looped.is_empty() {
-            out.line(format!(
-                "const int st = {};",
-                vector::stream_condition(looped)
-            ));
-        }
-        if !sums.is_empty() {
+        self.destinations(out, looped);
+        if chains > 1 {
+            let step = chains * vector::LANES;
+            out.line("int64_t j = 0;");
+            out.open(format!("for (; j + {step} <= jv; j += {step})"));
+            out.line("const int64_t j0 = j;");
+            for c in 0..chains {
+                out.open("");
+                out.line(format!("const int64_t j = j0 + {};", c * vector::LANES));
+                self.prefetch(out, lp, flush);
+                self.vector_step(out, lp, &f64_sums, c);
+                out.close();
+            }
+            out.close();
+            out.open(format!("for (; j < jv; j += {})", vector::LANES));
+            self.prefetch(out, lp, flush);
+            self.vector_step(out, lp, &f64_sums, 0);
+            out.close();
+            for &id in reducing {
+                let joined = (1..chains).fold(chain(id, 0), |acc, c| {
+                    format!("_mm512_max_ps({}, {acc})", chain(id, c))
+                });
+                out.line(format!("{} = {joined};", chain(id, 0)));
+            }
+        } else if !sums.is_empty() {
             out.open(format!("for (int64_t jb = 0; jb < jv; jb += {SUM_BLOCK})"));
             out.line(format!(
                 "const int64_t je = jv - jb > {SUM_BLOCK} ? jb + {SUM_BLOCK} : jv;"
@@ -535,49 +788,10 @@ impl Kernel<'_> {
                 "for (int64_t j = jb; j < je; j += {})",
                 vector::LANES
             ));
-        } else {
-            out.open(format!(
-                "for (int64_t j = 0; j < jv; j += {})",
-                vector::LANES
-            ));
-        }
-        if lp.pass.index == 1 {
-            for a in self.moving_loads() {
-                out.line(format!(
-                    "_mm_prefetch((const char *)&p{a}[b{a} + nb{a} + j], _MM_HINT_T0);"
-                ));
-            }
-        }
-        self.vector_values(out, lp);
-        for &id in saves {
-            out.line(vector::carried_store(id));
-        }
-        for &id in reducing {
-            let Instr::RowReduce { kind, x, .. } = ir.body[id] else {
-                continue;
-            };
-            if kind == ReduceKind::Max {
-                // `v > m ? v : m` per lane, as the scalar loop: a NaN lane keeps m and is
-                // recorded in the mask.
-                out.line(format!("vm{id} = _mm512_max_ps(v{x}, vm{id});"));
-                out.line(format!(
-                    "vn{id} |= _mm512_cmp_ps_mask(v{x}, v{x}, _CMP_UNORD_Q);"
-                ));
-            } else if f64_sums.contains(&id) {
-                widen_into(out, id, &format!("v{x}"));
-            } else {
-                out.line(format!("vf{id} = _mm512_add_ps(vf{id}, v{x});"));
-            }
-        }
-        for &k in looped {
-            let store = vector::store(k, ir.stores[k].value, ir.stores[k].view.dtype);
-            out.line(match self.outer_guard(k) {
-                Some(_) => format!("if (ok{k}) {store}"),
-                None => store,
-            });
-        }
-        out.close();
-        if !sums.is_empty() {
+            self.prefetch(out, lp, flush);
+            self.flush_step(out, flush);
+            self.vector_step(out, lp, &f64_sums, 0);
+            out.close();
             // x - x is 0 exactly for finite x, NaN for ±Inf and NaN.
             let finite: Vec<String> = sums
                 .iter()
@@ -608,6 +822,15 @@ impl Kernel<'_> {
             out.close();
             out.close();
             out.close();
+        } else {
+            out.open(format!(
+                "for (int64_t j = 0; j < jv; j += {})",
+                vector::LANES
+            ));
+            self.prefetch(out, lp, flush);
+            self.flush_step(out, flush);
+            self.vector_step(out, lp, &f64_sums, 0);
+            out.close();
         }
         for &id in reducing {
             let Instr::RowReduce { kind, .. } = ir.body[id] else {
@@ -629,6 +852,73 @@ impl Kernel<'_> {
         }
         out.close();
         out.line("#endif");
+    }
+
+    /// `d{k}`, the row's first element of each looped store `k`, and `st`, whether the row's
+    /// stores stream.
+    fn destinations(&self, out: &mut Out, looped: &[usize]) {
+        for &k in looped {
+            let arg = self.store_arg(k);
+            out.line(format!(
+                "{} *d{k} = p{arg} + b{arg};",
+                C.storage_type(self.ir.stores[k].view.dtype)
+            ));
+        }
+        if !looped.is_empty() {
+            out.line(format!(
+                "const int st = {};",
+                vector::stream_condition(looped)
+            ));
+        }
+    }
+
+    /// The prefetch of the next row's vector at `j` of every moving load, in the pass that
+    /// does most of the row's arithmetic: the second (index 1), or the one storing a lagging
+    /// row. Into L2 rather than L1: L1 holds this row and the scratch rows (see [`Lag`]).
+    fn prefetch(&self, out: &mut Out, lp: &Loop, flush: Option<&Lag>) {
+        if lp.pass.index != 1 && flush.is_none() {
+            return;
+        }
+        for a in self.moving_loads() {
+            out.line(format!(
+                "_mm_prefetch((const char *)&p{a}[b{a} + nb{a} + j], _MM_HINT_T1);"
+            ));
+        }
+    }
+
+    /// One vector step of a pass at lanes `j .. j + 16`: its values, the carried values it
+    /// saves, its reductions (maxima into chain `c`) and its stores.
+    fn vector_step(&self, out: &mut Out, lp: &Loop, f64_sums: &[usize], c: usize) {
+        let ir = self.ir;
+        self.vector_values(out, lp);
+        for &id in &lp.saves {
+            out.line(vector::carried_store(id));
+        }
+        for &id in &lp.pass.reducing {
+            let Instr::RowReduce { kind, x, .. } = ir.body[id] else {
+                continue;
+            };
+            if kind == ReduceKind::Max {
+                // `v > m ? v : m` per lane, as the scalar loop: a NaN lane keeps m and is
+                // recorded in the mask.
+                let m = chain(id, c);
+                out.line(format!("{m} = _mm512_max_ps(v{x}, {m});"));
+                out.line(format!(
+                    "vn{id} |= _mm512_cmp_ps_mask(v{x}, v{x}, _CMP_UNORD_Q);"
+                ));
+            } else if f64_sums.contains(&id) {
+                widen_into(out, id, &format!("v{x}"));
+            } else {
+                out.line(format!("vf{id} = _mm512_add_ps(vf{id}, v{x});"));
+            }
+        }
+        for &k in &lp.pass.looped {
+            let store = vector::store(k, ir.stores[k].value, ir.stores[k].view.dtype);
+            out.line(match self.outer_guard(k) {
+                Some(_) => format!("if (ok{k}) {store}"),
+                None => store,
+            });
+        }
     }
 
     /// The vector statements of one loop's values at lanes `j .. j + 16`: carried values read
@@ -711,6 +1001,14 @@ pub(in crate::backend::cpu::emit) fn row_exps(ir: &KernelIr) -> Vec<bool> {
                 && !only_added_to_constants(ir, id)
         })
         .collect()
+}
+
+/// The name of chain `c` of maximum `id`'s vector accumulators.
+fn chain(id: usize, c: usize) -> String {
+    match c {
+        0 => format!("vm{id}"),
+        _ => format!("vm{id}_{c}"),
+    }
 }
 
 /// The statements adding the 16 f32 lanes of `lanes` to sum `id`'s f64 accumulators `vs{id}`
