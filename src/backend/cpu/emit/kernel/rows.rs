@@ -111,8 +111,9 @@ struct Loop<'p> {
 /// scratch row over to the thread's next row, whose pass before the last stores one vector of
 /// the pending row per vector step of its own; the thread's last pending row is stored after
 /// its rows. Each thread then needs two scratch rows, used in turn. The outputs are the same
-/// bits, written later; a kernel's stores never alias its loads (lowering gives every store
-/// its own buffer), so no row reads what a pending row has yet to write.
+/// bits, written later; a kernel's stores never alias its loads (the memory plan,
+/// `runtime::memory`, never gives a value the slot of something the step writing it reads),
+/// so no row reads what a pending row has yet to write.
 struct Lag {
     /// The last pass.
     pass: Pass,
