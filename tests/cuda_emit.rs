@@ -966,16 +966,19 @@ fn reduction_plans() {
 
 const SHIM: &str = r#"/* Host emulation of the CUDA features the emitted kernels use, so that the exact emitted text
    runs on the CPU in the tests: blocks run one after another, the threads of a block (as many
-   as the launch says, up to 256) as real threads (shuffles and __syncthreads are barriers),
-   __shared__ variables are statics. */
+   as the launch says, up to 256) as fibers on the calling thread (shuffles and __syncthreads
+   are barriers, where a fiber gives way to the next), __shared__ variables are statics.
+   Fibers rather than OS threads: a barrier of 256 OS threads on a busy two-core machine
+   waits for 256 time slices, and the emulated tests took minutes in the full suite. */
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <math.h>
 #include <memory>
-#include <thread>
+#include <ucontext.h>
 #include <vector>
 
 #define __device__
@@ -1055,57 +1058,105 @@ inline long long atomicMax(long long *at, long long x) {
     return seen;
 }
 
-/* Barriers of the running block: one per warp (shuffles), one for the block. */
-static std::barrier<> *emu_block_barrier;
-static std::barrier<> *emu_warp_barrier[8];
-static double emu_exchange[256];
-static long long emu_exchange_int[256];
-inline void __syncthreads() { emu_block_barrier->arrive_and_wait(); }
+/* The running block's threads: fibers switched only at barriers. Even blocks run them in
+   index order, odd blocks in reverse, so a read that misses a barrier finds its writer run
+   before it in one block and after it in the next. Thread-local, so that test threads may
+   run emulations side by side. */
+struct EmuBarrier { unsigned expected, arrived, generation; };
+struct EmuFiber { ucontext_t context; bool done; };
+thread_local ucontext_t emu_scheduler;
+thread_local EmuFiber *emu_fibers;
+thread_local unsigned emu_running;
+thread_local unsigned long long emu_progress;
+thread_local EmuBarrier emu_block_barrier, emu_warp_barrier[8];
+thread_local double emu_exchange[256];
+thread_local long long emu_exchange_int[256];
+thread_local void (*emu_body)(void *);
+thread_local void *emu_body_arg;
+
+static void emu_wait(EmuBarrier &b) {
+    ++emu_progress;
+    const unsigned generation = b.generation;
+    if (++b.arrived == b.expected) { b.arrived = 0; ++b.generation; return; }
+    while (b.generation == generation) swapcontext(&emu_fibers[emu_running].context, &emu_scheduler);
+}
+/* A finished thread: it no longer counts towards the barrier, which may now be complete. */
+static void emu_drop(EmuBarrier &b) {
+    ++emu_progress;
+    if (--b.expected == b.arrived && b.arrived > 0) { b.arrived = 0; ++b.generation; }
+}
+inline void __syncthreads() { emu_wait(emu_block_barrier); }
 inline double __shfl_xor_sync(unsigned, double v, int m) {
     const unsigned t = threadIdx.x, w = t / 32;
     emu_exchange[t] = v;
-    emu_warp_barrier[w]->arrive_and_wait();
+    emu_wait(emu_warp_barrier[w]);
     const double r = emu_exchange[(t & ~31u) | ((t % 32) ^ (unsigned)m)];
-    emu_warp_barrier[w]->arrive_and_wait();
+    emu_wait(emu_warp_barrier[w]);
     return r;
 }
 inline long long __shfl_xor_sync(unsigned, long long v, int m) {
     const unsigned t = threadIdx.x, w = t / 32;
     emu_exchange_int[t] = v;
-    emu_warp_barrier[w]->arrive_and_wait();
+    emu_wait(emu_warp_barrier[w]);
     const long long r = emu_exchange_int[(t & ~31u) | ((t % 32) ^ (unsigned)m)];
-    emu_warp_barrier[w]->arrive_and_wait();
+    emu_wait(emu_warp_barrier[w]);
     return r;
 }
 
 /* Dynamic shared memory of the running block (fbc_row_cache), sized by the launch. */
-static unsigned char *emu_dynamic_shared;
+thread_local unsigned char *emu_dynamic_shared;
+
+static void emu_fiber() {
+    emu_body(emu_body_arg);
+    const unsigned t = threadIdx.x;
+    emu_drop(emu_warp_barrier[t / 32]);
+    emu_drop(emu_block_barrier);
+    emu_fibers[emu_running].done = true;
+}
+
+/* Fiber stacks, kept for the thread's later launches. */
+constexpr size_t EMU_STACK = 256 * 1024;
+thread_local std::vector<std::unique_ptr<char[]>> emu_stacks;
 
 template <class F> static void emu_launch(unsigned grid, unsigned size, unsigned shared, F f) {
+    emu_body = [](void *p) { (*static_cast<F *>(p))(); };
+    emu_body_arg = &f;
+    while (emu_stacks.size() < size) emu_stacks.emplace_back(new char[EMU_STACK]);
+    std::vector<EmuFiber> fibers(size);
+    emu_fibers = fibers.data();
+    gridDim = {grid, 1, 1};
+    blockDim = {size, 1, 1};
     for (unsigned b = 0; b < grid; ++b) {
         /* Fresh NaN-pattern bytes per block: a read before the block's own write shows. */
         std::vector<uint4> dynamic((shared + 15) / 16 + 1, uint4{~0u, ~0u, ~0u, ~0u});
         emu_dynamic_shared = reinterpret_cast<unsigned char *>(dynamic.data());
-        std::barrier<> block(size);
-        std::vector<std::unique_ptr<std::barrier<>>> warps;
-        for (unsigned w = 0; w < size / 32; ++w) {
-            warps.push_back(std::make_unique<std::barrier<>>(32));
-            emu_warp_barrier[w] = warps.back().get();
-        }
-        emu_block_barrier = &block;
-        std::vector<std::thread> threads;
+        blockIdx = {b, 0, 0};
+        emu_block_barrier = {size, 0, 0};
+        for (unsigned w = 0; w < size / 32; ++w) emu_warp_barrier[w] = {32, 0, 0};
         for (unsigned t = 0; t < size; ++t) {
-            threads.emplace_back([&, t] {
-                threadIdx = {t, 0, 0};
-                blockIdx = {b, 0, 0};
-                gridDim = {grid, 1, 1};
-                blockDim = {size, 1, 1};
-                f();
-                emu_warp_barrier[t / 32]->arrive_and_drop();
-                emu_block_barrier->arrive_and_drop();
-            });
+            getcontext(&fibers[t].context);
+            fibers[t].context.uc_stack.ss_sp = emu_stacks[t].get();
+            fibers[t].context.uc_stack.ss_size = EMU_STACK;
+            fibers[t].context.uc_link = &emu_scheduler;
+            fibers[t].done = false;
+            makecontext(&fibers[t].context, emu_fiber, 0);
         }
-        for (auto &th : threads) th.join();
+        for (unsigned left = size; left > 0;) {
+            const unsigned long long before = emu_progress;
+            for (unsigned k = 0; k < size; ++k) {
+                const unsigned t = b % 2 ? size - 1 - k : k;
+                if (fibers[t].done) continue;
+                emu_running = t;
+                threadIdx = {t, 0, 0};
+                swapcontext(&emu_scheduler, &fibers[t].context);
+                if (fibers[t].done) --left;
+            }
+            /* Every live thread waits at a barrier the others never reach: a hang on a GPU. */
+            if (left > 0 && emu_progress == before) {
+                fprintf(stderr, "emulation: block %u deadlocks at a barrier\n", b);
+                abort();
+            }
+        }
     }
 }
 "#;
@@ -1116,9 +1167,72 @@ struct Emulated {
     name: String,
 }
 
+/// How g++ compiles the emulated modules and their precompiled shim.
+const EMULATION_FLAGS: &[&str] = &[
+    "-std=c++20",
+    "-O0",
+    "-fPIC",
+    "-pthread",
+    "-ffp-contract=off",
+    "-Wall",
+    "-Wno-unknown-pragmas",
+    "-Werror",
+];
+
+/// The first 8 bytes of `text`'s SHA-256, in hex: the emulation's file names.
+fn short_digest(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(text.as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `stem` made unique to this process and call: files written under such names and then
+/// renamed into place are never seen half-written by a concurrent build.
+fn unique_name(stem: &str) -> String {
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let build = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{stem}.{}.{build}", std::process::id())
+}
+
+/// [`SHIM`] as a header in `dir` with its precompiled form beside it (g++ reads
+/// `shim-*.hpp.gch` in place of the header when the flags match), built once per test
+/// process: the shim's standard headers were most of each module's compile time. `None`
+/// when it cannot be built; the modules then include the shim's text.
+fn shim_header(dir: &std::path::Path) -> Option<PathBuf> {
+    static HEADER: OnceLock<Option<PathBuf>> = OnceLock::new();
+    HEADER
+        .get_or_init(|| {
+            let stem = format!(
+                "shim-{}",
+                short_digest(&format!("{SHIM}{EMULATION_FLAGS:?}"))
+            );
+            let header = dir.join(format!("{stem}.hpp"));
+            let compiled = dir.join(format!("{stem}.hpp.gch"));
+            if !compiled.exists() {
+                let unique = unique_name(&stem);
+                let text = dir.join(format!("{unique}.hpp"));
+                std::fs::write(&text, SHIM).ok()?;
+                std::fs::rename(&text, &header).ok()?;
+                let tmp = dir.join(format!("{unique}.gch"));
+                let out = std::process::Command::new("g++")
+                    .args(EMULATION_FLAGS)
+                    .args(["-x", "c++-header", "-o"])
+                    .arg(&tmp)
+                    .arg(&header)
+                    .output()
+                    .ok()?;
+                if !out.status.success() {
+                    return None;
+                }
+                std::fs::rename(&tmp, &compiled).ok()?;
+            }
+            Some(header)
+        })
+        .clone()
+}
+
 /// Compiles `ir`'s module for the host, or `None` (with a message) without a C++ compiler.
 fn emulate(ir: &KernelIr, options: &EmitOptions) -> Option<Emulated> {
-    use sha2::{Digest, Sha256};
     let name = kernel_name(ir);
     let module = emit_module(&[(name.clone(), ir)], options);
     let body = module.replace("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n", "");
@@ -1131,7 +1245,12 @@ fn emulate(ir: &KernelIr, options: &EmitOptions) -> Option<Emulated> {
     );
     assert_ne!(body2, body, "the prelude's fbc_row_cache moved");
     let body = body2;
-    let mut source = format!("{SHIM}\n{body}\n");
+    let dir = std::env::temp_dir().join("fusebox-cuda-emulation");
+    std::fs::create_dir_all(&dir).ok()?;
+    let mut source = match shim_header(&dir) {
+        Some(header) => format!("#include \"{}\"\n{body}\n", header.display()),
+        None => format!("{SHIM}\n{body}\n"),
+    };
     let mut parts = vec![String::new()];
     if !ir.reductions.is_empty() {
         parts = (0..abi::reduction_groups(ir).len())
@@ -1157,29 +1276,16 @@ fn emulate(ir: &KernelIr, options: &EmitOptions) -> Option<Emulated> {
             ));
         }
     }
-    let digest = Sha256::digest(source.as_bytes());
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    let dir = std::env::temp_dir().join("fusebox-cuda-emulation");
-    std::fs::create_dir_all(&dir).ok()?;
+    let hex = short_digest(&source);
     let lib = dir.join(format!("{hex}.so"));
     if !lib.exists() {
-        // Files unique per process and build, the library renamed into place: concurrent
-        // builds never see each other's half-written files.
-        static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let build = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let unique = format!("{hex}.{}.{build}", std::process::id());
+        let unique = unique_name(&hex);
         let src = dir.join(format!("{unique}.cpp"));
         std::fs::write(&src, &source).ok()?;
         let tmp = dir.join(format!("{unique}.so"));
         let out = std::process::Command::new("g++")
-            .args(["-std=c++20", "-O0", "-shared", "-fPIC", "-pthread"])
-            .args([
-                "-ffp-contract=off",
-                "-Wall",
-                "-Wno-unknown-pragmas",
-                "-Werror",
-            ])
-            .arg("-o")
+            .args(EMULATION_FLAGS)
+            .args(["-shared", "-o"])
             .arg(&tmp)
             .arg(&src)
             .output();
