@@ -1,5 +1,5 @@
 /* Times two compiled row kernels (softmax or layernorm, as `fusebox bench --backend cpu`
- * leaves them in its cache) beside a memcpy of the same bytes, alternating the three in one
+ * leaves them in its cache) beside a streaming copy of the same bytes, alternating the three in one
  * process so that they share the machine's state. On a loaded machine the one-thread CPU time
  * (`cpu` = 1, OMP_NUM_THREADS=1) is the figure that survives; wall time (`cpu` = 0) is what the
  * threads see.
