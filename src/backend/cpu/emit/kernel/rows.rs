@@ -785,14 +785,7 @@ impl Kernel<'_> {
             for &id in &sums {
                 out.line(format!("__m512 vf{id} = _mm512_setzero_ps();"));
             }
-            out.open(format!(
-                "for (int64_t j = jb; j < je; j += {})",
-                vector::LANES
-            ));
-            self.prefetch(out, lp, flush);
-            self.flush_step(out, flush);
-            self.vector_step(out, lp, &f64_sums, 0);
-            out.close();
+            self.vector_steps(out, lp, flush, &f64_sums, "jb; j < je");
             // x - x is 0 exactly for finite x, NaN for ±Inf and NaN.
             let finite: Vec<String> = sums
                 .iter()
@@ -824,14 +817,7 @@ impl Kernel<'_> {
             out.close();
             out.close();
         } else {
-            out.open(format!(
-                "for (int64_t j = 0; j < jv; j += {})",
-                vector::LANES
-            ));
-            self.prefetch(out, lp, flush);
-            self.flush_step(out, flush);
-            self.vector_step(out, lp, &f64_sums, 0);
-            out.close();
+            self.vector_steps(out, lp, flush, &f64_sums, "0; j < jv");
         }
         for &id in reducing {
             let Instr::RowReduce { kind, .. } = ir.body[id] else {
@@ -853,6 +839,24 @@ impl Kernel<'_> {
         }
         out.close();
         out.line("#endif");
+    }
+
+    /// The loop of vector steps `for (int64_t j = {range}; j += 16)` (range: start and
+    /// condition), each prefetching, storing the pending row's vector (with `flush`) and
+    /// taking its own step.
+    fn vector_steps(
+        &self,
+        out: &mut Out,
+        lp: &Loop,
+        flush: Option<&Lag>,
+        f64_sums: &[usize],
+        range: &str,
+    ) {
+        out.open(format!("for (int64_t j = {range}; j += {})", vector::LANES));
+        self.prefetch(out, lp, flush);
+        self.flush_step(out, flush);
+        self.vector_step(out, lp, f64_sums, 0);
+        out.close();
     }
 
     /// `d{k}`, the row's first element of each looped store `k`, and `st`, whether the row's
