@@ -10,7 +10,6 @@ use crate::common;
 use common::random_graph::{self, assert_same, rules};
 use fusebox::attr::AttrValue;
 use fusebox::backend::Executable;
-use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
 use fusebox::dtype::DType;
 use fusebox::eval::Tensors;
 use fusebox::graph::{self, Graph, GraphBuilder};
@@ -22,15 +21,8 @@ use fusebox::runner::prepare;
 use fusebox::runtime::interpret;
 use fusebox::tensor::Tensor;
 use proptest::prelude::*;
-use std::sync::OnceLock;
 
-fn compiler() -> &'static Compiler {
-    static COMPILER: OnceLock<Compiler> = OnceLock::new();
-    COMPILER.get_or_init(|| {
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("concat-cache");
-        Compiler::new(CompilerConfig::from_env().with_cache_dir(dir))
-    })
-}
+use common::kernel_cache::compiler;
 
 fn lowered(graph: &Graph) -> Program {
     let out = optimize(graph, &rules(), &Options::default()).expect("optimize");

@@ -10,16 +10,8 @@ use fusebox::graph::{self, Graph};
 use fusebox::optimize::Options;
 use fusebox::runner::prepare;
 use proptest::prelude::*;
-use std::sync::OnceLock;
 
-/// One compiler (and cache directory) for the whole test binary, so equal kernels compile once.
-fn compiler() -> &'static Compiler {
-    static COMPILER: OnceLock<Compiler> = OnceLock::new();
-    COMPILER.get_or_init(|| {
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cpu-backend-cache");
-        Compiler::new(CompilerConfig::from_env().with_cache_dir(dir))
-    })
-}
+use common::kernel_cache::compiler;
 
 fn load(path: &str) -> Graph {
     graph::file::load(std::path::Path::new(path), &rules().ops)

@@ -19,15 +19,8 @@ use fusebox::runtime::interpret;
 use fusebox::tensor::Tensor;
 use proptest::prelude::*;
 use std::collections::HashMap;
-use std::sync::OnceLock;
 
-fn compiler() -> &'static Compiler {
-    static COMPILER: OnceLock<Compiler> = OnceLock::new();
-    COMPILER.get_or_init(|| {
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("index-map-cache");
-        Compiler::new(CompilerConfig::from_env().with_cache_dir(dir))
-    })
-}
+use common::kernel_cache::compiler;
 
 fn parse(text: &str) -> Graph {
     graph::file::parse(text, "test.ron", &rules().ops)

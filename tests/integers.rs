@@ -8,22 +8,14 @@ use crate::common;
 
 use common::random_graph::{self, rules};
 use fusebox::backend::Executable;
-use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
 use fusebox::dtype::DType;
 use fusebox::eval::Tensors;
 use fusebox::graph::{Graph, GraphBuilder};
 use fusebox::optimize::{Options, optimize};
 use fusebox::runtime::interpret;
 use fusebox::tensor::Tensor;
-use std::sync::OnceLock;
 
-fn compiler() -> &'static Compiler {
-    static COMPILER: OnceLock<Compiler> = OnceLock::new();
-    COMPILER.get_or_init(|| {
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("integers-cache");
-        Compiler::new(CompilerConfig::from_env().with_cache_dir(dir))
-    })
-}
+use common::kernel_cache::compiler;
 
 fn ints(dtype: DType, values: &[i64]) -> Tensor {
     Tensor::from_ints(dtype, &[values.len()], values.to_vec()).unwrap()

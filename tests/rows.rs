@@ -9,7 +9,6 @@ use common::random_graph::{self, assert_same, rules};
 use common::row_graphs::{last_axis, layernorm, log_softmax, softmax};
 use fusebox::attr::AttrValue;
 use fusebox::backend::Executable;
-use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
 use fusebox::backend::cpu::emit::ROW_SCRATCH_BYTES;
 use fusebox::dtype::DType;
 use fusebox::graph::builder::GraphBuilder;
@@ -21,13 +20,7 @@ use fusebox::runtime::interpret;
 use proptest::prelude::*;
 use std::sync::OnceLock;
 
-fn compiler() -> &'static Compiler {
-    static COMPILER: OnceLock<Compiler> = OnceLock::new();
-    COMPILER.get_or_init(|| {
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("rows-cache");
-        Compiler::new(CompilerConfig::from_env().with_cache_dir(dir))
-    })
-}
+use common::kernel_cache::compiler;
 
 fn lowered(graph: &Graph) -> Program {
     let out = optimize(graph, &rules(), &Options::default()).expect("optimize");
