@@ -330,6 +330,63 @@ fn transposed_softmax(shape: &[usize]) -> Graph {
     b.finish(&[&y])
 }
 
+/// Reductions over the rows of a transposed view (the columns of `x`) walk 16 rows at a time,
+/// 256 elements of each in turn (`Kernel::row_tiles`). Row counts that leave a partial last
+/// tile, rows of several chunks and of less than one, one and two threads, sums, means, maxima
+/// and an integer sum, with the gathered value stored beside them and NaN and ±Inf planted:
+/// every element agrees with the reference, and the kernels reading by a stride are tiled.
+#[test]
+fn reductions_over_strided_rows_walk_tiles_and_match_the_reference() {
+    for (seed, shape, dtype) in [
+        (31, [1000, 41], DType::F32),
+        (32, [37, 600], DType::F32),
+        (33, [5, 3], DType::F32),
+        (34, [700, 50], DType::I32),
+    ] {
+        let mut b = GraphBuilder::new("strided_rows");
+        let x = b.input("x", dtype, &shape);
+        let t = b.op_with(
+            "t",
+            "transpose",
+            &[&x],
+            &[("perm", AttrValue::Ints(vec![1, 0]))],
+        );
+        let s = last_axis(&mut b, "s", "sum", &t);
+        let m = last_axis(&mut b, "m", "reduce_max", &t);
+        let graph = if dtype == DType::I32 {
+            b.finish(&[&s, &m])
+        } else {
+            let mean = last_axis(&mut b, "mean", "mean", &t);
+            let tt = b.op("tt", "mul", &[&t, &t]);
+            b.finish(&[&s, &m, &mean, &tt])
+        };
+        agrees(&graph, seed, dtype != DType::I32)
+            .unwrap_or_else(|e| panic!("{shape:?} {dtype}: {e}"));
+        let program = lowered(&graph);
+        let strided: Vec<&fusebox::lower::ir::KernelIr> = program
+            .kernels
+            .iter()
+            .filter(|k| {
+                !k.reductions.is_empty()
+                    && k.loads
+                        .iter()
+                        .any(|v| v.axes[k.rank - 1] == fusebox::lower::ir::Axis::Strided)
+            })
+            .collect();
+        assert!(
+            !strided.is_empty(),
+            "{shape:?}: no reduction reads x by a stride"
+        );
+        for ir in strided {
+            let text = fusebox::backend::cpu::emit::emit_kernel(ir, "k");
+            assert!(
+                text.contains("for (int64_t ob = 0; ob < outer; ob += 16)"),
+                "{text}"
+            );
+        }
+    }
+}
+
 /// Both forms the cost model chooses between for a transposed softmax match the reference:
 /// under the cpu profile's read prices the transpose is gathered once (with the row max) and a
 /// row kernel reads it contiguously; with strided reads priced free it is one row kernel

@@ -64,6 +64,17 @@ pub const CHUNK: i64 = 2048;
 /// costs more than such a kernel takes.
 pub const PARALLEL_MIN: i64 = 32768;
 
+/// Rows walked together by a reduction kernel that reads its rows by a stride
+/// (`Kernel::row_tiles`): 16, so that the tile's rows of a transposed f32 view are the 16
+/// floats of one 64-byte line.
+pub const TILE_ROWS: i64 = 16;
+
+/// Elements of each row a tile walks before the next row (`Kernel::row_tiles`): 256, so
+/// that a transposed view's tile touches 256 lines (16 KiB, in L1) and 256 pages (within
+/// the L1 TLB's reach on current x86 cores is not needed: the L2 TLB holds over a thousand)
+/// per step.
+pub const TILE_COLUMNS: i64 = 256;
+
 /// The name [`kernel_name`] hashes the kernel under, so that the hash depends on the body
 /// only and the name can then be derived from it.
 const PLACEHOLDER_NAME: &str = "fb_kernel";

@@ -34,7 +34,7 @@
 
 use super::expr::C;
 use super::fission::{LoopStatement, Stages};
-use super::{CHUNK, PARALLEL_MIN, vector};
+use super::{CHUNK, PARALLEL_MIN, TILE_COLUMNS, TILE_ROWS, vector};
 use crate::backend::spelling::{Spelling, map_stage_positions};
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, View};
 
@@ -545,6 +545,41 @@ impl<'a> Kernel<'a> {
     }
 
     fn pointwise(&self, out: &mut Out) {
+        if self.strided_rows() && self.rank >= 2 {
+            // Tiles, as `row_tiles` for reductions, while there are enough of them to keep
+            // every thread busy: each element is written once, so the walk's order changes
+            // nothing else.
+            out.open(format!("if (outer >= {} * (int64_t)nt)", 4 * TILE_ROWS));
+            out.line("#pragma omp parallel for schedule(static) if(nt > 1)");
+            out.open(format!(
+                "for (int64_t ob = 0; ob < outer; ob += {TILE_ROWS})"
+            ));
+            out.line(format!(
+                "const int64_t oe = outer - ob < {TILE_ROWS} ? outer : ob + {TILE_ROWS};"
+            ));
+            out.open(format!(
+                "for (int64_t j0 = 0; j0 < inner; j0 += {TILE_COLUMNS})"
+            ));
+            out.line(format!(
+                "const int64_t len = inner - j0 < {TILE_COLUMNS} ? inner - j0 : {TILE_COLUMNS};"
+            ));
+            out.open("for (int64_t o = ob; o < oe; o++)");
+            self.decompose_outer(out, "o");
+            self.segment(out, Mode::Pointwise);
+            out.close();
+            out.close();
+            out.close();
+            out.close();
+            out.open("else");
+            self.chunks(out);
+            out.close();
+        } else {
+            self.chunks(out);
+        }
+    }
+
+    /// Work items of at most [`CHUNK`] elements of one row, spread over the threads.
+    fn chunks(&self, out: &mut Out) {
         out.line(format!(
             "const int64_t nch = (inner + {}) / {CHUNK};",
             CHUNK - 1
@@ -616,6 +651,24 @@ impl<'a> Kernel<'a> {
     }
 
     fn rows(&self, out: &mut Out) {
+        if self.strided_rows() {
+            // Tiles while there are enough of them to keep every thread busy.
+            out.open(format!(
+                "if (nt == 1 || outer >= {} * (int64_t)nt)",
+                4 * TILE_ROWS
+            ));
+            self.row_tiles(out);
+            out.close();
+            out.open("else");
+            self.plain_rows(out);
+            out.close();
+        } else {
+            self.plain_rows(out);
+        }
+    }
+
+    /// One row per thread at a time, chunk after chunk.
+    fn plain_rows(&self, out: &mut Out) {
         out.line("#pragma omp parallel for schedule(static) if(nt > 1)");
         out.open("for (int64_t o = 0; o < outer; o++)");
         self.decompose_outer(out, "o");
@@ -639,6 +692,71 @@ impl<'a> Kernel<'a> {
             self.finish(out, r, &at);
             out.close();
         }
+        out.close();
+    }
+
+    /// Whether some load moves along the rows by a run-time stride (a transposed or strided
+    /// view): reading one row then touches a new cache line and, past a few KiB of stride, a
+    /// new page at every element.
+    fn strided_rows(&self) -> bool {
+        self.ir
+            .loads
+            .iter()
+            .any(|v| v.axes[self.inner] == Axis::Strided)
+    }
+
+    /// [`Kernel::rows`] for kernels that read rows by a stride: each thread takes
+    /// [`TILE_ROWS`] rows at a time and walks them together, [`TILE_COLUMNS`] elements of
+    /// each in turn. The rows of a transposed view are neighbouring columns of its buffer, so
+    /// the tile's rows share every cache line and page the first of them touches, where row
+    /// after row would come back to each line and page once per row, long after it left the
+    /// caches and the TLB (a `[4096, 4096]` f32 transposed is 16 KiB between elements: four
+    /// pages). Each row keeps its accumulators between its chunks, which it meets in order,
+    /// so every row's results are its chunks' results combined in the same order as before,
+    /// in chunks of [`TILE_COLUMNS`].
+    fn row_tiles(&self, out: &mut Out) {
+        let reductions = self.ir.reductions.len();
+        out.line("#pragma omp parallel for schedule(static) if(nt > 1)");
+        out.open(format!(
+            "for (int64_t ob = 0; ob < outer; ob += {TILE_ROWS})"
+        ));
+        out.line(format!(
+            "const int64_t oe = outer - ob < {TILE_ROWS} ? outer : ob + {TILE_ROWS};"
+        ));
+        for r in 0..reductions {
+            out.line(format!("{} tile{r}[{TILE_ROWS}];", self.acc_type(r)));
+            out.line(format!(
+                "for (int k = 0; k < {TILE_ROWS}; k++) tile{r}[k] = {};",
+                self.identity(r)
+            ));
+        }
+        out.open(format!(
+            "for (int64_t j0 = 0; j0 < inner; j0 += {TILE_COLUMNS})"
+        ));
+        out.line(format!(
+            "const int64_t len = inner - j0 < {TILE_COLUMNS} ? inner - j0 : {TILE_COLUMNS};"
+        ));
+        out.open("for (int64_t o = ob; o < oe; o++)");
+        self.decompose_outer(out, "o");
+        for r in 0..reductions {
+            out.line(format!("{} acc{r} = tile{r}[o - ob];", self.acc_type(r)));
+        }
+        self.segment(out, Mode::Rows);
+        for r in 0..reductions {
+            out.line(format!("tile{r}[o - ob] = acc{r};"));
+        }
+        out.close();
+        out.close();
+        out.open("for (int64_t o = ob; o < oe; o++)");
+        self.decompose_outer(out, "o");
+        for r in 0..reductions {
+            let at = self.row_base(self.reduction_arg(r));
+            out.open("");
+            out.line(format!("{} a = tile{r}[o - ob];", self.acc_type(r)));
+            self.finish(out, r, &at);
+            out.close();
+        }
+        out.close();
         out.close();
     }
 
