@@ -550,25 +550,12 @@ impl<'a> Kernel<'a> {
             // every thread busy: each element is written once, so the walk's order changes
             // nothing else.
             out.open(format!("if (outer >= {} * (int64_t)nt)", 4 * TILE_ROWS));
-            out.line("#pragma omp parallel for schedule(static) if(nt > 1)");
-            out.open(format!(
-                "for (int64_t ob = 0; ob < outer; ob += {TILE_ROWS})"
-            ));
-            out.line(format!(
-                "const int64_t oe = outer - ob < {TILE_ROWS} ? outer : ob + {TILE_ROWS};"
-            ));
-            out.open(format!(
-                "for (int64_t j0 = 0; j0 < inner; j0 += {TILE_COLUMNS})"
-            ));
-            out.line(format!(
-                "const int64_t len = inner - j0 < {TILE_COLUMNS} ? inner - j0 : {TILE_COLUMNS};"
-            ));
-            out.open("for (int64_t o = ob; o < oe; o++)");
-            self.decompose_outer(out, "o");
-            self.segment(out, Mode::Pointwise);
-            out.close();
-            out.close();
-            out.close();
+            self.tiles(
+                out,
+                |_| {},
+                |out| self.segment(out, Mode::Pointwise),
+                |_| {},
+            );
             out.close();
             out.open("else");
             self.chunks(out);
@@ -716,6 +703,50 @@ impl<'a> Kernel<'a> {
     /// in chunks of [`TILE_COLUMNS`].
     fn row_tiles(&self, out: &mut Out) {
         let reductions = self.ir.reductions.len();
+        let declare = |out: &mut Out| {
+            for r in 0..reductions {
+                out.line(format!("{} tile{r}[{TILE_ROWS}];", self.acc_type(r)));
+                out.line(format!(
+                    "for (int k = 0; k < {TILE_ROWS}; k++) tile{r}[k] = {};",
+                    self.identity(r)
+                ));
+            }
+        };
+        let accumulate = |out: &mut Out| {
+            for r in 0..reductions {
+                out.line(format!("{} acc{r} = tile{r}[o - ob];", self.acc_type(r)));
+            }
+            self.segment(out, Mode::Rows);
+            for r in 0..reductions {
+                out.line(format!("tile{r}[o - ob] = acc{r};"));
+            }
+        };
+        let store = |out: &mut Out| {
+            out.open("for (int64_t o = ob; o < oe; o++)");
+            self.decompose_outer(out, "o");
+            for r in 0..reductions {
+                let at = self.row_base(self.reduction_arg(r));
+                out.open("");
+                out.line(format!("{} a = tile{r}[o - ob];", self.acc_type(r)));
+                self.finish(out, r, &at);
+                out.close();
+            }
+            out.close();
+        };
+        self.tiles(out, declare, accumulate, store);
+    }
+
+    /// The loops of a tiled walk over threads: tiles of [`TILE_ROWS`] rows `ob .. oe`, and in
+    /// each, [`TILE_COLUMNS`] elements (`j0`, `len`) of each row `o` in turn. `start` and
+    /// `end` write what a tile does before and after its walk, `step` the work at one row's
+    /// elements.
+    fn tiles(
+        &self,
+        out: &mut Out,
+        start: impl Fn(&mut Out),
+        step: impl Fn(&mut Out),
+        end: impl Fn(&mut Out),
+    ) {
         out.line("#pragma omp parallel for schedule(static) if(nt > 1)");
         out.open(format!(
             "for (int64_t ob = 0; ob < outer; ob += {TILE_ROWS})"
@@ -723,13 +754,7 @@ impl<'a> Kernel<'a> {
         out.line(format!(
             "const int64_t oe = outer - ob < {TILE_ROWS} ? outer : ob + {TILE_ROWS};"
         ));
-        for r in 0..reductions {
-            out.line(format!("{} tile{r}[{TILE_ROWS}];", self.acc_type(r)));
-            out.line(format!(
-                "for (int k = 0; k < {TILE_ROWS}; k++) tile{r}[k] = {};",
-                self.identity(r)
-            ));
-        }
+        start(out);
         out.open(format!(
             "for (int64_t j0 = 0; j0 < inner; j0 += {TILE_COLUMNS})"
         ));
@@ -738,25 +763,10 @@ impl<'a> Kernel<'a> {
         ));
         out.open("for (int64_t o = ob; o < oe; o++)");
         self.decompose_outer(out, "o");
-        for r in 0..reductions {
-            out.line(format!("{} acc{r} = tile{r}[o - ob];", self.acc_type(r)));
-        }
-        self.segment(out, Mode::Rows);
-        for r in 0..reductions {
-            out.line(format!("tile{r}[o - ob] = acc{r};"));
-        }
+        step(out);
         out.close();
         out.close();
-        out.open("for (int64_t o = ob; o < oe; o++)");
-        self.decompose_outer(out, "o");
-        for r in 0..reductions {
-            let at = self.row_base(self.reduction_arg(r));
-            out.open("");
-            out.line(format!("{} a = tile{r}[o - ob];", self.acc_type(r)));
-            self.finish(out, r, &at);
-            out.close();
-        }
-        out.close();
+        end(out);
         out.close();
     }
 
