@@ -70,9 +70,9 @@ pub const PARALLEL_MIN: i64 = 32768;
 pub const TILE_ROWS: i64 = 16;
 
 /// Elements of each row a tile walks before the next row (`Kernel::row_tiles`): 256, so
-/// that a transposed view's tile touches 256 lines (16 KiB, in L1) and 256 pages (within
-/// the L1 TLB's reach on current x86 cores is not needed: the L2 TLB holds over a thousand)
-/// per step.
+/// that each step of a transposed view's tile touches 256 lines (16 KiB, which stay in L1
+/// for the tile's other rows) and 256 pages (well within a second-level TLB of over a
+/// thousand entries).
 pub const TILE_COLUMNS: i64 = 256;
 
 /// The name [`kernel_name`] hashes the kernel under, so that the hash depends on the body
