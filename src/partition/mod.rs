@@ -504,9 +504,6 @@ impl<'a> Facts<'a> {
     }
 }
 
-/// The cost of one kernel that moves `bytes` and does `flops` at `gflops`, its reads moving
-/// `read_extra` bytes more (lines touched but not used: strided or gathered views). The extra
-/// is time, not traffic a report counts: `bytes` stays the values' bytes.
 impl Cost {
     /// This cost for a kernel that takes `launches` launches instead of one.
     pub(crate) fn with_launches(self, launches: usize, profile: &Profile) -> Cost {
@@ -519,6 +516,9 @@ impl Cost {
     }
 }
 
+/// The cost of one kernel that moves `bytes` and does `flops` at `gflops`, its reads moving
+/// `read_extra` bytes more (lines touched but not used: strided or gathered views). The extra
+/// is time, not traffic a report counts: `bytes` stays the values' bytes.
 pub(crate) fn price(
     profile: &Profile,
     bytes: u64,

@@ -135,9 +135,8 @@ enum Acc {
 /// Where a value kept from an earlier pass ([`KernelIr::row_kept`]) lives on a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
-    /// `k{id}[G][W]`, beside the register cache.
-    Registers,
-    /// Over cached load `a`'s row in shared memory, which no later pass reads.
+    /// Over cached load `a`'s row in shared memory, which no later pass reads. (The register
+    /// paths keep nothing: see the module documentation.)
     Shared(usize),
 }
 
@@ -371,13 +370,6 @@ impl Kernel<'_> {
             RowPath::Registers | RowPath::Vector => self.row_fill(code, path, &cached),
             RowPath::Shared => self.row_shared(code, &cached),
             RowPath::Reread => {}
-        }
-        let (groups, width) = self.row_cache_shape();
-        for &(id, _, place) in &kept {
-            if place == Place::Registers {
-                let ty = Cuda.value_type(ir.prec(id));
-                code.def(format!("k{id}"), format!("{ty} k{id}[{groups}][{width}];"));
-            }
         }
         for pass in 0..passes {
             let last = pass + 1 == passes;
@@ -780,10 +772,7 @@ impl Kernel<'_> {
             pl.kept
                 .iter()
                 .find(|k| k.0 == id)
-                .map(|&(_, _, p)| match p {
-                    Place::Registers => format!("k{id}{slot}"),
-                    Place::Shared(a) => format!("sh{a}[i{inner}]"),
-                })
+                .map(|&(_, _, Place::Shared(a))| format!("sh{a}[i{inner}]"))
         };
         // Read back in the passes after the keeping one, and in the keeping pass's own f64
         // redo (its main loop has written the whole chunk by then).
