@@ -858,6 +858,7 @@ fn launch_of(grid: u32) -> GpuLaunch {
         grid: (grid, 1, 1),
         block: (BLOCK, 1, 1),
         shared_bytes: 0,
+        by_path: Vec::new(),
     }
 }
 
@@ -984,7 +985,7 @@ const SHIM: &str = r#"/* Host emulation of the CUDA features the emitted kernels
 #define __device__
 #define __global__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __shared__ static
 
 struct uint3 { unsigned x, y, z; };
@@ -1252,7 +1253,9 @@ fn emulate(ir: &KernelIr, options: &EmitOptions) -> Option<Emulated> {
         None => format!("{SHIM}\n{body}\n"),
     };
     let mut parts = vec![String::new()];
-    if !ir.reductions.is_empty() {
+    if ir.is_row_kernel() {
+        parts = abi::row_paths(ir).into_iter().map(abi::row_part).collect();
+    } else if !ir.reductions.is_empty() {
         parts = (0..abi::reduction_groups(ir).len())
             .map(|g| format!("_g{g}"))
             .collect();
@@ -1371,11 +1374,13 @@ fn run_emulated(
     if let Some(path) = force.filter(|_| ir.is_row_kernel()) {
         force_row_path(ir, launch, &mut block, &mut p, path);
     }
+    let block_words = words(&block);
     for l in &p.launches {
+        let entry = l.entry_for(&block_words, param_layout(ir).vec / 8);
         let entry = if wide {
-            l.entry.replace("_i32", "_i64")
+            entry.replace("_i32", "_i64")
         } else {
-            l.entry.clone()
+            entry.to_string()
         };
         let symbol = format!("run_{entry}");
         let run: libloading::Symbol<unsafe extern "C" fn(*const u8, u64, u32, u32, u32) -> i32> =
@@ -1967,19 +1972,30 @@ fn emulated_agrees(
     wide: bool,
     force: Option<RowPath>,
 ) -> Option<Result<(), String>> {
-    let rules = random_graph::rules();
     let inputs = random_graph::inputs(graph, seed, specials);
-    let want = match fusebox::eval::evaluate(graph, &rules.ops, &inputs) {
+    emulated_agrees_on(graph, program, emulated, &inputs, wide, force)
+        .map(|result| result.map_err(|e| format!("{e} (seed {seed}, specials {specials})")))
+}
+
+/// [`emulated_agrees`] on the given inputs.
+fn emulated_agrees_on(
+    graph: &Graph,
+    program: &Program,
+    emulated: &mut BTreeMap<String, Emulated>,
+    inputs: &fusebox::eval::Tensors,
+    wide: bool,
+    force: Option<RowPath>,
+) -> Option<Result<(), String>> {
+    let rules = random_graph::rules();
+    let want = match fusebox::eval::evaluate(graph, &rules.ops, inputs) {
         Ok(want) => want,
         Err(e) => return Some(Err(format!("reference: {e}"))),
     };
-    let buffers = random_graph::input_buffers(program, &inputs);
+    let buffers = random_graph::input_buffers(program, inputs);
     let got = run_program_emulated(program, &buffers, emulated, wide, force)?;
     for (o, b) in program.dag.outputs.iter().zip(&got) {
         if let Err(e) = random_graph::assert_same(&o.name, &want[&o.name], &b.to_tensor()) {
-            return Some(Err(format!(
-                "{e} (seed {seed}, specials {specials}, path {force:?})"
-            )));
+            return Some(Err(format!("{e} (path {force:?})")));
         }
     }
     Some(Ok(()))
@@ -2182,6 +2198,117 @@ fn emulated_nan_and_inf_rows_match_the_reference() {
     }
 }
 
+/// Softmax's sum pass keeps `exp(x - max)` over `x`'s slots of the register cache. A second
+/// reduction in that pass, `mean((x - max)²)`, reads `x` itself: when its f32 partial
+/// overflows (two squares of 1.96·10³⁸ per thread here, each finite), its f64 redo must read
+/// `x` from global memory again, not the slots that now hold `exp` (which would give a mean
+/// of about 10³⁸ instead of 9.8·10³⁷). Every path, in 32- and 64-bit indexing.
+#[test]
+fn emulated_redo_after_keeping_over_the_register_cache_reads_x_again() {
+    let mut b = GraphBuilder::new("softmax_and_spread");
+    let x = b.input("x", DType::F32, &[3, 64]);
+    let m = last_axis(&mut b, "m", "reduce_max", &x);
+    let d = b.op("d", "sub", &[&x, &m]);
+    let e = b.op("e", "exp", &[&d]);
+    let s = last_axis(&mut b, "s", "sum", &e);
+    let y = b.op("y", "div", &[&e, &s]);
+    let q = b.op("q", "mul", &[&d, &d]);
+    let v = last_axis(&mut b, "v", "mean", &q);
+    let graph = b.finish(&[&y, &v]);
+    let program = lowered(&graph);
+    assert_eq!(program.kernels.len(), 1);
+    let ir = &program.kernels[0];
+    assert!(
+        ir.is_row_kernel() && ir.row_kept().len() == 1,
+        "exp is kept"
+    );
+    let source = emit_module(&[(kernel_name(ir), ir)], &EmitOptions::default());
+    let vector = &source[..source
+        .find("the row in registers, element by element")
+        .expect("paths")];
+    assert!(
+        vector.contains("c0[g][l] = v"),
+        "kept over x's slots:\n{vector}"
+    );
+    assert!(
+        vector.contains("= p.p0["),
+        "the redo reads x again:\n{vector}"
+    );
+    let mut inputs = fusebox::eval::Tensors::new();
+    // 1e19 and -4e18 are not f32 values: rounded here, as every input is.
+    let values = (0..3 * 64)
+        .map(|i| if i % 2 == 0 { 1e19f32 } else { -4e18 } as f64)
+        .collect();
+    let t = fusebox::tensor::Tensor::from_values(DType::F32, &[3, 64], values).expect("x");
+    inputs.insert("x".to_string(), t);
+    let mut emulated = BTreeMap::new();
+    for wide in [false, true] {
+        for force in [None, Some(RowPath::Registers), Some(RowPath::Shared)] {
+            let Some(result) =
+                emulated_agrees_on(&graph, &program, &mut emulated, &inputs, wide, force)
+            else {
+                return;
+            };
+            result.unwrap_or_else(|e| panic!("wide {wide}: {e}"));
+        }
+    }
+}
+
+/// A row kernel's text has one entry point per path (`abi::row_paths`), each body holding
+/// its own path's loops alone, so NVRTC gives each path the registers of its own loops (with
+/// all four in one kernel, the vector path got the element path's 80); the vector path's
+/// entries ask for six blocks of 256 threads per SM.
+#[test]
+fn row_kernels_have_one_entry_point_per_path() {
+    let comments = [
+        (
+            RowPath::RegistersVector,
+            "the row in registers, moved in 16-byte vectors",
+        ),
+        (
+            RowPath::Registers,
+            "the row in registers, element by element",
+        ),
+        (
+            RowPath::Shared,
+            "the row in shared memory after its first reading",
+        ),
+        (
+            RowPath::Reread,
+            "every pass reads the row from global memory",
+        ),
+    ];
+    let program = lowered(&row_graphs::softmax(DType::F32, &[8, 100]));
+    let ir = &program.kernels[0];
+    let name = kernel_name(ir);
+    let source = emit_module(&[(name.clone(), ir)], &EmitOptions::default());
+    let paths = abi::row_paths(ir);
+    assert_eq!(paths.len(), 4);
+    for (path, _) in comments {
+        let part = abi::row_part(path);
+        let start = source
+            .find(&format!("{name}{part}_body("))
+            .unwrap_or_else(|| panic!("no body for {path:?}"));
+        let end = start + source[start..].find("extern \"C\"").expect("entries");
+        let body = &source[start..end];
+        for (other, text) in comments {
+            assert_eq!(body.contains(text), other == path, "{path:?} body:\n{body}");
+        }
+        let bounds = match abi::row_min_blocks(path) {
+            Some(blocks) => format!("FBC_BLOCK, {blocks}"),
+            None => "FBC_BLOCK".to_string(),
+        };
+        for wide in [false, true] {
+            let entry = entry_name(&name, &part, wide);
+            assert!(
+                source.contains(&format!("__launch_bounds__({bounds}) {entry}(")),
+                "{entry}"
+            );
+        }
+    }
+    assert_eq!(abi::row_min_blocks(RowPath::RegistersVector), Some(6));
+}
+
 /// Launch plans of row kernels: one block per row up to the grid cap (grid-stride beyond),
 /// the block sized from the row length so a row fits 16 f32 registers a thread, never folded
 /// (a contiguous `[N, M]` stays N rows), no scratch; the path in the `vec` word: vectors
@@ -2240,20 +2367,28 @@ fn row_kernel_plans() {
         assert_eq!(fold(ir, &launch), sizes.to_vec(), "rows are never folded");
         let p = plan(ir, "k", &launch, 132, &options);
         assert!(p.scratch_bytes.is_empty());
+        let entry = |path: RowPath| entry_name("k", &abi::row_part(path), wide);
+        // The plan's entry is the path for aligned pointers; by_path names all four.
+        let aligned = if path == Registers && sizes[1] % 4 == 0 {
+            RegistersVector
+        } else {
+            path
+        };
         let want = GpuLaunch {
-            entry: entry_name("k", "", wide),
+            entry: entry(aligned),
             grid: (grid, 1, 1),
             block: (block, 1, 1),
             shared_bytes: shared,
+            by_path: [Reread, Shared, Registers, RegistersVector]
+                .map(entry)
+                .to_vec(),
         };
         assert_eq!(p.launches, vec![want], "{sizes:?}");
         let ptrs = vec![ptr; ir.arg_count()];
         let block_words = words(&param_block(ir, &launch, &ptrs, &[]));
-        assert_eq!(
-            block_words[param_layout(ir).vec / 8],
-            path as u64,
-            "{sizes:?} at {ptr:#x}"
-        );
+        let vec_word = param_layout(ir).vec / 8;
+        assert_eq!(block_words[vec_word], path as u64, "{sizes:?} at {ptr:#x}");
+        assert_eq!(p.launches[0].entry_for(&block_words, vec_word), entry(path));
     }
     assert!(
         plan(ir, "k", &contiguous(ir, &[0, 5]), 132, &options)
@@ -2487,13 +2622,14 @@ fn map_positions_divide_exactly_by_reciprocals_up_to_the_cap() {
     assert!(corrected > 0, "no position needed the correction");
 }
 
-/// Softmax's CUDA row kernel evaluates `exp` once per element on the shared-memory path (the
-/// sum pass keeps `exp(x - max)` over the row in shared memory, and the normalize pass reads
-/// it back) and again in the last pass on the others, sums in f32 partials joined in f64, and
+/// Softmax's CUDA row kernel evaluates `exp` once per element on the register and
+/// shared-memory paths (the sum pass keeps `exp(x - max)` over `x`'s slots or row, and the
+/// normalize pass reads it back) and again in the last pass when re-reading, sums in f32
+/// partials joined in f64, and
 /// multiplies by the row's reciprocal instead of dividing, with the division kept only for
 /// a divisor outside the normal range.
 #[test]
-fn cuda_softmax_keeps_exp_in_shared_memory_and_multiplies_by_the_reciprocal() {
+fn cuda_softmax_keeps_exp_on_chip_and_multiplies_by_the_reciprocal() {
     let program = lowered(&row_graphs::softmax(DType::F32, &[8, 100]));
     let ir = &program.kernels[0];
     assert_eq!(ir.row_kept().len(), 1, "exp(x - max) is kept");
@@ -2513,10 +2649,9 @@ fn cuda_softmax_keeps_exp_in_shared_memory_and_multiplies_by_the_reciprocal() {
         let end = at.get(i + 1).copied().unwrap_or(body.len());
         let text = &body[at[i]..end];
         let exps = text.matches("expf(").count();
-        // Only the shared path keeps it (over `x`); the register paths (where a kept array
-        // costs occupancy) and re-reading evaluate it in the sum pass, its f64 redo and the
-        // last pass.
-        let want = if i == 2 { 1 } else { 3 };
+        // The register and shared paths keep it over `x`'s slots or row; re-reading
+        // evaluates it in the sum pass, its f64 redo and the last pass.
+        let want = if i == 3 { 3 } else { 1 };
         assert_eq!(exps, want, "{path}:\n{text}");
         assert!(text.contains("= __fadd_rn(f"), "{path}: f32 partial sums");
         assert!(
@@ -2562,8 +2697,8 @@ fn cuda_exact_row_arithmetic_sums_in_double_and_divides() {
         .expect("paths")];
     assert_eq!(
         vector.matches("expf(").count(),
-        2,
-        "the register paths evaluate exp in the sum pass and the last"
+        1,
+        "the vector path keeps exp over x's slots under Exact too"
     );
     let shared = &body[body
         .find("the row in shared memory after its first reading")

@@ -261,6 +261,45 @@ pub fn row_path(ir: &KernelIr, launch: &Launch, n: &[i64], ptrs: &[u64]) -> RowP
     }
 }
 
+/// The paths a row kernel's text has an entry point for, in [`RowPath`] order: re-reading
+/// alone when nothing is cached, else re-reading, shared memory and registers, and vectors
+/// too when the kernel has a vector width. [`row_path`] never picks a path outside these.
+///
+/// Why one entry point per path rather than one that branches on the `vec` word: the
+/// compiler gives a kernel the registers of its hungriest branch, and every launch runs with
+/// that many. The element-by-element register path needs about twice the registers of the
+/// vector path (a guard and an address per slot), so with both in one kernel the vector path
+/// ran at half the blocks per SM it needs (80 registers instead of 39 for softmax's `[4096,
+/// 4096]` f32 under NVRTC for sm_90: 3 blocks of 256 threads per SM instead of 6).
+pub fn row_paths(ir: &KernelIr) -> Vec<RowPath> {
+    if row_cached(ir).is_empty() {
+        return vec![RowPath::Reread];
+    }
+    let mut paths = vec![RowPath::Reread, RowPath::Shared, RowPath::Registers];
+    if row_vector_width(ir) > 1 {
+        paths.push(RowPath::RegistersVector);
+    }
+    paths
+}
+
+/// Blocks of [`BLOCK`] threads per SM a row kernel's vector path is compiled for (the
+/// minimum of its `__launch_bounds__`): six, which caps it at 40 registers a thread, the
+/// 16 of the register cache ([`ROW_REGISTER_BYTES`]) and 24 for the rest. Left to itself
+/// NVRTC gave layernorm's `[8192, 1024]` f32 vector path 64 registers; capped, it needs no
+/// spill for 32-bit indices and ran 2–3% faster on an H200 (0.0230 against 0.0236 ms, two
+/// alternations; softmax's, at 39, did not move). `None` for the other paths: the
+/// element-by-element path needs its registers (capping it spills), and the shared and
+/// re-reading paths use few.
+pub fn row_min_blocks(path: RowPath) -> Option<u32> {
+    (path == RowPath::RegistersVector).then_some(6)
+}
+
+/// The part of a row kernel's entry point names for `path` (see [`entry_name`]): `_p` and
+/// the path's `vec` word.
+pub fn row_part(path: RowPath) -> String {
+    format!("_p{}", path as u32)
+}
+
 /// Upper bound on blocks per SM in one grid. Grid-stride loops make any grid correct; this
 /// many keeps every SM busy (8 blocks of 256 threads fill an SM's 2048 thread slots, times
 /// four waves to even out imbalance) without launching millions of blocks that each do a
@@ -291,6 +330,25 @@ pub struct GpuLaunch {
     /// Dynamic shared memory: 0 but for a row kernel's [`RowPath::Shared`] launch (the block
     /// reductions use static shared memory).
     pub shared_bytes: u32,
+    /// A row kernel's entry points by path, indexed by the `vec` word ([`RowPath`] value;
+    /// empty where the text has none): the path depends on the device pointers' alignment,
+    /// known only when a run's buffers are, so the runtime takes [`GpuLaunch::entry_for`]
+    /// of the parameter block it launches with. `entry` is the one for 16-byte aligned
+    /// pointers. Empty for every other kernel.
+    pub by_path: Vec<String>,
+}
+
+impl GpuLaunch {
+    /// The entry point a launch with parameter block words `words` takes: for a row kernel
+    /// the one of the path in the block's `vec` word (`vec_word` is its index,
+    /// [`ParamLayout::vec`] / 8), else [`GpuLaunch::entry`].
+    pub fn entry_for(&self, words: &[u64], vec_word: usize) -> &str {
+        words
+            .get(vec_word)
+            .and_then(|&path| self.by_path.get(usize::try_from(path).ok()?))
+            .filter(|name| !name.is_empty())
+            .map_or(self.entry.as_str(), String::as_str)
+    }
 }
 
 /// The entry point of `part` (`""`, `"_init"`, `"_g{g}"`, `"_finish"`) of kernel `name`, with
@@ -692,11 +750,18 @@ pub fn plan(
         // An empty row still has results to write (a sum of 0, a mean of NaN); without rows
         // there is nothing to do, and a grid cannot be empty.
         if rows > 0 {
+            let mut by_path = vec![String::new(); RowPath::RegistersVector as usize + 1];
+            for path in row_paths(ir) {
+                by_path[path as usize] = entry_name(name, &row_part(path), wide);
+            }
+            // No pointers: the path for aligned ones.
+            let aligned = row_path(ir, launch, &n, &[]);
             launches.push(GpuLaunch {
-                entry: entry_name(name, "", wide),
+                entry: by_path[aligned as usize].clone(),
                 grid: (rows.min(max_blocks) as u32, 1, 1),
                 block: (row_block(ir, len), 1, 1),
                 shared_bytes: row_shared_bytes(ir, len),
+                by_path,
             });
         }
         return LaunchPlan {
@@ -711,6 +776,7 @@ pub fn plan(
                 grid: (grid_for(threads, sm_count), 1, 1),
                 block: (BLOCK, 1, 1),
                 shared_bytes: 0,
+                by_path: Vec::new(),
             });
         }
     };

@@ -203,7 +203,15 @@ impl<'a> Kernel<'a> {
         out.push_str(&self.header_comment());
         out.push_str(&self.params_struct());
         if self.ir.is_row_kernel() {
-            self.function(&mut out, "", &self.row_body());
+            // The most common path first, for a reader of the `.cu` file.
+            for path in abi::row_paths(self.ir).into_iter().rev() {
+                let part = abi::row_part(path);
+                let bounds = match abi::row_min_blocks(path) {
+                    Some(blocks) => format!("FBC_BLOCK, {blocks}"),
+                    None => "FBC_BLOCK".to_string(),
+                };
+                self.entries(&mut out, &part, &self.row_body(path), &bounds);
+            }
         } else if self.ir.reductions.is_empty() {
             self.function(&mut out, "", &self.main_body());
         } else {
@@ -311,6 +319,11 @@ impl<'a> Kernel<'a> {
     /// A device template over the index type `I` (and its unsigned counterpart `U`) with
     /// `body`, and its two `extern "C"` entry points.
     fn function(&self, out: &mut String, part: &str, body: &Code) {
+        self.entries(out, part, body, "FBC_BLOCK");
+    }
+
+    /// [`Kernel::function`] with the entry points' `__launch_bounds__` arguments `bounds`.
+    fn entries(&self, out: &mut String, part: &str, body: &Code, bounds: &str) {
         let name = self.name;
         let params = format!("{name}_params");
         out.push_str("\ntemplate <typename I, typename U>\n");
@@ -324,7 +337,7 @@ impl<'a> Kernel<'a> {
             (true, "long long", "unsigned long long"),
         ] {
             out.push_str(&format!(
-                "extern \"C\" __global__ void __launch_bounds__(FBC_BLOCK) {}(const {params} p) {{ {name}{part}_body<{i}, {u}>(p); }}\n",
+                "extern \"C\" __global__ void __launch_bounds__({bounds}) {}(const {params} p) {{ {name}{part}_body<{i}, {u}>(p); }}\n",
                 abi::entry_name(name, part, wide)
             ));
         }

@@ -24,9 +24,11 @@
 //! Softmax and layernorm read their input in every pass (three), so a kernel that re-reads
 //! it moves the row from L2 three times and stays far from the copy floor. The loads read in
 //! two passes or more ([`abi::row_cached`]) are therefore kept on chip, in one of three
-//! places, all in the one kernel text: the host picks one per launch from the row length
-//! ([`abi::row_path`]) and hands it over in the parameter block's `vec` word, so the text
-//! and its compile cache key stay free of sizes.
+//! places. The kernel text has one entry point per place (`_p{path}`, [`abi::row_paths`]),
+//! each compiled with only the registers its own loops need; the host picks one per launch
+//! from the row length and the pointers' alignment ([`abi::row_path`]) and also writes it
+//! into the parameter block's `vec` word, so the text and its compile cache key stay free
+//! of sizes.
 //!
 //! - Registers (`path` 2 and 3), when the row fits [`abi::row_slots`] elements per thread of
 //!   the block (a compile-time constant: 16 f32 elements, so 4096 on 256 threads, 1024 on 64).
@@ -50,9 +52,9 @@
 //!   memory again, from L1/L2 at best, as the size-free kernel must when no bound on the row
 //!   holds.
 //!
-//! Every thread of the block reaches every combination (the row loop's bounds and the path
-//! are the same for the whole block, and the element loops end before it), as the barriers
-//! and full-warp shuffles require.
+//! Every thread of the block reaches every combination (the row loop's bounds are the same
+//! for the whole block, and the element loops end before it), as the barriers and
+//! full-warp shuffles require.
 //!
 //! # Arithmetic per element
 //!
@@ -61,15 +63,16 @@
 //!
 //! - **Each value once, where that is free.** A value the last pass needs that an earlier
 //!   pass computes and that costs a call or a division ([`KernelIr::row_kept`]: softmax's
-//!   `exp(x - max)`) is kept by that pass on the shared path, written over the row of a
-//!   cached f32 load that no later pass reads (softmax's `x`, which the normalize pass no
-//!   longer needs), each thread over its own elements; the last pass reads it back. The
-//!   register paths evaluate it again: an array `k{id}` of kept values beside the register
-//!   cache doubles the registers a thread holds the row in, and on an H200 softmax over
-//!   `[4096, 4096]` took 0.073 ms keeping `exp` in registers against 0.058 ms evaluating it
-//!   twice (the `exp` is a few instructions; the lost occupancy stalls the loads). An
-//!   f16/bf16 row has no f32 slot to lie over, and re-reading has no place at all: there the
-//!   last pass evaluates it again too (the same bits).
+//!   `exp(x - max)`) is kept by that pass over a cached f32 load that no later pass reads
+//!   (softmax's `x`, which the normalize pass no longer needs), each thread over its own
+//!   elements: over the load's slots of the register cache, or its row in shared memory.
+//!   The last pass reads it back. Keeping it over `x` costs no register: a first version
+//!   kept it in an array of its own beside the register cache, and on an H200 softmax over
+//!   `[4096, 4096]` took 0.073 ms that way against 0.058 ms evaluating it twice. Over `x`,
+//!   once each path had its own entry point, it took 0.039–0.040 ms against 0.044 ms
+//!   evaluating it twice. A redo in f64 (below) reads such a load from global memory again.
+//!   An f16/bf16 row has no f32 slot to lie over, and re-reading has no place at all: there
+//!   the last pass evaluates it again (the same bits).
 //! - **Sums in f32 partials.** A sum or mean of f32 values adds at most [`SUM_CHUNK`] (16) of
 //!   the thread's elements in an f32 partial `f{id}`, then joins it to the thread's `double`
 //!   total: an f32 addition per element instead of a conversion and an f64 addition (fp64
@@ -106,6 +109,16 @@ enum RowPath {
 }
 
 impl RowPath {
+    /// The emitter's loop shape for the host's path.
+    fn of(path: abi::RowPath) -> RowPath {
+        match path {
+            abi::RowPath::Reread => RowPath::Reread,
+            abi::RowPath::Shared => RowPath::Shared,
+            abi::RowPath::Registers => RowPath::Registers,
+            abi::RowPath::RegistersVector => RowPath::Vector,
+        }
+    }
+
     /// What the path's block of the kernel does, for a reader of the `.cu` file.
     fn comment(self) -> &'static str {
         match self {
@@ -135,9 +148,11 @@ enum Acc {
 /// Where a value kept from an earlier pass ([`KernelIr::row_kept`]) lives on a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
-    /// Over cached load `a`'s row in shared memory, which no later pass reads. (The register
-    /// paths keep nothing: see the module documentation.)
+    /// Over cached load `a`'s row in shared memory, which no later pass reads.
     Shared(usize),
+    /// Over cached load `a`'s slots in the register cache, which no later pass reads: the
+    /// thread's own elements, in the registers that held them, so keeping costs none.
+    Registers(usize),
 }
 
 /// One pass's element loop to emit.
@@ -196,7 +211,8 @@ impl Kernel<'_> {
         }
     }
 
-    /// The body of a row kernel (see the module documentation). Names beyond the emitter's:
+    /// The body of a row kernel's entry point for `path` (see the module documentation).
+    /// Names beyond the emitter's:
     /// `row` the row index, `rb{a}` argument `a`'s element index at the row's start, `a{id}`
     /// the accumulator, `f{id}` the f32 partial and `r{id}` the result of row reduction `id`,
     /// `rc{id}`/`rk{id}` the reciprocal of division `id`'s divisor and whether to multiply by
@@ -204,17 +220,15 @@ impl Kernel<'_> {
     /// the register cache and `sh{a}` the shared-memory cache of load `a`, `k{id}` kept value
     /// `id`, `x{a}`/`y{k}` a vector of load `a`/store `k`, `j0` the first element of a vector
     /// or of a chunk.
-    pub(super) fn row_body(&self) -> Code {
+    pub(super) fn row_body(&self, path: abi::RowPath) -> Code {
         let ir: &KernelIr = self.ir;
         let inner = self.inner;
         let outer: Vec<usize> = (0..inner).collect();
-        let cached = abi::row_cached(ir);
         let mut code = Code::new();
         self.preamble(&mut code);
         code.def("rows", format!("const U rows = {};", self.product(&outer)));
         code.def("threads", "const int threads = (int)blockDim.x;");
         code.def("tid", "const I tid = (I)threadIdx.x;");
-        code.def("path", "const int path = (int)p.vec;");
         code.def("smem", "__shared__ double smem[FBC_BLOCK / 32];");
         code.def("smemi", "__shared__ long long smemi[FBC_BLOCK / 32];");
         code.comment("one block per row; its threads share the row's elements");
@@ -240,29 +254,9 @@ impl Kernel<'_> {
                 );
             }
         }
-        if cached.is_empty() {
-            // Nothing is read twice: re-reading is reading once (the host says path 0).
-            self.row_passes(&mut code, RowPath::Reread);
-        } else {
-            let mut paths = vec![
-                (abi::RowPath::Registers, RowPath::Registers),
-                (abi::RowPath::Shared, RowPath::Shared),
-            ];
-            if abi::row_vector_width(ir) > 1 {
-                paths.insert(0, (abi::RowPath::RegistersVector, RowPath::Vector));
-            }
-            for (i, (word, path)) in paths.into_iter().enumerate() {
-                let test = format!("if (path == {})", word as u32);
-                code.open(if i == 0 { test } else { format!("else {test}") });
-                code.comment(path.comment());
-                self.row_passes(&mut code, path);
-                code.close();
-            }
-            code.open("else");
-            code.comment(RowPath::Reread.comment());
-            self.row_passes(&mut code, RowPath::Reread);
-            code.close();
-        }
+        let path = RowPath::of(path);
+        code.comment(path.comment());
+        self.row_passes(&mut code, path);
         code.close();
         code
     }
@@ -308,40 +302,42 @@ impl Kernel<'_> {
         reads
     }
 
-    /// The values [`KernelIr::row_kept`] keeps, and where, on `path`: on the shared path over
-    /// the row of a cached f32 load that the passes after the keeping one no longer read
-    /// (softmax's `exp(x - max)` over `x`), where one is free, and nowhere else: the register
-    /// paths recompute it (registers cost occupancy there, see the module documentation), as
-    /// does the re-reading path.
+    /// The values [`KernelIr::row_kept`] keeps, and where, on `path`: over the row of a
+    /// cached f32 load that the passes after the keeping one no longer read (softmax's
+    /// `exp(x - max)` over `x`), in shared memory or in the register cache, where one is
+    /// free. Re-reading has no place: it evaluates the value again.
     fn row_places(&self, path: RowPath, cached: &[usize]) -> Vec<(usize, usize, Place)> {
         let ir = self.ir;
-        let kept = ir.row_kept();
-        match path {
-            RowPath::Reread | RowPath::Registers | RowPath::Vector => Vec::new(),
-            RowPath::Shared => {
-                let first = self.row_first_readers();
-                let mut placed: Vec<(usize, usize, Place)> = Vec::new();
-                for (id, save) in kept {
-                    if ir.prec(id) != Prec::F32 {
-                        continue;
-                    }
-                    // Adding a kept value only removes reads from later passes, so the rows
-                    // chosen earlier stay unread after their keeping pass.
-                    let free = cached.iter().copied().find(|&a| {
-                        let mut with = placed.clone();
-                        with.push((id, save, Place::Shared(a)));
-                        ir.loads[a].dtype == crate::dtype::DType::F32
-                            && first[a].is_some_and(|f| f <= save)
-                            && !placed.iter().any(|&(_, _, p)| p == Place::Shared(a))
-                            && (save + 1..ir.passes()).all(|p| !self.row_reads_keeping(p, &with)[a])
-                    });
-                    if let Some(a) = free {
-                        placed.push((id, save, Place::Shared(a)));
-                    }
-                }
-                placed
+        let over: fn(usize) -> Place = match path {
+            RowPath::Reread => return Vec::new(),
+            RowPath::Shared => Place::Shared,
+            RowPath::Registers | RowPath::Vector => Place::Registers,
+        };
+        // The register cache is filled before the first pass; the shared one by the first
+        // pass that reads each load.
+        let first = self.row_first_readers();
+        let filled_by =
+            |a: usize, save: usize| path != RowPath::Shared || first[a].is_some_and(|f| f <= save);
+        let mut placed: Vec<(usize, usize, Place)> = Vec::new();
+        for (id, save) in ir.row_kept() {
+            if ir.prec(id) != Prec::F32 {
+                continue;
+            }
+            // Adding a kept value only removes reads from later passes, so the rows chosen
+            // earlier stay unread after their keeping pass.
+            let free = cached.iter().copied().find(|&a| {
+                let mut with = placed.clone();
+                with.push((id, save, over(a)));
+                ir.loads[a].dtype == crate::dtype::DType::F32
+                    && filled_by(a, save)
+                    && !placed.iter().any(|&(_, _, p)| p == over(a))
+                    && (save + 1..ir.passes()).all(|p| !self.row_reads_keeping(p, &with)[a])
+            });
+            if let Some(a) = free {
+                placed.push((id, save, over(a)));
             }
         }
+        placed
     }
 
     /// Per load, the first pass that reads it per element.
@@ -752,6 +748,14 @@ impl Kernel<'_> {
                 }
             }
         }
+        let overwritten: Vec<usize> = pl
+            .kept
+            .iter()
+            .filter_map(|&(_, save, place)| match place {
+                Place::Registers(a) if save == pl.pass => Some(a),
+                _ => None,
+            })
+            .collect();
         let load = |view: usize| {
             let cached = pl.cached.contains(&view);
             match pl.path {
@@ -760,6 +764,11 @@ impl Kernel<'_> {
                     if !redo && cached && pl.first_reader[view].is_some_and(|f| f < pl.pass) =>
                 {
                     format!("sh{view}[i{inner}]")
+                }
+                // A redo runs after its main loop has written the pass's kept values over
+                // their loads' slots: such a load comes from global memory again.
+                RowPath::Registers | RowPath::Vector if redo && overwritten.contains(&view) => {
+                    self.element(view, Lane::Scalar)
                 }
                 RowPath::Registers | RowPath::Vector if cached => format!("c{view}{slot}"),
                 RowPath::Vector if ir.loads[view].axes[inner] == Axis::Unit => {
@@ -772,7 +781,10 @@ impl Kernel<'_> {
             pl.kept
                 .iter()
                 .find(|k| k.0 == id)
-                .map(|&(_, _, Place::Shared(a))| format!("sh{a}[i{inner}]"))
+                .map(|&(_, _, place)| match place {
+                    Place::Shared(a) => format!("sh{a}[i{inner}]"),
+                    Place::Registers(a) => format!("c{a}{slot}"),
+                })
         };
         // Read back in the passes after the keeping one, and in the keeping pass's own f64
         // redo (its main loop has written the whole chunk by then).

@@ -66,9 +66,10 @@ pub struct CudaExecutable {
     device: Arc<Device>,
     options: CudaOptions,
     plan: DevicePlan,
-    /// Per operation of `plan.ops`: the function of each of its launches (empty for
-    /// operations other than kernels).
-    functions: Vec<Vec<CudaFunction>>,
+    /// Per operation of `plan.ops`: for each of its launches, every entry point it may take
+    /// with its function (a row kernel has one per path; empty for operations other than
+    /// kernels).
+    functions: Vec<Vec<Vec<(String, CudaFunction)>>>,
     memory: MemoryPlan,
     slots: Vec<DeviceBuffer>,
     scratch: Vec<DeviceBuffer>,
@@ -104,7 +105,12 @@ impl CudaExecutable {
                     .plan
                     .launches
                     .iter()
-                    .map(|l| module.function(&l.entry))
+                    .map(|l| {
+                        std::iter::once(&l.entry)
+                            .chain(l.by_path.iter().filter(|e| !e.is_empty() && **e != l.entry))
+                            .map(|e| Ok((e.clone(), module.function(e)?)))
+                            .collect::<Result<Vec<_>>>()
+                    })
                     .collect::<Result<Vec<_>>>(),
                 _ => Ok(Vec::new()),
             })
@@ -299,7 +305,14 @@ impl CudaExecutable {
                     let ir = &self.plan.kernels[call.kernel];
                     let used = &scratch[..call.plan.scratch_bytes.len()];
                     let mut words = abi::param_words(ir, &call.launch, &ptrs, used);
-                    for (function, l) in functions.iter().zip(&call.plan.launches) {
+                    let vec_word = abi::param_layout(ir).vec / 8;
+                    for (entries, l) in functions.iter().zip(&call.plan.launches) {
+                        let entry = l.entry_for(&words, vec_word);
+                        let Some((_, function)) = entries.iter().find(|(e, _)| e == entry) else {
+                            return Err(Error::backend(format!(
+                                "no function loaded for entry point `{entry}`"
+                            )));
+                        };
                         let mut params = [words.as_mut_ptr() as *mut c_void];
                         // SAFETY: the function belongs to a module the device keeps loaded; its
                         // one parameter is the block `abi::param_words` laid out for it, which
@@ -316,7 +329,7 @@ impl CudaExecutable {
                                 &mut params,
                             )
                         }
-                        .map_err(|e| super::driver_error(&format!("launching `{}`", l.entry), e))?;
+                        .map_err(|e| super::driver_error(&format!("launching `{entry}`"), e))?;
                     }
                 }
                 Op::Gemm {

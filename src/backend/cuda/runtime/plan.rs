@@ -136,12 +136,17 @@ impl DevicePlan {
         })
     }
 
-    /// Every entry point some launch uses.
+    /// Every entry point some launch may take (a row kernel's, one per path).
     pub fn entry_points(&self) -> BTreeSet<&str> {
         self.ops
             .iter()
             .filter_map(|op| match op {
-                Op::Kernel(call) => Some(call.plan.launches.iter().map(|l| l.entry.as_str())),
+                Op::Kernel(call) => Some(call.plan.launches.iter().flat_map(|l| {
+                    std::iter::once(&l.entry)
+                        .chain(&l.by_path)
+                        .filter(|e| !e.is_empty())
+                        .map(String::as_str)
+                })),
                 _ => None,
             })
             .flatten()
