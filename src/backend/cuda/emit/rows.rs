@@ -217,9 +217,9 @@ impl Kernel<'_> {
     /// the accumulator, `f{id}` the f32 partial and `r{id}` the result of row reduction `id`,
     /// `rc{id}`/`rk{id}` the reciprocal of division `id`'s divisor and whether to multiply by
     /// it, `ok{k}` whether store `k` (broadcast along some outer axis) writes this row, `c{a}`
-    /// the register cache and `sh{a}` the shared-memory cache of load `a`, `k{id}` kept value
-    /// `id`, `x{a}`/`y{k}` a vector of load `a`/store `k`, `j0` the first element of a vector
-    /// or of a chunk.
+    /// the register cache and `sh{a}` the shared-memory cache of load `a` (kept values are
+    /// written over them), `x{a}`/`y{k}` a vector of load `a`/store `k`, `j0` the first
+    /// element of a vector or of a chunk.
     pub(super) fn row_body(&self, path: abi::RowPath) -> Code {
         let ir: &KernelIr = self.ir;
         let inner = self.inner;
