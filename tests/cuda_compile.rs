@@ -1,5 +1,7 @@
 //! Every CUDA kernel fusebox generates compiles with NVRTC, for sm_80 and sm_90, without an
-//! error or a warning; and the NVRTC compiler's caches behave like the CPU compiler's.
+//! error or a warning; and the NVRTC compiler's caches behave like the CPU compiler's. The
+//! sm_80 half of the sweeps compiles for speed ([`common::sm80_sweep_flags`]); the sm_90 half
+//! with the options the runtime uses.
 //!
 //! No GPU is needed: NVRTC is a library. `.ci/run` installs it (and the fp16/bf16 headers)
 //! from PyPI and sets `FUSEBOX_REQUIRE_NVRTC=1`, so in CI these tests fail where NVRTC cannot
@@ -68,6 +70,23 @@ fn temp_dir(tag: &str) -> PathBuf {
 fn compiler() -> &'static NvrtcCompiler {
     static COMPILER: OnceLock<NvrtcCompiler> = OnceLock::new();
     COMPILER.get_or_init(|| strict(&temp_dir("sweep")))
+}
+
+/// The strict compiler with [`common::sm80_sweep_flags`], for the sweeps' sm_80 half.
+fn fast_compiler() -> &'static NvrtcCompiler {
+    static COMPILER: OnceLock<NvrtcCompiler> = OnceLock::new();
+    COMPILER.get_or_init(|| for_speed(&temp_dir("sweep-fast")))
+}
+
+fn for_speed(dir: &Path) -> NvrtcCompiler {
+    NvrtcCompiler::new(CompileOptions {
+        warnings_as_errors: true,
+        extra: common::sm80_sweep_flags()
+            .iter()
+            .map(|f| f.to_string())
+            .collect(),
+        ..CompileOptions::from_env().with_cache_dir(dir)
+    })
 }
 
 fn strict(dir: &Path) -> NvrtcCompiler {
@@ -140,7 +159,8 @@ const EMIT_OPTIONS: [EmitOptions; 2] = [
     },
 ];
 
-/// Compiles `source` for every architecture, failing with NVRTC's message and `context`.
+/// Compiles `source` for every architecture, failing with NVRTC's message and `context`:
+/// for sm_90 with `compiler`, for sm_80 for speed ([`fast_compiler`]).
 fn compile_everywhere(
     compiler: &NvrtcCompiler,
     source: &str,
@@ -148,7 +168,12 @@ fn compile_everywhere(
 ) -> Vec<Arc<PtxModule>> {
     ARCHS
         .iter()
-        .map(|arch| {
+        .map(|&arch| {
+            let compiler = if arch == "sm_80" {
+                fast_compiler()
+            } else {
+                compiler
+            };
             compiler
                 .compile(source, arch)
                 .unwrap_or_else(|e| panic!("{context} for {arch}: {e}"))
@@ -358,9 +383,13 @@ fn kernels_of_random_graphs_compile() {
     let jobs: Vec<(usize, &str)> = (0..units.len())
         .flat_map(|u| ARCHS.map(|arch| (u, arch)))
         .collect();
-    // A compiler of its own, so that its counters are this test's.
-    let compiler = &strict(&temp_dir("random"));
+    // Compilers of its own, so that their counters are this test's; sm_80 for speed, as in
+    // `compile_everywhere`.
+    let optimized = strict(&temp_dir("random"));
+    let fast = for_speed(&temp_dir("random-fast"));
+    let for_arch = |arch: &str| if arch == "sm_80" { &fast } else { &optimized };
     let results = in_parallel(&jobs, |&(u, arch)| {
+        let compiler = for_arch(arch);
         let (options, chunk) = &units[u];
         let unit: Vec<(String, &KernelIr)> = chunk
             .iter()
@@ -375,10 +404,10 @@ fn kernels_of_random_graphs_compile() {
     for (&(u, arch), result) in jobs.iter().zip(results) {
         if let Err(e) = result {
             let (options, chunk) = &units[u];
-            panic!("{}", culprit(compiler, chunk, options, arch, &e));
+            panic!("{}", culprit(for_arch(arch), chunk, options, arch, &e));
         }
     }
-    let stats = compiler.stats();
+    let stats = (optimized.stats(), fast.stats());
     let row_kernels = kernels.values().filter(|f| f.ir.is_row_kernel()).count();
     eprintln!(
         "kernels_of_random_graphs_compile: {graphs} graphs, {} distinct kernels ({row_kernels} row kernels) in {} units × {} archs; lowering {:.1} s, total {:.1} s ({stats:?})",

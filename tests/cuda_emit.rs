@@ -133,8 +133,13 @@ fn check(kernels: &[KernelIr]) -> Option<(String, String)> {
             ptx.push(same);
             continue;
         }
-        for arch in ["compute_80", "compute_90"] {
-            match compile(&source, arch, &[]) {
+        // sm_80 for speed (`common::sm80_sweep_flags`); the PTX checked below is sm_90's,
+        // fully optimized.
+        for (arch, flags) in [
+            ("compute_80", common::sm80_sweep_flags()),
+            ("compute_90", &[][..]),
+        ] {
+            match compile(&source, arch, flags) {
                 Ok(text) => {
                     if arch == "compute_90" {
                         ptx.push(text);
