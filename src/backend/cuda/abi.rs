@@ -339,15 +339,34 @@ pub struct GpuLaunch {
 }
 
 impl GpuLaunch {
-    /// The entry point a launch with parameter block words `words` takes: for a row kernel
-    /// the one of the path in the block's `vec` word (`vec_word` is its index,
-    /// [`ParamLayout::vec`] / 8), else [`GpuLaunch::entry`].
-    pub fn entry_for(&self, words: &[u64], vec_word: usize) -> &str {
+    /// The entry points this launch may take, indexed as [`GpuLaunch::pick`] answers: a row
+    /// kernel's by path (empty where its text has none), else [`GpuLaunch::entry`] alone.
+    pub fn entries(&self) -> &[String] {
+        if self.by_path.is_empty() {
+            std::slice::from_ref(&self.entry)
+        } else {
+            &self.by_path
+        }
+    }
+
+    /// Which of [`GpuLaunch::entries`] a launch with parameter block words `words` takes:
+    /// for a row kernel the path in the block's `vec` word (`vec_word` is its index,
+    /// [`ParamLayout::vec`] / 8), else the one.
+    pub fn pick(&self, words: &[u64], vec_word: usize) -> usize {
+        if self.by_path.is_empty() {
+            return 0;
+        }
         words
             .get(vec_word)
-            .and_then(|&path| self.by_path.get(usize::try_from(path).ok()?))
-            .filter(|name| !name.is_empty())
-            .map_or(self.entry.as_str(), String::as_str)
+            .and_then(|&path| usize::try_from(path).ok())
+            .filter(|&i| self.by_path.get(i).is_some_and(|name| !name.is_empty()))
+            .or_else(|| self.by_path.iter().position(|name| *name == self.entry))
+            .unwrap_or(0)
+    }
+
+    /// The name of the entry point [`GpuLaunch::pick`] picks.
+    pub fn entry_for(&self, words: &[u64], vec_word: usize) -> &str {
+        &self.entries()[self.pick(words, vec_word)]
     }
 }
 

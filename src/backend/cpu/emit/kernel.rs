@@ -546,23 +546,45 @@ impl<'a> Kernel<'a> {
 
     fn pointwise(&self, out: &mut Out) {
         if self.strided_rows() && self.rank >= 2 {
-            // Tiles, as `row_tiles` for reductions, while there are enough of them to keep
-            // every thread busy: each element is written once, so the walk's order changes
-            // nothing else.
-            out.open(format!("if (outer >= {} * (int64_t)nt)", 4 * TILE_ROWS));
-            self.tiles(
+            // Tiles, as `row_tiles` for reductions: each element is written once, so the
+            // walk's order changes nothing else.
+            self.tiled_or(
                 out,
-                |_| {},
-                |out| self.segment(out, Mode::Pointwise),
-                |_| {},
+                "",
+                |out| {
+                    self.tiles(
+                        out,
+                        |_| {},
+                        |out| self.segment(out, Mode::Pointwise),
+                        |_| {},
+                    )
+                },
+                |out| self.chunks(out),
             );
-            out.close();
-            out.open("else");
-            self.chunks(out);
-            out.close();
         } else {
             self.chunks(out);
         }
+    }
+
+    /// `if (…) { tiled } else { plain }`: the tiled walk while there are at least four tiles
+    /// per thread to keep every thread busy (or always, when `also` holds at run time), the
+    /// plain one otherwise.
+    fn tiled_or(
+        &self,
+        out: &mut Out,
+        also: &str,
+        tiled: impl Fn(&mut Out),
+        plain: impl Fn(&mut Out),
+    ) {
+        out.open(format!(
+            "if ({also}outer >= {} * (int64_t)nt)",
+            4 * TILE_ROWS
+        ));
+        tiled(out);
+        out.close();
+        out.open("else");
+        plain(out);
+        out.close();
     }
 
     /// Work items of at most [`CHUNK`] elements of one row, spread over the threads.
@@ -639,16 +661,13 @@ impl<'a> Kernel<'a> {
 
     fn rows(&self, out: &mut Out) {
         if self.strided_rows() {
-            // Tiles while there are enough of them to keep every thread busy.
-            out.open(format!(
-                "if (nt == 1 || outer >= {} * (int64_t)nt)",
-                4 * TILE_ROWS
-            ));
-            self.row_tiles(out);
-            out.close();
-            out.open("else");
-            self.plain_rows(out);
-            out.close();
+            // One thread tiles whatever the row count: it has no other thread to keep busy.
+            self.tiled_or(
+                out,
+                "nt == 1 || ",
+                |out| self.row_tiles(out),
+                |out| self.plain_rows(out),
+            );
         } else {
             self.plain_rows(out);
         }

@@ -98,35 +98,15 @@ use super::expr::{Cuda, identity};
 use super::{Kernel, Lane, abi};
 use crate::backend::spelling::Spelling;
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, RowArithmetic};
+use abi::RowPath;
 
-/// The emitter's side of [`abi::RowPath`]: which loop shape a row's passes take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RowPath {
-    Reread,
-    Shared,
-    Registers,
-    Vector,
-}
-
-impl RowPath {
-    /// The emitter's loop shape for the host's path.
-    fn of(path: abi::RowPath) -> RowPath {
-        match path {
-            abi::RowPath::Reread => RowPath::Reread,
-            abi::RowPath::Shared => RowPath::Shared,
-            abi::RowPath::Registers => RowPath::Registers,
-            abi::RowPath::RegistersVector => RowPath::Vector,
-        }
-    }
-
-    /// What the path's block of the kernel does, for a reader of the `.cu` file.
-    fn comment(self) -> &'static str {
-        match self {
-            RowPath::Vector => "the row in registers, moved in 16-byte vectors",
-            RowPath::Registers => "the row in registers, element by element",
-            RowPath::Shared => "the row in shared memory after its first reading",
-            RowPath::Reread => "every pass reads the row from global memory",
-        }
+/// What the path's entry point of the kernel does, for a reader of the `.cu` file.
+fn comment(path: RowPath) -> &'static str {
+    match path {
+        RowPath::RegistersVector => "the row in registers, moved in 16-byte vectors",
+        RowPath::Registers => "the row in registers, element by element",
+        RowPath::Shared => "the row in shared memory after its first reading",
+        RowPath::Reread => "every pass reads the row from global memory",
     }
 }
 
@@ -220,7 +200,7 @@ impl Kernel<'_> {
     /// the register cache and `sh{a}` the shared-memory cache of load `a` (kept values are
     /// written over them), `x{a}`/`y{k}` a vector of load `a`/store `k`, `j0` the first
     /// element of a vector or of a chunk.
-    pub(super) fn row_body(&self, path: abi::RowPath) -> Code {
+    pub(super) fn row_body(&self, path: RowPath) -> Code {
         let ir: &KernelIr = self.ir;
         let inner = self.inner;
         let outer: Vec<usize> = (0..inner).collect();
@@ -254,8 +234,7 @@ impl Kernel<'_> {
                 );
             }
         }
-        let path = RowPath::of(path);
-        code.comment(path.comment());
+        code.comment(comment(path));
         self.row_passes(&mut code, path);
         code.close();
         code
@@ -311,7 +290,7 @@ impl Kernel<'_> {
         let over: fn(usize) -> Place = match path {
             RowPath::Reread => return Vec::new(),
             RowPath::Shared => Place::Shared,
-            RowPath::Registers | RowPath::Vector => Place::Registers,
+            RowPath::Registers | RowPath::RegistersVector => Place::Registers,
         };
         // The register cache is filled before the first pass; the shared one by the first
         // pass that reads each load.
@@ -363,7 +342,7 @@ impl Kernel<'_> {
         let first_reader = self.row_first_readers();
         let divisors = ir.row_constant_divisors();
         match path {
-            RowPath::Registers | RowPath::Vector => self.row_fill(code, path, &cached),
+            RowPath::Registers | RowPath::RegistersVector => self.row_fill(code, path, &cached),
             RowPath::Shared => self.row_shared(code, &cached),
             RowPath::Reread => {}
         }
@@ -505,7 +484,7 @@ impl Kernel<'_> {
             code.def(format!("c{a}"), format!("{ty} c{a}[{groups}][{width}];"));
         }
         code.stmt("#pragma unroll");
-        if path == RowPath::Vector {
+        if path == RowPath::RegistersVector {
             code.open(format!("for (int g = 0; g < {groups}; ++g)"));
             code.def(
                 "j0",
@@ -655,7 +634,7 @@ impl Kernel<'_> {
                 code.close();
                 code.close();
             }
-            RowPath::Vector => {
+            RowPath::RegistersVector => {
                 let unit = |view: &crate::lower::ir::View| view.axes[inner] == Axis::Unit;
                 let mut group = Code::new();
                 group.def(
@@ -723,7 +702,7 @@ impl Kernel<'_> {
         let redo = acc != Acc::Main;
         let mut body = Code::new();
         let slot = match pl.path {
-            RowPath::Vector => {
+            RowPath::RegistersVector => {
                 body.def(
                     format!("i{inner}"),
                     format!("const I i{inner} = j0 + (I)l;"),
@@ -767,11 +746,13 @@ impl Kernel<'_> {
                 }
                 // A redo runs after its main loop has written the pass's kept values over
                 // their loads' slots: such a load comes from global memory again.
-                RowPath::Registers | RowPath::Vector if redo && overwritten.contains(&view) => {
+                RowPath::Registers | RowPath::RegistersVector
+                    if redo && overwritten.contains(&view) =>
+                {
                     self.element(view, Lane::Scalar)
                 }
-                RowPath::Registers | RowPath::Vector if cached => format!("c{view}{slot}"),
-                RowPath::Vector if ir.loads[view].axes[inner] == Axis::Unit => {
+                RowPath::Registers | RowPath::RegistersVector if cached => format!("c{view}{slot}"),
+                RowPath::RegistersVector if ir.loads[view].axes[inner] == Axis::Unit => {
                     format!("x{view}[l]")
                 }
                 _ => self.element(view, Lane::Scalar),
@@ -806,7 +787,7 @@ impl Kernel<'_> {
         }
         self.row_accumulate(&mut body, pl.reducing, acc);
         if !redo {
-            let vector_stores = if pl.path == RowPath::Vector {
+            let vector_stores = if pl.path == RowPath::RegistersVector {
                 self.row_vector_stores(pl)
             } else {
                 Vec::new()

@@ -60,16 +60,22 @@ struct Captured {
 // reached through `&mut CudaExecutable`, so moving it between threads is all that happens.
 unsafe impl Send for Captured {}
 
+/// A kernel operation's functions, looked up once: per launch, one per entry point it may
+/// take ([`abi::GpuLaunch::entries`]; `None` where a row kernel's text has no such path), and
+/// which word of its parameter block names the one to take ([`abi::GpuLaunch::pick`]).
+struct KernelFunctions {
+    vec_word: usize,
+    launches: Vec<Vec<Option<CudaFunction>>>,
+}
+
 /// A program ready to run on a GPU.
 pub struct CudaExecutable {
     program: Program,
     device: Arc<Device>,
     options: CudaOptions,
     plan: DevicePlan,
-    /// Per operation of `plan.ops`: for each of its launches, every entry point it may take
-    /// with its function (a row kernel has one per path; empty for operations other than
-    /// kernels).
-    functions: Vec<Vec<Vec<(String, CudaFunction)>>>,
+    /// Per operation of `plan.ops`: a kernel's functions (`None` for other operations).
+    functions: Vec<Option<KernelFunctions>>,
     memory: MemoryPlan,
     slots: Vec<DeviceBuffer>,
     scratch: Vec<DeviceBuffer>,
@@ -101,18 +107,22 @@ impl CudaExecutable {
             .ops
             .iter()
             .map(|op| match op {
-                Op::Kernel(call) => call
-                    .plan
-                    .launches
-                    .iter()
-                    .map(|l| {
-                        std::iter::once(&l.entry)
-                            .chain(l.by_path.iter().filter(|e| !e.is_empty() && **e != l.entry))
-                            .map(|e| Ok((e.clone(), module.function(e)?)))
-                            .collect::<Result<Vec<_>>>()
-                    })
-                    .collect::<Result<Vec<_>>>(),
-                _ => Ok(Vec::new()),
+                Op::Kernel(call) => {
+                    let launches = call
+                        .plan
+                        .launches
+                        .iter()
+                        .map(|l| {
+                            l.entries()
+                                .iter()
+                                .map(|e| (!e.is_empty()).then(|| module.function(e)).transpose())
+                                .collect::<Result<Vec<_>>>()
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    let vec_word = abi::param_layout(&plan.kernels[call.kernel]).vec / 8;
+                    Ok(Some(KernelFunctions { vec_word, launches }))
+                }
+                _ => Ok(None),
             })
             .collect::<Result<Vec<_>>>()?;
         if plan.uses_blas() {
@@ -294,9 +304,10 @@ impl CudaExecutable {
         for (op, functions) in self.plan.ops.iter().zip(&self.functions) {
             match op {
                 Op::Kernel(call) => {
-                    if functions.is_empty() {
+                    let Some(functions) = functions.as_ref().filter(|f| !f.launches.is_empty())
+                    else {
                         continue;
-                    }
+                    };
                     let ptrs: Vec<u64> = call
                         .args
                         .iter()
@@ -305,10 +316,10 @@ impl CudaExecutable {
                     let ir = &self.plan.kernels[call.kernel];
                     let used = &scratch[..call.plan.scratch_bytes.len()];
                     let mut words = abi::param_words(ir, &call.launch, &ptrs, used);
-                    let vec_word = abi::param_layout(ir).vec / 8;
-                    for (entries, l) in functions.iter().zip(&call.plan.launches) {
-                        let entry = l.entry_for(&words, vec_word);
-                        let Some((_, function)) = entries.iter().find(|(e, _)| e == entry) else {
+                    for (entries, l) in functions.launches.iter().zip(&call.plan.launches) {
+                        let pick = l.pick(&words, functions.vec_word);
+                        let entry = &l.entries()[pick];
+                        let Some(function) = &entries[pick] else {
                             return Err(Error::backend(format!(
                                 "no function loaded for entry point `{entry}`"
                             )));

@@ -142,8 +142,8 @@ impl DevicePlan {
             .iter()
             .filter_map(|op| match op {
                 Op::Kernel(call) => Some(call.plan.launches.iter().flat_map(|l| {
-                    std::iter::once(&l.entry)
-                        .chain(&l.by_path)
+                    l.entries()
+                        .iter()
                         .filter(|e| !e.is_empty())
                         .map(String::as_str)
                 })),
