@@ -691,14 +691,19 @@ impl<'a> Kernel<'a> {
         ));
         self.segment(out, Mode::Rows);
         out.close();
+        self.finish_row(out, |r| format!("acc{r}"));
+        out.close();
+    }
+
+    /// Each reduction's result of row `o`, from its accumulator `acc(r)`.
+    fn finish_row(&self, out: &mut Out, acc: impl Fn(usize) -> String) {
         for r in 0..self.ir.reductions.len() {
             let at = self.row_base(self.reduction_arg(r));
             out.open("");
-            out.line(format!("{} a = acc{r};", self.acc_type(r)));
+            out.line(format!("{} a = {};", self.acc_type(r), acc(r)));
             self.finish(out, r, &at);
             out.close();
         }
-        out.close();
     }
 
     /// Whether some load moves along the rows by a run-time stride (a transposed or strided
@@ -743,13 +748,7 @@ impl<'a> Kernel<'a> {
         let store = |out: &mut Out| {
             out.open("for (int64_t o = ob; o < oe; o++)");
             self.decompose_outer(out, "o");
-            for r in 0..reductions {
-                let at = self.row_base(self.reduction_arg(r));
-                out.open("");
-                out.line(format!("{} a = tile{r}[o - ob];", self.acc_type(r)));
-                self.finish(out, r, &at);
-                out.close();
-            }
+            self.finish_row(out, |r| format!("tile{r}[o - ob]"));
             out.close();
         };
         self.tiles(out, declare, accumulate, store);
