@@ -923,6 +923,14 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
                 templates_json(&templates, &set.gradients.file),
             );
             object.insert("composites".into(), composites_json(&composites));
+            object.insert(
+                "onnx_table".into(),
+                serde_json::json!({
+                    "file": set.onnx.file,
+                    "maps": set.onnx.maps.len(),
+                    "op_types": set.onnx.op_types().len(),
+                }),
+            );
         }
         let mut t = serde_json::to_string_pretty(&value).expect("JSON values print");
         t.push('\n');
@@ -931,6 +939,7 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
         report.render()
             + &render_templates(&templates, &set.gradients.file)
             + &render_composites(&composites)
+            + &render_onnx_table(&set.onnx)
     };
     let wrong_composites: Vec<&str> = composites
         .iter()
@@ -1060,6 +1069,17 @@ fn check_composites(set: &RuleSet) -> Vec<CompositeCheck> {
         });
     }
     checks
+}
+
+/// The ONNX op table was checked as it loaded (every template op and attribute is in the
+/// catalogue, every arg names an input or an earlier node); the report says which table.
+fn render_onnx_table(table: &crate::rules::MapTable) -> String {
+    format!(
+        "check-rules: {}: {} Maps for {} ONNX op types, every template op and attribute in the catalogue\n",
+        table.file,
+        table.maps.len(),
+        table.op_types().len()
+    )
 }
 
 fn render_composites(checks: &[CompositeCheck]) -> String {

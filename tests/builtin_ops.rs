@@ -143,6 +143,12 @@ fn renamed_rules() -> RuleSet {
             &ops,
         )
         .unwrap_or_else(|e| panic!("{e}")),
+        onnx: fusebox::rules::MapTable::load_str(
+            &renamed(&text("onnx.ron")),
+            "renamed/onnx.ron",
+            &ops,
+        )
+        .unwrap_or_else(|e| panic!("{e}")),
         rewrites: fusebox::rewrite::load_rule_set(&ops, &rewrites)
             .unwrap_or_else(|e| panic!("{e}")),
         ops,

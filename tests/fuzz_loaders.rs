@@ -17,7 +17,7 @@ use fusebox::eval::{evaluate, random_inputs};
 use fusebox::formula;
 use fusebox::graph::file::{parse, to_ron};
 use fusebox::graph::{Graph, Input, Node};
-use fusebox::rules::Catalogue;
+use fusebox::rules::{Catalogue, MapTable};
 use fusebox::shape::checked_numel;
 use fusebox::tensor::Tensor;
 use proptest::prelude::*;
@@ -26,6 +26,7 @@ use proptest::test_runner::TestCaseError;
 use std::sync::LazyLock;
 
 static CATALOGUE: LazyLock<Catalogue> = LazyLock::new(Catalogue::defaults);
+static ONNX_TABLE: LazyLock<MapTable> = LazyLock::new(|| MapTable::defaults(&CATALOGUE));
 
 const OPS: &str = include_str!("../rules/ops.ron");
 
@@ -1478,7 +1479,7 @@ fn onnx_property(bytes: &[u8]) -> Result<(), TestCaseError> {
     let dir = onnx_dir();
     let path = dir.join("model.onnx");
     std::fs::write(&path, bytes).unwrap();
-    match fusebox::onnx::import(&path, &CATALOGUE) {
+    match fusebox::onnx::import(&path, &CATALOGUE, &ONNX_TABLE) {
         Err(e) => {
             let shown = e.to_string();
             let file = path.display().to_string();
@@ -1640,7 +1641,7 @@ proptest! {
         let dir = onnx_dir();
         let path = dir.join("model.onnx");
         std::fs::write(&path, &bytes).unwrap();
-        let result = fusebox::onnx::import(&path, &CATALOGUE);
+        let result = fusebox::onnx::import(&path, &CATALOGUE, &ONNX_TABLE);
         if escapes {
             // A path that leaves the model's directory (or names a device) is never read.
             prop_assert!(result.is_err(), "{:?} was read", location);
@@ -1680,7 +1681,7 @@ fn onnx_seeds_import() {
         let dir = onnx_dir();
         let path = dir.join("model.onnx");
         std::fs::write(&path, bytes).unwrap();
-        let imported = fusebox::onnx::import(&path, &CATALOGUE)
+        let imported = fusebox::onnx::import(&path, &CATALOGUE, &ONNX_TABLE)
             .unwrap_or_else(|e| panic!("seed {k} must import: {e}"));
         assert!(!imported.graph.nodes.is_empty(), "seed {k}");
     }

@@ -272,7 +272,11 @@ fn floats(v: &[f32]) -> Vec<u8> {
 fn import_bytes(dir: &Path, bytes: &[u8]) -> Result<onnx::Imported, String> {
     let path = dir.join("model.onnx");
     std::fs::write(&path, bytes).unwrap();
-    onnx::import(&path, &RuleSet::defaults().ops).map_err(|e| e.to_string())
+    {
+        let rules = RuleSet::defaults();
+        onnx::import(&path, &rules.ops, &rules.onnx)
+    }
+    .map_err(|e| e.to_string())
 }
 
 #[test]
@@ -300,7 +304,7 @@ fn truncated_and_corrupted_models_are_errors_not_panics() {
     let mut errors = 0;
     for len in 0..bytes.len() {
         std::fs::write(&path, &bytes[..len]).unwrap();
-        if onnx::import(&path, &rules.ops).is_err() {
+        if onnx::import(&path, &rules.ops, &rules.onnx).is_err() {
             errors += 1;
         }
     }
@@ -315,7 +319,7 @@ fn truncated_and_corrupted_models_are_errors_not_panics() {
         let at = (state % bad.len() as u64) as usize;
         bad[at] = (state >> 32) as u8;
         std::fs::write(&path, &bad).unwrap();
-        let _ = onnx::import(&path, &rules.ops);
+        let _ = onnx::import(&path, &rules.ops, &rules.onnx);
     }
 }
 
@@ -446,45 +450,84 @@ fn onnx_names_stay_the_graph_names_and_map_to_safe_output_files() {
 }
 
 #[test]
-fn the_embedded_op_table_loads_and_names_only_catalogue_ops() {
-    let table = onnx::map::MapTable::defaults().unwrap();
-    let catalogue = RuleSet::defaults().ops;
-    for map in &table.maps {
-        for node in &map.nodes {
-            // A catalogue op or a composite of ops.ron.
-            let declared = catalogue
-                .get(&node.op)
-                .map(|op| op.spec.attrs.clone())
-                .or_else(|| catalogue.composite(&node.op).map(|c| c.spec.attrs.clone()));
-            assert!(
-                declared.is_some(),
-                "{}: op `{}` is not in the catalogue",
-                map.onnx,
-                node.op
-            );
-            for attr in node.attrs.keys() {
-                assert!(
-                    declared.as_ref().unwrap().iter().any(|a| &a.name == attr),
-                    "{}: op `{}` has no attribute `{attr}`",
-                    map.onnx,
-                    node.op
-                );
-            }
-        }
-        if let Some(chain) = &map.chain {
-            assert!(
-                catalogue.get(chain).is_some(),
-                "{}: chain op `{chain}`",
-                map.onnx
-            );
-        }
+fn op_tables_name_only_catalogue_ops_and_their_attributes() {
+    // The embedded table loads (RuleSet::defaults checks it against the catalogue).
+    let rules = RuleSet::defaults();
+    assert!(rules.onnx.knows("Relu") && rules.onnx.knows("Gemm"));
+    assert_eq!(rules.onnx.file, "rules/onnx.ron");
+    // Each mistake is refused at load, where the table says it, not when a model first
+    // uses that Map.
+    let cases = [
+        (
+            r#"[Map(onnx: "X", nodes: [Node(op: "neg", args: ["nowhere"])])]"#,
+            "bad.ron:1:",
+            "`nowhere` is neither an input",
+        ),
+        (
+            "[\n  Map(onnx: \"X\", nodes: [Node(op: \"tahn\", args: [\"$0\"])]),\n]",
+            "bad.ron:2:",
+            "op `tahn` is not in the catalogue (did you mean `tanh`?)",
+        ),
+        (
+            r#"[Map(onnx: "X", nodes: [Node(op: "sum", args: ["$0"], attrs: {"axis": [0]})])]"#,
+            "bad.ron:1:",
+            "op `sum` has no attribute `axis`",
+        ),
+        (
+            r#"[Map(onnx: "X", chain: "plus")]"#,
+            "bad.ron:1:",
+            "op `plus` is not in the catalogue",
+        ),
+    ];
+    for (text, at, message) in cases {
+        let err = fusebox::rules::MapTable::load_str(text, "bad.ron", &rules.ops)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(at) && err.contains(message), "{text}: {err}");
     }
-    let bad = r#"[Map(onnx: "X", nodes: [Node(op: "neg", args: ["nowhere"])])]"#;
-    let err = onnx::map::MapTable::load_str(bad, "bad.ron")
-        .unwrap_err()
-        .to_string();
+}
+
+/// A rule directory's `onnx.ron` replaces the embedded table: a model is imported by the
+/// directory's Maps, and errors name the directory's file. The repository's own `rules/`
+/// (which holds onnx.ron) loads as a rule directory.
+#[test]
+fn a_rule_directory_brings_its_own_op_table() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shipped = RuleSet::load_dir(&repo.join("rules")).unwrap();
+    assert_eq!(shipped.onnx.maps.len(), RuleSet::defaults().onnx.maps.len());
+    let dir = temp_dir("own-table");
+    // Relu read as the catalogue's `neg`: a table that changes what an ONNX op means must
+    // change the imported graph.
+    let table = dir.join("onnx.ron");
+    std::fs::write(
+        &table,
+        r#"[
+            Map(onnx: "Relu", nodes: [Node(op: "neg", args: ["$0"])]),
+            Map(onnx: "Add", nodes: [Node(op: "add", args: ["$0", "$1"])]),
+        ]"#,
+    )
+    .unwrap();
+    let rules = RuleSet::load_dir(&dir).unwrap();
+    assert_eq!(rules.onnx.file, table.display().to_string());
+    let import = |first: &str| {
+        let model = model_with(
+            weights(floats(&[1.0, 2.0, 3.0, 4.0]), &[4]),
+            vec![
+                node(first, "first", &["x"], "a"),
+                node("Add", "add", &["a", "w"], "y"),
+            ],
+        );
+        let path = dir.join("model.onnx");
+        std::fs::write(&path, model.write_to_bytes().unwrap()).unwrap();
+        onnx::import(&path, &rules.ops, &rules.onnx)
+    };
+    let imported = import("Relu").unwrap();
+    let ops: Vec<&str> = imported.graph.nodes.iter().map(|n| n.op.as_str()).collect();
+    assert_eq!(ops, ["neg", "add"]);
+    // An op the directory's table lacks is unsupported, though the embedded table has it.
+    let err = import("Tanh").unwrap_err().to_string();
     assert!(
-        err.contains("bad.ron:1:") && err.contains("`nowhere`"),
+        err.contains("cannot import") && err.contains("Tanh: first"),
         "{err}"
     );
 }
@@ -523,7 +566,7 @@ fn extreme_attribute_values_are_errors_not_overflows() {
         let path = dir.join(format!("{op}.onnx"));
         std::fs::write(&path, model.write_to_bytes().unwrap()).unwrap();
         // Shape with clamped bounds is valid (a constant output); the others are refused.
-        match onnx::import(&path, &rules.ops) {
+        match onnx::import(&path, &rules.ops, &rules.onnx) {
             Ok(_) => assert_eq!(op, "Shape", "{op} with extreme attributes imported"),
             Err(e) => assert!(e.to_string().contains("node `n`"), "{op}: {e}"),
         }

@@ -17,7 +17,7 @@ use fusebox::backend::Executable;
 use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
 use fusebox::dtype::DType;
 use fusebox::eval::Tensors;
-use fusebox::onnx::{self, map::MapTable, proto};
+use fusebox::onnx::{self, proto};
 use fusebox::optimize::Options;
 use fusebox::rules::RuleSet;
 use fusebox::tensor::Tensor;
@@ -90,7 +90,7 @@ fn close(got: &Tensor, want: &Tensor) -> Result<(), String> {
 
 /// The outcome of one case: `Ok` or the reason it does not pass.
 fn run_case(dir: &Path, rules: &RuleSet, compiler: &Compiler) -> Result<(), String> {
-    let imported = onnx::import(&dir.join("model.onnx"), &rules.ops)
+    let imported = onnx::import(&dir.join("model.onnx"), &rules.ops, &rules.onnx)
         .map_err(|e| format!("import: {}", e.kind))?;
     let set = dir.join("test_data_set_0");
     let inputs = tensors(&set, "input")?;
@@ -143,7 +143,7 @@ fn onnx_node_tests_pass_on_reference_and_cpu() {
         return;
     };
     let rules = RuleSet::defaults();
-    let table = MapTable::defaults().unwrap();
+    let table = &rules.onnx;
     let compiler = Compiler::new(CompilerConfig::from_env());
     let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap()

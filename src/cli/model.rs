@@ -27,7 +27,7 @@ pub struct Loaded {
 /// directory).
 pub fn load(path: &Path, rules: &RuleSet) -> Result<Loaded> {
     if crate::onnx::is_onnx(path) {
-        let imported = crate::onnx::import(path, &rules.ops)?;
+        let imported = crate::onnx::import(path, &rules.ops, &rules.onnx)?;
         return Ok(Loaded {
             graph: imported.graph,
             types: imported.types,
@@ -140,7 +140,7 @@ pub fn carry_values<'a>(
 /// `fusebox import`: the model as `DIR/graph.ron` and one `.npy` per parameter input, named by
 /// the same safe mapping as `run --out` uses, written all or none.
 pub fn import(model: &Path, dir: &Path, rules: &RuleSet) -> Result<String> {
-    let imported = crate::onnx::import(model, &rules.ops)?;
+    let imported = crate::onnx::import(model, &rules.ops, &rules.onnx)?;
     let names: Vec<String> = imported.values.keys().cloned().collect();
     let files = output::check_distinct(&names).map_err(Error::input)?;
     let stored: StoredValues = names.iter().cloned().zip(files.iter().cloned()).collect();

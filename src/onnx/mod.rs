@@ -7,10 +7,9 @@
 //! `ConstantOfShape`, arithmetic on constants) are folded at import: every node whose inputs
 //! are all constant is evaluated by the reference evaluator right away, so fusebox's static
 //! shapes come out of a dynamic-looking exporter graph. ONNX ops become catalogue ops through
-//! [`map`]'s table (`rules/onnx.ron`); only the ops whose meaning depends on shapes known at
-//! import are handled here in code.
+//! the op table of the rule set ([`MapTable`], `rules/onnx.ron` or a rule directory's own);
+//! only the ops whose meaning depends on shapes known at import are handled here in code.
 
-pub mod map;
 pub mod proto;
 
 use crate::attr::{AttrType, AttrValue, Attrs};
@@ -19,8 +18,8 @@ use crate::error::{Error, ErrorKind, Result, Site};
 use crate::graph::check::{infer_op, resolve_attrs};
 use crate::graph::{Graph, Input, Node, TensorType, TypeMap};
 use crate::rules::Catalogue;
+use crate::rules::onnx::{MapTable, Mapping};
 use crate::tensor::Tensor;
-use map::{MapTable, Mapping};
 use onnx_protobuf::{GraphProto, NodeProto, ValueInfoProto};
 use proto::Attr;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -58,8 +57,9 @@ pub fn is_onnx(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
 }
 
-/// Imports a model file with the embedded op table. External data is looked up beside it.
-pub fn import(path: &Path, catalogue: &Catalogue) -> Result<Imported> {
+/// Imports a model file with an op table (a rule set's `onnx`). External data is looked up
+/// beside it.
+pub fn import(path: &Path, catalogue: &Catalogue, table: &MapTable) -> Result<Imported> {
     let file = path.display().to_string();
     let fail = |message: String| Error::new(Site::whole_file(&file), ErrorKind::Input(message));
     let model = proto::read_model(path).map_err(fail)?;
@@ -70,8 +70,7 @@ pub fn import(path: &Path, catalogue: &Catalogue) -> Result<Imported> {
             p
         }
     });
-    let table = MapTable::defaults()?;
-    import_model(&model, &file, dir, catalogue, &table)
+    import_model(&model, &file, dir, catalogue, table)
 }
 
 /// Imports a parsed model; `file` names it in errors and `dir` holds its external data.
@@ -884,7 +883,8 @@ impl Importer<'_> {
                     .map(|a| format!("{}={:?}", a.name, attrs.get(&a.name)))
                     .collect();
                 format!(
-                    "no mapping of rules/onnx.ron applies to these attributes ({})",
+                    "no mapping of {} applies to these attributes ({})",
+                    self.table.file,
                     given.join(", ")
                 )
             })?;
@@ -953,7 +953,7 @@ impl Importer<'_> {
                 } else {
                     match local.get(arg) {
                         Some(Some(v)) => args.push(v.clone()),
-                        _ => return Err(format!("rules/onnx.ron: `{arg}` has no value here")),
+                        _ => return Err(format!("{}: `{arg}` has no value here", self.table.file)),
                     }
                 }
             }
@@ -964,15 +964,15 @@ impl Importer<'_> {
                         (None, Some(composite)) => composite.spec.attrs.clone(),
                         (None, None) => {
                             return Err(format!(
-                                "rules/onnx.ron names op `{}`, which the catalogue lacks",
-                                t.op
+                                "{} names op `{}`, which the catalogue lacks",
+                                self.table.file, t.op
                             ));
                         }
                     };
                 let mut a = Attrs::new();
                 for (k, v) in &t.attrs {
                     let spec = declared.iter().find(|d| &d.name == k).ok_or_else(|| {
-                        format!("rules/onnx.ron: op `{}` has no attribute `{k}`", t.op)
+                        format!("{}: op `{}` has no attribute `{k}`", self.table.file, t.op)
                     })?;
                     let value = match v {
                         ron::Value::String(s) if s.starts_with('$') => {
@@ -980,8 +980,8 @@ impl Importer<'_> {
                         }
                         other => Some(AttrValue::from_bare(other, spec.ty).map_err(|m| {
                             format!(
-                                "rules/onnx.ron: attribute `{k}` must be {}, found {}",
-                                m.expected, m.found
+                                "{}: attribute `{k}` must be {}, found {}",
+                                self.table.file, m.expected, m.found
                             )
                         })?),
                     };
@@ -1012,7 +1012,12 @@ impl Importer<'_> {
             }
             match local.get(name) {
                 Some(Some(v)) => outputs.push(v.clone()),
-                _ => return Err(format!("rules/onnx.ron: output `{name}` has no value here")),
+                _ => {
+                    return Err(format!(
+                        "{}: output `{name}` has no value here",
+                        self.table.file
+                    ));
+                }
             }
         }
         Ok(outputs)
@@ -1060,7 +1065,7 @@ impl Importer<'_> {
                         }
                     }
                     (Some(_), other) => {
-                        return Err(format!("rules/onnx.ron: unknown reference `.{other}`"));
+                        return Err(format!("{}: unknown reference `.{other}`", self.table.file));
                     }
                 }
             } else if let Some(name) = r.strip_suffix("..") {

@@ -7,7 +7,7 @@
 
 use super::Catalogue;
 use super::ron_file;
-use super::{AmpRules, CostModel, FusionRules, GradientRules};
+use super::{AmpRules, CostModel, FusionRules, GradientRules, MapTable};
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::rewrite::Rule;
 use crate::rewrite::soundness::{CheckOptions, Verdict, check_rules};
@@ -25,7 +25,13 @@ fn misplaced(path: &Path, rule: &str) -> Error {
 /// The rule files fusebox reads besides `ops.ron`. Their schemas belong to the stages that
 /// consume them (AMP, fusion, cost model, rewriting); until a stage reads a file, loading checks
 /// its RON syntax and keeps its text.
-pub const OTHER_RULE_FILES: [&str; 4] = ["amp.ron", "fusion.ron", "cost.ron", "gradients.ron"];
+pub const OTHER_RULE_FILES: [&str; 5] = [
+    "amp.ron",
+    "fusion.ron",
+    "cost.ron",
+    "gradients.ron",
+    "onnx.ron",
+];
 
 /// Everything loaded from rule files.
 #[derive(Debug, Clone)]
@@ -41,6 +47,9 @@ pub struct RuleSet {
     /// Gradient templates of built-in ops: the user's `gradients.ron` replaces the default as
     /// a whole.
     pub gradients: GradientRules,
+    /// How ONNX op types become catalogue ops (`fusebox import`, `.onnx` models): the user's
+    /// `onnx.ron` replaces the default as a whole.
+    pub onnx: MapTable,
     /// Rewrite rules: the embedded `rewrites/*.ron` with the user's `rewrites/NAME.ron` laid
     /// over them (a file replaces the default file of the same name; others are added).
     pub rewrites: Vec<crate::rewrite::Rule>,
@@ -62,6 +71,7 @@ impl RuleSet {
                 .expect("the embedded rules/amp.ron is checked by tests"),
             rewrites: crate::rewrite::default_rules(&ops),
             gradients: GradientRules::defaults(&ops),
+            onnx: MapTable::defaults(&ops),
             ops,
             warnings: Vec::new(),
         }
@@ -125,7 +135,7 @@ impl RuleSet {
                     return Err(Error::new(
                         Site::whole_file(&path.display().to_string()),
                         ErrorKind::Rule(format!(
-                            "unknown rule file `{name}`{}; a rule directory holds ops.ron, amp.ron, fusion.ron, cost.ron, gradients.ron and rewrites/*.ron",
+                            "unknown rule file `{name}`{}; a rule directory holds ops.ron, amp.ron, fusion.ron, cost.ron, gradients.ron, onnx.ron and rewrites/*.ron",
                             crate::error::hint(&name, expected)
                         )),
                     ));
@@ -138,6 +148,7 @@ impl RuleSet {
         let mut fusion_file = None;
         let mut amp_file = None;
         let mut gradients_file = None;
+        let mut onnx_file = None;
         let mut user_rewrites = Vec::new();
         for (key, path) in files {
             let text = ron_file::read_file(&path)?;
@@ -148,6 +159,8 @@ impl RuleSet {
                 amp_file = Some((text, shown));
             } else if key == "gradients.ron" {
                 gradients_file = Some((text, shown));
+            } else if key == "onnx.ron" {
+                onnx_file = Some((text, shown));
             } else if let Some(name) = key.strip_prefix("rewrites/") {
                 user_rewrites.push((name.to_string(), text, shown));
             } else {
@@ -168,6 +181,10 @@ impl RuleSet {
         // every template numerically).
         if let Some((text, shown)) = gradients_file {
             rules.gradients = GradientRules::load_str(&text, &shown, &rules.ops)?;
+        }
+        // And onnx.ron's templates name ops and their attributes.
+        if let Some((text, shown)) = onnx_file {
+            rules.onnx = MapTable::load_str(&text, &shown, &rules.ops)?;
         }
         if let Some((text, shown)) = fusion_file {
             rules.fusion = FusionRules::load_str(&text, &shown, &rules.ops)?;

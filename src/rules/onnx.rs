@@ -1,12 +1,15 @@
-//! `rules/onnx.ron`: the table from ONNX op types to small graphs of catalogue ops.
+//! `onnx.ron`: the table from ONNX op types to small graphs of catalogue ops, read by the
+//! importer ([`crate::onnx`]).
 //!
 //! The table is data so that supporting another ONNX op whose meaning the catalogue can
 //! express is a few lines of RON, not a match arm; the file's header documents the template
-//! language. [`MapTable::load_str`] reads it with located errors, and checks what can be
-//! checked without a model: every template arg names an input (`$N`, `$*`) or an earlier node.
+//! language. A rule directory's `onnx.ron` replaces the embedded table as a whole, like
+//! `amp.ron`. [`MapTable::load_str`] reads it with located errors, and checks what can be
+//! checked without a model: every template arg names an input (`$N`, `$*`) or an earlier node,
+//! and, with [`MapTable::check_ops`], every template op is in the catalogue.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::rules::ron_file;
+use crate::rules::{Catalogue, ron_file};
 use crate::span::Step;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -15,7 +18,7 @@ use std::collections::BTreeMap;
 pub const DEFAULT: &str = include_str!("../../rules/onnx.ron");
 
 /// One ONNX op type (under the Map's `when` conditions) and the catalogue graph it becomes.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(rename = "Map", deny_unknown_fields)]
 pub struct Mapping {
     pub onnx: String,
@@ -36,7 +39,7 @@ pub struct Mapping {
 }
 
 /// One catalogue node of a Map's graph.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(rename = "Node", deny_unknown_fields)]
 pub struct Template {
     #[serde(default)]
@@ -55,21 +58,75 @@ pub struct Template {
 }
 
 /// The loaded table.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct MapTable {
     pub maps: Vec<Mapping>,
+    /// The file it was read from, as errors name it.
+    pub file: String,
 }
 
 impl MapTable {
     /// The embedded table (checked by the test suite, so this cannot fail in a release).
-    pub fn defaults() -> Result<MapTable> {
-        MapTable::load_str(DEFAULT, "rules/onnx.ron")
+    pub fn defaults(catalogue: &Catalogue) -> MapTable {
+        MapTable::load_str(DEFAULT, "rules/onnx.ron", catalogue)
+            .expect("the embedded rules/onnx.ron is checked by tests")
     }
 
-    /// Reads a table; `file` names it in errors.
-    pub fn load_str(text: &str, file: &str) -> Result<MapTable> {
+    /// Reads a table whose templates name ops of `catalogue`; `file` names it in errors.
+    pub fn load_str(text: &str, file: &str, catalogue: &Catalogue) -> Result<MapTable> {
         let doc: ron_file::RonDocument<Vec<Mapping>> = ron_file::parse(text, file)?;
+        // An op the catalogue lacks, or an attribute its op does not declare, would otherwise
+        // surface only when a model uses that Map, as an import error about the table.
+        let declared = |op: &str| {
+            catalogue
+                .get(op)
+                .map(|def| &def.spec.attrs)
+                .or_else(|| catalogue.composite(op).map(|c| &c.spec.attrs))
+        };
+        let unknown_op = |op: &str, path: &[Step]| {
+            Error::new(
+                doc.site(path),
+                ErrorKind::Rule(format!(
+                    "op `{op}` is not in the catalogue{}",
+                    crate::error::hint(
+                        op,
+                        catalogue
+                            .ops()
+                            .map(|o| o.name())
+                            .chain(catalogue.composite_names())
+                    )
+                )),
+            )
+        };
         for (m, map) in doc.value.iter().enumerate() {
+            if let Some(op) = &map.chain
+                && declared(op).is_none()
+            {
+                return Err(unknown_op(op, &[Step::Index(m), Step::field("chain")]));
+            }
+            for (n, node) in map.nodes.iter().enumerate() {
+                let at = |field: &'static str| {
+                    [
+                        Step::Index(m),
+                        Step::field("nodes"),
+                        Step::Index(n),
+                        Step::field(field),
+                    ]
+                };
+                let Some(attrs) = declared(&node.op) else {
+                    return Err(unknown_op(&node.op, &at("op")));
+                };
+                if let Some(k) = node
+                    .attrs
+                    .keys()
+                    .find(|k| !attrs.iter().any(|a| &a.name == *k))
+                {
+                    return Err(Error::new(
+                        doc.site(&at("attrs")),
+                        ErrorKind::Rule(format!("op `{}` has no attribute `{k}`", node.op)),
+                    ));
+                }
+            }
             let mut names: Vec<&str> = Vec::new();
             for (n, node) in map.nodes.iter().enumerate() {
                 for (a, written) in node.args.iter().enumerate() {
@@ -102,7 +159,15 @@ impl MapTable {
                 }
             }
         }
-        Ok(MapTable { maps: doc.value })
+        Ok(MapTable {
+            maps: doc.value,
+            file: file.to_string(),
+        })
+    }
+
+    /// The ONNX op types some Map handles.
+    pub fn op_types(&self) -> std::collections::BTreeSet<&str> {
+        self.maps.iter().map(|m| m.onnx.as_str()).collect()
     }
 
     /// Whether some Map handles `op_type`.
