@@ -72,7 +72,9 @@ fn one_kernel_writes_both_segments_with_known_values() {
     let want_s = [44.0, 25.0, 100.0, 36.0];
     let want_w = [1.0, -18.0, -57.0, 7.0];
     let out = optimized(&graph);
-    assert_eq!(in_place(&out), ["c"]);
+    // The rewrites move the column sums onto the concat's operands (`s` becomes a concat of
+    // two sums), and those sums store their results into s's segments.
+    assert_eq!(in_place(&out), ["c", "s"]);
     let program = lowered(&out);
     program.check_bounds().unwrap();
     let (p, q) = (node(&program, "p"), node(&program, "q"));
@@ -96,9 +98,9 @@ fn one_kernel_writes_both_segments_with_known_values() {
     }
 }
 
-/// examples/lstm_cell_backward.ron (grad_gates, grad_cx and grad_bias out): two kernels, the
-/// gate kernel storing the four gate gradients into grad_gates, no slot for any of them, and
-/// the reference's values from the interpreter and the CPU.
+/// examples/lstm_cell_backward.ron (grad_gates, grad_cx and grad_bias out): one kernel,
+/// storing the four gate gradients into grad_gates and their column sums into grad_bias, no
+/// slot for any of them, and the reference's values from the interpreter and the CPU.
 #[test]
 fn lstm_cell_backward_writes_grad_gates_from_one_kernel() {
     let path = concat!(
@@ -109,19 +111,21 @@ fn lstm_cell_backward_writes_grad_gates_from_one_kernel() {
         .unwrap()
         .0;
     let out = optimized(&graph);
-    assert_eq!(out.report.kernels_after, 2);
-    assert_eq!(in_place(&out), ["grad_gates"]);
+    assert_eq!(out.report.kernels_after, 1);
+    assert_eq!(in_place(&out), ["grad_gates", "grad_bias"]);
     let program = lowered(&out);
     program.check_bounds().unwrap();
-    let grad_gates = Value::Node(node(&program, "grad_gates"));
-    let writers: Vec<usize> = program
-        .steps
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.reads_writes(&program.kernels).1.contains(&grad_gates))
-        .map(|(i, _)| i)
-        .collect();
-    assert_eq!(writers, [0], "one kernel writes grad_gates");
+    for concat in ["grad_gates", "grad_bias"] {
+        let value = Value::Node(node(&program, concat));
+        let writers: Vec<usize> = program
+            .steps
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.reads_writes(&program.kernels).1.contains(&value))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(writers, [0], "one kernel writes {concat}");
+    }
     let plan = MemoryPlan::new(&program);
     for gate in [
         "grad_ingate",
@@ -208,9 +212,12 @@ fn empty_segments() {
     b.op("w", "add", &[&t, &u]);
     let graph = b.finish(&["c", "s", "w"]);
     let out = optimized(&graph);
-    assert_eq!(in_place(&out), ["c"]);
+    assert_eq!(in_place(&out), ["c", "s"]);
     let segments: usize = out.partition.kernels.iter().map(|k| k.segments.len()).sum();
-    assert_eq!(segments, 2, "the empty operand stores nothing");
+    assert_eq!(
+        segments, 4,
+        "the empty operand and its empty sum store nothing"
+    );
     agrees(&graph, 1, true, true).unwrap();
 }
 
@@ -451,4 +458,131 @@ fn recipes_cover_writing_in_place() {
     assert!(written * 4 > total, "{written} of {total}");
     assert!(shared * 5 > written && kept * 4 > written);
     assert!(empty * 5 > written && half * 5 > written);
+}
+
+/// Graphs whose concat's operands are reductions read by nothing else, each the case a
+/// reduction written in place must get right: column sums kept as `[1, n]` rows along an inner
+/// axis, a mean and a max of the innermost axis (no row kernel: nothing reads them inside),
+/// integer sums that wrap at the type's edges, a mean over an empty axis (NaN, 0 / 0,
+/// written into its segment), half precision, and three operands of which the middle one is a graph
+/// input (so that concat keeps its copy). Returns (graph, concat written in place or not).
+pub(crate) fn reductions_into_concats() -> Vec<(Graph, bool)> {
+    let axes = |a: &[i64]| ("axes", AttrValue::Ints(a.to_vec()));
+    let keep = ("keepdim", AttrValue::Bool(true));
+    let axis = |a: i64| [("axis", AttrValue::Int(a))];
+    let mut graphs = Vec::new();
+
+    let mut b = GraphBuilder::new("keepdim_columns");
+    let x = b.input("x", DType::F32, &[3, 4]);
+    let y = b.input("y", DType::F32, &[3, 5]);
+    let e = b.op("e", "exp", &[&x]);
+    let t = b.op("t", "tanh", &[&y]);
+    let se = b.op_with("se", "sum", &[&e], &[axes(&[0]), keep.clone()]);
+    let st = b.op_with("st", "sum", &[&t], &[axes(&[0]), keep.clone()]);
+    b.op_with("c", "concat", &[&se, &st], &axis(1));
+    graphs.push((b.finish(&["c"]), true));
+
+    let mut b = GraphBuilder::new("mean_and_max_of_rows");
+    let x = b.input("x", DType::F32, &[4, 6]);
+    let y = b.input("y", DType::F32, &[4, 6]);
+    let e = b.op("e", "exp", &[&x]);
+    let m = b.op("m", "mul", &[&x, &y]);
+    let me = b.op_with("me", "mean", &[&e], &[axes(&[1])]);
+    let mm = b.op_with("mm", "reduce_max", &[&m], &[axes(&[1])]);
+    b.op_with("c", "concat", &[&me, &mm], &axis(0));
+    b.op("w", "add", &[&e, &m]);
+    graphs.push((b.finish(&["c", "w"]), true));
+
+    let mut b = GraphBuilder::new("integer_sums");
+    let x = b.input("x", DType::I32, &[5, 3]);
+    let y = b.input("y", DType::I32, &[5, 3]);
+    let n = b.op("n", "neg", &[&x]);
+    let p = b.op("p", "add", &[&x, &y]);
+    let sn = b.op_with("sn", "sum", &[&n], &[axes(&[0])]);
+    let sp = b.op_with("sp", "sum", &[&p], &[axes(&[0])]);
+    b.op_with("c", "concat", &[&sn, &sp], &axis(0));
+    graphs.push((b.finish(&["c"]), true));
+
+    // One kernel over an empty domain holds both reductions: the sum's results (0) reach
+    // the concat's buffer through the first argument, the mean's (NaN, 0 / 0) through the
+    // second, which must still hand back its segment although no domain point exists.
+    let mut b = GraphBuilder::new("empty_reduced_axis");
+    let x = b.input("x", DType::F32, &[0, 3]);
+    let e = b.op("e", "exp", &[&x]);
+    let se = b.op_with("se", "sum", &[&e], &[axes(&[0])]);
+    let me = b.op_with("me", "mean", &[&e], &[axes(&[0])]);
+    b.op_with("c", "concat", &[&se, &me], &axis(0));
+    graphs.push((b.finish(&["c"]), true));
+
+    for dtype in [DType::F16, DType::BF16] {
+        let mut b = GraphBuilder::new(&format!("half_{dtype}"));
+        let x = b.input("x", dtype, &[6, 2]);
+        let y = b.input("y", dtype, &[6, 2]);
+        let m = b.op("m", "mul", &[&x, &y]);
+        let s = b.op("s", "sigmoid", &[&x]);
+        let sm = b.op_with("sm", "sum", &[&m], &[axes(&[0])]);
+        let ss = b.op_with("ss", "sum", &[&s], &[axes(&[0])]);
+        b.op_with("c", "concat", &[&sm, &ss], &axis(0));
+        graphs.push((b.finish(&["c"]), true));
+    }
+
+    let mut b = GraphBuilder::new("an_input_operand");
+    let x = b.input("x", DType::F32, &[4, 3]);
+    let z = b.input("z", DType::F32, &[3]);
+    let e = b.op("e", "exp", &[&x]);
+    let se = b.op_with("se", "sum", &[&e], &[axes(&[0])]);
+    b.op_with("c", "concat", &[&se, &z], &axis(0));
+    graphs.push((b.finish(&["c"]), false));
+    graphs
+}
+
+/// Reductions store their results through their accumulators into their segments (no buffer
+/// of their own, one kernel writing the concat), and the interpreter and the CPU agree with
+/// the reference, NaN and ±Inf included; a sum that is also a graph output, or read by
+/// another kernel, keeps its buffer (its accumulator writes one place).
+#[test]
+fn reductions_store_their_results_into_concat_segments() {
+    for (graph, expected) in reductions_into_concats() {
+        let out = optimized(&graph);
+        let name = &graph.name;
+        assert_eq!(
+            in_place(&out) == ["c"],
+            expected,
+            "{name}: {:?}",
+            in_place(&out)
+        );
+        if expected {
+            let program = lowered(&out);
+            program.check_bounds().unwrap();
+            let plan = MemoryPlan::new(&program);
+            for (n, node) in program.dag.nodes.iter().enumerate() {
+                if node.op.kind() == fusebox::rules::OpKind::Reduction {
+                    assert_eq!(plan.slot_of[n], None, "{name}: {} has no slot", node.name);
+                }
+            }
+            let c = Value::Node(node(&program, "c"));
+            let writers = program
+                .steps
+                .iter()
+                .filter(|s| s.reads_writes(&program.kernels).1.contains(&c))
+                .count();
+            assert!(writers >= 1, "{name}");
+        }
+        for seed in 0..4 {
+            agrees(&graph, seed, seed % 2 == 1, true).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+    // Read elsewhere too: the sum keeps its own buffer, and the concat copies it.
+    let mut b = GraphBuilder::new("sum_also_an_output");
+    let x = b.input("x", DType::F32, &[4, 3]);
+    let y = b.input("y", DType::F32, &[4, 3]);
+    let e = b.op("e", "exp", &[&x]);
+    let t = b.op("t", "tanh", &[&y]);
+    let axes = ("axes", AttrValue::Ints(vec![0]));
+    let se = b.op_with("se", "sum", &[&e], std::slice::from_ref(&axes));
+    let st = b.op_with("st", "sum", &[&t], std::slice::from_ref(&axes));
+    b.op_with("c", "concat", &[&se, &st], &[("axis", AttrValue::Int(0))]);
+    let graph = b.finish(&["c", "se"]);
+    assert!(in_place(&optimized(&graph)).is_empty());
+    agrees(&graph, 1, true, true).unwrap();
 }

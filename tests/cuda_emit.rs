@@ -1916,18 +1916,21 @@ fn run_program_emulated(
                 if !emulated.contains_key(&name) {
                     emulated.insert(name.clone(), emulate(ir, &options)?);
                 }
-                let mut owned: Vec<Buffer> = k
-                    .args
-                    .iter()
-                    .enumerate()
-                    .map(|(a, &v)| {
-                        if a < ir.loads.len() {
-                            values[&v].clone()
-                        } else {
-                            values.remove(&v).unwrap_or_else(|| fresh(v))
-                        }
-                    })
-                    .collect();
+                // A value several arguments write (a concat written in place, by stores or
+                // by reductions' results) gets a copy per argument, as in the interpreter:
+                // the first holds the result once the later ones hand back what they reach.
+                let loads = ir.loads.len();
+                let first_of = |a: usize| k.args[loads..a].iter().position(|&w| w == k.args[a]);
+                let mut owned: Vec<Buffer> = Vec::with_capacity(k.args.len());
+                for (a, &v) in k.args.iter().enumerate() {
+                    owned.push(if a < loads {
+                        values[&v].clone()
+                    } else if let Some(f) = first_of(a) {
+                        owned[loads + f].clone()
+                    } else {
+                        values.remove(&v).unwrap_or_else(|| fresh(v))
+                    });
+                }
                 let shifts = vec![0; owned.len()];
                 run_emulated(
                     &emulated[&name],
@@ -1938,8 +1941,14 @@ fn run_program_emulated(
                     Mode { wide, force },
                     &options,
                 );
+                for a in (loads..k.args.len()).rev() {
+                    if let Some(f) = first_of(a) {
+                        let copy = owned[a].clone();
+                        interpret::hand_back(ir, &k.launch, a, &copy, &mut owned[loads + f]);
+                    }
+                }
                 for (a, (v, b)) in k.args.iter().zip(owned).enumerate() {
-                    if a >= ir.loads.len() {
+                    if a >= loads && first_of(a).is_none() {
                         values.insert(*v, b);
                     }
                 }
@@ -2823,7 +2832,8 @@ fn emulated_relaxed_row_sums_stay_within_the_bound_on_every_path() {
 
 /// The gate kernel of examples/lstm_cell_backward.ron at batch 3 and hidden 5: the four gate
 /// gradients stored into their segments of grad_gates (strided stores at offsets 0, 5, 10,
-/// 15 of rows of 20), as the lowering emits it, with its launch.
+/// 15 of rows of 20) and their four column sums into grad_bias's (offsets 0, 5, 10, 15), as
+/// the lowering emits it for the CPU profile, with its launch.
 fn in_place_gate_kernel() -> (KernelIr, Launch) {
     let rules = fusebox::rules::RuleSet::defaults();
     let path = concat!(
@@ -2840,28 +2850,38 @@ fn in_place_gate_kernel() -> (KernelIr, Launch) {
     let optimized =
         fusebox::optimize::optimize(&graph, &rules, &fusebox::optimize::Options::default())
             .unwrap();
-    assert_eq!(optimized.partition.in_place.len(), 1, "grad_gates in place");
+    assert_eq!(
+        optimized.partition.in_place.len(),
+        2,
+        "grad_gates and grad_bias in place"
+    );
     let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
     program.check_bounds().unwrap();
     let fusebox::lower::Step::Kernel(step) = &program.steps[0] else {
         panic!("the gate kernel first");
     };
-    let grad_gates = program
-        .dag
-        .nodes
-        .iter()
-        .position(|n| n.name == "grad_gates")
-        .unwrap();
-    let segments: Vec<i64> = (0..step.args.len())
-        .filter(|&a| step.args[a] == fusebox::dag::Value::Node(grad_gates))
-        .map(|a| step.launch.offsets[a])
-        .collect();
-    assert_eq!(segments, [0, 5, 10, 15]);
+    let segments = |name: &str| -> Vec<i64> {
+        let value = program
+            .dag
+            .nodes
+            .iter()
+            .position(|n| n.name == name)
+            .unwrap();
+        (0..step.args.len())
+            .filter(|&a| step.args[a] == fusebox::dag::Value::Node(value))
+            .map(|a| step.launch.offsets[a])
+            .collect()
+    };
+    assert_eq!(segments("grad_gates"), [0, 5, 10, 15]);
+    // The column sums' results, through their accumulators, into grad_bias.
+    assert_eq!(segments("grad_bias"), [0, 5, 10, 15]);
+    assert_eq!(program.steps.len(), 1, "one kernel");
     (program.kernels[step.kernel].clone(), step.launch.clone())
 }
 
-/// A kernel storing a concat's segments in place (the LSTM backward's gate kernel) runs
-/// through the CPU model of CUDA exactly as the interpreter runs it, with 32- and 64-bit
+/// A kernel storing a concat's segments in place, and its reductions' results into another's
+/// (the LSTM backward's gate kernel), runs through the CPU model of CUDA exactly as the
+/// interpreter runs it, with 32- and 64-bit
 /// indices and misaligned buffers, and compiles with NVRTC for sm_80 and sm_90.
 #[test]
 fn emulated_in_place_segment_stores_match_the_interpreter() {
@@ -2883,5 +2903,27 @@ fn emulated_in_place_segment_stores_match_the_interpreter() {
             seed,
             true,
         );
+    }
+}
+
+/// Reductions storing their results into a concat's segments (`concat_in_place`'s graphs:
+/// keepdim column sums along an inner axis, a mean and a max of rows, wrapping integer sums,
+/// an empty reduced axis, f16 and bf16) run through the CPU model of CUDA (the `_init`, pass
+/// and `_finish` launches, atomics included) as the reference computes them, in 32- and 64-bit
+/// indexing, and their kernels compile with NVRTC.
+#[test]
+fn emulated_reductions_into_concat_segments_match_the_reference() {
+    let mut emulated = BTreeMap::new();
+    for (graph, _) in crate::concat_in_place::reductions_into_concats() {
+        let program = lowered(&graph);
+        check(&program.kernels);
+        for (seed, wide) in [(0, false), (1, true)] {
+            let Some(result) =
+                emulated_agrees(&graph, &program, &mut emulated, seed, seed == 1, wide, None)
+            else {
+                return;
+            };
+            result.unwrap_or_else(|e| panic!("{}: {e}", graph.name));
+        }
     }
 }

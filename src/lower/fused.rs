@@ -528,7 +528,14 @@ impl Builder<'_> {
     }
 
     /// Reduction node `n` ending the kernel: the output view has stride 0 on reduced axes.
-    fn reduction(&mut self, n: usize) -> Result<Vec<i64>> {
+    /// Its results go to a buffer of their own, contiguous, or with `into` to their segment
+    /// of a concat written in place: the concat's strides, from the segment's start (the
+    /// returned offset). The argument the results are written through is returned too.
+    fn reduction(
+        &mut self,
+        n: usize,
+        into: Option<&SegmentWrite>,
+    ) -> Result<ResultView> {
         let dag = self.dag;
         let node = &dag.nodes[n];
         let x = node.args[0];
@@ -572,18 +579,33 @@ impl Builder<'_> {
             _ => return Err(lower_error(dag, n, "not a reduction".into())),
         };
         // Kept axes appear in the output in domain order (keepdim only adds size-1 axes).
-        let kept: Vec<usize> = (0..rank)
-            .filter(|&d| !reduced[d])
-            .map(|d| self.domain[d])
-            .collect();
-        let kept_strides = super::view::contiguous_strides(&kept);
-        let mut strides = vec![0i64; rank];
-        let mut k = 0;
-        for d in 0..rank {
-            if !reduced[d] {
-                strides[d] = kept_strides[k];
-                k += 1;
+        let kept: Vec<usize> = (0..rank).filter(|&d| !reduced[d]).collect();
+        let (target, out_strides, offset) = match into {
+            None => {
+                let sizes: Vec<usize> = kept.iter().map(|&d| self.domain[d]).collect();
+                (Value::Node(n), super::view::contiguous_strides(&sizes), 0)
             }
+            Some(s) => {
+                let whole = &dag.nodes[s.concat].ty.shape;
+                let own = contiguous_strides(whole);
+                let out = &node.ty.shape;
+                if out.len() != whole.len() || s.axis >= whole.len() {
+                    return Err(self.shape_error(Value::Node(n)));
+                }
+                // The output's axes are the kept ones, one for one, or (keepdim, sum_to_size)
+                // the domain's trailing axes, right-aligned.
+                let strides = if out.len() == kept.len() {
+                    own.clone()
+                } else {
+                    let lead = rank - out.len();
+                    kept.iter().map(|&d| own[d - lead]).collect()
+                };
+                (Value::Node(s.concat), strides, s.start as i64 * own[s.axis])
+            }
+        };
+        let mut strides = vec![0i64; rank];
+        for (k, &d) in kept.iter().enumerate() {
+            strides[d] = out_strides[k];
         }
         // Broadcast exactly on the reduced axes: a kept axis of size 1 keeps its stride, so
         // the pattern says which axes are reduced and nothing else.
@@ -605,8 +627,21 @@ impl Builder<'_> {
             reduced,
             view,
         });
-        Ok(strides)
+        Ok(ResultView {
+            arg: target,
+            strides,
+            offset,
+        })
     }
+}
+
+/// Where a reduction's results go: the argument they are written through (the reduction's
+/// own value, or a concat written in place), its strides over the domain (0 on reduced axes)
+/// and its offset.
+struct ResultView {
+    arg: Value,
+    strides: Vec<i64>,
+    offset: i64,
 }
 
 /// Lowers the fused kernel made of `nodes` (topological order) over `domain`, writing
@@ -638,7 +673,8 @@ pub(super) fn lower_fused(
         segments: Vec::new(),
         segment_of: HashMap::new(),
     };
-    let mut reduction_args: Vec<(Value, Vec<i64>)> = Vec::new();
+    // Per reduction: its value, and where its results go.
+    let mut reduction_args: Vec<(Value, ResultView)> = Vec::new();
     // A row kernel: some reduction's result is read by another node of the kernel.
     let is_reduction = |n: usize| dag.nodes[n].op.kind() == OpKind::Reduction;
     let row_kernel = nodes.iter().any(|&m| {
@@ -691,8 +727,8 @@ pub(super) fn lower_fused(
             // and a concat is read where it is used.
             (OpKind::Layout, _) => {}
             (OpKind::Reduction, _) => {
-                let strides = b.reduction(n)?;
-                reduction_args.push((Value::Node(n), strides));
+                let into = segments.iter().find(|s| s.value == n);
+                reduction_args.push((Value::Node(n), b.reduction(n, into)?));
             }
             _ => {
                 return Err(lower_error(
@@ -741,6 +777,10 @@ pub(super) fn lower_fused(
     }
     for s in segments {
         let out = Value::Node(s.value);
+        if reduced.contains(&out) {
+            // Stored by its accumulator, through the concat's view (above).
+            continue;
+        }
         let (value, dtype) = match b.values.get(&(out, 0)) {
             Some(&v) => v,
             None if b.members.contains(&s.value) => b.value(out, 0)?,
@@ -765,7 +805,7 @@ pub(super) fn lower_fused(
     for (value, s, offset, stages) in b.load_args.into_iter().chain(store_args).chain(
         reduction_args
             .into_iter()
-            .map(|(v, s)| (v, s, 0, Vec::new())),
+            .map(|(_, r)| (r.arg, r.strides, r.offset, Vec::new())),
     ) {
         args.push(value);
         strides.push(s);

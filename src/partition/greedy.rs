@@ -83,6 +83,9 @@ struct Group {
     rows: bool,
     /// Holds a reduction that is not a `Rows` row reduction, which a row kernel cannot hold.
     other_end: bool,
+    /// With reductions: the largest [`Facts::reduction_factor`] among them, which prices the
+    /// kernel when it is no row kernel.
+    reduction_factor: Option<f64>,
     /// Holds a concat read by ranges: the axis they select along, counted from the innermost
     /// (1 = innermost).
     select: Option<usize>,
@@ -108,6 +111,7 @@ struct Plan {
     fixed: bool,
     rows: bool,
     other_end: bool,
+    reduction_factor: Option<f64>,
     select: Option<usize>,
     gather: f64,
     passes: u32,
@@ -707,13 +711,22 @@ impl Builder<'_> {
             .sum::<f64>()
             + self.facts.flops_per_element[n];
         let flops = per_element * numel(&domain) as f64;
-        let total_us = price(
+        let reduction_factor = members
+            .iter()
+            .filter_map(|&m| self.group(m).reduction_factor)
+            .chain(self.facts.reduction_factor(self.profile, n))
+            .reduce(f64::max);
+        let cost = price(
             self.profile,
             in_bytes + out_bytes,
             self.read_extra(gather, passes),
             flops,
             self.profile.pointwise_gflops,
-        )
+        );
+        let total_us = match reduction_factor {
+            Some(factor) if !rows => cost.with_reduction_passes(factor, self.profile),
+            _ => cost,
+        }
         .total_us;
         let before: f64 = members.iter().map(|&m| self.group(m).total_us).sum();
         Some(Plan {
@@ -723,6 +736,7 @@ impl Builder<'_> {
             fixed: is_fixed,
             rows,
             other_end,
+            reduction_factor,
             select,
             gather,
             passes,
@@ -888,6 +902,7 @@ impl Builder<'_> {
             view_sources: Vec::new(),
             rows: false,
             other_end: self.other_end(n),
+            reduction_factor: self.facts.reduction_factor(self.profile, n),
             select: self.select[n],
             gather,
             passes: 1,
@@ -934,15 +949,24 @@ impl Builder<'_> {
                 self.facts.library_flops[n],
                 self.profile.matmul_rate(node.ty.dtype),
             ),
-            // Alone, a concat is a copy kernel of one launch per operand.
-            _ => price(
-                self.profile,
-                in_bytes + out_bytes,
-                self.facts.copy_read_extra(self.profile, n),
-                per_element * numel(domain) as f64,
-                self.profile.pointwise_gflops,
-            )
-            .with_launches(self.facts.alone_launches(n), self.profile),
+            // Alone, a concat is a copy kernel of one launch per operand, and a reduction
+            // runs its reduction passes.
+            kind => {
+                let cost = price(
+                    self.profile,
+                    in_bytes + out_bytes,
+                    self.facts.copy_read_extra(self.profile, n),
+                    per_element * numel(domain) as f64,
+                    self.profile.pointwise_gflops,
+                )
+                .with_launches(self.facts.alone_launches(n), self.profile);
+                match self.facts.reduction_factor(self.profile, n) {
+                    Some(factor) if kind == KernelKind::Fused => {
+                        cost.with_reduction_passes(factor, self.profile)
+                    }
+                    _ => cost,
+                }
+            }
         }
         .total_us;
         (in_bytes, out_bytes, total_us)
@@ -1038,6 +1062,7 @@ impl Builder<'_> {
             view_sources: Vec::new(),
             rows: false,
             other_end: false,
+            reduction_factor: None,
             select: None,
             gather: 0.0,
             passes: 1,
@@ -1108,6 +1133,7 @@ impl Builder<'_> {
             s.fixed = plan.fixed;
             s.rows = plan.rows;
             s.other_end = plan.other_end;
+            s.reduction_factor = plan.reduction_factor;
             s.select = plan.select;
             s.gather = plan.gather;
             s.passes = plan.passes;
@@ -1237,9 +1263,17 @@ impl Builder<'_> {
             );
             debug_assert!(
                 (kernel.cost.total_us - group.total_us).abs() <= 1e-6 * group.total_us.max(1.0),
-                "incremental cost {} vs {}",
+                "incremental cost {} vs {} ({:?}, rows {}, factor {:?}, ops {:?})",
                 group.total_us,
-                kernel.cost.total_us
+                kernel.cost.total_us,
+                kernel.kind,
+                group.rows,
+                group.reduction_factor,
+                kernel
+                    .nodes
+                    .iter()
+                    .map(|&m| self.dag.nodes[m].op.name().to_string())
+                    .collect::<Vec<_>>()
             );
             kernels.push(kernel);
         }

@@ -49,7 +49,7 @@ pub(super) fn write_in_place(
     let mut kernel_of = partition.kernel_of(n);
     let mut in_place = vec![false; n];
     for c in 0..n {
-        let Some((kc, writes)) = candidate(dag, role, &partition, &kernel_of, c) else {
+        let Some((kc, writes)) = candidate(dag, &facts, role, &partition, &kernel_of, c) else {
             continue;
         };
         // The form with `c` written in place, for the kernels it changes.
@@ -115,6 +115,7 @@ pub(super) fn write_in_place(
 /// kernel that would store it and where.
 fn candidate(
     dag: &Dag,
+    facts: &Facts,
     role: &[Role],
     partition: &Partition,
     kernel_of: &[Option<usize>],
@@ -141,11 +142,19 @@ fn candidate(
             };
             let k = kernel_of[p]?;
             let producer = &partition.kernels[k];
+            // A reduction is computed over its input's shape, and stores through its
+            // accumulator; any other value through a store over the kernel's domain.
+            let stored = if dag.nodes[p].op.kind() == OpKind::Reduction {
+                let input = dag.nodes[p].args.first().map(|&x| &dag.ty(x).shape[..]);
+                reduction_may_store(dag, facts, producer, p, c)
+                    && input.is_some_and(|x| fits(x, &producer.domain))
+            } else {
+                fits(&ty.shape, &producer.domain)
+            };
             let whole = producer.kind == KernelKind::Fused
                 && k != kc
-                && dag.nodes[p].op.kind() != OpKind::Reduction
+                && stored
                 && ty.dtype == node.ty.dtype
-                && fits(&ty.shape, &producer.domain)
                 && !dag.nodes[p].op.is_literal();
             if !whole {
                 return None;
@@ -163,4 +172,19 @@ fn candidate(
         start += len;
     }
     Some((kc, writes))
+}
+
+/// Whether reduction `p` of `producer` may write its results into concat `c`'s segment: its
+/// accumulator writes one place, so the concat must be its only reader (once) and it no
+/// graph output; and the kernel must be no row kernel, whose reductions' results stay in
+/// registers for the row and are stored by the row's stores.
+fn reduction_may_store(dag: &Dag, facts: &Facts, producer: &Kernel, p: usize, c: usize) -> bool {
+    let only_the_concat = facts.users(p) == [c as u32] && !facts.graph_output[p];
+    let row_kernel = producer.nodes.iter().any(|&m| {
+        dag.nodes[m].args.iter().any(|&a| {
+            matches!(a, Value::Node(q) if dag.nodes[q].op.kind() == OpKind::Reduction
+                && producer.nodes.contains(&q))
+        })
+    });
+    only_the_concat && !row_kernel
 }

@@ -387,6 +387,25 @@ impl<'a> Facts<'a> {
         }
     }
 
+    /// For reduction node `n`: how many times slower than the bandwidth a kernel holding it
+    /// (and no row reduction read inside) moves its bytes, by the profile's [`Reductions`]
+    /// (the outputs it reduces, split between threads). `None` for other nodes.
+    ///
+    /// [`Reductions`]: crate::rules::Reductions
+    pub fn reduction_factor(&self, profile: &Profile, n: usize) -> Option<f64> {
+        let node = &self.dag.nodes[n];
+        if node.op.kind() != OpKind::Reduction {
+            return None;
+        }
+        let outputs = numel(&node.ty.shape);
+        let input = node
+            .args
+            .first()
+            .map_or(0, |&x| numel(&self.dag.ty(x).shape));
+        let count = input.checked_div(outputs).unwrap_or(0);
+        Some(profile.reductions.memory_factor(outputs, count))
+    }
+
     /// Builds and prices a kernel from scratch. `inside` tells which nodes belong to it;
     /// `read_extra` is the bytes its reads move beyond the values' own (strided or gathered
     /// views, see [`Reads`](crate::rules::Reads)), priced at the profile's bandwidth but not
@@ -489,6 +508,23 @@ impl<'a> Facts<'a> {
         };
         let cost = match (kind, nodes.as_slice()) {
             (KernelKind::Alone, &[n]) => cost.with_launches(self.alone_launches(n), profile),
+            (KernelKind::Fused, _) => {
+                // A row kernel reads a (row) reduction inside: it runs as one launch.
+                let row_kernel = nodes.iter().any(|&m| {
+                    dag.nodes[m].args.iter().any(|&a| {
+                        matches!(a, Value::Node(q) if inside(q)
+                            && dag.nodes[q].op.kind() == OpKind::Reduction)
+                    })
+                });
+                let factor = nodes
+                    .iter()
+                    .filter_map(|&n| self.reduction_factor(profile, n))
+                    .reduce(f64::max);
+                match factor {
+                    Some(factor) if !row_kernel => cost.with_reduction_passes(factor, profile),
+                    _ => cost,
+                }
+            }
             _ => cost,
         };
         Kernel {
@@ -505,6 +541,21 @@ impl<'a> Facts<'a> {
 }
 
 impl Cost {
+    /// This cost for a fused kernel with reductions outside a row kernel, as the profile's
+    /// [`Reductions`](crate::rules::Reductions) run them: the extra launches of its passes,
+    /// and its bytes moved `factor` times slower (its thinnest reduction's, see
+    /// [`Facts::reduction_factor`]).
+    pub(crate) fn with_reduction_passes(self, factor: f64, profile: &Profile) -> Cost {
+        let memory_us = self.memory_us * factor;
+        let extra = profile.reductions.extra_launches * profile.launch_us;
+        Cost {
+            launch_us: self.launch_us + extra,
+            memory_us,
+            total_us: profile.combine(memory_us, self.compute_us) + extra,
+            ..self
+        }
+    }
+
     /// This cost for a kernel that takes `launches` launches instead of one.
     pub(crate) fn with_launches(self, launches: usize, profile: &Profile) -> Cost {
         let extra = launches.saturating_sub(1) as f64 * profile.launch_us;

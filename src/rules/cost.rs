@@ -170,6 +170,8 @@ pub struct Profile {
     pub matmul_gflops: BTreeMap<DType, f64>,
     /// What a read costs beyond its bytes, by access pattern.
     pub reads: Reads,
+    /// How the machine runs reductions that are not row reductions.
+    pub reductions: Reductions,
     weights: [f64; Primitive::ALL.len()],
 }
 
@@ -206,6 +208,57 @@ pub struct Reads {
     /// memory).
     #[serde(default)]
     pub rows_reread: bool,
+}
+
+/// How a machine runs the reductions of a kernel that is no row kernel (`reductions` in
+/// `cost.ron`): column sums, a bias gradient's `sum_to_size`, a sum of everything. On a GPU
+/// they are passes of their own launches, and each output's reduced elements are walked by a
+/// few threads, so a kernel reducing few outputs runs few threads, however large its domain:
+/// a pass with too few threads has too few loads in flight to keep the memory busy. The
+/// default (all zero) prices such a kernel like any other, as one launch moving its bytes at
+/// the profile's bandwidth, which is how the CPU's threads run it.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename = "Reductions", deny_unknown_fields)]
+pub struct Reductions {
+    /// Launches beyond the first that a kernel with such reductions takes (CUDA: an `_init`
+    /// pass that sets the accumulators and a `_finish` pass that rounds and stores them).
+    #[serde(default)]
+    pub extra_launches: f64,
+    /// Reduced elements one thread walks for one output before the output is split between
+    /// more threads: the pass runs about outputs × ⌈reduced elements / `per_thread`⌉ threads.
+    #[serde(default = "Reductions::default_per_thread")]
+    pub per_thread: f64,
+    /// Threads a pass needs to keep the memory busy (Little's law: bandwidth × latency bytes
+    /// in flight, over the bytes one thread keeps in flight). A pass with fewer threads moves
+    /// its bytes that many times slower. 0: no such limit.
+    #[serde(default)]
+    pub saturating_threads: f64,
+}
+
+impl Reductions {
+    fn default_per_thread() -> f64 {
+        64.0
+    }
+
+    /// How many times slower than the bandwidth a pass reducing `outputs` outputs of `count`
+    /// elements each moves its bytes (1 with enough threads, or with no limit).
+    pub fn memory_factor(&self, outputs: usize, count: usize) -> f64 {
+        if self.saturating_threads <= 0.0 || outputs == 0 || count == 0 {
+            return 1.0;
+        }
+        let threads = outputs as f64 * (count as f64 / self.per_thread.max(1.0)).ceil();
+        (self.saturating_threads / threads).max(1.0)
+    }
+}
+
+impl Default for Reductions {
+    fn default() -> Self {
+        Reductions {
+            extra_launches: 0.0,
+            per_thread: Reductions::default_per_thread(),
+            saturating_threads: 0.0,
+        }
+    }
 }
 
 impl Reads {
@@ -366,6 +419,9 @@ struct ProfileSpec {
     /// Read prices by access pattern; none beyond bytes when absent.
     #[serde(default)]
     reads: Reads,
+    /// How reductions outside row kernels run; like any kernel when absent.
+    #[serde(default)]
+    reductions: Reductions,
 }
 
 impl Default for CostModel {
@@ -611,6 +667,29 @@ fn profile(
             ));
         }
     }
+    let reductions = spec.reductions;
+    for (field, value, range) in [
+        ("extra_launches", reductions.extra_launches, 0.0..=1e3),
+        ("per_thread", reductions.per_thread, 1.0..=1e12),
+        (
+            "saturating_threads",
+            reductions.saturating_threads,
+            0.0..=1e12,
+        ),
+    ] {
+        if !range.contains(&value) {
+            let mut p = at("reductions");
+            p.push(Step::field(field));
+            return Err(Error::new(
+                doc.site(&p),
+                ErrorKind::Rule(format!(
+                    "`reductions.{field}` must be a finite number between {} and {:e}, found {value}",
+                    range.start(),
+                    range.end()
+                )),
+            ));
+        }
+    }
     let weights = overlay(file_weights, &spec.weights, doc, &at("weights"))?;
     Ok(Profile {
         name: name.to_string(),
@@ -621,6 +700,7 @@ fn profile(
         overlap: spec.overlap,
         matmul_gflops: spec.matmul_gflops.clone(),
         reads,
+        reductions,
         weights,
     })
 }
@@ -785,6 +865,47 @@ mod tests {
             ..reads
         };
         assert_eq!(cached.extra_per_byte(&map, &[4, 8], 4), 0.0);
+    }
+
+    #[test]
+    fn reduction_passes_load_default_and_are_checked() {
+        let model = CostModel::defaults();
+        assert_eq!(
+            model.profile("cpu").unwrap().reductions,
+            Reductions::default()
+        );
+        let h200 = model.profile("h200").unwrap().reductions;
+        assert_eq!(h200.extra_launches, 2.0);
+        // The LSTM backward's column sums: 1024 outputs of 256 rows are 4096 threads (6x
+        // short of 24576), 4096 outputs 16384 threads (1.5x); a sum of a [4096, 4096] row by
+        // row is 4096 x 64 threads, enough.
+        assert_eq!(h200.memory_factor(1024, 256), 6.0);
+        assert_eq!(h200.memory_factor(4096, 256), 1.5);
+        assert_eq!(h200.memory_factor(4096, 4096), 1.0);
+        assert_eq!(h200.memory_factor(0, 256), 1.0);
+        assert_eq!(h200.memory_factor(16, 0), 1.0);
+        assert_eq!(Reductions::default().memory_factor(1, 1), 1.0);
+        let base = "bandwidth_gbps: 1.0, launch_us: 1.0, pointwise_gflops: 1.0, matmul_gflops: {\"f32\": 1.0}";
+        for (bad, field) in [
+            ("per_thread: 0.5", "per_thread"),
+            ("extra_launches: -1.0", "extra_launches"),
+            ("saturating_threads: 1e300", "saturating_threads"),
+        ] {
+            let err = CostModel::defaults()
+                .load_str(
+                    &format!(
+                        "Cost(profiles: {{\"x\": Profile({base},\n reductions: Reductions({bad}))}})"
+                    ),
+                    "c.ron",
+                )
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with("c.ron:2:"), "{err}");
+            assert!(
+                err.contains(&format!("`reductions.{field}` must be")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

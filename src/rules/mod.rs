@@ -12,7 +12,7 @@ pub mod set;
 
 pub use amp::{AmpRules, Conditional, Policy, Treatment};
 pub use composite::{BodyArg, BodyAttr, Composite};
-pub use cost::{CostModel, Primitive, Profile, Reads};
+pub use cost::{CostModel, Primitive, Profile, Reads, Reductions};
 pub use fusion::{FusionRules, Role, RowArithmetic};
 pub use gradients::GradientRules;
 pub use onnx::MapTable;

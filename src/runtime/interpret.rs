@@ -318,7 +318,7 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
         }
         for (r, red) in ir.reductions.iter().enumerate() {
             let arg = loads + stores + r;
-            let i = index(arg, &coord) - launch.offsets[arg] as usize;
+            let i = index(arg, &coord);
             if int_out(r) {
                 let v = ints[red.value];
                 let a = &mut iacc[r][i];
@@ -342,25 +342,37 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
             };
         }
     }
+    // Each result goes where the output's view puts it (its own buffer, or its segment of a
+    // concat written in place), visited through the kept axes so that an empty reduced axis
+    // still writes the identity, and nothing outside the view is touched.
     for (r, red) in ir.reductions.iter().enumerate() {
         let arg = loads + stores + r;
-        if int_out(r) {
-            for (i, &a) in iacc[r].iter().enumerate() {
-                buffers[arg].set_int(i + launch.offsets[arg] as usize, a);
-            }
-            continue;
-        }
         let count: usize = (0..rank)
             .filter(|&d| red.reduced[d])
             .map(|d| sizes[d])
             .product();
-        for (i, &a) in acc[r].iter().enumerate() {
+        let kept: Vec<usize> = (0..rank)
+            .map(|d| if red.reduced[d] { 1 } else { sizes[d] })
+            .collect();
+        let mut at = vec![0usize; rank];
+        for flat in 0..kept.iter().product::<usize>() {
+            let mut rest = flat;
+            for d in (0..rank).rev() {
+                at[d] = rest % kept[d];
+                rest /= kept[d];
+            }
+            let i = index(arg, &at);
+            if int_out(r) {
+                buffers[arg].set_int(i, iacc[r][i]);
+                continue;
+            }
+            let a = acc[r][i];
             let v = if red.kind == ReduceKind::Mean {
                 a / count as f64
             } else {
                 a
             };
-            buffers[arg].set(i + launch.offsets[arg] as usize, v);
+            buffers[arg].set(i, v);
         }
     }
 }
@@ -589,9 +601,20 @@ pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, 
 }
 
 /// Copies into `to` every element of `from` that argument `arg`'s view reaches over the
-/// launch's domain (bytes as they are: the buffers share a dtype).
-fn hand_back(ir: &KernelIr, launch: &Launch, arg: usize, from: &Buffer, to: &mut Buffer) {
-    let sizes: Vec<usize> = launch.sizes.iter().map(|&s| s.max(0) as usize).collect();
+/// launch's domain (bytes as they are: the buffers share a dtype): a store's elements at
+/// every domain point, a reduction's at every point of its kept axes (also when a reduced
+/// axis is empty: its results are the identity, written all the same).
+pub fn hand_back(ir: &KernelIr, launch: &Launch, arg: usize, from: &Buffer, to: &mut Buffer) {
+    let reduction = (arg + ir.reductions.len()).checked_sub(ir.arg_count());
+    let sizes: Vec<usize> = launch
+        .sizes
+        .iter()
+        .enumerate()
+        .map(|(d, &s)| match reduction {
+            Some(r) if ir.reductions[r].reduced[d] => 1,
+            _ => s.max(0) as usize,
+        })
+        .collect();
     let total: usize = sizes.iter().product();
     let width = ir.views().nth(arg).map_or(1, |v| v.dtype.size_bytes());
     let len = from.byte_len().min(to.byte_len());

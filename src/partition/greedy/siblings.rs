@@ -188,13 +188,21 @@ impl Builder<'_> {
         let terms = ga.terms + gb.terms;
         let gather = ga.gather + gb.gather;
         let passes = ga.passes.max(gb.passes);
-        let total_us = price(
+        let reduction_factor = [ga.reduction_factor, gb.reduction_factor]
+            .into_iter()
+            .flatten()
+            .reduce(f64::max);
+        let cost = price(
             self.profile,
             in_bytes + out_bytes,
             self.read_extra(gather, passes),
             per_element * numel(&domain) as f64,
             self.profile.pointwise_gflops,
-        )
+        );
+        let total_us = match reduction_factor {
+            Some(factor) if !rows => cost.with_reduction_passes(factor, self.profile),
+            _ => cost,
+        }
         .total_us;
         let before = ga.total_us + gb.total_us;
         // Strictly cheaper, by more than rounding: a tie leaves the kernels apart.
@@ -215,6 +223,7 @@ impl Builder<'_> {
             fixed,
             rows,
             other_end,
+            reduction_factor,
             select,
             gather,
             passes,
@@ -255,6 +264,7 @@ impl Builder<'_> {
         s.fixed = plan.fixed;
         s.rows = plan.rows;
         s.other_end = plan.other_end;
+        s.reduction_factor = plan.reduction_factor;
         s.select = plan.select;
         s.gather = plan.gather;
         s.passes = plan.passes;
