@@ -5,9 +5,10 @@ For one example graph (default: examples/lstm_cell.ron, 1024 x 4096 f32), this s
 in one process and one sitting so they share the machine's state:
 
   * a measured copy bandwidth (the best of NumPy `np.copyto` on one thread and on one thread
-    per core, and, when importable, torch's multi-threaded `Tensor.copy_`, on 256 MiB arrays,
-    read + write bytes counted), which turns the graph's compulsory traffic into a memory
-    floor;
+    per core, a C copy with streaming stores on every core (`benches/stream_copy.c`, built
+    with fusebox's C compiler) and, when importable, torch's multi-threaded `Tensor.copy_`,
+    on 256 MiB arrays, read + write bytes counted), which turns the graph's compulsory
+    traffic into a memory floor;
   * `fusebox bench --json`, fused and `--no-fusion` (the same code generator, one kernel per op);
   * NumPy, PyTorch eager, torch.compile (inductor on CPU) and jax.jit, each skipped with a note
     when it cannot be imported, and reported as "failed: reason" when it breaks.
@@ -283,7 +284,7 @@ def time_calls(run, warmup, iters):
     return statistics.median(times), min(times)
 
 
-def copy_bandwidth(np, torch, mib, iters):
+def copy_bandwidth(np, torch, mib, iters, notes):
     """Read + write bytes per second of a plain copy: the best this machine's memory did."""
     results = {}
     n = mib * (1 << 20) // 4
@@ -312,12 +313,45 @@ def copy_bandwidth(np, torch, mib, iters):
         median, _ = time_calls(threaded_copy, 2, iters)
         pool.shutdown()
         results[f"numpy.copyto x{workers} threads"] = moved / (median * 1e6)
+    streamed = stream_copy(src, dst)
+    if isinstance(streamed, str):
+        notes.append(streamed)
+    else:
+        median, _ = time_calls(streamed, 2, iters)
+        results[f"C stream copy x{workers} threads"] = moved / (median * 1e6)
     if torch is not None:
         tsrc = torch.from_numpy(src)
         tdst = torch.empty_like(tsrc)
         median, _ = time_calls(lambda: tdst.copy_(tsrc), 2, iters)
         results["torch.copy_"] = moved / (median * 1e6)
     return results
+
+
+def stream_copy(src, dst):
+    """A call that copies src into dst with benches/stream_copy.c (every core, streaming
+    stores), built here with fusebox's C compiler; or, when it cannot be built, why not."""
+    import ctypes
+
+    cc = os.environ.get("FUSEBOX_CC", "cc")
+    source = os.path.join(ROOT, "benches", "stream_copy.c")
+    out = tempfile.mkdtemp(prefix="peers-copy-")
+    lib = os.path.join(out, "stream_copy.so")
+    try:
+        built = subprocess.run(
+            [cc, "-O2", "-march=native", "-fopenmp", "-shared", "-fPIC", "-o", lib, source],
+            capture_output=True, text=True,
+        )
+        if built.returncode != 0:
+            return f"C stream copy not measured: {cc} failed: {first_line(built.stderr)}"
+        copy = ctypes.CDLL(lib).fb_stream_copy
+    except OSError as exc:
+        return f"C stream copy not measured: {exc}"
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    copy.restype = None
+    d, s, n = dst.ctypes.data, src.ctypes.data, src.size
+    return lambda: copy(d, s, n)
 
 
 def max_rel_error(np, outputs, reference):
@@ -466,7 +500,7 @@ def main():
         inputs = [rng.uniform(-3.0, 3.0, shape).astype(np.float32) for _, _, shape in graph_inputs]
         reference = [np.asarray(y) for y in math(NumpyOps(np), *[x.astype(np.float64) for x in inputs])]
         floor_bytes = sum(x.nbytes for x in inputs) + sum(y.size * 4 for y in reference)
-        copy = copy_bandwidth(np, torch, args.copy_mib, max(5, args.iters // 2))
+        copy = copy_bandwidth(np, torch, args.copy_mib, max(5, args.iters // 2), notes)
         inputs_dir = tempfile.mkdtemp(prefix="peers-inputs-")
         for n, x in zip(input_names, inputs):
             np.save(os.path.join(inputs_dir, n + ".npy"), x)
