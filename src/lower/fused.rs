@@ -531,11 +531,7 @@ impl Builder<'_> {
     /// Its results go to a buffer of their own, contiguous, or with `into` to their segment
     /// of a concat written in place: the concat's strides, from the segment's start (the
     /// returned offset). The argument the results are written through is returned too.
-    fn reduction(
-        &mut self,
-        n: usize,
-        into: Option<&SegmentWrite>,
-    ) -> Result<ResultView> {
+    fn reduction(&mut self, n: usize, into: Option<&SegmentWrite>) -> Result<ResultView> {
         let dag = self.dag;
         let node = &dag.nodes[n];
         let x = node.args[0];

@@ -647,49 +647,48 @@ fn profile(
             return Err(Error::new(doc.site(&p), ErrorKind::Rule(message)));
         }
     }
+    // Each sub-structure's numbers within their ranges, an error located at the field.
+    type Field<'a> = (&'a str, f64, std::ops::RangeInclusive<f64>);
+    let in_ranges = |section: &str, fields: &[Field]| -> Result<()> {
+        for (field, value, range) in fields {
+            if !range.contains(value) {
+                let mut p = at(section);
+                p.push(Step::field(field));
+                return Err(Error::new(
+                    doc.site(&p),
+                    ErrorKind::Rule(format!(
+                        "`{section}.{field}` must be a finite number between {} and {:e}, found {value}",
+                        range.start(),
+                        range.end()
+                    )),
+                ));
+            }
+        }
+        Ok(())
+    };
     let reads = spec.reads;
-    for (field, value, range) in [
-        ("line_bytes", reads.line_bytes, 1.0..=MAX_TIME_OR_WEIGHT),
-        ("strided", reads.strided, 0.0..=MAX_TIME_OR_WEIGHT),
-        ("gathered", reads.gathered, 0.0..=MAX_TIME_OR_WEIGHT),
-        ("cache_bytes", reads.cache_bytes, 0.0..=1e18),
-    ] {
-        if !range.contains(&value) {
-            let mut p = at("reads");
-            p.push(Step::field(field));
-            return Err(Error::new(
-                doc.site(&p),
-                ErrorKind::Rule(format!(
-                    "`reads.{field}` must be a finite number between {} and {:e}, found {value}",
-                    range.start(),
-                    range.end()
-                )),
-            ));
-        }
-    }
+    in_ranges(
+        "reads",
+        &[
+            ("line_bytes", reads.line_bytes, 1.0..=MAX_TIME_OR_WEIGHT),
+            ("strided", reads.strided, 0.0..=MAX_TIME_OR_WEIGHT),
+            ("gathered", reads.gathered, 0.0..=MAX_TIME_OR_WEIGHT),
+            ("cache_bytes", reads.cache_bytes, 0.0..=1e18),
+        ],
+    )?;
     let reductions = spec.reductions;
-    for (field, value, range) in [
-        ("extra_launches", reductions.extra_launches, 0.0..=1e3),
-        ("per_thread", reductions.per_thread, 1.0..=1e12),
-        (
-            "saturating_threads",
-            reductions.saturating_threads,
-            0.0..=1e12,
-        ),
-    ] {
-        if !range.contains(&value) {
-            let mut p = at("reductions");
-            p.push(Step::field(field));
-            return Err(Error::new(
-                doc.site(&p),
-                ErrorKind::Rule(format!(
-                    "`reductions.{field}` must be a finite number between {} and {:e}, found {value}",
-                    range.start(),
-                    range.end()
-                )),
-            ));
-        }
-    }
+    in_ranges(
+        "reductions",
+        &[
+            ("extra_launches", reductions.extra_launches, 0.0..=1e3),
+            ("per_thread", reductions.per_thread, 1.0..=1e12),
+            (
+                "saturating_threads",
+                reductions.saturating_threads,
+                0.0..=1e12,
+            ),
+        ],
+    )?;
     let weights = overlay(file_weights, &spec.weights, doc, &at("weights"))?;
     Ok(Profile {
         name: name.to_string(),
