@@ -262,14 +262,7 @@ fn convert(doc: &RonDocument<GraphFile>, catalogue: &Catalogue) -> Result<Graph>
         let mut attrs = Attrs::new();
         // An unknown op is reported by the checker, with a suggestion; its attributes cannot be
         // typed, so they are dropped here.
-        let declared = catalogue
-            .get(&node.op)
-            .map(|op| op.spec.attrs.as_slice())
-            .or_else(|| {
-                catalogue
-                    .composite(&node.op)
-                    .map(|c| c.spec.attrs.as_slice())
-            });
+        let declared = catalogue.declared_attrs(&node.op);
         if let Some(declared) = declared {
             for (name, value) in &node.attrs {
                 let path = [

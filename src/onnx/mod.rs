@@ -958,17 +958,15 @@ impl Importer<'_> {
                 }
             }
             let value = if keep {
-                let declared: Vec<crate::rules::ops::AttrSpec> =
-                    match (self.catalogue.get(&t.op), self.catalogue.composite(&t.op)) {
-                        (Some(def), _) => def.spec.attrs.clone(),
-                        (None, Some(composite)) => composite.spec.attrs.clone(),
-                        (None, None) => {
-                            return Err(format!(
-                                "{} names op `{}`, which the catalogue lacks",
-                                self.table.file, t.op
-                            ));
-                        }
-                    };
+                // Through the catalogue's own lifetime, not `self`'s: `self` is borrowed
+                // mutably below.
+                let catalogue: &Catalogue = self.catalogue;
+                let declared = catalogue.declared_attrs(&t.op).ok_or_else(|| {
+                    format!(
+                        "{} names op `{}`, which the catalogue lacks",
+                        self.table.file, t.op
+                    )
+                })?;
                 let mut a = Attrs::new();
                 for (k, v) in &t.attrs {
                     let spec = declared.iter().find(|d| &d.name == k).ok_or_else(|| {

@@ -723,11 +723,9 @@ impl Builder<'_> {
             flops,
             self.profile.pointwise_gflops,
         );
-        let total_us = match reduction_factor {
-            Some(factor) if !rows => cost.with_reduction_passes(factor, self.profile),
-            _ => cost,
-        }
-        .total_us;
+        let total_us = cost
+            .with_reduction_passes(reduction_factor.filter(|_| !rows), self.profile)
+            .total_us;
         let before: f64 = members.iter().map(|&m| self.group(m).total_us).sum();
         Some(Plan {
             members: members.to_vec(),
@@ -960,12 +958,11 @@ impl Builder<'_> {
                     self.profile.pointwise_gflops,
                 )
                 .with_launches(self.facts.alone_launches(n), self.profile);
-                match self.facts.reduction_factor(self.profile, n) {
-                    Some(factor) if kind == KernelKind::Fused => {
-                        cost.with_reduction_passes(factor, self.profile)
-                    }
-                    _ => cost,
-                }
+                let factor = self.facts.reduction_factor(self.profile, n);
+                cost.with_reduction_passes(
+                    factor.filter(|_| kind == KernelKind::Fused),
+                    self.profile,
+                )
             }
         }
         .total_us;
@@ -1263,17 +1260,9 @@ impl Builder<'_> {
             );
             debug_assert!(
                 (kernel.cost.total_us - group.total_us).abs() <= 1e-6 * group.total_us.max(1.0),
-                "incremental cost {} vs {} ({:?}, rows {}, factor {:?}, ops {:?})",
+                "incremental cost {} vs {}",
                 group.total_us,
-                kernel.cost.total_us,
-                kernel.kind,
-                group.rows,
-                group.reduction_factor,
-                kernel
-                    .nodes
-                    .iter()
-                    .map(|&m| self.dag.nodes[m].op.name().to_string())
-                    .collect::<Vec<_>>()
+                kernel.cost.total_us
             );
             kernels.push(kernel);
         }

@@ -146,7 +146,7 @@ fn candidate(
             // accumulator; any other value through a store over the kernel's domain.
             let stored = if dag.nodes[p].op.kind() == OpKind::Reduction {
                 let input = dag.nodes[p].args.first().map(|&x| &dag.ty(x).shape[..]);
-                reduction_may_store(dag, facts, producer, p, c)
+                reduction_may_store(facts, producer, p, c)
                     && input.is_some_and(|x| fits(x, &producer.domain))
             } else {
                 fits(&ty.shape, &producer.domain)
@@ -178,13 +178,7 @@ fn candidate(
 /// accumulator writes one place, so the concat must be its only reader (once) and it no
 /// graph output; and the kernel must be no row kernel, whose reductions' results stay in
 /// registers for the row and are stored by the row's stores.
-fn reduction_may_store(dag: &Dag, facts: &Facts, producer: &Kernel, p: usize, c: usize) -> bool {
+fn reduction_may_store(facts: &Facts, producer: &Kernel, p: usize, c: usize) -> bool {
     let only_the_concat = facts.users(p) == [c as u32] && !facts.graph_output[p];
-    let row_kernel = producer.nodes.iter().any(|&m| {
-        dag.nodes[m].args.iter().any(|&a| {
-            matches!(a, Value::Node(q) if dag.nodes[q].op.kind() == OpKind::Reduction
-                && producer.nodes.contains(&q))
-        })
-    });
-    only_the_concat && !row_kernel
+    only_the_concat && !facts.row_kernel(&producer.nodes, |q| producer.nodes.contains(&q))
 }

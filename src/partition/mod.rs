@@ -406,6 +406,17 @@ impl<'a> Facts<'a> {
         Some(profile.reductions.memory_factor(outputs, count))
     }
 
+    /// Whether the kernel of `nodes` is a row kernel: one of them reads a reduction that
+    /// `inside` says is in the kernel (only row reductions may be read where they are made).
+    pub fn row_kernel(&self, nodes: &[usize], inside: impl Fn(usize) -> bool) -> bool {
+        nodes.iter().any(|&m| {
+            self.dag.nodes[m].args.iter().any(|&a| {
+                matches!(a, Value::Node(q) if inside(q)
+                    && self.dag.nodes[q].op.kind() == OpKind::Reduction)
+            })
+        })
+    }
+
     /// Builds and prices a kernel from scratch. `inside` tells which nodes belong to it;
     /// `read_extra` is the bytes its reads move beyond the values' own (strided or gathered
     /// views, see [`Reads`](crate::rules::Reads)), priced at the profile's bandwidth but not
@@ -508,22 +519,13 @@ impl<'a> Facts<'a> {
         };
         let cost = match (kind, nodes.as_slice()) {
             (KernelKind::Alone, &[n]) => cost.with_launches(self.alone_launches(n), profile),
-            (KernelKind::Fused, _) => {
-                // A row kernel reads a (row) reduction inside: it runs as one launch.
-                let row_kernel = nodes.iter().any(|&m| {
-                    dag.nodes[m].args.iter().any(|&a| {
-                        matches!(a, Value::Node(q) if inside(q)
-                            && dag.nodes[q].op.kind() == OpKind::Reduction)
-                    })
-                });
+            // A row kernel (a reduction read inside) runs as one launch.
+            (KernelKind::Fused, _) if !self.row_kernel(&nodes, &inside) => {
                 let factor = nodes
                     .iter()
                     .filter_map(|&n| self.reduction_factor(profile, n))
                     .reduce(f64::max);
-                match factor {
-                    Some(factor) if !row_kernel => cost.with_reduction_passes(factor, profile),
-                    _ => cost,
-                }
+                cost.with_reduction_passes(factor, profile)
             }
             _ => cost,
         };
@@ -541,11 +543,14 @@ impl<'a> Facts<'a> {
 }
 
 impl Cost {
-    /// This cost for a fused kernel with reductions outside a row kernel, as the profile's
-    /// [`Reductions`](crate::rules::Reductions) run them: the extra launches of its passes,
-    /// and its bytes moved `factor` times slower (its thinnest reduction's, see
-    /// [`Facts::reduction_factor`]).
-    pub(crate) fn with_reduction_passes(self, factor: f64, profile: &Profile) -> Cost {
+    /// This cost for a fused kernel that is no row kernel, as the profile's
+    /// [`Reductions`](crate::rules::Reductions) run its reductions: with `factor` (its
+    /// thinnest reduction's, see [`Facts::reduction_factor`]; `None` without reductions), the
+    /// extra launches of its passes and its bytes moved `factor` times slower.
+    pub(crate) fn with_reduction_passes(self, factor: Option<f64>, profile: &Profile) -> Cost {
+        let Some(factor) = factor else {
+            return self;
+        };
         let memory_us = self.memory_us * factor;
         let extra = profile.reductions.extra_launches * profile.launch_us;
         Cost {

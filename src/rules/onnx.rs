@@ -5,8 +5,9 @@
 //! express is a few lines of RON, not a match arm; the file's header documents the template
 //! language. A rule directory's `onnx.ron` replaces the embedded table as a whole, like
 //! `amp.ron`. [`MapTable::load_str`] reads it with located errors, and checks what can be
-//! checked without a model: every template arg names an input (`$N`, `$*`) or an earlier node,
-//! and, with [`MapTable::check_ops`], every template op is in the catalogue.
+//! checked without a model: every template op (and chain op) is in the catalogue, every
+//! attribute a template sets is one its op declares, and every template arg names an input
+//! (`$N`, `$*`) or an earlier node.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::rules::{Catalogue, ron_file};
@@ -77,12 +78,6 @@ impl MapTable {
         let doc: ron_file::RonDocument<Vec<Mapping>> = ron_file::parse(text, file)?;
         // An op the catalogue lacks, or an attribute its op does not declare, would otherwise
         // surface only when a model uses that Map, as an import error about the table.
-        let declared = |op: &str| {
-            catalogue
-                .get(op)
-                .map(|def| &def.spec.attrs)
-                .or_else(|| catalogue.composite(op).map(|c| &c.spec.attrs))
-        };
         let unknown_op = |op: &str, path: &[Step]| {
             Error::new(
                 doc.site(path),
@@ -100,10 +95,11 @@ impl MapTable {
         };
         for (m, map) in doc.value.iter().enumerate() {
             if let Some(op) = &map.chain
-                && declared(op).is_none()
+                && catalogue.declared_attrs(op).is_none()
             {
                 return Err(unknown_op(op, &[Step::Index(m), Step::field("chain")]));
             }
+            let mut names: Vec<&str> = Vec::new();
             for (n, node) in map.nodes.iter().enumerate() {
                 let at = |field: &'static str| {
                     [
@@ -113,7 +109,7 @@ impl MapTable {
                         Step::field(field),
                     ]
                 };
-                let Some(attrs) = declared(&node.op) else {
+                let Some(attrs) = catalogue.declared_attrs(&node.op) else {
                     return Err(unknown_op(&node.op, &at("op")));
                 };
                 if let Some(k) = node
@@ -126,9 +122,6 @@ impl MapTable {
                         ErrorKind::Rule(format!("op `{}` has no attribute `{k}`", node.op)),
                     ));
                 }
-            }
-            let mut names: Vec<&str> = Vec::new();
-            for (n, node) in map.nodes.iter().enumerate() {
                 for (a, written) in node.args.iter().enumerate() {
                     let known = |arg: &str| {
                         arg == "$*"
@@ -138,13 +131,8 @@ impl MapTable {
                             || names.contains(&arg)
                     };
                     if let Some(arg) = written.split('|').find(|alt| !known(alt)) {
-                        let path = [
-                            Step::Index(m),
-                            Step::field("nodes"),
-                            Step::Index(n),
-                            Step::field("args"),
-                            Step::Index(a),
-                        ];
+                        let mut path = at("args").to_vec();
+                        path.push(Step::Index(a));
                         return Err(Error::new(
                             doc.site(&path),
                             ErrorKind::Rule(format!(

@@ -624,6 +624,14 @@ impl Catalogue {
         self.builtins.get(&b).and_then(|name| self.ops.get(name))
     }
 
+    /// The attributes op or composite `name` declares; `None` when the catalogue has no such
+    /// op.
+    pub fn declared_attrs(&self, name: &str) -> Option<&[AttrSpec]> {
+        self.get(name)
+            .map(|op| op.spec.attrs.as_slice())
+            .or_else(|| self.composite(name).map(|c| c.spec.attrs.as_slice()))
+    }
+
     /// The composite op called `name`.
     pub fn composite(&self, name: &str) -> Option<&Arc<Composite>> {
         self.composites.get(name)

@@ -351,20 +351,11 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
             .filter(|&d| red.reduced[d])
             .map(|d| sizes[d])
             .product();
-        let kept: Vec<usize> = (0..rank)
-            .map(|d| if red.reduced[d] { 1 } else { sizes[d] })
-            .collect();
-        let mut at = vec![0usize; rank];
-        for flat in 0..kept.iter().product::<usize>() {
-            let mut rest = flat;
-            for d in (0..rank).rev() {
-                at[d] = rest % kept[d];
-                rest /= kept[d];
-            }
-            let i = index(arg, &at);
+        for_each_point(&arg_extent(ir, launch, arg), |at| {
+            let i = index(arg, at);
             if int_out(r) {
                 buffers[arg].set_int(i, iacc[r][i]);
-                continue;
+                return;
             }
             let a = acc[r][i];
             let v = if red.kind == ReduceKind::Mean {
@@ -373,7 +364,7 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
                 a
             };
             buffers[arg].set(i, v);
-        }
+        });
     }
 }
 
@@ -605,8 +596,25 @@ pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, 
 /// every domain point, a reduction's at every point of its kept axes (also when a reduced
 /// axis is empty: its results are the identity, written all the same).
 pub fn hand_back(ir: &KernelIr, launch: &Launch, arg: usize, from: &Buffer, to: &mut Buffer) {
+    let width = ir.views().nth(arg).map_or(1, |v| v.dtype.size_bytes());
+    let len = from.byte_len().min(to.byte_len());
+    for_each_point(&arg_extent(ir, launch, arg), |coord| {
+        let at = element_index(launch, arg, coord) * width;
+        if at + width <= len {
+            // SAFETY: both buffers hold at least `at + width` bytes, and they are distinct.
+            unsafe {
+                std::ptr::copy_nonoverlapping(from.as_ptr().add(at), to.as_mut_ptr().add(at), width)
+            };
+        }
+    });
+}
+
+/// The points argument `arg`'s view is walked over: the launch's domain, with a reduction's
+/// reduced axes at one point (its results are indexed by the kept axes alone, and exist
+/// even where a reduced axis is empty).
+fn arg_extent(ir: &KernelIr, launch: &Launch, arg: usize) -> Vec<usize> {
     let reduction = (arg + ir.reductions.len()).checked_sub(ir.arg_count());
-    let sizes: Vec<usize> = launch
+    launch
         .sizes
         .iter()
         .enumerate()
@@ -614,19 +622,14 @@ pub fn hand_back(ir: &KernelIr, launch: &Launch, arg: usize, from: &Buffer, to: 
             Some(r) if ir.reductions[r].reduced[d] => 1,
             _ => s.max(0) as usize,
         })
-        .collect();
-    let total: usize = sizes.iter().product();
-    let width = ir.views().nth(arg).map_or(1, |v| v.dtype.size_bytes());
-    let len = from.byte_len().min(to.byte_len());
+        .collect()
+}
+
+/// Calls `f` at every point of a grid of `sizes`, the last axis fastest.
+fn for_each_point(sizes: &[usize], mut f: impl FnMut(&[usize])) {
     let mut coord = vec![0usize; sizes.len()];
-    for _ in 0..total {
-        let at = element_index(launch, arg, &coord) * width;
-        if at + width <= len {
-            // SAFETY: both buffers hold at least `at + width` bytes, and they are distinct.
-            unsafe {
-                std::ptr::copy_nonoverlapping(from.as_ptr().add(at), to.as_mut_ptr().add(at), width)
-            };
-        }
+    for _ in 0..sizes.iter().product::<usize>() {
+        f(&coord);
         for d in (0..coord.len()).rev() {
             coord[d] += 1;
             if coord[d] < sizes[d] {

@@ -199,11 +199,9 @@ impl Builder<'_> {
             per_element * numel(&domain) as f64,
             self.profile.pointwise_gflops,
         );
-        let total_us = match reduction_factor {
-            Some(factor) if !rows => cost.with_reduction_passes(factor, self.profile),
-            _ => cost,
-        }
-        .total_us;
+        let total_us = cost
+            .with_reduction_passes(reduction_factor.filter(|_| !rows), self.profile)
+            .total_us;
         let before = ga.total_us + gb.total_us;
         // Strictly cheaper, by more than rounding: a tie leaves the kernels apart.
         if total_us >= before - 1e-12 * before {
