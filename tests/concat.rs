@@ -507,3 +507,156 @@ fn two_concats_with_different_segments_keep_the_clamped_form() {
     }
     agrees(&graph, 11, true, true).unwrap();
 }
+
+/// The flop-equivalents of each kernel of `graph`'s partition under `options`, by the
+/// names of its nodes.
+fn kernel_flops(graph: &Graph, options: &Options) -> Vec<(Vec<String>, u64)> {
+    let out = optimize(graph, &rules(), options).expect("optimize");
+    out.partition
+        .kernels
+        .iter()
+        .map(|k| {
+            let names = k
+                .nodes
+                .iter()
+                .map(|&n| out.dag.nodes[n].name.clone())
+                .collect();
+            (names, k.cost.flops)
+        })
+        .collect()
+}
+
+/// `relu(concat(tanh(erf(a)), tanh(erf(b))))` with heavy operands, `[1024, 1024]` each: the
+/// kernel reading the concat runs as pieces, each evaluating only its own operand, so fusing
+/// the operands into it costs no arithmetic. Priced as the pieces run (every node's weight
+/// over the points where its piece evaluates it, the same flop count as one kernel per op),
+/// the whole graph is one kernel moving the inputs and the output only (16 MiB); priced as
+/// the clamped form (both operands at every point), it stayed two kernels moving 32 MiB.
+#[test]
+fn heavy_operands_fuse_through_a_concat_priced_as_pieces() {
+    let text = |n: usize| {
+        format!(
+            r#"Graph(name: "heavy_concat",
+                inputs: [Input(name: "a", dtype: "f32", shape: [{n}, {n}]),
+                         Input(name: "b", dtype: "f32", shape: [{n}, {n}])],
+                nodes: [
+                    Node(name: "ea", op: "erf", args: ["a"]),
+                    Node(name: "ta", op: "tanh", args: ["ea"]),
+                    Node(name: "eb", op: "erf", args: ["b"]),
+                    Node(name: "tb", op: "tanh", args: ["eb"]),
+                    Node(name: "c", op: "concat", args: ["ta", "tb"], attrs: {{"axis": 1}}),
+                    Node(name: "y", op: "relu", args: ["c"]),
+                ],
+                outputs: ["y"])"#
+        )
+    };
+    let graph = parse(&text(1024));
+    let fused = kernel_flops(&graph, &Options::default());
+    assert_eq!(fused.len(), 1, "one kernel: {fused:?}");
+    let unfused = kernel_flops(
+        &graph,
+        &Options {
+            fusion: false,
+            ..Options::default()
+        },
+    );
+    assert_eq!(unfused.len(), 6);
+    let per_op: u64 = unfused.iter().map(|(_, f)| f).sum();
+    let operands: u64 = unfused
+        .iter()
+        .filter(|(names, _)| ["ea", "ta", "eb", "tb"].contains(&names[0].as_str()))
+        .map(|(_, f)| f)
+        .sum();
+    assert!(operands > 0);
+    // Rounding: each kernel's count is rounded once.
+    assert!(
+        fused[0].1.abs_diff(per_op) <= 6,
+        "pieces do each op once: {} against {per_op} one op per kernel",
+        fused[0].1
+    );
+    let out = optimize(&graph, &rules(), &Options::default()).unwrap();
+    assert_eq!(out.report.bytes_after, 16 << 20);
+    let program = lower::lower(&out.dag, &out.partition).unwrap();
+    assert_eq!(split_kernels(&program), 1);
+    // The same graph, small enough for the reference evaluator, agrees with it.
+    agrees(&parse(&text(48)), 21, true, true).unwrap();
+}
+
+/// Kernels that cannot run as pieces are priced at the clamped form's arithmetic, every
+/// operand at every point: a concat reduced in its kernel (`sum_to_size` of its rows), and
+/// two concats whose segments differ.
+#[test]
+fn kernels_that_cannot_split_are_priced_clamped() {
+    // A concat reduced inside its kernel.
+    let mut b = GraphBuilder::new("reduced");
+    let a = b.input("a", DType::F32, &[64, 8]);
+    let bb = b.input("b", DType::F32, &[64, 24]);
+    let ta = b.op("ta", "tanh", &[&a]);
+    let tb = b.op("tb", "tanh", &[&bb]);
+    let c = b.op_with("c", "concat", &[&ta, &tb], &[("axis", AttrValue::Int(1))]);
+    b.op_with(
+        "s",
+        "sum_to_size",
+        &[&c],
+        &[("shape", AttrValue::Ints(vec![32]))],
+    );
+    let reduced = b.finish(&["s"]);
+    // Two concats along one axis with different segments.
+    let mut b = GraphBuilder::new("two");
+    let a = b.input("a", DType::F32, &[16, 2]);
+    let bb = b.input("b", DType::F32, &[16, 5]);
+    let c = b.input("c", DType::F32, &[16, 4]);
+    let d = b.input("d", DType::F32, &[16, 3]);
+    let ea = b.op("ea", "exp", &[&a]);
+    let tc = b.op("tc", "tanh", &[&c]);
+    let k1 = b.op_with("k1", "concat", &[&ea, &bb], &[("axis", AttrValue::Int(1))]);
+    let k2 = b.op_with("k2", "concat", &[&tc, &d], &[("axis", AttrValue::Int(1))]);
+    b.op("out", "add", &[&k1, &k2]);
+    let two = b.finish(&["out"]);
+    for graph in [reduced, two] {
+        // Each op's weight per element of its own iteration shape, from one kernel per op.
+        let unfused = optimize(
+            &graph,
+            &rules(),
+            &Options {
+                fusion: false,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let weight = |name: &str| {
+            let k = unfused
+                .partition
+                .kernels
+                .iter()
+                .find(|k| unfused.dag.nodes[k.nodes[0]].name == name)
+                .unwrap();
+            k.cost.flops as f64 / k.domain.iter().product::<usize>() as f64
+        };
+        let fused = optimize(&graph, &rules(), &Options::default()).unwrap();
+        let kernel = fused
+            .partition
+            .kernels
+            .iter()
+            .find(|k| {
+                k.nodes.len() > 1
+                    && k.nodes.iter().any(|&n| {
+                        fused.dag.nodes[n].op.builtin() == Some(fusebox::rules::Builtin::Concat)
+                    })
+            })
+            .unwrap_or_else(|| panic!("{}: a kernel reads a concat", graph.name));
+        let points = kernel.domain.iter().product::<usize>() as f64;
+        let clamped: f64 = kernel
+            .nodes
+            .iter()
+            .map(|&n| weight(&fused.dag.nodes[n].name))
+            .sum::<f64>()
+            * points;
+        assert!(
+            (kernel.cost.flops as f64 - clamped).abs() <= 1.0,
+            "{}: priced {} against the clamped {clamped}",
+            graph.name,
+            kernel.cost.flops
+        );
+    }
+}

@@ -322,6 +322,31 @@ impl Builder<'_> {
         &self.groups[g as usize]
     }
 
+    /// The arithmetic of the kernel merging `members` (canonical ids) and `node` over
+    /// `domain`: `per_element` at every point, unless it reads a concat by ranges, which may
+    /// run as per-segment pieces ([`Facts::fused_flops`]).
+    fn kernel_flops(
+        &self,
+        members: &[u32],
+        node: Option<usize>,
+        domain: &Shape,
+        per_element: f64,
+        select: Option<usize>,
+    ) -> f64 {
+        if select.is_none() {
+            return per_element * numel(domain) as f64;
+        }
+        let nodes: Vec<usize> = members
+            .iter()
+            .flat_map(|&m| self.group(m).nodes.iter().copied())
+            .chain(node)
+            .collect();
+        let inside = |u: usize| {
+            Some(u) == node || (self.group_of[u] != u32::MAX && members.contains(&self.group_of[u]))
+        };
+        self.facts.fused_flops(&nodes, domain, inside)
+    }
+
     fn next_epoch(&mut self) -> u32 {
         if self.epoch == u32::MAX {
             self.member_mark.fill(0);
@@ -710,7 +735,7 @@ impl Builder<'_> {
             .map(|&m| self.group(m).per_element)
             .sum::<f64>()
             + self.facts.flops_per_element[n];
-        let flops = per_element * numel(&domain) as f64;
+        let flops = self.kernel_flops(members, Some(n), &domain, per_element, select);
         let reduction_factor = members
             .iter()
             .filter_map(|&m| self.group(m).reduction_factor)

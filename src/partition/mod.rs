@@ -17,6 +17,7 @@
 
 mod greedy;
 mod in_place;
+mod pieces;
 
 use crate::dag::{Dag, DagNode, Value};
 use crate::rules::{Builtin, FusionRules, OpKind, Profile, Role, RowArithmetic};
@@ -512,8 +513,7 @@ impl<'a> Facts<'a> {
                 )
             }
             KernelKind::Fused | KernelKind::Alone => {
-                let per_element: f64 = nodes.iter().map(|&n| self.flops_per_element[n]).sum();
-                let flops = per_element * numel(&domain) as f64;
+                let flops = self.fused_flops(&nodes, &domain, &inside);
                 price(profile, bytes, read_extra, flops, profile.pointwise_gflops)
             }
         };

@@ -31,7 +31,7 @@
 use super::{Builder, Plan};
 use crate::dag::Value;
 use crate::partition::{KernelKind, fits, price, slices_by_slot};
-use crate::shape::{Shape, broadcast, numel};
+use crate::shape::{Shape, broadcast};
 use std::cmp::Reverse;
 use std::collections::HashMap;
 
@@ -196,7 +196,7 @@ impl Builder<'_> {
             self.profile,
             in_bytes + out_bytes,
             self.read_extra(gather, passes),
-            per_element * numel(&domain) as f64,
+            self.kernel_flops(&[a, b], None, &domain, per_element, select),
             self.profile.pointwise_gflops,
         );
         let total_us = cost

@@ -1,0 +1,177 @@
+//! The arithmetic of a fused kernel that reads concats by ranges, as the backends run it.
+//!
+//! Evaluated as written, a range select computes every operand of its concat at every point
+//! of the kernel and keeps one: each element pays for every operand's ops (the *clamped*
+//! form). Where the kernel's selects all pick along one axis by the same segments and it holds
+//! no reduction, both backends run it as *pieces* instead (`lower::split`): over each segment
+//! only the operand that segment selects is evaluated. Pricing such a kernel at the clamped
+//! form's arithmetic makes fusing heavy operands through a concat look twice as dear as it is
+//! with two segments (ten times with ten), so the partition would keep them in a kernel of
+//! their own and pay their write and read instead.
+//!
+//! [`Facts::fused_flops`] counts what the pieces do: a node is evaluated over the segments
+//! whose piece needs it, the concat's operand `k` only over segment `k`, anything read after
+//! the concat (or stored, or independent of it) over the whole domain. Kernels the pieces
+//! cannot express keep the clamped count, on the same conditions `lower::split` checks on the
+//! kernel's IR, stated here on its nodes:
+//!
+//! - every concat inside selects along one domain axis with the same segment sizes;
+//! - no node is a reduction (a row kernel holds reductions, so it is excluded too);
+//! - no value stored by the kernel is smaller than the domain along that axis (it is written
+//!   at index 0 only, which no piece past the first sees).
+
+use super::Facts;
+use crate::dag::Value;
+use crate::graph::check::{BuiltinPlan, plan_builtin};
+use crate::rules::{Builtin, OpKind};
+use crate::shape::numel;
+use std::collections::HashMap;
+
+/// Where a kernel's selects cut its domain: the axis and the segments' sizes along it.
+#[derive(Debug, PartialEq)]
+struct Segments {
+    axis: usize,
+    sizes: Vec<usize>,
+}
+
+impl Facts<'_> {
+    /// Flop-equivalents of the fused kernel of `nodes` over `domain` (`inside` tells which
+    /// nodes belong to it): each node's per-element weight times the points it is evaluated
+    /// at, which is every point of the domain unless the kernel runs as per-segment pieces
+    /// (see the module documentation).
+    pub fn fused_flops(
+        &self,
+        nodes: &[usize],
+        domain: &[usize],
+        inside: impl Fn(usize) -> bool,
+    ) -> f64 {
+        let points = numel(domain) as f64;
+        let clamped = || {
+            nodes
+                .iter()
+                .map(|&n| self.flops_per_element[n])
+                .sum::<f64>()
+                * points
+        };
+        let Some(segments) = self.segments(nodes, domain, &inside) else {
+            return clamped();
+        };
+        let total: usize = segments.sizes.iter().sum();
+        if total == 0 {
+            return clamped();
+        }
+        // Per node, the segments whose piece evaluates it, found from its users: nodes are
+        // numbered in topological order, so walking them from the last sees users first.
+        let mut order: Vec<usize> = nodes.to_vec();
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        let all = vec![true; segments.sizes.len()];
+        let mut needed: HashMap<usize, Vec<bool>> = HashMap::with_capacity(order.len());
+        let mut flops = 0.0;
+        for &n in &order {
+            let mut set = if self.written(n, &inside) {
+                all.clone()
+            } else {
+                vec![false; segments.sizes.len()]
+            };
+            for &u in self.users(n) {
+                let u = u as usize;
+                if !inside(u) {
+                    continue;
+                }
+                if self.is_concat(u) {
+                    let args = &self.dag.nodes[u].args;
+                    for (k, _) in args
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, a)| **a == Value::Node(n))
+                    {
+                        set[k] = true;
+                    }
+                } else if let Some(user_set) = needed.get(&u) {
+                    set.iter_mut().zip(user_set).for_each(|(s, &u)| *s |= u);
+                } else {
+                    // A user inside the kernel not among `nodes`: evaluated everywhere.
+                    set.fill(true);
+                }
+            }
+            let evaluated: usize = segments
+                .sizes
+                .iter()
+                .zip(&set)
+                .filter(|(_, on)| **on)
+                .map(|(size, _)| size)
+                .sum();
+            flops += self.flops_per_element[n] * points * evaluated as f64 / total as f64;
+            needed.insert(n, set);
+        }
+        flops
+    }
+
+    fn is_concat(&self, n: usize) -> bool {
+        self.dag.nodes[n].op.builtin() == Some(Builtin::Concat)
+    }
+
+    /// The one set of segments the kernel's concats select by, or `None` when the kernel has no
+    /// concat or cannot run as pieces.
+    fn segments(
+        &self,
+        nodes: &[usize],
+        domain: &[usize],
+        inside: &impl Fn(usize) -> bool,
+    ) -> Option<Segments> {
+        if nodes.len() < 2
+            || nodes
+                .iter()
+                .any(|&n| self.dag.nodes[n].op.kind() == OpKind::Reduction)
+        {
+            return None;
+        }
+        let mut found: Option<Segments> = None;
+        for &c in nodes.iter().filter(|&&c| self.is_concat(c)) {
+            let these = self.concat_segments(c, domain)?;
+            match &found {
+                None => found = Some(these),
+                Some(seen) if *seen == these => {}
+                Some(_) => return None,
+            }
+        }
+        let segments = found?;
+        let narrow = |n: usize| {
+            let shape = &self.dag.nodes[n].ty.shape;
+            let from_end = domain.len() - segments.axis;
+            shape.len() < from_end || shape[shape.len() - from_end] != domain[segments.axis]
+        };
+        if nodes
+            .iter()
+            .any(|&n| self.written(n, inside) && narrow(n) && !self.is_concat(n))
+        {
+            return None;
+        }
+        Some(segments)
+    }
+
+    /// Concat `c`'s segments along the domain axis it fills, right-aligned; `None` where its
+    /// value does not span the domain along that axis.
+    fn concat_segments(&self, c: usize, domain: &[usize]) -> Option<Segments> {
+        let node = &self.dag.nodes[c];
+        let shapes: Vec<&[usize]> = node
+            .args
+            .iter()
+            .map(|&a| &self.dag.ty(a).shape[..])
+            .collect();
+        let Ok((BuiltinPlan::Concat(axis), _)) =
+            plan_builtin(Builtin::Concat, &shapes, &node.attrs)
+        else {
+            return None;
+        };
+        let rank = node.ty.shape.len();
+        let axis_in_domain = domain.len().checked_sub(rank - axis)?;
+        if domain[axis_in_domain] != node.ty.shape[axis] {
+            return None;
+        }
+        Some(Segments {
+            axis: axis_in_domain,
+            sizes: shapes.iter().map(|s| s[axis]).collect(),
+        })
+    }
+}
