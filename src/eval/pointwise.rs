@@ -102,11 +102,11 @@ fn float_run<S: Scalar>(
     common: Option<DType>,
 ) -> Result<Vec<f64>, String> {
     let operands = operands(args, out, |i, t| {
-        let round = |v: f64| match common {
-            Some(d) if converts(op, i) => d.round(v),
-            _ => v,
-        };
-        Ok(t.floats().mapv(|v| S::from_f64(round(v))))
+        // Decided once per operand: the per-element closure only rounds.
+        Ok(match common.filter(|_| converts(op, i)) {
+            Some(d) => t.floats().mapv(|v| S::from_f64(d.round(v))),
+            None => t.floats().mapv(S::from_f64),
+        })
     })?;
     let attr_values: Vec<(String, [S; 1])> = attrs
         .iter()
@@ -128,11 +128,18 @@ fn operands<S: Scalar>(
         let converted = convert(i, arg)?;
         let values: Vec<S> = if converted.len() == 1 {
             converted.iter().copied().collect()
+        } else if converted.shape() == out.shape.as_slice() && converted.is_standard_layout() {
+            // Already the output's shape, in row-major order: its buffer is the operand.
+            converted.into_raw_vec_and_offset().0
         } else {
             let view = converted
                 .broadcast(IxDyn(&out.shape))
                 .ok_or_else(|| format!("cannot broadcast {:?} to {:?}", arg.shape(), out.shape))?;
-            view.iter().copied().collect()
+            // `assign` walks the innermost axis as one strided run, where `iter` steps a
+            // dynamic-rank index per element (several times slower on large operands).
+            let mut full = ArrayD::from_elem(IxDyn(&out.shape), S::from_f64(0.0));
+            full.assign(&view);
+            full.into_raw_vec_and_offset().0
         };
         operands.push(values);
     }
