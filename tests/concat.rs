@@ -486,21 +486,27 @@ fn per_segment_concat_written_out_and_read_by_another_kernel() {
     agrees(&graph, 10, true, true).unwrap();
 }
 
-/// Two concats along one axis with different segments in one kernel: no split into pieces
-/// fits both, so the kernel keeps the clamped form, and is still right.
-#[test]
-fn two_concats_with_different_segments_keep_the_clamped_form() {
+/// `concat(exp(a), b) + concat(tanh(c), d)` along axis 1 over `rows` rows: two concats of
+/// one axis whose segments differ (2 + 5 against 4 + 3 columns).
+fn two_concats(rows: usize) -> Graph {
     let mut b = GraphBuilder::new("two");
-    let a = b.input("a", DType::F32, &[3, 2]);
-    let bb = b.input("b", DType::F32, &[3, 5]);
-    let c = b.input("c", DType::F32, &[3, 4]);
-    let d = b.input("d", DType::F32, &[3, 3]);
+    let a = b.input("a", DType::F32, &[rows, 2]);
+    let bb = b.input("b", DType::F32, &[rows, 5]);
+    let c = b.input("c", DType::F32, &[rows, 4]);
+    let d = b.input("d", DType::F32, &[rows, 3]);
     let ea = b.op("ea", "exp", &[&a]);
     let tc = b.op("tc", "tanh", &[&c]);
     let k1 = b.op_with("k1", "concat", &[&ea, &bb], &[("axis", AttrValue::Int(1))]);
     let k2 = b.op_with("k2", "concat", &[&tc, &d], &[("axis", AttrValue::Int(1))]);
     b.op("out", "add", &[&k1, &k2]);
-    let graph = b.finish(&["out"]);
+    b.finish(&["out"])
+}
+
+/// Two concats along one axis with different segments in one kernel: no split into pieces
+/// fits both, so the kernel keeps the clamped form, and is still right.
+#[test]
+fn two_concats_with_different_segments_keep_the_clamped_form() {
+    let graph = two_concats(3);
     let program = lowered(&graph);
     if selects(&program) {
         assert_eq!(split_kernels(&program), 0);
@@ -601,19 +607,7 @@ fn kernels_that_cannot_split_are_priced_clamped() {
         &[("shape", AttrValue::Ints(vec![32]))],
     );
     let reduced = b.finish(&["s"]);
-    // Two concats along one axis with different segments.
-    let mut b = GraphBuilder::new("two");
-    let a = b.input("a", DType::F32, &[16, 2]);
-    let bb = b.input("b", DType::F32, &[16, 5]);
-    let c = b.input("c", DType::F32, &[16, 4]);
-    let d = b.input("d", DType::F32, &[16, 3]);
-    let ea = b.op("ea", "exp", &[&a]);
-    let tc = b.op("tc", "tanh", &[&c]);
-    let k1 = b.op_with("k1", "concat", &[&ea, &bb], &[("axis", AttrValue::Int(1))]);
-    let k2 = b.op_with("k2", "concat", &[&tc, &d], &[("axis", AttrValue::Int(1))]);
-    b.op("out", "add", &[&k1, &k2]);
-    let two = b.finish(&["out"]);
-    for graph in [reduced, two] {
+    for graph in [reduced, two_concats(16)] {
         // Each op's weight per element of its own iteration shape, from one kernel per op.
         let unfused = optimize(
             &graph,
