@@ -189,8 +189,13 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
                     bytes(c.copy_bytes)
                 ),
                 _ => format!(
-                    "read in place: {} segments selected by index (a copy would move {})",
+                    "read in place: {} segments selected by index, {} (a copy would move {})",
                     c.segments,
+                    if c.per_segment {
+                        "one loop per segment"
+                    } else {
+                        "every segment's operand evaluated at every point"
+                    },
                     bytes(c.copy_bytes)
                 ),
             };

@@ -178,6 +178,10 @@ pub struct ConcatReport {
     /// that traffic and the readers' read of the copy, and pays by evaluating every segment's
     /// ops at every point of its kernel.
     pub copy_bytes: u64,
+    /// A range select whose kernel runs as one loop per segment, each evaluating only the
+    /// operand its segment selects (false where it evaluates every operand at every point,
+    /// and for the other strategies).
+    pub per_segment: bool,
 }
 
 /// Optimizes `graph` under `rules`.
@@ -380,7 +384,7 @@ fn kernel_report(dag: &Dag, kernel: &Kernel) -> KernelReport {
             .nodes
             .iter()
             .filter(|&&n| dag.nodes[n].op.builtin() == Some(Builtin::Concat))
-            .map(|&n| concat_report(dag, kernel.kind, n))
+            .map(|&n| concat_report(dag, kernel, n))
             .chain(in_place_reports(dag, kernel))
             .collect(),
         writes_in_place: kernel
@@ -416,11 +420,13 @@ fn in_place_reports<'a>(
     concats.into_iter().map(move |c| ConcatReport {
         strategy: "in place",
         segments: kernel.segments.iter().filter(|s| s.concat == c).count(),
-        ..concat_report(dag, kernel.kind, c)
+        per_segment: false,
+        ..concat_report(dag, kernel, c)
     })
 }
 
-fn concat_report(dag: &Dag, kind: KernelKind, n: usize) -> ConcatReport {
+fn concat_report(dag: &Dag, kernel: &Kernel, n: usize) -> ConcatReport {
+    let copy = kernel.kind == KernelKind::Alone;
     let node = &dag.nodes[n];
     let bytes = |v: Value| {
         let ty = dag.ty(v);
@@ -429,17 +435,14 @@ fn concat_report(dag: &Dag, kind: KernelKind, n: usize) -> ConcatReport {
     let read: u64 = node.args.iter().map(|&a| bytes(a)).sum();
     ConcatReport {
         node: node.name.clone(),
-        strategy: if kind == KernelKind::Alone {
-            "copy"
-        } else {
-            "range select"
-        },
+        strategy: if copy { "copy" } else { "range select" },
         segments: node
             .args
             .iter()
             .filter(|&&a| shape::numel(&dag.ty(a).shape) > 0)
             .count(),
         copy_bytes: read.saturating_add(bytes(Value::Node(n))),
+        per_segment: !copy && kernel.per_segment,
     }
 }
 

@@ -582,6 +582,11 @@ fn heavy_operands_fuse_through_a_concat_priced_as_pieces() {
     );
     let out = optimize(&graph, &rules(), &Options::default()).unwrap();
     assert_eq!(out.report.bytes_after, 16 << 20);
+    let concat = &out.report.kernels[0].concats[0];
+    assert_eq!(
+        (concat.strategy, concat.per_segment),
+        ("range select", true)
+    );
     let program = lower::lower(&out.dag, &out.partition).unwrap();
     assert_eq!(split_kernels(&program), 1);
     // The same graph, small enough for the reference evaluator, agrees with it.
@@ -639,6 +644,10 @@ fn kernels_that_cannot_split_are_priced_clamped() {
                     })
             })
             .unwrap_or_else(|| panic!("{}: a kernel reads a concat", graph.name));
+        assert!(!kernel.per_segment, "{}", graph.name);
+        let concats = fused.report.kernels.iter().flat_map(|k| &k.concats);
+        assert!(concats.clone().any(|c| c.strategy == "range select"));
+        assert!(concats.clone().all(|c| !c.per_segment), "{}", graph.name);
         let points = kernel.domain.iter().product::<usize>() as f64;
         let clamped: f64 = kernel
             .nodes

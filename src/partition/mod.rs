@@ -119,6 +119,10 @@ pub struct Kernel {
     /// own (it is in `outputs` only if a graph output or a reader other than such a concat
     /// needs that buffer).
     pub segments: Vec<SegmentWrite>,
+    /// Reads its concats by range select as per-segment pieces, each evaluating only its own
+    /// operand, and is priced so ([`Facts::fused_flops`]); false for the clamped form (every
+    /// operand at every point) and for kernels without a concat.
+    pub per_segment: bool,
 }
 
 /// A value stored into its segment of a concat written in place: the concat's buffer along
@@ -494,6 +498,7 @@ impl<'a> Facts<'a> {
             .chain(segments.iter().map(|s| Value::Node(s.value)))
             .map(|v| self.value_bytes(v))
             .sum();
+        let mut per_segment = false;
         let cost = match kind {
             KernelKind::Library => {
                 let flops: f64 = nodes.iter().map(|&n| self.library_flops[n]).sum();
@@ -514,6 +519,8 @@ impl<'a> Facts<'a> {
             }
             KernelKind::Fused | KernelKind::Alone => {
                 let flops = self.fused_flops(&nodes, &domain, &inside);
+                per_segment =
+                    kind == KernelKind::Fused && self.runs_as_pieces(&nodes, &domain, &inside);
                 price(profile, bytes, read_extra, flops, profile.pointwise_gflops)
             }
         };
@@ -538,6 +545,7 @@ impl<'a> Facts<'a> {
             cost,
             read_extra,
             segments,
+            per_segment,
         }
     }
 }

@@ -107,6 +107,17 @@ impl Facts<'_> {
         flops
     }
 
+    /// Whether the fused kernel of `nodes` over `domain` reads concats by range select and
+    /// runs as per-segment pieces (see the module documentation).
+    pub fn runs_as_pieces(
+        &self,
+        nodes: &[usize],
+        domain: &[usize],
+        inside: impl Fn(usize) -> bool,
+    ) -> bool {
+        self.segments(nodes, domain, &inside).is_some()
+    }
+
     fn is_concat(&self, n: usize) -> bool {
         self.dag.nodes[n].op.builtin() == Some(Builtin::Concat)
     }

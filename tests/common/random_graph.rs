@@ -585,6 +585,12 @@ fn build_in(
         let refs: Vec<&str> = made.iter().map(String::as_str).collect();
         let candidate = trial.clone().finish(&refs);
         if let Ok(checked) = graph::check(&candidate, catalogue) {
+            if checked
+                .values()
+                .any(|t| fusebox::shape::numel(&t.shape) > MAX_VALUE_ELEMENTS)
+            {
+                continue;
+            }
             b = trial;
             types = checked;
             values.extend(made);
@@ -642,6 +648,13 @@ fn build_chunk(
     }
     pieces
 }
+
+/// The most elements a value of a random graph may have: a step making a larger one is
+/// skipped, as one that does not type-check is. Chained concats multiply sizes (thirteen
+/// three-way concats of a `[64, 700]` value would be 7·10¹⁰ elements), and the reference
+/// holds every value as f64, so without a bound a rare draw exhausts the machine's memory.
+/// 2²⁰ is 23 times the largest input shape, and 8 MiB per value in the reference.
+const MAX_VALUE_ELEMENTS: usize = 1 << 20;
 
 /// The environment variable that scales every random-graph property test's case count, for
 /// a larger run than CI's (`FUSEBOX_GRAPH_CASES_SCALE=10 cargo test`).
