@@ -442,7 +442,7 @@ fn concat_report(dag: &Dag, kernel: &Kernel, n: usize) -> ConcatReport {
             .filter(|&&a| shape::numel(&dag.ty(a).shape) > 0)
             .count(),
         copy_bytes: read.saturating_add(bytes(Value::Node(n))),
-        per_segment: !copy && kernel.per_segment,
+        per_segment: kernel.per_segment,
     }
 }
 

@@ -324,7 +324,7 @@ impl Builder<'_> {
 
     /// The arithmetic of the kernel merging `members` (canonical ids) and `node` over
     /// `domain`: `per_element` at every point, unless it reads a concat by ranges, which may
-    /// run as per-segment pieces ([`Facts::fused_flops`]).
+    /// run as per-segment pieces ([`Facts::fused_arithmetic`]).
     fn kernel_flops(
         &self,
         members: &[u32],
@@ -344,7 +344,7 @@ impl Builder<'_> {
         let inside = |u: usize| {
             Some(u) == node || (self.group_of[u] != u32::MAX && members.contains(&self.group_of[u]))
         };
-        self.facts.fused_flops(&nodes, domain, inside)
+        self.facts.fused_arithmetic(&nodes, domain, inside).flops
     }
 
     fn next_epoch(&mut self) -> u32 {
@@ -741,16 +741,13 @@ impl Builder<'_> {
             .filter_map(|&m| self.group(m).reduction_factor)
             .chain(self.facts.reduction_factor(self.profile, n))
             .reduce(f64::max);
-        let cost = price(
-            self.profile,
+        let total_us = self.fused_total_us(
             in_bytes + out_bytes,
             self.read_extra(gather, passes),
             flops,
-            self.profile.pointwise_gflops,
+            reduction_factor,
+            rows,
         );
-        let total_us = cost
-            .with_reduction_passes(reduction_factor.filter(|_| !rows), self.profile)
-            .total_us;
         let before: f64 = members.iter().map(|&m| self.group(m).total_us).sum();
         Some(Plan {
             members: members.to_vec(),
@@ -876,6 +873,28 @@ impl Builder<'_> {
 
     /// The bytes a kernel's reads move beyond its values' bytes: `gather` per pass over the
     /// data, every pass of a row kernel where the profile says rows are read again, else once.
+    /// The modeled time of a fused kernel moving `bytes` (its reads `read_extra` more) with
+    /// `flops` of arithmetic: a row kernel (`rows`) in one launch, any other with the
+    /// reduction passes of its thinnest reduction (`reduction_factor`, `None` without any).
+    fn fused_total_us(
+        &self,
+        bytes: u64,
+        read_extra: f64,
+        flops: f64,
+        reduction_factor: Option<f64>,
+        rows: bool,
+    ) -> f64 {
+        price(
+            self.profile,
+            bytes,
+            read_extra,
+            flops,
+            self.profile.pointwise_gflops,
+        )
+        .with_reduction_passes(reduction_factor.filter(|_| !rows), self.profile)
+        .total_us
+    }
+
     fn read_extra(&self, gather: f64, passes: u32) -> f64 {
         if self.profile.reads.rows_reread {
             gather * f64::from(passes)

@@ -180,5 +180,9 @@ fn candidate(
 /// registers for the row and are stored by the row's stores.
 fn reduction_may_store(facts: &Facts, producer: &Kernel, p: usize, c: usize) -> bool {
     let only_the_concat = facts.users(p) == [c as u32] && !facts.graph_output[p];
-    only_the_concat && !facts.row_kernel(&producer.nodes, |q| producer.nodes.contains(&q))
+    // A kernel's nodes are in index order.
+    only_the_concat
+        && !facts.row_kernel(&producer.nodes, |q| {
+            producer.nodes.binary_search(&q).is_ok()
+        })
 }

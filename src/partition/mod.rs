@@ -120,7 +120,7 @@ pub struct Kernel {
     /// needs that buffer).
     pub segments: Vec<SegmentWrite>,
     /// Reads its concats by range select as per-segment pieces, each evaluating only its own
-    /// operand, and is priced so ([`Facts::fused_flops`]); false for the clamped form (every
+    /// operand, and is priced so ([`Facts::fused_arithmetic`]); false for the clamped form (every
     /// operand at every point) and for kernels without a concat.
     pub per_segment: bool,
 }
@@ -518,10 +518,15 @@ impl<'a> Facts<'a> {
                 )
             }
             KernelKind::Fused | KernelKind::Alone => {
-                let flops = self.fused_flops(&nodes, &domain, &inside);
-                per_segment =
-                    kind == KernelKind::Fused && self.runs_as_pieces(&nodes, &domain, &inside);
-                price(profile, bytes, read_extra, flops, profile.pointwise_gflops)
+                let arithmetic = self.fused_arithmetic(&nodes, &domain, &inside);
+                per_segment = kind == KernelKind::Fused && arithmetic.per_segment;
+                price(
+                    profile,
+                    bytes,
+                    read_extra,
+                    arithmetic.flops,
+                    profile.pointwise_gflops,
+                )
             }
         };
         let cost = match (kind, nodes.as_slice()) {

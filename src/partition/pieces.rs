@@ -9,7 +9,7 @@
 //! with two segments (ten times with ten), so the partition would keep them in a kernel of
 //! their own and pay their write and read instead.
 //!
-//! [`Facts::fused_flops`] counts what the pieces do: a node is evaluated over the segments
+//! [`Facts::fused_arithmetic`] counts what the pieces do: a node is evaluated over the segments
 //! whose piece needs it, the concat's operand `k` only over segment `k`, anything read after
 //! the concat (or stored, or independent of it) over the whole domain. Kernels the pieces
 //! cannot express keep the clamped count, on the same conditions `lower::split` checks on the
@@ -34,32 +34,35 @@ struct Segments {
     sizes: Vec<usize>,
 }
 
+/// A fused kernel's arithmetic, as [`Facts::fused_arithmetic`] counts it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Arithmetic {
+    /// Flop-equivalents over the kernel's domain.
+    pub flops: f64,
+    /// The kernel reads concats by range select and runs as per-segment pieces.
+    pub per_segment: bool,
+}
+
 impl Facts<'_> {
-    /// Flop-equivalents of the fused kernel of `nodes` over `domain` (`inside` tells which
-    /// nodes belong to it): each node's per-element weight times the points it is evaluated
-    /// at, which is every point of the domain unless the kernel runs as per-segment pieces
-    /// (see the module documentation).
-    pub fn fused_flops(
+    /// The arithmetic of the fused kernel of `nodes` over `domain` (`inside` tells which nodes
+    /// belong to it): each node's per-element weight times the points it is evaluated at,
+    /// which is every point of the domain unless the kernel runs as per-segment pieces (see
+    /// the module documentation), and whether it does.
+    pub fn fused_arithmetic(
         &self,
         nodes: &[usize],
         domain: &[usize],
         inside: impl Fn(usize) -> bool,
-    ) -> f64 {
+    ) -> Arithmetic {
         let points = numel(domain) as f64;
-        let clamped = || {
-            nodes
-                .iter()
-                .map(|&n| self.flops_per_element[n])
-                .sum::<f64>()
-                * points
-        };
         let Some(segments) = self.segments(nodes, domain, &inside) else {
-            return clamped();
+            let per_element: f64 = nodes.iter().map(|&n| self.flops_per_element[n]).sum();
+            return Arithmetic {
+                flops: per_element * points,
+                per_segment: false,
+            };
         };
         let total: usize = segments.sizes.iter().sum();
-        if total == 0 {
-            return clamped();
-        }
         // Per node, the segments whose piece evaluates it, found from its users: nodes are
         // numbered in topological order, so walking them from the last sees users first.
         let mut order: Vec<usize> = nodes.to_vec();
@@ -101,21 +104,16 @@ impl Facts<'_> {
                 .filter(|(_, on)| **on)
                 .map(|(size, _)| size)
                 .sum();
-            flops += self.flops_per_element[n] * points * evaluated as f64 / total as f64;
+            // Segments that are all empty (an empty domain) evaluate nothing.
+            if total > 0 {
+                flops += self.flops_per_element[n] * points * evaluated as f64 / total as f64;
+            }
             needed.insert(n, set);
         }
-        flops
-    }
-
-    /// Whether the fused kernel of `nodes` over `domain` reads concats by range select and
-    /// runs as per-segment pieces (see the module documentation).
-    pub fn runs_as_pieces(
-        &self,
-        nodes: &[usize],
-        domain: &[usize],
-        inside: impl Fn(usize) -> bool,
-    ) -> bool {
-        self.segments(nodes, domain, &inside).is_some()
+        Arithmetic {
+            flops,
+            per_segment: true,
+        }
     }
 
     fn is_concat(&self, n: usize) -> bool {

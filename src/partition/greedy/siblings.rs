@@ -30,7 +30,7 @@
 
 use super::{Builder, Plan};
 use crate::dag::Value;
-use crate::partition::{KernelKind, fits, price, slices_by_slot};
+use crate::partition::{KernelKind, fits, slices_by_slot};
 use crate::shape::{Shape, broadcast};
 use std::cmp::Reverse;
 use std::collections::HashMap;
@@ -192,16 +192,13 @@ impl Builder<'_> {
             .into_iter()
             .flatten()
             .reduce(f64::max);
-        let cost = price(
-            self.profile,
+        let total_us = self.fused_total_us(
             in_bytes + out_bytes,
             self.read_extra(gather, passes),
             self.kernel_flops(&[a, b], None, &domain, per_element, select),
-            self.profile.pointwise_gflops,
+            reduction_factor,
+            rows,
         );
-        let total_us = cost
-            .with_reduction_passes(reduction_factor.filter(|_| !rows), self.profile)
-            .total_us;
         let before = ga.total_us + gb.total_us;
         // Strictly cheaper, by more than rounding: a tie leaves the kernels apart.
         if total_us >= before - 1e-12 * before {
