@@ -594,11 +594,12 @@ fn heavy_operands_fuse_through_a_concat_priced_as_pieces() {
 }
 
 /// Kernels that cannot run as pieces are priced at the clamped form's arithmetic, every
-/// operand at every point: a concat reduced in its kernel (`sum_to_size` of its rows), and
-/// two concats whose segments differ.
+/// operand at every point: a concat reduced in its kernel along the concat's own axis
+/// (`sum_to_size` of its columns into one, each output gathering both segments), and two
+/// concats whose segments differ.
 #[test]
 fn kernels_that_cannot_split_are_priced_clamped() {
-    // A concat reduced inside its kernel.
+    // A concat reduced inside its kernel along its axis.
     let mut b = GraphBuilder::new("reduced");
     let a = b.input("a", DType::F32, &[64, 8]);
     let bb = b.input("b", DType::F32, &[64, 24]);
@@ -609,7 +610,7 @@ fn kernels_that_cannot_split_are_priced_clamped() {
         "s",
         "sum_to_size",
         &[&c],
-        &[("shape", AttrValue::Ints(vec![32]))],
+        &[("shape", AttrValue::Ints(vec![64, 1]))],
     );
     let reduced = b.finish(&["s"]);
     for graph in [reduced, two_concats(16)] {
@@ -661,5 +662,129 @@ fn kernels_that_cannot_split_are_priced_clamped() {
             graph.name,
             kernel.cost.flops
         );
+    }
+}
+
+/// Concats reduced in their kernel along other axes than the concat's, which run as pieces
+/// (each piece reduces the outputs of its own segment): column sums of a concat along the
+/// inner axis; a keepdim mean and a max of the rows of a concat along the outer axis (with an
+/// empty and a one-row segment), beside a pointwise result of the same kernel; and f16 rank-3
+/// `sum_to_size` over the leading axis of a concat along the last.
+pub(crate) fn reductions_of_concats() -> Vec<Graph> {
+    let mut graphs = Vec::new();
+    let mut b = GraphBuilder::new("column_sums");
+    let a = b.input("a", DType::F32, &[64, 8]);
+    let c = b.input("c", DType::F32, &[64, 24]);
+    let ta = b.op("ta", "tanh", &[&a]);
+    let ec = b.op("ec", "erf", &[&c]);
+    let cat = b.op_with("cat", "concat", &[&ta, &ec], &[("axis", AttrValue::Int(1))]);
+    b.op_with("s", "sum", &[&cat], &[("axes", AttrValue::Ints(vec![0]))]);
+    graphs.push(b.finish(&["s"]));
+
+    let mut b = GraphBuilder::new("row_mean_and_max");
+    let a = b.input("a", DType::F32, &[5, 33]);
+    let e = b.input("e", DType::F32, &[0, 33]);
+    let one = b.input("one", DType::F32, &[1, 33]);
+    let c = b.input("c", DType::F32, &[7, 33]);
+    let ea = b.op("ea", "exp", &[&a]);
+    let te = b.op("te", "tanh", &[&e]);
+    let tc = b.op("tc", "tanh", &[&c]);
+    let cat = b.op_with(
+        "cat",
+        "concat",
+        &[&ea, &te, &one, &tc],
+        &[("axis", AttrValue::Int(0))],
+    );
+    let keep = [
+        ("axes", AttrValue::Ints(vec![1])),
+        ("keepdim", AttrValue::Bool(true)),
+    ];
+    b.op_with("m", "mean", &[&cat], &keep);
+    b.op_with(
+        "x",
+        "reduce_max",
+        &[&cat],
+        &[("axes", AttrValue::Ints(vec![-1]))],
+    );
+    b.op("r", "relu", &[&cat]);
+    graphs.push(b.finish(&["m", "x", "r"]));
+
+    let mut b = GraphBuilder::new("half_sum_to_size");
+    let a = b.input("a", DType::F16, &[3, 4, 5]);
+    let c = b.input("c", DType::F16, &[3, 4, 2]);
+    let sa = b.op("sa", "sigmoid", &[&a]);
+    let nc = b.op("nc", "neg", &[&c]);
+    let cat = b.op_with(
+        "cat",
+        "concat",
+        &[&sa, &nc],
+        &[("axis", AttrValue::Int(-1))],
+    );
+    b.op_with(
+        "s",
+        "sum_to_size",
+        &[&cat],
+        &[("shape", AttrValue::Ints(vec![4, 7]))],
+    );
+    graphs.push(b.finish(&["s"]));
+    graphs
+}
+
+/// Each graph of [`reductions_of_concats`] is one kernel that reads its concat by ranges and
+/// runs as pieces: the report says so, the C is cut into per-segment functions, the flops are
+/// those of one kernel per op (each operand evaluated over its own segment only), and the
+/// results equal the reference's in the interpreter and compiled, with and without NaN/Inf.
+#[test]
+fn reductions_keeping_the_select_axis_run_as_pieces() {
+    for graph in reductions_of_concats() {
+        let out = optimize(&graph, &rules(), &Options::default()).unwrap();
+        let kernel = out
+            .partition
+            .kernels
+            .iter()
+            .find(|k| {
+                k.nodes.iter().any(|&n| {
+                    out.dag.nodes[n].op.builtin() == Some(fusebox::rules::Builtin::Concat)
+                })
+            })
+            .unwrap_or_else(|| panic!("{}: a kernel reads the concat", graph.name));
+        assert!(kernel.per_segment, "{}: runs as pieces", graph.name);
+        assert!(
+            kernel
+                .nodes
+                .iter()
+                .any(|&n| out.dag.nodes[n].op.kind() == fusebox::rules::OpKind::Reduction),
+            "{}: the reduction is in the concat's kernel",
+            graph.name
+        );
+        let program = lower::lower(&out.dag, &out.partition).unwrap();
+        assert_eq!(split_kernels(&program), 1, "{}", graph.name);
+        let unfused = kernel_flops(
+            &graph,
+            &Options {
+                fusion: false,
+                ..Options::default()
+            },
+        );
+        let per_op: u64 = unfused
+            .iter()
+            .filter(|(names, _)| {
+                kernel
+                    .nodes
+                    .iter()
+                    .any(|&n| out.dag.nodes[n].name == names[0])
+            })
+            .map(|(_, f)| f)
+            .sum();
+        assert!(
+            kernel.cost.flops.abs_diff(per_op) <= kernel.nodes.len() as u64,
+            "{}: {} flops against {per_op} one op per kernel",
+            graph.name,
+            kernel.cost.flops
+        );
+        for (seed, specials) in [(31, false), (32, true)] {
+            agrees(&graph, seed, specials, true)
+                .unwrap_or_else(|e| panic!("{} (specials {specials}): {e}", graph.name));
+        }
     }
 }

@@ -35,10 +35,20 @@ fn agrees(graph: &Graph, options: &Options, seed: u64, specials: bool) -> Result
     let inputs = random_graph::inputs(graph, seed, specials);
     let want = fusebox::eval::evaluate(&reference_graph, &rules.ops, &inputs)
         .map_err(|e| e.to_string())?;
-    let mut prepared = prepare(graph, &rules, options, compiler()).map_err(|e| e.to_string())?;
+    runs_as(graph, options, &inputs, &want)
+}
+
+/// Compiles `graph` with `options`, runs it on `inputs` and compares every output with `want`.
+fn runs_as(
+    graph: &Graph,
+    options: &Options,
+    inputs: &fusebox::eval::Tensors,
+    want: &fusebox::eval::Tensors,
+) -> Result<(), String> {
+    let mut prepared = prepare(graph, &rules(), options, compiler()).map_err(|e| e.to_string())?;
     let got = prepared
         .executable
-        .run_tensors(&inputs)
+        .run_tensors(inputs)
         .map_err(|e| e.to_string())?;
     for name in &graph.outputs {
         assert_same(name, &want[name], &got[name])?;
@@ -48,15 +58,19 @@ fn agrees(graph: &Graph, options: &Options, seed: u64, specials: bool) -> Result
 
 #[test]
 fn every_example_runs_fused_and_unfused() {
+    let rules = rules();
     for entry in std::fs::read_dir("examples").unwrap() {
         let path = entry.unwrap().path();
         let graph = load(path.to_str().unwrap());
+        // One reference evaluation serves both runs: the graph and inputs are the same.
+        let inputs = random_graph::inputs(&graph, 3, false);
+        let want = fusebox::eval::evaluate(&graph, &rules.ops, &inputs).unwrap();
         for fusion in [true, false] {
             let options = Options {
                 fusion,
                 ..Options::default()
             };
-            agrees(&graph, &options, 3, false)
+            runs_as(&graph, &options, &inputs, &want)
                 .unwrap_or_else(|e| panic!("{} (fusion {fusion}): {e}", path.display()));
         }
     }

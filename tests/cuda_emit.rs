@@ -2928,6 +2928,39 @@ fn emulated_reductions_into_concat_segments_match_the_reference() {
     }
 }
 
+/// Concats reduced along other axes than their own (`concat::reductions_of_concats`: column
+/// sums, a row mean and max beside a pointwise result, f16 `sum_to_size`) run as pieces in the
+/// reduction passes, each thread accumulating the value of its point's piece: through the CPU
+/// model of CUDA (32- and 64-bit indices) they equal the reference, and their kernels compile
+/// with NVRTC for sm_80 and sm_90 in both reduction modes.
+#[test]
+fn emulated_reductions_of_concat_pieces_match_the_reference() {
+    let mut emulated = BTreeMap::new();
+    for graph in crate::concat::reductions_of_concats() {
+        let program = lowered(&graph);
+        let split = program
+            .kernels
+            .iter()
+            .filter(|ir| !ir.reductions.is_empty())
+            .filter_map(fusebox::lower::split::split_guarded)
+            .count();
+        assert_eq!(
+            split, 1,
+            "{}: one reducing kernel runs as pieces",
+            graph.name
+        );
+        check(&program.kernels);
+        for (seed, wide) in [(0, false), (1, true)] {
+            let Some(result) =
+                emulated_agrees(&graph, &program, &mut emulated, seed, seed == 1, wide, None)
+            else {
+                return;
+            };
+            result.unwrap_or_else(|e| panic!("{}: {e}", graph.name));
+        }
+    }
+}
+
 /// Registers and stack frame bytes of every entry point of `source`, compiled by NVRTC to an
 /// sm_90 cubin with the runtime's options (`NvrtcCompiler::flags`, the virtual architecture
 /// made a real one so that NVRTC assembles). They come from the cubin's `.nv.info` section:

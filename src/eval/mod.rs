@@ -55,11 +55,13 @@ pub fn random_inputs(graph: &Graph, seed: u64) -> Tensors {
 ///
 /// Every input must be given with exactly the declared dtype and shape.
 pub fn evaluate(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> Result<Tensors> {
-    let all = evaluate_all(graph, catalogue, inputs)?;
+    let mut all = evaluate_all(graph, catalogue, inputs)?;
+    // Moved, not cloned: outputs of full-size graphs are large. An output named twice is one
+    // entry of the map.
     Ok(graph
         .outputs
         .iter()
-        .map(|name| (name.clone(), all[name].clone()))
+        .filter_map(|name| Some((name.clone(), all.remove(name)?)))
         .collect())
 }
 

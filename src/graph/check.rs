@@ -401,6 +401,32 @@ pub enum BuiltinPlan {
 }
 
 impl BuiltinPlan {
+    /// For a reduction of an operand of rank `input_rank` evaluated over a domain of rank
+    /// `rank` (at least `input_rank`, the operand right-aligned in it): per domain axis,
+    /// whether the reduction sums it away. Axes in front of the operand count as reduced (the
+    /// operand is the same along them). `None` for ops that are not reductions.
+    pub fn reduced_axes(&self, input_rank: usize, rank: usize) -> Option<Vec<bool>> {
+        match self {
+            BuiltinPlan::Reduce { axes, .. } => {
+                let offset = rank.checked_sub(input_rank)?;
+                Some(
+                    (0..rank)
+                        .map(|d| d < offset || axes.contains(&(d - offset)))
+                        .collect(),
+                )
+            }
+            BuiltinPlan::SumToSize(target) => {
+                let lead = rank.checked_sub(target.len())?;
+                Some(
+                    (0..rank)
+                        .map(|d| d < lead || target[d - lead] == 1)
+                        .collect(),
+                )
+            }
+            _ => None,
+        }
+    }
+
     /// The index map a kernel reads this layout op's result through, given the map `x` of its
     /// operand (of shape `x_shape`; the result has shape `out`): strides where they express
     /// the re-indexing, and a floor-division/remainder stage for a reshape they cannot

@@ -548,32 +548,20 @@ impl Builder<'_> {
         .0;
         let rank = self.domain.len();
         // Which domain axes are reduced, and the output's stride along each kept one.
-        let (kind, reduced): (ReduceKind, Vec<bool>) = match &plan {
-            BuiltinPlan::Reduce { builtin, axes, .. } => {
-                let kind = match builtin {
-                    Builtin::Mean => ReduceKind::Mean,
-                    Builtin::ReduceMax => ReduceKind::Max,
-                    _ => ReduceKind::Sum,
-                };
-                let offset = rank - x_shape.len();
-                (
-                    kind,
-                    (0..rank)
-                        .map(|d| d < offset || axes.contains(&(d - offset)))
-                        .collect(),
-                )
-            }
-            BuiltinPlan::SumToSize(target) => {
-                let lead = rank - target.len();
-                (
-                    ReduceKind::Sum,
-                    (0..rank)
-                        .map(|d| d < lead || target[d - lead] == 1)
-                        .collect(),
-                )
-            }
-            _ => return Err(lower_error(dag, n, "not a reduction".into())),
+        let kind = match &plan {
+            BuiltinPlan::Reduce {
+                builtin: Builtin::Mean,
+                ..
+            } => ReduceKind::Mean,
+            BuiltinPlan::Reduce {
+                builtin: Builtin::ReduceMax,
+                ..
+            } => ReduceKind::Max,
+            _ => ReduceKind::Sum,
         };
+        let reduced = plan
+            .reduced_axes(x_shape.len(), rank)
+            .ok_or_else(|| lower_error(dag, n, "not a reduction".into()))?;
         // Kept axes appear in the output in domain order (keepdim only adds size-1 axes).
         let kept: Vec<usize> = (0..rank).filter(|&d| !reduced[d]).collect();
         let (target, out_strides, offset) = match into {

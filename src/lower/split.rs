@@ -4,7 +4,7 @@
 //! point and then selects: each element pays for every operand's ops. When every select runs
 //! along one axis by the same ranges, the same result comes from evaluating, over each segment
 //! of that axis, only the operand that segment selects: a *piece*. A piece is an ordinary
-//! pointwise kernel (its range loads become plain loads, its selects become the operand they
+//! kernel without selects (its range loads become plain loads, its selects become the operand they
 //! pick, the other operands' instructions are dropped as dead), with the same views in the
 //! same argument order, so it runs under the kernel's own launch words.
 //!
@@ -14,7 +14,14 @@
 //! only that piece, at the thread's own coordinates and the launch's offsets (a range load's
 //! offset already points its segment's first index at the operand's element 0). Kernels the
 //! pieces cannot express (two selects over different ranges, a range load outside its own
-//! segment, a reduction, a store written only at index 0 of the axis) keep the select.
+//! segment, a reduction along the select's axis, a row reduction read inside the kernel, a
+//! store written only at index 0 of the axis) keep the select.
+//!
+//! A reduction over other axes than the select's does not stop the cut: each of its outputs
+//! sums (or takes the maximum of) points of one segment only, so a piece holds the reduction
+//! too, with its reduced value renumbered, and computes whole outputs over its segment. The C
+//! pieces each run the reduction over their own segment; a CUDA thread accumulates the value
+//! of the piece its point lies in.
 
 use super::ir::{Axis, Instr, KernelIr, ValueId};
 
@@ -44,7 +51,7 @@ pub fn split_guarded(ir: &KernelIr) -> Option<Split> {
 }
 
 fn cut(ir: &KernelIr, guarded: bool) -> Option<Split> {
-    if !ir.has_ranges() || !ir.reductions.is_empty() || ir.is_row_kernel() {
+    if !ir.has_ranges() || ir.is_row_kernel() {
         return None;
     }
     let mut select: Option<(usize, &Vec<usize>)> = None;
@@ -58,6 +65,10 @@ fn cut(ir: &KernelIr, guarded: bool) -> Option<Split> {
         }
     }
     let (axis, ranges) = select?;
+    // An output reduced along the axis would gather points of several pieces.
+    if ir.reductions.iter().any(|r| r.reduced[axis]) {
+        return None;
+    }
     // A store smaller than the domain on the axis is written at index 0 only, which a piece
     // past the first would not see.
     if ir
@@ -77,9 +88,10 @@ fn cut(ir: &KernelIr, guarded: bool) -> Option<Split> {
     })
 }
 
-/// The kernel evaluated over segment `s`: the values the stores need when every select
-/// picks its case `s`, with range loads of range `ranges[s]` read as plain loads (kept as
-/// range loads when `guarded`). `None` when such a value needs a range load of another range.
+/// The kernel evaluated over segment `s`: the values the stores and reductions need when
+/// every select picks its case `s`, with range loads of range `ranges[s]` read as plain loads
+/// (kept as range loads when `guarded`). `None` when such a value needs a range load of
+/// another range.
 fn piece(
     ir: &KernelIr,
     axis: usize,
@@ -89,8 +101,11 @@ fn piece(
 ) -> Option<KernelIr> {
     let n = ir.body.len();
     let mut live = vec![false; n];
-    for store in &ir.stores {
-        live[store.value] = true;
+    for value in ir.stores.iter().map(|s| s.value) {
+        live[value] = true;
+    }
+    for value in ir.reductions.iter().map(|r| r.value) {
+        live[value] = true;
     }
     for id in (0..n).rev() {
         if !live[id] {
@@ -129,13 +144,17 @@ fn piece(
     for store in &mut stores {
         store.value = new_id[store.value];
     }
+    let mut reductions = ir.reductions.clone();
+    for reduction in &mut reductions {
+        reduction.value = new_id[reduction.value];
+    }
     Some(KernelIr {
         rank: ir.rank,
         row_arithmetic: ir.row_arithmetic,
         loads: ir.loads.clone(),
         body,
         stores,
-        reductions: Vec::new(),
+        reductions,
     })
 }
 

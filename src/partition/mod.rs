@@ -640,19 +640,8 @@ pub fn row_reduction(dag: &Dag, n: usize) -> bool {
     ) else {
         return false;
     };
-    let reduced: Vec<bool> = match plan {
-        crate::graph::check::BuiltinPlan::Reduce { axes, .. } => {
-            (0..=last).map(|d| axes.contains(&d)).collect()
-        }
-        crate::graph::check::BuiltinPlan::SumToSize(target) => {
-            let Some(lead) = x_shape.len().checked_sub(target.len()) else {
-                return false;
-            };
-            (0..=last)
-                .map(|d| d < lead || target[d - lead] == 1)
-                .collect()
-        }
-        _ => return false,
+    let Some(reduced) = plan.reduced_axes(x_shape.len(), x_shape.len()) else {
+        return false;
     };
     let axes_ok = reduced[last] && (0..last).all(|d| !reduced[d] || x_shape[d] == 1);
     let out = &node.ty.shape;

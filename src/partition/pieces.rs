@@ -2,9 +2,10 @@
 //!
 //! Evaluated as written, a range select computes every operand of its concat at every point
 //! of the kernel and keeps one: each element pays for every operand's ops (the *clamped*
-//! form). Where the kernel's selects all pick along one axis by the same segments and it holds
-//! no reduction, both backends run it as *pieces* instead (`lower::split`): over each segment
-//! only the operand that segment selects is evaluated. Pricing such a kernel at the clamped
+//! form). Where the kernel's selects all pick along one axis by the same segments and no
+//! reduction of it reduces that axis, both backends run it as *pieces* instead
+//! (`lower::split`): over each segment only the operand that segment selects is evaluated.
+//! Pricing such a kernel at the clamped
 //! form's arithmetic makes fusing heavy operands through a concat look twice as dear as it is
 //! with two segments (ten times with ten), so the partition would keep them in a kernel of
 //! their own and pay their write and read instead.
@@ -16,9 +17,11 @@
 //! kernel's IR, stated here on its nodes:
 //!
 //! - every concat inside selects along one domain axis with the same segment sizes;
-//! - no node is a reduction (a row kernel holds reductions, so it is excluded too);
+//! - no reduction reduces that axis (an output would gather several pieces' points), and
+//!   none is read inside the kernel (a row kernel);
 //! - no value stored by the kernel is smaller than the domain along that axis (it is written
-//!   at index 0 only, which no piece past the first sees).
+//!   at index 0 only, which no piece past the first sees). A reduction's result is exempt:
+//!   it is written through its accumulators, which keep the axis.
 
 use super::Facts;
 use crate::dag::Value;
@@ -128,11 +131,7 @@ impl Facts<'_> {
         domain: &[usize],
         inside: &impl Fn(usize) -> bool,
     ) -> Option<Segments> {
-        if nodes.len() < 2
-            || nodes
-                .iter()
-                .any(|&n| self.dag.nodes[n].op.kind() == OpKind::Reduction)
-        {
+        if nodes.len() < 2 || self.row_kernel(nodes, inside) {
             return None;
         }
         let mut found: Option<Segments> = None;
@@ -145,6 +144,13 @@ impl Facts<'_> {
             }
         }
         let segments = found?;
+        let reduction = |n: usize| self.dag.nodes[n].op.kind() == OpKind::Reduction;
+        if nodes
+            .iter()
+            .any(|&n| reduction(n) && self.reduces_axis(n, domain.len(), segments.axis))
+        {
+            return None;
+        }
         let narrow = |n: usize| {
             let shape = &self.dag.nodes[n].ty.shape;
             let from_end = domain.len() - segments.axis;
@@ -152,11 +158,28 @@ impl Facts<'_> {
         };
         if nodes
             .iter()
-            .any(|&n| self.written(n, inside) && narrow(n) && !self.is_concat(n))
+            .any(|&n| self.written(n, inside) && narrow(n) && !self.is_concat(n) && !reduction(n))
         {
             return None;
         }
         Some(segments)
+    }
+
+    /// Whether reduction node `n`, evaluated over a domain of rank `rank`, reduces domain
+    /// axis `axis` (or its plan cannot be read, which prices it the safe way, clamped).
+    fn reduces_axis(&self, n: usize, rank: usize, axis: usize) -> bool {
+        let node = &self.dag.nodes[n];
+        let Some(&x) = node.args.first() else {
+            return true;
+        };
+        let x_shape = &self.dag.ty(x).shape;
+        let Some(builtin) = node.op.builtin() else {
+            return true;
+        };
+        plan_builtin(builtin, &[x_shape], &node.attrs)
+            .ok()
+            .and_then(|(plan, _)| plan.reduced_axes(x_shape.len(), rank))
+            .is_none_or(|reduced| reduced[axis])
     }
 
     /// Concat `c`'s segments along the domain axis it fills, right-aligned; `None` where its

@@ -173,9 +173,9 @@ impl Buffer {
         let mut b = Buffer::try_zeroed(t.dtype, t.shape())?;
         match &t.data {
             Data::Float(a) => {
-                for (i, &v) in a.as_standard_layout().iter().enumerate() {
-                    b.set(i, v);
-                }
+                let a = a.as_standard_layout();
+                b.elements_mut()
+                    .store_f64(a.as_slice().expect("a standard-layout array is one slice"));
             }
             Data::Int(a) => {
                 for (i, &v) in a.as_standard_layout().iter().enumerate() {
@@ -192,7 +192,7 @@ impl Buffer {
             let data = ArrayD::from_shape_vec(IxDyn(&self.shape), values).expect("shape matches");
             return Tensor::from_int_array(self.dtype, data);
         }
-        let values: Vec<f64> = (0..self.len()).map(|i| self.get(i)).collect();
+        let values = self.elements().to_f64_vec();
         let data = ArrayD::from_shape_vec(IxDyn(&self.shape), values).expect("shape matches");
         Tensor::from_array(self.dtype, data)
     }
@@ -293,6 +293,21 @@ impl<'a> Elements<'a> {
             DType::F64 => f64::from_ne_bytes(e.try_into().expect("8 bytes")),
         }
     }
+
+    /// Every element as f64, as [`Elements::get`] reads each. The dtype is matched once,
+    /// not per element: whole outputs of full-size graphs are read this way.
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        if let Some(values) = self.as_f32() {
+            return values.iter().map(|&v| f64::from(v)).collect();
+        }
+        match (self.dtype, self.as_u16()) {
+            (DType::F16, Some(bits)) => bits.iter().map(|&b| f16::from_bits(b).to_f64()).collect(),
+            (DType::BF16, Some(bits)) => {
+                bits.iter().map(|&b| bf16::from_bits(b).to_f64()).collect()
+            }
+            _ => (0..self.len()).map(|i| self.get(i)).collect(),
+        }
+    }
 }
 
 impl<'a> ElementsMut<'a> {
@@ -347,6 +362,35 @@ impl<'a> ElementsMut<'a> {
         }
     }
 
+    /// Stores `values` rounded to the dtype, as [`ElementsMut::set`] stores each, with the
+    /// dtype matched once rather than per element (whole inputs are written this way).
+    pub fn store_f64(&mut self, values: &[f64]) {
+        let n = self.len().min(values.len());
+        match self.dtype {
+            DType::F32 => {
+                // SAFETY: aligned storage of `len` f32 values, uniquely borrowed.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(self.bytes.as_mut_ptr() as *mut f32, n)
+                };
+                // `as f32` rounds to nearest even, keeps ±Inf and NaN, and overflows to ±Inf:
+                // `DType::F32.round`.
+                for (d, &v) in dst.iter_mut().zip(values) {
+                    *d = v as f32;
+                }
+            }
+            DType::F64 => {
+                for (d, &v) in self.bytes.chunks_exact_mut(8).zip(values) {
+                    d.copy_from_slice(&v.to_ne_bytes());
+                }
+            }
+            _ => {
+                for (i, &v) in values[..n].iter().enumerate() {
+                    self.set(i, v);
+                }
+            }
+        }
+    }
+
     /// Stores f32 values (already exactly representable in the dtype, or rounded to it here
     /// to nearest even) when the dtype is f32, f16 or bf16; `false` for other dtypes.
     pub fn store_f32(&mut self, values: &[f32]) -> bool {
@@ -394,6 +438,43 @@ mod tests {
         let mut b = Buffer::zeroed(DType::F16, &[1]);
         b.set(0, 1.0);
         assert_eq!(u16::from_ne_bytes([b.bytes()[0], b.bytes()[1]]), 0x3C00);
+    }
+
+    /// The bulk conversions agree bit for bit with the per-element ones, for every dtype,
+    /// on values that round, overflow, saturate or are not numbers.
+    #[test]
+    fn bulk_conversions_match_element_ones() {
+        let values = [
+            0.1,
+            -0.0,
+            1.0 + 2f64.powi(-11),
+            70000.0,
+            1e300,
+            -1e300,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            3.7e9,
+            -2.5,
+            f64::from(f32::MAX) * 1.5,
+        ];
+        for dtype in DType::ALL {
+            let mut one = Buffer::zeroed(dtype, &[values.len()]);
+            for (i, &v) in values.iter().enumerate() {
+                one.set(i, v);
+            }
+            let mut bulk = Buffer::zeroed(dtype, &[values.len()]);
+            bulk.elements_mut().store_f64(&values);
+            assert_eq!(one.bytes(), bulk.bytes(), "{dtype} store");
+            let read: Vec<u64> = bulk
+                .elements()
+                .to_f64_vec()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            let want: Vec<u64> = (0..values.len()).map(|i| bulk.get(i).to_bits()).collect();
+            assert_eq!(read, want, "{dtype} read");
+        }
     }
 
     /// Every buffer starts on a cache line, from empty ones to ones big enough that the

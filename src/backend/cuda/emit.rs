@@ -647,6 +647,20 @@ impl<'a> Kernel<'a> {
     /// keep their range loads' bounds, so a launch whose ranges do not tile the axis reads
     /// what the select would.
     fn pieces(&self, code: &mut Code, split: &crate::lower::split::Split) {
+        self.branch_per_piece(code, split, |inner, branch| {
+            inner.values(branch, Lane::Scalar);
+            inner.stores(branch, Lane::Scalar);
+        });
+    }
+
+    /// The comparison chain of [`Kernel::pieces`], with `body` writing each piece's branch
+    /// (given the piece as a kernel of its own).
+    fn branch_per_piece(
+        &self,
+        code: &mut Code,
+        split: &crate::lower::split::Split,
+        mut body: impl FnMut(&Kernel, &mut Code),
+    ) {
         let c = format!("i{}", split.axis);
         let last = split.pieces.len() - 1;
         for (k, piece) in split.pieces.iter().enumerate() {
@@ -658,12 +672,46 @@ impl<'a> Kernel<'a> {
             };
             let inner = Kernel::new(piece, self.name, self.deterministic);
             let mut branch = Code::new();
-            inner.values(&mut branch, Lane::Scalar);
-            inner.stores(&mut branch, Lane::Scalar);
+            body(&inner, &mut branch);
             code.open(header);
             code.splice(&branch);
             code.close();
         }
+    }
+
+    /// The reducing form of [`Kernel::pieces`]: the point's piece computes the values group
+    /// `g` reduces (and, in group 0's pass, stores the piece's pointwise results) and hands
+    /// them out of its branch in variables `w{r}`, whose names it returns in the group's order.
+    /// `lower::split` cuts only kernels whose reductions keep the select's axis, so each
+    /// output gathers points of one piece; the choice per point is right either way.
+    fn reduced_pieces(
+        &self,
+        code: &mut Code,
+        split: &crate::lower::split::Split,
+        g: usize,
+    ) -> Vec<String> {
+        let group = &self.groups[g];
+        for &r in group {
+            let ty = match self.ir.prec(self.ir.reductions[r].value) {
+                Prec::F32 => "float",
+                Prec::F64 => "double",
+                Prec::I64 => "long long",
+            };
+            code.def(format!("w{r}"), format!("{ty} w{r};"));
+        }
+        self.branch_per_piece(code, split, |inner, branch| {
+            inner.values(branch, Lane::Scalar);
+            if g == 0 {
+                inner.stores(branch, Lane::Scalar);
+            }
+            // Statements, not definitions: the branch is pruned on its own, where nothing
+            // reads `w{r}`.
+            for &r in group {
+                let value = inner.ir.reductions[r].value;
+                branch.stmt(format!("w{r} = v{value};"));
+            }
+        });
+        group.iter().map(|&r| format!("w{r}")).collect()
     }
 
     /// Axes kept and reduced by group `g`.
@@ -758,15 +806,25 @@ impl<'a> Kernel<'a> {
         code.open("for (U e = r0 + lane; e < r1; e += (U)lanes)");
         self.decompose(&mut code, "(I)e", &gone, "rem");
         self.bases(&mut code);
-        self.values(&mut code, Lane::Scalar);
-        if g == 0 {
-            self.stores(&mut code, Lane::Scalar);
-        }
-        for &r in &self.groups[g] {
+        // The value each reduction of the group takes at this point, by name.
+        let reduced: Vec<String> = match crate::lower::split::split_guarded(self.ir) {
+            Some(split) => self.reduced_pieces(&mut code, &split, g),
+            None => {
+                self.values(&mut code, Lane::Scalar);
+                if g == 0 {
+                    self.stores(&mut code, Lane::Scalar);
+                }
+                self.groups[g]
+                    .iter()
+                    .map(|&r| format!("v{}", self.ir.reductions[r].value))
+                    .collect()
+            }
+        };
+        for (&r, value) in self.groups[g].iter().zip(&reduced) {
             let red = &self.ir.reductions[r];
             let x = match self.ir.prec(red.value) {
-                Prec::F32 => format!("(double)v{}", red.value),
-                Prec::F64 | Prec::I64 => format!("v{}", red.value),
+                Prec::F32 => format!("(double){value}"),
+                Prec::F64 | Prec::I64 => value.clone(),
             };
             let combine = if self.is_max(r) {
                 "fbc_max2"

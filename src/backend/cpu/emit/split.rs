@@ -6,7 +6,7 @@
 //! pays for every operand's ops, and the clamped indices keep the loops off the explicit
 //! vector path. When the select runs along a loop axis of the kernel, the same result comes
 //! from running the loop over that axis as consecutive loops, one per segment, each of which
-//! evaluates only its own operand: a *piece*. A piece is an ordinary pointwise kernel (its
+//! evaluates only its own operand: a *piece*. A piece is an ordinary kernel (its
 //! range loads become plain loads, its select becomes the operand it picks), so it is emitted
 //! by the ordinary loop nests, vector paths included, and each element costs what it would in
 //! a kernel of its own.
@@ -18,8 +18,12 @@
 //! segment's start when it was lowered, so moving it forward again reads the operand's own
 //! element 0 at the segment's first index.) Any other launch runs the clamped form, which is
 //! emitted as well. Kernels the pieces cannot express (two selects over different ranges, a
-//! range load outside its own segment, a reduction, a store written only at index 0 of the
-//! axis) are emitted in the clamped form only.
+//! range load outside its own segment, a reduction along the select's axis, a row reduction,
+//! a store written only at index 0 of the axis) are emitted in the clamped form only.
+//!
+//! A piece may hold reductions over the other axes: it is then an ordinary reducing kernel over
+//! its segment, whose outputs along the select's axis are its own (their offsets move with the
+//! segment like every other view's).
 
 use crate::lower::ir::{Axis, KernelIr};
 use crate::lower::split::Split;
