@@ -275,8 +275,9 @@ proptest! {
 }
 
 /// The concat generator reaches what the tests above claim: over 500 recipes, most graphs
-/// read their concat by ranges, and empty segments, negative axes and half-precision operands
-/// all occur.
+/// read their concat by ranges; empty segments, negative axes and half-precision operands
+/// all occur; and kernels that reduce a concat read by ranges occur both cut into pieces and
+/// clamped.
 #[test]
 fn concat_recipes_cover_range_selects() {
     use proptest::strategy::ValueTree;
@@ -287,13 +288,27 @@ fn concat_recipes_cover_range_selects() {
     );
     let strategy = random_graph::concat_recipes();
     let (mut built, mut selecting, mut empty, mut negative, mut half) = (0, 0, 0, 0, 0);
+    // Kernels that reduce and read a concat by ranges: cut into pieces, and clamped.
+    let (mut reducing_pieces, mut reducing_clamped) = (0, 0);
     for _ in 0..500 {
         let recipe = strategy.new_tree(&mut runner).unwrap().current();
         let Some(graph) = random_graph::build_concat(&rules().ops, &recipe) else {
             continue;
         };
         built += 1;
-        selecting += usize::from(selects(&lowered(&graph)));
+        let program = lowered(&graph);
+        selecting += usize::from(selects(&program));
+        for ir in program
+            .kernels
+            .iter()
+            .filter(|ir| !ir.reductions.is_empty() && ir.has_ranges())
+        {
+            if lower::split::split(ir).is_some() {
+                reducing_pieces += 1;
+            } else {
+                reducing_clamped += 1;
+            }
+        }
         empty += usize::from(recipe.parts.iter().any(|p| p.len == 0));
         negative += usize::from(recipe.axis < 0);
         half += usize::from(
@@ -303,8 +318,12 @@ fn concat_recipes_cover_range_selects() {
                 .any(|i| matches!(i.dtype, DType::F16 | DType::BF16)),
         );
     }
-    eprintln!("{built} built, {selecting} select, {empty} empty, {negative} negative, {half} half");
+    eprintln!(
+        "{built} built, {selecting} select, {empty} empty, {negative} negative, {half} half, \
+         reducing kernels: {reducing_pieces} in pieces, {reducing_clamped} clamped"
+    );
     assert!(built > 400, "{built}");
+    assert!(reducing_pieces >= 20 && reducing_clamped >= 5);
     assert!(selecting * 2 > built, "{selecting} of {built}");
     assert!(empty * 5 > built && negative * 3 > built && half * 3 > built);
 }

@@ -805,7 +805,9 @@ pub struct ConcatRecipe {
     pub parts: Vec<ConcatPart>,
     /// 0: the concat is the output; 1: a unary op of it; 2: it plus a broadcast vector; 3:
     /// its sum over axis 0 and a unary op of it (two readers in two kernels); 4: it and a
-    /// unary op of it, both outputs.
+    /// unary op of it, both outputs; 5: the keepdim maximum of its rows (axis 1) and a unary
+    /// op of it; 6: the mean of its rows without keepdim. A reduction along the concat's
+    /// axis gathers several operands; one along the other axis lets the kernel run as pieces.
     pub consumer: usize,
     pub consumer_op: usize,
 }
@@ -824,7 +826,7 @@ pub fn concat_recipes() -> BoxedStrategy<ConcatRecipe> {
         0usize..5,
         prop_oneof![Just(0i64), Just(1), Just(-1), Just(-2)],
         prop::collection::vec(part, 1..5),
-        0usize..5,
+        0usize..7,
         0usize..UNARY.len(),
     )
         .prop_map(
@@ -902,7 +904,7 @@ pub fn build_concat(catalogue: &fusebox::rules::Catalogue, recipe: &ConcatRecipe
         &[("axis", AttrValue::Int(recipe.axis))],
     );
     let op = UNARY[recipe.consumer_op % UNARY.len()];
-    let outputs: Vec<String> = match recipe.consumer % 5 {
+    let outputs: Vec<String> = match recipe.consumer % 7 {
         0 => vec![c],
         1 => vec![b.op("out", op, &[&c])],
         2 => {
@@ -915,7 +917,16 @@ pub fn build_concat(catalogue: &fusebox::rules::Catalogue, recipe: &ConcatRecipe
             let s = b.op_with("s", "sum", &[&c], &[("axes", AttrValue::Ints(vec![0]))]);
             vec![s, b.op("out", op, &[&c])]
         }
-        _ => vec![c.clone(), b.op("out", op, &[&c])],
+        4 => vec![c.clone(), b.op("out", op, &[&c])],
+        5 => {
+            let keep = [
+                ("axes", AttrValue::Ints(vec![1])),
+                ("keepdim", AttrValue::Bool(true)),
+            ];
+            let m = b.op_with("m", "reduce_max", &[&c], &keep);
+            vec![m, b.op("out", op, &[&c])]
+        }
+        _ => vec![b.op_with("m", "mean", &[&c], &[("axes", AttrValue::Ints(vec![-1]))])],
     };
     let names: Vec<&str> = outputs.iter().map(String::as_str).collect();
     let graph = b.finish(&names);
