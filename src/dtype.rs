@@ -132,6 +132,7 @@ impl DType {
     /// Floats round to nearest even (NaN and ±Inf preserved, overflow to ±Inf); integer types
     /// truncate toward zero and saturate, with NaN becoming 0 (C's cast is undefined there, we
     /// pick Rust's rule); bool is `v != 0`, so NaN is true as in PyTorch.
+    #[inline]
     pub fn round(self, v: f64) -> f64 {
         match self {
             DType::F64 => v,

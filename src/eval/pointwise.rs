@@ -104,6 +104,8 @@ fn float_run<S: Scalar>(
     let operands = operands(args, out, |i, t| {
         // Decided once per operand: the per-element closure only rounds.
         Ok(match common.filter(|_| converts(op, i)) {
+            // `DType::round` for f32, without its per-element dtype match.
+            Some(DType::F32) => t.floats().mapv(|v| S::from_f64(v as f32 as f64)),
             Some(d) => t.floats().mapv(|v| S::from_f64(d.round(v))),
             None => t.floats().mapv(S::from_f64),
         })
