@@ -2489,6 +2489,70 @@ fn emulated_random_row_graphs_match_the_reference() {
     }
 }
 
+/// Random graphs around a concat (`random_graph::build_concat`) whose program holds a kernel
+/// that reduces and reads a concat by ranges, cut into pieces or clamped, run through the
+/// emulation as whole programs and equal the reference.
+#[test]
+fn emulated_random_reducing_concat_graphs_match_the_reference() {
+    use proptest::strategy::{Strategy, ValueTree};
+    use proptest::test_runner::TestRunner;
+    let rules = random_graph::rules();
+    let strategy = (random_graph::concat_recipes(), any::<bool>(), any::<bool>());
+    let mut runner = TestRunner::deterministic();
+    let wanted = random_graph::cases(16) as usize;
+    let (mut found, mut attempts) = (0, 0);
+    // Reducing range-select kernels run, cut into pieces and clamped.
+    let (mut pieces, mut clamped) = (0, 0);
+    while found < wanted {
+        attempts += 1;
+        assert!(
+            attempts < 100 * wanted,
+            "too few random reducing concat graphs"
+        );
+        let (recipe, specials, wide) = strategy.new_tree(&mut runner).unwrap().current();
+        let Some(graph) = random_graph::build_concat(&rules.ops, &recipe) else {
+            continue;
+        };
+        let program = lowered(&graph);
+        let reducing: Vec<&KernelIr> = program
+            .kernels
+            .iter()
+            .filter(|ir| !ir.reductions.is_empty() && ir.has_ranges())
+            .collect();
+        if reducing.is_empty() {
+            continue;
+        }
+        found += 1;
+        for ir in reducing {
+            if fusebox::lower::split::split_guarded(ir).is_some() {
+                pieces += 1;
+            } else {
+                clamped += 1;
+            }
+        }
+        let mut emulated = BTreeMap::new();
+        let Some(result) = emulated_agrees(
+            &graph,
+            &program,
+            &mut emulated,
+            attempts as u64,
+            specials,
+            wide,
+            None,
+        ) else {
+            return;
+        };
+        result.unwrap_or_else(|e| panic!("{e}\n{}", graph::file::to_ron(&graph)));
+    }
+    eprintln!(
+        "{found} graphs: reducing range-select kernels {pieces} in pieces, {clamped} clamped"
+    );
+    assert!(
+        pieces > 0 && clamped > 0,
+        "{pieces} in pieces, {clamped} clamped"
+    );
+}
+
 /// The kernel of a small graph that reads a concat by ranges: `tanh(concat(exp(x), y[.., 1:],
 /// axis))` over `[4, 5]` operands, as the lowering emits it, with its launch.
 fn range_select_kernel(axis: i64) -> (KernelIr, Launch) {
