@@ -2473,20 +2473,28 @@ fn emulated_random_row_graphs_match_the_reference() {
             continue;
         }
         found += 1;
-        let mut emulated = BTreeMap::new();
-        let Some(result) = emulated_agrees(
-            &graph,
-            &program,
-            &mut emulated,
-            attempts as u64,
-            specials,
-            false,
-            None,
-        ) else {
+        if !random_graph_emulates(&graph, &program, attempts as u64, specials, false) {
             return;
-        };
-        result.unwrap_or_else(|e| panic!("{e}\n{}", graph::file::to_ron(&graph)));
+        }
     }
+}
+
+/// [`emulated_agrees`] for a random graph, with a fresh emulation cache, panicking with the
+/// graph's text when it disagrees; `false` without a C++ compiler.
+fn random_graph_emulates(
+    graph: &Graph,
+    program: &Program,
+    seed: u64,
+    specials: bool,
+    wide: bool,
+) -> bool {
+    let mut emulated = BTreeMap::new();
+    let Some(result) = emulated_agrees(graph, program, &mut emulated, seed, specials, wide, None)
+    else {
+        return false;
+    };
+    result.unwrap_or_else(|e| panic!("{e}\n{}", graph::file::to_ron(graph)));
+    true
 }
 
 /// Random graphs around a concat (`random_graph::build_concat`) whose program holds a kernel
@@ -2530,19 +2538,9 @@ fn emulated_random_reducing_concat_graphs_match_the_reference() {
                 clamped += 1;
             }
         }
-        let mut emulated = BTreeMap::new();
-        let Some(result) = emulated_agrees(
-            &graph,
-            &program,
-            &mut emulated,
-            attempts as u64,
-            specials,
-            wide,
-            None,
-        ) else {
+        if !random_graph_emulates(&graph, &program, attempts as u64, specials, wide) {
             return;
-        };
-        result.unwrap_or_else(|e| panic!("{e}\n{}", graph::file::to_ron(&graph)));
+        }
     }
     eprintln!(
         "{found} graphs: reducing range-select kernels {pieces} in pieces, {clamped} clamped"
