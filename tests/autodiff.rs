@@ -21,7 +21,7 @@ use fusebox::tensor::Tensor;
 use proptest::prelude::*;
 use std::path::Path;
 
-fn rules() -> RuleSet {
+fn rules() -> &'static RuleSet {
     random_graph::rules()
 }
 
@@ -90,9 +90,9 @@ fn planted_wrong_templates_are_caught() {
         // A strided slice's gradient placed without its gaps.
         ("Sub(Fact(\"step\"), Int(1))", "Int(0)", "slice"),
     ];
-    let catalogue = rules().ops;
+    let catalogue = &rules().ops;
     for (from, to, op) in cases {
-        let report = check_templates(&catalogue, &planted(from, to));
+        let report = check_templates(catalogue, &planted(from, to));
         assert!(!report.passed(), "the planted {op} template passed");
         let failing: Vec<&str> = report
             .instances
@@ -411,7 +411,7 @@ fn lstm_cell_joint_graph_fuses_into_at_most_three_kernels() {
         &Wrt::AllFloatInputs,
     )
     .unwrap();
-    let optimized = optimize(&joint.graph, &rules, &Options::default()).unwrap();
+    let optimized = optimize(&joint.graph, rules, &Options::default()).unwrap();
     let kernels = optimized.report.kernels.len();
     assert!(kernels <= 3, "{kernels} kernels");
     assert_eq!(joint.graph.outputs.len(), 2 + 5);
@@ -432,8 +432,8 @@ fn broadcast_operands_get_gradients_summed_to_their_shape() {
     let types = graph::check(&joint.graph, &rules.ops).unwrap();
     assert_eq!(types["grad_bias"].shape, vec![32]);
     assert!(joint.graph.nodes.iter().any(|n| n.op == "sum_to_size"));
-    agrees_elementwise_in_f64(&graph, &rules, 1);
-    let optimized = optimize(&joint.graph, &rules, &Options::default()).unwrap();
+    agrees_elementwise_in_f64(&graph, rules, 1);
+    let optimized = optimize(&joint.graph, rules, &Options::default()).unwrap();
     assert!(
         optimized.report.kernels.len() <= 2,
         "{}",

@@ -25,7 +25,7 @@ use proptest::prelude::*;
 use common::kernel_cache::compiler;
 
 fn lowered(graph: &Graph) -> Program {
-    let out = optimize(graph, &rules(), &Options::default()).expect("optimize");
+    let out = optimize(graph, rules(), &Options::default()).expect("optimize");
     lower::lower(&out.dag, &out.partition).expect("lower")
 }
 
@@ -53,7 +53,7 @@ pub(crate) fn interpreted(program: &Program, inputs: &Tensors) -> Result<Tensors
 /// The compiled CPU program's outputs on `inputs`.
 pub(crate) fn compiled(graph: &Graph, inputs: &Tensors) -> Result<Tensors, String> {
     let mut prepared =
-        prepare(graph, &rules(), &Options::default(), compiler()).map_err(|e| e.to_string())?;
+        prepare(graph, rules(), &Options::default(), compiler()).map_err(|e| e.to_string())?;
     prepared
         .executable
         .run_tensors(inputs)
@@ -107,7 +107,7 @@ fn concat_read_by_ranges_gives_known_values() {
     .into();
     // -x = [[-1, -2], [-3, 40]]; with y: [[-1, -2, 5], [-3, 40, -60]]; + b, relu:
     let want = [9.0, 18.0, 35.0, 7.0, 60.0, 0.0];
-    let optimized = optimize(&graph, &rules(), &Options::default()).unwrap();
+    let optimized = optimize(&graph, rules(), &Options::default()).unwrap();
     assert_eq!(optimized.partition.kernels.len(), 1);
     let program = lowered(&graph);
     assert!(selects(&program), "the concat is read by ranges");
@@ -130,7 +130,7 @@ fn layout_mix_runs_in_two_kernels() {
     )
     .unwrap()
     .0;
-    let optimized = optimize(&graph, &rules(), &Options::default()).unwrap();
+    let optimized = optimize(&graph, rules(), &Options::default()).unwrap();
     let kernels = &optimized.partition.kernels;
     assert!(kernels.len() <= 2, "{} kernels", kernels.len());
     assert!(kernels.iter().all(|k| k.kind == KernelKind::Fused));
@@ -536,7 +536,7 @@ fn two_concats_with_different_segments_keep_the_clamped_form() {
 /// The flop-equivalents of each kernel of `graph`'s partition under `options`, by the
 /// names of its nodes.
 fn kernel_flops(graph: &Graph, options: &Options) -> Vec<(Vec<String>, u64)> {
-    let out = optimize(graph, &rules(), options).expect("optimize");
+    let out = optimize(graph, rules(), options).expect("optimize");
     out.partition
         .kernels
         .iter()
@@ -599,7 +599,7 @@ fn heavy_operands_fuse_through_a_concat_priced_as_pieces() {
         "pieces do each op once: {} against {per_op} one op per kernel",
         fused[0].1
     );
-    let out = optimize(&graph, &rules(), &Options::default()).unwrap();
+    let out = optimize(&graph, rules(), &Options::default()).unwrap();
     assert_eq!(out.report.bytes_after, 16 << 20);
     let concat = &out.report.kernels[0].concats[0];
     assert_eq!(
@@ -636,7 +636,7 @@ fn kernels_that_cannot_split_are_priced_clamped() {
         // Each op's weight per element of its own iteration shape, from one kernel per op.
         let unfused = optimize(
             &graph,
-            &rules(),
+            rules(),
             &Options {
                 fusion: false,
                 ..Options::default()
@@ -652,7 +652,7 @@ fn kernels_that_cannot_split_are_priced_clamped() {
                 .unwrap();
             k.cost.flops as f64 / k.domain.iter().product::<usize>() as f64
         };
-        let fused = optimize(&graph, &rules(), &Options::default()).unwrap();
+        let fused = optimize(&graph, rules(), &Options::default()).unwrap();
         let kernel = fused
             .partition
             .kernels
@@ -756,7 +756,7 @@ pub(crate) fn reductions_of_concats() -> Vec<Graph> {
 #[test]
 fn reductions_keeping_the_select_axis_run_as_pieces() {
     for graph in reductions_of_concats() {
-        let out = optimize(&graph, &rules(), &Options::default()).unwrap();
+        let out = optimize(&graph, rules(), &Options::default()).unwrap();
         let kernel = out
             .partition
             .kernels

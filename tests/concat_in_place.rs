@@ -21,7 +21,7 @@ use fusebox::runtime::memory::MemoryPlan;
 use proptest::prelude::*;
 
 fn optimized(graph: &Graph) -> Optimized {
-    optimize(graph, &rules(), &Options::default()).expect("optimize")
+    optimize(graph, rules(), &Options::default()).expect("optimize")
 }
 
 fn lowered(out: &Optimized) -> Program {

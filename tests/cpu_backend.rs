@@ -45,7 +45,7 @@ fn runs_as(
     inputs: &fusebox::eval::Tensors,
     want: &fusebox::eval::Tensors,
 ) -> Result<(), String> {
-    let mut prepared = prepare(graph, &rules(), options, compiler()).map_err(|e| e.to_string())?;
+    let mut prepared = prepare(graph, rules(), options, compiler()).map_err(|e| e.to_string())?;
     let got = prepared
         .executable
         .run_tensors(inputs)
@@ -121,11 +121,11 @@ fn another_batch_size_compiles_nothing() {
     let _ = std::fs::remove_dir_all(&dir);
     let compiler = Compiler::new(CompilerConfig::from_env().with_cache_dir(&dir));
     let rules = rules();
-    let first = prepare(&parse(&text), &rules, &Options::default(), &compiler).unwrap();
+    let first = prepare(&parse(&text), rules, &Options::default(), &compiler).unwrap();
     assert_eq!(first.compile.compiled, 1);
     for batch in [512, 3, 1000] {
         let g = parse(&text.replace("[1024, 4096]", &format!("[{batch}, 4096]")));
-        let again = prepare(&g, &rules, &Options::default(), &compiler).unwrap();
+        let again = prepare(&g, rules, &Options::default(), &compiler).unwrap();
         assert_eq!(again.compile.compiled, 0, "batch {batch} recompiled");
         assert_eq!(again.compile.memory_hits, 1);
         let mut exe = again.executable;
@@ -150,7 +150,7 @@ fn buffers_are_reused_by_liveness() {
         fusion: false,
         ..Options::default()
     };
-    let prepared = prepare(&graph, &rules(), &options, compiler()).unwrap();
+    let prepared = prepare(&graph, rules(), &options, compiler()).unwrap();
     let plan = prepared.executable.memory_plan();
     let mib = 1 << 24;
     assert_eq!(plan.unshared_bytes, 7 * mib);
@@ -169,7 +169,7 @@ fn every_output_element_is_written() {
         "iou",
     ] {
         let graph = load(&format!("examples/{name}.ron"));
-        let mut prepared = prepare(&graph, &rules(), &Options::default(), compiler()).unwrap();
+        let mut prepared = prepare(&graph, rules(), &Options::default(), compiler()).unwrap();
         let exe = &mut prepared.executable;
         let inputs: Vec<_> = (0..graph.inputs.len())
             .map(|i| {

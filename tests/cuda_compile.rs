@@ -110,7 +110,7 @@ fn program(graph: &Graph, fusion: Fusion, amp: Option<&str>) -> fusebox::Result<
         Fusion::Fused(profile) => {
             let optimized = optimize(
                 graph,
-                &rules,
+                rules,
                 &Options {
                     profile: profile.into(),
                     amp: amp.map(String::from),

@@ -1879,7 +1879,7 @@ fn int_rows_graph(dtype: DType, shape: &[usize]) -> Graph {
 /// `graph` optimized and lowered as the CUDA backend does (the same partition as the CPU's).
 fn lowered(graph: &Graph) -> Program {
     let rules = random_graph::rules();
-    let optimized = optimize(graph, &rules, &Options::default())
+    let optimized = optimize(graph, rules, &Options::default())
         .unwrap_or_else(|e| panic!("optimize: {e}\n{}", graph::file::to_ron(graph)));
     lower::lower(&optimized.dag, &optimized.partition).expect("lower")
 }
@@ -2465,7 +2465,7 @@ fn emulated_random_row_graphs_match_the_reference() {
         let Some(graph) = random_graph::build(&rules.ops, dims, &inputs, &steps) else {
             continue;
         };
-        let Ok(optimized) = optimize(&graph, &rules, &Options::default()) else {
+        let Ok(optimized) = optimize(&graph, rules, &Options::default()) else {
             continue;
         };
         let program = lower::lower(&optimized.dag, &optimized.partition).expect("lower");

@@ -165,7 +165,7 @@ fn without_a_driver_prepare_is_an_error() {
     let start = std::time::Instant::now();
     let error = match fusebox::runner::prepare(
         &graph,
-        &rules(),
+        rules(),
         &options(true, None),
         &CudaOptions::default(),
     ) {
@@ -223,7 +223,7 @@ fn every_device_plan_compiles_and_names_real_entry_points() {
         for amp in [None, Some("f16"), Some("bf16")] {
             for fusion in [true, false] {
                 let opts = options(fusion, amp);
-                let (program, _, _) = fusebox::runner::lower_graph(&graph, &rules, &opts)
+                let (program, _, _) = fusebox::runner::lower_graph(&graph, rules, &opts)
                     .unwrap_or_else(|e| panic!("{name} {amp:?} fusion {fusion}: {e}"));
                 for deterministic in [false, true] {
                     let what = format!("{name} {amp:?} fusion {fusion} det {deterministic}");
@@ -283,7 +283,7 @@ fn every_device_plan_compiles_and_names_real_entry_points() {
 // On a GPU (`--ignored`).
 
 fn prepare(graph: &Graph, opts: &Options, cuda: &CudaOptions) -> CudaPrepared {
-    fusebox::runner::prepare(graph, &rules(), opts, cuda)
+    fusebox::runner::prepare(graph, rules(), opts, cuda)
         .unwrap_or_else(|e| panic!("{}: {e}", graph.name))
 }
 
@@ -336,7 +336,7 @@ fn agrees(
     let want = fusebox::eval::evaluate(&reference_graph, &rules.ops, &inputs)
         .map_err(|e| e.to_string())?;
     let mut prepared =
-        fusebox::runner::prepare(graph, &rules, opts, cuda).map_err(|e| e.to_string())?;
+        fusebox::runner::prepare(graph, rules, opts, cuda).map_err(|e| e.to_string())?;
     let host = input_buffers(&prepared, &inputs);
     let device_inputs = prepared
         .executable

@@ -62,7 +62,7 @@ fn check(
 ) {
     let rules = rules();
     let options = Options::default();
-    let out = optimize(graph, &rules, &options).expect("optimize");
+    let out = optimize(graph, rules, &options).expect("optimize");
     let program = lower::lower(&out.dag, &out.partition).expect("lower");
     program.check_bounds().expect("bounds proved");
     let launches = program
@@ -104,7 +104,7 @@ fn check(
         .map(|i| Buffer::from_tensor(&tensors[&i.name]))
         .collect();
     let interpreted = interpret::run_program(&program, &buffers).expect("interpreter");
-    let mut prepared = prepare(graph, &rules, &options, compiler()).expect("compile");
+    let mut prepared = prepare(graph, rules, &options, compiler()).expect("compile");
     let compiled = prepared.executable.run_tensors(&tensors).expect("run");
     for (name, values) in want {
         let reference = &reference[*name];
@@ -143,7 +143,7 @@ fn a_flattened_transpose_splits_the_domain_into_strides() {
         &[],
         &[("y", want)],
     );
-    let out = optimize(&graph, &rules(), &Options::default()).unwrap();
+    let out = optimize(&graph, rules(), &Options::default()).unwrap();
     let program = lower::lower(&out.dag, &out.partition).unwrap();
     assert_eq!(program.kernels[0].rank, 2, "the 1-D domain is split in two");
     let Step::Kernel(k) = &program.steps[0] else {
@@ -365,7 +365,7 @@ fn size_one_and_size_zero_dims() {
         &[("y", want)],
     );
     let program = {
-        let out = optimize(&graph, &rules(), &Options::default()).unwrap();
+        let out = optimize(&graph, rules(), &Options::default()).unwrap();
         lower::lower(&out.dag, &out.partition).unwrap()
     };
     let stage_ranks: Vec<usize> = program
@@ -383,10 +383,10 @@ fn size_one_and_size_zero_dims() {
                 Node(name: "y", op: "neg", args: ["r"])],
         outputs: ["y"])"#,
     );
-    let out = optimize(&empty, &rules(), &Options::default()).unwrap();
+    let out = optimize(&empty, rules(), &Options::default()).unwrap();
     let program = lower::lower(&out.dag, &out.partition).unwrap();
     program.check_bounds().unwrap();
-    let mut prepared = prepare(&empty, &rules(), &Options::default(), compiler()).unwrap();
+    let mut prepared = prepare(&empty, rules(), &Options::default(), compiler()).unwrap();
     let x = iota(DType::F32, &[0, 4]);
     let got = prepared
         .executable
@@ -407,7 +407,7 @@ fn check_bounds_proves_index_maps_in_range() {
                 Node(name: "y", op: "neg", args: ["r"])],
         outputs: ["y"])"#,
     );
-    let out = optimize(&graph, &rules(), &Options::default()).unwrap();
+    let out = optimize(&graph, rules(), &Options::default()).unwrap();
     let program = lower::lower(&out.dag, &out.partition).unwrap();
     program.check_bounds().unwrap();
     let tamper = |f: &dyn Fn(&mut lower::ir::Launch)| {
@@ -455,7 +455,7 @@ fn transposed_reshape(n: usize, m: usize, target: &str) -> Graph {
 fn index_map_kernels_do_not_depend_on_sizes() {
     let at = |n: usize, m: usize, target: &str| {
         let graph = transposed_reshape(n, m, target);
-        let out = optimize(&graph, &rules(), &Options::default()).unwrap();
+        let out = optimize(&graph, rules(), &Options::default()).unwrap();
         lower::lower(&out.dag, &out.partition).unwrap().kernels
     };
     assert_eq!(at(3, 5, "[-1]"), at(64, 7, "[-1]"));
@@ -476,14 +476,14 @@ fn a_refined_kernel_at_a_new_batch_size_compiles_nothing() {
     let options = Options::default();
     prepare(
         &transposed_reshape(8, 6, "[-1]"),
-        &rules,
+        rules,
         &options,
         &compiler,
     )
     .expect("compile");
     let before = compiler.stats();
     let graph = transposed_reshape(24, 6, "[-1]");
-    let mut prepared = prepare(&graph, &rules, &options, &compiler).expect("compile");
+    let mut prepared = prepare(&graph, rules, &options, &compiler).expect("compile");
     assert_eq!(
         compiler.stats().since(&before).compiled,
         0,
@@ -556,15 +556,15 @@ proptest! {
         (dims, inputs, steps) in reshape_recipe(),
         seed in 0u64..1000,
     ) {
-        let catalogue = rules().ops;
-        let graph = random_graph::build(&catalogue, dims, &inputs, &steps);
+        let catalogue = &rules().ops;
+        let graph = random_graph::build(catalogue, dims, &inputs, &steps);
         prop_assume!(graph.is_some());
         let graph = graph.unwrap();
-        let out = optimize(&graph, &rules(), &Options::default()).expect("optimize");
+        let out = optimize(&graph, rules(), &Options::default()).expect("optimize");
         let program = lower::lower(&out.dag, &out.partition).expect("lower");
         program.check_bounds().expect("bounds proved");
         let tensors = random_graph::inputs(&graph, seed, false);
-        let want = fusebox::eval::evaluate(&graph, &catalogue, &tensors).expect("reference");
+        let want = fusebox::eval::evaluate(&graph, catalogue, &tensors).expect("reference");
         let buffers = random_graph::input_buffers(&program, &tensors);
         let got = interpret::run_program(&program, &buffers).expect("interpreter");
         for (o, b) in program.dag.outputs.iter().zip(&got) {
@@ -580,7 +580,7 @@ proptest! {
 fn reshape_recipes_draw_refined_and_kept_maps() {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::{Config, TestRng, TestRunner};
-    let catalogue = rules().ops;
+    let catalogue = &rules().ops;
     let mut runner = TestRunner::new_with_rng(
         Config::default(),
         TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &[3; 32]),
@@ -589,10 +589,10 @@ fn reshape_recipes_draw_refined_and_kept_maps() {
     let (mut refined, mut kept) = (0, 0);
     for _ in 0..300 {
         let (dims, inputs, steps) = strategy.new_tree(&mut runner).unwrap().current();
-        let Some(graph) = random_graph::build(&catalogue, dims, &inputs, &steps) else {
+        let Some(graph) = random_graph::build(catalogue, dims, &inputs, &steps) else {
             continue;
         };
-        let out = optimize(&graph, &rules(), &Options::default()).expect("optimize");
+        let out = optimize(&graph, rules(), &Options::default()).expect("optimize");
         let program = lower::lower(&out.dag, &out.partition).expect("lower");
         let (r, k) = refined_and_kept(&program, &out);
         refined += r as usize;

@@ -32,7 +32,7 @@ fn everywhere(graph: &Graph, inputs: &Tensors, name: &str) -> Vec<(String, Tenso
             fusion,
             ..Options::default()
         };
-        let out = optimize(graph, &rules, &options).unwrap();
+        let out = optimize(graph, rules, &options).unwrap();
         let program = fusebox::lower::lower(&out.dag, &out.partition).unwrap();
         let buffers = random_graph::input_buffers(&program, inputs);
         let got = interpret::run_program(&program, &buffers).unwrap();
@@ -46,7 +46,7 @@ fn everywhere(graph: &Graph, inputs: &Tensors, name: &str) -> Vec<(String, Tenso
             format!("interpreter (fusion {fusion})"),
             got[at].to_tensor(),
         ));
-        let mut prepared = fusebox::runner::prepare(graph, &rules, &options, compiler()).unwrap();
+        let mut prepared = fusebox::runner::prepare(graph, rules, &options, compiler()).unwrap();
         let got = prepared.executable.run_tensors(inputs).unwrap();
         results.push((format!("C (fusion {fusion})"), got[name].clone()));
     }

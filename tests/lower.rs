@@ -20,7 +20,7 @@ fn load(path: &str) -> Graph {
 }
 
 fn lowered(graph: &Graph, options: &Options) -> Program {
-    let out = optimize(graph, &rules(), options).expect("optimize");
+    let out = optimize(graph, rules(), options).expect("optimize");
     lower::lower(&out.dag, &out.partition).expect("lower")
 }
 
@@ -59,7 +59,7 @@ fn examples_lowered_agree_with_the_reference() {
 #[test]
 fn one_program_step_per_partition_kernel_and_concat_piece() {
     let graph = load("examples/lstm_cell_backward.ron");
-    let out = optimize(&graph, &rules(), &Options::default()).unwrap();
+    let out = optimize(&graph, rules(), &Options::default()).unwrap();
     let program = lower::lower(&out.dag, &out.partition).unwrap();
     assert_eq!(program.groups, out.partition.kernels.len());
     let groups: std::collections::BTreeSet<usize> =
@@ -99,13 +99,13 @@ proptest! {
         specials in any::<bool>(),
         fused in any::<bool>(),
     ) {
-        let catalogue = rules().ops;
-        let Some(graph) = random_graph::build(&catalogue, dims, &inputs, &steps) else { return Ok(()) };
+        let catalogue = &rules().ops;
+        let Some(graph) = random_graph::build(catalogue, dims, &inputs, &steps) else { return Ok(()) };
         let program = if fused {
             let options = Options { strict_ieee: specials, ..Options::default() };
             lowered(&graph, &options)
         } else {
-            let dag = Dag::from_graph(&graph, &catalogue).unwrap();
+            let dag = Dag::from_graph(&graph, catalogue).unwrap();
             let model = fusebox::rules::CostModel::defaults();
             let unfused = partition::unfused(&dag, model.profile("cpu").unwrap());
             lower::lower(&dag, &unfused).unwrap()
@@ -124,12 +124,12 @@ proptest! {
         seed in 0u64..1000,
         fused in any::<bool>(),
     ) {
-        let catalogue = rules().ops;
-        let Some(graph) = random_graph::build_ints(&catalogue, dims, &inputs, &steps) else { return Ok(()) };
+        let catalogue = &rules().ops;
+        let Some(graph) = random_graph::build_ints(catalogue, dims, &inputs, &steps) else { return Ok(()) };
         let program = if fused {
             lowered(&graph, &Options::default())
         } else {
-            let dag = Dag::from_graph(&graph, &catalogue).unwrap();
+            let dag = Dag::from_graph(&graph, catalogue).unwrap();
             let model = fusebox::rules::CostModel::defaults();
             let unfused = partition::unfused(&dag, model.profile("cpu").unwrap());
             lower::lower(&dag, &unfused).unwrap()
@@ -174,8 +174,8 @@ proptest! {
         seed in 0u64..1000,
         specials in any::<bool>(),
     ) {
-        let catalogue = rules().ops;
-        let graph = random_graph::build(&catalogue, dims, &inputs, &steps);
+        let catalogue = &rules().ops;
+        let graph = random_graph::build(catalogue, dims, &inputs, &steps);
         prop_assume!(graph.is_some());
         let graph = graph.unwrap();
         let options = Options { strict_ieee: specials, ..Options::default() };
@@ -200,8 +200,8 @@ proptest! {
         steps in prop::collection::vec(random_graph::int_step(true), 2..10),
         seed in 0u64..1000,
     ) {
-        let catalogue = rules().ops;
-        let graph = random_graph::build_ints(&catalogue, dims, &inputs, &steps);
+        let catalogue = &rules().ops;
+        let graph = random_graph::build_ints(catalogue, dims, &inputs, &steps);
         prop_assume!(graph.is_some());
         let graph = graph.unwrap();
         let program = lowered(&graph, &Options::default());
@@ -222,7 +222,7 @@ const FUSED_INT_CASES: u32 = 4000;
 fn random_graphs_cover_the_layout_forms() {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::{Config, TestRng, TestRunner};
-    let catalogue = rules().ops;
+    let catalogue = &rules().ops;
     let strategy = (
         small_dims(),
         prop::collection::vec((0usize..4, 0usize..6), 1..4),
@@ -236,11 +236,11 @@ fn random_graphs_cover_the_layout_forms() {
     let mut built = 0;
     for _ in 0..2000 {
         let (dims, inputs, steps) = strategy.new_tree(&mut runner).unwrap().current();
-        let Some(graph) = random_graph::build(&catalogue, dims, &inputs, &steps) else {
+        let Some(graph) = random_graph::build(catalogue, dims, &inputs, &steps) else {
             continue;
         };
         built += 1;
-        let types = graph::check(&graph, &catalogue).unwrap();
+        let types = graph::check(&graph, catalogue).unwrap();
         let attr = |n: &fusebox::graph::Node, k: &str| match n.attrs.get(k) {
             Some(fusebox::attr::AttrValue::Int(v)) => Some(*v),
             _ => None,

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use crate::common;
 use common::random_graph::{self, assert_same};
 
-fn rules() -> RuleSet {
+fn rules() -> &'static RuleSet {
     random_graph::rules()
 }
 
@@ -52,9 +52,9 @@ fn every_value_finite(graph: &Graph, inputs: &Tensors) -> bool {
 }
 
 fn outputs_agree_on(before: &Graph, after: &Graph, inputs: &Tensors) -> Result<(), String> {
-    let catalogue = rules().ops;
-    let a = eval::evaluate(before, &catalogue, inputs).map_err(|e| e.to_string())?;
-    let b = eval::evaluate(after, &catalogue, inputs).map_err(|e| e.to_string())?;
+    let catalogue = &rules().ops;
+    let a = eval::evaluate(before, catalogue, inputs).map_err(|e| e.to_string())?;
+    let b = eval::evaluate(after, catalogue, inputs).map_err(|e| e.to_string())?;
     for name in &before.outputs {
         assert_same(name, &a[name], &b[name])?;
     }
@@ -99,7 +99,7 @@ proptest! {
         let Some(graph) = build(dims, &inputs, &steps) else { return Ok(()) };
         let strict_ieee = seed % 2 == 0;
         let options = Options { strict_ieee, ..Options::default() };
-        let out = optimize(&graph, &rules(), &options)
+        let out = optimize(&graph, rules(), &options)
             .map_err(|e| TestCaseError::fail(format!("optimize failed: {e}\n{}", graph::file::to_ron(&graph))))?;
         let r = &out.report;
         prop_assert!(r.cost_after <= r.cost_before + 1e-9, "cost {} > unfused {}", r.cost_after, r.cost_before);
@@ -122,7 +122,7 @@ proptest! {
         seed in 0u64..1000,
     ) {
         let Some(graph) = random_graph::build_ints(&rules().ops, dims, &inputs, &steps) else { return Ok(()) };
-        let out = optimize(&graph, &rules(), &Options::default())
+        let out = optimize(&graph, rules(), &Options::default())
             .map_err(|e| TestCaseError::fail(format!("optimize failed: {e}\n{}", graph::file::to_ron(&graph))))?;
         outputs_agree(&graph, &out.graph, seed).map_err(|e| TestCaseError::fail(format!(
             "{e}\nbefore:\n{}\nafter:\n{}", graph::file::to_ron(&graph), graph::file::to_ron(&out.graph))))?;
@@ -136,7 +136,7 @@ proptest! {
 fn report_prices_exactly_the_returned_kernels() {
     let graph = load("examples/lstm_cell_backward.ron");
     let rules = rules();
-    let out = run(&graph, &rules);
+    let out = run(&graph, rules);
     let profile = rules.cost.profile("cpu").unwrap();
     let again = partition::partition(&out.dag, &rules.fusion, profile);
     assert_eq!(again.kernels.len(), out.partition.kernels.len());
@@ -154,7 +154,7 @@ fn lstm_cell_becomes_one_kernel() {
             profile: profile.into(),
             ..Options::default()
         };
-        let out = optimize(&graph, &rules(), &options).unwrap();
+        let out = optimize(&graph, rules(), &options).unwrap();
         assert_eq!(out.report.kernels_after, 1, "{profile}");
         assert_eq!(out.partition.kernels[0].outputs.len(), 2, "hy and cy");
         assert_eq!(out.report.kernels_before, 9, "nine ops in lstm_cell.ron");
@@ -173,7 +173,7 @@ fn lstm_backward_moves_fewer_bytes_with_sum_to_size_rules() {
         .rewrites
         .retain(|r| !r.file.ends_with("sum_to_size.ron"));
     assert!(without.rewrites.len() < all.rewrites.len());
-    let with_rules = run(&graph, &all);
+    let with_rules = run(&graph, all);
     let without_rules = run(&graph, &without);
     assert!(
         with_rules.report.kernels_after <= without_rules.report.kernels_after,
@@ -196,7 +196,7 @@ fn introduced_values_never_take_an_existing_name() {
         .replace("\"tanh_cy\"", "\"sum_1\"")
         .replace("\"one\"", "\"sum_2\"");
     let graph = parse(&text);
-    let out = run(&graph, &rules());
+    let out = run(&graph, rules());
     let mut seen = std::collections::HashSet::new();
     for node in &out.dag.nodes {
         assert!(
@@ -244,7 +244,7 @@ fn expensive_broadcast_producer_is_materialized_cheap_one_fused() {
                   Node(name: "out", op: "mul", args: ["y", "f"])],
           outputs: ["out"])"#,
     );
-    let out = run(&expensive, &rules());
+    let out = run(&expensive, rules());
     assert_eq!(out.report.kernels_after, 2, "{:#?}", out.report.kernels);
     let consumer = out
         .partition
@@ -264,7 +264,7 @@ fn expensive_broadcast_producer_is_materialized_cheap_one_fused() {
           nodes: [Node(name: "a", op: "neg", args: ["x"]), Node(name: "out", op: "mul", args: ["y", "a"])],
           outputs: ["out"])"#,
     );
-    assert_eq!(run(&cheap, &rules()).report.kernels_after, 1);
+    assert_eq!(run(&cheap, rules()).report.kernels_after, 1);
 }
 
 /// (c) A rewrite that pays only through fusion: `mul(sum_to_size(t), b)` with `b` of the reduced
@@ -283,7 +283,7 @@ fn mul_moves_into_reduction_only_because_of_fusion() {
           outputs: ["out"])"#,
     );
     let rules = rules();
-    let out = run(&graph, &rules);
+    let out = run(&graph, rules);
     assert_eq!(out.report.kernels_after, 1, "{:#?}", out.report.kernels);
     let last = out.dag.nodes.last().unwrap();
     assert_eq!(
@@ -315,7 +315,7 @@ fn mul_moves_into_reduction_only_because_of_fusion() {
 /// A rule that changes a value's type is refused loudly, naming the rule.
 #[test]
 fn an_unsound_rule_is_an_error_not_a_wrong_graph() {
-    let mut rules = rules();
+    let mut rules = rules().clone();
     let planted = fusebox::rewrite::load_rules(
         r#"[Rule(name: "planted-cast", lhs: "(neg ?x)", rhs: "(cast (neg ?x) f16)")]"#,
         "planted.ron",
@@ -340,7 +340,7 @@ fn every_example_optimizes_correctly() {
             continue;
         }
         let graph = load(path.to_str().unwrap());
-        let out = run(&graph, &rules());
+        let out = run(&graph, rules());
         let r = &out.report;
         assert!(r.cost_after <= r.cost_unrewritten, "{}", path.display());
         assert!(r.cost_unrewritten <= r.cost_before, "{}", path.display());
@@ -369,7 +369,7 @@ fn limits_stop_saturation_without_failing() {
         },
         ..Options::default()
     };
-    let out = optimize(&graph, &rules, &tight).unwrap();
+    let out = optimize(&graph, rules, &tight).unwrap();
     assert_eq!(out.report.egraph.stop_reason, Stop::NodeLimit);
     assert!(out.report.egraph.limited);
     assert!(out.report.cost_after <= out.report.cost_unrewritten);
@@ -382,12 +382,12 @@ fn limits_stop_saturation_without_failing() {
         },
         ..Options::default()
     };
-    let out = optimize(&graph, &rules, &no_time).unwrap();
+    let out = optimize(&graph, rules, &no_time).unwrap();
     assert_eq!(out.report.egraph.stop_reason, Stop::TimeLimit);
     assert_eq!(out.report.egraph.iterations, 0);
     outputs_agree(&graph, &out.graph, 2).unwrap();
 
-    let generous = optimize(&graph, &rules, &Options::default()).unwrap();
+    let generous = optimize(&graph, rules, &Options::default()).unwrap();
     assert_eq!(
         generous.report.egraph.stop_reason,
         Stop::Saturated,
@@ -418,7 +418,7 @@ fn strict_ieee_keeps_infinities_exact() {
         strict_ieee: true,
         ..Options::default()
     };
-    let out = optimize(&graph, &rules(), &strict).unwrap();
+    let out = optimize(&graph, rules(), &strict).unwrap();
     assert!(!out.report.rules.contains_key("sum-to-size-mul-right"));
     assert_eq!(
         out.report.kernels_after, 2,
@@ -436,9 +436,9 @@ fn strict_ieee_keeps_infinities_exact() {
     b.floats_mut().unwrap()[[0]] = f64::INFINITY;
     inputs.insert("g".into(), g);
     inputs.insert("b".into(), b);
-    let catalogue = rules().ops;
-    let before = eval::evaluate(&graph, &catalogue, &inputs).unwrap();
-    let after = eval::evaluate(&out.graph, &catalogue, &inputs).unwrap();
+    let catalogue = &rules().ops;
+    let before = eval::evaluate(&graph, catalogue, &inputs).unwrap();
+    let after = eval::evaluate(&out.graph, catalogue, &inputs).unwrap();
     assert!(before["out"].values()[0].is_nan());
     assert!(after["out"].values()[0].is_nan());
 }
@@ -458,7 +458,7 @@ proptest! {
     ) {
         let Some(graph) = build(dims, &inputs, &steps) else { return Ok(()) };
         let options = Options { amp: Some(policy.to_string()), ..Options::default() };
-        let out = optimize(&graph, &rules(), &options)
+        let out = optimize(&graph, rules(), &options)
             .map_err(|e| TestCaseError::fail(format!("optimize failed: {e}\n{}", graph::file::to_ron(&graph))))?;
         let r = &out.report;
         prop_assert!(r.cost_after <= r.cost_unrewritten + 1e-9);

@@ -23,14 +23,14 @@ use std::sync::OnceLock;
 use common::kernel_cache::compiler;
 
 fn lowered(graph: &Graph) -> Program {
-    let out = optimize(graph, &rules(), &Options::default()).expect("optimize");
+    let out = optimize(graph, rules(), &Options::default()).expect("optimize");
     lower::lower(&out.dag, &out.partition).expect("lower")
 }
 
 /// Runs `graph` fused through the interpreter and through compiled C, on seeded inputs (with
 /// NaN/±Inf/±0 planted when `specials`), against the reference evaluator.
 fn agrees(graph: &Graph, seed: u64, specials: bool) -> Result<(), String> {
-    agrees_under(graph, &rules(), seed, specials)
+    agrees_under(graph, rules(), seed, specials)
 }
 
 /// [`agrees`] under a rule set of the caller's.
@@ -396,7 +396,7 @@ fn reductions_over_strided_rows_walk_tiles_and_match_the_reference() {
 fn a_transposed_softmax_matches_the_reference_gathered_or_viewed() {
     let graph = transposed_softmax(&[600, 512]);
     let gathered = rules();
-    let mut viewed = rules();
+    let mut viewed = rules().clone();
     let cpu = viewed.cost.profile("cpu").unwrap().clone();
     viewed
         .cost
@@ -409,7 +409,7 @@ fn a_transposed_softmax_matches_the_reference_gathered_or_viewed() {
             "cost.ron",
         )
         .unwrap();
-    for (rules, kernels, row_passes) in [(&gathered, 2, vec![2]), (&viewed, 1, vec![3])] {
+    for (rules, kernels, row_passes) in [(gathered, 2, vec![2]), (&viewed, 1, vec![3])] {
         let out = optimize(&graph, rules, &Options::default()).unwrap();
         assert_eq!(out.partition.kernels.len(), kernels);
         let program = lower::lower(&out.dag, &out.partition).unwrap();
@@ -423,7 +423,7 @@ fn a_transposed_softmax_matches_the_reference_gathered_or_viewed() {
 /// `Rows` is data: with `Reduction: End` in fusion.ron, softmax is three kernels again.
 #[test]
 fn fusion_ron_decides_whether_rows_fuse() {
-    let mut rules = rules();
+    let mut rules = rules().clone();
     let text = fusebox::rules::fusion::DEFAULT_FUSION.replace("Reduction: Rows", "Reduction: End");
     rules.fusion = fusebox::rules::FusionRules::load_str(&text, "fusion.ron", &rules.ops).unwrap();
     let out = optimize(
@@ -523,7 +523,7 @@ proptest! {
 fn c_and_reference(graph: &Graph, inputs: &fusebox::eval::Tensors) -> Vec<(Vec<f64>, Vec<f64>)> {
     let rules = rules();
     let want = fusebox::eval::evaluate(graph, &rules.ops, inputs).expect("reference");
-    let mut prepared = prepare(graph, &rules, &Options::default(), compiler()).expect("prepare");
+    let mut prepared = prepare(graph, rules, &Options::default(), compiler()).expect("prepare");
     let got = prepared.executable.run_tensors(inputs).expect("run");
     graph
         .outputs
@@ -797,7 +797,7 @@ fn exact_row_arithmetic_reproduces_f64_sums_and_correctly_rounded_division() {
             );
         }
     }
-    let (rs, ry) = sum_and_quotient(&rules(), &shape, &x);
+    let (rs, ry) = sum_and_quotient(rules(), &shape, &x);
     let mut differ = 0;
     for r in 0..rows {
         let row = &x[r * n..(r + 1) * n];
@@ -835,7 +835,7 @@ fn row_arithmetic_changes_the_emitted_c_and_the_cache_key_of_row_kernels_only() 
     let relaxed = rules();
     let exact = exact_rules();
     let graph = softmax(DType::F32, &[64, 300]);
-    let (a, b) = (program(&relaxed, &graph), program(&exact, &graph));
+    let (a, b) = (program(relaxed, &graph), program(&exact, &graph));
     use fusebox::lower::ir::RowArithmetic;
     assert_eq!(a.kernels[0].row_arithmetic, RowArithmetic::Relaxed);
     assert_eq!(b.kernels[0].row_arithmetic, RowArithmetic::Exact);
@@ -858,7 +858,7 @@ fn row_arithmetic_changes_the_emitted_c_and_the_cache_key_of_row_kernels_only() 
     let t = g.op("t", "tanh", &[&x]);
     let e = g.op("e", "exp", &[&t]);
     let pointwise = g.finish(&[&e]);
-    let (pa, pb) = (program(&relaxed, &pointwise), program(&exact, &pointwise));
+    let (pa, pb) = (program(relaxed, &pointwise), program(&exact, &pointwise));
     assert_eq!(pa.kernels, pb.kernels);
     assert_eq!(
         fusebox::backend::cpu::module_source(&pa).0,
@@ -999,9 +999,9 @@ fn row_kernel_exp_stays_within_its_stated_ulp_bound() {
         assert_eq!(prepared.partition.kernels.len(), 1);
         prepared.executable.run_tensors(&inputs).expect("run")["e"].values()
     };
-    let relaxed = run(&row_graph, &rules());
+    let relaxed = run(&row_graph, rules());
     let exact = run(&row_graph, &exact_rules());
-    let plain = run(&pointwise, &rules());
+    let plain = run(&pointwise, rules());
     let (worst, at) = worst_exp_error(&x, &relaxed);
     assert!(worst <= 2.5, "relaxed row exp: {worst} ulp at {at:e}");
     let (worst, at) = worst_exp_error(&x, &plain);

@@ -762,9 +762,9 @@ pub fn assert_same(name: &str, a: &Tensor, b: &Tensor) -> Result<(), String> {
 /// The default rule set, parsed once per test binary: parsing and locating the embedded RON
 /// files costs more than a small random graph's whole optimize-lower-run cycle, and the
 /// property tests ask for the rules several times per case.
-pub fn rules() -> RuleSet {
+pub fn rules() -> &'static RuleSet {
     static RULES: std::sync::OnceLock<RuleSet> = std::sync::OnceLock::new();
-    RULES.get_or_init(RuleSet::defaults).clone()
+    RULES.get_or_init(RuleSet::defaults)
 }
 
 /// `program`'s input buffers, in its dag's input order, from the tensors named in `inputs`.
