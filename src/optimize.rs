@@ -317,11 +317,10 @@ fn fuse(
     let mut egraph = egraph::new_egraph(input, &rules.ops);
     let mut seeded = egraph::seed(&mut egraph, input);
     egraph.rebuild();
-    let active: Vec<crate::rewrite::Rule> = rules
+    let active: Vec<&crate::rewrite::Rule> = rules
         .rewrites
         .iter()
         .filter(|r| options.rewrite && !(options.strict_ieee && r.finite_only))
-        .cloned()
         .collect();
     let (egraph, saturation) =
         saturate::saturate(egraph, &active, &options.limits, options.progress)?;

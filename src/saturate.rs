@@ -145,7 +145,7 @@ impl Saturation {
 /// produce cannot be trusted.
 pub fn saturate(
     egraph: FuseGraph,
-    rules: &[Rule],
+    rules: &[&Rule],
     limits: &Limits,
     progress: bool,
 ) -> Result<(FuseGraph, Saturation)> {
@@ -165,12 +165,20 @@ pub fn saturate(
         firings: BTreeMap::new(),
         phases: Vec::new(),
     };
+    // egg's rewrites are built once and shared by the phases (a phase-1 rule runs in every
+    // phase): building one clones its patterns and conditions, which on a small graph cost
+    // as much as the matching.
+    let built: Vec<(u32, Rewrite<ENode, TypeAnalysis>)> = rules
+        .iter()
+        .flat_map(|r| r.rewrites().into_iter().map(|w| (r.phase, w)))
+        .collect();
     for &phase in &phases {
-        let rewrites: Vec<Rewrite<ENode, TypeAnalysis>> = rules
+        let rewrites: Vec<&Rewrite<ENode, TypeAnalysis>> = built
             .iter()
-            .filter(|r| r.phase <= phase)
-            .flat_map(Rule::rewrites)
+            .filter(|(p, _)| *p <= phase)
+            .map(|(_, w)| w)
             .collect();
+        let rule_count = rewrites.len();
         let remaining = limits.time.saturating_sub(start.elapsed());
         if remaining.is_zero() {
             report.stop_reason = Stop::TimeLimit;
@@ -204,7 +212,7 @@ pub fn saturate(
                 None => Ok(()),
             }
         })
-        .run(&rewrites);
+        .run(rewrites);
         egraph = runner.egraph;
         if let Some(conflict) = egraph.analysis.conflicts.first() {
             return Err(Error::new(
@@ -224,7 +232,7 @@ pub fn saturate(
         report.stop_reason = reason.clone();
         report.phases.push(PhaseReport {
             phase,
-            rules: rewrites.len(),
+            rules: rule_count,
             iterations: runner.iterations.len(),
             stop_reason: reason,
         });
