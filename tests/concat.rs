@@ -714,11 +714,7 @@ pub(crate) fn reductions_of_concats() -> Vec<Graph> {
         &[&ea, &te, &one, &tc],
         &[("axis", AttrValue::Int(0))],
     );
-    let keep = [
-        ("axes", AttrValue::Ints(vec![1])),
-        ("keepdim", AttrValue::Bool(true)),
-    ];
-    b.op_with("m", "mean", &[&cat], &keep);
+    common::row_graphs::last_axis(&mut b, "m", "mean", &cat);
     b.op_with(
         "x",
         "reduce_max",

@@ -4,9 +4,9 @@
 //! point and then selects: each element pays for every operand's ops. When every select runs
 //! along one axis by the same ranges, the same result comes from evaluating, over each segment
 //! of that axis, only the operand that segment selects: a *piece*. A piece is an ordinary
-//! kernel without selects (its range loads become plain loads, its selects become the operand they
-//! pick, the other operands' instructions are dropped as dead), with the same views in the
-//! same argument order, so it runs under the kernel's own launch words.
+//! kernel without selects (its range loads become plain loads, its selects become the operand
+//! they pick, the other operands' instructions are dropped as dead), with the same views in
+//! the same argument order, so it runs under the kernel's own launch words.
 //!
 //! Both emitters use it: the C backend runs one loop nest per piece over its segment (its
 //! offsets moved to the segment's start, see `backend::cpu::emit::split`); the CUDA backend

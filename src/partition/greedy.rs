@@ -871,8 +871,6 @@ impl Builder<'_> {
         self.level[p] + u32::from(self.role[p] == Role::Rows)
     }
 
-    /// The bytes a kernel's reads move beyond its values' bytes: `gather` per pass over the
-    /// data, every pass of a row kernel where the profile says rows are read again, else once.
     /// The modeled time of a fused kernel moving `bytes` (its reads `read_extra` more) with
     /// `flops` of arithmetic: a row kernel (`rows`) in one launch, any other with the
     /// reduction passes of its thinnest reduction (`reduction_factor`, `None` without any).
@@ -895,6 +893,8 @@ impl Builder<'_> {
         .total_us
     }
 
+    /// The bytes a kernel's reads move beyond its values' bytes: `gather` per pass over the
+    /// data, every pass of a row kernel where the profile says rows are read again, else once.
     fn read_extra(&self, gather: f64, passes: u32) -> f64 {
         if self.profile.reads.rows_reread {
             gather * f64::from(passes)

@@ -626,21 +626,14 @@ pub(crate) fn fits(part: &[usize], domain: &[usize]) -> bool {
 /// consumer would read column sums where a row kernel holds row sums. It stays `End`.
 pub fn row_reduction(dag: &Dag, n: usize) -> bool {
     let node = &dag.nodes[n];
-    let (OpKind::Reduction, Some(&x)) = (node.op.kind(), node.args.first()) else {
+    let Some(&x) = node.args.first() else {
         return false;
     };
     let x_shape = &dag.ty(x).shape;
     let Some(last) = x_shape.len().checked_sub(1) else {
         return false;
     };
-    let Ok((plan, _)) = crate::graph::check::plan_builtin(
-        node.op.builtin().unwrap_or(Builtin::Sum),
-        &[x_shape],
-        &node.attrs,
-    ) else {
-        return false;
-    };
-    let Some(reduced) = plan.reduced_axes(x_shape.len(), x_shape.len()) else {
+    let Some(reduced) = reduced_axes(dag, n, x_shape.len()) else {
         return false;
     };
     let axes_ok = reduced[last] && (0..last).all(|d| !reduced[d] || x_shape[d] == 1);
@@ -653,6 +646,24 @@ pub fn row_reduction(dag: &Dag, n: usize) -> bool {
         let o = if d < pad { 1 } else { out[d - pad] };
         if d == last { o == 1 } else { o == x_shape[d] }
     })
+}
+
+/// For reduction node `n` evaluated over a domain of rank `rank`: per domain axis, whether
+/// it reduces that axis ([`BuiltinPlan::reduced_axes`](crate::graph::check::BuiltinPlan));
+/// `None` for other nodes, or where the plan cannot be read.
+pub(crate) fn reduced_axes(dag: &Dag, n: usize, rank: usize) -> Option<Vec<bool>> {
+    let node = &dag.nodes[n];
+    let (OpKind::Reduction, Some(&x)) = (node.op.kind(), node.args.first()) else {
+        return None;
+    };
+    let x_shape = &dag.ty(x).shape;
+    let (plan, _) = crate::graph::check::plan_builtin(
+        node.op.builtin().unwrap_or(Builtin::Sum),
+        &[x_shape],
+        &node.attrs,
+    )
+    .ok()?;
+    plan.reduced_axes(x_shape.len(), rank)
 }
 
 /// The kernel kind a node of this role starts.

@@ -5,16 +5,15 @@
 //! form). Where the kernel's selects all pick along one axis by the same segments and no
 //! reduction of it reduces that axis, both backends run it as *pieces* instead
 //! (`lower::split`): over each segment only the operand that segment selects is evaluated.
-//! Pricing such a kernel at the clamped
-//! form's arithmetic makes fusing heavy operands through a concat look twice as dear as it is
-//! with two segments (ten times with ten), so the partition would keep them in a kernel of
-//! their own and pay their write and read instead.
+//! Pricing such a kernel at the clamped form's arithmetic makes fusing heavy operands through
+//! a concat look twice as dear as it is with two segments (ten times with ten), so the
+//! partition would keep them in a kernel of their own and pay their write and read instead.
 //!
-//! [`Facts::fused_arithmetic`] counts what the pieces do: a node is evaluated over the segments
-//! whose piece needs it, the concat's operand `k` only over segment `k`, anything read after
-//! the concat (or stored, or independent of it) over the whole domain. Kernels the pieces
-//! cannot express keep the clamped count, on the same conditions `lower::split` checks on the
-//! kernel's IR, stated here on its nodes:
+//! [`Facts::fused_arithmetic`] counts what the pieces do: a node is evaluated over the
+//! segments whose piece needs it, the concat's operand `k` only over segment `k`, anything
+//! read after the concat (or stored, or independent of it) over the whole domain. Kernels the
+//! pieces cannot express keep the clamped count, on the same conditions `lower::split` checks
+//! on the kernel's IR, stated here on its nodes:
 //!
 //! - every concat inside selects along one domain axis with the same segment sizes;
 //! - no reduction reduces that axis (an output would gather several pieces' points), and
@@ -168,18 +167,7 @@ impl Facts<'_> {
     /// Whether reduction node `n`, evaluated over a domain of rank `rank`, reduces domain
     /// axis `axis` (or its plan cannot be read, which prices it the safe way, clamped).
     fn reduces_axis(&self, n: usize, rank: usize, axis: usize) -> bool {
-        let node = &self.dag.nodes[n];
-        let Some(&x) = node.args.first() else {
-            return true;
-        };
-        let x_shape = &self.dag.ty(x).shape;
-        let Some(builtin) = node.op.builtin() else {
-            return true;
-        };
-        plan_builtin(builtin, &[x_shape], &node.attrs)
-            .ok()
-            .and_then(|(plan, _)| plan.reduced_axes(x_shape.len(), rank))
-            .is_none_or(|reduced| reduced[axis])
+        super::reduced_axes(self.dag, n, rank).is_none_or(|reduced| reduced[axis])
     }
 
     /// Concat `c`'s segments along the domain axis it fills, right-aligned; `None` where its

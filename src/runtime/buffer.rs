@@ -362,22 +362,29 @@ impl<'a> ElementsMut<'a> {
         }
     }
 
+    /// The elements as f32 to write, when the dtype is f32.
+    fn as_f32_mut(&mut self) -> Option<&mut [f32]> {
+        let len = self.len();
+        (self.dtype == DType::F32).then(|| {
+            // SAFETY: storage of `len` f32 values, aligned (buffers are 64-byte aligned),
+            // uniquely borrowed.
+            unsafe { std::slice::from_raw_parts_mut(self.bytes.as_mut_ptr() as *mut f32, len) }
+        })
+    }
+
     /// Stores `values` rounded to the dtype, as [`ElementsMut::set`] stores each, with the
     /// dtype matched once rather than per element (whole inputs are written this way).
     pub fn store_f64(&mut self, values: &[f64]) {
         let n = self.len().min(values.len());
-        match self.dtype {
-            DType::F32 => {
-                // SAFETY: aligned storage of `len` f32 values, uniquely borrowed.
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut(self.bytes.as_mut_ptr() as *mut f32, n)
-                };
-                // `as f32` rounds to nearest even, keeps ±Inf and NaN, and overflows to ±Inf:
-                // `DType::F32.round`.
-                for (d, &v) in dst.iter_mut().zip(values) {
-                    *d = v as f32;
-                }
+        if let Some(dst) = self.as_f32_mut() {
+            // `as f32` rounds to nearest even, keeps ±Inf and NaN, and overflows to ±Inf:
+            // `DType::F32.round`.
+            for (d, &v) in dst.iter_mut().zip(values) {
+                *d = v as f32;
             }
+            return;
+        }
+        match self.dtype {
             DType::F64 => {
                 for (d, &v) in self.bytes.chunks_exact_mut(8).zip(values) {
                     d.copy_from_slice(&v.to_ne_bytes());
@@ -395,15 +402,14 @@ impl<'a> ElementsMut<'a> {
     /// to nearest even) when the dtype is f32, f16 or bf16; `false` for other dtypes.
     pub fn store_f32(&mut self, values: &[f32]) -> bool {
         let n = self.len().min(values.len());
+        if let Some(dst) = self.as_f32_mut() {
+            dst[..n].copy_from_slice(&values[..n]);
+            return true;
+        }
         let ptr = self.bytes.as_mut_ptr();
         match self.dtype {
-            DType::F32 => {
-                // SAFETY: aligned storage of `len` f32 values, uniquely borrowed.
-                let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut f32, n) };
-                dst.copy_from_slice(&values[..n]);
-            }
             DType::F16 | DType::BF16 => {
-                // SAFETY: as above, 16-bit values.
+                // SAFETY: aligned storage of `len` 16-bit values, uniquely borrowed.
                 let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u16, n) };
                 let half = self.dtype == DType::F16;
                 for (d, &v) in dst.iter_mut().zip(values) {

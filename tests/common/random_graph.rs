@@ -919,11 +919,7 @@ pub fn build_concat(catalogue: &fusebox::rules::Catalogue, recipe: &ConcatRecipe
         }
         4 => vec![c.clone(), b.op("out", op, &[&c])],
         5 => {
-            let keep = [
-                ("axes", AttrValue::Ints(vec![1])),
-                ("keepdim", AttrValue::Bool(true)),
-            ];
-            let m = b.op_with("m", "reduce_max", &[&c], &keep);
+            let m = super::row_graphs::last_axis(&mut b, "m", "reduce_max", &c);
             vec![m, b.op("out", op, &[&c])]
         }
         _ => vec![b.op_with("m", "mean", &[&c], &[("axes", AttrValue::Ints(vec![-1]))])],

@@ -66,6 +66,7 @@ use super::abi;
 use crate::backend::cache::hex;
 use crate::backend::spelling::{Spelling, map_stage_positions};
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, View};
+use crate::lower::split::Split;
 use crate::lower::verify::IrError;
 use code::Code;
 use expr::{Cuda, identity};
@@ -163,6 +164,9 @@ struct Kernel<'a> {
     inner: usize,
     groups: Vec<Vec<usize>>,
     width: usize,
+    /// The per-segment pieces a range-select kernel runs as ([`crate::lower::split`]), found
+    /// once for the main body and every reduction pass.
+    split: Option<Split>,
 }
 
 impl<'a> Kernel<'a> {
@@ -175,6 +179,7 @@ impl<'a> Kernel<'a> {
             inner: ir.rank.saturating_sub(1),
             groups: abi::reduction_groups(ir),
             width: abi::vector_width(ir),
+            split: crate::lower::split::split_guarded(ir),
         }
     }
 
@@ -625,8 +630,8 @@ impl<'a> Kernel<'a> {
         code.open("for (U t = first; t < total; t += step)");
         self.decompose(&mut code, "(I)t", &all, "rem");
         self.bases(&mut code);
-        match crate::lower::split::split_guarded(self.ir) {
-            Some(split) => self.pieces(&mut code, &split),
+        match &self.split {
+            Some(split) => self.pieces(&mut code, split),
             None => {
                 self.values(&mut code, Lane::Scalar);
                 self.stores(&mut code, Lane::Scalar);
@@ -646,7 +651,7 @@ impl<'a> Kernel<'a> {
     /// already points its segment's first index at the operand's element 0, and the pieces
     /// keep their range loads' bounds, so a launch whose ranges do not tile the axis reads
     /// what the select would.
-    fn pieces(&self, code: &mut Code, split: &crate::lower::split::Split) {
+    fn pieces(&self, code: &mut Code, split: &Split) {
         self.branch_per_piece(code, split, |inner, branch| {
             inner.values(branch, Lane::Scalar);
             inner.stores(branch, Lane::Scalar);
@@ -658,7 +663,7 @@ impl<'a> Kernel<'a> {
     fn branch_per_piece(
         &self,
         code: &mut Code,
-        split: &crate::lower::split::Split,
+        split: &Split,
         mut body: impl FnMut(&Kernel, &mut Code),
     ) {
         let c = format!("i{}", split.axis);
@@ -684,19 +689,10 @@ impl<'a> Kernel<'a> {
     /// them out of its branch in variables `w{r}`, whose names it returns in the group's order.
     /// `lower::split` cuts only kernels whose reductions keep the select's axis, so each
     /// output gathers points of one piece; the choice per point is right either way.
-    fn reduced_pieces(
-        &self,
-        code: &mut Code,
-        split: &crate::lower::split::Split,
-        g: usize,
-    ) -> Vec<String> {
+    fn reduced_pieces(&self, code: &mut Code, split: &Split, g: usize) -> Vec<String> {
         let group = &self.groups[g];
         for &r in group {
-            let ty = match self.ir.prec(self.ir.reductions[r].value) {
-                Prec::F32 => "float",
-                Prec::F64 => "double",
-                Prec::I64 => "long long",
-            };
+            let ty = Cuda.value_type(self.ir.prec(self.ir.reductions[r].value));
             code.def(format!("w{r}"), format!("{ty} w{r};"));
         }
         self.branch_per_piece(code, split, |inner, branch| {
@@ -807,8 +803,8 @@ impl<'a> Kernel<'a> {
         self.decompose(&mut code, "(I)e", &gone, "rem");
         self.bases(&mut code);
         // The value each reduction of the group takes at this point, by name.
-        let reduced: Vec<String> = match crate::lower::split::split_guarded(self.ir) {
-            Some(split) => self.reduced_pieces(&mut code, &split, g),
+        let reduced: Vec<String> = match &self.split {
+            Some(split) => self.reduced_pieces(&mut code, split, g),
             None => {
                 self.values(&mut code, Lane::Scalar);
                 if g == 0 {
