@@ -288,8 +288,9 @@ fn concat_recipes_cover_range_selects() {
     );
     let strategy = random_graph::concat_recipes();
     let (mut built, mut selecting, mut empty, mut negative, mut half) = (0, 0, 0, 0, 0);
-    // Kernels that reduce and read a concat by ranges: cut into pieces, and clamped.
-    let (mut reducing_pieces, mut reducing_clamped) = (0, 0);
+    // Kernels that reduce and read a concat by ranges: cut into pieces, and clamped; row
+    // kernels that read one (always in pieces).
+    let (mut reducing_pieces, mut reducing_clamped, mut row_pieces) = (0, 0, 0);
     for _ in 0..500 {
         let recipe = strategy.new_tree(&mut runner).unwrap().current();
         let Some(graph) = random_graph::build_concat(&rules().ops, &recipe) else {
@@ -309,6 +310,14 @@ fn concat_recipes_cover_range_selects() {
                 reducing_clamped += 1;
             }
         }
+        for ir in program
+            .kernels
+            .iter()
+            .filter(|ir| ir.is_row_kernel() && ir.has_ranges())
+        {
+            assert!(lower::split::split(ir).is_some(), "{graph:?}");
+            row_pieces += 1;
+        }
         empty += usize::from(recipe.parts.iter().any(|p| p.len == 0));
         negative += usize::from(recipe.axis < 0);
         half += usize::from(
@@ -320,10 +329,11 @@ fn concat_recipes_cover_range_selects() {
     }
     eprintln!(
         "{built} built, {selecting} select, {empty} empty, {negative} negative, {half} half, \
-         reducing kernels: {reducing_pieces} in pieces, {reducing_clamped} clamped"
+         reducing kernels: {reducing_pieces} in pieces, {reducing_clamped} clamped, \
+         row kernels in pieces: {row_pieces}"
     );
     assert!(built > 400, "{built}");
-    assert!(reducing_pieces >= 20 && reducing_clamped >= 5);
+    assert!(reducing_pieces >= 20 && reducing_clamped >= 5 && row_pieces >= 15);
     assert!(selecting * 2 > built, "{selecting} of {built}");
     assert!(empty * 5 > built && negative * 3 > built && half * 3 > built);
 }
@@ -801,5 +811,141 @@ fn reductions_keeping_the_select_axis_run_as_pieces() {
             agrees(&graph, seed, specials, true)
                 .unwrap_or_else(|e| panic!("{} (specials {specials}): {e}", graph.name));
         }
+    }
+}
+
+/// Row kernels over concats along an outer axis, which run as one row kernel per segment:
+/// the softmax of the rows of a batch concat (segments of 3, 0, 1 and 2 rows, an f16 operand
+/// promoted to f32), with its row maxima as a second output; layernorm with affine over a
+/// concat along the middle axis of rank-3 operands; and the f16 log-softmax of rows longer
+/// than 4096 (past the CUDA register and shared-memory caches).
+pub(crate) fn row_kernels_of_concats() -> Vec<Graph> {
+    let mut graphs = Vec::new();
+    let mut b = GraphBuilder::new("softmax_of_batch_concat");
+    let a = b.input("a", DType::F32, &[3, 37]);
+    let empty = b.input("empty", DType::F32, &[0, 37]);
+    let half = b.input("half", DType::F16, &[1, 37]);
+    let c = b.input("c", DType::F32, &[2, 37]);
+    let ta = b.op("ta", "tanh", &[&a]);
+    let sc = b.op("sc", "sigmoid", &[&c]);
+    let cat = b.op_with(
+        "cat",
+        "concat",
+        &[&ta, &empty, &half, &sc],
+        &[("axis", AttrValue::Int(0))],
+    );
+    let y = common::row_graphs::softmax_of(&mut b, &cat);
+    graphs.push(b.finish(&[&y, "m"]));
+
+    let mut b = GraphBuilder::new("layernorm_of_middle_concat");
+    let a = b.input("a", DType::F32, &[2, 3, 33]);
+    let z = b.input("z", DType::F32, &[2, 1, 33]);
+    let w = b.input("w", DType::F32, &[33]);
+    let bias = b.input("bias", DType::F32, &[33]);
+    let ea = b.op("ea", "exp", &[&a]);
+    let cat = b.op_with("cat", "concat", &[&ea, &z], &[("axis", AttrValue::Int(1))]);
+    let y = common::row_graphs::layernorm_of(&mut b, &cat, DType::F32, Some((&w, &bias)));
+    graphs.push(b.finish(&[&y]));
+
+    let mut b = GraphBuilder::new("long_f16_log_softmax_of_concat");
+    let a = b.input("a", DType::F16, &[2, 4100]);
+    let c = b.input("c", DType::F16, &[1, 4100]);
+    let na = b.op("na", "neg", &[&a]);
+    let cat = b.op_with("cat", "concat", &[&na, &c], &[("axis", AttrValue::Int(-2))]);
+    let y = common::row_graphs::log_softmax_of(&mut b, &cat);
+    graphs.push(b.finish(&[&y]));
+    graphs
+}
+
+/// Each graph of [`row_kernels_of_concats`] is one row kernel that reads its concat by ranges
+/// and runs as pieces (the report says so, and the C calls a row kernel per segment), and it
+/// equals the reference in the interpreter and compiled, with and without NaN/Inf. A launch
+/// whose ranges do not tile the axis (the domain cut one row short of the last segment's end)
+/// runs the clamped form of the C row kernel, and agrees with the interpreter on it.
+#[test]
+fn row_kernels_over_an_outer_concat_run_as_pieces() {
+    for graph in row_kernels_of_concats() {
+        let out = optimize(&graph, rules(), &Options::default()).unwrap();
+        assert_eq!(out.partition.kernels.len(), 1, "{}: one kernel", graph.name);
+        assert!(out.partition.kernels[0].per_segment, "{}", graph.name);
+        let concat = &out.report.kernels[0].concats[0];
+        assert_eq!(
+            (concat.strategy, concat.per_segment),
+            ("range select", true),
+            "{}",
+            graph.name
+        );
+        let mut program = lower::lower(&out.dag, &out.partition).unwrap();
+        assert!(program.kernels[0].is_row_kernel(), "{}", graph.name);
+        assert_eq!(split_kernels(&program), 1, "{}", graph.name);
+        for (seed, specials) in [(41, false), (42, true)] {
+            agrees(&graph, seed, specials, true)
+                .unwrap_or_else(|e| panic!("{} (specials {specials}): {e}", graph.name));
+        }
+        // The clamped form: a launch whose first range ends a row early, leaving a gap row
+        // (there the select's value is unspecified), runs the clamped row kernel, which
+        // agrees with the interpreter on every other row.
+        let axis = lower::split::split(&program.kernels[0]).unwrap().axis;
+        let lower::Step::Kernel(step) = &mut program.steps[0] else {
+            panic!("{}: a generated kernel", graph.name);
+        };
+        step.launch.ranges[0].1 -= 1;
+        let gap = step.launch.ranges[0].1 as usize;
+        program.check_bounds().unwrap();
+        let inputs = random_graph::inputs(&graph, 43, true);
+        let buffers = random_graph::input_buffers(&program, &inputs);
+        let want = interpret::run_program(&program, &buffers).unwrap();
+        let mut executable =
+            fusebox::backend::cpu::runtime::CpuExecutable::new(program.clone(), compiler())
+                .unwrap();
+        let mut got = executable.output_buffers();
+        executable.run_into(&buffers, &mut got).unwrap();
+        for ((o, w), g) in program.dag.outputs.iter().zip(&want).zip(&got) {
+            let [w, g] = [w, g].map(|b| outside_row(&b.to_tensor(), axis, gap));
+            assert_same(&format!("{} {} (clamped)", graph.name, o.name), &w, &g).unwrap();
+        }
+    }
+}
+
+/// `t` with its elements at index `row` of `axis` set to 0.
+fn outside_row(t: &Tensor, axis: usize, row: usize) -> Tensor {
+    let shape = t.shape().to_vec();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let values: Vec<f64> = t
+        .values()
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            if (i / inner) % shape[axis] == row {
+                0.0
+            } else {
+                v
+            }
+        })
+        .collect();
+    Tensor::from_values(t.dtype, &shape, values).unwrap()
+}
+
+/// A softmax over the rows of a concat along the rows themselves would put one row's
+/// elements in several pieces: the row kernel holds no select, so the concat's operands and
+/// the row maximum run as pieces in one kernel and the row kernel reads the concat written
+/// out, and the result equals the reference.
+#[test]
+fn a_row_kernel_holds_no_concat_along_its_rows() {
+    let mut b = GraphBuilder::new("softmax_of_row_concat");
+    let a = b.input("a", DType::F32, &[4, 5]);
+    let c = b.input("c", DType::F32, &[4, 7]);
+    let ta = b.op("ta", "tanh", &[&a]);
+    let cat = b.op_with("cat", "concat", &[&ta, &c], &[("axis", AttrValue::Int(1))]);
+    let y = common::row_graphs::softmax_of(&mut b, &cat);
+    let graph = b.finish(&[&y]);
+    let program = lowered(&graph);
+    assert_eq!(program.kernels.len(), 2);
+    for ir in &program.kernels {
+        assert!(!(ir.is_row_kernel() && ir.has_ranges()));
+    }
+    assert!(program.kernels.iter().any(|ir| ir.is_row_kernel()));
+    for (seed, specials) in [(44, false), (45, true)] {
+        agrees(&graph, seed, specials, true).unwrap();
     }
 }

@@ -14,14 +14,20 @@
 //! only that piece, at the thread's own coordinates and the launch's offsets (a range load's
 //! offset already points its segment's first index at the operand's element 0). Kernels the
 //! pieces cannot express (two selects over different ranges, a range load outside its own
-//! segment, a reduction along the select's axis, a row reduction read inside the kernel, a
-//! store written only at index 0 of the axis) keep the select.
+//! segment, a reduction along the select's axis, a store written only at index 0 of the axis)
+//! keep the select.
 //!
 //! A reduction over other axes than the select's does not stop the cut: each of its outputs
 //! sums (or takes the maximum of) points of one segment only, so a piece holds the reduction
 //! too, with its reduced value renumbered, and computes whole outputs over its segment. The C
 //! pieces each run the reduction over their own segment; a CUDA thread accumulates the value
 //! of the piece its point lies in.
+//!
+//! A row kernel splits when its selects run along an outer axis: every row then lies in one
+//! segment, and each piece is a row kernel over the rows of its segment (its row reductions
+//! renumbered like the rest). A select along the rows themselves would put one row's
+//! elements in several pieces; such a kernel does not split, and the IR does not allow it
+//! ([`KernelIr::verify`]).
 
 use super::ir::{Axis, Instr, KernelIr, ValueId};
 
@@ -51,7 +57,7 @@ pub fn split_guarded(ir: &KernelIr) -> Option<Split> {
 }
 
 fn cut(ir: &KernelIr, guarded: bool) -> Option<Split> {
-    if !ir.has_ranges() || ir.is_row_kernel() {
+    if !ir.has_ranges() {
         return None;
     }
     let mut select: Option<(usize, &Vec<usize>)> = None;
@@ -65,8 +71,10 @@ fn cut(ir: &KernelIr, guarded: bool) -> Option<Split> {
         }
     }
     let (axis, ranges) = select?;
-    // An output reduced along the axis would gather points of several pieces.
-    if ir.reductions.iter().any(|r| r.reduced[axis]) {
+    // An output reduced along the axis would gather points of several pieces; so would a
+    // row reduction, if the axis were a row kernel's rows.
+    if ir.reductions.iter().any(|r| r.reduced[axis]) || (ir.is_row_kernel() && axis + 1 == ir.rank)
+    {
         return None;
     }
     // A store smaller than the domain on the axis is written at index 0 only, which a piece

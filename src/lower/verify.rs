@@ -77,8 +77,9 @@ pub enum IrError {
     },
     /// Value `value` is a select without cases, or with another number of ranges than cases.
     SelectCases { value: ValueId },
-    /// A range load or select appears in a row kernel, whose rows the emitters walk without
-    /// the coordinates a range needs.
+    /// A row kernel reads a concat by ranges that do not cut it into per-segment row kernels
+    /// ([`crate::lower::split`]): the row emitters run such a kernel only as its pieces, one
+    /// row kernel per segment of an outer axis.
     RowKernelRange,
 }
 
@@ -151,7 +152,11 @@ impl fmt::Display for IrError {
                 f,
                 "select v{value} needs at least one case and one range per case"
             ),
-            IrError::RowKernelRange => write!(f, "a row kernel cannot read a concat by ranges"),
+            IrError::RowKernelRange => write!(
+                f,
+                "a row kernel reads a concat by ranges only along an outer axis, by one set of \
+                 segments"
+            ),
             IrError::RowKernelReduction => write!(
                 f,
                 "a row kernel's reductions are all row reductions, none ends the kernel"
@@ -267,7 +272,7 @@ impl KernelIr {
         if self.is_row_kernel() && !self.reductions.is_empty() {
             return Err(IrError::RowKernelReduction);
         }
-        if self.is_row_kernel() && self.has_ranges() {
+        if self.is_row_kernel() && self.has_ranges() && super::split::split(self).is_none() {
             return Err(IrError::RowKernelRange);
         }
         for (reduction, red) in self.reductions.iter().enumerate() {

@@ -33,8 +33,9 @@
 //! and, once merged, it writes nothing (the concat is the only reader of its values) — and the
 //! merged kernel's domain is the concat's shape. Its ops are then evaluated per segment by
 //! the lowering. Every concat in a kernel selects along one axis (counted from the innermost,
-//! which broadcasting keeps), and row kernels hold none. A concat kernel nothing joined is
-//! reported and lowered as a copy.
+//! which broadcasting keeps). A row kernel may hold concats that select along an outer axis:
+//! each row then lies in one segment and the kernel runs as one row kernel per segment
+//! ([`rows_allow_select`]). A concat kernel nothing joined is reported and lowered as a copy.
 //!
 //! Once every node is placed, the sibling pass (`greedy/siblings.rs`) merges pairs of independent
 //! kernels when that is cheaper still, with the same domain, budget and convexity checks.
@@ -293,6 +294,14 @@ fn select_axis(dag: &Dag, role: &[Role], c: usize) -> Option<usize> {
     }
 }
 
+/// Whether a row kernel may read concats selecting along `select` (counted from the
+/// innermost): along an outer axis, where every row lies in one segment, so that it runs as
+/// one row kernel per segment (`lower::split`), and not along the rows, whose elements would
+/// lie in several segments (the row emitters spell no range select inside a row).
+pub(super) fn rows_allow_select(select: Option<usize>) -> bool {
+    select.is_none_or(|axis| axis > 1)
+}
+
 /// The one axis selected along by kernels and a node, counted from the innermost: `Err` when
 /// two differ.
 fn one_axis(axes: impl Iterator<Item = Option<usize>>) -> Result<Option<usize>, ()> {
@@ -324,7 +333,9 @@ impl Builder<'_> {
 
     /// The arithmetic of the kernel merging `members` (canonical ids) and `node` over
     /// `domain`: `per_element` at every point, unless it reads a concat by ranges, which may
-    /// run as per-segment pieces ([`Facts::fused_arithmetic`]).
+    /// run as per-segment pieces ([`Facts::fused_arithmetic`]). `None` for a row kernel
+    /// (`rows`) whose concats would not cut it into pieces: the row emitters run a row kernel
+    /// that reads a concat only as one row kernel per segment.
     fn kernel_flops(
         &self,
         members: &[u32],
@@ -332,9 +343,10 @@ impl Builder<'_> {
         domain: &Shape,
         per_element: f64,
         select: Option<usize>,
-    ) -> f64 {
+        rows: bool,
+    ) -> Option<f64> {
         if select.is_none() {
-            return per_element * numel(domain) as f64;
+            return Some(per_element * numel(domain) as f64);
         }
         let nodes: Vec<usize> = members
             .iter()
@@ -344,7 +356,8 @@ impl Builder<'_> {
         let inside = |u: usize| {
             Some(u) == node || (self.group_of[u] != u32::MAX && members.contains(&self.group_of[u]))
         };
-        self.facts.fused_arithmetic(&nodes, domain, inside).flops
+        let arithmetic = self.facts.fused_arithmetic(&nodes, domain, inside);
+        (arithmetic.per_segment || !rows).then_some(arithmetic.flops)
     }
 
     fn next_epoch(&mut self) -> u32 {
@@ -590,7 +603,7 @@ impl Builder<'_> {
         let shape = self.facts.iter_shape(n);
         let rows = consumes_rows || members.iter().any(|&m| self.group(m).rows);
         let other_end = self.other_end(n) || members.iter().any(|&m| self.group(m).other_end);
-        if rows && (other_end || select.is_some()) {
+        if rows && (other_end || !rows_allow_select(select)) {
             return None;
         }
         let mut fixed: Option<&Shape> =
@@ -735,7 +748,7 @@ impl Builder<'_> {
             .map(|&m| self.group(m).per_element)
             .sum::<f64>()
             + self.facts.flops_per_element[n];
-        let flops = self.kernel_flops(members, Some(n), &domain, per_element, select);
+        let flops = self.kernel_flops(members, Some(n), &domain, per_element, select, rows)?;
         let reduction_factor = members
             .iter()
             .filter_map(|&m| self.group(m).reduction_factor)

@@ -16,8 +16,9 @@
 //! on the kernel's IR, stated here on its nodes:
 //!
 //! - every concat inside selects along one domain axis with the same segment sizes;
-//! - no reduction reduces that axis (an output would gather several pieces' points), and
-//!   none is read inside the kernel (a row kernel);
+//! - no reduction reduces that axis (an output would gather several pieces' points; a row
+//!   kernel's row reductions reduce the innermost axis, so its pieces are row kernels over
+//!   the segments of an outer axis);
 //! - no value stored by the kernel is smaller than the domain along that axis (it is written
 //!   at index 0 only, which no piece past the first sees). A reduction's result is exempt:
 //!   it is written through its accumulators, which keep the axis.
@@ -130,7 +131,7 @@ impl Facts<'_> {
         domain: &[usize],
         inside: &impl Fn(usize) -> bool,
     ) -> Option<Segments> {
-        if nodes.len() < 2 || self.row_kernel(nodes, inside) {
+        if nodes.len() < 2 {
             return None;
         }
         let mut found: Option<Segments> = None;

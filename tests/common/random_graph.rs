@@ -806,8 +806,10 @@ pub struct ConcatRecipe {
     /// 0: the concat is the output; 1: a unary op of it; 2: it plus a broadcast vector; 3:
     /// its sum over axis 0 and a unary op of it (two readers in two kernels); 4: it and a
     /// unary op of it, both outputs; 5: the keepdim maximum of its rows (axis 1) and a unary
-    /// op of it; 6: the mean of its rows without keepdim. A reduction along the concat's
-    /// axis gathers several operands; one along the other axis lets the kernel run as pieces.
+    /// op of it; 6: the mean of its rows without keepdim; 7: the softmax of its rows; 8: its
+    /// rows less their keepdim mean. A reduction along the concat's axis gathers several
+    /// operands; one along the other axis lets the kernel run as pieces, and with the rows'
+    /// consumers (7, 8, and 5 when they fuse) as one row kernel per segment.
     pub consumer: usize,
     pub consumer_op: usize,
 }
@@ -826,7 +828,7 @@ pub fn concat_recipes() -> BoxedStrategy<ConcatRecipe> {
         0usize..5,
         prop_oneof![Just(0i64), Just(1), Just(-1), Just(-2)],
         prop::collection::vec(part, 1..5),
-        0usize..7,
+        0usize..9,
         0usize..UNARY.len(),
     )
         .prop_map(
@@ -904,7 +906,7 @@ pub fn build_concat(catalogue: &fusebox::rules::Catalogue, recipe: &ConcatRecipe
         &[("axis", AttrValue::Int(recipe.axis))],
     );
     let op = UNARY[recipe.consumer_op % UNARY.len()];
-    let outputs: Vec<String> = match recipe.consumer % 7 {
+    let outputs: Vec<String> = match recipe.consumer % 9 {
         0 => vec![c],
         1 => vec![b.op("out", op, &[&c])],
         2 => {
@@ -922,7 +924,12 @@ pub fn build_concat(catalogue: &fusebox::rules::Catalogue, recipe: &ConcatRecipe
             let m = super::row_graphs::last_axis(&mut b, "m", "reduce_max", &c);
             vec![m, b.op("out", op, &[&c])]
         }
-        _ => vec![b.op_with("m", "mean", &[&c], &[("axes", AttrValue::Ints(vec![-1]))])],
+        6 => vec![b.op_with("m", "mean", &[&c], &[("axes", AttrValue::Ints(vec![-1]))])],
+        7 => vec![b.op_with("out", "softmax", &[&c], &[("axis", AttrValue::Int(-1))])],
+        _ => {
+            let m = super::row_graphs::last_axis(&mut b, "m", "mean", &c);
+            vec![b.op("out", "sub", &[&c, &m])]
+        }
     };
     let names: Vec<&str> = outputs.iter().map(String::as_str).collect();
     let graph = b.finish(&names);

@@ -22,25 +22,35 @@ pub fn last_axis(b: &mut GraphBuilder, name: &str, op: &str, x: &str) -> String 
 pub fn softmax(dtype: DType, shape: &[usize]) -> Graph {
     let mut b = GraphBuilder::new("softmax");
     let x = b.input("x", dtype, shape);
-    let m = last_axis(&mut b, "m", "reduce_max", &x);
-    let d = b.op("d", "sub", &[&x, &m]);
-    let e = b.op("e", "exp", &[&d]);
-    let s = last_axis(&mut b, "s", "sum", &e);
-    let y = b.op("y", "div", &[&e, &s]);
+    let y = softmax_of(&mut b, &x);
     b.finish(&[&y])
+}
+
+/// [`softmax`]'s ops over `x` (named `m`, `d`, `e`, `s`, `y`); returns `y`.
+pub fn softmax_of(b: &mut GraphBuilder, x: &str) -> String {
+    let m = last_axis(b, "m", "reduce_max", x);
+    let d = b.op("d", "sub", &[x, &m]);
+    let e = b.op("e", "exp", &[&d]);
+    let s = last_axis(b, "s", "sum", &e);
+    b.op("y", "div", &[&e, &s])
 }
 
 /// `d - log(sum(exp(d)))` with `d = x - max(x)`, over the last axis.
 pub fn log_softmax(dtype: DType, shape: &[usize]) -> Graph {
     let mut b = GraphBuilder::new("log_softmax");
     let x = b.input("x", dtype, shape);
-    let m = last_axis(&mut b, "m", "reduce_max", &x);
-    let d = b.op("d", "sub", &[&x, &m]);
-    let e = b.op("e", "exp", &[&d]);
-    let s = last_axis(&mut b, "s", "sum", &e);
-    let l = b.op("l", "log", &[&s]);
-    let y = b.op("y", "sub", &[&d, &l]);
+    let y = log_softmax_of(&mut b, &x);
     b.finish(&[&y])
+}
+
+/// [`log_softmax`]'s ops over `x` (named `m`, `d`, `e`, `s`, `l`, `y`); returns `y`.
+pub fn log_softmax_of(b: &mut GraphBuilder, x: &str) -> String {
+    let m = last_axis(b, "m", "reduce_max", x);
+    let d = b.op("d", "sub", &[x, &m]);
+    let e = b.op("e", "exp", &[&d]);
+    let s = last_axis(b, "s", "sum", &e);
+    let l = b.op("l", "log", &[&s]);
+    b.op("y", "sub", &[&d, &l])
 }
 
 /// `(x - mean) * rsqrt(var + 1e-5)` over the last axis, then `* w + b` when `affine`.
@@ -56,17 +66,29 @@ pub fn layernorm(dtype: DType, shape: &[usize], affine: bool) -> Graph {
     } else {
         (None, None)
     };
-    let mean = last_axis(&mut b, "mean", "mean", &x);
-    let c = b.op("c", "sub", &[&x, &mean]);
+    let y = layernorm_of(&mut b, &x, dtype, w.as_deref().zip(bias.as_deref()));
+    b.finish(&[&y])
+}
+
+/// [`layernorm`]'s ops over `x` of `dtype` (named `mean`, `c`, `sq`, `var`, `eps`, `ve`, `r`,
+/// `n`, and `s`, `y` with an affine `(weight, bias)`); returns the result.
+pub fn layernorm_of(
+    b: &mut GraphBuilder,
+    x: &str,
+    dtype: DType,
+    affine: Option<(&str, &str)>,
+) -> String {
+    let mean = last_axis(b, "mean", "mean", x);
+    let c = b.op("c", "sub", &[x, &mean]);
     let sq = b.op("sq", "mul", &[&c, &c]);
-    let var = last_axis(&mut b, "var", "mean", &sq);
+    let var = last_axis(b, "var", "mean", &sq);
     let eps = b.constant("eps", 1e-5, dtype);
     let ve = b.op("ve", "add", &[&var, &eps]);
     let r = b.op("r", "rsqrt", &[&ve]);
     let mut y = b.op("n", "mul", &[&c, &r]);
-    if let (Some(w), Some(bias)) = (w, bias) {
-        let s = b.op("s", "mul", &[&y, &w]);
-        y = b.op("y", "add", &[&s, &bias]);
+    if let Some((w, bias)) = affine {
+        let s = b.op("s", "mul", &[&y, w]);
+        y = b.op("y", "add", &[&s, bias]);
     }
-    b.finish(&[&y])
+    y
 }

@@ -143,10 +143,12 @@ pub fn emit_module(kernels: &[(String, &KernelIr)]) -> String {
         part(vector::VECTOR_HELPERS);
         if expf {
             part(vector::VECTOR_EXPF);
-            if kernels
-                .iter()
-                .any(|(_, ir)| kernel::row_exps(ir).contains(&true))
-            {
+            // A split row kernel's pieces are row kernels of their own.
+            let row_exps = |ir: &KernelIr| kernel::row_exps(ir).contains(&true);
+            if kernels.iter().any(|(_, ir)| {
+                row_exps(ir)
+                    || crate::lower::split::split(ir).is_some_and(|s| s.pieces.iter().any(row_exps))
+            }) {
                 part(vector::VECTOR_EXPF_ROW);
             }
         }

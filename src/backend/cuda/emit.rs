@@ -165,7 +165,9 @@ struct Kernel<'a> {
     groups: Vec<Vec<usize>>,
     width: usize,
     /// The per-segment pieces a range-select kernel runs as ([`crate::lower::split`]), found
-    /// once for the main body and every reduction pass.
+    /// once for the main body and every reduction pass. A row kernel's pieces read plain
+    /// loads from row bases clamped into their ranges (`rows.rs`); the others keep their
+    /// range loads' guards.
     split: Option<Split>,
 }
 
@@ -179,7 +181,11 @@ impl<'a> Kernel<'a> {
             inner: ir.rank.saturating_sub(1),
             groups: abi::reduction_groups(ir),
             width: abi::vector_width(ir),
-            split: crate::lower::split::split_guarded(ir),
+            split: if ir.is_row_kernel() {
+                crate::lower::split::split(ir)
+            } else {
+                crate::lower::split::split_guarded(ir)
+            },
         }
     }
 

@@ -150,7 +150,7 @@ impl Builder<'_> {
         let rows = ga.rows || gb.rows;
         let other_end = ga.other_end || gb.other_end;
         let select = super::one_axis([ga.select, gb.select].into_iter()).ok()?;
-        if rows && (other_end || select.is_some()) {
+        if rows && (other_end || !super::rows_allow_select(select)) {
             return None;
         }
         // Iteration domain: a kernel with an `End` node keeps its own.
@@ -195,7 +195,7 @@ impl Builder<'_> {
         let total_us = self.fused_total_us(
             in_bytes + out_bytes,
             self.read_extra(gather, passes),
-            self.kernel_flops(&[a, b], None, &domain, per_element, select),
+            self.kernel_flops(&[a, b], None, &domain, per_element, select, rows)?,
             reduction_factor,
             rows,
         );

@@ -214,12 +214,7 @@ impl Kernel<'_> {
         code.comment("one block per row; its threads share the row's elements");
         code.open("for (U row = (U)blockIdx.x; row < rows; row += (U)gridDim.x)");
         self.decompose(&mut code, "(I)row", &outer, "rem");
-        for arg in 0..ir.loads.len() + ir.stores.len() {
-            code.def(
-                format!("rb{arg}"),
-                format!("const I rb{arg} = {};", self.index(arg, &outer)),
-            );
-        }
+        self.row_bases(&mut code, &outer);
         // A store broadcast along an outer axis is written from the rows at index 0 there.
         for (k, store) in ir.stores.iter().enumerate() {
             let at_zero: Vec<String> = outer
@@ -235,9 +230,42 @@ impl Kernel<'_> {
             }
         }
         code.comment(comment(path));
-        self.row_passes(&mut code, path);
+        match &self.split {
+            // The row's piece: the block's threads share the row, so all take one branch.
+            Some(split) => self.branch_per_piece(&mut code, split, |piece, branch| {
+                piece.row_passes(branch, path)
+            }),
+            None => self.row_passes(&mut code, path),
+        }
         code.close();
         code
+    }
+
+    /// `rb{a}` for every load and store: its element index at the row's start. A row kernel
+    /// that reads a concat by ranges selects along an outer axis (`lower::split`), so each
+    /// row lies in one segment and runs that segment's piece, whose loads are plain loads.
+    /// The row base of a view read within a range clamps the row's coordinate into the
+    /// range: inside it that is the row itself, and outside it (a row of another segment,
+    /// whose piece does not read the view, or a launch whose ranges leave rows uncovered,
+    /// where the select's value there is unspecified) it is a row of the range, so every
+    /// read, cached ones included, stays in bounds.
+    fn row_bases(&self, code: &mut Code, outer: &[usize]) {
+        let ranged = self.ir.range_views();
+        for arg in 0..self.ir.loads.len() + self.ir.stores.len() {
+            let mut index = format!("o{arg}");
+            for &d in outer {
+                let coord = match ranged.get(arg).copied().flatten() {
+                    Some((axis, r)) if axis == d => {
+                        format!("(i{d} < rs{r} ? rs{r} : i{d} < re{r} ? i{d} : re{r} - 1)")
+                    }
+                    _ => format!("i{d}"),
+                };
+                if let Some(t) = self.term(arg, d, &coord) {
+                    index.push_str(&format!(" + {t}"));
+                }
+            }
+            code.def(format!("rb{arg}"), format!("const I rb{arg} = {index};"));
+        }
     }
 
     /// Per load, whether pass `pass` reads it per element when the values of `kept` that an
