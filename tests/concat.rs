@@ -815,17 +815,18 @@ fn reductions_keeping_the_select_axis_run_as_pieces() {
 }
 
 /// Row kernels over concats along an outer axis, which run as one row kernel per segment:
-/// the softmax of the rows of a batch concat (segments of 3, 0, 1 and 2 rows, an f16 operand
-/// promoted to f32), with its row maxima as a second output; layernorm with affine over a
+/// the softmax of the rows of a batch concat (segments of 3, 0, 1 and 2 rows of 64, an f16
+/// operand promoted to f32, rows whole vectors for the CUDA vector path), with its row maxima
+/// as a second output; layernorm with affine over a
 /// concat along the middle axis of rank-3 operands; and the f16 log-softmax of rows longer
 /// than 4096 (past the CUDA register and shared-memory caches).
 pub(crate) fn row_kernels_of_concats() -> Vec<Graph> {
     let mut graphs = Vec::new();
     let mut b = GraphBuilder::new("softmax_of_batch_concat");
-    let a = b.input("a", DType::F32, &[3, 37]);
-    let empty = b.input("empty", DType::F32, &[0, 37]);
-    let half = b.input("half", DType::F16, &[1, 37]);
-    let c = b.input("c", DType::F32, &[2, 37]);
+    let a = b.input("a", DType::F32, &[3, 64]);
+    let empty = b.input("empty", DType::F32, &[0, 64]);
+    let half = b.input("half", DType::F16, &[1, 64]);
+    let c = b.input("c", DType::F32, &[2, 64]);
     let ta = b.op("ta", "tanh", &[&a]);
     let sc = b.op("sc", "sigmoid", &[&c]);
     let cat = b.op_with(

@@ -2498,8 +2498,8 @@ fn random_graph_emulates(
 }
 
 /// Random graphs around a concat (`random_graph::build_concat`) whose program holds a kernel
-/// that reduces and reads a concat by ranges, cut into pieces or clamped, run through the
-/// emulation as whole programs and equal the reference.
+/// that reduces and reads a concat by ranges (cut into pieces or clamped, or a row kernel in
+/// pieces), run through the emulation as whole programs and equal the reference.
 #[test]
 fn emulated_random_reducing_concat_graphs_match_the_reference() {
     use proptest::strategy::{Strategy, ValueTree};
@@ -2509,8 +2509,9 @@ fn emulated_random_reducing_concat_graphs_match_the_reference() {
     let mut runner = TestRunner::deterministic();
     let wanted = random_graph::cases(16) as usize;
     let (mut found, mut attempts) = (0, 0);
-    // Reducing range-select kernels run, cut into pieces and clamped.
-    let (mut pieces, mut clamped) = (0, 0);
+    // Reducing range-select kernels run, cut into pieces and clamped, and row kernels that
+    // read a concat (always in pieces).
+    let (mut pieces, mut clamped, mut rows) = (0, 0, 0);
     while found < wanted {
         attempts += 1;
         assert!(
@@ -2525,14 +2526,16 @@ fn emulated_random_reducing_concat_graphs_match_the_reference() {
         let reducing: Vec<&KernelIr> = program
             .kernels
             .iter()
-            .filter(|ir| !ir.reductions.is_empty() && ir.has_ranges())
+            .filter(|ir| (!ir.reductions.is_empty() || ir.is_row_kernel()) && ir.has_ranges())
             .collect();
         if reducing.is_empty() {
             continue;
         }
         found += 1;
         for ir in reducing {
-            if fusebox::lower::split::split_guarded(ir).is_some() {
+            if ir.is_row_kernel() {
+                rows += 1;
+            } else if fusebox::lower::split::split_guarded(ir).is_some() {
                 pieces += 1;
             } else {
                 clamped += 1;
@@ -2543,11 +2546,12 @@ fn emulated_random_reducing_concat_graphs_match_the_reference() {
         }
     }
     eprintln!(
-        "{found} graphs: reducing range-select kernels {pieces} in pieces, {clamped} clamped"
+        "{found} graphs: reducing range-select kernels {pieces} in pieces, {clamped} clamped, \
+         {rows} row kernels"
     );
     assert!(
-        pieces > 0 && clamped > 0,
-        "{pieces} in pieces, {clamped} clamped"
+        pieces > 0 && clamped > 0 && rows > 0,
+        "{pieces} in pieces, {clamped} clamped, {rows} row kernels"
     );
 }
 
@@ -3016,6 +3020,72 @@ fn emulated_reductions_of_concat_pieces_match_the_reference() {
             let Some(result) =
                 emulated_agrees(&graph, &program, &mut emulated, seed, seed == 1, wide, None)
             else {
+                return;
+            };
+            result.unwrap_or_else(|e| panic!("{}: {e}", graph.name));
+        }
+    }
+}
+
+/// Row kernels over concats along an outer axis (`concat::row_kernels_of_concats`: softmax of
+/// a batch concat with an empty and a one-row segment, layernorm over a middle-axis concat,
+/// f16 log-softmax of rows past the on-chip caches) run as one piece per row, each block
+/// branching on its row's segment: their kernels compile with NVRTC for sm_80 and sm_90 with
+/// the row caches in registers, the host plans the vector path for whole-vector rows, and
+/// through the CPU model of CUDA they equal the reference on the host's path, with 64-bit
+/// indices, and forced onto every row path.
+#[test]
+fn emulated_row_kernels_of_concat_pieces_match_the_reference() {
+    let mut emulated = BTreeMap::new();
+    for graph in crate::concat::row_kernels_of_concats() {
+        let program = lowered(&graph);
+        assert_eq!(program.kernels.len(), 1, "{}", graph.name);
+        let ir = &program.kernels[0];
+        assert!(ir.is_row_kernel(), "{}", graph.name);
+        let split = fusebox::lower::split::split(ir).expect("row kernel pieces");
+        let source = emit_module(&[(kernel_name(ir), ir)], &EmitOptions::default());
+        assert!(
+            source.contains(&format!("if (i{} < re", split.axis)),
+            "{}: each row takes its segment's piece:\n{source}",
+            graph.name
+        );
+        if let Some((ptx, _)) = check(&program.kernels) {
+            assert!(
+                !ptx.contains(".local"),
+                "{}: row caches in registers",
+                graph.name
+            );
+        }
+        // The batch softmax's rows are whole vectors: the host takes the vector path.
+        let LowerStep::Kernel(step) = &program.steps[0] else {
+            panic!("{}: a generated kernel", graph.name);
+        };
+        let natural = abi::row_path(
+            ir,
+            &step.launch,
+            &fold(ir, &step.launch),
+            &vec![0; ir.arg_count()],
+        );
+        if graph.name == "softmax_of_batch_concat" {
+            assert_eq!(natural, RowPath::RegistersVector);
+        }
+        let mut runs = vec![(0, false, None), (1, true, None)];
+        for (k, path) in [RowPath::Shared, RowPath::Reread, RowPath::Registers]
+            .into_iter()
+            .enumerate()
+        {
+            runs.push((2 + k as u64, false, Some(path)));
+        }
+        for (seed, wide, force) in runs {
+            let Some(result) = emulated_agrees(
+                &graph,
+                &program,
+                &mut emulated,
+                seed,
+                seed % 2 == 1,
+                wide,
+                force,
+            ) else {
                 return;
             };
             result.unwrap_or_else(|e| panic!("{}: {e}", graph.name));

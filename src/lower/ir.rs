@@ -36,6 +36,11 @@
 //! kernel writes is a [`Store`] (broadcast along the innermost axis when it has one element per
 //! row). Nothing here depends on sizes either: a row is whatever the innermost size is.
 //!
+//! A row kernel may read a concat by ranges ([`Instr::RangeLoad`], [`Instr::Select`]) only
+//! along an outer axis, and only by one set of segments, so that every row lies in one
+//! segment and the kernel cuts into one row kernel per segment ([`crate::lower::split`];
+//! [`KernelIr::verify`] refuses the rest). The emitters run it as those pieces.
+//!
 //! ## Precision of row kernels
 //!
 //! A row kernel's [`KernelIr::row_arithmetic`] (fusion.ron's `row_arithmetic`) says which

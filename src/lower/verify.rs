@@ -570,4 +570,63 @@ mod tests {
             "a reduction's output is broadcast exactly on its reduced axes (reduction 0, axis 0)"
         );
     }
+
+    /// `x - max(concat(x0, x1)[row])` over `[n, m]`: a row kernel whose concat selects along
+    /// `axis`, its row maximum read by the store.
+    fn row_kernel_of_concat(axis: usize) -> KernelIr {
+        let view = |axes: Vec<Axis>| View::strided(DType::F32, axes);
+        KernelIr {
+            rank: 2,
+            row_arithmetic: RowArithmetic::default(),
+            loads: vec![
+                view(vec![Axis::Strided, Axis::Unit]),
+                view(vec![Axis::Strided, Axis::Unit]),
+            ],
+            body: vec![
+                Instr::RangeLoad {
+                    view: 0,
+                    axis,
+                    range: 0,
+                },
+                Instr::RangeLoad {
+                    view: 1,
+                    axis,
+                    range: 1,
+                },
+                Instr::Select {
+                    axis,
+                    ranges: vec![0, 1],
+                    cases: vec![0, 1],
+                    prec: Prec::F32,
+                },
+                Instr::RowReduce {
+                    kind: ReduceKind::Max,
+                    x: 2,
+                    dtype: DType::F32,
+                },
+                Instr::Binary {
+                    op: crate::formula::BinOp::Sub,
+                    a: 2,
+                    b: 3,
+                    prec: Prec::F32,
+                },
+            ],
+            stores: vec![Store {
+                value: 4,
+                view: view(vec![Axis::Strided, Axis::Unit]),
+            }],
+            reductions: Vec::new(),
+        }
+    }
+
+    /// A row kernel may read a concat along an outer axis (it runs as one row kernel per
+    /// segment), not along its rows.
+    #[test]
+    fn row_kernels_select_along_outer_axes_only() {
+        assert_eq!(row_kernel_of_concat(0).verify(), Ok(()));
+        assert_eq!(
+            row_kernel_of_concat(1).verify(),
+            Err(IrError::RowKernelRange)
+        );
+    }
 }

@@ -153,7 +153,8 @@ pub fn row_pass_loads(ir: &KernelIr, pass: usize) -> Vec<bool> {
         }
         needed[id] = true;
         match &ir.body[id] {
-            Instr::Load { view } => {
+            // A row kernel's range load is a plain load in the piece that runs its rows.
+            Instr::Load { view } | Instr::RangeLoad { view, .. } => {
                 if let Some(r) = reads.get_mut(*view) {
                     *r = true;
                 }

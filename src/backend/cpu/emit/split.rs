@@ -18,12 +18,15 @@
 //! segment's start when it was lowered, so moving it forward again reads the operand's own
 //! element 0 at the segment's first index.) Any other launch runs the clamped form, which is
 //! emitted as well. Kernels the pieces cannot express (two selects over different ranges, a
-//! range load outside its own segment, a reduction along the select's axis, a row reduction,
-//! a store written only at index 0 of the axis) are emitted in the clamped form only.
+//! range load outside its own segment, a reduction along the select's axis, a store written
+//! only at index 0 of the axis) are emitted in the clamped form only.
 //!
 //! A piece may hold reductions over the other axes: it is then an ordinary reducing kernel over
 //! its segment, whose outputs along the select's axis are its own (their offsets move with the
-//! segment like every other view's).
+//! segment like every other view's). A row kernel's pieces are row kernels over the rows of
+//! their segments (it selects along an outer axis, `lower::ir`), with the vector loops, the
+//! row scratch and the lagged stores of a row kernel of their own; its clamped form is a row
+//! kernel whose loads clamp the row's coordinate, in scalar loops.
 
 use crate::lower::ir::{Axis, KernelIr};
 use crate::lower::split::Split;

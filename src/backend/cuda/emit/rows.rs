@@ -56,6 +56,19 @@
 //! for the whole block, and the element loops end before it), as the barriers and
 //! full-warp shuffles require.
 //!
+//! # Rows of a concat
+//!
+//! A row kernel that reads a concat by ranges selects along an outer axis (`lower::ir`), so
+//! each row lies in one segment. The block takes its row's piece ([`crate::lower::split`]) by
+//! the comparison chain of the pointwise pieces on the row's coordinate, and runs that
+//! piece's passes: only the segment's operand is evaluated, and its loads are plain loads,
+//! cached like any other. The branch is the same for the whole block, so the barriers stay
+//! uniform. Each view read within a range takes its row base at the row's coordinate
+//! clamped into the range ([`Kernel::row_bases`]), so no read leaves its operand's rows even
+//! where a launch leaves rows outside every range. The host plans the launch for the whole
+//! kernel, whose cached loads include every piece's: each piece's row cache fits its shared
+//! memory, and its views are the kernel's, aligned as the host checked.
+//!
 //! # Arithmetic per element
 //!
 //! Once the row is on chip, a pass costs its arithmetic, so each element gets as little as
