@@ -21,6 +21,7 @@ use fusebox::runner::prepare;
 use fusebox::runtime::interpret;
 use fusebox::tensor::Tensor;
 use proptest::prelude::*;
+use std::collections::HashMap;
 
 use common::kernel_cache::compiler;
 
@@ -949,4 +950,55 @@ fn a_row_kernel_holds_no_concat_along_its_rows() {
     for (seed, specials) in [(44, false), (45, true)] {
         agrees(&graph, seed, specials, true).unwrap();
     }
+}
+
+/// A row kernel's nodes are priced by the passes over a row that evaluate them
+/// (`Facts::row_evaluations`): in `softmax(x + bias)` the add runs in the maximum's pass and
+/// again in the sum's, so the one row kernel's flops are one kernel per op's plus the add's
+/// once more, while softmax's `exp`, kept from the sum's pass for the last, counts once. Under
+/// `softmax(erf(x))` evaluating `erf` twice costs more than writing it, so no kernel
+/// evaluates it twice: the fused flops are one kernel per op's, and the graph is two kernels
+/// that agree with the reference.
+#[test]
+fn row_kernels_price_each_node_by_the_passes_that_evaluate_it() {
+    let unfused = Options {
+        fusion: false,
+        ..Options::default()
+    };
+    let per_op = |graph: &Graph| -> HashMap<String, u64> {
+        kernel_flops(graph, &unfused)
+            .into_iter()
+            .map(|(names, flops)| (names[0].clone(), flops))
+            .collect()
+    };
+
+    let mut b = GraphBuilder::new("softmax_of_biased");
+    let x = b.input("x", DType::F32, &[64, 256]);
+    let bias = b.input("bias", DType::F32, &[256]);
+    let xb = b.op("xb", "add", &[&x, &bias]);
+    let y = common::row_graphs::softmax_of(&mut b, &xb);
+    let graph = b.finish(&[&y]);
+    let ops = per_op(&graph);
+    let fused = kernel_flops(&graph, &Options::default());
+    assert_eq!(fused.len(), 1, "{fused:?}");
+    let once: u64 = ops.values().sum();
+    assert_eq!(fused[0].1, once + ops["xb"], "{fused:?} against {ops:?}");
+
+    let graph = parse(
+        r#"Graph(name: "softmax_of_erf",
+          inputs: [Input(name: "x", dtype: "f32", shape: [4096, 1024])],
+          nodes: [
+            Node(name: "ex", op: "erf", args: ["x"]),
+            Node(name: "s", op: "softmax", args: ["ex"], attrs: {"axis": -1}),
+          ],
+          outputs: ["s"])"#,
+    );
+    let ops = per_op(&graph);
+    let fused = kernel_flops(&graph, &Options::default());
+    assert_eq!(fused.len(), 2, "{fused:?}");
+    let total: u64 = fused.iter().map(|(_, f)| f).sum();
+    let once: u64 = ops.values().sum();
+    assert!(total.abs_diff(once) <= 2, "{fused:?} against {ops:?}");
+    let small = graph::file::to_ron(&graph).replace("4096, 1024", "6, 40");
+    agrees(&parse(&small), 46, true, true).unwrap();
 }

@@ -201,6 +201,26 @@ impl Expr {
         }
     }
 
+    /// Whether evaluating the tree calls a function of more than a few instructions (any but
+    /// `select`, `min`, `max`, `abs` and `floor`) or divides: the work a row kernel keeps from
+    /// an earlier pass rather than repeat (`KernelIr::row_kept`, which asks the same of the
+    /// instructions a value is computed by).
+    pub fn calls_or_divides(&self) -> bool {
+        match self {
+            Expr::Num(_) | Expr::Var(_) => false,
+            Expr::Neg(e) => e.calls_or_divides(),
+            Expr::Binary(op, l, r) => {
+                *op == BinOp::Div || l.calls_or_divides() || r.calls_or_divides()
+            }
+            Expr::Call(f, args) => {
+                !matches!(
+                    f,
+                    Func::Select | Func::Min | Func::Max | Func::Abs | Func::Floor
+                ) || args.iter().any(Expr::calls_or_divides)
+            }
+        }
+    }
+
     /// Variables used, sorted, deduplicated.
     pub fn variables(&self) -> Vec<String> {
         let mut seen = BTreeSet::new();

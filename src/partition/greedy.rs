@@ -333,7 +333,8 @@ impl Builder<'_> {
 
     /// The arithmetic of the kernel merging `members` (canonical ids) and `node` over
     /// `domain`: `per_element` at every point, unless it reads a concat by ranges, which may
-    /// run as per-segment pieces ([`Facts::fused_arithmetic`]). `None` for a row kernel
+    /// run as per-segment pieces, or is a row kernel, whose passes may evaluate a node more
+    /// than once ([`Facts::fused_arithmetic`]). `None` for a row kernel
     /// (`rows`) whose concats would not cut it into pieces: the row emitters run a row kernel
     /// that reads a concat only as one row kernel per segment.
     fn kernel_flops(
@@ -345,7 +346,7 @@ impl Builder<'_> {
         select: Option<usize>,
         rows: bool,
     ) -> Option<f64> {
-        if select.is_none() {
+        if select.is_none() && !rows {
             return Some(per_element * numel(domain) as f64);
         }
         let nodes: Vec<usize> = members
@@ -357,7 +358,8 @@ impl Builder<'_> {
             Some(u) == node || (self.group_of[u] != u32::MAX && members.contains(&self.group_of[u]))
         };
         let arithmetic = self.facts.fused_arithmetic(&nodes, domain, inside);
-        (arithmetic.per_segment || !rows).then_some(arithmetic.flops)
+        let unsplit_rows = rows && select.is_some() && !arithmetic.per_segment;
+        (!unsplit_rows).then_some(arithmetic.flops)
     }
 
     fn next_epoch(&mut self) -> u32 {

@@ -238,6 +238,10 @@ pub(crate) struct Facts<'a> {
     pub flops_per_element: Vec<f64>,
     /// Flop-equivalents of a library call (matmul: 2·M·N·K), 0 otherwise.
     pub library_flops: Vec<f64>,
+    /// Whether a pointwise node's formula calls a function or divides
+    /// ([`Expr::calls_or_divides`](crate::formula::Expr::calls_or_divides)): a value a row
+    /// kernel keeps from an earlier pass instead of computing it again in its last.
+    pub calls_or_divides: Vec<bool>,
     /// What a node adds to its kernel's loop body, in formula terms
     /// ([`OpDef::body_terms`](crate::rules::OpDef::body_terms)): the
     /// measure `max_kernel_terms` bounds.
@@ -318,6 +322,14 @@ impl<'a> Facts<'a> {
             iter_value,
             flops_per_element,
             library_flops,
+            calls_or_divides: dag
+                .nodes
+                .iter()
+                .map(|node| {
+                    node.op.kind() == OpKind::Pointwise
+                        && node.op.formula().is_some_and(|f| f.calls_or_divides())
+                })
+                .collect(),
             terms: dag.nodes.iter().map(|node| node.op.body_terms()).collect(),
             node_bytes: dag.nodes.iter().map(|n| bytes_of(&n.ty)).collect(),
             input_bytes: dag.inputs.iter().map(|i| bytes_of(&i.ty)).collect(),

@@ -22,6 +22,12 @@
 //! - no value stored by the kernel is smaller than the domain along that axis (it is written
 //!   at index 0 only, which no piece past the first sees). A reduction's result is exempt:
 //!   it is written through its accumulators, which keep the axis.
+//!
+//! A row kernel evaluates a value in every pass over a row that needs it
+//! ([`Facts::row_evaluations`]): `erf(x)` under a softmax is computed by the maximum's pass and
+//! again by the sum's, where a kernel of its own would compute it once and write it. Each node
+//! is priced for the passes that evaluate it, so the partition keeps a costly producer out of
+//! a row kernel where evaluating it twice costs more than its write and read.
 
 use super::Facts;
 use crate::dag::Value;
@@ -58,8 +64,12 @@ impl Facts<'_> {
         inside: impl Fn(usize) -> bool,
     ) -> Arithmetic {
         let points = numel(domain) as f64;
+        let evaluations = self.row_evaluations(nodes, &inside);
+        let weight = |n: usize| {
+            self.flops_per_element[n] * f64::from(evaluations.get(&n).copied().unwrap_or(1))
+        };
         let Some(segments) = self.segments(nodes, domain, &inside) else {
-            let per_element: f64 = nodes.iter().map(|&n| self.flops_per_element[n]).sum();
+            let per_element: f64 = nodes.iter().map(|&n| weight(n)).sum();
             return Arithmetic {
                 flops: per_element * points,
                 per_segment: false,
@@ -109,7 +119,7 @@ impl Facts<'_> {
                 .sum();
             // Segments that are all empty (an empty domain) evaluate nothing.
             if total > 0 {
-                flops += self.flops_per_element[n] * points * evaluated as f64 / total as f64;
+                flops += weight(n) * points * evaluated as f64 / total as f64;
             }
             needed.insert(n, set);
         }
@@ -117,6 +127,100 @@ impl Facts<'_> {
             flops,
             per_segment: true,
         }
+    }
+
+    /// For a row kernel (a reduction read inside, [`Facts::row_kernel`]), how many passes
+    /// over a row evaluate each of its nodes; empty for any other kernel (one evaluation
+    /// each). It follows the row kernels of `lower::ir`:
+    ///
+    /// - a node's *level* is the highest of its operands' inside the kernel, one more past a
+    ///   reduction; a reduction accumulates in the pass of its level, and is read from the
+    ///   next; the last pass, one past the highest, stores;
+    /// - a node is needed in the passes its users inside need it in, in the passes its
+    ///   reductions accumulate in, and in the last pass if the kernel writes it;
+    /// - the last pass evaluates what its stores need, except a value that calls or divides
+    ///   and that an earlier pass computes: that pass keeps it for the last one
+    ///   (`KernelIr::row_kept`, softmax's `exp`).
+    ///
+    /// So `erf(x)` under a softmax counts twice (the maximum's pass and the sum's), while
+    /// softmax's `exp` counts once. A reduction counts once.
+    pub(super) fn row_evaluations(
+        &self,
+        nodes: &[usize],
+        inside: &impl Fn(usize) -> bool,
+    ) -> HashMap<usize, u32> {
+        if !self.row_kernel(nodes, inside) {
+            return HashMap::new();
+        }
+        let reduction = |n: usize| self.dag.nodes[n].op.kind() == OpKind::Reduction;
+        let inside_args = |n: usize| {
+            self.dag.nodes[n].args.iter().filter_map(move |&a| match a {
+                Value::Node(p) if inside(p) => Some(p),
+                _ => None,
+            })
+        };
+        // Node ids are in topological order.
+        let mut order = nodes.to_vec();
+        order.sort_unstable();
+        let mut level: HashMap<usize, u32> = HashMap::with_capacity(order.len());
+        let mut costly: HashMap<usize, bool> = HashMap::with_capacity(order.len());
+        for &n in &order {
+            let l = inside_args(n)
+                .filter_map(|p| level.get(&p).map(|&lp| lp + u32::from(reduction(p))))
+                .max()
+                .unwrap_or(0);
+            level.insert(n, l);
+            let c = !reduction(n)
+                && (self.calls_or_divides[n]
+                    || inside_args(n).any(|p| costly.get(&p).copied().unwrap_or(false)));
+            costly.insert(n, c);
+        }
+        let last = order
+            .iter()
+            .map(|&n| level[&n] + u32::from(reduction(n)))
+            .max()
+            .unwrap_or(0)
+            .min(63);
+        let pass = |l: u32| 1u64 << l.min(63);
+        let stored = |n: usize| self.written(n, inside) && !reduction(n);
+        let mut needed: HashMap<usize, u64> = HashMap::with_capacity(order.len());
+        for &n in order.iter().rev() {
+            let mut set = if stored(n) { pass(last) } else { 0 };
+            for &u in self.users(n) {
+                let u = u as usize;
+                if !inside(u) {
+                    continue;
+                }
+                set |= if reduction(u) {
+                    pass(level[&u])
+                } else {
+                    needed.get(&u).copied().unwrap_or(0)
+                };
+            }
+            needed.insert(n, set);
+        }
+        let early = |n: usize| (needed[&n] & !pass(last)).count_ones();
+        // What the last pass evaluates: from its stores, stopping at reductions and at kept
+        // values.
+        let mut in_last: HashMap<usize, bool> = HashMap::new();
+        let mut stack: Vec<usize> = order.iter().copied().filter(|&n| stored(n)).collect();
+        while let Some(n) = stack.pop() {
+            if reduction(n) || (early(n) > 0 && costly[&n]) || in_last.insert(n, true).is_some() {
+                continue;
+            }
+            stack.extend(inside_args(n));
+        }
+        order
+            .iter()
+            .map(|&n| {
+                let times = if reduction(n) {
+                    1
+                } else {
+                    early(n) + u32::from(in_last.contains_key(&n))
+                };
+                (n, times.max(1))
+            })
+            .collect()
     }
 
     fn is_concat(&self, n: usize) -> bool {
