@@ -818,9 +818,9 @@ fn reductions_keeping_the_select_axis_run_as_pieces() {
 /// Row kernels over concats along an outer axis, which run as one row kernel per segment:
 /// the softmax of the rows of a batch concat (segments of 3, 0, 1 and 2 rows of 64, an f16
 /// operand promoted to f32, rows whole vectors for the CUDA vector path), with its row maxima
-/// as a second output; layernorm with affine over a
-/// concat along the middle axis of rank-3 operands; and the f16 log-softmax of rows longer
-/// than 4096 (past the CUDA register and shared-memory caches).
+/// as a second output; layernorm with affine over a concat along the middle axis of rank-3
+/// operands; and the f16 log-softmax of rows longer than 4096 (past the CUDA register and
+/// shared-memory caches).
 pub(crate) fn row_kernels_of_concats() -> Vec<Graph> {
     let mut graphs = Vec::new();
     let mut b = GraphBuilder::new("softmax_of_batch_concat");
