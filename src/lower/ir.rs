@@ -208,8 +208,9 @@ pub enum Instr {
     /// the current domain point, read only where the point's index on domain axis `axis` lies
     /// in the launch's range `range` ([`Launch::ranges`], never empty). Elsewhere the value is
     /// unspecified and no select picks it: the interpreter and CUDA give 0 without touching
-    /// memory, the C loops read the element at the coordinate clamped into the range (in
-    /// bounds, and branch-free, so the loop vectorizes). The lowering folds the segment's start into the view's offset, so
+    /// memory (CUDA row kernels read the row at the coordinate clamped into the range), the C
+    /// loops read the element at the coordinate clamped into the range (in bounds, and
+    /// branch-free, so the loop vectorizes). The lowering folds the segment's start into the view's offset, so
     /// the element read is the operand's own at `index - start`. Range loads are what let a
     /// kernel evaluate each operand of a concat only where the concat takes it, without a
     /// branch around the straight-line body; [`Instr::Select`] then picks the operand.

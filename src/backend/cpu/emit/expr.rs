@@ -65,7 +65,8 @@ impl Spelling for C {
     /// f32 `exp` and `tanh` are inline code (`EXPF`, `TANHF`), with a cheaper `exp` where only
     /// a literal is added to it; `floor` is branch-free so it vectorizes. The rest is libm.
     /// Outer axes are the row's coordinates `i{d}`; along the innermost axis a loop walks
-    /// `j` from the segment's start `j0`. (Row kernels, which have no `j0`, read no ranges.)
+    /// `j` from the segment's start `j0`. (Row kernels, which have no `j0`, read ranges only
+    /// along outer axes.)
     fn coordinate(&self, ir: &KernelIr, axis: usize) -> String {
         if axis + 1 == ir.rank {
             "(j0 + j)".to_string()
