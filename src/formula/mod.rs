@@ -95,6 +95,17 @@ impl Func {
         Func::Select,
     ];
 
+    /// Whether evaluating it costs a call's worth of work: every function but `select`,
+    /// `min`, `max`, `abs` and `floor`, which are a few instructions. What a row kernel keeps
+    /// from an earlier pass rather than computes again is decided by this
+    /// (`KernelIr::row_kept`), and priced by it (`Expr::calls_or_divides`).
+    pub fn costs_a_call(self) -> bool {
+        !matches!(
+            self,
+            Func::Select | Func::Min | Func::Max | Func::Abs | Func::Floor
+        )
+    }
+
     /// The spelling used in formulas.
     pub fn name(self) -> &'static str {
         match self {
@@ -201,10 +212,9 @@ impl Expr {
         }
     }
 
-    /// Whether evaluating the tree calls a function of more than a few instructions (any but
-    /// `select`, `min`, `max`, `abs` and `floor`) or divides: the work a row kernel keeps from
-    /// an earlier pass rather than repeat (`KernelIr::row_kept`, which asks the same of the
-    /// instructions a value is computed by).
+    /// Whether evaluating the tree calls a function that [`Func::costs_a_call`] or divides:
+    /// the work a row kernel keeps from an earlier pass rather than repeat
+    /// (`KernelIr::row_kept`, which asks the same of the instructions a value is computed by).
     pub fn calls_or_divides(&self) -> bool {
         match self {
             Expr::Num(_) | Expr::Var(_) => false,
@@ -212,12 +222,7 @@ impl Expr {
             Expr::Binary(op, l, r) => {
                 *op == BinOp::Div || l.calls_or_divides() || r.calls_or_divides()
             }
-            Expr::Call(f, args) => {
-                !matches!(
-                    f,
-                    Func::Select | Func::Min | Func::Max | Func::Abs | Func::Floor
-                ) || args.iter().any(Expr::calls_or_divides)
-            }
+            Expr::Call(f, args) => f.costs_a_call() || args.iter().any(Expr::calls_or_divides),
         }
     }
 

@@ -671,12 +671,7 @@ impl KernelIr {
             costly[id] = match instr {
                 Instr::RowReduce { .. } | Instr::Load { .. } | Instr::Const { .. } => false,
                 // Selections, clamps and the like are a few instructions, not a call's worth.
-                Instr::Call { func, .. } => {
-                    !matches!(
-                        func,
-                        Func::Select | Func::Min | Func::Max | Func::Abs | Func::Floor
-                    ) || has
-                }
+                Instr::Call { func, .. } => func.costs_a_call() || has,
                 Instr::Binary { op: BinOp::Div, .. } => true,
                 _ => has,
             };

@@ -135,20 +135,24 @@ pub fn emit_module(kernels: &[(String, &KernelIr)]) -> String {
     if tanhf {
         part(TANHF);
     }
-    let vectorized = |ir: &KernelIr| {
-        vector::supports(ir)
-            || crate::lower::split::split(ir).is_some_and(|s| s.pieces.iter().any(vector::supports))
+    // Every function the module holds: each kernel's, and its pieces' (`emit_kernel`), which
+    // may use helpers the kernel's clamped form does not (a split row kernel's pieces are row
+    // kernels of their own).
+    let splits: Vec<_> = kernels
+        .iter()
+        .map(|(_, ir)| crate::lower::split::split(ir))
+        .collect();
+    let any_function = |uses: &dyn Fn(&KernelIr) -> bool| {
+        kernels
+            .iter()
+            .zip(&splits)
+            .any(|((_, ir), split)| uses(ir) || split.iter().flat_map(|s| &s.pieces).any(uses))
     };
-    if kernels.iter().any(|(_, ir)| vectorized(ir)) {
+    if any_function(&vector::supports) {
         part(vector::VECTOR_HELPERS);
         if expf {
             part(vector::VECTOR_EXPF);
-            // A split row kernel's pieces are row kernels of their own.
-            let row_exps = |ir: &KernelIr| kernel::row_exps(ir).contains(&true);
-            if kernels.iter().any(|(_, ir)| {
-                row_exps(ir)
-                    || crate::lower::split::split(ir).is_some_and(|s| s.pieces.iter().any(row_exps))
-            }) {
+            if any_function(&|ir| kernel::row_exps(ir).contains(&true)) {
                 part(vector::VECTOR_EXPF_ROW);
             }
         }

@@ -480,9 +480,14 @@ impl<'a> Kernel<'a> {
 
     /// `o{a} + Σ i{d} · stride` over `axes`.
     fn index(&self, arg: usize, axes: &[usize]) -> String {
+        self.index_at(arg, axes, |d| format!("i{d}"))
+    }
+
+    /// `o{a} + Σ coord(d) · stride` over `axes`: [`Kernel::index`] at other coordinates.
+    fn index_at(&self, arg: usize, axes: &[usize], coord: impl Fn(usize) -> String) -> String {
         let mut index = format!("o{arg}");
         for &d in axes {
-            if let Some(t) = self.term(arg, d, &format!("i{d}")) {
+            if let Some(t) = self.term(arg, d, &coord(d)) {
                 index.push_str(&format!(" + {t}"));
             }
         }

@@ -265,18 +265,12 @@ impl Kernel<'_> {
     fn row_bases(&self, code: &mut Code, outer: &[usize]) {
         let ranged = self.ir.range_views();
         for arg in 0..self.ir.loads.len() + self.ir.stores.len() {
-            let mut index = format!("o{arg}");
-            for &d in outer {
-                let coord = match ranged.get(arg).copied().flatten() {
-                    Some((axis, r)) if axis == d => {
-                        format!("(i{d} < rs{r} ? rs{r} : i{d} < re{r} ? i{d} : re{r} - 1)")
-                    }
-                    _ => format!("i{d}"),
-                };
-                if let Some(t) = self.term(arg, d, &coord) {
-                    index.push_str(&format!(" + {t}"));
+            let index = self.index_at(arg, outer, |d| match ranged.get(arg).copied().flatten() {
+                Some((axis, r)) if axis == d => {
+                    format!("(i{d} < rs{r} ? rs{r} : i{d} < re{r} ? i{d} : re{r} - 1)")
                 }
-            }
+                _ => format!("i{d}"),
+            });
             code.def(format!("rb{arg}"), format!("const I rb{arg} = {index};"));
         }
     }
