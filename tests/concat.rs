@@ -955,10 +955,11 @@ fn a_row_kernel_holds_no_concat_along_its_rows() {
 /// A row kernel's nodes are priced by the passes over a row that evaluate them
 /// (`Facts::row_evaluations`): in `softmax(x + bias)` the add runs in the maximum's pass and
 /// again in the sum's, so the one row kernel's flops are one kernel per op's plus the add's
-/// once more, while softmax's `exp`, kept from the sum's pass for the last, counts once. Under
-/// `softmax(erf(x))` evaluating `erf` twice costs more than writing it, so no kernel
-/// evaluates it twice: the fused flops are one kernel per op's, and the graph is two kernels
-/// that agree with the reference.
+/// once more, while softmax's `exp`, kept from the sum's pass for the last, counts once. In
+/// `layernorm(x + bias)` the add runs in all three passes and the centring in the last two.
+/// A value that calls is kept from the first pass computing it for every later one, so
+/// `softmax(erf(x))` and `layernorm(gelu(x))` are one kernel each, priced at one kernel per
+/// op's flops, and agree with the reference.
 #[test]
 fn row_kernels_price_each_node_by_the_passes_that_evaluate_it() {
     let unfused = Options {
@@ -984,7 +985,26 @@ fn row_kernels_price_each_node_by_the_passes_that_evaluate_it() {
     let once: u64 = ops.values().sum();
     assert_eq!(fused[0].1, once + ops["xb"], "{fused:?} against {ops:?}");
 
-    let graph = parse(
+    let mut b = GraphBuilder::new("layernorm_of_biased");
+    let x = b.input("x", DType::F32, &[64, 256]);
+    let bias = b.input("bias", DType::F32, &[256]);
+    let xb = b.op("xb", "add", &[&x, &bias]);
+    let y = common::row_graphs::layernorm_of(&mut b, &xb, DType::F32, None);
+    let graph = b.finish(&[&y]);
+    let ops = per_op(&graph);
+    let fused = kernel_flops(&graph, &Options::default());
+    assert_eq!(fused.len(), 1, "{fused:?}");
+    let once: u64 = ops.values().sum();
+    // The row constants `var + eps` and its `rsqrt` are priced at every element, as the
+    // emitted loops spell them (one per row unfused).
+    let row_constants = (ops["ve"] + ops["r"]) * (256 - 1);
+    assert_eq!(
+        fused[0].1,
+        once + 2 * ops["xb"] + ops["c"] + row_constants,
+        "{fused:?} against {ops:?}"
+    );
+
+    let softmax_of_erf = parse(
         r#"Graph(name: "softmax_of_erf",
           inputs: [Input(name: "x", dtype: "f32", shape: [4096, 1024])],
           nodes: [
@@ -993,12 +1013,20 @@ fn row_kernels_price_each_node_by_the_passes_that_evaluate_it() {
           ],
           outputs: ["s"])"#,
     );
-    let ops = per_op(&graph);
-    let fused = kernel_flops(&graph, &Options::default());
-    assert_eq!(fused.len(), 2, "{fused:?}");
-    let total: u64 = fused.iter().map(|(_, f)| f).sum();
-    let once: u64 = ops.values().sum();
-    assert!(total.abs_diff(once) <= 2, "{fused:?} against {ops:?}");
-    let small = graph::file::to_ron(&graph).replace("4096, 1024", "6, 40");
-    agrees(&parse(&small), 46, true, true).unwrap();
+    let layernorm_of_gelu = common::row_graphs::layernorm_of_gelu(DType::F32, &[4096, 1024]);
+    for (seed, graph) in [(46, softmax_of_erf), (47, layernorm_of_gelu)] {
+        let ops = per_op(&graph);
+        let fused = kernel_flops(&graph, &Options::default());
+        assert_eq!(fused.len(), 1, "{}: {fused:?}", graph.name);
+        let once: u64 = ops.values().sum();
+        let row_constants = (ops.get("ve").unwrap_or(&0) + ops.get("r").unwrap_or(&0)) * 1023;
+        assert!(
+            fused[0].1.abs_diff(once + row_constants) <= 2,
+            "{}: {fused:?} against {ops:?}",
+            graph.name
+        );
+        let small = graph::file::to_ron(&graph).replace("4096, 1024", "6, 40");
+        let small = small.replace("[1024]", "[40]");
+        agrees(&parse(&small), seed, true, true).unwrap();
+    }
 }

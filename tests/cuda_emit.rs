@@ -2044,6 +2044,15 @@ fn row_graphs() -> Vec<(&'static str, MakeGraph)> {
     fn layernorm_bf16(s: &[usize]) -> Graph {
         row_graphs::layernorm(DType::BF16, s, false)
     }
+    fn softcapped_f32(s: &[usize]) -> Graph {
+        row_graphs::softcapped_softmax(DType::F32, s, true)
+    }
+    fn softcapped_bf16(s: &[usize]) -> Graph {
+        row_graphs::softcapped_softmax(DType::BF16, s, false)
+    }
+    fn layernorm_of_gelu(s: &[usize]) -> Graph {
+        row_graphs::layernorm_of_gelu(DType::F32, s)
+    }
     fn sums_f32(s: &[usize]) -> Graph {
         row_sums_graph(DType::F32, s)
     }
@@ -2065,6 +2074,9 @@ fn row_graphs() -> Vec<(&'static str, MakeGraph)> {
         ("layernorm f32", layernorm_plain),
         ("layernorm f16 affine", layernorm_f16),
         ("layernorm bf16", layernorm_bf16),
+        ("softmax f32 soft-capped, with its logits", softcapped_f32),
+        ("softmax bf16 soft-capped", softcapped_bf16),
+        ("layernorm f32 of gelu", layernorm_of_gelu),
         ("row sums f32", sums_f32),
         ("row sums i32", sums_i32),
         ("integer rows i32", ints_i32),
@@ -2255,6 +2267,73 @@ fn emulated_redo_after_keeping_over_the_register_cache_reads_x_again() {
         .collect();
     let t = fusebox::tensor::Tensor::from_values(DType::F32, &[3, 64], values).expect("x");
     inputs.insert("x".to_string(), t);
+    let mut emulated = BTreeMap::new();
+    for wide in [false, true] {
+        for force in [None, Some(RowPath::Registers), Some(RowPath::Shared)] {
+            let Some(result) =
+                emulated_agrees_on(&graph, &program, &mut emulated, &inputs, wide, force)
+            else {
+                return;
+            };
+            result.unwrap_or_else(|e| panic!("wide {wide}: {e}"));
+        }
+    }
+}
+
+/// Kept values share a place once the earlier one is no longer read: in a soft-capped softmax
+/// whose sum's pass also takes `mean((t - max) · z)`, the maximum's pass keeps the capped
+/// logits `t` over `x`'s slots, and the sum's pass writes `exp(t - max)` over them after
+/// reading `t` (the last pass reads only `exp`). When that mean's f32 partial overflows
+/// (`z` is -3·10³⁸), its f64 redo needs `t` again, which no longer lies over `x`: it
+/// evaluates `t` from `x` in global memory (reading the slots would give it `exp`'s values).
+/// Every path, in 32- and 64-bit indexing.
+#[test]
+fn emulated_redo_evaluates_a_kept_value_whose_place_was_taken() {
+    let mut b = GraphBuilder::new("softcapped_softmax_and_spread");
+    let x = b.input("x", DType::F32, &[3, 64]);
+    let z = b.input("z", DType::F32, &[3, 64]);
+    let cap = b.constant("cap", 30.0, DType::F32);
+    let xs = b.op("xs", "div", &[&x, &cap]);
+    let t = b.op("t", "tanh", &[&xs]);
+    let tc = b.op("tc", "mul", &[&t, &cap]);
+    let m = last_axis(&mut b, "m", "reduce_max", &tc);
+    let d = b.op("d", "sub", &[&tc, &m]);
+    let e = b.op("e", "exp", &[&d]);
+    let s = last_axis(&mut b, "s", "sum", &e);
+    let y = b.op("y", "div", &[&e, &s]);
+    let q = b.op("q", "mul", &[&d, &z]);
+    let v = last_axis(&mut b, "v", "mean", &q);
+    let graph = b.finish(&[&y, &v]);
+    let program = lowered(&graph);
+    assert_eq!(program.kernels.len(), 1);
+    let ir = &program.kernels[0];
+    let kept: Vec<(usize, Vec<usize>)> = ir
+        .row_kept()
+        .into_iter()
+        .map(|k| (k.saved_in, k.read_in))
+        .collect();
+    assert_eq!(kept, vec![(0, vec![1]), (1, vec![2])], "t, then exp");
+    let source = emit_module(&[(kernel_name(ir), ir)], &EmitOptions::default());
+    let vector = &source[..source
+        .find("the row in registers, element by element")
+        .expect("paths")];
+    let x_slot = (0..ir.loads.len())
+        .find(|a| vector.matches(&format!("c{a}[g][l] = v")).count() == 2)
+        .unwrap_or_else(|| panic!("t and exp both kept over x's slots:\n{vector}"));
+    assert!(
+        vector.contains(&format!("= p.p{x_slot}[")),
+        "the redo reads x again:\n{vector}"
+    );
+    let mut inputs = fusebox::eval::Tensors::new();
+    // Capped logits 13.9 to 14.6: `t - max` varies, and `(t - max) · z` stays finite.
+    let xv = (0..3 * 64)
+        .map(|i| 15.0 + (i * 37 % 64) as f64 / 64.0)
+        .collect();
+    let zv = vec![-3e38f32 as f64; 3 * 64];
+    for (name, values) in [("x", xv), ("z", zv)] {
+        let t = fusebox::tensor::Tensor::from_values(DType::F32, &[3, 64], values).expect(name);
+        inputs.insert(name.to_string(), t);
+    }
     let mut emulated = BTreeMap::new();
     for wide in [false, true] {
         for force in [None, Some(RowPath::Registers), Some(RowPath::Shared)] {

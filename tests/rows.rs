@@ -6,7 +6,9 @@
 use crate::common;
 
 use common::random_graph::{self, assert_same, rules};
-use common::row_graphs::{last_axis, layernorm, log_softmax, softmax};
+use common::row_graphs::{
+    last_axis, layernorm, layernorm_of_gelu, log_softmax, softcapped_softmax, softmax,
+};
 use fusebox::attr::AttrValue;
 use fusebox::backend::Executable;
 use fusebox::backend::cpu::emit::ROW_SCRATCH_BYTES;
@@ -226,6 +228,64 @@ fn lagging_last_passes_match_the_reference_threaded_streamed_and_ragged() {
     ] {
         agrees(&softmax(DType::F32, &shape), seed, true)
             .unwrap_or_else(|e| panic!("softmax {shape:?}: {e}"));
+    }
+}
+
+/// A value that calls or divides is computed once per row, by the first pass that needs it,
+/// and read back by every later pass that does (`KernelIr::row_kept`): a soft-capped softmax
+/// keeps its capped logits from the maximum's pass for the sum's (and for the last, where
+/// they are an output too), and `exp` from the sum's pass for the last; `layernorm(gelu(x))`
+/// keeps the gelu from the mean's pass for the variance's. Each is one row kernel of three
+/// passes, and agrees with the reference with rows that fit the row scratch and rows that do
+/// not, rows that are not whole vectors, launches large enough to thread and to lag the last
+/// pass, and NaN and ±Inf planted.
+#[test]
+fn costly_values_are_kept_from_the_first_pass_that_needs_them() {
+    let kept = |graph: &Graph| -> Vec<(usize, Vec<usize>)> {
+        let program = lowered(graph);
+        assert_eq!(program.groups, 1, "{}: one kernel", graph.name);
+        assert_eq!(row_kernels(&program), vec![3], "{}", graph.name);
+        let mut kept: Vec<(usize, Vec<usize>)> = program.kernels[0]
+            .row_kept()
+            .into_iter()
+            .map(|k| (k.saved_in, k.read_in))
+            .collect();
+        kept.sort();
+        kept
+    };
+    let shape = [8, 300];
+    assert_eq!(
+        kept(&softcapped_softmax(DType::F32, &shape, false)),
+        vec![(0, vec![1]), (1, vec![2])],
+        "the capped logits for the sum's pass, exp for the last"
+    );
+    assert_eq!(
+        kept(&softcapped_softmax(DType::F32, &shape, true)),
+        vec![(0, vec![1, 2]), (1, vec![2])],
+        "the stored capped logits for both later passes"
+    );
+    assert_eq!(
+        kept(&layernorm_of_gelu(DType::F32, &shape)),
+        vec![(0, vec![1]), (1, vec![2])],
+        "the gelu for the variance's pass, the centred gelu for the last"
+    );
+    let fits = ROW_SCRATCH_BYTES / 8;
+    for (seed, shape) in [
+        (31, vec![8, 300]),
+        (32, vec![1031, 1037]),
+        (33, vec![3, fits + 3]),
+        (34, vec![2, 3, 33]),
+    ] {
+        for logits in [false, true] {
+            agrees(&softcapped_softmax(DType::F32, &shape, logits), seed, true)
+                .unwrap_or_else(|e| panic!("softcapped softmax {shape:?}: {e}"));
+        }
+        agrees(&layernorm_of_gelu(DType::F32, &shape), seed, true)
+            .unwrap_or_else(|e| panic!("layernorm of gelu {shape:?}: {e}"));
+    }
+    for dtype in [DType::F16, DType::BF16] {
+        agrees(&softcapped_softmax(dtype, &[5, 70], true), 35, true).unwrap();
+        agrees(&layernorm_of_gelu(dtype, &[5, 70]), 35, true).unwrap();
     }
 }
 

@@ -297,6 +297,17 @@ pub struct Reduction {
     pub view: View,
 }
 
+/// A value of a row kernel that one pass computes and keeps, and later passes read back
+/// instead of evaluating again ([`KernelIr::row_kept`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowKept {
+    pub value: ValueId,
+    /// The pass that keeps it: the first that computes it.
+    pub saved_in: usize,
+    /// The later passes that read it back, ascending.
+    pub read_in: Vec<usize>,
+}
+
 /// One kernel, independent of sizes. Equal `KernelIr`s emit equal source.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelIr {
@@ -590,58 +601,79 @@ impl KernelIr {
             .collect()
     }
 
-    /// The values the last pass of a row kernel would compute again that an earlier pass
-    /// already computes, worth keeping from that pass (with the pass that keeps them, the
-    /// last one computing them). Walking from the stored values towards the loads, a value
-    /// is kept where the walk first meets one that an earlier pass computes and whose
-    /// expression holds a call or a division; below it the walk stops, so only the values
-    /// nearest the stores are kept (softmax keeps `exp(x - max)`, not `x - max` too).
-    /// Layernorm's `x - mean` is a subtraction, cheaper to redo than to keep, so layernorm
-    /// keeps nothing. Keeping never changes a value: the bits are the same either way.
-    pub fn row_kept(&self) -> Vec<(usize, usize)> {
+    /// The values a row kernel's passes would compute again that an earlier pass already
+    /// computes, worth keeping from that pass, in value order. Passes are walked in order,
+    /// each from what it reduces (and the last from what it stores) towards the loads; a
+    /// walk stops at a value that an earlier pass computes and whose expression holds a call
+    /// or a division: that value is kept by the first pass computing it and read back by
+    /// every later pass that meets it. Below it the walk stops, so only the values nearest
+    /// what a pass needs are kept (softmax keeps `exp(x - max)`, not `x - max` too; under a
+    /// softmax of `tanh(x)`, the maximum's pass keeps `tanh(x)` for the sum's pass, which
+    /// keeps `exp(t - max)` for the last). Layernorm's `x - mean` is a subtraction, cheaper
+    /// to redo than to keep, so layernorm keeps nothing; `layernorm(gelu(x))` keeps the gelu
+    /// from the mean's pass for the variance's and the last. Keeping never changes a value:
+    /// the bits are the same either way.
+    pub fn row_kept(&self) -> Vec<RowKept> {
         let passes = self.passes();
         if passes < 2 || !self.is_row_kernel() {
             return Vec::new();
         }
+        let costly = self.row_costly();
+        // The first pass computing each value, and what is kept so far.
+        let mut computed_in: Vec<Option<usize>> = vec![None; self.body.len()];
+        let mut kept: Vec<RowKept> = Vec::new();
+        for pass in 0..passes {
+            let mut seen = vec![false; self.body.len()];
+            let mut stack = self.row_pass_roots(pass);
+            while let Some(id) = stack.pop() {
+                if std::mem::replace(&mut seen[id], true) {
+                    continue;
+                }
+                match (computed_in[id], &self.body[id]) {
+                    (_, Instr::RowReduce { .. }) => {}
+                    (Some(saved_in), _) if saved_in < pass && costly[id] => {
+                        match kept.iter_mut().find(|k| k.value == id) {
+                            Some(k) => k.read_in.push(pass),
+                            None => kept.push(RowKept {
+                                value: id,
+                                saved_in,
+                                read_in: vec![pass],
+                            }),
+                        }
+                    }
+                    _ => {
+                        computed_in[id].get_or_insert(pass);
+                        stack.extend(self.body[id].operands());
+                    }
+                }
+            }
+        }
+        kept.sort_unstable_by_key(|k| k.value);
+        kept
+    }
+
+    /// What pass `pass` of a row kernel evaluates at each element for its own sake: the
+    /// operands of the row reductions it accumulates and, in the last pass, the values
+    /// stored once per element.
+    pub fn row_pass_roots(&self, pass: usize) -> Vec<usize> {
         let inner = self.rank.saturating_sub(1);
         let levels = self.levels();
-        // The last pass before the last that computes each value, if any.
-        let mut saved_in: Vec<Option<usize>> = vec![None; self.body.len()];
-        for pass in 0..passes - 1 {
-            let reads: Vec<usize> = (0..self.body.len())
-                .filter(|&id| levels[id] == pass + 1)
-                .filter_map(|id| match self.body[id] {
-                    Instr::RowReduce { x, .. } => Some(x),
-                    _ => None,
-                })
-                .collect();
-            for id in self.row_needed(&reads) {
-                saved_in[id] = Some(pass);
-            }
-        }
-        let costly = self.row_costly();
-        let mut kept = Vec::new();
-        let mut seen = vec![false; self.body.len()];
-        let mut stack: Vec<usize> = self
-            .stores
-            .iter()
-            .filter(|s| s.view.axes.get(inner) != Some(&Axis::Broadcast))
-            .map(|s| s.value)
+        let mut roots: Vec<usize> = (0..self.body.len())
+            .filter(|&id| levels[id] == pass + 1)
+            .filter_map(|id| match self.body[id] {
+                Instr::RowReduce { x, .. } => Some(x),
+                _ => None,
+            })
             .collect();
-        while let Some(id) = stack.pop() {
-            if std::mem::replace(&mut seen[id], true) {
-                continue;
-            }
-            match self.body[id] {
-                Instr::RowReduce { .. } | Instr::Load { .. } | Instr::Const { .. } => {}
-                _ => match saved_in[id] {
-                    Some(pass) if costly[id] => kept.push((id, pass)),
-                    _ => stack.extend(self.body[id].operands()),
-                },
-            }
+        if pass + 1 == self.passes() {
+            roots.extend(
+                self.stores
+                    .iter()
+                    .filter(|s| s.view.axes.get(inner) != Some(&Axis::Broadcast))
+                    .map(|s| s.value),
+            );
         }
-        kept.sort_unstable();
-        kept
+        roots
     }
 
     /// The values evaluating `reads` at an element needs (row reductions are constants of

@@ -23,18 +23,19 @@
 //!   at index 0 only, which no piece past the first sees). A reduction's result is exempt:
 //!   it is written through its accumulators, which keep the axis.
 //!
-//! A row kernel evaluates a value in every pass over a row that needs it
-//! ([`Facts::row_evaluations`]): `erf(x)` under a softmax is computed by the maximum's pass and
-//! again by the sum's, where a kernel of its own would compute it once and write it. Each node
-//! is priced for the passes that evaluate it, so the partition keeps a costly producer out of
-//! a row kernel where evaluating it twice costs more than its write and read.
+//! A row kernel evaluates a value in every pass over a row that needs it, except a value that
+//! calls or divides, which the first pass computing it keeps for the later ones
+//! ([`Facts::row_evaluations`]): layernorm's `x - mean` is computed by the variance's pass and
+//! again by the last, `erf(x)` under a softmax once. Each node is priced for the passes that
+//! evaluate it, so the partition keeps a producer out of a row kernel where evaluating it
+//! again costs more than its write and read.
 
 use super::Facts;
 use crate::dag::Value;
 use crate::graph::check::{BuiltinPlan, plan_builtin};
 use crate::rules::{Builtin, OpKind};
 use crate::shape::numel;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Where a kernel's selects cut its domain: the axis and the segments' sizes along it.
 #[derive(Debug, PartialEq)]
@@ -131,19 +132,19 @@ impl Facts<'_> {
 
     /// For a row kernel (a reduction read inside, [`Facts::row_kernel`]), how many passes
     /// over a row evaluate each of its nodes; empty for any other kernel (one evaluation
-    /// each). It follows the row kernels of `lower::ir`:
+    /// each). It follows the row kernels of `lower::ir` (`KernelIr::row_kept`):
     ///
     /// - a node's *level* is the highest of its operands' inside the kernel, one more past a
     ///   reduction; a reduction accumulates in the pass of its level, and is read from the
     ///   next; the last pass, one past the highest, stores;
-    /// - a node is needed in the passes its users inside need it in, in the passes its
-    ///   reductions accumulate in, and in the last pass if the kernel writes it;
-    /// - the last pass evaluates what its stores need, except a value that calls or divides
-    ///   and that an earlier pass computes: that pass keeps it for the last one
-    ///   (`KernelIr::row_kept`, softmax's `exp`).
+    /// - each pass, in order, evaluates what its reductions accumulate (and the last what the
+    ///   kernel writes), walking towards the kernel's inputs; the walk stops at reductions
+    ///   (row constants) and at a node that calls or divides and that an earlier pass
+    ///   computes: the first pass computing it keeps it for the later ones.
     ///
-    /// So `erf(x)` under a softmax counts twice (the maximum's pass and the sum's), while
-    /// softmax's `exp` counts once. A reduction counts once.
+    /// So softmax's `exp` counts once, and so does `erf(x)` under a softmax or a layernorm
+    /// (the first pass keeps it for the others), while `x - mean`, cheaper to redo than to
+    /// keep, counts once per pass that reads it. A reduction counts once.
     pub(super) fn row_evaluations(
         &self,
         nodes: &[usize],
@@ -179,48 +180,38 @@ impl Facts<'_> {
             .iter()
             .map(|&n| level[&n] + u32::from(reduction(n)))
             .max()
-            .unwrap_or(0)
-            .min(63);
-        let pass = |l: u32| 1u64 << l.min(63);
-        let stored = |n: usize| self.written(n, inside) && !reduction(n);
-        let mut needed: HashMap<usize, u64> = HashMap::with_capacity(order.len());
-        for &n in order.iter().rev() {
-            let mut set = if stored(n) { pass(last) } else { 0 };
-            for &u in self.users(n) {
-                let u = u as usize;
-                if !inside(u) {
+            .unwrap_or(0);
+        let mut times: HashMap<usize, u32> = order.iter().map(|&n| (n, 0)).collect();
+        let mut computed_in: HashMap<usize, u32> = HashMap::with_capacity(order.len());
+        for pass in 0..=last {
+            let mut stack: Vec<usize> = order
+                .iter()
+                .filter(|&&r| reduction(r) && level[&r] == pass)
+                .flat_map(|&r| inside_args(r))
+                .collect();
+            if pass == last {
+                stack.extend(
+                    order
+                        .iter()
+                        .filter(|&&n| self.written(n, inside) && !reduction(n)),
+                );
+            }
+            let mut seen: HashSet<usize> = HashSet::new();
+            while let Some(n) = stack.pop() {
+                if reduction(n) || !seen.insert(n) {
                     continue;
                 }
-                set |= if reduction(u) {
-                    pass(level[&u])
-                } else {
-                    needed.get(&u).copied().unwrap_or(0)
-                };
+                match computed_in.get(&n) {
+                    Some(&first) if first < pass && costly[&n] => {}
+                    _ => {
+                        computed_in.entry(n).or_insert(pass);
+                        *times.entry(n).or_insert(0) += 1;
+                        stack.extend(inside_args(n));
+                    }
+                }
             }
-            needed.insert(n, set);
         }
-        let early = |n: usize| (needed[&n] & !pass(last)).count_ones();
-        // What the last pass evaluates: from its stores, stopping at reductions and at kept
-        // values.
-        let mut in_last: HashMap<usize, bool> = HashMap::new();
-        let mut stack: Vec<usize> = order.iter().copied().filter(|&n| stored(n)).collect();
-        while let Some(n) = stack.pop() {
-            if reduction(n) || (early(n) > 0 && costly[&n]) || in_last.insert(n, true).is_some() {
-                continue;
-            }
-            stack.extend(inside_args(n));
-        }
-        order
-            .iter()
-            .map(|&n| {
-                let times = if reduction(n) {
-                    1
-                } else {
-                    early(n) + u32::from(in_last.contains_key(&n))
-                };
-                (n, times.max(1))
-            })
-            .collect()
+        times.into_iter().map(|(n, t)| (n, t.max(1))).collect()
     }
 
     fn is_concat(&self, n: usize) -> bool {

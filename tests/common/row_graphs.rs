@@ -92,3 +92,35 @@ pub fn layernorm_of(
     }
     y
 }
+
+/// A softmax of logits capped by `cap · tanh(x / cap)` (Gemma's logit soft-capping, cap 30),
+/// over the last axis; with `logits`, the capped logits are an output too. Its row kernel's
+/// first pass computes the capped logits for the maximum and keeps them for the sum's pass
+/// (and for the last, when stored), which keeps `exp` for the last.
+pub fn softcapped_softmax(dtype: DType, shape: &[usize], logits: bool) -> Graph {
+    let mut b = GraphBuilder::new("softcapped_softmax");
+    let x = b.input("x", dtype, shape);
+    let cap = b.constant("cap", 30.0, dtype);
+    let xs = b.op("xs", "div", &[&x, &cap]);
+    let t = b.op("t", "tanh", &[&xs]);
+    let tc = b.op("tc", "mul", &[&t, &cap]);
+    let y = softmax_of(&mut b, &tc);
+    if logits {
+        b.finish(&[&y, &tc])
+    } else {
+        b.finish(&[&y])
+    }
+}
+
+/// `layernorm(gelu(x))` with an affine over the last axis: the first pass computes the gelu
+/// (an `erf` per element) for the mean and keeps it for the variance's pass.
+pub fn layernorm_of_gelu(dtype: DType, shape: &[usize]) -> Graph {
+    let mut b = GraphBuilder::new("layernorm_of_gelu");
+    let x = b.input("x", dtype, shape);
+    let last = *shape.last().expect("rank ≥ 1");
+    let w = b.input("w", dtype, &[last]);
+    let bias = b.input("b", dtype, &[last]);
+    let g = b.op("g", "gelu", &[&x]);
+    let y = layernorm_of(&mut b, &g, dtype, Some((&w, &bias)));
+    b.finish(&[&y])
+}

@@ -275,42 +275,36 @@ impl Kernel<'_> {
         }
     }
 
-    /// Per load, whether pass `pass` reads it per element when the values of `kept` that an
-    /// earlier pass keeps are read back instead of evaluated (like [`abi::row_pass_loads`],
-    /// which keeps nothing).
-    fn row_reads_keeping(&self, pass: usize, kept: &[(usize, usize, Place)]) -> Vec<bool> {
+    /// Per value, whether pass `pass` meets it per element when the values of `kept` that an
+    /// earlier pass keeps are read back instead of evaluated: what the pass evaluates, and
+    /// the kept values it reads back (like [`abi::row_pass_loads`], which keeps nothing).
+    fn row_reaches(&self, pass: usize, kept: &[(usize, usize, Place)]) -> Vec<bool> {
         let ir = self.ir;
         let stop: Vec<usize> = kept
             .iter()
             .filter(|&&(_, save, _)| save < pass)
             .map(|&(id, _, _)| id)
             .collect();
-        let levels = ir.levels();
-        let mut roots: Vec<usize> = (0..ir.body.len())
-            .filter(|&id| levels[id] == pass + 1)
-            .filter_map(|id| match ir.body[id] {
-                Instr::RowReduce { x, .. } => Some(x),
-                _ => None,
-            })
-            .collect();
-        if pass + 1 == ir.passes() {
-            roots.extend(
-                ir.stores
-                    .iter()
-                    .filter(|s| s.view.axes[self.inner] != Axis::Broadcast)
-                    .map(|s| s.value),
-            );
-        }
+        let mut roots = ir.row_pass_roots(pass);
         let mut seen = vec![false; ir.body.len()];
-        let mut reads = vec![false; ir.loads.len()];
         while let Some(id) = roots.pop() {
             if std::mem::replace(&mut seen[id], true) || stop.contains(&id) {
                 continue;
             }
-            match ir.body[id] {
-                Instr::Load { view } => reads[view] = true,
-                Instr::RowReduce { .. } => {}
-                _ => roots.extend(ir.body[id].operands()),
+            if !matches!(ir.body[id], Instr::RowReduce { .. }) {
+                roots.extend(ir.body[id].operands());
+            }
+        }
+        seen
+    }
+
+    /// Per load, whether pass `pass` reads it per element, keeping `kept` ([`Self::row_reaches`]).
+    fn row_reads_keeping(&self, pass: usize, kept: &[(usize, usize, Place)]) -> Vec<bool> {
+        let ir = self.ir;
+        let mut reads = vec![false; ir.loads.len()];
+        for (id, reached) in self.row_reaches(pass, kept).into_iter().enumerate() {
+            if let (true, Instr::Load { view }) = (reached, &ir.body[id]) {
+                reads[*view] = true;
             }
         }
         reads
@@ -319,7 +313,10 @@ impl Kernel<'_> {
     /// The values [`KernelIr::row_kept`] keeps, and where, on `path`: over the row of a
     /// cached f32 load that the passes after the keeping one no longer read (softmax's
     /// `exp(x - max)` over `x`), in shared memory or in the register cache, where one is
-    /// free. Re-reading has no place: it evaluates the value again.
+    /// free. A place is free again once the passes after a new keeping pass no longer read
+    /// what an earlier pass kept there: under a softmax of `tanh(x)`, `tanh(x)` lies over `x`
+    /// from the maximum's pass, and the sum's pass writes `exp(t - max)` over it, element by
+    /// element after reading it. Re-reading has no place: it evaluates the value again.
     fn row_places(&self, path: RowPath, cached: &[usize]) -> Vec<(usize, usize, Place)> {
         let ir = self.ir;
         let over: fn(usize) -> Place = match path {
@@ -332,8 +329,11 @@ impl Kernel<'_> {
         let first = self.row_first_readers();
         let filled_by =
             |a: usize, save: usize| path != RowPath::Shared || first[a].is_some_and(|f| f <= save);
+        let mut kept = ir.row_kept();
+        kept.sort_unstable_by_key(|k| (k.saved_in, k.value));
         let mut placed: Vec<(usize, usize, Place)> = Vec::new();
-        for (id, save) in ir.row_kept() {
+        for k in kept {
+            let (id, save) = (k.value, k.saved_in);
             if ir.prec(id) != Prec::F32 {
                 continue;
             }
@@ -342,10 +342,17 @@ impl Kernel<'_> {
             let free = cached.iter().copied().find(|&a| {
                 let mut with = placed.clone();
                 with.push((id, save, over(a)));
+                let later = save + 1..ir.passes();
                 ir.loads[a].dtype == crate::dtype::DType::F32
                     && filled_by(a, save)
-                    && !placed.iter().any(|&(_, _, p)| p == over(a))
-                    && (save + 1..ir.passes()).all(|p| !self.row_reads_keeping(p, &with)[a])
+                    && later.clone().all(|p| !self.row_reads_keeping(p, &with)[a])
+                    && placed
+                        .iter()
+                        .filter(|&&(_, _, place)| place == over(a))
+                        .all(|&(tenant, since, _)| {
+                            since < save
+                                && later.clone().all(|p| !self.row_reaches(p, &with)[tenant])
+                        })
             });
             if let Some(a) = free {
                 placed.push((id, save, over(a)));
@@ -803,11 +810,20 @@ impl Kernel<'_> {
                 })
         };
         // Read back in the passes after the keeping one, and in the keeping pass's own f64
-        // redo (its main loop has written the whole chunk by then).
+        // redo (its main loop has written the whole chunk by then). A redo evaluates again
+        // what lay where its main loop has kept another value.
+        let replaced = |id: usize, at: Place| {
+            redo && pl
+                .kept
+                .iter()
+                .any(|&(other, save, p)| other != id && save == pl.pass && p == at)
+        };
         let kept = |id: usize| -> Option<String> {
             pl.kept
                 .iter()
-                .find(|&&(k, save, _)| k == id && (save < pl.pass || (redo && save == pl.pass)))
+                .find(|&&(k, save, at)| {
+                    k == id && (save < pl.pass || (redo && save == pl.pass)) && !replaced(k, at)
+                })
                 .and_then(|_| place(id))
         };
         self.row_values(&mut body, pl.pass, &load, &kept);

@@ -12,11 +12,12 @@
 //! cache. What the kernel costs beyond the memory floor is therefore the arithmetic of its
 //! passes, and three things here keep that small:
 //!
-//! - **Each value once.** A value the last pass needs that an earlier pass already computed,
+//! - **Each value once.** A value a later pass needs that an earlier pass already computed,
 //!   and that costs more to recompute than to reload (its expression holds a function call or
-//!   a division — softmax's `exp`), is *carried*: the latest earlier pass that computes it
-//!   also writes it to a per-thread row scratch buffer `c{id}`, and the last pass reads it back
-//!   instead of evaluating it again. The value is the same bits either way, so results do not change. The
+//!   a division — softmax's `exp`, the `erf` of a gelu under a layernorm), is *carried*
+//!   ([`KernelIr::row_kept`]): the first pass that computes it also writes it to a per-thread
+//!   row scratch buffer `c{id}`, and every later pass that needs it reads it back instead of
+//!   evaluating it again. The value is the same bits either way, so results do not change. The
 //!   scratch is allocated once per thread and launch, only while a row of carried values fits
 //!   in [`ROW_SCRATCH_BYTES`] (beyond that it would not stay in cache, and re-reading it would
 //!   cost what it saves); with longer rows, or if the allocation fails, the passes recompute.
@@ -60,7 +61,7 @@ use crate::backend::cpu::emit::expr::only_added_to_constants;
 use crate::backend::cpu::emit::vector;
 use crate::backend::spelling::Spelling;
 use crate::formula::Func;
-use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, RowArithmetic};
+use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, RowArithmetic, RowKept};
 
 /// The most bytes of carried values one row may need for the kernel to carry them (see the
 /// module documentation): 512 KiB, a quarter of this machine's 2 MiB L2 per core, so that the
@@ -118,7 +119,7 @@ struct Lag {
     /// The last pass.
     pass: Pass,
     /// The carried values and their saving passes.
-    carried: Vec<(usize, usize)>,
+    carried: Vec<RowKept>,
     /// The C type and name of each row-dependent name the last pass reads: its row
     /// constants `r{id}`, reciprocals `rc{id}`/`rk{id}`, store bases `b{arg}` and guards
     /// `ok{k}`. The pending row keeps them as `l_{name}`.
@@ -130,7 +131,7 @@ impl Kernel<'_> {
     /// vector loops, carries values in a row scratch, has at least two passes, and its last
     /// pass stores every element, reduces nothing and needs no load (only carried values, row
     /// constants and literals).
-    fn lag(&self, carried: &[(usize, usize)]) -> Option<Lag> {
+    fn lag(&self, carried: &[RowKept]) -> Option<Lag> {
         let ir = self.ir;
         let passes = ir.passes();
         if !self.vector || carried.is_empty() || passes < 2 {
@@ -178,7 +179,7 @@ impl Kernel<'_> {
         for (ty, name) in &lag.names {
             out.line(format!("const {ty} {name} = l_{name};"));
         }
-        for &(id, _) in &lag.carried {
+        for id in lag.carried.iter().map(|k| k.value) {
             out.line(format!("const {} *c{id} = pc{id};", self.value_type(id)));
         }
     }
@@ -196,7 +197,7 @@ impl Kernel<'_> {
         out.close();
         out.line("#endif");
         out.line("pend = 1;");
-        for &(id, _) in &lag.carried {
+        for id in lag.carried.iter().map(|k| k.value) {
             let ty = self.value_type(id);
             out.line(format!(
                 "{{ {ty} *t = c{id}; c{id} = pc{id}; pc{id} = t; }}"
@@ -271,7 +272,7 @@ impl Kernel<'_> {
             // Bytes of carried values per element, and whether a row of them fits.
             let bytes: Vec<String> = carried
                 .iter()
-                .map(|&(id, _)| format!("sizeof({})", self.value_type(id)))
+                .map(|k| format!("sizeof({})", self.value_type(k.value)))
                 .collect();
             // (A row past the limit is not padded, so no product below can overflow.)
             out.line(format!(
@@ -290,7 +291,7 @@ impl Kernel<'_> {
                 "char *scratch = keep ? (char *)aligned_alloc(64, (size_t)rbytes * {rows}) : NULL;"
             ));
             let mut offset = String::from("0");
-            for &(id, _) in &carried {
+            for id in carried.iter().map(|k| k.value) {
                 let ty = self.value_type(id);
                 out.line(format!(
                     "{ty} *c{id} = scratch ? ({ty} *)(scratch + {offset}) : NULL;"
@@ -331,7 +332,7 @@ impl Kernel<'_> {
     }
 
     /// One row: its bases, its passes, and the stores with one element per row.
-    fn row(&self, out: &mut Out, carried: &[(usize, usize)], lag: Option<&Lag>) {
+    fn row(&self, out: &mut Out, carried: &[RowKept], lag: Option<&Lag>) {
         let ir = self.ir;
         let passes = ir.passes();
         self.decompose_outer(out, "o");
@@ -485,7 +486,7 @@ impl Kernel<'_> {
     /// saves or reads carried values) and rounds the results to `r{id}`. With a `lag`, the
     /// pass before the last also stores the pending row, and the last pass hands its row over
     /// (see [`Lag`]).
-    fn pass(&self, out: &mut Out, index: usize, carried: &[(usize, usize)], lag: Option<&Lag>) {
+    fn pass(&self, out: &mut Out, index: usize, carried: &[RowKept], lag: Option<&Lag>) {
         let ir = self.ir;
         let pass = self.plan(index);
         let last = pass.last;
@@ -509,9 +510,11 @@ impl Kernel<'_> {
         // With a lag, this pass stores the pending row as it goes.
         let flush = lag.filter(|_| index + 2 == ir.passes());
         if !pass.reads.is_empty() {
-            let saves = carried.iter().any(|&(_, p)| p == index);
-            if (last || saves) && !carried.is_empty() {
-                let first = carried[0].0;
+            let scratch = carried
+                .iter()
+                .any(|k| k.saved_in == index || k.read_in.contains(&index));
+            if scratch {
+                let first = carried[0].value;
                 out.open(format!("if (c{first})"));
                 match lag.filter(|_| last) {
                     Some(lag) => self.hand_over(out, lag),
@@ -612,7 +615,7 @@ impl Kernel<'_> {
         &self,
         out: &mut Out,
         pass: &Pass,
-        carried: &[(usize, usize)],
+        carried: &[RowKept],
         scratch: bool,
         flush: Option<&Lag>,
     ) {
@@ -626,18 +629,18 @@ impl Kernel<'_> {
     /// The loop of `pass` once the row scratch question is settled: with `scratch`, the pass
     /// saves the carried values it is the saving pass of, and the last pass reads carried
     /// values back.
-    fn pass_loop<'p>(&self, pass: &'p Pass, carried: &[(usize, usize)], scratch: bool) -> Loop<'p> {
+    fn pass_loop<'p>(&self, pass: &'p Pass, carried: &[RowKept], scratch: bool) -> Loop<'p> {
         let ir = self.ir;
         let saves: Vec<usize> = carried
             .iter()
-            .filter(|&&(_, p)| scratch && p == pass.index)
-            .map(|&(id, _)| id)
+            .filter(|k| scratch && k.saved_in == pass.index)
+            .map(|k| k.value)
             .collect();
-        // In the last pass, carried values are read back: their computation is cut off.
+        // Carried values this pass reads back: their computation is cut off.
         let mut stop = vec![false; ir.body.len()];
-        if scratch && pass.last {
-            for &(id, _) in carried {
-                stop[id] = true;
+        for k in carried {
+            if scratch && k.read_in.contains(&pass.index) {
+                stop[k.value] = true;
             }
         }
         let mut reads = pass.reads.clone();
@@ -952,12 +955,13 @@ impl Kernel<'_> {
         }
     }
 
-    /// The values the last pass reads back from the row scratch, each with the pass that
-    /// saves it: the values [`KernelIr::row_kept`] keeps (softmax's `exp(x - max)`; nothing
-    /// for layernorm), the same ones the CUDA row kernels keep on chip.
+    /// The values later passes read back from the row scratch, with the pass that saves each
+    /// and the passes that read it: the values [`KernelIr::row_kept`] keeps (softmax's
+    /// `exp(x - max)`; nothing for layernorm), the same ones the CUDA row kernels keep on chip
+    /// where they find room.
     ///
     /// [`KernelIr::row_kept`]: crate::lower::ir::KernelIr::row_kept
-    pub(super) fn carried(&self) -> Vec<(usize, usize)> {
+    pub(super) fn carried(&self) -> Vec<RowKept> {
         self.ir.row_kept()
     }
 
