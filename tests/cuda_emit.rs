@@ -2045,6 +2045,9 @@ fn row_graphs() -> Vec<(&'static str, MakeGraph)> {
         row_graphs::layernorm(DType::BF16, s, false)
     }
     fn softcapped_f32(s: &[usize]) -> Graph {
+        row_graphs::softcapped_softmax(DType::F32, s, false)
+    }
+    fn softcapped_logits_f32(s: &[usize]) -> Graph {
         row_graphs::softcapped_softmax(DType::F32, s, true)
     }
     fn softcapped_bf16(s: &[usize]) -> Graph {
@@ -2074,7 +2077,11 @@ fn row_graphs() -> Vec<(&'static str, MakeGraph)> {
         ("layernorm f32", layernorm_plain),
         ("layernorm f16 affine", layernorm_f16),
         ("layernorm bf16", layernorm_bf16),
-        ("softmax f32 soft-capped, with its logits", softcapped_f32),
+        ("softmax f32 soft-capped", softcapped_f32),
+        (
+            "softmax f32 soft-capped, with its logits",
+            softcapped_logits_f32,
+        ),
         ("softmax bf16 soft-capped", softcapped_bf16),
         ("layernorm f32 of gelu", layernorm_of_gelu),
         ("row sums f32", sums_f32),

@@ -74,18 +74,23 @@
 //! Once the row is on chip, a pass costs its arithmetic, so each element gets as little as
 //! the IR allows:
 //!
-//! - **Each value once, where that is free.** A value the last pass needs that an earlier
+//! - **Each value once, where that is free.** A value a later pass needs that an earlier
 //!   pass computes and that costs a call or a division ([`KernelIr::row_kept`]: softmax's
-//!   `exp(x - max)`) is kept by that pass over a cached f32 load that no later pass reads
-//!   (softmax's `x`, which the normalize pass no longer needs), each thread over its own
-//!   elements: over the load's slots of the register cache, or its row in shared memory.
-//!   The last pass reads it back. Keeping it over `x` costs no register: a first version
-//!   kept it in an array of its own beside the register cache, and on an H200 softmax over
-//!   `[4096, 4096]` took 0.073 ms that way against 0.058 ms evaluating it twice. Over `x`,
-//!   once each path had its own entry point, it took 0.039–0.040 ms against 0.044 ms
-//!   evaluating it twice. A redo in f64 (below) reads such a load from global memory again.
-//!   An f16/bf16 row has no f32 slot to lie over, and re-reading has no place at all: there
-//!   the last pass evaluates it again (the same bits).
+//!   `exp(x - max)`, the gelu under a layernorm) is kept by the first pass computing it over
+//!   a cached f32 load that no later pass reads (softmax's `x`, which the normalize pass no
+//!   longer needs), each thread over its own elements: over the load's slots of the register
+//!   cache, or its row in shared memory. The later passes read it back. Keeping softmax's
+//!   `exp` over `x` costs no register: a first version kept it in an array of its own beside
+//!   the register cache, and on an H200 softmax over `[4096, 4096]` took 0.073 ms that way
+//!   against 0.058 ms evaluating it twice. Over `x`, once each path had its own entry point,
+//!   it took 0.039–0.040 ms against 0.044 ms evaluating it twice. A place holds one kept
+//!   value after another: once the passes after a keeping pass no longer read what lies
+//!   there, that pass writes its own value over it, element by element after reading the
+//!   old one (a soft-capped softmax keeps `30·tanh(x/30)` over `x` for the sum's pass, which
+//!   writes `exp(t - max)` over it for the last). A redo in f64 (below) reads such a load
+//!   from global memory again, and evaluates again a kept value whose place its main loop
+//!   has given to another. An f16/bf16 row has no f32 slot to lie over, and re-reading has
+//!   no place at all: there the passes that need it evaluate it again (the same bits).
 //! - **Sums in f32 partials.** A sum or mean of f32 values adds at most [`SUM_CHUNK`] (16) of
 //!   the thread's elements in an f32 partial `f{id}`, then joins it to the thread's `double`
 //!   total: an f32 addition per element instead of a conversion and an f64 addition (fp64
