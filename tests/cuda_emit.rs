@@ -2231,6 +2231,23 @@ fn emulated_nan_and_inf_rows_match_the_reference() {
     }
 }
 
+/// Runs `program` through the CPU model of CUDA on `inputs`, on the host's path and forced
+/// onto the element-by-element register and shared-memory paths (those that keep values),
+/// in 32- and 64-bit indexing, against the reference.
+fn emulated_on_the_cached_paths(graph: &Graph, program: &Program, inputs: &fusebox::eval::Tensors) {
+    let mut emulated = BTreeMap::new();
+    for wide in [false, true] {
+        for force in [None, Some(RowPath::Registers), Some(RowPath::Shared)] {
+            let Some(result) =
+                emulated_agrees_on(graph, program, &mut emulated, inputs, wide, force)
+            else {
+                return;
+            };
+            result.unwrap_or_else(|e| panic!("wide {wide}: {e}"));
+        }
+    }
+}
+
 /// Softmax's sum pass keeps `exp(x - max)` over `x`'s slots of the register cache. A second
 /// reduction in that pass, `mean((x - max)²)`, reads `x` itself: when its f32 partial
 /// overflows (two squares of 1.96·10³⁸ per thread here, each finite), its f64 redo must read
@@ -2274,17 +2291,7 @@ fn emulated_redo_after_keeping_over_the_register_cache_reads_x_again() {
         .collect();
     let t = fusebox::tensor::Tensor::from_values(DType::F32, &[3, 64], values).expect("x");
     inputs.insert("x".to_string(), t);
-    let mut emulated = BTreeMap::new();
-    for wide in [false, true] {
-        for force in [None, Some(RowPath::Registers), Some(RowPath::Shared)] {
-            let Some(result) =
-                emulated_agrees_on(&graph, &program, &mut emulated, &inputs, wide, force)
-            else {
-                return;
-            };
-            result.unwrap_or_else(|e| panic!("wide {wide}: {e}"));
-        }
-    }
+    emulated_on_the_cached_paths(&graph, &program, &inputs);
 }
 
 /// Kept values share a place once the earlier one is no longer read: in a soft-capped softmax
@@ -2341,17 +2348,7 @@ fn emulated_redo_evaluates_a_kept_value_whose_place_was_taken() {
         let t = fusebox::tensor::Tensor::from_values(DType::F32, &[3, 64], values).expect(name);
         inputs.insert(name.to_string(), t);
     }
-    let mut emulated = BTreeMap::new();
-    for wide in [false, true] {
-        for force in [None, Some(RowPath::Registers), Some(RowPath::Shared)] {
-            let Some(result) =
-                emulated_agrees_on(&graph, &program, &mut emulated, &inputs, wide, force)
-            else {
-                return;
-            };
-            result.unwrap_or_else(|e| panic!("wide {wide}: {e}"));
-        }
-    }
+    emulated_on_the_cached_paths(&graph, &program, &inputs);
 }
 
 /// A row kernel's text has one entry point per path (`abi::row_paths`), each body holding

@@ -127,25 +127,8 @@ pub fn row_cached(ir: &KernelIr) -> Vec<usize> {
 /// its accumulated row reductions (level `pass + 1`) and, in the last pass, its element
 /// stores depend on, not looking through the row reductions it reads as constants.
 pub fn row_pass_loads(ir: &KernelIr, pass: usize) -> Vec<bool> {
-    let levels = ir.levels();
-    let inner = ir.rank.saturating_sub(1);
     let mut needed = vec![false; ir.body.len()];
-    let mut roots: Vec<usize> = Vec::new();
-    for (id, instr) in ir.body.iter().enumerate() {
-        if let Instr::RowReduce { x, .. } = instr
-            && levels[id] == pass + 1
-        {
-            roots.push(*x);
-        }
-    }
-    if pass + 1 == ir.passes() {
-        roots.extend(
-            ir.stores
-                .iter()
-                .filter(|s| s.view.axes.get(inner) != Some(&Axis::Broadcast))
-                .map(|s| s.value),
-        );
-    }
+    let mut roots = ir.row_pass_roots(pass);
     let mut reads = vec![false; ir.loads.len()];
     while let Some(id) = roots.pop() {
         if id >= needed.len() || needed[id] {

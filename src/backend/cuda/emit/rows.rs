@@ -308,7 +308,9 @@ impl Kernel<'_> {
         let ir = self.ir;
         let mut reads = vec![false; ir.loads.len()];
         for (id, reached) in self.row_reaches(pass, kept).into_iter().enumerate() {
-            if let (true, Instr::Load { view }) = (reached, &ir.body[id]) {
+            if let (true, Instr::Load { view } | Instr::RangeLoad { view, .. }) =
+                (reached, &ir.body[id])
+            {
                 reads[*view] = true;
             }
         }
