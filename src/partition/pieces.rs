@@ -28,7 +28,9 @@
 //! ([`Facts::row_evaluations`]): layernorm's `x - mean` is computed by the variance's pass and
 //! again by the last, `erf(x)` under a softmax once. Each node is priced for the passes that
 //! evaluate it, so the partition keeps a producer out of a row kernel where evaluating it
-//! again costs more than its write and read.
+//! again costs more than its write and read. A value constant along the row (not a reduction,
+//! of size 1 along the innermost axis: layernorm's `rsqrt(var + eps)`) counts once per row,
+//! as the compilers hoist it out of the row's loops.
 
 use super::Facts;
 use crate::dag::Value;
@@ -66,8 +68,25 @@ impl Facts<'_> {
     ) -> Arithmetic {
         let points = numel(domain) as f64;
         let evaluations = self.row_evaluations(nodes, &inside);
+        let row = domain.last().copied().unwrap_or(1);
+        // In a row kernel, a value constant along the row (layernorm's `rsqrt(var + eps)`)
+        // is computed once per row: the compilers hoist it out of the row's loops.
+        let per_row = |n: usize| {
+            !evaluations.is_empty()
+                && row > 1
+                && self.dag.nodes[n].op.kind() != OpKind::Reduction
+                && self
+                    .dag
+                    .ty(Value::Node(n))
+                    .shape
+                    .last()
+                    .copied()
+                    .unwrap_or(1)
+                    == 1
+        };
         let weight = |n: usize| {
-            self.flops_per_element[n] * f64::from(evaluations.get(&n).copied().unwrap_or(1))
+            let share = if per_row(n) { 1.0 / row as f64 } else { 1.0 };
+            self.flops_per_element[n] * f64::from(evaluations.get(&n).copied().unwrap_or(1)) * share
         };
         let Some(segments) = self.segments(nodes, domain, &inside) else {
             let per_element: f64 = nodes.iter().map(|&n| weight(n)).sum();
