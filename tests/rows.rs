@@ -557,7 +557,7 @@ fn build_rows(dims: (usize, usize), dtype: DType, steps: &[RowStep]) -> Option<G
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig { cases: random_graph::cases(64), ..ProptestConfig::default() })]
 
     /// Random graphs mixing row reductions, their consumers and broadcasts, over f32, f16
     /// and bf16, with rows of 0, 1 and many elements and NaN/Inf planted: fused (C and
