@@ -676,6 +676,39 @@ impl KernelIr {
         roots
     }
 
+    /// Per value, whether pass `pass` of a row kernel meets it per element, walking from its
+    /// [roots](Self::row_pass_roots) towards the loads: the values it evaluates, and those
+    /// marked in `stop` that it reads back instead (kept by an earlier pass), below which it
+    /// does not walk. Row reductions are read as constants of the row.
+    pub fn row_pass_meets(&self, pass: usize, stop: &[bool]) -> Vec<bool> {
+        let mut met = vec![false; self.body.len()];
+        let mut stack = self.row_pass_roots(pass);
+        while let Some(id) = stack.pop() {
+            if std::mem::replace(&mut met[id], true)
+                || stop.get(id) == Some(&true)
+                || matches!(self.body[id], Instr::RowReduce { .. })
+            {
+                continue;
+            }
+            stack.extend(self.body[id].operands());
+        }
+        met
+    }
+
+    /// Per load view, whether the values `met` ([`Self::row_pass_meets`]) load it; a row
+    /// kernel's range load is a plain load in the piece that runs its rows.
+    pub fn loads_met(&self, met: &[bool]) -> Vec<bool> {
+        let mut reads = vec![false; self.loads.len()];
+        for (instr, _) in self.body.iter().zip(met).filter(|(_, m)| **m) {
+            if let Instr::Load { view } | Instr::RangeLoad { view, .. } = instr
+                && let Some(r) = reads.get_mut(*view)
+            {
+                *r = true;
+            }
+        }
+        reads
+    }
+
     /// The values evaluating `reads` at an element needs (row reductions are constants of
     /// the row, read without their operands), in body order.
     pub fn row_needed(&self, reads: &[usize]) -> Vec<usize> {

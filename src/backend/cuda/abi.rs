@@ -56,7 +56,7 @@
 //! scratch buffers can serve every kernel queued on a stream.
 
 use crate::backend::cuda::emit::EmitOptions;
-use crate::lower::ir::{Axis, Instr, KernelIr, Launch};
+use crate::lower::ir::{Axis, KernelIr, Launch};
 
 /// Threads per block for every entry point. Fixed, because the block reduction's shared
 /// memory and the `__launch_bounds__` of every entry are sized for it.
@@ -127,26 +127,7 @@ pub fn row_cached(ir: &KernelIr) -> Vec<usize> {
 /// its accumulated row reductions (level `pass + 1`) and, in the last pass, its element
 /// stores depend on, not looking through the row reductions it reads as constants.
 pub fn row_pass_loads(ir: &KernelIr, pass: usize) -> Vec<bool> {
-    let mut needed = vec![false; ir.body.len()];
-    let mut roots = ir.row_pass_roots(pass);
-    let mut reads = vec![false; ir.loads.len()];
-    while let Some(id) = roots.pop() {
-        if id >= needed.len() || needed[id] {
-            continue;
-        }
-        needed[id] = true;
-        match &ir.body[id] {
-            // A row kernel's range load is a plain load in the piece that runs its rows.
-            Instr::Load { view } | Instr::RangeLoad { view, .. } => {
-                if let Some(r) = reads.get_mut(*view) {
-                    *r = true;
-                }
-            }
-            Instr::RowReduce { .. } => {}
-            other => roots.extend(other.operands()),
-        }
-    }
-    reads
+    ir.loads_met(&ir.row_pass_meets(pass, &[]))
 }
 
 /// Vector width of a row kernel's [`RowPath::RegistersVector`] path: as for a pointwise

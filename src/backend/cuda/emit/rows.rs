@@ -281,40 +281,13 @@ impl Kernel<'_> {
     }
 
     /// Per value, whether pass `pass` meets it per element when the values of `kept` that an
-    /// earlier pass keeps are read back instead of evaluated: what the pass evaluates, and
-    /// the kept values it reads back (like [`abi::row_pass_loads`], which keeps nothing).
-    fn row_reaches(&self, pass: usize, kept: &[(usize, usize, Place)]) -> Vec<bool> {
-        let ir = self.ir;
-        let stop: Vec<usize> = kept
-            .iter()
-            .filter(|&&(_, save, _)| save < pass)
-            .map(|&(id, _, _)| id)
-            .collect();
-        let mut roots = ir.row_pass_roots(pass);
-        let mut seen = vec![false; ir.body.len()];
-        while let Some(id) = roots.pop() {
-            if std::mem::replace(&mut seen[id], true) || stop.contains(&id) {
-                continue;
-            }
-            if !matches!(ir.body[id], Instr::RowReduce { .. }) {
-                roots.extend(ir.body[id].operands());
-            }
+    /// earlier pass keeps are read back instead of evaluated ([`KernelIr::row_pass_meets`]).
+    fn row_meets_keeping(&self, pass: usize, kept: &[(usize, usize, Place)]) -> Vec<bool> {
+        let mut stop = vec![false; self.ir.body.len()];
+        for &(id, save, _) in kept {
+            stop[id] |= save < pass;
         }
-        seen
-    }
-
-    /// Per load, whether pass `pass` reads it per element, keeping `kept` ([`Self::row_reaches`]).
-    fn row_reads_keeping(&self, pass: usize, kept: &[(usize, usize, Place)]) -> Vec<bool> {
-        let ir = self.ir;
-        let mut reads = vec![false; ir.loads.len()];
-        for (id, reached) in self.row_reaches(pass, kept).into_iter().enumerate() {
-            if let (true, Instr::Load { view } | Instr::RangeLoad { view, .. }) =
-                (reached, &ir.body[id])
-            {
-                reads[*view] = true;
-            }
-        }
-        reads
+        self.ir.row_pass_meets(pass, &stop)
     }
 
     /// The values [`KernelIr::row_kept`] keeps, and where, on `path`: over the row of a
@@ -347,19 +320,20 @@ impl Kernel<'_> {
             // Adding a kept value only removes reads from later passes, so the rows chosen
             // earlier stay unread after their keeping pass.
             let free = cached.iter().copied().find(|&a| {
+                let tenants = placed.iter().filter(|&&(_, _, place)| place == over(a));
+                if ir.loads[a].dtype != crate::dtype::DType::F32
+                    || !filled_by(a, save)
+                    || tenants.clone().any(|&(_, since, _)| since >= save)
+                {
+                    return false;
+                }
                 let mut with = placed.clone();
                 with.push((id, save, over(a)));
-                let later = save + 1..ir.passes();
-                ir.loads[a].dtype == crate::dtype::DType::F32
-                    && filled_by(a, save)
-                    && later.clone().all(|p| !self.row_reads_keeping(p, &with)[a])
-                    && placed
-                        .iter()
-                        .filter(|&&(_, _, place)| place == over(a))
-                        .all(|&(tenant, since, _)| {
-                            since < save
-                                && later.clone().all(|p| !self.row_reaches(p, &with)[tenant])
-                        })
+                // No pass after this one reads the load, nor what lay over it before.
+                (save + 1..ir.passes()).all(|p| {
+                    let met = self.row_meets_keeping(p, &with);
+                    !ir.loads_met(&met)[a] && tenants.clone().all(|&(tenant, _, _)| !met[tenant])
+                })
             });
             if let Some(a) = free {
                 placed.push((id, save, over(a)));
