@@ -19,6 +19,7 @@
 mod common;
 
 use common::random_graph::{self, assert_same, rules};
+use common::row_graphs;
 use fusebox::backend::cuda::abi;
 use fusebox::backend::cuda::emit::EmitOptions;
 use fusebox::backend::cuda::libs;
@@ -386,6 +387,48 @@ fn amp_examples_run_on_the_gpu() {
                     false,
                 )
                 .unwrap_or_else(|e| panic!("{name} {policy} fusion {fusion}: {e}"));
+            }
+        }
+    }
+}
+
+/// Row kernels that keep costly values from one pass for later ones (the capped logits and
+/// `exp` of a soft-capped softmax sharing one place, the gelu and its centred value of
+/// `layernorm(gelu(x))`), at row lengths on each side of every CUDA row path's limit
+/// (element-wise registers, vectors, the full block, shared memory, re-reading), with NaN/Inf
+/// rows too, equal the reference on the device, poisoned outputs and all.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn row_kernels_that_keep_values_agree_on_the_gpu() {
+    let graphs: [(&str, fn(&[usize]) -> Graph); 6] = [
+        ("softcapped f32", |s| {
+            row_graphs::softcapped_softmax(DType::F32, s, false)
+        }),
+        ("softcapped f32 with logits", |s| {
+            row_graphs::softcapped_softmax(DType::F32, s, true)
+        }),
+        ("softcapped bf16", |s| {
+            row_graphs::softcapped_softmax(DType::BF16, s, false)
+        }),
+        ("layernorm of gelu f32", |s| {
+            row_graphs::layernorm_of_gelu(DType::F32, s)
+        }),
+        ("layernorm of gelu f16", |s| {
+            row_graphs::layernorm_of_gelu(DType::F16, s)
+        }),
+        ("softmax f16", |s| row_graphs::softmax(DType::F16, s)),
+    ];
+    for (name, make) in graphs {
+        for length in [1, 31, 33, 1000, 1023, 4096, 4097, 12289, 24577] {
+            let graph = make(&[3, length]);
+            for specials in [false, true] {
+                let opts = Options {
+                    strict_ieee: specials,
+                    ..options(true, None)
+                };
+                agrees(&graph, &opts, &CudaOptions::default(), 11, specials).unwrap_or_else(|e| {
+                    panic!("{name} [3, {length}] (NaN/Inf inputs {specials}): {e}")
+                });
             }
         }
     }

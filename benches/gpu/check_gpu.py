@@ -196,9 +196,7 @@ def write_inputs(np, graph, directory, seed, specials, paths=None):
 
 
 def check_examples(args, np, report):
-    examples = sorted(f[:-4] for f in os.listdir(os.path.join(ROOT, "examples")) if f.endswith(".ron"))
-    if args.examples:
-        examples = [e for e in examples if e in args.examples.split(",")]
+    examples = graphs.example_paths(ROOT, args.examples)
     variants = [
         ("fused", [], []),
         ("unfused", [], ["--no-fusion"]),
@@ -210,8 +208,7 @@ def check_examples(args, np, report):
     ]
     if args.backend != "cuda":
         variants = [v for v in variants if "--deterministic" not in v[2]]
-    for name in examples:
-        path = os.path.join(ROOT, "examples", name + ".ron")
+    for name, path in examples:
         graph = graphs.read(path)
         for label, ref_extra, cuda_extra in variants:
             input_dir = tempfile.mkdtemp(prefix="fusebox-gpu-inputs-")
@@ -324,7 +321,7 @@ def main():
     parser.add_argument("--fusebox", default=os.path.join(ROOT, "target", "release", "fusebox"))
     parser.add_argument("--random", type=int, default=100, help="random graphs to check")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--examples", help="comma-separated example names (default: all)")
+    parser.add_argument("--examples", help="comma-separated example names or .ron graph files (default: every examples/*.ron)")
     parser.add_argument("--keep", help="copy failing random graphs into this directory")
     parser.add_argument(
         "--rows", type=int, default=1, help="1: check softmax/layernorm at row lengths around each CUDA row path"

@@ -14,6 +14,7 @@ Shared by check_gpu.py and peers_gpu.py; only the standard library is needed to 
 """
 
 import math
+import os
 import re
 
 # --- Reading RON ----------------------------------------------------------------------------
@@ -203,6 +204,28 @@ def to_ron(graph):
     return "\n".join(lines) + "\n"
 
 
+def example_paths(root, selection=None):
+    """(name, path) of the graphs to run: every `examples/*.ron` by default; with `selection`
+    (comma-separated), those example names, and any entry ending in `.ron` as a graph file
+    (relative to the checkout's root, e.g. book/examples/layout/softmax_of_erf.ron)."""
+    directory = os.path.join(root, "examples")
+    names = sorted(f[:-4] for f in os.listdir(directory) if f.endswith(".ron"))
+    if not selection:
+        return [(n, os.path.join(directory, n + ".ron")) for n in names]
+    chosen = []
+    for entry in selection.split(","):
+        if entry.endswith(".ron"):
+            path = entry if os.path.isabs(entry) else os.path.join(root, entry)
+            if not os.path.isfile(path):
+                raise SystemExit(f"no graph file {entry}")
+            chosen.append((os.path.basename(entry)[:-4], path))
+        elif entry in names:
+            chosen.append((entry, os.path.join(directory, entry + ".ron")))
+        else:
+            raise SystemExit(f"no example `{entry}` in examples/ (a graph file must end in .ron)")
+    return chosen
+
+
 # --- PyTorch ----------------------------------------------------------------------------------
 
 
@@ -255,6 +278,14 @@ def torch_ops(torch):
         perm = attrs.get("perm") or list(reversed(range(x.dim())))
         return x.permute(*perm).contiguous()
 
+    def layer_norm(args, attrs):
+        x, weight, bias = args
+        axes = _axes({"axes": attrs.get("axes", [-1])}, x.dim())
+        if sorted(axes) != list(range(x.dim() - len(axes), x.dim())):
+            raise NotImplementedError("layer_norm over axes that are not the innermost")
+        shape = list(x.shape[x.dim() - len(axes):])
+        return F.layer_norm(x, shape, weight, bias, attrs.get("epsilon", 1e-5))
+
     return {
         "neg": lambda a, _: -a[0],
         "abs": lambda a, _: torch.abs(a[0]),
@@ -266,6 +297,7 @@ def torch_ops(torch):
         "sin": lambda a, _: torch.sin(a[0]),
         "cos": lambda a, _: torch.cos(a[0]),
         "tanh": lambda a, _: torch.tanh(a[0]),
+        "erf": lambda a, _: torch.erf(a[0]),
         "sigmoid": lambda a, _: torch.sigmoid(a[0]),
         "relu": lambda a, _: torch.relu(a[0]),
         "gelu": lambda a, _: F.gelu(a[0]),
@@ -299,6 +331,9 @@ def torch_ops(torch):
         "slice": slice_,
         "concat": lambda a, t: torch.cat(a, dim=t.get("axis", 0)),
         "matmul": lambda a, _: torch.matmul(a[0], a[1]),
+        # Composites of rules/ops.ron, as PyTorch's own kernels.
+        "softmax": lambda a, t: torch.softmax(a[0], dim=t.get("axis", -1)),
+        "layer_norm": layer_norm,
     }
 
 

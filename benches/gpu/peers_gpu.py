@@ -125,7 +125,9 @@ def torch_rows(args, torch, graph):
             rows.append({"variant": label, "status": f"failed: {first_line(exc)}"})
 
     timed("torch eager", lambda: fn(*inputs))
-    for label, mode in (("torch.compile", None), ("torch.compile reduce-overhead", "reduce-overhead")):
+    modes = [("torch.compile", None), ("torch.compile reduce-overhead", "reduce-overhead")]
+    modes = [(label, mode) for label, mode in modes if (mode or "default") in args.compile_modes.split(",")]
+    for label, mode in modes:
         try:
             torch._dynamo.reset()
             compiled = torch.compile(fn, mode=mode) if mode else torch.compile(fn)
@@ -165,12 +167,16 @@ def table(results, copy):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fusebox", default=os.path.join(ROOT, "target", "release", "fusebox"))
-    parser.add_argument("--examples", help="comma-separated example names (default: all)")
+    parser.add_argument("--examples", help="comma-separated example names or .ron graph files (default: every examples/*.ron)")
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--copy-mib", type=int, default=1024)
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--compile-modes", default="default,reduce-overhead",
+        help="torch.compile modes to time (default, reduce-overhead; empty for eager alone)",
+    )
     args = parser.parse_args()
     args.iters = max(args.iters, 1)
 
@@ -181,13 +187,10 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("peers_gpu.py: torch.cuda.is_available() is false")
 
-    examples = sorted(f[:-4] for f in os.listdir(os.path.join(ROOT, "examples")) if f.endswith(".ron"))
-    if args.examples:
-        examples = [e for e in examples if e in args.examples.split(",")]
+    examples = graphs.example_paths(ROOT, args.examples)
     copy = copy_gbps(torch, args.copy_mib, args.iters)
     results = []
-    for name in examples:
-        path = os.path.join(ROOT, "examples", name + ".ron")
+    for name, path in examples:
         graph = graphs.read(path)
         rows = [
             fusebox_row(args, path, "fusebox fused", []),

@@ -18,6 +18,10 @@
 #                                       #   reference, through the CLI (needs numpy)
 #   benches/gpu/run.sh tests            # the Rust GPU tests (option 2 below)
 #   benches/gpu/run.sh bench            # peers_gpu.py: the table (needs PyTorch with CUDA)
+#   benches/gpu/run.sh sweep            # reduction_sweep.py: column sums of growing size
+#                                       #   against the cost model (not part of `all`)
+#   benches/gpu/run.sh alternate ARGS   # alternate.py ARGS: builds or rule directories
+#                                       #   alternated on the same graphs (not part of `all`)
 #
 # Settings (environment):
 #   FUSEBOX=path          the fusebox binary (default: ./fusebox, else target/release/fusebox)
@@ -25,6 +29,7 @@
 #                         tests as `cargo test --test cuda_gpu -- --ignored`, with the poisoned
 #                         outputs, CUDA graph replay and bitwise reproducibility checks that the
 #                         CLI cannot do)
+#   CUDA_GPU_FILTER=name  only the cuda_gpu tests whose names contain this, for `tests`
 #   FUSEBOX_CUDA_DIR=dir  NVRTC and the fp16/bf16 headers: an unpacked `nvidia/` directory of the
 #                         nvidia-cuda-nvrtc-cu12 and nvidia-cuda-runtime-cu12 wheels, or a CUDA
 #                         toolkit root. Unset: benches/gpu/cuda/nvidia if carried there, else
@@ -32,9 +37,11 @@
 #                         the system (headers from CUDA_HOME or /usr/local/cuda).
 #   RANDOM_GRAPHS=n       random graphs for `check` (default 200)
 #   ITERS=n               timed runs per benchmark row (default 50)
-#   EXAMPLES=a,b          only these examples in `check` and `bench` (default: all), e.g.
+#   EXAMPLES=a,b          only these examples in `check` and `bench` (default: all; an entry
+#                         ending in .ron is a graph file, e.g. book/examples/layout/softmax_of_erf.ron), e.g.
 #                         EXAMPLES=softmax,layernorm RANDOM_GRAPHS=0 for the row kernels alone
 #                         (check_gpu.py's row-length checks run whatever EXAMPLES says)
+#   COMPILE_MODES=a,b     torch.compile modes in `bench` (default: default,reduce-overhead)
 #   OUT=dir               where results go (default target/gpu-suite)
 #   PYTHON=python3
 #
@@ -44,7 +51,8 @@
 # under their unversioned names in $OUT/libshim and puts that first on LD_LIBRARY_PATH. Their C
 # APIs for what fusebox calls are unchanged. `info` shows what was picked.
 #
-# Results: $OUT/info.txt, $OUT/check.txt, $OUT/tests.txt, $OUT/bench.txt and $OUT/bench.json.
+# Results: $OUT/info.txt, $OUT/check.txt, $OUT/tests.txt, $OUT/bench.txt and $OUT/bench.json;
+# $OUT/sweep.txt and $OUT/sweep.json; $OUT/alternate.txt and $OUT/alternate.json.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -143,7 +151,7 @@ run_tests() {
     [ -x "$CUDA_GPU_TESTS" ] || die "CUDA_GPU_TESTS=$CUDA_GPU_TESTS is not executable"
     # One test thread: the tests share one GPU and time nothing, but a CUDA graph capture
     # and many NVRTC compiles at once only make failures harder to read.
-    "$CUDA_GPU_TESTS" --ignored --test-threads 1 2>&1 | tee "$OUT/tests.txt"
+    "$CUDA_GPU_TESTS" --ignored --test-threads 1 ${CUDA_GPU_FILTER:-} 2>&1 | tee "$OUT/tests.txt"
     return "${PIPESTATUS[0]}"
 }
 
@@ -151,7 +159,19 @@ run_bench() {
     "$PYTHON" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null \
         || die "bench needs PyTorch with CUDA for $PYTHON"
     "$PYTHON" "$HERE/peers_gpu.py" --fusebox "$FUSEBOX" --iters "$ITERS" --json "$OUT/bench.json" \
+        --compile-modes "${COMPILE_MODES:-default,reduce-overhead}" \
         ${EXAMPLE_ARGS[@]+"${EXAMPLE_ARGS[@]}"} 2>&1 | tee "$OUT/bench.txt"
+    return "${PIPESTATUS[0]}"
+}
+
+run_sweep() {
+    "$PYTHON" "$HERE/reduction_sweep.py" --fusebox "$FUSEBOX" --iters "$ITERS" --json "$OUT/sweep.json" \
+        2>&1 | tee "$OUT/sweep.txt"
+    return "${PIPESTATUS[0]}"
+}
+
+run_alternate() {
+    "$PYTHON" "$HERE/alternate.py" --json "$OUT/alternate.json" "$@" 2>&1 | tee "$OUT/alternate.txt"
     return "${PIPESTATUS[0]}"
 }
 
@@ -162,13 +182,15 @@ case "${1:-all}" in
     check) run_info >/dev/null; run_check || status=1 ;;
     tests) run_tests || status=1 ;;
     bench) run_bench || status=1 ;;
+    sweep) run_sweep || status=1 ;;
+    alternate) shift; run_alternate "$@" || status=1 ;;
     all)
         run_info
         run_check || status=1
         run_tests || status=1
         run_bench || status=1
         ;;
-    *) die "unknown step '$1' (info, check, tests, bench or all)" ;;
+    *) die "unknown step '$1' (info, check, tests, bench, sweep, alternate or all)" ;;
 esac
 echo "run.sh: results in $OUT" >&2
 exit "$status"
