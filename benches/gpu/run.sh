@@ -18,7 +18,7 @@
 #                                       #   reference, through the CLI (needs numpy)
 #   benches/gpu/run.sh tests            # the Rust GPU tests (option 2 below)
 #   benches/gpu/run.sh bench            # peers_gpu.py: the table (needs PyTorch with CUDA)
-#   benches/gpu/run.sh sweep            # reduction_sweep.py: column sums of growing size
+#   benches/gpu/run.sh sweep [ARGS]     # reduction_sweep.py: column sums of growing size
 #                                       #   against the cost model (not part of `all`)
 #   benches/gpu/run.sh alternate ARGS   # alternate.py ARGS: builds or rule directories
 #                                       #   alternated on the same graphs (not part of `all`)
@@ -166,7 +166,7 @@ run_bench() {
 
 run_sweep() {
     "$PYTHON" "$HERE/reduction_sweep.py" --fusebox "$FUSEBOX" --iters "$ITERS" --json "$OUT/sweep.json" \
-        2>&1 | tee "$OUT/sweep.txt"
+        "$@" 2>&1 | tee "$OUT/sweep.txt"
     return "${PIPESTATUS[0]}"
 }
 
@@ -182,7 +182,7 @@ case "${1:-all}" in
     check) run_info >/dev/null; run_check || status=1 ;;
     tests) run_tests || status=1 ;;
     bench) run_bench || status=1 ;;
-    sweep) run_sweep || status=1 ;;
+    sweep) shift; run_sweep "$@" || status=1 ;;
     alternate) shift; run_alternate "$@" || status=1 ;;
     all)
         run_info
