@@ -228,16 +228,24 @@ pub struct Reductions {
     /// more threads: the pass runs about outputs × ⌈reduced elements / `per_thread`⌉ threads.
     #[serde(default = "Reductions::default_per_thread")]
     pub per_thread: f64,
-    /// Threads a pass needs to keep the memory busy (Little's law: bandwidth × latency bytes
-    /// in flight, over the bytes one thread keeps in flight). A pass with fewer threads moves
-    /// its bytes that many times slower. 0: no such limit.
+    /// Threads a pass needs to keep the memory busy. A pass with fewer threads moves its bytes
+    /// (`saturating_threads` / threads)^`exponent` times slower. 0: no such limit.
     #[serde(default)]
     pub saturating_threads: f64,
+    /// How steeply a pass short of threads slows down. 1 is Little's law with a fixed number
+    /// of bytes in flight per thread; measured GPU passes slow down less steeply than that,
+    /// since a thread with fewer neighbours gets more of the memory system's queue.
+    #[serde(default = "Reductions::default_exponent")]
+    pub exponent: f64,
 }
 
 impl Reductions {
     fn default_per_thread() -> f64 {
         64.0
+    }
+
+    fn default_exponent() -> f64 {
+        1.0
     }
 
     /// How many times slower than the bandwidth a pass reducing `outputs` outputs of `count`
@@ -247,7 +255,9 @@ impl Reductions {
             return 1.0;
         }
         let threads = outputs as f64 * (count as f64 / self.per_thread.max(1.0)).ceil();
-        (self.saturating_threads / threads).max(1.0)
+        (self.saturating_threads / threads)
+            .powf(self.exponent)
+            .max(1.0)
     }
 }
 
@@ -257,6 +267,7 @@ impl Default for Reductions {
             extra_launches: 0.0,
             per_thread: Reductions::default_per_thread(),
             saturating_threads: 0.0,
+            exponent: Reductions::default_exponent(),
         }
     }
 }
@@ -687,6 +698,7 @@ fn profile(
                 reductions.saturating_threads,
                 0.0..=1e12,
             ),
+            ("exponent", reductions.exponent, 0.0..=4.0),
         ],
     )?;
     let weights = overlay(file_weights, &spec.weights, doc, &at("weights"))?;
@@ -875,12 +887,19 @@ mod tests {
         );
         let h200 = model.profile("h200").unwrap().reductions;
         assert_eq!(h200.extra_launches, 2.0);
-        // The LSTM backward's column sums: 1024 outputs of 256 rows are 4096 threads (6x
-        // short of 24576), 4096 outputs 16384 threads (1.5x); a sum of a [4096, 4096] row by
-        // row is 4096 x 64 threads, enough.
-        assert_eq!(h200.memory_factor(1024, 256), 6.0);
-        assert_eq!(h200.memory_factor(4096, 256), 1.5);
-        assert_eq!(h200.memory_factor(4096, 4096), 1.0);
+        // The LSTM backward's column sums: 1024 outputs of 256 rows are 4096 threads, 64x short
+        // of 2^18, so (64)^0.4 = 5.28x slower; 4096 outputs 16384 threads, 16^0.4 = 3.03x; a
+        // sum of a [4096, 4096] row by row is 4096 x 64 threads, enough.
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(close(h200.memory_factor(1024, 256), 64f64.powf(0.4)));
+        assert!(close(h200.memory_factor(4096, 256), 16f64.powf(0.4)));
+        assert!(close(h200.memory_factor(4096, 4096), 1.0));
+        // Little's law (exponent 1) when a profile leaves the exponent out.
+        let linear = Reductions {
+            saturating_threads: 24576.0,
+            ..Reductions::default()
+        };
+        assert_eq!(linear.memory_factor(1024, 256), 6.0);
         assert_eq!(h200.memory_factor(0, 256), 1.0);
         assert_eq!(h200.memory_factor(16, 0), 1.0);
         assert_eq!(Reductions::default().memory_factor(1, 1), 1.0);
@@ -889,6 +908,7 @@ mod tests {
             ("per_thread: 0.5", "per_thread"),
             ("extra_launches: -1.0", "extra_launches"),
             ("saturating_threads: 1e300", "saturating_threads"),
+            ("exponent: -0.5", "exponent"),
         ] {
             let err = CostModel::defaults()
                 .load_str(
