@@ -133,8 +133,11 @@ def main():
     print(f"device: {device}; {args.iters} runs each; 'graph': CUDA graph replays; "
           f"slowdown = (graph - launches x {args.launch_us} us) / copy")
     if args.json:
+        # No copy is timed off the GPU: its figures are null, not NaN (which JSON lacks).
+        finite = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                   for k, v in row.items()} for row in rows_out]
         with open(args.json, "w") as f:
-            json.dump(rows_out, f, indent=2)
+            json.dump(finite, f, indent=2, allow_nan=False)
 
 
 if __name__ == "__main__":

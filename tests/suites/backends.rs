@@ -25,6 +25,8 @@ mod cuda_compile;
 mod cuda_emit;
 #[path = "../examples.rs"]
 mod examples;
+#[path = "../gpu_scripts.rs"]
+mod gpu_scripts;
 #[path = "../index_maps.rs"]
 mod index_maps;
 #[path = "../integers.rs"]
