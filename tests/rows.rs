@@ -1082,3 +1082,38 @@ fn row_kernel_exp_stays_within_its_stated_ulp_bound() {
         assert!(differ > 0, "the relaxed row kernel used the pointwise exp");
     }
 }
+
+/// A last pass that runs one row late (softmax's) streams its stores past the cache on large
+/// launches; a last pass in place (layernorm's, which reads `x` again) stores its row in one
+/// burst and stores normally, where streaming measured slower (book, performance chapter,
+/// "Ordinary stores for a last pass in place"). Both still agree with the reference on
+/// launches large enough to stream.
+#[test]
+fn only_lagged_last_passes_stream_their_stores() {
+    use fusebox::backend::cpu::emit::{emit_kernel, kernel_name};
+    let source = |graph: &Graph| {
+        let program = lowered(graph);
+        let ir = &program.kernels[0];
+        emit_kernel(ir, &kernel_name(ir))
+    };
+    let softmax_c = source(&softmax(DType::F32, &[64, 4096]));
+    assert!(
+        softmax_c.contains("l_st = st;"),
+        "softmax lags its last pass"
+    );
+    assert!(
+        softmax_c.contains("const int st = fbs && "),
+        "the lagged last pass streams"
+    );
+    let layernorm_c = source(&layernorm(DType::F32, &[64, 4096], true));
+    assert!(
+        !layernorm_c.contains("l_st"),
+        "layernorm's last pass is in place"
+    );
+    assert!(
+        layernorm_c.contains("const int st = 0;") && !layernorm_c.contains("const int st = fbs"),
+        "a last pass in place stores normally"
+    );
+    // 2049 rows of 4099: 32.1 MiB in and out, over the streaming threshold.
+    agrees(&layernorm(DType::F32, &[2049, 4099], true), 31, true).unwrap();
+}

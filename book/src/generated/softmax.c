@@ -1,4 +1,4 @@
-void fb_46ac4b1183c5867a(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
+void fb_d800566d6ea12899(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
     int64_t n0 = sizes[0];
     int64_t n1 = sizes[1];
     const float *p0 = (const float *)ptrs[0];
@@ -246,7 +246,7 @@ void fb_46ac4b1183c5867a(const int64_t *sizes, const int64_t *strides, const int
                 #if defined(FB_AVX512)
                 {
                     float *d0 = p1 + b1;
-                    const int st = fbs && (((uintptr_t)d0) & 63) == 0;
+                    const int st = 0;
                     for (int64_t j = 0; j < jv; j += 16) {
                         const __m512 v0 = _mm512_loadu_ps(&p0[b0 + j]);
                         const __m512 v1 = _mm512_set1_ps(r1);
