@@ -3,15 +3,9 @@
 //! between the sessions that have a GPU. Skipped, with a message, where `python3 -c "import
 //! numpy"` fails (`.ci/run` installs NumPy first).
 
+use crate::common::{numpy_available, temp_dir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn numpy_available() -> bool {
-    Command::new("python3")
-        .args(["-c", "import numpy"])
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -40,12 +34,6 @@ fn stdout_of(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fusebox-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 /// A soft-capped softmax over [6, 33] f32: small enough for the reference evaluator, and a row
 /// kernel that keeps values from one pass for the next.
 fn small_graph(dir: &Path) -> PathBuf {
@@ -68,6 +56,24 @@ fn small_graph(dir: &Path) -> PathBuf {
     path
 }
 
+/// `check_gpu.py` through the CPU backend, checking the given examples only.
+fn check_on_cpu(examples: &str) -> Output {
+    let fixed = [
+        "--fusebox",
+        fusebox(),
+        "--backend",
+        "cpu",
+        "--rows",
+        "0",
+        "--random",
+        "0",
+    ];
+    script(
+        "check_gpu.py",
+        &[&fixed[..], &["--examples", examples]].concat(),
+    )
+}
+
 #[test]
 fn check_gpu_takes_graph_files_and_example_names() {
     if !numpy_available() {
@@ -77,21 +83,7 @@ fn check_gpu_takes_graph_files_and_example_names() {
     let dir = temp_dir("gpu-check");
     let graph = small_graph(&dir);
     let selection = format!("iou,{}", graph.display());
-    let out = script(
-        "check_gpu.py",
-        &[
-            "--fusebox",
-            fusebox(),
-            "--backend",
-            "cpu",
-            "--rows",
-            "0",
-            "--random",
-            "0",
-            "--examples",
-            &selection,
-        ],
-    );
+    let out = check_on_cpu(&selection);
     let text = stdout_of(&out);
     // Five variants each on the CPU (the deterministic ones are CUDA's), all agreeing with the
     // reference evaluator.
@@ -100,17 +92,7 @@ fn check_gpu_takes_graph_files_and_example_names() {
     assert!(text.contains("ok   iou (unfused)"), "{text}");
     assert!(text.contains("10 passed, 0 failed"), "{text}");
 
-    let out = script(
-        "check_gpu.py",
-        &[
-            "--fusebox",
-            fusebox(),
-            "--backend",
-            "cpu",
-            "--examples",
-            "no_such_example",
-        ],
-    );
+    let out = check_on_cpu("no_such_example");
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("no example `no_such_example`"),

@@ -2,17 +2,11 @@
 //! fusebox. Skipped, with a message, where `python3 -c "import numpy"` fails (`.ci/run`
 //! installs NumPy first).
 
+use crate::common::{numpy_available, temp_dir};
 use fusebox::dtype::DType;
 use fusebox::tensor::Tensor;
 use std::path::Path;
 use std::process::Command;
-
-fn numpy_available() -> bool {
-    Command::new("python3")
-        .args(["-c", "import numpy"])
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 fn python(script: &str, dir: &Path) -> String {
     let out = Command::new("python3")
@@ -26,12 +20,6 @@ fn python(script: &str, dir: &Path) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn temp_dir(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("fusebox-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[test]

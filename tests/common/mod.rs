@@ -71,3 +71,19 @@ pub fn sm80_sweep_flags() -> &'static [&'static str] {
     let fast = fusebox::backend::cuda::libs::nvrtc_available().is_ok_and(|s| s.version >= (12, 8));
     if fast { &["--Ofast-compile=max"] } else { &[] }
 }
+
+/// Whether `python3` can import NumPy: the tests that talk to Python skip, with a message,
+/// where it cannot (`.ci/run` installs it first).
+pub fn numpy_available() -> bool {
+    std::process::Command::new("python3")
+        .args(["-c", "import numpy"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A fresh directory under the system's temporary directory, named by `tag` and this process.
+pub fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("fusebox-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
