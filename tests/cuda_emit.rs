@@ -2248,6 +2248,16 @@ fn emulated_on_the_cached_paths(graph: &Graph, program: &Program, inputs: &fuseb
     }
 }
 
+/// The CUDA text of a row kernel up to its element-by-element register path: the entry points
+/// of the 16-byte vector path, which come first.
+fn vector_path_text(ir: &KernelIr) -> String {
+    let source = emit_module(&[(kernel_name(ir), ir)], &EmitOptions::default());
+    let end = source
+        .find("the row in registers, element by element")
+        .expect("paths");
+    source[..end].to_string()
+}
+
 /// Softmax's sum pass keeps `exp(x - max)` over `x`'s slots of the register cache. A second
 /// reduction in that pass, `mean((x - max)²)`, reads `x` itself: when its f32 partial
 /// overflows (two squares of 1.96·10³⁸ per thread here, each finite), its f64 redo must read
@@ -2272,10 +2282,7 @@ fn emulated_redo_after_keeping_over_the_register_cache_reads_x_again() {
         ir.is_row_kernel() && ir.row_kept().len() == 1,
         "exp is kept"
     );
-    let source = emit_module(&[(kernel_name(ir), ir)], &EmitOptions::default());
-    let vector = &source[..source
-        .find("the row in registers, element by element")
-        .expect("paths")];
+    let vector = vector_path_text(ir);
     assert!(
         vector.contains("c0[g][l] = v"),
         "kept over x's slots:\n{vector}"
@@ -2327,10 +2334,7 @@ fn emulated_redo_evaluates_a_kept_value_whose_place_was_taken() {
         .map(|k| (k.saved_in, k.read_in))
         .collect();
     assert_eq!(kept, vec![(0, vec![1]), (1, vec![2])], "t, then exp");
-    let source = emit_module(&[(kernel_name(ir), ir)], &EmitOptions::default());
-    let vector = &source[..source
-        .find("the row in registers, element by element")
-        .expect("paths")];
+    let vector = vector_path_text(ir);
     let x_slot = (0..ir.loads.len())
         .find(|a| vector.matches(&format!("c{a}[g][l] = v")).count() == 2)
         .unwrap_or_else(|| panic!("t and exp both kept over x's slots:\n{vector}"));

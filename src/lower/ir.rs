@@ -619,31 +619,28 @@ impl KernelIr {
             return Vec::new();
         }
         let costly = self.row_costly();
+        let reduces = |id: usize| matches!(self.body[id], Instr::RowReduce { .. });
         // The first pass computing each value, and what is kept so far.
         let mut computed_in: Vec<Option<usize>> = vec![None; self.body.len()];
         let mut kept: Vec<RowKept> = Vec::new();
         for pass in 0..passes {
-            let mut seen = vec![false; self.body.len()];
-            let mut stack = self.row_pass_roots(pass);
-            while let Some(id) = stack.pop() {
-                if std::mem::replace(&mut seen[id], true) {
-                    continue;
-                }
-                match (computed_in[id], &self.body[id]) {
-                    (_, Instr::RowReduce { .. }) => {}
-                    (Some(saved_in), _) if saved_in < pass && costly[id] => {
-                        match kept.iter_mut().find(|k| k.value == id) {
-                            Some(k) => k.read_in.push(pass),
-                            None => kept.push(RowKept {
-                                value: id,
-                                saved_in,
-                                read_in: vec![pass],
-                            }),
-                        }
-                    }
+            // A pass reads back what an earlier pass computes, if it calls or divides.
+            let stop: Vec<bool> = (0..self.body.len())
+                .map(|id| costly[id] && !reduces(id) && computed_in[id].is_some_and(|p| p < pass))
+                .collect();
+            let met = self.row_pass_meets(pass, &stop);
+            for id in (0..self.body.len()).filter(|&id| met[id] && !reduces(id)) {
+                match (stop[id], computed_in[id]) {
+                    (true, Some(saved_in)) => match kept.iter_mut().find(|k| k.value == id) {
+                        Some(k) => k.read_in.push(pass),
+                        None => kept.push(RowKept {
+                            value: id,
+                            saved_in,
+                            read_in: vec![pass],
+                        }),
+                    },
                     _ => {
                         computed_in[id].get_or_insert(pass);
-                        stack.extend(self.body[id].operands());
                     }
                 }
             }
