@@ -277,8 +277,9 @@ proptest! {
 
 /// The concat generator reaches what the tests above claim: over 500 recipes, most graphs
 /// read their concat by ranges; empty segments, negative axes and half-precision operands
-/// all occur; and kernels that reduce a concat read by ranges occur both cut into pieces and
-/// clamped.
+/// all occur; kernels that reduce a concat read by ranges occur both cut into pieces and
+/// clamped; and row kernels read concats both along an outer axis (in pieces) and along
+/// their rows.
 #[test]
 fn concat_recipes_cover_range_selects() {
     use proptest::strategy::ValueTree;
@@ -291,7 +292,7 @@ fn concat_recipes_cover_range_selects() {
     let (mut built, mut selecting, mut empty, mut negative, mut half) = (0, 0, 0, 0, 0);
     // Kernels that reduce and read a concat by ranges: cut into pieces, and clamped; row
     // kernels that read one (always in pieces).
-    let (mut reducing_pieces, mut reducing_clamped, mut row_pieces) = (0, 0, 0);
+    let (mut reducing_pieces, mut reducing_clamped, mut row_pieces, mut row_along) = (0, 0, 0, 0);
     for _ in 0..500 {
         let recipe = strategy.new_tree(&mut runner).unwrap().current();
         let Some(graph) = random_graph::build_concat(&rules().ops, &recipe) else {
@@ -316,8 +317,12 @@ fn concat_recipes_cover_range_selects() {
             .iter()
             .filter(|ir| ir.is_row_kernel() && ir.has_ranges())
         {
-            assert!(lower::split::split(ir).is_some(), "{graph:?}");
-            row_pieces += 1;
+            if ir.selects_along_rows() {
+                row_along += 1;
+            } else {
+                assert!(lower::split::split(ir).is_some(), "{graph:?}");
+                row_pieces += 1;
+            }
         }
         empty += usize::from(recipe.parts.iter().any(|p| p.len == 0));
         negative += usize::from(recipe.axis < 0);
@@ -331,10 +336,11 @@ fn concat_recipes_cover_range_selects() {
     eprintln!(
         "{built} built, {selecting} select, {empty} empty, {negative} negative, {half} half, \
          reducing kernels: {reducing_pieces} in pieces, {reducing_clamped} clamped, \
-         row kernels in pieces: {row_pieces}"
+         row kernels in pieces: {row_pieces}, along their rows: {row_along}"
     );
     assert!(built > 400, "{built}");
-    assert!(reducing_pieces >= 20 && reducing_clamped >= 5 && row_pieces >= 15);
+    assert!(reducing_pieces >= 20 && reducing_clamped >= 5);
+    assert!(row_pieces >= 15 && row_along >= 15);
     assert!(selecting * 2 > built, "{selecting} of {built}");
     assert!(empty * 5 > built && negative * 3 > built && half * 3 > built);
 }
@@ -928,27 +934,105 @@ fn outside_row(t: &Tensor, axis: usize, row: usize) -> Tensor {
     Tensor::from_values(t.dtype, &shape, values).unwrap()
 }
 
-/// A softmax over the rows of a concat along the rows themselves would put one row's
-/// elements in several pieces: the row kernel holds no select, so the concat's operands and
-/// the row maximum run as pieces in one kernel and the row kernel reads the concat written
-/// out, and the result equals the reference.
-#[test]
-fn a_row_kernel_holds_no_concat_along_its_rows() {
+/// Row graphs over concats along the rows themselves, where one row's elements lie in
+/// several segments: a softmax of `[tanh(a), c]` (segments of 5 and 7, inside one vector)
+/// with its row maxima as a second output; layernorm with affine over four operands, one of
+/// them empty and one a single column, rows of 61 (segment ends off the 16-lane vectors); an
+/// f16 operand beside an f32 one under a log-softmax (the C vector loops read only f32
+/// operands under a mask); a rank-3 softmax of a biased operand; and rows of 4200 (past the
+/// CUDA register and shared-memory caches) whose segments meet at 4000.
+pub(crate) fn row_kernels_of_row_concats() -> Vec<Graph> {
+    let mut graphs = Vec::new();
     let mut b = GraphBuilder::new("softmax_of_row_concat");
     let a = b.input("a", DType::F32, &[4, 5]);
     let c = b.input("c", DType::F32, &[4, 7]);
     let ta = b.op("ta", "tanh", &[&a]);
     let cat = b.op_with("cat", "concat", &[&ta, &c], &[("axis", AttrValue::Int(1))]);
     let y = common::row_graphs::softmax_of(&mut b, &cat);
-    let graph = b.finish(&[&y]);
-    let program = lowered(&graph);
-    assert_eq!(program.kernels.len(), 2);
-    for ir in &program.kernels {
-        assert!(!(ir.is_row_kernel() && ir.has_ranges()));
-    }
-    assert!(program.kernels.iter().any(|ir| ir.is_row_kernel()));
-    for (seed, specials) in [(44, false), (45, true)] {
-        agrees(&graph, seed, specials, true).unwrap();
+    graphs.push(b.finish(&[&y, "m"]));
+
+    let mut b = GraphBuilder::new("layernorm_of_four_row_segments");
+    let a = b.input("a", DType::F32, &[3, 20]);
+    let empty = b.input("empty", DType::F32, &[3, 0]);
+    let one = b.input("one", DType::F32, &[3, 1]);
+    let k = b.input("k", DType::F32, &[3, 40]);
+    let w = b.input("w", DType::F32, &[61]);
+    let bias = b.input("bias", DType::F32, &[61]);
+    let sk = b.op("sk", "sigmoid", &[&k]);
+    let cat = b.op_with(
+        "cat",
+        "concat",
+        &[&a, &empty, &one, &sk],
+        &[("axis", AttrValue::Int(-1))],
+    );
+    let y = common::row_graphs::layernorm_of(&mut b, &cat, DType::F32, Some((&w, &bias)));
+    graphs.push(b.finish(&[&y]));
+
+    let mut b = GraphBuilder::new("log_softmax_of_half_and_float");
+    let h = b.input("h", DType::F16, &[2, 17]);
+    let c = b.input("c", DType::F32, &[2, 30]);
+    let hf = b.op_with(
+        "hf",
+        "cast",
+        &[&h],
+        &[("dtype", AttrValue::DType(DType::F32))],
+    );
+    let cat = b.op_with("cat", "concat", &[&hf, &c], &[("axis", AttrValue::Int(1))]);
+    let y = common::row_graphs::log_softmax_of(&mut b, &cat);
+    graphs.push(b.finish(&[&y]));
+
+    let mut b = GraphBuilder::new("softmax_of_biased_rank3_row_concat");
+    let a = b.input("a", DType::F32, &[2, 3, 9]);
+    let c = b.input("c", DType::F32, &[2, 3, 24]);
+    let bias = b.input("bias", DType::F32, &[24]);
+    let cb = b.op("cb", "add", &[&c, &bias]);
+    let cat = b.op_with("cat", "concat", &[&a, &cb], &[("axis", AttrValue::Int(2))]);
+    let y = common::row_graphs::softmax_of(&mut b, &cat);
+    graphs.push(b.finish(&[&y]));
+
+    let mut b = GraphBuilder::new("long_softmax_of_row_concat");
+    let a = b.input("a", DType::F32, &[2, 4000]);
+    let c = b.input("c", DType::F32, &[2, 200]);
+    let nc = b.op("nc", "neg", &[&c]);
+    let cat = b.op_with("cat", "concat", &[&a, &nc], &[("axis", AttrValue::Int(1))]);
+    let y = common::row_graphs::softmax_of(&mut b, &cat);
+    graphs.push(b.finish(&[&y]));
+    graphs
+}
+
+/// Each graph of [`row_kernels_of_row_concats`] is one row kernel that reads its concat by
+/// ranges along its rows (`KernelIr::selects_along_rows`): it does not cut into pieces, the
+/// report says every operand is evaluated at every point, and it equals the reference in
+/// the interpreter and compiled, with and without NaN/Inf. The f32-only graphs take the C
+/// vector loops, which load each operand's lanes under its range mask.
+#[test]
+fn row_kernels_read_concats_along_their_rows() {
+    for graph in row_kernels_of_row_concats() {
+        let out = optimize(&graph, rules(), &Options::default()).unwrap();
+        assert_eq!(out.partition.kernels.len(), 1, "{}: one kernel", graph.name);
+        let concat = &out.report.kernels[0].concats[0];
+        assert_eq!(
+            (concat.strategy, concat.per_segment),
+            ("range select", false),
+            "{}",
+            graph.name
+        );
+        let program = lowered(&graph);
+        let ir = &program.kernels[0];
+        assert!(ir.selects_along_rows(), "{}", graph.name);
+        assert!(lower::split::split(ir).is_none(), "{}", graph.name);
+        let c = fusebox::backend::cpu::emit::emit_module(&[("fb_k".to_string(), ir)]);
+        let masked = c.contains("fbv_range_lanes(j, rs");
+        assert_eq!(
+            masked,
+            !graph.name.contains("half"),
+            "{}: vector loops read under range masks",
+            graph.name
+        );
+        for (seed, specials) in [(44, false), (45, true), (46, true)] {
+            agrees(&graph, seed, specials, true)
+                .unwrap_or_else(|e| panic!("{} (specials {specials}): {e}", graph.name));
+        }
     }
 }
 

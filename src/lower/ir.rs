@@ -36,10 +36,13 @@
 //! kernel writes is a [`Store`] (broadcast along the innermost axis when it has one element per
 //! row). Nothing here depends on sizes either: a row is whatever the innermost size is.
 //!
-//! A row kernel may read a concat by ranges ([`Instr::RangeLoad`], [`Instr::Select`]) only
-//! along an outer axis, and only by one set of segments, so that every row lies in one
-//! segment and the kernel cuts into one row kernel per segment ([`crate::lower::split`];
-//! [`KernelIr::verify`] refuses the rest). The emitters run it as those pieces.
+//! A row kernel may read a concat by ranges ([`Instr::RangeLoad`], [`Instr::Select`]) along
+//! an outer axis by one set of segments, so that every row lies in one segment and the kernel
+//! cuts into one row kernel per segment ([`crate::lower::split`]), which is how the emitters
+//! run it; or along its rows only ([`KernelIr::selects_along_rows`]), where each pass
+//! evaluates every operand at every element of the row and the select picks.
+//! [`KernelIr::verify`] refuses the rest (selects along both, or along an outer axis by
+//! several sets of segments).
 //!
 //! ## Precision of row kernels
 //!
@@ -397,6 +400,20 @@ impl KernelIr {
         self.body
             .iter()
             .any(|i| matches!(i, Instr::RangeLoad { .. } | Instr::Select { .. }))
+    }
+
+    /// Whether this row kernel reads a concat by ranges along its rows: every range load and
+    /// select picks along the innermost axis, so one row's elements lie in several segments.
+    /// The row emitters then evaluate every operand at every element of the row, as the
+    /// pointwise kernels do before they cut into pieces, and the select picks; such a kernel
+    /// does not cut into one row kernel per segment ([`crate::lower::split`]).
+    pub fn selects_along_rows(&self) -> bool {
+        self.is_row_kernel()
+            && self.has_ranges()
+            && self.body.iter().all(|i| match i {
+                Instr::RangeLoad { axis, .. } | Instr::Select { axis, .. } => axis + 1 == self.rank,
+                _ => true,
+            })
     }
 
     /// The number of launch ranges the body refers to: one more than the highest index.

@@ -77,9 +77,9 @@ pub enum IrError {
     },
     /// Value `value` is a select without cases, or with another number of ranges than cases.
     SelectCases { value: ValueId },
-    /// A row kernel reads a concat by ranges that do not cut it into per-segment row kernels
-    /// ([`crate::lower::split`]): the row emitters run such a kernel only as its pieces, one
-    /// row kernel per segment of an outer axis.
+    /// A row kernel reads a concat by ranges that neither cut it into per-segment row kernels
+    /// ([`crate::lower::split`]) nor all select along its rows
+    /// ([`KernelIr::selects_along_rows`]): the row emitters run only those two.
     RowKernelRange,
 }
 
@@ -154,8 +154,8 @@ impl fmt::Display for IrError {
             ),
             IrError::RowKernelRange => write!(
                 f,
-                "a row kernel reads a concat by ranges only along an outer axis, by one set of \
-                 segments"
+                "a row kernel reads a concat by ranges along its rows only, or along an outer axis \
+                 by one set of segments"
             ),
             IrError::RowKernelReduction => write!(
                 f,
@@ -272,7 +272,11 @@ impl KernelIr {
         if self.is_row_kernel() && !self.reductions.is_empty() {
             return Err(IrError::RowKernelReduction);
         }
-        if self.is_row_kernel() && self.has_ranges() && super::split::split(self).is_none() {
+        if self.is_row_kernel()
+            && self.has_ranges()
+            && !self.selects_along_rows()
+            && super::split::split(self).is_none()
+        {
             return Err(IrError::RowKernelRange);
         }
         for (reduction, red) in self.reductions.iter().enumerate() {
@@ -571,9 +575,9 @@ mod tests {
         );
     }
 
-    /// `x - max(concat(x0, x1)[row])` over `[n, m]`: a row kernel whose concat selects along
-    /// `axis`, its row maximum read by the store.
-    fn row_kernel_of_concat(axis: usize) -> KernelIr {
+    /// `x - max(concat(x0, x1)[row])` over `[n, m]`: a row kernel whose range loads read
+    /// along `loads` and whose select picks along `select`, its row maximum read by the store.
+    fn row_kernel_of_concat(loads: usize, select: usize) -> KernelIr {
         let view = |axes: Vec<Axis>| View::strided(DType::F32, axes);
         KernelIr {
             rank: 2,
@@ -585,12 +589,12 @@ mod tests {
             body: vec![
                 Instr::RangeLoad {
                     view: 0,
-                    axis,
+                    axis: loads,
                     range: 0,
                 },
                 Instr::RangeLoad {
                     view: 1,
-                    axis,
+                    axis: loads,
                     range: 1,
                 },
                 Instr::Select {
@@ -620,13 +624,18 @@ mod tests {
     }
 
     /// A row kernel may read a concat along an outer axis (it runs as one row kernel per
-    /// segment), not along its rows.
+    /// segment) or along its rows (each pass evaluates every operand), not along both.
     #[test]
-    fn row_kernels_select_along_outer_axes_only() {
-        assert_eq!(row_kernel_of_concat(0).verify(), Ok(()));
-        assert_eq!(
-            row_kernel_of_concat(1).verify(),
-            Err(IrError::RowKernelRange)
-        );
+    fn row_kernels_select_along_one_kind_of_axis() {
+        assert_eq!(row_kernel_of_concat(0, 0).verify(), Ok(()));
+        assert_eq!(row_kernel_of_concat(1, 1).verify(), Ok(()));
+        assert!(row_kernel_of_concat(1, 1).selects_along_rows());
+        assert!(!row_kernel_of_concat(0, 0).selects_along_rows());
+        for (loads, select) in [(0, 1), (1, 0)] {
+            assert_eq!(
+                row_kernel_of_concat(loads, select).verify(),
+                Err(IrError::RowKernelRange)
+            );
+        }
     }
 }

@@ -34,8 +34,11 @@
 //! merged kernel's domain is the concat's shape. Its ops are then evaluated per segment by
 //! the lowering. Every concat in a kernel selects along one axis (counted from the innermost,
 //! which broadcasting keeps). A row kernel may hold concats that select along an outer axis:
-//! each row then lies in one segment and the kernel runs as one row kernel per segment
-//! ([`rows_allow_select`]). A concat kernel nothing joined is reported and lowered as a copy.
+//! each row then lies in one segment and the kernel runs as one row kernel per segment. It may
+//! also hold concats that select along its rows: each pass then evaluates every operand at
+//! every element and picks, priced so ([`Facts::fused_arithmetic`] finds no pieces where a
+//! reduction runs along the select's axis). A concat kernel nothing joined is reported and
+//! lowered as a copy.
 //!
 //! Once every node is placed, the sibling pass (`greedy/siblings.rs`) merges pairs of independent
 //! kernels when that is cheaper still, with the same domain, budget and convexity checks.
@@ -294,14 +297,6 @@ fn select_axis(dag: &Dag, role: &[Role], c: usize) -> Option<usize> {
     }
 }
 
-/// Whether a row kernel may read concats selecting along `select` (counted from the
-/// innermost): along an outer axis, where every row lies in one segment, so that it runs as
-/// one row kernel per segment (`lower::split`), and not along the rows, whose elements would
-/// lie in several segments (the row emitters spell no range select inside a row).
-pub(super) fn rows_allow_select(select: Option<usize>) -> bool {
-    select.is_none_or(|axis| axis > 1)
-}
-
 /// The one axis selected along by kernels and a node, counted from the innermost: `Err` when
 /// two differ.
 fn one_axis(axes: impl Iterator<Item = Option<usize>>) -> Result<Option<usize>, ()> {
@@ -334,9 +329,10 @@ impl Builder<'_> {
     /// The arithmetic of the kernel merging `members` (canonical ids) and `node` over
     /// `domain`: `per_element` at every point, unless it reads a concat by ranges, which may
     /// run as per-segment pieces, or is a row kernel, whose passes may evaluate a node more
-    /// than once ([`Facts::fused_arithmetic`]). `None` for a row kernel
-    /// (`rows`) whose concats would not cut it into pieces: the row emitters run a row kernel
-    /// that reads a concat only as one row kernel per segment.
+    /// than once ([`Facts::fused_arithmetic`]). `None` for a row kernel (`rows`) whose
+    /// concats select along an outer axis but would not cut it into pieces: the row emitters
+    /// run such a kernel only as one row kernel per segment. (Concats along the rows never
+    /// cut a row kernel; its passes evaluate every operand, as priced.)
     fn kernel_flops(
         &self,
         members: &[u32],
@@ -358,7 +354,8 @@ impl Builder<'_> {
             Some(u) == node || (self.group_of[u] != u32::MAX && members.contains(&self.group_of[u]))
         };
         let arithmetic = self.facts.fused_arithmetic(&nodes, domain, inside);
-        let unsplit_rows = rows && select.is_some() && !arithmetic.per_segment;
+        let outer_select = select.is_some_and(|axis| axis > 1);
+        let unsplit_rows = rows && outer_select && !arithmetic.per_segment;
         (!unsplit_rows).then_some(arithmetic.flops)
     }
 
@@ -605,7 +602,7 @@ impl Builder<'_> {
         let shape = self.facts.iter_shape(n);
         let rows = consumes_rows || members.iter().any(|&m| self.group(m).rows);
         let other_end = self.other_end(n) || members.iter().any(|&m| self.group(m).other_end);
-        if rows && (other_end || !rows_allow_select(select)) {
+        if rows && other_end {
             return None;
         }
         let mut fixed: Option<&Shape> =

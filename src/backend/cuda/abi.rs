@@ -102,13 +102,18 @@ pub enum RowPath {
 
 /// Load views of a row kernel worth caching: those read in two or more passes over the row
 /// (a load read once gains nothing from being kept), moving along the row (a per-row scalar
-/// is one element), and not read through an index map (whose positions are computed per
-/// element anyway). In load order.
+/// is one element), not read through an index map (whose positions are computed per
+/// element anyway), and not an operand of a concat read along the row: such a view has
+/// elements only in its own segment of the row, and every read of it is guarded by that
+/// range, which the caches' loads are not. In load order.
 pub fn row_cached(ir: &KernelIr) -> Vec<usize> {
     if !ir.is_row_kernel() {
         return Vec::new();
     }
     let inner = ir.rank.saturating_sub(1);
+    let ranged = ir.range_views();
+    let along_row =
+        |view: usize| matches!(ranged.get(view), Some(Some((axis, _))) if *axis == inner);
     let mut passes_reading = vec![0usize; ir.loads.len()];
     for pass in 0..ir.passes() {
         for (view, reads) in row_pass_loads(ir, pass).into_iter().enumerate() {
@@ -118,7 +123,10 @@ pub fn row_cached(ir: &KernelIr) -> Vec<usize> {
     (0..ir.loads.len())
         .filter(|&view| {
             let v = &ir.loads[view];
-            passes_reading[view] >= 2 && v.axes[inner] != Axis::Broadcast && !v.is_mapped()
+            passes_reading[view] >= 2
+                && v.axes[inner] != Axis::Broadcast
+                && !v.is_mapped()
+                && !along_row(view)
         })
         .collect()
 }
@@ -128,6 +136,13 @@ pub fn row_cached(ir: &KernelIr) -> Vec<usize> {
 /// stores depend on, not looking through the row reductions it reads as constants.
 pub fn row_pass_loads(ir: &KernelIr, pass: usize) -> Vec<bool> {
     ir.loads_met(&ir.row_pass_meets(pass, &[]))
+}
+
+/// Whether a row kernel can have a [`RowPath::RegistersVector`] path: it has a vector width,
+/// and reads no concat along its rows (a vector of neighbouring elements may straddle two
+/// segments, and the path's vector loads read every lane unguarded).
+fn row_vector_ok(ir: &KernelIr) -> bool {
+    row_vector_width(ir) > 1 && !ir.selects_along_rows()
 }
 
 /// Vector width of a row kernel's [`RowPath::RegistersVector`] path: as for a pointwise
@@ -214,7 +229,7 @@ pub fn row_path(ir: &KernelIr, launch: &Launch, n: &[i64], ptrs: &[u64]) -> RowP
     let len = n.get(ir.rank.saturating_sub(1)).copied().unwrap_or(0);
     let slots = row_slots(ir) as i64;
     if slots > 0 && len <= slots * i64::from(row_block(ir, len)) {
-        if vector_ok_at(ir, launch, n, ptrs, row_vector_width(ir)) {
+        if row_vector_ok(ir) && vector_ok_at(ir, launch, n, ptrs, row_vector_width(ir)) {
             RowPath::RegistersVector
         } else {
             RowPath::Registers
@@ -241,7 +256,7 @@ pub fn row_paths(ir: &KernelIr) -> Vec<RowPath> {
         return vec![RowPath::Reread];
     }
     let mut paths = vec![RowPath::Reread, RowPath::Shared, RowPath::Registers];
-    if row_vector_width(ir) > 1 {
+    if row_vector_ok(ir) {
         paths.push(RowPath::RegistersVector);
     }
     paths

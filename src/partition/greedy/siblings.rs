@@ -150,7 +150,7 @@ impl Builder<'_> {
         let rows = ga.rows || gb.rows;
         let other_end = ga.other_end || gb.other_end;
         let select = super::one_axis([ga.select, gb.select].into_iter()).ok()?;
-        if rows && (other_end || !super::rows_allow_select(select)) {
+        if rows && other_end {
             return None;
         }
         // Iteration domain: a kernel with an `End` node keeps its own.

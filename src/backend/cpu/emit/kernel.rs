@@ -123,7 +123,7 @@ impl<'a> Kernel<'a> {
             body: Vec::new(),
             stages: Stages::plan(ir),
             // A concat read in place picks its operand by coordinate: scalar loops only.
-            vector: vector::supports(ir) && !ir.has_ranges(),
+            vector: vector::supports(ir) && (!ir.has_ranges() || ir.selects_along_rows()),
         };
         kernel.body = kernel.body_lines();
         if ir.is_row_kernel() {

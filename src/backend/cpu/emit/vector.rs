@@ -124,8 +124,18 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
                         ir.prec(*x) == Prec::F32
                             && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
                     }
-                    // A concat read in place picks its operand per element by coordinate.
-                    Instr::Widen { .. } | Instr::RangeLoad { .. } | Instr::Select { .. } => false,
+                    // A concat read in place along a row kernel's rows: an f32 operand
+                    // contiguous along the rows loads its lanes inside its range under a mask,
+                    // and the select blends the operands by lane masks. Elsewhere (pointwise
+                    // kernels, which cut into pieces instead, and outer axes) the scalar loop
+                    // picks per element.
+                    Instr::RangeLoad { view, .. } => {
+                        ir.selects_along_rows()
+                            && ir.loads[*view].dtype == DType::F32
+                            && ir.loads[*view].axes[inner] != Axis::Strided
+                    }
+                    Instr::Select { prec, .. } => ir.selects_along_rows() && *prec == Prec::F32,
+                    Instr::Widen { .. } => false,
                 }
         })
 }
@@ -240,9 +250,34 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
                 other => unreachable!("{other:?} has no vector form (`supports` rejects it)"),
             }
         }
-        Instr::Widen { .. } | Instr::RangeLoad { .. } | Instr::Select { .. } => {
-            unreachable!("`supports` rejects widening and range reads")
+        // Lanes outside the range read nothing (a masked load does not fault) and hold 0,
+        // where the scalar loop reads the clamped element: no select picks them either way.
+        Instr::RangeLoad { view, range, .. } => {
+            let lanes = format!("fbv_range_lanes(j, rs{range}, re{range})");
+            match ir.loads[*view].axes[inner] {
+                Axis::Unit => format!("_mm512_maskz_loadu_ps({lanes}, &p{view}[b{view} + j])"),
+                // A one-column operand: its element, read only when a lane lies in its range
+                // (an empty operand's range holds none, and it has no element to read).
+                _ => format!(
+                    "(({lanes}) ? _mm512_maskz_mov_ps({lanes}, _mm512_set1_ps(p{view}[b{view}])) \
+                     : _mm512_setzero_ps())"
+                ),
+            }
         }
+        // The last case, then each earlier one where its range ends after the lane's index,
+        // as the scalar comparison chain picks.
+        Instr::Select { ranges, cases, .. } => {
+            let last = cases.len() - 1;
+            let mut text = v(cases[last]);
+            for (&r, &x) in ranges.iter().zip(cases).take(last).rev() {
+                text = format!(
+                    "_mm512_mask_blend_ps(fbv_lanes_below(j, re{r}), {text}, {})",
+                    v(x)
+                );
+            }
+            text
+        }
+        Instr::Widen { .. } => unreachable!("`supports` rejects widening"),
         // A row reduction is a row constant by the time a vector reads it; `kernel::rows`
         // writes its accumulation and its broadcast.
         Instr::RowReduce { .. } => unreachable!("row reductions are spelled by kernel::rows"),

@@ -143,8 +143,14 @@ impl Kernel<'_> {
             return None;
         }
         let lp = self.pass_loop(&pass, carried, true);
+        // (A select along the rows names its element from the row's start, which a pending
+        // row stored after the thread's rows does not have: such a last pass does not lag.)
         let loads = lp.needed.iter().any(|&id| {
-            !lp.stop[id] && matches!(ir.body[id], Instr::Load { .. } | Instr::RangeLoad { .. })
+            !lp.stop[id]
+                && matches!(
+                    ir.body[id],
+                    Instr::Load { .. } | Instr::RangeLoad { .. } | Instr::Select { .. }
+                )
         });
         if loads {
             return None;
@@ -338,6 +344,11 @@ impl Kernel<'_> {
         let passes = ir.passes();
         self.decompose_outer(out, "o");
         out.line("const int64_t len = inner;");
+        if ir.selects_along_rows() {
+            // A range load or select along the rows names its element `j0 + j`, as in the
+            // pointwise loops' chunks: a row is one chunk starting at 0.
+            out.line("const int64_t j0 = 0;");
+        }
         for arg in 0..ir.loads.len() + ir.stores.len() {
             out.line(format!("const int64_t b{arg} = {};", self.row_base(arg)));
         }
@@ -1006,7 +1017,7 @@ pub(in crate::backend::cpu::emit) fn row_exps(ir: &KernelIr) -> Vec<bool> {
     let relaxed = ir.row_arithmetic == RowArithmetic::Relaxed
         && ir.is_row_kernel()
         && vector::supports(ir)
-        && !ir.has_ranges();
+        && (!ir.has_ranges() || ir.selects_along_rows());
     (0..ir.body.len())
         .map(|id| {
             relaxed
