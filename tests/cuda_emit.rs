@@ -3180,6 +3180,55 @@ fn emulated_row_kernels_of_concat_pieces_match_the_reference() {
     }
 }
 
+/// Row kernels over concats along their rows (`concat::row_kernels_of_row_concats`: segments
+/// inside one vector, an empty and a one-column operand, an f16 operand, rank 3, rows past
+/// the on-chip caches) evaluate every operand at every element of a row: their kernels
+/// compile with NVRTC for sm_80 and sm_90, no operand of the concat is cached on chip
+/// (`abi::row_cached`: its reads are guarded by its range) and no vector path is planned (a
+/// vector may straddle two segments), and through the CPU model of CUDA they equal the
+/// reference on the host's path, with 64-bit indices, and forced onto every row path.
+#[test]
+fn emulated_row_kernels_along_row_concats_match_the_reference() {
+    let mut emulated = BTreeMap::new();
+    for graph in crate::concat::row_kernels_of_row_concats() {
+        let program = lowered(&graph);
+        assert_eq!(program.kernels.len(), 1, "{}", graph.name);
+        let ir = &program.kernels[0];
+        assert!(ir.selects_along_rows(), "{}", graph.name);
+        let ranged = ir.range_views();
+        for view in abi::row_cached(ir) {
+            assert!(ranged[view].is_none(), "{}: view {view} cached", graph.name);
+        }
+        assert!(
+            !abi::row_paths(ir).contains(&RowPath::RegistersVector),
+            "{}",
+            graph.name
+        );
+        check(&program.kernels);
+        let mut runs = vec![(0, false, None), (1, true, None)];
+        for (k, path) in [RowPath::Shared, RowPath::Reread, RowPath::Registers]
+            .into_iter()
+            .enumerate()
+        {
+            runs.push((2 + k as u64, false, Some(path)));
+        }
+        for (seed, wide, force) in runs {
+            let Some(result) = emulated_agrees(
+                &graph,
+                &program,
+                &mut emulated,
+                seed,
+                seed % 2 == 1,
+                wide,
+                force,
+            ) else {
+                return;
+            };
+            result.unwrap_or_else(|e| panic!("{}: {e}", graph.name));
+        }
+    }
+}
+
 /// Registers and stack frame bytes of every entry point of `source`, compiled by NVRTC to an
 /// sm_90 cubin with the runtime's options (`NvrtcCompiler::flags`, the virtual architecture
 /// made a real one so that NVRTC assembles). They come from the cubin's `.nv.info` section:
