@@ -416,6 +416,25 @@ impl KernelIr {
             })
     }
 
+    /// For a row kernel reading a concat along its rows ([`KernelIr::selects_along_rows`])
+    /// whose selects all pick by the same ranges: those ranges, one per case.
+    pub fn row_select_ranges(&self) -> Option<Vec<usize>> {
+        if !self.selects_along_rows() {
+            return None;
+        }
+        let mut found: Option<&Vec<usize>> = None;
+        for instr in &self.body {
+            if let Instr::Select { ranges, .. } = instr {
+                match found {
+                    None => found = Some(ranges),
+                    Some(seen) if seen == ranges => {}
+                    Some(_) => return None,
+                }
+            }
+        }
+        found.cloned()
+    }
+
     /// The number of launch ranges the body refers to: one more than the highest index.
     pub fn range_count(&self) -> usize {
         self.body

@@ -285,6 +285,25 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
     format!("const __m512 v{id} = {expr};")
 }
 
+/// The statement computing `v{id}` for a vector lying wholly inside case `k` of the selects
+/// of a row kernel reading a concat along its rows (all by `ranges`), where it differs from
+/// [`statement`]: a select is its case `k`, and a range load of case `k`'s range reads its
+/// lanes plainly (they all lie in the range). `None` for every other value.
+pub(super) fn segment_statement(ir: &KernelIr, id: usize, ranges: &[usize], k: usize) -> Option<String> {
+    let inner = ir.rank - 1;
+    let expr = match &ir.body[id] {
+        Instr::Select { cases, .. } => format!("v{}", cases[k]),
+        Instr::RangeLoad { view, range, .. } if *range == ranges[k] => {
+            match ir.loads[*view].axes[inner] {
+                Axis::Unit => format!("_mm512_loadu_ps(&p{view}[b{view} + j])"),
+                _ => format!("_mm512_set1_ps(p{view}[b{view}])"),
+            }
+        }
+        _ => return None,
+    };
+    Some(format!("const __m512 v{id} = {expr};"))
+}
+
 /// The statement reading carried value `v{id}` back from its chunk array `c{id}` (64-byte
 /// aligned; `j` is a multiple of 16).
 pub(super) fn carried_load(id: usize) -> String {

@@ -823,7 +823,7 @@ impl Kernel<'_> {
                 "for (int64_t j = jb; j < je; j += {})",
                 vector::LANES
             ));
-            self.vector_values(out, lp);
+            self.vector_values(out, lp, None);
             for &id in &sums {
                 let Instr::RowReduce { x, .. } = ir.body[id] else {
                     continue;
@@ -918,9 +918,72 @@ impl Kernel<'_> {
 
     /// One vector step of a pass at lanes `j .. j + 16`: its values, the carried values it
     /// saves, its reductions (maxima into chain `c`) and its stores.
+    ///
+    /// In a row kernel reading a concat along its rows, a vector lying wholly inside one
+    /// operand's segment takes a step of its own for that segment ([`Kernel::segment_steps`]).
     fn vector_step(&self, out: &mut Out, lp: &Loop, f64_sums: &[usize], c: usize) {
+        let segments = self.segment_steps(lp);
+        if segments.is_empty() {
+            return self.vector_step_in(out, lp, f64_sums, c, None);
+        }
+        for (k, condition) in segments.iter().enumerate() {
+            let keyword = if k == 0 { "if" } else { "else if" };
+            out.open(format!("{keyword} ({condition})"));
+            self.vector_step_in(out, lp, f64_sums, c, Some(k));
+            out.close();
+        }
+        out.open("else");
+        self.vector_step_in(out, lp, f64_sums, c, None);
+        out.close();
+    }
+
+    /// For a loop reading a concat along the rows, where every select picks by the same
+    /// ranges: per case `k`, the condition under which the vector at `j` lies wholly where
+    /// the selects pick case `k` (past the end of every earlier case's range) and inside case
+    /// `k`'s own range. Such a vector's step reads the case's operand with plain loads and
+    /// evaluates nothing of the other operands (the compiler drops their dead statements),
+    /// as a per-segment loop would; only the few vectors straddling two segments take the
+    /// masked step. On the two-core Xeon this made the softmax of two concatenated
+    /// `[.., 512]` operands 1.34× faster with its rows in cache (0.764 against 1.024 ns per
+    /// element, one thread; plain softmax there: 0.745) and 1.14× from memory. Empty for
+    /// other loops.
+    fn segment_steps(&self, lp: &Loop) -> Vec<String> {
         let ir = self.ir;
-        self.vector_values(out, lp);
+        let Some(ranges) = ir.row_select_ranges() else {
+            return Vec::new();
+        };
+        let selects = lp
+            .needed
+            .iter()
+            .any(|&id| !lp.stop[id] && matches!(ir.body[id], Instr::Select { .. }));
+        if !selects {
+            return Vec::new();
+        }
+        (0..ranges.len())
+            .map(|k| {
+                let r = ranges[k];
+                let mut parts = vec![
+                    format!("j >= rs{r}"),
+                    format!("j + {} <= re{r}", vector::LANES),
+                ];
+                parts.extend(ranges[..k].iter().map(|e| format!("j >= re{e}")));
+                parts.join(" && ")
+            })
+            .collect()
+    }
+
+    /// [`Kernel::vector_step`] for the vectors of `segment` (see [`Kernel::segment_steps`]),
+    /// or any vector (`None`).
+    fn vector_step_in(
+        &self,
+        out: &mut Out,
+        lp: &Loop,
+        f64_sums: &[usize],
+        c: usize,
+        segment: Option<usize>,
+    ) {
+        let ir = self.ir;
+        self.vector_values(out, lp, segment);
         for &id in &lp.saves {
             out.line(vector::carried_store(id));
         }
@@ -954,14 +1017,20 @@ impl Kernel<'_> {
     /// The vector statements of one loop's values at lanes `j .. j + 16`: carried values read
     /// back, row reductions broadcast, divisions by a row constant multiplied by its
     /// reciprocal where the row allows it, the rest as [`vector::statement`] writes them.
-    fn vector_values(&self, out: &mut Out, lp: &Loop) {
+    fn vector_values(&self, out: &mut Out, lp: &Loop, segment: Option<usize>) {
+        let in_segment = segment.zip(self.ir.row_select_ranges());
         let ir = self.ir;
         let live = vector::live(ir);
         let reciprocals = self.reciprocals();
         let exps = row_exps(ir);
         for &id in lp.needed.iter().filter(|&&id| live[id]) {
+            let within = in_segment
+                .as_ref()
+                .and_then(|(k, ranges)| vector::segment_statement(ir, id, ranges, *k));
             out.line(if lp.stop[id] {
                 vector::carried_load(id)
+            } else if let Some(statement) = within {
+                statement
             } else if matches!(ir.body[id], Instr::RowReduce { .. }) {
                 format!("const __m512 v{id} = _mm512_set1_ps(r{id});")
             } else if let (true, Instr::Call { args, .. }) = (exps[id], &ir.body[id]) {
