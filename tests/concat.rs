@@ -1004,7 +1004,8 @@ pub(crate) fn row_kernels_of_row_concats() -> Vec<Graph> {
 /// ranges along its rows (`KernelIr::selects_along_rows`): it does not cut into pieces, the
 /// report says every operand is evaluated at every point, and it equals the reference in
 /// the interpreter and compiled, with and without NaN/Inf. The f32-only graphs take the C
-/// vector loops, which load each operand's lanes under its range mask.
+/// vector loops, which load each operand's lanes under its range mask, and give a vector
+/// lying inside one segment a step that reads only that segment's operand.
 #[test]
 fn row_kernels_read_concats_along_their_rows() {
     for graph in row_kernels_of_row_concats() {
@@ -1027,6 +1028,13 @@ fn row_kernels_read_concats_along_their_rows() {
             masked,
             !graph.name.contains("half"),
             "{}: vector loops read under range masks",
+            graph.name
+        );
+        // A vector inside one segment takes that segment's step: the select is its operand.
+        assert_eq!(
+            c.contains("if (j >= rs") && c.contains("j + 16 <= re"),
+            masked,
+            "{}: per-segment vector steps",
             graph.name
         );
         for (seed, specials) in [(44, false), (45, true), (46, true)] {

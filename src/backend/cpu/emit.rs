@@ -150,6 +150,9 @@ pub fn emit_module(kernels: &[(String, &KernelIr)]) -> String {
     };
     if any_function(&vector::supports) {
         part(vector::VECTOR_HELPERS);
+        if any_function(&|ir| vector::supports(ir) && ir.selects_along_rows()) {
+            part(vector::VECTOR_RANGES);
+        }
         if expf {
             part(vector::VECTOR_EXPF);
             if any_function(&|ir| kernel::row_exps(ir).contains(&true)) {

@@ -18,15 +18,6 @@ static inline __m512 fbv_neg(__m512 x) {
 }
 /* 1.0f where the comparison holds, else +0.0f, as the scalar `(a < b) ? 1.0f : 0.0f`. */
 static inline __m512 fbv_bool(__mmask16 m) { return _mm512_maskz_mov_ps(m, _mm512_set1_ps(1.0f)); }
-/* The lanes l of the vector at index j whose index j + l is below `end`, and those within
-   [start, end): where a concat read along a row kernel's rows takes an operand. */
-static inline __mmask16 fbv_lanes_below(int64_t j, int64_t end) {
-    int64_t d = end - j;
-    return d <= 0 ? (__mmask16)0 : d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << d) - 1u);
-}
-static inline __mmask16 fbv_range_lanes(int64_t j, int64_t start, int64_t end) {
-    return (__mmask16)(fbv_lanes_below(j, end) & (__mmask16)~fbv_lanes_below(j, start));
-}
 /* c != 0 ? a : b, with NaN != 0 as in C. */
 static inline __m512 fbv_select(__m512 c, __m512 a, __m512 b) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_NEQ_UQ), b, a);

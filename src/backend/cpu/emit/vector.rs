@@ -66,6 +66,11 @@ pub(super) const VECTOR_EXPF: &str = include_str!("vector_expf.c");
 /// is unchanged.
 pub(super) const VECTOR_EXPF_ROW: &str = include_str!("vector_expf_row.c");
 
+/// The lane masks of a concat read along a row kernel's rows, emitted after
+/// [`VECTOR_HELPERS`] only in modules holding such a vector kernel, so every other module's
+/// text is unchanged.
+pub(super) const VECTOR_RANGES: &str = include_str!("vector_ranges.c");
+
 /// The vector `tanh`, emitted after `TANHF` and [`VECTOR_EXPF`]; operation for operation
 /// `fb_tanhf`.
 pub(super) const VECTOR_TANHF: &str = include_str!("vector_tanhf.c");
@@ -289,7 +294,12 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
 /// of a row kernel reading a concat along its rows (all by `ranges`), where it differs from
 /// [`statement`]: a select is its case `k`, and a range load of case `k`'s range reads its
 /// lanes plainly (they all lie in the range). `None` for every other value.
-pub(super) fn segment_statement(ir: &KernelIr, id: usize, ranges: &[usize], k: usize) -> Option<String> {
+pub(super) fn segment_statement(
+    ir: &KernelIr,
+    id: usize,
+    ranges: &[usize],
+    k: usize,
+) -> Option<String> {
     let inner = ir.rank - 1;
     let expr = match &ir.body[id] {
         Instr::Select { cases, .. } => format!("v{}", cases[k]),
