@@ -598,7 +598,7 @@ mod tests {
                     range: 1,
                 },
                 Instr::Select {
-                    axis,
+                    axis: select,
                     ranges: vec![0, 1],
                     cases: vec![0, 1],
                     prec: Prec::F32,
