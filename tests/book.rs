@@ -377,3 +377,32 @@ fn the_books_per_segment_listing_is_the_emitters() {
     assert!(text.contains("_s2(cut, strides, moved, ptrs)"), "{text}");
     check_listing("layout_mix_segments.c", &text);
 }
+
+/// The vector step in the chapter's "Row kernels reading a concat along their rows" is what
+/// the C emitter produces for book/examples/layout/softmax_of_features.ron today: the first
+/// pass's one-vector loop, with a step per segment and the masked step.
+#[test]
+fn the_books_row_concat_step_is_the_emitters() {
+    let example = "../book/examples/layout/softmax_of_features";
+    let program = lowered_example(example, "cpu");
+    assert_eq!(
+        program.kernels.len(),
+        1,
+        "softmax_of_features is one kernel"
+    );
+    assert!(program.kernels[0].selects_along_rows());
+    let text = emitted_c(example, true);
+    let open = "for (; j < jv; j += 16) {";
+    let start = text.find(open).expect("the maximum's one-vector loop");
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let indent = start - line_start;
+    let close = format!("\n{}}}\n", " ".repeat(indent));
+    let end = start + text[start..].find(&close).expect("the loop closes") + close.len();
+    let step: String = text[line_start..end]
+        .lines()
+        .map(|line| line.get(indent..).unwrap_or(line.trim_start()))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    assert!(step.contains("else if (j >= rs1"), "{step}");
+    check_listing("softmax_of_features_step.c", &step);
+}
