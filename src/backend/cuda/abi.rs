@@ -103,17 +103,14 @@ pub enum RowPath {
 /// Load views of a row kernel worth caching: those read in two or more passes over the row
 /// (a load read once gains nothing from being kept), moving along the row (a per-row scalar
 /// is one element), not read through an index map (whose positions are computed per
-/// element anyway), and not an operand of a concat read along the row: such a view has
-/// elements only in its own segment of the row, and every read of it is guarded by that
-/// range, which the caches' loads are not. In load order.
+/// element anyway). An operand of a concat read along the row is cached too: the caches'
+/// loads of it are guarded by its range like its other reads, and hold 0 outside it (see
+/// `emit::rows`). In load order.
 pub fn row_cached(ir: &KernelIr) -> Vec<usize> {
     if !ir.is_row_kernel() {
         return Vec::new();
     }
     let inner = ir.rank.saturating_sub(1);
-    let ranged = ir.range_views();
-    let along_row =
-        |view: usize| matches!(ranged.get(view), Some(Some((axis, _))) if *axis == inner);
     let mut passes_reading = vec![0usize; ir.loads.len()];
     for pass in 0..ir.passes() {
         for (view, reads) in row_pass_loads(ir, pass).into_iter().enumerate() {
@@ -123,10 +120,7 @@ pub fn row_cached(ir: &KernelIr) -> Vec<usize> {
     (0..ir.loads.len())
         .filter(|&view| {
             let v = &ir.loads[view];
-            passes_reading[view] >= 2
-                && v.axes[inner] != Axis::Broadcast
-                && !v.is_mapped()
-                && !along_row(view)
+            passes_reading[view] >= 2 && v.axes[inner] != Axis::Broadcast && !v.is_mapped()
         })
         .collect()
 }

@@ -536,13 +536,27 @@ impl Kernel<'_> {
                 let term = self
                     .term(a, inner, &format!("i{inner}"))
                     .unwrap_or_default();
-                code.stmt(format!(
-                    "c{a}[s / {width}][s % {width}] = p.p{a}[rb{a} + {term}];"
-                ));
+                let element = self.guarded(a, &format!("p.p{a}[rb{a} + {term}]"));
+                code.stmt(format!("c{a}[s / {width}][s % {width}] = {element};"));
             }
         }
         code.close();
         code.close();
+    }
+
+    /// `element`, the stored element of load view `a` at the current `i{inner}`, read only
+    /// inside its range when `a` is an operand of a concat read along the rows (the select
+    /// never picks it elsewhere, and there it may lie outside the operand), else the storage
+    /// type's 0.
+    fn guarded(&self, a: usize, element: &str) -> String {
+        let inner = self.inner;
+        match self.ir.range_views().get(a).copied().flatten() {
+            Some((axis, r)) if axis == inner => {
+                let ty = Cuda.storage_type(self.ir.loads[a].dtype);
+                format!("((i{inner} >= rs{r} && i{inner} < re{r}) ? {element} : ({ty})0)")
+            }
+            _ => element.to_string(),
+        }
     }
 
     /// `sh{a}`: where cached load `a`'s row lives in the dynamic shared memory, each load's
@@ -744,7 +758,8 @@ impl Kernel<'_> {
             for &a in pl.cached {
                 if pl.first_reader[a] == Some(pl.pass) {
                     let ty = Cuda.storage_type(ir.loads[a].dtype);
-                    body.def(format!("e{a}"), format!("const {ty} e{a} = p.p{a}[b{a}];"));
+                    let element = self.guarded(a, &format!("p.p{a}[b{a}]"));
+                    body.def(format!("e{a}"), format!("const {ty} e{a} = {element};"));
                     body.stmt(format!("sh{a}[i{inner}] = e{a};"));
                     filled.push(a);
                 }
