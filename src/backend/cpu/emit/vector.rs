@@ -20,8 +20,9 @@
 //! kernel) keeps the scalar loops alone; so does a compiler without AVX-512, because the vector
 //! loops are inside `#if defined(FB_AVX512)`.
 //!
-//! Row kernels use the same statements in every pass over a row, with row reductions of f32
-//! values accumulated in vector registers (sums in f32 blocks joined in f64, and divisions by
+//! Row kernels use the same statements in every pass over a row (also the range loads and
+//! selects of a concat read along the rows: f32 operands loaded under lane masks, blended by
+//! the select's), with row reductions of f32 values accumulated in vector registers (sums in f32 blocks joined in f64, and divisions by
 //! a row constant multiplied by its reciprocal: the freedoms `lower::ir` grants row kernels,
 //! so those are not bit for bit the scalar loop); `kernel::rows` writes those loops.
 //!

@@ -51,6 +51,10 @@
 //!   beside the current one). A lagged last pass (below) writes large launches with streaming
 //!   stores ([`vector`]'s `fbv_store`): the output lines are written whole, without first
 //!   being read. A last pass in place stores normally (see `Kernel::destinations`).
+//! - **Concats along the rows.** A row kernel reading a concat along its rows
+//!   ([`KernelIr::selects_along_rows`]) evaluates every operand at each element and selects,
+//!   in the scalar loops through clamped loads; in the vector loops a vector lying inside one
+//!   segment takes a step with that segment's operand alone ([`Kernel::segment_steps`]).
 //! - **Stores under the arithmetic.** Where the last pass only stores what the scratch row and
 //!   the row constants give it (softmax), it runs one row late, inside the next row's second
 //!   pass ([`Lag`]), so that the output's memory traffic overlaps the `exp`s instead of
