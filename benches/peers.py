@@ -30,6 +30,7 @@ Threads are left at each library's default; the counts are printed.
     python3 benches/peers.py                                  # lstm_cell
     python3 benches/peers.py --graph lstm_cell_backward --iters 50
     python3 benches/peers.py --graph softmax                  # also: layernorm
+    python3 benches/peers.py --graph book/examples/layout/softmax_of_features.ron
     python3 benches/peers.py --json > peers.json
 """
 
@@ -106,6 +107,10 @@ def softmax(m, x):
     return (e / m.rowsum(e),)
 
 
+def softmax_of_features(m, a, c, bias):
+    return softmax(m, m.concat([a, c + bias]))
+
+
 def layernorm(m, x, weight, bias):
     mean = m.rowmean(x)
     centered = x - mean
@@ -116,6 +121,8 @@ def layernorm(m, x, weight, bias):
 MATH = {
     "softmax": (softmax, ["x"], ["y"]),
     "layernorm": (layernorm, ["x", "weight", "bias"], ["y"]),
+    # book/examples/layout/softmax_of_features.ron: a softmax over two joined feature blocks.
+    "softmax_of_features": (softmax_of_features, ["a", "c", "bias"], ["s"]),
     "lstm_cell": (
         lstm_cell,
         ["ingate", "forgetgate", "cellgate", "outgate", "cx"],
