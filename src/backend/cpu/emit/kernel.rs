@@ -122,7 +122,8 @@ impl<'a> Kernel<'a> {
             inner: ir.rank - 1,
             body: Vec::new(),
             stages: Stages::plan(ir),
-            // A concat read in place picks its operand by coordinate: scalar loops only.
+            // A concat read in place picks its operand by coordinate: scalar loops, except
+            // in a row kernel reading it along its rows (lane masks, `vector::supports`).
             vector: vector::supports(ir) && (!ir.has_ranges() || ir.selects_along_rows()),
         };
         kernel.body = kernel.body_lines();

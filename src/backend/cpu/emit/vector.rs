@@ -22,9 +22,10 @@
 //!
 //! Row kernels use the same statements in every pass over a row (also the range loads and
 //! selects of a concat read along the rows: f32 operands loaded under lane masks, blended by
-//! the select's), with row reductions of f32 values accumulated in vector registers (sums in f32 blocks joined in f64, and divisions by
-//! a row constant multiplied by its reciprocal: the freedoms `lower::ir` grants row kernels,
-//! so those are not bit for bit the scalar loop); `kernel::rows` writes those loops.
+//! the select's), with row reductions of f32 values accumulated in vector registers (sums in
+//! f32 blocks joined in f64, and divisions by a row constant multiplied by its reciprocal: the
+//! freedoms `lower::ir` grants row kernels, so those are not bit for bit the scalar loop);
+//! `kernel::rows` writes those loops.
 //!
 //! **Streaming stores.** A launch touching more than [`STREAM_MIN_BYTES`] writes its outputs
 //! with `vmovntps` wherever a segment's destinations are 64-byte aligned (the executor's
