@@ -416,23 +416,29 @@ impl KernelIr {
             })
     }
 
-    /// For a row kernel reading a concat along its rows ([`KernelIr::selects_along_rows`])
-    /// whose selects all pick by the same ranges: those ranges, one per case.
-    pub fn row_select_ranges(&self) -> Option<Vec<usize>> {
-        if !self.selects_along_rows() {
-            return None;
-        }
-        let mut found: Option<&Vec<usize>> = None;
+    /// The axis and ranges every select of the body picks by, when there is at least one
+    /// select and they all agree (one concat's segments, or several concats with the same
+    /// ones): what per-segment code can branch on.
+    pub fn one_select(&self) -> Option<(usize, &[usize])> {
+        let mut found: Option<(usize, &[usize])> = None;
         for instr in &self.body {
-            if let Instr::Select { ranges, .. } = instr {
+            if let Instr::Select { axis, ranges, .. } = instr {
                 match found {
-                    None => found = Some(ranges),
-                    Some(seen) if seen == ranges => {}
+                    None => found = Some((*axis, ranges)),
+                    Some(seen) if seen == (*axis, &ranges[..]) => {}
                     Some(_) => return None,
                 }
             }
         }
-        found.cloned()
+        found
+    }
+
+    /// For a row kernel reading a concat along its rows ([`KernelIr::selects_along_rows`])
+    /// whose selects all pick by the same ranges: those ranges, one per case.
+    pub fn row_select_ranges(&self) -> Option<&[usize]> {
+        self.one_select()
+            .filter(|_| self.selects_along_rows())
+            .map(|(_, ranges)| ranges)
     }
 
     /// The number of launch ranges the body refers to: one more than the highest index.

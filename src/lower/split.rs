@@ -60,17 +60,7 @@ fn cut(ir: &KernelIr, guarded: bool) -> Option<Split> {
     if !ir.has_ranges() {
         return None;
     }
-    let mut select: Option<(usize, &Vec<usize>)> = None;
-    for instr in &ir.body {
-        if let Instr::Select { axis, ranges, .. } = instr {
-            match select {
-                None => select = Some((*axis, ranges)),
-                Some(seen) if seen == (*axis, ranges) => {}
-                Some(_) => return None,
-            }
-        }
-    }
-    let (axis, ranges) = select?;
+    let (axis, ranges) = ir.one_select()?;
     // An output reduced along the axis would gather points of several pieces; so would a
     // row reduction, if the axis were a row kernel's rows.
     if ir.reductions.iter().any(|r| r.reduced[axis]) || (ir.is_row_kernel() && axis + 1 == ir.rank)
@@ -91,7 +81,7 @@ fn cut(ir: &KernelIr, guarded: bool) -> Option<Split> {
         .collect::<Option<Vec<_>>>()?;
     Some(Split {
         axis,
-        ranges: ranges.clone(),
+        ranges: ranges.to_vec(),
         pieces,
     })
 }

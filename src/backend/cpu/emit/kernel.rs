@@ -124,7 +124,7 @@ impl<'a> Kernel<'a> {
             stages: Stages::plan(ir),
             // A concat read in place picks its operand by coordinate: scalar loops, except
             // in a row kernel reading it along its rows (lane masks, `vector::supports`).
-            vector: vector::supports(ir) && (!ir.has_ranges() || ir.selects_along_rows()),
+            vector: vector::supports(ir),
         };
         kernel.body = kernel.body_lines();
         if ir.is_row_kernel() {

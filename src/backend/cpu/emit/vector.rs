@@ -85,6 +85,12 @@ pub(super) const VECTOR_TANHF: &str = include_str!("vector_tanhf.c");
 /// `kernel::rows`).
 pub(super) fn supports(ir: &KernelIr) -> bool {
     let inner = ir.rank - 1;
+    let along_rows = ir.selects_along_rows();
+    // A concat read in place elsewhere picks its operand per element by coordinate: pointwise
+    // kernels cut into pieces (each piece without ranges) or run the scalar loops.
+    if ir.has_ranges() && !along_rows {
+        return false;
+    }
     let float_view = |dtype: DType, axis: Axis| {
         matches!(dtype, DType::F32 | DType::F16 | DType::BF16) && axis != Axis::Strided
     };
@@ -132,16 +138,13 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
                             && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
                     }
                     // A concat read in place along a row kernel's rows: an f32 operand
-                    // contiguous along the rows loads its lanes inside its range under a mask,
-                    // and the select blends the operands by lane masks. Elsewhere (pointwise
-                    // kernels, which cut into pieces instead, and outer axes) the scalar loop
-                    // picks per element.
+                    // contiguous along the rows (or one column wide) loads its lanes inside
+                    // its range under a mask, and the select blends the operands by lane masks.
                     Instr::RangeLoad { view, .. } => {
-                        ir.selects_along_rows()
-                            && ir.loads[*view].dtype == DType::F32
+                        ir.loads[*view].dtype == DType::F32
                             && ir.loads[*view].axes[inner] != Axis::Strided
                     }
-                    Instr::Select { prec, .. } => ir.selects_along_rows() && *prec == Prec::F32,
+                    Instr::Select { prec, .. } => *prec == Prec::F32,
                     Instr::Widen { .. } => false,
                 }
         })

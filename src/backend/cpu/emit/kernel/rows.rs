@@ -1022,15 +1022,14 @@ impl Kernel<'_> {
     /// back, row reductions broadcast, divisions by a row constant multiplied by its
     /// reciprocal where the row allows it, the rest as [`vector::statement`] writes them.
     fn vector_values(&self, out: &mut Out, lp: &Loop, segment: Option<usize>) {
-        let in_segment = segment.zip(self.ir.row_select_ranges());
+        let in_segment = segment.and_then(|k| Some((k, self.ir.row_select_ranges()?)));
         let ir = self.ir;
         let live = vector::live(ir);
         let reciprocals = self.reciprocals();
         let exps = row_exps(ir);
         for &id in lp.needed.iter().filter(|&&id| live[id]) {
-            let within = in_segment
-                .as_ref()
-                .and_then(|(k, ranges)| vector::segment_statement(ir, id, ranges, *k));
+            let within =
+                in_segment.and_then(|(k, ranges)| vector::segment_statement(ir, id, ranges, k));
             out.line(if lp.stop[id] {
                 vector::carried_load(id)
             } else if let Some(statement) = within {
@@ -1087,10 +1086,8 @@ impl Kernel<'_> {
 /// within 2.5 ulp instead of the pointwise kernels' 1.05. The scalar loop finishing a row
 /// keeps `fb_expf`.
 pub(in crate::backend::cpu::emit) fn row_exps(ir: &KernelIr) -> Vec<bool> {
-    let relaxed = ir.row_arithmetic == RowArithmetic::Relaxed
-        && ir.is_row_kernel()
-        && vector::supports(ir)
-        && (!ir.has_ranges() || ir.selects_along_rows());
+    let relaxed =
+        ir.row_arithmetic == RowArithmetic::Relaxed && ir.is_row_kernel() && vector::supports(ir);
     (0..ir.body.len())
         .map(|id| {
             relaxed
