@@ -1008,9 +1008,12 @@ impl<'a> Kernel<'a> {
                         stage: self.stages.store_stage(store.value),
                         reads: store.value,
                         text: format!("d{k}[{index}] = {value};"),
-                        vector: self
-                            .vector
-                            .then(|| vector::store(k, store.value, store.view.dtype)),
+                        // The store's value is computed in its own loop (`store_stage`),
+                        // so a rounding's operand is there too.
+                        vector: self.vector.then(|| {
+                            let dtype = store.view.dtype;
+                            vector::store(k, vector::stored_value(ir, store.value, dtype), dtype)
+                        }),
                     });
                 }
             }

@@ -1010,7 +1010,15 @@ impl Kernel<'_> {
             }
         }
         for &k in &lp.pass.looped {
-            let store = vector::store(k, ir.stores[k].value, ir.stores[k].view.dtype);
+            let (value, dtype) = (ir.stores[k].value, ir.stores[k].view.dtype);
+            // A value read back from the row scratch is stored as read: a rounding's operand
+            // is computed only where the rounding is.
+            let value = if lp.stop[value] {
+                value
+            } else {
+                vector::stored_value(ir, value, dtype)
+            };
+            let store = vector::store(k, value, dtype);
             out.line(match self.outer_guard(k) {
                 Some(_) => format!("if (ok{k}) {store}"),
                 None => store,
