@@ -2900,8 +2900,10 @@ fn softmax_row_ir() -> (KernelIr, ValueId, ValueId) {
 /// wrote, rather than evaluating `exp` a second time per element; the recomputing loops are
 /// kept for rows too long for the scratch. With the scratch, the last pass runs one row late:
 /// it hands the row over (`pend`), and the next row's second pass stores it one vector per
-/// step, then its remainder; a thread's last row is stored after its rows. The passes run
-/// AVX-512 loops first; the max pass keeps four accumulators.
+/// step, then its remainder; a thread's last row is stored after its rows. The two rows share
+/// one scratch row: each step reads the pending row's vector before it saves the current
+/// row's there, and the pending remainder is stored before the current row's scalar loop
+/// saves its own. The passes run AVX-512 loops first; the max pass keeps four accumulators.
 #[test]
 fn the_last_softmax_pass_reads_exp_back_instead_of_recomputing_it() {
     let (ir, e, _) = softmax_row_ir();
@@ -2917,8 +2919,8 @@ fn the_last_softmax_pass_reads_exp_back_instead_of_recomputing_it() {
         "the last pass does not hand its row over:\n{handing}"
     );
     // The pending row is stored in the next row's second pass (by vector, then the
-    // remainder) and after the thread's rows: each time from the other scratch row, as
-    // the same quotient, without exp.
+    // remainder) and after the thread's rows: each time from the scratch row it shares with
+    // the current row, as the same quotient, without exp.
     let pending: Vec<&str> = text
         .match_indices("if (pend)")
         .map(|(i, _)| block(&text[i..]))
@@ -2933,6 +2935,24 @@ fn the_last_softmax_pass_reads_exp_back_instead_of_recomputing_it() {
         );
     }
     assert!(pending[0].contains("fbv_store(&d0[j]"), "{}", pending[0]);
+    // One scratch row per thread, no swapping.
+    assert!(
+        text.contains("aligned_alloc(64, (size_t)rbytes * 1)"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("float *pc{e} = c{e};")), "{text}");
+    assert!(
+        !text.contains(&format!("c{e} = pc{e}; pc{e} = t;")),
+        "{text}"
+    );
+    // In the second pass's step, the pending vector is read before the current one is saved;
+    // its remainder is stored before the scalar loop that saves the current row's.
+    let save = format!("_mm512_store_ps(&c{e}[j]");
+    let step = &text[text.find("if (pend)").unwrap()..];
+    assert!(step.find(&format!("_mm512_load_ps(&c{e}[j])")).unwrap() < step.find(&save).unwrap());
+    let tail = text.match_indices("if (pend)").nth(1).unwrap().0;
+    let scalar_save = text.find(&format!("c{e}[j] = v{e};")).unwrap();
+    assert!(tail < scalar_save, "{text}");
     assert!(text.contains("#pragma omp for schedule(static) nowait"));
     // The vector loops of a relaxed row kernel use the cheaper exp, the scalar ones fb_expf.
     assert!(recomputing.contains("fbv_expf_row(") && recomputing.contains("fb_expf("));

@@ -289,6 +289,44 @@ fn costly_values_are_kept_from_the_first_pass_that_needs_them() {
     }
 }
 
+/// A lagging last pass shares the thread's one scratch row with the current row when the pass
+/// storing the pending row saves everything the last pass reads (softmax; the soft-capped
+/// softmax, whose capped logits the last pass does not read), and keeps two rows used in turn
+/// when an earlier pass saves something the last pass reads (the soft-capped softmax whose
+/// capped logits are an output: the sum's pass would overwrite the pending row's). Both kinds
+/// agree with the reference above and in `lagging_last_passes_match_the_reference_...`.
+#[test]
+fn a_pending_row_shares_the_scratch_row_only_when_nothing_overwrites_it_first() {
+    let scratch_rows = |graph: &Graph| -> usize {
+        let program = lowered(graph);
+        let text = fusebox::backend::cpu::emit::emit_kernel(&program.kernels[0], "k");
+        assert!(
+            text.contains("pend = 1;"),
+            "{}: the last pass lags",
+            graph.name
+        );
+        let rows = ["rbytes * 1)", "rbytes * 2)"].map(|r| text.contains(r));
+        assert!(rows[0] != rows[1], "{text}");
+        if rows[0] { 1 } else { 2 }
+    };
+    let shape = [8, 300];
+    assert_eq!(scratch_rows(&softmax(DType::F32, &shape)), 1);
+    assert_eq!(
+        scratch_rows(&softcapped_softmax(DType::F32, &shape, false)),
+        1
+    );
+    assert_eq!(
+        scratch_rows(&softcapped_softmax(DType::F32, &shape, true)),
+        2
+    );
+    for (seed, shape) in [(41, vec![1031, 1037]), (42, vec![3, 4099])] {
+        for logits in [false, true] {
+            agrees(&softcapped_softmax(DType::F32, &shape, logits), seed, true)
+                .unwrap_or_else(|e| panic!("softcapped softmax {shape:?}: {e}"));
+        }
+    }
+}
+
 #[test]
 fn nan_and_inf_rows_match_the_reference() {
     for seed in 0..6 {
