@@ -429,7 +429,7 @@ fn transposed_softmax(shape: &[usize]) -> Graph {
 }
 
 /// Reductions over the rows of a transposed view (the columns of `x`) walk 16 rows at a time,
-/// 256 elements of each in turn (`Kernel::row_tiles`). Row counts that leave a partial last
+/// 16 elements of each in turn (`Kernel::row_tiles`). Row counts that leave a partial last
 /// tile, rows of several chunks and of less than one, one and two threads, sums, means, maxima
 /// and an integer sum, with the gathered value stored beside them and NaN and ±Inf planted:
 /// every element agrees with the reference, and the kernels reading by a stride are tiled.

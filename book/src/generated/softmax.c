@@ -1,4 +1,4 @@
-void fb_d800566d6ea12899(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
+void fb_67a3dc72fbca878f(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
     int64_t n0 = sizes[0];
     int64_t n1 = sizes[1];
     const float *p0 = (const float *)ptrs[0];
@@ -19,9 +19,9 @@ void fb_d800566d6ea12899(const int64_t *sizes, const int64_t *strides, const int
     const int keep = rpad > 0 && rbytes <= 524288;
     #pragma omp parallel if(nt > 1)
     {
-        char *scratch = keep ? (char *)aligned_alloc(64, (size_t)rbytes * 2) : NULL;
+        char *scratch = keep ? (char *)aligned_alloc(64, (size_t)rbytes * 1) : NULL;
         float *c3 = scratch ? (float *)(scratch + 0) : NULL;
-        float *pc3 = scratch ? (float *)(scratch + rbytes + 0) : NULL;
+        float *pc3 = c3;
         int pend = 0;
         int l_st = 0;
         (void)l_st;
@@ -146,6 +146,26 @@ void fb_d800566d6ea12899(const int64_t *sizes, const int64_t *strides, const int
                     s4 = _mm512_reduce_add_pd(_mm512_add_pd(vs4, vt4));
                 }
                 #endif
+                if (pend) {
+                    {
+                        const float r4 = l_r4;
+                        const float rc5 = l_rc5;
+                        const int rk5 = l_rk5;
+                        const int64_t b1 = l_b1;
+                        const float *c3 = pc3;
+                        #pragma omp simd
+                        for (int64_t j = jv; j < len; j++) {
+                            const float v3 = c3[j];
+                            const float v4 = r4;
+                            const float v5 = rk5 ? (v3 * rc5) : (v3 / v4);
+                            p1[b1 + j] = v5;
+                        }
+                    }
+                    #if defined(FB_AVX512)
+                    if (l_st) _mm_sfence();
+                    #endif
+                    pend = 0;
+                }
                 #pragma omp simd reduction(+:s4)
                 for (int64_t j = jv; j < len; j++) {
                     const float v0 = p0[b0 + j];
@@ -199,26 +219,6 @@ void fb_d800566d6ea12899(const int64_t *sizes, const int64_t *strides, const int
                     s4 += (double)v3;
                 }
             }
-            if (pend) {
-                {
-                    const float r4 = l_r4;
-                    const float rc5 = l_rc5;
-                    const int rk5 = l_rk5;
-                    const int64_t b1 = l_b1;
-                    const float *c3 = pc3;
-                    #pragma omp simd
-                    for (int64_t j = jv; j < len; j++) {
-                        const float v3 = c3[j];
-                        const float v4 = r4;
-                        const float v5 = rk5 ? (v3 * rc5) : (v3 / v4);
-                        p1[b1 + j] = v5;
-                    }
-                }
-                #if defined(FB_AVX512)
-                if (l_st) _mm_sfence();
-                #endif
-                pend = 0;
-            }
             const float r4 = (float)s4;
             float rc5 = 1.0f;
             int rk5 = 0;
@@ -240,7 +240,6 @@ void fb_d800566d6ea12899(const int64_t *sizes, const int64_t *strides, const int
                 }
                 #endif
                 pend = 1;
-                { float *t = c3; c3 = pc3; pc3 = t; }
             }
             else {
                 #if defined(FB_AVX512)

@@ -69,11 +69,16 @@ pub const PARALLEL_MIN: i64 = 32768;
 /// floats of one 64-byte line.
 pub const TILE_ROWS: i64 = 16;
 
-/// Elements of each row a tile walks before the next row (`Kernel::row_tiles`): 256, so
-/// that each step of a transposed view's tile touches 256 lines (16 KiB, which stay in L1
-/// for the tile's other rows) and 256 pages (well within a second-level TLB of over a
-/// thousand entries).
-pub const TILE_COLUMNS: i64 = 256;
+/// Elements of each row a tile walks before the next row (`Kernel::row_tiles`): 16, so that
+/// each step of a transposed view's tile touches 16 lines, which must stay cached for the
+/// tile's other 15 rows. Lines a power-of-two stride apart share cache sets: a `[4096, 4096]`
+/// f32 read by columns puts every line of a step in one L1 set (8 ways), and, on 2 MiB pages
+/// (`runtime::buffer` asks for them), in 4 of the 1,024 sets of a 1 MiB 16-way L2, 64 lines.
+/// 256 lines per step, as before, then left L2 between the tile's rows: on the two-core Xeon
+/// `transposed_softmax` took 54–68 ms on huge pages against 44–47 on 4 KiB pages, whose
+/// scattered frames spread the lines over the sets; with 16 it takes 39.7–42 ms on huge pages
+/// and ties on small ones (book: performance chapter).
+pub const TILE_COLUMNS: i64 = 16;
 
 /// The name [`kernel_name`] hashes the kernel under, so that the hash depends on the body
 /// only and the name can then be derived from it.
