@@ -429,10 +429,12 @@ fn transposed_softmax(shape: &[usize]) -> Graph {
 }
 
 /// Reductions over the rows of a transposed view (the columns of `x`) walk 16 rows at a time,
-/// 16 elements of each in turn (`Kernel::row_tiles`). Row counts that leave a partial last
-/// tile, rows of several chunks and of less than one, one and two threads, sums, means, maxima
-/// and an integer sum, with the gathered value stored beside them and NaN and ±Inf planted:
-/// every element agrees with the reference, and the kernels reading by a stride are tiled.
+/// 256 elements of each in turn, or 16 where the stride is a multiple of 4 KiB
+/// (`Kernel::row_tiles`, `tile_columns`). Row counts that leave a partial last tile, rows of
+/// several chunks and of less than one, steps of both lengths, one and two threads, sums,
+/// means, maxima and an integer sum, with the gathered value stored beside them and NaN and
+/// ±Inf planted: every element agrees with the reference, and the kernels reading by a stride
+/// are tiled, choosing the step from the stride.
 #[test]
 fn reductions_over_strided_rows_walk_tiles_and_match_the_reference() {
     for (seed, shape, dtype) in [
@@ -440,6 +442,9 @@ fn reductions_over_strided_rows_walk_tiles_and_match_the_reference() {
         (32, [37, 600], DType::F32),
         (33, [5, 3], DType::F32),
         (34, [700, 50], DType::I32),
+        // Rows 4 KiB and 8 KiB apart: steps of 16, the last one partial (300 = 18 · 16 + 12).
+        (35, [300, 1024], DType::F32),
+        (36, [70, 2048], DType::I32),
     ] {
         let mut b = GraphBuilder::new("strided_rows");
         let x = b.input("x", dtype, &shape);
@@ -479,6 +484,10 @@ fn reductions_over_strided_rows_walk_tiles_and_match_the_reference() {
             let text = fusebox::backend::cpu::emit::emit_kernel(ir, "k");
             assert!(
                 text.contains("for (int64_t ob = 0; ob < outer; ob += 16)"),
+                "{text}"
+            );
+            assert!(
+                text.contains("const int64_t tc = (s0_1 * 4) % 4096 == 0 ? 16 : 256;"),
                 "{text}"
             );
         }

@@ -69,16 +69,24 @@ pub const PARALLEL_MIN: i64 = 32768;
 /// floats of one 64-byte line.
 pub const TILE_ROWS: i64 = 16;
 
-/// Elements of each row a tile walks before the next row (`Kernel::row_tiles`): 16, so that
-/// each step of a transposed view's tile touches 16 lines, which must stay cached for the
-/// tile's other 15 rows. Lines a power-of-two stride apart share cache sets: a `[4096, 4096]`
-/// f32 read by columns puts every line of a step in one L1 set (8 ways), and, on 2 MiB pages
-/// (`runtime::buffer` asks for them), in 4 of the 1,024 sets of a 1 MiB 16-way L2, 64 lines.
-/// 256 lines per step, as before, then left L2 between the tile's rows: on the two-core Xeon
-/// `transposed_softmax` took 54–68 ms on huge pages against 44–47 on 4 KiB pages, whose
-/// scattered frames spread the lines over the sets; with 16 it takes 39.7–42 ms on huge pages
-/// and ties on small ones (book: performance chapter).
-pub const TILE_COLUMNS: i64 = 16;
+/// Elements of each row a tile walks before the next row (`Kernel::row_tiles`): 256, so
+/// that each step of a transposed view's tile touches 256 lines, which stay in L2 for the
+/// tile's other rows, and 256 pages (well within a second-level TLB of over a thousand
+/// entries); [`TILE_COLUMNS_ALIASED`] where the stride would pack those lines into a few cache
+/// sets.
+pub const TILE_COLUMNS: i64 = 256;
+
+/// Elements per step of a tile whose strided reads are a multiple of 4 KiB apart
+/// (`Kernel::tile_columns`): 16. Lines a multiple of 4 KiB apart share one L1 set (8 ways),
+/// and on 2 MiB pages (`runtime::buffer` asks for them) the low 21 bits of their physical
+/// addresses are the virtual ones, so a `[4096, 4096]` f32 read by columns (16 KiB apart) puts
+/// a step's lines into 4 of the 1,024 sets of a 1 MiB 16-way L2: 64 lines. A step of 256 then
+/// left L2 between the tile's rows (on the two-core Xeon `transposed_softmax` took 54–68 ms on
+/// huge pages against 44–47 on 4 KiB pages, whose scattered frames spread the lines over the
+/// sets); with 16 it takes 39.7–42 ms. Smaller strides keep 256: `layout_mix`'s transpose
+/// (2 KiB apart, lines over 32 L2 sets) ran 1.15× slower with 16, whose short loops cost more
+/// than they save there (book: performance chapter).
+pub const TILE_COLUMNS_ALIASED: i64 = 16;
 
 /// The name [`kernel_name`] hashes the kernel under, so that the hash depends on the body
 /// only and the name can then be derived from it.

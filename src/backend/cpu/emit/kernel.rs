@@ -34,7 +34,7 @@
 
 use super::expr::C;
 use super::fission::{LoopStatement, Stages};
-use super::{CHUNK, PARALLEL_MIN, TILE_COLUMNS, TILE_ROWS, vector};
+use super::{CHUNK, PARALLEL_MIN, TILE_COLUMNS, TILE_COLUMNS_ALIASED, TILE_ROWS, vector};
 use crate::backend::spelling::{Spelling, map_stage_positions};
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, View};
 
@@ -718,14 +718,14 @@ impl<'a> Kernel<'a> {
     }
 
     /// [`Kernel::rows`] for kernels that read rows by a stride: each thread takes
-    /// [`TILE_ROWS`] rows at a time and walks them together, [`TILE_COLUMNS`] elements of
-    /// each in turn. The rows of a transposed view are neighbouring columns of its buffer, so
+    /// [`TILE_ROWS`] rows at a time and walks them together, a step of elements of each in
+    /// turn ([`Kernel::tile_columns`]). The rows of a transposed view are neighbouring columns of its buffer, so
     /// the tile's rows share every cache line and page the first of them touches, where row
     /// after row would come back to each line and page once per row, long after it left the
     /// caches and the TLB (a `[4096, 4096]` f32 transposed is 16 KiB between elements: four
     /// pages). Each row keeps its accumulators between its chunks, which it meets in order,
     /// so every row's results are its chunks' results combined in the same order as before,
-    /// in chunks of [`TILE_COLUMNS`].
+    /// in chunks of one step.
     fn row_tiles(&self, out: &mut Out) {
         let reductions = self.ir.reductions.len();
         let declare = |out: &mut Out| {
@@ -756,7 +756,8 @@ impl<'a> Kernel<'a> {
     }
 
     /// The loops of a tiled walk over threads: tiles of [`TILE_ROWS`] rows `ob .. oe`, and in
-    /// each, [`TILE_COLUMNS`] elements (`j0`, `len`) of each row `o` in turn. `start` and
+    /// each, a step of `tc` elements (`j0`, `len`; [`Kernel::tile_columns`]) of each row `o`
+    /// in turn. `start` and
     /// `end` write what a tile does before and after its walk, `step` the work at one row's
     /// elements.
     fn tiles(
@@ -774,12 +775,9 @@ impl<'a> Kernel<'a> {
             "const int64_t oe = outer - ob < {TILE_ROWS} ? outer : ob + {TILE_ROWS};"
         ));
         start(out);
-        out.open(format!(
-            "for (int64_t j0 = 0; j0 < inner; j0 += {TILE_COLUMNS})"
-        ));
-        out.line(format!(
-            "const int64_t len = inner - j0 < {TILE_COLUMNS} ? inner - j0 : {TILE_COLUMNS};"
-        ));
+        out.line(format!("const int64_t tc = {};", self.tile_columns()));
+        out.open("for (int64_t j0 = 0; j0 < inner; j0 += tc)");
+        out.line("const int64_t len = inner - j0 < tc ? inner - j0 : tc;");
         out.open("for (int64_t o = ob; o < oe; o++)");
         self.decompose_outer(out, "o");
         step(out);
@@ -787,6 +785,33 @@ impl<'a> Kernel<'a> {
         out.close();
         end(out);
         out.close();
+    }
+
+    /// The elements per row of a tile's step, chosen at run time from the strides:
+    /// [`TILE_COLUMNS_ALIASED`] when a load reads its rows by a stride that is a multiple of
+    /// 4 KiB (its lines then share cache sets), [`TILE_COLUMNS`] otherwise.
+    fn tile_columns(&self) -> String {
+        let aliased: Vec<String> = self
+            .ir
+            .loads
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.axes[self.inner] == Axis::Strided && !v.is_mapped())
+            .map(|(arg, v)| {
+                format!(
+                    "(s{arg}_{} * {}) % 4096 == 0",
+                    self.inner,
+                    v.dtype.size_bytes()
+                )
+            })
+            .collect();
+        if aliased.is_empty() {
+            return TILE_COLUMNS.to_string();
+        }
+        format!(
+            "{} ? {TILE_COLUMNS_ALIASED} : {TILE_COLUMNS}",
+            aliased.join(" || ")
+        )
     }
 
     /// The body values computing `reads`, in order: their operands, transitively, stopping at
