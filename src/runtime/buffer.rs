@@ -29,12 +29,20 @@ const BLOCK_BYTES: usize = std::mem::size_of::<Block>();
 
 /// `count` zeroed blocks; `None` when the allocator refuses (the caller reports it:
 /// `handle_alloc_error` would abort the process).
+fn zeroed_blocks(count: usize) -> Option<Vec<Block>> {
+    new_blocks(count, None)
+}
+
+/// `count` blocks holding zeros, or a copy of `source` (of `count` blocks); `None` when the
+/// allocator refuses.
 ///
 /// A big buffer is advised onto huge pages ([`advise_huge_pages`]) before anything touches
-/// it, then zeroed: the zeroing is what faults its pages in (the system allocator zeroes
+/// it, then written: the writing is what faults its pages in (the system allocator zeroes
 /// over-aligned memory itself in any case), so it faults in 2 MiB pages rather than 4 KiB
-/// ones that the advice would only merge later, in the background.
-fn zeroed_blocks(count: usize) -> Option<Vec<Block>> {
+/// ones that the advice would only merge later, in the background. A copy is written once,
+/// with the source's bytes, not zeroed first.
+fn new_blocks(count: usize, source: Option<&[Block]>) -> Option<Vec<Block>> {
+    debug_assert!(source.is_none_or(|s| s.len() == count));
     let layout = std::alloc::Layout::array::<Block>(count).ok()?;
     if layout.size() == 0 {
         return Some(Vec::new());
@@ -42,11 +50,12 @@ fn zeroed_blocks(count: usize) -> Option<Vec<Block>> {
     let huge = layout.size() >= HUGE_PAGE_MIN_BYTES;
     // SAFETY: the layout has a non-zero size. A non-null result is `count` blocks with
     // `Block`'s alignment, allocated by the global allocator with exactly the layout `Vec`
-    // uses for that capacity, so `from_raw_parts` may own and free it; they are all zero
-    // bytes (zeroed by the allocator or by `write_bytes` over the whole layout) before the
-    // `Vec` exists, and all-zero bytes are a valid `Block`.
+    // uses for that capacity, so `from_raw_parts` may own and free it. Every byte is written
+    // before the `Vec` exists: zeroed by the allocator or by `write_bytes`, or copied from
+    // `source`, which holds `count` blocks and cannot overlap fresh memory; all-zero bytes
+    // and copied blocks are valid `Block`s.
     unsafe {
-        let ptr = if huge {
+        let ptr = if huge || source.is_some() {
             std::alloc::alloc(layout)
         } else {
             std::alloc::alloc_zeroed(layout)
@@ -56,7 +65,13 @@ fn zeroed_blocks(count: usize) -> Option<Vec<Block>> {
         }
         if huge {
             advise_huge_pages(ptr, layout.size());
-            std::ptr::write_bytes(ptr, 0, layout.size());
+        }
+        match source {
+            Some(source) => {
+                std::ptr::copy_nonoverlapping(source.as_ptr(), ptr as *mut Block, count)
+            }
+            None if huge => std::ptr::write_bytes(ptr, 0, layout.size()),
+            None => {}
         }
         Some(Vec::from_raw_parts(ptr as *mut Block, count, count))
     }
@@ -103,12 +118,11 @@ fn advise_huge_pages(ptr: *mut u8, len: usize) {
 
 impl Clone for Buffer {
     /// A copy in a buffer allocated as [`Buffer::try_zeroed`] allocates (so it gets the same
-    /// alignment and page advice), then written with the source's bytes.
+    /// alignment and page advice), written once with the source's bytes.
     fn clone(&self) -> Buffer {
-        let mut blocks = zeroed_blocks(self.blocks.len()).unwrap_or_else(|| {
+        let blocks = new_blocks(self.blocks.len(), Some(&self.blocks)).unwrap_or_else(|| {
             panic!("cannot allocate {} bytes to copy a buffer", self.byte_len())
         });
-        blocks.copy_from_slice(&self.blocks);
         Buffer {
             dtype: self.dtype,
             shape: self.shape.clone(),
@@ -548,6 +562,22 @@ mod tests {
                 .collect();
             let want: Vec<u64> = (0..values.len()).map(|i| bulk.get(i).to_bits()).collect();
             assert_eq!(read, want, "{dtype} read");
+        }
+    }
+
+    /// A clone holds the source's bytes, for buffers below and above the huge-page size (a
+    /// copy is written once, not zeroed first).
+    #[test]
+    fn clones_copy_every_byte() {
+        for n in [37usize, (4 << 20) / 4 + 5] {
+            let mut b = Buffer::zeroed(DType::F32, &[n]);
+            for i in 0..n {
+                b.set(i, i as f64 * 0.5 - 7.0);
+            }
+            let copy = b.clone();
+            assert_eq!(copy.shape, b.shape);
+            assert_eq!(copy.bytes(), b.bytes(), "{n}");
+            assert_eq!(copy.as_ptr() as usize % 64, 0);
         }
     }
 

@@ -1,4 +1,4 @@
-void fb_3eb8a8e90e1d3c75(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
+void fb_d217f6890ff1539d(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
     int64_t n0 = sizes[0];
     int64_t n1 = sizes[1];
     const float *p0 = (const float *)ptrs[0];
@@ -22,10 +22,10 @@ void fb_3eb8a8e90e1d3c75(const int64_t *sizes, const int64_t *strides, const int
     const int64_t total = outer * inner;
     const int nt = total > 32768 ? omp_get_max_threads() : 1;
     if (outer >= 64 * (int64_t)nt) {
+        const int64_t tc = (s0_1 * 4) % 4096 == 0 ? 16 : 256;
         #pragma omp parallel for schedule(static) if(nt > 1)
         for (int64_t ob = 0; ob < outer; ob += 16) {
             const int64_t oe = outer - ob < 16 ? outer : ob + 16;
-            const int64_t tc = (s0_1 * 4) % 4096 == 0 ? 16 : 256;
             for (int64_t j0 = 0; j0 < inner; j0 += tc) {
                 const int64_t len = inner - j0 < tc ? inner - j0 : tc;
                 for (int64_t o = ob; o < oe; o++) {

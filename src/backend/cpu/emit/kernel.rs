@@ -767,6 +767,8 @@ impl<'a> Kernel<'a> {
         step: impl Fn(&mut Out),
         end: impl Fn(&mut Out),
     ) {
+        // The step, once per launch (it depends on the strides only).
+        out.line(format!("const int64_t tc = {};", self.tile_columns()));
         out.line("#pragma omp parallel for schedule(static) if(nt > 1)");
         out.open(format!(
             "for (int64_t ob = 0; ob < outer; ob += {TILE_ROWS})"
@@ -775,7 +777,6 @@ impl<'a> Kernel<'a> {
             "const int64_t oe = outer - ob < {TILE_ROWS} ? outer : ob + {TILE_ROWS};"
         ));
         start(out);
-        out.line(format!("const int64_t tc = {};", self.tile_columns()));
         out.open("for (int64_t j0 = 0; j0 < inner; j0 += tc)");
         out.line("const int64_t len = inner - j0 < tc ? inner - j0 : tc;");
         out.open("for (int64_t o = ob; o < oe; o++)");
@@ -1035,10 +1036,7 @@ impl<'a> Kernel<'a> {
                         text: format!("d{k}[{index}] = {value};"),
                         // The store's value is computed in its own loop (`store_stage`),
                         // so a rounding's operand is there too.
-                        vector: self.vector.then(|| {
-                            let dtype = store.view.dtype;
-                            vector::store(k, vector::stored_value(ir, store.value, dtype), dtype)
-                        }),
+                        vector: self.vector.then(|| vector::store(ir, k, true)),
                     });
                 }
             }

@@ -330,30 +330,29 @@ pub(super) fn carried_store(id: usize) -> String {
     format!("_mm512_store_ps(&c{id}[j], v{id});")
 }
 
-/// The value to hand [`store`] for a store of body value `value` as `dtype`: the f32 operand
-/// of a rounding of `value` to that same f16 or bf16 dtype, else `value` itself. The store
-/// converts to `dtype` with the rounding the `Round` would have applied, and a value already
-/// in `dtype` converts to f32 and back exactly, so the bits written are the same; storing the
-/// operand saves the conversion there and back that GCC does not fold (two instructions per
-/// vector, about 4% of an f16 softmax, whose rows are compute-bound). Only where the operand
-/// is computed in the same loop: a caller storing a value read back from a row scratch passes
-/// it as it is.
-pub(super) fn stored_value(ir: &KernelIr, value: usize, dtype: DType) -> usize {
-    match ir.body[value] {
+/// The vector store `k` of `ir` into its contiguous destination `d{k}` (unit stride),
+/// streaming when the segment's `st` says so (see [`stream_condition`]).
+///
+/// A stored rounding to the store's own f16 or bf16 dtype stores its f32 operand instead, when
+/// `operand_here` (the operand is computed in the same loop; a value read back from a row
+/// scratch is stored as read). The store converts to the dtype with the rounding the `Round`
+/// would have applied, and a value already in the dtype converts to f32 and back exactly, so
+/// the bits written are the same; it saves the conversion there and back that GCC does not
+/// fold (two instructions per vector, about 4% of an f16 softmax, whose rows are
+/// compute-bound).
+pub(super) fn store(ir: &KernelIr, k: usize, operand_here: bool) -> String {
+    let (value, dtype) = (ir.stores[k].value, ir.stores[k].view.dtype);
+    let value = match ir.body[value] {
         Instr::Round { x, dtype: to }
-            if to == dtype
+            if operand_here
+                && to == dtype
                 && matches!(dtype, DType::F16 | DType::BF16)
                 && ir.prec(x) == Prec::F32 =>
         {
             x
         }
         _ => value,
-    }
-}
-
-/// The store of `v{value}` into contiguous destination `d{k}` of `dtype` (unit stride), streaming
-/// when the segment's `st` says so (see [`stream_condition`]).
-pub(super) fn store(k: usize, value: usize, dtype: DType) -> String {
+    };
     let store = match dtype {
         DType::F16 => "fbv_store_h",
         DType::BF16 => "fbv_store_b",

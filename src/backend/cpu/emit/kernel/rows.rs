@@ -1039,15 +1039,9 @@ impl Kernel<'_> {
             }
         }
         for &k in &lp.pass.looped {
-            let (value, dtype) = (ir.stores[k].value, ir.stores[k].view.dtype);
             // A value read back from the row scratch is stored as read: a rounding's operand
             // is computed only where the rounding is.
-            let value = if lp.stop[value] {
-                value
-            } else {
-                vector::stored_value(ir, value, dtype)
-            };
-            let store = vector::store(k, value, dtype);
+            let store = vector::store(ir, k, !lp.stop[ir.stores[k].value]);
             out.line(match self.outer_guard(k) {
                 Some(_) => format!("if (ok{k}) {store}"),
                 None => store,
