@@ -4,7 +4,7 @@
 
 use fusebox::ErrorKind;
 use fusebox::backend::cpu::compiler::{
-    CompileStats, Compiler, CompilerConfig, DEFAULT_FLAGS, KernelFn, Module,
+    CompileStats, Compiler, CompilerConfig, DEFAULT_FLAGS, KernelFn, Module, PRECOMPILED_HEADER,
 };
 use sha2::{Digest, Sha256};
 use std::ffi::c_void;
@@ -646,5 +646,150 @@ fn separate_processes_share_one_fresh_dir() {
     let parent = compiler(&dir);
     check_scale2(&parent.compile(&source).unwrap());
     assert_eq!(parent.stats().disk_hits, 1);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The precompiled header.
+
+/// A C compiler that logs each command line (one line per run, `--version` included) to
+/// `<dir>/cc.log` and then runs `cc`, or fails any run with `-include` when `refuse_header`.
+fn logging_compiler(dir: &Path, refuse_header: bool) -> (Compiler, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let log = dir.join("cc.log");
+    let script = dir.join("logging-cc");
+    let refuse = if refuse_header {
+        "case \" $* \" in *\" -include \"*) echo 'no precompiled headers here' >&2; exit 1;; esac\n"
+    } else {
+        ""
+    };
+    let cc = std::env::var("FUSEBOX_CC")
+        .ok()
+        .filter(|cc| !cc.is_empty())
+        .unwrap_or_else(|| "cc".to_string());
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$*\" >> '{}'\n{refuse}exec {cc} \"$@\"\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let cache = dir.join("cache");
+    let config = CompilerConfig {
+        cc: script.display().to_string(),
+        ..CompilerConfig::from_env().with_cache_dir(&cache)
+    };
+    (Compiler::new(config), log)
+}
+
+/// The compiler's runs since the last call, `--version` queries left out.
+fn runs(log: &Path) -> Vec<String> {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    fs::write(log, "").unwrap();
+    text.lines()
+        .filter(|l| *l != "--version")
+        .map(String::from)
+        .collect()
+}
+
+/// A kernel source including the same system headers as a generated one.
+fn with_system_headers(tag: &str) -> String {
+    format!("/* {tag} */\n{PRECOMPILED_HEADER}{SCALE2}")
+}
+
+#[test]
+fn the_precompiled_header_is_built_after_the_first_kernel_and_read_from_then_on() {
+    let dir = temp_dir("header");
+    let (compiler, log) = logging_compiler(&dir, false);
+    let cache = dir.join("cache");
+    let header_key = compiler.key(PRECOMPILED_HEADER).unwrap();
+    let header = cache.join(format!("{header_key}.h"));
+    let include = format!("-include {}", header.display());
+
+    // The first kernel builds without: a process compiling one kernel never pays for it.
+    check_scale2(&compiler.compile(&with_system_headers("header-1")).unwrap());
+    let first = runs(&log);
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert!(!first[0].contains("-include"), "{first:?}");
+    assert!(!header.exists());
+
+    // The second builds it (once, from exactly PRECOMPILED_HEADER) and reads it.
+    let second_source = with_system_headers("header-2");
+    let second = compiler.compile(&second_source).unwrap();
+    check_scale2(&second);
+    let built = runs(&log);
+    assert_eq!(built.len(), 2, "{built:?}");
+    assert!(built[0].contains("-x c-header"), "{built:?}");
+    assert!(built[1].contains(&include), "{built:?}");
+    assert_eq!(fs::read_to_string(&header).unwrap(), PRECOMPILED_HEADER);
+    let gch = fs::read(cache.join(format!("{header_key}.h.gch"))).unwrap();
+    let digest = fs::read_to_string(cache.join(format!("{header_key}.sha256"))).unwrap();
+    assert_eq!(digest.trim(), sha256_hex(&gch));
+    check_scale2(&compiler.compile(&with_system_headers("header-3")).unwrap());
+    assert_eq!(runs(&log).len(), 1);
+    assert_eq!(compiler.stats().compiled, 3, "the header is not a kernel");
+
+    // Another compiler on the same directory reads it from its first build on.
+    let (other, _) = logging_compiler(&dir, false);
+    check_scale2(&other.compile(&with_system_headers("header-4")).unwrap());
+    let later = runs(&log);
+    assert_eq!(later.len(), 1, "{later:?}");
+    assert!(later[0].contains(&include), "{later:?}");
+
+    // The header changes nothing in what is built: byte for byte the library a compiler
+    // without it builds from the same source.
+    let fresh_dir = temp_dir("header-fresh");
+    let (fresh, fresh_log) = logging_compiler(&fresh_dir, false);
+    let rebuilt = fresh.compile(&second_source).unwrap();
+    assert!(!runs(&fresh_log)[0].contains("-include"));
+    assert_eq!(
+        fs::read(rebuilt.path()).unwrap(),
+        fs::read(second.path()).unwrap()
+    );
+    fs::remove_dir_all(&dir).unwrap();
+    fs::remove_dir_all(&fresh_dir).unwrap();
+}
+
+#[test]
+fn a_compiler_that_fails_with_the_header_builds_every_kernel_without_it() {
+    let dir = temp_dir("no-header");
+    let (compiler, log) = logging_compiler(&dir, true);
+    for tag in ["no-header-1", "no-header-2", "no-header-3"] {
+        check_scale2(&compiler.compile(&with_system_headers(tag)).unwrap());
+    }
+    let all = runs(&log);
+    let with_header = all.iter().filter(|l| l.contains("-include")).count();
+    // The first kernel without, the header built before the second, the second tried with
+    // it and again without, the third without.
+    assert_eq!(all.len(), 5, "{all:?}");
+    assert_eq!(with_header, 1, "{all:?}");
+    assert!(!all[4].contains("-include"), "{all:?}");
+    assert_eq!(compiler.stats().compiled, 3);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_damaged_precompiled_header_is_rebuilt() {
+    let dir = temp_dir("damaged-header");
+    let (compiler, log) = logging_compiler(&dir, false);
+    for tag in ["damaged-header-1", "damaged-header-2"] {
+        compiler.compile(&with_system_headers(tag)).unwrap();
+    }
+    let header_key = compiler.key(PRECOMPILED_HEADER).unwrap();
+    let gch = dir.join("cache").join(format!("{header_key}.h.gch"));
+    replace(&gch, b"not a precompiled header");
+    runs(&log);
+    let (other, _) = logging_compiler(&dir, false);
+    check_scale2(
+        &other
+            .compile(&with_system_headers("damaged-header-3"))
+            .unwrap(),
+    );
+    let rebuilt = runs(&log);
+    assert_eq!(rebuilt.len(), 2, "{rebuilt:?}");
+    assert!(rebuilt[0].contains("-x c-header") && rebuilt[1].contains("-include"));
+    assert_ne!(fs::read(&gch).unwrap(), b"not a precompiled header");
     fs::remove_dir_all(&dir).unwrap();
 }

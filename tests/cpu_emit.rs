@@ -6,7 +6,9 @@
 //! within a few ulps where libmvec's vector math is involved. Large domains (hundreds of
 //! thousands of elements) make the parallel paths run on a multi-core machine.
 
-use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig, KernelFn, Module};
+use fusebox::backend::cpu::compiler::{
+    Compiler, CompilerConfig, KernelFn, Module, PRECOMPILED_HEADER,
+};
 use fusebox::backend::cpu::emit::{
     ROW_SCRATCH_BYTES, STREAM_MIN_BYTES, emit_kernel, emit_module, kernel_name,
 };
@@ -2716,6 +2718,32 @@ fn kernels_outside_the_vector_subset_emit_no_vector_loops() {
         text.matches("for (int64_t j = 0; j < jv; j += 16)").count(),
         2
     );
+}
+
+/// The compiler force-includes its precompiled header into every kernel build, which is only
+/// sound (and only saves time) while that header holds exactly the system headers generated
+/// modules include: one more there would be read into kernels that never asked for it, one
+/// missing would be parsed afresh by every build.
+#[test]
+fn the_precompiled_header_holds_exactly_the_headers_modules_include() {
+    let includes = |text: &str| -> std::collections::BTreeSet<String> {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("#include"))
+            .map(String::from)
+            .collect()
+    };
+    let lstm = lstm_tail_ir();
+    let reduced = reduce_kernel(2, &[(ReduceKind::Sum, vec![false, true], DType::F64)]);
+    let vector = emit_module(&[(kernel_name(&lstm), &lstm)]);
+    let scalar = emit_module(&[(kernel_name(&reduced), &reduced)]);
+    assert!(vector.contains("_mm512") && !scalar.contains("_mm512"));
+    let mut emitted = includes(&vector);
+    emitted.extend(includes(&scalar));
+    assert_eq!(emitted, includes(PRECOMPILED_HEADER));
+    // The vector-only header is guarded alike in both places.
+    let guarded = |text: &str| text.contains("#if defined(__AVX512F__)\n#include <immintrin.h>");
+    assert!(guarded(&vector) && guarded(PRECOMPILED_HEADER));
 }
 
 /// f16 and bf16 through the vector loops: loads of every f16 and bf16 bit pattern (NaNs,

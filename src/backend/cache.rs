@@ -224,7 +224,7 @@ impl<T> KernelCache<T> {
         build: impl FnOnce(&Staging) -> Result<()>,
     ) -> Result<T> {
         let path = self.artifact_path(key);
-        let damaged = match self.read_verified(&path) {
+        let damaged = match self.read_verified(key) {
             Cached::Valid(bytes) => match load(&path, bytes) {
                 Ok(value) => {
                     lock(&self.stats).disk_hits += 1;
@@ -250,13 +250,15 @@ impl<T> KernelCache<T> {
     }
 
     /// The artifact's bytes if they are present and match their recorded digest.
-    fn read_verified(&self, path: &Path) -> Cached {
-        let bytes = match read_regular(path) {
+    fn read_verified(&self, key: &str) -> Cached {
+        let bytes = match read_regular(&self.artifact_path(key)) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Cached::Missing,
             Err(_) => return Cached::Damaged,
         };
-        let Ok(recorded) = read_regular(&path.with_extension("sha256")) else {
+        // `<key>.sha256`, as `build` names it (not the artifact's name with its last
+        // extension replaced: an artifact extension may have two parts, like `h.gch`).
+        let Ok(recorded) = read_regular(&self.dir.join(format!("{key}.sha256"))) else {
             return Cached::Damaged;
         };
         let Ok(recorded) = String::from_utf8(recorded) else {
