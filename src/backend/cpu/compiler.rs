@@ -88,11 +88,11 @@ pub const DEFAULT_FLAGS: &[&str] = &[
 ///
 /// Parsing `immintrin.h` costs GCC 12 about as much as optimizing a typical kernel: the fused
 /// `lstm_cell`, `layernorm` and `softmax` kernels took 0.7 to 1.0 s to build on the 2-core
-/// development machine, and 0.3 to 0.5 s with the precompiled header, byte-identical. Force-including these headers changes nothing
-/// in a kernel: each has an include guard, so the kernel's own `#include` lines find them
-/// already read, and they declare only names reserved to the implementation (`_mm512_*`,
-/// `__m512`) that no generated name can take. (tests/cpu_compiler.rs checks that every
-/// header a generated module includes is here.)
+/// development machine, and 0.3 to 0.5 s with the precompiled header, byte-identical.
+/// Force-including these headers changes nothing in a kernel: each has an include guard, so
+/// the kernel's own `#include` lines find them already read, and they declare only names
+/// reserved to the implementation (`_mm512_*`, `__m512`) that no generated name can take.
+/// (tests/cpu_emit.rs checks that these are exactly the headers generated modules include.)
 pub const PRECOMPILED_HEADER: &str = "\
 /* The system headers of fusebox's generated kernels, precompiled. */
 #include <math.h>
@@ -378,11 +378,10 @@ impl Compiler {
             PRECOMPILED_HEADER,
             &|path, _| Ok(path.to_path_buf()),
             |staging| {
-                let output = Command::new(&self.config.cc)
-                    .args(&self.config.flags)
-                    .args(["-x", "c-header", staging.source_name(), "-o"])
+                let mut command = self.command(staging);
+                command.args(["-x", "c-header", staging.source_name(), "-o"]);
+                let output = command
                     .arg(staging.artifact_name())
-                    .current_dir(staging.path())
                     .output()
                     .map_err(|e| cannot_run(&self.config.cc, &e))?;
                 if output.status.success() {
@@ -392,20 +391,24 @@ impl Compiler {
                 }
             },
         );
-        *state = match built {
-            Ok(_) => HeaderState::Ready(self.headers.source_path(&key)),
-            Err(_) => HeaderState::Unavailable,
+        let header = built.ok().map(|_| self.headers.source_path(&key));
+        *state = match &header {
+            Some(path) => HeaderState::Ready(path.clone()),
+            None => HeaderState::Unavailable,
         };
-        match &*state {
-            HeaderState::Ready(path) => Some(path.clone()),
-            _ => None,
-        }
+        header
+    }
+
+    /// The compiler with the kernels' flags, to run inside `staging`.
+    fn command(&self, staging: &Staging) -> Command {
+        let mut command = Command::new(&self.config.cc);
+        command.args(&self.config.flags).current_dir(staging.path());
+        command
     }
 
     /// Runs the compiler once inside the staging directory on the staged source.
     fn run(&self, staging: &Staging, header: Option<&Path>) -> Result<std::process::Output> {
-        let mut command = Command::new(&self.config.cc);
-        command.args(&self.config.flags);
+        let mut command = self.command(staging);
         if let Some(header) = header {
             command.arg("-include").arg(header);
         }
@@ -414,7 +417,6 @@ impl Compiler {
             .arg("-o")
             .arg(staging.artifact_name())
             .args(LINK_LIBS)
-            .current_dir(staging.path())
             .output()
             .map_err(|e| cannot_run(&self.config.cc, &e))
     }
