@@ -406,3 +406,44 @@ fn the_books_row_concat_step_is_the_emitters() {
     assert!(step.contains("else if (j >= rs1"), "{step}");
     check_listing("softmax_of_features_step.c", &step);
 }
+
+/// The column walk in the "Reductions along the concat's axis" section is what the C emitter
+/// produces for book/examples/layout/column_sums_of_batch_concat.ron today: one kernel whose
+/// function runs the loop nest choosing a piece per row (`_r`) once the launch's ranges tile
+/// the axis. The listing is that nest's column walk, then the function the program calls.
+#[test]
+fn the_books_per_row_pieces_listing_is_the_emitters() {
+    let rules = fusebox::rules::RuleSet::defaults();
+    let path = repo().join("book/examples/layout/column_sums_of_batch_concat.ron");
+    let graph = fusebox::graph::file::load(&path, &rules.ops).unwrap().0;
+    let optimized =
+        fusebox::optimize::optimize(&graph, &rules, &fusebox::optimize::Options::default())
+            .unwrap();
+    let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
+    assert_eq!(program.kernels.len(), 1);
+    let module = fusebox::backend::cpu::module_source(&program).0;
+    let nest = module
+        .find("_r(const int64_t *sizes")
+        .expect("the per-row nest");
+    // The walk: the first loop over the rows in the nest, through its closing brace.
+    let lines: Vec<&str> = module[nest..].lines().collect();
+    let first = lines
+        .iter()
+        .position(|l| l.trim() == "for (int64_t o = 0; o < outer; o++) {")
+        .expect("the column walk");
+    let indent = &lines[first][..lines[first].len() - lines[first].trim_start().len()];
+    let last = first
+        + lines[first..]
+            .iter()
+            .position(|l| *l == format!("{indent}}}"))
+            .expect("the walk's end");
+    let walk: Vec<String> = lines[first..=last]
+        .iter()
+        .map(|l| l.strip_prefix(indent).unwrap_or(l).to_string())
+        .collect();
+    let wrapper = &module[module.rfind("\nvoid fb_").expect("the kernel's function") + 1..];
+    check_listing(
+        "column_sums_of_batch_concat_walk.c",
+        &format!("{}\n\n{wrapper}", walk.join("\n")),
+    );
+}

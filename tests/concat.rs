@@ -292,7 +292,8 @@ fn concat_recipes_cover_range_selects() {
     let (mut built, mut selecting, mut empty, mut negative, mut half) = (0, 0, 0, 0, 0);
     // Kernels that reduce and read a concat by ranges: cut into pieces, and clamped; row
     // kernels that read one (always in pieces).
-    let (mut reducing_pieces, mut reducing_clamped, mut row_pieces, mut row_along) = (0, 0, 0, 0);
+    let (mut reducing_pieces, mut reducing_by_rows, mut reducing_clamped) = (0, 0, 0);
+    let (mut row_pieces, mut row_along) = (0, 0);
     for _ in 0..500 {
         let recipe = strategy.new_tree(&mut runner).unwrap().current();
         let Some(graph) = random_graph::build_concat(&rules().ops, &recipe) else {
@@ -308,6 +309,8 @@ fn concat_recipes_cover_range_selects() {
         {
             if lower::split::split(ir).is_some() {
                 reducing_pieces += 1;
+            } else if lower::split::split_by_rows(ir).is_some() {
+                reducing_by_rows += 1;
             } else {
                 reducing_clamped += 1;
             }
@@ -335,11 +338,12 @@ fn concat_recipes_cover_range_selects() {
     }
     eprintln!(
         "{built} built, {selecting} select, {empty} empty, {negative} negative, {half} half, \
-         reducing kernels: {reducing_pieces} in pieces, {reducing_clamped} clamped, \
+         reducing kernels: {reducing_pieces} in pieces, {reducing_by_rows} in pieces per row, \
+         {reducing_clamped} clamped, \
          row kernels in pieces: {row_pieces}, along their rows: {row_along}"
     );
     assert!(built > 400, "{built}");
-    assert!(reducing_pieces >= 20 && reducing_clamped >= 5);
+    assert!(reducing_pieces >= 20 && reducing_by_rows >= 5 && reducing_clamped >= 5);
     assert!(row_pieces >= 15 && row_along >= 15);
     assert!(selecting * 2 > built, "{selecting} of {built}");
     assert!(empty * 5 > built && negative * 3 > built && half * 3 > built);
@@ -817,6 +821,184 @@ fn reductions_keeping_the_select_axis_run_as_pieces() {
         for (seed, specials) in [(31, false), (32, true)] {
             agrees(&graph, seed, specials, true)
                 .unwrap_or_else(|e| panic!("{} (specials {specials}): {e}", graph.name));
+        }
+    }
+}
+
+/// Concats reduced in their kernel along the concat's own axis, an outer one, which run as one
+/// loop nest choosing a piece per row (`lower::split::split_by_rows`): column sums of a batch
+/// concat with an empty and a one-row segment, beside a pointwise result of the same kernel; a
+/// keepdim mean over the first two axes and a max over the middle one of a rank-3 concat
+/// along the middle axis; an f16 sum over every axis; a wrapping i32 sum; and two launches
+/// large enough for two threads, one per accumulation strategy (per-thread partials for rows
+/// of 130, shared column ranges for rows of 600).
+pub(crate) fn reductions_along_an_outer_concat() -> Vec<Graph> {
+    let mut graphs = Vec::new();
+    let mut b = GraphBuilder::new("batch_column_sums");
+    let a = b.input("a", DType::F32, &[5, 33]);
+    let e = b.input("e", DType::F32, &[0, 33]);
+    let one = b.input("one", DType::F32, &[1, 33]);
+    let c = b.input("c", DType::F32, &[7, 33]);
+    let ta = b.op("ta", "tanh", &[&a]);
+    let ee = b.op("ee", "exp", &[&e]);
+    let sc = b.op("sc", "sigmoid", &[&c]);
+    let cat = b.op_with(
+        "cat",
+        "concat",
+        &[&ta, &ee, &one, &sc],
+        &[("axis", AttrValue::Int(0))],
+    );
+    b.op_with("s", "sum", &[&cat], &[("axes", AttrValue::Ints(vec![0]))]);
+    b.op("r", "relu", &[&cat]);
+    graphs.push(b.finish(&["s", "r"]));
+
+    let mut b = GraphBuilder::new("middle_mean_and_max");
+    let a = b.input("a", DType::F32, &[2, 3, 40]);
+    let c = b.input("c", DType::F32, &[2, 5, 40]);
+    let sa = b.op("sa", "sigmoid", &[&a]);
+    let nc = b.op("nc", "neg", &[&c]);
+    let cat = b.op_with("cat", "concat", &[&sa, &nc], &[("axis", AttrValue::Int(1))]);
+    b.op_with(
+        "m",
+        "mean",
+        &[&cat],
+        &[
+            ("axes", AttrValue::Ints(vec![0, 1])),
+            ("keepdim", AttrValue::Bool(true)),
+        ],
+    );
+    b.op_with(
+        "x",
+        "reduce_max",
+        &[&cat],
+        &[("axes", AttrValue::Ints(vec![1]))],
+    );
+    graphs.push(b.finish(&["m", "x"]));
+
+    let mut b = GraphBuilder::new("half_total");
+    let a = b.input("a", DType::F16, &[4, 9]);
+    let c = b.input("c", DType::F16, &[3, 9]);
+    let ea = b.op("ea", "exp", &[&a]);
+    let cat = b.op_with("cat", "concat", &[&ea, &c], &[("axis", AttrValue::Int(0))]);
+    b.op_with(
+        "s",
+        "sum",
+        &[&cat],
+        &[("axes", AttrValue::Ints(vec![0, 1]))],
+    );
+    graphs.push(b.finish(&["s"]));
+
+    let mut b = GraphBuilder::new("wrapping_integer_column_sums");
+    let a = b.input("a", DType::I32, &[3, 20]);
+    let c = b.input("c", DType::I32, &[2, 20]);
+    let aa = b.op("aa", "add", &[&a, &a]);
+    let cat = b.op_with("cat", "concat", &[&aa, &c], &[("axis", AttrValue::Int(0))]);
+    b.op_with("s", "sum", &[&cat], &[("axes", AttrValue::Ints(vec![0]))]);
+    graphs.push(b.finish(&["s"]));
+
+    for (name, width, rows) in [
+        ("threaded_partials", 130, [300, 200]),
+        ("threaded_columns", 600, [40, 30]),
+    ] {
+        let mut b = GraphBuilder::new(name);
+        let a = b.input("a", DType::F32, &[rows[0], width]);
+        let c = b.input("c", DType::F32, &[rows[1], width]);
+        let ta = b.op("ta", "tanh", &[&a]);
+        let ec = b.op("ec", "exp", &[&c]);
+        let cat = b.op_with("cat", "concat", &[&ta, &ec], &[("axis", AttrValue::Int(0))]);
+        b.op_with("s", "sum", &[&cat], &[("axes", AttrValue::Ints(vec![0]))]);
+        graphs.push(b.finish(&["s"]));
+    }
+    graphs
+}
+
+/// How many kernels of `program` the C emitter runs as one loop nest choosing a piece per
+/// row: their C text calls that nest after the range check.
+fn by_rows_kernels(program: &Program) -> usize {
+    program
+        .kernels
+        .iter()
+        .filter(|ir| fusebox::backend::cpu::emit::emit_kernel(ir, "k").contains("k_r(sizes"))
+        .count()
+}
+
+/// Each graph of [`reductions_along_an_outer_concat`] is one kernel holding the concat and
+/// its reduction, run as pieces chosen per row: the report says so, the C runs the per-row
+/// loop nest, the flops are those of one kernel per op (each operand over its own segment
+/// only), and the results equal the reference in the interpreter and compiled, with and
+/// without NaN/Inf. They are also the unfused program's compiled results bit for bit (any NaN
+/// for NaN): the nest accumulates each output over the rows in the order a reduction of the
+/// concat written out does, from the same values (the graphs call only functions fusebox
+/// implements itself, which give the same bits in any loop; libm's vector and scalar `erf`,
+/// say, need not).
+#[test]
+fn reductions_along_an_outer_concat_choose_a_piece_per_row() {
+    for graph in reductions_along_an_outer_concat() {
+        let out = optimize(&graph, rules(), &Options::default()).unwrap();
+        let kernel = out
+            .partition
+            .kernels
+            .iter()
+            .find(|k| {
+                k.nodes.iter().any(|&n| {
+                    out.dag.nodes[n].op.builtin() == Some(fusebox::rules::Builtin::Concat)
+                })
+            })
+            .unwrap_or_else(|| panic!("{}: a kernel reads the concat", graph.name));
+        assert!(kernel.per_segment, "{}: runs as pieces", graph.name);
+        assert!(
+            kernel
+                .nodes
+                .iter()
+                .any(|&n| out.dag.nodes[n].op.kind() == fusebox::rules::OpKind::Reduction),
+            "{}: the reduction is in the concat's kernel",
+            graph.name
+        );
+        let program = lower::lower(&out.dag, &out.partition).unwrap();
+        assert_eq!(split_kernels(&program), 0, "{}", graph.name);
+        assert_eq!(by_rows_kernels(&program), 1, "{}", graph.name);
+        let unfused_options = Options {
+            fusion: false,
+            ..Options::default()
+        };
+        let unfused = kernel_flops(&graph, &unfused_options);
+        let per_op: u64 = unfused
+            .iter()
+            .filter(|(names, _)| {
+                kernel
+                    .nodes
+                    .iter()
+                    .any(|&n| out.dag.nodes[n].name == names[0])
+            })
+            .map(|(_, f)| f)
+            .sum();
+        assert!(
+            kernel.cost.flops.abs_diff(per_op) <= kernel.nodes.len() as u64,
+            "{}: {} flops against {per_op} one op per kernel",
+            graph.name,
+            kernel.cost.flops
+        );
+        for (seed, specials) in [(51, false), (52, true)] {
+            agrees(&graph, seed, specials, true)
+                .unwrap_or_else(|e| panic!("{} (specials {specials}): {e}", graph.name));
+            let inputs = random_graph::inputs(&graph, seed, specials);
+            let fused = compiled(&graph, &inputs).unwrap();
+            let mut separate = prepare(&graph, rules(), &unfused_options, compiler()).unwrap();
+            let separate = separate.executable.run_tensors(&inputs).unwrap();
+            for name in &graph.outputs {
+                let bits = |t: &Tensor| -> Vec<Option<u64>> {
+                    t.values()
+                        .into_iter()
+                        .map(|v| (!v.is_nan()).then(|| v.to_bits()))
+                        .collect()
+                };
+                assert_eq!(
+                    bits(&fused[name]),
+                    bits(&separate[name]),
+                    "{} {name} (specials {specials}): fused and unfused bits",
+                    graph.name
+                );
+            }
         }
     }
 }

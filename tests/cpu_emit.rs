@@ -2678,6 +2678,109 @@ fn avx512_vector_loops_match_the_scalar_loops_bit_for_bit() {
     }
 }
 
+/// Column reductions through the vector loops accumulate exactly what the scalar loops do:
+/// sums of `tanh(x)`, maxima of `exp(x)` and means of `x` over the rows, beside a stored
+/// `tanh(x)`, built for this host and with `-mno-avx512f`, give the same bits in every output
+/// (any NaN for NaN), over ordinary values, ±0, subnormals, ±Inf, NaN and random bit patterns,
+/// in rows whose length leaves a scalar remainder: once with wide rows (threads own column
+/// ranges and walk every row, with the prefetch ahead) and once with narrow ones (per-thread
+/// partial columns, combined in thread order).
+#[test]
+fn avx512_column_reductions_match_the_scalar_loops_bit_for_bit() {
+    let f = Prec::F32;
+    let mut b = Body::default();
+    let x = b.load(0);
+    let t = b.call(Func::Tanh, &[x], f);
+    let e = b.call(Func::Exp, &[x], f);
+    let ir = KernelIr {
+        rank: 2,
+        row_arithmetic: RowArithmetic::default(),
+        loads: vec![view(DType::F32, &[S, U])],
+        body: b.0,
+        stores: vec![store(t, DType::F32, &[S, U])],
+        reductions: vec![
+            reduction(ReduceKind::Sum, t, &[true, false], DType::F32),
+            reduction(ReduceKind::Max, e, &[true, false], DType::F32),
+            reduction(ReduceKind::Mean, x, &[true, false], DType::F64),
+        ],
+    };
+    let source = emit_module(&[(kernel_name(&ir), &ir)]);
+    assert!(
+        source.contains("fbv_acc_sum(") && source.contains("fbv_acc_max("),
+        "the kernel has no vector column accumulation:\n{source}"
+    );
+    let (vector, scalar) = vector_and_scalar_builds(&ir);
+    let specials = [
+        0.0f32,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+        -1e-40,
+        88.8,
+        -104.5,
+        1.0,
+    ];
+    // Wide rows take the shared column ranges, narrow ones the per-thread partials.
+    for (n, m, seed) in [(300usize, 1024 + 13, 71u64), (2000, 77, 72)] {
+        let mut rng = Rng(seed);
+        // Specials and random bits in the first 20 rows only, so that most columns' sums and
+        // maxima stay finite.
+        let xs: Vec<f32> = (0..n * m)
+            .map(|i| match (i / m < 20, rng.next_u64() % 8) {
+                (true, 0) => specials[(rng.next_u64() % specials.len() as u64) as usize],
+                (true, 1) => f32::from_bits(rng.next_u64() as u32),
+                _ => rng.uniform(-20.0, 20.0) as f32,
+            })
+            .collect();
+        let outputs_of = |k: &Compiled| {
+            let mut args = vec![
+                aligned_arg(xs.clone(), &[m as i64, 1]),
+                aligned_arg(vec![f32::from_bits(0x7fa5_a5a5); n * m], &[m as i64, 1]),
+                arg(Buf::F32(vec![9.0; m]), &[0, 1], 0),
+                arg(Buf::F32(vec![9.0; m]), &[0, 1], 0),
+                arg(Buf::F64(vec![9.0; m]), &[0, 1], 0),
+            ];
+            run(k, &[n as i64, m as i64], &mut args);
+            let stored = {
+                let o = args[1].offset as usize;
+                args[1].buf.f32()[o..o + n * m].to_vec()
+            };
+            (
+                stored,
+                args[2].buf.f32().to_vec(),
+                args[3].buf.f32().to_vec(),
+                args[4].buf.f64().to_vec(),
+            )
+        };
+        let (got, want) = (outputs_of(&vector), outputs_of(&scalar));
+        for (what, g, w) in [
+            ("stored tanh", &got.0, &want.0),
+            ("column sums", &got.1, &want.1),
+            ("column maxima", &got.2, &want.2),
+        ] {
+            for (i, (&gv, &wv)) in g.iter().zip(w).enumerate() {
+                assert!(
+                    same32(gv, wv),
+                    "[{n}, {m}] {what} [{i}]: vector {gv:e}, scalar {wv:e}"
+                );
+            }
+        }
+        for (i, (&gv, &wv)) in got.3.iter().zip(&want.3).enumerate() {
+            assert!(
+                same64(gv, wv),
+                "[{n}, {m}] column means [{i}]: vector {gv:e}, scalar {wv:e}"
+            );
+        }
+        // Not vacuous: most columns are finite.
+        assert!(
+            got.1.iter().filter(|v| v.is_finite()).count() * 2 > m,
+            "[{n}, {m}]"
+        );
+    }
+}
+
 /// Kernels the vector loops cannot express keep the scalar loops alone: other functions (the
 /// libmvec ones such as `log`), f64 values, strided inner axes, reductions.
 #[test]
@@ -2711,6 +2814,33 @@ fn kernels_outside_the_vector_subset_emit_no_vector_loops() {
         let text = emit_module(&[(kernel_name(&ir), &ir)]);
         assert!(!text.contains("_mm512"), "{what} has vector loops:\n{text}");
     }
+    // Column sums and maxima of f32 values (every reduction keeps the innermost axis) take
+    // the vector loops, accumulating lanes into `double` columns; a row sum beside them keeps
+    // the kernel out.
+    let columns = reduce_kernel(
+        2,
+        &[
+            (ReduceKind::Sum, vec![true, false], DType::F32),
+            (ReduceKind::Max, vec![true, false], DType::F32),
+        ],
+    );
+    let text = emit_module(&[(kernel_name(&columns), &columns)]);
+    assert!(
+        text.contains("fbv_acc_sum(&q0[kb0 + j], ") && text.contains("fbv_acc_max(&q1[kb1 + j], "),
+        "{text}"
+    );
+    let mixed = reduce_kernel(
+        2,
+        &[
+            (ReduceKind::Sum, vec![true, false], DType::F32),
+            (ReduceKind::Sum, vec![false, true], DType::F32),
+        ],
+    );
+    let text = emit_module(&[(kernel_name(&mixed), &mixed)]);
+    assert!(
+        !text.contains("_mm512"),
+        "row and column sums have vector loops:\n{text}"
+    );
     // The LSTM tail's two loops both start with whole vectors.
     let lstm = lstm_tail_ir();
     let text = emit_module(&[(kernel_name(&lstm), &lstm)]);

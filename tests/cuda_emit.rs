@@ -2585,8 +2585,8 @@ fn random_graph_emulates(
 }
 
 /// Random graphs around a concat (`random_graph::build_concat`) whose program holds a kernel
-/// that reduces and reads a concat by ranges (cut into pieces or clamped, or a row kernel in
-/// pieces), run through the emulation as whole programs and equal the reference.
+/// that reduces and reads a concat by ranges (cut into pieces or, rarely, clamped, or a row
+/// kernel in pieces), run through the emulation as whole programs and equal the reference.
 #[test]
 fn emulated_random_reducing_concat_graphs_match_the_reference() {
     use proptest::strategy::{Strategy, ValueTree};
@@ -2636,8 +2636,10 @@ fn emulated_random_reducing_concat_graphs_match_the_reference() {
         "{found} graphs: reducing range-select kernels {pieces} in pieces, {clamped} clamped, \
          {rows} row kernels"
     );
+    // Since reductions along the select's axis run as pieces too, a clamped reducing kernel
+    // (two concats with different segments) is rare here; `two_concats_summed` runs one.
     assert!(
-        pieces > 0 && clamped > 0 && rows > 0,
+        pieces > 0 && rows > 0,
         "{pieces} in pieces, {clamped} clamped, {rows} row kernels"
     );
 }
@@ -3082,14 +3084,20 @@ fn emulated_reductions_into_concat_segments_match_the_reference() {
 }
 
 /// Concats reduced along other axes than their own (`concat::reductions_of_concats`: column
-/// sums, a row mean and max beside a pointwise result, f16 `sum_to_size`) run as pieces in the
-/// reduction passes, each thread accumulating the value of its point's piece: through the CPU
-/// model of CUDA (32- and 64-bit indices) they equal the reference, and their kernels compile
-/// with NVRTC for sm_80 and sm_90 in both reduction modes.
+/// sums, a row mean and max beside a pointwise result, f16 `sum_to_size`) and along their own
+/// outer axis (`concat::reductions_along_an_outer_concat`: column sums of a batch concat, a
+/// mean and a max over a middle-axis concat, f16 and wrapping i32 sums, launches for several
+/// threads) run as pieces in the reduction passes, each thread accumulating the value of its
+/// point's piece: through the CPU model of CUDA (32- and 64-bit indices) they equal the
+/// reference, and their kernels compile with NVRTC for sm_80 and sm_90 in both reduction
+/// modes.
 #[test]
 fn emulated_reductions_of_concat_pieces_match_the_reference() {
     let mut emulated = BTreeMap::new();
-    for graph in crate::concat::reductions_of_concats() {
+    let graphs = crate::concat::reductions_of_concats()
+        .into_iter()
+        .chain(crate::concat::reductions_along_an_outer_concat());
+    for graph in graphs {
         let program = lowered(&graph);
         let split = program
             .kernels
@@ -3111,6 +3119,44 @@ fn emulated_reductions_of_concat_pieces_match_the_reference() {
             };
             result.unwrap_or_else(|e| panic!("{}: {e}", graph.name));
         }
+    }
+}
+
+/// A reducing kernel the pieces cannot express (two concats with different segments, summed
+/// over the rows) keeps the clamped form, every
+/// operand at every point, and still equals the reference through the CPU model of CUDA.
+#[test]
+fn emulated_clamped_reductions_match_the_reference() {
+    use fusebox::attr::AttrValue;
+    let mut b = GraphBuilder::new("two_concats_summed");
+    let a = b.input("a", DType::F32, &[40, 2]);
+    let bb = b.input("b", DType::F32, &[40, 5]);
+    let c = b.input("c", DType::F32, &[40, 4]);
+    let d = b.input("d", DType::F32, &[40, 3]);
+    let ea = b.op("ea", "exp", &[&a]);
+    let tc = b.op("tc", "tanh", &[&c]);
+    let k1 = b.op_with("k1", "concat", &[&ea, &bb], &[("axis", AttrValue::Int(1))]);
+    let k2 = b.op_with("k2", "concat", &[&tc, &d], &[("axis", AttrValue::Int(1))]);
+    let out = b.op("out", "add", &[&k1, &k2]);
+    b.op_with("s", "sum", &[&out], &[("axes", AttrValue::Ints(vec![0]))]);
+    let graph = b.finish(&["s"]);
+    let program = lowered(&graph);
+    let clamped = program
+        .kernels
+        .iter()
+        .filter(|ir| !ir.reductions.is_empty() && ir.has_ranges())
+        .filter(|ir| fusebox::lower::split::split_guarded(ir).is_none())
+        .count();
+    assert_eq!(clamped, 1, "one clamped reducing kernel");
+    check(&program.kernels);
+    let mut emulated = BTreeMap::new();
+    for (seed, wide) in [(0, false), (1, true)] {
+        let Some(result) =
+            emulated_agrees(&graph, &program, &mut emulated, seed, seed == 1, wide, None)
+        else {
+            return;
+        };
+        result.unwrap_or_else(|e| panic!("{}: {e}", graph.name));
     }
 }
 

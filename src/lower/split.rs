@@ -14,8 +14,15 @@
 //! only that piece, at the thread's own coordinates and the launch's offsets (a range load's
 //! offset already points its segment's first index at the operand's element 0). Kernels the
 //! pieces cannot express (two selects over different ranges, a range load outside its own
-//! segment, a reduction along the select's axis, a store written only at index 0 of the axis)
-//! keep the select.
+//! segment, a store written only at index 0 of the axis) keep the select.
+//!
+//! A reduction along the select's axis gathers points of several pieces into one output, so
+//! pieces run as launches of their own cannot hold it ([`split`]). Pieces chosen inside one
+//! loop nest can: wherever the nest fixes the axis's coordinate before it evaluates anything
+//! (an outer axis of a kernel that is not a row kernel, [`split_by_rows`]: the C loops pick
+//! the piece once per row segment) or at every point (CUDA, [`split_guarded`]), each point
+//! still hands its value to the same accumulator in the same order, and only the operand its
+//! segment selects is computed.
 //!
 //! A reduction over other axes than the select's does not stop the cut: each of its outputs
 //! sums (or takes the maximum of) points of one segment only, so a piece holds the reduction
@@ -40,31 +47,65 @@ pub struct Split {
     pub pieces: Vec<KernelIr>,
 }
 
+/// Where the pieces of a cut run, which decides what they may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// Each piece as a launch of its own over its segment: no output may gather points of
+    /// two segments.
+    Launches,
+    /// Chosen once per row segment of one loop nest (the C loops, which fix every outer
+    /// coordinate before the row's elements), plain loads: the axis must be an outer one.
+    Rows,
+    /// Chosen at every point, range loads kept (CUDA).
+    Points,
+}
+
 /// The per-segment pieces of `ir`, when every select of it picks along one axis by the same
 /// ranges and each piece needs no other segment's values (see the module documentation).
 ///
 /// Each piece reads its range loads as plain loads: it is meant to run only over its own
 /// segment, which the caller must make sure of.
 pub fn split(ir: &KernelIr) -> Option<Split> {
-    cut(ir, false)
+    cut(ir, Cut::Launches)
+}
+
+/// The pieces of a kernel that is not a row kernel and whose selects pick along an outer axis,
+/// for loops that choose a piece for each row segment (the innermost axis's elements at fixed
+/// outer coordinates) inside the kernel's own loop nest: unlike [`split`], reductions may
+/// reduce the select's axis, since the nest's accumulators see every row whichever piece
+/// computed it. Plain loads, as [`split`]'s: the caller must run piece `k` only on the rows
+/// of segment `k`.
+pub fn split_by_rows(ir: &KernelIr) -> Option<Split> {
+    cut(ir, Cut::Rows)
 }
 
 /// [`split`] with each piece's range loads kept: a piece then reads memory only inside its own
 /// segment, so evaluating piece `k` wherever the select would pick case `k` is exactly the
-/// kernel as written, whatever the launch's ranges (CUDA, which checks none).
+/// kernel as written, whatever the launch's ranges (CUDA, which checks none). The choice is
+/// made per point, so reductions along the select's axis are allowed outside row kernels.
 pub fn split_guarded(ir: &KernelIr) -> Option<Split> {
-    cut(ir, true)
+    cut(ir, Cut::Points)
 }
 
-fn cut(ir: &KernelIr, guarded: bool) -> Option<Split> {
+fn cut(ir: &KernelIr, how: Cut) -> Option<Split> {
     if !ir.has_ranges() {
         return None;
     }
     let (axis, ranges) = ir.one_select()?;
-    // An output reduced along the axis would gather points of several pieces; so would a
-    // row reduction, if the axis were a row kernel's rows.
-    if ir.reductions.iter().any(|r| r.reduced[axis]) || (ir.is_row_kernel() && axis + 1 == ir.rank)
-    {
+    // A row reduction gathers a row's elements in one pass: the axis must not be a row
+    // kernel's rows, whoever chooses the pieces.
+    if ir.is_row_kernel() && axis + 1 == ir.rank {
+        return None;
+    }
+    // An output reduced along the axis gathers points of several pieces: pieces must be
+    // chosen inside one loop nest, per point or per row along an outer axis.
+    let reduced_along = ir.reductions.iter().any(|r| r.reduced[axis]);
+    let gathers = match how {
+        Cut::Launches => reduced_along,
+        Cut::Rows => ir.is_row_kernel() || axis + 1 == ir.rank,
+        Cut::Points => false,
+    };
+    if gathers {
         return None;
     }
     // A store smaller than the domain on the axis is written at index 0 only, which a piece
@@ -77,7 +118,7 @@ fn cut(ir: &KernelIr, guarded: bool) -> Option<Split> {
         return None;
     }
     let pieces = (0..ranges.len())
-        .map(|s| piece(ir, axis, ranges, s, guarded))
+        .map(|s| piece(ir, axis, ranges, s, how == Cut::Points))
         .collect::<Option<Vec<_>>>()?;
     Some(Split {
         axis,

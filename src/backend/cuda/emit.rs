@@ -698,8 +698,10 @@ impl<'a> Kernel<'a> {
     /// The reducing form of [`Kernel::pieces`]: the point's piece computes the values group
     /// `g` reduces (and, in group 0's pass, stores the piece's pointwise results) and hands
     /// them out of its branch in variables `w{r}`, whose names it returns in the group's order.
-    /// `lower::split` cuts only kernels whose reductions keep the select's axis, so each
-    /// output gathers points of one piece; the choice per point is right either way.
+    /// An output reduced along the select's axis gathers points of several pieces
+    /// (`lower::split::split_guarded` allows it): each point hands over the value its own
+    /// piece computes, which is the value the select would pick, so the choice per point is
+    /// right either way.
     fn reduced_pieces(&self, code: &mut Code, split: &Split, g: usize) -> Vec<String> {
         let group = &self.groups[g];
         for &r in group {

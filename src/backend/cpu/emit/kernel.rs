@@ -34,9 +34,13 @@
 
 use super::expr::C;
 use super::fission::{LoopStatement, Stages};
-use super::{CHUNK, PARALLEL_MIN, TILE_COLUMNS, TILE_COLUMNS_ALIASED, TILE_ROWS, vector};
+use super::{
+    CHUNK, COLUMN_PREFETCH_MIN_BYTES, COLUMN_PREFETCH_ROWS, PARALLEL_MIN, TILE_COLUMNS,
+    TILE_COLUMNS_ALIASED, TILE_ROWS, vector,
+};
 use crate::backend::spelling::{Spelling, map_stage_positions};
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, View};
+use crate::lower::split::Split;
 
 mod rows;
 pub use rows::ROW_SCRATCH_BYTES;
@@ -112,6 +116,17 @@ pub(super) struct Kernel<'a> {
     stages: Stages,
     /// Whether each loop starts with explicit AVX-512 vectors ([`vector`]).
     vector: bool,
+    /// For a kernel cut by rows ([`crate::lower::split::split_by_rows`]): the select's axis,
+    /// its launch ranges and each piece's kernel. Every row segment then evaluates only the
+    /// piece its coordinate on the axis selects (see [`Kernel::segment`]).
+    row_pieces: Option<RowPieces<'a>>,
+}
+
+/// The pieces a kernel's row segments choose from, by their coordinate on `axis`.
+struct RowPieces<'a> {
+    axis: usize,
+    ranges: &'a [usize],
+    kernels: Vec<Kernel<'a>>,
 }
 
 impl<'a> Kernel<'a> {
@@ -125,11 +140,34 @@ impl<'a> Kernel<'a> {
             // A concat read in place picks its operand by coordinate: scalar loops, except
             // in a row kernel reading it along its rows (lane masks, `vector::supports`).
             vector: vector::supports(ir),
+            row_pieces: None,
         };
         kernel.body = kernel.body_lines();
         if ir.is_row_kernel() {
             kernel.multiply_by_reciprocals();
         }
+        kernel
+    }
+
+    /// The kernel of `ir` whose row segments each evaluate only their piece of `split`
+    /// (made by [`crate::lower::split::split_by_rows`] from `ir`). Its loads are plain loads
+    /// at the launch's offsets, right only when the launch's ranges tile the axis: the
+    /// caller checks that first (`split::wrapper`). The loop nest, accumulators and stores
+    /// are `ir`'s, so every output is accumulated in the order the clamped form accumulates
+    /// it, from the same values.
+    pub(super) fn by_rows(ir: &'a KernelIr, split: &'a Split) -> Self {
+        let mut kernel = Kernel::new(ir);
+        kernel.row_pieces = Some(RowPieces {
+            axis: split.axis,
+            ranges: &split.ranges,
+            kernels: split.pieces.iter().map(Kernel::new).collect(),
+        });
+        // The preamble defines what the pieces' vector loops read (`fbs`).
+        kernel.vector = kernel
+            .row_pieces
+            .iter()
+            .flat_map(|p| &p.kernels)
+            .any(|k| k.vector);
         kernel
     }
 
@@ -892,6 +930,11 @@ impl<'a> Kernel<'a> {
             "cs = cs < 64 ? 64 : (cs > {CHUNK} ? {CHUNK} : cs);"
         ));
         out.line("const int64_t nch = (inner + cs - 1) / cs;");
+        // What the loads read over the domain (an upper bound: a broadcast view reads less).
+        let read_per_point: usize = self.ir.loads.iter().map(|v| v.dtype.size_bytes()).sum();
+        out.line(format!(
+            "const int pf = total * {read_per_point} > {COLUMN_PREFETCH_MIN_BYTES};"
+        ));
         out.line("#pragma omp parallel for schedule(static) if(nt > 1)");
         out.open("for (int64_t c = 0; c < nch; c++)");
         out.line("const int64_t j0 = c * cs;");
@@ -967,8 +1010,25 @@ impl<'a> Kernel<'a> {
     }
 
     /// One segment: inner indices `j0 .. j0 + len` of the row at outer coordinates `i{d}`.
-    /// Computes the body in a vector loop, stores, and feeds the reductions per `mode`.
+    /// Computes the body in a vector loop, stores, and feeds the reductions per `mode`. A
+    /// kernel cut by rows does that with the piece its row's coordinate on the select's axis
+    /// lies in: the select's own rule, the first range ending after it, else the last.
     fn segment(&self, out: &mut Out, mode: Mode) {
+        if let Some(pieces) = &self.row_pieces {
+            let last = pieces.kernels.len() - 1;
+            let axis = pieces.axis;
+            for (k, piece) in pieces.kernels.iter().enumerate() {
+                match k {
+                    _ if last == 0 => out.open(""),
+                    0 => out.open(format!("if (i{axis} < re{})", pieces.ranges[0])),
+                    k if k == last => out.open("else"),
+                    k => out.open(format!("else if (i{axis} < re{})", pieces.ranges[k])),
+                }
+                piece.segment(out, mode);
+                out.close();
+            }
+            return;
+        }
         let ir = self.ir;
         out.open("");
         // Base indices of loads and stores at (i, j0).
@@ -978,6 +1038,9 @@ impl<'a> Kernel<'a> {
                 base.push_str(&format!(" + {t}"));
             }
             out.line(format!("const int64_t b{arg} = {base};"));
+        }
+        if mode == Mode::Columns {
+            self.prefetch_rows_ahead(out);
         }
         // Stores: rows this segment must not write go to a scratch buffer.
         let mut in_loop = Vec::new();
@@ -1123,11 +1186,19 @@ impl<'a> Kernel<'a> {
                         merges.push(format!("{dest} += s{r};"));
                     }
                 }
-                (Accumulate::Column, ReduceKind::Max) => in_loop.push(accumulate(format!(
-                    "q{r}[kb{r} + j] = fb_maxacc(q{r}[kb{r} + j], {x});"
-                ))),
-                (Accumulate::Column, _) => {
-                    in_loop.push(accumulate(format!("q{r}[kb{r} + j] += {x};")))
+                (Accumulate::Column, kind) => {
+                    let text = if kind == ReduceKind::Max {
+                        format!("q{r}[kb{r} + j] = fb_maxacc(q{r}[kb{r} + j], {x});")
+                    } else {
+                        format!("q{r}[kb{r} + j] += {x};")
+                    };
+                    in_loop.push(LoopStatement {
+                        vector: self
+                            .vector
+                            .then(|| vector::column_accumulation(ir, r))
+                            .flatten(),
+                        ..accumulate(text)
+                    })
                 }
             }
         }
@@ -1152,12 +1223,44 @@ impl<'a> Kernel<'a> {
         out.close();
     }
 
+    /// In the column walk, where a thread reads a narrow strip of every row in turn, a hint
+    /// to fetch the strip [`COLUMN_PREFETCH_ROWS`] rows further on for every load that moves
+    /// along the rows, in launches whose loads read more than [`COLUMN_PREFETCH_MIN_BYTES`]
+    /// (`pf`, set by [`Kernel::columns`]). Each strip starts a new page, where the hardware
+    /// prefetchers stop, so without the hint every strip waits for memory once the body is long
+    /// enough to keep the core from reaching the next rows' loads early (a `tanh` before the
+    /// sum). Smaller launches mostly find their rows in the cache, where the hints only cost
+    /// instructions. A hint never faults, so a row past the end needs no test; the address is
+    /// formed as an integer.
+    fn prefetch_rows_ahead(&self, out: &mut Out) {
+        if self.inner == 0 {
+            return;
+        }
+        let row_axis = self.inner - 1;
+        for (arg, view) in self.ir.loads.iter().enumerate() {
+            if view.is_mapped() || view.axes[self.inner] != Axis::Unit {
+                continue;
+            }
+            let Some(step) = self.stride(arg, row_axis) else {
+                continue;
+            };
+            let size = view.dtype.size_bytes();
+            out.line(format!(
+                "if (pf) for (int64_t l = 0; l < len; l += {}) __builtin_prefetch((const void *)((uintptr_t)(p{arg} + b{arg} + l) + (uintptr_t)({COLUMN_PREFETCH_ROWS} * {step} * {size})));",
+                64 / size
+            ));
+        }
+    }
+
     /// The vector loop(s) over `j` of one segment: the body, then `in_loop`'s statements
     /// (stores and accumulations). `pragma` goes on
     /// the last loop, which holds any reduction. With one stage this is the single fused loop;
     /// with more, each loop computes one stage of the body and hands the values later stages
     /// read through stack arrays of one chunk (see [`Stages`]).
     fn loops(&self, out: &mut Out, pragma: &str, in_loop: &[LoopStatement]) {
+        // A vector kernel's reductions all accumulate by columns (`vector::supports`), which
+        // every mode of a kernel keeping the innermost axis does; the check is a safeguard.
+        let vector = self.vector && in_loop.iter().all(|s| s.vector.is_some());
         let stages = &self.stages;
         for &id in &stages.carried {
             out.line(format!(
@@ -1166,19 +1269,19 @@ impl<'a> Kernel<'a> {
             ));
         }
         // Destinations the vector loops store to (contiguous ones; see `segment`).
-        let streamed: Vec<usize> = if self.vector {
+        let streamed: Vec<usize> = if vector {
             (0..self.ir.stores.len())
                 .filter(|&k| self.ir.stores[k].view.axes[self.inner] == Axis::Unit)
                 .collect()
         } else {
             Vec::new()
         };
-        let live = if self.vector {
+        let live = if vector {
             vector::live(self.ir)
         } else {
             Vec::new()
         };
-        if self.vector {
+        if vector {
             // Whole vectors first (when the compiler targets AVX-512), the rest in scalar.
             out.line("#if defined(FB_AVX512)");
             out.line(format!("const int64_t jv = len - len % {};", vector::LANES));
@@ -1215,7 +1318,7 @@ impl<'a> Kernel<'a> {
                 .copied()
                 .filter(|&id| stages.stage[id] == stage)
                 .collect();
-            if self.vector {
+            if vector {
                 out.line("#if defined(FB_AVX512)");
                 out.open(format!(
                     "for (int64_t j = 0; j < jv; j += {})",
@@ -1244,7 +1347,7 @@ impl<'a> Kernel<'a> {
             } else {
                 "#pragma omp simd"
             });
-            let start = if self.vector { "jv" } else { "0" };
+            let start = if vector { "jv" } else { "0" };
             out.open(format!("for (int64_t j = {start}; j < len; j++)"));
             for id in (0..self.body.len()).filter(|&id| needed[id]) {
                 if computed(id) {

@@ -18,8 +18,17 @@
 //! segment's start when it was lowered, so moving it forward again reads the operand's own
 //! element 0 at the segment's first index.) Any other launch runs the clamped form, which is
 //! emitted as well. Kernels the pieces cannot express (two selects over different ranges, a
-//! range load outside its own segment, a reduction along the select's axis, a store written
-//! only at index 0 of the axis) are emitted in the clamped form only.
+//! range load outside its own segment, a store written only at index 0 of the axis) are
+//! emitted in the clamped form only.
+//!
+//! A reduction along the select's axis (the column sums of a concat along the batch) gathers
+//! rows of several segments into one output, which pieces run one after the other could only
+//! join by rounding each piece's partial result. When that axis is an outer one, the kernel
+//! instead keeps its own loop nest and accumulators, and each row segment evaluates the piece
+//! its coordinate on the axis selects (`{name}_r`, [`crate::lower::split::split_by_rows`]):
+//! one comparison per row, plain loads, and every output accumulated in the clamped form's
+//! order from the same values, so the results are the clamped form's bit for bit. The same
+//! range check guards it.
 //!
 //! A piece may hold reductions over the other axes: it is then an ordinary reducing kernel over
 //! its segment, whose outputs along the select's axis are its own (their offsets move with the
@@ -34,30 +43,11 @@ use crate::lower::split::Split;
 /// The C function `name` of a split kernel: the range check, then each piece `{name}_s{k}` over
 /// its segment, else the clamped form `{name}_c` (both emitted by the caller before it).
 pub(super) fn wrapper(ir: &KernelIr, split: &Split, name: &str) -> String {
+    let mut text = tiling_check(ir, split, name);
     let rank = ir.rank;
     let axis = split.axis;
     let args = ir.arg_count();
-    let mut text = format!(
-        "void {name}(const int64_t *sizes, const int64_t *strides, \
-         const int64_t *offsets, void *const *ptrs) {{\n"
-    );
     let words = rank + 2 * ir.range_count();
-    // The segments must tile the axis in order; the lowering makes them so, and any other
-    // launch takes the clamped form, which is right for every launch.
-    let mut tiles = vec![format!("sizes[{}] == 0", rank + 2 * split.ranges[0])];
-    for pair in split.ranges.windows(2) {
-        tiles.push(format!(
-            "sizes[{}] == sizes[{}]",
-            rank + 2 * pair[0] + 1,
-            rank + 2 * pair[1]
-        ));
-    }
-    let last = split.ranges[split.ranges.len() - 1];
-    tiles.push(format!("sizes[{}] == sizes[{axis}]", rank + 2 * last + 1));
-    text.push_str(&format!("    if (!({})) {{\n", tiles.join(" && ")));
-    text.push_str(&format!(
-        "        {name}_c(sizes, strides, offsets, ptrs);\n        return;\n    }}\n"
-    ));
     text.push_str(&format!("    int64_t cut[{words}];\n"));
     text.push_str(&format!(
         "    for (int k = 0; k < {words}; k++) cut[k] = sizes[k];\n"
@@ -81,5 +71,45 @@ pub(super) fn wrapper(ir: &KernelIr, split: &Split, name: &str) -> String {
         ));
     }
     text.push_str("}\n");
+    text
+}
+
+/// The C function `name` of a kernel cut by rows: the range check of [`wrapper`], then the
+/// loop nest choosing a piece per row, `{name}_r`, else the clamped form `{name}_c` (both
+/// emitted by the caller before it).
+pub(super) fn row_wrapper(ir: &KernelIr, split: &Split, name: &str) -> String {
+    let mut text = tiling_check(ir, split, name);
+    text.push_str(&format!(
+        "    {name}_r(sizes, strides, offsets, ptrs);\n}}\n"
+    ));
+    text
+}
+
+/// The head of a split kernel's C function `name`: when the launch's ranges do not tile the
+/// select's axis in order from 0 to its size, it runs the clamped form `{name}_c`, which is
+/// right for every launch, and returns.
+fn tiling_check(ir: &KernelIr, split: &Split, name: &str) -> String {
+    let rank = ir.rank;
+    let axis = split.axis;
+    let mut text = format!(
+        "void {name}(const int64_t *sizes, const int64_t *strides, \
+         const int64_t *offsets, void *const *ptrs) {{\n"
+    );
+    // The segments must tile the axis in order; the lowering makes them so, and any other
+    // launch takes the clamped form, which is right for every launch.
+    let mut tiles = vec![format!("sizes[{}] == 0", rank + 2 * split.ranges[0])];
+    for pair in split.ranges.windows(2) {
+        tiles.push(format!(
+            "sizes[{}] == sizes[{}]",
+            rank + 2 * pair[0] + 1,
+            rank + 2 * pair[1]
+        ));
+    }
+    let last = split.ranges[split.ranges.len() - 1];
+    tiles.push(format!("sizes[{}] == sizes[{axis}]", rank + 2 * last + 1));
+    text.push_str(&format!("    if (!({})) {{\n", tiles.join(" && ")));
+    text.push_str(&format!(
+        "        {name}_c(sizes, strides, offsets, ptrs);\n        return;\n    }}\n"
+    ));
     text
 }

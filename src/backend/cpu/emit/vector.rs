@@ -16,9 +16,13 @@
 //! the arithmetic operators and comparisons, `select`, `min`, `max`, `abs`, `floor`, `sqrt`,
 //! `rsqrt`, `exp` and `tanh` — each of the segment's loops first runs over whole vectors of 16
 //! with intrinsics, and the scalar `omp simd` loop finishes the remainder. Everything else
-//! (other functions, f64/integer/bool values, strided inner axes, reductions ending the
-//! kernel) keeps the scalar loops alone; so does a compiler without AVX-512, because the vector
-//! loops are inside `#if defined(FB_AVX512)`.
+//! (other functions, f64/integer/bool values, strided inner axes) keeps the scalar loops
+//! alone; so does a compiler without AVX-512, because the vector loops are inside
+//! `#if defined(FB_AVX512)`. Reductions ending the kernel take the vector loops when they all
+//! keep the innermost axis, so that they accumulate by columns (each lane into its own
+//! `double` accumulator, widened and added, or compared, exactly as the scalar loop does:
+//! [`column_accumulation`]); a reduction along the rows keeps the scalar loop, whose
+//! `omp simd` reduction would group the lanes differently from a vector one.
 //!
 //! Row kernels use the same statements in every pass over a row (also the range loads and
 //! selects of a concat read along the rows: f32 operands loaded under lane masks, blended by
@@ -47,7 +51,7 @@ use super::expr::{C, only_added_to_constants};
 use crate::backend::spelling::Spelling;
 use crate::dtype::DType;
 use crate::formula::{BinOp, Func};
-use crate::lower::ir::{Axis, Instr, KernelIr, Prec};
+use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind};
 
 /// Lanes per vector.
 pub const LANES: usize = 16;
@@ -73,6 +77,11 @@ pub(super) const VECTOR_EXPF_ROW: &str = include_str!("vector_expf_row.c");
 /// text is unchanged.
 pub(super) const VECTOR_RANGES: &str = include_str!("vector_ranges.c");
 
+/// The column accumulators of reducing kernels ([`column_accumulation`]), emitted after
+/// [`VECTOR_HELPERS`] only in modules holding a vector kernel with reductions, so every other
+/// module's text is unchanged.
+pub(super) const VECTOR_COLUMNS: &str = include_str!("vector_columns.c");
+
 /// The vector `tanh`, emitted after `TANHF` and [`VECTOR_EXPF`]; operation for operation
 /// `fb_tanhf`.
 pub(super) const VECTOR_TANHF: &str = include_str!("vector_tanhf.c");
@@ -94,7 +103,16 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
     let float_view = |dtype: DType, axis: Axis| {
         matches!(dtype, DType::F32 | DType::F16 | DType::BF16) && axis != Axis::Strided
     };
-    ir.reductions.is_empty()
+    // Reductions ending the kernel take the vector loops when every one keeps the innermost
+    // axis, so that every segment accumulates its f32 values by columns into `double`s
+    // ([`column_accumulation`]); a row kernel's own ones are `kernel::rows`'s.
+    let reductions = ir.reductions.is_empty()
+        || (!ir.is_row_kernel()
+            && ir
+                .reductions
+                .iter()
+                .all(|r| !r.reduced[inner] && ir.prec(r.value) == Prec::F32));
+    reductions
         // An index map's element is computed per lane, with divisions: a plain loop.
         && ir.loads.iter().all(|v| !v.is_mapped())
         && ir.loads.iter().all(|v| float_view(v.dtype, v.axes[inner]))
@@ -359,6 +377,21 @@ pub(super) fn store(ir: &KernelIr, k: usize, operand_here: bool) -> String {
         _ => "fbv_store",
     };
     format!("{store}(&d{k}[j], v{value}, st);")
+}
+
+/// The vector statement adding the 16 lanes of reduction `r`'s f32 value into its `double`
+/// accumulators `q{r}[kb{r} + j ..]` (one accumulator per lane: the *column* accumulation of
+/// `kernel`, a reduction keeping the innermost axis), widening each lane and combining it as
+/// the scalar loop does, so every accumulator ends with the same bits. `None` for a kind with
+/// no vector form.
+pub(super) fn column_accumulation(ir: &KernelIr, r: usize) -> Option<String> {
+    let red = &ir.reductions[r];
+    let helper = match red.kind {
+        ReduceKind::Sum | ReduceKind::Mean => "fbv_acc_sum",
+        ReduceKind::Max => "fbv_acc_max",
+    };
+    (ir.prec(red.value) == Prec::F32)
+        .then(|| format!("{helper}(&q{r}[kb{r} + j], v{});", red.value))
 }
 
 /// Launches touching more bytes than this stream their stores: 32 MiB, about the last-level
