@@ -1237,8 +1237,19 @@ impl<'a> Kernel<'a> {
             return;
         }
         let row_axis = self.inner - 1;
+        // Only the views the body reads: a piece keeps every view of its kernel in the
+        // argument list, its other segments' included.
+        let read: Vec<usize> = self
+            .ir
+            .body
+            .iter()
+            .filter_map(|instr| match instr {
+                Instr::Load { view } | Instr::RangeLoad { view, .. } => Some(*view),
+                _ => None,
+            })
+            .collect();
         for (arg, view) in self.ir.loads.iter().enumerate() {
-            if view.is_mapped() || view.axes[self.inner] != Axis::Unit {
+            if view.is_mapped() || view.axes[self.inner] != Axis::Unit || !read.contains(&arg) {
                 continue;
             }
             let Some(step) = self.stride(arg, row_axis) else {
