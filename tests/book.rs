@@ -242,6 +242,19 @@ fn check_listing(name: &str, text: &str) {
     );
 }
 
+/// A graph of the book (a path from the repository root) optimized under the default rules
+/// and options, and lowered.
+fn lowered_book_graph(path: &str) -> fusebox::lower::Program {
+    let rules = fusebox::rules::RuleSet::defaults();
+    let graph = fusebox::graph::file::load(&repo().join(path), &rules.ops)
+        .unwrap()
+        .0;
+    let optimized =
+        fusebox::optimize::optimize(&graph, &rules, &fusebox::optimize::Options::default())
+            .unwrap();
+    fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap()
+}
+
 /// An example optimized under the default rules and `profile`, and lowered.
 fn lowered_example(example: &str, profile: &str) -> fusebox::lower::Program {
     let rules = fusebox::rules::RuleSet::defaults();
@@ -321,13 +334,7 @@ fn the_books_cuda_listing_is_the_emitters() {
 /// two axes so that `x` is read through strides, with no index map left.
 #[test]
 fn the_books_index_map_listing_is_the_emitters() {
-    let rules = fusebox::rules::RuleSet::defaults();
-    let path = repo().join("book/examples/layout/flat_transpose.ron");
-    let graph = fusebox::graph::file::load(&path, &rules.ops).unwrap().0;
-    let optimized =
-        fusebox::optimize::optimize(&graph, &rules, &fusebox::optimize::Options::default())
-            .unwrap();
-    let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
+    let program = lowered_book_graph("book/examples/layout/flat_transpose.ron");
     assert_eq!(program.kernels.len(), 1);
     assert_eq!(program.kernels[0].rank, 2);
     assert!(program.kernels[0].loads.iter().all(|v| !v.is_mapped()));
@@ -413,13 +420,7 @@ fn the_books_row_concat_step_is_the_emitters() {
 /// the axis. The listing is that nest's column walk, then the function the program calls.
 #[test]
 fn the_books_per_row_pieces_listing_is_the_emitters() {
-    let rules = fusebox::rules::RuleSet::defaults();
-    let path = repo().join("book/examples/layout/column_sums_of_batch_concat.ron");
-    let graph = fusebox::graph::file::load(&path, &rules.ops).unwrap().0;
-    let optimized =
-        fusebox::optimize::optimize(&graph, &rules, &fusebox::optimize::Options::default())
-            .unwrap();
-    let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
+    let program = lowered_book_graph("book/examples/layout/column_sums_of_batch_concat.ron");
     assert_eq!(program.kernels.len(), 1);
     let module = fusebox::backend::cpu::module_source(&program).0;
     let nest = module

@@ -766,6 +766,56 @@ pub(crate) fn reductions_of_concats() -> Vec<Graph> {
     graphs
 }
 
+/// `graph` optimized and lowered, after checking that the kernel reading its concat holds the
+/// reduction too, is reported to run as pieces, and is priced at the flops of one kernel per
+/// op (each operand counted over its own segment only).
+fn reducing_concat_kernel_priced_as_pieces(graph: &Graph) -> Program {
+    let out = optimize(graph, rules(), &Options::default()).unwrap();
+    let kernel = out
+        .partition
+        .kernels
+        .iter()
+        .find(|k| {
+            k.nodes
+                .iter()
+                .any(|&n| out.dag.nodes[n].op.builtin() == Some(fusebox::rules::Builtin::Concat))
+        })
+        .unwrap_or_else(|| panic!("{}: a kernel reads the concat", graph.name));
+    assert!(kernel.per_segment, "{}: runs as pieces", graph.name);
+    assert!(
+        kernel
+            .nodes
+            .iter()
+            .any(|&n| out.dag.nodes[n].op.kind() == fusebox::rules::OpKind::Reduction),
+        "{}: the reduction is in the concat's kernel",
+        graph.name
+    );
+    let unfused = kernel_flops(
+        graph,
+        &Options {
+            fusion: false,
+            ..Options::default()
+        },
+    );
+    let per_op: u64 = unfused
+        .iter()
+        .filter(|(names, _)| {
+            kernel
+                .nodes
+                .iter()
+                .any(|&n| out.dag.nodes[n].name == names[0])
+        })
+        .map(|(_, f)| f)
+        .sum();
+    assert!(
+        kernel.cost.flops.abs_diff(per_op) <= kernel.nodes.len() as u64,
+        "{}: {} flops against {per_op} one op per kernel",
+        graph.name,
+        kernel.cost.flops
+    );
+    lower::lower(&out.dag, &out.partition).unwrap()
+}
+
 /// Each graph of [`reductions_of_concats`] is one kernel that reads its concat by ranges and
 /// runs as pieces: the report says so, the C is cut into per-segment functions, the flops are
 /// those of one kernel per op (each operand evaluated over its own segment only), and the
@@ -773,51 +823,8 @@ pub(crate) fn reductions_of_concats() -> Vec<Graph> {
 #[test]
 fn reductions_keeping_the_select_axis_run_as_pieces() {
     for graph in reductions_of_concats() {
-        let out = optimize(&graph, rules(), &Options::default()).unwrap();
-        let kernel = out
-            .partition
-            .kernels
-            .iter()
-            .find(|k| {
-                k.nodes.iter().any(|&n| {
-                    out.dag.nodes[n].op.builtin() == Some(fusebox::rules::Builtin::Concat)
-                })
-            })
-            .unwrap_or_else(|| panic!("{}: a kernel reads the concat", graph.name));
-        assert!(kernel.per_segment, "{}: runs as pieces", graph.name);
-        assert!(
-            kernel
-                .nodes
-                .iter()
-                .any(|&n| out.dag.nodes[n].op.kind() == fusebox::rules::OpKind::Reduction),
-            "{}: the reduction is in the concat's kernel",
-            graph.name
-        );
-        let program = lower::lower(&out.dag, &out.partition).unwrap();
+        let program = reducing_concat_kernel_priced_as_pieces(&graph);
         assert_eq!(split_kernels(&program), 1, "{}", graph.name);
-        let unfused = kernel_flops(
-            &graph,
-            &Options {
-                fusion: false,
-                ..Options::default()
-            },
-        );
-        let per_op: u64 = unfused
-            .iter()
-            .filter(|(names, _)| {
-                kernel
-                    .nodes
-                    .iter()
-                    .any(|&n| out.dag.nodes[n].name == names[0])
-            })
-            .map(|(_, f)| f)
-            .sum();
-        assert!(
-            kernel.cost.flops.abs_diff(per_op) <= kernel.nodes.len() as u64,
-            "{}: {} flops against {per_op} one op per kernel",
-            graph.name,
-            kernel.cost.flops
-        );
         for (seed, specials) in [(31, false), (32, true)] {
             agrees(&graph, seed, specials, true)
                 .unwrap_or_else(|e| panic!("{} (specials {specials}): {e}", graph.name));
@@ -933,51 +940,14 @@ fn by_rows_kernels(program: &Program) -> usize {
 /// say, need not).
 #[test]
 fn reductions_along_an_outer_concat_choose_a_piece_per_row() {
+    let unfused_options = Options {
+        fusion: false,
+        ..Options::default()
+    };
     for graph in reductions_along_an_outer_concat() {
-        let out = optimize(&graph, rules(), &Options::default()).unwrap();
-        let kernel = out
-            .partition
-            .kernels
-            .iter()
-            .find(|k| {
-                k.nodes.iter().any(|&n| {
-                    out.dag.nodes[n].op.builtin() == Some(fusebox::rules::Builtin::Concat)
-                })
-            })
-            .unwrap_or_else(|| panic!("{}: a kernel reads the concat", graph.name));
-        assert!(kernel.per_segment, "{}: runs as pieces", graph.name);
-        assert!(
-            kernel
-                .nodes
-                .iter()
-                .any(|&n| out.dag.nodes[n].op.kind() == fusebox::rules::OpKind::Reduction),
-            "{}: the reduction is in the concat's kernel",
-            graph.name
-        );
-        let program = lower::lower(&out.dag, &out.partition).unwrap();
+        let program = reducing_concat_kernel_priced_as_pieces(&graph);
         assert_eq!(split_kernels(&program), 0, "{}", graph.name);
         assert_eq!(by_rows_kernels(&program), 1, "{}", graph.name);
-        let unfused_options = Options {
-            fusion: false,
-            ..Options::default()
-        };
-        let unfused = kernel_flops(&graph, &unfused_options);
-        let per_op: u64 = unfused
-            .iter()
-            .filter(|(names, _)| {
-                kernel
-                    .nodes
-                    .iter()
-                    .any(|&n| out.dag.nodes[n].name == names[0])
-            })
-            .map(|(_, f)| f)
-            .sum();
-        assert!(
-            kernel.cost.flops.abs_diff(per_op) <= kernel.nodes.len() as u64,
-            "{}: {} flops against {per_op} one op per kernel",
-            graph.name,
-            kernel.cost.flops
-        );
         for (seed, specials) in [(51, false), (52, true)] {
             agrees(&graph, seed, specials, true)
                 .unwrap_or_else(|e| panic!("{} (specials {specials}): {e}", graph.name));

@@ -3072,13 +3072,8 @@ fn emulated_reductions_into_concat_segments_match_the_reference() {
     for (graph, _) in crate::concat_in_place::reductions_into_concats() {
         let program = lowered(&graph);
         check(&program.kernels);
-        for (seed, wide) in [(0, false), (1, true)] {
-            let Some(result) =
-                emulated_agrees(&graph, &program, &mut emulated, seed, seed == 1, wide, None)
-            else {
-                return;
-            };
-            result.unwrap_or_else(|e| panic!("{}: {e}", graph.name));
+        if !emulated_in_both_widths(&graph, &program, &mut emulated) {
+            return;
         }
     }
 }
@@ -3111,13 +3106,8 @@ fn emulated_reductions_of_concat_pieces_match_the_reference() {
             graph.name
         );
         check(&program.kernels);
-        for (seed, wide) in [(0, false), (1, true)] {
-            let Some(result) =
-                emulated_agrees(&graph, &program, &mut emulated, seed, seed == 1, wide, None)
-            else {
-                return;
-            };
-            result.unwrap_or_else(|e| panic!("{}: {e}", graph.name));
+        if !emulated_in_both_widths(&graph, &program, &mut emulated) {
+            return;
         }
     }
 }
@@ -3150,14 +3140,25 @@ fn emulated_clamped_reductions_match_the_reference() {
     assert_eq!(clamped, 1, "one clamped reducing kernel");
     check(&program.kernels);
     let mut emulated = BTreeMap::new();
+    emulated_in_both_widths(&graph, &program, &mut emulated);
+}
+
+/// Runs `program` through the CPU model of CUDA on random inputs against the reference, in
+/// 32-bit indexing and then, with NaN/Inf, in 64-bit indexing. Panics on a mismatch; `false`
+/// when the model is unavailable.
+fn emulated_in_both_widths(
+    graph: &Graph,
+    program: &Program,
+    emulated: &mut BTreeMap<String, Emulated>,
+) -> bool {
     for (seed, wide) in [(0, false), (1, true)] {
-        let Some(result) =
-            emulated_agrees(&graph, &program, &mut emulated, seed, seed == 1, wide, None)
+        let Some(result) = emulated_agrees(graph, program, emulated, seed, seed == 1, wide, None)
         else {
-            return;
+            return false;
         };
         result.unwrap_or_else(|e| panic!("{}: {e}", graph.name));
     }
+    true
 }
 
 /// Runs `program` through the CPU model of CUDA on random inputs against the reference: on
