@@ -424,7 +424,7 @@ fn the_books_per_row_pieces_listing_is_the_emitters() {
     assert_eq!(program.kernels.len(), 1);
     let module = fusebox::backend::cpu::module_source(&program).0;
     let nest = module
-        .find("_r(const int64_t *sizes")
+        .find("_n(const int64_t *sizes")
         .expect("the per-row nest");
     // The walk: the first loop over the rows in the nest, through its closing brace.
     let lines: Vec<&str> = module[nest..].lines().collect();

@@ -3080,18 +3080,20 @@ fn emulated_reductions_into_concat_segments_match_the_reference() {
 
 /// Concats reduced along other axes than their own (`concat::reductions_of_concats`: column
 /// sums, a row mean and max beside a pointwise result, f16 `sum_to_size`) and along their own
-/// outer axis (`concat::reductions_along_an_outer_concat`: column sums of a batch concat, a
-/// mean and a max over a middle-axis concat, f16 and wrapping i32 sums, launches for several
-/// threads) run as pieces in the reduction passes, each thread accumulating the value of its
+/// axis (`concat::reductions_along_a_concats_axis`: column sums of a batch concat, a mean and
+/// a max over a middle-axis concat, f16 and wrapping i32 sums, row sums, means and maxima of
+/// a feature concat, launches for several threads) run as pieces in the reduction passes, each thread accumulating the value of its
 /// point's piece: through the CPU model of CUDA (32- and 64-bit indices) they equal the
 /// reference, and their kernels compile with NVRTC for sm_80 and sm_90 in both reduction
 /// modes.
 #[test]
 fn emulated_reductions_of_concat_pieces_match_the_reference() {
     let mut emulated = BTreeMap::new();
-    let graphs = crate::concat::reductions_of_concats()
-        .into_iter()
-        .chain(crate::concat::reductions_along_an_outer_concat());
+    let graphs = crate::concat::reductions_of_concats().into_iter().chain(
+        crate::concat::reductions_along_a_concats_axis()
+            .into_iter()
+            .map(|(g, _)| g),
+    );
     for graph in graphs {
         let program = lowered(&graph);
         let split = program

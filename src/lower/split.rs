@@ -18,10 +18,11 @@
 //!
 //! A reduction along the select's axis gathers points of several pieces into one output, so
 //! pieces run as launches of their own cannot hold it ([`split`]). Pieces chosen inside one
-//! loop nest can: wherever the nest fixes the axis's coordinate before it evaluates anything
-//! (an outer axis of a kernel that is not a row kernel, [`split_by_rows`]: the C loops pick
-//! the piece once per row segment) or at every point (CUDA, [`split_guarded`]), each point
-//! still hands its value to the same accumulator in the same order, and only the operand its
+//! loop nest can ([`split_in_nest`], outside row kernels): the C loops fix every outer
+//! coordinate before a row segment's elements, so along an outer axis each row segment takes
+//! its piece, and along the innermost axis each row segment runs one loop per piece over the
+//! part of it inside that piece's segment; CUDA chooses per point ([`split_guarded`]). Either
+//! way each point still hands its value to the same accumulator, and only the operand its
 //! segment selects is computed.
 //!
 //! A reduction over other axes than the select's does not stop the cut: each of its outputs
@@ -53,9 +54,10 @@ enum Cut {
     /// Each piece as a launch of its own over its segment: no output may gather points of
     /// two segments.
     Launches,
-    /// Chosen once per row segment of one loop nest (the C loops, which fix every outer
-    /// coordinate before the row's elements), plain loads: the axis must be an outer one.
-    Rows,
+    /// Chosen inside one loop nest (the C loops): per row segment along an outer axis, per
+    /// part of a row segment along the innermost one. Plain loads; not in row kernels, whose
+    /// passes over a row take a concat along the rows their own way.
+    Nest,
     /// Chosen at every point, range loads kept (CUDA).
     Points,
 }
@@ -69,14 +71,15 @@ pub fn split(ir: &KernelIr) -> Option<Split> {
     cut(ir, Cut::Launches)
 }
 
-/// The pieces of a kernel that is not a row kernel and whose selects pick along an outer axis,
-/// for loops that choose a piece for each row segment (the innermost axis's elements at fixed
-/// outer coordinates) inside the kernel's own loop nest: unlike [`split`], reductions may
-/// reduce the select's axis, since the nest's accumulators see every row whichever piece
-/// computed it. Plain loads, as [`split`]'s: the caller must run piece `k` only on the rows
-/// of segment `k`.
-pub fn split_by_rows(ir: &KernelIr) -> Option<Split> {
-    cut(ir, Cut::Rows)
+/// The pieces of a kernel that is not a row kernel, for loops that choose them inside the
+/// kernel's own loop nest: along an outer axis, the piece of each row segment (the innermost
+/// axis's elements at fixed outer coordinates); along the innermost axis, one loop per piece
+/// over the part of each row segment inside its segment. Unlike [`split`], reductions may
+/// reduce the select's axis, since the nest's accumulators see every point whichever piece
+/// computed it. Plain loads, as [`split`]'s: the caller must run piece `k` only inside
+/// segment `k`.
+pub fn split_in_nest(ir: &KernelIr) -> Option<Split> {
+    cut(ir, Cut::Nest)
 }
 
 /// [`split`] with each piece's range loads kept: a piece then reads memory only inside its own
@@ -97,15 +100,14 @@ fn cut(ir: &KernelIr, how: Cut) -> Option<Split> {
     if ir.is_row_kernel() && axis + 1 == ir.rank {
         return None;
     }
-    // An output reduced along the axis gathers points of several pieces: pieces must be
-    // chosen inside one loop nest, per point or per row along an outer axis.
-    let reduced_along = ir.reductions.iter().any(|r| r.reduced[axis]);
-    let gathers = match how {
-        Cut::Launches => reduced_along,
-        Cut::Rows => ir.is_row_kernel() || axis + 1 == ir.rank,
+    // An output reduced along the axis gathers points of several pieces: pieces must then be
+    // chosen inside one loop nest (not a row kernel's passes) or per point.
+    let refused = match how {
+        Cut::Launches => ir.reductions.iter().any(|r| r.reduced[axis]),
+        Cut::Nest => ir.is_row_kernel(),
         Cut::Points => false,
     };
-    if gathers {
+    if refused {
         return None;
     }
     // A store smaller than the domain on the axis is written at index 0 only, which a piece

@@ -2,9 +2,8 @@
 //!
 //! Evaluated as written, a range select computes every operand of its concat at every point
 //! of the kernel and keeps one: each element pays for every operand's ops (the *clamped*
-//! form). Where the kernel's selects all pick along one axis by the same segments (and no
-//! reduction of it reduces that axis, if it is the innermost), both backends run it as
-//! *pieces* instead
+//! form). Where the kernel's selects all pick along one axis by the same segments (and it is
+//! not a row kernel reducing along that axis), both backends run it as *pieces* instead
 //! (`lower::split`): over each segment only the operand that segment selects is evaluated.
 //! Pricing such a kernel at the clamped form's arithmetic makes fusing heavy operands through
 //! a concat look twice as dear as it is with two segments (ten times with ten), so the
@@ -17,12 +16,13 @@
 //! on the kernel's IR, stated here on its nodes:
 //!
 //! - every concat inside selects along one domain axis with the same segment sizes;
-//! - no reduction reduces that axis if it is the innermost one (a row would gather several
-//!   pieces' points in one loop; a row kernel's row reductions reduce the innermost axis, so
-//!   its pieces are row kernels over the segments of an outer axis). A reduction along an
-//!   outer axis does not stop the pieces: the C loops choose a piece for each row and CUDA
-//!   for each point, and both accumulate whatever piece computed the value
-//!   (`lower::split::split_by_rows`);
+//! - it is not a row kernel reducing that axis when it is the innermost one (a row kernel
+//!   over a concat along its rows evaluates every operand in its passes; a row kernel's
+//!   row reductions reduce the innermost axis, so its pieces are row kernels over the
+//!   segments of an outer axis). Any other reduction along the axis does not stop the
+//!   pieces: the C loops choose them inside the loop nest (a piece per row along an outer
+//!   axis, a loop per piece over each row segment along the innermost) and CUDA per point,
+//!   and both accumulate whatever piece computed the value (`lower::split::split_in_nest`);
 //! - no value stored by the kernel is smaller than the domain along that axis (it is written
 //!   at index 0 only, which no piece past the first sees). A reduction's result is exempt:
 //!   it is written through its accumulators, which keep the axis.
@@ -263,9 +263,11 @@ impl Facts<'_> {
         }
         let segments = found?;
         let reduction = |n: usize| self.dag.nodes[n].op.kind() == OpKind::Reduction;
-        // Along the innermost axis a reduction gathers one row's segments in one loop; along
-        // an outer one, the C loops choose a piece per row and CUDA per point.
+        // A reduction along the axis is run by pieces chosen inside the loop nest (C) or per
+        // point (CUDA), except in a row kernel over a concat along its rows, whose passes
+        // evaluate every operand (`lower::ir::KernelIr::selects_along_rows`).
         if segments.axis + 1 == domain.len()
+            && self.row_kernel(nodes, |n| inside(n))
             && nodes
                 .iter()
                 .any(|&n| reduction(n) && self.reduces_axis(n, domain.len(), segments.axis))

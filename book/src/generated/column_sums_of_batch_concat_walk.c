@@ -54,10 +54,10 @@ for (int64_t o = 0; o < outer; o++) {
     }
 }
 
-void fb_f302ad37b85874b9(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
+void fb_0d45cd77d319b0c3(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
     if (!(sizes[2] == 0 && sizes[3] == sizes[4] && sizes[5] == sizes[0])) {
-        fb_f302ad37b85874b9_c(sizes, strides, offsets, ptrs);
+        fb_0d45cd77d319b0c3_c(sizes, strides, offsets, ptrs);
         return;
     }
-    fb_f302ad37b85874b9_r(sizes, strides, offsets, ptrs);
+    fb_0d45cd77d319b0c3_n(sizes, strides, offsets, ptrs);
 }

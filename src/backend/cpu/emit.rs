@@ -125,14 +125,14 @@ pub fn emit_kernel(ir: &KernelIr, name: &str) -> String {
             text.push_str(&split::wrapper(ir, &split, name));
             text
         }
-        // A reduction along the select's (outer) axis: one loop nest, a piece per row.
-        None => match crate::lower::split::split_by_rows(ir) {
+        // A reduction along the select's axis: one loop nest choosing the pieces inside.
+        None => match crate::lower::split::split_in_nest(ir) {
             Some(split) => {
                 let mut text = Kernel::new(ir).emit(&format!("{name}_c"));
                 text.push('\n');
-                text.push_str(&Kernel::by_rows(ir, &split).emit(&format!("{name}_r")));
+                text.push_str(&Kernel::in_nest(ir, &split).emit(&format!("{name}_n")));
                 text.push('\n');
-                text.push_str(&split::row_wrapper(ir, &split, name));
+                text.push_str(&split::nest_wrapper(ir, &split, name));
                 text
             }
             None => Kernel::new(ir).emit(name),
@@ -177,7 +177,7 @@ pub fn emit_module(kernels: &[(String, &KernelIr)]) -> String {
     let splits: Vec<_> = kernels
         .iter()
         .map(|(_, ir)| {
-            crate::lower::split::split(ir).or_else(|| crate::lower::split::split_by_rows(ir))
+            crate::lower::split::split(ir).or_else(|| crate::lower::split::split_in_nest(ir))
         })
         .collect();
     let any_function = |uses: &dyn Fn(&KernelIr) -> bool| {

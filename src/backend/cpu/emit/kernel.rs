@@ -116,14 +116,14 @@ pub(super) struct Kernel<'a> {
     stages: Stages,
     /// Whether each loop starts with explicit AVX-512 vectors ([`vector`]).
     vector: bool,
-    /// For a kernel cut by rows ([`crate::lower::split::split_by_rows`]): the select's axis,
-    /// its launch ranges and each piece's kernel. Every row segment then evaluates only the
-    /// piece its coordinate on the axis selects (see [`Kernel::segment`]).
-    row_pieces: Option<RowPieces<'a>>,
+    /// For a kernel cut inside its loop nest ([`crate::lower::split::split_in_nest`]): the
+    /// select's axis, its launch ranges and each piece's kernel. Every row segment then
+    /// evaluates only the pieces its elements lie in (see [`Kernel::segment`]).
+    nest_pieces: Option<NestPieces<'a>>,
 }
 
-/// The pieces a kernel's row segments choose from, by their coordinate on `axis`.
-struct RowPieces<'a> {
+/// The pieces a kernel's row segments choose from, by their coordinates on `axis`.
+struct NestPieces<'a> {
     axis: usize,
     ranges: &'a [usize],
     kernels: Vec<Kernel<'a>>,
@@ -140,7 +140,7 @@ impl<'a> Kernel<'a> {
             // A concat read in place picks its operand by coordinate: scalar loops, except
             // in a row kernel reading it along its rows (lane masks, `vector::supports`).
             vector: vector::supports(ir),
-            row_pieces: None,
+            nest_pieces: None,
         };
         kernel.body = kernel.body_lines();
         if ir.is_row_kernel() {
@@ -149,22 +149,24 @@ impl<'a> Kernel<'a> {
         kernel
     }
 
-    /// The kernel of `ir` whose row segments each evaluate only their piece of `split`
-    /// (made by [`crate::lower::split::split_by_rows`] from `ir`). Its loads are plain loads
+    /// The kernel of `ir` whose row segments each evaluate only their pieces of `split`
+    /// (made by [`crate::lower::split::split_in_nest`] from `ir`). Its loads are plain loads
     /// at the launch's offsets, right only when the launch's ranges tile the axis: the
-    /// caller checks that first (`split::wrapper`). The loop nest, accumulators and stores
-    /// are `ir`'s, so every output is accumulated in the order the clamped form accumulates
-    /// it, from the same values.
-    pub(super) fn by_rows(ir: &'a KernelIr, split: &'a Split) -> Self {
+    /// caller checks that first (`split::nest_wrapper`). The loop nest, accumulators and
+    /// stores are `ir`'s. Along an outer axis every output is accumulated in the order the
+    /// clamped form accumulates it, from the same values; along the innermost one a row
+    /// segment's loop is cut where the segments meet, which may group a row sum's lanes
+    /// differently.
+    pub(super) fn in_nest(ir: &'a KernelIr, split: &'a Split) -> Self {
         let mut kernel = Kernel::new(ir);
-        kernel.row_pieces = Some(RowPieces {
+        kernel.nest_pieces = Some(NestPieces {
             axis: split.axis,
             ranges: &split.ranges,
             kernels: split.pieces.iter().map(Kernel::new).collect(),
         });
         // The preamble defines what the pieces' vector loops read (`fbs`).
         kernel.vector = kernel
-            .row_pieces
+            .nest_pieces
             .iter()
             .flat_map(|p| &p.kernels)
             .any(|k| k.vector);
@@ -1011,24 +1013,47 @@ impl<'a> Kernel<'a> {
 
     /// One segment: inner indices `j0 .. j0 + len` of the row at outer coordinates `i{d}`.
     /// Computes the body in a vector loop, stores, and feeds the reductions per `mode`. A
-    /// kernel cut by rows does that with the piece its row's coordinate on the select's axis
-    /// lies in: the select's own rule, the first range ending after it, else the last.
+    /// kernel cut inside its nest does that with the pieces the segment's elements lie in:
+    /// along an outer axis the piece its row's coordinate selects (the select's own rule, the
+    /// first range ending after it, else the last); along the innermost axis each piece over
+    /// the part of `j0 .. j0 + len` inside its range (the ranges tile the axis), as a segment
+    /// of its own whose `j0` and `len` shadow the row segment's.
     fn segment(&self, out: &mut Out, mode: Mode) {
-        if let Some(pieces) = &self.row_pieces {
-            let last = pieces.kernels.len() - 1;
-            let axis = pieces.axis;
-            for (k, piece) in pieces.kernels.iter().enumerate() {
-                match k {
-                    _ if last == 0 => out.open(""),
-                    0 => out.open(format!("if (i{axis} < re{})", pieces.ranges[0])),
-                    k if k == last => out.open("else"),
-                    k => out.open(format!("else if (i{axis} < re{})", pieces.ranges[k])),
-                }
+        let Some(pieces) = &self.nest_pieces else {
+            return self.plain_segment(out, mode);
+        };
+        if pieces.axis == self.inner {
+            for (piece, &r) in pieces.kernels.iter().zip(pieces.ranges) {
+                out.open("");
+                out.line(format!("const int64_t lo = rs{r} > j0 ? rs{r} : j0;"));
+                out.line(format!(
+                    "const int64_t hi = re{r} < j0 + len ? re{r} : j0 + len;"
+                ));
+                out.open("if (hi > lo)");
+                out.line("const int64_t j0 = lo;");
+                out.line("const int64_t len = hi - lo;");
                 piece.segment(out, mode);
+                out.close();
                 out.close();
             }
             return;
         }
+        let last = pieces.kernels.len() - 1;
+        let axis = pieces.axis;
+        for (k, piece) in pieces.kernels.iter().enumerate() {
+            match k {
+                _ if last == 0 => out.open(""),
+                0 => out.open(format!("if (i{axis} < re{})", pieces.ranges[0])),
+                k if k == last => out.open("else"),
+                k => out.open(format!("else if (i{axis} < re{})", pieces.ranges[k])),
+            }
+            piece.segment(out, mode);
+            out.close();
+        }
+    }
+
+    /// [`Kernel::segment`] for a kernel evaluated as written.
+    fn plain_segment(&self, out: &mut Out, mode: Mode) {
         let ir = self.ir;
         out.open("");
         // Base indices of loads and stores at (i, j0).

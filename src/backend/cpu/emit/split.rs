@@ -21,14 +21,15 @@
 //! range load outside its own segment, a store written only at index 0 of the axis) are
 //! emitted in the clamped form only.
 //!
-//! A reduction along the select's axis (the column sums of a concat along the batch) gathers
-//! rows of several segments into one output, which pieces run one after the other could only
-//! join by rounding each piece's partial result. When that axis is an outer one, the kernel
-//! instead keeps its own loop nest and accumulators, and each row segment evaluates the piece
-//! its coordinate on the axis selects (`{name}_r`, [`crate::lower::split::split_by_rows`]):
-//! one comparison per row, plain loads, and every output accumulated in the clamped form's
-//! order from the same values, so the results are the clamped form's bit for bit. The same
-//! range check guards it.
+//! A reduction along the select's axis (the column sums of a concat along the batch, the row
+//! sums of one along the features) gathers points of several segments into one output, which
+//! pieces run one after the other could only join by rounding each piece's partial result.
+//! The kernel instead keeps its own loop nest and accumulators (`{name}_n`,
+//! [`crate::lower::split::split_in_nest`]), and each row segment evaluates only its pieces:
+//! along an outer axis the piece its row's coordinate selects (one comparison per row, every
+//! output accumulated in the clamped form's order from the same values, so the same bits),
+//! along the innermost axis each piece in a loop of its own over the part of the row segment
+//! inside its range. Plain loads either way; the same range check guards it.
 //!
 //! A piece may hold reductions over the other axes: it is then an ordinary reducing kernel over
 //! its segment, whose outputs along the select's axis are its own (their offsets move with the
@@ -75,12 +76,12 @@ pub(super) fn wrapper(ir: &KernelIr, split: &Split, name: &str) -> String {
 }
 
 /// The C function `name` of a kernel cut by rows: the range check of [`wrapper`], then the
-/// loop nest choosing a piece per row, `{name}_r`, else the clamped form `{name}_c` (both
+/// loop nest choosing the pieces of each row segment, `{name}_n`, else the clamped form `{name}_c` (both
 /// emitted by the caller before it).
-pub(super) fn row_wrapper(ir: &KernelIr, split: &Split, name: &str) -> String {
+pub(super) fn nest_wrapper(ir: &KernelIr, split: &Split, name: &str) -> String {
     let mut text = tiling_check(ir, split, name);
     text.push_str(&format!(
-        "    {name}_r(sizes, strides, offsets, ptrs);\n}}\n"
+        "    {name}_n(sizes, strides, offsets, ptrs);\n}}\n"
     ));
     text
 }
