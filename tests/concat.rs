@@ -642,56 +642,55 @@ fn heavy_operands_fuse_through_a_concat_priced_as_pieces() {
 /// [`reductions_along_a_concats_axis_choose_pieces_in_the_nest`].)
 #[test]
 fn kernels_that_cannot_split_are_priced_clamped() {
-    for graph in [two_concats(16)] {
-        // Each op's weight per element of its own iteration shape, from one kernel per op.
-        let unfused = optimize(
-            &graph,
-            rules(),
-            &Options {
-                fusion: false,
-                ..Options::default()
-            },
-        )
-        .unwrap();
-        let weight = |name: &str| {
-            let k = unfused
-                .partition
-                .kernels
-                .iter()
-                .find(|k| unfused.dag.nodes[k.nodes[0]].name == name)
-                .unwrap();
-            k.cost.flops as f64 / k.domain.iter().product::<usize>() as f64
-        };
-        let fused = optimize(&graph, rules(), &Options::default()).unwrap();
-        let kernel = fused
+    let graph = two_concats(16);
+    // Each op's weight per element of its own iteration shape, from one kernel per op.
+    let unfused = optimize(
+        &graph,
+        rules(),
+        &Options {
+            fusion: false,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let weight = |name: &str| {
+        let k = unfused
             .partition
             .kernels
             .iter()
-            .find(|k| {
-                k.nodes.len() > 1
-                    && k.nodes.iter().any(|&n| {
-                        fused.dag.nodes[n].op.builtin() == Some(fusebox::rules::Builtin::Concat)
-                    })
-            })
-            .unwrap_or_else(|| panic!("{}: a kernel reads a concat", graph.name));
-        assert!(!kernel.per_segment, "{}", graph.name);
-        let concats = fused.report.kernels.iter().flat_map(|k| &k.concats);
-        assert!(concats.clone().any(|c| c.strategy == "range select"));
-        assert!(concats.clone().all(|c| !c.per_segment), "{}", graph.name);
-        let points = kernel.domain.iter().product::<usize>() as f64;
-        let clamped: f64 = kernel
-            .nodes
-            .iter()
-            .map(|&n| weight(&fused.dag.nodes[n].name))
-            .sum::<f64>()
-            * points;
-        assert!(
-            (kernel.cost.flops as f64 - clamped).abs() <= 1.0,
-            "{}: priced {} against the clamped {clamped}",
-            graph.name,
-            kernel.cost.flops
-        );
-    }
+            .find(|k| unfused.dag.nodes[k.nodes[0]].name == name)
+            .unwrap();
+        k.cost.flops as f64 / k.domain.iter().product::<usize>() as f64
+    };
+    let fused = optimize(&graph, rules(), &Options::default()).unwrap();
+    let kernel = fused
+        .partition
+        .kernels
+        .iter()
+        .find(|k| {
+            k.nodes.len() > 1
+                && k.nodes.iter().any(|&n| {
+                    fused.dag.nodes[n].op.builtin() == Some(fusebox::rules::Builtin::Concat)
+                })
+        })
+        .unwrap_or_else(|| panic!("{}: a kernel reads a concat", graph.name));
+    assert!(!kernel.per_segment, "{}", graph.name);
+    let concats = fused.report.kernels.iter().flat_map(|k| &k.concats);
+    assert!(concats.clone().any(|c| c.strategy == "range select"));
+    assert!(concats.clone().all(|c| !c.per_segment), "{}", graph.name);
+    let points = kernel.domain.iter().product::<usize>() as f64;
+    let clamped: f64 = kernel
+        .nodes
+        .iter()
+        .map(|&n| weight(&fused.dag.nodes[n].name))
+        .sum::<f64>()
+        * points;
+    assert!(
+        (kernel.cost.flops as f64 - clamped).abs() <= 1.0,
+        "{}: priced {} against the clamped {clamped}",
+        graph.name,
+        kernel.cost.flops
+    );
 }
 
 /// Concats reduced in their kernel along other axes than the concat's, which run as pieces

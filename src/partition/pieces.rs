@@ -267,7 +267,7 @@ impl Facts<'_> {
         // point (CUDA), except in a row kernel over a concat along its rows, whose passes
         // evaluate every operand (`lower::ir::KernelIr::selects_along_rows`).
         if segments.axis + 1 == domain.len()
-            && self.row_kernel(nodes, |n| inside(n))
+            && self.row_kernel(nodes, inside)
             && nodes
                 .iter()
                 .any(|&n| reduction(n) && self.reduces_axis(n, domain.len(), segments.axis))
