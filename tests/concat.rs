@@ -820,37 +820,71 @@ fn reductions_keeping_the_select_axis_run_as_pieces() {
     }
 }
 
+/// `tanh(a)`, `exp(e)` (empty), `one` (one long) and `sigmoid(c)`, of the lengths `along` on
+/// `axis` (0 or 1) and `across` on the other, joined along `axis`, then summed and averaged
+/// (keepdim) along it, beside `relu` of the concat.
+fn four_segments_summed(name: &str, axis: usize, along: [usize; 4], across: usize) -> Graph {
+    let shape = |len: usize| {
+        if axis == 0 {
+            [len, across]
+        } else {
+            [across, len]
+        }
+    };
+    let mut b = GraphBuilder::new(name);
+    let a = b.input("a", DType::F32, &shape(along[0]));
+    let e = b.input("e", DType::F32, &shape(along[1]));
+    let one = b.input("one", DType::F32, &shape(along[2]));
+    let c = b.input("c", DType::F32, &shape(along[3]));
+    let ta = b.op("ta", "tanh", &[&a]);
+    let ee = b.op("ee", "exp", &[&e]);
+    let sc = b.op("sc", "sigmoid", &[&c]);
+    let axis = axis as i64;
+    let cat = b.op_with(
+        "cat",
+        "concat",
+        &[&ta, &ee, &one, &sc],
+        &[("axis", AttrValue::Int(axis))],
+    );
+    b.op_with(
+        "s",
+        "sum",
+        &[&cat],
+        &[("axes", AttrValue::Ints(vec![axis]))],
+    );
+    b.op_with(
+        "m",
+        "mean",
+        &[&cat],
+        &[
+            ("axes", AttrValue::Ints(vec![axis])),
+            ("keepdim", AttrValue::Bool(true)),
+        ],
+    );
+    b.op("r", "relu", &[&cat]);
+    b.finish(&["s", "m", "r"])
+}
+
 /// Concats reduced in their kernel along the concat's own axis, which run as pieces chosen
 /// inside the kernel's loop nest (`lower::split::split_in_nest`). Along an outer axis, a piece
-/// per row: column sums of a batch concat with an empty and a one-row segment, beside a
-/// pointwise result of the same kernel; a keepdim mean over the first two axes and a max over
-/// the middle one of a rank-3 concat along the middle axis; an f16 sum over every axis; a
-/// wrapping i32 sum; and two launches large enough for two threads, one per accumulation
-/// strategy (per-thread partials for rows of 130, shared column ranges for rows of 600).
+/// per row: column sums and keepdim column means of a batch concat with an empty and a
+/// one-row segment, beside a pointwise result of the same kernel; a keepdim mean over the
+/// first two axes and a max over the middle one of a rank-3 concat along the middle axis; an
+/// f16 sum over every axis; a wrapping i32 sum; and two launches large enough for two
+/// threads, one per accumulation strategy (per-thread partials for rows of 130, shared column
+/// ranges for rows of 600).
 /// Along the innermost axis, a loop per piece over each row segment: row sums and keepdim
 /// row means of a feature concat with an empty and a one-column segment, beside a pointwise
 /// result; an f16 sum over every axis; row maxima over two threads. Each comes with whether
 /// its results must be the unfused program's bit for bit (outer axes: the same order of
 /// accumulation).
 pub(crate) fn reductions_along_a_concats_axis() -> Vec<(Graph, bool)> {
-    let mut graphs = Vec::new();
-    let mut b = GraphBuilder::new("batch_column_sums");
-    let a = b.input("a", DType::F32, &[5, 33]);
-    let e = b.input("e", DType::F32, &[0, 33]);
-    let one = b.input("one", DType::F32, &[1, 33]);
-    let c = b.input("c", DType::F32, &[7, 33]);
-    let ta = b.op("ta", "tanh", &[&a]);
-    let ee = b.op("ee", "exp", &[&e]);
-    let sc = b.op("sc", "sigmoid", &[&c]);
-    let cat = b.op_with(
-        "cat",
-        "concat",
-        &[&ta, &ee, &one, &sc],
-        &[("axis", AttrValue::Int(0))],
-    );
-    b.op_with("s", "sum", &[&cat], &[("axes", AttrValue::Ints(vec![0]))]);
-    b.op("r", "relu", &[&cat]);
-    graphs.push(b.finish(&["s", "r"]));
+    let mut graphs = vec![four_segments_summed(
+        "batch_column_sums",
+        0,
+        [5, 0, 1, 7],
+        33,
+    )];
 
     let mut b = GraphBuilder::new("middle_mean_and_max");
     let a = b.input("a", DType::F32, &[2, 3, 40]);
@@ -911,24 +945,10 @@ pub(crate) fn reductions_along_a_concats_axis() -> Vec<(Graph, bool)> {
     }
     let mut graphs: Vec<(Graph, bool)> = graphs.into_iter().map(|g| (g, true)).collect();
 
-    let mut b = GraphBuilder::new("feature_row_sums");
-    let a = b.input("a", DType::F32, &[5, 33]);
-    let e = b.input("e", DType::F32, &[5, 0]);
-    let one = b.input("one", DType::F32, &[5, 1]);
-    let c = b.input("c", DType::F32, &[5, 40]);
-    let ta = b.op("ta", "tanh", &[&a]);
-    let ee = b.op("ee", "exp", &[&e]);
-    let sc = b.op("sc", "sigmoid", &[&c]);
-    let cat = b.op_with(
-        "cat",
-        "concat",
-        &[&ta, &ee, &one, &sc],
-        &[("axis", AttrValue::Int(1))],
-    );
-    b.op_with("s", "sum", &[&cat], &[("axes", AttrValue::Ints(vec![1]))]);
-    common::row_graphs::last_axis(&mut b, "m", "mean", &cat);
-    b.op("r", "relu", &[&cat]);
-    graphs.push((b.finish(&["s", "m", "r"]), false));
+    graphs.push((
+        four_segments_summed("feature_row_sums", 1, [33, 0, 1, 40], 5),
+        false,
+    ));
 
     let mut b = GraphBuilder::new("half_feature_total");
     let a = b.input("a", DType::F16, &[3, 9]);
