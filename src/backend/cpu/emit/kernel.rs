@@ -1218,10 +1218,7 @@ impl<'a> Kernel<'a> {
                         format!("q{r}[kb{r} + j] += {x};")
                     };
                     in_loop.push(LoopStatement {
-                        vector: self
-                            .vector
-                            .then(|| vector::column_accumulation(ir, r))
-                            .flatten(),
+                        vector: self.vector.then(|| vector::column_accumulation(ir, r)),
                         ..accumulate(text)
                     })
                 }
@@ -1294,9 +1291,6 @@ impl<'a> Kernel<'a> {
     /// with more, each loop computes one stage of the body and hands the values later stages
     /// read through stack arrays of one chunk (see [`Stages`]).
     fn loops(&self, out: &mut Out, pragma: &str, in_loop: &[LoopStatement]) {
-        // A vector kernel's reductions all accumulate by columns (`vector::supports`), which
-        // every mode of a kernel keeping the innermost axis does; the check is a safeguard.
-        let vector = self.vector && in_loop.iter().all(|s| s.vector.is_some());
         let stages = &self.stages;
         for &id in &stages.carried {
             out.line(format!(
@@ -1305,19 +1299,19 @@ impl<'a> Kernel<'a> {
             ));
         }
         // Destinations the vector loops store to (contiguous ones; see `segment`).
-        let streamed: Vec<usize> = if vector {
+        let streamed: Vec<usize> = if self.vector {
             (0..self.ir.stores.len())
                 .filter(|&k| self.ir.stores[k].view.axes[self.inner] == Axis::Unit)
                 .collect()
         } else {
             Vec::new()
         };
-        let live = if vector {
+        let live = if self.vector {
             vector::live(self.ir)
         } else {
             Vec::new()
         };
-        if vector {
+        if self.vector {
             // Whole vectors first (when the compiler targets AVX-512), the rest in scalar.
             out.line("#if defined(FB_AVX512)");
             out.line(format!("const int64_t jv = len - len % {};", vector::LANES));
@@ -1354,7 +1348,7 @@ impl<'a> Kernel<'a> {
                 .copied()
                 .filter(|&id| stages.stage[id] == stage)
                 .collect();
-            if vector {
+            if self.vector {
                 out.line("#if defined(FB_AVX512)");
                 out.open(format!(
                     "for (int64_t j = 0; j < jv; j += {})",
@@ -1383,7 +1377,7 @@ impl<'a> Kernel<'a> {
             } else {
                 "#pragma omp simd"
             });
-            let start = if vector { "jv" } else { "0" };
+            let start = if self.vector { "jv" } else { "0" };
             out.open(format!("for (int64_t j = {start}; j < len; j++)"));
             for id in (0..self.body.len()).filter(|&id| needed[id]) {
                 if computed(id) {

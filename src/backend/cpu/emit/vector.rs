@@ -382,16 +382,15 @@ pub(super) fn store(ir: &KernelIr, k: usize, operand_here: bool) -> String {
 /// The vector statement adding the 16 lanes of reduction `r`'s f32 value into its `double`
 /// accumulators `q{r}[kb{r} + j ..]` (one accumulator per lane: the *column* accumulation of
 /// `kernel`, a reduction keeping the innermost axis), widening each lane and combining it as
-/// the scalar loop does, so every accumulator ends with the same bits. `None` for a kind with
-/// no vector form.
-pub(super) fn column_accumulation(ir: &KernelIr, r: usize) -> Option<String> {
+/// the scalar loop does, so every accumulator ends with the same bits. For a kernel
+/// [`supports`] accepts, whose reduced values are all f32.
+pub(super) fn column_accumulation(ir: &KernelIr, r: usize) -> String {
     let red = &ir.reductions[r];
     let helper = match red.kind {
         ReduceKind::Sum | ReduceKind::Mean => "fbv_acc_sum",
         ReduceKind::Max => "fbv_acc_max",
     };
-    (ir.prec(red.value) == Prec::F32)
-        .then(|| format!("{helper}(&q{r}[kb{r} + j], v{});", red.value))
+    format!("{helper}(&q{r}[kb{r} + j], v{});", red.value)
 }
 
 /// Launches touching more bytes than this stream their stores: 32 MiB, about the last-level
