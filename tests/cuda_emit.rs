@@ -9,6 +9,7 @@
 
 use crate::common;
 
+use common::concat_graphs;
 use common::random_graph;
 use common::row_graphs::{self, last_axis};
 use fusebox::backend::cuda::abi::{
@@ -3078,9 +3079,9 @@ fn emulated_reductions_into_concat_segments_match_the_reference() {
     }
 }
 
-/// Concats reduced along other axes than their own (`concat::reductions_of_concats`: column
+/// Concats reduced along other axes than their own (`concat_graphs::reductions_of_concats`: column
 /// sums, a row mean and max beside a pointwise result, f16 `sum_to_size`) and along their own
-/// axis (`concat::reductions_along_a_concats_axis`: column sums of a batch concat, a mean and
+/// axis (`concat_graphs::reductions_along_a_concats_axis`: column sums of a batch concat, a mean and
 /// a max over a middle-axis concat, f16 and wrapping i32 sums, row sums, means and maxima of
 /// a feature concat, launches for several threads) run as pieces in the reduction passes, each thread accumulating the value of its
 /// point's piece: through the CPU model of CUDA (32- and 64-bit indices) they equal the
@@ -3089,8 +3090,8 @@ fn emulated_reductions_into_concat_segments_match_the_reference() {
 #[test]
 fn emulated_reductions_of_concat_pieces_match_the_reference() {
     let mut emulated = BTreeMap::new();
-    let graphs = crate::concat::reductions_of_concats().into_iter().chain(
-        crate::concat::reductions_along_a_concats_axis()
+    let graphs = concat_graphs::reductions_of_concats().into_iter().chain(
+        concat_graphs::reductions_along_a_concats_axis()
             .into_iter()
             .map(|(g, _)| g),
     );
@@ -3190,7 +3191,7 @@ fn emulated_on_every_row_path(
     true
 }
 
-/// Row kernels over concats along an outer axis (`concat::row_kernels_of_concats`: softmax of
+/// Row kernels over concats along an outer axis (`concat_graphs::row_kernels_of_concats`: softmax of
 /// a batch concat with an empty and a one-row segment, layernorm over a middle-axis concat,
 /// f16 log-softmax of rows past the on-chip caches) run as one piece per row, each block
 /// branching on its row's segment: their kernels compile with NVRTC for sm_80 and sm_90 with
@@ -3200,7 +3201,7 @@ fn emulated_on_every_row_path(
 #[test]
 fn emulated_row_kernels_of_concat_pieces_match_the_reference() {
     let mut emulated = BTreeMap::new();
-    for graph in crate::concat::row_kernels_of_concats() {
+    for graph in concat_graphs::row_kernels_of_concats() {
         let program = lowered(&graph);
         assert_eq!(program.kernels.len(), 1, "{}", graph.name);
         let ir = &program.kernels[0];
@@ -3238,7 +3239,7 @@ fn emulated_row_kernels_of_concat_pieces_match_the_reference() {
     }
 }
 
-/// Row kernels over concats along their rows (`concat::row_kernels_of_row_concats`: segments
+/// Row kernels over concats along their rows (`concat_graphs::row_kernels_of_row_concats`: segments
 /// inside one vector, an empty and a one-column operand, an f16 operand, rank 3, rows past
 /// the on-chip caches) evaluate every operand at every element of a row: their kernels
 /// compile with NVRTC for sm_80 and sm_90, an operand of the concat cached on chip is loaded
@@ -3248,7 +3249,7 @@ fn emulated_row_kernels_of_concat_pieces_match_the_reference() {
 #[test]
 fn emulated_row_kernels_along_row_concats_match_the_reference() {
     let mut emulated = BTreeMap::new();
-    for graph in crate::concat::row_kernels_of_row_concats() {
+    for graph in concat_graphs::row_kernels_of_row_concats() {
         let program = lowered(&graph);
         assert_eq!(program.kernels.len(), 1, "{}", graph.name);
         let ir = &program.kernels[0];

@@ -18,6 +18,7 @@
 
 mod common;
 
+use common::concat_graphs;
 use common::random_graph::{self, assert_close, assert_same, rules, tolerance};
 use common::row_graphs;
 use fusebox::backend::cuda::abi;
@@ -443,6 +444,48 @@ fn row_kernels_that_keep_values_agree_on_the_gpu() {
     }
 }
 
+/// Kernels that read a concat by ranges, in each way CUDA runs them (`common::concat_graphs`):
+/// pieces keeping reductions of other axes, pieces chosen per point for reductions along the
+/// concat's own axis (column sums of a batch concat with empty and one-row segments, a rank-3
+/// middle-axis mean and max, f16 totals, wrapping i32 sums, row sums and maxima of feature
+/// concats), row kernels branching on their row's piece, and row kernels over concats along
+/// their rows (caches loaded under each operand's range, rows past the register and shared
+/// memory caches), with NaN/Inf inputs too and in both reduction modes, equal the reference
+/// on the device, poisoned outputs and all.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn concat_kernels_agree_on_the_gpu() {
+    let graphs = concat_graphs::reductions_of_concats()
+        .into_iter()
+        .chain(
+            concat_graphs::reductions_along_a_concats_axis()
+                .into_iter()
+                .map(|(g, _)| g),
+        )
+        .chain(concat_graphs::row_kernels_of_concats())
+        .chain(concat_graphs::row_kernels_of_row_concats());
+    for graph in graphs {
+        for specials in [false, true] {
+            for deterministic in [false, true] {
+                let opts = Options {
+                    strict_ieee: specials,
+                    ..options(true, None)
+                };
+                let cuda = CudaOptions {
+                    deterministic,
+                    ..CudaOptions::default()
+                };
+                agrees(&graph, &opts, &cuda, 13, specials).unwrap_or_else(|e| {
+                    panic!(
+                        "{} (NaN/Inf inputs {specials}, deterministic {deterministic}): {e}",
+                        graph.name
+                    )
+                });
+            }
+        }
+    }
+}
+
 /// Deterministic reductions give the same bits on every run, and in a second executable.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
@@ -649,6 +692,35 @@ proptest! {
         let Some(graph) = random_graph::build(&rules().ops, dims, &inputs, &steps) else { return Ok(()) };
         let opts = Options { strict_ieee: specials, ..options(fusion, None) };
         let cuda = CudaOptions { deterministic, cuda_graph, ..CudaOptions::default() };
+        agrees(&graph, &opts, &cuda, seed, specials).map_err(|e| TestCaseError::fail(format!(
+            "{e}\n{}", graph::file::to_ron(&graph))))?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 200,
+        max_global_rejects: 100_000,
+        ..ProptestConfig::default()
+    })]
+
+    /// Random graphs around a concat (the CPU suites' generator: segments of size 0 and 1,
+    /// negative axes, f16 operands, reductions keeping or reducing the concat's axis, row
+    /// kernels over concats along an outer axis or along their rows) equal the reference on
+    /// the device, in both reduction modes.
+    #[test]
+    #[ignore = "needs an NVIDIA GPU"]
+    fn gpu_random_concat_graphs_agree(
+        recipe in random_graph::concat_recipes(),
+        seed in 0u64..1000,
+        specials in any::<bool>(),
+        deterministic in any::<bool>(),
+    ) {
+        let graph = random_graph::build_concat(&rules().ops, &recipe);
+        prop_assume!(graph.is_some());
+        let graph = graph.unwrap();
+        let opts = Options { strict_ieee: specials, ..options(true, None) };
+        let cuda = CudaOptions { deterministic, ..CudaOptions::default() };
         agrees(&graph, &opts, &cuda, seed, specials).map_err(|e| TestCaseError::fail(format!(
             "{e}\n{}", graph::file::to_ron(&graph))))?;
     }

@@ -36,6 +36,7 @@ pub fn amp_inputs(g: &Graph, seed: u64) -> Tensors {
         .collect()
 }
 
+pub mod concat_graphs;
 pub mod kernel_cache;
 pub mod map_positions;
 pub mod random_graph;
