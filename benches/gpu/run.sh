@@ -36,6 +36,8 @@
 #                         fusebox searches Python's site-packages/nvidia, ~/.cache/fusebox and
 #                         the system (headers from CUDA_HOME or /usr/local/cuda).
 #   RANDOM_GRAPHS=n       random graphs for `check` (default 200)
+#   CHECK_ROWS=0|1        whether `check` also runs softmax and layernorm at the row lengths
+#                         around each CUDA row path (default 1)
 #   ITERS=n               timed runs per benchmark row (default 50)
 #   EXAMPLES=a,b          only these examples in `check` and `bench` (default: all; an entry
 #                         ending in .ron is a graph file, e.g. book/examples/layout/softmax_of_erf.ron), e.g.
@@ -138,7 +140,7 @@ run_info() {
 
 run_check() {
     "$PYTHON" -c "import numpy" 2>/dev/null || die "check needs numpy for $PYTHON"
-    "$PYTHON" "$HERE/check_gpu.py" --fusebox "$FUSEBOX" --random "$RANDOM_GRAPHS" \
+    "$PYTHON" "$HERE/check_gpu.py" --fusebox "$FUSEBOX" --random "$RANDOM_GRAPHS" --rows "${CHECK_ROWS:-1}" \
         ${EXAMPLE_ARGS[@]+"${EXAMPLE_ARGS[@]}"} --keep "$OUT/failing-graphs" 2>&1 | tee "$OUT/check.txt"
     return "${PIPESTATUS[0]}"
 }

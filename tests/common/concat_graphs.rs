@@ -277,7 +277,11 @@ pub fn row_kernels_of_concats() -> Vec<Graph> {
 /// them empty and one a single column, rows of 61 (segment ends off the 16-lane vectors); an
 /// f16 operand beside an f32 one under a log-softmax (the C vector loops read only f32
 /// operands under a mask); a rank-3 softmax of a biased operand; and rows of 4200 (past the
-/// CUDA register and shared-memory caches) whose segments meet at 4000.
+/// CUDA register and shared-memory caches) whose segments meet at 4000. Two graphs have
+/// segments of whole 4-lane vectors (64 and 32 columns), which CUDA's vector path takes: the
+/// softmax of `[tanh(a), c]` (its operands cached, each vector loaded only inside its
+/// segment), and a softmax gated by `[u, w]`, whose operands the last pass alone reads
+/// (loaded per vector, not cached).
 pub fn row_kernels_of_row_concats() -> Vec<Graph> {
     let mut graphs = Vec::new();
     let mut b = GraphBuilder::new("softmax_of_row_concat");
@@ -334,5 +338,22 @@ pub fn row_kernels_of_row_concats() -> Vec<Graph> {
     let cat = b.op_with("cat", "concat", &[&a, &nc], &[("axis", AttrValue::Int(1))]);
     let y = row_graphs::softmax_of(&mut b, &cat);
     graphs.push(b.finish(&[&y]));
+
+    let mut b = GraphBuilder::new("softmax_of_whole_vector_segments");
+    let a = b.input("a", DType::F32, &[3, 64]);
+    let c = b.input("c", DType::F32, &[3, 32]);
+    let ta = b.op("ta", "tanh", &[&a]);
+    let cat = b.op_with("cat", "concat", &[&ta, &c], &[("axis", AttrValue::Int(1))]);
+    let y = row_graphs::softmax_of(&mut b, &cat);
+    graphs.push(b.finish(&[&y]));
+
+    let mut b = GraphBuilder::new("softmax_gated_by_whole_vector_segments");
+    let x = b.input("x", DType::F32, &[3, 96]);
+    let u = b.input("u", DType::F32, &[3, 64]);
+    let w = b.input("w", DType::F32, &[3, 32]);
+    let gate = b.op_with("gate", "concat", &[&u, &w], &[("axis", AttrValue::Int(1))]);
+    let s = row_graphs::softmax_of(&mut b, &x);
+    b.op("gated", "mul", &[&s, &gate]);
+    graphs.push(b.finish(&["gated"]));
     graphs
 }

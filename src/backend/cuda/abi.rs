@@ -78,10 +78,16 @@ pub const ROW_REGISTER_BYTES: usize = 64;
 /// row of 4096 f32 elements.
 pub const ROW_MAX_SLOTS: usize = 16;
 
+/// Static shared memory a row kernel may declare for its block-wide combinations: `smem` and
+/// `smemi`, one `double` or `long long` per warp of a full block each.
+pub const ROW_COMBINE_BYTES: i64 = 2 * (BLOCK as i64 / WARP) * 8;
+
 /// Dynamic shared memory a row kernel may ask for to cache a row too long for registers:
-/// the 48 KiB every CUDA device grants a launch without an opt-in attribute, so the launch
-/// needs nothing beyond its shared-memory size.
-pub const ROW_SHARED_BYTES: i64 = 48 * 1024;
+/// what is left for it of the 48 KiB every CUDA device grants a block without an opt-in
+/// attribute, so the launch needs nothing beyond its shared-memory size. The 48 KiB hold the
+/// static arrays too ([`ROW_COMBINE_BYTES`]): a launch asking for all 48 KiB dynamically
+/// fails with `CUDA_ERROR_INVALID_VALUE` (seen on an H200 with three cached f32 rows of 4096).
+pub const ROW_SHARED_BYTES: i64 = 48 * 1024 - ROW_COMBINE_BYTES;
 
 /// How a row kernel's block holds each row between its passes, chosen per launch by
 /// [`row_path`] and handed to the kernel in the parameter block's `vec` word (the value).
@@ -132,11 +138,25 @@ pub fn row_pass_loads(ir: &KernelIr, pass: usize) -> Vec<bool> {
     ir.loads_met(&ir.row_pass_meets(pass, &[]))
 }
 
-/// Whether a row kernel can have a [`RowPath::RegistersVector`] path: it has a vector width,
-/// and reads no concat along its rows (a vector of neighbouring elements may straddle two
-/// segments, and the path's vector loads read every lane unguarded).
+/// Whether a row kernel can have a [`RowPath::RegistersVector`] path: it has a vector width.
+/// A kernel reading a concat along its rows has one too; its launches take it only when
+/// every segment is made of whole vectors ([`ranges_of_whole_vectors`]).
 fn row_vector_ok(ir: &KernelIr) -> bool {
-    row_vector_width(ir) > 1 && !ir.selects_along_rows()
+    row_vector_width(ir) > 1
+}
+
+/// Whether every launch range of a row kernel reading a concat along its rows starts and
+/// ends on a multiple of `width` (always, for other kernels): a vector of `width`
+/// neighbouring elements then lies wholly inside or outside each segment, so one guard per
+/// vector decides whether its operand is loaded, and no vector load reads past an operand.
+/// Feature blocks of 512 or 1024 joined along the rows qualify; a segment of 5 does not.
+fn ranges_of_whole_vectors(ir: &KernelIr, launch: &Launch, width: usize) -> bool {
+    let width = width as i64;
+    !ir.selects_along_rows()
+        || launch
+            .ranges
+            .iter()
+            .all(|&(start, end)| start % width == 0 && end % width == 0)
 }
 
 /// Vector width of a row kernel's [`RowPath::RegistersVector`] path: as for a pointwise
@@ -223,7 +243,11 @@ pub fn row_path(ir: &KernelIr, launch: &Launch, n: &[i64], ptrs: &[u64]) -> RowP
     let len = n.get(ir.rank.saturating_sub(1)).copied().unwrap_or(0);
     let slots = row_slots(ir) as i64;
     if slots > 0 && len <= slots * i64::from(row_block(ir, len)) {
-        if row_vector_ok(ir) && vector_ok_at(ir, launch, n, ptrs, row_vector_width(ir)) {
+        let width = row_vector_width(ir);
+        if row_vector_ok(ir)
+            && vector_ok_at(ir, launch, n, ptrs, width)
+            && ranges_of_whole_vectors(ir, launch, width)
+        {
             RowPath::RegistersVector
         } else {
             RowPath::Registers

@@ -36,7 +36,8 @@
 //!   `c{a}[G][W]` (`G · W` slots, `W` the row vector width); the passes are fully unrolled
 //!   loops over the slots, so the arrays stay in registers, with a guard for the slots past
 //!   the row's end. Path 3, when the host found every view contiguous along the row aligned
-//!   to 16 bytes at each row's start and the row a multiple of `W` long ([`abi::vector_ok`]),
+//!   to 16 bytes at each row's start and the row a multiple of `W` long ([`abi::vector_ok`];
+//!   for a concat read along the rows, every segment whole vectors too),
 //!   gives each thread runs of `W` neighbouring elements and moves them with 16-byte loads
 //!   and stores (also for loads read in one pass only, such as layernorm's weight and bias);
 //!   path 2 gives slot `s` of thread `t` element `s · threads + t`, element by element, so
@@ -68,6 +69,13 @@
 //! where a launch leaves rows outside every range. The host plans the launch for the whole
 //! kernel, whose cached loads include every piece's: each piece's row cache fits its shared
 //! memory, and its views are the kernel's, aligned as the host checked.
+//!
+//! A row kernel reading a concat along its rows (`KernelIr::selects_along_rows`) cannot cut
+//! into pieces: each element evaluates every operand under its range (`i >= rs && i < re`,
+//! 0 outside, where the select never picks it) and selects. Its caches hold each operand
+//! likewise. The vector path loads a vector of an operand only when the vector lies in the
+//! operand's range, which one comparison at its first element decides because the host
+//! takes that path only when every segment starts and ends on a multiple of `W`.
 //!
 //! # Arithmetic per element
 //!
@@ -515,14 +523,15 @@ impl Kernel<'_> {
             );
             code.open(format!("if (j0 < n{inner})"));
             for &a in cached {
-                if self.ir.loads[a].axes[inner] == Axis::Unit {
-                    code.stmt(format!("fbc_vload(c{a}[g], p.p{a} + rb{a} + j0);"));
+                let fill = if self.ir.loads[a].axes[inner] == Axis::Unit {
+                    format!("fbc_vload(c{a}[g], p.p{a} + rb{a} + j0);")
                 } else {
                     let term = self.term(a, inner, "(j0 + (I)l)").unwrap_or_default();
-                    code.stmt(format!(
+                    format!(
                         "for (int l = 0; l < {width}; ++l) c{a}[g][l] = p.p{a}[rb{a} + {term}];"
-                    ));
-                }
+                    )
+                };
+                code.stmt(self.vector_guarded(a, &format!("c{a}[g]"), fill));
             }
         } else {
             let slots = groups * width;
@@ -542,6 +551,25 @@ impl Kernel<'_> {
         }
         code.close();
         code.close();
+    }
+
+    /// `fill`, the statement loading the vector `target` of load view `a` at `j0`, run only
+    /// when the vector lies inside `a`'s range if `a` is an operand of a concat read along the
+    /// rows; `target` holds the storage type's 0s outside it. The vector path runs only where
+    /// every range starts and ends on a multiple of the vector width
+    /// ([`abi::row_path`](crate::backend::cuda::abi::row_path)), so a vector lies wholly inside
+    /// or outside each range and its first element decides.
+    fn vector_guarded(&self, a: usize, target: &str, fill: String) -> String {
+        match self.ir.range_views().get(a).copied().flatten() {
+            Some((axis, r)) if axis == self.inner => {
+                let ty = Cuda.storage_type(self.ir.loads[a].dtype);
+                let (_, width) = self.row_cache_shape();
+                format!(
+                    "if (j0 >= rs{r} && j0 < re{r}) {{ {fill} }} else {{ for (int l = 0; l < {width}; ++l) {target}[l] = ({ty})0; }}"
+                )
+            }
+            _ => fill,
+        }
     }
 
     /// `element`, the stored element of load view `a` at the current `i{inner}`, read only
@@ -685,7 +713,11 @@ impl Kernel<'_> {
                         group.def(format!("x{a}"), format!("{ty} x{a}[{width}];"));
                         group.def(
                             format!("x{a}"),
-                            format!("fbc_vload(x{a}, p.p{a} + rb{a} + j0);"),
+                            self.vector_guarded(
+                                a,
+                                &format!("x{a}"),
+                                format!("fbc_vload(x{a}, p.p{a} + rb{a} + j0);"),
+                            ),
                         );
                     }
                 }
