@@ -1750,3 +1750,50 @@ fn strided_reads_are_priced_by_the_line_share_they_skip() {
         );
     }
 }
+
+/// Column sums of the sum of `inputs` f32 `[rows, cols]` inputs, as `benches/gpu/reduction_sweep.py`
+/// builds them.
+fn summed_column_sums(inputs: usize, rows: usize, cols: usize) -> Dag {
+    let ops = Catalogue::defaults();
+    let mut b = GraphBuilder::new("column_sums");
+    let mut source = b.input("x0", DType::F32, &[rows, cols]);
+    for k in 1..inputs {
+        let x = b.input(&format!("x{k}"), DType::F32, &[rows, cols]);
+        source = b.op(&format!("a{k}"), "add", &[&source, &x]);
+    }
+    b.op_with(
+        "s",
+        "sum",
+        &[&source],
+        &[("axes", fusebox::attr::AttrValue::Ints(vec![0]))],
+    );
+    Dag::from_graph(&b.finish(&["s"]), &ops).unwrap()
+}
+
+/// The h200 profile prices a reduction pass short of threads by its threads and by the bytes
+/// each moves, as an H200 ran the column-sum sweep (book: "Reductions short of threads"): the
+/// sums of 16 inputs `[4096, 1024]` (65536 threads moving 4 KiB each) ran 1.40x faster as a
+/// pointwise kernel and a sum of its own, and so split; the sums of 4 inputs `[1024, 1024]`
+/// (16384 threads moving 1 KiB each) ran at copy speed in one kernel, 7% faster than split,
+/// and so stay one kernel (the law without the bytes term split them).
+#[test]
+fn h200_reduction_passes_are_priced_by_threads_and_bytes_per_thread() {
+    let fusion = FusionRules::defaults();
+    let h200 = profile("h200");
+    for (inputs, rows, kernels) in [(16, 4096, 2), (4, 1024, 1)] {
+        let dag = summed_column_sums(inputs, rows, 1024);
+        let p = partition::partition(&dag, &fusion, &h200);
+        check_invariants(&dag, &p, &fusion);
+        assert_eq!(p.kernels.len(), kernels, "{inputs} inputs [{rows}, 1024]");
+    }
+    // Without the bytes term (every pass pays the whole slowdown) the second splits too.
+    let mut threads_only = h200.clone();
+    threads_only.reductions.full_bytes_per_thread = 0.0;
+    let dag = summed_column_sums(4, 1024, 1024);
+    assert_eq!(
+        partition::partition(&dag, &fusion, &threads_only)
+            .kernels
+            .len(),
+        2
+    );
+}

@@ -87,9 +87,9 @@ struct Group {
     rows: bool,
     /// Holds a reduction that is not a `Rows` row reduction, which a row kernel cannot hold.
     other_end: bool,
-    /// With reductions: the largest [`Facts::reduction_factor`] among them, which prices the
+    /// With reductions: the fewest [`Facts::reduction_threads`] among them, which prices the
     /// kernel when it is no row kernel.
-    reduction_factor: Option<f64>,
+    reduction_threads: Option<f64>,
     /// Holds a concat read by ranges: the axis they select along, counted from the innermost
     /// (1 = innermost).
     select: Option<usize>,
@@ -115,7 +115,7 @@ struct Plan {
     fixed: bool,
     rows: bool,
     other_end: bool,
-    reduction_factor: Option<f64>,
+    reduction_threads: Option<f64>,
     select: Option<usize>,
     gather: f64,
     passes: u32,
@@ -748,16 +748,16 @@ impl Builder<'_> {
             .sum::<f64>()
             + self.facts.flops_per_element[n];
         let flops = self.kernel_flops(members, Some(n), &domain, per_element, select, rows)?;
-        let reduction_factor = members
+        let reduction_threads = members
             .iter()
-            .filter_map(|&m| self.group(m).reduction_factor)
-            .chain(self.facts.reduction_factor(self.profile, n))
-            .reduce(f64::max);
+            .filter_map(|&m| self.group(m).reduction_threads)
+            .chain(self.facts.reduction_threads(self.profile, n))
+            .reduce(f64::min);
         let total_us = self.fused_total_us(
             in_bytes + out_bytes,
             self.read_extra(gather, passes),
             flops,
-            reduction_factor,
+            reduction_threads,
             rows,
         );
         let before: f64 = members.iter().map(|&m| self.group(m).total_us).sum();
@@ -768,7 +768,7 @@ impl Builder<'_> {
             fixed: is_fixed,
             rows,
             other_end,
-            reduction_factor,
+            reduction_threads,
             select,
             gather,
             passes,
@@ -885,13 +885,13 @@ impl Builder<'_> {
 
     /// The modeled time of a fused kernel moving `bytes` (its reads `read_extra` more) with
     /// `flops` of arithmetic: a row kernel (`rows`) in one launch, any other with the
-    /// reduction passes of its thinnest reduction (`reduction_factor`, `None` without any).
+    /// reduction passes of its thinnest reduction (`reduction_threads`, `None` without any).
     fn fused_total_us(
         &self,
         bytes: u64,
         read_extra: f64,
         flops: f64,
-        reduction_factor: Option<f64>,
+        reduction_threads: Option<f64>,
         rows: bool,
     ) -> f64 {
         price(
@@ -901,7 +901,7 @@ impl Builder<'_> {
             flops,
             self.profile.pointwise_gflops,
         )
-        .with_reduction_passes(reduction_factor.filter(|_| !rows), self.profile)
+        .with_reduction_passes(reduction_threads.filter(|_| !rows), self.profile)
         .total_us
     }
 
@@ -956,7 +956,7 @@ impl Builder<'_> {
             view_sources: Vec::new(),
             rows: false,
             other_end: self.other_end(n),
-            reduction_factor: self.facts.reduction_factor(self.profile, n),
+            reduction_threads: self.facts.reduction_threads(self.profile, n),
             select: self.select[n],
             gather,
             passes: 1,
@@ -1014,7 +1014,7 @@ impl Builder<'_> {
                     self.profile.pointwise_gflops,
                 )
                 .with_launches(self.facts.alone_launches(n), self.profile);
-                let factor = self.facts.reduction_factor(self.profile, n);
+                let factor = self.facts.reduction_threads(self.profile, n);
                 cost.with_reduction_passes(
                     factor.filter(|_| kind == KernelKind::Fused),
                     self.profile,
@@ -1115,7 +1115,7 @@ impl Builder<'_> {
             view_sources: Vec::new(),
             rows: false,
             other_end: false,
-            reduction_factor: None,
+            reduction_threads: None,
             select: None,
             gather: 0.0,
             passes: 1,
@@ -1186,7 +1186,7 @@ impl Builder<'_> {
             s.fixed = plan.fixed;
             s.rows = plan.rows;
             s.other_end = plan.other_end;
-            s.reduction_factor = plan.reduction_factor;
+            s.reduction_threads = plan.reduction_threads;
             s.select = plan.select;
             s.gather = plan.gather;
             s.passes = plan.passes;

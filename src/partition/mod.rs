@@ -404,12 +404,13 @@ impl<'a> Facts<'a> {
         }
     }
 
-    /// For reduction node `n`: how many times slower than the bandwidth a kernel holding it
-    /// (and no row reduction read inside) moves its bytes, by the profile's [`Reductions`]
-    /// (the outputs it reduces, split between threads). `None` for other nodes.
+    /// For reduction node `n`: the threads of its pass in a kernel holding it (and no row
+    /// reduction read inside), by the profile's [`Reductions`] (the outputs it reduces, split
+    /// between threads), which with the kernel's bytes say how much slower than the
+    /// bandwidth it moves them ([`Cost::with_reduction_passes`]). `None` for other nodes.
     ///
     /// [`Reductions`]: crate::rules::Reductions
-    pub fn reduction_factor(&self, profile: &Profile, n: usize) -> Option<f64> {
+    pub fn reduction_threads(&self, profile: &Profile, n: usize) -> Option<f64> {
         let node = &self.dag.nodes[n];
         if node.op.kind() != OpKind::Reduction {
             return None;
@@ -420,7 +421,7 @@ impl<'a> Facts<'a> {
             .first()
             .map_or(0, |&x| numel(&self.dag.ty(x).shape));
         let count = input.checked_div(outputs).unwrap_or(0);
-        Some(profile.reductions.memory_factor(outputs, count))
+        Some(profile.reductions.pass_threads(outputs, count))
     }
 
     /// Whether the kernel of `nodes` is a row kernel: one of them reads a reduction that
@@ -545,11 +546,11 @@ impl<'a> Facts<'a> {
             (KernelKind::Alone, &[n]) => cost.with_launches(self.alone_launches(n), profile),
             // A row kernel (a reduction read inside) runs as one launch.
             (KernelKind::Fused, _) if !self.row_kernel(&nodes, &inside) => {
-                let factor = nodes
+                let threads = nodes
                     .iter()
-                    .filter_map(|&n| self.reduction_factor(profile, n))
-                    .reduce(f64::max);
-                cost.with_reduction_passes(factor, profile)
+                    .filter_map(|&n| self.reduction_threads(profile, n))
+                    .reduce(f64::min);
+                cost.with_reduction_passes(threads, profile)
             }
             _ => cost,
         };
@@ -569,13 +570,15 @@ impl<'a> Facts<'a> {
 
 impl Cost {
     /// This cost for a fused kernel that is no row kernel, as the profile's
-    /// [`Reductions`](crate::rules::Reductions) run its reductions: with `factor` (its
-    /// thinnest reduction's, see [`Facts::reduction_factor`]; `None` without reductions), the
-    /// extra launches of its passes and its bytes moved `factor` times slower.
-    pub(crate) fn with_reduction_passes(self, factor: Option<f64>, profile: &Profile) -> Cost {
-        let Some(factor) = factor else {
+    /// [`Reductions`](crate::rules::Reductions) run its reductions: with `threads` (its
+    /// thinnest reduction's pass, see [`Facts::reduction_threads`]; `None` without
+    /// reductions), the extra launches of its passes and its bytes moved as many times slower
+    /// as so many threads moving them make it.
+    pub(crate) fn with_reduction_passes(self, threads: Option<f64>, profile: &Profile) -> Cost {
+        let Some(threads) = threads else {
             return self;
         };
+        let factor = profile.reductions.memory_factor(threads, self.bytes as f64);
         let memory_us = self.memory_us * factor;
         let extra = profile.reductions.extra_launches * profile.launch_us;
         Cost {

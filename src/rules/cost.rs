@@ -237,6 +237,18 @@ pub struct Reductions {
     /// since a thread with fewer neighbours gets more of the memory system's queue.
     #[serde(default = "Reductions::default_exponent")]
     pub exponent: f64,
+    /// Bytes per thread at which a pass short of threads pays the whole slowdown above. A
+    /// pass whose threads move fewer bytes each pays the slowdown times
+    /// (bytes per thread / `full_bytes_per_thread`)^`bytes_exponent` (never below 1): its
+    /// threads finish their few loads before the latency the slowdown models adds up (on an
+    /// H200, column sums moving 1 KiB a thread ran at copy speed at every thread count,
+    /// those moving 4 KiB 3.4–4.1× slower with 16384 threads or fewer). 0: every pass pays
+    /// the whole slowdown.
+    #[serde(default)]
+    pub full_bytes_per_thread: f64,
+    /// How steeply the slowdown fades below `full_bytes_per_thread`.
+    #[serde(default = "Reductions::default_exponent")]
+    pub bytes_exponent: f64,
 }
 
 impl Reductions {
@@ -248,16 +260,30 @@ impl Reductions {
         1.0
     }
 
-    /// How many times slower than the bandwidth a pass reducing `outputs` outputs of `count`
-    /// elements each moves its bytes (1 with enough threads, or with no limit).
-    pub fn memory_factor(&self, outputs: usize, count: usize) -> f64 {
-        if self.saturating_threads <= 0.0 || outputs == 0 || count == 0 {
+    /// The threads of a pass reducing `outputs` outputs of `count` elements each: infinite
+    /// when it reduces nothing (such a pass is never short of threads).
+    pub fn pass_threads(&self, outputs: usize, count: usize) -> f64 {
+        if outputs == 0 || count == 0 {
+            return f64::INFINITY;
+        }
+        outputs as f64 * (count as f64 / self.per_thread.max(1.0)).ceil()
+    }
+
+    /// How many times slower than the bandwidth a pass of `threads` threads moving `bytes`
+    /// moves them (1 with enough threads, with few bytes per thread, or with no limit).
+    pub fn memory_factor(&self, threads: f64, bytes: f64) -> f64 {
+        if self.saturating_threads <= 0.0 || !(threads > 0.0) {
             return 1.0;
         }
-        let threads = outputs as f64 * (count as f64 / self.per_thread.max(1.0)).ceil();
-        (self.saturating_threads / threads)
-            .powf(self.exponent)
-            .max(1.0)
+        let short = (self.saturating_threads / threads).powf(self.exponent);
+        let share = if self.full_bytes_per_thread > 0.0 {
+            (bytes / threads / self.full_bytes_per_thread)
+                .min(1.0)
+                .powf(self.bytes_exponent)
+        } else {
+            1.0
+        };
+        (short * share).max(1.0)
     }
 }
 
@@ -268,6 +294,8 @@ impl Default for Reductions {
             per_thread: Reductions::default_per_thread(),
             saturating_threads: 0.0,
             exponent: Reductions::default_exponent(),
+            full_bytes_per_thread: 0.0,
+            bytes_exponent: Reductions::default_exponent(),
         }
     }
 }
@@ -699,6 +727,12 @@ fn profile(
                 0.0..=1e12,
             ),
             ("exponent", reductions.exponent, 0.0..=4.0),
+            (
+                "full_bytes_per_thread",
+                reductions.full_bytes_per_thread,
+                0.0..=1e12,
+            ),
+            ("bytes_exponent", reductions.bytes_exponent, 0.0..=4.0),
         ],
     )?;
     let weights = overlay(file_weights, &spec.weights, doc, &at("weights"))?;
@@ -888,27 +922,58 @@ mod tests {
         let h200 = model.profile("h200").unwrap().reductions;
         assert_eq!(h200.extra_launches, 2.0);
         // The LSTM backward's column sums: 1024 outputs of 256 rows are 4096 threads, 64x short
-        // of 2^18, so (64)^0.4 = 5.28x slower; 4096 outputs 16384 threads, 16^0.4 = 3.03x; a
-        // sum of a [4096, 4096] row by row is 4096 x 64 threads, enough.
+        // of 2^18, so (64)^0.4 = 5.28x slower when each moves 4 KiB or more (16 MiB); 4096
+        // outputs 16384 threads, 16^0.4 = 3.03x; a sum of a [4096, 4096] row by row is
+        // 4096 x 64 threads, enough.
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
-        assert!(close(h200.memory_factor(1024, 256), 64f64.powf(0.4)));
-        assert!(close(h200.memory_factor(4096, 256), 16f64.powf(0.4)));
-        assert!(close(h200.memory_factor(4096, 4096), 1.0));
-        // Little's law (exponent 1) when a profile leaves the exponent out.
+        const MIB: f64 = 1048576.0;
+        let threads = h200.pass_threads(1024, 256);
+        assert_eq!(threads, 4096.0);
+        assert!(close(
+            h200.memory_factor(threads, 16.0 * MIB),
+            64f64.powf(0.4)
+        ));
+        assert!(close(
+            h200.memory_factor(threads, 64.0 * MIB),
+            64f64.powf(0.4)
+        ));
+        let threads = h200.pass_threads(4096, 256);
+        assert!(close(
+            h200.memory_factor(threads, 64.0 * MIB),
+            16f64.powf(0.4)
+        ));
+        assert_eq!(h200.pass_threads(4096, 4096), 262144.0);
+        assert!(close(h200.memory_factor(262144.0, 256.0 * MIB), 1.0));
+        // Fewer bytes a thread pay a share of it: 1 KiB a thread (4 MiB over 4096) a quarter
+        // of 4 KiB, 0.25^1.5 = 1/8 of 5.28, which leaves 1; 2 KiB 5.28 / 2^1.5 = 1.87.
+        assert!(close(h200.memory_factor(4096.0, 4.0 * MIB), 1.0));
+        assert!(close(
+            h200.memory_factor(4096.0, 8.0 * MIB),
+            64f64.powf(0.4) / 2f64.powf(1.5)
+        ));
+        // Little's law (exponent 1) when a profile leaves the exponent out, whatever the
+        // bytes when it leaves out `full_bytes_per_thread`.
         let linear = Reductions {
             saturating_threads: 24576.0,
             ..Reductions::default()
         };
-        assert_eq!(linear.memory_factor(1024, 256), 6.0);
-        assert_eq!(h200.memory_factor(0, 256), 1.0);
-        assert_eq!(h200.memory_factor(16, 0), 1.0);
-        assert_eq!(Reductions::default().memory_factor(1, 1), 1.0);
+        assert_eq!(
+            linear.memory_factor(linear.pass_threads(1024, 256), 1.0),
+            6.0
+        );
+        assert_eq!(h200.pass_threads(0, 256), f64::INFINITY);
+        assert_eq!(h200.memory_factor(h200.pass_threads(0, 256), MIB), 1.0);
+        assert_eq!(h200.memory_factor(h200.pass_threads(16, 0), MIB), 1.0);
+        assert_eq!(h200.memory_factor(0.0, MIB), 1.0);
+        assert_eq!(Reductions::default().memory_factor(1.0, MIB), 1.0);
         let base = "bandwidth_gbps: 1.0, launch_us: 1.0, pointwise_gflops: 1.0, matmul_gflops: {\"f32\": 1.0}";
         for (bad, field) in [
             ("per_thread: 0.5", "per_thread"),
             ("extra_launches: -1.0", "extra_launches"),
             ("saturating_threads: 1e300", "saturating_threads"),
             ("exponent: -0.5", "exponent"),
+            ("full_bytes_per_thread: -1.0", "full_bytes_per_thread"),
+            ("bytes_exponent: 5.0", "bytes_exponent"),
         ] {
             let err = CostModel::defaults()
                 .load_str(

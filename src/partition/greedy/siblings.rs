@@ -188,15 +188,15 @@ impl Builder<'_> {
         let terms = ga.terms + gb.terms;
         let gather = ga.gather + gb.gather;
         let passes = ga.passes.max(gb.passes);
-        let reduction_factor = [ga.reduction_factor, gb.reduction_factor]
+        let reduction_threads = [ga.reduction_threads, gb.reduction_threads]
             .into_iter()
             .flatten()
-            .reduce(f64::max);
+            .reduce(f64::min);
         let total_us = self.fused_total_us(
             in_bytes + out_bytes,
             self.read_extra(gather, passes),
             self.kernel_flops(&[a, b], None, &domain, per_element, select, rows)?,
-            reduction_factor,
+            reduction_threads,
             rows,
         );
         let before = ga.total_us + gb.total_us;
@@ -218,7 +218,7 @@ impl Builder<'_> {
             fixed,
             rows,
             other_end,
-            reduction_factor,
+            reduction_threads,
             select,
             gather,
             passes,
@@ -259,7 +259,7 @@ impl Builder<'_> {
         s.fixed = plan.fixed;
         s.rows = plan.rows;
         s.other_end = plan.other_end;
-        s.reduction_factor = plan.reduction_factor;
+        s.reduction_threads = plan.reduction_threads;
         s.select = plan.select;
         s.gather = plan.gather;
         s.passes = plan.passes;
