@@ -272,7 +272,7 @@ impl Reductions {
     /// How many times slower than the bandwidth a pass of `threads` threads moving `bytes`
     /// moves them (1 with enough threads, with few bytes per thread, or with no limit).
     pub fn memory_factor(&self, threads: f64, bytes: f64) -> f64 {
-        if self.saturating_threads <= 0.0 || !(threads > 0.0) {
+        if self.saturating_threads <= 0.0 || threads.is_nan() || threads <= 0.0 {
             return 1.0;
         }
         let short = (self.saturating_threads / threads).powf(self.exponent);
