@@ -191,8 +191,10 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
                 _ => format!(
                     "read in place: {} segments selected by index, {} (a copy would move {})",
                     c.segments,
+                    // Pieces run per segment, per row of one loop nest or per point (the
+                    // backend decides); each way a point evaluates one operand.
                     if c.per_segment {
-                        "one loop per segment"
+                        "each segment's operand evaluated over its segment only"
                     } else {
                         "every segment's operand evaluated at every point"
                     },

@@ -178,9 +178,10 @@ pub struct ConcatReport {
     /// that traffic and the readers' read of the copy, and pays by evaluating every segment's
     /// ops at every point of its kernel.
     pub copy_bytes: u64,
-    /// A range select whose kernel runs as one loop per segment, each evaluating only the
-    /// operand its segment selects (false where it evaluates every operand at every point,
-    /// and for the other strategies).
+    /// A range select whose kernel runs as pieces, each point evaluating only the operand its
+    /// segment selects (a loop per segment, a piece per row of one loop nest, or a piece per
+    /// CUDA thread's point; false where it evaluates every operand at every point, and for
+    /// the other strategies).
     pub per_segment: bool,
 }
 
