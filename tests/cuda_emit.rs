@@ -3193,6 +3193,21 @@ fn emulated_on_every_row_path(
     true
 }
 
+/// The path the host picks for the one row kernel of `program` (lowered from `graph`) at
+/// its own launch, with 16-byte aligned pointers.
+fn host_row_path(graph: &Graph, program: &Program) -> RowPath {
+    let LowerStep::Kernel(step) = &program.steps[0] else {
+        panic!("{}: a generated kernel", graph.name);
+    };
+    let ir = &program.kernels[0];
+    abi::row_path(
+        ir,
+        &step.launch,
+        &fold(ir, &step.launch),
+        &vec![0; ir.arg_count()],
+    )
+}
+
 /// Row kernels over concats along an outer axis (`concat_graphs::row_kernels_of_concats`: softmax of
 /// a batch concat with an empty and a one-row segment, layernorm over a middle-axis concat,
 /// f16 log-softmax of rows past the on-chip caches) run as one piece per row, each block
@@ -3223,15 +3238,7 @@ fn emulated_row_kernels_of_concat_pieces_match_the_reference() {
             );
         }
         // The batch softmax's rows are whole vectors: the host takes the vector path.
-        let LowerStep::Kernel(step) = &program.steps[0] else {
-            panic!("{}: a generated kernel", graph.name);
-        };
-        let natural = abi::row_path(
-            ir,
-            &step.launch,
-            &fold(ir, &step.launch),
-            &vec![0; ir.arg_count()],
-        );
+        let natural = host_row_path(&graph, &program);
         if graph.name == "softmax_of_batch_concat" {
             assert_eq!(natural, RowPath::RegistersVector);
         }
@@ -3273,15 +3280,7 @@ fn emulated_row_kernels_along_row_concats_match_the_reference() {
                 graph.name
             );
         }
-        let LowerStep::Kernel(step) = &program.steps[0] else {
-            panic!("{}: a generated kernel", graph.name);
-        };
-        let natural = abi::row_path(
-            ir,
-            &step.launch,
-            &fold(ir, &step.launch),
-            &vec![0; ir.arg_count()],
-        );
+        let natural = host_row_path(&graph, &program);
         let whole_vectors = graph.name.contains("whole_vector_segments");
         assert_eq!(
             natural == RowPath::RegistersVector,
