@@ -1014,9 +1014,9 @@ impl Builder<'_> {
                     self.profile.pointwise_gflops,
                 )
                 .with_launches(self.facts.alone_launches(n), self.profile);
-                let factor = self.facts.reduction_threads(self.profile, n);
+                let threads = self.facts.reduction_threads(self.profile, n);
                 cost.with_reduction_passes(
-                    factor.filter(|_| kind == KernelKind::Fused),
+                    threads.filter(|_| kind == KernelKind::Fused),
                     self.profile,
                 )
             }
