@@ -558,6 +558,38 @@ fn two_concats_with_different_segments_keep_the_clamped_form() {
     agrees(&graph, 11, true, true).unwrap();
 }
 
+/// Two concats whose segments coincide ([`concat_graphs::concats_alike`]: their product, and
+/// its row sums) share launch ranges, so their kernel runs as pieces (each evaluating only
+/// `tanh` or only `exp`), as the partition prices it and the report says: the product cuts
+/// into one launch per segment, the row sums choose their pieces in the loop nest. Equal to
+/// the reference with and without NaN/Inf, in the interpreter and compiled. (Each concat got
+/// ranges of its own before, so the kernel ran clamped while priced and reported as pieces:
+/// 15x slower on `[4096, 1024]`.)
+#[test]
+fn two_concats_with_the_same_segments_share_their_pieces() {
+    for graph in concat_graphs::concats_alike() {
+        let out = optimize(&graph, rules(), &Options::default()).unwrap();
+        assert_eq!(out.partition.kernels.len(), 1, "{}", graph.name);
+        let concats = &out.report.kernels[0].concats;
+        assert_eq!(concats.len(), 2);
+        assert!(concats.iter().all(|c| c.per_segment), "{concats:?}");
+        let program = lowered(&graph);
+        let ir = &program.kernels[0];
+        assert_eq!(ir.range_count(), 2, "{}: one range per segment", graph.name);
+        if ir.reductions.is_empty() {
+            assert_eq!(lower::split::split(ir).expect("pieces").pieces.len(), 2);
+            assert_eq!(split_kernels(&program), 1);
+        } else {
+            assert!(lower::split::split_in_nest(ir).is_some(), "{}", graph.name);
+            assert_eq!(in_nest_kernels(&program), 1, "{}", graph.name);
+        }
+        for (seed, specials) in [(12, false), (13, true)] {
+            agrees(&graph, seed, specials, true)
+                .unwrap_or_else(|e| panic!("{} (specials {specials}): {e}", graph.name));
+        }
+    }
+}
+
 /// The flop-equivalents of each kernel of `graph`'s partition under `options`, by the
 /// names of its nodes.
 fn kernel_flops(graph: &Graph, options: &Options) -> Vec<(Vec<String>, u64)> {

@@ -3117,6 +3117,26 @@ fn emulated_reductions_of_concat_pieces_match_the_reference() {
     }
 }
 
+/// Two concats whose segments coincide (`concat_graphs::concats_alike`) share their launch
+/// ranges: each kernel runs as per-point pieces, compiles with NVRTC for sm_80 and sm_90,
+/// and equals the reference through the CPU model of CUDA with 32- and 64-bit indices.
+#[test]
+fn emulated_concats_alike_run_as_pieces() {
+    let mut emulated = BTreeMap::new();
+    for graph in concat_graphs::concats_alike() {
+        let program = lowered(&graph);
+        assert!(
+            fusebox::lower::split::split_guarded(&program.kernels[0]).is_some(),
+            "{}: pieces",
+            graph.name
+        );
+        check(&program.kernels);
+        if !emulated_in_both_widths(&graph, &program, &mut emulated) {
+            return;
+        }
+    }
+}
+
 /// A reducing kernel the pieces cannot express (two concats with different segments, summed
 /// over the rows) keeps the clamped form, every
 /// operand at every point, and still equals the reference through the CPU model of CUDA.

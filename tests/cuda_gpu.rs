@@ -465,7 +465,8 @@ fn concat_kernels_agree_on_the_gpu() {
                 .map(|(g, _)| g),
         )
         .chain(concat_graphs::row_kernels_of_concats())
-        .chain(concat_graphs::row_kernels_of_row_concats());
+        .chain(concat_graphs::row_kernels_of_row_concats())
+        .chain(concat_graphs::concats_alike());
     for graph in graphs {
         for specials in [false, true] {
             for deterministic in [false, true] {

@@ -36,7 +36,7 @@ use std::collections::{HashMap, HashSet};
 
 /// One segment of a concat read in place: the indices `start..end` along domain axis
 /// `axis`. Values evaluated in it read their operands at `index - start` along that axis.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Segment {
     axis: usize,
     start: i64,
@@ -286,12 +286,22 @@ impl Builder<'_> {
             let child = match self.segment_of.get(&(c, ctx, s)) {
                 Some(&child) => child,
                 None => {
-                    self.segments.push(Segment {
+                    // Concats whose segments coincide share them: their selects then pick by
+                    // the same launch ranges, so the kernel cuts into pieces
+                    // (`lower::split`), as the partition priced it (`Facts::segments`
+                    // compares segments by value), and values in a segment are built once.
+                    let seg = Segment {
                         axis: d,
                         start,
                         end,
-                    });
-                    let child = self.segments.len();
+                    };
+                    let child = match self.segments.iter().position(|&other| other == seg) {
+                        Some(k) => k + 1,
+                        None => {
+                            self.segments.push(seg);
+                            self.segments.len()
+                        }
+                    };
                     self.segment_of.insert((c, ctx, s), child);
                     child
                 }

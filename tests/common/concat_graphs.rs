@@ -357,3 +357,35 @@ pub fn row_kernels_of_row_concats() -> Vec<Graph> {
     graphs.push(b.finish(&["gated"]));
     graphs
 }
+
+/// Two concats along one axis whose segments coincide (64 and 32 columns each), which share
+/// their launch ranges and so their pieces: `concat(tanh(a), b) * concat(c, exp(d))`, and the
+/// row sums of that product (a reduction along the concats' axis, pieces chosen in the loop
+/// nest or per point).
+pub fn concats_alike() -> Vec<Graph> {
+    let mut graphs = Vec::new();
+    for summed in [false, true] {
+        let name = if summed {
+            "row_sums_of_two_concats_alike"
+        } else {
+            "two_concats_alike"
+        };
+        let mut b = GraphBuilder::new(name);
+        let a = b.input("a", DType::F32, &[40, 64]);
+        let bb = b.input("b", DType::F32, &[40, 32]);
+        let c = b.input("c", DType::F32, &[40, 64]);
+        let d = b.input("d", DType::F32, &[40, 32]);
+        let ta = b.op("ta", "tanh", &[&a]);
+        let ed = b.op("ed", "exp", &[&d]);
+        let x = b.op_with("x", "concat", &[&ta, &bb], &[("axis", AttrValue::Int(1))]);
+        let y = b.op_with("y", "concat", &[&c, &ed], &[("axis", AttrValue::Int(1))]);
+        let z = b.op("z", "mul", &[&x, &y]);
+        if summed {
+            b.op_with("s", "sum", &[&z], &[("axes", AttrValue::Ints(vec![1]))]);
+            graphs.push(b.finish(&["s"]));
+        } else {
+            graphs.push(b.finish(&[&z]));
+        }
+    }
+    graphs
+}
