@@ -57,8 +57,6 @@ struct Builder<'a> {
     values: HashMap<(Value, usize), (ValueId, DType)>,
     /// The segments of the concats read in place, in the order they were made.
     segments: Vec<Segment>,
-    /// (concat node, context it is read in, operand) → the context of that operand's segment.
-    segment_of: HashMap<(usize, usize, usize), usize>,
 }
 
 impl Builder<'_> {
@@ -283,27 +281,21 @@ impl Builder<'_> {
         for &s in &filled {
             let start = base + starts[s];
             let end = start + shapes[s][axis] as i64;
-            let child = match self.segment_of.get(&(c, ctx, s)) {
-                Some(&child) => child,
+            // A segment is its axis and bounds: a concat read again, and concats whose
+            // segments coincide, find the same one. Their selects then pick by the same
+            // launch ranges, so the kernel cuts into pieces (`lower::split`) as the partition
+            // priced it (`Facts::segments` compares segments by value), and values in a
+            // segment are built once.
+            let seg = Segment {
+                axis: d,
+                start,
+                end,
+            };
+            let child = match self.segments.iter().position(|&other| other == seg) {
+                Some(k) => k + 1,
                 None => {
-                    // Concats whose segments coincide share them: their selects then pick by
-                    // the same launch ranges, so the kernel cuts into pieces
-                    // (`lower::split`), as the partition priced it (`Facts::segments`
-                    // compares segments by value), and values in a segment are built once.
-                    let seg = Segment {
-                        axis: d,
-                        start,
-                        end,
-                    };
-                    let child = match self.segments.iter().position(|&other| other == seg) {
-                        Some(k) => k + 1,
-                        None => {
-                            self.segments.push(seg);
-                            self.segments.len()
-                        }
-                    };
-                    self.segment_of.insert((c, ctx, s), child);
-                    child
+                    self.segments.push(seg);
+                    self.segments.len()
                 }
             };
             let v = self.value(node.args[s], child)?;
@@ -665,7 +657,6 @@ pub(super) fn lower_fused(
         load_args: Vec::new(),
         values: HashMap::new(),
         segments: Vec::new(),
-        segment_of: HashMap::new(),
     };
     // Per reduction: its value, and where its results go.
     let mut reduction_args: Vec<(Value, ResultView)> = Vec::new();

@@ -42,6 +42,7 @@ use crate::backend::cache::hex;
 use crate::backend::spelling::{Spelling, libm_name};
 use crate::formula::Func;
 use crate::lower::ir::{Instr, KernelIr, Prec};
+use crate::lower::split::Split;
 use expr::C;
 use kernel::Kernel;
 use sha2::{Digest, Sha256};
@@ -108,36 +109,63 @@ const PLACEHOLDER_NAME: &str = "fb_kernel";
 /// documented on [`crate::lower::ir::Launch`]. It relies on the helpers of the prelude that
 /// [`emit_module`] writes in front of it.
 pub fn emit_kernel(ir: &KernelIr, name: &str) -> String {
+    emit_cut_kernel(ir, name, cut(ir).as_ref())
+}
+
+/// How the C loops run a kernel that reads a concat by ranges in pieces.
+enum Cut {
+    /// One function per piece over its segment ([`crate::lower::split::split`]).
+    Segments(Split),
+    /// One loop nest whose row segments choose their pieces, for reductions along the
+    /// select's axis ([`crate::lower::split::split_in_nest`]).
+    Nest(Split),
+}
+
+impl Cut {
+    /// The pieces' kernels, whichever way they run.
+    fn pieces(&self) -> &[KernelIr] {
+        match self {
+            Cut::Segments(split) | Cut::Nest(split) => &split.pieces,
+        }
+    }
+}
+
+/// The pieces `ir` runs as in C, if any.
+fn cut(ir: &KernelIr) -> Option<Cut> {
+    crate::lower::split::split(ir)
+        .map(Cut::Segments)
+        .or_else(|| crate::lower::split::split_in_nest(ir).map(Cut::Nest))
+}
+
+/// [`emit_kernel`] with `ir`'s [`cut`] already found. A cut kernel is its clamped form
+/// `{name}_c`, then its pieces (`{name}_s{k}`, or the nest `{name}_n`), then the function
+/// `name` choosing between them by the launch's ranges.
+fn emit_cut_kernel(ir: &KernelIr, name: &str, cut: Option<&Cut>) -> String {
     if cfg!(debug_assertions)
         && let Err(error) = ir.verify()
     {
         panic!("invalid kernel IR: {error}");
     }
-    match crate::lower::split::split(ir) {
-        // Per-segment loops: the pieces and the clamped form, then the function choosing.
-        Some(split) => {
-            let mut text = Kernel::new(ir).emit(&format!("{name}_c"));
+    let Some(cut) = cut else {
+        return Kernel::new(ir).emit(name);
+    };
+    let mut text = Kernel::new(ir).emit(&format!("{name}_c"));
+    text.push('\n');
+    match cut {
+        Cut::Segments(split) => {
             for (k, piece) in split.pieces.iter().enumerate() {
-                text.push('\n');
                 text.push_str(&Kernel::new(piece).emit(&format!("{name}_s{k}")));
+                text.push('\n');
             }
-            text.push('\n');
-            text.push_str(&split::wrapper(ir, &split, name));
-            text
+            text.push_str(&split::wrapper(ir, split, name));
         }
-        // A reduction along the select's axis: one loop nest choosing the pieces inside.
-        None => match crate::lower::split::split_in_nest(ir) {
-            Some(split) => {
-                let mut text = Kernel::new(ir).emit(&format!("{name}_c"));
-                text.push('\n');
-                text.push_str(&Kernel::in_nest(ir, &split).emit(&format!("{name}_n")));
-                text.push('\n');
-                text.push_str(&split::nest_wrapper(ir, &split, name));
-                text
-            }
-            None => Kernel::new(ir).emit(name),
-        },
+        Cut::Nest(split) => {
+            text.push_str(&Kernel::in_nest(ir, split).emit(&format!("{name}_n")));
+            text.push('\n');
+            text.push_str(&split::nest_wrapper(ir, split, name));
+        }
     }
+    text
 }
 
 /// A whole translation unit: the prelude (includes, conversion helpers, `omp declare simd`
@@ -174,17 +202,12 @@ pub fn emit_module(kernels: &[(String, &KernelIr)]) -> String {
     // Every function the module holds: each kernel's, and its pieces' (`emit_kernel`), which
     // may use helpers the kernel's clamped form does not (a split row kernel's pieces are row
     // kernels of their own).
-    let splits: Vec<_> = kernels
-        .iter()
-        .map(|(_, ir)| {
-            crate::lower::split::split(ir).or_else(|| crate::lower::split::split_in_nest(ir))
-        })
-        .collect();
+    let cuts: Vec<Option<Cut>> = kernels.iter().map(|(_, ir)| cut(ir)).collect();
     let any_function = |uses: &dyn Fn(&KernelIr) -> bool| {
         kernels
             .iter()
-            .zip(&splits)
-            .any(|((_, ir), split)| uses(ir) || split.iter().flat_map(|s| &s.pieces).any(uses))
+            .zip(&cuts)
+            .any(|((_, ir), cut)| uses(ir) || cut.iter().flat_map(Cut::pieces).any(uses))
     };
     if any_function(&vector::supports) {
         part(vector::VECTOR_HELPERS);
@@ -205,10 +228,10 @@ pub fn emit_module(kernels: &[(String, &KernelIr)]) -> String {
         }
     }
     let mut seen = BTreeSet::new();
-    for (name, ir) in kernels {
+    for ((name, ir), cut) in kernels.iter().zip(&cuts) {
         if seen.insert(name.as_str()) {
             out.push('\n');
-            out.push_str(&emit_kernel(ir, name));
+            out.push_str(&emit_cut_kernel(ir, name, cut.as_ref()));
         } else {
             debug_assert!(
                 kernels

@@ -1261,17 +1261,9 @@ impl<'a> Kernel<'a> {
         let row_axis = self.inner - 1;
         // Only the views the body reads: a piece keeps every view of its kernel in the
         // argument list, its other segments' included.
-        let read: Vec<usize> = self
-            .ir
-            .body
-            .iter()
-            .filter_map(|instr| match instr {
-                Instr::Load { view } | Instr::RangeLoad { view, .. } => Some(*view),
-                _ => None,
-            })
-            .collect();
+        let read = self.ir.loads_met(&vec![true; self.ir.body.len()]);
         for (arg, view) in self.ir.loads.iter().enumerate() {
-            if view.is_mapped() || view.axes[self.inner] != Axis::Unit || !read.contains(&arg) {
+            if view.is_mapped() || view.axes[self.inner] != Axis::Unit || !read[arg] {
                 continue;
             }
             let Some(step) = self.stride(arg, row_axis) else {
