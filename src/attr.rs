@@ -92,7 +92,35 @@ impl AttrValue {
     /// where a number is expected (`"value": 1`); one that f64 cannot hold exactly (beyond
     /// 2^53) stays an [`AttrValue::Int`] so that no bit of it is lost. Nothing else is coerced.
     pub fn from_bare(value: &ron::Value, ty: AttrType) -> Result<AttrValue, AttrMismatch> {
+        Self::from_bare_written(value, ty, None)
+    }
+
+    /// [`AttrValue::from_bare`] for a value written in a file, where `written` is the bare
+    /// name the value was written as, if it was one (RON reads `True` or `nan` as `()`, so the
+    /// text is what can tell the reader what it wrote). A mismatch then names it, and says how
+    /// RON spells what was likely meant.
+    pub fn from_bare_written(
+        value: &ron::Value,
+        ty: AttrType,
+        written: Option<&str>,
+    ) -> Result<AttrValue, AttrMismatch> {
         use ron::Value as V;
+        if let (V::Unit, Some(name)) = (value, written) {
+            let hint = match ty {
+                AttrType::Bool => {
+                    " (graph files are RON, which writes booleans as `true` and `false`)"
+                }
+                AttrType::Float | AttrType::Int => {
+                    " (graph files are RON, which writes the non-finite numbers `NaN`, `inf` and `-inf`; a lowercase `nan` is a name to it)"
+                }
+                AttrType::DType => " (a dtype is written as a string: \"f32\")",
+                AttrType::Ints => "",
+            };
+            return Err(AttrMismatch {
+                expected: ty.to_string(),
+                found: format!("the bare name `{name}`{hint}"),
+            });
+        }
         let mismatch = || AttrMismatch {
             expected: ty.to_string(),
             found: describe(value),

@@ -240,8 +240,30 @@ pub fn run(cli: Cli) -> Result<String> {
                 ));
             }
             let rules = load_rules(rules.as_deref())?;
-            let model::Loaded { graph, stored, .. } = model::load(&graph, &rules)?;
+            // A stored value that `--input` replaces is not read at all.
+            let replaced: std::collections::BTreeSet<String> = inputs
+                .iter()
+                .filter_map(|spec| spec.split_once('=').map(|(name, _)| name.to_string()))
+                .collect();
+            let which = model::Stored::Except(&replaced);
+            let graph_file = graph;
+            let model::Loaded {
+                graph,
+                stored,
+                files,
+                ..
+            } = model::load_values(&graph_file, &rules, which)?;
             let values = gather_inputs(&graph, &inputs, stored, random_inputs, seed)?;
+            // What this run read must survive its outputs: `--out` may be the graph's own
+            // directory, where an output `w` would otherwise replace the stored `w.npy`.
+            let mut read: Vec<PathBuf> = vec![graph_file.clone()];
+            read.extend(files.into_values());
+            read.extend(
+                inputs
+                    .iter()
+                    .filter_map(|spec| spec.split_once('=').map(|(_, file)| PathBuf::from(file))),
+            );
+            refuse_replacing_what_was_read(&graph, &out, &read)?;
             let options = run_options(amp, no_fusion);
             match backend {
                 Backend::Reference => {
@@ -296,7 +318,9 @@ pub fn run(cli: Cli) -> Result<String> {
                 ));
             }
             let rules = load_rules(rules.as_deref())?;
-            let graph = model::load(&graph, &rules)?.graph;
+            // bench times seeded random values, whatever an input stores: no stored value is
+            // read (nor can a broken one stop it).
+            let graph = model::load_values(&graph, &rules, model::Stored::None)?.graph;
             let options = run_options(amp, no_fusion);
             let report = if backend == Backend::Cuda {
                 bench_compiled(&graph, &rules, options, &cuda, iters, seed)?
@@ -410,7 +434,12 @@ pub fn run(cli: Cli) -> Result<String> {
         } => {
             let rules = load_rules(rules.as_deref())?;
             let loaded = model::load(&graph, &rules)?;
-            differentiate(&loaded, &rules, wrt, out.as_deref(), split.as_deref())
+            let written = Written {
+                out: out.as_deref(),
+                split: split.as_deref(),
+                source: &graph,
+            };
+            differentiate(&loaded, &rules, wrt, &written)
         }
         Command::Import { model, out, rules } => {
             let rules = load_rules(rules.as_deref())?;
@@ -430,16 +459,55 @@ pub fn run(cli: Cli) -> Result<String> {
     }
 }
 
-/// `grad`: the joint graph to `out`, or the forward and backward graphs to `split_dir`, and a
-/// summary of the names made and, when split, of what crosses between the two.
+/// Where `grad` writes (`--out` or `--split`), and the graph file it read.
+struct Written<'a> {
+    out: Option<&'a Path>,
+    split: Option<&'a Path>,
+    source: &'a Path,
+}
+
+/// Refuses to write graph file `target` in place of a file `grad` read: the graph being
+/// differentiated or one of its stored values (the joint graph may still refer to it). A link
+/// at `target` is replaced, not written through, so only the file itself counts.
+fn refuse_overwriting_sources(
+    target: &Path,
+    written: &Written,
+    loaded: &model::Loaded,
+) -> Result<()> {
+    let is_link = std::fs::symlink_metadata(target).is_ok_and(|m| m.file_type().is_symlink());
+    let Some(real) = target.canonicalize().ok().filter(|_| !is_link) else {
+        return Ok(());
+    };
+    let what = if written.source.canonicalize().is_ok_and(|s| s == real) {
+        "the graph being differentiated".to_string()
+    } else if let Some((input, _)) = loaded.files.iter().find(|(_, file)| **file == real) {
+        format!("the stored value of input `{input}`")
+    } else {
+        return Ok(());
+    };
+    Err(Error::input(format!(
+        "{} is {what}; writing there would replace it: choose another {}",
+        target.display(),
+        if written.out.is_some() {
+            "--out file"
+        } else {
+            "--split directory"
+        }
+    )))
+}
+
+/// `grad`: the joint graph to `--out`, or the forward and backward graphs to the `--split`
+/// directory, and a summary of the names made and, when split, of what crosses between the
+/// two. Stored values the written graphs need are copied beside them (see
+/// [`model::carry_values`]), never in place of a file.
 fn differentiate(
     loaded: &model::Loaded,
     rules: &RuleSet,
     wrt: Vec<String>,
-    out: Option<&Path>,
-    split_dir: Option<&Path>,
+    written: &Written,
 ) -> Result<String> {
     use crate::autodiff::{Wrt, grad, split::split};
+    let (out, split_dir) = (written.out, written.split);
     let graph = &loaded.graph;
     let wrt = if wrt.is_empty() {
         Wrt::AllFloatInputs
@@ -489,7 +557,11 @@ fn differentiate(
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
                 .collect();
-            let (values, copies) = model::carry_values(loaded, &names, dir)?;
+            for file in ["forward.ron", "backward.ron"] {
+                refuse_overwriting_sources(&dir.join(file), written, loaded)?;
+            }
+            let (values, copies) =
+                model::carry_values(loaded, &names, dir, &["forward.ron", "backward.ron"])?;
             let texts = [
                 (
                     "forward.ron",
@@ -551,7 +623,8 @@ fn differentiate(
                 .ok_or_else(|| Error::input(format!("--out {} names no file", path.display())))?;
             std::fs::create_dir_all(dir).map_err(|e| Error::write(dir.display(), e))?;
             let names: Vec<String> = joint.graph.inputs.iter().map(|i| i.name.clone()).collect();
-            let (values, copies) = model::carry_values(loaded, &names, dir)?;
+            refuse_overwriting_sources(path, written, loaded)?;
+            let (values, copies) = model::carry_values(loaded, &names, dir, &[file])?;
             if copies.is_empty() {
                 write_file(
                     path,
@@ -559,12 +632,6 @@ fn differentiate(
                 )?;
             } else {
                 let ron = graph::file::to_ron_with_values(&joint.graph, &values);
-                if copies.iter().any(|(f, _)| f == file) {
-                    return Err(Error::input(format!(
-                        "--out {} would be overwritten by a stored value of the same name; choose another file name",
-                        path.display()
-                    )));
-                }
                 let writes: Vec<(String, model::Writer)> = vec![(
                     file.to_string(),
                     Box::new(|p: &Path| std::fs::write(p, &ron).map_err(|e| e.to_string())),
@@ -738,9 +805,13 @@ fn gather_inputs(
                 )),
             ));
         }
-        // A file in a wider or narrower type is converted to the declared dtype, so bf16
-        // inputs can come from float32 files (NumPy has no bf16).
-        values.insert(name.to_string(), tensor.cast(declared.dtype));
+        // A file in a wider or narrower type of the same kind is converted to the declared
+        // dtype, so bf16 inputs can come from float32 files (NumPy has no bf16); a file of
+        // another kind (floats for an integer input) is refused.
+        let tensor = tensor
+            .into_declared(declared.dtype, &format!("`{file}`"), name)
+            .map_err(|e| Error::at_node(name, ErrorKind::Input(e)))?;
+        values.insert(name.to_string(), tensor);
     }
     for (name, value) in stored {
         values.entry(name).or_insert(value);
@@ -755,7 +826,10 @@ fn gather_inputs(
             continue;
         }
         eval::check_size(&input.name, &input.shape)?;
-        values.insert(input.name.clone(), eval::random_input(graph, index, seed));
+        values.insert(
+            input.name.clone(),
+            eval::try_random_input(graph, index, seed)?,
+        );
     }
     if !missing.is_empty() {
         return Err(Error::input(format!(
@@ -764,6 +838,35 @@ fn gather_inputs(
         )));
     }
     Ok(values)
+}
+
+/// Refuses, before anything runs, a `run --out DIR` whose outputs would replace a file the
+/// run read (`read`: the graph or model, stored values, `--input` files), such as an output
+/// `w` written beside the graph's stored `w.npy`, however either path is spelled.
+fn refuse_replacing_what_was_read(graph: &Graph, dir: &Path, read: &[PathBuf]) -> Result<()> {
+    let mut names: Vec<String> = Vec::new();
+    for name in &graph.outputs {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    let Ok(files) = output::check_distinct(&names, "outputs") else {
+        return Ok(()); // write_outputs reports the clash itself
+    };
+    for (name, file) in names.iter().zip(&files) {
+        let target = dir.join(file);
+        if let Some(source) = read.iter().find(|read| output::same_file(read, &target)) {
+            return Err(Error::at_node(
+                name,
+                ErrorKind::Input(format!(
+                    "output file {} is {}, which this run reads; write the outputs to another directory (nothing was written)",
+                    target.display(),
+                    source.display()
+                )),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Writes every output of `graph` to `dir`, all or none (see [`output::write_all_or_none`]),
@@ -777,7 +880,7 @@ fn write_outputs(graph: &Graph, outputs: &Tensors, dir: &Path) -> Result<String>
             names.push(name.clone());
         }
     }
-    let files = output::check_distinct(&names).map_err(Error::input)?;
+    let files = output::check_distinct(&names, "outputs").map_err(Error::input)?;
     std::fs::create_dir_all(dir).map_err(|e| {
         Error::write(
             dir.display(),
@@ -914,6 +1017,7 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
     };
     let report = soundness::check_rules(&set.rewrites, &set.ops, &options);
     let templates = crate::autodiff::verify::check_templates(&set.ops, &set.gradients);
+    let derivatives = crate::autodiff::verify::check_derivatives(&set.ops, seed);
     let composites = check_composites(&set);
     let text = if json {
         let mut value = report.to_json();
@@ -922,6 +1026,7 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
                 "gradient_templates".into(),
                 templates_json(&templates, &set.gradients.file),
             );
+            object.insert("derivatives".into(), derivatives_json(&derivatives));
             object.insert("composites".into(), composites_json(&composites));
             object.insert(
                 "onnx_table".into(),
@@ -938,6 +1043,7 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
     } else {
         report.render()
             + &render_templates(&templates, &set.gradients.file)
+            + &render_derivatives(&derivatives)
             + &render_composites(&composites)
             + &render_onnx_table(&set.onnx)
     };
@@ -946,8 +1052,29 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
         .filter(|c| matches!(c.outcome, CompositeOutcome::Gradient(e) if e > COMPOSITE_TOLERANCE))
         .map(|c| c.name.as_str())
         .collect();
-    if report.is_sound() && templates.passed() && wrong_composites.is_empty() {
+    let wrong_derivatives: Vec<String> = derivatives
+        .iter()
+        .filter(|c| !c.passed())
+        .map(|c| format!("`{}` (operand `{}`)", c.op, c.operand))
+        .collect();
+    if report.is_sound()
+        && templates.passed()
+        && wrong_derivatives.is_empty()
+        && wrong_composites.is_empty()
+    {
         return Ok(text);
+    }
+    if report.is_sound() && templates.passed() && !wrong_derivatives.is_empty() {
+        if let Err(e) = terminal::print(&text) {
+            return Err(stdout_error(&e));
+        }
+        return Err(Error::new(
+            Site::default(),
+            ErrorKind::Rule(format!(
+                "the derivatives of op(s) {} disagree with finite differences of their formulas or are unchecked",
+                wrong_derivatives.join(", ")
+            )),
+        ));
     }
     if report.is_sound() && templates.passed() {
         if let Err(e) = terminal::print(&text) {
@@ -1114,6 +1241,80 @@ fn render_composites(checks: &[CompositeCheck]) -> String {
     out
 }
 
+/// The derivative part of `check-rules`: a line per wrong or unchecked derivative, with the
+/// point that shows it, then a summary.
+fn render_derivatives(checks: &[crate::autodiff::verify::DerivativeCheck]) -> String {
+    use crate::autodiff::verify::{DERIVATIVE_TOLERANCE, DerivativeOutcome};
+    let mut out = String::new();
+    let (mut agree, mut points, mut worst) = (0, 0, 0.0f64);
+    for check in checks {
+        match &check.outcome {
+            DerivativeOutcome::Agrees {
+                points: n,
+                worst: w,
+            } => {
+                agree += 1;
+                points += n;
+                worst = worst.max(*w);
+            }
+            DerivativeOutcome::Wrong {
+                at,
+                g,
+                analytic,
+                numeric,
+            } => {
+                let values: Vec<String> = at.iter().map(|(n, v)| format!("{n} = {v}")).collect();
+                let _ = writeln!(
+                    out,
+                    "WRONG DERIVATIVE: op `{}`, operand `{}`: `{}` gives {analytic} but central differences give {numeric}, at {}, g = {g} (tolerance {DERIVATIVE_TOLERANCE:.0e})",
+                    check.op,
+                    check.operand,
+                    check.formula,
+                    values.join(", ")
+                );
+            }
+            DerivativeOutcome::Unchecked(why) => {
+                let _ = writeln!(
+                    out,
+                    "UNCHECKED DERIVATIVE: op `{}`, operand `{}`: {why}",
+                    check.op, check.operand
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "check-rules: {} derivative formulas of pointwise ops against central differences of their formulas in f64: {agree} agree at {points} points (worst relative error {worst:.1e}), {} wrong or unchecked",
+        checks.len(),
+        checks.len() - agree
+    );
+    out
+}
+
+fn derivatives_json(checks: &[crate::autodiff::verify::DerivativeCheck]) -> serde_json::Value {
+    use crate::autodiff::verify::{DERIVATIVE_TOLERANCE, DerivativeOutcome};
+    let list: Vec<serde_json::Value> = checks
+        .iter()
+        .map(|c| {
+            let mut v = serde_json::json!({"op": c.op, "operand": c.operand, "formula": c.formula, "agrees": c.passed()});
+            match &c.outcome {
+                DerivativeOutcome::Agrees { points, worst } => {
+                    v["points"] = (*points).into();
+                    v["relative_error"] = (*worst).into();
+                }
+                DerivativeOutcome::Wrong { at, g, analytic, numeric } => {
+                    let at: serde_json::Map<String, serde_json::Value> =
+                        at.iter().map(|(n, x)| (n.clone(), (*x).into())).collect();
+                    v["counterexample"] = serde_json::json!({"at": at, "g": g, "analytic": analytic, "numeric": numeric});
+                }
+                DerivativeOutcome::Unchecked(why) => v["unchecked"] = why.clone().into(),
+            }
+            v
+        })
+        .collect();
+    serde_json::json!({"tolerance": DERIVATIVE_TOLERANCE, "checks": list})
+}
+
 fn composites_json(checks: &[CompositeCheck]) -> serde_json::Value {
     let list: Vec<serde_json::Value> = checks
         .iter()
@@ -1232,16 +1433,18 @@ pub fn stdout_error(e: &std::io::Error) -> Error {
     Error::write("standard output", e)
 }
 
-/// Writes `files` and the stored-value `copies` beside them into `dir`, all or none; returns
-/// how many values were copied.
+/// Writes `files` and the stored-value `copies` beside them into `dir`, all or none; a copy
+/// replaces no file (its name was chosen free, and one that appeared meanwhile fails the
+/// write). Returns how many values were copied.
 fn write_with_copies<'a>(
     dir: &Path,
     mut files: Vec<(String, model::Writer<'a>)>,
     copies: Vec<(String, model::Writer<'a>)>,
 ) -> Result<usize> {
     let copied = copies.len();
+    let new: std::collections::HashSet<String> = copies.iter().map(|(f, _)| f.clone()).collect();
     files.extend(copies);
-    output::write_all_or_none(dir, &files).map_err(|e| {
+    output::write_all_or_none_with(dir, &files, &|f: &str| new.contains(f)).map_err(|e| {
         Error::write(
             e.path.display(),
             format!("{}; none of the files was written", e.message),

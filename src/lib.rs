@@ -28,6 +28,7 @@ pub mod error;
 pub mod eval;
 pub mod explain;
 pub mod extract;
+pub mod file_limits;
 pub mod formula;
 pub mod graph;
 pub mod lower;

@@ -47,7 +47,8 @@ impl<E: Executable> Prepared<E> {
                     .iter()
                     .position(|i| i.name == input.name)
                     .expect("the program keeps the graph's inputs");
-                Buffer::try_from_tensor(&crate::eval::random_input(graph, index, seed))
+                let value = crate::eval::try_random_input(graph, index, seed)?;
+                Buffer::try_from_tensor(&value)
                     .map_err(|e| Error::at_node(&input.name, ErrorKind::Input(e)))
             })
             .collect()

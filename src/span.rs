@@ -194,6 +194,21 @@ impl SpanIndex {
         }
     }
 
+    /// The bare name (`True`, `nan`) the value at `path` is written as, if it is one: RON
+    /// reads a bare name as `()`, so only the text can say what was written.
+    pub fn bare_name(&self, path: &[Step]) -> Option<&str> {
+        let start = self.position(path)?;
+        let line = self.text.lines().nth(start.line.checked_sub(1)?)?;
+        let (offset, _) = line.char_indices().nth(start.column.checked_sub(1)?)?;
+        let rest = &line[offset..];
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let name = &rest[..end];
+        name.starts_with(|c: char| c.is_alphabetic() || c == '_')
+            .then_some(name)
+    }
+
     fn node(&self, path: &[Step]) -> Option<&Node> {
         let mut node = self.root.as_ref()?;
         for step in path {

@@ -94,13 +94,21 @@ impl Tensor {
         Some(Tensor::from_int_array(dtype, data))
     }
 
-    /// Rounds every element of `data` to `dtype`.
-    pub fn from_array(dtype: DType, mut data: ArrayD<f64>) -> Tensor {
+    /// Rounds every element of `data` to `dtype`. Aborts like any allocation if an integer
+    /// `dtype` needs a new array the system refuses; paths that user input reaches use
+    /// [`Tensor::try_from_array`].
+    pub fn from_array(dtype: DType, data: ArrayD<f64>) -> Tensor {
+        Tensor::try_from_array(dtype, data).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Rounds every element of `data` to `dtype`; an error names the size of the integer
+    /// array an integer `dtype` needs, if the system refuses it (floats round in place).
+    pub fn try_from_array(dtype: DType, mut data: ArrayD<f64>) -> Result<Tensor, String> {
         if dtype.category() == Category::Integer {
-            return Tensor {
+            return Ok(Tensor {
                 dtype,
-                data: Data::Int(data.mapv(|v| float_to_int(dtype, v))),
-            };
+                data: Data::Int(try_map(&data, |v| float_to_int(dtype, v))?),
+            });
         }
         // f32, the common case, with its rounding spelled out so that the loop is a plain
         // conversion rather than a dtype match per element.
@@ -109,16 +117,23 @@ impl Tensor {
             DType::F32 => data.mapv_inplace(|v| v as f32 as f64),
             _ => data.mapv_inplace(|v| dtype.round(v)),
         }
-        Tensor {
+        Ok(Tensor {
             dtype,
             data: Data::Float(data),
-        }
+        })
     }
 
-    /// Converts exact integers to `dtype`: wrapping for integer dtypes, rounding to nearest
-    /// for floats, `v != 0` for bool.
-    pub fn from_int_array(dtype: DType, mut data: ArrayD<i64>) -> Tensor {
-        match dtype.category() {
+    /// Converts exact integers to `dtype` (see [`Tensor::try_from_int_array`]); aborts like
+    /// any allocation if a non-integer `dtype` needs an array the system refuses.
+    pub fn from_int_array(dtype: DType, data: ArrayD<i64>) -> Tensor {
+        Tensor::try_from_int_array(dtype, data).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Converts exact integers to `dtype`: wrapping for integer dtypes (in place), rounding to
+    /// nearest for floats, `v != 0` for bool; an error names the size of the float array a
+    /// non-integer `dtype` needs, if the system refuses it.
+    pub fn try_from_int_array(dtype: DType, mut data: ArrayD<i64>) -> Result<Tensor, String> {
+        Ok(match dtype.category() {
             Category::Integer => {
                 if dtype != DType::I64 {
                     data.mapv_inplace(|v| wrap_int(dtype, v));
@@ -130,9 +145,9 @@ impl Tensor {
             }
             _ => Tensor {
                 dtype,
-                data: Data::Float(data.mapv(|v| int_to_float(dtype, v))),
+                data: Data::Float(try_map(&data, |v| int_to_float(dtype, v))?),
             },
-        }
+        })
     }
 
     pub fn scalar(dtype: DType, value: f64) -> Tensor {
@@ -191,15 +206,40 @@ impl Tensor {
 
     /// This tensor converted to `dtype` as the `cast` op converts: integers wrap to a
     /// narrower integer type and round to nearest into a float, floats truncate and saturate
-    /// into an integer type (NaN → 0), bool is `v != 0`.
-    pub fn cast(&self, dtype: DType) -> Tensor {
+    /// into an integer type (NaN → 0), bool is `v != 0`. The converted copy is allocated
+    /// fallibly: an error names its size where the system refuses it (values come from user
+    /// input, and an abort is never the answer to one).
+    pub fn cast(&self, dtype: DType) -> Result<Tensor, String> {
         if dtype == self.dtype {
-            return self.clone();
+            return self.try_clone();
         }
         match &self.data {
-            Data::Int(a) => Tensor::from_int_array(dtype, a.clone()),
-            Data::Float(a) => Tensor::from_array(dtype, a.clone()),
+            Data::Int(a) => Tensor::try_from_int_array(dtype, try_map(a, |v| v)?),
+            Data::Float(a) => Tensor::try_from_array(dtype, try_map(a, |v| v)?),
         }
+    }
+
+    /// This tensor in `dtype`, converted as [`Tensor::cast`] converts, without a copy when it
+    /// already has that dtype.
+    pub fn into_dtype(self, dtype: DType) -> Result<Tensor, String> {
+        if dtype == self.dtype {
+            return Ok(self);
+        }
+        match self.data {
+            Data::Int(a) => Tensor::try_from_int_array(dtype, a),
+            Data::Float(a) => Tensor::try_from_array(dtype, a),
+        }
+    }
+
+    /// A copy, or an error naming its size when the system refuses the allocation.
+    pub fn try_clone(&self) -> Result<Tensor, String> {
+        Ok(Tensor {
+            dtype: self.dtype,
+            data: match &self.data {
+                Data::Int(a) => Data::Int(try_map(a, |v| v)?),
+                Data::Float(a) => Data::Float(try_map(a, |v| v)?),
+            },
+        })
     }
 
     /// The same elements rearranged by `f`, which must not look at values (a layout op).
@@ -217,26 +257,32 @@ impl Tensor {
         })
     }
 
-    /// Reads a `.npy` file (little- or big-endian bool, i32, i64, f16, f32 or f64).
+    /// Reads a `.npy` file (little- or big-endian bool, i32, i64, f16, f32 or f64). The file
+    /// must be a regular file of at most [`crate::file_limits::MAX_NPY_FILE`] bytes: a FIFO or
+    /// a link to a device is refused, not read without end.
     pub fn read_npy(path: &Path) -> Result<Tensor, String> {
-        let mut file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let data_bytes =
-            check_npy_header(&mut file).map_err(|e| format!("{}: {e}", path.display()))?;
-        check_npy_shape(&mut file).map_err(|e| format!("{}: {e}", path.display()))?;
-        let npy = npyz::NpyFile::new(BufReader::new(file))
-            .map_err(|e| format!("{}: not a readable .npy file: {e}", path.display()))?;
+        Tensor::read_npy_named(path, &path.display().to_string())
+    }
+
+    /// [`Tensor::read_npy`], with errors naming the file `name` (how the user wrote it, where
+    /// `path` is where it was found).
+    pub fn read_npy_named(path: &Path, name: &str) -> Result<Tensor, String> {
+        let mut opened = crate::file_limits::open(path, crate::file_limits::FileKind::Npy)
+            .map_err(|e| format!("{name}: {e}"))?;
+        let size = opened.size;
+        let file = opened.file_mut();
+        let data_bytes = check_npy_header(file, size).map_err(|e| format!("{name}: {e}"))?;
+        check_npy_shape(file).map_err(|e| format!("{name}: {e}"))?;
+        let npy = npyz::NpyFile::new(BufReader::new(opened))
+            .map_err(|e| format!("{name}: not a readable .npy file: {e}"))?;
         if npy.order() != npyz::Order::C {
             return Err(format!(
-                "{}: Fortran-ordered arrays are not supported; save with np.ascontiguousarray",
-                path.display()
+                "{name}: Fortran-ordered arrays are not supported; save with np.ascontiguousarray"
             ));
         }
         let shape: Shape = npy.shape().iter().map(|&d| d as usize).collect();
         let npyz::DType::Plain(ty) = npy.dtype() else {
-            return Err(format!(
-                "{}: structured arrays are not supported",
-                path.display()
-            ));
+            return Err(format!("{name}: structured arrays are not supported"));
         };
         // npyz reserves room for every element before reading any: a header that promises
         // more data than the file holds must fail here, not in the allocator.
@@ -246,13 +292,12 @@ impl Tensor {
             && (needed as u64) > have
         {
             return Err(format!(
-                "{}: shape {shape:?} needs {needed} bytes of data but the file holds {have}",
-                path.display()
+                "{name}: shape {shape:?} needs {needed} bytes of data but the file holds {have}"
             ));
         }
         use npyz::TypeChar as C;
-        let read_err = |e: std::io::Error| format!("{}: {e}", path.display());
-        let mismatch = || format!("{}: data does not match shape {shape:?}", path.display());
+        let read_err = |e: std::io::Error| format!("{name}: {e}");
+        let mismatch = || format!("{name}: data does not match shape {shape:?}");
         // Integers go straight to exact storage: every i64 is read, none refused or rounded.
         let ints = |dtype: DType, values: Vec<i64>| {
             Tensor::from_ints(dtype, &shape, values).ok_or_else(mismatch)
@@ -290,13 +335,56 @@ impl Tensor {
             (C::Float, 8) => (DType::F64, npy.into_vec::<f64>().map_err(read_err)?),
             _ => {
                 return Err(format!(
-                    "{}: unsupported .npy dtype {}; use bool, int32, int64, float16, float32 or float64",
-                    path.display(),
+                    "{name}: unsupported .npy dtype {}; use bool, int32, int64, float16, float32 or float64",
                     npyz::DType::Plain(ty.clone()).descr()
                 ));
             }
         };
         Tensor::from_values(dtype, &shape, values).ok_or_else(mismatch)
+    }
+
+    /// This value, read from a value file, as the value of input `input` declared `dtype`;
+    /// `file` names the file in messages (``"`w.npy`"``, ``"stored value `w.npy`"``).
+    ///
+    /// Within a kind of value (bool, integer, float) the file converts: integers exactly, so a
+    /// value outside the declared type's range is refused rather than wrapped, and floats by
+    /// rounding, so a finite value beyond the declared type's range is refused rather than made
+    /// infinite (an `f32` file serves a `bf16` input: NumPy has no bf16). Across kinds it is
+    /// refused: a float file for an integer input would be truncated without a word (NaN → 0,
+    /// 1e20 → `i64::MAX`), an integer file for a bool input would lose every value but zero.
+    pub fn into_declared(self, dtype: DType, file: &str, input: &str) -> Result<Tensor, String> {
+        if self.dtype == dtype {
+            return Ok(self);
+        }
+        if self.dtype.category() != dtype.category() {
+            return Err(format!(
+                "{file} holds {} values but input `{input}` is declared {dtype}; a value file \
+                 must hold the kind of value its input declares (bool, integer or float): \
+                 convert it first (NumPy's `astype`) if that is what you mean",
+                self.dtype
+            ));
+        }
+        let converted = self.cast(dtype).map_err(|e| format!("{file}: {e}"))?;
+        let lost = match (&self.data, &converted.data) {
+            (Data::Int(from), Data::Int(to)) => from
+                .iter()
+                .zip(to.iter())
+                .position(|(a, b)| a != b)
+                .map(|i| (i, from.iter().nth(i).map(i64::to_string))),
+            (Data::Float(from), Data::Float(to)) => from
+                .iter()
+                .zip(to.iter())
+                .position(|(a, b)| a.is_finite() && !b.is_finite())
+                .map(|i| (i, from.iter().nth(i).map(|v| format!("{v:e}")))),
+            _ => None,
+        };
+        if let Some((index, Some(value))) = lost {
+            return Err(format!(
+                "{file} holds {value} (element {index}), outside the range of {dtype}, the \
+                 dtype input `{input}` declares"
+            ));
+        }
+        Ok(converted)
     }
 
     /// Writes a `.npy` file NumPy reads natively: bf16, which NumPy lacks, is written as
@@ -331,22 +419,70 @@ impl Tensor {
 
     /// Deterministic random values for `dtype` and `shape`: floats uniform in [-3, 3] (wide
     /// enough to exercise both tails of sigmoid and tanh, small enough not to overflow exp in
-    /// f16), integers in [-10, 10], bools fair.
+    /// f16), integers in [-10, 10], bools fair. Aborts like any allocation if the system
+    /// refuses the values; `--random-inputs` uses [`Tensor::try_random`].
     pub fn random(dtype: DType, shape: &[usize], rng: &mut impl Rng) -> Tensor {
-        if dtype.category() == Category::Integer {
-            let values = (0..numel(shape))
-                .map(|_| i64::from(rng.random_range(-10i32..=10)))
-                .collect();
-            return Tensor::from_ints(dtype, shape, values).expect("value count matches the shape");
-        }
-        let values = (0..numel(shape))
-            .map(|_| match dtype.category() {
-                Category::Bool => f64::from(u8::from(rng.random::<bool>())),
-                _ => rng.random_range(-3.0..=3.0),
-            })
-            .collect();
-        Tensor::from_values(dtype, shape, values).expect("value count matches the shape")
+        Tensor::try_random(dtype, shape, rng).unwrap_or_else(|e| panic!("{e}"))
     }
+
+    /// [`Tensor::random`], or an error naming the size when the system refuses the values.
+    pub fn try_random(dtype: DType, shape: &[usize], rng: &mut impl Rng) -> Result<Tensor, String> {
+        let len = numel(shape);
+        if dtype.category() == Category::Integer {
+            let mut values = try_vec(len, shape)?;
+            values.extend((0..len).map(|_| i64::from(rng.random_range(-10i32..=10))));
+            return Tensor::try_from_int_array(dtype, shaped(shape, values));
+        }
+        let mut values = try_vec(len, shape)?;
+        values.extend((0..len).map(|_| match dtype.category() {
+            Category::Bool => f64::from(u8::from(rng.random::<bool>())),
+            _ => rng.random_range(-3.0..=3.0),
+        }));
+        Tensor::try_from_array(dtype, shaped(shape, values))
+    }
+}
+
+/// The error for an allocation of `bytes` that the system refused, for a value of `shape`.
+pub fn allocation_error(bytes: usize, shape: &[usize]) -> String {
+    format!("cannot allocate {bytes} bytes for a value of shape {shape:?}")
+}
+
+/// An empty vector with room for the `len` elements of a value of `shape`, or an error naming
+/// the size when the system refuses the allocation (where `Vec::with_capacity` would abort
+/// the process).
+pub fn try_vec<T>(len: usize, shape: &[usize]) -> Result<Vec<T>, String> {
+    let mut values = Vec::new();
+    values
+        .try_reserve_exact(len)
+        .map_err(|_| allocation_error(len.saturating_mul(size_of::<T>()), shape))?;
+    Ok(values)
+}
+
+/// Asks the system for `bytes` of address space and gives it straight back: an error naming
+/// the size when it is refused. The reference evaluator probes each op's working set so
+/// before computing it, so that the allocations inside the op (ndarray's, which abort on
+/// failure) find the room there; untouched, the probe costs no memory.
+pub fn probe_allocation(bytes: usize, shape: &[usize]) -> Result<(), String> {
+    let mut room: Vec<u8> = Vec::new();
+    room.try_reserve_exact(bytes).map_err(|_| {
+        format!("cannot allocate the {bytes} bytes that computing a value of shape {shape:?} takes")
+    })
+}
+
+/// `values` (row-major, as many as `shape` holds) as an array of `shape`.
+fn shaped<T>(shape: &[usize], values: Vec<T>) -> ArrayD<T> {
+    ArrayD::from_shape_vec(IxDyn(shape), values).expect("as many values as the shape holds")
+}
+
+/// `f` of every element of `a`, in a new row-major array allocated fallibly (see
+/// [`try_vec`]); `ndarray`'s `mapv` would abort where the system refuses the allocation.
+pub fn try_map<A: Copy, B>(a: &ArrayD<A>, mut f: impl FnMut(A) -> B) -> Result<ArrayD<B>, String> {
+    let mut values = try_vec(a.len(), a.shape())?;
+    match a.as_slice() {
+        Some(slice) => values.extend(slice.iter().map(|&v| f(v))),
+        None => values.extend(a.iter().map(|&v| f(v))),
+    }
+    Ok(shaped(a.shape(), values))
 }
 
 /// The most bytes a `.npy` header may take. NumPy's own reader refuses headers over 10 000
@@ -354,17 +490,12 @@ impl Tensor {
 /// 13-byte file claiming a 4 GiB header must be refused here.
 const MAX_NPY_HEADER: u64 = 1 << 16;
 
-/// Checks a `.npy` file's preamble (magic, version, header length) against the file's size,
-/// then rewinds. Returns how many bytes follow the header (the data), or `None` when the
-/// preamble is not one this check reads (npyz then reports the file as unreadable).
-fn check_npy_header(file: &mut std::fs::File) -> Result<Option<u64>, String> {
+/// Checks a `.npy` file's preamble (magic, version, header length) against the file's size
+/// (`size`, from the open handle), then rewinds. Returns how many bytes follow the header (the
+/// data), or `None` when the preamble is not one this check reads (npyz then reports the file
+/// as unreadable).
+fn check_npy_header(file: &mut std::fs::File, size: u64) -> Result<Option<u64>, String> {
     use std::io::{Read, Seek};
-    let meta = file.metadata().map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        // A pipe has no size to check against.
-        return Ok(None);
-    }
-    let size = meta.len();
     let mut head = Vec::new();
     file.by_ref()
         .take(12)
@@ -525,16 +656,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            t.cast(DType::I32).int_values(),
+            t.cast(DType::I32).unwrap().int_values(),
             vec![5, -1, i64::from(i32::MAX)]
         );
         let f = Tensor::from_values(DType::F64, &[3], vec![-2.7, 1e300, f64::NAN]).unwrap();
         assert_eq!(
-            f.cast(DType::I32).int_values(),
+            f.cast(DType::I32).unwrap().int_values(),
             vec![-2, i64::from(i32::MAX), 0]
         );
         let odd = Tensor::from_ints(DType::I64, &[1], vec![(1 << 53) + 1]).unwrap();
-        assert_eq!(odd.cast(DType::F64).values(), vec![2f64.powi(53)]);
+        assert_eq!(odd.cast(DType::F64).unwrap().values(), vec![2f64.powi(53)]);
     }
 
     #[test]

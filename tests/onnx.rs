@@ -675,7 +675,8 @@ fn grad_refers_to_value_files_inside_the_output_directory_and_writes_all_or_noth
     let (ok, text) = fusebox(&["check", &joint.display().to_string()]);
     assert!(ok, "{text}");
 
-    // Elsewhere, with a directory where the copy must go: exit 1 and no file at all.
+    // Elsewhere, with a directory where the copy would go: the copy takes a free name
+    // beside it, and the directory stays.
     let blocked = dir.join("blocked");
     std::fs::create_dir_all(blocked.join("w.npy")).unwrap();
     let target = blocked.join("joint.ron");
@@ -685,9 +686,24 @@ fn grad_refers_to_value_files_inside_the_output_directory_and_writes_all_or_noth
         "--out",
         &target.display().to_string(),
     ]);
+    assert!(ok, "{text}");
+    assert!(blocked.join("w.npy").is_dir());
+    let written = std::fs::read_to_string(&target).unwrap();
+    assert!(written.contains(r#"value: "w~2.npy""#), "{written}");
+
+    // With a directory where the graph must go: exit 1 and no file at all.
+    let blocked = dir.join("blocked2");
+    std::fs::create_dir_all(blocked.join("joint.ron")).unwrap();
+    let target = blocked.join("joint.ron");
+    let (ok, text) = fusebox(&[
+        "grad",
+        &graph.display().to_string(),
+        "--out",
+        &target.display().to_string(),
+    ]);
     assert!(!ok);
     assert!(text.contains("none of the files was written"), "{text}");
-    assert!(!target.exists());
+    assert_eq!(std::fs::read_dir(&blocked).unwrap().count(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -308,3 +308,253 @@ pub fn check_templates(catalogue: &Catalogue, templates: &GradientRules) -> Temp
         tolerance: TEMPLATE_TOLERANCE,
     }
 }
+
+/// Points at which `check-rules` compares each derivative formula with central differences.
+pub const DERIVATIVE_POINTS: usize = 400;
+
+/// The largest relative disagreement a derivative formula may show: central differences in
+/// f64 agree with a right formula to about 1e-8; a wrong one is off by order 1.
+pub const DERIVATIVE_TOLERANCE: f64 = 1e-5;
+
+/// What `check-rules` found for the derivative of one op for one operand.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DerivativeCheck {
+    pub op: String,
+    pub operand: String,
+    /// The formula as parsed, for the report.
+    pub formula: String,
+    pub outcome: DerivativeOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum DerivativeOutcome {
+    /// Agreed at `points` points (the others were outside the op's domain or at a kink).
+    Agrees { points: usize, worst: f64 },
+    /// Disagreed at this point: the operand and attribute values, the incoming gradient `g`,
+    /// the formula's value and the central difference.
+    Wrong {
+        at: Vec<(String, f64)>,
+        g: f64,
+        analytic: f64,
+        numeric: f64,
+    },
+    /// Too few sampled points where the op is defined and smooth to say anything.
+    Unchecked(String),
+}
+
+impl DerivativeCheck {
+    pub fn passed(&self) -> bool {
+        matches!(self.outcome, DerivativeOutcome::Agrees { .. })
+    }
+}
+
+/// Every derivative formula of every pointwise op of `catalogue` (the defaults and whatever a
+/// rule directory added or replaced), compared with central differences of the op's own
+/// formula, both evaluated in f64 by the formula interpreter, at [`DERIVATIVE_POINTS`] seeded
+/// points per attribute set.
+///
+/// Nothing here knows an op: operands are drawn over [-3, 3], half of them positive (so that
+/// ops defined only there, `log`, `sqrt`, are reached), bool operands as 0 or 1. A point is
+/// skipped where the formula is not finite at it or its two neighbours, or where the one-sided
+/// differences disagree (a kink, a tie, a pole nearby), which a derivative need not match.
+/// Attributes take their defaults, and again with every infinite float default made finite
+/// (clamp's bounds), so that the formula's other branches are reached.
+pub fn check_derivatives(catalogue: &Catalogue, seed: u64) -> Vec<DerivativeCheck> {
+    let mut checks = Vec::new();
+    for (k, op) in catalogue.ops().enumerate() {
+        let Some(formula) = op.formula() else {
+            continue;
+        };
+        if op.derivatives.is_empty() {
+            continue;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (k as u64).wrapping_mul(0x9e37));
+        let sets = attribute_sets(op);
+        for (operand, derivative) in &op.derivatives {
+            let mut points = 0;
+            let mut worst: f64 = 0.0;
+            let mut wrong = None;
+            for attrs in &sets {
+                let samples = sample_operands(op, &mut rng);
+                match compare(formula, derivative, operand, attrs, &samples) {
+                    Ok((n, w)) => {
+                        points += n;
+                        worst = worst.max(w);
+                    }
+                    Err(counterexample) => {
+                        wrong = Some(counterexample);
+                        break;
+                    }
+                }
+            }
+            let outcome = match wrong {
+                Some(outcome) => outcome,
+                None if points < DERIVATIVE_POINTS / 8 => DerivativeOutcome::Unchecked(format!(
+                    "the formula is finite and smooth at only {points} of {} sampled points",
+                    DERIVATIVE_POINTS * sets.len()
+                )),
+                None => DerivativeOutcome::Agrees { points, worst },
+            };
+            checks.push(DerivativeCheck {
+                op: op.name().to_string(),
+                operand: operand.clone(),
+                formula: derivative.to_string(),
+                outcome,
+            });
+        }
+    }
+    checks
+}
+
+/// The attribute values to check `op` under, by name (numeric attributes only: formulas read
+/// no others): the defaults (0.75 for a numeric attribute without one), then, if any float
+/// default is infinite or NaN, the same with those made finite.
+fn attribute_sets(op: &crate::rules::OpDef) -> Vec<Vec<(String, f64)>> {
+    let mut defaults = Vec::new();
+    let mut finite = Vec::new();
+    let mut changed = false;
+    for attr in &op.spec.attrs {
+        let value = match &attr.default {
+            Some(v) => v.as_f64(),
+            None => matches!(
+                attr.ty,
+                crate::attr::AttrType::Float | crate::attr::AttrType::Int
+            )
+            .then_some(0.75),
+        };
+        let Some(value) = value else {
+            continue;
+        };
+        let made_finite = match value {
+            v if v == f64::NEG_INFINITY => -1.0,
+            v if v == f64::INFINITY => 1.5,
+            v if v.is_nan() => 0.5,
+            v => v,
+        };
+        changed |= made_finite.to_bits() != value.to_bits();
+        defaults.push((attr.name.clone(), value));
+        finite.push((attr.name.clone(), made_finite));
+    }
+    if changed {
+        vec![defaults, finite]
+    } else {
+        vec![defaults]
+    }
+}
+
+/// [`DERIVATIVE_POINTS`] values for each operand of `op`, by operand.
+fn sample_operands(
+    op: &crate::rules::OpDef,
+    rng: &mut rand::rngs::StdRng,
+) -> Vec<(String, Vec<f64>)> {
+    use crate::rules::DtypeClass;
+    op.spec
+        .operands
+        .iter()
+        .map(|operand| {
+            let boolean = op.spec.accepts.get(operand) == Some(&DtypeClass::Bool);
+            let values = (0..DERIVATIVE_POINTS)
+                .map(|i| match (boolean, i % 2) {
+                    (true, _) => f64::from(rng.random_range(0..=1u8)),
+                    (false, 0) => rng.random_range(0.05..=3.0),
+                    (false, _) => rng.random_range(-3.0..=3.0),
+                })
+                .collect();
+            (operand.clone(), values)
+        })
+        .collect()
+}
+
+/// Compares `derivative` (the gradient contribution for `operand`, over the operands,
+/// attributes, `y` and `g`) with `g` times the central difference of `formula` at every
+/// sampled point: the number of points compared and the worst relative error, or the first
+/// point where they disagree.
+fn compare(
+    formula: &crate::formula::Expr,
+    derivative: &crate::formula::Expr,
+    operand: &str,
+    attrs: &[(String, f64)],
+    samples: &[(String, Vec<f64>)],
+) -> std::result::Result<(usize, f64), DerivativeOutcome> {
+    use crate::formula::{Bindings, evaluate};
+    let n = DERIVATIVE_POINTS;
+    let attr_values: Vec<[f64; 1]> = attrs.iter().map(|(_, v)| [*v]).collect();
+    let at = |values: &[(String, Vec<f64>)]| -> Option<Vec<f64>> {
+        let mut bindings = Bindings::new(n);
+        for ((name, _), value) in attrs.iter().zip(&attr_values) {
+            bindings = bindings.bind(name, value);
+        }
+        for (name, v) in values {
+            bindings = bindings.bind(name, v);
+        }
+        evaluate::<f64>(formula, &bindings, n).ok()
+    };
+    let x = &samples
+        .iter()
+        .find(|(name, _)| name == operand)
+        .expect("derivatives are by operand")
+        .1;
+    let steps: Vec<f64> = x.iter().map(|v| STEP * v.abs().max(1.0)).collect();
+    let moved = |sign: f64| -> Vec<(String, Vec<f64>)> {
+        let mut values = samples.to_vec();
+        for (name, v) in &mut values {
+            if name == operand {
+                for (value, h) in v.iter_mut().zip(&steps) {
+                    *value += sign * h;
+                }
+            }
+        }
+        values
+    };
+    let (Some(y), Some(plus), Some(minus)) = (at(samples), at(&moved(1.0)), at(&moved(-1.0)))
+    else {
+        return Ok((0, 0.0));
+    };
+    let g: Vec<f64> = (0..n)
+        .map(|i| if i % 2 == 0 { 0.7 } else { -1.3 })
+        .collect();
+    let mut bindings = Bindings::new(n);
+    for ((name, _), value) in attrs.iter().zip(&attr_values) {
+        bindings = bindings.bind(name, value);
+    }
+    for (name, v) in samples {
+        bindings = bindings.bind(name, v);
+    }
+    bindings = bindings.bind("y", &y).bind("g", &g);
+    let Ok(analytic) = evaluate::<f64>(derivative, &bindings, n) else {
+        return Ok((0, 0.0));
+    };
+    let mut compared = 0;
+    let mut worst: f64 = 0.0;
+    for i in 0..n {
+        let (h, f0, fp, fm) = (steps[i], y[i], plus[i], minus[i]);
+        if !(f0.is_finite() && fp.is_finite() && fm.is_finite()) {
+            continue;
+        }
+        let (right, left) = ((fp - f0) / h, (f0 - fm) / h);
+        // A kink or a pole within the step: the one-sided slopes disagree far beyond what
+        // curvature over 1e-6 explains.
+        if (right - left).abs() > 1e-3 * (1.0 + right.abs() + left.abs()) {
+            continue;
+        }
+        let numeric = g[i] * (fp - fm) / (2.0 * h);
+        let error = (analytic[i] - numeric).abs() / analytic[i].abs().max(numeric.abs()).max(1.0);
+        // Written so that a NaN analytic value fails.
+        if error.is_nan() || error > DERIVATIVE_TOLERANCE {
+            let mut point: Vec<(String, f64)> = samples
+                .iter()
+                .map(|(name, v)| (name.clone(), v[i]))
+                .collect();
+            point.extend(attrs.iter().cloned());
+            return Err(DerivativeOutcome::Wrong {
+                at: point,
+                g: g[i],
+                analytic: analytic[i],
+                numeric,
+            });
+        }
+        compared += 1;
+        worst = worst.max(error);
+    }
+    Ok((compared, worst))
+}

@@ -424,28 +424,53 @@ const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(24 *
 /// [`ABANDONED_AFTER`]. A live process's staging is never touched while it is young, so
 /// concurrent builds by other processes are safe. Failures are ignored: sweeping is tidying.
 fn sweep_abandoned_staging(dir: &Path) {
+    let owner = |name: &str, _: &fs::FileType| {
+        name.strip_prefix(".tmp-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+    };
+    sweep_staging(dir, owner, Some(ABANDONED_AFTER));
+}
+
+/// Removes the entries of `dir` that `owner` recognises as staging (it returns the id of the
+/// process that made the entry, from its name and type) and whose process no longer runs, or
+/// that are older than `abandoned_after` when one is given. The entry's type is read without
+/// following links, and a link is never followed: a link with a staging name is removed as a
+/// link, and removing a directory does not follow the links inside it. This process's own
+/// staging is never removed. Failures are ignored: sweeping is tidying.
+///
+/// Shared by the kernel cache and the files commands write (`run --out`, `import`, `grad`),
+/// whose staging a killed process leaves behind just the same.
+pub(crate) fn sweep_staging(
+    dir: &Path,
+    owner: impl Fn(&str, &fs::FileType) -> Option<u32>,
+    abandoned_after: Option<std::time::Duration>,
+) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(".tmp-"))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<u32>().ok())
-        else {
+        let Ok(kind) = entry.file_type() else {
             continue;
         };
-        let old = entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age > ABANDONED_AFTER);
-        if (pid != std::process::id() && !process_runs(pid)) || old {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| owner(n, &kind)) else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let old = abandoned_after.is_some_and(|limit| {
+            entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > limit)
+        });
+        if !process_runs(pid) || old {
             let path = entry.path();
-            let _ = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = if kind.is_dir() {
                 fs::remove_dir_all(&path)
             } else {
                 fs::remove_file(&path)
@@ -454,11 +479,28 @@ fn sweep_abandoned_staging(dir: &Path) {
     }
 }
 
-/// Whether process `pid` runs, where `/proc` can tell; elsewhere every process is assumed to
-/// run (so only age sweeps).
-fn process_runs(pid: u32) -> bool {
-    let proc = Path::new("/proc");
-    !proc.join("self").exists() || proc.join(pid.to_string()).exists()
+/// Whether process `pid` may run: `kill(pid, 0)` says no (`ESRCH`) only for an id no process
+/// has; a process of another user answers `EPERM`, and runs. An id beyond `i32` is no process;
+/// 0 would address a process group, so it counts as running. Elsewhere than Unix every process
+/// is assumed to run (so only age sweeps).
+pub(crate) fn process_runs(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(id) = i32::try_from(pid) else {
+            return false;
+        };
+        if id == 0 {
+            return true;
+        }
+        // SAFETY: signal 0 sends nothing; it only asks whether `id` names a process.
+        let answer = unsafe { libc::kill(id, 0) };
+        answer == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
+    }
 }
 
 fn create_temp_dir(dir: &Path) -> Result<PathBuf> {

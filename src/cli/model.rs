@@ -9,7 +9,7 @@ use crate::graph::file::StoredValues;
 use crate::graph::{self, Graph, TypeMap};
 use crate::rules::RuleSet;
 use crate::tensor::Tensor;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// A graph, its types, and the stored value of each parameter input that has one.
@@ -22,16 +22,49 @@ pub struct Loaded {
     pub files: BTreeMap<String, PathBuf>,
 }
 
+/// Which stored values a command reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Stored<'a> {
+    /// Every one: `check` validates them, `grad` carries them to what it writes.
+    All,
+    /// All but these inputs', which the command is given other values for (`run --input`):
+    /// a value that is replaced is not read, so a broken one there does not stop the run.
+    Except(&'a BTreeSet<String>),
+    /// None: the command feeds its own values (`bench` times random ones).
+    None,
+}
+
+impl Stored<'_> {
+    fn wants(&self, input: &str) -> bool {
+        match self {
+            Stored::All => true,
+            Stored::Except(skip) => !skip.contains(input),
+            Stored::None => false,
+        }
+    }
+}
+
+/// Reads `path` with every stored value (see [`load_values`]).
+pub fn load(path: &Path, rules: &RuleSet) -> Result<Loaded> {
+    load_values(path, rules, Stored::All)
+}
+
 /// Reads `path`: an ONNX model when it ends in `.onnx`, else a RON graph file whose inputs may
 /// name `.npy` files (read relative to the graph file, and refused if they leave its
-/// directory).
-pub fn load(path: &Path, rules: &RuleSet) -> Result<Loaded> {
+/// directory). Of those, only the ones `which` wants are read; each must hold the declared
+/// shape and kind of value ([`Tensor::into_declared`]), and a problem with one is reported at
+/// its `value` field.
+pub fn load_values(path: &Path, rules: &RuleSet, which: Stored) -> Result<Loaded> {
     if crate::onnx::is_onnx(path) {
         let imported = crate::onnx::import(path, &rules.ops, &rules.onnx)?;
         return Ok(Loaded {
             graph: imported.graph,
             types: imported.types,
-            stored: imported.values.into_iter().collect(),
+            stored: imported
+                .values
+                .into_iter()
+                .filter(|(name, _)| which.wants(name))
+                .collect(),
             files: BTreeMap::new(),
         });
     }
@@ -39,13 +72,15 @@ pub fn load(path: &Path, rules: &RuleSet) -> Result<Loaded> {
     let dir = path.parent().unwrap_or(Path::new(""));
     let mut stored = Tensors::new();
     let mut resolved = BTreeMap::new();
-    for (name, file) in &files {
-        let at = |message: String| {
-            Error::new(
-                Site::whole_file(&path.display().to_string()).with_node(name),
-                ErrorKind::Input(message),
-            )
+    for (name, value) in &files {
+        if !which.wants(name) {
+            continue;
+        }
+        let Some(declared) = graph.input(name) else {
+            continue;
         };
+        let file = &value.file;
+        let at = |message: String| Error::new(value.site.clone(), ErrorKind::Input(message));
         let full = dir.join(file);
         let real = full
             .canonicalize()
@@ -63,18 +98,20 @@ pub fn load(path: &Path, rules: &RuleSet) -> Result<Loaded> {
                 "stored value `{file}` leaves the graph file's directory"
             )));
         }
-        let tensor = Tensor::read_npy(&real).map_err(at)?;
-        let declared = graph.input(name).map(|i| (i.dtype, i.shape.clone()));
-        let Some((dtype, shape)) = declared else {
-            continue;
-        };
-        if tensor.shape() != shape.as_slice() {
+        // Read where it was checked to be, named as the graph file writes it.
+        let tensor = Tensor::read_npy_named(&real, &format!("`{file}`"))
+            .map_err(|e| at(format!("stored value {e}")))?;
+        if tensor.shape() != declared.shape.as_slice() {
             return Err(at(format!(
-                "stored value `{file}` holds shape {:?}, the graph declares {shape:?}",
-                tensor.shape()
+                "stored value `{file}` holds shape {:?}, the graph declares {:?}",
+                tensor.shape(),
+                declared.shape
             )));
         }
-        stored.insert(name.clone(), tensor.cast(dtype));
+        let tensor = tensor
+            .into_declared(declared.dtype, &format!("stored value `{file}`"), name)
+            .map_err(at)?;
+        stored.insert(name.clone(), tensor);
         resolved.insert(name.clone(), real);
     }
     Ok(Loaded {
@@ -92,18 +129,29 @@ pub type Writer<'a> = Box<dyn Fn(&Path) -> std::result::Result<(), String> + 'a>
 /// the stored values of the inputs it shares with it, so that it runs without `--input` from
 /// wherever it is written: each value file is named relative to `out_dir`, the directory the
 /// derived graph goes to. A value file already inside `out_dir` is referred to where it is;
-/// any other value (outside it, or an ONNX model's weight) is written into `out_dir` as
-/// `<input>.npy` by the safe name mapping of `run --out`, with the graph, all or none.
+/// any other value (outside it, or an ONNX model's weight) is copied into `out_dir`, with the
+/// graph, all or none.
+///
+/// A copy never replaces a file: its name is `<input>.npy` by the safe name mapping of `run
+/// --out` when that is free, else the same stem with `~2`, `~3`, …: free meaning that no entry
+/// of `out_dir`, no value file referred to in place, none of `graphs` (the graph files written
+/// beside the copies) and no other copy has it, compared without letter case so that the
+/// choice holds on file systems that fold case. The returned writers are to be placed with
+/// [`output::write_all_or_none_with`], refusing to replace anything (a file that appeared
+/// meanwhile included).
 pub fn carry_values<'a>(
     loaded: &'a Loaded,
     inputs: &[String],
     out_dir: &Path,
+    graphs: &[&str],
 ) -> Result<(StoredValues, Vec<(String, Writer<'a>)>)> {
     let real_dir = out_dir
         .canonicalize()
         .map_err(|e| Error::write(out_dir.display(), e))?;
     let mut values = StoredValues::new();
     let mut copied = Vec::new();
+    let mut taken: std::collections::HashSet<String> =
+        graphs.iter().map(|g| g.to_lowercase()).collect();
     for name in inputs {
         if !loaded.stored.contains_key(name) {
             continue;
@@ -122,33 +170,81 @@ pub fn carry_values<'a>(
             });
         match inside {
             Some(relative) => {
+                taken.insert(relative.to_lowercase());
                 values.insert(name.clone(), relative);
             }
             None => copied.push(name.clone()),
         }
     }
-    let files = output::check_distinct(&copied).map_err(Error::input)?;
+    let existing = output::existing_names(out_dir);
     let mut writes: Vec<(String, Writer<'a>)> = Vec::new();
-    for (name, file) in copied.iter().zip(files) {
-        values.insert(name.clone(), file.clone());
+    for name in &copied {
         let tensor = &loaded.stored[name];
-        writes.push((file, Box::new(move |path: &Path| tensor.write_npy(path))));
+        let same = |file: &str| holds(&out_dir.join(file), tensor);
+        let (file, reused) = output::free_or_same_name(name, &existing, &mut taken, &same);
+        values.insert(name.clone(), file.clone());
+        if !reused {
+            writes.push((file, Box::new(move |path: &Path| tensor.write_npy(path))));
+        }
     }
     Ok((values, writes))
 }
 
+/// Whether `path` is a plain file (not a link, so nothing outside is read) that already holds
+/// exactly `tensor`: dtype, shape and every value bit for bit. Such a file, an earlier copy of
+/// the same value, is referred to again rather than copied once more. A file much larger than
+/// the value is not read.
+fn holds(path: &Path, tensor: &Tensor) -> bool {
+    use crate::tensor::Data;
+    let bytes = (crate::shape::numel(tensor.shape()) as u64).saturating_mul(8);
+    let plain = std::fs::symlink_metadata(path)
+        .is_ok_and(|m| m.file_type().is_file() && m.len() <= bytes.saturating_add(4096));
+    plain
+        && Tensor::read_npy(path).is_ok_and(|found| {
+            found.dtype == tensor.dtype
+                && found.shape() == tensor.shape()
+                && match (&found.data, &tensor.data) {
+                    (Data::Int(a), Data::Int(b)) => a == b,
+                    // Bit for bit: -0.0 is not 0.0 here, and a NaN is the same NaN.
+                    (Data::Float(a), Data::Float(b)) => a
+                        .iter()
+                        .zip(b.iter())
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    _ => false,
+                }
+        })
+}
+
 /// `fusebox import`: the model as `DIR/graph.ron` and one `.npy` per parameter input, named by
 /// the same safe mapping as `run --out` uses, written all or none.
+///
+/// Importing again into the same directory replaces `graph.ron` and the weight files the old
+/// `graph.ron` names (they belong to it), so a re-import leaves what a first import leaves. Any
+/// other file is kept: a weight whose name is taken by one (the user's data, the model's own
+/// external data) gets a free name instead (see [`output::free_name`]).
 pub fn import(model: &Path, dir: &Path, rules: &RuleSet) -> Result<String> {
     let imported = crate::onnx::import(model, &rules.ops, &rules.onnx)?;
     let names: Vec<String> = imported.values.keys().cloned().collect();
-    let files = output::check_distinct(&names).map_err(Error::input)?;
-    let stored: StoredValues = names.iter().cloned().zip(files.iter().cloned()).collect();
-    let text = graph::file::to_ron_with_values(&imported.graph, &stored);
+    output::check_distinct(&names, "weights").map_err(|message| {
+        Error::new(
+            Site::whole_file(&model.display().to_string()),
+            ErrorKind::Input(message),
+        )
+    })?;
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::input(format!("cannot create {}: {e}", dir.display())))?;
+    let replaceable = previous_weights(&dir.join(GRAPH_FILE), rules);
+    let mut existing = output::existing_names(dir);
+    existing.retain(|name| !replaceable.contains(name));
+    let mut taken = std::collections::HashSet::from([GRAPH_FILE.to_string()]);
+    let files: Vec<String> = names
+        .iter()
+        .map(|name| output::free_name(name, &existing, &mut taken))
+        .collect();
+    let stored: StoredValues = names.iter().cloned().zip(files.iter().cloned()).collect();
+    let text = graph::file::to_ron_with_values(&imported.graph, &stored);
     let mut writes: Vec<(String, Writer)> = vec![(
-        "graph.ron".to_string(),
+        GRAPH_FILE.to_string(),
         Box::new(|path: &Path| std::fs::write(path, &text).map_err(|e| e.to_string())),
     )];
     for (name, file) in names.iter().zip(&files) {
@@ -158,7 +254,9 @@ pub fn import(model: &Path, dir: &Path, rules: &RuleSet) -> Result<String> {
             Box::new(move |path: &Path| tensor.write_npy(path)),
         ));
     }
-    output::write_all_or_none(dir, &writes).map_err(|e| {
+    let must_be_new =
+        |file: &str| file != GRAPH_FILE && !replaceable.contains(&file.to_lowercase());
+    output::write_all_or_none_with(dir, &writes, &must_be_new).map_err(|e| {
         Error::input(format!(
             "cannot write {}: {}; nothing was written",
             e.path.display(),
@@ -171,6 +269,25 @@ pub fn import(model: &Path, dir: &Path, rules: &RuleSet) -> Result<String> {
         imported.graph.inputs.len() - names.len(),
         names.len(),
         imported.graph.nodes.len(),
-        dir.join("graph.ron").display()
+        dir.join(GRAPH_FILE).display()
     ))
+}
+
+/// The graph file `import` writes into its directory.
+const GRAPH_FILE: &str = "graph.ron";
+
+/// The weight files (plain names in the same directory, in lower case) that the graph file
+/// an earlier import wrote at `graph` names; none if there is none or it does not read.
+fn previous_weights(graph: &Path, rules: &RuleSet) -> std::collections::HashSet<String> {
+    if !std::fs::symlink_metadata(graph).is_ok_and(|m| m.is_file()) {
+        return Default::default();
+    }
+    match graph::file::load_with_values(graph, &rules.ops) {
+        Ok((_, _, files)) => files
+            .values()
+            .filter(|stored| !stored.file.contains(['/', '\\']))
+            .map(|stored| stored.file.to_lowercase())
+            .collect(),
+        Err(_) => Default::default(),
+    }
 }

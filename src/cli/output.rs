@@ -68,13 +68,14 @@ fn is_unsafe(c: char) -> bool {
     matches!(c, '/' | '\\' | '%') || c.is_control()
 }
 
-/// The file names of `names`, or an error naming two outputs that would share one file.
+/// The file names of `names`, or an error naming two of them that would share one file;
+/// `noun` says what the names are in that message (`outputs`, `weights`).
 ///
 /// Two names whose files differ only in letter case (`A.npy`, `a.npy`) are refused too: they
 /// are two files on Linux but one on the case-insensitive file systems macOS and Windows use by
 /// default, where the second would silently replace the first. Refusing everywhere keeps a
 /// graph's outputs the same on every machine.
-pub fn check_distinct(names: &[String]) -> Result<Vec<String>, String> {
+pub fn check_distinct(names: &[String], noun: &str) -> Result<Vec<String>, String> {
     let mut seen = std::collections::HashMap::new();
     let mut folded = std::collections::HashMap::new();
     let mut files = Vec::with_capacity(names.len());
@@ -83,19 +84,77 @@ pub fn check_distinct(names: &[String]) -> Result<Vec<String>, String> {
         if let Some(other) = seen.insert(file.clone(), name) {
             if other != name {
                 return Err(format!(
-                    "outputs `{other}` and `{name}` would both be written to {file}"
+                    "{noun} `{other}` and `{name}` would both be written to {file}"
                 ));
             }
         } else if let Some((other, other_file)) =
             folded.insert(file.to_lowercase(), (name, file.clone()))
         {
             return Err(format!(
-                "outputs `{other}` and `{name}` would be written to {other_file} and {file}, which are one file on case-insensitive file systems (macOS, Windows); rename one of them"
+                "{noun} `{other}` and `{name}` would be written to {other_file} and {file}, which are one file on case-insensitive file systems (macOS, Windows); rename one of them"
             ));
         }
         files.push(file);
     }
     Ok(files)
+}
+
+/// The names of `dir`'s entries, in lower case (empty if it cannot be listed): what a new file
+/// must not be named, on a file system that folds case or not.
+pub fn existing_names(dir: &Path) -> std::collections::HashSet<String> {
+    fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().to_lowercase())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A file name for the value of `name` that is in neither `existing` nor `taken` (both in
+/// lower case, so that no two differ only in case): [`file_name`]'s, or when that is in use
+/// the same stem with `~2`, `~3`, … before `.npy`. The name chosen is added to `taken`.
+///
+/// This is how a copied stored value never replaces a file: not one already in the
+/// directory (another input's stored value, the user's data), nor one another file of the
+/// same write will have.
+pub fn free_name(
+    name: &str,
+    existing: &std::collections::HashSet<String>,
+    taken: &mut std::collections::HashSet<String>,
+) -> String {
+    free_or_same_name(name, existing, taken, &|_: &str| false).0
+}
+
+/// [`free_name`], except that an existing file for which `same` says it already holds the
+/// value may be chosen too (the second result is then `true`: nothing needs writing), so that
+/// writing the same values again into a directory does not pile up copies.
+pub fn free_or_same_name(
+    name: &str,
+    existing: &std::collections::HashSet<String>,
+    taken: &mut std::collections::HashSet<String>,
+    same: &dyn Fn(&str) -> bool,
+) -> (String, bool) {
+    let plain = file_name(name);
+    let stem = plain.strip_suffix(".npy").unwrap_or(&plain).to_string();
+    let mut candidate = plain;
+    let mut k = 2u64;
+    loop {
+        let folded = candidate.to_lowercase();
+        if !taken.contains(&folded) {
+            if !existing.contains(&folded) {
+                taken.insert(folded);
+                return (candidate, false);
+            }
+            if same(&candidate) {
+                taken.insert(folded);
+                return (candidate, true);
+            }
+        }
+        candidate = format!("{stem}~{k}.npy");
+        k += 1;
+    }
 }
 
 /// Removes a staging directory or temporary file when dropped, whatever happened.
@@ -111,9 +170,51 @@ impl Drop for Cleanup {
     }
 }
 
+/// The prefix of a staging directory's name: `.fusebox-staging-PID-N`.
+const STAGING_PREFIX: &str = ".fusebox-staging-";
+/// What names a temporary file of [`write_atomically`]: `.BASE.fusebox-tmp-PID-N`.
+const TEMP_MARK: &str = ".fusebox-tmp-";
+
+/// `PID-N` with both numbers written as fusebox writes them (decimal, no sign, no leading
+/// zero): the process id, or `None` for anything else.
+fn pid_and_counter(text: &str) -> Option<u32> {
+    let (pid, n) = text.split_once('-')?;
+    let canonical = |s: &str| {
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'))
+    };
+    if !canonical(pid) || !canonical(n) || n.parse::<u32>().is_err() {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// The process that made entry `name` of type `kind`, if it is exactly what an interrupted
+/// write leaves: a staging directory of [`write_all_or_none`] or a temporary file of
+/// [`write_atomically`]. A link, or a name that only looks similar, is nobody's staging.
+fn staging_owner(name: &str, kind: &fs::FileType) -> Option<u32> {
+    if kind.is_dir() {
+        return pid_and_counter(name.strip_prefix(STAGING_PREFIX)?);
+    }
+    if kind.is_file() && name.starts_with('.') {
+        let (_, tail) = name.rsplit_once(TEMP_MARK)?;
+        return pid_and_counter(tail);
+    }
+    None
+}
+
+/// Removes what writes killed midway (by a signal, a power cut) left in `dir`: the staging
+/// directories and temporary files of processes that no longer run. A running process's are
+/// kept however old (its write may be under way), and nothing else is touched; see
+/// [`crate::backend::cache::sweep_staging`], which the kernel cache uses alike.
+pub fn sweep_dead_staging(dir: &Path) {
+    crate::backend::cache::sweep_staging(dir, staging_owner, None);
+}
+
 /// A fresh directory `DIR/.fusebox-staging-PID-N`; `create_dir` fails on an existing name, so
-/// no other process's (or earlier run's leftover) directory is reused.
+/// no other process's (or earlier run's leftover) directory is reused. Staging that dead
+/// processes left in `dir` is swept first.
 fn staging_dir(dir: &Path) -> io::Result<PathBuf> {
+    sweep_dead_staging(dir);
     let pid = std::process::id();
     for n in 0..1000 {
         let path = dir.join(format!(".fusebox-staging-{pid}-{n}"));
@@ -144,6 +245,20 @@ pub fn write_all_or_none<W>(dir: &Path, files: &[(String, W)]) -> Result<(), Wri
 where
     W: Fn(&Path) -> Result<(), String>,
 {
+    write_all_or_none_with(dir, files, &|_: &str| false)
+}
+
+/// [`write_all_or_none`], where the files `must_be_new` names may replace nothing: each is
+/// linked into place (which fails on an existing name, so a file that appears meanwhile is
+/// not replaced either), and one whose name is taken fails the whole write.
+pub fn write_all_or_none_with<W>(
+    dir: &Path,
+    files: &[(String, W)],
+    must_be_new: &dyn Fn(&str) -> bool,
+) -> Result<(), WriteError>
+where
+    W: Fn(&Path) -> Result<(), String>,
+{
     let fail = |path: &Path, message: String| WriteError {
         path: path.to_path_buf(),
         message,
@@ -154,13 +269,17 @@ where
         write(&staging.join(name)).map_err(|e| fail(&dir.join(name), e))?;
     }
     // A directory (or anything but a file or link) where an output goes would make its
-    // rename fail half way: refuse before anything moves.
+    // rename fail half way, and a new file must find its name free: refuse before anything
+    // moves.
     for (name, _) in files {
         let target = dir.join(name);
-        if let Ok(meta) = fs::symlink_metadata(&target)
-            && meta.is_dir()
-        {
-            return Err(fail(&target, "a directory is in the way".into()));
+        if let Ok(meta) = fs::symlink_metadata(&target) {
+            if meta.is_dir() {
+                return Err(fail(&target, "a directory is in the way".into()));
+            }
+            if must_be_new(name) {
+                return Err(fail(&target, "the file exists already".into()));
+            }
         }
     }
     let backups = staging.join(".replaced");
@@ -170,6 +289,11 @@ where
     let result = (|| {
         for (i, (name, _)) in files.iter().enumerate() {
             let target = dir.join(name);
+            if must_be_new(name) {
+                place_new(&staging.join(name), &target).map_err(|e| fail(&target, e))?;
+                moved.push((target, None));
+                continue;
+            }
             let backup = match fs::symlink_metadata(&target) {
                 Ok(_) => {
                     let backup = backups.join(i.to_string());
@@ -196,6 +320,21 @@ where
     result
 }
 
+/// Moves `staged` to `target` only if no file is named `target`: a hard link is made (it fails
+/// on an existing name, atomically), then the staged name removed. Where the file system has no
+/// hard links, the name is checked and the file renamed.
+fn place_new(staged: &Path, target: &Path) -> Result<(), String> {
+    match fs::hard_link(staged, target) {
+        Ok(()) => {
+            let _ = fs::remove_file(staged);
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err("the file exists already".into()),
+        Err(_) if fs::symlink_metadata(target).is_ok() => Err("the file exists already".into()),
+        Err(_) => fs::rename(staged, target).map_err(|e| e.to_string()),
+    }
+}
+
 /// Writes `text` to `path` through a temporary file in the same directory and a rename, so
 /// `path` holds either its old contents or all of the new ones, never a part.
 pub fn write_atomically(path: &Path, text: &str) -> io::Result<()> {
@@ -207,9 +346,10 @@ pub fn write_atomically(path: &Path, text: &str) -> io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_default();
+    sweep_dead_staging(&dir);
     let pid = std::process::id();
     for n in 0..1000 {
-        let temp = dir.join(format!(".{base}.fusebox-tmp-{pid}-{n}"));
+        let temp = dir.join(format!(".{base}{TEMP_MARK}{pid}-{n}"));
         let file = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -230,6 +370,16 @@ pub fn write_atomically(path: &Path, text: &str) -> io::Result<()> {
         io::ErrorKind::AlreadyExists,
         "no free temporary file name",
     ))
+}
+
+/// Whether `a` and `b` name one existing file (the same device and inode, however each path
+/// is spelled or linked).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (fs::metadata(a), fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -271,22 +421,60 @@ mod tests {
     #[test]
     fn the_same_file_twice_is_an_error() {
         let names = vec!["a".to_string(), "b".to_string()];
-        assert_eq!(check_distinct(&names).unwrap(), ["a.npy", "b.npy"]);
+        assert_eq!(
+            check_distinct(&names, "outputs").unwrap(),
+            ["a.npy", "b.npy"]
+        );
         let names = vec!["a".to_string(), "a".to_string()];
-        assert!(check_distinct(&names).is_ok());
+        assert!(check_distinct(&names, "outputs").is_ok());
     }
 
     /// `A` and `a` are one file on macOS and Windows: refused on every system alike.
     #[test]
     fn names_differing_only_in_case_are_refused() {
         let names = vec!["Gate".to_string(), "x".to_string(), "gate".to_string()];
-        let e = check_distinct(&names).unwrap_err();
+        let e = check_distinct(&names, "outputs").unwrap_err();
         assert_eq!(
             e,
             "outputs `Gate` and `gate` would be written to Gate.npy and gate.npy, which are one file on case-insensitive file systems (macOS, Windows); rename one of them"
         );
         let names = vec!["É".to_string(), "é".to_string()];
-        assert!(check_distinct(&names).is_err());
+        assert!(check_distinct(&names, "weights").is_err());
+    }
+
+    /// A copy's name avoids every existing and taken name, whatever its case.
+    #[test]
+    fn free_names_avoid_existing_and_taken_names_without_case() {
+        let existing: std::collections::HashSet<String> =
+            ["w.npy", "w~2.npy"].map(String::from).into();
+        let mut taken: std::collections::HashSet<String> = ["joint.ron".to_string()].into();
+        assert_eq!(free_name("W", &existing, &mut taken), "W~3.npy");
+        assert_eq!(free_name("w", &existing, &mut taken), "w~4.npy");
+        assert_eq!(free_name("v", &existing, &mut taken), "v.npy");
+        assert_eq!(free_name("joint.ron", &existing, &mut taken), "joint.ron.npy");
+    }
+
+    /// Only fusebox's exact staging names are recognised, and only as the kind it makes.
+    #[test]
+    fn staging_names_are_recognised_exactly() {
+        let dir = scratch("staging-names");
+        fs::create_dir(dir.join("d")).unwrap();
+        fs::write(dir.join("f"), "").unwrap();
+        let dir_kind = fs::symlink_metadata(dir.join("d")).unwrap().file_type();
+        let file_kind = fs::symlink_metadata(dir.join("f")).unwrap().file_type();
+        assert_eq!(staging_owner(".fusebox-staging-42-0", &dir_kind), Some(42));
+        assert_eq!(staging_owner(".fusebox-staging-42-0", &file_kind), None);
+        assert_eq!(staging_owner(".x.ron.fusebox-tmp-42-3", &file_kind), Some(42));
+        assert_eq!(staging_owner(".x.ron.fusebox-tmp-42-3", &dir_kind), None);
+        for other in [
+            ".fusebox-staging-042-0",
+            ".fusebox-staging-42-x",
+            ".fusebox-staging-42",
+            "fusebox-staging-42-0",
+            ".fusebox-staging--42-0",
+        ] {
+            assert_eq!(staging_owner(other, &dir_kind), None, "{other}");
+        }
     }
 
     fn scratch(name: &str) -> PathBuf {

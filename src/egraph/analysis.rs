@@ -278,7 +278,9 @@ fn uniform_value(
             let converted: Vec<Constant> = operands
                 .iter()
                 .zip(&values)
-                .map(|(t, v)| Constant::first_of(&v.scalar(t.ty.dtype).cast(ty.dtype)))
+                // A one-element cast: its allocation cannot fail in practice, and if it did the
+                // constant is simply not known.
+                .map(|(t, v)| Constant::first_of(&v.scalar(t.ty.dtype).cast(ty.dtype).ok()?))
                 .collect::<Option<_>>()?;
             let first = converted[0];
             converted.iter().all(|v| v.same(first)).then_some(first)

@@ -31,47 +31,64 @@ pub(super) fn apply(
         | BuiltinPlan::Transpose(_)
         | BuiltinPlan::Slice(_) => {
             let t = x.map_layout(|a| layout(a, &plan), |a| layout(a, &plan))?;
-            Ok(t.cast(out.dtype))
+            t.into_dtype(out.dtype)
         }
         BuiltinPlan::Concat(axis) => {
             // Operands meet at the result dtype before they are joined.
-            let converted: Vec<Tensor> = args.iter().map(|t| t.cast(out.dtype)).collect();
+            // Operands already in it are not copied.
+            let converted: Vec<std::borrow::Cow<Tensor>> = args
+                .iter()
+                .map(|&t| {
+                    Ok(if t.dtype == out.dtype {
+                        std::borrow::Cow::Borrowed(t)
+                    } else {
+                        std::borrow::Cow::Owned(t.cast(out.dtype)?)
+                    })
+                })
+                .collect::<Result<_, String>>()?;
             if int_out {
                 let arrays: Vec<_> = converted.iter().map(|t| t.ints()).collect();
                 let views: Vec<_> = arrays.iter().map(|a| a.view()).collect();
                 let data = ndarray::concatenate(Axis(axis), &views).map_err(|e| e.to_string())?;
-                Ok(Tensor::from_int_array(out.dtype, data))
+                Tensor::try_from_int_array(out.dtype, data)
             } else {
                 let arrays: Vec<_> = converted.iter().map(|t| t.floats()).collect();
                 let views: Vec<_> = arrays.iter().map(|a| a.view()).collect();
                 let data = ndarray::concatenate(Axis(axis), &views).map_err(|e| e.to_string())?;
-                Ok(Tensor::from_array(out.dtype, data))
+                Tensor::try_from_array(out.dtype, data)
             }
         }
         BuiltinPlan::Reduce {
             builtin,
             axes,
             keepdim,
-        } => Ok(if int_out {
-            Tensor::from_int_array(out.dtype, reduce_ints(&x.ints(), builtin, &axes, keepdim))
-        } else {
-            Tensor::from_array(out.dtype, reduce(&x.floats(), builtin, &axes, keepdim))
-        }),
-        BuiltinPlan::SumToSize(target) => Ok(if int_out {
-            let summed = sum_to_size(&x.ints(), &target, wrapping_sum_axis)?;
-            Tensor::from_int_array(out.dtype, summed)
-        } else {
-            let summed = sum_to_size(&x.floats(), &target, |a, axis| a.sum_axis(axis))?;
-            Tensor::from_array(out.dtype, summed)
-        }),
-        BuiltinPlan::MatMul if int_out => {
-            let product = matmul_ints(&args[0].cast(out.dtype), &args[1].cast(out.dtype), out)?;
-            Ok(Tensor::from_int_array(out.dtype, product))
+        } => {
+            if int_out {
+                Tensor::try_from_int_array(
+                    out.dtype,
+                    reduce_ints(&x.ints(), builtin, &axes, keepdim),
+                )
+            } else {
+                Tensor::try_from_array(out.dtype, reduce(&x.floats(), builtin, &axes, keepdim))
+            }
         }
-        BuiltinPlan::MatMul => Ok(Tensor::from_array(
+        BuiltinPlan::SumToSize(target) => {
+            if int_out {
+                let summed = sum_to_size(&x.ints(), &target, wrapping_sum_axis)?;
+                Tensor::try_from_int_array(out.dtype, summed)
+            } else {
+                let summed = sum_to_size(&x.floats(), &target, |a, axis| a.sum_axis(axis))?;
+                Tensor::try_from_array(out.dtype, summed)
+            }
+        }
+        BuiltinPlan::MatMul if int_out => {
+            let product = matmul_ints(&args[0].cast(out.dtype)?, &args[1].cast(out.dtype)?, out)?;
+            Tensor::try_from_int_array(out.dtype, product)
+        }
+        BuiltinPlan::MatMul => Tensor::try_from_array(
             out.dtype,
             matmul(&args[0].floats(), &args[1].floats(), out)?,
-        )),
+        ),
     }
 }
 
@@ -269,7 +286,7 @@ fn batched<T: ndarray::LinalgScalar>(
     let b3 = b3
         .into_shape_with_order((batches, k, m))
         .map_err(|e| e.to_string())?;
-    let mut result = Vec::with_capacity(batches * n * m);
+    let mut result = crate::tensor::try_vec(batches * n * m, &out.shape)?;
     for i in 0..batches {
         let (ai, bi) = (a3.index_axis(Axis(0), i), b3.index_axis(Axis(0), i));
         result.extend(product(ai, bi).iter().copied());

@@ -38,10 +38,17 @@ pub type Tensors = HashMap<String, Tensor>;
 /// Each input draws from its own ChaCha stream, so an input's values depend only on the seed
 /// and its position — not on which other inputs were supplied from files.
 pub fn random_input(graph: &Graph, index: usize, seed: u64) -> Tensor {
+    try_random_input(graph, index, seed).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`random_input`], or an error at the input naming the size when the system refuses the
+/// values (`--random-inputs` on a declared shape too large for memory).
+pub fn try_random_input(graph: &Graph, index: usize, seed: u64) -> Result<Tensor> {
     let input = &graph.inputs[index];
     let mut rng = crate::tensor::seeded_rng(seed);
     rng.set_stream(index as u64);
-    Tensor::random(input.dtype, &input.shape, &mut rng)
+    Tensor::try_random(input.dtype, &input.shape, &mut rng)
+        .map_err(|e| Error::at_node(&input.name, ErrorKind::Input(e)))
 }
 
 /// Seeded random values for every input of `graph`.
@@ -93,7 +100,10 @@ pub fn evaluate_all(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> R
                 )),
             ));
         }
-        values.insert(input.name.clone(), tensor.clone());
+        let copy = tensor
+            .try_clone()
+            .map_err(|e| Error::at_node(&input.name, ErrorKind::Eval(e)))?;
+        values.insert(input.name.clone(), copy);
     }
     for name in inputs.keys() {
         if graph.input(name).is_none() {
@@ -112,13 +122,50 @@ pub fn evaluate_all(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> R
         let attrs = resolve_attrs(op, &node.attrs).expect("checked above");
         let args: Vec<&Tensor> = node.args.iter().map(|a| &values[a]).collect();
         let out_type = &types[&node.name];
-        let result = apply_op(op, &args, &attrs, out_type)
+        let result = probe_working_set(op, &args, out_type)
+            .and_then(|()| apply_op(op, &args, &attrs, out_type))
             .map_err(|msg| Error::at_node(&node.name, ErrorKind::Eval(msg)))?;
         debug_assert_eq!(result.shape(), out_type.shape.as_slice());
         debug_assert_eq!(result.dtype, out_type.dtype);
         values.insert(node.name.clone(), result);
     }
     Ok(values)
+}
+
+/// Asks the system for the room one op's evaluation takes, before it starts (see
+/// [`crate::tensor::probe_allocation`]): the ops build their results with `ndarray`, whose
+/// allocations abort where the system refuses them, so a value too large for the memory left
+/// must be found here and be an error naming its size. The count is an upper bound of what
+/// [`apply_op`] holds at once, in elements of eight bytes (the evaluator holds every element
+/// as an `f64` or `i64`): a formula converts or broadcasts every operand to the result's size
+/// and keeps a few temporaries of it; a layout op or a concat writes the result from (a
+/// converted copy of) its operands; a reduction or a matmul works on row-major copies of
+/// its operands.
+fn probe_working_set(
+    op: &crate::rules::OpDef,
+    args: &[&Tensor],
+    out: &crate::graph::TensorType,
+) -> std::result::Result<(), String> {
+    use crate::rules::Builtin;
+    let out_len = crate::shape::numel(&out.shape);
+    let arg_len = args
+        .iter()
+        .fold(0usize, |sum, a| sum.saturating_add(a.len()));
+    let (per_out, per_arg) = match &op.semantics {
+        Semantics::Formula(_) => (args.len() + 3, 0),
+        Semantics::Builtin(
+            Builtin::BroadcastTo
+            | Builtin::Reshape
+            | Builtin::Transpose
+            | Builtin::Slice
+            | Builtin::Concat,
+        ) => (1, 1),
+        Semantics::Builtin(_) => (2, 2),
+    };
+    let elements = out_len
+        .saturating_mul(per_out)
+        .saturating_add(arg_len.saturating_mul(per_arg));
+    crate::tensor::probe_allocation(elements.saturating_mul(8), &out.shape)
 }
 
 /// Applies one op to tensors, exactly as [`evaluate`] does for a node: `attrs` resolved (see

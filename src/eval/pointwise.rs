@@ -77,7 +77,7 @@ pub(super) fn apply(
         let values = run(op, expr, &operands, &attr_values, out)?;
         let data = ArrayD::from_shape_vec(IxDyn(&out.shape), values.iter().map(|w| w.0).collect())
             .map_err(|e| format!("internal shape error: {e}"))?;
-        return Ok(Tensor::from_int_array(out.dtype, data));
+        return Tensor::try_from_int_array(out.dtype, data);
     }
     // Operands are rounded to the common dtype first, then the formula runs at that dtype's
     // compute precision: f32 for f16/bf16/f32, f64 otherwise (and for casts, which must round
@@ -90,7 +90,7 @@ pub(super) fn apply(
     };
     let data = ArrayD::from_shape_vec(IxDyn(&out.shape), values)
         .map_err(|e| format!("internal shape error: {e}"))?;
-    Ok(Tensor::from_array(out.dtype, data))
+    Tensor::try_from_array(out.dtype, data)
 }
 
 fn float_run<S: Scalar>(

@@ -11,8 +11,9 @@ use super::{Graph, Node};
 use crate::attr::{AttrValue, Attrs};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
+use crate::rules::composite::{Expansion, MAX_COMPOSITE_DEPTH, MAX_EXPANDED_OPS};
 use crate::rules::{BodyArg, BodyAttr, Catalogue, Composite};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Where expanded nodes go: a graph being built ([`expand_parts`]) or the ONNX importer, which
 /// folds constants as nodes arrive.
@@ -51,10 +52,72 @@ impl Fault {
     }
 }
 
+/// The most nodes a graph may have once its composites are expanded (262,144): four times
+/// [`MAX_EXPANDED_OPS`], far beyond real models (a large transformer imported from ONNX is
+/// some ten thousand nodes), and small enough that checking it stays a matter of a second
+/// and a few hundred MB.
+pub const MAX_EXPANDED_NODES: usize = 1 << 18;
+
+/// Refuses a use of `composite` whose expansion is beyond the limits (loading `ops.ron`
+/// refuses such composites, but a later file may redefine an op a composite uses),
+/// or that would take the nodes emitted so far (`emitted`) past [`MAX_EXPANDED_NODES`]. The
+/// message names the chain of composites; the use's node is where the caller reports it.
+pub fn check_use(
+    catalogue: &Catalogue,
+    composite: &Composite,
+    emitted: usize,
+    memo: &mut BTreeMap<String, Expansion>,
+) -> std::result::Result<(), Fault> {
+    let expansion = catalogue.expansion(composite.name(), memo);
+    let total = emitted.saturating_add(expansion.ops);
+    if expansion.fits() && total <= MAX_EXPANDED_NODES {
+        return Ok(());
+    }
+    let (chain, _) = catalogue.expansion_chain(composite.name(), memo);
+    let count = if expansion.ops == usize::MAX {
+        "more than 2^64".to_string()
+    } else {
+        expansion.ops.to_string()
+    };
+    let msg = if expansion.ops > MAX_EXPANDED_OPS {
+        format!(
+            "composite `{}` expands to {count} ops ({chain}), more than the limit of {MAX_EXPANDED_OPS}",
+            composite.name()
+        )
+    } else if expansion.depth > MAX_COMPOSITE_DEPTH {
+        format!(
+            "composite `{}` nests {} composites deep ({chain}), more than the limit of {MAX_COMPOSITE_DEPTH}",
+            composite.name(),
+            expansion.depth
+        )
+    } else {
+        format!(
+            "expanding composite `{}` ({chain}, {count} ops) here makes the graph more than {MAX_EXPANDED_NODES} nodes",
+            composite.name()
+        )
+    };
+    Err(Fault::Inside(ErrorKind::Input(msg)))
+}
+
 /// Emits the body of `composite` applied to `args` with the use's `attrs` into `sink`, and
 /// returns the body's result. Inner composites expand in turn (the catalogue refuses cycles
-/// when it loads, so this ends).
+/// when it loads, so this ends). The use is first held to the limits ([`check_use`]), so no
+/// caller — a graph file, an ONNX model — can expand a composite of unbounded size.
 pub fn instantiate<S: Sink>(
+    catalogue: &Catalogue,
+    composite: &Composite,
+    args: Vec<S::Value>,
+    attrs: &Attrs,
+    name: &str,
+    last: bool,
+    sink: &mut S,
+) -> std::result::Result<S::Value, Fault> {
+    check_use(catalogue, composite, 0, &mut BTreeMap::new())?;
+    instantiate_checked(catalogue, composite, args, attrs, name, last, sink)
+}
+
+/// [`instantiate`] once the use is known to be within the limits.
+fn instantiate_checked<S: Sink>(
     catalogue: &Catalogue,
     composite: &Composite,
     args: Vec<S::Value>,
@@ -114,7 +177,7 @@ pub fn instantiate<S: Sink>(
             format!("{name}.{}", node.name)
         };
         let value = match catalogue.composite(&node.op) {
-            Some(inner) => instantiate(
+            Some(inner) => instantiate_checked(
                 catalogue,
                 inner,
                 node_args,
@@ -150,6 +213,11 @@ struct GraphSink<'a> {
     nodes: Vec<Node>,
     types: TypeMap,
     taken: HashSet<String>,
+    /// Per name, the suffix to try first when it is taken: every lower one is taken already
+    /// (names are only ever added), so the search resumes there instead of counting from 1
+    /// each time — the results of nested bodies share their use's name, and a composite
+    /// expanding to thousands of ops would otherwise probe quadratically many names.
+    next_suffix: HashMap<String, usize>,
 }
 
 impl Sink for GraphSink<'_> {
@@ -174,11 +242,12 @@ impl Sink for GraphSink<'_> {
             name.to_string()
         } else {
             let mut fresh = name.to_string();
-            let mut i = 1;
+            let mut i = self.next_suffix.get(name).copied().unwrap_or(1);
             while self.taken.contains(&fresh) {
                 fresh = format!("{name}_{i}");
                 i += 1;
             }
+            self.next_suffix.insert(name.to_string(), i);
             fresh
         };
         self.taken.insert(name.clone());
@@ -226,6 +295,7 @@ pub fn expand_parts(
             .map(|i| i.name.clone())
             .chain(graph.nodes.iter().map(|n| n.name.clone()))
             .collect(),
+        next_suffix: HashMap::new(),
     };
     for input in &graph.inputs {
         sink.types.insert(
@@ -237,6 +307,7 @@ pub fn expand_parts(
         );
     }
     let mut origin = Vec::with_capacity(graph.nodes.len());
+    let mut memo = BTreeMap::new();
     for (index, node) in graph.nodes.iter().enumerate() {
         let Some(composite) = catalogue.composite(&node.op) else {
             // An ordinary node is copied; it is typed when it can be, so a later body can
@@ -265,15 +336,18 @@ pub fn expand_parts(
             ));
         }
         let before = sink.nodes.len();
-        let result = instantiate(
-            catalogue,
-            composite,
-            node.args.clone(),
-            &node.attrs,
-            &node.name,
-            true,
-            &mut sink,
-        );
+        // The limits first, with the graph's count so far: the use is where they are passed.
+        let result = check_use(catalogue, composite, before, &mut memo).and_then(|()| {
+            instantiate_checked(
+                catalogue,
+                composite,
+                node.args.clone(),
+                &node.attrs,
+                &node.name,
+                true,
+                &mut sink,
+            )
+        });
         match result {
             Ok(_) => origin.extend(std::iter::repeat_n(index, sink.nodes.len() - before)),
             Err(Fault::Arity(kind)) => {

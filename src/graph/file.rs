@@ -84,6 +84,19 @@ impl<'de> Deserialize<'de> for Dim {
 /// (relative to the graph file's directory).
 pub type StoredValues = BTreeMap<String, String>;
 
+/// A stored-value file as a graph file names it, and where: a problem reading the value is
+/// reported at its `value` field, not at the top of the graph file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredFile {
+    /// The path as written, relative to the graph file's directory.
+    pub file: String,
+    /// The `value` field, with the input's name as the node.
+    pub site: crate::error::Site,
+}
+
+/// The stored-value files of a graph file's inputs, by input name.
+pub type StoredFiles = BTreeMap<String, StoredFile>;
+
 #[derive(Deserialize)]
 #[serde(rename = "Node", deny_unknown_fields)]
 struct NodeFile {
@@ -97,7 +110,7 @@ struct NodeFile {
 
 /// Reads, validates and type-checks a graph file.
 pub fn load(path: &Path, catalogue: &Catalogue) -> Result<(Graph, TypeMap)> {
-    let text = ron_file::read_file(path)?;
+    let text = ron_file::read_file(path, crate::file_limits::FileKind::Graph)?;
     parse(&text, &path.display().to_string(), catalogue)
 }
 
@@ -105,8 +118,8 @@ pub fn load(path: &Path, catalogue: &Catalogue) -> Result<(Graph, TypeMap)> {
 pub fn load_with_values(
     path: &Path,
     catalogue: &Catalogue,
-) -> Result<(Graph, TypeMap, StoredValues)> {
-    let text = ron_file::read_file(path)?;
+) -> Result<(Graph, TypeMap, StoredFiles)> {
+    let text = ron_file::read_file(path, crate::file_limits::FileKind::Graph)?;
     parse_with_values(&text, &path.display().to_string(), catalogue)
 }
 
@@ -122,31 +135,38 @@ pub fn parse_with_values(
     text: &str,
     file: &str,
     catalogue: &Catalogue,
-) -> Result<(Graph, TypeMap, StoredValues)> {
+) -> Result<(Graph, TypeMap, StoredFiles)> {
     let doc: RonDocument<GraphFile> = ron_file::parse(text, file)?;
     let graph = convert(&doc, catalogue)?;
-    let mut values = StoredValues::new();
+    let mut values = StoredFiles::new();
     for (index, input) in doc.value.inputs.iter().enumerate() {
         let Some(value) = &input.value else { continue };
         let relative = Path::new(value);
+        let path = [
+            Step::field("inputs"),
+            Step::Index(index),
+            Step::field("value"),
+        ];
+        let site = doc.site(&path).with_node(&input.name);
         if relative.as_os_str().is_empty()
             || !relative
                 .components()
                 .all(|c| matches!(c, std::path::Component::Normal(_)))
         {
-            let path = [
-                Step::field("inputs"),
-                Step::Index(index),
-                Step::field("value"),
-            ];
             return Err(Error::new(
-                doc.site(&path).with_node(&input.name),
+                site,
                 ErrorKind::Input(format!(
                     "value `{value}` must be a relative path inside the graph file's directory"
                 )),
             ));
         }
-        values.insert(input.name.clone(), value.clone());
+        values.insert(
+            input.name.clone(),
+            StoredFile {
+                file: value.clone(),
+                site,
+            },
+        );
     }
     // Composite ops are replaced by their bodies before the check; a problem anywhere is
     // reported at the node the file wrote.
@@ -285,16 +305,18 @@ fn convert(doc: &RonDocument<GraphFile>, catalogue: &Catalogue) -> Result<Graph>
                         },
                     )
                 })?;
-                let typed = AttrValue::from_bare(value, spec.ty).map_err(|mismatch| {
-                    Error::new(
-                        doc.site(&path).with_node(&node.name),
-                        ErrorKind::AttrType {
-                            attr: name.clone(),
-                            expected: spec.ty.to_string(),
-                            found: mismatch.found,
-                        },
-                    )
-                })?;
+                let written = doc.spans.bare_name(&path);
+                let typed =
+                    AttrValue::from_bare_written(value, spec.ty, written).map_err(|mismatch| {
+                        Error::new(
+                            doc.site(&path).with_node(&node.name),
+                            ErrorKind::AttrType {
+                                attr: name.clone(),
+                                expected: spec.ty.to_string(),
+                                found: mismatch.found,
+                            },
+                        )
+                    })?;
                 attrs.insert(name.clone(), typed);
             }
         }

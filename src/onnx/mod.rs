@@ -27,7 +27,8 @@ use std::path::Path;
 use std::rc::Rc;
 
 /// ONNX ops the importer handles in code: their catalogue form depends on shapes or constant
-/// values known only at import.
+/// values known only at import. The one list of them: [`Importer::node`] dispatches by it,
+/// and the op table's loader refuses a Map for any of them (it would never be consulted).
 pub const STRUCTURAL: [&str; 11] = [
     "Constant",
     "ConstantOfShape",
@@ -177,6 +178,106 @@ fn unsupported(graph: &GraphProto, table: &MapTable) -> std::result::Result<(), 
     ))
 }
 
+/// Refuses a model that defines a value name twice: two nodes writing one output, a node
+/// output shadowing an initializer or a graph input, two initializers or two inputs of one
+/// name. ONNX names each value once (SSA); importing such a model would silently keep one
+/// definition and give the other's readers a value they did not ask for. A graph input that
+/// is also an initializer is not a second definition: the initializer is its default value
+/// (and before IR version 4 every initializer was listed as an input).
+fn definitions(graph: &GraphProto) -> std::result::Result<(), String> {
+    let initializers: HashSet<&str> = graph.initializer.iter().map(|i| i.name.as_str()).collect();
+    let mut all: Vec<(&str, String)> = Vec::new();
+    for init in &graph.initializer {
+        all.push((&init.name, format!("initializer `{}`", init.name)));
+    }
+    for input in graph.input.iter() {
+        if !initializers.contains(input.name.as_str()) {
+            all.push((&input.name, format!("graph input `{}`", input.name)));
+        }
+    }
+    for node in &graph.node {
+        for (k, name) in node.output.iter().enumerate() {
+            let what = format!("output {k} of {} node `{}`", node.op_type, node_label(node));
+            all.push((name, what));
+        }
+    }
+    let mut defined: HashMap<&str, String> = HashMap::new();
+    for (name, what) in all {
+        if name.is_empty() {
+            continue;
+        }
+        if let Some(first) = defined.get(name) {
+            return Err(format!(
+                "`{name}` is defined twice, as {first} and as {what}; ONNX names each value once"
+            ));
+        }
+        defined.insert(name, what);
+    }
+    Ok(())
+}
+
+/// The ONNX ops whose integer form the importer folds exactly in code when their inputs are
+/// constants (the shape arithmetic exporters write: TorchScript's `chunk()` divides sizes).
+const INTEGER_FOLDS: [&str; 2] = ["Div", "Pow"];
+
+/// ONNX's integer `Div` or `Pow` of two elements of `dtype` (held as i64).
+///
+/// Div truncates toward zero, as ONNX Runtime's integer division does. Where the spec leaves
+/// the quotient undefined, fusebox defines it as the conversion of the real quotient to
+/// `dtype` (what its run-time form, a division in f64 cast back, gives): saturated to the
+/// dtype's range, so `MIN / -1` is `MAX`, `x / 0` is `MAX` for `x > 0` and `MIN` for `x < 0`,
+/// and `0 / 0` is 0. Pow is the exact power, wrapping to `dtype` as NumPy's integer power
+/// does; a negative exponent has no integer result and is an error (NumPy refuses it too).
+fn integer_op(op: &str, dtype: DType, x: i64, y: i64) -> std::result::Result<i64, String> {
+    let (min, max) = match dtype {
+        DType::I32 => (i64::from(i32::MIN), i64::from(i32::MAX)),
+        _ => (i64::MIN, i64::MAX),
+    };
+    Ok(match op {
+        "Div" => match (x, y) {
+            (0, 0) => 0,
+            (x, 0) if x > 0 => max,
+            (_, 0) => min,
+            // The one quotient beyond the range: `MIN / -1`.
+            (x, y) => x.checked_div(y).unwrap_or(max).clamp(min, max),
+        },
+        "Pow" => {
+            let exponent = u64::try_from(y)
+                .map_err(|_| format!("{x} to the negative power {y} has no integer value"))?;
+            crate::tensor::wrap_int(dtype, wrapping_pow(x, exponent))
+        }
+        other => return Err(format!("`{other}` has no exact integer form here")),
+    })
+}
+
+/// `base` to the power `exponent` in wrapping 64-bit arithmetic (square and multiply), whose
+/// low 32 bits are the wrapping 32-bit power too.
+fn wrapping_pow(base: i64, mut exponent: u64) -> i64 {
+    let (mut result, mut square) = (1i64, base);
+    while exponent > 0 {
+        if exponent & 1 == 1 {
+            result = result.wrapping_mul(square);
+        }
+        square = square.wrapping_mul(square);
+        exponent >>= 1;
+    }
+    result
+}
+
+/// The most elements a constant folded at import may have (2^20: 8 MiB as the evaluator
+/// holds it). Folding allocates every folded value while the model is read, so a few bytes of
+/// `ConstantOfShape` or `Expand` could otherwise ask for gigabytes; a bigger value is computed
+/// at run time instead, like any other node.
+pub const FOLD_LIMIT: usize = 1 << 20;
+
+/// Whether a value of `shape` is small enough to fold (see [`FOLD_LIMIT`]).
+fn fits_folding(shape: &[usize]) -> bool {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .is_some_and(|n| n <= FOLD_LIMIT)
+}
+
 /// A node's name, or its first output when it has none.
 fn node_label(node: &NodeProto) -> String {
     if !node.name.is_empty() {
@@ -219,6 +320,13 @@ impl Val {
 
 type Msg = std::result::Result<Val, String>;
 
+/// A node imported through the op table: its output values, and whether the Map's last node
+/// is a cast (so the result's dtype is the one the node asked for, not its input's).
+struct Mapped {
+    outputs: Vec<Val>,
+    casts: bool,
+}
+
 struct Importer<'a> {
     catalogue: &'a Catalogue,
     table: &'a MapTable,
@@ -241,10 +349,11 @@ struct Importer<'a> {
     initializers: HashSet<String>,
 }
 
-impl Importer<'_> {
+impl<'a> Importer<'a> {
     fn run(&mut self, graph: &GraphProto) -> Result<()> {
         let file = self.file.clone();
         let fail = |message: String| Error::new(Site::whole_file(&file), ErrorKind::Input(message));
+        definitions(graph).map_err(fail)?;
         for init in &graph.initializer {
             self.reserved.insert(init.name.clone());
         }
@@ -317,6 +426,12 @@ impl Importer<'_> {
             })?;
             let name = match value {
                 Val::Dyn(name, _) if name == output.name => name,
+                // A constant that carries the output's own name (an initializer, a Constant
+                // node, ConstantOfShape) is held under that name: the parameter input or
+                // `const` node is the output itself.
+                Val::Const(_, Some(ref origin)) if *origin == output.name => {
+                    self.materialize(&value).0
+                }
                 other => {
                     // The output is another value (Identity) or a constant: a same-dtype cast
                     // gives it its ONNX name.
@@ -341,6 +456,14 @@ impl Importer<'_> {
                     name
                 }
             };
+            // `run --out` and `import` write each output under its graph name, so it must be
+            // the model's: no `_1` suffix for a name something else already took.
+            if name != output.name {
+                return Err(fail(format!(
+                    "graph output `{}` cannot keep its name (`{name}` would be written instead)",
+                    output.name
+                )));
+            }
             self.graph.outputs.push(name);
         }
         Ok(())
@@ -378,7 +501,14 @@ impl Importer<'_> {
                     .builtin(crate::rules::ops::Builtin::Const)
                     .cloned();
                 let base = origin.clone().unwrap_or_else(|| "const".into());
-                let name = if let (true, Some(op)) = (t.shape().is_empty(), literal) {
+                // A `const` node holds its value as an f64 attribute: an integer beyond 2^53
+                // stays a stored value instead, which keeps every bit.
+                let scalar = t.shape().is_empty()
+                    && (t.dtype.category() != crate::dtype::Category::Integer
+                        || t.int_values()
+                            .first()
+                            .is_some_and(|&v| v as f64 as i64 == v));
+                let name = if let (true, Some(op)) = (scalar, literal) {
                     let name = self.fresh(&base, origin.is_some());
                     let mut attrs = Attrs::new();
                     attrs.insert("value".into(), AttrValue::Float(t.values()[0]));
@@ -462,7 +592,10 @@ impl Importer<'_> {
         // parameter input (so `--input` can replace it and `grad` can differentiate by it)
         // even where only constants feed the op, as a transposed Gemm weight does.
         let weight = |a: &Val| matches!(a, Val::Const(t, Some(name)) if !t.shape().is_empty() && self.initializers.contains(name));
-        if args.iter().all(|a| a.constant().is_some()) && !args.iter().any(weight) {
+        if args.iter().all(|a| a.constant().is_some())
+            && !args.iter().any(weight)
+            && self.foldable(&def, args, &attrs)?
+        {
             return self.fold(op, args, attrs);
         }
         let mut names = Vec::new();
@@ -475,6 +608,27 @@ impl Importer<'_> {
         let name = self.fresh(name, own);
         let ty = self.push(name.clone(), &def, names, attrs, &types)?;
         Ok(Val::Dyn(name, ty))
+    }
+
+    /// Whether `def` over constant `args` yields at most [`FOLD_LIMIT`] elements, so folding
+    /// it at import allocates no more than that; a bigger result is left to run time, where
+    /// the backends compute it (a fused kernel never materializes a broadcast constant).
+    fn foldable(
+        &self,
+        def: &crate::rules::ops::OpDef,
+        args: &[Val],
+        attrs: &Attrs,
+    ) -> std::result::Result<bool, String> {
+        let types: Vec<TensorType> = args
+            .iter()
+            .map(|a| TensorType {
+                dtype: a.dtype(),
+                shape: a.shape().to_vec(),
+            })
+            .collect();
+        let resolved = resolve_attrs(def, attrs).map_err(|(_, kind)| kind.to_string())?;
+        let ty = infer_op(def, &types, &resolved).map_err(|(_, kind)| kind.to_string())?;
+        Ok(fits_folding(&ty.shape))
     }
 
     /// Evaluates one op on constants with the reference evaluator.
@@ -542,23 +696,9 @@ impl Importer<'_> {
             .cloned()
             .unwrap_or_else(|| node_label(node));
         match node.op_type.as_str() {
+            op if !STRUCTURAL.contains(&op) => self.table_node(node, &attrs, &out),
             "Constant" => Ok(vec![self.constant(&attrs, &out)?]),
-            "ConstantOfShape" => {
-                let shape = self.ints(node, 0, "shape")?;
-                let (dims, count) = proto::element_count(&shape)?;
-                let fill = match attrs.get("value") {
-                    Some(Attr::Tensor(t)) => t.clone(),
-                    None => Tensor::scalar(DType::F32, 0.0),
-                    Some(_) => return Err("attribute `value` must be a tensor".into()),
-                };
-                if fill.data.len() != 1 {
-                    return Err("attribute `value` must hold one element".into());
-                }
-                let v = fill.values()[0];
-                let t = Tensor::from_values(fill.dtype, &dims, vec![v; count])
-                    .ok_or("the shape does not fit")?;
-                Ok(vec![Val::Const(Rc::new(t), Some(out))])
-            }
+            "ConstantOfShape" => Ok(vec![self.constant_of_shape(node, &attrs, &out)?]),
             "Shape" => {
                 let x = self.required(node, 0)?;
                 let rank = x.shape().len() as i64;
@@ -643,45 +783,7 @@ impl Importer<'_> {
                 let shape = vec![a.iter().product(), b.iter().product()];
                 Ok(vec![self.reshape(&x, &shape, &out)?])
             }
-            "Squeeze" | "Unsqueeze" => {
-                let x = self.required(node, 0)?;
-                let axes = match self.input(node, 1)? {
-                    Some(_) => Some(self.ints(node, 1, "axes")?),
-                    None => ints_attr(&attrs, "axes"),
-                };
-                let rank = x.shape().len();
-                let shape: Vec<usize> = if node.op_type == "Squeeze" {
-                    let axes = match axes {
-                        Some(axes) => crate::shape::normalize_axes(Some(&axes), rank)?,
-                        None => (0..rank).filter(|&i| x.shape()[i] == 1).collect(),
-                    };
-                    if let Some(&a) = axes.iter().find(|&&a| x.shape()[a] != 1) {
-                        return Err(format!("axis {a} has size {}, not 1", x.shape()[a]));
-                    }
-                    (0..rank)
-                        .filter(|i| !axes.contains(i))
-                        .map(|i| x.shape()[i])
-                        .collect()
-                } else {
-                    let axes = axes.ok_or("Unsqueeze needs axes")?;
-                    let new_rank = rank + axes.len();
-                    let axes: BTreeSet<usize> =
-                        crate::shape::normalize_axes(Some(&axes), new_rank)?
-                            .into_iter()
-                            .collect();
-                    let mut dims = x.shape().iter();
-                    (0..new_rank)
-                        .map(|i| {
-                            if axes.contains(&i) {
-                                1
-                            } else {
-                                dims.next().copied().unwrap_or(1)
-                            }
-                        })
-                        .collect()
-                };
-                Ok(vec![self.reshape(&x, &shape, &out)?])
-            }
+            "Squeeze" | "Unsqueeze" => self.squeeze(node, &attrs, &out),
             "Expand" => {
                 let x = self.required(node, 0)?;
                 let target = self.ints(node, 1, "shape")?;
@@ -701,96 +803,276 @@ impl Importer<'_> {
                 );
                 Ok(vec![self.emit("broadcast_to", &[x], a, &out, true)?])
             }
-            "Slice" => {
-                let x = self.required(node, 0)?;
-                let starts = self.ints(node, 1, "starts")?;
-                let ends = self.ints(node, 2, "ends")?;
-                let rank = x.shape().len();
-                let axes = match self.input(node, 3)? {
-                    Some(_) => self.ints(node, 3, "axes")?,
-                    None => (0..starts.len() as i64).collect(),
-                };
-                let steps = match self.input(node, 4)? {
-                    Some(_) => self.ints(node, 4, "steps")?,
-                    None => vec![1; starts.len()],
-                };
-                if ends.len() != starts.len()
-                    || axes.len() != starts.len()
-                    || steps.len() != starts.len()
-                {
-                    return Err(
-                        "starts, ends, axes and steps must have one entry per sliced axis".into(),
-                    );
-                }
-                let mut v = x;
-                for i in 0..starts.len() {
-                    let axis = crate::shape::normalize_axis(axes[i], rank)?;
-                    if steps[i] <= 0 {
+            "Slice" => self.slice_node(node, &out),
+            "Split" => self.split_node(node, &attrs, &out),
+            other => Err(format!(
+                "`{other}` is listed among the op types handled in code but has no handler"
+            )),
+        }
+    }
+
+    /// A Squeeze or Unsqueeze node: a reshape.
+    fn squeeze(
+        &mut self,
+        node: &NodeProto,
+        attrs: &HashMap<String, Attr>,
+        out: &str,
+    ) -> std::result::Result<Vec<Val>, String> {
+        let x = self.required(node, 0)?;
+        let axes = match self.input(node, 1)? {
+            Some(_) => Some(self.ints(node, 1, "axes")?),
+            None => ints_attr(attrs, "axes"),
+        };
+        let rank = x.shape().len();
+        let shape: Vec<usize> = if node.op_type == "Squeeze" {
+            let axes = match axes {
+                Some(axes) => crate::shape::normalize_axes(Some(&axes), rank)?,
+                None => (0..rank).filter(|&i| x.shape()[i] == 1).collect(),
+            };
+            if let Some(&a) = axes.iter().find(|&&a| x.shape()[a] != 1) {
+                return Err(format!("axis {a} has size {}, not 1", x.shape()[a]));
+            }
+            (0..rank)
+                .filter(|i| !axes.contains(i))
+                .map(|i| x.shape()[i])
+                .collect()
+        } else {
+            let axes = axes.ok_or("Unsqueeze needs axes")?;
+            let new_rank = rank + axes.len();
+            let axes: BTreeSet<usize> = crate::shape::normalize_axes(Some(&axes), new_rank)?
+                .into_iter()
+                .collect();
+            let mut dims = x.shape().iter();
+            (0..new_rank)
+                .map(|i| {
+                    if axes.contains(&i) {
+                        1
+                    } else {
+                        dims.next().copied().unwrap_or(1)
+                    }
+                })
+                .collect()
+        };
+        Ok(vec![self.reshape(&x, &shape, out)?])
+    }
+
+    /// A Slice node: a `slice` per sliced axis (positive steps only).
+    fn slice_node(&mut self, node: &NodeProto, out: &str) -> std::result::Result<Vec<Val>, String> {
+        let x = self.required(node, 0)?;
+        let starts = self.ints(node, 1, "starts")?;
+        let ends = self.ints(node, 2, "ends")?;
+        let rank = x.shape().len();
+        let axes = match self.input(node, 3)? {
+            Some(_) => self.ints(node, 3, "axes")?,
+            None => (0..starts.len() as i64).collect(),
+        };
+        let steps = match self.input(node, 4)? {
+            Some(_) => self.ints(node, 4, "steps")?,
+            None => vec![1; starts.len()],
+        };
+        if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+            return Err("starts, ends, axes and steps must have one entry per sliced axis".into());
+        }
+        let mut v = x;
+        for i in 0..starts.len() {
+            let axis = crate::shape::normalize_axis(axes[i], rank)?;
+            if steps[i] <= 0 {
+                return Err(format!(
+                    "step {} on axis {axis}: fusebox slices with positive steps only",
+                    steps[i]
+                ));
+            }
+            let dim = v.shape()[axis] as i64;
+            let clip = |p: i64| (if p < 0 { p.saturating_add(dim) } else { p }).clamp(0, dim);
+            let (s, e) = (clip(starts[i]), clip(ends[i]));
+            if s == 0 && e == dim && steps[i] == 1 {
+                continue;
+            }
+            v = self.slice(&v, axis, s, e.max(s), steps[i], out)?;
+        }
+        Ok(vec![v])
+    }
+
+    /// A Split node: one `slice` per output.
+    fn split_node(
+        &mut self,
+        node: &NodeProto,
+        attrs: &HashMap<String, Attr>,
+        out: &str,
+    ) -> std::result::Result<Vec<Val>, String> {
+        let x = self.required(node, 0)?;
+        let rank = x.shape().len();
+        let axis = crate::shape::normalize_axis(int_attr(attrs, "axis").unwrap_or(0), rank)?;
+        let dim = x.shape()[axis] as i64;
+        let n = node.output.len() as i64;
+        let sizes = match self.input(node, 1)? {
+            Some(_) => self.ints(node, 1, "split")?,
+            None => match ints_attr(attrs, "split") {
+                Some(s) => s,
+                None => {
+                    let parts = int_attr(attrs, "num_outputs").unwrap_or(n);
+                    if parts != n || parts < 1 {
                         return Err(format!(
-                            "step {} on axis {axis}: fusebox slices with positive steps only",
-                            steps[i]
+                            "num_outputs is {parts}, but the node has {n} output(s)"
                         ));
                     }
-                    let dim = v.shape()[axis] as i64;
-                    let clip =
-                        |p: i64| (if p < 0 { p.saturating_add(dim) } else { p }).clamp(0, dim);
-                    let (s, e) = (clip(starts[i]), clip(ends[i]));
-                    if s == 0 && e == dim && steps[i] == 1 {
-                        continue;
-                    }
-                    v = self.slice(&v, axis, s, e.max(s), steps[i], &out)?;
+                    let chunk = (dim + parts - 1) / parts;
+                    (0..parts)
+                        .map(|p| chunk.min(dim - p * chunk).max(0))
+                        .collect()
                 }
-                Ok(vec![v])
-            }
-            "Split" => {
-                let x = self.required(node, 0)?;
-                let rank = x.shape().len();
-                let axis =
-                    crate::shape::normalize_axis(int_attr(&attrs, "axis").unwrap_or(0), rank)?;
-                let dim = x.shape()[axis] as i64;
-                let n = node.output.len() as i64;
-                let sizes = match self.input(node, 1)? {
-                    Some(_) => self.ints(node, 1, "split")?,
-                    None => match ints_attr(&attrs, "split") {
-                        Some(s) => s,
-                        None => {
-                            let parts = int_attr(&attrs, "num_outputs").unwrap_or(n);
-                            if parts != n || parts < 1 {
-                                return Err(format!(
-                                    "num_outputs is {parts}, but the node has {n} output(s)"
-                                ));
-                            }
-                            let chunk = (dim + parts - 1) / parts;
-                            (0..parts)
-                                .map(|p| chunk.min(dim - p * chunk).max(0))
-                                .collect()
-                        }
-                    },
-                };
-                if sizes.len() as i64 != n {
-                    return Err(format!("{} split sizes for {n} output(s)", sizes.len()));
-                }
-                let total = sizes.iter().try_fold(0i64, |acc, &s| acc.checked_add(s));
-                if sizes.iter().any(|&s| s < 0) || total != Some(dim) {
-                    return Err(format!(
-                        "split sizes {sizes:?} do not add up to the dimension {dim}"
-                    ));
-                }
-                let mut start = 0;
-                let mut outs = Vec::new();
-                for (k, &s) in sizes.iter().enumerate() {
-                    let name = node
-                        .output
-                        .get(k)
-                        .cloned()
-                        .unwrap_or_else(|| format!("{out}.{k}"));
-                    outs.push(self.slice(&x, axis, start, start + s, 1, &name)?);
-                    start += s;
-                }
-                Ok(outs)
-            }
-            _ => self.mapped(node, &attrs, &out),
+            },
+        };
+        if sizes.len() as i64 != n {
+            return Err(format!("{} split sizes for {n} output(s)", sizes.len()));
         }
+        let total = sizes.iter().try_fold(0i64, |acc, &s| acc.checked_add(s));
+        if sizes.iter().any(|&s| s < 0) || total != Some(dim) {
+            return Err(format!(
+                "split sizes {sizes:?} do not add up to the dimension {dim}"
+            ));
+        }
+        let mut start = 0;
+        let mut outs = Vec::new();
+        for (k, &s) in sizes.iter().enumerate() {
+            let name = node
+                .output
+                .get(k)
+                .cloned()
+                .unwrap_or_else(|| format!("{out}.{k}"));
+            outs.push(self.slice(&x, axis, start, start + s, 1, &name)?);
+            start += s;
+        }
+        Ok(outs)
+    }
+
+    /// A node of the op table, held to ONNX's integer semantics: ONNX computes an integer op
+    /// exactly in its input's type (Add wraps, Div truncates, ReduceSum of i32 is i32). Integer
+    /// Div and Pow on constants are folded here exactly; any other node whose integer input
+    /// gives a result of another dtype than ONNX's (a float `div`, an i64 `sum`) is refused,
+    /// naming the node and the dtypes, rather than computing a value ONNX would not.
+    fn table_node(
+        &mut self,
+        node: &NodeProto,
+        attrs: &HashMap<String, Attr>,
+        out: &str,
+    ) -> std::result::Result<Vec<Val>, String> {
+        let integer = self
+            .input(node, 0)?
+            .map(|v| v.dtype())
+            .filter(|d| d.category() == crate::dtype::Category::Integer);
+        let Some(dtype) = integer else {
+            return Ok(self.mapped(node, attrs, out)?.outputs);
+        };
+        if let Some(v) = self.fold_integer(node, dtype)? {
+            return Ok(vec![v]);
+        }
+        let Mapped { outputs, casts } = self.mapped(node, attrs, out)?;
+        if let Some(y) = outputs.first()
+            && !casts
+            && y.dtype() != dtype
+            && y.dtype() != DType::Bool
+        {
+            return Err(format!(
+                "ONNX computes {op} on {dtype} exactly, in {dtype}, but fusebox's form of it ({table}) gives {got}: refused rather than computing another value{folds}",
+                op = node.op_type,
+                table = self.table.file,
+                got = y.dtype(),
+                folds = if INTEGER_FOLDS.contains(&node.op_type.as_str()) {
+                    format!(" (integer {} on constants is folded exactly)", node.op_type)
+                } else {
+                    String::new()
+                },
+            ));
+        }
+        Ok(outputs)
+    }
+
+    /// Integer `Div` or `Pow` with constant inputs, computed exactly ([`integer_op`]); `None`
+    /// for anything else (a run-time input, a float exponent, a result too big to fold).
+    fn fold_integer(
+        &self,
+        node: &NodeProto,
+        dtype: DType,
+    ) -> std::result::Result<Option<Val>, String> {
+        if !INTEGER_FOLDS.contains(&node.op_type.as_str()) || node.input.len() != 2 {
+            return Ok(None);
+        }
+        let (Some(a), Some(b)) = (self.input(node, 0)?, self.input(node, 1)?) else {
+            return Ok(None);
+        };
+        let (Some(a), Some(b)) = (a.constant(), b.constant()) else {
+            return Ok(None);
+        };
+        if b.dtype.category() != crate::dtype::Category::Integer {
+            return Ok(None);
+        }
+        let shape = crate::shape::broadcast(a.shape(), b.shape())?;
+        if !fits_folding(&shape) {
+            return Ok(None);
+        }
+        let (a, b) = (a.ints(), b.ints());
+        let dim = ndarray::IxDyn(&shape);
+        let (a, b) = (
+            a.broadcast(dim.clone())
+                .ok_or("the inputs do not broadcast")?,
+            b.broadcast(dim).ok_or("the inputs do not broadcast")?,
+        );
+        let mut values = Vec::with_capacity(a.len());
+        for (&x, &y) in a.iter().zip(b.iter()) {
+            values.push(integer_op(&node.op_type, dtype, x, y)?);
+        }
+        let t = Tensor::from_ints(dtype, &shape, values).ok_or("the shape does not fit")?;
+        Ok(Some(Val::Const(Rc::new(t), None)))
+    }
+
+    /// A ConstantOfShape node's value: a folded constant up to [`FOLD_LIMIT`] elements, else
+    /// a scalar `const` broadcast to the shape at run time (so a 1 KB model cannot make the
+    /// import allocate gigabytes).
+    fn constant_of_shape(
+        &mut self,
+        node: &NodeProto,
+        attrs: &HashMap<String, Attr>,
+        out: &str,
+    ) -> Msg {
+        let shape = self.ints(node, 0, "shape")?;
+        let (dims, count) = proto::element_count(&shape)?;
+        let fill = match attrs.get("value") {
+            Some(Attr::Tensor(t)) => t.clone(),
+            None => Tensor::scalar(DType::F32, 0.0),
+            Some(_) => return Err("attribute `value` must be a tensor".into()),
+        };
+        if fill.data.len() != 1 {
+            return Err("attribute `value` must hold one element".into());
+        }
+        if fits_folding(&dims) {
+            let t = match fill.int_values().first() {
+                Some(&v) if fill.dtype.category() == crate::dtype::Category::Integer => {
+                    Tensor::from_ints(fill.dtype, &dims, vec![v; count])
+                }
+                _ => Tensor::from_values(fill.dtype, &dims, vec![fill.values()[0]; count]),
+            }
+            .ok_or("the shape does not fit")?;
+            return Ok(Val::Const(Rc::new(t), Some(out.to_string())));
+        }
+        // The scalar travels as a `const` node's f64 attribute: an integer beyond 2^53 would
+        // lose bits there.
+        let v = fill.values()[0];
+        if fill.dtype.category() == crate::dtype::Category::Integer
+            && fill.int_values()[0] != v as i64
+        {
+            return Err(format!(
+                "the fill value {} of a {count}-element result (more than the {FOLD_LIMIT} fusebox folds at import) is not exact as a run-time constant",
+                fill.int_values()[0]
+            ));
+        }
+        let scalar = Val::Const(
+            Rc::new(Tensor::scalar(fill.dtype, v)),
+            Some(format!("{out}.value")),
+        );
+        let mut a = Attrs::new();
+        a.insert("shape".into(), AttrValue::Ints(shape));
+        self.emit("broadcast_to", &[scalar], a, out, true)
     }
 
     /// A Constant node's value.
@@ -862,35 +1144,11 @@ impl Importer<'_> {
         node: &NodeProto,
         attrs: &HashMap<String, Attr>,
         out: &str,
-    ) -> std::result::Result<Vec<Val>, String> {
-        let candidates: Vec<&Mapping> = self
-            .table
-            .maps
-            .iter()
-            .filter(|m| m.onnx == node.op_type)
-            .collect();
-        let map = candidates
-            .iter()
-            .find(|m| {
-                m.when
-                    .iter()
-                    .all(|(k, v)| matches(attr_or_default(attrs, m, k).as_ref(), v))
-            })
-            .ok_or_else(|| {
-                let given: Vec<String> = node
-                    .attribute
-                    .iter()
-                    .map(|a| format!("{}={:?}", a.name, attrs.get(&a.name)))
-                    .collect();
-                format!(
-                    "no mapping of {} applies to these attributes ({})",
-                    self.table.file,
-                    given.join(", ")
-                )
-            })?;
+    ) -> std::result::Result<Mapped, String> {
         let mut inputs: Vec<Option<Val>> = (0..node.input.len())
             .map(|i| self.input(node, i))
             .collect::<std::result::Result<_, _>>()?;
+        let map = self.select(node, attrs, &inputs)?;
         let count = inputs.iter().flatten().count();
         if let Some(chain) = &map.chain {
             let mut acc: Option<Val> = None;
@@ -911,9 +1169,7 @@ impl Importer<'_> {
         let mut local: HashMap<String, Option<Val>> = HashMap::new();
         let mut last: Option<Val> = inputs.first().cloned().flatten();
         for (n, t) in map.nodes.iter().enumerate() {
-            let holds = |(k, v): (&String, &ron::Value)| {
-                matches(attr_or_default(attrs, map, k).as_ref(), v)
-            };
+            let holds = |(k, v): (&String, &ron::Value)| condition(attrs, map, &inputs, k, v);
             // `unless` leaves the node out only when every one of its conditions holds.
             let excluded = !t.unless.is_empty() && t.unless.iter().all(holds);
             let keep = t.when.iter().all(holds)
@@ -1018,7 +1274,45 @@ impl Importer<'_> {
                 }
             }
         }
-        Ok(outputs)
+        // A Map that ends in a cast gives its result the dtype it names (Cast, CastLike).
+        let cast = self.catalogue.builtin(crate::rules::ops::Builtin::Cast);
+        let casts = map
+            .nodes
+            .last()
+            .is_some_and(|t| cast.is_some_and(|c| c.name() == t.op));
+        Ok(Mapped { outputs, casts })
+    }
+
+    /// The first Map for the node's op type whose conditions its attributes and input dtypes
+    /// meet.
+    fn select(
+        &self,
+        node: &NodeProto,
+        attrs: &HashMap<String, Attr>,
+        inputs: &[Option<Val>],
+    ) -> std::result::Result<&'a Mapping, String> {
+        let table: &'a MapTable = self.table;
+        table
+            .maps
+            .iter()
+            .filter(|m| m.onnx == node.op_type)
+            .find(|m| {
+                m.when
+                    .iter()
+                    .all(|(k, v)| condition(attrs, m, inputs, k, v))
+            })
+            .ok_or_else(|| {
+                let given: Vec<String> = node
+                    .attribute
+                    .iter()
+                    .map(|a| format!("{}={:?}", a.name, attrs.get(&a.name)))
+                    .collect();
+                format!(
+                    "no mapping of {} applies to these attributes ({})",
+                    table.file,
+                    given.join(", ")
+                )
+            })
     }
 
     /// Resolves a `$…` attribute reference of the op table (see rules/onnx.ron's header).
@@ -1117,6 +1411,27 @@ fn attr_or_default(attrs: &HashMap<String, Attr>, map: &Mapping, name: &str) -> 
         }),
         ron::Value::String(s) => Some(Attr::Str(s.clone())),
         _ => None,
+    }
+}
+
+/// Whether a `when`/`unless` condition holds: `"$N.dtype": "i32"` (or `"integer"`, `"float"`,
+/// `"bool"`) on the dtype of input N (false when it is absent), any other key on the ONNX
+/// attribute of that name (or the Map's default for it).
+fn condition(
+    attrs: &HashMap<String, Attr>,
+    map: &Mapping,
+    inputs: &[Option<Val>],
+    key: &str,
+    expected: &ron::Value,
+) -> bool {
+    match crate::rules::onnx::dtype_condition(key) {
+        Some(index) => {
+            let Some(Some(v)) = inputs.get(index) else {
+                return false;
+            };
+            matches!(expected, ron::Value::String(want) if crate::rules::onnx::dtype_matches(v.dtype(), want))
+        }
+        None => matches(attr_or_default(attrs, map, key).as_ref(), expected),
     }
 }
 

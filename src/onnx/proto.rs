@@ -108,28 +108,32 @@ pub fn to_tensor(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor, String> 
         return Err("segmented tensors are not supported".into());
     }
     let external = t.data_location.value() == 1;
-    let values: Vec<f64> = if external {
+    let values = if external {
         let bytes = read_external(t, dir, count * width(dtype))?;
         decode_raw(&bytes, dtype, count)?
     } else if !t.raw_data.is_empty() {
         decode_raw(&t.raw_data, dtype, count)?
     } else {
         match dtype {
-            DType::F32 => t.float_data.iter().map(|&v| v as f64).collect(),
-            DType::F64 => t.double_data.clone(),
-            DType::I64 => t.int64_data.iter().map(|&v| v as f64).collect(),
-            DType::I32 | DType::Bool => t.int32_data.iter().map(|&v| v as f64).collect(),
+            DType::F32 => Elements::Floats(t.float_data.iter().map(|&v| v as f64).collect()),
+            DType::F64 => Elements::Floats(t.double_data.clone()),
+            DType::I64 => Elements::Ints(t.int64_data.clone()),
+            DType::I32 | DType::Bool => {
+                Elements::Ints(t.int32_data.iter().map(|&v| i64::from(v)).collect())
+            }
             // Half-precision values are stored as their bit patterns in int32_data.
-            DType::F16 => t
-                .int32_data
-                .iter()
-                .map(|&v| half::f16::from_bits(v as u16).to_f64())
-                .collect(),
-            DType::BF16 => t
-                .int32_data
-                .iter()
-                .map(|&v| half::bf16::from_bits(v as u16).to_f64())
-                .collect(),
+            DType::F16 => Elements::Floats(
+                t.int32_data
+                    .iter()
+                    .map(|&v| half::f16::from_bits(v as u16).to_f64())
+                    .collect(),
+            ),
+            DType::BF16 => Elements::Floats(
+                t.int32_data
+                    .iter()
+                    .map(|&v| half::bf16::from_bits(v as u16).to_f64())
+                    .collect(),
+            ),
         }
     };
     if values.len() != count {
@@ -139,8 +143,27 @@ pub fn to_tensor(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor, String> 
             values.len()
         ));
     }
-    Tensor::from_values(dtype, &shape, values)
-        .ok_or_else(|| format!("shape {:?} does not fit its values", t.dims))
+    let tensor = match values {
+        Elements::Floats(values) => Tensor::from_values(dtype, &shape, values),
+        Elements::Ints(values) => Tensor::from_ints(dtype, &shape, values),
+    };
+    tensor.ok_or_else(|| format!("shape {:?} does not fit its values", t.dims))
+}
+
+/// A tensor's elements as stored: integers (and bools) exactly as `i64`, never through `f64`,
+/// which would round an `int64` beyond 2^53.
+enum Elements {
+    Floats(Vec<f64>),
+    Ints(Vec<i64>),
+}
+
+impl Elements {
+    fn len(&self) -> usize {
+        match self {
+            Elements::Floats(v) => v.len(),
+            Elements::Ints(v) => v.len(),
+        }
+    }
 }
 
 /// Bytes per element in `raw_data`.
@@ -153,8 +176,8 @@ fn width(dtype: DType) -> usize {
     }
 }
 
-/// Little-endian `raw_data` as values; its length must be exactly `count` elements.
-fn decode_raw(bytes: &[u8], dtype: DType, count: usize) -> Result<Vec<f64>, String> {
+/// Little-endian `raw_data` as elements; its length must be exactly `count` elements.
+fn decode_raw(bytes: &[u8], dtype: DType, count: usize) -> Result<Elements, String> {
     let w = width(dtype);
     if bytes.len() != count * w {
         return Err(format!(
@@ -169,21 +192,32 @@ fn decode_raw(bytes: &[u8], dtype: DType, count: usize) -> Result<Vec<f64>, Stri
         a[..c.len()].copy_from_slice(c);
         a
     };
-    Ok(bytes
-        .chunks_exact(w)
-        .map(|c| {
-            let a = arr(c);
-            match dtype {
-                DType::Bool => f64::from(u8::from(a[0] != 0)),
-                DType::F16 => half::f16::from_le_bytes([a[0], a[1]]).to_f64(),
-                DType::BF16 => half::bf16::from_le_bytes([a[0], a[1]]).to_f64(),
-                DType::I32 => f64::from(i32::from_le_bytes([a[0], a[1], a[2], a[3]])),
-                DType::F32 => f64::from(f32::from_le_bytes([a[0], a[1], a[2], a[3]])),
-                DType::I64 => i64::from_le_bytes(a) as f64,
-                DType::F64 => f64::from_le_bytes(a),
-            }
-        })
-        .collect())
+    let elements = bytes.chunks_exact(w).map(arr);
+    Ok(match dtype {
+        DType::Bool => Elements::Ints(elements.map(|a| i64::from(a[0] != 0)).collect()),
+        DType::I32 => Elements::Ints(
+            elements
+                .map(|a| i64::from(i32::from_le_bytes([a[0], a[1], a[2], a[3]])))
+                .collect(),
+        ),
+        DType::I64 => Elements::Ints(elements.map(i64::from_le_bytes).collect()),
+        DType::F16 => Elements::Floats(
+            elements
+                .map(|a| half::f16::from_le_bytes([a[0], a[1]]).to_f64())
+                .collect(),
+        ),
+        DType::BF16 => Elements::Floats(
+            elements
+                .map(|a| half::bf16::from_le_bytes([a[0], a[1]]).to_f64())
+                .collect(),
+        ),
+        DType::F32 => Elements::Floats(
+            elements
+                .map(|a| f64::from(f32::from_le_bytes([a[0], a[1], a[2], a[3]])))
+                .collect(),
+        ),
+        DType::F64 => Elements::Floats(elements.map(f64::from_le_bytes).collect()),
+    })
 }
 
 /// Reads an external-data tensor's bytes: `location` relative to the model's directory and
@@ -236,12 +270,11 @@ fn read_external(t: &TensorProto, dir: Option<&Path>, needed: usize) -> Result<V
             "external data `{location}` declares {length} bytes, the tensor needs {needed}"
         ));
     }
-    let mut file =
-        std::fs::File::open(&real).map_err(|e| format!("external data `{location}`: {e}"))?;
-    let size = file
-        .metadata()
-        .map_err(|e| format!("external data `{location}`: {e}"))?
-        .len();
+    // A regular file within the external-data limit, opened without blocking: a FIFO planted
+    // as external data is refused, not waited on.
+    let mut opened = crate::file_limits::open(&real, crate::file_limits::FileKind::OnnxExternal)
+        .map_err(|e| format!("external data `{location}`: {e}"))?;
+    let size = opened.size;
     if offset
         .checked_add(needed as u64)
         .is_none_or(|end| end > size)
@@ -250,11 +283,23 @@ fn read_external(t: &TensorProto, dir: Option<&Path>, needed: usize) -> Result<V
             "external data `{location}` is {size} bytes; {needed} bytes at offset {offset} do not fit"
         ));
     }
+    let file = opened.file_mut();
     file.seek(SeekFrom::Start(offset))
         .map_err(|e| format!("external data `{location}`: {e}"))?;
-    let mut bytes = vec![0u8; needed];
-    file.read_exact(&mut bytes)
+    let mut bytes = Vec::new();
+    bytes
+        .try_reserve_exact(needed)
+        .map_err(|_| format!("external data `{location}`: cannot allocate {needed} bytes"))?;
+    // Exactly the tensor's bytes, however the file changes meanwhile.
+    file.take(needed as u64)
+        .read_to_end(&mut bytes)
         .map_err(|e| format!("external data `{location}`: {e}"))?;
+    if bytes.len() != needed {
+        return Err(format!(
+            "external data `{location}` ended after {} of the {needed} bytes at offset {offset}",
+            bytes.len()
+        ));
+    }
     Ok(bytes)
 }
 
@@ -303,6 +348,8 @@ pub fn attribute(a: &AttributeProto, dir: Option<&Path>) -> Result<Attr, String>
 
 /// Reads a model file: the parsed model and its directory (for external data).
 pub fn read_model(path: &Path) -> Result<ModelProto, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+    // A regular file of at most 2 GiB (protobuf's limit), opened without blocking.
+    let bytes = crate::file_limits::read(path, crate::file_limits::FileKind::OnnxModel)
+        .map_err(|e| format!("cannot read: {e}"))?;
     parse_model(&bytes)
 }

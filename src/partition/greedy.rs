@@ -76,6 +76,11 @@ struct Group {
     per_element: f64,
     /// Σ formula terms of its nodes: the size of its loop body (`max_kernel_terms`).
     terms: usize,
+    /// Σ operands of its concats read by ranges: the segments its code is written per
+    /// ([`emitted_terms`]).
+    segments: usize,
+    /// How many of its nodes are views: each is a load of its own in the generated code.
+    views: usize,
     domain: Shape,
     /// Holds an `End` or `Rows` node: the domain is that node's input shape and cannot change.
     fixed: bool,
@@ -127,6 +132,8 @@ struct Plan {
     out_bytes: u64,
     per_element: f64,
     terms: usize,
+    segments: usize,
+    views: usize,
     total_us: f64,
     /// Change of the modeled total.
     delta: f64,
@@ -281,6 +288,22 @@ fn view_plan(dag: &Dag, role: &[Role], v: usize) -> Option<BuiltinPlan> {
     plan_builtin(node.op.builtin()?, &[&x.shape], &node.attrs)
         .ok()
         .map(|(plan, _)| plan)
+}
+
+/// What the body budget (`max_kernel_terms`) holds a kernel to: its formula terms, and for a
+/// kernel that selects by ranges what its generated code repeats per segment. Such a kernel is
+/// written once per segment, each copy declaring every argument (`args`: loads, views and
+/// stores) and every segment's range, so its code grows as `segments × (args + segments)`: a
+/// concat of 500 one-row slices would be one kernel of hundreds of thousands of lines of C
+/// (minutes of the compiler) where a few kernels of a few segments each are linear in the
+/// graph. Counted in terms, one per line the emitter writes; a kernel of a few segments is
+/// far within the budget.
+pub(super) fn emitted_terms(terms: usize, segments: usize, args: usize) -> usize {
+    if segments == 0 {
+        return terms;
+    }
+    let per_copy = args.saturating_add(segments.saturating_mul(2));
+    terms.saturating_add(segments.saturating_add(1).saturating_mul(per_copy))
 }
 
 /// For a concat read by ranges ([`Role::is_select`]), its axis counted from the innermost
@@ -729,6 +752,18 @@ impl Builder<'_> {
         if in_count + out_count > self.max_args {
             return None;
         }
+        // The body budget again, now counting what the emitter writes per segment.
+        let segment_count = members
+            .iter()
+            .map(|&m| self.group(m).segments)
+            .sum::<usize>()
+            .saturating_add(self.segments_of(n));
+        let views = members.iter().map(|&m| self.group(m).views).sum::<usize>()
+            + usize::from(self.view_plan[n].is_some());
+        let args = in_count + views + out_count;
+        if emitted_terms(terms, segment_count, args) > self.max_terms {
+            return None;
+        }
 
         // Convexity.
         for &g in &outside {
@@ -779,6 +814,8 @@ impl Builder<'_> {
             out_bytes,
             per_element,
             terms,
+            segments: segment_count,
+            views,
             total_us,
             delta: total_us - before,
             internal_uses,
@@ -937,6 +974,15 @@ impl Builder<'_> {
     }
 
     /// `n` as a kernel of its own (not yet registered).
+    /// The segments concat `n` selects among when it is read by ranges (its operands), else 0.
+    fn segments_of(&self, n: usize) -> usize {
+        if self.select[n].is_some() {
+            self.dag.nodes[n].args.len()
+        } else {
+            0
+        }
+    }
+
     fn singleton(&self, n: usize) -> Group {
         let role = self.role[n];
         let inputs: HashSet<Value> = self.operands(n).collect();
@@ -951,6 +997,8 @@ impl Builder<'_> {
             out_bytes,
             per_element: self.facts.flops_per_element[n],
             terms: self.facts.terms[n],
+            segments: self.segments_of(n),
+            views: usize::from(self.view_plan[n].is_some()),
             domain: self.facts.iter_shape(n).clone(),
             fixed: matches!(role, Role::End | Role::Rows),
             view_sources: Vec::new(),
@@ -1110,6 +1158,8 @@ impl Builder<'_> {
             out_bytes,
             per_element: self.facts.flops_per_element[n],
             terms: casts.iter().chain([&n]).map(|&m| self.facts.terms[m]).sum(),
+            segments: 0,
+            views: 0,
             domain: self.facts.iter_shape(n).clone(),
             fixed: false,
             view_sources: Vec::new(),
@@ -1182,6 +1232,8 @@ impl Builder<'_> {
             s.out_bytes = plan.out_bytes;
             s.per_element = plan.per_element;
             s.terms = plan.terms;
+            s.segments = plan.segments;
+            s.views = plan.views;
             s.domain = plan.domain;
             s.fixed = plan.fixed;
             s.rows = plan.rows;

@@ -408,20 +408,26 @@ pub(super) fn check_cycles<T>(
     file_composites: &[(usize, String)],
     doc: &RonDocument<T>,
 ) -> Result<()> {
+    if !has_cycle(catalogue, file_composites) {
+        return Ok(());
+    }
     for (index, name) in file_composites {
         // Depth-first from each composite of this file, along the body ops that are
-        // composites; reaching the start again is a cycle.
+        // composites; reaching the start again is a cycle. Each composite is visited once
+        // per start, and its path is kept as a link to the one it was reached from.
         let Some(start) = catalogue.composite(name) else {
             continue;
         };
-        let mut stack: Vec<(String, Vec<String>)> = vec![(name.clone(), vec![name.clone()])];
+        let mut from: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut stack: Vec<&str> = vec![name.as_str()];
         let mut seen = BTreeSet::new();
-        while let Some((current, trail)) = stack.pop() {
-            let Some(c) = catalogue.composite(&current) else {
+        while let Some(current) = stack.pop() {
+            let Some(c) = catalogue.composite(current) else {
                 continue;
             };
             for node in &c.body {
                 if node.op == *name {
+                    let trail = trail_to(&from, current);
                     let n = start
                         .body
                         .iter()
@@ -435,7 +441,7 @@ pub(super) fn check_cycles<T>(
                         Step::field("op"),
                     ]);
                     site.op = Some(name.clone());
-                    let mut path = trail.clone();
+                    let mut path = trail;
                     path.push(name.clone());
                     return Err(Error::new(
                         site,
@@ -445,13 +451,239 @@ pub(super) fn check_cycles<T>(
                         )),
                     ));
                 }
-                if catalogue.composite(&node.op).is_some() && seen.insert(node.op.clone()) {
-                    let mut next = trail.clone();
-                    next.push(node.op.clone());
-                    stack.push((node.op.clone(), next));
+                if catalogue.composite(&node.op).is_some() && seen.insert(node.op.as_str()) {
+                    from.insert(node.op.as_str(), current);
+                    stack.push(node.op.as_str());
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// The path from the start of a search to `at`, following `from` (each composite to the one
+/// it was reached from).
+fn trail_to<'a>(from: &BTreeMap<&'a str, &'a str>, mut at: &'a str) -> Vec<String> {
+    let mut trail = vec![at.to_string()];
+    while let Some(&before) = from.get(at) {
+        trail.push(before.to_string());
+        at = before;
+    }
+    trail.reverse();
+    trail
+}
+
+/// Whether any composite reachable from this file's composites reaches itself: one
+/// depth-first search over them all (time linear in the bodies), so a file of thousands of
+/// composites without a cycle — the usual case — is checked at once; only a file with a cycle
+/// searches again, per composite, for the message.
+fn has_cycle(catalogue: &Catalogue, file_composites: &[(usize, String)]) -> bool {
+    // 1: on the current path; 2: done.
+    let mut state: BTreeMap<&str, u8> = BTreeMap::new();
+    for (_, root) in file_composites {
+        if state.contains_key(root.as_str()) {
+            continue;
+        }
+        // (composite, index of the next body node to follow)
+        let mut path: Vec<(&str, usize)> = vec![(root.as_str(), 0)];
+        state.insert(root.as_str(), 1);
+        while let Some((current, next)) = path.pop() {
+            let body = catalogue
+                .composite(current)
+                .map_or(&[][..], |c| &c.body[..]);
+            let Some(node) = body.get(next) else {
+                state.insert(current, 2);
+                continue;
+            };
+            path.push((current, next + 1));
+            if catalogue.composite(&node.op).is_none() {
+                continue;
+            }
+            match state.get(node.op.as_str()) {
+                Some(1) => return true,
+                Some(_) => {}
+                None => {
+                    state.insert(node.op.as_str(), 1);
+                    path.push((node.op.as_str(), 0));
+                }
+            }
+        }
+    }
+    false
+}
+
+/// The most catalogue ops one use of a composite may expand to. Real composites are a handful
+/// of ops (softmax is five, a transformer layer written as composites a few hundred); a body
+/// that calls another twice per level doubles with every level, and 41 levels would be 2^41
+/// nodes, so the size is counted (multiplied through the calls) when the file loads.
+pub const MAX_EXPANDED_OPS: usize = 1 << 16;
+
+/// The deepest composites may nest (a composite using a composite using …). Expansion
+/// recurses once per level; the limit keeps a long chain of composites from exhausting the
+/// stack, far above any real nesting.
+pub const MAX_COMPOSITE_DEPTH: usize = 64;
+
+/// What one use of a composite expands to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expansion {
+    /// Catalogue ops, counted with saturating arithmetic (`usize::MAX` means "beyond count").
+    pub ops: usize,
+    /// Composite levels, 1 for a body of catalogue ops only.
+    pub depth: usize,
+}
+
+impl Expansion {
+    /// Whether this is within [`MAX_EXPANDED_OPS`] and [`MAX_COMPOSITE_DEPTH`].
+    pub fn fits(self) -> bool {
+        self.ops <= MAX_EXPANDED_OPS && self.depth <= MAX_COMPOSITE_DEPTH
+    }
+
+    /// The count for a message: exact, or "more than 2^64" once it saturated.
+    fn shown(self) -> String {
+        if self.ops == usize::MAX {
+            format!("more than {}", usize::MAX)
+        } else {
+            self.ops.to_string()
+        }
+    }
+}
+
+impl Catalogue {
+    /// What one use of composite `name` expands to (one op for a catalogue op), computed
+    /// without expanding: each body's sizes summed, through inner composites, memoized in
+    /// `memo` (so a body calling another twice per level costs one visit per composite, not
+    /// 2^levels). Iterative, so a long chain of composites cannot exhaust the stack; a cycle
+    /// (which loading refuses) counts as beyond count.
+    pub fn expansion(&self, name: &str, memo: &mut BTreeMap<String, Expansion>) -> Expansion {
+        const ONE: Expansion = Expansion { ops: 1, depth: 0 };
+        if self.composite(name).is_none() {
+            return ONE;
+        }
+        let mut stack: Vec<(&str, bool)> = vec![(name, false)];
+        let mut open: BTreeSet<&str> = BTreeSet::new();
+        while let Some((current, children_done)) = stack.pop() {
+            if memo.contains_key(current) {
+                continue;
+            }
+            let Some(c) = self.composite(current) else {
+                continue;
+            };
+            if children_done {
+                let mut total = Expansion { ops: 0, depth: 1 };
+                for node in &c.body {
+                    let inner = match self.composite(&node.op) {
+                        Some(_) => memo.get(node.op.as_str()).copied().unwrap_or(Expansion {
+                            ops: usize::MAX,
+                            depth: usize::MAX,
+                        }),
+                        None => ONE,
+                    };
+                    total.ops = total.ops.saturating_add(inner.ops);
+                    total.depth = total.depth.max(inner.depth.saturating_add(1));
+                }
+                open.remove(current);
+                memo.insert(current.to_string(), total);
+                continue;
+            }
+            if !open.insert(current) {
+                continue; // reached again while open: a cycle, left beyond count
+            }
+            stack.push((current, true));
+            for node in &c.body {
+                if self.composite(&node.op).is_some() && !memo.contains_key(node.op.as_str()) {
+                    stack.push((&node.op, false));
+                }
+            }
+        }
+        memo.get(name).copied().unwrap_or(Expansion {
+            ops: usize::MAX,
+            depth: usize::MAX,
+        })
+    }
+
+    /// The chain of composites from `name` down its largest (or, if it fits in size, its
+    /// deepest) inner composite, for messages: `outer → inner → …`, shortened in the middle
+    /// when long. Also returns the index of `name`'s body node the chain goes through.
+    pub fn expansion_chain(
+        &self,
+        name: &str,
+        memo: &mut BTreeMap<String, Expansion>,
+    ) -> (String, usize) {
+        let by_size = self.expansion(name, memo).ops > MAX_EXPANDED_OPS;
+        let mut chain = vec![name.to_string()];
+        let mut first = 0;
+        let mut current = name.to_string();
+        while let Some(c) = self.composite(&current).cloned() {
+            let weight = |op: &str, memo: &mut BTreeMap<String, Expansion>| {
+                let e = self.expansion(op, memo);
+                if by_size { e.ops } else { e.depth }
+            };
+            let mut best: Option<(usize, usize)> = None;
+            for (i, node) in c.body.iter().enumerate() {
+                if self.composite(&node.op).is_none() {
+                    continue;
+                }
+                let w = weight(&node.op, memo);
+                if best.is_none_or(|(_, b)| w > b) {
+                    best = Some((i, w));
+                }
+            }
+            let Some((i, _)) = best else { break };
+            if chain.len() == 1 {
+                first = i;
+            }
+            current = c.body[i].op.clone();
+            chain.push(current.clone());
+            if chain.len() > MAX_COMPOSITE_DEPTH + 1 {
+                break;
+            }
+        }
+        if chain.len() > 8 {
+            let total = chain.len();
+            let tail = chain.split_off(total - 3);
+            chain.truncate(4);
+            chain.push(format!("… ({} more)", total - 7));
+            chain.extend(tail);
+        }
+        (chain.join(" → "), first)
+    }
+}
+
+/// Refuses a composite of this file whose expansion is beyond [`MAX_EXPANDED_OPS`] ops or
+/// [`MAX_COMPOSITE_DEPTH`] levels, at the body node that leads to the bulk of it, naming the
+/// chain of composites. Checked when the file loads (after [`check_cycles`]), so `fusebox
+/// check` answers at once instead of expanding for ever.
+pub(super) fn check_sizes<T>(
+    catalogue: &Catalogue,
+    file_composites: &[(usize, String)],
+    doc: &RonDocument<T>,
+) -> Result<()> {
+    let mut memo = BTreeMap::new();
+    for (index, name) in file_composites {
+        let expansion = catalogue.expansion(name, &mut memo);
+        if expansion.fits() {
+            continue;
+        }
+        let (chain, node) = catalogue.expansion_chain(name, &mut memo);
+        let mut site = doc.site(&[
+            Step::Index(*index),
+            Step::field("nodes"),
+            Step::Index(node),
+            Step::field("op"),
+        ]);
+        site.op = Some(name.clone());
+        let msg = if expansion.ops > MAX_EXPANDED_OPS {
+            format!(
+                "composite `{name}` expands to {} ops ({chain}), more than the limit of {MAX_EXPANDED_OPS}",
+                expansion.shown()
+            )
+        } else {
+            format!(
+                "composite `{name}` nests {} composites deep ({chain}), more than the limit of {MAX_COMPOSITE_DEPTH}",
+                expansion.depth
+            )
+        };
+        return Err(Error::new(site, ErrorKind::Rule(msg)));
     }
     Ok(())
 }

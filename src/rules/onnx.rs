@@ -5,10 +5,12 @@
 //! express is a few lines of RON, not a match arm; the file's header documents the template
 //! language. A rule directory's `onnx.ron` replaces the embedded table as a whole, like
 //! `amp.ron`. [`MapTable::load_str`] reads it with located errors, and checks what can be
-//! checked without a model: every template op (and chain op) is in the catalogue, every
+//! checked without a model: no Map is for an op type the importer handles in code
+//! ([`crate::onnx::STRUCTURAL`]), every template op (and chain op) is in the catalogue, every
 //! attribute a template sets is one its op declares, and every template arg names an input
 //! (`$N`, `$*`) or an earlier node.
 
+use crate::dtype::{Category, DType};
 use crate::error::{Error, ErrorKind, Result};
 use crate::rules::{Catalogue, ron_file};
 use crate::span::Step;
@@ -58,6 +60,50 @@ pub struct Template {
     pub needs: Vec<String>,
 }
 
+/// The input index of a dtype condition key (`"$0.dtype"` → 0), or `None` for an attribute
+/// condition.
+pub fn dtype_condition(key: &str) -> Option<usize> {
+    key.strip_prefix('$')?.strip_suffix(".dtype")?.parse().ok()
+}
+
+/// Whether `dtype` is what a dtype condition's value names: a dtype (`"i32"`) or a category
+/// (`"integer"`, `"float"`, `"bool"`).
+pub fn dtype_matches(dtype: DType, want: &str) -> bool {
+    match want {
+        "integer" => dtype.category() == Category::Integer,
+        "float" => dtype.category() == Category::Float,
+        "bool" => dtype.category() == Category::Bool,
+        name => dtype.name() == name,
+    }
+}
+
+/// Checks a `when`/`unless` map's dtype conditions: `$N.dtype` keys need a string value that
+/// names a dtype or a category; other keys (ONNX attributes) take any value.
+fn check_conditions(conditions: &BTreeMap<String, ron::Value>) -> std::result::Result<(), String> {
+    for (key, value) in conditions {
+        if key.starts_with('$') {
+            if dtype_condition(key).is_none() {
+                return Err(format!(
+                    "condition `{key}`: a `$` condition is written `$N.dtype` (the dtype of input N)"
+                ));
+            }
+            let known = |s: &str| {
+                ["integer", "float", "bool"].contains(&s)
+                    || DType::ALL.iter().any(|d| d.name() == s)
+            };
+            match value {
+                ron::Value::String(s) if known(s) => {}
+                other => {
+                    return Err(format!(
+                        "condition `{key}` must name a dtype or one of \"integer\", \"float\", \"bool\", not {other:?}"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The loaded table.
 #[derive(Debug, Clone)]
 pub struct MapTable {
@@ -94,6 +140,24 @@ impl MapTable {
             )
         };
         for (m, map) in doc.value.iter().enumerate() {
+            // The importer handles these op types in code and never consults the table for
+            // them, so a Map for one would be silently ignored: refuse it where it is written.
+            if crate::onnx::STRUCTURAL.contains(&map.onnx.as_str()) {
+                return Err(Error::new(
+                    doc.site(&[Step::Index(m), Step::field("onnx")]),
+                    ErrorKind::Rule(format!(
+                        "`{}` is handled by the importer itself (its catalogue form depends on shapes and constants known only at import), so a Map for it would never be used; the op types handled in code are {}",
+                        map.onnx,
+                        crate::onnx::STRUCTURAL.join(", ")
+                    )),
+                ));
+            }
+            check_conditions(&map.when).map_err(|message| {
+                Error::new(
+                    doc.site(&[Step::Index(m), Step::field("when")]),
+                    ErrorKind::Rule(message),
+                )
+            })?;
             if let Some(op) = &map.chain
                 && catalogue.declared_attrs(op).is_none()
             {
@@ -109,6 +173,11 @@ impl MapTable {
                         Step::field(field),
                     ]
                 };
+                for (field, conditions) in [("when", &node.when), ("unless", &node.unless)] {
+                    check_conditions(conditions).map_err(|message| {
+                        Error::new(doc.site(&at(field)), ErrorKind::Rule(message))
+                    })?;
+                }
                 let Some(attrs) = catalogue.declared_attrs(&node.op) else {
                     return Err(unknown_op(&node.op, &at("op")));
                 };

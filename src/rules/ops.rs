@@ -544,6 +544,7 @@ impl Catalogue {
                 .insert(spec.name.clone(), Arc::new(composite));
         }
         super::composite::check_cycles(&next, &file_composites, &doc)?;
+        super::composite::check_sizes(&next, &file_composites, &doc)?;
         if self.builtin(Builtin::Cast).is_some() && next.builtin(Builtin::Cast).is_none() {
             // Only replacing an op by name can lose a built-in: point at the replacement.
             let index = doc

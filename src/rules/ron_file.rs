@@ -84,14 +84,16 @@ fn parse_with<T: DeserializeOwned>(
     }
 }
 
-/// Reads a file to a string, mapping I/O failures to a located error.
-pub fn read_file(path: &std::path::Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| {
+/// Reads a RON file of `kind` (a graph or a rule file) to a string, mapping I/O failures to a
+/// located error. The file must be a regular file within the kind's size limit
+/// ([`crate::file_limits`]): a FIFO or a link to a device is refused, not read forever.
+pub fn read_file(path: &std::path::Path, kind: crate::file_limits::FileKind) -> Result<String> {
+    crate::file_limits::read_text(path, kind).map_err(|message| {
         Error::new(
             Site::whole_file(&path.display().to_string()),
             ErrorKind::Io {
                 path: path.display().to_string(),
-                message: e.to_string(),
+                message,
             },
         )
     })

@@ -117,7 +117,9 @@ impl RuleSet {
                 let inner = std::fs::read_dir(&path).map_err(|e| dir_error(e.to_string()))?;
                 for rewrite in inner {
                     let rewrite = rewrite.map_err(|e| dir_error(e.to_string()))?.path();
-                    if !(rewrite.is_file() && rewrite.extension().is_some_and(|e| e == "ron")) {
+                    // Any other kind of file named `*.ron` (a FIFO, a device) is the
+                    // reader's to refuse, as what it is.
+                    if rewrite.is_dir() || rewrite.extension().is_none_or(|e| e != "ron") {
                         return Err(misplaced(
                             &rewrite,
                             "rewrites/ holds only rule files named *.ron",
@@ -151,7 +153,7 @@ impl RuleSet {
         let mut onnx_file = None;
         let mut user_rewrites = Vec::new();
         for (key, path) in files {
-            let text = ron_file::read_file(&path)?;
+            let text = ron_file::read_file(&path, crate::file_limits::FileKind::Rules)?;
             let shown = path.display().to_string();
             if key == "ops.ron" {
                 rules.ops.load_str(&text, &shown)?;

@@ -182,6 +182,11 @@ impl Builder<'_> {
         if in_count + out_count > self.max_args {
             return None;
         }
+        let (segments, views) = (ga.segments + gb.segments, ga.views + gb.views);
+        let args = in_count + views + out_count;
+        if super::emitted_terms(ga.terms + gb.terms, segments, args) > self.max_terms {
+            return None;
+        }
         let in_bytes = ga.in_bytes + gb.in_bytes - shared_bytes;
         let out_bytes = ga.out_bytes + gb.out_bytes;
         let per_element = ga.per_element + gb.per_element;
@@ -229,6 +234,8 @@ impl Builder<'_> {
             out_bytes,
             per_element,
             terms,
+            segments,
+            views,
             total_us,
             delta: total_us - before,
             internal_uses: Vec::new(),

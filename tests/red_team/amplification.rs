@@ -1,0 +1,494 @@
+//! Issue 40, amplification: a small input must not make fusebox do unbounded work or ask for
+//! unbounded memory.
+//!
+//! - composites of generated fan-out and depth: those within the limits expand and compute
+//!   exactly what they mean; those beyond are refused at once, at the body node in `ops.rs`,
+//!   naming the chain of composites; too many uses in one graph are refused at the use;
+//! - concats of generated width (up to 500 operands): the generated C grows at most linearly
+//!   in the operands, and the CPU backend's results equal the reference evaluator's;
+//! - evaluation under a memory limit (`ulimit -v`) of generated graphs too large for it,
+//!   including casts: exit 1 with an error naming the size, never an abort.
+//!
+//! Every child runs under a deadline, so a regression (an expansion that never ends) fails the
+//! test instead of hanging it.
+
+use super::*;
+use fusebox::dtype::DType;
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+/// How long one command may take before the test calls it hung. The refusals here answer in
+/// milliseconds; the margin is for the runs that compile C on a loaded CI machine.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Runs `cmd`, killed and failed as hung past [`DEADLINE`].
+#[track_caller]
+fn bounded(mut cmd: Command, case: &str) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command runs");
+    // Drained on threads, so a chatty child never blocks on a full pipe.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{case}: still running after {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
+/// `fusebox args` in `cwd` under [`DEADLINE`].
+#[track_caller]
+fn timed(args: &[&str], cwd: &Path, case: &str) -> Output {
+    bounded(command(args, cwd), case)
+}
+
+// ------------------------------------------------------------------------------- composites
+
+/// An `ops.ron` of composites `c0` … `c{depth}`: `c0` is `neg x`, and each `c{k}` applies
+/// `c{k-1}` `fan[k-1]` times in a row. One use of `c{depth}` is Π fan `neg`s.
+fn chained_composites(fan: &[usize]) -> String {
+    let mut text = String::from(
+        "[\n  Composite(name: \"c0\", operands: [\"x\"], nodes: [Node(name: \"a0\", op: \"neg\", args: [\"x\"])]),\n",
+    );
+    for (k, &f) in fan.iter().enumerate() {
+        let nodes: Vec<String> = (0..f)
+            .map(|i| {
+                let arg = if i == 0 {
+                    "x".to_string()
+                } else {
+                    format!("a{}", i - 1)
+                };
+                format!("Node(name: \"a{i}\", op: \"c{k}\", args: [\"{arg}\"])")
+            })
+            .collect();
+        text += &format!(
+            "  Composite(name: \"c{}\", operands: [\"x\"], nodes: [{}]),\n",
+            k + 1,
+            nodes.join(", ")
+        );
+    }
+    text + "]\n"
+}
+
+/// A graph of input `x` [8] applying composite `op` `uses` times in a row.
+fn graph_using(op: &str, uses: usize) -> String {
+    let nodes: Vec<String> = (0..uses)
+        .map(|i| {
+            let arg = if i == 0 {
+                "x".to_string()
+            } else {
+                format!("y{}", i - 1)
+            };
+            format!("Node(name: \"y{i}\", op: \"{op}\", args: [\"{arg}\"])")
+        })
+        .collect();
+    format!(
+        "Graph(name: \"g\", inputs: [Input(name: \"x\", dtype: \"f32\", shape: [8])],\n\
+         nodes: [{}], outputs: [\"y{}\"])\n",
+        nodes.join(",\n"),
+        uses - 1
+    )
+}
+
+/// Composites of generated fan-out (1 to 4 calls of the level below) and depth: within the
+/// limits (65,536 ops, 64 levels) a use expands and computes exactly (-1)^ops · x, on the
+/// reference backend; beyond them, `check` answers within the deadline with an error at a
+/// body node of `rules/ops.ron` naming the chain from the composite down (`c17 → c16 → …`).
+/// Before the limit, 2 calls per level over 41 levels made `check` run for ever.
+#[test]
+fn composites_expanding_past_the_limits_are_refused_at_load_naming_the_chain() {
+    let dir = scratch("amp-composites");
+    std::fs::create_dir_all(dir.join("rules")).unwrap();
+    let mut rng = Seeded(0xc0_4905);
+    let x =
+        Tensor::from_values(DType::F32, &[8], (0..8).map(|i| i as f64 - 3.5).collect()).unwrap();
+    x.write_npy(&dir.join("x.npy")).unwrap();
+    let (mut fitting, mut refused_cases) = (0, 0);
+    for round in 0..16 {
+        // Half the rounds small enough to run, half far beyond the limit.
+        let big = round % 2 == 1;
+        let depth = if big {
+            17 + (rng.next() % 30) as usize
+        } else {
+            1 + (rng.next() % 6) as usize
+        };
+        let fan: Vec<usize> = (0..depth)
+            .map(|_| {
+                if big {
+                    2 + (rng.next() % 3) as usize
+                } else {
+                    1 + (rng.next() % 3) as usize
+                }
+            })
+            .collect();
+        let ops = fan.iter().fold(1u128, |p, &f| p * f as u128);
+        let case = format!("round {round}: fan {fan:?} ({ops} ops)");
+        std::fs::write(dir.join("rules/ops.ron"), chained_composites(&fan)).unwrap();
+        std::fs::write(dir.join("g.ron"), graph_using(&format!("c{depth}"), 1)).unwrap();
+        let out = timed(&["check", "g.ron", "--rules", "rules"], &dir, &case);
+        if ops <= 65_536 {
+            assert!(held(&out, &case), "{case}");
+            fitting += 1;
+            if ops > 4096 {
+                continue; // checked; running it is the CPU suite's business
+            }
+            let _ = std::fs::remove_dir_all(dir.join("o"));
+            let run = timed(
+                &[
+                    "run",
+                    "g.ron",
+                    "--rules",
+                    "rules",
+                    "--backend",
+                    "reference",
+                    "--input",
+                    "x=x.npy",
+                    "--out",
+                    "o",
+                ],
+                &dir,
+                &case,
+            );
+            assert!(held(&run, &case), "{case}");
+            let y = Tensor::read_npy(&dir.join("o/y0.npy")).unwrap();
+            let sign = if ops % 2 == 0 { 1.0 } else { -1.0 };
+            let want: Vec<f64> = x.values().iter().map(|v| sign * v).collect();
+            assert_eq!(y.values(), want, "{case}");
+        } else {
+            let stderr = refused(&out, &case);
+            assert!(
+                stderr.starts_with("error: rules/ops.ron:"),
+                "{case}: {stderr}"
+            );
+            assert!(
+                stderr.contains("more than the limit of 65536"),
+                "{case}: {stderr}"
+            );
+            // The chain starts at the first composite past the limit and goes down.
+            let over = (1..=depth)
+                .find(|&k| fan[..k].iter().fold(1u128, |p, &f| p * f as u128) > 65_536)
+                .unwrap();
+            assert!(
+                stderr.contains(&format!("composite `c{over}` expands to")),
+                "{case}: {stderr}"
+            );
+            assert!(
+                stderr.contains(&format!("(c{over} → c{} → ", over - 1)),
+                "{case}: {stderr}"
+            );
+            assert!(stderr.len() < 1000, "{case}: {stderr}");
+            refused_cases += 1;
+        }
+    }
+    assert!(
+        fitting >= 6 && refused_cases >= 6,
+        "{fitting} fit, {refused_cases} refused"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A chain of single calls deeper than 64 levels is refused at load (expansion recurses once
+/// per level; a chain of thousands would overflow the stack), and one 64 deep runs.
+#[test]
+fn composites_nested_past_the_depth_limit_are_refused_at_load() {
+    let dir = scratch("amp-depth");
+    std::fs::create_dir_all(dir.join("rules")).unwrap();
+    for (depth, fits) in [(63, true), (64, false), (3000, false)] {
+        let case = format!("depth {depth}");
+        std::fs::write(
+            dir.join("rules/ops.ron"),
+            chained_composites(&vec![1; depth]),
+        )
+        .unwrap();
+        std::fs::write(dir.join("g.ron"), graph_using(&format!("c{depth}"), 1)).unwrap();
+        let out = timed(&["check", "g.ron", "--rules", "rules"], &dir, &case);
+        if fits {
+            assert!(held(&out, &case), "{case}");
+        } else {
+            let stderr = refused(&out, &case);
+            assert!(
+                stderr.starts_with("error: rules/ops.ron:"),
+                "{case}: {stderr}"
+            );
+            assert!(stderr.contains("composites deep"), "{case}: {stderr}");
+            assert!(
+                stderr.contains("more than the limit of 64"),
+                "{case}: {stderr}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Uses of a composite that fits, too many for one graph: refused at the use that crosses the
+/// graph's limit (2^18 expanded nodes), with the graph file's position and the composite named.
+#[test]
+fn too_many_uses_of_a_large_composite_are_refused_at_the_use() {
+    let dir = scratch("amp-uses");
+    std::fs::create_dir_all(dir.join("rules")).unwrap();
+    // c16 is 2^16 = 65,536 ops, the most one use may expand to: 4 uses fill the graph.
+    std::fs::write(dir.join("rules/ops.ron"), chained_composites(&[2; 16])).unwrap();
+    std::fs::write(dir.join("g.ron"), graph_using("c16", 4)).unwrap();
+    assert!(held(
+        &timed(&["check", "g.ron", "--rules", "rules"], &dir, "4 uses"),
+        "4 uses"
+    ));
+    std::fs::write(dir.join("g.ron"), graph_using("c16", 5)).unwrap();
+    let stderr = refused(
+        &timed(&["check", "g.ron", "--rules", "rules"], &dir, "5 uses"),
+        "5 uses",
+    );
+    assert!(stderr.starts_with("error: g.ron:6:"), "{stderr}");
+    assert!(stderr.contains("`y4`"), "{stderr}");
+    assert!(stderr.contains("(c16 → c15 → "), "{stderr}");
+    assert!(
+        stderr.contains("makes the graph more than 262144 nodes"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ---------------------------------------------------------------------------------- concats
+
+/// A graph concatenating `widths.len()` slices of input `x` [Σ widths, 8] (or [8, Σ widths]
+/// along axis 1), the `k`-th `widths[k]` wide, each slice negated when `neg[k]`.
+fn sliced_concat(widths: &[usize], axis: usize, neg: &[bool]) -> String {
+    let total: usize = widths.iter().sum();
+    let shape = if axis == 0 { [total, 8] } else { [8, total] };
+    let mut nodes = Vec::new();
+    let mut parts = Vec::new();
+    let mut start = 0;
+    for (k, &w) in widths.iter().enumerate() {
+        nodes.push(format!(
+            "Node(name: \"s{k}\", op: \"slice\", args: [\"x\"], attrs: {{\"axis\": {axis}, \"start\": {start}, \"end\": {}}})",
+            start + w
+        ));
+        start += w;
+        if neg[k] {
+            nodes.push(format!(
+                "Node(name: \"n{k}\", op: \"neg\", args: [\"s{k}\"])"
+            ));
+            parts.push(format!("\"n{k}\""));
+        } else {
+            parts.push(format!("\"s{k}\""));
+        }
+    }
+    // Reversed, so the result is not the input.
+    parts.reverse();
+    nodes.push(format!(
+        "Node(name: \"c\", op: \"concat\", args: [{}], attrs: {{\"axis\": {axis}}})",
+        parts.join(", ")
+    ));
+    format!(
+        "Graph(name: \"g\", inputs: [Input(name: \"x\", dtype: \"f32\", shape: {shape:?})],\n\
+         nodes: [{}], outputs: [\"c\"])\n",
+        nodes.join(",\n")
+    )
+}
+
+/// Concats of generated width (8 to 500 operands, slices of generated widths, some negated,
+/// along either axis): the C emitted for each is at most 120 KB plus 1 KB per operand. A
+/// kernel selecting among segments is written once per segment with every argument and
+/// range, so before the body budget counted that, one fused concat of 100 one-row slices was
+/// 1.9 MB of C (19 KB per operand) and 17 s of `cc`. The smaller ones also run on the CPU
+/// backend and equal the reference evaluator bit for bit (slices, negations and copies are
+/// exact).
+#[test]
+fn wide_concats_emit_c_that_grows_linearly_in_their_operands() {
+    let dir = scratch("amp-concat");
+    let mut rng = Seeded(0xca7_0500);
+    let mut ran = 0;
+    for round in 0..10 {
+        let n = match round {
+            0 => 500,
+            1 => 100,
+            _ => 8 + (rng.next() % 300) as usize,
+        };
+        let axis = (rng.next() % 2) as usize;
+        let widths: Vec<usize> = (0..n)
+            .map(|_| {
+                if rng.next().is_multiple_of(3) {
+                    1 + (rng.next() % 4) as usize
+                } else {
+                    1
+                }
+            })
+            .collect();
+        let neg: Vec<bool> = (0..n).map(|_| rng.next().is_multiple_of(4)).collect();
+        let case = format!("round {round}: {n} operands along axis {axis}");
+        std::fs::write(dir.join("g.ron"), sliced_concat(&widths, axis, &neg)).unwrap();
+        let out = timed(
+            &["optimize", "g.ron", "--emit", "c", "--out", "k.c"],
+            &dir,
+            &case,
+        );
+        assert!(held(&out, &case), "{case}");
+        let bytes = std::fs::metadata(dir.join("k.c")).unwrap().len() as usize;
+        eprintln!("{case}: {bytes} bytes of C");
+        assert!(
+            bytes <= 250_000 + 4_000 * n,
+            "{case}: {bytes} bytes of C ({} per operand)",
+            bytes / n
+        );
+        if n <= 120 && ran < 2 {
+            ran += 1;
+            let run = |backend: &str| {
+                let _ = std::fs::remove_dir_all(dir.join(backend));
+                let out = timed(
+                    &[
+                        "run",
+                        "g.ron",
+                        "--backend",
+                        backend,
+                        "--random-inputs",
+                        "--out",
+                        backend,
+                    ],
+                    &dir,
+                    &case,
+                );
+                assert!(held(&out, &case), "{case}");
+                dir.join(backend).join("c.npy")
+            };
+            let (want, got) = (run("reference"), run("cpu"));
+            assert_eq!(
+                std::fs::read(want).unwrap(),
+                std::fs::read(got).unwrap(),
+                "{case}"
+            );
+        }
+    }
+    assert_eq!(ran, 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ------------------------------------------------------------------------- memory limits
+
+/// `fusebox args` in `cwd` under an address-space limit of `mib` MiB (`ulimit -v`), so an
+/// allocation the system refuses fails as it does on a machine out of memory.
+fn with_memory_limit(args: &[&str], cwd: &Path, mib: u64, case: &str) -> Output {
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    let script = format!(
+        "ulimit -v {}; exec '{}' {}",
+        mib * 1024,
+        env!("CARGO_BIN_EXE_fusebox"),
+        quoted.join(" ")
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script])
+        .current_dir(cwd)
+        .env("FUSEBOX_CACHE_DIR", cwd.join("cache"));
+    bounded(cmd, case)
+}
+
+/// Generated graphs whose reference evaluation needs more memory than a 1 GiB address-space
+/// limit allows — a value broadcast to 2^25 elements (256 MiB as the evaluator holds it),
+/// then cast (f32 → f64, to an integer), negated, exponentiated, transposed or concatenated,
+/// and summed; an input of 2^28 elements with `--random-inputs` — end with exit 1 and an
+/// error naming the bytes it could not allocate, never an abort (`Tensor::cast` aborted on a
+/// 2 GiB allocation). The same graphs at a small size succeed under the same limit.
+#[test]
+fn evaluation_beyond_a_memory_limit_is_an_error_naming_the_size() {
+    let probe = Command::new("sh")
+        .args(["-c", "ulimit -v 1048576 && echo ok"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        return; // no POSIX shell with ulimit here
+    }
+    let dir = scratch("amp-memory");
+    let mut rng = Seeded(0x2_61b);
+    let tails = [
+        "Node(name: \"t\", op: \"cast\", args: [\"b\"], attrs: {\"dtype\": \"f64\"})",
+        "Node(name: \"t\", op: \"cast\", args: [\"b\"], attrs: {\"dtype\": \"i32\"})",
+        "Node(name: \"t\", op: \"neg\", args: [\"b\"])",
+        "Node(name: \"t\", op: \"exp\", args: [\"b\"])",
+        "Node(name: \"t\", op: \"concat\", args: [\"b\", \"b\"], attrs: {\"axis\": 0})",
+        "Node(name: \"t\", op: \"transpose\", args: [\"b\"], attrs: {\"perm\": [1, 0]})",
+    ];
+    for round in 0..8 {
+        let tail = rng.pick(&tails);
+        let rows = 1u64 << (rng.next() % 3);
+        for (elements, fits) in [(1u64 << 25, false), (1 << 10, true)] {
+            let shape = format!("[{rows}, {}]", elements / rows);
+            let graph = format!(
+                "Graph(name: \"g\", inputs: [Input(name: \"x\", dtype: \"f32\", shape: [1])],\n\
+                 nodes: [Node(name: \"b\", op: \"broadcast_to\", args: [\"x\"], attrs: {{\"shape\": {shape}}}),\n\
+                 {tail},\n\
+                 Node(name: \"s\", op: \"sum\", args: [\"t\"])], outputs: [\"s\"])\n"
+            );
+            std::fs::write(dir.join("g.ron"), graph).unwrap();
+            let case = format!("round {round}: {shape} then {tail}");
+            let _ = std::fs::remove_dir_all(dir.join("o"));
+            let args = [
+                "run",
+                "g.ron",
+                "--backend",
+                "reference",
+                "--random-inputs",
+                "--out",
+                "o",
+            ];
+            let out = with_memory_limit(&args, &dir, 1024, &case);
+            if fits {
+                assert!(held(&out, &case), "{case}");
+            } else {
+                let stderr = refused(&out, &case);
+                assert!(stderr.contains("cannot allocate"), "{case}: {stderr}");
+                assert!(stderr.contains(" bytes "), "{case}: {stderr}");
+                assert!(!dir.join("o").exists(), "{case}");
+            }
+        }
+    }
+    // An input too large for the limit, drawn at random.
+    let big = "Graph(name: \"g\", inputs: [Input(name: \"x\", dtype: \"f32\", shape: [268435456])],\n\
+               nodes: [Node(name: \"s\", op: \"sum\", args: [\"x\"])], outputs: [\"s\"])\n";
+    std::fs::write(dir.join("big.ron"), big).unwrap();
+    let stderr = refused(
+        &with_memory_limit(
+            &[
+                "run",
+                "big.ron",
+                "--backend",
+                "reference",
+                "--random-inputs",
+                "--out",
+                "o",
+            ],
+            &dir,
+            1024,
+            "random input",
+        ),
+        "random input",
+    );
+    assert!(
+        stderr.contains("cannot allocate 2147483648 bytes"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("`x`"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
