@@ -1047,77 +1047,61 @@ fn check_rules(dir: Option<&Path>, seed: u64, instances: usize, json: bool) -> R
             + &render_composites(&composites)
             + &render_onnx_table(&set.onnx)
     };
-    let wrong_composites: Vec<&str> = composites
+    let wrong_composites: Vec<String> = composites
         .iter()
         .filter(|c| matches!(c.outcome, CompositeOutcome::Gradient(e) if e > COMPOSITE_TOLERANCE))
-        .map(|c| c.name.as_str())
+        .map(|c| format!("`{}`", c.name))
         .collect();
     let wrong_derivatives: Vec<String> = derivatives
         .iter()
         .filter(|c| !c.passed())
         .map(|c| format!("`{}` (operand `{}`)", c.op, c.operand))
         .collect();
-    if report.is_sound()
-        && templates.passed()
-        && wrong_derivatives.is_empty()
-        && wrong_composites.is_empty()
-    {
-        return Ok(text);
-    }
-    if report.is_sound() && templates.passed() && !wrong_derivatives.is_empty() {
-        if let Err(e) = terminal::print(&text) {
-            return Err(stdout_error(&e));
-        }
-        return Err(Error::new(
-            Site::default(),
-            ErrorKind::Rule(format!(
-                "the derivatives of op(s) {} disagree with finite differences of their formulas or are unchecked",
-                wrong_derivatives.join(", ")
-            )),
-        ));
-    }
-    if report.is_sound() && templates.passed() {
-        if let Err(e) = terminal::print(&text) {
-            return Err(stdout_error(&e));
-        }
-        return Err(Error::new(
-            Site::default(),
-            ErrorKind::Rule(format!(
-                "the gradients of composite op(s) {} disagree with finite differences",
-                wrong_composites.join(", ")
-            )),
-        ));
-    }
-    if report.is_sound() {
-        if let Err(e) = terminal::print(&text) {
-            return Err(stdout_error(&e));
-        }
-        return Err(Error::new(
-            Site::default(),
-            ErrorKind::Rule(format!(
-                "gradient templates of {} disagree with finite differences or are unchecked",
-                set.gradients.file
-            )),
-        ));
-    }
-    // The report goes out before the error; a reader that went away is no reason to hide
-    // the unsound rules from stderr.
-    if let Err(e) = terminal::print(&text) {
-        return Err(stdout_error(&e));
-    }
+    // Every kind of failure is named, not only the first: a wrong derivative also makes the
+    // composites built on it wrong, and a reader fixing one should see both.
+    let mut failures: Vec<String> = Vec::new();
     let unsound: Vec<String> = report
         .unsound_rules()
         .into_iter()
         .map(|(file, rule)| format!("`{rule}` ({file})"))
         .collect();
-    let noun = if unsound.len() == 1 { "rule" } else { "rules" };
-    Err(Error::new(
-        Site::default(),
-        ErrorKind::Rule(format!(
+    if !unsound.is_empty() {
+        let noun = if unsound.len() == 1 { "rule" } else { "rules" };
+        failures.push(format!(
             "{} unsound rewrite {noun}: {}",
             unsound.len(),
             unsound.join(", ")
-        )),
+        ));
+    }
+    if !templates.passed() {
+        failures.push(format!(
+            "gradient templates of {} disagree with finite differences or are unchecked",
+            set.gradients.file
+        ));
+    }
+    if !wrong_derivatives.is_empty() {
+        failures.push(format!(
+            "the derivatives of op(s) {} disagree with finite differences of their formulas or are unchecked",
+            wrong_derivatives.join(", ")
+        ));
+    }
+    if !wrong_composites.is_empty() {
+        failures.push(format!(
+            "the gradients of composite op(s) {} disagree with finite differences",
+            wrong_composites.join(", ")
+        ));
+    }
+    if failures.is_empty() {
+        return Ok(text);
+    }
+    // The report goes out before the error; a reader that went away is no reason to hide
+    // the failures from stderr.
+    if let Err(e) = terminal::print(&text) {
+        return Err(stdout_error(&e));
+    }
+    Err(Error::new(
+        Site::default(),
+        ErrorKind::Rule(failures.join("; ")),
     ))
 }
 

@@ -451,7 +451,10 @@ mod tests {
         assert_eq!(free_name("W", &existing, &mut taken), "W~3.npy");
         assert_eq!(free_name("w", &existing, &mut taken), "w~4.npy");
         assert_eq!(free_name("v", &existing, &mut taken), "v.npy");
-        assert_eq!(free_name("joint.ron", &existing, &mut taken), "joint.ron.npy");
+        assert_eq!(
+            free_name("joint.ron", &existing, &mut taken),
+            "joint.ron.npy"
+        );
     }
 
     /// Only fusebox's exact staging names are recognised, and only as the kind it makes.
@@ -464,7 +467,10 @@ mod tests {
         let file_kind = fs::symlink_metadata(dir.join("f")).unwrap().file_type();
         assert_eq!(staging_owner(".fusebox-staging-42-0", &dir_kind), Some(42));
         assert_eq!(staging_owner(".fusebox-staging-42-0", &file_kind), None);
-        assert_eq!(staging_owner(".x.ron.fusebox-tmp-42-3", &file_kind), Some(42));
+        assert_eq!(
+            staging_owner(".x.ron.fusebox-tmp-42-3", &file_kind),
+            Some(42)
+        );
         assert_eq!(staging_owner(".x.ron.fusebox-tmp-42-3", &dir_kind), None);
         for other in [
             ".fusebox-staging-042-0",

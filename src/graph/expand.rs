@@ -31,6 +31,9 @@ pub trait Sink {
         name: &str,
         last: bool,
     ) -> std::result::Result<Self::Value, ErrorKind>;
+    /// How many nodes the sink holds so far: a use of a composite may not take it past
+    /// [`MAX_EXPANDED_NODES`], so a model of many uses is bounded as a whole, not only per use.
+    fn emitted(&self) -> usize;
 }
 
 /// Why a use of a composite could not be expanded.
@@ -112,7 +115,7 @@ pub fn instantiate<S: Sink>(
     last: bool,
     sink: &mut S,
 ) -> std::result::Result<S::Value, Fault> {
-    check_use(catalogue, composite, 0, &mut BTreeMap::new())?;
+    check_use(catalogue, composite, sink.emitted(), &mut BTreeMap::new())?;
     instantiate_checked(catalogue, composite, args, attrs, name, last, sink)
 }
 
@@ -222,6 +225,10 @@ struct GraphSink<'a> {
 
 impl Sink for GraphSink<'_> {
     type Value = String;
+
+    fn emitted(&self) -> usize {
+        self.nodes.len()
+    }
 
     fn dtype(&mut self, value: &String) -> std::result::Result<DType, ErrorKind> {
         self.types

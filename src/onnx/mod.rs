@@ -120,6 +120,7 @@ pub fn import_model(
         values: BTreeMap::new(),
         env: HashMap::new(),
         taken: HashSet::new(),
+        next_suffix: HashMap::new(),
         reserved: HashSet::new(),
         materialized: HashMap::new(),
         dropped: HashMap::new(),
@@ -339,6 +340,8 @@ struct Importer<'a> {
     env: HashMap<String, Val>,
     /// Names given to graph inputs and nodes so far.
     taken: HashSet<String>,
+    /// Per base name, the suffix [`Importer::fresh`] tries first.
+    next_suffix: HashMap<String, usize>,
     /// Every ONNX value name: kept for the value it names, never given to an intermediate.
     reserved: HashSet<String>,
     /// Constant (by ONNX name) → the parameter input or `const` node that holds it.
@@ -470,14 +473,23 @@ impl<'a> Importer<'a> {
     }
 
     /// A name not yet used: `base` itself when it is free (and, for intermediates, not an
-    /// ONNX value's name), else `base_1`, `base_2`, ….
+    /// ONNX value's name), else `base_1`, `base_2`, …. The search for a base resumes where
+    /// the last one ended (every lower suffix was unavailable then, and names are only ever
+    /// taken): the parts of a composite share their use's name, and counting from 1 each time
+    /// made importing a composite of n ops take n^2 probes.
     fn fresh(&mut self, base: &str, own: bool) -> String {
         let free = |s: &Self, n: &str| !s.taken.contains(n) && (own || !s.reserved.contains(n));
         let mut name = base.to_string();
-        let mut i = 1;
-        while !free(self, &name) {
-            name = format!("{base}_{i}");
-            i += 1;
+        if !free(self, &name) {
+            let mut i = self.next_suffix.get(base).copied().unwrap_or(1);
+            loop {
+                name = format!("{base}_{i}");
+                i += 1;
+                if free(self, &name) {
+                    break;
+                }
+            }
+            self.next_suffix.insert(base.to_string(), i);
         }
         self.taken.insert(name.clone());
         name
@@ -1509,6 +1521,10 @@ fn prune(mut graph: Graph, values: &mut BTreeMap<String, Tensor>) -> Graph {
 /// Composite ops expand through the importer, so each part is folded or checked as it comes.
 impl crate::graph::expand::Sink for Importer<'_> {
     type Value = Val;
+
+    fn emitted(&self) -> usize {
+        self.graph.nodes.len()
+    }
 
     fn dtype(&mut self, value: &Val) -> std::result::Result<DType, ErrorKind> {
         Ok(value.dtype())

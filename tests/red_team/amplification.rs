@@ -71,7 +71,7 @@ fn timed(args: &[&str], cwd: &Path, case: &str) -> Output {
 
 /// An `ops.ron` of composites `c0` … `c{depth}`: `c0` is `neg x`, and each `c{k}` applies
 /// `c{k-1}` `fan[k-1]` times in a row. One use of `c{depth}` is Π fan `neg`s.
-fn chained_composites(fan: &[usize]) -> String {
+pub(super) fn chained_composites(fan: &[usize]) -> String {
     let mut text = String::from(
         "[\n  Composite(name: \"c0\", operands: [\"x\"], nodes: [Node(name: \"a0\", op: \"neg\", args: [\"x\"])]),\n",
     );

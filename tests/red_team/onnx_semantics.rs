@@ -841,12 +841,7 @@ fn a_map_the_importer_would_ignore_is_refused_where_it_is_written() {
 #[test]
 fn onnx_int64_tensors_are_read_exactly() {
     let dir = scratch("onnx-int64-exact");
-    let values = [
-        (1i64 << 53) + 1,
-        i64::MIN,
-        i64::MAX,
-        -(1i64 << 62) - 3,
-    ];
+    let values = [(1i64 << 53) + 1, i64::MIN, i64::MAX, -(1i64 << 62) - 3];
     let mut raw = tensor("r", DType::I64, &[4], &[]);
     raw.int64_data.clear();
     raw.raw_data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -884,17 +879,88 @@ fn onnx_int64_tensors_are_read_exactly() {
             ],
             &dir,
         );
-        assert!(held(&out, backend), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            held(&out, backend),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         for y in ["yw", "yr", "yc"] {
             let got = Tensor::read_npy(&dir.join(backend).join(format!("{y}.npy"))).unwrap();
             assert_eq!(got.int_values(), values, "{backend}: {y}");
         }
     }
-    let out = fusebox(&["import", path.to_str().unwrap(), "--out", "imported"], &dir);
-    assert!(held(&out, "import"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = fusebox(
+        &["import", path.to_str().unwrap(), "--out", "imported"],
+        &dir,
+    );
+    assert!(
+        held(&out, "import"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for weight in ["w", "r"] {
         let got = Tensor::read_npy(&dir.join(format!("imported/{weight}.npy"))).unwrap();
         assert_eq!(got.int_values(), values, "imported {weight}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A model whose op table maps an ONNX op to a large composite is bounded as a whole: each
+/// use may fit (2^16 ops), but the uses together may not take the imported graph past the
+/// expanded-graph limit (2^18 nodes). Four `Relu`s import; a fifth is refused at its node,
+/// quickly, naming the composite chain.
+#[test]
+fn composite_uses_in_a_model_are_bounded_as_a_whole() {
+    let dir = scratch("onnx-composite-uses");
+    std::fs::create_dir_all(dir.join("rules")).unwrap();
+    std::fs::write(
+        dir.join("rules/ops.ron"),
+        super::amplification::chained_composites(&[2; 16]),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("rules/onnx.ron"),
+        "[Map(onnx: \"Relu\", nodes: [Node(op: \"c16\", args: [\"$0\"])])]\n",
+    )
+    .unwrap();
+    for (uses, fits) in [(4, true), (5, false)] {
+        let mut nodes = Vec::new();
+        for k in 0..uses {
+            let input = if k == 0 {
+                "x".to_string()
+            } else {
+                format!("r{}", k - 1)
+            };
+            let output = format!("r{k}");
+            nodes.push(node("Relu", &[&input], &[&output], vec![]));
+        }
+        let last = format!("r{}", uses - 1);
+        let m = model(
+            vec![info("x", DType::F32, Some(&[8]))],
+            vec![],
+            nodes,
+            vec![info(&last, DType::F32, None)],
+        );
+        let path = save(&dir, &format!("uses{uses}.onnx"), &m);
+        let started = std::time::Instant::now();
+        let out = fusebox(&["check", path.to_str().unwrap(), "--rules", "rules"], &dir);
+        assert!(
+            started.elapsed().as_secs() < 60,
+            "{uses} uses took {:?}",
+            started.elapsed()
+        );
+        if fits {
+            assert!(
+                held(&out, "fits"),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        } else {
+            let stderr = refused(&out, "too many uses");
+            assert!(stderr.contains("uses5.onnx"), "{stderr}");
+            assert!(stderr.contains("(c16 → c15 → "), "{stderr}");
+            assert!(stderr.contains("more than 262144 nodes"), "{stderr}");
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -423,9 +423,18 @@ fn run_out_never_replaces_a_file_the_run_reads() {
     write_floats(&work.join("y.npy"), &[1.0, 2.0, 3.0]);
     write_floats(&work.join("sub/x2.npy"), &[4.0, 5.0, 6.0]);
     for (case, args) in [
-        ("stored value, same directory", vec!["--random-inputs", "--out", "."]),
-        ("stored value, another spelling", vec!["--random-inputs", "--out", "sub/.."]),
-        ("an --input file", vec!["--input", "x=sub/x2.npy", "--out", "sub"]),
+        (
+            "stored value, same directory",
+            vec!["--random-inputs", "--out", "."],
+        ),
+        (
+            "stored value, another spelling",
+            vec!["--random-inputs", "--out", "sub/.."],
+        ),
+        (
+            "an --input file",
+            vec!["--input", "x=sub/x2.npy", "--out", "sub"],
+        ),
     ] {
         let before = snapshot(&work);
         for backend in ["reference", "cpu"] {
@@ -433,12 +442,24 @@ fn run_out_never_replaces_a_file_the_run_reads() {
             all.extend(&args);
             let stderr = refused(&fusebox(&all, &work), case);
             assert!(stderr.contains("which this run reads"), "{case}: {stderr}");
-            assert_eq!(snapshot(&work), before, "{case} on {backend}: something was written");
+            assert_eq!(
+                snapshot(&work),
+                before,
+                "{case} on {backend}: something was written"
+            );
         }
     }
     // Elsewhere the same run writes both outputs.
     let out = fusebox(
-        &["run", "g.ron", "--backend", "reference", "--random-inputs", "--out", "out"],
+        &[
+            "run",
+            "g.ron",
+            "--backend",
+            "reference",
+            "--random-inputs",
+            "--out",
+            "out",
+        ],
         &work,
     );
     assert!(held(&out, "another directory"));
