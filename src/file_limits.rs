@@ -51,7 +51,12 @@ pub const MAX_RULE_FILE: u64 = 16 * MIB;
 /// The most bytes a `.npy` file may hold: the largest value the reference evaluator and the
 /// CPU backend can hold ([`crate::eval::MAX_ELEMENTS`] elements of 8 bytes, 16 GiB), plus the
 /// largest header the reader accepts (64 KiB) and its preamble, rounded up to 128 KiB.
-pub const MAX_NPY_FILE: u64 = crate::eval::MAX_ELEMENTS as u64 * 8 + 128 * 1024;
+pub const MAX_NPY_FILE: u64 = NPY_ELEMENTS * 8 + 128 * 1024;
+
+/// [`crate::eval::MAX_ELEMENTS`], written again here because this module sits below the
+/// evaluator in the layering (the tensor reader uses it); `tests/limits.rs` keeps the two
+/// equal.
+const NPY_ELEMENTS: u64 = 1 << 31;
 
 /// The most bytes an ONNX model may hold: 2 GiB, protobuf's own limit for one message (larger
 /// models keep their weights in external data files).

@@ -324,3 +324,14 @@ fn shapes_beyond_the_rank_limit_are_refused() {
     assert!(stderr.contains("65 axes, more than 64"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The `.npy` reader's size limit is written below the evaluator in the layering; it must
+/// still admit exactly the largest value the evaluator holds, 8 bytes an element, plus the
+/// largest header.
+#[test]
+fn the_npy_file_limit_holds_the_largest_value_the_evaluator_holds() {
+    assert_eq!(
+        fusebox::file_limits::MAX_NPY_FILE,
+        fusebox::eval::MAX_ELEMENTS as u64 * 8 + 128 * 1024
+    );
+}

@@ -71,6 +71,74 @@ fn refused(out: &Output, case: &str) -> String {
     String::from_utf8_lossy(&out.stderr).to_string()
 }
 
+/// Runs `cmd` with its output captured, killed and failed as hung once it runs past
+/// `deadline`: a regression that never ends (a read of a FIFO, an expansion without bound)
+/// fails the test instead of hanging the suite.
+#[track_caller]
+fn bounded(mut cmd: Command, deadline: std::time::Duration, case: &str) -> Output {
+    use std::io::Read;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command runs");
+    // Drained on threads, so a chatty child never blocks on a full pipe.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{case}: {cmd:?} hung: still running after {deadline:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
+/// `fusebox args` in `cwd` through `sh -c`, after the shell commands `limits` (a `ulimit`),
+/// so that a resource limit applies to the child alone.
+fn limited(limits: &str, args: &[&str], cwd: &Path) -> Command {
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    let script = format!(
+        "{limits}; exec '{}' {}",
+        env!("CARGO_BIN_EXE_fusebox"),
+        quoted.join(" ")
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script])
+        .current_dir(cwd)
+        .env("FUSEBOX_CACHE_DIR", cwd.join("cache"));
+    cmd
+}
+
+/// `fusebox args` in `cwd` under an address-space limit of `mib` MiB (`ulimit -v`), so an
+/// allocation the system refuses fails as it does on a machine out of memory; hung past a
+/// minute.
+#[track_caller]
+fn with_memory_limit(args: &[&str], cwd: &Path, mib: u64, case: &str) -> Output {
+    let cmd = limited(&format!("ulimit -v {}", mib * 1024), args, cwd);
+    bounded(cmd, std::time::Duration::from_secs(60), case)
+}
+
 /// A small deterministic generator (SplitMix64): the cases are the same on every run.
 struct Seeded(u64);
 
@@ -583,19 +651,9 @@ fn formulas_over_the_term_limit_are_refused_at_their_position() {
 /// Runs `fusebox args` under a file-size limit of `kib` KiB with SIGXFSZ ignored, so a write
 /// past the limit fails with EFBIG as on a full disk instead of killing the process.
 fn with_file_size_limit(args: &[&str], cwd: &Path, kib: u64) -> Output {
-    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
     // `ulimit -f` counts 512-byte blocks in POSIX sh (1024 in bash); ask for both readings'
     // smaller one by giving blocks of 512 bytes.
-    let script = format!(
-        "trap '' XFSZ; ulimit -f {}; exec '{}' {}",
-        kib * 2,
-        env!("CARGO_BIN_EXE_fusebox"),
-        quoted.join(" ")
-    );
-    Command::new("sh")
-        .args(["-c", &script])
-        .current_dir(cwd)
-        .env("FUSEBOX_CACHE_DIR", cwd.join("cache"))
+    limited(&format!("trap '' XFSZ; ulimit -f {}", kib * 2), args, cwd)
         .output()
         .unwrap()
 }

@@ -26,22 +26,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::rc::Rc;
 
-/// ONNX ops the importer handles in code: their catalogue form depends on shapes or constant
-/// values known only at import. The one list of them: [`Importer::node`] dispatches by it,
-/// and the op table's loader refuses a Map for any of them (it would never be consulted).
-pub const STRUCTURAL: [&str; 11] = [
-    "Constant",
-    "ConstantOfShape",
-    "Shape",
-    "Gather",
-    "Reshape",
-    "Flatten",
-    "Squeeze",
-    "Unsqueeze",
-    "Expand",
-    "Slice",
-    "Split",
-];
+pub use crate::rules::onnx::STRUCTURAL;
 
 /// An imported model: the graph, its types, and the stored value of each parameter input.
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@
 //! language. A rule directory's `onnx.ron` replaces the embedded table as a whole, like
 //! `amp.ron`. [`MapTable::load_str`] reads it with located errors, and checks what can be
 //! checked without a model: no Map is for an op type the importer handles in code
-//! ([`crate::onnx::STRUCTURAL`]), every template op (and chain op) is in the catalogue, every
+//! ([`STRUCTURAL`]), every template op (and chain op) is in the catalogue, every
 //! attribute a template sets is one its op declares, and every template arg names an input
 //! (`$N`, `$*`) or an earlier node.
 
@@ -16,6 +16,23 @@ use crate::rules::{Catalogue, ron_file};
 use crate::span::Step;
 use serde::Deserialize;
 use std::collections::BTreeMap;
+
+/// ONNX ops the importer handles in code: their catalogue form depends on shapes or constant
+/// values known only at import. The one list of them: the importer (`crate::onnx`) dispatches by it,
+/// and this table's loader refuses a Map for any of them (it would never be consulted).
+pub const STRUCTURAL: [&str; 11] = [
+    "Constant",
+    "ConstantOfShape",
+    "Shape",
+    "Gather",
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Expand",
+    "Slice",
+    "Split",
+];
 
 /// The table embedded in the binary.
 pub const DEFAULT: &str = include_str!("../../rules/onnx.ron");
@@ -142,13 +159,13 @@ impl MapTable {
         for (m, map) in doc.value.iter().enumerate() {
             // The importer handles these op types in code and never consults the table for
             // them, so a Map for one would be silently ignored: refuse it where it is written.
-            if crate::onnx::STRUCTURAL.contains(&map.onnx.as_str()) {
+            if STRUCTURAL.contains(&map.onnx.as_str()) {
                 return Err(Error::new(
                     doc.site(&[Step::Index(m), Step::field("onnx")]),
                     ErrorKind::Rule(format!(
                         "`{}` is handled by the importer itself (its catalogue form depends on shapes and constants known only at import), so a Map for it would never be used; the op types handled in code are {}",
                         map.onnx,
-                        crate::onnx::STRUCTURAL.join(", ")
+                        STRUCTURAL.join(", ")
                     )),
                 ));
             }

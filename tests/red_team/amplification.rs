@@ -14,57 +14,16 @@
 
 use super::*;
 use fusebox::dtype::DType;
-use std::io::Read;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long one command may take before the test calls it hung. The refusals here answer in
 /// milliseconds; the margin is for the runs that compile C on a loaded CI machine.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// Runs `cmd`, killed and failed as hung past [`DEADLINE`].
-#[track_caller]
-fn bounded(mut cmd: Command, case: &str) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the command runs");
-    // Drained on threads, so a chatty child never blocks on a full pipe.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    };
-    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{case}: still running after {DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    Output {
-        status,
-        stdout: stdout.join().unwrap(),
-        stderr: stderr.join().unwrap(),
-    }
-}
-
 /// `fusebox args` in `cwd` under [`DEADLINE`].
 #[track_caller]
 fn timed(args: &[&str], cwd: &Path, case: &str) -> Output {
-    bounded(command(args, cwd), case)
+    bounded(command(args, cwd), DEADLINE, case)
 }
 
 // ------------------------------------------------------------------------------- composites
@@ -388,23 +347,6 @@ fn wide_concats_emit_c_that_grows_linearly_in_their_operands() {
 }
 
 // ------------------------------------------------------------------------- memory limits
-
-/// `fusebox args` in `cwd` under an address-space limit of `mib` MiB (`ulimit -v`), so an
-/// allocation the system refuses fails as it does on a machine out of memory.
-fn with_memory_limit(args: &[&str], cwd: &Path, mib: u64, case: &str) -> Output {
-    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
-    let script = format!(
-        "ulimit -v {}; exec '{}' {}",
-        mib * 1024,
-        env!("CARGO_BIN_EXE_fusebox"),
-        quoted.join(" ")
-    );
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", &script])
-        .current_dir(cwd)
-        .env("FUSEBOX_CACHE_DIR", cwd.join("cache"));
-    bounded(cmd, case)
-}
 
 /// Generated graphs whose reference evaluation needs more memory than a 1 GiB address-space
 /// limit allows — a value broadcast to 2^25 elements (256 MiB as the evaluator holds it),

@@ -122,23 +122,6 @@ fn save(dir: &Path, file: &str, m: &ModelProto) -> PathBuf {
     path
 }
 
-/// The command under a virtual-memory limit of `mib` MiB (the child only).
-fn with_memory_limit(args: &[&str], cwd: &Path, mib: u64) -> Output {
-    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
-    let script = format!(
-        "ulimit -v {}; exec '{}' {}",
-        mib * 1024,
-        env!("CARGO_BIN_EXE_fusebox"),
-        quoted.join(" ")
-    );
-    Command::new("sh")
-        .args(["-c", &script])
-        .current_dir(cwd)
-        .env("FUSEBOX_CACHE_DIR", cwd.join("cache"))
-        .output()
-        .unwrap()
-}
-
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
@@ -180,7 +163,12 @@ fn constant_folding_never_allocates_past_its_limit() {
         model(vec![], vec![], nodes, vec![info("y", DType::F32, None)])
     };
     let path = save(&dir, "big.onnx", &big(&[16384, 16384]));
-    let out = with_memory_limit(&["check", path.to_str().unwrap()], &dir, 1024);
+    let out = with_memory_limit(
+        &["check", path.to_str().unwrap()],
+        &dir,
+        1024,
+        "big constant",
+    );
     assert!(
         held(&out, "check big.onnx"),
         "{}",
@@ -200,6 +188,7 @@ fn constant_folding_never_allocates_past_its_limit() {
             ],
             &dir,
             1024,
+            backend,
         );
         if held(&out, &format!("run big.onnx on {backend}")) {
             let y = Tensor::read_npy(&dest.join("y.npy")).unwrap();
@@ -277,7 +266,7 @@ fn constant_folding_never_allocates_past_its_limit() {
         let m = model(vec![], vec![], nodes, vec![info("y", dtype, None)]);
         let file = format!("chain{case}.onnx");
         save(&dir, &file, &m);
-        let out = with_memory_limit(&["check", &file], &dir, 1024);
+        let out = with_memory_limit(&["check", &file], &dir, 1024, &file);
         assert!(
             held(&out, &format!("chain {case} ({dtype})")),
             "{}",

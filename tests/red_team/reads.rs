@@ -14,8 +14,7 @@
 use super::*;
 use fusebox::dtype::DType;
 use fusebox::file_limits::FileKind;
-use std::io::Read;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long one command may take before the test calls it hung. Every case here ends in
 /// milliseconds; the margin is for a loaded CI machine.
@@ -24,44 +23,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 /// `fusebox(args)` in `cwd`, killed and failed as hung past [`DEADLINE`].
 #[track_caller]
 fn bounded(args: &[&str], cwd: &Path, case: &str) -> Output {
-    let mut child = command(args, cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the fusebox binary runs");
-    // Drained on threads, so a chatty child never blocks on a full pipe.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    };
-    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{case}: `fusebox {}` hung: still running after {DEADLINE:?}",
-                args.join(" ")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    Output {
-        status,
-        stdout: stdout.join().unwrap(),
-        stderr: stderr.join().unwrap(),
-    }
+    super::bounded(command(args, cwd), DEADLINE, case)
 }
 
 /// What is planted where a file should be.
