@@ -973,7 +973,6 @@ impl Builder<'_> {
         }
     }
 
-    /// `n` as a kernel of its own (not yet registered).
     /// The segments concat `n` selects among when it is read by ranges (its operands), else 0.
     fn segments_of(&self, n: usize) -> usize {
         if self.select[n].is_some() {
@@ -983,6 +982,7 @@ impl Builder<'_> {
         }
     }
 
+    /// `n` as a kernel of its own (not yet registered).
     fn singleton(&self, n: usize) -> Group {
         let role = self.role[n];
         let inputs: HashSet<Value> = self.operands(n).collect();
