@@ -50,9 +50,9 @@ fn bench(c: &mut Criterion) {
             let compulsory: usize = inputs.iter().chain(&outputs).map(Buffer::byte_len).sum();
             let label = if fusion { "fused" } else { "unfused" };
             eprintln!(
-                "{example} {label}: {} kernels, {} bytes at kernel boundaries, {compulsory} \
+                "{example} {label}: {}, {} bytes at kernel boundaries, {compulsory} \
                  compulsory, compiled in {:.0} ms ({} compiled, {} from disk)",
-                prepared.partition.kernels.len(),
+                prepared.partition.count(),
                 prepared.partition.cost.bytes,
                 prepared.compile_ms,
                 prepared.compile.compiled,

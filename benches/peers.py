@@ -439,7 +439,8 @@ def run_fusebox(args, ron, fusion, reference, inputs_dir, input_names, output_na
         median_ms=report["median_ms"],
         min_ms=report["min_ms"],
         max_rel_err=err,
-        note=f"{report['kernels']} kernel(s), {report['bytes']:,} B at kernel boundaries, "
+        note=f"{report['kernels']} kernel(s), {report.get('library_calls', 0)} library call(s), "
+        f"{report['bytes']:,} B at kernel boundaries, "
         f"{report['threads']} threads, compile {report['compile_ms']:.0f} ms",
         fusebox=report,
     )

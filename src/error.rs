@@ -2,7 +2,8 @@
 //!
 //! Users write graphs and rule files by hand, so an error that cannot be located is nearly
 //! useless. Every loader error carries a [`Site`] with a file position; errors about graphs built
-//! through the Rust API name the node instead.
+//! through the Rust API name the node instead. An ONNX model is protobuf, with no lines to
+//! point into: its errors name the model file and the node with its op type.
 
 use crate::span::Position;
 use std::fmt;
@@ -18,6 +19,9 @@ pub struct Site {
     pub node: Option<String>,
     /// The rule-file op the problem concerns.
     pub op: Option<String>,
+    /// The op type of `node` where the node is not a fusebox graph node (an ONNX node, whose
+    /// op type is how a user finds it in a model viewer): shown with the node.
+    pub node_op: Option<String>,
 }
 
 impl Site {
@@ -35,6 +39,14 @@ impl Site {
         Site::file(file, Position { line: 1, column: 1 })
     }
 
+    /// A file without lines and columns (an ONNX model, which is protobuf): named alone.
+    pub fn model(file: &str) -> Site {
+        Site {
+            file: Some(file.to_string()),
+            ..Site::default()
+        }
+    }
+
     pub fn node(node: &str) -> Site {
         Site {
             node: Some(node.to_string()),
@@ -44,6 +56,13 @@ impl Site {
 
     pub fn with_node(mut self, node: &str) -> Site {
         self.node = Some(node.to_string());
+        self
+    }
+
+    /// Names the node and its op type, `node `/chunk/Div` (Div)`: an ONNX node.
+    pub fn with_node_op(mut self, node: &str, op_type: &str) -> Site {
+        self.node = Some(node.to_string());
+        self.node_op = Some(op_type.to_string());
         self
     }
 }
@@ -57,8 +76,10 @@ impl fmt::Display for Site {
             (None, Some(p)) => parts.push(format!("{}:{}", p.line, p.column)),
             (None, None) => {}
         }
-        if let Some(node) = &self.node {
-            parts.push(format!("node `{node}`"));
+        match (&self.node, &self.node_op) {
+            (Some(node), Some(op)) => parts.push(format!("node `{node}` ({op})")),
+            (Some(node), None) => parts.push(format!("node `{node}`")),
+            (None, _) => {}
         }
         if let Some(op) = &self.op {
             parts.push(format!("op `{op}`"));
@@ -258,6 +279,18 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "g.ron:3:7: node `t`: unknown op `sigmod` (did you mean `sigmoid`?)"
+        );
+    }
+
+    #[test]
+    fn an_onnx_site_names_the_model_and_the_node_with_its_op_type_but_no_position() {
+        let e = Error::new(
+            Site::model("m.onnx").with_node_op("/chunk/Div", "Div"),
+            ErrorKind::Input("no".into()),
+        );
+        assert_eq!(
+            e.to_string(),
+            "m.onnx: node `/chunk/Div` (Div): invalid input: no"
         );
     }
 }

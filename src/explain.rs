@@ -72,10 +72,11 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
     );
     let _ = writeln!(
         out,
-        "  one kernel per op:      {:>4} kernels  {:>10}  {:>10}",
-        r.kernels_before + r.library_calls_before,
+        "  one kernel per op:      {:>4} kernels  {:>10}  {:>10}{}",
+        r.kernels_before,
         bytes(r.bytes_before),
-        micros(r.cost_before)
+        micros(r.cost_before),
+        library_suffix(r.library_calls_before)
     );
     let _ = writeln!(
         out,
@@ -84,10 +85,11 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
     );
     let _ = writeln!(
         out,
-        "  optimized and fused:    {:>4} kernels  {:>10}  {:>10}",
-        r.kernels_after + r.library_calls_after,
+        "  optimized and fused:    {:>4} kernels  {:>10}  {:>10}{}",
+        r.kernels_after,
         bytes(r.bytes_after),
-        micros(r.cost_after)
+        micros(r.cost_after),
+        library_suffix(r.library_calls_after)
     );
     let saved_by_rules = r.cost_unrewritten - r.cost_after;
     if saved_by_rules > 0.0 {
@@ -358,6 +360,28 @@ pub fn to_dot(optimized: &Optimized) -> String {
     out
 }
 
+/// The library calls of a row of the `--explain` cost table, after its columns: the table's
+/// kernel column counts generated kernels only, as every report does
+/// ([`crate::partition::KernelCount`]).
+fn library_suffix(calls: usize) -> String {
+    if calls == 0 {
+        String::new()
+    } else {
+        format!("  + {}", count(calls, "library call"))
+    }
+}
+
+/// The library calls beside the summary's kernel counts: ` (+2 library calls)`, or
+/// ` (+2 -> 1 library calls)` where rewrites changed how many there are; empty without any.
+fn library_calls(r: &Report) -> String {
+    let (before, after) = (r.library_calls_before, r.library_calls_after);
+    match (before, after) {
+        (0, 0) => String::new(),
+        _ if before == after => format!(" (+{})", count(after, "library call")),
+        _ => format!(" (+{before} -> {})", count(after, "library call")),
+    }
+}
+
 /// The default `fusebox optimize` output: three lines, and a fourth with AMP.
 pub fn summary(r: &Report) -> String {
     let amp = match &r.amp {
@@ -374,11 +398,12 @@ pub fn summary(r: &Report) -> String {
         None => String::new(),
     };
     format!(
-        "graph `{}` (profile `{}`)\nkernels: {} -> {}   casts: {} -> {}   bytes: {} -> {}\nmodeled cost: {} -> {} ({} iterations, {})\n",
+        "graph `{}` (profile `{}`)\nkernels: {} -> {}{}   casts: {} -> {}   bytes: {} -> {}\nmodeled cost: {} -> {} ({} iterations, {})\n",
         r.graph,
         r.profile,
         r.kernels_before,
         r.kernels_after,
+        library_calls(r),
         r.casts_before,
         r.casts_after,
         bytes(r.bytes_before),

@@ -36,6 +36,7 @@ pub mod onnx;
 pub mod optimize;
 pub mod partition;
 pub mod rewrite;
+pub mod rule_check;
 pub mod rules;
 pub mod runner;
 pub mod runtime;

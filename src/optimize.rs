@@ -90,6 +90,8 @@ pub struct Report {
     /// Casts the AMP policy inserted (0 without AMP).
     pub casts_inserted: usize,
     /// One kernel per op that is not opaque (and not a `const` literal): the unfused baseline.
+    /// Kernels and library calls are counted apart, as [`partition::KernelCount`] defines
+    /// them, here and in every other report.
     pub kernels_before: usize,
     /// Fused and copy kernels after optimization (library calls counted apart).
     pub kernels_after: usize,
@@ -224,17 +226,7 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
         (input.clone(), before.clone(), not_run, extraction)
     };
     let optimized = dag.to_graph();
-    let kernels_before = input
-        .nodes
-        .iter()
-        .filter(|n| !n.op.is_literal() && n.op.kind() != OpKind::Opaque)
-        .count();
-    let library = |p: &Partition| {
-        p.kernels
-            .iter()
-            .filter(|k| k.kind == KernelKind::Library)
-            .count()
-    };
+    let (count_before, count_after) = (before.count(), after.count());
     let cast_kernels_after = after
         .kernels
         .iter()
@@ -249,10 +241,10 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
         profile: options.profile.clone(),
         amp: options.amp.clone(),
         casts_inserted,
-        kernels_before,
-        kernels_after: after.kernels.len() - library(&after),
-        library_calls_before: library(&before),
-        library_calls_after: library(&after),
+        kernels_before: count_before.kernels,
+        kernels_after: count_after.kernels,
+        library_calls_before: count_before.library_calls,
+        library_calls_after: count_after.library_calls,
         casts_before: input.count_builtin(Builtin::Cast),
         casts_after: dag.count_builtin(Builtin::Cast),
         cast_kernels_after,

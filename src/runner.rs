@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::graph::Graph;
 use crate::lower;
 use crate::optimize::{Options, optimize};
-use crate::partition::Partition;
+use crate::partition::{KernelCount, Partition};
 use crate::rules::RuleSet;
 use crate::runtime::buffer::Buffer;
 use serde::Serialize;
@@ -36,6 +36,17 @@ impl<E: Executable> Prepared<E> {
     /// Seeded random inputs for `graph` (the reference evaluator's `random_input`), in the
     /// order the program takes them.
     pub fn random_inputs(&self, graph: &Graph, seed: u64) -> Result<Vec<Buffer>> {
+        self.inputs(graph, &crate::eval::Tensors::new(), seed)
+    }
+
+    /// The inputs of `graph` in the order the program takes them: the value `given` holds
+    /// for an input, else a seeded random one (as [`Prepared::random_inputs`]).
+    pub fn inputs(
+        &self,
+        graph: &Graph,
+        given: &crate::eval::Tensors,
+        seed: u64,
+    ) -> Result<Vec<Buffer>> {
         self.executable
             .program()
             .dag
@@ -47,7 +58,10 @@ impl<E: Executable> Prepared<E> {
                     .iter()
                     .position(|i| i.name == input.name)
                     .expect("the program keeps the graph's inputs");
-                let value = crate::eval::try_random_input(graph, index, seed)?;
+                let value = match given.get(&input.name) {
+                    Some(value) => value.clone(),
+                    None => crate::eval::try_random_input(graph, index, seed)?,
+                };
                 Buffer::try_from_tensor(&value)
                     .map_err(|e| Error::at_node(&input.name, ErrorKind::Input(e)))
             })
@@ -103,8 +117,10 @@ pub struct BenchReport {
     pub backend: &'static str,
     pub fusion: bool,
     pub amp: Option<String>,
-    /// Kernels per run (a library call counts as one).
-    pub kernels: usize,
+    /// Kernels and library calls per run, counted apart as every report counts them
+    /// (serialized as `kernels` and `library_calls`).
+    #[serde(flatten)]
+    pub count: KernelCount,
     /// Bytes read and written at kernel boundaries per run (the partition's count).
     pub bytes: u64,
     pub iters: usize,
@@ -123,17 +139,19 @@ pub struct BenchReport {
     pub scratch_bytes_unshared: usize,
 }
 
-/// Runs `prepared` `iters` times (after warm-up) on seeded random inputs and reports the
-/// median time per run, as the backend times it (wall clock on the CPU, device events on a
-/// GPU, where a device-to-device copy of the same bytes is timed alongside).
+/// Runs `prepared` `iters` times (after warm-up) on the values `given` holds and seeded random
+/// values for the other inputs, and reports the median time per run, as the backend times it
+/// (wall clock on the CPU, device events on a GPU, where a device-to-device copy of the same
+/// bytes is timed alongside).
 pub fn bench<E: Executable>(
     prepared: &mut Prepared<E>,
     graph: &Graph,
     options: &Options,
     iters: usize,
+    given: &crate::eval::Tensors,
     seed: u64,
 ) -> Result<BenchReport> {
-    let inputs = prepared.random_inputs(graph, seed)?;
+    let inputs = prepared.inputs(graph, given, seed)?;
     let exe = &mut prepared.executable;
     let times = exe.time_runs(&inputs, iters)?;
     let median_ms = times[times.len() / 2];
@@ -143,7 +161,7 @@ pub fn bench<E: Executable>(
         backend: E::BACKEND,
         fusion: options.fusion,
         amp: options.amp.clone(),
-        kernels: prepared.partition.kernels.len(),
+        count: prepared.partition.count(),
         bytes,
         iters: times.len(),
         median_ms,

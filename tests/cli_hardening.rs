@@ -344,3 +344,180 @@ fn a_missing_rule_directory_is_reported_as_missing() {
     assert!(stderr.contains("no such directory"), "{stderr}");
     assert!(!stderr.contains("not a directory"), "{stderr}");
 }
+
+/// The commands `fusebox --help` lists (all but `help` itself), read from its `Commands:`
+/// section so a new command is covered without editing this test.
+fn subcommands() -> Vec<String> {
+    let out = fusebox(&["--help"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut commands = Vec::new();
+    let mut in_commands = false;
+    for line in text.lines() {
+        if line == "Commands:" {
+            in_commands = true;
+        } else if in_commands && line.starts_with("  ") {
+            let name = line.split_whitespace().next().unwrap().to_string();
+            if name != "help" {
+                commands.push(name);
+            }
+        } else if in_commands {
+            break;
+        }
+    }
+    commands
+}
+
+/// The argument and option lines of a short help (`-h`: one line each) that say nothing but
+/// their name, a default or the possible values.
+fn undescribed(help: &str) -> Vec<String> {
+    let mut blank = Vec::new();
+    let mut in_args = false;
+    for line in help.lines() {
+        if line == "Arguments:" || line == "Options:" {
+            in_args = true;
+            continue;
+        }
+        if !line.starts_with("  ") {
+            in_args = false;
+            continue;
+        }
+        if !in_args {
+            continue;
+        }
+        let entry = line.trim_start();
+        let (spec, description) = entry.split_once("  ").unwrap_or((entry, ""));
+        // What clap adds by itself: `[default: 0]`, `[possible values: …]`.
+        let mut said = description.trim().to_string();
+        while let Some(start) = said.rfind(" [").or(said.starts_with('[').then_some(0)) {
+            if !said.ends_with(']') {
+                break;
+            }
+            said.truncate(start);
+            said = said.trim().to_string();
+        }
+        if said.is_empty() {
+            blank.push(spec.to_string());
+        }
+    }
+    blank
+}
+
+/// Every argument and option of every command says what it is for in `--help`.
+#[test]
+fn every_argument_of_every_command_has_a_description() {
+    let commands = subcommands();
+    assert!(
+        commands.len() >= 9 && commands.iter().any(|c| c == "check-rules"),
+        "{commands:?}"
+    );
+    let mut missing = Vec::new();
+    for command in &commands {
+        let out = fusebox(&[command, "-h"]);
+        assert!(out.status.success(), "{command} -h");
+        let help = String::from_utf8(out.stdout).unwrap();
+        for spec in undescribed(&help) {
+            missing.push(format!("fusebox {command}: {spec}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "arguments without a description:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn a_help_line_without_a_description_is_found() {
+    let help = "Usage: x\n\nArguments:\n  <GRAPH>  \n\nOptions:\n      --seed <SEED>  [default: 0]\n      \
+                --backend <B>  [possible values: a, b]\n      --json         Print JSON\n  -h, --help     Print help\n";
+    assert_eq!(
+        undescribed(help),
+        ["<GRAPH>", "--seed <SEED>", "--backend <B>"]
+    );
+}
+
+/// A graph `y = w * x` over [4] whose input `w` stores its value in `w.npy`, which is not a
+/// valid .npy file: a command that reads it fails.
+fn graph_with_broken_stored_value(dir: &Path) -> String {
+    std::fs::write(dir.join("w.npy"), b"not a npy file").unwrap();
+    let path = dir.join("g.ron");
+    std::fs::write(
+        &path,
+        "Graph(name: \"g\", inputs: [Input(name: \"x\", dtype: \"f32\", shape: [4]),\n\
+         Input(name: \"w\", dtype: \"f32\", shape: [4], value: \"w.npy\")],\n\
+         nodes: [Node(name: \"y\", op: \"mul\", args: [\"w\", \"x\"])], outputs: [\"y\"])\n",
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+/// `bench --input NAME=FILE` reads the file it names (checked like `run`'s: declared input,
+/// shape, given once) and never a value the graph stores, even for the input `--input` names.
+#[test]
+fn bench_takes_input_files_and_never_reads_stored_values() {
+    let dir = scratch("bench-input");
+    let graph = graph_with_broken_stored_value(&dir);
+    let tensor = |values: Vec<f64>| {
+        let shape = [values.len()];
+        fusebox::tensor::Tensor::from_values(fusebox::dtype::DType::F32, &shape, values).unwrap()
+    };
+    let w = dir.join("w_given.npy");
+    tensor(vec![1.0, 2.0, 3.0, 4.0]).write_npy(&w).unwrap();
+    let short = dir.join("short.npy");
+    tensor(vec![1.0, 2.0]).write_npy(&short).unwrap();
+    let bench = |extra: &[&str]| {
+        let mut args = vec!["bench", &graph, "--backend", "cpu", "--iters", "1"];
+        args.extend_from_slice(extra);
+        fusebox(&args)
+    };
+    let w_spec = format!("w={}", w.display());
+    let stdout = ok(&bench(&["--input", &w_spec]));
+    assert!(stdout.contains("median"), "{stdout}");
+    ok(&bench(&[])); // the broken w.npy is not read: w gets random values
+    let stderr = failure(&bench(&["--input", &format!("w={}", short.display())]));
+    assert!(
+        stderr.contains("short.npy") && stderr.contains("[4]"),
+        "{stderr}"
+    );
+    let stderr = failure(&bench(&["--input", &format!("v={}", w.display())]));
+    assert!(stderr.contains("no input of that name"), "{stderr}");
+    let stderr = failure(&bench(&["--input", &w_spec, "--input", &w_spec]));
+    assert!(stderr.contains("more than once"), "{stderr}");
+}
+
+/// The values `bench` times: the given ones as given, the others the seeded random values
+/// the reference evaluator draws.
+#[test]
+fn bench_inputs_are_the_given_values_and_seeded_random_values() {
+    use fusebox::backend::Executable;
+    use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
+    let dir = scratch("bench-values");
+    let graph = graph_with_broken_stored_value(&dir);
+    let rules = fusebox::rules::RuleSet::defaults();
+    let (graph, _) = fusebox::graph::file::load(Path::new(&graph), &rules.ops).unwrap();
+    let compiler = Compiler::new(CompilerConfig::from_env());
+    let options = fusebox::optimize::Options::default();
+    let prepared = fusebox::runner::prepare(&graph, &rules, &options, &compiler).unwrap();
+    let w = fusebox::tensor::Tensor::from_values(
+        fusebox::dtype::DType::F32,
+        &[4],
+        vec![1.0, 2.0, 3.0, 4.0],
+    )
+    .unwrap();
+    let given: fusebox::eval::Tensors = [("w".to_string(), w.clone())].into_iter().collect();
+    let buffers = prepared.inputs(&graph, &given, 5).unwrap();
+    // In the order the program takes its inputs.
+    let order: Vec<String> = prepared
+        .executable
+        .program()
+        .dag
+        .inputs
+        .iter()
+        .map(|i| i.name.clone())
+        .collect();
+    let at = |name: &str| order.iter().position(|n| n == name).unwrap();
+    assert_eq!(buffers[at("w")].to_tensor(), w);
+    let x = fusebox::eval::try_random_input(&graph, 0, 5).unwrap();
+    assert_eq!(buffers[at("x")].to_tensor(), x);
+}

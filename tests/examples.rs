@@ -843,3 +843,18 @@ fn adam_step_applies_the_adam_update() {
     assert_close("adam v_new", &out["v_new"], &shape, &v_new);
     assert_close("adam param_new", &out["param_new"], &shape, &param_new);
 }
+
+/// The README names every example with a line of its own (`- `name.ron`: …`), so a new
+/// example cannot ship unlisted and a removed one cannot stay listed.
+#[test]
+fn the_readme_lists_every_example_and_no_other() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md is readable");
+    let listed: Vec<String> = readme
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix("- `"))
+        .filter_map(|rest| rest.split_once(".ron`:").map(|(name, _)| name.to_string()))
+        .collect();
+    let shipped: Vec<String> = example_files().iter().map(|p| stem(p)).collect();
+    assert_eq!(listed, shipped, "README's example list against examples/");
+}

@@ -167,3 +167,84 @@ fn emit_cuda_defaults_to_the_cuda_profile() {
     );
     std::fs::remove_file(&out).ok();
 }
+
+/// One definition of a kernel count everywhere (issue 41): generated kernels and library
+/// calls (matmul) counted apart, so that `optimize` (text and `--json`), `--explain`, `run`
+/// and `bench` (text and `--json`) report the same figures for one graph. They once said
+/// "8 -> 6", "11 … 9" and "9" for one MLP. `mlp_block` has two matmuls and pointwise ops
+/// that fuse, so both counts are nonzero and fusion changes one of them.
+#[test]
+fn every_report_counts_kernels_and_library_calls_the_same_way() {
+    let text = |args: &[&str]| -> String {
+        let out = fusebox(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let graph = "examples/mlp_block.ron";
+    let json: serde_json::Value =
+        serde_json::from_str(&text(&["optimize", graph, "--json"])).expect("one JSON object");
+    let field = |key: &str| {
+        json[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{key}: {json}"))
+    };
+    let (before, after) = (field("kernels_before"), field("kernels_after"));
+    let calls = field("library_calls_after");
+    assert_eq!(field("library_calls_before"), calls);
+    assert_eq!(calls, 2, "the two matmuls");
+    assert!(after < before, "{before} -> {after}: nothing fused");
+
+    let summary = text(&["optimize", graph]);
+    let line = format!("kernels: {before} -> {after} (+{calls} library calls)   ");
+    assert!(summary.contains(&line), "{line:?} in {summary}");
+
+    let explain = text(&["optimize", graph, "--explain"]);
+    for (row, kernels) in [
+        ("one kernel per op:", before),
+        ("optimized and fused:", after),
+    ] {
+        let found = explain
+            .lines()
+            .find(|l| l.trim_start().starts_with(row))
+            .unwrap_or_else(|| panic!("no {row:?} in {explain}"));
+        let words: Vec<&str> = found.split_whitespace().collect();
+        let at = words.iter().position(|w| *w == "kernels").unwrap();
+        assert_eq!(words[at - 1], kernels.to_string(), "{found}");
+        assert!(
+            found.ends_with(&format!("+ {calls} library calls")),
+            "{found}"
+        );
+    }
+
+    let count = format!("{after} kernels, {calls} library calls");
+    let out = scratch("counts");
+    let run = text(&[
+        "run",
+        graph,
+        "--backend",
+        "cpu",
+        "--random-inputs",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        run.starts_with(&format!("mlp_block on cpu: {count}\n")),
+        "{run}"
+    );
+    std::fs::remove_dir_all(&out).ok();
+
+    let bench = ["bench", graph, "--backend", "cpu", "--iters", "1"];
+    let bench_text = text(&bench);
+    assert!(
+        bench_text.starts_with(&format!("mlp_block: {count} (fused)")),
+        "{bench_text}"
+    );
+    let bench_json: serde_json::Value =
+        serde_json::from_str(&text(&[&bench[..], &["--json"]].concat())).unwrap();
+    assert_eq!(bench_json["kernels"], after, "{bench_json}");
+    assert_eq!(bench_json["library_calls"], calls, "{bench_json}");
+}

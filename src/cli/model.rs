@@ -227,7 +227,7 @@ pub fn import(model: &Path, dir: &Path, rules: &RuleSet) -> Result<String> {
     let names: Vec<String> = imported.values.keys().cloned().collect();
     output::check_distinct(&names, "weights").map_err(|message| {
         Error::new(
-            Site::whole_file(&model.display().to_string()),
+            Site::model(&model.display().to_string()),
             ErrorKind::Input(message),
         )
     })?;

@@ -47,7 +47,7 @@ pub fn is_onnx(path: &Path) -> bool {
 /// beside it.
 pub fn import(path: &Path, catalogue: &Catalogue, table: &MapTable) -> Result<Imported> {
     let file = path.display().to_string();
-    let fail = |message: String| Error::new(Site::whole_file(&file), ErrorKind::Input(message));
+    let fail = |message: String| Error::new(Site::model(&file), ErrorKind::Input(message));
     let model = proto::read_model(path).map_err(fail)?;
     let dir = path.parent().map(|p| {
         if p.as_os_str().is_empty() {
@@ -67,7 +67,7 @@ pub fn import_model(
     catalogue: &Catalogue,
     table: &MapTable,
 ) -> Result<Imported> {
-    let fail = |message: String| Error::new(Site::whole_file(file), ErrorKind::Input(message));
+    let fail = |message: String| Error::new(Site::model(file), ErrorKind::Input(message));
     // The table follows the op semantics of opset 13 on (axes as inputs, Softmax over one
     // axis); the opsets after 21, up to 26 (onnx 1.22), changed none of the imported ops'
     // meaning, only the element types they admit, which are checked per tensor.
@@ -122,7 +122,6 @@ pub fn import_model(
     let types = crate::graph::check(&graph, catalogue).map_err(|mut e| {
         if e.site.file.is_none() {
             e.site.file = Some(file.to_string());
-            e.site.position = Some(crate::span::Position { line: 1, column: 1 });
         }
         e
     })?;
@@ -340,7 +339,7 @@ struct Importer<'a> {
 impl<'a> Importer<'a> {
     fn run(&mut self, graph: &GraphProto) -> Result<()> {
         let file = self.file.clone();
-        let fail = |message: String| Error::new(Site::whole_file(&file), ErrorKind::Input(message));
+        let fail = |message: String| Error::new(Site::model(&file), ErrorKind::Input(message));
         definitions(graph).map_err(fail)?;
         for init in &graph.initializer {
             self.reserved.insert(init.name.clone());
@@ -367,7 +366,7 @@ impl<'a> Importer<'a> {
             }
             let ty = value_type(input).map_err(|e| {
                 Error::new(
-                    Site::whole_file(&self.file).with_node(&input.name),
+                    Site::model(&self.file).with_node(&input.name),
                     ErrorKind::Input(e),
                 )
             })?;
@@ -384,8 +383,8 @@ impl<'a> Importer<'a> {
         for node in &graph.node {
             let outputs = self.node(node).map_err(|e| {
                 Error::new(
-                    Site::whole_file(&self.file).with_node(&node_label(node)),
-                    ErrorKind::Input(format!("{} node: {e}", node.op_type)),
+                    Site::model(&self.file).with_node_op(&node_label(node), &node.op_type),
+                    ErrorKind::Input(e),
                 )
             })?;
             let made = outputs.len();

@@ -152,7 +152,49 @@ pub struct Partition {
     pub in_place: Vec<usize>,
 }
 
+/// How many launches a partition makes, counted the one way every report uses: generated
+/// kernels (fused loops and copies) apart from library calls (matmul through cuBLAS or
+/// `matrixmultiply`), which run code fusebox did not write and which fusion never removes.
+/// Keeping one definition is what lets `optimize`, `--explain`, `run` and `bench` agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct KernelCount {
+    /// Fused and copy kernels.
+    pub kernels: usize,
+    /// Library calls (opaque ops).
+    pub library_calls: usize,
+}
+
+impl std::fmt::Display for KernelCount {
+    /// `3 kernels`, or `3 kernels, 2 library calls` where there are library calls.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        write!(f, "{} kernel{}", self.kernels, plural(self.kernels))?;
+        if self.library_calls > 0 {
+            write!(
+                f,
+                ", {} library call{}",
+                self.library_calls,
+                plural(self.library_calls)
+            )?;
+        }
+        Ok(())
+    }
+}
+
 impl Partition {
+    /// Its kernels and library calls, counted apart ([`KernelCount`]).
+    pub fn count(&self) -> KernelCount {
+        let library_calls = self
+            .kernels
+            .iter()
+            .filter(|k| k.kind == KernelKind::Library)
+            .count();
+        KernelCount {
+            kernels: self.kernels.len() - library_calls,
+            library_calls,
+        }
+    }
+
     /// For each of the dag's `node_count` nodes, the index of its kernel (`None` for literals).
     pub fn kernel_of(&self, node_count: usize) -> Vec<Option<usize>> {
         let mut of = vec![None; node_count];

@@ -562,10 +562,9 @@ fn onnx_integer_ops_are_exact_or_refused() {
             let file = format!("refused_{op}_{tag}.onnx");
             save(&dir, &file, &m);
             let err = refused(&fusebox(&["check", &file], &dir), &file);
+            // A protobuf model has no lines: the file is named bare, the node with its op type.
             assert!(
-                err.contains(&file)
-                    && err.contains(&format!("node `{op}:y`"))
-                    && err.contains(&format!("{op} node")),
+                err.contains(&format!("{file}: node `{op}:y` ({op}): ")),
                 "{err}"
             );
         }

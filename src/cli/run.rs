@@ -1,0 +1,314 @@
+//! `fusebox run`: a graph evaluated on one backend, its inputs gathered from `--input` files,
+//! stored values and seeded random values, its outputs written to `--out`, all or none.
+
+use super::{Backend, RunArgs, load_rules, model, output};
+use crate::backend::cpu::compiler::{Compiler, CompilerConfig};
+use crate::backend::{Executable, Target};
+use crate::error::{Error, ErrorKind, Result};
+use crate::eval::{self, Tensors};
+use crate::graph::Graph;
+use crate::optimize::Options;
+use crate::rules::RuleSet;
+use crate::tensor::Tensor;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// `run`: checks the CUDA-only flags, loads the graph with the stored values `--input` does
+/// not replace, refuses outputs that would replace a file the run reads, and runs.
+pub(super) fn run(args: RunArgs) -> Result<String> {
+    let cuda = crate::backend::cuda::runtime::CudaOptions {
+        device: args.device,
+        deterministic: args.deterministic,
+        cuda_graph: false,
+    };
+    if args.backend != Backend::Cuda && cuda != Default::default() {
+        return Err(Error::input(
+            "--device and --deterministic apply to --backend cuda",
+        ));
+    }
+    let rules = load_rules(args.rules.as_deref())?;
+    // A stored value that `--input` replaces is not read at all.
+    let replaced = replaced_inputs(&args.inputs);
+    let which = model::Stored::Except(&replaced);
+    let model::Loaded {
+        graph,
+        stored,
+        files,
+        ..
+    } = model::load_values(&args.graph, &rules, which)?;
+    let values = gather_inputs(&graph, &args.inputs, stored, args.random_inputs, args.seed)?;
+    // What this run read must survive its outputs: `--out` may be the graph's own
+    // directory, where an output `w` would otherwise replace the stored `w.npy`.
+    let mut read: Vec<PathBuf> = vec![args.graph.clone()];
+    read.extend(files.into_values());
+    read.extend(
+        args.inputs
+            .iter()
+            .filter_map(|spec| spec.split_once('=').map(|(_, file)| PathBuf::from(file))),
+    );
+    let out = &args.out;
+    refuse_replacing_what_was_read(&graph, out, &read)?;
+    let options = run_options(args.amp, args.no_fusion);
+    match args.backend {
+        Backend::Reference => {
+            if args.no_fusion {
+                return Err(Error::input(
+                    "--no-fusion applies to compiled backends; the reference backend never fuses",
+                ));
+            }
+            let (graph, _) = crate::optimize::with_amp(&graph, &rules, options.amp.as_deref())?;
+            let outputs = eval::evaluate(&graph, &rules.ops, &values)?;
+            write_outputs(&graph, &outputs, out)
+        }
+        Backend::Cpu => {
+            let compiler = Compiler::new(CompilerConfig::from_env());
+            run_compiled(&graph, &rules, &values, options, &compiler, out)
+        }
+        Backend::Cuda => run_compiled(&graph, &rules, &values, options, &cuda, out),
+    }
+}
+
+/// The inputs `--input NAME=FILE` specs name: their stored values are not read.
+fn replaced_inputs(specs: &[String]) -> std::collections::BTreeSet<String> {
+    specs
+        .iter()
+        .filter_map(|spec| spec.split_once('=').map(|(name, _)| name.to_string()))
+        .collect()
+}
+
+/// The pipeline options `run` and `bench` share (the cost profile is the backend's).
+pub(super) fn run_options(amp: Option<String>, no_fusion: bool) -> Options {
+    Options {
+        amp,
+        fusion: !no_fusion,
+        ..Options::default()
+    }
+}
+
+/// `run` on a compiled backend: prepare for `target` (optimized for its cost profile), run
+/// once, write the outputs.
+fn run_compiled<T: Target>(
+    graph: &Graph,
+    rules: &RuleSet,
+    values: &Tensors,
+    options: Options,
+    target: &T,
+    out: &Path,
+) -> Result<String> {
+    let options = Options {
+        profile: T::PROFILE.into(),
+        ..options
+    };
+    let mut prepared = crate::runner::prepare(graph, rules, &options, target)?;
+    let outputs = prepared.executable.run_tensors(values)?;
+    let mut text = format!(
+        "{} on {}: {}\n",
+        graph.name,
+        prepared.executable.describe(),
+        prepared.partition.count()
+    );
+    text += &write_outputs(graph, &outputs, out)?;
+    Ok(text)
+}
+
+/// Reads `--input NAME=FILE` values and fills the rest randomly when asked.
+/// Inputs with stored values (a model's weights) take them unless `--input` gives another.
+fn gather_inputs(
+    graph: &Graph,
+    specs: &[String],
+    stored: Tensors,
+    random: bool,
+    seed: u64,
+) -> Result<Tensors> {
+    let mut values = read_inputs(graph, specs)?;
+    for (name, value) in stored {
+        values.entry(name).or_insert(value);
+    }
+    let mut missing = Vec::new();
+    for (index, input) in graph.inputs.iter().enumerate() {
+        if values.contains_key(&input.name) {
+            continue;
+        }
+        if !random {
+            missing.push(input.name.as_str());
+            continue;
+        }
+        eval::check_size(&input.name, &input.shape)?;
+        values.insert(
+            input.name.clone(),
+            eval::try_random_input(graph, index, seed)?,
+        );
+    }
+    if !missing.is_empty() {
+        return Err(Error::input(format!(
+            "no value for input(s) {}: pass --input NAME=FILE.npy or --random-inputs",
+            missing.join(", ")
+        )));
+    }
+    Ok(values)
+}
+
+/// The values `--input NAME=FILE` specs give, each checked against the input it names
+/// (declared, not given twice, the declared shape) and converted to its declared dtype.
+pub(super) fn read_inputs(graph: &Graph, specs: &[String]) -> Result<Tensors> {
+    let mut values = Tensors::new();
+    // Checked before any file is read: a second value for one input is a mistake to name, not
+    // a silent override.
+    let mut given = std::collections::HashSet::new();
+    for spec in specs {
+        if let Some((name, _)) = spec.split_once('=')
+            && !given.insert(name)
+        {
+            return Err(Error::input(format!(
+                "--input `{name}` is given more than once"
+            )));
+        }
+    }
+    for spec in specs {
+        let (name, file) = spec
+            .split_once('=')
+            .ok_or_else(|| Error::input(format!("--input `{spec}` must be NAME=FILE.npy")))?;
+        let declared = graph.input(name).ok_or_else(|| {
+            Error::input(format!(
+                "--input `{name}`: graph `{}` has no input of that name{}",
+                graph.name,
+                crate::error::hint(name, graph.inputs.iter().map(|i| i.name.as_str()))
+            ))
+        })?;
+        let tensor = Tensor::read_npy(Path::new(file))
+            .map_err(|e| Error::at_node(name, ErrorKind::Input(e)))?;
+        if tensor.shape() != declared.shape.as_slice() {
+            return Err(Error::at_node(
+                name,
+                ErrorKind::Input(format!(
+                    "{file} holds shape {:?}, the graph declares {:?}",
+                    tensor.shape(),
+                    declared.shape
+                )),
+            ));
+        }
+        // A file in a wider or narrower type of the same kind is converted to the declared
+        // dtype, so bf16 inputs can come from float32 files (NumPy has no bf16); a file of
+        // another kind (floats for an integer input) is refused.
+        let tensor = tensor
+            .into_declared(declared.dtype, &format!("`{file}`"), name)
+            .map_err(|e| Error::at_node(name, ErrorKind::Input(e)))?;
+        values.insert(name.to_string(), tensor);
+    }
+    Ok(values)
+}
+
+/// Refuses, before anything runs, a `run --out DIR` whose outputs would replace a file the
+/// run read (`read`: the graph or model, stored values, `--input` files), such as an output
+/// `w` written beside the graph's stored `w.npy`, however either path is spelled.
+fn refuse_replacing_what_was_read(graph: &Graph, dir: &Path, read: &[PathBuf]) -> Result<()> {
+    let mut names: Vec<String> = Vec::new();
+    for name in &graph.outputs {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    let Ok(files) = output::check_distinct(&names, "outputs") else {
+        return Ok(()); // write_outputs reports the clash itself
+    };
+    for (name, file) in names.iter().zip(&files) {
+        let target = dir.join(file);
+        if let Some(source) = read.iter().find(|read| output::same_file(read, &target)) {
+            return Err(Error::at_node(
+                name,
+                ErrorKind::Input(format!(
+                    "output file {} is {}, which this run reads; write the outputs to another directory (nothing was written)",
+                    target.display(),
+                    source.display()
+                )),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Writes every output of `graph` to `dir`, all or none (see [`output::write_all_or_none`]),
+/// each under the file name [`output::file_name`] gives its name, so no output name, however
+/// written, puts a file outside `dir`.
+fn write_outputs(graph: &Graph, outputs: &Tensors, dir: &Path) -> Result<String> {
+    // An output listed twice is one file, written once.
+    let mut names: Vec<String> = Vec::new();
+    for name in &graph.outputs {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    let files = output::check_distinct(&names, "outputs").map_err(Error::input)?;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Error::write(
+            dir.display(),
+            format!("cannot create the output directory: {e}"),
+        )
+    })?;
+    let writes: Vec<(String, _)> = names
+        .iter()
+        .zip(&files)
+        .map(|(name, file)| {
+            let tensor = &outputs[name];
+            (file.clone(), move |path: &Path| tensor.write_npy(path))
+        })
+        .collect();
+    output::write_all_or_none(dir, &writes).map_err(|e| {
+        let name = names
+            .iter()
+            .zip(&files)
+            .find(|(_, file)| e.path.file_name().is_some_and(|f| f == file.as_str()))
+            .map_or("", |(name, _)| name.as_str());
+        let mut error = Error::write(
+            e.path.display(),
+            format!("{}; no output was written", e.message),
+        );
+        if !name.is_empty() {
+            error.site.node = Some(name.to_string());
+        }
+        error
+    })?;
+    let mut report = String::new();
+    for (name, file) in names.iter().zip(&files) {
+        let tensor = &outputs[name];
+        let _ = writeln!(
+            report,
+            "{name}: {}{:?} -> {}{}",
+            tensor.dtype,
+            tensor.shape(),
+            dir.join(file).display(),
+            summary(tensor)
+        );
+    }
+    Ok(report)
+}
+
+/// Min, max and mean of the finite values, and counts of the others. Integers print their
+/// exact minimum and maximum (an f64 would show 2^53 + 1 as 2^53).
+fn summary(t: &Tensor) -> String {
+    if let crate::tensor::Data::Int(ints) = &t.data {
+        let (Some(min), Some(max)) = (ints.iter().min(), ints.iter().max()) else {
+            return String::new();
+        };
+        let mean = ints.iter().map(|&v| v as f64).sum::<f64>() / ints.len() as f64;
+        return format!("  min {min} max {max} mean {mean:.6}");
+    }
+    let values = t.floats();
+    let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    let nan = values.iter().filter(|v| v.is_nan()).count();
+    let inf = values.iter().filter(|v| v.is_infinite()).count();
+    let mut s = String::new();
+    if !finite.is_empty() {
+        let min = finite.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mean = finite.iter().sum::<f64>() / finite.len() as f64;
+        let _ = write!(s, "  min {min:.6} max {max:.6} mean {mean:.6}");
+    }
+    if nan > 0 {
+        let _ = write!(s, "  {nan} NaN");
+    }
+    if inf > 0 {
+        let _ = write!(s, "  {inf} inf");
+    }
+    s
+}
