@@ -72,8 +72,9 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
     );
     let _ = writeln!(
         out,
-        "  one kernel per op:      {:>4} kernels  {:>10}  {:>10}{}",
+        "  one kernel per op:      {:>4} {:<7}  {:>10}  {:>10}{}",
         r.kernels_before,
+        kernel_noun(r.kernels_before),
         bytes(r.bytes_before),
         micros(r.cost_before),
         library_suffix(r.library_calls_before)
@@ -85,8 +86,9 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
     );
     let _ = writeln!(
         out,
-        "  optimized and fused:    {:>4} kernels  {:>10}  {:>10}{}",
+        "  optimized and fused:    {:>4} {:<7}  {:>10}  {:>10}{}",
         r.kernels_after,
+        kernel_noun(r.kernels_after),
         bytes(r.bytes_after),
         micros(r.cost_after),
         library_suffix(r.library_calls_after)
@@ -358,6 +360,12 @@ pub fn to_dot(optimized: &Optimized) -> String {
     }
     let _ = writeln!(out, "}}");
     out
+}
+
+/// "kernel" or "kernels" for a count, padded by the table to one width so the columns
+/// after it stay aligned.
+fn kernel_noun(n: usize) -> &'static str {
+    if n == 1 { "kernel" } else { "kernels" }
 }
 
 /// The library calls of a row of the `--explain` cost table, after its columns: the table's
