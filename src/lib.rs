@@ -14,7 +14,8 @@
 //! - code: [`lower`] (the size-free kernel IR), [`runtime`] (host buffers, memory plan, reference
 //!   matmul, IR interpreter), [`backend`] (the `Target`/`Executable` boundary, with the
 //!   [`backend::cpu`] and [`backend::cuda`] backends);
-//! - on top: [`runner`] (compile and time for any backend) and [`cli`].
+//! - on top: [`runner`] (compile and time for any backend), [`model`] (load, compile and run a
+//!   whole model by name: the one path for library users, with a runnable example) and [`cli`].
 
 pub mod amp;
 pub mod attr;
@@ -32,6 +33,7 @@ pub mod file_limits;
 pub mod formula;
 pub mod graph;
 pub mod lower;
+pub mod model;
 pub mod onnx;
 pub mod optimize;
 pub mod partition;

@@ -12,7 +12,7 @@ use crate::backend::{BenchFacts, Executable, Target};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::Graph;
 use crate::lower;
-use crate::optimize::{Options, optimize};
+use crate::optimize::{Optimized, Options, Report, optimize};
 use crate::partition::{KernelCount, Partition};
 use crate::rules::RuleSet;
 use crate::runtime::buffer::Buffer;
@@ -30,6 +30,8 @@ pub struct Prepared<E: Executable> {
     pub compile_ms: f64,
     /// What the backend's compiler and caches did for this program.
     pub compile: E::CompileStats,
+    /// What [`optimize`] did: kernels, bytes and modeled cost before and after.
+    pub report: Report,
 }
 
 impl<E: Executable> Prepared<E> {
@@ -78,14 +80,15 @@ pub fn prepare<T: Target>(
     target: &T,
 ) -> Result<Prepared<T::Executable>> {
     target.open()?;
-    let (program, partition, optimize_ms) = lower_graph(graph, rules, options)?;
+    let (program, optimized, optimize_ms) = lower_optimized(graph, rules, options)?;
     let start = Instant::now();
     let executable = target.build(program)?;
     let compile_ms = start.elapsed().as_secs_f64() * 1e3;
     Ok(Prepared {
         compile: executable.compile_stats(),
         executable,
-        partition,
+        partition: optimized.partition,
+        report: optimized.report,
         optimize_ms,
         compile_ms,
     })
@@ -99,6 +102,16 @@ pub fn lower_graph(
     rules: &RuleSet,
     options: &Options,
 ) -> Result<(lower::Program, Partition, f64)> {
+    let (program, optimized, optimize_ms) = lower_optimized(graph, rules, options)?;
+    Ok((program, optimized.partition, optimize_ms))
+}
+
+/// [`lower_graph`], keeping all of what [`optimize`] returned (its report too).
+fn lower_optimized(
+    graph: &Graph,
+    rules: &RuleSet,
+    options: &Options,
+) -> Result<(lower::Program, Optimized, f64)> {
     let start = Instant::now();
     let optimized = optimize(graph, rules, options)?;
     let optimize_ms = if options.fusion {
@@ -107,7 +120,7 @@ pub fn lower_graph(
         0.0
     };
     let program = lower::lower(&optimized.dag, &optimized.partition)?;
-    Ok((program, optimized.partition, optimize_ms))
+    Ok((program, optimized, optimize_ms))
 }
 
 /// What `fusebox bench` reports.

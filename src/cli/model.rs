@@ -1,126 +1,18 @@
 //! Where commands get their graph: a RON graph file or an ONNX model, each with the stored
-//! values of its parameter inputs; and `fusebox import`, which writes a model as a graph file
-//! and its weights.
+//! values of its parameter inputs, read by the library's [`crate::model`] (so the commands and
+//! library users load alike); how derived graphs carry those values; and `fusebox import`,
+//! which writes a model as a graph file and its weights.
 
 use super::output;
 use crate::error::{Error, ErrorKind, Result, Site};
-use crate::eval::Tensors;
+use crate::graph;
 use crate::graph::file::StoredValues;
-use crate::graph::{self, Graph, TypeMap};
 use crate::rules::RuleSet;
 use crate::tensor::Tensor;
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// A graph, its types, and the stored value of each parameter input that has one.
-pub struct Loaded {
-    pub graph: Graph,
-    pub types: TypeMap,
-    pub stored: Tensors,
-    /// For a RON graph file, the resolved path of each stored value's `.npy` (an ONNX model's
-    /// weights have none: they live inside the model).
-    pub files: BTreeMap<String, PathBuf>,
-}
-
-/// Which stored values a command reads.
-#[derive(Debug, Clone, Copy)]
-pub enum Stored<'a> {
-    /// Every one: `check` validates them, `grad` carries them to what it writes.
-    All,
-    /// All but these inputs', which the command is given other values for (`run --input`):
-    /// a value that is replaced is not read, so a broken one there does not stop the run.
-    Except(&'a BTreeSet<String>),
-    /// None: the command feeds its own values (`bench` times random ones).
-    None,
-}
-
-impl Stored<'_> {
-    fn wants(&self, input: &str) -> bool {
-        match self {
-            Stored::All => true,
-            Stored::Except(skip) => !skip.contains(input),
-            Stored::None => false,
-        }
-    }
-}
-
-/// Reads `path` with every stored value (see [`load_values`]).
-pub fn load(path: &Path, rules: &RuleSet) -> Result<Loaded> {
-    load_values(path, rules, Stored::All)
-}
-
-/// Reads `path`: an ONNX model when it ends in `.onnx`, else a RON graph file whose inputs may
-/// name `.npy` files (read relative to the graph file, and refused if they leave its
-/// directory). Of those, only the ones `which` wants are read; each must hold the declared
-/// shape and kind of value ([`Tensor::into_declared`]), and a problem with one is reported at
-/// its `value` field.
-pub fn load_values(path: &Path, rules: &RuleSet, which: Stored) -> Result<Loaded> {
-    if crate::onnx::is_onnx(path) {
-        let imported = crate::onnx::import(path, &rules.ops, &rules.onnx)?;
-        return Ok(Loaded {
-            graph: imported.graph,
-            types: imported.types,
-            stored: imported
-                .values
-                .into_iter()
-                .filter(|(name, _)| which.wants(name))
-                .collect(),
-            files: BTreeMap::new(),
-        });
-    }
-    let (graph, types, files) = graph::file::load_with_values(path, &rules.ops)?;
-    let dir = path.parent().unwrap_or(Path::new(""));
-    let mut stored = Tensors::new();
-    let mut resolved = BTreeMap::new();
-    for (name, value) in &files {
-        if !which.wants(name) {
-            continue;
-        }
-        let Some(declared) = graph.input(name) else {
-            continue;
-        };
-        let file = &value.file;
-        let at = |message: String| Error::new(value.site.clone(), ErrorKind::Input(message));
-        let full = dir.join(file);
-        let real = full
-            .canonicalize()
-            .map_err(|e| at(format!("stored value `{file}`: {e}")))?;
-        let base = if dir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            dir
-        };
-        let real_dir = base
-            .canonicalize()
-            .map_err(|e| at(format!("{}: {e}", base.display())))?;
-        if !real.starts_with(&real_dir) {
-            return Err(at(format!(
-                "stored value `{file}` leaves the graph file's directory"
-            )));
-        }
-        // Read where it was checked to be, named as the graph file writes it.
-        let tensor = Tensor::read_npy_named(&real, &format!("`{file}`"))
-            .map_err(|e| at(format!("stored value {e}")))?;
-        if tensor.shape() != declared.shape.as_slice() {
-            return Err(at(format!(
-                "stored value `{file}` holds shape {:?}, the graph declares {:?}",
-                tensor.shape(),
-                declared.shape
-            )));
-        }
-        let tensor = tensor
-            .into_declared(declared.dtype, &format!("stored value `{file}`"), name)
-            .map_err(at)?;
-        stored.insert(name.clone(), tensor);
-        resolved.insert(name.clone(), real);
-    }
-    Ok(Loaded {
-        graph,
-        types,
-        stored,
-        files: resolved,
-    })
-}
+// Loading lives in the library's `model` module, which the CLI shares with library users.
+pub use crate::model::{Loaded, Stored, load, load_values};
 
 /// A writer of one output file.
 pub type Writer<'a> = Box<dyn Fn(&Path) -> std::result::Result<(), String> + 'a>;

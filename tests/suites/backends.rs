@@ -33,6 +33,8 @@ mod index_maps;
 mod integers;
 #[path = "../lower.rs"]
 mod lower;
+#[path = "../model_api.rs"]
+mod model_api;
 #[path = "../numpy_interop.rs"]
 mod numpy_interop;
 #[path = "../partition.rs"]

@@ -1,0 +1,420 @@
+//! Whole models from Rust: load a RON graph file or an ONNX model with its stored values,
+//! compile it for a backend, run it on named arrays and get named arrays back — the flow of
+//! `fusebox run`, without reading the CLI's source.
+//!
+//! ```
+//! use fusebox::model::{Backend, CompileOptions, Model};
+//! use fusebox::rules::RuleSet;
+//! use fusebox::tensor::Tensor;
+//! use fusebox::dtype::DType;
+//! use std::collections::BTreeMap;
+//!
+//! # fn main() -> fusebox::Result<()> {
+//! let rules = RuleSet::defaults();
+//! let (graph, _types) = fusebox::graph::file::parse(r#"Graph(
+//!     name: "gelu_bias",
+//!     inputs: [
+//!         Input(name: "x", dtype: "f32", shape: [2, 3]),
+//!         Input(name: "bias", dtype: "f32", shape: [3]),
+//!     ],
+//!     nodes: [
+//!         Node(name: "biased", op: "add", args: ["x", "bias"]),
+//!         Node(name: "y", op: "gelu", args: ["biased"]),
+//!     ],
+//!     outputs: ["y"],
+//! )"#, "gelu_bias.ron", &rules.ops)?;
+//! let model = Model::from_graph(graph, &rules)?;
+//! for input in model.inputs() {
+//!     println!("{}: {:?} {:?}", input.name, input.dtype, input.shape);
+//! }
+//!
+//! let x = Tensor::from_values(DType::F32, &[2, 3], vec![-1.0, 0.0, 1.0, 2.0, 3.0, 4.0]).unwrap();
+//! let bias = Tensor::from_values(DType::F32, &[3], vec![0.5, 0.5, 0.5]).unwrap();
+//! let inputs = BTreeMap::from([("x".to_string(), x), ("bias".to_string(), bias)]);
+//!
+//! let mut cpu = model.compile(Backend::Cpu, &CompileOptions::default())?;
+//! let mut reference = model.compile(Backend::Reference, &CompileOptions::default())?;
+//! let report = cpu.report().expect("a compiled backend is optimized");
+//! println!("{} kernel(s) before, {} after", report.kernels_before, report.kernels_after);
+//!
+//! let got = cpu.run(&inputs)?;
+//! let want = reference.run(&inputs)?;
+//! for (g, w) in got["y"].values().iter().zip(want["y"].values()) {
+//!     assert!((g - w).abs() <= 1e-5 + 1e-4 * w.abs());
+//! }
+//!
+//! // An ONNX model brings its weights: only `input0` needs a value.
+//! let mlp = Model::load(std::path::Path::new("book/examples/onnx/mlp.onnx"), &rules)?;
+//! assert!(mlp.stored().contains_key("fc1.weight"));
+//! let input0 = Tensor::from_values(DType::F32, &[8, 32], vec![0.25; 8 * 32]).unwrap();
+//! let outputs = mlp
+//!     .compile(Backend::Reference, &CompileOptions::default())?
+//!     .run(&BTreeMap::from([("input0".to_string(), input0)]))?;
+//! for (name, value) in &outputs {
+//!     println!("{name}: {:?}", value.shape());
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`Model::load`] reads a graph file or an `.onnx` model as every command does
+//! ([`load_values`]), so an input with a stored value (a weight) needs no value at run time;
+//! a value given to [`Compiled::run`] replaces the stored one.
+
+use crate::backend::Executable;
+use crate::backend::cpu::compiler::{Compiler, CompilerConfig};
+use crate::backend::cpu::runtime::CpuExecutable;
+use crate::backend::cuda::runtime::{CudaExecutable, CudaOptions};
+use crate::error::{Error, ErrorKind, Result};
+use crate::eval::Tensors;
+use crate::graph::{self, Graph, Input, TypeMap};
+use crate::optimize::{Options, Report};
+use crate::rules::RuleSet;
+use crate::runner::Prepared;
+use crate::tensor::Tensor;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// A graph with the stored values of its parameter inputs, and the rule set it was read
+/// with: what [`Model::compile`] compiles.
+#[derive(Debug, Clone)]
+pub struct Model {
+    graph: Graph,
+    types: TypeMap,
+    stored: Tensors,
+    rules: RuleSet,
+}
+
+/// Where [`Model::compile`] puts a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// C emitted and compiled with the system's C compiler (configured from the environment,
+    /// as `fusebox run` is: `CC`, `FUSEBOX_CACHE`, …).
+    Cpu,
+    /// CUDA C compiled with NVRTC and run on a GPU; fails at compile time without one.
+    Cuda,
+    /// The reference evaluator: the graph run op by op, unfused — the oracle the others are
+    /// tested against.
+    Reference,
+}
+
+/// How [`Model::compile`] compiles; the default is what `fusebox run` does without flags.
+#[derive(Debug, Clone, Default)]
+pub struct CompileOptions {
+    /// An AMP policy of the rule set (`"bf16"`, …): its casts are inserted before anything
+    /// else, on every backend.
+    pub amp: Option<String>,
+    /// One kernel per op (the unfused baseline); refused for [`Backend::Reference`], which
+    /// never fuses.
+    pub no_fusion: bool,
+    /// The GPU and how to run on it, for [`Backend::Cuda`] only.
+    pub cuda: CudaOptions,
+}
+
+impl Model {
+    /// Reads `path` with every stored value: an ONNX model when it ends in `.onnx` (its
+    /// initializers), else a RON graph file whose inputs may name `.npy` files (see
+    /// [`load_values`]).
+    pub fn load(path: &Path, rules: &RuleSet) -> Result<Model> {
+        let loaded = load(path, rules)?;
+        Ok(Model {
+            graph: loaded.graph,
+            types: loaded.types,
+            stored: loaded.stored,
+            rules: rules.clone(),
+        })
+    }
+
+    /// A graph built in Rust (or parsed), without stored values; checked here against the
+    /// rule set's catalogue, so that a malformed graph fails before anything compiles.
+    pub fn from_graph(graph: Graph, rules: &RuleSet) -> Result<Model> {
+        let types = graph::check::check(&graph, &rules.ops)?;
+        Ok(Model {
+            graph,
+            types,
+            stored: Tensors::new(),
+            rules: rules.clone(),
+        })
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The dtype and shape of every value of the graph, by name.
+    pub fn types(&self) -> &TypeMap {
+        &self.types
+    }
+
+    /// Every input of the graph, stored or not, with its declared dtype and shape.
+    pub fn inputs(&self) -> &[Input] {
+        &self.graph.inputs
+    }
+
+    /// The stored values (weights), by input name.
+    pub fn stored(&self) -> &Tensors {
+        &self.stored
+    }
+
+    /// Compiles the model for `backend`. A compiled backend gets the optimized graph for its
+    /// cost profile (`fusebox run`'s pipeline, [`crate::runner::prepare`]); the reference
+    /// backend only inserts the AMP casts, since it runs the graph as written.
+    pub fn compile(&self, backend: Backend, options: &CompileOptions) -> Result<Compiled> {
+        if backend != Backend::Cuda && options.cuda != CudaOptions::default() {
+            return Err(Error::input("CUDA options apply to Backend::Cuda"));
+        }
+        let pipeline = Options {
+            amp: options.amp.clone(),
+            fusion: !options.no_fusion,
+            ..Options::default()
+        };
+        let engine = match backend {
+            Backend::Reference => {
+                if options.no_fusion {
+                    return Err(Error::input(
+                        "no_fusion applies to compiled backends; the reference backend never fuses",
+                    ));
+                }
+                let (graph, _) =
+                    crate::optimize::with_amp(&self.graph, &self.rules, pipeline.amp.as_deref())?;
+                Engine::Reference(graph.into_owned())
+            }
+            Backend::Cpu => {
+                let compiler = Compiler::new(CompilerConfig::from_env());
+                Engine::Cpu(Box::new(self.prepare(pipeline, &compiler)?))
+            }
+            Backend::Cuda => Engine::Cuda(Box::new(self.prepare(pipeline, &options.cuda)?)),
+        };
+        Ok(Compiled {
+            engine,
+            inputs: self.graph.inputs.clone(),
+            stored: self.stored.clone(),
+            ops: self.rules.clone(),
+        })
+    }
+
+    /// [`crate::runner::prepare`] for `target`, optimized for its cost profile.
+    fn prepare<T: crate::backend::Target>(
+        &self,
+        options: Options,
+        target: &T,
+    ) -> Result<Prepared<T::Executable>> {
+        let options = Options {
+            profile: T::PROFILE.into(),
+            ..options
+        };
+        crate::runner::prepare(&self.graph, &self.rules, &options, target)
+    }
+}
+
+/// What a model was compiled into.
+enum Engine {
+    /// The graph the reference evaluator runs (with AMP casts, if asked for).
+    Reference(Graph),
+    // Boxed: a prepared program is large, and the reference variant small.
+    Cpu(Box<Prepared<CpuExecutable>>),
+    Cuda(Box<Prepared<CudaExecutable>>),
+}
+
+/// A model compiled for one backend, with its stored values: run it on named arrays.
+pub struct Compiled {
+    engine: Engine,
+    inputs: Vec<Input>,
+    stored: Tensors,
+    ops: RuleSet,
+}
+
+impl Compiled {
+    /// The optimization report of a compiled backend (kernels before and after, bytes, modeled
+    /// cost, the rewrites that fired; see [`Report`]); `None` for [`Backend::Reference`],
+    /// which runs the graph as written and so has nothing optimized to report.
+    pub fn report(&self) -> Option<&Report> {
+        match &self.engine {
+            Engine::Reference(_) => None,
+            Engine::Cpu(prepared) => Some(&prepared.report),
+            Engine::Cuda(prepared) => Some(&prepared.report),
+        }
+    }
+
+    /// The backend in words: the compiler or device for a compiled one.
+    pub fn describe(&self) -> String {
+        match &self.engine {
+            Engine::Reference(_) => "reference".to_string(),
+            Engine::Cpu(prepared) => prepared.executable.describe(),
+            Engine::Cuda(prepared) => prepared.executable.describe(),
+        }
+    }
+
+    /// Runs on `inputs` by name and returns the outputs by name. An input given here replaces
+    /// its stored value; every other input must have one, else the error names those
+    /// missing, and a name the model has no input of is refused (a misspelt name would
+    /// otherwise leave a weight silently in place). A given value must have the declared
+    /// shape, and is converted to the declared dtype when it is of the same kind (an `f32`
+    /// array for an `f16` input).
+    pub fn run(&mut self, inputs: &BTreeMap<String, Tensor>) -> Result<BTreeMap<String, Tensor>> {
+        let values = self.values(inputs)?;
+        let outputs = match &mut self.engine {
+            Engine::Reference(graph) => crate::eval::evaluate(graph, &self.ops.ops, &values)?,
+            Engine::Cpu(prepared) => prepared.executable.run_tensors(&values)?,
+            Engine::Cuda(prepared) => prepared.executable.run_tensors(&values)?,
+        };
+        Ok(outputs.into_iter().collect())
+    }
+
+    /// The value of every input: `given` over the stored ones, each checked against its
+    /// declaration.
+    fn values(&self, given: &BTreeMap<String, Tensor>) -> Result<Tensors> {
+        if let Some(name) = given
+            .keys()
+            .find(|name| !self.inputs.iter().any(|i| &i.name == *name))
+        {
+            return Err(Error::input(format!(
+                "the model has no input `{name}`{}",
+                crate::error::hint(name, self.inputs.iter().map(|i| i.name.as_str()))
+            )));
+        }
+        let mut values = Tensors::new();
+        let mut missing = Vec::new();
+        for input in &self.inputs {
+            let at = |message: String| Error::at_node(&input.name, ErrorKind::Input(message));
+            let value = match (given.get(&input.name), self.stored.get(&input.name)) {
+                (Some(value), _) => {
+                    if value.shape() != input.shape.as_slice() {
+                        return Err(at(format!(
+                            "the value given holds shape {:?}, the graph declares {:?}",
+                            value.shape(),
+                            input.shape
+                        )));
+                    }
+                    value
+                        .clone()
+                        .into_declared(input.dtype, "the value given", &input.name)
+                        .map_err(at)?
+                }
+                (None, Some(stored)) => stored.clone(),
+                (None, None) => {
+                    missing.push(input.name.as_str());
+                    continue;
+                }
+            };
+            values.insert(input.name.clone(), value);
+        }
+        if !missing.is_empty() {
+            return Err(Error::input(format!(
+                "no value for input(s) {}",
+                missing.join(", ")
+            )));
+        }
+        Ok(values)
+    }
+}
+
+/// A graph, its types, and the stored value of each parameter input that has one.
+pub struct Loaded {
+    pub graph: Graph,
+    pub types: TypeMap,
+    pub stored: Tensors,
+    /// For a RON graph file, the resolved path of each stored value's `.npy` (an ONNX model's
+    /// weights have none: they live inside the model).
+    pub files: BTreeMap<String, PathBuf>,
+}
+
+/// Which stored values a command reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Stored<'a> {
+    /// Every one: `check` validates them, `grad` carries them to what it writes.
+    All,
+    /// All but these inputs', which the command is given other values for (`run --input`):
+    /// a value that is replaced is not read, so a broken one there does not stop the run.
+    Except(&'a BTreeSet<String>),
+    /// None: the command feeds its own values (`bench` times random ones).
+    None,
+}
+
+impl Stored<'_> {
+    fn wants(&self, input: &str) -> bool {
+        match self {
+            Stored::All => true,
+            Stored::Except(skip) => !skip.contains(input),
+            Stored::None => false,
+        }
+    }
+}
+
+/// Reads `path` with every stored value (see [`load_values`]).
+pub fn load(path: &Path, rules: &RuleSet) -> Result<Loaded> {
+    load_values(path, rules, Stored::All)
+}
+
+/// Reads `path`: an ONNX model when it ends in `.onnx`, else a RON graph file whose inputs may
+/// name `.npy` files (read relative to the graph file, and refused if they leave its
+/// directory). Of those, only the ones `which` wants are read; each must hold the declared
+/// shape and kind of value ([`Tensor::into_declared`]), and a problem with one is reported at
+/// its `value` field.
+pub fn load_values(path: &Path, rules: &RuleSet, which: Stored) -> Result<Loaded> {
+    if crate::onnx::is_onnx(path) {
+        let imported = crate::onnx::import(path, &rules.ops, &rules.onnx)?;
+        return Ok(Loaded {
+            graph: imported.graph,
+            types: imported.types,
+            stored: imported
+                .values
+                .into_iter()
+                .filter(|(name, _)| which.wants(name))
+                .collect(),
+            files: BTreeMap::new(),
+        });
+    }
+    let (graph, types, files) = graph::file::load_with_values(path, &rules.ops)?;
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let mut stored = Tensors::new();
+    let mut resolved = BTreeMap::new();
+    for (name, value) in &files {
+        if !which.wants(name) {
+            continue;
+        }
+        let Some(declared) = graph.input(name) else {
+            continue;
+        };
+        let file = &value.file;
+        let at = |message: String| Error::new(value.site.clone(), ErrorKind::Input(message));
+        let full = dir.join(file);
+        let real = full
+            .canonicalize()
+            .map_err(|e| at(format!("stored value `{file}`: {e}")))?;
+        let base = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        let real_dir = base
+            .canonicalize()
+            .map_err(|e| at(format!("{}: {e}", base.display())))?;
+        if !real.starts_with(&real_dir) {
+            return Err(at(format!(
+                "stored value `{file}` leaves the graph file's directory"
+            )));
+        }
+        // Read where it was checked to be, named as the graph file writes it.
+        let tensor = Tensor::read_npy_named(&real, &format!("`{file}`"))
+            .map_err(|e| at(format!("stored value {e}")))?;
+        if tensor.shape() != declared.shape.as_slice() {
+            return Err(at(format!(
+                "stored value `{file}` holds shape {:?}, the graph declares {:?}",
+                tensor.shape(),
+                declared.shape
+            )));
+        }
+        let tensor = tensor
+            .into_declared(declared.dtype, &format!("stored value `{file}`"), name)
+            .map_err(at)?;
+        stored.insert(name.clone(), tensor);
+        resolved.insert(name.clone(), real);
+    }
+    Ok(Loaded {
+        graph,
+        types,
+        stored,
+        files: resolved,
+    })
+}
