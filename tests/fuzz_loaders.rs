@@ -1296,23 +1296,11 @@ mod onnx_models {
 
     use onnx_protobuf::{
         AttributeProto, GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto,
-        StringStringEntryProto, TensorProto, TypeProto, ValueInfoProto,
+        StringStringEntryProto, TensorProto, ValueInfoProto,
     };
 
     pub fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
-        let mut ty = TypeProto::new();
-        let tensor = ty.mut_tensor_type();
-        tensor.elem_type = 1;
-        let shape = tensor.shape.mut_or_insert_default();
-        for &d in dims {
-            let mut dim = onnx_protobuf::tensor_shape_proto::Dimension::new();
-            dim.set_dim_value(d);
-            shape.dim.push(dim);
-        }
-        let mut info = ValueInfoProto::new();
-        info.name = name.into();
-        info.type_ = Some(ty).into();
-        info
+        crate::common::onnx_models::value_info(name, 1, Some(dims))
     }
 
     fn node(op: &str, inputs: &[&str], output: &str, attrs: Vec<AttributeProto>) -> NodeProto {

@@ -12,7 +12,7 @@ use fusebox::rules::RuleSet;
 use fusebox::tensor::Tensor;
 use onnx_protobuf::{
     GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
-    TensorProto, TypeProto, ValueInfoProto,
+    TensorProto, ValueInfoProto,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -215,19 +215,7 @@ fn graph_value_paths_that_leave_the_graph_directory_are_refused() {
 // ------------------------------------------------------------------ hostile files, built in Rust
 
 fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
-    let mut ty = TypeProto::new();
-    let tensor = ty.mut_tensor_type();
-    tensor.elem_type = 1;
-    let shape = tensor.shape.mut_or_insert_default();
-    for &d in dims {
-        let mut dim = onnx_protobuf::tensor_shape_proto::Dimension::new();
-        dim.set_dim_value(d);
-        shape.dim.push(dim);
-    }
-    let mut info = ValueInfoProto::new();
-    info.name = name.into();
-    info.type_ = Some(ty).into();
-    info
+    crate::common::onnx_models::value_info(name, 1, Some(dims))
 }
 
 fn node(op: &str, name: &str, inputs: &[&str], output: &str) -> NodeProto {

@@ -36,13 +36,17 @@ fn refuse_overwriting_sources(
     written: &Written,
     loaded: &model::Loaded,
 ) -> Result<()> {
-    let is_link = std::fs::symlink_metadata(target).is_ok_and(|m| m.file_type().is_symlink());
-    let Some(real) = target.canonicalize().ok().filter(|_| !is_link) else {
+    // A link at that spot is replaced by the write, not written through.
+    if std::fs::symlink_metadata(target).is_ok_and(|m| m.file_type().is_symlink()) {
         return Ok(());
-    };
-    let what = if written.source.canonicalize().is_ok_and(|s| s == real) {
+    }
+    let what = if output::same_file(written.source, target) {
         "the graph being differentiated".to_string()
-    } else if let Some((input, _)) = loaded.files.iter().find(|(_, file)| **file == real) {
+    } else if let Some((input, _)) = loaded
+        .files
+        .iter()
+        .find(|(_, file)| output::same_file(file, target))
+    {
         format!("the stored value of input `{input}`")
     } else {
         return Ok(());

@@ -39,6 +39,7 @@ pub fn amp_inputs(g: &Graph, seed: u64) -> Tensors {
 pub mod concat_graphs;
 pub mod kernel_cache;
 pub mod map_positions;
+pub mod onnx_models;
 pub mod random_graph;
 pub mod row_graphs;
 

@@ -11,7 +11,7 @@ use fusebox::dtype::DType;
 use onnx_protobuf::attribute_proto::AttributeType;
 use onnx_protobuf::{
     AttributeProto, GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TypeProto, ValueInfoProto,
+    ValueInfoProto,
 };
 
 // ------------------------------------------------------------------ model building
@@ -27,21 +27,7 @@ fn onnx_code(dtype: DType) -> i32 {
 }
 
 fn info(name: &str, dtype: DType, dims: Option<&[i64]>) -> ValueInfoProto {
-    let mut ty = TypeProto::new();
-    let tensor = ty.mut_tensor_type();
-    tensor.elem_type = onnx_code(dtype);
-    if let Some(dims) = dims {
-        let shape = tensor.shape.mut_or_insert_default();
-        for &d in dims {
-            let mut dim = onnx_protobuf::tensor_shape_proto::Dimension::new();
-            dim.set_dim_value(d);
-            shape.dim.push(dim);
-        }
-    }
-    let mut info = ValueInfoProto::new();
-    info.name = name.into();
-    info.type_ = Some(ty).into();
-    info
+    crate::common::onnx_models::value_info(name, onnx_code(dtype), dims)
 }
 
 /// An integer or float tensor (`values` as i64 for integer dtypes, else as f32 bits' value).

@@ -1,0 +1,122 @@
+//! Constant folding at import, bounded by size: a node whose inputs are all constants is
+//! evaluated by the reference evaluator while the model is read, as long as its result stays
+//! within [`FOLD_LIMIT`] elements; a bigger value is left to run time.
+
+use super::*;
+
+/// The most elements a constant folded at import may have (2^20: 8 MiB as the evaluator
+/// holds it). Folding allocates every folded value while the model is read, so a few bytes of
+/// `ConstantOfShape` or `Expand` could otherwise ask for gigabytes; a bigger value is computed
+/// at run time instead, like any other node.
+pub const FOLD_LIMIT: usize = 1 << 20;
+
+/// Whether a value of `shape` is small enough to fold (see [`FOLD_LIMIT`]).
+pub(super) fn fits_folding(shape: &[usize]) -> bool {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .is_some_and(|n| n <= FOLD_LIMIT)
+}
+
+impl Importer<'_> {
+    /// Whether `def` over constant `args` yields at most [`FOLD_LIMIT`] elements, so folding
+    /// it at import allocates no more than that; a bigger result is left to run time, where
+    /// the backends compute it (a fused kernel never materializes a broadcast constant).
+    pub(super) fn foldable(
+        &self,
+        def: &crate::rules::ops::OpDef,
+        args: &[Val],
+        attrs: &Attrs,
+    ) -> std::result::Result<bool, String> {
+        let types: Vec<TensorType> = args
+            .iter()
+            .map(|a| TensorType {
+                dtype: a.dtype(),
+                shape: a.shape().to_vec(),
+            })
+            .collect();
+        let resolved = resolve_attrs(def, attrs).map_err(|(_, kind)| kind.to_string())?;
+        let ty = infer_op(def, &types, &resolved).map_err(|(_, kind)| kind.to_string())?;
+        Ok(fits_folding(&ty.shape))
+    }
+
+    /// Evaluates one op on constants with the reference evaluator.
+    pub(super) fn fold(&mut self, op: &str, args: &[Val], attrs: Attrs) -> Msg {
+        let mut inputs = Vec::new();
+        let mut tensors = crate::eval::Tensors::new();
+        for (i, arg) in args.iter().enumerate() {
+            let t = arg.constant().ok_or("folding needs constants")?;
+            let name = format!("a{i}");
+            inputs.push(Input {
+                name: name.clone(),
+                dtype: t.dtype,
+                shape: t.shape().to_vec(),
+            });
+            tensors.insert(name, t.clone());
+        }
+        let graph = Graph {
+            name: "fold".into(),
+            inputs: inputs.clone(),
+            nodes: vec![Node {
+                name: "y".into(),
+                op: op.into(),
+                args: inputs.iter().map(|i| i.name.clone()).collect(),
+                attrs,
+            }],
+            outputs: vec!["y".into()],
+        };
+        let mut out = crate::eval::evaluate(&graph, self.catalogue, &tensors)
+            .map_err(|e| format!("folding a constant `{op}`: {}", e.kind))?;
+        let t = out.remove("y").ok_or("folding produced nothing")?;
+        Ok(Val::Const(Rc::new(t), None))
+    }
+
+    /// A ConstantOfShape node's value: a folded constant up to [`FOLD_LIMIT`] elements, else
+    /// a scalar `const` broadcast to the shape at run time (so a 1 KB model cannot make the
+    /// import allocate gigabytes).
+    pub(super) fn constant_of_shape(
+        &mut self,
+        node: &NodeProto,
+        attrs: &HashMap<String, Attr>,
+        out: &str,
+    ) -> Msg {
+        let shape = self.ints(node, 0, "shape")?;
+        let (dims, count) = proto::element_count(&shape)?;
+        let fill = match attrs.get("value") {
+            Some(Attr::Tensor(t)) => t.clone(),
+            None => Tensor::scalar(DType::F32, 0.0),
+            Some(_) => return Err("attribute `value` must be a tensor".into()),
+        };
+        if fill.data.len() != 1 {
+            return Err("attribute `value` must hold one element".into());
+        }
+        if fits_folding(&dims) {
+            let t = match fill.int_values().first() {
+                Some(&v) if fill.dtype.category() == crate::dtype::Category::Integer => {
+                    Tensor::from_ints(fill.dtype, &dims, vec![v; count])
+                }
+                _ => Tensor::from_values(fill.dtype, &dims, vec![fill.values()[0]; count]),
+            }
+            .ok_or("the shape does not fit")?;
+            return Ok(Val::Const(Rc::new(t), Some(out.to_string())));
+        }
+        // The scalar travels as a `const` node's f64 attribute: an integer beyond 2^53 would
+        // lose bits there.
+        let v = fill.values()[0];
+        if fill.dtype.category() == crate::dtype::Category::Integer
+            && fill.int_values()[0] != v as i64
+        {
+            return Err(format!(
+                "the fill value {} of a {count}-element result (more than the {FOLD_LIMIT} fusebox folds at import) is not exact as a run-time constant",
+                fill.int_values()[0]
+            ));
+        }
+        let scalar = Val::Const(
+            Rc::new(Tensor::scalar(fill.dtype, v)),
+            Some(format!("{out}.value")),
+        );
+        let mut a = Attrs::new();
+        a.insert("shape".into(), AttrValue::Ints(shape));
+        self.emit("broadcast_to", &[scalar], a, out, true)
+    }
+}
