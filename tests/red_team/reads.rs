@@ -244,16 +244,28 @@ fn value_files_that_are_not_bounded_regular_files_are_refused_without_reading() 
         ],
         vec!["grad", "g.ron", "--out", "joint/j.ron"],
     ];
-    let input = [vec![
-        "run",
-        "g.ron",
-        "--backend",
-        "reference",
-        "--input",
-        "x=v.npy",
-        "--out",
-        "out",
-    ]];
+    let input = [
+        vec![
+            "run",
+            "g.ron",
+            "--backend",
+            "reference",
+            "--input",
+            "x=v.npy",
+            "--out",
+            "out",
+        ],
+        vec![
+            "bench",
+            "g.ron",
+            "--backend",
+            "cpu",
+            "--input",
+            "x=v.npy",
+            "--iters",
+            "1",
+        ],
+    ];
     for how in plants(&mut rng) {
         plant(&dir.join("w.npy"), how, FileKind::Npy);
         for args in &reading {
