@@ -23,6 +23,8 @@ mod cpu_emit;
 mod cuda_compile;
 #[path = "../cuda_emit.rs"]
 mod cuda_emit;
+#[path = "../emit_corpus.rs"]
+mod emit_corpus;
 #[path = "../examples.rs"]
 mod examples;
 #[path = "../gpu_scripts.rs"]
