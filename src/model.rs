@@ -116,13 +116,18 @@ impl Model {
     /// initializers), else a RON graph file whose inputs may name `.npy` files (see
     /// [`load_values`]).
     pub fn load(path: &Path, rules: &RuleSet) -> Result<Model> {
-        let loaded = load(path, rules)?;
-        Ok(Model {
+        Ok(Model::from_loaded(load(path, rules)?, rules))
+    }
+
+    /// A model of what [`load_values`] read: its stored values are the ones it was asked for
+    /// (`fusebox run` leaves out those `--input` replaces).
+    pub fn from_loaded(loaded: Loaded, rules: &RuleSet) -> Model {
+        Model {
             graph: loaded.graph,
             types: loaded.types,
             stored: loaded.stored,
             rules: rules.clone(),
-        })
+        }
     }
 
     /// A graph built in Rust (or parsed), without stored values; checked here against the
@@ -233,6 +238,16 @@ impl Compiled {
             Engine::Reference(_) => None,
             Engine::Cpu(prepared) => Some(&prepared.report),
             Engine::Cuda(prepared) => Some(&prepared.report),
+        }
+    }
+
+    /// The kernels and library calls a compiled backend runs per call (see
+    /// [`crate::partition::Partition::count`]); `None` for [`Backend::Reference`].
+    pub fn kernels(&self) -> Option<crate::partition::KernelCount> {
+        match &self.engine {
+            Engine::Reference(_) => None,
+            Engine::Cpu(prepared) => Some(prepared.partition.count()),
+            Engine::Cuda(prepared) => Some(prepared.partition.count()),
         }
     }
 

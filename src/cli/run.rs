@@ -2,19 +2,20 @@
 //! stored values and seeded random values, its outputs written to `--out`, all or none.
 
 use super::{Backend, RunArgs, load_rules, model, output};
-use crate::backend::cpu::compiler::{Compiler, CompilerConfig};
-use crate::backend::{Executable, Target};
 use crate::error::{Error, ErrorKind, Result};
 use crate::eval::{self, Tensors};
 use crate::graph::Graph;
+use crate::model::{CompileOptions, Model};
 use crate::optimize::Options;
-use crate::rules::RuleSet;
 use crate::tensor::Tensor;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// `run`: checks the CUDA-only flags, loads the graph with the stored values `--input` does
-/// not replace, refuses outputs that would replace a file the run reads, and runs.
+/// `run`: checks the flags, loads the graph with the stored values `--input` does not
+/// replace, refuses outputs that would replace a file the run reads, and runs it through the
+/// library's whole-model path ([`crate::model`]): compiled for the backend, run once on the
+/// gathered inputs, its outputs written all or none.
 pub(super) fn run(args: RunArgs) -> Result<String> {
     let cuda = crate::backend::cuda::runtime::CudaOptions {
         device: args.device,
@@ -29,43 +30,50 @@ pub(super) fn run(args: RunArgs) -> Result<String> {
     let rules = load_rules(args.rules.as_deref())?;
     // A stored value that `--input` replaces is not read at all.
     let replaced = replaced_inputs(&args.inputs);
-    let which = model::Stored::Except(&replaced);
-    let model::Loaded {
-        graph,
-        stored,
-        files,
-        ..
-    } = model::load_values(&args.graph, &rules, which)?;
-    let values = gather_inputs(&graph, &args.inputs, stored, args.random_inputs, args.seed)?;
+    let loaded = model::load_values(&args.graph, &rules, model::Stored::Except(&replaced))?;
     // What this run read must survive its outputs: `--out` may be the graph's own
     // directory, where an output `w` would otherwise replace the stored `w.npy`.
     let mut read: Vec<PathBuf> = vec![args.graph.clone()];
-    read.extend(files.into_values());
+    read.extend(loaded.files.values().cloned());
     read.extend(
         args.inputs
             .iter()
             .filter_map(|spec| spec.split_once('=').map(|(_, file)| PathBuf::from(file))),
     );
+    let model = Model::from_loaded(loaded, &rules);
+    let graph = model.graph();
+    let given = gather_inputs(
+        graph,
+        &args.inputs,
+        model.stored(),
+        args.random_inputs,
+        args.seed,
+    )?;
     let out = &args.out;
-    refuse_replacing_what_was_read(&graph, out, &read)?;
-    let options = run_options(args.amp, args.no_fusion);
-    match args.backend {
-        Backend::Reference => {
-            if args.no_fusion {
-                return Err(Error::input(
-                    "--no-fusion applies to compiled backends; the reference backend never fuses",
-                ));
-            }
-            let (graph, _) = crate::optimize::with_amp(&graph, &rules, options.amp.as_deref())?;
-            let outputs = eval::evaluate(&graph, &rules.ops, &values)?;
-            write_outputs(&graph, &outputs, out)
-        }
-        Backend::Cpu => {
-            let compiler = Compiler::new(CompilerConfig::from_env());
-            run_compiled(&graph, &rules, &values, options, &compiler, out)
-        }
-        Backend::Cuda => run_compiled(&graph, &rules, &values, options, &cuda, out),
+    refuse_replacing_what_was_read(graph, out, &read)?;
+    if args.backend == Backend::Reference && args.no_fusion {
+        return Err(Error::input(
+            "--no-fusion applies to compiled backends; the reference backend never fuses",
+        ));
     }
+    let backend = match args.backend {
+        Backend::Reference => crate::model::Backend::Reference,
+        Backend::Cpu => crate::model::Backend::Cpu,
+        Backend::Cuda => crate::model::Backend::Cuda,
+    };
+    let options = CompileOptions {
+        amp: args.amp,
+        no_fusion: args.no_fusion,
+        cuda,
+    };
+    let mut compiled = model.compile(backend, &options)?;
+    let outputs: Tensors = compiled.run(&given)?.into_iter().collect();
+    let mut text = match compiled.kernels() {
+        Some(count) => format!("{} on {}: {count}\n", graph.name, compiled.describe()),
+        None => String::new(),
+    };
+    text += &write_outputs(graph, &outputs, out)?;
+    Ok(text)
 }
 
 /// The inputs `--input NAME=FILE` specs name: their stored values are not read.
@@ -85,48 +93,20 @@ pub(super) fn run_options(amp: Option<String>, no_fusion: bool) -> Options {
     }
 }
 
-/// `run` on a compiled backend: prepare for `target` (optimized for its cost profile), run
-/// once, write the outputs.
-fn run_compiled<T: Target>(
-    graph: &Graph,
-    rules: &RuleSet,
-    values: &Tensors,
-    options: Options,
-    target: &T,
-    out: &Path,
-) -> Result<String> {
-    let options = Options {
-        profile: T::PROFILE.into(),
-        ..options
-    };
-    let mut prepared = crate::runner::prepare(graph, rules, &options, target)?;
-    let outputs = prepared.executable.run_tensors(values)?;
-    let mut text = format!(
-        "{} on {}: {}\n",
-        graph.name,
-        prepared.executable.describe(),
-        prepared.partition.count()
-    );
-    text += &write_outputs(graph, &outputs, out)?;
-    Ok(text)
-}
-
-/// Reads `--input NAME=FILE` values and fills the rest randomly when asked.
-/// Inputs with stored values (a model's weights) take them unless `--input` gives another.
+/// The values `run` gives the model: `--input NAME=FILE` values, and random ones for the
+/// inputs with neither a given nor a stored value when asked. Inputs with stored values (a
+/// model's weights) keep them unless `--input` gives another.
 fn gather_inputs(
     graph: &Graph,
     specs: &[String],
-    stored: Tensors,
+    stored: &Tensors,
     random: bool,
     seed: u64,
-) -> Result<Tensors> {
-    let mut values = read_inputs(graph, specs)?;
-    for (name, value) in stored {
-        values.entry(name).or_insert(value);
-    }
+) -> Result<BTreeMap<String, Tensor>> {
+    let mut values: BTreeMap<String, Tensor> = read_inputs(graph, specs)?.into_iter().collect();
     let mut missing = Vec::new();
     for (index, input) in graph.inputs.iter().enumerate() {
-        if values.contains_key(&input.name) {
+        if values.contains_key(&input.name) || stored.contains_key(&input.name) {
             continue;
         }
         if !random {
