@@ -220,3 +220,90 @@ fn the_reference_scanner_finds_module_paths() {
         "a "
     );
 }
+
+/// A source file's lines before its unit tests: what a reader has to hold to follow it.
+const FILE_LINES: usize = 1000;
+/// A function's lines, signature to closing brace.
+const FUNCTION_LINES: usize = 150;
+
+/// The functions of `text` (before its unit tests) longer than `limit` lines, as
+/// `(name, first line, lines)`. A function starts at a line whose code begins with `fn`
+/// (after visibility and qualifiers) and ends at the first later line that is its closing
+/// brace at the same indentation, which `cargo fmt` guarantees; a declaration without a body
+/// (`fn f();` in a trait) has none.
+fn long_functions(text: &str, limit: usize) -> Vec<(String, usize, usize)> {
+    let code = code(text);
+    let lines: Vec<&str> = code.lines().map(str::trim_end).collect();
+    let mut found = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let indent = &line[..line.len() - line.trim_start().len()];
+        let mut rest = line.trim_start();
+        for qualifier in ["pub(crate) ", "pub(super) ", "pub ", "const ", "async ", "unsafe "] {
+            rest = rest.strip_prefix(qualifier).unwrap_or(rest);
+        }
+        let Some(signature) = rest.strip_prefix("fn ") else {
+            continue;
+        };
+        let name: String = signature
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let signature_end = lines[i..]
+            .iter()
+            .find(|l| l.ends_with('{') || l.ends_with(';') || l.ends_with('}'));
+        if signature_end.is_none_or(|l| l.ends_with(';')) {
+            continue; // declared, not defined
+        }
+        // A one-line function (`fn f() {}`) closes where it opens.
+        let closing = format!("{indent}}}");
+        let end = if line.ends_with('}') {
+            0
+        } else {
+            match lines[i..].iter().position(|l| *l == closing) {
+                Some(end) => end,
+                None => continue,
+            }
+        };
+        if end + 1 > limit {
+            found.push((name, i + 1, end + 1));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_source_file_or_function_is_too_long_to_read() {
+    let mut files = Vec::new();
+    sources(&repo().join("src"), &mut files);
+    files.sort();
+    let mut problems = Vec::new();
+    for path in &files {
+        let text = fs::read_to_string(path).unwrap();
+        let rel = path.strip_prefix(repo()).unwrap().display().to_string();
+        let lines = code(&text).lines().count();
+        if lines > FILE_LINES {
+            problems.push(format!(
+                "{rel}: {lines} lines before its tests (at most {FILE_LINES}): split it by concept"
+            ));
+        }
+        for (name, line, length) in long_functions(&text, FUNCTION_LINES) {
+            problems.push(format!(
+                "{rel}:{line}: fn {name} is {length} lines (at most {FUNCTION_LINES})"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_length_scanner_measures_functions() {
+    let body = "    x += 1;\n".repeat(3);
+    let text = format!(
+        "pub fn short() {{\n}}\n\nimpl A {{\n    pub(super) fn long(\n        a: u8,\n    ) {{\n{body}    }}\n\n    fn declared();\n}}\n"
+    );
+    assert_eq!(long_functions(&text, 1), vec![
+        ("short".to_string(), 1, 2),
+        ("long".to_string(), 5, 7)
+    ]);
+    assert!(long_functions(&text, 7).is_empty());
+}
