@@ -91,7 +91,7 @@ pub struct RunArgs {
     /// The seed of the --random-inputs values.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// The directory the outputs are written to, one DIR/<output>.npy each (all or none).
+    /// The directory the outputs are written to, one DIR/OUTPUT.npy per output (all or none).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
     /// A rule directory laid over the embedded defaults.
