@@ -138,35 +138,7 @@ pub fn insert_casts_with(
         }
         let dtypes: Vec<DType> = args.iter().map(|a| pass.types[a].dtype).collect();
 
-        // The dtype each argument should have; `None` leaves it as it is.
-        let wanted: Vec<Option<DType>> = if policy.exclude.contains(&node.name) {
-            node.args.iter().map(|a| Some(original[a].dtype)).collect()
-        } else {
-            match policy.treatment(&node.op, &attrs) {
-                Treatment::LowPrecision => dtypes
-                    .iter()
-                    .map(|&d| {
-                        matches!(d, DType::F16 | DType::BF16 | DType::F32).then_some(policy.target)
-                    })
-                    .collect(),
-                Treatment::Fp32 => dtypes
-                    .iter()
-                    .map(|&d| matches!(d, DType::F16 | DType::BF16).then_some(DType::F32))
-                    .collect(),
-                Treatment::Widest => {
-                    let widest = dtypes
-                        .iter()
-                        .copied()
-                        .filter(|d| d.is_float())
-                        .reduce(DType::promote);
-                    dtypes
-                        .iter()
-                        .map(|d| widest.filter(|_| d.is_float()))
-                        .collect()
-                }
-                Treatment::Follow => vec![None; args.len()],
-            }
-        };
+        let wanted = wanted_dtypes(policy, node, &attrs, &dtypes, &original);
         for ((arg, original_name), want) in args.iter_mut().zip(&node.args).zip(wanted) {
             if let Some(dtype) = want {
                 *arg = pass.cast(arg, original_name, dtype);
@@ -221,6 +193,44 @@ pub fn insert_casts_with(
         graph: result,
         casts_inserted: pass.casts_inserted,
     })
+}
+
+/// The dtype each argument of `node` should have under `policy` (`None` leaves it as it is),
+/// given the dtypes its arguments have in the new graph (`dtypes`): an excluded node reads
+/// its arguments in their original dtypes (`original`, the input graph's types); any other
+/// gets its op's treatment. Apart from the pass's bookkeeping, this is the whole policy.
+fn wanted_dtypes(
+    policy: &Policy,
+    node: &Node,
+    attrs: &Attrs,
+    dtypes: &[DType],
+    original: &HashMap<String, TensorType>,
+) -> Vec<Option<DType>> {
+    if policy.exclude.contains(&node.name) {
+        return node.args.iter().map(|a| Some(original[a].dtype)).collect();
+    }
+    match policy.treatment(&node.op, attrs) {
+        Treatment::LowPrecision => dtypes
+            .iter()
+            .map(|&d| matches!(d, DType::F16 | DType::BF16 | DType::F32).then_some(policy.target))
+            .collect(),
+        Treatment::Fp32 => dtypes
+            .iter()
+            .map(|&d| matches!(d, DType::F16 | DType::BF16).then_some(DType::F32))
+            .collect(),
+        Treatment::Widest => {
+            let widest = dtypes
+                .iter()
+                .copied()
+                .filter(|d| d.is_float())
+                .reduce(DType::promote);
+            dtypes
+                .iter()
+                .map(|d| widest.filter(|_| d.is_float()))
+                .collect()
+        }
+        Treatment::Follow => vec![None; dtypes.len()],
+    }
 }
 
 /// The state of one visit.

@@ -179,15 +179,18 @@ impl fmt::Display for DType {
     }
 }
 
+/// A dtype name that is none of fusebox's (serde reports it where a file names it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown dtype `{0}` (expected one of {names})",
+    names = DType::ALL.map(|d| d.name()).join(", ")
+)]
+pub struct UnknownDType(pub String);
+
 impl TryFrom<String> for DType {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        DType::from_name(&s).ok_or_else(|| {
-            format!(
-                "unknown dtype `{s}` (expected one of {})",
-                DType::ALL.map(|d| d.name()).join(", ")
-            )
-        })
+    type Error = UnknownDType;
+    fn try_from(s: String) -> Result<Self, UnknownDType> {
+        DType::from_name(&s).ok_or(UnknownDType(s))
     }
 }
 

@@ -66,6 +66,58 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
         );
     }
     let _ = writeln!(out);
+    write_costs(&mut out, r);
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "e-graph: {} e-nodes in {} classes after {} iterations ({})",
+        r.egraph.nodes, r.egraph.classes, r.egraph.iterations, r.egraph.stop_reason
+    );
+    if r.rules.is_empty() {
+        let _ = writeln!(out, "rules fired: none");
+    } else {
+        let _ = writeln!(out, "rules fired:");
+        let mut fired: Vec<(&String, &usize)> = r.rules.iter().collect();
+        fired.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        for (name, count) in fired {
+            let _ = writeln!(out, "  {count:>5}  {name}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "extraction: {} ({} candidate graphs costed)",
+        r.extraction
+            .method
+            .map_or_else(|| "none".to_string(), |m| m.to_string()),
+        r.extraction.evaluations
+    );
+    if r.extraction.kept_input {
+        let _ = writeln!(
+            out,
+            "the extracted form fused worse than the input as written, so the input was kept"
+        );
+    }
+    let new_values: Vec<String> = optimized
+        .dag
+        .nodes
+        .iter()
+        .filter(|n| !input_nodes.contains(&n.name))
+        .map(|n| format!("{} = {}", n.name, n.op.name()))
+        .collect();
+    if !new_values.is_empty() {
+        let _ = writeln!(
+            out,
+            "values the rewrites introduced: {}",
+            new_values.join(", ")
+        );
+    }
+    write_kernels(&mut out, optimized);
+    out
+}
+
+/// The cost comparison: one kernel per op, the input fused as written and the optimized graph
+/// (kernels, bytes, modeled time), what the rewrites saved, and how many casts there are.
+fn write_costs(out: &mut String, r: &Report) {
     let _ = writeln!(
         out,
         "modeled cost (kernel launches + bytes at kernel boundaries + arithmetic):"
@@ -117,50 +169,12 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
     } else {
         let _ = writeln!(out, "casts: {} -> {}", r.casts_before, r.casts_after);
     }
-    let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "e-graph: {} e-nodes in {} classes after {} iterations ({})",
-        r.egraph.nodes, r.egraph.classes, r.egraph.iterations, r.egraph.stop_reason
-    );
-    if r.rules.is_empty() {
-        let _ = writeln!(out, "rules fired: none");
-    } else {
-        let _ = writeln!(out, "rules fired:");
-        let mut fired: Vec<(&String, &usize)> = r.rules.iter().collect();
-        fired.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        for (name, count) in fired {
-            let _ = writeln!(out, "  {count:>5}  {name}");
-        }
-    }
-    let _ = writeln!(
-        out,
-        "extraction: {} ({} candidate graphs costed)",
-        r.extraction
-            .method
-            .map_or_else(|| "none".to_string(), |m| m.to_string()),
-        r.extraction.evaluations
-    );
-    if r.extraction.kept_input {
-        let _ = writeln!(
-            out,
-            "the extracted form fused worse than the input as written, so the input was kept"
-        );
-    }
-    let new_values: Vec<String> = optimized
-        .dag
-        .nodes
-        .iter()
-        .filter(|n| !input_nodes.contains(&n.name))
-        .map(|n| format!("{} = {}", n.name, n.op.name()))
-        .collect();
-    if !new_values.is_empty() {
-        let _ = writeln!(
-            out,
-            "values the rewrites introduced: {}",
-            new_values.join(", ")
-        );
-    }
+}
+
+/// Every kernel with its domain and cost, the values it reads and writes (each written value
+/// with why it leaves the kernel), its ops, and how each concat in it is done.
+fn write_kernels(out: &mut String, optimized: &Optimized) {
+    let r: &Report = &optimized.report;
     let writes = written_because(optimized);
     let _ = writeln!(out);
     let _ = writeln!(
@@ -208,7 +222,6 @@ pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String 
             let _ = writeln!(out, "     concat {}: {how}", c.node);
         }
     }
-    out
 }
 
 /// Each kernel's outputs, each with why it leaves the kernel: `name (output)` for a graph

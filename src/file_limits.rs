@@ -14,8 +14,8 @@
 //! 4. hands out a reader that stops after that limit, so a file that grows while it is read is
 //!    still read only so far.
 //!
-//! Errors are plain messages about the file ("it is a FIFO, not a regular file"); each caller
-//! puts the path in front in its own style.
+//! Errors ([`FileError`]) say what is wrong with the file ("it is a FIFO, not a regular
+//! file") without naming it; each caller puts the path in front in its own style.
 
 use std::fs::File;
 use std::io::Read;
@@ -35,6 +35,27 @@ pub enum FileKind {
     OnnxModel,
     /// A file of an ONNX model's external data.
     OnnxExternal,
+}
+
+/// Why a file cannot be read as its kind.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// Opening, inspecting or reading it failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// A directory, a FIFO, a device, a socket: `what` it is.
+    #[error("it is {what}, not a regular file")]
+    NotRegular { what: &'static str },
+    #[error("{}", too_big(.size, .kind))]
+    TooBig { size: u64, kind: FileKind },
+    /// The room to read it (at most its kind's limit) was refused.
+    #[error("cannot allocate {size} bytes to read it")]
+    Alloc { size: u64 },
+    #[error("it grew while it was read, past the {} {} may be", human(.kind.limit()), .kind.noun())]
+    Grew { kind: FileKind },
+    /// Read as text, it is not UTF-8: the first bad byte is at `offset`.
+    #[error("it is not UTF-8 text (an invalid byte at offset {offset})")]
+    NotUtf8 { offset: usize },
 }
 
 const MIB: u64 = 1 << 20;
@@ -115,13 +136,12 @@ impl Read for Opened {
 
 /// Opens `path` as a `kind`: a regular file of at most `kind.limit()` bytes, checked on the
 /// open handle, without blocking on a FIFO.
-pub fn open(path: &Path, kind: FileKind) -> Result<Opened, String> {
+pub fn open(path: &Path, kind: FileKind) -> Result<Opened, FileError> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
+        .open(path)?;
+    let meta = file.metadata()?;
     let file_type = meta.file_type();
     if !file_type.is_file() {
         let what = if file_type.is_dir() {
@@ -137,12 +157,12 @@ pub fn open(path: &Path, kind: FileKind) -> Result<Opened, String> {
         } else {
             "not a file"
         };
-        return Err(format!("it is {what}, not a regular file"));
+        return Err(FileError::NotRegular { what });
     }
     let size = meta.len();
     let limit = kind.limit();
     if size > limit {
-        return Err(too_big(size, kind));
+        return Err(FileError::TooBig { size, kind });
     }
     Ok(Opened {
         // One byte past the limit, so that a file that grew past it is seen to have.
@@ -152,7 +172,7 @@ pub fn open(path: &Path, kind: FileKind) -> Result<Opened, String> {
 }
 
 /// The whole of `path` as a `kind` (see [`open`]).
-pub fn read(path: &Path, kind: FileKind) -> Result<Vec<u8>, String> {
+pub fn read(path: &Path, kind: FileKind) -> Result<Vec<u8>, FileError> {
     let mut opened = open(path, kind)?;
     let mut bytes = Vec::new();
     // The size is bounded by the limit, but even that much memory may be refused: an error,
@@ -160,33 +180,27 @@ pub fn read(path: &Path, kind: FileKind) -> Result<Vec<u8>, String> {
     let room = usize::try_from(opened.size).unwrap_or(usize::MAX);
     bytes
         .try_reserve_exact(room)
-        .map_err(|_| format!("cannot allocate {} bytes to read it", opened.size))?;
-    opened.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+        .map_err(|_| FileError::Alloc { size: opened.size })?;
+    opened.read_to_end(&mut bytes)?;
     if bytes.len() as u64 > kind.limit() {
-        return Err(format!(
-            "it grew while it was read, past the {} {} may be",
-            human(kind.limit()),
-            kind.noun()
-        ));
+        return Err(FileError::Grew { kind });
     }
     Ok(bytes)
 }
 
 /// [`read`], as UTF-8 text.
-pub fn read_text(path: &Path, kind: FileKind) -> Result<String, String> {
-    String::from_utf8(read(path, kind)?).map_err(|e| {
-        format!(
-            "it is not UTF-8 text (an invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        )
+pub fn read_text(path: &Path, kind: FileKind) -> Result<String, FileError> {
+    String::from_utf8(read(path, kind)?).map_err(|e| FileError::NotUtf8 {
+        offset: e.utf8_error().valid_up_to(),
     })
 }
 
-/// The refusal of a file of `size` bytes, more than `kind` may be.
-fn too_big(size: u64, kind: FileKind) -> String {
+/// The refusal of a file of `size` bytes, more than `kind` may be ([`FileError::TooBig`]'s
+/// message; by reference, as the error's fields are).
+fn too_big(size: &u64, kind: &FileKind) -> String {
     format!(
         "it is {size} bytes ({}), more than the {} {} may be",
-        human(size),
+        human(*size),
         human(kind.limit()),
         kind.noun()
     )
@@ -232,7 +246,7 @@ mod tests {
         let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: `name` is a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
-        let err = read(&fifo, FileKind::Rules).unwrap_err();
+        let err = read(&fifo, FileKind::Rules).unwrap_err().to_string();
         assert_eq!(err, "it is a FIFO, not a regular file");
     }
 
@@ -241,11 +255,13 @@ mod tests {
         let dir = dir("kinds");
         std::os::unix::fs::symlink("/dev/zero", dir.join("zero")).unwrap();
         assert_eq!(
-            read(&dir.join("zero"), FileKind::Npy).unwrap_err(),
+            read(&dir.join("zero"), FileKind::Npy)
+                .unwrap_err()
+                .to_string(),
             "it is a character device, not a regular file"
         );
         assert_eq!(
-            read(&dir, FileKind::Graph).unwrap_err(),
+            read(&dir, FileKind::Graph).unwrap_err().to_string(),
             "it is a directory, not a regular file"
         );
     }
@@ -258,7 +274,7 @@ mod tests {
         // Sparse: no disk and no time.
         file.set_len(MAX_RULE_FILE + 1).unwrap();
         assert_eq!(
-            read(&path, FileKind::Rules).unwrap_err(),
+            read(&path, FileKind::Rules).unwrap_err().to_string(),
             "it is 16777217 bytes (16.0 MiB), more than the 16 MiB a rule file may be"
         );
         file.set_len(MAX_RULE_FILE).unwrap();

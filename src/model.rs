@@ -304,7 +304,7 @@ impl Compiled {
                     value
                         .clone()
                         .into_declared(input.dtype, "the value given", &input.name)
-                        .map_err(at)?
+                        .map_err(|e| at(e.to_string()))?
                 }
                 (None, Some(stored)) => stored.clone(),
                 (None, None) => {
@@ -422,7 +422,7 @@ pub fn load_values(path: &Path, rules: &RuleSet, which: Stored) -> Result<Loaded
         }
         let tensor = tensor
             .into_declared(declared.dtype, &format!("stored value `{file}`"), name)
-            .map_err(at)?;
+            .map_err(|e| at(e.to_string()))?;
         stored.insert(name.clone(), tensor);
         resolved.insert(name.clone(), real);
     }

@@ -65,7 +65,7 @@ impl<E: Executable> Prepared<E> {
                     None => crate::eval::try_random_input(graph, index, seed)?,
                 };
                 Buffer::try_from_tensor(&value)
-                    .map_err(|e| Error::at_node(&input.name, ErrorKind::Input(e)))
+                    .map_err(|e| Error::at_node(&input.name, ErrorKind::Input(e.to_string())))
             })
             .collect()
     }

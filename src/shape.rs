@@ -3,6 +3,80 @@
 //! Shape inference and the reference evaluator both use these functions, so a graph that
 //! type-checks is evaluated with exactly the shapes that were checked.
 
+/// Why a shape rule refuses its operands. Each message names the shapes, axes or sizes
+/// concerned; graph checking reports it at the node, the evaluator and the ONNX importer at
+/// theirs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    #[error(
+        "shapes {a:?} and {b:?} do not broadcast (dimension {dim} of the result: {da} vs {db})"
+    )]
+    Broadcast {
+        a: Shape,
+        b: Shape,
+        dim: usize,
+        da: usize,
+        db: usize,
+    },
+    #[error("axis {axis} is out of range for rank {rank}")]
+    AxisOutOfRange { axis: i64, rank: usize },
+    /// `axes` as given (`None`: every axis).
+    #[error("axes {axes:?} name the same axis twice")]
+    RepeatedAxis { axes: Option<Vec<i64>> },
+    #[error("reshape target {0:?} has more than one -1")]
+    ReshapeUnknowns(Vec<i64>),
+    #[error("reshape target {0:?} has a negative size")]
+    ReshapeNegative(Vec<i64>),
+    #[error("reshape target {0:?} overflows")]
+    ReshapeOverflow(Vec<i64>),
+    #[error("cannot infer the -1 in {target:?} for {total} elements")]
+    ReshapeInfer { target: Vec<i64>, total: usize },
+    #[error("cannot reshape {from:?} ({total} elements) to {target:?} ({known} elements)")]
+    ReshapeCount {
+        from: Shape,
+        total: usize,
+        target: Vec<i64>,
+        known: usize,
+    },
+    #[error("perm {perm:?} has {} entries for rank {rank}", .perm.len())]
+    PermLength { perm: Vec<i64>, rank: usize },
+    #[error("perm {perm:?} is not a permutation of 0..{rank}")]
+    NotPermutation { perm: Vec<usize>, rank: usize },
+    #[error("slice step must be positive, got {0}")]
+    SliceStep(i64),
+    #[error("slice axis {axis} of {shape:?} is too long to index")]
+    SliceTooLong { axis: usize, shape: Shape },
+    #[error("concat needs at least one input")]
+    ConcatEmpty,
+    #[error("concat along axis {axis}: shape {shape:?} does not match {first:?} outside that axis")]
+    ConcatMismatch {
+        axis: usize,
+        shape: Shape,
+        first: Shape,
+    },
+    #[error("concat along axis {axis}: the result is too long")]
+    ConcatTooLong { axis: usize },
+    #[error("matmul operands must have at least one dimension")]
+    MatMulScalar,
+    #[error("matmul of {a:?} and {b:?}: inner dimensions {k} and {k2} differ")]
+    MatMulInner {
+        a: Shape,
+        b: Shape,
+        k: usize,
+        k2: usize,
+    },
+    #[error("matmul batch dimensions: {0}")]
+    MatMulBatch(Box<ShapeError>),
+}
+
+/// The message alone, for callers that still report shape problems as text (graph checking's
+/// `?` keeps working through this).
+impl From<ShapeError> for String {
+    fn from(e: ShapeError) -> String {
+        e.to_string()
+    }
+}
+
 /// A static shape; `[]` is a scalar, a 0 anywhere means an empty tensor.
 pub type Shape = Vec<usize>;
 
@@ -44,7 +118,7 @@ fn nonzero_numel(shape: &[usize]) -> Option<usize> {
 }
 
 /// NumPy broadcasting of two shapes: right-aligned, each pair of dims equal or one of them 1.
-pub fn broadcast(a: &[usize], b: &[usize]) -> Result<Shape, String> {
+pub fn broadcast(a: &[usize], b: &[usize]) -> Result<Shape, ShapeError> {
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for (i, slot) in out.iter_mut().enumerate() {
@@ -55,9 +129,13 @@ pub fn broadcast(a: &[usize], b: &[usize]) -> Result<Shape, String> {
             (1, y) => y,
             (x, 1) => x,
             _ => {
-                return Err(format!(
-                    "shapes {a:?} and {b:?} do not broadcast (dimension {i} of the result: {da} vs {db})"
-                ));
+                return Err(ShapeError::Broadcast {
+                    a: a.to_vec(),
+                    b: b.to_vec(),
+                    dim: i,
+                    da,
+                    db,
+                });
             }
         };
     }
@@ -65,7 +143,9 @@ pub fn broadcast(a: &[usize], b: &[usize]) -> Result<Shape, String> {
 }
 
 /// Broadcasts any number of shapes together (the empty list gives a scalar).
-pub fn broadcast_all<'a>(shapes: impl IntoIterator<Item = &'a [usize]>) -> Result<Shape, String> {
+pub fn broadcast_all<'a>(
+    shapes: impl IntoIterator<Item = &'a [usize]>,
+) -> Result<Shape, ShapeError> {
     shapes
         .into_iter()
         .try_fold(Vec::new(), |acc, s| broadcast(&acc, s))
@@ -91,17 +171,17 @@ fn dim_from_right(shape: &[usize], k: usize) -> usize {
 }
 
 /// Resolves a possibly negative axis against `rank`.
-pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, String> {
+pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, ShapeError> {
     let r = rank as i64;
     if axis >= -r && axis < r {
         Ok(if axis < 0 { axis + r } else { axis } as usize)
     } else {
-        Err(format!("axis {axis} is out of range for rank {rank}"))
+        Err(ShapeError::AxisOutOfRange { axis, rank })
     }
 }
 
 /// Resolves reduction axes: `None` means every axis; duplicates are an error.
-pub fn normalize_axes(axes: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, String> {
+pub fn normalize_axes(axes: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, ShapeError> {
     let mut out: Vec<usize> = match axes {
         None => (0..rank).collect(),
         Some(axes) => axes
@@ -111,7 +191,9 @@ pub fn normalize_axes(axes: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, S
     };
     out.sort_unstable();
     if out.windows(2).any(|w| w[0] == w[1]) {
-        return Err(format!("axes {axes:?} name the same axis twice"));
+        return Err(ShapeError::RepeatedAxis {
+            axes: axes.map(<[i64]>::to_vec),
+        });
     }
     Ok(out)
 }
@@ -130,48 +212,52 @@ pub fn reduced_shape(shape: &[usize], axes: &[usize], keepdim: bool) -> Shape {
 }
 
 /// Resolves a reshape target, inferring at most one `-1`.
-pub fn reshape_target(from: &[usize], target: &[i64]) -> Result<Shape, String> {
+pub fn reshape_target(from: &[usize], target: &[i64]) -> Result<Shape, ShapeError> {
     let total = numel(from);
     let mut unknown = None;
     let mut known: usize = 1;
     for (i, &d) in target.iter().enumerate() {
         match d {
             -1 if unknown.is_none() => unknown = Some(i),
-            -1 => return Err(format!("reshape target {target:?} has more than one -1")),
-            d if d < 0 => return Err(format!("reshape target {target:?} has a negative size")),
+            -1 => return Err(ShapeError::ReshapeUnknowns(target.to_vec())),
+            d if d < 0 => return Err(ShapeError::ReshapeNegative(target.to_vec())),
             d => {
                 known = known
                     .checked_mul(d as usize)
-                    .ok_or_else(|| format!("reshape target {target:?} overflows"))?
+                    .ok_or_else(|| ShapeError::ReshapeOverflow(target.to_vec()))?
             }
         }
     }
     let mut out: Shape = target.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = unknown {
         if known == 0 || !total.is_multiple_of(known) {
-            return Err(format!(
-                "cannot infer the -1 in {target:?} for {total} elements"
-            ));
+            return Err(ShapeError::ReshapeInfer {
+                target: target.to_vec(),
+                total,
+            });
         }
         out[i] = total / known;
     } else if known != total {
-        return Err(format!(
-            "cannot reshape {from:?} ({total} elements) to {target:?} ({known} elements)"
-        ));
+        return Err(ShapeError::ReshapeCount {
+            from: from.to_vec(),
+            total,
+            target: target.to_vec(),
+            known,
+        });
     }
     Ok(out)
 }
 
 /// Validates a permutation (`None`: reverse the axes) and returns it.
-pub fn permutation(perm: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, String> {
+pub fn permutation(perm: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, ShapeError> {
     let perm: Vec<usize> = match perm {
         None => (0..rank).rev().collect(),
         Some(p) => {
             if p.len() != rank {
-                return Err(format!(
-                    "perm {p:?} has {} entries for rank {rank}",
-                    p.len()
-                ));
+                return Err(ShapeError::PermLength {
+                    perm: p.to_vec(),
+                    rank,
+                });
             }
             p.iter()
                 .map(|&a| normalize_axis(a, rank))
@@ -181,7 +267,7 @@ pub fn permutation(perm: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, Stri
     let mut sorted = perm.clone();
     sorted.sort_unstable();
     if sorted != (0..rank).collect::<Vec<_>>() {
-        return Err(format!("perm {perm:?} is not a permutation of 0..{rank}"));
+        return Err(ShapeError::NotPermutation { perm, rank });
     }
     Ok(perm)
 }
@@ -203,13 +289,15 @@ pub fn slice_range(
     start: i64,
     end: Option<i64>,
     step: i64,
-) -> Result<SliceRange, String> {
+) -> Result<SliceRange, ShapeError> {
     let axis = normalize_axis(axis, shape.len())?;
     if step <= 0 {
-        return Err(format!("slice step must be positive, got {step}"));
+        return Err(ShapeError::SliceStep(step));
     }
-    let dim = i64::try_from(shape[axis])
-        .map_err(|_| format!("slice axis {axis} of {shape:?} is too long to index"))?;
+    let dim = i64::try_from(shape[axis]).map_err(|_| ShapeError::SliceTooLong {
+        axis,
+        shape: shape.to_vec(),
+    })?;
     let clamp = |i: i64| {
         let i = if i < 0 { i + dim } else { i };
         i.clamp(0, dim)
@@ -234,8 +322,8 @@ pub fn slice_range(
 }
 
 /// The shape of concatenating `shapes` along `axis`.
-pub fn concat_shape(shapes: &[&[usize]], axis: i64) -> Result<(usize, Shape), String> {
-    let first = shapes.first().ok_or("concat needs at least one input")?;
+pub fn concat_shape(shapes: &[&[usize]], axis: i64) -> Result<(usize, Shape), ShapeError> {
+    let first = shapes.first().ok_or(ShapeError::ConcatEmpty)?;
     let rank = first.len();
     let axis = normalize_axis(axis, rank)?;
     let mut out = first.to_vec();
@@ -247,13 +335,15 @@ pub fn concat_shape(shapes: &[&[usize]], axis: i64) -> Result<(usize, Shape), St
                 .enumerate()
                 .all(|(i, (a, b))| i == axis || a == b);
         if !same_elsewhere {
-            return Err(format!(
-                "concat along axis {axis}: shape {s:?} does not match {first:?} outside that axis"
-            ));
+            return Err(ShapeError::ConcatMismatch {
+                axis,
+                shape: s.to_vec(),
+                first: first.to_vec(),
+            });
         }
         out[axis] = out[axis]
             .checked_add(s[axis])
-            .ok_or_else(|| format!("concat along axis {axis}: the result is too long"))?;
+            .ok_or(ShapeError::ConcatTooLong { axis })?;
     }
     Ok((axis, out))
 }
@@ -301,9 +391,9 @@ pub fn matmul_batch_offsets(a: &[usize], b: &[usize], batch: &[usize]) -> Vec<(u
         .collect()
 }
 
-pub fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Shape, String> {
+pub fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Shape, ShapeError> {
     if a.is_empty() || b.is_empty() {
-        return Err("matmul operands must have at least one dimension".into());
+        return Err(ShapeError::MatMulScalar);
     }
     let a2: Shape = if a.len() == 1 {
         vec![1, a[0]]
@@ -318,12 +408,15 @@ pub fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Shape, String> {
     let (n, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
     let (k2, m) = (b2[b2.len() - 2], b2[b2.len() - 1]);
     if k != k2 {
-        return Err(format!(
-            "matmul of {a:?} and {b:?}: inner dimensions {k} and {k2} differ"
-        ));
+        return Err(ShapeError::MatMulInner {
+            a: a.to_vec(),
+            b: b.to_vec(),
+            k,
+            k2,
+        });
     }
     let mut out = broadcast(&a2[..a2.len() - 2], &b2[..b2.len() - 2])
-        .map_err(|e| format!("matmul batch dimensions: {e}"))?;
+        .map_err(|e| ShapeError::MatMulBatch(Box::new(e)))?;
     if a.len() > 1 {
         out.push(n);
     }

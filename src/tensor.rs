@@ -15,6 +15,110 @@ use std::borrow::Cow;
 use std::io::{BufReader, BufWriter};
 use std::path::Path;
 
+/// An allocation the system refused, named by its size: values come from user input, and an
+/// abort is never the answer to one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    /// The elements of a value of `shape`.
+    #[error("cannot allocate {bytes} bytes for a value of shape {shape:?}")]
+    Value { bytes: usize, shape: Shape },
+    /// The room computing a value of `shape` takes (see [`probe_allocation`]).
+    #[error("cannot allocate the {bytes} bytes that computing a value of shape {shape:?} takes")]
+    WorkingSet { bytes: usize, shape: Shape },
+    /// A runtime buffer whose byte count overflows.
+    #[error("a {dtype} buffer of shape {shape:?} is too large")]
+    BufferTooLarge { dtype: DType, shape: Shape },
+    /// A runtime buffer.
+    #[error("cannot allocate {bytes} bytes for a {dtype} buffer of shape {shape:?}")]
+    Buffer {
+        bytes: usize,
+        dtype: DType,
+        shape: Shape,
+    },
+}
+
+/// Why a `.npy` file cannot be read or written: the problem, after the file's name.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {problem}")]
+pub struct NpyError {
+    /// The file as messages name it (as the user wrote it, or its path).
+    pub file: String,
+    pub problem: NpyProblem,
+}
+
+/// What is wrong with a `.npy` file.
+#[derive(Debug, thiserror::Error)]
+pub enum NpyProblem {
+    /// Not a file fusebox reads as a value file (see [`crate::file_limits`]).
+    #[error(transparent)]
+    File(crate::file_limits::FileError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(
+        "the header length field says {header_len} bytes, more than the {MAX_NPY_HEADER} a .npy header may take"
+    )]
+    HeaderTooLong { header_len: u64 },
+    #[error("the header length field says {header_len} bytes but the file has only {size}")]
+    HeaderPastEnd { header_len: u64, size: u64 },
+    #[error(
+        "the header's shape has {rank} axes, more than {}, the most a shape may have",
+        crate::shape::MAX_RANK
+    )]
+    TooManyAxes { rank: usize },
+    #[error("shape {dims:?} in the header is too large for any array")]
+    TooLarge { dims: Vec<usize> },
+    /// npyz cannot parse it.
+    #[error("not a readable .npy file: {0}")]
+    Unreadable(std::io::Error),
+    #[error("Fortran-ordered arrays are not supported; save with np.ascontiguousarray")]
+    Fortran,
+    #[error("structured arrays are not supported")]
+    Structured,
+    #[error("shape {shape:?} needs {needed} bytes of data but the file holds {have}")]
+    Truncated {
+        shape: Shape,
+        needed: usize,
+        have: u64,
+    },
+    #[error("data does not match shape {shape:?}")]
+    Mismatch { shape: Shape },
+    /// The dtype's NumPy description (`|u1`).
+    #[error("unsupported .npy dtype {0}; use bool, int32, int64, float16, float32 or float64")]
+    UnsupportedDType(String),
+}
+
+/// Why a value read from a file cannot serve an input as declared (see
+/// [`Tensor::into_declared`]); `file` names the value as messages do (``"`w.npy`"``).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeclaredError {
+    /// Another kind of value (bool, integer, float) than the input declares.
+    #[error(
+        "{file} holds {held} values but input `{input}` is declared {declared}; a value file \
+         must hold the kind of value its input declares (bool, integer or float): convert it \
+         first (NumPy's `astype`) if that is what you mean"
+    )]
+    Kind {
+        file: String,
+        held: DType,
+        input: String,
+        declared: DType,
+    },
+    #[error("{file}: {error}")]
+    Alloc { file: String, error: AllocError },
+    /// A value (element `index`) that the declared dtype cannot hold.
+    #[error(
+        "{file} holds {value} (element {index}), outside the range of {declared}, the dtype \
+         input `{input}` declares"
+    )]
+    Range {
+        file: String,
+        value: String,
+        index: usize,
+        declared: DType,
+        input: String,
+    },
+}
+
 /// A tensor's elements: `Int` exactly for the integer dtypes, `Float` for the others.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Data {
@@ -103,7 +207,7 @@ impl Tensor {
 
     /// Rounds every element of `data` to `dtype`; an error names the size of the integer
     /// array an integer `dtype` needs, if the system refuses it (floats round in place).
-    pub fn try_from_array(dtype: DType, mut data: ArrayD<f64>) -> Result<Tensor, String> {
+    pub fn try_from_array(dtype: DType, mut data: ArrayD<f64>) -> Result<Tensor, AllocError> {
         if dtype.category() == Category::Integer {
             return Ok(Tensor {
                 dtype,
@@ -132,7 +236,7 @@ impl Tensor {
     /// Converts exact integers to `dtype`: wrapping for integer dtypes (in place), rounding to
     /// nearest for floats, `v != 0` for bool; an error names the size of the float array a
     /// non-integer `dtype` needs, if the system refuses it.
-    pub fn try_from_int_array(dtype: DType, mut data: ArrayD<i64>) -> Result<Tensor, String> {
+    pub fn try_from_int_array(dtype: DType, mut data: ArrayD<i64>) -> Result<Tensor, AllocError> {
         Ok(match dtype.category() {
             Category::Integer => {
                 if dtype != DType::I64 {
@@ -209,7 +313,7 @@ impl Tensor {
     /// into an integer type (NaN → 0), bool is `v != 0`. The converted copy is allocated
     /// fallibly: an error names its size where the system refuses it (values come from user
     /// input, and an abort is never the answer to one).
-    pub fn cast(&self, dtype: DType) -> Result<Tensor, String> {
+    pub fn cast(&self, dtype: DType) -> Result<Tensor, AllocError> {
         if dtype == self.dtype {
             return self.try_clone();
         }
@@ -221,7 +325,7 @@ impl Tensor {
 
     /// This tensor in `dtype`, converted as [`Tensor::cast`] converts, without a copy when it
     /// already has that dtype.
-    pub fn into_dtype(self, dtype: DType) -> Result<Tensor, String> {
+    pub fn into_dtype(self, dtype: DType) -> Result<Tensor, AllocError> {
         if dtype == self.dtype {
             return Ok(self);
         }
@@ -232,7 +336,7 @@ impl Tensor {
     }
 
     /// A copy, or an error naming its size when the system refuses the allocation.
-    pub fn try_clone(&self) -> Result<Tensor, String> {
+    pub fn try_clone(&self) -> Result<Tensor, AllocError> {
         Ok(Tensor {
             dtype: self.dtype,
             data: match &self.data {
@@ -243,11 +347,11 @@ impl Tensor {
     }
 
     /// The same elements rearranged by `f`, which must not look at values (a layout op).
-    pub fn map_layout(
+    pub fn map_layout<E>(
         &self,
-        f_float: impl FnOnce(&ArrayD<f64>) -> Result<ArrayD<f64>, String>,
-        f_int: impl FnOnce(&ArrayD<i64>) -> Result<ArrayD<i64>, String>,
-    ) -> Result<Tensor, String> {
+        f_float: impl FnOnce(&ArrayD<f64>) -> Result<ArrayD<f64>, E>,
+        f_int: impl FnOnce(&ArrayD<i64>) -> Result<ArrayD<i64>, E>,
+    ) -> Result<Tensor, E> {
         Ok(Tensor {
             dtype: self.dtype,
             data: match &self.data {
@@ -260,29 +364,31 @@ impl Tensor {
     /// Reads a `.npy` file (little- or big-endian bool, i32, i64, f16, f32 or f64). The file
     /// must be a regular file of at most [`crate::file_limits::MAX_NPY_FILE`] bytes: a FIFO or
     /// a link to a device is refused, not read without end.
-    pub fn read_npy(path: &Path) -> Result<Tensor, String> {
+    pub fn read_npy(path: &Path) -> Result<Tensor, NpyError> {
         Tensor::read_npy_named(path, &path.display().to_string())
     }
 
     /// [`Tensor::read_npy`], with errors naming the file `name` (how the user wrote it, where
     /// `path` is where it was found).
-    pub fn read_npy_named(path: &Path, name: &str) -> Result<Tensor, String> {
+    pub fn read_npy_named(path: &Path, name: &str) -> Result<Tensor, NpyError> {
+        let fail = |problem: NpyProblem| NpyError {
+            file: name.to_string(),
+            problem,
+        };
         let mut opened = crate::file_limits::open(path, crate::file_limits::FileKind::Npy)
-            .map_err(|e| format!("{name}: {e}"))?;
+            .map_err(|e| fail(NpyProblem::File(e)))?;
         let size = opened.size;
         let file = opened.file_mut();
-        let data_bytes = check_npy_header(file, size).map_err(|e| format!("{name}: {e}"))?;
-        check_npy_shape(file).map_err(|e| format!("{name}: {e}"))?;
+        let data_bytes = check_npy_header(file, size).map_err(fail)?;
+        check_npy_shape(file).map_err(fail)?;
         let npy = npyz::NpyFile::new(BufReader::new(opened))
-            .map_err(|e| format!("{name}: not a readable .npy file: {e}"))?;
+            .map_err(|e| fail(NpyProblem::Unreadable(e)))?;
         if npy.order() != npyz::Order::C {
-            return Err(format!(
-                "{name}: Fortran-ordered arrays are not supported; save with np.ascontiguousarray"
-            ));
+            return Err(fail(NpyProblem::Fortran));
         }
         let shape: Shape = npy.shape().iter().map(|&d| d as usize).collect();
         let npyz::DType::Plain(ty) = npy.dtype() else {
-            return Err(format!("{name}: structured arrays are not supported"));
+            return Err(fail(NpyProblem::Structured));
         };
         // npyz reserves room for every element before reading any: a header that promises
         // more data than the file holds must fail here, not in the allocator.
@@ -291,13 +397,19 @@ impl Tensor {
         if let (Some(have), Some(needed)) = (data_bytes, needed)
             && (needed as u64) > have
         {
-            return Err(format!(
-                "{name}: shape {shape:?} needs {needed} bytes of data but the file holds {have}"
-            ));
+            return Err(fail(NpyProblem::Truncated {
+                shape,
+                needed,
+                have,
+            }));
         }
         use npyz::TypeChar as C;
-        let read_err = |e: std::io::Error| format!("{name}: {e}");
-        let mismatch = || format!("{name}: data does not match shape {shape:?}");
+        let read_err = |e: std::io::Error| fail(NpyProblem::Io(e));
+        let mismatch = || {
+            fail(NpyProblem::Mismatch {
+                shape: shape.clone(),
+            })
+        };
         // Integers go straight to exact storage: every i64 is read, none refused or rounded.
         let ints = |dtype: DType, values: Vec<i64>| {
             Tensor::from_ints(dtype, &shape, values).ok_or_else(mismatch)
@@ -334,10 +446,9 @@ impl Tensor {
             ),
             (C::Float, 8) => (DType::F64, npy.into_vec::<f64>().map_err(read_err)?),
             _ => {
-                return Err(format!(
-                    "{name}: unsupported .npy dtype {}; use bool, int32, int64, float16, float32 or float64",
-                    npyz::DType::Plain(ty.clone()).descr()
-                ));
+                return Err(fail(NpyProblem::UnsupportedDType(
+                    npyz::DType::Plain(ty.clone()).descr(),
+                )));
             }
         };
         Tensor::from_values(dtype, &shape, values).ok_or_else(mismatch)
@@ -352,19 +463,27 @@ impl Tensor {
     /// infinite (an `f32` file serves a `bf16` input: NumPy has no bf16). Across kinds it is
     /// refused: a float file for an integer input would be truncated without a word (NaN → 0,
     /// 1e20 → `i64::MAX`), an integer file for a bool input would lose every value but zero.
-    pub fn into_declared(self, dtype: DType, file: &str, input: &str) -> Result<Tensor, String> {
+    pub fn into_declared(
+        self,
+        dtype: DType,
+        file: &str,
+        input: &str,
+    ) -> Result<Tensor, DeclaredError> {
         if self.dtype == dtype {
             return Ok(self);
         }
         if self.dtype.category() != dtype.category() {
-            return Err(format!(
-                "{file} holds {} values but input `{input}` is declared {dtype}; a value file \
-                 must hold the kind of value its input declares (bool, integer or float): \
-                 convert it first (NumPy's `astype`) if that is what you mean",
-                self.dtype
-            ));
+            return Err(DeclaredError::Kind {
+                file: file.to_string(),
+                held: self.dtype,
+                input: input.to_string(),
+                declared: dtype,
+            });
         }
-        let converted = self.cast(dtype).map_err(|e| format!("{file}: {e}"))?;
+        let converted = self.cast(dtype).map_err(|error| DeclaredError::Alloc {
+            file: file.to_string(),
+            error,
+        })?;
         let lost = match (&self.data, &converted.data) {
             (Data::Int(from), Data::Int(to)) => from
                 .iter()
@@ -379,18 +498,24 @@ impl Tensor {
             _ => None,
         };
         if let Some((index, Some(value))) = lost {
-            return Err(format!(
-                "{file} holds {value} (element {index}), outside the range of {dtype}, the \
-                 dtype input `{input}` declares"
-            ));
+            return Err(DeclaredError::Range {
+                file: file.to_string(),
+                value,
+                index,
+                declared: dtype,
+                input: input.to_string(),
+            });
         }
         Ok(converted)
     }
 
     /// Writes a `.npy` file NumPy reads natively: bf16, which NumPy lacks, is written as
     /// float32 (exactly, every bf16 value is an f32 value).
-    pub fn write_npy(&self, path: &Path) -> Result<(), String> {
-        let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    pub fn write_npy(&self, path: &Path) -> Result<(), NpyError> {
+        let err = |e: std::io::Error| NpyError {
+            file: path.display().to_string(),
+            problem: NpyProblem::Io(e),
+        };
         let file = std::fs::File::create(path).map_err(err)?;
         let shape: Vec<u64> = self.shape().iter().map(|&d| d as u64).collect();
         let out = BufWriter::new(file);
@@ -426,7 +551,11 @@ impl Tensor {
     }
 
     /// [`Tensor::random`], or an error naming the size when the system refuses the values.
-    pub fn try_random(dtype: DType, shape: &[usize], rng: &mut impl Rng) -> Result<Tensor, String> {
+    pub fn try_random(
+        dtype: DType,
+        shape: &[usize],
+        rng: &mut impl Rng,
+    ) -> Result<Tensor, AllocError> {
         let len = numel(shape);
         if dtype.category() == Category::Integer {
             let mut values = try_vec(len, shape)?;
@@ -442,19 +571,17 @@ impl Tensor {
     }
 }
 
-/// The error for an allocation of `bytes` that the system refused, for a value of `shape`.
-pub fn allocation_error(bytes: usize, shape: &[usize]) -> String {
-    format!("cannot allocate {bytes} bytes for a value of shape {shape:?}")
-}
-
 /// An empty vector with room for the `len` elements of a value of `shape`, or an error naming
 /// the size when the system refuses the allocation (where `Vec::with_capacity` would abort
 /// the process).
-pub fn try_vec<T>(len: usize, shape: &[usize]) -> Result<Vec<T>, String> {
+pub fn try_vec<T>(len: usize, shape: &[usize]) -> Result<Vec<T>, AllocError> {
     let mut values = Vec::new();
     values
         .try_reserve_exact(len)
-        .map_err(|_| allocation_error(len.saturating_mul(size_of::<T>()), shape))?;
+        .map_err(|_| AllocError::Value {
+            bytes: len.saturating_mul(size_of::<T>()),
+            shape: shape.to_vec(),
+        })?;
     Ok(values)
 }
 
@@ -462,11 +589,13 @@ pub fn try_vec<T>(len: usize, shape: &[usize]) -> Result<Vec<T>, String> {
 /// the size when it is refused. The reference evaluator probes each op's working set so
 /// before computing it, so that the allocations inside the op (ndarray's, which abort on
 /// failure) find the room there; untouched, the probe costs no memory.
-pub fn probe_allocation(bytes: usize, shape: &[usize]) -> Result<(), String> {
+pub fn probe_allocation(bytes: usize, shape: &[usize]) -> Result<(), AllocError> {
     let mut room: Vec<u8> = Vec::new();
-    room.try_reserve_exact(bytes).map_err(|_| {
-        format!("cannot allocate the {bytes} bytes that computing a value of shape {shape:?} takes")
-    })
+    room.try_reserve_exact(bytes)
+        .map_err(|_| AllocError::WorkingSet {
+            bytes,
+            shape: shape.to_vec(),
+        })
 }
 
 /// `values` (row-major, as many as `shape` holds) as an array of `shape`.
@@ -476,7 +605,10 @@ fn shaped<T>(shape: &[usize], values: Vec<T>) -> ArrayD<T> {
 
 /// `f` of every element of `a`, in a new row-major array allocated fallibly (see
 /// [`try_vec`]); `ndarray`'s `mapv` would abort where the system refuses the allocation.
-pub fn try_map<A: Copy, B>(a: &ArrayD<A>, mut f: impl FnMut(A) -> B) -> Result<ArrayD<B>, String> {
+pub fn try_map<A: Copy, B>(
+    a: &ArrayD<A>,
+    mut f: impl FnMut(A) -> B,
+) -> Result<ArrayD<B>, AllocError> {
     let mut values = try_vec(a.len(), a.shape())?;
     match a.as_slice() {
         Some(slice) => values.extend(slice.iter().map(|&v| f(v))),
@@ -494,14 +626,11 @@ const MAX_NPY_HEADER: u64 = 1 << 16;
 /// (`size`, from the open handle), then rewinds. Returns how many bytes follow the header (the
 /// data), or `None` when the preamble is not one this check reads (npyz then reports the file
 /// as unreadable).
-fn check_npy_header(file: &mut std::fs::File, size: u64) -> Result<Option<u64>, String> {
+fn check_npy_header(file: &mut std::fs::File, size: u64) -> Result<Option<u64>, NpyProblem> {
     use std::io::{Read, Seek};
     let mut head = Vec::new();
-    file.by_ref()
-        .take(12)
-        .read_to_end(&mut head)
-        .map_err(|e| e.to_string())?;
-    file.rewind().map_err(|e| e.to_string())?;
+    file.by_ref().take(12).read_to_end(&mut head)?;
+    file.rewind()?;
     if head.len() < 10 || !head.starts_with(b"\x93NUMPY") {
         return Ok(None);
     }
@@ -514,16 +643,11 @@ fn check_npy_header(file: &mut std::fs::File, size: u64) -> Result<Option<u64>, 
         _ => return Ok(None),
     };
     if header_len > MAX_NPY_HEADER {
-        return Err(format!(
-            "the header length field says {header_len} bytes, more than the {MAX_NPY_HEADER} \
-             a .npy header may take"
-        ));
+        return Err(NpyProblem::HeaderTooLong { header_len });
     }
     let data_start = prefix + header_len;
     if data_start > size {
-        return Err(format!(
-            "the header length field says {header_len} bytes but the file has only {size}"
-        ));
+        return Err(NpyProblem::HeaderPastEnd { header_len, size });
     }
     Ok(Some(size - data_start))
 }
@@ -532,14 +656,11 @@ fn check_npy_header(file: &mut std::fs::File, size: u64) -> Result<Option<u64>, 
 ///
 /// npyz multiplies the header's dims unchecked, which panics on overflow in debug builds, so
 /// such a header must not reach it. Headers this scan cannot read are left to npyz to reject.
-fn check_npy_shape(file: &mut std::fs::File) -> Result<(), String> {
+fn check_npy_shape(file: &mut std::fs::File) -> Result<(), NpyProblem> {
     use std::io::{Read, Seek};
     let mut head = Vec::new();
-    file.by_ref()
-        .take(1 << 16)
-        .read_to_end(&mut head)
-        .map_err(|e| e.to_string())?;
-    file.rewind().map_err(|e| e.to_string())?;
+    file.by_ref().take(1 << 16).read_to_end(&mut head)?;
+    file.rewind()?;
     let text = String::from_utf8_lossy(&head);
     let Some(at) = text.find("'shape'").or_else(|| text.find("\"shape\"")) else {
         return Ok(());
@@ -558,14 +679,12 @@ fn check_npy_shape(file: &mut std::fs::File) -> Result<(), String> {
         .map(|d| d.trim_end_matches('L').parse().ok())
         .collect();
     match dims {
-        Some(dims) if dims.len() > crate::shape::MAX_RANK => Err(format!(
-            "the header's shape has {} axes, more than {}, the most a shape may have",
-            dims.len(),
-            crate::shape::MAX_RANK
-        )),
-        Some(dims) if crate::shape::checked_numel(&dims).is_none() => Err(format!(
-            "shape {dims:?} in the header is too large for any array"
-        )),
+        Some(dims) if dims.len() > crate::shape::MAX_RANK => {
+            Err(NpyProblem::TooManyAxes { rank: dims.len() })
+        }
+        Some(dims) if crate::shape::checked_numel(&dims).is_none() => {
+            Err(NpyProblem::TooLarge { dims })
+        }
         _ => Ok(()),
     }
 }

@@ -42,7 +42,7 @@ fn selects(program: &Program) -> bool {
 /// The interpreter's outputs for `program` on `inputs`, by name.
 pub(crate) fn interpreted(program: &Program, inputs: &Tensors) -> Result<Tensors, String> {
     let buffers = random_graph::input_buffers(program, inputs);
-    let got = interpret::run_program(program, &buffers)?;
+    let got = interpret::run_program(program, &buffers).map_err(|e| e.to_string())?;
     Ok(program
         .dag
         .outputs

@@ -212,7 +212,9 @@ fn npy_files_that_promise_more_than_they_hold_are_refused_before_allocating() {
     tiny.push(b'{');
     assert_eq!(tiny.len(), 13);
     std::fs::write(dir.join("tiny.npy"), &tiny).unwrap();
-    let e = Tensor::read_npy(&dir.join("tiny.npy")).unwrap_err();
+    let e = Tensor::read_npy(&dir.join("tiny.npy"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("header length"), "{e}");
     assert!(e.contains("4294967295"), "{e}");
 
@@ -227,7 +229,9 @@ fn npy_files_that_promise_more_than_they_hold_are_refused_before_allocating() {
     file.extend_from_slice(&(header.len() as u16).to_le_bytes());
     file.extend_from_slice(header.as_bytes());
     std::fs::write(dir.join("short.npy"), &file).unwrap();
-    let e = Tensor::read_npy(&dir.join("short.npy")).unwrap_err();
+    let e = Tensor::read_npy(&dir.join("short.npy"))
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("needs 4398046511104 bytes of data but the file holds 0"),
         "{e}"
@@ -241,7 +245,9 @@ fn npy_files_that_promise_more_than_they_hold_are_refused_before_allocating() {
     file.extend_from_slice(dict.as_bytes());
     file.extend_from_slice(&[0; 4]);
     std::fs::write(dir.join("deep.npy"), &file).unwrap();
-    let e = Tensor::read_npy(&dir.join("deep.npy")).unwrap_err();
+    let e = Tensor::read_npy(&dir.join("deep.npy"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("65 axes"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -29,7 +29,7 @@ fn agrees(graph: &Graph, program: &Program, seed: u64, specials: bool) -> Result
     let inputs = random_graph::inputs(graph, seed, specials);
     let want = fusebox::eval::evaluate(graph, &rules().ops, &inputs).map_err(|e| e.to_string())?;
     let buffers = random_graph::input_buffers(program, &inputs);
-    let got = interpret::run_program(program, &buffers)?;
+    let got = interpret::run_program(program, &buffers).map_err(|e| e.to_string())?;
     for (o, b) in program.dag.outputs.iter().zip(&got) {
         assert_same(&o.name, &want[&o.name], &b.to_tensor())?;
     }

@@ -119,9 +119,13 @@ np.save("u8.npy", np.array([1, 2], dtype=np.uint8))
         (bools.dtype, bools.values()),
         (DType::Bool, vec![1.0, 0.0, 1.0])
     );
-    let fortran = Tensor::read_npy(&dir.join("fortran.npy")).unwrap_err();
+    let fortran = Tensor::read_npy(&dir.join("fortran.npy"))
+        .unwrap_err()
+        .to_string();
     assert!(fortran.contains("Fortran"), "{fortran}");
-    let unsupported = Tensor::read_npy(&dir.join("u8.npy")).unwrap_err();
+    let unsupported = Tensor::read_npy(&dir.join("u8.npy"))
+        .unwrap_err()
+        .to_string();
     assert!(
         unsupported.contains("unsupported .npy dtype"),
         "{unsupported}"

@@ -47,7 +47,7 @@ fn agrees_under(
     let out = optimize(graph, rules, &Options::default()).map_err(|e| e.to_string())?;
     let program = lower::lower(&out.dag, &out.partition).map_err(|e| e.to_string())?;
     let buffers = random_graph::input_buffers(&program, &inputs);
-    let interpreted = interpret::run_program(&program, &buffers)?;
+    let interpreted = interpret::run_program(&program, &buffers).map_err(|e| e.to_string())?;
     for (o, b) in program.dag.outputs.iter().zip(&interpreted) {
         assert_same(&o.name, &want[&o.name], &b.to_tensor())
             .map_err(|e| format!("interpreter: {e}"))?;

@@ -217,7 +217,7 @@ pub struct InstanceCheck {
     /// How the instance reads in the report: `sum [[3, 4]] {axes: [1]}`.
     pub instance: String,
     /// The worst relative disagreement, or why the instance could not be differentiated.
-    pub outcome: std::result::Result<f64, String>,
+    pub outcome: std::result::Result<f64, Error>,
 }
 
 /// Every instance checked, and the templates no instance used.
@@ -265,8 +265,8 @@ pub fn check_templates(catalogue: &Catalogue, templates: &GradientRules) -> Temp
             .collect();
         let y = b.op_with("y", &check.op, &arg_refs, &attrs);
         let graph = b.finish(&[&y]);
-        let outcome = agreement(&graph, catalogue, templates, Probe::Elementwise, k as u64)
-            .map(|(joint, agreement)| {
+        let outcome = agreement(&graph, catalogue, templates, Probe::Elementwise, k as u64).map(
+            |(joint, agreement)| {
                 used.extend(joint.templates_used.iter().copied());
                 // Templates are linear maps: a non-finite gradient is a wrong template.
                 if agreement.singular > 0 {
@@ -274,8 +274,8 @@ pub fn check_templates(catalogue: &Catalogue, templates: &GradientRules) -> Temp
                 } else {
                     agreement.worst
                 }
-            })
-            .map_err(|e: Error| e.to_string());
+            },
+        );
         instances.push(InstanceCheck {
             instance: format!(
                 "{} {:?}{}",

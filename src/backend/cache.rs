@@ -154,7 +154,12 @@ pub struct KernelCache<T> {
 }
 
 /// Loads an artifact from its file and bytes; `Err` says why it cannot be used.
-pub type Loader<'a, T> = &'a dyn Fn(&Path, Vec<u8>) -> std::result::Result<T, String>;
+pub type Loader<'a, T> = &'a dyn Fn(&Path, Vec<u8>) -> Loaded<T>;
+
+/// What a [`Loader`] gives. The reason is a string because it is only ever shown: a cached
+/// entry that fails to load is rebuilt whatever the reason, and a fresh build's reason goes
+/// into the backend error's message.
+pub type Loaded<T> = std::result::Result<T, String>;
 
 impl<T> KernelCache<T> {
     /// An empty cache over `dir` (created on the first build).
@@ -558,7 +563,7 @@ mod tests {
         .map_err(|e| Error::backend(e.to_string()))
     }
 
-    fn text(_: &Path, bytes: Vec<u8>) -> std::result::Result<String, String> {
+    fn text(_: &Path, bytes: Vec<u8>) -> Loaded<String> {
         String::from_utf8(bytes).map_err(|e| e.to_string())
     }
 

@@ -84,7 +84,7 @@ pub trait Executable {
                 Buffer::try_zeroed(ty.dtype, &ty.shape).map_err(|e| {
                     crate::error::Error::new(
                         crate::error::Site::node(&o.name),
-                        crate::error::ErrorKind::Lower(e),
+                        crate::error::ErrorKind::Lower(e.to_string()),
                     )
                 })
             })

@@ -236,7 +236,7 @@ fn templates_json(report: &TemplateReport, file: &str) -> serde_json::Value {
         .iter()
         .map(|c| match &c.outcome {
             Ok(e) => serde_json::json!({"instance": c.instance, "relative_error": e, "agrees": *e <= report.tolerance}),
-            Err(why) => serde_json::json!({"instance": c.instance, "error": why, "agrees": false}),
+            Err(why) => serde_json::json!({"instance": c.instance, "error": why.to_string(), "agrees": false}),
         })
         .collect();
     let unused: Vec<serde_json::Value> = report

@@ -158,8 +158,7 @@ fn write_split(
     let writes: Vec<(String, model::Writer)> = texts
         .iter()
         .map(|(name, text)| {
-            let write: model::Writer =
-                Box::new(move |path: &Path| std::fs::write(path, text).map_err(|e| e.to_string()));
+            let write: model::Writer = Box::new(move |path: &Path| Ok(std::fs::write(path, text)?));
             (name.to_string(), write)
         })
         .collect();
@@ -225,7 +224,7 @@ fn write_joint(
         let ron = graph::file::to_ron_with_values(&joint.graph, &values);
         let writes: Vec<(String, model::Writer)> = vec![(
             file.to_string(),
-            Box::new(|p: &Path| std::fs::write(p, &ron).map_err(|e| e.to_string())),
+            Box::new(|p: &Path| Ok(std::fs::write(p, &ron)?)),
         )];
         let copied = write_with_copies(dir, writes, copies)?;
         let _ = writeln!(text, "stored values written beside it: {copied}");

@@ -15,7 +15,18 @@ use std::path::Path;
 pub use crate::model::{Loaded, Stored, load, load_values};
 
 /// A writer of one output file.
-pub type Writer<'a> = Box<dyn Fn(&Path) -> std::result::Result<(), String> + 'a>;
+pub type Writer<'a> = Box<dyn Fn(&Path) -> std::result::Result<(), WriteFailure> + 'a>;
+
+/// Why a [`Writer`] failed: its message follows the file's name in the error.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteFailure {
+    /// A stored value (`.npy`).
+    #[error(transparent)]
+    Npy(#[from] crate::tensor::NpyError),
+    /// A text file (a graph).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
 
 /// How a graph derived from a loaded one (`grad`'s joint graph, the halves of its split) keeps
 /// the stored values of the inputs it shares with it, so that it runs without `--input` from
@@ -76,7 +87,10 @@ pub fn carry_values<'a>(
         let (file, reused) = output::free_or_same_name(name, &existing, &mut taken, &same);
         values.insert(name.clone(), file.clone());
         if !reused {
-            writes.push((file, Box::new(move |path: &Path| tensor.write_npy(path))));
+            writes.push((
+                file,
+                Box::new(move |path: &Path| Ok(tensor.write_npy(path)?)),
+            ));
         }
     }
     Ok((values, writes))
@@ -120,7 +134,7 @@ pub fn import(model: &Path, dir: &Path, rules: &RuleSet) -> Result<String> {
     output::check_distinct(&names, "weights").map_err(|message| {
         Error::new(
             Site::model(&model.display().to_string()),
-            ErrorKind::Input(message),
+            ErrorKind::Input(message.to_string()),
         )
     })?;
     std::fs::create_dir_all(dir)
@@ -137,13 +151,13 @@ pub fn import(model: &Path, dir: &Path, rules: &RuleSet) -> Result<String> {
     let text = graph::file::to_ron_with_values(&imported.graph, &stored);
     let mut writes: Vec<(String, Writer)> = vec![(
         GRAPH_FILE.to_string(),
-        Box::new(|path: &Path| std::fs::write(path, &text).map_err(|e| e.to_string())),
+        Box::new(|path: &Path| Ok(std::fs::write(path, &text)?)),
     )];
     for (name, file) in names.iter().zip(&files) {
         let tensor = &imported.values[name];
         writes.push((
             file.clone(),
-            Box::new(move |path: &Path| tensor.write_npy(path)),
+            Box::new(move |path: &Path| Ok(tensor.write_npy(path)?)),
         ));
     }
     let must_be_new =

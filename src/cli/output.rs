@@ -68,6 +68,29 @@ fn is_unsafe(c: char) -> bool {
     matches!(c, '/' | '\\' | '%') || c.is_control()
 }
 
+/// Two names (of outputs, of weights: `noun`) whose files would be one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameClash {
+    #[error("{noun} `{first}` and `{second}` would both be written to {file}")]
+    SameFile {
+        noun: String,
+        first: String,
+        second: String,
+        file: String,
+    },
+    /// Two files whose names differ only in letter case.
+    #[error(
+        "{noun} `{first}` and `{second}` would be written to {first_file} and {second_file}, which are one file on case-insensitive file systems (macOS, Windows); rename one of them"
+    )]
+    SameFileFolded {
+        noun: String,
+        first: String,
+        second: String,
+        first_file: String,
+        second_file: String,
+    },
+}
+
 /// The file names of `names`, or an error naming two of them that would share one file;
 /// `noun` says what the names are in that message (`outputs`, `weights`).
 ///
@@ -75,7 +98,7 @@ fn is_unsafe(c: char) -> bool {
 /// are two files on Linux but one on the case-insensitive file systems macOS and Windows use by
 /// default, where the second would silently replace the first. Refusing everywhere keeps a
 /// graph's outputs the same on every machine.
-pub fn check_distinct(names: &[String], noun: &str) -> Result<Vec<String>, String> {
+pub fn check_distinct(names: &[String], noun: &str) -> Result<Vec<String>, NameClash> {
     let mut seen = std::collections::HashMap::new();
     let mut folded = std::collections::HashMap::new();
     let mut files = Vec::with_capacity(names.len());
@@ -83,16 +106,23 @@ pub fn check_distinct(names: &[String], noun: &str) -> Result<Vec<String>, Strin
         let file = file_name(name);
         if let Some(other) = seen.insert(file.clone(), name) {
             if other != name {
-                return Err(format!(
-                    "{noun} `{other}` and `{name}` would both be written to {file}"
-                ));
+                return Err(NameClash::SameFile {
+                    noun: noun.to_string(),
+                    first: other.clone(),
+                    second: name.clone(),
+                    file,
+                });
             }
         } else if let Some((other, other_file)) =
             folded.insert(file.to_lowercase(), (name, file.clone()))
         {
-            return Err(format!(
-                "{noun} `{other}` and `{name}` would be written to {other_file} and {file}, which are one file on case-insensitive file systems (macOS, Windows); rename one of them"
-            ));
+            return Err(NameClash::SameFileFolded {
+                noun: noun.to_string(),
+                first: other.clone(),
+                second: name.clone(),
+                first_file: other_file,
+                second_file: file,
+            });
         }
         files.push(file);
     }
@@ -241,9 +271,10 @@ pub struct WriteError {
 /// `dir`; only then is each renamed over its final name, after a hard link (or copy) of the
 /// file it replaces is kept, so that a failing rename can put every earlier one back. The
 /// staging directory is removed in every case.
-pub fn write_all_or_none<W>(dir: &Path, files: &[(String, W)]) -> Result<(), WriteError>
+pub fn write_all_or_none<W, E>(dir: &Path, files: &[(String, W)]) -> Result<(), WriteError>
 where
-    W: Fn(&Path) -> Result<(), String>,
+    W: Fn(&Path) -> Result<(), E>,
+    E: std::fmt::Display,
 {
     write_all_or_none_with(dir, files, &|_: &str| false)
 }
@@ -251,13 +282,14 @@ where
 /// [`write_all_or_none`], where the files `must_be_new` names may replace nothing: each is
 /// linked into place (which fails on an existing name, so a file that appears meanwhile is
 /// not replaced either), and one whose name is taken fails the whole write.
-pub fn write_all_or_none_with<W>(
+pub fn write_all_or_none_with<W, E>(
     dir: &Path,
     files: &[(String, W)],
     must_be_new: &dyn Fn(&str) -> bool,
 ) -> Result<(), WriteError>
 where
-    W: Fn(&Path) -> Result<(), String>,
+    W: Fn(&Path) -> Result<(), E>,
+    E: std::fmt::Display,
 {
     let fail = |path: &Path, message: String| WriteError {
         path: path.to_path_buf(),
@@ -266,7 +298,7 @@ where
     let staging = staging_dir(dir).map_err(|e| fail(dir, format!("cannot stage outputs: {e}")))?;
     let _cleanup = Cleanup(staging.clone());
     for (name, write) in files {
-        write(&staging.join(name)).map_err(|e| fail(&dir.join(name), e))?;
+        write(&staging.join(name)).map_err(|e| fail(&dir.join(name), e.to_string()))?;
     }
     // A directory (or anything but a file or link) where an output goes would make its
     // rename fail half way, and a new file must find its name free: refuse before anything
@@ -290,7 +322,8 @@ where
         for (i, (name, _)) in files.iter().enumerate() {
             let target = dir.join(name);
             if must_be_new(name) {
-                place_new(&staging.join(name), &target).map_err(|e| fail(&target, e))?;
+                place_new(&staging.join(name), &target)
+                    .map_err(|e| fail(&target, e.to_string()))?;
                 moved.push((target, None));
                 continue;
             }
@@ -323,15 +356,16 @@ where
 /// Moves `staged` to `target` only if no file is named `target`: a hard link is made (it fails
 /// on an existing name, atomically), then the staged name removed. Where the file system has no
 /// hard links, the name is checked and the file renamed.
-fn place_new(staged: &Path, target: &Path) -> Result<(), String> {
+fn place_new(staged: &Path, target: &Path) -> io::Result<()> {
+    let exists = || io::Error::new(io::ErrorKind::AlreadyExists, "the file exists already");
     match fs::hard_link(staged, target) {
         Ok(()) => {
             let _ = fs::remove_file(staged);
             Ok(())
         }
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err("the file exists already".into()),
-        Err(_) if fs::symlink_metadata(target).is_ok() => Err("the file exists already".into()),
-        Err(_) => fs::rename(staged, target).map_err(|e| e.to_string()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(exists()),
+        Err(_) if fs::symlink_metadata(target).is_ok() => Err(exists()),
+        Err(_) => fs::rename(staged, target),
     }
 }
 
@@ -435,7 +469,7 @@ mod tests {
         let names = vec!["Gate".to_string(), "x".to_string(), "gate".to_string()];
         let e = check_distinct(&names, "outputs").unwrap_err();
         assert_eq!(
-            e,
+            e.to_string(),
             "outputs `Gate` and `gate` would be written to Gate.npy and gate.npy, which are one file on case-insensitive file systems (macOS, Windows); rename one of them"
         );
         let names = vec!["É".to_string(), "é".to_string()];
@@ -500,15 +534,15 @@ mod tests {
         names
     }
 
-    type Writer = Box<dyn Fn(&Path) -> Result<(), String>>;
+    type Writer = Box<dyn Fn(&Path) -> io::Result<()>>;
 
     fn writes(files: &[(&str, Option<&'static str>)]) -> Vec<(String, Writer)> {
         files
             .iter()
             .map(|&(name, text)| {
                 let write: Writer = Box::new(move |path: &Path| match text {
-                    Some(t) => fs::write(path, t).map_err(|e| e.to_string()),
-                    None => Err("disk full".into()),
+                    Some(t) => fs::write(path, t),
+                    None => Err(io::Error::other("disk full")),
                 });
                 (name.to_string(), write)
             })

@@ -156,7 +156,7 @@ pub(super) fn read_inputs(graph: &Graph, specs: &[String]) -> Result<Tensors> {
             ))
         })?;
         let tensor = Tensor::read_npy(Path::new(file))
-            .map_err(|e| Error::at_node(name, ErrorKind::Input(e)))?;
+            .map_err(|e| Error::at_node(name, ErrorKind::Input(e.to_string())))?;
         if tensor.shape() != declared.shape.as_slice() {
             return Err(Error::at_node(
                 name,
@@ -172,7 +172,7 @@ pub(super) fn read_inputs(graph: &Graph, specs: &[String]) -> Result<Tensors> {
         // another kind (floats for an integer input) is refused.
         let tensor = tensor
             .into_declared(declared.dtype, &format!("`{file}`"), name)
-            .map_err(|e| Error::at_node(name, ErrorKind::Input(e)))?;
+            .map_err(|e| Error::at_node(name, ErrorKind::Input(e.to_string())))?;
         values.insert(name.to_string(), tensor);
     }
     Ok(values)
@@ -218,7 +218,8 @@ fn write_outputs(graph: &Graph, outputs: &Tensors, dir: &Path) -> Result<String>
             names.push(name.clone());
         }
     }
-    let files = output::check_distinct(&names, "outputs").map_err(Error::input)?;
+    let files =
+        output::check_distinct(&names, "outputs").map_err(|e| Error::input(e.to_string()))?;
     std::fs::create_dir_all(dir).map_err(|e| {
         Error::write(
             dir.display(),

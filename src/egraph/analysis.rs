@@ -102,7 +102,52 @@ pub enum ClassData {
     Attr(Leaf),
     /// An ill-typed term, with the reason. Only a rewrite's right-hand side can build one, and
     /// the applier refuses to union it with anything.
-    Invalid(String),
+    Invalid(IllTyped),
+}
+
+/// Why a term is ill-typed: what the analysis (or the rewrite applier, checking a rule's
+/// right-hand side before adding it) found wrong with an e-node or its children.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum IllTyped {
+    #[error("`{0}` is not an input of the graph")]
+    NotAnInput(String),
+    #[error("unknown op `{0}`")]
+    UnknownOp(String),
+    /// The children do not split into the op's operands and attributes.
+    #[error("`{op}` takes {arity} operand(s) and {attrs} attribute(s), got {children} children")]
+    Children {
+        op: String,
+        arity: String,
+        attrs: usize,
+        children: usize,
+    },
+    /// An attribute position holds `found` (a description) rather than a leaf.
+    #[error("attribute `{attr}` of `{op}` is {found}")]
+    AttrNotALeaf {
+        attr: String,
+        op: String,
+        found: String,
+    },
+    #[error("`{op}` needs attribute `{attr}`")]
+    MissingAttr { op: String, attr: String },
+    #[error("attribute `{attr}` of `{op}` must be {ty}, not {leaf}")]
+    AttrType {
+        attr: String,
+        op: String,
+        ty: crate::attr::AttrType,
+        leaf: Leaf,
+    },
+    /// An operand position holds `found` (a description) rather than a tensor.
+    #[error("an operand of `{op}` is {found}")]
+    Operand { op: String, found: String },
+    /// Type inference refused the operands.
+    #[error("{0}")]
+    Infer(crate::error::ErrorKind),
+    /// A rule variable the substitution does not bind.
+    #[error("`{0}` is not bound")]
+    Unbound(String),
+    #[error("empty pattern")]
+    EmptyPattern,
 }
 
 impl ClassData {
@@ -170,40 +215,40 @@ pub fn node_attrs(
     op: &OpDef,
     attr_ids: &[Id],
     data: impl Fn(Id) -> ClassData,
-) -> Result<Attrs, String> {
+) -> Result<Attrs, IllTyped> {
     let mut attrs = Attrs::new();
     for (spec, &id) in op.spec.attrs.iter().zip(attr_ids) {
         let leaf = match data(id) {
             ClassData::Attr(leaf) => leaf,
             other => {
-                return Err(format!(
-                    "attribute `{}` of `{}` is {}",
-                    spec.name,
-                    op.name(),
-                    other.describe()
-                ));
+                return Err(IllTyped::AttrNotALeaf {
+                    attr: spec.name.clone(),
+                    op: op.name().to_string(),
+                    found: other.describe(),
+                });
             }
         };
         if leaf == Leaf::Absent {
             if spec.optional {
                 continue;
             }
-            return Err(format!("`{}` needs attribute `{}`", op.name(), spec.name));
+            return Err(IllTyped::MissingAttr {
+                op: op.name().to_string(),
+                attr: spec.name.clone(),
+            });
         }
-        let value = leaf.to_attr(spec.ty).ok_or_else(|| {
-            format!(
-                "attribute `{}` of `{}` must be {}, not {leaf}",
-                spec.name,
-                op.name(),
-                spec.ty
-            )
+        let value = leaf.to_attr(spec.ty).ok_or_else(|| IllTyped::AttrType {
+            attr: spec.name.clone(),
+            op: op.name().to_string(),
+            ty: spec.ty,
+            leaf: leaf.clone(),
         })?;
         attrs.insert(spec.name.clone(), value);
     }
     Ok(attrs)
 }
 
-fn make_op(egraph: &FuseGraph, name: Symbol, children: &[Id]) -> Result<TensorData, String> {
+fn make_op(egraph: &FuseGraph, name: Symbol, children: &[Id]) -> Result<TensorData, IllTyped> {
     op_data(&egraph.analysis.catalogue, name.as_str(), children, |id| {
         egraph[id].data.clone()
     })
@@ -218,28 +263,32 @@ pub fn op_data(
     name: &str,
     children: &[Id],
     data: impl Fn(Id) -> ClassData,
-) -> Result<TensorData, String> {
+) -> Result<TensorData, IllTyped> {
     let op = catalogue
         .get(name)
-        .ok_or_else(|| format!("unknown op `{name}`"))?;
-    let (operand_ids, attr_ids) = split_children(op, children).ok_or_else(|| {
-        format!(
-            "`{name}` takes {} operand(s) and {} attribute(s), got {} children",
-            op.arity_text(),
-            op.spec.attrs.len(),
-            children.len()
-        )
-    })?;
+        .ok_or_else(|| IllTyped::UnknownOp(name.to_string()))?;
+    let (operand_ids, attr_ids) =
+        split_children(op, children).ok_or_else(|| IllTyped::Children {
+            op: name.to_string(),
+            arity: op.arity_text(),
+            attrs: op.spec.attrs.len(),
+            children: children.len(),
+        })?;
     let attrs = node_attrs(op, attr_ids, &data)?;
     let mut operands = Vec::with_capacity(operand_ids.len());
     for &id in operand_ids {
         match data(id) {
             ClassData::Tensor(t) => operands.push(t),
-            other => return Err(format!("an operand of `{name}` is {}", other.describe())),
+            other => {
+                return Err(IllTyped::Operand {
+                    op: name.to_string(),
+                    found: other.describe(),
+                });
+            }
         }
     }
     let types: Vec<TensorType> = operands.iter().map(|t| t.ty.clone()).collect();
-    let ty = infer_op(op, &types, &attrs).map_err(|(_, kind)| kind.to_string())?;
+    let ty = infer_op(op, &types, &attrs).map_err(|(_, kind)| IllTyped::Infer(kind))?;
     let refs: Vec<&TensorData> = operands.iter().collect();
     let constant = uniform_value(op, &refs, &attrs, &ty);
     Ok(TensorData { ty, constant })
@@ -299,7 +348,7 @@ impl Analysis<ENode> for TypeAnalysis {
                     ty: ty.clone(),
                     constant: None,
                 }),
-                None => ClassData::Invalid(format!("`{name}` is not an input of the graph")),
+                None => ClassData::Invalid(IllTyped::NotAnInput(name.to_string())),
             },
             ENode::Attr(leaf) => ClassData::Attr(leaf.clone()),
             ENode::Op(name, children) => match make_op(egraph, *name, children) {

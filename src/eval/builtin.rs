@@ -5,6 +5,7 @@
 //! computed on exact integers, wrapping in i64 and then to the result dtype. Matmul runs at the compute precision of its dtype
 //! (f32 for f16/bf16/f32, as cuBLAS does with f32 accumulation) through ndarray's GEMM.
 
+use super::EvalError;
 use crate::attr::Attrs;
 use crate::dtype::{Category, DType};
 use crate::graph::TensorType;
@@ -18,14 +19,15 @@ pub(super) fn apply(
     args: &[&Tensor],
     attrs: &Attrs,
     out: &TensorType,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, EvalError> {
     let shapes: Vec<&[usize]> = args.iter().map(|t| t.shape()).collect();
     let (plan, _) = plan_builtin(builtin, &shapes, attrs)?;
     // Integer results are computed on exact integers, wrapping in i64 and then to the result
     // dtype (as NumPy sums and multiplies `int32` in `int32`: the low 32 bits agree).
     let int_out = out.dtype.category() == Category::Integer;
     let x = args[0];
-    match plan {
+    // Every arm ends in the result's fallible allocation.
+    let result = match plan {
         BuiltinPlan::BroadcastTo(_)
         | BuiltinPlan::Reshape(_)
         | BuiltinPlan::Transpose(_)
@@ -45,16 +47,16 @@ pub(super) fn apply(
                         std::borrow::Cow::Owned(t.cast(out.dtype)?)
                     })
                 })
-                .collect::<Result<_, String>>()?;
+                .collect::<Result<_, EvalError>>()?;
             if int_out {
                 let arrays: Vec<_> = converted.iter().map(|t| t.ints()).collect();
                 let views: Vec<_> = arrays.iter().map(|a| a.view()).collect();
-                let data = ndarray::concatenate(Axis(axis), &views).map_err(|e| e.to_string())?;
+                let data = ndarray::concatenate(Axis(axis), &views).map_err(internal)?;
                 Tensor::try_from_int_array(out.dtype, data)
             } else {
                 let arrays: Vec<_> = converted.iter().map(|t| t.floats()).collect();
                 let views: Vec<_> = arrays.iter().map(|a| a.view()).collect();
-                let data = ndarray::concatenate(Axis(axis), &views).map_err(|e| e.to_string())?;
+                let data = ndarray::concatenate(Axis(axis), &views).map_err(internal)?;
                 Tensor::try_from_array(out.dtype, data)
             }
         }
@@ -89,21 +91,27 @@ pub(super) fn apply(
             out.dtype,
             matmul(&args[0].floats(), &args[1].floats(), out)?,
         ),
-    }
+    };
+    Ok(result?)
+}
+
+/// ndarray's refusal of a shape the plan computed: an internal invariant broke.
+fn internal(e: ndarray::ShapeError) -> EvalError {
+    EvalError::Internal(e.to_string())
 }
 
 /// A layout op's rearrangement, the same for every element type.
-fn layout<T: Clone>(x: &ArrayD<T>, plan: &BuiltinPlan) -> Result<ArrayD<T>, String> {
+fn layout<T: Clone>(x: &ArrayD<T>, plan: &BuiltinPlan) -> Result<ArrayD<T>, EvalError> {
     Ok(match plan {
         BuiltinPlan::BroadcastTo(shape) => x
             .broadcast(IxDyn(shape))
-            .ok_or("broadcast failed")?
+            .ok_or_else(|| EvalError::Internal("broadcast failed".into()))?
             .to_owned(),
         BuiltinPlan::Reshape(shape) => x
             .as_standard_layout()
             .into_owned()
             .into_shape_with_order(IxDyn(shape))
-            .map_err(|e| e.to_string())?,
+            .map_err(internal)?,
         BuiltinPlan::Transpose(perm) => x
             .view()
             .permuted_axes(IxDyn(perm))
@@ -117,7 +125,7 @@ fn layout<T: Clone>(x: &ArrayD<T>, plan: &BuiltinPlan) -> Result<ArrayD<T>, Stri
             )
             .to_owned()
         }
-        _ => return Err("not a layout op".into()),
+        _ => return Err(EvalError::Internal("not a layout op".into())),
     })
 }
 
@@ -198,7 +206,7 @@ fn sum_to_size<T: Clone + Default>(
     x: &ArrayD<T>,
     target: &[usize],
     sum_axis: impl Fn(&ArrayD<T>, Axis) -> ArrayD<T>,
-) -> Result<ArrayD<T>, String> {
+) -> Result<ArrayD<T>, EvalError> {
     let lead = x.ndim() - target.len();
     if x.is_empty() {
         // As in `reduce`: no partial sums as large as the other axes of an empty input.
@@ -215,8 +223,7 @@ fn sum_to_size<T: Clone + Default>(
             }
         }
     }
-    acc.into_shape_with_order(IxDyn(target))
-        .map_err(|e| e.to_string())
+    acc.into_shape_with_order(IxDyn(target)).map_err(internal)
 }
 
 /// The wrapping sum of `x` along `axis`.
@@ -227,7 +234,7 @@ fn wrapping_sum_axis(x: &ArrayD<i64>, axis: Axis) -> ArrayD<i64> {
 }
 
 /// NumPy matmul through ndarray's GEMM, looping over broadcast batch dimensions.
-fn matmul(a: &ArrayD<f64>, b: &ArrayD<f64>, out: &TensorType) -> Result<ArrayD<f64>, String> {
+fn matmul(a: &ArrayD<f64>, b: &ArrayD<f64>, out: &TensorType) -> Result<ArrayD<f64>, EvalError> {
     let f32_compute = !out.dtype.compute_is_f64();
     batched(a, b, out, |ai, bi| {
         if f32_compute {
@@ -240,7 +247,7 @@ fn matmul(a: &ArrayD<f64>, b: &ArrayD<f64>, out: &TensorType) -> Result<ArrayD<f
 
 /// Integer matmul: products and sums wrap in i64 (`Wrapping`), as NumPy's integer matmul
 /// wraps; the caller wraps the result to its dtype. Operands arrive already in that dtype.
-fn matmul_ints(a: &Tensor, b: &Tensor, out: &TensorType) -> Result<ArrayD<i64>, String> {
+fn matmul_ints(a: &Tensor, b: &Tensor, out: &TensorType) -> Result<ArrayD<i64>, EvalError> {
     use std::num::Wrapping;
     let (a, b) = (a.ints().mapv(Wrapping), b.ints().mapv(Wrapping));
     let product = batched(&a, &b, out, |ai, bi| ai.dot(&bi))?;
@@ -253,7 +260,7 @@ fn batched<T: ndarray::LinalgScalar>(
     b: &ArrayD<T>,
     out: &TensorType,
     product: impl Fn(ArrayView2<T>, ArrayView2<T>) -> Array2<T>,
-) -> Result<ArrayD<T>, String> {
+) -> Result<ArrayD<T>, EvalError> {
     // Promote 1-D operands to matrices, as NumPy does.
     let a2 = if a.ndim() == 1 {
         a.clone().insert_axis(Axis(0))
@@ -276,22 +283,22 @@ fn batched<T: ndarray::LinalgScalar>(
         // the reshapes below cannot take).
         arr.broadcast(IxDyn(&shape))
             .map(|v| v.as_standard_layout().into_owned())
-            .ok_or_else(|| "matmul batch broadcast failed".to_string())
+            .ok_or_else(|| EvalError::Internal("matmul batch broadcast failed".into()))
     };
     let (a3, b3) = (full(&a2, n, k)?, full(&b2, k, m)?);
     let batches = crate::shape::numel(&batch);
     let a3 = a3
         .into_shape_with_order((batches, n, k))
-        .map_err(|e| e.to_string())?;
+        .map_err(internal)?;
     let b3 = b3
         .into_shape_with_order((batches, k, m))
-        .map_err(|e| e.to_string())?;
+        .map_err(internal)?;
     let mut result = crate::tensor::try_vec(batches * n * m, &out.shape)?;
     for i in 0..batches {
         let (ai, bi) = (a3.index_axis(Axis(0), i), b3.index_axis(Axis(0), i));
         result.extend(product(ai, bi).iter().copied());
     }
-    ArrayD::from_shape_vec(IxDyn(&out.shape), result).map_err(|e| e.to_string())
+    ArrayD::from_shape_vec(IxDyn(&out.shape), result).map_err(internal)
 }
 
 /// A product at f32 precision, operands first rounded to the result dtype.

@@ -30,6 +30,37 @@ pub fn check_size(name: &str, shape: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// Why the reference evaluator could not compute one op's value (reported at the node).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EvalError {
+    #[error(transparent)]
+    Alloc(#[from] crate::tensor::AllocError),
+    #[error(transparent)]
+    Shape(#[from] crate::shape::ShapeError),
+    #[error(transparent)]
+    Formula(#[from] crate::formula::eval::BindingError),
+    /// An operand that does not broadcast to the result (the checker said it would).
+    #[error("cannot broadcast {from:?} to {to:?}")]
+    Broadcast {
+        from: crate::shape::Shape,
+        to: crate::shape::Shape,
+    },
+    /// The op's plan refused its operands, in graph checking's words.
+    #[error("{0}")]
+    Plan(String),
+    /// An internal invariant broke: an array of the wrong shape, a layout step that is not
+    /// one; the message says which.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Graph checking's refusal of an op's operands (see [`EvalError::Plan`]).
+impl From<String> for EvalError {
+    fn from(message: String) -> EvalError {
+        EvalError::Plan(message)
+    }
+}
+
 /// Named tensors (graph inputs going in, graph outputs coming out).
 pub type Tensors = HashMap<String, Tensor>;
 
@@ -48,7 +79,7 @@ pub fn try_random_input(graph: &Graph, index: usize, seed: u64) -> Result<Tensor
     let mut rng = crate::tensor::seeded_rng(seed);
     rng.set_stream(index as u64);
     Tensor::try_random(input.dtype, &input.shape, &mut rng)
-        .map_err(|e| Error::at_node(&input.name, ErrorKind::Input(e)))
+        .map_err(|e| Error::at_node(&input.name, ErrorKind::Input(e.to_string())))
 }
 
 /// Seeded random values for every input of `graph`.
@@ -102,7 +133,7 @@ pub fn evaluate_all(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> R
         }
         let copy = tensor
             .try_clone()
-            .map_err(|e| Error::at_node(&input.name, ErrorKind::Eval(e)))?;
+            .map_err(|e| Error::at_node(&input.name, ErrorKind::Eval(e.to_string())))?;
         values.insert(input.name.clone(), copy);
     }
     for name in inputs.keys() {
@@ -123,8 +154,9 @@ pub fn evaluate_all(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> R
         let args: Vec<&Tensor> = node.args.iter().map(|a| &values[a]).collect();
         let out_type = &types[&node.name];
         let result = probe_working_set(op, &args, out_type)
+            .map_err(EvalError::from)
             .and_then(|()| apply_op(op, &args, &attrs, out_type))
-            .map_err(|msg| Error::at_node(&node.name, ErrorKind::Eval(msg)))?;
+            .map_err(|e| Error::at_node(&node.name, ErrorKind::Eval(e.to_string())))?;
         debug_assert_eq!(result.shape(), out_type.shape.as_slice());
         debug_assert_eq!(result.dtype, out_type.dtype);
         values.insert(node.name.clone(), result);
@@ -145,7 +177,7 @@ fn probe_working_set(
     op: &crate::rules::OpDef,
     args: &[&Tensor],
     out: &crate::graph::TensorType,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), crate::tensor::AllocError> {
     use crate::rules::Builtin;
     let out_len = crate::shape::numel(&out.shape);
     let arg_len = args
@@ -176,7 +208,7 @@ pub fn apply_op(
     args: &[&Tensor],
     attrs: &crate::attr::Attrs,
     out: &crate::graph::TensorType,
-) -> std::result::Result<Tensor, String> {
+) -> std::result::Result<Tensor, EvalError> {
     match &op.semantics {
         Semantics::Formula(expr) => {
             let dtypes: Vec<_> = args.iter().map(|t| t.dtype).collect();

@@ -4,6 +4,7 @@
 //! to the result dtype; float ops at their dtype's float precision. Integers never go through
 //! f64 unless the op's dtype rule makes the result a float.
 
+use super::EvalError;
 use crate::attr::Attrs;
 use crate::dtype::{Category, DType};
 use crate::formula::{Bindings, Expr, Scalar, WrappingInt, evaluate};
@@ -60,7 +61,7 @@ pub(super) fn apply(
     attrs: &Attrs,
     out: &TensorType,
     arg_dtypes: &[DType],
-) -> Result<Tensor, String> {
+) -> Result<Tensor, EvalError> {
     let common = common_dtype(op, arg_dtypes, out.dtype);
     if computes_in_integers(common, arg_dtypes, out.dtype) {
         // Exact integers throughout: an operand is wrapped to the common dtype (a widening,
@@ -76,8 +77,8 @@ pub(super) fn apply(
             .collect();
         let values = run(op, expr, &operands, &attr_values, out)?;
         let data = ArrayD::from_shape_vec(IxDyn(&out.shape), values.iter().map(|w| w.0).collect())
-            .map_err(|e| format!("internal shape error: {e}"))?;
-        return Tensor::try_from_int_array(out.dtype, data);
+            .map_err(|e| EvalError::Internal(format!("internal shape error: {e}")))?;
+        return Ok(Tensor::try_from_int_array(out.dtype, data)?);
     }
     // Operands are rounded to the common dtype first, then the formula runs at that dtype's
     // compute precision: f32 for f16/bf16/f32, f64 otherwise (and for casts, which must round
@@ -89,8 +90,8 @@ pub(super) fn apply(
         float_run::<f32>(op, expr, args, attrs, out, common)?
     };
     let data = ArrayD::from_shape_vec(IxDyn(&out.shape), values)
-        .map_err(|e| format!("internal shape error: {e}"))?;
-    Tensor::try_from_array(out.dtype, data)
+        .map_err(|e| EvalError::Internal(format!("internal shape error: {e}")))?;
+    Ok(Tensor::try_from_array(out.dtype, data)?)
 }
 
 fn float_run<S: Scalar>(
@@ -100,7 +101,7 @@ fn float_run<S: Scalar>(
     attrs: &Attrs,
     out: &TensorType,
     common: Option<DType>,
-) -> Result<Vec<f64>, String> {
+) -> Result<Vec<f64>, EvalError> {
     let operands = operands(args, out, |i, t| {
         // Decided once per operand: the per-element closure only rounds.
         Ok(match common.filter(|_| converts(op, i)) {
@@ -123,8 +124,8 @@ fn float_run<S: Scalar>(
 fn operands<S: Scalar>(
     args: &[&Tensor],
     out: &TensorType,
-    convert: impl Fn(usize, &Tensor) -> Result<ArrayD<S>, String>,
-) -> Result<Vec<Vec<S>>, String> {
+    convert: impl Fn(usize, &Tensor) -> Result<ArrayD<S>, EvalError>,
+) -> Result<Vec<Vec<S>>, EvalError> {
     let mut operands = Vec::with_capacity(args.len());
     for (i, arg) in args.iter().enumerate() {
         let converted = convert(i, arg)?;
@@ -134,9 +135,13 @@ fn operands<S: Scalar>(
             // Already the output's shape, in row-major order: its buffer is the operand.
             converted.into_raw_vec_and_offset().0
         } else {
-            let view = converted
-                .broadcast(IxDyn(&out.shape))
-                .ok_or_else(|| format!("cannot broadcast {:?} to {:?}", arg.shape(), out.shape))?;
+            let view =
+                converted
+                    .broadcast(IxDyn(&out.shape))
+                    .ok_or_else(|| EvalError::Broadcast {
+                        from: arg.shape().to_vec(),
+                        to: out.shape.clone(),
+                    })?;
             // `assign` walks the innermost axis as one strided run, where `iter` steps a
             // dynamic-rank index per element (several times slower on large operands).
             let mut full = ArrayD::from_elem(IxDyn(&out.shape), S::from_f64(0.0));
@@ -154,7 +159,7 @@ fn run<S: Scalar>(
     operands: &[Vec<S>],
     attr_values: &[(String, [S; 1])],
     out: &TensorType,
-) -> Result<Vec<S>, String> {
+) -> Result<Vec<S>, EvalError> {
     let len = crate::shape::numel(&out.shape);
     let mut bindings = Bindings::new(len);
     for (i, values) in operands.iter().enumerate() {
@@ -163,5 +168,5 @@ fn run<S: Scalar>(
     for (name, value) in attr_values {
         bindings = bindings.bind(name, value);
     }
-    evaluate(expr, &bindings, len)
+    Ok(evaluate(expr, &bindings, len)?)
 }

@@ -257,17 +257,41 @@ impl<'a, S> Bindings<'a, S> {
     }
 }
 
-/// Evaluate `expr` elementwise over `len` elements. Err(String) naming an unbound variable, or a slice of wrong length.
+/// Why a formula cannot be evaluated over its bindings: the caller bound too little or bound
+/// values of the wrong length (rule files are checked, so this is the caller's mistake).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindingError {
+    #[error("bindings were made for {made} elements but evaluation asked for {asked}")]
+    Length { made: usize, asked: usize },
+    #[error("unbound variable `{0}`")]
+    Unbound(String),
+    #[error("variable `{name}` has {values} values, expected {len} or 1")]
+    Values {
+        name: String,
+        values: usize,
+        len: usize,
+    },
+    /// A call with the wrong number of arguments (only a hand-built tree has one).
+    #[error("function `{function}` takes {arity} arguments, got {got}")]
+    Arity {
+        function: &'static str,
+        arity: usize,
+        got: usize,
+    },
+}
+
+/// Evaluate `expr` elementwise over `len` elements; a [`BindingError`] names an unbound
+/// variable, or one bound to a slice of the wrong length.
 pub fn evaluate<S: Scalar>(
     expr: &Expr,
     bindings: &Bindings<S>,
     len: usize,
-) -> Result<Vec<S>, String> {
+) -> Result<Vec<S>, BindingError> {
     if bindings.len != len {
-        return Err(format!(
-            "bindings were made for {} elements but evaluation asked for {len}",
-            bindings.len
-        ));
+        return Err(BindingError::Length {
+            made: bindings.len,
+            asked: len,
+        });
     }
     Ok(match eval_node(expr, bindings, len)? {
         Value::Scalar(s) => vec![s; len],
@@ -382,21 +406,23 @@ fn eval_node<'a, S: Scalar>(
     expr: &Expr,
     bindings: &Bindings<'a, S>,
     len: usize,
-) -> Result<Value<'a, S>, String> {
+) -> Result<Value<'a, S>, BindingError> {
     Ok(match expr {
         Expr::Num(v) => Value::Scalar(S::from_f64(*v)),
         Expr::Var(name) => {
             let values = *bindings
                 .values
                 .get(name)
-                .ok_or_else(|| format!("unbound variable `{name}`"))?;
+                .ok_or_else(|| BindingError::Unbound(name.clone()))?;
             match values.len() {
                 1 => Value::Scalar(values[0]),
                 n if n == len => Value::Slice(values),
                 n => {
-                    return Err(format!(
-                        "variable `{name}` has {n} values, expected {len} or 1"
-                    ));
+                    return Err(BindingError::Values {
+                        name: name.clone(),
+                        values: n,
+                        len,
+                    });
                 }
             }
         }
@@ -424,12 +450,11 @@ fn eval_node<'a, S: Scalar>(
             }
             if values.len() != func.arity() {
                 // Only reachable for hand-built trees; parsed ones are checked.
-                return Err(format!(
-                    "function `{}` takes {} arguments, got {}",
-                    func.name(),
-                    func.arity(),
-                    values.len()
-                ));
+                return Err(BindingError::Arity {
+                    function: func.name(),
+                    arity: func.arity(),
+                    got: values.len(),
+                });
             }
             let mut it = values.into_iter();
             let mut arg = || it.next().expect("arity checked above");
@@ -609,7 +634,9 @@ mod tests {
     #[test]
     fn errors_name_the_problem() {
         let e = parse("x + y").unwrap();
-        let err = evaluate(&e, &Bindings::new(2).bind("x", &[1.0f64, 2.0]), 2).unwrap_err();
+        let err = evaluate(&e, &Bindings::new(2).bind("x", &[1.0f64, 2.0]), 2)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unbound variable `y`"), "{err}");
         let err = evaluate(
             &e,
@@ -618,7 +645,8 @@ mod tests {
                 .bind("y", &[1.0, 2.0, 3.0]),
             2,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("`y` has 3 values"), "{err}");
         assert!(evaluate::<f64>(&e, &Bindings::new(2), 3).is_err());
         let bad = Expr::Call(Func::Pow, vec![Expr::Num(1.0)]);

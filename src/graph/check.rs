@@ -532,7 +532,7 @@ pub fn plan_builtin(
 fn result_shape(op: &OpDef, args: &[TensorType], attrs: &Attrs) -> Result<Shape, String> {
     let shapes: Vec<&[usize]> = args.iter().map(|t| t.shape.as_slice()).collect();
     match &op.semantics {
-        Semantics::Formula(_) => shape::broadcast_all(shapes),
+        Semantics::Formula(_) => Ok(shape::broadcast_all(shapes)?),
         Semantics::Builtin(b) => plan_builtin(*b, &shapes, attrs).map(|(_, s)| s),
     }
 }

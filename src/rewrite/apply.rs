@@ -14,7 +14,7 @@
 //! - otherwise the right-hand side is added and unioned with the matched class.
 
 use super::condition::Condition;
-use crate::egraph::analysis::{Constant, op_data};
+use crate::egraph::analysis::{Constant, IllTyped, op_data};
 use crate::egraph::{ClassData, ENode, FuseGraph, TypeAnalysis};
 use egg::{Applier, ENodeOrVar, Id, Language, PatternAst, Subst, Symbol};
 
@@ -35,12 +35,14 @@ pub fn instance_data(
     egraph: &FuseGraph,
     pattern: &PatternAst<ENode>,
     subst: &Subst,
-) -> Result<ClassData, String> {
+) -> Result<ClassData, IllTyped> {
     let mut data: Vec<ClassData> = Vec::with_capacity(pattern.len());
     for node in pattern.as_ref() {
         let d = match node {
             ENodeOrVar::Var(v) => {
-                let id = subst.get(*v).ok_or_else(|| format!("`{v}` is not bound"))?;
+                let id = subst
+                    .get(*v)
+                    .ok_or_else(|| IllTyped::Unbound(v.to_string()))?;
                 egraph[*id].data.clone()
             }
             ENodeOrVar::ENode(ENode::Attr(leaf)) => ClassData::Attr(leaf.clone()),
@@ -49,7 +51,7 @@ pub fn instance_data(
                     ty: ty.clone(),
                     constant: None,
                 }),
-                None => return Err(format!("`{name}` is not an input of the graph")),
+                None => return Err(IllTyped::NotAnInput(name.to_string())),
             },
             ENodeOrVar::ENode(ENode::Op(name, children)) => ClassData::Tensor(op_data(
                 &egraph.analysis.catalogue,
@@ -63,7 +65,7 @@ pub fn instance_data(
         }
         data.push(d);
     }
-    data.pop().ok_or_else(|| "empty pattern".to_string())
+    data.pop().ok_or(IllTyped::EmptyPattern)
 }
 
 fn same_constant(a: Option<Constant>, b: Option<Constant>) -> bool {

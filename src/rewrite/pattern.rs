@@ -243,7 +243,7 @@ impl<'a> Builder<'a> {
                 tensor_atom_message(text, role, self.catalogue),
             )),
             (Sexp::Atom { text, at }, Slot::Attr { op, spec }) => {
-                let leaf = attr_leaf(text, op, spec).map_err(|m| PatternError::new(*at, m))?;
+                let leaf = attr_leaf(text, op, spec, *at)?;
                 Ok(self.ast.add(ENodeOrVar::ENode(ENode::Attr(leaf))))
             }
             (Sexp::List { at, .. }, Slot::Attr { op, spec }) => Err(PatternError::new(
@@ -381,8 +381,9 @@ fn tensor_atom_message(text: &str, role: &str, catalogue: &Catalogue) -> String 
     )
 }
 
-/// The leaf a literal in an attribute position stands for, if it fits the attribute's type.
-fn attr_leaf(text: &str, op: &OpDef, spec: &AttrSpec) -> Result<Leaf, String> {
+/// The leaf a literal (at `at`) in an attribute position stands for, if it fits the
+/// attribute's type.
+fn attr_leaf(text: &str, op: &OpDef, spec: &AttrSpec, at: usize) -> Result<Leaf, PatternError> {
     let what = format!("attribute `{}` of `{}`", spec.name, op.name());
     let Some(leaf) = Leaf::parse(text) else {
         let hint = if spec.ty == AttrType::DType {
@@ -390,23 +391,32 @@ fn attr_leaf(text: &str, op: &OpDef, spec: &AttrSpec) -> Result<Leaf, String> {
         } else {
             String::new()
         };
-        return Err(format!(
-            "`{text}` is not a value for {what}, which must be {}{hint}",
-            spec.ty
+        return Err(PatternError::new(
+            at,
+            format!(
+                "`{text}` is not a value for {what}, which must be {}{hint}",
+                spec.ty
+            ),
         ));
     };
     if leaf == Leaf::Absent {
         return if spec.optional {
             Ok(leaf)
         } else {
-            Err(format!(
-                "{what} is never left out, so `none` cannot match: write a value or a variable"
+            Err(PatternError::new(
+                at,
+                format!(
+                    "{what} is never left out, so `none` cannot match: write a value or a variable"
+                ),
             ))
         };
     }
     match leaf.to_attr(spec.ty) {
         Some(_) => Ok(leaf),
-        None => Err(format!("{what} must be {}, not `{text}`", spec.ty)),
+        None => Err(PatternError::new(
+            at,
+            format!("{what} must be {}, not `{text}`", spec.ty),
+        )),
     }
 }
 

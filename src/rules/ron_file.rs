@@ -93,7 +93,7 @@ pub fn read_file(path: &std::path::Path, kind: crate::file_limits::FileKind) -> 
             Site::whole_file(&path.display().to_string()),
             ErrorKind::Io {
                 path: path.display().to_string(),
-                message,
+                message: message.to_string(),
             },
         )
     })

@@ -7,7 +7,7 @@
 //! which need 64-byte alignment, apply to whole buffers.
 
 use crate::dtype::{Category, DType};
-use crate::tensor::{Data, Tensor};
+use crate::tensor::{AllocError, Data, Tensor};
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 
@@ -140,13 +140,19 @@ impl Buffer {
 
     /// A buffer of `shape` with zeroed contents, or an error naming the size when its byte
     /// count overflows or the allocator refuses it (rather than aborting the process).
-    pub fn try_zeroed(dtype: DType, shape: &[usize]) -> Result<Buffer, String> {
+    pub fn try_zeroed(dtype: DType, shape: &[usize]) -> Result<Buffer, AllocError> {
         let bytes = crate::shape::checked_numel(shape)
             .and_then(|n| n.checked_mul(dtype.size_bytes()))
-            .ok_or_else(|| format!("a {dtype} buffer of shape {shape:?} is too large"))?;
-        let blocks = zeroed_blocks(bytes.div_ceil(BLOCK_BYTES)).ok_or_else(|| {
-            format!("cannot allocate {bytes} bytes for a {dtype} buffer of shape {shape:?}")
-        })?;
+            .ok_or_else(|| AllocError::BufferTooLarge {
+                dtype,
+                shape: shape.to_vec(),
+            })?;
+        let blocks =
+            zeroed_blocks(bytes.div_ceil(BLOCK_BYTES)).ok_or_else(|| AllocError::Buffer {
+                bytes,
+                dtype,
+                shape: shape.to_vec(),
+            })?;
         Ok(Buffer {
             dtype,
             shape: shape.to_vec(),
@@ -251,7 +257,7 @@ impl Buffer {
     }
 
     /// The buffer of `t`, or an error naming the size when it cannot be allocated.
-    pub fn try_from_tensor(t: &Tensor) -> Result<Buffer, String> {
+    pub fn try_from_tensor(t: &Tensor) -> Result<Buffer, AllocError> {
         let mut b = Buffer::try_zeroed(t.dtype, t.shape())?;
         match &t.data {
             Data::Float(a) => {
@@ -642,9 +648,13 @@ mod tests {
     #[test]
     fn allocation_failure_is_an_error_naming_the_size() {
         // More than any allocator grants (the layout itself is valid): an error, no abort.
-        let e = Buffer::try_zeroed(DType::F64, &[1 << 47]).unwrap_err();
+        let e = Buffer::try_zeroed(DType::F64, &[1 << 47])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("1125899906842624 bytes"), "{e}");
-        let e = Buffer::try_zeroed(DType::F64, &[1 << 62]).unwrap_err();
+        let e = Buffer::try_zeroed(DType::F64, &[1 << 62])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("too large"), "{e}");
     }
 }

@@ -381,20 +381,7 @@ fn run_rows(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
     let levels = ir.levels();
     let passes = ir.passes();
     let index = |arg: usize, coord: &[usize]| element_index(launch, arg, coord);
-    // Which values each per-row store needs, so an empty row loads nothing.
-    let mut needed = vec![false; ir.body.len()];
-    for store in &ir.stores {
-        if store.view.axes[inner_axis] == Axis::Broadcast {
-            needed[store.value] = true;
-        }
-    }
-    for id in (0..ir.body.len()).rev() {
-        if needed[id] && !matches!(ir.body[id], Instr::RowReduce { .. }) {
-            for x in ir.body[id].operands() {
-                needed[x] = true;
-            }
-        }
-    }
+    let needed = per_row_values(ir, inner_axis);
     let mut coord = vec![0usize; rank];
     let mut vals = vec![0f64; ir.body.len()];
     let mut ints = vec![0i64; ir.body.len()];
@@ -436,27 +423,7 @@ fn run_rows(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
                         );
                     }
                 }
-                for (k, &id) in reducing.iter().enumerate() {
-                    let Instr::RowReduce { kind, x, .. } = ir.body[id] else {
-                        continue;
-                    };
-                    let max = kind == ReduceKind::Max;
-                    if ir.prec(x) == Prec::I64 {
-                        let v = ints[x];
-                        iacc[k] = if max {
-                            iacc[k].max(v)
-                        } else {
-                            iacc[k].wrapping_add(v)
-                        };
-                    } else {
-                        let v = vals[x];
-                        facc[k] = match max {
-                            true if facc[k].is_nan() || v.is_nan() => f64::NAN,
-                            true => facc[k].max(v),
-                            false => facc[k] + v,
-                        };
-                    }
-                }
+                accumulate(ir, &reducing, (&vals, &ints), (&mut facc, &mut iacc));
                 if last {
                     for (s, store) in ir.stores.iter().enumerate() {
                         let arg = loads + s;
@@ -476,22 +443,7 @@ fn run_rows(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
                     }
                 }
             }
-            // The row's results, each rounded once to its dtype.
-            for (k, &id) in reducing.iter().enumerate() {
-                let Instr::RowReduce { kind, x, dtype } = ir.body[id] else {
-                    continue;
-                };
-                if ir.prec(x) == Prec::I64 {
-                    ints[id] = round_int(iacc[k], dtype).1;
-                    continue;
-                }
-                let a = if kind == ReduceKind::Mean {
-                    facc[k] / inner as f64
-                } else {
-                    facc[k]
-                };
-                vals[id] = dtype.round(a);
-            }
+            finish_row(ir, &reducing, inner, (&facc, &iacc), (&mut vals, &mut ints));
         }
         // Stores with one element per row: from the row's results, at inner index 0.
         coord[inner_axis] = 0;
@@ -524,9 +476,105 @@ fn run_rows(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
     }
 }
 
+/// Which values the per-row stores (those broadcast along the inner axis, one element per
+/// row) need, so that an empty row loads nothing: those stores' values and, transitively,
+/// their operands, stopping at row reductions (computed by the row's passes).
+fn per_row_values(ir: &KernelIr, inner_axis: usize) -> Vec<bool> {
+    let mut needed = vec![false; ir.body.len()];
+    for store in &ir.stores {
+        if store.view.axes[inner_axis] == Axis::Broadcast {
+            needed[store.value] = true;
+        }
+    }
+    for id in (0..ir.body.len()).rev() {
+        if needed[id] && !matches!(ir.body[id], Instr::RowReduce { .. }) {
+            for x in ir.body[id].operands() {
+                needed[x] = true;
+            }
+        }
+    }
+    needed
+}
+
+/// Adds one element of the row to each of the `reducing` row reductions' accumulators
+/// (`facc` for floats, `iacc` for exact integers, by position in `reducing`): sums wrap in
+/// i64, a float max is NaN once any element is, as the kernels compute them.
+fn accumulate(
+    ir: &KernelIr,
+    reducing: &[usize],
+    (vals, ints): (&[f64], &[i64]),
+    (facc, iacc): (&mut [f64], &mut [i64]),
+) {
+    for (k, &id) in reducing.iter().enumerate() {
+        let Instr::RowReduce { kind, x, .. } = ir.body[id] else {
+            continue;
+        };
+        let max = kind == ReduceKind::Max;
+        if ir.prec(x) == Prec::I64 {
+            let v = ints[x];
+            iacc[k] = if max {
+                iacc[k].max(v)
+            } else {
+                iacc[k].wrapping_add(v)
+            };
+        } else {
+            let v = vals[x];
+            facc[k] = match max {
+                true if facc[k].is_nan() || v.is_nan() => f64::NAN,
+                true => facc[k].max(v),
+                false => facc[k] + v,
+            };
+        }
+    }
+}
+
+/// The results of the `reducing` row reductions over a row of `inner` elements, from their
+/// accumulators, each rounded once to its dtype (a mean divided first) into `vals` / `ints`.
+fn finish_row(
+    ir: &KernelIr,
+    reducing: &[usize],
+    inner: usize,
+    (facc, iacc): (&[f64], &[i64]),
+    (vals, ints): (&mut [f64], &mut [i64]),
+) {
+    for (k, &id) in reducing.iter().enumerate() {
+        let Instr::RowReduce { kind, x, dtype } = ir.body[id] else {
+            continue;
+        };
+        if ir.prec(x) == Prec::I64 {
+            ints[id] = round_int(iacc[k], dtype).1;
+            continue;
+        }
+        let a = if kind == ReduceKind::Mean {
+            facc[k] / inner as f64
+        } else {
+            facc[k]
+        };
+        vals[id] = dtype.round(a);
+    }
+}
+
+/// Why the interpreter could not run a program: a buffer it could not allocate, a matrix
+/// product whose buffers disagree, or a program whose steps do not write what later steps
+/// read (an internal invariant broke).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InterpretError {
+    #[error(transparent)]
+    Alloc(#[from] crate::tensor::AllocError),
+    #[error(transparent)]
+    MatMul(#[from] super::matmul::MatMulError),
+    #[error("load before store")]
+    LoadBeforeStore,
+    #[error("matmul operand missing")]
+    MatMulOperandMissing,
+    /// The output (named) that no step wrote.
+    #[error("output `{0}` was never written")]
+    OutputNotWritten(String),
+}
+
 /// Runs a whole program with the interpreter: `inputs` in `dag.inputs` order, outputs in
 /// `dag.outputs` order.
-pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, String> {
+pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, InterpretError> {
     use crate::dag::Value;
     use std::collections::HashMap;
     let dag = &program.dag;
@@ -550,7 +598,10 @@ pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, 
                 let mut owned: Vec<Buffer> = Vec::with_capacity(k.args.len());
                 for (a, &v) in k.args.iter().enumerate() {
                     owned.push(if a < loads {
-                        values.get(&v).cloned().ok_or("load before store")?
+                        values
+                            .get(&v)
+                            .cloned()
+                            .ok_or(InterpretError::LoadBeforeStore)?
                     } else if let Some(f) = first_of(a) {
                         owned[loads + f].clone()
                     } else {
@@ -572,8 +623,12 @@ pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, 
                 }
             }
             Step::MatMul(m) => {
-                let a = values.get(&m.a.value).ok_or("matmul operand missing")?;
-                let b = values.get(&m.b.value).ok_or("matmul operand missing")?;
+                let a = values
+                    .get(&m.a.value)
+                    .ok_or(InterpretError::MatMulOperandMissing)?;
+                let b = values
+                    .get(&m.b.value)
+                    .ok_or(InterpretError::MatMulOperandMissing)?;
                 let mut out = fresh(m.out)?;
                 super::matmul::matmul(a, &m.a, b, &m.b, &mut out)?;
                 values.insert(m.out, out);
@@ -586,7 +641,7 @@ pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, 
             values
                 .get(&o.value)
                 .cloned()
-                .ok_or_else(|| format!("output `{}` was never written", o.name))
+                .ok_or_else(|| InterpretError::OutputNotWritten(o.name.clone()))
         })
         .collect()
 }

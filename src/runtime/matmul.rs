@@ -11,6 +11,25 @@ use crate::dtype::{Category, DType};
 use crate::lower::MatMulOperand;
 use crate::tensor::{float_to_int, wrap_int};
 
+/// Why a matrix product cannot run on the buffers it was given: the program and its buffers
+/// disagree (an internal invariant broke), or the operand shapes do not multiply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MatMulError {
+    #[error("matmul operands must have at least one dimension")]
+    Scalar,
+    #[error("matmul inner dims differ: {a:?} @ {b:?}")]
+    InnerDims { a: Vec<usize>, b: Vec<usize> },
+    #[error(transparent)]
+    Batch(#[from] crate::shape::ShapeError),
+    /// The result's element count (`total`) is not the output buffer's (`len`).
+    #[error("matmul result has {total} elements, buffer {len}")]
+    ResultSize { total: usize, len: usize },
+    /// cuBLAS planning found no group of batch matrices to cover (an internal invariant:
+    /// single matrices always group).
+    #[error("no batch grouping found (single matrices always group)")]
+    NoGrouping,
+}
+
 /// An operand as the GEMM reads it: contiguous, at compute precision.
 enum Packed<'a, T> {
     Borrowed(&'a [T]),
@@ -112,7 +131,7 @@ pub fn matmul(
     b: &Buffer,
     b_op: &MatMulOperand,
     out: &mut Buffer,
-) -> Result<(), String> {
+) -> Result<(), MatMulError> {
     matmul_elements(a.elements(), a_op, b.elements(), b_op, out.elements_mut())
 }
 
@@ -124,7 +143,7 @@ pub fn matmul_elements(
     b: Elements<'_>,
     b_op: &MatMulOperand,
     mut out: ElementsMut<'_>,
-) -> Result<(), String> {
+) -> Result<(), MatMulError> {
     let (sa, sb) = (
         crate::shape::matmul_operand(a.shape, false),
         crate::shape::matmul_operand(b.shape, true),
@@ -132,20 +151,20 @@ pub fn matmul_elements(
     let (n, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
     let m = sb[sb.len() - 1];
     if sb[sb.len() - 2] != k {
-        return Err(format!(
-            "matmul inner dims differ: {:?} @ {:?}",
-            a.shape, b.shape
-        ));
+        return Err(MatMulError::InnerDims {
+            a: a.shape.to_vec(),
+            b: b.shape.to_vec(),
+        });
     }
     let batch = crate::shape::broadcast(&sa[..sa.len() - 2], &sb[..sb.len() - 2])?;
     let offsets = crate::shape::matmul_batch_offsets(&sa, &sb, &batch);
     let dtype = out.dtype;
     let total = offsets.len() * n * m;
     if total != out.len() {
-        return Err(format!(
-            "matmul result has {total} elements, buffer {}",
-            out.len()
-        ));
+        return Err(MatMulError::ResultSize {
+            total,
+            len: out.len(),
+        });
     }
     if dtype.category() == Category::Integer {
         // Integer products wrap, as NumPy's integer matmul does: a plain loop of wrapping

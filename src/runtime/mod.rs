@@ -32,7 +32,7 @@ pub fn input_buffers(program: &Program, tensors: &Tensors) -> Result<Vec<Buffer>
                 )
             })?;
             Buffer::try_from_tensor(tensor)
-                .map_err(|e| Error::new(Site::node(&input.name), ErrorKind::Input(e)))
+                .map_err(|e| Error::new(Site::node(&input.name), ErrorKind::Input(e.to_string())))
         })
         .collect()
 }

@@ -85,7 +85,7 @@ impl CpuExecutable {
             .iter()
             .map(|&bytes| {
                 Buffer::try_zeroed(crate::dtype::DType::Bool, &[bytes])
-                    .map_err(|e| Error::new(Site::default(), ErrorKind::Lower(e)))
+                    .map_err(|e| Error::new(Site::default(), ErrorKind::Lower(e.to_string())))
             })
             .collect::<Result<_>>()?;
         Ok(CpuExecutable {
@@ -204,7 +204,8 @@ impl Executable for CpuExecutable {
                             ElementsMut::from_raw(to.dtype, &to.shape, pointer(m.out)),
                         )
                     };
-                    matmul::matmul_elements(a, &m.a, b, &m.b, out).map_err(Error::backend)?;
+                    matmul::matmul_elements(a, &m.a, b, &m.b, out)
+                        .map_err(|e| Error::backend(e.to_string()))?;
                 }
             }
         }

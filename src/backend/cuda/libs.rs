@@ -23,7 +23,7 @@
 //! so NVRTC counts as available only together with a directory holding those headers.
 
 use crate::backend::cache::{env_nonempty, sha256_hex, user_cache_dir};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -54,6 +54,49 @@ pub struct NvrtcSetup {
     pub header_digest: String,
 }
 
+/// Why NVRTC cannot be used: what is missing, where it was looked for and how to get it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NvrtcError {
+    /// `FUSEBOX_CUDA_DIR` names a directory without the library.
+    #[error(
+        "{CUDA_DIR_VAR}={dir} holds no NVRTC library (libnvrtc.so.12) under cuda_nvrtc/lib, nvidia/cuda_nvrtc/lib, lib64 or lib; {HOW_TO_INSTALL}"
+    )]
+    NotInDir { dir: String },
+    /// No search step found it; `cache` is the fusebox cache directory searched.
+    #[error(
+        "NVRTC (libnvrtc.so.12) not found: {CUDA_DIR_VAR} is unset, {} holds none, the system library path has none and no Python site-packages/nvidia does; {HOW_TO_INSTALL}",
+        .cache.display()
+    )]
+    NotFound { cache: PathBuf },
+    /// Loaded by path, but cudarc would not find it by any of `names`.
+    #[error("NVRTC at {at} was loaded, but not under a name cudarc looks for ({names})")]
+    NotUnderCudarcName { at: String, names: String },
+    #[error(
+        "NVRTC found at {at}, but no directory holds {}: they come with the CUDA runtime headers; {HOW_TO_INSTALL}",
+        HEADERS.join(" and ")
+    )]
+    NoHeaders { at: String },
+    /// An NVRTC query failed; `message` is cudarc's.
+    #[error("{function} failed on {at}: {message}")]
+    CallFailed {
+        function: &'static str,
+        at: String,
+        message: String,
+    },
+    /// The library (opened as `name`) lacks a function fusebox calls.
+    #[error("NVRTC {name} (at {at}) lacks `{symbol}`: it is too old; fusebox needs CUDA 12")]
+    MissingSymbol {
+        name: String,
+        at: String,
+        symbol: &'static str,
+    },
+    #[error("NVRTC at {at} could not be opened again")]
+    NotReopened { at: String },
+    /// The dynamic loader refused the library at `path`; `message` is its reason.
+    #[error("cannot load {}: {message}", .path.display())]
+    Load { path: PathBuf, message: String },
+}
+
 /// NVRTC and its headers, found and loaded once per process; or a Backend error naming what is
 /// missing, where it was looked for and how to get it.
 pub fn nvrtc_available() -> Result<NvrtcSetup> {
@@ -62,11 +105,13 @@ pub fn nvrtc_available() -> Result<NvrtcSetup> {
 
 /// [`nvrtc_available`] without the copy, for callers on every compile.
 pub(crate) fn nvrtc_setup() -> Result<&'static NvrtcSetup> {
-    static NVRTC: OnceLock<std::result::Result<NvrtcSetup, String>> = OnceLock::new();
-    NVRTC
-        .get_or_init(find_nvrtc)
-        .as_ref()
-        .map_err(|message| Error::backend(message.clone()))
+    nvrtc_found().map_err(|e| Error::backend(e.to_string()))
+}
+
+/// NVRTC as the search found it, or why it was not, searched once per process.
+pub(crate) fn nvrtc_found() -> std::result::Result<&'static NvrtcSetup, &'static NvrtcError> {
+    static NVRTC: OnceLock<std::result::Result<NvrtcSetup, NvrtcError>> = OnceLock::new();
+    NVRTC.get_or_init(find_nvrtc).as_ref()
 }
 
 /// Whether the CUDA driver library (libcuda, installed with the NVIDIA driver) can be loaded:
@@ -98,7 +143,7 @@ pub fn toolkit_cache_dir() -> PathBuf {
 /// One line each for NVRTC, the headers, the driver and cuBLAS: what `fusebox info` prints.
 pub fn describe() -> String {
     let mut out = String::new();
-    match nvrtc_setup() {
+    match nvrtc_found() {
         Ok(setup) => {
             let library = match &setup.library {
                 Some(path) => format!("{} (found by {})", path.display(), setup.found_by),
@@ -113,7 +158,7 @@ pub fn describe() -> String {
             );
             out += &format!("CUDA headers: {}\n", setup.include_dir.display());
         }
-        Err(e) => out += &format!("NVRTC: not available: {}\n", error_text(&e)),
+        Err(e) => out += &format!("NVRTC: not available: {e}\n"),
     }
     out += &format!(
         "CUDA driver library: {}\n",
@@ -134,27 +179,17 @@ pub fn describe() -> String {
     out
 }
 
-/// The message of a Backend error (the text it was made from), else the error kind's text.
-pub(crate) fn error_text(e: &Error) -> String {
-    match &e.kind {
-        ErrorKind::Backend(message) => message.clone(),
-        other => other.to_string(),
-    }
-}
-
 /// A directory that may hold NVRTC, and which search step it comes from.
 struct Candidate {
     root: PathBuf,
     found_by: &'static str,
 }
 
-fn find_nvrtc() -> std::result::Result<NvrtcSetup, String> {
+fn find_nvrtc() -> std::result::Result<NvrtcSetup, NvrtcError> {
     if let Some(dir) = env_nonempty(CUDA_DIR_VAR) {
         let root = PathBuf::from(&dir);
         let Some(library) = find_library(&root, "nvrtc", &["cuda_nvrtc"]) else {
-            return Err(format!(
-                "{CUDA_DIR_VAR}={dir} holds no NVRTC library (libnvrtc.so.12) under cuda_nvrtc/lib, nvidia/cuda_nvrtc/lib, lib64 or lib; {HOW_TO_INSTALL}"
-            ));
+            return Err(NvrtcError::NotInDir { dir });
         };
         return setup_from(library, &root, CUDA_DIR_VAR);
     }
@@ -172,10 +207,9 @@ fn find_nvrtc() -> std::result::Result<NvrtcSetup, String> {
             return setup_from(library, &candidate.root, candidate.found_by);
         }
     }
-    Err(format!(
-        "NVRTC (libnvrtc.so.12) not found: {CUDA_DIR_VAR} is unset, {} holds none, the system library path has none and no Python site-packages/nvidia does; {HOW_TO_INSTALL}",
-        toolkit_cache_dir().display()
-    ))
+    Err(NvrtcError::NotFound {
+        cache: toolkit_cache_dir(),
+    })
 }
 
 /// Loads `library` by path and finds the headers beside it (or on the system).
@@ -183,7 +217,7 @@ fn setup_from(
     library: PathBuf,
     root: &Path,
     found_by: &'static str,
-) -> std::result::Result<NvrtcSetup, String> {
+) -> std::result::Result<NvrtcSetup, NvrtcError> {
     preload(&library)?;
     let roots = header_roots();
     let include = find_include(std::iter::once(root).chain(roots.iter().map(PathBuf::as_path)));
@@ -196,31 +230,28 @@ fn finish(
     library: Option<PathBuf>,
     include_dir: Option<PathBuf>,
     found_by: &'static str,
-) -> std::result::Result<NvrtcSetup, String> {
+) -> std::result::Result<NvrtcSetup, NvrtcError> {
     let where_ = match &library {
         Some(path) => path.display().to_string(),
         None => "the system library path".to_string(),
     };
     // SAFETY: as in `find_nvrtc`.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(format!(
-            "NVRTC at {where_} was loaded, but not under a name cudarc looks for ({})",
-            candidate_names("nvrtc").join(", ")
-        ));
+        return Err(NvrtcError::NotUnderCudarcName {
+            at: where_,
+            names: candidate_names("nvrtc").join(", "),
+        });
     }
     check_symbols(&where_)?;
     let Some(include_dir) = include_dir else {
-        return Err(format!(
-            "NVRTC found at {where_}, but no directory holds {}: they come with the CUDA runtime headers; {HOW_TO_INSTALL}",
-            HEADERS.join(" and ")
-        ));
+        return Err(NvrtcError::NoHeaders { at: where_ });
     };
     let (mut major, mut minor) = (0, 0);
     // SAFETY: the library is loaded and has the symbol (checked above); the pointers are to
     // live locals.
     unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
         .result()
-        .map_err(|e| format!("nvrtcVersion failed on {where_}: {e}"))?;
+        .map_err(|e| call_failed("nvrtcVersion", &where_, e))?;
     Ok(NvrtcSetup {
         library,
         found_by,
@@ -248,7 +279,7 @@ const NVRTC_SYMBOLS: [&str; 10] = [
 
 /// Opens NVRTC by the first of cudarc's names that loads (the library cudarc itself will
 /// use) and looks up every symbol in [`NVRTC_SYMBOLS`].
-fn check_symbols(where_: &str) -> std::result::Result<(), String> {
+fn check_symbols(where_: &str) -> std::result::Result<(), NvrtcError> {
     for name in candidate_names("nvrtc") {
         // SAFETY: loading NVRTC runs no initializer with preconditions; it is already loaded
         // (cudarc found it), so this only raises its reference count.
@@ -258,27 +289,40 @@ fn check_symbols(where_: &str) -> std::result::Result<(), String> {
         for symbol in NVRTC_SYMBOLS {
             // SAFETY: the symbol is looked up, never called, through this handle.
             if unsafe { lib.get::<*const ()>(symbol.as_bytes()) }.is_err() {
-                return Err(format!(
-                    "NVRTC {name} (at {where_}) lacks `{symbol}`: it is too old; fusebox needs CUDA 12"
-                ));
+                return Err(NvrtcError::MissingSymbol {
+                    name,
+                    at: where_.to_string(),
+                    symbol,
+                });
             }
         }
         return Ok(());
     }
-    Err(format!("NVRTC at {where_} could not be opened again"))
+    Err(NvrtcError::NotReopened {
+        at: where_.to_string(),
+    })
 }
 
-fn supported_archs(where_: &str) -> std::result::Result<Vec<u32>, String> {
+/// An NVRTC query `function` that failed on the library at `where_`.
+fn call_failed(function: &'static str, where_: &str, e: impl std::fmt::Display) -> NvrtcError {
+    NvrtcError::CallFailed {
+        function,
+        at: where_.to_string(),
+        message: e.to_string(),
+    }
+}
+
+fn supported_archs(where_: &str) -> std::result::Result<Vec<u32>, NvrtcError> {
     let mut count = 0;
     // SAFETY: the symbols exist (checked); the pointer is to a live local.
     unsafe { cudarc::nvrtc::sys::nvrtcGetNumSupportedArchs(&mut count) }
         .result()
-        .map_err(|e| format!("nvrtcGetNumSupportedArchs failed on {where_}: {e}"))?;
+        .map_err(|e| call_failed("nvrtcGetNumSupportedArchs", where_, e))?;
     let mut archs = vec![0; usize::try_from(count).unwrap_or(0)];
     // SAFETY: `archs` has room for the `count` entries NVRTC writes.
     unsafe { cudarc::nvrtc::sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) }
         .result()
-        .map_err(|e| format!("nvrtcGetSupportedArchs failed on {where_}: {e}"))?;
+        .map_err(|e| call_failed("nvrtcGetSupportedArchs", where_, e))?;
     let mut archs: Vec<u32> = archs
         .into_iter()
         .filter_map(|a| u32::try_from(a).ok())
@@ -288,7 +332,7 @@ fn supported_archs(where_: &str) -> std::result::Result<Vec<u32>, String> {
 }
 
 /// Loads `path` and leaks the handle, so the library stays loaded for cudarc to find by name.
-fn preload(path: &Path) -> std::result::Result<(), String> {
+fn preload(path: &Path) -> std::result::Result<(), NvrtcError> {
     // SAFETY: loading NVRTC or cuBLAS runs only their own initializers, which have no
     // preconditions.
     match unsafe { libloading::Library::new(path) } {
@@ -296,7 +340,10 @@ fn preload(path: &Path) -> std::result::Result<(), String> {
             std::mem::forget(library);
             Ok(())
         }
-        Err(e) => Err(format!("cannot load {}: {e}", path.display())),
+        Err(e) => Err(NvrtcError::Load {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        }),
     }
 }
 

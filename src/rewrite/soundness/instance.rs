@@ -199,7 +199,7 @@ impl<'r> Plan<'r> {
     /// The attributes the rule computes are added to `instance`, for the right-hand side.
     pub(super) fn prepare(&self, instance: &mut Instance) -> Result<Prepared, Reject> {
         let graph = build_graph(self.from, instance, self.catalogue, "lhs")
-            .map_err(|e| reject("ill-typed left-hand sides", e))?;
+            .map_err(|e| reject("ill-typed left-hand sides", e.to_string()))?;
         let dag = Dag::from_graph(&graph, self.catalogue)
             .map_err(|e| reject("ill-typed left-hand sides", e.to_string()))?;
         let lhs_eval_size: usize = dag.nodes.iter().map(|n| numel(&n.ty.shape)).sum();
@@ -298,7 +298,9 @@ impl<'r> Plan<'r> {
     ) -> Option<Counterexample> {
         let rhs = match build_graph(self.to, instance, self.catalogue, "rhs") {
             Ok(g) => g,
-            Err(why) => return Some(self.counterexample(instance, Failure::RhsIllTyped(why))),
+            Err(why) => {
+                return Some(self.counterexample(instance, Failure::RhsIllTyped(why.to_string())));
+            }
         };
         let rhs_types = match check(&rhs, self.catalogue) {
             Ok(t) => t,
@@ -796,6 +798,38 @@ pub(super) fn apply_hint(
     }
 }
 
+/// Why one side of a rule, instantiated, is not a graph: the pattern and the instance's
+/// bindings do not fit together.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(super) enum SideError {
+    /// The catalogue lacks a built-in the side needs to spell a constant.
+    #[error("the op catalogue has no `{0}` built-in")]
+    NoBuiltin(&'static str),
+    #[error("variable {0} is not bound")]
+    Unbound(String),
+    #[error("the pattern names graph input ${0}")]
+    GraphInput(String),
+    #[error("unknown op `{0}`")]
+    UnknownOp(String),
+    #[error("`{0}` has the wrong number of children")]
+    Children(String),
+    #[error("an operand of `{0}` is not a tensor")]
+    OperandNotATensor(String),
+    #[error("attribute `{attr}` of `{op}` is a tensor")]
+    AttrIsATensor { attr: String, op: String },
+    #[error("`{op}` needs attribute `{attr}`")]
+    MissingAttr { op: String, attr: String },
+    #[error("attribute `{attr}` of `{op}` must be {ty}, not {leaf}")]
+    AttrType {
+        attr: String,
+        op: String,
+        ty: crate::attr::AttrType,
+        leaf: Leaf,
+    },
+    #[error("the pattern is not a tensor")]
+    NotATensor,
+}
+
 /// The graph of one side: every tensor variable of the instance (inputs, and constants as
 /// `const` nodes broadcast to their shape), then the pattern's ops, the root last and named
 /// `root_name` unless the pattern is a bare variable.
@@ -804,7 +838,7 @@ pub(super) fn build_graph(
     instance: &Instance,
     catalogue: &Catalogue,
     root_name: &str,
-) -> Result<Graph, String> {
+) -> Result<Graph, SideError> {
     let mut graph = Graph {
         name: root_name.to_string(),
         inputs: Vec::new(),
@@ -816,7 +850,7 @@ pub(super) fn build_graph(
         catalogue
             .builtin(b)
             .map(|op| op.name().to_string())
-            .ok_or_else(|| format!("the op catalogue has no `{}` built-in", b.name()))
+            .ok_or(SideError::NoBuiltin(b.name()))
     };
     for (var, binding) in &instance.tensors {
         let name = var_name(*var);
@@ -872,42 +906,48 @@ pub(super) fn build_graph(
                 } else if instance.tensors.contains_key(v) {
                     Term::Value(var_name(*v))
                 } else {
-                    return Err(format!("variable {v} is not bound"));
+                    return Err(SideError::Unbound(v.to_string()));
                 }
             }
             ENodeOrVar::ENode(ENode::Attr(leaf)) => Term::Leaf(leaf.clone()),
             ENodeOrVar::ENode(ENode::Input(name)) => {
-                return Err(format!("the pattern names graph input ${name}"));
+                return Err(SideError::GraphInput(name.to_string()));
             }
             ENodeOrVar::ENode(ENode::Op(name, children)) => {
                 let op = catalogue
                     .get(name.as_str())
-                    .ok_or_else(|| format!("unknown op `{name}`"))?;
+                    .ok_or_else(|| SideError::UnknownOp(name.to_string()))?;
                 let (operands, attr_ids) = split_children(op, children)
-                    .ok_or_else(|| format!("`{name}` has the wrong number of children"))?;
+                    .ok_or_else(|| SideError::Children(name.to_string()))?;
                 let mut args = Vec::new();
                 for id in operands {
                     match &built[usize::from(*id)] {
                         Some(Term::Value(v)) => args.push(v.clone()),
-                        _ => return Err(format!("an operand of `{name}` is not a tensor")),
+                        _ => return Err(SideError::OperandNotATensor(name.to_string())),
                     }
                 }
                 let mut attrs = crate::attr::Attrs::new();
                 for (spec, id) in op.spec.attrs.iter().zip(attr_ids) {
                     let Some(Term::Leaf(leaf)) = &built[usize::from(*id)] else {
-                        return Err(format!("attribute `{}` of `{name}` is a tensor", spec.name));
+                        return Err(SideError::AttrIsATensor {
+                            attr: spec.name.clone(),
+                            op: name.to_string(),
+                        });
                     };
                     if *leaf == Leaf::Absent {
                         if spec.optional {
                             continue;
                         }
-                        return Err(format!("`{name}` needs attribute `{}`", spec.name));
+                        return Err(SideError::MissingAttr {
+                            op: name.to_string(),
+                            attr: spec.name.clone(),
+                        });
                     }
-                    let value = leaf.to_attr(spec.ty).ok_or_else(|| {
-                        format!(
-                            "attribute `{}` of `{name}` must be {}, not {leaf}",
-                            spec.name, spec.ty
-                        )
+                    let value = leaf.to_attr(spec.ty).ok_or_else(|| SideError::AttrType {
+                        attr: spec.name.clone(),
+                        op: name.to_string(),
+                        ty: spec.ty,
+                        leaf: leaf.clone(),
                     })?;
                     attrs.insert(spec.name.clone(), value);
                 }
@@ -929,7 +969,7 @@ pub(super) fn build_graph(
     }
     match built.last().cloned().flatten() {
         Some(Term::Value(root)) => graph.outputs.push(root),
-        _ => return Err("the pattern is not a tensor".into()),
+        _ => return Err(SideError::NotATensor),
     }
     Ok(graph)
 }

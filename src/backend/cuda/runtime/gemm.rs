@@ -32,6 +32,7 @@ use super::cublas_error;
 use super::device::{CuStream, Device};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::runtime::matmul::MatMulError;
 use cudarc::cublas::result as cublas;
 use cudarc::cublas::sys::{
     cublasComputeType_t, cublasGemmAlgo_t, cublasHandle_t, cublasMath_t, cublasOperation_t,
@@ -176,9 +177,9 @@ fn progression(values: impl Iterator<Item = usize> + Clone) -> Option<usize> {
 /// strided-batched call can cover (trailing batch dimensions whose a and b offsets both step
 /// evenly), one call per group. When b is shared by every batch and a's batches are
 /// contiguous, the batch folds into the rows of a single GEMM, the fastest form.
-pub fn plan_shape(a: &[usize], b: &[usize]) -> std::result::Result<GemmShape, String> {
+pub fn plan_shape(a: &[usize], b: &[usize]) -> std::result::Result<GemmShape, MatMulError> {
     if a.is_empty() || b.is_empty() {
-        return Err("matmul operands must have at least one dimension".into());
+        return Err(MatMulError::Scalar);
     }
     let (sa, sb) = (
         crate::shape::matmul_operand(a, false),
@@ -187,7 +188,10 @@ pub fn plan_shape(a: &[usize], b: &[usize]) -> std::result::Result<GemmShape, St
     let (n, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
     let m = sb[sb.len() - 1];
     if sb[sb.len() - 2] != k {
-        return Err(format!("matmul inner dims differ: {a:?} @ {b:?}"));
+        return Err(MatMulError::InnerDims {
+            a: a.to_vec(),
+            b: b.to_vec(),
+        });
     }
     let batch = crate::shape::broadcast(&sa[..sa.len() - 2], &sb[..sb.len() - 2])?;
     let offsets = crate::shape::matmul_batch_offsets(&sa, &sb, &batch);
@@ -246,7 +250,7 @@ pub fn plan_shape(a: &[usize], b: &[usize]) -> std::result::Result<GemmShape, St
         }
         return Ok(shape);
     }
-    Err("no batch grouping found (single matrices always group)".into())
+    Err(MatMulError::NoGrouping)
 }
 
 /// The cuBLAS storage type of `dtype`.

@@ -225,7 +225,8 @@ impl Builder {
         let node_error = |message: String| {
             Error::new(Site::node(dag.value_name(m.out)), ErrorKind::Lower(message))
         };
-        let shape = gemm::plan_shape(&ta.shape, &tb.shape).map_err(node_error)?;
+        let shape =
+            gemm::plan_shape(&ta.shape, &tb.shape).map_err(|e| node_error(e.to_string()))?;
         let len = crate::shape::numel(&tc.shape);
         if len != shape.batches * shape.n * shape.m {
             return Err(node_error(format!(

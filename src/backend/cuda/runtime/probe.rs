@@ -14,7 +14,7 @@ pub struct Libraries {
     /// The CUDA driver library (libcuda.so.1), which only an NVIDIA driver installs.
     pub driver: bool,
     /// NVRTC and the fp16/bf16 headers: where they were found, or why they were not.
-    pub nvrtc: std::result::Result<String, String>,
+    pub nvrtc: std::result::Result<String, libs::NvrtcError>,
     /// cuBLAS (libcublas), needed only by programs with a matrix product.
     pub cublas: bool,
 }
@@ -24,9 +24,9 @@ impl Libraries {
     pub fn probe() -> Libraries {
         Libraries {
             driver: libs::driver_available(),
-            nvrtc: libs::nvrtc_available()
-                .map(|setup| describe_nvrtc(&setup))
-                .map_err(|e| libs::error_text(&e)),
+            nvrtc: libs::nvrtc_found()
+                .map(describe_nvrtc)
+                .map_err(Clone::clone),
             cublas: libs::cublas_available(),
         }
     }
@@ -110,13 +110,16 @@ mod tests {
     fn everything_missing_is_listed_together() {
         let libs = Libraries {
             driver: false,
-            nvrtc: Err("libnvrtc.so.12 not found".into()),
+            nvrtc: Err(libs::NvrtcError::NotReopened {
+                at: "libnvrtc.so.12".into(),
+            }),
             cublas: false,
         };
         let message = libs.require(true).unwrap_err().to_string();
         assert!(message.contains("libcuda.so.1 was not found"), "{message}");
         assert!(
-            message.contains("NVRTC is not usable: libnvrtc.so.12 not found"),
+            message
+                .contains("NVRTC is not usable: NVRTC at libnvrtc.so.12 could not be opened again"),
             "{message}"
         );
         assert!(message.contains("cuBLAS (libcublas.so.12"), "{message}");
