@@ -3,6 +3,7 @@
 use crate::attr::{AttrValue, Attrs};
 use crate::dtype::DType;
 use crate::graph::check::{BuiltinPlan, TypeMap};
+use crate::rules::builtin::BuiltinAttr;
 use crate::rules::gradients::TemplateEnv;
 use std::collections::HashMap;
 
@@ -44,7 +45,9 @@ impl TemplateEnv for Env<'_> {
 }
 
 /// The facts of a built-in op's resolved plan, as templates name them (the list is in
-/// `rules/gradients.ron`'s header). `index` is the argument being differentiated; `shapes`
+/// `rules/gradients.ron`'s header): the resolved attributes under their schema names
+/// ([`BuiltinAttr`]), and the facts no attribute holds (`index`, a slice's `len`, a concat
+/// operand's `offset`). `index` is the argument being differentiated; `shapes`
 /// are the argument shapes.
 pub(super) fn facts(plan: Option<&BuiltinPlan>, shapes: &[&[usize]], index: usize) -> Attrs {
     let ints = |v: &[usize]| AttrValue::Ints(v.iter().map(|&d| d as i64).collect());
@@ -54,25 +57,26 @@ pub(super) fn facts(plan: Option<&BuiltinPlan>, shapes: &[&[usize]], index: usiz
         facts.insert(name.to_string(), value);
     };
     put("index", int(index));
+    let name = BuiltinAttr::name;
     match plan {
         Some(BuiltinPlan::BroadcastTo(s) | BuiltinPlan::Reshape(s) | BuiltinPlan::SumToSize(s)) => {
-            put("shape", ints(s))
+            put(name(BuiltinAttr::Shape), ints(s))
         }
-        Some(BuiltinPlan::Transpose(perm)) => put("perm", ints(perm)),
+        Some(BuiltinPlan::Transpose(perm)) => put(name(BuiltinAttr::Perm), ints(perm)),
         Some(BuiltinPlan::Slice(range)) => {
-            put("axis", int(range.axis));
-            put("start", int(range.start));
-            put("step", int(range.step));
+            put(name(BuiltinAttr::Axis), int(range.axis));
+            put(name(BuiltinAttr::Start), int(range.start));
+            put(name(BuiltinAttr::Step), int(range.step));
             put("len", int(range.len));
         }
         Some(BuiltinPlan::Concat(axis)) => {
-            put("axis", int(*axis));
+            put(name(BuiltinAttr::Axis), int(*axis));
             let offset: usize = shapes[..index].iter().map(|s| s[*axis]).sum();
             put("offset", int(offset));
         }
         Some(BuiltinPlan::Reduce { axes, keepdim, .. }) => {
-            put("axes", ints(axes));
-            put("keepdim", AttrValue::Bool(*keepdim));
+            put(name(BuiltinAttr::Axes), ints(axes));
+            put(name(BuiltinAttr::Keepdim), AttrValue::Bool(*keepdim));
         }
         Some(BuiltinPlan::MatMul) | None => {}
     }

@@ -36,6 +36,7 @@ use crate::attr::{AttrValue, Attrs};
 use crate::error::{Error, ErrorKind, Result, hint};
 use crate::graph::check::{TensorType, infer_op, plan_builtin, resolve_attrs};
 use crate::graph::{Graph, Input, Node, check};
+use crate::rules::builtin::BuiltinAttrs;
 use crate::rules::{Builtin, Catalogue, GradientRules, OpDef, OpKind};
 use env::{Env, facts};
 use std::collections::{BTreeSet, HashMap};
@@ -456,7 +457,9 @@ impl<'a> Backward<'a> {
             let env = Env::new(&bound, &self.types, &node_facts);
             let applies = match &rule.when {
                 None => true,
-                Some(condition) => condition.holds(&env).map_err(rule_error)?,
+                Some(condition) => condition
+                    .holds(&env)
+                    .map_err(|e| rule_error(e.to_string()))?,
             };
             if applies {
                 chosen = Some(rule.clone());
@@ -533,12 +536,11 @@ impl<'a> Backward<'a> {
                 ));
             }
             let op = self.builtin_op(Builtin::SumToSize, forward)?;
-            let shape = want.shape.iter().map(|&d| d as i64).collect();
             fitted = self.add_node(
                 &format!("d_{value}.summed"),
                 &op,
                 vec![fitted],
-                Attrs::from([("shape".to_string(), AttrValue::Ints(shape))]),
+                BuiltinAttrs::shape(&want.shape).to_attrs(),
                 forward,
             )?;
         }
@@ -560,7 +562,7 @@ impl<'a> Backward<'a> {
             wanted,
             &op,
             vec![value],
-            Attrs::from([("dtype".to_string(), AttrValue::DType(dtype))]),
+            BuiltinAttrs::Cast { dtype }.to_attrs(),
             forward,
         )
     }
@@ -621,19 +623,19 @@ impl<'a> Backward<'a> {
             &format!("zero_{forward}"),
             &constant,
             Vec::new(),
-            Attrs::from([
-                ("value".to_string(), AttrValue::Float(0.0)),
-                ("dtype".to_string(), AttrValue::DType(ty.dtype)),
-            ]),
+            BuiltinAttrs::Const {
+                value: 0.0,
+                dtype: ty.dtype,
+            }
+            .to_attrs(),
             forward,
         )?;
         let broadcast = self.builtin_op(Builtin::BroadcastTo, forward)?;
-        let shape = ty.shape.iter().map(|&d| d as i64).collect();
         self.add_node(
             &format!("zeros_{forward}"),
             &broadcast,
             vec![zero],
-            Attrs::from([("shape".to_string(), AttrValue::Ints(shape))]),
+            BuiltinAttrs::shape(&ty.shape).to_attrs(),
             forward,
         )
     }

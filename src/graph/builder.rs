@@ -18,6 +18,7 @@ use super::{Graph, Input, Node};
 use crate::attr::{AttrValue, Attrs};
 use crate::dtype::DType;
 use crate::rules::Builtin;
+use crate::rules::builtin::BuiltinAttr;
 
 /// Accumulates inputs and nodes in order; [`GraphBuilder::finish`] yields the graph, which
 /// [`check`](fn@super::check) then validates.
@@ -81,8 +82,8 @@ impl GraphBuilder {
             Builtin::Const.name(),
             &[],
             &[
-                ("value", AttrValue::Float(value)),
-                ("dtype", AttrValue::DType(dtype)),
+                (BuiltinAttr::Value.name(), AttrValue::Float(value)),
+                (BuiltinAttr::Dtype.name(), AttrValue::DType(dtype)),
             ],
         )
     }
@@ -95,8 +96,8 @@ impl GraphBuilder {
             Builtin::Const.name(),
             &[],
             &[
-                ("value", AttrValue::Int(value)),
-                ("dtype", AttrValue::DType(dtype)),
+                (BuiltinAttr::Value.name(), AttrValue::Int(value)),
+                (BuiltinAttr::Dtype.name(), AttrValue::DType(dtype)),
             ],
         )
     }

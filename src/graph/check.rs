@@ -5,6 +5,7 @@ use super::{Graph, Node};
 use crate::attr::{AttrValue, Attrs};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result, suggest};
+use crate::rules::builtin::{BuiltinAttr, BuiltinAttrs};
 use crate::rules::{Builtin, Catalogue, DtypeRule, OpDef, Semantics};
 use crate::shape::{self, Shape};
 use std::collections::HashMap;
@@ -361,25 +362,14 @@ pub fn result_dtype(op: &OpDef, args: &[TensorType], attrs: &Attrs) -> DType {
     }
 }
 
-fn ints<'a>(attrs: &'a Attrs, name: &str) -> Option<&'a [i64]> {
-    match attrs.get(name) {
-        Some(AttrValue::Ints(v)) => Some(v),
-        _ => None,
-    }
-}
-
-fn int(attrs: &Attrs, name: &str) -> Option<i64> {
-    match attrs.get(name) {
-        Some(AttrValue::Int(v)) => Some(*v),
-        _ => None,
-    }
-}
-
-/// A shape attribute as sizes; negative entries are an error.
-pub fn shape_attr(attrs: &Attrs, name: &str) -> Result<Shape, String> {
-    let v = ints(attrs, name).ok_or_else(|| format!("missing `{name}`"))?;
-    v.iter()
-        .map(|&d| usize::try_from(d).map_err(|_| format!("`{name}` {v:?} has a negative size")))
+/// A target shape as sizes; negative entries are an error.
+fn sizes(target: &[i64]) -> Result<Shape, String> {
+    let name = BuiltinAttr::Shape.name();
+    target
+        .iter()
+        .map(|&d| {
+            usize::try_from(d).map_err(|_| format!("`{name}` {target:?} has a negative size"))
+        })
         .collect()
 }
 
@@ -448,85 +438,92 @@ impl BuiltinPlan {
     }
 }
 
-/// Resolves a built-in op's attributes against its argument shapes.
+/// Resolves a built-in op's attributes (read through the built-ins' schema,
+/// [`BuiltinAttrs`]) against its argument shapes.
 pub fn plan_builtin(
     builtin: Builtin,
     shapes: &[&[usize]],
     attrs: &Attrs,
 ) -> Result<(BuiltinPlan, Shape), String> {
     let x = shapes.first().copied().unwrap_or_default();
-    Ok(match builtin {
-        Builtin::BroadcastTo => {
-            let target = shape_attr(attrs, "shape")?;
-            if !shape::broadcasts_to(x, &target) {
-                return Err(format!("cannot broadcast {x:?} to {target:?}"));
+    let pointwise = || {
+        format!(
+            "`{}` is a pointwise built-in, computed by its formula",
+            builtin.name()
+        )
+    };
+    // Refused before reading: a cast's missing `dtype` is not what is wrong.
+    if matches!(builtin, Builtin::Cast | Builtin::Const) {
+        return Err(pointwise());
+    }
+    Ok(
+        match BuiltinAttrs::read(builtin, attrs).map_err(|e| e.to_string())? {
+            BuiltinAttrs::Shape(target) => match builtin {
+                Builtin::BroadcastTo => {
+                    let target = sizes(&target)?;
+                    if !shape::broadcasts_to(x, &target) {
+                        return Err(format!("cannot broadcast {x:?} to {target:?}"));
+                    }
+                    (BuiltinPlan::BroadcastTo(target.clone()), target)
+                }
+                Builtin::SumToSize => {
+                    let target = sizes(&target)?;
+                    if !shape::broadcasts_to(&target, x) {
+                        return Err(format!(
+                            "cannot sum {x:?} to {target:?}: the target must broadcast to the input"
+                        ));
+                    }
+                    (BuiltinPlan::SumToSize(target.clone()), target)
+                }
+                _ => {
+                    let out = shape::reshape_target(x, &target)?;
+                    (BuiltinPlan::Reshape(out.clone()), out)
+                }
+            },
+            BuiltinAttrs::Transpose { perm } => {
+                let perm = shape::permutation(perm.as_deref(), x.len())?;
+                let out = perm.iter().map(|&p| x[p]).collect();
+                (BuiltinPlan::Transpose(perm), out)
             }
-            (BuiltinPlan::BroadcastTo(target.clone()), target)
-        }
-        Builtin::SumToSize => {
-            let target = shape_attr(attrs, "shape")?;
-            if !shape::broadcasts_to(&target, x) {
-                return Err(format!(
-                    "cannot sum {x:?} to {target:?}: the target must broadcast to the input"
-                ));
+            BuiltinAttrs::Slice {
+                axis,
+                start,
+                end,
+                step,
+            } => {
+                let range = shape::slice_range(x, axis, start, end, step)?;
+                let mut out = x.to_vec();
+                out[range.axis] = range.len;
+                (BuiltinPlan::Slice(range), out)
             }
-            (BuiltinPlan::SumToSize(target.clone()), target)
-        }
-        Builtin::Reshape => {
-            let target = ints(attrs, "shape").ok_or("missing `shape`")?;
-            let out = shape::reshape_target(x, target)?;
-            (BuiltinPlan::Reshape(out.clone()), out)
-        }
-        Builtin::Transpose => {
-            let perm = shape::permutation(ints(attrs, "perm"), x.len())?;
-            let out = perm.iter().map(|&p| x[p]).collect();
-            (BuiltinPlan::Transpose(perm), out)
-        }
-        Builtin::Slice => {
-            let range = shape::slice_range(
-                x,
-                int(attrs, "axis").unwrap_or(0),
-                int(attrs, "start").unwrap_or(0),
-                int(attrs, "end"),
-                int(attrs, "step").unwrap_or(1),
-            )?;
-            let mut out = x.to_vec();
-            out[range.axis] = range.len;
-            (BuiltinPlan::Slice(range), out)
-        }
-        Builtin::Concat => {
-            let (axis, out) = shape::concat_shape(shapes, int(attrs, "axis").unwrap_or(0))?;
-            (BuiltinPlan::Concat(axis), out)
-        }
-        Builtin::Sum | Builtin::Mean | Builtin::ReduceMax => {
-            let axes = shape::normalize_axes(ints(attrs, "axes"), x.len())?;
-            let keepdim = matches!(attrs.get("keepdim"), Some(AttrValue::Bool(true)));
-            let out = shape::reduced_shape(x, &axes, keepdim);
-            if builtin == Builtin::ReduceMax
-                && axes.iter().any(|&a| x[a] == 0)
-                && shape::numel(&out) > 0
-            {
-                return Err(format!(
-                    "reduce_max over an empty axis of {x:?} has no identity"
-                ));
+            BuiltinAttrs::Concat { axis } => {
+                let (axis, out) = shape::concat_shape(shapes, axis)?;
+                (BuiltinPlan::Concat(axis), out)
             }
-            (
-                BuiltinPlan::Reduce {
-                    builtin,
-                    axes,
-                    keepdim,
-                },
-                out,
-            )
-        }
-        Builtin::MatMul => (BuiltinPlan::MatMul, shape::matmul_shape(x, shapes[1])?),
-        Builtin::Cast | Builtin::Const => {
-            return Err(format!(
-                "`{}` is a pointwise built-in, computed by its formula",
-                builtin.name()
-            ));
-        }
-    })
+            BuiltinAttrs::Reduce { axes, keepdim } => {
+                let axes = shape::normalize_axes(axes.as_deref(), x.len())?;
+                let out = shape::reduced_shape(x, &axes, keepdim);
+                if builtin == Builtin::ReduceMax
+                    && axes.iter().any(|&a| x[a] == 0)
+                    && shape::numel(&out) > 0
+                {
+                    return Err(format!(
+                        "reduce_max over an empty axis of {x:?} has no identity"
+                    ));
+                }
+                (
+                    BuiltinPlan::Reduce {
+                        builtin,
+                        axes,
+                        keepdim,
+                    },
+                    out,
+                )
+            }
+            BuiltinAttrs::MatMul => (BuiltinPlan::MatMul, shape::matmul_shape(x, shapes[1])?),
+            BuiltinAttrs::Cast { .. } | BuiltinAttrs::Const { .. } => return Err(pointwise()),
+        },
+    )
 }
 
 fn result_shape(op: &OpDef, args: &[TensorType], attrs: &Attrs) -> Result<Shape, String> {

@@ -15,6 +15,7 @@ mod integers;
 pub use fold::FOLD_LIMIT;
 mod model_check;
 pub mod proto;
+mod structural;
 mod table;
 use model_check::{definitions, unsupported};
 
@@ -23,12 +24,13 @@ use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::graph::check::{infer_op, resolve_attrs};
 use crate::graph::{Graph, Input, Node, TensorType, TypeMap};
-use crate::rules::Catalogue;
+use crate::rules::builtin::BuiltinAttrs;
 use crate::rules::onnx::{MapTable, Mapping};
+use crate::rules::{Builtin, Catalogue};
 use crate::tensor::Tensor;
 use onnx_protobuf::{GraphProto, NodeProto, ValueInfoProto};
 use proto::Attr;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::rc::Rc;
 
@@ -297,23 +299,18 @@ impl<'a> Importer<'a> {
                 other => {
                     // The output is another value (Identity) or a constant: a same-dtype cast
                     // gives it its ONNX name.
-                    let dtype = other.dtype();
-                    let mut attrs = Attrs::new();
-                    attrs.insert("dtype".into(), AttrValue::DType(dtype));
-                    let cast = self
-                        .catalogue
-                        .builtin(crate::rules::ops::Builtin::Cast)
-                        .map(|op| op.name().to_string())
-                        .ok_or_else(|| fail("the catalogue has no cast op".into()))?;
-                    let (arg, _) = self.materialize(&other);
+                    let cast = BuiltinAttrs::Cast {
+                        dtype: other.dtype(),
+                    };
                     let op = self
                         .catalogue
-                        .get(&cast)
+                        .builtin(Builtin::Cast)
                         .cloned()
                         .ok_or_else(|| fail("the catalogue has no cast op".into()))?;
+                    let (arg, _) = self.materialize(&other);
                     let ty = self.types[&arg].clone();
                     let name = self.fresh(&output.name, true);
-                    self.push(name.clone(), &op, vec![arg], attrs, &[ty])
+                    self.push(name.clone(), &op, vec![arg], cast.to_attrs(), &[ty])
                         .map_err(|e| fail(format!("output `{}`: {e}", output.name)))?;
                     name
                 }
@@ -367,10 +364,7 @@ impl<'a> Importer<'a> {
                 if let Some(name) = origin.as_ref().and_then(|o| self.materialized.get(o)) {
                     return (name.clone(), ty);
                 }
-                let literal = self
-                    .catalogue
-                    .builtin(crate::rules::ops::Builtin::Const)
-                    .cloned();
+                let literal = self.catalogue.builtin(Builtin::Const).cloned();
                 let base = origin.clone().unwrap_or_else(|| "const".into());
                 // A `const` node holds its value as an f64 attribute: an integer beyond 2^53
                 // stays a stored value instead, which keeps every bit.
@@ -381,14 +375,15 @@ impl<'a> Importer<'a> {
                             .is_some_and(|&v| v as f64 as i64 == v));
                 let name = if let (true, Some(op)) = (scalar, literal) {
                     let name = self.fresh(&base, origin.is_some());
-                    let mut attrs = Attrs::new();
-                    attrs.insert("value".into(), AttrValue::Float(t.values()[0]));
-                    attrs.insert("dtype".into(), AttrValue::DType(t.dtype));
+                    let value = BuiltinAttrs::Const {
+                        value: t.values()[0],
+                        dtype: t.dtype,
+                    };
                     self.graph.nodes.push(Node {
                         name: name.clone(),
                         op: op.name().to_string(),
                         args: vec![],
-                        attrs,
+                        attrs: value.to_attrs(),
                     });
                     name
                 } else {
@@ -481,6 +476,24 @@ impl<'a> Importer<'a> {
         Ok(Val::Dyn(name, ty))
     }
 
+    /// Applies the catalogue's op for built-in `builtin` (whatever the rule set calls it) with
+    /// the attributes `attrs`, as [`Importer::emit`] does.
+    fn emit_builtin(
+        &mut self,
+        builtin: Builtin,
+        args: &[Val],
+        attrs: BuiltinAttrs,
+        name: &str,
+        own: bool,
+    ) -> Msg {
+        let op = self
+            .catalogue
+            .builtin(builtin)
+            .map(|op| op.name().to_string())
+            .ok_or_else(|| format!("the catalogue has no {} op", builtin.name()))?;
+        self.emit(&op, args, attrs.to_attrs(), name, own)
+    }
+
     fn input(&self, node: &NodeProto, i: usize) -> std::result::Result<Option<Val>, String> {
         match node.input.get(i) {
             None => Ok(None),
@@ -514,330 +527,10 @@ impl<'a> Importer<'a> {
             .first()
             .cloned()
             .unwrap_or_else(|| node_label(node));
-        match node.op_type.as_str() {
-            op if !STRUCTURAL.contains(&op) => self.table_node(node, &attrs, &out),
-            "Constant" => Ok(vec![self.constant(&attrs, &out)?]),
-            "ConstantOfShape" => Ok(vec![self.constant_of_shape(node, &attrs, &out)?]),
-            "Shape" => {
-                let x = self.required(node, 0)?;
-                let rank = x.shape().len() as i64;
-                let clip = |v: i64| {
-                    (if v < 0 { v.saturating_add(rank) } else { v }).clamp(0, rank) as usize
-                };
-                let start = clip(int_attr(&attrs, "start").unwrap_or(0));
-                let end = clip(int_attr(&attrs, "end").unwrap_or(rank));
-                let dims: Vec<f64> = x.shape()[start..end.max(start)]
-                    .iter()
-                    .map(|&d| d as f64)
-                    .collect();
-                let n = dims.len();
-                let t = Tensor::from_values(DType::I64, &[n], dims).ok_or("bad shape")?;
-                Ok(vec![Val::Const(Rc::new(t), None)])
-            }
-            "Gather" => {
-                let data = self.required(node, 0)?;
-                let indices = self.required(node, 1)?;
-                let idx = indices
-                    .constant()
-                    .ok_or("the indices must be a constant (fusebox shapes are static), not a run-time value")?
-                    .clone();
-                let rank = data.shape().len();
-                let axis =
-                    crate::shape::normalize_axis(int_attr(&attrs, "axis").unwrap_or(0), rank)?;
-                let dim = data.shape()[axis] as i64;
-                let mut parts = Vec::new();
-                for v in idx.values() {
-                    let i = v as i64;
-                    let i = if i < 0 { i.saturating_add(dim) } else { i };
-                    if i < 0 || i >= dim {
-                        return Err(format!(
-                            "index {v} is out of range for a dimension of {dim}"
-                        ));
-                    }
-                    parts.push(self.slice(&data, axis, i, i + 1, 1, &out)?);
-                }
-                let joined = if parts.len() == 1 {
-                    parts.remove(0)
-                } else {
-                    let mut a = Attrs::new();
-                    a.insert("axis".into(), AttrValue::Int(axis as i64));
-                    self.emit("concat", &parts, a, &format!("{out}.gather"), false)?
-                };
-                let mut shape: Vec<usize> = data.shape()[..axis].to_vec();
-                shape.extend_from_slice(idx.shape());
-                shape.extend_from_slice(&data.shape()[axis + 1..]);
-                Ok(vec![self.reshape(&joined, &shape, &out)?])
-            }
-            "Reshape" => {
-                let x = self.required(node, 0)?;
-                let target = self.ints(node, 1, "shape")?;
-                let allowzero = int_attr(&attrs, "allowzero").unwrap_or(0) != 0;
-                let mut dims = Vec::new();
-                for (i, &d) in target.iter().enumerate() {
-                    dims.push(if d == 0 && !allowzero {
-                        *x.shape()
-                            .get(i)
-                            .ok_or("a 0 in the shape has no input dimension to copy")?
-                            as i64
-                    } else {
-                        d
-                    });
-                }
-                let shape = crate::shape::reshape_target(x.shape(), &dims)?;
-                Ok(vec![self.reshape(&x, &shape, &out)?])
-            }
-            "Flatten" => {
-                let x = self.required(node, 0)?;
-                let rank = x.shape().len();
-                let axis = int_attr(&attrs, "axis").unwrap_or(1);
-                let axis = if axis < 0 {
-                    axis.saturating_add(rank as i64)
-                } else {
-                    axis
-                };
-                if axis < 0 || axis > rank as i64 {
-                    return Err(format!("axis {axis} is out of range for rank {rank}"));
-                }
-                let (a, b) = x.shape().split_at(axis as usize);
-                let shape = vec![a.iter().product(), b.iter().product()];
-                Ok(vec![self.reshape(&x, &shape, &out)?])
-            }
-            "Squeeze" | "Unsqueeze" => self.squeeze(node, &attrs, &out),
-            "Expand" => {
-                let x = self.required(node, 0)?;
-                let target = self.ints(node, 1, "shape")?;
-                let target: Vec<usize> = target
-                    .iter()
-                    .map(|&d| usize::try_from(d).map_err(|_| format!("dimension {d} is negative")))
-                    .collect::<std::result::Result<_, _>>()?;
-                let shape = crate::shape::broadcast(x.shape(), &target)?;
-                proto::element_count(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>())?;
-                if shape.as_slice() == x.shape() {
-                    return Ok(vec![x]);
-                }
-                let mut a = Attrs::new();
-                a.insert(
-                    "shape".into(),
-                    AttrValue::Ints(shape.iter().map(|&d| d as i64).collect()),
-                );
-                Ok(vec![self.emit("broadcast_to", &[x], a, &out, true)?])
-            }
-            "Slice" => self.slice_node(node, &out),
-            "Split" => self.split_node(node, &attrs, &out),
-            other => Err(format!(
-                "`{other}` is listed among the op types handled in code but has no handler"
-            )),
+        match structural::handler(&node.op_type) {
+            Some(handle) => handle(self, node, &attrs, &out),
+            None => self.table_node(node, &attrs, &out),
         }
-    }
-
-    /// A Squeeze or Unsqueeze node: a reshape.
-    fn squeeze(
-        &mut self,
-        node: &NodeProto,
-        attrs: &HashMap<String, Attr>,
-        out: &str,
-    ) -> std::result::Result<Vec<Val>, String> {
-        let x = self.required(node, 0)?;
-        let axes = match self.input(node, 1)? {
-            Some(_) => Some(self.ints(node, 1, "axes")?),
-            None => ints_attr(attrs, "axes"),
-        };
-        let rank = x.shape().len();
-        let shape: Vec<usize> = if node.op_type == "Squeeze" {
-            let axes = match axes {
-                Some(axes) => crate::shape::normalize_axes(Some(&axes), rank)?,
-                None => (0..rank).filter(|&i| x.shape()[i] == 1).collect(),
-            };
-            if let Some(&a) = axes.iter().find(|&&a| x.shape()[a] != 1) {
-                return Err(format!("axis {a} has size {}, not 1", x.shape()[a]));
-            }
-            (0..rank)
-                .filter(|i| !axes.contains(i))
-                .map(|i| x.shape()[i])
-                .collect()
-        } else {
-            let axes = axes.ok_or("Unsqueeze needs axes")?;
-            let new_rank = rank + axes.len();
-            let axes: BTreeSet<usize> = crate::shape::normalize_axes(Some(&axes), new_rank)?
-                .into_iter()
-                .collect();
-            let mut dims = x.shape().iter();
-            (0..new_rank)
-                .map(|i| {
-                    if axes.contains(&i) {
-                        1
-                    } else {
-                        dims.next().copied().unwrap_or(1)
-                    }
-                })
-                .collect()
-        };
-        Ok(vec![self.reshape(&x, &shape, out)?])
-    }
-
-    /// A Slice node: a `slice` per sliced axis (positive steps only).
-    fn slice_node(&mut self, node: &NodeProto, out: &str) -> std::result::Result<Vec<Val>, String> {
-        let x = self.required(node, 0)?;
-        let starts = self.ints(node, 1, "starts")?;
-        let ends = self.ints(node, 2, "ends")?;
-        let rank = x.shape().len();
-        let axes = match self.input(node, 3)? {
-            Some(_) => self.ints(node, 3, "axes")?,
-            None => (0..starts.len() as i64).collect(),
-        };
-        let steps = match self.input(node, 4)? {
-            Some(_) => self.ints(node, 4, "steps")?,
-            None => vec![1; starts.len()],
-        };
-        if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
-            return Err("starts, ends, axes and steps must have one entry per sliced axis".into());
-        }
-        let mut v = x;
-        for i in 0..starts.len() {
-            let axis = crate::shape::normalize_axis(axes[i], rank)?;
-            if steps[i] <= 0 {
-                return Err(format!(
-                    "step {} on axis {axis}: fusebox slices with positive steps only",
-                    steps[i]
-                ));
-            }
-            let dim = v.shape()[axis] as i64;
-            let clip = |p: i64| (if p < 0 { p.saturating_add(dim) } else { p }).clamp(0, dim);
-            let (s, e) = (clip(starts[i]), clip(ends[i]));
-            if s == 0 && e == dim && steps[i] == 1 {
-                continue;
-            }
-            v = self.slice(&v, axis, s, e.max(s), steps[i], out)?;
-        }
-        Ok(vec![v])
-    }
-
-    /// A Split node: one `slice` per output.
-    fn split_node(
-        &mut self,
-        node: &NodeProto,
-        attrs: &HashMap<String, Attr>,
-        out: &str,
-    ) -> std::result::Result<Vec<Val>, String> {
-        let x = self.required(node, 0)?;
-        let rank = x.shape().len();
-        let axis = crate::shape::normalize_axis(int_attr(attrs, "axis").unwrap_or(0), rank)?;
-        let dim = x.shape()[axis] as i64;
-        let n = node.output.len() as i64;
-        let sizes = match self.input(node, 1)? {
-            Some(_) => self.ints(node, 1, "split")?,
-            None => match ints_attr(attrs, "split") {
-                Some(s) => s,
-                None => {
-                    let parts = int_attr(attrs, "num_outputs").unwrap_or(n);
-                    if parts != n || parts < 1 {
-                        return Err(format!(
-                            "num_outputs is {parts}, but the node has {n} output(s)"
-                        ));
-                    }
-                    let chunk = (dim + parts - 1) / parts;
-                    (0..parts)
-                        .map(|p| chunk.min(dim - p * chunk).max(0))
-                        .collect()
-                }
-            },
-        };
-        if sizes.len() as i64 != n {
-            return Err(format!("{} split sizes for {n} output(s)", sizes.len()));
-        }
-        let total = sizes.iter().try_fold(0i64, |acc, &s| acc.checked_add(s));
-        if sizes.iter().any(|&s| s < 0) || total != Some(dim) {
-            return Err(format!(
-                "split sizes {sizes:?} do not add up to the dimension {dim}"
-            ));
-        }
-        let mut start = 0;
-        let mut outs = Vec::new();
-        for (k, &s) in sizes.iter().enumerate() {
-            let name = node
-                .output
-                .get(k)
-                .cloned()
-                .unwrap_or_else(|| format!("{out}.{k}"));
-            outs.push(self.slice(&x, axis, start, start + s, 1, &name)?);
-            start += s;
-        }
-        Ok(outs)
-    }
-
-    /// A Constant node's value.
-    fn constant(&mut self, attrs: &HashMap<String, Attr>, out: &str) -> Msg {
-        let t = match attrs.iter().next() {
-            Some((name, value)) if attrs.len() == 1 => match (name.as_str(), value) {
-                ("value", Attr::Tensor(t)) => t.clone(),
-                ("value_float", Attr::Float(v)) => Tensor::scalar(DType::F32, *v),
-                ("value_int", Attr::Int(v)) => Tensor::scalar(DType::I64, *v as f64),
-                ("value_floats", Attr::Floats(v)) => {
-                    Tensor::from_values(DType::F32, &[v.len()], v.clone()).ok_or("bad floats")?
-                }
-                ("value_ints", Attr::Ints(v)) => Tensor::from_values(
-                    DType::I64,
-                    &[v.len()],
-                    v.iter().map(|&i| i as f64).collect(),
-                )
-                .ok_or("bad ints")?,
-                (name, _) => {
-                    return Err(format!("attribute `{name}` is not a value fusebox reads"));
-                }
-            },
-            _ => return Err("a Constant needs exactly one value attribute".into()),
-        };
-        Ok(Val::Const(Rc::new(t), Some(out.to_string())))
-    }
-
-    /// Input `i`, which must be a constant, as integers (`what` names it in errors).
-    fn ints(
-        &self,
-        node: &NodeProto,
-        i: usize,
-        what: &str,
-    ) -> std::result::Result<Vec<i64>, String> {
-        let v = self.required(node, i)?;
-        let t = v.constant().ok_or_else(|| {
-            format!("`{what}` must be a constant (fusebox shapes are static), not a run-time value")
-        })?;
-        Ok(t.values().iter().map(|&f| f as i64).collect())
-    }
-
-    fn reshape(&mut self, x: &Val, shape: &[usize], name: &str) -> Msg {
-        if x.shape() == shape {
-            return Ok(x.clone());
-        }
-        let mut a = Attrs::new();
-        a.insert(
-            "shape".into(),
-            AttrValue::Ints(shape.iter().map(|&d| d as i64).collect()),
-        );
-        self.emit("reshape", std::slice::from_ref(x), a, name, true)
-    }
-
-    fn slice(&mut self, x: &Val, axis: usize, start: i64, end: i64, step: i64, name: &str) -> Msg {
-        let mut a = Attrs::new();
-        a.insert("axis".into(), AttrValue::Int(axis as i64));
-        a.insert("start".into(), AttrValue::Int(start));
-        a.insert("end".into(), AttrValue::Int(end));
-        a.insert("step".into(), AttrValue::Int(step));
-        let base = format!("{name}.slice");
-        self.emit("slice", std::slice::from_ref(x), a, &base, false)
-    }
-}
-
-fn int_attr(attrs: &HashMap<String, Attr>, name: &str) -> Option<i64> {
-    match attrs.get(name) {
-        Some(Attr::Int(i)) => Some(*i),
-        _ => None,
-    }
-}
-
-fn ints_attr(attrs: &HashMap<String, Attr>, name: &str) -> Option<Vec<i64>> {
-    match attrs.get(name) {
-        Some(Attr::Ints(v)) => Some(v.clone()),
-        _ => None,
     }
 }
 

@@ -143,7 +143,7 @@ impl<'a> Importer<'a> {
             }
         }
         // A Map that ends in a cast gives its result the dtype it names (Cast, CastLike).
-        let cast = self.catalogue.builtin(crate::rules::ops::Builtin::Cast);
+        let cast = self.catalogue.builtin(crate::rules::Builtin::Cast);
         let casts = map
             .nodes
             .last()

@@ -200,37 +200,56 @@ impl AmpRules {
     }
 }
 
+/// One policy of the file being checked: where its errors point, and the ops it may name.
+struct PolicySite<'a> {
+    name: &'a str,
+    doc: &'a RonDocument<AmpSpec>,
+    catalogue: &'a Catalogue,
+}
+
+impl PolicySite<'_> {
+    /// The site of `rest` inside the policy.
+    fn at(&self, rest: &[Step]) -> Site {
+        let base = [Step::field("policies"), Step::key(self.name)];
+        let path: Vec<Step> = base.iter().cloned().chain(rest.iter().cloned()).collect();
+        self.doc.site(&path)
+    }
+
+    /// A rule error about `op` at `site`.
+    fn rule(&self, site: Site, op: &str, message: String) -> Error {
+        let mut site = site;
+        site.op = Some(op.to_string());
+        Error::new(site, ErrorKind::Rule(message))
+    }
+
+    /// An error for `op`, which the catalogue lacks, at `site`.
+    fn unknown_op(&self, site: Site, op: &str) -> Error {
+        Error::new(
+            site,
+            ErrorKind::UnknownOp {
+                op: op.to_string(),
+                suggestion: crate::error::suggest(op, self.catalogue.names()),
+            },
+        )
+    }
+}
+
 fn check_policy(
     name: &str,
     spec: &PolicySpec,
     doc: &RonDocument<AmpSpec>,
     catalogue: &Catalogue,
 ) -> Result<Policy> {
-    let base = [Step::field("policies"), Step::key(name)];
-    let at = |rest: &[Step]| {
-        let path: Vec<Step> = base.iter().cloned().chain(rest.iter().cloned()).collect();
-        doc.site(&path)
+    let site = PolicySite {
+        name,
+        doc,
+        catalogue,
     };
-    let rule = |site: Site, op: &str, message: String| {
-        let mut site = site;
-        site.op = Some(op.to_string());
-        Error::new(site, ErrorKind::Rule(message))
-    };
-    let unknown_op = |site: Site, op: &str| {
-        Error::new(
-            site,
-            ErrorKind::UnknownOp {
-                op: op.to_string(),
-                suggestion: crate::error::suggest(op, catalogue.names()),
-            },
-        )
-    };
-
     let target = match DType::from_name(&spec.target) {
         Some(d @ (DType::F16 | DType::BF16)) => d,
         _ => {
             return Err(Error::new(
-                at(&[Step::field("target")]),
+                site.at(&[Step::field("target")]),
                 ErrorKind::Rule(format!(
                     "the `target` of AMP policy `{name}` must be \"f16\" or \"bf16\", found \"{}\"",
                     spec.target
@@ -239,7 +258,16 @@ fn check_policy(
         }
     };
     let mut policy = Policy::new(name, target);
+    check_lists(&site, spec, &mut policy)?;
+    check_conditionals(&site, spec, &mut policy)?;
+    // Node names cannot be checked here: one policy serves many graphs.
+    policy.exclude = spec.exclude.iter().cloned().collect();
+    Ok(policy)
+}
 
+/// The three op lists (`low_precision`, `fp32`, `widest`) into `policy`: every op known, no
+/// cast, and each op in at most one list, once.
+fn check_lists(site: &PolicySite, spec: &PolicySpec, policy: &mut Policy) -> Result<()> {
     // Which list each op was first seen in, so a second listing names both.
     let mut listed: BTreeMap<&str, &str> = BTreeMap::new();
     for list in LISTS {
@@ -249,13 +277,13 @@ fn check_policy(
             _ => &spec.widest,
         };
         for (index, op) in entries.iter().enumerate() {
-            let site = at(&[Step::field(list), Step::Index(index)]);
-            let Some(def) = catalogue.get(op) else {
-                return Err(unknown_op(site, op));
+            let at = site.at(&[Step::field(list), Step::Index(index)]);
+            let Some(def) = site.catalogue.get(op) else {
+                return Err(site.unknown_op(at, op));
             };
             if def.builtin() == Some(Builtin::Cast) {
-                return Err(rule(
-                    site,
+                return Err(site.rule(
+                    at,
                     op,
                     format!(
                         "casts are what AMP inserts and always produce their `dtype`: `{op}` cannot be listed"
@@ -270,7 +298,7 @@ fn check_policy(
                         "listed in both `{first}` and `{list}`; an op has one treatment (use `conditional_fp32` for an attribute-dependent one)"
                     )
                 };
-                return Err(rule(site, op, message));
+                return Err(site.rule(at, op, message));
             }
             let set = match list {
                 "low_precision" => &mut policy.low_precision,
@@ -280,20 +308,25 @@ fn check_policy(
             set.insert(op.clone());
         }
     }
+    Ok(())
+}
 
+/// The `conditional_fp32` entries into `policy`: each names a known op not already in
+/// `fp32`, an attribute it declares (once per op), and values of that attribute's type.
+fn check_conditionals(site: &PolicySite, spec: &PolicySpec, policy: &mut Policy) -> Result<()> {
     let mut conditions = BTreeSet::new();
     for (index, c) in spec.conditional_fp32.iter().enumerate() {
         let entry = [Step::field("conditional_fp32"), Step::Index(index)];
         let field = |f: &str| {
             let mut path = entry.to_vec();
             path.push(Step::field(f));
-            at(&path)
+            site.at(&path)
         };
-        let Some(op) = catalogue.get(&c.op) else {
-            return Err(unknown_op(field("op"), &c.op));
+        let Some(op) = site.catalogue.get(&c.op) else {
+            return Err(site.unknown_op(field("op"), &c.op));
         };
         if policy.fp32.contains(&c.op) {
-            return Err(rule(
+            return Err(site.rule(
                 field("op"),
                 &c.op,
                 "already listed in `fp32`, so it runs in f32 whatever its attributes".into(),
@@ -313,7 +346,7 @@ fn check_policy(
             ));
         };
         if !conditions.insert((c.op.clone(), c.attr.clone())) {
-            return Err(rule(
+            return Err(site.rule(
                 field("op"),
                 &c.op,
                 format!(
@@ -323,7 +356,7 @@ fn check_policy(
             ));
         }
         if c.values.is_empty() {
-            return Err(rule(
+            return Err(site.rule(
                 field("values"),
                 &c.op,
                 "`values` is empty, so the condition could never hold".into(),
@@ -335,7 +368,7 @@ fn check_policy(
             path.extend([Step::field("values"), Step::Index(i)]);
             let typed = AttrValue::from_bare(value, declared.ty).map_err(|m| {
                 Error::new(
-                    at(&path),
+                    site.at(&path),
                     ErrorKind::AttrType {
                         attr: c.attr.clone(),
                         expected: m.expected,
@@ -351,10 +384,7 @@ fn check_policy(
             values,
         });
     }
-
-    // Node names cannot be checked here: one policy serves many graphs.
-    policy.exclude = spec.exclude.iter().cloned().collect();
-    Ok(policy)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -146,6 +146,29 @@ impl Catalogue {
     }
 }
 
+/// Where in the rule file one composite is declared: its errors point into it and name it.
+struct CompositeSite<'a, T> {
+    spec: &'a CompositeSpec,
+    doc: &'a RonDocument<T>,
+    index: usize,
+}
+
+impl<T> CompositeSite<'_, T> {
+    /// The site of `steps` inside the composite.
+    fn at(&self, steps: &[Step]) -> crate::error::Site {
+        let mut path = vec![Step::Index(self.index)];
+        path.extend_from_slice(steps);
+        let mut site = self.doc.site(&path);
+        site.op = Some(self.spec.name.clone());
+        site
+    }
+
+    /// A rule error at `steps` inside the composite.
+    fn fail<V>(&self, steps: &[Step], msg: String) -> Result<V> {
+        Err(Error::new(self.at(steps), ErrorKind::Rule(msg)))
+    }
+}
+
 /// Validates the composite at `index` of the document against `catalogue` (the ops as they
 /// will be once the file loads) and the file's other composites (`pending`, by name).
 pub(super) fn validate<T>(
@@ -155,189 +178,16 @@ pub(super) fn validate<T>(
     doc: &RonDocument<T>,
     index: usize,
 ) -> Result<Composite> {
-    let at = |steps: &[Step]| {
-        let mut path = vec![Step::Index(index)];
-        path.extend_from_slice(steps);
-        let mut site = doc.site(&path);
-        site.op = Some(spec.name.clone());
-        site
-    };
-    let fail = |steps: &[Step], msg: String| Err(Error::new(at(steps), ErrorKind::Rule(msg)));
-
-    if !super::ops::is_identifier(&spec.name) {
-        return fail(
-            &[Step::field("name")],
-            format!("composite name `{}` must be an identifier", spec.name),
-        );
-    }
-    let mut declared: BTreeSet<&str> = BTreeSet::new();
-    for operand in &spec.operands {
-        if !super::ops::is_identifier(operand) || !declared.insert(operand) {
-            return fail(
-                &[Step::field("operands")],
-                format!("operand `{operand}` must be an identifier declared once"),
-            );
-        }
-    }
-    for attr in &spec.attrs {
-        if !super::ops::is_identifier(&attr.name) || !declared.insert(&attr.name) {
-            return fail(
-                &[Step::field("attrs")],
-                format!(
-                    "attribute `{}` must be an identifier used once among operands and attributes",
-                    attr.name
-                ),
-            );
-        }
-        if let Some(default) = &attr.default
-            && default.ty() != attr.ty
-        {
-            return fail(
-                &[Step::field("attrs")],
-                format!(
-                    "default of attribute `{}` must be {}, found {} `{default}`",
-                    attr.name,
-                    attr.ty,
-                    default.ty()
-                ),
-            );
-        }
-    }
-    if spec.nodes.is_empty() {
-        return fail(
-            &[Step::field("nodes")],
-            "a composite needs at least one node; its last node is its result".into(),
-        );
-    }
-
+    let site = CompositeSite { spec, doc, index };
+    check_declarations(&site)?;
     let mut body: Vec<BodyNode> = Vec::with_capacity(spec.nodes.len());
     let mut used = vec![false; spec.nodes.len()];
-    for (n, node) in spec.nodes.iter().enumerate() {
-        let here = |field: &str| vec![Step::field("nodes"), Step::Index(n), Step::field(field)];
-        if !super::ops::is_identifier(&node.name)
-            || spec.operands.contains(&node.name)
-            || body.iter().any(|b| b.name == node.name)
-        {
-            return fail(
-                &here("name"),
-                format!(
-                    "node name `{}` must be an identifier, distinct from the operands and the other nodes",
-                    node.name
-                ),
-            );
-        }
-        let Some(signature) = catalogue.signature(&node.op, pending) else {
-            let names = catalogue
-                .names()
-                .chain(catalogue.composite_names())
-                .chain(pending.keys().map(String::as_str));
-            return Err(Error::new(
-                at(&here("op")),
-                ErrorKind::UnknownOp {
-                    op: node.op.clone(),
-                    suggestion: suggest(&node.op, names),
-                },
-            ));
-        };
-        let arity_fits = if signature.variadic {
-            node.args.len() >= signature.fixed
-        } else {
-            node.args.len() == signature.fixed
-        };
-        if !arity_fits {
-            return Err(Error::new(
-                at(&here("args")),
-                ErrorKind::Arity {
-                    op: node.op.clone(),
-                    expected: if signature.variadic {
-                        format!("at least {}", signature.fixed)
-                    } else {
-                        signature.fixed.to_string()
-                    },
-                    got: node.args.len(),
-                },
-            ));
-        }
-        let mut args = Vec::with_capacity(node.args.len());
-        for (a, arg) in node.args.iter().enumerate() {
-            if let Some(i) = spec.operands.iter().position(|o| o == arg) {
-                args.push(BodyArg::Operand(i));
-            } else if let Some(i) = body.iter().position(|b| &b.name == arg) {
-                used[i] = true;
-                args.push(BodyArg::Node(i));
-            } else {
-                let mut steps = here("args");
-                steps.push(Step::Index(a));
-                let known = spec
-                    .operands
-                    .iter()
-                    .map(String::as_str)
-                    .chain(body.iter().map(|b| b.name.as_str()));
-                return fail(
-                    &steps,
-                    format!(
-                        "`{arg}` is neither an operand of `{}` nor an earlier node{}",
-                        spec.name,
-                        crate::error::hint(arg, known)
-                    ),
-                );
-            }
-        }
-        let mut attrs = Vec::with_capacity(node.attrs.len());
-        for (key, value) in &node.attrs {
-            let mut steps = here("attrs");
-            steps.push(Step::key(key));
-            let Some(target) = signature.attrs.iter().find(|a| &a.name == key) else {
-                return Err(Error::new(
-                    at(&steps),
-                    ErrorKind::UnknownAttr {
-                        op: node.op.clone(),
-                        attr: key.clone(),
-                        suggestion: suggest(key, signature.attrs.iter().map(|a| a.name.as_str())),
-                    },
-                ));
-            };
-            let resolved = body_attr(spec, target, value).map_err(|msg| {
-                Error::new(
-                    at(&steps),
-                    ErrorKind::Rule(format!("node `{}`, attribute `{key}`: {msg}", node.name)),
-                )
-            })?;
-            attrs.push((key.clone(), resolved));
-        }
-        // An attribute the inner op needs must be bound on every use: a literal, or a
-        // composite attribute that always has a value.
-        for target in signature.attrs {
-            if target.default.is_some() || target.optional {
-                continue;
-            }
-            let always = match attrs.iter().find(|(k, _)| k == &target.name) {
-                None => false,
-                Some((_, BodyAttr::Attr { name, .. })) => spec
-                    .attrs
-                    .iter()
-                    .any(|a| &a.name == name && (a.default.is_some() || !a.optional)),
-                Some(_) => true,
-            };
-            if !always {
-                return fail(
-                    &here("attrs"),
-                    format!(
-                        "node `{}`: op `{}` needs attribute `{}`, which is not bound (write a value, or a `$attr` of the composite that is required or has a default)",
-                        node.name, node.op, target.name
-                    ),
-                );
-            }
-        }
-        body.push(BodyNode {
-            name: node.name.clone(),
-            op: node.op.clone(),
-            args,
-            attrs,
-        });
+    for n in 0..spec.nodes.len() {
+        let node = body_node(&site, n, catalogue, pending, &body, &mut used)?;
+        body.push(node);
     }
     if let Some(n) = used[..used.len() - 1].iter().position(|u| !u) {
-        return fail(
+        return site.fail(
             &[Step::field("nodes"), Step::Index(n), Step::field("name")],
             format!(
                 "node `{}` is never used; only the last node is the composite's result",
@@ -351,49 +201,304 @@ pub(super) fn validate<T>(
     })
 }
 
+/// Checks the composite's own declarations: its name, operands and attributes (identifiers,
+/// each declared once, defaults of the declared type) and that it has a body.
+fn check_declarations<T>(site: &CompositeSite<T>) -> Result<()> {
+    let spec = site.spec;
+    if !super::ops::is_identifier(&spec.name) {
+        return site.fail(
+            &[Step::field("name")],
+            format!("composite name `{}` must be an identifier", spec.name),
+        );
+    }
+    let mut declared: BTreeSet<&str> = BTreeSet::new();
+    for operand in &spec.operands {
+        if !super::ops::is_identifier(operand) || !declared.insert(operand) {
+            return site.fail(
+                &[Step::field("operands")],
+                format!("operand `{operand}` must be an identifier declared once"),
+            );
+        }
+    }
+    for attr in &spec.attrs {
+        if !super::ops::is_identifier(&attr.name) || !declared.insert(&attr.name) {
+            return site.fail(
+                &[Step::field("attrs")],
+                format!(
+                    "attribute `{}` must be an identifier used once among operands and attributes",
+                    attr.name
+                ),
+            );
+        }
+        if let Some(default) = &attr.default
+            && default.ty() != attr.ty
+        {
+            return site.fail(
+                &[Step::field("attrs")],
+                format!(
+                    "default of attribute `{}` must be {}, found {} `{default}`",
+                    attr.name,
+                    attr.ty,
+                    default.ty()
+                ),
+            );
+        }
+    }
+    if spec.nodes.is_empty() {
+        return site.fail(
+            &[Step::field("nodes")],
+            "a composite needs at least one node; its last node is its result".into(),
+        );
+    }
+    Ok(())
+}
+
+/// The path of `field` of body node `n`.
+fn node_field(n: usize, field: &str) -> Vec<Step> {
+    vec![Step::field("nodes"), Step::Index(n), Step::field(field)]
+}
+
+/// Body node `n` checked against the op it applies and the nodes before it (`body`): its
+/// name, its op and arity, its arguments (marking the nodes it reads in `used`) and its
+/// attributes.
+fn body_node<T>(
+    site: &CompositeSite<T>,
+    n: usize,
+    catalogue: &Catalogue,
+    pending: &BTreeMap<String, &CompositeSpec>,
+    body: &[BodyNode],
+    used: &mut [bool],
+) -> Result<BodyNode> {
+    let spec = site.spec;
+    let node = &spec.nodes[n];
+    if !super::ops::is_identifier(&node.name)
+        || spec.operands.contains(&node.name)
+        || body.iter().any(|b| b.name == node.name)
+    {
+        return site.fail(
+            &node_field(n, "name"),
+            format!(
+                "node name `{}` must be an identifier, distinct from the operands and the other nodes",
+                node.name
+            ),
+        );
+    }
+    let Some(signature) = catalogue.signature(&node.op, pending) else {
+        let names = catalogue
+            .names()
+            .chain(catalogue.composite_names())
+            .chain(pending.keys().map(String::as_str));
+        return Err(Error::new(
+            site.at(&node_field(n, "op")),
+            ErrorKind::UnknownOp {
+                op: node.op.clone(),
+                suggestion: suggest(&node.op, names),
+            },
+        ));
+    };
+    let arity_fits = if signature.variadic {
+        node.args.len() >= signature.fixed
+    } else {
+        node.args.len() == signature.fixed
+    };
+    if !arity_fits {
+        return Err(Error::new(
+            site.at(&node_field(n, "args")),
+            ErrorKind::Arity {
+                op: node.op.clone(),
+                expected: if signature.variadic {
+                    format!("at least {}", signature.fixed)
+                } else {
+                    signature.fixed.to_string()
+                },
+                got: node.args.len(),
+            },
+        ));
+    }
+    let args = node_args(site, n, body, used)?;
+    let attrs = node_attrs(site, n, &signature)?;
+    Ok(BodyNode {
+        name: node.name.clone(),
+        op: node.op.clone(),
+        args,
+        attrs,
+    })
+}
+
+/// The arguments of body node `n`: operands of the composite or earlier nodes (marked in
+/// `used`).
+fn node_args<T>(
+    site: &CompositeSite<T>,
+    n: usize,
+    body: &[BodyNode],
+    used: &mut [bool],
+) -> Result<Vec<BodyArg>> {
+    let spec = site.spec;
+    let node = &spec.nodes[n];
+    let mut args = Vec::with_capacity(node.args.len());
+    for (a, arg) in node.args.iter().enumerate() {
+        if let Some(i) = spec.operands.iter().position(|o| o == arg) {
+            args.push(BodyArg::Operand(i));
+        } else if let Some(i) = body.iter().position(|b| &b.name == arg) {
+            used[i] = true;
+            args.push(BodyArg::Node(i));
+        } else {
+            let mut steps = node_field(n, "args");
+            steps.push(Step::Index(a));
+            let known = spec
+                .operands
+                .iter()
+                .map(String::as_str)
+                .chain(body.iter().map(|b| b.name.as_str()));
+            return site.fail(
+                &steps,
+                format!(
+                    "`{arg}` is neither an operand of `{}` nor an earlier node{}",
+                    spec.name,
+                    crate::error::hint(arg, known)
+                ),
+            );
+        }
+    }
+    Ok(args)
+}
+
+/// The attributes of body node `n`, each checked against the attribute of its op it fills;
+/// every attribute the op needs must be bound on every use.
+fn node_attrs<T>(
+    site: &CompositeSite<T>,
+    n: usize,
+    signature: &Signature,
+) -> Result<Vec<(String, BodyAttr)>> {
+    let spec = site.spec;
+    let node = &spec.nodes[n];
+    let mut attrs = Vec::with_capacity(node.attrs.len());
+    for (key, value) in &node.attrs {
+        let mut steps = node_field(n, "attrs");
+        steps.push(Step::key(key));
+        let Some(target) = signature.attrs.iter().find(|a| &a.name == key) else {
+            return Err(Error::new(
+                site.at(&steps),
+                ErrorKind::UnknownAttr {
+                    op: node.op.clone(),
+                    attr: key.clone(),
+                    suggestion: suggest(key, signature.attrs.iter().map(|a| a.name.as_str())),
+                },
+            ));
+        };
+        let resolved = body_attr(spec, target, value).map_err(|msg| {
+            Error::new(
+                site.at(&steps),
+                ErrorKind::Rule(format!("node `{}`, attribute `{key}`: {msg}", node.name)),
+            )
+        })?;
+        attrs.push((key.clone(), resolved));
+    }
+    // An attribute the inner op needs must be bound on every use: a literal, or a
+    // composite attribute that always has a value.
+    for target in signature.attrs {
+        if target.default.is_some() || target.optional {
+            continue;
+        }
+        let always = match attrs.iter().find(|(k, _)| k == &target.name) {
+            None => false,
+            Some((_, BodyAttr::Attr { name, .. })) => spec
+                .attrs
+                .iter()
+                .any(|a| &a.name == name && (a.default.is_some() || !a.optional)),
+            Some(_) => true,
+        };
+        if !always {
+            return site.fail(
+                &node_field(n, "attrs"),
+                format!(
+                    "node `{}`: op `{}` needs attribute `{}`, which is not bound (write a value, or a `$attr` of the composite that is required or has a default)",
+                    node.name, node.op, target.name
+                ),
+            );
+        }
+    }
+    Ok(attrs)
+}
+
 /// One attribute value of a body node, checked against the attribute it fills.
+/// Why a body node's attribute value does not fill the attribute of its op.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum BodyAttrError {
+    #[error("must be {expected}, found {found}")]
+    Mistyped { expected: String, found: String },
+    #[error("`${operand}.dtype` names no operand of `{composite}`")]
+    NoOperand { operand: String, composite: String },
+    #[error("`{text}` is a dtype, but the attribute is {ty}")]
+    DtypeInto { text: String, ty: AttrType },
+    #[error("`{text}` names no attribute of `{composite}`{hint}")]
+    NoAttr {
+        text: String,
+        composite: String,
+        hint: String,
+    },
+    #[error("`{text}` is {from}, but the attribute is {to}")]
+    Mismatch {
+        text: String,
+        from: AttrType,
+        to: AttrType,
+    },
+}
+
 fn body_attr(
     spec: &CompositeSpec,
     target: &AttrSpec,
     value: &ron::Value,
-) -> std::result::Result<BodyAttr, String> {
+) -> std::result::Result<BodyAttr, BodyAttrError> {
     let ron::Value::String(text) = value else {
         return AttrValue::from_bare(value, target.ty)
             .map(BodyAttr::Value)
-            .map_err(|m| format!("must be {}, found {}", m.expected, m.found));
+            .map_err(|m| BodyAttrError::Mistyped {
+                expected: m.expected,
+                found: m.found,
+            });
     };
     let Some(reference) = text.strip_prefix('$') else {
         return AttrValue::from_bare(value, target.ty)
             .map(BodyAttr::Value)
-            .map_err(|m| format!("must be {}, found {}", m.expected, m.found));
+            .map_err(|m| BodyAttrError::Mistyped {
+                expected: m.expected,
+                found: m.found,
+            });
     };
     if let Some(operand) = reference.strip_suffix(".dtype") {
         let Some(i) = spec.operands.iter().position(|o| o == operand) else {
-            return Err(format!(
-                "`${operand}.dtype` names no operand of `{}`",
-                spec.name
-            ));
+            return Err(BodyAttrError::NoOperand {
+                operand: operand.to_string(),
+                composite: spec.name.clone(),
+            });
         };
         if target.ty != AttrType::DType {
-            return Err(format!(
-                "`{text}` is a dtype, but the attribute is {}",
-                target.ty
-            ));
+            return Err(BodyAttrError::DtypeInto {
+                text: text.clone(),
+                ty: target.ty,
+            });
         }
         return Ok(BodyAttr::DTypeOf(i));
     }
     let Some(source) = spec.attrs.iter().find(|a| a.name == reference) else {
         let names = spec.attrs.iter().map(|a| a.name.as_str());
-        return Err(format!(
-            "`{text}` names no attribute of `{}`{}",
-            spec.name,
-            crate::error::hint(reference, names)
-        ));
+        return Err(BodyAttrError::NoAttr {
+            text: text.clone(),
+            composite: spec.name.clone(),
+            hint: crate::error::hint(reference, names),
+        });
     };
     let to_list = match (source.ty, target.ty) {
         (a, b) if a == b => false,
         (AttrType::Int, AttrType::Ints) => true,
-        (a, b) => return Err(format!("`{text}` is {a}, but the attribute is {b}")),
+        (from, to) => {
+            return Err(BodyAttrError::Mismatch {
+                text: text.clone(),
+                from,
+                to,
+            });
+        }
     };
     Ok(BodyAttr::Attr {
         name: reference.to_string(),

@@ -53,29 +53,49 @@ pub enum Role {
     Never,
 }
 
+/// Why an op cannot take a role: the kernels fusebox generates could not hold it so.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RoleError {
+    #[error(
+        "an opaque op is a library call with no loop body to fuse: its role must be `Never`, not `{0:?}`"
+    )]
+    OpaqueNotNever(Role),
+    #[error(
+        "`Never` marks a library call and only opaque ops are library calls; a {0:?} op that must not fuse is `Alone`"
+    )]
+    NeverNotOpaque(OpKind),
+    #[error(
+        "a reduction's result is complete only after its whole domain is visited, so nothing in its kernel can consume it: its role is `End`, `Rows` or `Alone`, not `Join`"
+    )]
+    ReductionJoins,
+    #[error(
+        "`Rows` lets a reduction's result be consumed along the rows it reduced; a {0:?} op reduces nothing, so it cannot be `Rows`"
+    )]
+    RowsWithoutReduction(OpKind),
+    #[error(
+        "a layout op reduces nothing, so it cannot end a kernel: broadcast_to, reshape, transpose and slice may be `Join` (a kernel reads them through views), concat `Join` (a kernel reads it by ranges), or any of them `Alone` (a copy of their own)"
+    )]
+    LayoutEnds,
+    /// A layout op no kernel reads through a view or by ranges (`what` names it).
+    #[error(
+        "a kernel reads broadcast_to, reshape, transpose and slice through views and concat by ranges, and no other layout op, so {what} cannot share a kernel: give it `Alone`, not `{role:?}`"
+    )]
+    LayoutNotShared { what: String, role: Role },
+}
+
 impl Role {
     /// Whether an op of `kind` can take this role, and why not. [`Role::check_op`] also asks
     /// whether the lowering can generate the op inside a kernel.
-    pub fn check(self, kind: OpKind) -> std::result::Result<(), String> {
+    pub fn check(self, kind: OpKind) -> std::result::Result<(), RoleError> {
         match (kind, self) {
             (OpKind::Opaque, Role::Never) => Ok(()),
-            (OpKind::Opaque, _) => Err(format!(
-                "an opaque op is a library call with no loop body to fuse: its role must be `Never`, not `{self:?}`"
-            )),
-            (_, Role::Never) => Err(format!(
-                "`Never` marks a library call and only opaque ops are library calls; a {kind:?} op that must not fuse is `Alone`"
-            )),
-            (OpKind::Reduction, Role::Join) => Err(
-                "a reduction's result is complete only after its whole domain is visited, so nothing in its kernel can consume it: its role is `End`, `Rows` or `Alone`, not `Join`"
-                    .into(),
-            ),
-            (OpKind::Pointwise | OpKind::Layout, Role::Rows) => Err(format!(
-                "`Rows` lets a reduction's result be consumed along the rows it reduced; a {kind:?} op reduces nothing, so it cannot be `Rows`"
-            )),
-            (OpKind::Layout, Role::End) => Err(
-                "a layout op reduces nothing, so it cannot end a kernel: broadcast_to, reshape, transpose and slice may be `Join` (a kernel reads them through views), concat `Join` (a kernel reads it by ranges), or any of them `Alone` (a copy of their own)"
-                    .into(),
-            ),
+            (OpKind::Opaque, _) => Err(RoleError::OpaqueNotNever(self)),
+            (_, Role::Never) => Err(RoleError::NeverNotOpaque(kind)),
+            (OpKind::Reduction, Role::Join) => Err(RoleError::ReductionJoins),
+            (OpKind::Pointwise | OpKind::Layout, Role::Rows) => {
+                Err(RoleError::RowsWithoutReduction(kind))
+            }
+            (OpKind::Layout, Role::End) => Err(RoleError::LayoutEnds),
             _ => Ok(()),
         }
     }
@@ -88,7 +108,7 @@ impl Role {
     /// has several operands in disjoint ranges and no single view: `Join` makes it a *range
     /// select* (each point of its kernel evaluates the operand whose segment holds it, see
     /// [`Role::is_select`]), `Alone` a copy per operand.
-    pub fn check_op(self, op: &OpDef) -> std::result::Result<(), String> {
+    pub fn check_op(self, op: &OpDef) -> std::result::Result<(), RoleError> {
         self.check(op.kind())?;
         match (op.kind(), op.builtin(), self) {
             (
@@ -102,9 +122,7 @@ impl Role {
                     Some(b) if b.name() != op.name() => format!("`{}` (a {})", op.name(), b.name()),
                     _ => format!("`{}`", op.name()),
                 };
-                Err(format!(
-                    "a kernel reads broadcast_to, reshape, transpose and slice through views and concat by ranges, and no other layout op, so {what} cannot share a kernel: give it `Alone`, not `{self:?}`"
-                ))
+                Err(RoleError::LayoutNotShared { what, role: self })
             }
             _ => Ok(()),
         }
@@ -297,7 +315,7 @@ impl FusionRules {
                 ));
             };
             role.check(kind)
-                .map_err(|m| Error::new(doc.site(&path), ErrorKind::Rule(m)))?;
+                .map_err(|m| Error::new(doc.site(&path), ErrorKind::Rule(m.to_string())))?;
             // The ops that get this role from their kind must admit it too.
             for name in catalogue.names() {
                 let Some(op) = catalogue.get(name) else {
@@ -335,7 +353,7 @@ impl FusionRules {
             role.check_op(op).map_err(|m| {
                 let mut site = doc.site(&path);
                 site.op = Some(name.clone());
-                Error::new(site, ErrorKind::Rule(m))
+                Error::new(site, ErrorKind::Rule(m.to_string()))
             })?;
         }
         if spec.max_kernel_args < 2 {

@@ -20,7 +20,7 @@
 
 use super::ron_file::{self, RonDocument};
 use super::{Catalogue, OpKind};
-use crate::attr::{AttrValue, Attrs};
+use crate::attr::{AttrType, AttrValue, Attrs};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
 use crate::span::Step;
@@ -324,10 +324,34 @@ impl GradientRules {
     }
 }
 
+/// Why a template's condition or attribute expression has no value for one forward node:
+/// what is missing or mistyped, in words a rule author can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("no value `{0}` in this template")]
+    NoValue(String),
+    #[error("the forward node has no fact `{0}`")]
+    NoFact(String),
+    #[error("cannot compare {0} with {1}")]
+    Incomparable(AttrType, AttrType),
+    #[error("expected an integer, found {0}")]
+    NotInt(AttrType),
+    #[error("expected a list of integers, found {0}")]
+    NotInts(AttrType),
+    #[error("integer overflow")]
+    Overflow,
+    #[error("axis {axis} is out of range for rank {rank}")]
+    Axis { axis: i64, rank: i64 },
+    #[error("{0:?} is not a permutation")]
+    NotPermutation(Vec<i64>),
+    #[error("cannot swap the last two axes of rank {0}")]
+    SwapRank(i64),
+}
+
 impl Condition {
     /// Whether the condition holds; an error names a value or fact the environment lacks.
-    pub fn holds(&self, env: &dyn TemplateEnv) -> std::result::Result<bool, String> {
-        let compare = |a: &AttrExpr, b: &AttrExpr| -> std::result::Result<_, String> {
+    pub fn holds(&self, env: &dyn TemplateEnv) -> std::result::Result<bool, TemplateError> {
+        let compare = |a: &AttrExpr, b: &AttrExpr| -> std::result::Result<_, TemplateError> {
             let (a, b) = (a.eval(env)?, b.eval(env)?);
             match (&a, &b) {
                 (AttrValue::Int(x), AttrValue::Int(y)) => Ok(Some(x.cmp(y))),
@@ -335,7 +359,7 @@ impl Condition {
                 (AttrValue::Ints(_), AttrValue::Ints(_))
                 | (AttrValue::Bool(_), AttrValue::Bool(_))
                 | (AttrValue::DType(_), AttrValue::DType(_)) => Ok(None),
-                _ => Err(format!("cannot compare {} with {}", a.ty(), b.ty())),
+                _ => Err(TemplateError::Incomparable(a.ty(), b.ty())),
             }
         };
         use std::cmp::Ordering::*;
@@ -361,34 +385,34 @@ impl Condition {
 impl AttrExpr {
     /// The value in `env`. Errors say what is missing or mistyped, in words a rule author can
     /// act on.
-    pub fn eval(&self, env: &dyn TemplateEnv) -> std::result::Result<AttrValue, String> {
+    pub fn eval(&self, env: &dyn TemplateEnv) -> std::result::Result<AttrValue, TemplateError> {
         let shape = |v: &str| {
             env.shape(v)
                 .map(|s| s.iter().map(|&d| d as i64).collect::<Vec<i64>>())
-                .ok_or_else(|| format!("no value `{v}` in this template"))
+                .ok_or_else(|| TemplateError::NoValue(v.to_string()))
         };
         let int = |e: &AttrExpr| match e.eval(env)? {
             AttrValue::Int(i) => Ok(i),
-            other => Err(format!("expected an integer, found {}", other.ty())),
+            other => Err(TemplateError::NotInt(other.ty())),
         };
         let ints = |e: &AttrExpr| match e.eval(env)? {
             AttrValue::Ints(v) => Ok(v),
-            other => Err(format!("expected a list of integers, found {}", other.ty())),
+            other => Err(TemplateError::NotInts(other.ty())),
         };
         let arith = |a: &AttrExpr, b: &AttrExpr, f: fn(i64, i64) -> Option<i64>| {
             f(int(a)?, int(b)?)
                 .map(AttrValue::Int)
-                .ok_or_else(|| "integer overflow".to_string())
+                .ok_or(TemplateError::Overflow)
         };
         // An axis into a list of `len`: negative counts from the end, as everywhere in fusebox.
-        let axis = |e: &AttrExpr, len: usize| -> std::result::Result<usize, String> {
+        let axis = |e: &AttrExpr, len: usize| -> std::result::Result<usize, TemplateError> {
             let a = int(e)?;
             let len = len as i64;
             let a = if a < 0 { a + len } else { a };
             if (0..len).contains(&a) {
                 Ok(a as usize)
             } else {
-                Err(format!("axis {a} is out of range for rank {len}"))
+                Err(TemplateError::Axis { axis: a, rank: len })
             }
         };
         Ok(match self {
@@ -401,7 +425,7 @@ impl AttrExpr {
             AttrExpr::Rank(v) => AttrValue::Int(shape(v)?.len() as i64),
             AttrExpr::DTypeOf(v) => AttrValue::DType(
                 env.dtype(v)
-                    .ok_or_else(|| format!("no value `{v}` in this template"))?,
+                    .ok_or_else(|| TemplateError::NoValue(v.to_string()))?,
             ),
             AttrExpr::Dim(v, a) => {
                 let s = shape(v)?;
@@ -409,7 +433,7 @@ impl AttrExpr {
             }
             AttrExpr::Fact(name) => env
                 .fact(name)
-                .ok_or_else(|| format!("the forward node has no fact `{name}`"))?,
+                .ok_or_else(|| TemplateError::NoFact(name.clone()))?,
             AttrExpr::Add(a, b) => arith(a, b, i64::checked_add)?,
             AttrExpr::Sub(a, b) => arith(a, b, i64::checked_sub)?,
             AttrExpr::Mul(a, b) => arith(a, b, i64::checked_mul)?,
@@ -417,7 +441,7 @@ impl AttrExpr {
                 ints(v)?
                     .iter()
                     .try_fold(1i64, |p, &d| p.checked_mul(d))
-                    .ok_or("integer overflow")?,
+                    .ok_or(TemplateError::Overflow)?,
             ),
             AttrExpr::Pick(s, axes) => {
                 let s = ints(s)?;
@@ -434,11 +458,11 @@ impl AttrExpr {
                     let slot = usize::try_from(to)
                         .ok()
                         .and_then(|t| inverse.get_mut(t))
-                        .ok_or_else(|| format!("{p:?} is not a permutation"))?;
+                        .ok_or_else(|| TemplateError::NotPermutation(p.clone()))?;
                     *slot = i as i64;
                 }
                 if inverse.contains(&-1) {
-                    return Err(format!("{p:?} is not a permutation"));
+                    return Err(TemplateError::NotPermutation(p));
                 }
                 AttrValue::Ints(inverse)
             }
@@ -465,7 +489,7 @@ impl AttrExpr {
             AttrExpr::SwapLastTwo(rank) => {
                 let rank = int(rank)?;
                 if !(2..=crate::shape::MAX_RANK as i64).contains(&rank) {
-                    return Err(format!("cannot swap the last two axes of rank {rank}"));
+                    return Err(TemplateError::SwapRank(rank));
                 }
                 let mut perm: Vec<i64> = (0..rank).collect();
                 perm.swap(rank as usize - 1, rank as usize - 2);

@@ -18,8 +18,9 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 
 /// ONNX ops the importer handles in code: their catalogue form depends on shapes or constant
-/// values known only at import. The one list of them: the importer (`crate::onnx`) dispatches by it,
-/// and this table's loader refuses a Map for any of them (it would never be consulted).
+/// values known only at import. The one list of them: the importer (`crate::onnx`) registers
+/// one handler for each (a test there checks the two agree), and this table's loader refuses a
+/// Map for any of them (it would never be consulted).
 pub const STRUCTURAL: [&str; 11] = [
     "Constant",
     "ConstantOfShape",
@@ -96,13 +97,24 @@ pub fn dtype_matches(dtype: DType, want: &str) -> bool {
 
 /// Checks a `when`/`unless` map's dtype conditions: `$N.dtype` keys need a string value that
 /// names a dtype or a category; other keys (ONNX attributes) take any value.
-fn check_conditions(conditions: &BTreeMap<String, ron::Value>) -> std::result::Result<(), String> {
+/// A `when`/`unless` condition that names no dtype condition this table can test.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ConditionError {
+    #[error("condition `{0}`: a `$` condition is written `$N.dtype` (the dtype of input N)")]
+    Key(String),
+    #[error(
+        "condition `{key}` must name a dtype or one of \"integer\", \"float\", \"bool\", not {found}"
+    )]
+    Value { key: String, found: String },
+}
+
+fn check_conditions(
+    conditions: &BTreeMap<String, ron::Value>,
+) -> std::result::Result<(), ConditionError> {
     for (key, value) in conditions {
         if key.starts_with('$') {
             if dtype_condition(key).is_none() {
-                return Err(format!(
-                    "condition `{key}`: a `$` condition is written `$N.dtype` (the dtype of input N)"
-                ));
+                return Err(ConditionError::Key(key.clone()));
             }
             let known = |s: &str| {
                 ["integer", "float", "bool"].contains(&s)
@@ -111,9 +123,10 @@ fn check_conditions(conditions: &BTreeMap<String, ron::Value>) -> std::result::R
             match value {
                 ron::Value::String(s) if known(s) => {}
                 other => {
-                    return Err(format!(
-                        "condition `{key}` must name a dtype or one of \"integer\", \"float\", \"bool\", not {other:?}"
-                    ));
+                    return Err(ConditionError::Value {
+                        key: key.clone(),
+                        found: format!("{other:?}"),
+                    });
                 }
             }
         }
@@ -172,7 +185,7 @@ impl MapTable {
             check_conditions(&map.when).map_err(|message| {
                 Error::new(
                     doc.site(&[Step::Index(m), Step::field("when")]),
-                    ErrorKind::Rule(message),
+                    ErrorKind::Rule(message.to_string()),
                 )
             })?;
             if let Some(op) = &map.chain
@@ -192,7 +205,7 @@ impl MapTable {
                 };
                 for (field, conditions) in [("when", &node.when), ("unless", &node.unless)] {
                     check_conditions(conditions).map_err(|message| {
-                        Error::new(doc.site(&at(field)), ErrorKind::Rule(message))
+                        Error::new(doc.site(&at(field)), ErrorKind::Rule(message.to_string()))
                     })?;
                 }
                 let Some(attrs) = catalogue.declared_attrs(&node.op) else {

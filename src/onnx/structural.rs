@@ -1,0 +1,440 @@
+//! The ONNX ops the importer handles in code ([`STRUCTURAL`]): their catalogue form depends on
+//! shapes or constant values known only at import (a Reshape's target is a constant input, a
+//! Gather of constant indices is slices and a concat, a Shape is a constant), so no op table
+//! entry can say it.
+//!
+//! Each op is one function, registered in [`HANDLERS`] under its ONNX op type; the importer
+//! looks a node's op type up there before the op table. The built-in ops they produce are
+//! found through [`Catalogue::builtin`](crate::rules::Catalogue::builtin) and given their
+//! attributes through the built-ins' schema ([`BuiltinAttrs`]), never by name.
+
+use super::fold::fits_folding;
+use super::{FOLD_LIMIT, Importer, Msg, Val, proto};
+use crate::dtype::DType;
+use crate::rules::Builtin;
+use crate::rules::builtin::BuiltinAttrs;
+use crate::rules::onnx::STRUCTURAL;
+use crate::tensor::Tensor;
+use onnx_protobuf::NodeProto;
+use proto::Attr;
+use std::collections::{BTreeSet, HashMap};
+use std::rc::Rc;
+
+/// An ONNX node's attributes, by name.
+pub(super) type Attrs = HashMap<String, Attr>;
+
+/// A node's output values in order, or why it cannot be imported.
+type Outputs = std::result::Result<Vec<Val>, String>;
+
+/// What imports one structural node.
+pub(super) type Handler = fn(&mut Importer, &NodeProto, &Attrs, &str) -> Outputs;
+
+/// The structural ops, one handler each, in the order of [`STRUCTURAL`] (a test checks that
+/// the two lists agree).
+const HANDLERS: [(&str, Handler); STRUCTURAL.len()] = [
+    ("Constant", constant),
+    ("ConstantOfShape", constant_of_shape),
+    ("Shape", shape),
+    ("Gather", gather),
+    ("Reshape", reshape),
+    ("Flatten", flatten),
+    ("Squeeze", squeeze),
+    ("Unsqueeze", squeeze),
+    ("Expand", expand),
+    ("Slice", slice),
+    ("Split", split),
+];
+
+/// The handler of ONNX op type `op_type`, if it is structural.
+pub(super) fn handler(op_type: &str) -> Option<Handler> {
+    HANDLERS
+        .iter()
+        .find(|(name, _)| *name == op_type)
+        .map(|&(_, handle)| handle)
+}
+
+/// A Shape node: the dimensions of its input (from `start` to `end`), a constant.
+fn shape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, _: &str) -> Outputs {
+    let x = im.required(node, 0)?;
+    let rank = x.shape().len() as i64;
+    let clip = |v: i64| (if v < 0 { v.saturating_add(rank) } else { v }).clamp(0, rank) as usize;
+    let start = clip(int_attr(attrs, "start").unwrap_or(0));
+    let end = clip(int_attr(attrs, "end").unwrap_or(rank));
+    let dims: Vec<f64> = x.shape()[start..end.max(start)]
+        .iter()
+        .map(|&d| d as f64)
+        .collect();
+    let n = dims.len();
+    let t = Tensor::from_values(DType::I64, &[n], dims).ok_or("bad shape")?;
+    Ok(vec![Val::Const(Rc::new(t), None)])
+}
+
+/// A Gather of constant indices: one `slice` per index, joined by a `concat` and reshaped to
+/// the indices' shape.
+fn gather(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outputs {
+    let data = im.required(node, 0)?;
+    let indices = im.required(node, 1)?;
+    let idx = indices
+        .constant()
+        .ok_or("the indices must be a constant (fusebox shapes are static), not a run-time value")?
+        .clone();
+    let rank = data.shape().len();
+    let axis = crate::shape::normalize_axis(int_attr(attrs, "axis").unwrap_or(0), rank)?;
+    let dim = data.shape()[axis] as i64;
+    let mut parts = Vec::new();
+    for v in idx.values() {
+        let i = v as i64;
+        let i = if i < 0 { i.saturating_add(dim) } else { i };
+        if i < 0 || i >= dim {
+            return Err(format!(
+                "index {v} is out of range for a dimension of {dim}"
+            ));
+        }
+        parts.push(im.slice(&data, axis, i, i + 1, 1, out)?);
+    }
+    let joined = if parts.len() == 1 {
+        parts.remove(0)
+    } else {
+        let concat = BuiltinAttrs::Concat { axis: axis as i64 };
+        im.emit_builtin(
+            Builtin::Concat,
+            &parts,
+            concat,
+            &format!("{out}.gather"),
+            false,
+        )?
+    };
+    let mut shape: Vec<usize> = data.shape()[..axis].to_vec();
+    shape.extend_from_slice(idx.shape());
+    shape.extend_from_slice(&data.shape()[axis + 1..]);
+    Ok(vec![im.reshape(&joined, &shape, out)?])
+}
+
+/// A Reshape node with a constant target (a 0 copies the input's dimension unless
+/// `allowzero`).
+fn reshape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outputs {
+    let x = im.required(node, 0)?;
+    let target = im.ints(node, 1, "shape")?;
+    let allowzero = int_attr(attrs, "allowzero").unwrap_or(0) != 0;
+    let mut dims = Vec::new();
+    for (i, &d) in target.iter().enumerate() {
+        dims.push(if d == 0 && !allowzero {
+            *x.shape()
+                .get(i)
+                .ok_or("a 0 in the shape has no input dimension to copy")? as i64
+        } else {
+            d
+        });
+    }
+    let shape = crate::shape::reshape_target(x.shape(), &dims)?;
+    Ok(vec![im.reshape(&x, &shape, out)?])
+}
+
+/// A Flatten node: a reshape to two dimensions, split before `axis`.
+fn flatten(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outputs {
+    let x = im.required(node, 0)?;
+    let rank = x.shape().len();
+    let axis = int_attr(attrs, "axis").unwrap_or(1);
+    let axis = if axis < 0 {
+        axis.saturating_add(rank as i64)
+    } else {
+        axis
+    };
+    if axis < 0 || axis > rank as i64 {
+        return Err(format!("axis {axis} is out of range for rank {rank}"));
+    }
+    let (a, b) = x.shape().split_at(axis as usize);
+    let shape = vec![a.iter().product(), b.iter().product()];
+    Ok(vec![im.reshape(&x, &shape, out)?])
+}
+
+/// An Expand node with a constant target: a `broadcast_to` (nothing when the shape stays).
+fn expand(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Outputs {
+    let x = im.required(node, 0)?;
+    let target = im.ints(node, 1, "shape")?;
+    let target: Vec<usize> = target
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("dimension {d} is negative")))
+        .collect::<std::result::Result<_, _>>()?;
+    let shape = crate::shape::broadcast(x.shape(), &target)?;
+    proto::element_count(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>())?;
+    if shape.as_slice() == x.shape() {
+        return Ok(vec![x]);
+    }
+    let target = BuiltinAttrs::shape(&shape);
+    Ok(vec![im.emit_builtin(
+        Builtin::BroadcastTo,
+        &[x],
+        target,
+        out,
+        true,
+    )?])
+}
+
+/// A Constant node's value.
+fn constant(_: &mut Importer, _: &NodeProto, attrs: &Attrs, out: &str) -> Outputs {
+    let t = match attrs.iter().next() {
+        Some((name, value)) if attrs.len() == 1 => match (name.as_str(), value) {
+            ("value", Attr::Tensor(t)) => t.clone(),
+            ("value_float", Attr::Float(v)) => Tensor::scalar(DType::F32, *v),
+            ("value_int", Attr::Int(v)) => Tensor::scalar(DType::I64, *v as f64),
+            ("value_floats", Attr::Floats(v)) => {
+                Tensor::from_values(DType::F32, &[v.len()], v.clone()).ok_or("bad floats")?
+            }
+            ("value_ints", Attr::Ints(v)) => Tensor::from_values(
+                DType::I64,
+                &[v.len()],
+                v.iter().map(|&i| i as f64).collect(),
+            )
+            .ok_or("bad ints")?,
+            (name, _) => {
+                return Err(format!("attribute `{name}` is not a value fusebox reads"));
+            }
+        },
+        _ => return Err("a Constant needs exactly one value attribute".into()),
+    };
+    Ok(vec![Val::Const(Rc::new(t), Some(out.to_string()))])
+}
+
+/// A ConstantOfShape node's value: a folded constant up to [`FOLD_LIMIT`] elements, else
+/// a scalar `const` broadcast to the shape at run time (so a 1 KB model cannot make the
+/// import allocate gigabytes).
+fn constant_of_shape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outputs {
+    let shape = im.ints(node, 0, "shape")?;
+    let (dims, count) = proto::element_count(&shape)?;
+    let fill = match attrs.get("value") {
+        Some(Attr::Tensor(t)) => t.clone(),
+        None => Tensor::scalar(DType::F32, 0.0),
+        Some(_) => return Err("attribute `value` must be a tensor".into()),
+    };
+    if fill.data.len() != 1 {
+        return Err("attribute `value` must hold one element".into());
+    }
+    if fits_folding(&dims) {
+        let t = match fill.int_values().first() {
+            Some(&v) if fill.dtype.category() == crate::dtype::Category::Integer => {
+                Tensor::from_ints(fill.dtype, &dims, vec![v; count])
+            }
+            _ => Tensor::from_values(fill.dtype, &dims, vec![fill.values()[0]; count]),
+        }
+        .ok_or("the shape does not fit")?;
+        return Ok(vec![Val::Const(Rc::new(t), Some(out.to_string()))]);
+    }
+    // The scalar travels as a `const` node's f64 attribute: an integer beyond 2^53 would
+    // lose bits there.
+    let v = fill.values()[0];
+    if fill.dtype.category() == crate::dtype::Category::Integer && fill.int_values()[0] != v as i64
+    {
+        return Err(format!(
+            "the fill value {} of a {count}-element result (more than the {FOLD_LIMIT} fusebox folds at import) is not exact as a run-time constant",
+            fill.int_values()[0]
+        ));
+    }
+    let scalar = Val::Const(
+        Rc::new(Tensor::scalar(fill.dtype, v)),
+        Some(format!("{out}.value")),
+    );
+    let target = BuiltinAttrs::Shape(shape);
+    Ok(vec![im.emit_builtin(
+        Builtin::BroadcastTo,
+        &[scalar],
+        target,
+        out,
+        true,
+    )?])
+}
+
+/// A Squeeze or Unsqueeze node: a reshape.
+fn squeeze(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outputs {
+    let x = im.required(node, 0)?;
+    let axes = match im.input(node, 1)? {
+        Some(_) => Some(im.ints(node, 1, "axes")?),
+        None => ints_attr(attrs, "axes"),
+    };
+    let rank = x.shape().len();
+    let shape: Vec<usize> = if node.op_type == "Squeeze" {
+        let axes = match axes {
+            Some(axes) => crate::shape::normalize_axes(Some(&axes), rank)?,
+            None => (0..rank).filter(|&i| x.shape()[i] == 1).collect(),
+        };
+        if let Some(&a) = axes.iter().find(|&&a| x.shape()[a] != 1) {
+            return Err(format!("axis {a} has size {}, not 1", x.shape()[a]));
+        }
+        (0..rank)
+            .filter(|i| !axes.contains(i))
+            .map(|i| x.shape()[i])
+            .collect()
+    } else {
+        let axes = axes.ok_or("Unsqueeze needs axes")?;
+        let new_rank = rank + axes.len();
+        let axes: BTreeSet<usize> = crate::shape::normalize_axes(Some(&axes), new_rank)?
+            .into_iter()
+            .collect();
+        let mut dims = x.shape().iter();
+        (0..new_rank)
+            .map(|i| {
+                if axes.contains(&i) {
+                    1
+                } else {
+                    dims.next().copied().unwrap_or(1)
+                }
+            })
+            .collect()
+    };
+    Ok(vec![im.reshape(&x, &shape, out)?])
+}
+
+/// A Slice node: a `slice` per sliced axis (positive steps only).
+fn slice(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Outputs {
+    let x = im.required(node, 0)?;
+    let starts = im.ints(node, 1, "starts")?;
+    let ends = im.ints(node, 2, "ends")?;
+    let rank = x.shape().len();
+    let axes = match im.input(node, 3)? {
+        Some(_) => im.ints(node, 3, "axes")?,
+        None => (0..starts.len() as i64).collect(),
+    };
+    let steps = match im.input(node, 4)? {
+        Some(_) => im.ints(node, 4, "steps")?,
+        None => vec![1; starts.len()],
+    };
+    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return Err("starts, ends, axes and steps must have one entry per sliced axis".into());
+    }
+    let mut v = x;
+    for i in 0..starts.len() {
+        let axis = crate::shape::normalize_axis(axes[i], rank)?;
+        if steps[i] <= 0 {
+            return Err(format!(
+                "step {} on axis {axis}: fusebox slices with positive steps only",
+                steps[i]
+            ));
+        }
+        let dim = v.shape()[axis] as i64;
+        let clip = |p: i64| (if p < 0 { p.saturating_add(dim) } else { p }).clamp(0, dim);
+        let (s, e) = (clip(starts[i]), clip(ends[i]));
+        if s == 0 && e == dim && steps[i] == 1 {
+            continue;
+        }
+        v = im.slice(&v, axis, s, e.max(s), steps[i], out)?;
+    }
+    Ok(vec![v])
+}
+
+/// A Split node: one `slice` per output.
+fn split(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outputs {
+    let x = im.required(node, 0)?;
+    let rank = x.shape().len();
+    let axis = crate::shape::normalize_axis(int_attr(attrs, "axis").unwrap_or(0), rank)?;
+    let dim = x.shape()[axis] as i64;
+    let n = node.output.len() as i64;
+    let sizes = match im.input(node, 1)? {
+        Some(_) => im.ints(node, 1, "split")?,
+        None => match ints_attr(attrs, "split") {
+            Some(s) => s,
+            None => {
+                let parts = int_attr(attrs, "num_outputs").unwrap_or(n);
+                if parts != n || parts < 1 {
+                    return Err(format!(
+                        "num_outputs is {parts}, but the node has {n} output(s)"
+                    ));
+                }
+                let chunk = (dim + parts - 1) / parts;
+                (0..parts)
+                    .map(|p| chunk.min(dim - p * chunk).max(0))
+                    .collect()
+            }
+        },
+    };
+    if sizes.len() as i64 != n {
+        return Err(format!("{} split sizes for {n} output(s)", sizes.len()));
+    }
+    let total = sizes.iter().try_fold(0i64, |acc, &s| acc.checked_add(s));
+    if sizes.iter().any(|&s| s < 0) || total != Some(dim) {
+        return Err(format!(
+            "split sizes {sizes:?} do not add up to the dimension {dim}"
+        ));
+    }
+    let mut start = 0;
+    let mut outs = Vec::new();
+    for (k, &s) in sizes.iter().enumerate() {
+        let name = node
+            .output
+            .get(k)
+            .cloned()
+            .unwrap_or_else(|| format!("{out}.{k}"));
+        outs.push(im.slice(&x, axis, start, start + s, 1, &name)?);
+        start += s;
+    }
+    Ok(outs)
+}
+
+impl Importer<'_> {
+    /// Input `i`, which must be a constant, as integers (`what` names it in errors).
+    fn ints(
+        &self,
+        node: &NodeProto,
+        i: usize,
+        what: &str,
+    ) -> std::result::Result<Vec<i64>, String> {
+        let v = self.required(node, i)?;
+        let t = v.constant().ok_or_else(|| {
+            format!("`{what}` must be a constant (fusebox shapes are static), not a run-time value")
+        })?;
+        Ok(t.values().iter().map(|&f| f as i64).collect())
+    }
+
+    /// `x` reshaped to `shape` (itself when it has that shape already).
+    fn reshape(&mut self, x: &Val, shape: &[usize], name: &str) -> Msg {
+        if x.shape() == shape {
+            return Ok(x.clone());
+        }
+        let target = BuiltinAttrs::shape(shape);
+        self.emit_builtin(
+            Builtin::Reshape,
+            std::slice::from_ref(x),
+            target,
+            name,
+            true,
+        )
+    }
+
+    /// `x[start:end:step]` along `axis`.
+    fn slice(&mut self, x: &Val, axis: usize, start: i64, end: i64, step: i64, name: &str) -> Msg {
+        let range = BuiltinAttrs::Slice {
+            axis: axis as i64,
+            start,
+            end: Some(end),
+            step,
+        };
+        let base = format!("{name}.slice");
+        self.emit_builtin(Builtin::Slice, std::slice::from_ref(x), range, &base, false)
+    }
+}
+
+fn int_attr(attrs: &Attrs, name: &str) -> Option<i64> {
+    match attrs.get(name) {
+        Some(Attr::Int(i)) => Some(*i),
+        _ => None,
+    }
+}
+
+fn ints_attr(attrs: &Attrs, name: &str) -> Option<Vec<i64>> {
+    match attrs.get(name) {
+        Some(Attr::Ints(v)) => Some(v.clone()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The registry and the rules' list of structural ops (which the op table may not map)
+    /// name the same op types, so no structural op falls through to the table unhandled.
+    #[test]
+    fn every_structural_op_has_one_handler() {
+        let names: Vec<&str> = HANDLERS.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, STRUCTURAL);
+    }
+}
