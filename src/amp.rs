@@ -16,12 +16,12 @@
 //! The result is an ordinary graph: the reference evaluator runs it unfused with eager
 //! rounding, which is what `fusebox run --amp` does.
 
-use crate::attr::{AttrValue, Attrs};
+use crate::attr::Attrs;
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::check::{infer_op, resolve_attrs};
 use crate::graph::{Graph, Node, TensorType, check};
-use crate::rules::{Builtin, Catalogue, Policy, Treatment};
+use crate::rules::{Builtin, BuiltinAttrs, Catalogue, Policy, Treatment};
 use std::collections::{HashMap, HashSet};
 
 /// Options of [`insert_casts_with`].
@@ -158,12 +158,12 @@ pub fn insert_casts_with(
             node.name.clone()
         };
         if op.builtin() == Some(Builtin::Cast)
-            && let Some(AttrValue::DType(d)) = attrs.get("dtype")
+            && let Ok(BuiltinAttrs::Cast { dtype: d }) = BuiltinAttrs::read(Builtin::Cast, &attrs)
         {
             // A cast the graph already has serves later consumers wanting the same value in
             // the same type, as the pass's own casts do.
             pass.casts
-                .entry((args[0].clone(), *d))
+                .entry((args[0].clone(), d))
                 .or_insert_with(|| name.clone());
         }
         pass.nodes.push(Node {
@@ -271,7 +271,7 @@ impl Pass {
             name: name.clone(),
             op: self.cast_op.clone(),
             args: vec![value.to_string()],
-            attrs: Attrs::from([("dtype".to_string(), AttrValue::DType(dtype))]),
+            attrs: BuiltinAttrs::Cast { dtype }.to_attrs(),
         });
         self.types.insert(name.clone(), TensorType { dtype, shape });
         self.casts.insert((value.to_string(), dtype), name);

@@ -4,7 +4,7 @@
 //! indices instead of names. The e-graph is built from a `Dag`, extraction produces one, and
 //! the partitioner and the cost model read one, so they never look a name up in a map.
 
-use crate::attr::{AttrValue, Attrs};
+use crate::attr::Attrs;
 use crate::error::Result;
 use crate::graph::check::resolve_attrs;
 use crate::graph::{Graph, Input, Node, TensorType, check};
@@ -221,8 +221,10 @@ impl Dag {
                 outputs[k] = name_of(value);
                 continue;
             };
-            let mut attrs = Attrs::new();
-            attrs.insert("dtype".into(), AttrValue::DType(self.ty(value).dtype));
+            let attrs = crate::rules::BuiltinAttrs::Cast {
+                dtype: self.ty(value).dtype,
+            }
+            .to_attrs();
             nodes.push(Node {
                 name: outputs[k].clone(),
                 op: cast.name().to_string(),

@@ -6,7 +6,7 @@
 use crate::dag::Value;
 use crate::optimize::{Optimized, Report};
 use crate::partition::KernelKind;
-use crate::rules::Builtin;
+use crate::rules::{Builtin, BuiltinAttrs};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
@@ -352,12 +352,11 @@ pub fn to_dot(optimized: &Optimized) -> String {
         if node.op.is_literal() {
             // The const built-in shows its value; another literal op, its name.
             let what = match node.op.builtin() {
-                Some(Builtin::Const) => node
-                    .attrs
-                    .get("value")
-                    .and_then(|v| v.as_f64())
-                    .unwrap_or(f64::NAN)
-                    .to_string(),
+                Some(Builtin::Const) => match BuiltinAttrs::read(Builtin::Const, &node.attrs) {
+                    Ok(BuiltinAttrs::Const { value, .. }) => value,
+                    _ => f64::NAN,
+                }
+                .to_string(),
                 _ => node.op.name().to_string(),
             };
             let _ = writeln!(

@@ -12,7 +12,7 @@ pub mod ron_file;
 pub mod set;
 
 pub use amp::{AmpRules, Conditional, Policy, Treatment};
-pub use builtin::Builtin;
+pub use builtin::{Builtin, BuiltinAttr, BuiltinAttrs};
 pub use composite::{BodyArg, BodyAttr, Composite};
 pub use cost::{CostModel, Primitive, Profile, Reads, Reductions};
 pub use fusion::{FusionRules, Role, RowArithmetic};
