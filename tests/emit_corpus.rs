@@ -95,22 +95,28 @@ fn emit_corpus() {
             .unwrap()
             .to_string_lossy()
             .replace('/', "_");
-        write(&dir, &format!("{stem}.txt"), &emitted(&graph, &rules, &Options::default()));
+        write(
+            &dir,
+            &format!("{stem}.txt"),
+            &emitted(&graph, &rules, &Options::default()),
+        );
         for amp in ["f16", "bf16"] {
             let options = Options {
                 amp: Some(amp.into()),
                 ..Options::default()
             };
-            write(&dir, &format!("{stem}.{amp}.txt"), &emitted(&graph, &rules, &options));
+            write(
+                &dir,
+                &format!("{stem}.{amp}.txt"),
+                &emitted(&graph, &rules, &options),
+            );
         }
         graphs += 1;
     }
 
     let config = Config::default();
-    let mut runner = TestRunner::new_with_rng(
-        config,
-        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
-    );
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
     let dims = prop_oneof![
         Just((3usize, 4usize)),
         Just((1, 5)),
@@ -132,7 +138,10 @@ fn emit_corpus() {
     let mut attempts = 0;
     while random < RANDOM_GRAPHS {
         attempts += 1;
-        assert!(attempts < 20 * RANDOM_GRAPHS, "too few random graphs type-check");
+        assert!(
+            attempts < 20 * RANDOM_GRAPHS,
+            "too few random graphs type-check"
+        );
         let graph = if attempts % 2 == 0 {
             let (dims, inputs, steps) = floats.new_tree(&mut runner).unwrap().current();
             random_graph::build(&rules.ops, dims, &inputs, &steps)
