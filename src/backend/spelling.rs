@@ -16,6 +16,7 @@
 
 use crate::dtype::DType;
 use crate::formula::{BinOp, Func};
+use crate::lower::accumulate::Accumulator;
 use crate::lower::ir::{Instr, KernelIr, Prec, ValueId};
 
 /// The four arithmetic operators, which the backends spell differently.
@@ -66,6 +67,9 @@ pub(crate) trait Spelling {
     /// The index of the current point on domain axis `axis`, as the backend's loops name it
     /// (read by range loads and selects; the range bounds are the locals `rs{r}`, `re{r}`).
     fn coordinate(&self, ir: &KernelIr, axis: usize) -> String;
+
+    /// The value accumulator `acc` starts from ([`Accumulator::identity`]), at its precision.
+    fn identity(&self, acc: &Accumulator) -> String;
 
     /// The C type a value of precision `prec` is held in.
     fn value_type(&self, prec: Prec) -> &'static str {

@@ -630,6 +630,73 @@ struct ResultView {
     offset: i64,
 }
 
+/// A store's argument: the value written through (the output, or the concat written in
+/// place), its strides over the domain, its offset and its index-map stages (none).
+type StoreArg = (Value, Vec<i64>, i64, Vec<MapStage>);
+
+impl Builder<'_> {
+    /// The stores of the kernel's pointwise results: each of `outputs` not `reduced` (row
+    /// reductions' results through their `row_views`), then each of `segments` written in
+    /// place into its concat's buffer; their arguments, in store order.
+    fn store_results(
+        &mut self,
+        outputs: &[Value],
+        segments: &[SegmentWrite],
+        reduced: &[Value],
+        row_views: &HashMap<Value, (View, Vec<i64>)>,
+    ) -> Result<Vec<StoreArg>> {
+        let dag = self.dag;
+        let mut store_args: Vec<StoreArg> = Vec::new();
+        for &out in outputs {
+            if reduced.contains(&out) {
+                continue;
+            }
+            let (value, dtype) = match (self.values.get(&(out, 0)), out) {
+                (Some(&v), _) => v,
+                // A view or a concat written out (read by other kernels too): a copy folded into
+                // this one.
+                (None, Value::Node(v)) if self.members.contains(&v) => self.value(out, 0)?,
+                (None, _) => return Err(self.shape_error(out)),
+            };
+            let ty = dag.ty(out);
+            let (view, strides) = match row_views.get(&out) {
+                Some(row) => row.clone(),
+                None => match broadcast_view(dtype, &ty.shape, &self.domain) {
+                    Some(found) => found,
+                    None => return Err(self.shape_error(out)),
+                },
+            };
+            self.ir.stores.push(Store { value, view });
+            store_args.push((out, strides, 0, Vec::new()));
+        }
+        for s in segments {
+            let out = Value::Node(s.value);
+            if reduced.contains(&out) {
+                // Stored by its accumulator, through the concat's view (above).
+                continue;
+            }
+            let (value, dtype) = match self.values.get(&(out, 0)) {
+                Some(&v) => v,
+                None if self.members.contains(&s.value) => self.value(out, 0)?,
+                None => return Err(self.shape_error(out)),
+            };
+            let whole = &dag.nodes[s.concat].ty.shape;
+            let own = contiguous_strides(whole);
+            let part = &dag.ty(out).shape;
+            let fits = part.len() == whole.len() && s.axis < whole.len();
+            let Some((view, strides)) =
+                strided_view(dtype, part, &own, &self.domain).filter(|_| fits)
+            else {
+                return Err(self.shape_error(out));
+            };
+            self.ir.stores.push(Store { value, view });
+            let offset = s.start as i64 * own[s.axis];
+            store_args.push((Value::Node(s.concat), strides, offset, Vec::new()));
+        }
+        Ok(store_args)
+    }
+}
+
 /// Lowers the fused kernel made of `nodes` (topological order) over `domain`, writing
 /// `outputs`, and storing each of `segments` into its concat's buffer (a concat written in
 /// place: the store's view is the concat's strides from the segment's start on).
@@ -737,52 +804,7 @@ pub(super) fn lower_fused(
             ));
         }
     }
-    let mut store_args: Vec<(Value, Vec<i64>, i64, Vec<MapStage>)> = Vec::new();
-    for &out in outputs {
-        if reduced.contains(&out) {
-            continue;
-        }
-        let (value, dtype) = match (b.values.get(&(out, 0)), out) {
-            (Some(&v), _) => v,
-            // A view or a concat written out (read by other kernels too): a copy folded into
-            // this one.
-            (None, Value::Node(v)) if b.members.contains(&v) => b.value(out, 0)?,
-            (None, _) => return Err(b.shape_error(out)),
-        };
-        let ty = dag.ty(out);
-        let (view, strides) = match row_views.get(&out) {
-            Some(row) => row.clone(),
-            None => match broadcast_view(dtype, &ty.shape, &domain) {
-                Some(found) => found,
-                None => return Err(b.shape_error(out)),
-            },
-        };
-        b.ir.stores.push(Store { value, view });
-        store_args.push((out, strides, 0, Vec::new()));
-    }
-    for s in segments {
-        let out = Value::Node(s.value);
-        if reduced.contains(&out) {
-            // Stored by its accumulator, through the concat's view (above).
-            continue;
-        }
-        let (value, dtype) = match b.values.get(&(out, 0)) {
-            Some(&v) => v,
-            None if b.members.contains(&s.value) => b.value(out, 0)?,
-            None => return Err(b.shape_error(out)),
-        };
-        let whole = &dag.nodes[s.concat].ty.shape;
-        let own = contiguous_strides(whole);
-        let part = &dag.ty(out).shape;
-        let fits = part.len() == whole.len() && s.axis < whole.len();
-        let Some((view, strides)) = strided_view(dtype, part, &own, &domain).filter(|_| fits)
-        else {
-            return Err(b.shape_error(out));
-        };
-        b.ir.stores.push(Store { value, view });
-        let offset = s.start as i64 * own[s.axis];
-        store_args.push((Value::Node(s.concat), strides, offset, Vec::new()));
-    }
+    let store_args = b.store_results(outputs, segments, &reduced, &row_views)?;
     let mut args = Vec::new();
     let mut strides = Vec::new();
     let mut offsets = Vec::new();

@@ -311,6 +311,16 @@ pub struct RowKept {
     pub read_in: Vec<usize>,
 }
 
+/// What one buffer argument of a kernel is: load view `v`, store `k` or the output of
+/// reduction `r` ([`KernelIr::arg`]). Arguments are numbered loads first, then stores, then
+/// reduction outputs ([`KernelIr::views`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arg {
+    Load(usize),
+    Store(usize),
+    Reduction(usize),
+}
+
 /// One kernel, independent of sizes. Equal `KernelIr`s emit equal source.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelIr {
@@ -346,6 +356,45 @@ impl KernelIr {
             .iter()
             .chain(self.stores.iter().map(|s| &s.view))
             .chain(self.reductions.iter().map(|r| &r.view))
+    }
+
+    /// The argument index of store `k`: the stores follow the loads. Every emitter and the
+    /// launch code number arguments through this and [`KernelIr::reduction_arg`] alone, so
+    /// that a kernel's text and the arrays of its launch cannot disagree.
+    pub fn store_arg(&self, k: usize) -> usize {
+        self.loads.len() + k
+    }
+
+    /// The argument index of reduction `r`'s output: the reductions follow the stores.
+    pub fn reduction_arg(&self, r: usize) -> usize {
+        self.loads.len() + self.stores.len() + r
+    }
+
+    /// The arguments with an element at every domain point, loads then stores (the
+    /// reduction outputs, one element per kept point, follow them).
+    pub fn pointwise_args(&self) -> std::ops::Range<usize> {
+        0..self.loads.len() + self.stores.len()
+    }
+
+    /// What argument `arg` ([`KernelIr::views`] order) is, with its index among its kind.
+    pub fn arg(&self, arg: usize) -> Arg {
+        let (loads, stores) = (self.loads.len(), self.stores.len());
+        if arg < loads {
+            Arg::Load(arg)
+        } else if arg < loads + stores {
+            Arg::Store(arg - loads)
+        } else {
+            Arg::Reduction(arg - loads - stores)
+        }
+    }
+
+    /// The view of argument `arg` ([`KernelIr::views`] order).
+    pub fn view(&self, arg: usize) -> &View {
+        match self.arg(arg) {
+            Arg::Load(v) => &self.loads[v],
+            Arg::Store(k) => &self.stores[k].view,
+            Arg::Reduction(r) => &self.reductions[r].view,
+        }
     }
 
     /// The precision of SSA value `id`.
@@ -751,12 +800,20 @@ impl KernelIr {
     /// The values evaluating `reads` at an element needs (row reductions are constants of
     /// the row, read without their operands), in body order.
     pub fn row_needed(&self, reads: &[usize]) -> Vec<usize> {
+        self.row_needed_stopping(reads, &[])
+    }
+
+    /// [`KernelIr::row_needed`], also stopping at the values marked in `stop` (values a row
+    /// kernel's pass reads back from where an earlier pass kept them, [`KernelIr::row_kept`],
+    /// rather than computing them): they are needed, their operands not for their sake.
+    pub fn row_needed_stopping(&self, reads: &[usize], stop: &[bool]) -> Vec<usize> {
         let mut needed = vec![false; self.body.len()];
         for &x in reads {
             needed[x] = true;
         }
         for id in (0..self.body.len()).rev() {
-            if needed[id] && !matches!(self.body[id], Instr::RowReduce { .. }) {
+            let stops = stop.get(id) == Some(&true);
+            if needed[id] && !stops && !matches!(self.body[id], Instr::RowReduce { .. }) {
                 for x in self.body[id].operands() {
                     needed[x] = true;
                 }

@@ -10,10 +10,13 @@
 //! it are not: lowering the same graph at another batch size gives equal kernels, so a backend
 //! that caches compiled kernels by their IR compiles nothing new.
 
+pub mod accumulate;
+pub mod fold;
 mod fused;
 pub mod ir;
 mod layout;
 mod refine;
+pub mod row_plan;
 pub mod split;
 pub mod verify;
 pub mod view;

@@ -44,7 +44,7 @@ use crate::formula::Func;
 use crate::lower::ir::{Instr, KernelIr, Prec};
 use crate::lower::split::Split;
 use expr::C;
-use kernel::Kernel;
+use kernel::CKernelWriter;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 
@@ -66,11 +66,11 @@ pub const CHUNK: i64 = 2048;
 pub const PARALLEL_MIN: i64 = 32768;
 
 /// Rows walked together by a reduction kernel that reads its rows by a stride
-/// (`Kernel::row_tiles`): 16, so that the tile's rows of a transposed f32 view are the 16
+/// (`CKernelWriter::row_tiles`): 16, so that the tile's rows of a transposed f32 view are the 16
 /// floats of one 64-byte line.
 pub const TILE_ROWS: i64 = 16;
 
-/// Elements of each row a tile walks before the next row (`Kernel::row_tiles`): 256, so
+/// Elements of each row a tile walks before the next row (`CKernelWriter::row_tiles`): 256, so
 /// that each step of a transposed view's tile touches 256 lines, which stay in L2 for the
 /// tile's other rows, and 256 pages (well within a second-level TLB of over a thousand
 /// entries); [`TILE_COLUMNS_ALIASED`] where the stride would pack those lines into a few cache
@@ -78,7 +78,7 @@ pub const TILE_ROWS: i64 = 16;
 pub const TILE_COLUMNS: i64 = 256;
 
 /// Elements per step of a tile whose strided reads are a multiple of 4 KiB apart
-/// (`Kernel::tile_columns`): 16. Lines a multiple of 4 KiB apart share one L1 set (8 ways),
+/// (`CKernelWriter::tile_columns`): 16. Lines a multiple of 4 KiB apart share one L1 set (8 ways),
 /// and on 2 MiB pages (`runtime::buffer` asks for them) the low 21 bits of their physical
 /// addresses are the virtual ones, so a `[4096, 4096]` f32 read by columns (16 KiB apart) puts
 /// a step's lines into 4 of the 1,024 sets of a 1 MiB 16-way L2: 64 lines. A step of 256 then
@@ -90,7 +90,7 @@ pub const TILE_COLUMNS: i64 = 256;
 pub const TILE_COLUMNS_ALIASED: i64 = 16;
 
 /// How many rows ahead the column walk of a reducing kernel asks for the strip it will read
-/// (`kernel::Kernel::prefetch_rows_ahead`). 4 and 8 timed alike on `[6144, 1024]` column
+/// (`kernel::CKernelWriter::prefetch_rows_ahead`). 4 and 8 timed alike on `[6144, 1024]` column
 /// sums of `tanh`; 4 leaves fewer lines in flight past the walk's end.
 pub const COLUMN_PREFETCH_ROWS: i64 = 4;
 
@@ -147,20 +147,20 @@ fn emit_cut_kernel(ir: &KernelIr, name: &str, cut: Option<&Cut>) -> String {
         panic!("invalid kernel IR: {error}");
     }
     let Some(cut) = cut else {
-        return Kernel::new(ir).emit(name);
+        return CKernelWriter::new(ir).emit(name);
     };
-    let mut text = Kernel::new(ir).emit(&format!("{name}_c"));
+    let mut text = CKernelWriter::new(ir).emit(&format!("{name}_c"));
     text.push('\n');
     match cut {
         Cut::Segments(split) => {
             for (k, piece) in split.pieces.iter().enumerate() {
-                text.push_str(&Kernel::new(piece).emit(&format!("{name}_s{k}")));
+                text.push_str(&CKernelWriter::new(piece).emit(&format!("{name}_s{k}")));
                 text.push('\n');
             }
             text.push_str(&split::wrapper(ir, split, name));
         }
         Cut::Nest(split) => {
-            text.push_str(&Kernel::in_nest(ir, split).emit(&format!("{name}_n")));
+            text.push_str(&CKernelWriter::in_nest(ir, split).emit(&format!("{name}_n")));
             text.push('\n');
             text.push_str(&split::nest_wrapper(ir, split, name));
         }

@@ -470,66 +470,11 @@ pub fn param_layout(ir: &KernelIr) -> ParamLayout {
     }
 }
 
-/// Sizes of `launch` with outer axes folded into the innermost one, innermost first, while
-/// every view is contiguous across the fold (or the outer axis has size 1), exactly as the CPU
-/// emitter folds in its kernels. The kernel is compiled for stride patterns, not sizes, so a
-/// `[N, 1]` or `[N, 8]` domain of contiguous tensors may arrive; folded, it runs as one long
-/// row: fewer coordinate divisions per element, and rows long enough for the vector path.
-/// Strides and offsets are unchanged (a folded axis has size 1, so its coordinate is 0).
-/// A row kernel is never folded: its innermost axis is the row its reductions run over, and
-/// folding would merge rows.
+/// Sizes of `launch` with outer axes folded into the innermost one by the rule of
+/// [`crate::lower::fold`], the one the C kernels spell in their preamble: the host folds once
+/// per launch, when it writes the parameter block, rather than every thread doing it.
 pub fn fold(ir: &KernelIr, launch: &Launch) -> Vec<i64> {
-    let mut n = launch.sizes.clone();
-    // Ranges are indices along one axis: folding would change what the coordinates mean.
-    if ir.rank < 2
-        || n.len() != ir.rank
-        || n.iter().any(|&s| s <= 0)
-        || ir.is_row_kernel()
-        || ir.has_ranges()
-    {
-        return n;
-    }
-    let inner = ir.rank - 1;
-    for d in (0..inner).rev() {
-        if n[d] != 1 && !foldable(ir, launch, &n, d) {
-            break;
-        }
-        n[inner] *= n[d];
-        n[d] = 1;
-    }
-    n
-}
-
-/// Whether outer axis `d` folds into the (already folded) innermost axis of sizes `n`: every
-/// view's stride on `d` equals its stride on the inner axis times the inner size, and no
-/// reduction mixes a reduced with a kept axis. Decided on patterns first (a `Broadcast` axis
-/// against a moving one never folds, which keeps "stores broadcast along an axis are written
-/// where its index is 0" intact) and on run-time strides only between moving axes.
-fn foldable(ir: &KernelIr, launch: &Launch, n: &[i64], d: usize) -> bool {
-    let inner = n.len() - 1;
-    let first_reduction = ir.loads.len() + ir.stores.len();
-    for (arg, view) in ir.views().enumerate() {
-        if arg >= first_reduction {
-            let red = &ir.reductions[arg - first_reduction];
-            if red.reduced[d] != red.reduced[inner] {
-                return false;
-            }
-            if red.reduced[d] {
-                continue;
-            }
-        }
-        let stride = |axis: usize| stride_of(launch, arg, axis);
-        let ok = match (view.axes[d], view.axes[inner]) {
-            (Axis::Broadcast, Axis::Broadcast) => true,
-            (Axis::Broadcast, _) | (_, Axis::Broadcast) => false,
-            (_, Axis::Unit) => stride(d) == n[inner],
-            (_, _) => i128::from(stride(d)) == i128::from(stride(inner)) * i128::from(n[inner]),
-        };
-        if !ok {
-            return false;
-        }
-    }
-    true
+    crate::lower::fold::folded_sizes(ir, launch)
 }
 
 /// The run-time stride of argument `arg` on `axis` (0 when the launch lacks it).

@@ -65,11 +65,12 @@ mod rows;
 use super::abi;
 use crate::backend::cache::hex;
 use crate::backend::spelling::{Spelling, map_stage_positions};
-use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, View};
+use crate::lower::accumulate::Accumulator;
+use crate::lower::ir::{Arg, Axis, Instr, KernelIr, Prec, ReduceKind, View};
 use crate::lower::split::Split;
 use crate::lower::verify::IrError;
 use code::Code;
-use expr::{Cuda, identity};
+use expr::Cuda;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 
@@ -138,7 +139,7 @@ fn emit_kernel(ir: &KernelIr, name: &str, options: &EmitOptions) -> String {
             Err(error) => panic!("invalid kernel IR: {error}"),
         }
     }
-    Kernel::new(ir, name, options.deterministic).emit()
+    CudaKernelWriter::new(ir, name, options.deterministic).emit()
 }
 
 /// Where an element of a view is read or written in the current loop.
@@ -156,7 +157,7 @@ enum Lane {
 /// coordinates; `v{id}` SSA values; `y{k}` a vector of elements to store (store `k`);
 /// `a{r}` an accumulator (reduction `r`). The parameter block is `p`, with fields `p{a}`
 /// (argument pointers), `q{r}` (scratch), `n`, `s`, `o`, `vec`, `lanes`, `split`.
-struct Kernel<'a> {
+struct CudaKernelWriter<'a> {
     ir: &'a KernelIr,
     name: &'a str,
     deterministic: bool,
@@ -171,9 +172,9 @@ struct Kernel<'a> {
     split: Option<Split>,
 }
 
-impl<'a> Kernel<'a> {
-    fn new(ir: &'a KernelIr, name: &'a str, deterministic: bool) -> Kernel<'a> {
-        Kernel {
+impl<'a> CudaKernelWriter<'a> {
+    fn new(ir: &'a KernelIr, name: &'a str, deterministic: bool) -> CudaKernelWriter<'a> {
+        CudaKernelWriter {
             ir,
             name,
             deterministic,
@@ -187,26 +188,6 @@ impl<'a> Kernel<'a> {
                 crate::lower::split::split_guarded(ir)
             },
         }
-    }
-
-    fn view(&self, arg: usize) -> &View {
-        let loads = self.ir.loads.len();
-        let stores = self.ir.stores.len();
-        if arg < loads {
-            &self.ir.loads[arg]
-        } else if arg < loads + stores {
-            &self.ir.stores[arg - loads].view
-        } else {
-            &self.ir.reductions[arg - loads - stores].view
-        }
-    }
-
-    fn store_arg(&self, k: usize) -> usize {
-        self.ir.loads.len() + k
-    }
-
-    fn reduction_arg(&self, r: usize) -> usize {
-        self.ir.loads.len() + self.ir.stores.len() + r
     }
 
     fn emit(&self) -> String {
@@ -272,17 +253,17 @@ impl<'a> Kernel<'a> {
         }
         out.push('\n');
         for (arg, view) in ir.views().enumerate() {
-            let role = if arg < ir.loads.len() {
-                "load".to_string()
-            } else if arg < self.reduction_arg(0) {
-                "store".to_string()
-            } else {
-                let red = &ir.reductions[arg - self.reduction_arg(0)];
-                let axes: Vec<String> = (0..self.rank)
-                    .filter(|&d| red.reduced[d])
-                    .map(|d| d.to_string())
-                    .collect();
-                format!("{:?} over axes {{{}}} to", red.kind, axes.join(", ")).to_lowercase()
+            let role = match ir.arg(arg) {
+                Arg::Load(_) => "load".to_string(),
+                Arg::Store(_) => "store".to_string(),
+                Arg::Reduction(r) => {
+                    let red = &ir.reductions[r];
+                    let axes: Vec<String> = (0..self.rank)
+                        .filter(|&d| red.reduced[d])
+                        .map(|d| d.to_string())
+                        .collect();
+                    format!("{:?} over axes {{{}}} to", red.kind, axes.join(", ")).to_lowercase()
+                }
             };
             out.push_str(&format!("   p{arg}: {role} {}\n", pattern(view)));
         }
@@ -296,7 +277,11 @@ impl<'a> Kernel<'a> {
         let args = ir.arg_count();
         let mut out = format!("struct {}_params {{\n", self.name);
         for (arg, view) in ir.views().enumerate() {
-            let constness = if arg < ir.loads.len() { "const " } else { "" };
+            let constness = if matches!(ir.arg(arg), Arg::Load(_)) {
+                "const "
+            } else {
+                ""
+            };
             out.push_str(&format!(
                 "    {constness}{} *p{arg};\n",
                 Cuda.storage_type(view.dtype)
@@ -333,7 +318,7 @@ impl<'a> Kernel<'a> {
         self.entries(out, part, body, "FBC_BLOCK");
     }
 
-    /// [`Kernel::function`] with the entry points' `__launch_bounds__` arguments `bounds`.
+    /// [`CudaKernelWriter::function`] with the entry points' `__launch_bounds__` arguments `bounds`.
     fn entries(&self, out: &mut String, part: &str, body: &Code, bounds: &str) {
         let name = self.name;
         let params = format!("{name}_params");
@@ -392,7 +377,7 @@ impl<'a> Kernel<'a> {
     /// rounded once per thread.
     fn map_arguments(&self, code: &mut Code, arg: usize) {
         let first = self.ir.arg_count() * self.rank;
-        for (k, &r) in self.view(arg).stages.iter().enumerate() {
+        for (k, &r) in self.ir.view(arg).stages.iter().enumerate() {
             let w = self.ir.map_word(arg, k) - first;
             code.def(
                 format!("c{arg}_{k}"),
@@ -462,7 +447,7 @@ impl<'a> Kernel<'a> {
 
     /// `coord * stride` of argument `arg` on axis `d`, or `None` if it does not move there.
     fn term(&self, arg: usize, d: usize, coord: &str) -> Option<String> {
-        match self.view(arg).axes[d] {
+        match self.ir.view(arg).axes[d] {
             Axis::Broadcast => None,
             Axis::Unit => Some(coord.to_string()),
             Axis::Strided => Some(format!("{coord} * s{arg}_{d}")),
@@ -472,7 +457,7 @@ impl<'a> Kernel<'a> {
     /// `b{a}`: the element index of argument `a` at the current point (the first lane's, in
     /// the vector loop), for every load and store.
     fn bases(&self, code: &mut Code) {
-        for arg in 0..self.ir.loads.len() + self.ir.stores.len() {
+        for arg in self.ir.pointwise_args() {
             let index = self.index(arg, &(0..self.rank).collect::<Vec<_>>());
             code.def(format!("b{arg}"), format!("const I b{arg} = {index};"));
         }
@@ -483,7 +468,7 @@ impl<'a> Kernel<'a> {
         self.index_at(arg, axes, |d| format!("i{d}"))
     }
 
-    /// `o{a} + Σ coord(d) · stride` over `axes`: [`Kernel::index`] at other coordinates.
+    /// `o{a} + Σ coord(d) · stride` over `axes`: [`CudaKernelWriter::index`] at other coordinates.
     fn index_at(&self, arg: usize, axes: &[usize], coord: impl Fn(usize) -> String) -> String {
         let mut index = format!("o{arg}");
         for &d in axes {
@@ -496,7 +481,7 @@ impl<'a> Kernel<'a> {
 
     /// The stored element of argument `arg` read or written at the current point.
     fn element(&self, arg: usize, lane: Lane) -> String {
-        match (lane, self.view(arg).axes[self.inner]) {
+        match (lane, self.ir.view(arg).axes[self.inner]) {
             (Lane::Vector, Axis::Unit) => format!("x{arg}[l]"),
             _ => format!("p.p{arg}[{}]", self.lane_index(arg, lane)),
         }
@@ -506,7 +491,7 @@ impl<'a> Kernel<'a> {
     /// when it is not a vector register's lane.
     fn lane_index(&self, arg: usize, lane: Lane) -> String {
         let inner = self.inner;
-        match (lane, self.view(arg).axes[inner]) {
+        match (lane, self.ir.view(arg).axes[inner]) {
             (Lane::Vector, Axis::Strided) => format!("b{arg} + (I)l * s{arg}_{inner}"),
             _ => format!("b{arg}"),
         }
@@ -566,7 +551,7 @@ impl<'a> Kernel<'a> {
     /// innermost axis go to `y{k}[l]`, written out after the loop by [`Self::vector_stores`].
     fn stores(&self, code: &mut Code, lane: Lane) {
         for (k, store) in self.ir.stores.iter().enumerate() {
-            let arg = self.store_arg(k);
+            let arg = self.ir.store_arg(k);
             let value = Cuda.store(store.view.dtype, &format!("v{}", store.value));
             if lane == Lane::Vector && store.view.axes[self.inner] == Axis::Unit {
                 code.def(format!("y{k}"), format!("y{k}[l] = {value};"));
@@ -586,7 +571,7 @@ impl<'a> Kernel<'a> {
             if store.view.axes[self.inner] != Axis::Unit {
                 continue;
             }
-            let arg = self.store_arg(k);
+            let arg = self.ir.store_arg(k);
             let write = format!("fbc_vstore(p.p{arg} + b{arg}, y{k});");
             match self.store_condition(k, Lane::Vector) {
                 Some(cond) => code.stmt(format!("if ({cond}) {write}")),
@@ -669,13 +654,13 @@ impl<'a> Kernel<'a> {
         });
     }
 
-    /// The comparison chain of [`Kernel::pieces`], with `body` writing each piece's branch
+    /// The comparison chain of [`CudaKernelWriter::pieces`], with `body` writing each piece's branch
     /// (given the piece as a kernel of its own).
     fn branch_per_piece(
         &self,
         code: &mut Code,
         split: &Split,
-        mut body: impl FnMut(&Kernel, &mut Code),
+        mut body: impl FnMut(&CudaKernelWriter, &mut Code),
     ) {
         let c = format!("i{}", split.axis);
         let last = split.pieces.len() - 1;
@@ -686,7 +671,7 @@ impl<'a> Kernel<'a> {
                 k if k == last => "else".to_string(),
                 k => format!("else if ({c} < re{})", split.ranges[k]),
             };
-            let inner = Kernel::new(piece, self.name, self.deterministic);
+            let inner = CudaKernelWriter::new(piece, self.name, self.deterministic);
             let mut branch = Code::new();
             body(&inner, &mut branch);
             code.open(header);
@@ -695,7 +680,7 @@ impl<'a> Kernel<'a> {
         }
     }
 
-    /// The reducing form of [`Kernel::pieces`]: the point's piece computes the values group
+    /// The reducing form of [`CudaKernelWriter::pieces`]: the point's piece computes the values group
     /// `g` reduces (and, in group 0's pass, stores the piece's pointwise results) and hands
     /// them out of its branch in variables `w{r}`, whose names it returns in the group's order.
     /// An output reduced along the select's axis gathers points of several pieces
@@ -736,23 +721,24 @@ impl<'a> Kernel<'a> {
         self.ir.reductions[self.groups[g][0]].reduced[self.inner]
     }
 
-    fn is_max(&self, r: usize) -> bool {
-        self.ir.reductions[r].kind == ReduceKind::Max
+    /// Reduction `r`'s accumulator, as the lowering decides it for every backend.
+    fn acc(&self, r: usize) -> Accumulator {
+        Accumulator::of_reduction(&self.ir.reductions[r])
     }
 
-    /// Whether reduction `r` has an integer output, and so accumulates exact integers in
-    /// `long long` (wrapping) instead of `double`.
+    fn is_max(&self, r: usize) -> bool {
+        self.acc(r).is_max()
+    }
+
+    /// Whether reduction `r` accumulates exact integers in `long long` (wrapping) instead
+    /// of `double`.
     fn is_int(&self, r: usize) -> bool {
-        Prec::of(self.ir.reductions[r].view.dtype) == Prec::I64
+        self.acc(r).is_integer()
     }
 
     /// The C type of reduction `r`'s accumulators.
     fn acc_type(&self, r: usize) -> &'static str {
-        if self.is_int(r) {
-            "long long"
-        } else {
-            "double"
-        }
+        Cuda.value_type(self.acc(r).prec)
     }
 
     /// The pass of reduction group `g`: items (output `k`, piece `sp`), each walked by
@@ -808,7 +794,7 @@ impl<'a> Kernel<'a> {
                 format!(
                     "{} a{r} = {};",
                     self.acc_type(r),
-                    identity(self.is_max(r), self.is_int(r))
+                    Cuda.identity(&self.acc(r))
                 ),
             );
         }
@@ -882,7 +868,7 @@ impl<'a> Kernel<'a> {
             for &r in group {
                 code.stmt(format!(
                     "for (U k = first; k < outputs{g}; k += step) p.q{r}[k] = {};",
-                    identity(self.is_max(r), self.is_int(r))
+                    Cuda.identity(&self.acc(r))
                 ));
             }
         }
@@ -912,7 +898,7 @@ impl<'a> Kernel<'a> {
             );
             for &r in group {
                 let red = &self.ir.reductions[r];
-                let arg = self.reduction_arg(r);
+                let arg = self.ir.reduction_arg(r);
                 code.open(format!("for (U k = first; k < outputs{g}; k += step)"));
                 self.decompose(&mut code, "(I)k", &kept, "rem");
                 if self.deterministic {
@@ -923,11 +909,7 @@ impl<'a> Kernel<'a> {
                     };
                     code.def(
                         "a",
-                        format!(
-                            "{} a = {};",
-                            self.acc_type(r),
-                            identity(self.is_max(r), self.is_int(r))
-                        ),
+                        format!("{} a = {};", self.acc_type(r), Cuda.identity(&self.acc(r))),
                     );
                     code.def(
                         "a",
@@ -941,7 +923,7 @@ impl<'a> Kernel<'a> {
                 if red.kind == ReduceKind::Mean {
                     code.def("a", format!("a = __ddiv_rn(a, (double)count{g});"));
                 }
-                let held = if self.is_int(r) { Prec::I64 } else { Prec::F64 };
+                let held = self.acc(r).result_prec();
                 let value = Cuda.store(red.view.dtype, &Cuda.round(held, red.view.dtype, "a"));
                 code.stmt(format!("p.p{arg}[{}] = {value};", self.index(arg, &kept)));
                 code.close();

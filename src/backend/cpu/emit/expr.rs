@@ -9,6 +9,7 @@
 use crate::backend::spelling::{Arith, Spelling, libm_name};
 use crate::dtype::DType;
 use crate::formula::{BinOp, Func};
+use crate::lower::accumulate::{Accumulator, Identity};
 use crate::lower::ir::{Instr, KernelIr, Prec, ValueId};
 
 /// The C spelling.
@@ -42,6 +43,17 @@ impl Spelling for C {
 
     fn f64_to_bool(&self, x: &str) -> String {
         format!("(({x} != 0.0) ? 1.0 : 0.0)")
+    }
+
+    fn identity(&self, acc: &Accumulator) -> String {
+        match acc.identity() {
+            Identity::Float(0.0) => "0.0".to_string(),
+            Identity::Float(f64::NEG_INFINITY) => "-INFINITY".to_string(),
+            Identity::Float(value) => self.literal(value, acc.prec),
+            Identity::Int(0) => "0".to_string(),
+            Identity::Int(i64::MIN) => "INT64_MIN".to_string(),
+            Identity::Int(value) => self.int_literal(value),
+        }
     }
 
     fn nan(&self, prec: Prec) -> String {

@@ -3,7 +3,7 @@
 //! ([`LoopStatement`]).
 //!
 //! It is a plan only: which loop computes each value and which values cross loops. The
-//! kernel emitter writes the loops from it (`Kernel::loops`), so the split changes the
+//! kernel emitter writes the loops from it (`CKernelWriter::loops`), so the split changes the
 //! schedule of the work, never the operations or their order per element, and the results
 //! are the same bits with one loop or several.
 

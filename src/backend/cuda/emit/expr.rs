@@ -5,6 +5,7 @@
 use crate::backend::spelling::{Arith, Spelling, libm_name};
 use crate::dtype::DType;
 use crate::formula::Func;
+use crate::lower::accumulate::{Accumulator, Identity};
 use crate::lower::ir::{KernelIr, Prec, ValueId};
 
 /// The CUDA spelling.
@@ -42,6 +43,16 @@ impl Spelling for Cuda {
     }
 
     /// The default quiet NaN, through its bits: NVRTC has no `<math.h>` macros.
+    fn identity(&self, acc: &Accumulator) -> String {
+        match acc.identity() {
+            // A maximum held in `float` starts from an f32 literal; every other float
+            // accumulator is a `double`.
+            Identity::Float(value) if acc.prec == Prec::F32 => self.literal(value, Prec::F32),
+            Identity::Float(value) => self.literal(value, Prec::F64),
+            Identity::Int(value) => self.int_literal(value),
+        }
+    }
+
     fn nan(&self, prec: Prec) -> String {
         match prec {
             Prec::F32 => "__int_as_float(0x7fc00000)".to_string(),
@@ -87,16 +98,5 @@ impl Spelling for Cuda {
             (Func::Sqrt, Prec::F64) => "__dsqrt_rn".into(),
             _ => libm_name(func, prec),
         }
-    }
-}
-
-/// The identity of a reduction's accumulation: an f64 literal, or for an integer reduction
-/// (`integer`) a `long long` one.
-pub(super) fn identity(max: bool, integer: bool) -> String {
-    match (max, integer) {
-        (true, false) => Cuda.literal(f64::NEG_INFINITY, Prec::F64),
-        (false, false) => Cuda.literal(0.0, Prec::F64),
-        (true, true) => Cuda.int_literal(i64::MIN),
-        (false, true) => Cuda.int_literal(0),
     }
 }

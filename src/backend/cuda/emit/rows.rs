@@ -65,7 +65,7 @@
 //! piece's passes: only the segment's operand is evaluated, and its loads are plain loads,
 //! cached like any other. The branch is the same for the whole block, so the barriers stay
 //! uniform. Each view read within a range takes its row base at the row's coordinate
-//! clamped into the range ([`Kernel::row_bases`]), so no read leaves its operand's rows even
+//! clamped into the range ([`CudaKernelWriter::row_bases`]), so no read leaves its operand's rows even
 //! where a launch leaves rows outside every range. The host plans the launch for the whole
 //! kernel, whose cached loads include every piece's: each piece's row cache fits its shared
 //! memory, and its views are the kernel's, aligned as the host checked.
@@ -120,10 +120,11 @@
 //! within the stated bound; maxima, integer sums and every pointwise value are exact.
 
 use super::code::Code;
-use super::expr::{Cuda, identity};
-use super::{Kernel, Lane, abi};
+use super::expr::Cuda;
+use super::{CudaKernelWriter, Lane, abi};
 use crate::backend::spelling::Spelling;
-use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, RowArithmetic};
+use crate::lower::accumulate::{Accumulator, F32_PARTIAL_TERMS};
+use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind};
 use abi::RowPath;
 
 /// What the path's entry point of the kernel does, for a reader of the `.cu` file.
@@ -139,7 +140,7 @@ fn comment(path: RowPath) -> &'static str {
 /// Elements of a row one thread adds into one f32 partial sum before the partial joins the
 /// thread's f64 total: the "up to 16 values per partial sum in f32" of the IR's precision
 /// contract ([`crate::lower::ir`], "Precision of row kernels"), which bounds the error.
-const SUM_CHUNK: usize = 16;
+const SUM_CHUNK: usize = F32_PARTIAL_TERMS;
 // The register paths hold at most this many elements per thread: one partial each.
 const _: () = assert!(abi::ROW_MAX_SLOTS <= SUM_CHUNK);
 
@@ -177,44 +178,27 @@ struct PassLoop<'a> {
     first_reader: &'a [Option<usize>],
 }
 
-impl Kernel<'_> {
-    /// Row reduction `id`'s kind and whether it accumulates integers, or `None` for any
-    /// other instruction.
-    fn row_reduce(&self, id: usize) -> Option<(ReduceKind, bool)> {
-        match self.ir.body[id] {
-            Instr::RowReduce { kind, x, .. } => Some((kind, self.ir.prec(x) == Prec::I64)),
-            _ => None,
-        }
+impl CudaKernelWriter<'_> {
+    /// Row reduction `id`'s accumulator, or `None` for any other instruction.
+    fn row_acc(&self, id: usize) -> Option<Accumulator> {
+        Accumulator::of_row_reduce(self.ir, id)
     }
 
-    /// Whether row reduction `id` is a maximum of f32 values, which each thread accumulates
-    /// in `float` (`m{id}`, with `fbc_maxf`) and widens once for the block's combination: a
-    /// maximum is exact in either precision, with the same NaN and signed-zero rules, and this
-    /// saves a conversion to `double` per element (a slow instruction on GPUs).
+    /// Whether row reduction `id` is a maximum held in `float` (`m{id}`, with `fbc_maxf`),
+    /// widened once for the block's combination ([`Accumulator::prec`]): a conversion to
+    /// `double` per element is a slow instruction on GPUs.
     fn float_max(&self, id: usize) -> bool {
-        match self.ir.body[id] {
-            Instr::RowReduce { kind, x, .. } => {
-                kind == ReduceKind::Max && self.ir.prec(x) == Prec::F32
-            }
-            _ => false,
-        }
+        self.row_acc(id)
+            .is_some_and(|acc| acc.is_max() && acc.prec == Prec::F32)
     }
 
-    /// Whether row reduction `id` is a sum or mean of f32 values, which each thread adds in
-    /// f32 partials of at most [`SUM_CHUNK`] elements (`f{id}`) joined in its f64 total
-    /// `a{id}`: the first freedom of the IR's "Precision of row kernels", taken only under
-    /// `RowArithmetic::Relaxed` (under `Exact` every element is added in `double`). An f32
-    /// addition per element instead of a conversion and an f64 addition, which run at a
-    /// fraction of the f32 rate on GPUs.
+    /// Whether row reduction `id` is a sum or mean of f32 values that each thread adds in f32
+    /// partials of at most [`SUM_CHUNK`] elements (`f{id}`) joined in its f64 total `a{id}`
+    /// ([`Accumulator::f32_partials`]; under `RowArithmetic::Exact` every element is added in
+    /// `double`). An f32 addition per element instead of a conversion and an f64 addition,
+    /// which run at a fraction of the f32 rate on GPUs.
     fn relaxed_sum(&self, id: usize) -> bool {
-        match self.ir.body[id] {
-            Instr::RowReduce { kind, x, .. } => {
-                matches!(kind, ReduceKind::Sum | ReduceKind::Mean)
-                    && self.ir.prec(x) == Prec::F32
-                    && self.ir.row_arithmetic == RowArithmetic::Relaxed
-            }
-            _ => false,
-        }
+        self.row_acc(id).is_some_and(|acc| acc.f32_partials)
     }
 
     /// The body of a row kernel's entry point for `path` (see the module documentation).
@@ -277,7 +261,7 @@ impl Kernel<'_> {
     /// read, cached ones included, stays in bounds.
     fn row_bases(&self, code: &mut Code, outer: &[usize]) {
         let ranged = self.ir.range_views();
-        for arg in 0..self.ir.loads.len() + self.ir.stores.len() {
+        for arg in self.ir.pointwise_args() {
             let index = self.index_at(arg, outer, |d| match ranged.get(arg).copied().flatten() {
                 Some((axis, r)) if axis == d => {
                     format!("(i{d} < rs{r} ? rs{r} : i{d} < re{r} ? i{d} : re{r} - 1)")
@@ -365,57 +349,42 @@ impl Kernel<'_> {
     fn row_passes(&self, code: &mut Code, path: RowPath) {
         let ir: &KernelIr = self.ir;
         let inner = self.inner;
-        let passes = ir.passes();
-        let levels = ir.levels();
-        let per_row = |k: usize| ir.stores[k].view.axes[inner] == Axis::Broadcast;
+        let plan = ir.row_plan();
         let cached = abi::row_cached(ir);
         let kept = self.row_places(path, &cached);
         let first_reader = self.row_first_readers();
-        let divisors = ir.row_constant_divisors();
         match path {
             RowPath::Registers | RowPath::RegistersVector => self.row_fill(code, path, &cached),
             RowPath::Shared => self.row_shared(code, &cached),
             RowPath::Reread => {}
         }
-        for pass in 0..passes {
-            let last = pass + 1 == passes;
-            let reducing: Vec<usize> = (0..ir.body.len())
-                .filter(|&id| levels[id] == pass + 1 && self.row_reduce(id).is_some())
-                .collect();
-            let looped: Vec<usize> = if last {
-                (0..ir.stores.len()).filter(|&k| !per_row(k)).collect()
-            } else {
-                Vec::new()
-            };
-            for &id in &reducing {
-                let Some((kind, int)) = self.row_reduce(id) else {
+        for step in &plan.passes {
+            let (pass, reducing, looped) = (step.index, &step.reducing, &step.looped);
+            for &id in reducing {
+                let Some(acc) = self.row_acc(id) else {
                     continue;
                 };
-                if self.float_max(id) {
-                    let start = Cuda.literal(f64::NEG_INFINITY, Prec::F32);
-                    code.def(format!("m{id}"), format!("float m{id} = {start};"));
-                    continue;
-                }
-                let ty = if int { "long long" } else { "double" };
-                let start = identity(kind == ReduceKind::Max, int);
-                code.def(format!("a{id}"), format!("{ty} a{id} = {start};"));
+                let (ty, start) = (Cuda.value_type(acc.prec), Cuda.identity(&acc));
+                let name = if self.float_max(id) { "m" } else { "a" };
+                code.def(format!("{name}{id}"), format!("{ty} {name}{id} = {start};"));
             }
             if !reducing.is_empty() || !looped.is_empty() {
                 let pass_loop = PassLoop {
                     pass,
                     path,
-                    reducing: &reducing,
-                    looped: &looped,
+                    reducing,
+                    looped,
                     cached: &cached,
                     kept: &kept,
                     first_reader: &first_reader,
                 };
                 self.row_pass_loop(code, &pass_loop);
             }
-            for &id in &reducing {
-                let Some((kind, int)) = self.row_reduce(id) else {
+            for &id in reducing {
+                let Some(acc) = self.row_acc(id) else {
                     continue;
                 };
+                let (kind, int) = (acc.kind, acc.is_integer());
                 let Instr::RowReduce { dtype, .. } = ir.body[id] else {
                     continue;
                 };
@@ -439,7 +408,7 @@ impl Kernel<'_> {
                         format!("a{id} = __ddiv_rn(a{id}, (double)n{inner});"),
                     );
                 }
-                let held = if int { Prec::I64 } else { Prec::F64 };
+                let held = acc.result_prec();
                 code.def(
                     format!("r{id}"),
                     format!(
@@ -450,16 +419,12 @@ impl Kernel<'_> {
                 );
             }
             // Divisors now known: their reciprocals, once per row.
-            for (id, divisor) in divisors.iter().enumerate() {
-                if let Some(b) = *divisor
-                    && levels[b] == pass + 1
-                {
-                    self.row_reciprocal(code, id, b);
-                }
+            for &(id, b) in &step.reciprocals {
+                self.row_reciprocal(code, id, b);
             }
         }
         // One element per row: from the row's results, at inner index 0, by one thread.
-        let rows: Vec<usize> = (0..ir.stores.len()).filter(|&k| per_row(k)).collect();
+        let rows = plan.per_row;
         if !rows.is_empty() {
             let mut body = Code::new();
             self.element_bases(&mut body, false);
@@ -625,7 +590,7 @@ impl Kernel<'_> {
     }
 
     /// One pass's loop over the thread's elements: values, accumulation, and in the last pass
-    /// the stores. A pass with relaxed sums ([`Kernel::relaxed_sum`]) adds each chunk of at
+    /// the stores. A pass with relaxed sums ([`CudaKernelWriter::relaxed_sum`]) adds each chunk of at
     /// most [`SUM_CHUNK`] of the thread's elements into f32 partials (on the register paths
     /// the thread's slots are one chunk; the other paths walk the row in chunks), then joins
     /// each partial to its f64 total; a partial that is not finite is thrown away and its
@@ -667,7 +632,7 @@ impl Kernel<'_> {
     }
 
     /// The loop over the thread's elements of one pass on its path (of one chunk when
-    /// `chunked`), each element's body written by [`Kernel::row_element`].
+    /// `chunked`), each element's body written by [`CudaKernelWriter::row_element`].
     fn row_element_loop(&self, code: &mut Code, pl: &PassLoop, acc: Acc, chunked: bool) {
         let ir = self.ir;
         let inner = self.inner;
@@ -731,7 +696,7 @@ impl Kernel<'_> {
                 group.splice(&body);
                 group.close();
                 for &k in &vector_stores {
-                    let arg = self.store_arg(k);
+                    let arg = self.ir.store_arg(k);
                     let write = format!("fbc_vstore(p.p{arg} + rb{arg} + j0, y{k});");
                     if (0..inner).any(|d| ir.stores[k].view.axes[d] == Axis::Broadcast) {
                         group.stmt(format!("if (ok{k}) {write}"));
@@ -928,7 +893,7 @@ impl Kernel<'_> {
     fn row_accumulate(&self, code: &mut Code, reducing: &[usize], acc: Acc) {
         let ir = self.ir;
         for &id in reducing {
-            let Some((kind, _)) = self.row_reduce(id) else {
+            let Some(Accumulator { kind, .. }) = self.row_acc(id) else {
                 continue;
             };
             let Instr::RowReduce { x, .. } = ir.body[id] else {
@@ -967,7 +932,7 @@ impl Kernel<'_> {
     /// when `moving` (in the element loops; at inner index 0 otherwise).
     fn element_bases(&self, code: &mut Code, moving: bool) {
         let inner = self.inner;
-        for arg in 0..self.ir.loads.len() + self.ir.stores.len() {
+        for arg in self.ir.pointwise_args() {
             let term = if moving {
                 self.term(arg, inner, &format!("i{inner}"))
             } else {
@@ -985,7 +950,7 @@ impl Kernel<'_> {
     /// outer axis.
     fn row_store(&self, code: &mut Code, k: usize) {
         let store = &self.ir.stores[k];
-        let arg = self.store_arg(k);
+        let arg = self.ir.store_arg(k);
         let value = Cuda.store(store.view.dtype, &format!("v{}", store.value));
         let write = format!("{} = {value};", self.element(arg, Lane::Scalar));
         let outer_broadcast = (0..self.inner).any(|d| store.view.axes[d] == Axis::Broadcast);

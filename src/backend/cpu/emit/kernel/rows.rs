@@ -36,7 +36,7 @@
 //!   with the bound stated there; the scalar loop still adds in f64.
 //! - **One division per row.** An f32 division by a row constant derived from row reductions
 //!   (softmax's `e / s`) is a multiplication by the reciprocal, computed once per row where it
-//!   is a normal float ([`Kernel::reciprocals`]), the other freedom: a multiplication instead
+//!   is a normal float ([`KernelIr::row_constant_divisors`]), the other freedom: a multiplication instead
 //!   of a division per element, in the vector and the scalar loops alike.
 //!
 //! Both freedoms are taken only under `RowArithmetic::Relaxed` (fusion.ron's
@@ -50,23 +50,28 @@
 //!   (while a row of those inputs fits in [`ROW_SCRATCH_BYTES`], so that it stays in cache
 //!   beside the current one). A lagged last pass (below) writes large launches with streaming
 //!   stores ([`vector`]'s `fbv_store`): the output lines are written whole, without first
-//!   being read. A last pass in place stores normally (see `Kernel::destinations`).
+//!   being read. A last pass in place stores normally (see `CKernelWriter::destinations`).
 //! - **Concats along the rows.** A row kernel reading a concat along its rows
 //!   ([`KernelIr::selects_along_rows`]) evaluates every operand at each element and selects,
 //!   in the scalar loops through clamped loads; in the vector loops a vector lying inside one
-//!   segment takes a step with that segment's operand alone ([`Kernel::segment_steps`]).
+//!   segment takes a step with that segment's operand alone ([`CKernelWriter::segment_steps`]).
 //! - **Stores under the arithmetic.** Where the last pass only stores what the scratch row and
 //!   the row constants give it (softmax), it runs one row late, inside the next row's second
 //!   pass ([`Lag`]), so that the output's memory traffic overlaps the `exp`s instead of
 //!   following them. A pass that only takes maxima keeps [`MAX_CHAINS`] accumulators.
 
-use super::{Kernel, Out};
+use super::{CKernelWriter, Out};
 use crate::backend::cpu::emit::expr::C;
 use crate::backend::cpu::emit::expr::only_added_to_constants;
 use crate::backend::cpu::emit::vector;
 use crate::backend::spelling::Spelling;
 use crate::formula::Func;
+use crate::lower::accumulate::{Accumulator, F32_PARTIAL_TERMS, RECIPROCAL_EXPONENTS};
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, RowArithmetic, RowKept};
+use crate::lower::row_plan::RowPass;
+
+mod avx512;
+mod lag;
 
 /// The most bytes of carried values one row may need for the kernel to carry them (see the
 /// module documentation): 512 KiB, a quarter of this machine's 2 MiB L2 per core, so that the
@@ -83,25 +88,11 @@ pub const MAX_CHAINS: usize = 4;
 /// documentation): 16 vectors, so each lane adds 16 values in f32 before the block's lanes
 /// join the row's f64 total. The f32 part of the error bound grows with this (15 roundings of
 /// at most 2⁻²⁴ each), the cost of the f64 conversions shrinks with it.
-pub const SUM_BLOCK: usize = 256;
-
-/// What one pass over a row does.
-struct Pass {
-    /// Its index, from 0.
-    index: usize,
-    /// Whether it is the last pass, which stores.
-    last: bool,
-    /// The `RowReduce`s it accumulates.
-    reducing: Vec<usize>,
-    /// The stores it writes (those with one element per inner index).
-    looped: Vec<usize>,
-    /// The values it must evaluate at each element: the reduced ones and the stored ones.
-    reads: Vec<usize>,
-}
+pub const SUM_BLOCK: usize = F32_PARTIAL_TERMS * vector::LANES;
 
 /// The loop over one row in one pass, once the row scratch question is settled.
 struct Loop<'p> {
-    pass: &'p Pass,
+    pass: &'p RowPass,
     /// Values evaluated at each element, in order.
     needed: Vec<usize>,
     /// Values read back from the row scratch instead of evaluated.
@@ -123,7 +114,7 @@ struct Loop<'p> {
 /// it reads), so no row reads what a pending row has yet to write.
 struct Lag {
     /// The last pass.
-    pass: Pass,
+    pass: RowPass,
     /// The carried values and their saving passes.
     carried: Vec<RowKept>,
     /// The C type and name of each row-dependent name the last pass reads: its row
@@ -143,162 +134,11 @@ struct Lag {
     shared: bool,
 }
 
-impl Kernel<'_> {
-    /// The [`Lag`] of this kernel, if its last pass can run one row late: the kernel runs
-    /// vector loops, carries values in a row scratch, has at least two passes, and its last
-    /// pass stores every element, reduces nothing and needs no load (only carried values, row
-    /// constants and literals).
-    fn lag(&self, carried: &[RowKept]) -> Option<Lag> {
-        let ir = self.ir;
-        let passes = ir.passes();
-        if !self.vector || carried.is_empty() || passes < 2 {
-            return None;
-        }
-        let pass = self.plan(passes - 1);
-        if !pass.reducing.is_empty() || pass.looped.is_empty() {
-            return None;
-        }
-        // The pending row is stored by the steps of the pass before the last, which must
-        // have a loop to run them in.
-        if self.plan(passes - 2).reads.is_empty() {
-            return None;
-        }
-        let lp = self.pass_loop(&pass, carried, true);
-        // (A select along the rows names its element from the row's start, which a pending
-        // row stored after the thread's rows does not have: such a last pass does not lag.)
-        let loads = lp.needed.iter().any(|&id| {
-            !lp.stop[id]
-                && matches!(
-                    ir.body[id],
-                    Instr::Load { .. } | Instr::RangeLoad { .. } | Instr::Select { .. }
-                )
-        });
-        if loads {
-            return None;
-        }
-        let reciprocals = self.reciprocals();
-        let mut names = Vec::new();
-        for &id in &lp.needed {
-            if let Instr::RowReduce { dtype, .. } = ir.body[id] {
-                names.push((C.value_type(Prec::of(dtype)), format!("r{id}")));
-            }
-            if reciprocals[id].is_some() {
-                names.push(("float", format!("rc{id}")));
-                names.push(("int", format!("rk{id}")));
-            }
-        }
-        for &k in &pass.looped {
-            names.push(("int64_t", format!("b{}", self.store_arg(k))));
-            if self.outer_guard(k).is_some() {
-                names.push(("int", format!("ok{k}")));
-            }
-        }
-        drop(lp);
-        Some(Lag {
-            pass,
-            carried: carried.to_vec(),
-            names,
-            shared: carried
-                .iter()
-                .filter(|k| k.read_in.contains(&(passes - 1)))
-                .all(|k| k.saved_in + 2 == passes),
-        })
-    }
-
-    /// The pending row's names in a new scope: its row constants, bases and guards, and its
-    /// scratch row `pc{id}` as `c{id}`.
-    fn rebind(&self, out: &mut Out, lag: &Lag) {
-        for (ty, name) in &lag.names {
-            out.line(format!("const {ty} {name} = l_{name};"));
-        }
-        for id in lag.carried.iter().map(|k| k.value) {
-            out.line(format!("const {} *c{id} = pc{id};", self.value_type(id)));
-        }
-    }
-
-    /// The last pass's place in a lagging row with a scratch row: the row becomes the pending
-    /// one, and the thread's next row takes the other scratch row.
-    fn hand_over(&self, out: &mut Out, lag: &Lag) {
-        for (_, name) in &lag.names {
-            out.line(format!("l_{name} = {name};"));
-        }
-        out.line("#if defined(FB_AVX512)");
-        out.open("");
-        self.destinations(out, &lag.pass.looped, true);
-        out.line("l_st = st;");
-        out.close();
-        out.line("#endif");
-        out.line("pend = 1;");
-        if lag.shared {
-            return;
-        }
-        for id in lag.carried.iter().map(|k| k.value) {
-            let ty = self.value_type(id);
-            out.line(format!(
-                "{{ {ty} *t = c{id}; c{id} = pc{id}; pc{id} = t; }}"
-            ));
-        }
-    }
-
-    /// Inside a vector loop at `j`: the pending row's vector at `j`, if there is one.
-    fn flush_step(&self, out: &mut Out, flush: Option<&Lag>) {
-        let Some(lag) = flush else { return };
-        out.open("if (pend)");
-        self.flush_vector(out, lag);
-        out.close();
-    }
-
-    /// The last pass's vector step at `j` for the pending row.
-    fn flush_vector(&self, out: &mut Out, lag: &Lag) {
-        self.rebind(out, lag);
-        for &k in &lag.pass.looped {
-            let arg = self.store_arg(k);
-            out.line(format!(
-                "{} *d{k} = p{arg} + b{arg};",
-                C.storage_type(self.ir.stores[k].view.dtype)
-            ));
-        }
-        out.line("const int st = l_st;");
-        let lp = self.pass_loop(&lag.pass, &lag.carried, true);
-        self.vector_step(out, &lp, &[], 0);
-    }
-
-    /// The pending row's elements from `jv` to its end (all of them without AVX-512), then
-    /// the fence of its streaming stores.
-    fn flush_tail(&self, out: &mut Out, lag: &Lag) {
-        out.open("");
-        self.rebind(out, lag);
-        let lp = self.pass_loop(&lag.pass, &lag.carried, true);
-        self.scalar_loop(out, &lp, "jv");
-        out.close();
-        out.line("#if defined(FB_AVX512)");
-        out.line("if (l_st) _mm_sfence();");
-        out.line("#endif");
-    }
-
-    /// After a thread's rows: its last pending row, whole.
-    fn flush_last(&self, out: &mut Out, lag: &Lag) {
-        out.open("if (pend)");
-        out.line("const int64_t len = inner;");
-        out.line("#if defined(FB_AVX512)");
-        out.line(format!("const int64_t jv = len - len % {};", vector::LANES));
-        out.open(format!(
-            "for (int64_t j = 0; j < jv; j += {})",
-            vector::LANES
-        ));
-        self.flush_vector(out, lag);
-        out.close();
-        out.line("#else");
-        out.line("const int64_t jv = 0;");
-        out.line("#endif");
-        self.flush_tail(out, lag);
-        out.close();
-    }
-
+impl CKernelWriter<'_> {
     /// A row kernel: rows over threads, one loop per pass over each row (see the module
     /// documentation).
     pub(super) fn row_kernel(&self, out: &mut Out) {
-        let carried = self.carried();
+        let carried = self.ir.row_kept();
         let carrying = !carried.is_empty();
         let lag = self.lag(&carried);
         // A lagging kernel's threads keep two scratch rows, unless they share one.
@@ -380,7 +220,7 @@ impl Kernel<'_> {
             // pointwise loops' chunks: a row is one chunk starting at 0.
             out.line("const int64_t j0 = 0;");
         }
-        for arg in 0..ir.loads.len() + ir.stores.len() {
+        for arg in ir.pointwise_args() {
             out.line(format!("const int64_t b{arg} = {};", self.row_base(arg)));
         }
         // A store broadcast along an outer axis is written from the rows at index 0 there.
@@ -401,13 +241,13 @@ impl Kernel<'_> {
             self.pass(out, pass, carried, lag);
         }
         // One element per row: from the row's results, at inner index 0.
-        let rows: Vec<usize> = (0..ir.stores.len()).filter(|&k| self.per_row(k)).collect();
+        let rows = ir.row_plan().per_row;
         if !rows.is_empty() {
             out.open("");
             out.line("const int64_t j = 0;");
             out.line("(void)j;");
             let reads: Vec<usize> = rows.iter().map(|&k| ir.stores[k].value).collect();
-            for id in self.needed(&reads) {
+            for id in self.ir.row_needed(&reads) {
                 out.line(&self.body[id]);
             }
             for &k in &rows {
@@ -415,11 +255,6 @@ impl Kernel<'_> {
             }
             out.close();
         }
-    }
-
-    /// Whether store `k` has one element per row (it is broadcast along the inner axis).
-    fn per_row(&self, k: usize) -> bool {
-        self.ir.stores[k].view.axes[self.inner] == Axis::Broadcast
     }
 
     /// The condition under which this row writes store `k`, when the store is broadcast along
@@ -435,7 +270,7 @@ impl Kernel<'_> {
     /// The scalar statement writing store `k` at the current `j`.
     fn store_line(&self, k: usize) -> String {
         let store = &self.ir.stores[k];
-        let arg = self.store_arg(k);
+        let arg = self.ir.store_arg(k);
         let value = C.store(store.view.dtype, &format!("v{}", store.value));
         let write = format!("{} = {value};", self.element(arg));
         match self.outer_guard(k) {
@@ -494,34 +329,9 @@ impl Kernel<'_> {
         }
     }
 
-    /// What pass `index` over a row reduces, stores and must evaluate.
-    fn plan(&self, index: usize) -> Pass {
-        let ir = self.ir;
-        let levels = ir.levels();
-        let last = index + 1 == ir.passes();
-        let reducing: Vec<usize> = (0..ir.body.len())
-            .filter(|&id| levels[id] == index + 1 && matches!(ir.body[id], Instr::RowReduce { .. }))
-            .collect();
-        let looped: Vec<usize> = if last {
-            (0..ir.stores.len()).filter(|&k| !self.per_row(k)).collect()
-        } else {
-            Vec::new()
-        };
-        let mut reads: Vec<usize> = reducing
-            .iter()
-            .filter_map(|&id| match ir.body[id] {
-                Instr::RowReduce { x, .. } => Some(x),
-                _ => None,
-            })
-            .collect();
-        reads.extend(looped.iter().map(|&k| ir.stores[k].value));
-        Pass {
-            index,
-            last,
-            reducing,
-            looped,
-            reads,
-        }
+    /// Pass `index` of the row plan ([`KernelIr::row_plan`]).
+    fn plan(&self, index: usize) -> RowPass {
+        self.ir.row_plan().passes.swap_remove(index)
     }
 
     /// Pass `index` over the row: declares the accumulators of the reductions it feeds, runs
@@ -534,20 +344,21 @@ impl Kernel<'_> {
         let pass = self.plan(index);
         let last = pass.last;
         for &id in &pass.reducing {
-            let Instr::RowReduce { kind, x, .. } = ir.body[id] else {
+            let Some(acc) = Accumulator::of_row_reduce(ir, id) else {
                 continue;
             };
-            match (kind, ir.prec(x) == Prec::I64) {
-                (ReduceKind::Max, true) => out.line(format!("int64_t m{id} = INT64_MIN;")),
+            let (ty, start) = (C.value_type(acc.prec), C.identity(&acc));
+            match (acc.is_max(), acc.is_integer()) {
+                (true, true) => out.line(format!("{ty} m{id} = {start};")),
                 // Unsigned, so that the simd partial sums wrap instead of overflowing.
-                (_, true) => out.line(format!("uint64_t s{id} = 0;")),
-                (ReduceKind::Max, false) => {
-                    // The maximum of floats is one of them: f32 values compare exactly in
-                    // `float`, at twice the lanes of `double`.
-                    out.line(format!("{} m{id} = -INFINITY;", C.value_type(ir.prec(x))));
+                (false, true) => out.line(format!("uint64_t s{id} = {start};")),
+                (true, false) => {
+                    // A float maximum is held at its operand's precision (`float` for f32,
+                    // at twice the lanes of `double`), with NaN recorded on the side.
+                    out.line(format!("{ty} m{id} = {start};"));
                     out.line(format!("int nan{id} = 0;"));
                 }
-                (_, false) => out.line(format!("double s{id} = 0.0;")),
+                (false, false) => out.line(format!("{ty} s{id} = {start};")),
             }
         }
         // With a lag, this pass stores the pending row as it goes.
@@ -573,19 +384,18 @@ impl Kernel<'_> {
             }
         }
         for &id in &pass.reducing {
-            let Instr::RowReduce { kind, x, dtype } = ir.body[id] else {
+            let (Some(acc), Instr::RowReduce { dtype, .. }) =
+                (Accumulator::of_row_reduce(ir, id), &ir.body[id])
+            else {
                 continue;
             };
-            let integer = ir.prec(x) == Prec::I64;
-            let (held, a) = match (kind, integer) {
-                (ReduceKind::Max, true) => (Prec::I64, format!("m{id}")),
-                (_, true) => (Prec::I64, format!("(int64_t)s{id}")),
-                (ReduceKind::Max, false) => (
-                    Prec::F64,
-                    format!("(nan{id} ? (double)NAN : (double)m{id})"),
-                ),
-                (ReduceKind::Mean, false) => (Prec::F64, format!("(s{id} / (double)len)")),
-                (ReduceKind::Sum, false) => (Prec::F64, format!("s{id}")),
+            let (held, dtype) = (acc.result_prec(), *dtype);
+            let a = match (acc.kind, acc.is_integer()) {
+                (ReduceKind::Max, true) => format!("m{id}"),
+                (_, true) => format!("(int64_t)s{id}"),
+                (ReduceKind::Max, false) => format!("(nan{id} ? (double)NAN : (double)m{id})"),
+                (ReduceKind::Mean, false) => format!("(s{id} / (double)len)"),
+                (ReduceKind::Sum, false) => format!("s{id}"),
             };
             out.line(format!(
                 "const {} r{id} = {};",
@@ -593,50 +403,36 @@ impl Kernel<'_> {
                 C.round(held, dtype, &a)
             ));
         }
-        self.row_reciprocals(out, index + 1);
+        self.row_reciprocals(out, &pass.reciprocals);
     }
 
-    /// For each division by a row constant whose divisor becomes known once the reductions of
-    /// `level` are (see [`Kernel::reciprocals`]): the divisor's reciprocal `rc{id}`, computed
+    /// For each division by a row constant whose divisor a pass has just made known
+    /// (`reciprocals`, [`RowPass::reciprocals`]): the divisor's reciprocal `rc{id}`, computed
     /// once per row, and `rk{id}`, whether multiplying by it stays within the stated bound
     /// (the divisor's magnitude is in [2⁻¹²⁶, 2¹²⁶], so that the reciprocal is a normal
     /// float; a zero, subnormal, huge, infinite or NaN divisor divides instead).
-    fn row_reciprocals(&self, out: &mut Out, level: usize) {
-        let levels = self.ir.levels();
-        for (id, divisor) in self.reciprocals().into_iter().enumerate() {
-            let Some(b) = divisor else { continue };
-            if levels[b] != level {
-                continue;
-            }
+    fn row_reciprocals(&self, out: &mut Out, reciprocals: &[(usize, usize)]) {
+        for &(id, b) in reciprocals {
             out.line(format!("float rc{id} = 1.0f;"));
             out.line(format!("int rk{id} = 0;"));
             out.open("");
-            for x in self.needed(&[b]) {
+            for x in self.ir.row_needed(&[b]) {
                 out.line(&self.body[x]);
             }
+            let (lo, hi) = RECIPROCAL_EXPONENTS;
             out.line(format!(
-                "rk{id} = fabsf(v{b}) >= 0x1p-126f && fabsf(v{b}) <= 0x1p126f;"
+                "rk{id} = fabsf(v{b}) >= 0x1p{lo}f && fabsf(v{b}) <= 0x1p{hi}f;"
             ));
             out.line(format!("rc{id} = 1.0f / v{b};"));
             out.close();
         }
     }
 
-    /// Per value, the divisor `b` when the value is an f32 division by a row constant that
-    /// the kernel multiplies by the row's reciprocal instead ([`KernelIr::row_constant_divisors`],
-    /// shared with the CUDA row kernels; none under `RowArithmetic::Exact`): a division costs
-    /// about five times a multiplication here.
-    ///
-    /// [`KernelIr::row_constant_divisors`]: crate::lower::ir::KernelIr::row_constant_divisors
-    pub(super) fn reciprocals(&self) -> Vec<Option<usize>> {
-        self.ir.row_constant_divisors()
-    }
-
     /// Rewrites the scalar statement of each division by a row constant (see
-    /// [`Kernel::reciprocals`]) into a multiplication by the row's `rc{id}` where `rk{id}`
+    /// [`KernelIr::row_constant_divisors`]) into a multiplication by the row's `rc{id}` where `rk{id}`
     /// allows it, and a division where it does not.
     pub(in crate::backend::cpu::emit) fn multiply_by_reciprocals(&mut self) {
-        for (id, divisor) in self.reciprocals().into_iter().enumerate() {
+        for (id, divisor) in self.ir.row_constant_divisors().into_iter().enumerate() {
             if let (Some(b), Instr::Binary { a, .. }) = (divisor, &self.ir.body[id]) {
                 self.body[id] =
                     format!("const float v{id} = rk{id} ? (v{a} * rc{id}) : (v{a} / v{b});");
@@ -650,7 +446,7 @@ impl Kernel<'_> {
     fn pass_loops(
         &self,
         out: &mut Out,
-        pass: &Pass,
+        pass: &RowPass,
         carried: &[RowKept],
         scratch: bool,
         flush: Option<&Lag>,
@@ -674,7 +470,7 @@ impl Kernel<'_> {
     /// The loop of `pass` once the row scratch question is settled: with `scratch`, the pass
     /// saves the carried values it is the saving pass of, and the last pass reads carried
     /// values back.
-    fn pass_loop<'p>(&self, pass: &'p Pass, carried: &[RowKept], scratch: bool) -> Loop<'p> {
+    fn pass_loop<'p>(&self, pass: &'p RowPass, carried: &[RowKept], scratch: bool) -> Loop<'p> {
         let ir = self.ir;
         let saves: Vec<usize> = carried
             .iter()
@@ -690,7 +486,7 @@ impl Kernel<'_> {
         }
         let mut reads = pass.reads.clone();
         reads.extend(&saves);
-        let needed = self.needed_stopping(&reads, &stop);
+        let needed = self.ir.row_needed_stopping(&reads, &stop);
         Loop {
             pass,
             needed,
@@ -750,363 +546,6 @@ impl Kernel<'_> {
         }
         out.close();
     }
-
-    /// The AVX-512 loop of one pass over the row's whole vectors, inside
-    /// `#if defined(FB_AVX512)`: the same values as the scalar loop, lane for lane; reductions
-    /// in vector accumulators merged into the scalar ones after the loop, which the scalar
-    /// loop then continues. A pass with float sums walks the row in blocks of [`SUM_BLOCK`]
-    /// elements: each sum adds its vectors in an f32 accumulator `vf{id}`, whose lanes join
-    /// the f64 accumulators `vs{id}`/`vt{id}` at the block's end; a block whose f32 sums are
-    /// not all finite (an overflow, or an Inf or NaN among the values) is summed again in f64,
-    /// so that a row whose f64 sum is finite never reads an overflowed block. A pass that only
-    /// takes maxima keeps [`MAX_CHAINS`] accumulators per maximum. With `flush`, each vector
-    /// step first stores the same vector of the pending row (see [`Lag`]).
-    fn vector_loop(&self, out: &mut Out, lp: &Loop, flush: Option<&Lag>) {
-        let ir = self.ir;
-        let (reducing, looped) = (&lp.pass.reducing, &lp.pass.looped);
-        let all_sums: Vec<usize> = reducing
-            .iter()
-            .copied()
-            .filter(|&id| matches!(ir.body[id], Instr::RowReduce { kind, .. } if kind != ReduceKind::Max))
-            .collect();
-        // Exact arithmetic adds every vector into the f64 accumulators as it comes, with no
-        // f32 blocks.
-        let (sums, f64_sums) = match ir.row_arithmetic {
-            RowArithmetic::Relaxed => (all_sums.clone(), Vec::new()),
-            RowArithmetic::Exact => (Vec::new(), all_sums.clone()),
-        };
-        // Only maxima, nothing stored or saved: the loop is the maxima's dependency chains.
-        let chains =
-            if all_sums.is_empty() && looped.is_empty() && lp.saves.is_empty() && flush.is_none() {
-                MAX_CHAINS
-            } else {
-                1
-            };
-        out.line("#if defined(FB_AVX512)");
-        out.open("");
-        for &id in reducing {
-            let Instr::RowReduce { kind, .. } = ir.body[id] else {
-                continue;
-            };
-            if kind == ReduceKind::Max {
-                for c in 0..chains {
-                    out.line(format!(
-                        "__m512 {} = _mm512_set1_ps(-INFINITY);",
-                        chain(id, c)
-                    ));
-                }
-                out.line(format!("__mmask16 vn{id} = 0;"));
-            } else {
-                out.line(format!("__m512d vs{id} = _mm512_setzero_pd();"));
-                out.line(format!("__m512d vt{id} = _mm512_setzero_pd();"));
-            }
-        }
-        // A pass storing in place (not lagged) writes its row all at once after the row's
-        // arithmetic: see `destinations`.
-        self.destinations(out, looped, false);
-        if chains > 1 {
-            let step = chains * vector::LANES;
-            out.line("int64_t j = 0;");
-            out.open(format!("for (; j + {step} <= jv; j += {step})"));
-            out.line("const int64_t j0 = j;");
-            for c in 0..chains {
-                out.open("");
-                out.line(format!("const int64_t j = j0 + {};", c * vector::LANES));
-                self.prefetch(out, lp, flush);
-                self.vector_step(out, lp, &f64_sums, c);
-                out.close();
-            }
-            out.close();
-            out.open(format!("for (; j < jv; j += {})", vector::LANES));
-            self.prefetch(out, lp, flush);
-            self.vector_step(out, lp, &f64_sums, 0);
-            out.close();
-            for &id in reducing {
-                let joined = (1..chains).fold(chain(id, 0), |acc, c| {
-                    format!("_mm512_max_ps({}, {acc})", chain(id, c))
-                });
-                out.line(format!("{} = {joined};", chain(id, 0)));
-            }
-        } else if !sums.is_empty() {
-            out.open(format!("for (int64_t jb = 0; jb < jv; jb += {SUM_BLOCK})"));
-            out.line(format!(
-                "const int64_t je = jv - jb > {SUM_BLOCK} ? jb + {SUM_BLOCK} : jv;"
-            ));
-            for &id in &sums {
-                out.line(format!("__m512 vf{id} = _mm512_setzero_ps();"));
-            }
-            self.vector_steps(out, lp, flush, &f64_sums, "jb; j < je");
-            // x - x is 0 exactly for finite x, NaN for ±Inf and NaN.
-            let finite: Vec<String> = sums
-                .iter()
-                .map(|id| {
-                    format!(
-                        "_mm512_cmp_ps_mask(_mm512_sub_ps(vf{id}, vf{id}), \
-                         _mm512_setzero_ps(), _CMP_EQ_OQ)"
-                    )
-                })
-                .collect();
-            out.open(format!("if (({}) == 0xFFFF)", finite.join(" & ")));
-            for &id in &sums {
-                widen_into(out, id, &format!("vf{id}"));
-            }
-            out.close();
-            out.open("else");
-            out.open(format!(
-                "for (int64_t j = jb; j < je; j += {})",
-                vector::LANES
-            ));
-            self.vector_values(out, lp, None);
-            for &id in &sums {
-                let Instr::RowReduce { x, .. } = ir.body[id] else {
-                    continue;
-                };
-                widen_into(out, id, &format!("v{x}"));
-            }
-            out.close();
-            out.close();
-            out.close();
-        } else {
-            self.vector_steps(out, lp, flush, &f64_sums, "0; j < jv");
-        }
-        for &id in reducing {
-            let Instr::RowReduce { kind, .. } = ir.body[id] else {
-                continue;
-            };
-            if kind == ReduceKind::Max {
-                out.line(format!("m{id} = _mm512_reduce_max_ps(vm{id});"));
-                out.line(format!("nan{id} = vn{id} != 0;"));
-            } else {
-                out.line(format!(
-                    "s{id} = _mm512_reduce_add_pd(_mm512_add_pd(vs{id}, vt{id}));"
-                ));
-            }
-        }
-        if !looped.is_empty() {
-            // Streaming stores are weakly ordered: fence them before the row is done (and
-            // before the team's closing barrier publishes the results).
-            out.line("if (st) _mm_sfence();");
-        }
-        out.close();
-        out.line("#endif");
-    }
-
-    /// The loop of vector steps `for (int64_t j = {range}; j += 16)` (range: start and
-    /// condition), each prefetching, storing the pending row's vector (with `flush`) and
-    /// taking its own step.
-    fn vector_steps(
-        &self,
-        out: &mut Out,
-        lp: &Loop,
-        flush: Option<&Lag>,
-        f64_sums: &[usize],
-        range: &str,
-    ) {
-        out.open(format!("for (int64_t j = {range}; j += {})", vector::LANES));
-        self.prefetch(out, lp, flush);
-        self.flush_step(out, flush);
-        self.vector_step(out, lp, f64_sums, 0);
-        out.close();
-    }
-
-    /// `d{k}`, the row's first element of each looped store `k`, and `st`, whether the row's
-    /// stores stream. Only a lagged last pass (`lagged`) streams: its stores are spread over
-    /// the next row's arithmetic. A last pass in place stores its whole row in one burst, and
-    /// there streaming stores stall the thread while the write-combining buffers drain instead
-    /// of leaving the lines to be written back in the background; on the two-core Xeon
-    /// layernorm took 12–22% less time with ordinary stores at every shape tried (`[8192, 1024]`,
-    /// `[2048, 4096]`, `[65536, 256]`, `[32768, 1024]`, `benches/row_kernel_harness.c`),
-    /// although they read each output line first.
-    fn destinations(&self, out: &mut Out, looped: &[usize], lagged: bool) {
-        for &k in looped {
-            let arg = self.store_arg(k);
-            out.line(format!(
-                "{} *d{k} = p{arg} + b{arg};",
-                C.storage_type(self.ir.stores[k].view.dtype)
-            ));
-        }
-        if !looped.is_empty() {
-            let stream = if lagged {
-                vector::stream_condition(looped)
-            } else {
-                "0".to_string()
-            };
-            out.line(format!("const int st = {stream};"));
-        }
-    }
-
-    /// The prefetch of the next row's vector at `j` of every moving load, in the pass that
-    /// does most of the row's arithmetic: the second (index 1), or the one storing a lagging
-    /// row. Into L2 rather than L1: L1 holds this row and the scratch rows (see [`Lag`]).
-    fn prefetch(&self, out: &mut Out, lp: &Loop, flush: Option<&Lag>) {
-        if lp.pass.index != 1 && flush.is_none() {
-            return;
-        }
-        for a in self.moving_loads() {
-            out.line(format!(
-                "_mm_prefetch((const char *)&p{a}[b{a} + nb{a} + j], _MM_HINT_T1);"
-            ));
-        }
-    }
-
-    /// One vector step of a pass at lanes `j .. j + 16`: its values, the carried values it
-    /// saves, its reductions (maxima into chain `c`) and its stores.
-    ///
-    /// In a row kernel reading a concat along its rows, a vector lying wholly inside one
-    /// operand's segment takes a step of its own for that segment ([`Kernel::segment_steps`]).
-    fn vector_step(&self, out: &mut Out, lp: &Loop, f64_sums: &[usize], c: usize) {
-        let segments = self.segment_steps(lp);
-        if segments.is_empty() {
-            return self.vector_step_in(out, lp, f64_sums, c, None);
-        }
-        for (k, condition) in segments.iter().enumerate() {
-            let keyword = if k == 0 { "if" } else { "else if" };
-            out.open(format!("{keyword} ({condition})"));
-            self.vector_step_in(out, lp, f64_sums, c, Some(k));
-            out.close();
-        }
-        out.open("else");
-        self.vector_step_in(out, lp, f64_sums, c, None);
-        out.close();
-    }
-
-    /// For a loop reading a concat along the rows, where every select picks by the same
-    /// ranges: per case `k`, the condition under which the vector at `j` lies wholly where
-    /// the selects pick case `k` (past the end of every earlier case's range) and inside case
-    /// `k`'s own range. Such a vector's step reads the case's operand with plain loads and
-    /// evaluates nothing of the other operands (the compiler drops their dead statements),
-    /// as a per-segment loop would; only the few vectors straddling two segments take the
-    /// masked step. On the two-core Xeon this made the softmax of two concatenated
-    /// `[.., 512]` operands 1.34× faster with its rows in cache (0.764 against 1.024 ns per
-    /// element, one thread; plain softmax there: 0.745) and 1.14× from memory. Empty for
-    /// other loops.
-    fn segment_steps(&self, lp: &Loop) -> Vec<String> {
-        let ir = self.ir;
-        let Some(ranges) = ir.row_select_ranges() else {
-            return Vec::new();
-        };
-        let selects = lp
-            .needed
-            .iter()
-            .any(|&id| !lp.stop[id] && matches!(ir.body[id], Instr::Select { .. }));
-        if !selects {
-            return Vec::new();
-        }
-        (0..ranges.len())
-            .map(|k| {
-                let r = ranges[k];
-                let mut parts = vec![
-                    format!("j >= rs{r}"),
-                    format!("j + {} <= re{r}", vector::LANES),
-                ];
-                parts.extend(ranges[..k].iter().map(|e| format!("j >= re{e}")));
-                parts.join(" && ")
-            })
-            .collect()
-    }
-
-    /// [`Kernel::vector_step`] for the vectors of `segment` (see [`Kernel::segment_steps`]),
-    /// or any vector (`None`).
-    fn vector_step_in(
-        &self,
-        out: &mut Out,
-        lp: &Loop,
-        f64_sums: &[usize],
-        c: usize,
-        segment: Option<usize>,
-    ) {
-        let ir = self.ir;
-        self.vector_values(out, lp, segment);
-        for &id in &lp.saves {
-            out.line(vector::carried_store(id));
-        }
-        for &id in &lp.pass.reducing {
-            let Instr::RowReduce { kind, x, .. } = ir.body[id] else {
-                continue;
-            };
-            if kind == ReduceKind::Max {
-                // `v > m ? v : m` per lane, as the scalar loop: a NaN lane keeps m and is
-                // recorded in the mask.
-                let m = chain(id, c);
-                out.line(format!("{m} = _mm512_max_ps(v{x}, {m});"));
-                out.line(format!(
-                    "vn{id} |= _mm512_cmp_ps_mask(v{x}, v{x}, _CMP_UNORD_Q);"
-                ));
-            } else if f64_sums.contains(&id) {
-                widen_into(out, id, &format!("v{x}"));
-            } else {
-                out.line(format!("vf{id} = _mm512_add_ps(vf{id}, v{x});"));
-            }
-        }
-        for &k in &lp.pass.looped {
-            // A value read back from the row scratch is stored as read: a rounding's operand
-            // is computed only where the rounding is.
-            let store = vector::store(ir, k, !lp.stop[ir.stores[k].value]);
-            out.line(match self.outer_guard(k) {
-                Some(_) => format!("if (ok{k}) {store}"),
-                None => store,
-            });
-        }
-    }
-
-    /// The vector statements of one loop's values at lanes `j .. j + 16`: carried values read
-    /// back, row reductions broadcast, divisions by a row constant multiplied by its
-    /// reciprocal where the row allows it, the rest as [`vector::statement`] writes them.
-    fn vector_values(&self, out: &mut Out, lp: &Loop, segment: Option<usize>) {
-        let in_segment = segment.and_then(|k| Some((k, self.ir.row_select_ranges()?)));
-        let ir = self.ir;
-        let live = vector::live(ir);
-        let reciprocals = self.reciprocals();
-        let exps = row_exps(ir);
-        for &id in lp.needed.iter().filter(|&&id| live[id]) {
-            let within =
-                in_segment.and_then(|(k, ranges)| vector::segment_statement(ir, id, ranges, k));
-            out.line(if lp.stop[id] {
-                vector::carried_load(id)
-            } else if let Some(statement) = within {
-                statement
-            } else if matches!(ir.body[id], Instr::RowReduce { .. }) {
-                format!("const __m512 v{id} = _mm512_set1_ps(r{id});")
-            } else if let (true, Instr::Call { args, .. }) = (exps[id], &ir.body[id]) {
-                format!("const __m512 v{id} = fbv_expf_row(v{});", args[0])
-            } else if let (Some(b), Instr::Binary { a, .. }) = (reciprocals[id], &ir.body[id]) {
-                format!(
-                    "const __m512 v{id} = rk{id} ? _mm512_mul_ps(v{a}, _mm512_set1_ps(rc{id})) \
-                     : _mm512_div_ps(v{a}, v{b});"
-                )
-            } else {
-                vector::statement(ir, id)
-            });
-        }
-    }
-
-    /// The values later passes read back from the row scratch, with the pass that saves each
-    /// and the passes that read it: the values [`KernelIr::row_kept`] keeps (softmax's
-    /// `exp(x - max)`; nothing for layernorm), the same ones the CUDA row kernels keep on chip
-    /// where they find room.
-    ///
-    /// [`KernelIr::row_kept`]: crate::lower::ir::KernelIr::row_kept
-    pub(super) fn carried(&self) -> Vec<RowKept> {
-        self.ir.row_kept()
-    }
-
-    /// Like [`Kernel::needed`], also stopping at the values marked in `stop` (read back from
-    /// the row scratch rather than computed).
-    fn needed_stopping(&self, reads: &[usize], stop: &[bool]) -> Vec<usize> {
-        let ir = self.ir;
-        let mut needed = vec![false; ir.body.len()];
-        for &x in reads {
-            needed[x] = true;
-        }
-        for id in (0..ir.body.len()).rev() {
-            if needed[id] && !stop[id] && !matches!(ir.body[id], Instr::RowReduce { .. }) {
-                for x in ir.body[id].operands() {
-                    needed[x] = true;
-                }
-            }
-        }
-        (0..ir.body.len()).filter(|&id| needed[id]).collect()
-    }
 }
 
 /// Per value, whether the vector loops of this row kernel spell it with `fbv_expf_row`, the
@@ -1133,24 +572,4 @@ pub(in crate::backend::cpu::emit) fn row_exps(ir: &KernelIr) -> Vec<bool> {
                 && !only_added_to_constants(ir, id)
         })
         .collect()
-}
-
-/// The name of chain `c` of maximum `id`'s vector accumulators.
-fn chain(id: usize, c: usize) -> String {
-    match c {
-        0 => format!("vm{id}"),
-        _ => format!("vm{id}_{c}"),
-    }
-}
-
-/// The statements adding the 16 f32 lanes of `lanes` to sum `id`'s f64 accumulators `vs{id}`
-/// (lanes 0–7) and `vt{id}` (lanes 8–15); the conversions are exact.
-fn widen_into(out: &mut Out, id: usize, lanes: &str) {
-    out.line(format!(
-        "vs{id} = _mm512_add_pd(vs{id}, _mm512_cvtps_pd(_mm512_castps512_ps256({lanes})));"
-    ));
-    out.line(format!(
-        "vt{id} = _mm512_add_pd(vt{id}, _mm512_cvtps_pd(_mm256_castpd_ps(\
-         _mm512_extractf64x4_pd(_mm512_castps_pd({lanes}), 1))));"
-    ));
 }
