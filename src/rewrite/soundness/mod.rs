@@ -53,9 +53,11 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
 
+mod build;
 mod instance;
 mod values;
 
+use build::*;
 use instance::*;
 use values::*;
 
