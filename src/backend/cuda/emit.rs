@@ -932,3 +932,27 @@ impl<'a> CudaKernelWriter<'a> {
         code
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The prelude spells the reciprocal bound as float literals (CUDA C has no constant from
+    /// the IR); they must be the bound the IR decides, [`crate::lower::accumulate::RECIPROCAL_EXPONENTS`],
+    /// so that the C and CUDA row kernels replace the same divisors by reciprocals.
+    #[test]
+    fn the_preludes_reciprocal_bound_is_the_irs() {
+        let body = super::PRELUDE
+            .split("bool fbc_recip_ok(float b) {")
+            .nth(1)
+            .expect("the prelude defines fbc_recip_ok");
+        let test = body
+            .lines()
+            .find(|l| l.contains("return m >= "))
+            .expect("fbc_recip_ok compares the magnitude");
+        let literals: Vec<f32> = test
+            .split(|c: char| c.is_whitespace() || c == ';')
+            .filter_map(|word| word.strip_suffix('f')?.parse().ok())
+            .collect();
+        let (lo, hi) = crate::lower::accumulate::RECIPROCAL_EXPONENTS;
+        assert_eq!(literals, vec![2f32.powi(lo), 2f32.powi(hi)], "{test}");
+    }
+}
