@@ -238,7 +238,14 @@ fn long_functions(text: &str, limit: usize) -> Vec<(String, usize, usize)> {
     for (i, line) in lines.iter().enumerate() {
         let indent = &line[..line.len() - line.trim_start().len()];
         let mut rest = line.trim_start();
-        for qualifier in ["pub(crate) ", "pub(super) ", "pub ", "const ", "async ", "unsafe "] {
+        for qualifier in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "const ",
+            "async ",
+            "unsafe ",
+        ] {
             rest = rest.strip_prefix(qualifier).unwrap_or(rest);
         }
         let Some(signature) = rest.strip_prefix("fn ") else {
@@ -301,9 +308,9 @@ fn the_length_scanner_measures_functions() {
     let text = format!(
         "pub fn short() {{\n}}\n\nimpl A {{\n    pub(super) fn long(\n        a: u8,\n    ) {{\n{body}    }}\n\n    fn declared();\n}}\n"
     );
-    assert_eq!(long_functions(&text, 1), vec![
-        ("short".to_string(), 1, 2),
-        ("long".to_string(), 5, 7)
-    ]);
+    assert_eq!(
+        long_functions(&text, 1),
+        vec![("short".to_string(), 1, 2), ("long".to_string(), 5, 7)]
+    );
     assert!(long_functions(&text, 7).is_empty());
 }
