@@ -69,14 +69,6 @@ pub enum ShapeError {
     MatMulBatch(Box<ShapeError>),
 }
 
-/// The message alone, for callers that still report shape problems as text (graph checking's
-/// `?` keeps working through this).
-impl From<ShapeError> for String {
-    fn from(e: ShapeError) -> String {
-        e.to_string()
-    }
-}
-
 /// A static shape; `[]` is a scalar, a 0 anywhere means an empty tensor.
 pub type Shape = Vec<usize>;
 

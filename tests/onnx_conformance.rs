@@ -54,7 +54,7 @@ fn tensors(set: &Path, prefix: &str) -> Result<Vec<Tensor>, String> {
             break;
         }
         let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
-        let t = proto::parse_tensor(&bytes)?;
+        let t = proto::parse_tensor(&bytes).map_err(|e| e.to_string())?;
         out.push(proto::to_tensor(&t, Some(set)).map_err(|e| format!("{prefix} {i}: {e}"))?);
     }
     Ok(out)

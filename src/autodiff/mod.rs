@@ -506,7 +506,7 @@ impl<'a> Backward<'a> {
         let plan = match op.builtin() {
             Some(b) if !matches!(b, Builtin::Cast | Builtin::Const) => Some(
                 plan_builtin(b, &shapes, &resolved)
-                    .map_err(|m| Error::at_node(&node.name, ErrorKind::Shape(m)))?
+                    .map_err(|m| Error::at_node(&node.name, ErrorKind::Shape(m.to_string())))?
                     .0,
             ),
             _ => None,

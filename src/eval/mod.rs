@@ -46,19 +46,12 @@ pub enum EvalError {
         to: crate::shape::Shape,
     },
     /// The op's plan refused its operands, in graph checking's words.
-    #[error("{0}")]
-    Plan(String),
+    #[error(transparent)]
+    Plan(#[from] crate::graph::check::PlanError),
     /// An internal invariant broke: an array of the wrong shape, a layout step that is not
     /// one; the message says which.
     #[error("{0}")]
     Internal(String),
-}
-
-/// Graph checking's refusal of an op's operands (see [`EvalError::Plan`]).
-impl From<String> for EvalError {
-    fn from(message: String) -> EvalError {
-        EvalError::Plan(message)
-    }
 }
 
 /// Named tensors (graph inputs going in, graph outputs coming out).

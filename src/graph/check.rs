@@ -5,9 +5,9 @@ use super::{Graph, Node};
 use crate::attr::{AttrValue, Attrs};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result, suggest};
-use crate::rules::builtin::{BuiltinAttr, BuiltinAttrs};
+use crate::rules::builtin::{BuiltinAttr, BuiltinAttrs, MissingAttr};
 use crate::rules::{Builtin, Catalogue, DtypeRule, OpDef, Semantics};
-use crate::shape::{self, Shape};
+use crate::shape::{self, Shape, ShapeError};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -362,13 +362,35 @@ pub fn result_dtype(op: &OpDef, args: &[TensorType], attrs: &Attrs) -> DType {
     }
 }
 
+/// Why a built-in op's attributes do not fit its argument shapes ([`plan_builtin`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// `cast` and `const` are computed by their formulas; they have no plan.
+    #[error("`{}` is a pointwise built-in, computed by its formula", .0.name())]
+    Pointwise(Builtin),
+    #[error(transparent)]
+    MissingAttr(#[from] MissingAttr),
+    /// A `shape` attribute with a negative entry.
+    #[error("`{}` {target:?} has a negative size", BuiltinAttr::Shape.name())]
+    NegativeSize { target: Vec<i64> },
+    #[error("cannot broadcast {from:?} to {to:?}")]
+    Broadcast { from: Shape, to: Shape },
+    #[error("cannot sum {from:?} to {to:?}: the target must broadcast to the input")]
+    SumToSize { from: Shape, to: Shape },
+    #[error("reduce_max over an empty axis of {0:?} has no identity")]
+    EmptyMax(Shape),
+    #[error(transparent)]
+    Shape(#[from] ShapeError),
+}
+
 /// A target shape as sizes; negative entries are an error.
-fn sizes(target: &[i64]) -> Result<Shape, String> {
-    let name = BuiltinAttr::Shape.name();
+fn sizes(target: &[i64]) -> Result<Shape, PlanError> {
     target
         .iter()
         .map(|&d| {
-            usize::try_from(d).map_err(|_| format!("`{name}` {target:?} has a negative size"))
+            usize::try_from(d).map_err(|_| PlanError::NegativeSize {
+                target: target.to_vec(),
+            })
         })
         .collect()
 }
@@ -444,89 +466,85 @@ pub fn plan_builtin(
     builtin: Builtin,
     shapes: &[&[usize]],
     attrs: &Attrs,
-) -> Result<(BuiltinPlan, Shape), String> {
+) -> Result<(BuiltinPlan, Shape), PlanError> {
     let x = shapes.first().copied().unwrap_or_default();
-    let pointwise = || {
-        format!(
-            "`{}` is a pointwise built-in, computed by its formula",
-            builtin.name()
-        )
-    };
     // Refused before reading: a cast's missing `dtype` is not what is wrong.
     if matches!(builtin, Builtin::Cast | Builtin::Const) {
-        return Err(pointwise());
+        return Err(PlanError::Pointwise(builtin));
     }
-    Ok(
-        match BuiltinAttrs::read(builtin, attrs).map_err(|e| e.to_string())? {
-            BuiltinAttrs::Shape(target) => match builtin {
-                Builtin::BroadcastTo => {
-                    let target = sizes(&target)?;
-                    if !shape::broadcasts_to(x, &target) {
-                        return Err(format!("cannot broadcast {x:?} to {target:?}"));
-                    }
-                    (BuiltinPlan::BroadcastTo(target.clone()), target)
+    Ok(match BuiltinAttrs::read(builtin, attrs)? {
+        BuiltinAttrs::Shape(target) => match builtin {
+            Builtin::BroadcastTo => {
+                let target = sizes(&target)?;
+                if !shape::broadcasts_to(x, &target) {
+                    return Err(PlanError::Broadcast {
+                        from: x.to_vec(),
+                        to: target,
+                    });
                 }
-                Builtin::SumToSize => {
-                    let target = sizes(&target)?;
-                    if !shape::broadcasts_to(&target, x) {
-                        return Err(format!(
-                            "cannot sum {x:?} to {target:?}: the target must broadcast to the input"
-                        ));
-                    }
-                    (BuiltinPlan::SumToSize(target.clone()), target)
+                (BuiltinPlan::BroadcastTo(target.clone()), target)
+            }
+            Builtin::SumToSize => {
+                let target = sizes(&target)?;
+                if !shape::broadcasts_to(&target, x) {
+                    return Err(PlanError::SumToSize {
+                        from: x.to_vec(),
+                        to: target,
+                    });
                 }
-                _ => {
-                    let out = shape::reshape_target(x, &target)?;
-                    (BuiltinPlan::Reshape(out.clone()), out)
-                }
-            },
-            BuiltinAttrs::Transpose { perm } => {
-                let perm = shape::permutation(perm.as_deref(), x.len())?;
-                let out = perm.iter().map(|&p| x[p]).collect();
-                (BuiltinPlan::Transpose(perm), out)
+                (BuiltinPlan::SumToSize(target.clone()), target)
             }
-            BuiltinAttrs::Slice {
-                axis,
-                start,
-                end,
-                step,
-            } => {
-                let range = shape::slice_range(x, axis, start, end, step)?;
-                let mut out = x.to_vec();
-                out[range.axis] = range.len;
-                (BuiltinPlan::Slice(range), out)
+            _ => {
+                let out = shape::reshape_target(x, &target)?;
+                (BuiltinPlan::Reshape(out.clone()), out)
             }
-            BuiltinAttrs::Concat { axis } => {
-                let (axis, out) = shape::concat_shape(shapes, axis)?;
-                (BuiltinPlan::Concat(axis), out)
-            }
-            BuiltinAttrs::Reduce { axes, keepdim } => {
-                let axes = shape::normalize_axes(axes.as_deref(), x.len())?;
-                let out = shape::reduced_shape(x, &axes, keepdim);
-                if builtin == Builtin::ReduceMax
-                    && axes.iter().any(|&a| x[a] == 0)
-                    && shape::numel(&out) > 0
-                {
-                    return Err(format!(
-                        "reduce_max over an empty axis of {x:?} has no identity"
-                    ));
-                }
-                (
-                    BuiltinPlan::Reduce {
-                        builtin,
-                        axes,
-                        keepdim,
-                    },
-                    out,
-                )
-            }
-            BuiltinAttrs::MatMul => (BuiltinPlan::MatMul, shape::matmul_shape(x, shapes[1])?),
-            BuiltinAttrs::Cast { .. } | BuiltinAttrs::Const { .. } => return Err(pointwise()),
         },
-    )
+        BuiltinAttrs::Transpose { perm } => {
+            let perm = shape::permutation(perm.as_deref(), x.len())?;
+            let out = perm.iter().map(|&p| x[p]).collect();
+            (BuiltinPlan::Transpose(perm), out)
+        }
+        BuiltinAttrs::Slice {
+            axis,
+            start,
+            end,
+            step,
+        } => {
+            let range = shape::slice_range(x, axis, start, end, step)?;
+            let mut out = x.to_vec();
+            out[range.axis] = range.len;
+            (BuiltinPlan::Slice(range), out)
+        }
+        BuiltinAttrs::Concat { axis } => {
+            let (axis, out) = shape::concat_shape(shapes, axis)?;
+            (BuiltinPlan::Concat(axis), out)
+        }
+        BuiltinAttrs::Reduce { axes, keepdim } => {
+            let axes = shape::normalize_axes(axes.as_deref(), x.len())?;
+            let out = shape::reduced_shape(x, &axes, keepdim);
+            if builtin == Builtin::ReduceMax
+                && axes.iter().any(|&a| x[a] == 0)
+                && shape::numel(&out) > 0
+            {
+                return Err(PlanError::EmptyMax(x.to_vec()));
+            }
+            (
+                BuiltinPlan::Reduce {
+                    builtin,
+                    axes,
+                    keepdim,
+                },
+                out,
+            )
+        }
+        BuiltinAttrs::MatMul => (BuiltinPlan::MatMul, shape::matmul_shape(x, shapes[1])?),
+        BuiltinAttrs::Cast { .. } | BuiltinAttrs::Const { .. } => {
+            return Err(PlanError::Pointwise(builtin));
+        }
+    })
 }
 
-fn result_shape(op: &OpDef, args: &[TensorType], attrs: &Attrs) -> Result<Shape, String> {
+fn result_shape(op: &OpDef, args: &[TensorType], attrs: &Attrs) -> Result<Shape, PlanError> {
     let shapes: Vec<&[usize]> = args.iter().map(|t| t.shape.as_slice()).collect();
     match &op.semantics {
         Semantics::Formula(_) => Ok(shape::broadcast_all(shapes)?),

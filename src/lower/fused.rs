@@ -239,7 +239,7 @@ impl Builder<'_> {
         let node = &dag.nodes[c];
         let shapes: Vec<&[usize]> = node.args.iter().map(|&a| &dag.ty(a).shape[..]).collect();
         let plan = plan_builtin(Builtin::Concat, &shapes, &node.attrs)
-            .map_err(|e| lower_error(dag, c, e))?
+            .map_err(|e| lower_error(dag, c, e.to_string()))?
             .0;
         let BuiltinPlan::Concat(axis) = plan else {
             return Err(lower_error(dag, c, "not a concat".into()));
@@ -358,8 +358,8 @@ impl Builder<'_> {
             .op
             .builtin()
             .ok_or_else(|| lower_error(dag, v, "layout op without a builtin".into()))?;
-        let (plan, _) =
-            plan_builtin(builtin, &[x_shape], &node.attrs).map_err(|e| lower_error(dag, v, e))?;
+        let (plan, _) = plan_builtin(builtin, &[x_shape], &node.attrs)
+            .map_err(|e| lower_error(dag, v, e.to_string()))?;
         let view = plan
             .index_map(&base, x_shape, &node.ty.shape)
             .ok_or_else(|| {
@@ -546,7 +546,7 @@ impl Builder<'_> {
             &[&x_shape],
             &node.attrs,
         )
-        .map_err(|e| lower_error(dag, n, e))?
+        .map_err(|e| lower_error(dag, n, e.to_string()))?
         .0;
         let rank = self.domain.len();
         // Which domain axes are reduced, and the output's stride along each kept one.

@@ -79,8 +79,8 @@ pub(super) fn lower_copy(dag: &Dag, n: usize) -> Result<Vec<Lowered>> {
         .op
         .builtin()
         .ok_or_else(|| lower_error(dag, n, "layout op without a builtin".into()))?;
-    let (plan, _) =
-        plan_builtin(builtin, &shapes, &node.attrs).map_err(|e| lower_error(dag, n, e))?;
+    let (plan, _) = plan_builtin(builtin, &shapes, &node.attrs)
+        .map_err(|e| lower_error(dag, n, e.to_string()))?;
     let dst = Value::Node(n);
     let out_strides = contiguous_strides(&out.shape);
     let x = node.args[0];

@@ -27,7 +27,7 @@ impl Importer<'_> {
         def: &crate::rules::ops::OpDef,
         args: &[Val],
         attrs: &Attrs,
-    ) -> std::result::Result<bool, String> {
+    ) -> Imports<bool> {
         let types: Vec<TensorType> = args
             .iter()
             .map(|a| TensorType {
@@ -35,17 +35,19 @@ impl Importer<'_> {
                 shape: a.shape().to_vec(),
             })
             .collect();
-        let resolved = resolve_attrs(def, attrs).map_err(|(_, kind)| kind.to_string())?;
-        let ty = infer_op(def, &types, &resolved).map_err(|(_, kind)| kind.to_string())?;
+        let resolved = resolve_attrs(def, attrs).map_err(|(_, kind)| kind)?;
+        let ty = infer_op(def, &types, &resolved).map_err(|(_, kind)| kind)?;
         Ok(fits_folding(&ty.shape))
     }
 
     /// Evaluates one op on constants with the reference evaluator.
-    pub(super) fn fold(&mut self, op: &str, args: &[Val], attrs: Attrs) -> Msg {
+    pub(super) fn fold(&mut self, op: &str, args: &[Val], attrs: Attrs) -> Imports {
         let mut inputs = Vec::new();
         let mut tensors = crate::eval::Tensors::new();
         for (i, arg) in args.iter().enumerate() {
-            let t = arg.constant().ok_or("folding needs constants")?;
+            let t = arg
+                .constant()
+                .ok_or(ImportError::Internal("folding needs constants"))?;
             let name = format!("a{i}");
             inputs.push(Input {
                 name: name.clone(),
@@ -66,8 +68,10 @@ impl Importer<'_> {
             outputs: vec!["y".into()],
         };
         let mut out = crate::eval::evaluate(&graph, self.catalogue, &tensors)
-            .map_err(|e| format!("folding a constant `{op}`: {}", e.kind))?;
-        let t = out.remove("y").ok_or("folding produced nothing")?;
+            .map_err(|e| ImportError::Op(e.kind).within(format!("folding a constant `{op}`")))?;
+        let t = out
+            .remove("y")
+            .ok_or(ImportError::Internal("folding produced nothing"))?;
         Ok(Val::Const(Rc::new(t), None))
     }
 }

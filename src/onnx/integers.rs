@@ -17,12 +17,7 @@ pub(super) const INTEGER_FOLDS: [&str; 2] = ["Div", "Pow"];
 /// dtype's range, so `MIN / -1` is `MAX`, `x / 0` is `MAX` for `x > 0` and `MIN` for `x < 0`,
 /// and `0 / 0` is 0. Pow is the exact power, wrapping to `dtype` as NumPy's integer power
 /// does; a negative exponent has no integer result and is an error (NumPy refuses it too).
-pub(super) fn integer_op(
-    op: &str,
-    dtype: DType,
-    x: i64,
-    y: i64,
-) -> std::result::Result<i64, String> {
+pub(super) fn integer_op(op: &str, dtype: DType, x: i64, y: i64) -> Imports<i64> {
     let (min, max) = match dtype {
         DType::I32 => (i64::from(i32::MIN), i64::from(i32::MAX)),
         _ => (i64::MIN, i64::MAX),
@@ -36,11 +31,18 @@ pub(super) fn integer_op(
             (x, y) => x.checked_div(y).unwrap_or(max).clamp(min, max),
         },
         "Pow" => {
-            let exponent = u64::try_from(y)
-                .map_err(|_| format!("{x} to the negative power {y} has no integer value"))?;
+            let exponent = u64::try_from(y).map_err(|_| {
+                ImportError::Unsupported(format!(
+                    "{x} to the negative power {y} has no integer value"
+                ))
+            })?;
             crate::tensor::wrap_int(dtype, wrapping_pow(x, exponent))
         }
-        other => return Err(format!("`{other}` has no exact integer form here")),
+        other => {
+            return Err(ImportError::Unsupported(format!(
+                "`{other}` has no exact integer form here"
+            )));
+        }
     })
 }
 
@@ -69,7 +71,7 @@ impl Importer<'_> {
         node: &NodeProto,
         attrs: &HashMap<String, Attr>,
         out: &str,
-    ) -> std::result::Result<Vec<Val>, String> {
+    ) -> Imports<Vec<Val>> {
         let integer = self
             .input(node, 0)?
             .map(|v| v.dtype())
@@ -86,7 +88,7 @@ impl Importer<'_> {
             && y.dtype() != dtype
             && y.dtype() != DType::Bool
         {
-            return Err(format!(
+            return Err(ImportError::Unsupported(format!(
                 "ONNX computes {op} on {dtype} exactly, in {dtype}, but fusebox's form of it ({table}) gives {got}: refused rather than computing another value{folds}",
                 op = node.op_type,
                 table = self.table.file,
@@ -96,18 +98,14 @@ impl Importer<'_> {
                 } else {
                     String::new()
                 },
-            ));
+            )));
         }
         Ok(outputs)
     }
 
     /// Integer `Div` or `Pow` with constant inputs, computed exactly ([`integer_op`]); `None`
     /// for anything else (a run-time input, a float exponent, a result too big to fold).
-    pub(super) fn fold_integer(
-        &self,
-        node: &NodeProto,
-        dtype: DType,
-    ) -> std::result::Result<Option<Val>, String> {
+    pub(super) fn fold_integer(&self, node: &NodeProto, dtype: DType) -> Imports<Option<Val>> {
         if !INTEGER_FOLDS.contains(&node.op_type.as_str()) || node.input.len() != 2 {
             return Ok(None);
         }
@@ -128,14 +126,16 @@ impl Importer<'_> {
         let dim = ndarray::IxDyn(&shape);
         let (a, b) = (
             a.broadcast(dim.clone())
-                .ok_or("the inputs do not broadcast")?,
-            b.broadcast(dim).ok_or("the inputs do not broadcast")?,
+                .ok_or(ImportError::Internal("the inputs do not broadcast"))?,
+            b.broadcast(dim)
+                .ok_or(ImportError::Internal("the inputs do not broadcast"))?,
         );
         let mut values = Vec::with_capacity(a.len());
         for (&x, &y) in a.iter().zip(b.iter()) {
             values.push(integer_op(&node.op_type, dtype, x, y)?);
         }
-        let t = Tensor::from_ints(dtype, &shape, values).ok_or("the shape does not fit")?;
+        let t = Tensor::from_ints(dtype, &shape, values)
+            .ok_or(ImportError::Internal("the shape does not fit"))?;
         Ok(Some(Val::Const(Rc::new(t), None)))
     }
 }

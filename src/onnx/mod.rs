@@ -10,8 +10,10 @@
 //! the op table of the rule set ([`MapTable`], `rules/onnx.ron` or a rule directory's own);
 //! only the ops whose meaning depends on shapes known at import are handled here in code.
 
+mod error;
 mod fold;
 mod integers;
+pub use error::ImportError;
 pub use fold::FOLD_LIMIT;
 mod model_check;
 pub mod proto;
@@ -29,7 +31,7 @@ use crate::rules::onnx::{MapTable, Mapping};
 use crate::rules::{Builtin, Catalogue};
 use crate::tensor::Tensor;
 use onnx_protobuf::{GraphProto, NodeProto, ValueInfoProto};
-use proto::Attr;
+use proto::{Attr, ProtoError};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::rc::Rc;
@@ -56,7 +58,7 @@ pub fn is_onnx(path: &Path) -> bool {
 pub fn import(path: &Path, catalogue: &Catalogue, table: &MapTable) -> Result<Imported> {
     let file = path.display().to_string();
     let fail = |message: String| Error::new(Site::model(&file), ErrorKind::Input(message));
-    let model = proto::read_model(path).map_err(fail)?;
+    let model = proto::read_model(path).map_err(|e| fail(e.to_string()))?;
     let dir = path.parent().map(|p| {
         if p.as_os_str().is_empty() {
             Path::new(".")
@@ -93,7 +95,7 @@ pub fn import_model(
         .graph
         .as_ref()
         .ok_or_else(|| fail("the model has no graph".into()))?;
-    unsupported(graph, table).map_err(fail)?;
+    unsupported(graph, table).map_err(|e| fail(e.to_string()))?;
     let mut importer = Importer {
         catalogue,
         table,
@@ -180,7 +182,8 @@ impl Val {
     }
 }
 
-type Msg = std::result::Result<Val, String>;
+/// One imported value, or why the node cannot be imported.
+type Imports<T = Val> = std::result::Result<T, ImportError>;
 
 /// A node imported through the op table: its output values, and whether the Map's last node
 /// is a cast (so the result's dtype is the one the node asked for, not its input's).
@@ -217,7 +220,7 @@ impl<'a> Importer<'a> {
     fn run(&mut self, graph: &GraphProto) -> Result<()> {
         let file = self.file.clone();
         let fail = |message: String| Error::new(Site::model(&file), ErrorKind::Input(message));
-        definitions(graph).map_err(fail)?;
+        definitions(graph).map_err(|e| fail(e.to_string()))?;
         for init in &graph.initializer {
             self.reserved.insert(init.name.clone());
         }
@@ -244,7 +247,7 @@ impl<'a> Importer<'a> {
             let ty = value_type(input).map_err(|e| {
                 Error::new(
                     Site::model(&self.file).with_node(&input.name),
-                    ErrorKind::Input(e),
+                    ErrorKind::Input(e.to_string()),
                 )
             })?;
             self.taken.insert(input.name.clone());
@@ -261,7 +264,7 @@ impl<'a> Importer<'a> {
             let outputs = self.node(node).map_err(|e| {
                 Error::new(
                     Site::model(&self.file).with_node_op(&node_label(node), &node.op_type),
-                    ErrorKind::Input(e),
+                    ErrorKind::Input(e.to_string()),
                 )
             })?;
             let made = outputs.len();
@@ -413,9 +416,9 @@ impl<'a> Importer<'a> {
         args: Vec<String>,
         attrs: Attrs,
         arg_types: &[TensorType],
-    ) -> std::result::Result<TensorType, String> {
-        let resolved = resolve_attrs(op, &attrs).map_err(|(_, kind)| kind.to_string())?;
-        let ty = infer_op(op, arg_types, &resolved).map_err(|(_, kind)| kind.to_string())?;
+    ) -> Imports<TensorType> {
+        let resolved = resolve_attrs(op, &attrs).map_err(|(_, kind)| kind)?;
+        let ty = infer_op(op, arg_types, &resolved).map_err(|(_, kind)| kind)?;
         self.graph.nodes.push(Node {
             name: name.clone(),
             op: op.name().to_string(),
@@ -428,7 +431,7 @@ impl<'a> Importer<'a> {
 
     /// Applies catalogue op `op`; folded into a constant when every argument is one. A
     /// composite op is expanded here, node by node, so its parts fold too.
-    fn emit(&mut self, op: &str, args: &[Val], attrs: Attrs, name: &str, own: bool) -> Msg {
+    fn emit(&mut self, op: &str, args: &[Val], attrs: Attrs, name: &str, own: bool) -> Imports {
         if let Some(composite) = self.catalogue.composite(op).cloned() {
             let catalogue = self.catalogue;
             return crate::graph::expand::instantiate(
@@ -440,19 +443,19 @@ impl<'a> Importer<'a> {
                 own,
                 self,
             )
-            .map_err(|fault| fault.kind().to_string());
+            .map_err(|fault| fault.kind().into());
         }
         let def = self
             .catalogue
             .get(op)
             .cloned()
-            .ok_or_else(|| format!("the catalogue has no op `{op}`"))?;
+            .ok_or_else(|| ImportError::RuleSet(format!("the catalogue has no op `{op}`")))?;
         if !def.accepts_arity(args.len()) {
-            return Err(format!(
-                "op `{op}` takes {} argument(s), got {}",
-                def.arity_text(),
-                args.len()
-            ));
+            return Err(ImportError::Op(ErrorKind::Arity {
+                op: op.to_string(),
+                expected: def.arity_text(),
+                got: args.len(),
+            }));
         }
         // Constants fold, except a model's weights: a non-scalar initializer stays a
         // parameter input (so `--input` can replace it and `grad` can differentiate by it)
@@ -485,16 +488,18 @@ impl<'a> Importer<'a> {
         attrs: BuiltinAttrs,
         name: &str,
         own: bool,
-    ) -> Msg {
+    ) -> Imports {
         let op = self
             .catalogue
             .builtin(builtin)
             .map(|op| op.name().to_string())
-            .ok_or_else(|| format!("the catalogue has no {} op", builtin.name()))?;
+            .ok_or_else(|| {
+                ImportError::RuleSet(format!("the catalogue has no {} op", builtin.name()))
+            })?;
         self.emit(&op, args, attrs.to_attrs(), name, own)
     }
 
-    fn input(&self, node: &NodeProto, i: usize) -> std::result::Result<Option<Val>, String> {
+    fn input(&self, node: &NodeProto, i: usize) -> Imports<Option<Val>> {
         match node.input.get(i) {
             None => Ok(None),
             Some(name) if name.is_empty() => Ok(None),
@@ -504,20 +509,22 @@ impl<'a> Importer<'a> {
                     .cloned()
                     .map(Some)
                     .ok_or_else(|| match self.dropped.get(name) {
-                        Some(why) => format!("input {why}"),
-                        None => format!("input `{name}` is not a value computed before it"),
+                        Some(why) => ImportError::Unsupported(format!("input {why}")),
+                        None => ImportError::Malformed(format!(
+                            "input `{name}` is not a value computed before it"
+                        )),
                     })
             }
         }
     }
 
-    fn required(&self, node: &NodeProto, i: usize) -> Msg {
+    fn required(&self, node: &NodeProto, i: usize) -> Imports {
         self.input(node, i)?
-            .ok_or_else(|| format!("input {i} is required"))
+            .ok_or_else(|| ImportError::Malformed(format!("input {i} is required")))
     }
 
     /// Imports one node; its output values in order.
-    fn node(&mut self, node: &NodeProto) -> std::result::Result<Vec<Val>, String> {
+    fn node(&mut self, node: &NodeProto) -> Imports<Vec<Val>> {
         let mut attrs: HashMap<String, Attr> = HashMap::new();
         for a in &node.attribute {
             attrs.insert(a.name.clone(), proto::attribute(a, self.dir)?);
@@ -535,33 +542,33 @@ impl<'a> Importer<'a> {
 }
 
 /// A graph input's dtype and static shape.
-fn value_type(info: &ValueInfoProto) -> std::result::Result<TensorType, String> {
+fn value_type(info: &ValueInfoProto) -> Imports<TensorType> {
+    let within = |e: ProtoError| ImportError::from(e).within(format!("input `{}`", info.name));
     let ty = info
         .type_
         .as_ref()
         .filter(|t| t.has_tensor_type())
-        .ok_or_else(|| format!("input `{}` is not a tensor", info.name))?
+        .ok_or_else(|| ImportError::Unsupported(format!("input `{}` is not a tensor", info.name)))?
         .tensor_type();
-    let dtype = proto::dtype_of(ty.elem_type).map_err(|e| format!("input `{}`: {e}", info.name))?;
+    let dtype = proto::dtype_of(ty.elem_type).map_err(within)?;
     let shape_proto = ty.shape.as_ref().ok_or_else(|| {
-        format!(
+        ImportError::Unsupported(format!(
             "input `{}` declares no shape; fusebox needs static shapes",
             info.name
-        )
+        ))
     })?;
     let mut dims = Vec::new();
     for d in &shape_proto.dim {
         if !d.has_dim_value() {
-            return Err(format!(
+            return Err(ImportError::Unsupported(format!(
                 "input `{}` has a symbolic dimension `{}`; fusebox needs static shapes (export with fixed sizes)",
                 info.name,
                 d.dim_param()
-            ));
+            )));
         }
         dims.push(d.dim_value());
     }
-    let (shape, _) =
-        proto::element_count(&dims).map_err(|e| format!("input `{}`: {e}", info.name))?;
+    let (shape, _) = proto::element_count(&dims).map_err(within)?;
     Ok(TensorType { dtype, shape })
 }
 
@@ -601,6 +608,7 @@ impl crate::graph::expand::Sink for Importer<'_> {
         name: &str,
         last: bool,
     ) -> std::result::Result<Val, ErrorKind> {
-        Importer::emit(self, op, &args, attrs, name, last).map_err(ErrorKind::Input)
+        Importer::emit(self, op, &args, attrs, name, last)
+            .map_err(|e| ErrorKind::Input(e.to_string()))
     }
 }

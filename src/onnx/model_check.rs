@@ -5,7 +5,7 @@ use super::*;
 
 /// One error for every op the model uses that neither the table nor the importer handles,
 /// each with the nodes that use it.
-pub(super) fn unsupported(graph: &GraphProto, table: &MapTable) -> std::result::Result<(), String> {
+pub(super) fn unsupported(graph: &GraphProto, table: &MapTable) -> Imports<()> {
     let mut missing: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for node in &graph.node {
         let domain_ok = node.domain.is_empty() || node.domain == "ai.onnx";
@@ -23,15 +23,7 @@ pub(super) fn unsupported(graph: &GraphProto, table: &MapTable) -> std::result::
     if missing.is_empty() {
         return Ok(());
     }
-    let list: Vec<String> = missing
-        .iter()
-        .map(|(op, nodes)| format!("  {op}: {}", nodes.join(", ")))
-        .collect();
-    Err(format!(
-        "the model uses {} op type(s) fusebox cannot import:\n{}",
-        missing.len(),
-        list.join("\n")
-    ))
+    Err(ImportError::UnsupportedOps(missing))
 }
 
 /// Refuses a model that defines a value name twice: two nodes writing one output, a node
@@ -40,7 +32,7 @@ pub(super) fn unsupported(graph: &GraphProto, table: &MapTable) -> std::result::
 /// definition and give the other's readers a value they did not ask for. A graph input that
 /// is also an initializer is not a second definition: the initializer is its default value
 /// (and before IR version 4 every initializer was listed as an input).
-pub(super) fn definitions(graph: &GraphProto) -> std::result::Result<(), String> {
+pub(super) fn definitions(graph: &GraphProto) -> Imports<()> {
     let initializers: HashSet<&str> = graph.initializer.iter().map(|i| i.name.as_str()).collect();
     let mut all: Vec<(&str, String)> = Vec::new();
     for init in &graph.initializer {
@@ -63,9 +55,9 @@ pub(super) fn definitions(graph: &GraphProto) -> std::result::Result<(), String>
             continue;
         }
         if let Some(first) = defined.get(name) {
-            return Err(format!(
+            return Err(ImportError::Malformed(format!(
                 "`{name}` is defined twice, as {first} and as {what}; ONNX names each value once"
-            ));
+            )));
         }
         defined.insert(name, what);
     }

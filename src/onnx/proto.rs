@@ -18,8 +18,107 @@ use std::path::{Component, Path};
 /// before anything is allocated for it (the reference evaluator's limit is of the same order).
 pub const MAX_ELEMENTS: usize = 1 << 28;
 
+/// Why a model file, one of its tensors or an attribute cannot be read: one variant per kind
+/// of problem, each with what its message names. The importer wraps these in its own
+/// [`ImportError`](super::ImportError), which places them at the initializer, input or node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtoError {
+    /// The model file could not be read at all (missing, not a regular file, too big).
+    #[error("cannot read: {0}")]
+    Read(String),
+    /// The bytes are not a protobuf message of the kind expected (`what`: model or tensor).
+    #[error("not a readable ONNX {what}: {message}")]
+    Decode { what: &'static str, message: String },
+    /// An ONNX element type fusebox has no dtype for (by `TensorProto.DataType` code).
+    #[error("element type {} is not one fusebox has", type_name(*.code))]
+    ElementType { code: i32 },
+    #[error("dimension {0} is negative")]
+    NegativeDimension(i64),
+    /// A declared shape past [`MAX_ELEMENTS`] (or past `usize`).
+    #[error("shape {dims:?} has more than {MAX_ELEMENTS} elements")]
+    TooManyElements { dims: Vec<i64> },
+    #[error("segmented tensors are not supported")]
+    Segmented,
+    /// The typed data fields hold another number of values than the shape declares.
+    #[error("shape {dims:?} needs {count} values, the tensor holds {found}")]
+    ValueCount {
+        dims: Vec<i64>,
+        count: usize,
+        found: usize,
+    },
+    #[error("shape {dims:?} does not fit its values")]
+    ShapeMismatch { dims: Vec<i64> },
+    /// `raw_data` (or an external file's slice) of another length than the shape needs.
+    #[error("{count} {dtype} values need {needed} bytes of data, found {found}")]
+    RawLength {
+        count: usize,
+        dtype: DType,
+        needed: usize,
+        found: usize,
+    },
+    /// An external-data entry (`offset`, `length`) that is not a byte count.
+    #[error("external data {key} `{value}` is not a byte count")]
+    ExternalNumber { key: String, value: String },
+    #[error("external data without a `location`")]
+    ExternalNoLocation,
+    #[error("external data, but the model was not read from a file")]
+    ExternalNoDirectory,
+    /// A location that is absolute, empty or climbs with `..`.
+    #[error(
+        "external data location `{location}` must be a relative path inside the model's directory"
+    )]
+    ExternalPath { location: String },
+    /// A location that resolves (through symbolic links) outside the model's directory.
+    #[error("external data location `{location}` leaves the model's directory")]
+    ExternalLeaves { location: String },
+    /// The model's directory itself cannot be resolved.
+    #[error("{dir}: {message}")]
+    Directory { dir: String, message: String },
+    /// Resolving, opening, seeking, reading or allocating for an external file failed.
+    #[error("external data `{location}`: {message}")]
+    ExternalIo { location: String, message: String },
+    #[error("external data `{location}` declares {declared} bytes, the tensor needs {needed}")]
+    ExternalLength {
+        location: String,
+        declared: u64,
+        needed: usize,
+    },
+    #[error(
+        "external data `{location}` is {size} bytes; {needed} bytes at offset {offset} do not fit"
+    )]
+    ExternalTooShort {
+        location: String,
+        size: u64,
+        needed: usize,
+        offset: u64,
+    },
+    /// The file ended (it shrank while read) before the tensor's bytes.
+    #[error(
+        "external data `{location}` ended after {read} of the {needed} bytes at offset {offset}"
+    )]
+    ExternalEnded {
+        location: String,
+        read: usize,
+        needed: usize,
+        offset: u64,
+    },
+    #[error("attribute `{name}` has an unknown type (code {code})")]
+    AttributeCode { name: String, code: i32 },
+    #[error("attribute `{name}` declares a tensor but holds none")]
+    AttributeNoTensor { name: String },
+    /// An attribute type fusebox does not read (graphs, sparse tensors, strings lists, …).
+    #[error("attribute `{name}` is of type {kind}, which fusebox does not read")]
+    AttributeType { name: String, kind: String },
+    /// A tensor attribute whose tensor cannot be read.
+    #[error("attribute `{name}`: {source}")]
+    AttributeTensor {
+        name: String,
+        source: Box<ProtoError>,
+    },
+}
+
 /// The fusebox dtype of an ONNX `TensorProto.DataType` code, or why there is none.
-pub fn dtype_of(code: i32) -> Result<DType, String> {
+pub fn dtype_of(code: i32) -> Result<DType, ProtoError> {
     Ok(match code {
         1 => DType::F32,
         6 => DType::I32,
@@ -28,12 +127,7 @@ pub fn dtype_of(code: i32) -> Result<DType, String> {
         10 => DType::F16,
         11 => DType::F64,
         16 => DType::BF16,
-        other => {
-            return Err(format!(
-                "element type {} is not one fusebox has",
-                type_name(other)
-            ));
-        }
+        other => return Err(ProtoError::ElementType { code: other }),
     })
 }
 
@@ -74,26 +168,34 @@ pub fn type_name(code: i32) -> String {
 
 /// Parses a model from its bytes; a truncated or malformed file is an error, never a panic
 /// (the protobuf reader checks every declared length against what is left).
-pub fn parse_model(bytes: &[u8]) -> Result<ModelProto, String> {
-    ModelProto::parse_from_bytes(bytes).map_err(|e| format!("not a readable ONNX model: {e}"))
+pub fn parse_model(bytes: &[u8]) -> Result<ModelProto, ProtoError> {
+    ModelProto::parse_from_bytes(bytes).map_err(|e| ProtoError::Decode {
+        what: "model",
+        message: e.to_string(),
+    })
 }
 
 /// Parses one serialized `TensorProto` (the `.pb` files of ONNX's test data sets).
-pub fn parse_tensor(bytes: &[u8]) -> Result<TensorProto, String> {
-    TensorProto::parse_from_bytes(bytes).map_err(|e| format!("not a readable ONNX tensor: {e}"))
+pub fn parse_tensor(bytes: &[u8]) -> Result<TensorProto, ProtoError> {
+    TensorProto::parse_from_bytes(bytes).map_err(|e| ProtoError::Decode {
+        what: "tensor",
+        message: e.to_string(),
+    })
 }
 
 /// The element count of `dims`, refusing negative dimensions, overflow and sizes past
 /// [`MAX_ELEMENTS`].
-pub fn element_count(dims: &[i64]) -> Result<(Vec<usize>, usize), String> {
+pub fn element_count(dims: &[i64]) -> Result<(Vec<usize>, usize), ProtoError> {
     let mut shape = Vec::with_capacity(dims.len());
     let mut count: usize = 1;
     for &d in dims {
-        let d = usize::try_from(d).map_err(|_| format!("dimension {d} is negative"))?;
+        let d = usize::try_from(d).map_err(|_| ProtoError::NegativeDimension(d))?;
         count = count
             .checked_mul(d)
             .filter(|&n| n <= MAX_ELEMENTS)
-            .ok_or_else(|| format!("shape {dims:?} has more than {MAX_ELEMENTS} elements"))?;
+            .ok_or_else(|| ProtoError::TooManyElements {
+                dims: dims.to_vec(),
+            })?;
         shape.push(d);
     }
     Ok((shape, count))
@@ -101,11 +203,11 @@ pub fn element_count(dims: &[i64]) -> Result<(Vec<usize>, usize), String> {
 
 /// Converts a tensor to a fusebox [`Tensor`]. `dir` is the model's directory, where external
 /// data files are looked up.
-pub fn to_tensor(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor, String> {
+pub fn to_tensor(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor, ProtoError> {
     let dtype = dtype_of(t.data_type)?;
     let (shape, count) = element_count(&t.dims)?;
     if t.segment.is_some() {
-        return Err("segmented tensors are not supported".into());
+        return Err(ProtoError::Segmented);
     }
     let external = t.data_location.value() == 1;
     let values = if external {
@@ -137,17 +239,19 @@ pub fn to_tensor(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor, String> 
         }
     };
     if values.len() != count {
-        return Err(format!(
-            "shape {:?} needs {count} values, the tensor holds {}",
-            t.dims,
-            values.len()
-        ));
+        return Err(ProtoError::ValueCount {
+            dims: t.dims.clone(),
+            count,
+            found: values.len(),
+        });
     }
     let tensor = match values {
         Elements::Floats(values) => Tensor::from_values(dtype, &shape, values),
         Elements::Ints(values) => Tensor::from_ints(dtype, &shape, values),
     };
-    tensor.ok_or_else(|| format!("shape {:?} does not fit its values", t.dims))
+    tensor.ok_or_else(|| ProtoError::ShapeMismatch {
+        dims: t.dims.clone(),
+    })
 }
 
 /// A tensor's elements as stored: integers (and bools) exactly as `i64`, never through `f64`,
@@ -177,15 +281,15 @@ fn width(dtype: DType) -> usize {
 }
 
 /// Little-endian `raw_data` as elements; its length must be exactly `count` elements.
-fn decode_raw(bytes: &[u8], dtype: DType, count: usize) -> Result<Elements, String> {
+fn decode_raw(bytes: &[u8], dtype: DType, count: usize) -> Result<Elements, ProtoError> {
     let w = width(dtype);
     if bytes.len() != count * w {
-        return Err(format!(
-            "{count} {} values need {} bytes of data, found {}",
+        return Err(ProtoError::RawLength {
+            count,
             dtype,
-            count * w,
-            bytes.len()
-        ));
+            needed: count * w,
+            found: bytes.len(),
+        });
     }
     let arr = |c: &[u8]| -> [u8; 8] {
         let mut a = [0u8; 8];
@@ -222,14 +326,20 @@ fn decode_raw(bytes: &[u8], dtype: DType, count: usize) -> Result<Elements, Stri
 
 /// Reads an external-data tensor's bytes: `location` relative to the model's directory and
 /// inside it, `offset` and `length` within the file, `length` (when given) equal to `needed`.
-fn read_external(t: &TensorProto, dir: Option<&Path>, needed: usize) -> Result<Vec<u8>, String> {
+fn read_external(
+    t: &TensorProto,
+    dir: Option<&Path>,
+    needed: usize,
+) -> Result<Vec<u8>, ProtoError> {
     let mut location = None;
     let mut offset: u64 = 0;
     let mut length: Option<u64> = None;
     for entry in &t.external_data {
         let number = |v: &str| {
-            v.parse::<u64>()
-                .map_err(|_| format!("external data {} `{v}` is not a byte count", entry.key))
+            v.parse::<u64>().map_err(|_| ProtoError::ExternalNumber {
+                key: entry.key.clone(),
+                value: v.to_string(),
+            })
         };
         match entry.key.as_str() {
             "location" => location = Some(entry.value.clone()),
@@ -238,67 +348,77 @@ fn read_external(t: &TensorProto, dir: Option<&Path>, needed: usize) -> Result<V
             _ => {}
         }
     }
-    let location = location.ok_or("external data without a `location`")?;
-    let dir = dir.ok_or("external data, but the model was not read from a file")?;
+    let location = location.ok_or(ProtoError::ExternalNoLocation)?;
+    let dir = dir.ok_or(ProtoError::ExternalNoDirectory)?;
+    let io = |message: String| ProtoError::ExternalIo {
+        location: location.clone(),
+        message,
+    };
     let relative = Path::new(&location);
     if relative.as_os_str().is_empty()
         || !relative
             .components()
             .all(|c| matches!(c, Component::Normal(_)))
     {
-        return Err(format!(
-            "external data location `{location}` must be a relative path inside the model's directory"
-        ));
+        return Err(ProtoError::ExternalPath {
+            location: location.clone(),
+        });
     }
     let path = dir.join(relative);
     // A symbolic link inside the directory may still point out of it: compare real paths.
-    let real_dir = dir
-        .canonicalize()
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    let real = path
-        .canonicalize()
-        .map_err(|e| format!("external data `{location}`: {e}"))?;
+    let real_dir = dir.canonicalize().map_err(|e| ProtoError::Directory {
+        dir: dir.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let real = path.canonicalize().map_err(|e| io(e.to_string()))?;
     if !real.starts_with(&real_dir) {
-        return Err(format!(
-            "external data location `{location}` leaves the model's directory"
-        ));
+        return Err(ProtoError::ExternalLeaves {
+            location: location.clone(),
+        });
     }
     if let Some(length) = length
         && length != needed as u64
     {
-        return Err(format!(
-            "external data `{location}` declares {length} bytes, the tensor needs {needed}"
-        ));
+        return Err(ProtoError::ExternalLength {
+            location: location.clone(),
+            declared: length,
+            needed,
+        });
     }
     // A regular file within the external-data limit, opened without blocking: a FIFO planted
     // as external data is refused, not waited on.
     let mut opened = crate::file_limits::open(&real, crate::file_limits::FileKind::OnnxExternal)
-        .map_err(|e| format!("external data `{location}`: {e}"))?;
+        .map_err(|e| io(e.to_string()))?;
     let size = opened.size;
     if offset
         .checked_add(needed as u64)
         .is_none_or(|end| end > size)
     {
-        return Err(format!(
-            "external data `{location}` is {size} bytes; {needed} bytes at offset {offset} do not fit"
-        ));
+        return Err(ProtoError::ExternalTooShort {
+            location: location.clone(),
+            size,
+            needed,
+            offset,
+        });
     }
     let file = opened.file_mut();
     file.seek(SeekFrom::Start(offset))
-        .map_err(|e| format!("external data `{location}`: {e}"))?;
+        .map_err(|e| io(e.to_string()))?;
     let mut bytes = Vec::new();
     bytes
         .try_reserve_exact(needed)
-        .map_err(|_| format!("external data `{location}`: cannot allocate {needed} bytes"))?;
+        .map_err(|_| io(format!("cannot allocate {needed} bytes")))?;
     // Exactly the tensor's bytes, however the file changes meanwhile.
     file.take(needed as u64)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("external data `{location}`: {e}"))?;
+        .map_err(|e| io(e.to_string()))?;
     if bytes.len() != needed {
-        return Err(format!(
-            "external data `{location}` ended after {} of the {needed} bytes at offset {offset}",
-            bytes.len()
-        ));
+        return Err(ProtoError::ExternalEnded {
+            location: location.clone(),
+            read: bytes.len(),
+            needed,
+            offset,
+        });
     }
     Ok(bytes)
 }
@@ -315,11 +435,14 @@ pub enum Attr {
 }
 
 /// Converts one attribute; `dir` is where a tensor attribute's external data lies.
-pub fn attribute(a: &AttributeProto, dir: Option<&Path>) -> Result<Attr, String> {
+pub fn attribute(a: &AttributeProto, dir: Option<&Path>) -> Result<Attr, ProtoError> {
     let kind = a
         .type_
         .enum_value()
-        .map_err(|code| format!("attribute `{}` has an unknown type (code {code})", a.name))?;
+        .map_err(|code| ProtoError::AttributeCode {
+            name: a.name.clone(),
+            code,
+        })?;
     Ok(match kind {
         AttributeType::INT => Attr::Int(a.i),
         AttributeType::FLOAT => Attr::Float(f64::from(a.f)),
@@ -328,28 +451,30 @@ pub fn attribute(a: &AttributeProto, dir: Option<&Path>) -> Result<Attr, String>
         AttributeType::STRING => Attr::Str(String::from_utf8_lossy(&a.s).into_owned()),
         AttributeType::TENSOR => match a.t.as_ref() {
             Some(t) => {
-                Attr::Tensor(to_tensor(t, dir).map_err(|e| format!("attribute `{}`: {e}", a.name))?)
+                Attr::Tensor(to_tensor(t, dir).map_err(|e| ProtoError::AttributeTensor {
+                    name: a.name.clone(),
+                    source: Box::new(e),
+                })?)
             }
             None => {
-                return Err(format!(
-                    "attribute `{}` declares a tensor but holds none",
-                    a.name
-                ));
+                return Err(ProtoError::AttributeNoTensor {
+                    name: a.name.clone(),
+                });
             }
         },
         other => {
-            return Err(format!(
-                "attribute `{}` is of type {other:?}, which fusebox does not read",
-                a.name
-            ));
+            return Err(ProtoError::AttributeType {
+                name: a.name.clone(),
+                kind: format!("{other:?}"),
+            });
         }
     })
 }
 
 /// Reads a model file: the parsed model and its directory (for external data).
-pub fn read_model(path: &Path) -> Result<ModelProto, String> {
+pub fn read_model(path: &Path) -> Result<ModelProto, ProtoError> {
     // A regular file of at most 2 GiB (protobuf's limit), opened without blocking.
     let bytes = crate::file_limits::read(path, crate::file_limits::FileKind::OnnxModel)
-        .map_err(|e| format!("cannot read: {e}"))?;
+        .map_err(|e| ProtoError::Read(e.to_string()))?;
     parse_model(&bytes)
 }

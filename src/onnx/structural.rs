@@ -9,7 +9,7 @@
 //! attributes through the built-ins' schema ([`BuiltinAttrs`]), never by name.
 
 use super::fold::fits_folding;
-use super::{FOLD_LIMIT, Importer, Msg, Val, proto};
+use super::{FOLD_LIMIT, ImportError, Importer, Imports, Val, proto};
 use crate::dtype::DType;
 use crate::rules::Builtin;
 use crate::rules::builtin::BuiltinAttrs;
@@ -23,11 +23,9 @@ use std::rc::Rc;
 /// An ONNX node's attributes, by name.
 pub(super) type Attrs = HashMap<String, Attr>;
 
-/// A node's output values in order, or why it cannot be imported.
-type Outputs = std::result::Result<Vec<Val>, String>;
-
-/// What imports one structural node.
-pub(super) type Handler = fn(&mut Importer, &NodeProto, &Attrs, &str) -> Outputs;
+/// What imports one structural node: its output values in order, or why it cannot be
+/// imported.
+pub(super) type Handler = fn(&mut Importer, &NodeProto, &Attrs, &str) -> Imports<Vec<Val>>;
 
 /// The structural ops, one handler each, in the order of [`STRUCTURAL`] (a test checks that
 /// the two lists agree).
@@ -54,7 +52,7 @@ pub(super) fn handler(op_type: &str) -> Option<Handler> {
 }
 
 /// A Shape node: the dimensions of its input (from `start` to `end`), a constant.
-fn shape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, _: &str) -> Outputs {
+fn shape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, _: &str) -> Imports<Vec<Val>> {
     let x = im.required(node, 0)?;
     let rank = x.shape().len() as i64;
     let clip = |v: i64| (if v < 0 { v.saturating_add(rank) } else { v }).clamp(0, rank) as usize;
@@ -65,18 +63,24 @@ fn shape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, _: &str) -> Outputs
         .map(|&d| d as f64)
         .collect();
     let n = dims.len();
-    let t = Tensor::from_values(DType::I64, &[n], dims).ok_or("bad shape")?;
+    let t =
+        Tensor::from_values(DType::I64, &[n], dims).ok_or(ImportError::Internal("bad shape"))?;
     Ok(vec![Val::Const(Rc::new(t), None)])
 }
 
 /// A Gather of constant indices: one `slice` per index, joined by a `concat` and reshaped to
 /// the indices' shape.
-fn gather(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outputs {
+fn gather(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Imports<Vec<Val>> {
     let data = im.required(node, 0)?;
     let indices = im.required(node, 1)?;
     let idx = indices
         .constant()
-        .ok_or("the indices must be a constant (fusebox shapes are static), not a run-time value")?
+        .ok_or_else(|| {
+            ImportError::Unsupported(
+                "the indices must be a constant (fusebox shapes are static), not a run-time value"
+                    .into(),
+            )
+        })?
         .clone();
     let rank = data.shape().len();
     let axis = crate::shape::normalize_axis(int_attr(attrs, "axis").unwrap_or(0), rank)?;
@@ -86,9 +90,9 @@ fn gather(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outp
         let i = v as i64;
         let i = if i < 0 { i.saturating_add(dim) } else { i };
         if i < 0 || i >= dim {
-            return Err(format!(
+            return Err(ImportError::Malformed(format!(
                 "index {v} is out of range for a dimension of {dim}"
-            ));
+            )));
         }
         parts.push(im.slice(&data, axis, i, i + 1, 1, out)?);
     }
@@ -112,16 +116,16 @@ fn gather(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outp
 
 /// A Reshape node with a constant target (a 0 copies the input's dimension unless
 /// `allowzero`).
-fn reshape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outputs {
+fn reshape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Imports<Vec<Val>> {
     let x = im.required(node, 0)?;
     let target = im.ints(node, 1, "shape")?;
     let allowzero = int_attr(attrs, "allowzero").unwrap_or(0) != 0;
     let mut dims = Vec::new();
     for (i, &d) in target.iter().enumerate() {
         dims.push(if d == 0 && !allowzero {
-            *x.shape()
-                .get(i)
-                .ok_or("a 0 in the shape has no input dimension to copy")? as i64
+            *x.shape().get(i).ok_or_else(|| {
+                ImportError::Malformed("a 0 in the shape has no input dimension to copy".into())
+            })? as i64
         } else {
             d
         });
@@ -131,7 +135,7 @@ fn reshape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Out
 }
 
 /// A Flatten node: a reshape to two dimensions, split before `axis`.
-fn flatten(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outputs {
+fn flatten(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Imports<Vec<Val>> {
     let x = im.required(node, 0)?;
     let rank = x.shape().len();
     let axis = int_attr(attrs, "axis").unwrap_or(1);
@@ -141,7 +145,7 @@ fn flatten(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Out
         axis
     };
     if axis < 0 || axis > rank as i64 {
-        return Err(format!("axis {axis} is out of range for rank {rank}"));
+        return Err(crate::shape::ShapeError::AxisOutOfRange { axis, rank }.into());
     }
     let (a, b) = x.shape().split_at(axis as usize);
     let shape = vec![a.iter().product(), b.iter().product()];
@@ -149,13 +153,13 @@ fn flatten(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Out
 }
 
 /// An Expand node with a constant target: a `broadcast_to` (nothing when the shape stays).
-fn expand(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Outputs {
+fn expand(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Imports<Vec<Val>> {
     let x = im.required(node, 0)?;
     let target = im.ints(node, 1, "shape")?;
     let target: Vec<usize> = target
         .iter()
-        .map(|&d| usize::try_from(d).map_err(|_| format!("dimension {d} is negative")))
-        .collect::<std::result::Result<_, _>>()?;
+        .map(|&d| usize::try_from(d).map_err(|_| proto::ProtoError::NegativeDimension(d)))
+        .collect::<Result<_, _>>()?;
     let shape = crate::shape::broadcast(x.shape(), &target)?;
     proto::element_count(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>())?;
     if shape.as_slice() == x.shape() {
@@ -172,26 +176,33 @@ fn expand(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Outputs 
 }
 
 /// A Constant node's value.
-fn constant(_: &mut Importer, _: &NodeProto, attrs: &Attrs, out: &str) -> Outputs {
+fn constant(_: &mut Importer, _: &NodeProto, attrs: &Attrs, out: &str) -> Imports<Vec<Val>> {
     let t = match attrs.iter().next() {
         Some((name, value)) if attrs.len() == 1 => match (name.as_str(), value) {
             ("value", Attr::Tensor(t)) => t.clone(),
             ("value_float", Attr::Float(v)) => Tensor::scalar(DType::F32, *v),
             ("value_int", Attr::Int(v)) => Tensor::scalar(DType::I64, *v as f64),
             ("value_floats", Attr::Floats(v)) => {
-                Tensor::from_values(DType::F32, &[v.len()], v.clone()).ok_or("bad floats")?
+                Tensor::from_values(DType::F32, &[v.len()], v.clone())
+                    .ok_or(ImportError::Internal("bad floats"))?
             }
             ("value_ints", Attr::Ints(v)) => Tensor::from_values(
                 DType::I64,
                 &[v.len()],
                 v.iter().map(|&i| i as f64).collect(),
             )
-            .ok_or("bad ints")?,
+            .ok_or(ImportError::Internal("bad ints"))?,
             (name, _) => {
-                return Err(format!("attribute `{name}` is not a value fusebox reads"));
+                return Err(ImportError::Unsupported(format!(
+                    "attribute `{name}` is not a value fusebox reads"
+                )));
             }
         },
-        _ => return Err("a Constant needs exactly one value attribute".into()),
+        _ => {
+            return Err(ImportError::Malformed(
+                "a Constant needs exactly one value attribute".into(),
+            ));
+        }
     };
     Ok(vec![Val::Const(Rc::new(t), Some(out.to_string()))])
 }
@@ -199,16 +210,27 @@ fn constant(_: &mut Importer, _: &NodeProto, attrs: &Attrs, out: &str) -> Output
 /// A ConstantOfShape node's value: a folded constant up to [`FOLD_LIMIT`] elements, else
 /// a scalar `const` broadcast to the shape at run time (so a 1 KB model cannot make the
 /// import allocate gigabytes).
-fn constant_of_shape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outputs {
+fn constant_of_shape(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
     let shape = im.ints(node, 0, "shape")?;
     let (dims, count) = proto::element_count(&shape)?;
     let fill = match attrs.get("value") {
         Some(Attr::Tensor(t)) => t.clone(),
         None => Tensor::scalar(DType::F32, 0.0),
-        Some(_) => return Err("attribute `value` must be a tensor".into()),
+        Some(_) => {
+            return Err(ImportError::Malformed(
+                "attribute `value` must be a tensor".into(),
+            ));
+        }
     };
     if fill.data.len() != 1 {
-        return Err("attribute `value` must hold one element".into());
+        return Err(ImportError::Malformed(
+            "attribute `value` must hold one element".into(),
+        ));
     }
     if fits_folding(&dims) {
         let t = match fill.int_values().first() {
@@ -217,7 +239,7 @@ fn constant_of_shape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &s
             }
             _ => Tensor::from_values(fill.dtype, &dims, vec![fill.values()[0]; count]),
         }
-        .ok_or("the shape does not fit")?;
+        .ok_or(ImportError::Internal("the shape does not fit"))?;
         return Ok(vec![Val::Const(Rc::new(t), Some(out.to_string()))]);
     }
     // The scalar travels as a `const` node's f64 attribute: an integer beyond 2^53 would
@@ -225,10 +247,10 @@ fn constant_of_shape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &s
     let v = fill.values()[0];
     if fill.dtype.category() == crate::dtype::Category::Integer && fill.int_values()[0] != v as i64
     {
-        return Err(format!(
+        return Err(ImportError::Unsupported(format!(
             "the fill value {} of a {count}-element result (more than the {FOLD_LIMIT} fusebox folds at import) is not exact as a run-time constant",
             fill.int_values()[0]
-        ));
+        )));
     }
     let scalar = Val::Const(
         Rc::new(Tensor::scalar(fill.dtype, v)),
@@ -245,7 +267,7 @@ fn constant_of_shape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &s
 }
 
 /// A Squeeze or Unsqueeze node: a reshape.
-fn squeeze(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outputs {
+fn squeeze(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Imports<Vec<Val>> {
     let x = im.required(node, 0)?;
     let axes = match im.input(node, 1)? {
         Some(_) => Some(im.ints(node, 1, "axes")?),
@@ -258,14 +280,17 @@ fn squeeze(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Out
             None => (0..rank).filter(|&i| x.shape()[i] == 1).collect(),
         };
         if let Some(&a) = axes.iter().find(|&&a| x.shape()[a] != 1) {
-            return Err(format!("axis {a} has size {}, not 1", x.shape()[a]));
+            return Err(ImportError::Malformed(format!(
+                "axis {a} has size {}, not 1",
+                x.shape()[a]
+            )));
         }
         (0..rank)
             .filter(|i| !axes.contains(i))
             .map(|i| x.shape()[i])
             .collect()
     } else {
-        let axes = axes.ok_or("Unsqueeze needs axes")?;
+        let axes = axes.ok_or_else(|| ImportError::Malformed("Unsqueeze needs axes".into()))?;
         let new_rank = rank + axes.len();
         let axes: BTreeSet<usize> = crate::shape::normalize_axes(Some(&axes), new_rank)?
             .into_iter()
@@ -285,7 +310,7 @@ fn squeeze(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Out
 }
 
 /// A Slice node: a `slice` per sliced axis (positive steps only).
-fn slice(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Outputs {
+fn slice(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Imports<Vec<Val>> {
     let x = im.required(node, 0)?;
     let starts = im.ints(node, 1, "starts")?;
     let ends = im.ints(node, 2, "ends")?;
@@ -299,16 +324,18 @@ fn slice(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Outputs {
         None => vec![1; starts.len()],
     };
     if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
-        return Err("starts, ends, axes and steps must have one entry per sliced axis".into());
+        return Err(ImportError::Malformed(
+            "starts, ends, axes and steps must have one entry per sliced axis".into(),
+        ));
     }
     let mut v = x;
     for i in 0..starts.len() {
         let axis = crate::shape::normalize_axis(axes[i], rank)?;
         if steps[i] <= 0 {
-            return Err(format!(
+            return Err(ImportError::Unsupported(format!(
                 "step {} on axis {axis}: fusebox slices with positive steps only",
                 steps[i]
-            ));
+            )));
         }
         let dim = v.shape()[axis] as i64;
         let clip = |p: i64| (if p < 0 { p.saturating_add(dim) } else { p }).clamp(0, dim);
@@ -322,7 +349,7 @@ fn slice(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Outputs {
 }
 
 /// A Split node: one `slice` per output.
-fn split(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outputs {
+fn split(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Imports<Vec<Val>> {
     let x = im.required(node, 0)?;
     let rank = x.shape().len();
     let axis = crate::shape::normalize_axis(int_attr(attrs, "axis").unwrap_or(0), rank)?;
@@ -335,9 +362,9 @@ fn split(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outpu
             None => {
                 let parts = int_attr(attrs, "num_outputs").unwrap_or(n);
                 if parts != n || parts < 1 {
-                    return Err(format!(
+                    return Err(ImportError::Malformed(format!(
                         "num_outputs is {parts}, but the node has {n} output(s)"
-                    ));
+                    )));
                 }
                 let chunk = (dim + parts - 1) / parts;
                 (0..parts)
@@ -347,13 +374,16 @@ fn split(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outpu
         },
     };
     if sizes.len() as i64 != n {
-        return Err(format!("{} split sizes for {n} output(s)", sizes.len()));
+        return Err(ImportError::Malformed(format!(
+            "{} split sizes for {n} output(s)",
+            sizes.len()
+        )));
     }
     let total = sizes.iter().try_fold(0i64, |acc, &s| acc.checked_add(s));
     if sizes.iter().any(|&s| s < 0) || total != Some(dim) {
-        return Err(format!(
+        return Err(ImportError::Malformed(format!(
             "split sizes {sizes:?} do not add up to the dimension {dim}"
-        ));
+        )));
     }
     let mut start = 0;
     let mut outs = Vec::new();
@@ -371,21 +401,18 @@ fn split(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Outpu
 
 impl Importer<'_> {
     /// Input `i`, which must be a constant, as integers (`what` names it in errors).
-    fn ints(
-        &self,
-        node: &NodeProto,
-        i: usize,
-        what: &str,
-    ) -> std::result::Result<Vec<i64>, String> {
+    fn ints(&self, node: &NodeProto, i: usize, what: &str) -> Imports<Vec<i64>> {
         let v = self.required(node, i)?;
         let t = v.constant().ok_or_else(|| {
-            format!("`{what}` must be a constant (fusebox shapes are static), not a run-time value")
+            ImportError::Unsupported(format!(
+                "`{what}` must be a constant (fusebox shapes are static), not a run-time value"
+            ))
         })?;
         Ok(t.values().iter().map(|&f| f as i64).collect())
     }
 
     /// `x` reshaped to `shape` (itself when it has that shape already).
-    fn reshape(&mut self, x: &Val, shape: &[usize], name: &str) -> Msg {
+    fn reshape(&mut self, x: &Val, shape: &[usize], name: &str) -> Imports {
         if x.shape() == shape {
             return Ok(x.clone());
         }
@@ -400,7 +427,15 @@ impl Importer<'_> {
     }
 
     /// `x[start:end:step]` along `axis`.
-    fn slice(&mut self, x: &Val, axis: usize, start: i64, end: i64, step: i64, name: &str) -> Msg {
+    fn slice(
+        &mut self,
+        x: &Val,
+        axis: usize,
+        start: i64,
+        end: i64,
+        step: i64,
+        name: &str,
+    ) -> Imports {
         let range = BuiltinAttrs::Slice {
             axis: axis as i64,
             start,

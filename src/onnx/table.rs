@@ -3,6 +3,7 @@
 //! attributes. The ops the importer handles in code are in the parent module.
 
 use super::*;
+use crate::rules::onnx::Template;
 
 impl<'a> Importer<'a> {
     /// A node imported through the op table: its first output, then the template nodes the
@@ -12,10 +13,10 @@ impl<'a> Importer<'a> {
         node: &NodeProto,
         attrs: &HashMap<String, Attr>,
         out: &str,
-    ) -> std::result::Result<Mapped, String> {
+    ) -> Imports<Mapped> {
         let mut inputs: Vec<Option<Val>> = (0..node.input.len())
             .map(|i| self.input(node, i))
-            .collect::<std::result::Result<_, _>>()?;
+            .collect::<Imports<_>>()?;
         let map = self.select(node, attrs, &inputs)?;
         let count = inputs.iter().flatten().count();
         if let Some(chain) = &map.chain {
@@ -32,7 +33,9 @@ impl<'a> Importer<'a> {
                     )?,
                 });
             }
-            inputs = vec![Some(acc.ok_or("at least one input is required")?)];
+            let acc =
+                acc.ok_or_else(|| ImportError::Malformed("at least one input is required".into()))?;
+            inputs = vec![Some(acc)];
         }
         let mut local: HashMap<String, Option<Val>> = HashMap::new();
         let mut last: Option<Val> = inputs.first().cloned().flatten();
@@ -72,45 +75,24 @@ impl<'a> Importer<'a> {
                     match inputs.get(i).cloned().flatten() {
                         Some(v) => args.push(v),
                         None if !keep => {}
-                        None => return Err(format!("input {i} is required")),
+                        None => {
+                            return Err(ImportError::Malformed(format!("input {i} is required")));
+                        }
                     }
                 } else {
                     match local.get(arg) {
                         Some(Some(v)) => args.push(v.clone()),
-                        _ => return Err(format!("{}: `{arg}` has no value here", self.table.file)),
+                        _ => {
+                            return Err(ImportError::RuleSet(format!(
+                                "{}: `{arg}` has no value here",
+                                self.table.file
+                            )));
+                        }
                     }
                 }
             }
             let value = if keep {
-                // Through the catalogue's own lifetime, not `self`'s: `self` is borrowed
-                // mutably below.
-                let catalogue: &Catalogue = self.catalogue;
-                let declared = catalogue.declared_attrs(&t.op).ok_or_else(|| {
-                    format!(
-                        "{} names op `{}`, which the catalogue lacks",
-                        self.table.file, t.op
-                    )
-                })?;
-                let mut a = Attrs::new();
-                for (k, v) in &t.attrs {
-                    let spec = declared.iter().find(|d| &d.name == k).ok_or_else(|| {
-                        format!("{}: op `{}` has no attribute `{k}`", self.table.file, t.op)
-                    })?;
-                    let value = match v {
-                        ron::Value::String(s) if s.starts_with('$') => {
-                            self.reference(s, spec.ty, attrs, map, &inputs, count)?
-                        }
-                        other => Some(AttrValue::from_bare(other, spec.ty).map_err(|m| {
-                            format!(
-                                "{}: attribute `{k}` must be {}, found {}",
-                                self.table.file, m.expected, m.found
-                            )
-                        })?),
-                    };
-                    if let Some(value) = value {
-                        a.insert(k.clone(), value);
-                    }
-                }
+                let a = self.template_attrs(t, attrs, map, &inputs, count)?;
                 let is_last = n + 1 == map.nodes.len();
                 let name = if is_last {
                     out.to_string()
@@ -126,7 +108,9 @@ impl<'a> Importer<'a> {
             }
             last = value;
         }
-        let mut outputs = vec![last.ok_or("the mapping produced no value")?];
+        let last =
+            last.ok_or_else(|| ImportError::RuleSet("the mapping produced no value".into()))?;
+        let mut outputs = vec![last];
         for (k, name) in map.outputs.iter().enumerate() {
             // Only outputs the model names are wanted; an unnamed one may have been skipped.
             if node.output.get(k + 1).is_none_or(|o| o.is_empty()) {
@@ -135,10 +119,10 @@ impl<'a> Importer<'a> {
             match local.get(name) {
                 Some(Some(v)) => outputs.push(v.clone()),
                 _ => {
-                    return Err(format!(
+                    return Err(ImportError::RuleSet(format!(
                         "{}: output `{name}` has no value here",
                         self.table.file
-                    ));
+                    )));
                 }
             }
         }
@@ -151,6 +135,48 @@ impl<'a> Importer<'a> {
         Ok(Mapped { outputs, casts })
     }
 
+    /// The catalogue attributes of template node `t`: its written values, and its `$…`
+    /// references resolved against the ONNX node's attributes and inputs.
+    fn template_attrs(
+        &self,
+        t: &Template,
+        attrs: &HashMap<String, Attr>,
+        map: &Mapping,
+        inputs: &[Option<Val>],
+        count: usize,
+    ) -> Imports<Attrs> {
+        let declared = self.catalogue.declared_attrs(&t.op).ok_or_else(|| {
+            ImportError::RuleSet(format!(
+                "{} names op `{}`, which the catalogue lacks",
+                self.table.file, t.op
+            ))
+        })?;
+        let mut a = Attrs::new();
+        for (k, v) in &t.attrs {
+            let spec = declared.iter().find(|d| &d.name == k).ok_or_else(|| {
+                ImportError::RuleSet(format!(
+                    "{}: op `{}` has no attribute `{k}`",
+                    self.table.file, t.op
+                ))
+            })?;
+            let value = match v {
+                ron::Value::String(s) if s.starts_with('$') => {
+                    self.reference(s, spec.ty, attrs, map, inputs, count)?
+                }
+                other => Some(AttrValue::from_bare(other, spec.ty).map_err(|m| {
+                    ImportError::RuleSet(format!(
+                        "{}: attribute `{k}` must be {}, found {}",
+                        self.table.file, m.expected, m.found
+                    ))
+                })?),
+            };
+            if let Some(value) = value {
+                a.insert(k.clone(), value);
+            }
+        }
+        Ok(a)
+    }
+
     /// The first Map for the node's op type whose conditions its attributes and input dtypes
     /// meet.
     pub(super) fn select(
@@ -158,7 +184,7 @@ impl<'a> Importer<'a> {
         node: &NodeProto,
         attrs: &HashMap<String, Attr>,
         inputs: &[Option<Val>],
-    ) -> std::result::Result<&'a Mapping, String> {
+    ) -> Imports<&'a Mapping> {
         let table: &'a MapTable = self.table;
         table
             .maps
@@ -175,11 +201,11 @@ impl<'a> Importer<'a> {
                     .iter()
                     .map(|a| format!("{}={:?}", a.name, attrs.get(&a.name)))
                     .collect();
-                format!(
+                ImportError::Unsupported(format!(
                     "no mapping of {} applies to these attributes ({})",
                     table.file,
                     given.join(", ")
-                )
+                ))
             })
     }
 
@@ -192,7 +218,7 @@ impl<'a> Importer<'a> {
         map: &Mapping,
         inputs: &[Option<Val>],
         count: usize,
-    ) -> std::result::Result<Option<AttrValue>, String> {
+    ) -> Imports<Option<AttrValue>> {
         for alternative in text.split('|') {
             let r = alternative.trim().trim_start_matches('$');
             let found: Option<Attr> = if r == "count" {
@@ -208,11 +234,13 @@ impl<'a> Importer<'a> {
                     (Some(v), "value" | "ints" | "axes") => {
                         let t = v
                             .constant()
-                            .ok_or_else(|| format!("input {index} must be a constant (fusebox shapes and attributes are static), not a run-time value"))?;
+                            .ok_or_else(|| ImportError::Unsupported(format!("input {index} must be a constant (fusebox shapes and attributes are static), not a run-time value")))?;
                         let vals = t.values();
                         if what == "value" {
                             if vals.len() != 1 {
-                                return Err(format!("input {index} must hold one value"));
+                                return Err(ImportError::Malformed(format!(
+                                    "input {index} must hold one value"
+                                )));
                             }
                             Some(Attr::Float(vals[0]))
                         } else if what == "axes" && vals.is_empty() {
@@ -225,7 +253,10 @@ impl<'a> Importer<'a> {
                         }
                     }
                     (Some(_), other) => {
-                        return Err(format!("{}: unknown reference `.{other}`", self.table.file));
+                        return Err(ImportError::RuleSet(format!(
+                            "{}: unknown reference `.{other}`",
+                            self.table.file
+                        )));
                     }
                 }
             } else if let Some(name) = r.strip_suffix("..") {
@@ -234,7 +265,7 @@ impl<'a> Importer<'a> {
                     .cloned()
                     .flatten()
                     .map(|v| v.shape().len())
-                    .ok_or("input 0 is required")?;
+                    .ok_or_else(|| ImportError::Malformed("input 0 is required".into()))?;
                 match attr_or_default(attrs, map, name) {
                     Some(Attr::Int(a)) => {
                         let a = crate::shape::normalize_axis(a, rank)?;
@@ -254,7 +285,7 @@ impl<'a> Importer<'a> {
 }
 
 /// An ONNX attribute value as the catalogue attribute type asks for it.
-pub(super) fn coerce(v: Attr, ty: AttrType) -> std::result::Result<AttrValue, String> {
+pub(super) fn coerce(v: Attr, ty: AttrType) -> Imports<AttrValue> {
     Ok(match (ty, v) {
         (AttrType::Float, Attr::Float(f)) => AttrValue::Float(f),
         (AttrType::Float, Attr::Int(i)) => AttrValue::Float(i as f64),
@@ -263,7 +294,11 @@ pub(super) fn coerce(v: Attr, ty: AttrType) -> std::result::Result<AttrValue, St
         (AttrType::Ints, Attr::Ints(v)) => AttrValue::Ints(v),
         (AttrType::Ints, Attr::Int(i)) => AttrValue::Ints(vec![i]),
         (AttrType::DType, Attr::Int(code)) => AttrValue::DType(proto::dtype_of(code as i32)?),
-        (ty, v) => return Err(format!("cannot use {v:?} where {ty} is expected")),
+        (ty, v) => {
+            return Err(ImportError::Malformed(format!(
+                "cannot use {v:?} where {ty} is expected"
+            )));
+        }
     })
 }
 
