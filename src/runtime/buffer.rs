@@ -421,6 +421,12 @@ impl<'a> ElementsMut<'a> {
         self.len() == 0
     }
 
+    /// The first element's address, for code that writes the storage format itself (the CPU
+    /// backend's GEMM); `len() * dtype.size_bytes()` bytes are writable from it.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.bytes.as_mut_ptr()
+    }
+
     /// Stores integer `v`: wrapped to an integer dtype (an i32 keeps the low 32 bits), rounded
     /// to nearest for the other dtypes.
     pub fn set_int(&mut self, i: usize, v: i64) {

@@ -1,4 +1,6 @@
-//! Matrix products through `matrixmultiply` (a BLIS-style GEMM with packing and threads).
+//! Matrix products through `matrixmultiply` (a BLIS-style GEMM with packing and threads): the
+//! portable product of the kernel-IR interpreter, and of the CPU backend for the products its
+//! emitted GEMM (`backend::cpu::gemm`) does not cover (integer and f64 ones).
 //!
 //! Semantics are the reference evaluator's: NumPy matmul (1-D operands promoted, batch
 //! dimensions broadcast), operands rounded to the product's dtype, f32 arithmetic for f16,
@@ -24,6 +26,9 @@ pub enum MatMulError {
     /// The result's element count (`total`) is not the output buffer's (`len`).
     #[error("matmul result has {total} elements, buffer {len}")]
     ResultSize { total: usize, len: usize },
+    /// The emitted CPU GEMM (`backend::cpu::gemm`) could not allocate its packing buffers.
+    #[error("the GEMM could not allocate its packing buffers")]
+    PackingAlloc,
     /// cuBLAS planning found no group of batch matrices to cover (an internal invariant:
     /// single matrices always group).
     #[error("no batch grouping found (single matrices always group)")]
@@ -124,6 +129,53 @@ fn pack_f32<'a>(buf: Elements<'a>, op: &MatMulOperand, out: DType) -> Packed<'a,
     }
 }
 
+/// The matrices of a (batched, broadcast) product: each result matrix is `rows x cols`, the
+/// sum over `inner`; `offsets[i]` are the element offsets of result matrix `i`'s operand
+/// matrices in the contiguous operands (result matrix `i` starts at `i * rows * cols`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProductShape {
+    pub rows: usize,
+    pub inner: usize,
+    pub cols: usize,
+    pub offsets: Vec<(usize, usize)>,
+}
+
+/// The matrices of `a @ b` under NumPy's matmul rules (1-D operands promoted, batch
+/// dimensions broadcast), checked against a result of `out_len` elements.
+pub fn product_shape(
+    a: &[usize],
+    b: &[usize],
+    out_len: usize,
+) -> Result<ProductShape, MatMulError> {
+    let (sa, sb) = (
+        crate::shape::matmul_operand(a, false),
+        crate::shape::matmul_operand(b, true),
+    );
+    let (rows, inner) = (sa[sa.len() - 2], sa[sa.len() - 1]);
+    let cols = sb[sb.len() - 1];
+    if sb[sb.len() - 2] != inner {
+        return Err(MatMulError::InnerDims {
+            a: a.to_vec(),
+            b: b.to_vec(),
+        });
+    }
+    let batch = crate::shape::broadcast(&sa[..sa.len() - 2], &sb[..sb.len() - 2])?;
+    let offsets = crate::shape::matmul_batch_offsets(&sa, &sb, &batch);
+    let total = offsets.len() * rows * cols;
+    if total != out_len {
+        return Err(MatMulError::ResultSize {
+            total,
+            len: out_len,
+        });
+    }
+    Ok(ProductShape {
+        rows,
+        inner,
+        cols,
+        offsets,
+    })
+}
+
 /// `out = a @ b` on buffers.
 pub fn matmul(
     a: &Buffer,
@@ -144,28 +196,14 @@ pub fn matmul_elements(
     b_op: &MatMulOperand,
     mut out: ElementsMut<'_>,
 ) -> Result<(), MatMulError> {
-    let (sa, sb) = (
-        crate::shape::matmul_operand(a.shape, false),
-        crate::shape::matmul_operand(b.shape, true),
-    );
-    let (n, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
-    let m = sb[sb.len() - 1];
-    if sb[sb.len() - 2] != k {
-        return Err(MatMulError::InnerDims {
-            a: a.shape.to_vec(),
-            b: b.shape.to_vec(),
-        });
-    }
-    let batch = crate::shape::broadcast(&sa[..sa.len() - 2], &sb[..sb.len() - 2])?;
-    let offsets = crate::shape::matmul_batch_offsets(&sa, &sb, &batch);
+    let ProductShape {
+        rows: n,
+        inner: k,
+        cols: m,
+        offsets,
+    } = product_shape(a.shape, b.shape, out.len())?;
     let dtype = out.dtype;
     let total = offsets.len() * n * m;
-    if total != out.len() {
-        return Err(MatMulError::ResultSize {
-            total,
-            len: out.len(),
-        });
-    }
     if dtype.category() == Category::Integer {
         // Integer products wrap, as NumPy's integer matmul does: a plain loop of wrapping
         // multiply-adds in i64 (no integer GEMM is worth its weight here), then each result

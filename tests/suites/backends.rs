@@ -19,6 +19,8 @@ mod cpu_cli;
 mod cpu_compiler;
 #[path = "../cpu_emit.rs"]
 mod cpu_emit;
+#[path = "../cpu_gemm.rs"]
+mod cpu_gemm;
 #[path = "../cuda_compile.rs"]
 mod cuda_compile;
 #[path = "../cuda_emit.rs"]

@@ -1,8 +1,10 @@
 //! The CPU backend: C emission ([`emit`]), compilation and the kernel cache ([`compiler`]),
-//! and the runtime that loads the compiled module and runs programs with it ([`runtime`]).
+//! the GEMM behind its matrix products ([`gemm`]), and the runtime that loads the compiled
+//! module and runs programs with it ([`runtime`]).
 
 pub mod compiler;
 pub mod emit;
+pub mod gemm;
 pub mod runtime;
 
 pub use runtime::{CpuExecutable, module_source};

@@ -5,17 +5,17 @@
 //! finds it in the cache: kernels carry no sizes, so another batch size compiles nothing),
 //! plans intermediate buffers by liveness ([`MemoryPlan`]), and checks every launch's views
 //! lie inside their buffers, so a wrong launch is an error here rather than a wild write in C.
-//! Running is then a loop over steps: kernel calls and matrix products, on the caller's
-//! thread (the kernels spread their work over OpenMP threads themselves).
+//! Running is then a loop over steps: kernel calls and matrix products ([`Gemm`]), on the
+//! caller's thread (the kernels and the GEMM spread their work over OpenMP threads themselves).
 
 use super::compiler::{CompileStats, Compiler, KernelFn, Module};
 use super::emit;
+use super::gemm::Gemm;
 use crate::backend::{BenchFacts, Executable, Target};
 use crate::dag::Value;
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::lower::{Program, Step};
 use crate::runtime::buffer::{Buffer, Elements, ElementsMut};
-use crate::runtime::matmul;
 use crate::runtime::memory::MemoryPlan;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -37,6 +37,8 @@ pub struct CpuExecutable {
     slots: Vec<Buffer>,
     /// The module stays loaded as long as its functions may be called.
     _module: Arc<Module>,
+    /// The GEMM, where the program has matrix products.
+    gemm: Option<Gemm>,
     source: String,
     /// What the compiler did while this executable was built.
     stats: CompileStats,
@@ -62,6 +64,8 @@ impl CpuExecutable {
             .iter()
             .map(|name| module.kernel(name))
             .collect::<Result<Vec<_>>>()?;
+        let has_products = program.steps.iter().any(|s| matches!(s, Step::MatMul(_)));
+        let gemm = has_products.then(|| Gemm::new(compiler)).transpose()?;
         let flat_strides = program
             .steps
             .iter()
@@ -97,6 +101,7 @@ impl CpuExecutable {
             plan,
             slots,
             _module: module,
+            gemm,
             source,
             stats: compiler.stats().since(&before),
         })
@@ -204,7 +209,10 @@ impl Executable for CpuExecutable {
                             ElementsMut::from_raw(to.dtype, &to.shape, pointer(m.out)),
                         )
                     };
-                    matmul::matmul_elements(a, &m.a, b, &m.b, out)
+                    let gemm = self.gemm.as_ref().ok_or_else(|| {
+                        Error::backend("internal: a program with products has no GEMM loaded")
+                    })?;
+                    gemm.matmul(a, &m.a, b, &m.b, out)
                         .map_err(|e| Error::backend(e.to_string()))?;
                 }
             }

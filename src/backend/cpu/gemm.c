@@ -1,0 +1,437 @@
+/* fusebox's CPU GEMM: C = A @ B for f32 products, A and B read through row and column strides
+   (so a transposed operand costs nothing) as f32, f16 or bf16, rounded as the product demands
+   while they are packed, multiplied in f32, and stored as f32, f16 or bf16, rounded once.
+
+   The structure is the BLIS one, sized for an AVX-512 core with a 1 MB L2 and a 32-48 KB L1:
+   the output is cut into MC x NC blocks, which OpenMP threads share; a block's product is the
+   sum over KC-deep slices of K, each slice packing an MC x KC piece of A (MR-row strips) and
+   a KC x NC piece of B (NR-column strips) into contiguous buffers, and running an MR x NR
+   register-blocked microkernel over every strip pair (bf16 pairs on `vdpbf16ps` where both
+   operands are bf16 values and the target has AVX512-BF16). A block accumulates in an f32
+   tile that stays in L2; once its last slice is added, `FUSEBOX_GEMM_EPILOGUE` stores it. That is the
+   hook where a fused epilogue (bias, activation, residual) goes, while the tile is in cache.
+
+   Argument ABI (the kernel ABI's four arrays, see fusebox_gemm below):
+     sizes   = { batches, M, K, N, a dtype, b dtype, c dtype,
+                 a rounding 1, a rounding 2, b rounding 1, b rounding 2 }
+     strides = { A row, A column, B row, B column, C row, C column } (elements)
+     offsets = { per batch: A offset, B offset, C offset } (elements)
+     ptrs    = { A, B, C, status }
+   status points to an int64 that receives 0, or 1 where a thread could not allocate its
+   buffers (nothing is then guaranteed about C).
+   dtype codes: 0 f32, 1 f16, 2 bf16. A rounding is a dtype an operand element is rounded to
+   after it is read (0 for none): an absorbed cast first, then the product's dtype. */
+
+#define FB_GEMM_MR 8
+#define FB_GEMM_NR 48
+#define FB_GEMM_KC 256
+#define FB_GEMM_MC 128
+#define FB_GEMM_NC 384
+/* Packed B of a whole K x NC column block is kept (and reused by the blocks below it) while it
+   is at most this many floats; a larger one is packed one KC slice at a time. */
+#define FB_GEMM_B_KEEP (8 << 20)
+
+static inline float fb_gemm_load(const void *p, int64_t dtype, int64_t i) {
+    switch (dtype) {
+    case 1: return fb_h2f(((const uint16_t *)p)[i]);
+    case 2: return fb_b2f(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+static inline float fb_gemm_round(float x, int64_t dtype) {
+    switch (dtype) {
+    case 1: return fb_rnd_fh(x);
+    case 2: return fb_rnd_fb(x);
+    default: return x;
+    }
+}
+
+/* An operand as the packers read it. */
+typedef struct {
+    const void *p;
+    int64_t dtype, rs, cs, round1, round2;
+} fb_gemm_operand;
+
+/* Element (r, c) at f32, rounded as the product demands. */
+static inline float fb_gemm_elem(const fb_gemm_operand *o, int64_t r, int64_t c) {
+    float v = fb_gemm_load(o->p, o->dtype, r * o->rs + c * o->cs);
+    return fb_gemm_round(fb_gemm_round(v, o->round1), o->round2);
+}
+
+/* Reads `n` consecutive elements of a row (column stride 1) into `dst` at f32: one loop per
+   dtype, so each vectorizes. */
+static inline void fb_gemm_load_run(const fb_gemm_operand *o, int64_t start, int64_t n, float *dst) {
+    if (o->dtype == 0) {
+        memcpy(dst, (const float *)o->p + start, (size_t)n * sizeof(float));
+    } else if (o->dtype == 1) {
+        const uint16_t *s = (const uint16_t *)o->p + start;
+        int64_t i = 0;
+#if defined(__AVX512F__)
+        /* The hardware conversion, exact like fb_h2f (which GCC does not vectorize). */
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + i))));
+#endif
+        for (; i < n; i++) dst[i] = fb_h2f(s[i]);
+    } else {
+        const uint16_t *s = (const uint16_t *)o->p + start;
+        for (int64_t i = 0; i < n; i++) dst[i] = fb_b2f(s[i]);
+    }
+    if (o->round1 == 1 || o->round2 == 1)
+        for (int64_t i = 0; i < n; i++) dst[i] = fb_gemm_round(fb_gemm_round(dst[i], o->round1), o->round2);
+    else if (o->round1 == 2 || o->round2 == 2)
+        for (int64_t i = 0; i < n; i++) dst[i] = fb_rnd_fb(dst[i]);
+}
+
+/* A's rows [r0, r0 + rows) and columns [k0, k0 + kc) into MR-row strips: strip s holds, for
+   each k, MR consecutive values of rows s*MR.. (rows past the end are zero, so the microkernel
+   always runs whole strips; they only ever reach output rows that are never stored). */
+static void fb_gemm_pack_a(const fb_gemm_operand *a, int64_t r0, int64_t rows, int64_t k0, int64_t kc,
+                           float *dst) {
+    for (int64_t s = 0; s < rows; s += FB_GEMM_MR) {
+        int64_t h = rows - s < FB_GEMM_MR ? rows - s : FB_GEMM_MR;
+        float *d = dst + s * kc;
+        if (h < FB_GEMM_MR)
+            memset(d, 0, (size_t)(kc * FB_GEMM_MR) * sizeof(float));
+        if (a->cs == 1) {
+            float run[FB_GEMM_KC];
+            for (int64_t r = 0; r < h; r++) {
+                fb_gemm_load_run(a, (r0 + s + r) * a->rs + k0, kc, run);
+                for (int64_t k = 0; k < kc; k++) d[k * FB_GEMM_MR + r] = run[k];
+            }
+        } else {
+            for (int64_t k = 0; k < kc; k++)
+                for (int64_t r = 0; r < h; r++)
+                    d[k * FB_GEMM_MR + r] = fb_gemm_elem(a, r0 + s + r, k0 + k);
+        }
+    }
+}
+
+/* B's rows [k0, k0 + kc) and columns [c0, c0 + cols) into NR-column strips: strip s holds,
+   for each k, NR consecutive values of columns s*NR.. (zero past the end, as for A). */
+static void fb_gemm_pack_b(const fb_gemm_operand *b, int64_t k0, int64_t kc, int64_t c0, int64_t cols,
+                           float *dst) {
+    for (int64_t s = 0; s < cols; s += FB_GEMM_NR) {
+        int64_t w = cols - s < FB_GEMM_NR ? cols - s : FB_GEMM_NR;
+        float *d = dst + s * kc;
+        if (b->cs == 1) {
+            for (int64_t k = 0; k < kc; k++) {
+                fb_gemm_load_run(b, (k0 + k) * b->rs + c0 + s, w, d + k * FB_GEMM_NR);
+                for (int64_t c = w; c < FB_GEMM_NR; c++) d[k * FB_GEMM_NR + c] = 0.0f;
+            }
+        } else if (b->rs == 1) {
+            /* A transposed B: columns are contiguous runs along k. */
+            float run[FB_GEMM_KC];
+            if (w < FB_GEMM_NR)
+                memset(d, 0, (size_t)(kc * FB_GEMM_NR) * sizeof(float));
+            for (int64_t c = 0; c < w; c++) {
+                fb_gemm_load_run(b, (c0 + s + c) * b->cs + k0, kc, run);
+                for (int64_t k = 0; k < kc; k++) d[k * FB_GEMM_NR + c] = run[k];
+            }
+        } else {
+            for (int64_t k = 0; k < kc; k++)
+                for (int64_t c = 0; c < FB_GEMM_NR; c++)
+                    d[k * FB_GEMM_NR + c] = c < w ? fb_gemm_elem(b, k0 + k, c0 + s + c) : 0.0f;
+        }
+    }
+}
+
+#if defined(__AVX512F__)
+/* The MR x NR = 8 x 48 microkernel: 24 zmm accumulators, three B vectors and one broadcast A
+   value live per k step (28 of the 32 registers). `acc` adds the tile's earlier slices. */
+static inline void fb_gemm_micro(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c,
+                                 int64_t ldc, int acc) {
+#define FB_ROW(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps(), c##r##2 = _mm512_setzero_ps();
+    FB_ROW(0) FB_ROW(1) FB_ROW(2) FB_ROW(3) FB_ROW(4) FB_ROW(5) FB_ROW(6) FB_ROW(7)
+#undef FB_ROW
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
+#define FB_FMA(r) { __m512 ar = _mm512_set1_ps(a[r]); \
+        c##r##0 = _mm512_fmadd_ps(ar, b0, c##r##0); \
+        c##r##1 = _mm512_fmadd_ps(ar, b1, c##r##1); \
+        c##r##2 = _mm512_fmadd_ps(ar, b2, c##r##2); }
+        FB_FMA(0) FB_FMA(1) FB_FMA(2) FB_FMA(3) FB_FMA(4) FB_FMA(5) FB_FMA(6) FB_FMA(7)
+#undef FB_FMA
+        a += FB_GEMM_MR;
+        b += FB_GEMM_NR;
+    }
+#define FB_STORE(r) { float *row = c + (r) * ldc; \
+        if (acc) { c##r##0 = _mm512_add_ps(c##r##0, _mm512_loadu_ps(row)); \
+                   c##r##1 = _mm512_add_ps(c##r##1, _mm512_loadu_ps(row + 16)); \
+                   c##r##2 = _mm512_add_ps(c##r##2, _mm512_loadu_ps(row + 32)); } \
+        _mm512_storeu_ps(row, c##r##0); _mm512_storeu_ps(row + 16, c##r##1); _mm512_storeu_ps(row + 32, c##r##2); }
+    FB_STORE(0) FB_STORE(1) FB_STORE(2) FB_STORE(3) FB_STORE(4) FB_STORE(5) FB_STORE(6) FB_STORE(7)
+#undef FB_STORE
+}
+#else
+/* The portable microkernel: the same tile in plain C, which the compiler vectorizes for
+   whatever the target has. */
+static inline void fb_gemm_micro(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c,
+                                 int64_t ldc, int acc) {
+    float t[FB_GEMM_MR][FB_GEMM_NR];
+    for (int r = 0; r < FB_GEMM_MR; r++)
+        for (int j = 0; j < FB_GEMM_NR; j++) t[r][j] = 0.0f;
+    for (int64_t k = 0; k < kc; k++) {
+        for (int r = 0; r < FB_GEMM_MR; r++)
+            for (int j = 0; j < FB_GEMM_NR; j++) t[r][j] += a[r] * b[j];
+        a += FB_GEMM_MR;
+        b += FB_GEMM_NR;
+    }
+    for (int r = 0; r < FB_GEMM_MR; r++)
+        for (int j = 0; j < FB_GEMM_NR; j++) c[r * ldc + j] = acc ? c[r * ldc + j] + t[r][j] : t[r][j];
+}
+#endif
+
+#if defined(__AVX512BF16__)
+/* Products whose operands are both bf16 values (a bf16 product, or bf16 operands of an f32 one)
+   run on `vdpbf16ps`, which multiplies pairs of bf16 values along K at twice the f32 FMA rate.
+   Each packed strip (k-major, `width` values per k, all exact in bf16) is rewritten in place as
+   k-pairs: one 32-bit word per (pair, column) holding k = 2p in its high half and 2p + 1 in its
+   low half (zero past an odd K's end, in both operands, so the pad adds 0 * 0). The instruction
+   adds the high halves' product first, then the low halves', each rounded to nearest even, and
+   a product of two bf16 values is exact in f32: so the sum takes the f32 microkernel's steps
+   in its order, k ascending, and the two paths agree bit for bit, except that `vdpbf16ps`
+   reads bf16 subnormals as zero and flushes subnormal results. In place is sound: word
+   p*width + c is written after its two floats are read, and every float still to be read lies
+   above it. */
+static void fb_gemm_pairs(float *strip, int64_t kc, int64_t width) {
+    uint32_t *words = (uint32_t *)(void *)strip;
+    for (int64_t p = 0; p < (kc + 1) / 2; p++)
+        for (int64_t c = 0; c < width; c++) {
+            uint32_t lo, hi = 0;
+            memcpy(&lo, strip + 2 * p * width + c, 4);
+            if (2 * p + 1 < kc) memcpy(&hi, strip + (2 * p + 1) * width + c, 4);
+            uint32_t w = (lo & 0xffff0000u) | (hi >> 16);
+            memcpy(words + p * width + c, &w, 4);
+        }
+}
+
+/* Direct pair packing of an operand stored as bf16 with unit column stride and no rounding
+   (the common case: no f32 strip to rewrite). A: the word at row r, columns k0+2p.. is the pair
+   itself. B: rows k0+2p and k0+2p+1 interleaved column by column. */
+static int fb_gemm_direct_pairs(const fb_gemm_operand *o) {
+    return o->dtype == 2 && o->cs == 1 && o->round1 == 0 && o->round2 == 0;
+}
+
+static void fb_gemm_pack_a_pairs(const fb_gemm_operand *a, int64_t r0, int64_t rows, int64_t k0, int64_t kc,
+                                 uint32_t *dst) {
+    const int64_t kp = (kc + 1) / 2;
+    for (int64_t s = 0; s < rows; s += FB_GEMM_MR) {
+        int64_t h = rows - s < FB_GEMM_MR ? rows - s : FB_GEMM_MR;
+        uint32_t *d = dst + s * kc; /* strips start where the f32 strips would */
+        for (int64_t r = 0; r < FB_GEMM_MR; r++) {
+            if (r >= h) {
+                for (int64_t p = 0; p < kp; p++) d[p * FB_GEMM_MR + r] = 0;
+                continue;
+            }
+            const uint16_t *row = (const uint16_t *)a->p + (r0 + s + r) * a->rs + k0;
+            for (int64_t p = 0; p < kc / 2; p++) {
+                uint32_t w;
+                memcpy(&w, row + 2 * p, 4);
+                d[p * FB_GEMM_MR + r] = (w << 16) | (w >> 16);
+            }
+            if (kc & 1) d[(kp - 1) * FB_GEMM_MR + r] = (uint32_t)row[kc - 1] << 16;
+        }
+    }
+}
+
+static void fb_gemm_pack_b_pairs(const fb_gemm_operand *b, int64_t k0, int64_t kc, int64_t c0, int64_t cols,
+                                 uint32_t *dst) {
+    const int64_t kp = (kc + 1) / 2;
+    for (int64_t s = 0; s < cols; s += FB_GEMM_NR) {
+        int64_t w = cols - s < FB_GEMM_NR ? cols - s : FB_GEMM_NR;
+        uint32_t *d = dst + s * kc;
+        for (int64_t p = 0; p < kp; p++) {
+            const uint16_t *lo = (const uint16_t *)b->p + (k0 + 2 * p) * b->rs + c0 + s;
+            const uint16_t *hi = lo + b->rs;
+            uint32_t *o = d + p * FB_GEMM_NR;
+            if (2 * p + 1 < kc)
+                for (int64_t c = 0; c < w; c++) o[c] = ((uint32_t)lo[c] << 16) | hi[c];
+            else
+                for (int64_t c = 0; c < w; c++) o[c] = (uint32_t)lo[c] << 16;
+            for (int64_t c = w; c < FB_GEMM_NR; c++) o[c] = 0;
+        }
+    }
+}
+
+static inline void fb_gemm_micro_bf16(int64_t kc, const uint32_t *restrict a, const uint32_t *restrict b,
+                                      float *restrict c, int64_t ldc, int acc) {
+#define FB_ROW(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps(), c##r##2 = _mm512_setzero_ps();
+    FB_ROW(0) FB_ROW(1) FB_ROW(2) FB_ROW(3) FB_ROW(4) FB_ROW(5) FB_ROW(6) FB_ROW(7)
+#undef FB_ROW
+    for (int64_t p = 0; p < (kc + 1) / 2; p++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 16),
+                 b2 = (__m512bh)_mm512_loadu_si512(b + 32);
+#define FB_DOT(r) { __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[r]); \
+        c##r##0 = _mm512_dpbf16_ps(c##r##0, ar, b0); \
+        c##r##1 = _mm512_dpbf16_ps(c##r##1, ar, b1); \
+        c##r##2 = _mm512_dpbf16_ps(c##r##2, ar, b2); }
+        FB_DOT(0) FB_DOT(1) FB_DOT(2) FB_DOT(3) FB_DOT(4) FB_DOT(5) FB_DOT(6) FB_DOT(7)
+#undef FB_DOT
+        a += FB_GEMM_MR;
+        b += FB_GEMM_NR;
+    }
+#define FB_STORE(r) { float *row = c + (r) * ldc; \
+        if (acc) { c##r##0 = _mm512_add_ps(c##r##0, _mm512_loadu_ps(row)); \
+                   c##r##1 = _mm512_add_ps(c##r##1, _mm512_loadu_ps(row + 16)); \
+                   c##r##2 = _mm512_add_ps(c##r##2, _mm512_loadu_ps(row + 32)); } \
+        _mm512_storeu_ps(row, c##r##0); _mm512_storeu_ps(row + 16, c##r##1); _mm512_storeu_ps(row + 32, c##r##2); }
+    FB_STORE(0) FB_STORE(1) FB_STORE(2) FB_STORE(3) FB_STORE(4) FB_STORE(5) FB_STORE(6) FB_STORE(7)
+#undef FB_STORE
+}
+#endif
+
+/* The default epilogue: the finished rows x cols f32 tile (row stride ldt) stored at output
+   row r0, column c0, rounded once to the output's dtype. A fused epilogue replaces this macro
+   (define it before this file) and sees the tile while it is still in cache. */
+#ifndef FUSEBOX_GEMM_EPILOGUE
+#define FUSEBOX_GEMM_EPILOGUE(tile, ldt, rows, cols, out, out_dtype, rsc, csc, r0, c0) \
+    fb_gemm_store(tile, ldt, rows, cols, out, out_dtype, rsc, csc, r0, c0)
+#endif
+
+static void fb_gemm_store(const float *tile, int64_t ldt, int64_t rows, int64_t cols, void *out, int64_t dtype,
+                          int64_t rsc, int64_t csc, int64_t r0, int64_t c0) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *t = tile + r * ldt;
+        int64_t base = (r0 + r) * rsc + c0 * csc;
+        if (dtype == 0) {
+            float *o = (float *)out + base;
+            if (csc == 1) memcpy(o, t, (size_t)cols * sizeof(float));
+            else for (int64_t c = 0; c < cols; c++) o[c * csc] = t[c];
+        } else if (dtype == 1) {
+            uint16_t *o = (uint16_t *)out + base;
+            for (int64_t c = 0; c < cols; c++) o[c * csc] = fb_f2h(t[c]);
+        } else {
+            uint16_t *o = (uint16_t *)out + base;
+            for (int64_t c = 0; c < cols; c++) o[c * csc] = fb_f2b(t[c]);
+        }
+    }
+}
+
+/* Per-thread packing and tile buffers, kept across calls (OpenMP's threads live as long as
+   the process) and grown when a larger product needs more. */
+static _Thread_local float *fb_gemm_buf;
+static _Thread_local size_t fb_gemm_cap;
+
+static float *fb_gemm_scratch(size_t floats) {
+    if (floats > fb_gemm_cap) {
+        free(fb_gemm_buf);
+        size_t bytes = (floats * sizeof(float) + 63) & ~(size_t)63;
+        fb_gemm_buf = (float *)aligned_alloc(64, bytes);
+        fb_gemm_cap = fb_gemm_buf ? floats : 0;
+    }
+    return fb_gemm_buf;
+}
+
+static int64_t fb_gemm_round_up(int64_t x, int64_t q) { return (x + q - 1) / q * q; }
+
+void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
+    const int64_t batches = sizes[0], M = sizes[1], K = sizes[2], N = sizes[3];
+    *(int64_t *)ptrs[3] = 0;
+    if (batches <= 0 || M <= 0 || N <= 0) return;
+    const int64_t c_dtype = sizes[6];
+    const int64_t rsc = strides[4], csc = strides[5];
+
+    /* Blocks: MC rows (fewer for a short A), NC columns, narrower column blocks when that
+       gives the threads too few. */
+    int threads = omp_get_max_threads();
+    double work = (double)batches * (double)M * (double)N * (double)(K > 0 ? K : 1);
+    if (work < 262144.0) threads = 1;
+    const int64_t mc = M < FB_GEMM_MC ? fb_gemm_round_up(M, FB_GEMM_MR) : FB_GEMM_MC;
+    const int64_t mb = (M + mc - 1) / mc;
+    int64_t nc = N < FB_GEMM_NC ? fb_gemm_round_up(N, FB_GEMM_NR) : FB_GEMM_NC;
+    int64_t nb = (N + nc - 1) / nc;
+    if (threads > 1 && batches * mb * nb < 4 * threads) {
+        /* At least four blocks per thread where N allows (blocks of two strips or more), so
+           that a thread the OS preempts holds up little of the product: blocks are handed out
+           dynamically. */
+        int64_t want = (4 * threads + batches * mb - 1) / (batches * mb);
+        nc = fb_gemm_round_up((N + want - 1) / want, FB_GEMM_NR);
+        if (nc < 2 * FB_GEMM_NR) nc = 2 * FB_GEMM_NR;
+        if (nc > fb_gemm_round_up(N, FB_GEMM_NR)) nc = fb_gemm_round_up(N, FB_GEMM_NR);
+        nb = (N + nc - 1) / nc;
+    }
+    const int64_t items = batches * mb * nb;
+    const int64_t kc_max = K < FB_GEMM_KC ? K : FB_GEMM_KC;
+    const int64_t slices = K > 0 ? (K + FB_GEMM_KC - 1) / FB_GEMM_KC : 0;
+    const int keep_b = K * nc <= FB_GEMM_B_KEEP;
+    const size_t a_floats = (size_t)(mc * kc_max), b_floats = (size_t)((keep_b ? K : kc_max) * nc);
+    const size_t tile_floats = (size_t)(mc * nc);
+    /* The dtype each operand's values are exact in after its roundings: both bf16 (code 2)
+       lets the product run on bf16 pairs where the CPU has them. */
+    const int64_t a_exact = sizes[8] ? sizes[8] : (sizes[7] ? sizes[7] : sizes[4]);
+    const int64_t b_exact = sizes[10] ? sizes[10] : (sizes[9] ? sizes[9] : sizes[5]);
+#if defined(__AVX512BF16__)
+    const int pairs = a_exact == 2 && b_exact == 2;
+#else
+    const int pairs = 0;
+    (void)pairs;
+    (void)a_exact;
+    (void)b_exact;
+#endif
+    int failed = 0;
+
+#pragma omp parallel num_threads(threads) if (threads > 1) reduction(| : failed)
+    {
+        float *buf = fb_gemm_scratch(a_floats + b_floats + tile_floats);
+        if (!buf) {
+            failed = 1;
+        } else {
+            float *pa = buf, *pb = buf + a_floats, *tile = pb + b_floats;
+            /* The (batch, column block) whose whole packed B `pb` holds, if keep_b. */
+            int64_t packed_for = -1;
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t item = 0; item < items; item++) {
+                /* Row blocks run fastest, so a thread's consecutive blocks tend to share B. */
+                const int64_t ib = item % mb, jb = (item / mb) % nb, bi = item / (mb * nb);
+                const int64_t r0 = ib * mc, c0 = jb * nc;
+                const int64_t rows = M - r0 < mc ? M - r0 : mc, cols = N - c0 < nc ? N - c0 : nc;
+                const int64_t ldt = fb_gemm_round_up(cols, FB_GEMM_NR);
+                const fb_gemm_operand a = {(const char *)ptrs[0] + 0, sizes[4], strides[0], strides[1], sizes[7], sizes[8]};
+                const fb_gemm_operand b = {(const char *)ptrs[1] + 0, sizes[5], strides[2], strides[3], sizes[9], sizes[10]};
+                const int64_t esa = sizes[4] == 0 ? 4 : 2, esb = sizes[5] == 0 ? 4 : 2;
+                fb_gemm_operand ab = a, bb = b;
+                ab.p = (const char *)a.p + offsets[3 * bi] * esa;
+                bb.p = (const char *)b.p + offsets[3 * bi + 1] * esb;
+                const int reuse = keep_b && packed_for == bi * nb + jb;
+                if (slices == 0)
+                    memset(tile, 0, (size_t)(fb_gemm_round_up(rows, FB_GEMM_MR) * ldt) * sizeof(float));
+                for (int64_t s = 0; s < slices; s++) {
+                    const int64_t k0 = s * FB_GEMM_KC, kc = K - k0 < FB_GEMM_KC ? K - k0 : FB_GEMM_KC;
+                    float *pbs = keep_b ? pb + k0 * ldt : pb;
+#if defined(__AVX512BF16__)
+                    if (pairs) {
+                        if (!reuse && fb_gemm_direct_pairs(&bb))
+                            fb_gemm_pack_b_pairs(&bb, k0, kc, c0, cols, (uint32_t *)(void *)pbs);
+                        else if (!reuse) {
+                            fb_gemm_pack_b(&bb, k0, kc, c0, cols, pbs);
+                            for (int64_t j = 0; j < cols; j += FB_GEMM_NR) fb_gemm_pairs(pbs + j * kc, kc, FB_GEMM_NR);
+                        }
+                        if (fb_gemm_direct_pairs(&ab))
+                            fb_gemm_pack_a_pairs(&ab, r0, rows, k0, kc, (uint32_t *)(void *)pa);
+                        else {
+                            fb_gemm_pack_a(&ab, r0, rows, k0, kc, pa);
+                            for (int64_t i = 0; i < rows; i += FB_GEMM_MR) fb_gemm_pairs(pa + i * kc, kc, FB_GEMM_MR);
+                        }
+                        for (int64_t i = 0; i < rows; i += FB_GEMM_MR)
+                            for (int64_t j = 0; j < cols; j += FB_GEMM_NR)
+                                fb_gemm_micro_bf16(kc, (const uint32_t *)(const void *)(pa + i * kc),
+                                                   (const uint32_t *)(const void *)(pbs + j * kc), tile + i * ldt + j,
+                                                   ldt, s > 0);
+                        continue;
+                    }
+#endif
+                    if (!reuse) fb_gemm_pack_b(&bb, k0, kc, c0, cols, pbs);
+                    fb_gemm_pack_a(&ab, r0, rows, k0, kc, pa);
+                    for (int64_t i = 0; i < rows; i += FB_GEMM_MR)
+                        for (int64_t j = 0; j < cols; j += FB_GEMM_NR)
+                            fb_gemm_micro(kc, pa + i * kc, pbs + j * kc, tile + i * ldt + j, ldt, s > 0);
+                }
+                packed_for = keep_b ? bi * nb + jb : -1;
+                char *out = (char *)ptrs[2] + offsets[3 * bi + 2] * (c_dtype == 0 ? 4 : 2);
+                FUSEBOX_GEMM_EPILOGUE(tile, ldt, rows, cols, out, c_dtype, rsc, csc, r0, c0);
+            }
+        }
+    }
+    *(int64_t *)ptrs[3] = failed;
+}

@@ -1,0 +1,207 @@
+//! The CPU backend's matrix products: a GEMM fusebox owns as C source (`gemm.c`), compiled
+//! once through the kernel [`Compiler`] and its caches, and called for every library matmul of
+//! an f32, f16 or bf16 product.
+//!
+//! Why C that fusebox emits rather than a library: the GEMM runs on the OpenMP threads the
+//! generated kernels already use (one thread pool, never two competing for the cores, as the
+//! `matrixmultiply` crate's own threads did), it packs its operands straight from their
+//! storage format through row and column strides (f16 and bf16 are widened, and absorbed casts
+//! rounded, while packing: no converted copy of an operand exists), and each finished output
+//! tile passes through one hook, `FUSEBOX_GEMM_EPILOGUE`, while it is in cache: that is where
+//! bias, activation and residual epilogues will be fused. `benches/gemm.py` measures it beside
+//! torch and NumPy (see benches/RESULTS.md).
+//!
+//! Semantics are [`crate::runtime::matmul`]'s: operands rounded to the product's dtype (after
+//! an absorbed cast's rounding), f32 arithmetic, the result rounded once to the product's
+//! dtype. The sum runs in a different order (and with fused multiply-adds), as any GEMM's.
+//! Where both operands are bf16 values and the CPU has AVX512-BF16, the products run on
+//! `vdpbf16ps` (pairs along K at twice the f32 rate). It adds each pair's two products (exact
+//! in f32) to the accumulator in turn, and the pairs are packed so that it does so in the f32
+//! microkernel's order: the two paths agree bit for bit, except that `vdpbf16ps` reads bf16
+//! subnormals as zero and flushes subnormal sums (a difference far inside the bf16 tolerance).
+//! Products the GEMM does not cover (integer and f64 products, operands stored as f64 or
+//! integers, casts through f64 or integers) go to [`matmul::matmul_elements`].
+
+use super::compiler::{Compiler, KernelFn, Module};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::lower::MatMulOperand;
+use crate::runtime::buffer::{Elements, ElementsMut};
+use crate::runtime::matmul::{self, MatMulError, ProductShape};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// The conversion helpers every kernel uses (f16/bf16 to and from f32, rounding).
+const HELPERS: &str = include_str!("emit/prelude.c");
+/// The GEMM itself; its header comment documents the argument ABI.
+const GEMM: &str = include_str!("gemm.c");
+/// The GEMM's entry point in the compiled module.
+const ENTRY: &str = "fusebox_gemm";
+
+/// The complete C translation unit of the GEMM.
+pub fn source() -> String {
+    format!("{HELPERS}\n#if defined(__AVX512F__)\n#include <immintrin.h>\n#endif\n\n{GEMM}")
+}
+
+/// The loaded GEMM.
+pub struct Gemm {
+    function: KernelFn,
+    /// The library stays loaded as long as `function` may be called.
+    _module: Arc<Module>,
+}
+
+impl std::fmt::Debug for Gemm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gemm").finish_non_exhaustive()
+    }
+}
+
+/// The GEMM's code for a storage or rounding dtype.
+fn code(dtype: DType) -> Option<i64> {
+    match dtype {
+        DType::F32 => Some(0),
+        DType::F16 => Some(1),
+        DType::BF16 => Some(2),
+        _ => None,
+    }
+}
+
+/// How an operand stored as `source` is read: its dtype code and the roundings (codes, 0 for
+/// none) that make it the value the product multiplies, the absorbed `cast` first, then the
+/// product's dtype. A rounding is left out where the value is already exact in that dtype.
+/// `None` where the GEMM cannot read the operand.
+fn operand_plan(source: DType, cast: Option<DType>, product: DType) -> Option<[i64; 3]> {
+    let mut plan = [code(source)?, 0, 0];
+    let mut exact_in = source;
+    let mut next = 1;
+    for step in cast.into_iter().chain([product]) {
+        code(step)?;
+        if step != DType::F32 && step != exact_in {
+            plan[next] = code(step)?;
+            next += 1;
+            exact_in = step;
+        }
+    }
+    Some(plan)
+}
+
+/// Where the GEMM reads an operand's first element: `None` unless it is stored as f32, f16
+/// or bf16.
+fn operand_ptr(x: &Elements<'_>) -> Option<*const c_void> {
+    match (x.as_f32(), x.as_u16()) {
+        (Some(s), _) => Some(s.as_ptr() as *const c_void),
+        (_, Some(s)) => Some(s.as_ptr() as *const c_void),
+        _ => None,
+    }
+}
+
+/// One call of the GEMM, in its ABI (see `gemm.c`): sizes, strides and per-matrix offsets,
+/// all in elements.
+#[derive(Debug, Clone)]
+struct Call {
+    sizes: [i64; 11],
+    strides: [i64; 6],
+    offsets: Vec<i64>,
+}
+
+impl Gemm {
+    /// Compiles the GEMM (or finds it in `compiler`'s caches) and loads it.
+    pub fn new(compiler: &Compiler) -> Result<Gemm> {
+        let module = compiler.compile(&source())?;
+        Ok(Gemm {
+            function: module.kernel(ENTRY)?,
+            _module: module,
+        })
+    }
+
+    /// `out = a @ b` with NumPy's matmul rules, as [`matmul::matmul_elements`] computes it.
+    pub fn matmul(
+        &self,
+        a: Elements<'_>,
+        a_op: &MatMulOperand,
+        b: Elements<'_>,
+        b_op: &MatMulOperand,
+        mut out: ElementsMut<'_>,
+    ) -> std::result::Result<(), MatMulError> {
+        let product = out.dtype;
+        let plans = (
+            operand_plan(a.dtype, a_op.cast, product),
+            operand_plan(b.dtype, b_op.cast, product),
+            code(product),
+            operand_ptr(&a),
+            operand_ptr(&b),
+        );
+        let (Some(pa), Some(pb), Some(out_code), Some(a_ptr), Some(b_ptr)) = plans else {
+            return matmul::matmul_elements(a, a_op, b, b_op, out);
+        };
+        let ProductShape {
+            rows,
+            inner,
+            cols,
+            offsets,
+        } = matmul::product_shape(a.shape, b.shape, out.len())?;
+        let call = Call {
+            sizes: [
+                offsets.len() as i64,
+                rows as i64,
+                inner as i64,
+                cols as i64,
+                pa[0],
+                pb[0],
+                out_code,
+                pa[1],
+                pa[2],
+                pb[1],
+                pb[2],
+            ],
+            strides: [inner as i64, 1, cols as i64, 1, cols as i64, 1],
+            offsets: offsets
+                .iter()
+                .enumerate()
+                .flat_map(|(i, &(oa, ob))| [oa as i64, ob as i64, (i * rows * cols) as i64])
+                .collect(),
+        };
+        // SAFETY: `product_shape` checked that every matrix the offsets and contiguous
+        // strides address lies inside its operand, and that the result matrices fill `out`;
+        // the operands are read-only here and `out` is borrowed uniquely.
+        unsafe { self.call(&call, a_ptr, b_ptr, out.as_mut_ptr() as *mut c_void) }
+    }
+
+    /// Runs one call.
+    ///
+    /// # Safety
+    /// Every element the call addresses (through its sizes, strides and offsets) must lie
+    /// inside the buffer it addresses, of the dtype its code names; `c` must not overlap `a`
+    /// or `b`, and nothing else may access `c` during the call.
+    unsafe fn call(
+        &self,
+        call: &Call,
+        a: *const c_void,
+        b: *const c_void,
+        c: *mut c_void,
+    ) -> std::result::Result<(), MatMulError> {
+        let mut status = 0i64;
+        let ptrs = [
+            a as *mut c_void,
+            b as *mut c_void,
+            c,
+            &mut status as *mut i64 as *mut c_void,
+        ];
+        // SAFETY: the caller's promise; `gemm.c` reads the arrays as its ABI documents.
+        unsafe {
+            (self.function)(
+                call.sizes.as_ptr(),
+                call.strides.as_ptr(),
+                call.offsets.as_ptr(),
+                ptrs.as_ptr(),
+            );
+        }
+        match status {
+            0 => Ok(()),
+            _ => Err(MatMulError::PackingAlloc),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,185 @@
+use super::*;
+use crate::backend::cpu::compiler::CompilerConfig;
+use crate::dag::Value;
+use crate::runtime::buffer::Buffer;
+use rand::{RngExt, SeedableRng};
+
+#[test]
+fn operands_are_rounded_only_where_not_already_exact() {
+    use DType::*;
+    // Already exact in the product's dtype: read as is.
+    assert_eq!(operand_plan(F32, None, F32), Some([0, 0, 0]));
+    assert_eq!(operand_plan(BF16, None, BF16), Some([2, 0, 0]));
+    assert_eq!(operand_plan(F16, Some(F32), F32), Some([1, 0, 0]));
+    // Narrowed by the product or by the cast, once.
+    assert_eq!(operand_plan(F32, None, F16), Some([0, 1, 0]));
+    assert_eq!(operand_plan(F32, Some(BF16), BF16), Some([0, 2, 0]));
+    assert_eq!(operand_plan(F32, Some(BF16), F32), Some([0, 2, 0]));
+    // Two different narrowings, in order.
+    assert_eq!(operand_plan(F16, Some(BF16), F16), Some([1, 2, 1]));
+    assert_eq!(operand_plan(F32, Some(F16), BF16), Some([0, 1, 2]));
+    // What the GEMM cannot read.
+    assert_eq!(operand_plan(F64, None, F32), None);
+    assert_eq!(operand_plan(F32, Some(F64), F32), None);
+    assert_eq!(operand_plan(I32, None, F32), None);
+    assert_eq!(operand_plan(F32, None, F64), None);
+}
+
+fn gemm() -> Gemm {
+    Gemm::new(&Compiler::new(CompilerConfig::from_env())).expect("the GEMM compiles")
+}
+
+/// Random values of `dtype` (rounded to it), with a NaN and an Inf planted.
+fn random(dtype: DType, len: usize, seed: u64) -> Buffer {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut buf = Buffer::zeroed(dtype, &[len]);
+    for i in 0..len {
+        buf.set(i, rng.random_range(-2.0..2.0));
+    }
+    if len > 2 {
+        buf.set(rng.random_range(0..len), f64::NAN);
+        buf.set(rng.random_range(0..len), f64::INFINITY);
+    }
+    buf
+}
+
+/// The matrix `rows x cols` that `buf` holds at `strides`, as a contiguous buffer.
+fn gather(buf: &Buffer, rows: usize, cols: usize, strides: [usize; 2]) -> Buffer {
+    let mut out = Buffer::zeroed(buf.dtype, &[rows, cols]);
+    for r in 0..rows {
+        for c in 0..cols {
+            out.set(r * cols + c, buf.get(r * strides[0] + c * strides[1]));
+        }
+    }
+    out
+}
+
+/// Operands read through any row and column strides (column-major, padded rows, every other
+/// column) and an output written through padded rows give the product of the contiguous
+/// operands, as the interpreter's `matrixmultiply` path computes it.
+#[test]
+fn strided_and_transposed_operands_give_the_contiguous_product() {
+    let gemm = gemm();
+    let (m, k, n) = (37usize, 300usize, 101usize);
+    let layouts: [([usize; 2], [usize; 2]); 4] = [
+        ([k, 1], [n, 1]),             // row-major
+        ([1, m], [1, k]),             // both transposed (column-major)
+        ([k + 3, 1], [2 * n + 1, 2]), // padded rows, every other column
+        ([2, 2 * m], [1, k + 7]),     // strided columns, transposed B with padding
+    ];
+    for (dtype, out_dtype) in [
+        (DType::F32, DType::F32),
+        (DType::BF16, DType::BF16),
+        (DType::F16, DType::F32),
+    ] {
+        for (i, &(sa, sb)) in layouts.iter().enumerate() {
+            let span = |s: [usize; 2], r: usize, c: usize| (r - 1) * s[0] + (c - 1) * s[1] + 1;
+            let a = random(dtype, span(sa, m, k), i as u64);
+            let b = random(dtype, span(sb, k, n), 100 + i as u64);
+            let op = MatMulOperand {
+                value: Value::Input(0),
+                cast: None,
+            };
+            let mut want = Buffer::zeroed(out_dtype, &[m, n]);
+            let (ac, bc) = (gather(&a, m, k, sa), gather(&b, k, n, sb));
+            matmul::matmul(&ac, &op, &bc, &op, &mut want).unwrap();
+
+            let ldc = n + 5;
+            let mut got = Buffer::zeroed(out_dtype, &[m * ldc]);
+            let plan = operand_plan(dtype, None, out_dtype).unwrap();
+            let call = Call {
+                sizes: [
+                    1,
+                    m as i64,
+                    k as i64,
+                    n as i64,
+                    plan[0],
+                    plan[0],
+                    code(out_dtype).unwrap(),
+                ]
+                .into_iter()
+                .chain([plan[1], plan[2], plan[1], plan[2]])
+                .collect::<Vec<_>>()
+                .try_into()
+                .unwrap(),
+                strides: [sa[0], sa[1], sb[0], sb[1], ldc, 1].map(|s| s as i64),
+                offsets: vec![0, 0, 0],
+            };
+            // SAFETY: the strides address elements below `span` of each buffer; the output
+            // has m rows of `ldc`.
+            unsafe {
+                gemm.call(
+                    &call,
+                    a.as_ptr() as *const c_void,
+                    b.as_ptr() as *const c_void,
+                    got.as_mut_ptr() as *mut c_void,
+                )
+            }
+            .unwrap();
+            // Padding between output rows is never written.
+            for r in 0..m {
+                for c in n..ldc {
+                    assert_eq!(got.get(r * ldc + c), 0.0, "padding written");
+                }
+            }
+            let got = gather(&got, m, n, [ldc, 1]);
+            let scale = (0..m * n)
+                .map(|i| want.get(i).abs())
+                .filter(|v| v.is_finite())
+                .fold(0.0, f64::max);
+            let rtol = if out_dtype == DType::BF16 { 1e-2 } else { 1e-5 };
+            for i in 0..m * n {
+                let (x, y) = (got.get(i), want.get(i));
+                let same = (x.is_nan() && y.is_nan())
+                    || x == y
+                    || (x - y).abs() <= rtol * (y.abs() + scale);
+                assert!(same, "{dtype} layout {i}: [{i}] {x} vs {y}");
+            }
+        }
+    }
+}
+
+/// A product of bf16 values gives the same f32 bits whether its operands are stored as bf16
+/// (the `vdpbf16ps` pair path, where the CPU has it) or as f32 (the f32 microkernel): the pairs
+/// are packed so that both add the same products in the same order. Odd K ends on a half pair.
+#[test]
+fn bf16_pairs_give_the_f32_paths_bits() {
+    let gemm = gemm();
+    for (m, k, n) in [(37usize, 301usize, 101usize), (8, 1, 48), (130, 520, 400)] {
+        let a = random(DType::BF16, m * k, 7);
+        let b = random(DType::BF16, k * n, 8);
+        let widen = |x: &Buffer| {
+            let mut w = Buffer::zeroed(DType::F32, &[x.len()]);
+            (0..x.len()).for_each(|i| w.set(i, x.get(i)));
+            w
+        };
+        let (a32, b32) = (widen(&a), widen(&b));
+        let run = |a: &Buffer, b: &Buffer, code: i64| {
+            let mut out = Buffer::zeroed(DType::F32, &[m * n]);
+            let call = Call {
+                sizes: [1, m as i64, k as i64, n as i64, code, code, 0, 0, 0, 0, 0],
+                strides: [k as i64, 1, n as i64, 1, n as i64, 1],
+                offsets: vec![0, 0, 0],
+            };
+            // SAFETY: contiguous m x k, k x n and m x n matrices in buffers of those sizes.
+            unsafe {
+                gemm.call(
+                    &call,
+                    a.as_ptr() as *const c_void,
+                    b.as_ptr() as *const c_void,
+                    out.as_mut_ptr() as *mut c_void,
+                )
+            }
+            .unwrap();
+            out
+        };
+        let (pairs, f32s) = (run(&a, &b, 2), run(&a32, &b32, 0));
+        for i in 0..m * n {
+            let (x, y) = (pairs.get(i), f32s.get(i));
+            assert!(
+                (x.is_nan() && y.is_nan()) || x.to_bits() == y.to_bits(),
+                "{m}x{k}x{n} [{i}]: {x} vs {y}"
+            );
+        }
+    }
+}
