@@ -120,7 +120,7 @@ pub struct Kernel {
     /// needs that buffer).
     pub segments: Vec<SegmentWrite>,
     /// Reads its concats by range select as per-segment pieces, each evaluating only its own
-    /// operand, and is priced so ([`Facts::fused_arithmetic`]); false for the clamped form (every
+    /// operand, and is priced so (`Facts::fused_arithmetic` in the partitioner); false for the clamped form (every
     /// operand at every point) and for kernels without a concat.
     pub per_segment: bool,
 }
