@@ -104,12 +104,30 @@ pub struct RunArgs {
     /// Compiled backends: one kernel per op, no rewrites (the unfused baseline).
     #[arg(long)]
     pub no_fusion: bool,
+    #[command(flatten)]
+    pub gpu: GpuArgs,
+}
+
+/// The GPU flags `run` and `bench` share; they apply to `--backend cuda` only.
+#[derive(Args, Debug)]
+pub struct GpuArgs {
     /// CUDA backend: the GPU to run on.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
     /// CUDA backend: reductions without float atomics (bitwise reproducible).
     #[arg(long)]
     pub deterministic: bool,
+}
+
+impl GpuArgs {
+    /// The CUDA backend's options these flags give (with a CUDA graph when `cuda_graph`).
+    pub fn options(&self, cuda_graph: bool) -> crate::backend::cuda::runtime::CudaOptions {
+        crate::backend::cuda::runtime::CudaOptions {
+            device: self.device,
+            deterministic: self.deterministic,
+            cuda_graph,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -146,12 +164,8 @@ pub struct BenchArgs {
     /// CUDA backend: capture a run into a CUDA graph and time its replays.
     #[arg(long)]
     pub cuda_graph: bool,
-    /// CUDA backend: the GPU to run on.
-    #[arg(long, default_value_t = 0)]
-    pub device: usize,
-    /// CUDA backend: reductions without float atomics (bitwise reproducible).
-    #[arg(long)]
-    pub deterministic: bool,
+    #[command(flatten)]
+    pub gpu: GpuArgs,
 }
 
 #[derive(Args, Debug)]

@@ -267,18 +267,32 @@ impl Compiled {
     /// shape, and is converted to the declared dtype when it is of the same kind (an `f32`
     /// array for an `f16` input).
     pub fn run(&mut self, inputs: &BTreeMap<String, Tensor>) -> Result<BTreeMap<String, Tensor>> {
-        let values = self.values(inputs)?;
+        let given = self.given_values(inputs)?;
+        // The stored values (the weights, most of the bytes) are lent to the run, not copied:
+        // the given values stand in for the ones they replace, which are put back after.
+        let mut values = std::mem::take(&mut self.stored);
+        let displaced: Vec<(String, Option<Tensor>)> = given
+            .into_iter()
+            .map(|(name, value)| (name.clone(), values.insert(name, value)))
+            .collect();
         let outputs = match &mut self.engine {
-            Engine::Reference(graph) => crate::eval::evaluate(graph, &self.ops.ops, &values)?,
-            Engine::Cpu(prepared) => prepared.executable.run_tensors(&values)?,
-            Engine::Cuda(prepared) => prepared.executable.run_tensors(&values)?,
+            Engine::Reference(graph) => crate::eval::evaluate(graph, &self.ops.ops, &values),
+            Engine::Cpu(prepared) => prepared.executable.run_tensors(&values),
+            Engine::Cuda(prepared) => prepared.executable.run_tensors(&values),
         };
-        Ok(outputs.into_iter().collect())
+        for (name, stored) in displaced {
+            match stored {
+                Some(stored) => values.insert(name, stored),
+                None => values.remove(&name),
+            };
+        }
+        self.stored = values;
+        Ok(outputs?.into_iter().collect())
     }
 
-    /// The value of every input: `given` over the stored ones, each checked against its
-    /// declaration.
-    fn values(&self, given: &BTreeMap<String, Tensor>) -> Result<Tensors> {
+    /// The given values, each checked against its declaration (and converted to its declared
+    /// dtype); every input neither given nor stored is named in the error.
+    fn given_values(&self, given: &BTreeMap<String, Tensor>) -> Result<Tensors> {
         if let Some(name) = given
             .keys()
             .find(|name| !self.inputs.iter().any(|i| &i.name == *name))
@@ -306,7 +320,7 @@ impl Compiled {
                         .into_declared(input.dtype, "the value given", &input.name)
                         .map_err(|e| at(e.to_string()))?
                 }
-                (None, Some(stored)) => stored.clone(),
+                (None, Some(_)) => continue,
                 (None, None) => {
                     missing.push(input.name.as_str());
                     continue;

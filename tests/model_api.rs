@@ -118,6 +118,20 @@ fn a_graph_file_runs_on_its_stored_value_and_a_given_value_replaces_it() {
             [2.0, 4.0, 6.0, -2.0, -4.0, -6.0],
             "{backend:?}: the given `w` replaces the stored one"
         );
+        // The stored `w` is lent to a run, not consumed: after a run that replaced it, and
+        // after one that failed, the next run without `w` uses it again.
+        let wrong = Tensor::from_values(DType::F32, &[2], vec![1.0, 1.0]).unwrap();
+        assert!(
+            compiled
+                .run(&inputs(vec![("x", x()), ("w", wrong)]))
+                .is_err()
+        );
+        let y = &compiled.run(&inputs(vec![("x", x())])).unwrap()["y"];
+        assert_eq!(
+            y.values(),
+            [3.0, 0.0, 4.5, -3.0, 0.0, -4.5],
+            "{backend:?}: the stored `w` is back"
+        );
     }
 }
 

@@ -26,11 +26,7 @@ pub(super) fn bench(args: BenchArgs) -> Result<String> {
             "bench needs a compiled backend: --backend cpu or --backend cuda",
         ));
     }
-    let cuda = crate::backend::cuda::runtime::CudaOptions {
-        device: args.device,
-        cuda_graph: args.cuda_graph,
-        deterministic: args.deterministic,
-    };
+    let cuda = args.gpu.options(args.cuda_graph);
     if args.backend != Backend::Cuda && cuda != Default::default() {
         return Err(Error::input(
             "--cuda-graph, --device and --deterministic apply to --backend cuda",

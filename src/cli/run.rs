@@ -17,11 +17,7 @@ use std::path::{Path, PathBuf};
 /// library's whole-model path ([`crate::model`]): compiled for the backend, run once on the
 /// gathered inputs, its outputs written all or none.
 pub(super) fn run(args: RunArgs) -> Result<String> {
-    let cuda = crate::backend::cuda::runtime::CudaOptions {
-        device: args.device,
-        deterministic: args.deterministic,
-        cuda_graph: false,
-    };
+    let cuda = args.gpu.options(false);
     if args.backend != Backend::Cuda && cuda != Default::default() {
         return Err(Error::input(
             "--device and --deterministic apply to --backend cuda",

@@ -216,18 +216,33 @@ pub fn node_attrs(
     attr_ids: &[Id],
     data: impl Fn(Id) -> ClassData,
 ) -> Result<Attrs, IllTyped> {
+    let leaves = op
+        .spec
+        .attrs
+        .iter()
+        .zip(attr_ids)
+        .map(|(spec, &id)| match data(id) {
+            ClassData::Attr(leaf) => Ok(leaf),
+            other => Err(IllTyped::AttrNotALeaf {
+                attr: spec.name.clone(),
+                op: op.name().to_string(),
+                found: other.describe(),
+            }),
+        });
+    attrs_from_leaves(op, leaves)
+}
+
+/// The attributes of `op` from one leaf per declared attribute, in order (or the error that
+/// stopped reading one): an absent leaf is allowed only where the attribute is optional, and
+/// each present one must convert to the attribute's type. Shared by the e-graph analysis and
+/// whatever else spells an op's attributes as leaves (a rewrite rule's instantiated side).
+pub fn attrs_from_leaves<E: From<IllTyped>>(
+    op: &OpDef,
+    leaves: impl Iterator<Item = Result<Leaf, E>>,
+) -> Result<Attrs, E> {
     let mut attrs = Attrs::new();
-    for (spec, &id) in op.spec.attrs.iter().zip(attr_ids) {
-        let leaf = match data(id) {
-            ClassData::Attr(leaf) => leaf,
-            other => {
-                return Err(IllTyped::AttrNotALeaf {
-                    attr: spec.name.clone(),
-                    op: op.name().to_string(),
-                    found: other.describe(),
-                });
-            }
-        };
+    for (spec, leaf) in op.spec.attrs.iter().zip(leaves) {
+        let leaf = leaf?;
         if leaf == Leaf::Absent {
             if spec.optional {
                 continue;
@@ -235,7 +250,8 @@ pub fn node_attrs(
             return Err(IllTyped::MissingAttr {
                 op: op.name().to_string(),
                 attr: spec.name.clone(),
-            });
+            }
+            .into());
         }
         let value = leaf.to_attr(spec.ty).ok_or_else(|| IllTyped::AttrType {
             attr: spec.name.clone(),

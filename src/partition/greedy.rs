@@ -156,6 +156,30 @@ struct Plan {
     moved: Vec<u32>,
 }
 
+impl Group {
+    /// Takes the merged kernel's shape and prices from the plan that merged it (the members
+    /// and edges are the merge's own business).
+    fn adopt(&mut self, plan: &Plan) {
+        self.in_bytes = plan.in_bytes;
+        self.outputs = plan.out_count;
+        self.out_bytes = plan.out_bytes;
+        self.per_element = plan.per_element;
+        self.terms = plan.terms;
+        self.segments = plan.segments;
+        self.views = plan.views;
+        self.domain = plan.domain.clone();
+        self.fixed = plan.fixed;
+        self.rows = plan.rows;
+        self.other_end = plan.other_end;
+        self.reduction_threads = plan.reduction_threads;
+        self.select = plan.select;
+        self.gather = plan.gather;
+        self.passes = plan.passes;
+        self.total_us = plan.total_us;
+        debug_assert_eq!(self.inputs.len(), plan.in_count);
+    }
+}
+
 /// The kernel that absorbed `g` (union-find without path compression: the absorbing kernel
 /// is always the largest, so chains stay logarithmic).
 fn find(parent: &[u32], mut g: u32) -> u32 {

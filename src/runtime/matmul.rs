@@ -131,49 +131,63 @@ fn pack_f32<'a>(buf: Elements<'a>, op: &MatMulOperand, out: DType) -> Packed<'a,
 
 /// The matrices of a (batched, broadcast) product: each result matrix is `rows x cols`, the
 /// sum over `inner`; `offsets[i]` are the element offsets of result matrix `i`'s operand
-/// matrices in the contiguous operands (result matrix `i` starts at `i * rows * cols`).
+/// matrices in the contiguous operands (result matrix `i` starts at `i * rows * cols`), over
+/// the broadcast batch dimensions `batch`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProductShape {
     pub rows: usize,
     pub inner: usize,
     pub cols: usize,
+    pub batch: Vec<usize>,
     pub offsets: Vec<(usize, usize)>,
 }
 
-/// The matrices of `a @ b` under NumPy's matmul rules (1-D operands promoted, batch
-/// dimensions broadcast), checked against a result of `out_len` elements.
+impl ProductShape {
+    /// The matrices of `a @ b` under NumPy's matmul rules (1-D operands promoted, batch
+    /// dimensions broadcast): what every GEMM fusebox calls (the CPU's, cuBLAS's) runs.
+    pub fn of(a: &[usize], b: &[usize]) -> Result<ProductShape, MatMulError> {
+        if a.is_empty() || b.is_empty() {
+            return Err(MatMulError::Scalar);
+        }
+        let (sa, sb) = (
+            crate::shape::matmul_operand(a, false),
+            crate::shape::matmul_operand(b, true),
+        );
+        let (rows, inner) = (sa[sa.len() - 2], sa[sa.len() - 1]);
+        let cols = sb[sb.len() - 1];
+        if sb[sb.len() - 2] != inner {
+            return Err(MatMulError::InnerDims {
+                a: a.to_vec(),
+                b: b.to_vec(),
+            });
+        }
+        let batch = crate::shape::broadcast(&sa[..sa.len() - 2], &sb[..sb.len() - 2])?;
+        let offsets = crate::shape::matmul_batch_offsets(&sa, &sb, &batch);
+        Ok(ProductShape {
+            rows,
+            inner,
+            cols,
+            batch,
+            offsets,
+        })
+    }
+}
+
+/// [`ProductShape::of`], checked against a result of `out_len` elements.
 pub fn product_shape(
     a: &[usize],
     b: &[usize],
     out_len: usize,
 ) -> Result<ProductShape, MatMulError> {
-    let (sa, sb) = (
-        crate::shape::matmul_operand(a, false),
-        crate::shape::matmul_operand(b, true),
-    );
-    let (rows, inner) = (sa[sa.len() - 2], sa[sa.len() - 1]);
-    let cols = sb[sb.len() - 1];
-    if sb[sb.len() - 2] != inner {
-        return Err(MatMulError::InnerDims {
-            a: a.to_vec(),
-            b: b.to_vec(),
-        });
-    }
-    let batch = crate::shape::broadcast(&sa[..sa.len() - 2], &sb[..sb.len() - 2])?;
-    let offsets = crate::shape::matmul_batch_offsets(&sa, &sb, &batch);
-    let total = offsets.len() * rows * cols;
+    let shape = ProductShape::of(a, b)?;
+    let total = shape.offsets.len() * shape.rows * shape.cols;
     if total != out_len {
         return Err(MatMulError::ResultSize {
             total,
             len: out_len,
         });
     }
-    Ok(ProductShape {
-        rows,
-        inner,
-        cols,
-        offsets,
-    })
+    Ok(shape)
 }
 
 /// `out = a @ b` on buffers.
@@ -201,6 +215,7 @@ pub fn matmul_elements(
         inner: k,
         cols: m,
         offsets,
+        ..
     } = product_shape(a.shape, b.shape, out.len())?;
     let dtype = out.dtype;
     let total = offsets.len() * n * m;

@@ -137,13 +137,24 @@ static void fb_gemm_pack_b(const fb_gemm_operand *b, int64_t k0, int64_t kc, int
 }
 
 #if defined(__AVX512F__)
+/* The 8 x 48 accumulator tile both AVX-512 microkernels hold in 24 zmm registers (c<row><part>):
+   declared zero, and at the end added to the slices already in `c` when `acc`, then stored. */
+#define FB_ROW_ZERO(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps(), c##r##2 = _mm512_setzero_ps();
+#define FB_TILE_ZERO FB_ROW_ZERO(0) FB_ROW_ZERO(1) FB_ROW_ZERO(2) FB_ROW_ZERO(3) \
+    FB_ROW_ZERO(4) FB_ROW_ZERO(5) FB_ROW_ZERO(6) FB_ROW_ZERO(7)
+#define FB_ROW_STORE(r) { float *row = c + (r) * ldc; \
+        if (acc) { c##r##0 = _mm512_add_ps(c##r##0, _mm512_loadu_ps(row)); \
+                   c##r##1 = _mm512_add_ps(c##r##1, _mm512_loadu_ps(row + 16)); \
+                   c##r##2 = _mm512_add_ps(c##r##2, _mm512_loadu_ps(row + 32)); } \
+        _mm512_storeu_ps(row, c##r##0); _mm512_storeu_ps(row + 16, c##r##1); _mm512_storeu_ps(row + 32, c##r##2); }
+#define FB_TILE_STORE FB_ROW_STORE(0) FB_ROW_STORE(1) FB_ROW_STORE(2) FB_ROW_STORE(3) \
+    FB_ROW_STORE(4) FB_ROW_STORE(5) FB_ROW_STORE(6) FB_ROW_STORE(7)
+
 /* The MR x NR = 8 x 48 microkernel: 24 zmm accumulators, three B vectors and one broadcast A
    value live per k step (28 of the 32 registers). `acc` adds the tile's earlier slices. */
 static inline void fb_gemm_micro(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c,
                                  int64_t ldc, int acc) {
-#define FB_ROW(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps(), c##r##2 = _mm512_setzero_ps();
-    FB_ROW(0) FB_ROW(1) FB_ROW(2) FB_ROW(3) FB_ROW(4) FB_ROW(5) FB_ROW(6) FB_ROW(7)
-#undef FB_ROW
+    FB_TILE_ZERO
     for (int64_t k = 0; k < kc; k++) {
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
 #define FB_FMA(r) { __m512 ar = _mm512_set1_ps(a[r]); \
@@ -155,13 +166,7 @@ static inline void fb_gemm_micro(int64_t kc, const float *restrict a, const floa
         a += FB_GEMM_MR;
         b += FB_GEMM_NR;
     }
-#define FB_STORE(r) { float *row = c + (r) * ldc; \
-        if (acc) { c##r##0 = _mm512_add_ps(c##r##0, _mm512_loadu_ps(row)); \
-                   c##r##1 = _mm512_add_ps(c##r##1, _mm512_loadu_ps(row + 16)); \
-                   c##r##2 = _mm512_add_ps(c##r##2, _mm512_loadu_ps(row + 32)); } \
-        _mm512_storeu_ps(row, c##r##0); _mm512_storeu_ps(row + 16, c##r##1); _mm512_storeu_ps(row + 32, c##r##2); }
-    FB_STORE(0) FB_STORE(1) FB_STORE(2) FB_STORE(3) FB_STORE(4) FB_STORE(5) FB_STORE(6) FB_STORE(7)
-#undef FB_STORE
+    FB_TILE_STORE
 }
 #else
 /* The portable microkernel: the same tile in plain C, which the compiler vectorizes for
@@ -256,9 +261,7 @@ static void fb_gemm_pack_b_pairs(const fb_gemm_operand *b, int64_t k0, int64_t k
 
 static inline void fb_gemm_micro_bf16(int64_t kc, const uint32_t *restrict a, const uint32_t *restrict b,
                                       float *restrict c, int64_t ldc, int acc) {
-#define FB_ROW(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps(), c##r##2 = _mm512_setzero_ps();
-    FB_ROW(0) FB_ROW(1) FB_ROW(2) FB_ROW(3) FB_ROW(4) FB_ROW(5) FB_ROW(6) FB_ROW(7)
-#undef FB_ROW
+    FB_TILE_ZERO
     for (int64_t p = 0; p < (kc + 1) / 2; p++) {
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 16),
                  b2 = (__m512bh)_mm512_loadu_si512(b + 32);
@@ -271,13 +274,7 @@ static inline void fb_gemm_micro_bf16(int64_t kc, const uint32_t *restrict a, co
         a += FB_GEMM_MR;
         b += FB_GEMM_NR;
     }
-#define FB_STORE(r) { float *row = c + (r) * ldc; \
-        if (acc) { c##r##0 = _mm512_add_ps(c##r##0, _mm512_loadu_ps(row)); \
-                   c##r##1 = _mm512_add_ps(c##r##1, _mm512_loadu_ps(row + 16)); \
-                   c##r##2 = _mm512_add_ps(c##r##2, _mm512_loadu_ps(row + 32)); } \
-        _mm512_storeu_ps(row, c##r##0); _mm512_storeu_ps(row + 16, c##r##1); _mm512_storeu_ps(row + 32, c##r##2); }
-    FB_STORE(0) FB_STORE(1) FB_STORE(2) FB_STORE(3) FB_STORE(4) FB_STORE(5) FB_STORE(6) FB_STORE(7)
-#undef FB_STORE
+    FB_TILE_STORE
 }
 #endif
 

@@ -139,6 +139,7 @@ impl Gemm {
             inner,
             cols,
             offsets,
+            ..
         } = matmul::product_shape(a.shape, b.shape, out.len())?;
         let call = Call {
             sizes: [

@@ -207,7 +207,7 @@ impl Builder<'_> {
     }
 
     /// Carries out a plan: the members become one kernel with `n` in it.
-    pub(super) fn merge(&mut self, n: usize, plan: Plan) {
+    pub(super) fn merge(&mut self, n: usize, mut plan: Plan) {
         let survivor = self.survivor(&plan.members);
         self.rerank(&plan, survivor);
         for &o in &plan.members {
@@ -227,7 +227,7 @@ impl Builder<'_> {
         }
         self.group_of[n] = survivor;
         self.level[n] = plan.level;
-        if let Some((source, map)) = plan.view {
+        if let Some((source, map)) = plan.view.take() {
             let sources = &mut self.groups[survivor as usize].view_sources;
             if !sources.contains(&source) {
                 sources.push(source);
@@ -258,23 +258,7 @@ impl Builder<'_> {
                     s.inputs.insert(arg);
                 }
             }
-            s.in_bytes = plan.in_bytes;
-            s.outputs = plan.out_count;
-            s.out_bytes = plan.out_bytes;
-            s.per_element = plan.per_element;
-            s.terms = plan.terms;
-            s.segments = plan.segments;
-            s.views = plan.views;
-            s.domain = plan.domain;
-            s.fixed = plan.fixed;
-            s.rows = plan.rows;
-            s.other_end = plan.other_end;
-            s.reduction_threads = plan.reduction_threads;
-            s.select = plan.select;
-            s.gather = plan.gather;
-            s.passes = plan.passes;
-            s.total_us = plan.total_us;
-            debug_assert_eq!(s.inputs.len(), plan.in_count);
+            s.adopt(&plan);
         }
         for (g, p) in new_edges {
             self.groups[g as usize]

@@ -257,21 +257,7 @@ impl Builder<'_> {
             }
         }
         let s = &mut self.groups[survivor as usize];
-        s.in_bytes = plan.in_bytes;
-        s.outputs = plan.out_count;
-        s.out_bytes = plan.out_bytes;
-        s.per_element = plan.per_element;
-        s.terms = plan.terms;
-        s.domain = plan.domain;
-        s.fixed = plan.fixed;
-        s.rows = plan.rows;
-        s.other_end = plan.other_end;
-        s.reduction_threads = plan.reduction_threads;
-        s.select = plan.select;
-        s.gather = plan.gather;
-        s.passes = plan.passes;
-        s.total_us = plan.total_us;
-        debug_assert_eq!(s.inputs.len(), plan.in_count);
+        s.adopt(&plan);
         debug_assert!(
             s.succ
                 .keys()

@@ -24,15 +24,9 @@ pub(super) enum SideError {
     OperandNotATensor(String),
     #[error("attribute `{attr}` of `{op}` is a tensor")]
     AttrIsATensor { attr: String, op: String },
-    #[error("`{op}` needs attribute `{attr}`")]
-    MissingAttr { op: String, attr: String },
-    #[error("attribute `{attr}` of `{op}` must be {ty}, not {leaf}")]
-    AttrType {
-        attr: String,
-        op: String,
-        ty: crate::attr::AttrType,
-        leaf: Leaf,
-    },
+    /// A missing attribute, or one of the wrong type (as the e-graph analysis words it).
+    #[error(transparent)]
+    Attr(#[from] crate::egraph::analysis::IllTyped),
     #[error("the pattern is not a tensor")]
     NotATensor,
 }
@@ -133,31 +127,16 @@ pub(super) fn build_graph(
                         _ => return Err(SideError::OperandNotATensor(name.to_string())),
                     }
                 }
-                let mut attrs = crate::attr::Attrs::new();
-                for (spec, id) in op.spec.attrs.iter().zip(attr_ids) {
-                    let Some(Term::Leaf(leaf)) = &built[usize::from(*id)] else {
-                        return Err(SideError::AttrIsATensor {
+                let leaves = op.spec.attrs.iter().zip(attr_ids).map(|(spec, id)| {
+                    match &built[usize::from(*id)] {
+                        Some(Term::Leaf(leaf)) => Ok(leaf.clone()),
+                        _ => Err(SideError::AttrIsATensor {
                             attr: spec.name.clone(),
                             op: name.to_string(),
-                        });
-                    };
-                    if *leaf == Leaf::Absent {
-                        if spec.optional {
-                            continue;
-                        }
-                        return Err(SideError::MissingAttr {
-                            op: name.to_string(),
-                            attr: spec.name.clone(),
-                        });
+                        }),
                     }
-                    let value = leaf.to_attr(spec.ty).ok_or_else(|| SideError::AttrType {
-                        attr: spec.name.clone(),
-                        op: name.to_string(),
-                        ty: spec.ty,
-                        leaf: leaf.clone(),
-                    })?;
-                    attrs.insert(spec.name.clone(), value);
-                }
+                });
+                let attrs = crate::egraph::analysis::attrs_from_leaves(op, leaves)?;
                 let node_name = if index + 1 == ast.len() {
                     root_name.to_string()
                 } else {

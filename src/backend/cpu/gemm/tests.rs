@@ -25,6 +25,23 @@ fn operands_are_rounded_only_where_not_already_exact() {
     assert_eq!(operand_plan(F32, None, F64), None);
 }
 
+/// Runs `call` on whole buffers; panics (a test failure) if the GEMM reports a failure.
+///
+/// # Safety
+/// As [`Gemm::call`]: `call` addresses only elements inside `a`, `b` and `out`.
+unsafe fn call_on(gemm: &Gemm, call: &Call, a: &Buffer, b: &Buffer, out: &mut Buffer) {
+    // SAFETY: the caller's promise.
+    unsafe {
+        gemm.call(
+            call,
+            a.as_ptr() as *const c_void,
+            b.as_ptr() as *const c_void,
+            out.as_mut_ptr() as *mut c_void,
+        )
+    }
+    .unwrap();
+}
+
 fn gemm() -> Gemm {
     Gemm::new(&Compiler::new(CompilerConfig::from_env())).expect("the GEMM compiles")
 }
@@ -107,15 +124,7 @@ fn strided_and_transposed_operands_give_the_contiguous_product() {
             };
             // SAFETY: the strides address elements below `span` of each buffer; the output
             // has m rows of `ldc`.
-            unsafe {
-                gemm.call(
-                    &call,
-                    a.as_ptr() as *const c_void,
-                    b.as_ptr() as *const c_void,
-                    got.as_mut_ptr() as *mut c_void,
-                )
-            }
-            .unwrap();
+            unsafe { call_on(&gemm, &call, &a, &b, &mut got) };
             // Padding between output rows is never written.
             for r in 0..m {
                 for c in n..ldc {
@@ -162,15 +171,7 @@ fn bf16_pairs_give_the_f32_paths_bits() {
                 offsets: vec![0, 0, 0],
             };
             // SAFETY: contiguous m x k, k x n and m x n matrices in buffers of those sizes.
-            unsafe {
-                gemm.call(
-                    &call,
-                    a.as_ptr() as *const c_void,
-                    b.as_ptr() as *const c_void,
-                    out.as_mut_ptr() as *mut c_void,
-                )
-            }
-            .unwrap();
+            unsafe { call_on(&gemm, &call, a, b, &mut out) };
             out
         };
         let (pairs, f32s) = (run(&a, &b, 2), run(&a32, &b32, 0));

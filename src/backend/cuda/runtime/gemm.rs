@@ -32,7 +32,7 @@ use super::cublas_error;
 use super::device::{CuStream, Device};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::runtime::matmul::MatMulError;
+use crate::runtime::matmul::{MatMulError, ProductShape};
 use cudarc::cublas::result as cublas;
 use cudarc::cublas::sys::{
     cublasComputeType_t, cublasGemmAlgo_t, cublasHandle_t, cublasMath_t, cublasOperation_t,
@@ -178,23 +178,13 @@ fn progression(values: impl Iterator<Item = usize> + Clone) -> Option<usize> {
 /// evenly), one call per group. When b is shared by every batch and a's batches are
 /// contiguous, the batch folds into the rows of a single GEMM, the fastest form.
 pub fn plan_shape(a: &[usize], b: &[usize]) -> std::result::Result<GemmShape, MatMulError> {
-    if a.is_empty() || b.is_empty() {
-        return Err(MatMulError::Scalar);
-    }
-    let (sa, sb) = (
-        crate::shape::matmul_operand(a, false),
-        crate::shape::matmul_operand(b, true),
-    );
-    let (n, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
-    let m = sb[sb.len() - 1];
-    if sb[sb.len() - 2] != k {
-        return Err(MatMulError::InnerDims {
-            a: a.to_vec(),
-            b: b.to_vec(),
-        });
-    }
-    let batch = crate::shape::broadcast(&sa[..sa.len() - 2], &sb[..sb.len() - 2])?;
-    let offsets = crate::shape::matmul_batch_offsets(&sa, &sb, &batch);
+    let ProductShape {
+        rows: n,
+        inner: k,
+        cols: m,
+        batch,
+        offsets,
+    } = ProductShape::of(a, b)?;
     let batches = offsets.len();
     let mut shape = GemmShape {
         n,
