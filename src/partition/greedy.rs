@@ -158,15 +158,14 @@ struct Plan {
 
 impl Group {
     /// Takes the merged kernel's shape and prices from the plan that merged it (the members
-    /// and edges are the merge's own business).
+    /// and edges are the merge's own business). The segment and view counts are not among
+    /// them: a sibling merge keeps the survivor's, and a greedy merge sets them itself.
     fn adopt(&mut self, plan: &Plan) {
         self.in_bytes = plan.in_bytes;
         self.outputs = plan.out_count;
         self.out_bytes = plan.out_bytes;
         self.per_element = plan.per_element;
         self.terms = plan.terms;
-        self.segments = plan.segments;
-        self.views = plan.views;
         self.domain = plan.domain.clone();
         self.fixed = plan.fixed;
         self.rows = plan.rows;

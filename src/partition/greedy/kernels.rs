@@ -258,6 +258,8 @@ impl Builder<'_> {
                     s.inputs.insert(arg);
                 }
             }
+            s.segments = plan.segments;
+            s.views = plan.views;
             s.adopt(&plan);
         }
         for (g, p) in new_edges {
