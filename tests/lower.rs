@@ -21,7 +21,8 @@ fn load(path: &str) -> Graph {
 
 fn lowered(graph: &Graph, options: &Options) -> Program {
     let out = optimize(graph, rules(), options).expect("optimize");
-    lower::lower(&out.dag, &out.partition).expect("lower")
+    lower::lower(&out.dag, &out.partition)
+        .unwrap_or_else(|e| panic!("lower: {e}\n{}", graph::file::to_ron(graph)))
 }
 
 /// Runs `program` in the interpreter on `graph`'s inputs and compares with the reference.

@@ -273,8 +273,12 @@ impl Builder<'_> {
                     if c == a || !self.is_member(c, epoch) {
                         continue;
                     }
+                    // A concat read by ranges evaluates its operands at other points of
+                    // the domain than its own, where a row reduction's result is not
+                    // computed: such a kernel would read the row of another point.
+                    let selects = self.group(c).select.is_some();
                     for &p in producers {
-                        if !self.consumable(p) {
+                        if !self.consumable(p) || (selects && self.role[p] == Role::Rows) {
                             return None;
                         }
                         consumes_rows |= self.role[p] == Role::Rows;
