@@ -9,7 +9,8 @@ and SwiGLU), this script exports it to ONNX with the TorchScript exporter (and, 
     warm-up;
   * `fusebox bench MODEL.onnx --backend cpu --json` (its median per run, excluding compilation);
 
-and prints the medians and fusebox / torch (issue 42's target: at most 0.8). Before timing, the
+and prints the medians and fusebox / torch (issue 42's target: at most 0.8); with --baseline,
+an older fusebox binary is timed on the same files in the same sitting. Before timing, the
 model is run once by `fusebox run --backend cpu` on the same input and compared with torch's
 output, so no wrong answer is timed. Needs torch (and onnxscript for --dynamo):
 
@@ -115,12 +116,14 @@ def main():
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--dynamo", action="store_true", help="also export with the dynamo exporter")
     p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--baseline", help="another fusebox binary (an older build) timed in the same sitting")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     exporters = [("torchscript", False)] + ([("dynamo", True)] if args.dynamo else [])
     print(f"threads {args.threads}, torch {torch.__version__}, load {os.getloadavg()[0]:.2f}")
-    print(f"{'model':<12} {'exporter':<12} {'torch ms':>9} {'fusebox ms':>11} {'ratio':>6}  kernels  max rel err")
+    base_head = f" {'baseline ms':>11} {'ratio':>6}" if args.baseline else ""
+    print(f"{'model':<12} {'exporter':<12} {'torch ms':>9} {'fusebox ms':>11} {'ratio':>6}{base_head}  kernels  max rel err")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             cls, shape = MODELS[name]
@@ -139,7 +142,11 @@ def main():
                     print(f"{name:<12} {exporter:<12} failed: {msg.strip().splitlines()[-1][:100]}")
                     continue
                 th = torch_median(model, x, args.iters)
-                print(f"{name:<12} {exporter:<12} {th:9.3f} {fb:11.3f} {fb / th:6.2f}  {kernels!s:>7}  {err:.2e}")
+                base = ""
+                if args.baseline:
+                    bl, _ = fusebox_median(args.baseline, path, args.iters)
+                    base = f" {bl:11.3f} {bl / th:6.2f}"
+                print(f"{name:<12} {exporter:<12} {th:9.3f} {fb:11.3f} {fb / th:6.2f}{base}  {kernels!s:>7}  {err:.2e}")
 
 
 if __name__ == "__main__":

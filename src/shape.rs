@@ -441,6 +441,37 @@ impl Strided {
         Strided { offset: 0, strides }
     }
 
+    /// The element of the buffer that index `q` (row-major over `shape`) of this view of
+    /// `shape` lies at, wrapping as [`Stage::apply`] does (callers check [`Strided::span`]).
+    pub fn element(&self, shape: &[usize], q: usize) -> i64 {
+        let mut rest = q;
+        let mut at = self.offset;
+        for (&n, &s) in shape.iter().zip(&self.strides).rev() {
+            let n = n.max(1);
+            at = at.wrapping_add(((rest % n) as i64).wrapping_mul(s));
+            rest /= n;
+        }
+        at
+    }
+
+    /// The lowest and the highest element of the buffer this view of `shape` addresses;
+    /// `None` when it addresses none (an axis of size 0) or an address overflows.
+    pub fn span(&self, shape: &[usize]) -> Option<(i64, i64)> {
+        if shape.contains(&0) || shape.len() != self.strides.len() {
+            return None;
+        }
+        let (mut low, mut high) = (self.offset, self.offset);
+        for (&n, &s) in shape.iter().zip(&self.strides) {
+            let reach = (n as i64 - 1).checked_mul(s)?;
+            if reach < 0 {
+                low = low.checked_add(reach)?;
+            } else {
+                high = high.checked_add(reach)?;
+            }
+        }
+        Some((low, high))
+    }
+
     /// Axis `d` of the result is axis `perm[d]` of this view.
     pub fn transpose(&self, perm: &[usize]) -> Strided {
         Strided {

@@ -1,7 +1,9 @@
 //! The CPU backend's GEMM (src/backend/cpu/gemm.c) against the reference evaluator: random
 //! products of every shape class the GEMM's blocking distinguishes (empty and unit dims, K = 0,
-//! edges of the register tile and of the cache blocks), transposed operands, broadcast batches,
-//! 1-D operands, absorbed casts, f32, f16 and bf16, with NaN and ±Inf planted.
+//! edges of the register tile and of the cache blocks), operands read through views (transposed,
+//! sliced, broadcast along their batch, with their batch and row axes swapped), broadcast
+//! batches, 1-D operands, absorbed casts, f32, f16 and bf16, with NaN and ±Inf planted. Each
+//! product also runs lowered in the kernel-IR interpreter (the portable GEMM path).
 
 use crate::common;
 
@@ -14,14 +16,38 @@ use fusebox::runner::prepare;
 use proptest::prelude::*;
 use rand::{RngExt, SeedableRng};
 
-/// One operand of a product: stored with these batch dims, optionally as a vector (1-D) or
-/// transposed (stored `[.., cols, rows]` and transposed in the graph), optionally stored in
-/// another dtype and cast to the product's.
+/// How an operand reaches the product from its stored input: every form but `Plain` is a
+/// layout op the library call absorbs as strides (`library_views`), except where a reshape
+/// needs an index map (`Merged`), which stays a copy kernel.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Layout {
+    Plain,
+    /// Stored `[.., cols, rows]` and transposed.
+    Transposed,
+    /// Stored with twice the rows plus one and sliced to the odd ones (a row step of 2).
+    RowStep,
+    /// Stored with three more columns and sliced from column 2 (a row stride past the row).
+    ColumnWindow,
+    /// Stored without batch dims and broadcast to them (a batch stride of 0).
+    Broadcast,
+    /// Stored `[.., rows, b, cols]` with the last batch dim `b` inside, and transposed to
+    /// `[.., b, rows, cols]` (attention's heads).
+    BatchInside,
+    /// Stored `[.., rows, cols]` transposed to `[.., cols, rows]` and back through a reshape
+    /// that merges nothing: strides throughout.
+    ReshapedTranspose,
+    /// Stored transposed and reshaped across the transposed axes (an index map, no strides):
+    /// not absorbed.
+    Merged,
+}
+
+/// One operand of a product: its batch dims, optionally a vector (1-D), its layout, and
+/// optionally stored in another dtype and cast to the product's.
 #[derive(Debug, Clone)]
 struct Operand {
     batch: Vec<usize>,
     vector: bool,
-    transposed: bool,
+    layout: Layout,
     stored: Option<&'static str>,
 }
 
@@ -35,38 +61,127 @@ struct Product {
     dtype: &'static str,
 }
 
-/// The graph text: inputs, each operand's cast and transpose, the matmul.
+fn node(name: &str, op: &str, arg: &str, attrs: &str) -> String {
+    format!("Node(name: \"{name}\", op: \"{op}\", args: [\"{arg}\"], attrs: {{{attrs}}})")
+}
+
+/// The stored shape of an operand of logical shape `batch ++ [rows, cols]` and the nodes that
+/// take it to that shape from the value `value`, which they rename.
+fn layout_nodes(
+    name: &str,
+    op: &Operand,
+    [rows, cols]: [usize; 2],
+    nodes: &mut Vec<String>,
+    value: &mut String,
+) -> Vec<usize> {
+    let batch = &op.batch;
+    let r = batch.len() + 2;
+    let with = |dims: &[usize]| batch.iter().chain(dims).copied().collect::<Vec<_>>();
+    let step = |nodes: &mut Vec<String>, value: &mut String, op_name: &str, attrs: String| {
+        let out = format!("{name}_{}", nodes.len());
+        nodes.push(node(&out, op_name, value, &attrs));
+        *value = out;
+    };
+    let swap = |a: usize, b: usize| {
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(a, b);
+        format!("\"perm\": {perm:?}")
+    };
+    let slice = |axis: usize, start: usize, end: usize, step: usize| {
+        format!("\"axis\": {axis}, \"start\": {start}, \"end\": {end}, \"step\": {step}")
+    };
+    match op.layout {
+        Layout::Plain => with(&[rows, cols]),
+        Layout::Transposed => {
+            step(nodes, value, "transpose", swap(r - 2, r - 1));
+            with(&[cols, rows])
+        }
+        Layout::RowStep => {
+            step(nodes, value, "slice", slice(r - 2, 1, 2 * rows + 1, 2));
+            with(&[2 * rows + 1, cols])
+        }
+        Layout::ColumnWindow => {
+            step(nodes, value, "slice", slice(r - 1, 2, cols + 2, 1));
+            with(&[rows, cols + 3])
+        }
+        Layout::Broadcast => {
+            step(
+                nodes,
+                value,
+                "broadcast_to",
+                format!("\"shape\": {:?}", with(&[rows, cols])),
+            );
+            vec![rows, cols]
+        }
+        Layout::BatchInside if !batch.is_empty() => {
+            step(nodes, value, "transpose", swap(r - 3, r - 2));
+            let mut stored = batch.clone();
+            let b = stored.pop().unwrap();
+            stored.extend([rows, b, cols]);
+            stored
+        }
+        Layout::BatchInside => with(&[rows, cols]),
+        Layout::ReshapedTranspose => {
+            step(nodes, value, "transpose", swap(r - 2, r - 1));
+            step(
+                nodes,
+                value,
+                "reshape",
+                format!("\"shape\": {:?}", with(&[1, cols, rows])),
+            );
+            step(
+                nodes,
+                value,
+                "reshape",
+                format!("\"shape\": {:?}", with(&[cols, rows])),
+            );
+            step(nodes, value, "transpose", swap(r - 2, r - 1));
+            with(&[rows, cols])
+        }
+        Layout::Merged => {
+            // [.., cols, rows] transposed to [.., rows, cols], flattened, and split again.
+            step(nodes, value, "transpose", swap(r - 2, r - 1));
+            step(
+                nodes,
+                value,
+                "reshape",
+                format!("\"shape\": {:?}", &with(&[rows * cols])),
+            );
+            step(
+                nodes,
+                value,
+                "reshape",
+                format!("\"shape\": {:?}", with(&[rows, cols])),
+            );
+            with(&[cols, rows])
+        }
+    }
+}
+
+/// The graph text: inputs, each operand's cast and layout ops, the matmul.
 fn graph_text(p: &Product) -> String {
     let (mut inputs, mut nodes, mut args) = (Vec::new(), Vec::new(), Vec::new());
     for (name, op, dims) in [("a", &p.a, [p.m, p.k]), ("b", &p.b, [p.k, p.n])] {
-        let mut shape = op.batch.clone();
-        if op.vector {
-            shape = vec![p.k];
-        } else if op.transposed {
-            shape.extend([dims[1], dims[0]]);
-        } else {
-            shape.extend(dims);
-        }
+        let mut value = name.to_string();
         let stored = op.stored.unwrap_or(p.dtype);
+        if op.stored.is_some() {
+            let cast = format!("{name}_c");
+            nodes.push(node(
+                &cast,
+                "cast",
+                &value,
+                &format!("\"dtype\": \"{}\"", p.dtype),
+            ));
+            value = cast;
+        }
+        let shape = if op.vector {
+            vec![p.k]
+        } else {
+            layout_nodes(name, op, dims, &mut nodes, &mut value)
+        };
         inputs.push(format!(
             "Input(name: \"{name}\", dtype: \"{stored}\", shape: {shape:?})"
         ));
-        let mut value = name.to_string();
-        if op.stored.is_some() {
-            nodes.push(format!(
-                "Node(name: \"{name}_c\", op: \"cast\", args: [\"{value}\"], attrs: {{\"dtype\": \"{}\"}})",
-                p.dtype
-            ));
-            value = format!("{name}_c");
-        }
-        if op.transposed && !op.vector {
-            let mut perm: Vec<usize> = (0..shape.len()).collect();
-            perm.swap(shape.len() - 2, shape.len() - 1);
-            nodes.push(format!(
-                "Node(name: \"{name}_t\", op: \"transpose\", args: [\"{value}\"], attrs: {{\"perm\": {perm:?}}})"
-            ));
-            value = format!("{name}_t");
-        }
         args.push(value);
     }
     nodes.push(format!(
@@ -113,14 +228,24 @@ fn agrees(p: &Product, seed: u64) -> Result<(), String> {
         .executable
         .run_tensors(&inputs)
         .map_err(|e| e.to_string())?;
-    assert_same("c", &want["c"], &got["c"]).map_err(|e| format!("{e}\n{text}"))
+    assert_same("c", &want["c"], &got["c"]).map_err(|e| format!("cpu: {e}\n{text}"))?;
+    let optimized =
+        fusebox::optimize::optimize(&g, rules(), &Options::default()).map_err(|e| e.to_string())?;
+    let program =
+        fusebox::lower::lower(&optimized.dag, &optimized.partition).map_err(|e| e.to_string())?;
+    program.check_bounds().map_err(|e| e.to_string())?;
+    let buffers = common::random_graph::input_buffers(&program, &inputs);
+    let interpreted =
+        fusebox::runtime::interpret::run_program(&program, &buffers).map_err(|e| e.to_string())?;
+    assert_same("c", &want["c"], &interpreted[0].to_tensor())
+        .map_err(|e| format!("interpreter: {e}\n{text}"))
 }
 
 fn plain(batch: &[usize]) -> Operand {
     Operand {
         batch: batch.to_vec(),
         vector: false,
-        transposed: false,
+        layout: Layout::Plain,
         stored: None,
     }
 }
@@ -137,7 +262,7 @@ fn products_across_block_edges_agree() {
             (129, 40, 770, true),
         ] {
             let op = |t| Operand {
-                transposed: t,
+                layout: if t { Layout::Transposed } else { Layout::Plain },
                 ..plain(&[])
             };
             let p = Product {
@@ -173,7 +298,7 @@ fn absorbed_casts_agree() {
             },
             b: Operand {
                 stored: Some(stored),
-                transposed: true,
+                layout: Layout::Transposed,
                 ..plain(&[])
             },
             m: 33,
@@ -203,9 +328,22 @@ fn operand_batch(batch: Vec<usize>) -> impl Strategy<Value = Vec<usize>> {
 }
 
 fn operand(batch: Vec<usize>) -> impl Strategy<Value = Operand> {
-    (operand_batch(batch), 0..8u8).prop_map(|(batch, kind)| Operand {
-        vector: kind == 0,
-        transposed: kind >= 5,
+    use Layout::*;
+    let layouts = [
+        Plain,
+        Plain,
+        Transposed,
+        Transposed,
+        RowStep,
+        ColumnWindow,
+        Broadcast,
+        BatchInside,
+        ReshapedTranspose,
+        Merged,
+    ];
+    (operand_batch(batch), 0..11usize).prop_map(move |(batch, kind)| Operand {
+        vector: kind == 10,
+        layout: layouts[kind.min(9)],
         stored: None,
         batch,
     })
@@ -232,8 +370,8 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
-    /// Random products (empty and unit dims, K = 0, vectors, transposes, broadcast batches)
-    /// agree with the reference evaluator.
+    /// Random products (empty and unit dims, K = 0, vectors, operands read through views,
+    /// broadcast batches) agree with the reference evaluator.
     #[test]
     fn random_products_agree(p in product(), seed in 0u64..1000) {
         prop_assert!(agrees(&p, seed).is_ok(), "{:?}: {}", p, agrees(&p, seed).unwrap_err());

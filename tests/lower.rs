@@ -68,6 +68,28 @@ fn one_program_step_per_partition_kernel_and_concat_piece() {
     assert_eq!(groups.len(), out.partition.kernels.len());
 }
 
+/// A concat read by ranges evaluates its operands at other points of the domain than its
+/// own: one that reads a row reduction (here of the whole rank-1 row) must not share the
+/// reduction's kernel, where only the current row's result exists (found by proptest).
+#[test]
+fn a_concat_of_a_row_reduction_is_not_read_in_its_kernel() {
+    let text = r#"Graph(
+        name: "concat_of_sum",
+        inputs: [Input(name: "x", dtype: "f32", shape: [3])],
+        nodes: [
+            Node(name: "s", op: "sum", args: ["x"], attrs: {"axes": [0], "keepdim": true}),
+            Node(name: "c", op: "concat", args: ["s", "s", "s"], attrs: {"axis": -1}),
+            Node(name: "y", op: "add", args: ["s", "c"]),
+        ],
+        outputs: ["y"],
+    )"#;
+    let graph = graph::file::parse(text, "concat_of_sum.ron", &rules().ops)
+        .unwrap()
+        .0;
+    let program = lowered(&graph, &Options::default());
+    agrees(&graph, &program, 3, false).unwrap();
+}
+
 /// Same graph, another batch size: equal kernels, only the launches differ.
 #[test]
 fn kernels_do_not_depend_on_the_batch_size() {

@@ -174,7 +174,12 @@ fn check_invariants(dag: &Dag, p: &Partition, fusion: &FusionRules) {
                 );
             }
         }
-        for &n in &kernel.nodes {
+        // A library call's absorbed operand ops have their operands' shapes, not its domain.
+        let iterated = kernel
+            .nodes
+            .iter()
+            .filter(|_| kernel.kind != KernelKind::Library);
+        for &n in iterated {
             let node = &dag.nodes[n];
             let shape = match (node.op.kind(), node.args.first()) {
                 (fusebox::rules::OpKind::Reduction, Some(&a)) => dag.ty(a).shape.clone(),
@@ -241,7 +246,25 @@ fn check_invariants(dag: &Dag, p: &Partition, fusion: &FusionRules) {
                     }
                 }
             }
-            KernelKind::Alone | KernelKind::Library => assert_eq!(kernel.nodes.len(), 1),
+            KernelKind::Alone => assert_eq!(kernel.nodes.len(), 1),
+            KernelKind::Library => {
+                // One library call and what it absorbed: casts and views, each used only by
+                // the kernel's next node towards the call, none written.
+                let calls: Vec<usize> = kernel
+                    .nodes
+                    .iter()
+                    .copied()
+                    .filter(|&n| fusion.role(&dag.nodes[n].op) == Role::Never)
+                    .collect();
+                assert_eq!(calls.len(), 1, "one library call per library kernel");
+                for &n in kernel.nodes.iter().filter(|&&n| n != calls[0]) {
+                    let users: Vec<usize> = (0..dag.nodes.len())
+                        .filter(|&u| dag.nodes[u].args.contains(&Value::Node(n)))
+                        .collect();
+                    assert!(users.len() == 1 && kernel.nodes.contains(&users[0]));
+                    assert!(!kernel.outputs.contains(&Value::Node(n)));
+                }
+            }
         }
         // A segment store writes its operand's bytes (of the concat's dtype, which is the
         // operand's).
@@ -445,6 +468,47 @@ fn matmul_is_a_library_call_at_matmul_throughput() {
     assert_eq!(mm.cost.flops, 12000);
     assert_close!(mm.cost.total_us, 10.0 + 4.4 + 6.0);
     assert_eq!(p.kernels[1].kind, KernelKind::Fused);
+}
+
+/// PyTorch's `Linear` as both exporters write it: `x @ transpose(W)`, W stored `[out, in]`.
+/// The call reads W through transposed strides (`library_views`), under AMP through its cast
+/// too: no kernel copies or converts the weight. Without `library_views`, the transpose is a
+/// copy kernel of its own.
+#[test]
+fn a_linear_reads_its_weight_transposed_without_a_copy() {
+    let text = |dtype: &str| {
+        format!(
+            r#"Graph(name: "linear",
+            inputs: [Input(name: "x", dtype: "{dtype}", shape: [64, 256]),
+                     Input(name: "w", dtype: "f32", shape: [512, 256])],
+            nodes: [Node(name: "wc", op: "cast", args: ["w"], attrs: {{"dtype": "{dtype}"}}),
+                    Node(name: "wt", op: "transpose", args: ["wc"], attrs: {{"perm": [1, 0]}}),
+                    Node(name: "y", op: "matmul", args: ["x", "wt"])],
+            outputs: ["y"])"#
+        )
+    };
+    let fusion = FusionRules::defaults();
+    for dtype in ["f32", "f16"] {
+        let dag = dag(&text(dtype));
+        let p = partition::partition(&dag, &fusion, &profile("cpu"));
+        check_invariants(&dag, &p, &fusion);
+        assert_eq!(p.kernels.len(), 1, "{dtype}");
+        assert_eq!(p.kernels[0].kind, KernelKind::Library);
+        assert_eq!(names(&dag, &p.kernels[0]), ["wc", "wt", "y"]);
+        assert_eq!(p.kernels[0].inputs.len(), 2);
+    }
+    let no_views = FusionRules::load_str(
+        "Fusion(kinds: {Pointwise: Join, Layout: Join, Reduction: Rows, Opaque: Never}, \
+         max_kernel_args: 64, library_casts: true)",
+        "f.ron",
+        &Catalogue::defaults(),
+    )
+    .unwrap();
+    let dag = dag(&text("f32"));
+    let p = partition::partition(&dag, &no_views, &profile("cpu"));
+    check_invariants(&dag, &p, &no_views);
+    assert_eq!(names(&dag, kernel_with(&dag, &p, "wt")), ["wt"]);
+    assert_eq!(names(&dag, kernel_with(&dag, &p, "y")), ["y"]);
 }
 
 // ---------------------------------------------------------------- the LSTM examples

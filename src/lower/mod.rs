@@ -95,6 +95,12 @@ impl Program {
             }
         }
         for step in &self.steps {
+            if let Step::MatMul(m) = step {
+                for operand in [&m.a, &m.b] {
+                    operand.check_bounds(dag)?;
+                }
+                continue;
+            }
             let Step::Kernel(k) = step else { continue };
             // The kernel reads its index maps' words at entry, whatever the domain.
             let Some(ir) = self.kernels.get(k.kernel) else {
@@ -271,13 +277,68 @@ pub struct MatMulStep {
     pub group: usize,
 }
 
-/// A matmul operand as read from memory, with the cast the call absorbed (fusion.ron's
-/// `library_casts`): each element is rounded to `cast` while packing, then to the product's
-/// dtype, exactly as the unfused cast-then-matmul rounds it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A matmul operand as read from memory, with what the call absorbed (fusion.ron's
+/// `library_casts` and `library_views`): a cast rounds each element to `cast` while packing,
+/// then to the product's dtype, exactly as the unfused cast-then-matmul rounds it; layout ops
+/// (a transpose, a slice, a broadcast batch) make `view` the strides through which the GEMM
+/// reads `value`'s buffer, so no copy of the operand is made.
+#[derive(Debug, Clone, PartialEq)]
 pub struct MatMulOperand {
     pub value: Value,
     pub cast: Option<DType>,
+    pub view: Option<OperandView>,
+}
+
+/// The operand a call reads through absorbed layout ops: its shape as the product sees it,
+/// and where each element lies in the buffer of [`MatMulOperand::value`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperandView {
+    pub shape: Vec<usize>,
+    pub strided: crate::shape::Strided,
+}
+
+impl MatMulOperand {
+    /// The operand `value`, read as stored.
+    pub fn stored(value: Value) -> MatMulOperand {
+        MatMulOperand {
+            value,
+            cast: None,
+            view: None,
+        }
+    }
+
+    /// Whether every element the operand's view addresses lies in its buffer: a backend
+    /// reads through the view without checking each element.
+    fn check_bounds(&self, dag: &Dag) -> Result<()> {
+        let Some(view) = &self.view else {
+            return Ok(());
+        };
+        let stored = crate::shape::numel(&dag.ty(self.value).shape) as i64;
+        let inside = view.strided.strides.len() == view.shape.len()
+            && match view.strided.span(&view.shape) {
+                Some((low, high)) => low >= 0 && high < stored,
+                None => view.shape.contains(&0),
+            };
+        match inside {
+            true => Ok(()),
+            false => Err(Error::new(
+                Site::node(dag.value_name(self.value)),
+                ErrorKind::Lower(format!(
+                    "a matmul reads {:?} through strides {:?} from offset {}, outside the buffer",
+                    view.shape, view.strided.strides, view.strided.offset
+                )),
+            )),
+        }
+    }
+
+    /// The operand's shape as the product sees it and its strides over the buffer it is read
+    /// from, whose shape is `stored`.
+    pub fn layout(&self, stored: &[usize]) -> (Vec<usize>, crate::shape::Strided) {
+        match &self.view {
+            Some(view) => (view.shape.clone(), view.strided.clone()),
+            None => (stored.to_vec(), crate::shape::Strided::contiguous(stored)),
+        }
+    }
 }
 
 fn lower_error(dag: &Dag, node: usize, message: String) -> Error {
@@ -400,36 +461,81 @@ fn matmul_step(dag: &Dag, nodes: &[usize], call: usize, group: usize) -> Result<
             ),
         ));
     }
-    // A cast inside the call's kernel was absorbed: read its operand and round while packing.
-    let operand = |arg: Value| -> Result<MatMulOperand> {
-        match arg {
-            Value::Node(p) if nodes.contains(&p) => {
-                let cast = &dag.nodes[p];
-                match (cast.op.builtin(), cast.args.first()) {
-                    (Some(Builtin::Cast), Some(&inner)) => Ok(MatMulOperand {
-                        value: inner,
-                        cast: Some(cast.ty.dtype),
-                    }),
-                    _ => Err(lower_error(
-                        dag,
-                        p,
-                        format!(
-                            "only casts can run inside a library call, not `{}`",
-                            cast.op.name()
-                        ),
-                    )),
-                }
-            }
-            _ => Ok(MatMulOperand {
-                value: arg,
-                cast: None,
-            }),
-        }
-    };
+    let operand = |arg: Value| absorbed_operand(dag, nodes, arg);
     Ok(MatMulStep {
         a: operand(node.args[0])?,
         b: operand(node.args[1])?,
         out: Value::Node(call),
         group,
+    })
+}
+
+/// Operand `arg` of a library call whose kernel holds `nodes`: the value the call reads, back
+/// through the casts and layout ops it absorbed (at most one cast; the views' index maps
+/// composed from that value's buffer outward, which the partition checked are strides).
+fn absorbed_operand(dag: &Dag, nodes: &[usize], arg: Value) -> Result<MatMulOperand> {
+    let mut chain = Vec::new();
+    let mut source = arg;
+    while let Value::Node(p) = source
+        && nodes.contains(&p)
+    {
+        chain.push(p);
+        source = *dag.nodes[p]
+            .args
+            .first()
+            .ok_or_else(|| lower_error(dag, p, "an absorbed operand op has no operand".into()))?;
+    }
+    let mut cast = None;
+    let source_shape = &dag.ty(source).shape;
+    let mut map = crate::shape::IndexMap::contiguous(source_shape);
+    for &p in chain.iter().rev() {
+        let node = &dag.nodes[p];
+        let x_shape = &dag.ty(node.args[0]).shape;
+        let absorbed = match node.op.builtin() {
+            Some(Builtin::Cast) if cast.is_none() => {
+                cast = Some(node.ty.dtype);
+                Some(())
+            }
+            Some(Builtin::Cast) => None,
+            Some(op) => crate::graph::check::plan_builtin(op, &[x_shape], &node.attrs)
+                .ok()
+                .and_then(|(plan, _)| plan.index_map(&map, x_shape, &node.ty.shape))
+                .map(|next| map = next),
+            None => None,
+        };
+        if absorbed.is_none() {
+            return Err(lower_error(
+                dag,
+                p,
+                format!(
+                    "a library call absorbs one cast and strided layout ops, not `{}`",
+                    node.op.name()
+                ),
+            ));
+        }
+    }
+    let shape = &dag.ty(arg).shape;
+    let view = match map.as_strided() {
+        Some(strided)
+            if shape == source_shape && *strided == crate::shape::Strided::contiguous(shape) =>
+        {
+            None
+        }
+        Some(strided) => Some(OperandView {
+            shape: shape.clone(),
+            strided: strided.clone(),
+        }),
+        None => {
+            return Err(lower_error(
+                dag,
+                chain[0],
+                "a library call reads its operand through strides, not a reshape index map".into(),
+            ));
+        }
+    };
+    Ok(MatMulOperand {
+        value: source,
+        cast,
+        view,
     })
 }

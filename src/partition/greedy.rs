@@ -250,10 +250,8 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
     let row = (0..n)
         .map(|i| role[i] == Role::Rows && super::row_reduction(dag, i))
         .collect();
-    let absorbable = (0..n)
-        .map(|c| fusion.library_casts && absorbable_cast(&facts, &role, c))
-        .collect();
-    let view_plan = (0..n).map(|v| view_plan(dag, &role, v)).collect();
+    let view_plan: Vec<Option<BuiltinPlan>> = (0..n).map(|v| view_plan(dag, &role, v)).collect();
+    let absorbable = absorbable_operands(&facts, &role, &view_plan, fusion);
     let select = (0..n).map(|c| select_axis(dag, &role, c)).collect();
     let mut b = Builder {
         dag,
@@ -295,18 +293,77 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
     b.finish()
 }
 
-/// Whether cast `c` may run inside the library call using it: a cast that is not a graph
-/// output, whose uses all belong to one node, a library call. A cast shared by two library
-/// calls stays a kernel of its own: the conversion is shared, and a node belongs to one kernel.
-fn absorbable_cast(facts: &Facts, role: &[Role], c: usize) -> bool {
-    let node = &facts.dag.nodes[c];
-    let users = facts.users(c);
-    node.op.builtin() == Some(Builtin::Cast)
-        && node.args.len() == 1
-        && !facts.graph_output[c]
-        && !users.is_empty()
-        && users.iter().all(|&u| u == users[0])
-        && role[users[0] as usize] == Role::Never
+/// Per node: whether it may run inside the library call that uses it, read by the call as it
+/// packs its operand. That is a chain of nodes back from a call's operand, each used only by
+/// the next (the last by the call) and none a graph output: at most one cast
+/// (`library_casts`; a node belongs to one kernel, so a cast shared by two calls stays a
+/// kernel of its own) and layout ops that are views (`library_views`) whose composed index
+/// map over the chain's source buffer is strides. Where a reshape would need an index map,
+/// the chain stops below it: the call reads that view's value from its own kernel.
+fn absorbable_operands(
+    facts: &Facts,
+    role: &[Role],
+    view_plan: &[Option<BuiltinPlan>],
+    fusion: &FusionRules,
+) -> Vec<bool> {
+    let dag = facts.dag;
+    let mut absorbable = vec![false; dag.nodes.len()];
+    for (call, node) in dag.nodes.iter().enumerate() {
+        if role[call] != Role::Never {
+            continue;
+        }
+        for &arg in &node.args {
+            // The chain from the call's operand back towards its source.
+            let mut chain: Vec<usize> = Vec::new();
+            let mut casts = 0;
+            let mut next = call as u32;
+            let mut at = arg;
+            while let Value::Node(c) = at {
+                let users = facts.users(c);
+                let only_next = !users.is_empty() && users.iter().all(|&u| u == next);
+                let cast = fusion.library_casts
+                    && casts == 0
+                    && dag.nodes[c].op.builtin() == Some(Builtin::Cast)
+                    && dag.nodes[c].args.len() == 1;
+                let view = fusion.library_views && view_plan[c].is_some();
+                if facts.graph_output[c] || !only_next || !(cast || view) {
+                    break;
+                }
+                casts += usize::from(cast);
+                chain.push(c);
+                next = c as u32;
+                at = dag.nodes[c].args[0];
+            }
+            while !chain.is_empty() && !strided_chain(dag, view_plan, &chain) {
+                chain.pop();
+            }
+            for c in chain {
+                absorbable[c] = true;
+            }
+        }
+    }
+    absorbable
+}
+
+/// Whether the views of `chain` (nodes from a call's operand back towards its source, each
+/// the operand of the one before) compose, from the source's buffer outward, to strides.
+fn strided_chain(dag: &Dag, view_plan: &[Option<BuiltinPlan>], chain: &[usize]) -> bool {
+    let Some(&last) = chain.last() else {
+        return true;
+    };
+    let source = dag.nodes[last].args[0];
+    let mut map = IndexMap::contiguous(&dag.ty(source).shape);
+    for &c in chain.iter().rev() {
+        let Some(plan) = &view_plan[c] else {
+            continue;
+        };
+        let x_shape = &dag.ty(dag.nodes[c].args[0]).shape;
+        match plan.index_map(&map, x_shape, &dag.nodes[c].ty.shape) {
+            Some(next) => map = next,
+            None => return false,
+        }
+    }
+    map.as_strided().is_some()
 }
 
 /// The resolved plan of node `v` when it joins kernels as a view, `None` for every other node.
@@ -458,8 +515,11 @@ impl Builder<'_> {
     fn producer_groups(&self, n: usize) -> Vec<u32> {
         let mut out = Vec::new();
         for &arg in &self.dag.nodes[n].args {
+            // An absorbed producer has no kernel yet: it runs in the library call that its
+            // chain of users (this node among them) leads to.
             if let Value::Node(p) = arg
                 && !self.facts.literal[p]
+                && !self.absorbed[p]
             {
                 let g = self.group_of[p];
                 if self.group(g).kind == Some(KernelKind::Fused) && !out.contains(&g) {

@@ -230,6 +230,13 @@ pub struct FusionRules {
     /// into a packed layout anyway, so converting on the way is free on CPUs; a backend that
     /// runs these partitions must convert while packing too.
     pub library_casts: bool,
+    /// Library calls read their operands through strides: a layout op that is a view (a
+    /// transpose, a slice, a broadcast, a reshape strides can express) whose every user is a
+    /// library call, and which is not a graph output, runs inside that call's kernel instead
+    /// of as a copy. The call reads the view's source buffer through the view's strides (a
+    /// transposed weight as a transposed operand), so no copy of the operand is made; a
+    /// backend that runs these partitions must read strided operands.
+    pub library_views: bool,
     /// The arithmetic row kernels may use: relaxed (f32 block sums, one reciprocal per row, a
     /// cheaper `exp`) or exact (f64 sums, correctly rounded division, the pointwise `exp`).
     /// See [`RowArithmetic`].
@@ -259,6 +266,10 @@ struct FusionSpec {
     /// existed never promised.
     #[serde(default)]
     library_casts: bool,
+    /// Off unless the file says so, like `library_casts`: it promises that the backend's
+    /// library calls read strided operands.
+    #[serde(default)]
+    library_views: bool,
     /// `Relaxed` unless the file says otherwise, so files written before the setting existed
     /// keep the row kernels they had.
     #[serde(default)]
@@ -391,6 +402,7 @@ impl FusionRules {
             max_kernel_terms: spec.max_kernel_terms,
             siblings: spec.siblings,
             library_casts: spec.library_casts,
+            library_views: spec.library_views,
             row_arithmetic: spec.row_arithmetic,
         })
     }

@@ -164,6 +164,29 @@ impl Buffer {
         crate::shape::numel(&self.shape)
     }
 
+    /// Fills this buffer (row-major over its shape) with the elements of `x`, of the same
+    /// dtype, that the view `strided` addresses; `false`, with the buffer partly written, when
+    /// the view addresses an element outside `x`.
+    pub fn gather_from(&mut self, x: Elements<'_>, strided: &crate::shape::Strided) -> bool {
+        let size = self.dtype.size_bytes();
+        if x.dtype != self.dtype {
+            return false;
+        }
+        let shape = self.shape.clone();
+        let bytes = self.bytes_mut();
+        for q in 0..crate::shape::numel(&shape) {
+            let at = strided.element(&shape, q);
+            let Some(from) = usize::try_from(at).ok().and_then(|e| e.checked_mul(size)) else {
+                return false;
+            };
+            let Some(element) = x.bytes.get(from..from + size) else {
+                return false;
+            };
+            bytes[q * size..(q + 1) * size].copy_from_slice(element);
+        }
+        true
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

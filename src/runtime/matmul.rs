@@ -29,6 +29,10 @@ pub enum MatMulError {
     /// The emitted CPU GEMM (`backend::cpu::gemm`) could not allocate its packing buffers.
     #[error("the GEMM could not allocate its packing buffers")]
     PackingAlloc,
+    /// An operand's view addresses elements outside its buffer (an internal invariant: the
+    /// lowering composes views from the graph's checked shapes).
+    #[error("the {operand} operand's view reads outside its buffer")]
+    ViewOutOfBounds { operand: &'static str },
     /// cuBLAS planning found no group of batch matrices to cover (an internal invariant:
     /// single matrices always group).
     #[error("no batch grouping found (single matrices always group)")]
@@ -190,6 +194,95 @@ pub fn product_shape(
     Ok(shape)
 }
 
+/// One operand of a product as a GEMM addresses it: its shape as the product sees it, where
+/// each element lies in its buffer, and how many elements that buffer holds.
+#[derive(Debug, Clone, Copy)]
+pub struct OperandLayout<'a> {
+    pub shape: &'a [usize],
+    pub strided: &'a crate::shape::Strided,
+    pub len: usize,
+}
+
+/// The matrices of a product of strided operands: each result matrix is `rows x cols`, the
+/// sum over `inner`; result matrix `i` (contiguous, at `i * rows * cols`) multiplies the
+/// operand matrices starting at elements `offsets[i]`, whose rows and columns step by
+/// `a_strides` and `b_strides`. A batch dim of size 1 is broadcast (step 0); a 1-D operand
+/// is promoted as NumPy promotes it, with step 0 along the axis it gains.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StridedProduct {
+    pub rows: usize,
+    pub inner: usize,
+    pub cols: usize,
+    pub a_strides: [i64; 2],
+    pub b_strides: [i64; 2],
+    pub offsets: Vec<(i64, i64)>,
+}
+
+/// [`ProductShape::of`] for operands read through strides, checked against their buffers and
+/// a result of `out_len` elements: every element a matrix addresses lies in its buffer.
+pub fn strided_product(
+    a: OperandLayout<'_>,
+    b: OperandLayout<'_>,
+    out_len: usize,
+) -> Result<StridedProduct, MatMulError> {
+    let shape = product_shape(a.shape, b.shape, out_len)?;
+    for (operand, name) in [(&a, "left"), (&b, "right")] {
+        let inside = match operand.strided.span(operand.shape) {
+            None => {
+                operand.shape.contains(&0) && operand.shape.len() == operand.strided.strides.len()
+            }
+            Some((low, high)) => low >= 0 && (high as u64) < operand.len as u64,
+        };
+        if !inside {
+            return Err(MatMulError::ViewOutOfBounds { operand: name });
+        }
+    }
+    // Each operand's strides as `matmul_operand` promotes it.
+    let promoted = |op: &OperandLayout<'_>, is_rhs: bool| -> Vec<i64> {
+        match (op.strided.strides.as_slice(), is_rhs) {
+            (&[s], true) => vec![s, 0],
+            (&[s], false) => vec![0, s],
+            (all, _) => all.to_vec(),
+        }
+    };
+    let (sa, sb) = (
+        crate::shape::matmul_operand(a.shape, false),
+        crate::shape::matmul_operand(b.shape, true),
+    );
+    let (ta, tb) = (promoted(&a, false), promoted(&b, true));
+    let batch = &shape.batch;
+    // The element offset of batch matrix `idx` (row-major over `batch`) in one operand.
+    let offset = |idx: usize, s: &[usize], t: &[i64], base: i64| -> i64 {
+        let lead = batch.len() - (s.len() - 2);
+        let mut rest = idx;
+        let mut at = base;
+        for d in (0..batch.len()).rev() {
+            let i = rest % batch[d].max(1);
+            rest /= batch[d].max(1);
+            if d >= lead && s[d - lead] != 1 {
+                at += i as i64 * t[d - lead];
+            }
+        }
+        at
+    };
+    let offsets = (0..shape.offsets.len())
+        .map(|i| {
+            (
+                offset(i, &sa, &ta, a.strided.offset),
+                offset(i, &sb, &tb, b.strided.offset),
+            )
+        })
+        .collect();
+    Ok(StridedProduct {
+        rows: shape.rows,
+        inner: shape.inner,
+        cols: shape.cols,
+        a_strides: [ta[ta.len() - 2], ta[ta.len() - 1]],
+        b_strides: [tb[tb.len() - 2], tb[tb.len() - 1]],
+        offsets,
+    })
+}
+
 /// `out = a @ b` on buffers.
 pub fn matmul(
     a: &Buffer,
@@ -210,6 +303,21 @@ pub fn matmul_elements(
     b_op: &MatMulOperand,
     mut out: ElementsMut<'_>,
 ) -> Result<(), MatMulError> {
+    // This path multiplies contiguous operands: a view is gathered into one first.
+    let gathered = |x: Elements<'_>, op: &MatMulOperand, name| {
+        let Some(view) = &op.view else {
+            return Ok(None);
+        };
+        let mut buffer =
+            Buffer::try_zeroed(x.dtype, &view.shape).map_err(|_| MatMulError::PackingAlloc)?;
+        match buffer.gather_from(x, &view.strided) {
+            true => Ok(Some(buffer)),
+            false => Err(MatMulError::ViewOutOfBounds { operand: name }),
+        }
+    };
+    let (ga, gb) = (gathered(a, a_op, "left")?, gathered(b, b_op, "right")?);
+    let a = ga.as_ref().map_or(a, Buffer::elements);
+    let b = gb.as_ref().map_or(b, Buffer::elements);
     let ProductShape {
         rows: n,
         inner: k,
@@ -319,8 +427,8 @@ mod tests {
             for cast in [None, Some(DType::F16), Some(DType::BF16), Some(DType::F32)] {
                 for out in floats {
                     let op = MatMulOperand {
-                        value: Value::Input(0),
                         cast,
+                        ..MatMulOperand::stored(Value::Input(0))
                     };
                     let fast = pack_narrow(buf.elements(), &op, out).expect("a narrow case");
                     let slow = pack_f64(buf.elements(), &op, out);

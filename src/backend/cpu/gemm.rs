@@ -27,7 +27,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::lower::MatMulOperand;
 use crate::runtime::buffer::{Elements, ElementsMut};
-use crate::runtime::matmul::{self, MatMulError, ProductShape};
+use crate::runtime::matmul::{self, MatMulError, OperandLayout, StridedProduct};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -134,13 +134,25 @@ impl Gemm {
         let (Some(pa), Some(pb), Some(out_code), Some(a_ptr), Some(b_ptr)) = plans else {
             return matmul::matmul_elements(a, a_op, b, b_op, out);
         };
-        let ProductShape {
+        let (a_shape, a_view) = a_op.layout(a.shape);
+        let (b_shape, b_view) = b_op.layout(b.shape);
+        let layout = |shape, strided, len| OperandLayout {
+            shape,
+            strided,
+            len,
+        };
+        let StridedProduct {
             rows,
             inner,
             cols,
+            a_strides,
+            b_strides,
             offsets,
-            ..
-        } = matmul::product_shape(a.shape, b.shape, out.len())?;
+        } = matmul::strided_product(
+            layout(&a_shape, &a_view, a.len()),
+            layout(&b_shape, &b_view, b.len()),
+            out.len(),
+        )?;
         let call = Call {
             sizes: [
                 offsets.len() as i64,
@@ -155,15 +167,22 @@ impl Gemm {
                 pb[1],
                 pb[2],
             ],
-            strides: [inner as i64, 1, cols as i64, 1, cols as i64, 1],
+            strides: [
+                a_strides[0],
+                a_strides[1],
+                b_strides[0],
+                b_strides[1],
+                cols as i64,
+                1,
+            ],
             offsets: offsets
                 .iter()
                 .enumerate()
-                .flat_map(|(i, &(oa, ob))| [oa as i64, ob as i64, (i * rows * cols) as i64])
+                .flat_map(|(i, &(oa, ob))| [oa, ob, (i * rows * cols) as i64])
                 .collect(),
         };
-        // SAFETY: `product_shape` checked that every matrix the offsets and contiguous
-        // strides address lies inside its operand, and that the result matrices fill `out`;
+        // SAFETY: `strided_product` checked that every element the operands' views address
+        // lies inside its buffer, and that the result matrices fill `out`;
         // the operands are read-only here and `out` is borrowed uniquely.
         unsafe { self.call(&call, a_ptr, b_ptr, out.as_mut_ptr() as *mut c_void) }
     }

@@ -107,14 +107,20 @@ impl Builder<'_> {
     /// Registers `n` as a kernel of its own, ranked after every existing kernel; a library
     /// call takes in the casts left for it to absorb.
     pub(super) fn start(&mut self, n: usize) {
-        let mut casts: Vec<usize> = self.dag.nodes[n]
-            .args
-            .iter()
-            .filter_map(|&arg| match arg {
-                Value::Node(c) if self.absorbed[c] => Some(c),
-                _ => None,
-            })
-            .collect();
+        // The absorbed nodes feeding `n`, through chains of them.
+        let mut casts: Vec<usize> = Vec::new();
+        let mut stack: Vec<usize> = vec![n];
+        while let Some(m) = stack.pop() {
+            for &arg in &self.dag.nodes[m].args {
+                if let Value::Node(c) = arg
+                    && self.absorbed[c]
+                    && !casts.contains(&c)
+                {
+                    casts.push(c);
+                    stack.push(c);
+                }
+            }
+        }
         casts.sort_unstable();
         casts.dedup();
         let mut group = if casts.is_empty() {
@@ -162,11 +168,9 @@ impl Builder<'_> {
     fn library_with_casts(&self, n: usize, casts: &[usize]) -> Group {
         let inputs: HashSet<Value> = casts
             .iter()
-            .flat_map(|&c| self.operands(c))
-            .chain(
-                self.operands(n)
-                    .filter(|v| !matches!(v, Value::Node(c) if casts.contains(c))),
-            )
+            .chain([&n])
+            .flat_map(|&m| self.operands(m))
+            .filter(|v| !matches!(v, Value::Node(c) if casts.contains(c)))
             .collect();
         let in_bytes: u64 = inputs.iter().map(|&v| self.facts.value_bytes(v)).sum();
         let (_, out_bytes, _) = self.singleton_cost(n);

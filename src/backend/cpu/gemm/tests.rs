@@ -93,10 +93,7 @@ fn strided_and_transposed_operands_give_the_contiguous_product() {
             let span = |s: [usize; 2], r: usize, c: usize| (r - 1) * s[0] + (c - 1) * s[1] + 1;
             let a = random(dtype, span(sa, m, k), i as u64);
             let b = random(dtype, span(sb, k, n), 100 + i as u64);
-            let op = MatMulOperand {
-                value: Value::Input(0),
-                cast: None,
-            };
+            let op = MatMulOperand::stored(Value::Input(0));
             let mut want = Buffer::zeroed(out_dtype, &[m, n]);
             let (ac, bc) = (gather(&a, m, k, sa), gather(&b, k, n, sb));
             matmul::matmul(&ac, &op, &bc, &op, &mut want).unwrap();

@@ -25,14 +25,20 @@
 //! cuBLAS is column-major and fusebox row-major. A row-major `C[n×m] = A[n×k]·B[k×m]` is the
 //! column-major `Cᵀ[m×n] = Bᵀ[m×k]·Aᵀ[k×n]`, and a row-major matrix read column-major is its
 //! transpose, so each call passes B first, A second, with leading dimensions m, k and m and
-//! no transposition. Batches are grouped into strided-batched calls wherever the broadcast
-//! batch layout allows (see [`plan_shape`]).
+//! no transposition. An operand the call reads through a view (`lower::OperandView`: a
+//! PyTorch `Linear`'s transposed weight, attention's `Kᵀ`, a row slice) is passed as it lies:
+//! a matrix whose columns are adjacent (row-major, any row stride) needs no transposition and
+//! its row stride is the leading dimension; one whose rows are adjacent is read transposed
+//! (`CUBLAS_OP_T`) with its column stride as the leading dimension. A view that is neither
+//! (a step along both axes, a broadcast inside the matrix) is gathered into a contiguous
+//! temporary first. Batches are grouped into strided-batched calls wherever the batch offsets
+//! step evenly (see [`plan_strided`]).
 
 use super::cublas_error;
 use super::device::{CuStream, Device};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::runtime::matmul::{MatMulError, ProductShape};
+use crate::runtime::matmul::{self, MatMulError, OperandLayout, ProductShape};
 use cudarc::cublas::result as cublas;
 use cudarc::cublas::sys::{
     cublasComputeType_t, cublasGemmAlgo_t, cublasHandle_t, cublasMath_t, cublasOperation_t,
@@ -148,12 +154,65 @@ pub struct BatchCall {
     pub b_stride: usize,
 }
 
+/// How cuBLAS reads one operand's matrices (in fusebox's row-major terms): row-major with
+/// rows `ld` elements apart, or (`transposed`) with adjacent rows and columns `ld` apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatrixRead {
+    pub transposed: bool,
+    pub ld: usize,
+}
+
+impl MatrixRead {
+    /// How cuBLAS can read a `rows × cols` matrix whose rows step by `strides[0]` and
+    /// columns by `strides[1]`; `None` when it cannot (no unit stride, or a leading dimension
+    /// that would overlap). A stride along an axis of size 1 never matters.
+    fn of(rows: usize, cols: usize, [rs, cs]: [i64; 2]) -> Option<MatrixRead> {
+        let row_major =
+            (cs == 1 || cols <= 1).then(|| if rows <= 1 { cols.max(1) as i64 } else { rs });
+        if let Some(ld) = row_major
+            && ld >= cols.max(1) as i64
+        {
+            return Some(MatrixRead {
+                transposed: false,
+                ld: ld as usize,
+            });
+        }
+        let column_major =
+            (rs == 1 || rows <= 1).then(|| if cols <= 1 { rows.max(1) as i64 } else { cs });
+        match column_major {
+            Some(ld) if ld >= rows.max(1) as i64 => Some(MatrixRead {
+                transposed: true,
+                ld: ld as usize,
+            }),
+            _ => None,
+        }
+    }
+
+    /// A contiguous row-major matrix of `cols` columns.
+    fn contiguous(cols: usize) -> MatrixRead {
+        MatrixRead {
+            transposed: false,
+            ld: cols.max(1),
+        }
+    }
+
+    fn operation(self) -> cublasOperation_t {
+        match self.transposed {
+            true => cublasOperation_t::CUBLAS_OP_T,
+            false => cublasOperation_t::CUBLAS_OP_N,
+        }
+    }
+}
+
 /// The calls that compute one matmul.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GemmShape {
     pub n: usize,
     pub k: usize,
     pub m: usize,
+    /// How A's and B's matrices are read.
+    pub a: MatrixRead,
+    pub b: MatrixRead,
     /// Matrices in the result (the broadcast batch's size).
     pub batches: usize,
     pub calls: Vec<BatchCall>,
@@ -173,29 +232,64 @@ fn progression(values: impl Iterator<Item = usize> + Clone) -> Option<usize> {
         .then_some(step)
 }
 
-/// Plans `a @ b` for operands of these shapes: the largest groups of batch matrices that one
-/// strided-batched call can cover (trailing batch dimensions whose a and b offsets both step
-/// evenly), one call per group. When b is shared by every batch and a's batches are
-/// contiguous, the batch folds into the rows of a single GEMM, the fastest form.
+/// Plans `a @ b` for contiguous operands of these shapes (see [`plan_strided`]).
 pub fn plan_shape(a: &[usize], b: &[usize]) -> std::result::Result<GemmShape, MatMulError> {
-    let ProductShape {
-        rows: n,
-        inner: k,
-        cols: m,
-        batch,
-        offsets,
-    } = ProductShape::of(a, b)?;
-    let batches = offsets.len();
+    let (sa, sb) = (
+        crate::shape::Strided::contiguous(a),
+        crate::shape::Strided::contiguous(b),
+    );
+    let layout = |shape, strided| OperandLayout {
+        shape,
+        strided,
+        len: crate::shape::numel(shape),
+    };
+    plan_strided(layout(a, &sa), layout(b, &sb))?.ok_or(MatMulError::NoGrouping)
+}
+
+/// Plans `a @ b` for operands read through these layouts: the largest groups of batch
+/// matrices that one strided-batched call can cover (trailing batch dimensions whose a and b
+/// offsets both step evenly), one call per group. When b is shared by every batch and a's
+/// batches follow one another row after row, the batch folds into the rows of a single GEMM,
+/// the fastest form. `None` when cuBLAS cannot read an operand's matrices as they lie
+/// ([`MatrixRead::of`]): the caller gathers it into a contiguous one.
+pub fn plan_strided(
+    a: OperandLayout<'_>,
+    b: OperandLayout<'_>,
+) -> std::result::Result<Option<GemmShape>, MatMulError> {
+    let total = {
+        let p = ProductShape::of(a.shape, b.shape)?;
+        p.offsets.len() * p.rows * p.cols
+    };
+    let product = matmul::strided_product(a, b, total)?;
+    let (n, k, m) = (product.rows, product.inner, product.cols);
+    let batches = product.offsets.len();
+    let batch = ProductShape::of(a.shape, b.shape)?.batch;
+    let reads = (
+        MatrixRead::of(n, k, product.a_strides),
+        MatrixRead::of(k, m, product.b_strides),
+    );
     let mut shape = GemmShape {
         n,
         k,
         m,
+        a: MatrixRead::contiguous(k),
+        b: MatrixRead::contiguous(m),
         batches,
         calls: Vec::new(),
     };
     if batches == 0 || n == 0 || m == 0 {
-        return Ok(shape);
+        return Ok(Some(shape));
     }
+    let (Some(read_a), Some(read_b)) = reads else {
+        return Ok(None);
+    };
+    (shape.a, shape.b) = (read_a, read_b);
+    // Offsets are element indices inside the buffers (`strided_product` checked the bounds).
+    let offsets: Vec<(usize, usize)> = product
+        .offsets
+        .iter()
+        .map(|&(oa, ob)| (oa as usize, ob as usize))
+        .collect();
     // Largest group first: all batch dims, then fewer trailing ones, down to single matrices.
     for d in 0..=batch.len() {
         let inner: usize = batch[d..].iter().product();
@@ -215,7 +309,12 @@ pub fn plan_shape(a: &[usize], b: &[usize]) -> std::result::Result<GemmShape, Ma
             continue;
         }
         let (a_stride, b_stride) = steps[0];
-        if groups == 1 && inner > 1 && b_stride == 0 && a_stride == n * k {
+        if groups == 1
+            && inner > 1
+            && b_stride == 0
+            && !read_a.transposed
+            && a_stride == n * read_a.ld
+        {
             shape.calls.push(BatchCall {
                 rows: inner * n,
                 count: 1,
@@ -225,7 +324,7 @@ pub fn plan_shape(a: &[usize], b: &[usize]) -> std::result::Result<GemmShape, Ma
                 a_stride: 0,
                 b_stride: 0,
             });
-            return Ok(shape);
+            return Ok(Some(shape));
         }
         for g in 0..groups {
             shape.calls.push(BatchCall {
@@ -238,7 +337,7 @@ pub fn plan_shape(a: &[usize], b: &[usize]) -> std::result::Result<GemmShape, Ma
                 b_stride,
             });
         }
-        return Ok(shape);
+        return Ok(Some(shape));
     }
     Err(MatMulError::NoGrouping)
 }
@@ -353,8 +452,12 @@ impl Blas {
         };
         let m = int(shape.m, "column count")?;
         let k = int(shape.k, "inner dimension")?;
-        let (ldb, lda, ldc) = (m.max(1), k.max(1), m.max(1));
-        let op = cublasOperation_t::CUBLAS_OP_N;
+        let (ldb, lda, ldc) = (
+            int(shape.b.ld, "B's leading dimension")?,
+            int(shape.a.ld, "A's leading dimension")?,
+            m.max(1),
+        );
+        let (op_b, op_a) = (shape.b.operation(), shape.a.operation());
         let algo = cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT;
         for call in &shape.calls {
             let rows = int(call.rows, "row count")?;
@@ -368,8 +471,8 @@ impl Blas {
                 if call.count == 1 {
                     cublas::gemm_ex(
                         self.handle,
-                        op,
-                        op,
+                        op_b,
+                        op_a,
                         m,
                         rows,
                         k,
@@ -390,8 +493,8 @@ impl Blas {
                 } else {
                     cublas::gemm_strided_batched_ex(
                         self.handle,
-                        op,
-                        op,
+                        op_b,
+                        op_a,
                         m,
                         rows,
                         k,
@@ -499,7 +602,12 @@ mod tests {
     fn simulate(shape: &GemmShape, a: &[f64], b: &[f64]) -> Vec<f64> {
         let mut c = vec![f64::NAN; shape.batches * shape.n * shape.m];
         let (m, k) = (shape.m, shape.k);
-        let (ldb, lda, ldc) = (m.max(1), k.max(1), m.max(1));
+        let (ldb, lda, ldc) = (shape.b.ld, shape.a.ld, m.max(1));
+        // Column-major element (row, column) of a stored matrix, or of its transpose.
+        let at = |read: MatrixRead, ld: usize, row: usize, col: usize| match read.transposed {
+            false => row + col * ld,
+            true => col + row * ld,
+        };
         for call in &shape.calls {
             for batch in 0..call.count {
                 let (oa, ob) = (
@@ -512,7 +620,7 @@ mod tests {
                     for i in 0..m {
                         let mut sum = 0.0;
                         for l in 0..k {
-                            sum += b[ob + i + l * ldb] * a[oa + l + j * lda];
+                            sum += b[ob + at(shape.b, ldb, i, l)] * a[oa + at(shape.a, lda, l, j)];
                         }
                         c[oc + i + j * ldc] = sum;
                     }
@@ -553,10 +661,7 @@ mod tests {
             let (a, b) = (fill(sa, 1.0), fill(sb, 2.0));
             let out_shape = crate::shape::matmul_shape(sa, sb).unwrap();
             let mut want = Buffer::zeroed(DType::F64, &out_shape);
-            let op = MatMulOperand {
-                value: crate::dag::Value::Input(0),
-                cast: None,
-            };
+            let op = MatMulOperand::stored(crate::dag::Value::Input(0));
             crate::runtime::matmul::matmul(&a, &op, &b, &op, &mut want).unwrap();
             let values = |buf: &Buffer| (0..buf.len()).map(|i| buf.get(i)).collect::<Vec<_>>();
             // With k = 0 the executor zero-fills C instead of calling cuBLAS; the simulated
@@ -564,6 +669,107 @@ mod tests {
             let got = simulate(&shape, &values(&a), &values(&b));
             assert_eq!(got, values(&want), "{sa:?} @ {sb:?}: {:?}", shape.calls);
         }
+    }
+
+    /// Operands read through views (transposed, row-strided, attention's heads inside the
+    /// rows, a shared transposed weight under a batch): the planned calls, simulated as cuBLAS
+    /// reads them, compute what the CPU executor computes on the gathered views. A view with
+    /// no unit stride is not planned (the caller gathers it).
+    #[test]
+    fn planned_calls_read_views_as_they_lie() {
+        use crate::lower::OperandView;
+        use crate::shape::Strided;
+        let view = |shape: &[usize], offset: i64, strides: &[i64]| OperandView {
+            shape: shape.to_vec(),
+            strided: Strided {
+                offset,
+                strides: strides.to_vec(),
+            },
+        };
+        // (a's buffer, a's view, b's buffer, b's view)
+        let cases = [
+            // x [3, 4] @ transpose(w [5, 4]): a Linear.
+            (
+                vec![3, 4],
+                view(&[3, 4], 0, &[4, 1]),
+                vec![5, 4],
+                view(&[4, 5], 0, &[1, 4]),
+            ),
+            // transpose(x [4, 3]) @ w [4, 5], rows of x sliced from a wider buffer.
+            (
+                vec![4, 7],
+                view(&[3, 4], 2, &[1, 7]),
+                vec![4, 5],
+                view(&[4, 5], 0, &[5, 1]),
+            ),
+            // Every other row of a [7, 4] buffer @ a shared transposed weight, batch of 2.
+            (
+                vec![2, 7, 4],
+                view(&[2, 3, 4], 4, &[28, 8, 1]),
+                vec![5, 4],
+                view(&[2, 4, 5], 0, &[0, 1, 4]),
+            ),
+            // Heads inside the rows: q [s=3, h=2, d=4] read as [h, s, d]; kᵀ likewise.
+            (
+                vec![3, 2, 4],
+                view(&[2, 3, 4], 0, &[4, 8, 1]),
+                vec![5, 2, 4],
+                view(&[2, 4, 5], 0, &[4, 1, 8]),
+            ),
+            // A 1-D operand with a stride, and a vector result.
+            (
+                vec![8],
+                view(&[4], 1, &[2]),
+                vec![5, 4],
+                view(&[4, 5], 0, &[1, 4]),
+            ),
+        ];
+        let fill = |s: &[usize], seed: f64| {
+            let mut buf = Buffer::zeroed(DType::F64, s);
+            for i in 0..buf.len() {
+                buf.set(i, ((i as f64 + seed) * 0.37).sin().round() + i as f64 * 0.5);
+            }
+            buf
+        };
+        for (sa, va, sb, vb) in cases {
+            let (a, b) = (fill(&sa, 1.0), fill(&sb, 2.0));
+            fn layout(v: &OperandView, len: usize) -> OperandLayout<'_> {
+                OperandLayout {
+                    shape: &v.shape,
+                    strided: &v.strided,
+                    len,
+                }
+            }
+            let shape = plan_strided(layout(&va, a.len()), layout(&vb, b.len()))
+                .unwrap()
+                .unwrap_or_else(|| panic!("{va:?} @ {vb:?} not planned"));
+            let out_shape = crate::shape::matmul_shape(&va.shape, &vb.shape).unwrap();
+            let mut want = Buffer::zeroed(DType::F64, &out_shape);
+            let op = |v: &OperandView| MatMulOperand {
+                view: Some(v.clone()),
+                ..MatMulOperand::stored(crate::dag::Value::Input(0))
+            };
+            crate::runtime::matmul::matmul(&a, &op(&va), &b, &op(&vb), &mut want).unwrap();
+            let values = |buf: &Buffer| (0..buf.len()).map(|i| buf.get(i)).collect::<Vec<_>>();
+            let got = simulate(&shape, &values(&a), &values(&b));
+            assert_eq!(got, values(&want), "{va:?} @ {vb:?}: {shape:?}");
+        }
+        // Every other column: no unit stride, so cuBLAS cannot read it.
+        let stepped = view(&[3, 4], 0, &[8, 2]);
+        let b = view(&[4, 5], 0, &[5, 1]);
+        let planned = plan_strided(
+            OperandLayout {
+                shape: &stepped.shape,
+                strided: &stepped.strided,
+                len: 24,
+            },
+            OperandLayout {
+                shape: &b.shape,
+                strided: &b.strided,
+                len: 20,
+            },
+        );
+        assert_eq!(planned, Ok(None));
     }
 
     #[test]

@@ -14,6 +14,24 @@ use crate::lower::ir::{Axis, Instr, KernelIr, Launch, Prec, Store, View};
 /// A rank-1 kernel reading `from` and storing the value rounded to each dtype of `chain` in
 /// turn, in the last one's storage (`from` itself for an empty chain: a copy).
 pub fn convert_ir(from: DType, chain: &[DType]) -> KernelIr {
+    let view = |dtype| View::strided(dtype, vec![Axis::Unit]);
+    let (body, to) = convert_body(from, chain);
+    KernelIr {
+        rank: 1,
+        row_arithmetic: crate::lower::ir::RowArithmetic::default(),
+        loads: vec![view(from)],
+        stores: vec![Store {
+            value: body.len() - 1,
+            view: view(to),
+        }],
+        body,
+        reductions: Vec::new(),
+    }
+}
+
+/// The body that loads one `from` element and rounds it through `chain`, and the dtype it
+/// ends in.
+fn convert_body(from: DType, chain: &[DType]) -> (Vec<Instr>, DType) {
     let mut body = vec![Instr::Load { view: 0 }];
     let mut current = from;
     for &to in chain {
@@ -33,18 +51,50 @@ pub fn convert_ir(from: DType, chain: &[DType]) -> KernelIr {
         }
         current = to;
     }
-    let view = |dtype| View::strided(dtype, vec![Axis::Unit]);
-    KernelIr {
-        rank: 1,
+    (body, current)
+}
+
+/// A kernel and its launch (arguments: the buffer read, the contiguous result) that gathers
+/// a matmul operand read through a view (`lower::OperandView`: a transposed weight, a slice,
+/// a broadcast batch) into a contiguous buffer for cuBLAS, rounding each element of `from`
+/// through `chain` on the way as [`convert_ir`] does. One pass over memory, like the copy
+/// kernel the view would otherwise have been, and none where cuBLAS reads the view directly.
+pub fn gather(
+    from: DType,
+    chain: &[DType],
+    view: &crate::lower::OperandView,
+) -> (KernelIr, Launch) {
+    use crate::lower::view::{classify, contiguous_strides, moving_axis};
+    let rank = view.shape.len();
+    let mut load_strides = view.strided.strides.clone();
+    let load = classify(from, &view.shape, &mut load_strides);
+    let store_strides = contiguous_strides(&view.shape);
+    let (body, to) = convert_body(from, chain);
+    let store = View::strided(
+        to,
+        (0..rank)
+            .map(|d| moving_axis(d, rank, store_strides[d]))
+            .collect(),
+    );
+    let ir = KernelIr {
+        rank,
         row_arithmetic: crate::lower::ir::RowArithmetic::default(),
-        loads: vec![view(from)],
+        loads: vec![load],
         stores: vec![Store {
             value: body.len() - 1,
-            view: view(current),
+            view: store,
         }],
         body,
         reductions: Vec::new(),
-    }
+    };
+    let launch = Launch {
+        sizes: view.shape.iter().map(|&d| d as i64).collect(),
+        strides: vec![load_strides, store_strides],
+        offsets: vec![view.strided.offset, 0],
+        maps: Vec::new(),
+        ranges: Vec::new(),
+    };
+    (ir, launch)
 }
 
 /// One operand of an integer product: its dtype, absorbed cast and shape (as the graph has it).
@@ -236,6 +286,49 @@ mod tests {
                     got[i].to_bits() == want.to_bits() || (got[i].is_nan() && want.is_nan()),
                     "{from} via {chain:?}: {v} gave {} not {want}",
                     got[i]
+                );
+            }
+        }
+    }
+
+    /// The gather kernel of an operand read through a view (a transposed, sliced slab of a
+    /// [2, 3, 4] buffer, broadcast along a new batch axis) holds, contiguously, the elements
+    /// `Buffer::gather_from` picks (the CPU's reading of the same view), each rounded through
+    /// the chain as the reference rounds it.
+    #[test]
+    fn gathered_operands_hold_the_view_rounded() {
+        use crate::lower::OperandView;
+        use crate::shape::Strided;
+        let mut src = Buffer::zeroed(DType::F32, &[2, 3, 4]);
+        for i in 0..24 {
+            src.set(
+                i,
+                VALUES[i % VALUES.len()] * if i % 3 == 0 { -1.0 } else { 1.0 },
+            );
+        }
+        // Shape [2, 4, 2]: a new batch axis (stride 0), then the transpose of rows 1..3 of
+        // slab 1.
+        let view = OperandView {
+            shape: vec![2, 4, 2],
+            strided: Strided {
+                offset: 12 + 4,
+                strides: vec![0, 1, 4],
+            },
+        };
+        for chain in [&[][..], &[DType::F16][..], &[DType::BF16, DType::F32][..]] {
+            let (ir, launch) = gather(DType::F32, chain, &view);
+            assert_eq!(ir.verify(), Ok(()));
+            let to = *chain.last().unwrap_or(&DType::F32);
+            let mut dst = Buffer::zeroed(to, &view.shape);
+            interpret::run(&ir, &launch, &mut [&mut src, &mut dst]);
+            let mut want = Buffer::zeroed(DType::F32, &view.shape);
+            assert!(want.gather_from(src.elements(), &view.strided));
+            for i in 0..16 {
+                let w = chain.iter().fold(want.get(i), |x, d| d.round(x));
+                let g = dst.get(i);
+                assert!(
+                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                    "[{i}] {g} vs {w}"
                 );
             }
         }

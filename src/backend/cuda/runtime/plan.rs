@@ -15,6 +15,7 @@ use crate::dag::Value;
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::lower::{KernelIr, Launch, MatMulOperand, MatMulStep, Program, Step};
+use crate::runtime::matmul::OperandLayout;
 use std::collections::BTreeSet;
 
 /// A buffer an operation reads or writes, resolved to an address at run time.
@@ -225,8 +226,9 @@ impl Builder {
         let node_error = |message: String| {
             Error::new(Site::node(dag.value_name(m.out)), ErrorKind::Lower(message))
         };
-        let shape =
-            gemm::plan_shape(&ta.shape, &tb.shape).map_err(|e| node_error(e.to_string()))?;
+        // The operands' shapes as the product sees them (through absorbed views).
+        let (a_shape, b_shape) = (m.a.layout(&ta.shape).0, m.b.layout(&tb.shape).0);
+        let shape = gemm::plan_shape(&a_shape, &b_shape).map_err(|e| node_error(e.to_string()))?;
         let len = crate::shape::numel(&tc.shape);
         if len != shape.batches * shape.n * shape.m {
             return Err(node_error(format!(
@@ -251,26 +253,21 @@ impl Builder {
                 pack::IntOperand {
                     dtype: ta.dtype,
                     cast: m.a.cast,
-                    shape: &ta.shape,
+                    shape: &a_shape,
                 },
                 pack::IntOperand {
                     dtype: tb.dtype,
                     cast: m.b.cast,
-                    shape: &tb.shape,
+                    shape: &b_shape,
                 },
                 tc.dtype,
             )
             .ok_or_else(|| node_error("matmul operands do not make a product".into()))?;
+            // The product kernel reads contiguous operands: a view is gathered first.
+            let a = self.operand(dag, 0, &m.a, None, ta.dtype);
+            let b = self.operand(dag, 1, &m.b, None, tb.dtype);
             let kernel = self.intern(ir);
-            self.kernel(
-                kernel,
-                launch,
-                vec![
-                    Buf::Value(m.a.value),
-                    Buf::Value(m.b.value),
-                    Buf::Value(m.out),
-                ],
-            );
+            self.kernel(kernel, launch, vec![a, b, Buf::Value(m.out)]);
             return Ok(());
         }
         let spec = |op: &MatMulOperand, dtype| OperandSpec {
@@ -278,20 +275,48 @@ impl Builder {
             cast: op.cast,
         };
         let types = gemm::choose_types(spec(&m.a, ta.dtype), spec(&m.b, tb.dtype), tc.dtype);
-        let operand = |this: &mut Builder, index: usize, value: Value, chain: &Option<Vec<_>>| {
-            let ty = dag.ty(value);
-            let n = crate::shape::numel(&ty.shape);
-            match chain {
-                Some(chain) => {
-                    let dst = this.temp(index, n * types.input.size_bytes());
-                    this.convert(ty.dtype, chain, n, Buf::Value(value), dst);
-                    dst
-                }
-                None => Buf::Value(value),
-            }
+        // cuBLAS reads an operand it needs no conversion of as it lies, through its view,
+        // where the view's matrices have a unit stride; otherwise both are made contiguous.
+        let (a_view, b_view) = (m.a.layout(&ta.shape).1, m.b.layout(&tb.shape).1);
+        let (a_lies, b_lies) = (types.a_chain.is_none(), types.b_chain.is_none());
+        let contiguous = (
+            crate::shape::Strided::contiguous(&a_shape),
+            crate::shape::Strided::contiguous(&b_shape),
+        );
+        let layout = |shape, strided, len| OperandLayout {
+            shape,
+            strided,
+            len,
         };
-        let a = operand(self, 0, m.a.value, &types.a_chain);
-        let b = operand(self, 1, m.b.value, &types.b_chain);
+        let direct = gemm::plan_strided(
+            match a_lies {
+                true => layout(&a_shape, &a_view, crate::shape::numel(&ta.shape)),
+                false => layout(&a_shape, &contiguous.0, crate::shape::numel(&a_shape)),
+            },
+            match b_lies {
+                true => layout(&b_shape, &b_view, crate::shape::numel(&tb.shape)),
+                false => layout(&b_shape, &contiguous.1, crate::shape::numel(&b_shape)),
+            },
+        )
+        .map_err(|e| node_error(e.to_string()))?;
+        let (shape, a, b) = match direct {
+            Some(direct) => {
+                let a = match a_lies {
+                    true => Buf::Value(m.a.value),
+                    false => self.operand(dag, 0, &m.a, types.a_chain.as_deref(), types.input),
+                };
+                let b = match b_lies {
+                    true => Buf::Value(m.b.value),
+                    false => self.operand(dag, 1, &m.b, types.b_chain.as_deref(), types.input),
+                };
+                (direct, a, b)
+            }
+            None => (
+                shape,
+                self.operand(dag, 0, &m.a, types.a_chain.as_deref(), types.input),
+                self.operand(dag, 1, &m.b, types.b_chain.as_deref(), types.input),
+            ),
+        };
         let c = match types.out_chain {
             Some(_) => self.temp(2, len * types.output.size_bytes()),
             None => Buf::Value(m.out),
@@ -316,6 +341,41 @@ impl Builder {
             self.convert(types.output, chain, len, c, Buf::Value(m.out));
         }
         Ok(())
+    }
+
+    /// The buffer the product reads operand `op` from (`index` 0 for the left, 1 for the
+    /// right): its value as stored, or a temporary holding it rounded through `chain` into
+    /// `input` (the GEMM's input dtype) and, where the call absorbed a view, gathered into a
+    /// contiguous operand, in one pass.
+    fn operand(
+        &mut self,
+        dag: &crate::dag::Dag,
+        index: usize,
+        op: &MatMulOperand,
+        chain: Option<&[DType]>,
+        input: DType,
+    ) -> Buf {
+        let ty = dag.ty(op.value);
+        match (&op.view, chain) {
+            (None, None) => Buf::Value(op.value),
+            (None, Some(chain)) => {
+                let n = crate::shape::numel(&ty.shape);
+                let dst = self.temp(index, n * input.size_bytes());
+                self.convert(ty.dtype, chain, n, Buf::Value(op.value), dst);
+                dst
+            }
+            (Some(view), chain) => {
+                let n = crate::shape::numel(&view.shape);
+                let to = chain.and_then(|c| c.last().copied()).unwrap_or(ty.dtype);
+                let dst = self.temp(index, n * to.size_bytes());
+                if n > 0 {
+                    let (ir, launch) = pack::gather(ty.dtype, chain.unwrap_or(&[]), view);
+                    let kernel = self.intern(ir);
+                    self.kernel(kernel, launch, vec![Buf::Value(op.value), dst]);
+                }
+                dst
+            }
+        }
     }
 
     /// Outputs that are graph inputs, or that repeat a value another output already holds,
@@ -412,6 +472,94 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(!p.uses_blas());
+    }
+
+    /// The fused program of a graph file's text, under the h200 profile.
+    fn fused_plan(text: &str) -> DevicePlan {
+        let rules = RuleSet::defaults();
+        let (graph, _) = crate::graph::file::parse(text, "t.ron", &rules.ops).unwrap();
+        let dag = crate::dag::Dag::from_graph(&graph, &rules.ops).unwrap();
+        let profile = rules.cost.profile("h200").unwrap();
+        let partition = crate::partition::partition(&dag, &rules.fusion, profile);
+        let program = crate::lower::lower(&dag, &partition).unwrap();
+        DevicePlan::new(&program, &EmitOptions::default(), 132).unwrap()
+    }
+
+    /// A `Linear` (`x @ transpose(w)`) is one GEMM reading w where it lies, transposed
+    /// (`CUBLAS_OP_T`); a view with no unit stride (every other column) is gathered by one
+    /// kernel first; an operand that needs rounding is gathered and rounded in one kernel.
+    #[test]
+    fn views_are_read_in_place_where_cublas_can() {
+        let linear = |w_node: &str, dtype: &str| {
+            format!(
+                r#"Graph(name: "t", inputs: [Input(name: "x", dtype: "{dtype}", shape: [8, 16]),
+                   Input(name: "w", dtype: "f32", shape: [32, 16])],
+                 nodes: [{w_node},
+                         Node(name: "y", op: "matmul", args: ["x", "wt"])], outputs: ["y"])"#
+            )
+        };
+        let transpose =
+            r#"Node(name: "wt", op: "transpose", args: ["w"], attrs: {"perm": [1, 0]})"#;
+        let p = fused_plan(&linear(transpose, "f32"));
+        match &p.ops[..] {
+            [Op::Gemm { shape, b, .. }] => {
+                assert_eq!(*b, Buf::Value(Value::Input(1)));
+                assert_eq!(
+                    shape.b,
+                    gemm::MatrixRead {
+                        transposed: true,
+                        ld: 16
+                    }
+                );
+                assert_eq!(
+                    shape.a,
+                    gemm::MatrixRead {
+                        transposed: false,
+                        ld: 16
+                    }
+                );
+            }
+            other => panic!("{other:#?}"),
+        }
+        // w [16, 32], every other column: [16, 16] with strides [32, 2].
+        let stepped = r#"Node(name: "wt", op: "slice", args: ["w"], attrs: {"axis": 1, "start": 0, "end": 32, "step": 2})"#;
+        let p = fused_plan(&linear(stepped, "f32").replace("[32, 16]", "[16, 32]"));
+        match &p.ops[..] {
+            [Op::Kernel(_), Op::Gemm { shape, b, .. }] => {
+                assert_eq!(*b, Buf::Temp(1));
+                assert_eq!(
+                    shape.b,
+                    gemm::MatrixRead {
+                        transposed: false,
+                        ld: 16
+                    }
+                );
+            }
+            other => panic!("{other:#?}"),
+        }
+        // Every other row is a row stride: read in place.
+        let rows = r#"Node(name: "wt", op: "slice", args: ["w"], attrs: {"axis": 0, "start": 1, "end": 32, "step": 2})"#;
+        let p = fused_plan(&linear(rows, "f32").replace("[32, 16]", "[32, 32]"));
+        match &p.ops[..] {
+            [Op::Gemm { shape, .. }] => {
+                assert_eq!(
+                    shape.b,
+                    gemm::MatrixRead {
+                        transposed: false,
+                        ld: 64
+                    }
+                );
+                assert_eq!(shape.calls[0].b_offset, 32);
+            }
+            other => panic!("{other:#?}"),
+        }
+        let cast = r#"Node(name: "wc", op: "cast", args: ["w"], attrs: {"dtype": "f16"}),
+            Node(name: "wt", op: "transpose", args: ["wc"], attrs: {"perm": [1, 0]})"#;
+        let p = fused_plan(&linear(cast, "f16"));
+        match &p.ops[..] {
+            [Op::Kernel(_), Op::Gemm { b, .. }] => assert_eq!(*b, Buf::Temp(1)),
+            other => panic!("{other:#?}"),
+        }
     }
 
     /// An output naming an input, and a value named by two outputs (as after the optimizer
