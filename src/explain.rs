@@ -197,6 +197,9 @@ fn write_kernels(out: &mut String, optimized: &Optimized) {
         written.extend(k.writes_in_place.iter().map(|w| format!("{w} (in place)")));
         let _ = writeln!(out, "     writes {}", list(&written));
         let _ = writeln!(out, "     ops    {}", list(&k.ops));
+        if !k.epilogue.is_empty() {
+            let _ = writeln!(out, "     epilogue {}", list(&k.epilogue));
+        }
         for c in &k.concats {
             let how = match c.strategy {
                 "copy" => "copied, one copy per operand".to_string(),
@@ -333,18 +336,38 @@ pub fn to_dot(optimized: &Optimized) -> String {
                 "gray"
             }
         );
-        for &i in &kernel.nodes {
+        // A library call's epilogue is drawn as a fused cluster inside the call's.
+        let epilogue = match kernel.kind {
+            KernelKind::Library => crate::partition::LibraryParts::of(dag, &kernel.nodes).epilogue,
+            _ => Vec::new(),
+        };
+        let node_line = |out: &mut String, i: usize, indent: &str| {
             let node = &dag.nodes[i];
             let shape = if outputs[i] { ", peripheries=2" } else { "" };
             let _ = writeln!(
                 out,
-                "    {} [label={}{shape}];",
+                "{indent}{} [label={}{shape}];",
                 id(Value::Node(i)),
                 label(&[
                     &format!("{} = {}", node.name, node.op.name()),
                     &node.ty.to_string()
                 ])
             );
+        };
+        for &i in kernel.nodes.iter().filter(|i| !epilogue.contains(i)) {
+            node_line(&mut out, i, "    ");
+        }
+        if !epilogue.is_empty() {
+            let _ = writeln!(
+                out,
+                "    subgraph {} {{",
+                quote(&format!("cluster_{k}_epilogue"))
+            );
+            let _ = writeln!(out, "      label=\"epilogue\"; style=rounded; color=blue;");
+            for &i in &epilogue {
+                node_line(&mut out, i, "      ");
+            }
+            let _ = writeln!(out, "    }}");
         }
         let _ = writeln!(out, "  }}");
     }

@@ -163,6 +163,11 @@ pub struct KernelReport {
     /// `value -> concat[start..end on axis a]`. Left out of the JSON when there are none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub writes_in_place: Vec<String>,
+    /// Of a library kernel's `ops`, the epilogue it runs on each tile of the product (the
+    /// rest are the call and the casts and views it reads its operands through). Left out of
+    /// the JSON when there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub epilogue: Vec<String>,
 }
 
 /// One concat and how it runs.
@@ -359,14 +364,21 @@ fn kernel_report(dag: &Dag, kernel: &Kernel) -> KernelReport {
             .map(|&v| dag.value_name(v).to_string())
             .collect()
     };
+    let op = |i: usize| format!("{} = {}", dag.nodes[i].name, dag.nodes[i].op.name());
+    let epilogue = match kernel.kind {
+        KernelKind::Library => crate::partition::LibraryParts::of(dag, &kernel.nodes).epilogue,
+        _ => Vec::new(),
+    };
     KernelReport {
         kind: kernel.kind,
         domain: kernel.domain.clone(),
         ops: kernel
             .nodes
             .iter()
-            .map(|&i| format!("{} = {}", dag.nodes[i].name, dag.nodes[i].op.name()))
+            .filter(|n| !epilogue.contains(n))
+            .map(|&i| op(i))
             .collect(),
+        epilogue: epilogue.iter().map(|&i| op(i)).collect(),
         inputs: names(&kernel.inputs),
         outputs: names(&kernel.outputs),
         bytes: kernel.cost.bytes,

@@ -104,13 +104,12 @@ fn mlp_fused_bytes(low: u64) -> u64 {
     let x = size(256, 512, 4);
     let w = size(512, 2048, 4);
     let hidden = size(256, 2048, low);
-    let out = size(256, 512, low);
     let y = size(256, 512, 4);
-    // matmul 1 reads x and w1 (f32: the casts are absorbed), writes h;
-    // bias + gelu (+ casts) read h and b1, write act;
-    // matmul 2 reads act and w2, writes out;
-    // bias + residual (+ cast) read out, b2 and x, write y.
-    (x + w + hidden) + (hidden + 2048 * 4 + hidden) + (hidden + w + out) + (out + 512 * 4 + x + y)
+    // matmul 1 reads x and w1 (f32: the casts are absorbed) and, in its epilogue (bias + gelu
+    // + casts), b1, and writes act; h never reaches memory;
+    // matmul 2 reads act and w2 and, in its epilogue (bias + residual + cast), b2 and x, and
+    // writes y; out never reaches memory.
+    (x + w + 2048 * 4 + hidden) + (hidden + w + 512 * 4 + x + y)
 }
 
 /// The f32 graph one op per kernel: every value written and read back.
@@ -145,55 +144,51 @@ fn mlp_block_in_16_bits() {
             assert_eq!(node.ty.dtype, low, "{policy}: {}", node.name);
         }
         // No cast is a kernel of its own: the weight and input casts run inside the matmuls
-        // (library_casts), the others inside the bias kernels.
+        // (library_casts), the others in the matmuls' epilogues (library_epilogues).
         assert_eq!(r.cast_kernels_after, 0, "{policy}");
         assert_eq!(r.library_calls_after, 2, "{policy}");
-        assert_eq!(r.kernels_after, 2, "{policy}");
+        assert_eq!(r.kernels_after, 0, "{policy}");
         for k in o.partition.kernels.iter() {
-            let ops: Vec<&str> = k.nodes.iter().map(|&n| o.dag.nodes[n].op.name()).collect();
-            if k.kind == KernelKind::Library {
-                assert_eq!(ops.last(), Some(&"matmul"), "{policy}: {ops:?}");
-                assert!(ops[..ops.len() - 1].iter().all(|&op| op == "cast"));
-                // The call reads its operands in their stored dtypes: the f32 graph inputs.
-                for &v in &k.inputs {
-                    let name = o.dag.value_name(v);
-                    if ["x", "w1", "w2"].contains(&name) {
-                        assert_eq!(o.dag.ty(v).dtype, DType::F32);
-                    }
+            assert_eq!(k.kind, KernelKind::Library);
+            let parts = fusebox::partition::LibraryParts::of(&o.dag, &k.nodes);
+            let op = |n: usize| o.dag.nodes[n].op.name();
+            assert_eq!(parts.call.map(op), Some("matmul"));
+            assert!(parts.operands.iter().all(|&n| op(n) == "cast"), "{policy}");
+            // The call reads its operands in their stored dtypes: the f32 graph inputs.
+            for &v in &k.inputs {
+                let name = o.dag.value_name(v);
+                if ["x", "w1", "w2"].contains(&name) {
+                    assert_eq!(o.dag.ty(v).dtype, DType::F32);
                 }
             }
         }
-        // Bias + gelu + cast in one kernel, which stores act in 16 bits for the second matmul.
-        let epilogue = o
+        // Bias + gelu + cast in the first call's epilogue, which stores act in 16 bits for the
+        // second matmul; the product h (16 bits) is rounded on the tile and never stored.
+        let first = o
             .partition
             .kernels
             .iter()
             .find(|k| k.nodes.iter().any(|&n| o.dag.nodes[n].op.name() == "gelu"))
             .unwrap();
-        let ops: Vec<&str> = epilogue
-            .nodes
-            .iter()
-            .map(|&n| o.dag.nodes[n].op.name())
-            .collect();
-        assert_eq!(epilogue.kind, KernelKind::Fused);
+        let epilogue = fusebox::partition::LibraryParts::of(&o.dag, &first.nodes).epilogue;
+        let ops: Vec<&str> = epilogue.iter().map(|&n| o.dag.nodes[n].op.name()).collect();
         assert!(ops.contains(&"add") && ops.contains(&"cast"), "{ops:?}");
-        assert_eq!(epilogue.outputs.len(), 1, "{policy}");
-        let stored = o.dag.value_name(epilogue.outputs[0]).to_string();
+        assert_eq!(first.outputs.len(), 1, "{policy}");
+        let stored = o.dag.value_name(first.outputs[0]).to_string();
         assert_eq!(dtype_of(&o, &stored), low, "{policy}: {stored}");
-        // Its input h is stored in 16 bits too (the matmul's result).
         assert_eq!(dtype_of(&o, "h"), low);
 
         // Bytes. The f32 weights are graph inputs and keep their dtype, so the 8 MiB of weight
-        // reads are the same with and without AMP and dominate what is left: 16-bit storage
-        // halves only the activations (h, act, out). Against the f32 graph optimized the same
-        // way (18.5 MiB) that is 24% less, short of the 35%; against the f32 graph as
-        // written, one op per kernel (23.5 MiB, its `bytes_before`), it is 40% less. The 35%
-        // is met against the latter.
+        // reads are the same with and without AMP and dominate what is left: with h and out
+        // never stored (epilogues), 16-bit storage halves only act. Against the f32 graph
+        // optimized the same way (13.5 MiB) that is 15% less; against the f32 graph as
+        // written, one op per kernel (23.5 MiB, its `bytes_before`), it is 51% less. The
+        // issue's 35% is met against the latter.
         assert_eq!(r.bytes_after, mlp_fused_bytes(2), "{policy}");
         let vs_unfused = 1.0 - r.bytes_after as f64 / f32_run.report.bytes_before as f64;
         let vs_fused = 1.0 - r.bytes_after as f64 / f32_run.report.bytes_after as f64;
         assert!(vs_unfused >= 0.35, "{policy}: {vs_unfused}");
-        assert!((0.24..0.25).contains(&vs_fused), "{policy}: {vs_fused}");
+        assert!((0.14..0.15).contains(&vs_fused), "{policy}: {vs_fused}");
     }
 }
 

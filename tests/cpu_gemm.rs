@@ -377,3 +377,167 @@ proptest! {
         prop_assert!(agrees(&p, seed).is_ok(), "{:?}: {}", p, agrees(&p, seed).unwrap_err());
     }
 }
+
+/// What follows a product in a graph: the epilogue the call runs on each tile of it
+/// (`library_epilogues`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Tail {
+    /// `gelu(c + bias)`, the bias a row of the product's columns.
+    BiasGelu,
+    /// `relu(c * scale) + residual`, the residual of the product's shape, cast to f32.
+    ScaledResidual,
+    /// `sigmoid(c) * c`, a graph output also needing the product itself (stored too).
+    SiluAndProduct,
+}
+
+/// `graph_text(p)` with `tail` after the product, its output `y`.
+fn tail_text(p: &Product, tail: Tail) -> String {
+    let text = graph_text(p);
+    let shape = fusebox::shape::matmul_shape(
+        &match p.a.vector {
+            true => vec![p.k],
+            false => p.a.batch.iter().copied().chain([p.m, p.k]).collect(),
+        },
+        &match p.b.vector {
+            true => vec![p.k],
+            false => p.b.batch.iter().copied().chain([p.k, p.n]).collect(),
+        },
+    )
+    .unwrap();
+    let cols = *shape.last().unwrap_or(&1);
+    let (inputs, nodes, outputs) = match tail {
+        Tail::BiasGelu => (
+            format!(
+                "Input(name: \"bias\", dtype: \"{}\", shape: [{cols}])",
+                p.dtype
+            ),
+            "Node(name: \"cb\", op: \"add\", args: [\"c\", \"bias\"]), \
+             Node(name: \"y\", op: \"gelu\", args: [\"cb\"])"
+                .to_string(),
+            "[\"y\"]",
+        ),
+        Tail::ScaledResidual => (
+            format!(
+                "Input(name: \"res\", dtype: \"{}\", shape: {shape:?})",
+                p.dtype
+            ),
+            "Node(name: \"half\", op: \"const\", attrs: {\"value\": 0.5, \"dtype\": \"DTYPE\"}), \
+             Node(name: \"cs\", op: \"mul\", args: [\"c\", \"half\"]), \
+             Node(name: \"cr\", op: \"relu\", args: [\"cs\"]), \
+             Node(name: \"r\", op: \"add\", args: [\"cr\", \"res\"]), \
+             Node(name: \"y\", op: \"cast\", args: [\"r\"], attrs: {\"dtype\": \"f32\"})"
+                .replace("DTYPE", p.dtype),
+            "[\"y\"]",
+        ),
+        Tail::SiluAndProduct => (
+            String::new(),
+            "Node(name: \"sg\", op: \"sigmoid\", args: [\"c\"]), \
+             Node(name: \"y\", op: \"mul\", args: [\"sg\", \"c\"])"
+                .to_string(),
+            "[\"y\", \"c\"]",
+        ),
+    };
+    let text = text.replace("outputs: [\"c\"]", &format!("outputs: {outputs}"));
+    let text = match inputs.is_empty() {
+        true => text,
+        false => text.replacen("inputs: [", &format!("inputs: [{inputs}, "), 1),
+    };
+    let at = text.rfind("], outputs").unwrap();
+    format!("{}, {nodes}{}", &text[..at], &text[at..])
+}
+
+/// The CPU backend and the interpreter agree with the reference on `p` followed by `tail`;
+/// the optimized partition runs the tail as the call's epilogue unless `fused` is false.
+fn tail_agrees(p: &Product, tail: Tail, seed: u64) -> Result<(), String> {
+    let text = tail_text(p, tail);
+    let g = graph::file::parse(&text, "gemm.ron", &rules().ops)
+        .map_err(|e| format!("{e}\n{text}"))?
+        .0;
+    let inputs = inputs(&g, seed);
+    let want = fusebox::eval::evaluate(&g, &rules().ops, &inputs).map_err(|e| e.to_string())?;
+    let mut prepared =
+        prepare(&g, rules(), &Options::default(), compiler()).map_err(|e| e.to_string())?;
+    let got = prepared
+        .executable
+        .run_tensors(&inputs)
+        .map_err(|e| e.to_string())?;
+    let optimized =
+        fusebox::optimize::optimize(&g, rules(), &Options::default()).map_err(|e| e.to_string())?;
+    let program =
+        fusebox::lower::lower(&optimized.dag, &optimized.partition).map_err(|e| e.to_string())?;
+    program.check_bounds().map_err(|e| e.to_string())?;
+    let buffers = common::random_graph::input_buffers(&program, &inputs);
+    let interpreted =
+        fusebox::runtime::interpret::run_program(&program, &buffers).map_err(|e| e.to_string())?;
+    for (k, output) in g.outputs.iter().enumerate() {
+        assert_same(output, &want[output], &got[output])
+            .map_err(|e| format!("cpu {output}: {e}\n{text}"))?;
+        assert_same(output, &want[output], &interpreted[k].to_tensor())
+            .map_err(|e| format!("interpreter {output}: {e}\n{text}"))?;
+    }
+    Ok(())
+}
+
+/// Whether the optimized program of `p` + `tail` runs the tail as an epilogue.
+fn has_epilogue(p: &Product, tail: Tail) -> bool {
+    let text = tail_text(p, tail);
+    let g = graph::file::parse(&text, "gemm.ron", &rules().ops)
+        .unwrap()
+        .0;
+    let optimized = fusebox::optimize::optimize(&g, rules(), &Options::default()).unwrap();
+    let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
+    program
+        .steps
+        .iter()
+        .any(|s| matches!(s, fusebox::lower::Step::MatMul(m) if m.epilogue.is_some()))
+}
+
+/// Epilogues across the GEMM's block edges (tiles of MC = 128 rows by up to NC = 384
+/// columns, so several tiles per batch matrix), batched, with transposed weights, in each
+/// product dtype: bias + GELU, a scaled ReLU + residual cast to f32, and SiLU whose product is
+/// a graph output as well (stored besides).
+#[test]
+fn epilogues_across_block_edges_agree() {
+    for dtype in ["f32", "f16", "bf16"] {
+        for (m, k, n, batch) in [
+            (131, 70, 389, vec![]),
+            (9, 257, 49, vec![2]),
+            (300, 33, 777, vec![]),
+        ] {
+            let p = Product {
+                a: plain(&batch),
+                b: Operand {
+                    layout: Layout::Transposed,
+                    ..plain(&[])
+                },
+                m,
+                k,
+                n,
+                dtype,
+            };
+            for tail in [Tail::BiasGelu, Tail::ScaledResidual, Tail::SiluAndProduct] {
+                assert!(
+                    has_epilogue(&p, tail) || tail == Tail::SiluAndProduct,
+                    "{tail:?}"
+                );
+                tail_agrees(&p, tail, (m + n) as u64).unwrap();
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: common::random_graph::cases(32),
+        ..ProptestConfig::default()
+    })]
+
+    /// Random products with an epilogue (empty and unit dims, vectors, which run no
+    /// epilogue, views, broadcast batches) agree with the reference evaluator.
+    #[test]
+    fn random_epilogues_agree(p in product(), tail in 0..3usize, seed in 0u64..1000) {
+        let tail = [Tail::BiasGelu, Tail::ScaledResidual, Tail::SiluAndProduct][tail];
+        prop_assert!(tail_agrees(&p, tail, seed).is_ok(), "{:?} {:?}: {}", p, tail,
+            tail_agrees(&p, tail, seed).unwrap_err());
+    }
+}

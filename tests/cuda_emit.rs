@@ -1885,6 +1885,67 @@ fn lowered(graph: &Graph) -> Program {
     lower::lower(&optimized.dag, &optimized.partition).expect("lower")
 }
 
+/// Runs kernel step `k` of `program` through the emulation on `values`. `None` without a C++
+/// compiler.
+fn emulate_step(
+    program: &Program,
+    k: &fusebox::lower::KernelStep,
+    values: &mut HashMap<Value, Buffer>,
+    emulated: &mut BTreeMap<String, Emulated>,
+    mode: Mode,
+) -> Option<()> {
+    let options = EmitOptions::default();
+    let dag = &program.dag;
+    let fresh = |v: Value| {
+        let ty = dag.ty(v);
+        let mut b = Buffer::try_zeroed(ty.dtype, &ty.shape).expect("buffer");
+        b.fill_bytes(0x5a);
+        b
+    };
+    let ir = &program.kernels[k.kernel];
+    let name = kernel_name(ir);
+    if !emulated.contains_key(&name) {
+        emulated.insert(name.clone(), emulate(ir, &options)?);
+    }
+    // A value several arguments write (a concat written in place, by stores or
+    // by reductions' results) gets a copy per argument, as in the interpreter:
+    // the first holds the result once the later ones hand back what they reach.
+    let loads = ir.loads.len();
+    let first_of = |a: usize| k.args[loads..a].iter().position(|&w| w == k.args[a]);
+    let mut owned: Vec<Buffer> = Vec::with_capacity(k.args.len());
+    for (a, &v) in k.args.iter().enumerate() {
+        owned.push(if a < loads {
+            values[&v].clone()
+        } else if let Some(f) = first_of(a) {
+            owned[loads + f].clone()
+        } else {
+            values.remove(&v).unwrap_or_else(|| fresh(v))
+        });
+    }
+    let shifts = vec![0; owned.len()];
+    run_emulated(
+        &emulated[&name],
+        ir,
+        &k.launch,
+        &mut owned,
+        &shifts,
+        mode,
+        &options,
+    );
+    for a in (loads..k.args.len()).rev() {
+        if let Some(f) = first_of(a) {
+            let copy = owned[a].clone();
+            interpret::hand_back(ir, &k.launch, a, &copy, &mut owned[loads + f]);
+        }
+    }
+    for (a, (v, b)) in k.args.iter().zip(owned).enumerate() {
+        if a >= loads && first_of(a).is_none() {
+            values.insert(*v, b);
+        }
+    }
+    Some(())
+}
+
 /// Runs `program` with every kernel step emulated (atomic mode; 64-bit indexing when
 /// `wide`) and matrix products on the host: `interpret::run_program` with the kernels
 /// swapped for the emitted CUDA. Fresh outputs start as a sentinel pattern, so an element
@@ -1898,7 +1959,6 @@ fn run_program_emulated(
     force: Option<RowPath>,
 ) -> Option<Vec<Buffer>> {
     let dag = &program.dag;
-    let options = EmitOptions::default();
     let mut values: HashMap<Value, Buffer> = HashMap::new();
     for (i, b) in inputs.iter().enumerate() {
         values.insert(Value::Input(i), b.clone());
@@ -1912,47 +1972,7 @@ fn run_program_emulated(
     for step in &program.steps {
         match step {
             LowerStep::Kernel(k) => {
-                let ir = &program.kernels[k.kernel];
-                let name = kernel_name(ir);
-                if !emulated.contains_key(&name) {
-                    emulated.insert(name.clone(), emulate(ir, &options)?);
-                }
-                // A value several arguments write (a concat written in place, by stores or
-                // by reductions' results) gets a copy per argument, as in the interpreter:
-                // the first holds the result once the later ones hand back what they reach.
-                let loads = ir.loads.len();
-                let first_of = |a: usize| k.args[loads..a].iter().position(|&w| w == k.args[a]);
-                let mut owned: Vec<Buffer> = Vec::with_capacity(k.args.len());
-                for (a, &v) in k.args.iter().enumerate() {
-                    owned.push(if a < loads {
-                        values[&v].clone()
-                    } else if let Some(f) = first_of(a) {
-                        owned[loads + f].clone()
-                    } else {
-                        values.remove(&v).unwrap_or_else(|| fresh(v))
-                    });
-                }
-                let shifts = vec![0; owned.len()];
-                run_emulated(
-                    &emulated[&name],
-                    ir,
-                    &k.launch,
-                    &mut owned,
-                    &shifts,
-                    Mode { wide, force },
-                    &options,
-                );
-                for a in (loads..k.args.len()).rev() {
-                    if let Some(f) = first_of(a) {
-                        let copy = owned[a].clone();
-                        interpret::hand_back(ir, &k.launch, a, &copy, &mut owned[loads + f]);
-                    }
-                }
-                for (a, (v, b)) in k.args.iter().zip(owned).enumerate() {
-                    if a >= loads && first_of(a).is_none() {
-                        values.insert(*v, b);
-                    }
-                }
+                emulate_step(program, k, &mut values, emulated, Mode { wide, force })?
             }
             LowerStep::MatMul(m) => {
                 let mut out = fresh(m.out);
@@ -1965,6 +1985,15 @@ fn run_program_emulated(
                 )
                 .expect("matmul");
                 values.insert(m.out, out);
+                if let Some(e) = &m.epilogue {
+                    emulate_step(
+                        program,
+                        &e.step,
+                        &mut values,
+                        emulated,
+                        Mode { wide, force },
+                    )?;
+                }
             }
         }
     }

@@ -257,7 +257,15 @@ fn check_invariants(dag: &Dag, p: &Partition, fusion: &FusionRules) {
                     .filter(|&n| fusion.role(&dag.nodes[n].op) == Role::Never)
                     .collect();
                 assert_eq!(calls.len(), 1, "one library call per library kernel");
-                for &n in kernel.nodes.iter().filter(|&&n| n != calls[0]) {
+                let parts = partition::LibraryParts::of(dag, &kernel.nodes);
+                // The epilogue: pointwise ops over the product's shape, reading the product.
+                for &n in &parts.epilogue {
+                    assert_eq!(dag.nodes[n].op.kind(), fusebox::rules::OpKind::Pointwise);
+                }
+                if !parts.epilogue.is_empty() {
+                    assert_eq!(kernel.domain, dag.nodes[calls[0]].ty.shape);
+                }
+                for &n in &parts.operands {
                     let users: Vec<usize> = (0..dag.nodes.len())
                         .filter(|&u| dag.nodes[u].args.contains(&Value::Node(n)))
                         .collect();
@@ -458,7 +466,13 @@ fn matmul_is_a_library_call_at_matmul_throughput() {
         nodes: [Node(name: "ab", op: "matmul", args: ["a", "b"]),
                 Node(name: "y", op: "add", args: ["ab", "c"])],
         outputs: ["y"])"#);
-    let fusion = FusionRules::defaults();
+    let fusion = FusionRules::load_str(
+        "Fusion(kinds: {Pointwise: Join, Layout: Join, Reduction: Rows, Opaque: Never}, \
+         max_kernel_args: 64)",
+        "f.ron",
+        &Catalogue::defaults(),
+    )
+    .unwrap();
     let p = partition::partition(&dag, &fusion, &toy());
     check_invariants(&dag, &p, &fusion);
     assert_eq!(p.kernels.len(), 2);
@@ -468,6 +482,18 @@ fn matmul_is_a_library_call_at_matmul_throughput() {
     assert_eq!(mm.cost.flops, 12000);
     assert_close!(mm.cost.total_us, 10.0 + 4.4 + 6.0);
     assert_eq!(p.kernels[1].kind, KernelKind::Fused);
+    // The add apart: (1200 + 120 + 1200) B = 2.52 us, 300 flops at 1 GFLOP/s = 0.3 us.
+    assert_close!(p.kernels[1].cost.total_us, 10.0 + 2.52 + 0.3);
+    // With epilogues (the default rules), the add runs on the product's tiles: one launch,
+    // the product neither written nor read, (800 + 2400 + 120 + 1200) B = 4.52 us, the add's
+    // 300 flops at the pointwise rate beside the product's at the matrix rate.
+    let fusion = FusionRules::defaults();
+    let p = partition::partition(&dag, &fusion, &toy());
+    check_invariants(&dag, &p, &fusion);
+    assert_eq!(p.kernels.len(), 1);
+    assert_eq!(p.kernels[0].kind, KernelKind::Library);
+    assert_eq!(p.kernels[0].cost.flops, 12300);
+    assert_close!(p.kernels[0].cost.total_us, 10.0 + 4.52 + 6.0 + 0.3);
 }
 
 /// PyTorch's `Linear` as both exporters write it: `x @ transpose(W)`, W stored `[out, in]`.
@@ -509,6 +535,61 @@ fn a_linear_reads_its_weight_transposed_without_a_copy() {
     check_invariants(&dag, &p, &no_views);
     assert_eq!(names(&dag, kernel_with(&dag, &p, "wt")), ["wt"]);
     assert_eq!(names(&dag, kernel_with(&dag, &p, "y")), ["y"]);
+}
+
+/// A `Linear` with its bias and GELU, then a residual add: the bias add and the GELU read
+/// only the product, so they run as the call's epilogue (one library kernel, the product never
+/// written); the same without `library_epilogues` is two kernels. A product that a second
+/// kernel also reads, or a product of a vector, takes no epilogue.
+#[test]
+fn a_linear_runs_its_bias_and_activation_as_the_gemm_epilogue() {
+    let text = r#"Graph(name: "linear",
+        inputs: [Input(name: "x", dtype: "f32", shape: [64, 256]),
+                 Input(name: "w", dtype: "f32", shape: [512, 256]),
+                 Input(name: "b", dtype: "f32", shape: [512]),
+                 Input(name: "r", dtype: "f32", shape: [64, 512])],
+        nodes: [Node(name: "wt", op: "transpose", args: ["w"], attrs: {"perm": [1, 0]}),
+                Node(name: "y", op: "matmul", args: ["x", "wt"]),
+                Node(name: "yb", op: "add", args: ["y", "b"]),
+                Node(name: "g", op: "gelu", args: ["yb"]),
+                Node(name: "o", op: "add", args: ["g", "r"])],
+        outputs: ["o"])"#;
+    let fusion = FusionRules::defaults();
+    let d = dag(text);
+    let p = partition::partition(&d, &fusion, &profile("cpu"));
+    check_invariants(&d, &p, &fusion);
+    assert_eq!(p.kernels.len(), 1);
+    assert_eq!(p.kernels[0].kind, KernelKind::Library);
+    assert_eq!(names(&d, &p.kernels[0]), ["wt", "y", "yb", "g", "o"]);
+    assert_eq!(p.kernels[0].outputs, [Value::Node(node(&d, "o"))]);
+    let parts = partition::LibraryParts::of(&d, &p.kernels[0].nodes);
+    assert_eq!(parts.epilogue.len(), 3);
+    // The merge is priced as one kernel: cheaper than the two apart by the product's write
+    // and read (64 × 512 f32 twice) and a launch.
+    let no_epilogues = FusionRules::load_str(
+        "Fusion(kinds: {Pointwise: Join, Layout: Join, Reduction: Rows, Opaque: Never}, \
+         max_kernel_args: 64, library_casts: true, library_views: true)",
+        "f.ron",
+        &Catalogue::defaults(),
+    )
+    .unwrap();
+    let apart = partition::partition(&d, &no_epilogues, &profile("cpu"));
+    check_invariants(&d, &apart, &no_epilogues);
+    assert_eq!(apart.kernels.len(), 2);
+    assert!(p.cost.total_us < apart.cost.total_us);
+    assert_eq!(apart.cost.bytes - p.cost.bytes, 2 * 64 * 512 * 4);
+    // The product read by two kernels (here also a graph output): no epilogue.
+    let shared = dag(&text.replace(r#"outputs: ["o"]"#, r#"outputs: ["o", "y"]"#));
+    let p = partition::partition(&shared, &fusion, &profile("cpu"));
+    check_invariants(&shared, &p, &fusion);
+    assert_eq!(names(&shared, kernel_with(&shared, &p, "y")), ["wt", "y"]);
+    // A vector times a matrix: no tile of rows and columns to run an epilogue on.
+    let vector = dag(&text
+        .replace("[64, 256]", "[256]")
+        .replace("[64, 512]", "[512]"));
+    let p = partition::partition(&vector, &fusion, &profile("cpu"));
+    check_invariants(&vector, &p, &fusion);
+    assert_eq!(names(&vector, kernel_with(&vector, &p, "y")), ["wt", "y"]);
 }
 
 // ---------------------------------------------------------------- the LSTM examples

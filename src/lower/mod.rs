@@ -95,109 +95,120 @@ impl Program {
             }
         }
         for step in &self.steps {
-            if let Step::MatMul(m) = step {
-                for operand in [&m.a, &m.b] {
-                    operand.check_bounds(dag)?;
-                }
-                continue;
-            }
-            let Step::Kernel(k) = step else { continue };
-            // The kernel reads its index maps' words at entry, whatever the domain.
-            let Some(ir) = self.kernels.get(k.kernel) else {
-                return Err(Error::new(
-                    Site::default(),
-                    ErrorKind::Lower(format!("a launch of kernel {}, which is missing", k.kernel)),
-                ));
-            };
-            for (a, view) in ir.views().enumerate() {
-                let ranks: Vec<usize> = k.launch.stages(a).iter().map(|s| s.sizes.len()).collect();
-                let wellformed = k
-                    .launch
-                    .stages(a)
-                    .iter()
-                    .all(|s| s.strides.len() == s.sizes.len());
-                if ranks != view.stages || !wellformed {
-                    return Err(Error::new(
-                        Site::default(),
-                        ErrorKind::Lower(format!(
-                            "argument {a} of a launch has index-map stages of ranks {ranks:?}, \
-                             its kernel {:?}",
-                            view.stages
-                        )),
-                    ));
-                }
-            }
-            let sizes = &k.launch.sizes;
-            let ranges = &k.launch.ranges;
-            if ranges.len() < ir.range_count() {
-                return Err(Error::new(
-                    Site::default(),
-                    ErrorKind::Lower(format!(
-                        "a launch gives {} ranges to a kernel reading {}",
-                        ranges.len(),
-                        ir.range_count()
-                    )),
-                ));
-            }
-            if sizes.contains(&0) {
-                continue;
-            }
-            // A view read only inside one range is reached only there.
-            let within = ir.range_views();
-            for (a, &v) in k.args.iter().enumerate() {
-                let mut span: Vec<(i64, i64)> = sizes.iter().map(|&n| (0, n)).collect();
-                if let Some(&Some((axis, r))) = within.get(a) {
-                    let (start, end) = ranges[r];
-                    // Non-empty: the C loops clamp coordinates into the range.
-                    if start < 0 || end > sizes[axis] || start >= end {
-                        return Err(Error::new(
-                            Site::node(dag.value_name(v)),
-                            ErrorKind::Lower(format!(
-                                "range {start}..{end} lies outside axis {axis} of size {}",
-                                sizes[axis]
-                            )),
-                        ));
+            match step {
+                Step::MatMul(m) => {
+                    for operand in [&m.a, &m.b] {
+                        operand.check_bounds(dag)?;
                     }
-                    span[axis] = (start, end);
-                }
-                // The lowest and highest element reached: a negative stride reaches down.
-                let (mut first, mut last) = (k.launch.offsets[a], k.launch.offsets[a]);
-                for (&(low, high), &s) in span.iter().zip(&k.launch.strides[a]) {
-                    let (from, to) = (low.saturating_mul(s), (high - 1).saturating_mul(s));
-                    first = first.saturating_add(from.min(to));
-                    last = last.saturating_add(from.max(to));
-                }
-                // Through an index map, the range above is of positions: each stage must hold
-                // all of them, and then reaches what its whole shape reaches (a superset of
-                // what those positions unflatten to, so the proof errs on the safe side).
-                for stage in k.launch.stages(a) {
-                    let count = stage
-                        .sizes
-                        .iter()
-                        .try_fold(1i64, |c, &n| if n > 0 { c.checked_mul(n) } else { None });
-                    if first < 0 || count.is_none_or(|c| last >= c || c > MAX_MAP_POSITIONS) {
-                        return Err(Error::new(
-                            Site::node(dag.value_name(v)),
-                            ErrorKind::Lower(format!(
-                                "an index map reaches position {last} of a reshape of {:?}",
-                                stage.sizes
-                            )),
-                        ));
+                    if let Some(e) = &m.epilogue {
+                        self.check_launch(&e.step)?;
                     }
-                    (first, last) = reach(stage.offset, &stage.sizes, &stage.strides);
                 }
-                let len = crate::shape::numel(&dag.ty(v).shape) as i64;
-                if first < 0 || last >= len {
-                    return Err(Error::new(
-                        Site::node(dag.value_name(v)),
-                        ErrorKind::Lower(format!(
-                            "a launch reaches element {last} of a buffer of {len}"
-                        )),
-                    ));
-                }
+                Step::Kernel(k) => self.check_launch(k)?,
             }
         }
         self.check_writes()
+    }
+
+    /// Whether every element kernel step `k` reaches lies inside its buffers (see
+    /// [`Program::check_bounds`]).
+    fn check_launch(&self, k: &KernelStep) -> Result<()> {
+        let dag = &self.dag;
+        // The kernel reads its index maps' words at entry, whatever the domain.
+        let Some(ir) = self.kernels.get(k.kernel) else {
+            return Err(Error::new(
+                Site::default(),
+                ErrorKind::Lower(format!("a launch of kernel {}, which is missing", k.kernel)),
+            ));
+        };
+        for (a, view) in ir.views().enumerate() {
+            let ranks: Vec<usize> = k.launch.stages(a).iter().map(|s| s.sizes.len()).collect();
+            let wellformed = k
+                .launch
+                .stages(a)
+                .iter()
+                .all(|s| s.strides.len() == s.sizes.len());
+            if ranks != view.stages || !wellformed {
+                return Err(Error::new(
+                    Site::default(),
+                    ErrorKind::Lower(format!(
+                        "argument {a} of a launch has index-map stages of ranks {ranks:?}, \
+                         its kernel {:?}",
+                        view.stages
+                    )),
+                ));
+            }
+        }
+        let sizes = &k.launch.sizes;
+        let ranges = &k.launch.ranges;
+        if ranges.len() < ir.range_count() {
+            return Err(Error::new(
+                Site::default(),
+                ErrorKind::Lower(format!(
+                    "a launch gives {} ranges to a kernel reading {}",
+                    ranges.len(),
+                    ir.range_count()
+                )),
+            ));
+        }
+        if sizes.contains(&0) {
+            return Ok(());
+        }
+        // A view read only inside one range is reached only there.
+        let within = ir.range_views();
+        for (a, &v) in k.args.iter().enumerate() {
+            let mut span: Vec<(i64, i64)> = sizes.iter().map(|&n| (0, n)).collect();
+            if let Some(&Some((axis, r))) = within.get(a) {
+                let (start, end) = ranges[r];
+                // Non-empty: the C loops clamp coordinates into the range.
+                if start < 0 || end > sizes[axis] || start >= end {
+                    return Err(Error::new(
+                        Site::node(dag.value_name(v)),
+                        ErrorKind::Lower(format!(
+                            "range {start}..{end} lies outside axis {axis} of size {}",
+                            sizes[axis]
+                        )),
+                    ));
+                }
+                span[axis] = (start, end);
+            }
+            // The lowest and highest element reached: a negative stride reaches down.
+            let (mut first, mut last) = (k.launch.offsets[a], k.launch.offsets[a]);
+            for (&(low, high), &s) in span.iter().zip(&k.launch.strides[a]) {
+                let (from, to) = (low.saturating_mul(s), (high - 1).saturating_mul(s));
+                first = first.saturating_add(from.min(to));
+                last = last.saturating_add(from.max(to));
+            }
+            // Through an index map, the range above is of positions: each stage must hold
+            // all of them, and then reaches what its whole shape reaches (a superset of
+            // what those positions unflatten to, so the proof errs on the safe side).
+            for stage in k.launch.stages(a) {
+                let count = stage
+                    .sizes
+                    .iter()
+                    .try_fold(1i64, |c, &n| if n > 0 { c.checked_mul(n) } else { None });
+                if first < 0 || count.is_none_or(|c| last >= c || c > MAX_MAP_POSITIONS) {
+                    return Err(Error::new(
+                        Site::node(dag.value_name(v)),
+                        ErrorKind::Lower(format!(
+                            "an index map reaches position {last} of a reshape of {:?}",
+                            stage.sizes
+                        )),
+                    ));
+                }
+                (first, last) = reach(stage.offset, &stage.sizes, &stage.strides);
+            }
+            let len = crate::shape::numel(&dag.ty(v).shape) as i64;
+            if first < 0 || last >= len {
+                return Err(Error::new(
+                    Site::node(dag.value_name(v)),
+                    ErrorKind::Lower(format!(
+                        "a launch reaches element {last} of a buffer of {len}"
+                    )),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -251,7 +262,16 @@ impl Step {
                 let loads = kernels[k.kernel].loads.len();
                 (k.args[..loads].to_vec(), k.args[loads..].to_vec())
             }
-            Step::MatMul(m) => (vec![m.a.value, m.b.value], vec![m.out]),
+            Step::MatMul(m) => {
+                let (mut reads, mut writes) = (vec![m.a.value, m.b.value], vec![m.out]);
+                if let Some(e) = &m.epilogue {
+                    let loads = kernels[e.step.kernel].loads.len();
+                    let args = &e.step.args;
+                    reads.extend(args[..loads].iter().filter(|&&v| v != m.out));
+                    writes.extend(&args[loads..]);
+                }
+                (reads, writes)
+            }
         }
     }
 }
@@ -268,13 +288,29 @@ pub struct KernelStep {
 }
 
 /// A matrix product through the BLAS-like library (NumPy semantics: 1-D operands promoted,
-/// batch dimensions broadcast).
+/// batch dimensions broadcast), and the epilogue it runs on the product, if any.
 #[derive(Debug, Clone)]
 pub struct MatMulStep {
     pub a: MatMulOperand,
     pub b: MatMulOperand,
     pub out: Value,
     pub group: usize,
+    pub epilogue: Option<Epilogue>,
+}
+
+/// The pointwise kernel a matrix product runs on its product (fusion.ron's
+/// `library_epilogues`): an ordinary kernel over the product's shape that reads the product
+/// as argument `product` (a load of [`MatMulStep::out`]). Run after the product over the whole
+/// domain, it computes what the unfused graph computes; a backend may instead run it on each
+/// finished tile of the product, with the launch cut to the tile, and never store the
+/// product (`store_product` says whether anything else reads it).
+#[derive(Debug, Clone)]
+pub struct Epilogue {
+    pub step: KernelStep,
+    /// The argument through which the kernel reads the product.
+    pub product: usize,
+    /// Whether the product must be stored too (a graph output or read by another step).
+    pub store_product: bool,
 }
 
 /// A matmul operand as read from memory, with what the call absorbed (fusion.ron's
@@ -413,9 +449,13 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
             .copied()
             .find(|&n| dag.nodes[n].op.kind() == OpKind::Opaque);
         if let Some(call) = opaque {
-            program
-                .steps
-                .push(Step::MatMul(matmul_step(dag, &kernel.nodes, call, group)?));
+            let parts = crate::partition::LibraryParts::of(dag, &kernel.nodes);
+            let mut step = matmul_step(dag, &parts.operands, call, group)?;
+            if !parts.epilogue.is_empty() {
+                let lowered = epilogue(dag, kernel, &parts.epilogue, group, &mut program)?;
+                step.epilogue = Some(lowered);
+            }
+            program.steps.push(Step::MatMul(step));
         } else if kernel.kind == KernelKind::Alone {
             let n = kernel.nodes[0];
             if kernel.nodes.len() != 1 {
@@ -449,6 +489,58 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
 /// A kernel, its launch and its buffer per argument.
 type Lowered = (KernelIr, Launch, Vec<Value>);
 
+/// The epilogue of the library kernel `kernel`: its nodes `nodes` lowered as a fused kernel
+/// over the product's shape, reading the product from memory. Its launch is not refined (a
+/// backend that runs it per tile cuts the launch along the product's last two axes, which
+/// refining could merge or split).
+fn epilogue(
+    dag: &Dag,
+    kernel: &crate::partition::Kernel,
+    nodes: &[usize],
+    group: usize,
+    program: &mut Program,
+) -> Result<Epilogue> {
+    let call = kernel
+        .nodes
+        .iter()
+        .copied()
+        .find(|&n| dag.nodes[n].op.kind() == OpKind::Opaque)
+        .ok_or_else(|| lower_error(dag, nodes[0], "an epilogue without its call".into()))?;
+    let product = Value::Node(call);
+    let outputs: Vec<Value> = kernel
+        .outputs
+        .iter()
+        .copied()
+        .filter(|&v| v != product)
+        .collect();
+    let (ir, launch, args) = fused::lower_fused(dag, nodes, &kernel.domain, &outputs, &[])?;
+    let loads = ir.loads.len();
+    let Some(read) = args[..loads].iter().position(|&v| v == product) else {
+        return Err(lower_error(
+            dag,
+            call,
+            "the epilogue does not read the product".into(),
+        ));
+    };
+    let index = match program.kernels.iter().position(|k| *k == ir) {
+        Some(i) => i,
+        None => {
+            program.kernels.push(ir);
+            program.kernels.len() - 1
+        }
+    };
+    Ok(Epilogue {
+        step: KernelStep {
+            kernel: index,
+            launch,
+            args,
+            group,
+        },
+        product: read,
+        store_product: kernel.outputs.contains(&product),
+    })
+}
+
 fn matmul_step(dag: &Dag, nodes: &[usize], call: usize, group: usize) -> Result<MatMulStep> {
     let node = &dag.nodes[call];
     if node.op.builtin() != Some(Builtin::MatMul) || node.args.len() != 2 {
@@ -467,6 +559,7 @@ fn matmul_step(dag: &Dag, nodes: &[usize], call: usize, group: usize) -> Result<
         b: operand(node.args[1])?,
         out: Value::Node(call),
         group,
+        epilogue: None,
     })
 }
 

@@ -336,15 +336,19 @@ impl super::Program {
         use crate::error::{Error, ErrorKind, Site};
         let dag = &self.dag;
         let mut writes: Vec<Vec<Option<Block>>> = vec![Vec::new(); dag.nodes.len()];
-        for step in &self.steps {
-            match step {
-                super::Step::MatMul(m) => {
-                    if let Value::Node(n) = m.out {
-                        let shape = &dag.nodes[n].ty.shape;
-                        writes[n].push(Some(shape.iter().map(|&s| (0, s)).collect()));
-                    }
-                }
-                super::Step::Kernel(k) => {
+        // An epilogue's stores are a kernel's, after its product's.
+        let launches = self.steps.iter().flat_map(|step| match step {
+            super::Step::MatMul(m) => vec![(Some(m.out), m.epilogue.as_ref().map(|e| &e.step))],
+            super::Step::Kernel(k) => vec![(None, Some(k))],
+        });
+        for (product, kernel) in launches {
+            if let Some(Value::Node(n)) = product {
+                let shape = &dag.nodes[n].ty.shape;
+                writes[n].push(Some(shape.iter().map(|&s| (0, s)).collect()));
+            }
+            match kernel {
+                None => {}
+                Some(k) => {
                     let Some(ir) = self.kernels.get(k.kernel) else {
                         continue;
                     };

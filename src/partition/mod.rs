@@ -15,6 +15,7 @@
 //! A nullary pointwise node (`const`) is a scalar literal: it is inlined into every kernel that
 //! uses it, is never a kernel, never a kernel argument and moves no bytes.
 
+mod epilogue;
 mod greedy;
 mod in_place;
 mod pieces;
@@ -152,6 +153,53 @@ pub struct Partition {
     pub in_place: Vec<usize>,
 }
 
+/// The nodes of a library kernel by their part: the call (the kernel's one `Opaque` node),
+/// the casts and views it absorbed on its operands (`library_casts`, `library_views`: each
+/// reached from the call's operands back through nodes of the kernel), and its epilogue
+/// (`library_epilogues`: every other node, pointwise ops run on each finished tile of the
+/// product, reading it as an ordinary value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LibraryParts {
+    pub call: Option<usize>,
+    pub operands: Vec<usize>,
+    pub epilogue: Vec<usize>,
+}
+
+impl LibraryParts {
+    /// `nodes` (a library kernel's, in node order) by their part.
+    pub fn of(dag: &Dag, nodes: &[usize]) -> LibraryParts {
+        let call = nodes
+            .iter()
+            .copied()
+            .find(|&n| dag.nodes[n].op.kind() == OpKind::Opaque);
+        let mut operands = Vec::new();
+        let mut stack: Vec<usize> = call.into_iter().collect();
+        while let Some(m) = stack.pop() {
+            for &arg in &dag.nodes[m].args {
+                if let Value::Node(p) = arg
+                    && nodes.contains(&p)
+                    && Some(p) != call
+                    && !operands.contains(&p)
+                {
+                    operands.push(p);
+                    stack.push(p);
+                }
+            }
+        }
+        operands.sort_unstable();
+        let epilogue = nodes
+            .iter()
+            .copied()
+            .filter(|&n| Some(n) != call && !operands.contains(&n))
+            .collect();
+        LibraryParts {
+            call,
+            operands,
+            epilogue,
+        }
+    }
+}
+
 /// How many launches a partition makes, counted the one way every report uses: generated
 /// kernels (fused loops and copies) apart from library calls (matmul through cuBLAS or
 /// `matrixmultiply`), which run code fusebox did not write and which fusion never removes.
@@ -214,15 +262,18 @@ impl Partition {
 /// inputs or a domain are merged into multi-output kernels where that is cheaper still.
 /// Typical dags of 10,000 nodes take milliseconds.
 ///
-/// Last, concats whose operands all come from fused kernels are written in place where that
+/// Then concats whose operands all come from fused kernels are written in place where that
 /// is cheaper (see `partition/in_place.rs`): those kernels store each operand into its
 /// segment of the concat's buffer, and the copy or range select of the concat goes away.
+/// Last, under `library_epilogues`, a pointwise kernel that alone reads a library call's
+/// product joins the call as its epilogue where that is cheaper (`partition/epilogue.rs`).
 pub fn partition(dag: &Dag, fusion: &FusionRules, profile: &Profile) -> Partition {
     let role: Vec<Role> = dag.nodes.iter().map(|node| fusion.role(&node.op)).collect();
     let greedy = greedy::partition(dag, fusion, profile);
+    let in_place = in_place::write_in_place(dag, &role, fusion.max_kernel_args, profile, greedy);
     Partition {
         row_arithmetic: fusion.row_arithmetic,
-        ..in_place::write_in_place(dag, &role, fusion.max_kernel_args, profile, greedy)
+        ..epilogue::absorb_epilogues(dag, fusion, profile, in_place)
     }
 }
 
@@ -557,20 +608,27 @@ impl<'a> Facts<'a> {
         let cost = match kind {
             KernelKind::Library => {
                 let flops: f64 = nodes.iter().map(|&n| self.library_flops[n]).sum();
+                let parts = LibraryParts::of(dag, &nodes);
                 // The call's own node sets the rate: casts it absorbed come before it.
-                let call = nodes
-                    .iter()
-                    .copied()
-                    .find(|&n| dag.nodes[n].op.kind() == OpKind::Opaque)
-                    .unwrap_or(nodes[0]);
+                let call = parts.call.unwrap_or(nodes[0]);
                 let dtype = dag.nodes[call].ty.dtype;
-                price(
+                let mut cost = price(
                     profile,
                     bytes,
                     read_extra,
                     flops,
                     profile.matmul_rate(dtype),
-                )
+                );
+                // An epilogue runs its pointwise arithmetic on each finished tile.
+                if !parts.epilogue.is_empty() {
+                    let in_epilogue = |m: usize| parts.epilogue.contains(&m);
+                    let epilogue = self.fused_arithmetic(&parts.epilogue, &domain, in_epilogue);
+                    cost.compute_us +=
+                        Profile::compute_us(epilogue.flops, profile.pointwise_gflops);
+                    cost.flops += epilogue.flops.round() as u64;
+                    cost.total_us = profile.combine(cost.memory_us, cost.compute_us);
+                }
+                cost
             }
             KernelKind::Fused | KernelKind::Alone => {
                 let arithmetic = self.fused_arithmetic(&nodes, &domain, &inside);

@@ -237,6 +237,12 @@ pub struct FusionRules {
     /// transposed weight as a transposed operand), so no copy of the operand is made; a
     /// backend that runs these partitions must read strided operands.
     pub library_views: bool,
+    /// Library calls run an epilogue: the fused kernel of pointwise ops that alone reads a
+    /// call's product (a bias, an activation, a residual add, a cast of the result) runs on
+    /// each finished tile of the product inside the call, so the product is never written
+    /// and read back. A backend that runs these partitions must run the epilogue on the
+    /// product, fused or after it.
+    pub library_epilogues: bool,
     /// The arithmetic row kernels may use: relaxed (f32 block sums, one reciprocal per row, a
     /// cheaper `exp`) or exact (f64 sums, correctly rounded division, the pointwise `exp`).
     /// See [`RowArithmetic`].
@@ -270,6 +276,10 @@ struct FusionSpec {
     /// library calls read strided operands.
     #[serde(default)]
     library_views: bool,
+    /// Off unless the file says so, like `library_casts`: it promises that the backend's
+    /// library calls run epilogues.
+    #[serde(default)]
+    library_epilogues: bool,
     /// `Relaxed` unless the file says otherwise, so files written before the setting existed
     /// keep the row kernels they had.
     #[serde(default)]
@@ -403,6 +413,7 @@ impl FusionRules {
             siblings: spec.siblings,
             library_casts: spec.library_casts,
             library_views: spec.library_views,
+            library_epilogues: spec.library_epilogues,
             row_arithmetic: spec.row_arithmetic,
         })
     }

@@ -572,6 +572,52 @@ pub enum InterpretError {
     OutputNotWritten(String),
 }
 
+/// Runs kernel step `k` of `program` on `values`: reads its loads' buffers, writes its stores'.
+fn run_step(
+    program: &Program,
+    k: &crate::lower::KernelStep,
+    values: &mut std::collections::HashMap<crate::dag::Value, Buffer>,
+) -> Result<(), InterpretError> {
+    let dag = &program.dag;
+    let fresh = |v: crate::dag::Value| {
+        let ty = dag.ty(v);
+        Buffer::try_zeroed(ty.dtype, &ty.shape)
+    };
+    let ir = &program.kernels[k.kernel];
+    let loads = ir.loads.len();
+    // A value several arguments write (a concat written in place by stores of one
+    // kernel, into disjoint segments) gives each of them a copy; the first holds
+    // the result once each later one has handed back the elements it reaches.
+    let first_of = |a: usize| k.args[loads..a].iter().position(|&w| w == k.args[a]);
+    let mut owned: Vec<Buffer> = Vec::with_capacity(k.args.len());
+    for (a, &v) in k.args.iter().enumerate() {
+        owned.push(if a < loads {
+            values
+                .get(&v)
+                .cloned()
+                .ok_or(InterpretError::LoadBeforeStore)?
+        } else if let Some(f) = first_of(a) {
+            owned[loads + f].clone()
+        } else {
+            values.remove(&v).map_or_else(|| fresh(v), Ok)?
+        });
+    }
+    let mut refs: Vec<&mut Buffer> = owned.iter_mut().collect();
+    run(ir, &k.launch, &mut refs);
+    for a in (loads..k.args.len()).rev() {
+        if let Some(f) = first_of(a) {
+            let copy = owned[a].clone();
+            hand_back(ir, &k.launch, a, &copy, &mut owned[loads + f]);
+        }
+    }
+    for (a, (v, b)) in k.args.iter().zip(owned).enumerate() {
+        if a >= loads && first_of(a).is_none() {
+            values.insert(*v, b);
+        }
+    }
+    Ok(())
+}
+
 /// Runs a whole program with the interpreter: `inputs` in `dag.inputs` order, outputs in
 /// `dag.outputs` order.
 pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, InterpretError> {
@@ -588,40 +634,7 @@ pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, 
     };
     for step in &program.steps {
         match step {
-            Step::Kernel(k) => {
-                let ir = &program.kernels[k.kernel];
-                let loads = ir.loads.len();
-                // A value several arguments write (a concat written in place by stores of one
-                // kernel, into disjoint segments) gives each of them a copy; the first holds
-                // the result once each later one has handed back the elements it reaches.
-                let first_of = |a: usize| k.args[loads..a].iter().position(|&w| w == k.args[a]);
-                let mut owned: Vec<Buffer> = Vec::with_capacity(k.args.len());
-                for (a, &v) in k.args.iter().enumerate() {
-                    owned.push(if a < loads {
-                        values
-                            .get(&v)
-                            .cloned()
-                            .ok_or(InterpretError::LoadBeforeStore)?
-                    } else if let Some(f) = first_of(a) {
-                        owned[loads + f].clone()
-                    } else {
-                        values.remove(&v).map_or_else(|| fresh(v), Ok)?
-                    });
-                }
-                let mut refs: Vec<&mut Buffer> = owned.iter_mut().collect();
-                run(ir, &k.launch, &mut refs);
-                for a in (loads..k.args.len()).rev() {
-                    if let Some(f) = first_of(a) {
-                        let copy = owned[a].clone();
-                        hand_back(ir, &k.launch, a, &copy, &mut owned[loads + f]);
-                    }
-                }
-                for (a, (v, b)) in k.args.iter().zip(owned).enumerate() {
-                    if a >= loads && first_of(a).is_none() {
-                        values.insert(*v, b);
-                    }
-                }
-            }
+            Step::Kernel(k) => run_step(program, k, &mut values)?,
             Step::MatMul(m) => {
                 let a = values
                     .get(&m.a.value)
@@ -632,6 +645,10 @@ pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, 
                 let mut out = fresh(m.out)?;
                 super::matmul::matmul(a, &m.a, b, &m.b, &mut out)?;
                 values.insert(m.out, out);
+                // The epilogue runs after the product, over its whole shape.
+                if let Some(e) = &m.epilogue {
+                    run_step(program, &e.step, &mut values)?;
+                }
             }
         }
     }

@@ -8,17 +8,18 @@
    a KC x NC piece of B (NR-column strips) into contiguous buffers, and running an MR x NR
    register-blocked microkernel over every strip pair (bf16 pairs on `vdpbf16ps` where both
    operands are bf16 values and the target has AVX512-BF16). A block accumulates in an f32
-   tile that stays in L2; once its last slice is added, `FUSEBOX_GEMM_EPILOGUE` stores it. That is the
-   hook where a fused epilogue (bias, activation, residual) goes, while the tile is in cache.
+   tile that stays in L2; once its last slice is added, it is stored, or handed to a fused
+   epilogue (bias, activation, residual: a generated kernel run on the tile while it is in
+   cache, see fb_gemm_epilogue below).
 
    Argument ABI (the kernel ABI's four arrays, see fusebox_gemm below):
      sizes   = { batches, M, K, N, a dtype, b dtype, c dtype,
                  a rounding 1, a rounding 2, b rounding 1, b rounding 2 }
      strides = { A row, A column, B row, B column, C row, C column } (elements)
      offsets = { per batch: A offset, B offset, C offset } (elements)
-     ptrs    = { A, B, C, status }
+     ptrs    = { A, B, C, status, epilogue }
    status points to an int64 that receives 0, or 1 where a thread could not allocate its
-   buffers (nothing is then guaranteed about C).
+   buffers (nothing is then guaranteed about C). epilogue is NULL, or an fb_gemm_epilogue.
    dtype codes: 0 f32, 1 f16, 2 bf16. A rounding is a dtype an operand element is rounded to
    after it is read (0 for none): an absorbed cast first, then the product's dtype. */
 
@@ -278,14 +279,6 @@ static inline void fb_gemm_micro_bf16(int64_t kc, const uint32_t *restrict a, co
 }
 #endif
 
-/* The default epilogue: the finished rows x cols f32 tile (row stride ldt) stored at output
-   row r0, column c0, rounded once to the output's dtype. A fused epilogue replaces this macro
-   (define it before this file) and sees the tile while it is still in cache. */
-#ifndef FUSEBOX_GEMM_EPILOGUE
-#define FUSEBOX_GEMM_EPILOGUE(tile, ldt, rows, cols, out, out_dtype, rsc, csc, r0, c0) \
-    fb_gemm_store(tile, ldt, rows, cols, out, out_dtype, rsc, csc, r0, c0)
-#endif
-
 static void fb_gemm_store(const float *tile, int64_t ldt, int64_t rows, int64_t cols, void *out, int64_t dtype,
                           int64_t rsc, int64_t csc, int64_t r0, int64_t c0) {
     for (int64_t r = 0; r < rows; r++) {
@@ -303,6 +296,60 @@ static void fb_gemm_store(const float *tile, int64_t ldt, int64_t rows, int64_t 
             for (int64_t c = 0; c < cols; c++) o[c * csc] = fb_f2b(t[c]);
         }
     }
+}
+
+/* A fused epilogue: a generated kernel (the kernel ABI of lower::ir::Launch, no index-map
+   stages and no ranges) over the product's shape [batch.., M, N] whose argument `product`
+   reads the product, with its launch for that whole shape. On each finished tile the GEMM
+   rounds the tile to the product's dtype into a per-thread scratch (row stride = the tile's
+   columns) and runs the kernel over the tile alone: sizes 1 on the batch axes and the tile's
+   rows and columns on the last two, every argument's offset moved to the tile's first point,
+   the product argument pointed at the scratch. The product itself is stored as well only
+   where `store_product` asks (something else reads it). */
+typedef void (*fb_gemm_kernel)(const int64_t *, const int64_t *, const int64_t *, void *const *);
+typedef struct {
+    fb_gemm_kernel kernel;
+    int64_t rank, args, product, store_product;
+    const int64_t *sizes;   /* rank */
+    const int64_t *strides; /* args x rank */
+    const int64_t *offsets; /* args */
+    void *const *ptrs;      /* args */
+} fb_gemm_epilogue;
+
+/* The epilogue over the rows x cols tile at row r0, column c0 of batch matrix bi. */
+static void fb_gemm_epilogue_tile(const fb_gemm_epilogue *e, const float *tile, int64_t ldt, int64_t rows,
+                                  int64_t cols, int64_t c_dtype, void *scratch, int64_t bi, int64_t r0,
+                                  int64_t c0) {
+    const int64_t rank = e->rank, args = e->args, p = e->product;
+    int64_t at[rank], sizes[rank], strides[args * rank], offsets[args];
+    void *ptrs[args];
+    fb_gemm_store(tile, ldt, rows, cols, scratch, c_dtype, cols, 1, 0, 0);
+    int64_t rest = bi;
+    for (int64_t d = rank - 3; d >= 0; d--) {
+        at[d] = rest % e->sizes[d];
+        rest /= e->sizes[d];
+        sizes[d] = 1;
+    }
+    at[rank - 2] = r0;
+    at[rank - 1] = c0;
+    sizes[rank - 2] = rows;
+    sizes[rank - 1] = cols;
+    for (int64_t a = 0; a < args; a++) {
+        int64_t off = e->offsets[a];
+        for (int64_t d = 0; d < rank; d++) {
+            const int64_t s = e->strides[a * rank + d];
+            strides[a * rank + d] = s;
+            off += at[d] * s;
+        }
+        offsets[a] = off;
+        ptrs[a] = e->ptrs[a];
+    }
+    for (int64_t d = 0; d < rank; d++) strides[p * rank + d] = 0;
+    strides[p * rank + rank - 2] = rows > 1 ? cols : 0;
+    strides[p * rank + rank - 1] = cols > 1 ? 1 : 0;
+    offsets[p] = 0;
+    ptrs[p] = scratch;
+    e->kernel(sizes, strides, offsets, (void *const *)ptrs);
 }
 
 /* Per-thread packing and tile buffers, kept across calls (OpenMP's threads live as long as
@@ -354,6 +401,9 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
     const int keep_b = K * nc <= FB_GEMM_B_KEEP;
     const size_t a_floats = (size_t)(mc * kc_max), b_floats = (size_t)((keep_b ? K : kc_max) * nc);
     const size_t tile_floats = (size_t)(mc * nc);
+    const fb_gemm_epilogue *epilogue = (const fb_gemm_epilogue *)ptrs[4];
+    /* The epilogue's scratch holds a tile in the product's dtype, at most 4 bytes each. */
+    const size_t scratch_floats = epilogue ? tile_floats : 0;
     /* The dtype each operand's values are exact in after its roundings: both bf16 (code 2)
        lets the product run on bf16 pairs where the CPU has them. */
     const int64_t a_exact = sizes[8] ? sizes[8] : (sizes[7] ? sizes[7] : sizes[4]);
@@ -370,7 +420,7 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
 
 #pragma omp parallel num_threads(threads) if (threads > 1) reduction(| : failed)
     {
-        float *buf = fb_gemm_scratch(a_floats + b_floats + tile_floats);
+        float *buf = fb_gemm_scratch(a_floats + b_floats + tile_floats + scratch_floats);
         if (!buf) {
             failed = 1;
         } else {
@@ -426,7 +476,10 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
                 }
                 packed_for = keep_b ? bi * nb + jb : -1;
                 char *out = (char *)ptrs[2] + offsets[3 * bi + 2] * (c_dtype == 0 ? 4 : 2);
-                FUSEBOX_GEMM_EPILOGUE(tile, ldt, rows, cols, out, c_dtype, rsc, csc, r0, c0);
+                if (!epilogue || epilogue->store_product)
+                    fb_gemm_store(tile, ldt, rows, cols, out, c_dtype, rsc, csc, r0, c0);
+                if (epilogue)
+                    fb_gemm_epilogue_tile(epilogue, tile, ldt, rows, cols, c_dtype, tile + tile_floats, bi, r0, c0);
             }
         }
     }

@@ -7,9 +7,9 @@
 //! `matrixmultiply` crate's own threads did), it packs its operands straight from their
 //! storage format through row and column strides (f16 and bf16 are widened, and absorbed casts
 //! rounded, while packing: no converted copy of an operand exists), and each finished output
-//! tile passes through one hook, `FUSEBOX_GEMM_EPILOGUE`, while it is in cache: that is where
-//! bias, activation and residual epilogues will be fused. `benches/gemm.py` measures it beside
-//! torch and NumPy (see benches/RESULTS.md).
+//! tile can run a generated epilogue kernel (bias, activation, residual add) while it is in
+//! cache ([`EpilogueCall`]), so the product is never written and read back. `benches/gemm.py`
+//! measures it beside torch and NumPy (see benches/RESULTS.md).
 //!
 //! Semantics are [`crate::runtime::matmul`]'s: operands rounded to the product's dtype (after
 //! an absorbed cast's rounding), f32 arithmetic, the result rounded once to the product's
@@ -95,6 +95,24 @@ fn operand_ptr(x: &Elements<'_>) -> Option<*const c_void> {
     }
 }
 
+/// A generated kernel the GEMM runs on each finished tile of the product (`fb_gemm_epilogue`
+/// in `gemm.c`, field for field): the kernel, the rank of its domain (the product's shape),
+/// its argument count, the argument that reads the product, whether the product is stored
+/// too, and its launch over the whole domain (sizes, flat strides, offsets, pointers).
+#[repr(C)]
+#[derive(Debug)]
+pub struct EpilogueCall {
+    pub kernel: KernelFn,
+    pub rank: i64,
+    pub args: i64,
+    pub product: i64,
+    pub store_product: i64,
+    pub sizes: *const i64,
+    pub strides: *const i64,
+    pub offsets: *const i64,
+    pub ptrs: *const *mut c_void,
+}
+
 /// One call of the GEMM, in its ABI (see `gemm.c`): sizes, strides and per-matrix offsets,
 /// all in elements.
 #[derive(Debug, Clone)]
@@ -121,8 +139,30 @@ impl Gemm {
         a_op: &MatMulOperand,
         b: Elements<'_>,
         b_op: &MatMulOperand,
-        mut out: ElementsMut<'_>,
+        out: ElementsMut<'_>,
     ) -> std::result::Result<(), MatMulError> {
+        // SAFETY: no epilogue.
+        unsafe { self.matmul_with(a, a_op, b, b_op, out, None) }.map(|_| ())
+    }
+
+    /// [`Gemm::matmul`] running `epilogue` on each finished tile of the product. Returns
+    /// whether the GEMM ran it: products the GEMM does not cover go to
+    /// [`matmul::matmul_elements`], which stores the product and leaves the epilogue to the
+    /// caller.
+    ///
+    /// # Safety
+    /// `epilogue`'s launch must address only elements inside its buffers for every tile of
+    /// its domain (`Program::check_bounds` checks the whole domain, which holds every tile),
+    /// none of them `a`, `b` or `out`, and its product argument must read the product's dtype.
+    pub unsafe fn matmul_with(
+        &self,
+        a: Elements<'_>,
+        a_op: &MatMulOperand,
+        b: Elements<'_>,
+        b_op: &MatMulOperand,
+        mut out: ElementsMut<'_>,
+        epilogue: Option<&EpilogueCall>,
+    ) -> std::result::Result<bool, MatMulError> {
         let product = out.dtype;
         let plans = (
             operand_plan(a.dtype, a_op.cast, product),
@@ -132,7 +172,7 @@ impl Gemm {
             operand_ptr(&b),
         );
         let (Some(pa), Some(pb), Some(out_code), Some(a_ptr), Some(b_ptr)) = plans else {
-            return matmul::matmul_elements(a, a_op, b, b_op, out);
+            return matmul::matmul_elements(a, a_op, b, b_op, out).map(|_| false);
         };
         let (a_shape, a_view) = a_op.layout(a.shape);
         let (b_shape, b_view) = b_op.layout(b.shape);
@@ -184,7 +224,17 @@ impl Gemm {
         // SAFETY: `strided_product` checked that every element the operands' views address
         // lies inside its buffer, and that the result matrices fill `out`;
         // the operands are read-only here and `out` is borrowed uniquely.
-        unsafe { self.call(&call, a_ptr, b_ptr, out.as_mut_ptr() as *mut c_void) }
+        let epilogue_ptr = epilogue.map_or(std::ptr::null(), |e| e as *const EpilogueCall);
+        unsafe {
+            self.call(
+                &call,
+                a_ptr,
+                b_ptr,
+                out.as_mut_ptr() as *mut c_void,
+                epilogue_ptr,
+            )
+        }
+        .map(|_| epilogue.is_some())
     }
 
     /// Runs one call.
@@ -199,6 +249,7 @@ impl Gemm {
         a: *const c_void,
         b: *const c_void,
         c: *mut c_void,
+        epilogue: *const EpilogueCall,
     ) -> std::result::Result<(), MatMulError> {
         let mut status = 0i64;
         let ptrs = [
@@ -206,6 +257,7 @@ impl Gemm {
             b as *mut c_void,
             c,
             &mut status as *mut i64 as *mut c_void,
+            epilogue as *mut c_void,
         ];
         // SAFETY: the caller's promise; `gemm.c` reads the arrays as its ABI documents.
         unsafe {

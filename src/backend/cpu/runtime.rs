@@ -10,11 +10,11 @@
 
 use super::compiler::{CompileStats, Compiler, KernelFn, Module};
 use super::emit;
-use super::gemm::Gemm;
+use super::gemm::{EpilogueCall, Gemm};
 use crate::backend::{BenchFacts, Executable, Target};
 use crate::dag::Value;
 use crate::error::{Error, ErrorKind, Result, Site};
-use crate::lower::{Program, Step};
+use crate::lower::{Epilogue, KernelStep, MatMulStep, Program, Step};
 use crate::runtime::buffer::{Buffer, Elements, ElementsMut};
 use crate::runtime::memory::MemoryPlan;
 use std::ffi::c_void;
@@ -53,6 +53,26 @@ pub fn module_source(program: &Program) -> (String, Vec<String>) {
     (emit::emit_module(&pairs), names)
 }
 
+/// Whether the GEMM may run epilogue `e` of product `m` on each tile: its launch is plain
+/// strides (no index-map stages, no ranges) over the product's shape, and both operands are
+/// matrices or batches of them, so the shape's last two axes are the tile's rows and columns.
+fn runs_per_tile(dag: &crate::dag::Dag, m: &MatMulStep, e: &Epilogue) -> bool {
+    let launch = &e.step.launch;
+    let shape = &dag.ty(m.out).shape;
+    let matrices = [&m.a, &m.b]
+        .iter()
+        .all(|op| op.layout(&dag.ty(op.value).shape).0.len() >= 2);
+    matrices
+        && launch.maps.iter().all(|stages| stages.is_empty())
+        && launch.ranges.is_empty()
+        && launch.sizes.len() == shape.len()
+        && launch
+            .sizes
+            .iter()
+            .zip(shape)
+            .all(|(&n, &d)| n as usize == d)
+}
+
 impl CpuExecutable {
     /// Compiles (or finds in `compiler`'s cache) and loads `program`'s kernels.
     pub fn new(program: Program, compiler: &Compiler) -> Result<CpuExecutable> {
@@ -72,7 +92,9 @@ impl CpuExecutable {
             .map(|step| match step {
                 // Index-map stages follow the strides (see `Launch`).
                 Step::Kernel(k) => [k.launch.strides.concat(), k.launch.map_words()].concat(),
-                Step::MatMul(_) => Vec::new(),
+                Step::MatMul(m) => m.epilogue.as_ref().map_or_else(Vec::new, |e| {
+                    [e.step.launch.strides.concat(), e.step.launch.map_words()].concat()
+                }),
             })
             .collect();
         let flat_sizes = program
@@ -80,7 +102,10 @@ impl CpuExecutable {
             .iter()
             .map(|step| match step {
                 Step::Kernel(k) => k.launch.sizes_and_ranges(),
-                Step::MatMul(_) => Vec::new(),
+                Step::MatMul(m) => m
+                    .epilogue
+                    .as_ref()
+                    .map_or_else(Vec::new, |e| e.step.launch.sizes_and_ranges()),
             })
             .collect();
         let plan = MemoryPlan::new(&program);
@@ -179,23 +204,25 @@ impl Executable for CpuExecutable {
                 },
             }
         };
+        // A kernel step over its whole domain.
+        let launch = |s: usize, k: &KernelStep| {
+            let ptrs: Vec<*mut c_void> =
+                k.args.iter().map(|&v| pointer(v) as *mut c_void).collect();
+            // SAFETY: `check_bounds` proved every view of this launch lies inside its
+            // buffer; the buffers outlive the call; the kernel follows the ABI documented
+            // on `lower::ir::Launch`.
+            unsafe {
+                (self.functions[k.kernel])(
+                    self.flat_sizes[s].as_ptr(),
+                    self.flat_strides[s].as_ptr(),
+                    k.launch.offsets.as_ptr(),
+                    ptrs.as_ptr(),
+                );
+            }
+        };
         for (s, step) in self.program.steps.iter().enumerate() {
             match step {
-                Step::Kernel(k) => {
-                    let ptrs: Vec<*mut c_void> =
-                        k.args.iter().map(|&v| pointer(v) as *mut c_void).collect();
-                    // SAFETY: `check_bounds` proved every view of this launch lies inside
-                    // its buffer; the buffers outlive the call; the kernel follows the ABI
-                    // documented on `lower::ir::Launch`.
-                    unsafe {
-                        (self.functions[k.kernel])(
-                            self.flat_sizes[s].as_ptr(),
-                            self.flat_strides[s].as_ptr(),
-                            k.launch.offsets.as_ptr(),
-                            ptrs.as_ptr(),
-                        );
-                    }
-                }
+                Step::Kernel(k) => launch(s, k),
                 Step::MatMul(m) => {
                     let (ta, tb, to) = (dag.ty(m.a.value), dag.ty(m.b.value), dag.ty(m.out));
                     // SAFETY: each pointer is its value's buffer of exactly its type's size,
@@ -212,8 +239,39 @@ impl Executable for CpuExecutable {
                     let gemm = self.gemm.as_ref().ok_or_else(|| {
                         Error::backend("internal: a program with products has no GEMM loaded")
                     })?;
-                    gemm.matmul(a, &m.a, b, &m.b, out)
+                    let epilogue = m.epilogue.as_ref();
+                    let ptrs: Vec<*mut c_void> = epilogue.map_or_else(Vec::new, |e| {
+                        e.step
+                            .args
+                            .iter()
+                            .map(|&v| pointer(v) as *mut c_void)
+                            .collect()
+                    });
+                    let per_tile =
+                        epilogue
+                            .filter(|e| runs_per_tile(dag, m, e))
+                            .map(|e| EpilogueCall {
+                                kernel: self.functions[e.step.kernel],
+                                rank: e.step.launch.sizes.len() as i64,
+                                args: e.step.args.len() as i64,
+                                product: e.product as i64,
+                                store_product: i64::from(e.store_product),
+                                sizes: e.step.launch.sizes.as_ptr(),
+                                strides: self.flat_strides[s].as_ptr(),
+                                offsets: e.step.launch.offsets.as_ptr(),
+                                ptrs: ptrs.as_ptr(),
+                            });
+                    // SAFETY: `check_bounds` proved the epilogue's launch over the product's
+                    // whole shape lies inside its buffers, so each tile's does; its outputs
+                    // are values no operand of the product is; its product argument reads
+                    // the product's dtype (the lowering loads the product's value).
+                    let ran = unsafe { gemm.matmul_with(a, &m.a, b, &m.b, out, per_tile.as_ref()) }
                         .map_err(|e| Error::backend(e.to_string()))?;
+                    if let Some(e) = epilogue
+                        && !ran
+                    {
+                        launch(s, &e.step);
+                    }
                 }
             }
         }

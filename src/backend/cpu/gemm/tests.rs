@@ -37,6 +37,7 @@ unsafe fn call_on(gemm: &Gemm, call: &Call, a: &Buffer, b: &Buffer, out: &mut Bu
             a.as_ptr() as *const c_void,
             b.as_ptr() as *const c_void,
             out.as_mut_ptr() as *mut c_void,
+            std::ptr::null(),
         )
     }
     .unwrap();

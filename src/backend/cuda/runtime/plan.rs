@@ -97,7 +97,15 @@ impl DevicePlan {
                     k.launch.clone(),
                     k.args.iter().map(|&v| Buf::Value(v)).collect(),
                 ),
-                Step::MatMul(m) => builder.matmul(program, m)?,
+                Step::MatMul(m) => {
+                    builder.matmul(program, m)?;
+                    // The epilogue runs after the GEMM, over the product's whole shape
+                    // (cuBLASLt's fused epilogues are not used yet).
+                    if let Some(e) = &m.epilogue {
+                        let args = e.step.args.iter().map(|&v| Buf::Value(v)).collect();
+                        builder.kernel(e.step.kernel, e.step.launch.clone(), args);
+                    }
+                }
             }
         }
         let output_of = program.dag.first_output_of();

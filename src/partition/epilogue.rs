@@ -1,0 +1,111 @@
+//! Epilogues: the pointwise kernel that reads a library call's product, run by the call on
+//! each finished tile of the product while the tile is in cache (Inductor's GEMM template
+//! with its epilogue nodes, cuBLASLt's epilogues), so that the product is never written to
+//! memory and read back.
+//!
+//! The greedy partition has placed every library call as a kernel of its own (with the casts
+//! and views it absorbed) and fused what reads the product into kernels of their own. This
+//! pass then weighs, call by call, merging the one kernel that reads the product into the
+//! call. It applies under `library_epilogues` to a call whose product
+//!
+//! - is a matrix product of operands of rank 2 or more (the product's last two axes are the
+//!   matrix, so a tile of the GEMM is a block of the domain's last two axes),
+//! - is no graph output and is read by exactly one kernel, which is `Fused`, holds only
+//!   pointwise ops, iterates over the product's shape, and writes no concat segment.
+//!
+//! The merged kernel is the reader's kernel with the call's nodes added, in the reader's place
+//! (everything the reader reads is computed by then, and nothing between the two read the
+//! product). Its price is the call's arithmetic at the matrix rate, the epilogue's at the
+//! pointwise rate, and the bytes of both kernels' inputs and outputs, without the product's
+//! write and read. It is taken when that is cheaper than the two kernels apart, which it is
+//! unless the epilogue's inputs are large beside the product.
+
+use super::{Facts, Kernel, KernelKind, LibraryParts, Partition};
+use crate::dag::{Dag, Value};
+use crate::rules::{FusionRules, OpKind, Profile};
+
+/// `partition` with each library call's reading kernel merged into it where that is legal
+/// (see the module documentation) and cheaper.
+pub(super) fn absorb_epilogues(
+    dag: &Dag,
+    fusion: &FusionRules,
+    profile: &Profile,
+    mut partition: Partition,
+) -> Partition {
+    if !fusion.library_epilogues {
+        return partition;
+    }
+    let facts = Facts::new(dag, profile);
+    let mut k = 0;
+    while k < partition.kernels.len() {
+        match merged(dag, &facts, profile, &partition, k) {
+            Some((reader, kernel)) => {
+                partition.kernels[reader] = kernel;
+                partition.kernels.remove(k);
+            }
+            None => k += 1,
+        }
+    }
+    partition.cost = partition.kernels.iter().map(|k| k.cost).sum();
+    partition
+}
+
+/// Kernel `k` merged into the one kernel reading its product, with that kernel's index, where
+/// `k` is a library call that may take an epilogue and the merge is cheaper.
+fn merged(
+    dag: &Dag,
+    facts: &Facts,
+    profile: &Profile,
+    partition: &Partition,
+    k: usize,
+) -> Option<(usize, Kernel)> {
+    let call_kernel = &partition.kernels[k];
+    if call_kernel.kind != KernelKind::Library {
+        return None;
+    }
+    let parts = LibraryParts::of(dag, &call_kernel.nodes);
+    let call = parts.call?;
+    if !parts.epilogue.is_empty() || facts.graph_output[call] {
+        return None;
+    }
+    let node = &dag.nodes[call];
+    if node.args.iter().any(|&a| dag.ty(a).shape.len() < 2) {
+        return None;
+    }
+    let product = Value::Node(call);
+    let mut readers = (0..partition.kernels.len())
+        .filter(|&r| r != k && partition.kernels[r].inputs.contains(&product));
+    let (reader, None) = (readers.next()?, readers.next()) else {
+        return None;
+    };
+    let epilogue = &partition.kernels[reader];
+    let pointwise = epilogue
+        .nodes
+        .iter()
+        .all(|&n| dag.nodes[n].op.kind() == OpKind::Pointwise);
+    if epilogue.kind != KernelKind::Fused
+        || !pointwise
+        || !epilogue.segments.is_empty()
+        || epilogue.domain != node.ty.shape
+        || reader < k
+    {
+        return None;
+    }
+    let mut nodes: Vec<usize> = call_kernel
+        .nodes
+        .iter()
+        .chain(&epilogue.nodes)
+        .copied()
+        .collect();
+    nodes.sort_unstable();
+    let kernel = facts.kernel(
+        profile,
+        nodes,
+        KernelKind::Library,
+        epilogue.domain.clone(),
+        call_kernel.read_extra + epilogue.read_extra,
+        |m| call_kernel.nodes.contains(&m) || epilogue.nodes.contains(&m),
+    );
+    let before = call_kernel.cost.total_us + epilogue.cost.total_us;
+    (kernel.cost.total_us < before).then_some((reader, kernel))
+}
