@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Models people bring, exported from PyTorch, timed by fusebox beside torch eager in one run.
 
-For each model (an MLP of Linear layers, a GPT-2-style block, a Llama-style block with RMSNorm
-and SwiGLU), this script exports it to ONNX with the TorchScript exporter (and, with
+For each model (an MLP of Linear layers, a GPT-2-style block, a BERT-style encoder layer,
+`nn.TransformerEncoderLayer`, a Llama-style block with RMSNorm and SwiGLU), this script exports it to ONNX with the TorchScript exporter (and, with
 --dynamo, the dynamo exporter as well), then in one sitting, alternating:
 
   * torch eager under torch.no_grad() on --threads threads: median of --iters timed calls after
@@ -69,9 +69,37 @@ class LlamaMlp(nn.Module):
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
+class BertLayer(nn.Module):
+    """A BERT encoder layer written out (post-norm: attention, add and LayerNorm, then a GELU
+    MLP, add and LayerNorm), as Hugging Face's BertLayer computes it without a mask."""
+
+    def __init__(self, d=768, heads=12):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.ln1, self.ln2, self.mlp, self.heads = nn.LayerNorm(d), nn.LayerNorm(d), MLP(d), heads
+
+    def forward(self, x):
+        b, t, d = x.shape
+        split = lambda y: y.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        a = torch.softmax(q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5, dim=-1) @ v
+        x = self.ln1(x + self.o(a.transpose(1, 2).reshape(b, t, d)))
+        return self.ln2(x + self.mlp(x))
+
+
+def encoder_layer():
+    """`nn.TransformerEncoderLayer` (post-norm, ReLU, batch first), exported with PyTorch's
+    fused fast path off: in eval mode torch would otherwise call
+    `aten::_transformer_encoder_layer_fwd`, which the TorchScript exporter refuses."""
+    torch.backends.mha.set_fastpath_enabled(False)
+    return nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, batch_first=True)
+
+
 MODELS = {
     "mlp": (MLP, (256, 768)),
     "gpt2_block": (Gpt2Block, (1, 128, 768)),
+    "bert_layer": (BertLayer, (1, 128, 768)),
+    "encoder_layer": (encoder_layer, (1, 128, 768)),
     "llama_mlp": (LlamaMlp, (1, 128, 768)),
 }
 
@@ -79,6 +107,20 @@ MODELS = {
 def export(model, x, path, dynamo):
     with torch.no_grad():
         torch.onnx.export(model, (x,), path, dynamo=dynamo, input_names=["x"], output_names=["y"])
+
+
+class busy_loop:
+    """A competing process for the time of a `with` block: one Python interpreter spinning,
+    which takes one core of the two, as another tenant of a shared machine would."""
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait()
 
 
 def torch_median(model, x, iters):
@@ -117,6 +159,9 @@ def main():
     p.add_argument("--dynamo", action="store_true", help="also export with the dynamo exporter")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--baseline", help="another fusebox binary (an older build) timed in the same sitting")
+    p.add_argument("--busy", action="store_true",
+                   help="time each model on a quiet machine and again beside a competing process "
+                        "(a busy loop this script starts), and print how much each slows down")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -142,6 +187,14 @@ def main():
                     print(f"{name:<12} {exporter:<12} failed: {msg.strip().splitlines()[-1][:100]}")
                     continue
                 th = torch_median(model, x, args.iters)
+                if args.busy:
+                    with busy_loop():
+                        fb_busy, _ = fusebox_median(args.fusebox, path, args.iters)
+                        th_busy = torch_median(model, x, args.iters)
+                    print(f"{name:<12} {exporter:<12} quiet: torch {th:8.3f} fusebox {fb:8.3f}   "
+                          f"busy: torch {th_busy:8.3f} ({th_busy / th:4.2f}x) "
+                          f"fusebox {fb_busy:8.3f} ({fb_busy / fb:4.2f}x)   fusebox / torch busy {fb_busy / th_busy:4.2f}")
+                    continue
                 base = ""
                 if args.baseline:
                     bl, _ = fusebox_median(args.baseline, path, args.iters)

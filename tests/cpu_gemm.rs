@@ -541,3 +541,30 @@ proptest! {
             tail_agrees(&p, tail, seed).unwrap_err());
     }
 }
+
+/// A product read transposed by a pointwise tail (the book's
+/// `book/examples/gemm/transposed_product.ron`): `transpose-matmul` makes the call write the
+/// transposed product as `wᵀ @ xᵀ`, both operands read through strides and the tail run as its
+/// epilogue, and the CPU backend and the interpreter agree with the reference evaluator.
+#[test]
+fn a_transposed_product_becomes_a_product_of_views_with_an_epilogue() {
+    let path = std::path::Path::new("book/examples/gemm/transposed_product.ron");
+    let g = graph::file::load(path, &rules().ops).unwrap().0;
+    let optimized = fusebox::optimize::optimize(&g, rules(), &Options::default()).unwrap();
+    assert!(optimized.report.rules.contains_key("transpose-matmul"));
+    let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
+    let [fusebox::lower::Step::MatMul(m)] = program.steps.as_slice() else {
+        panic!("one library call: {:?}", program.steps);
+    };
+    assert!(m.epilogue.is_some() && m.a.view.is_some() && m.b.view.is_some());
+    for seed in 0..3 {
+        let inputs = inputs(&g, seed);
+        let want = fusebox::eval::evaluate(&g, &rules().ops, &inputs).unwrap();
+        let mut prepared = prepare(&g, rules(), &Options::default(), compiler()).unwrap();
+        let got = prepared.executable.run_tensors(&inputs).unwrap();
+        assert_same("o2", &want["o2"], &got["o2"]).unwrap();
+        let buffers = common::random_graph::input_buffers(&program, &inputs);
+        let interpreted = fusebox::runtime::interpret::run_program(&program, &buffers).unwrap();
+        assert_same("o2", &want["o2"], &interpreted[0].to_tensor()).unwrap();
+    }
+}

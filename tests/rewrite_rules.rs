@@ -286,6 +286,7 @@ fn defaults_load_with_phases_and_docs() {
         let collapses = rule.file.ends_with("layout.ron")
             && !rule.bidirectional
             && !rule.name.ends_with("-broadcast");
+        // matmul.ron moves a transpose onto the operands: phase 2, like layout's moves.
         let expected = if rule.file.ends_with("algebra.ron")
             || rule.file.ends_with("casts.ron")
             || collapses
@@ -304,6 +305,7 @@ fn defaults_load_with_phases_and_docs() {
             "rules/rewrites/broadcast.ron",
             "rules/rewrites/casts.ron",
             "rules/rewrites/layout.ron",
+            "rules/rewrites/matmul.ron",
             "rules/rewrites/sum_to_size.ron",
         ])
     );
@@ -677,6 +679,20 @@ fn layout_cases() -> Vec<Case> {
             "transpose-transpose",
             "(transpose (transpose $x none) none)",
             "(transpose $x [0,1])",
+        ),
+        // matmul: g3 [4,8,3] @ (transpose x) [3,2] is [4,8,2]; its
+        // last two axes swapped is x @ g3^T, x broadcast over g3's batch. An absent perm
+        // reverses all three axes, which moves the batch axis: no rewrite (see
+        // `transpose_matmul_declines`).
+        case(
+            "transpose-matmul",
+            "(transpose (matmul $g3 (transpose $x [1,0])) [0,2,1])",
+            "(matmul (transpose (transpose $x [1,0]) [1,0]) (transpose $g3 [0,2,1]))",
+        ),
+        case(
+            "transpose-matmul",
+            "(transpose (matmul $p $w) [-1,-2])",
+            "(matmul (transpose $w [1,0]) (transpose $p [1,0]))",
         ),
         case("transpose-identity", "(transpose $x [0,1])", "$x"),
         case("transpose-identity", "(transpose $x [-2,-1])", "$x"),
@@ -1396,6 +1412,30 @@ fn a_declined_computation_skips_the_match() {
     assert!(egraph.analysis.conflicts.is_empty());
     egraph.rebuild();
     assert_eq!(egraph[root].nodes.len(), 1);
+}
+
+/// `transpose-matmul` applies only to a transpose that swaps the product's last two axes and
+/// keeps its batch axes: reversing all three axes of a batched product (the batch axis moves)
+/// is no product of transposes, nor is the transpose of a product of a vector.
+#[test]
+fn transpose_matmul_declines() {
+    let r = rule("transpose-matmul");
+    for start in [
+        "(transpose (matmul $g3 (transpose $x [1,0])) [2,1,0])",
+        "(transpose (matmul $g3 (transpose $x [1,0])) [1,0,2])",
+        "(transpose (matmul $g $v) none)",
+    ] {
+        let mut egraph = inputs();
+        let root = egraph.add_expr(&expr(start));
+        egraph.rebuild();
+        let rewrites = r.rewrites();
+        let matches = rewrites[0].search(&egraph);
+        let applied = rewrites[0].apply(&mut egraph, &matches);
+        assert!(applied.is_empty(), "{start}");
+        egraph.rebuild();
+        assert_eq!(egraph[root].nodes.len(), 1, "{start}");
+        assert!(egraph.analysis.ill_typed.is_empty());
+    }
 }
 
 // ------------------------------------------------------------------ layout: what gets extracted

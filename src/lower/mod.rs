@@ -522,6 +522,10 @@ fn epilogue(
             "the epilogue does not read the product".into(),
         ));
     };
+    // A second load of the product (the lowering shares one load per view, so this is a
+    // safeguard) reads it from its buffer, which the product must then fill.
+    let store_product = kernel.outputs.contains(&product)
+        || args[..loads].iter().filter(|&&v| v == product).count() > 1;
     let index = match program.kernels.iter().position(|k| *k == ir) {
         Some(i) => i,
         None => {
@@ -537,7 +541,7 @@ fn epilogue(
             group,
         },
         product: read,
-        store_product: kernel.outputs.contains(&product),
+        store_product,
     })
 }
 

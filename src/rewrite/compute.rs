@@ -89,6 +89,19 @@ pub enum Compute {
         axis: String,
         slice: Vec<String>,
     },
+    /// `transpose(matmul(a, b), perm)` equals `matmul(transpose(b), transpose(a))` when
+    /// `perm` swaps the product's last two axes and keeps its batch axes in place, and both
+    /// operands are matrices or batches of them: `into: [pa, pb]` are the permutations that
+    /// swap the last two axes of `a` and of `b` (batch axes broadcast as before, each sum runs
+    /// over the same terms in the same order). Declines for any other permutation and for a
+    /// 1-D operand. With library calls reading their operands through strides, the product of
+    /// transposes costs no copy, where the transposed product is a view no epilogue can take.
+    SwapProduct {
+        into: Vec<String>,
+        a: String,
+        b: String,
+        perm: String,
+    },
 }
 
 /// What an input of a computation must be bound to.
@@ -149,6 +162,7 @@ impl Compute {
             Compute::ComposeSlices { .. } => "ComposeSlices",
             Compute::SliceOfConcat { .. } => "SliceOfConcat",
             Compute::SliceOperand { .. } => "SliceOperand",
+            Compute::SwapProduct { .. } => "SwapProduct",
         }
     }
 
@@ -169,6 +183,7 @@ impl Compute {
             Compute::SliceOperand { into, slice, .. } => {
                 vec![("into", 4, into.len()), ("slice", 3, slice.len())]
             }
+            Compute::SwapProduct { into, .. } => vec![("into", 2, into.len())],
         }
     }
 
@@ -224,6 +239,11 @@ impl Compute {
                 args.extend(Arg::list("slice", slice).map(|a| (a, int)));
                 args
             }
+            Compute::SwapProduct { a, b, perm, .. } => vec![
+                (Arg::one("a", a), Reads::Tensor),
+                (Arg::one("b", b), Reads::Tensor),
+                (Arg::one("perm", perm), Reads::Attr(AttrType::Ints)),
+            ],
         }
     }
 
@@ -231,6 +251,9 @@ impl Compute {
     pub fn outputs(&self) -> Vec<(Arg<'_>, AttrType)> {
         match self {
             Compute::ComposePerm { into, .. } => vec![(Arg::one("into", into), AttrType::Ints)],
+            Compute::SwapProduct { into, .. } => Arg::list("into", into)
+                .map(|a| (a, AttrType::Ints))
+                .collect(),
             Compute::ComposeSlices { into, .. }
             | Compute::SliceOfConcat { into, .. }
             | Compute::SliceOperand { into, .. } => Arg::list("into", into)
@@ -385,7 +408,6 @@ impl Compute {
                 slice,
                 ..
             } => {
-                let own = shape_of(x)?;
                 let shapes: Vec<Vec<usize>> = operands
                     .iter()
                     .map(|o| shape_of(o))
@@ -399,22 +421,52 @@ impl Compute {
                     int(&slice[2])?,
                 )
                 .ok()?;
-                let lead = whole.len().checked_sub(own.len())?;
-                let own_axis = range.axis.checked_sub(lead)?;
-                let (s, e, k) = match own[own_axis] {
-                    n if n == whole[range.axis] => bounds(range.start, range.step, range.len)?,
-                    1 => (0, 1, 1),
-                    _ => return None,
-                };
-                Some(vec![
-                    Leaf::int(i64::try_from(own_axis).ok()?),
-                    Leaf::int(s),
-                    Leaf::int(e),
-                    Leaf::int(k),
-                ])
+                slice_operand(&shape_of(x)?, &whole, &range)
+            }
+            Compute::SwapProduct { a, b, perm, .. } => {
+                swap_product(&shape_of(a)?, &shape_of(b)?, ints(perm)?.as_deref())
             }
         }
     }
+}
+
+/// [`Compute::SliceOperand`] for an operand of shape `own` of a pointwise result of shape
+/// `whole`, sliced by `range`.
+fn slice_operand(own: &[usize], whole: &[usize], range: &shape::SliceRange) -> Option<Vec<Leaf>> {
+    let lead = whole.len().checked_sub(own.len())?;
+    let own_axis = range.axis.checked_sub(lead)?;
+    let (s, e, k) = match own[own_axis] {
+        n if n == whole[range.axis] => bounds(range.start, range.step, range.len)?,
+        1 => (0, 1, 1),
+        _ => return None,
+    };
+    Some(vec![
+        Leaf::int(i64::try_from(own_axis).ok()?),
+        Leaf::int(s),
+        Leaf::int(e),
+        Leaf::int(k),
+    ])
+}
+
+/// [`Compute::SwapProduct`] on operands of shapes `a` and `b` and the transpose's `perm`.
+fn swap_product(a: &[usize], b: &[usize], perm: Option<&[i64]>) -> Option<Vec<Leaf>> {
+    if a.len() < 2 || b.len() < 2 {
+        return None;
+    }
+    let rank = shape::matmul_shape(a, b).ok()?.len();
+    let swap_last_two = |rank: usize| {
+        let mut p: Vec<usize> = (0..rank).collect();
+        p.swap(rank - 2, rank - 1);
+        p
+    };
+    if shape::permutation(perm, rank).ok()? != swap_last_two(rank) {
+        return None;
+    }
+    let leaf = |p: Vec<usize>| Leaf::Ints(p.into_iter().map(|i| i as i64).collect());
+    Some(vec![
+        leaf(swap_last_two(a.len())),
+        leaf(swap_last_two(b.len())),
+    ])
 }
 
 /// Slice attributes `(start, end, step)` that select `len` elements from `start` by `step`:

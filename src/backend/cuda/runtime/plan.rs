@@ -570,6 +570,31 @@ mod tests {
         }
     }
 
+    /// A `Linear` with its bias and ReLU: the GEMM writes the product and the epilogue runs
+    /// after it as one kernel over the product's shape, reading it (cuBLASLt's fused
+    /// epilogues are not used yet); the kernel is the program's epilogue kernel.
+    #[test]
+    fn an_epilogue_runs_after_its_gemm() {
+        let p = fused_plan(
+            r#"Graph(name: "t", inputs: [Input(name: "x", dtype: "f32", shape: [8, 16]),
+                   Input(name: "w", dtype: "f32", shape: [32, 16]),
+                   Input(name: "b", dtype: "f32", shape: [32])],
+                 nodes: [Node(name: "wt", op: "transpose", args: ["w"], attrs: {"perm": [1, 0]}),
+                         Node(name: "y", op: "matmul", args: ["x", "wt"]),
+                         Node(name: "yb", op: "add", args: ["y", "b"]),
+                         Node(name: "r", op: "relu", args: ["yb"])], outputs: ["r"])"#,
+        );
+        match &p.ops[..] {
+            [Op::Gemm { c, .. }, Op::Kernel(call)] => {
+                assert_eq!(*c, Buf::Value(Value::Node(1)));
+                assert!(call.args.contains(&Buf::Value(Value::Node(1))));
+                assert!(call.args.contains(&Buf::Value(Value::Node(3))));
+                assert_eq!(call.launch.sizes, [8, 32]);
+            }
+            other => panic!("{other:#?}"),
+        }
+    }
+
     /// An output naming an input, and a value named by two outputs (as after the optimizer
     /// merged two equal nodes), are copied at the end.
     #[test]
