@@ -56,6 +56,30 @@ impl std::fmt::Debug for Gemm {
     }
 }
 
+/// `product` as one product of all its left-hand rows, where its batch shares one right-hand
+/// matrix and its left-hand matrices follow one another at a constant step that continues
+/// their row stride (any step, for one-row matrices). The result's matrices are contiguous,
+/// so its rows follow one another too.
+fn fold_batches(product: &StridedProduct) -> Option<StridedProduct> {
+    let (&(a0, b0), rest) = product.offsets.split_first()?;
+    let step = rest.first()?.0 - a0;
+    let shared = product.offsets.iter().all(|&(_, b)| b == b0);
+    let even = (0i64..)
+        .zip(&product.offsets)
+        .all(|(i, &(a, _))| a == a0 + i * step);
+    let row_stride = match product.rows {
+        1 => step,
+        rows if step == rows as i64 * product.a_strides[0] => product.a_strides[0],
+        _ => return None,
+    };
+    (shared && even).then(|| StridedProduct {
+        rows: product.rows * product.offsets.len(),
+        a_strides: [row_stride, product.a_strides[1]],
+        offsets: vec![(a0, b0)],
+        ..product.clone()
+    })
+}
+
 /// The GEMM's code for a storage or rounding dtype.
 fn code(dtype: DType) -> Option<i64> {
     match dtype {
@@ -181,6 +205,18 @@ impl Gemm {
             strided,
             len,
         };
+        let product = matmul::strided_product(
+            layout(&a_shape, &a_view, a.len()),
+            layout(&b_shape, &b_view, b.len()),
+            out.len(),
+        )?;
+        // A batch sharing one right-hand matrix whose left-hand matrices follow one another
+        // row after row is one product of all their rows (a `Linear` over a batch, or over a
+        // sequence read transposed): one call of a tall matrix instead of many short ones,
+        // each of which would stream the whole right-hand matrix. Its epilogue, cut to tiles
+        // of the batch matrices, then runs after it.
+        let folded = fold_batches(&product);
+        let epilogue = epilogue.filter(|_| folded.is_none());
         let StridedProduct {
             rows,
             inner,
@@ -188,11 +224,7 @@ impl Gemm {
             a_strides,
             b_strides,
             offsets,
-        } = matmul::strided_product(
-            layout(&a_shape, &a_view, a.len()),
-            layout(&b_shape, &b_view, b.len()),
-            out.len(),
-        )?;
+        } = folded.unwrap_or(product);
         let call = Call {
             sizes: [
                 offsets.len() as i64,

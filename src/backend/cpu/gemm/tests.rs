@@ -182,3 +182,33 @@ fn bf16_pairs_give_the_f32_paths_bits() {
         }
     }
 }
+
+/// A batch sharing its right-hand matrix folds into one tall product where its left-hand
+/// matrices follow one another row after row (or are single rows at any step: a sequence read
+/// transposed, as `nn.TransformerEncoderLayer` exported by dynamo multiplies); not where the
+/// right-hand matrices differ or the left-hand ones leave gaps.
+#[test]
+fn batches_sharing_a_matrix_fold_into_one_product() {
+    let product = |rows, a_row: i64, offsets: Vec<(i64, i64)>| StridedProduct {
+        rows,
+        inner: 8,
+        cols: 5,
+        a_strides: [a_row, 1],
+        b_strides: [5, 1],
+        offsets,
+    };
+    // [4, 3, 8] @ [8, 5]: rows of 8, matrices 24 apart.
+    let folded = fold_batches(&product(3, 8, (0..4).map(|i| (24 * i, 0)).collect())).unwrap();
+    assert_eq!(
+        (folded.rows, folded.a_strides, folded.offsets),
+        (12, [8, 1], vec![(0, 0)])
+    );
+    // [128, 1, 768]-style single rows 768 apart (the batch axis outside the row's).
+    let folded =
+        fold_batches(&product(1, 98304, (0..128).map(|i| (768 * i, 0)).collect())).unwrap();
+    assert_eq!((folded.rows, folded.a_strides), (128, [768, 1]));
+    // Distinct right-hand matrices, a gap between matrices, one matrix: no fold.
+    assert!(fold_batches(&product(3, 8, (0..4).map(|i| (24 * i, 40 * i)).collect())).is_none());
+    assert!(fold_batches(&product(3, 8, (0..4).map(|i| (32 * i, 0)).collect())).is_none());
+    assert!(fold_batches(&product(3, 8, vec![(0, 0)])).is_none());
+}
