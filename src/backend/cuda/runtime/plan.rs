@@ -493,6 +493,11 @@ mod tests {
         DevicePlan::new(&program, &EmitOptions::default(), 132).unwrap()
     }
 
+    /// How cuBLAS reads an operand: `transposed`, with leading dimension `ld`.
+    fn read(transposed: bool, ld: usize) -> gemm::MatrixRead {
+        gemm::MatrixRead { transposed, ld }
+    }
+
     /// A `Linear` (`x @ transpose(w)`) is one GEMM reading w where it lies, transposed
     /// (`CUBLAS_OP_T`); a view with no unit stride (every other column) is gathered by one
     /// kernel first; an operand that needs rounding is gathered and rounded in one kernel.
@@ -512,20 +517,8 @@ mod tests {
         match &p.ops[..] {
             [Op::Gemm { shape, b, .. }] => {
                 assert_eq!(*b, Buf::Value(Value::Input(1)));
-                assert_eq!(
-                    shape.b,
-                    gemm::MatrixRead {
-                        transposed: true,
-                        ld: 16
-                    }
-                );
-                assert_eq!(
-                    shape.a,
-                    gemm::MatrixRead {
-                        transposed: false,
-                        ld: 16
-                    }
-                );
+                assert_eq!(shape.b, read(true, 16));
+                assert_eq!(shape.a, read(false, 16));
             }
             other => panic!("{other:#?}"),
         }
@@ -535,13 +528,7 @@ mod tests {
         match &p.ops[..] {
             [Op::Kernel(_), Op::Gemm { shape, b, .. }] => {
                 assert_eq!(*b, Buf::Temp(1));
-                assert_eq!(
-                    shape.b,
-                    gemm::MatrixRead {
-                        transposed: false,
-                        ld: 16
-                    }
-                );
+                assert_eq!(shape.b, read(false, 16));
             }
             other => panic!("{other:#?}"),
         }
@@ -550,13 +537,7 @@ mod tests {
         let p = fused_plan(&linear(rows, "f32").replace("[32, 16]", "[32, 32]"));
         match &p.ops[..] {
             [Op::Gemm { shape, .. }] => {
-                assert_eq!(
-                    shape.b,
-                    gemm::MatrixRead {
-                        transposed: false,
-                        ld: 64
-                    }
-                );
+                assert_eq!(shape.b, read(false, 64));
                 assert_eq!(shape.calls[0].b_offset, 32);
             }
             other => panic!("{other:#?}"),
