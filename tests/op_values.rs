@@ -17,11 +17,12 @@ const NAN: f64 = f64::NAN;
 const INF: f64 = f64::INFINITY;
 
 /// Every op of the default catalogue; each is exercised below.
-const COVERED: [&str; 44] = [
+const COVERED: [&str; 49] = [
     "abs",
     "add",
     "broadcast_to",
     "cast",
+    "ceil",
     "clamp",
     "concat",
     "const",
@@ -30,6 +31,7 @@ const COVERED: [&str; 44] = [
     "eq",
     "erf",
     "exp",
+    "floor",
     "ge",
     "gelu",
     "gelu_tanh",
@@ -49,8 +51,10 @@ const COVERED: [&str; 44] = [
     "reduce_max",
     "relu",
     "reshape",
+    "round",
     "rsqrt",
     "sigmoid",
+    "sign",
     "silu",
     "sin",
     "slice",
@@ -59,6 +63,7 @@ const COVERED: [&str; 44] = [
     "sub",
     "sum",
     "sum_to_size",
+    "tan",
     "tanh",
     "transpose",
     "where",
@@ -175,6 +180,62 @@ fn every_default_op_is_covered() {
         names,
         COVERED.to_vec(),
         "a default op was added or removed: test it here"
+    );
+}
+
+// ------------------------------------------------------------------------------------- rounding
+
+/// floor, ceil, round (halves to even, as NumPy and ONNX round) and sign on halves, ties,
+/// signed zeros, values past 2^52, ±Inf and NaN, in f32, f16 and integers.
+#[test]
+fn rounding_exact_values() {
+    let xs = [
+        -2.5, -1.5, -0.5, -0.25, -0.0, 0.0, 0.25, 0.5, 1.5, 2.5, 2.75, 1e20, INF, -INF, NAN,
+    ];
+    let floor = [
+        -3.0, -2.0, -1.0, -1.0, -0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 2.0, 1e20, INF, -INF, NAN,
+    ];
+    let ceil = [
+        -2.0, -1.0, -0.0, -0.0, -0.0, 0.0, 1.0, 1.0, 2.0, 3.0, 3.0, 1e20, INF, -INF, NAN,
+    ];
+    let sign = [
+        -1.0, -1.0, -1.0, -1.0, -0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, -1.0, NAN,
+    ];
+    for dtype in [F32, F64] {
+        let xs: Vec<f64> = xs.iter().map(|&x| dtype.round(x)).collect();
+        let want = |v: &[f64]| v.iter().map(|&x| dtype.round(x)).collect::<Vec<_>>();
+        assert_exact(&unary("floor", dtype, &xs), dtype, &[15], &want(&floor));
+        assert_exact(&unary("ceil", dtype, &xs), dtype, &[15], &want(&ceil));
+        assert_exact(&unary("sign", dtype, &xs), dtype, &[15], &want(&sign));
+        // NumPy's round gives -0 for -0.5 and -0.25; this round gives +0 there (equal values).
+        let got = unary("round", dtype, &xs).values();
+        let round = [
+            -2.0, -2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 2.0, 3.0, 1e20, INF, -INF, NAN,
+        ];
+        for (i, (&g, &w)) in got.iter().zip(&round).enumerate() {
+            assert!(
+                g == dtype.round(w) || (g.is_nan() && w.is_nan()),
+                "round [{i}]: {g} vs {w}"
+            );
+        }
+    }
+    // Half precision: 2049 is not an f16, so x = 2048.5 is not either; halves below 1024 are.
+    assert_exact(
+        &unary("round", F16, &[0.5, 1.5, 2.5, 1023.5, -3.5]),
+        F16,
+        &[5],
+        &[0.0, 2.0, 2.0, 1024.0, -4.0],
+    );
+    // Integers are their own floor and ceil; sign is -1, 0 or 1. (round is of floats only,
+    // as ONNX's is: an integer operand is promoted.)
+    let ints = [-7.0, 0.0, 5.0, 2147483647.0];
+    assert_exact(&unary("floor", I32, &ints), I32, &[4], &ints);
+    assert_exact(&unary("ceil", I32, &ints), I32, &[4], &ints);
+    assert_exact(
+        &unary("sign", I32, &ints),
+        I32,
+        &[4],
+        &[-1.0, 0.0, 1.0, 1.0],
     );
 }
 
@@ -425,6 +486,7 @@ fn unary_truths() -> Vec<Truth> {
         ("rsqrt", positive, |x| x.sqrt().recip()),
         ("sin", general.clone(), f64::sin),
         ("cos", general.clone(), f64::cos),
+        ("tan", general.clone(), f64::tan),
         ("tanh", general.clone(), f64::tanh),
         ("sigmoid", general.clone(), sigmoid),
         ("gelu", general.clone(), |x| {
