@@ -21,12 +21,14 @@
 //! nothing ranked above them can reach them. The kernels it visits are then moved after the merged
 //! kernel, which keeps the ranks topological; the final kernel order is the rank order.
 //!
-//! Library casts (`library_casts` in fusion.ron): a `cast` whose uses are all by one library
-//! call, and which is not a graph output, may instead be left for that call to absorb (it
-//! converts while packing its operands). The cast is then not placed when visited; the library
-//! call's kernel takes it in when the call is placed. Absorbing is chosen when it is cheaper
-//! than the cast joining its producer's kernel (where it would be stored narrow); it is always
-//! cheaper than the cast running alone.
+//! Library casts and views (`library_casts`, `library_views` in fusion.ron): a `cast`, or a
+//! layout op that is a view, on the way from a buffer to a library call's operand (each used
+//! only by the next, none a graph output; see `absorbable_operands`) may instead be left for
+//! that call to absorb: it converts while packing its operands and reads them through
+//! strides. Such a node is then not placed when visited; the library call's kernel takes it
+//! in when the call is placed. Absorbing a cast is chosen when it is cheaper than the cast
+//! joining its producer's kernel (where it would be stored narrow); it is always cheaper than
+//! the cast, or a view's copy, running alone.
 //!
 //! Concat as a range select ([`Role::is_select`]): a concat joins the kernels producing its
 //! operands when each of them is a *segment kernel* — its domain fits the operand it produces
@@ -199,9 +201,9 @@ struct Builder<'a> {
     max_terms: usize,
     /// Whether the sibling pass runs (`siblings` in fusion.ron).
     siblings: bool,
-    /// Per node: a cast that its one library-call user may absorb (`library_casts`).
+    /// Per node: a cast or view that a library call may absorb (`absorbable_operands`).
     absorbable: Vec<bool>,
-    /// Per node: a cast left for its library-call user to absorb, not yet placed.
+    /// Per node: a cast or view left for a library call to absorb, not yet placed.
     absorbed: Vec<bool>,
     role: Vec<Role>,
     /// Per node: a layout op joining kernels as a view ([`Role::is_view`]), with its resolved
@@ -498,7 +500,7 @@ impl Builder<'_> {
         self.start(n);
     }
 
-    /// Whether library cast `n` costs less absorbed by its library call than joining its
+    /// Whether cast or view `n` costs less absorbed by its library call than joining its
     /// producer's kernel per `plan`. Absorbed, the call reads the cast's operand instead of
     /// the cast's value; joined, the producer's kernel changes by `plan.delta` and the call
     /// reads the cast's value. Memory time only: the call's arithmetic is the same either way.

@@ -1,5 +1,6 @@
 //! Kernels as the partitioner registers and merges them: a node as a kernel of its own (priced
-//! alone, or a library call with the casts it absorbs), and the merge carrying out a plan.
+//! alone, or a library call with the casts and views it absorbs), and the merge carrying out a
+//! plan.
 //!
 //! These are the only places that change a kernel's nodes, inputs and edges, so the
 //! bookkeeping that keeps `group_of`, `parent` and the successor edges consistent lives
@@ -105,28 +106,28 @@ impl Builder<'_> {
     }
 
     /// Registers `n` as a kernel of its own, ranked after every existing kernel; a library
-    /// call takes in the casts left for it to absorb.
+    /// call takes in the casts and views left for it to absorb.
     pub(super) fn start(&mut self, n: usize) {
         // The absorbed nodes feeding `n`, through chains of them.
-        let mut casts: Vec<usize> = Vec::new();
+        let mut absorbed_nodes: Vec<usize> = Vec::new();
         let mut stack: Vec<usize> = vec![n];
         while let Some(m) = stack.pop() {
             for &arg in &self.dag.nodes[m].args {
                 if let Value::Node(c) = arg
                     && self.absorbed[c]
-                    && !casts.contains(&c)
+                    && !absorbed_nodes.contains(&c)
                 {
-                    casts.push(c);
+                    absorbed_nodes.push(c);
                     stack.push(c);
                 }
             }
         }
-        casts.sort_unstable();
-        casts.dedup();
-        let mut group = if casts.is_empty() {
+        absorbed_nodes.sort_unstable();
+        absorbed_nodes.dedup();
+        let mut group = if absorbed_nodes.is_empty() {
             self.singleton(n)
         } else {
-            self.library_with_casts(n, &casts)
+            self.library_with_absorbed(n, &absorbed_nodes)
         };
         if self.view_plan[n].is_some() {
             // Alone, a view reads its operand's (contiguous) buffer.
@@ -139,7 +140,7 @@ impl Builder<'_> {
         group.rank = self.next_rank;
         self.ranks.insert(self.next_rank, id);
         self.next_rank += self.gap;
-        for &m in casts.iter().chain([&n]) {
+        for &m in absorbed_nodes.iter().chain([&n]) {
             for &arg in &self.dag.nodes[m].args {
                 if let Value::Node(p) = arg
                     && !self.facts.literal[p]
@@ -150,7 +151,7 @@ impl Builder<'_> {
                 }
             }
         }
-        for &c in &casts {
+        for &c in &absorbed_nodes {
             self.absorbed[c] = false;
             self.group_of[c] = id;
             self.ext[c] = 0;
@@ -163,14 +164,15 @@ impl Builder<'_> {
         self.group_of[n] = id;
     }
 
-    /// Library call `n` as a kernel of its own with the absorbed casts `casts` in it (not yet
-    /// registered): it reads the casts' operands instead of their values.
-    fn library_with_casts(&self, n: usize, casts: &[usize]) -> Group {
-        let inputs: HashSet<Value> = casts
+    /// Library call `n` as a kernel of its own with the casts and views it absorbed,
+    /// `absorbed_nodes`, in it (not yet registered): it reads their sources instead of their
+    /// values.
+    fn library_with_absorbed(&self, n: usize, absorbed_nodes: &[usize]) -> Group {
+        let inputs: HashSet<Value> = absorbed_nodes
             .iter()
             .chain([&n])
             .flat_map(|&m| self.operands(m))
-            .filter(|v| !matches!(v, Value::Node(c) if casts.contains(c)))
+            .filter(|v| !matches!(v, Value::Node(c) if absorbed_nodes.contains(c)))
             .collect();
         let in_bytes: u64 = inputs.iter().map(|&v| self.facts.value_bytes(v)).sum();
         let (_, out_bytes, _) = self.singleton_cost(n);
@@ -182,7 +184,7 @@ impl Builder<'_> {
             self.profile.matmul_rate(self.dag.nodes[n].ty.dtype),
         )
         .total_us;
-        let mut nodes = casts.to_vec();
+        let mut nodes = absorbed_nodes.to_vec();
         nodes.push(n);
         Group {
             nodes,
@@ -192,7 +194,11 @@ impl Builder<'_> {
             outputs: usize::from(self.written_alone(n)),
             out_bytes,
             per_element: self.facts.flops_per_element[n],
-            terms: casts.iter().chain([&n]).map(|&m| self.facts.terms[m]).sum(),
+            terms: absorbed_nodes
+                .iter()
+                .chain([&n])
+                .map(|&m| self.facts.terms[m])
+                .sum(),
             segments: 0,
             views: 0,
             domain: self.facts.iter_shape(n).clone(),
