@@ -1984,7 +1984,8 @@ fn run_program_emulated(
                     &mut out,
                 )
                 .expect("matmul");
-                values.insert(m.out, out);
+                let (value, buffer) = interpret::placed_product(program, m, out).expect("result");
+                values.insert(value, buffer);
                 if let Some(e) = &m.epilogue {
                     emulate_step(
                         program,

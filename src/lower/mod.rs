@@ -103,6 +103,22 @@ impl Program {
                     if let Some(e) = &m.epilogue {
                         self.check_launch(&e.step)?;
                     }
+                    if let Some(r) = &m.result {
+                        let product = &dag.ty(m.out).shape;
+                        let len = crate::shape::numel(&dag.ty(r.value).shape) as i64;
+                        let inside = match r.write.span(product) {
+                            Some((low, high)) => low >= 0 && high < len,
+                            None => product.contains(&0),
+                        };
+                        if !inside || crate::shape::numel(product) as i64 != len {
+                            return Err(Error::new(
+                                Site::node(dag.value_name(r.value)),
+                                ErrorKind::Lower(
+                                    "a product written outside its view's buffer".into(),
+                                ),
+                            ));
+                        }
+                    }
                 }
                 Step::Kernel(k) => self.check_launch(k)?,
             }
@@ -240,6 +256,9 @@ fn reach(offset: i64, sizes: &[i64], strides: &[i64]) -> (i64, i64) {
 }
 
 /// One unit of work.
+// A program holds one step per kernel, so the product step's size (its operands' views, its
+// epilogue's launch) costs nothing worth an indirection on every access.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Step {
     Kernel(KernelStep),
@@ -263,7 +282,7 @@ impl Step {
                 (k.args[..loads].to_vec(), k.args[loads..].to_vec())
             }
             Step::MatMul(m) => {
-                let (mut reads, mut writes) = (vec![m.a.value, m.b.value], vec![m.out]);
+                let (mut reads, mut writes) = (vec![m.a.value, m.b.value], vec![m.written()]);
                 if let Some(e) = &m.epilogue {
                     let loads = kernels[e.step.kernel].loads.len();
                     let args = &e.step.args;
@@ -296,6 +315,26 @@ pub struct MatMulStep {
     pub out: Value,
     pub group: usize,
     pub epilogue: Option<Epilogue>,
+    /// Where the product is written instead of a buffer of its own: a transpose of it that
+    /// the call absorbed (see `partition/result_view.rs`).
+    pub result: Option<ResultView>,
+}
+
+/// A product written as the value of a transpose of it: `write` places product element `q`
+/// (row-major over the product's shape) at an element of `value`'s buffer; `read` is the same
+/// map the other way, `value`'s element `q` as an element of the product (contiguous).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultView {
+    pub value: Value,
+    pub write: crate::shape::Strided,
+    pub read: crate::shape::Strided,
+}
+
+impl MatMulStep {
+    /// The value the step writes the product into: its own, or a transpose of it.
+    pub fn written(&self) -> Value {
+        self.result.as_ref().map_or(self.out, |r| r.value)
+    }
 }
 
 /// The pointwise kernel a matrix product runs on its product (fusion.ron's
@@ -451,6 +490,9 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
         if let Some(call) = opaque {
             let parts = crate::partition::LibraryParts::of(dag, &kernel.nodes);
             let mut step = matmul_step(dag, &parts.operands, call, group)?;
+            if let Some(view) = parts.result {
+                step.result = Some(result_view(dag, call, view)?);
+            }
             if !parts.epilogue.is_empty() {
                 let lowered = epilogue(dag, kernel, &parts.epilogue, group, &mut program)?;
                 step.epilogue = Some(lowered);
@@ -488,6 +530,38 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
 
 /// A kernel, its launch and its buffer per argument.
 type Lowered = (KernelIr, Launch, Vec<Value>);
+
+/// The transpose `view` of product `call` as the place the call writes the product.
+fn result_view(dag: &Dag, call: usize, view: usize) -> Result<ResultView> {
+    let node = &dag.nodes[view];
+    let product = &dag.nodes[call].ty.shape;
+    let plan = crate::graph::check::plan_builtin(Builtin::Transpose, &[product], &node.attrs)
+        .map_err(|e| lower_error(dag, view, e.to_string()))?
+        .0;
+    let crate::graph::check::BuiltinPlan::Transpose(perm) = plan else {
+        return Err(lower_error(
+            dag,
+            view,
+            "a library call writes through a transpose only".into(),
+        ));
+    };
+    // Axis d of the transpose is axis perm[d] of the product, so product axis perm[d] steps
+    // by the transpose's stride along d.
+    let read = crate::shape::Strided::contiguous(product).transpose(&perm);
+    let own = crate::shape::Strided::contiguous(&node.ty.shape);
+    let mut write = vec![0i64; perm.len()];
+    for (d, &p) in perm.iter().enumerate() {
+        write[p] = own.strides[d];
+    }
+    Ok(ResultView {
+        value: Value::Node(view),
+        write: crate::shape::Strided {
+            offset: 0,
+            strides: write,
+        },
+        read,
+    })
+}
 
 /// The epilogue of the library kernel `kernel`: its nodes `nodes` lowered as a fused kernel
 /// over the product's shape, reading the product from memory. Its launch is not refined (a
@@ -564,6 +638,7 @@ fn matmul_step(dag: &Dag, nodes: &[usize], call: usize, group: usize) -> Result<
         out: Value::Node(call),
         group,
         epilogue: None,
+        result: None,
     })
 }
 

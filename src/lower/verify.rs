@@ -338,7 +338,9 @@ impl super::Program {
         let mut writes: Vec<Vec<Option<Block>>> = vec![Vec::new(); dag.nodes.len()];
         // An epilogue's stores are a kernel's, after its product's.
         let launches = self.steps.iter().flat_map(|step| match step {
-            super::Step::MatMul(m) => vec![(Some(m.out), m.epilogue.as_ref().map(|e| &e.step))],
+            super::Step::MatMul(m) => {
+                vec![(Some(m.written()), m.epilogue.as_ref().map(|e| &e.step))]
+            }
             super::Step::Kernel(k) => vec![(None, Some(k))],
         });
         for (product, kernel) in launches {

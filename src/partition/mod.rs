@@ -19,6 +19,7 @@ mod epilogue;
 mod greedy;
 mod in_place;
 mod pieces;
+mod result_view;
 
 use crate::dag::{Dag, DagNode, Value};
 use crate::rules::{Builtin, FusionRules, OpKind, Profile, Role, RowArithmetic};
@@ -155,14 +156,17 @@ pub struct Partition {
 
 /// The nodes of a library kernel by their part: the call (the kernel's one `Opaque` node),
 /// the casts and views it absorbed on its operands (`library_casts`, `library_views`: each
-/// reached from the call's operands back through nodes of the kernel), and its epilogue
-/// (`library_epilogues`: every other node, pointwise ops run on each finished tile of the
-/// product, reading it as an ordinary value).
+/// reached from the call's operands back through nodes of the kernel), its epilogue
+/// (`library_epilogues`: pointwise ops run on each finished tile of the product, reading it
+/// as an ordinary value), or the layout op through which it writes its product
+/// (`library_views`: a transpose reading the product, whose value the call writes in its
+/// place).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LibraryParts {
     pub call: Option<usize>,
     pub operands: Vec<usize>,
     pub epilogue: Vec<usize>,
+    pub result: Option<usize>,
 }
 
 impl LibraryParts {
@@ -187,15 +191,20 @@ impl LibraryParts {
             }
         }
         operands.sort_unstable();
+        let result = nodes.iter().copied().find(|&n| {
+            dag.nodes[n].op.kind() == OpKind::Layout
+                && call.is_some_and(|c| dag.nodes[n].args.contains(&Value::Node(c)))
+        });
         let epilogue = nodes
             .iter()
             .copied()
-            .filter(|&n| Some(n) != call && !operands.contains(&n))
+            .filter(|&n| Some(n) != call && !operands.contains(&n) && Some(n) != result)
             .collect();
         LibraryParts {
             call,
             operands,
             epilogue,
+            result,
         }
     }
 }
@@ -271,9 +280,10 @@ pub fn partition(dag: &Dag, fusion: &FusionRules, profile: &Profile) -> Partitio
     let role: Vec<Role> = dag.nodes.iter().map(|node| fusion.role(&node.op)).collect();
     let greedy = greedy::partition(dag, fusion, profile);
     let in_place = in_place::write_in_place(dag, &role, fusion.max_kernel_args, profile, greedy);
+    let epilogues = epilogue::absorb_epilogues(dag, fusion, profile, in_place);
     Partition {
         row_arithmetic: fusion.row_arithmetic,
-        ..epilogue::absorb_epilogues(dag, fusion, profile, in_place)
+        ..result_view::absorb_result_views(dag, fusion, profile, epilogues)
     }
 }
 

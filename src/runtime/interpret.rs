@@ -572,6 +572,24 @@ pub enum InterpretError {
     OutputNotWritten(String),
 }
 
+/// The value product step `m` writes, holding `product` (its result, contiguous): the
+/// product itself, or the transpose of it the step writes instead (`lower::ResultView`).
+pub fn placed_product(
+    program: &Program,
+    m: &crate::lower::MatMulStep,
+    product: Buffer,
+) -> Result<(crate::dag::Value, Buffer), InterpretError> {
+    let Some(result) = &m.result else {
+        return Ok((m.out, product));
+    };
+    let ty = program.dag.ty(result.value);
+    let mut placed = Buffer::try_zeroed(ty.dtype, &ty.shape)?;
+    match placed.gather_from(product.elements(), &result.read) {
+        true => Ok((result.value, placed)),
+        false => Err(super::matmul::MatMulError::ViewOutOfBounds { operand: "result" }.into()),
+    }
+}
+
 /// Runs kernel step `k` of `program` on `values`: reads its loads' buffers, writes its stores'.
 fn run_step(
     program: &Program,
@@ -644,7 +662,8 @@ pub fn run_program(program: &Program, inputs: &[Buffer]) -> Result<Vec<Buffer>, 
                     .ok_or(InterpretError::MatMulOperandMissing)?;
                 let mut out = fresh(m.out)?;
                 super::matmul::matmul(a, &m.a, b, &m.b, &mut out)?;
-                values.insert(m.out, out);
+                let (value, buffer) = placed_product(program, m, out)?;
+                values.insert(value, buffer);
                 // The epilogue runs after the product, over its whole shape.
                 if let Some(e) = &m.epilogue {
                     run_step(program, &e.step, &mut values)?;

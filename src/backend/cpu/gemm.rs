@@ -25,9 +25,9 @@
 use super::compiler::{Compiler, KernelFn, Module};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::lower::MatMulOperand;
+use crate::lower::{MatMulOperand, ResultView};
 use crate::runtime::buffer::{Elements, ElementsMut};
-use crate::runtime::matmul::{self, MatMulError, OperandLayout, StridedProduct};
+use crate::runtime::matmul::{self, MatMulError, OperandLayout, ProductShape, StridedProduct};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -54,6 +54,51 @@ impl std::fmt::Debug for Gemm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gemm").finish_non_exhaustive()
     }
+}
+
+/// [`matmul::matmul_elements`] into a product of its own, then placed in `out` (the buffer
+/// of the transpose `result` is) element by element.
+fn placed_elements(
+    a: Elements<'_>,
+    a_op: &MatMulOperand,
+    b: Elements<'_>,
+    b_op: &MatMulOperand,
+    mut out: ElementsMut<'_>,
+    result: &ResultView,
+) -> std::result::Result<(), MatMulError> {
+    let (a_shape, b_shape) = (a_op.layout(a.shape).0, b_op.layout(b.shape).0);
+    let product_shape = ProductShape::of(&a_shape, &b_shape)?;
+    let mut shape = product_shape.batch;
+    shape.extend([product_shape.rows, product_shape.cols]);
+    let mut product = crate::runtime::buffer::Buffer::try_zeroed(out.dtype, &shape)
+        .map_err(|_| MatMulError::PackingAlloc)?;
+    matmul::matmul_elements(a, a_op, b, b_op, product.elements_mut())?;
+    let integer = out.dtype.category() == crate::dtype::Category::Integer;
+    for q in 0..out.len() {
+        let at = result.read.element(out.shape, q);
+        let from = usize::try_from(at)
+            .ok()
+            .filter(|&e| e < product.len())
+            .ok_or(MatMulError::ViewOutOfBounds { operand: "result" })?;
+        match integer {
+            true => out.set_int(q, product.get_int(from)),
+            false => out.set(q, product.get(from)),
+        }
+    }
+    Ok(())
+}
+
+/// The row and column strides of the result matrices of a product of shape `shape` (batch
+/// dims, rows, columns) written through `result`, and each matrix's first element.
+fn result_matrices(result: &ResultView, shape: &[usize]) -> ([i64; 2], Vec<i64>) {
+    let write = &result.write;
+    let rank = shape.len();
+    let matrix = shape[rank - 2] * shape[rank - 1];
+    let batches: usize = shape[..rank - 2].iter().product();
+    let offsets = (0..batches)
+        .map(|i| write.element(shape, i * matrix))
+        .collect();
+    ([write.strides[rank - 2], write.strides[rank - 1]], offsets)
 }
 
 /// `product` as one product of all its left-hand rows, where its batch shares one right-hand
@@ -137,6 +182,15 @@ pub struct EpilogueCall {
     pub ptrs: *const *mut c_void,
 }
 
+/// Where a product goes besides its buffer: the transpose of it it is written as, and the
+/// epilogue run on each of its tiles (either or neither; the partition never gives a call
+/// both).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Placement<'a> {
+    pub result: Option<&'a ResultView>,
+    pub epilogue: Option<&'a EpilogueCall>,
+}
+
 /// One call of the GEMM, in its ABI (see `gemm.c`): sizes, strides and per-matrix offsets,
 /// all in elements.
 #[derive(Debug, Clone)]
@@ -166,13 +220,14 @@ impl Gemm {
         out: ElementsMut<'_>,
     ) -> std::result::Result<(), MatMulError> {
         // SAFETY: no epilogue.
-        unsafe { self.matmul_with(a, a_op, b, b_op, out, None) }.map(|_| ())
+        unsafe { self.matmul_with(a, a_op, b, b_op, out, Placement::default()) }.map(|_| ())
     }
 
-    /// [`Gemm::matmul`] running `epilogue` on each finished tile of the product. Returns
-    /// whether the GEMM ran it: products the GEMM does not cover go to
-    /// [`matmul::matmul_elements`], which stores the product and leaves the epilogue to the
-    /// caller.
+    /// [`Gemm::matmul`] running the placement's `epilogue` on each finished tile of the
+    /// product, and writing the product through its `result` (a transpose of it, `out` being
+    /// that transpose's buffer) where given. Returns whether the GEMM ran the epilogue: products the GEMM does not
+    /// cover go to [`matmul::matmul_elements`], which stores the product and leaves the
+    /// epilogue to the caller.
     ///
     /// # Safety
     /// `epilogue`'s launch must address only elements inside its buffers for every tile of
@@ -185,8 +240,9 @@ impl Gemm {
         b: Elements<'_>,
         b_op: &MatMulOperand,
         mut out: ElementsMut<'_>,
-        epilogue: Option<&EpilogueCall>,
+        placement: Placement<'_>,
     ) -> std::result::Result<bool, MatMulError> {
+        let Placement { result, epilogue } = placement;
         let product = out.dtype;
         let plans = (
             operand_plan(a.dtype, a_op.cast, product),
@@ -196,7 +252,10 @@ impl Gemm {
             operand_ptr(&b),
         );
         let (Some(pa), Some(pb), Some(out_code), Some(a_ptr), Some(b_ptr)) = plans else {
-            return matmul::matmul_elements(a, a_op, b, b_op, out).map(|_| false);
+            return match result {
+                None => matmul::matmul_elements(a, a_op, b, b_op, out).map(|_| false),
+                Some(result) => placed_elements(a, a_op, b, b_op, out, result).map(|_| false),
+            };
         };
         let (a_shape, a_view) = a_op.layout(a.shape);
         let (b_shape, b_view) = b_op.layout(b.shape);
@@ -215,8 +274,25 @@ impl Gemm {
         // sequence read transposed): one call of a tall matrix instead of many short ones,
         // each of which would stream the whole right-hand matrix. Its epilogue, cut to tiles
         // of the batch matrices, then runs after it.
-        let folded = fold_batches(&product);
+        let folded = fold_batches(&product).filter(|_| result.is_none());
         let epilogue = epilogue.filter(|_| folded.is_none());
+        // Where each result matrix goes: contiguous, or through the result's view.
+        let (c_strides, c_offsets) = match result {
+            None => (
+                [product.cols as i64, 1],
+                (0..product.offsets.len())
+                    .map(|i| (i * product.rows * product.cols) as i64)
+                    .collect::<Vec<_>>(),
+            ),
+            Some(r) => {
+                let mut shape = ProductShape::of(&a_shape, &b_shape)?.batch;
+                shape.extend([product.rows, product.cols]);
+                if r.write.strides.len() != shape.len() {
+                    return Err(MatMulError::ViewOutOfBounds { operand: "result" });
+                }
+                result_matrices(r, &shape)
+            }
+        };
         let StridedProduct {
             rows,
             inner,
@@ -224,7 +300,8 @@ impl Gemm {
             a_strides,
             b_strides,
             offsets,
-        } = folded.unwrap_or(product);
+        } = folded.clone().unwrap_or(product);
+        let folded_c = folded.is_some();
         let call = Call {
             sizes: [
                 offsets.len() as i64,
@@ -244,13 +321,19 @@ impl Gemm {
                 a_strides[1],
                 b_strides[0],
                 b_strides[1],
-                cols as i64,
-                1,
+                c_strides[0],
+                c_strides[1],
             ],
             offsets: offsets
                 .iter()
                 .enumerate()
-                .flat_map(|(i, &(oa, ob))| [oa, ob, (i * rows * cols) as i64])
+                .flat_map(|(i, &(oa, ob))| {
+                    let c = match folded_c {
+                        true => (i * rows * cols) as i64,
+                        false => c_offsets[i],
+                    };
+                    [oa, ob, c]
+                })
                 .collect(),
         };
         // SAFETY: `strided_product` checked that every element the operands' views address

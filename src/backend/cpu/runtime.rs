@@ -10,7 +10,7 @@
 
 use super::compiler::{CompileStats, Compiler, KernelFn, Module};
 use super::emit;
-use super::gemm::{EpilogueCall, Gemm};
+use super::gemm::{EpilogueCall, Gemm, Placement};
 use crate::backend::{BenchFacts, Executable, Target};
 use crate::dag::Value;
 use crate::error::{Error, ErrorKind, Result, Site};
@@ -224,7 +224,10 @@ impl Executable for CpuExecutable {
             match step {
                 Step::Kernel(k) => launch(s, k),
                 Step::MatMul(m) => {
-                    let (ta, tb, to) = (dag.ty(m.a.value), dag.ty(m.b.value), dag.ty(m.out));
+                    // The product is written as its own value or as the transpose of it
+                    // the step writes instead (`lower::ResultView`).
+                    let written = m.written();
+                    let (ta, tb, to) = (dag.ty(m.a.value), dag.ty(m.b.value), dag.ty(written));
                     // SAFETY: each pointer is its value's buffer of exactly its type's size,
                     // 8-byte aligned; a step never writes a buffer it reads (the output is a
                     // node written here, its operands earlier values), and nothing else touches
@@ -233,7 +236,7 @@ impl Executable for CpuExecutable {
                         (
                             Elements::from_raw(ta.dtype, &ta.shape, pointer(m.a.value)),
                             Elements::from_raw(tb.dtype, &tb.shape, pointer(m.b.value)),
-                            ElementsMut::from_raw(to.dtype, &to.shape, pointer(m.out)),
+                            ElementsMut::from_raw(to.dtype, &to.shape, pointer(written)),
                         )
                     };
                     let gemm = self.gemm.as_ref().ok_or_else(|| {
@@ -265,8 +268,20 @@ impl Executable for CpuExecutable {
                     // whole shape lies inside its buffers, so each tile's does; its outputs
                     // are values no operand of the product is; its product argument reads
                     // the product's dtype (the lowering loads the product's value).
-                    let ran = unsafe { gemm.matmul_with(a, &m.a, b, &m.b, out, per_tile.as_ref()) }
-                        .map_err(|e| Error::backend(e.to_string()))?;
+                    let ran = unsafe {
+                        gemm.matmul_with(
+                            a,
+                            &m.a,
+                            b,
+                            &m.b,
+                            out,
+                            Placement {
+                                result: m.result.as_ref(),
+                                epilogue: per_tile.as_ref(),
+                            },
+                        )
+                    }
+                    .map_err(|e| Error::backend(e.to_string()))?;
                     if let Some(e) = epilogue
                         && !ran
                     {

@@ -88,7 +88,7 @@ impl DevicePlan {
         let mut builder = Builder {
             kernels: program.kernels.clone(),
             ops: Vec::new(),
-            temp_bytes: vec![0; 3],
+            temp_bytes: vec![0; 4],
         };
         for step in &program.steps {
             match step {
@@ -226,9 +226,34 @@ impl Builder {
         Buf::Temp(index)
     }
 
-    /// The operations of one matrix product: operand conversions, the GEMM (or a zero fill
-    /// when the inner dimension is empty), and the final rounding for integer products.
+    /// The operations of one matrix product, and where the step writes the product through a
+    /// transpose of it (`lower::ResultView`), the gather that places it there: the product
+    /// goes to a temporary first (cuBLAS writes contiguous matrices; reading the transposed
+    /// layout as C's leading dimension is not planned yet).
     fn matmul(&mut self, program: &Program, m: &MatMulStep) -> Result<()> {
+        let Some(result) = &m.result else {
+            return self.product(program, m, Buf::Value(m.out));
+        };
+        let ty = program.dag.ty(m.out);
+        let len = crate::shape::numel(&ty.shape);
+        let product = self.temp(3, len * ty.dtype.size_bytes());
+        self.product(program, m, product)?;
+        if len > 0 {
+            let view = crate::lower::OperandView {
+                shape: program.dag.ty(result.value).shape.clone(),
+                strided: result.read.clone(),
+            };
+            let (ir, launch) = pack::gather(ty.dtype, &[], &view);
+            let kernel = self.intern(ir);
+            self.kernel(kernel, launch, vec![product, Buf::Value(result.value)]);
+        }
+        Ok(())
+    }
+
+    /// The operations of one matrix product into `dest`: operand conversions, the GEMM (or a
+    /// zero fill when the inner dimension is empty), and the final rounding for integer
+    /// products.
+    fn product(&mut self, program: &Program, m: &MatMulStep, dest: Buf) -> Result<()> {
         let dag = &program.dag;
         let (ta, tb, tc) = (dag.ty(m.a.value), dag.ty(m.b.value), dag.ty(m.out));
         let node_error = |message: String| {
@@ -252,7 +277,7 @@ impl Builder {
             }
             if shape.k == 0 {
                 self.ops.push(Op::Zero {
-                    dst: Buf::Value(m.out),
+                    dst: dest,
                     bytes: len * tc.dtype.size_bytes(),
                 });
                 return Ok(());
@@ -275,7 +300,7 @@ impl Builder {
             let a = self.operand(dag, 0, &m.a, None, ta.dtype);
             let b = self.operand(dag, 1, &m.b, None, tb.dtype);
             let kernel = self.intern(ir);
-            self.kernel(kernel, launch, vec![a, b, Buf::Value(m.out)]);
+            self.kernel(kernel, launch, vec![a, b, dest]);
             return Ok(());
         }
         let spec = |op: &MatMulOperand, dtype| OperandSpec {
@@ -327,7 +352,7 @@ impl Builder {
         };
         let c = match types.out_chain {
             Some(_) => self.temp(2, len * types.output.size_bytes()),
-            None => Buf::Value(m.out),
+            None => dest,
         };
         if len > 0 {
             if shape.k == 0 {
@@ -346,7 +371,7 @@ impl Builder {
             }
         }
         if let Some(chain) = &types.out_chain {
-            self.convert(types.output, chain, len, c, Buf::Value(m.out));
+            self.convert(types.output, chain, len, c, dest);
         }
         Ok(())
     }
@@ -574,6 +599,28 @@ mod tests {
             }
             other => panic!("{other:#?}"),
         }
+    }
+
+    /// A product written through the transpose that reads it goes to a temporary, and one
+    /// gather kernel places it in the transpose's buffer.
+    #[test]
+    fn a_result_view_is_gathered_from_the_product() {
+        let p = fused_plan(
+            r#"Graph(name: "t", inputs: [Input(name: "p", dtype: "f32", shape: [2, 3, 4, 4]),
+                   Input(name: "v", dtype: "f32", shape: [2, 3, 4, 5])],
+                 nodes: [Node(name: "a", op: "matmul", args: ["p", "v"]),
+                         Node(name: "t", op: "transpose", args: ["a"], attrs: {"perm": [0, 2, 1, 3]})],
+                 outputs: ["t"])"#,
+        );
+        match &p.ops[..] {
+            [Op::Gemm { c, .. }, Op::Kernel(call)] => {
+                assert_eq!(*c, Buf::Temp(3));
+                assert_eq!(call.args, [Buf::Temp(3), Buf::Value(Value::Node(1))]);
+                assert_eq!(call.launch.sizes, [2, 4, 3, 5]);
+            }
+            other => panic!("{other:#?}"),
+        }
+        assert_eq!(p.temp_bytes[3], 2 * 3 * 4 * 5 * 4);
     }
 
     /// An output naming an input, and a value named by two outputs (as after the optimizer
