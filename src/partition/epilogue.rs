@@ -30,24 +30,13 @@ pub(super) fn absorb_epilogues(
     dag: &Dag,
     fusion: &FusionRules,
     profile: &Profile,
-    mut partition: Partition,
+    partition: Partition,
 ) -> Partition {
     if !fusion.library_epilogues {
         return partition;
     }
     let facts = Facts::new(dag, profile);
-    let mut k = 0;
-    while k < partition.kernels.len() {
-        match merged(dag, &facts, profile, &partition, k) {
-            Some((reader, kernel)) => {
-                partition.kernels[reader] = kernel;
-                partition.kernels.remove(k);
-            }
-            None => k += 1,
-        }
-    }
-    partition.cost = partition.kernels.iter().map(|k| k.cost).sum();
-    partition
+    super::merge_into_readers(partition, |p, k| merged(dag, &facts, profile, p, k))
 }
 
 /// Kernel `k` merged into the one kernel reading its product, with that kernel's index, where

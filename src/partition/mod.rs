@@ -209,6 +209,29 @@ impl LibraryParts {
     }
 }
 
+/// `partition` with library kernels merged into the kernels that read their products, one
+/// call at a time in kernel order: `merged(partition, k)` gives, for library kernel `k`, the
+/// index of the kernel it merges into and the merged kernel (which takes that kernel's place,
+/// later than `k`), or `None` to keep both. The passes after the greedy partition that a
+/// library call takes in (`epilogue`, `result_view`) differ only in `merged`.
+fn merge_into_readers(
+    mut partition: Partition,
+    merged: impl Fn(&Partition, usize) -> Option<(usize, Kernel)>,
+) -> Partition {
+    let mut k = 0;
+    while k < partition.kernels.len() {
+        match merged(&partition, k) {
+            Some((reader, kernel)) => {
+                partition.kernels[reader] = kernel;
+                partition.kernels.remove(k);
+            }
+            None => k += 1,
+        }
+    }
+    partition.cost = partition.kernels.iter().map(|k| k.cost).sum();
+    partition
+}
+
 /// How many launches a partition makes, counted the one way every report uses: generated
 /// kernels (fused loops and copies) apart from library calls (matmul through cuBLAS or
 /// `matrixmultiply`), which run code fusebox did not write and which fusion never removes.
