@@ -454,6 +454,16 @@ impl Strided {
         at
     }
 
+    /// Whether every element this view of `shape` addresses lies in a buffer of `len`
+    /// elements (a view of no elements addresses none).
+    pub fn within(&self, shape: &[usize], len: usize) -> bool {
+        self.strides.len() == shape.len()
+            && match self.span(shape) {
+                Some((low, high)) => low >= 0 && (high as u64) < len as u64,
+                None => shape.contains(&0),
+            }
+    }
+
     /// The lowest and the highest element of the buffer this view of `shape` addresses;
     /// `None` when it addresses none (an axis of size 0) or an address overflows.
     pub fn span(&self, shape: &[usize]) -> Option<(i64, i64)> {

@@ -105,12 +105,8 @@ impl Program {
                     }
                     if let Some(r) = &m.result {
                         let product = &dag.ty(m.out).shape;
-                        let len = crate::shape::numel(&dag.ty(r.value).shape) as i64;
-                        let inside = match r.write.span(product) {
-                            Some((low, high)) => low >= 0 && high < len,
-                            None => product.contains(&0),
-                        };
-                        if !inside || crate::shape::numel(product) as i64 != len {
+                        let len = crate::shape::numel(&dag.ty(r.value).shape);
+                        if !r.write.within(product, len) || crate::shape::numel(product) != len {
                             return Err(Error::new(
                                 Site::node(dag.value_name(r.value)),
                                 ErrorKind::Lower(
@@ -388,13 +384,8 @@ impl MatMulOperand {
         let Some(view) = &self.view else {
             return Ok(());
         };
-        let stored = crate::shape::numel(&dag.ty(self.value).shape) as i64;
-        let inside = view.strided.strides.len() == view.shape.len()
-            && match view.strided.span(&view.shape) {
-                Some((low, high)) => low >= 0 && high < stored,
-                None => view.shape.contains(&0),
-            };
-        match inside {
+        let stored = crate::shape::numel(&dag.ty(self.value).shape);
+        match view.strided.within(&view.shape, stored) {
             true => Ok(()),
             false => Err(Error::new(
                 Site::node(dag.value_name(self.value)),
@@ -432,15 +423,6 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
         kernels: Vec::new(),
         steps: Vec::new(),
         groups: partition.kernels.len(),
-    };
-    let intern = |ir: KernelIr, kernels: &mut Vec<KernelIr>| -> usize {
-        match kernels.iter().position(|k| *k == ir) {
-            Some(i) => i,
-            None => {
-                kernels.push(ir);
-                kernels.len() - 1
-            }
-        }
     };
     let push = |program: &mut Program, group: usize, (mut ir, launch, args): Lowered| {
         // The rules' row arithmetic applies to row kernels; the rest keep the default, so
@@ -531,6 +513,18 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
 /// A kernel, its launch and its buffer per argument.
 type Lowered = (KernelIr, Launch, Vec<Value>);
 
+/// The index of `ir` in `kernels`, added if no equal kernel is there: equal kernels share one
+/// compiled function.
+fn intern(ir: KernelIr, kernels: &mut Vec<KernelIr>) -> usize {
+    match kernels.iter().position(|k| *k == ir) {
+        Some(i) => i,
+        None => {
+            kernels.push(ir);
+            kernels.len() - 1
+        }
+    }
+}
+
 /// The transpose `view` of product `call` as the place the call writes the product.
 fn result_view(dag: &Dag, call: usize, view: usize) -> Result<ResultView> {
     let node = &dag.nodes[view];
@@ -600,13 +594,7 @@ fn epilogue(
     // safeguard) reads it from its buffer, which the product must then fill.
     let store_product = kernel.outputs.contains(&product)
         || args[..loads].iter().filter(|&&v| v == product).count() > 1;
-    let index = match program.kernels.iter().position(|k| *k == ir) {
-        Some(i) => i,
-        None => {
-            program.kernels.push(ir);
-            program.kernels.len() - 1
-        }
-    };
+    let index = intern(ir, &mut program.kernels);
     Ok(Epilogue {
         step: KernelStep {
             kernel: index,
@@ -657,35 +645,24 @@ fn absorbed_operand(dag: &Dag, nodes: &[usize], arg: Value) -> Result<MatMulOper
             .first()
             .ok_or_else(|| lower_error(dag, p, "an absorbed operand op has no operand".into()))?;
     }
-    let mut cast = None;
     let source_shape = &dag.ty(source).shape;
-    let mut map = crate::shape::IndexMap::contiguous(source_shape);
-    for &p in chain.iter().rev() {
-        let node = &dag.nodes[p];
-        let x_shape = &dag.ty(node.args[0]).shape;
-        let absorbed = match node.op.builtin() {
-            Some(Builtin::Cast) if cast.is_none() => {
-                cast = Some(node.ty.dtype);
-                Some(())
-            }
-            Some(Builtin::Cast) => None,
-            Some(op) => crate::graph::check::plan_builtin(op, &[x_shape], &node.attrs)
-                .ok()
-                .and_then(|(plan, _)| plan.index_map(&map, x_shape, &node.ty.shape))
-                .map(|next| map = next),
-            None => None,
-        };
-        if absorbed.is_none() {
+    let casts: Vec<DType> = chain
+        .iter()
+        .filter(|&&p| dag.nodes[p].op.builtin() == Some(Builtin::Cast))
+        .map(|&p| dag.nodes[p].ty.dtype)
+        .collect();
+    let map = match crate::partition::operand_chain_map(dag, &chain) {
+        Some(map) if casts.len() <= 1 => map,
+        _ if chain.is_empty() => crate::shape::IndexMap::contiguous(source_shape),
+        _ => {
             return Err(lower_error(
                 dag,
-                p,
-                format!(
-                    "a library call absorbs one cast and strided layout ops, not `{}`",
-                    node.op.name()
-                ),
+                chain[0],
+                "a library call absorbs one cast and strided layout ops, nothing else".into(),
             ));
         }
-    }
+    };
+    let cast = casts.first().copied();
     let shape = &dag.ty(arg).shape;
     let view = match map.as_strided() {
         Some(strided)

@@ -336,7 +336,7 @@ fn absorbable_operands(
                 next = c as u32;
                 at = dag.nodes[c].args[0];
             }
-            while !chain.is_empty() && !strided_chain(dag, view_plan, &chain) {
+            while !chain.is_empty() && !strided_chain(dag, &chain) {
                 chain.pop();
             }
             for c in chain {
@@ -349,23 +349,9 @@ fn absorbable_operands(
 
 /// Whether the views of `chain` (nodes from a call's operand back towards its source, each
 /// the operand of the one before) compose, from the source's buffer outward, to strides.
-fn strided_chain(dag: &Dag, view_plan: &[Option<BuiltinPlan>], chain: &[usize]) -> bool {
-    let Some(&last) = chain.last() else {
-        return true;
-    };
-    let source = dag.nodes[last].args[0];
-    let mut map = IndexMap::contiguous(&dag.ty(source).shape);
-    for &c in chain.iter().rev() {
-        let Some(plan) = &view_plan[c] else {
-            continue;
-        };
-        let x_shape = &dag.ty(dag.nodes[c].args[0]).shape;
-        match plan.index_map(&map, x_shape, &dag.nodes[c].ty.shape) {
-            Some(next) => map = next,
-            None => return false,
-        }
-    }
-    map.as_strided().is_some()
+fn strided_chain(dag: &Dag, chain: &[usize]) -> bool {
+    chain.is_empty()
+        || super::operand_chain_map(dag, chain).is_some_and(|map| map.as_strided().is_some())
 }
 
 /// The resolved plan of node `v` when it joins kernels as a view, `None` for every other node.

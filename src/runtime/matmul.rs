@@ -210,6 +210,8 @@ pub struct OperandLayout<'a> {
 /// is promoted as NumPy promotes it, with step 0 along the axis it gains.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StridedProduct {
+    /// The broadcast batch dims, whose matrices `offsets` lists row-major.
+    pub batch: Vec<usize>,
     pub rows: usize,
     pub inner: usize,
     pub cols: usize,
@@ -218,22 +220,20 @@ pub struct StridedProduct {
     pub offsets: Vec<(i64, i64)>,
 }
 
-/// [`ProductShape::of`] for operands read through strides, checked against their buffers and
-/// a result of `out_len` elements: every element a matrix addresses lies in its buffer.
+/// [`ProductShape::of`] for operands read through strides, checked against their buffers and,
+/// where given, a result of `out_len` elements: every element a matrix addresses lies in its
+/// buffer.
 pub fn strided_product(
     a: OperandLayout<'_>,
     b: OperandLayout<'_>,
-    out_len: usize,
+    out_len: Option<usize>,
 ) -> Result<StridedProduct, MatMulError> {
-    let shape = product_shape(a.shape, b.shape, out_len)?;
+    let shape = match out_len {
+        Some(len) => product_shape(a.shape, b.shape, len)?,
+        None => ProductShape::of(a.shape, b.shape)?,
+    };
     for (operand, name) in [(&a, "left"), (&b, "right")] {
-        let inside = match operand.strided.span(operand.shape) {
-            None => {
-                operand.shape.contains(&0) && operand.shape.len() == operand.strided.strides.len()
-            }
-            Some((low, high)) => low >= 0 && (high as u64) < operand.len as u64,
-        };
-        if !inside {
+        if !operand.strided.within(operand.shape, operand.len) {
             return Err(MatMulError::ViewOutOfBounds { operand: name });
         }
     }
@@ -274,6 +274,7 @@ pub fn strided_product(
         })
         .collect();
     Ok(StridedProduct {
+        batch: shape.batch,
         rows: shape.rows,
         inner: shape.inner,
         cols: shape.cols,

@@ -118,6 +118,7 @@ fn fold_batches(product: &StridedProduct) -> Option<StridedProduct> {
         _ => return None,
     };
     (shared && even).then(|| StridedProduct {
+        batch: Vec::new(),
         rows: product.rows * product.offsets.len(),
         a_strides: [row_stride, product.a_strides[1]],
         offsets: vec![(a0, b0)],
@@ -267,7 +268,7 @@ impl Gemm {
         let product = matmul::strided_product(
             layout(&a_shape, &a_view, a.len()),
             layout(&b_shape, &b_view, b.len()),
-            out.len(),
+            Some(out.len()),
         )?;
         // A batch sharing one right-hand matrix whose left-hand matrices follow one another
         // row after row is one product of all their rows (a `Linear` over a batch, or over a
@@ -276,6 +277,7 @@ impl Gemm {
         // of the batch matrices, then runs after it.
         let folded = fold_batches(&product).filter(|_| result.is_none());
         let epilogue = epilogue.filter(|_| folded.is_none());
+        let product = folded.unwrap_or(product);
         // Where each result matrix goes: contiguous, or through the result's view.
         let (c_strides, c_offsets) = match result {
             None => (
@@ -285,7 +287,7 @@ impl Gemm {
                     .collect::<Vec<_>>(),
             ),
             Some(r) => {
-                let mut shape = ProductShape::of(&a_shape, &b_shape)?.batch;
+                let mut shape = product.batch.clone();
                 shape.extend([product.rows, product.cols]);
                 if r.write.strides.len() != shape.len() {
                     return Err(MatMulError::ViewOutOfBounds { operand: "result" });
@@ -300,8 +302,8 @@ impl Gemm {
             a_strides,
             b_strides,
             offsets,
-        } = folded.clone().unwrap_or(product);
-        let folded_c = folded.is_some();
+            ..
+        } = product;
         let call = Call {
             sizes: [
                 offsets.len() as i64,
@@ -326,14 +328,8 @@ impl Gemm {
             ],
             offsets: offsets
                 .iter()
-                .enumerate()
-                .flat_map(|(i, &(oa, ob))| {
-                    let c = match folded_c {
-                        true => (i * rows * cols) as i64,
-                        false => c_offsets[i],
-                    };
-                    [oa, ob, c]
-                })
+                .zip(c_offsets)
+                .flat_map(|(&(oa, ob), oc)| [oa, ob, oc])
                 .collect(),
         };
         // SAFETY: `strided_product` checked that every element the operands' views address

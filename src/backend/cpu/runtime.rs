@@ -31,6 +31,9 @@ pub struct CpuExecutable {
     /// Per step, the sizes followed by the ranges of concats read in place
     /// ([`crate::lower::Launch::sizes_and_ranges`]).
     flat_sizes: Vec<Vec<i64>>,
+    /// Per step, whether it is a product whose epilogue the GEMM runs on each tile
+    /// ([`runs_per_tile`]).
+    per_tile: Vec<bool>,
     plan: MemoryPlan,
     /// Per node, the first output naming it ([`crate::dag::Dag::first_output_of`]).
     output_of: Vec<Option<usize>>,
@@ -108,6 +111,17 @@ impl CpuExecutable {
                     .map_or_else(Vec::new, |e| e.step.launch.sizes_and_ranges()),
             })
             .collect();
+        let per_tile = program
+            .steps
+            .iter()
+            .map(|step| match step {
+                Step::MatMul(m) => m
+                    .epilogue
+                    .as_ref()
+                    .is_some_and(|e| runs_per_tile(&program.dag, m, e)),
+                Step::Kernel(_) => false,
+            })
+            .collect();
         let plan = MemoryPlan::new(&program);
         let slots = plan
             .slot_bytes
@@ -123,6 +137,7 @@ impl CpuExecutable {
             functions,
             flat_strides,
             flat_sizes,
+            per_tile,
             plan,
             slots,
             _module: module,
@@ -250,20 +265,17 @@ impl Executable for CpuExecutable {
                             .map(|&v| pointer(v) as *mut c_void)
                             .collect()
                     });
-                    let per_tile =
-                        epilogue
-                            .filter(|e| runs_per_tile(dag, m, e))
-                            .map(|e| EpilogueCall {
-                                kernel: self.functions[e.step.kernel],
-                                rank: e.step.launch.sizes.len() as i64,
-                                args: e.step.args.len() as i64,
-                                product: e.product as i64,
-                                store_product: i64::from(e.store_product),
-                                sizes: e.step.launch.sizes.as_ptr(),
-                                strides: self.flat_strides[s].as_ptr(),
-                                offsets: e.step.launch.offsets.as_ptr(),
-                                ptrs: ptrs.as_ptr(),
-                            });
+                    let per_tile = epilogue.filter(|_| self.per_tile[s]).map(|e| EpilogueCall {
+                        kernel: self.functions[e.step.kernel],
+                        rank: e.step.launch.sizes.len() as i64,
+                        args: e.step.args.len() as i64,
+                        product: e.product as i64,
+                        store_product: i64::from(e.store_product),
+                        sizes: e.step.launch.sizes.as_ptr(),
+                        strides: self.flat_strides[s].as_ptr(),
+                        offsets: e.step.launch.offsets.as_ptr(),
+                        ptrs: ptrs.as_ptr(),
+                    });
                     // SAFETY: `check_bounds` proved the epilogue's launch over the product's
                     // whole shape lies inside its buffers, so each tile's does; its outputs
                     // are values no operand of the product is; its product argument reads

@@ -190,6 +190,7 @@ fn bf16_pairs_give_the_f32_paths_bits() {
 #[test]
 fn batches_sharing_a_matrix_fold_into_one_product() {
     let product = |rows, a_row: i64, offsets: Vec<(i64, i64)>| StridedProduct {
+        batch: vec![offsets.len()],
         rows,
         inner: 8,
         cols: 5,

@@ -38,7 +38,7 @@ use super::cublas_error;
 use super::device::{CuStream, Device};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::runtime::matmul::{self, MatMulError, OperandLayout, ProductShape};
+use crate::runtime::matmul::{self, MatMulError, OperandLayout};
 use cudarc::cublas::result as cublas;
 use cudarc::cublas::sys::{
     cublasComputeType_t, cublasGemmAlgo_t, cublasHandle_t, cublasMath_t, cublasOperation_t,
@@ -256,14 +256,10 @@ pub fn plan_strided(
     a: OperandLayout<'_>,
     b: OperandLayout<'_>,
 ) -> std::result::Result<Option<GemmShape>, MatMulError> {
-    let total = {
-        let p = ProductShape::of(a.shape, b.shape)?;
-        p.offsets.len() * p.rows * p.cols
-    };
-    let product = matmul::strided_product(a, b, total)?;
+    let product = matmul::strided_product(a, b, None)?;
     let (n, k, m) = (product.rows, product.inner, product.cols);
     let batches = product.offsets.len();
-    let batch = ProductShape::of(a.shape, b.shape)?.batch;
+    let batch = &product.batch;
     let reads = (
         MatrixRead::of(n, k, product.a_strides),
         MatrixRead::of(k, m, product.b_strides),
