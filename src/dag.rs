@@ -130,6 +130,57 @@ impl Dag {
         users
     }
 
+    /// This dag without the nodes no output depends on, the rest renumbered in order.
+    /// Extraction only builds what the outputs reach, so the input fused as written must not
+    /// carry more: a dead library call would still run, and a dead epilogue has no result to
+    /// store.
+    pub fn without_dead_nodes(mut self) -> Dag {
+        let mut live = vec![false; self.nodes.len()];
+        for out in &self.outputs {
+            if let Value::Node(i) = out.value {
+                live[i] = true;
+            }
+        }
+        for i in (0..self.nodes.len()).rev() {
+            if live[i] {
+                for arg in &self.nodes[i].args {
+                    if let Value::Node(p) = arg {
+                        live[*p] = true;
+                    }
+                }
+            }
+        }
+        if live.iter().all(|&l| l) {
+            return self;
+        }
+        let mut renumbered = vec![usize::MAX; live.len()];
+        let mut next = 0;
+        for (i, &l) in live.iter().enumerate() {
+            if l {
+                renumbered[i] = next;
+                next += 1;
+            }
+        }
+        let renumber = |v: Value| match v {
+            Value::Node(i) => Value::Node(renumbered[i]),
+            input => input,
+        };
+        let nodes = std::mem::take(&mut self.nodes);
+        self.nodes = nodes
+            .into_iter()
+            .zip(&live)
+            .filter(|(_, l)| **l)
+            .map(|(mut node, _)| {
+                node.args = node.args.into_iter().map(renumber).collect();
+                node
+            })
+            .collect();
+        for out in &mut self.outputs {
+            out.value = renumber(out.value);
+        }
+        self
+    }
+
     /// Whether a node's value is a graph output.
     pub fn output_mask(&self) -> Vec<bool> {
         let mut mask = vec![false; self.nodes.len()];

@@ -215,7 +215,7 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
     let profile = rules.cost.profile(&options.profile)?;
     let (graph, casts_inserted) = with_amp(graph, rules, options.amp.as_deref())?;
     let graph = graph.as_ref();
-    let input = Dag::from_graph(graph, &rules.ops)?;
+    let input = Dag::from_graph(graph, &rules.ops)?.without_dead_nodes();
     let before = partition::unfused(&input, profile);
     let unrewritten = partition::partition(&input, &rules.fusion, profile);
     let (dag, after, saturation, extraction) = if options.fusion {

@@ -213,7 +213,7 @@ proptest! {
         fusion in prop_oneof![3 => Just(true), 1 => Just(false)],
     ) {
         let Some(graph) = random_graph::build(&rules().ops, dims, &inputs, &steps) else { return Ok(()) };
-        let options = Options { fusion, strict_ieee: specials, ..Options::default() };
+        let options = Options { fusion, strict_ieee: random_graph::strict_ieee_for(&graph, seed, specials), ..Options::default() };
         agrees(&graph, &options, seed, specials).map_err(|e| TestCaseError::fail(format!(
             "{e}\n{}", graph::file::to_ron(&graph))))?;
     }

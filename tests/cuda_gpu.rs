@@ -693,7 +693,7 @@ proptest! {
         cuda_graph in prop_oneof![3 => Just(false), 1 => Just(true)],
     ) {
         let Some(graph) = random_graph::build(&rules().ops, dims, &inputs, &steps) else { return Ok(()) };
-        let opts = Options { strict_ieee: specials, ..options(fusion, None) };
+        let opts = Options { strict_ieee: random_graph::strict_ieee_for(&graph, seed, specials), ..options(fusion, None) };
         let cuda = CudaOptions { deterministic, cuda_graph, ..CudaOptions::default() };
         agrees(&graph, &opts, &cuda, seed, specials).map_err(|e| TestCaseError::fail(format!(
             "{e}\n{}", graph::file::to_ron(&graph))))?;
@@ -722,7 +722,7 @@ proptest! {
         let graph = random_graph::build_concat(&rules().ops, &recipe);
         prop_assume!(graph.is_some());
         let graph = graph.unwrap();
-        let opts = Options { strict_ieee: specials, ..options(true, None) };
+        let opts = Options { strict_ieee: random_graph::strict_ieee_for(&graph, seed, specials), ..options(true, None) };
         let cuda = CudaOptions { deterministic, ..CudaOptions::default() };
         agrees(&graph, &opts, &cuda, seed, specials).map_err(|e| TestCaseError::fail(format!(
             "{e}\n{}", graph::file::to_ron(&graph))))?;

@@ -37,20 +37,6 @@ fn outputs_agree(before: &Graph, after: &Graph, seed: u64) -> Result<(), String>
     outputs_agree_on(before, after, &random_graph::inputs(before, seed, false))
 }
 
-/// Whether every value `graph` computes from `inputs` (each input and each node) is finite.
-/// That is the premise of the `finite_only` rules: they are equalities of real arithmetic, so
-/// they say nothing where a value has none: an empty sum divided by zero (0/0) is NaN before
-/// `sum-to-size-div` moves the division into the sum and 0 after it.
-fn every_value_finite(graph: &Graph, inputs: &Tensors) -> bool {
-    eval::evaluate_all(graph, &rules().ops, inputs)
-        .map(|values| {
-            values
-                .values()
-                .all(|t| t.values().iter().all(|v| v.is_finite()))
-        })
-        .unwrap_or(false)
-}
-
 fn outputs_agree_on(before: &Graph, after: &Graph, inputs: &Tensors) -> Result<(), String> {
     let catalogue = &rules().ops;
     let a = eval::evaluate(before, catalogue, inputs).map_err(|e| e.to_string())?;
@@ -106,7 +92,7 @@ proptest! {
         prop_assert!(r.cost_after <= r.cost_unrewritten + 1e-9, "cost {} > input fused {}", r.cost_after, r.cost_unrewritten);
         graph::check(&out.graph, &rules().ops).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let values = random_graph::inputs(&graph, seed, strict_ieee);
-        if strict_ieee || every_value_finite(&graph, &values) {
+        if strict_ieee || random_graph::every_value_finite(&graph, &values) {
             outputs_agree_on(&graph, &out.graph, &values).map_err(|e| TestCaseError::fail(format!(
                 "{e}\nstrict_ieee: {strict_ieee}\nbefore:\n{}\nafter:\n{}", graph::file::to_ron(&graph), graph::file::to_ron(&out.graph))))?;
         }
