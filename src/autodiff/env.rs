@@ -78,6 +78,9 @@ pub(super) fn facts(plan: Option<&BuiltinPlan>, shapes: &[&[usize]], index: usiz
             put(name(BuiltinAttr::Axes), ints(axes));
             put(name(BuiltinAttr::Keepdim), AttrValue::Bool(*keepdim));
         }
+        Some(BuiltinPlan::Gather { axis } | BuiltinPlan::GatherElements { axis }) => {
+            put(name(BuiltinAttr::Axis), int(*axis));
+        }
         Some(BuiltinPlan::MatMul) | None => {}
     }
     facts

@@ -291,6 +291,25 @@ pub(crate) trait Spelling {
         let v = |x: ValueId| format!("v{x}");
         match &ir.body[id] {
             Instr::Load { view } => self.load(ir.loads[*view].dtype, &element(*view)),
+            // The emitter's `element` for a gather's view already adds the index's offset
+            // ([`gather_offset`]); out of range, nothing is read.
+            Instr::GatherLoad {
+                view,
+                index,
+                gather,
+            } => {
+                let dtype = ir.loads[*view].dtype;
+                let prec = ir.prec(id);
+                let fill = match prec {
+                    Prec::I64 => self.int_literal(0),
+                    _ if dtype.is_float() => self.literal(f64::NAN, prec),
+                    _ => self.literal(0.0, prec),
+                };
+                format!(
+                    "((v{index} >= -gn{gather} && v{index} < gn{gather}) ? {} : {fill})",
+                    self.load(dtype, &element(*view))
+                )
+            }
             // A conditional expression evaluates only the branch taken: outside its range
             // the load reads no memory.
             Instr::RangeLoad { view, axis, range } => {
@@ -440,4 +459,11 @@ pub(crate) fn map_stage_positions<S: Spelling>(
         ));
     }
     lines
+}
+
+/// The offset a gather's index adds to its view's element ([`Instr::GatherLoad`]): the index,
+/// taken from the end when negative, times the stride of the axis it moves along. Spelled for
+/// both emitters' `element`, inside the bounds check the shared spelling puts around the load.
+pub(crate) fn gather_offset(index: ValueId, gather: usize) -> String {
+    format!("(v{index} < 0 ? v{index} + gn{gather} : v{index}) * gs{gather}")
 }

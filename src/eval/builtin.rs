@@ -91,8 +91,103 @@ pub(super) fn apply(
             out.dtype,
             matmul(&args[0].floats(), &args[1].floats(), out)?,
         ),
+        BuiltinPlan::Gather { axis } | BuiltinPlan::GatherElements { axis } => {
+            let elements = matches!(plan, BuiltinPlan::GatherElements { .. });
+            let indices = args[1].ints();
+            let picks = gathered(x.shape(), &indices, axis, elements, &out.shape)?;
+            if int_out {
+                let data = x.ints();
+                let data = data.as_standard_layout();
+                let flat = data.as_slice().ok_or_else(|| EvalError::Internal("layout".into()))?;
+                let mut values = crate::tensor::try_vec(picks.len(), &out.shape)?;
+                values.extend(picks.iter().map(|p| p.map_or(0, |i| flat[i])));
+                Tensor::try_from_int_array(out.dtype, shaped(&out.shape, values)?)
+            } else {
+                // A float result reads NaN at an index out of range; a bool one, false.
+                let fill = if out.dtype.is_float() { f64::NAN } else { 0.0 };
+                let data = x.floats();
+                let data = data.as_standard_layout();
+                let flat = data.as_slice().ok_or_else(|| EvalError::Internal("layout".into()))?;
+                let mut values = crate::tensor::try_vec(picks.len(), &out.shape)?;
+                values.extend(picks.iter().map(|p| p.map_or(fill, |i| flat[i])));
+                Tensor::try_from_array(out.dtype, shaped(&out.shape, values)?)
+            }
+        }
     };
     Ok(result?)
+}
+
+/// For each element of a gather's result (row-major, of shape `out`), the row-major position
+/// in `data` (of shape `data`) it reads, or `None` where its index is out of range. An index
+/// `k` along an axis of size `n` is valid for `-n <= k < n`, a negative one counting from the
+/// end (as ONNX and NumPy say); any other reads the fill value. `gather` (`elements` false)
+/// replaces the axis by the index tensor's axes; `gather_elements` reads, at each point, the
+/// index at that point in place of its own coordinate along `axis`.
+fn gathered(
+    data: &[usize],
+    indices: &ArrayD<i64>,
+    axis: usize,
+    elements: bool,
+    out: &[usize],
+) -> Result<Vec<Option<usize>>, EvalError> {
+    let row_major = |shape: &[usize]| {
+        let mut strides = vec![1usize; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * shape[d + 1];
+        }
+        strides
+    };
+    let strides = row_major(data);
+    let indices = indices.as_standard_layout();
+    let flat = indices
+        .as_slice()
+        .ok_or_else(|| EvalError::Internal("layout".into()))?;
+    let index_rank = indices.ndim();
+    let n = data[axis] as i64;
+    let count = crate::shape::numel(out);
+    let mut picks = crate::tensor::try_vec(count, out)?;
+    let mut point = vec![0usize; out.len()];
+    let index_strides = row_major(indices.shape());
+    for _ in 0..count {
+        let (index_at, rest): (usize, Vec<usize>) = if elements {
+            let at = point.iter().zip(&index_strides).map(|(p, s)| p * s).sum();
+            let rest = point.clone();
+            (at, rest)
+        } else {
+            let at = point[axis..axis + index_rank]
+                .iter()
+                .zip(&index_strides)
+                .map(|(p, s)| p * s)
+                .sum();
+            let mut rest = point[..axis].to_vec();
+            rest.push(0);
+            rest.extend_from_slice(&point[axis + index_rank..]);
+            (at, rest)
+        };
+        let k = flat[index_at];
+        let k = if k < 0 { k.wrapping_add(n) } else { k };
+        picks.push((0..n).contains(&k).then(|| {
+            rest.iter()
+                .zip(&strides)
+                .enumerate()
+                .map(|(d, (&p, &s))| if d == axis { k as usize * s } else { p * s })
+                .sum()
+        }));
+        // The next point, row-major.
+        for d in (0..point.len()).rev() {
+            point[d] += 1;
+            if point[d] < out[d] {
+                break;
+            }
+            point[d] = 0;
+        }
+    }
+    Ok(picks)
+}
+
+/// `values` (row-major) as an array of `shape`.
+fn shaped<T>(shape: &[usize], values: Vec<T>) -> Result<ArrayD<T>, EvalError> {
+    ArrayD::from_shape_vec(IxDyn(shape), values).map_err(internal)
 }
 
 /// ndarray's refusal of a shape the plan computed: an internal invariant broke.

@@ -379,6 +379,16 @@ pub enum PlanError {
     SumToSize { from: Shape, to: Shape },
     #[error("reduce_max over an empty axis of {0:?} has no identity")]
     EmptyMax(Shape),
+    #[error(
+        "gather_elements: indices {indices:?} must have the rank of data {data:?} and no larger size on any axis but {axis}"
+    )]
+    GatherElements {
+        data: Shape,
+        indices: Shape,
+        axis: usize,
+    },
+    #[error("the result's size overflows")]
+    TooLarge,
     #[error(transparent)]
     Shape(#[from] ShapeError),
 }
@@ -410,6 +420,15 @@ pub enum BuiltinPlan {
     },
     SumToSize(Shape),
     MatMul,
+    /// gather: the resolved axis of `data`; the indices' axes take its place in the result.
+    Gather {
+        axis: usize,
+    },
+    /// gather_elements: the resolved axis, where each result element's index replaces its
+    /// own coordinate.
+    GatherElements {
+        axis: usize,
+    },
 }
 
 impl BuiltinPlan {
@@ -538,6 +557,33 @@ pub fn plan_builtin(
             )
         }
         BuiltinAttrs::MatMul => (BuiltinPlan::MatMul, shape::matmul_shape(x, shapes[1])?),
+        BuiltinAttrs::Gather { axis } => {
+            let indices = shapes.get(1).copied().unwrap_or_default();
+            let axis = shape::normalize_axis(axis, x.len())?;
+            if builtin == Builtin::GatherElements {
+                let fits = indices.len() == x.len()
+                    && (0..x.len()).all(|d| d == axis || indices[d] <= x[d]);
+                if !fits {
+                    return Err(PlanError::GatherElements {
+                        data: x.to_vec(),
+                        indices: indices.to_vec(),
+                        axis,
+                    });
+                }
+                (BuiltinPlan::GatherElements { axis }, indices.to_vec())
+            } else {
+                let out: Shape = x[..axis]
+                    .iter()
+                    .chain(indices)
+                    .chain(&x[axis + 1..])
+                    .copied()
+                    .collect();
+                out.iter()
+                    .try_fold(1usize, |n, &d| n.checked_mul(d))
+                    .ok_or(PlanError::TooLarge)?;
+                (BuiltinPlan::Gather { axis }, out)
+            }
+        }
         BuiltinAttrs::Cast { .. } | BuiltinAttrs::Const { .. } => {
             return Err(PlanError::Pointwise(builtin));
         }

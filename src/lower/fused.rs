@@ -825,6 +825,7 @@ pub(super) fn lower_fused(
         strides,
         maps,
         ranges: b.segments.iter().map(|s| (s.start, s.end)).collect(),
+        gathers: Vec::new(),
     };
     Ok((b.ir, launch, args))
 }

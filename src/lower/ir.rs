@@ -222,6 +222,18 @@ pub enum Instr {
         axis: usize,
         range: usize,
     },
+    /// The element of load view `view` at the current domain point moved along one axis of
+    /// its buffer by the integer `index` (a gather: ONNX `Gather`, `GatherElements`), at
+    /// `Prec::of(view dtype)`. With `(stride, extent)` = [`Launch::gathers`]`[gather]`, an
+    /// index `k` with `-extent <= k < extent` reads the element `(k < 0 ? k + extent : k) ·
+    /// stride` past the view's own at this point (the view has stride 0 along the axes the
+    /// index comes from); any other index reads nothing and gives the fill value: NaN for a
+    /// float view, 0 for an integer or bool one. `index` is held at `Prec::I64`.
+    GatherLoad {
+        view: usize,
+        index: ValueId,
+        gather: usize,
+    },
     /// The value of a concat at the current point: `cases[s]` for the first `s` whose range
     /// `ranges[s]` ([`Launch::ranges`]) ends after the point's index on domain axis `axis`,
     /// and the last case where none does. The cases are the operands in order, each
@@ -254,7 +266,8 @@ impl Instr {
             Instr::Widen { x }
             | Instr::Round { x, .. }
             | Instr::Neg { x, .. }
-            | Instr::RowReduce { x, .. } => vec![*x],
+            | Instr::RowReduce { x, .. }
+            | Instr::GatherLoad { index: x, .. } => vec![*x],
             Instr::Binary { a, b, .. } => vec![*a, *b],
             Instr::Call { args, .. } => args.clone(),
             Instr::Select { cases, .. } => cases.clone(),
@@ -400,7 +413,7 @@ impl KernelIr {
     /// The precision of SSA value `id`.
     pub fn prec(&self, id: ValueId) -> Prec {
         match &self.body[id] {
-            Instr::Load { view } | Instr::RangeLoad { view, .. } => {
+            Instr::Load { view } | Instr::RangeLoad { view, .. } | Instr::GatherLoad { view, .. } => {
                 Prec::of(self.loads[*view].dtype)
             }
             Instr::Const { prec, .. }
@@ -510,7 +523,7 @@ impl KernelIr {
         let mut within: Vec<Option<Option<(usize, usize)>>> = vec![None; self.arg_count()];
         for instr in &self.body {
             let (view, range) = match instr {
-                Instr::Load { view } => (*view, None),
+                Instr::Load { view } | Instr::GatherLoad { view, .. } => (*view, None),
                 Instr::RangeLoad { view, axis, range } => (*view, Some((*axis, *range))),
                 _ => continue,
             };
@@ -521,6 +534,24 @@ impl KernelIr {
             };
         }
         within.into_iter().map(Option::flatten).collect()
+    }
+
+    /// The number of launch gathers the body refers to: one more than the highest index.
+    pub fn gather_count(&self) -> usize {
+        self.body
+            .iter()
+            .filter_map(|i| match i {
+                Instr::GatherLoad { gather, .. } => Some(gather + 1),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Whether the body reads through a run-time index ([`Instr::GatherLoad`]): emitters run
+    /// such a kernel as plain loops, never their vector paths.
+    pub fn has_gathers(&self) -> bool {
+        self.gather_count() > 0
     }
 
     /// How many passes a row kernel makes over each row: one per level of `RowReduce`s, plus
@@ -535,7 +566,8 @@ impl KernelIr {
 /// The C ABI of a generated kernel is
 /// `void k(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs)`:
 /// `sizes[rank]` followed by the ranges (`sizes[rank + 2r]` the start and `sizes[rank + 2r +
-/// 1]` the end of range `r`), then `strides[arg * rank + axis]` and `offsets[arg]` (in
+/// 1]` the end of range `r`) and the gathers (`sizes[rank + 2·ranges + 2g]` the stride and
+/// the next word the extent of gather `g`), then `strides[arg * rank + axis]` and `offsets[arg]` (in
 /// elements) and `ptrs[arg]` for every argument in [`KernelIr::views`] order.
 ///
 /// Index maps ([`View::is_mapped`]) take their stages from the same `strides` array, after the
@@ -556,6 +588,17 @@ pub struct Launch {
     /// Index ranges `[start, end)` along one domain axis, read by [`Instr::RangeLoad`] and
     /// [`Instr::Select`]: the segments of concats read in place. Empty for other kernels.
     pub ranges: Vec<(i64, i64)>,
+    /// Per [`Instr::GatherLoad`] `gather`, the stride (in elements of its view's buffer) of
+    /// the axis its index moves along and that axis's size. Empty for other kernels.
+    pub gathers: Vec<Gathered>,
+}
+
+/// The run-time half of a gather ([`Instr::GatherLoad`]): the buffer axis the index moves
+/// along, as its stride and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gathered {
+    pub stride: i64,
+    pub extent: i64,
 }
 
 /// One reshape boundary of a mapped load at launch: position `q` (below `Π sizes`) goes to
@@ -588,12 +631,17 @@ impl MapStage {
 }
 
 impl Launch {
-    /// `sizes` followed by every range's start and end: the first array of the C ABI.
+    /// `sizes` followed by every range's start and end, then every gather's stride and
+    /// extent: the first array of the C ABI.
     pub fn sizes_and_ranges(&self) -> Vec<i64> {
         let mut all = self.sizes.clone();
         for &(start, end) in &self.ranges {
             all.push(start);
             all.push(end);
+        }
+        for g in &self.gathers {
+            all.push(g.stride);
+            all.push(g.extent);
         }
         all
     }

@@ -5,7 +5,7 @@
 //! is one copy per piece, each writing a window of the result (and converting to the result
 //! dtype, as concat's operands meet at it).
 
-use super::ir::{Instr, KernelIr, Launch, Prec, RowArithmetic, Store};
+use super::ir::{Gathered, Instr, KernelIr, Launch, Prec, RowArithmetic, Store};
 use super::view::{classify, contiguous_strides, domain_of};
 use super::{Lowered, lower_error};
 use crate::dag::{Dag, Value};
@@ -65,6 +65,7 @@ impl Copy {
             offsets: vec![self.src_offset, self.dst_offset],
             maps: Vec::new(),
             ranges: Vec::new(),
+            gathers: Vec::new(),
         };
         (ir, launch, vec![self.src, self.dst])
     }
@@ -130,6 +131,8 @@ pub(super) fn lower_copy(dag: &Dag, n: usize) -> Result<Vec<Lowered>> {
             }
             pieces
         }
+        BuiltinPlan::Gather { axis } => return Ok(vec![lower_gather(dag, n, axis, false)]),
+        BuiltinPlan::GatherElements { axis } => return Ok(vec![lower_gather(dag, n, axis, true)]),
         _ => {
             return Err(lower_error(
                 dag,
@@ -139,4 +142,76 @@ pub(super) fn lower_copy(dag: &Dag, n: usize) -> Result<Vec<Lowered>> {
         }
     };
     Ok(copies.into_iter().map(Copy::lower).collect())
+}
+
+/// Gather node `n` (`elements`: gather_elements) along data's `axis` as a kernel over its
+/// result: each point loads its index, then the data element at that index
+/// ([`Instr::GatherLoad`]). The data's view moves with the result's coordinates on the axes
+/// data keeps and stands still on the ones the index comes from; the index moves the rest.
+fn lower_gather(dag: &Dag, n: usize, axis: usize, elements: bool) -> Lowered {
+    let node = &dag.nodes[n];
+    let (data, indices) = (node.args[0], node.args[1]);
+    let (data_ty, indices_ty) = (dag.ty(data), dag.ty(indices));
+    let out = &node.ty.shape;
+    let data_strides = contiguous_strides(&data_ty.shape);
+    let index_strides = contiguous_strides(&indices_ty.shape);
+    let rank = out.len();
+    let (mut data_view, mut index_view): (Vec<i64>, Vec<i64>) = if elements {
+        let mut kept = data_strides.clone();
+        kept[axis] = 0;
+        (kept, index_strides)
+    } else {
+        // The result's axes: data's before `axis`, the indices', data's after `axis`.
+        let q = indices_ty.shape.len();
+        let kept = |d: usize| match d {
+            d if d < axis => data_strides[d],
+            d if d < axis + q => 0,
+            d => data_strides[d - q + 1],
+        };
+        let index = |d: usize| match d {
+            d if d >= axis && d < axis + q => index_strides[d - axis],
+            _ => 0,
+        };
+        ((0..rank).map(kept).collect(), (0..rank).map(index).collect())
+    };
+    let mut domain = out.clone();
+    if domain.is_empty() {
+        domain = domain_of(&domain);
+        data_view = vec![0];
+        index_view = vec![0];
+    }
+    let mut out_strides = contiguous_strides(&domain);
+    let index_load = classify(indices_ty.dtype, &domain, &mut index_view);
+    let data_load = classify(data_ty.dtype, &domain, &mut data_view);
+    let store = classify(node.ty.dtype, &domain, &mut out_strides);
+    let ir = KernelIr {
+        rank: domain.len(),
+        row_arithmetic: RowArithmetic::default(),
+        loads: vec![index_load, data_load],
+        body: vec![
+            Instr::Load { view: 0 },
+            Instr::GatherLoad {
+                view: 1,
+                index: 0,
+                gather: 0,
+            },
+        ],
+        stores: vec![Store {
+            value: 1,
+            view: store,
+        }],
+        reductions: Vec::new(),
+    };
+    let launch = Launch {
+        sizes: domain.iter().map(|&d| d as i64).collect(),
+        strides: vec![index_view, data_view, out_strides],
+        offsets: vec![0, 0, 0],
+        maps: Vec::new(),
+        ranges: Vec::new(),
+        gathers: vec![Gathered {
+            stride: data_strides[axis],
+            extent: data_ty.shape[axis] as i64,
+        }],
+    };
+    (ir, launch, vec![indices, data, Value::Node(n)])
 }

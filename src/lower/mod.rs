@@ -163,8 +163,30 @@ impl Program {
                 )),
             ));
         }
+        if k.launch.gathers.len() < ir.gather_count()
+            || k.launch.gathers.iter().any(|g| g.extent < 0 || g.stride < 0)
+        {
+            return Err(Error::new(
+                Site::default(),
+                ErrorKind::Lower(format!(
+                    "a launch gives gathers {:?} to a kernel reading {}",
+                    k.launch.gathers,
+                    ir.gather_count()
+                )),
+            ));
+        }
         if sizes.contains(&0) {
             return Ok(());
+        }
+        // A gather's view reaches, past its own elements, every index of the axis it moves
+        // along (the index is checked against the extent before the load).
+        let mut gathered = vec![0i64; k.args.len()];
+        for instr in &ir.body {
+            if let ir::Instr::GatherLoad { view, gather, .. } = instr {
+                let g = k.launch.gathers[*gather];
+                let reach = (g.extent.max(1) - 1).saturating_mul(g.stride);
+                gathered[*view] = gathered[*view].max(reach);
+            }
         }
         // A view read only inside one range is reached only there.
         let within = ir.range_views();
@@ -191,6 +213,7 @@ impl Program {
                 first = first.saturating_add(from.min(to));
                 last = last.saturating_add(from.max(to));
             }
+            last = last.saturating_add(gathered[a]);
             // Through an index map, the range above is of positions: each stage must hold
             // all of them, and then reaches what its whole shape reaches (a superset of
             // what those positions unflatten to, so the proof errs on the safe side).

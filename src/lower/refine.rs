@@ -229,6 +229,7 @@ impl Refining {
             offsets: self.offsets,
             maps: self.maps,
             ranges: Vec::new(),
+            gathers: Vec::new(),
         };
         (ir, launch)
     }

@@ -206,7 +206,8 @@ fn renumbered(instr: &Instr, new_id: &[ValueId]) -> Instr {
         Instr::Widen { x }
         | Instr::Round { x, .. }
         | Instr::Neg { x, .. }
-        | Instr::RowReduce { x, .. } => *x = new_id[*x],
+        | Instr::RowReduce { x, .. }
+        | Instr::GatherLoad { index: x, .. } => *x = new_id[*x],
         Instr::Binary { a, b, .. } => {
             *a = new_id[*a];
             *b = new_id[*b];

@@ -81,6 +81,10 @@ pub enum IrError {
     /// ([`crate::lower::split`]) nor all select along its rows
     /// ([`KernelIr::selects_along_rows`]): the row emitters run only those two.
     RowKernelRange,
+    /// Value `value` is a gather whose index is not an integer (`Prec::I64`), whose view is
+    /// an index map, or which lies in a kernel with reductions: the emitters spell gathers in
+    /// their pointwise loops only.
+    Gather { value: ValueId },
 }
 
 impl fmt::Display for IrError {
@@ -152,6 +156,11 @@ impl fmt::Display for IrError {
                 f,
                 "select v{value} needs at least one case and one range per case"
             ),
+            IrError::Gather { value } => write!(
+                f,
+                "v{value} gathers through a non-integer index or an index map, or in a kernel \
+                 with reductions"
+            ),
             IrError::RowKernelRange => write!(
                 f,
                 "a row kernel reads a concat by ranges along its rows only, or along an outer axis \
@@ -206,10 +215,20 @@ impl KernelIr {
         }
         for (value, instr) in self.body.iter().enumerate() {
             match instr {
-                Instr::Load { view } | Instr::RangeLoad { view, .. }
+                Instr::Load { view }
+                | Instr::RangeLoad { view, .. }
+                | Instr::GatherLoad { view, .. }
                     if *view >= self.loads.len() =>
                 {
                     return Err(IrError::MissingLoad { value, view: *view });
+                }
+                Instr::GatherLoad { view, index, .. }
+                    if self.loads[*view].is_mapped()
+                        || (*index < value && self.prec(*index) != Prec::I64)
+                        || !self.reductions.is_empty()
+                        || self.is_row_kernel() =>
+                {
+                    return Err(IrError::Gather { value });
                 }
                 Instr::RangeLoad { axis, .. } | Instr::Select { axis, .. }
                     if *axis >= self.rank =>

@@ -68,22 +68,26 @@ fn shape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, _: &str) -> Imports
     Ok(vec![Val::Const(Rc::new(t), None)])
 }
 
-/// A Gather of constant indices: one `slice` per index, joined by a `concat` and reshaped to
-/// the indices' shape.
+/// The most constant indices a Gather becomes slices for; more become a `gather`.
+const SLICED_GATHER_MAX: usize = 8;
+
+/// A Gather. Of a few constant indices (a shape's dimensions, a chunk of a tensor): one
+/// `slice` per index, joined by a `concat` and reshaped to the indices' shape, which kernels
+/// read as views and constant folding sees through. Of run-time indices (an embedding
+/// lookup) or many constant ones: the catalogue's `gather`.
 fn gather(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Imports<Vec<Val>> {
     let data = im.required(node, 0)?;
     let indices = im.required(node, 1)?;
-    let idx = indices
-        .constant()
-        .ok_or_else(|| {
-            ImportError::Unsupported(
-                "the indices must be a constant (fusebox shapes are static), not a run-time value"
-                    .into(),
-            )
-        })?
-        .clone();
     let rank = data.shape().len();
     let axis = crate::shape::normalize_axis(int_attr(attrs, "axis").unwrap_or(0), rank)?;
+    let idx = match indices.constant() {
+        Some(idx) if idx.len() <= SLICED_GATHER_MAX => idx.clone(),
+        _ => {
+            let gather = BuiltinAttrs::Gather { axis: axis as i64 };
+            let args = [data, indices];
+            return Ok(vec![im.emit_builtin(Builtin::Gather, &args, gather, out, true)?]);
+        }
+    };
     let dim = data.shape()[axis] as i64;
     let mut parts = Vec::new();
     for v in idx.values() {

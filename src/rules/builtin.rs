@@ -27,10 +27,16 @@ pub enum Builtin {
     ReduceMax,
     SumToSize,
     MatMul,
+    /// Layout with a run-time index: `data` read along `axis` at the positions an integer
+    /// `indices` tensor holds (ONNX `Gather`, an embedding lookup).
+    Gather,
+    /// Layout with a run-time index of `data`'s own rank: `out[p] = data[p with axis
+    /// replaced by indices[p]]` (ONNX `GatherElements`, `torch.gather`).
+    GatherElements,
 }
 
 impl Builtin {
-    pub const ALL: [Builtin; 12] = [
+    pub const ALL: [Builtin; 14] = [
         Builtin::Cast,
         Builtin::Const,
         Builtin::BroadcastTo,
@@ -43,6 +49,8 @@ impl Builtin {
         Builtin::ReduceMax,
         Builtin::SumToSize,
         Builtin::MatMul,
+        Builtin::Gather,
+        Builtin::GatherElements,
     ];
 
     /// The name a rule file gives with `builtin: "..."` (also the default catalogue's name for
@@ -61,6 +69,8 @@ impl Builtin {
             Builtin::ReduceMax => "reduce_max",
             Builtin::SumToSize => "sum_to_size",
             Builtin::MatMul => "matmul",
+            Builtin::Gather => "gather",
+            Builtin::GatherElements => "gather_elements",
         }
     }
 
@@ -85,7 +95,7 @@ impl Builtin {
         match self {
             Builtin::Const => Some(0),
             Builtin::Concat => None,
-            Builtin::MatMul => Some(2),
+            Builtin::MatMul | Builtin::Gather | Builtin::GatherElements => Some(2),
             _ => Some(1),
         }
     }
@@ -100,7 +110,7 @@ impl Builtin {
             Builtin::BroadcastTo | Builtin::Reshape | Builtin::SumToSize => &[Shape],
             Builtin::Transpose => &[Perm],
             Builtin::Slice => &[Axis, Start, End, Step],
-            Builtin::Concat => &[Axis],
+            Builtin::Concat | Builtin::Gather | Builtin::GatherElements => &[Axis],
             Builtin::Sum | Builtin::Mean | Builtin::ReduceMax => &[Axes, Keepdim],
             Builtin::MatMul => &[],
         }
@@ -186,6 +196,10 @@ pub enum BuiltinAttrs {
     Concat {
         axis: i64,
     },
+    /// gather and gather_elements: the axis of `data` the indices select along.
+    Gather {
+        axis: i64,
+    },
     Reduce {
         axes: Option<Vec<i64>>,
         keepdim: bool,
@@ -239,6 +253,9 @@ impl BuiltinAttrs {
                 keepdim: matches!(get(BuiltinAttr::Keepdim), Some(AttrValue::Bool(true))),
             },
             Builtin::MatMul => BuiltinAttrs::MatMul,
+            Builtin::Gather | Builtin::GatherElements => BuiltinAttrs::Gather {
+                axis: int(BuiltinAttr::Axis).unwrap_or(0),
+            },
         })
     }
 
@@ -278,7 +295,9 @@ impl BuiltinAttrs {
                 }
                 put(BuiltinAttr::Step, AttrValue::Int(*step));
             }
-            BuiltinAttrs::Concat { axis } => put(BuiltinAttr::Axis, AttrValue::Int(*axis)),
+            BuiltinAttrs::Concat { axis } | BuiltinAttrs::Gather { axis } => {
+                put(BuiltinAttr::Axis, AttrValue::Int(*axis))
+            }
             BuiltinAttrs::Reduce { axes, keepdim } => {
                 if let Some(axes) = axes {
                     put(BuiltinAttr::Axes, AttrValue::Ints(axes.clone()));

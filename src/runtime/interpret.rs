@@ -8,7 +8,7 @@
 use super::buffer::Buffer;
 use crate::dtype::{Category, DType};
 use crate::formula::{BinOp, Func};
-use crate::lower::ir::{Axis, Instr, KernelIr, Launch, Prec, ReduceKind};
+use crate::lower::ir::{Axis, Gathered, Instr, KernelIr, Launch, Prec, ReduceKind};
 use crate::lower::{Program, Step};
 use crate::tensor::{float_to_int, int_to_float, wrap_int};
 
@@ -156,7 +156,7 @@ fn eval<'b>(
     i: usize,
     vals: &mut [f64],
     ints: &mut [i64],
-    (point, ranges): (&[usize], &[(i64, i64)]),
+    (point, ranges, gathers): (&[usize], &[(i64, i64)], &[Gathered]),
     load: impl Fn(usize) -> (&'b Buffer, usize),
 ) {
     let instr = &ir.body[i];
@@ -170,8 +170,23 @@ fn eval<'b>(
             .position(|&r| (point[axis] as i64) < ranges[r].1)
             .map_or(cases[cases.len() - 1], |s| cases[s])
     };
+    // A gather's element, `None` where its index is out of range (see `Instr::GatherLoad`).
+    let gathered = |view: usize, index: usize, gather: usize| {
+        let Gathered { stride, extent } = gathers[gather];
+        let k = ints[index];
+        (k >= -extent && k < extent).then(|| {
+            let k = if k < 0 { k + extent } else { k };
+            let (b, at) = load(view);
+            (b, (at as i64 + k * stride) as usize)
+        })
+    };
     if prec == Prec::I64 {
         ints[i] = match instr {
+            Instr::GatherLoad {
+                view,
+                index,
+                gather,
+            } => gathered(*view, *index, *gather).map_or(0, |(b, at)| b.get_int(at)),
             Instr::Load { view } => {
                 let (b, at) = load(*view);
                 b.get_int(at)
@@ -207,6 +222,14 @@ fn eval<'b>(
     }
     vals[i] = match instr {
         Instr::Int { value } => *value as f64,
+        Instr::GatherLoad {
+            view,
+            index,
+            gather,
+        } => {
+            let fill = if ir.loads[*view].dtype.is_float() { f64::NAN } else { 0.0 };
+            gathered(*view, *index, *gather).map_or(fill, |(b, at)| b.get(at))
+        }
         Instr::Round { x, dtype } if ir.prec(*x) == Prec::I64 => round_int(ints[*x], *dtype).0,
         Instr::Load { view } => {
             let (b, at) = load(*view);
@@ -300,7 +323,7 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
                 i,
                 &mut vals,
                 &mut ints,
-                (&coord, &launch.ranges),
+                (&coord, &launch.ranges, &launch.gathers),
                 |view| (&*buffers[view], index(view, &coord)),
             );
         }
@@ -418,7 +441,7 @@ fn run_rows(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
                             i,
                             &mut vals,
                             &mut ints,
-                            (&coord, &launch.ranges),
+                            (&coord, &launch.ranges, &launch.gathers),
                             |view| (&*buffers[view], index(view, &coord)),
                         );
                     }
@@ -454,7 +477,7 @@ fn run_rows(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
                     i,
                     &mut vals,
                     &mut ints,
-                    (&coord, &launch.ranges),
+                    (&coord, &launch.ranges, &launch.gathers),
                     |view| (&*buffers[view], index(view, &coord)),
                 );
             }

@@ -40,7 +40,7 @@
 //! | `vec`            | 1               | 1 when the vectorized path may run ([`vector_ok`]); a row kernel's [`RowPath`] |
 //! | `lanes[groups]`  | groups          | threads cooperating on one output, per group |
 //! | `split[groups]`  | groups          | pieces each output's reduced elements are cut into |
-//! | `r[2·ranges]`    | 2 × ranges      | start and end of each range a concat read in place uses ([`Launch::ranges`]) |
+//! | `r[2·ranges + 2·gathers]` | 2 × (ranges + gathers) | start and end of each range a concat read in place uses ([`Launch::ranges`]), then stride and extent of each gather ([`Launch::gathers`]) |
 //!
 //! Arrays of length zero are left out (C has none), so a pointwise kernel has no `lanes` or
 //! `split`. Sizes are the launch's after [`fold`]: the host folds contiguous axes when it
@@ -398,7 +398,8 @@ pub fn reduction_groups(ir: &KernelIr) -> Vec<Vec<usize>> {
 /// reductions or row reductions (their passes are scalar) or no view with a `Unit` inner axis.
 pub fn vector_width(ir: &KernelIr) -> usize {
     // A concat read in place picks its operand per element, by the element's coordinate.
-    if !ir.reductions.is_empty() || ir.is_row_kernel() || ir.has_ranges() {
+    // A gather reads its element at a run-time index, which no vector of lanes holds.
+    if !ir.reductions.is_empty() || ir.is_row_kernel() || ir.has_ranges() || ir.has_gathers() {
         return 1;
     }
     unit_vector_width(ir)
@@ -466,7 +467,7 @@ pub fn param_layout(ir: &KernelIr) -> ParamLayout {
         lanes,
         split,
         ranges,
-        bytes: ranges + 16 * ir.range_count(),
+        bytes: ranges + 16 * (ir.range_count() + ir.gather_count()),
     }
 }
 
@@ -829,6 +830,11 @@ pub fn param_words(ir: &KernelIr, launch: &Launch, ptrs: &[u64], scratch: &[u64]
         let (start, end) = launch.ranges.get(r).copied().unwrap_or((0, 0));
         words.push(start as u64);
         words.push(end as u64);
+    }
+    for g in 0..ir.gather_count() {
+        let gathered = launch.gathers.get(g);
+        words.push(gathered.map_or(0, |g| g.stride) as u64);
+        words.push(gathered.map_or(0, |g| g.extent) as u64);
     }
     words
 }

@@ -64,7 +64,7 @@ mod rows;
 
 use super::abi;
 use crate::backend::cache::hex;
-use crate::backend::spelling::{Spelling, map_stage_positions};
+use crate::backend::spelling::{Spelling, gather_offset, map_stage_positions};
 use crate::lower::accumulate::Accumulator;
 use crate::lower::ir::{Arg, Axis, Instr, KernelIr, Prec, ReduceKind, View};
 use crate::lower::split::Split;
@@ -304,9 +304,9 @@ impl<'a> CudaKernelWriter<'a> {
             out.push_str(&format!("    long long lanes[{}];\n", self.groups.len()));
             out.push_str(&format!("    long long split[{}];\n", self.groups.len()));
         }
-        let ranges = ir.range_count();
-        if ranges > 0 {
-            out.push_str(&format!("    long long r[{}];\n", 2 * ranges));
+        let words = ir.range_count() + ir.gather_count();
+        if words > 0 {
+            out.push_str(&format!("    long long r[{}];\n", 2 * words));
         }
         out.push_str("};\n");
         out
@@ -353,6 +353,13 @@ impl<'a> CudaKernelWriter<'a> {
                 format!("re{r}"),
                 format!("const I re{r} = (I)p.r[{}];", 2 * r + 1),
             );
+        }
+        // The gathers' strides and extents follow the ranges.
+        let ranges = self.ir.range_count();
+        for g in 0..self.ir.gather_count() {
+            let at = 2 * (ranges + g);
+            code.def(format!("gs{g}"), format!("const I gs{g} = (I)p.r[{at}];"));
+            code.def(format!("gn{g}"), format!("const I gn{g} = (I)p.r[{}];", at + 1));
         }
         for (arg, view) in self.ir.views().enumerate() {
             code.def(
@@ -513,6 +520,14 @@ impl<'a> CudaKernelWriter<'a> {
                     let last = self.ir.loads[view].stages.len();
                     Cuda.definition(self.ir, id, |_| format!("p.p{view}[q{id}_{last}]"))
                 }
+                Instr::GatherLoad {
+                    view,
+                    index,
+                    gather,
+                } => Cuda.definition(self.ir, id, |_| {
+                    let at = self.lane_index(view, lane);
+                    format!("p.p{view}[{at} + {}]", gather_offset(index, gather))
+                }),
                 _ => Cuda.definition(self.ir, id, |view| self.element(view, lane)),
             };
             code.def(format!("v{id}"), definition);

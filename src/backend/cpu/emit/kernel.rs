@@ -35,7 +35,7 @@
 use super::expr::C;
 use super::fission::Stages;
 use super::{CHUNK, PARALLEL_MIN, vector};
-use crate::backend::spelling::{Spelling, map_stage_positions};
+use crate::backend::spelling::{Spelling, gather_offset, map_stage_positions};
 use crate::lower::fold;
 use crate::lower::ir::{Arg, Axis, Instr, KernelIr};
 use crate::lower::split::Split;
@@ -245,6 +245,13 @@ impl<'a> CKernelWriter<'a> {
                     format!("{} {definition}", self.positions(view, id))
                 }
                 Instr::RangeLoad { view, axis, range } => self.range_load(id, view, axis, range),
+                Instr::GatherLoad {
+                    view,
+                    index,
+                    gather,
+                } => C.definition(self.ir, id, |_| {
+                    format!("p{view}[{} + {}]", self.index(view), gather_offset(index, gather))
+                }),
                 _ => C.definition(self.ir, id, |view| self.element(view)),
             })
             .collect()
@@ -373,6 +380,12 @@ impl<'a> CKernelWriter<'a> {
             let at = self.rank + 2 * r;
             out.line(format!("const int64_t rs{r} = sizes[{at}];"));
             out.line(format!("const int64_t re{r} = sizes[{}];", at + 1));
+        }
+        // The gathers' strides and extents follow the ranges.
+        for g in 0..self.ir.gather_count() {
+            let at = self.rank + 2 * (self.ir.range_count() + g);
+            out.line(format!("const int64_t gs{g} = sizes[{at}];"));
+            out.line(format!("const int64_t gn{g} = sizes[{}];", at + 1));
         }
         self.arguments(out);
         self.fold_axes(out);

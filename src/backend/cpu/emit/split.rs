@@ -48,7 +48,7 @@ pub(super) fn wrapper(ir: &KernelIr, split: &Split, name: &str) -> String {
     let rank = ir.rank;
     let axis = split.axis;
     let args = ir.arg_count();
-    let words = rank + 2 * ir.range_count();
+    let words = rank + 2 * (ir.range_count() + ir.gather_count());
     text.push_str(&format!("    int64_t cut[{words}];\n"));
     text.push_str(&format!(
         "    for (int k = 0; k < {words}; k++) cut[k] = sizes[k];\n"

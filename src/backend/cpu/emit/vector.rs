@@ -126,8 +126,9 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
                     // A literal of any precision: an f64 one stays a scalar `double` in the vector
                     // loop, and only its rounding (below) or an f64 operation (rejected) can use it.
                     Instr::Load { .. } | Instr::Const { .. } => true,
-                    // Integers have no vector spelling here; the scalar loop computes them.
-                    Instr::Int { .. } => false,
+                    // Integers have no vector spelling here; the scalar loop computes them,
+                    // and a gather's index is one.
+                    Instr::Int { .. } | Instr::GatherLoad { .. } => false,
                     Instr::Round { x, dtype } => {
                         matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
                             && (ir.prec(*x) == Prec::F32
@@ -202,6 +203,7 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
     let v = |x: usize| format!("v{x}");
     let inner = ir.rank - 1;
     let expr = match &ir.body[id] {
+        Instr::GatherLoad { .. } => unreachable!("`supports` keeps gathers out of vector loops"),
         Instr::Load { view } => {
             let dtype = ir.loads[*view].dtype;
             match ir.loads[*view].axes[inner] {

@@ -93,6 +93,7 @@ pub fn gather(
         offsets: vec![view.strided.offset, 0],
         maps: Vec::new(),
         ranges: Vec::new(),
+        gathers: Vec::new(),
     };
     (ir, launch)
 }
@@ -202,6 +203,7 @@ pub fn integer_matmul(
         offsets: vec![0, 0, 0],
         maps: Vec::new(),
         ranges: Vec::new(),
+        gathers: Vec::new(),
     };
     Some((ir, launch))
 }
@@ -214,6 +216,7 @@ pub fn convert_launch(len: usize) -> Launch {
         offsets: vec![0, 0],
         maps: Vec::new(),
         ranges: Vec::new(),
+        gathers: Vec::new(),
     }
 }
 

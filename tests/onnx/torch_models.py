@@ -1,0 +1,74 @@
+"""Exports the small PyTorch models of tests/onnx.rs that use run-time indices, by both of
+PyTorch's exporters, and records their inputs and PyTorch's outputs (computed in float64 and
+rounded to float32, so the reference is more accurate than either side).
+
+Usage: python3 torch_models.py DIR (needs torch, onnx and onnxscript). Writes
+DIR/<model>.<exporter>.onnx, DIR/<model>.in.<input>.npy and DIR/<model>.out.npy, for the
+exporters `ts` (TorchScript, opset 17) and `dynamo` (the default opset).
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+
+out = sys.argv[1]
+torch.manual_seed(7)
+
+
+class EmbeddingMeanPool(torch.nn.Module):
+    """An embedding lookup, a mean over the sequence and a Linear: a bag-of-words classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 16)
+        self.fc = torch.nn.Linear(16, 4)
+
+    def forward(self, ids):
+        return self.fc(self.emb(ids).mean(dim=1))
+
+
+class TargetLogProb(torch.nn.Module):
+    """log_softmax, then each row's target log-probability by torch.gather (GatherElements),
+    negated and averaged: cross-entropy written out."""
+
+    def forward(self, logits, target):
+        logp = torch.log_softmax(logits, dim=-1)
+        return -logp.gather(1, target.unsqueeze(1)).mean()
+
+
+def models():
+    ids = torch.randint(-50, 50, (3, 7))  # negative ids count from the end, as in ONNX
+    yield "embedding_pool", EmbeddingMeanPool(), {"ids": ids}
+    logits = torch.randn(5, 10)
+    target = torch.randint(0, 10, (5,))
+    yield "target_log_prob", TargetLogProb(), {"logits": logits, "target": target}
+
+
+def reference(model, inputs):
+    """PyTorch's outputs in float64 (negative ids wrapped, which torch's own embedding
+    refuses)."""
+    model64 = model.double()
+    args = [v.double() if v.is_floating_point() else v for v in inputs.values()]
+    if isinstance(model, EmbeddingMeanPool):
+        args = [torch.where(args[0] < 0, args[0] + 50, args[0])]
+    with torch.no_grad():
+        y = model64(*args)
+    model.float()
+    return y.float().numpy()
+
+
+for name, model, inputs in models():
+    model.eval()
+    want = reference(model, inputs)
+    for key, value in inputs.items():
+        np.save(os.path.join(out, f"{name}.in.{key}.npy"), value.numpy())
+    np.save(os.path.join(out, f"{name}.out.npy"), want)
+    args = tuple(inputs.values())
+    names = list(inputs)
+    # Exported on non-negative ids: torch's own embedding refuses negative ones while tracing.
+    traced = tuple(torch.where(a < 0, a + 50, a) if a.dtype == torch.int64 and name == "embedding_pool" else a for a in args)
+    torch.onnx.export(model, traced, os.path.join(out, f"{name}.ts.onnx"), dynamo=False,
+                      opset_version=17, input_names=names, output_names=["y"])
+    torch.onnx.export(model, traced, os.path.join(out, f"{name}.dynamo.onnx"), dynamo=True,
+                      input_names=names, output_names=["y"], external_data=False)
