@@ -133,6 +133,28 @@ fn real_models_match_the_onnx_reference_evaluator_on_reference_and_cpu() {
     }
 }
 
+/// Models exported from PyTorch by both exporters (tests/onnx/torch_models.py, committed with
+/// PyTorch's float64 outputs): an embedding lookup of run-time ids (negative ones counting
+/// from the end) mean-pooled into a Linear (ONNX `Gather`), and cross-entropy written as
+/// `log_softmax` and `torch.gather` (`GatherElements`), on the reference and CPU backends.
+#[test]
+fn pytorch_models_with_run_time_indices_match_pytorch() {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/torch");
+    for exporter in ["ts", "dynamo"] {
+        let dir = temp_dir(&format!("torch-{exporter}"));
+        for entry in std::fs::read_dir(&source).unwrap() {
+            let path = entry.unwrap().path();
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+        for model in ["embedding_pool", "target_log_prob"] {
+            let graph = dir.join(format!("{model}.{exporter}.onnx"));
+            for backend in ["reference", "cpu"] {
+                check_model(&dir, model, &["y"], &graph, backend);
+            }
+        }
+    }
+}
+
 #[test]
 fn external_data_weights_are_read_from_beside_the_model() {
     let Some(dir) = models("external") else {

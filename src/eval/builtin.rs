@@ -98,7 +98,9 @@ pub(super) fn apply(
             if int_out {
                 let data = x.ints();
                 let data = data.as_standard_layout();
-                let flat = data.as_slice().ok_or_else(|| EvalError::Internal("layout".into()))?;
+                let flat = data
+                    .as_slice()
+                    .ok_or_else(|| EvalError::Internal("layout".into()))?;
                 let mut values = crate::tensor::try_vec(picks.len(), &out.shape)?;
                 values.extend(picks.iter().map(|p| p.map_or(0, |i| flat[i])));
                 Tensor::try_from_int_array(out.dtype, shaped(&out.shape, values)?)
@@ -107,7 +109,9 @@ pub(super) fn apply(
                 let fill = if out.dtype.is_float() { f64::NAN } else { 0.0 };
                 let data = x.floats();
                 let data = data.as_standard_layout();
-                let flat = data.as_slice().ok_or_else(|| EvalError::Internal("layout".into()))?;
+                let flat = data
+                    .as_slice()
+                    .ok_or_else(|| EvalError::Internal("layout".into()))?;
                 let mut values = crate::tensor::try_vec(picks.len(), &out.shape)?;
                 values.extend(picks.iter().map(|p| p.map_or(fill, |i| flat[i])));
                 Tensor::try_from_array(out.dtype, shaped(&out.shape, values)?)

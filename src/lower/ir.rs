@@ -413,9 +413,9 @@ impl KernelIr {
     /// The precision of SSA value `id`.
     pub fn prec(&self, id: ValueId) -> Prec {
         match &self.body[id] {
-            Instr::Load { view } | Instr::RangeLoad { view, .. } | Instr::GatherLoad { view, .. } => {
-                Prec::of(self.loads[*view].dtype)
-            }
+            Instr::Load { view }
+            | Instr::RangeLoad { view, .. }
+            | Instr::GatherLoad { view, .. } => Prec::of(self.loads[*view].dtype),
             Instr::Const { prec, .. }
             | Instr::Select { prec, .. }
             | Instr::Neg { prec, .. }

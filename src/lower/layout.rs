@@ -172,7 +172,10 @@ fn lower_gather(dag: &Dag, n: usize, axis: usize, elements: bool) -> Lowered {
             d if d >= axis && d < axis + q => index_strides[d - axis],
             _ => 0,
         };
-        ((0..rank).map(kept).collect(), (0..rank).map(index).collect())
+        (
+            (0..rank).map(kept).collect(),
+            (0..rank).map(index).collect(),
+        )
     };
     let mut domain = out.clone();
     if domain.is_empty() {

@@ -164,7 +164,10 @@ impl Program {
             ));
         }
         if k.launch.gathers.len() < ir.gather_count()
-            || k.launch.gathers.iter().any(|g| g.extent < 0 || g.stride < 0)
+            || k.launch
+                .gathers
+                .iter()
+                .any(|g| g.extent < 0 || g.stride < 0)
         {
             return Err(Error::new(
                 Site::default(),
@@ -179,18 +182,29 @@ impl Program {
             return Ok(());
         }
         // A gather's view reaches, past its own elements, every index of the axis it moves
-        // along (the index is checked against the extent before the load).
+        // along (the index is checked against the extent before the load); along an empty
+        // axis it reads nothing.
         let mut gathered = vec![0i64; k.args.len()];
+        let (mut empty, mut plain) = (vec![false; k.args.len()], vec![false; k.args.len()]);
         for instr in &ir.body {
-            if let ir::Instr::GatherLoad { view, gather, .. } = instr {
-                let g = k.launch.gathers[*gather];
-                let reach = (g.extent.max(1) - 1).saturating_mul(g.stride);
-                gathered[*view] = gathered[*view].max(reach);
+            match instr {
+                ir::Instr::GatherLoad { view, gather, .. } => {
+                    let g = k.launch.gathers[*gather];
+                    let reach = (g.extent.max(1) - 1).saturating_mul(g.stride);
+                    gathered[*view] = gathered[*view].max(reach);
+                    empty[*view] |= g.extent == 0;
+                }
+                ir::Instr::Load { view } | ir::Instr::RangeLoad { view, .. } => plain[*view] = true,
+                _ => {}
             }
         }
+        let unread: Vec<bool> = empty.iter().zip(&plain).map(|(&e, &p)| e && !p).collect();
         // A view read only inside one range is reached only there.
         let within = ir.range_views();
         for (a, &v) in k.args.iter().enumerate() {
+            if unread[a] {
+                continue;
+            }
             let mut span: Vec<(i64, i64)> = sizes.iter().map(|&n| (0, n)).collect();
             if let Some(&Some((axis, r))) = within.get(a) {
                 let (start, end) = ranges[r];

@@ -85,7 +85,13 @@ fn gather(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Impo
         _ => {
             let gather = BuiltinAttrs::Gather { axis: axis as i64 };
             let args = [data, indices];
-            return Ok(vec![im.emit_builtin(Builtin::Gather, &args, gather, out, true)?]);
+            return Ok(vec![im.emit_builtin(
+                Builtin::Gather,
+                &args,
+                gather,
+                out,
+                true,
+            )?]);
         }
     };
     let dim = data.shape()[axis] as i64;

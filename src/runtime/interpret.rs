@@ -227,7 +227,11 @@ fn eval<'b>(
             index,
             gather,
         } => {
-            let fill = if ir.loads[*view].dtype.is_float() { f64::NAN } else { 0.0 };
+            let fill = if ir.loads[*view].dtype.is_float() {
+                f64::NAN
+            } else {
+                0.0
+            };
             gathered(*view, *index, *gather).map_or(fill, |(b, at)| b.get(at))
         }
         Instr::Round { x, dtype } if ir.prec(*x) == Prec::I64 => round_int(ints[*x], *dtype).0,

@@ -56,6 +56,7 @@ pub fn launch(rows: i64, first: i64, step: i64) -> Launch {
         strides: vec![vec![DIVISOR * step, 1], vec![COLUMNS, 1]],
         offsets: vec![DIVISOR * first - 1, 0],
         ranges: Vec::new(),
+        gathers: Vec::new(),
         maps: vec![vec![
             MapStage {
                 offset: 0,

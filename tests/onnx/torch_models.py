@@ -3,7 +3,7 @@ PyTorch's exporters, and records their inputs and PyTorch's outputs (computed in
 rounded to float32, so the reference is more accurate than either side).
 
 Usage: python3 torch_models.py DIR (needs torch, onnx and onnxscript). Writes
-DIR/<model>.<exporter>.onnx, DIR/<model>.in.<input>.npy and DIR/<model>.out.npy, for the
+DIR/<model>.<exporter>.onnx, DIR/<model>.in.<input>.npy and DIR/<model>.out.0.npy, for the
 exporters `ts` (TorchScript, opset 17) and `dynamo` (the default opset).
 """
 import os
@@ -63,7 +63,7 @@ for name, model, inputs in models():
     want = reference(model, inputs)
     for key, value in inputs.items():
         np.save(os.path.join(out, f"{name}.in.{key}.npy"), value.numpy())
-    np.save(os.path.join(out, f"{name}.out.npy"), want)
+    np.save(os.path.join(out, f"{name}.out.0.npy"), want)
     args = tuple(inputs.values())
     names = list(inputs)
     # Exported on non-negative ids: torch's own embedding refuses negative ones while tracing.

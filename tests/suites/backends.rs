@@ -29,6 +29,8 @@ mod cuda_emit;
 mod emit_corpus;
 #[path = "../examples.rs"]
 mod examples;
+#[path = "../gather.rs"]
+mod gather;
 #[path = "../gpu_scripts.rs"]
 mod gpu_scripts;
 #[path = "../index_maps.rs"]

@@ -359,7 +359,10 @@ impl<'a> CudaKernelWriter<'a> {
         for g in 0..self.ir.gather_count() {
             let at = 2 * (ranges + g);
             code.def(format!("gs{g}"), format!("const I gs{g} = (I)p.r[{at}];"));
-            code.def(format!("gn{g}"), format!("const I gn{g} = (I)p.r[{}];", at + 1));
+            code.def(
+                format!("gn{g}"),
+                format!("const I gn{g} = (I)p.r[{}];", at + 1),
+            );
         }
         for (arg, view) in self.ir.views().enumerate() {
             code.def(

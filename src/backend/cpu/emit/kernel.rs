@@ -250,7 +250,11 @@ impl<'a> CKernelWriter<'a> {
                     index,
                     gather,
                 } => C.definition(self.ir, id, |_| {
-                    format!("p{view}[{} + {}]", self.index(view), gather_offset(index, gather))
+                    format!(
+                        "p{view}[{} + {}]",
+                        self.index(view),
+                        gather_offset(index, gather)
+                    )
                 }),
                 _ => C.definition(self.ir, id, |view| self.element(view)),
             })

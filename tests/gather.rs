@@ -1,0 +1,191 @@
+//! Gathers with run-time indices (`gather`, `gather_elements`): the reference evaluator's
+//! values, worked by hand, and the compiled gather kernels (the kernel-IR interpreter and
+//! the CPU backend) against it on random geometry, dtypes and indices in range, negative and
+//! out of range.
+
+use crate::common;
+
+use common::gather_graphs::{self, GatherRecipe};
+use common::random_graph::{assert_same, rules};
+use fusebox::backend::Executable;
+use fusebox::dtype::DType;
+use fusebox::eval::Tensors;
+use fusebox::graph::{self, Graph};
+use fusebox::lower;
+use fusebox::optimize::{Options, optimize};
+use fusebox::runner::prepare;
+use fusebox::runtime::interpret;
+use fusebox::tensor::Tensor;
+use proptest::prelude::*;
+
+use common::kernel_cache::compiler;
+
+fn parse(text: &str) -> Graph {
+    graph::file::parse(text, "gather.ron", &rules().ops)
+        .unwrap()
+        .0
+}
+
+fn tensor(dtype: DType, shape: &[usize], values: &[f64]) -> Tensor {
+    Tensor::from_values(dtype, shape, values.to_vec()).unwrap()
+}
+
+fn evaluate(graph: &Graph, inputs: &[(&str, Tensor)]) -> Tensors {
+    let inputs: Tensors = inputs
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.clone()))
+        .collect();
+    fusebox::eval::evaluate(graph, &rules().ops, &inputs).unwrap()
+}
+
+/// An embedding table of 3 rows read at ids 2, 0, -1 (the last row), 3 and -4 (out of range:
+/// NaN rows), and along axis 1 at a scalar index; gather_elements picks one per row.
+#[test]
+fn gathers_read_by_index_with_negative_and_out_of_range_indices() {
+    let graph = parse(
+        r#"Graph(
+        name: "gathers",
+        inputs: [
+            Input(name: "table", dtype: "f32", shape: [3, 2]),
+            Input(name: "ids", dtype: "i64", shape: [5]),
+            Input(name: "col", dtype: "i32", shape: []),
+            Input(name: "pick", dtype: "i64", shape: [3, 1]),
+        ],
+        nodes: [
+            Node(name: "rows", op: "gather", args: ["table", "ids"]),
+            Node(name: "column", op: "gather", args: ["table", "col"], attrs: {"axis": -1}),
+            Node(name: "picked", op: "gather_elements", args: ["table", "pick"], attrs: {"axis": 1}),
+        ],
+        outputs: ["rows", "column", "picked"],
+    )"#,
+    );
+    let table = tensor(DType::F32, &[3, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let out = evaluate(
+        &graph,
+        &[
+            ("table", table),
+            (
+                "ids",
+                tensor(DType::I64, &[5], &[2.0, 0.0, -1.0, 3.0, -4.0]),
+            ),
+            ("col", tensor(DType::I32, &[], &[-1.0])),
+            ("pick", tensor(DType::I64, &[3, 1], &[1.0, -2.0, 2.0])),
+        ],
+    );
+    let nan = f64::NAN;
+    let rows = [5.0, 6.0, 1.0, 2.0, 5.0, 6.0, nan, nan, nan, nan];
+    let same = |got: &Tensor, want: &[f64]| {
+        got.values().len() == want.len()
+            && got
+                .values()
+                .iter()
+                .zip(want)
+                .all(|(g, w)| g == w || (g.is_nan() && w.is_nan()))
+    };
+    assert_eq!(out["rows"].shape(), &[5, 2]);
+    assert!(same(&out["rows"], &rows), "{:?}", out["rows"].values());
+    assert_eq!(out["column"].shape(), &[3]);
+    assert!(same(&out["column"], &[2.0, 4.0, 6.0]));
+    assert_eq!(out["picked"].shape(), &[3, 1]);
+    assert!(same(&out["picked"], &[2.0, 3.0, nan]));
+}
+
+/// Out of range, an integer gather reads 0 and a bool one false; i64 data keeps every bit.
+#[test]
+fn integer_and_bool_gathers_fill_with_zero() {
+    let text = |dtype: &str| {
+        format!(
+            r#"Graph(name: "g", inputs: [Input(name: "data", dtype: "{dtype}", shape: [2]),
+                Input(name: "ids", dtype: "i32", shape: [3])],
+            nodes: [Node(name: "y", op: "gather", args: ["data", "ids"])], outputs: ["y"])"#
+        )
+    };
+    let ids = tensor(DType::I32, &[3], &[1.0, 2.0, -2.0]);
+    let big = Tensor::from_ints(DType::I64, &[2], vec![7, i64::MAX]).unwrap();
+    let out = evaluate(&parse(&text("i64")), &[("data", big), ("ids", ids.clone())]);
+    assert_eq!(out["y"].ints().as_slice().unwrap(), &[i64::MAX, 0, 7]);
+    let flags = tensor(DType::Bool, &[2], &[0.0, 1.0]);
+    let out = evaluate(&parse(&text("bool")), &[("data", flags), ("ids", ids)]);
+    assert_eq!(out["y"].values(), vec![1.0, 0.0, 0.0]);
+}
+
+/// Float indices are refused where the graph is checked, at the node.
+#[test]
+fn float_indices_are_refused() {
+    let text = r#"Graph(name: "g", inputs: [Input(name: "data", dtype: "f32", shape: [2]),
+            Input(name: "ids", dtype: "f32", shape: [3])],
+        nodes: [Node(name: "y", op: "gather", args: ["data", "ids"])], outputs: ["y"])"#;
+    let err = graph::file::parse(text, "g.ron", &rules().ops).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("indices") && message.contains("Integer"),
+        "{message}"
+    );
+}
+
+/// `graph` optimized, lowered and run by the kernel-IR interpreter and by the CPU backend,
+/// against the reference evaluator, on [`gather_graphs::inputs`].
+fn compiled_agree(graph: &Graph, seed: u64) -> Result<(), String> {
+    let inputs = gather_graphs::inputs(graph, seed);
+    let want = fusebox::eval::evaluate(graph, &rules().ops, &inputs).map_err(|e| e.to_string())?;
+    let out = optimize(graph, rules(), &Options::default()).map_err(|e| e.to_string())?;
+    let program = lower::lower(&out.dag, &out.partition).map_err(|e| e.to_string())?;
+    program.check_bounds().map_err(|e| e.to_string())?;
+    let buffers = common::random_graph::input_buffers(&program, &inputs);
+    let got = interpret::run_program(&program, &buffers).map_err(|e| e.to_string())?;
+    for (o, b) in program.dag.outputs.iter().zip(&got) {
+        assert_same(
+            &format!("interpreted {}", o.name),
+            &want[&o.name],
+            &b.to_tensor(),
+        )?;
+    }
+    let mut prepared =
+        prepare(graph, rules(), &Options::default(), compiler()).map_err(|e| e.to_string())?;
+    let got = prepared
+        .executable
+        .run_tensors(&inputs)
+        .map_err(|e| e.to_string())?;
+    for name in &graph.outputs {
+        assert_same(&format!("cpu {name}"), &want[name], &got[name])?;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: common::random_graph::cases(48),
+        ..ProptestConfig::default()
+    })]
+
+    /// Random gathers (see `gather_graphs`) on the interpreter and the CPU backend equal the
+    /// reference, NaN fills and all.
+    #[test]
+    fn random_gathers_compiled_agree_with_the_reference(
+        recipe in gather_graphs::recipes(),
+        seed in 0u64..1000,
+    ) {
+        let graph = gather_graphs::build(&recipe);
+        compiled_agree(&graph, seed).map_err(|e| TestCaseError::fail(format!(
+            "{e}\n{recipe:?}\n{}", graph::file::to_ron(&graph))))?;
+    }
+}
+
+/// The geometry the generator covers: both ops, every data dtype, rank-0 index tensors,
+/// size-0 axes and negative axes, in fair numbers over 500 recipes.
+#[test]
+fn random_gathers_cover_their_forms() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = gather_graphs::recipes();
+    let recipes: Vec<GatherRecipe> = (0..500)
+        .map(|_| strategy.new_tree(&mut runner).unwrap().current())
+        .collect();
+    let count = |f: &dyn Fn(&GatherRecipe) -> bool| recipes.iter().filter(|r| f(r)).count();
+    assert!(count(&|r| r.elements) > 100);
+    assert!(count(&|r| !r.elements && r.indices.is_empty()) > 20);
+    assert!(count(&|r| r.data.contains(&0)) > 50);
+    assert!(count(&|r| r.axis < 0) > 100);
+    for dtype in [DType::F16, DType::BF16, DType::I64, DType::Bool] {
+        assert!(count(&|r| r.dtype == dtype) > 30, "{dtype}");
+    }
+}
