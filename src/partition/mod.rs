@@ -513,8 +513,18 @@ impl<'a> Facts<'a> {
     /// copy kernel of a transpose pays to gather. 0 for every other node.
     ///
     /// [`Reads::extra_per_byte`]: crate::rules::Reads::extra_per_byte
+    ///
+    /// A gather reads at most one data element per result element, however large its data
+    /// (an embedding table): its extra is negative, the data bytes it does not read.
     pub fn copy_read_extra(&self, profile: &Profile, n: usize) -> f64 {
         let node = &self.dag.nodes[n];
+        if let (Some(Builtin::Gather | Builtin::GatherElements), [data, _]) =
+            (node.op.builtin(), &node.args[..])
+        {
+            let stored = self.value_bytes(*data);
+            let read = numel(&node.ty.shape) as u64 * node.ty.dtype.size_bytes() as u64;
+            return -(stored.saturating_sub(read) as f64);
+        }
         let (OpKind::Layout, Some(builtin), [x]) =
             (node.op.kind(), node.op.builtin(), &node.args[..])
         else {
