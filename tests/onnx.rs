@@ -135,8 +135,10 @@ fn real_models_match_the_onnx_reference_evaluator_on_reference_and_cpu() {
 
 /// Models exported from PyTorch by both exporters (tests/onnx/torch_models.py, committed with
 /// PyTorch's float64 outputs): an embedding lookup of run-time ids (negative ones counting
-/// from the end) mean-pooled into a Linear (ONNX `Gather`), and cross-entropy written as
-/// `log_softmax` and `torch.gather` (`GatherElements`), on the reference and CPU backends.
+/// from the end) mean-pooled into a Linear (ONNX `Gather`), cross-entropy written as
+/// `log_softmax` and `torch.gather` (`GatherElements`), and `F.cross_entropy` with class
+/// weights and an ignored class over a batch of sequences (`SoftmaxCrossEntropyLoss`), on the
+/// reference and CPU backends.
 #[test]
 fn pytorch_models_with_run_time_indices_match_pytorch() {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/torch");
@@ -146,7 +148,7 @@ fn pytorch_models_with_run_time_indices_match_pytorch() {
             let path = entry.unwrap().path();
             std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
         }
-        for model in ["embedding_pool", "target_log_prob"] {
+        for model in ["embedding_pool", "target_log_prob", "cross_entropy"] {
             let graph = dir.join(format!("{model}.{exporter}.onnx"));
             for backend in ["reference", "cpu"] {
                 check_model(&dir, model, &["y"], &graph, backend);

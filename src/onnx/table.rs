@@ -58,13 +58,14 @@ impl<'a> Importer<'a> {
                 t.args.len().min(1)
             };
             for written in &t.args[..wanted] {
-                // `"$2|zero"`: the first alternative that has a value here.
+                // `"$2|zero"`: the first alternative that has a value here (an input given,
+                // a node with a value: one left out for want of an input has none).
                 let arg = written
                     .split('|')
                     .find(
                         |alt| match alt.strip_prefix('$').and_then(|i| i.parse::<usize>().ok()) {
                             Some(i) => inputs.get(i).is_some_and(|v| v.is_some()),
-                            None => true,
+                            None => local.get(*alt).is_none_or(|v| v.is_some()),
                         },
                     )
                     .unwrap_or(written);
@@ -231,6 +232,24 @@ impl<'a> Importer<'a> {
                     (Some(v), "dtype") => {
                         return Ok(Some(AttrValue::DType(v.dtype())));
                     }
+                    (Some(v), "shape") => Some(Attr::Ints(shape_ints(v.shape()))),
+                    // The shape with a size-1 axis put in at `axis` (ONNX `Unsqueeze`).
+                    (Some(v), unsqueeze) if unsqueeze.starts_with("unsqueeze(") => {
+                        let axis = unsqueeze
+                            .strip_prefix("unsqueeze(")
+                            .and_then(|a| a.strip_suffix(')'))
+                            .and_then(|a| a.parse::<usize>().ok())
+                            .filter(|&a| a <= v.shape().len())
+                            .ok_or_else(|| {
+                                ImportError::RuleSet(format!(
+                                    "{}: `.{unsqueeze}` needs an axis from 0 to input {index}'s rank",
+                                    self.table.file
+                                ))
+                            })?;
+                        let mut dims = shape_ints(v.shape());
+                        dims.insert(axis, 1);
+                        Some(Attr::Ints(dims))
+                    }
                     (Some(v), "value" | "ints" | "axes") => {
                         let t = v
                             .constant()
@@ -319,6 +338,11 @@ pub(super) fn attr_or_default(
         ron::Value::String(s) => Some(Attr::Str(s.clone())),
         _ => None,
     }
+}
+
+/// A shape as the integers of a `shape` attribute.
+fn shape_ints(shape: &[usize]) -> Vec<i64> {
+    shape.iter().map(|&d| d as i64).collect()
 }
 
 /// Whether a `when`/`unless` condition holds: `"$N.dtype": "i32"` (or `"integer"`, `"float"`,

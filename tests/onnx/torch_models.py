@@ -37,12 +37,30 @@ class TargetLogProb(torch.nn.Module):
         return -logp.gather(1, target.unsqueeze(1)).mean()
 
 
+class CrossEntropy(torch.nn.Module):
+    """F.cross_entropy with class weights, an ignored class and the default mean, over a
+    [N, C, L] batch of sequences (ONNX SoftmaxCrossEntropyLoss from the TorchScript
+    exporter)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("weight", torch.rand(6) + 0.5)
+
+    def forward(self, logits, target):
+        return torch.nn.functional.cross_entropy(logits, target, weight=self.weight,
+                                                 ignore_index=2)
+
+
 def models():
     ids = torch.randint(-50, 50, (3, 7))  # negative ids count from the end, as in ONNX
     yield "embedding_pool", EmbeddingMeanPool(), {"ids": ids}
     logits = torch.randn(5, 10)
     target = torch.randint(0, 10, (5,))
     yield "target_log_prob", TargetLogProb(), {"logits": logits, "target": target}
+    logits = torch.randn(4, 6, 3)
+    target = torch.randint(0, 6, (4, 3))
+    target[0, 0] = 2  # the ignored class
+    yield "cross_entropy", CrossEntropy(), {"logits": logits, "target": target}
 
 
 def reference(model, inputs):
