@@ -177,6 +177,27 @@ fn a_fusing_layout_kind_joins_concat_unless_overridden() {
     assert_eq!(rules.role(ops.get("concat").unwrap()), Role::Alone);
 }
 
+/// A gather reads at run-time indices, which no view expresses: under `Layout: Join` (rule
+/// files written before gathers existed) it runs `Alone`, and giving it `Join` by name is an
+/// error at that entry.
+#[test]
+fn gathers_run_alone_whatever_their_kind_role() {
+    let kinds =
+        "Fusion(\n  kinds: {Pointwise: Join, Layout: Join, Reduction: End, Opaque: Never},\n";
+    let ops = Catalogue::defaults();
+    let rules = load(&format!("{kinds}  max_kernel_args: 8)")).unwrap();
+    for op in ["gather", "gather_elements"] {
+        assert_eq!(rules.role(ops.get(op).unwrap()), Role::Alone, "{op}");
+    }
+    let message = error(&format!(
+        "{kinds}  ops: {{\"gather\": Join}},\n  max_kernel_args: 8)"
+    ));
+    assert!(
+        message.contains("3:") && message.contains("`gather`"),
+        "{message}"
+    );
+}
+
 /// User-defined layout ops are judged by their builtin, not their name: a `flip` that is a
 /// `transpose` joins as a view, a `stack` that is a `concat` as a range select. An op defined
 /// after the rules were checked gets its kind's role.

@@ -148,7 +148,13 @@ fn pytorch_models_with_run_time_indices_match_pytorch() {
             let path = entry.unwrap().path();
             std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
         }
-        for model in ["embedding_pool", "target_log_prob", "cross_entropy"] {
+        for model in [
+            "embedding_pool",
+            "target_log_prob",
+            "cross_entropy",
+            "lstm",
+            "gru",
+        ] {
             let graph = dir.join(format!("{model}.{exporter}.onnx"));
             for backend in ["reference", "cpu"] {
                 check_model(&dir, model, &["y"], &graph, backend);
@@ -774,4 +780,44 @@ fn reduce_sum_with_an_empty_axes_input_sums_every_axis() {
     // sum(x) = 4.5, kept as [1] and added to w.
     assert_eq!(y, vec![5.5, 6.5, 7.5, 8.5]);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An LSTM over a sequence too long to unroll is refused at its node before any step is
+/// written (the bound of composite expansion), and one with a weight of the wrong shape names
+/// the input.
+#[test]
+fn recurrent_ops_too_long_to_unroll_or_misshapen_are_located_errors() {
+    let dir = temp_dir("recurrent-limits");
+    let lstm = |seq: i64, w_rows: i64| {
+        let mut model = model_with(
+            weights(floats(&vec![0.5; (w_rows * 2) as usize]), &[1, w_rows, 2]),
+            vec![{
+                let mut n = node("LSTM", "long_lstm", &["x", "w", "r"], "y");
+                let mut hidden = onnx_protobuf::AttributeProto::new();
+                hidden.name = "hidden_size".into();
+                hidden.type_ = onnx_protobuf::attribute_proto::AttributeType::INT.into();
+                hidden.i = 2;
+                n.attribute.push(hidden);
+                n
+            }],
+        );
+        let graph = model.graph.as_mut().unwrap();
+        graph.input[0] = value_info("x", &[seq, 1, 2]);
+        graph.output[0] = value_info("y", &[seq, 1, 1, 2]);
+        let mut r = weights(floats(&[0.25; 16]), &[1, 8, 2]);
+        r.name = "r".into();
+        graph.initializer.push(r);
+        model.write_to_bytes().unwrap()
+    };
+    let err = import_bytes(&dir, &lstm(100_000, 8)).unwrap_err();
+    assert!(
+        err.contains("long_lstm") && err.contains("unrolling 100000 steps"),
+        "{err}"
+    );
+    let err = import_bytes(&dir, &lstm(3, 6)).unwrap_err();
+    assert!(
+        err.contains("long_lstm") && err.contains("W has shape [1, 6, 2]"),
+        "{err}"
+    );
+    assert!(import_bytes(&dir, &lstm(3, 8)).is_ok());
 }

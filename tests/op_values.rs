@@ -17,7 +17,7 @@ const NAN: f64 = f64::NAN;
 const INF: f64 = f64::INFINITY;
 
 /// Every op of the default catalogue; each is exercised below.
-const COVERED: [&str; 49] = [
+const COVERED: [&str; 51] = [
     "abs",
     "add",
     "broadcast_to",
@@ -32,6 +32,8 @@ const COVERED: [&str; 49] = [
     "erf",
     "exp",
     "floor",
+    "gather",
+    "gather_elements",
     "ge",
     "gelu",
     "gelu_tanh",
@@ -1613,6 +1615,44 @@ fn slice_follows_python_rules() {
         );
         assert!(matches!(err, ErrorKind::Shape(_)), "{bad:?}: {err:?}");
     }
+}
+
+/// gather along each axis of a [2, 3] f16 table (negative axis, negative and out-of-range
+/// indices: NaN), of i64 data with a rank-2 index (out of range: 0), and gather_elements
+/// along the rows with a narrower index tensor.
+#[test]
+fn gathers_read_at_run_time_indices() {
+    let m = tensor(F16, &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let rows = tensor(I64, &[3], &[1.0, -2.0, 2.0]);
+    let got = apply("gather", &[], &[m.clone(), rows]);
+    assert_exact(
+        &got,
+        F16,
+        &[3, 3],
+        &[4.0, 5.0, 6.0, 1.0, 2.0, 3.0, NAN, NAN, NAN],
+    );
+    let cols = tensor(I32, &[2], &[-1.0, 0.0]);
+    let got = apply(
+        "gather",
+        &[("axis", AttrValue::Int(-1))],
+        &[m.clone(), cols],
+    );
+    assert_exact(&got, F16, &[2, 2], &[3.0, 1.0, 6.0, 4.0]);
+    let data = tensor(I64, &[3], &[7.0, -8.0, 9.0]);
+    let ids = tensor(I32, &[2, 2], &[2.0, 3.0, -3.0, -4.0]);
+    assert_exact(
+        &apply("gather", &[], &[data, ids]),
+        I64,
+        &[2, 2],
+        &[9.0, 0.0, 7.0, 0.0],
+    );
+    let pick = tensor(I64, &[2, 2], &[2.0, 0.0, -1.0, 5.0]);
+    let got = apply(
+        "gather_elements",
+        &[("axis", AttrValue::Int(1))],
+        &[m, pick],
+    );
+    assert_exact(&got, F16, &[2, 2], &[3.0, 1.0, 6.0, NAN]);
 }
 
 #[test]

@@ -17,6 +17,7 @@ pub use error::ImportError;
 pub use fold::FOLD_LIMIT;
 mod model_check;
 pub mod proto;
+mod recurrent;
 mod structural;
 mod table;
 use model_check::{definitions, unsupported};
@@ -534,9 +535,19 @@ impl<'a> Importer<'a> {
             .first()
             .cloned()
             .unwrap_or_else(|| node_label(node));
+        self.apply(node, &attrs, &out)
+    }
+
+    /// Imports one node whose attributes are read: by its structural handler or the table.
+    fn apply(
+        &mut self,
+        node: &NodeProto,
+        attrs: &HashMap<String, Attr>,
+        out: &str,
+    ) -> Imports<Vec<Val>> {
         match structural::handler(&node.op_type) {
-            Some(handle) => handle(self, node, &attrs, &out),
-            None => self.table_node(node, &attrs, &out),
+            Some(handle) => handle(self, node, attrs, out),
+            None => self.table_node(node, attrs, out),
         }
     }
 }

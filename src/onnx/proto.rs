@@ -431,6 +431,7 @@ pub enum Attr {
     Ints(Vec<i64>),
     Floats(Vec<f64>),
     Str(String),
+    Strs(Vec<String>),
     Tensor(Tensor),
 }
 
@@ -449,6 +450,12 @@ pub fn attribute(a: &AttributeProto, dir: Option<&Path>) -> Result<Attr, ProtoEr
         AttributeType::INTS => Attr::Ints(a.ints.clone()),
         AttributeType::FLOATS => Attr::Floats(a.floats.iter().map(|&f| f64::from(f)).collect()),
         AttributeType::STRING => Attr::Str(String::from_utf8_lossy(&a.s).into_owned()),
+        AttributeType::STRINGS => Attr::Strs(
+            a.strings
+                .iter()
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect(),
+        ),
         AttributeType::TENSOR => match a.t.as_ref() {
             Some(t) => {
                 Attr::Tensor(to_tensor(t, dir).map_err(|e| ProtoError::AttributeTensor {

@@ -41,6 +41,9 @@ const HANDLERS: [(&str, Handler); STRUCTURAL.len()] = [
     ("Expand", expand),
     ("Slice", slice),
     ("Split", split),
+    ("LSTM", super::recurrent::lstm),
+    ("GRU", super::recurrent::gru),
+    ("RNN", super::recurrent::rnn),
 ];
 
 /// The handler of ONNX op type `op_type`, if it is structural.
@@ -422,7 +425,7 @@ impl Importer<'_> {
     }
 
     /// `x` reshaped to `shape` (itself when it has that shape already).
-    fn reshape(&mut self, x: &Val, shape: &[usize], name: &str) -> Imports {
+    pub(super) fn reshape(&mut self, x: &Val, shape: &[usize], name: &str) -> Imports {
         if x.shape() == shape {
             return Ok(x.clone());
         }
@@ -437,7 +440,7 @@ impl Importer<'_> {
     }
 
     /// `x[start:end:step]` along `axis`.
-    fn slice(
+    pub(super) fn slice(
         &mut self,
         x: &Val,
         axis: usize,
@@ -457,7 +460,7 @@ impl Importer<'_> {
     }
 }
 
-fn int_attr(attrs: &Attrs, name: &str) -> Option<i64> {
+pub(super) fn int_attr(attrs: &Attrs, name: &str) -> Option<i64> {
     match attrs.get(name) {
         Some(Attr::Int(i)) => Some(*i),
         _ => None,

@@ -51,6 +51,28 @@ class CrossEntropy(torch.nn.Module):
                                                  ignore_index=2)
 
 
+class Lstm(torch.nn.Module):
+    """nn.LSTM: two layers, both directions, batch first, from initial states."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16, num_layers=2, bidirectional=True, batch_first=True)
+
+    def forward(self, x, h0, c0):
+        return self.lstm(x, (h0, c0))[0]
+
+
+class Gru(torch.nn.Module):
+    """nn.GRU (one layer, sequence first, zero initial state): its last hidden state."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = torch.nn.GRU(8, 12)
+
+    def forward(self, x):
+        return self.gru(x)[1]
+
+
 def models():
     ids = torch.randint(-50, 50, (3, 7))  # negative ids count from the end, as in ONNX
     yield "embedding_pool", EmbeddingMeanPool(), {"ids": ids}
@@ -61,6 +83,11 @@ def models():
     target = torch.randint(0, 6, (4, 3))
     target[0, 0] = 2  # the ignored class
     yield "cross_entropy", CrossEntropy(), {"logits": logits, "target": target}
+    x = torch.randn(3, 5, 8)
+    h0 = torch.randn(4, 3, 16)
+    c0 = torch.randn(4, 3, 16)
+    yield "lstm", Lstm(), {"x": x, "h0": h0, "c0": c0}
+    yield "gru", Gru(), {"x": torch.randn(6, 2, 8)}
 
 
 def reference(model, inputs):
