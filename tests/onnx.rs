@@ -821,3 +821,57 @@ fn recurrent_ops_too_long_to_unroll_or_misshapen_are_located_errors() {
     );
     assert!(import_bytes(&dir, &lstm(3, 8)).is_ok());
 }
+
+/// Integer Mod at run time (i32, both signs of both operands, the extremes, a zero divisor)
+/// takes the divisor's sign, and with `fmod` the dividend's, as Python's `%` and C's `fmod`
+/// do; `x mod 0` is 0 (NumPy's). Folded on constants, i64 gives the same.
+#[test]
+fn integer_mod_follows_the_divisor_or_with_fmod_the_dividend() {
+    let dir = temp_dir("int-mod");
+    let xs: [i64; 8] = [7, -7, 7, -7, 0, i32::MIN as i64, i32::MAX as i64, 5];
+    let ys: [i64; 8] = [3, 3, -3, -3, 4, -1, 2, 0];
+    let python = |x: i64, y: i64| {
+        if y == 0 {
+            0
+        } else {
+            x.rem_euclid(y) + if y < 0 && x.rem_euclid(y) != 0 { y } else { 0 }
+        }
+    };
+    let c = |x: i64, y: i64| {
+        if y == 0 {
+            0
+        } else {
+            x.checked_rem(y).unwrap_or(0)
+        }
+    };
+    for fmod in [0, 1] {
+        let mut m = node("Mod", "m", &["x", "w"], "y");
+        let mut attr = onnx_protobuf::AttributeProto::new();
+        attr.name = "fmod".into();
+        attr.type_ = onnx_protobuf::attribute_proto::AttributeType::INT.into();
+        attr.i = fmod;
+        m.attribute.push(attr);
+        let mut w = TensorProto::new();
+        w.name = "w".into();
+        w.data_type = 6;
+        w.dims = vec![8];
+        w.int32_data = ys.iter().map(|&y| y as i32).collect();
+        let mut model = model_with(w, vec![m]);
+        let graph = model.graph.as_mut().unwrap();
+        graph.input[0] = crate::common::onnx_models::value_info("x", 6, Some(&[8]));
+        graph.output[0] = crate::common::onnx_models::value_info("y", 6, Some(&[8]));
+        let imported = import_bytes(&dir, &model.write_to_bytes().unwrap()).unwrap();
+        let x = Tensor::from_ints(fusebox::dtype::DType::I32, &[8], xs.to_vec()).unwrap();
+        let mut inputs: fusebox::eval::Tensors = imported.values.clone().into_iter().collect();
+        inputs.insert("x".into(), x);
+        let rules = RuleSet::defaults();
+        let out = fusebox::eval::evaluate(&imported.graph, &rules.ops, &inputs).unwrap();
+        let got = out["y"].ints().iter().copied().collect::<Vec<i64>>();
+        let want: Vec<i64> = xs
+            .iter()
+            .zip(&ys)
+            .map(|(&x, &y)| if fmod == 1 { c(x, y) } else { python(x, y) })
+            .collect();
+        assert_eq!(got, want, "fmod {fmod}");
+    }
+}

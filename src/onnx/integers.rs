@@ -1,13 +1,14 @@
 //! ONNX's integer semantics held exactly: an integer op computes in its input's type (Add
-//! wraps, Div truncates, ReduceSum of i32 is i32). Integer Div and Pow on constants fold here
-//! exactly; a node of the op table whose integer form would compute another dtype is refused.
+//! wraps, Div truncates, ReduceSum of i32 is i32). Integer Div, Mod and Pow on constants fold
+//! here exactly; a node of the op table whose integer form would compute another dtype is
+//! refused.
 
 use super::fold::fits_folding;
 use super::*;
 
 /// The ONNX ops whose integer form the importer folds exactly in code when their inputs are
 /// constants (the shape arithmetic exporters write: TorchScript's `chunk()` divides sizes).
-pub(super) const INTEGER_FOLDS: [&str; 2] = ["Div", "Pow"];
+pub(super) const INTEGER_FOLDS: [&str; 3] = ["Div", "Mod", "Pow"];
 
 /// ONNX's integer `Div` or `Pow` of two elements of `dtype` (held as i64).
 ///
@@ -17,7 +18,9 @@ pub(super) const INTEGER_FOLDS: [&str; 2] = ["Div", "Pow"];
 /// dtype's range, so `MIN / -1` is `MAX`, `x / 0` is `MAX` for `x > 0` and `MIN` for `x < 0`,
 /// and `0 / 0` is 0. Pow is the exact power, wrapping to `dtype` as NumPy's integer power
 /// does; a negative exponent has no integer result and is an error (NumPy refuses it too).
-pub(super) fn integer_op(op: &str, dtype: DType, x: i64, y: i64) -> Imports<i64> {
+/// Mod takes the divisor's sign (Python's `%`, ONNX's default), or with `fmod` the dividend's
+/// (C's `fmod`); `x mod 0` is 0, as NumPy gives it, and what the run-time form computes.
+pub(super) fn integer_op(op: &str, fmod: bool, dtype: DType, x: i64, y: i64) -> Imports<i64> {
     let (min, max) = match dtype {
         DType::I32 => (i64::from(i32::MIN), i64::from(i32::MAX)),
         _ => (i64::MIN, i64::MAX),
@@ -29,6 +32,12 @@ pub(super) fn integer_op(op: &str, dtype: DType, x: i64, y: i64) -> Imports<i64>
             (_, 0) => min,
             // The one quotient beyond the range: `MIN / -1`.
             (x, y) => x.checked_div(y).unwrap_or(max).clamp(min, max),
+        },
+        // `checked_rem` fails only for `MIN % -1`, whose remainder is 0.
+        "Mod" => match (y, x.checked_rem(y).unwrap_or(0)) {
+            (0, _) => 0,
+            (y, r) if !fmod && r != 0 && (r < 0) != (y < 0) => r + y,
+            (_, r) => r,
         },
         "Pow" => {
             let exponent = u64::try_from(y).map_err(|_| {
@@ -103,7 +112,7 @@ impl Importer<'_> {
         Ok(outputs)
     }
 
-    /// Integer `Div` or `Pow` with constant inputs, computed exactly ([`integer_op`]); `None`
+    /// Integer `Div`, `Mod` or `Pow` with constant inputs, computed exactly ([`integer_op`]); `None`
     /// for anything else (a run-time input, a float exponent, a result too big to fold).
     pub(super) fn fold_integer(&self, node: &NodeProto, dtype: DType) -> Imports<Option<Val>> {
         if !INTEGER_FOLDS.contains(&node.op_type.as_str()) || node.input.len() != 2 {
@@ -130,12 +139,45 @@ impl Importer<'_> {
             b.broadcast(dim)
                 .ok_or(ImportError::Internal("the inputs do not broadcast"))?,
         );
+        let fmod = node.attribute.iter().any(|a| a.name == "fmod" && a.i != 0);
         let mut values = Vec::with_capacity(a.len());
         for (&x, &y) in a.iter().zip(b.iter()) {
-            values.push(integer_op(&node.op_type, dtype, x, y)?);
+            values.push(integer_op(&node.op_type, fmod, dtype, x, y)?);
         }
         let t = Tensor::from_ints(dtype, &shape, values)
             .ok_or(ImportError::Internal("the shape does not fit"))?;
         Ok(Some(Val::Const(Rc::new(t), None)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Folded Mod against Python's `%` (the divisor's sign) and C's `fmod` (the dividend's),
+    /// at the i64 extremes too: `MIN mod -1` is 0 and `x mod 0` is 0.
+    #[test]
+    fn folded_mod_takes_the_sign_onnx_asks_for() {
+        let cases: [(i64, i64, i64, i64); 7] = [
+            (7, 3, 1, 1),
+            (-7, 3, 2, -1),
+            (7, -3, -2, 1),
+            (-7, -3, -1, -1),
+            (i64::MIN, -1, 0, 0),
+            (i64::MIN, 7, 6, -1),
+            (5, 0, 0, 0),
+        ];
+        for (x, y, python, c) in cases {
+            assert_eq!(
+                integer_op("Mod", false, DType::I64, x, y).unwrap(),
+                python,
+                "{x} % {y}"
+            );
+            assert_eq!(
+                integer_op("Mod", true, DType::I64, x, y).unwrap(),
+                c,
+                "fmod({x}, {y})"
+            );
+        }
     }
 }

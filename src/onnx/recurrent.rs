@@ -101,6 +101,23 @@ struct Direction {
     reverse: bool,
 }
 
+/// A recurrent node's inputs, checked against each other, in the sequence-first layout.
+struct Inputs {
+    x: Val,
+    w: Val,
+    r: Val,
+    bias: Option<Val>,
+    peepholes: Option<Val>,
+    h0: Option<Val>,
+    c0: Option<Val>,
+    /// Per direction, whether it runs backwards.
+    directions: Vec<bool>,
+    activations: Vec<Vec<Activation>>,
+    linear_before_reset: bool,
+    /// The batch-first layout (`layout` 1), turned back on the outputs.
+    batch_first: bool,
+}
+
 fn unroll(
     im: &mut Importer,
     node: &NodeProto,
@@ -108,32 +125,87 @@ fn unroll(
     out: &str,
     cell: Cell,
 ) -> Imports<Vec<Val>> {
+    let (inputs, options) = read(im, node, attrs, out, cell)?;
+    let [seq, batch, _] = inputs.x.shape()[..] else {
+        return Err(ImportError::Internal("X of rank 3"));
+    };
+    let no_state = Val::Const(
+        Rc::new(zeros(inputs.x.dtype(), &[batch, options.hidden])?),
+        None,
+    );
+    let (mut ys, mut hs, mut cs) = (Vec::new(), Vec::new(), Vec::new());
+    for (d, &reverse) in inputs.directions.iter().enumerate() {
+        let name = format!("{out}.d{d}");
+        let direction = prepare(im, &inputs, &options, d, reverse, &name)?;
+        let mut state = |s: &Option<Val>| match s {
+            Some(s) => take(im, s, d, &format!("{name}.state")),
+            None => Ok(no_state.clone()),
+        };
+        let (h, c) = (state(&inputs.h0)?, state(&inputs.c0)?);
+        let (y, h, c) = steps(im, &options, &direction, h, c, seq, &name)?;
+        ys.push(y);
+        hs.push(h);
+        cs.push(c);
+    }
+    // Y is [seq, dirs, batch, hidden]; Y_h and Y_c [dirs, batch, hidden].
+    let stack = |im: &mut Importer, parts: &[Val], axis: usize, name: &str| -> Imports {
+        let mut lifted = Vec::new();
+        for p in parts {
+            let mut shape = p.shape().to_vec();
+            shape.insert(axis, 1);
+            lifted.push(im.reshape(p, &shape, name)?);
+        }
+        im.concat(&lifted, axis, name)
+    };
+    let mut y = stack(im, &ys, 1, &format!("{out}.y"))?;
+    let mut yh = stack(im, &hs, 0, &format!("{out}.y_h"))?;
+    let mut yc = stack(im, &cs, 0, &format!("{out}.y_c"))?;
+    if inputs.batch_first {
+        y = im.transpose(&y, &[2, 0, 1, 3], out)?;
+        yh = im.transpose(&yh, &[1, 0, 2], out)?;
+        yc = im.transpose(&yc, &[1, 0, 2], out)?;
+    }
+    let mut outputs = vec![y, yh];
+    if cell == Cell::Lstm {
+        outputs.push(yc);
+    }
+    Ok(outputs)
+}
+
+/// Direction `d` of `v` (whose first axis is the direction), without that axis.
+fn take(im: &mut Importer, v: &Val, d: usize, name: &str) -> Imports {
+    let part = im.slice(v, 0, d as i64, d as i64 + 1, 1, name)?;
+    let shape = v.shape()[1..].to_vec();
+    im.reshape(&part, &shape, name)
+}
+
+/// The node's inputs and attributes, checked: shapes that agree, a known direction, the
+/// activations, and a sequence short enough to unroll.
+fn read(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+    cell: Cell,
+) -> Imports<(Inputs, Options)> {
+    let lstm_input = |im: &Importer, i: usize| match cell {
+        Cell::Lstm => im.input(node, i),
+        _ => Ok(None),
+    };
     let mut x = im.required(node, 0)?;
-    let w = im.required(node, 1)?;
-    let r = im.required(node, 2)?;
-    let bias = im.input(node, 3)?;
-    let lens = im.input(node, 4)?;
-    let mut h0 = im.input(node, 5)?;
-    let mut c0 = if cell == Cell::Lstm {
-        im.input(node, 6)?
-    } else {
-        None
-    };
-    let peepholes = if cell == Cell::Lstm {
-        im.input(node, 7)?
-    } else {
-        None
-    };
-    let layout = int_attr(attrs, "layout").unwrap_or(0);
-    if layout == 1 {
+    let (w, r) = (im.required(node, 1)?, im.required(node, 2)?);
+    let (bias, lens, mut h0) = (im.input(node, 3)?, im.input(node, 4)?, im.input(node, 5)?);
+    let (mut c0, peepholes) = (lstm_input(im, 6)?, lstm_input(im, 7)?);
+    let batch_first = int_attr(attrs, "layout").unwrap_or(0) == 1;
+    if batch_first {
         x = im.transpose(&x, &[1, 0, 2], out)?;
         h0 = h0.map(|h| im.transpose(&h, &[1, 0, 2], out)).transpose()?;
         c0 = c0.map(|c| im.transpose(&c, &[1, 0, 2], out)).transpose()?;
     }
-    let directions: &[bool] = match string_attr(attrs, "direction").unwrap_or("forward") {
-        "forward" => &[false],
-        "reverse" => &[true],
-        "bidirectional" => &[false, true],
+    let directions = match string_attr(attrs, "direction").unwrap_or("forward") {
+        "forward" => vec![false],
+        "reverse" => vec![true],
+        "bidirectional" => vec![false, true],
         other => {
             return Err(ImportError::Malformed(format!(
                 "unknown direction `{other}`"
@@ -192,120 +264,87 @@ fn unroll(
     if let Some(l) = &lens {
         expect(l, &[batch], "sequence_lens")?;
     }
-    let activations = activations(attrs, cell, dirs)?;
-    let clip = match attrs.get("clip") {
-        Some(Attr::Float(c)) => Some(*c),
-        _ => None,
-    };
     let options = Options {
         cell,
         hidden,
-        clip,
+        clip: match attrs.get("clip") {
+            Some(Attr::Float(c)) => Some(*c),
+            _ => None,
+        },
         input_forget: int_attr(attrs, "input_forget").unwrap_or(0) != 0,
         lens,
     };
-    let dtype = x.dtype();
-    let no_state = Val::Const(Rc::new(zeros(dtype, &[batch, hidden])?), None);
-    let (mut ys, mut hs, mut cs) = (Vec::new(), Vec::new(), Vec::new());
-    for (d, &reverse) in directions.iter().enumerate() {
-        let name = format!("{out}.d{d}");
-        let take = |im: &mut Importer, v: &Val, what: &str| -> Imports {
-            let part = im.slice(v, 0, d as i64, d as i64 + 1, 1, &format!("{name}.{what}"))?;
-            let shape = v.shape()[1..].to_vec();
-            im.reshape(&part, &shape, &format!("{name}.{what}"))
-        };
-        let wd = take(im, &w, "w")?;
-        let rd = take(im, &r, "r")?;
-        let wt = im.transpose(&wd, &[1, 0], &name)?;
-        let rt = im.transpose(&rd, &[1, 0], &name)?;
-        let flat = im.reshape(&x, &[seq * batch, input], &name)?;
-        let mut projected = im.onnx("MatMul", &[&flat, &wt], &[], &format!("{name}.xw"))?;
-        let mut hidden_bias = None;
-        if let Some(b) = &bias {
-            let bd = take(im, b, "b")?;
-            let wb = im.slice(&bd, 0, 0, (gates * hidden) as i64, 1, &name)?;
-            let rb = im.slice(
-                &bd,
-                0,
-                (gates * hidden) as i64,
-                (2 * gates * hidden) as i64,
-                1,
-                &name,
-            )?;
-            let linear_before_reset = int_attr(attrs, "linear_before_reset").unwrap_or(0) != 0;
-            let both = if cell == Cell::Gru && linear_before_reset {
-                // The hidden gate's recurrent bias is added inside the reset product.
-                let rb_zr = im.slice(&rb, 0, 0, (2 * hidden) as i64, 1, &name)?;
-                hidden_bias =
-                    Some(im.slice(&rb, 0, (2 * hidden) as i64, (3 * hidden) as i64, 1, &name)?);
-                let none = Val::Const(Rc::new(zeros(bd.dtype(), &[hidden])?), None);
-                let rb = im.concat(&[rb_zr, none], 0, &name)?;
-                im.onnx("Add", &[&wb, &rb], &[], &format!("{name}.bias"))?
-            } else {
-                im.onnx("Add", &[&wb, &rb], &[], &format!("{name}.bias"))?
-            };
-            projected = im.onnx("Add", &[&projected, &both], &[], &format!("{name}.xwb"))?;
-        }
-        let projected = im.reshape(&projected, &[seq, batch, gates * hidden], &name)?;
-        let peepholes = match &peepholes {
-            Some(p) => {
-                let pd = take(im, p, "p")?;
-                let part = |im: &mut Importer, k: usize| {
-                    im.slice(
-                        &pd,
-                        0,
-                        (k * hidden) as i64,
-                        ((k + 1) * hidden) as i64,
-                        1,
-                        &name,
-                    )
-                };
-                Some([part(im, 0)?, part(im, 1)?, part(im, 2)?])
-            }
-            None => None,
-        };
-        let direction = Direction {
-            projected,
-            recurrent: rt,
-            hidden_bias,
-            peepholes,
-            activations: activations[d].clone(),
-            reverse,
-        };
-        let state = |s: &Option<Val>, im: &mut Importer| match s {
-            Some(s) => take(im, s, "state"),
-            None => Ok(no_state.clone()),
-        };
-        let h = state(&h0, im)?;
-        let c = state(&c0, im)?;
-        let (y, h, c) = steps(im, &options, &direction, h, c, seq, &name)?;
-        ys.push(y);
-        hs.push(h);
-        cs.push(c);
-    }
-    // Y is [seq, dirs, batch, hidden]; Y_h and Y_c [dirs, batch, hidden].
-    let stack = |im: &mut Importer, parts: &[Val], axis: usize, name: &str| -> Imports {
-        let mut lifted = Vec::new();
-        for p in parts {
-            let mut shape = p.shape().to_vec();
-            shape.insert(axis, 1);
-            lifted.push(im.reshape(p, &shape, name)?);
-        }
-        im.concat(&lifted, axis, name)
+    let inputs = Inputs {
+        x,
+        w,
+        r,
+        bias,
+        peepholes,
+        h0,
+        c0,
+        activations: activations(attrs, cell, dirs)?,
+        directions,
+        linear_before_reset: int_attr(attrs, "linear_before_reset").unwrap_or(0) != 0,
+        batch_first,
     };
-    let mut y = stack(im, &ys, 1, &format!("{out}.y"))?;
-    let mut yh = stack(im, &hs, 0, &format!("{out}.y_h"))?;
-    let mut yc = stack(im, &cs, 0, &format!("{out}.y_c"))?;
-    if layout == 1 {
-        y = im.transpose(&y, &[2, 0, 1, 3], out)?;
-        yh = im.transpose(&yh, &[1, 0, 2], out)?;
-        yc = im.transpose(&yc, &[1, 0, 2], out)?;
+    Ok((inputs, options))
+}
+
+/// What the steps of direction `d` read: the input projection of every step with the biases
+/// added, the recurrent weights transposed, the peepholes.
+fn prepare(
+    im: &mut Importer,
+    inputs: &Inputs,
+    o: &Options,
+    d: usize,
+    reverse: bool,
+    name: &str,
+) -> Imports<Direction> {
+    let (hidden, gates) = (o.hidden, o.cell.gates());
+    let [seq, batch, input] = inputs.x.shape()[..] else {
+        return Err(ImportError::Internal("X of rank 3"));
+    };
+    let range = |im: &mut Importer, v: &Val, from: usize, to: usize| {
+        im.slice(v, 0, from as i64, to as i64, 1, name)
+    };
+    let wd = take(im, &inputs.w, d, &format!("{name}.w"))?;
+    let rd = take(im, &inputs.r, d, &format!("{name}.r"))?;
+    let wt = im.transpose(&wd, &[1, 0], name)?;
+    let rt = im.transpose(&rd, &[1, 0], name)?;
+    let flat = im.reshape(&inputs.x, &[seq * batch, input], name)?;
+    let mut projected = im.onnx("MatMul", &[&flat, &wt], &[], &format!("{name}.xw"))?;
+    let mut hidden_bias = None;
+    if let Some(b) = &inputs.bias {
+        let bd = take(im, b, d, &format!("{name}.b"))?;
+        let wb = range(im, &bd, 0, gates * hidden)?;
+        let mut rb = range(im, &bd, gates * hidden, 2 * gates * hidden)?;
+        if o.cell == Cell::Gru && inputs.linear_before_reset {
+            // The hidden gate's recurrent bias is added inside the reset product.
+            let rb_zr = range(im, &rb, 0, 2 * hidden)?;
+            hidden_bias = Some(range(im, &rb, 2 * hidden, 3 * hidden)?);
+            let none = Val::Const(Rc::new(zeros(bd.dtype(), &[hidden])?), None);
+            rb = im.concat(&[rb_zr, none], 0, name)?;
+        }
+        let both = im.onnx("Add", &[&wb, &rb], &[], &format!("{name}.bias"))?;
+        projected = im.onnx("Add", &[&projected, &both], &[], &format!("{name}.xwb"))?;
     }
-    let mut outputs = vec![y, yh];
-    if cell == Cell::Lstm {
-        outputs.push(yc);
-    }
-    Ok(outputs)
+    let projected = im.reshape(&projected, &[seq, batch, gates * hidden], name)?;
+    let peepholes = match &inputs.peepholes {
+        Some(p) => {
+            let pd = take(im, p, d, &format!("{name}.p"))?;
+            let part = |im: &mut Importer, k: usize| range(im, &pd, k * hidden, (k + 1) * hidden);
+            Some([part(im, 0)?, part(im, 1)?, part(im, 2)?])
+        }
+        None => None,
+    };
+    Ok(Direction {
+        projected,
+        recurrent: rt,
+        hidden_bias,
+        peepholes,
+        activations: inputs.activations[d].clone(),
+        reverse,
+    })
 }
 
 /// What every step of every direction shares.

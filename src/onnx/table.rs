@@ -202,10 +202,15 @@ impl<'a> Importer<'a> {
                     .iter()
                     .map(|a| format!("{}={:?}", a.name, attrs.get(&a.name)))
                     .collect();
+                let dtypes: Vec<String> = inputs
+                    .iter()
+                    .map(|v| v.as_ref().map_or("-".into(), |v| v.dtype().to_string()))
+                    .collect();
                 ImportError::Unsupported(format!(
-                    "no mapping of {} applies to these attributes ({})",
+                    "no mapping of {} applies to these attributes ({}) and input dtypes ({})",
                     table.file,
-                    given.join(", ")
+                    given.join(", "),
+                    dtypes.join(", ")
                 ))
             })
     }
