@@ -73,6 +73,41 @@ class Gru(torch.nn.Module):
         return self.gru(x)[1]
 
 
+class Block(torch.nn.Module):
+    """A pre-norm transformer block: causal nn.MultiheadAttention and a GELU MLP."""
+
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.attn = torch.nn.MultiheadAttention(d, heads, batch_first=True)
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x, mask):
+        a = self.ln1(x)
+        x = x + self.attn(a, a, a, attn_mask=mask, need_weights=False)[0]
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+class TinyLm(torch.nn.Module):
+    """A GPT-style language model: token and position embeddings, two blocks, a final norm
+    and the vocabulary head."""
+
+    def __init__(self, vocab=64, d=16, context=8):
+        super().__init__()
+        self.tok, self.pos = torch.nn.Embedding(vocab, d), torch.nn.Embedding(context, d)
+        self.blocks = torch.nn.ModuleList([Block(d) for _ in range(2)])
+        self.ln, self.head = torch.nn.LayerNorm(d), torch.nn.Linear(d, vocab, bias=False)
+        mask = torch.triu(torch.full((context, context), float("-inf")), 1)
+        self.register_buffer("mask", mask)
+
+    def forward(self, ids):
+        t = ids.shape[1]
+        x = self.tok(ids) + self.pos(torch.arange(t))
+        for block in self.blocks:
+            x = block(x, self.mask[:t, :t])
+        return self.head(self.ln(x))
+
+
 def models():
     ids = torch.randint(-50, 50, (3, 7))  # negative ids count from the end, as in ONNX
     yield "embedding_pool", EmbeddingMeanPool(), {"ids": ids}
@@ -88,6 +123,7 @@ def models():
     c0 = torch.randn(4, 3, 16)
     yield "lstm", Lstm(), {"x": x, "h0": h0, "c0": c0}
     yield "gru", Gru(), {"x": torch.randn(6, 2, 8)}
+    yield "tiny_lm", TinyLm(), {"ids": torch.randint(0, 64, (2, 8))}
 
 
 def reference(model, inputs):
