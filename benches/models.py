@@ -2,7 +2,8 @@
 """Models people bring, exported from PyTorch, timed by fusebox beside torch eager in one run.
 
 For each model (an MLP of Linear layers, a GPT-2-style block, a BERT-style encoder layer,
-`nn.TransformerEncoderLayer`, a Llama-style block with RMSNorm and SwiGLU), this script exports it to ONNX with the TorchScript exporter (and, with
+`nn.TransformerEncoderLayer`, a Llama-style block with RMSNorm and SwiGLU, `nn.LSTM` and
+`nn.GRU` over 32 steps, a small GPT-style language model from token ids), this script exports it to ONNX with the TorchScript exporter (and, with
 --dynamo, the dynamo exporter as well), then in one sitting, alternating:
 
   * torch eager under torch.no_grad() on --threads threads: median of --iters timed calls after
@@ -95,12 +96,50 @@ def encoder_layer():
     return nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, batch_first=True)
 
 
+class Recurrent(nn.Module):
+    """`nn.LSTM` or `nn.GRU` over a batch of sequences (batch first): its outputs."""
+
+    def __init__(self, kind, d=256):
+        super().__init__()
+        self.rnn = kind(d, d, batch_first=True)
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+class GptLm(nn.Module):
+    """A small GPT-style language model from token ids: token and position embeddings, two
+    pre-norm `nn.MultiheadAttention` blocks with causal masks, the vocabulary head."""
+
+    def __init__(self, vocab=8192, d=256, context=128, heads=4):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(context, d)
+        self.ln1 = nn.ModuleList([nn.LayerNorm(d) for _ in range(2)])
+        self.ln2 = nn.ModuleList([nn.LayerNorm(d) for _ in range(2)])
+        self.attn = nn.ModuleList([nn.MultiheadAttention(d, heads, batch_first=True) for _ in range(2)])
+        self.mlp = nn.ModuleList([MLP(d, 4 * d) for _ in range(2)])
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+        self.register_buffer("mask", torch.triu(torch.full((context, context), float("-inf")), 1))
+
+    def forward(self, ids):
+        t = ids.shape[1]
+        x = self.tok(ids) + self.pos(torch.arange(t))
+        for ln1, attn, ln2, mlp in zip(self.ln1, self.attn, self.ln2, self.mlp):
+            a = ln1(x)
+            x = x + attn(a, a, a, attn_mask=self.mask[:t, :t], need_weights=False)[0]
+            x = x + mlp(ln2(x))
+        return self.head(self.ln(x))
+
+
 MODELS = {
     "mlp": (MLP, (256, 768)),
     "gpt2_block": (Gpt2Block, (1, 128, 768)),
     "bert_layer": (BertLayer, (1, 128, 768)),
     "encoder_layer": (encoder_layer, (1, 128, 768)),
     "llama_mlp": (LlamaMlp, (1, 128, 768)),
+    "lstm": (lambda: Recurrent(nn.LSTM), (8, 32, 256)),
+    "gru": (lambda: Recurrent(nn.GRU), (8, 32, 256)),
+    "gpt_lm": (GptLm, lambda: torch.randint(0, 8192, (1, 128))),
 }
 
 
@@ -173,7 +212,7 @@ def main():
         for name in args.models.split(","):
             cls, shape = MODELS[name]
             model = cls().eval()
-            x = torch.randn(*shape)
+            x = shape() if callable(shape) else torch.randn(*shape)
             with torch.no_grad():
                 want = model(x)
             for exporter, dynamo in exporters:

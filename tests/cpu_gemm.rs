@@ -605,3 +605,85 @@ fn a_product_written_through_its_transpose_agrees() {
         }
     }
 }
+
+/// Products that share one right-hand matrix (as an unrolled RNN's steps share their
+/// recurrent weights) read it packed once per run: five products by one stored weight, read
+/// through slices (and a transpose) as the products' view of it, in f32, f16 and bf16 (the
+/// bf16 pairs path), at sizes across the column blocks, agree with the reference on one
+/// executable run three times with new weights each time (the packed copy of the last run
+/// must not be read).
+#[test]
+fn products_sharing_a_weight_pack_it_once_per_run() {
+    for (dtype, transposed, k, n) in [
+        ("f32", false, 40, 50),
+        ("f32", true, 300, 500),
+        ("f16", true, 64, 96),
+        ("bf16", false, 256, 800),
+        ("bf16", true, 33, 47),
+    ] {
+        let (stored, read) = if transposed {
+            (format!("[{n}, {k}]"), "wt")
+        } else {
+            (format!("[{k}, {n}]"), "w")
+        };
+        let (rows, cols) = (k - 1, n - 2);
+        let mut nodes = vec![if transposed {
+            node("wt", "transpose", "w", "") + ","
+        } else {
+            String::new()
+        }];
+        nodes.push(format!(
+            r#"Node(name: "part", op: "slice", args: ["{read}"], attrs: {{"axis": 1, "start": 2}}),"#
+        ));
+        nodes.push(
+            r#"Node(name: "shared", op: "slice", args: ["part"], attrs: {"axis": 0, "start": 1}),"#
+                .to_string(),
+        );
+        let mut inputs_text = format!(r#"Input(name: "w", dtype: "{dtype}", shape: {stored})"#);
+        let mut outputs = Vec::new();
+        for i in 0..5 {
+            inputs_text.push_str(&format!(
+                r#", Input(name: "x{i}", dtype: "{dtype}", shape: [{}, {rows}])"#,
+                3 + i
+            ));
+            nodes.push(format!(
+                r#"Node(name: "p{i}", op: "matmul", args: ["x{i}", "shared"]),"#
+            ));
+            outputs.push(format!("\"p{i}\""));
+        }
+        let text = format!(
+            r#"Graph(name: "shared", inputs: [{inputs_text}], nodes: [{}], outputs: [{}])"#,
+            nodes.concat(),
+            outputs.join(", ")
+        );
+        let g = graph::file::parse(&text, "shared.ron", &rules().ops)
+            .unwrap_or_else(|e| panic!("{e}\n{text}"))
+            .0;
+        let mut prepared = prepare(&g, rules(), &Options::default(), compiler()).unwrap();
+        assert_eq!(prepared.report.library_calls_after, 5, "{text}");
+        // The same input buffers each run, their contents replaced: a packed copy kept from
+        // the run before would still have the weight's address.
+        let program = prepared.executable.program().clone();
+        let mut buffers = common::random_graph::input_buffers(&program, &inputs(&g, 0));
+        let mut outputs = prepared.executable.output_buffers();
+        for seed in [1, 2, 3] {
+            let inputs = inputs(&g, seed);
+            for (buffer, fresh) in buffers
+                .iter_mut()
+                .zip(common::random_graph::input_buffers(&program, &inputs))
+            {
+                buffer.copy_from(&fresh);
+            }
+            let want = fusebox::eval::evaluate(&g, &rules().ops, &inputs).unwrap();
+            prepared
+                .executable
+                .run_into(&buffers, &mut outputs)
+                .unwrap();
+            for (o, got) in program.dag.outputs.iter().zip(&outputs) {
+                assert_same(&o.name, &want[&o.name], &got.to_tensor()).unwrap_or_else(|e| {
+                    panic!("{dtype} transposed {transposed} [{rows}, {cols}] seed {seed}: {e}")
+                });
+            }
+        }
+    }
+}

@@ -17,9 +17,12 @@
                  a rounding 1, a rounding 2, b rounding 1, b rounding 2 }
      strides = { A row, A column, B row, B column, C row, C column } (elements)
      offsets = { per batch: A offset, B offset, C offset } (elements)
-     ptrs    = { A, B, C, status, epilogue }
+     ptrs    = { A, B, C, status, epilogue, packed B }
    status points to an int64 that receives 0, or 1 where a thread could not allocate its
    buffers (nothing is then guaranteed about C). epilogue is NULL, or an fb_gemm_epilogue.
+   packed B is NULL, or an fb_gemm_packed_b the caller keeps across the calls of one run that
+   multiply by the same right-hand matrix (an RNN's recurrent weights, once per step): the
+   first call packs all of B into it and the later ones read it from there.
    dtype codes: 0 f32, 1 f16, 2 bf16. A rounding is a dtype an operand element is rounded to
    after it is read (0 for none): an absorbed cast first, then the product's dtype. */
 
@@ -352,6 +355,39 @@ static void fb_gemm_epilogue_tile(const fb_gemm_epilogue *e, const float *tile, 
     e->kernel(sizes, strides, offsets, (void *const *)ptrs);
 }
 
+/* A right-hand matrix packed whole, kept by the caller across calls (ptrs[5]). `data` has room
+   for `floats` floats, 64-byte aligned; `key` says what it holds when `valid`: B's address,
+   strides, dtype and roundings, K, N, the column block width and whether it is packed in bf16
+   pairs. The caller clears `valid` whenever B's contents may have changed (each run). Column
+   block jb (of nc columns) starts at jb * K * nc and is laid out as the per-call packing lays
+   out a kept block: KC slices one after another, each of ldt / NR strips. */
+typedef struct {
+    float *data;
+    int64_t floats;
+    int64_t valid;
+    int64_t key[10];
+} fb_gemm_packed_b;
+
+/* Slice [k0, k0 + kc) of columns [c0, c0 + cols) of B packed into `dst`, as the microkernel
+   reads it (in bf16 pairs with `pairs`). */
+static void fb_gemm_pack_b_slice(const fb_gemm_operand *b, int64_t k0, int64_t kc, int64_t c0, int64_t cols,
+                                 float *dst, int pairs) {
+#if defined(__AVX512BF16__)
+    if (pairs) {
+        if (fb_gemm_direct_pairs(b))
+            fb_gemm_pack_b_pairs(b, k0, kc, c0, cols, (uint32_t *)(void *)dst);
+        else {
+            fb_gemm_pack_b(b, k0, kc, c0, cols, dst);
+            for (int64_t j = 0; j < cols; j += FB_GEMM_NR) fb_gemm_pairs(dst + j * kc, kc, FB_GEMM_NR);
+        }
+        return;
+    }
+#else
+    (void)pairs;
+#endif
+    fb_gemm_pack_b(b, k0, kc, c0, cols, dst);
+}
+
 /* Per-thread packing and tile buffers, kept across calls (OpenMP's threads live as long as
    the process) and grown when a larger product needs more. */
 static _Thread_local float *fb_gemm_buf;
@@ -418,6 +454,34 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
 #endif
     int failed = 0;
 
+    /* The whole of B from the caller's cache, packed there now unless it holds it already:
+       for one matrix (or a batch sharing one), where it fits. */
+    fb_gemm_packed_b *cache = (fb_gemm_packed_b *)ptrs[5];
+    int shared_b = 1;
+    for (int64_t bi = 1; bi < batches; bi++) shared_b &= offsets[3 * bi + 1] == offsets[1];
+    const float *cached = NULL;
+    if (cache && shared_b && K > 0 && cache->data && cache->floats >= K * fb_gemm_round_up(N, FB_GEMM_NR)) {
+        const int64_t key[10] = {(int64_t)(intptr_t)ptrs[1] + offsets[1] * (sizes[5] == 0 ? 4 : 2),
+                                 strides[2], strides[3], sizes[5], sizes[9], sizes[10], K, N, nc, pairs};
+        int same = cache->valid;
+        for (int i = 0; i < 10; i++) same &= cache->key[i] == key[i];
+        if (!same) {
+            const fb_gemm_operand b = {(const char *)ptrs[1] + offsets[1] * (sizes[5] == 0 ? 4 : 2), sizes[5],
+                                       strides[2], strides[3], sizes[9], sizes[10]};
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(dynamic, 1)
+            for (int64_t item = 0; item < nb * slices; item++) {
+                const int64_t jb = item / slices, s = item % slices;
+                const int64_t c0 = jb * nc, cols = N - c0 < nc ? N - c0 : nc;
+                const int64_t k0 = s * FB_GEMM_KC, kc = K - k0 < FB_GEMM_KC ? K - k0 : FB_GEMM_KC;
+                fb_gemm_pack_b_slice(&b, k0, kc, c0, cols, cache->data + jb * K * nc + k0 * fb_gemm_round_up(cols, FB_GEMM_NR),
+                                     pairs);
+            }
+            for (int i = 0; i < 10; i++) cache->key[i] = key[i];
+            cache->valid = 1;
+        }
+        cached = cache->data;
+    }
+
 #pragma omp parallel num_threads(threads) if (threads > 1) reduction(| : failed)
     {
         float *buf = fb_gemm_scratch(a_floats + b_floats + tile_floats + scratch_floats);
@@ -440,12 +504,12 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
                 fb_gemm_operand ab = a, bb = b;
                 ab.p = (const char *)a.p + offsets[3 * bi] * esa;
                 bb.p = (const char *)b.p + offsets[3 * bi + 1] * esb;
-                const int reuse = keep_b && packed_for == bi * nb + jb;
+                const int reuse = cached || (keep_b && packed_for == bi * nb + jb);
                 if (slices == 0)
                     memset(tile, 0, (size_t)(fb_gemm_round_up(rows, FB_GEMM_MR) * ldt) * sizeof(float));
                 for (int64_t s = 0; s < slices; s++) {
                     const int64_t k0 = s * FB_GEMM_KC, kc = K - k0 < FB_GEMM_KC ? K - k0 : FB_GEMM_KC;
-                    float *pbs = keep_b ? pb + k0 * ldt : pb;
+                    float *pbs = cached ? (float *)cached + jb * K * nc + k0 * ldt : keep_b ? pb + k0 * ldt : pb;
 #if defined(__AVX512BF16__)
                     if (pairs) {
                         if (!reuse && fb_gemm_direct_pairs(&bb))

@@ -185,11 +185,81 @@ pub struct EpilogueCall {
 
 /// Where a product goes besides its buffer: the transpose of it it is written as, and the
 /// epilogue run on each of its tiles (either or neither; the partition never gives a call
-/// both).
+/// both). `packed_b` is where the right-hand matrix is kept packed for the run's later
+/// products by the same matrix ([`PackedB`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Placement<'a> {
     pub result: Option<&'a ResultView>,
     pub epilogue: Option<&'a EpilogueCall>,
+    pub packed_b: Option<&'a PackedB>,
+}
+
+/// The GEMM's column strip width (`FB_GEMM_NR` in `gemm.c`): a packed B of K rows and N
+/// columns takes `K · round_up(N, GEMM_NR)` floats.
+const GEMM_NR: usize = 48;
+
+/// `fb_gemm_packed_b` in `gemm.c`, field for field.
+#[repr(C)]
+#[derive(Debug)]
+struct PackedBHeader {
+    data: *mut f32,
+    floats: i64,
+    valid: i64,
+    key: [i64; 10],
+}
+
+/// A right-hand matrix packed once per run and read from here by every product of the run
+/// that multiplies by it: an RNN's recurrent weights are one matrix for every time step, and
+/// packing them (a pass over the whole matrix, strided where it is read transposed) cost as
+/// much as a step's small product. The GEMM fills it on its first call and checks on each
+/// later one that it holds this very matrix (address, strides, dtype, roundings, sizes,
+/// blocking); the executable clears it before each run, since an input's contents may change
+/// between runs.
+#[derive(Debug)]
+pub struct PackedB {
+    header: Box<std::cell::UnsafeCell<PackedBHeader>>,
+    layout: std::alloc::Layout,
+}
+
+impl PackedB {
+    /// Room for a `k × n` right-hand matrix, or `None` where the system refuses it.
+    pub fn new(k: usize, n: usize) -> Option<PackedB> {
+        let floats = k
+            .checked_mul(n.div_ceil(GEMM_NR).checked_mul(GEMM_NR)?)?
+            .max(1);
+        let layout = std::alloc::Layout::from_size_align(floats.checked_mul(4)?, 64).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let data = unsafe { std::alloc::alloc(layout) } as *mut f32;
+        if data.is_null() {
+            return None;
+        }
+        let header = PackedBHeader {
+            data,
+            floats: floats as i64,
+            valid: 0,
+            key: [0; 10],
+        };
+        Some(PackedB {
+            header: Box::new(std::cell::UnsafeCell::new(header)),
+            layout,
+        })
+    }
+
+    /// Forgets what the buffer holds: the next product packs its matrix again.
+    pub fn clear(&mut self) {
+        self.header.get_mut().valid = 0;
+    }
+
+    fn as_ptr(&self) -> *mut c_void {
+        self.header.get() as *mut c_void
+    }
+}
+
+impl Drop for PackedB {
+    fn drop(&mut self) {
+        // SAFETY: `data` was allocated with `layout` in `new` and is freed once, here.
+        unsafe { std::alloc::dealloc(self.header.get_mut().data as *mut u8, self.layout) }
+    }
 }
 
 /// One call of the GEMM, in its ABI (see `gemm.c`): sizes, strides and per-matrix offsets,
@@ -243,7 +313,11 @@ impl Gemm {
         mut out: ElementsMut<'_>,
         placement: Placement<'_>,
     ) -> std::result::Result<bool, MatMulError> {
-        let Placement { result, epilogue } = placement;
+        let Placement {
+            result,
+            epilogue,
+            packed_b,
+        } = placement;
         let product = out.dtype;
         let plans = (
             operand_plan(a.dtype, a_op.cast, product),
@@ -336,13 +410,14 @@ impl Gemm {
         // lies inside its buffer, and that the result matrices fill `out`;
         // the operands are read-only here and `out` is borrowed uniquely.
         let epilogue_ptr = epilogue.map_or(std::ptr::null(), |e| e as *const EpilogueCall);
+        let packed_ptr = packed_b.map_or(std::ptr::null_mut(), PackedB::as_ptr);
         unsafe {
             self.call(
                 &call,
-                a_ptr,
-                b_ptr,
+                [a_ptr, b_ptr],
                 out.as_mut_ptr() as *mut c_void,
                 epilogue_ptr,
+                packed_ptr,
             )
         }
         .map(|_| epilogue.is_some())
@@ -353,14 +428,15 @@ impl Gemm {
     /// # Safety
     /// Every element the call addresses (through its sizes, strides and offsets) must lie
     /// inside the buffer it addresses, of the dtype its code names; `c` must not overlap `a`
-    /// or `b`, and nothing else may access `c` during the call.
+    /// or `b`, and nothing else may access `c` during the call. `packed_b` is null or a
+    /// [`PackedB`] nothing else uses during the call.
     unsafe fn call(
         &self,
         call: &Call,
-        a: *const c_void,
-        b: *const c_void,
+        [a, b]: [*const c_void; 2],
         c: *mut c_void,
         epilogue: *const EpilogueCall,
+        packed_b: *mut c_void,
     ) -> std::result::Result<(), MatMulError> {
         let mut status = 0i64;
         let ptrs = [
@@ -369,6 +445,7 @@ impl Gemm {
             c,
             &mut status as *mut i64 as *mut c_void,
             epilogue as *mut c_void,
+            packed_b,
         ];
         // SAFETY: the caller's promise; `gemm.c` reads the arrays as its ABI documents.
         unsafe {

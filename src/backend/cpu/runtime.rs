@@ -10,7 +10,7 @@
 
 use super::compiler::{CompileStats, Compiler, KernelFn, Module};
 use super::emit;
-use super::gemm::{EpilogueCall, Gemm, Placement};
+use super::gemm::{EpilogueCall, Gemm, PackedB, Placement};
 use crate::backend::{BenchFacts, Executable, Target};
 use crate::dag::Value;
 use crate::error::{Error, ErrorKind, Result, Site};
@@ -42,9 +42,64 @@ pub struct CpuExecutable {
     _module: Arc<Module>,
     /// The GEMM, where the program has matrix products.
     gemm: Option<Gemm>,
+    /// Per step, the packed right-hand matrix it shares with other products ([`shared_b`]).
+    packed_of: Vec<Option<usize>>,
+    packed: Vec<PackedB>,
     source: String,
     /// What the compiler did while this executable was built.
     stats: CompileStats,
+}
+
+/// The most bytes a right-hand matrix kept packed across products may take.
+const SHARED_B_BYTES: usize = 64 << 20;
+
+/// Per step, the index of the packed matrix its product shares, and those matrices: a
+/// right-hand operand read the same way (buffer, view, cast) by two products or more, within
+/// [`SHARED_B_BYTES`]. Every value is written once in a run, before the steps that read it,
+/// and its buffer is not reused while a step still reads it, so all those products read one
+/// matrix. An unrolled RNN multiplies by its recurrent weights (or the one transposed copy of
+/// them) once per step.
+fn shared_b(program: &Program) -> (Vec<Option<usize>>, Vec<PackedB>) {
+    let mut keys: Vec<&crate::lower::MatMulOperand> = Vec::new();
+    let mut uses: Vec<usize> = Vec::new();
+    for step in &program.steps {
+        if let Step::MatMul(m) = step {
+            match keys.iter().position(|&k| *k == m.b) {
+                Some(i) => uses[i] += 1,
+                None => {
+                    keys.push(&m.b);
+                    uses.push(1);
+                }
+            }
+        }
+    }
+    let mut packed = Vec::new();
+    let mut slot_of_key: Vec<Option<usize>> = vec![None; keys.len()];
+    for (i, key) in keys.iter().enumerate() {
+        let stored = &program.dag.ty(key.value).shape;
+        let (shape, _) = key.layout(stored);
+        let [.., k, n] = shape[..] else { continue };
+        let bytes = k.saturating_mul(n.next_multiple_of(48)).saturating_mul(4);
+        if uses[i] >= 2
+            && bytes <= SHARED_B_BYTES
+            && let Some(p) = PackedB::new(k, n)
+        {
+            slot_of_key[i] = Some(packed.len());
+            packed.push(p);
+        }
+    }
+    let packed_of = program
+        .steps
+        .iter()
+        .map(|step| match step {
+            Step::MatMul(m) => keys
+                .iter()
+                .position(|&k| *k == m.b)
+                .and_then(|i| slot_of_key[i]),
+            Step::Kernel(_) => None,
+        })
+        .collect();
+    (packed_of, packed)
 }
 
 /// The C source of `program`'s kernels, and each kernel's name in it (equal kernels share one
@@ -122,6 +177,7 @@ impl CpuExecutable {
                 Step::Kernel(_) => false,
             })
             .collect();
+        let (packed_of, packed) = shared_b(&program);
         let plan = MemoryPlan::new(&program);
         let slots = plan
             .slot_bytes
@@ -142,6 +198,8 @@ impl CpuExecutable {
             slots,
             _module: module,
             gemm,
+            packed_of,
+            packed,
             source,
             stats: compiler.stats().since(&before),
         })
@@ -192,6 +250,10 @@ impl Executable for CpuExecutable {
     /// Runs the program on the caller's thread: `inputs` in `dag.inputs` order, results into
     /// `outputs` (from [`CpuExecutable::output_buffers`]).
     fn run_into(&mut self, inputs: &[Buffer], outputs: &mut [Buffer]) -> Result<()> {
+        // Inputs may hold other values than in the last run: pack shared matrices again.
+        for packed in &mut self.packed {
+            packed.clear();
+        }
         let dag = &self.program.dag;
         self.program
             .check_inputs(inputs.iter().map(|b| (b.dtype, b.shape.as_slice())))?;
@@ -290,6 +352,7 @@ impl Executable for CpuExecutable {
                             Placement {
                                 result: m.result.as_ref(),
                                 epilogue: per_tile.as_ref(),
+                                packed_b: self.packed_of[s].map(|i| &self.packed[i]),
                             },
                         )
                     }

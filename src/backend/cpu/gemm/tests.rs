@@ -34,10 +34,10 @@ unsafe fn call_on(gemm: &Gemm, call: &Call, a: &Buffer, b: &Buffer, out: &mut Bu
     unsafe {
         gemm.call(
             call,
-            a.as_ptr() as *const c_void,
-            b.as_ptr() as *const c_void,
+            [a.as_ptr() as *const c_void, b.as_ptr() as *const c_void],
             out.as_mut_ptr() as *mut c_void,
             std::ptr::null(),
+            std::ptr::null_mut(),
         )
     }
     .unwrap();
