@@ -186,8 +186,8 @@ pub struct OptimizeArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
-    /// Leave out rewrite rules marked finite_only, so Inf and NaN propagate exactly as in
-    /// the input graph.
+    /// Leave out rewrite rules marked finite_only, so Inf, NaN and signed zeros propagate
+    /// exactly as in the input graph.
     #[arg(long)]
     pub strict_ieee: bool,
     /// Insert casts per this AMP policy of amp.ron (f16, bf16) first, then optimize the

@@ -877,3 +877,51 @@ fn integer_mod_follows_the_divisor_or_with_fmod_the_dividend() {
         assert_eq!(got, want, "fmod {fmod}");
     }
 }
+
+/// OneHot at opset 17 (the wheel's node tests are opset 11, which fusebox does not read):
+/// indices in range, negative (from the end) and out of range (all off), along the last axis
+/// and along axis 0, with float values.
+#[test]
+fn one_hot_marks_each_index() {
+    let dir = temp_dir("one-hot");
+    for axis in [-1i64, 0] {
+        let mut hot = node("OneHot", "hot", &["x", "depth", "w"], "y");
+        let mut attr = onnx_protobuf::AttributeProto::new();
+        attr.name = "axis".into();
+        attr.type_ = onnx_protobuf::attribute_proto::AttributeType::INT.into();
+        attr.i = axis;
+        hot.attribute.push(attr);
+        let mut values = weights(floats(&[-1.0, 3.0]), &[2]);
+        values.name = "w".into();
+        let mut model = model_with(values, vec![hot]);
+        let graph = model.graph.as_mut().unwrap();
+        let mut depth = TensorProto::new();
+        depth.name = "depth".into();
+        depth.data_type = 7;
+        depth.int64_data = vec![3];
+        graph.initializer.push(depth);
+        graph.input[0] = crate::common::onnx_models::value_info("x", 7, Some(&[4]));
+        graph.output[0] = value_info("y", if axis == 0 { &[3, 4] } else { &[4, 3] });
+        let imported = import_bytes(&dir, &model.write_to_bytes().unwrap()).unwrap();
+        let x = Tensor::from_ints(fusebox::dtype::DType::I64, &[4], vec![0, 2, -1, 5]).unwrap();
+        let mut inputs: fusebox::eval::Tensors = imported.values.clone().into_iter().collect();
+        inputs.insert("x".into(), x);
+        let rules = RuleSet::defaults();
+        let out = fusebox::eval::evaluate(&imported.graph, &rules.ops, &inputs).unwrap();
+        // Rows: index 0, 2, -1 (= 2), 5 (out of range: all off).
+        let rows = [
+            [3.0, -1.0, -1.0],
+            [-1.0, -1.0, 3.0],
+            [-1.0, -1.0, 3.0],
+            [-1.0, -1.0, -1.0],
+        ];
+        let want: Vec<f64> = if axis == 0 {
+            (0..3)
+                .flat_map(|c| rows.iter().map(move |r| r[c]))
+                .collect()
+        } else {
+            rows.iter().flatten().copied().collect()
+        };
+        assert_eq!(out["y"].values(), want, "axis {axis}");
+    }
+}

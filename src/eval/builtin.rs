@@ -71,7 +71,12 @@ pub(super) fn apply(
                     reduce_ints(&x.ints(), builtin, &axes, keepdim),
                 )
             } else {
-                Tensor::try_from_array(out.dtype, reduce(&x.floats(), builtin, &axes, keepdim))
+                let reduced = reduce(&x.floats(), builtin, &axes, keepdim);
+                let reduced = match builtin {
+                    Builtin::ReduceMax => reduced,
+                    _ => from_positive_zero(reduced),
+                };
+                Tensor::try_from_array(out.dtype, reduced)
             }
         }
         BuiltinPlan::SumToSize(target) => {
@@ -80,7 +85,7 @@ pub(super) fn apply(
                 Tensor::try_from_int_array(out.dtype, summed)
             } else {
                 let summed = sum_to_size(&x.floats(), &target, |a, axis| a.sum_axis(axis))?;
-                Tensor::try_from_array(out.dtype, summed)
+                Tensor::try_from_array(out.dtype, from_positive_zero(summed))
             }
         }
         BuiltinPlan::MatMul if int_out => {
@@ -192,6 +197,13 @@ fn gathered(
 /// `values` (row-major) as an array of `shape`.
 fn shaped<T>(shape: &[usize], values: Vec<T>) -> Result<ArrayD<T>, EvalError> {
     ArrayD::from_shape_vec(IxDyn(shape), values).map_err(internal)
+}
+
+/// A float sum as an accumulator that starts at +0 gives it, as the kernels' do: where no
+/// element was added (an axis of one element kept as it is, or nothing reduced), a -0 becomes
+/// +0, as `+0 + -0` is. Every other value is unchanged.
+fn from_positive_zero(sum: ArrayD<f64>) -> ArrayD<f64> {
+    sum.mapv_into(|v| v + 0.0)
 }
 
 /// ndarray's refusal of a shape the plan computed: an internal invariant broke.

@@ -18,6 +18,7 @@ pub use fold::FOLD_LIMIT;
 mod model_check;
 pub mod proto;
 mod recurrent;
+mod selection;
 mod structural;
 mod table;
 use model_check::{definitions, unsupported};

@@ -592,7 +592,13 @@ fn zeros(dtype: DType, shape: &[usize]) -> Imports<Tensor> {
 impl Importer<'_> {
     /// The first output of ONNX op `op` on `args` with `attrs`, imported as a node of the
     /// model would be (through the op table, or the importer's own handler).
-    fn onnx(&mut self, op: &str, args: &[&Val], attrs: &[(&str, Attr)], name: &str) -> Imports {
+    pub(super) fn onnx(
+        &mut self,
+        op: &str,
+        args: &[&Val],
+        attrs: &[(&str, Attr)],
+        name: &str,
+    ) -> Imports {
         let mut node = NodeProto::new();
         node.op_type = op.to_string();
         let mut bound = Vec::new();

@@ -44,6 +44,9 @@ const HANDLERS: [(&str, Handler); STRUCTURAL.len()] = [
     ("LSTM", super::recurrent::lstm),
     ("GRU", super::recurrent::gru),
     ("RNN", super::recurrent::rnn),
+    ("ArgMax", super::selection::arg_max),
+    ("ArgMin", super::selection::arg_min),
+    ("OneHot", super::selection::one_hot),
 ];
 
 /// The handler of ONNX op type `op_type`, if it is structural.
@@ -414,7 +417,7 @@ fn split(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Impor
 
 impl Importer<'_> {
     /// Input `i`, which must be a constant, as integers (`what` names it in errors).
-    fn ints(&self, node: &NodeProto, i: usize, what: &str) -> Imports<Vec<i64>> {
+    pub(super) fn ints(&self, node: &NodeProto, i: usize, what: &str) -> Imports<Vec<i64>> {
         let v = self.required(node, i)?;
         let t = v.constant().ok_or_else(|| {
             ImportError::Unsupported(format!(

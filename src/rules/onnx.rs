@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 /// values known only at import. The one list of them: the importer (`crate::onnx`) registers
 /// one handler for each (a test there checks the two agree), and this table's loader refuses a
 /// Map for any of them (it would never be consulted).
-pub const STRUCTURAL: [&str; 14] = [
+pub const STRUCTURAL: [&str; 17] = [
     "Constant",
     "ConstantOfShape",
     "Shape",
@@ -36,6 +36,9 @@ pub const STRUCTURAL: [&str; 14] = [
     "LSTM",
     "GRU",
     "RNN",
+    "ArgMax",
+    "ArgMin",
+    "OneHot",
 ];
 
 /// The table embedded in the binary.

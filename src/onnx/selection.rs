@@ -1,0 +1,181 @@
+//! ONNX ops that pick by position: `ArgMax`, `ArgMin` and `OneHot`.
+//!
+//! Each is written as ONNX ops the op table imports, around one constant the importer makes
+//! from the static shape: the positions `0..n` along the axis (an i64 tensor shaped to
+//! broadcast along it). An arg-reduction compares every element with the extreme of its row
+//! and keeps the first (or last) position that holds it; a one-hot compares each index with
+//! the positions. Their meaning stays in the table and the catalogue.
+
+use super::proto::Attr;
+use super::structural::{Attrs, int_attr};
+use super::{ImportError, Importer, Imports, Val};
+use crate::dtype::DType;
+use crate::tensor::Tensor;
+use onnx_protobuf::NodeProto;
+use std::rc::Rc;
+
+pub(super) fn arg_max(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    arg_extreme(im, node, attrs, out, "ReduceMax")
+}
+
+pub(super) fn arg_min(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    arg_extreme(im, node, attrs, out, "ReduceMin")
+}
+
+/// The position of each row's extreme along `axis` (`reduce`: ReduceMax or ReduceMin), as
+/// NumPy's argmax and argmin give it: the first position holding it (the last with
+/// `select_last_index`), and the first NaN where the row has one. An empty axis has no
+/// position and is refused.
+fn arg_extreme(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+    reduce: &str,
+) -> Imports<Vec<Val>> {
+    let x = im.required(node, 0)?;
+    let rank = x.shape().len();
+    let axis = crate::shape::normalize_axis(int_attr(attrs, "axis").unwrap_or(0), rank)?;
+    let keepdims = int_attr(attrs, "keepdims").unwrap_or(1) != 0;
+    let last = int_attr(attrs, "select_last_index").unwrap_or(0) != 0;
+    let n = x.shape()[axis];
+    if n == 0 {
+        return Err(ImportError::Malformed(format!(
+            "axis {axis} of {:?} is empty: no position to return",
+            x.shape()
+        )));
+    }
+    let kept = [
+        ("axes", Attr::Ints(vec![axis as i64])),
+        ("keepdims", Attr::Int(1)),
+    ];
+    let extreme = im.onnx(reduce, &[&x], &kept, &format!("{out}.extreme"))?;
+    let equal = im.onnx("Equal", &[&x, &extreme], &[], &format!("{out}.equal"))?;
+    // A NaN is the extreme (the reduction propagates it): its own position is taken.
+    let same = im.onnx("Equal", &[&x, &x], &[], &format!("{out}.same"))?;
+    let nan = im.onnx("Not", &[&same], &[], &format!("{out}.nan"))?;
+    let hit = im.onnx("Or", &[&equal, &nan], &[], &format!("{out}.hit"))?;
+    let positions = positions(n, axis, rank)?;
+    let (miss, pick) = match last {
+        false => (n as i64, "ReduceMin"),
+        true => (-1, "ReduceMax"),
+    };
+    let miss = scalar_i64(miss)?;
+    let candidates = im.onnx(
+        "Where",
+        &[&hit, &positions, &miss],
+        &[],
+        &format!("{out}.candidates"),
+    )?;
+    let picked = [
+        ("axes", Attr::Ints(vec![axis as i64])),
+        ("keepdims", Attr::Int(i64::from(keepdims))),
+    ];
+    Ok(vec![im.onnx(pick, &[&candidates], &picked, out)?])
+}
+
+/// A one-hot: `indices` (cast to i64 if they are not integers; negative ones count from the
+/// end) compared with the positions `0..depth` along a new axis `axis`, `values[1]` where
+/// equal and `values[0]` elsewhere. An index outside `-depth..depth` is all `values[0]`.
+pub(super) fn one_hot(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    let mut indices = im.required(node, 0)?;
+    let depth = im.ints(node, 1, "depth")?;
+    let values = im.required(node, 2)?;
+    let [depth] = depth[..] else {
+        return Err(ImportError::Malformed("depth must hold one value".into()));
+    };
+    let depth = usize::try_from(depth)
+        .ok()
+        .filter(|&d| d <= crate::onnx::FOLD_LIMIT)
+        .ok_or_else(|| ImportError::Malformed(format!("depth {depth} is out of range")))?;
+    if values.shape().iter().product::<usize>() != 2 || values.shape().len() != 1 {
+        return Err(ImportError::Malformed(format!(
+            "values must be [off, on], not of shape {:?}",
+            values.shape()
+        )));
+    }
+    let rank = indices.shape().len() + 1;
+    let axis = crate::shape::normalize_axis(int_attr(attrs, "axis").unwrap_or(-1), rank)?;
+    if indices.dtype().category() != crate::dtype::Category::Integer {
+        let to = [("to", Attr::Int(7))];
+        indices = im.onnx("Cast", &[&indices], &to, &format!("{out}.cast"))?;
+    }
+    let depth_value = Val::Const(
+        Rc::new(
+            Tensor::from_ints(indices.dtype(), &[], vec![depth as i64])
+                .ok_or(ImportError::Internal("depth"))?,
+        ),
+        None,
+    );
+    let zero = Val::Const(
+        Rc::new(
+            Tensor::from_ints(indices.dtype(), &[], vec![0])
+                .ok_or(ImportError::Internal("zero"))?,
+        ),
+        None,
+    );
+    let negative = im.onnx("Less", &[&indices, &zero], &[], &format!("{out}.negative"))?;
+    let wrapped = im.onnx(
+        "Add",
+        &[&indices, &depth_value],
+        &[],
+        &format!("{out}.wrapped"),
+    )?;
+    let index = im.onnx(
+        "Where",
+        &[&negative, &wrapped, &indices],
+        &[],
+        &format!("{out}.index"),
+    )?;
+    let mut lifted = indices.shape().to_vec();
+    lifted.insert(axis, 1);
+    let index = im.reshape(&index, &lifted, &format!("{out}.index"))?;
+    let index = match index.dtype() {
+        DType::I64 => index,
+        _ => im.onnx(
+            "Cast",
+            &[&index],
+            &[("to", Attr::Int(7))],
+            &format!("{out}.index"),
+        )?,
+    };
+    let positions = positions(depth, axis, rank)?;
+    let hit = im.onnx("Equal", &[&index, &positions], &[], &format!("{out}.hit"))?;
+    let part = |im: &mut Importer, k: i64| -> Imports {
+        let name = format!("{out}.value");
+        let one = im.slice(&values, 0, k, k + 1, 1, &name)?;
+        im.reshape(&one, &[], &name)
+    };
+    let (off, on) = (part(im, 0)?, part(im, 1)?);
+    Ok(vec![im.onnx("Where", &[&hit, &on, &off], &[], out)?])
+}
+
+/// The positions `0..n` as an i64 tensor of rank `rank` that runs along `axis` (size 1 on
+/// every other axis).
+fn positions(n: usize, axis: usize, rank: usize) -> Imports {
+    let mut shape = vec![1; rank];
+    shape[axis] = n;
+    let t = Tensor::from_ints(DType::I64, &shape, (0..n as i64).collect())
+        .ok_or(ImportError::Internal("positions"))?;
+    Ok(Val::Const(Rc::new(t), None))
+}
+
+fn scalar_i64(v: i64) -> Imports {
+    let t = Tensor::from_ints(DType::I64, &[], vec![v]).ok_or(ImportError::Internal("scalar"))?;
+    Ok(Val::Const(Rc::new(t), None))
+}
