@@ -925,3 +925,40 @@ fn one_hot_marks_each_index() {
         assert_eq!(out["y"].values(), want, "axis {axis}");
     }
 }
+
+/// Tile with constant repeats (the wheel's node tests pass them as a run-time input, which a
+/// static shape cannot take): [2, 3] repeated [2, 1] and [1, 3] and [2, 2], against NumPy's
+/// `tile` worked by hand.
+#[test]
+fn tile_repeats_each_axis() {
+    let dir = temp_dir("tile");
+    let x: Vec<f32> = vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    for (reps, shape) in [([2i64, 1], [4i64, 3]), ([1, 3], [2, 9]), ([2, 2], [4, 6])] {
+        let mut w = TensorProto::new();
+        w.name = "w".into();
+        w.data_type = 7;
+        w.dims = vec![2];
+        w.int64_data = reps.to_vec();
+        let mut model = model_with(w, vec![node("Tile", "t", &["x", "w"], "y")]);
+        let graph = model.graph.as_mut().unwrap();
+        graph.input[0] = value_info("x", &[2, 3]);
+        graph.output[0] = value_info("y", &shape);
+        let imported = import_bytes(&dir, &model.write_to_bytes().unwrap()).unwrap();
+        let input = Tensor::from_values(
+            fusebox::dtype::DType::F32,
+            &[2, 3],
+            x.iter().map(|&v| f64::from(v)).collect(),
+        )
+        .unwrap();
+        let mut inputs: fusebox::eval::Tensors = imported.values.clone().into_iter().collect();
+        inputs.insert("x".into(), input);
+        let rules = RuleSet::defaults();
+        let out = fusebox::eval::evaluate(&imported.graph, &rules.ops, &inputs).unwrap();
+        let (rows, cols) = (shape[0] as usize, shape[1] as usize);
+        let want: Vec<f64> = (0..rows * cols)
+            .map(|q| f64::from(x[(q / cols) % 2 * 3 + (q % cols) % 3]))
+            .collect();
+        assert_eq!(out["y"].shape(), &[rows, cols]);
+        assert_eq!(out["y"].values(), want, "repeats {reps:?}");
+    }
+}

@@ -1,4 +1,5 @@
-//! ONNX ops that pick by position: `ArgMax`, `ArgMin` and `OneHot`.
+//! ONNX ops that pick by position: `ArgMax`, `ArgMin`, `OneHot` and `Trilu`, and `Tile`,
+//! which repeats by position.
 //!
 //! Each is written as ONNX ops the op table imports, around one constant the importer makes
 //! from the static shape: the positions `0..n` along the axis (an i64 tensor shaped to
@@ -178,4 +179,97 @@ fn positions(n: usize, axis: usize, rank: usize) -> Imports {
 fn scalar_i64(v: i64) -> Imports {
     let t = Tensor::from_ints(DType::I64, &[], vec![v]).ok_or(ImportError::Internal("scalar"))?;
     Ok(Val::Const(Rc::new(t), None))
+}
+
+/// Tile: each axis repeated `repeats[a]` times, as a broadcast of the operand with a size-1
+/// axis before each of its own, reshaped back (`[r, d]` rows of the axis read as `r · d`).
+pub(super) fn tile(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Imports<Vec<Val>> {
+    let x = im.required(node, 0)?;
+    let repeats = im.ints(node, 1, "repeats")?;
+    let shape = x.shape().to_vec();
+    if repeats.len() != shape.len() {
+        return Err(ImportError::Malformed(format!(
+            "repeats {repeats:?} must have one entry per axis of {shape:?}"
+        )));
+    }
+    let mut lifted = Vec::new();
+    let mut spread = Vec::new();
+    let mut result = Vec::new();
+    for (&d, &r) in shape.iter().zip(&repeats) {
+        let r = usize::try_from(r).map_err(|_| {
+            ImportError::Malformed(format!("repeats {repeats:?} must be non-negative"))
+        })?;
+        lifted.extend([1, d]);
+        spread.extend([r, d]);
+        result.push(
+            r.checked_mul(d)
+                .ok_or(ImportError::Malformed("repeats overflow".into()))?,
+        );
+    }
+    crate::onnx::proto::element_count(&result.iter().map(|&d| d as i64).collect::<Vec<_>>())?;
+    if repeats.iter().all(|&r| r == 1) {
+        return Ok(vec![x]);
+    }
+    let lifted = im.reshape(&x, &lifted, &format!("{out}.lifted"))?;
+    let spread = im.emit_builtin(
+        crate::rules::Builtin::BroadcastTo,
+        &[lifted],
+        crate::rules::builtin::BuiltinAttrs::shape(&spread),
+        &format!("{out}.spread"),
+        false,
+    )?;
+    Ok(vec![im.reshape(&spread, &result, out)?])
+}
+
+/// Trilu: the upper (`upper`, the default) or lower triangle of the last two axes, from
+/// diagonal `k` (input 1, 0 when absent), zeros elsewhere: a mask of the column minus the row
+/// (constant positions) against `k`.
+pub(super) fn trilu(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    let x = im.required(node, 0)?;
+    // `k` may be a run-time value: only the mask depends on it.
+    let k = match im.input(node, 1)? {
+        Some(k) if k.shape().iter().product::<usize>() == 1 => {
+            im.reshape(&k, &[], &format!("{out}.k"))?
+        }
+        Some(k) => {
+            return Err(ImportError::Malformed(format!(
+                "k must hold one value, not a tensor of shape {:?}",
+                k.shape()
+            )));
+        }
+        None => scalar_i64(0)?,
+    };
+    let upper = int_attr(attrs, "upper").unwrap_or(1) != 0;
+    let rank = x.shape().len();
+    if rank < 2 {
+        return Err(ImportError::Malformed(format!(
+            "Trilu needs two axes, not {:?}",
+            x.shape()
+        )));
+    }
+    let (n, m) = (x.shape()[rank - 2], x.shape()[rank - 1]);
+    let row = positions(n, 0, 2)?;
+    let column = positions(m, 1, 2)?;
+    let diagonal = im.onnx("Sub", &[&column, &row], &[], &format!("{out}.diagonal"))?;
+    let keep = match upper {
+        true => im.onnx(
+            "GreaterOrEqual",
+            &[&diagonal, &k],
+            &[],
+            &format!("{out}.keep"),
+        )?,
+        false => im.onnx("LessOrEqual", &[&diagonal, &k], &[], &format!("{out}.keep"))?,
+    };
+    let zero = Val::Const(
+        Rc::new(
+            Tensor::from_values(x.dtype(), &[], vec![0.0]).ok_or(ImportError::Internal("zero"))?,
+        ),
+        None,
+    );
+    Ok(vec![im.onnx("Where", &[&keep, &x, &zero], &[], out)?])
 }

@@ -47,6 +47,8 @@ const HANDLERS: [(&str, Handler); STRUCTURAL.len()] = [
     ("ArgMax", super::selection::arg_max),
     ("ArgMin", super::selection::arg_min),
     ("OneHot", super::selection::one_hot),
+    ("Tile", super::selection::tile),
+    ("Trilu", super::selection::trilu),
 ];
 
 /// The handler of ONNX op type `op_type`, if it is structural.
