@@ -79,39 +79,42 @@ fn shape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, _: &str) -> Imports
 /// The most constant indices a Gather becomes slices for; more become a `gather`.
 const SLICED_GATHER_MAX: usize = 8;
 
-/// A Gather. Of a few constant indices (a shape's dimensions, a chunk of a tensor): one
-/// `slice` per index, joined by a `concat` and reshaped to the indices' shape, which kernels
-/// read as views and constant folding sees through. Of run-time indices (an embedding
-/// lookup) or many constant ones: the catalogue's `gather`.
+/// A Gather. Of a few constant indices in range (a shape's dimensions, a chunk of a tensor):
+/// one `slice` per index, joined by a `concat` and reshaped to the indices' shape, which
+/// kernels read as views and constant folding sees through. Of run-time indices (an embedding
+/// lookup), many constant ones, or one out of range (which reads the fill, as at run time):
+/// the catalogue's `gather`.
 fn gather(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Imports<Vec<Val>> {
     let data = im.required(node, 0)?;
     let indices = im.required(node, 1)?;
     let rank = data.shape().len();
     let axis = crate::shape::normalize_axis(int_attr(attrs, "axis").unwrap_or(0), rank)?;
-    let idx = match indices.constant() {
-        Some(idx) if idx.len() <= SLICED_GATHER_MAX => idx.clone(),
-        _ => {
-            let gather = BuiltinAttrs::Gather { axis: axis as i64 };
-            let args = [data, indices];
-            return Ok(vec![im.emit_builtin(
-                Builtin::Gather,
-                &args,
-                gather,
-                out,
-                true,
-            )?]);
-        }
-    };
     let dim = data.shape()[axis] as i64;
-    let mut parts = Vec::new();
-    for v in idx.values() {
-        let i = v as i64;
+    let in_range = |i: i64| {
         let i = if i < 0 { i.saturating_add(dim) } else { i };
-        if i < 0 || i >= dim {
-            return Err(ImportError::Malformed(format!(
-                "index {v} is out of range for a dimension of {dim}"
-            )));
-        }
+        (0..dim).contains(&i).then_some(i)
+    };
+    let sliced = indices
+        .constant()
+        .filter(|idx| idx.dtype.category() == crate::dtype::Category::Integer)
+        .filter(|idx| (1..=SLICED_GATHER_MAX).contains(&idx.len()))
+        .and_then(|idx| {
+            let picks: Option<Vec<i64>> = idx.int_values().into_iter().map(in_range).collect();
+            Some((picks?, idx.shape().to_vec()))
+        });
+    let Some((picks, index_shape)) = sliced else {
+        let gather = BuiltinAttrs::Gather { axis: axis as i64 };
+        let args = [data, indices];
+        return Ok(vec![im.emit_builtin(
+            Builtin::Gather,
+            &args,
+            gather,
+            out,
+            true,
+        )?]);
+    };
+    let mut parts = Vec::new();
+    for i in picks {
         parts.push(im.slice(&data, axis, i, i + 1, 1, out)?);
     }
     let joined = if parts.len() == 1 {
@@ -127,7 +130,7 @@ fn gather(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Impo
         )?
     };
     let mut shape: Vec<usize> = data.shape()[..axis].to_vec();
-    shape.extend_from_slice(idx.shape());
+    shape.extend_from_slice(&index_shape);
     shape.extend_from_slice(&data.shape()[axis + 1..]);
     Ok(vec![im.reshape(&joined, &shape, out)?])
 }

@@ -342,6 +342,12 @@ fn expected_binary(op: &str, dtype: DType, x: i64, y: i64) -> Option<i64> {
             }
             q
         }
+        // Python's `%`, the divisor's sign; `x mod 0` is 0 (NumPy's), `MIN mod -1` is 0.
+        "Mod" => match (y, x.checked_rem(y).unwrap_or(0)) {
+            (0, _) => 0,
+            (y, r) if r != 0 && (r < 0) != (y < 0) => r + y,
+            (_, r) => r,
+        },
         "Pow" => {
             let mut r: i64 = 1;
             for _ in 0..u32::try_from(y).ok()? {
@@ -373,7 +379,7 @@ fn defined_division(dtype: DType, x: i64, y: i64) -> i64 {
     }
 }
 
-const BINARY: [&str; 6] = ["Add", "Sub", "Mul", "Max", "Min", "Div"];
+const BINARY: [&str; 7] = ["Add", "Sub", "Mul", "Max", "Min", "Div", "Mod"];
 const UNARY: [&str; 5] = ["Neg", "Abs", "ReduceSum", "ReduceMax", "ReduceMin"];
 /// Exponents for Pow: non-negative, including ones that overflow every dtype.
 const EXPONENTS: [i64; 8] = [0, 1, 2, 3, 31, 33, 63, 64];
@@ -417,7 +423,7 @@ fn integer_model(
     let mut names = Vec::new();
     let run_time_pow_and_i64_div = !folded;
     for op in BINARY {
-        if run_time_pow_and_i64_div && op == "Div" && dtype == DType::I64 {
+        if run_time_pow_and_i64_div && matches!(op, "Div" | "Mod") && dtype == DType::I64 {
             continue;
         }
         let y = format!("y_{op}");
@@ -449,7 +455,7 @@ fn integer_model(
 /// reference and CPU backends: each result has the input's dtype and ONNX's exact value
 /// (wrapping sums and products, truncating division, exact powers); where ONNX leaves Div
 /// undefined (x / 0, MIN / -1) the result is fusebox's documented saturation. The integer
-/// forms fusebox cannot compute exactly at run time (i64 Div, Pow) are refused, naming the
+/// forms fusebox cannot compute exactly at run time (i64 Div and Mod, Pow) are refused, naming the
 /// node and op, as is a negative integer exponent even on constants.
 #[test]
 fn onnx_integer_ops_are_exact_or_refused() {
@@ -532,7 +538,7 @@ fn onnx_integer_ops_are_exact_or_refused() {
         // naming the node and the op.
         let mut refusals = vec![("Pow", "b")];
         if dtype == DType::I64 {
-            refusals.push(("Div", "b"));
+            refusals.extend([("Div", "b"), ("Mod", "b")]);
         }
         for (op, second) in refusals {
             let n = a.len() as i64;
@@ -934,6 +940,321 @@ fn composite_uses_in_a_model_are_bounded_as_a_whole() {
             assert!(stderr.contains("uses5.onnx"), "{stderr}");
             assert!(stderr.contains("(c16 → c15 → "), "{stderr}");
             assert!(stderr.contains("more than 262144 nodes"), "{stderr}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The op types this importer writes in code for run-time indices, recurrence and positions
+/// (Gather, GatherElements, LSTM, GRU, RNN, ArgMax, ArgMin, OneHot, Tile, Trilu), each given
+/// what a hostile model can: axes out of range, misshapen operands, negative or enormous
+/// sizes, a sequence too long to unroll, an empty axis to take a position in. Each is refused
+/// by `fusebox check` with an error that names the node and its op (exit 1, no panic), and
+/// the well-formed form of each op imports.
+#[test]
+fn ops_written_in_code_refuse_hostile_models_at_their_node() {
+    let dir = scratch("onnx-hostile-new-ops");
+    let f = DType::F32;
+    let i = DType::I64;
+    let int = |name: &str, v: i64| int_attr(name, v);
+    // (case, inputs, initializers, node, output dims), one node named `n` writing `y`.
+    type Case = (
+        &'static str,
+        Vec<ValueInfoProto>,
+        Vec<TensorProto>,
+        NodeProto,
+    );
+    let x = |dims: &[i64]| info("x", f, Some(dims));
+    let ids = |dims: &[i64], values: &[i64]| tensor("ids", i, dims, values);
+    let weight = |name: &str, dims: &[i64]| {
+        let n: i64 = dims.iter().product();
+        tensor(name, f, dims, &vec![0; n as usize])
+    };
+    let named = |mut n: NodeProto| {
+        n.name = "n".into();
+        n
+    };
+    let cases: Vec<(Case, bool)> = vec![
+        (
+            (
+                "gather",
+                vec![x(&[4, 3])],
+                vec![ids(&[2], &[0, -3])],
+                node("Gather", &["x", "ids"], &["y"], vec![int("axis", 1)]),
+            ),
+            true,
+        ),
+        // Out of range is defined (the fill), for constant indices as for run-time ones.
+        (
+            (
+                "gather out of range",
+                vec![x(&[4, 3])],
+                vec![ids(&[2], &[0, 3])],
+                node("Gather", &["x", "ids"], &["y"], vec![int("axis", 1)]),
+            ),
+            true,
+        ),
+        (
+            (
+                "gather empty axis",
+                vec![x(&[4, 0])],
+                vec![ids(&[1], &[0])],
+                node("Gather", &["x", "ids"], &["y"], vec![int("axis", 1)]),
+            ),
+            true,
+        ),
+        (
+            (
+                "gather axis",
+                vec![x(&[4, 3])],
+                vec![ids(&[2], &[0, 3])],
+                node("Gather", &["x", "ids"], &["y"], vec![int("axis", 5)]),
+            ),
+            false,
+        ),
+        (
+            (
+                "gather float ids",
+                vec![x(&[4, 3]), info("ids", f, Some(&[2]))],
+                vec![],
+                node("Gather", &["x", "ids"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "gather_elements rank",
+                vec![x(&[4, 3])],
+                vec![ids(&[2], &[0, 1])],
+                node("GatherElements", &["x", "ids"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "gather_elements wider",
+                vec![x(&[4, 3])],
+                vec![ids(&[2, 5], &[0; 10])],
+                node("GatherElements", &["x", "ids"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "lstm",
+                vec![x(&[3, 1, 2])],
+                vec![weight("w", &[1, 8, 2]), weight("r", &[1, 8, 2])],
+                node(
+                    "LSTM",
+                    &["x", "w", "r"],
+                    &["y"],
+                    vec![int("hidden_size", 2)],
+                ),
+            ),
+            true,
+        ),
+        (
+            (
+                "lstm hidden",
+                vec![x(&[3, 1, 2])],
+                vec![weight("w", &[1, 8, 2]), weight("r", &[1, 8, 2])],
+                node(
+                    "LSTM",
+                    &["x", "w", "r"],
+                    &["y"],
+                    vec![int("hidden_size", -4)],
+                ),
+            ),
+            false,
+        ),
+        (
+            (
+                "lstm too long",
+                vec![x(&[1 << 20, 1, 2])],
+                vec![weight("w", &[1, 8, 2]), weight("r", &[1, 8, 2])],
+                node(
+                    "LSTM",
+                    &["x", "w", "r"],
+                    &["y"],
+                    vec![int("hidden_size", 2)],
+                ),
+            ),
+            false,
+        ),
+        (
+            (
+                "gru rank",
+                vec![x(&[3, 2])],
+                vec![weight("w", &[1, 6, 2]), weight("r", &[1, 6, 2])],
+                node("GRU", &["x", "w", "r"], &["y"], vec![int("hidden_size", 2)]),
+            ),
+            false,
+        ),
+        (
+            (
+                "rnn bias",
+                vec![x(&[3, 1, 2])],
+                vec![
+                    weight("w", &[1, 2, 2]),
+                    weight("r", &[1, 2, 2]),
+                    weight("b", &[1, 3]),
+                ],
+                node(
+                    "RNN",
+                    &["x", "w", "r", "b"],
+                    &["y"],
+                    vec![int("hidden_size", 2)],
+                ),
+            ),
+            false,
+        ),
+        (
+            (
+                "argmax",
+                vec![x(&[4, 3])],
+                vec![],
+                node("ArgMax", &["x"], &["y"], vec![int("axis", -1)]),
+            ),
+            true,
+        ),
+        (
+            (
+                "argmax axis",
+                vec![x(&[4, 3])],
+                vec![],
+                node("ArgMax", &["x"], &["y"], vec![int("axis", 2)]),
+            ),
+            false,
+        ),
+        (
+            (
+                "argmin empty",
+                vec![x(&[4, 0])],
+                vec![],
+                node("ArgMin", &["x"], &["y"], vec![int("axis", 1)]),
+            ),
+            false,
+        ),
+        (
+            (
+                "onehot",
+                vec![info("x", i, Some(&[3]))],
+                vec![tensor("depth", i, &[], &[5]), weight("v", &[2])],
+                node("OneHot", &["x", "depth", "v"], &["y"], vec![]),
+            ),
+            true,
+        ),
+        (
+            (
+                "onehot negative depth",
+                vec![info("x", i, Some(&[3]))],
+                vec![tensor("depth", i, &[], &[-5]), weight("v", &[2])],
+                node("OneHot", &["x", "depth", "v"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "onehot huge depth",
+                vec![info("x", i, Some(&[3]))],
+                vec![tensor("depth", i, &[], &[1 << 40]), weight("v", &[2])],
+                node("OneHot", &["x", "depth", "v"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "onehot values",
+                vec![info("x", i, Some(&[3]))],
+                vec![tensor("depth", i, &[], &[5]), weight("v", &[3])],
+                node("OneHot", &["x", "depth", "v"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "tile",
+                vec![x(&[4, 3])],
+                vec![tensor("reps", i, &[2], &[2, 1])],
+                node("Tile", &["x", "reps"], &["y"], vec![]),
+            ),
+            true,
+        ),
+        (
+            (
+                "tile negative",
+                vec![x(&[4, 3])],
+                vec![tensor("reps", i, &[2], &[-2, 1])],
+                node("Tile", &["x", "reps"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "tile overflow",
+                vec![x(&[4, 3])],
+                vec![tensor("reps", i, &[2], &[1 << 40, 1 << 40])],
+                node("Tile", &["x", "reps"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "tile run-time",
+                vec![x(&[4, 3]), info("reps", i, Some(&[2]))],
+                vec![],
+                node("Tile", &["x", "reps"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "trilu",
+                vec![x(&[4, 3])],
+                vec![tensor("k", i, &[], &[1])],
+                node("Trilu", &["x", "k"], &["y"], vec![]),
+            ),
+            true,
+        ),
+        (
+            (
+                "trilu rank",
+                vec![x(&[4])],
+                vec![],
+                node("Trilu", &["x"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "trilu k",
+                vec![x(&[4, 3])],
+                vec![tensor("k", i, &[2], &[1, 2])],
+                node("Trilu", &["x", "k"], &["y"], vec![]),
+            ),
+            false,
+        ),
+    ];
+    for ((case, inputs, initializers, n), imports) in cases {
+        let op = n.op_type.clone();
+        let m = model(
+            inputs,
+            initializers,
+            vec![named(n)],
+            vec![info("y", f, None)],
+        );
+        let file = format!("{}.onnx", case.replace(' ', "_"));
+        save(&dir, &file, &m);
+        let out = fusebox(&["check", &file], &dir);
+        if imports {
+            assert!(
+                held(&out, case),
+                "{case}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        } else {
+            let err = refused(&out, case);
+            assert!(err.contains(&format!("node `n` ({op})")), "{case}: {err}");
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
