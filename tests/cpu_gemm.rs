@@ -558,15 +558,26 @@ fn a_transposed_product_becomes_a_product_of_views_with_an_epilogue() {
     };
     assert!(m.epilogue.is_some() && m.a.view.is_some() && m.b.view.is_some());
     for seed in 0..3 {
-        let inputs = inputs(&g, seed);
-        let want = fusebox::eval::evaluate(&g, &rules().ops, &inputs).unwrap();
-        let mut prepared = prepare(&g, rules(), &Options::default(), compiler()).unwrap();
-        let got = prepared.executable.run_tensors(&inputs).unwrap();
-        assert_same("o2", &want["o2"], &got["o2"]).unwrap();
-        let buffers = common::random_graph::input_buffers(&program, &inputs);
-        let interpreted = fusebox::runtime::interpret::run_program(&program, &buffers).unwrap();
-        assert_same("o2", &want["o2"], &interpreted[0].to_tensor()).unwrap();
+        cpu_and_interpreter_agree(&g, &program, seed, "o2");
     }
+}
+
+/// `g`'s output `name` on the CPU backend and `program` (its lowering) in the interpreter
+/// equal the reference evaluator's on seeded inputs.
+fn cpu_and_interpreter_agree(
+    g: &graph::Graph,
+    program: &fusebox::lower::Program,
+    seed: u64,
+    name: &str,
+) {
+    let inputs = inputs(g, seed);
+    let want = fusebox::eval::evaluate(g, &rules().ops, &inputs).unwrap();
+    let mut prepared = prepare(g, rules(), &Options::default(), compiler()).unwrap();
+    let got = prepared.executable.run_tensors(&inputs).unwrap();
+    assert_same(name, &want[name], &got[name]).unwrap();
+    let buffers = common::random_graph::input_buffers(program, &inputs);
+    let interpreted = fusebox::runtime::interpret::run_program(program, &buffers).unwrap();
+    assert_same(name, &want[name], &interpreted[0].to_tensor()).unwrap();
 }
 
 /// Attention's head merge (`book/examples/gemm/head_merge.ron`): the first product writes its
@@ -594,14 +605,7 @@ fn a_product_written_through_its_transpose_agrees() {
         assert_eq!(products.len(), program.steps.len(), "no generated kernel");
         assert!(products[0].result.is_some() && products[1].a.view.is_some());
         for seed in 0..2 {
-            let inputs = inputs(&g, seed);
-            let want = fusebox::eval::evaluate(&g, &rules().ops, &inputs).unwrap();
-            let mut prepared = prepare(&g, rules(), &Options::default(), compiler()).unwrap();
-            let got = prepared.executable.run_tensors(&inputs).unwrap();
-            assert_same("y", &want["y"], &got["y"]).unwrap();
-            let buffers = common::random_graph::input_buffers(&program, &inputs);
-            let interpreted = fusebox::runtime::interpret::run_program(&program, &buffers).unwrap();
-            assert_same("y", &want["y"], &interpreted[0].to_tensor()).unwrap();
+            cpu_and_interpreter_agree(&g, &program, seed, "y");
         }
     }
 }

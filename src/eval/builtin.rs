@@ -101,25 +101,12 @@ pub(super) fn apply(
             let indices = args[1].ints();
             let picks = gathered(x.shape(), &indices, axis, elements, &out.shape)?;
             if int_out {
-                let data = x.ints();
-                let data = data.as_standard_layout();
-                let flat = data
-                    .as_slice()
-                    .ok_or_else(|| EvalError::Internal("layout".into()))?;
-                let mut values = crate::tensor::try_vec(picks.len(), &out.shape)?;
-                values.extend(picks.iter().map(|p| p.map_or(0, |i| flat[i])));
-                Tensor::try_from_int_array(out.dtype, shaped(&out.shape, values)?)
+                let values = picked(&x.ints(), &picks, 0, &out.shape)?;
+                Tensor::try_from_int_array(out.dtype, values)
             } else {
                 // A float result reads NaN at an index out of range; a bool one, false.
                 let fill = if out.dtype.is_float() { f64::NAN } else { 0.0 };
-                let data = x.floats();
-                let data = data.as_standard_layout();
-                let flat = data
-                    .as_slice()
-                    .ok_or_else(|| EvalError::Internal("layout".into()))?;
-                let mut values = crate::tensor::try_vec(picks.len(), &out.shape)?;
-                values.extend(picks.iter().map(|p| p.map_or(fill, |i| flat[i])));
-                Tensor::try_from_array(out.dtype, shaped(&out.shape, values)?)
+                Tensor::try_from_array(out.dtype, picked(&x.floats(), &picks, fill, &out.shape)?)
             }
         }
     };
@@ -151,37 +138,35 @@ fn gathered(
     let flat = indices
         .as_slice()
         .ok_or_else(|| EvalError::Internal("layout".into()))?;
-    let index_rank = indices.ndim();
+    let index_strides = row_major(indices.shape());
+    // Where each result axis moves in the index tensor and in `data` (`axis` itself, read
+    // from the index, moves nowhere in `data`).
+    let (index_step, data_step): (Vec<usize>, Vec<usize>) = if elements {
+        let data_step = (0..out.len()).map(|d| if d == axis { 0 } else { strides[d] });
+        (index_strides, data_step.collect())
+    } else {
+        let q = indices.ndim();
+        (0..out.len())
+            .map(|d| match d {
+                d if d < axis => (0, strides[d]),
+                d if d < axis + q => (index_strides[d - axis], 0),
+                d => (0, strides[d + 1 - q]),
+            })
+            .unzip()
+    };
     let n = data[axis] as i64;
     let count = crate::shape::numel(out);
     let mut picks = crate::tensor::try_vec(count, out)?;
     let mut point = vec![0usize; out.len()];
-    let index_strides = row_major(indices.shape());
     for _ in 0..count {
-        let (index_at, rest): (usize, Vec<usize>) = if elements {
-            let at = point.iter().zip(&index_strides).map(|(p, s)| p * s).sum();
-            let rest = point.clone();
-            (at, rest)
-        } else {
-            let at = point[axis..axis + index_rank]
-                .iter()
-                .zip(&index_strides)
-                .map(|(p, s)| p * s)
-                .sum();
-            let mut rest = point[..axis].to_vec();
-            rest.push(0);
-            rest.extend_from_slice(&point[axis + index_rank..]);
-            (at, rest)
-        };
-        let k = flat[index_at];
+        let at = |step: &[usize]| point.iter().zip(step).map(|(p, s)| p * s).sum::<usize>();
+        let k = flat[at(&index_step)];
         let k = if k < 0 { k.wrapping_add(n) } else { k };
-        picks.push((0..n).contains(&k).then(|| {
-            rest.iter()
-                .zip(&strides)
-                .enumerate()
-                .map(|(d, (&p, &s))| if d == axis { k as usize * s } else { p * s })
-                .sum()
-        }));
+        picks.push(
+            (0..n)
+                .contains(&k)
+                .then(|| at(&data_step) + k as usize * strides[axis]),
+        );
         // The next point, row-major.
         for d in (0..point.len()).rev() {
             point[d] += 1;
@@ -192,6 +177,23 @@ fn gathered(
         }
     }
     Ok(picks)
+}
+
+/// The elements of `data` at `picks` (row-major positions; `fill` where `None`), as an array
+/// of `shape`.
+fn picked<T: Copy>(
+    data: &ArrayD<T>,
+    picks: &[Option<usize>],
+    fill: T,
+    shape: &[usize],
+) -> Result<ArrayD<T>, EvalError> {
+    let data = data.as_standard_layout();
+    let flat = data
+        .as_slice()
+        .ok_or_else(|| EvalError::Internal("layout".into()))?;
+    let mut values = crate::tensor::try_vec(picks.len(), shape)?;
+    values.extend(picks.iter().map(|p| p.map_or(fill, |i| flat[i])));
+    shaped(shape, values)
 }
 
 /// `values` (row-major) as an array of `shape`.

@@ -162,6 +162,23 @@ enum Val {
 }
 
 impl Val {
+    /// A constant of `dtype` and `shape` holding `values` (rounded to `dtype`): what the
+    /// importer's own expansions (recurrent ops, positions) add beside a model's values.
+    fn floats(dtype: DType, shape: &[usize], values: Vec<f64>) -> Imports<Val> {
+        let t = Tensor::from_values(dtype, shape, values).ok_or(ImportError::Internal(
+            "a constant's values do not fill its shape",
+        ))?;
+        Ok(Val::Const(Rc::new(t), None))
+    }
+
+    /// [`Val::floats`] of integers, every bit kept.
+    fn ints(dtype: DType, shape: &[usize], values: Vec<i64>) -> Imports<Val> {
+        let t = Tensor::from_ints(dtype, shape, values).ok_or(ImportError::Internal(
+            "a constant's values do not fill its shape",
+        ))?;
+        Ok(Val::Const(Rc::new(t), None))
+    }
+
     fn shape(&self) -> &[usize] {
         match self {
             Val::Const(t, _) => t.shape(),

@@ -12,13 +12,10 @@
 use super::proto::Attr;
 use super::structural::{Attrs, int_attr};
 use super::{ImportError, Importer, Imports, Val};
-use crate::dtype::DType;
 use crate::rules::Builtin;
 use crate::rules::builtin::BuiltinAttrs;
-use crate::tensor::Tensor;
 use onnx_protobuf::NodeProto;
 use std::collections::HashMap;
-use std::rc::Rc;
 
 /// The most catalogue nodes one step of one direction imports as (an LSTM with peepholes,
 /// `clip` and sequence lengths makes about 50).
@@ -129,10 +126,11 @@ fn unroll(
     let [seq, batch, _] = inputs.x.shape()[..] else {
         return Err(ImportError::Internal("X of rank 3"));
     };
-    let no_state = Val::Const(
-        Rc::new(zeros(inputs.x.dtype(), &[batch, options.hidden])?),
-        None,
-    );
+    let no_state = Val::floats(
+        inputs.x.dtype(),
+        &[batch, options.hidden],
+        vec![0.0; batch * options.hidden],
+    )?;
     let (mut ys, mut hs, mut cs) = (Vec::new(), Vec::new(), Vec::new());
     for (d, &reverse) in inputs.directions.iter().enumerate() {
         let name = format!("{out}.d{d}");
@@ -322,7 +320,7 @@ fn prepare(
             // The hidden gate's recurrent bias is added inside the reset product.
             let rb_zr = range(im, &rb, 0, 2 * hidden)?;
             hidden_bias = Some(range(im, &rb, 2 * hidden, 3 * hidden)?);
-            let none = Val::Const(Rc::new(zeros(bd.dtype(), &[hidden])?), None);
+            let none = Val::floats(bd.dtype(), &[hidden], vec![0.0; hidden])?;
             rb = im.concat(&[rb_zr, none], 0, name)?;
         }
         let both = im.onnx("Add", &[&wb, &rb], &[], &format!("{name}.bias"))?;
@@ -398,7 +396,7 @@ fn steps(
                 let gi = part(im, 0, peep(0).map(|p| (p, &c)))?;
                 let i = activate(im, o, &d.activations[0], &gi, &at)?;
                 let f = if o.input_forget {
-                    let one = scalar(h.dtype(), 1.0)?;
+                    let one = Val::floats(h.dtype(), &[], vec![1.0])?;
                     im.onnx("Sub", &[&one, &i], &[], &at)?
                 } else {
                     let gf = part(im, 2, peep(2).map(|p| (p, &c)))?;
@@ -466,10 +464,10 @@ fn steps(
         let y = match &o.lens {
             // Past its length a batch element keeps its states and outputs 0.
             Some(lens) => {
-                let step = Val::Const(Rc::new(ints(lens.dtype(), &[], &[t as i64])?), None);
+                let step = Val::ints(lens.dtype(), &[], vec![t as i64])?;
                 let valid = im.onnx("Less", &[&step, lens], &[], &at)?;
                 let valid = im.reshape(&valid, &[batch, 1], &at)?;
-                let none = scalar(h.dtype(), 0.0)?;
+                let none = Val::floats(h.dtype(), &[], vec![0.0])?;
                 h = im.onnx("Where", &[&valid, &h_new, &h], &[], &at)?;
                 c = im.onnx("Where", &[&valid, &c_new, &c], &[], &at)?;
                 im.onnx("Where", &[&valid, &h_new, &none], &[], &at)?
@@ -491,8 +489,8 @@ fn steps(
 fn activate(im: &mut Importer, o: &Options, a: &Activation, x: &Val, name: &str) -> Imports {
     let x = match o.clip {
         Some(clip) => {
-            let low = scalar(x.dtype(), -clip)?;
-            let high = scalar(x.dtype(), clip)?;
+            let low = Val::floats(x.dtype(), &[], vec![-clip])?;
+            let high = Val::floats(x.dtype(), &[], vec![clip])?;
             im.onnx("Clip", &[x, &low, &high], &[], name)?
         }
         None => x.clone(),
@@ -504,9 +502,9 @@ fn activate(im: &mut Importer, o: &Options, a: &Activation, x: &Val, name: &str)
         "LeakyRelu" => im.onnx("LeakyRelu", &[&x], &[alpha(0.01)], name),
         "ThresholdedRelu" => {
             // x where x > alpha, else 0.
-            let threshold = scalar(x.dtype(), a.alpha.unwrap_or(1.0))?;
+            let threshold = Val::floats(x.dtype(), &[], vec![a.alpha.unwrap_or(1.0)])?;
             let above = im.onnx("Greater", &[&x, &threshold], &[], name)?;
-            let none = scalar(x.dtype(), 0.0)?;
+            let none = Val::floats(x.dtype(), &[], vec![0.0])?;
             im.onnx("Where", &[&above, &x, &none], &[], name)
         }
         "Elu" => im.onnx("Elu", &[&x], &[alpha(1.0)], name),
@@ -514,14 +512,14 @@ fn activate(im: &mut Importer, o: &Options, a: &Activation, x: &Val, name: &str)
         // alpha·x + beta, and alpha·tanh(beta·x): the two activations of the recurrent ops'
         // specification that are no ONNX ops.
         "Affine" => {
-            let s = scalar(x.dtype(), a.alpha.unwrap_or(1.0))?;
-            let b = scalar(x.dtype(), a.beta.unwrap_or(0.0))?;
+            let s = Val::floats(x.dtype(), &[], vec![a.alpha.unwrap_or(1.0)])?;
+            let b = Val::floats(x.dtype(), &[], vec![a.beta.unwrap_or(0.0)])?;
             let sx = im.onnx("Mul", &[&s, &x], &[], name)?;
             im.onnx("Add", &[&sx, &b], &[], name)
         }
         "ScaledTanh" => {
-            let s = scalar(x.dtype(), a.alpha.unwrap_or(1.0))?;
-            let b = scalar(x.dtype(), a.beta.unwrap_or(1.0))?;
+            let s = Val::floats(x.dtype(), &[], vec![a.alpha.unwrap_or(1.0)])?;
+            let b = Val::floats(x.dtype(), &[], vec![a.beta.unwrap_or(1.0)])?;
             let bx = im.onnx("Mul", &[&b, &x], &[], name)?;
             let t = im.onnx("Tanh", &[&bx], &[], name)?;
             im.onnx("Mul", &[&s, &t], &[], name)
@@ -572,21 +570,6 @@ fn string_attr<'a>(attrs: &'a Attrs, name: &str) -> Option<&'a str> {
         Some(Attr::Str(s)) => Some(s),
         _ => None,
     }
-}
-
-/// A constant scalar of `dtype`.
-fn scalar(dtype: DType, value: f64) -> Imports {
-    let t = Tensor::from_values(dtype, &[], vec![value]).ok_or(ImportError::Internal("scalar"))?;
-    Ok(Val::Const(Rc::new(t), None))
-}
-
-fn ints(dtype: DType, shape: &[usize], values: &[i64]) -> Imports<Tensor> {
-    Tensor::from_ints(dtype, shape, values.to_vec()).ok_or(ImportError::Internal("ints"))
-}
-
-fn zeros(dtype: DType, shape: &[usize]) -> Imports<Tensor> {
-    let n = crate::shape::numel(shape);
-    Tensor::from_values(dtype, shape, vec![0.0; n]).ok_or(ImportError::Internal("zeros"))
 }
 
 impl Importer<'_> {

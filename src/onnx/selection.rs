@@ -11,9 +11,7 @@ use super::proto::Attr;
 use super::structural::{Attrs, int_attr};
 use super::{ImportError, Importer, Imports, Val};
 use crate::dtype::DType;
-use crate::tensor::Tensor;
 use onnx_protobuf::NodeProto;
-use std::rc::Rc;
 
 pub(super) fn arg_max(
     im: &mut Importer,
@@ -71,7 +69,7 @@ fn arg_extreme(
         false => (n as i64, "ReduceMin"),
         true => (-1, "ReduceMax"),
     };
-    let miss = scalar_i64(miss)?;
+    let miss = Val::ints(DType::I64, &[], vec![miss])?;
     let candidates = im.onnx(
         "Where",
         &[&hit, &positions, &miss],
@@ -116,20 +114,8 @@ pub(super) fn one_hot(
         let to = [("to", Attr::Int(7))];
         indices = im.onnx("Cast", &[&indices], &to, &format!("{out}.cast"))?;
     }
-    let depth_value = Val::Const(
-        Rc::new(
-            Tensor::from_ints(indices.dtype(), &[], vec![depth as i64])
-                .ok_or(ImportError::Internal("depth"))?,
-        ),
-        None,
-    );
-    let zero = Val::Const(
-        Rc::new(
-            Tensor::from_ints(indices.dtype(), &[], vec![0])
-                .ok_or(ImportError::Internal("zero"))?,
-        ),
-        None,
-    );
+    let depth_value = Val::ints(indices.dtype(), &[], vec![depth as i64])?;
+    let zero = Val::ints(indices.dtype(), &[], vec![0])?;
     let negative = im.onnx("Less", &[&indices, &zero], &[], &format!("{out}.negative"))?;
     let wrapped = im.onnx(
         "Add",
@@ -171,14 +157,7 @@ pub(super) fn one_hot(
 fn positions(n: usize, axis: usize, rank: usize) -> Imports {
     let mut shape = vec![1; rank];
     shape[axis] = n;
-    let t = Tensor::from_ints(DType::I64, &shape, (0..n as i64).collect())
-        .ok_or(ImportError::Internal("positions"))?;
-    Ok(Val::Const(Rc::new(t), None))
-}
-
-fn scalar_i64(v: i64) -> Imports {
-    let t = Tensor::from_ints(DType::I64, &[], vec![v]).ok_or(ImportError::Internal("scalar"))?;
-    Ok(Val::Const(Rc::new(t), None))
+    Val::ints(DType::I64, &shape, (0..n as i64).collect())
 }
 
 /// Tile: each axis repeated `repeats[a]` times, as a broadcast of the operand with a size-1
@@ -242,7 +221,7 @@ pub(super) fn trilu(
                 k.shape()
             )));
         }
-        None => scalar_i64(0)?,
+        None => Val::ints(DType::I64, &[], vec![0])?,
     };
     let upper = int_attr(attrs, "upper").unwrap_or(1) != 0;
     let rank = x.shape().len();
@@ -265,11 +244,6 @@ pub(super) fn trilu(
         )?,
         false => im.onnx("LessOrEqual", &[&diagonal, &k], &[], &format!("{out}.keep"))?,
     };
-    let zero = Val::Const(
-        Rc::new(
-            Tensor::from_values(x.dtype(), &[], vec![0.0]).ok_or(ImportError::Internal("zero"))?,
-        ),
-        None,
-    );
+    let zero = Val::floats(x.dtype(), &[], vec![0.0])?;
     Ok(vec![im.onnx("Where", &[&keep, &x, &zero], &[], out)?])
 }

@@ -20,7 +20,7 @@
 //! write and read. It is taken when that is cheaper than the two kernels apart, which it is
 //! unless the epilogue's inputs are large beside the product.
 
-use super::{Facts, Kernel, KernelKind, LibraryParts, Partition};
+use super::{Facts, Kernel, KernelKind, Partition};
 use crate::dag::{Dag, Value};
 use crate::rules::{FusionRules, OpKind, Profile};
 
@@ -28,6 +28,7 @@ use crate::rules::{FusionRules, OpKind, Profile};
 /// (see the module documentation) and cheaper.
 pub(super) fn absorb_epilogues(
     dag: &Dag,
+    facts: &Facts,
     fusion: &FusionRules,
     profile: &Profile,
     partition: Partition,
@@ -35,8 +36,7 @@ pub(super) fn absorb_epilogues(
     if !fusion.library_epilogues {
         return partition;
     }
-    let facts = Facts::new(dag, profile);
-    super::merge_into_readers(partition, |p, k| merged(dag, &facts, profile, p, k))
+    super::merge_into_readers(partition, |p, k| merged(dag, facts, profile, p, k))
 }
 
 /// Kernel `k` merged into the one kernel reading its product, with that kernel's index, where
@@ -49,18 +49,8 @@ fn merged(
     k: usize,
 ) -> Option<(usize, Kernel)> {
     let call_kernel = &partition.kernels[k];
-    if call_kernel.kind != KernelKind::Library {
-        return None;
-    }
-    let parts = LibraryParts::of(dag, &call_kernel.nodes);
-    let call = parts.call?;
-    if !parts.epilogue.is_empty() || facts.graph_output[call] {
-        return None;
-    }
+    let call = super::mergeable_call(dag, facts, call_kernel)?;
     let node = &dag.nodes[call];
-    if node.args.iter().any(|&a| dag.ty(a).shape.len() < 2) {
-        return None;
-    }
     let product = Value::Node(call);
     let mut readers = (0..partition.kernels.len())
         .filter(|&r| r != k && partition.kernels[r].inputs.contains(&product));

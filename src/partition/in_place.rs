@@ -39,17 +39,17 @@ use crate::shape::numel;
 /// `partition` with every concat written in place where that is cheaper.
 pub(super) fn write_in_place(
     dag: &Dag,
+    facts: &Facts,
     role: &[Role],
     max_args: usize,
     profile: &Profile,
     mut partition: Partition,
 ) -> Partition {
-    let facts = Facts::new(dag, profile);
     let n = dag.nodes.len();
     let mut kernel_of = partition.kernel_of(n);
     let mut in_place = vec![false; n];
     for c in 0..n {
-        let Some((kc, writes)) = candidate(dag, &facts, role, &partition, &kernel_of, c) else {
+        let Some((kc, writes)) = candidate(dag, facts, role, &partition, &kernel_of, c) else {
             continue;
         };
         // The form with `c` written in place, for the kernels it changes.

@@ -214,6 +214,24 @@ impl LibraryParts {
 /// index of the kernel it merges into and the merged kernel (which takes that kernel's place,
 /// later than `k`), or `None` to keep both. The passes after the greedy partition that a
 /// library call takes in (`epilogue`, `result_view`) differ only in `merged`.
+/// The call (its node) of library kernel `kernel`, where a pass may merge the kernel that
+/// reads its product into it: a call with neither an epilogue nor a result view yet, whose
+/// product is no graph output and whose operands are matrices (rank 2 or more). What the
+/// epilogue and result-view passes both start from.
+fn mergeable_call(dag: &Dag, facts: &Facts, kernel: &Kernel) -> Option<usize> {
+    if kernel.kind != KernelKind::Library {
+        return None;
+    }
+    let parts = LibraryParts::of(dag, &kernel.nodes);
+    let call = parts.call?;
+    let matrices = dag.nodes[call]
+        .args
+        .iter()
+        .all(|&a| dag.ty(a).shape.len() >= 2);
+    let bare = parts.epilogue.is_empty() && parts.result.is_none();
+    (bare && matrices && !facts.graph_output[call]).then_some(call)
+}
+
 fn merge_into_readers(
     mut partition: Partition,
     merged: impl Fn(&Partition, usize) -> Option<(usize, Kernel)>,
@@ -323,11 +341,14 @@ impl Partition {
 pub fn partition(dag: &Dag, fusion: &FusionRules, profile: &Profile) -> Partition {
     let role: Vec<Role> = dag.nodes.iter().map(|node| fusion.role(&node.op)).collect();
     let greedy = greedy::partition(dag, fusion, profile);
-    let in_place = in_place::write_in_place(dag, &role, fusion.max_kernel_args, profile, greedy);
-    let epilogues = epilogue::absorb_epilogues(dag, fusion, profile, in_place);
+    // What the passes after the greedy one read of the dag, computed once for them all.
+    let facts = Facts::new(dag, profile);
+    let in_place =
+        in_place::write_in_place(dag, &facts, &role, fusion.max_kernel_args, profile, greedy);
+    let epilogues = epilogue::absorb_epilogues(dag, &facts, fusion, profile, in_place);
     Partition {
         row_arithmetic: fusion.row_arithmetic,
-        ..result_view::absorb_result_views(dag, fusion, profile, epilogues)
+        ..result_view::absorb_result_views(dag, &facts, fusion, profile, epilogues)
     }
 }
 

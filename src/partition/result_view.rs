@@ -10,7 +10,7 @@
 //! transpose in: the merged kernel writes the transpose's value and the product is never
 //! stored. It is taken when cheaper, which it is: the product's write and read and a launch go.
 
-use super::{Facts, KernelKind, LibraryParts, Partition};
+use super::{Facts, KernelKind, Partition};
 use crate::dag::{Dag, Value};
 use crate::rules::{Builtin, FusionRules, Profile};
 
@@ -18,6 +18,7 @@ use crate::rules::{Builtin, FusionRules, Profile};
 /// call, where that is legal (see the module documentation) and cheaper.
 pub(super) fn absorb_result_views(
     dag: &Dag,
+    facts: &Facts,
     fusion: &FusionRules,
     profile: &Profile,
     partition: Partition,
@@ -25,8 +26,7 @@ pub(super) fn absorb_result_views(
     if !fusion.library_views {
         return partition;
     }
-    let facts = Facts::new(dag, profile);
-    super::merge_into_readers(partition, |p, k| merged(dag, &facts, profile, p, k))
+    super::merge_into_readers(partition, |p, k| merged(dag, facts, profile, p, k))
 }
 
 /// Library kernel `k` merged with the transpose kernel that alone reads its product, with that
@@ -39,19 +39,7 @@ fn merged(
     k: usize,
 ) -> Option<(usize, super::Kernel)> {
     let call_kernel = &partition.kernels[k];
-    if call_kernel.kind != KernelKind::Library {
-        return None;
-    }
-    let parts = LibraryParts::of(dag, &call_kernel.nodes);
-    let call = parts.call?;
-    let node = &dag.nodes[call];
-    if !parts.epilogue.is_empty()
-        || parts.result.is_some()
-        || facts.graph_output[call]
-        || node.args.iter().any(|&a| dag.ty(a).shape.len() < 2)
-    {
-        return None;
-    }
+    let call = super::mergeable_call(dag, facts, call_kernel)?;
     let users = facts.users(call);
     let (&first, rest) = users.split_first()?;
     if rest.iter().any(|&u| u != first) {

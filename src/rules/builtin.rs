@@ -90,6 +90,12 @@ impl Builtin {
         }
     }
 
+    /// Whether it reads its operand at run-time indices (gather, gather_elements): no strides
+    /// express that, so no kernel reads it as a view, and it runs as a kernel of its own.
+    pub fn reads_at_run_time(self) -> bool {
+        matches!(self, Builtin::Gather | Builtin::GatherElements)
+    }
+
     /// Operand count: `None` for one or more, as for concat.
     pub fn arity(self) -> Option<usize> {
         match self {

@@ -342,7 +342,10 @@ impl FusionRules {
                 let Some(op) = catalogue.get(name) else {
                     continue;
                 };
-                if op.kind() != kind || spec.ops.contains_key(name) || reads_at_run_time(op) {
+                // A gather, which only `Alone` suits, takes `Alone` whatever its kind's role
+                // ([`FusionRules::role`]): rule files written before gathers stay valid.
+                let gathers = op.builtin().is_some_and(Builtin::reads_at_run_time);
+                if op.kind() != kind || spec.ops.contains_key(name) || gathers {
                     continue;
                 }
                 role.check_op(op).map_err(|m| {
@@ -440,16 +443,6 @@ impl FusionRules {
     pub fn kind_role(&self, kind: OpKind) -> Role {
         self.kinds[kind_index(kind)]
     }
-}
-
-/// Whether `op` reads at run-time indices (gather, gather_elements): no kernel reads it as a
-/// view, so `Alone` is its only layout role. A kind's role does not have to suit it, which
-/// keeps rule files written before gathers existed (`Layout: Join`) valid; it runs `Alone`.
-fn reads_at_run_time(op: &OpDef) -> bool {
-    matches!(
-        op.builtin(),
-        Some(Builtin::Gather | Builtin::GatherElements)
-    )
 }
 
 #[cfg(test)]

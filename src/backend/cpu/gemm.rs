@@ -222,12 +222,18 @@ pub struct PackedB {
 }
 
 impl PackedB {
+    /// The bytes a packed `k × n` right-hand matrix takes (`None` past `usize`).
+    pub fn bytes(k: usize, n: usize) -> Option<usize> {
+        k.checked_mul(n.div_ceil(GEMM_NR).checked_mul(GEMM_NR)?)?
+            .max(1)
+            .checked_mul(4)
+    }
+
     /// Room for a `k × n` right-hand matrix, or `None` where the system refuses it.
     pub fn new(k: usize, n: usize) -> Option<PackedB> {
-        let floats = k
-            .checked_mul(n.div_ceil(GEMM_NR).checked_mul(GEMM_NR)?)?
-            .max(1);
-        let layout = std::alloc::Layout::from_size_align(floats.checked_mul(4)?, 64).ok()?;
+        let bytes = PackedB::bytes(k, n)?;
+        let floats = bytes / 4;
+        let layout = std::alloc::Layout::from_size_align(bytes, 64).ok()?;
         // SAFETY: the layout has a non-zero size.
         let data = unsafe { std::alloc::alloc(layout) } as *mut f32;
         if data.is_null() {

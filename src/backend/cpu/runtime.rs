@@ -60,44 +60,40 @@ const SHARED_B_BYTES: usize = 64 << 20;
 /// matrix. An unrolled RNN multiplies by its recurrent weights (or the one transposed copy of
 /// them) once per step.
 fn shared_b(program: &Program) -> (Vec<Option<usize>>, Vec<PackedB>) {
-    let mut keys: Vec<&crate::lower::MatMulOperand> = Vec::new();
-    let mut uses: Vec<usize> = Vec::new();
-    for step in &program.steps {
-        if let Step::MatMul(m) = step {
-            match keys.iter().position(|&k| *k == m.b) {
-                Some(i) => uses[i] += 1,
-                None => {
-                    keys.push(&m.b);
-                    uses.push(1);
-                }
-            }
-        }
-    }
-    let mut packed = Vec::new();
-    let mut slot_of_key: Vec<Option<usize>> = vec![None; keys.len()];
-    for (i, key) in keys.iter().enumerate() {
-        let stored = &program.dag.ty(key.value).shape;
-        let (shape, _) = key.layout(stored);
-        let [.., k, n] = shape[..] else { continue };
-        let bytes = k.saturating_mul(n.next_multiple_of(48)).saturating_mul(4);
-        if uses[i] >= 2
-            && bytes <= SHARED_B_BYTES
-            && let Some(p) = PackedB::new(k, n)
-        {
-            slot_of_key[i] = Some(packed.len());
-            packed.push(p);
-        }
-    }
-    let packed_of = program
+    // Per distinct right-hand operand: how it is read, and how many products read it; per
+    // step, which of them its product reads.
+    let mut keys: Vec<(&crate::lower::MatMulOperand, usize)> = Vec::new();
+    let key_of: Vec<Option<usize>> = program
         .steps
         .iter()
-        .map(|step| match step {
-            Step::MatMul(m) => keys
-                .iter()
-                .position(|&k| *k == m.b)
-                .and_then(|i| slot_of_key[i]),
-            Step::Kernel(_) => None,
+        .map(|step| {
+            let Step::MatMul(m) = step else { return None };
+            let i = match keys.iter().position(|&(k, _)| *k == m.b) {
+                Some(i) => i,
+                None => {
+                    keys.push((&m.b, 0));
+                    keys.len() - 1
+                }
+            };
+            keys[i].1 += 1;
+            Some(i)
         })
+        .collect();
+    let mut packed = Vec::new();
+    let slot_of_key: Vec<Option<usize>> = keys
+        .iter()
+        .map(|&(key, uses)| {
+            let (shape, _) = key.layout(&program.dag.ty(key.value).shape);
+            let [.., k, n] = shape[..] else { return None };
+            let fits = PackedB::bytes(k, n).is_some_and(|b| b <= SHARED_B_BYTES);
+            let buffer = (uses >= 2 && fits).then(|| PackedB::new(k, n)).flatten()?;
+            packed.push(buffer);
+            Some(packed.len() - 1)
+        })
+        .collect();
+    let packed_of = key_of
+        .iter()
+        .map(|k| k.and_then(|i| slot_of_key[i]))
         .collect();
     (packed_of, packed)
 }
