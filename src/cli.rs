@@ -69,6 +69,10 @@ pub enum Command {
 pub struct CheckArgs {
     /// The graph: a graph file (.ron), or an ONNX model (.onnx).
     pub graph: PathBuf,
+    /// A size for a symbolic dimension of an ONNX model (`batch`, `seq`): NAME=SIZE
+    /// (repeatable). The names not given are 1.
+    #[arg(long = "dim", value_name = "NAME=SIZE")]
+    pub dims: Vec<String>,
     /// A rule directory laid over the embedded defaults.
     #[arg(long)]
     pub rules: Option<PathBuf>,
@@ -79,6 +83,10 @@ pub struct RunArgs {
     /// The graph: a graph file (.ron), or an ONNX model (.onnx); the values its inputs store
     /// (a model's weights) are used unless --input gives others.
     pub graph: PathBuf,
+    /// A size for a symbolic dimension of an ONNX model (`batch`, `seq`): NAME=SIZE
+    /// (repeatable). The --input arrays give the sizes they show; the others are 1.
+    #[arg(long = "dim", value_name = "NAME=SIZE")]
+    pub dims: Vec<String>,
     /// Where the graph runs.
     #[arg(long, value_enum)]
     pub backend: Backend,
@@ -135,6 +143,10 @@ pub struct BenchArgs {
     /// The graph: a graph file (.ron), or an ONNX model (.onnx). Values stored for its inputs
     /// (a model's weights) are never read: inputs not given by --input get random values.
     pub graph: PathBuf,
+    /// A size for a symbolic dimension of an ONNX model (`batch`, `seq`): NAME=SIZE
+    /// (repeatable). The --input arrays give the sizes they show; the others are 1.
+    #[arg(long = "dim", value_name = "NAME=SIZE")]
+    pub dims: Vec<String>,
     /// The compiled backend to time: cpu or cuda.
     #[arg(long, value_enum)]
     pub backend: Backend,
@@ -172,6 +184,10 @@ pub struct BenchArgs {
 pub struct OptimizeArgs {
     /// The graph: a graph file (.ron), or an ONNX model (.onnx).
     pub graph: PathBuf,
+    /// A size for a symbolic dimension of an ONNX model (`batch`, `seq`): NAME=SIZE
+    /// (repeatable). The names not given are 1. --explain and --json say which sizes were priced.
+    #[arg(long = "dim", value_name = "NAME=SIZE")]
+    pub dims: Vec<String>,
     /// A rule directory laid over the embedded defaults.
     #[arg(long)]
     pub rules: Option<PathBuf>,
@@ -207,6 +223,10 @@ pub struct OptimizeArgs {
 pub struct GradArgs {
     /// The graph to differentiate: a graph file (.ron), or an ONNX model (.onnx).
     pub graph: PathBuf,
+    /// A size for a symbolic dimension of an ONNX model (`batch`, `seq`): NAME=SIZE
+    /// (repeatable). The names not given are 1.
+    #[arg(long = "dim", value_name = "NAME=SIZE")]
+    pub dims: Vec<String>,
     /// A rule directory laid over the embedded defaults.
     #[arg(long)]
     pub rules: Option<PathBuf>,
@@ -227,6 +247,10 @@ pub struct GradArgs {
 pub struct ImportArgs {
     /// The ONNX model (.onnx) to import.
     pub model: PathBuf,
+    /// A size for a symbolic dimension of an ONNX model (`batch`, `seq`): NAME=SIZE
+    /// (repeatable). The names not given are 1. graph.ron has these sizes.
+    #[arg(long = "dim", value_name = "NAME=SIZE")]
+    pub dims: Vec<String>,
     /// The directory graph.ron and the weights' .npy files are written to.
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
@@ -293,7 +317,7 @@ pub fn run(cli: Cli) -> Result<String> {
         Command::Grad(args) => grad::grad(args),
         Command::Import(args) => {
             let rules = load_rules(args.rules.as_deref())?;
-            model::import(&args.model, &args.out, &rules)
+            model::import(&args.model, &args.dims, &args.out, &rules)
         }
         Command::Ops(args) => ops::ops(&args),
         Command::Info => Ok(info::info()),

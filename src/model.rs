@@ -67,6 +67,8 @@ use crate::backend::cpu::runtime::CpuExecutable;
 use crate::backend::cuda::runtime::{CudaExecutable, CudaOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::eval::Tensors;
+use crate::backend::cache::CompileStats;
+use crate::graph::dims::{Declared, DimSizes};
 use crate::graph::{self, Graph, Input, TypeMap};
 use crate::optimize::{Options, Report};
 use crate::rules::RuleSet;
@@ -83,6 +85,11 @@ pub struct Model {
     types: TypeMap,
     stored: Tensors,
     rules: RuleSet,
+    /// The inputs' declared dimensions and the sizes the graph has them at (none named for a
+    /// graph file or a model with static shapes).
+    declared: Declared,
+    /// The ONNX model a model with symbolic dimensions is imported from again at other sizes.
+    source: Option<PathBuf>,
 }
 
 /// Where [`Model::compile`] puts a model.
@@ -116,7 +123,20 @@ impl Model {
     /// initializers), else a RON graph file whose inputs may name `.npy` files (see
     /// [`load_values`]).
     pub fn load(path: &Path, rules: &RuleSet) -> Result<Model> {
-        Ok(Model::from_loaded(load(path, rules)?, rules))
+        Model::load_sized(path, rules, &DimSizes::new())
+    }
+
+    /// [`Model::load`] with sizes for an ONNX model's symbolic dimensions (`batch`, `seq`);
+    /// the names not given get [`crate::graph::dims::DEFAULT_SIZE`]. [`Compiled::run`]
+    /// re-specializes the model to the sizes of the arrays it is given, so these are the sizes
+    /// it is first compiled (and priced) at.
+    pub fn load_sized(path: &Path, rules: &RuleSet, sizes: &DimSizes) -> Result<Model> {
+        let loaded = load_values_sized(path, rules, Stored::All, sizes)?;
+        let mut model = Model::from_loaded(loaded, rules);
+        if model.declared.is_symbolic() {
+            model.source = Some(path.to_path_buf());
+        }
+        Ok(model)
     }
 
     /// A model of what [`load_values`] read: its stored values are the ones it was asked for
@@ -127,6 +147,8 @@ impl Model {
             types: loaded.types,
             stored: loaded.stored,
             rules: rules.clone(),
+            declared: loaded.declared,
+            source: loaded.source,
         }
     }
 
@@ -139,6 +161,8 @@ impl Model {
             types,
             stored: Tensors::new(),
             rules: rules.clone(),
+            declared: Declared::default(),
+            source: None,
         })
     }
 
@@ -161,40 +185,109 @@ impl Model {
         &self.stored
     }
 
+    /// The inputs' declared dimensions (named where an ONNX model leaves them open) and the
+    /// size each name has in [`Model::graph`].
+    pub fn declared(&self) -> &Declared {
+        &self.declared
+    }
+
+    /// The sizes of the symbolic dimensions that arrays of these shapes (`given`, by input
+    /// name) have; the names they do not show keep their present size. Refused, at the input,
+    /// where an array's rank or a fixed size disagrees with the declaration, or two arrays give
+    /// one name two sizes.
+    pub fn sizes_for(&self, given: &BTreeMap<String, Tensor>) -> Result<DimSizes> {
+        let mut sizes = self.declared.sizes.clone();
+        let shown = self
+            .declared
+            .sizes_from(|name| given.get(name).map(Tensor::shape), &DimSizes::new())?;
+        sizes.extend(shown);
+        Ok(sizes)
+    }
+
+    /// The model specialized to `sizes` of its symbolic dimensions: imported again from its
+    /// file (a model without symbolic dimensions, or already at those sizes, is itself).
+    pub fn resized(&self, sizes: &DimSizes) -> Result<Model> {
+        match &self.source {
+            Some(path) if *sizes != self.declared.sizes => {
+                Model::load_sized(path, &self.rules, sizes)
+            }
+            _ => Ok(self.clone()),
+        }
+    }
+
     /// Compiles the model for `backend`. A compiled backend gets the optimized graph for its
     /// cost profile (`fusebox run`'s pipeline, [`crate::runner::prepare`]); the reference
     /// backend only inserts the AMP casts, since it runs the graph as written.
+    ///
+    /// A model with symbolic dimensions is compiled at its present sizes; [`Compiled::run`]
+    /// compiles it again for arrays of other sizes, and the kernels, whose source does not
+    /// depend on sizes, come from the cache ([`Compiled::kernel_builds`] counts both).
     pub fn compile(&self, backend: Backend, options: &CompileOptions) -> Result<Compiled> {
         if backend != Backend::Cuda && options.cuda != CudaOptions::default() {
             return Err(Error::input("CUDA options apply to Backend::Cuda"));
         }
+        if backend == Backend::Reference && options.no_fusion {
+            return Err(Error::input(
+                "no_fusion applies to compiled backends; the reference backend never fuses",
+            ));
+        }
+        let compiler = (backend == Backend::Cpu).then(|| Compiler::new(CompilerConfig::from_env()));
+        let (engine, builds) = self.engine(backend, options, compiler.as_ref())?;
+        let resize = self.source.is_some().then(|| Resize {
+            template: Model {
+                stored: Tensors::new(),
+                ..self.clone()
+            },
+            backend,
+            options: options.clone(),
+            compiler,
+            kept: Vec::new(),
+        });
+        Ok(Compiled {
+            current: Binding {
+                sizes: self.declared.sizes.clone(),
+                engine,
+                inputs: self.graph.inputs.clone(),
+                stored: self.stored.clone(),
+            },
+            ops: self.rules.clone(),
+            builds,
+            resize,
+        })
+    }
+
+    /// The model built for `backend` (the CPU's with `compiler`), and what building its
+    /// kernels cost.
+    fn engine(
+        &self,
+        backend: Backend,
+        options: &CompileOptions,
+        compiler: Option<&Compiler>,
+    ) -> Result<(Engine, CompileStats)> {
         let pipeline = Options {
             amp: options.amp.clone(),
             fusion: !options.no_fusion,
             ..Options::default()
         };
-        let engine = match backend {
-            Backend::Reference => {
-                if options.no_fusion {
-                    return Err(Error::input(
-                        "no_fusion applies to compiled backends; the reference backend never fuses",
-                    ));
-                }
+        Ok(match (backend, compiler) {
+            (Backend::Reference, _) => {
                 let (graph, _) =
                     crate::optimize::with_amp(&self.graph, &self.rules, pipeline.amp.as_deref())?;
-                Engine::Reference(graph.into_owned())
+                (Engine::Reference(graph.into_owned()), CompileStats::default())
             }
-            Backend::Cpu => {
-                let compiler = Compiler::new(CompilerConfig::from_env());
-                Engine::Cpu(Box::new(self.prepare(pipeline, &compiler)?))
+            (Backend::Cpu, Some(compiler)) => {
+                let prepared = self.prepare(pipeline, compiler)?;
+                let builds = prepared.compile;
+                (Engine::Cpu(Box::new(prepared)), builds)
             }
-            Backend::Cuda => Engine::Cuda(Box::new(self.prepare(pipeline, &options.cuda)?)),
-        };
-        Ok(Compiled {
-            engine,
-            inputs: self.graph.inputs.clone(),
-            stored: self.stored.clone(),
-            ops: self.rules.clone(),
+            (Backend::Cpu, None) => {
+                return Err(Error::backend("the CPU backend was asked for without a compiler"));
+            }
+            (Backend::Cuda, _) => {
+                let prepared = self.prepare(pipeline, &options.cuda)?;
+                let builds = prepared.compile.into();
+                (Engine::Cuda(Box::new(prepared)), builds)
+            }
         })
     }
 
@@ -221,12 +314,41 @@ enum Engine {
     Cuda(Box<Prepared<CudaExecutable>>),
 }
 
-/// A model compiled for one backend, with its stored values: run it on named arrays.
-pub struct Compiled {
+/// A model compiled at one size of its symbolic dimensions.
+struct Binding {
+    sizes: DimSizes,
     engine: Engine,
+    /// The graph's inputs at these sizes.
     inputs: Vec<Input>,
     stored: Tensors,
+}
+
+/// How a compiled model with symbolic dimensions compiles itself for other sizes.
+struct Resize {
+    /// The model (without its stored values, which each size imports again).
+    template: Model,
+    backend: Backend,
+    options: CompileOptions,
+    /// The CPU backend's compiler, kept so that the kernels of one size are in its memory
+    /// for the next.
+    compiler: Option<Compiler>,
+    /// The other sizes compiled so far, the most recently used last (at most [`KEPT_SIZES`]).
+    kept: Vec<Binding>,
+}
+
+/// How many sizes besides the present one a [`Compiled`] keeps compiled. Each keeps its own
+/// copy of the stored values, so the number is small; a size dropped and met again is
+/// optimized again and finds its kernels in the disk cache.
+pub const KEPT_SIZES: usize = 3;
+
+/// A model compiled for one backend, with its stored values: run it on named arrays.
+pub struct Compiled {
+    current: Binding,
     ops: RuleSet,
+    /// What building kernels has cost, over every size compiled.
+    builds: CompileStats,
+    /// For a model with symbolic dimensions: how to compile it at other sizes.
+    resize: Option<Resize>,
 }
 
 impl Compiled {
@@ -234,7 +356,7 @@ impl Compiled {
     /// cost, the rewrites that fired; see [`Report`]); `None` for [`Backend::Reference`],
     /// which runs the graph as written and so has nothing optimized to report.
     pub fn report(&self) -> Option<&Report> {
-        match &self.engine {
+        match &self.current.engine {
             Engine::Reference(_) => None,
             Engine::Cpu(prepared) => Some(&prepared.report),
             Engine::Cuda(prepared) => Some(&prepared.report),
@@ -244,7 +366,7 @@ impl Compiled {
     /// The kernels and library calls a compiled backend runs per call (see
     /// [`crate::partition::Partition::count`]); `None` for [`Backend::Reference`].
     pub fn kernels(&self) -> Option<crate::partition::KernelCount> {
-        match &self.engine {
+        match &self.current.engine {
             Engine::Reference(_) => None,
             Engine::Cpu(prepared) => Some(prepared.partition.count()),
             Engine::Cuda(prepared) => Some(prepared.partition.count()),
@@ -253,11 +375,22 @@ impl Compiled {
 
     /// The backend in words: the compiler or device for a compiled one.
     pub fn describe(&self) -> String {
-        match &self.engine {
+        match &self.current.engine {
             Engine::Reference(_) => "reference".to_string(),
             Engine::Cpu(prepared) => prepared.executable.describe(),
             Engine::Cuda(prepared) => prepared.executable.describe(),
         }
+    }
+
+    /// What building kernels has cost so far, over every size compiled: kernel sources
+    /// compiled, and found in the compiler's memory or on disk. Zero for the reference backend.
+    pub fn kernel_builds(&self) -> CompileStats {
+        self.builds
+    }
+
+    /// The sizes of the symbolic dimensions the last run (or the compilation) was at.
+    pub fn sizes(&self) -> &DimSizes {
+        &self.current.sizes
     }
 
     /// Runs on `inputs` by name and returns the outputs by name. An input given here replaces
@@ -265,17 +398,20 @@ impl Compiled {
     /// missing, and a name the model has no input of is refused (a misspelt name would
     /// otherwise leave a weight silently in place). A given value must have the declared
     /// shape, and is converted to the declared dtype when it is of the same kind (an `f32`
-    /// array for an `f16` input).
+    /// array for an `f16` input). For a model with symbolic dimensions the declared shape is
+    /// the one the arrays bind: a new size is compiled first.
     pub fn run(&mut self, inputs: &BTreeMap<String, Tensor>) -> Result<BTreeMap<String, Tensor>> {
+        self.size_for(inputs)?;
         let given = self.given_values(inputs)?;
+        let binding = &mut self.current;
         // The stored values (the weights, most of the bytes) are lent to the run, not copied:
         // the given values stand in for the ones they replace, which are put back after.
-        let mut values = std::mem::take(&mut self.stored);
+        let mut values = std::mem::take(&mut binding.stored);
         let displaced: Vec<(String, Option<Tensor>)> = given
             .into_iter()
             .map(|(name, value)| (name.clone(), values.insert(name, value)))
             .collect();
-        let outputs = match &mut self.engine {
+        let outputs = match &mut binding.engine {
             Engine::Reference(graph) => crate::eval::evaluate(graph, &self.ops.ops, &values),
             Engine::Cpu(prepared) => prepared.executable.run_tensors(&values),
             Engine::Cuda(prepared) => prepared.executable.run_tensors(&values),
@@ -286,27 +422,59 @@ impl Compiled {
                 None => values.remove(&name),
             };
         }
-        self.stored = values;
+        binding.stored = values;
         Ok(outputs?.into_iter().collect())
+    }
+
+    /// Makes the binding for the sizes `inputs` have the current one: kept, or compiled.
+    fn size_for(&mut self, inputs: &BTreeMap<String, Tensor>) -> Result<()> {
+        let Some(resize) = &mut self.resize else {
+            return Ok(());
+        };
+        let sizes = resize.template.sizes_for(inputs)?;
+        if sizes == self.current.sizes {
+            return Ok(());
+        }
+        let next = match resize.kept.iter().position(|b| b.sizes == sizes) {
+            Some(k) => resize.kept.remove(k),
+            None => {
+                let model = resize.template.resized(&sizes)?;
+                let (engine, builds) =
+                    model.engine(resize.backend, &resize.options, resize.compiler.as_ref())?;
+                self.builds = self.builds.plus(&builds);
+                Binding {
+                    sizes,
+                    engine,
+                    inputs: model.graph.inputs,
+                    stored: model.stored,
+                }
+            }
+        };
+        resize.kept.push(std::mem::replace(&mut self.current, next));
+        if resize.kept.len() > KEPT_SIZES {
+            resize.kept.remove(0);
+        }
+        Ok(())
     }
 
     /// The given values, each checked against its declaration (and converted to its declared
     /// dtype); every input neither given nor stored is named in the error.
     fn given_values(&self, given: &BTreeMap<String, Tensor>) -> Result<Tensors> {
+        let inputs = &self.current.inputs;
         if let Some(name) = given
             .keys()
-            .find(|name| !self.inputs.iter().any(|i| &i.name == *name))
+            .find(|name| !inputs.iter().any(|i| &i.name == *name))
         {
             return Err(Error::input(format!(
                 "the model has no input `{name}`{}",
-                crate::error::hint(name, self.inputs.iter().map(|i| i.name.as_str()))
+                crate::error::hint(name, inputs.iter().map(|i| i.name.as_str()))
             )));
         }
         let mut values = Tensors::new();
         let mut missing = Vec::new();
-        for input in &self.inputs {
+        for input in inputs {
             let at = |message: String| Error::at_node(&input.name, ErrorKind::Input(message));
-            let value = match (given.get(&input.name), self.stored.get(&input.name)) {
+            let value = match (given.get(&input.name), self.current.stored.get(&input.name)) {
                 (Some(value), _) => {
                     if value.shape() != input.shape.as_slice() {
                         return Err(at(format!(
@@ -346,6 +514,11 @@ pub struct Loaded {
     /// For a RON graph file, the resolved path of each stored value's `.npy` (an ONNX model's
     /// weights have none: they live inside the model).
     pub files: BTreeMap<String, PathBuf>,
+    /// An ONNX model's declared input dimensions and the sizes its symbolic ones were
+    /// imported at (empty for a graph file).
+    pub declared: Declared,
+    /// The ONNX model, where it has symbolic dimensions (to import it again at other sizes).
+    pub source: Option<PathBuf>,
 }
 
 /// Which stored values a command reads.
@@ -381,8 +554,24 @@ pub fn load(path: &Path, rules: &RuleSet) -> Result<Loaded> {
 /// shape and kind of value ([`Tensor::into_declared`]), and a problem with one is reported at
 /// its `value` field.
 pub fn load_values(path: &Path, rules: &RuleSet, which: Stored) -> Result<Loaded> {
+    load_values_sized(path, rules, which, &DimSizes::new())
+}
+
+/// [`load_values`] with sizes for an ONNX model's symbolic dimensions (the others at
+/// [`crate::graph::dims::DEFAULT_SIZE`]); sizes are refused for a graph file, whose shapes
+/// are static.
+pub fn load_values_sized(
+    path: &Path,
+    rules: &RuleSet,
+    which: Stored,
+    sizes: &DimSizes,
+) -> Result<Loaded> {
     if crate::onnx::is_onnx(path) {
-        let imported = crate::onnx::import(path, &rules.ops, &rules.onnx)?;
+        let imported = crate::onnx::import_sized(path, &rules.ops, &rules.onnx, sizes)?;
+        let source = imported
+            .declared
+            .is_symbolic()
+            .then(|| path.to_path_buf());
         return Ok(Loaded {
             graph: imported.graph,
             types: imported.types,
@@ -392,7 +581,15 @@ pub fn load_values(path: &Path, rules: &RuleSet, which: Stored) -> Result<Loaded
                 .filter(|(name, _)| which.wants(name))
                 .collect(),
             files: BTreeMap::new(),
+            declared: imported.declared,
+            source,
         });
+    }
+    if let Some(name) = sizes.keys().next() {
+        return Err(Error::input(format!(
+            "--dim `{name}`: {} is a graph file, whose shapes are static",
+            path.display()
+        )));
     }
     let (graph, types, files) = graph::file::load_with_values(path, &rules.ops)?;
     let dir = path.parent().unwrap_or(Path::new(""));
@@ -445,5 +642,7 @@ pub fn load_values(path: &Path, rules: &RuleSet, which: Stored) -> Result<Loaded
         types,
         stored,
         files: resolved,
+        declared: Declared::default(),
+        source: None,
     })
 }

@@ -147,6 +147,11 @@ pub struct BenchReport {
     pub facts: BenchFacts,
     pub optimize_ms: f64,
     pub compile_ms: f64,
+    /// Kernel sources compiled for this run, and found compiled in the cache (on disk or in
+    /// the compiler's memory): a second size of a model with symbolic dimensions compiles
+    /// nothing when its kernels are the first size's.
+    pub kernels_compiled: usize,
+    pub kernels_cached: usize,
     /// Intermediate buffer bytes with reuse by liveness, and without.
     pub scratch_bytes: usize,
     pub scratch_bytes_unshared: usize,
@@ -165,6 +170,7 @@ pub fn bench<E: Executable>(
     seed: u64,
 ) -> Result<BenchReport> {
     let inputs = prepared.inputs(graph, given, seed)?;
+    let builds: crate::backend::cache::CompileStats = prepared.compile.into();
     let exe = &mut prepared.executable;
     let times = exe.time_runs(&inputs, iters)?;
     let median_ms = times[times.len() / 2];
@@ -183,6 +189,8 @@ pub fn bench<E: Executable>(
         facts: exe.bench_facts(bytes, iters)?,
         optimize_ms: prepared.optimize_ms,
         compile_ms: prepared.compile_ms,
+        kernels_compiled: builds.compiled,
+        kernels_cached: builds.disk_hits + builds.memory_hits,
         scratch_bytes: exe.memory_plan().total_bytes(),
         scratch_bytes_unshared: exe.memory_plan().unshared_bytes,
     })

@@ -57,6 +57,16 @@ pub struct CompileStats {
 }
 
 impl CompileStats {
+    /// Both counts together (two builds' counters added).
+    pub fn plus(&self, other: &CompileStats) -> CompileStats {
+        CompileStats {
+            compiled: self.compiled + other.compiled,
+            disk_hits: self.disk_hits + other.disk_hits,
+            memory_hits: self.memory_hits + other.memory_hits,
+            rebuilt_corrupt: self.rebuilt_corrupt + other.rebuilt_corrupt,
+        }
+    }
+
     /// What happened between `earlier` and `self` (two readings of one compiler's counters).
     pub fn since(&self, earlier: &CompileStats) -> CompileStats {
         CompileStats {

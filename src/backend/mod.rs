@@ -43,7 +43,7 @@ pub trait Target {
 /// A program compiled and loaded by one backend, ready to run.
 pub trait Executable {
     /// What building it cost in compilation (a backend's compile and cache counters).
-    type CompileStats: Copy + std::fmt::Debug;
+    type CompileStats: Copy + std::fmt::Debug + Into<cache::CompileStats>;
 
     /// The backend's name as the CLI spells it (`cpu`, `cuda`).
     const BACKEND: &'static str;

@@ -1,6 +1,7 @@
 //! `fusebox bench`: a graph compiled for a backend and timed; the report as text or JSON.
 
-use super::run::{read_inputs, run_options};
+use super::model::{check_arrays, read_arrays};
+use super::run::run_options;
 use super::{Backend, BenchArgs, load_rules, model};
 use crate::backend::Target;
 use crate::backend::cpu::compiler::{Compiler, CompilerConfig};
@@ -35,8 +36,16 @@ pub(super) fn bench(args: BenchArgs) -> Result<String> {
     let rules = load_rules(args.rules.as_deref())?;
     // bench times the --input values and seeded random values for the rest, whatever an
     // input stores: no stored value is read (nor can a broken one stop it).
-    let graph = model::load_values(&args.graph, &rules, model::Stored::None)?.graph;
-    let given = read_inputs(&graph, &args.inputs)?;
+    let arrays = read_arrays(&args.inputs)?;
+    let graph = model::load_for_arrays(
+        &args.graph,
+        &rules,
+        model::Stored::None,
+        &args.dims,
+        &arrays,
+    )?
+    .graph;
+    let given = check_arrays(&graph, arrays)?;
     let options = run_options(args.amp, args.no_fusion);
     let timing = Timing {
         iters: args.iters,
@@ -72,6 +81,18 @@ fn render(report: &BenchReport) -> String {
         report.iters,
         report.min_ms,
         report.gbps
+    );
+    let _ = writeln!(
+        text,
+        "optimized in {:.0} ms; kernels {} in {:.0} ms",
+        report.optimize_ms,
+        match (report.kernels_compiled, report.kernels_cached) {
+            (0, 0) => "built".to_string(),
+            (0, _) => "found in the cache".to_string(),
+            (_, 0) => "compiled".to_string(),
+            (compiled, cached) => format!("compiled ({compiled}) and found in the cache ({cached})"),
+        },
+        report.compile_ms
     );
     let facts = &report.facts;
     if let (Some(device), Some(launches), Some(copy)) =

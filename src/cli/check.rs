@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 /// describes it.
 pub(super) fn check(args: &CheckArgs) -> Result<String> {
     let rules = load_rules(args.rules.as_deref())?;
-    let loaded = model::load(&args.graph, &rules)?;
+    let loaded = model::load_sized(&args.graph, &rules, model::Stored::All, &args.dims)?;
     Ok(describe(&loaded.graph, &loaded.types))
 }
 

@@ -12,7 +12,7 @@ use std::path::Path;
 /// `grad`: loads the graph with its stored values and writes where `--out` or `--split` says.
 pub(super) fn grad(args: GradArgs) -> Result<String> {
     let rules = load_rules(args.rules.as_deref())?;
-    let loaded = model::load(&args.graph, &rules)?;
+    let loaded = model::load_sized(&args.graph, &rules, model::Stored::All, &args.dims)?;
     let written = Written {
         out: args.out.as_deref(),
         split: args.split.as_deref(),

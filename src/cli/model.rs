@@ -5,14 +5,133 @@
 
 use super::output;
 use crate::error::{Error, ErrorKind, Result, Site};
+use crate::eval::Tensors;
+use crate::graph::Graph;
 use crate::graph;
+use crate::graph::dims::{Declared, parse_specs};
 use crate::graph::file::StoredValues;
 use crate::rules::RuleSet;
 use crate::tensor::Tensor;
 use std::path::Path;
 
 // Loading lives in the library's `model` module, which the CLI shares with library users.
-pub use crate::model::{Loaded, Stored, load, load_values};
+pub use crate::model::{Loaded, Stored};
+
+/// [`load_values`] at the sizes `--dim NAME=SIZE` specs give an ONNX model's symbolic
+/// dimensions.
+pub fn load_sized(path: &Path, rules: &RuleSet, which: Stored, dims: &[String]) -> Result<Loaded> {
+    crate::model::load_values_sized(path, rules, which, &parse_specs(dims)?)
+}
+
+/// What a command that is given arrays loads: the graph at the sizes the arrays show for an
+/// ONNX model's symbolic dimensions, the `--dim` specs sizing the rest.
+pub fn load_for_arrays(
+    path: &Path,
+    rules: &RuleSet,
+    which: Stored,
+    dims: &[String],
+    arrays: &[GivenArray],
+) -> Result<Loaded> {
+    let hints = parse_specs(dims)?;
+    let sizes = if crate::onnx::is_onnx(path) && !arrays.is_empty() {
+        let declared = crate::onnx::declared(path)?;
+        if declared.is_symbolic() {
+            let shape_given = |name: &str| {
+                arrays
+                    .iter()
+                    .find(|a| a.name == name)
+                    .map(|a| a.tensor.shape())
+            };
+            declared.sizes_from(shape_given, &hints)?
+        } else {
+            hints
+        }
+    } else {
+        hints
+    };
+    crate::model::load_values_sized(path, rules, which, &sizes)
+}
+
+/// ` at batch=3, seq=1 (default)` for a model with symbolic dimensions, else nothing.
+pub fn at_sizes(declared: &Declared) -> String {
+    if declared.is_symbolic() {
+        format!(" at {}", declared.describe())
+    } else {
+        String::new()
+    }
+}
+
+/// An array `--input NAME=FILE` gives, read but not yet checked against the graph (its
+/// shape may size the graph first).
+pub struct GivenArray {
+    name: String,
+    file: String,
+    tensor: Tensor,
+}
+
+/// The arrays `--input NAME=FILE` specs give, each name once, in the order given.
+pub fn read_arrays(specs: &[String]) -> Result<Vec<GivenArray>> {
+    // Checked before any file is read: a second value for one input is a mistake to name, not
+    // a silent override.
+    let mut given = std::collections::HashSet::new();
+    for spec in specs {
+        if let Some((name, _)) = spec.split_once('=')
+            && !given.insert(name)
+        {
+            return Err(Error::input(format!(
+                "--input `{name}` is given more than once"
+            )));
+        }
+    }
+    specs
+        .iter()
+        .map(|spec| {
+            let (name, file) = spec
+                .split_once('=')
+                .ok_or_else(|| Error::input(format!("--input `{spec}` must be NAME=FILE.npy")))?;
+            let tensor = Tensor::read_npy(Path::new(file))
+                .map_err(|e| Error::at_node(name, ErrorKind::Input(e.to_string())))?;
+            Ok(GivenArray {
+                name: name.to_string(),
+                file: file.to_string(),
+                tensor,
+            })
+        })
+        .collect()
+}
+
+/// The given arrays, each checked against the input it names (declared, the declared shape)
+/// and converted to its declared dtype.
+pub fn check_arrays(graph: &Graph, arrays: Vec<GivenArray>) -> Result<Tensors> {
+    let mut values = Tensors::new();
+    for GivenArray { name, file, tensor } in arrays {
+        let declared = graph.input(&name).ok_or_else(|| {
+            Error::input(format!(
+                "--input `{name}`: graph `{}` has no input of that name{}",
+                graph.name,
+                crate::error::hint(&name, graph.inputs.iter().map(|i| i.name.as_str()))
+            ))
+        })?;
+        if tensor.shape() != declared.shape.as_slice() {
+            return Err(Error::at_node(
+                &name,
+                ErrorKind::Input(format!(
+                    "{file} holds shape {:?}, the graph declares {:?}",
+                    tensor.shape(),
+                    declared.shape
+                )),
+            ));
+        }
+        // A file in a wider or narrower type of the same kind is converted to the declared
+        // dtype, so bf16 inputs can come from float32 files (NumPy has no bf16); a file of
+        // another kind (floats for an integer input) is refused.
+        let tensor = tensor
+            .into_declared(declared.dtype, &format!("`{file}`"), &name)
+            .map_err(|e| Error::at_node(&name, ErrorKind::Input(e.to_string())))?;
+        values.insert(name, tensor);
+    }
+    Ok(values)
+}
 
 /// A writer of one output file.
 pub type Writer<'a> = Box<dyn Fn(&Path) -> std::result::Result<(), WriteFailure> + 'a>;
@@ -128,8 +247,9 @@ fn holds(path: &Path, tensor: &Tensor) -> bool {
 /// `graph.ron` names (they belong to it), so a re-import leaves what a first import leaves. Any
 /// other file is kept: a weight whose name is taken by one (the user's data, the model's own
 /// external data) gets a free name instead (see [`output::free_name`]).
-pub fn import(model: &Path, dir: &Path, rules: &RuleSet) -> Result<String> {
-    let imported = crate::onnx::import(model, &rules.ops, &rules.onnx)?;
+pub fn import(model: &Path, dims: &[String], dir: &Path, rules: &RuleSet) -> Result<String> {
+    let sizes = parse_specs(dims)?;
+    let imported = crate::onnx::import_sized(model, &rules.ops, &rules.onnx, &sizes)?;
     let names: Vec<String> = imported.values.keys().cloned().collect();
     output::check_distinct(&names, "weights").map_err(|message| {
         Error::new(
@@ -170,11 +290,12 @@ pub fn import(model: &Path, dir: &Path, rules: &RuleSet) -> Result<String> {
         ))
     })?;
     Ok(format!(
-        "{}: {} input(s), {} parameter(s) with stored values, {} node(s) -> {}\n",
+        "{}: {} input(s), {} parameter(s) with stored values, {} node(s){} -> {}\n",
         imported.graph.name,
         imported.graph.inputs.len() - names.len(),
         names.len(),
         imported.graph.nodes.len(),
+        at_sizes(&imported.declared),
         dir.join(GRAPH_FILE).display()
     ))
 }

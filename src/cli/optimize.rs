@@ -12,7 +12,8 @@ use crate::optimize::{Optimized, Options};
 /// otherwise the CPU's), so the kernels are partitioned for the machine they are written for.
 pub(super) fn optimize(args: OptimizeArgs) -> Result<String> {
     let rules = load_rules(args.rules.as_deref())?;
-    let graph = model::load(&args.graph, &rules)?.graph;
+    let loaded = model::load_sized(&args.graph, &rules, model::Stored::All, &args.dims)?;
+    let graph = loaded.graph;
     let profile = args.profile.unwrap_or_else(|| {
         let target = if args.emit == Some(Emit::Cuda) {
             <crate::backend::cuda::runtime::CudaOptions as Target>::PROFILE
@@ -32,23 +33,54 @@ pub(super) fn optimize(args: OptimizeArgs) -> Result<String> {
     if let (Some(emit), Some(path)) = (args.emit, &args.out) {
         write_file(path, &emitted(&optimized, emit)?)?;
     }
+    let declared = &loaded.declared;
     Ok(if args.json {
-        let mut text = serde_json::to_string_pretty(&optimized.report)
+        let mut report = serde_json::to_value(&optimized.report)
+            .map_err(|e| Error::serialize("the optimization report", e))?;
+        if declared.is_symbolic()
+            && let serde_json::Value::Object(fields) = &mut report
+        {
+            fields.insert("dims".into(), dims_json(declared));
+        }
+        let mut text = serde_json::to_string_pretty(&report)
             .map_err(|e| Error::serialize("the optimization report", e))?;
         text.push('\n');
         text
-    } else if args.explain {
-        // With AMP the casts the policy inserted are not the rewrites' doing.
-        let names = optimized
-            .input
-            .nodes
-            .iter()
-            .map(|n| n.name.clone())
-            .collect();
-        crate::explain::explain(&optimized, &names)
     } else {
-        crate::explain::summary(&optimized.report)
+        // A model with symbolic dimensions was priced at some size of each: say which.
+        let mut text = if declared.is_symbolic() {
+            format!("priced{}\n", model::at_sizes(declared))
+        } else {
+            String::new()
+        };
+        if args.explain {
+            // With AMP the casts the policy inserted are not the rewrites' doing.
+            let names = optimized
+                .input
+                .nodes
+                .iter()
+                .map(|n| n.name.clone())
+                .collect();
+            text += &crate::explain::explain(&optimized, &names);
+        } else {
+            text += &crate::explain::summary(&optimized.report);
+        }
+        text
     })
+}
+
+/// `{"batch": {"size": 32, "default": false}, …}`: the size each symbolic dimension was
+/// priced at, and whether it is the default (no `--dim` gave one).
+fn dims_json(declared: &crate::graph::dims::Declared) -> serde_json::Value {
+    declared
+        .sizes
+        .iter()
+        .map(|(name, &size)| {
+            let default = declared.defaulted.contains(name);
+            (name.clone(), serde_json::json!({"size": size, "default": default}))
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 /// The text `--emit` writes: the optimized graph, its kernels drawn, or their C or CUDA

@@ -1,6 +1,7 @@
 //! `fusebox run`: a graph evaluated on one backend, its inputs gathered from `--input` files,
 //! stored values and seeded random values, its outputs written to `--out`, all or none.
 
+use super::model::{GivenArray, check_arrays, read_arrays};
 use super::{Backend, RunArgs, load_rules, model, output};
 use crate::error::{Error, ErrorKind, Result};
 use crate::eval::{self, Tensors};
@@ -26,7 +27,15 @@ pub(super) fn run(args: RunArgs) -> Result<String> {
     let rules = load_rules(args.rules.as_deref())?;
     // A stored value that `--input` replaces is not read at all.
     let replaced = replaced_inputs(&args.inputs);
-    let loaded = model::load_values(&args.graph, &rules, model::Stored::Except(&replaced))?;
+    // The arrays are read first: their shapes size an ONNX model's symbolic dimensions.
+    let arrays = read_arrays(&args.inputs)?;
+    let loaded = model::load_for_arrays(
+        &args.graph,
+        &rules,
+        model::Stored::Except(&replaced),
+        &args.dims,
+        &arrays,
+    )?;
     // What this run read must survive its outputs: `--out` may be the graph's own
     // directory, where an output `w` would otherwise replace the stored `w.npy`.
     let mut read: Vec<PathBuf> = vec![args.graph.clone()];
@@ -40,7 +49,7 @@ pub(super) fn run(args: RunArgs) -> Result<String> {
     let graph = model.graph();
     let given = gather_inputs(
         graph,
-        &args.inputs,
+        arrays,
         model.stored(),
         args.random_inputs,
         args.seed,
@@ -94,12 +103,12 @@ pub(super) fn run_options(amp: Option<String>, no_fusion: bool) -> Options {
 /// model's weights) keep them unless `--input` gives another.
 fn gather_inputs(
     graph: &Graph,
-    specs: &[String],
+    arrays: Vec<GivenArray>,
     stored: &Tensors,
     random: bool,
     seed: u64,
 ) -> Result<BTreeMap<String, Tensor>> {
-    let mut values: BTreeMap<String, Tensor> = read_inputs(graph, specs)?.into_iter().collect();
+    let mut values: BTreeMap<String, Tensor> = check_arrays(graph, arrays)?.into_iter().collect();
     let mut missing = Vec::new();
     for (index, input) in graph.inputs.iter().enumerate() {
         if values.contains_key(&input.name) || stored.contains_key(&input.name) {
@@ -120,56 +129,6 @@ fn gather_inputs(
             "no value for input(s) {}: pass --input NAME=FILE.npy or --random-inputs",
             missing.join(", ")
         )));
-    }
-    Ok(values)
-}
-
-/// The values `--input NAME=FILE` specs give, each checked against the input it names
-/// (declared, not given twice, the declared shape) and converted to its declared dtype.
-pub(super) fn read_inputs(graph: &Graph, specs: &[String]) -> Result<Tensors> {
-    let mut values = Tensors::new();
-    // Checked before any file is read: a second value for one input is a mistake to name, not
-    // a silent override.
-    let mut given = std::collections::HashSet::new();
-    for spec in specs {
-        if let Some((name, _)) = spec.split_once('=')
-            && !given.insert(name)
-        {
-            return Err(Error::input(format!(
-                "--input `{name}` is given more than once"
-            )));
-        }
-    }
-    for spec in specs {
-        let (name, file) = spec
-            .split_once('=')
-            .ok_or_else(|| Error::input(format!("--input `{spec}` must be NAME=FILE.npy")))?;
-        let declared = graph.input(name).ok_or_else(|| {
-            Error::input(format!(
-                "--input `{name}`: graph `{}` has no input of that name{}",
-                graph.name,
-                crate::error::hint(name, graph.inputs.iter().map(|i| i.name.as_str()))
-            ))
-        })?;
-        let tensor = Tensor::read_npy(Path::new(file))
-            .map_err(|e| Error::at_node(name, ErrorKind::Input(e.to_string())))?;
-        if tensor.shape() != declared.shape.as_slice() {
-            return Err(Error::at_node(
-                name,
-                ErrorKind::Input(format!(
-                    "{file} holds shape {:?}, the graph declares {:?}",
-                    tensor.shape(),
-                    declared.shape
-                )),
-            ));
-        }
-        // A file in a wider or narrower type of the same kind is converted to the declared
-        // dtype, so bf16 inputs can come from float32 files (NumPy has no bf16); a file of
-        // another kind (floats for an integer input) is refused.
-        let tensor = tensor
-            .into_declared(declared.dtype, &format!("`{file}`"), name)
-            .map_err(|e| Error::at_node(name, ErrorKind::Input(e.to_string())))?;
-        values.insert(name.to_string(), tensor);
     }
     Ok(values)
 }

@@ -8,6 +8,7 @@
 
 pub mod builder;
 pub mod check;
+pub mod dims;
 pub mod expand;
 pub mod file;
 pub mod synthetic;

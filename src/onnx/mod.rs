@@ -27,6 +27,7 @@ use crate::attr::{AttrType, AttrValue, Attrs};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::graph::check::{infer_op, resolve_attrs};
+use crate::graph::dims::{Declared, DeclaredInput, Dim, DimSizes};
 use crate::graph::{Graph, Input, Node, TensorType, TypeMap};
 use crate::rules::builtin::BuiltinAttrs;
 use crate::rules::onnx::{MapTable, Mapping};
@@ -46,6 +47,9 @@ pub struct Imported {
     pub graph: Graph,
     pub types: TypeMap,
     pub values: BTreeMap<String, Tensor>,
+    /// The inputs' declared dimensions (named where the model leaves them open) and the size
+    /// each name was imported at.
+    pub declared: Declared,
 }
 
 /// Whether `path` names an ONNX model (by its extension), so commands taking a graph know
@@ -55,9 +59,20 @@ pub fn is_onnx(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
 }
 
-/// Imports a model file with an op table (a rule set's `onnx`). External data is looked up
-/// beside it.
+/// Imports a model file with an op table (a rule set's `onnx`), each symbolic dimension at
+/// [`dims::DEFAULT_SIZE`]. External data is looked up beside it.
 pub fn import(path: &Path, catalogue: &Catalogue, table: &MapTable) -> Result<Imported> {
+    import_sized(path, catalogue, table, &DimSizes::new())
+}
+
+/// [`import`] with a size for named dimensions (`sizes`; the others at
+/// [`dims::DEFAULT_SIZE`]): the graph is specialized to them.
+pub fn import_sized(
+    path: &Path,
+    catalogue: &Catalogue,
+    table: &MapTable,
+    sizes: &DimSizes,
+) -> Result<Imported> {
     let file = path.display().to_string();
     let fail = |message: String| Error::new(Site::model(&file), ErrorKind::Input(message));
     let model = proto::read_model(path).map_err(|e| fail(e.to_string()))?;
@@ -68,7 +83,20 @@ pub fn import(path: &Path, catalogue: &Catalogue, table: &MapTable) -> Result<Im
             p
         }
     });
-    import_model(&model, &file, dir, catalogue, table)
+    import_model(&model, &file, dir, catalogue, table, sizes)
+}
+
+/// The declared dimensions of the inputs of the model at `path`, read without importing it:
+/// what sizes the arrays of a run give its symbolic dimensions ([`Declared::sizes_from`]).
+pub fn declared(path: &Path) -> Result<Declared> {
+    let file = path.display().to_string();
+    let fail = |message: String| Error::new(Site::model(&file), ErrorKind::Input(message));
+    let model = proto::read_model(path).map_err(|e| fail(e.to_string()))?;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| fail("the model has no graph".into()))?;
+    declared_inputs(graph).map_err(|e| fail(e.to_string()))
 }
 
 /// Imports a parsed model; `file` names it in errors and `dir` holds its external data.
@@ -78,6 +106,7 @@ pub fn import_model(
     dir: Option<&Path>,
     catalogue: &Catalogue,
     table: &MapTable,
+    sizes: &DimSizes,
 ) -> Result<Imported> {
     let fail = |message: String| Error::new(Site::model(file), ErrorKind::Input(message));
     // The table follows the op semantics of opset 13 on (axes as inputs, Softmax over one
@@ -98,6 +127,12 @@ pub fn import_model(
         .as_ref()
         .ok_or_else(|| fail("the model has no graph".into()))?;
     unsupported(graph, table).map_err(|e| fail(e.to_string()))?;
+    let mut declared = declared_inputs(graph).map_err(|e| fail(e.to_string()))?;
+    declared.bind(sizes).map_err(|e| {
+        let mut e = e;
+        e.site.file = Some(file.to_string());
+        e
+    })?;
     let mut importer = Importer {
         catalogue,
         table,
@@ -122,8 +157,9 @@ pub fn import_model(
         materialized: HashMap::new(),
         dropped: HashMap::new(),
         initializers: graph.initializer.iter().map(|i| i.name.clone()).collect(),
+        sizes: &declared.sizes,
     };
-    importer.run(graph)?;
+    importer.run(graph).map_err(|e| at_sizes(e, &declared))?;
     let Importer {
         graph, mut values, ..
     } = importer;
@@ -135,12 +171,74 @@ pub fn import_model(
         if e.site.file.is_none() {
             e.site.file = Some(file.to_string());
         }
-        e
+        at_sizes(e, &declared)
     })?;
     Ok(Imported {
         graph,
         types,
         values,
+        declared,
+    })
+}
+
+/// An import error of a model with symbolic dimensions also says the sizes they were given:
+/// a model may accept only some sizes (a sequence no longer than its position table).
+fn at_sizes(mut e: Error, declared: &Declared) -> Error {
+    if declared.is_symbolic()
+        && let ErrorKind::Input(message) = &mut e.kind
+    {
+        let hint = if declared.defaulted.is_empty() {
+            ""
+        } else {
+            "; set sizes with --dim NAME=SIZE"
+        };
+        *message = format!("{message} (imported with {}{hint})", declared.describe());
+    }
+    e
+}
+
+/// Every input that is not an initializer, with its declared dimensions: numbers, names
+/// (`dim_param`), or for an axis the model leaves unnamed, the name `INPUT[AXIS]`.
+fn declared_inputs(graph: &GraphProto) -> Imports<Declared> {
+    let initializers: HashSet<&str> = graph.initializer.iter().map(|i| i.name.as_str()).collect();
+    let mut inputs = Vec::new();
+    for info in &graph.input {
+        if initializers.contains(info.name.as_str()) {
+            continue;
+        }
+        let Some(shape) = info
+            .type_
+            .as_ref()
+            .filter(|t| t.has_tensor_type())
+            .and_then(|t| t.tensor_type().shape.as_ref())
+        else {
+            continue; // value_type refuses it, at its input
+        };
+        let dims = shape
+            .dim
+            .iter()
+            .enumerate()
+            .map(|(axis, d)| {
+                if d.has_dim_value() {
+                    usize::try_from(d.dim_value())
+                        .map(Dim::Fixed)
+                        .map_err(|_| ProtoError::NegativeDimension(d.dim_value()).into())
+                } else if !d.dim_param().is_empty() {
+                    Ok(Dim::Named(d.dim_param().to_string()))
+                } else {
+                    Ok(Dim::Named(format!("{}[{axis}]", info.name)))
+                }
+            })
+            .collect::<Imports<Vec<Dim>>>()
+            .map_err(|e: ImportError| e.within(format!("input `{}`", info.name)))?;
+        inputs.push(DeclaredInput {
+            name: info.name.clone(),
+            dims,
+        });
+    }
+    Ok(Declared {
+        inputs,
+        ..Declared::default()
     })
 }
 
@@ -233,6 +331,8 @@ struct Importer<'a> {
     dropped: HashMap<String, String>,
     /// The names of the model's initializers.
     initializers: HashSet<String>,
+    /// The size each symbolic dimension is imported at.
+    sizes: &'a DimSizes,
 }
 
 impl<'a> Importer<'a> {
@@ -263,7 +363,7 @@ impl<'a> Importer<'a> {
             if self.env.contains_key(&input.name) {
                 continue;
             }
-            let ty = value_type(input).map_err(|e| {
+            let ty = value_type(input, self.sizes).map_err(|e| {
                 Error::new(
                     Site::model(&self.file).with_node(&input.name),
                     ErrorKind::Input(e.to_string()),
@@ -476,10 +576,12 @@ impl<'a> Importer<'a> {
                 got: args.len(),
             }));
         }
-        // Constants fold, except a model's weights: a non-scalar initializer stays a
-        // parameter input (so `--input` can replace it and `grad` can differentiate by it)
-        // even where only constants feed the op, as a transposed Gemm weight does.
-        let weight = |a: &Val| matches!(a, Val::Const(t, Some(name)) if !t.shape().is_empty() && self.initializers.contains(name));
+        // Constants fold, except a model's weights: a non-scalar floating-point initializer
+        // stays a parameter input (so `--input` can replace it and `grad` can differentiate
+        // by it) even where only constants feed the op, as a transposed Gemm weight does.
+        // Integer and bool initializers are the graph's structure (the parts of a shape, axes,
+        // positions: the dynamo exporter stores them so), and fold.
+        let weight = |a: &Val| matches!(a, Val::Const(t, Some(name)) if !t.shape().is_empty() && t.dtype.is_float() && self.initializers.contains(name));
         if args.iter().all(|a| a.constant().is_some())
             && !args.iter().any(weight)
             && self.foldable(&def, args, &attrs)?
@@ -570,8 +672,8 @@ impl<'a> Importer<'a> {
     }
 }
 
-/// A graph input's dtype and static shape.
-fn value_type(info: &ValueInfoProto) -> Imports<TensorType> {
+/// A graph input's dtype, and its shape with each symbolic dimension at its size in `sizes`.
+fn value_type(info: &ValueInfoProto, sizes: &DimSizes) -> Imports<TensorType> {
     let within = |e: ProtoError| ImportError::from(e).within(format!("input `{}`", info.name));
     let ty = info
         .type_
@@ -587,15 +689,22 @@ fn value_type(info: &ValueInfoProto) -> Imports<TensorType> {
         ))
     })?;
     let mut dims = Vec::new();
-    for d in &shape_proto.dim {
-        if !d.has_dim_value() {
-            return Err(ImportError::Unsupported(format!(
-                "input `{}` has a symbolic dimension `{}`; fusebox needs static shapes (export with fixed sizes)",
-                info.name,
-                d.dim_param()
-            )));
+    for (axis, d) in shape_proto.dim.iter().enumerate() {
+        if d.has_dim_value() {
+            dims.push(d.dim_value());
+            continue;
         }
-        dims.push(d.dim_value());
+        let name = if d.dim_param().is_empty() {
+            format!("{}[{axis}]", info.name)
+        } else {
+            d.dim_param().to_string()
+        };
+        let size = sizes
+            .get(&name)
+            .ok_or(ImportError::Internal("a symbolic dimension was not bound"))?;
+        dims.push(i64::try_from(*size).map_err(|_| {
+            ImportError::Unsupported(format!("dimension `{name}` = {size} is too large"))
+        })?);
     }
     let (shape, _) = proto::element_count(&dims).map_err(within)?;
     Ok(TensorType { dtype, shape })

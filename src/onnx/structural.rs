@@ -49,6 +49,7 @@ const HANDLERS: [(&str, Handler); STRUCTURAL.len()] = [
     ("OneHot", super::selection::one_hot),
     ("Tile", super::selection::tile),
     ("Trilu", super::selection::trilu),
+    ("Range", range),
 ];
 
 /// The handler of ONNX op type `op_type`, if it is structural.
@@ -74,6 +75,74 @@ fn shape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, _: &str) -> Imports
     let t =
         Tensor::from_values(DType::I64, &[n], dims).ok_or(ImportError::Internal("bad shape"))?;
     Ok(vec![Val::Const(Rc::new(t), None)])
+}
+
+/// A Range of constant `start`, `limit` and `delta` (scalars of one type): the constant
+/// `start + i * delta` for `i` below `max(ceil((limit - start) / delta), 0)`, exact in
+/// integers. Its length is a value, so a Range of run-time scalars has no static shape and is
+/// refused; with symbolic dimensions bound, the exporters' `arange(seq)` is constant.
+fn range(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Imports<Vec<Val>> {
+    let scalar = |i: usize, what: &str| -> Imports<Tensor> {
+        let v = im.required(node, i)?;
+        let t = v.constant().ok_or_else(|| {
+            ImportError::Unsupported(format!(
+                "`{what}` must be a constant (a Range's length is its shape, and fusebox shapes are static), not a run-time value"
+            ))
+        })?;
+        if t.data.len() != 1 {
+            return Err(ImportError::Malformed(format!(
+                "`{what}` must be a scalar, not of shape {:?}",
+                t.shape()
+            )));
+        }
+        Ok(t.clone())
+    };
+    let (start, limit, delta) = (scalar(0, "start")?, scalar(1, "limit")?, scalar(2, "delta")?);
+    let dtype = start.dtype;
+    if limit.dtype != dtype || delta.dtype != dtype {
+        return Err(ImportError::Malformed(format!(
+            "start, limit and delta must have one type, not {}, {} and {}",
+            dtype, limit.dtype, delta.dtype
+        )));
+    }
+    let too_long = |count: u128| {
+        ImportError::Unsupported(format!(
+            "a Range of {count} elements is longer than fusebox folds ({FOLD_LIMIT})"
+        ))
+    };
+    let t = if dtype.category() == crate::dtype::Category::Integer {
+        let [s, l, d] = [&start, &limit, &delta].map(|t| i128::from(t.int_values()[0]));
+        if d == 0 {
+            return Err(ImportError::Malformed("`delta` must not be 0".into()));
+        }
+        // ceil((l - s) / d) for either sign of d, in i128 so no i64 difference overflows.
+        let span = l - s;
+        let count = (span / d + i128::from(span % d != 0 && (span < 0) == (d < 0))).max(0);
+        let count = u128::try_from(count).unwrap_or(0);
+        if count > FOLD_LIMIT as u128 {
+            return Err(too_long(count));
+        }
+        let values = (0..count as i128)
+            .map(|i| i64::try_from(s + i * d).map_err(|_| too_long(count)))
+            .collect::<Imports<Vec<i64>>>()?;
+        Tensor::from_ints(dtype, &[values.len()], values)
+    } else {
+        let [s, l, d] = [&start, &limit, &delta].map(|t| t.values()[0]);
+        let count = ((l - s) / d).ceil();
+        if !count.is_finite() && !(count < 0.0) {
+            return Err(ImportError::Malformed(format!(
+                "Range({s}, {l}, {d}) has no finite length"
+            )));
+        }
+        let count = count.max(0.0);
+        if count > FOLD_LIMIT as f64 {
+            return Err(too_long(count as u128));
+        }
+        let values: Vec<f64> = (0..count as usize).map(|i| s + i as f64 * d).collect();
+        Tensor::from_values(dtype, &[values.len()], values)
+    }
+    .ok_or(ImportError::Internal("a Range's values do not fill it"))?;
+    Ok(vec![Val::Const(Rc::new(t), Some(out.to_string()))])
 }
 
 /// The most constant indices a Gather becomes slices for; more become a `gather`.

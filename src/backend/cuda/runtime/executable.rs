@@ -47,6 +47,13 @@ pub struct ModuleStats {
     pub loaded_already: bool,
 }
 
+impl From<ModuleStats> for crate::backend::cache::CompileStats {
+    /// NVRTC's counters: what compiling the module's source cost (loading it is not a build).
+    fn from(stats: ModuleStats) -> Self {
+        stats.nvrtc
+    }
+}
+
 /// A run captured as a CUDA graph, valid for the input and output addresses it was captured
 /// with.
 struct Captured {
