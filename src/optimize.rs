@@ -339,7 +339,10 @@ fn fuse(
     // fused as written is always a valid answer: keep it when extraction did not beat it.
     let mut after = partition::partition(&extraction.dag, &rules.fusion, profile);
     let mut dag = extraction.dag;
-    let kept_input = unrewritten.cost.total_us < after.cost.total_us;
+    // Strictly cheaper by more than rounding: two forms of equal cost sum their kernels in
+    // different orders, and a tie decided by the last bit would choose differently at different
+    // sizes of a symbolic dimension (and so compile other kernels for each).
+    let kept_input = unrewritten.cost.total_us < after.cost.total_us * (1.0 - COST_TIE);
     if kept_input {
         dag = input.clone();
         after = unrewritten.clone();
@@ -356,6 +359,9 @@ fn fuse(
         },
     ))
 }
+
+/// The relative difference below which two modeled costs are equal.
+const COST_TIE: f64 = 1e-9;
 
 fn kernel_report(dag: &Dag, kernel: &Kernel) -> KernelReport {
     let names = |values: &[Value]| {

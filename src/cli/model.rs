@@ -42,7 +42,12 @@ pub fn load_for_arrays(
                     .find(|a| a.name == name)
                     .map(|a| a.tensor.shape())
             };
-            declared.sizes_from(shape_given, &hints)?
+            declared
+                .sizes_from(shape_given, &hints)
+                .map_err(|mut e| {
+                    e.site.file = Some(path.display().to_string());
+                    e
+                })?
         } else {
             hints
         }

@@ -145,6 +145,16 @@ fn range(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Imports<V
     Ok(vec![Val::Const(Rc::new(t), Some(out.to_string()))])
 }
 
+/// The stride of `picks` when they step by one positive stride (a lone index steps by 1).
+fn one_stride(picks: &[i64]) -> Option<i64> {
+    let step = match picks {
+        [_] => 1,
+        [a, b, ..] => b - a,
+        [] => return None,
+    };
+    (step > 0 && picks.windows(2).all(|w| w[1] - w[0] == step)).then_some(step)
+}
+
 /// The most constant indices a Gather becomes slices for; more become a `gather`.
 const SLICED_GATHER_MAX: usize = 8;
 
@@ -163,14 +173,29 @@ fn gather(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Impo
         let i = if i < 0 { i.saturating_add(dim) } else { i };
         (0..dim).contains(&i).then_some(i)
     };
-    let sliced = indices
+    let constant = indices
         .constant()
         .filter(|idx| idx.dtype.category() == crate::dtype::Category::Integer)
-        .filter(|idx| (1..=SLICED_GATHER_MAX).contains(&idx.len()))
+        .filter(|idx| !idx.is_empty())
         .and_then(|idx| {
             let picks: Option<Vec<i64>> = idx.int_values().into_iter().map(in_range).collect();
             Some((picks?, idx.shape().to_vec()))
         });
+    // Indices in a run of one stride (the positions `arange(seq)` of a position embedding)
+    // are one strided slice, whatever their number: a model imported at two sequence lengths
+    // then fuses alike, and reuses its kernels.
+    if let Some((picks, index_shape)) = &constant
+        && let Some(step) = one_stride(picks)
+    {
+        let first = picks[0];
+        let end = first + step * (picks.len() as i64 - 1) + 1;
+        let run = im.slice(&data, axis, first, end, step, out)?;
+        let mut shape: Vec<usize> = data.shape()[..axis].to_vec();
+        shape.extend_from_slice(index_shape);
+        shape.extend_from_slice(&data.shape()[axis + 1..]);
+        return Ok(vec![im.reshape(&run, &shape, out)?]);
+    }
+    let sliced = constant.filter(|(picks, _)| picks.len() <= SLICED_GATHER_MAX);
     let Some((picks, index_shape)) = sliced else {
         let gather = BuiltinAttrs::Gather { axis: axis as i64 };
         let args = [data, indices];

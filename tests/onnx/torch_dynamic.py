@@ -45,7 +45,7 @@ def models():
            {"ids": {0: "batch", 1: "seq"}})
     lm = modules["TinyLm"]()
     yield ("tiny_lm", lm,
-           [{"ids": torch.randint(0, 64, (2, 5))}, {"ids": torch.randint(0, 64, (3, 8))}],
+           [{"ids": torch.randint(0, 64, (2, 5))}, {"ids": torch.randint(0, 64, (3, 7))}],
            {"ids": {0: "batch", 1: "seq"}})
     gru = modules["Gru"]()
     yield "gru", gru, [{"x": torch.randn(4, 2, 8)}, {"x": torch.randn(6, 3, 8)}], {"x": {0: "seq", 1: "batch"}}

@@ -25,6 +25,8 @@ mod cpu_gemm;
 mod cuda_compile;
 #[path = "../cuda_emit.rs"]
 mod cuda_emit;
+#[path = "../dynamic_dims.rs"]
+mod dynamic_dims;
 #[path = "../emit_corpus.rs"]
 mod emit_corpus;
 #[path = "../examples.rs"]
