@@ -62,12 +62,12 @@
 //! a value given to [`Compiled::run`] replaces the stored one.
 
 use crate::backend::Executable;
+use crate::backend::cache::CompileStats;
 use crate::backend::cpu::compiler::{Compiler, CompilerConfig};
 use crate::backend::cpu::runtime::CpuExecutable;
 use crate::backend::cuda::runtime::{CudaExecutable, CudaOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::eval::Tensors;
-use crate::backend::cache::CompileStats;
 use crate::graph::dims::{Declared, DimSizes};
 use crate::graph::{self, Graph, Input, TypeMap};
 use crate::optimize::{Options, Report};
@@ -273,7 +273,10 @@ impl Model {
             (Backend::Reference, _) => {
                 let (graph, _) =
                     crate::optimize::with_amp(&self.graph, &self.rules, pipeline.amp.as_deref())?;
-                (Engine::Reference(graph.into_owned()), CompileStats::default())
+                (
+                    Engine::Reference(graph.into_owned()),
+                    CompileStats::default(),
+                )
             }
             (Backend::Cpu, Some(compiler)) => {
                 let prepared = self.prepare(pipeline, compiler)?;
@@ -281,7 +284,9 @@ impl Model {
                 (Engine::Cpu(Box::new(prepared)), builds)
             }
             (Backend::Cpu, None) => {
-                return Err(Error::backend("the CPU backend was asked for without a compiler"));
+                return Err(Error::backend(
+                    "the CPU backend was asked for without a compiler",
+                ));
             }
             (Backend::Cuda, _) => {
                 let prepared = self.prepare(pipeline, &options.cuda)?;
@@ -568,10 +573,7 @@ pub fn load_values_sized(
 ) -> Result<Loaded> {
     if crate::onnx::is_onnx(path) {
         let imported = crate::onnx::import_sized(path, &rules.ops, &rules.onnx, sizes)?;
-        let source = imported
-            .declared
-            .is_symbolic()
-            .then(|| path.to_path_buf());
+        let source = imported.declared.is_symbolic().then(|| path.to_path_buf());
         return Ok(Loaded {
             graph: imported.graph,
             types: imported.types,

@@ -129,10 +129,17 @@ fn one_compiled_model_runs_two_sizes_and_compiles_its_kernels_once() {
             .compile(Backend::Cpu, &CompileOptions::default())
             .unwrap();
         let once = cpu.kernel_builds();
-        assert!(once.compiled + once.disk_hits + once.memory_hits > 0, "{model}: nothing built");
+        assert!(
+            once.compiled + once.disk_hits + once.memory_hits > 0,
+            "{model}: nothing built"
+        );
         for k in [0, 1, 0] {
             let got = cpu.run(&arrays(model, k)).unwrap();
-            assert_close(&format!("{model} at size {k}"), &got["y"], &expected(model, k));
+            assert_close(
+                &format!("{model} at size {k}"),
+                &got["y"],
+                &expected(model, k),
+            );
             assert_eq!(cpu.sizes(), &sized.sizes_for(&arrays(model, k)).unwrap());
         }
         let after = cpu.kernel_builds();
@@ -149,7 +156,11 @@ fn one_compiled_model_runs_two_sizes_and_compiles_its_kernels_once() {
             .compile(Backend::Reference, &CompileOptions::default())
             .unwrap();
         let got = reference.run(&arrays(model, 1)).unwrap();
-        assert_close(&format!("{model} on reference"), &got["y"], &expected(model, 1));
+        assert_close(
+            &format!("{model} on reference"),
+            &got["y"],
+            &expected(model, 1),
+        );
     }
 }
 
@@ -251,7 +262,10 @@ fn optimize_says_which_sizes_it_priced() {
         (&["--dim", "seq"][..], "must be NAME=SIZE"),
         (&["--dim", "seq=x"], "must be a whole number"),
         (&["--dim", "batc=2"], "did you mean `batch`"),
-        (&["--dim", "seq=9"], "(imported with batch=1 (default), seq=9"),
+        (
+            &["--dim", "seq=9"],
+            "(imported with batch=1 (default), seq=9",
+        ),
     ] {
         let (ok, text) = run(args);
         assert!(!ok && text.contains(message), "{args:?}: {text}");

@@ -90,7 +90,8 @@ fn render(report: &BenchReport) -> String {
             (0, 0) => "built".to_string(),
             (0, _) => "found in the cache".to_string(),
             (_, 0) => "compiled".to_string(),
-            (compiled, cached) => format!("compiled ({compiled}) and found in the cache ({cached})"),
+            (compiled, cached) =>
+                format!("compiled ({compiled}) and found in the cache ({cached})"),
         },
         report.compile_ms
     );

@@ -6,8 +6,8 @@
 use super::output;
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::eval::Tensors;
-use crate::graph::Graph;
 use crate::graph;
+use crate::graph::Graph;
 use crate::graph::dims::{Declared, parse_specs};
 use crate::graph::file::StoredValues;
 use crate::rules::RuleSet;
@@ -42,12 +42,10 @@ pub fn load_for_arrays(
                     .find(|a| a.name == name)
                     .map(|a| a.tensor.shape())
             };
-            declared
-                .sizes_from(shape_given, &hints)
-                .map_err(|mut e| {
-                    e.site.file = Some(path.display().to_string());
-                    e
-                })?
+            declared.sizes_from(shape_given, &hints).map_err(|mut e| {
+                e.site.file = Some(path.display().to_string());
+                e
+            })?
         } else {
             hints
         }

@@ -77,7 +77,10 @@ fn dims_json(declared: &crate::graph::dims::Declared) -> serde_json::Value {
         .iter()
         .map(|(name, &size)| {
             let default = declared.defaulted.contains(name);
-            (name.clone(), serde_json::json!({"size": size, "default": default}))
+            (
+                name.clone(),
+                serde_json::json!({"size": size, "default": default}),
+            )
         })
         .collect::<serde_json::Map<_, _>>()
         .into()

@@ -47,13 +47,7 @@ pub(super) fn run(args: RunArgs) -> Result<String> {
     );
     let model = Model::from_loaded(loaded, &rules);
     let graph = model.graph();
-    let given = gather_inputs(
-        graph,
-        arrays,
-        model.stored(),
-        args.random_inputs,
-        args.seed,
-    )?;
+    let given = gather_inputs(graph, arrays, model.stored(), args.random_inputs, args.seed)?;
     let out = &args.out;
     refuse_replacing_what_was_read(graph, out, &read)?;
     if args.backend == Backend::Reference && args.no_fusion {

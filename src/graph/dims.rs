@@ -81,7 +81,9 @@ impl Declared {
         let names = self.names();
         if let Some(unknown) = given.keys().find(|k| !names.contains(&k.as_str())) {
             return Err(Error::input(if names.is_empty() {
-                format!("--dim `{unknown}`: the model has no symbolic dimension (its shapes are static)")
+                format!(
+                    "--dim `{unknown}`: the model has no symbolic dimension (its shapes are static)"
+                )
             } else {
                 format!(
                     "--dim `{unknown}`: the model has no dimension of that name; its dimensions: {}{}",
@@ -201,7 +203,9 @@ pub fn parse_specs(specs: &[String]) -> Result<DimSizes> {
             ))
         })?;
         if sizes.insert(name.to_string(), size).is_some() {
-            return Err(Error::input(format!("--dim `{name}` is given more than once")));
+            return Err(Error::input(format!(
+                "--dim `{name}` is given more than once"
+            )));
         }
     }
     Ok(sizes)
@@ -233,7 +237,10 @@ mod tests {
         let ids = [3usize, 7];
         let shapes = |name: &str| (name == "ids").then_some(&ids[..]);
         let sizes = d.sizes_from(shapes, &DimSizes::new()).unwrap();
-        assert_eq!(sizes, DimSizes::from([("batch".into(), 3), ("seq".into(), 7)]));
+        assert_eq!(
+            sizes,
+            DimSizes::from([("batch".into(), 3), ("seq".into(), 7)])
+        );
         let mask = [3usize, 4];
         let both = |name: &str| match name {
             "ids" => Some(&ids[..]),

@@ -97,7 +97,11 @@ fn range(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Imports<V
         }
         Ok(t.clone())
     };
-    let (start, limit, delta) = (scalar(0, "start")?, scalar(1, "limit")?, scalar(2, "delta")?);
+    let (start, limit, delta) = (
+        scalar(0, "start")?,
+        scalar(1, "limit")?,
+        scalar(2, "delta")?,
+    );
     let dtype = start.dtype;
     if limit.dtype != dtype || delta.dtype != dtype {
         return Err(ImportError::Malformed(format!(

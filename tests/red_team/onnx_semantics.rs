@@ -272,8 +272,15 @@ fn constants_fold_up_to_the_folding_limit_and_no_further() {
         let mut nodes = constant_of_shape("z", &[rows, 2], DType::I64, -7);
         nodes.push(node("Neg", &["z"], &["y"], vec![]));
         let m = model(vec![], vec![], nodes, vec![info("y", DType::I64, None)]);
-        let imported =
-            fusebox::onnx::import_model(&m, "m.onnx", None, &rules.ops, &rules.onnx).unwrap();
+        let imported = fusebox::onnx::import_model(
+            &m,
+            "m.onnx",
+            None,
+            &rules.ops,
+            &rules.onnx,
+            &Default::default(),
+        )
+        .unwrap();
         let ops: Vec<&str> = imported.graph.nodes.iter().map(|n| n.op.as_str()).collect();
         assert_eq!(
             !ops.contains(&"broadcast_to"),
@@ -602,8 +609,15 @@ fn slice_bounds_from_integer_division_are_exact() {
         ],
         vec![info("y", DType::F32, None)],
     );
-    let imported =
-        fusebox::onnx::import_model(&m, "chunk.onnx", None, &rules.ops, &rules.onnx).unwrap();
+    let imported = fusebox::onnx::import_model(
+        &m,
+        "chunk.onnx",
+        None,
+        &rules.ops,
+        &rules.onnx,
+        &Default::default(),
+    )
+    .unwrap();
     assert_eq!(imported.types["y"].shape, [8, 4]);
 }
 
