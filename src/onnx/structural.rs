@@ -133,7 +133,8 @@ fn range(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Imports<V
     } else {
         let [s, l, d] = [&start, &limit, &delta].map(|t| t.values()[0]);
         let count = ((l - s) / d).ceil();
-        if !count.is_finite() && !(count < 0.0) {
+        // -inf (a step away from the limit) is an empty range; NaN and +inf have no length.
+        if count.is_nan() || count == f64::INFINITY {
             return Err(ImportError::Malformed(format!(
                 "Range({s}, {l}, {d}) has no finite length"
             )));

@@ -1273,3 +1273,119 @@ fn ops_written_in_code_refuse_hostile_models_at_their_node() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ------------------------------------------------------------------ Range
+
+/// `y = x + Range(start, limit, delta)` of constant scalars, imported and evaluated with `x`
+/// zero: the folded sequence, or the import error.
+fn range_of(
+    dtype: DType,
+    start: i64,
+    limit: i64,
+    delta: i64,
+    len: i64,
+) -> Result<Vec<f64>, String> {
+    let rules = fusebox::rules::RuleSet::defaults();
+    let m = model(
+        vec![info("x", dtype, Some(&[len]))],
+        vec![],
+        vec![
+            constant("start", dtype, &[], &[start]),
+            constant("limit", dtype, &[], &[limit]),
+            constant("delta", dtype, &[], &[delta]),
+            node("Range", &["start", "limit", "delta"], &["r"], vec![]),
+            node("Add", &["x", "r"], &["y"], vec![]),
+        ],
+        vec![info("y", dtype, None)],
+    );
+    let imported = fusebox::onnx::import_model(
+        &m,
+        "range.onnx",
+        None,
+        &rules.ops,
+        &rules.onnx,
+        &Default::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut values: fusebox::eval::Tensors = imported.values.clone().into_iter().collect();
+    let zeros = vec![0.0; len as usize];
+    values.insert(
+        "x".into(),
+        Tensor::from_values(dtype, &[len as usize], zeros).unwrap(),
+    );
+    let out = fusebox::eval::evaluate(&imported.graph, &rules.ops, &values).unwrap();
+    let y = &out.iter().find(|(name, _)| *name == "y").unwrap().1;
+    Ok(y.values().to_vec())
+}
+
+/// Range folds exactly, in either direction and at the integer edges (the length computed
+/// without overflow), and refuses what has no static length: a zero step, a run-time bound, or
+/// more elements than folding allows.
+#[test]
+fn range_folds_exactly_and_refuses_what_has_no_static_length() {
+    assert_eq!(
+        range_of(DType::I64, 0, 5, 1, 5).unwrap(),
+        [0.0, 1.0, 2.0, 3.0, 4.0]
+    );
+    assert_eq!(range_of(DType::I64, 10, 4, -3, 2).unwrap(), [10.0, 7.0]);
+    assert_eq!(range_of(DType::I32, -3, 4, 3, 3).unwrap(), [-3.0, 0.0, 3.0]);
+    // The length of i64::MIN .. i64::MAX by a step of 2^62 is 4, without overflow.
+    let step = 1i64 << 62;
+    let edge = range_of(DType::I64, i64::MIN, i64::MAX, step, 4).unwrap();
+    assert_eq!(edge, [i64::MIN as f64, -(step as f64), 0.0, step as f64]);
+    assert_eq!(range_of(DType::F32, 1, 4, 1, 3).unwrap(), [1.0, 2.0, 3.0]);
+    // An empty range where the step points away from the limit.
+    let rules = fusebox::rules::RuleSet::defaults();
+    let m = model(
+        vec![],
+        vec![],
+        vec![
+            constant("start", DType::I64, &[], &[5]),
+            constant("limit", DType::I64, &[], &[0]),
+            constant("delta", DType::I64, &[], &[1]),
+            node("Range", &["start", "limit", "delta"], &["y"], vec![]),
+        ],
+        vec![info("y", DType::I64, None)],
+    );
+    let imported = fusebox::onnx::import_model(
+        &m,
+        "empty.onnx",
+        None,
+        &rules.ops,
+        &rules.onnx,
+        &Default::default(),
+    )
+    .unwrap();
+    assert_eq!(imported.types["y"].shape, [0]);
+    for (case, want) in [
+        (range_of(DType::I64, 0, 5, 0, 5), "`delta` must not be 0"),
+        (
+            range_of(DType::I64, 0, 1 << 40, 1, 4),
+            "longer than fusebox folds",
+        ),
+    ] {
+        let e = case.unwrap_err();
+        assert!(e.contains(want) && e.contains("Range"), "{e}");
+    }
+    // A run-time limit: the length is a value, so there is no static shape.
+    let m = model(
+        vec![info("n", DType::I64, Some(&[]))],
+        vec![],
+        vec![
+            constant("start", DType::I64, &[], &[0]),
+            constant("delta", DType::I64, &[], &[1]),
+            node("Range", &["start", "n", "delta"], &["y"], vec![]),
+        ],
+        vec![info("y", DType::I64, None)],
+    );
+    let e = fusebox::onnx::import_model(
+        &m,
+        "dynamic.onnx",
+        None,
+        &rules.ops,
+        &rules.onnx,
+        &Default::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("`limit` must be a constant"), "{e}");
+}
