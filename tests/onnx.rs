@@ -138,9 +138,10 @@ fn real_models_match_the_onnx_reference_evaluator_on_reference_and_cpu() {
 /// from the end) mean-pooled into a Linear (ONNX `Gather`), cross-entropy written as
 /// `log_softmax` and `torch.gather` (`GatherElements`), and `F.cross_entropy` with class
 /// weights and an ignored class over a batch of sequences (`SoftmaxCrossEntropyLoss`), a
-/// two-layer bidirectional `nn.LSTM` and an `nn.GRU` (`LSTM`, `GRU`), and a GPT-style language
-/// model (embeddings, `nn.MultiheadAttention` blocks, the vocabulary head), on the reference
-/// and CPU backends.
+/// two-layer bidirectional `nn.LSTM` and an `nn.GRU` (`LSTM`, `GRU`), a GPT-style language
+/// model (embeddings, `nn.MultiheadAttention` blocks, the vocabulary head), and a top-2
+/// mixture-of-experts layer (`TopK`, `ScatterElements`, `CumSum`), on the reference and CPU
+/// backends.
 #[test]
 fn pytorch_models_with_run_time_indices_match_pytorch() {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/torch");
@@ -156,6 +157,8 @@ fn pytorch_models_with_run_time_indices_match_pytorch() {
             "cross_entropy",
             "lstm",
             "gru",
+            "tiny_lm",
+            "moe",
         ] {
             let graph = dir.join(format!("{model}.{exporter}.onnx"));
             for backend in ["reference", "cpu"] {

@@ -16,6 +16,7 @@ mod integers;
 pub use error::ImportError;
 pub use fold::FOLD_LIMIT;
 mod model_check;
+mod pairwise;
 pub mod proto;
 mod recurrent;
 mod selection;

@@ -50,6 +50,9 @@ const HANDLERS: [(&str, Handler); STRUCTURAL.len()] = [
     ("Tile", super::selection::tile),
     ("Trilu", super::selection::trilu),
     ("Range", range),
+    ("TopK", super::pairwise::top_k),
+    ("CumSum", super::pairwise::cum_sum),
+    ("ScatterElements", super::pairwise::scatter_elements),
 ];
 
 /// The handler of ONNX op type `op_type`, if it is structural.

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 /// values known only at import. The one list of them: the importer (`crate::onnx`) registers
 /// one handler for each (a test there checks the two agree), and this table's loader refuses a
 /// Map for any of them (it would never be consulted).
-pub const STRUCTURAL: [&str; 20] = [
+pub const STRUCTURAL: [&str; 23] = [
     "Constant",
     "ConstantOfShape",
     "Shape",
@@ -42,6 +42,9 @@ pub const STRUCTURAL: [&str; 20] = [
     "Tile",
     "Trilu",
     "Range",
+    "TopK",
+    "CumSum",
+    "ScatterElements",
 ];
 
 /// The table embedded in the binary.

@@ -108,6 +108,27 @@ class TinyLm(torch.nn.Module):
         return self.head(self.ln(x))
 
 
+class MoeTop2(torch.nn.Module):
+    """A top-2 mixture-of-experts layer: a router picks each token's 2 best of 4 experts
+    (torch.topk), renormalizes their weights, scatters them into a dense gate (torch.scatter:
+    ScatterElements) and mixes the experts' outputs by it; and a running sum of the gates
+    (torch.cumsum), the load each expert has taken so far."""
+
+    def __init__(self, d=8, experts=4):
+        super().__init__()
+        self.router = torch.nn.Linear(d, experts)
+        self.experts = torch.nn.ModuleList([torch.nn.Linear(d, d) for _ in range(experts)])
+
+    def forward(self, x):
+        logits = self.router(x)
+        top, idx = torch.topk(logits, 2, dim=-1)
+        weights = torch.softmax(top, dim=-1)
+        gate = torch.zeros_like(logits).scatter(-1, idx, weights)
+        outs = torch.stack([e(x) for e in self.experts], dim=-1)
+        load = torch.cumsum(gate, dim=0)
+        return (outs * gate.unsqueeze(-2)).sum(-1) + load.sum(-1, keepdim=True)
+
+
 def models():
     ids = torch.randint(-50, 50, (3, 7))  # negative ids count from the end, as in ONNX
     yield "embedding_pool", EmbeddingMeanPool(), {"ids": ids}
@@ -124,6 +145,7 @@ def models():
     yield "lstm", Lstm(), {"x": x, "h0": h0, "c0": c0}
     yield "gru", Gru(), {"x": torch.randn(6, 2, 8)}
     yield "tiny_lm", TinyLm(), {"ids": torch.randint(0, 64, (2, 8))}
+    yield "moe", MoeTop2(), {"x": torch.randn(6, 8)}
 
 
 def reference(model, inputs):

@@ -42,6 +42,8 @@ mod limits;
 mod onnx;
 #[path = "../onnx_conformance.rs"]
 mod onnx_conformance;
+#[path = "../onnx_pairwise.rs"]
+mod onnx_pairwise;
 #[path = "../op_values.rs"]
 mod op_values;
 #[path = "../optimize.rs"]

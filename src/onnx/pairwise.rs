@@ -1,0 +1,289 @@
+//! ONNX ops that relate every pair of positions along one axis: `TopK`, `CumSum` and
+//! `ScatterElements`.
+//!
+//! Each is written as ONNX ops the op table imports over a pairwise view of its operands: the
+//! operand reshaped to put a size-1 axis beside `axis`, so that comparing it with itself (or
+//! with the positions `0..n`) broadcasts to an `[…, n, n, …]` block whose second axis a
+//! reduction then folds away. Fused, the block is never stored: each output element is a
+//! reduction over one row of it. The work is quadratic in the axis, which is what these ops
+//! meet in models (a mixture-of-experts gate picks the top 2 of 8 experts; a cumulative sum
+//! runs along a sequence); an axis so long that the block has more than 2^28 elements per
+//! operand row set is refused by the shape rules at the node.
+//!
+//! - **TopK**: the rank of each element is the number of elements that come before it (larger,
+//!   or smallest first with `largest = 0`; equal ones by position, so ties keep the lower index
+//!   first as the specification asks; NaN counts as larger than every number, as in PyTorch).
+//!   Output position `j` is the element of rank `j`; its value is a `GatherElements` of it.
+//! - **CumSum**: each output sums the inputs at the positions a mask admits (up to and
+//!   including its own; `exclusive` leaves its own out, `reverse` runs from the end).
+//! - **ScatterElements**: each position of `data` along the axis collects the updates whose
+//!   index names it: the last one in index order (`reduction = none`), their sum (`add`),
+//!   maximum (`max`) or minimum (`min`); a position no index names keeps its value.
+
+use super::proto::Attr;
+use super::structural::{Attrs, int_attr};
+use super::{ImportError, Importer, Imports, Val};
+use crate::dtype::{Category, DType};
+use onnx_protobuf::NodeProto;
+
+/// ONNX's code for int64, the type of the positions and ranks.
+const INT64: i64 = 7;
+
+/// `x` with a size-1 axis inserted at `at`.
+fn lift(im: &mut Importer, x: &Val, at: usize, name: &str) -> Imports {
+    let mut shape = x.shape().to_vec();
+    shape.insert(at, 1);
+    im.reshape(x, &shape, name)
+}
+
+/// The positions `0..n` as an i64 tensor of rank `rank` that runs along `axis`.
+fn positions(n: usize, axis: usize, rank: usize) -> Imports {
+    let mut shape = vec![1; rank];
+    shape[axis] = n;
+    Val::ints(DType::I64, &shape, (0..n as i64).collect())
+}
+
+/// The attributes of a reduction over `axis` that drops it.
+fn over(axis: usize) -> [(&'static str, Attr); 2] {
+    [
+        ("axes", Attr::Ints(vec![axis as i64])),
+        ("keepdims", Attr::Int(0)),
+    ]
+}
+
+/// The lowest value of `dtype` (`low`) or the highest: -inf and +inf for floats.
+fn far_end(dtype: DType, low: bool) -> Imports {
+    match (dtype, low) {
+        (DType::I32, true) => Val::ints(dtype, &[], vec![i64::from(i32::MIN)]),
+        (DType::I32, false) => Val::ints(dtype, &[], vec![i64::from(i32::MAX)]),
+        (DType::I64, true) => Val::ints(dtype, &[], vec![i64::MIN]),
+        (DType::I64, false) => Val::ints(dtype, &[], vec![i64::MAX]),
+        (_, true) => Val::floats(dtype, &[], vec![f64::NEG_INFINITY]),
+        (_, false) => Val::floats(dtype, &[], vec![f64::INFINITY]),
+    }
+}
+
+/// The one value of input `i`, a constant (`what` names it in errors).
+fn one_int(im: &Importer, node: &NodeProto, i: usize, what: &str) -> Imports<i64> {
+    match im.ints(node, i, what)?[..] {
+        [v] => Ok(v),
+        ref other => Err(ImportError::Malformed(format!(
+            "`{what}` must hold one value, not {}",
+            other.len()
+        ))),
+    }
+}
+
+/// TopK: the `k` largest (or smallest) elements along `axis` and their positions, sorted,
+/// ties by position.
+pub(super) fn top_k(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    let x = im.required(node, 0)?;
+    let k = one_int(im, node, 1, "k")?;
+    let rank = x.shape().len();
+    let axis = crate::shape::normalize_axis(int_attr(attrs, "axis").unwrap_or(-1), rank)?;
+    let largest = int_attr(attrs, "largest").unwrap_or(1) != 0;
+    let n = x.shape()[axis];
+    let k = usize::try_from(k).ok().filter(|&k| k <= n).ok_or_else(|| {
+        ImportError::Malformed(format!("k = {k} is not between 0 and the axis' {n}"))
+    })?;
+    // Element i (along `axis`) against element m (along `axis + 1`).
+    let xi = lift(im, &x, axis + 1, &format!("{out}.i"))?;
+    let xm = lift(im, &x, axis, &format!("{out}.m"))?;
+    let (pi, pm) = (
+        positions(n, axis, rank + 1)?,
+        positions(n, axis + 1, rank + 1)?,
+    );
+    let name = |part: &str| format!("{out}.{part}");
+    let order = if largest { "Greater" } else { "Less" };
+    let mut before = im.onnx(order, &[&xm, &xi], &[], &name("before"))?;
+    let mut equal = im.onnx("Equal", &[&xm, &xi], &[], &name("equal"))?;
+    if x.dtype().is_float() {
+        // NaN is larger than every number: first when largest, last when smallest.
+        let nan = |im: &mut Importer, v: &Val, part: &str| -> Imports {
+            let same = im.onnx("Equal", &[v, v], &[], &name(part))?;
+            im.onnx("Not", &[&same], &[], &name(part))
+        };
+        let (nan_m, nan_i) = (nan(im, &xm, "nan_m")?, nan(im, &xi, "nan_i")?);
+        let (first, second) = if largest {
+            (&nan_m, &nan_i)
+        } else {
+            (&nan_i, &nan_m)
+        };
+        let not_second = im.onnx("Not", &[second], &[], &name("numbered"))?;
+        let nan_first = im.onnx("And", &[first, &not_second], &[], &name("nan_first"))?;
+        before = im.onnx("Or", &[&before, &nan_first], &[], &name("before"))?;
+        let both_nan = im.onnx("And", &[&nan_m, &nan_i], &[], &name("both_nan"))?;
+        equal = im.onnx("Or", &[&equal, &both_nan], &[], &name("equal"))?;
+    }
+    let earlier = im.onnx("Less", &[&pm, &pi], &[], &name("earlier"))?;
+    let tie = im.onnx("And", &[&equal, &earlier], &[], &name("tie"))?;
+    let ahead = im.onnx("Or", &[&before, &tie], &[], &name("ahead"))?;
+    let to_int = [("to", Attr::Int(INT64))];
+    let ahead = im.onnx("Cast", &[&ahead], &to_int, &name("ahead"))?;
+    let ranks = im.onnx("ReduceSum", &[&ahead], &over(axis + 1), &name("rank"))?;
+    // Output position j (along `axis`) takes the element i (along `axis + 1`) of rank j: the
+    // ranks are a permutation of 0..n, so exactly one matches.
+    let ranks = lift(im, &ranks, axis, &name("rank"))?;
+    let (slot, element) = (
+        positions(k, axis, rank + 1)?,
+        positions(n, axis + 1, rank + 1)?,
+    );
+    let holds = im.onnx("Equal", &[&ranks, &slot], &[], &name("holds"))?;
+    let zero = Val::ints(DType::I64, &[], vec![0])?;
+    let picked = im.onnx("Where", &[&holds, &element, &zero], &[], &name("picked"))?;
+    let indices = im.onnx("ReduceSum", &[&picked], &over(axis + 1), &name("indices"))?;
+    let at = [("axis", Attr::Int(axis as i64))];
+    let values = im.onnx("GatherElements", &[&x, &indices], &at, out)?;
+    Ok(vec![values, indices])
+}
+
+/// CumSum along the constant `axis` (input 1), inclusive or `exclusive`, forward or `reverse`.
+pub(super) fn cum_sum(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    let x = im.required(node, 0)?;
+    let rank = x.shape().len();
+    let axis = crate::shape::normalize_axis(one_int(im, node, 1, "axis")?, rank)?;
+    let exclusive = int_attr(attrs, "exclusive").unwrap_or(0) != 0;
+    let reverse = int_attr(attrs, "reverse").unwrap_or(0) != 0;
+    let n = x.shape()[axis];
+    let name = |part: &str| format!("{out}.{part}");
+    // Output i (along `axis`) sums input m (along `axis + 1`) where the mask admits m.
+    let xm = lift(im, &x, axis, &name("m"))?;
+    let (pi, pm) = (
+        positions(n, axis, rank + 1)?,
+        positions(n, axis + 1, rank + 1)?,
+    );
+    let admit = match (reverse, exclusive) {
+        (false, false) => "LessOrEqual",
+        (false, true) => "Less",
+        (true, false) => "GreaterOrEqual",
+        (true, true) => "Greater",
+    };
+    let admitted = im.onnx(admit, &[&pm, &pi], &[], &name("admitted"))?;
+    let zero = Val::floats(x.dtype(), &[], vec![0.0])?;
+    let terms = im.onnx("Where", &[&admitted, &xm, &zero], &[], &name("terms"))?;
+    Ok(vec![im.onnx(
+        "ReduceSum",
+        &[&terms],
+        &over(axis + 1),
+        out,
+    )?])
+}
+
+/// ScatterElements: `data` with each position along `axis` that an index names replaced by (or
+/// combined with) the updates naming it. The indices and updates must match `data` on every
+/// other axis (PyTorch's `scatter` of a full-size source); negative indices count from the end.
+pub(super) fn scatter_elements(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    let data = im.required(node, 0)?;
+    let mut indices = im.required(node, 1)?;
+    let updates = im.required(node, 2)?;
+    let rank = data.shape().len();
+    let axis = crate::shape::normalize_axis(int_attr(attrs, "axis").unwrap_or(0), rank)?;
+    let reduction = match attrs.get("reduction") {
+        None => "none".to_string(),
+        Some(Attr::Str(s)) => s.clone(),
+        Some(_) => return Err(ImportError::Malformed("reduction must be a string".into())),
+    };
+    let same_elsewhere = indices.shape().len() == rank
+        && (0..rank).all(|a| a == axis || indices.shape()[a] == data.shape()[a]);
+    if indices.shape() != updates.shape() || !same_elsewhere {
+        return Err(ImportError::Unsupported(format!(
+            "indices {:?} and updates {:?} must have one shape, equal to data's {:?} on every axis but {axis}",
+            indices.shape(),
+            updates.shape(),
+            data.shape()
+        )));
+    }
+    if updates.dtype() != data.dtype() {
+        return Err(ImportError::Malformed(format!(
+            "updates are {}, data {}",
+            updates.dtype(),
+            data.dtype()
+        )));
+    }
+    if data.dtype().category() == Category::Bool && reduction != "none" {
+        return Err(ImportError::Unsupported(format!(
+            "reduction `{reduction}` of bool data"
+        )));
+    }
+    let name = |part: &str| format!("{out}.{part}");
+    let (n, m) = (data.shape()[axis], indices.shape()[axis]);
+    if indices.dtype() != DType::I64 {
+        let to_int = [("to", Attr::Int(INT64))];
+        indices = im.onnx("Cast", &[&indices], &to_int, &name("indices"))?;
+    }
+    let count = Val::ints(DType::I64, &[], vec![n as i64])?;
+    let zero = Val::ints(DType::I64, &[], vec![0])?;
+    let negative = im.onnx("Less", &[&indices, &zero], &[], &name("negative"))?;
+    let wrapped = im.onnx("Add", &[&indices, &count], &[], &name("wrapped"))?;
+    let indices = im.onnx(
+        "Where",
+        &[&negative, &wrapped, &indices],
+        &[],
+        &name("index"),
+    )?;
+    // Position p of data (along `axis`) against update u (along `axis + 1`).
+    let index_u = lift(im, &indices, axis, &name("index_u"))?;
+    let update_u = lift(im, &updates, axis, &name("update_u"))?;
+    let position = positions(n, axis, rank + 1)?;
+    let hit = im.onnx("Equal", &[&index_u, &position], &[], &name("hit"))?;
+    let to_int = [("to", Attr::Int(INT64))];
+    let hits = im.onnx("Cast", &[&hit], &to_int, &name("hits"))?;
+    let hits = im.onnx("ReduceSum", &[&hits], &over(axis + 1), &name("hits"))?;
+    let named = im.onnx("Greater", &[&hits, &zero], &[], &name("named"))?;
+    let combined = match reduction.as_str() {
+        "none" => {
+            // The last update in index order wins, as in the specification's reference.
+            let order = positions(m, axis + 1, rank + 1)?;
+            let absent = Val::ints(DType::I64, &[], vec![-1])?;
+            let order = im.onnx("Where", &[&hit, &order, &absent], &[], &name("order"))?;
+            let last = im.onnx("ReduceMax", &[&order], &over(axis + 1), &name("last"))?;
+            let last = im.onnx("Where", &[&named, &last, &zero], &[], &name("last"))?;
+            let at = [("axis", Attr::Int(axis as i64))];
+            im.onnx("GatherElements", &[&updates, &last], &at, &name("taken"))?
+        }
+        "add" => {
+            let nothing = Val::floats(data.dtype(), &[], vec![0.0])?;
+            let terms = im.onnx("Where", &[&hit, &update_u, &nothing], &[], &name("terms"))?;
+            let total = im.onnx("ReduceSum", &[&terms], &over(axis + 1), &name("total"))?;
+            im.onnx("Add", &[&data, &total], &[], &name("added"))?
+        }
+        "max" | "min" => {
+            let (reduce, combine) = match reduction.as_str() {
+                "max" => ("ReduceMax", "Max"),
+                _ => ("ReduceMin", "Min"),
+            };
+            // The absent terms are the type's far end, which never wins (positions no update
+            // names at all are left out by `named` below).
+            let filler = far_end(data.dtype(), reduction == "max")?;
+            let terms = im.onnx("Where", &[&hit, &update_u, &filler], &[], &name("terms"))?;
+            let extreme = im.onnx(reduce, &[&terms], &over(axis + 1), &name("extreme"))?;
+            im.onnx(combine, &[&data, &extreme], &[], &name("combined"))?
+        }
+        other => {
+            return Err(ImportError::Unsupported(format!(
+                "reduction `{other}`: fusebox scatters with none, add, max and min"
+            )));
+        }
+    };
+    Ok(vec![im.onnx(
+        "Where",
+        &[&named, &combined, &data],
+        &[],
+        out,
+    )?])
+}

@@ -1,0 +1,61 @@
+"""The pairwise ops of the importer (TopK, CumSum, ScatterElements) in every mode, built with
+the onnx helper, with inputs and the outputs of onnx.reference.ReferenceEvaluator, for
+tests/onnx_pairwise.rs.
+
+Usage: python3 pairwise_models.py DIR. Writes DIR/<case>.onnx, DIR/<case>.in.<input>.npy and
+DIR/<case>.out.<output>.npy. The inputs hold ties, NaN (TopK), the i32 edges (CumSum wraps) and
+negative and repeated indices (ScatterElements with a reduction).
+"""
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+from onnx.reference import ReferenceEvaluator
+
+out = sys.argv[1]
+rng = np.random.default_rng(3)
+
+
+def save(name, nodes, inputs, outputs, inits, feeds):
+    g = h.make_graph(nodes, name, inputs, outputs, inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.save(m, f"{out}/{name}.onnx")
+    res=ReferenceEvaluator(m).run(None, feeds)
+    for k,v in feeds.items(): np.save(f"{out}/{name}.in.{k}.npy", v)
+    for o,r in zip(outputs,res): np.save(f"{out}/{name}.out.{o.name}.npy", r)
+x=rng.integers(-3,4,(3,7)).astype(np.float32); x[0,2]=np.nan; x[1,1]=np.nan; x[1,5]=np.nan
+for largest in [1,0]:
+  for axis in [1,0,-1]:
+    k=3 if axis!=0 else 2
+    save(f"topk_l{largest}_a{axis+1}", [h.make_node("TopK",["x","k"],["v","i"],axis=axis,largest=largest)],
+         [h.make_tensor_value_info("x",T.FLOAT,[3,7])],
+         [h.make_tensor_value_info("v",T.FLOAT,None),h.make_tensor_value_info("i",T.INT64,None)],
+         [nh.from_array(np.array([k],np.int64),"k")], {"x":x if largest==1 and axis==1 else np.nan_to_num(x, nan=1.5)})
+xi=rng.integers(-5,5,(4,6)).astype(np.int32)
+save("topk_int", [h.make_node("TopK",["x","k"],["v","i"],axis=1)], [h.make_tensor_value_info("x",T.INT32,[4,6])],
+     [h.make_tensor_value_info("v",T.INT32,None),h.make_tensor_value_info("i",T.INT64,None)], [nh.from_array(np.array([4],np.int64),"k")], {"x":xi})
+for ex in [0,1]:
+  for rev in [0,1]:
+    for axis in [0,1]:
+      save(f"cumsum_e{ex}_r{rev}_a{axis}", [h.make_node("CumSum",["x","axis"],["y"],exclusive=ex,reverse=rev)],
+         [h.make_tensor_value_info("x",T.FLOAT,[5,4])],[h.make_tensor_value_info("y",T.FLOAT,None)],
+         [nh.from_array(np.array(axis,np.int64),"axis")], {"x":rng.standard_normal((5,4)).astype(np.float32)})
+save("cumsum_i32", [h.make_node("CumSum",["x","axis"],["y"])], [h.make_tensor_value_info("x",T.INT32,[6])],[h.make_tensor_value_info("y",T.INT32,None)],
+     [nh.from_array(np.array(0,np.int32),"axis")], {"x":np.array([2**31-1,1,-5,7,2**31-1,3],np.int32)})
+for red in ["none","add","max","min"]:
+  for axis in [0,1]:
+    data=rng.standard_normal((4,5)).astype(np.float32)
+    shape=(3,5) if axis==0 else (4,3)
+    n=data.shape[axis]
+    idx=rng.integers(-n,n,shape).astype(np.int64)
+    if red=="none":
+        # no duplicates along the axis (the spec leaves their order to the implementation)
+        idx=np.stack([rng.permutation(n)[:shape[axis]] for _ in range(shape[1-axis])], axis=1-axis).astype(np.int64)
+    upd=rng.standard_normal(shape).astype(np.float32)
+    save(f"scatter_{red}_a{axis}", [h.make_node("ScatterElements",["data","idx","upd"],["y"],axis=axis,reduction=red)],
+       [h.make_tensor_value_info("data",T.FLOAT,[4,5]),h.make_tensor_value_info("idx",T.INT64,list(shape)),h.make_tensor_value_info("upd",T.FLOAT,list(shape))],
+       [h.make_tensor_value_info("y",T.FLOAT,None)], [], {"data":data,"idx":idx,"upd":upd})

@@ -1,0 +1,110 @@
+//! The importer's pairwise ops, `TopK`, `CumSum` and `ScatterElements`, in every mode (both
+//! orders and every axis of TopK with ties and NaN, each CumSum direction with the i32 edges,
+//! each ScatterElements reduction with negative and repeated indices), built by
+//! `tests/onnx/pairwise_models.py` and run on the reference and CPU backends against
+//! `onnx.reference.ReferenceEvaluator`. Skipped, with a message, where python3 cannot import
+//! onnx, unless `FUSEBOX_REQUIRE_ONNX` is set.
+
+use fusebox::tensor::Tensor;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn cases_dir() -> Option<PathBuf> {
+    let have = Command::new("python3")
+        .args(["-c", "import onnx"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        assert!(
+            std::env::var_os("FUSEBOX_REQUIRE_ONNX").is_none(),
+            "FUSEBOX_REQUIRE_ONNX is set but python3 cannot import onnx"
+        );
+        eprintln!("skipped: python3 cannot import onnx");
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("fusebox-pairwise-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/pairwise_models.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pairwise_models.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(dir)
+}
+
+/// The files of `dir` named `<case>.<kind>.<name>.npy`, as (name, path).
+fn arrays(dir: &Path, case: &str, kind: &str) -> Vec<(String, PathBuf)> {
+    let prefix = format!("{case}.{kind}.");
+    let mut found: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|entry| {
+            let path = entry.unwrap().path();
+            let file = path.file_name()?.to_str()?.to_string();
+            let name = file
+                .strip_prefix(&prefix)?
+                .strip_suffix(".npy")?
+                .to_string();
+            Some((name, path))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn pairwise_ops_match_the_onnx_reference_evaluator() {
+    let Some(dir) = cases_dir() else { return };
+    let mut cases: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let file = e.unwrap().file_name().to_string_lossy().to_string();
+            file.strip_suffix(".onnx").map(str::to_string)
+        })
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 20, "{cases:?}");
+    for case in &cases {
+        for backend in ["reference", "cpu"] {
+            let out = dir.join(format!("out-{case}-{backend}"));
+            let mut args = vec![
+                "run".to_string(),
+                dir.join(format!("{case}.onnx")).display().to_string(),
+                "--backend".into(),
+                backend.into(),
+                "--out".into(),
+                out.display().to_string(),
+            ];
+            for (name, path) in arrays(&dir, case, "in") {
+                args.push("--input".into());
+                args.push(format!("{name}={}", path.display()));
+            }
+            let result = Command::new(env!("CARGO_BIN_EXE_fusebox"))
+                .args(&args)
+                .output()
+                .unwrap();
+            assert!(
+                result.status.success(),
+                "{case} on {backend}: {}",
+                String::from_utf8_lossy(&result.stderr)
+            );
+            for (name, path) in arrays(&dir, case, "out") {
+                let want = Tensor::read_npy(&path).unwrap();
+                let got = Tensor::read_npy(&out.join(format!("{name}.npy"))).unwrap();
+                let what = format!("{case} `{name}` on {backend}");
+                assert_eq!(got.dtype, want.dtype, "{what}");
+                assert_eq!(got.shape(), want.shape(), "{what}");
+                for (i, (g, w)) in got.values().iter().zip(want.values()).enumerate() {
+                    let same = (g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-5 + 1e-5 * w.abs();
+                    assert!(same, "{what}: element {i} is {g}, the evaluator gives {w}");
+                }
+            }
+        }
+    }
+}
