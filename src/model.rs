@@ -68,7 +68,7 @@ use crate::backend::cpu::runtime::CpuExecutable;
 use crate::backend::cuda::runtime::{CudaExecutable, CudaOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::eval::Tensors;
-use crate::graph::dims::{Declared, DimSizes};
+use crate::graph::dims::{Declared, DimSizes, Specialization};
 use crate::graph::{self, Graph, Input, TypeMap};
 use crate::optimize::{Options, Report};
 use crate::rules::RuleSet;
@@ -88,7 +88,11 @@ pub struct Model {
     /// The inputs' declared dimensions and the sizes the graph has them at (none named for a
     /// graph file or a model with static shapes).
     declared: Declared,
-    /// The ONNX model a model with symbolic dimensions is imported from again at other sizes.
+    /// The integer inputs the graph is specialized to the values of (see
+    /// [`Specialization`]).
+    specialized: BTreeMap<String, Tensor>,
+    /// The ONNX model a specialized model (symbolic dimensions, or inputs used as constants)
+    /// is imported from again for other arrays.
     source: Option<PathBuf>,
 }
 
@@ -131,12 +135,15 @@ impl Model {
     /// re-specializes the model to the sizes of the arrays it is given, so these are the sizes
     /// it is first compiled (and priced) at.
     pub fn load_sized(path: &Path, rules: &RuleSet, sizes: &DimSizes) -> Result<Model> {
-        let loaded = load_values_sized(path, rules, Stored::All, sizes)?;
-        let mut model = Model::from_loaded(loaded, rules);
-        if model.declared.is_symbolic() {
-            model.source = Some(path.to_path_buf());
-        }
-        Ok(model)
+        Model::load_specialized(path, rules, &Specialization::sized(sizes))
+    }
+
+    /// [`Model::load_sized`] with values for integer inputs that the model uses where fusebox
+    /// needs a constant (an ONNX Reshape whose target shape is a model input): the graph is
+    /// specialized to them, and [`Compiled::run`] re-specializes it when a run gives others.
+    pub fn load_specialized(path: &Path, rules: &RuleSet, given: &Specialization) -> Result<Model> {
+        let loaded = load_values_specialized(path, rules, Stored::All, given)?;
+        Ok(Model::from_loaded(loaded, rules))
     }
 
     /// A model of what [`load_values`] read: its stored values are the ones it was asked for
@@ -148,6 +155,7 @@ impl Model {
             stored: loaded.stored,
             rules: rules.clone(),
             declared: loaded.declared,
+            specialized: loaded.specialized,
             source: loaded.source,
         }
     }
@@ -162,6 +170,7 @@ impl Model {
             stored: Tensors::new(),
             rules: rules.clone(),
             declared: Declared::default(),
+            specialized: BTreeMap::new(),
             source: None,
         })
     }
@@ -191,25 +200,43 @@ impl Model {
         &self.declared
     }
 
-    /// The sizes of the symbolic dimensions that arrays of these shapes (`given`, by input
-    /// name) have; the names they do not show keep their present size. Refused, at the input,
-    /// where an array's rank or a fixed size disagrees with the declaration, or two arrays give
-    /// one name two sizes.
-    pub fn sizes_for(&self, given: &BTreeMap<String, Tensor>) -> Result<DimSizes> {
-        let mut sizes = self.declared.sizes.clone();
+    /// The integer inputs the graph is specialized to the values of, by name.
+    pub fn specialized(&self) -> &BTreeMap<String, Tensor> {
+        &self.specialized
+    }
+
+    /// What the model is specialized to now.
+    pub fn specialization(&self) -> Specialization {
+        Specialization {
+            sizes: self.declared.sizes.clone(),
+            values: self.specialized.clone(),
+        }
+    }
+
+    /// The specialization arrays (`given`, by input name) call for: the sizes their shapes
+    /// give the symbolic dimensions, and their values of the inputs the graph is specialized
+    /// to; what they do not show stays as it is. Refused, at the input, where an array's rank
+    /// or a fixed size disagrees with the declaration, or two arrays give one name two sizes.
+    pub fn specialization_for(&self, given: &BTreeMap<String, Tensor>) -> Result<Specialization> {
+        let mut wanted = self.specialization();
         let shown = self
             .declared
             .sizes_from(|name| given.get(name).map(Tensor::shape), &DimSizes::new())?;
-        sizes.extend(shown);
-        Ok(sizes)
+        wanted.sizes.extend(shown);
+        for (name, value) in wanted.values.iter_mut() {
+            if let Some(array) = given.get(name) {
+                *value = array.clone();
+            }
+        }
+        Ok(wanted)
     }
 
-    /// The model specialized to `sizes` of its symbolic dimensions: imported again from its
-    /// file (a model without symbolic dimensions, or already at those sizes, is itself).
-    pub fn resized(&self, sizes: &DimSizes) -> Result<Model> {
+    /// The model specialized to `wanted`: imported again from its file (a model that is not
+    /// specialized, or is already so, is itself).
+    pub fn specialized_to(&self, wanted: &Specialization) -> Result<Model> {
         match &self.source {
-            Some(path) if *sizes != self.declared.sizes => {
-                Model::load_sized(path, &self.rules, sizes)
+            Some(path) if *wanted != self.specialization() => {
+                Model::load_specialized(path, &self.rules, wanted)
             }
             _ => Ok(self.clone()),
         }
@@ -245,7 +272,7 @@ impl Model {
         });
         Ok(Compiled {
             current: Binding {
-                sizes: self.declared.sizes.clone(),
+                key: self.specialization(),
                 engine,
                 inputs: self.graph.inputs.clone(),
                 stored: self.stored.clone(),
@@ -321,7 +348,7 @@ enum Engine {
 
 /// A model compiled at one size of its symbolic dimensions.
 struct Binding {
-    sizes: DimSizes,
+    key: Specialization,
     engine: Engine,
     /// The graph's inputs at these sizes.
     inputs: Vec<Input>,
@@ -395,7 +422,7 @@ impl Compiled {
 
     /// The sizes of the symbolic dimensions the last run (or the compilation) was at.
     pub fn sizes(&self) -> &DimSizes {
-        &self.current.sizes
+        &self.current.key.sizes
     }
 
     /// Runs on `inputs` by name and returns the outputs by name. An input given here replaces
@@ -436,19 +463,19 @@ impl Compiled {
         let Some(resize) = &mut self.resize else {
             return Ok(());
         };
-        let sizes = resize.template.sizes_for(inputs)?;
-        if sizes == self.current.sizes {
+        let key = resize.template.specialization_for(inputs)?;
+        if key == self.current.key {
             return Ok(());
         }
-        let next = match resize.kept.iter().position(|b| b.sizes == sizes) {
+        let next = match resize.kept.iter().position(|b| b.key == key) {
             Some(k) => resize.kept.remove(k),
             None => {
-                let model = resize.template.resized(&sizes)?;
+                let model = resize.template.specialized_to(&key)?;
                 let (engine, builds) =
                     model.engine(resize.backend, &resize.options, resize.compiler.as_ref())?;
                 self.builds = self.builds.plus(&builds);
                 Binding {
-                    sizes,
+                    key,
                     engine,
                     inputs: model.graph.inputs,
                     stored: model.stored,
@@ -522,7 +549,9 @@ pub struct Loaded {
     /// An ONNX model's declared input dimensions and the sizes its symbolic ones were
     /// imported at (empty for a graph file).
     pub declared: Declared,
-    /// The ONNX model, where it has symbolic dimensions (to import it again at other sizes).
+    /// The integer inputs an ONNX model's graph is specialized to the values of.
+    pub specialized: BTreeMap<String, Tensor>,
+    /// The ONNX model, where it is specialized (to import it again for other arrays).
     pub source: Option<PathBuf>,
 }
 
@@ -571,9 +600,22 @@ pub fn load_values_sized(
     which: Stored,
     sizes: &DimSizes,
 ) -> Result<Loaded> {
+    load_values_specialized(path, rules, which, &Specialization::sized(sizes))
+}
+
+/// [`load_values_sized`] with values for the integer inputs an ONNX model needs as constants
+/// (see [`Specialization`]).
+pub fn load_values_specialized(
+    path: &Path,
+    rules: &RuleSet,
+    which: Stored,
+    given: &Specialization,
+) -> Result<Loaded> {
+    let sizes = &given.sizes;
     if crate::onnx::is_onnx(path) {
-        let imported = crate::onnx::import_sized(path, &rules.ops, &rules.onnx, sizes)?;
-        let source = imported.declared.is_symbolic().then(|| path.to_path_buf());
+        let imported = crate::onnx::import_specialized(path, &rules.ops, &rules.onnx, given)?;
+        let specialized = imported.declared.is_symbolic() || !imported.specialized.is_empty();
+        let source = specialized.then(|| path.to_path_buf());
         return Ok(Loaded {
             graph: imported.graph,
             types: imported.types,
@@ -584,6 +626,7 @@ pub fn load_values_sized(
                 .collect(),
             files: BTreeMap::new(),
             declared: imported.declared,
+            specialized: imported.specialized,
             source,
         });
     }
@@ -645,6 +688,7 @@ pub fn load_values_sized(
         stored,
         files: resolved,
         declared: Declared::default(),
+        specialized: BTreeMap::new(),
         source: None,
     })
 }

@@ -124,7 +124,9 @@ fn one_compiled_model_runs_two_sizes_and_compiles_its_kernels_once() {
         let names = loaded.declared().names();
         assert!(names.contains(&"batch"), "{model}: {names:?}");
         let first = arrays(model, 0);
-        let sized = Model::load_sized(&path, &rules, &loaded.sizes_for(&first).unwrap()).unwrap();
+        let sized =
+            Model::load_sized(&path, &rules, &loaded.specialization_for(&first).unwrap().sizes)
+                .unwrap();
         let mut cpu = sized
             .compile(Backend::Cpu, &CompileOptions::default())
             .unwrap();
@@ -140,7 +142,10 @@ fn one_compiled_model_runs_two_sizes_and_compiles_its_kernels_once() {
                 &got["y"],
                 &expected(model, k),
             );
-            assert_eq!(cpu.sizes(), &sized.sizes_for(&arrays(model, k)).unwrap());
+            assert_eq!(
+                cpu.sizes(),
+                &sized.specialization_for(&arrays(model, k)).unwrap().sizes
+            );
         }
         let after = cpu.kernel_builds();
         assert_eq!(

@@ -2,8 +2,9 @@
 //! fusebox imports, on the reference evaluator and the CPU backend.
 //!
 //! A case belongs here when every node of its model is of an op type the importer handles
-//! (rules/onnx.ron or the importer's own ops). Each case is imported, fed its
-//! `test_data_set_0` inputs, and compared with the stored outputs (floats within ONNX's own
+//! (rules/onnx.ron or the importer's own ops). Each case is imported for each of its data sets
+//! (`test_data_set_*`), specialized to that set's inputs as `fusebox run` specializes a model
+//! to its arrays, fed them, and compared with the stored outputs (floats within ONNX's own
 //! backend-test tolerance, rtol 1e-3 and atol 1e-7 scaled by the dtype; everything else
 //! exactly). `tests/fixtures/onnx_pass_list.txt` lists the cases that must pass on both
 //! backends: one that fails is an error, nothing skips silently. The book's table of the
@@ -17,6 +18,7 @@ use fusebox::backend::Executable;
 use fusebox::backend::cpu::compiler::{Compiler, CompilerConfig};
 use fusebox::dtype::DType;
 use fusebox::eval::Tensors;
+use fusebox::graph::dims::Specialization;
 use fusebox::onnx::{self, proto};
 use fusebox::optimize::Options;
 use fusebox::rules::RuleSet;
@@ -88,29 +90,68 @@ fn close(got: &Tensor, want: &Tensor) -> Result<(), String> {
     Ok(())
 }
 
-/// The outcome of one case: `Ok` or the reason it does not pass.
+/// The outcome of one case: `Ok` or the reason it does not pass, over every data set.
 fn run_case(dir: &Path, rules: &RuleSet, compiler: &Compiler) -> Result<(), String> {
-    let imported = onnx::import(&dir.join("model.onnx"), &rules.ops, &rules.onnx)
-        .map_err(|e| format!("import: {}", e.kind))?;
-    let set = dir.join("test_data_set_0");
-    let inputs = tensors(&set, "input")?;
-    let expected = tensors(&set, "output")?;
-    let mut values: Tensors = imported.values.clone().into_iter().collect();
-    let free: Vec<_> = imported
-        .graph
-        .inputs
-        .iter()
-        .filter(|i| !imported.values.contains_key(&i.name))
+    let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| e.to_string())?
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
         .collect();
-    if free.len() != inputs.len() {
+    sets.sort();
+    if sets.is_empty() {
+        return Err("no data set".into());
+    }
+    for set in &sets {
+        run_set(dir, set, rules, compiler).map_err(|e| {
+            if sets.len() > 1 {
+                format!("{}: {e}", set.file_name().unwrap().to_string_lossy())
+            } else {
+                e
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// One data set of a case: the model imported specialized to its inputs (the sizes of
+/// symbolic dimensions, the values of integer inputs it needs as constants), as `fusebox run`
+/// imports it, then run on the reference evaluator and the CPU backend.
+fn run_set(dir: &Path, set: &Path, rules: &RuleSet, compiler: &Compiler) -> Result<(), String> {
+    let path = dir.join("model.onnx");
+    let inputs = tensors(set, "input")?;
+    let expected = tensors(set, "output")?;
+    let declared = onnx::declared(&path).map_err(|e| format!("import: {}", e.kind))?;
+    if declared.inputs.len() != inputs.len() {
         return Err(format!(
-            "{} inputs in the data set, {} in the graph",
+            "{} inputs in the data set, {} in the model",
             inputs.len(),
-            free.len()
+            declared.inputs.len()
         ));
     }
-    for (input, t) in free.iter().zip(inputs) {
-        values.insert(input.name.clone(), t);
+    let given: Tensors = declared
+        .inputs
+        .iter()
+        .map(|input| input.name.clone())
+        .zip(inputs)
+        .collect();
+    let sizes = declared
+        .sizes_from(|name| given.get(name).map(Tensor::shape), &Default::default())
+        .map_err(|e| format!("import: {}", e.kind))?;
+    let specialization = Specialization {
+        sizes,
+        values: given
+            .iter()
+            .filter(|(_, t)| t.dtype.category() == fusebox::dtype::Category::Integer)
+            .map(|(name, t)| (name.clone(), t.clone()))
+            .collect(),
+    };
+    let imported = onnx::import_specialized(&path, &rules.ops, &rules.onnx, &specialization)
+        .map_err(|e| format!("import: {}", e.kind))?;
+    let mut values: Tensors = imported.values.clone().into_iter().collect();
+    for input in &imported.graph.inputs {
+        if let Some(t) = given.get(&input.name) {
+            values.insert(input.name.clone(), t.clone());
+        }
     }
     let graph = &imported.graph;
     let reference = fusebox::eval::evaluate(graph, &rules.ops, &values)

@@ -8,7 +8,7 @@ use crate::error::{Error, ErrorKind, Result, Site};
 use crate::eval::Tensors;
 use crate::graph;
 use crate::graph::Graph;
-use crate::graph::dims::{Declared, parse_specs};
+use crate::graph::dims::{Declared, Specialization, parse_specs};
 use crate::graph::file::StoredValues;
 use crate::rules::RuleSet;
 use crate::tensor::Tensor;
@@ -23,8 +23,9 @@ pub fn load_sized(path: &Path, rules: &RuleSet, which: Stored, dims: &[String]) 
     crate::model::load_values_sized(path, rules, which, &parse_specs(dims)?)
 }
 
-/// What a command that is given arrays loads: the graph at the sizes the arrays show for an
-/// ONNX model's symbolic dimensions, the `--dim` specs sizing the rest.
+/// What a command that is given arrays loads: an ONNX model specialized to them (the sizes
+/// they show for its symbolic dimensions, the `--dim` specs sizing the rest, and the values of
+/// the integer inputs it needs as constants).
 pub fn load_for_arrays(
     path: &Path,
     rules: &RuleSet,
@@ -33,7 +34,8 @@ pub fn load_for_arrays(
     arrays: &[GivenArray],
 ) -> Result<Loaded> {
     let hints = parse_specs(dims)?;
-    let sizes = if crate::onnx::is_onnx(path) && !arrays.is_empty() {
+    let mut given = Specialization::sized(&hints);
+    if crate::onnx::is_onnx(path) && !arrays.is_empty() {
         let declared = crate::onnx::declared(path)?;
         if declared.is_symbolic() {
             let shape_given = |name: &str| {
@@ -42,17 +44,18 @@ pub fn load_for_arrays(
                     .find(|a| a.name == name)
                     .map(|a| a.tensor.shape())
             };
-            declared.sizes_from(shape_given, &hints).map_err(|mut e| {
+            given.sizes = declared.sizes_from(shape_given, &hints).map_err(|mut e| {
                 e.site.file = Some(path.display().to_string());
                 e
-            })?
-        } else {
-            hints
+            })?;
         }
-    } else {
-        hints
-    };
-    crate::model::load_values_sized(path, rules, which, &sizes)
+        given.values = arrays
+            .iter()
+            .filter(|a| a.tensor.dtype.category() == crate::dtype::Category::Integer)
+            .map(|a| (a.name.clone(), a.tensor.clone()))
+            .collect();
+    }
+    crate::model::load_values_specialized(path, rules, which, &given)
 }
 
 /// ` at batch=3, seq=1 (default)` for a model with symbolic dimensions, else nothing.

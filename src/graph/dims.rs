@@ -10,11 +10,34 @@
 //! second size reuses the kernels compiled for the first.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::tensor::Tensor;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// A size for each named dimension.
 pub type DimSizes = BTreeMap<String, usize>;
+
+/// What a model is specialized to when it is imported: a size for each named dimension, and
+/// the value of each integer input that the model uses where fusebox needs a constant (a
+/// Reshape's target shape, a reduction's axes, a TopK's `k`, given as run-time inputs). A run
+/// whose arrays differ in either is a different specialization, compiled on its own.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Specialization {
+    pub sizes: DimSizes,
+    /// By input name. Given to an import, the values it may use; in what an import returns,
+    /// the ones it used.
+    pub values: BTreeMap<String, Tensor>,
+}
+
+impl Specialization {
+    /// Sizes alone.
+    pub fn sized(sizes: &DimSizes) -> Specialization {
+        Specialization {
+            sizes: sizes.clone(),
+            values: BTreeMap::new(),
+        }
+    }
+}
 
 /// The size a named dimension is imported at when neither a value nor a hint gives one: 1,
 /// the size every model accepts (a sequence of 1 fits any position table; a batch of 1 is

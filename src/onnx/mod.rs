@@ -28,7 +28,8 @@ use crate::attr::{AttrType, AttrValue, Attrs};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::graph::check::{infer_op, resolve_attrs};
-use crate::graph::dims::{Declared, DeclaredInput, Dim, DimSizes};
+use crate::graph::dims::{Declared, DeclaredInput, Dim, DimSizes, Specialization};
+use std::cell::RefCell;
 use crate::graph::{Graph, Input, Node, TensorType, TypeMap};
 use crate::rules::builtin::BuiltinAttrs;
 use crate::rules::onnx::{MapTable, Mapping};
@@ -42,6 +43,9 @@ use std::rc::Rc;
 
 pub use crate::rules::onnx::STRUCTURAL;
 
+/// What a refusal of a run-time value where a constant is needed adds for a model input.
+const GIVE_VALUE: &str = " (an integer input of the model is specialized to its value when the run gives one)";
+
 /// An imported model: the graph, its types, and the stored value of each parameter input.
 #[derive(Debug, Clone)]
 pub struct Imported {
@@ -51,6 +55,10 @@ pub struct Imported {
     /// The inputs' declared dimensions (named where the model leaves them open) and the size
     /// each name was imported at.
     pub declared: Declared,
+    /// The integer inputs whose given values the graph was specialized to, by name: a node
+    /// needed them as constants. The graph still declares them, and a run must give them these
+    /// values.
+    pub specialized: BTreeMap<String, Tensor>,
 }
 
 /// Whether `path` names an ONNX model (by its extension), so commands taking a graph know
@@ -74,6 +82,19 @@ pub fn import_sized(
     table: &MapTable,
     sizes: &DimSizes,
 ) -> Result<Imported> {
+    import_specialized(path, catalogue, table, &Specialization::sized(sizes))
+}
+
+/// [`import`] specialized: each symbolic dimension at its size in `given.sizes` (the others at
+/// [`dims::DEFAULT_SIZE`]), and an integer input that a node needs as a constant at its value
+/// in `given.values`, if it has one there. [`Imported::specialized`] says which values were
+/// used.
+pub fn import_specialized(
+    path: &Path,
+    catalogue: &Catalogue,
+    table: &MapTable,
+    given: &Specialization,
+) -> Result<Imported> {
     let file = path.display().to_string();
     let fail = |message: String| Error::new(Site::model(&file), ErrorKind::Input(message));
     let model = proto::read_model(path).map_err(|e| fail(e.to_string()))?;
@@ -84,7 +105,7 @@ pub fn import_sized(
             p
         }
     });
-    import_model(&model, &file, dir, catalogue, table, sizes)
+    import_model(&model, &file, dir, catalogue, table, given)
 }
 
 /// The declared dimensions of the inputs of the model at `path`, read without importing it:
@@ -107,7 +128,7 @@ pub fn import_model(
     dir: Option<&Path>,
     catalogue: &Catalogue,
     table: &MapTable,
-    sizes: &DimSizes,
+    given: &Specialization,
 ) -> Result<Imported> {
     let fail = |message: String| Error::new(Site::model(file), ErrorKind::Input(message));
     // The table follows the op semantics of opset 13 on (axes as inputs, Softmax over one
@@ -129,7 +150,7 @@ pub fn import_model(
         .ok_or_else(|| fail("the model has no graph".into()))?;
     unsupported(graph, table).map_err(|e| fail(e.to_string()))?;
     let mut declared = declared_inputs(graph).map_err(|e| fail(e.to_string()))?;
-    declared.bind(sizes).map_err(|e| {
+    declared.bind(&given.sizes).map_err(|e| {
         let mut e = e;
         e.site.file = Some(file.to_string());
         e
@@ -159,11 +180,17 @@ pub fn import_model(
         dropped: HashMap::new(),
         initializers: graph.initializer.iter().map(|i| i.name.clone()).collect(),
         sizes: &declared.sizes,
+        known: &given.values,
+        specialized: RefCell::new(BTreeMap::new()),
     };
     importer.run(graph).map_err(|e| at_sizes(e, &declared))?;
     let Importer {
-        graph, mut values, ..
+        graph,
+        mut values,
+        specialized,
+        ..
     } = importer;
+    let specialized = specialized.into_inner();
     let graph = prune(graph, &mut values);
     // The graph's own check names the node at fault; the message also names the model, as
     // every other import error does (found by the loader fuzzer: a model whose outputs were
@@ -179,6 +206,7 @@ pub fn import_model(
         types,
         values,
         declared,
+        specialized,
     })
 }
 
@@ -334,6 +362,10 @@ struct Importer<'a> {
     initializers: HashSet<String>,
     /// The size each symbolic dimension is imported at.
     sizes: &'a DimSizes,
+    /// Values of inputs the run gives, for nodes that need a constant ([`Importer::demand`]).
+    known: &'a BTreeMap<String, Tensor>,
+    /// The known values used, by input name.
+    specialized: RefCell<BTreeMap<String, Tensor>>,
 }
 
 impl<'a> Importer<'a> {
@@ -643,6 +675,27 @@ impl<'a> Importer<'a> {
     fn required(&self, node: &NodeProto, i: usize) -> Imports {
         self.input(node, i)?
             .ok_or_else(|| ImportError::Malformed(format!("input {i} is required")))
+    }
+
+    /// `v` where a node needs a constant (a shape, axes, a count): a constant, or an integer
+    /// input of the model whose value the run gives, which the graph is then specialized to
+    /// (and recorded so). `None` for any other run-time value.
+    fn demand(&self, v: &Val) -> Option<Rc<Tensor>> {
+        match v {
+            Val::Const(t, _) => Some(t.clone()),
+            Val::Dyn(name, ty) => {
+                let given = self
+                    .known
+                    .get(name)
+                    .filter(|_| self.graph.input(name).is_some() && !ty.dtype.is_float())
+                    .filter(|t| t.shape() == ty.shape.as_slice())?;
+                let value = given.clone().into_declared(ty.dtype, "", name).ok()?;
+                self.specialized
+                    .borrow_mut()
+                    .insert(name.clone(), value.clone());
+                Some(Rc::new(value))
+            }
+        }
     }
 
     /// Imports one node; its output values in order.

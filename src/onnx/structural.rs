@@ -87,9 +87,10 @@ fn shape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, _: &str) -> Imports
 fn range(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Imports<Vec<Val>> {
     let scalar = |i: usize, what: &str| -> Imports<Tensor> {
         let v = im.required(node, i)?;
-        let t = v.constant().ok_or_else(|| {
+        let t = im.demand(&v).ok_or_else(|| {
             ImportError::Unsupported(format!(
-                "`{what}` must be a constant (a Range's length is its shape, and fusebox shapes are static), not a run-time value"
+                "`{what}` must be a constant (a Range's length is its shape, and fusebox shapes are static), not a run-time value{}",
+                super::GIVE_VALUE
             ))
         })?;
         if t.data.len() != 1 {
@@ -98,7 +99,7 @@ fn range(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Imports<V
                 t.shape()
             )));
         }
-        Ok(t.clone())
+        Ok(Tensor::clone(&t))
     };
     let (start, limit, delta) = (
         scalar(0, "start")?,
@@ -526,9 +527,10 @@ impl Importer<'_> {
     /// Input `i`, which must be a constant, as integers (`what` names it in errors).
     pub(super) fn ints(&self, node: &NodeProto, i: usize, what: &str) -> Imports<Vec<i64>> {
         let v = self.required(node, i)?;
-        let t = v.constant().ok_or_else(|| {
+        let t = self.demand(&v).ok_or_else(|| {
             ImportError::Unsupported(format!(
-                "`{what}` must be a constant (fusebox shapes are static), not a run-time value"
+                "`{what}` must be a constant (fusebox shapes are static), not a run-time value{}",
+                super::GIVE_VALUE
             ))
         })?;
         Ok(t.values().iter().map(|&f| f as i64).collect())

@@ -256,9 +256,12 @@ impl<'a> Importer<'a> {
                         Some(Attr::Ints(dims))
                     }
                     (Some(v), "value" | "ints" | "axes") => {
-                        let t = v
-                            .constant()
-                            .ok_or_else(|| ImportError::Unsupported(format!("input {index} must be a constant (fusebox shapes and attributes are static), not a run-time value")))?;
+                        let t = self.demand(&v).ok_or_else(|| {
+                            ImportError::Unsupported(format!(
+                                "input {index} must be a constant (fusebox shapes and attributes are static), not a run-time value{}",
+                                super::GIVE_VALUE
+                            ))
+                        })?;
                         let vals = t.values();
                         if what == "value" {
                             if vals.len() != 1 {
