@@ -124,9 +124,12 @@ fn one_compiled_model_runs_two_sizes_and_compiles_its_kernels_once() {
         let names = loaded.declared().names();
         assert!(names.contains(&"batch"), "{model}: {names:?}");
         let first = arrays(model, 0);
-        let sized =
-            Model::load_sized(&path, &rules, &loaded.specialization_for(&first).unwrap().sizes)
-                .unwrap();
+        let sized = Model::load_sized(
+            &path,
+            &rules,
+            &loaded.specialization_for(&first).unwrap().sizes,
+        )
+        .unwrap();
         let mut cpu = sized
             .compile(Backend::Cpu, &CompileOptions::default())
             .unwrap();

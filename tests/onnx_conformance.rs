@@ -135,7 +135,10 @@ fn run_set(dir: &Path, set: &Path, rules: &RuleSet, compiler: &Compiler) -> Resu
         .zip(inputs)
         .collect();
     let sizes = declared
-        .sizes_from(|name| given.get(name).map(Tensor::shape), &Default::default())
+        .sizes_from(
+            |name| given.get(name).map(Tensor::shape),
+            &Default::default(),
+        )
         .map_err(|e| format!("import: {}", e.kind))?;
     let specialization = Specialization {
         sizes,
@@ -260,5 +263,33 @@ fn onnx_node_tests_pass_on_reference_and_cpu() {
     assert_eq!(
         book, table_text,
         "book/src/generated/onnx_conformance.md is out of date (FUSEBOX_BLESS=1)"
+    );
+}
+
+/// `src/onnx/versions.rs`, the ops' definition history the importer checks a model's opset
+/// against, is what the installed onnx wheel's schemas say (`tests/onnx/op_versions.py`).
+#[test]
+fn op_versions_match_the_onnx_wheel() {
+    if node_tests().is_none() {
+        assert!(
+            std::env::var_os("FUSEBOX_REQUIRE_ONNX").is_none(),
+            "FUSEBOX_REQUIRE_ONNX is set but the onnx wheel cannot be imported"
+        );
+        return;
+    }
+    let out = Command::new("python3")
+        .arg(repo().join("tests/onnx/op_versions.py"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let committed = std::fs::read_to_string(repo().join("src/onnx/versions.rs")).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        committed,
+        "src/onnx/versions.rs differs from the wheel: python3 tests/onnx/op_versions.py > src/onnx/versions.rs"
     );
 }

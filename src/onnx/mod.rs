@@ -22,14 +22,14 @@ mod recurrent;
 mod selection;
 mod structural;
 mod table;
-use model_check::{definitions, unsupported};
+mod versions;
+use model_check::{definitions, opset_meanings, unsupported};
 
 use crate::attr::{AttrType, AttrValue, Attrs};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result, Site};
 use crate::graph::check::{infer_op, resolve_attrs};
 use crate::graph::dims::{Declared, DeclaredInput, Dim, DimSizes, Specialization};
-use std::cell::RefCell;
 use crate::graph::{Graph, Input, Node, TensorType, TypeMap};
 use crate::rules::builtin::BuiltinAttrs;
 use crate::rules::onnx::{MapTable, Mapping};
@@ -37,6 +37,7 @@ use crate::rules::{Builtin, Catalogue};
 use crate::tensor::Tensor;
 use onnx_protobuf::{GraphProto, NodeProto, ValueInfoProto};
 use proto::{Attr, ProtoError};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::rc::Rc;
@@ -44,7 +45,8 @@ use std::rc::Rc;
 pub use crate::rules::onnx::STRUCTURAL;
 
 /// What a refusal of a run-time value where a constant is needed adds for a model input.
-const GIVE_VALUE: &str = " (an integer input of the model is specialized to its value when the run gives one)";
+const GIVE_VALUE: &str =
+    " (an integer input of the model is specialized to its value when the run gives one)";
 
 /// An imported model: the graph, its types, and the stored value of each parameter input.
 #[derive(Debug, Clone)]
@@ -132,23 +134,25 @@ pub fn import_model(
 ) -> Result<Imported> {
     let fail = |message: String| Error::new(Site::model(file), ErrorKind::Input(message));
     // The table follows the op semantics of opset 13 on (axes as inputs, Softmax over one
-    // axis); the opsets after 21, up to 26 (onnx 1.22), changed none of the imported ops'
-    // meaning, only the element types they admit, which are checked per tensor.
-    for opset in &model.opset_import {
-        if (opset.domain.is_empty() || opset.domain == "ai.onnx")
-            && !(13..=26).contains(&opset.version)
-        {
-            return Err(fail(format!(
-                "opset {} is outside the opsets fusebox imports (13 to 26)",
-                opset.version
-            )));
-        }
-    }
+    // axis); the opsets after, up to 26 (onnx 1.22), changed none of the imported ops'
+    // meaning, only the element types they admit, which are checked per tensor. A model of
+    // another opset imports where its ops mean the same (`opset_meanings`).
+    let opset = model
+        .opset_import
+        .iter()
+        .filter(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version)
+        .max();
     let graph = model
         .graph
         .as_ref()
         .ok_or_else(|| fail("the model has no graph".into()))?;
     unsupported(graph, table).map_err(|e| fail(e.to_string()))?;
+    if let Some(opset) = opset {
+        let opset = u32::try_from(opset)
+            .map_err(|_| fail(format!("opset {opset} is not a version of ONNX")))?;
+        opset_meanings(graph, opset).map_err(|e| fail(e.to_string()))?;
+    }
     let mut declared = declared_inputs(graph).map_err(|e| fail(e.to_string()))?;
     declared.bind(&given.sizes).map_err(|e| {
         let mut e = e;

@@ -1,5 +1,5 @@
 //! Checks of a whole model before any node is imported: every op type it uses is one fusebox
-//! can import, and every value name is defined once.
+//! can import, at the meaning its opset gives it, and every value name is defined once.
 
 use super::*;
 
@@ -62,4 +62,58 @@ pub(super) fn definitions(graph: &GraphProto) -> Imports<()> {
         defined.insert(name, what);
     }
     Ok(())
+}
+
+/// The opsets whose meaning of every op the op table writes: 13 (where reductions' axes and
+/// Softmax's axis took their present meaning) to 26.
+pub(super) const TABLE_OPSETS: std::ops::RangeInclusive<u32> = 13..=26;
+
+/// The version of `op` in effect at `opset`: the last (re)definition at or before it.
+fn in_effect(op: &str, opset: u32) -> Option<u32> {
+    let (_, versions) = super::versions::SINCE
+        .iter()
+        .find(|(name, _)| *name == op)?;
+    versions.iter().copied().filter(|&v| v <= opset).max()
+}
+
+/// Refuses a model whose opset gives an op it uses another definition than the opsets the
+/// table is written for ([`TABLE_OPSETS`]): a model of an older opset imports when none of its
+/// ops was redefined between its opset and 13 (an `And` of opset 7, a `OneHot` of 11), a newer
+/// one when none was redefined after 26. Every op the model names must exist at its opset.
+pub(super) fn opset_meanings(graph: &GraphProto, opset: u32) -> Imports<()> {
+    if TABLE_OPSETS.contains(&opset) {
+        return Ok(());
+    }
+    let anchor = opset.clamp(*TABLE_OPSETS.start(), *TABLE_OPSETS.end());
+    let mut changed: BTreeMap<&str, (Option<u32>, Option<u32>)> = BTreeMap::new();
+    for node in &graph.node {
+        if !(node.domain.is_empty() || node.domain == "ai.onnx") {
+            continue;
+        }
+        let op = node.op_type.as_str();
+        let (here, there) = (in_effect(op, opset), in_effect(op, anchor));
+        if here.is_none() || here != there {
+            changed.insert(op, (here, there));
+        }
+    }
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = changed
+        .iter()
+        .map(|(op, (here, there))| match (here, there) {
+            (None, _) => format!("{op} (not defined at opset {opset})"),
+            (Some(here), Some(there)) => {
+                format!("{op} (version {here} here, {there} at opset {anchor})")
+            }
+            (Some(here), None) => format!("{op} (version {here} here)"),
+        })
+        .collect();
+    Err(ImportError::Unsupported(format!(
+        "opset {opset} defines {} otherwise than the opsets fusebox imports ({} to {}): {}",
+        if changed.len() == 1 { "an op" } else { "ops" },
+        TABLE_OPSETS.start(),
+        TABLE_OPSETS.end(),
+        list.join(", ")
+    )))
 }

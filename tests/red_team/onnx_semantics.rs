@@ -1389,3 +1389,46 @@ fn range_folds_exactly_and_refuses_what_has_no_static_length() {
     .unwrap_err();
     assert!(e.to_string().contains("`limit` must be a constant"), "{e}");
 }
+
+/// A model of another opset than 13 to 26 imports when every op it uses means there what it
+/// means at 13 (or 26), and is refused naming each op whose definition differs, with both
+/// versions: `And` of opset 7 is `And` of 13; `Add` of opset 7 is not (13 redefined it).
+#[test]
+fn an_older_opset_imports_where_its_ops_mean_the_same() {
+    let rules = fusebox::rules::RuleSet::defaults();
+    let at = |opset: i64, op: &str| {
+        let dtype = if op == "And" { 9 } else { 1 };
+        let mut m = model(
+            vec![
+                crate::common::onnx_models::value_info("a", dtype, Some(&[2])),
+                crate::common::onnx_models::value_info("b", dtype, Some(&[2])),
+            ],
+            vec![],
+            vec![node(op, &["a", "b"], &["y"], vec![])],
+            vec![crate::common::onnx_models::value_info("y", dtype, None)],
+        );
+        m.opset_import[0].version = opset;
+        fusebox::onnx::import_model(
+            &m,
+            "old.onnx",
+            None,
+            &rules.ops,
+            &rules.onnx,
+            &Default::default(),
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+    };
+    assert_eq!(at(7, "And"), Ok(()));
+    assert_eq!(at(17, "Add"), Ok(()));
+    let e = at(7, "Add").unwrap_err();
+    assert!(
+        e.contains("opset 7 defines an op otherwise")
+            && e.contains("Add (version 7 here, 13 at opset 13)"),
+        "{e}"
+    );
+    let e = at(5, "And").unwrap_err();
+    assert!(e.contains("And (version 1 here, 7 at opset 13)"), "{e}");
+    let e = at(0, "And").unwrap_err();
+    assert!(e.contains("And (not defined at opset 0)"), "{e}");
+}
