@@ -354,8 +354,9 @@ fn shape_ints(shape: &[usize]) -> Vec<i64> {
 }
 
 /// Whether a `when`/`unless` condition holds: `"$N.dtype": "i32"` (or `"integer"`, `"float"`,
-/// `"bool"`) on the dtype of input N (false when it is absent), any other key on the ONNX
-/// attribute of that name (or the Map's default for it).
+/// `"bool"`) on the dtype of input N (false when it is absent), `"$N.run_time": true` when
+/// input N is present and not a constant, any other key on the ONNX attribute of that name
+/// (or the Map's default for it).
 pub(super) fn condition(
     attrs: &HashMap<String, Attr>,
     map: &Mapping,
@@ -363,6 +364,10 @@ pub(super) fn condition(
     key: &str,
     expected: &ron::Value,
 ) -> bool {
+    if let Some(index) = crate::rules::onnx::run_time_condition(key) {
+        let run_time = matches!(inputs.get(index), Some(Some(v)) if v.constant().is_none());
+        return matches!(expected, ron::Value::Bool(want) if *want == run_time);
+    }
     match crate::rules::onnx::dtype_condition(key) {
         Some(index) => {
             let Some(Some(v)) = inputs.get(index) else {

@@ -96,6 +96,15 @@ pub fn dtype_condition(key: &str) -> Option<usize> {
     key.strip_prefix('$')?.strip_suffix(".dtype")?.parse().ok()
 }
 
+/// The input index of a run-time condition key, `$N.run_time` (`true` when input N is present
+/// and not a constant at import: a Clip whose bounds are computed).
+pub fn run_time_condition(key: &str) -> Option<usize> {
+    key.strip_prefix('$')?
+        .strip_suffix(".run_time")?
+        .parse()
+        .ok()
+}
+
 /// Whether `dtype` is what a dtype condition's value names: a dtype (`"i32"`) or a category
 /// (`"integer"`, `"float"`, `"bool"`).
 pub fn dtype_matches(dtype: DType, want: &str) -> bool {
@@ -112,8 +121,12 @@ pub fn dtype_matches(dtype: DType, want: &str) -> bool {
 /// A `when`/`unless` condition that names no dtype condition this table can test.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 enum ConditionError {
-    #[error("condition `{0}`: a `$` condition is written `$N.dtype` (the dtype of input N)")]
+    #[error(
+        "condition `{0}`: a `$` condition is written `$N.dtype` (the dtype of input N) or `$N.run_time` (input N is not a constant)"
+    )]
     Key(String),
+    #[error("condition `{0}` must be true or false")]
+    Flag(String),
     #[error(
         "condition `{key}` must name a dtype or one of \"integer\", \"float\", \"bool\", not {found}"
     )]
@@ -124,7 +137,11 @@ fn check_conditions(
     conditions: &BTreeMap<String, ron::Value>,
 ) -> std::result::Result<(), ConditionError> {
     for (key, value) in conditions {
-        if key.starts_with('$') {
+        if run_time_condition(key).is_some() {
+            if !matches!(value, ron::Value::Bool(_)) {
+                return Err(ConditionError::Flag(key.clone()));
+            }
+        } else if key.starts_with('$') {
             if dtype_condition(key).is_none() {
                 return Err(ConditionError::Key(key.clone()));
             }

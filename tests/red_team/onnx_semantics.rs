@@ -1432,3 +1432,26 @@ fn an_older_opset_imports_where_its_ops_mean_the_same() {
     let e = at(0, "And").unwrap_err();
     assert!(e.contains("And (not defined at opset 0)"), "{e}");
 }
+
+/// A run-time condition in a rule directory's op table must be a flag: anything else is
+/// refused where it is written, as a dtype condition naming no dtype is.
+#[test]
+fn a_run_time_condition_must_be_a_flag() {
+    let rules = fusebox::rules::RuleSet::defaults();
+    for (value, ok) in [
+        ("true", true),
+        ("false", true),
+        ("\"yes\"", false),
+        ("1", false),
+    ] {
+        let text = format!(
+            "[Map(onnx: \"Clip\", when: {{\"$1.run_time\": {value}}}, nodes: [Node(op: \"neg\", args: [\"$0\"])])]"
+        );
+        let loaded = fusebox::rules::onnx::MapTable::load_str(&text, "onnx.ron", &rules.ops);
+        match (loaded, ok) {
+            (Ok(_), true) => {}
+            (Err(e), false) => assert!(e.to_string().contains("must be true or false"), "{e}"),
+            (other, _) => panic!("{value}: {other:?}"),
+        }
+    }
+}
