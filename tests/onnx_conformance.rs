@@ -142,11 +142,7 @@ fn run_set(dir: &Path, set: &Path, rules: &RuleSet, compiler: &Compiler) -> Resu
         .map_err(|e| format!("import: {}", e.kind))?;
     let specialization = Specialization {
         sizes,
-        values: given
-            .iter()
-            .filter(|(_, t)| t.dtype.category() == fusebox::dtype::Category::Integer)
-            .map(|(name, t)| (name.clone(), t.clone()))
-            .collect(),
+        values: given.clone().into_iter().collect(),
     };
     let imported = onnx::import_specialized(&path, &rules.ops, &rules.onnx, &specialization)
         .map_err(|e| format!("import: {}", e.kind))?;

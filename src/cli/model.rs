@@ -49,14 +49,19 @@ pub fn load_for_arrays(
                 e
             })?;
         }
+        // Any small array may be what a node needs as a constant (a shape, axes, a count);
+        // the import takes only those it needs.
         given.values = arrays
             .iter()
-            .filter(|a| a.tensor.dtype.category() == crate::dtype::Category::Integer)
+            .filter(|a| a.tensor.len() <= SPECIALIZABLE)
             .map(|a| (a.name.clone(), a.tensor.clone()))
             .collect();
     }
     crate::model::load_values_specialized(path, rules, which, &given)
 }
+
+/// The most elements of an array a model may be specialized to (a shape or axes has a few).
+const SPECIALIZABLE: usize = 4096;
 
 /// ` at batch=3, seq=1 (default)` for a model with symbolic dimensions, else nothing.
 pub fn at_sizes(declared: &Declared) -> String {
