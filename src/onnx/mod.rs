@@ -20,6 +20,7 @@ mod pairwise;
 pub mod proto;
 mod recurrent;
 mod selection;
+mod specialize;
 mod structural;
 mod table;
 mod versions;
@@ -679,30 +680,6 @@ impl<'a> Importer<'a> {
     fn required(&self, node: &NodeProto, i: usize) -> Imports {
         self.input(node, i)?
             .ok_or_else(|| ImportError::Malformed(format!("input {i} is required")))
-    }
-
-    /// `v` where a node needs a constant (a shape, axes, a count): a constant, or an input of
-    /// the model whose value the run gives, which the graph is then specialized to (and
-    /// recorded so). `None` for any other run-time value.
-    fn demand(&self, v: &Val) -> Option<Rc<Tensor>> {
-        match v {
-            Val::Const(t, _) => Some(t.clone()),
-            Val::Dyn(name, ty) => {
-                // A float is specialized only when every value is finite, so that a key
-                // holding it compares equal to itself.
-                let given = self
-                    .known
-                    .get(name)
-                    .filter(|_| self.graph.input(name).is_some())
-                    .filter(|t| t.shape() == ty.shape.as_slice())
-                    .filter(|t| t.values().iter().all(|v| v.is_finite()))?;
-                let value = given.clone().into_declared(ty.dtype, "", name).ok()?;
-                self.specialized
-                    .borrow_mut()
-                    .insert(name.clone(), value.clone());
-                Some(Rc::new(value))
-            }
-        }
     }
 
     /// Imports one node; its output values in order.

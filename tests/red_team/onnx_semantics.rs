@@ -1455,3 +1455,58 @@ fn a_run_time_condition_must_be_a_flag() {
         }
     }
 }
+
+/// A shape computed from an input (`Reshape(x, Concat(Unsqueeze(n), [-1]))`) is specialized to
+/// the value a run gives `n`: one compiled model runs two values of it, each at its own shape,
+/// and without a value the import is refused at the Reshape, saying so.
+#[test]
+fn a_shape_computed_from_an_input_specializes_the_model_to_its_value() {
+    use fusebox::model::{Backend, CompileOptions, Model};
+    let dir = scratch("computed-shape");
+    let m = model(
+        vec![
+            info("x", DType::F32, Some(&[6])),
+            info("n", DType::I64, Some(&[])),
+        ],
+        vec![],
+        vec![
+            constant("zero", DType::I64, &[1], &[0]),
+            node("Unsqueeze", &["n", "zero"], &["n1"], vec![]),
+            constant("rest", DType::I64, &[1], &[-1]),
+            node(
+                "Concat",
+                &["n1", "rest"],
+                &["shape"],
+                vec![int_attr("axis", 0)],
+            ),
+            node("Reshape", &["x", "shape"], &["y"], vec![]),
+        ],
+        vec![info("y", DType::F32, None)],
+    );
+    let path = save(&dir, "reshape.onnx", &m);
+    let rules = fusebox::rules::RuleSet::defaults();
+    let e = Model::load(&path, &rules).unwrap_err().to_string();
+    assert!(
+        e.contains("Reshape") && e.contains("specialized to its value"),
+        "{e}"
+    );
+    let x = Tensor::from_values(DType::F32, &[6], (0..6).map(f64::from).collect()).unwrap();
+    let n = |v: i64| Tensor::from_ints(DType::I64, &[], vec![v]).unwrap();
+    let given = |v: i64| {
+        std::collections::BTreeMap::from([("x".to_string(), x.clone()), ("n".to_string(), n(v))])
+    };
+    let first = fusebox::graph::dims::Specialization {
+        values: [("n".to_string(), n(2))].into(),
+        ..Default::default()
+    };
+    let loaded = Model::load_specialized(&path, &rules, &first).unwrap();
+    assert_eq!(loaded.specialized().keys().collect::<Vec<_>>(), ["n"]);
+    for backend in [Backend::Reference, Backend::Cpu] {
+        let mut compiled = loaded.compile(backend, &CompileOptions::default()).unwrap();
+        for (v, shape) in [(2, [2usize, 3]), (3, [3, 2]), (2, [2, 3])] {
+            let y = &compiled.run(&given(v)).unwrap()["y"];
+            assert_eq!(y.shape(), shape, "n = {v} on {backend:?}");
+            assert_eq!(y.values(), x.values(), "n = {v} on {backend:?}");
+        }
+    }
+}
