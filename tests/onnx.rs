@@ -168,6 +168,62 @@ fn pytorch_models_with_run_time_indices_match_pytorch() {
     }
 }
 
+/// `fusebox grad` of the recurrent models PyTorch exported (a two-layer bidirectional
+/// `nn.LSTM` from initial states, an `nn.GRU`), by both exporters: the joint graph, run on the
+/// reference and CPU backends with the recorded cotangent, gives the gradients with respect to
+/// the inputs (and initial states) that `torch.autograd` computed in float64.
+#[test]
+fn gradients_of_pytorch_recurrent_models_match_torch_autograd() {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/torch");
+    let dir = temp_dir("torch-grad");
+    for (model, wrt) in [("gru", "x"), ("lstm", "x,h0,c0")] {
+        for exporter in ["ts", "dynamo"] {
+            let joint = dir.join(format!("{model}.{exporter}.ron"));
+            let onnx = source.join(format!("{model}.{exporter}.onnx"));
+            let (ok, text) = fusebox(&[
+                "grad",
+                onnx.to_str().unwrap(),
+                "--wrt",
+                wrt,
+                "--out",
+                joint.to_str().unwrap(),
+            ]);
+            assert!(ok, "{model}.{exporter}: {text}");
+            for backend in ["reference", "cpu"] {
+                let out = dir.join(format!("out-{model}-{exporter}-{backend}"));
+                let mut args: Vec<String> = vec![
+                    "run".into(),
+                    joint.display().to_string(),
+                    "--backend".into(),
+                    backend.into(),
+                    "--out".into(),
+                    out.display().to_string(),
+                    "--input".into(),
+                    format!(
+                        "grad_y={}",
+                        source.join(format!("{model}.cot.y.npy")).display()
+                    ),
+                ];
+                for input in wrt.split(',') {
+                    args.push("--input".into());
+                    let file = source.join(format!("{model}.in.{input}.npy"));
+                    args.push(format!("{input}={}", file.display()));
+                }
+                let words: Vec<&str> = args.iter().map(String::as_str).collect();
+                let (ok, text) = fusebox(&words);
+                assert!(ok, "{model}.{exporter} on {backend}: {text}");
+                for input in wrt.split(',') {
+                    let got = Tensor::read_npy(&out.join(format!("grad_{input}.npy"))).unwrap();
+                    let want = source.join(format!("{model}.grad.{input}.npy"));
+                    let want = Tensor::read_npy(&want).unwrap();
+                    let what = format!("{model}.{exporter} grad_{input} on {backend}");
+                    assert_close(&what, &got, &want);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn external_data_weights_are_read_from_beside_the_model() {
     let Some(dir) = models("external") else {

@@ -4,7 +4,9 @@ rounded to float32, so the reference is more accurate than either side).
 
 Usage: python3 torch_models.py DIR (needs torch, onnx and onnxscript). Writes
 DIR/<model>.<exporter>.onnx, DIR/<model>.in.<input>.npy and DIR/<model>.out.0.npy, for the
-exporters `ts` (TorchScript, opset 17) and `dynamo` (the default opset).
+exporters `ts` (TorchScript, opset 17) and `dynamo` (the default opset); and for the models in
+DIFFERENTIATED a cotangent DIR/<model>.cot.y.npy and torch.autograd's gradients with respect to
+the float inputs, DIR/<model>.grad.<input>.npy.
 """
 import os
 import sys
@@ -161,9 +163,31 @@ def reference(model, inputs):
     return y.float().numpy()
 
 
+# The models whose gradient with respect to their float inputs tests/onnx.rs checks against
+# torch.autograd (the others read embeddings or picks, whose gradients fusebox does not have).
+DIFFERENTIATED = {"lstm", "gru"}
+
+
+def gradients(name, model, inputs):
+    """d(sum(y * cotangent))/d(input) in float64 for every float input, with the cotangent
+    saved as <name>.cot.y.npy and each gradient as <name>.grad.<input>.npy."""
+    model64 = model.double()
+    args = [v.double().requires_grad_() if v.is_floating_point() else v for v in inputs.values()]
+    y = model64(*args)
+    cot = torch.randn(y.shape, dtype=torch.float64)
+    np.save(os.path.join(out, f"{name}.cot.y.npy"), cot.float().numpy())
+    (y * cot.float().double()).sum().backward()
+    for key, arg in zip(inputs, args):
+        if arg.is_floating_point():
+            np.save(os.path.join(out, f"{name}.grad.{key}.npy"), arg.grad.float().numpy())
+    model.float()
+
+
 for name, model, inputs in models():
     model.eval()
     want = reference(model, inputs)
+    if name in DIFFERENTIATED:
+        gradients(name, model, inputs)
     for key, value in inputs.items():
         np.save(os.path.join(out, f"{name}.in.{key}.npy"), value.numpy())
     np.save(os.path.join(out, f"{name}.out.0.npy"), want)
