@@ -17,9 +17,10 @@ const NAN: f64 = f64::NAN;
 const INF: f64 = f64::INFINITY;
 
 /// Every op of the default catalogue; each is exercised below.
-const COVERED: [&str; 51] = [
+const COVERED: [&str; 52] = [
     "abs",
     "add",
+    "atan",
     "broadcast_to",
     "cast",
     "ceil",
@@ -489,6 +490,7 @@ fn unary_truths() -> Vec<Truth> {
         ("sin", general.clone(), f64::sin),
         ("cos", general.clone(), f64::cos),
         ("tan", general.clone(), f64::tan),
+        ("atan", general.clone(), f64::atan),
         ("tanh", general.clone(), f64::tanh),
         ("sigmoid", general.clone(), sigmoid),
         ("gelu", general.clone(), |x| {

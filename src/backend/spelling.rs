@@ -281,6 +281,7 @@ pub(crate) trait Spelling {
             | Func::Floor
             | Func::Sin
             | Func::Cos
+            | Func::Atan
             | Func::Pow => format!("{}({})", self.function(ir, id, func, prec), args.join(", ")),
         }
     }
@@ -374,6 +375,7 @@ pub(crate) fn libm_name(func: Func, prec: Prec) -> String {
         Func::Floor => "floor",
         Func::Sin => "sin",
         Func::Cos => "cos",
+        Func::Atan => "atan",
         Func::Pow => "pow",
         Func::Rsqrt | Func::Min | Func::Max | Func::Select => {
             unreachable!("{func:?} is not a libm function")

@@ -42,6 +42,7 @@ pub trait Scalar:
     fn abs(self) -> Self;
     fn floor(self) -> Self;
     fn sin(self) -> Self;
+    fn atan(self) -> Self;
     fn cos(self) -> Self;
     fn powf(self, exponent: Self) -> Self;
     /// `1 / sqrt(x)`, rounded twice at float precisions.
@@ -92,6 +93,9 @@ macro_rules! impl_scalar {
             }
             fn sin(self) -> Self {
                 $t::sin(self)
+            }
+            fn atan(self) -> Self {
+                $t::atan(self)
             }
             fn cos(self) -> Self {
                 $t::cos(self)
@@ -202,6 +206,9 @@ impl Scalar for WrappingInt {
     }
     fn sin(self) -> Self {
         self.via_f64(f64::sin)
+    }
+    fn atan(self) -> Self {
+        self.via_f64(f64::atan)
     }
     fn cos(self) -> Self {
         self.via_f64(f64::cos)
@@ -470,6 +477,7 @@ fn eval_node<'a, S: Scalar>(
                 Func::Abs => map1(arg(), S::abs),
                 Func::Floor => map1(arg(), S::floor),
                 Func::Sin => map1(arg(), S::sin),
+                Func::Atan => map1(arg(), S::atan),
                 Func::Cos => map1(arg(), S::cos),
                 Func::Min => map2(arg(), arg(), nan_min),
                 Func::Max => map2(arg(), arg(), nan_max),

@@ -67,6 +67,7 @@ pub enum Func {
     Floor,
     Sin,
     Cos,
+    Atan,
     Min,
     Max,
     Pow,
@@ -76,7 +77,7 @@ pub enum Func {
 impl Func {
     /// Every function, so callers (suggestions, backends' coverage tests)
     /// can enumerate the language without repeating the list.
-    pub const ALL: [Func; 16] = [
+    pub const ALL: [Func; 17] = [
         Func::Exp,
         Func::Log,
         Func::Log1p,
@@ -89,6 +90,7 @@ impl Func {
         Func::Floor,
         Func::Sin,
         Func::Cos,
+        Func::Atan,
         Func::Min,
         Func::Max,
         Func::Pow,
@@ -121,6 +123,7 @@ impl Func {
             Func::Floor => "floor",
             Func::Sin => "sin",
             Func::Cos => "cos",
+            Func::Atan => "atan",
             Func::Min => "min",
             Func::Max => "max",
             Func::Pow => "pow",

@@ -48,13 +48,14 @@ pub enum Primitive {
     Erf,
     Sin,
     Cos,
+    Atan,
     Pow,
     /// One accumulation step of a reduction, per input element.
     Reduce,
 }
 
 impl Primitive {
-    pub const ALL: [Primitive; 23] = [
+    pub const ALL: [Primitive; 24] = [
         Primitive::Add,
         Primitive::Sub,
         Primitive::Mul,
@@ -76,6 +77,7 @@ impl Primitive {
         Primitive::Erf,
         Primitive::Sin,
         Primitive::Cos,
+        Primitive::Atan,
         Primitive::Pow,
         Primitive::Reduce,
     ];
@@ -104,6 +106,7 @@ impl Primitive {
             Primitive::Erf => "erf",
             Primitive::Sin => "sin",
             Primitive::Cos => "cos",
+            Primitive::Atan => "atan",
             Primitive::Pow => "pow",
             Primitive::Reduce => "reduce",
         }
@@ -139,6 +142,7 @@ impl Primitive {
             Func::Floor => Primitive::Floor,
             Func::Sin => Primitive::Sin,
             Func::Cos => Primitive::Cos,
+            Func::Atan => Primitive::Atan,
             Func::Min => Primitive::Min,
             Func::Max => Primitive::Max,
             Func::Pow => Primitive::Pow,

@@ -115,6 +115,8 @@ fn call(func: Func, x: &[f64], prec: Prec) -> f64 {
         Func::Sin => x[0].sin(),
         Func::Cos if single => f32op(f32::cos),
         Func::Cos => x[0].cos(),
+        Func::Atan if single => f32op(f32::atan),
+        Func::Atan => x[0].atan(),
         Func::Min => nan_min(x[0], x[1]),
         Func::Max => nan_max(x[0], x[1]),
         Func::Pow if single => f64::from((x[0] as f32).powf(x[1] as f32)),

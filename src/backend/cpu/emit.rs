@@ -351,6 +351,7 @@ fn has_libmvec_variant(func: Func) -> bool {
             | Func::Erf
             | Func::Sin
             | Func::Cos
+            | Func::Atan
             | Func::Pow
     )
 }
