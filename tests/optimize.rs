@@ -433,7 +433,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: random_graph::cases(128), ..ProptestConfig::default() })]
 
     /// With an AMP policy, optimization of the cast-inserted graph preserves its semantics too
-    /// (library casts, casts fused into kernels), and the cost bounds still hold.
+    /// (library casts, casts fused into kernels) wherever its values are finite, and the cost
+    /// bounds still hold.
     #[test]
     fn optimize_with_amp_preserves_the_cast_inserted_semantics(
         dims in prop_oneof![Just((3usize, 4usize)), Just((1, 5)), Just((2, 1))],
@@ -450,7 +451,12 @@ proptest! {
         prop_assert!(r.cost_after <= r.cost_unrewritten + 1e-9);
         prop_assert!(r.cost_unrewritten <= r.cost_before + 1e-9);
         prop_assert_eq!(&out.graph.outputs, &graph.outputs);
-        outputs_agree(&out.input, &out.graph, seed).map_err(|e| TestCaseError::fail(format!(
-            "{e}\ncast-inserted:\n{}\noptimized:\n{}", graph::file::to_ron(&out.input), graph::file::to_ron(&out.graph))))?;
+        // Every rule is on, so the outputs are compared where the `finite_only` rules' premise
+        // holds: every value of the cast-inserted graph finite (a sum divided by -0 is not).
+        let values = random_graph::inputs(&out.input, seed, false);
+        if random_graph::every_value_finite(&out.input, &values) {
+            outputs_agree_on(&out.input, &out.graph, &values).map_err(|e| TestCaseError::fail(format!(
+                "{e}\ncast-inserted:\n{}\noptimized:\n{}", graph::file::to_ron(&out.input), graph::file::to_ron(&out.graph))))?;
+        }
     }
 }

@@ -1007,7 +1007,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "c.ron:4:15: invalid rule: unknown weight `tahn` (did you mean `tanh`?); weights are given for add, sub, mul, div, neg, compare, select, min, max, abs, floor, exp, log, log1p, expm1, sqrt, rsqrt, tanh, erf, sin, cos, pow, reduce"
+            "c.ron:4:15: invalid rule: unknown weight `tahn` (did you mean `tanh`?); weights are given for add, sub, mul, div, neg, compare, select, min, max, abs, floor, exp, log, log1p, expm1, sqrt, rsqrt, tanh, erf, sin, cos, atan, pow, reduce"
         );
         let err = model
             .load_str(

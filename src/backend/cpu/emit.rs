@@ -351,7 +351,8 @@ fn has_libmvec_variant(func: Func) -> bool {
             | Func::Erf
             | Func::Sin
             | Func::Cos
-            | Func::Atan
             | Func::Pow
     )
+    // Not `atan`: libmvec has it only from glibc 2.35, and a declaration of a variant the
+    // library lacks fails at link time; it stays a scalar call.
 }
