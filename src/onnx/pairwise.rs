@@ -21,6 +21,7 @@
 //!   maximum (`max`) or minimum (`min`); a position no index names keeps its value.
 
 use super::proto::Attr;
+use super::selection::positions;
 use super::structural::{Attrs, int_attr};
 use super::{ImportError, Importer, Imports, Val};
 use crate::dtype::{Category, DType};
@@ -34,13 +35,6 @@ fn lift(im: &mut Importer, x: &Val, at: usize, name: &str) -> Imports {
     let mut shape = x.shape().to_vec();
     shape.insert(at, 1);
     im.reshape(x, &shape, name)
-}
-
-/// The positions `0..n` as an i64 tensor of rank `rank` that runs along `axis`.
-fn positions(n: usize, axis: usize, rank: usize) -> Imports {
-    let mut shape = vec![1; rank];
-    shape[axis] = n;
-    Val::ints(DType::I64, &shape, (0..n as i64).collect())
 }
 
 /// The attributes of a reduction over `axis` that drops it.

@@ -154,7 +154,7 @@ pub(super) fn one_hot(
 
 /// The positions `0..n` as an i64 tensor of rank `rank` that runs along `axis` (size 1 on
 /// every other axis).
-fn positions(n: usize, axis: usize, rank: usize) -> Imports {
+pub(super) fn positions(n: usize, axis: usize, rank: usize) -> Imports {
     let mut shape = vec![1; rank];
     shape[axis] = n;
     Val::ints(DType::I64, &shape, (0..n as i64).collect())
