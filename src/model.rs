@@ -246,8 +246,9 @@ impl Model {
     /// cost profile (`fusebox run`'s pipeline, [`crate::runner::prepare`]); the reference
     /// backend only inserts the AMP casts, since it runs the graph as written.
     ///
-    /// A model with symbolic dimensions is compiled at its present sizes; [`Compiled::run`]
-    /// compiles it again for arrays of other sizes, and the kernels, whose source does not
+    /// A specialized model (symbolic dimensions, inputs used as constants) is compiled as it is
+    /// specialized now; [`Compiled::run`] compiles it again for arrays of other sizes or
+    /// values, and the kernels, whose source does not
     /// depend on sizes, come from the cache ([`Compiled::kernel_builds`] counts both).
     pub fn compile(&self, backend: Backend, options: &CompileOptions) -> Result<Compiled> {
         if backend != Backend::Cuda && options.cuda != CudaOptions::default() {
@@ -346,7 +347,8 @@ enum Engine {
     Cuda(Box<Prepared<CudaExecutable>>),
 }
 
-/// A model compiled at one size of its symbolic dimensions.
+/// A model compiled at one specialization: sizes of its symbolic dimensions, values of the
+/// inputs it uses as constants.
 struct Binding {
     key: Specialization,
     engine: Engine,
@@ -355,7 +357,7 @@ struct Binding {
     stored: Tensors,
 }
 
-/// How a compiled model with symbolic dimensions compiles itself for other sizes.
+/// How a compiled specialized model compiles itself for other sizes or values.
 struct Resize {
     /// The model (without its stored values, which each size imports again).
     template: Model,
@@ -364,7 +366,8 @@ struct Resize {
     /// The CPU backend's compiler, kept so that the kernels of one size are in its memory
     /// for the next.
     compiler: Option<Compiler>,
-    /// The other sizes compiled so far, the most recently used last (at most [`KEPT_SIZES`]).
+    /// The other specializations compiled so far, the most recently used last (at most
+    /// [`KEPT_SIZES`]).
     kept: Vec<Binding>,
 }
 
@@ -379,7 +382,7 @@ pub struct Compiled {
     ops: RuleSet,
     /// What building kernels has cost, over every size compiled.
     builds: CompileStats,
-    /// For a model with symbolic dimensions: how to compile it at other sizes.
+    /// For a specialized model: how to compile it for other sizes or values.
     resize: Option<Resize>,
 }
 
@@ -430,8 +433,9 @@ impl Compiled {
     /// missing, and a name the model has no input of is refused (a misspelt name would
     /// otherwise leave a weight silently in place). A given value must have the declared
     /// shape, and is converted to the declared dtype when it is of the same kind (an `f32`
-    /// array for an `f16` input). For a model with symbolic dimensions the declared shape is
-    /// the one the arrays bind: a new size is compiled first.
+    /// array for an `f16` input). For a specialized model the declared shape is the one the
+    /// arrays bind: new sizes, or new values of the inputs it uses as constants, are compiled
+    /// first.
     pub fn run(&mut self, inputs: &BTreeMap<String, Tensor>) -> Result<BTreeMap<String, Tensor>> {
         self.size_for(inputs)?;
         let given = self.given_values(inputs)?;
