@@ -37,31 +37,7 @@ fn temp_dir(tag: &str) -> PathBuf {
 /// Builds the Python models into a fresh directory, or `None` (after checking that this is
 /// allowed) where the onnx wheel is missing.
 fn models(tag: &str) -> Option<PathBuf> {
-    let have = Command::new("python3")
-        .args(["-c", "import onnx"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
-        assert!(
-            std::env::var_os("FUSEBOX_REQUIRE_ONNX").is_none(),
-            "FUSEBOX_REQUIRE_ONNX is set but python3 cannot import onnx"
-        );
-        eprintln!("skipped: python3 cannot import onnx (pip install onnx==1.22.0)");
-        return None;
-    }
-    let dir = temp_dir(tag);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/models.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "models.py failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(dir)
+    crate::common::onnx_models::built_by("models.py", &temp_dir(tag))
 }
 
 fn assert_close(what: &str, got: &Tensor, want: &Tensor) {

@@ -10,33 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn cases_dir() -> Option<PathBuf> {
-    let have = Command::new("python3")
-        .args(["-c", "import onnx"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
-        assert!(
-            std::env::var_os("FUSEBOX_REQUIRE_ONNX").is_none(),
-            "FUSEBOX_REQUIRE_ONNX is set but python3 cannot import onnx"
-        );
-        eprintln!("skipped: python3 cannot import onnx");
-        return None;
-    }
     let dir = std::env::temp_dir().join(format!("fusebox-pairwise-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/pairwise_models.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "pairwise_models.py failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(dir)
+    crate::common::onnx_models::built_by("pairwise_models.py", &dir)
 }
 
 /// The files of `dir` named `<case>.<kind>.<name>.npy`, as (name, path).

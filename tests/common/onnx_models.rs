@@ -1,5 +1,6 @@
 //! Pieces of ONNX models built in Rust (with `onnx_protobuf`), for tests that need a hostile
-//! or unusual model no exporter would write.
+//! or unusual model no exporter would write; and models built by the Python scripts of
+//! `tests/onnx/` with the onnx wheel.
 
 use onnx_protobuf::{TypeProto, ValueInfoProto};
 
@@ -21,4 +22,35 @@ pub fn value_info(name: &str, elem_type: i32, dims: Option<&[i64]>) -> ValueInfo
     info.name = name.into();
     info.type_ = Some(ty).into();
     info
+}
+
+/// Runs `tests/onnx/<script> DIR` into `dir` (made fresh), or returns `None` (after checking
+/// that this is allowed: not where `FUSEBOX_REQUIRE_ONNX` is set) where python3 cannot import
+/// onnx.
+pub fn built_by(script: &str, dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    use std::process::Command;
+    let have = Command::new("python3")
+        .args(["-c", "import onnx"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        assert!(
+            std::env::var_os("FUSEBOX_REQUIRE_ONNX").is_none(),
+            "FUSEBOX_REQUIRE_ONNX is set but python3 cannot import onnx"
+        );
+        eprintln!("skipped: python3 cannot import onnx (pip install onnx==1.22.0)");
+        return None;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/onnx")
+        .join(script);
+    let out = Command::new("python3").arg(path).arg(dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(dir.to_path_buf())
 }
