@@ -433,7 +433,8 @@ fn squeeze(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Imp
     Ok(vec![im.reshape(&x, &shape, out)?])
 }
 
-/// A Slice node: a `slice` per sliced axis (positive steps only).
+/// A Slice node: a `slice` per sliced axis; one of a negative step (`torch.flip` exports as
+/// one) a `gather` of the positions it visits.
 fn slice(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Imports<Vec<Val>> {
     let x = im.required(node, 0)?;
     let starts = im.ints(node, 1, "starts")?;
@@ -455,13 +456,14 @@ fn slice(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Imports<V
     let mut v = x;
     for i in 0..starts.len() {
         let axis = crate::shape::normalize_axis(axes[i], rank)?;
-        if steps[i] <= 0 {
-            return Err(ImportError::Unsupported(format!(
-                "step {} on axis {axis}: fusebox slices with positive steps only",
-                steps[i]
-            )));
+        if steps[i] == 0 {
+            return Err(ImportError::Malformed(format!("step 0 on axis {axis}")));
         }
         let dim = v.shape()[axis] as i64;
+        if steps[i] < 0 {
+            v = backward(im, &v, axis, (starts[i], ends[i], steps[i]), out)?;
+            continue;
+        }
         let clip = |p: i64| (if p < 0 { p.saturating_add(dim) } else { p }).clamp(0, dim);
         let (s, e) = (clip(starts[i]), clip(ends[i]));
         if s == 0 && e == dim && steps[i] == 1 {
@@ -470,6 +472,35 @@ fn slice(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Imports<V
         v = im.slice(&v, axis, s, e.max(s), steps[i], out)?;
     }
     Ok(vec![v])
+}
+
+/// `x[start:end:step]` along `axis` for a negative `step`, as ONNX bounds it (`start` clamped
+/// to `[0, dim - 1]`, `end` to `[-1, dim - 1]`, negatives counted from the end): a `gather` of
+/// the positions `start, start + step, …` down to just above `end`.
+fn backward(
+    im: &mut Importer,
+    x: &Val,
+    axis: usize,
+    (start, end, step): (i64, i64, i64),
+    out: &str,
+) -> Imports {
+    let dim = x.shape()[axis] as i64;
+    let from_end = |p: i64| if p < 0 { p.saturating_add(dim) } else { p };
+    // An empty axis visits nothing (and has no position to clamp `start` to).
+    let first = (dim > 0).then(|| from_end(start).clamp(0, dim - 1));
+    let last = from_end(end).clamp(-1, (dim - 1).max(-1));
+    let positions: Vec<i64> = std::iter::successors(first, |&p| p.checked_add(step))
+        .take_while(|&p| p > last)
+        .collect();
+    let indices = Val::ints(DType::I64, &[positions.len()], positions)?;
+    let gather = BuiltinAttrs::Gather { axis: axis as i64 };
+    im.emit_builtin(
+        Builtin::Gather,
+        &[x.clone(), indices],
+        gather,
+        &format!("{out}.reversed"),
+        false,
+    )
 }
 
 /// A Split node: one `slice` per output.

@@ -1,5 +1,5 @@
-"""The pairwise ops of the importer (TopK, CumSum, ScatterElements) in every mode, built with
-the onnx helper, with inputs and the outputs of onnx.reference.ReferenceEvaluator, for
+"""The pairwise ops of the importer (TopK, CumSum, ScatterElements) in every mode, and Slice with
+negative steps (a gather), built with the onnx helper, with inputs and the outputs of onnx.reference.ReferenceEvaluator, for
 tests/onnx_pairwise.rs.
 
 Usage: python3 pairwise_models.py DIR. Writes DIR/<case>.onnx, DIR/<case>.in.<input>.npy and
@@ -59,3 +59,20 @@ for red in ["none","add","max","min"]:
     save(f"scatter_{red}_a{axis}", [h.make_node("ScatterElements",["data","idx","upd"],["y"],axis=axis,reduction=red)],
        [h.make_tensor_value_info("data",T.FLOAT,[4,5]),h.make_tensor_value_info("idx",T.INT64,list(shape)),h.make_tensor_value_info("upd",T.FLOAT,list(shape))],
        [h.make_tensor_value_info("y",T.FLOAT,None)], [], {"data":data,"idx":idx,"upd":upd})
+
+# Slice with negative steps (torch.flip exports as one), imported as a gather of the positions:
+# from the end, from past either end, two axes at once, an empty axis, an empty result.
+slices = [
+    ([5, 4], [-1], [-6], [0], [-1]),
+    ([5, 4], [3], [0], [0], [-2]),
+    ([5, 4], [10], [-10], [1], [-1]),
+    ([5, 4], [-1, 2], [-100, 0], [0, 1], [-1, -1]),
+    ([0, 3], [-1], [-10], [0], [-1]),
+    ([5, 4], [2], [4], [0], [-1]),
+]
+for k, (shape, starts, ends, axes, steps) in enumerate(slices):
+    consts = [nh.from_array(np.array(v, np.int64), n)
+              for n, v in zip(["starts", "ends", "axes", "steps"], [starts, ends, axes, steps])]
+    save(f"slice_backward_{k}", [h.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])],
+         [h.make_tensor_value_info("x", T.FLOAT, shape)], [h.make_tensor_value_info("y", T.FLOAT, None)],
+         consts, {"x": rng.standard_normal(shape).astype(np.float32)})
