@@ -1248,6 +1248,121 @@ fn ops_written_in_code_refuse_hostile_models_at_their_node() {
             ),
             false,
         ),
+        // The pairwise ops and the backward slice: sizes and axes out of range are refused at
+        // the node; the edges that are defined import.
+        (
+            (
+                "topk k above the axis",
+                vec![x(&[4, 3])],
+                vec![ids(&[1], &[4])],
+                node("TopK", &["x", "ids"], &["y", "yi"], vec![int("axis", 1)]),
+            ),
+            false,
+        ),
+        (
+            (
+                "topk negative k",
+                vec![x(&[4, 3])],
+                vec![ids(&[1], &[-1])],
+                node("TopK", &["x", "ids"], &["y", "yi"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "topk of all",
+                vec![x(&[4, 3])],
+                vec![ids(&[1], &[3])],
+                node("TopK", &["x", "ids"], &["y", "yi"], vec![]),
+            ),
+            true,
+        ),
+        (
+            (
+                "cumsum axis",
+                vec![x(&[4, 3])],
+                vec![ids(&[], &[2])],
+                node("CumSum", &["x", "ids"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "cumsum two axes",
+                vec![x(&[4, 3])],
+                vec![ids(&[2], &[0, 1])],
+                node("CumSum", &["x", "ids"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "scatter smaller elsewhere",
+                vec![x(&[4, 3])],
+                vec![ids(&[2, 2], &[0, 1, 2, 3]), weight("u", &[2, 2])],
+                node("ScatterElements", &["x", "ids", "u"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "scatter updates of another shape",
+                vec![x(&[4, 3])],
+                vec![ids(&[2, 3], &[0, 1, 2, 3, 0, 1]), weight("u", &[3, 3])],
+                node("ScatterElements", &["x", "ids", "u"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "scatter out of range",
+                vec![x(&[4, 3])],
+                vec![ids(&[1, 3], &[7, -9, 0]), weight("u", &[1, 3])],
+                node("ScatterElements", &["x", "ids", "u"], &["y"], vec![]),
+            ),
+            true,
+        ),
+        (
+            (
+                "range huge",
+                vec![],
+                vec![
+                    tensor("a", i, &[], &[0]),
+                    tensor("b", i, &[], &[i64::MAX]),
+                    tensor("c", i, &[], &[1]),
+                ],
+                node("Range", &["a", "b", "c"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "slice backward of an empty axis",
+                vec![x(&[0, 3])],
+                vec![
+                    ids(&[1], &[-1]),
+                    tensor("e", i, &[1], &[i64::MIN]),
+                    tensor("a", i, &[1], &[0]),
+                    tensor("s", i, &[1], &[i64::MIN]),
+                ],
+                node("Slice", &["x", "ids", "e", "a", "s"], &["y"], vec![]),
+            ),
+            true,
+        ),
+        (
+            (
+                "slice step zero",
+                vec![x(&[4, 3])],
+                vec![
+                    ids(&[1], &[0]),
+                    tensor("e", i, &[1], &[3]),
+                    tensor("a", i, &[1], &[0]),
+                    tensor("s", i, &[1], &[0]),
+                ],
+                node("Slice", &["x", "ids", "e", "a", "s"], &["y"], vec![]),
+            ),
+            false,
+        ),
     ];
     for ((case, inputs, initializers, n), imports) in cases {
         let op = n.op_type.clone();
