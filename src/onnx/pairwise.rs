@@ -1,5 +1,5 @@
-//! ONNX ops that relate every pair of positions along one axis: `TopK`, `CumSum` and
-//! `ScatterElements`.
+//! ONNX ops that relate every pair of positions along one axis: `TopK`, `CumSum`,
+//! `ScatterElements` and `ScatterND` (a ScatterElements over rows).
 //!
 //! Each is written as ONNX ops the op table imports over a pairwise view of its operands: the
 //! operand reshaped to put a size-1 axis beside `axis`, so that comparing it with itself (or
@@ -214,32 +214,49 @@ pub(super) fn scatter_elements(
             "reduction `{reduction}` of bool data"
         )));
     }
-    let name = |part: &str| format!("{out}.{part}");
-    let (n, m) = (data.shape()[axis], indices.shape()[axis]);
     if indices.dtype() != DType::I64 {
         let to_int = [("to", Attr::Int(INT64))];
-        indices = im.onnx("Cast", &[&indices], &to_int, &name("indices"))?;
+        indices = im.onnx("Cast", &[&indices], &to_int, &format!("{out}.indices"))?;
     }
+    Ok(vec![scatter_along(
+        im, &data, &indices, &updates, axis, &reduction, out,
+    )?])
+}
+
+/// `data` with each position along `axis` that an i64 index names combined with the updates
+/// naming it (`reduction`), the others kept: ScatterElements once its operands are checked.
+fn scatter_along(
+    im: &mut Importer,
+    data: &Val,
+    indices: &Val,
+    updates: &Val,
+    axis: usize,
+    reduction: &str,
+    out: &str,
+) -> Imports {
+    let rank = data.shape().len();
+    let name = |part: &str| format!("{out}.{part}");
+    let (n, m) = (data.shape()[axis], indices.shape()[axis]);
     let count = Val::ints(DType::I64, &[], vec![n as i64])?;
     let zero = Val::ints(DType::I64, &[], vec![0])?;
-    let negative = im.onnx("Less", &[&indices, &zero], &[], &name("negative"))?;
-    let wrapped = im.onnx("Add", &[&indices, &count], &[], &name("wrapped"))?;
+    let negative = im.onnx("Less", &[indices, &zero], &[], &name("negative"))?;
+    let wrapped = im.onnx("Add", &[indices, &count], &[], &name("wrapped"))?;
     let indices = im.onnx(
         "Where",
-        &[&negative, &wrapped, &indices],
+        &[&negative, &wrapped, indices],
         &[],
         &name("index"),
     )?;
     // Position p of data (along `axis`) against update u (along `axis + 1`).
     let index_u = lift(im, &indices, axis, &name("index_u"))?;
-    let update_u = lift(im, &updates, axis, &name("update_u"))?;
+    let update_u = lift(im, updates, axis, &name("update_u"))?;
     let position = positions(n, axis, rank + 1)?;
     let hit = im.onnx("Equal", &[&index_u, &position], &[], &name("hit"))?;
     let to_int = [("to", Attr::Int(INT64))];
     let hits = im.onnx("Cast", &[&hit], &to_int, &name("hits"))?;
     let hits = im.onnx("ReduceSum", &[&hits], &over(axis + 1), &name("hits"))?;
     let named = im.onnx("Greater", &[&hits, &zero], &[], &name("named"))?;
-    let combined = match reduction.as_str() {
+    let combined = match reduction {
         "none" => {
             // The last update in index order wins, as in the specification's reference.
             let order = positions(m, axis + 1, rank + 1)?;
@@ -248,16 +265,16 @@ pub(super) fn scatter_elements(
             let last = im.onnx("ReduceMax", &[&order], &over(axis + 1), &name("last"))?;
             let last = im.onnx("Where", &[&named, &last, &zero], &[], &name("last"))?;
             let at = [("axis", Attr::Int(axis as i64))];
-            im.onnx("GatherElements", &[&updates, &last], &at, &name("taken"))?
+            im.onnx("GatherElements", &[updates, &last], &at, &name("taken"))?
         }
         "add" => {
             let nothing = Val::floats(data.dtype(), &[], vec![0.0])?;
             let terms = im.onnx("Where", &[&hit, &update_u, &nothing], &[], &name("terms"))?;
             let total = im.onnx("ReduceSum", &[&terms], &over(axis + 1), &name("total"))?;
-            im.onnx("Add", &[&data, &total], &[], &name("added"))?
+            im.onnx("Add", &[data, &total], &[], &name("added"))?
         }
         "max" | "min" => {
-            let (reduce, combine) = match reduction.as_str() {
+            let (reduce, combine) = match reduction {
                 "max" => ("ReduceMax", "Max"),
                 _ => ("ReduceMin", "Min"),
             };
@@ -266,7 +283,7 @@ pub(super) fn scatter_elements(
             let filler = far_end(data.dtype(), reduction == "max")?;
             let terms = im.onnx("Where", &[&hit, &update_u, &filler], &[], &name("terms"))?;
             let extreme = im.onnx(reduce, &[&terms], &over(axis + 1), &name("extreme"))?;
-            im.onnx(combine, &[&data, &extreme], &[], &name("combined"))?
+            im.onnx(combine, &[data, &extreme], &[], &name("combined"))?
         }
         other => {
             return Err(ImportError::Unsupported(format!(
@@ -274,10 +291,110 @@ pub(super) fn scatter_elements(
             )));
         }
     };
-    Ok(vec![im.onnx(
+    im.onnx("Where", &[&named, &combined, data], &[], out)
+}
+
+/// ScatterND: `data` with the slices the index tuples name (each the last axis of `indices`,
+/// `q` coordinates into the first `q` axes of `data`) combined with their updates. It is a
+/// ScatterElements along one axis once `data` is read as `[P, R]` (the `P` positions of its
+/// first `q` axes, each a row of the `R` elements after them) and each tuple as the row it
+/// names; a tuple with a coordinate out of range names no row (its update is dropped).
+pub(super) fn scatter_nd(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    let data = im.required(node, 0)?;
+    let mut indices = im.required(node, 1)?;
+    let updates = im.required(node, 2)?;
+    let reduction = match attrs.get("reduction") {
+        None => "none".to_string(),
+        Some(Attr::Str(s)) => s.clone(),
+        Some(_) => return Err(ImportError::Malformed("reduction must be a string".into())),
+    };
+    let shape = data.shape().to_vec();
+    let (tuples, q) = match indices.shape().split_last() {
+        Some((&q, tuples)) if (1..=shape.len()).contains(&q) => (tuples.to_vec(), q),
+        _ => {
+            return Err(ImportError::Malformed(format!(
+                "indices {:?} must end in an axis of 1 to {} coordinates",
+                indices.shape(),
+                shape.len()
+            )));
+        }
+    };
+    let mut expected = tuples.clone();
+    expected.extend_from_slice(&shape[q..]);
+    if updates.shape() != expected.as_slice() || updates.dtype() != data.dtype() {
+        return Err(ImportError::Malformed(format!(
+            "updates are {} {:?}; indices {:?} into data {} {shape:?} need {} {expected:?}",
+            updates.dtype(),
+            updates.shape(),
+            indices.shape(),
+            data.dtype(),
+            data.dtype()
+        )));
+    }
+    if data.dtype().category() == Category::Bool && reduction != "none" {
+        return Err(ImportError::Unsupported(format!(
+            "reduction `{reduction}` of bool data"
+        )));
+    }
+    let name = |part: &str| format!("{out}.{part}");
+    let rows: usize = shape[..q].iter().product();
+    let row: usize = shape[q..].iter().product();
+    let count: usize = tuples.iter().product();
+    if indices.dtype() != DType::I64 {
+        let to_int = [("to", Attr::Int(INT64))];
+        indices = im.onnx("Cast", &[&indices], &to_int, &name("indices"))?;
+    }
+    let tuple = im.reshape(&indices, &[count, q], &name("tuple"))?;
+    let sizes: Vec<i64> = shape[..q].iter().map(|&d| d as i64).collect();
+    let strides: Vec<i64> = (0..q)
+        .map(|d| shape[d + 1..q].iter().product::<usize>() as i64)
+        .collect();
+    let sizes = Val::ints(DType::I64, &[q], sizes)?;
+    let strides = Val::ints(DType::I64, &[q], strides)?;
+    let zero = Val::ints(DType::I64, &[], vec![0])?;
+    let negative = im.onnx("Less", &[&tuple, &zero], &[], &name("negative"))?;
+    let wrapped = im.onnx("Add", &[&tuple, &sizes], &[], &name("wrapped"))?;
+    let tuple = im.onnx(
         "Where",
-        &[&named, &combined, &data],
+        &[&negative, &wrapped, &tuple],
         &[],
-        out,
-    )?])
+        &name("coordinates"),
+    )?;
+    let above = im.onnx("GreaterOrEqual", &[&tuple, &zero], &[], &name("above"))?;
+    let below = im.onnx("Less", &[&tuple, &sizes], &[], &name("below"))?;
+    let inside = im.onnx("And", &[&above, &below], &[], &name("inside"))?;
+    let to_int = [("to", Attr::Int(INT64))];
+    let inside = im.onnx("Cast", &[&inside], &to_int, &name("inside"))?;
+    let inside = im.onnx("ReduceSum", &[&inside], &over(1), &name("inside"))?;
+    let all = Val::ints(DType::I64, &[], vec![q as i64])?;
+    let valid = im.onnx("Equal", &[&inside, &all], &[], &name("valid"))?;
+    let offsets = im.onnx("Mul", &[&tuple, &strides], &[], &name("offsets"))?;
+    let linear = im.onnx("ReduceSum", &[&offsets], &over(1), &name("linear"))?;
+    let nowhere = Val::ints(DType::I64, &[], vec![rows as i64])?;
+    let linear = im.onnx("Where", &[&valid, &linear, &nowhere], &[], &name("linear"))?;
+    let linear = im.reshape(&linear, &[count, 1], &name("linear"))?;
+    let linear = im.emit_builtin(
+        crate::rules::Builtin::BroadcastTo,
+        &[linear],
+        crate::rules::builtin::BuiltinAttrs::shape(&[count, row]),
+        &name("linear"),
+        false,
+    )?;
+    let data_rows = im.reshape(&data, &[rows, row], &name("data"))?;
+    let update_rows = im.reshape(&updates, &[count, row], &name("updates"))?;
+    let scattered = scatter_along(
+        im,
+        &data_rows,
+        &linear,
+        &update_rows,
+        0,
+        &reduction,
+        &name("rows"),
+    )?;
+    Ok(vec![im.reshape(&scattered, &shape, out)?])
 }

@@ -53,6 +53,7 @@ const HANDLERS: [(&str, Handler); STRUCTURAL.len()] = [
     ("TopK", super::pairwise::top_k),
     ("CumSum", super::pairwise::cum_sum),
     ("ScatterElements", super::pairwise::scatter_elements),
+    ("ScatterND", super::pairwise::scatter_nd),
 ];
 
 /// The handler of ONNX op type `op_type`, if it is structural.

@@ -1,4 +1,4 @@
-"""The pairwise ops of the importer (TopK, CumSum, ScatterElements) in every mode, and Slice with
+"""The pairwise ops of the importer (TopK, CumSum, ScatterElements, ScatterND) in every mode, and Slice with
 negative steps (a gather), built with the onnx helper, with inputs and the outputs of onnx.reference.ReferenceEvaluator, for
 tests/onnx_pairwise.rs.
 
@@ -19,12 +19,13 @@ out = sys.argv[1]
 rng = np.random.default_rng(3)
 
 
-def save(name, nodes, inputs, outputs, inits, feeds):
+def save(name, nodes, inputs, outputs, inits, feeds, expected=None):
+    """Writes the model, its inputs and its outputs: the reference evaluator's, or `expected`."""
     g = h.make_graph(nodes, name, inputs, outputs, inits)
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
     m.ir_version = 8
     onnx.save(m, f"{out}/{name}.onnx")
-    res=ReferenceEvaluator(m).run(None, feeds)
+    res = expected if expected is not None else ReferenceEvaluator(m).run(None, feeds)
     for k,v in feeds.items(): np.save(f"{out}/{name}.in.{k}.npy", v)
     for o,r in zip(outputs,res): np.save(f"{out}/{name}.out.{o.name}.npy", r)
 x=rng.integers(-3,4,(3,7)).astype(np.float32); x[0,2]=np.nan; x[1,1]=np.nan; x[1,5]=np.nan
@@ -76,3 +77,44 @@ for k, (shape, starts, ends, axes, steps) in enumerate(slices):
     save(f"slice_backward_{k}", [h.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])],
          [h.make_tensor_value_info("x", T.FLOAT, shape)], [h.make_tensor_value_info("y", T.FLOAT, None)],
          consts, {"x": rng.standard_normal(shape).astype(np.float32)})
+
+# ScatterND: whole rows and single elements, negative coordinates, each reduction (repeated
+# tuples only where a reduction combines them). The outputs are computed here, by the
+# specification's loop over the tuples: onnx.reference 1.22 indexes a tuple as a list of rows
+# (output[indices[i]]) where it reduces, which reads another slice than the tuple names.
+
+
+def scatter_nd(data, idx, upd, red):
+    y = data.copy()
+    for i in np.ndindex(idx.shape[:-1]):
+        at = tuple(idx[i])
+        if red == "none":
+            y[at] = upd[i]
+        elif red == "add":
+            y[at] = y[at] + upd[i]
+        elif red == "max":
+            y[at] = np.maximum(y[at], upd[i])
+        else:
+            y[at] = np.minimum(y[at], upd[i])
+    return y
+
+nd_cases = [
+    ("rows", [4, 3], [[1], [-1]], [2, 3]),
+    ("elements", [4, 3], [[0, 2], [3, -1], [1, 0]], [3]),
+    ("blocks", [2, 3, 2], [[1, 0], [0, 2]], [2, 2]),
+]
+for label, shape, tuples, upd_shape in nd_cases:
+    for red in ["none", "add", "max", "min"]:
+        idx = np.array(tuples, np.int64)
+        if red != "none":
+            idx = np.concatenate([idx, idx[:1]])
+            upd_shape_r = [upd_shape[0] + 1] + upd_shape[1:]
+        else:
+            upd_shape_r = upd_shape
+        data = rng.standard_normal(shape).astype(np.float32)
+        upd = rng.standard_normal(upd_shape_r).astype(np.float32)
+        save(f"scatternd_{label}_{red}", [h.make_node("ScatterND", ["data", "idx", "upd"], ["y"], reduction=red)],
+             [h.make_tensor_value_info("data", T.FLOAT, shape), h.make_tensor_value_info("idx", T.INT64, list(idx.shape)),
+              h.make_tensor_value_info("upd", T.FLOAT, upd_shape_r)],
+             [h.make_tensor_value_info("y", T.FLOAT, None)], [], {"data": data, "idx": idx, "upd": upd},
+             expected=[scatter_nd(data, idx, upd, red)])
