@@ -1324,6 +1324,33 @@ fn ops_written_in_code_refuse_hostile_models_at_their_node() {
         ),
         (
             (
+                "scatternd tuple longer than the rank",
+                vec![x(&[4, 3])],
+                vec![ids(&[1, 3], &[0, 0, 0]), weight("u", &[1])],
+                node("ScatterND", &["x", "ids", "u"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "scatternd updates of another shape",
+                vec![x(&[4, 3])],
+                vec![ids(&[2, 1], &[0, 1]), weight("u", &[2, 2])],
+                node("ScatterND", &["x", "ids", "u"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "scatternd out of range",
+                vec![x(&[4, 3])],
+                vec![ids(&[2, 2], &[9, 0, 0, -7]), weight("u", &[2])],
+                node("ScatterND", &["x", "ids", "u"], &["y"], vec![]),
+            ),
+            true,
+        ),
+        (
+            (
                 "range huge",
                 vec![],
                 vec![
