@@ -21,7 +21,7 @@
 //!   maximum (`max`) or minimum (`min`); a position no index names keeps its value.
 
 use super::proto::Attr;
-use super::selection::positions;
+use super::selection::{as_int64, from_the_end, positions};
 use super::structural::{Attrs, int_attr};
 use super::{ImportError, Importer, Imports, Val};
 use crate::dtype::{Category, DType};
@@ -55,6 +55,22 @@ fn far_end(dtype: DType, low: bool) -> Imports {
         (_, true) => Val::floats(dtype, &[], vec![f64::NEG_INFINITY]),
         (_, false) => Val::floats(dtype, &[], vec![f64::INFINITY]),
     }
+}
+
+/// A scatter's `reduction` attribute (`none` by default); only `none` for bool data, which
+/// has no sum or order to combine by.
+fn reduction(attrs: &Attrs, dtype: DType) -> Imports<String> {
+    let reduction = match attrs.get("reduction") {
+        None => "none".to_string(),
+        Some(Attr::Str(s)) => s.clone(),
+        Some(_) => return Err(ImportError::Malformed("reduction must be a string".into())),
+    };
+    if dtype.category() == Category::Bool && reduction != "none" {
+        return Err(ImportError::Unsupported(format!(
+            "reduction `{reduction}` of bool data"
+        )));
+    }
+    Ok(reduction)
 }
 
 /// The one value of input `i`, a constant (`what` names it in errors).
@@ -183,15 +199,11 @@ pub(super) fn scatter_elements(
     out: &str,
 ) -> Imports<Vec<Val>> {
     let data = im.required(node, 0)?;
-    let mut indices = im.required(node, 1)?;
+    let indices = im.required(node, 1)?;
     let updates = im.required(node, 2)?;
     let rank = data.shape().len();
     let axis = crate::shape::normalize_axis(int_attr(attrs, "axis").unwrap_or(0), rank)?;
-    let reduction = match attrs.get("reduction") {
-        None => "none".to_string(),
-        Some(Attr::Str(s)) => s.clone(),
-        Some(_) => return Err(ImportError::Malformed("reduction must be a string".into())),
-    };
+    let reduction = reduction(attrs, data.dtype())?;
     let same_elsewhere = indices.shape().len() == rank
         && (0..rank).all(|a| a == axis || indices.shape()[a] == data.shape()[a]);
     if indices.shape() != updates.shape() || !same_elsewhere {
@@ -209,15 +221,7 @@ pub(super) fn scatter_elements(
             data.dtype()
         )));
     }
-    if data.dtype().category() == Category::Bool && reduction != "none" {
-        return Err(ImportError::Unsupported(format!(
-            "reduction `{reduction}` of bool data"
-        )));
-    }
-    if indices.dtype() != DType::I64 {
-        let to_int = [("to", Attr::Int(INT64))];
-        indices = im.onnx("Cast", &[&indices], &to_int, &format!("{out}.indices"))?;
-    }
+    let indices = as_int64(im, indices, &format!("{out}.indices"))?;
     Ok(vec![scatter_along(
         im, &data, &indices, &updates, axis, &reduction, out,
     )?])
@@ -239,14 +243,7 @@ fn scatter_along(
     let (n, m) = (data.shape()[axis], indices.shape()[axis]);
     let count = Val::ints(DType::I64, &[], vec![n as i64])?;
     let zero = Val::ints(DType::I64, &[], vec![0])?;
-    let negative = im.onnx("Less", &[indices, &zero], &[], &name("negative"))?;
-    let wrapped = im.onnx("Add", &[indices, &count], &[], &name("wrapped"))?;
-    let indices = im.onnx(
-        "Where",
-        &[&negative, &wrapped, indices],
-        &[],
-        &name("index"),
-    )?;
+    let indices = from_the_end(im, indices, &count, out)?;
     // Position p of data (along `axis`) against update u (along `axis + 1`).
     let index_u = lift(im, &indices, axis, &name("index_u"))?;
     let update_u = lift(im, updates, axis, &name("update_u"))?;
@@ -306,13 +303,9 @@ pub(super) fn scatter_nd(
     out: &str,
 ) -> Imports<Vec<Val>> {
     let data = im.required(node, 0)?;
-    let mut indices = im.required(node, 1)?;
+    let indices = im.required(node, 1)?;
     let updates = im.required(node, 2)?;
-    let reduction = match attrs.get("reduction") {
-        None => "none".to_string(),
-        Some(Attr::Str(s)) => s.clone(),
-        Some(_) => return Err(ImportError::Malformed("reduction must be a string".into())),
-    };
+    let reduction = reduction(attrs, data.dtype())?;
     let shape = data.shape().to_vec();
     let (tuples, q) = match indices.shape().split_last() {
         Some((&q, tuples)) if (1..=shape.len()).contains(&q) => (tuples.to_vec(), q),
@@ -336,19 +329,11 @@ pub(super) fn scatter_nd(
             data.dtype()
         )));
     }
-    if data.dtype().category() == Category::Bool && reduction != "none" {
-        return Err(ImportError::Unsupported(format!(
-            "reduction `{reduction}` of bool data"
-        )));
-    }
     let name = |part: &str| format!("{out}.{part}");
     let rows: usize = shape[..q].iter().product();
     let row: usize = shape[q..].iter().product();
     let count: usize = tuples.iter().product();
-    if indices.dtype() != DType::I64 {
-        let to_int = [("to", Attr::Int(INT64))];
-        indices = im.onnx("Cast", &[&indices], &to_int, &name("indices"))?;
-    }
+    let indices = as_int64(im, indices, &name("indices"))?;
     let tuple = im.reshape(&indices, &[count, q], &name("tuple"))?;
     let sizes: Vec<i64> = shape[..q].iter().map(|&d| d as i64).collect();
     let strides: Vec<i64> = (0..q)
@@ -357,14 +342,7 @@ pub(super) fn scatter_nd(
     let sizes = Val::ints(DType::I64, &[q], sizes)?;
     let strides = Val::ints(DType::I64, &[q], strides)?;
     let zero = Val::ints(DType::I64, &[], vec![0])?;
-    let negative = im.onnx("Less", &[&tuple, &zero], &[], &name("negative"))?;
-    let wrapped = im.onnx("Add", &[&tuple, &sizes], &[], &name("wrapped"))?;
-    let tuple = im.onnx(
-        "Where",
-        &[&negative, &wrapped, &tuple],
-        &[],
-        &name("coordinates"),
-    )?;
+    let tuple = from_the_end(im, &tuple, &sizes, out)?;
     let above = im.onnx("GreaterOrEqual", &[&tuple, &zero], &[], &name("above"))?;
     let below = im.onnx("Less", &[&tuple, &sizes], &[], &name("below"))?;
     let inside = im.onnx("And", &[&above, &below], &[], &name("inside"))?;

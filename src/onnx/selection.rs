@@ -115,32 +115,11 @@ pub(super) fn one_hot(
         indices = im.onnx("Cast", &[&indices], &to, &format!("{out}.cast"))?;
     }
     let depth_value = Val::ints(indices.dtype(), &[], vec![depth as i64])?;
-    let zero = Val::ints(indices.dtype(), &[], vec![0])?;
-    let negative = im.onnx("Less", &[&indices, &zero], &[], &format!("{out}.negative"))?;
-    let wrapped = im.onnx(
-        "Add",
-        &[&indices, &depth_value],
-        &[],
-        &format!("{out}.wrapped"),
-    )?;
-    let index = im.onnx(
-        "Where",
-        &[&negative, &wrapped, &indices],
-        &[],
-        &format!("{out}.index"),
-    )?;
+    let index = from_the_end(im, &indices, &depth_value, out)?;
     let mut lifted = indices.shape().to_vec();
     lifted.insert(axis, 1);
     let index = im.reshape(&index, &lifted, &format!("{out}.index"))?;
-    let index = match index.dtype() {
-        DType::I64 => index,
-        _ => im.onnx(
-            "Cast",
-            &[&index],
-            &[("to", Attr::Int(7))],
-            &format!("{out}.index"),
-        )?,
-    };
+    let index = as_int64(im, index, &format!("{out}.index"))?;
     let positions = positions(depth, axis, rank)?;
     let hit = im.onnx("Equal", &[&index, &positions], &[], &format!("{out}.hit"))?;
     let part = |im: &mut Importer, k: i64| -> Imports {
@@ -150,6 +129,28 @@ pub(super) fn one_hot(
     };
     let (off, on) = (part(im, 0)?, part(im, 1)?);
     Ok(vec![im.onnx("Where", &[&hit, &on, &off], &[], out)?])
+}
+
+/// Integer `indices` with each negative one counted from the end of an axis of `size` (a
+/// scalar of their type): `index + size` where `index < 0`, named `{name}.index`.
+pub(super) fn from_the_end(im: &mut Importer, indices: &Val, size: &Val, name: &str) -> Imports {
+    let zero = Val::ints(indices.dtype(), &[], vec![0])?;
+    let negative = im.onnx("Less", &[indices, &zero], &[], &format!("{name}.negative"))?;
+    let wrapped = im.onnx("Add", &[indices, size], &[], &format!("{name}.wrapped"))?;
+    im.onnx(
+        "Where",
+        &[&negative, &wrapped, indices],
+        &[],
+        &format!("{name}.index"),
+    )
+}
+
+/// `v` as i64 (a Cast unless it is one already), named `name`.
+pub(super) fn as_int64(im: &mut Importer, v: Val, name: &str) -> Imports {
+    match v.dtype() {
+        DType::I64 => Ok(v),
+        _ => im.onnx("Cast", &[&v], &[("to", Attr::Int(7))], name),
+    }
 }
 
 /// The positions `0..n` as an i64 tensor of rank `rank` that runs along `axis` (size 1 on
