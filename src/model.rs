@@ -210,6 +210,7 @@ impl Model {
         Specialization {
             sizes: self.declared.sizes.clone(),
             values: self.specialized.clone(),
+            ..Specialization::default()
         }
     }
 

@@ -134,15 +134,13 @@ fn run_set(dir: &Path, set: &Path, rules: &RuleSet, compiler: &Compiler) -> Resu
         .map(|input| input.name.clone())
         .zip(inputs)
         .collect();
-    let sizes = declared
-        .sizes_from(
-            |name| given.get(name).map(Tensor::shape),
-            &Default::default(),
-        )
-        .map_err(|e| format!("import: {}", e.kind))?;
     let specialization = Specialization {
-        sizes,
+        shapes: given
+            .iter()
+            .map(|(name, t)| (name.clone(), t.shape().to_vec()))
+            .collect(),
         values: given.clone().into_iter().collect(),
+        ..Specialization::default()
     };
     let imported = onnx::import_specialized(&path, &rules.ops, &rules.onnx, &specialization)
         .map_err(|e| format!("import: {}", e.kind))?;

@@ -33,22 +33,13 @@ pub fn load_for_arrays(
     dims: &[String],
     arrays: &[GivenArray],
 ) -> Result<Loaded> {
-    let hints = parse_specs(dims)?;
-    let mut given = Specialization::sized(&hints);
-    if crate::onnx::is_onnx(path) && !arrays.is_empty() {
-        let declared = crate::onnx::declared(path)?;
-        if declared.is_symbolic() {
-            let shape_given = |name: &str| {
-                arrays
-                    .iter()
-                    .find(|a| a.name == name)
-                    .map(|a| a.tensor.shape())
-            };
-            given.sizes = declared.sizes_from(shape_given, &hints).map_err(|mut e| {
-                e.site.file = Some(path.display().to_string());
-                e
-            })?;
-        }
+    let mut given = Specialization::sized(&parse_specs(dims)?);
+    if crate::onnx::is_onnx(path) {
+        // The import reads the sizes of the named dimensions off the arrays' shapes.
+        given.shapes = arrays
+            .iter()
+            .map(|a| (a.name.clone(), a.tensor.shape().to_vec()))
+            .collect();
         // Any small array may be what a node needs as a constant (a shape, axes, a count);
         // the import takes only those it needs.
         given.values = arrays

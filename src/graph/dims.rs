@@ -23,7 +23,11 @@ pub type DimSizes = BTreeMap<String, usize>;
 /// whose arrays differ in either is a different specialization, compiled on its own.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Specialization {
+    /// Sizes by name; given to an import, hints for the names `shapes` does not show.
     pub sizes: DimSizes,
+    /// Given to an import: the shapes of the arrays a run gives, by input name, which size the
+    /// named dimensions they show ([`Declared::sizes_from`]).
+    pub shapes: BTreeMap<String, Vec<usize>>,
     /// By input name. Given to an import, the values it may use; in what an import returns,
     /// the ones it used.
     pub values: BTreeMap<String, Tensor>,
@@ -34,7 +38,7 @@ impl Specialization {
     pub fn sized(sizes: &DimSizes) -> Specialization {
         Specialization {
             sizes: sizes.clone(),
-            values: BTreeMap::new(),
+            ..Specialization::default()
         }
     }
 }

@@ -155,11 +155,19 @@ pub fn import_model(
         opset_meanings(graph, opset).map_err(|e| fail(e.to_string()))?;
     }
     let mut declared = declared_inputs(graph).map_err(|e| fail(e.to_string()))?;
-    declared.bind(&given.sizes).map_err(|e| {
-        let mut e = e;
+    let in_file = |mut e: Error| {
         e.site.file = Some(file.to_string());
         e
-    })?;
+    };
+    let sizes = if declared.is_symbolic() {
+        let shape_given = |name: &str| given.shapes.get(name).map(Vec::as_slice);
+        declared
+            .sizes_from(shape_given, &given.sizes)
+            .map_err(in_file)?
+    } else {
+        given.sizes.clone()
+    };
+    declared.bind(&sizes).map_err(in_file)?;
     let mut importer = Importer {
         catalogue,
         table,
