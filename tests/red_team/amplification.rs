@@ -8,6 +8,8 @@
 //!   in the operands, and the CPU backend's results equal the reference evaluator's;
 //! - evaluation under a memory limit (`ulimit -v`) of generated graphs too large for it,
 //!   including casts: exit 1 with an error naming the size, never an abort.
+//! - generated `--dim` sizes for a model's symbolic batch: within the element limit imported,
+//!   past it (or no number, or a name the model lacks) refused at once.
 //!
 //! Every child runs under a deadline, so a regression (an expansion that never ends) fails the
 //! test instead of hanging it.
@@ -433,4 +435,58 @@ fn evaluation_beyond_a_memory_limit_is_an_error_naming_the_size() {
     );
     assert!(stderr.contains("`x`"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Generated `--dim` sizes on a model with a symbolic batch (`[batch, 12]`): sizes at the
+/// edges (0, 1, past the 2^28-element limit, past `usize`), names the model lacks and sizes that
+/// are no number. `check` (which allocates no value) imports the sizes within the limit and
+/// refuses the rest with one located error; `run` on random values succeeds at the small ones.
+/// None may panic or hang.
+#[test]
+fn generated_dim_sizes_are_imported_or_refused() {
+    let dir = scratch("dims");
+    let model =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/dynamic/mlp.ts.onnx");
+    let path = model.to_str().unwrap();
+    let limit = (1u64 << 28) / 12;
+    let mut rng = Seeded(0xd1_a5);
+    let mut sizes: Vec<String> = ["0", "1", "7", "-1", "x", "1e3", "18446744073709551616"]
+        .map(String::from)
+        .to_vec();
+    for _ in 0..6 {
+        sizes.push((rng.next() % (2 * limit)).to_string());
+    }
+    sizes.push(limit.to_string());
+    sizes.push((limit + 1).to_string());
+    for size in &sizes {
+        for name in ["batch", "bach"] {
+            let spec = format!("{name}={size}");
+            let case = format!("--dim {spec}");
+            let fits = name == "batch" && size.parse::<u64>().is_ok_and(|n| n <= limit);
+            let out = timed(&["check", path, "--dim", &spec], &dir, &case);
+            if fits {
+                assert!(held(&out, &case), "{case}");
+            } else {
+                let stderr = refused(&out, &case);
+                assert!(
+                    stderr.contains("mlp.ts.onnx") || stderr.contains("--dim"),
+                    "{case}: {stderr}"
+                );
+            }
+            if fits && size.parse::<u64>().is_ok_and(|n| n <= 64) {
+                let args = [
+                    "run",
+                    path,
+                    "--backend",
+                    "cpu",
+                    "--random-inputs",
+                    "--dim",
+                    &spec,
+                    "--out",
+                    "o",
+                ];
+                assert!(held(&timed(&args, &dir, &case), &case), "{case}: run");
+            }
+        }
+    }
 }
