@@ -224,10 +224,7 @@ fn view(dtype: DType, axes: &[Axis]) -> View {
 }
 
 fn store(value: ValueId, dtype: DType, axes: &[Axis]) -> Store {
-    Store {
-        value,
-        view: view(dtype, axes),
-    }
+    Store::new(value, view(dtype, axes))
 }
 
 fn reduction(kind: ReduceKind, value: ValueId, reduced: &[bool], dtype: DType) -> Reduction {

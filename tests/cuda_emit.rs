@@ -224,10 +224,7 @@ impl K {
     /// Stores `x` rounded to `dtype`.
     fn store(&mut self, x: ValueId, dtype: DType, axes: &[Axis]) {
         let value = self.round(x, dtype);
-        self.ir.stores.push(Store {
-            value,
-            view: view(dtype, axes),
-        });
+        self.ir.stores.push(Store::new(value, view(dtype, axes)));
     }
 
     /// A reduction of `x` over the axes where `axes` is `Broadcast`.
@@ -645,10 +642,7 @@ fn emitted_struct_matches_the_layout() {
 fn pointwise(dtype: DType, rank: usize, load_axes: &[Axis], store_axes: &[Axis]) -> KernelIr {
     let mut k = K::new(rank);
     let x = k.load(dtype, load_axes);
-    k.ir.stores.push(Store {
-        value: x,
-        view: view(dtype, store_axes),
-    });
+    k.ir.stores.push(Store::new(x, view(dtype, store_axes)));
     k.ir
 }
 
@@ -848,10 +842,7 @@ fn vector_flag_checks_alignment_and_row_length() {
     let mut k = K::new(1);
     let x = k.load(DType::F32, &[U]);
     let w = k.push(Instr::Widen { x });
-    k.ir.stores.push(Store {
-        value: w,
-        view: view(DType::F64, &[U]),
-    });
+    k.ir.stores.push(Store::new(w, view(DType::F64, &[U])));
     assert_eq!(vector_width(&k.ir), 4);
     let l = contiguous(&k.ir, &[64]);
     // f64 at width 4 is 32 bytes, moved as two 16-byte chunks: 16-byte alignment suffices.

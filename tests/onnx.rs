@@ -144,15 +144,40 @@ fn pytorch_models_with_run_time_indices_match_pytorch() {
     }
 }
 
-/// `fusebox grad` of the recurrent models PyTorch exported (a two-layer bidirectional
-/// `nn.LSTM` from initial states, an `nn.GRU`), by both exporters: the joint graph, run on the
-/// reference and CPU backends with the recorded cotangent, gives the gradients with respect to
-/// the inputs (and initial states) that `torch.autograd` computed in float64.
+/// `fusebox grad` of the PyTorch models (`torch_models.py`'s `DIFFERENTIATED`), by both
+/// exporters: the joint graph, run on the reference and CPU backends with the recorded
+/// cotangent and inputs, gives the gradients that `torch.autograd` computed in float64, with
+/// respect to float inputs (a two-layer bidirectional `nn.LSTM`'s input and initial states,
+/// an `nn.GRU`'s, the logits of two cross-entropy heads, a top-2 mixture of experts' input)
+/// and to weights: an embedding table (a scatter_add of the pooled gradient), a GPT-style
+/// model's token table, an attention projection and a bias, a router's and an expert's weights.
 #[test]
-fn gradients_of_pytorch_recurrent_models_match_torch_autograd() {
+fn gradients_of_pytorch_models_match_torch_autograd() {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/torch");
     let dir = temp_dir("torch-grad");
-    for (model, wrt) in [("gru", "x"), ("lstm", "x,h0,c0")] {
+    for (model, wrt) in [
+        ("gru", "x"),
+        ("lstm", "x,h0,c0"),
+        ("embedding_pool", "emb.weight,fc.weight,fc.bias"),
+        ("target_log_prob", "logits"),
+        ("cross_entropy", "logits"),
+        ("moe", "x,router.weight,experts.1.weight"),
+        (
+            "tiny_lm",
+            "tok.weight,blocks.0.attn.out_proj.weight,blocks.0.fc1.bias",
+        ),
+    ] {
+        let inputs: Vec<String> = std::fs::read_dir(&source)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter_map(|f| {
+                let name = f
+                    .strip_prefix(&format!("{model}.in."))?
+                    .strip_suffix(".npy")?;
+                Some(format!("{name}={}", source.join(&f).display()))
+            })
+            .collect();
+        assert!(!inputs.is_empty(), "{model}: no recorded inputs");
         for exporter in ["ts", "dynamo"] {
             let joint = dir.join(format!("{model}.{exporter}.ron"));
             let onnx = source.join(format!("{model}.{exporter}.onnx"));
@@ -180,19 +205,18 @@ fn gradients_of_pytorch_recurrent_models_match_torch_autograd() {
                         source.join(format!("{model}.cot.y.npy")).display()
                     ),
                 ];
-                for input in wrt.split(',') {
+                for input in &inputs {
                     args.push("--input".into());
-                    let file = source.join(format!("{model}.in.{input}.npy"));
-                    args.push(format!("{input}={}", file.display()));
+                    args.push(input.clone());
                 }
                 let words: Vec<&str> = args.iter().map(String::as_str).collect();
                 let (ok, text) = fusebox(&words);
                 assert!(ok, "{model}.{exporter} on {backend}: {text}");
-                for input in wrt.split(',') {
-                    let got = Tensor::read_npy(&out.join(format!("grad_{input}.npy"))).unwrap();
-                    let want = source.join(format!("{model}.grad.{input}.npy"));
+                for value in wrt.split(',') {
+                    let got = Tensor::read_npy(&out.join(format!("grad_{value}.npy"))).unwrap();
+                    let want = source.join(format!("{model}.grad.{value}.npy"));
                     let want = Tensor::read_npy(&want).unwrap();
-                    let what = format!("{model}.{exporter} grad_{input} on {backend}");
+                    let what = format!("{model}.{exporter} grad_{value} on {backend}");
                     assert_close(&what, &got, &want);
                 }
             }

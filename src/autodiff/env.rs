@@ -78,7 +78,11 @@ pub(super) fn facts(plan: Option<&BuiltinPlan>, shapes: &[&[usize]], index: usiz
             put(name(BuiltinAttr::Axes), ints(axes));
             put(name(BuiltinAttr::Keepdim), AttrValue::Bool(*keepdim));
         }
-        Some(BuiltinPlan::Gather { axis } | BuiltinPlan::GatherElements { axis }) => {
+        Some(
+            BuiltinPlan::Gather { axis }
+            | BuiltinPlan::GatherElements { axis }
+            | BuiltinPlan::ScatterAdd { axis },
+        ) => {
             put(name(BuiltinAttr::Axis), int(*axis));
         }
         Some(BuiltinPlan::MatMul) | None => {}

@@ -255,7 +255,10 @@ pub fn check_templates(catalogue: &Catalogue, templates: &GradientRules) -> Temp
             .shapes
             .iter()
             .enumerate()
-            .map(|(i, shape)| b.input(&format!("x{i}"), DType::F64, shape))
+            .map(|(i, shape)| {
+                let dtype = check.dtypes.get(i).copied().unwrap_or(DType::F64);
+                b.input(&format!("x{i}"), dtype, shape)
+            })
             .collect();
         let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
         let attrs: Vec<(&str, AttrValue)> = check

@@ -353,6 +353,26 @@ pub(crate) trait Spelling {
         }
     }
 
+    /// The statement of scatter store `k` of `ir` ([`crate::lower::ir::Scatter`]): where its
+    /// index is in range, the element `element` (the view's own at the current point, moved
+    /// by [`gather_offset`]) becomes its sum with the stored value, rounded to the dtype.
+    fn scatter_add(&self, ir: &KernelIr, k: usize, element: &str) -> String {
+        let store = &ir.stores[k];
+        let Some(scatter) = store.scatter else {
+            return String::new();
+        };
+        let (index, g) = (scatter.index, scatter.gather);
+        let dtype = store.view.dtype;
+        let prec = Prec::of(dtype);
+        let old = self.load(dtype, element);
+        let sum = self.binary(BinOp::Add, &old, &format!("v{}", store.value), prec);
+        let rounded = self.round(prec, dtype, &sum);
+        format!(
+            "if (v{index} >= -gn{g} && v{index} < gn{g}) {element} = {};",
+            self.store(dtype, &rounded)
+        )
+    }
+
     /// The statement defining `v{id}` (see [`Spelling::value`]).
     fn definition(&self, ir: &KernelIr, id: ValueId, element: impl Fn(usize) -> String) -> String {
         let ty = self.value_type(ir.prec(id));

@@ -109,6 +109,24 @@ pub(super) fn apply(
                 Tensor::try_from_array(out.dtype, picked(&x.floats(), &picks, fill, &out.shape)?)
             }
         }
+        BuiltinPlan::ScatterAdd { axis } => {
+            let indices = args[1].ints();
+            let updates = args[2];
+            // Each update's place in the result (data's shape), in the updates' row-major
+            // order: the order the additions happen in.
+            let places = gathered(x.shape(), &indices, axis, true, updates.shape())?;
+            if int_out {
+                let values = scattered(&x.ints(), &updates.ints(), &places, |a, b| {
+                    crate::tensor::wrap_int(out.dtype, a.wrapping_add(b))
+                })?;
+                Tensor::try_from_int_array(out.dtype, values)
+            } else {
+                let values = scattered(&x.floats(), &updates.floats(), &places, |a, b| {
+                    out.dtype.round(a + b)
+                })?;
+                Tensor::try_from_array(out.dtype, values)
+            }
+        }
     };
     Ok(result?)
 }
@@ -194,6 +212,33 @@ fn picked<T: Copy>(
     let mut values = crate::tensor::try_vec(picks.len(), shape)?;
     values.extend(picks.iter().map(|p| p.map_or(fill, |i| flat[i])));
     shaped(shape, values)
+}
+
+/// `data` with each of `updates` (row-major) added at its place, in order, each sum rounded to
+/// the result's dtype by `add` (so that every backend, adding in the same order, agrees bit
+/// for bit); an update whose index is out of range (`None`) is dropped.
+fn scattered<T: Copy>(
+    data: &ArrayD<T>,
+    updates: &ArrayD<T>,
+    places: &[Option<usize>],
+    add: impl Fn(T, T) -> T,
+) -> Result<ArrayD<T>, EvalError> {
+    let updates = updates.as_standard_layout();
+    let updates = updates
+        .as_slice()
+        .ok_or_else(|| EvalError::Internal("layout".into()))?;
+    let data = data.as_standard_layout();
+    let flat = data
+        .as_slice()
+        .ok_or_else(|| EvalError::Internal("layout".into()))?;
+    let mut values = crate::tensor::try_vec(flat.len(), data.shape())?;
+    values.extend_from_slice(flat);
+    for (place, &update) in places.iter().zip(updates) {
+        if let Some(i) = *place {
+            values[i] = add(values[i], update);
+        }
+    }
+    shaped(data.shape(), values)
 }
 
 /// `values` (row-major) as an array of `shape`.

@@ -315,6 +315,24 @@ pub fn infer_op(
             ));
         }
     }
+    // A scatter adds its updates into a copy of its data, in data's dtype: no rounding of
+    // an update to another dtype happens inside it unseen.
+    if op.builtin() == Some(Builtin::ScatterAdd)
+        && let [data, _, updates] = args
+        && updates.dtype != data.dtype
+    {
+        return Err((
+            Some(2),
+            ErrorKind::DType(format!(
+                "operand `{}` of `{}` must have the dtype of `{}` ({}), got {}",
+                op.operand_name(2),
+                op.name(),
+                op.operand_name(0),
+                data.dtype,
+                updates.dtype
+            )),
+        ));
+    }
     let dtype = result_dtype(op, args, attrs);
     let shape = result_shape(op, args, attrs)
         .map_err(|msg| (None, ErrorKind::Shape(format!("`{}`: {msg}", op.name()))))?;
@@ -387,6 +405,15 @@ pub enum PlanError {
         indices: Shape,
         axis: usize,
     },
+    #[error(
+        "scatter_add: indices {indices:?} and updates {updates:?} must have one shape, of the rank of data {data:?}, and no larger size on any axis but {axis}"
+    )]
+    ScatterAdd {
+        data: Shape,
+        indices: Shape,
+        updates: Shape,
+        axis: usize,
+    },
     #[error("the result's size overflows")]
     TooLarge,
     #[error(transparent)]
@@ -427,6 +454,11 @@ pub enum BuiltinPlan {
     /// gather_elements: the resolved axis, where each result element's index replaces its
     /// own coordinate.
     GatherElements {
+        axis: usize,
+    },
+    /// scatter_add: the resolved axis, along which each update's index replaces its own
+    /// coordinate in the result (data's shape).
+    ScatterAdd {
         axis: usize,
     },
 }
@@ -560,7 +592,21 @@ pub fn plan_builtin(
         BuiltinAttrs::Gather { axis } => {
             let indices = shapes.get(1).copied().unwrap_or_default();
             let axis = shape::normalize_axis(axis, x.len())?;
-            if builtin == Builtin::GatherElements {
+            if builtin == Builtin::ScatterAdd {
+                let updates = shapes.get(2).copied().unwrap_or_default();
+                let fits = indices == updates
+                    && indices.len() == x.len()
+                    && (0..x.len()).all(|d| d == axis || indices[d] <= x[d]);
+                if !fits {
+                    return Err(PlanError::ScatterAdd {
+                        data: x.to_vec(),
+                        indices: indices.to_vec(),
+                        updates: updates.to_vec(),
+                        axis,
+                    });
+                }
+                (BuiltinPlan::ScatterAdd { axis }, x.to_vec())
+            } else if builtin == Builtin::GatherElements {
                 let fits = indices.len() == x.len()
                     && (0..x.len()).all(|d| d == axis || indices[d] <= x[d]);
                 if !fits {

@@ -666,7 +666,7 @@ impl Builder<'_> {
                     None => return Err(self.shape_error(out)),
                 },
             };
-            self.ir.stores.push(Store { value, view });
+            self.ir.stores.push(Store::new(value, view));
             store_args.push((out, strides, 0, Vec::new()));
         }
         for s in segments {
@@ -689,7 +689,7 @@ impl Builder<'_> {
             else {
                 return Err(self.shape_error(out));
             };
-            self.ir.stores.push(Store { value, view });
+            self.ir.stores.push(Store::new(value, view));
             let offset = s.start as i64 * own[s.axis];
             store_args.push((Value::Node(s.concat), strides, offset, Vec::new()));
         }

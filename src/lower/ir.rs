@@ -285,6 +285,39 @@ pub struct Store {
     /// domain along that axis: it is written only where the domain index on that axis is 0,
     /// so each element is written once.
     pub view: View,
+    /// For a *scatter store*, where the value is added instead of written (see [`Scatter`]).
+    pub scatter: Option<Scatter>,
+}
+
+impl Store {
+    /// A store writing `value` through `view` at each point.
+    pub fn new(value: ValueId, view: View) -> Store {
+        Store {
+            value,
+            view,
+            scatter: None,
+        }
+    }
+}
+
+/// How a scatter store places its value: `value` is *added* to the element of its view at the
+/// current point moved along one axis of the buffer by the integer `index` (held at
+/// `Prec::I64`), with `(stride, extent)` = [`Launch::gathers`]`[gather]` and negative indices
+/// counting from the end, as for [`Instr::GatherLoad`]; an index out of range adds nothing.
+/// The sum is computed at the value's precision and rounded to the view's dtype, one update
+/// at a time (`scatter_add`'s semantics in the reference evaluator).
+///
+/// A *scatter kernel* (one holding a scatter store) has that store alone, no reductions and no
+/// row or range reads, and its view is `Broadcast` on the innermost domain axis: every point
+/// of a row adds into elements that no other row reaches (the lowering moves the scattered
+/// axis innermost). Emitters give each row to one thread and visit it in ascending order, so
+/// no two threads add into one element and every element receives its updates in the order
+/// the reference evaluator adds them: the results are the same bits on every backend, with no
+/// atomics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Scatter {
+    pub index: ValueId,
+    pub gather: usize,
 }
 
 /// What a reduction computes.
@@ -536,20 +569,32 @@ impl KernelIr {
         within.into_iter().map(Option::flatten).collect()
     }
 
-    /// The number of launch gathers the body refers to: one more than the highest index.
+    /// The number of launch gathers the body and the scatter stores refer to: one more than
+    /// the highest index.
     pub fn gather_count(&self) -> usize {
+        let scatters = self
+            .stores
+            .iter()
+            .filter_map(|s| s.scatter.map(|c| c.gather + 1));
         self.body
             .iter()
             .filter_map(|i| match i {
                 Instr::GatherLoad { gather, .. } => Some(gather + 1),
                 _ => None,
             })
+            .chain(scatters)
             .max()
             .unwrap_or(0)
     }
 
-    /// Whether the body reads through a run-time index ([`Instr::GatherLoad`]): emitters run
-    /// such a kernel as plain loops, never their vector paths.
+    /// Whether this is a scatter kernel: a store adds at run-time indices ([`Scatter`]).
+    pub fn is_scatter_kernel(&self) -> bool {
+        self.stores.iter().any(|s| s.scatter.is_some())
+    }
+
+    /// Whether the body reads or a store writes through a run-time index
+    /// ([`Instr::GatherLoad`], [`Scatter`]): emitters run such a kernel as plain loops, never
+    /// their vector paths.
     pub fn has_gathers(&self) -> bool {
         self.gather_count() > 0
     }

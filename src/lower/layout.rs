@@ -5,7 +5,7 @@
 //! is one copy per piece, each writing a window of the result (and converting to the result
 //! dtype, as concat's operands meet at it).
 
-use super::ir::{Gathered, Instr, KernelIr, Launch, Prec, RowArithmetic, Store};
+use super::ir::{Gathered, Instr, KernelIr, Launch, Prec, RowArithmetic, Scatter, Store};
 use super::view::{classify, contiguous_strides, domain_of};
 use super::{Lowered, lower_error};
 use crate::dag::{Dag, Value};
@@ -56,7 +56,7 @@ impl Copy {
             row_arithmetic: RowArithmetic::default(),
             loads: vec![load],
             body,
-            stores: vec![Store { value, view: store }],
+            stores: vec![Store::new(value, store)],
             reductions: Vec::new(),
         };
         let launch = Launch {
@@ -133,6 +133,11 @@ pub(super) fn lower_copy(dag: &Dag, n: usize) -> Result<Vec<Lowered>> {
         }
         BuiltinPlan::Gather { axis } => return Ok(vec![lower_gather(dag, n, axis, false)]),
         BuiltinPlan::GatherElements { axis } => return Ok(vec![lower_gather(dag, n, axis, true)]),
+        BuiltinPlan::ScatterAdd { axis } => {
+            // The data first, whole; then the updates added into that copy.
+            let whole = copy(contiguous_strides(&x_ty.shape), 0);
+            return Ok(vec![whole.lower(), lower_scatter(dag, n, axis)]);
+        }
         _ => {
             return Err(lower_error(
                 dag,
@@ -199,10 +204,7 @@ fn lower_gather(dag: &Dag, n: usize, axis: usize, elements: bool) -> Lowered {
                 gather: 0,
             },
         ],
-        stores: vec![Store {
-            value: 1,
-            view: store,
-        }],
+        stores: vec![Store::new(1, store)],
         reductions: Vec::new(),
     };
     let launch = Launch {
@@ -217,4 +219,58 @@ fn lower_gather(dag: &Dag, n: usize, axis: usize, elements: bool) -> Lowered {
         }],
     };
     (ir, launch, vec![indices, data, Value::Node(n)])
+}
+
+/// The scatter kernel of scatter_add node `n` along data's `axis` ([`Scatter`]): over the
+/// updates' shape with `axis` moved innermost, each point loads its index and its update and
+/// adds the update into the result (already holding a copy of the data) at that index. With
+/// the scattered axis innermost, the points that can add into one element share a row, which
+/// one thread walks in order.
+fn lower_scatter(dag: &Dag, n: usize, axis: usize) -> Lowered {
+    let node = &dag.nodes[n];
+    let (indices, updates) = (node.args[1], node.args[2]);
+    let (indices_ty, updates_ty) = (dag.ty(indices), dag.ty(updates));
+    let out = &node.ty.shape;
+    let order: Vec<usize> = (0..out.len())
+        .filter(|&d| d != axis)
+        .chain([axis])
+        .collect();
+    let in_order = |strides: Vec<i64>| -> Vec<i64> { order.iter().map(|&d| strides[d]).collect() };
+    let domain: Vec<usize> = order.iter().map(|&d| updates_ty.shape[d]).collect();
+    let out_strides = contiguous_strides(out);
+    let mut index_view = in_order(contiguous_strides(&indices_ty.shape));
+    let mut update_view = in_order(contiguous_strides(&updates_ty.shape));
+    let mut out_view = in_order(out_strides.clone());
+    // The index moves the result along `axis`; the point's own coordinate there does not.
+    *out_view.last_mut().expect("scatter_add has rank 1 or more") = 0;
+    let index_load = classify(indices_ty.dtype, &domain, &mut index_view);
+    let update_load = classify(updates_ty.dtype, &domain, &mut update_view);
+    let store = classify(node.ty.dtype, &domain, &mut out_view);
+    let ir = KernelIr {
+        rank: domain.len(),
+        row_arithmetic: RowArithmetic::default(),
+        loads: vec![index_load, update_load],
+        body: vec![Instr::Load { view: 0 }, Instr::Load { view: 1 }],
+        stores: vec![Store {
+            value: 1,
+            view: store,
+            scatter: Some(Scatter {
+                index: 0,
+                gather: 0,
+            }),
+        }],
+        reductions: Vec::new(),
+    };
+    let launch = Launch {
+        sizes: domain.iter().map(|&d| d as i64).collect(),
+        strides: vec![index_view, update_view, out_view],
+        offsets: vec![0, 0, 0],
+        maps: Vec::new(),
+        ranges: Vec::new(),
+        gathers: vec![Gathered {
+            stride: out_strides[axis],
+            extent: out[axis] as i64,
+        }],
+    };
+    (ir, launch, vec![indices, updates, Value::Node(n)])
 }

@@ -198,6 +198,17 @@ impl Program {
                 _ => {}
             }
         }
+        // A scatter store reaches, like a gather, every index of its axis.
+        for (s, store) in ir.stores.iter().enumerate() {
+            let Some(scatter) = store.scatter else {
+                plain[ir.store_arg(s)] = true;
+                continue;
+            };
+            let g = k.launch.gathers[scatter.gather];
+            let arg = ir.store_arg(s);
+            gathered[arg] = gathered[arg].max((g.extent.max(1) - 1).saturating_mul(g.stride));
+            empty[arg] |= g.extent == 0;
+        }
         let unread: Vec<bool> = empty.iter().zip(&plain).map(|(&e, &p)| e && !p).collect();
         // A view read only inside one range is reached only there.
         let within = ir.range_views();

@@ -35,7 +35,12 @@ pub(super) fn refine(ir: KernelIr, launch: Launch) -> (KernelIr, Launch) {
     // A range select's segments are index ranges along one domain axis; splitting that axis
     // would need them split too, so kernels reading a concat keep their maps.
     let selects = !launch.ranges.is_empty();
-    if !mapped || selects || ir.is_row_kernel() || launch.sizes.iter().any(|&n| n <= 0) {
+    if !mapped
+        || selects
+        || ir.is_row_kernel()
+        || ir.is_scatter_kernel()
+        || launch.sizes.iter().any(|&n| n <= 0)
+    {
         return (ir, launch);
     }
     let mut k = Refining {

@@ -7,7 +7,7 @@
 //! call [`KernelIr::verify`] in debug builds only (every test run) and panic on a violation.
 //! It lives on the IR rather than in one backend so that both check the same contract.
 
-use super::ir::{Axis, Instr, KernelIr, Prec, ValueId};
+use super::ir::{Arg, Axis, Instr, KernelIr, Prec, ValueId};
 use crate::formula::Func;
 use std::fmt;
 
@@ -85,6 +85,10 @@ pub enum IrError {
     /// an index map, or which lies in a kernel with reductions: the emitters spell gathers in
     /// their pointwise loops only.
     Gather { value: ValueId },
+    /// Store `store` is a scatter ([`crate::lower::ir::Scatter`]) whose index is missing or
+    /// not an integer, whose view is an index map or moves along the innermost axis, or which
+    /// shares its kernel with another store, a reduction, a row reduction or a range read.
+    Scatter { store: usize },
 }
 
 impl fmt::Display for IrError {
@@ -160,6 +164,11 @@ impl fmt::Display for IrError {
                 f,
                 "v{value} gathers through a non-integer index or an index map, or in a kernel \
                  with reductions"
+            ),
+            IrError::Scatter { store } => write!(
+                f,
+                "store {store} scatters through a missing or non-integer index, an index map or a \
+                 view moving along the rows, or beside another store, a reduction or a range read"
             ),
             IrError::RowKernelRange => write!(
                 f,
@@ -287,6 +296,21 @@ impl KernelIr {
             if self.prec(s.value) != Prec::of(s.view.dtype) {
                 return Err(IrError::StorePrecision { store });
             }
+            if let Some(scatter) = s.scatter {
+                let alone = self.stores.len() == 1
+                    && self.reductions.is_empty()
+                    && !self.is_row_kernel()
+                    && !self.has_ranges();
+                let index_ok =
+                    scatter.index < self.body.len() && self.prec(scatter.index) == Prec::I64;
+                if !alone
+                    || !index_ok
+                    || s.view.is_mapped()
+                    || s.view.axes[self.rank - 1] != Axis::Broadcast
+                {
+                    return Err(IrError::Scatter { store });
+                }
+            }
         }
         if self.is_row_kernel() && !self.reductions.is_empty() {
             return Err(IrError::RowKernelReduction);
@@ -378,6 +402,21 @@ impl super::Program {
                     }
                     for a in ir.loads.len()..ir.arg_count().min(k.args.len()) {
                         let Value::Node(n) = k.args[a] else { continue };
+                        // A scatter adds into a value that earlier writes hold whole.
+                        if let Arg::Store(s) = ir.arg(a)
+                            && ir.stores[s].scatter.is_some()
+                        {
+                            let whole = crate::shape::numel(&dag.nodes[n].ty.shape);
+                            if writes[n].is_empty() && whole > 0 {
+                                return Err(Error::new(
+                                    Site::node(&dag.nodes[n].name),
+                                    ErrorKind::Lower(
+                                        "a scatter adds into a value nothing wrote before".into(),
+                                    ),
+                                ));
+                            }
+                            continue;
+                        }
                         let (Some(strides), Some(&offset)) =
                             (k.launch.strides.get(a), k.launch.offsets.get(a))
                         else {
@@ -505,10 +544,7 @@ mod tests {
                     prec: Prec::F32,
                 },
             ],
-            stores: vec![Store {
-                value: 2,
-                view: view(vec![Axis::Strided, Axis::Unit]),
-            }],
+            stores: vec![Store::new(2, view(vec![Axis::Strided, Axis::Unit]))],
             reductions: vec![Reduction {
                 kind: ReduceKind::Sum,
                 value: 0,
@@ -640,10 +676,7 @@ mod tests {
                     prec: Prec::F32,
                 },
             ],
-            stores: vec![Store {
-                value: 4,
-                view: view(vec![Axis::Strided, Axis::Unit]),
-            }],
+            stores: vec![Store::new(4, view(vec![Axis::Strided, Axis::Unit]))],
             reductions: Vec::new(),
         }
     }

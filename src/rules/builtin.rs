@@ -33,10 +33,15 @@ pub enum Builtin {
     /// Layout with a run-time index of `data`'s own rank: `out[p] = data[p with axis
     /// replaced by indices[p]]` (ONNX `GatherElements`, `torch.gather`).
     GatherElements,
+    /// Layout writing at run-time indices, the adjoint of `gather_elements`: `data` with each
+    /// element of `updates` added, in order, at its own point with the coordinate along `axis`
+    /// replaced by its index (ONNX `ScatterElements` with `reduction="add"`,
+    /// `Tensor.scatter_add`). The gradient of an embedding lookup.
+    ScatterAdd,
 }
 
 impl Builtin {
-    pub const ALL: [Builtin; 14] = [
+    pub const ALL: [Builtin; 15] = [
         Builtin::Cast,
         Builtin::Const,
         Builtin::BroadcastTo,
@@ -51,6 +56,7 @@ impl Builtin {
         Builtin::MatMul,
         Builtin::Gather,
         Builtin::GatherElements,
+        Builtin::ScatterAdd,
     ];
 
     /// The name a rule file gives with `builtin: "..."` (also the default catalogue's name for
@@ -71,6 +77,7 @@ impl Builtin {
             Builtin::MatMul => "matmul",
             Builtin::Gather => "gather",
             Builtin::GatherElements => "gather_elements",
+            Builtin::ScatterAdd => "scatter_add",
         }
     }
 
@@ -90,10 +97,14 @@ impl Builtin {
         }
     }
 
-    /// Whether it reads its operand at run-time indices (gather, gather_elements): no strides
-    /// express that, so no kernel reads it as a view, and it runs as a kernel of its own.
+    /// Whether it reads or writes its operand at run-time indices (gather, gather_elements,
+    /// scatter_add): no strides express that, so no kernel reads it as a view, and it runs as
+    /// a kernel of its own.
     pub fn reads_at_run_time(self) -> bool {
-        matches!(self, Builtin::Gather | Builtin::GatherElements)
+        matches!(
+            self,
+            Builtin::Gather | Builtin::GatherElements | Builtin::ScatterAdd
+        )
     }
 
     /// Operand count: `None` for one or more, as for concat.
@@ -102,6 +113,7 @@ impl Builtin {
             Builtin::Const => Some(0),
             Builtin::Concat => None,
             Builtin::MatMul | Builtin::Gather | Builtin::GatherElements => Some(2),
+            Builtin::ScatterAdd => Some(3),
             _ => Some(1),
         }
     }
@@ -116,7 +128,9 @@ impl Builtin {
             Builtin::BroadcastTo | Builtin::Reshape | Builtin::SumToSize => &[Shape],
             Builtin::Transpose => &[Perm],
             Builtin::Slice => &[Axis, Start, End, Step],
-            Builtin::Concat | Builtin::Gather | Builtin::GatherElements => &[Axis],
+            Builtin::Concat | Builtin::Gather | Builtin::GatherElements | Builtin::ScatterAdd => {
+                &[Axis]
+            }
             Builtin::Sum | Builtin::Mean | Builtin::ReduceMax => &[Axes, Keepdim],
             Builtin::MatMul => &[],
         }
@@ -202,7 +216,7 @@ pub enum BuiltinAttrs {
     Concat {
         axis: i64,
     },
-    /// gather and gather_elements: the axis of `data` the indices select along.
+    /// gather, gather_elements and scatter_add: the axis of `data` the indices select along.
     Gather {
         axis: i64,
     },
@@ -259,9 +273,11 @@ impl BuiltinAttrs {
                 keepdim: matches!(get(BuiltinAttr::Keepdim), Some(AttrValue::Bool(true))),
             },
             Builtin::MatMul => BuiltinAttrs::MatMul,
-            Builtin::Gather | Builtin::GatherElements => BuiltinAttrs::Gather {
-                axis: int(BuiltinAttr::Axis).unwrap_or(0),
-            },
+            Builtin::Gather | Builtin::GatherElements | Builtin::ScatterAdd => {
+                BuiltinAttrs::Gather {
+                    axis: int(BuiltinAttr::Axis).unwrap_or(0),
+                }
+            }
         })
     }
 

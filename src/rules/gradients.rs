@@ -64,6 +64,9 @@ pub enum AttrExpr {
     SetDim(Box<AttrExpr>, Box<AttrExpr>, Box<AttrExpr>),
     /// A shape with a dimension inserted before `axis`: `InsertDim(shape, axis, size)`.
     InsertDim(Box<AttrExpr>, Box<AttrExpr>, Box<AttrExpr>),
+    /// A shape with every dimension but `axis` set to 1: `OnlyDim(shape, axis)` (what
+    /// broadcasts one axis's values across the others).
+    OnlyDim(Box<AttrExpr>, Box<AttrExpr>),
     /// The permutation of a rank that swaps the last two axes (a matrix transpose).
     SwapLastTwo(Box<AttrExpr>),
     /// An integer as a number (a count that becomes a constant's value).
@@ -126,6 +129,10 @@ pub struct GradientCheck {
     pub op: String,
     /// Operand shapes.
     pub shapes: Vec<Vec<usize>>,
+    /// Operand dtypes, f64 where absent: an integer operand (a gather's indices) takes
+    /// small random integers, negative ones too.
+    #[serde(default)]
+    pub dtypes: Vec<DType>,
     /// Attributes, typed as in `ops.ron` defaults (`Ints([1])`, `Int(2)`, `Bool(true)`).
     #[serde(default)]
     pub attrs: Attrs,
@@ -478,6 +485,16 @@ impl AttrExpr {
                 let mut s = ints(s)?;
                 let a = axis(a, s.len())?;
                 s[a] = int(size)?;
+                AttrValue::Ints(s)
+            }
+            AttrExpr::OnlyDim(s, a) => {
+                let mut s = ints(s)?;
+                let a = axis(a, s.len())?;
+                for (d, size) in s.iter_mut().enumerate() {
+                    if d != a {
+                        *size = 1;
+                    }
+                }
                 AttrValue::Ints(s)
             }
             AttrExpr::InsertDim(s, a, size) => {

@@ -8,7 +8,7 @@
 use super::buffer::Buffer;
 use crate::dtype::{Category, DType};
 use crate::formula::{BinOp, Func};
-use crate::lower::ir::{Axis, Gathered, Instr, KernelIr, Launch, Prec, ReduceKind};
+use crate::lower::ir::{Axis, Gathered, Instr, KernelIr, Launch, Prec, ReduceKind, Scatter, Store};
 use crate::lower::{Program, Step};
 use crate::tensor::{float_to_int, int_to_float, wrap_int};
 
@@ -335,6 +335,11 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
         }
         for (s, store) in ir.stores.iter().enumerate() {
             let arg = loads + s;
+            if let Some(scatter) = store.scatter {
+                let at = element_index(launch, arg, &coord);
+                scatter_add(ir, launch, store, scatter, (&vals, &ints), at, buffers[arg]);
+                continue;
+            }
             let first = (0..rank).all(|d| launch.strides[arg][d] != 0 || coord[d] == 0);
             if first {
                 let i = index(arg, &coord);
@@ -394,6 +399,34 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
             };
             buffers[arg].set(i, v);
         });
+    }
+}
+
+/// Adds the value of scatter store `store` into `buffer` where its index moves element `at`
+/// (the view's own at the current point), rounded to the buffer's dtype ([`Scatter`]); an
+/// index out of range adds nothing.
+fn scatter_add(
+    ir: &KernelIr,
+    launch: &Launch,
+    store: &Store,
+    scatter: Scatter,
+    (vals, ints): (&[f64], &[i64]),
+    at: usize,
+    buffer: &mut Buffer,
+) {
+    let Gathered { stride, extent } = launch.gathers[scatter.gather];
+    let k = ints[scatter.index];
+    if k < -extent || k >= extent {
+        return;
+    }
+    let k = if k < 0 { k + extent } else { k };
+    let at = (at as i64 + k * stride) as usize;
+    let dtype = store.view.dtype;
+    if ir.prec(store.value) == Prec::I64 {
+        let sum = buffer.get_int(at).wrapping_add(ints[store.value]);
+        buffer.set_int(at, wrap_int(dtype, sum));
+    } else {
+        buffer.set(at, dtype.round(buffer.get(at) + vals[store.value]));
     }
 }
 

@@ -35,10 +35,10 @@ pub fn kernel() -> KernelIr {
                 dtype: DType::F32,
             },
         ],
-        stores: vec![Store {
-            value: 1,
-            view: View::strided(DType::F32, vec![Axis::Strided, Axis::Unit]),
-        }],
+        stores: vec![Store::new(
+            1,
+            View::strided(DType::F32, vec![Axis::Strided, Axis::Unit]),
+        )],
         reductions: Vec::new(),
     };
     assert_eq!(ir.verify(), Ok(()));

@@ -6,7 +6,7 @@ Usage: python3 torch_models.py DIR (needs torch, onnx and onnxscript). Writes
 DIR/<model>.<exporter>.onnx, DIR/<model>.in.<input>.npy and DIR/<model>.out.0.npy, for the
 exporters `ts` (TorchScript, opset 17) and `dynamo` (the default opset); and for the models in
 DIFFERENTIATED a cotangent DIR/<model>.cot.y.npy and torch.autograd's gradients with respect to
-the float inputs, DIR/<model>.grad.<input>.npy.
+the float inputs and the listed parameters, DIR/<model>.grad.<name>.npy.
 """
 import os
 import sys
@@ -163,16 +163,30 @@ def reference(model, inputs):
     return y.float().numpy()
 
 
-# The models whose gradient with respect to their float inputs tests/onnx.rs checks against
-# torch.autograd (the others read embeddings or picks, whose gradients fusebox does not have).
-DIFFERENTIATED = {"lstm", "gru"}
+# The models whose gradients tests/onnx.rs checks against torch.autograd: with respect to every
+# float input, and to the named parameters (ONNX initializers of the same names).
+DIFFERENTIATED = {
+    "lstm": [],
+    "gru": [],
+    "embedding_pool": ["emb.weight", "fc.weight", "fc.bias"],
+    "target_log_prob": [],
+    "cross_entropy": [],
+    "moe": ["router.weight", "experts.1.weight"],
+    "tiny_lm": ["tok.weight", "blocks.0.attn.out_proj.weight", "blocks.0.fc1.bias"],
+}
 
 
-def gradients(name, model, inputs):
-    """d(sum(y * cotangent))/d(input) in float64 for every float input, with the cotangent
-    saved as <name>.cot.y.npy and each gradient as <name>.grad.<input>.npy."""
+def gradients(name, model, inputs, parameters):
+    """d(sum(y * cotangent))/d(value) in float64 for every float input and every parameter in
+    `parameters`, with the cotangent saved as <name>.cot.y.npy and each gradient as
+    <name>.grad.<input or parameter>.npy."""
     model64 = model.double()
     args = [v.double().requires_grad_() if v.is_floating_point() else v for v in inputs.values()]
+    if isinstance(model, EmbeddingMeanPool):
+        args = [torch.where(args[0] < 0, args[0] + 50, args[0])]
+    named = dict(model64.named_parameters())
+    for p in named.values():
+        p.grad = None
     y = model64(*args)
     cot = torch.randn(y.shape, dtype=torch.float64)
     np.save(os.path.join(out, f"{name}.cot.y.npy"), cot.float().numpy())
@@ -180,6 +194,8 @@ def gradients(name, model, inputs):
     for key, arg in zip(inputs, args):
         if arg.is_floating_point():
             np.save(os.path.join(out, f"{name}.grad.{key}.npy"), arg.grad.float().numpy())
+    for key in parameters:
+        np.save(os.path.join(out, f"{name}.grad.{key}.npy"), named[key].grad.float().numpy())
     model.float()
 
 
@@ -187,7 +203,7 @@ for name, model, inputs in models():
     model.eval()
     want = reference(model, inputs)
     if name in DIFFERENTIATED:
-        gradients(name, model, inputs)
+        gradients(name, model, inputs, DIFFERENTIATED[name])
     for key, value in inputs.items():
         np.save(os.path.join(out, f"{name}.in.{key}.npy"), value.numpy())
     np.save(os.path.join(out, f"{name}.out.0.npy"), want)

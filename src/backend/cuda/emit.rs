@@ -204,6 +204,8 @@ impl<'a> CudaKernelWriter<'a> {
                 };
                 self.entries(&mut out, &part, &self.row_body(path), &bounds);
             }
+        } else if self.ir.is_scatter_kernel() {
+            self.function(&mut out, "", &self.scatter_body());
         } else if self.ir.reductions.is_empty() {
             self.function(&mut out, "", &self.main_body());
         } else {
@@ -655,6 +657,40 @@ impl<'a> CudaKernelWriter<'a> {
         if self.width > 1 {
             code.close();
         }
+        code
+    }
+
+    /// The body of a scatter kernel ([`crate::lower::ir::Scatter`]): one row per thread,
+    /// grid-stride over the rows, each walked in order along the innermost axis, so that no
+    /// two threads add into one element and each element's sums happen in the reference's
+    /// order: no atomics, and the same bits as the CPU.
+    fn scatter_body(&self) -> Code {
+        let mut code = Code::new();
+        self.preamble(&mut code);
+        self.thread_loop(&mut code);
+        let inner = self.inner;
+        let outer: Vec<usize> = (0..inner).collect();
+        code.def("rows", format!("const U rows = {};", self.product(&outer)));
+        code.open("for (U t = first; t < rows; t += step)");
+        self.decompose(&mut code, "(I)t", &outer, "rem");
+        code.open(format!(
+            "for (I i{inner} = 0; i{inner} < n{inner}; ++i{inner})"
+        ));
+        self.bases(&mut code);
+        self.values(&mut code, Lane::Scalar);
+        for (k, store) in self.ir.stores.iter().enumerate() {
+            let Some(scatter) = store.scatter else {
+                continue;
+            };
+            let arg = self.ir.store_arg(k);
+            let element = format!(
+                "p.p{arg}[b{arg} + {}]",
+                gather_offset(scatter.index, scatter.gather)
+            );
+            code.stmt(Cuda.scatter_add(self.ir, k, &element));
+        }
+        code.close();
+        code.close();
         code
     }
 

@@ -332,7 +332,9 @@ impl<'a> CKernelWriter<'a> {
              const int64_t *offsets, void *const *ptrs)"
         ));
         self.preamble(&mut out);
-        if self.ir.is_row_kernel() {
+        if self.ir.is_scatter_kernel() {
+            self.scatter(&mut out);
+        } else if self.ir.is_row_kernel() {
             self.row_kernel(&mut out);
         } else if self.ir.reductions.is_empty() {
             self.pointwise(&mut out);
@@ -531,6 +533,35 @@ impl<'a> CKernelWriter<'a> {
                 out.line("const int64_t i0 = rem;");
             }
         }
+    }
+
+    /// A scatter kernel's loops ([`crate::lower::ir::Scatter`]): whole rows to each thread,
+    /// each walked in order, since the points of one row may add into one element.
+    fn scatter(&self, out: &mut Out) {
+        out.line("#pragma omp parallel for schedule(static) if(nt > 1)");
+        out.open("for (int64_t o = 0; o < outer; o++)");
+        self.decompose_outer(out, "o");
+        for arg in 0..self.ir.arg_count() {
+            out.line(format!("const int64_t b{arg} = {};", self.row_base(arg)));
+        }
+        out.open("for (int64_t j = 0; j < inner; j++)");
+        for line in &self.body {
+            out.line(line);
+        }
+        for k in 0..self.ir.stores.len() {
+            let arg = self.ir.store_arg(k);
+            let scatter = self.ir.stores[k]
+                .scatter
+                .expect("a scatter kernel's store scatters");
+            let element = format!(
+                "p{arg}[{} + {}]",
+                self.index(arg),
+                gather_offset(scatter.index, scatter.gather)
+            );
+            out.line(C.scatter_add(self.ir, k, &element));
+        }
+        out.close();
+        out.close();
     }
 
     /// Sets `o`, `j0` and `len` from work item `w` of `items = outer * nch`.

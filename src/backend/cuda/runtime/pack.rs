@@ -20,10 +20,7 @@ pub fn convert_ir(from: DType, chain: &[DType]) -> KernelIr {
         rank: 1,
         row_arithmetic: crate::lower::ir::RowArithmetic::default(),
         loads: vec![view(from)],
-        stores: vec![Store {
-            value: body.len() - 1,
-            view: view(to),
-        }],
+        stores: vec![Store::new(body.len() - 1, view(to))],
         body,
         reductions: Vec::new(),
     }
@@ -80,10 +77,7 @@ pub fn gather(
         rank,
         row_arithmetic: crate::lower::ir::RowArithmetic::default(),
         loads: vec![load],
-        stores: vec![Store {
-            value: body.len() - 1,
-            view: store,
-        }],
+        stores: vec![Store::new(body.len() - 1, store)],
         body,
         reductions: Vec::new(),
     };
