@@ -3462,10 +3462,11 @@ fn row_kernel_entries_keep_their_register_budgets() {
     }
 }
 
-/// Gather kernels (`gather_graphs`: every data dtype, i32 and i64 indices, rank-0 index
-/// tensors, size-0 axes, negative axes, indices negative and out of range) compile for sm_80
-/// and sm_90 without warnings, and their emitted CUDA, run by the emulation with 32- and
-/// 64-bit indexing, equals the reference, NaN fills and all.
+/// Gather and scatter kernels (`gather_graphs`: every data dtype, i32 and i64 indices, rank-0
+/// index tensors, size-0 axes, negative axes, indices negative, repeated and out of range)
+/// compile for sm_80 and sm_90 without warnings, and their emitted CUDA, run by the emulation
+/// with 32- and 64-bit indexing, equals the reference, NaN fills and all; a scatter's sums bit
+/// for bit, since each row is one thread's, in order.
 #[test]
 fn emulated_gathers_match_the_reference() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
@@ -3481,6 +3482,8 @@ fn emulated_gathers_match_the_reference() {
         }
     }
     assert!(kernels.len() >= 10, "only {} gather kernels", kernels.len());
+    let scatters = kernels.iter().filter(|k| k.is_scatter_kernel()).count();
+    assert!(scatters >= 4, "only {scatters} scatter kernels");
     check(&kernels);
     let mut emulated = BTreeMap::new();
     for (i, (graph, program)) in graphs.iter().zip(&programs).enumerate() {

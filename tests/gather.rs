@@ -1,7 +1,7 @@
-//! Gathers with run-time indices (`gather`, `gather_elements`): the reference evaluator's
-//! values, worked by hand, and the compiled gather kernels (the kernel-IR interpreter and
-//! the CPU backend) against it on random geometry, dtypes and indices in range, negative and
-//! out of range.
+//! Gathers and scatters with run-time indices (`gather`, `gather_elements`, `scatter_add`):
+//! the reference evaluator's values, worked by hand, and the compiled gather and scatter
+//! kernels (the kernel-IR interpreter and the CPU backend) against it on random geometry,
+//! dtypes and indices in range, negative, repeated and out of range.
 
 use crate::common;
 
@@ -109,6 +109,86 @@ fn integer_and_bool_gathers_fill_with_zero() {
     assert_eq!(out["y"].values(), vec![1.0, 0.0, 0.0]);
 }
 
+/// scatter_add by hand: updates added in order where their indices put them (negative ones
+/// from the end, repeated ones adding up, out-of-range ones dropped); f16 rounds after every
+/// addition, so the order shows (2048 + 1 + 1 is 2048 in f16, one addition at a time), and
+/// i32 wraps.
+#[test]
+fn scatter_add_adds_in_order_and_drops_indices_out_of_range() {
+    let text = |dtype: &str, axis: i64| {
+        format!(
+            r#"Graph(name: "s", inputs: [Input(name: "data", dtype: "{dtype}", shape: [3, 2]),
+                Input(name: "ids", dtype: "i64", shape: [4, 2]),
+                Input(name: "upd", dtype: "{dtype}", shape: [4, 2])],
+            nodes: [Node(name: "y", op: "scatter_add", args: ["data", "ids", "upd"],
+                attrs: {{"axis": {axis}}})], outputs: ["y"])"#
+        )
+    };
+    let ids = tensor(
+        DType::I64,
+        &[4, 2],
+        &[0.0, 2.0, -1.0, 2.0, 5.0, -3.0, 0.0, -4.0],
+    );
+    let data = tensor(DType::F32, &[3, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let upd = tensor(
+        DType::F32,
+        &[4, 2],
+        &[10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0],
+    );
+    let out = evaluate(
+        &parse(&text("f32", 0)),
+        &[("data", data), ("ids", ids.clone()), ("upd", upd)],
+    );
+    // Column 0: ids 0, -1 (row 2), 5 (dropped), 0. Column 1: ids 2, 2, -3 (row 0), -4 (dropped).
+    assert_eq!(
+        out["y"].values(),
+        vec![81.0, 62.0, 3.0, 4.0, 35.0, 66.0]
+    );
+    let half = tensor(DType::F16, &[3, 2], &[2048.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+    let ones = tensor(DType::F16, &[4, 2], &[1.0; 8]);
+    let out = evaluate(
+        &parse(&text("f16", 0)),
+        &[("data", half), ("ids", ids.clone()), ("upd", ones)],
+    );
+    assert_eq!(out["y"].values(), vec![2048.0, 1.0, 0.0, 0.0, 1.0, 2.0]);
+    let big = Tensor::from_ints(DType::I32, &[3, 2], vec![i32::MAX as i64, 0, 0, 0, 0, 0])
+        .unwrap();
+    let one = Tensor::from_ints(DType::I32, &[4, 2], vec![1; 8]).unwrap();
+    let out = evaluate(
+        &parse(&text("i32", 0)),
+        &[("data", big), ("ids", ids), ("upd", one)],
+    );
+    assert_eq!(
+        out["y"].ints().as_slice().unwrap(),
+        &[i32::MIN as i64 + 1, 1, 0, 0, 1, 2]
+    );
+}
+
+/// A scatter's updates must have its data's dtype, and indices and updates one shape that
+/// fits the data: refused at the node.
+#[test]
+fn misshapen_or_mistyped_scatters_are_refused_at_the_node() {
+    let text = |upd: &str, shape: &str| {
+        format!(
+            r#"Graph(name: "s", inputs: [Input(name: "data", dtype: "f32", shape: [3, 2]),
+                Input(name: "ids", dtype: "i64", shape: [4, 2]),
+                Input(name: "upd", dtype: "{upd}", shape: {shape})],
+            nodes: [Node(name: "y", op: "scatter_add", args: ["data", "ids", "upd"])],
+            outputs: ["y"])"#
+        )
+    };
+    for (upd, shape, says) in [
+        ("f16", "[4, 2]", "must have the dtype of `data`"),
+        ("f32", "[4, 3]", "indices [4, 2] and updates [4, 3] must have one shape"),
+        ("f32", "[4]", "must have one shape"),
+    ] {
+        let err = graph::file::parse(&text(upd, shape), "s.ron", &rules().ops).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains(says), "{message}");
+        assert!(message.contains("s.ron:"), "{message}");
+    }
+}
+
 /// Float indices are refused where the graph is checked, at the node.
 #[test]
 fn float_indices_are_refused() {
@@ -181,7 +261,10 @@ fn random_gathers_cover_their_forms() {
         .map(|_| strategy.new_tree(&mut runner).unwrap().current())
         .collect();
     let count = |f: &dyn Fn(&GatherRecipe) -> bool| recipes.iter().filter(|r| f(r)).count();
-    assert!(count(&|r| r.elements) > 100);
+    assert!(count(&|r| r.elements && !r.scatter) > 50);
+    assert!(count(&|r| r.scatter) > 50);
+    assert!(count(&|r| r.scatter && r.dtype == DType::F16) > 5);
+    assert!(count(&|r| r.scatter && r.dtype == DType::I32) > 5);
     assert!(count(&|r| !r.elements && r.indices.is_empty()) > 20);
     assert!(count(&|r| r.data.contains(&0)) > 50);
     assert!(count(&|r| r.axis < 0) > 100);

@@ -17,14 +17,16 @@
 //! - **CumSum**: each output sums the inputs at the positions a mask admits (up to and
 //!   including its own; `exclusive` leaves its own out, `reverse` runs from the end).
 //! - **ScatterElements**: each position of `data` along the axis collects the updates whose
-//!   index names it: the last one in index order (`reduction = none`), their sum (`add`),
-//!   maximum (`max`) or minimum (`min`); a position no index names keeps its value.
+//!   index names it: the last one in index order (`reduction = none`), their maximum (`max`)
+//!   or minimum (`min`); a position no index names keeps its value. Their sum (`add`) is not
+//!   pairwise: it is the catalogue's `scatter_add`, whose kernel adds each update once.
 
 use super::proto::Attr;
 use super::selection::{as_int64, from_the_end, positions};
 use super::structural::{Attrs, int_attr};
 use super::{ImportError, Importer, Imports, Val};
 use crate::dtype::{Category, DType};
+use crate::rules::{Builtin, BuiltinAttrs};
 use onnx_protobuf::NodeProto;
 
 /// ONNX's code for int64, the type of the positions and ranks.
@@ -204,11 +206,19 @@ pub(super) fn scatter_elements(
     let rank = data.shape().len();
     let axis = crate::shape::normalize_axis(int_attr(attrs, "axis").unwrap_or(0), rank)?;
     let reduction = reduction(attrs, data.dtype())?;
+    // A sum is the catalogue's scatter_add, which takes indices smaller than data off the
+    // axis, as the specification does; the pairwise forms of the others need them equal.
+    let fits = |a: usize, m: usize, n: usize| a == axis || m == n || (reduction == "add" && m < n);
     let same_elsewhere = indices.shape().len() == rank
-        && (0..rank).all(|a| a == axis || indices.shape()[a] == data.shape()[a]);
+        && (0..rank).all(|a| fits(a, indices.shape()[a], data.shape()[a]));
     if indices.shape() != updates.shape() || !same_elsewhere {
+        let relation = if reduction == "add" {
+            "no larger than"
+        } else {
+            "equal to"
+        };
         return Err(ImportError::Unsupported(format!(
-            "indices {:?} and updates {:?} must have one shape, equal to data's {:?} on every axis but {axis}",
+            "indices {:?} and updates {:?} must have one shape, {relation} data's {:?} on every axis but {axis}",
             indices.shape(),
             updates.shape(),
             data.shape()
@@ -228,7 +238,9 @@ pub(super) fn scatter_elements(
 }
 
 /// `data` with each position along `axis` that an i64 index names combined with the updates
-/// naming it (`reduction`), the others kept: ScatterElements once its operands are checked.
+/// naming it (`reduction`), the others kept: ScatterElements once its operands are checked. A
+/// sum is the catalogue's scatter_add (linear in the updates, with a kernel of its own); the
+/// other reductions are pairwise (see the module documentation).
 fn scatter_along(
     im: &mut Importer,
     data: &Val,
@@ -238,6 +250,11 @@ fn scatter_along(
     reduction: &str,
     out: &str,
 ) -> Imports {
+    if reduction == "add" {
+        let args = [data.clone(), indices.clone(), updates.clone()];
+        let at = BuiltinAttrs::Gather { axis: axis as i64 };
+        return im.emit_builtin(Builtin::ScatterAdd, &args, at, out, true);
+    }
     let rank = data.shape().len();
     let name = |part: &str| format!("{out}.{part}");
     let (n, m) = (data.shape()[axis], indices.shape()[axis]);
@@ -263,12 +280,6 @@ fn scatter_along(
             let last = im.onnx("Where", &[&named, &last, &zero], &[], &name("last"))?;
             let at = [("axis", Attr::Int(axis as i64))];
             im.onnx("GatherElements", &[updates, &last], &at, &name("taken"))?
-        }
-        "add" => {
-            let nothing = Val::floats(data.dtype(), &[], vec![0.0])?;
-            let terms = im.onnx("Where", &[&hit, &update_u, &nothing], &[], &name("terms"))?;
-            let total = im.onnx("ReduceSum", &[&terms], &over(axis + 1), &name("total"))?;
-            im.onnx("Add", &[data, &total], &[], &name("added"))?
         }
         "max" | "min" => {
             let (reduce, combine) = match reduction {

@@ -1,7 +1,8 @@
-//! Gather graphs for the gather tests of several suites: a `gather` or `gather_elements` of
-//! random geometry (data of rank 1 to 3 with size-0 and size-1 axes, index tensors of rank 0
-//! to 2, every axis, negative axes), data of every dtype, i32 or i64 indices, read by a
-//! pointwise op or not, and inputs whose indices are in range, negative and out of range.
+//! Gather graphs for the gather tests of several suites: a `gather`, `gather_elements` or
+//! `scatter_add` of random geometry (data of rank 1 to 3 with size-0 and size-1 axes, index
+//! tensors of rank 0 to 2, every axis, negative axes), data of every dtype (every numeric one
+//! for a scatter), i32 or i64 indices, read by a pointwise op or not, and inputs whose indices
+//! are in range, negative and out of range (a scatter's repeat, so that updates meet).
 
 use fusebox::attr::AttrValue;
 use fusebox::dtype::DType;
@@ -19,6 +20,9 @@ pub struct GatherRecipe {
     /// Counted from the end when negative.
     pub axis: i64,
     pub elements: bool,
+    /// With `elements`: a scatter_add of updates shaped like the indices into the data
+    /// instead of a gather_elements.
+    pub scatter: bool,
     pub dtype: DType,
     pub index_dtype: DType,
     /// Squares the gathered value (negates a bool one) in a pointwise op after it.
@@ -44,8 +48,9 @@ pub fn recipes() -> BoxedStrategy<GatherRecipe> {
         0..DATA_DTYPES.len(),
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
     )
-        .prop_map(|(data, indices, axis, elements, dtype, wide, consumer)| {
+        .prop_map(|(data, indices, axis, elements, dtype, wide, consumer, scatter)| {
             let rank = data.len() as i64;
             let axis = i64::from(axis) % (2 * rank) - rank;
             let resolved = axis.rem_euclid(rank) as usize;
@@ -62,12 +67,19 @@ pub fn recipes() -> BoxedStrategy<GatherRecipe> {
             } else {
                 indices
             };
+            let scatter = elements && scatter;
+            // A scatter adds: no bool data.
+            let dtype = match DATA_DTYPES[dtype] {
+                DType::Bool if scatter => DType::F32,
+                dtype => dtype,
+            };
             GatherRecipe {
                 data,
                 indices,
                 axis,
                 elements,
-                dtype: DATA_DTYPES[dtype],
+                scatter,
+                dtype,
                 index_dtype: if wide { DType::I64 } else { DType::I32 },
                 consumer,
             }
@@ -81,13 +93,15 @@ pub fn build(recipe: &GatherRecipe) -> Graph {
     let mut b = GraphBuilder::new("gather");
     let data = b.input("data", recipe.dtype, &recipe.data);
     let ids = b.input("ids", recipe.index_dtype, &recipe.indices);
-    let op = if recipe.elements {
-        "gather_elements"
-    } else {
-        "gather"
-    };
     let axis = [("axis", AttrValue::Int(recipe.axis))];
-    let g = b.op_with("g", op, &[&data, &ids], &axis);
+    let g = if recipe.scatter {
+        let updates = b.input("updates", recipe.dtype, &recipe.indices);
+        b.op_with("g", "scatter_add", &[&data, &ids, &updates], &axis)
+    } else if recipe.elements {
+        b.op_with("g", "gather_elements", &[&data, &ids], &axis)
+    } else {
+        b.op_with("g", "gather", &[&data, &ids], &axis)
+    };
     if !recipe.consumer {
         return b.finish(&[&g]);
     }
