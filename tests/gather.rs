@@ -140,10 +140,7 @@ fn scatter_add_adds_in_order_and_drops_indices_out_of_range() {
         &[("data", data), ("ids", ids.clone()), ("upd", upd)],
     );
     // Column 0: ids 0, -1 (row 2), 5 (dropped), 0. Column 1: ids 2, 2, -3 (row 0), -4 (dropped).
-    assert_eq!(
-        out["y"].values(),
-        vec![81.0, 62.0, 3.0, 4.0, 35.0, 66.0]
-    );
+    assert_eq!(out["y"].values(), vec![81.0, 62.0, 3.0, 4.0, 35.0, 66.0]);
     let half = tensor(DType::F16, &[3, 2], &[2048.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
     let ones = tensor(DType::F16, &[4, 2], &[1.0; 8]);
     let out = evaluate(
@@ -151,8 +148,7 @@ fn scatter_add_adds_in_order_and_drops_indices_out_of_range() {
         &[("data", half), ("ids", ids.clone()), ("upd", ones)],
     );
     assert_eq!(out["y"].values(), vec![2048.0, 1.0, 0.0, 0.0, 1.0, 2.0]);
-    let big = Tensor::from_ints(DType::I32, &[3, 2], vec![i32::MAX as i64, 0, 0, 0, 0, 0])
-        .unwrap();
+    let big = Tensor::from_ints(DType::I32, &[3, 2], vec![i32::MAX as i64, 0, 0, 0, 0, 0]).unwrap();
     let one = Tensor::from_ints(DType::I32, &[4, 2], vec![1; 8]).unwrap();
     let out = evaluate(
         &parse(&text("i32", 0)),
@@ -179,7 +175,11 @@ fn misshapen_or_mistyped_scatters_are_refused_at_the_node() {
     };
     for (upd, shape, says) in [
         ("f16", "[4, 2]", "must have the dtype of `data`"),
-        ("f32", "[4, 3]", "indices [4, 2] and updates [4, 3] must have one shape"),
+        (
+            "f32",
+            "[4, 3]",
+            "indices [4, 2] and updates [4, 3] must have one shape",
+        ),
         ("f32", "[4]", "must have one shape"),
     ] {
         let err = graph::file::parse(&text(upd, shape), "s.ron", &rules().ops).unwrap_err();

@@ -17,7 +17,7 @@ const NAN: f64 = f64::NAN;
 const INF: f64 = f64::INFINITY;
 
 /// Every op of the default catalogue; each is exercised below.
-const COVERED: [&str; 52] = [
+const COVERED: [&str; 53] = [
     "abs",
     "add",
     "atan",
@@ -56,6 +56,7 @@ const COVERED: [&str; 52] = [
     "reshape",
     "round",
     "rsqrt",
+    "scatter_add",
     "sigmoid",
     "sign",
     "silu",
@@ -1655,6 +1656,41 @@ fn gathers_read_at_run_time_indices() {
         &[m, pick],
     );
     assert_exact(&got, F16, &[2, 2], &[3.0, 1.0, 6.0, NAN]);
+}
+
+/// scatter_add into a [2, 3] table along each axis: a repeated index adds twice, a negative
+/// one counts from the end, one out of range adds nothing; bf16 rounds after each addition
+/// (256 + 1 is 256 in bf16, twice), and i64 keeps every bit.
+#[test]
+fn scatter_add_adds_updates_at_run_time_indices() {
+    let m = tensor(BF16, &[2, 3], &[256.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let ids = tensor(I32, &[2, 3], &[0.0, -1.0, 2.0, 0.0, 1.0, 1.0]);
+    let ones = tensor(BF16, &[2, 3], &[1.0; 6]);
+    assert_exact(
+        &apply("scatter_add", &[], &[m.clone(), ids, ones]),
+        BF16,
+        &[2, 3],
+        // Column 0 adds 1 to 256 twice; column 1 reaches row 1 twice (-1 and 1); column 2's
+        // index 2 is out of range and the next adds to row 1.
+        &[256.0, 2.0, 3.0, 4.0, 7.0, 7.0],
+    );
+    let ids = tensor(I64, &[1, 2], &[-3.0, 3.0]);
+    let upd = tensor(BF16, &[1, 2], &[10.0, 20.0]);
+    assert_exact(
+        &apply(
+            "scatter_add",
+            &[("axis", AttrValue::Int(-1))],
+            &[m, ids, upd],
+        ),
+        BF16,
+        &[2, 3],
+        &[266.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+    );
+    let data = Tensor::from_ints(I64, &[2], vec![i64::MAX - 1, 0]).unwrap();
+    let ids = tensor(I64, &[3], &[0.0, 1.0, -2.0]);
+    let upd = Tensor::from_ints(I64, &[3], vec![1, 5, 1]).unwrap();
+    let got = apply("scatter_add", &[], &[data, ids, upd]);
+    assert_eq!(got.ints().as_slice().unwrap(), &[i64::MIN, 5]);
 }
 
 #[test]

@@ -50,40 +50,42 @@ pub fn recipes() -> BoxedStrategy<GatherRecipe> {
         any::<bool>(),
         any::<bool>(),
     )
-        .prop_map(|(data, indices, axis, elements, dtype, wide, consumer, scatter)| {
-            let rank = data.len() as i64;
-            let axis = i64::from(axis) % (2 * rank) - rank;
-            let resolved = axis.rem_euclid(rank) as usize;
-            // gather_elements: data's rank, no larger than data off the axis.
-            let indices = if elements {
-                data.iter()
-                    .enumerate()
-                    .map(|(d, &n)| match indices.get(d) {
-                        Some(&m) if d == resolved => m,
-                        Some(&m) => m.min(n),
-                        None => n,
-                    })
-                    .collect()
-            } else {
-                indices
-            };
-            let scatter = elements && scatter;
-            // A scatter adds: no bool data.
-            let dtype = match DATA_DTYPES[dtype] {
-                DType::Bool if scatter => DType::F32,
-                dtype => dtype,
-            };
-            GatherRecipe {
-                data,
-                indices,
-                axis,
-                elements,
-                scatter,
-                dtype,
-                index_dtype: if wide { DType::I64 } else { DType::I32 },
-                consumer,
-            }
-        })
+        .prop_map(
+            |(data, indices, axis, elements, dtype, wide, consumer, scatter)| {
+                let rank = data.len() as i64;
+                let axis = i64::from(axis) % (2 * rank) - rank;
+                let resolved = axis.rem_euclid(rank) as usize;
+                // gather_elements: data's rank, no larger than data off the axis.
+                let indices = if elements {
+                    data.iter()
+                        .enumerate()
+                        .map(|(d, &n)| match indices.get(d) {
+                            Some(&m) if d == resolved => m,
+                            Some(&m) => m.min(n),
+                            None => n,
+                        })
+                        .collect()
+                } else {
+                    indices
+                };
+                let scatter = elements && scatter;
+                // A scatter adds: no bool data.
+                let dtype = match DATA_DTYPES[dtype] {
+                    DType::Bool if scatter => DType::F32,
+                    dtype => dtype,
+                };
+                GatherRecipe {
+                    data,
+                    indices,
+                    axis,
+                    elements,
+                    scatter,
+                    dtype,
+                    index_dtype: if wide { DType::I64 } else { DType::I32 },
+                    consumer,
+                }
+            },
+        )
         .boxed()
 }
 
