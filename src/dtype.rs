@@ -14,7 +14,12 @@ use std::fmt;
 #[serde(try_from = "String", into = "String")]
 pub enum DType {
     Bool,
+    I8,
+    U8,
+    I16,
+    U16,
     I32,
+    U32,
     I64,
     F16,
     BF16,
@@ -32,9 +37,14 @@ pub enum Category {
 
 impl DType {
     /// Every dtype, narrowest first within each category.
-    pub const ALL: [DType; 7] = [
+    pub const ALL: [DType; 12] = [
         DType::Bool,
+        DType::I8,
+        DType::U8,
+        DType::I16,
+        DType::U16,
         DType::I32,
+        DType::U32,
         DType::I64,
         DType::F16,
         DType::BF16,
@@ -46,7 +56,12 @@ impl DType {
     pub fn name(self) -> &'static str {
         match self {
             DType::Bool => "bool",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
             DType::I32 => "i32",
+            DType::U32 => "u32",
             DType::I64 => "i64",
             DType::F16 => "f16",
             DType::BF16 => "bf16",
@@ -63,8 +78,74 @@ impl DType {
     pub fn category(self) -> Category {
         match self {
             DType::Bool => Category::Bool,
-            DType::I32 | DType::I64 => Category::Integer,
+            DType::I8
+            | DType::U8
+            | DType::I16
+            | DType::U16
+            | DType::I32
+            | DType::U32
+            | DType::I64 => Category::Integer,
             _ => Category::Float,
+        }
+    }
+
+    /// The values an integer dtype holds, `(min, max)`: all exact in an `i64`, which is how
+    /// fusebox holds every integer value (`None` for the other dtypes).
+    pub fn int_range(self) -> Option<(i64, i64)> {
+        match self {
+            DType::I8 => Some((i8::MIN.into(), i8::MAX.into())),
+            DType::U8 => Some((0, u8::MAX.into())),
+            DType::I16 => Some((i16::MIN.into(), i16::MAX.into())),
+            DType::U16 => Some((0, u16::MAX.into())),
+            DType::I32 => Some((i32::MIN.into(), i32::MAX.into())),
+            DType::U32 => Some((0, u32::MAX.into())),
+            DType::I64 => Some((i64::MIN, i64::MAX)),
+            _ => None,
+        }
+    }
+
+    /// Whether this is an unsigned integer dtype.
+    pub fn is_unsigned(self) -> bool {
+        matches!(self, DType::U8 | DType::U16 | DType::U32)
+    }
+
+    /// Bits of an integer dtype's values (0 for the others).
+    fn int_bits(self) -> u32 {
+        match self {
+            DType::I8 | DType::U8 => 8,
+            DType::I16 | DType::U16 => 16,
+            DType::I32 | DType::U32 => 32,
+            DType::I64 => 64,
+            _ => 0,
+        }
+    }
+
+    /// The signed integer dtype of `bits` bits (i64 past 32).
+    fn signed_of(bits: u32) -> DType {
+        match bits {
+            0..=8 => DType::I8,
+            9..=16 => DType::I16,
+            17..=32 => DType::I32,
+            _ => DType::I64,
+        }
+    }
+
+    /// Two integer dtypes meet at the narrowest one holding both's values, as in NumPy and
+    /// PyTorch (u8 with i8 at i16, u32 with i32 at i64); u32 with i64 is i64.
+    fn promote_ints(self, other: DType) -> DType {
+        let (a, b) = (self.int_bits(), other.int_bits());
+        match (self.is_unsigned(), other.is_unsigned()) {
+            (false, false) | (true, true) => {
+                if a >= b {
+                    self
+                } else {
+                    other
+                }
+            }
+            (true, false) if b > a => other,
+            (false, true) if a > b => self,
+            (true, false) => DType::signed_of(2 * a),
+            (false, true) => DType::signed_of(2 * b),
         }
     }
 
@@ -75,9 +156,9 @@ impl DType {
     /// Bytes per element in memory (bool is one byte).
     pub fn size_bytes(self) -> usize {
         match self {
-            DType::Bool => 1,
-            DType::F16 | DType::BF16 => 2,
-            DType::I32 | DType::F32 => 4,
+            DType::Bool | DType::I8 | DType::U8 => 1,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
+            DType::I32 | DType::U32 | DType::F32 => 4,
             DType::I64 | DType::F64 => 8,
         }
     }
@@ -95,7 +176,8 @@ impl DType {
     /// The type two operands meet at.
     ///
     /// Within a category the wider type wins (i32 < i64; f16, bf16 < f32 < f64, and f16 with
-    /// bf16 meet at f32 because neither holds the other's values). Across categories the higher
+    /// bf16 meet at f32 because neither holds the other's values; a signed and an unsigned
+    /// integer meet at a signed type holding both, u8 with i8 at i16). Across categories the higher
     /// category's type wins unchanged (i64 + f16 → f16), as in PyTorch and JAX: NumPy's
     /// value-safe rule would turn every index-meets-half-tensor into f64, which no ML graph wants.
     pub fn promote(self, other: DType) -> DType {
@@ -104,7 +186,7 @@ impl DType {
             (a, b) if a > b => self,
             (a, b) if a < b => other,
             (Bool, Bool) => DType::Bool,
-            (Integer, Integer) => self.max(other),
+            (Integer, Integer) => self.promote_ints(other),
             _ => {
                 if self == other {
                     self
@@ -143,7 +225,12 @@ impl DType {
             // rounding, so f32 -> f16/bf16 (correct in `half`) then rounds exactly once.
             DType::F16 => half::f16::from_f32(round_to_odd_f32(v)).to_f64(),
             DType::BF16 => half::bf16::from_f32(round_to_odd_f32(v)).to_f64(),
+            DType::I8 => (v as i8) as f64,
+            DType::U8 => (v as u8) as f64,
+            DType::I16 => (v as i16) as f64,
+            DType::U16 => (v as u16) as f64,
             DType::I32 => (v as i32) as f64,
+            DType::U32 => (v as u32) as f64,
             DType::I64 => (v as i64) as f64,
             DType::Bool => {
                 if v != 0.0 {
@@ -213,6 +300,14 @@ mod tests {
         assert_eq!(I32.promote(I64), I64);
         assert_eq!(I64.promote(F16), F16);
         assert_eq!(Bool.promote(I32), I32);
+        assert_eq!(U8.promote(I8), I16);
+        assert_eq!(U8.promote(I16), I16);
+        assert_eq!(U16.promote(I8), I32);
+        assert_eq!(U32.promote(I32), I64);
+        assert_eq!(U32.promote(I64), I64);
+        assert_eq!(U8.promote(U32), U32);
+        assert_eq!(I8.promote(I32), I32);
+        assert_eq!(U16.promote(F16), F16);
         assert_eq!(F64.promote(F16), F64);
         for a in DType::ALL {
             for b in DType::ALL {

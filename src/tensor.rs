@@ -161,7 +161,12 @@ pub struct Tensor {
 /// NumPy's `astype` does); identity for `i64` and for non-integer dtypes.
 pub fn wrap_int(dtype: DType, v: i64) -> i64 {
     match dtype {
+        DType::I8 => i64::from(v as i8),
+        DType::U8 => i64::from(v as u8),
+        DType::I16 => i64::from(v as i16),
+        DType::U16 => i64::from(v as u16),
         DType::I32 => i64::from(v as i32),
+        DType::U32 => i64::from(v as u32),
         _ => v,
     }
 }
@@ -178,7 +183,12 @@ pub fn int_to_float(dtype: DType, v: i64) -> f64 {
 /// zero and saturated, NaN becoming 0 ([`DType::round`]).
 pub fn float_to_int(dtype: DType, v: f64) -> i64 {
     match dtype {
+        DType::I8 => i64::from(v as i8),
+        DType::U8 => i64::from(v as u8),
+        DType::I16 => i64::from(v as i16),
+        DType::U16 => i64::from(v as u16),
         DType::I32 => i64::from(v as i32),
+        DType::U32 => i64::from(v as u32),
         _ => v as i64,
     }
 }
@@ -423,9 +433,29 @@ impl Tensor {
                     .map(|b| if b { 1.0 } else { 0.0 })
                     .collect(),
             ),
+            (C::Int, 1) => {
+                let raw = npy.into_vec::<i8>().map_err(read_err)?;
+                return ints(DType::I8, raw.into_iter().map(i64::from).collect());
+            }
+            (C::Int, 2) => {
+                let raw = npy.into_vec::<i16>().map_err(read_err)?;
+                return ints(DType::I16, raw.into_iter().map(i64::from).collect());
+            }
             (C::Int, 4) => {
                 let raw = npy.into_vec::<i32>().map_err(read_err)?;
                 return ints(DType::I32, raw.into_iter().map(i64::from).collect());
+            }
+            (C::Uint, 1) => {
+                let raw = npy.into_vec::<u8>().map_err(read_err)?;
+                return ints(DType::U8, raw.into_iter().map(i64::from).collect());
+            }
+            (C::Uint, 2) => {
+                let raw = npy.into_vec::<u16>().map_err(read_err)?;
+                return ints(DType::U16, raw.into_iter().map(i64::from).collect());
+            }
+            (C::Uint, 4) => {
+                let raw = npy.into_vec::<u32>().map_err(read_err)?;
+                return ints(DType::U32, raw.into_iter().map(i64::from).collect());
             }
             (C::Int, 8) => return ints(DType::I64, npy.into_vec::<i64>().map_err(read_err)?),
             (C::Float, 2) => (
@@ -522,8 +552,13 @@ impl Tensor {
         if let Data::Int(ints) = &self.data {
             let ints = ints.iter().copied();
             return match self.dtype {
-                // An i32 tensor holds only i32 values, so the narrowing is exact.
+                // A tensor holds only values of its dtype, so the narrowing is exact.
+                DType::I8 => write_values(out, &shape, ints.map(|v| v as i8)),
+                DType::U8 => write_values(out, &shape, ints.map(|v| v as u8)),
+                DType::I16 => write_values(out, &shape, ints.map(|v| v as i16)),
+                DType::U16 => write_values(out, &shape, ints.map(|v| v as u16)),
                 DType::I32 => write_values(out, &shape, ints.map(|v| v as i32)),
+                DType::U32 => write_values(out, &shape, ints.map(|v| v as u32)),
                 _ => write_values(out, &shape, ints),
             }
             .map_err(err);
@@ -533,7 +568,12 @@ impl Tensor {
         match self.dtype {
             DType::Bool => write_values(out, &shape, values.map(|v| v != 0.0)),
             // Only a hand-built tensor pairs an integer dtype with floats: convert as a cast.
+            DType::I8 => write_values(out, &shape, values.map(|v| v as i8)),
+            DType::U8 => write_values(out, &shape, values.map(|v| v as u8)),
+            DType::I16 => write_values(out, &shape, values.map(|v| v as i16)),
+            DType::U16 => write_values(out, &shape, values.map(|v| v as u16)),
             DType::I32 => write_values(out, &shape, values.map(|v| v as i32)),
+            DType::U32 => write_values(out, &shape, values.map(|v| v as u32)),
             DType::I64 => write_values(out, &shape, values.map(|v| v as i64)),
             DType::F16 => write_values(out, &shape, values.map(half::f16::from_f64)),
             DType::BF16 | DType::F32 => write_values(out, &shape, values.map(|v| v as f32)),
@@ -544,7 +584,7 @@ impl Tensor {
 
     /// Deterministic random values for `dtype` and `shape`: floats uniform in [-3, 3] (wide
     /// enough to exercise both tails of sigmoid and tanh, small enough not to overflow exp in
-    /// f16), integers in [-10, 10], bools fair. Aborts like any allocation if the system
+    /// f16), integers in [-10, 10] ([0, 20] unsigned), bools fair. Aborts like any allocation if the system
     /// refuses the values; `--random-inputs` uses [`Tensor::try_random`].
     pub fn random(dtype: DType, shape: &[usize], rng: &mut impl Rng) -> Tensor {
         Tensor::try_random(dtype, shape, rng).unwrap_or_else(|e| panic!("{e}"))
@@ -559,7 +599,9 @@ impl Tensor {
         let len = numel(shape);
         if dtype.category() == Category::Integer {
             let mut values = try_vec(len, shape)?;
-            values.extend((0..len).map(|_| i64::from(rng.random_range(-10i32..=10))));
+            // Unsigned dtypes draw from 0 to 20 instead.
+            let low = if dtype.is_unsigned() { 0i32 } else { -10 };
+            values.extend((0..len).map(|_| i64::from(rng.random_range(low..=low + 20))));
             return Tensor::try_from_int_array(dtype, shaped(shape, values));
         }
         let mut values = try_vec(len, shape)?;

@@ -98,6 +98,7 @@ np.save("i64.npy", np.arange(6, dtype=np.int64).reshape(2, 3))
 np.save("bool.npy", np.array([True, False, True]))
 np.save("fortran.npy", np.asfortranarray(np.ones((2, 3), dtype=np.float32)))
 np.save("u8.npy", np.array([1, 2], dtype=np.uint8))
+np.save("u64.npy", np.array([1, 2], dtype=np.uint64))
 "#,
         &dir,
     );
@@ -123,7 +124,9 @@ np.save("u8.npy", np.array([1, 2], dtype=np.uint8))
         .unwrap_err()
         .to_string();
     assert!(fortran.contains("Fortran"), "{fortran}");
-    let unsupported = Tensor::read_npy(&dir.join("u8.npy"))
+    let bytes = Tensor::read_npy(&dir.join("u8.npy")).unwrap();
+    assert_eq!((bytes.dtype, bytes.values()), (DType::U8, vec![1.0, 2.0]));
+    let unsupported = Tensor::read_npy(&dir.join("u64.npy"))
         .unwrap_err()
         .to_string();
     assert!(

@@ -146,7 +146,13 @@ pub(crate) trait Spelling {
             DType::F16 => format!("{prefix}h2f({raw})"),
             DType::BF16 => format!("{prefix}b2f({raw})"),
             DType::F32 | DType::F64 => raw.to_string(),
-            DType::I32 | DType::I64 => format!("({}){raw}", self.value_type(Prec::I64)),
+            DType::I8
+            | DType::U8
+            | DType::I16
+            | DType::U16
+            | DType::I32
+            | DType::U32
+            | DType::I64 => format!("({}){raw}", self.value_type(Prec::I64)),
             DType::Bool => self.bool_load(raw),
         }
     }
@@ -158,8 +164,10 @@ pub(crate) trait Spelling {
             DType::F16 => format!("{prefix}f2h({value})"),
             DType::BF16 => format!("{prefix}f2b({value})"),
             DType::F32 | DType::F64 => value.to_string(),
-            // The value is already within i32's range: the conversion is exact.
-            DType::I32 => format!("({}){value}", self.storage_type(DType::I32)),
+            // The value is already within the dtype's range: the conversion is exact.
+            DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::I32 | DType::U32 => {
+                format!("({}){value}", self.storage_type(dtype))
+            }
             DType::I64 => value.to_string(),
             DType::Bool => self.bool_store(value),
         }
@@ -179,6 +187,17 @@ pub(crate) trait Spelling {
             (Prec::I64, DType::I32) => {
                 format!("(({int})(int)(unsigned int)(unsigned long long){x})")
             }
+            // The narrower integers the same way: the low bits, then their sign (if any).
+            (Prec::I64, DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::U32) => {
+                let low = match dtype {
+                    DType::I8 => "(signed char)(unsigned char)",
+                    DType::U8 => "(unsigned char)",
+                    DType::I16 => "(short)(unsigned short)",
+                    DType::U16 => "(unsigned short)",
+                    _ => "(unsigned int)",
+                };
+                format!("(({int}){low}(unsigned long long){x})")
+            }
             (Prec::I64, DType::Bool) => format!("(({x} != 0) ? 1.0 : 0.0)"),
             // To nearest f64 first: for every narrower float the second rounding agrees with
             // rounding the integer once (f64 has more than twice their precision plus two).
@@ -193,6 +212,10 @@ pub(crate) trait Spelling {
             // Both helpers truncate and saturate in double (NaN -> 0); the i32 result is then
             // exact in any integer type, the i64 one may be 2^63, which `d2i64` saturates.
             (Prec::F64, DType::I32) => format!("(({int}){prefix}rnd_i32({x}))"),
+            (Prec::F64, DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::U32) => {
+                let (lo, hi) = dtype.int_range().expect("an integer dtype");
+                format!("(({int}){prefix}rnd_int({x}, {lo}.0, {hi}.0))")
+            }
             (Prec::F64, DType::I64) => format!("{prefix}d2i64({prefix}rnd_i64({x}))"),
             (Prec::F64, DType::Bool) => self.f64_to_bool(x),
         }

@@ -373,7 +373,10 @@ pub fn result_dtype(op: &OpDef, args: &[TensorType], attrs: &Attrs) -> DType {
         },
         DtypeRule::SameAs(name) => operand_dtypes(op, args, name).next().unwrap_or(DType::F32),
         DtypeRule::Accumulate(name) => match operand_dtypes(op, args, name).next() {
-            Some(DType::Bool | DType::I32) => DType::I64,
+            // Every narrower integer (and bool) sums in i64, as NumPy sums them.
+            Some(d) if d == DType::Bool || d.category() == crate::dtype::Category::Integer => {
+                DType::I64
+            }
             Some(d) => d,
             None => DType::F32,
         },

@@ -97,7 +97,8 @@ pub enum Prec {
     F32,
     /// C `double`: values of dtype f64 and bool.
     F64,
-    /// C `int64_t`, wrapping on overflow: values of dtype i32 and i64. `+`, `-`, `*`, `-x`,
+    /// C `int64_t`, wrapping on overflow: values of every integer dtype (i8 to i64, u8 to
+    /// u32), all exact in 64 bits. `+`, `-`, `*`, `-x`,
     /// comparisons, `abs`, `min`, `max` and `select` are exact integer operations; every other
     /// primitive converts its operands to f64, computes there and converts back as a cast to
     /// i64 does (`WrappingInt` in the formula interpreter).
@@ -108,7 +109,13 @@ impl Prec {
     /// The precision a value of `dtype` is held in.
     pub fn of(dtype: DType) -> Prec {
         match dtype {
-            DType::I32 | DType::I64 => Prec::I64,
+            DType::I8
+            | DType::U8
+            | DType::I16
+            | DType::U16
+            | DType::I32
+            | DType::U32
+            | DType::I64 => Prec::I64,
             DType::F32 | DType::F16 | DType::BF16 => Prec::F32,
             DType::F64 | DType::Bool => Prec::F64,
         }

@@ -286,32 +286,7 @@ impl KernelIr {
                 _ => {}
             }
         }
-        for (store, s) in self.stores.iter().enumerate() {
-            if s.value >= self.body.len() {
-                return Err(IrError::MissingStoredValue {
-                    store,
-                    value: s.value,
-                });
-            }
-            if self.prec(s.value) != Prec::of(s.view.dtype) {
-                return Err(IrError::StorePrecision { store });
-            }
-            if let Some(scatter) = s.scatter {
-                let alone = self.stores.len() == 1
-                    && self.reductions.is_empty()
-                    && !self.is_row_kernel()
-                    && !self.has_ranges();
-                let index_ok =
-                    scatter.index < self.body.len() && self.prec(scatter.index) == Prec::I64;
-                if !alone
-                    || !index_ok
-                    || s.view.is_mapped()
-                    || s.view.axes[self.rank - 1] != Axis::Broadcast
-                {
-                    return Err(IrError::Scatter { store });
-                }
-            }
-        }
+        self.verify_stores()?;
         if self.is_row_kernel() && !self.reductions.is_empty() {
             return Err(IrError::RowKernelReduction);
         }
@@ -356,6 +331,40 @@ impl KernelIr {
                 && (literal as f32) as f64 != literal
             {
                 return Err(IrError::UnrepresentableConst { value, literal });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl KernelIr {
+    /// The stores' part of [`KernelIr::verify`]: existing values at their dtype's precision,
+    /// and a scatter store alone in its kernel, through an integer index, moving off the rows.
+    fn verify_stores(&self) -> Result<(), IrError> {
+        for (store, s) in self.stores.iter().enumerate() {
+            if s.value >= self.body.len() {
+                return Err(IrError::MissingStoredValue {
+                    store,
+                    value: s.value,
+                });
+            }
+            if self.prec(s.value) != Prec::of(s.view.dtype) {
+                return Err(IrError::StorePrecision { store });
+            }
+            if let Some(scatter) = s.scatter {
+                let alone = self.stores.len() == 1
+                    && self.reductions.is_empty()
+                    && !self.is_row_kernel()
+                    && !self.has_ranges();
+                let index_ok =
+                    scatter.index < self.body.len() && self.prec(scatter.index) == Prec::I64;
+                if !alone
+                    || !index_ok
+                    || s.view.is_mapped()
+                    || s.view.axes[self.rank - 1] != Axis::Broadcast
+                {
+                    return Err(IrError::Scatter { store });
+                }
             }
         }
         Ok(())

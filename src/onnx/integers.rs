@@ -21,10 +21,7 @@ pub(super) const INTEGER_FOLDS: [&str; 3] = ["Div", "Mod", "Pow"];
 /// Mod takes the divisor's sign (Python's `%`, ONNX's default), or with `fmod` the dividend's
 /// (C's `fmod`); `x mod 0` is 0, as NumPy gives it, and what the run-time form computes.
 pub(super) fn integer_op(op: &str, fmod: bool, dtype: DType, x: i64, y: i64) -> Imports<i64> {
-    let (min, max) = match dtype {
-        DType::I32 => (i64::from(i32::MIN), i64::from(i32::MAX)),
-        _ => (i64::MIN, i64::MAX),
-    };
+    let (min, max) = dtype.int_range().unwrap_or((i64::MIN, i64::MAX));
     Ok(match op {
         "Div" => match (x, y) {
             (0, 0) => 0,

@@ -49,13 +49,11 @@ fn over(axis: usize) -> [(&'static str, Attr); 2] {
 
 /// The lowest value of `dtype` (`low`) or the highest: -inf and +inf for floats.
 fn far_end(dtype: DType, low: bool) -> Imports {
-    match (dtype, low) {
-        (DType::I32, true) => Val::ints(dtype, &[], vec![i64::from(i32::MIN)]),
-        (DType::I32, false) => Val::ints(dtype, &[], vec![i64::from(i32::MAX)]),
-        (DType::I64, true) => Val::ints(dtype, &[], vec![i64::MIN]),
-        (DType::I64, false) => Val::ints(dtype, &[], vec![i64::MAX]),
-        (_, true) => Val::floats(dtype, &[], vec![f64::NEG_INFINITY]),
-        (_, false) => Val::floats(dtype, &[], vec![f64::INFINITY]),
+    match (dtype.int_range(), low) {
+        (Some((min, _)), true) => Val::ints(dtype, &[], vec![min]),
+        (Some((_, max)), false) => Val::ints(dtype, &[], vec![max]),
+        (None, true) => Val::floats(dtype, &[], vec![f64::NEG_INFINITY]),
+        (None, false) => Val::floats(dtype, &[], vec![f64::INFINITY]),
     }
 }
 

@@ -48,6 +48,9 @@ pub enum ProtoError {
     },
     #[error("shape {dims:?} does not fit its values")]
     ShapeMismatch { dims: Vec<i64> },
+    /// An integer stored in a wider field (int32_data, uint64_data) than its dtype holds.
+    #[error("value {value} is outside the range of {dtype}")]
+    OutOfRange { dtype: DType, value: i64 },
     /// `raw_data` (or an external file's slice) of another length than the shape needs.
     #[error("{count} {dtype} values need {needed} bytes of data, found {found}")]
     RawLength {
@@ -121,7 +124,12 @@ pub enum ProtoError {
 pub fn dtype_of(code: i32) -> Result<DType, ProtoError> {
     Ok(match code {
         1 => DType::F32,
+        2 => DType::U8,
+        3 => DType::I8,
+        4 => DType::U16,
+        5 => DType::I16,
         6 => DType::I32,
+        12 => DType::U32,
         7 => DType::I64,
         9 => DType::Bool,
         10 => DType::F16,
@@ -220,9 +228,17 @@ pub fn to_tensor(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor, ProtoErr
             DType::F32 => Elements::Floats(t.float_data.iter().map(|&v| v as f64).collect()),
             DType::F64 => Elements::Floats(t.double_data.clone()),
             DType::I64 => Elements::Ints(t.int64_data.clone()),
-            DType::I32 | DType::Bool => {
+            // The narrower integers and bool are stored in int32_data too, uint32 in
+            // uint64_data; a value outside the dtype's range is malformed.
+            DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::I32 | DType::Bool => {
                 Elements::Ints(t.int32_data.iter().map(|&v| i64::from(v)).collect())
             }
+            DType::U32 => Elements::Ints(
+                t.uint64_data
+                    .iter()
+                    .map(|&v| i64::try_from(v).unwrap_or(-1))
+                    .collect(),
+            ),
             // Half-precision values are stored as their bit patterns in int32_data.
             DType::F16 => Elements::Floats(
                 t.int32_data
@@ -244,6 +260,11 @@ pub fn to_tensor(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor, ProtoErr
             count,
             found: values.len(),
         });
+    }
+    if let (Elements::Ints(values), Some((lo, hi))) = (&values, dtype.int_range())
+        && let Some(&bad) = values.iter().find(|&&v| v < lo || v > hi)
+    {
+        return Err(ProtoError::OutOfRange { dtype, value: bad });
     }
     let tensor = match values {
         Elements::Floats(values) => Tensor::from_values(dtype, &shape, values),
@@ -273,9 +294,9 @@ impl Elements {
 /// Bytes per element in `raw_data`.
 fn width(dtype: DType) -> usize {
     match dtype {
-        DType::Bool => 1,
-        DType::F16 | DType::BF16 => 2,
-        DType::I32 | DType::F32 => 4,
+        DType::Bool | DType::I8 | DType::U8 => 1,
+        DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
+        DType::I32 | DType::U32 | DType::F32 => 4,
         DType::I64 | DType::F64 => 8,
     }
 }
@@ -299,9 +320,26 @@ fn decode_raw(bytes: &[u8], dtype: DType, count: usize) -> Result<Elements, Prot
     let elements = bytes.chunks_exact(w).map(arr);
     Ok(match dtype {
         DType::Bool => Elements::Ints(elements.map(|a| i64::from(a[0] != 0)).collect()),
+        DType::I8 => Elements::Ints(elements.map(|a| i64::from(a[0] as i8)).collect()),
+        DType::U8 => Elements::Ints(elements.map(|a| i64::from(a[0])).collect()),
+        DType::I16 => Elements::Ints(
+            elements
+                .map(|a| i64::from(i16::from_le_bytes([a[0], a[1]])))
+                .collect(),
+        ),
+        DType::U16 => Elements::Ints(
+            elements
+                .map(|a| i64::from(u16::from_le_bytes([a[0], a[1]])))
+                .collect(),
+        ),
         DType::I32 => Elements::Ints(
             elements
                 .map(|a| i64::from(i32::from_le_bytes([a[0], a[1], a[2], a[3]])))
+                .collect(),
+        ),
+        DType::U32 => Elements::Ints(
+            elements
+                .map(|a| i64::from(u32::from_le_bytes([a[0], a[1], a[2], a[3]])))
                 .collect(),
         ),
         DType::I64 => Elements::Ints(elements.map(i64::from_le_bytes).collect()),

@@ -354,7 +354,8 @@ fn shape_ints(shape: &[usize]) -> Vec<i64> {
 }
 
 /// Whether a `when`/`unless` condition holds: `"$N.dtype": "i32"` (or `"integer"`, `"float"`,
-/// `"bool"`) on the dtype of input N (false when it is absent), `"$N.run_time": true` when
+/// `"bool"`, or a list of these, any of which holds) on the dtype of input N (false when it
+/// is absent), `"$N.run_time": true` when
 /// input N is present and not a constant, any other key on the ONNX attribute of that name
 /// (or the Map's default for it).
 pub(super) fn condition(
@@ -373,7 +374,11 @@ pub(super) fn condition(
             let Some(Some(v)) = inputs.get(index) else {
                 return false;
             };
-            matches!(expected, ron::Value::String(want) if crate::rules::onnx::dtype_matches(v.dtype(), want))
+            let holds = |want: &ron::Value| matches!(want, ron::Value::String(want) if crate::rules::onnx::dtype_matches(v.dtype(), want));
+            match expected {
+                ron::Value::Seq(any) => any.iter().any(holds),
+                one => holds(one),
+            }
         }
         None => matches(attr_or_default(attrs, map, key).as_ref(), expected),
     }

@@ -67,6 +67,8 @@ pub enum Condition {
     IdentityPerm(String, String),
     /// The inner condition does not hold.
     Not(Box<Condition>),
+    /// At least one of the inner conditions holds (none: false).
+    Any(Vec<Condition>),
 }
 
 /// The kinds of variable a condition argument accepts.
@@ -131,11 +133,13 @@ impl Condition {
             Condition::DropsLeadingAxis(..) => "DropsLeadingAxis",
             Condition::IdentityPerm(..) => "IdentityPerm",
             Condition::Not(..) => "Not",
+            Condition::Any(..) => "Any",
         }
     }
 
     /// The variable arguments with their positions among the condition's arguments and what
-    /// each accepts. `Not` has none of its own (its inner condition is checked separately).
+    /// each accepts. `Not` and `Any` have none of their own (their inner conditions are checked
+    /// separately).
     pub fn var_args(&self) -> Vec<(usize, &str, Accepts)> {
         use Accepts::*;
         match self {
@@ -150,7 +154,7 @@ impl Condition {
             Condition::DtypeIn(a, _) | Condition::IsFloat(a) => vec![(0, a, Dtype)],
             Condition::ConstEq(a, _) | Condition::ConstPowerOfTwo(a) => vec![(0, a, Number)],
             Condition::IdentityPerm(p, x) => vec![(0, p, Perm), (1, x, Tensor)],
-            Condition::Not(_) => Vec::new(),
+            Condition::Not(_) | Condition::Any(_) => Vec::new(),
         }
     }
 
@@ -201,6 +205,7 @@ impl Condition {
                 })
             }
             Condition::Not(inner) => !inner.holds(egraph, root, subst),
+            Condition::Any(inner) => inner.iter().any(|c| c.holds(egraph, root, subst)),
         }
     }
 }
@@ -243,10 +248,25 @@ pub fn represents(wide: DType, narrow: DType) -> bool {
     if wide == narrow || narrow == Bool {
         return true;
     }
+    // Integers: a float holds those within 2^(significand bits), an integer those within
+    // its range.
+    if let Some((lo, hi)) = narrow.int_range() {
+        let exact = match wide {
+            F64 => 1i64 << 53,
+            F32 => 1 << 24,
+            F16 => 1 << 11,
+            BF16 => 1 << 8,
+            _ => {
+                return wide
+                    .int_range()
+                    .is_some_and(|(wlo, whi)| wlo <= lo && hi <= whi);
+            }
+        };
+        return -exact <= lo && hi <= exact;
+    }
     match wide {
-        F64 => matches!(narrow, F32 | F16 | BF16 | I32),
+        F64 => matches!(narrow, F32 | F16 | BF16),
         F32 => matches!(narrow, F16 | BF16),
-        I64 => narrow == I32,
         _ => false,
     }
 }
@@ -508,5 +528,15 @@ mod tests {
         assert!(represents(F16, Bool));
         assert!(!represents(F16, F32));
         assert!(!represents(Bool, I32));
+        assert!(represents(F16, U8));
+        assert!(represents(BF16, I8));
+        assert!(!represents(BF16, I16));
+        assert!(represents(F32, U16));
+        assert!(!represents(F32, U32));
+        assert!(represents(F64, U32));
+        assert!(represents(I16, U8));
+        assert!(!represents(I16, U16));
+        assert!(!represents(U32, I8));
+        assert!(represents(I64, U32));
     }
 }

@@ -355,6 +355,14 @@ fn check_condition(
         inner_path.push(Step::Index(0));
         return check_condition(doc, &inner_path, inner, vars);
     }
+    if let Condition::Any(inner) = condition {
+        for (k, c) in inner.iter().enumerate() {
+            let mut inner_path = path.to_vec();
+            inner_path.extend([Step::Index(0), Step::Index(k)]);
+            check_condition(doc, &inner_path, c, vars)?;
+        }
+        return Ok(());
+    }
     // `check-rules` builds a shape of this rank for the variable; past the graph limit no
     // graph could match and a huge rank would allocate without bound.
     if let Condition::Rank(_, n) = condition

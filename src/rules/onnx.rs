@@ -118,7 +118,8 @@ pub fn dtype_matches(dtype: DType, want: &str) -> bool {
 }
 
 /// Checks a `when`/`unless` map's dtype conditions: `$N.dtype` keys need a string value that
-/// names a dtype or a category; other keys (ONNX attributes) take any value.
+/// names a dtype or a category, or a list of them (any of which holds); other keys (ONNX
+/// attributes) take any value.
 /// A `when`/`unless` condition that names no dtype condition this table can test.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 enum ConditionError {
@@ -129,7 +130,7 @@ enum ConditionError {
     #[error("condition `{0}` must be true or false")]
     Flag(String),
     #[error(
-        "condition `{key}` must name a dtype or one of \"integer\", \"float\", \"bool\", not {found}"
+        "condition `{key}` must name a dtype or one of \"integer\", \"float\", \"bool\" (or a list of them), not {found}"
     )]
     Value { key: String, found: String },
 }
@@ -152,6 +153,12 @@ fn check_conditions(
             };
             match value {
                 ron::Value::String(s) if known(s) => {}
+                // Any of several dtypes or categories.
+                ron::Value::Seq(items)
+                    if !items.is_empty()
+                        && items
+                            .iter()
+                            .all(|i| matches!(i, ron::Value::String(s) if known(s))) => {}
                 other => {
                     return Err(ConditionError::Value {
                         key: key.clone(),

@@ -383,7 +383,12 @@ impl<'a> Elements<'a> {
         let w = self.dtype.size_bytes();
         let e = &self.bytes[i * w..(i + 1) * w];
         match self.dtype {
+            DType::I8 => i64::from(e[0] as i8),
+            DType::U8 => i64::from(e[0]),
+            DType::I16 => i64::from(i16::from_ne_bytes([e[0], e[1]])),
+            DType::U16 => i64::from(u16::from_ne_bytes([e[0], e[1]])),
             DType::I32 => i64::from(i32::from_ne_bytes(e.try_into().expect("4 bytes"))),
+            DType::U32 => i64::from(u32::from_ne_bytes(e.try_into().expect("4 bytes"))),
             DType::I64 => i64::from_ne_bytes(e.try_into().expect("8 bytes")),
             _ => self.get(i) as i64,
         }
@@ -398,7 +403,9 @@ impl<'a> Elements<'a> {
             DType::Bool => f64::from(e[0]),
             DType::F16 => f16::from_bits(u16::from_ne_bytes([e[0], e[1]])).to_f64(),
             DType::BF16 => bf16::from_bits(u16::from_ne_bytes([e[0], e[1]])).to_f64(),
-            DType::I32 => f64::from(i32::from_ne_bytes(e.try_into().expect("4 bytes"))),
+            DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::I32 | DType::U32 => {
+                self.get_int(i) as f64
+            }
             DType::F32 => f64::from(f32::from_ne_bytes(e.try_into().expect("4 bytes"))),
             DType::I64 => i64::from_ne_bytes(e.try_into().expect("8 bytes")) as f64,
             DType::F64 => f64::from_ne_bytes(e.try_into().expect("8 bytes")),
@@ -450,13 +457,15 @@ impl<'a> ElementsMut<'a> {
         self.bytes.as_mut_ptr()
     }
 
-    /// Stores integer `v`: wrapped to an integer dtype (an i32 keeps the low 32 bits), rounded
-    /// to nearest for the other dtypes.
+    /// Stores integer `v`: wrapped to an integer dtype (an i32 keeps the low 32 bits, a u8 the
+    /// low 8), rounded to nearest for the other dtypes.
     pub fn set_int(&mut self, i: usize, v: i64) {
         let w = self.dtype.size_bytes();
         let e = &mut self.bytes[i * w..(i + 1) * w];
         match self.dtype {
-            DType::I32 => e.copy_from_slice(&(v as i32).to_ne_bytes()),
+            DType::I8 | DType::U8 => e[0] = v as u8,
+            DType::I16 | DType::U16 => e.copy_from_slice(&(v as u16).to_ne_bytes()),
+            DType::I32 | DType::U32 => e.copy_from_slice(&(v as u32).to_ne_bytes()),
             DType::I64 => e.copy_from_slice(&v.to_ne_bytes()),
             _ => self.set(i, v as f64),
         }
@@ -472,7 +481,9 @@ impl<'a> ElementsMut<'a> {
             DType::Bool => e[0] = u8::from(v != 0.0),
             DType::F16 => e.copy_from_slice(&f16::from_f64(v).to_bits().to_ne_bytes()),
             DType::BF16 => e.copy_from_slice(&bf16::from_f64(v).to_bits().to_ne_bytes()),
-            DType::I32 => e.copy_from_slice(&(v as i32).to_ne_bytes()),
+            DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::I32 | DType::U32 => {
+                self.set_int(i, v as i64)
+            }
             DType::F32 => e.copy_from_slice(&(v as f32).to_ne_bytes()),
             DType::I64 => e.copy_from_slice(&(v as i64).to_ne_bytes()),
             DType::F64 => e.copy_from_slice(&v.to_ne_bytes()),

@@ -86,12 +86,32 @@ pub const REDUCE: [&str; 3] = ["sum", "mean", "reduce_max"];
 pub const DTYPES: [DType; 4] = [DType::F32, DType::F32, DType::F16, DType::BF16];
 
 /// The integer graphs' ops: those that keep integers integral (wrapping arithmetic, exact
-/// comparisons and maxima), and their dtypes, with casts out to floats and back.
+/// comparisons and maxima), and their dtypes (every integer width, signed and unsigned),
+/// with casts out to floats and back.
 pub const INT_UNARY: [&str; 3] = ["neg", "abs", "relu"];
 pub const INT_BINARY: [&str; 6] = ["add", "sub", "mul", "max", "min", "matmul"];
 pub const INT_REDUCE: [&str; 2] = ["sum", "reduce_max"];
-pub const INT_DTYPES: [DType; 2] = [DType::I32, DType::I64];
-pub const INT_CASTS: [DType; 5] = [DType::I32, DType::I64, DType::I64, DType::F64, DType::F32];
+pub const INT_DTYPES: [DType; 7] = [
+    DType::I32,
+    DType::I64,
+    DType::I8,
+    DType::U8,
+    DType::I16,
+    DType::U16,
+    DType::U32,
+];
+pub const INT_CASTS: [DType; 10] = [
+    DType::I32,
+    DType::I64,
+    DType::I64,
+    DType::F64,
+    DType::F32,
+    DType::I8,
+    DType::U8,
+    DType::I16,
+    DType::U16,
+    DType::U32,
+];
 
 /// Integers where wrap-around and f64's 53 bits bite: the extremes of both widths, the
 /// neighbours of 2^53 (which f64 cannot tell apart), and values whose products overflow.

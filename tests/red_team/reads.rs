@@ -456,26 +456,40 @@ fn onnx_models_and_external_data_that_are_not_bounded_regular_files_are_refused(
 }
 
 /// The `.npy` dtypes, as `Tensor::read_npy` reads them.
-const NPY_DTYPES: [DType; 6] = [
+const NPY_DTYPES: [DType; 11] = [
     DType::Bool,
+    DType::I8,
+    DType::U8,
+    DType::I16,
+    DType::U16,
     DType::I32,
+    DType::U32,
     DType::I64,
     DType::F16,
     DType::F32,
     DType::F64,
 ];
 
-/// Four values of `dtype`'s kind, exact in every dtype of that kind: bools, integers within
-/// i32 (one of them an i32 extreme), and halves within ±32 (exact in f16 and bf16).
+/// Four values of `dtype`'s kind: bools, integers of the dtype (one of them an extreme of its
+/// range, or of i32's for i64, the rest small), and halves within ±32 (exact in f16 and bf16).
 fn exact_values(dtype: DType, rng: &mut Seeded) -> Vec<f64> {
     (0..4)
-        .map(|i| match dtype {
-            DType::Bool => (rng.next() % 2) as f64,
-            DType::I32 | DType::I64 if i == 0 => *rng.pick(&[i32::MAX, i32::MIN]) as f64,
-            DType::I32 | DType::I64 => (rng.next() % 2001) as f64 - 1000.0,
-            _ => (rng.next() % 129) as f64 / 2.0 - 32.0,
+        .map(|i| match dtype.int_range() {
+            None if dtype == DType::Bool => (rng.next() % 2) as f64,
+            None => (rng.next() % 129) as f64 / 2.0 - 32.0,
+            Some(_) if dtype == DType::I64 && i == 0 => *rng.pick(&[i32::MAX, i32::MIN]) as f64,
+            Some((lo, hi)) if i == 0 => *rng.pick(&[lo, hi]) as f64,
+            Some((lo, _)) => (rng.next() % 101) as f64 + if lo < 0 { -50.0 } else { 0.0 },
         })
         .collect()
+}
+
+/// Whether every one of `values` lies in integer dtype `dtype`'s range (always, for the
+/// other dtypes).
+fn within(dtype: DType, values: &[f64]) -> bool {
+    dtype
+        .int_range()
+        .is_none_or(|(lo, hi)| values.iter().all(|&v| v >= lo as f64 && v <= hi as f64))
 }
 
 /// A tensor of `dtype` holding `values`.
@@ -488,8 +502,9 @@ fn tensor(dtype: DType, values: &[f64]) -> Tensor {
 }
 
 /// Every declared dtype against every `.npy` dtype, as an `--input` file and as a stored value:
-/// a file of the declared kind (bool, integer, float) converts with its values exact; a file of
-/// another kind is refused naming the file, the input and both dtypes. A float file for an
+/// a file of the declared kind (bool, integer, float) converts with its values exact, or, an
+/// integer outside the declared integer's range, is refused; a file of another kind is refused
+/// naming the file, the input and both dtypes. A float file for an
 /// integer input was truncated without a word (NaN to 0, 1e20 to `i64::MAX`).
 #[test]
 fn value_files_of_another_kind_than_declared_are_refused_and_the_rest_convert_exactly() {
@@ -532,7 +547,12 @@ fn value_files_of_another_kind_than_declared_are_refused_and_the_rest_convert_ex
                 );
                 let _ = std::fs::remove_dir_all(dir.join("out"));
                 let out = bounded(&args, &dir, &case);
-                if file.category() == declared.category() {
+                if file.category() == declared.category() && !within(declared, &values) {
+                    // An integer the declared dtype cannot hold is refused, not wrapped.
+                    let stderr = refused(&out, &case);
+                    let part = format!("outside the range of {declared}");
+                    assert!(stderr.contains(&part), "{case}: no {part}: {stderr}");
+                } else if file.category() == declared.category() {
                     assert!(
                         held(&out, &case),
                         "{case}: {}",

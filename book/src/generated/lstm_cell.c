@@ -94,6 +94,13 @@ static inline double fb_rnd_i64(double v) {
     t = t > 0x1p63 ? 0x1p63 : t;
     return v != v ? 0.0 : t;
 }
+/* The same into [lo, hi], the range of a narrower integer dtype (i8 to u32). */
+static inline double fb_rnd_int(double v, double lo, double hi) {
+    double t = fb_trunc(v) + 0.0;
+    t = t < lo ? lo : t;
+    t = t > hi ? hi : t;
+    return v != v ? 0.0 : t;
+}
 /* A rounded i64 value held as double may be 2^63 (i64::MAX rounded up): saturate it. */
 static inline int64_t fb_d2i64(double v) { return v >= 0x1p63 ? INT64_MAX : (int64_t)v; }
 /* A coordinate clamped into the non-empty range [start, end): range loads read there. */

@@ -47,6 +47,13 @@ __device__ __forceinline__ double fbc_rnd_i64(double v) {
     t = t > 9223372036854775808.0 ? 9223372036854775808.0 : t;
     return v != v ? 0.0 : t;
 }
+/* The same into [lo, hi], the range of a narrower integer dtype (i8 to u32). */
+__device__ __forceinline__ double fbc_rnd_int(double v, double lo, double hi) {
+    double t = __dadd_rn(trunc(v), 0.0);
+    t = t < lo ? lo : t;
+    t = t > hi ? hi : t;
+    return v != v ? 0.0 : t;
+}
 /* A rounded i64 value held as double may be 2^63 (i64::MAX rounded up): saturate it. */
 __device__ __forceinline__ long long fbc_d2i64(double v) {
     return v >= 9223372036854775808.0 ? 9223372036854775807LL : (long long)v;

@@ -494,14 +494,19 @@ pub(super) fn var_name(var: Var) -> String {
 /// Mostly the common float types, now and then integers and bool (rules must hold, or
 /// exclude them by their conditions, for every dtype).
 pub(super) fn pick_dtype(rng: &mut ChaCha8Rng) -> DType {
-    pub(super) const WEIGHTED: [(DType, u32); 7] = [
-        (DType::F32, 8),
-        (DType::F16, 4),
-        (DType::BF16, 3),
-        (DType::F64, 2),
-        (DType::I32, 1),
-        (DType::I64, 1),
-        (DType::Bool, 1),
+    pub(super) const WEIGHTED: [(DType, u32); 12] = [
+        (DType::F32, 16),
+        (DType::F16, 8),
+        (DType::BF16, 6),
+        (DType::F64, 4),
+        (DType::I32, 2),
+        (DType::I64, 2),
+        (DType::Bool, 2),
+        (DType::I8, 1),
+        (DType::U8, 1),
+        (DType::I16, 1),
+        (DType::U16, 1),
+        (DType::U32, 1),
     ];
     let total: u32 = WEIGHTED.iter().map(|(_, w)| w).sum();
     let mut k = rng.random_range(0..total);
@@ -514,7 +519,7 @@ pub(super) fn pick_dtype(rng: &mut ChaCha8Rng) -> DType {
     DType::F32
 }
 
-pub(super) const ALL_DTYPES: [DType; 7] = DType::ALL;
+pub(super) const ALL_DTYPES: [DType; 12] = DType::ALL;
 pub(super) const FLOATS: [DType; 4] = [DType::F16, DType::BF16, DType::F32, DType::F64];
 
 pub(super) fn dtype_for(class: Option<DtypeClass>, base: DType, rng: &mut ChaCha8Rng) -> DType {

@@ -27,21 +27,20 @@ pub(super) fn draw_value(dtype: DType, flavour: usize, rng: &mut ChaCha8Rng) -> 
     match dtype.category() {
         Category::Bool => f64::from(u8::from(rng.random_bool(0.5))),
         Category::Integer => {
-            let big = if dtype == DType::I32 {
-                f64::from(i32::MAX)
-            } else {
-                2f64.powi(40)
-            };
-            match flavour {
+            let (lo, hi) = dtype.int_range().unwrap_or((i64::MIN, i64::MAX));
+            let (lo, hi) = (lo.max(-(1 << 40)) as f64, hi.min(1 << 40) as f64);
+            // Values a narrow dtype cannot hold are rounded into it (truncated, saturated).
+            let value = match flavour {
                 0 => rng.random_range(-10..=10) as f64,
                 1 => [0.0, 1.0, -1.0, 2.0, -2.0][rng.random_range(0..5)],
-                // The ends of i32's range, where negation and addition saturate.
-                _ if dtype == DType::I32 && rng.random_bool(0.15) => {
-                    [f64::from(i32::MIN), f64::from(i32::MAX)][rng.random_range(0..2)]
+                // The ends of the range, where negation and addition wrap.
+                _ if dtype != DType::I64 && rng.random_bool(0.15) => {
+                    [lo, hi][rng.random_range(0..2)]
                 }
-                _ if rng.random_bool(0.4) => (rng.random_range(-big..big)).trunc(),
+                _ if rng.random_bool(0.4) => (rng.random_range(lo..=hi)).trunc(),
                 _ => rng.random_range(-100..=100) as f64,
-            }
+            };
+            dtype.round(value)
         }
         Category::Float => {
             let sign = if rng.random_bool(0.5) { 1.0 } else { -1.0 };
@@ -102,9 +101,8 @@ pub(super) fn largest_finite(dtype: DType) -> f64 {
         DType::BF16 => 3.3895313892515355e38,
         DType::F32 => f64::from(f32::MAX),
         DType::F64 => f64::MAX,
-        DType::I32 => f64::from(i32::MAX),
-        DType::I64 => i64::MAX as f64,
         DType::Bool => 1.0,
+        _ => dtype.int_range().map_or(1.0, |(_, hi)| hi as f64),
     }
 }
 

@@ -20,8 +20,12 @@ impl Spelling for C {
 
     fn storage_type(&self, dtype: DType) -> &'static str {
         match dtype {
-            DType::Bool => "uint8_t",
+            DType::Bool | DType::U8 => "uint8_t",
+            DType::I8 => "int8_t",
+            DType::I16 => "int16_t",
+            DType::U16 => "uint16_t",
             DType::I32 => "int32_t",
+            DType::U32 => "uint32_t",
             DType::I64 => "int64_t",
             DType::F16 | DType::BF16 => "uint16_t",
             DType::F32 => "float",

@@ -16,8 +16,12 @@ impl Spelling for Cuda {
 
     fn storage_type(&self, dtype: DType) -> &'static str {
         match dtype {
-            DType::Bool => "unsigned char",
+            DType::Bool | DType::U8 => "unsigned char",
+            DType::I8 => "signed char",
+            DType::I16 => "short",
+            DType::U16 => "unsigned short",
             DType::I32 => "int",
+            DType::U32 => "unsigned int",
             DType::I64 => "long long",
             DType::F16 => "__half",
             DType::BF16 => "__nv_bfloat16",
