@@ -1,6 +1,7 @@
 //! The importer's pairwise ops, `TopK`, `CumSum` and `ScatterElements`, in every mode (both
 //! orders and every axis of TopK with ties and NaN, each CumSum direction with the i32 edges,
-//! each ScatterElements reduction with negative and repeated indices), and Slice with negative
+//! each ScatterElements reduction with negative and repeated indices, and the sum with indices
+//! smaller than data), GatherND (negative coordinates, batch axes), and Slice with negative
 //! steps (imported as a gather of the positions it visits), built by
 //! `tests/onnx/pairwise_models.py` and run on the reference and CPU backends against
 //! `onnx.reference.ReferenceEvaluator`. Skipped, with a message, where python3 cannot import

@@ -344,26 +344,7 @@ pub(super) fn scatter_nd(
     let count: usize = tuples.iter().product();
     let indices = as_int64(im, indices, &name("indices"))?;
     let tuple = im.reshape(&indices, &[count, q], &name("tuple"))?;
-    let sizes: Vec<i64> = shape[..q].iter().map(|&d| d as i64).collect();
-    let strides: Vec<i64> = (0..q)
-        .map(|d| shape[d + 1..q].iter().product::<usize>() as i64)
-        .collect();
-    let sizes = Val::ints(DType::I64, &[q], sizes)?;
-    let strides = Val::ints(DType::I64, &[q], strides)?;
-    let zero = Val::ints(DType::I64, &[], vec![0])?;
-    let tuple = from_the_end(im, &tuple, &sizes, out)?;
-    let above = im.onnx("GreaterOrEqual", &[&tuple, &zero], &[], &name("above"))?;
-    let below = im.onnx("Less", &[&tuple, &sizes], &[], &name("below"))?;
-    let inside = im.onnx("And", &[&above, &below], &[], &name("inside"))?;
-    let to_int = [("to", Attr::Int(INT64))];
-    let inside = im.onnx("Cast", &[&inside], &to_int, &name("inside"))?;
-    let inside = im.onnx("ReduceSum", &[&inside], &over(1), &name("inside"))?;
-    let all = Val::ints(DType::I64, &[], vec![q as i64])?;
-    let valid = im.onnx("Equal", &[&inside, &all], &[], &name("valid"))?;
-    let offsets = im.onnx("Mul", &[&tuple, &strides], &[], &name("offsets"))?;
-    let linear = im.onnx("ReduceSum", &[&offsets], &over(1), &name("linear"))?;
-    let nowhere = Val::ints(DType::I64, &[], vec![rows as i64])?;
-    let linear = im.onnx("Where", &[&valid, &linear, &nowhere], &[], &name("linear"))?;
+    let linear = tuple_rows(im, &tuple, &shape[..q], rows as i64, out)?;
     let linear = im.reshape(&linear, &[count, 1], &name("linear"))?;
     let linear = im.emit_builtin(
         crate::rules::Builtin::BroadcastTo,
@@ -384,4 +365,38 @@ pub(super) fn scatter_nd(
         &name("rows"),
     )?;
     Ok(vec![im.reshape(&scattered, &shape, out)?])
+}
+
+/// The row each index tuple names (`tuples` is `[count, q]` i64, each `q` coordinates into
+/// `sizes`, negative ones from the end): the row-major position among the `Π sizes` rows, or
+/// `nowhere` for a tuple with a coordinate out of range. ScatterND and GatherND read their
+/// data as rows this way.
+pub(super) fn tuple_rows(
+    im: &mut Importer,
+    tuples: &Val,
+    sizes: &[usize],
+    nowhere: i64,
+    out: &str,
+) -> Imports {
+    let name = |part: &str| format!("{out}.{part}");
+    let q = sizes.len();
+    let strides: Vec<i64> = (0..q)
+        .map(|d| sizes[d + 1..].iter().product::<usize>() as i64)
+        .collect();
+    let sizes = Val::ints(DType::I64, &[q], sizes.iter().map(|&d| d as i64).collect())?;
+    let strides = Val::ints(DType::I64, &[q], strides)?;
+    let zero = Val::ints(DType::I64, &[], vec![0])?;
+    let tuple = from_the_end(im, tuples, &sizes, out)?;
+    let above = im.onnx("GreaterOrEqual", &[&tuple, &zero], &[], &name("above"))?;
+    let below = im.onnx("Less", &[&tuple, &sizes], &[], &name("below"))?;
+    let inside = im.onnx("And", &[&above, &below], &[], &name("inside"))?;
+    let to_int = [("to", Attr::Int(INT64))];
+    let inside = im.onnx("Cast", &[&inside], &to_int, &name("inside"))?;
+    let inside = im.onnx("ReduceSum", &[&inside], &over(1), &name("inside"))?;
+    let all = Val::ints(DType::I64, &[], vec![q as i64])?;
+    let valid = im.onnx("Equal", &[&inside, &all], &[], &name("valid"))?;
+    let offsets = im.onnx("Mul", &[&tuple, &strides], &[], &name("offsets"))?;
+    let linear = im.onnx("ReduceSum", &[&offsets], &over(1), &name("linear"))?;
+    let nowhere = Val::ints(DType::I64, &[], vec![nowhere])?;
+    im.onnx("Where", &[&valid, &linear, &nowhere], &[], &name("row"))
 }

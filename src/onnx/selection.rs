@@ -1,5 +1,5 @@
-//! ONNX ops that pick by position: `ArgMax`, `ArgMin`, `OneHot` and `Trilu`, and `Tile`,
-//! which repeats by position.
+//! ONNX ops that pick by position: `ArgMax`, `ArgMin`, `OneHot`, `Trilu` and `GatherND`, and
+//! `Tile`, which repeats by position.
 //!
 //! Each is written as ONNX ops the op table imports, around one constant the importer makes
 //! from the static shape: the positions `0..n` along the axis (an i64 tensor shaped to
@@ -247,4 +247,62 @@ pub(super) fn trilu(
     };
     let zero = Val::floats(x.dtype(), &[], vec![0.0])?;
     Ok(vec![im.onnx("Where", &[&keep, &x, &zero], &[], out)?])
+}
+
+/// GatherND: for each index tuple (the last axis of `indices`, `q` coordinates into the axes of
+/// `data` after its `batch_dims` leading ones, which `indices` shares), the slice of `data` it
+/// names. `data` is read as rows (`[B·P, R]`: the `B` batch positions, the `P` positions of the
+/// `q` indexed axes, each a row of the `R` elements after them) and each tuple as its row, its
+/// batch's first row added: one `gather` of rows. A tuple with a coordinate out of range
+/// names no row, so it reads the gather's fill (NaN for floats; ONNX leaves it undefined).
+pub(super) fn gather_nd(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    let data = im.required(node, 0)?;
+    let indices = im.required(node, 1)?;
+    let shape = data.shape().to_vec();
+    let batch = usize::try_from(int_attr(attrs, "batch_dims").unwrap_or(0)).unwrap_or(usize::MAX);
+    let index_shape = indices.shape().to_vec();
+    let fits = batch < shape.len()
+        && batch < index_shape.len()
+        && index_shape[..batch] == shape[..batch]
+        && index_shape
+            .last()
+            .is_some_and(|&q| (1..=shape.len() - batch).contains(&q));
+    if !fits || indices.dtype().category() != crate::dtype::Category::Integer {
+        return Err(ImportError::Malformed(format!(
+            "indices {} {index_shape:?} must share data's {batch} batch axes {:?} and end in an axis of 1 to {} integer coordinates",
+            indices.dtype(),
+            &shape[..batch.min(shape.len())],
+            shape.len().saturating_sub(batch)
+        )));
+    }
+    let name = |part: &str| format!("{out}.{part}");
+    let q = index_shape[index_shape.len() - 1];
+    let batches: usize = shape[..batch].iter().product();
+    let rows: usize = shape[batch..batch + q].iter().product();
+    let row: usize = shape[batch + q..].iter().product();
+    let per_batch: usize = index_shape[batch..index_shape.len() - 1].iter().product();
+    let indices = as_int64(im, indices, &name("indices"))?;
+    let tuples = im.reshape(&indices, &[batches * per_batch, q], &name("tuples"))?;
+    // Out of range: past every row of every batch, whatever batch's rows are added.
+    let all_rows = (batches * rows) as i64;
+    let within = super::pairwise::tuple_rows(im, &tuples, &shape[batch..batch + q], all_rows, out)?;
+    let within = im.reshape(&within, &[batches, per_batch], &name("within"))?;
+    let first = Val::ints(
+        DType::I64,
+        &[batches, 1],
+        (0..batches as i64).map(|b| b * rows as i64).collect(),
+    )?;
+    let picked = im.onnx("Add", &[&within, &first], &[], &name("picked"))?;
+    let picked = im.reshape(&picked, &[batches * per_batch], &name("picked"))?;
+    let data_rows = im.reshape(&data, &[batches * rows, row], &name("rows"))?;
+    let at = [("axis", Attr::Int(0))];
+    let gathered = im.onnx("Gather", &[&data_rows, &picked], &at, &name("gathered"))?;
+    let mut result = index_shape[..index_shape.len() - 1].to_vec();
+    result.extend_from_slice(&shape[batch + q..]);
+    Ok(vec![im.reshape(&gathered, &result, out)?])
 }

@@ -49,6 +49,7 @@ const HANDLERS: [(&str, Handler); STRUCTURAL.len()] = [
     ("OneHot", super::selection::one_hot),
     ("Tile", super::selection::tile),
     ("Trilu", super::selection::trilu),
+    ("GatherND", super::selection::gather_nd),
     ("Range", range),
     ("TopK", super::pairwise::top_k),
     ("CumSum", super::pairwise::cum_sum),

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 /// values known only at import. The one list of them: the importer (`crate::onnx`) registers
 /// one handler for each (a test there checks the two agree), and this table's loader refuses a
 /// Map for any of them (it would never be consulted).
-pub const STRUCTURAL: [&str; 24] = [
+pub const STRUCTURAL: [&str; 25] = [
     "Constant",
     "ConstantOfShape",
     "Shape",
@@ -41,6 +41,7 @@ pub const STRUCTURAL: [&str; 24] = [
     "OneHot",
     "Tile",
     "Trilu",
+    "GatherND",
     "Range",
     "TopK",
     "CumSum",

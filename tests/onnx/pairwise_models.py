@@ -1,4 +1,4 @@
-"""The pairwise ops of the importer (TopK, CumSum, ScatterElements, ScatterND) in every mode, and Slice with
+"""The pairwise ops of the importer (TopK, CumSum, ScatterElements, ScatterND) in every mode, GatherND, and Slice with
 negative steps (a gather), built with the onnx helper, with inputs and the outputs of onnx.reference.ReferenceEvaluator, for
 tests/onnx_pairwise.rs.
 
@@ -118,3 +118,30 @@ for label, shape, tuples, upd_shape in nd_cases:
               h.make_tensor_value_info("upd", T.FLOAT, upd_shape_r)],
              [h.make_tensor_value_info("y", T.FLOAT, None)], [], {"data": data, "idx": idx, "upd": upd},
              expected=[scatter_nd(data, idx, upd, red)])
+
+# GatherND: whole rows, single elements and blocks, negative coordinates, batch_dims 0 and 1,
+# i32 and i64 tuples, against the reference evaluator.
+gather_nd_cases = [
+    ("rows", [4, 3], [[1], [-1], [0]], 0, np.int64),
+    ("elements", [4, 3], [[[0, 2], [3, -1]], [[1, 0], [-4, -3]]], 0, np.int32),
+    ("blocks", [2, 3, 2], [[1, 0], [0, 2]], 0, np.int64),
+    ("batch", [2, 3, 4], [[[2], [0]], [[-1], [1]]], 1, np.int64),
+    ("batch_elements", [2, 3, 4], [[1, 3], [0, -1]], 1, np.int32),
+]
+for label, shape, tuples, batch, itype in gather_nd_cases:
+    idx = np.array(tuples, itype)
+    data = rng.standard_normal(shape).astype(np.float32)
+    code = T.INT64 if itype == np.int64 else T.INT32
+    save(f"gathernd_{label}", [h.make_node("GatherND", ["data", "idx"], ["y"], batch_dims=batch)],
+         [h.make_tensor_value_info("data", T.FLOAT, shape), h.make_tensor_value_info("idx", code, list(idx.shape))],
+         [h.make_tensor_value_info("y", T.FLOAT, None)], [], {"data": data, "idx": idx})
+
+# ScatterElements with reduction add (the catalogue's scatter_add): indices smaller than data
+# off the axis, negative and repeated, i32.
+data = rng.standard_normal([4, 5]).astype(np.float32)
+idx = np.array([[0, -1, 3], [0, 2, -4], [3, 3, 1]], np.int32)
+upd = rng.standard_normal([3, 3]).astype(np.float32)
+save("scatter_add_narrow", [h.make_node("ScatterElements", ["data", "idx", "upd"], ["y"], axis=0, reduction="add")],
+     [h.make_tensor_value_info("data", T.FLOAT, [4, 5]), h.make_tensor_value_info("idx", T.INT32, [3, 3]),
+      h.make_tensor_value_info("upd", T.FLOAT, [3, 3])],
+     [h.make_tensor_value_info("y", T.FLOAT, None)], [], {"data": data, "idx": idx, "upd": upd})
