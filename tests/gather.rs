@@ -160,8 +160,8 @@ fn scatter_add_adds_in_order_and_drops_indices_out_of_range() {
     );
 }
 
-/// A scatter's updates must have its data's dtype, and indices and updates one shape that
-/// fits the data: refused at the node.
+/// A scatter's updates must have its data's dtype and rank and fit it off the axis, and its
+/// indices the updates' shape (or size 1 on an axis): refused at the node.
 #[test]
 fn misshapen_or_mistyped_scatters_are_refused_at_the_node() {
     let text = |upd: &str, shape: &str| {
@@ -175,12 +175,9 @@ fn misshapen_or_mistyped_scatters_are_refused_at_the_node() {
     };
     for (upd, shape, says) in [
         ("f16", "[4, 2]", "must have the dtype of `data`"),
-        (
-            "f32",
-            "[4, 3]",
-            "indices [4, 2] and updates [4, 3] must have one shape",
-        ),
-        ("f32", "[4]", "must have one shape"),
+        ("f32", "[4, 3]", "no larger size on any axis but 0"),
+        ("f32", "[4, 1]", "indices [4, 2] their shape or size 1"),
+        ("f32", "[4]", "must have the rank of data"),
     ] {
         let err = graph::file::parse(&text(upd, shape), "s.ron", &rules().ops).unwrap_err();
         let message = err.to_string();
@@ -263,6 +260,7 @@ fn random_gathers_cover_their_forms() {
     let count = |f: &dyn Fn(&GatherRecipe) -> bool| recipes.iter().filter(|r| f(r)).count();
     assert!(count(&|r| r.elements && !r.scatter) > 50);
     assert!(count(&|r| r.scatter) > 50);
+    assert!(count(&|r| r.spread) > 25);
     assert!(count(&|r| r.scatter && r.dtype == DType::F16) > 5);
     assert!(count(&|r| r.scatter && r.dtype == DType::I32) > 5);
     assert!(count(&|r| !r.elements && r.indices.is_empty()) > 20);

@@ -161,7 +161,15 @@ fn gathered(
     // from the index, moves nowhere in `data`).
     let (index_step, data_step): (Vec<usize>, Vec<usize>) = if elements {
         let data_step = (0..out.len()).map(|d| if d == axis { 0 } else { strides[d] });
-        (index_strides, data_step.collect())
+        // A scatter's indices may be broadcast along an axis of the updates (size 1 there).
+        let index_step = (0..out.len()).map(|d| {
+            if indices.shape()[d] == out[d] {
+                index_strides[d]
+            } else {
+                0
+            }
+        });
+        (index_step.collect(), data_step.collect())
     } else {
         let q = indices.ndim();
         (0..out.len())

@@ -409,7 +409,7 @@ pub enum PlanError {
         axis: usize,
     },
     #[error(
-        "scatter_add: indices {indices:?} and updates {updates:?} must have one shape, of the rank of data {data:?}, and no larger size on any axis but {axis}"
+        "scatter_add: updates {updates:?} must have the rank of data {data:?} and no larger size on any axis but {axis}, and indices {indices:?} their shape or size 1 where they do not"
     )]
     ScatterAdd {
         data: Shape,
@@ -597,9 +597,12 @@ pub fn plan_builtin(
             let axis = shape::normalize_axis(axis, x.len())?;
             if builtin == Builtin::ScatterAdd {
                 let updates = shapes.get(2).copied().unwrap_or_default();
-                let fits = indices == updates
-                    && indices.len() == x.len()
-                    && (0..x.len()).all(|d| d == axis || indices[d] <= x[d]);
+                let fits = indices.len() == x.len()
+                    && updates.len() == x.len()
+                    && (0..x.len()).all(|d| {
+                        (indices[d] == updates[d] || indices[d] == 1)
+                            && (d == axis || updates[d] <= x[d])
+                    });
                 if !fits {
                     return Err(PlanError::ScatterAdd {
                         data: x.to_vec(),

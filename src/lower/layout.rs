@@ -238,7 +238,13 @@ fn lower_scatter(dag: &Dag, n: usize, axis: usize) -> Lowered {
     let in_order = |strides: Vec<i64>| -> Vec<i64> { order.iter().map(|&d| strides[d]).collect() };
     let domain: Vec<usize> = order.iter().map(|&d| updates_ty.shape[d]).collect();
     let out_strides = contiguous_strides(out);
-    let mut index_view = in_order(contiguous_strides(&indices_ty.shape));
+    // Indices broadcast along an axis of the updates (size 1 there) stand still along it.
+    let index_strides: Vec<i64> = contiguous_strides(&indices_ty.shape)
+        .into_iter()
+        .zip(indices_ty.shape.iter().zip(&updates_ty.shape))
+        .map(|(s, (&i, &u))| if i == u { s } else { 0 })
+        .collect();
+    let mut index_view = in_order(index_strides);
     let mut update_view = in_order(contiguous_strides(&updates_ty.shape));
     let mut out_view = in_order(out_strides.clone());
     // The index moves the result along `axis`; the point's own coordinate there does not.

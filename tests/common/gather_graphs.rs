@@ -23,6 +23,9 @@ pub struct GatherRecipe {
     /// With `elements`: a scatter_add of updates shaped like the indices into the data
     /// instead of a gather_elements.
     pub scatter: bool,
+    /// With `scatter`: the indices have size 1 on every axis but the scattered one, one index
+    /// serving its whole row of updates (an embedding gradient's form).
+    pub spread: bool,
     pub dtype: DType,
     pub index_dtype: DType,
     /// Squares the gathered value (negates a bool one) in a pointwise op after it.
@@ -48,10 +51,10 @@ pub fn recipes() -> BoxedStrategy<GatherRecipe> {
         0..DATA_DTYPES.len(),
         any::<bool>(),
         any::<bool>(),
-        any::<bool>(),
+        (any::<bool>(), any::<bool>()),
     )
         .prop_map(
-            |(data, indices, axis, elements, dtype, wide, consumer, scatter)| {
+            |(data, indices, axis, elements, dtype, wide, consumer, (scatter, spread))| {
                 let rank = data.len() as i64;
                 let axis = i64::from(axis) % (2 * rank) - rank;
                 let resolved = axis.rem_euclid(rank) as usize;
@@ -80,6 +83,7 @@ pub fn recipes() -> BoxedStrategy<GatherRecipe> {
                     axis,
                     elements,
                     scatter,
+                    spread: scatter && spread,
                     dtype,
                     index_dtype: if wide { DType::I64 } else { DType::I32 },
                     consumer,
@@ -94,7 +98,17 @@ pub fn recipes() -> BoxedStrategy<GatherRecipe> {
 pub fn build(recipe: &GatherRecipe) -> Graph {
     let mut b = GraphBuilder::new("gather");
     let data = b.input("data", recipe.dtype, &recipe.data);
-    let ids = b.input("ids", recipe.index_dtype, &recipe.indices);
+    let mut index_shape = recipe.indices.clone();
+    if recipe.spread {
+        let rank = index_shape.len() as i64;
+        let axis = recipe.axis.rem_euclid(rank) as usize;
+        for (d, size) in index_shape.iter_mut().enumerate() {
+            if d != axis {
+                *size = (*size).min(1);
+            }
+        }
+    }
+    let ids = b.input("ids", recipe.index_dtype, &index_shape);
     let axis = [("axis", AttrValue::Int(recipe.axis))];
     let g = if recipe.scatter {
         let updates = b.input("updates", recipe.dtype, &recipe.indices);

@@ -535,16 +535,23 @@ impl<'a> CKernelWriter<'a> {
         }
     }
 
-    /// A scatter kernel's loops ([`crate::lower::ir::Scatter`]): whole rows to each thread,
-    /// each walked in order, since the points of one row may add into one element.
+    /// A scatter kernel's loops ([`crate::lower::ir::Scatter`]): each thread owns a block of
+    /// whole rows, since the points of one row may add into one element, and walks the rows'
+    /// points in order, one index `j` at a time across its block: the updates of neighbouring
+    /// rows (an embedding gradient's row of `D` values) are neighbours in memory, where walking
+    /// each row to its end would stride through them.
     fn scatter(&self, out: &mut Out) {
+        out.line("const int64_t per = (outer + nt - 1) / nt;");
         out.line("#pragma omp parallel for schedule(static) if(nt > 1)");
-        out.open("for (int64_t o = 0; o < outer; o++)");
+        out.open("for (int64_t t = 0; t < nt; t++)");
+        out.line("const int64_t lo = t * per;");
+        out.line("const int64_t hi = outer - lo < per ? outer : lo + per;");
+        out.open("for (int64_t j = 0; j < inner; j++)");
+        out.open("for (int64_t o = lo; o < hi; o++)");
         self.decompose_outer(out, "o");
         for arg in 0..self.ir.arg_count() {
             out.line(format!("const int64_t b{arg} = {};", self.row_base(arg)));
         }
-        out.open("for (int64_t j = 0; j < inner; j++)");
         for line in &self.body {
             out.line(line);
         }
@@ -560,6 +567,7 @@ impl<'a> CKernelWriter<'a> {
             );
             out.line(C.scatter_add(self.ir, k, &element));
         }
+        out.close();
         out.close();
         out.close();
     }
