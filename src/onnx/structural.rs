@@ -86,7 +86,7 @@ fn shape(im: &mut Importer, node: &NodeProto, attrs: &Attrs, _: &str) -> Imports
 /// `start + i * delta` for `i` below `max(ceil((limit - start) / delta), 0)`, exact in
 /// integers. Its length is a value, so a Range of run-time scalars has no static shape and is
 /// refused; with symbolic dimensions bound, the exporters' `arange(seq)` is constant.
-fn range(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Imports<Vec<Val>> {
+fn range(im: &mut Importer, node: &NodeProto, attrs: &Attrs, out: &str) -> Imports<Vec<Val>> {
     let scalar = |i: usize, what: &str| -> Imports<Tensor> {
         let v = im.required(node, i)?;
         let t = im.demand(&v).ok_or_else(|| {
@@ -149,7 +149,18 @@ fn range(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Imports<V
         if count > FOLD_LIMIT as f64 {
             return Err(too_long(count as u128));
         }
-        let values: Vec<f64> = (0..count as usize).map(|i| s + i as f64 * d).collect();
+        // f16 and bf16 (Range 27): `start + i · delta` in f32 with `stash_type` 1 (the
+        // default), else in the type itself, each operation rounded; the rest exactly, once.
+        let stash_f32 = int_attr(attrs, "stash_type").unwrap_or(1) == 1;
+        let element = |i: usize| match dtype {
+            DType::F16 | DType::BF16 if stash_f32 => f64::from(s as f32 + (i as f32) * (d as f32)),
+            DType::F16 | DType::BF16 => {
+                let step = dtype.round(dtype.round(i as f64) * d);
+                dtype.round(s + step)
+            }
+            _ => s + i as f64 * d,
+        };
+        let values: Vec<f64> = (0..count as usize).map(element).collect();
         Tensor::from_values(dtype, &[values.len()], values)
     }
     .ok_or(ImportError::Internal("a Range's values do not fill it"))?;
