@@ -146,14 +146,9 @@ pub(crate) trait Spelling {
             DType::F16 => format!("{prefix}h2f({raw})"),
             DType::BF16 => format!("{prefix}b2f({raw})"),
             DType::F32 | DType::F64 => raw.to_string(),
-            DType::I8
-            | DType::U8
-            | DType::I16
-            | DType::U16
-            | DType::I32
-            | DType::U32
-            | DType::I64 => format!("({}){raw}", self.value_type(Prec::I64)),
             DType::Bool => self.bool_load(raw),
+            // Every integer dtype, held in 64 bits.
+            _ => format!("({}){raw}", self.value_type(Prec::I64)),
         }
     }
 

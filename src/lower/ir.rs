@@ -109,15 +109,10 @@ impl Prec {
     /// The precision a value of `dtype` is held in.
     pub fn of(dtype: DType) -> Prec {
         match dtype {
-            DType::I8
-            | DType::U8
-            | DType::I16
-            | DType::U16
-            | DType::I32
-            | DType::U32
-            | DType::I64 => Prec::I64,
             DType::F32 | DType::F16 | DType::BF16 => Prec::F32,
             DType::F64 | DType::Bool => Prec::F64,
+            // Every integer dtype.
+            _ => Prec::I64,
         }
     }
 }
