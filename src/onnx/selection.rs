@@ -264,11 +264,19 @@ pub(super) fn gather_nd(
     let data = im.required(node, 0)?;
     let indices = im.required(node, 1)?;
     let shape = data.shape().to_vec();
-    let batch = usize::try_from(int_attr(attrs, "batch_dims").unwrap_or(0)).unwrap_or(usize::MAX);
+    let batch_dims = int_attr(attrs, "batch_dims").unwrap_or(0);
+    let batch = match usize::try_from(batch_dims) {
+        Ok(b) if b < shape.len() && b < indices.shape().len() => b,
+        _ => {
+            return Err(ImportError::Malformed(format!(
+                "batch_dims {batch_dims} must be at least 0 and less than the ranks of data {:?} and indices {:?}",
+                shape,
+                indices.shape()
+            )));
+        }
+    };
     let index_shape = indices.shape().to_vec();
-    let fits = batch < shape.len()
-        && batch < index_shape.len()
-        && index_shape[..batch] == shape[..batch]
+    let fits = index_shape[..batch] == shape[..batch]
         && index_shape
             .last()
             .is_some_and(|&q| (1..=shape.len() - batch).contains(&q));
@@ -276,8 +284,8 @@ pub(super) fn gather_nd(
         return Err(ImportError::Malformed(format!(
             "indices {} {index_shape:?} must share data's {batch} batch axes {:?} and end in an axis of 1 to {} integer coordinates",
             indices.dtype(),
-            &shape[..batch.min(shape.len())],
-            shape.len().saturating_sub(batch)
+            &shape[..batch],
+            shape.len() - batch
         )));
     }
     let name = |part: &str| format!("{out}.{part}");

@@ -1351,6 +1351,61 @@ fn ops_written_in_code_refuse_hostile_models_at_their_node() {
         ),
         (
             (
+                "gathernd negative batch_dims",
+                vec![x(&[4, 3])],
+                vec![ids(&[2, 1], &[0, 1])],
+                node(
+                    "GatherND",
+                    &["x", "ids"],
+                    &["y"],
+                    vec![int("batch_dims", -1)],
+                ),
+            ),
+            false,
+        ),
+        (
+            (
+                "gathernd batch_dims past the rank",
+                vec![x(&[4, 3])],
+                vec![ids(&[2, 1], &[0, 1])],
+                node(
+                    "GatherND",
+                    &["x", "ids"],
+                    &["y"],
+                    vec![int("batch_dims", i64::MAX)],
+                ),
+            ),
+            false,
+        ),
+        (
+            (
+                "gathernd tuple longer than the rank",
+                vec![x(&[4, 3])],
+                vec![ids(&[1, 3], &[0, 0, 0])],
+                node("GatherND", &["x", "ids"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "gathernd empty tuples",
+                vec![x(&[4, 3])],
+                vec![ids(&[2, 0], &[])],
+                node("GatherND", &["x", "ids"], &["y"], vec![]),
+            ),
+            false,
+        ),
+        (
+            (
+                "gathernd out of range",
+                vec![x(&[4, 3])],
+                vec![ids(&[2, 2], &[9, 0, i64::MIN, -7])],
+                node("GatherND", &["x", "ids"], &["y"], vec![]),
+            ),
+            true,
+        ),
+        (
+            (
                 "range huge",
                 vec![],
                 vec![
