@@ -201,6 +201,75 @@ fn i64_to_i32_cast_wraps() {
     );
 }
 
+/// The narrow integers (i8, u8, i16, u16, u32): an i64 cast to each keeps its low bits (and
+/// their sign) as NumPy's `astype` does, arithmetic wraps in the dtype, mixed signedness
+/// promotes to the signed type holding both, and a float cast truncates and saturates (NaN is
+/// 0), on every backend.
+#[test]
+fn narrow_integers_wrap_promote_and_saturate() {
+    let a = [300i64, -1, 65537, -129, i64::MAX, 4294967296 + 7];
+    let f = [f64::NAN, -1.5, 255.9, 1e10, -1e10, 70000.25];
+    for dtype in [DType::I8, DType::U8, DType::I16, DType::U16, DType::U32] {
+        let (lo, hi) = dtype.int_range().unwrap();
+        let mut g = GraphBuilder::new("narrow");
+        let x = g.input("a", DType::I64, &[a.len()]);
+        let y = g.input("f", DType::F64, &[f.len()]);
+        let n = g.op_with("n", "cast", &[&x], &[("dtype", dtype.into())]);
+        g.op("twice", "add", &[&n, &n]);
+        g.op("square", "mul", &[&n, &n]);
+        g.op_with("s", "cast", &[&y], &[("dtype", dtype.into())]);
+        let graph = g.finish(&["n", "twice", "square", "s"]);
+        let feed = inputs(&[
+            ("a", ints(DType::I64, &a)),
+            (
+                "f",
+                Tensor::from_values(DType::F64, &[f.len()], f.to_vec()).unwrap(),
+            ),
+        ]);
+        // Two's-complement wrap into [lo, hi]: NumPy's astype.
+        let span = (hi - lo) as i128 + 1;
+        let wrap = |v: i128| (((v - lo as i128) % span + span) % span + lo as i128) as i64;
+        let narrowed: Vec<i64> = a.iter().map(|&v| wrap(v as i128)).collect();
+        assert_everywhere(&graph, &feed, "n", &ints(dtype, &narrowed));
+        let twice: Vec<i64> = narrowed.iter().map(|&v| wrap(2 * v as i128)).collect();
+        assert_everywhere(&graph, &feed, "twice", &ints(dtype, &twice));
+        let square: Vec<i64> = narrowed
+            .iter()
+            .map(|&v| wrap(v as i128 * v as i128))
+            .collect();
+        assert_everywhere(&graph, &feed, "square", &ints(dtype, &square));
+        let saturated: Vec<i64> = f
+            .iter()
+            .map(|&v| {
+                if v.is_nan() {
+                    0
+                } else {
+                    (v.trunc() as i64).clamp(lo, hi)
+                }
+            })
+            .collect();
+        assert_everywhere(&graph, &feed, "s", &ints(dtype, &saturated));
+    }
+    // u8 with i8 meets at i16; u32 with i32 at i64: no value wraps.
+    for (a_ty, b_ty, meet) in [
+        (DType::U8, DType::I8, DType::I16),
+        (DType::U32, DType::I32, DType::I64),
+    ] {
+        let mut g = GraphBuilder::new("mixed");
+        let x = g.input("a", a_ty, &[2]);
+        let y = g.input("b", b_ty, &[2]);
+        g.op("s", "add", &[&x, &y]);
+        let graph = g.finish(&["s"]);
+        let (_, a_max) = a_ty.int_range().unwrap();
+        let (b_min, _) = b_ty.int_range().unwrap();
+        let feed = inputs(&[
+            ("a", ints(a_ty, &[a_max, 0])),
+            ("b", ints(b_ty, &[-1, b_min])),
+        ]);
+        assert_everywhere(&graph, &feed, "s", &ints(meet, &[a_max - 1, b_min]));
+    }
+}
+
 #[test]
 fn integer_sum_wraps_in_the_result_dtype() {
     let big = [i64::MAX, 1, (1 << 53) + 1, -(1 << 53)];
