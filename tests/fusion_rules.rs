@@ -177,25 +177,36 @@ fn a_fusing_layout_kind_joins_concat_unless_overridden() {
     assert_eq!(rules.role(ops.get("concat").unwrap()), Role::Alone);
 }
 
-/// A gather reads at run-time indices, which no view expresses: under `Layout: Join` (rule
-/// files written before gathers existed) it runs `Alone`, and giving it `Join` by name is an
-/// error at that entry.
+/// A gather reads at run-time indices, which no view expresses: under `Layout: Join` it leads
+/// its kernel (`Role::leads`: consumers may join it, it joins no producer), a scatter runs
+/// `Alone`, and giving a scatter `Join` by name is an error at that entry.
 #[test]
-fn gathers_run_alone_whatever_their_kind_role() {
+fn gathers_lead_their_kernels_and_scatters_run_alone() {
     let kinds =
         "Fusion(\n  kinds: {Pointwise: Join, Layout: Join, Reduction: End, Opaque: Never},\n";
     let ops = Catalogue::defaults();
     let rules = load(&format!("{kinds}  max_kernel_args: 8)")).unwrap();
     for op in ["gather", "gather_elements"] {
-        assert_eq!(rules.role(ops.get(op).unwrap()), Role::Alone, "{op}");
+        let def = ops.get(op).unwrap();
+        assert_eq!(rules.role(def), Role::Join, "{op}");
+        assert!(rules.role(def).leads(def), "{op}");
+        assert!(!rules.role(def).is_view(def), "{op}");
     }
+    let scatter = ops.get("scatter_add").unwrap();
+    assert_eq!(rules.role(scatter), Role::Alone);
+    assert!(!Role::Join.leads(scatter));
     let message = error(&format!(
-        "{kinds}  ops: {{\"gather\": Join}},\n  max_kernel_args: 8)"
+        "{kinds}  ops: {{\"scatter_add\": Join}},\n  max_kernel_args: 8)"
     ));
     assert!(
-        message.contains("3:") && message.contains("`gather`"),
+        message.contains("3:") && message.contains("`scatter_add`"),
         "{message}"
     );
+    let alone = load(&format!(
+        "{kinds}  ops: {{\"gather\": Alone}},\n  max_kernel_args: 8)"
+    ))
+    .unwrap();
+    assert_eq!(alone.role(ops.get("gather").unwrap()), Role::Alone);
 }
 
 /// User-defined layout ops are judged by their builtin, not their name: a `flip` that is a

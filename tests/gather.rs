@@ -229,6 +229,44 @@ fn compiled_agree(graph: &Graph, seed: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// A token embedding plus a position embedding, squared: the gather leads one kernel that its
+/// pointwise consumers join (`Role::leads`), loading each token's row where the sum reads it;
+/// the result equals the reference on the interpreter and the CPU, bad ids (NaN rows) and all.
+/// A reduction does not join a gather's kernel (the emitters spell a gather in pointwise loops
+/// only), nor does a scatter.
+#[test]
+fn a_gather_leads_the_kernel_its_pointwise_consumers_join() {
+    let graph = parse(
+        r#"Graph(
+        name: "tok_pos",
+        inputs: [
+            Input(name: "data", dtype: "f32", shape: [10, 6]),
+            Input(name: "pos", dtype: "f32", shape: [4, 6]),
+            Input(name: "ids", dtype: "i64", shape: [3, 4]),
+        ],
+        nodes: [
+            Node(name: "t", op: "gather", args: ["data", "ids"], attrs: {"axis": 0}),
+            Node(name: "x", op: "add", args: ["t", "pos"]),
+            Node(name: "y", op: "mul", args: ["x", "x"]),
+            Node(name: "s", op: "sum", args: ["y"], attrs: {"axes": [-1]}),
+        ],
+        outputs: ["y", "s"],
+    )"#,
+    );
+    let out = optimize(&graph, rules(), &Options::default()).unwrap();
+    let kernels = &out.partition.kernels;
+    let of = |name: &str| {
+        let n = out.dag.nodes.iter().position(|n| n.name == name).unwrap();
+        kernels.iter().position(|k| k.nodes.contains(&n)).unwrap()
+    };
+    assert_eq!(of("t"), of("x"));
+    assert_eq!(of("x"), of("y"));
+    assert_ne!(of("y"), of("s"));
+    for seed in 0..4 {
+        compiled_agree(&graph, seed).unwrap();
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: common::random_graph::cases(48),

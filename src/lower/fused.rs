@@ -18,8 +18,8 @@
 //! summation in reductions and by the few-ulp accuracy of vector math.
 
 use super::ir::{
-    Axis, Instr, KernelIr, Launch, MapStage, Prec, ReduceKind, Reduction, RowArithmetic, Store,
-    ValueId, View,
+    Axis, Gathered, Instr, KernelIr, Launch, MapStage, Prec, ReduceKind, Reduction, RowArithmetic,
+    Store, ValueId, View,
 };
 use super::view::{broadcast_view, contiguous_strides, domain_of, mapped_view, strided_view};
 use super::{Lowered, lower_error};
@@ -57,6 +57,8 @@ struct Builder<'a> {
     values: HashMap<(Value, usize), (ValueId, DType)>,
     /// The segments of the concats read in place, in the order they were made.
     segments: Vec<Segment>,
+    /// Per gather of the kernel ([`Instr::GatherLoad`]), the axis its index moves along.
+    gathers: Vec<Gathered>,
 }
 
 impl Builder<'_> {
@@ -195,6 +197,7 @@ impl Builder<'_> {
                 self.load(value, source, &map, ctx)?
             }
             Value::Node(c) if self.is_concat(c) => self.concat(c, ctx)?,
+            Value::Node(g) if self.is_gather(g) => self.gather(g, ctx)?,
             Value::Node(p) if self.members.contains(&p) => {
                 let node = &dag.nodes[p];
                 match (node.op.kind(), node.op.builtin()) {
@@ -326,13 +329,95 @@ impl Builder<'_> {
         self.round(x, to)
     }
 
-    /// Whether node `n` of this kernel is a view: a layout op other than a broadcast (the
-    /// partitioner admits those only as views of their operand's buffer).
+    /// Whether node `n` of this kernel is a view: a layout op other than a broadcast, a concat
+    /// or a gather (the partitioner admits those only as views of their operand's buffer).
     fn is_view(&self, n: usize) -> bool {
         let op = &self.dag.nodes[n].op;
         self.members.contains(&n)
             && op.kind() == OpKind::Layout
             && !matches!(op.builtin(), Some(Builtin::BroadcastTo | Builtin::Concat))
+            && !self.is_gather(n)
+    }
+
+    /// Whether node `n` of this kernel is a gather (gather, gather_elements), read as a load
+    /// at a computed index.
+    fn is_gather(&self, n: usize) -> bool {
+        self.members.contains(&n)
+            && matches!(
+                self.dag.nodes[n].op.builtin(),
+                Some(Builtin::Gather | Builtin::GatherElements)
+            )
+    }
+
+    /// Gather node `g` at the current point ([`Instr::GatherLoad`]): its index loaded from the
+    /// indices' buffer (or a literal), then the data element it names. The partitioner keeps
+    /// both operands out of the kernel (`greedy/candidate.rs`), so both are buffers, read
+    /// through the strides a gather kernel of its own reads them with, broadcast over the
+    /// domain like any value of the gather's shape.
+    fn gather(&mut self, g: usize, ctx: usize) -> Result<(ValueId, DType)> {
+        let dag = self.dag;
+        let node = &dag.nodes[g];
+        let (data, indices) = (node.args[0], node.args[1]);
+        let (data_ty, index_ty) = (dag.ty(data), dag.ty(indices));
+        if ctx != 0 || self.produced_here(data) || self.produced_here(indices) {
+            return Err(lower_error(
+                dag,
+                g,
+                "a gather's operands are computed in its own kernel".into(),
+            ));
+        }
+        let shapes = [&data_ty.shape[..], &index_ty.shape[..]];
+        let builtin = node.op.builtin().expect("a gather has a builtin");
+        let (plan, _) = plan_builtin(builtin, &shapes, &node.attrs)
+            .map_err(|e| lower_error(dag, g, e.to_string()))?;
+        let (axis, elements) = match plan {
+            BuiltinPlan::Gather { axis } => (axis, false),
+            BuiltinPlan::GatherElements { axis } => (axis, true),
+            _ => return Err(lower_error(dag, g, "not a gather".into())),
+        };
+        let out = &node.ty.shape;
+        let (data_own, index_own) = super::layout::gather_strides(
+            &data_ty.shape,
+            &index_ty.shape,
+            out.len(),
+            axis,
+            elements,
+        );
+        let domain = self.domain.clone();
+        let index = match indices {
+            Value::Node(p) if dag.nodes[p].op.is_literal() => self.value(indices, ctx)?.0,
+            _ => {
+                let (view, strides) = strided_view(index_ty.dtype, out, &index_own, &domain)
+                    .ok_or_else(|| self.shape_error(Value::Node(g)))?;
+                self.ir.loads.push(view);
+                self.load_args.push((indices, strides, 0, Vec::new()));
+                let view = self.ir.loads.len() - 1;
+                self.push(Instr::Load { view })
+            }
+        };
+        let (view, strides) = strided_view(data_ty.dtype, out, &data_own, &domain)
+            .ok_or_else(|| self.shape_error(Value::Node(g)))?;
+        self.ir.loads.push(view);
+        self.load_args.push((data, strides, 0, Vec::new()));
+        let view = self.ir.loads.len() - 1;
+        self.gathers.push(Gathered {
+            stride: contiguous_strides(&data_ty.shape)[axis],
+            extent: data_ty.shape[axis] as i64,
+        });
+        let gather = self.gathers.len() - 1;
+        Ok((
+            self.push(Instr::GatherLoad {
+                view,
+                index,
+                gather,
+            }),
+            data_ty.dtype,
+        ))
+    }
+
+    /// Whether `value` is computed by a node of this kernel (a literal is not: it is inlined).
+    fn produced_here(&self, value: Value) -> bool {
+        matches!(value, Value::Node(p) if self.members.contains(&p) && !self.dag.nodes[p].op.is_literal())
     }
 
     /// The buffer view node `v` reads and the index map over it: its operand's contiguous
@@ -724,6 +809,7 @@ pub(super) fn lower_fused(
         load_args: Vec::new(),
         values: HashMap::new(),
         segments: Vec::new(),
+        gathers: Vec::new(),
     };
     // Per reduction: its value, and where its results go.
     let mut reduction_args: Vec<(Value, ResultView)> = Vec::new();
@@ -825,7 +911,7 @@ pub(super) fn lower_fused(
         strides,
         maps,
         ranges: b.segments.iter().map(|s| (s.start, s.end)).collect(),
-        gathers: Vec::new(),
+        gathers: b.gathers,
     };
     Ok((b.ir, launch, args))
 }

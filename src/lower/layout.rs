@@ -149,6 +149,41 @@ pub(super) fn lower_copy(dag: &Dag, n: usize) -> Result<Vec<Lowered>> {
     Ok(copies.into_iter().map(Copy::lower).collect())
 }
 
+/// Per axis of a gather's result (of rank `rank`; `elements`: gather_elements), the strides
+/// through which its data and its indices move over their contiguous buffers: data stands still
+/// along the axes the index comes from (its own coordinate along `axis` is the index's), and
+/// the indices move only along those axes.
+pub(super) fn gather_strides(
+    data: &[usize],
+    indices: &[usize],
+    rank: usize,
+    axis: usize,
+    elements: bool,
+) -> (Vec<i64>, Vec<i64>) {
+    let data_strides = contiguous_strides(data);
+    let index_strides = contiguous_strides(indices);
+    if elements {
+        let mut kept = data_strides;
+        kept[axis] = 0;
+        return (kept, index_strides);
+    }
+    // The result's axes: data's before `axis`, the indices', data's after `axis`.
+    let q = indices.len();
+    let kept = |d: usize| match d {
+        d if d < axis => data_strides[d],
+        d if d < axis + q => 0,
+        d => data_strides[d - q + 1],
+    };
+    let index = |d: usize| match d {
+        d if d >= axis && d < axis + q => index_strides[d - axis],
+        _ => 0,
+    };
+    (
+        (0..rank).map(kept).collect(),
+        (0..rank).map(index).collect(),
+    )
+}
+
 /// Gather node `n` (`elements`: gather_elements) along data's `axis` as a kernel over its
 /// result: each point loads its index, then the data element at that index
 /// ([`Instr::GatherLoad`]). The data's view moves with the result's coordinates on the axes
@@ -159,29 +194,8 @@ fn lower_gather(dag: &Dag, n: usize, axis: usize, elements: bool) -> Lowered {
     let (data_ty, indices_ty) = (dag.ty(data), dag.ty(indices));
     let out = &node.ty.shape;
     let data_strides = contiguous_strides(&data_ty.shape);
-    let index_strides = contiguous_strides(&indices_ty.shape);
-    let rank = out.len();
-    let (mut data_view, mut index_view): (Vec<i64>, Vec<i64>) = if elements {
-        let mut kept = data_strides.clone();
-        kept[axis] = 0;
-        (kept, index_strides)
-    } else {
-        // The result's axes: data's before `axis`, the indices', data's after `axis`.
-        let q = indices_ty.shape.len();
-        let kept = |d: usize| match d {
-            d if d < axis => data_strides[d],
-            d if d < axis + q => 0,
-            d => data_strides[d - q + 1],
-        };
-        let index = |d: usize| match d {
-            d if d >= axis && d < axis + q => index_strides[d - axis],
-            _ => 0,
-        };
-        (
-            (0..rank).map(kept).collect(),
-            (0..rank).map(index).collect(),
-        )
-    };
+    let (mut data_view, mut index_view) =
+        gather_strides(&data_ty.shape, &indices_ty.shape, out.len(), axis, elements);
     let mut domain = out.clone();
     if domain.is_empty() {
         domain = domain_of(&domain);

@@ -111,6 +111,9 @@ struct Group {
     /// Bytes its view loads move beyond their values' per pass over the data (strided or
     /// gathered reads, [`crate::rules::Reads`]).
     gather: f64,
+    /// Holds a gather that leads it ([`Role::leads`]): only pointwise ops may join it, and
+    /// nothing computing the gather's operands.
+    gathers: bool,
     /// Passes its loop makes over each row: 1, plus 1 per row reduction consumed inside on
     /// the longest chain (softmax: the max, the sum, the normalization).
     passes: u32,
@@ -206,6 +209,8 @@ struct Builder<'a> {
     /// Per node: a cast or view left for a library call to absorb, not yet placed.
     absorbed: Vec<bool>,
     role: Vec<Role>,
+    /// Per node: a gather that leads its kernel ([`Role::leads`]).
+    leads: Vec<bool>,
     /// Per node: a layout op joining kernels as a view ([`Role::is_view`]), with its resolved
     /// plan (what it re-indexes and how).
     view_plan: Vec<Option<BuiltinPlan>>,
@@ -255,6 +260,7 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
     let view_plan: Vec<Option<BuiltinPlan>> = (0..n).map(|v| view_plan(dag, &role, v)).collect();
     let absorbable = absorbable_operands(&facts, &role, &view_plan, fusion);
     let select = (0..n).map(|c| select_axis(dag, &role, c)).collect();
+    let leads = (0..n).map(|i| role[i].leads(&dag.nodes[i].op)).collect();
     let mut b = Builder {
         dag,
         profile,
@@ -265,6 +271,7 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
         absorbable,
         absorbed: vec![false; n],
         role,
+        leads,
         view_plan,
         view_of: vec![None; n],
         row,
@@ -471,7 +478,8 @@ impl Builder<'_> {
     }
 
     fn place(&mut self, n: usize) {
-        if matches!(self.role[n], Role::Join | Role::End | Role::Rows) {
+        // A gather leading its kernel joins none of its producers.
+        if matches!(self.role[n], Role::Join | Role::End | Role::Rows) && !self.leads[n] {
             let producers = self.producer_groups(n);
             let plan = self.best_plan(n, &producers);
             if self.absorbable[n] && plan.as_ref().is_none_or(|p| self.absorb_pays(n, p)) {

@@ -104,7 +104,8 @@ impl Role {
     /// lowering can generate it inside a kernel. A broadcast is computed in place (a consumer
     /// reads the smaller operand at the broadcast index). Reshape, transpose and slice re-index
     /// one operand, so a kernel reads them as a view of that operand's buffer: `Join` makes
-    /// them such views (their operand comes from memory, never from their own kernel). Concat
+    /// them such views (their operand comes from memory, never from their own kernel). A
+    /// gather as `Join` leads its kernel ([`Role::leads`]); a scatter is `Alone`. Concat
     /// has several operands in disjoint ranges and no single view: `Join` makes it a *range
     /// select* (each point of its kernel evaluates the operand whose segment holds it, see
     /// [`Role::is_select`]), `Alone` a copy per operand.
@@ -117,6 +118,12 @@ impl Role {
                 _,
             ) => Ok(()),
             (OpKind::Layout, Some(Builtin::Concat), Role::Join | Role::Alone) => Ok(()),
+            // A gather as `Join` leads its kernel ([`Role::leads`]).
+            (
+                OpKind::Layout,
+                Some(Builtin::Gather | Builtin::GatherElements),
+                Role::Join | Role::Alone,
+            ) => Ok(()),
             (OpKind::Layout, builtin, Role::Join | Role::End) => {
                 let what = match builtin {
                     Some(b) if b.name() != op.name() => format!("`{}` (a {})", op.name(), b.name()),
@@ -137,6 +144,20 @@ impl Role {
             && matches!(
                 op.builtin(),
                 Some(Builtin::Reshape | Builtin::Transpose | Builtin::Slice)
+            )
+    }
+
+    /// Whether a node of `op` in this role *leads* its kernel (gather and gather_elements as
+    /// `Join`): it joins none of its producers' kernels, since its data and indices are read
+    /// from memory (the data at run-time positions, which no kernel computing it could hand
+    /// over), but the pointwise ops that consume it may join its kernel, which reads the
+    /// gathered value as a load at a computed index instead of writing it.
+    pub fn leads(self, op: &OpDef) -> bool {
+        self == Role::Join
+            && op.kind() == OpKind::Layout
+            && matches!(
+                op.builtin(),
+                Some(Builtin::Gather | Builtin::GatherElements)
             )
     }
 

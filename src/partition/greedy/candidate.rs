@@ -49,6 +49,9 @@ impl Builder<'_> {
             self.member_mark[m as usize] = epoch;
         }
         let terms = self.within_budgets(n, members)?;
+        if !self.gathers_stay_loads(n, members) {
+            return None;
+        }
         let view = self.view_read(n, members, epoch)?;
         // All concats of a kernel select along one axis.
         let select = one_axis(
@@ -162,6 +165,43 @@ impl Builder<'_> {
     /// The op budget (the members' nodes and `n`) and the body budget (their formula terms),
     /// checked first since they are the cheapest to check and what cuts long chains. Returns
     /// the merged kernel's terms.
+    /// Whether a kernel led by a gather ([`Role::leads`]) stays one the lowering reads the
+    /// gather in as a load at a computed index: only a pointwise node joins it, its other
+    /// members neither reduce nor select (the emitters spell a gather in plain pointwise
+    /// loops), and neither the node nor a member computes a gather's data or indices, which
+    /// it reads from memory. True when no member holds a gather.
+    fn gathers_stay_loads(&self, n: usize, members: &[u32]) -> bool {
+        if !members.iter().any(|&m| self.group(m).gathers) {
+            return true;
+        }
+        let pointwise = self.dag.nodes[n].op.kind() == crate::rules::OpKind::Pointwise
+            && self.role[n] == Role::Join;
+        let plain = |m: u32| {
+            let g = self.group(m);
+            g.reduction_threads.is_none()
+                && !g.rows
+                && !g.fixed
+                && !g.other_end
+                && g.select.is_none()
+        };
+        if !pointwise || !members.iter().all(|&m| plain(m)) {
+            return false;
+        }
+        let inside = |p: usize| {
+            p == n
+                || (!self.facts.literal[p]
+                    && !self.absorbed[p]
+                    && self.group_of[p] != u32::MAX
+                    && members.contains(&self.find(self.group_of[p])))
+        };
+        members
+            .iter()
+            .flat_map(|&m| self.group(m).nodes.iter().copied())
+            .filter(|&g| self.leads[g])
+            .flat_map(|g| self.dag.nodes[g].args.iter().copied())
+            .all(|arg| !matches!(arg, Value::Node(p) if inside(p)))
+    }
+
     fn within_budgets(&self, n: usize, members: &[u32]) -> Option<usize> {
         let ops: usize = members.iter().map(|&m| self.group(m).nodes.len()).sum();
         if ops + 1 > self.max_ops {

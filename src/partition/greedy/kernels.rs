@@ -39,6 +39,7 @@ impl Builder<'_> {
             reduction_threads: self.facts.reduction_threads(self.profile, n),
             select: self.select[n],
             gather,
+            gathers: self.leads[n],
             passes: 1,
             rank: 0,
             total_us,
@@ -209,6 +210,7 @@ impl Builder<'_> {
             reduction_threads: None,
             select: None,
             gather: 0.0,
+            gathers: false,
             passes: 1,
             rank: 0,
             total_us,
@@ -301,6 +303,7 @@ impl Builder<'_> {
         let s = &mut self.groups[survivor as usize];
         s.nodes.extend(absorbed.nodes);
         s.inputs.extend(absorbed.inputs);
+        s.gathers |= absorbed.gathers;
         for source in absorbed.view_sources {
             if !s.view_sources.contains(&source) {
                 s.view_sources.push(source);

@@ -141,6 +141,10 @@ impl Builder<'_> {
         if ga.kind != Some(KernelKind::Fused) || gb.kind != Some(KernelKind::Fused) {
             return None;
         }
+        // A kernel led by a gather takes in its pointwise consumers only.
+        if ga.gathers || gb.gathers {
+            return None;
+        }
         if ga.nodes.len() + gb.nodes.len() > self.max_ops
             || ga.terms.saturating_add(gb.terms) > self.max_terms
         {
