@@ -75,11 +75,12 @@ fn expected(model: &str, k: usize) -> Tensor {
 /// The models, each at two sizes of its dynamic axes. The TorchScript exporter's tiny LM is
 /// left out: it bakes the traced sequence length into nn.MultiheadAttention's reshapes (see
 /// `torchscript_bakes_traced_sizes_and_the_error_says_which_sizes_were_tried`).
-const MODELS: [(&str, &[&str]); 4] = [
+const MODELS: [(&str, &[&str]); 5] = [
     ("mlp", &["ts", "dynamo"]),
     ("embedding_pool", &["ts", "dynamo"]),
     ("gru", &["ts", "dynamo"]),
     ("tiny_lm", &["dynamo"]),
+    ("llama_block", &["ts", "dynamo"]),
 ];
 
 #[test]

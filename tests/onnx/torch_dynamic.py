@@ -35,6 +35,41 @@ class Mlp(torch.nn.Module):
         return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
 
 
+class RmsNorm(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(d) + 0.5)
+
+    def forward(self, x):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class LlamaBlock(torch.nn.Module):
+    """A Llama-style block: RMSNorm, causal self-attention without biases, RMSNorm, SwiGLU."""
+
+    def __init__(self, d=16, heads=2, hidden=40):
+        super().__init__()
+        self.heads = heads
+        self.n1, self.n2 = RmsNorm(d), RmsNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d, bias=False)
+        self.o = torch.nn.Linear(d, d, bias=False)
+        self.gate = torch.nn.Linear(d, hidden, bias=False)
+        self.up = torch.nn.Linear(d, hidden, bias=False)
+        self.down = torch.nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.n1(x)).split(d, dim=-1)
+        split = lambda y: y.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+        q, k, v = split(q), split(k), split(v)
+        s = q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5
+        causal = torch.ones(t, t, dtype=torch.bool).triu(1)
+        a = torch.softmax(s.masked_fill(causal, float("-inf")), dim=-1) @ v
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+        h = self.n2(x)
+        return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+
+
 def models():
     """(name, module, inputs at each of two sizes, dynamic axes by input name)."""
     mlp = Mlp()
@@ -49,6 +84,10 @@ def models():
            {"ids": {0: "batch", 1: "seq"}})
     gru = modules["Gru"]()
     yield "gru", gru, [{"x": torch.randn(4, 2, 8)}, {"x": torch.randn(6, 3, 8)}], {"x": {0: "seq", 1: "batch"}}
+    llama = LlamaBlock()
+    yield ("llama_block", llama,
+           [{"x": torch.randn(2, 5, 16)}, {"x": torch.randn(3, 9, 16)}],
+           {"x": {0: "batch", 1: "seq"}})
 
 
 def reference(model, inputs):
