@@ -17,7 +17,7 @@ Before timing, fusebox's gradient (on the CPU backend) is compared with torch's 
 
     /work/peers-venv/bin/python benches/embedding_backward.py --fusebox target/release/fusebox
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile
+import argparse, json, os, statistics, subprocess, tempfile, time
 
 import numpy as np
 import torch
@@ -120,13 +120,11 @@ def main():
             times = []
             for i in range(args.iters + 3):
                 wt.grad = None
-                t0 = torch.utils.benchmark.utils.timer.timer() if False else None
-                import time
                 s = time.perf_counter()
                 yy = F.embedding(ti, wt).mean(1) * tg
                 (yy * tg).sum().backward()
                 e = time.perf_counter()
-                if i >= 3:
+                if i >= 3:  # after 3 warm-up calls
                     times.append((e - s) * 1e3)
             return statistics.median(times)
 

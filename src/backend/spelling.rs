@@ -371,24 +371,25 @@ pub(crate) trait Spelling {
         }
     }
 
-    /// The statement of scatter store `k` of `ir` ([`crate::lower::ir::Scatter`]): where its
-    /// index is in range, the element `element` (the view's own at the current point, moved
-    /// by [`gather_offset`]) becomes its sum with the stored value, rounded to the dtype.
-    fn scatter_add(&self, ir: &KernelIr, k: usize, element: &str) -> String {
+    /// The statement of store `k` of `ir` if it scatters ([`crate::lower::ir::Scatter`]),
+    /// where the emitter spells the store's buffer `pointer` and its element at the current
+    /// point `index`: where the store's index is in range, the element that index moves to
+    /// ([`gather_offset`]) becomes its sum with the stored value, rounded to the dtype. `None`
+    /// for a plain store.
+    fn scatter_add(&self, ir: &KernelIr, k: usize, pointer: &str, index: &str) -> Option<String> {
         let store = &ir.stores[k];
-        let Some(scatter) = store.scatter else {
-            return String::new();
-        };
-        let (index, g) = (scatter.index, scatter.gather);
+        let scatter = store.scatter?;
+        let (i, g) = (scatter.index, scatter.gather);
+        let element = format!("{pointer}[{index} + {}]", gather_offset(i, g));
         let dtype = store.view.dtype;
         let prec = Prec::of(dtype);
-        let old = self.load(dtype, element);
+        let old = self.load(dtype, &element);
         let sum = self.binary(BinOp::Add, &old, &format!("v{}", store.value), prec);
         let rounded = self.round(prec, dtype, &sum);
-        format!(
-            "if (v{index} >= -gn{g} && v{index} < gn{g}) {element} = {};",
+        Some(format!(
+            "if (v{i} >= -gn{g} && v{i} < gn{g}) {element} = {};",
             self.store(dtype, &rounded)
-        )
+        ))
     }
 
     /// The statement defining `v{id}` (see [`Spelling::value`]).

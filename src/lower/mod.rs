@@ -201,7 +201,6 @@ impl Program {
         // A scatter store reaches, like a gather, every index of its axis.
         for (s, store) in ir.stores.iter().enumerate() {
             let Some(scatter) = store.scatter else {
-                plain[ir.store_arg(s)] = true;
                 continue;
             };
             let g = k.launch.gathers[scatter.gather];

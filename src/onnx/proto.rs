@@ -236,7 +236,7 @@ pub fn to_tensor(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor, ProtoErr
             DType::U32 => Elements::Ints(
                 t.uint64_data
                     .iter()
-                    .map(|&v| i64::try_from(v).unwrap_or(-1))
+                    .map(|&v| i64::try_from(v).unwrap_or(i64::MAX))
                     .collect(),
             ),
             // Half-precision values are stored as their bit patterns in int32_data.

@@ -8,7 +8,7 @@
 use super::buffer::Buffer;
 use crate::dtype::{Category, DType};
 use crate::formula::{BinOp, Func};
-use crate::lower::ir::{Axis, Gathered, Instr, KernelIr, Launch, Prec, ReduceKind, Scatter, Store};
+use crate::lower::ir::{Axis, Gathered, Instr, KernelIr, Launch, Prec, ReduceKind, Store};
 use crate::lower::{Program, Step};
 use crate::tensor::{float_to_int, int_to_float, wrap_int};
 
@@ -335,9 +335,9 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
         }
         for (s, store) in ir.stores.iter().enumerate() {
             let arg = loads + s;
-            if let Some(scatter) = store.scatter {
+            if store.scatter.is_some() {
                 let at = element_index(launch, arg, &coord);
-                scatter_add(ir, launch, store, scatter, (&vals, &ints), at, buffers[arg]);
+                scatter_add(ir, launch, store, (&vals, &ints), at, buffers[arg]);
                 continue;
             }
             let first = (0..rank).all(|d| launch.strides[arg][d] != 0 || coord[d] == 0);
@@ -403,17 +403,19 @@ pub fn run(ir: &KernelIr, launch: &Launch, buffers: &mut [&mut Buffer]) {
 }
 
 /// Adds the value of scatter store `store` into `buffer` where its index moves element `at`
-/// (the view's own at the current point), rounded to the buffer's dtype ([`Scatter`]); an
-/// index out of range adds nothing.
+/// (the view's own at the current point), rounded to the buffer's dtype
+/// ([`crate::lower::ir::Scatter`]); an index out of range adds nothing.
 fn scatter_add(
     ir: &KernelIr,
     launch: &Launch,
     store: &Store,
-    scatter: Scatter,
     (vals, ints): (&[f64], &[i64]),
     at: usize,
     buffer: &mut Buffer,
 ) {
+    let Some(scatter) = store.scatter else {
+        return;
+    };
     let Gathered { stride, extent } = launch.gathers[scatter.gather];
     let k = ints[scatter.index];
     if k < -extent || k >= extent {

@@ -678,16 +678,12 @@ impl<'a> CudaKernelWriter<'a> {
         ));
         self.bases(&mut code);
         self.values(&mut code, Lane::Scalar);
-        for (k, store) in self.ir.stores.iter().enumerate() {
-            let Some(scatter) = store.scatter else {
-                continue;
-            };
+        for k in 0..self.ir.stores.len() {
             let arg = self.ir.store_arg(k);
-            let element = format!(
-                "p.p{arg}[b{arg} + {}]",
-                gather_offset(scatter.index, scatter.gather)
-            );
-            code.stmt(Cuda.scatter_add(self.ir, k, &element));
+            let pointer = format!("p.p{arg}");
+            if let Some(statement) = Cuda.scatter_add(self.ir, k, &pointer, &format!("b{arg}")) {
+                code.stmt(statement);
+            }
         }
         code.close();
         code.close();

@@ -557,15 +557,10 @@ impl<'a> CKernelWriter<'a> {
         }
         for k in 0..self.ir.stores.len() {
             let arg = self.ir.store_arg(k);
-            let scatter = self.ir.stores[k]
-                .scatter
-                .expect("a scatter kernel's store scatters");
-            let element = format!(
-                "p{arg}[{} + {}]",
-                self.index(arg),
-                gather_offset(scatter.index, scatter.gather)
-            );
-            out.line(C.scatter_add(self.ir, k, &element));
+            let pointer = format!("p{arg}");
+            if let Some(line) = C.scatter_add(self.ir, k, &pointer, &self.index(arg)) {
+                out.line(line);
+            }
         }
         out.close();
         out.close();
