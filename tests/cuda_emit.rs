@@ -2258,6 +2258,50 @@ fn emulated_nan_and_inf_rows_match_the_reference() {
     }
 }
 
+/// An embedding's LayerNorm ([`common::gather_graphs::embedding_layernorm`]), one row kernel
+/// reading each token's row at its id, from the emitted CUDA on its own path and forced onto
+/// the register and shared-memory paths (which cache the position row but never the gathered
+/// one), equals the reference, rows of NaN for ids out of range and all.
+#[test]
+fn emulated_embedding_layernorms_read_rows_at_their_ids() {
+    for (dtype, width) in [(DType::F32, 37), (DType::F16, 300), (DType::BF16, 16)] {
+        let graph = common::gather_graphs::embedding_layernorm(dtype, 5, width);
+        let program = lowered(&graph);
+        assert_eq!(program.kernels.len(), 1);
+        let ir = &program.kernels[0];
+        assert!(ir.is_row_kernel() && ir.has_gathers());
+        assert!(
+            !abi::row_cached(ir).is_empty(),
+            "the position row is cached"
+        );
+        check(std::slice::from_ref(ir));
+        for seed in 0..3 {
+            let inputs = common::gather_graphs::inputs(&graph, seed);
+            emulated_on_the_cached_paths(&graph, &program, &inputs);
+        }
+    }
+}
+
+/// Reductions of nothing ([`row_graphs::empty_reductions`]) write their identities from the
+/// emitted CUDA as the reference does: 0 for a sum, NaN for a mean, -inf for a max (rows and
+/// columns), +inf for a min, in f32 and f16.
+#[test]
+fn emulated_empty_reductions_write_their_identities() {
+    for dtype in [DType::F32, DType::F16] {
+        let graph = row_graphs::empty_reductions(dtype);
+        let program = lowered(&graph);
+        let mut emulated = BTreeMap::new();
+        for wide in [false, true] {
+            let Some(result) =
+                emulated_agrees(&graph, &program, &mut emulated, 3, false, wide, None)
+            else {
+                return;
+            };
+            result.unwrap_or_else(|e| panic!("{dtype:?}: {e}"));
+        }
+    }
+}
+
 /// Runs `program` through the CPU model of CUDA on `inputs`, on the host's path and forced
 /// onto the element-by-element register and shared-memory paths (those that keep values),
 /// in 32- and 64-bit indexing, against the reference.
@@ -3463,8 +3507,8 @@ fn row_kernel_entries_keep_their_register_budgets() {
 }
 
 /// Gather and scatter kernels (`gather_graphs`: every data dtype, i32 and i64 indices, rank-0
-/// index tensors, size-0 axes, negative axes, indices negative, repeated and out of range)
-/// compile for sm_80 and sm_90 without warnings, and their emitted CUDA, run by the emulation
+/// index tensors, size-0 axes, negative axes, indices negative, repeated and out of range;
+/// gathers read by pointwise ops, row kernels and reductions) compile for sm_80 and sm_90 without warnings, and their emitted CUDA, run by the emulation
 /// with 32- and 64-bit indexing, equals the reference, NaN fills and all; a scatter's sums bit
 /// for bit, since each row is one thread's, in order.
 #[test]
@@ -3484,6 +3528,13 @@ fn emulated_gathers_match_the_reference() {
     assert!(kernels.len() >= 10, "only {} gather kernels", kernels.len());
     let scatters = kernels.iter().filter(|k| k.is_scatter_kernel()).count();
     assert!(scatters >= 4, "only {scatters} scatter kernels");
+    // Gathers read inside row kernels and reduction kernels too.
+    let rows = kernels.iter().filter(|k| k.is_row_kernel()).count();
+    let reducing = kernels.iter().filter(|k| !k.reductions.is_empty()).count();
+    assert!(
+        rows >= 3 && reducing >= 3,
+        "{rows} row and {reducing} reduction kernels"
+    );
     check(&kernels);
     let mut emulated = BTreeMap::new();
     for (i, (graph, program)) in graphs.iter().zip(&programs).enumerate() {

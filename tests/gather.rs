@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::gather_graphs::{self, GatherRecipe};
+use common::gather_graphs::{self, GatherRecipe, Reader};
 use common::random_graph::{assert_same, rules};
 use fusebox::backend::Executable;
 use fusebox::dtype::DType;
@@ -229,13 +229,12 @@ fn compiled_agree(graph: &Graph, seed: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// A token embedding plus a position embedding, squared: the gather leads one kernel that its
-/// pointwise consumers join (`Role::leads`), loading each token's row where the sum reads it;
-/// the result equals the reference on the interpreter and the CPU, bad ids (NaN rows) and all.
-/// A reduction does not join a gather's kernel (the emitters spell a gather in pointwise loops
-/// only), nor does a scatter.
+/// A token embedding plus a position embedding, squared and summed along the rows: the gather
+/// leads one kernel that its pointwise consumers and the row sum join (`Role::leads`), loading
+/// each token's row where the sum reads it; the result equals the reference on the
+/// interpreter and the CPU, bad ids (NaN rows) and all.
 #[test]
-fn a_gather_leads_the_kernel_its_pointwise_consumers_join() {
+fn a_gather_leads_the_kernel_its_consumers_join() {
     let graph = parse(
         r#"Graph(
         name: "tok_pos",
@@ -261,9 +260,35 @@ fn a_gather_leads_the_kernel_its_pointwise_consumers_join() {
     };
     assert_eq!(of("t"), of("x"));
     assert_eq!(of("x"), of("y"));
-    assert_ne!(of("y"), of("s"));
+    assert_eq!(of("y"), of("s"));
     for seed in 0..4 {
         compiled_agree(&graph, seed).unwrap();
+    }
+}
+
+/// An embedding's LayerNorm ([`gather_graphs::embedding_layernorm`]) is one row kernel that
+/// reads each token's row at its id: the CPU computes the id once per row and, when it is in
+/// range, reads the row with its vector loops (rows of 16 and more); a row whose id is out of
+/// range (NaN throughout) takes the scalar loops. Rows of 1 to 300 elements, f32, f16 and
+/// bf16 tables, equal to the reference on the interpreter and the CPU.
+#[test]
+fn an_embedding_layernorm_reads_each_row_at_its_id() {
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for width in [1, 16, 37, 300] {
+            let graph = gather_graphs::embedding_layernorm(dtype, 5, width);
+            let out = optimize(&graph, rules(), &Options::default()).unwrap();
+            let program = lower::lower(&out.dag, &out.partition).unwrap();
+            assert_eq!(program.kernels.len(), 1, "{dtype:?} {width}");
+            let ir = &program.kernels[0];
+            assert!(ir.is_row_kernel() && ir.has_gathers());
+            assert!(ir.row_gathers().iter().any(|&g| g));
+            let source = fusebox::backend::cpu::emit::emit_kernel(ir, "k");
+            assert!(source.contains("const int64_t jv = ok"), "{source}");
+            for seed in 0..4 {
+                compiled_agree(&graph, seed)
+                    .unwrap_or_else(|e| panic!("{dtype:?} width {width} seed {seed}: {e}"));
+            }
+        }
     }
 }
 
@@ -298,6 +323,12 @@ fn random_gathers_cover_their_forms() {
     let count = |f: &dyn Fn(&GatherRecipe) -> bool| recipes.iter().filter(|r| f(r)).count();
     assert!(count(&|r| r.elements && !r.scatter) > 50);
     assert!(count(&|r| r.scatter) > 50);
+    for reader in [Reader::None, Reader::Square, Reader::Rows, Reader::Sum] {
+        assert!(
+            count(&|r| r.reader == reader && !r.scatter) > 60,
+            "{reader:?}"
+        );
+    }
     assert!(count(&|r| r.spread) > 25);
     assert!(count(&|r| r.scatter && r.dtype == DType::F16) > 5);
     assert!(count(&|r| r.scatter && r.dtype == DType::I32) > 5);

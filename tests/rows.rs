@@ -7,7 +7,7 @@ use crate::common;
 
 use common::random_graph::{self, assert_same, rules};
 use common::row_graphs::{
-    last_axis, layernorm, layernorm_of_gelu, log_softmax, softcapped_softmax, softmax,
+    self, last_axis, layernorm, layernorm_of_gelu, log_softmax, softcapped_softmax, softmax,
 };
 use fusebox::attr::AttrValue;
 use fusebox::backend::Executable;
@@ -171,28 +171,28 @@ fn empty_single_and_degenerate_rows_match_the_reference() {
         vec![300],
         vec![2, 3, 9],
     ] {
-        // A max over an empty row has no identity: the graph checker refuses it.
-        if shape.last() != Some(&0) {
-            agrees(&softmax(DType::F32, &shape), 7, false)
-                .unwrap_or_else(|e| panic!("softmax {shape:?}: {e}"));
-        }
+        // Over an empty row the max is -inf and the softmax empty.
+        agrees(&softmax(DType::F32, &shape), 7, false)
+            .unwrap_or_else(|e| panic!("softmax {shape:?}: {e}"));
         agrees(&layernorm(DType::F32, &shape, true), 7, false)
             .unwrap_or_else(|e| panic!("layernorm {shape:?}: {e}"));
     }
 }
 
-/// A row kernel over empty rows still writes each row's result: the sum of nothing is 0 and
-/// the mean NaN. (A max over an empty row is refused by the graph checker.)
+/// A row kernel over empty rows still writes each row's result (see
+/// [`row_graphs::empty_reductions`]): the sum of nothing is 0, the mean NaN, the max -inf (f32
+/// and f16) and the min +inf, over rows and over an outer empty axis alike.
 #[test]
 fn empty_rows_still_write_their_results() {
-    let mut b = GraphBuilder::new("empty");
-    let x = b.input("x", DType::F32, &[3, 0]);
-    let s = last_axis(&mut b, "s", "sum", &x);
-    let m = last_axis(&mut b, "m", "mean", &x);
-    let d = b.op("d", "sub", &[&x, &s]);
-    let e = b.op("e", "add", &[&m, &s]);
-    let graph = b.finish(&[&d, &s, &e]);
-    agrees(&graph, 8, false).unwrap();
+    for dtype in [DType::F32, DType::F16] {
+        let graph = row_graphs::empty_reductions(dtype);
+        let inputs = random_graph::inputs(&graph, 8, false);
+        let want = fusebox::eval::evaluate(&graph, &rules().ops, &inputs).unwrap();
+        assert!(want["top"].values().iter().all(|&v| v == f64::NEG_INFINITY));
+        assert!(want["low"].values().iter().all(|&v| v == f64::INFINITY));
+        assert!(want["cm"].values().iter().all(|&v| v == f64::NEG_INFINITY));
+        agrees(&graph, 8, false).unwrap_or_else(|e| panic!("{dtype:?}: {e}"));
+    }
 }
 
 /// The CPU kernel keeps softmax's `exp` in a per-thread row scratch for its last pass only

@@ -316,19 +316,12 @@ pub(crate) trait Spelling {
                 view,
                 index,
                 gather,
-            } => {
-                let dtype = ir.loads[*view].dtype;
-                let prec = ir.prec(id);
-                let fill = match prec {
-                    Prec::I64 => self.int_literal(0),
-                    _ if dtype.is_float() => self.literal(f64::NAN, prec),
-                    _ => self.literal(0.0, prec),
-                };
-                format!(
-                    "((v{index} >= -gn{gather} && v{index} < gn{gather}) ? {} : {fill})",
-                    self.load(dtype, &element(*view))
-                )
-            }
+            } => self.gathered(
+                ir,
+                id,
+                &format!("v{index} >= -gn{gather} && v{index} < gn{gather}"),
+                &element(*view),
+            ),
             // A conditional expression evaluates only the branch taken: outside its range
             // the load reads no memory.
             Instr::RangeLoad { view, axis, range } => {
@@ -390,6 +383,31 @@ pub(crate) trait Spelling {
             "if (v{i} >= -gn{g} && v{i} < gn{g}) {element} = {};",
             self.store(dtype, &rounded)
         ))
+    }
+
+    /// Gather `id`'s value: the stored `element` where `in_range` holds, else the fill (NaN
+    /// for a float view, 0 for the others).
+    fn gathered(&self, ir: &KernelIr, id: ValueId, in_range: &str, element: &str) -> String {
+        let Instr::GatherLoad { view, .. } = ir.body[id] else {
+            unreachable!("v{id} is a gather");
+        };
+        let dtype = ir.loads[view].dtype;
+        let prec = ir.prec(id);
+        let fill = match prec {
+            Prec::I64 => self.int_literal(0),
+            _ if dtype.is_float() => self.literal(f64::NAN, prec),
+            _ => self.literal(0.0, prec),
+        };
+        format!("(({in_range}) ? {} : {fill})", self.load(dtype, element))
+    }
+
+    /// The statement defining row gather `id` ([`KernelIr::row_gathers`]) at `element`, its
+    /// view's element at the row's gathered base: the row's index was checked once, into
+    /// `ok{id}`.
+    fn row_gather_definition(&self, ir: &KernelIr, id: ValueId, element: &str) -> String {
+        let ty = self.value_type(ir.prec(id));
+        let value = self.gathered(ir, id, &format!("ok{id}"), element);
+        format!("const {ty} v{id} = {value};")
     }
 
     /// The statement defining `v{id}` (see [`Spelling::value`]).

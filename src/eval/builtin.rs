@@ -298,7 +298,8 @@ fn layout<T: Clone>(x: &ArrayD<T>, plan: &BuiltinPlan) -> Result<ArrayD<T>, Eval
 /// [`reduce`] on exact integers: sums wrap in i64, maxima compare as integers.
 fn reduce_ints(x: &ArrayD<i64>, builtin: Builtin, axes: &[usize], keepdim: bool) -> ArrayD<i64> {
     if x.is_empty() {
-        // reduce_max of nothing only reaches here with an empty result.
+        // An integer reduce_max of nothing only reaches here with an empty result (the
+        // checker refuses the others).
         let shape = crate::shape::reduced_shape(x.shape(), axes, keepdim);
         return ArrayD::zeros(IxDyn(&shape));
     }
@@ -327,8 +328,8 @@ fn reduce(x: &ArrayD<f64>, builtin: Builtin, axes: &[usize], keepdim: bool) -> A
     // happens to be stored (a concat along axis 1 is not row-major).
     if x.is_empty() {
         // Summing axis by axis would build intermediates as large as the other axes (a
-        // [2^32, 0] input has a [2^32] partial sum): answer directly. Mean of nothing is NaN;
-        // reduce_max of nothing only reaches here with an empty result.
+        // [2^32, 0] input has a [2^32] partial sum): answer directly. Mean of nothing is NaN,
+        // and reduce_max of nothing -inf (its identity, as in every backend).
         let fill = match builtin {
             Builtin::Mean => f64::NAN,
             Builtin::ReduceMax => f64::NEG_INFINITY,

@@ -398,8 +398,10 @@ pub enum PlanError {
     Broadcast { from: Shape, to: Shape },
     #[error("cannot sum {from:?} to {to:?}: the target must broadcast to the input")]
     SumToSize { from: Shape, to: Shape },
-    #[error("reduce_max over an empty axis of {0:?} has no identity")]
-    EmptyMax(Shape),
+    #[error(
+        "reduce_max of {dtype} over an empty axis of {shape:?} has no value (a float one is -inf; an integer one would need its type's minimum, which fusebox does not give)"
+    )]
+    EmptyMax { shape: Shape, dtype: DType },
     #[error(
         "gather_elements: indices {indices:?} must have the rank of data {data:?} and no larger size on any axis but {axis}"
     )]
@@ -576,12 +578,6 @@ pub fn plan_builtin(
         BuiltinAttrs::Reduce { axes, keepdim } => {
             let axes = shape::normalize_axes(axes.as_deref(), x.len())?;
             let out = shape::reduced_shape(x, &axes, keepdim);
-            if builtin == Builtin::ReduceMax
-                && axes.iter().any(|&a| x[a] == 0)
-                && shape::numel(&out) > 0
-            {
-                return Err(PlanError::EmptyMax(x.to_vec()));
-            }
             (
                 BuiltinPlan::Reduce {
                     builtin,
@@ -646,6 +642,26 @@ fn result_shape(op: &OpDef, args: &[TensorType], attrs: &Attrs) -> Result<Shape,
     let shapes: Vec<&[usize]> = args.iter().map(|t| t.shape.as_slice()).collect();
     match &op.semantics {
         Semantics::Formula(_) => Ok(shape::broadcast_all(shapes)?),
-        Semantics::Builtin(b) => plan_builtin(*b, &shapes, attrs).map(|(_, s)| s),
+        Semantics::Builtin(b) => {
+            let (plan, out) = plan_builtin(*b, &shapes, attrs)?;
+            // The maximum of nothing is -inf, the identity every backend starts from; an
+            // integer maximum starts from i64's minimum, not its own type's.
+            if let BuiltinPlan::Reduce {
+                builtin: Builtin::ReduceMax,
+                axes,
+                ..
+            } = &plan
+                && let Some(x) = args.first()
+                && !x.dtype.is_float()
+                && axes.iter().any(|&a| x.shape[a] == 0)
+                && shape::numel(&out) > 0
+            {
+                return Err(PlanError::EmptyMax {
+                    shape: x.shape.clone(),
+                    dtype: x.dtype,
+                });
+            }
+            Ok(out)
+        }
     }
 }

@@ -490,6 +490,43 @@ impl KernelIr {
         level
     }
 
+    /// Per SSA value, whether it is a *row gather*: an [`Instr::GatherLoad`] of a row kernel
+    /// whose index is the same at every point of a row (an embedding's token id, loaded
+    /// through a view broadcast along the row), so that the whole row reads one row of the
+    /// data, at a base an emitter can compute once per row and then read like a plain load.
+    /// The index must come from such loads and literals alone, through no row reduction (a
+    /// row constant known only after a pass) and no read by ranges or by another gather.
+    pub fn row_gathers(&self) -> Vec<bool> {
+        let mut gathers = vec![false; self.body.len()];
+        if !self.is_row_kernel() {
+            return gathers;
+        }
+        let inner = self.rank.saturating_sub(1);
+        let mut invariant = vec![false; self.body.len()];
+        for (id, instr) in self.body.iter().enumerate() {
+            invariant[id] = match instr {
+                Instr::Load { view } => {
+                    let v = &self.loads[*view];
+                    v.axes.get(inner) == Some(&Axis::Broadcast) && !v.is_mapped()
+                }
+                Instr::Const { .. } | Instr::Int { .. } => true,
+                Instr::Widen { .. }
+                | Instr::Round { .. }
+                | Instr::Neg { .. }
+                | Instr::Binary { .. }
+                | Instr::Call { .. } => instr.operands().iter().all(|&x| invariant[x]),
+                Instr::RowReduce { .. }
+                | Instr::RangeLoad { .. }
+                | Instr::GatherLoad { .. }
+                | Instr::Select { .. } => false,
+            };
+            if let Instr::GatherLoad { view, index, .. } = instr {
+                gathers[id] = invariant[*index] && !self.loads[*view].is_mapped();
+            }
+        }
+        gathers
+    }
+
     /// Whether the body reads a concat by ranges ([`Instr::RangeLoad`], [`Instr::Select`]):
     /// such a kernel depends on the index along a domain axis, so emitters neither fold axes
     /// together nor run their vector paths over it.

@@ -82,8 +82,8 @@ pub enum IrError {
     /// ([`KernelIr::selects_along_rows`]): the row emitters run only those two.
     RowKernelRange,
     /// Value `value` is a gather whose index is not an integer (`Prec::I64`), whose view is
-    /// an index map, or which lies in a kernel with reductions: the emitters spell gathers in
-    /// their pointwise loops only.
+    /// an index map, or which lies in a kernel reading a concat by ranges: the emitters
+    /// compute a gather's element from its view's plain strided index.
     Gather { value: ValueId },
     /// Store `store` is a scatter ([`crate::lower::ir::Scatter`]) whose index is missing or
     /// not an integer, whose view is an index map or moves along the innermost axis, or which
@@ -163,7 +163,7 @@ impl fmt::Display for IrError {
             IrError::Gather { value } => write!(
                 f,
                 "v{value} gathers through a non-integer index or an index map, or in a kernel \
-                 with reductions"
+                 reading a concat by ranges"
             ),
             IrError::Scatter { store } => write!(
                 f,
@@ -234,8 +234,7 @@ impl KernelIr {
                 Instr::GatherLoad { view, index, .. }
                     if self.loads[*view].is_mapped()
                         || (*index < value && self.prec(*index) != Prec::I64)
-                        || !self.reductions.is_empty()
-                        || self.is_row_kernel() =>
+                        || self.has_ranges() =>
                 {
                     return Err(IrError::Gather { value });
                 }

@@ -111,8 +111,8 @@ struct Group {
     /// Bytes its view loads move beyond their values' per pass over the data (strided or
     /// gathered reads, [`crate::rules::Reads`]).
     gather: f64,
-    /// Holds a gather that leads it ([`Role::leads`]): only pointwise ops may join it, and
-    /// nothing computing the gather's operands.
+    /// Holds a gather that leads it ([`Role::leads`]): only pointwise ops and reductions may
+    /// join it, and nothing computing the gather's operands.
     gathers: bool,
     /// Passes its loop makes over each row: 1, plus 1 per row reduction consumed inside on
     /// the longest chain (softmax: the max, the sum, the normalization).

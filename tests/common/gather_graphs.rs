@@ -1,8 +1,9 @@
 //! Gather graphs for the gather tests of several suites: a `gather`, `gather_elements` or
 //! `scatter_add` of random geometry (data of rank 1 to 3 with size-0 and size-1 axes, index
 //! tensors of rank 0 to 2, every axis, negative axes), data of every dtype (every numeric one
-//! for a scatter), i32 or i64 indices, read by a pointwise op or not, and inputs whose indices
-//! are in range, negative and out of range (a scatter's repeat, so that updates meet).
+//! for a scatter), i32 or i64 indices, read by a pointwise op, a row reduction and its
+//! consumer, a sum over the leading axis, or nothing, and inputs whose indices are in range,
+//! negative and out of range (a scatter's repeat, so that updates meet).
 
 use fusebox::attr::AttrValue;
 use fusebox::dtype::DType;
@@ -28,9 +29,26 @@ pub struct GatherRecipe {
     pub spread: bool,
     pub dtype: DType,
     pub index_dtype: DType,
-    /// Squares the gathered value (negates a bool one) in a pointwise op after it.
-    pub consumer: bool,
+    /// What reads the gathered value.
+    pub reader: Reader,
 }
+
+/// What reads a gather graph's gathered (or scattered) value `g`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// Nothing: `g` is the output.
+    None,
+    /// A pointwise op squares it (casts a bool one to f32); `g` is an output too.
+    Square,
+    /// Its mean along the last axis, subtracted from it (a row kernel when they fuse; the
+    /// total for a rank-0 value), over `g` cast to f32; only the difference is an output.
+    Rows,
+    /// Its sum over the leading axis (every axis for a rank-0 value), over `g` cast to f32;
+    /// only the sum is an output.
+    Sum,
+}
+
+const READERS: [Reader; 4] = [Reader::None, Reader::Square, Reader::Rows, Reader::Sum];
 
 const DATA_DTYPES: [DType; 6] = [
     DType::F32,
@@ -50,11 +68,11 @@ pub fn recipes() -> BoxedStrategy<GatherRecipe> {
         any::<bool>(),
         0..DATA_DTYPES.len(),
         any::<bool>(),
-        any::<bool>(),
+        0..READERS.len(),
         (any::<bool>(), any::<bool>()),
     )
         .prop_map(
-            |(data, indices, axis, elements, dtype, wide, consumer, (scatter, spread))| {
+            |(data, indices, axis, elements, dtype, wide, reader, (scatter, spread))| {
                 let rank = data.len() as i64;
                 let axis = i64::from(axis) % (2 * rank) - rank;
                 let resolved = axis.rem_euclid(rank) as usize;
@@ -86,7 +104,7 @@ pub fn recipes() -> BoxedStrategy<GatherRecipe> {
                     spread: scatter && spread,
                     dtype,
                     index_dtype: if wide { DType::I64 } else { DType::I32 },
-                    consumer,
+                    reader: READERS[reader],
                 }
             },
         )
@@ -118,20 +136,56 @@ pub fn build(recipe: &GatherRecipe) -> Graph {
     } else {
         b.op_with("g", "gather", &[&data, &ids], &axis)
     };
-    if !recipe.consumer {
-        return b.finish(&[&g]);
-    }
-    let y = if recipe.dtype == DType::Bool {
-        b.op_with(
-            "y",
-            "cast",
-            &[&g],
-            &[("dtype", AttrValue::DType(DType::F32))],
-        )
-    } else {
-        b.op("y", "mul", &[&g, &g])
+    let float = |b: &mut GraphBuilder| {
+        let f32 = [("dtype", AttrValue::DType(DType::F32))];
+        match recipe.dtype {
+            DType::F32 => g.clone(),
+            _ => b.op_with("x", "cast", &[&g], &f32),
+        }
     };
-    b.finish(&[&g, &y])
+    let rank = match recipe.elements {
+        true => recipe.data.len(),
+        false => recipe.data.len() - 1 + index_shape.len(),
+    };
+    match recipe.reader {
+        Reader::None => b.finish(&[&g]),
+        Reader::Square => {
+            let y = if recipe.dtype == DType::Bool {
+                b.op_with(
+                    "y",
+                    "cast",
+                    &[&g],
+                    &[("dtype", AttrValue::DType(DType::F32))],
+                )
+            } else {
+                b.op("y", "mul", &[&g, &g])
+            };
+            b.finish(&[&g, &y])
+        }
+        Reader::Rows => {
+            let x = float(&mut b);
+            let keep = ("keepdim", AttrValue::Bool(true));
+            let m = match rank {
+                0 => b.op_with("m", "mean", &[&x], &[keep]),
+                _ => b.op_with(
+                    "m",
+                    "mean",
+                    &[&x],
+                    &[("axes", AttrValue::Ints(vec![-1])), keep],
+                ),
+            };
+            let y = b.op("y", "sub", &[&x, &m]);
+            b.finish(&[&y])
+        }
+        Reader::Sum => {
+            let x = float(&mut b);
+            let y = match rank {
+                0 => b.op("y", "sum", &[&x]),
+                _ => b.op_with("y", "sum", &[&x], &[("axes", AttrValue::Ints(vec![0]))]),
+            };
+            b.finish(&[&y])
+        }
+    }
 }
 
 /// Seeded inputs for a gather graph: random data, and indices drawn from `-n - 2 .. n + 2`
@@ -154,4 +208,39 @@ pub fn inputs(graph: &Graph, seed: u64) -> Tensors {
     let ids = Tensor::from_values(ids.dtype, ids.shape(), values).expect("ids");
     tensors.insert("ids".into(), ids);
     tensors
+}
+
+/// An embedding's LayerNorm: `data` [7, `width`] of `dtype` gathered at `ids` [2, `tokens`]
+/// (axis 0), a position row `pos` [`tokens`, `width`] added, then a LayerNorm over the rows
+/// (mean, variance, `rsqrt`, a scale and a shift), written op by op. The gather comes first,
+/// as [`inputs`] expects. Fused, it is one row kernel reading each token's row at its id.
+pub fn embedding_layernorm(dtype: DType, tokens: usize, width: usize) -> Graph {
+    let mut b = GraphBuilder::new("embedding_layernorm");
+    let data = b.input("data", dtype, &[7, width]);
+    let ids = b.input("ids", DType::I64, &[2, tokens]);
+    let pos = b.input("pos", dtype, &[tokens, width]);
+    let w = b.input("w", dtype, &[width]);
+    let shift = b.input("shift", dtype, &[width]);
+    let g = b.op_with(
+        "g",
+        "gather",
+        &[&data, &ids],
+        &[("axis", AttrValue::Int(0))],
+    );
+    let x = b.op("x", "add", &[&g, &pos]);
+    let rows = [
+        ("axes", AttrValue::Ints(vec![-1])),
+        ("keepdim", AttrValue::Bool(true)),
+    ];
+    let m = b.op_with("m", "mean", &[&x], &rows);
+    let d = b.op("d", "sub", &[&x, &m]);
+    let sq = b.op("sq", "mul", &[&d, &d]);
+    let v = b.op_with("v", "mean", &[&sq], &rows);
+    let eps = b.constant("eps", 1e-5, dtype);
+    let ve = b.op("ve", "add", &[&v, &eps]);
+    let r = b.op("r", "rsqrt", &[&ve]);
+    let n = b.op("n", "mul", &[&d, &r]);
+    let scaled = b.op("scaled", "mul", &[&n, &w]);
+    let y = b.op("y", "add", &[&scaled, &shift]);
+    b.finish(&[&y])
 }

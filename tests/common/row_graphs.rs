@@ -124,3 +124,24 @@ pub fn layernorm_of_gelu(dtype: DType, shape: &[usize]) -> Graph {
     let y = layernorm_of(&mut b, &g, dtype, Some((&w, &bias)));
     b.finish(&[&y])
 }
+
+/// Reductions of nothing: over `[3, 0]` rows a sum, a mean, a max and a min (-max(-x)) (kept, and read
+/// by pointwise ops), and a column max over `[0, 4]`.
+pub fn empty_reductions(dtype: DType) -> Graph {
+    let mut b = GraphBuilder::new("empty");
+    let x = b.input("x", dtype, &[3, 0]);
+    let s = last_axis(&mut b, "s", "sum", &x);
+    let m = last_axis(&mut b, "m", "mean", &x);
+    let top = last_axis(&mut b, "top", "reduce_max", &x);
+    // reduce_min, as the composite writes it.
+    let negated = b.op("n", "neg", &[&x]);
+    let low = last_axis(&mut b, "nm", "reduce_max", &negated);
+    let low = b.op("low", "neg", &[&low]);
+    let d = b.op("d", "sub", &[&x, &s]);
+    let e = b.op("e", "add", &[&m, &s]);
+    let f = b.op("f", "sub", &[&x, &top]);
+    let columns = b.input("c", dtype, &[0, 4]);
+    let axis0 = [("axes", AttrValue::Ints(vec![0]))];
+    let column_max = b.op_with("cm", "reduce_max", &[&columns], &axis0);
+    b.finish(&[&d, &s, &e, &top, &low, &f, &column_max])
+}

@@ -56,7 +56,7 @@
 //! scratch buffers can serve every kernel queued on a stream.
 
 use crate::backend::cuda::emit::EmitOptions;
-use crate::lower::ir::{Axis, KernelIr, Launch};
+use crate::lower::ir::{Axis, Instr, KernelIr, Launch};
 
 /// Threads per block for every entry point. Fixed, because the block reduction's shared
 /// memory and the `__launch_bounds__` of every entry are sized for it.
@@ -109,7 +109,8 @@ pub enum RowPath {
 /// Load views of a row kernel worth caching: those read in two or more passes over the row
 /// (a load read once gains nothing from being kept), moving along the row (a per-row scalar
 /// is one element), not read through an index map (whose positions are computed per
-/// element anyway). An operand of a concat read along the row is cached too: the caches'
+/// element anyway) nor at a gather's run-time index (its row lies wherever the index puts
+/// it; the element is read where the gather needs it). An operand of a concat read along the row is cached too: the caches'
 /// loads of it are guarded by its range like its other reads, and hold 0 outside it (see
 /// `emit::rows`). In load order.
 pub fn row_cached(ir: &KernelIr) -> Vec<usize> {
@@ -117,6 +118,12 @@ pub fn row_cached(ir: &KernelIr) -> Vec<usize> {
         return Vec::new();
     }
     let inner = ir.rank.saturating_sub(1);
+    let mut gathered = vec![false; ir.loads.len()];
+    for instr in &ir.body {
+        if let Instr::GatherLoad { view, .. } = instr {
+            gathered[*view] = true;
+        }
+    }
     let mut passes_reading = vec![0usize; ir.loads.len()];
     for pass in 0..ir.passes() {
         for (view, reads) in row_pass_loads(ir, pass).into_iter().enumerate() {
@@ -126,7 +133,10 @@ pub fn row_cached(ir: &KernelIr) -> Vec<usize> {
     (0..ir.loads.len())
         .filter(|&view| {
             let v = &ir.loads[view];
-            passes_reading[view] >= 2 && v.axes[inner] != Axis::Broadcast && !v.is_mapped()
+            passes_reading[view] >= 2
+                && v.axes[inner] != Axis::Broadcast
+                && !v.is_mapped()
+                && !gathered[view]
         })
         .collect()
 }
@@ -142,7 +152,8 @@ pub fn row_pass_loads(ir: &KernelIr, pass: usize) -> Vec<bool> {
 /// A kernel reading a concat along its rows has one too; its launches take it only when
 /// every segment is made of whole vectors ([`ranges_of_whole_vectors`]).
 fn row_vector_ok(ir: &KernelIr) -> bool {
-    row_vector_width(ir) > 1
+    // A gathered row's element is read at a run-time index, where no vector load reaches.
+    row_vector_width(ir) > 1 && !ir.has_gathers()
 }
 
 /// Whether every launch range of a row kernel reading a concat along its rows starts and

@@ -162,29 +162,23 @@ impl Builder<'_> {
         !self.facts.literal[p] && self.is_member(self.group_of[p], epoch)
     }
 
-    /// The op budget (the members' nodes and `n`) and the body budget (their formula terms),
-    /// checked first since they are the cheapest to check and what cuts long chains. Returns
-    /// the merged kernel's terms.
     /// Whether a kernel led by a gather ([`Role::leads`]) stays one the lowering reads the
-    /// gather in as a load at a computed index: only a pointwise node joins it, its other
-    /// members neither reduce nor select (the emitters spell a gather in plain pointwise
-    /// loops), and neither the node nor a member computes a gather's data or indices, which
-    /// it reads from memory. True when no member holds a gather.
+    /// gather in as a load at a computed index: what joins it is a pointwise node or a
+    /// reduction (an embedding's LayerNorm or mean pool reads the table at the ids where
+    /// it needs an element), no member selects along a concat (a select's operand is
+    /// evaluated per segment, and its range loads and a gather's computed index do not
+    /// compose), and neither the node nor a member computes a gather's data or indices,
+    /// which it reads from memory. True when no member holds a gather.
     fn gathers_stay_loads(&self, n: usize, members: &[u32]) -> bool {
         if !members.iter().any(|&m| self.group(m).gathers) {
             return true;
         }
-        let pointwise = self.dag.nodes[n].op.kind() == crate::rules::OpKind::Pointwise
-            && self.role[n] == Role::Join;
-        let plain = |m: u32| {
-            let g = self.group(m);
-            g.reduction_threads.is_none()
-                && !g.rows
-                && !g.fixed
-                && !g.other_end
-                && g.select.is_none()
+        let joins = match self.dag.nodes[n].op.kind() {
+            crate::rules::OpKind::Pointwise => self.role[n] == Role::Join,
+            crate::rules::OpKind::Reduction => matches!(self.role[n], Role::End | Role::Rows),
+            _ => false,
         };
-        if !pointwise || !members.iter().all(|&m| plain(m)) {
+        if !joins || members.iter().any(|&m| self.group(m).select.is_some()) {
             return false;
         }
         let inside = |p: usize| {
@@ -202,6 +196,9 @@ impl Builder<'_> {
             .all(|arg| !matches!(arg, Value::Node(p) if inside(p)))
     }
 
+    /// The op budget (the members' nodes and `n`) and the body budget (their formula terms),
+    /// checked first since they are the cheapest to check and what cuts long chains. Returns
+    /// the merged kernel's terms.
     fn within_budgets(&self, n: usize, members: &[u32]) -> Option<usize> {
         let ops: usize = members.iter().map(|&m| self.group(m).nodes.len()).sum();
         if ops + 1 > self.max_ops {

@@ -232,8 +232,13 @@ impl<'a> CKernelWriter<'a> {
     /// strided position, and `q{id}_{k+1}` the position (finally the element) stage `k` maps
     /// `q{id}_k` to.
     fn body_lines(&self) -> Vec<String> {
+        let row_gathers = self.ir.row_gathers();
         (0..self.ir.body.len())
             .map(|id| match self.ir.body[id] {
+                // Its row's base already moved to the gathered row (`row_gather_bases`).
+                Instr::GatherLoad { view, .. } if row_gathers[id] => {
+                    C.row_gather_definition(self.ir, id, &self.element(view))
+                }
                 Instr::Load { view } if self.ir.loads[view].is_mapped() => {
                     let stages = self.ir.loads[view].stages.len();
                     // The element is below 2^31 (`Program::check_bounds` keeps every buffer

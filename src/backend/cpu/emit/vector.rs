@@ -106,6 +106,7 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
     // Reductions ending the kernel take the vector loops when every one keeps the innermost
     // axis, so that every segment accumulates its f32 values by columns into `double`s
     // ([`column_accumulation`]); a row kernel's own ones are `kernel::rows`'s.
+    let row_gathers = ir.row_gathers();
     let reductions = ir.reductions.is_empty()
         || (!ir.is_row_kernel()
             && ir
@@ -115,20 +116,25 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
     reductions
         // An index map's element is computed per lane, with divisions: a plain loop.
         && ir.loads.iter().all(|v| !v.is_mapped())
-        && ir.loads.iter().all(|v| float_view(v.dtype, v.axes[inner]))
+        && loads_read(ir)
+            .into_iter()
+            .zip(&ir.loads)
+            .all(|(read, v)| !read || float_view(v.dtype, v.axes[inner]))
         && ir
             .stores
             .iter()
             .all(|s| float_view(s.view.dtype, s.view.axes[inner]))
-        && ir.body.iter().zip(live(ir)).all(|(instr, live)| {
+        && ir.body.iter().zip(live(ir)).enumerate().all(|(id, (instr, live))| {
             !live
                 || match instr {
                     // A literal of any precision: an f64 one stays a scalar `double` in the vector
                     // loop, and only its rounding (below) or an f64 operation (rejected) can use it.
                     Instr::Load { .. } | Instr::Const { .. } => true,
-                    // Integers have no vector spelling here; the scalar loop computes them,
-                    // and a gather's index is one.
-                    Instr::Int { .. } | Instr::GatherLoad { .. } => false,
+                    // Integers have no vector spelling here; the scalar loop computes them.
+                    // A row gather's index is computed once per row (`kernel::rows`), and
+                    // its element read like a plain load; any other gather is a plain loop's.
+                    Instr::Int { .. } => false,
+                    Instr::GatherLoad { .. } => row_gathers[id],
                     Instr::Round { x, dtype } => {
                         matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
                             && (ir.prec(*x) == Prec::F32
@@ -169,9 +175,28 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
         })
 }
 
+/// Per load view, whether a value [`live`] in the vector loops reads it.
+fn loads_read(ir: &KernelIr) -> Vec<bool> {
+    let mut read = vec![false; ir.loads.len()];
+    for (instr, live) in ir.body.iter().zip(live(ir)) {
+        match instr {
+            Instr::Load { view }
+            | Instr::RangeLoad { view, .. }
+            | Instr::GatherLoad { view, .. }
+                if live =>
+            {
+                read[*view] = true;
+            }
+            _ => {}
+        }
+    }
+    read
+}
+
 /// Which body values a store reads, directly or through other values. The loops only
 /// evaluate those, so a dead instruction (an unused widening the lowering left, say) does not
-/// keep a kernel out of the vector loops.
+/// keep a kernel out of the vector loops. A row gather's index is not among them: the row
+/// computes it once, before its loops ([`KernelIr::row_gathers`]).
 pub(super) fn live(ir: &KernelIr) -> Vec<bool> {
     let mut live = vec![false; ir.body.len()];
     for store in &ir.stores {
@@ -186,8 +211,9 @@ pub(super) fn live(ir: &KernelIr) -> Vec<bool> {
             live[id] = true;
         }
     }
+    let row_gathers = ir.row_gathers();
     for id in (0..ir.body.len()).rev() {
-        if live[id] {
+        if live[id] && !row_gathers[id] {
             for x in ir.body[id].operands() {
                 live[x] = true;
             }
@@ -203,8 +229,8 @@ pub(super) fn statement(ir: &KernelIr, id: usize) -> String {
     let v = |x: usize| format!("v{x}");
     let inner = ir.rank - 1;
     let expr = match &ir.body[id] {
-        Instr::GatherLoad { .. } => unreachable!("`supports` keeps gathers out of vector loops"),
-        Instr::Load { view } => {
+        // A row gather's base is its gathered row's (`kernel::rows`): read as a plain load.
+        Instr::Load { view } | Instr::GatherLoad { view, .. } => {
             let dtype = ir.loads[*view].dtype;
             match ir.loads[*view].axes[inner] {
                 Axis::Unit => {

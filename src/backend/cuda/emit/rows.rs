@@ -122,7 +122,7 @@
 use super::code::Code;
 use super::expr::Cuda;
 use super::{CudaKernelWriter, Lane, abi};
-use crate::backend::spelling::Spelling;
+use crate::backend::spelling::{Spelling, gather_offset};
 use crate::lower::accumulate::{Accumulator, F32_PARTIAL_TERMS};
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind};
 use abi::RowPath;
@@ -881,6 +881,17 @@ impl CudaKernelWriter<'_> {
                     let last = ir.loads[view].stages.len();
                     Cuda.definition(ir, id, |_| format!("p.p{view}[q{id}_{last}]"))
                 }
+                // Never cached (`abi::row_cached`): read where the index puts it.
+                (
+                    &Instr::GatherLoad {
+                        view,
+                        index,
+                        gather,
+                    },
+                    _,
+                ) => Cuda.definition(ir, id, |_| {
+                    format!("p.p{view}[b{view} + {}]", gather_offset(index, gather))
+                }),
                 _ => Cuda.definition(ir, id, load),
             };
             code.def(format!("v{id}"), definition);

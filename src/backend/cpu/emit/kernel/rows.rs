@@ -220,9 +220,11 @@ impl CKernelWriter<'_> {
             // pointwise loops' chunks: a row is one chunk starting at 0.
             out.line("const int64_t j0 = 0;");
         }
-        for arg in ir.pointwise_args() {
+        let gathered = self.gathered_views();
+        for arg in ir.pointwise_args().filter(|a| !gathered.contains(a)) {
             out.line(format!("const int64_t b{arg} = {};", self.row_base(arg)));
         }
+        let in_range = self.row_gather_bases(out);
         // A store broadcast along an outer axis is written from the rows at index 0 there.
         for k in 0..ir.stores.len() {
             if let Some(ok) = self.outer_guard(k) {
@@ -231,7 +233,12 @@ impl CKernelWriter<'_> {
         }
         if self.vector {
             out.line("#if defined(FB_AVX512)");
-            out.line(format!("const int64_t jv = len - len % {};", vector::LANES));
+            // A row whose gathered index is out of range fills its loads: scalar loops.
+            let whole = format!("len - len % {}", vector::LANES);
+            out.line(match in_range {
+                Some(ok) => format!("const int64_t jv = {ok} ? {whole} : 0;"),
+                None => format!("const int64_t jv = {whole};"),
+            });
             self.next_row(out);
             out.line("#else");
             out.line("const int64_t jv = 0;");
@@ -257,6 +264,63 @@ impl CKernelWriter<'_> {
         }
     }
 
+    /// The load views of this kernel's row gathers ([`KernelIr::row_gathers`]).
+    fn gathered_views(&self) -> Vec<usize> {
+        let gathers = self.ir.row_gathers();
+        (0..self.ir.body.len())
+            .filter_map(|id| match self.ir.body[id] {
+                Instr::GatherLoad { view, .. } if gathers[id] => Some(view),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// For each row gather ([`KernelIr::row_gathers`]), once per row: its index `gx{id}`
+    /// (the index's values evaluated in a block of their own, since the loops define them
+    /// again), whether it is in range `ok{id}`, and its view's base `b{view}` moved to the
+    /// gathered row, or left where it is when out of range (its loads then read nothing).
+    /// Returns the condition that every gather of the row is in range, if there are any.
+    fn row_gather_bases(&self, out: &mut Out) -> Option<String> {
+        let ir = self.ir;
+        let gathers = ir.row_gathers();
+        let mut oks = Vec::new();
+        for id in (0..ir.body.len()).filter(|&id| gathers[id]) {
+            let Instr::GatherLoad {
+                view,
+                index,
+                gather: g,
+            } = ir.body[id]
+            else {
+                continue;
+            };
+            let mut needed = vec![false; id];
+            needed[index] = true;
+            for x in (0..index).rev() {
+                if needed[x] {
+                    for y in ir.body[x].operands() {
+                        needed[y] = true;
+                    }
+                }
+            }
+            out.line(format!("int64_t gx{id};"));
+            out.open("");
+            for x in (0..=index).filter(|&x| needed[x]) {
+                out.line(&self.body[x]);
+            }
+            out.line(format!("gx{id} = v{index};"));
+            out.close();
+            out.line(format!(
+                "const int ok{id} = gx{id} >= -gn{g} && gx{id} < gn{g};"
+            ));
+            out.line(format!(
+                "const int64_t b{view} = {} + (ok{id} ? (gx{id} < 0 ? gx{id} + gn{g} : gx{id}) * gs{g} : 0);",
+                self.row_base(view)
+            ));
+            oks.push(format!("ok{id}"));
+        }
+        (!oks.is_empty()).then(|| oks.join(" && "))
+    }
+
     /// The condition under which this row writes store `k`, when the store is broadcast along
     /// an outer axis (only the rows at index 0 on such axes write it).
     fn outer_guard(&self, k: usize) -> Option<String> {
@@ -279,16 +343,53 @@ impl CKernelWriter<'_> {
         }
     }
 
-    /// Loads whose rows move from one row to the next (not broadcast along every outer axis)
-    /// and are contiguous along the row: the ones worth prefetching.
+    /// Loads whose rows move from one row to the next (not broadcast along every outer axis,
+    /// or gathered at an index read straight from memory: [`Self::next_gathers`]) and are
+    /// contiguous along the row: the ones worth prefetching.
     fn moving_loads(&self) -> Vec<usize> {
+        let gathered: Vec<usize> = self.next_gathers().iter().map(|g| g.1).collect();
         (0..self.ir.loads.len())
             .filter(|&a| {
                 let axes = &self.ir.loads[a].axes;
                 axes[self.inner] == Axis::Unit
-                    && axes[..self.inner].iter().any(|&x| x != Axis::Broadcast)
+                    && (axes[..self.inner].iter().any(|&x| x != Axis::Broadcast)
+                        || gathered.contains(&a))
             })
             .collect()
+    }
+
+    /// The row gathers ([`KernelIr::row_gathers`]) whose index is a load, so that the next
+    /// row's index, and with it the next gathered row, is one read away: (value, view, the
+    /// index's view, gather).
+    fn next_gathers(&self) -> Vec<(usize, usize, usize, usize)> {
+        let ir = self.ir;
+        let gathers = ir.row_gathers();
+        (0..ir.body.len())
+            .filter(|&id| gathers[id])
+            .filter_map(|id| match ir.body[id] {
+                Instr::GatherLoad {
+                    view,
+                    index,
+                    gather,
+                } => match ir.body[index] {
+                    Instr::Load { view: from } => Some((id, view, from, gather)),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Argument `arg`'s index at the start of the next row, whose outer coordinates are
+    /// `q{d}`.
+    fn next_row_base(&self, arg: usize) -> String {
+        let mut next = format!("o{arg}");
+        for d in 0..self.inner {
+            if let Some(t) = self.term(arg, d, &format!("q{d}")) {
+                next.push_str(&format!(" + {t}"));
+            }
+        }
+        next
     }
 
     /// `nb{a}`: how far the next row of moving load `a` is from this one, or 0 on the last
@@ -318,14 +419,24 @@ impl CKernelWriter<'_> {
                 out.line("const int64_t q0 = qrem;");
             }
         }
+        let gathers = self.next_gathers();
         for a in moving {
-            let mut next = format!("o{a}");
-            for d in 0..self.inner {
-                if let Some(t) = self.term(a, d, &format!("q{d}")) {
-                    next.push_str(&format!(" + {t}"));
+            let next = self.next_row_base(a);
+            match gathers.iter().find(|g| g.1 == a) {
+                // The next row's index, read early; out of range, this row is prefetched.
+                Some(&(id, _, from, g)) => {
+                    let index = C.load(
+                        self.ir.loads[from].dtype,
+                        &format!("p{from}[{}]", self.next_row_base(from)),
+                    );
+                    out.line(format!("const int64_t gxn{id} = pf ? {index} : 0;"));
+                    out.line(format!(
+                        "const int64_t nb{a} = pf && gxn{id} >= -gn{g} && gxn{id} < gn{g} ? \
+                         {next} + (gxn{id} < 0 ? gxn{id} + gn{g} : gxn{id}) * gs{g} - b{a} : 0;"
+                    ));
                 }
+                None => out.line(format!("const int64_t nb{a} = pf ? {next} - b{a} : 0;")),
             }
-            out.line(format!("const int64_t nb{a} = pf ? {next} - b{a} : 0;"));
         }
     }
 

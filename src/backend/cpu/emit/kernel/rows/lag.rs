@@ -33,7 +33,10 @@ impl CKernelWriter<'_> {
             !lp.stop[id]
                 && matches!(
                     ir.body[id],
-                    Instr::Load { .. } | Instr::RangeLoad { .. } | Instr::Select { .. }
+                    Instr::Load { .. }
+                        | Instr::RangeLoad { .. }
+                        | Instr::GatherLoad { .. }
+                        | Instr::Select { .. }
                 )
         });
         if loads {
