@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
-"""A BERT-style embedding layer on the CPU, side by side in one sitting: token rows looked up
-by id, the position rows added, then LayerNorm. fusebox reads the table at the ids inside the
-LayerNorm's row kernel (a gather in a row kernel), so the summed embedding is never written.
+"""Embedding lookups read where they are reduced, on the CPU, side by side in one sitting:
+
+  * `layernorm`: a BERT-style embedding layer, token rows looked up by id, the position rows
+    added, then LayerNorm. fusebox reads the table at the ids inside the LayerNorm's row kernel
+    (a gather in a row kernel), so the summed embedding is never written;
+  * `pool`: token rows looked up and averaged over the sequence (a bag-of-words encoder),
+    the lookup read inside the mean's reduction kernel.
 
 For a table [V, D], ids [B, T] and positions [T, D], this script times, alternating rounds:
 
   * fusebox: `fusebox bench` of the graph below (median over --iters runs);
   * fusebox before: the same with another build (--before), to show what fusing the gather
     into the row kernel changed (that build writes the sum and reads it back);
-  * torch eager: `F.layer_norm(F.embedding(ids, table) + pos, (D,), w, b)` on --threads threads;
-  * floor: `fusebox bench` of a copy of a [B, T, D] f32 tensor: the bytes the layer must at
-    least move (its output written, a row of the table read per token).
+  * torch eager: `F.layer_norm(F.embedding(ids, table) + pos, (D,), w, b)`, or
+    `F.embedding(ids, table).mean(1)`, on --threads threads under `torch.no_grad()`;
+  * floor (layernorm only): `fusebox bench` of a copy of a [B, T, D] f32 tensor: the bytes the
+    layer must at least move (its output written, a row of the table read per token).
 
 Before timing, fusebox's output (CPU backend) is compared with torch's in float64.
 
@@ -41,6 +46,23 @@ def write_graph(path, v, d, b, t):
         Node(name: "rows", op: "gather", args: ["table", "ids"]),
         Node(name: "x", op: "add", args: ["rows", "pos"]),
         Node(name: "y", op: "layer_norm", args: ["x", "w", "bias"], attrs: {{"epsilon": 1e-12}}),
+    ],
+    outputs: ["y"],
+)
+""")
+
+
+def write_pool(path, v, d, b, t):
+    with open(path, "w") as f:
+        f.write(f"""Graph(
+    name: "embedding_pool",
+    inputs: [
+        Input(name: "table", dtype: "f32", shape: [{v}, {d}]),
+        Input(name: "ids", dtype: "i64", shape: [{b}, {t}]),
+    ],
+    nodes: [
+        Node(name: "rows", op: "gather", args: ["table", "ids"]),
+        Node(name: "y", op: "mean", args: ["rows"], attrs: {{"axes": [1]}}),
     ],
     outputs: ["y"],
 )
@@ -83,12 +105,8 @@ def main():
         builds["before"] = args.before
     print(f"threads {args.threads}, torch {torch.__version__}, load {os.getloadavg()[0]:.2f}")
     head = "".join(f"{k + ' ms':>12}" for k in builds)
-    print(f"  V      D   B    T  {head}  torch ms  floor ms  fusebox/torch  max abs err")
+    print(f"graph         V      D   B    T  {head}  torch ms  floor ms  fusebox/torch  max abs err")
     for v, d, b, t in SHAPES:
-        graph = os.path.join(tmp, "emb.ron")
-        write_graph(graph, v, d, b, t)
-        floor = os.path.join(tmp, "floor.ron")
-        write_floor(floor, b, t, d)
         arrays = {
             "table": rng.standard_normal((v, d)).astype(np.float32),
             "ids": rng.integers(0, v, size=(b, t)).astype(np.int64),
@@ -101,42 +119,53 @@ def main():
             files[name] = os.path.join(tmp, f"{name}.npy")
             np.save(files[name], arr)
         np.save(os.path.join(tmp, "x.npy"), rng.standard_normal((b, t, d)).astype(np.float32))
-        out = os.path.join(tmp, "out")
-        cmd = [args.fusebox, "run", graph, "--backend", "cpu", "--out", out]
-        for k, f in files.items():
-            cmd += ["--input", f"{k}={f}"]
-        subprocess.run(cmd, check=True, capture_output=True)
-        got = np.load(os.path.join(out, "y.npy")).astype(np.float64)
+        floor = os.path.join(tmp, "floor.ron")
+        write_floor(floor, b, t, d)
         t64 = {k: torch.tensor(a.astype(np.float64) if a.dtype == np.float32 else a)
                for k, a in arrays.items()}
-        want = F.layer_norm(F.embedding(t64["ids"], t64["table"]) + t64["pos"], (d,),
-                            t64["w"], t64["bias"], eps=1e-12).numpy()
-        err = np.max(np.abs(got - want))
         t32 = {k: torch.tensor(a) for k, a in arrays.items()}
+        cases = {
+            "layernorm": (write_graph, ["table", "ids", "pos", "w", "bias"],
+                          lambda x: F.layer_norm(F.embedding(x["ids"], x["table"]) + x["pos"],
+                                                 (d,), x["w"], x["bias"], eps=1e-12)),
+            "pool": (write_pool, ["table", "ids"],
+                     lambda x: F.embedding(x["ids"], x["table"]).mean(1)),
+        }
+        for name, (write, inputs, model) in cases.items():
+            graph = os.path.join(tmp, f"{name}.ron")
+            write(graph, v, d, b, t)
+            used = {k: files[k] for k in inputs}
+            out = os.path.join(tmp, "out")
+            cmd = [args.fusebox, "run", graph, "--backend", "cpu", "--out", out]
+            for k, f in used.items():
+                cmd += ["--input", f"{k}={f}"]
+            subprocess.run(cmd, check=True, capture_output=True)
+            got = np.load(os.path.join(out, "y.npy")).astype(np.float64)
+            err = np.max(np.abs(got - model(t64).numpy()))
 
-        def torch_ms():
-            times = []
-            with torch.no_grad():
-                for i in range(args.iters + 3):
-                    s = time.perf_counter()
-                    F.layer_norm(F.embedding(t32["ids"], t32["table"]) + t32["pos"], (d,),
-                                 t32["w"], t32["bias"], eps=1e-12)
-                    e = time.perf_counter()
-                    if i >= 3:  # after 3 warm-up calls
-                        times.append((e - s) * 1e3)
-            return statistics.median(times)
+            def torch_ms():
+                times = []
+                with torch.no_grad():
+                    for i in range(args.iters + 3):
+                        s = time.perf_counter()
+                        model(t32)
+                        e = time.perf_counter()
+                        if i >= 3:  # after 3 warm-up calls
+                            times.append((e - s) * 1e3)
+                return statistics.median(times)
 
-        rounds = {k: [] for k in list(builds) + ["torch", "floor"]}
-        for _ in range(args.rounds):
-            for k, exe in builds.items():
-                rounds[k].append(bench(exe, graph, args.iters, files))
-            rounds["torch"].append(torch_ms())
-            rounds["floor"].append(bench(args.fusebox, floor, args.iters,
-                                         {"x": os.path.join(tmp, "x.npy")}))
-        med = {k: statistics.median(r) for k, r in rounds.items()}
-        cols = "".join(f"{med[k]:12.3f}" for k in builds)
-        print(f"{v:6d} {d:4d} {b:3d} {t:4d}{cols} {med['torch']:9.3f} {med['floor']:9.3f}"
-              f"   {med['fusebox'] / med['torch']:12.2f}  {err:.1e}")
+            rounds = {k: [] for k in list(builds) + ["torch", "floor"]}
+            for _ in range(args.rounds):
+                for k, exe in builds.items():
+                    rounds[k].append(bench(exe, graph, args.iters, used))
+                rounds["torch"].append(torch_ms())
+                if name == "layernorm":
+                    rounds["floor"].append(bench(args.fusebox, floor, args.iters,
+                                                 {"x": os.path.join(tmp, "x.npy")}))
+            med = {k: statistics.median(r) if r else float("nan") for k, r in rounds.items()}
+            cols = "".join(f"{med[k]:12.3f}" for k in builds)
+            print(f"{name:10s} {v:6d} {d:4d} {b:3d} {t:4d}{cols} {med['torch']:9.3f} "
+                  f"{med['floor']:9.3f}   {med['fusebox'] / med['torch']:12.2f}  {err:.1e}")
 
 
 if __name__ == "__main__":
