@@ -1,8 +1,9 @@
 //! The importer's pairwise ops, `TopK`, `CumSum` and `ScatterElements`, in every mode (both
 //! orders and every axis of TopK with ties and NaN, each CumSum direction with the i32 edges,
 //! each ScatterElements reduction with negative and repeated indices, and the sum with indices
-//! smaller than data), GatherND (negative coordinates, batch axes), and Slice with negative
-//! steps (imported as a gather of the positions it visits), built by
+//! smaller than data), GatherND (negative coordinates, batch axes), Slice with negative
+//! steps (imported as a gather of the positions it visits), and the products (`ReduceProd`
+//! over some, all or empty axes, with ±inf, -0 and wrapping i32; `CumProd` each way), built by
 //! `tests/onnx/pairwise_models.py` and run on the reference and CPU backends against
 //! `onnx.reference.ReferenceEvaluator`. Skipped, with a message, where python3 cannot import
 //! onnx, unless `FUSEBOX_REQUIRE_ONNX` is set.
@@ -78,7 +79,9 @@ fn pairwise_ops_match_the_onnx_reference_evaluator() {
                 assert_eq!(got.dtype, want.dtype, "{what}");
                 assert_eq!(got.shape(), want.shape(), "{what}");
                 for (i, (g, w)) in got.values().iter().zip(want.values()).enumerate() {
-                    let same = (g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-5 + 1e-5 * w.abs();
+                    let same = *g == w
+                        || (g.is_nan() && w.is_nan())
+                        || (g - w).abs() <= 1e-5 + 1e-5 * w.abs();
                     assert!(same, "{what}: element {i} is {g}, the evaluator gives {w}");
                 }
             }

@@ -17,6 +17,7 @@ pub use error::ImportError;
 pub use fold::FOLD_LIMIT;
 mod model_check;
 mod pairwise;
+mod products;
 pub mod proto;
 mod recurrent;
 mod selection;

@@ -18,8 +18,9 @@
 //!   including its own; `exclusive` leaves its own out, `reverse` runs from the end).
 //! - **ScatterElements**: each position of `data` along the axis collects the updates whose
 //!   index names it: the last one in index order (`reduction = none`), their maximum (`max`)
-//!   or minimum (`min`); a position no index names keeps its value. Their sum (`add`) is not
-//!   pairwise: it is the catalogue's `scatter_add`, whose kernel adds each update once.
+//!   or minimum (`min`), or their product (`mul`, folded by `products`); a position no index
+//!   names keeps its value. Their sum (`add`) is not pairwise: it is the catalogue's
+//!   `scatter_add`, whose kernel adds each update once.
 
 use super::proto::Attr;
 use super::selection::{as_int64, from_the_end, positions};
@@ -291,9 +292,17 @@ fn scatter_along(
             let extreme = im.onnx(reduce, &[&terms], &over(axis + 1), &name("extreme"))?;
             im.onnx(combine, &[data, &extreme], &[], &name("combined"))?
         }
+        "mul" => {
+            // The absent terms are 1; their product along the updates (`products`).
+            let one = Val::floats(data.dtype(), &[], vec![1.0])?;
+            let terms = im.onnx("Where", &[&hit, &update_u, &one], &[], &name("terms"))?;
+            let product = super::products::product_along(im, &terms, axis + 1, &name("product"))?;
+            let product = im.reshape(&product, data.shape(), &name("product"))?;
+            im.onnx("Mul", &[data, &product], &[], &name("combined"))?
+        }
         other => {
             return Err(ImportError::Unsupported(format!(
-                "reduction `{other}`: fusebox scatters with none, add, max and min"
+                "reduction `{other}`: fusebox scatters with none, add, mul, max and min"
             )));
         }
     };

@@ -55,6 +55,8 @@ const HANDLERS: [(&str, Handler); STRUCTURAL.len()] = [
     ("CumSum", super::pairwise::cum_sum),
     ("ScatterElements", super::pairwise::scatter_elements),
     ("ScatterND", super::pairwise::scatter_nd),
+    ("ReduceProd", super::products::reduce_prod),
+    ("CumProd", super::products::cum_prod),
 ];
 
 /// The handler of ONNX op type `op_type`, if it is structural.

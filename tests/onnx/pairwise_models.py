@@ -1,6 +1,6 @@
-"""The pairwise ops of the importer (TopK, CumSum, ScatterElements, ScatterND) in every mode, GatherND, and Slice with
-negative steps (a gather), built with the onnx helper, with inputs and the outputs of onnx.reference.ReferenceEvaluator, for
-tests/onnx_pairwise.rs.
+"""The pairwise ops of the importer (TopK, CumSum, ScatterElements, ScatterND) in every mode, GatherND, Slice with
+negative steps (a gather), and the products (ReduceProd, CumProd) built with the onnx helper, with inputs and the outputs
+of onnx.reference.ReferenceEvaluator, for tests/onnx_pairwise.rs.
 
 Usage: python3 pairwise_models.py DIR. Writes DIR/<case>.onnx, DIR/<case>.in.<input>.npy and
 DIR/<case>.out.<output>.npy. The inputs hold ties, NaN (TopK), the i32 edges (CumSum wraps) and
@@ -19,10 +19,10 @@ out = sys.argv[1]
 rng = np.random.default_rng(3)
 
 
-def save(name, nodes, inputs, outputs, inits, feeds, expected=None):
+def save(name, nodes, inputs, outputs, inits, feeds, expected=None, opset=18):
     """Writes the model, its inputs and its outputs: the reference evaluator's, or `expected`."""
     g = h.make_graph(nodes, name, inputs, outputs, inits)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
     m.ir_version = 8
     onnx.save(m, f"{out}/{name}.onnx")
     res = expected if expected is not None else ReferenceEvaluator(m).run(None, feeds)
@@ -47,7 +47,7 @@ for ex in [0,1]:
          [nh.from_array(np.array(axis,np.int64),"axis")], {"x":rng.standard_normal((5,4)).astype(np.float32)})
 save("cumsum_i32", [h.make_node("CumSum",["x","axis"],["y"])], [h.make_tensor_value_info("x",T.INT32,[6])],[h.make_tensor_value_info("y",T.INT32,None)],
      [nh.from_array(np.array(0,np.int32),"axis")], {"x":np.array([2**31-1,1,-5,7,2**31-1,3],np.int32)})
-for red in ["none","add","max","min"]:
+for red in ["none","add","mul","max","min"]:
   for axis in [0,1]:
     data=rng.standard_normal((4,5)).astype(np.float32)
     shape=(3,5) if axis==0 else (4,3)
@@ -92,6 +92,8 @@ def scatter_nd(data, idx, upd, red):
             y[at] = upd[i]
         elif red == "add":
             y[at] = y[at] + upd[i]
+        elif red == "mul":
+            y[at] = y[at] * upd[i]
         elif red == "max":
             y[at] = np.maximum(y[at], upd[i])
         else:
@@ -104,7 +106,7 @@ nd_cases = [
     ("blocks", [2, 3, 2], [[1, 0], [0, 2]], [2, 2]),
 ]
 for label, shape, tuples, upd_shape in nd_cases:
-    for red in ["none", "add", "max", "min"]:
+    for red in ["none", "add", "mul", "max", "min"]:
         idx = np.array(tuples, np.int64)
         if red != "none":
             idx = np.concatenate([idx, idx[:1]])
@@ -145,3 +147,35 @@ save("scatter_add_narrow", [h.make_node("ScatterElements", ["data", "idx", "upd"
      [h.make_tensor_value_info("data", T.FLOAT, [4, 5]), h.make_tensor_value_info("idx", T.INT32, [3, 3]),
       h.make_tensor_value_info("upd", T.FLOAT, [3, 3])],
      [h.make_tensor_value_info("y", T.FLOAT, None)], [], {"data": data, "idx": idx, "upd": upd})
+
+# Products: ReduceProd over one axis, several, every axis (none given), an empty axis (1), with
+# noop_with_empty_axes, and in int32 where the product wraps; CumProd in each direction, odd
+# and power-of-two lengths, and int32 wrapping.
+prod_x = rng.uniform(0.5, 1.5, (3, 5, 4)).astype(np.float32) * np.where(rng.random((3, 5, 4)) < 0.3, -1, 1).astype(np.float32)
+prod_x[0, 0, 0] = -0.0
+prod_x[2, 3, 1] = np.inf
+prod_cases = [
+    ("one_axis", prod_x, [1], 0, 0),
+    ("two_axes", prod_x, [0, -1], 1, 0),
+    ("all_axes", prod_x, None, 1, 0),
+    ("noop", prod_x, None, 1, 1),
+    ("empty_axis", np.zeros((2, 0, 3), np.float32), [1], 0, 0),
+    ("int32_wraps", np.array([[65536, 65536, 3, -1, 7], [2**31 - 1, 2, 2, 1, -3]], np.int32), [1], 1, 0),
+]
+for label, x, axes, keep, noop in prod_cases:
+    ty = T.INT32 if x.dtype == np.int32 else T.FLOAT
+    ins = ["x"] + (["axes"] if axes is not None else [])
+    inits = [nh.from_array(np.array(axes, np.int64), "axes")] if axes is not None else []
+    save(f"reduce_prod_{label}", [h.make_node("ReduceProd", ins, ["y"], keepdims=keep, noop_with_empty_axes=noop)],
+         [h.make_tensor_value_info("x", ty, list(x.shape))], [h.make_tensor_value_info("y", ty, None)],
+         inits, {"x": x})
+for ex in [0, 1]:
+    for rev in [0, 1]:
+        for n in [7, 8]:
+            x = rng.uniform(0.5, 1.5, (n, 3)).astype(np.float32)
+            save(f"cumprod_e{ex}_r{rev}_n{n}", [h.make_node("CumProd", ["x", "axis"], ["y"], exclusive=ex, reverse=rev)],
+                 [h.make_tensor_value_info("x", T.FLOAT, [n, 3])], [h.make_tensor_value_info("y", T.FLOAT, None)],
+                 [nh.from_array(np.array(0, np.int64), "axis")], {"x": x}, opset=26)
+save("cumprod_i32", [h.make_node("CumProd", ["x", "axis"], ["y"])], [h.make_tensor_value_info("x", T.INT32, [2, 6])],
+     [h.make_tensor_value_info("y", T.INT32, None)], [nh.from_array(np.array(-1, np.int32), "axis")],
+     {"x": np.array([[65536, 3, 65536, -7, 5, 2**31 - 1], [1, -1, 2, -2, 3, -3]], np.int32)}, opset=26)
