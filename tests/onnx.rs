@@ -167,59 +167,106 @@ fn gradients_of_pytorch_models_match_torch_autograd() {
             "tok.weight,blocks.0.attn.out_proj.weight,blocks.0.fc1.bias",
         ),
     ] {
-        let inputs: Vec<String> = std::fs::read_dir(&source)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter_map(|f| {
-                let name = f
-                    .strip_prefix(&format!("{model}.in."))?
-                    .strip_suffix(".npy")?;
-                Some(format!("{name}={}", source.join(&f).display()))
-            })
-            .collect();
-        assert!(!inputs.is_empty(), "{model}: no recorded inputs");
         for exporter in ["ts", "dynamo"] {
-            let joint = dir.join(format!("{model}.{exporter}.ron"));
-            let onnx = source.join(format!("{model}.{exporter}.onnx"));
-            let (ok, text) = fusebox(&[
-                "grad",
-                onnx.to_str().unwrap(),
-                "--wrt",
-                wrt,
-                "--out",
-                joint.to_str().unwrap(),
-            ]);
-            assert!(ok, "{model}.{exporter}: {text}");
+            gradients_match(&source, &dir, model, exporter, wrt);
+        }
+    }
+}
+
+/// `fusebox grad` of `source/<model>.<exporter>.onnx` with respect to `wrt` (comma-separated),
+/// run on the reference and CPU backends on the recorded inputs and cotangent
+/// (`<model>.in.*.npy`, `<model>.cot.y.npy`), gives the recorded gradients
+/// (`<model>.grad.<value>.npy`).
+fn gradients_match(source: &Path, dir: &Path, model: &str, exporter: &str, wrt: &str) {
+    let inputs: Vec<String> = std::fs::read_dir(source)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter_map(|f| {
+            let name = f
+                .strip_prefix(&format!("{model}.in."))?
+                .strip_suffix(".npy")?;
+            Some(format!("{name}={}", source.join(&f).display()))
+        })
+        .collect();
+    assert!(!inputs.is_empty(), "{model}: no recorded inputs");
+    let joint = dir.join(format!("{model}.{exporter}.ron"));
+    let onnx = source.join(format!("{model}.{exporter}.onnx"));
+    let (ok, text) = fusebox(&[
+        "grad",
+        onnx.to_str().unwrap(),
+        "--wrt",
+        wrt,
+        "--out",
+        joint.to_str().unwrap(),
+    ]);
+    assert!(ok, "{model}.{exporter}: {text}");
+    for backend in ["reference", "cpu"] {
+        let out = dir.join(format!("out-{model}-{exporter}-{backend}"));
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            joint.display().to_string(),
+            "--backend".into(),
+            backend.into(),
+            "--out".into(),
+            out.display().to_string(),
+            "--input".into(),
+            format!(
+                "grad_y={}",
+                source.join(format!("{model}.cot.y.npy")).display()
+            ),
+        ];
+        for input in &inputs {
+            args.push("--input".into());
+            args.push(input.clone());
+        }
+        let words: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (ok, text) = fusebox(&words);
+        assert!(ok, "{model}.{exporter} on {backend}: {text}");
+        for value in wrt.split(',') {
+            let got = Tensor::read_npy(&out.join(format!("grad_{value}.npy"))).unwrap();
+            let want = source.join(format!("{model}.grad.{value}.npy"));
+            let want = Tensor::read_npy(&want).unwrap();
+            let what = format!("{model}.{exporter} grad_{value} on {backend}");
+            assert_close(&what, &got, &want);
+        }
+    }
+}
+
+/// Convolutional models exported from PyTorch by both exporters (`tests/onnx/torch_cnn.py`,
+/// eval mode, committed with PyTorch's float64 outputs and gradients): a small classifier
+/// (conv-BN-ReLU, max pool, a strided conv without bias, BN-ReLU, global average pool,
+/// Linear), a ResNet basic block (two conv-BN pairs and the residual add), and a grouped,
+/// dilated conv with asymmetric strides and padding, a depthwise conv, an average pool with
+/// `ceil_mode` that leaves the padding out of its counts, and a 1-D conv. Each matches
+/// PyTorch on the reference and CPU backends, and `fusebox grad` matches `torch.autograd`
+/// with respect to the input and to weights: the conv weights, batch norm's scale and shift,
+/// the Linear's weight. (The dynamo exporter folds an eval-mode batch norm into the conv
+/// before it, so that export's conv weights are not PyTorch's parameters: only the input's
+/// and the unfolded weights' gradients are compared there.)
+#[test]
+fn convolutional_models_match_pytorch_forward_and_backward() {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/cnn");
+    let dir = temp_dir("torch-cnn");
+    // `check_model` writes its outputs beside the inputs: into a copy.
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+    }
+    for (model, ts_wrt, dynamo_wrt) in [
+        ("cnn", "x,conv1.weight,bn2.weight,fc.weight", "x,fc.weight"),
+        ("resnet_block", "x,conv1.weight,bn1.bias,conv2.weight", "x"),
+        (
+            "odd_convs",
+            "x,grouped.weight,depthwise.bias,line.weight",
+            "x,grouped.weight,depthwise.bias,line.weight",
+        ),
+    ] {
+        for (exporter, wrt) in [("ts", ts_wrt), ("dynamo", dynamo_wrt)] {
+            let graph = dir.join(format!("{model}.{exporter}.onnx"));
             for backend in ["reference", "cpu"] {
-                let out = dir.join(format!("out-{model}-{exporter}-{backend}"));
-                let mut args: Vec<String> = vec![
-                    "run".into(),
-                    joint.display().to_string(),
-                    "--backend".into(),
-                    backend.into(),
-                    "--out".into(),
-                    out.display().to_string(),
-                    "--input".into(),
-                    format!(
-                        "grad_y={}",
-                        source.join(format!("{model}.cot.y.npy")).display()
-                    ),
-                ];
-                for input in &inputs {
-                    args.push("--input".into());
-                    args.push(input.clone());
-                }
-                let words: Vec<&str> = args.iter().map(String::as_str).collect();
-                let (ok, text) = fusebox(&words);
-                assert!(ok, "{model}.{exporter} on {backend}: {text}");
-                for value in wrt.split(',') {
-                    let got = Tensor::read_npy(&out.join(format!("grad_{value}.npy"))).unwrap();
-                    let want = source.join(format!("{model}.grad.{value}.npy"));
-                    let want = Tensor::read_npy(&want).unwrap();
-                    let what = format!("{model}.{exporter} grad_{value} on {backend}");
-                    assert_close(&what, &got, &want);
-                }
+                check_model(&dir, model, &["y"], &graph, backend);
             }
+            gradients_match(&dir, &dir, model, exporter, wrt);
         }
     }
 }
@@ -476,16 +523,16 @@ fn an_unsupported_model_gets_one_error_naming_every_unsupported_op_and_node() {
     let model = model_with(
         weights(floats(&[1.0, 2.0, 3.0, 4.0]), &[4]),
         vec![
-            node("Conv", "conv_a", &["x", "w"], "a"),
-            node("MaxPool", "pool", &["a"], "b"),
-            node("Conv", "conv_b", &["b", "w"], "y"),
+            node("ConvTranspose", "up_a", &["x", "w"], "a"),
+            node("LpPool", "pool", &["a"], "b"),
+            node("ConvTranspose", "up_b", &["b", "w"], "y"),
         ],
     );
     let err = import_bytes(&dir, &model.write_to_bytes().unwrap()).unwrap_err();
     assert!(
         err.contains("2 op type(s)")
-            && err.contains("Conv: conv_a, conv_b")
-            && err.contains("MaxPool: pool"),
+            && err.contains("ConvTranspose: up_a, up_b")
+            && err.contains("LpPool: pool"),
         "{err}"
     );
 }

@@ -10,6 +10,7 @@
 //! the op table of the rule set ([`MapTable`], `rules/onnx.ron` or a rule directory's own);
 //! only the ops whose meaning depends on shapes known at import are handled here in code.
 
+mod convolution;
 mod error;
 mod fold;
 mod integers;

@@ -57,6 +57,12 @@ const HANDLERS: [(&str, Handler); STRUCTURAL.len()] = [
     ("ScatterND", super::pairwise::scatter_nd),
     ("ReduceProd", super::products::reduce_prod),
     ("CumProd", super::products::cum_prod),
+    ("Conv", super::convolution::conv),
+    ("MaxPool", super::convolution::max_pool),
+    ("AveragePool", super::convolution::average_pool),
+    ("GlobalAveragePool", super::convolution::global_average_pool),
+    ("GlobalMaxPool", super::convolution::global_max_pool),
+    ("BatchNormalization", super::convolution::batch_norm),
 ];
 
 /// The handler of ONNX op type `op_type`, if it is structural.
@@ -625,7 +631,7 @@ pub(super) fn int_attr(attrs: &Attrs, name: &str) -> Option<i64> {
     }
 }
 
-fn ints_attr(attrs: &Attrs, name: &str) -> Option<Vec<i64>> {
+pub(super) fn ints_attr(attrs: &Attrs, name: &str) -> Option<Vec<i64>> {
     match attrs.get(name) {
         Some(Attr::Ints(v)) => Some(v.clone()),
         _ => None,

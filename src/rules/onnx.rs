@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 /// values known only at import. The one list of them: the importer (`crate::onnx`) registers
 /// one handler for each (a test there checks the two agree), and this table's loader refuses a
 /// Map for any of them (it would never be consulted).
-pub const STRUCTURAL: [&str; 27] = [
+pub const STRUCTURAL: [&str; 33] = [
     "Constant",
     "ConstantOfShape",
     "Shape",
@@ -49,6 +49,12 @@ pub const STRUCTURAL: [&str; 27] = [
     "ScatterND",
     "ReduceProd",
     "CumProd",
+    "Conv",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "BatchNormalization",
 ];
 
 /// The table embedded in the binary.

@@ -49,22 +49,21 @@ model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], producer_nam
 onnx.checker.check_model(model)
 onnx.save(model, os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlp.onnx"))
 
-# unsupported.onnx: a model with ops fusebox does not import (two Conv nodes and a TopK), for
-# the chapter's example of the one error that lists them all.
-conv = [
-    h.make_node("Conv", ["image", "kernel"], ["c1"], name="/stem/Conv"),
-    h.make_node("Relu", ["c1"], ["r1"], name="/stem/Relu"),
-    h.make_node("Conv", ["r1", "kernel2"], ["c2"], name="/block/Conv"),
-    h.make_node("Flatten", ["c2"], ["flat"], name="/Flatten"),
-    h.make_node("TopK", ["flat", "k"], ["values", "indices"], name="/TopK"),
+# unsupported.onnx: a model with ops fusebox does not import (two ConvTranspose nodes and a
+# Resize: a small decoder), for the chapter's example of the one error that lists them all.
+decoder = [
+    h.make_node("ConvTranspose", ["code", "kernel"], ["u1"], name="/up1/ConvTranspose", strides=[2, 2]),
+    h.make_node("Relu", ["u1"], ["r1"], name="/up1/Relu"),
+    h.make_node("ConvTranspose", ["r1", "kernel2"], ["u2"], name="/up2/ConvTranspose", strides=[2, 2]),
+    h.make_node("Resize", ["u2", "", "scales"], ["image"], name="/Resize", mode="nearest"),
 ]
-conv_inits = [
-    init("kernel", (rng.standard_normal((4, 3, 3, 3)) * 0.2).astype(np.float32)),
-    init("kernel2", (rng.standard_normal((4, 4, 3, 3)) * 0.2).astype(np.float32)),
-    init("k", np.array([5], np.int64)),
+decoder_inits = [
+    init("kernel", (rng.standard_normal((8, 4, 2, 2)) * 0.2).astype(np.float32)),
+    init("kernel2", (rng.standard_normal((4, 3, 2, 2)) * 0.2).astype(np.float32)),
+    init("scales", np.array([1, 1, 2, 2], np.float32)),
 ]
-conv_graph = h.make_graph(conv, "convnet",
-                          [h.make_tensor_value_info("image", T.FLOAT, [1, 3, 16, 16])],
-                          [h.make_tensor_value_info("values", T.FLOAT, [1, 5])], conv_inits)
-conv_model = h.make_model(conv_graph, opset_imports=[h.make_opsetid("", 17)])
-onnx.save(conv_model, os.path.join(os.path.dirname(os.path.abspath(__file__)), "unsupported.onnx"))
+decoder_graph = h.make_graph(decoder, "decoder",
+                             [h.make_tensor_value_info("code", T.FLOAT, [1, 8, 4, 4])],
+                             [h.make_tensor_value_info("image", T.FLOAT, [1, 3, 32, 32])], decoder_inits)
+decoder_model = h.make_model(decoder_graph, opset_imports=[h.make_opsetid("", 17)])
+onnx.save(decoder_model, os.path.join(os.path.dirname(os.path.abspath(__file__)), "unsupported.onnx"))

@@ -1,0 +1,490 @@
+//! The ops of convolutional networks, written at import as catalogue ops: `Conv`, `MaxPool`,
+//! `AveragePool`, `GlobalAveragePool`, `GlobalMaxPool` and `BatchNormalization` (inference).
+//!
+//! A window op reads, for each offset `o` of its kernel window, the input shifted by `o` and
+//! strided by the stride: a `slice` per spatial axis (start `o·dilation`, step `stride`), a
+//! view that no kernel copies. Padding is a `concat` of the input with constant slabs (zeros,
+//! or the dtype's lowest value for a maximum), read by ranges.
+//!
+//! - **Pooling** combines the shifted views pointwise (`max`, or a sum divided by the number
+//!   of elements each window counts), so a pool is one fused kernel over its output.
+//! - **Conv** stacks the shifted views of every offset as a new axis beside the channels
+//!   (the *im2col* matrix, `[N, C·K, P]` for `K` offsets and `P` output positions, written
+//!   once by one fused kernel) and multiplies the weight `[M, C·K]` by it: one GEMM (one per
+//!   group, batched) whose bias add and whatever pointwise ops follow (a batch norm's scale
+//!   and shift, an activation, a residual add) are its epilogue.
+//! - **BatchNormalization** is `(x - mean) · rsqrt(var + ε) · scale + B` per channel, pointwise
+//!   ops that join the kernel (or the GEMM epilogue) before them.
+//!
+//! Every value is exactly what the ONNX definitions give up to rounding: the GEMM adds each
+//! window's `C·K` products in its own order, as any convolution does.
+
+use super::proto::Attr;
+use super::structural::{Attrs, int_attr, ints_attr};
+use super::{ImportError, Importer, Imports, Val};
+use crate::dtype::DType;
+use onnx_protobuf::NodeProto;
+
+/// The window of a Conv or pool over `spatial` input sizes: per spatial axis the kernel size,
+/// stride, dilation, the padding before and after, and the output size.
+struct Window {
+    kernel: Vec<usize>,
+    strides: Vec<usize>,
+    dilations: Vec<usize>,
+    before: Vec<usize>,
+    after: Vec<usize>,
+    out: Vec<usize>,
+}
+
+/// A per-spatial-axis attribute of `s` positive values (`default` each when absent).
+fn per_axis(attrs: &Attrs, name: &str, s: usize, default: usize) -> Imports<Vec<usize>> {
+    match ints_attr(attrs, name) {
+        None => Ok(vec![default; s]),
+        Some(v) if v.len() == s && v.iter().all(|&x| x >= 1) => {
+            Ok(v.iter().map(|&x| x as usize).collect())
+        }
+        Some(v) => Err(ImportError::Malformed(format!(
+            "{name} {v:?} must be {s} positive values, one per spatial axis"
+        ))),
+    }
+}
+
+impl Window {
+    /// The window of a node with `kernel` sizes over the `spatial` input sizes, from its
+    /// `strides`, `dilations`, `pads` or `auto_pad`, and `ceil_mode` (pools).
+    fn of(attrs: &Attrs, kernel: Vec<usize>, spatial: &[usize]) -> Imports<Window> {
+        let s = spatial.len();
+        let strides = per_axis(attrs, "strides", s, 1)?;
+        let dilations = per_axis(attrs, "dilations", s, 1)?;
+        let ceil = int_attr(attrs, "ceil_mode").unwrap_or(0) != 0;
+        let span = |i: usize| (kernel[i] - 1) * dilations[i] + 1;
+        let auto_pad = match attrs.get("auto_pad") {
+            None => "NOTSET".to_string(),
+            Some(Attr::Str(p)) => p.clone(),
+            Some(_) => return Err(ImportError::Malformed("auto_pad must be a string".into())),
+        };
+        let (mut before, mut after) = (vec![0usize; s], vec![0usize; s]);
+        match auto_pad.as_str() {
+            "NOTSET" => {
+                if let Some(pads) = ints_attr(attrs, "pads") {
+                    if pads.len() != 2 * s || pads.iter().any(|&p| p < 0) {
+                        return Err(ImportError::Malformed(format!(
+                            "pads {pads:?} must be {} values of at least 0",
+                            2 * s
+                        )));
+                    }
+                    for i in 0..s {
+                        before[i] = pads[i] as usize;
+                        after[i] = pads[s + i] as usize;
+                    }
+                }
+            }
+            "VALID" => {}
+            "SAME_UPPER" | "SAME_LOWER" => {
+                for i in 0..s {
+                    let out = spatial[i].div_ceil(strides[i]);
+                    let total =
+                        ((out.max(1) - 1) * strides[i] + span(i)).saturating_sub(spatial[i]);
+                    let small = total / 2;
+                    (before[i], after[i]) = match auto_pad.as_str() {
+                        "SAME_UPPER" => (small, total - small),
+                        _ => (total - small, small),
+                    };
+                }
+            }
+            other => {
+                return Err(ImportError::Malformed(format!(
+                    "auto_pad `{other}` is none of NOTSET, VALID, SAME_UPPER, SAME_LOWER"
+                )));
+            }
+        }
+        let mut out = Vec::with_capacity(s);
+        for i in 0..s {
+            let padded = spatial[i] + before[i] + after[i];
+            if padded < span(i) {
+                return Err(ImportError::Malformed(format!(
+                    "a window of {} (kernel {}, dilation {}) does not fit spatial axis {i} of {} padded to {padded}",
+                    span(i),
+                    kernel[i],
+                    dilations[i],
+                    spatial[i]
+                )));
+            }
+            let room = padded - span(i);
+            let mut o = match ceil {
+                true => room.div_ceil(strides[i]) + 1,
+                false => room / strides[i] + 1,
+            };
+            // A last window that would start in the padding after the input is dropped.
+            if ceil && (o - 1) * strides[i] >= spatial[i] + before[i] {
+                o -= 1;
+            }
+            out.push(o);
+        }
+        Ok(Window {
+            kernel,
+            strides,
+            dilations,
+            before,
+            after,
+            out,
+        })
+    }
+
+    /// Every kernel offset, row-major.
+    fn offsets(&self) -> Vec<Vec<usize>> {
+        let mut all = vec![Vec::new()];
+        for &k in &self.kernel {
+            all = all
+                .into_iter()
+                .flat_map(|o| {
+                    (0..k).map(move |i| {
+                        let mut o = o.clone();
+                        o.push(i);
+                        o
+                    })
+                })
+                .collect();
+        }
+        all
+    }
+
+    /// How far past the padded input the last window reaches on axis `i` (ceil mode): the
+    /// extra padding that keeps every slice inside it.
+    fn overhang(&self, i: usize, spatial: usize) -> usize {
+        let reach =
+            (self.out[i] - 1) * self.strides[i] + (self.kernel[i] - 1) * self.dilations[i] + 1;
+        reach.saturating_sub(spatial + self.before[i] + self.after[i])
+    }
+}
+
+/// `x` padded on its spatial axes (2 and after) by `window`'s padding (and any overhang) with
+/// `fill`: a `concat` with constant slabs, read by ranges.
+fn padded(im: &mut Importer, x: &Val, window: &Window, fill: f64, name: &str) -> Imports {
+    let mut y = x.clone();
+    for i in 0..window.kernel.len() {
+        let axis = 2 + i;
+        let after = window.after[i] + window.overhang(i, x.shape()[axis]);
+        let (before, after) = (window.before[i], after);
+        if before == 0 && after == 0 {
+            continue;
+        }
+        let slab = |im: &mut Importer, size: usize, what: &str| -> Imports {
+            let mut shape = y.shape().to_vec();
+            shape[axis] = size;
+            let dims = Val::ints(
+                DType::I64,
+                &[shape.len()],
+                shape.iter().map(|&d| d as i64).collect(),
+            )?;
+            let value = Val::floats(x.dtype(), &[], vec![fill])?;
+            im.onnx(
+                "Expand",
+                &[&value, &dims],
+                &[],
+                &format!("{name}.pad{i}.{what}"),
+            )
+        };
+        let mut parts = Vec::new();
+        if before > 0 {
+            parts.push(slab(im, before, "before")?);
+        }
+        parts.push(y.clone());
+        if after > 0 {
+            parts.push(slab(im, after, "after")?);
+        }
+        let refs: Vec<&Val> = parts.iter().collect();
+        let at = [("axis", Attr::Int(axis as i64))];
+        y = im.onnx("Concat", &refs, &at, &format!("{name}.pad{i}"))?;
+    }
+    Ok(y)
+}
+
+/// The padded input `x` read at kernel offset `offset` of every window: a strided slice per
+/// spatial axis, of the output's spatial sizes.
+fn shifted(im: &mut Importer, x: &Val, window: &Window, offset: &[usize], name: &str) -> Imports {
+    let mut y = x.clone();
+    for (i, &o) in offset.iter().enumerate() {
+        let start = (o * window.dilations[i]) as i64;
+        let stride = window.strides[i] as i64;
+        let end = start + (window.out[i] as i64 - 1) * stride + 1;
+        y = im.slice(&y, 2 + i, start, end, stride, &format!("{name}.a{i}"))?;
+    }
+    Ok(y)
+}
+
+/// The input of a window op: rank 3 or more (`[N, C, spatial…]`).
+fn image(im: &Importer, node: &NodeProto, op: &str) -> Imports<Val> {
+    let x = im.required(node, 0)?;
+    if x.shape().len() < 3 {
+        return Err(ImportError::Malformed(format!(
+            "{op} needs an input [N, C, spatial…], not {:?}",
+            x.shape()
+        )));
+    }
+    Ok(x)
+}
+
+/// A pool's `kernel_shape`, which it must have.
+fn kernel_shape(attrs: &Attrs, s: usize) -> Imports<Vec<usize>> {
+    match ints_attr(attrs, "kernel_shape") {
+        Some(k) if k.len() == s && k.iter().all(|&x| x >= 1) => {
+            Ok(k.iter().map(|&x| x as usize).collect())
+        }
+        other => Err(ImportError::Malformed(format!(
+            "kernel_shape {other:?} must be {s} positive sizes"
+        ))),
+    }
+}
+
+/// MaxPool (`ceil_mode`, `dilations`, `pads`, `auto_pad`): the maximum of the window's shifted
+/// views, the padding the dtype's lowest value. The `Indices` output is refused.
+pub(super) fn max_pool(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    if node.output.len() > 1 && !node.output[1].is_empty() {
+        return Err(ImportError::Unsupported("MaxPool's Indices output".into()));
+    }
+    let x = image(im, node, "MaxPool")?;
+    let s = x.shape().len() - 2;
+    let window = Window::of(attrs, kernel_shape(attrs, s)?, &x.shape()[2..])?;
+    let lowest = match x.dtype().int_range() {
+        Some((min, _)) => min as f64,
+        None => f64::NEG_INFINITY,
+    };
+    let xp = padded(im, &x, &window, lowest, &format!("{out}.x"))?;
+    let mut y: Option<Val> = None;
+    for (k, offset) in window.offsets().iter().enumerate() {
+        let v = shifted(im, &xp, &window, offset, &format!("{out}.w{k}"))?;
+        y = Some(match y {
+            None => v,
+            Some(m) => im.onnx("Max", &[&m, &v], &[], &format!("{out}.m{k}"))?,
+        });
+    }
+    let y = y.ok_or(ImportError::Internal("a window without offsets"))?;
+    Ok(vec![im.reshape(&y, &y.shape().to_vec(), out)?])
+}
+
+/// AveragePool (`count_include_pad`, `ceil_mode`, `dilations`, `pads`, `auto_pad`): the sum of
+/// the window's shifted views over zero padding, divided per output position by the number of
+/// elements its window counts (the padding too with `count_include_pad`, never the overhang
+/// of `ceil_mode`), a constant computed here.
+pub(super) fn average_pool(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    let x = image(im, node, "AveragePool")?;
+    let s = x.shape().len() - 2;
+    let spatial = x.shape()[2..].to_vec();
+    let window = Window::of(attrs, kernel_shape(attrs, s)?, &spatial)?;
+    let include_pad = int_attr(attrs, "count_include_pad").unwrap_or(0) != 0;
+    let xp = padded(im, &x, &window, 0.0, &format!("{out}.x"))?;
+    let mut sum: Option<Val> = None;
+    for (k, offset) in window.offsets().iter().enumerate() {
+        let v = shifted(im, &xp, &window, offset, &format!("{out}.w{k}"))?;
+        sum = Some(match sum {
+            None => v,
+            Some(t) => im.onnx("Add", &[&t, &v], &[], &format!("{out}.s{k}"))?,
+        });
+    }
+    let sum = sum.ok_or(ImportError::Internal("a window without offsets"))?;
+    // Per output position, the product over the axes of the elements counted along each.
+    let counted = |i: usize, o: usize| -> usize {
+        (0..window.kernel[i])
+            .filter(|&k| {
+                let at = o * window.strides[i] + k * window.dilations[i];
+                let (lo, hi) = match include_pad {
+                    true => (0, spatial[i] + window.before[i] + window.after[i]),
+                    false => (window.before[i], window.before[i] + spatial[i]),
+                };
+                at >= lo && at < hi
+            })
+            .count()
+    };
+    let positions: usize = window.out.iter().product();
+    let mut counts = Vec::with_capacity(positions);
+    for p in 0..positions {
+        let mut rest = p;
+        let mut count = 1usize;
+        for i in (0..s).rev() {
+            count *= counted(i, rest % window.out[i]);
+            rest /= window.out[i];
+        }
+        counts.push(count as f64);
+    }
+    let counts = Val::floats(x.dtype(), &window.out, counts)?;
+    Ok(vec![im.onnx("Div", &[&sum, &counts], &[], out)?])
+}
+
+/// GlobalAveragePool and GlobalMaxPool: the mean or maximum over every spatial axis, kept.
+fn global_pool(im: &mut Importer, node: &NodeProto, reduce: &str, out: &str) -> Imports<Vec<Val>> {
+    let x = image(im, node, reduce)?;
+    let axes: Vec<i64> = (2..x.shape().len() as i64).collect();
+    let attrs = [("axes", Attr::Ints(axes)), ("keepdims", Attr::Int(1))];
+    Ok(vec![im.onnx(reduce, &[&x], &attrs, out)?])
+}
+
+pub(super) fn global_average_pool(
+    im: &mut Importer,
+    node: &NodeProto,
+    _: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    global_pool(im, node, "ReduceMean", out)
+}
+
+pub(super) fn global_max_pool(
+    im: &mut Importer,
+    node: &NodeProto,
+    _: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    global_pool(im, node, "ReduceMax", out)
+}
+
+/// `v` (one value per channel) shaped to broadcast along axis 1 of a rank-`rank` tensor.
+fn per_channel(im: &mut Importer, v: &Val, rank: usize, name: &str) -> Imports {
+    let mut shape = vec![1usize; rank - 1];
+    shape[0] = v.shape().iter().product();
+    im.reshape(v, &shape, name)
+}
+
+/// BatchNormalization in inference (`training_mode` 0): per channel `(x - mean) · rsqrt(var +
+/// ε) · scale + B`. Training mode and the running statistics' outputs are refused.
+pub(super) fn batch_norm(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    if int_attr(attrs, "training_mode").unwrap_or(0) != 0
+        || node.output.iter().skip(1).any(|o| !o.is_empty())
+    {
+        return Err(ImportError::Unsupported(
+            "BatchNormalization in training mode (its batch statistics and running-statistics outputs)".into(),
+        ));
+    }
+    let x = im.required(node, 0)?;
+    let rank = x.shape().len();
+    if rank < 2 {
+        return Err(ImportError::Malformed(format!(
+            "BatchNormalization needs [N, C, …], not {:?}",
+            x.shape()
+        )));
+    }
+    let channels = x.shape()[1];
+    let mut params = Vec::new();
+    for (i, what) in ["scale", "B", "mean", "var"].iter().enumerate() {
+        let p = im.required(node, 1 + i)?;
+        if p.shape().iter().product::<usize>() != channels || p.shape().len() != 1 {
+            return Err(ImportError::Malformed(format!(
+                "{what} must be [{channels}], one per channel, not {:?}",
+                p.shape()
+            )));
+        }
+        params.push(per_channel(im, &p, rank, &format!("{out}.{what}"))?);
+    }
+    let epsilon = match attrs.get("epsilon") {
+        None => 1e-5,
+        Some(Attr::Float(e)) => *e,
+        Some(_) => return Err(ImportError::Malformed("epsilon must be a float".into())),
+    };
+    let name = |part: &str| format!("{out}.{part}");
+    let eps = Val::floats(params[3].dtype(), &[], vec![epsilon])?;
+    let var = im.onnx("Add", &[&params[3], &eps], &[], &name("ve"))?;
+    let root = im.onnx("Sqrt", &[&var], &[], &name("root"))?;
+    let centered = im.onnx("Sub", &[&x, &params[2]], &[], &name("centered"))?;
+    let normal = im.onnx("Div", &[&centered, &root], &[], &name("normal"))?;
+    let scaled = im.onnx("Mul", &[&normal, &params[0]], &[], &name("scaled"))?;
+    Ok(vec![im.onnx("Add", &[&scaled, &params[1]], &[], out)?])
+}
+
+/// Conv (`group`, `dilations`, `strides`, `pads`, `auto_pad`; any number of spatial axes): the
+/// weight `[M, C/g, k…]` read as `[g, M/g, C/g·K]` times the im2col matrix of each group
+/// (see the module documentation), plus the bias per output channel.
+pub(super) fn conv(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    let x = image(im, node, "Conv")?;
+    let w = im.required(node, 1)?;
+    let rank = x.shape().len();
+    let (n, c) = (x.shape()[0], x.shape()[1]);
+    let groups = int_attr(attrs, "group").unwrap_or(1);
+    let m = w.shape().first().copied().unwrap_or(0);
+    let g = usize::try_from(groups)
+        .ok()
+        .filter(|&g| g >= 1 && c % g == 0 && m % g == 0);
+    let Some(g) = g else {
+        return Err(ImportError::Malformed(format!(
+            "group {groups} must divide the {c} input and {m} output channels"
+        )));
+    };
+    if w.shape().len() != rank || w.shape()[1] * g != c {
+        return Err(ImportError::Malformed(format!(
+            "the weight {:?} must be [M, C/group, kernel…] for an input {:?} and group {g}",
+            w.shape(),
+            x.shape()
+        )));
+    }
+    let kernel = w.shape()[2..].to_vec();
+    if let Some(k) = ints_attr(attrs, "kernel_shape")
+        && k.iter().map(|&v| v as usize).ne(kernel.iter().copied())
+    {
+        return Err(ImportError::Malformed(format!(
+            "kernel_shape {k:?} is not the weight's {kernel:?}"
+        )));
+    }
+    let window = Window::of(attrs, kernel, &x.shape()[2..])?;
+    let name = |part: &str| format!("{out}.{part}");
+    let xp = padded(im, &x, &window, 0.0, &name("x"))?;
+    let offsets = window.offsets();
+    let k = offsets.len();
+    let mut columns = Vec::with_capacity(k);
+    for (i, offset) in offsets.iter().enumerate() {
+        let v = shifted(im, &xp, &window, offset, &name(&format!("w{i}")))?;
+        let mut lifted = v.shape().to_vec();
+        lifted.insert(2, 1);
+        columns.push(im.reshape(&v, &lifted, &name(&format!("c{i}")))?);
+    }
+    let refs: Vec<&Val> = columns.iter().collect();
+    let at = [("axis", Attr::Int(2))];
+    let stacked = match refs.len() {
+        1 => columns[0].clone(),
+        _ => im.onnx("Concat", &refs, &at, &name("im2col"))?,
+    };
+    let p: usize = window.out.iter().product();
+    let per_group = c / g * k;
+    let product = if g == 1 {
+        let cols = im.reshape(&stacked, &[n, per_group, p], &name("cols"))?;
+        let weight = im.reshape(&w, &[m, per_group], &name("weight"))?;
+        im.onnx("MatMul", &[&weight, &cols], &[], &name("product"))?
+    } else {
+        let cols = im.reshape(&stacked, &[n, g, per_group, p], &name("cols"))?;
+        let weight = im.reshape(&w, &[g, m / g, per_group], &name("weight"))?;
+        im.onnx("MatMul", &[&weight, &cols], &[], &name("product"))?
+    };
+    let mut shape = vec![n, m];
+    shape.extend(&window.out);
+    let y = im.reshape(&product, &shape, &name("y"))?;
+    match im.input(node, 2)? {
+        None => Ok(vec![im.reshape(&y, &shape, out)?]),
+        Some(bias) => {
+            if bias.shape() != [m] {
+                return Err(ImportError::Malformed(format!(
+                    "the bias must be [{m}], not {:?}",
+                    bias.shape()
+                )));
+            }
+            let bias = per_channel(im, &bias, rank, &name("bias"))?;
+            Ok(vec![im.onnx("Add", &[&y, &bias], &[], out)?])
+        }
+    }
+}

@@ -1,0 +1,112 @@
+"""Exports the small convolutional PyTorch models of tests/onnx.rs by both of PyTorch's
+exporters, and records their inputs and PyTorch's outputs (computed in float64 and rounded to
+float32), and for each a cotangent and torch.autograd's gradients in float64.
+
+Usage: python3 torch_cnn.py DIR (needs torch, onnx and onnxscript). Writes
+DIR/<model>.<exporter>.onnx (`ts`: TorchScript, opset 17; `dynamo`: the default opset),
+DIR/<model>.in.x.npy, DIR/<model>.out.0.npy, DIR/<model>.cot.y.npy and
+DIR/<model>.grad.<x or parameter>.npy. The models are in eval mode: batch norm uses its
+running statistics (set to values far from 0 and 1 here).
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+from torch import nn
+
+out = sys.argv[1]
+torch.manual_seed(11)
+
+
+def randomize(bn):
+    """Running statistics and an affine map that make a batch norm do something."""
+    with torch.no_grad():
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.3, 0.3)
+    return bn
+
+
+class SmallCnn(nn.Module):
+    """Conv-BN-ReLU, a 2x2 max pool, a strided conv without bias, BN-ReLU, a global average
+    pool and a Linear: a small image classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = randomize(nn.BatchNorm2d(8))
+        self.pool = nn.MaxPool2d(2)
+        self.conv2 = nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False)
+        self.bn2 = randomize(nn.BatchNorm2d(16))
+        self.fc = nn.Linear(16, 5)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.bn1(self.conv1(x))))
+        x = torch.relu(self.bn2(self.conv2(x)))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+class ResidualBlock(nn.Module):
+    """A ResNet basic block: conv3x3-BN-ReLU, conv3x3-BN, plus the input, ReLU."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn1 = randomize(nn.BatchNorm2d(c))
+        self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn2 = randomize(nn.BatchNorm2d(c))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + x)
+
+
+class OddConvs(nn.Module):
+    """A grouped, dilated conv with asymmetric strides, a depthwise conv, and an average pool
+    with ceil_mode that leaves the padding out of its counts; then a 1-D conv over the
+    flattened rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.grouped = nn.Conv2d(4, 6, (3, 2), stride=(1, 2), padding=(2, 1), dilation=2, groups=2)
+        self.depthwise = nn.Conv2d(6, 6, 3, padding=1, groups=6)
+        self.pool = nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)
+        self.line = nn.Conv1d(6, 3, 5, padding=2)
+
+    def forward(self, x):
+        x = self.pool(torch.tanh(self.depthwise(self.grouped(x))))
+        return self.line(torch.flatten(x, 2))
+
+
+def models():
+    yield "cnn", SmallCnn(), torch.randn(2, 3, 16, 16), ["conv1.weight", "bn2.weight", "fc.weight"]
+    yield "resnet_block", ResidualBlock(), torch.randn(2, 8, 12, 12), ["conv1.weight", "bn1.bias", "conv2.weight"]
+    yield "odd_convs", OddConvs(), torch.randn(2, 4, 11, 9), ["grouped.weight", "depthwise.bias", "line.weight"]
+
+
+for name, model, x, parameters in models():
+    model.eval()
+    model64 = model.double()
+    x64 = x.double().requires_grad_()
+    y = model64(x64)
+    cot = torch.randn(y.shape, dtype=torch.float64).float().double()
+    (y * cot).sum().backward()
+    np.save(os.path.join(out, f"{name}.in.x.npy"), x.numpy())
+    np.save(os.path.join(out, f"{name}.out.0.npy"), y.detach().float().numpy())
+    np.save(os.path.join(out, f"{name}.cot.y.npy"), cot.float().numpy())
+    np.save(os.path.join(out, f"{name}.grad.x.npy"), x64.grad.float().numpy())
+    named = dict(model64.named_parameters())
+    for key in parameters:
+        np.save(os.path.join(out, f"{name}.grad.{key}.npy"), named[key].grad.float().numpy())
+    model.float()
+    for p in model.parameters():
+        p.grad = None
+    # Batch norm kept as its own op: the TorchScript exporter would otherwise fold it into
+    # the conv's weights (and rename them), which fusebox's rules should do, not the exporter.
+    torch.onnx.export(model, (x,), os.path.join(out, f"{name}.ts.onnx"), dynamo=False,
+                      opset_version=17, input_names=["x"], output_names=["y"],
+                      training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)
+    torch.onnx.export(model, (x,), os.path.join(out, f"{name}.dynamo.onnx"), dynamo=True,
+                      input_names=["x"], output_names=["y"], external_data=False)
