@@ -265,7 +265,7 @@ pub(super) fn max_pool(
         });
     }
     let y = y.ok_or(ImportError::Internal("a window without offsets"))?;
-    Ok(vec![im.reshape(&y, &y.shape().to_vec(), out)?])
+    Ok(vec![y])
 }
 
 /// AveragePool (`count_include_pad`, `ceil_mode`, `dilations`, `pads`, `auto_pad`): the sum of
