@@ -255,17 +255,29 @@ pub(super) fn max_pool(
         Some((min, _)) => min as f64,
         None => f64::NEG_INFINITY,
     };
-    let xp = padded(im, &x, &window, lowest, &format!("{out}.x"))?;
+    Ok(vec![pooled(im, &x, &window, lowest, "Max", out)?])
+}
+
+/// The views of `x` padded with `fill` at every offset of `window`, combined pairwise by the
+/// ONNX op `combine` (`Max`, `Add`) in offset order.
+fn pooled(
+    im: &mut Importer,
+    x: &Val,
+    window: &Window,
+    fill: f64,
+    combine: &str,
+    out: &str,
+) -> Imports {
+    let xp = padded(im, x, window, fill, &format!("{out}.x"))?;
     let mut y: Option<Val> = None;
     for (k, offset) in window.offsets().iter().enumerate() {
-        let v = shifted(im, &xp, &window, offset, &format!("{out}.w{k}"))?;
+        let v = shifted(im, &xp, window, offset, &format!("{out}.w{k}"))?;
         y = Some(match y {
             None => v,
-            Some(m) => im.onnx("Max", &[&m, &v], &[], &format!("{out}.m{k}"))?,
+            Some(m) => im.onnx(combine, &[&m, &v], &[], &format!("{out}.p{k}"))?,
         });
     }
-    let y = y.ok_or(ImportError::Internal("a window without offsets"))?;
-    Ok(vec![y])
+    y.ok_or(ImportError::Internal("a window without offsets"))
 }
 
 /// AveragePool (`count_include_pad`, `ceil_mode`, `dilations`, `pads`, `auto_pad`): the sum of
@@ -283,16 +295,7 @@ pub(super) fn average_pool(
     let spatial = x.shape()[2..].to_vec();
     let window = Window::of(attrs, kernel_shape(attrs, s)?, &spatial)?;
     let include_pad = int_attr(attrs, "count_include_pad").unwrap_or(0) != 0;
-    let xp = padded(im, &x, &window, 0.0, &format!("{out}.x"))?;
-    let mut sum: Option<Val> = None;
-    for (k, offset) in window.offsets().iter().enumerate() {
-        let v = shifted(im, &xp, &window, offset, &format!("{out}.w{k}"))?;
-        sum = Some(match sum {
-            None => v,
-            Some(t) => im.onnx("Add", &[&t, &v], &[], &format!("{out}.s{k}"))?,
-        });
-    }
-    let sum = sum.ok_or(ImportError::Internal("a window without offsets"))?;
+    let sum = pooled(im, &x, &window, 0.0, "Add", out)?;
     // Per output position, the product over the axes of the elements counted along each.
     let counted = |i: usize, o: usize| -> usize {
         (0..window.kernel[i])

@@ -75,7 +75,7 @@ fn reduction(attrs: &Attrs, dtype: DType) -> Imports<String> {
 }
 
 /// The one value of input `i`, a constant (`what` names it in errors).
-fn one_int(im: &Importer, node: &NodeProto, i: usize, what: &str) -> Imports<i64> {
+pub(super) fn one_int(im: &Importer, node: &NodeProto, i: usize, what: &str) -> Imports<i64> {
     match im.ints(node, i, what)?[..] {
         [v] => Ok(v),
         ref other => Err(ImportError::Malformed(format!(

@@ -14,6 +14,7 @@
 //! the tree's order rather than left to right; ONNX fixes no order, and both are within the
 //! product's rounding of the exact value. Bool has no product and is refused.
 
+use super::pairwise::one_int;
 use super::proto::Attr;
 use super::structural::{Attrs, int_attr};
 use super::{ImportError, Importer, Imports, Val};
@@ -117,14 +118,7 @@ pub(super) fn cum_prod(
     let x = im.required(node, 0)?;
     numeric(&x, "CumProd")?;
     let rank = x.shape().len();
-    let axis = match im.ints(node, 1, "axis")?[..] {
-        [axis] => crate::shape::normalize_axis(axis, rank)?,
-        ref other => {
-            return Err(ImportError::Malformed(format!(
-                "axis must be one value, not {other:?}"
-            )));
-        }
-    };
+    let axis = crate::shape::normalize_axis(one_int(im, node, 1, "axis")?, rank)?;
     let exclusive = int_attr(attrs, "exclusive").unwrap_or(0) != 0;
     let reverse = int_attr(attrs, "reverse").unwrap_or(0) != 0;
     let n = x.shape()[axis] as i64;
