@@ -699,6 +699,90 @@ fn extreme_attribute_values_are_errors_not_overflows() {
     }
 }
 
+fn ints_attr(name: &str, values: &[i64]) -> onnx_protobuf::AttributeProto {
+    let mut a = onnx_protobuf::AttributeProto::new();
+    a.name = name.into();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::INTS.into();
+    a.ints = values.to_vec();
+    a
+}
+
+/// Window ops with hostile attributes (a window of more offsets than fusebox expands, sizes,
+/// strides, dilations and pads at the ends of i64, zero and negative ones, a kernel_shape
+/// that disagrees with the weight) are located errors, quickly, never an overflow, a panic or
+/// a graph that takes minutes to build.
+#[test]
+fn hostile_window_attributes_are_located_errors() {
+    let dir = temp_dir("windows");
+    let rules = RuleSet::defaults();
+    let pool = |op: &str, attrs: Vec<onnx_protobuf::AttributeProto>| {
+        let mut n = node(op, "n", &["x"], "y");
+        n.attribute = attrs;
+        n
+    };
+    let conv = |attrs: Vec<onnx_protobuf::AttributeProto>| {
+        let mut n = node("Conv", "n", &["x", "w"], "y");
+        n.attribute = attrs;
+        n
+    };
+    let k = |v: &[i64]| ints_attr("kernel_shape", v);
+    let cases = vec![
+        pool("MaxPool", vec![k(&[2000])]),
+        pool("MaxPool", vec![k(&[i64::MAX])]),
+        pool("AveragePool", vec![k(&[0])]),
+        pool("AveragePool", vec![k(&[-3])]),
+        pool("MaxPool", vec![k(&[3]), ints_attr("strides", &[0])]),
+        pool("MaxPool", vec![k(&[3]), ints_attr("strides", &[i64::MAX])]),
+        pool(
+            "MaxPool",
+            vec![k(&[3]), ints_attr("dilations", &[i64::MAX])],
+        ),
+        pool(
+            "AveragePool",
+            vec![k(&[3]), ints_attr("pads", &[i64::MAX, 1])],
+        ),
+        pool("AveragePool", vec![k(&[3]), ints_attr("pads", &[-1, 0])]),
+        pool(
+            "AveragePool",
+            vec![k(&[3]), ints_attr("pads", &[(1 << 24) + 1, 0])],
+        ),
+        pool("MaxPool", vec![k(&[60])]),
+        conv(vec![int_attr("group", 0)]),
+        conv(vec![int_attr("group", i64::MIN)]),
+        conv(vec![k(&[5])]),
+        conv(vec![ints_attr("dilations", &[i64::MAX])]),
+    ];
+    for (i, n) in cases.into_iter().enumerate() {
+        let mut graph = GraphProto::new();
+        graph.name = "m".into();
+        graph.input.push(value_info("x", &[1, 2, 50]));
+        graph.output.push(value_info("y", &[1]));
+        let mut w = weights(floats(&[0.5; 12]), &[2, 2, 3]);
+        w.name = "w".into();
+        graph.initializer.push(w);
+        graph.node = vec![n];
+        let mut model = ModelProto::new();
+        model.ir_version = 8;
+        let mut opset = OperatorSetIdProto::new();
+        opset.version = 17;
+        model.opset_import.push(opset);
+        model.graph = Some(graph).into();
+        let path = dir.join(format!("case{i}.onnx"));
+        std::fs::write(&path, model.write_to_bytes().unwrap()).unwrap();
+        let started = std::time::Instant::now();
+        let err = match onnx::import(&path, &rules.ops, &rules.onnx) {
+            Ok(_) => panic!("case {i} imported"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("node `n`"), "case {i}: {err}");
+        assert!(
+            started.elapsed().as_secs() < 5,
+            "case {i} took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
 // ------------------------------------------------------------------ grad keeps stored values
 
 /// Writes `values` as an f32 `.npy` of shape [4] and returns its path as text.

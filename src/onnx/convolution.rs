@@ -25,6 +25,16 @@ use super::{ImportError, Importer, Imports, Val};
 use crate::dtype::DType;
 use onnx_protobuf::NodeProto;
 
+/// The most offsets a window may have (`Π kernel`): each is a view and an operand of the
+/// im2col `concat` or of the pool's combination, so the graph grows with them (a 1-D window of
+/// 1024 imports and optimizes in about half a second on the development machine, one of 4096
+/// in 16 s).
+pub(crate) const MAX_WINDOW_OFFSETS: usize = 1024;
+
+/// The largest kernel size, stride, dilation or padding accepted on one axis: far beyond any
+/// model's, and small enough that the window arithmetic cannot overflow.
+const MAX_EXTENT: i64 = 1 << 24;
+
 /// The window of a Conv or pool over `spatial` input sizes: per spatial axis the kernel size,
 /// stride, dilation, the padding before and after, and the output size.
 struct Window {
@@ -40,11 +50,11 @@ struct Window {
 fn per_axis(attrs: &Attrs, name: &str, s: usize, default: usize) -> Imports<Vec<usize>> {
     match ints_attr(attrs, name) {
         None => Ok(vec![default; s]),
-        Some(v) if v.len() == s && v.iter().all(|&x| x >= 1) => {
+        Some(v) if v.len() == s && v.iter().all(|&x| (1..=MAX_EXTENT).contains(&x)) => {
             Ok(v.iter().map(|&x| x as usize).collect())
         }
         Some(v) => Err(ImportError::Malformed(format!(
-            "{name} {v:?} must be {s} positive values, one per spatial axis"
+            "{name} {v:?} must be {s} values from 1 to {MAX_EXTENT}, one per spatial axis"
         ))),
     }
 }
@@ -54,6 +64,15 @@ impl Window {
     /// `strides`, `dilations`, `pads` or `auto_pad`, and `ceil_mode` (pools).
     fn of(attrs: &Attrs, kernel: Vec<usize>, spatial: &[usize]) -> Imports<Window> {
         let s = spatial.len();
+        let offsets = kernel
+            .iter()
+            .try_fold(1usize, |n, &k| n.checked_mul(k))
+            .filter(|&n| n <= MAX_WINDOW_OFFSETS);
+        if offsets.is_none() || kernel.iter().any(|&k| k == 0 || k as i64 > MAX_EXTENT) {
+            return Err(ImportError::Unsupported(format!(
+                "a window of {kernel:?}: fusebox expands a window into one view per offset, at most {MAX_WINDOW_OFFSETS}"
+            )));
+        }
         let strides = per_axis(attrs, "strides", s, 1)?;
         let dilations = per_axis(attrs, "dilations", s, 1)?;
         let ceil = int_attr(attrs, "ceil_mode").unwrap_or(0) != 0;
@@ -67,9 +86,9 @@ impl Window {
         match auto_pad.as_str() {
             "NOTSET" => {
                 if let Some(pads) = ints_attr(attrs, "pads") {
-                    if pads.len() != 2 * s || pads.iter().any(|&p| p < 0) {
+                    if pads.len() != 2 * s || pads.iter().any(|&p| !(0..=MAX_EXTENT).contains(&p)) {
                         return Err(ImportError::Malformed(format!(
-                            "pads {pads:?} must be {} values of at least 0",
+                            "pads {pads:?} must be {} values from 0 to {MAX_EXTENT}",
                             2 * s
                         )));
                     }
@@ -228,12 +247,15 @@ fn image(im: &Importer, node: &NodeProto, op: &str) -> Imports<Val> {
 /// A pool's `kernel_shape`, which it must have.
 fn kernel_shape(attrs: &Attrs, s: usize) -> Imports<Vec<usize>> {
     match ints_attr(attrs, "kernel_shape") {
-        Some(k) if k.len() == s && k.iter().all(|&x| x >= 1) => {
+        Some(k) if k.len() == s && k.iter().all(|&x| (1..=MAX_EXTENT).contains(&x)) => {
             Ok(k.iter().map(|&x| x as usize).collect())
         }
-        other => Err(ImportError::Malformed(format!(
-            "kernel_shape {other:?} must be {s} positive sizes"
+        Some(k) => Err(ImportError::Malformed(format!(
+            "kernel_shape {k:?} must be {s} sizes from 1 to {MAX_EXTENT}, one per spatial axis"
         ))),
+        None => Err(ImportError::Malformed(
+            "a pool needs its kernel_shape".into(),
+        )),
     }
 }
 
@@ -309,7 +331,8 @@ pub(super) fn average_pool(
             })
             .count()
     };
-    let positions: usize = window.out.iter().product();
+    let out_dims: Vec<i64> = window.out.iter().map(|&o| o as i64).collect();
+    let (_, positions) = super::proto::element_count(&out_dims)?;
     let mut counts = Vec::with_capacity(positions);
     for p in 0..positions {
         let mut rest = p;
