@@ -11,6 +11,8 @@ mod book;
 mod concat;
 #[path = "../concat_in_place.rs"]
 mod concat_in_place;
+#[path = "../convolution.rs"]
+mod convolution;
 #[path = "../cpu_backend.rs"]
 mod cpu_backend;
 #[path = "../cpu_cli.rs"]

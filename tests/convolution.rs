@@ -1,0 +1,372 @@
+//! ONNX `Conv`, `MaxPool` and `AveragePool` of random geometry (1 or 2 spatial axes, groups,
+//! strides, dilations, explicit pads or `auto_pad`, `ceil_mode`, `count_include_pad`),
+//! imported and run on the reference evaluator and compiled for the CPU, against the
+//! definition computed here by direct loops over each window.
+
+use crate::common;
+
+use common::kernel_cache::compiler;
+use common::onnx_models::value_info;
+use common::random_graph::{assert_same, rules};
+use fusebox::backend::Executable;
+use fusebox::dtype::DType;
+use fusebox::eval::Tensors;
+use fusebox::onnx;
+use fusebox::optimize::Options;
+use fusebox::runner::prepare;
+use fusebox::tensor::Tensor;
+use onnx_protobuf::{AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto};
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use protobuf::Message;
+use rand::{RngExt, SeedableRng};
+
+/// One window op's geometry.
+#[derive(Debug, Clone)]
+struct Window {
+    /// 0: Conv, 1: MaxPool, 2: AveragePool.
+    op: usize,
+    batch: usize,
+    channels: usize,
+    /// Conv: output channels per group, and the groups.
+    per_group: usize,
+    groups: usize,
+    spatial: Vec<usize>,
+    kernel: Vec<usize>,
+    strides: Vec<usize>,
+    dilations: Vec<usize>,
+    /// Before then after, per axis; `None` with `auto_pad` SAME_UPPER or SAME_LOWER.
+    pads: Option<Vec<(usize, usize)>>,
+    same_lower: bool,
+    ceil: bool,
+    include_pad: bool,
+}
+
+fn windows() -> impl Strategy<Value = Window> {
+    (
+        (0..3usize, 1..3usize, 1..4usize, 1..3usize, 1..3usize),
+        prop::collection::vec(
+            (
+                1..8usize,
+                1..4usize,
+                1..4usize,
+                1..3usize,
+                0..3usize,
+                0..3usize,
+            ),
+            1..3,
+        ),
+        (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
+    )
+        .prop_map(|((op, batch, channels, per_group, groups), axes, flags)| {
+            let (auto, same_lower, ceil, include_pad) = flags;
+            let spatial: Vec<usize> = axes
+                .iter()
+                .map(|&(n, k, _, d, b, a)| n.max((k - 1) * d + 1).max(b.max(a) + 1))
+                .collect();
+            let kernel = axes.iter().map(|a| a.1).collect();
+            let strides = axes.iter().map(|a| a.2).collect();
+            let dilations = axes.iter().map(|a| a.3).collect();
+            // Pads smaller than the window, as ONNX's reference and PyTorch require of pools.
+            let pads = (!auto).then(|| {
+                axes.iter()
+                    .map(|&(_, k, _, d, b, a)| {
+                        let span = (k - 1) * d + 1;
+                        (b.min(span / 2), a.min(span / 2))
+                    })
+                    .collect()
+            });
+            Window {
+                op,
+                batch,
+                channels: channels * groups,
+                per_group,
+                groups: if op == 0 { groups } else { 1 },
+                spatial,
+                kernel,
+                strides,
+                dilations,
+                pads,
+                same_lower,
+                ceil: ceil && op != 0,
+                include_pad,
+            }
+        })
+}
+
+fn ints(name: &str, v: &[usize]) -> AttributeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.into();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::INTS.into();
+    a.ints = v.iter().map(|&x| x as i64).collect();
+    a
+}
+
+fn int(name: &str, v: i64) -> AttributeProto {
+    let mut a = AttributeProto::new();
+    a.name = name.into();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::INT.into();
+    a.i = v;
+    a
+}
+
+impl Window {
+    fn out_channels(&self) -> usize {
+        match self.op {
+            0 => self.per_group * self.groups,
+            _ => self.channels,
+        }
+    }
+
+    /// Per axis: padding before and after, and the output size, as ONNX defines them.
+    fn geometry(&self) -> Vec<(usize, usize, usize)> {
+        (0..self.spatial.len())
+            .map(|i| {
+                let span = (self.kernel[i] - 1) * self.dilations[i] + 1;
+                let (n, s) = (self.spatial[i], self.strides[i]);
+                let (b, a) = match &self.pads {
+                    Some(p) => p[i],
+                    None => {
+                        let out = n.div_ceil(s);
+                        let total = ((out - 1) * s + span).saturating_sub(n);
+                        let small = total / 2;
+                        match self.same_lower {
+                            false => (small, total - small),
+                            true => (total - small, small),
+                        }
+                    }
+                };
+                let room = n + b + a - span;
+                let mut out = match self.ceil {
+                    true => room.div_ceil(s) + 1,
+                    false => room / s + 1,
+                };
+                if self.ceil && (out - 1) * s >= n + b {
+                    out -= 1;
+                }
+                (b, a, out)
+            })
+            .collect()
+    }
+
+    fn model(&self) -> ModelProto {
+        let mut node = NodeProto::new();
+        node.op_type = ["Conv", "MaxPool", "AveragePool"][self.op].into();
+        node.name = "window".into();
+        node.input = vec!["x".into()];
+        if self.op == 0 {
+            node.input.push("w".into());
+            node.attribute.push(int("group", self.groups as i64));
+        } else {
+            node.attribute.push(ints("kernel_shape", &self.kernel));
+        }
+        node.output = vec!["y".into()];
+        node.attribute.push(ints("strides", &self.strides));
+        node.attribute.push(ints("dilations", &self.dilations));
+        match &self.pads {
+            Some(p) => {
+                let pads: Vec<usize> = p.iter().map(|x| x.0).chain(p.iter().map(|x| x.1)).collect();
+                node.attribute.push(ints("pads", &pads));
+            }
+            None => {
+                let mut a = AttributeProto::new();
+                a.name = "auto_pad".into();
+                a.type_ = onnx_protobuf::attribute_proto::AttributeType::STRING.into();
+                a.s = if self.same_lower {
+                    "SAME_LOWER"
+                } else {
+                    "SAME_UPPER"
+                }
+                .into();
+                node.attribute.push(a);
+            }
+        }
+        if self.op != 0 {
+            node.attribute.push(int("ceil_mode", self.ceil as i64));
+        }
+        if self.op == 2 {
+            node.attribute
+                .push(int("count_include_pad", self.include_pad as i64));
+        }
+        let mut graph = GraphProto::new();
+        graph.name = "window".into();
+        let mut x = vec![self.batch as i64, self.channels as i64];
+        x.extend(self.spatial.iter().map(|&n| n as i64));
+        graph.input.push(value_info("x", 1, Some(&x)));
+        if self.op == 0 {
+            let mut w = vec![
+                self.out_channels() as i64,
+                (self.channels / self.groups) as i64,
+            ];
+            w.extend(self.kernel.iter().map(|&k| k as i64));
+            graph.input.push(value_info("w", 1, Some(&w)));
+        }
+        graph.output.push(value_info("y", 1, None));
+        graph.node.push(node);
+        let mut model = ModelProto::new();
+        model.ir_version = 8;
+        let mut opset = OperatorSetIdProto::new();
+        opset.version = 19;
+        model.opset_import.push(opset);
+        model.graph = Some(graph).into();
+        model
+    }
+
+    /// The output by its definition: for each output element, its window's elements inside
+    /// the input (padding is 0 for a sum, absent for a maximum), in f64.
+    fn direct(&self, x: &Tensor, w: Option<&Tensor>) -> (Vec<usize>, Vec<f64>) {
+        let geometry = self.geometry();
+        let s = self.spatial.len();
+        let (xv, wv) = (x.values(), w.map(|w| w.values()));
+        let m = self.out_channels();
+        let mut shape = vec![self.batch, m];
+        shape.extend(geometry.iter().map(|g| g.2));
+        let positions: usize = geometry.iter().map(|g| g.2).product();
+        let offsets: usize = self.kernel.iter().product();
+        let per_in = self.channels / self.groups;
+        let mut out = Vec::with_capacity(self.batch * m * positions);
+        let unravel = |mut i: usize, sizes: &[usize]| {
+            let mut c = vec![0; sizes.len()];
+            for d in (0..sizes.len()).rev() {
+                c[d] = i % sizes[d];
+                i /= sizes[d];
+            }
+            c
+        };
+        let plane: usize = self.spatial.iter().product();
+        for n in 0..self.batch {
+            for oc in 0..m {
+                for p in 0..positions {
+                    let o = unravel(p, &geometry.iter().map(|g| g.2).collect::<Vec<_>>());
+                    let (mut acc, mut max, mut count) = (0.0f64, f64::NEG_INFINITY, 0usize);
+                    let mut nan = false;
+                    for k in 0..offsets {
+                        let kk = unravel(k, &self.kernel);
+                        // Position in the padded input, and whether it lies in the input, in
+                        // the padding, or past it (ceil mode's overhang).
+                        let mut inside = true;
+                        let mut padded_in = true;
+                        let mut at = 0usize;
+                        for i in 0..s {
+                            let q = o[i] * self.strides[i] + kk[i] * self.dilations[i];
+                            let (b, a, _) = geometry[i];
+                            padded_in &= q < self.spatial[i] + b + a;
+                            if q < b || q >= b + self.spatial[i] {
+                                inside = false;
+                            } else {
+                                at = at * self.spatial[i] + (q - b);
+                            }
+                        }
+                        if self.op == 2 && (if self.include_pad { padded_in } else { inside }) {
+                            count += 1;
+                        }
+                        if !inside {
+                            continue;
+                        }
+                        match self.op {
+                            0 => {
+                                let g = oc / self.per_group;
+                                for ci in 0..per_in {
+                                    let c = g * per_in + ci;
+                                    let xi = (n * self.channels + c) * plane + at;
+                                    let wi = (oc * per_in + ci) * offsets + k;
+                                    acc += xv[xi] * wv.as_ref().unwrap()[wi];
+                                }
+                            }
+                            _ => {
+                                let v = xv[(n * self.channels + oc) * plane + at];
+                                nan |= v.is_nan();
+                                max = max.max(v);
+                                acc += v;
+                            }
+                        }
+                    }
+                    out.push(match self.op {
+                        0 => acc,
+                        1 if nan => f64::NAN,
+                        1 => max,
+                        _ => acc / count as f64,
+                    });
+                }
+            }
+        }
+        (shape, out)
+    }
+}
+
+/// `window` imported and run on the reference evaluator and the CPU, against [`Window::direct`].
+fn agrees(window: &Window, seed: u64) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("fusebox-windows-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("w{seed}.onnx"));
+    std::fs::write(&path, window.model().write_to_bytes().unwrap()).unwrap();
+    let rules = rules();
+    let imported = onnx::import(&path, &rules.ops, &rules.onnx).map_err(|e| e.to_string())?;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    // The importer's constants (padding slabs, pool counts) are stored values of the graph.
+    let mut inputs: Tensors = imported.values.clone().into_iter().collect();
+    for input in imported
+        .graph
+        .inputs
+        .iter()
+        .filter(|i| ["x", "w"].contains(&i.name.as_str()))
+    {
+        let n: usize = input.shape.iter().product();
+        let values = (0..n)
+            .map(|_| f64::from(rng.random_range(-8i32..8)) / 4.0)
+            .collect();
+        inputs.insert(
+            input.name.clone(),
+            Tensor::from_values(DType::F32, &input.shape, values).unwrap(),
+        );
+    }
+    let (shape, values) = window.direct(&inputs["x"], inputs.get("w"));
+    let want = Tensor::from_values(DType::F32, &shape, values).unwrap();
+    let got =
+        fusebox::eval::evaluate(&imported.graph, &rules.ops, &inputs).map_err(|e| e.to_string())?;
+    assert_same("reference y", &want, &got["y"])?;
+    let mut prepared = prepare(&imported.graph, rules, &Options::default(), compiler())
+        .map_err(|e| e.to_string())?;
+    let got = prepared
+        .executable
+        .run_tensors(&inputs)
+        .map_err(|e| e.to_string())?;
+    assert_same("cpu y", &want, &got["y"])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: common::random_graph::cases(64),
+        ..ProptestConfig::default()
+    })]
+
+    /// Random convolutions and pools equal their definition on the reference and the CPU.
+    #[test]
+    fn random_windows_match_their_definition(window in windows(), seed in 0u64..1000) {
+        agrees(&window, seed).map_err(|e| TestCaseError::fail(format!("{e}\n{window:?}")))?;
+    }
+}
+
+/// The geometry the generator covers, in fair numbers over 400 windows: each op, two spatial
+/// axes, groups, strides and dilations above 1, `auto_pad` both ways, `ceil_mode` and
+/// `count_include_pad`.
+#[test]
+fn random_windows_cover_their_forms() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = windows();
+    let all: Vec<Window> = (0..400)
+        .map(|_| strategy.new_tree(&mut runner).unwrap().current())
+        .collect();
+    let count = |f: &dyn Fn(&Window) -> bool| all.iter().filter(|w| f(w)).count();
+    for op in 0..3 {
+        assert!(count(&|w| w.op == op) > 80, "op {op}");
+    }
+    assert!(count(&|w| w.spatial.len() == 2) > 100);
+    assert!(count(&|w| w.groups > 1) > 40);
+    assert!(count(&|w| w.strides.iter().any(|&s| s > 1)) > 100);
+    assert!(count(&|w| w.dilations.iter().any(|&d| d > 1)) > 100);
+    assert!(count(&|w| w.pads.is_none() && w.same_lower) > 40);
+    assert!(count(&|w| w.pads.is_none() && !w.same_lower) > 40);
+    assert!(count(&|w| w.ceil) > 60);
+    assert!(count(&|w| w.op == 2 && w.include_pad) > 30);
+}
