@@ -2282,6 +2282,39 @@ fn emulated_embedding_layernorms_read_rows_at_their_ids() {
     }
 }
 
+/// The convolutional models of `tests/onnx/cnn` (TorchScript exports, imported into padding
+/// `concat`s, im2col `concat`s of strided views, GEMMs, pools and batch norms): their kernels
+/// compile for sm_80 and sm_90 without warnings, and their emitted CUDA, run by the emulation
+/// in 32- and 64-bit indexing, equals the reference evaluator.
+#[test]
+fn emulated_convolutional_models_match_the_reference() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/cnn");
+    let rules = random_graph::rules();
+    for model in ["cnn", "resnet_block", "odd_convs"] {
+        let path = dir.join(format!("{model}.ts.onnx"));
+        let imported = fusebox::onnx::import(&path, &rules.ops, &rules.onnx).unwrap();
+        let mut inputs: fusebox::eval::Tensors = imported.values.clone().into_iter().collect();
+        let x = fusebox::tensor::Tensor::read_npy(&dir.join(format!("{model}.in.x.npy"))).unwrap();
+        inputs.insert("x".into(), x);
+        let program = lowered(&imported.graph);
+        check(&program.kernels);
+        let mut emulated = BTreeMap::new();
+        for wide in [false, true] {
+            let Some(result) = emulated_agrees_on(
+                &imported.graph,
+                &program,
+                &mut emulated,
+                &inputs,
+                wide,
+                None,
+            ) else {
+                return;
+            };
+            result.unwrap_or_else(|e| panic!("{model}: {e}"));
+        }
+    }
+}
+
 /// Reductions of nothing ([`row_graphs::empty_reductions`]) write their identities from the
 /// emitted CUDA as the reference does: 0 for a sum, NaN for a mean, -inf for a max (rows and
 /// columns), +inf for a min, in f32 and f16.
