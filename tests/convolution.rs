@@ -15,7 +15,7 @@ use fusebox::onnx;
 use fusebox::optimize::Options;
 use fusebox::runner::prepare;
 use fusebox::tensor::Tensor;
-use onnx_protobuf::{AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto};
+use onnx_protobuf::{AttributeProto, GraphProto, ModelProto, NodeProto};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use protobuf::Message;
@@ -203,13 +203,7 @@ impl Window {
         }
         graph.output.push(value_info("y", 1, None));
         graph.node.push(node);
-        let mut model = ModelProto::new();
-        model.ir_version = 8;
-        let mut opset = OperatorSetIdProto::new();
-        opset.version = 19;
-        model.opset_import.push(opset);
-        model.graph = Some(graph).into();
-        model
+        common::onnx_models::model_of(graph, 19)
     }
 
     /// The output by its definition: for each output element, its window's elements inside

@@ -761,12 +761,7 @@ fn hostile_window_attributes_are_located_errors() {
         w.name = "w".into();
         graph.initializer.push(w);
         graph.node = vec![n];
-        let mut model = ModelProto::new();
-        model.ir_version = 8;
-        let mut opset = OperatorSetIdProto::new();
-        opset.version = 17;
-        model.opset_import.push(opset);
-        model.graph = Some(graph).into();
+        let model = crate::common::onnx_models::model_of(graph, 17);
         let path = dir.join(format!("case{i}.onnx"));
         std::fs::write(&path, model.write_to_bytes().unwrap()).unwrap();
         let started = std::time::Instant::now();

@@ -2,7 +2,18 @@
 //! or unusual model no exporter would write; and models built by the Python scripts of
 //! `tests/onnx/` with the onnx wheel.
 
-use onnx_protobuf::{TypeProto, ValueInfoProto};
+use onnx_protobuf::{GraphProto, ModelProto, OperatorSetIdProto, TypeProto, ValueInfoProto};
+
+/// A model (IR version 8) of `graph` importing the default domain at `opset`.
+pub fn model_of(graph: GraphProto, opset: i64) -> ModelProto {
+    let mut model = ModelProto::new();
+    model.ir_version = 8;
+    let mut domain = OperatorSetIdProto::new();
+    domain.version = opset;
+    model.opset_import.push(domain);
+    model.graph = Some(graph).into();
+    model
+}
 
 /// A graph input or output `name` of ONNX element type `elem_type` (1 = float, 6 = int32,
 /// 7 = int64, 11 = double), with dimensions `dims`, or no shape at all for `None`.
