@@ -237,7 +237,9 @@ fn gradients_match(source: &Path, dir: &Path, model: &str, exporter: &str, wrt: 
 /// (conv-BN-ReLU, max pool, a strided conv without bias, BN-ReLU, global average pool,
 /// Linear), a ResNet basic block (two conv-BN pairs and the residual add), and a grouped,
 /// dilated conv with asymmetric strides and padding, a depthwise conv, an average pool with
-/// `ceil_mode` that leaves the padding out of its counts, and a 1-D conv. Each matches
+/// `ceil_mode` that leaves the padding out of its counts, and a 1-D conv; and convs with
+/// reflect and replicate padding (`Pad`), `InstanceNorm2d`, `GroupNorm` and a constant
+/// `F.pad`. Each matches
 /// PyTorch on the reference and CPU backends, and `fusebox grad` matches `torch.autograd`
 /// with respect to the input and to weights: the conv weights, batch norm's scale and shift,
 /// the Linear's weight. (The dynamo exporter folds an eval-mode batch norm into the conv
@@ -259,6 +261,11 @@ fn convolutional_models_match_pytorch_forward_and_backward() {
             "odd_convs",
             "x,grouped.weight,depthwise.bias,line.weight",
             "x,grouped.weight,depthwise.bias,line.weight",
+        ),
+        (
+            "norms_pads",
+            "x,reflect.weight,instance.weight,group.bias",
+            "x,reflect.weight,instance.weight",
         ),
     ] {
         for (exporter, wrt) in [("ts", ts_wrt), ("dynamo", dynamo_wrt)] {

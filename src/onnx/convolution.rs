@@ -514,3 +514,145 @@ pub(super) fn conv(
         }
     }
 }
+
+/// Pad (`constant`, `edge`, `reflect` or `wrap` mode; the pads as an input from opset 11, an
+/// attribute before; negative pads crop): per padded axis a `concat` of what comes before the
+/// input, the input, and what comes after. A constant is a slab of the value, an edge the
+/// first or last slice broadcast, a reflection the slices mirrored around the edge without
+/// repeating it (a `gather` of the positions, as a backward `Slice`), a wrap the slices from
+/// the other end.
+pub(super) fn pad(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    let x = im.required(node, 0)?;
+    let rank = x.shape().len();
+    let pads = match (im.input(node, 1)?, ints_attr(attrs, "pads")) {
+        (Some(_), _) => im.ints(node, 1, "pads")?,
+        (None, Some(p)) => p,
+        (None, None) => return Err(ImportError::Malformed("Pad needs its pads".into())),
+    };
+    let axes: Vec<usize> = match im.input(node, 3)? {
+        Some(_) => {
+            let axes = im.ints(node, 3, "axes")?;
+            crate::shape::normalize_axes(Some(&axes), rank)?
+        }
+        None => (0..rank).collect(),
+    };
+    if pads.len() != 2 * axes.len() || pads.iter().any(|p| p.abs() > MAX_EXTENT) {
+        return Err(ImportError::Malformed(format!(
+            "pads {pads:?} must be {} values of at most {MAX_EXTENT} in size",
+            2 * axes.len()
+        )));
+    }
+    let value = match im.input(node, 2)? {
+        Some(_) => {
+            let v = im.required(node, 2)?;
+            let t = im.demand(&v).ok_or_else(|| {
+                ImportError::Unsupported("Pad's constant_value must be a constant".into())
+            })?;
+            t.values().first().copied().unwrap_or(0.0)
+        }
+        None => match attrs.get("value") {
+            Some(Attr::Float(v)) => *v,
+            _ => 0.0,
+        },
+    };
+    let mode = match attrs.get("mode") {
+        None => "constant".to_string(),
+        Some(Attr::Str(m)) => m.clone(),
+        Some(_) => return Err(ImportError::Malformed("mode must be a string".into())),
+    };
+    let mut y = x.clone();
+    for (i, &axis) in axes.iter().enumerate() {
+        let (before, after) = (pads[i], pads[axes.len() + i]);
+        let part = |what: &str| format!("{out}.a{axis}.{what}");
+        // Negative pads crop first.
+        let n = y.shape()[axis] as i64;
+        let (start, end) = (before.min(0).abs(), n - after.min(0).abs());
+        if start > 0 || end < n {
+            if start > end {
+                return Err(ImportError::Malformed(format!(
+                    "pads {pads:?} crop more than axis {axis} holds"
+                )));
+            }
+            y = im.slice(&y, axis, start, end, 1, &part("crop"))?;
+        }
+        let (before, after) = (before.max(0) as usize, after.max(0) as usize);
+        if before == 0 && after == 0 {
+            continue;
+        }
+        let n = y.shape()[axis];
+        let mut parts = Vec::new();
+        for (side, size) in [("before", before), ("after", after)] {
+            if size == 0 {
+                parts.push(None);
+                continue;
+            }
+            let name = part(side);
+            let front = side == "before";
+            let piece = match mode.as_str() {
+                "constant" => {
+                    let mut shape = y.shape().to_vec();
+                    shape[axis] = size;
+                    let dims = shape.iter().map(|&d| d as i64).collect();
+                    let dims = Val::ints(DType::I64, &[rank], dims)?;
+                    let v = Val::floats(x.dtype(), &[], vec![value])?;
+                    im.onnx("Expand", &[&v, &dims], &[], &name)?
+                }
+                "edge" if n > 0 => {
+                    let at = if front { 0 } else { n as i64 - 1 };
+                    let edge = im.slice(&y, axis, at, at + 1, 1, &format!("{name}.edge"))?;
+                    let mut shape = y.shape().to_vec();
+                    shape[axis] = size;
+                    let dims = shape.iter().map(|&d| d as i64).collect();
+                    let dims = Val::ints(DType::I64, &[rank], dims)?;
+                    im.onnx("Expand", &[&edge, &dims], &[], &name)?
+                }
+                "reflect" if size < n => {
+                    let (s, size) = (n as i64, size as i64);
+                    // The end is exclusive; one before position 0 is written `-(s + 1)`,
+                    // since a negative end counts from the end.
+                    let end = s - 2 - size;
+                    let bounds = match front {
+                        true => (size, 0, -1),
+                        false => (s - 2, if end < 0 { -(s + 1) } else { end }, -1),
+                    };
+                    super::structural::backward(im, &y, axis, bounds, &name)?
+                }
+                "wrap" if size <= n => {
+                    let (s, size) = (n as i64, size as i64);
+                    match front {
+                        true => im.slice(&y, axis, s - size, s, 1, &name)?,
+                        false => im.slice(&y, axis, 0, size, 1, &name)?,
+                    }
+                }
+                "edge" | "reflect" | "wrap" => {
+                    return Err(ImportError::Malformed(format!(
+                        "{mode} padding of {size} on axis {axis} of {n} elements"
+                    )));
+                }
+                other => {
+                    return Err(ImportError::Malformed(format!(
+                        "mode `{other}` is none of constant, edge, reflect, wrap"
+                    )));
+                }
+            };
+            parts.push(Some(piece));
+        }
+        let mut all: Vec<Val> = Vec::new();
+        if let Some(p) = parts[0].take() {
+            all.push(p);
+        }
+        all.push(y.clone());
+        if let Some(p) = parts[1].take() {
+            all.push(p);
+        }
+        let refs: Vec<&Val> = all.iter().collect();
+        let at = [("axis", Attr::Int(axis as i64))];
+        y = im.onnx("Concat", &refs, &at, &part("padded"))?;
+    }
+    Ok(vec![y])
+}

@@ -17,6 +17,7 @@ mod integers;
 pub use error::ImportError;
 pub use fold::FOLD_LIMIT;
 mod model_check;
+mod normalization;
 mod pairwise;
 mod products;
 pub mod proto;

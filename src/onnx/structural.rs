@@ -63,6 +63,9 @@ const HANDLERS: [(&str, Handler); STRUCTURAL.len()] = [
     ("GlobalAveragePool", super::convolution::global_average_pool),
     ("GlobalMaxPool", super::convolution::global_max_pool),
     ("BatchNormalization", super::convolution::batch_norm),
+    ("Pad", super::convolution::pad),
+    ("InstanceNormalization", super::normalization::instance_norm),
+    ("GroupNormalization", super::normalization::group_norm),
 ];
 
 /// The handler of ONNX op type `op_type`, if it is structural.
@@ -498,7 +501,7 @@ fn slice(im: &mut Importer, node: &NodeProto, _: &Attrs, out: &str) -> Imports<V
 /// `x[start:end:step]` along `axis` for a negative `step`, as ONNX bounds it (`start` clamped
 /// to `[0, dim - 1]`, `end` to `[-1, dim - 1]`, negatives counted from the end): a `gather` of
 /// the positions `start, start + step, …` down to just above `end`.
-fn backward(
+pub(super) fn backward(
     im: &mut Importer,
     x: &Val,
     axis: usize,

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 /// values known only at import. The one list of them: the importer (`crate::onnx`) registers
 /// one handler for each (a test there checks the two agree), and this table's loader refuses a
 /// Map for any of them (it would never be consulted).
-pub const STRUCTURAL: [&str; 33] = [
+pub const STRUCTURAL: [&str; 36] = [
     "Constant",
     "ConstantOfShape",
     "Shape",
@@ -55,6 +55,9 @@ pub const STRUCTURAL: [&str; 33] = [
     "GlobalAveragePool",
     "GlobalMaxPool",
     "BatchNormalization",
+    "Pad",
+    "InstanceNormalization",
+    "GroupNormalization",
 ];
 
 /// The table embedded in the binary.

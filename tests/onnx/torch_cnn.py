@@ -80,10 +80,33 @@ class OddConvs(nn.Module):
         return self.line(torch.flatten(x, 2))
 
 
+class NormsAndPads(nn.Module):
+    """A conv with reflect padding (exported as Pad then Conv), InstanceNorm2d with affine
+    parameters, a replicate-padded conv, GroupNorm(2 groups), and a constant F.pad."""
+
+    def __init__(self):
+        super().__init__()
+        self.reflect = nn.Conv2d(4, 6, 3, padding=1, padding_mode="reflect")
+        self.instance = nn.InstanceNorm2d(6, affine=True)
+        self.replicate = nn.Conv2d(6, 4, 3, padding=2, padding_mode="replicate")
+        self.group = nn.GroupNorm(2, 4)
+        with torch.no_grad():
+            self.instance.weight.uniform_(0.5, 1.5)
+            self.instance.bias.uniform_(-0.3, 0.3)
+            self.group.weight.uniform_(0.5, 1.5)
+            self.group.bias.uniform_(-0.3, 0.3)
+
+    def forward(self, x):
+        x = torch.relu(self.instance(self.reflect(x)))
+        x = self.group(self.replicate(x))
+        return nn.functional.pad(x, (1, 2, 0, 1), value=0.25)
+
+
 def models():
     yield "cnn", SmallCnn(), torch.randn(2, 3, 16, 16), ["conv1.weight", "bn2.weight", "fc.weight"]
     yield "resnet_block", ResidualBlock(), torch.randn(2, 8, 12, 12), ["conv1.weight", "bn1.bias", "conv2.weight"]
     yield "odd_convs", OddConvs(), torch.randn(2, 4, 11, 9), ["grouped.weight", "depthwise.bias", "line.weight"]
+    yield "norms_pads", NormsAndPads(), torch.randn(2, 4, 7, 6), ["reflect.weight", "instance.weight", "group.bias"]
 
 
 for name, model, x, parameters in models():
