@@ -319,7 +319,7 @@ pub(crate) trait Spelling {
             } => self.gathered(
                 ir,
                 id,
-                &format!("v{index} >= -gn{gather} && v{index} < gn{gather}"),
+                &gather_in_range(&format!("v{index}"), *gather),
                 &element(*view),
             ),
             // A conditional expression evaluates only the branch taken: outside its range
@@ -380,7 +380,8 @@ pub(crate) trait Spelling {
         let sum = self.binary(BinOp::Add, &old, &format!("v{}", store.value), prec);
         let rounded = self.round(prec, dtype, &sum);
         Some(format!(
-            "if (v{i} >= -gn{g} && v{i} < gn{g}) {element} = {};",
+            "if ({}) {element} = {};",
+            gather_in_range(&format!("v{i}"), g),
             self.store(dtype, &rounded)
         ))
     }
@@ -524,5 +525,16 @@ pub(crate) fn map_stage_positions<S: Spelling>(
 /// taken from the end when negative, times the stride of the axis it moves along. Spelled for
 /// both emitters' `element`, inside the bounds check the shared spelling puts around the load.
 pub(crate) fn gather_offset(index: ValueId, gather: usize) -> String {
-    format!("(v{index} < 0 ? v{index} + gn{gather} : v{index}) * gs{gather}")
+    gather_offset_of(&format!("v{index}"), gather)
+}
+
+/// [`gather_offset`] of the index the emitter spells `index` (a row's index read once).
+pub(crate) fn gather_offset_of(index: &str, gather: usize) -> String {
+    format!("({index} < 0 ? {index} + gn{gather} : {index}) * gs{gather}")
+}
+
+/// Whether the index spelled `index` lies in the range of gather `gather`'s axis: from minus
+/// its size (counting from the end) to below its size.
+pub(crate) fn gather_in_range(index: &str, gather: usize) -> String {
+    format!("{index} >= -gn{gather} && {index} < gn{gather}")
 }

@@ -1,5 +1,5 @@
 //! The ops of convolutional networks, written at import as catalogue ops: `Conv`, `MaxPool`,
-//! `AveragePool`, `GlobalAveragePool`, `GlobalMaxPool` and `BatchNormalization` (inference).
+//! `AveragePool`, `GlobalAveragePool`, `GlobalMaxPool` and `Pad`.
 //!
 //! A window op reads, for each offset `o` of its kernel window, the input shifted by `o` and
 //! strided by the stride: a `slice` per spatial axis (start `o·dilation`, step `stride`), a
@@ -13,16 +13,14 @@
 //!   once by one fused kernel) and multiplies the weight `[M, C·K]` by it: one GEMM (one per
 //!   group, batched) whose bias add and whatever pointwise ops follow (a batch norm's scale
 //!   and shift, an activation, a residual add) are its epilogue.
-//! - **BatchNormalization** is `(x - mean) · rsqrt(var + ε) · scale + B` per channel, pointwise
-//!   ops that join the kernel (or the GEMM epilogue) before them.
 //!
 //! Every value is exactly what the ONNX definitions give up to rounding: the GEMM adds each
 //! window's `C·K` products in its own order, as any convolution does.
 
+use super::normalization::per_channel;
 use super::proto::Attr;
 use super::structural::{Attrs, int_attr, ints_attr};
 use super::{ImportError, Importer, Imports, Val};
-use crate::dtype::DType;
 use onnx_protobuf::NodeProto;
 
 /// The most offsets a window may have (`Π kernel`): each is a view and an operand of the
@@ -180,41 +178,23 @@ impl Window {
 /// `x` padded on its spatial axes (2 and after) by `window`'s padding (and any overhang) with
 /// `fill`: a `concat` with constant slabs, read by ranges.
 fn padded(im: &mut Importer, x: &Val, window: &Window, fill: f64, name: &str) -> Imports {
+    let value = Val::floats(x.dtype(), &[], vec![fill])?;
     let mut y = x.clone();
     for i in 0..window.kernel.len() {
         let axis = 2 + i;
         let after = window.after[i] + window.overhang(i, x.shape()[axis]);
-        let (before, after) = (window.before[i], after);
-        if before == 0 && after == 0 {
-            continue;
+        let mut sides = [None, None];
+        for (side, (what, size)) in [("before", window.before[i]), ("after", after)]
+            .into_iter()
+            .enumerate()
+        {
+            if size > 0 {
+                let slab_name = format!("{name}.pad{i}.{what}");
+                sides[side] = Some(im.slab(&value, y.shape(), axis, size, &slab_name)?);
+            }
         }
-        let slab = |im: &mut Importer, size: usize, what: &str| -> Imports {
-            let mut shape = y.shape().to_vec();
-            shape[axis] = size;
-            let dims = Val::ints(
-                DType::I64,
-                &[shape.len()],
-                shape.iter().map(|&d| d as i64).collect(),
-            )?;
-            let value = Val::floats(x.dtype(), &[], vec![fill])?;
-            im.onnx(
-                "Expand",
-                &[&value, &dims],
-                &[],
-                &format!("{name}.pad{i}.{what}"),
-            )
-        };
-        let mut parts = Vec::new();
-        if before > 0 {
-            parts.push(slab(im, before, "before")?);
-        }
-        parts.push(y.clone());
-        if after > 0 {
-            parts.push(slab(im, after, "after")?);
-        }
-        let refs: Vec<&Val> = parts.iter().collect();
-        let at = [("axis", Attr::Int(axis as i64))];
-        y = im.onnx("Concat", &refs, &at, &format!("{name}.pad{i}"))?;
+        let [before, after] = sides;
+        y = im.surround(&y, axis, before, after, &format!("{name}.pad{i}"))?;
     }
     Ok(y)
 }
@@ -373,63 +353,6 @@ pub(super) fn global_max_pool(
     global_pool(im, node, "ReduceMax", out)
 }
 
-/// `v` (one value per channel) shaped to broadcast along axis 1 of a rank-`rank` tensor.
-fn per_channel(im: &mut Importer, v: &Val, rank: usize, name: &str) -> Imports {
-    let mut shape = vec![1usize; rank - 1];
-    shape[0] = v.shape().iter().product();
-    im.reshape(v, &shape, name)
-}
-
-/// BatchNormalization in inference (`training_mode` 0): per channel `(x - mean) · rsqrt(var +
-/// ε) · scale + B`. Training mode and the running statistics' outputs are refused.
-pub(super) fn batch_norm(
-    im: &mut Importer,
-    node: &NodeProto,
-    attrs: &Attrs,
-    out: &str,
-) -> Imports<Vec<Val>> {
-    if int_attr(attrs, "training_mode").unwrap_or(0) != 0
-        || node.output.iter().skip(1).any(|o| !o.is_empty())
-    {
-        return Err(ImportError::Unsupported(
-            "BatchNormalization in training mode (its batch statistics and running-statistics outputs)".into(),
-        ));
-    }
-    let x = im.required(node, 0)?;
-    let rank = x.shape().len();
-    if rank < 2 {
-        return Err(ImportError::Malformed(format!(
-            "BatchNormalization needs [N, C, …], not {:?}",
-            x.shape()
-        )));
-    }
-    let channels = x.shape()[1];
-    let mut params = Vec::new();
-    for (i, what) in ["scale", "B", "mean", "var"].iter().enumerate() {
-        let p = im.required(node, 1 + i)?;
-        if p.shape().iter().product::<usize>() != channels || p.shape().len() != 1 {
-            return Err(ImportError::Malformed(format!(
-                "{what} must be [{channels}], one per channel, not {:?}",
-                p.shape()
-            )));
-        }
-        params.push(per_channel(im, &p, rank, &format!("{out}.{what}"))?);
-    }
-    let epsilon = match attrs.get("epsilon") {
-        None => 1e-5,
-        Some(Attr::Float(e)) => *e,
-        Some(_) => return Err(ImportError::Malformed("epsilon must be a float".into())),
-    };
-    let name = |part: &str| format!("{out}.{part}");
-    let eps = Val::floats(params[3].dtype(), &[], vec![epsilon])?;
-    let var = im.onnx("Add", &[&params[3], &eps], &[], &name("ve"))?;
-    let root = im.onnx("Sqrt", &[&var], &[], &name("root"))?;
-    let centered = im.onnx("Sub", &[&x, &params[2]], &[], &name("centered"))?;
-    let normal = im.onnx("Div", &[&centered, &root], &[], &name("normal"))?;
-    let scaled = im.onnx("Mul", &[&normal, &params[0]], &[], &name("scaled"))?;
-    Ok(vec![im.onnx("Add", &[&scaled, &params[1]], &[], out)?])
-}
-
 /// Conv (`group`, `dilations`, `strides`, `pads`, `auto_pad`; any number of spatial axes): the
 /// weight `[M, C/g, k…]` read as `[g, M/g, C/g·K]` times the im2col matrix of each group
 /// (see the module documentation), plus the bias per output channel.
@@ -502,14 +425,8 @@ pub(super) fn conv(
     let y = im.reshape(&product, &shape, &name("y"))?;
     match im.input(node, 2)? {
         None => Ok(vec![im.reshape(&y, &shape, out)?]),
-        Some(bias) => {
-            if bias.shape() != [m] {
-                return Err(ImportError::Malformed(format!(
-                    "the bias must be [{m}], not {:?}",
-                    bias.shape()
-                )));
-            }
-            let bias = per_channel(im, &bias, rank, &name("bias"))?;
+        Some(_) => {
+            let bias = per_channel(im, node, 2, "bias", m, rank, out)?;
             Ok(vec![im.onnx("Add", &[&y, &bias], &[], out)?])
         }
     }
@@ -595,21 +512,13 @@ pub(super) fn pad(
             let front = side == "before";
             let piece = match mode.as_str() {
                 "constant" => {
-                    let mut shape = y.shape().to_vec();
-                    shape[axis] = size;
-                    let dims = shape.iter().map(|&d| d as i64).collect();
-                    let dims = Val::ints(DType::I64, &[rank], dims)?;
                     let v = Val::floats(x.dtype(), &[], vec![value])?;
-                    im.onnx("Expand", &[&v, &dims], &[], &name)?
+                    im.slab(&v, y.shape(), axis, size, &name)?
                 }
                 "edge" if n > 0 => {
                     let at = if front { 0 } else { n as i64 - 1 };
                     let edge = im.slice(&y, axis, at, at + 1, 1, &format!("{name}.edge"))?;
-                    let mut shape = y.shape().to_vec();
-                    shape[axis] = size;
-                    let dims = shape.iter().map(|&d| d as i64).collect();
-                    let dims = Val::ints(DType::I64, &[rank], dims)?;
-                    im.onnx("Expand", &[&edge, &dims], &[], &name)?
+                    im.slab(&edge, y.shape(), axis, size, &name)?
                 }
                 "reflect" if size < n => {
                     let (s, size) = (n as i64, size as i64);
@@ -642,17 +551,9 @@ pub(super) fn pad(
             };
             parts.push(Some(piece));
         }
-        let mut all: Vec<Val> = Vec::new();
-        if let Some(p) = parts[0].take() {
-            all.push(p);
-        }
-        all.push(y.clone());
-        if let Some(p) = parts[1].take() {
-            all.push(p);
-        }
-        let refs: Vec<&Val> = all.iter().collect();
-        let at = [("axis", Attr::Int(axis as i64))];
-        y = im.onnx("Concat", &refs, &at, &part("padded"))?;
+        let mut parts = parts.into_iter();
+        let (before, after) = (parts.next().flatten(), parts.next().flatten());
+        y = im.surround(&y, axis, before, after, &part("padded"))?;
     }
     Ok(vec![y])
 }

@@ -1,10 +1,12 @@
-//! ONNX's normalizations over groups of channels, written at import as catalogue ops:
+//! ONNX's normalizations of channels, written at import as catalogue ops:
+//! `BatchNormalization` in inference (each channel by its running mean and variance),
 //! `InstanceNormalization` (each channel of each sample over its spatial axes) and
 //! `GroupNormalization` (each group of channels of each sample, with everything after it).
-//! Both are `(x − mean) / sqrt(var + ε)` over their set, then a scale and a shift per channel
-//! (per group for GroupNormalization's opset-18 form, whose scale has one value per group);
-//! the mean and variance are row reductions, so each normalization fuses into one row kernel
-//! where its set is the innermost axes.
+//! Each is `(x − mean) / sqrt(var + ε)`, then a scale and a shift per channel
+//! (per group for GroupNormalization's opset-18 form, whose scale has one value per group).
+//! Batch norm's statistics are inputs, so it is pointwise ops that join the kernel (or the
+//! GEMM epilogue) before them; the others' mean and variance are row reductions, so each
+//! fuses into one row kernel where its set is the innermost axes.
 
 use super::proto::Attr;
 use super::structural::{Attrs, int_attr};
@@ -12,7 +14,7 @@ use super::{ImportError, Importer, Imports, Val};
 use onnx_protobuf::NodeProto;
 
 /// The node's `epsilon` (ONNX's default 1e-5).
-fn epsilon(attrs: &Attrs) -> Imports<f64> {
+pub(super) fn epsilon(attrs: &Attrs) -> Imports<f64> {
     match attrs.get("epsilon") {
         None => Ok(1e-5),
         Some(Attr::Float(e)) => Ok(*e),
@@ -37,6 +39,29 @@ fn normalized(im: &mut Importer, x: &Val, axes: &[i64], eps: f64, out: &str) -> 
     im.onnx("Div", &[&centered, &root], &[], &name("normal"))
 }
 
+/// Input `i` of `node` (`what`), which must hold `count` values, one per channel (or group),
+/// shaped to broadcast along axis 1 of a rank-`rank` tensor.
+pub(super) fn per_channel(
+    im: &mut Importer,
+    node: &NodeProto,
+    i: usize,
+    what: &str,
+    count: usize,
+    rank: usize,
+    out: &str,
+) -> Imports {
+    let v = im.required(node, i)?;
+    if v.shape() != [count] {
+        return Err(ImportError::Malformed(format!(
+            "{what} must be [{count}], not {:?}",
+            v.shape()
+        )));
+    }
+    let mut shape = vec![1usize; rank - 1];
+    shape[0] = count;
+    im.reshape(&v, &shape, &format!("{out}.{what}"))
+}
+
 /// `y · scale + bias`, each a vector of `count` values shaped to broadcast along axis 1 of a
 /// rank-`rank` tensor.
 fn affine(
@@ -49,16 +74,7 @@ fn affine(
 ) -> Imports {
     let mut values = Vec::new();
     for (i, what) in [(1, "scale"), (2, "bias")] {
-        let v = im.required(node, i)?;
-        if v.shape() != [count] {
-            return Err(ImportError::Malformed(format!(
-                "{what} must be [{count}], not {:?}",
-                v.shape()
-            )));
-        }
-        let mut shape = vec![1usize; rank - 1];
-        shape[0] = count;
-        values.push(im.reshape(&v, &shape, &format!("{out}.{what}"))?);
+        values.push(per_channel(im, node, i, what, count, rank, out)?);
     }
     let scaled = im.onnx("Mul", &[y, &values[0]], &[], &format!("{out}.scaled"))?;
     im.onnx("Add", &[&scaled, &values[1]], &[], out)
@@ -118,4 +134,39 @@ pub(super) fn group_norm(
     }
     let y = im.reshape(&y, &shape, &format!("{out}.ungrouped"))?;
     Ok(vec![affine(im, node, &y, c, rank, out)?])
+}
+
+/// BatchNormalization in inference (`training_mode` 0): per channel `(x − mean) / sqrt(var +
+/// ε) · scale + B`. Training mode and the running statistics' outputs are refused.
+pub(super) fn batch_norm(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    if int_attr(attrs, "training_mode").unwrap_or(0) != 0
+        || node.output.iter().skip(1).any(|o| !o.is_empty())
+    {
+        return Err(ImportError::Unsupported(
+            "BatchNormalization in training mode (its batch statistics and running-statistics outputs)".into(),
+        ));
+    }
+    let x = im.required(node, 0)?;
+    let rank = x.shape().len();
+    if rank < 2 {
+        return Err(ImportError::Malformed(format!(
+            "BatchNormalization needs [N, C, …], not {:?}",
+            x.shape()
+        )));
+    }
+    let channels = x.shape()[1];
+    let name = |part: &str| format!("{out}.{part}");
+    let mean = per_channel(im, node, 3, "mean", channels, rank, out)?;
+    let var = per_channel(im, node, 4, "var", channels, rank, out)?;
+    let eps = Val::floats(var.dtype(), &[], vec![epsilon(attrs)?])?;
+    let var = im.onnx("Add", &[&var, &eps], &[], &name("ve"))?;
+    let root = im.onnx("Sqrt", &[&var], &[], &name("root"))?;
+    let centered = im.onnx("Sub", &[&x, &mean], &[], &name("centered"))?;
+    let normal = im.onnx("Div", &[&centered, &root], &[], &name("normal"))?;
+    Ok(vec![affine(im, node, &normal, channels, rank, out)?])
 }

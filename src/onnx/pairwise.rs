@@ -294,7 +294,7 @@ fn scatter_along(
         }
         "mul" => {
             // The absent terms are 1; their product along the updates (`products`).
-            let one = Val::floats(data.dtype(), &[], vec![1.0])?;
+            let one = super::products::one(data.dtype())?;
             let terms = im.onnx("Where", &[&hit, &update_u, &one], &[], &name("terms"))?;
             let product = super::products::product_along(im, &terms, axis + 1, &name("product"))?;
             let product = im.reshape(&product, data.shape(), &name("product"))?;

@@ -22,7 +22,7 @@ use crate::dtype::{Category, DType};
 use onnx_protobuf::NodeProto;
 
 /// `1` of `dtype`, a scalar constant.
-fn one(dtype: DType) -> Imports {
+pub(super) fn one(dtype: DType) -> Imports {
     match dtype.category() {
         Category::Float => Val::floats(dtype, &[], vec![1.0]),
         _ => Val::ints(dtype, &[], vec![1]),
@@ -122,28 +122,24 @@ pub(super) fn cum_prod(
     let exclusive = int_attr(attrs, "exclusive").unwrap_or(0) != 0;
     let reverse = int_attr(attrs, "reverse").unwrap_or(0) != 0;
     let n = x.shape()[axis] as i64;
-    let at = [("axis", Attr::Int(axis as i64))];
     // `y` shifted by `s` along the axis towards its end (its start with `reverse`), 1 where
     // nothing is shifted in.
     let shifted = |im: &mut Importer, y: &Val, s: i64, name: &str| -> Imports {
-        let mut ones_shape = y.shape().to_vec();
-        ones_shape[axis] = s as usize;
-        let dims = ones_shape.iter().map(|&d| d as i64).collect();
-        let dims = Val::ints(DType::I64, &[rank], dims)?;
-        let ones = im.onnx(
-            "Expand",
-            &[&one(y.dtype())?, &dims],
-            &[],
+        let ones = im.slab(
+            &one(y.dtype())?,
+            y.shape(),
+            axis,
+            s as usize,
             &format!("{name}.ones"),
         )?;
         match reverse {
             false => {
                 let kept = im.slice(y, axis, 0, n - s, 1, &format!("{name}.kept"))?;
-                im.onnx("Concat", &[&ones, &kept], &at, name)
+                im.surround(&kept, axis, Some(ones), None, name)
             }
             true => {
                 let kept = im.slice(y, axis, s, n, 1, &format!("{name}.kept"))?;
-                im.onnx("Concat", &[&kept, &ones], &at, name)
+                im.surround(&kept, axis, None, Some(ones), name)
             }
         }
     };

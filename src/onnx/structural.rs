@@ -62,7 +62,7 @@ const HANDLERS: [(&str, Handler); STRUCTURAL.len()] = [
     ("AveragePool", super::convolution::average_pool),
     ("GlobalAveragePool", super::convolution::global_average_pool),
     ("GlobalMaxPool", super::convolution::global_max_pool),
-    ("BatchNormalization", super::convolution::batch_norm),
+    ("BatchNormalization", super::normalization::batch_norm),
     ("Pad", super::convolution::pad),
     ("InstanceNormalization", super::normalization::instance_norm),
     ("GroupNormalization", super::normalization::group_norm),
@@ -589,6 +589,41 @@ impl Importer<'_> {
             ))
         })?;
         Ok(t.values().iter().map(|&f| f as i64).collect())
+    }
+
+    /// `value` (a scalar, or a slice of size 1 along `axis`) broadcast to the shape `like`
+    /// with `size` along `axis`: a slab to join to a value of that shape (padding, a scan's
+    /// ones).
+    pub(super) fn slab(
+        &mut self,
+        value: &Val,
+        like: &[usize],
+        axis: usize,
+        size: usize,
+        name: &str,
+    ) -> Imports {
+        let mut shape = like.to_vec();
+        shape[axis] = size;
+        let dims = shape.iter().map(|&d| d as i64).collect();
+        let dims = Val::ints(DType::I64, &[shape.len()], dims)?;
+        self.onnx("Expand", &[value, &dims], &[], name)
+    }
+
+    /// `x` with `before` and `after` (each optional) joined to it along `axis`.
+    pub(super) fn surround(
+        &mut self,
+        x: &Val,
+        axis: usize,
+        before: Option<Val>,
+        after: Option<Val>,
+        name: &str,
+    ) -> Imports {
+        let parts: Vec<Val> = before.into_iter().chain([x.clone()]).chain(after).collect();
+        if parts.len() == 1 {
+            return Ok(x.clone());
+        }
+        let refs: Vec<&Val> = parts.iter().collect();
+        self.onnx("Concat", &refs, &[("axis", Attr::Int(axis as i64))], name)
     }
 
     /// `x` reshaped to `shape` (itself when it has that shape already).

@@ -150,8 +150,8 @@ impl Role {
     /// Whether a node of `op` in this role *leads* its kernel (gather and gather_elements as
     /// `Join`): it joins none of its producers' kernels, since its data and indices are read
     /// from memory (the data at run-time positions, which no kernel computing it could hand
-    /// over), but the pointwise ops that consume it may join its kernel, which reads the
-    /// gathered value as a load at a computed index instead of writing it.
+    /// over), but the pointwise ops and reductions that consume it may join its kernel, which
+    /// reads the gathered value as a load at a computed index instead of writing it.
     pub fn leads(self, op: &OpDef) -> bool {
         self == Role::Join
             && op.kind() == OpKind::Layout

@@ -141,7 +141,7 @@ impl Builder<'_> {
         if ga.kind != Some(KernelKind::Fused) || gb.kind != Some(KernelKind::Fused) {
             return None;
         }
-        // A kernel led by a gather takes in its pointwise consumers only.
+        // A kernel led by a gather takes in its consumers only (`gathers_stay_loads`).
         if ga.gathers || gb.gathers {
             return None;
         }

@@ -116,6 +116,9 @@ pub(super) struct CKernelWriter<'a> {
     inner: usize,
     /// C statements computing every `v{id}` at the current `j`.
     body: Vec<String>,
+    /// Per value, whether it is a row gather ([`KernelIr::row_gathers`]), whose row's base
+    /// the row kernel computes once.
+    row_gathers: Vec<bool>,
     /// How the body is split into consecutive vector loops.
     stages: Stages,
     /// Whether each loop starts with explicit AVX-512 vectors ([`vector`]).
@@ -140,6 +143,7 @@ impl<'a> CKernelWriter<'a> {
             rank: ir.rank,
             inner: ir.rank - 1,
             body: Vec::new(),
+            row_gathers: ir.row_gathers(),
             stages: Stages::plan(ir),
             // A concat read in place picks its operand by coordinate: scalar loops, except
             // in a row kernel reading it along its rows (lane masks, `vector::supports`).
@@ -200,9 +204,15 @@ impl<'a> CKernelWriter<'a> {
     /// `o{arg}` plus argument `arg`'s terms for the outer coordinates `i{d}`: its index at the
     /// start of the current row.
     fn row_base(&self, arg: usize) -> String {
+        self.base_at(arg, "i")
+    }
+
+    /// `o{arg}` plus argument `arg`'s terms for the outer coordinates `{coord}{d}`: its index
+    /// at the start of the row they name.
+    fn base_at(&self, arg: usize, coord: &str) -> String {
         let mut base = format!("o{arg}");
         for d in 0..self.inner {
-            if let Some(t) = self.term(arg, d, &format!("i{d}")) {
+            if let Some(t) = self.term(arg, d, &format!("{coord}{d}")) {
                 base.push_str(&format!(" + {t}"));
             }
         }
@@ -232,11 +242,10 @@ impl<'a> CKernelWriter<'a> {
     /// strided position, and `q{id}_{k+1}` the position (finally the element) stage `k` maps
     /// `q{id}_k` to.
     fn body_lines(&self) -> Vec<String> {
-        let row_gathers = self.ir.row_gathers();
         (0..self.ir.body.len())
             .map(|id| match self.ir.body[id] {
                 // Its row's base already moved to the gathered row (`row_gather_bases`).
-                Instr::GatherLoad { view, .. } if row_gathers[id] => {
+                Instr::GatherLoad { view, .. } if self.row_gathers[id] => {
                     C.row_gather_definition(self.ir, id, &self.element(view))
                 }
                 Instr::Load { view } if self.ir.loads[view].is_mapped() => {

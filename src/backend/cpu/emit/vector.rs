@@ -107,6 +107,7 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
     // axis, so that every segment accumulates its f32 values by columns into `double`s
     // ([`column_accumulation`]); a row kernel's own ones are `kernel::rows`'s.
     let row_gathers = ir.row_gathers();
+    let live = live_given(ir, &row_gathers);
     let reductions = ir.reductions.is_empty()
         || (!ir.is_row_kernel()
             && ir
@@ -116,7 +117,7 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
     reductions
         // An index map's element is computed per lane, with divisions: a plain loop.
         && ir.loads.iter().all(|v| !v.is_mapped())
-        && loads_read(ir)
+        && loads_read(ir, &live)
             .into_iter()
             .zip(&ir.loads)
             .all(|(read, v)| !read || float_view(v.dtype, v.axes[inner]))
@@ -124,7 +125,7 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
             .stores
             .iter()
             .all(|s| float_view(s.view.dtype, s.view.axes[inner]))
-        && ir.body.iter().zip(live(ir)).enumerate().all(|(id, (instr, live))| {
+        && ir.body.iter().zip(&live).enumerate().all(|(id, (instr, &live))| {
             !live
                 || match instr {
                     // A literal of any precision: an f64 one stays a scalar `double` in the vector
@@ -175,10 +176,10 @@ pub(super) fn supports(ir: &KernelIr) -> bool {
         })
 }
 
-/// Per load view, whether a value [`live`] in the vector loops reads it.
-fn loads_read(ir: &KernelIr) -> Vec<bool> {
+/// Per load view, whether a value `live` in the vector loops ([`live`]) reads it.
+fn loads_read(ir: &KernelIr, live: &[bool]) -> Vec<bool> {
     let mut read = vec![false; ir.loads.len()];
-    for (instr, live) in ir.body.iter().zip(live(ir)) {
+    for (instr, &live) in ir.body.iter().zip(live) {
         match instr {
             Instr::Load { view }
             | Instr::RangeLoad { view, .. }
@@ -198,6 +199,11 @@ fn loads_read(ir: &KernelIr) -> Vec<bool> {
 /// keep a kernel out of the vector loops. A row gather's index is not among them: the row
 /// computes it once, before its loops ([`KernelIr::row_gathers`]).
 pub(super) fn live(ir: &KernelIr) -> Vec<bool> {
+    live_given(ir, &ir.row_gathers())
+}
+
+/// [`live`], for a kernel whose row gathers ([`KernelIr::row_gathers`]) are `row_gathers`.
+fn live_given(ir: &KernelIr, row_gathers: &[bool]) -> Vec<bool> {
     let mut live = vec![false; ir.body.len()];
     for store in &ir.stores {
         live[store.value] = true;
@@ -211,7 +217,6 @@ pub(super) fn live(ir: &KernelIr) -> Vec<bool> {
             live[id] = true;
         }
     }
-    let row_gathers = ir.row_gathers();
     for id in (0..ir.body.len()).rev() {
         if live[id] && !row_gathers[id] {
             for x in ir.body[id].operands() {

@@ -64,7 +64,7 @@ use super::{CKernelWriter, Out};
 use crate::backend::cpu::emit::expr::C;
 use crate::backend::cpu::emit::expr::only_added_to_constants;
 use crate::backend::cpu::emit::vector;
-use crate::backend::spelling::Spelling;
+use crate::backend::spelling::{Spelling, gather_in_range, gather_offset_of};
 use crate::formula::Func;
 use crate::lower::accumulate::{Accumulator, F32_PARTIAL_TERMS, RECIPROCAL_EXPONENTS};
 use crate::lower::ir::{Axis, Instr, KernelIr, Prec, ReduceKind, RowArithmetic, RowKept};
@@ -266,10 +266,9 @@ impl CKernelWriter<'_> {
 
     /// The load views of this kernel's row gathers ([`KernelIr::row_gathers`]).
     fn gathered_views(&self) -> Vec<usize> {
-        let gathers = self.ir.row_gathers();
         (0..self.ir.body.len())
             .filter_map(|id| match self.ir.body[id] {
-                Instr::GatherLoad { view, .. } if gathers[id] => Some(view),
+                Instr::GatherLoad { view, .. } if self.row_gathers[id] => Some(view),
                 _ => None,
             })
             .collect()
@@ -282,9 +281,8 @@ impl CKernelWriter<'_> {
     /// Returns the condition that every gather of the row is in range, if there are any.
     fn row_gather_bases(&self, out: &mut Out) -> Option<String> {
         let ir = self.ir;
-        let gathers = ir.row_gathers();
         let mut oks = Vec::new();
-        for id in (0..ir.body.len()).filter(|&id| gathers[id]) {
+        for id in (0..ir.body.len()).filter(|&id| self.row_gathers[id]) {
             let Instr::GatherLoad {
                 view,
                 index,
@@ -293,28 +291,19 @@ impl CKernelWriter<'_> {
             else {
                 continue;
             };
-            let mut needed = vec![false; id];
-            needed[index] = true;
-            for x in (0..index).rev() {
-                if needed[x] {
-                    for y in ir.body[x].operands() {
-                        needed[y] = true;
-                    }
-                }
-            }
             out.line(format!("int64_t gx{id};"));
             out.open("");
-            for x in (0..=index).filter(|&x| needed[x]) {
+            for x in ir.row_needed(&[index]) {
                 out.line(&self.body[x]);
             }
             out.line(format!("gx{id} = v{index};"));
             out.close();
+            let gx = format!("gx{id}");
+            out.line(format!("const int ok{id} = {};", gather_in_range(&gx, g)));
             out.line(format!(
-                "const int ok{id} = gx{id} >= -gn{g} && gx{id} < gn{g};"
-            ));
-            out.line(format!(
-                "const int64_t b{view} = {} + (ok{id} ? (gx{id} < 0 ? gx{id} + gn{g} : gx{id}) * gs{g} : 0);",
-                self.row_base(view)
+                "const int64_t b{view} = {} + (ok{id} ? {} : 0);",
+                self.row_base(view),
+                gather_offset_of(&gx, g)
             ));
             oks.push(format!("ok{id}"));
         }
@@ -363,9 +352,8 @@ impl CKernelWriter<'_> {
     /// index's view, gather).
     fn next_gathers(&self) -> Vec<(usize, usize, usize, usize)> {
         let ir = self.ir;
-        let gathers = ir.row_gathers();
         (0..ir.body.len())
-            .filter(|&id| gathers[id])
+            .filter(|&id| self.row_gathers[id])
             .filter_map(|id| match ir.body[id] {
                 Instr::GatherLoad {
                     view,
@@ -378,18 +366,6 @@ impl CKernelWriter<'_> {
                 _ => None,
             })
             .collect()
-    }
-
-    /// Argument `arg`'s index at the start of the next row, whose outer coordinates are
-    /// `q{d}`.
-    fn next_row_base(&self, arg: usize) -> String {
-        let mut next = format!("o{arg}");
-        for d in 0..self.inner {
-            if let Some(t) = self.term(arg, d, &format!("q{d}")) {
-                next.push_str(&format!(" + {t}"));
-            }
-        }
-        next
     }
 
     /// `nb{a}`: how far the next row of moving load `a` is from this one, or 0 on the last
@@ -421,18 +397,20 @@ impl CKernelWriter<'_> {
         }
         let gathers = self.next_gathers();
         for a in moving {
-            let next = self.next_row_base(a);
+            let next = self.base_at(a, "q");
             match gathers.iter().find(|g| g.1 == a) {
                 // The next row's index, read early; out of range, this row is prefetched.
                 Some(&(id, _, from, g)) => {
                     let index = C.load(
                         self.ir.loads[from].dtype,
-                        &format!("p{from}[{}]", self.next_row_base(from)),
+                        &format!("p{from}[{}]", self.base_at(from, "q")),
                     );
                     out.line(format!("const int64_t gxn{id} = pf ? {index} : 0;"));
+                    let gxn = format!("gxn{id}");
                     out.line(format!(
-                        "const int64_t nb{a} = pf && gxn{id} >= -gn{g} && gxn{id} < gn{g} ? \
-                         {next} + (gxn{id} < 0 ? gxn{id} + gn{g} : gxn{id}) * gs{g} - b{a} : 0;"
+                        "const int64_t nb{a} = pf && {} ? {next} + {} - b{a} : 0;",
+                        gather_in_range(&gxn, g),
+                        gather_offset_of(&gxn, g)
                     ));
                 }
                 None => out.line(format!("const int64_t nb{a} = pf ? {next} - b{a} : 0;")),
