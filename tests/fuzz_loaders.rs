@@ -1422,18 +1422,84 @@ mod onnx_models {
         )
     }
 
+    fn ints_attr(name: &str, values: &[i64]) -> AttributeProto {
+        let mut a = AttributeProto::new();
+        a.name = name.into();
+        a.type_ = onnx_protobuf::attribute_proto::AttributeType::INTS.into();
+        a.ints = values.to_vec();
+        a
+    }
+
+    /// Pad, Conv (padded, strided, grouped), BatchNormalization, MaxPool (ceil mode) and
+    /// InstanceNormalization: the window ops and the normalizations, whose attributes size
+    /// what the importer writes out.
+    pub fn convnet() -> ModelProto {
+        let pads = {
+            let mut t = TensorProto::new();
+            t.name = "pads".into();
+            t.data_type = 7;
+            t.dims = vec![8];
+            t.raw_data = [0i64, 0, 1, 0, 0, 0, 0, 1]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect();
+            t
+        };
+        model(
+            vec![value_info("x", &[1, 2, 6, 6])],
+            value_info("y", &[1, 4, 3, 3]),
+            vec![
+                pads,
+                weights("w", &[4, 1, 3, 3], &[0.25; 36]),
+                weights("c", &[4], &[0.5, 1.0, 1.5, 2.0]),
+            ],
+            vec![
+                node("Pad", &["x", "pads"], "p", vec![]),
+                node(
+                    "Conv",
+                    &["p", "w", "c"],
+                    "v",
+                    vec![
+                        int_attr("group", 2),
+                        ints_attr("pads", &[1, 1, 1, 1]),
+                        ints_attr("strides", &[1, 1]),
+                    ],
+                ),
+                node(
+                    "BatchNormalization",
+                    &["v", "c", "c", "c", "c"],
+                    "b",
+                    vec![float_attr("epsilon", 1e-3)],
+                ),
+                node(
+                    "MaxPool",
+                    &["b"],
+                    "m",
+                    vec![
+                        ints_attr("kernel_shape", &[2, 2]),
+                        ints_attr("strides", &[2, 2]),
+                        int_attr("ceil_mode", 1),
+                    ],
+                ),
+                node("InstanceNormalization", &["m", "c", "c"], "y", vec![]),
+            ],
+        )
+    }
+
     pub fn bytes(model: &ModelProto) -> Vec<u8> {
         model.write_to_bytes().expect("a built model serializes")
     }
 }
 
-/// The seeds: a plain model, an external-data one and one with the composite ops.
+/// The seeds: a plain model, an external-data one, one with the composite ops and one with
+/// the window ops and normalizations.
 static ONNX_SEEDS: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
     use onnx_models::*;
     vec![
         bytes(&add(weights("w", &[4], &[1.0, 2.0, 3.0, 4.0]))),
         bytes(&add(external("w.bin", "0", "16"))),
         bytes(&block()),
+        bytes(&convnet()),
     ]
 });
 
@@ -1604,14 +1670,14 @@ proptest! {
 
     #[test]
     fn onnx_importer_mutated_bytes(
-        seed in 0usize..3,
+        seed in 0..ONNX_SEEDS.len(),
         mutations in prop::collection::vec(byte_mutation(), 1..4),
     ) {
         onnx_property(&mutate_bytes(ONNX_SEEDS[seed].clone(), &mutations))?;
     }
 
     #[test]
-    fn onnx_importer_truncated_bytes(seed in 0usize..3, cut in any::<Index>()) {
+    fn onnx_importer_truncated_bytes(seed in 0..ONNX_SEEDS.len(), cut in any::<Index>()) {
         let bytes = &ONNX_SEEDS[seed];
         onnx_property(&bytes[..cut.index(bytes.len())])?;
     }
