@@ -579,6 +579,26 @@ impl Strided {
     }
 }
 
+/// How a view's axes split into strided sub-axes ([`IndexMap::split_strided`]): axis `d` of
+/// the value is the row-major group of the `counts[d]` sub-axes of sizes `fine[..]` that
+/// follow those of the axes before it; the view's strides are the sub-axes'.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitAxes {
+    pub fine: Vec<usize>,
+    pub counts: Vec<usize>,
+}
+
+impl SplitAxes {
+    /// The sub-axes of axis `d`, as (size, stride) pairs of `strided` (a view over `fine`),
+    /// outermost first.
+    pub fn axis(&self, strided: &Strided, d: usize) -> Vec<(usize, i64)> {
+        let at: usize = self.counts[..d].iter().sum();
+        (at..at + self.counts[d])
+            .map(|i| (self.fine[i], strided.strides[i]))
+            .collect()
+    }
+}
+
 /// One reshape boundary of an [`IndexMap`]: a position (an element count from the start of a
 /// row-major `shape`) is unflattened into a multi-index of `shape` with floor division and
 /// remainder, which `strided` then maps to a position of the next stage (or to an element of
@@ -712,6 +732,68 @@ impl IndexMap {
             outer: contiguous,
             stages,
         }
+    }
+
+    /// This map as strides over sub-axes grouped under the value's axes, where it is one:
+    /// a strided view (no stages; every axis its own group), or a row-major reshape of one
+    /// whose merged axes line up with the value's axes, each value axis a run of whole
+    /// sub-axes or a split of one (the im2col matrix of a convolution: `[N, C·K, P]` read
+    /// from `[N, C, k…, p…]` strided windows of an image, which no two strides per axis can
+    /// address). A library GEMM packs such an operand straight from its buffer. `None` for
+    /// maps that are neither, and for empty values.
+    pub fn split_strided(&self, shape: &[usize]) -> Option<(Strided, Option<SplitAxes>)> {
+        if self.stages.is_empty() {
+            return Some((self.outer.clone(), None));
+        }
+        let contiguous = Strided::contiguous(shape);
+        let outer_is_row_major = self.outer.offset == 0
+            && shape
+                .iter()
+                .zip(self.outer.strides.iter().zip(&contiguous.strides))
+                .all(|(&n, (s, c))| n == 1 || s == c);
+        if self.stages.len() != 1 || !outer_is_row_major || shape.contains(&0) {
+            return None;
+        }
+        let stage = &self.stages[0];
+        let mut pending: std::collections::VecDeque<(usize, i64)> = stage
+            .shape
+            .iter()
+            .copied()
+            .zip(stage.strided.strides.iter().copied())
+            .collect();
+        let (mut fine, mut strides, mut counts) = (Vec::new(), Vec::new(), Vec::new());
+        for &n in shape {
+            let (mut need, mut count) = (n, 0);
+            if n == 1 {
+                fine.push(1);
+                strides.push(0);
+                count += 1;
+            }
+            while need > 1 {
+                let (m, s) = pending.pop_front()?;
+                let taken = if m <= need && need % m == 0 {
+                    (m, s)
+                } else if m % need == 0 {
+                    pending.push_front((m / need, s));
+                    (need, s.checked_mul((m / need) as i64)?)
+                } else {
+                    return None;
+                };
+                fine.push(taken.0);
+                strides.push(taken.1);
+                count += 1;
+                need /= taken.0;
+            }
+            counts.push(count);
+        }
+        if !pending.is_empty() {
+            return None;
+        }
+        let strided = Strided {
+            offset: stage.strided.offset,
+            strides,
+        };
+        Some((strided, Some(SplitAxes { fine, counts })))
     }
 
     fn with_outer(&self, outer: Strided) -> IndexMap {

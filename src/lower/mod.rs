@@ -408,11 +408,31 @@ pub struct MatMulOperand {
 }
 
 /// The operand a call reads through absorbed layout ops: its shape as the product sees it,
-/// and where each element lies in the buffer of [`MatMulOperand::value`].
+/// and where each element lies in the buffer of [`MatMulOperand::value`]: `strided` over
+/// `shape`, or where `split` is given, over its sub-axes (`split.fine`), each axis of `shape`
+/// a row-major group of them (an im2col matrix read from the image's windows).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperandView {
     pub shape: Vec<usize>,
     pub strided: crate::shape::Strided,
+    pub split: Option<crate::shape::SplitAxes>,
+}
+
+impl OperandView {
+    /// A view of `shape` through `strided`, with no sub-axes.
+    pub fn strided(shape: Vec<usize>, strided: crate::shape::Strided) -> OperandView {
+        OperandView {
+            shape,
+            strided,
+            split: None,
+        }
+    }
+
+    /// The shape `strided` is a view of: the sub-axes where the view has them. Its row-major
+    /// order is the operand's, so gathering it contiguously gives the operand.
+    pub fn strided_shape(&self) -> &[usize] {
+        self.split.as_ref().map_or(&self.shape, |s| &s.fine)
+    }
 }
 
 impl MatMulOperand {
@@ -432,25 +452,33 @@ impl MatMulOperand {
             return Ok(());
         };
         let stored = crate::shape::numel(&dag.ty(self.value).shape);
-        match view.strided.within(&view.shape, stored) {
+        match view.strided.within(view.strided_shape(), stored) {
             true => Ok(()),
             false => Err(Error::new(
                 Site::node(dag.value_name(self.value)),
                 ErrorKind::Lower(format!(
                     "a matmul reads {:?} through strides {:?} from offset {}, outside the buffer",
-                    view.shape, view.strided.strides, view.strided.offset
+                    view.strided_shape(),
+                    view.strided.strides,
+                    view.strided.offset
                 )),
             )),
         }
     }
 
     /// The operand's shape as the product sees it and its strides over the buffer it is read
-    /// from, whose shape is `stored`.
+    /// from, whose shape is `stored` (strides over the sub-axes of [`MatMulOperand::split`]
+    /// where the view has them).
     pub fn layout(&self, stored: &[usize]) -> (Vec<usize>, crate::shape::Strided) {
         match &self.view {
             Some(view) => (view.shape.clone(), view.strided.clone()),
             None => (stored.to_vec(), crate::shape::Strided::contiguous(stored)),
         }
+    }
+
+    /// The sub-axes the operand's view reads each axis through, if it has them.
+    pub fn split(&self) -> Option<&crate::shape::SplitAxes> {
+        self.view.as_ref().and_then(|v| v.split.as_ref())
     }
 }
 
@@ -679,53 +707,43 @@ fn matmul_step(dag: &Dag, nodes: &[usize], call: usize, group: usize) -> Result<
 
 /// Operand `arg` of a library call whose kernel holds `nodes`: the value the call reads, back
 /// through the casts and layout ops it absorbed (at most one cast; the views' index maps
-/// composed from that value's buffer outward, which the partition checked are strides).
+/// composed from that value's buffer outward, a concat of views stacked into one, which the
+/// partition checked are strides, or strides over sub-axes).
 fn absorbed_operand(dag: &Dag, nodes: &[usize], arg: Value) -> Result<MatMulOperand> {
-    let mut chain = Vec::new();
-    let mut source = arg;
-    while let Value::Node(p) = source
-        && nodes.contains(&p)
-    {
-        chain.push(p);
-        source = *dag.nodes[p]
-            .args
-            .first()
-            .ok_or_else(|| lower_error(dag, p, "an absorbed operand op has no operand".into()))?;
-    }
-    let source_shape = &dag.ty(source).shape;
-    let casts: Vec<DType> = chain
-        .iter()
-        .filter(|&&p| dag.nodes[p].op.builtin() == Some(Builtin::Cast))
-        .map(|&p| dag.nodes[p].ty.dtype)
-        .collect();
-    let map = match crate::partition::operand_chain_map(dag, &chain) {
-        Some(map) if casts.len() <= 1 => map,
-        _ if chain.is_empty() => crate::shape::IndexMap::contiguous(source_shape),
-        _ => {
-            return Err(lower_error(
-                dag,
-                chain[0],
-                "a library call absorbs one cast and strided layout ops, nothing else".into(),
-            ));
-        }
+    let refused = |message: &str| {
+        let at = match arg {
+            Value::Node(p) => p,
+            Value::Input(_) => nodes.last().copied().unwrap_or_default(),
+        };
+        lower_error(dag, at, message.into())
     };
-    let cast = casts.first().copied();
+    let member = |p: usize| nodes.contains(&p);
+    let tree = crate::partition::operand_tree(dag, arg, &member).ok_or_else(|| {
+        refused("a library call absorbs one cast and strided layout ops, nothing else")
+    })?;
+    if tree.casts.len() > 1 {
+        return Err(refused(
+            "a library call absorbs one cast and strided layout ops, nothing else",
+        ));
+    }
+    let source = tree.source;
+    let source_shape = &dag.ty(source).shape;
+    let cast = tree.casts.first().copied();
     let shape = &dag.ty(arg).shape;
-    let view = match map.as_strided() {
-        Some(strided)
-            if shape == source_shape && *strided == crate::shape::Strided::contiguous(shape) =>
+    let view = match tree.map.split_strided(shape) {
+        Some((strided, None))
+            if shape == source_shape && strided == crate::shape::Strided::contiguous(shape) =>
         {
             None
         }
-        Some(strided) => Some(OperandView {
+        Some((strided, split)) => Some(OperandView {
             shape: shape.clone(),
-            strided: strided.clone(),
+            strided,
+            split,
         }),
         None => {
-            return Err(lower_error(
-                dag,
-                chain[0],
-                "a library call reads its operand through strides, not a reshape index map".into(),
+            return Err(refused(
+                "a library call reads its operand through strides, not a reshape index map",
             ));
         }
     };

@@ -212,6 +212,41 @@ fn shifted(im: &mut Importer, x: &Val, window: &Window, offset: &[usize], name: 
     Ok(y)
 }
 
+/// The windows of the padded input `x`, `[N, C, k…, out…]`: for kernel offsets that begin
+/// with `prefix`, the input shifted by each offset ([`shifted`], with an axis of 1 per kernel
+/// axis), stacked one kernel axis at a time. Each `concat` stacks views of one buffer at an
+/// even spacing (the dilation along that axis), so a GEMM that multiplies by the windows
+/// reads them from `x` itself (`partition::operand_tree`): no im2col matrix is written.
+fn windows(
+    im: &mut Importer,
+    x: &Val,
+    window: &Window,
+    prefix: &mut Vec<usize>,
+    name: &str,
+) -> Imports {
+    let s = window.kernel.len();
+    if prefix.len() == s {
+        let v = shifted(im, x, window, prefix, name)?;
+        let mut lifted = v.shape().to_vec();
+        lifted.splice(2..2, std::iter::repeat_n(1, s));
+        return im.reshape(&v, &lifted, &format!("{name}.c"));
+    }
+    let axis = 2 + prefix.len();
+    let mut pieces = Vec::with_capacity(window.kernel[prefix.len()]);
+    for o in 0..window.kernel[prefix.len()] {
+        prefix.push(o);
+        pieces.push(windows(im, x, window, prefix, &format!("{name}.{o}"))?);
+        prefix.pop();
+    }
+    match pieces.len() {
+        1 => Ok(pieces.remove(0)),
+        _ => {
+            let refs: Vec<&Val> = pieces.iter().collect();
+            im.onnx("Concat", &refs, &[("axis", Attr::Int(axis as i64))], name)
+        }
+    }
+}
+
 /// The input of a window op: rank 3 or more (`[N, C, spatial…]`).
 fn image(im: &Importer, node: &NodeProto, op: &str) -> Imports<Val> {
     let x = im.required(node, 0)?;
@@ -394,21 +429,8 @@ pub(super) fn conv(
     let window = Window::of(attrs, kernel, &x.shape()[2..])?;
     let name = |part: &str| format!("{out}.{part}");
     let xp = padded(im, &x, &window, 0.0, &name("x"))?;
-    let offsets = window.offsets();
-    let k = offsets.len();
-    let mut columns = Vec::with_capacity(k);
-    for (i, offset) in offsets.iter().enumerate() {
-        let v = shifted(im, &xp, &window, offset, &name(&format!("w{i}")))?;
-        let mut lifted = v.shape().to_vec();
-        lifted.insert(2, 1);
-        columns.push(im.reshape(&v, &lifted, &name(&format!("c{i}")))?);
-    }
-    let refs: Vec<&Val> = columns.iter().collect();
-    let at = [("axis", Attr::Int(2))];
-    let stacked = match refs.len() {
-        1 => columns[0].clone(),
-        _ => im.onnx("Concat", &refs, &at, &name("im2col"))?,
-    };
+    let k: usize = window.kernel.iter().product();
+    let stacked = windows(im, &xp, &window, &mut Vec::new(), &name("im2col"))?;
     let p: usize = window.out.iter().product();
     let per_group = c / g * k;
     let product = if g == 1 {

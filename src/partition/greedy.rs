@@ -204,8 +204,9 @@ struct Builder<'a> {
     max_terms: usize,
     /// Whether the sibling pass runs (`siblings` in fusion.ron).
     siblings: bool,
-    /// Per node: a cast or view that a library call may absorb (`absorbable_operands`).
-    absorbable: Vec<bool>,
+    /// Per node: whether a library call may absorb it, a cast or a view
+    /// (`absorbable_operands`).
+    absorbable: Vec<Absorb>,
     /// Per node: a cast or view left for a library call to absorb, not yet placed.
     absorbed: Vec<bool>,
     role: Vec<Role>,
@@ -302,63 +303,148 @@ fn partition_with_gap(dag: &Dag, fusion: &FusionRules, profile: &Profile, gap: u
     b.finish()
 }
 
+/// Whether a node may run inside the library call that uses it ([`absorbable_operands`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Absorb {
+    No,
+    /// Where the cost model finds it cheaper than joining its producer's kernel.
+    IfPays,
+    /// Always: part of a stack of views that would otherwise be copied whole (an im2col
+    /// matrix), absorbed all together or not at all.
+    Always,
+}
+
 /// Per node: whether it may run inside the library call that uses it, read by the call as it
 /// packs its operand. That is a chain of nodes back from a call's operand, each used only by
 /// the next (the last by the call) and none a graph output: at most one cast
 /// (`library_casts`; a node belongs to one kernel, so a cast shared by two calls stays a
-/// kernel of its own) and layout ops that are views (`library_views`) whose composed index
-/// map over the chain's source buffer is strides. Where a reshape would need an index map,
-/// the chain stops below it: the call reads that view's value from its own kernel.
+/// kernel of its own) and layout ops that are views (`library_views`); the chain may end in a
+/// `concat` whose operands are such views of one buffer that stack into one view
+/// ([`super::operand_tree`]). The composed index map over the source buffer must be strides,
+/// or strides over sub-axes grouped under the operand's axes (`IndexMap::split_strided`).
+/// Where it is neither, the chain stops below the view that breaks it: the call reads that
+/// view's value from its own kernel.
 fn absorbable_operands(
     facts: &Facts,
     role: &[Role],
     view_plan: &[Option<BuiltinPlan>],
     fusion: &FusionRules,
-) -> Vec<bool> {
+) -> Vec<Absorb> {
     let dag = facts.dag;
-    let mut absorbable = vec![false; dag.nodes.len()];
+    let mut absorbable = vec![Absorb::No; dag.nodes.len()];
+    let only_used_by = |c: usize, next: u32| {
+        let users = facts.users(c);
+        !facts.graph_output[c] && !users.is_empty() && users.iter().all(|&u| u == next)
+    };
+    let is_view = |c: usize| fusion.library_views && view_plan[c].is_some();
     for (call, node) in dag.nodes.iter().enumerate() {
         if role[call] != Role::Never {
             continue;
         }
         for &arg in &node.args {
-            // The chain from the call's operand back towards its source.
+            // The chain from the call's operand back towards its source, and the stack of
+            // views below a concat that ends it.
             let mut chain: Vec<usize> = Vec::new();
+            let mut stack: Vec<usize> = Vec::new();
             let mut casts = 0;
             let mut next = call as u32;
             let mut at = arg;
             while let Value::Node(c) = at {
-                let users = facts.users(c);
-                let only_next = !users.is_empty() && users.iter().all(|&u| u == next);
                 let cast = fusion.library_casts
                     && casts == 0
                     && dag.nodes[c].op.builtin() == Some(Builtin::Cast)
                     && dag.nodes[c].args.len() == 1;
-                let view = fusion.library_views && view_plan[c].is_some();
-                if facts.graph_output[c] || !only_next || !(cast || view) {
+                if !only_used_by(c, next) {
                     break;
                 }
-                casts += usize::from(cast);
-                chain.push(c);
-                next = c as u32;
-                at = dag.nodes[c].args[0];
+                if cast || is_view(c) {
+                    casts += usize::from(cast);
+                    chain.push(c);
+                    next = c as u32;
+                    at = dag.nodes[c].args[0];
+                    continue;
+                }
+                if fusion.library_views
+                    && let Some(members) = stacked_views(dag, c, &only_used_by, &is_view)
+                {
+                    chain.push(c);
+                    stack = members;
+                }
+                break;
             }
-            while !chain.is_empty() && !strided_chain(dag, &chain) {
+            while !chain.is_empty() && !readable_operand(dag, arg, &chain, &stack) {
                 chain.pop();
+                stack.clear();
             }
-            for c in chain {
-                absorbable[c] = true;
+            let how = if stack.is_empty() {
+                Absorb::IfPays
+            } else {
+                Absorb::Always
+            };
+            for c in chain.into_iter().chain(stack) {
+                absorbable[c] = how;
             }
         }
     }
     absorbable
 }
 
-/// Whether the views of `chain` (nodes from a call's operand back towards its source, each
-/// the operand of the one before) compose, from the source's buffer outward, to strides.
-fn strided_chain(dag: &Dag, chain: &[usize]) -> bool {
-    chain.is_empty()
-        || super::operand_chain_map(dag, chain).is_some_and(|map| map.as_strided().is_some())
+/// The nodes of concat `c` and the views below it that stack into one view of a buffer
+/// (each used only by the node above it, none a graph output; a concat among them stacks on
+/// its own), or `None` where they do not.
+fn stacked_views(
+    dag: &Dag,
+    c: usize,
+    only_used_by: &dyn Fn(usize, u32) -> bool,
+    is_view: &dyn Fn(usize) -> bool,
+) -> Option<Vec<usize>> {
+    let node = &dag.nodes[c];
+    if node.op.builtin() != Some(Builtin::Concat) {
+        return None;
+    }
+    let mut members = vec![c];
+    for &piece in &node.args {
+        let (mut at, mut above) = (piece, c as u32);
+        while let Value::Node(p) = at
+            && only_used_by(p, above)
+        {
+            if is_view(p) {
+                members.push(p);
+                (above, at) = (p as u32, dag.nodes[p].args[0]);
+                continue;
+            }
+            if let Some(below) = stacked_views(dag, p, only_used_by, is_view) {
+                members.extend(below);
+            }
+            break;
+        }
+    }
+    let member = |p: usize| members.contains(&p);
+    let tree = super::operand_tree(dag, Value::Node(c), &member)?;
+    tree.map.as_strided()?;
+    Some(members)
+}
+
+/// Whether a library call can read its operand `arg` through the nodes of `chain` (from the
+/// operand back towards its source) and `stack` (below the chain's concat): at most one cast,
+/// and an index map that is strides, or, over a stack of views, strides over sub-axes for an
+/// operand of rank 2 or more (a 1-D operand is promoted, which sub-axes do not follow).
+///
+/// Sub-axes only over a stack: there they save a copy many times the buffer's size, while a
+/// reshape of a transpose (attention's head merge) is better left to the call that produces
+/// it, which writes its product through the transpose (`result_view`) so the GEMM here packs
+/// contiguous rows.
+fn readable_operand(dag: &Dag, arg: Value, chain: &[usize], stack: &[usize]) -> bool {
+    let member = |p: usize| chain.contains(&p) || stack.contains(&p);
+    let Some(tree) = super::operand_tree(dag, arg, &member) else {
+        return false;
+    };
+    let shape = &dag.ty(arg).shape;
+    tree.casts.len() <= 1
+        && tree
+            .map
+            .split_strided(shape)
+            .is_some_and(|(_, split)| split.is_none() || (!stack.is_empty() && shape.len() >= 2))
 }
 
 /// The resolved plan of node `v` when it joins kernels as a view, `None` for every other node.
@@ -482,7 +568,12 @@ impl Builder<'_> {
         if matches!(self.role[n], Role::Join | Role::End | Role::Rows) && !self.leads[n] {
             let producers = self.producer_groups(n);
             let plan = self.best_plan(n, &producers);
-            if self.absorbable[n] && plan.as_ref().is_none_or(|p| self.absorb_pays(n, p)) {
+            let absorb = match self.absorbable[n] {
+                Absorb::No => false,
+                Absorb::IfPays => plan.as_ref().is_none_or(|p| self.absorb_pays(n, p)),
+                Absorb::Always => true,
+            };
+            if absorb {
                 self.absorbed[n] = true;
                 return;
             }

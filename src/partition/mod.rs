@@ -18,6 +18,7 @@
 mod epilogue;
 mod greedy;
 mod in_place;
+mod operand_view;
 mod pieces;
 mod result_view;
 
@@ -250,26 +251,7 @@ fn merge_into_readers(
     partition
 }
 
-/// The index map over the source buffer of `chain` (nodes from a library call's operand back
-/// towards that buffer, each the operand of the one before: casts and layout views) through
-/// which the call reads its operand: the views' maps composed from the buffer outward, casts
-/// moving nothing. `None` where a node has no index map (it is no view).
-pub fn operand_chain_map(dag: &Dag, chain: &[usize]) -> Option<IndexMap> {
-    let &last = chain.last()?;
-    let source = *dag.nodes[last].args.first()?;
-    let mut map = IndexMap::contiguous(&dag.ty(source).shape);
-    for &c in chain.iter().rev() {
-        let node = &dag.nodes[c];
-        let builtin = node.op.builtin()?;
-        if builtin == Builtin::Cast {
-            continue;
-        }
-        let x_shape = &dag.ty(*node.args.first()?).shape;
-        let (plan, _) = crate::graph::check::plan_builtin(builtin, &[x_shape], &node.attrs).ok()?;
-        map = plan.index_map(&map, x_shape, &node.ty.shape)?;
-    }
-    Some(map)
-}
+pub use operand_view::{OperandTree, operand_tree};
 
 /// How many launches a partition makes, counted the one way every report uses: generated
 /// kernels (fused loops and copies) apart from library calls (matmul through cuBLAS or

@@ -199,8 +199,46 @@ pub fn product_shape(
 #[derive(Debug, Clone, Copy)]
 pub struct OperandLayout<'a> {
     pub shape: &'a [usize],
+    /// Over `shape`, or over `split`'s sub-axes where given.
     pub strided: &'a crate::shape::Strided,
+    pub split: Option<&'a crate::shape::SplitAxes>,
     pub len: usize,
+}
+
+impl OperandLayout<'_> {
+    /// The shape `strided` is a view of.
+    fn strided_shape(&self) -> &[usize] {
+        self.split.map_or(self.shape, |s| &s.fine)
+    }
+
+    /// Per axis of the operand as `matmul_operand` promotes it, its sub-axes as (size,
+    /// stride) pairs, outermost first: one per axis, unless the view splits them.
+    fn axes(&self, is_rhs: bool) -> Vec<Vec<(usize, i64)>> {
+        if let Some(split) = self.split {
+            return (0..self.shape.len())
+                .map(|d| split.axis(self.strided, d))
+                .collect();
+        }
+        let promoted = crate::shape::matmul_operand(self.shape, is_rhs);
+        let strides = match (self.strided.strides.as_slice(), is_rhs) {
+            (&[s], true) => vec![s, 0],
+            (&[s], false) => vec![0, s],
+            (all, _) => all.to_vec(),
+        };
+        promoted.into_iter().zip(strides).map(|a| vec![a]).collect()
+    }
+}
+
+/// The element offset of index `i` along an axis made of `sub_axes` (row-major).
+fn sub_axes_offset(sub_axes: &[(usize, i64)], i: usize) -> i64 {
+    let mut rest = i;
+    let mut at = 0i64;
+    for &(n, s) in sub_axes.iter().rev() {
+        let n = n.max(1);
+        at = at.wrapping_add(((rest % n) as i64).wrapping_mul(s));
+        rest /= n;
+    }
+    at
 }
 
 /// The matrices of a product of strided operands: each result matrix is `rows x cols`, the
@@ -218,6 +256,11 @@ pub struct StridedProduct {
     pub a_strides: [i64; 2],
     pub b_strides: [i64; 2],
     pub offsets: Vec<(i64, i64)>,
+    /// Where an operand's view splits its row and column axes into sub-axes (an im2col
+    /// matrix), those sub-axes as (size, stride) pairs, outermost first; its strides above
+    /// are then the innermost sub-axes'.
+    pub a_split: Option<[Vec<(usize, i64)>; 2]>,
+    pub b_split: Option<[Vec<(usize, i64)>; 2]>,
 }
 
 /// [`ProductShape::of`] for operands read through strides, checked against their buffers and,
@@ -233,34 +276,25 @@ pub fn strided_product(
         None => ProductShape::of(a.shape, b.shape)?,
     };
     for (operand, name) in [(&a, "left"), (&b, "right")] {
-        if !operand.strided.within(operand.shape, operand.len) {
+        if !operand.strided.within(operand.strided_shape(), operand.len) {
             return Err(MatMulError::ViewOutOfBounds { operand: name });
         }
     }
-    // Each operand's strides as `matmul_operand` promotes it.
-    let promoted = |op: &OperandLayout<'_>, is_rhs: bool| -> Vec<i64> {
-        match (op.strided.strides.as_slice(), is_rhs) {
-            (&[s], true) => vec![s, 0],
-            (&[s], false) => vec![0, s],
-            (all, _) => all.to_vec(),
-        }
-    };
-    let (sa, sb) = (
-        crate::shape::matmul_operand(a.shape, false),
-        crate::shape::matmul_operand(b.shape, true),
-    );
-    let (ta, tb) = (promoted(&a, false), promoted(&b, true));
+    let (ta, tb) = (a.axes(false), b.axes(true));
     let batch = &shape.batch;
     // The element offset of batch matrix `idx` (row-major over `batch`) in one operand.
-    let offset = |idx: usize, s: &[usize], t: &[i64], base: i64| -> i64 {
-        let lead = batch.len() - (s.len() - 2);
+    let offset = |idx: usize, t: &[Vec<(usize, i64)>], base: i64| -> i64 {
+        let lead = batch.len() - (t.len() - 2);
         let mut rest = idx;
         let mut at = base;
         for d in (0..batch.len()).rev() {
             let i = rest % batch[d].max(1);
             rest /= batch[d].max(1);
-            if d >= lead && s[d - lead] != 1 {
-                at += i as i64 * t[d - lead];
+            if d >= lead {
+                let sub = &t[d - lead];
+                if sub.iter().map(|&(n, _)| n).product::<usize>() != 1 {
+                    at = at.wrapping_add(sub_axes_offset(sub, i));
+                }
             }
         }
         at
@@ -268,19 +302,29 @@ pub fn strided_product(
     let offsets = (0..shape.offsets.len())
         .map(|i| {
             (
-                offset(i, &sa, &ta, a.strided.offset),
-                offset(i, &sb, &tb, b.strided.offset),
+                offset(i, &ta, a.strided.offset),
+                offset(i, &tb, b.strided.offset),
             )
         })
         .collect();
+    // The matrix axes: their one stride, or their sub-axes (the innermost one's stride).
+    let matrix = |t: &[Vec<(usize, i64)>], split: bool| {
+        let axes = [t[t.len() - 2].clone(), t[t.len() - 1].clone()];
+        let inner = |sub: &[(usize, i64)]| sub.last().map_or(0, |&(_, s)| s);
+        ([inner(&axes[0]), inner(&axes[1])], split.then_some(axes))
+    };
+    let (a_strides, a_split) = matrix(&ta, a.split.is_some());
+    let (b_strides, b_split) = matrix(&tb, b.split.is_some());
     Ok(StridedProduct {
         batch: shape.batch,
         rows: shape.rows,
         inner: shape.inner,
         cols: shape.cols,
-        a_strides: [ta[ta.len() - 2], ta[ta.len() - 1]],
-        b_strides: [tb[tb.len() - 2], tb[tb.len() - 1]],
+        a_strides,
+        b_strides,
         offsets,
+        a_split,
+        b_split,
     })
 }
 
@@ -309,12 +353,15 @@ pub fn matmul_elements(
         let Some(view) = &op.view else {
             return Ok(None);
         };
-        let mut buffer =
-            Buffer::try_zeroed(x.dtype, &view.shape).map_err(|_| MatMulError::PackingAlloc)?;
-        match buffer.gather_from(x, &view.strided) {
-            true => Ok(Some(buffer)),
-            false => Err(MatMulError::ViewOutOfBounds { operand: name }),
+        // Gathered over the view's sub-axes where it has them, whose row-major order is
+        // the operand's.
+        let mut buffer = Buffer::try_zeroed(x.dtype, view.strided_shape())
+            .map_err(|_| MatMulError::PackingAlloc)?;
+        if !buffer.gather_from(x, &view.strided) {
+            return Err(MatMulError::ViewOutOfBounds { operand: name });
         }
+        buffer.shape = view.shape.clone();
+        Ok(Some(buffer))
     };
     let (ga, gb) = (gathered(a, a_op, "left")?, gathered(b, b_op, "right")?);
     let a = ga.as_ref().map_or(a, Buffer::elements);

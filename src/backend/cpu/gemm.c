@@ -17,12 +17,16 @@
                  a rounding 1, a rounding 2, b rounding 1, b rounding 2 }
      strides = { A row, A column, B row, B column, C row, C column } (elements)
      offsets = { per batch: A offset, B offset, C offset } (elements)
-     ptrs    = { A, B, C, status, epilogue, packed B }
+     ptrs    = { A, B, C, status, epilogue, packed B, sub-axes }
    status points to an int64 that receives 0, or 1 where a thread could not allocate its
    buffers (nothing is then guaranteed about C). epilogue is NULL, or an fb_gemm_epilogue.
    packed B is NULL, or an fb_gemm_packed_b the caller keeps across the calls of one run that
    multiply by the same right-hand matrix (an RNN's recurrent weights, once per step): the
    first call packs all of B into it and the later ones read it from there.
+   sub-axes is NULL, or an fb_gemm_split: operand axes read through several strides each (the
+   im2col matrix of a convolution, whose rows are the channels and kernel offsets and whose
+   columns are the output positions, read from the image itself); the strides of such an axis
+   above are then unused.
    dtype codes: 0 f32, 1 f16, 2 bf16. A rounding is a dtype an operand element is rounded to
    after it is read (0 for none): an absorbed cast first, then the product's dtype. */
 
@@ -51,16 +55,51 @@ static inline float fb_gemm_round(float x, int64_t dtype) {
     }
 }
 
-/* An operand as the packers read it. */
+/* An operand as the packers read it: element (r, c) lies at r * rs + c * cs, or where the
+   operand has sub-axes, at rt[r] + ct[c] (tables of the row and column offsets, NULL for an
+   axis read through its one stride). */
 typedef struct {
     const void *p;
     int64_t dtype, rs, cs, round1, round2;
+    const int64_t *rt, *ct;
 } fb_gemm_operand;
+
+static inline int64_t fb_gemm_row_at(const fb_gemm_operand *o, int64_t r) { return o->rt ? o->rt[r] : r * o->rs; }
+static inline int64_t fb_gemm_col_at(const fb_gemm_operand *o, int64_t c) { return o->ct ? o->ct[c] : c * o->cs; }
+
+/* The element at offset `at` at f32, rounded as the product demands. */
+static inline float fb_gemm_elem_at(const fb_gemm_operand *o, int64_t at) {
+    float v = fb_gemm_load(o->p, o->dtype, at);
+    return fb_gemm_round(fb_gemm_round(v, o->round1), o->round2);
+}
 
 /* Element (r, c) at f32, rounded as the product demands. */
 static inline float fb_gemm_elem(const fb_gemm_operand *o, int64_t r, int64_t c) {
-    float v = fb_gemm_load(o->p, o->dtype, r * o->rs + c * o->cs);
-    return fb_gemm_round(fb_gemm_round(v, o->round1), o->round2);
+    return fb_gemm_elem_at(o, fb_gemm_row_at(o, r) + fb_gemm_col_at(o, c));
+}
+
+/* An operand axis read through sub-axes: n (size, stride) pairs, outermost first, n = 0 for
+   an axis read through its one stride. fb_gemm_split holds A's rows and columns, then B's. */
+#define FB_GEMM_SUB 8
+typedef struct {
+    int64_t n, size[FB_GEMM_SUB], stride[FB_GEMM_SUB];
+} fb_gemm_axis;
+typedef struct {
+    fb_gemm_axis axes[4];
+} fb_gemm_split;
+
+/* The offsets of an axis's `len` indices through its sub-axes (row-major), into `t`. */
+static void fb_gemm_axis_table(const fb_gemm_axis *x, int64_t len, int64_t *t) {
+    int64_t at[FB_GEMM_SUB] = {0}, off = 0;
+    for (int64_t i = 0; i < len; i++) {
+        t[i] = off;
+        for (int64_t d = x->n - 1; d >= 0; d--) {
+            off += x->stride[d];
+            if (++at[d] < x->size[d]) break;
+            off -= x->stride[d] * x->size[d];
+            at[d] = 0;
+        }
+    }
 }
 
 /* Reads `n` consecutive elements of a row (column stride 1) into `dst` at f32: one loop per
@@ -97,7 +136,12 @@ static void fb_gemm_pack_a(const fb_gemm_operand *a, int64_t r0, int64_t rows, i
         float *d = dst + s * kc;
         if (h < FB_GEMM_MR)
             memset(d, 0, (size_t)(kc * FB_GEMM_MR) * sizeof(float));
-        if (a->cs == 1) {
+        if (a->rt || a->ct) {
+            for (int64_t r = 0; r < h; r++) {
+                const int64_t base = fb_gemm_row_at(a, r0 + s + r);
+                for (int64_t k = 0; k < kc; k++) d[k * FB_GEMM_MR + r] = fb_gemm_elem_at(a, base + fb_gemm_col_at(a, k0 + k));
+            }
+        } else if (a->cs == 1) {
             float run[FB_GEMM_KC];
             for (int64_t r = 0; r < h; r++) {
                 fb_gemm_load_run(a, (r0 + s + r) * a->rs + k0, kc, run);
@@ -118,7 +162,35 @@ static void fb_gemm_pack_b(const fb_gemm_operand *b, int64_t k0, int64_t kc, int
     for (int64_t s = 0; s < cols; s += FB_GEMM_NR) {
         int64_t w = cols - s < FB_GEMM_NR ? cols - s : FB_GEMM_NR;
         float *d = dst + s * kc;
-        if (b->cs == 1) {
+        if (b->rt || b->ct) {
+            /* Sub-axes: the strip's columns as runs at a constant step (a row of an image's
+               output positions is one run, at the convolution's stride), found once and then
+               read for every k. Run i is columns [start[i], start[i + 1]) from offset off[i]. */
+            int64_t start[FB_GEMM_NR + 1], off[FB_GEMM_NR], step[FB_GEMM_NR];
+            int64_t runs = 0;
+            for (int64_t c = 0; c < w; c++) {
+                const int64_t at = fb_gemm_col_at(b, c0 + s + c);
+                if (runs > 0 && c - start[runs - 1] == 1) step[runs - 1] = at - off[runs - 1];
+                if (runs > 0 && at == off[runs - 1] + (c - start[runs - 1]) * step[runs - 1]) continue;
+                start[runs] = c;
+                off[runs] = at;
+                step[runs] = 1;
+                runs++;
+            }
+            start[runs] = w;
+            for (int64_t k = 0; k < kc; k++) {
+                const int64_t base = fb_gemm_row_at(b, k0 + k);
+                float *row = d + k * FB_GEMM_NR;
+                for (int64_t i = 0; i < runs; i++) {
+                    const int64_t n = start[i + 1] - start[i];
+                    if (step[i] == 1)
+                        fb_gemm_load_run(b, base + off[i], n, row + start[i]);
+                    else
+                        for (int64_t j = 0; j < n; j++) row[start[i] + j] = fb_gemm_elem_at(b, base + off[i] + j * step[i]);
+                }
+                for (int64_t c = w; c < FB_GEMM_NR; c++) row[c] = 0.0f;
+            }
+        } else if (b->cs == 1) {
             for (int64_t k = 0; k < kc; k++) {
                 fb_gemm_load_run(b, (k0 + k) * b->rs + c0 + s, w, d + k * FB_GEMM_NR);
                 for (int64_t c = w; c < FB_GEMM_NR; c++) d[k * FB_GEMM_NR + c] = 0.0f;
@@ -219,7 +291,7 @@ static void fb_gemm_pairs(float *strip, int64_t kc, int64_t width) {
    (the common case: no f32 strip to rewrite). A: the word at row r, columns k0+2p.. is the pair
    itself. B: rows k0+2p and k0+2p+1 interleaved column by column. */
 static int fb_gemm_direct_pairs(const fb_gemm_operand *o) {
-    return o->dtype == 2 && o->cs == 1 && o->round1 == 0 && o->round2 == 0;
+    return o->dtype == 2 && o->cs == 1 && !o->rt && !o->ct && o->round1 == 0 && o->round2 == 0;
 }
 
 static void fb_gemm_pack_a_pairs(const fb_gemm_operand *a, int64_t r0, int64_t rows, int64_t k0, int64_t kc,
@@ -454,13 +526,28 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
 #endif
     int failed = 0;
 
+    /* The offsets of the operand axes read through sub-axes: A's rows and columns, B's. */
+    const fb_gemm_split *split = (const fb_gemm_split *)ptrs[6];
+    int64_t *tables[4] = {NULL, NULL, NULL, NULL};
+    const int64_t lens[4] = {M, K, K, N};
+    for (int i = 0; split && i < 4; i++) {
+        if (split->axes[i].n <= 0 || lens[i] <= 0) continue;
+        tables[i] = (int64_t *)malloc((size_t)lens[i] * sizeof(int64_t));
+        if (!tables[i]) {
+            for (int j = 0; j < i; j++) free(tables[j]);
+            *(int64_t *)ptrs[3] = 1;
+            return;
+        }
+        fb_gemm_axis_table(&split->axes[i], lens[i], tables[i]);
+    }
+
     /* The whole of B from the caller's cache, packed there now unless it holds it already:
        for one matrix (or a batch sharing one), where it fits. */
     fb_gemm_packed_b *cache = (fb_gemm_packed_b *)ptrs[5];
     int shared_b = 1;
     for (int64_t bi = 1; bi < batches; bi++) shared_b &= offsets[3 * bi + 1] == offsets[1];
     const float *cached = NULL;
-    if (cache && shared_b && K > 0 && cache->data && cache->floats >= K * fb_gemm_round_up(N, FB_GEMM_NR)) {
+    if (cache && shared_b && !tables[2] && !tables[3] && K > 0 && cache->data && cache->floats >= K * fb_gemm_round_up(N, FB_GEMM_NR)) {
         const int64_t key[10] = {(int64_t)(intptr_t)ptrs[1] + offsets[1] * (sizes[5] == 0 ? 4 : 2),
                                  strides[2], strides[3], sizes[5], sizes[9], sizes[10], K, N, nc, pairs};
         int same = cache->valid;
@@ -498,8 +585,10 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
                 const int64_t r0 = ib * mc, c0 = jb * nc;
                 const int64_t rows = M - r0 < mc ? M - r0 : mc, cols = N - c0 < nc ? N - c0 : nc;
                 const int64_t ldt = fb_gemm_round_up(cols, FB_GEMM_NR);
-                const fb_gemm_operand a = {(const char *)ptrs[0] + 0, sizes[4], strides[0], strides[1], sizes[7], sizes[8]};
-                const fb_gemm_operand b = {(const char *)ptrs[1] + 0, sizes[5], strides[2], strides[3], sizes[9], sizes[10]};
+                const fb_gemm_operand a = {(const char *)ptrs[0] + 0, sizes[4], strides[0], strides[1], sizes[7], sizes[8],
+                                           tables[0], tables[1]};
+                const fb_gemm_operand b = {(const char *)ptrs[1] + 0, sizes[5], strides[2], strides[3], sizes[9], sizes[10],
+                                           tables[2], tables[3]};
                 const int64_t esa = sizes[4] == 0 ? 4 : 2, esb = sizes[5] == 0 ? 4 : 2;
                 fb_gemm_operand ab = a, bb = b;
                 ab.p = (const char *)a.p + offsets[3 * bi] * esa;
@@ -547,5 +636,6 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
             }
         }
     }
+    for (int i = 0; i < 4; i++) free(tables[i]);
     *(int64_t *)ptrs[3] = failed;
 }

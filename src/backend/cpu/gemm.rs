@@ -106,6 +106,9 @@ fn result_matrices(result: &ResultView, shape: &[usize]) -> ([i64; 2], Vec<i64>)
 /// their row stride (any step, for one-row matrices). The result's matrices are contiguous,
 /// so its rows follow one another too.
 fn fold_batches(product: &StridedProduct) -> Option<StridedProduct> {
+    if product.a_split.is_some() {
+        return None;
+    }
     let (&(a0, b0), rest) = product.offsets.split_first()?;
     let step = rest.first()?.0 - a0;
     let shared = product.offsets.iter().all(|&(_, b)| b == b0);
@@ -269,12 +272,59 @@ impl Drop for PackedB {
 }
 
 /// One call of the GEMM, in its ABI (see `gemm.c`): sizes, strides and per-matrix offsets,
-/// all in elements.
+/// all in elements, and the operand axes read through sub-axes.
 #[derive(Debug, Clone)]
 struct Call {
     sizes: [i64; 11],
     strides: [i64; 6],
     offsets: Vec<i64>,
+    split: Option<Box<SplitAxesHeader>>,
+}
+
+/// The most sub-axes the GEMM reads one operand axis through (`FB_GEMM_SUB` in `gemm.c`).
+const GEMM_SUB_AXES: usize = 8;
+
+/// `fb_gemm_axis` in `gemm.c`, field for field: `n` (size, stride) pairs, outermost first;
+/// `n = 0` for an axis read through its one stride.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct SubAxesHeader {
+    n: i64,
+    size: [i64; GEMM_SUB_AXES],
+    stride: [i64; GEMM_SUB_AXES],
+}
+
+/// `fb_gemm_split` in `gemm.c`: A's rows and columns, then B's.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct SplitAxesHeader {
+    axes: [SubAxesHeader; 4],
+}
+
+impl SplitAxesHeader {
+    /// The header of a product's split operand axes; `None` where an axis has more sub-axes
+    /// than the GEMM reads.
+    fn of(product: &StridedProduct) -> Option<Option<Box<SplitAxesHeader>>> {
+        if product.a_split.is_none() && product.b_split.is_none() {
+            return Some(None);
+        }
+        let mut header = SplitAxesHeader::default();
+        let operands = [&product.a_split, &product.b_split];
+        for (i, split) in operands.into_iter().enumerate() {
+            for (j, sub) in split.iter().flatten().enumerate() {
+                if sub.len() > GEMM_SUB_AXES {
+                    return None;
+                }
+                let axis = &mut header.axes[2 * i + j];
+                axis.n = sub.len() as i64;
+                for (k, &(size, stride)) in sub.iter().enumerate() {
+                    axis.size[k] = size as i64;
+                    axis.stride[k] = stride;
+                }
+            }
+        }
+        Some(Some(Box::new(header)))
+    }
 }
 
 impl Gemm {
@@ -340,14 +390,15 @@ impl Gemm {
         };
         let (a_shape, a_view) = a_op.layout(a.shape);
         let (b_shape, b_view) = b_op.layout(b.shape);
-        let layout = |shape, strided, len| OperandLayout {
+        let layout = |shape, strided, split, len| OperandLayout {
             shape,
             strided,
+            split,
             len,
         };
         let product = matmul::strided_product(
-            layout(&a_shape, &a_view, a.len()),
-            layout(&b_shape, &b_view, b.len()),
+            layout(&a_shape, &a_view, a_op.split(), a.len()),
+            layout(&b_shape, &b_view, b_op.split(), b.len()),
             Some(out.len()),
         )?;
         // A batch sharing one right-hand matrix whose left-hand matrices follow one another
@@ -374,6 +425,13 @@ impl Gemm {
                 }
                 result_matrices(r, &shape)
             }
+        };
+        let Some(split) = SplitAxesHeader::of(&product) else {
+            // More sub-axes than the GEMM reads: the operands are gathered first.
+            return match result {
+                None => matmul::matmul_elements(a, a_op, b, b_op, out).map(|_| false),
+                Some(result) => placed_elements(a, a_op, b, b_op, out, result).map(|_| false),
+            };
         };
         let StridedProduct {
             rows,
@@ -411,6 +469,7 @@ impl Gemm {
                 .zip(c_offsets)
                 .flat_map(|(&(oa, ob), oc)| [oa, ob, oc])
                 .collect(),
+            split,
         };
         // SAFETY: `strided_product` checked that every element the operands' views address
         // lies inside its buffer, and that the result matrices fill `out`;
@@ -445,6 +504,10 @@ impl Gemm {
         packed_b: *mut c_void,
     ) -> std::result::Result<(), MatMulError> {
         let mut status = 0i64;
+        let split = call
+            .split
+            .as_deref()
+            .map_or(std::ptr::null(), |s| s as *const SplitAxesHeader);
         let ptrs = [
             a as *mut c_void,
             b as *mut c_void,
@@ -452,6 +515,7 @@ impl Gemm {
             &mut status as *mut i64 as *mut c_void,
             epilogue as *mut c_void,
             packed_b,
+            split as *mut c_void,
         ];
         // SAFETY: the caller's promise; `gemm.c` reads the arrays as its ABI documents.
         unsafe {

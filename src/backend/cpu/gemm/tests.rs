@@ -119,6 +119,7 @@ fn strided_and_transposed_operands_give_the_contiguous_product() {
                 .unwrap(),
                 strides: [sa[0], sa[1], sb[0], sb[1], ldc, 1].map(|s| s as i64),
                 offsets: vec![0, 0, 0],
+                split: None,
             };
             // SAFETY: the strides address elements below `span` of each buffer; the output
             // has m rows of `ldc`.
@@ -167,6 +168,7 @@ fn bf16_pairs_give_the_f32_paths_bits() {
                 sizes: [1, m as i64, k as i64, n as i64, code, code, 0, 0, 0, 0, 0],
                 strides: [k as i64, 1, n as i64, 1, n as i64, 1],
                 offsets: vec![0, 0, 0],
+                split: None,
             };
             // SAFETY: contiguous m x k, k x n and m x n matrices in buffers of those sizes.
             unsafe { call_on(&gemm, &call, a, b, &mut out) };
@@ -197,6 +199,8 @@ fn batches_sharing_a_matrix_fold_into_one_product() {
         a_strides: [a_row, 1],
         b_strides: [5, 1],
         offsets,
+        a_split: None,
+        b_split: None,
     };
     // [4, 3, 8] @ [8, 5]: rows of 8, matrices 24 apart.
     let folded = fold_batches(&product(3, 8, (0..4).map(|i| (24 * i, 0)).collect())).unwrap();
@@ -212,4 +216,141 @@ fn batches_sharing_a_matrix_fold_into_one_product() {
     assert!(fold_batches(&product(3, 8, (0..4).map(|i| (24 * i, 40 * i)).collect())).is_none());
     assert!(fold_batches(&product(3, 8, (0..4).map(|i| (32 * i, 0)).collect())).is_none());
     assert!(fold_batches(&product(3, 8, vec![(0, 0)])).is_none());
+}
+
+/// An operand view whose axes are each a group of strided sub-axes (`fine`, `counts`) over a
+/// buffer, and that operand gathered contiguously by hand (row-major over the sub-axes).
+fn split_view(
+    buf: &Buffer,
+    shape: &[usize],
+    offset: i64,
+    fine: &[(usize, i64)],
+    counts: &[usize],
+) -> (crate::lower::OperandView, Buffer) {
+    let sizes: Vec<usize> = fine.iter().map(|&(n, _)| n).collect();
+    let mut gathered = Buffer::zeroed(buf.dtype, shape);
+    for q in 0..gathered.len() {
+        let (mut rest, mut at) = (q, offset);
+        for &(n, s) in fine.iter().rev() {
+            at += (rest % n) as i64 * s;
+            rest /= n;
+        }
+        gathered.set(q, buf.get(at as usize));
+    }
+    let view = crate::lower::OperandView {
+        shape: shape.to_vec(),
+        strided: crate::shape::Strided {
+            offset,
+            strides: fine.iter().map(|&(_, s)| s).collect(),
+        },
+        split: Some(crate::shape::SplitAxes {
+            fine: sizes,
+            counts: counts.to_vec(),
+        }),
+    };
+    (view, gathered)
+}
+
+/// Operands read through sub-axes (an im2col matrix read from the windows of a batch of
+/// images, at unit and at doubled column steps; a left-hand matrix whose rows and columns are
+/// each two strided axes) give the product of the same operands gathered contiguously, in
+/// f32, f16 into f32, and bf16 (the pairs path where the CPU has it), across column blocks
+/// and K slices.
+#[test]
+fn operands_read_through_sub_axes_give_the_gathered_product() {
+    let gemm = gemm();
+    let (c, h, w) = (5usize, 21usize, 40usize);
+    let image = (c * h * w) as i64;
+    for (dtype, out_dtype) in [
+        (DType::F32, DType::F32),
+        (DType::F16, DType::F32),
+        (DType::BF16, DType::BF16),
+    ] {
+        // Windows: K = C x 3 x 3 (dilation 2 across), N = 9 x 17 output positions, at column
+        // step 1 and 2; a batch of 2 images.
+        for step in [1i64, 2] {
+            let images = random(dtype, 2 * c * h * w, 3 + step as u64);
+            let fine = [
+                (2, image),
+                (c, (h * w) as i64),
+                (3, w as i64),
+                (3, 2),
+                (9, 2 * w as i64),
+                (17, step),
+            ];
+            let (k, n) = (c * 9, 9 * 17);
+            let (bv, bg) = split_view(&images, &[2, k, n], 1, &fine, &[1, 3, 2]);
+            let m = 70;
+            let a = random(dtype, m * k, 9);
+            let a_op = MatMulOperand::stored(Value::Input(0));
+            let b_op = MatMulOperand {
+                view: Some(bv),
+                ..MatMulOperand::stored(Value::Input(1))
+            };
+            let mut a_shaped = a.clone();
+            a_shaped.shape = vec![m, k];
+            let mut want = Buffer::zeroed(out_dtype, &[2, m, n]);
+            matmul::matmul(&a_shaped, &a_op, &bg, &a_op, &mut want).unwrap();
+            let mut got = Buffer::zeroed(out_dtype, &[2, m, n]);
+            gemm.matmul(
+                a_shaped.elements(),
+                &a_op,
+                images.elements(),
+                &b_op,
+                got.elements_mut(),
+            )
+            .unwrap();
+            assert_close(
+                &got,
+                &want,
+                out_dtype,
+                &format!("{dtype} windows step {step}"),
+            );
+        }
+        // A: rows (3 x 11, strides 700 and 3), columns (20 x 30, strides 1 and 33).
+        let (m, k, n) = (33usize, 600usize, 50usize);
+        let buf = random(dtype, 3000, 11);
+        let fine = [(3, 700), (11, 3), (20, 1), (30, 33)];
+        let (av, ag) = split_view(&buf, &[m, k], 2, &fine, &[2, 2]);
+        let b = random(dtype, k * n, 12);
+        let mut b_shaped = b.clone();
+        b_shaped.shape = vec![k, n];
+        let stored = MatMulOperand::stored(Value::Input(1));
+        let a_op = MatMulOperand {
+            view: Some(av),
+            ..MatMulOperand::stored(Value::Input(0))
+        };
+        let mut want = Buffer::zeroed(out_dtype, &[m, n]);
+        matmul::matmul(&ag, &stored, &b_shaped, &stored, &mut want).unwrap();
+        let mut got = Buffer::zeroed(out_dtype, &[m, n]);
+        gemm.matmul(
+            buf.elements(),
+            &a_op,
+            b_shaped.elements(),
+            &stored,
+            got.elements_mut(),
+        )
+        .unwrap();
+        assert_close(
+            &got,
+            &want,
+            out_dtype,
+            &format!("{dtype} split rows and columns"),
+        );
+    }
+}
+
+/// `got` within the GEMM's tolerance of `want` (NaN where it is NaN).
+fn assert_close(got: &Buffer, want: &Buffer, dtype: DType, what: &str) {
+    let scale = (0..want.len())
+        .map(|i| want.get(i).abs())
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max);
+    let rtol = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
+    for i in 0..want.len() {
+        let (x, y) = (got.get(i), want.get(i));
+        let same =
+            (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= rtol * (y.abs() + scale);
+        assert!(same, "{what}: [{i}] {x} vs {y}");
+    }
 }

@@ -239,6 +239,7 @@ pub fn plan_shape(a: &[usize], b: &[usize]) -> std::result::Result<GemmShape, Ma
         crate::shape::Strided::contiguous(b),
     );
     let layout = |shape, strided| OperandLayout {
+        split: None,
         shape,
         strided,
         len: crate::shape::numel(shape),
@@ -675,12 +676,14 @@ mod tests {
     fn planned_calls_read_views_as_they_lie() {
         use crate::lower::OperandView;
         use crate::shape::Strided;
-        let view = |shape: &[usize], offset: i64, strides: &[i64]| OperandView {
-            shape: shape.to_vec(),
-            strided: Strided {
-                offset,
-                strides: strides.to_vec(),
-            },
+        let view = |shape: &[usize], offset: i64, strides: &[i64]| {
+            OperandView::strided(
+                shape.to_vec(),
+                Strided {
+                    offset,
+                    strides: strides.to_vec(),
+                },
+            )
         };
         // (a's buffer, a's view, b's buffer, b's view)
         let cases = [
@@ -733,6 +736,7 @@ mod tests {
                 OperandLayout {
                     shape: &v.shape,
                     strided: &v.strided,
+                    split: None,
                     len,
                 }
             }
@@ -757,11 +761,13 @@ mod tests {
             OperandLayout {
                 shape: &stepped.shape,
                 strided: &stepped.strided,
+                split: None,
                 len: 24,
             },
             OperandLayout {
                 shape: &b.shape,
                 strided: &b.strided,
+                split: None,
                 len: 20,
             },
         );

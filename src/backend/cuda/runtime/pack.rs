@@ -62,10 +62,12 @@ pub fn gather(
     view: &crate::lower::OperandView,
 ) -> (KernelIr, Launch) {
     use crate::lower::view::{classify, contiguous_strides, moving_axis};
-    let rank = view.shape.len();
+    // Over the view's sub-axes where it has them: their row-major order is the operand's.
+    let shape = view.strided_shape();
+    let rank = shape.len();
     let mut load_strides = view.strided.strides.clone();
-    let load = classify(from, &view.shape, &mut load_strides);
-    let store_strides = contiguous_strides(&view.shape);
+    let load = classify(from, shape, &mut load_strides);
+    let store_strides = contiguous_strides(shape);
     let (body, to) = convert_body(from, chain);
     let store = View::strided(
         to,
@@ -82,7 +84,7 @@ pub fn gather(
         reductions: Vec::new(),
     };
     let launch = Launch {
-        sizes: view.shape.iter().map(|&d| d as i64).collect(),
+        sizes: shape.iter().map(|&d| d as i64).collect(),
         strides: vec![load_strides, store_strides],
         offsets: vec![view.strided.offset, 0],
         maps: Vec::new(),
@@ -305,13 +307,13 @@ mod tests {
         }
         // Shape [2, 4, 2]: a new batch axis (stride 0), then the transpose of rows 1..3 of
         // slab 1.
-        let view = OperandView {
-            shape: vec![2, 4, 2],
-            strided: Strided {
+        let view = OperandView::strided(
+            vec![2, 4, 2],
+            Strided {
                 offset: 12 + 4,
                 strides: vec![0, 1, 4],
             },
-        };
+        );
         for chain in [&[][..], &[DType::F16][..], &[DType::BF16, DType::F32][..]] {
             let (ir, launch) = gather(DType::F32, chain, &view);
             assert_eq!(ir.verify(), Ok(()));

@@ -239,10 +239,10 @@ impl Builder {
         let product = self.temp(3, len * ty.dtype.size_bytes());
         self.product(program, m, product)?;
         if len > 0 {
-            let view = crate::lower::OperandView {
-                shape: program.dag.ty(result.value).shape.clone(),
-                strided: result.read.clone(),
-            };
+            let view = crate::lower::OperandView::strided(
+                program.dag.ty(result.value).shape.clone(),
+                result.read.clone(),
+            );
             let (ir, launch) = pack::gather(ty.dtype, &[], &view);
             let kernel = self.intern(ir);
             self.kernel(kernel, launch, vec![product, Buf::Value(result.value)]);
@@ -311,12 +311,19 @@ impl Builder {
         // cuBLAS reads an operand it needs no conversion of as it lies, through its view,
         // where the view's matrices have a unit stride; otherwise both are made contiguous.
         let (a_view, b_view) = (m.a.layout(&ta.shape).1, m.b.layout(&tb.shape).1);
-        let (a_lies, b_lies) = (types.a_chain.is_none(), types.b_chain.is_none());
+        // An operand read through sub-axes (an im2col matrix) is gathered: cuBLAS reads two
+        // strides per matrix.
+        let (a_lies, b_lies) = (
+            types.a_chain.is_none() && m.a.split().is_none(),
+            types.b_chain.is_none() && m.b.split().is_none(),
+        );
         let contiguous = (
             crate::shape::Strided::contiguous(&a_shape),
             crate::shape::Strided::contiguous(&b_shape),
         );
+        // Gathered operands are contiguous, and those that lie as they are have no sub-axes.
         let layout = |shape, strided, len| OperandLayout {
+            split: None,
             shape,
             strided,
             len,
