@@ -203,6 +203,13 @@ fn write_kernels(out: &mut String, optimized: &Optimized) {
         for c in &k.concats {
             let how = match c.strategy {
                 "copy" => "copied, one copy per operand".to_string(),
+                "stacked view" => format!(
+                    "a stacked view: its {} operands are views of one buffer at an even \
+                     spacing, read by the library call as one strided view (a copy would \
+                     move {})",
+                    c.segments,
+                    bytes(c.copy_bytes)
+                ),
                 "in place" => format!(
                     "written in place: this kernel stores {} segment(s) into its buffer, \
                      no kernel copies it (a copy would move {})",

@@ -177,7 +177,9 @@ pub struct ConcatReport {
     /// `range select`: the kernel reads each operand over its segment and picks by index, so
     /// the concatenated value never exists in memory. `copy`: a copy per operand writes it.
     /// `in place`: the kernels producing its operands store them into its segments, and no
-    /// kernel of its own exists (reported with each kernel that stores segments).
+    /// kernel of its own exists (reported with each kernel that stores segments). `stacked
+    /// view`: a library call reads it as one strided view of its operands' buffer (a
+    /// convolution's windows), and nothing is copied.
     pub strategy: &'static str,
     /// Operands with elements (segments the kernel selects among, or, in place, stores).
     pub segments: usize,
@@ -436,7 +438,11 @@ fn in_place_reports<'a>(
 }
 
 fn concat_report(dag: &Dag, kernel: &Kernel, n: usize) -> ConcatReport {
-    let copy = kernel.kind == KernelKind::Alone;
+    let strategy = match kernel.kind {
+        KernelKind::Alone => "copy",
+        KernelKind::Library => "stacked view",
+        _ => "range select",
+    };
     let node = &dag.nodes[n];
     let bytes = |v: Value| {
         let ty = dag.ty(v);
@@ -445,7 +451,7 @@ fn concat_report(dag: &Dag, kernel: &Kernel, n: usize) -> ConcatReport {
     let read: u64 = node.args.iter().map(|&a| bytes(a)).sum();
     ConcatReport {
         node: node.name.clone(),
-        strategy: if copy { "copy" } else { "range select" },
+        strategy,
         segments: node
             .args
             .iter()
