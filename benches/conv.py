@@ -138,7 +138,7 @@ def main():
                           do_constant_folding=False)
         xfile = os.path.join(tmp, "x.npy")
         np.save(xfile, x.numpy())
-        out = os.path.join(tmp, "out")
+        out = os.path.join(tmp, f"{name}.out")
         subprocess.run([args.fusebox, "run", path, "--backend", "cpu", "--input", f"x={xfile}",
                         "--out", out], check=True, capture_output=True)
         got = np.load(os.path.join(out, os.listdir(out)[0])).astype(np.float64)

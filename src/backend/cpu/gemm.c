@@ -126,6 +126,23 @@ static inline void fb_gemm_load_run(const fb_gemm_operand *o, int64_t start, int
         for (int64_t i = 0; i < n; i++) dst[i] = fb_rnd_fb(dst[i]);
 }
 
+/* Reads `n` elements `step` apart (a strided convolution's output positions) into `dst` at
+   f32: one loop per dtype, as fb_gemm_load_run. */
+static inline void fb_gemm_load_strided(const fb_gemm_operand *o, int64_t start, int64_t n, int64_t step, float *dst) {
+    if (o->dtype == 0) {
+        const float *s = (const float *)o->p + start;
+        for (int64_t i = 0; i < n; i++) dst[i] = s[i * step];
+    } else {
+        const uint16_t *s = (const uint16_t *)o->p + start;
+        if (o->dtype == 1)
+            for (int64_t i = 0; i < n; i++) dst[i] = fb_h2f(s[i * step]);
+        else
+            for (int64_t i = 0; i < n; i++) dst[i] = fb_b2f(s[i * step]);
+    }
+    if (o->round1 || o->round2)
+        for (int64_t i = 0; i < n; i++) dst[i] = fb_gemm_round(fb_gemm_round(dst[i], o->round1), o->round2);
+}
+
 /* A's rows [r0, r0 + rows) and columns [k0, k0 + kc) into MR-row strips: strip s holds, for
    each k, MR consecutive values of rows s*MR.. (rows past the end are zero, so the microkernel
    always runs whole strips; they only ever reach output rows that are never stored). */
@@ -186,7 +203,7 @@ static void fb_gemm_pack_b(const fb_gemm_operand *b, int64_t k0, int64_t kc, int
                     if (step[i] == 1)
                         fb_gemm_load_run(b, base + off[i], n, row + start[i]);
                     else
-                        for (int64_t j = 0; j < n; j++) row[start[i] + j] = fb_gemm_elem_at(b, base + off[i] + j * step[i]);
+                        fb_gemm_load_strided(b, base + off[i], n, step[i], row + start[i]);
                 }
                 for (int64_t c = w; c < FB_GEMM_NR; c++) row[c] = 0.0f;
             }
