@@ -1,5 +1,6 @@
-//! ONNX `Conv`, `MaxPool` and `AveragePool` of random geometry (1 or 2 spatial axes, groups,
-//! strides, dilations, explicit pads or `auto_pad`, `ceil_mode`, `count_include_pad`),
+//! ONNX `Conv`, `MaxPool`, `AveragePool` and `ConvTranspose` of random geometry (1 or 2
+//! spatial axes, groups, strides, dilations, explicit pads or `auto_pad`, `ceil_mode`,
+//! `count_include_pad`, `output_padding`),
 //! imported and run on the reference evaluator and compiled for the CPU, against the
 //! definition computed here by direct loops over each window.
 
@@ -24,7 +25,7 @@ use rand::{RngExt, SeedableRng};
 /// One window op's geometry.
 #[derive(Debug, Clone)]
 struct Window {
-    /// 0: Conv, 1: MaxPool, 2: AveragePool.
+    /// 0: Conv, 1: MaxPool, 2: AveragePool, 3: ConvTranspose.
     op: usize,
     batch: usize,
     channels: usize,
@@ -40,11 +41,13 @@ struct Window {
     same_lower: bool,
     ceil: bool,
     include_pad: bool,
+    /// ConvTranspose: added after the output on each axis, below its stride or dilation.
+    output_padding: Vec<usize>,
 }
 
 fn windows() -> impl Strategy<Value = Window> {
     (
-        (0..3usize, 1..3usize, 1..4usize, 1..3usize, 1..3usize),
+        (0..4usize, 1..3usize, 1..4usize, 1..3usize, 1..3usize),
         prop::collection::vec(
             (
                 1..8usize,
@@ -57,8 +60,9 @@ fn windows() -> impl Strategy<Value = Window> {
             1..3,
         ),
         (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
+        prop::collection::vec(0..3usize, 2),
     )
-        .prop_map(|((op, batch, channels, per_group, groups), axes, flags)| {
+        .prop_map(|((op, batch, channels, per_group, groups), axes, flags, extra)| {
             let (auto, same_lower, ceil, include_pad) = flags;
             let spatial: Vec<usize> = axes
                 .iter()
@@ -76,20 +80,26 @@ fn windows() -> impl Strategy<Value = Window> {
                     })
                     .collect()
             });
+            let output_padding = axes
+                .iter()
+                .zip(&extra)
+                .map(|(&(_, _, st, d, _, _), &e)| if op == 3 { e % st.max(d) } else { 0 })
+                .collect();
             Window {
                 op,
                 batch,
                 channels: channels * groups,
                 per_group,
-                groups: if op == 0 { groups } else { 1 },
+                groups: if op == 0 || op == 3 { groups } else { 1 },
                 spatial,
                 kernel,
                 strides,
                 dilations,
                 pads,
                 same_lower,
-                ceil: ceil && op != 0,
+                ceil: ceil && (op == 1 || op == 2),
                 include_pad,
+                output_padding,
             }
         })
 }
@@ -113,9 +123,35 @@ fn int(name: &str, v: i64) -> AttributeProto {
 impl Window {
     fn out_channels(&self) -> usize {
         match self.op {
-            0 => self.per_group * self.groups,
+            0 | 3 => self.per_group * self.groups,
             _ => self.channels,
         }
+    }
+
+    /// ConvTranspose per axis: padding before and after (negative where `auto_pad` grows the
+    /// output), and the output size, as ONNX defines them; `None` where an output size would
+    /// be below 1.
+    fn transposed_geometry(&self) -> Option<Vec<(i64, i64, usize)>> {
+        (0..self.spatial.len())
+            .map(|i| {
+                let span = ((self.kernel[i] - 1) * self.dilations[i] + 1) as i64;
+                let (n, s) = (self.spatial[i] as i64, self.strides[i] as i64);
+                let full = s * (n - 1) + self.output_padding[i] as i64 + span;
+                let (b, a) = match &self.pads {
+                    Some(p) => (p[i].0 as i64, p[i].1 as i64),
+                    None => {
+                        let total = full - n * s;
+                        let small = total.div_euclid(2);
+                        match self.same_lower {
+                            false => (small, total - small),
+                            true => (total - small, small),
+                        }
+                    }
+                };
+                let out = full - b - a;
+                (out >= 1).then_some((b, a, out as usize))
+            })
+            .collect()
     }
 
     /// Per axis: padding before and after, and the output size, as ONNX defines them.
@@ -151,10 +187,10 @@ impl Window {
 
     fn model(&self) -> ModelProto {
         let mut node = NodeProto::new();
-        node.op_type = ["Conv", "MaxPool", "AveragePool"][self.op].into();
+        node.op_type = ["Conv", "MaxPool", "AveragePool", "ConvTranspose"][self.op].into();
         node.name = "window".into();
         node.input = vec!["x".into()];
-        if self.op == 0 {
+        if self.op == 0 || self.op == 3 {
             node.input.push("w".into());
             node.attribute.push(int("group", self.groups as i64));
         } else {
@@ -181,8 +217,12 @@ impl Window {
                 node.attribute.push(a);
             }
         }
-        if self.op != 0 {
+        if self.op == 1 || self.op == 2 {
             node.attribute.push(int("ceil_mode", self.ceil as i64));
+        }
+        if self.op == 3 {
+            node.attribute
+                .push(ints("output_padding", &self.output_padding));
         }
         if self.op == 2 {
             node.attribute
@@ -193,11 +233,14 @@ impl Window {
         let mut x = vec![self.batch as i64, self.channels as i64];
         x.extend(self.spatial.iter().map(|&n| n as i64));
         graph.input.push(value_info("x", 1, Some(&x)));
-        if self.op == 0 {
-            let mut w = vec![
-                self.out_channels() as i64,
-                (self.channels / self.groups) as i64,
-            ];
+        if self.op == 0 || self.op == 3 {
+            let mut w = match self.op {
+                0 => vec![
+                    self.out_channels() as i64,
+                    (self.channels / self.groups) as i64,
+                ],
+                _ => vec![self.channels as i64, self.per_group as i64],
+            };
             w.extend(self.kernel.iter().map(|&k| k as i64));
             graph.input.push(value_info("w", 1, Some(&w)));
         }
@@ -209,6 +252,9 @@ impl Window {
     /// The output by its definition: for each output element, its window's elements inside
     /// the input (padding is 0 for a sum, absent for a maximum), in f64.
     fn direct(&self, x: &Tensor, w: Option<&Tensor>) -> (Vec<usize>, Vec<f64>) {
+        if self.op == 3 {
+            return self.transposed(x, w.expect("a weight"));
+        }
         let geometry = self.geometry();
         let s = self.spatial.len();
         let (xv, wv) = (x.values(), w.map(|w| w.values()));
@@ -288,6 +334,63 @@ impl Window {
     }
 }
 
+impl Window {
+    /// ConvTranspose by its definition: each input element, times each weight offset `k`,
+    /// added at output position `i · stride + k · dilation − pad_before` where that lies in
+    /// the output, in f64.
+    fn transposed(&self, x: &Tensor, w: &Tensor) -> (Vec<usize>, Vec<f64>) {
+        let geometry = self.transposed_geometry().expect("an output");
+        let s = self.spatial.len();
+        let (xv, wv) = (x.values(), w.values());
+        let m = self.out_channels();
+        let sizes: Vec<usize> = geometry.iter().map(|g| g.2).collect();
+        let mut shape = vec![self.batch, m];
+        shape.extend(&sizes);
+        let positions: usize = sizes.iter().product();
+        let plane: usize = self.spatial.iter().product();
+        let offsets: usize = self.kernel.iter().product();
+        let per_in = self.channels / self.groups;
+        let mut out = vec![0.0f64; self.batch * m * positions];
+        let unravel = |mut i: usize, sizes: &[usize]| {
+            let mut c = vec![0; sizes.len()];
+            for d in (0..sizes.len()).rev() {
+                c[d] = i % sizes[d];
+                i /= sizes[d];
+            }
+            c
+        };
+        for n in 0..self.batch {
+            for c in 0..self.channels {
+                let g = c / per_in;
+                for p in 0..plane {
+                    let at = unravel(p, &self.spatial);
+                    for k in 0..offsets {
+                        let kk = unravel(k, &self.kernel);
+                        let mut o = 0usize;
+                        let mut inside = true;
+                        for i in 0..s {
+                            let q = (at[i] * self.strides[i] + kk[i] * self.dilations[i]) as i64
+                                - geometry[i].0;
+                            inside &= q >= 0 && (q as usize) < sizes[i];
+                            o = o * sizes[i] + q.max(0) as usize;
+                        }
+                        if !inside {
+                            continue;
+                        }
+                        let xval = xv[(n * self.channels + c) * plane + p];
+                        for ml in 0..self.per_group {
+                            let oc = g * self.per_group + ml;
+                            let wval = wv[(c * self.per_group + ml) * offsets + k];
+                            out[(n * m + oc) * positions + o] += xval * wval;
+                        }
+                    }
+                }
+            }
+        }
+        (shape, out)
+    }
+}
+
 /// `window` imported and run on the reference evaluator and the CPU, against [`Window::direct`].
 fn agrees(window: &Window, seed: u64) -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("fusebox-windows-{}", std::process::id()));
@@ -334,9 +437,11 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
-    /// Random convolutions and pools equal their definition on the reference and the CPU.
+    /// Random convolutions, pools and transposed convolutions equal their definition on
+    /// the reference and the CPU.
     #[test]
     fn random_windows_match_their_definition(window in windows(), seed in 0u64..1000) {
+        prop_assume!(window.op != 3 || window.transposed_geometry().is_some());
         agrees(&window, seed).map_err(|e| TestCaseError::fail(format!("{e}\n{window:?}")))?;
     }
 }
@@ -352,9 +457,12 @@ fn random_windows_cover_their_forms() {
         .map(|_| strategy.new_tree(&mut runner).unwrap().current())
         .collect();
     let count = |f: &dyn Fn(&Window) -> bool| all.iter().filter(|w| f(w)).count();
-    for op in 0..3 {
-        assert!(count(&|w| w.op == op) > 80, "op {op}");
+    for op in 0..4 {
+        assert!(count(&|w| w.op == op) > 70, "op {op}");
     }
+    assert!(count(&|w| w.op == 3 && w.groups > 1) > 20);
+    assert!(count(&|w| w.op == 3 && w.pads.is_none()) > 20);
+    assert!(count(&|w| w.output_padding.iter().any(|&p| p > 0)) > 20);
     assert!(count(&|w| w.spatial.len() == 2) > 100);
     assert!(count(&|w| w.groups > 1) > 40);
     assert!(count(&|w| w.strides.iter().any(|&s| s > 1)) > 100);

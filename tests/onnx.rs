@@ -239,7 +239,8 @@ fn gradients_match(source: &Path, dir: &Path, model: &str, exporter: &str, wrt: 
 /// dilated conv with asymmetric strides and padding, a depthwise conv, an average pool with
 /// `ceil_mode` that leaves the padding out of its counts, and a 1-D conv; and convs with
 /// reflect and replicate padding (`Pad`), `InstanceNorm2d`, `GroupNorm` and a constant
-/// `F.pad`. Each matches
+/// `F.pad`; and a decoder of transposed convolutions (a 2x upsampling with batch norm, a
+/// grouped, dilated one with `output_padding` and asymmetric strides, a 1-D one). Each matches
 /// PyTorch on the reference and CPU backends, and `fusebox grad` matches `torch.autograd`
 /// with respect to the input and to weights: the conv weights, batch norm's scale and shift,
 /// the Linear's weight. (The dynamo exporter folds an eval-mode batch norm into the conv
@@ -266,6 +267,11 @@ fn convolutional_models_match_pytorch_forward_and_backward() {
             "norms_pads",
             "x,reflect.weight,instance.weight,group.bias",
             "x,reflect.weight,instance.weight",
+        ),
+        (
+            "decoder",
+            "x,up.weight,grouped.weight,grouped.bias,line.weight",
+            "x,grouped.weight,grouped.bias,line.weight",
         ),
     ] {
         for (exporter, wrt) in [("ts", ts_wrt), ("dynamo", dynamo_wrt)] {

@@ -1,5 +1,5 @@
-//! The ops of convolutional networks, written at import as catalogue ops: `Conv`, `MaxPool`,
-//! `AveragePool`, `GlobalAveragePool`, `GlobalMaxPool` and `Pad`.
+//! The ops of convolutional networks, written at import as catalogue ops: `Conv`,
+//! `ConvTranspose`, `MaxPool`, `AveragePool`, `GlobalAveragePool`, `GlobalMaxPool` and `Pad`.
 //!
 //! A window op reads, for each offset `o` of its kernel window, the input shifted by `o` and
 //! strided by the stride: a `slice` per spatial axis (start `o·dilation`, step `stride`), a
@@ -57,20 +57,26 @@ fn per_axis(attrs: &Attrs, name: &str, s: usize, default: usize) -> Imports<Vec<
     }
 }
 
+/// A window's kernel sizes: each from 1 to `MAX_EXTENT`, at most `MAX_WINDOW_OFFSETS` offsets.
+fn check_kernel(kernel: &[usize]) -> Imports<()> {
+    let offsets = kernel
+        .iter()
+        .try_fold(1usize, |n, &k| n.checked_mul(k))
+        .filter(|&n| n <= MAX_WINDOW_OFFSETS);
+    if offsets.is_none() || kernel.iter().any(|&k| k == 0 || k as i64 > MAX_EXTENT) {
+        return Err(ImportError::Unsupported(format!(
+            "a window of {kernel:?}: fusebox expands a window into one view per offset, at most {MAX_WINDOW_OFFSETS}"
+        )));
+    }
+    Ok(())
+}
+
 impl Window {
     /// The window of a node with `kernel` sizes over the `spatial` input sizes, from its
     /// `strides`, `dilations`, `pads` or `auto_pad`, and `ceil_mode` (pools).
     fn of(attrs: &Attrs, kernel: Vec<usize>, spatial: &[usize]) -> Imports<Window> {
         let s = spatial.len();
-        let offsets = kernel
-            .iter()
-            .try_fold(1usize, |n, &k| n.checked_mul(k))
-            .filter(|&n| n <= MAX_WINDOW_OFFSETS);
-        if offsets.is_none() || kernel.iter().any(|&k| k == 0 || k as i64 > MAX_EXTENT) {
-            return Err(ImportError::Unsupported(format!(
-                "a window of {kernel:?}: fusebox expands a window into one view per offset, at most {MAX_WINDOW_OFFSETS}"
-            )));
-        }
+        check_kernel(&kernel)?;
         let strides = per_axis(attrs, "strides", s, 1)?;
         let dilations = per_axis(attrs, "dilations", s, 1)?;
         let ceil = int_attr(attrs, "ceil_mode").unwrap_or(0) != 0;
@@ -400,7 +406,7 @@ pub(super) fn conv(
     let x = image(im, node, "Conv")?;
     let w = im.required(node, 1)?;
     let rank = x.shape().len();
-    let (n, c) = (x.shape()[0], x.shape()[1]);
+    let c = x.shape()[1];
     let groups = int_attr(attrs, "group").unwrap_or(1);
     let m = w.shape().first().copied().unwrap_or(0);
     let g = usize::try_from(groups)
@@ -419,27 +425,48 @@ pub(super) fn conv(
         )));
     }
     let kernel = w.shape()[2..].to_vec();
-    if let Some(k) = ints_attr(attrs, "kernel_shape")
-        && k.iter().map(|&v| v as usize).ne(kernel.iter().copied())
-    {
-        return Err(ImportError::Malformed(format!(
-            "kernel_shape {k:?} is not the weight's {kernel:?}"
-        )));
-    }
+    check_kernel_shape(attrs, &kernel)?;
     let window = Window::of(attrs, kernel, &x.shape()[2..])?;
+    convolve(im, node, &x, &w, &window, g, out)
+}
+
+/// A `kernel_shape` attribute, where given, must be the weight's.
+fn check_kernel_shape(attrs: &Attrs, kernel: &[usize]) -> Imports<()> {
+    match ints_attr(attrs, "kernel_shape") {
+        Some(k) if k.iter().map(|&v| v as usize).ne(kernel.iter().copied()) => Err(
+            ImportError::Malformed(format!("kernel_shape {k:?} is not the weight's {kernel:?}")),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// `x` (`[N, C, spatial…]`, not yet padded) convolved with `w` (`[M, C/g, k…]`) over `window`
+/// in `g` groups, plus the node's bias (input 2) per output channel where it has one: the
+/// windows' stack times the weight, one GEMM (batched over the groups).
+fn convolve(
+    im: &mut Importer,
+    node: &NodeProto,
+    x: &Val,
+    w: &Val,
+    window: &Window,
+    g: usize,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    let rank = x.shape().len();
+    let (n, c, m) = (x.shape()[0], x.shape()[1], w.shape()[0]);
     let name = |part: &str| format!("{out}.{part}");
-    let xp = padded(im, &x, &window, 0.0, &name("x"))?;
+    let xp = padded(im, x, window, 0.0, &name("x"))?;
     let k: usize = window.kernel.iter().product();
-    let stacked = windows(im, &xp, &window, &mut Vec::new(), &name("im2col"))?;
+    let stacked = windows(im, &xp, window, &mut Vec::new(), &name("im2col"))?;
     let p: usize = window.out.iter().product();
     let per_group = c / g * k;
     let product = if g == 1 {
         let cols = im.reshape(&stacked, &[n, per_group, p], &name("cols"))?;
-        let weight = im.reshape(&w, &[m, per_group], &name("weight"))?;
+        let weight = im.reshape(w, &[m, per_group], &name("weight"))?;
         im.onnx("MatMul", &[&weight, &cols], &[], &name("product"))?
     } else {
         let cols = im.reshape(&stacked, &[n, g, per_group, p], &name("cols"))?;
-        let weight = im.reshape(&w, &[g, m / g, per_group], &name("weight"))?;
+        let weight = im.reshape(w, &[g, m / g, per_group], &name("weight"))?;
         im.onnx("MatMul", &[&weight, &cols], &[], &name("product"))?
     };
     let mut shape = vec![n, m];
@@ -452,6 +479,195 @@ pub(super) fn conv(
             Ok(vec![im.onnx("Add", &[&y, &bias], &[], out)?])
         }
     }
+}
+
+/// ConvTranspose (`group`, `strides`, `dilations`, `pads`, `output_padding`, `output_shape`,
+/// `auto_pad`; any number of spatial axes): the convolution that is its adjoint. Each input
+/// element lands at `i · stride`, so the input is spread by its strides (`stride − 1` zeros
+/// after each element, the last ones dropped) and padded by `(k − 1) · dilation` less the
+/// node's padding (negative amounts crop) on each side, `output_padding` more after; it is
+/// then convolved at stride 1 and the node's dilation with the weight `[C, M/g, k…]` read
+/// per group as `[M, C/g, k…]` (the group's input and output channels swapped) and reversed
+/// along every spatial axis. Output sizes follow the ONNX definition: `stride · (in − 1) +
+/// output_padding + (k − 1) · dilation + 1 − pads`, with the pads derived from `output_shape`
+/// or `auto_pad` where given (the smaller half at the start under `SAME_UPPER`, at the end
+/// otherwise).
+pub(super) fn conv_transpose(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    let x = image(im, node, "ConvTranspose")?;
+    let w = im.required(node, 1)?;
+    let rank = x.shape().len();
+    let s = rank - 2;
+    let c = x.shape()[1];
+    let groups = int_attr(attrs, "group").unwrap_or(1);
+    let Some(g) = usize::try_from(groups)
+        .ok()
+        .filter(|&g| g >= 1 && c % g == 0)
+    else {
+        return Err(ImportError::Malformed(format!(
+            "group {groups} must divide the {c} input channels"
+        )));
+    };
+    if w.shape().len() != rank || w.shape()[0] != c {
+        return Err(ImportError::Malformed(format!(
+            "the weight {:?} must be [C, M/group, kernel…] for an input {:?}",
+            w.shape(),
+            x.shape()
+        )));
+    }
+    let m = w.shape()[1] * g;
+    let kernel = w.shape()[2..].to_vec();
+    check_kernel_shape(attrs, &kernel)?;
+    check_kernel(&kernel)?;
+    let strides = per_axis(attrs, "strides", s, 1)?;
+    let dilations = per_axis(attrs, "dilations", s, 1)?;
+    let spatial = x.shape()[2..].to_vec();
+    if spatial.contains(&0) {
+        return Err(ImportError::Unsupported(format!(
+            "ConvTranspose of an empty input {:?}",
+            x.shape()
+        )));
+    }
+    let extents = |name: &str, count: usize| -> Imports<Option<Vec<i64>>> {
+        match ints_attr(attrs, name) {
+            None => Ok(None),
+            Some(v) if v.len() == count && v.iter().all(|&p| (0..=MAX_EXTENT).contains(&p)) => {
+                Ok(Some(v.clone()))
+            }
+            Some(v) => Err(ImportError::Malformed(format!(
+                "{name} {v:?} must be {count} values from 0 to {MAX_EXTENT}"
+            ))),
+        }
+    };
+    let output_padding = extents("output_padding", s)?.unwrap_or(vec![0; s]);
+    // output_shape may list the batch and channels too; its spatial sizes are the last ones.
+    let target = match ints_attr(attrs, "output_shape") {
+        Some(v) if v.len() == rank => extents("output_shape", rank)?.map(|v| v[2..].to_vec()),
+        _ => extents("output_shape", s)?,
+    };
+    let span = |i: usize| (kernel[i] as i64 - 1) * dilations[i] as i64 + 1;
+    let full: Vec<i64> = (0..s)
+        .map(|i| strides[i] as i64 * (spatial[i] as i64 - 1) + output_padding[i] + span(i))
+        .collect();
+    let auto_pad = match attrs.get("auto_pad") {
+        None => "NOTSET".to_string(),
+        Some(Attr::Str(p)) => p.clone(),
+        Some(_) => return Err(ImportError::Malformed("auto_pad must be a string".into())),
+    };
+    let pads = extents("pads", 2 * s)?;
+    let (mut before, mut after) = (vec![0i64; s], vec![0i64; s]);
+    match (auto_pad.as_str(), &pads, &target) {
+        ("NOTSET", Some(pads), _) => {
+            before.copy_from_slice(&pads[..s]);
+            after.copy_from_slice(&pads[s..]);
+        }
+        ("NOTSET" | "SAME_UPPER" | "SAME_LOWER", _, _) => {
+            for i in 0..s {
+                let want = match &target {
+                    Some(t) => t[i],
+                    None if auto_pad == "NOTSET" => full[i],
+                    None => spatial[i] as i64 * strides[i] as i64,
+                };
+                let total = full[i] - want;
+                let small = total.div_euclid(2);
+                (before[i], after[i]) = match auto_pad.as_str() {
+                    "SAME_UPPER" => (small, total - small),
+                    _ => (total - small, small),
+                };
+            }
+        }
+        ("VALID", _, _) => {}
+        (other, _, _) => {
+            return Err(ImportError::Malformed(format!(
+                "auto_pad `{other}` is none of NOTSET, VALID, SAME_UPPER, SAME_LOWER"
+            )));
+        }
+    }
+    let sizes: Vec<i64> = (0..s).map(|i| full[i] - before[i] - after[i]).collect();
+    if sizes.iter().any(|&o| o < 1) || target.as_ref().is_some_and(|t| *t != sizes) {
+        return Err(ImportError::Malformed(format!(
+            "ConvTranspose's pads {before:?}, {after:?} give the output sizes {sizes:?}{}",
+            match &target {
+                Some(t) => format!(", not its output_shape {t:?}"),
+                None => ", and every size must be at least 1".into(),
+            }
+        )));
+    }
+    let name = |part: &str| format!("{out}.{part}");
+    // The input spread by the strides, then cut where the node's padding reaches past the
+    // kernel's span (the equivalent convolution's negative padding).
+    let mut spread = x.clone();
+    let (mut conv_before, mut conv_after) = (vec![0usize; s], vec![0usize; s]);
+    for i in 0..s {
+        let axis = 2 + i;
+        spread = spread_axis(im, &spread, axis, strides[i], &name(&format!("spread{i}")))?;
+        let length = spread.shape()[axis] as i64;
+        let lead = span(i) - 1 - before[i];
+        let trail = span(i) - 1 - after[i] + output_padding[i];
+        let (start, end) = ((-lead).max(0), length - (-trail).max(0));
+        if start >= end {
+            return Err(ImportError::Unsupported(format!(
+                "ConvTranspose pads {before:?}, {after:?} that crop all of spatial axis {i}"
+            )));
+        }
+        if start > 0 || end < length {
+            let cut = name(&format!("crop{i}"));
+            spread = im.slice(&spread, axis, start, end, 1, &cut)?;
+        }
+        (conv_before[i], conv_after[i]) = (lead.max(0) as usize, trail.max(0) as usize);
+    }
+    // The weight per group with its channel axes swapped, reversed along the kernel axes.
+    let mut grouped = vec![g, c / g, m / g];
+    grouped.extend(&kernel);
+    let wg = im.reshape(&w, &grouped, &name("wg"))?;
+    let mut perm: Vec<i64> = vec![0, 2, 1];
+    perm.extend((3..rank + 1).map(|a| a as i64));
+    let swapped = im.onnx("Transpose", &[&wg], &[("perm", Attr::Ints(perm))], &name("wt"))?;
+    let mut flat = vec![m, c / g];
+    flat.extend(&kernel);
+    let mut weight = im.reshape(&swapped, &flat, &name("wm"))?;
+    for (i, &k) in kernel.iter().enumerate() {
+        if k > 1 {
+            let k = k as i64;
+            let part = name(&format!("flip{i}"));
+            weight = super::structural::backward(im, &weight, 2 + i, (k - 1, -(k + 1), -1), &part)?;
+        }
+    }
+    let window = Window {
+        kernel,
+        strides: vec![1; s],
+        dilations,
+        before: conv_before,
+        after: conv_after,
+        out: sizes.iter().map(|&o| o as usize).collect(),
+    };
+    convolve(im, node, &spread, &weight, &window, g, out)
+}
+
+/// `x` spread along `axis` by `stride`: each element followed by `stride − 1` zeros, the zeros
+/// after the last one dropped (a `concat` with a zero slab along a new axis beside it, merged
+/// into the axis by a reshape, then sliced).
+fn spread_axis(im: &mut Importer, x: &Val, axis: usize, stride: usize, name: &str) -> Imports {
+    if stride == 1 {
+        return Ok(x.clone());
+    }
+    let n = x.shape()[axis];
+    let mut lifted = x.shape().to_vec();
+    lifted.insert(axis + 1, 1);
+    let column = im.reshape(x, &lifted, &format!("{name}.lift"))?;
+    let zero = Val::floats(x.dtype(), &[], vec![0.0])?;
+    let gaps = im.slab(&zero, &lifted, axis + 1, stride - 1, &format!("{name}.gaps"))?;
+    let at = [("axis", Attr::Int(axis as i64 + 1))];
+    let joined = im.onnx("Concat", &[&column, &gaps], &at, &format!("{name}.join"))?;
+    let mut merged = x.shape().to_vec();
+    merged[axis] = n * stride;
+    let flat = im.reshape(&joined, &merged, &format!("{name}.merge"))?;
+    let end = ((n - 1) * stride + 1) as i64;
+    im.slice(&flat, axis, 0, end, 1, name)
 }
 
 /// Pad (`constant`, `edge`, `reflect` or `wrap` mode; the pads as an input from opset 11, an

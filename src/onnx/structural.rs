@@ -58,6 +58,7 @@ const HANDLERS: [(&str, Handler); STRUCTURAL.len()] = [
     ("ReduceProd", super::products::reduce_prod),
     ("CumProd", super::products::cum_prod),
     ("Conv", super::convolution::conv),
+    ("ConvTranspose", super::convolution::conv_transpose),
     ("MaxPool", super::convolution::max_pool),
     ("AveragePool", super::convolution::average_pool),
     ("GlobalAveragePool", super::convolution::global_average_pool),

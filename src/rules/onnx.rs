@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 /// values known only at import. The one list of them: the importer (`crate::onnx`) registers
 /// one handler for each (a test there checks the two agree), and this table's loader refuses a
 /// Map for any of them (it would never be consulted).
-pub const STRUCTURAL: [&str; 36] = [
+pub const STRUCTURAL: [&str; 37] = [
     "Constant",
     "ConstantOfShape",
     "Shape",
@@ -50,6 +50,7 @@ pub const STRUCTURAL: [&str; 36] = [
     "ReduceProd",
     "CumProd",
     "Conv",
+    "ConvTranspose",
     "MaxPool",
     "AveragePool",
     "GlobalAveragePool",

@@ -102,11 +102,31 @@ class NormsAndPads(nn.Module):
         return nn.functional.pad(x, (1, 2, 0, 1), value=0.25)
 
 
+class Decoder(nn.Module):
+    """Transposed convolutions as decoders use them: a 2x upsampling (kernel 4, stride 2,
+    padding 1) with batch norm and ReLU, a grouped, dilated one with output_padding and
+    asymmetric strides, and a 1-D one over the flattened rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(6, 4, 4, stride=2, padding=1)
+        self.bn = randomize(nn.BatchNorm2d(4))
+        self.grouped = nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 3), padding=(2, 0),
+                                          output_padding=(1, 2), dilation=(2, 1), groups=2)
+        self.line = nn.ConvTranspose1d(6, 2, 3, stride=2, bias=False)
+
+    def forward(self, x):
+        x = torch.relu(self.bn(self.up(x)))
+        x = torch.tanh(self.grouped(x))
+        return self.line(torch.flatten(x, 2)[..., :40])
+
+
 def models():
     yield "cnn", SmallCnn(), torch.randn(2, 3, 16, 16), ["conv1.weight", "bn2.weight", "fc.weight"]
     yield "resnet_block", ResidualBlock(), torch.randn(2, 8, 12, 12), ["conv1.weight", "bn1.bias", "conv2.weight"]
     yield "odd_convs", OddConvs(), torch.randn(2, 4, 11, 9), ["grouped.weight", "depthwise.bias", "line.weight"]
     yield "norms_pads", NormsAndPads(), torch.randn(2, 4, 7, 6), ["reflect.weight", "instance.weight", "group.bias"]
+    yield "decoder", Decoder(), torch.randn(2, 6, 5, 4), ["up.weight", "grouped.weight", "grouped.bias", "line.weight"]
 
 
 for name, model, x, parameters in models():
