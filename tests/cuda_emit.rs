@@ -2283,14 +2283,16 @@ fn emulated_embedding_layernorms_read_rows_at_their_ids() {
 }
 
 /// The convolutional models of `tests/onnx/cnn` (TorchScript exports, imported into padding
-/// `concat`s, im2col `concat`s of strided views, GEMMs, pools and batch norms): their kernels
+/// `concat`s, stacks of strided views that the GEMMs read through sub-axes, which the CUDA
+/// backend gathers, pools, batch norms, and the spread inputs and reversed weights of
+/// transposed convolutions): their kernels
 /// compile for sm_80 and sm_90 without warnings, and their emitted CUDA, run by the emulation
 /// in 32- and 64-bit indexing, equals the reference evaluator.
 #[test]
 fn emulated_convolutional_models_match_the_reference() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/cnn");
     let rules = random_graph::rules();
-    for model in ["cnn", "resnet_block", "odd_convs", "norms_pads"] {
+    for model in ["cnn", "resnet_block", "odd_convs", "norms_pads", "decoder"] {
         let path = dir.join(format!("{model}.ts.onnx"));
         let imported = fusebox::onnx::import(&path, &rules.ops, &rules.onnx).unwrap();
         let mut inputs: fusebox::eval::Tensors = imported.values.clone().into_iter().collect();
