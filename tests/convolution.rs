@@ -62,46 +62,48 @@ fn windows() -> impl Strategy<Value = Window> {
         (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
         prop::collection::vec(0..3usize, 2),
     )
-        .prop_map(|((op, batch, channels, per_group, groups), axes, flags, extra)| {
-            let (auto, same_lower, ceil, include_pad) = flags;
-            let spatial: Vec<usize> = axes
-                .iter()
-                .map(|&(n, k, _, d, b, a)| n.max((k - 1) * d + 1).max(b.max(a) + 1))
-                .collect();
-            let kernel = axes.iter().map(|a| a.1).collect();
-            let strides = axes.iter().map(|a| a.2).collect();
-            let dilations = axes.iter().map(|a| a.3).collect();
-            // Pads smaller than the window, as ONNX's reference and PyTorch require of pools.
-            let pads = (!auto).then(|| {
-                axes.iter()
-                    .map(|&(_, k, _, d, b, a)| {
-                        let span = (k - 1) * d + 1;
-                        (b.min(span / 2), a.min(span / 2))
-                    })
-                    .collect()
-            });
-            let output_padding = axes
-                .iter()
-                .zip(&extra)
-                .map(|(&(_, _, st, d, _, _), &e)| if op == 3 { e % st.max(d) } else { 0 })
-                .collect();
-            Window {
-                op,
-                batch,
-                channels: channels * groups,
-                per_group,
-                groups: if op == 0 || op == 3 { groups } else { 1 },
-                spatial,
-                kernel,
-                strides,
-                dilations,
-                pads,
-                same_lower,
-                ceil: ceil && (op == 1 || op == 2),
-                include_pad,
-                output_padding,
-            }
-        })
+        .prop_map(
+            |((op, batch, channels, per_group, groups), axes, flags, extra)| {
+                let (auto, same_lower, ceil, include_pad) = flags;
+                let spatial: Vec<usize> = axes
+                    .iter()
+                    .map(|&(n, k, _, d, b, a)| n.max((k - 1) * d + 1).max(b.max(a) + 1))
+                    .collect();
+                let kernel = axes.iter().map(|a| a.1).collect();
+                let strides = axes.iter().map(|a| a.2).collect();
+                let dilations = axes.iter().map(|a| a.3).collect();
+                // Pads smaller than the window, as ONNX's reference and PyTorch require of pools.
+                let pads = (!auto).then(|| {
+                    axes.iter()
+                        .map(|&(_, k, _, d, b, a)| {
+                            let span = (k - 1) * d + 1;
+                            (b.min(span / 2), a.min(span / 2))
+                        })
+                        .collect()
+                });
+                let output_padding = axes
+                    .iter()
+                    .zip(&extra)
+                    .map(|(&(_, _, st, d, _, _), &e)| if op == 3 { e % st.max(d) } else { 0 })
+                    .collect();
+                Window {
+                    op,
+                    batch,
+                    channels: channels * groups,
+                    per_group,
+                    groups: if op == 0 || op == 3 { groups } else { 1 },
+                    spatial,
+                    kernel,
+                    strides,
+                    dilations,
+                    pads,
+                    same_lower,
+                    ceil: ceil && (op == 1 || op == 2),
+                    include_pad,
+                    output_padding,
+                }
+            },
+        )
 }
 
 fn ints(name: &str, v: &[usize]) -> AttributeProto {

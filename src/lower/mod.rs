@@ -15,6 +15,7 @@ pub mod fold;
 mod fused;
 pub mod ir;
 mod layout;
+pub mod merge_axes;
 mod refine;
 pub mod row_plan;
 pub mod split;
@@ -550,11 +551,34 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
             if let Some(view) = parts.result {
                 step.result = Some(result_view(dag, call, view)?);
             }
+            let mut after = None;
             if !parts.epilogue.is_empty() {
-                let lowered = epilogue(dag, kernel, &parts.epilogue, group, &mut program)?;
-                step.epilogue = Some(lowered);
+                match epilogue(dag, kernel, &parts.epilogue, group, &mut program)? {
+                    Some(lowered) => step.epilogue = Some(lowered),
+                    // Its values do not merge into the product's tiles: the product is stored
+                    // and the epilogue runs after the call, as a kernel of its own.
+                    None => {
+                        let outputs: Vec<Value> = kernel
+                            .outputs
+                            .iter()
+                            .copied()
+                            .filter(|&v| v != Value::Node(call))
+                            .collect();
+                        let domain = &kernel.domain;
+                        after = Some(fused::lower_fused(
+                            dag,
+                            &parts.epilogue,
+                            domain,
+                            &outputs,
+                            &[],
+                        )?);
+                    }
+                }
             }
             program.steps.push(Step::MatMul(step));
+            if let Some(lowered) = after {
+                push(&mut program, group, lowered);
+            }
         } else if kernel.kind == KernelKind::Alone {
             let n = kernel.nodes[0];
             if kernel.nodes.len() != 1 {
@@ -633,16 +657,18 @@ fn result_view(dag: &Dag, call: usize, view: usize) -> Result<ResultView> {
 }
 
 /// The epilogue of the library kernel `kernel`: its nodes `nodes` lowered as a fused kernel
-/// over the product's shape, reading the product from memory. Its launch is not refined (a
-/// backend that runs it per tile cuts the launch along the product's last two axes, which
-/// refining could merge or split).
+/// over the product's shape, reading the product from memory; `None` where it iterates over
+/// the product's last axis split into several and its values do not merge back into one
+/// axis (the caller then runs it after the call). Its launch is not refined (a backend that
+/// runs it per tile cuts the launch along the product's last two axes, which refining could
+/// merge or split).
 fn epilogue(
     dag: &Dag,
     kernel: &crate::partition::Kernel,
     nodes: &[usize],
     group: usize,
     program: &mut Program,
-) -> Result<Epilogue> {
+) -> Result<Option<Epilogue>> {
     let call = kernel
         .nodes
         .iter()
@@ -656,7 +682,15 @@ fn epilogue(
         .copied()
         .filter(|&v| v != product)
         .collect();
-    let (ir, launch, args) = fused::lower_fused(dag, nodes, &kernel.domain, &outputs, &[])?;
+    let (mut ir, mut launch, args) = fused::lower_fused(dag, nodes, &kernel.domain, &outputs, &[])?;
+    // Over the product's shape with its last axis split (a convolution's product read as an
+    // image): the split axes merged back, so the GEMM can cut the launch into its tiles.
+    let rank = dag.nodes[call].ty.shape.len();
+    if kernel.domain.len() != rank
+        && !merge_axes::merge_trailing_axes(&mut ir, &mut launch, rank - 1)
+    {
+        return Ok(None);
+    }
     let loads = ir.loads.len();
     let Some(read) = args[..loads].iter().position(|&v| v == product) else {
         return Err(lower_error(
@@ -670,7 +704,7 @@ fn epilogue(
     let store_product = kernel.outputs.contains(&product)
         || args[..loads].iter().filter(|&&v| v == product).count() > 1;
     let index = intern(ir, &mut program.kernels);
-    Ok(Epilogue {
+    Ok(Some(Epilogue {
         step: KernelStep {
             kernel: index,
             launch,
@@ -679,7 +713,7 @@ fn epilogue(
         },
         product: read,
         store_product,
-    })
+    }))
 }
 
 fn matmul_step(dag: &Dag, nodes: &[usize], call: usize, group: usize) -> Result<MatMulStep> {

@@ -626,7 +626,12 @@ pub(super) fn conv_transpose(
     let wg = im.reshape(&w, &grouped, &name("wg"))?;
     let mut perm: Vec<i64> = vec![0, 2, 1];
     perm.extend((3..rank + 1).map(|a| a as i64));
-    let swapped = im.onnx("Transpose", &[&wg], &[("perm", Attr::Ints(perm))], &name("wt"))?;
+    let swapped = im.onnx(
+        "Transpose",
+        &[&wg],
+        &[("perm", Attr::Ints(perm))],
+        &name("wt"),
+    )?;
     let mut flat = vec![m, c / g];
     flat.extend(&kernel);
     let mut weight = im.reshape(&swapped, &flat, &name("wm"))?;
@@ -660,7 +665,13 @@ fn spread_axis(im: &mut Importer, x: &Val, axis: usize, stride: usize, name: &st
     lifted.insert(axis + 1, 1);
     let column = im.reshape(x, &lifted, &format!("{name}.lift"))?;
     let zero = Val::floats(x.dtype(), &[], vec![0.0])?;
-    let gaps = im.slab(&zero, &lifted, axis + 1, stride - 1, &format!("{name}.gaps"))?;
+    let gaps = im.slab(
+        &zero,
+        &lifted,
+        axis + 1,
+        stride - 1,
+        &format!("{name}.gaps"),
+    )?;
     let at = [("axis", Attr::Int(axis as i64 + 1))];
     let joined = im.onnx("Concat", &[&column, &gaps], &at, &format!("{name}.join"))?;
     let mut merged = x.shape().to_vec();

@@ -11,7 +11,14 @@
 //! - is a matrix product of operands of rank 2 or more (the product's last two axes are the
 //!   matrix, so a tile of the GEMM is a block of the domain's last two axes),
 //! - is no graph output and is read by exactly one kernel, which is `Fused`, holds only
-//!   pointwise ops, iterates over the product's shape, and writes no concat segment.
+//!   pointwise ops and the reshapes and broadcasts that read values at its domain (the
+//!   product's reshape among them), iterates over the product's shape or over that shape
+//!   with its last axis split into several (a convolution's product `[N, M, P]` read as
+//!   `[N, M, H, W]` by the batch norm, activation and residual add after it), and writes no
+//!   concat segment. The lowering merges the split axes back into the product's last axis
+//!   where every value the kernel reads and writes is laid out along them as one axis
+//!   (`lower::merge_axes`); where one is not, the call stores its product and the kernel runs
+//!   after it.
 //!
 //! The merged kernel is the reader's kernel with the call's nodes added, in the reader's place
 //! (everything the reader reads is computed by then, and nothing between the two read the
@@ -22,7 +29,7 @@
 
 use super::{Facts, Kernel, KernelKind, Partition};
 use crate::dag::{Dag, Value};
-use crate::rules::{FusionRules, OpKind, Profile};
+use crate::rules::{Builtin, FusionRules, OpKind, Profile};
 
 /// `partition` with each library call's reading kernel merged into it where that is legal
 /// (see the module documentation) and cheaper.
@@ -58,14 +65,19 @@ fn merged(
         return None;
     };
     let epilogue = &partition.kernels[reader];
-    let pointwise = epilogue
-        .nodes
-        .iter()
-        .all(|&n| dag.nodes[n].op.kind() == OpKind::Pointwise);
+    let pointwise = |n: usize| dag.nodes[n].op.kind() == OpKind::Pointwise;
+    let reshaping = |n: usize| {
+        matches!(
+            dag.nodes[n].op.builtin(),
+            Some(Builtin::Reshape | Builtin::BroadcastTo)
+        )
+    };
+    let legal = epilogue.nodes.iter().all(|&n| pointwise(n) || reshaping(n))
+        && epilogue.nodes.iter().any(|&n| pointwise(n));
     if epilogue.kind != KernelKind::Fused
-        || !pointwise
+        || !legal
         || !epilogue.segments.is_empty()
-        || epilogue.domain != node.ty.shape
+        || !splits_last_axis(&epilogue.domain, &node.ty.shape)
         || reader < k
     {
         return None;
@@ -87,4 +99,18 @@ fn merged(
     );
     let before = call_kernel.cost.total_us + epilogue.cost.total_us;
     (kernel.cost.total_us < before).then_some((reader, kernel))
+}
+
+/// Whether `domain` is `shape` (a product's, of rank 2 or more) or `shape` with its last axis
+/// split into several, in row-major order.
+pub(crate) fn splits_last_axis(domain: &[usize], shape: &[usize]) -> bool {
+    let Some((&last, lead)) = shape.split_last() else {
+        return false;
+    };
+    domain.len() >= shape.len()
+        && domain[..lead.len()] == *lead
+        && domain[lead.len()..]
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            == Some(last)
 }

@@ -192,8 +192,10 @@ impl LibraryParts {
             }
         }
         operands.sort_unstable();
+        // A transpose reading the product is the view it is written through (`result_view`);
+        // a reshape reading it belongs to an epilogue over its split last axis.
         let result = nodes.iter().copied().find(|&n| {
-            dag.nodes[n].op.kind() == OpKind::Layout
+            dag.nodes[n].op.builtin() == Some(Builtin::Transpose)
                 && call.is_some_and(|c| dag.nodes[n].args.contains(&Value::Node(c)))
         });
         let epilogue = nodes
