@@ -2292,7 +2292,14 @@ fn emulated_embedding_layernorms_read_rows_at_their_ids() {
 fn emulated_convolutional_models_match_the_reference() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/cnn");
     let rules = random_graph::rules();
-    for model in ["cnn", "resnet_block", "odd_convs", "norms_pads", "decoder"] {
+    for model in [
+        "cnn",
+        "resnet_block",
+        "odd_convs",
+        "norms_pads",
+        "decoder",
+        "upsample",
+    ] {
         let path = dir.join(format!("{model}.ts.onnx"));
         let imported = fusebox::onnx::import(&path, &rules.ops, &rules.onnx).unwrap();
         let mut inputs: fusebox::eval::Tensors = imported.values.clone().into_iter().collect();

@@ -240,7 +240,9 @@ fn gradients_match(source: &Path, dir: &Path, model: &str, exporter: &str, wrt: 
 /// `ceil_mode` that leaves the padding out of its counts, and a 1-D conv; and convs with
 /// reflect and replicate padding (`Pad`), `InstanceNorm2d`, `GroupNorm` and a constant
 /// `F.pad`; and a decoder of transposed convolutions (a 2x upsampling with batch norm, a
-/// grouped, dilated one with `output_padding` and asymmetric strides, a 1-D one). Each matches
+/// grouped, dilated one with `output_padding` and asymmetric strides, a 1-D one); and resizes
+/// (`F.interpolate`: nearest, bilinear with and without `align_corners`, to sizes and by a
+/// fractional scale, bicubic). Each matches
 /// PyTorch on the reference and CPU backends, and `fusebox grad` matches `torch.autograd`
 /// with respect to the input and to weights: the conv weights, batch norm's scale and shift,
 /// the Linear's weight. (The dynamo exporter folds an eval-mode batch norm into the conv
@@ -272,6 +274,11 @@ fn convolutional_models_match_pytorch_forward_and_backward() {
             "decoder",
             "x,up.weight,grouped.weight,grouped.bias,line.weight",
             "x,grouped.weight,grouped.bias,line.weight",
+        ),
+        (
+            "upsample",
+            "x,conv.weight,conv.bias",
+            "x,conv.weight,conv.bias",
         ),
     ] {
         for (exporter, wrt) in [("ts", ts_wrt), ("dynamo", dynamo_wrt)] {
@@ -712,6 +719,14 @@ fn extreme_attribute_values_are_errors_not_overflows() {
     }
 }
 
+fn string_attr(name: &str, value: &str) -> onnx_protobuf::AttributeProto {
+    let mut a = onnx_protobuf::AttributeProto::new();
+    a.name = name.into();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::STRING.into();
+    a.s = value.as_bytes().to_vec();
+    a
+}
+
 fn ints_attr(name: &str, values: &[i64]) -> onnx_protobuf::AttributeProto {
     let mut a = onnx_protobuf::AttributeProto::new();
     a.name = name.into();
@@ -722,8 +737,10 @@ fn ints_attr(name: &str, values: &[i64]) -> onnx_protobuf::AttributeProto {
 
 /// Window ops with hostile attributes (a window of more offsets than fusebox expands, sizes,
 /// strides, dilations and pads at the ends of i64, zero and negative ones, a kernel_shape
-/// that disagrees with the weight) are located errors, quickly, never an overflow, a panic or
-/// a graph that takes minutes to build.
+/// that disagrees with the weight; transposed convolutions whose pads leave nothing or
+/// disagree with `output_shape`; resizes by huge, negative or zero scales and sizes, or with
+/// modes ONNX does not define, `antialias` and repeated axes) are located errors, quickly,
+/// never an overflow, a panic or a graph that takes minutes to build.
 #[test]
 fn hostile_window_attributes_are_located_errors() {
     let dir = temp_dir("windows");
@@ -735,6 +752,21 @@ fn hostile_window_attributes_are_located_errors() {
     };
     let conv = |attrs: Vec<onnx_protobuf::AttributeProto>| {
         let mut n = node("Conv", "n", &["x", "w"], "y");
+        n.attribute = attrs;
+        n
+    };
+    let transposed = |attrs: Vec<onnx_protobuf::AttributeProto>| {
+        let mut n = node("ConvTranspose", "n", &["x", "w"], "y");
+        n.attribute = attrs;
+        n
+    };
+    // Resize by the named constant: scales, or for `zerosize`, sizes.
+    let resize = |by: &str, attrs: Vec<onnx_protobuf::AttributeProto>| {
+        let inputs: Vec<&str> = match by {
+            "zerosize" => vec!["x", "", "", by],
+            _ => vec!["x", "", by],
+        };
+        let mut n = node("Resize", "n", &inputs, "y");
         n.attribute = attrs;
         n
     };
@@ -764,6 +796,32 @@ fn hostile_window_attributes_are_located_errors() {
         conv(vec![int_attr("group", i64::MIN)]),
         conv(vec![k(&[5])]),
         conv(vec![ints_attr("dilations", &[i64::MAX])]),
+        transposed(vec![int_attr("group", 0)]),
+        transposed(vec![ints_attr("strides", &[i64::MAX])]),
+        transposed(vec![ints_attr("output_padding", &[i64::MAX])]),
+        transposed(vec![ints_attr("output_padding", &[-1])]),
+        // Pads that leave no output, and an output_shape the pads do not give.
+        transposed(vec![ints_attr("pads", &[60, 60])]),
+        transposed(vec![
+            ints_attr("pads", &[1, 1]),
+            ints_attr("output_shape", &[7]),
+        ]),
+        transposed(vec![ints_attr("output_shape", &[i64::MAX])]),
+        transposed(vec![k(&[4])]),
+        resize("bigscale", vec![]),
+        resize("negscale", vec![]),
+        resize("zerosize", vec![]),
+        resize("scales", vec![string_attr("mode", "area")]),
+        resize("scales", vec![string_attr("nearest_mode", "nearest")]),
+        resize(
+            "scales",
+            vec![string_attr("coordinate_transformation_mode", "corners")],
+        ),
+        resize(
+            "scales",
+            vec![int_attr("antialias", 1), string_attr("mode", "linear")],
+        ),
+        resize("scales", vec![ints_attr("axes", &[2, 2])]),
     ];
     for (i, n) in cases.into_iter().enumerate() {
         let mut graph = GraphProto::new();
@@ -773,6 +831,16 @@ fn hostile_window_attributes_are_located_errors() {
         let mut w = weights(floats(&[0.5; 12]), &[2, 2, 3]);
         w.name = "w".into();
         graph.initializer.push(w);
+        for (name, values) in [
+            ("scales", [1.0, 1.0, 2.0]),
+            ("bigscale", [1.0, 1.0, 1e9]),
+            ("negscale", [1.0, 1.0, -2.0]),
+            ("zerosize", [1.0, 2.0, 0.0]),
+        ] {
+            let mut t = weights(floats(&values), &[3]);
+            t.name = name.into();
+            graph.initializer.push(t);
+        }
         graph.node = vec![n];
         let model = crate::common::onnx_models::model_of(graph, 17);
         let path = dir.join(format!("case{i}.onnx"));

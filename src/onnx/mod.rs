@@ -22,6 +22,7 @@ mod pairwise;
 mod products;
 pub mod proto;
 mod recurrent;
+mod resize;
 mod selection;
 mod specialize;
 mod structural;

@@ -67,6 +67,7 @@ const HANDLERS: [(&str, Handler); STRUCTURAL.len()] = [
     ("Pad", super::convolution::pad),
     ("InstanceNormalization", super::normalization::instance_norm),
     ("GroupNormalization", super::normalization::group_norm),
+    ("Resize", super::resize::resize),
 ];
 
 /// The handler of ONNX op type `op_type`, if it is structural.

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 /// values known only at import. The one list of them: the importer (`crate::onnx`) registers
 /// one handler for each (a test there checks the two agree), and this table's loader refuses a
 /// Map for any of them (it would never be consulted).
-pub const STRUCTURAL: [&str; 37] = [
+pub const STRUCTURAL: [&str; 38] = [
     "Constant",
     "ConstantOfShape",
     "Shape",
@@ -59,6 +59,7 @@ pub const STRUCTURAL: [&str; 37] = [
     "Pad",
     "InstanceNormalization",
     "GroupNormalization",
+    "Resize",
 ];
 
 /// The table embedded in the binary.

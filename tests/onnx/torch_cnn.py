@@ -121,12 +121,33 @@ class Decoder(nn.Module):
         return self.line(torch.flatten(x, 2)[..., :40])
 
 
+class Upsample(nn.Module):
+    """Resizes as segmentation and detection heads use them: nearest 2x, bilinear to sizes
+    with and without align_corners and by a fractional scale, bicubic; a conv between."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        f = nn.functional
+        x = f.interpolate(x, scale_factor=2, mode="nearest")
+        x = torch.tanh(self.conv(x))
+        a = f.interpolate(x, size=(13, 9), mode="bilinear", align_corners=False)
+        # align_corners with a fractional scale_factor is left out: PyTorch maps positions
+        # by the rounded output size, ONNX's definition by scale times the input size.
+        b = f.interpolate(a, size=(9, 6), mode="bilinear", align_corners=True)
+        c = f.interpolate(b, scale_factor=0.75, mode="bilinear", align_corners=False)
+        return f.interpolate(c, size=(11, 8), mode="bicubic", align_corners=False)
+
+
 def models():
     yield "cnn", SmallCnn(), torch.randn(2, 3, 16, 16), ["conv1.weight", "bn2.weight", "fc.weight"]
     yield "resnet_block", ResidualBlock(), torch.randn(2, 8, 12, 12), ["conv1.weight", "bn1.bias", "conv2.weight"]
     yield "odd_convs", OddConvs(), torch.randn(2, 4, 11, 9), ["grouped.weight", "depthwise.bias", "line.weight"]
     yield "norms_pads", NormsAndPads(), torch.randn(2, 4, 7, 6), ["reflect.weight", "instance.weight", "group.bias"]
     yield "decoder", Decoder(), torch.randn(2, 6, 5, 4), ["up.weight", "grouped.weight", "grouped.bias", "line.weight"]
+    yield "upsample", Upsample(), torch.randn(2, 3, 5, 4), ["conv.weight", "conv.bias"]
 
 
 for name, model, x, parameters in models():

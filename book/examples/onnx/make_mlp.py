@@ -49,21 +49,29 @@ model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], producer_nam
 onnx.checker.check_model(model)
 onnx.save(model, os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlp.onnx"))
 
-# unsupported.onnx: a model with ops fusebox does not import (two ConvTranspose nodes and a
-# Resize: a small decoder), for the chapter's example of the one error that lists them all.
-decoder = [
-    h.make_node("ConvTranspose", ["code", "kernel"], ["u1"], name="/up1/ConvTranspose", strides=[2, 2]),
-    h.make_node("Relu", ["u1"], ["r1"], name="/up1/Relu"),
-    h.make_node("ConvTranspose", ["r1", "kernel2"], ["u2"], name="/up2/ConvTranspose", strides=[2, 2]),
-    h.make_node("Resize", ["u2", "", "scales"], ["image"], name="/Resize", mode="nearest"),
+# unsupported.onnx: a model with ops fusebox does not import (a detection head: a Conv, then
+# RoiAlign over given boxes and NonMaxSuppression of scored boxes), for the chapter's example
+# of the one error that lists them all.
+head = [
+    h.make_node("Conv", ["features", "kernel"], ["mapped"], name="/head/Conv", pads=[1, 1, 1, 1]),
+    h.make_node("RoiAlign", ["mapped", "rois", "batch_index"], ["pooled"], name="/head/RoiAlign",
+                output_height=2, output_width=2),
+    h.make_node("NonMaxSuppression", ["boxes", "scores", "keep", "iou"], ["selected"],
+                name="/head/NonMaxSuppression"),
 ]
-decoder_inits = [
-    init("kernel", (rng.standard_normal((8, 4, 2, 2)) * 0.2).astype(np.float32)),
-    init("kernel2", (rng.standard_normal((4, 3, 2, 2)) * 0.2).astype(np.float32)),
-    init("scales", np.array([1, 1, 2, 2], np.float32)),
+head_inits = [
+    init("kernel", (rng.standard_normal((4, 8, 3, 3)) * 0.2).astype(np.float32)),
+    init("rois", np.array([[0, 0, 4, 4], [2, 2, 7, 7]], np.float32)),
+    init("batch_index", np.array([0, 0], np.int64)),
+    init("keep", np.array([2], np.int64)),
+    init("iou", np.array([0.5], np.float32)),
 ]
-decoder_graph = h.make_graph(decoder, "decoder",
-                             [h.make_tensor_value_info("code", T.FLOAT, [1, 8, 4, 4])],
-                             [h.make_tensor_value_info("image", T.FLOAT, [1, 3, 32, 32])], decoder_inits)
-decoder_model = h.make_model(decoder_graph, opset_imports=[h.make_opsetid("", 17)])
-onnx.save(decoder_model, os.path.join(os.path.dirname(os.path.abspath(__file__)), "unsupported.onnx"))
+head_graph = h.make_graph(head, "detection_head",
+                          [h.make_tensor_value_info("features", T.FLOAT, [1, 8, 8, 8]),
+                           h.make_tensor_value_info("boxes", T.FLOAT, [1, 6, 4]),
+                           h.make_tensor_value_info("scores", T.FLOAT, [1, 1, 6])],
+                          [h.make_tensor_value_info("pooled", T.FLOAT, [2, 4, 2, 2]),
+                           h.make_tensor_value_info("selected", T.INT64, ["selected", 3])], head_inits)
+head_model = h.make_model(head_graph, opset_imports=[h.make_opsetid("", 17)])
+onnx.checker.check_model(head_model)
+onnx.save(head_model, os.path.join(os.path.dirname(os.path.abspath(__file__)), "unsupported.onnx"))

@@ -1,0 +1,317 @@
+//! ONNX `Resize`, written at import as gathers and weighted sums: nearest, linear and cubic
+//! interpolation, one resized axis at a time (separable, as ONNX's reference computes it).
+//!
+//! The output sizes are static, so every output position's source coordinate, its taps (the
+//! input positions it reads, clamped to the axis as the definition's edge padding does) and
+//! their weights are known at import. An axis is then a `gather` per tap, with a constant
+//! index per output position, and for linear (2 taps) and cubic (4) interpolation the taps
+//! multiplied by constant weights along the axis and added: pointwise work that fuses with
+//! the gathers into one kernel.
+//!
+//! Supported: `scales` or `sizes` (with `keep_aspect_ratio_policy`), `axes`, every
+//! `coordinate_transformation_mode` but `tf_crop_and_resize`, every `nearest_mode`,
+//! `cubic_coeff_a` and `exclude_outside`. `antialias` (a wider footprint when downsampling)
+//! and `tf_crop_and_resize` (a region of interest, values outside it extrapolated) are
+//! refused.
+
+use super::proto::Attr;
+use super::structural::{Attrs, int_attr, ints_attr};
+use super::{ImportError, Importer, Imports, Val};
+use crate::dtype::DType;
+use onnx_protobuf::NodeProto;
+
+/// The largest output size accepted on one axis.
+const MAX_SIZE: f64 = (1u64 << 24) as f64;
+
+/// A string attribute, `default` where absent.
+fn text<'a>(attrs: &'a Attrs, name: &str, default: &'a str) -> Imports<&'a str> {
+    match attrs.get(name) {
+        None => Ok(default),
+        Some(Attr::Str(s)) => Ok(s),
+        Some(_) => Err(ImportError::Malformed(format!("{name} must be a string"))),
+    }
+}
+
+/// How one resized axis reads its input: per output position, the input positions it reads
+/// and their weights.
+struct Taps {
+    index: Vec<Vec<i64>>,
+    weight: Vec<Vec<f64>>,
+}
+
+/// The interpolation of one axis.
+#[derive(Clone, Copy)]
+enum Mode<'a> {
+    Nearest(&'a str),
+    Linear,
+    Cubic { a: f64, exclude_outside: bool },
+}
+
+/// The coordinate in the input that output position `x` maps to (ONNX's
+/// `coordinate_transformation_mode`), for an axis of `input` elements resized to `output`
+/// by `scale`. Where the definition speaks of the output's width it means `scale · input`,
+/// which differs from the (rounded down) output size when `scales` are given.
+fn source(mode: &str, x: f64, scale: f64, input: usize, output: usize) -> Imports<f64> {
+    let n = input as f64;
+    let width = scale * n;
+    Ok(match mode {
+        "half_pixel" => (x + 0.5) / scale - 0.5,
+        "pytorch_half_pixel" if width == 1.0 => -0.5,
+        "pytorch_half_pixel" => (x + 0.5) / scale - 0.5,
+        "align_corners" if width == 1.0 => 0.0,
+        "align_corners" => x * (n - 1.0) / (width - 1.0),
+        "asymmetric" => x / scale,
+        "tf_half_pixel_for_nn" => (x + 0.5) / scale,
+        "half_pixel_symmetric" => {
+            let adjustment = output as f64 / width;
+            let offset = n / 2.0 * (1.0 - adjustment);
+            offset + (x + 0.5) / scale - 0.5
+        }
+        "tf_crop_and_resize" => {
+            return Err(ImportError::Unsupported(
+                "Resize with coordinate_transformation_mode tf_crop_and_resize".into(),
+            ));
+        }
+        other => {
+            return Err(ImportError::Malformed(format!(
+                "coordinate_transformation_mode `{other}` is not one ONNX defines"
+            )));
+        }
+    })
+}
+
+/// The cubic convolution weights of the four taps around a coordinate `ratio` past the
+/// second one (Keys' kernel with parameter `a`).
+fn cubic(ratio: f64, a: f64) -> [f64; 4] {
+    let near = |t: f64| ((a + 2.0) * t - (a + 3.0)) * t * t + 1.0;
+    let far = |t: f64| ((a * t - 5.0 * a) * t + 8.0 * a) * t - 4.0 * a;
+    [
+        far(ratio + 1.0),
+        near(ratio),
+        near(1.0 - ratio),
+        far(2.0 - ratio),
+    ]
+}
+
+/// The taps of an axis of `input` elements resized to `output` by `scale`.
+fn taps(mode: Mode<'_>, transform: &str, scale: f64, input: usize, output: usize) -> Imports<Taps> {
+    let last = input as i64 - 1;
+    let (mut index, mut weight) = (Vec::new(), Vec::new());
+    for x in 0..output {
+        let at = source(transform, x as f64, scale, input, output)?;
+        // The tap before the coordinate and how far past it the coordinate lies, in (0, 1]:
+        // a coordinate on a position counts as a whole step past the one before.
+        let below = at.floor();
+        let (base, ratio) = match at == below {
+            true => (below as i64 - 1, 1.0),
+            false => (below as i64, at - below),
+        };
+        let (positions, mut w): (Vec<i64>, Vec<f64>) = match mode {
+            Mode::Nearest(rounding) => {
+                let up = match rounding {
+                    "round_prefer_floor" => ratio > 0.5,
+                    "round_prefer_ceil" => ratio >= 0.5,
+                    "floor" => ratio == 1.0,
+                    "ceil" => true,
+                    other => {
+                        return Err(ImportError::Malformed(format!(
+                            "nearest_mode `{other}` is not one ONNX defines"
+                        )));
+                    }
+                };
+                (vec![base + i64::from(up)], vec![1.0])
+            }
+            Mode::Linear => (vec![base, base + 1], vec![1.0 - ratio, ratio]),
+            Mode::Cubic { a, .. } => ((base - 1..base + 3).collect(), cubic(ratio, a).to_vec()),
+        };
+        if let Mode::Cubic {
+            exclude_outside: true,
+            ..
+        } = mode
+        {
+            for (p, w) in positions.iter().zip(w.iter_mut()) {
+                if !(0..=last).contains(p) {
+                    *w = 0.0;
+                }
+            }
+            let total: f64 = w.iter().sum();
+            w.iter_mut().for_each(|w| *w /= total);
+        }
+        index.push(positions.iter().map(|&p| p.clamp(0, last)).collect());
+        weight.push(w);
+    }
+    Ok(Taps { index, weight })
+}
+
+/// `x` resized along `axis` to `output` elements by `scale`.
+#[allow(clippy::too_many_arguments)]
+fn resize_axis(
+    im: &mut Importer,
+    x: &Val,
+    axis: usize,
+    scale: f64,
+    output: usize,
+    mode: Mode<'_>,
+    transform: &str,
+    name: &str,
+) -> Imports {
+    let input = x.shape()[axis];
+    let taps = taps(mode, transform, scale, input, output)?;
+    let count = taps.index.first().map_or(0, Vec::len);
+    let at = [("axis", Attr::Int(axis as i64))];
+    let mut sum: Option<Val> = None;
+    for t in 0..count {
+        let positions = taps.index.iter().map(|p| p[t]).collect();
+        let indices = Val::ints(DType::I64, &[output], positions)?;
+        let read = im.onnx("Gather", &[x, &indices], &at, &format!("{name}.t{t}"))?;
+        let term = match mode {
+            Mode::Nearest(_) => read,
+            _ => {
+                let mut shape = vec![1; x.shape().len()];
+                shape[axis] = output;
+                let w = taps.weight.iter().map(|w| w[t]).collect();
+                let w = Val::floats(x.dtype(), &shape, w)?;
+                im.onnx("Mul", &[&read, &w], &[], &format!("{name}.w{t}"))?
+            }
+        };
+        sum = Some(match sum {
+            None => term,
+            Some(s) => im.onnx("Add", &[&s, &term], &[], &format!("{name}.s{t}"))?,
+        });
+    }
+    sum.ok_or_else(|| ImportError::Malformed("Resize with no taps".into()))
+}
+
+/// A constant float input of `count` values, or `None` where the input is absent or empty.
+fn constant_floats(
+    im: &Importer,
+    node: &NodeProto,
+    i: usize,
+    what: &str,
+) -> Imports<Option<Vec<f64>>> {
+    let Some(v) = im.input(node, i)? else {
+        return Ok(None);
+    };
+    let t = im.demand(&v).ok_or_else(|| {
+        ImportError::Unsupported(format!(
+            "Resize's `{what}` must be a constant (fusebox shapes are static)"
+        ))
+    })?;
+    let values = t.values();
+    Ok((!values.is_empty()).then_some(values))
+}
+
+/// Resize (opset 13 on): see the module documentation.
+pub(super) fn resize(
+    im: &mut Importer,
+    node: &NodeProto,
+    attrs: &Attrs,
+    out: &str,
+) -> Imports<Vec<Val>> {
+    let x = im.required(node, 0)?;
+    let rank = x.shape().len();
+    let transform = text(attrs, "coordinate_transformation_mode", "half_pixel")?;
+    let policy = text(attrs, "keep_aspect_ratio_policy", "stretch")?;
+    let mode = match text(attrs, "mode", "nearest")? {
+        "nearest" => Mode::Nearest(text(attrs, "nearest_mode", "round_prefer_floor")?),
+        "linear" => Mode::Linear,
+        "cubic" => Mode::Cubic {
+            a: match attrs.get("cubic_coeff_a") {
+                Some(Attr::Float(a)) => *a,
+                _ => -0.75,
+            },
+            exclude_outside: int_attr(attrs, "exclude_outside").unwrap_or(0) != 0,
+        },
+        other => {
+            return Err(ImportError::Malformed(format!(
+                "mode `{other}` is none of nearest, linear, cubic"
+            )));
+        }
+    };
+    if int_attr(attrs, "antialias").unwrap_or(0) != 0 {
+        return Err(ImportError::Unsupported("Resize with antialias".into()));
+    }
+    if !x.dtype().is_float() {
+        return Err(ImportError::Unsupported(format!(
+            "Resize of {} values (fusebox resizes floats)",
+            x.dtype()
+        )));
+    }
+    // In the order given: `scales` and `sizes` follow it.
+    let axes: Vec<usize> = match ints_attr(attrs, "axes") {
+        Some(a) => {
+            let mut axes = Vec::with_capacity(a.len());
+            for &v in &a {
+                let axis = if v < 0 { v + rank as i64 } else { v };
+                match usize::try_from(axis) {
+                    Ok(axis) if axis < rank && !axes.contains(&axis) => axes.push(axis),
+                    _ => {
+                        return Err(ImportError::Malformed(format!(
+                            "axes {a:?} must be distinct axes of a rank-{rank} input"
+                        )));
+                    }
+                }
+            }
+            axes
+        }
+        None => (0..rank).collect(),
+    };
+    let inputs: Vec<f64> = axes.iter().map(|&a| x.shape()[a] as f64).collect();
+    let (scales, sizes): (Vec<f64>, Vec<f64>) = match (
+        constant_floats(im, node, 3, "sizes")?,
+        constant_floats(im, node, 2, "scales")?,
+    ) {
+        (Some(sizes), _) if sizes.len() == axes.len() => {
+            let mut scales: Vec<f64> = sizes.iter().zip(&inputs).map(|(s, n)| s / n).collect();
+            let sizes = match policy {
+                "stretch" => sizes,
+                "not_larger" | "not_smaller" => {
+                    let pick = scales.iter().copied();
+                    let scale = match policy {
+                        "not_larger" => pick.fold(f64::INFINITY, f64::min),
+                        _ => pick.fold(f64::NEG_INFINITY, f64::max),
+                    };
+                    scales = vec![scale; axes.len()];
+                    inputs.iter().map(|n| (scale * n + 0.5).floor()).collect()
+                }
+                other => {
+                    return Err(ImportError::Malformed(format!(
+                        "keep_aspect_ratio_policy `{other}` is none of stretch, not_larger, not_smaller"
+                    )));
+                }
+            };
+            (scales, sizes)
+        }
+        (None, Some(scales)) if scales.len() == axes.len() => {
+            let sizes = scales
+                .iter()
+                .zip(&inputs)
+                .map(|(s, n)| (s * n).floor())
+                .collect();
+            (scales, sizes)
+        }
+        _ => {
+            return Err(ImportError::Malformed(format!(
+                "Resize needs {} scales or sizes (one per resized axis)",
+                axes.len()
+            )));
+        }
+    };
+    let mut y = x.clone();
+    for (i, &axis) in axes.iter().enumerate() {
+        let (scale, size) = (scales[i], sizes[i]);
+        if !(scale.is_finite() && scale > 0.0 && (1.0..=MAX_SIZE).contains(&size)) {
+            return Err(ImportError::Malformed(format!(
+                "Resize of axis {axis} by {scale} to {size}: the scale must be positive and the size from 1 to {MAX_SIZE}"
+            )));
+        }
+        let size = size as usize;
+        if size == x.shape()[axis] && scale == 1.0 {
+            continue;
+        }
+        let name = format!("{out}.a{axis}");
+        y = resize_axis(im, &y, axis, scale, size, mode, transform, &name)?;
+    }
+    let shape = y.shape().to_vec();
+    Ok(vec![im.reshape(&y, &shape, out)?])
+}
