@@ -543,15 +543,15 @@ fn an_unsupported_model_gets_one_error_naming_every_unsupported_op_and_node() {
     let model = model_with(
         weights(floats(&[1.0, 2.0, 3.0, 4.0]), &[4]),
         vec![
-            node("ConvTranspose", "up_a", &["x", "w"], "a"),
+            node("RoiAlign", "roi_a", &["x", "w"], "a"),
             node("LpPool", "pool", &["a"], "b"),
-            node("ConvTranspose", "up_b", &["b", "w"], "y"),
+            node("RoiAlign", "roi_b", &["b", "w"], "y"),
         ],
     );
     let err = import_bytes(&dir, &model.write_to_bytes().unwrap()).unwrap_err();
     assert!(
         err.contains("2 op type(s)")
-            && err.contains("ConvTranspose: up_a, up_b")
+            && err.contains("RoiAlign: roi_a, roi_b")
             && err.contains("LpPool: pool"),
         "{err}"
     );

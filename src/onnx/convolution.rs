@@ -559,34 +559,10 @@ pub(super) fn conv_transpose(
         Some(_) => return Err(ImportError::Malformed("auto_pad must be a string".into())),
     };
     let pads = extents("pads", 2 * s)?;
-    let (mut before, mut after) = (vec![0i64; s], vec![0i64; s]);
-    match (auto_pad.as_str(), &pads, &target) {
-        ("NOTSET", Some(pads), _) => {
-            before.copy_from_slice(&pads[..s]);
-            after.copy_from_slice(&pads[s..]);
-        }
-        ("NOTSET" | "SAME_UPPER" | "SAME_LOWER", _, _) => {
-            for i in 0..s {
-                let want = match &target {
-                    Some(t) => t[i],
-                    None if auto_pad == "NOTSET" => full[i],
-                    None => spatial[i] as i64 * strides[i] as i64,
-                };
-                let total = full[i] - want;
-                let small = total.div_euclid(2);
-                (before[i], after[i]) = match auto_pad.as_str() {
-                    "SAME_UPPER" => (small, total - small),
-                    _ => (total - small, small),
-                };
-            }
-        }
-        ("VALID", _, _) => {}
-        (other, _, _) => {
-            return Err(ImportError::Malformed(format!(
-                "auto_pad `{other}` is none of NOTSET, VALID, SAME_UPPER, SAME_LOWER"
-            )));
-        }
-    }
+    let natural: Vec<i64> = (0..s)
+        .map(|i| spatial[i] as i64 * strides[i] as i64)
+        .collect();
+    let (before, after) = transposed_padding(&auto_pad, pads, target.as_deref(), &full, &natural)?;
     let sizes: Vec<i64> = (0..s).map(|i| full[i] - before[i] - after[i]).collect();
     if sizes.iter().any(|&o| o < 1) || target.as_ref().is_some_and(|t| *t != sizes) {
         return Err(ImportError::Malformed(format!(
@@ -651,6 +627,50 @@ pub(super) fn conv_transpose(
         out: sizes.iter().map(|&o| o as usize).collect(),
     };
     convolve(im, node, &spread, &weight, &window, g, out)
+}
+
+/// A ConvTranspose's padding before and after each spatial axis, whose output would be
+/// `full` elements unpadded: its `pads` (under `NOTSET`), none (`VALID`), or what gives the
+/// `output_shape` (`target`) or, under `SAME_*`, `natural` (input times stride), split with
+/// the smaller half first under `SAME_UPPER` and last otherwise (negative where the output
+/// is larger).
+fn transposed_padding(
+    auto_pad: &str,
+    pads: Option<Vec<i64>>,
+    target: Option<&[i64]>,
+    full: &[i64],
+    natural: &[i64],
+) -> Imports<(Vec<i64>, Vec<i64>)> {
+    let s = full.len();
+    let (mut before, mut after) = (vec![0i64; s], vec![0i64; s]);
+    match (auto_pad, pads) {
+        ("NOTSET", Some(pads)) => {
+            before.copy_from_slice(&pads[..s]);
+            after.copy_from_slice(&pads[s..]);
+        }
+        ("NOTSET" | "SAME_UPPER" | "SAME_LOWER", _) => {
+            for i in 0..s {
+                let want = match target {
+                    Some(t) => t[i],
+                    None if auto_pad == "NOTSET" => full[i],
+                    None => natural[i],
+                };
+                let total = full[i] - want;
+                let small = total.div_euclid(2);
+                (before[i], after[i]) = match auto_pad {
+                    "SAME_UPPER" => (small, total - small),
+                    _ => (total - small, small),
+                };
+            }
+        }
+        ("VALID", _) => {}
+        (other, _) => {
+            return Err(ImportError::Malformed(format!(
+                "auto_pad `{other}` is none of NOTSET, VALID, SAME_UPPER, SAME_LOWER"
+            )));
+        }
+    }
+    Ok((before, after))
 }
 
 /// `x` spread along `axis` by `stride`: each element followed by `stride − 1` zeros, the zeros
