@@ -3,7 +3,10 @@
 //! each ScatterElements reduction with negative and repeated indices, and the sum with indices
 //! smaller than data), GatherND (negative coordinates, batch axes), Slice with negative
 //! steps (imported as a gather of the positions it visits), and the products (`ReduceProd`
-//! over some, all or empty axes, with ±inf, -0 and wrapping i32; `CumProd` each way), built by
+//! over some, all or empty axes, with ±inf, -0 and wrapping i32; `CumProd` each way), and
+//! `Resize` (nearest, linear and cubic under each coordinate transformation, each nearest
+//! rounding, by scales up and down and by sizes, keep_aspect_ratio_policy, axes, cubic's
+//! `exclude_outside` and coefficient), built by
 //! `tests/onnx/pairwise_models.py` and run on the reference and CPU backends against
 //! `onnx.reference.ReferenceEvaluator`. Skipped, with a message, where python3 cannot import
 //! onnx, unless `FUSEBOX_REQUIRE_ONNX` is set.

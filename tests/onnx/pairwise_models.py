@@ -1,4 +1,4 @@
-"""The pairwise ops of the importer (TopK, CumSum, ScatterElements, ScatterND) in every mode, GatherND, Slice with
+"""The pairwise ops of the importer (TopK, CumSum, ScatterElements, ScatterND) in every mode, GatherND, Resize, Slice with
 negative steps (a gather), and the products (ReduceProd, CumProd) built with the onnx helper, with inputs and the outputs
 of onnx.reference.ReferenceEvaluator, for tests/onnx_pairwise.rs.
 
@@ -179,3 +179,36 @@ for ex in [0, 1]:
 save("cumprod_i32", [h.make_node("CumProd", ["x", "axis"], ["y"])], [h.make_tensor_value_info("x", T.INT32, [2, 6])],
      [h.make_tensor_value_info("y", T.INT32, None)], [nh.from_array(np.array(-1, np.int32), "axis")],
      {"x": np.array([[65536, 3, 65536, -7, 5, 2**31 - 1], [1, -1, 2, -2, 3, -3]], np.int32)}, opset=26)
+# Resize: every mode with each coordinate transformation (but tf_crop_and_resize), nearest
+# rounding modes, up- and downsampling by scales (fractional ones, whose output size rounds
+# down) and by sizes, keep_aspect_ratio_policy, axes in either order, exclude_outside and a
+# cubic_coeff_a of its own; on [1, 2, 5, 7] inputs of random values.
+resize_x = rng.standard_normal((1, 2, 5, 7)).astype(np.float32)
+transforms = ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "half_pixel_symmetric"]
+resize_cases = []
+for mode in ["nearest", "linear", "cubic"]:
+    for t in transforms:
+        for label, by, values, extra in [
+            # (A scale of 1.5 across 7 puts a half_pixel_symmetric coordinate at
+            # 2.0000000000000004, where the reference evaluator's neighbors, found after
+            # adding its padding and rounding to 4.0, disagree with its weights.)
+            ("up", "scales", [1, 1, 2.0, 1.6], {}),
+            ("down", "scales", [1, 1, 0.6, 0.45], {}),
+            ("sizes", "sizes", [1, 2, 8, 3], {}),
+        ]:
+            resize_cases.append((f"{mode}_{t}_{label}", by, values, dict(mode=mode, coordinate_transformation_mode=t, **extra)))
+for nearest in ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]:
+    resize_cases.append((f"nearest_{nearest}", "scales", [1, 1, 1.7, 0.8], dict(mode="nearest", nearest_mode=nearest)))
+resize_cases += [
+    ("cubic_exclude_outside", "scales", [1, 1, 1.8, 0.7], dict(mode="cubic", exclude_outside=1, cubic_coeff_a=-0.5)),
+    ("linear_not_larger", "sizes", [1, 2, 9, 9], dict(mode="linear", keep_aspect_ratio_policy="not_larger")),
+    ("linear_not_smaller", "sizes", [1, 2, 9, 9], dict(mode="linear", keep_aspect_ratio_policy="not_smaller")),
+    ("cubic_axes_3_2", "sizes", [10, 3], dict(mode="cubic", axes=[3, 2])),
+    ("nearest_one_axis", "scales", [2.5], dict(mode="nearest", axes=[3])),
+]
+for label, by, values, attrs in resize_cases:
+    dtype = np.int64 if by == "sizes" else np.float32
+    inputs = ["x", "", "values"] if by == "scales" else ["x", "", "", "values"]
+    save(f"resize_{label}", [h.make_node("Resize", inputs, ["y"], **attrs)],
+         [h.make_tensor_value_info("x", T.FLOAT, list(resize_x.shape))], [h.make_tensor_value_info("y", T.FLOAT, None)],
+         [nh.from_array(np.array(values, dtype), "values")], {"x": resize_x}, opset=19)
