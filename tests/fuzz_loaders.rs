@@ -1321,6 +1321,14 @@ mod onnx_models {
         a
     }
 
+    fn string_attr(name: &str, value: &str) -> AttributeProto {
+        let mut a = AttributeProto::new();
+        a.name = name.into();
+        a.type_ = onnx_protobuf::attribute_proto::AttributeType::STRING.into();
+        a.s = value.as_bytes().to_vec();
+        a
+    }
+
     fn float_attr(name: &str, value: f32) -> AttributeProto {
         let mut a = AttributeProto::new();
         a.name = name.into();
@@ -1486,13 +1494,65 @@ mod onnx_models {
         )
     }
 
+    /// ConvTranspose (strided, padded, grouped, with output_padding) and Resize (linear, by
+    /// scales; nearest, by sizes): a decoder, whose attributes and constant inputs size the
+    /// spread input, the padding and the gathers the importer writes out.
+    pub fn decoder() -> ModelProto {
+        let constant = |name: &str, data_type: i32, raw: Vec<u8>| {
+            let mut t = TensorProto::new();
+            t.name = name.into();
+            t.data_type = data_type;
+            t.dims = vec![4];
+            t.raw_data = raw;
+            t
+        };
+        let scales = [1.0f32, 1.0, 1.5, 2.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let sizes = [1i64, 2, 9, 7]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let mut linear = node("Resize", &["u", "", "scales"], "r", vec![]);
+        linear.attribute.push(string_attr("mode", "linear"));
+        let mut nearest = node("Resize", &["r", "", "", "sizes"], "y", vec![]);
+        nearest
+            .attribute
+            .push(string_attr("coordinate_transformation_mode", "asymmetric"));
+        model(
+            vec![value_info("x", &[1, 4, 3, 3])],
+            value_info("y", &[1, 2, 9, 7]),
+            vec![
+                weights("w", &[4, 1, 3, 3], &[0.25; 36]),
+                constant("scales", 1, scales),
+                constant("sizes", 7, sizes),
+            ],
+            vec![
+                node(
+                    "ConvTranspose",
+                    &["x", "w"],
+                    "u",
+                    vec![
+                        int_attr("group", 2),
+                        ints_attr("strides", &[2, 2]),
+                        ints_attr("pads", &[1, 0, 1, 1]),
+                        ints_attr("output_padding", &[1, 0]),
+                    ],
+                ),
+                linear,
+                nearest,
+            ],
+        )
+    }
+
     pub fn bytes(model: &ModelProto) -> Vec<u8> {
         model.write_to_bytes().expect("a built model serializes")
     }
 }
 
-/// The seeds: a plain model, an external-data one, one with the composite ops and one with
-/// the window ops and normalizations.
+/// The seeds: a plain model, an external-data one, one with the composite ops, one with the
+/// window ops and normalizations, and a decoder of transposed convolutions and resizes.
 static ONNX_SEEDS: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
     use onnx_models::*;
     vec![
@@ -1500,6 +1560,7 @@ static ONNX_SEEDS: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
         bytes(&add(external("w.bin", "0", "16"))),
         bytes(&block()),
         bytes(&convnet()),
+        bytes(&decoder()),
     ]
 });
 
