@@ -148,6 +148,17 @@ mod tests {
         }
     }
 
+    /// The multi-index of row-major position `q` in `shape`.
+    fn unravel(q: usize, shape: &[usize]) -> Vec<usize> {
+        let mut idx = vec![0; shape.len()];
+        let mut rest = q;
+        for d in (0..shape.len()).rev() {
+            idx[d] = rest % shape[d];
+            rest /= shape[d];
+        }
+        idx
+    }
+
     /// Every element of the stacked view is the element of the piece it falls in.
     fn check_stack(pieces: &[(Strided, &[usize])], axis: usize) {
         let stacked = stack(pieces, axis).expect("stacks");
@@ -156,12 +167,7 @@ mod tests {
         let per = pieces[0].1[axis];
         let numel: usize = shape.iter().product();
         for q in 0..numel {
-            let mut idx = vec![0; shape.len()];
-            let mut rest = q;
-            for d in (0..shape.len()).rev() {
-                idx[d] = rest % shape[d];
-                rest /= shape[d];
-            }
+            let idx = unravel(q, &shape);
             let (k, within) = (idx[axis] / per, idx[axis] % per);
             let mut local = idx.clone();
             local[axis] = within;
@@ -225,12 +231,7 @@ mod tests {
         let split = split.expect("has sub-axes");
         let numel: usize = shape.iter().product();
         for q in 0..numel {
-            let mut idx = vec![0; shape.len()];
-            let mut rest = q;
-            for d in (0..shape.len()).rev() {
-                idx[d] = rest % shape[d];
-                rest /= shape[d];
-            }
+            let idx = unravel(q, shape);
             let mut at = strided.offset;
             for (d, &i) in idx.iter().enumerate() {
                 let mut rest = i;
