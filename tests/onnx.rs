@@ -739,7 +739,8 @@ fn ints_attr(name: &str, values: &[i64]) -> onnx_protobuf::AttributeProto {
 /// strides, dilations and pads at the ends of i64, zero and negative ones, a kernel_shape
 /// that disagrees with the weight; transposed convolutions whose pads leave nothing or
 /// disagree with `output_shape`; resizes by huge, negative or zero scales and sizes, or with
-/// modes ONNX does not define, `antialias` and repeated axes) are located errors, quickly,
+/// modes ONNX does not define, `antialias`, repeated axes, and a crop without its region of
+/// interest) are located errors, quickly,
 /// never an overflow, a panic or a graph that takes minutes to build.
 #[test]
 fn hostile_window_attributes_are_located_errors() {
@@ -822,6 +823,14 @@ fn hostile_window_attributes_are_located_errors() {
             vec![int_attr("antialias", 1), string_attr("mode", "linear")],
         ),
         resize("scales", vec![ints_attr("axes", &[2, 2])]),
+        // A crop without its region of interest.
+        resize(
+            "scales",
+            vec![string_attr(
+                "coordinate_transformation_mode",
+                "tf_crop_and_resize",
+            )],
+        ),
     ];
     for (i, n) in cases.into_iter().enumerate() {
         let mut graph = GraphProto::new();

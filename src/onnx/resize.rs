@@ -9,10 +9,10 @@
 //! the gathers into one kernel.
 //!
 //! Supported: `scales` or `sizes` (with `keep_aspect_ratio_policy`), `axes`, every
-//! `coordinate_transformation_mode` but `tf_crop_and_resize`, every `nearest_mode`,
-//! `cubic_coeff_a` and `exclude_outside`. `antialias` (a wider footprint when downsampling)
-//! and `tf_crop_and_resize` (a region of interest, values outside it extrapolated) are
-//! refused.
+//! `coordinate_transformation_mode` (`tf_crop_and_resize` with its region of interest and
+//! `extrapolation_value`: a position mapped outside the input reads no tap and adds the
+//! value), every `nearest_mode`, `cubic_coeff_a` and `exclude_outside`. `antialias` (a wider
+//! footprint when downsampling) is refused.
 
 use super::proto::Attr;
 use super::structural::{Attrs, int_attr, ints_attr};
@@ -33,10 +33,12 @@ fn text<'a>(attrs: &'a Attrs, name: &str, default: &'a str) -> Imports<&'a str> 
 }
 
 /// How one resized axis reads its input: per output position, the input positions it reads
-/// and their weights.
+/// and their weights, and a constant it adds (the extrapolation value, where the position
+/// maps outside a crop's input and its weights are 0).
 struct Taps {
     index: Vec<Vec<i64>>,
     weight: Vec<Vec<f64>>,
+    constant: Vec<f64>,
 }
 
 /// The interpolation of one axis.
@@ -47,14 +49,32 @@ enum Mode<'a> {
     Cubic { a: f64, exclude_outside: bool },
 }
 
-/// The coordinate in the input that output position `x` maps to (ONNX's
-/// `coordinate_transformation_mode`), for an axis of `input` elements resized to `output`
-/// by `scale`. Where the definition speaks of the output's width it means `scale · input`,
-/// which differs from the (rounded down) output size when `scales` are given.
-fn source(mode: &str, x: f64, scale: f64, input: usize, output: usize) -> Imports<f64> {
+/// How one axis maps output positions to input coordinates: ONNX's
+/// `coordinate_transformation_mode`, and for `tf_crop_and_resize` the region of interest
+/// (start and end, as fractions of the axis) and the value of positions mapped outside it.
+#[derive(Clone, Copy)]
+struct Transform<'a> {
+    mode: &'a str,
+    roi: (f64, f64),
+    extrapolation: f64,
+}
+
+/// The coordinate in the input that output position `x` maps to, for an axis of `input`
+/// elements resized to `output` by `scale`, or `None` where `tf_crop_and_resize` maps it
+/// outside the input (it takes the extrapolation value). Where the definition speaks of the
+/// output's width it means `scale · input`, which differs from the (rounded down) output size
+/// when `scales` are given.
+fn source(
+    t: Transform<'_>,
+    x: f64,
+    scale: f64,
+    input: usize,
+    output: usize,
+) -> Imports<Option<f64>> {
     let n = input as f64;
     let width = scale * n;
-    Ok(match mode {
+    let (start, end) = t.roi;
+    Ok(Some(match t.mode {
         "half_pixel" => (x + 0.5) / scale - 0.5,
         "pytorch_half_pixel" if width == 1.0 => -0.5,
         "pytorch_half_pixel" => (x + 0.5) / scale - 0.5,
@@ -68,16 +88,21 @@ fn source(mode: &str, x: f64, scale: f64, input: usize, output: usize) -> Import
             offset + (x + 0.5) / scale - 0.5
         }
         "tf_crop_and_resize" => {
-            return Err(ImportError::Unsupported(
-                "Resize with coordinate_transformation_mode tf_crop_and_resize".into(),
-            ));
+            let at = match width == 1.0 {
+                true => (end - start) * (n - 1.0) / 2.0,
+                false => x * (end - start) * (n - 1.0) / (width - 1.0),
+            } + start * (n - 1.0);
+            if at < 0.0 || at > n - 1.0 {
+                return Ok(None);
+            }
+            at
         }
         other => {
             return Err(ImportError::Malformed(format!(
                 "coordinate_transformation_mode `{other}` is not one ONNX defines"
             )));
         }
-    })
+    }))
 }
 
 /// The cubic convolution weights of the four taps around a coordinate `ratio` past the
@@ -94,11 +119,27 @@ fn cubic(ratio: f64, a: f64) -> [f64; 4] {
 }
 
 /// The taps of an axis of `input` elements resized to `output` by `scale`.
-fn taps(mode: Mode<'_>, transform: &str, scale: f64, input: usize, output: usize) -> Imports<Taps> {
+fn taps(
+    mode: Mode<'_>,
+    transform: Transform<'_>,
+    scale: f64,
+    input: usize,
+    output: usize,
+) -> Imports<Taps> {
     let last = input as i64 - 1;
-    let (mut index, mut weight) = (Vec::new(), Vec::new());
+    let (mut index, mut weight, mut constant) = (Vec::new(), Vec::new(), Vec::new());
     for x in 0..output {
-        let at = source(transform, x as f64, scale, input, output)?;
+        let Some(at) = source(transform, x as f64, scale, input, output)? else {
+            let count = match mode {
+                Mode::Nearest(_) => 1,
+                Mode::Linear => 2,
+                Mode::Cubic { .. } => 4,
+            };
+            index.push(vec![0; count]);
+            weight.push(vec![0.0; count]);
+            constant.push(transform.extrapolation);
+            continue;
+        };
         // The tap before the coordinate and how far past it the coordinate lies, in (0, 1]:
         // a coordinate on a position counts as a whole step past the one before.
         let below = at.floor();
@@ -139,8 +180,13 @@ fn taps(mode: Mode<'_>, transform: &str, scale: f64, input: usize, output: usize
         }
         index.push(positions.iter().map(|&p| p.clamp(0, last)).collect());
         weight.push(w);
+        constant.push(0.0);
     }
-    Ok(Taps { index, weight })
+    Ok(Taps {
+        index,
+        weight,
+        constant,
+    })
 }
 
 /// `x` resized along `axis` to `output` elements by `scale`.
@@ -152,25 +198,28 @@ fn resize_axis(
     scale: f64,
     output: usize,
     mode: Mode<'_>,
-    transform: &str,
+    transform: Transform<'_>,
     name: &str,
 ) -> Imports {
     let input = x.shape()[axis];
     let taps = taps(mode, transform, scale, input, output)?;
     let count = taps.index.first().map_or(0, Vec::len);
     let at = [("axis", Attr::Int(axis as i64))];
+    // A constant along the axis, broadcast over the others.
+    let mut along = vec![1; x.shape().len()];
+    along[axis] = output;
+    let cropped = taps.constant.iter().any(|&c| c != 0.0)
+        || taps.weight.iter().any(|w| w.iter().all(|&v| v == 0.0));
     let mut sum: Option<Val> = None;
     for t in 0..count {
         let positions = taps.index.iter().map(|p| p[t]).collect();
         let indices = Val::ints(DType::I64, &[output], positions)?;
         let read = im.onnx("Gather", &[x, &indices], &at, &format!("{name}.t{t}"))?;
         let term = match mode {
-            Mode::Nearest(_) => read,
+            Mode::Nearest(_) if !cropped => read,
             _ => {
-                let mut shape = vec![1; x.shape().len()];
-                shape[axis] = output;
                 let w = taps.weight.iter().map(|w| w[t]).collect();
-                let w = Val::floats(x.dtype(), &shape, w)?;
+                let w = Val::floats(x.dtype(), &along, w)?;
                 im.onnx("Mul", &[&read, &w], &[], &format!("{name}.w{t}"))?
             }
         };
@@ -179,7 +228,14 @@ fn resize_axis(
             Some(s) => im.onnx("Add", &[&s, &term], &[], &format!("{name}.s{t}"))?,
         });
     }
-    sum.ok_or_else(|| ImportError::Malformed("Resize with no taps".into()))
+    let sum = sum.ok_or_else(|| ImportError::Malformed("Resize with no taps".into()))?;
+    match cropped {
+        false => Ok(sum),
+        true => {
+            let c = Val::floats(x.dtype(), &along, taps.constant)?;
+            im.onnx("Add", &[&sum, &c], &[], &format!("{name}.outside"))
+        }
+    }
 }
 
 /// A constant float input of `count` values, or `None` where the input is absent or empty.
@@ -297,20 +353,47 @@ pub(super) fn resize(
             )));
         }
     };
+    // The region of interest (a crop's; starts, then ends, per resized axis).
+    let roi = match transform {
+        "tf_crop_and_resize" => match constant_floats(im, node, 1, "roi")? {
+            Some(r) if r.len() == 2 * axes.len() && r.iter().all(|v| v.is_finite()) => r,
+            Some(r) if r.len() == 2 * rank && r.iter().all(|v| v.is_finite()) => {
+                let (starts, ends) = r.split_at(rank);
+                let pick = |v: &[f64]| axes.iter().map(|&a| v[a]).collect::<Vec<f64>>();
+                [pick(starts), pick(ends)].concat()
+            }
+            _ => {
+                return Err(ImportError::Malformed(format!(
+                    "tf_crop_and_resize needs a roi of {} finite values (starts, then ends)",
+                    2 * axes.len()
+                )));
+            }
+        },
+        _ => [vec![0.0; axes.len()], vec![1.0; axes.len()]].concat(),
+    };
+    let extrapolation = match attrs.get("extrapolation_value") {
+        Some(Attr::Float(v)) => *v,
+        _ => 0.0,
+    };
     let mut y = x.clone();
     for (i, &axis) in axes.iter().enumerate() {
         let (scale, size) = (scales[i], sizes[i]);
+        let t = Transform {
+            mode: transform,
+            roi: (roi[i], roi[axes.len() + i]),
+            extrapolation,
+        };
         if !(scale.is_finite() && scale > 0.0 && (1.0..=MAX_SIZE).contains(&size)) {
             return Err(ImportError::Malformed(format!(
                 "Resize of axis {axis} by {scale} to {size}: the scale must be positive and the size from 1 to {MAX_SIZE}"
             )));
         }
         let size = size as usize;
-        if size == x.shape()[axis] && scale == 1.0 {
+        if size == x.shape()[axis] && scale == 1.0 && t.roi == (0.0, 1.0) {
             continue;
         }
         let name = format!("{out}.a{axis}");
-        y = resize_axis(im, &y, axis, scale, size, mode, transform, &name)?;
+        y = resize_axis(im, &y, axis, scale, size, mode, t, &name)?;
     }
     let shape = y.shape().to_vec();
     Ok(vec![im.reshape(&y, &shape, out)?])

@@ -212,3 +212,13 @@ for label, by, values, attrs in resize_cases:
     save(f"resize_{label}", [h.make_node("Resize", inputs, ["y"], **attrs)],
          [h.make_tensor_value_info("x", T.FLOAT, list(resize_x.shape))], [h.make_tensor_value_info("y", T.FLOAT, None)],
          [nh.from_array(np.array(values, dtype), "values")], {"x": resize_x}, opset=19)
+# tf_crop_and_resize: a region of interest reaching past the input on one axis (those positions
+# take extrapolation_value), inside it on the other, by sizes and by scales, in each mode.
+for mode in ["nearest", "linear", "cubic"]:
+    for label, by, values in [("sizes", "sizes", [1, 2, 6, 8]), ("scales", "scales", [1, 1, 1.4, 1.3])]:
+        dtype = np.int64 if by == "sizes" else np.float32
+        inputs = ["x", "roi", "values"] if by == "scales" else ["x", "roi", "", "values"]
+        save(f"resize_crop_{mode}_{label}", [h.make_node("Resize", inputs, ["y"], mode=mode, coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=7.5)],
+             [h.make_tensor_value_info("x", T.FLOAT, list(resize_x.shape))], [h.make_tensor_value_info("y", T.FLOAT, None)],
+             [nh.from_array(np.array([0, 0, 0.2, -0.1, 1, 1, 0.9, 1.2], np.float32), "roi"),
+              nh.from_array(np.array(values, dtype), "values")], {"x": resize_x}, opset=19)
