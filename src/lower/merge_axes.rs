@@ -37,7 +37,9 @@ pub fn merge_trailing_axes(ir: &mut KernelIr, launch: &mut Launch, first: usize)
     true
 }
 
-/// The domain's last two axes merged into one (see [`merge_trailing_axes`]).
+/// The domain's last two axes merged into one (see [`merge_trailing_axes`]); `false` where
+/// an argument does not move along them as along one axis, leaving `ir` and `launch` part
+/// merged (the caller works on copies).
 fn merge_last_two(ir: &mut KernelIr, launch: &mut Launch) -> bool {
     let r = ir.rank;
     let (outer, inner) = (launch.sizes[r - 2], launch.sizes[r - 1]);
@@ -45,21 +47,17 @@ fn merge_last_two(ir: &mut KernelIr, launch: &mut Launch) -> bool {
         .loads
         .iter_mut()
         .chain(ir.stores.iter_mut().map(|s| &mut s.view));
-    let mut merged = Vec::new();
-    for (view, strides) in views.zip(&launch.strides) {
+    for (view, strides) in views.zip(&mut launch.strides) {
         let (k0, k1) = (view.axes[r - 2], view.axes[r - 1]);
         let (s0, s1) = (strides[r - 2], strides[r - 1]);
-        let axis = if outer == 1 {
+        let (kind, stride) = if outer == 1 {
             (k1, s1)
         } else if inner == 1 {
-            (
-                if k0 == Axis::Broadcast {
-                    k0
-                } else {
-                    Axis::Strided
-                },
-                s0,
-            )
+            let kind = match k0 {
+                Axis::Broadcast => k0,
+                _ => Axis::Strided,
+            };
+            (kind, s0)
         } else if k0 == Axis::Broadcast && k1 == Axis::Broadcast {
             (Axis::Broadcast, 0)
         } else if k0 != Axis::Broadcast && k1 != Axis::Broadcast && s0 == s1.saturating_mul(inner) {
@@ -67,16 +65,10 @@ fn merge_last_two(ir: &mut KernelIr, launch: &mut Launch) -> bool {
         } else {
             return false;
         };
-        merged.push((view, axis));
-    }
-    for (i, (view, (kind, _))) in merged.iter_mut().enumerate() {
         view.axes.truncate(r - 1);
-        view.axes[r - 2] = *kind;
-        let strides = &mut launch.strides[i];
+        view.axes[r - 2] = kind;
         strides.truncate(r - 1);
-    }
-    for (i, (_, (_, stride))) in merged.iter().enumerate() {
-        launch.strides[i][r - 2] = *stride;
+        strides[r - 2] = stride;
     }
     launch.sizes.truncate(r - 1);
     launch.sizes[r - 2] = outer * inner;

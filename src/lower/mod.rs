@@ -554,25 +554,8 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
             let mut after = None;
             if !parts.epilogue.is_empty() {
                 match epilogue(dag, kernel, &parts.epilogue, group, &mut program)? {
-                    Some(lowered) => step.epilogue = Some(lowered),
-                    // Its values do not merge into the product's tiles: the product is stored
-                    // and the epilogue runs after the call, as a kernel of its own.
-                    None => {
-                        let outputs: Vec<Value> = kernel
-                            .outputs
-                            .iter()
-                            .copied()
-                            .filter(|&v| v != Value::Node(call))
-                            .collect();
-                        let domain = &kernel.domain;
-                        after = Some(fused::lower_fused(
-                            dag,
-                            &parts.epilogue,
-                            domain,
-                            &outputs,
-                            &[],
-                        )?);
-                    }
+                    LoweredEpilogue::Tiled(lowered) => step.epilogue = Some(lowered),
+                    LoweredEpilogue::After(lowered) => after = Some(lowered),
                 }
             }
             program.steps.push(Step::MatMul(step));
@@ -656,19 +639,27 @@ fn result_view(dag: &Dag, call: usize, view: usize) -> Result<ResultView> {
     })
 }
 
+/// A library call's epilogue as lowered: run by the call on each tile of its product, or,
+/// where its values do not merge into the product's tiles, after the call as a kernel of
+/// its own (the call then stores its product).
+enum LoweredEpilogue {
+    Tiled(Epilogue),
+    After(Lowered),
+}
+
 /// The epilogue of the library kernel `kernel`: its nodes `nodes` lowered as a fused kernel
-/// over the product's shape, reading the product from memory; `None` where it iterates over
-/// the product's last axis split into several and its values do not merge back into one
-/// axis (the caller then runs it after the call). Its launch is not refined (a backend that
-/// runs it per tile cuts the launch along the product's last two axes, which refining could
-/// merge or split).
+/// over the product's shape, reading the product from memory; where it iterates over the
+/// product's last axis split into several and its values do not merge back into one axis,
+/// that kernel over its own domain, to run after the call. Its launch is not refined (a
+/// backend that runs it per tile cuts the launch along the product's last two axes, which
+/// refining could merge or split).
 fn epilogue(
     dag: &Dag,
     kernel: &crate::partition::Kernel,
     nodes: &[usize],
     group: usize,
     program: &mut Program,
-) -> Result<Option<Epilogue>> {
+) -> Result<LoweredEpilogue> {
     let call = kernel
         .nodes
         .iter()
@@ -689,7 +680,7 @@ fn epilogue(
     if kernel.domain.len() != rank
         && !merge_axes::merge_trailing_axes(&mut ir, &mut launch, rank - 1)
     {
-        return Ok(None);
+        return Ok(LoweredEpilogue::After((ir, launch, args)));
     }
     let loads = ir.loads.len();
     let Some(read) = args[..loads].iter().position(|&v| v == product) else {
@@ -704,7 +695,7 @@ fn epilogue(
     let store_product = kernel.outputs.contains(&product)
         || args[..loads].iter().filter(|&&v| v == product).count() > 1;
     let index = intern(ir, &mut program.kernels);
-    Ok(Some(Epilogue {
+    Ok(LoweredEpilogue::Tiled(Epilogue {
         step: KernelStep {
             kernel: index,
             launch,

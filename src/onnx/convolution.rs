@@ -19,7 +19,7 @@
 
 use super::normalization::per_channel;
 use super::proto::Attr;
-use super::structural::{Attrs, int_attr, ints_attr};
+use super::structural::{Attrs, float_attr, int_attr, ints_attr, text_attr};
 use super::{ImportError, Importer, Imports, Val};
 use onnx_protobuf::NodeProto;
 
@@ -81,13 +81,9 @@ impl Window {
         let dilations = per_axis(attrs, "dilations", s, 1)?;
         let ceil = int_attr(attrs, "ceil_mode").unwrap_or(0) != 0;
         let span = |i: usize| (kernel[i] - 1) * dilations[i] + 1;
-        let auto_pad = match attrs.get("auto_pad") {
-            None => "NOTSET".to_string(),
-            Some(Attr::Str(p)) => p.clone(),
-            Some(_) => return Err(ImportError::Malformed("auto_pad must be a string".into())),
-        };
+        let auto_pad = text_attr(attrs, "auto_pad", "NOTSET")?;
         let (mut before, mut after) = (vec![0usize; s], vec![0usize; s]);
-        match auto_pad.as_str() {
+        match auto_pad {
             "NOTSET" => {
                 if let Some(pads) = ints_attr(attrs, "pads") {
                     if pads.len() != 2 * s || pads.iter().any(|&p| !(0..=MAX_EXTENT).contains(&p)) {
@@ -109,7 +105,7 @@ impl Window {
                     let total =
                         ((out.max(1) - 1) * strides[i] + span(i)).saturating_sub(spatial[i]);
                     let small = total / 2;
-                    (before[i], after[i]) = match auto_pad.as_str() {
+                    (before[i], after[i]) = match auto_pad {
                         "SAME_UPPER" => (small, total - small),
                         _ => (total - small, small),
                     };
@@ -407,16 +403,12 @@ pub(super) fn conv(
     let w = im.required(node, 1)?;
     let rank = x.shape().len();
     let c = x.shape()[1];
-    let groups = int_attr(attrs, "group").unwrap_or(1);
     let m = w.shape().first().copied().unwrap_or(0);
-    let g = usize::try_from(groups)
-        .ok()
-        .filter(|&g| g >= 1 && c % g == 0 && m % g == 0);
-    let Some(g) = g else {
-        return Err(ImportError::Malformed(format!(
+    let g = group(attrs, &[c, m]).map_err(|groups| {
+        ImportError::Malformed(format!(
             "group {groups} must divide the {c} input and {m} output channels"
-        )));
-    };
+        ))
+    })?;
     if w.shape().len() != rank || w.shape()[1] * g != c {
         return Err(ImportError::Malformed(format!(
             "the weight {:?} must be [M, C/group, kernel…] for an input {:?} and group {g}",
@@ -428,6 +420,16 @@ pub(super) fn conv(
     check_kernel_shape(attrs, &kernel)?;
     let window = Window::of(attrs, kernel, &x.shape()[2..])?;
     convolve(im, node, &x, &w, &window, g, out)
+}
+
+/// A conv's `group` attribute (1 where absent), a positive count dividing every one of
+/// `channels`; the attribute's value where it is not.
+fn group(attrs: &Attrs, channels: &[usize]) -> Result<usize, i64> {
+    let groups = int_attr(attrs, "group").unwrap_or(1);
+    usize::try_from(groups)
+        .ok()
+        .filter(|&g| g >= 1 && channels.iter().all(|&n| n % g == 0))
+        .ok_or(groups)
 }
 
 /// A `kernel_shape` attribute, where given, must be the weight's.
@@ -503,15 +505,9 @@ pub(super) fn conv_transpose(
     let rank = x.shape().len();
     let s = rank - 2;
     let c = x.shape()[1];
-    let groups = int_attr(attrs, "group").unwrap_or(1);
-    let Some(g) = usize::try_from(groups)
-        .ok()
-        .filter(|&g| g >= 1 && c % g == 0)
-    else {
-        return Err(ImportError::Malformed(format!(
-            "group {groups} must divide the {c} input channels"
-        )));
-    };
+    let g = group(attrs, &[c]).map_err(|groups| {
+        ImportError::Malformed(format!("group {groups} must divide the {c} input channels"))
+    })?;
     if w.shape().len() != rank || w.shape()[0] != c {
         return Err(ImportError::Malformed(format!(
             "the weight {:?} must be [C, M/group, kernel…] for an input {:?}",
@@ -553,16 +549,12 @@ pub(super) fn conv_transpose(
     let full: Vec<i64> = (0..s)
         .map(|i| strides[i] as i64 * (spatial[i] as i64 - 1) + output_padding[i] + span(i))
         .collect();
-    let auto_pad = match attrs.get("auto_pad") {
-        None => "NOTSET".to_string(),
-        Some(Attr::Str(p)) => p.clone(),
-        Some(_) => return Err(ImportError::Malformed("auto_pad must be a string".into())),
-    };
+    let auto_pad = text_attr(attrs, "auto_pad", "NOTSET")?;
     let pads = extents("pads", 2 * s)?;
     let natural: Vec<i64> = (0..s)
         .map(|i| spatial[i] as i64 * strides[i] as i64)
         .collect();
-    let (before, after) = transposed_padding(&auto_pad, pads, target.as_deref(), &full, &natural)?;
+    let (before, after) = transposed_padding(auto_pad, pads, target.as_deref(), &full, &natural)?;
     let sizes: Vec<i64> = (0..s).map(|i| full[i] - before[i] - after[i]).collect();
     if sizes.iter().any(|&o| o < 1) || target.as_ref().is_some_and(|t| *t != sizes) {
         return Err(ImportError::Malformed(format!(
@@ -741,16 +733,9 @@ pub(super) fn pad(
             })?;
             t.values().first().copied().unwrap_or(0.0)
         }
-        None => match attrs.get("value") {
-            Some(Attr::Float(v)) => *v,
-            _ => 0.0,
-        },
+        None => float_attr(attrs, "value").unwrap_or(0.0),
     };
-    let mode = match attrs.get("mode") {
-        None => "constant".to_string(),
-        Some(Attr::Str(m)) => m.clone(),
-        Some(_) => return Err(ImportError::Malformed("mode must be a string".into())),
-    };
+    let mode = text_attr(attrs, "mode", "constant")?;
     let mut y = x.clone();
     for (i, &axis) in axes.iter().enumerate() {
         let (before, after) = (pads[i], pads[axes.len() + i]);
@@ -779,7 +764,7 @@ pub(super) fn pad(
             }
             let name = part(side);
             let front = side == "before";
-            let piece = match mode.as_str() {
+            let piece = match mode {
                 "constant" => {
                     let v = Val::floats(x.dtype(), &[], vec![value])?;
                     im.slab(&v, y.shape(), axis, size, &name)?

@@ -24,7 +24,7 @@
 
 use super::proto::Attr;
 use super::selection::{as_int64, from_the_end, positions};
-use super::structural::{Attrs, int_attr};
+use super::structural::{Attrs, int_attr, text_attr};
 use super::{ImportError, Importer, Imports, Val};
 use crate::dtype::{Category, DType};
 use crate::rules::{Builtin, BuiltinAttrs};
@@ -61,11 +61,7 @@ fn far_end(dtype: DType, low: bool) -> Imports {
 /// A scatter's `reduction` attribute (`none` by default); only `none` for bool data, which
 /// has no sum or order to combine by.
 fn reduction(attrs: &Attrs, dtype: DType) -> Imports<String> {
-    let reduction = match attrs.get("reduction") {
-        None => "none".to_string(),
-        Some(Attr::Str(s)) => s.clone(),
-        Some(_) => return Err(ImportError::Malformed("reduction must be a string".into())),
-    };
+    let reduction = text_attr(attrs, "reduction", "none")?.to_string();
     if dtype.category() == Category::Bool && reduction != "none" {
         return Err(ImportError::Unsupported(format!(
             "reduction `{reduction}` of bool data"

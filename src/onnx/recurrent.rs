@@ -10,7 +10,7 @@
 //! peepholes and `input_forget`, and GRU's `linear_before_reset` are imported.
 
 use super::proto::Attr;
-use super::structural::{Attrs, int_attr};
+use super::structural::{Attrs, float_attr, int_attr};
 use super::{ImportError, Importer, Imports, Val};
 use crate::rules::Builtin;
 use crate::rules::builtin::BuiltinAttrs;
@@ -265,10 +265,7 @@ fn read(
     let options = Options {
         cell,
         hidden,
-        clip: match attrs.get("clip") {
-            Some(Attr::Float(c)) => Some(*c),
-            _ => None,
-        },
+        clip: float_attr(attrs, "clip"),
         input_forget: int_attr(attrs, "input_forget").unwrap_or(0) != 0,
         lens,
     };

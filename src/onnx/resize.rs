@@ -15,7 +15,7 @@
 //! footprint when downsampling) is refused.
 
 use super::proto::Attr;
-use super::structural::{Attrs, int_attr, ints_attr};
+use super::structural::{Attrs, float_attr, int_attr, ints_attr, text_attr};
 use super::{ImportError, Importer, Imports, Val};
 use crate::dtype::DType;
 use onnx_protobuf::NodeProto;
@@ -23,22 +23,13 @@ use onnx_protobuf::NodeProto;
 /// The largest output size accepted on one axis.
 const MAX_SIZE: f64 = (1u64 << 24) as f64;
 
-/// A string attribute, `default` where absent.
-fn text<'a>(attrs: &'a Attrs, name: &str, default: &'a str) -> Imports<&'a str> {
-    match attrs.get(name) {
-        None => Ok(default),
-        Some(Attr::Str(s)) => Ok(s),
-        Some(_) => Err(ImportError::Malformed(format!("{name} must be a string"))),
-    }
-}
-
-/// How one resized axis reads its input: per output position, the input positions it reads
-/// and their weights, and a constant it adds (the extrapolation value, where the position
-/// maps outside a crop's input and its weights are 0).
+/// How one resized axis reads its input: per tap, the input position each output position
+/// reads and its weight, and per output position whether it lies outside a crop's input
+/// (its weights are then 0 and it takes the extrapolation value).
 struct Taps {
     index: Vec<Vec<i64>>,
     weight: Vec<Vec<f64>>,
-    constant: Vec<f64>,
+    outside: Vec<bool>,
 }
 
 /// The interpolation of one axis.
@@ -47,6 +38,17 @@ enum Mode<'a> {
     Nearest(&'a str),
     Linear,
     Cubic { a: f64, exclude_outside: bool },
+}
+
+impl Mode<'_> {
+    /// The input positions each output position reads.
+    fn taps(self) -> usize {
+        match self {
+            Mode::Nearest(_) => 1,
+            Mode::Linear => 2,
+            Mode::Cubic { .. } => 4,
+        }
+    }
 }
 
 /// How one axis maps output positions to input coordinates: ONNX's
@@ -127,17 +129,15 @@ fn taps(
     output: usize,
 ) -> Imports<Taps> {
     let last = input as i64 - 1;
-    let (mut index, mut weight, mut constant) = (Vec::new(), Vec::new(), Vec::new());
+    let n = mode.taps();
+    let mut index = vec![Vec::with_capacity(output); n];
+    let mut weight = vec![Vec::with_capacity(output); n];
+    let mut outside = Vec::with_capacity(output);
     for x in 0..output {
         let Some(at) = source(transform, x as f64, scale, input, output)? else {
-            let count = match mode {
-                Mode::Nearest(_) => 1,
-                Mode::Linear => 2,
-                Mode::Cubic { .. } => 4,
-            };
-            index.push(vec![0; count]);
-            weight.push(vec![0.0; count]);
-            constant.push(transform.extrapolation);
+            index.iter_mut().for_each(|i| i.push(0));
+            weight.iter_mut().for_each(|w| w.push(0.0));
+            outside.push(true);
             continue;
         };
         // The tap before the coordinate and how far past it the coordinate lies, in (0, 1]:
@@ -147,7 +147,8 @@ fn taps(
             true => (below as i64 - 1, 1.0),
             false => (below as i64, at - below),
         };
-        let (positions, mut w): (Vec<i64>, Vec<f64>) = match mode {
+        let (mut positions, mut w) = ([0i64; 4], [0f64; 4]);
+        match mode {
             Mode::Nearest(rounding) => {
                 let up = match rounding {
                     "round_prefer_floor" => ratio > 0.5,
@@ -160,11 +161,18 @@ fn taps(
                         )));
                     }
                 };
-                (vec![base + i64::from(up)], vec![1.0])
+                (positions[0], w[0]) = (base + i64::from(up), 1.0);
             }
-            Mode::Linear => (vec![base, base + 1], vec![1.0 - ratio, ratio]),
-            Mode::Cubic { a, .. } => ((base - 1..base + 3).collect(), cubic(ratio, a).to_vec()),
-        };
+            Mode::Linear => {
+                positions[..2].copy_from_slice(&[base, base + 1]);
+                w[..2].copy_from_slice(&[1.0 - ratio, ratio]);
+            }
+            Mode::Cubic { a, .. } => {
+                positions = [base - 1, base, base + 1, base + 2];
+                w = cubic(ratio, a);
+            }
+        }
+        let (positions, w) = (&positions[..n], &mut w[..n]);
         if let Mode::Cubic {
             exclude_outside: true,
             ..
@@ -178,14 +186,16 @@ fn taps(
             let total: f64 = w.iter().sum();
             w.iter_mut().for_each(|w| *w /= total);
         }
-        index.push(positions.iter().map(|&p| p.clamp(0, last)).collect());
-        weight.push(w);
-        constant.push(0.0);
+        for t in 0..n {
+            index[t].push(positions[t].clamp(0, last));
+            weight[t].push(w[t]);
+        }
+        outside.push(false);
     }
     Ok(Taps {
         index,
         weight,
-        constant,
+        outside,
     })
 }
 
@@ -203,23 +213,19 @@ fn resize_axis(
 ) -> Imports {
     let input = x.shape()[axis];
     let taps = taps(mode, transform, scale, input, output)?;
-    let count = taps.index.first().map_or(0, Vec::len);
     let at = [("axis", Attr::Int(axis as i64))];
     // A constant along the axis, broadcast over the others.
     let mut along = vec![1; x.shape().len()];
     along[axis] = output;
-    let cropped = taps.constant.iter().any(|&c| c != 0.0)
-        || taps.weight.iter().any(|w| w.iter().all(|&v| v == 0.0));
+    let cropped = taps.outside.contains(&true);
     let mut sum: Option<Val> = None;
-    for t in 0..count {
-        let positions = taps.index.iter().map(|p| p[t]).collect();
-        let indices = Val::ints(DType::I64, &[output], positions)?;
+    for t in 0..mode.taps() {
+        let indices = Val::ints(DType::I64, &[output], taps.index[t].clone())?;
         let read = im.onnx("Gather", &[x, &indices], &at, &format!("{name}.t{t}"))?;
         let term = match mode {
             Mode::Nearest(_) if !cropped => read,
             _ => {
-                let w = taps.weight.iter().map(|w| w[t]).collect();
-                let w = Val::floats(x.dtype(), &along, w)?;
+                let w = Val::floats(x.dtype(), &along, taps.weight[t].clone())?;
                 im.onnx("Mul", &[&read, &w], &[], &format!("{name}.w{t}"))?
             }
         };
@@ -232,7 +238,9 @@ fn resize_axis(
     match cropped {
         false => Ok(sum),
         true => {
-            let c = Val::floats(x.dtype(), &along, taps.constant)?;
+            let outside = taps.outside.iter();
+            let c = outside.map(|&o| if o { transform.extrapolation } else { 0.0 });
+            let c = Val::floats(x.dtype(), &along, c.collect())?;
             im.onnx("Add", &[&sum, &c], &[], &format!("{name}.outside"))
         }
     }
@@ -266,16 +274,13 @@ pub(super) fn resize(
 ) -> Imports<Vec<Val>> {
     let x = im.required(node, 0)?;
     let rank = x.shape().len();
-    let transform = text(attrs, "coordinate_transformation_mode", "half_pixel")?;
-    let policy = text(attrs, "keep_aspect_ratio_policy", "stretch")?;
-    let mode = match text(attrs, "mode", "nearest")? {
-        "nearest" => Mode::Nearest(text(attrs, "nearest_mode", "round_prefer_floor")?),
+    let transform = text_attr(attrs, "coordinate_transformation_mode", "half_pixel")?;
+    let policy = text_attr(attrs, "keep_aspect_ratio_policy", "stretch")?;
+    let mode = match text_attr(attrs, "mode", "nearest")? {
+        "nearest" => Mode::Nearest(text_attr(attrs, "nearest_mode", "round_prefer_floor")?),
         "linear" => Mode::Linear,
         "cubic" => Mode::Cubic {
-            a: match attrs.get("cubic_coeff_a") {
-                Some(Attr::Float(a)) => *a,
-                _ => -0.75,
-            },
+            a: float_attr(attrs, "cubic_coeff_a").unwrap_or(-0.75),
             exclude_outside: int_attr(attrs, "exclude_outside").unwrap_or(0) != 0,
         },
         other => {
@@ -371,10 +376,7 @@ pub(super) fn resize(
         },
         _ => [vec![0.0; axes.len()], vec![1.0; axes.len()]].concat(),
     };
-    let extrapolation = match attrs.get("extrapolation_value") {
-        Some(Attr::Float(v)) => *v,
-        _ => 0.0,
-    };
+    let extrapolation = float_attr(attrs, "extrapolation_value").unwrap_or(0.0);
     let mut y = x.clone();
     for (i, &axis) in axes.iter().enumerate() {
         let (scale, size) = (scales[i], sizes[i]);

@@ -678,6 +678,22 @@ pub(super) fn ints_attr(attrs: &Attrs, name: &str) -> Option<Vec<i64>> {
     }
 }
 
+pub(super) fn float_attr(attrs: &Attrs, name: &str) -> Option<f64> {
+    match attrs.get(name) {
+        Some(Attr::Float(v)) => Some(*v),
+        _ => None,
+    }
+}
+
+/// A string attribute, `default` where absent; an attribute of another type is malformed.
+pub(super) fn text_attr<'a>(attrs: &'a Attrs, name: &str, default: &'a str) -> Imports<&'a str> {
+    match attrs.get(name) {
+        None => Ok(default),
+        Some(Attr::Str(s)) => Ok(s),
+        Some(_) => Err(ImportError::Malformed(format!("{name} must be a string"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -103,7 +103,7 @@ fn merged(
 
 /// Whether `domain` is `shape` (a product's, of rank 2 or more) or `shape` with its last axis
 /// split into several, in row-major order.
-pub(crate) fn splits_last_axis(domain: &[usize], shape: &[usize]) -> bool {
+fn splits_last_axis(domain: &[usize], shape: &[usize]) -> bool {
     let Some((&last, lead)) = shape.split_last() else {
         return false;
     };

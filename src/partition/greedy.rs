@@ -364,11 +364,10 @@ fn absorbable_operands(
                     at = dag.nodes[c].args[0];
                     continue;
                 }
-                if fusion.library_views
-                    && let Some(members) = stacked_views(dag, c, &only_used_by, &is_view)
-                {
+                if fusion.library_views && dag.nodes[c].op.builtin() == Some(Builtin::Concat) {
                     chain.push(c);
-                    stack = members;
+                    stack = vec![c];
+                    stack.extend(stacked_views(dag, c, &only_used_by, &is_view));
                 }
                 break;
             }
@@ -389,21 +388,18 @@ fn absorbable_operands(
     absorbable
 }
 
-/// The nodes of concat `c` and the views below it that stack into one view of a buffer
-/// (each used only by the node above it, none a graph output; a concat among them stacks on
-/// its own), or `None` where they do not.
+/// The views below concat `c` that may stack with it into one view of a buffer: each used
+/// only by the node above it and none a graph output, down through the views and concats of
+/// each operand. Whether they do stack is [`readable_operand`]'s to check, once for the
+/// whole operand (a stack that does not is dropped with its concat).
 fn stacked_views(
     dag: &Dag,
     c: usize,
     only_used_by: &dyn Fn(usize, u32) -> bool,
     is_view: &dyn Fn(usize) -> bool,
-) -> Option<Vec<usize>> {
-    let node = &dag.nodes[c];
-    if node.op.builtin() != Some(Builtin::Concat) {
-        return None;
-    }
-    let mut members = vec![c];
-    for &piece in &node.args {
+) -> Vec<usize> {
+    let mut members = Vec::new();
+    for &piece in &dag.nodes[c].args {
         let (mut at, mut above) = (piece, c as u32);
         while let Value::Node(p) = at
             && only_used_by(p, above)
@@ -413,16 +409,14 @@ fn stacked_views(
                 (above, at) = (p as u32, dag.nodes[p].args[0]);
                 continue;
             }
-            if let Some(below) = stacked_views(dag, p, only_used_by, is_view) {
-                members.extend(below);
+            if dag.nodes[p].op.builtin() == Some(Builtin::Concat) {
+                members.push(p);
+                members.extend(stacked_views(dag, p, only_used_by, is_view));
             }
             break;
         }
     }
-    let member = |p: usize| members.contains(&p);
-    let tree = super::operand_tree(dag, Value::Node(c), &member)?;
-    tree.map.as_strided()?;
-    Some(members)
+    members
 }
 
 /// Whether a library call can read its operand `arg` through the nodes of `chain` (from the

@@ -88,6 +88,23 @@ fn placed_elements(
     Ok(())
 }
 
+/// The product on [`matmul::matmul_elements`] (operand views gathered first), placed through
+/// `result` where given: for what the GEMM does not read. Returns `false`: the caller runs
+/// any epilogue.
+fn portable(
+    a: Elements<'_>,
+    a_op: &MatMulOperand,
+    b: Elements<'_>,
+    b_op: &MatMulOperand,
+    out: ElementsMut<'_>,
+    result: Option<&ResultView>,
+) -> std::result::Result<bool, MatMulError> {
+    match result {
+        None => matmul::matmul_elements(a, a_op, b, b_op, out).map(|_| false),
+        Some(result) => placed_elements(a, a_op, b, b_op, out, result).map(|_| false),
+    }
+}
+
 /// The row and column strides of the result matrices of a product of shape `shape` (batch
 /// dims, rows, columns) written through `result`, and each matrix's first element.
 fn result_matrices(result: &ResultView, shape: &[usize]) -> ([i64; 2], Vec<i64>) {
@@ -278,7 +295,7 @@ struct Call {
     sizes: [i64; 11],
     strides: [i64; 6],
     offsets: Vec<i64>,
-    split: Option<Box<SplitAxesHeader>>,
+    split: Option<SplitAxesHeader>,
 }
 
 /// The most sub-axes the GEMM reads one operand axis through (`FB_GEMM_SUB` in `gemm.c`).
@@ -304,7 +321,7 @@ struct SplitAxesHeader {
 impl SplitAxesHeader {
     /// The header of a product's split operand axes; `None` where an axis has more sub-axes
     /// than the GEMM reads.
-    fn of(product: &StridedProduct) -> Option<Option<Box<SplitAxesHeader>>> {
+    fn of(product: &StridedProduct) -> Option<Option<SplitAxesHeader>> {
         if product.a_split.is_none() && product.b_split.is_none() {
             return Some(None);
         }
@@ -323,7 +340,7 @@ impl SplitAxesHeader {
                 }
             }
         }
-        Some(Some(Box::new(header)))
+        Some(Some(header))
     }
 }
 
@@ -383,10 +400,7 @@ impl Gemm {
             operand_ptr(&b),
         );
         let (Some(pa), Some(pb), Some(out_code), Some(a_ptr), Some(b_ptr)) = plans else {
-            return match result {
-                None => matmul::matmul_elements(a, a_op, b, b_op, out).map(|_| false),
-                Some(result) => placed_elements(a, a_op, b, b_op, out, result).map(|_| false),
-            };
+            return portable(a, a_op, b, b_op, out, result);
         };
         let (a_shape, a_view) = a_op.layout(a.shape);
         let (b_shape, b_view) = b_op.layout(b.shape);
@@ -428,10 +442,7 @@ impl Gemm {
         };
         let Some(split) = SplitAxesHeader::of(&product) else {
             // More sub-axes than the GEMM reads: the operands are gathered first.
-            return match result {
-                None => matmul::matmul_elements(a, a_op, b, b_op, out).map(|_| false),
-                Some(result) => placed_elements(a, a_op, b, b_op, out, result).map(|_| false),
-            };
+            return portable(a, a_op, b, b_op, out, result);
         };
         let StridedProduct {
             rows,
@@ -506,7 +517,7 @@ impl Gemm {
         let mut status = 0i64;
         let split = call
             .split
-            .as_deref()
+            .as_ref()
             .map_or(std::ptr::null(), |s| s as *const SplitAxesHeader);
         let ptrs = [
             a as *mut c_void,
