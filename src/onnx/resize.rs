@@ -20,8 +20,11 @@ use super::{ImportError, Importer, Imports, Val};
 use crate::dtype::DType;
 use onnx_protobuf::NodeProto;
 
-/// The largest output size accepted on one axis.
-const MAX_SIZE: f64 = (1u64 << 24) as f64;
+/// The largest output size accepted on one resized axis: each of its positions is a
+/// constant index and weight per tap, written at import, so it is held to the importer's
+/// bound on the constants it computes (`fold::FOLD_LIMIT`); a few bytes of `scales` cannot
+/// ask for gigabytes of them.
+const MAX_SIZE: f64 = super::fold::FOLD_LIMIT as f64;
 
 /// How one resized axis reads its input: per tap, the input position each output position
 /// reads and its weight, and per output position whether it lies outside a crop's input

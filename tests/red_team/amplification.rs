@@ -9,7 +9,9 @@
 //! - evaluation under a memory limit (`ulimit -v`) of generated graphs too large for it,
 //!   including casts: exit 1 with an error naming the size, never an abort.
 //! - generated `--dim` sizes for a model's symbolic batch: within the element limit imported,
-//!   past it (or no number, or a name the model lacks) refused at once.
+//!   past it (or no number, or a name the model lacks) refused at once;
+//! - generated `Resize` scales: an axis of at most 2^20 positions (each a constant written at
+//!   import) imports; one past it is refused at once, naming the node.
 //!
 //! Every child runs under a deadline, so a regression (an expansion that never ends) fails the
 //! test instead of hanging it.
@@ -486,6 +488,77 @@ fn generated_dim_sizes_are_imported_or_refused() {
                     "o",
                 ];
                 assert!(held(&timed(&args, &dir, &case), &case), "{case}: run");
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------- resizes
+
+/// A `Resize` whose `scales` (a few bytes) ask for an axis of `scale` times 2 positions: each
+/// position of a resized axis is a constant index and weight per tap written at import.
+fn resize_model(dir: &Path, scale: f32, mode: &str) -> PathBuf {
+    use onnx_protobuf::{AttributeProto, GraphProto, NodeProto, TensorProto};
+    use protobuf::Message;
+    let mut scales = TensorProto::new();
+    scales.name = "scales".into();
+    scales.data_type = 1;
+    scales.dims = vec![4];
+    scales.raw_data = [1.0f32, 1.0, scale, 1.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let mut node = NodeProto::new();
+    node.op_type = "Resize".into();
+    node.name = "up".into();
+    node.input = vec!["x".into(), String::new(), "scales".into()];
+    node.output = vec!["y".into()];
+    let mut a = AttributeProto::new();
+    a.name = "mode".into();
+    a.type_ = onnx_protobuf::attribute_proto::AttributeType::STRING.into();
+    a.s = mode.as_bytes().to_vec();
+    node.attribute.push(a);
+    let mut graph = GraphProto::new();
+    graph.name = "resize".into();
+    graph
+        .input
+        .push(common::onnx_models::value_info("x", 1, Some(&[1, 1, 2, 2])));
+    graph
+        .output
+        .push(common::onnx_models::value_info("y", 1, None));
+    graph.initializer.push(scales);
+    graph.node.push(node);
+    let path = dir.join(format!("resize-{scale}-{mode}.onnx"));
+    let model = common::onnx_models::model_of(graph, 19);
+    std::fs::write(&path, model.write_to_bytes().unwrap()).unwrap();
+    path
+}
+
+/// Resizes of a 2 x 2 image by generated scales, in each mode: an axis of up to 2^20
+/// positions (the importer's bound on the constants it computes) imports; one past it, up
+/// to scales of 2^40, is refused at once, naming the node, never an allocation of gigabytes of
+/// tap indices or a hang.
+#[test]
+fn resizes_by_generated_scales_are_bounded_at_import() {
+    let dir = scratch("resizes");
+    let mut rng = Seeded(0x5ca1e);
+    let mut scales: Vec<f32> = vec![(1u32 << 19) as f32, (1u32 << 19) as f32 + 1.0, 1e12];
+    for _ in 0..4 {
+        scales.push((1u64 << (20 + rng.next() % 21)) as f32);
+    }
+    for scale in scales {
+        for mode in ["nearest", "linear", "cubic"] {
+            let path = resize_model(&dir, scale, mode);
+            let case = format!("Resize by {scale} ({mode})");
+            let out = timed(&["check", path.to_str().unwrap()], &dir, &case);
+            if 2.0 * f64::from(scale) <= (1u64 << 20) as f64 {
+                assert!(held(&out, &case), "{case}");
+            } else {
+                let stderr = refused(&out, &case);
+                assert!(
+                    stderr.contains("up") && stderr.contains("size"),
+                    "{case}: {stderr}"
+                );
             }
         }
     }
