@@ -18,6 +18,7 @@
 //!   whole model by name: the one path for library users, with a runnable example) and [`cli`].
 
 pub mod amp;
+pub mod aten;
 pub mod attr;
 pub mod autodiff;
 pub mod backend;

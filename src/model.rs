@@ -77,6 +77,9 @@ use crate::tensor::Tensor;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+mod host;
+pub use host::HostArray;
+
 /// A graph with the stored values of its parameter inputs, and the rule set it was read
 /// with: what [`Model::compile`] compiles.
 #[derive(Debug, Clone)]
@@ -184,6 +187,11 @@ impl Model {
         &self.types
     }
 
+    /// The rules the model was read with (and compiles with).
+    pub fn rules(&self) -> &RuleSet {
+        &self.rules
+    }
+
     /// Every input of the graph, stored or not, with its declared dtype and shape.
     pub fn inputs(&self) -> &[Input] {
         &self.graph.inputs
@@ -282,6 +290,7 @@ impl Model {
             ops: self.rules.clone(),
             builds,
             resize,
+            host_stored: BTreeMap::new(),
         })
     }
 
@@ -385,6 +394,9 @@ pub struct Compiled {
     builds: CompileStats,
     /// For a specialized model: how to compile it for other sizes or values.
     resize: Option<Resize>,
+    /// The stored values in their storage format, made once for runs on host memory
+    /// ([`Compiled::run_host`]) of a model that compiles for one size only.
+    host_stored: BTreeMap<String, crate::runtime::buffer::Buffer>,
 }
 
 impl Compiled {

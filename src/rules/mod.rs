@@ -1,6 +1,7 @@
 //! Rule files: everything a user may change about fusebox is data, read from RON.
 
 pub mod amp;
+pub mod aten;
 pub mod builtin;
 pub mod composite;
 pub mod cost;

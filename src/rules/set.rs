@@ -6,6 +6,7 @@
 //! op of the same name replaces the default one).
 
 use super::Catalogue;
+use super::aten::AtenTable;
 use super::ron_file;
 use super::{AmpRules, CostModel, FusionRules, GradientRules, MapTable};
 use crate::error::{Error, ErrorKind, Result, Site};
@@ -25,12 +26,13 @@ fn misplaced(path: &Path, rule: &str) -> Error {
 /// The rule files fusebox reads besides `ops.ron`. Their schemas belong to the stages that
 /// consume them (AMP, fusion, cost model, rewriting); until a stage reads a file, loading checks
 /// its RON syntax and keeps its text.
-pub const OTHER_RULE_FILES: [&str; 5] = [
+pub const OTHER_RULE_FILES: [&str; 6] = [
     "amp.ron",
     "fusion.ron",
     "cost.ron",
     "gradients.ron",
     "onnx.ron",
+    "aten.ron",
 ];
 
 /// Everything loaded from rule files.
@@ -50,6 +52,9 @@ pub struct RuleSet {
     /// How ONNX op types become catalogue ops (`fusebox import`, `.onnx` models): the user's
     /// `onnx.ron` replaces the default as a whole.
     pub onnx: MapTable,
+    /// How ATen ops become ONNX nodes (the `torch.compile` backend): the user's `aten.ron`
+    /// replaces the default as a whole, and is checked against the final ONNX table.
+    pub aten: AtenTable,
     /// Rewrite rules: the embedded `rewrites/*.ron` with the user's `rewrites/NAME.ron` laid
     /// over them (a file replaces the default file of the same name; others are added).
     pub rewrites: Vec<crate::rewrite::Rule>,
@@ -71,6 +76,7 @@ impl RuleSet {
                 .expect("the embedded rules/amp.ron is checked by tests"),
             rewrites: crate::rewrite::default_rules(&ops),
             gradients: GradientRules::defaults(&ops),
+            aten: AtenTable::defaults(&MapTable::defaults(&ops)),
             onnx: MapTable::defaults(&ops),
             ops,
             warnings: Vec::new(),
@@ -137,7 +143,7 @@ impl RuleSet {
                     return Err(Error::new(
                         Site::whole_file(&path.display().to_string()),
                         ErrorKind::Rule(format!(
-                            "unknown rule file `{name}`{}; a rule directory holds ops.ron, amp.ron, fusion.ron, cost.ron, gradients.ron, onnx.ron and rewrites/*.ron",
+                            "unknown rule file `{name}`{}; a rule directory holds ops.ron, amp.ron, fusion.ron, cost.ron, gradients.ron, onnx.ron, aten.ron and rewrites/*.ron",
                             crate::error::hint(&name, expected)
                         )),
                     ));
@@ -151,6 +157,7 @@ impl RuleSet {
         let mut amp_file = None;
         let mut gradients_file = None;
         let mut onnx_file = None;
+        let mut aten_file = None;
         let mut user_rewrites = Vec::new();
         for (key, path) in files {
             let text = ron_file::read_file(&path, crate::file_limits::FileKind::Rules)?;
@@ -163,6 +170,8 @@ impl RuleSet {
                 gradients_file = Some((text, shown));
             } else if key == "onnx.ron" {
                 onnx_file = Some((text, shown));
+            } else if key == "aten.ron" {
+                aten_file = Some((text, shown));
             } else if let Some(name) = key.strip_prefix("rewrites/") {
                 user_rewrites.push((name.to_string(), text, shown));
             } else {
@@ -187,6 +196,11 @@ impl RuleSet {
         // And onnx.ron's templates name ops and their attributes.
         if let Some((text, shown)) = onnx_file {
             rules.onnx = MapTable::load_str(&text, &shown, &rules.ops)?;
+        }
+        // aten.ron's templates name ONNX ops of the final ONNX table.
+        match aten_file {
+            Some((text, shown)) => rules.aten = AtenTable::load_str(&text, &shown, &rules.onnx)?,
+            None => rules.aten = AtenTable::defaults(&rules.onnx),
         }
         if let Some((text, shown)) = fusion_file {
             rules.fusion = FusionRules::load_str(&text, &shown, &rules.ops)?;

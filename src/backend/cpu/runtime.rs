@@ -246,30 +246,88 @@ impl Executable for CpuExecutable {
     /// Runs the program on the caller's thread: `inputs` in `dag.inputs` order, results into
     /// `outputs` (from [`CpuExecutable::output_buffers`]).
     fn run_into(&mut self, inputs: &[Buffer], outputs: &mut [Buffer]) -> Result<()> {
+        self.program
+            .check_inputs(inputs.iter().map(|b| (b.dtype, b.shape.as_slice())))?;
+        self.check_outputs(outputs.iter().map(|b| (b.dtype, b.shape.as_slice())))?;
+        let in_ptrs: Vec<*const u8> = inputs.iter().map(Buffer::as_ptr).collect();
+        let out_ptrs: Vec<*mut u8> = outputs.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        // SAFETY: each buffer holds exactly its checked type's bytes, aligned to 64, and the
+        // output buffers are borrowed mutably, so nothing else reads or writes them.
+        unsafe { self.run_at(&in_ptrs, &out_ptrs) }
+    }
+
+    /// Wall-clock time per run after one warm-up run.
+    fn time_runs(&mut self, inputs: &[Buffer], iters: usize) -> Result<Vec<f64>> {
+        let mut outputs = self.output_buffers_host()?;
+        self.run_into(inputs, &mut outputs)?;
+        let mut times = Vec::with_capacity(iters.max(1));
+        for _ in 0..iters.max(1) {
+            let start = Instant::now();
+            self.run_into(inputs, &mut outputs)?;
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times)
+    }
+
+    fn bench_facts(&self, _bytes: u64, _iters: usize) -> Result<BenchFacts> {
+        Ok(BenchFacts {
+            threads: Some(std::thread::available_parallelism().map_or(1, |n| n.get())),
+            ..BenchFacts::default()
+        })
+    }
+}
+
+impl CpuExecutable {
+    /// Checks that `outputs` (dtype, shape) are the program's outputs, in order.
+    pub fn check_outputs<'a>(
+        &self,
+        outputs: impl ExactSizeIterator<Item = (crate::dtype::DType, &'a [usize])>,
+    ) -> Result<()> {
+        let dag = &self.program.dag;
+        if outputs.len() != dag.outputs.len() {
+            return Err(Error::backend(format!(
+                "{} output arrays given, the graph has {} outputs",
+                outputs.len(),
+                dag.outputs.len()
+            )));
+        }
+        for ((dtype, shape), output) in outputs.zip(&dag.outputs) {
+            let ty = dag.ty(output.value);
+            if dtype != ty.dtype || shape != ty.shape.as_slice() {
+                return Err(Error::backend(format!(
+                    "output array for `{}` must be {} {:?}",
+                    output.name, ty.dtype, ty.shape
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the program on memory the caller owns: `inputs` in `dag.inputs` order, `outputs`
+    /// in `dag.outputs` order, of the types [`crate::lower::Program::check_inputs`] and
+    /// [`CpuExecutable::check_outputs`] accept. This is how a run reads arrays it did not
+    /// allocate (NumPy's, PyTorch's) without copying them: the kernels need only each
+    /// element's natural alignment (streaming stores check 64-byte alignment themselves).
+    ///
+    /// # Safety
+    ///
+    /// Each pointer must be valid for its value's whole type (reads for inputs, writes for
+    /// outputs), aligned to its dtype, and stay so during the call; no output may overlap
+    /// another output or an input, and nothing else may touch the outputs meanwhile.
+    pub unsafe fn run_at(&mut self, inputs: &[*const u8], outputs: &[*mut u8]) -> Result<()> {
         // Inputs may hold other values than in the last run: pack shared matrices again.
         for packed in &mut self.packed {
             packed.clear();
         }
         let dag = &self.program.dag;
-        self.program
-            .check_inputs(inputs.iter().map(|b| (b.dtype, b.shape.as_slice())))?;
-        for (buf, output) in outputs.iter().zip(&dag.outputs) {
-            let ty = dag.ty(output.value);
-            if outputs.len() != dag.outputs.len() || buf.dtype != ty.dtype || buf.shape != ty.shape
-            {
-                return Err(Error::backend(format!(
-                    "output buffer for `{}` must be {} {:?}",
-                    output.name, ty.dtype, ty.shape
-                )));
-            }
-        }
         // The first output naming a node receives it; later aliases are copied at the end.
         let output_of = &self.output_of;
-        let out_ptrs: Vec<*mut u8> = outputs.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        let out_ptrs = outputs;
         let slot_ptrs: Vec<*mut u8> = self.slots.iter_mut().map(|b| b.as_mut_ptr()).collect();
         let pointer = |v: Value| -> *mut u8 {
             match v {
-                Value::Input(i) => inputs[i].as_ptr() as *mut u8,
+                Value::Input(i) => inputs[i] as *mut u8,
                 Value::Node(n) => match (output_of[n], self.plan.slot_of[n]) {
                     (Some(k), _) => out_ptrs[k],
                     (None, Some(s)) => slot_ptrs[s],
@@ -364,37 +422,20 @@ impl Executable for CpuExecutable {
         // Outputs that are inputs, or that repeat another output's value.
         for (k, output) in dag.outputs.iter().enumerate() {
             let source = match output.value {
-                Value::Input(i) => Some(inputs[i].clone()),
+                Value::Input(i) => Some(inputs[i]),
                 Value::Node(n) if output_of[n] != Some(k) => {
-                    Some(outputs[output_of[n].expect("first alias")].clone())
+                    Some(outputs[output_of[n].expect("first alias")] as *const u8)
                 }
                 _ => None,
             };
             if let Some(src) = source {
-                outputs[k].copy_from(&src);
+                let ty = dag.ty(output.value);
+                let bytes = crate::shape::numel(&ty.shape) * ty.dtype.size_bytes();
+                // SAFETY: both hold this value's type (the caller's contract), and an output
+                // overlaps no other array.
+                unsafe { std::ptr::copy_nonoverlapping(src, outputs[k], bytes) };
             }
         }
         Ok(())
-    }
-
-    /// Wall-clock time per run after one warm-up run.
-    fn time_runs(&mut self, inputs: &[Buffer], iters: usize) -> Result<Vec<f64>> {
-        let mut outputs = self.output_buffers_host()?;
-        self.run_into(inputs, &mut outputs)?;
-        let mut times = Vec::with_capacity(iters.max(1));
-        for _ in 0..iters.max(1) {
-            let start = Instant::now();
-            self.run_into(inputs, &mut outputs)?;
-            times.push(start.elapsed().as_secs_f64() * 1e3);
-        }
-        times.sort_by(f64::total_cmp);
-        Ok(times)
-    }
-
-    fn bench_facts(&self, _bytes: u64, _iters: usize) -> Result<BenchFacts> {
-        Ok(BenchFacts {
-            threads: Some(std::thread::available_parallelism().map_or(1, |n| n.get())),
-            ..BenchFacts::default()
-        })
     }
 }

@@ -1,0 +1,379 @@
+"""`torch.compile(model, backend="fusebox")`: PyTorch keeps running the graph, and fusebox takes
+the parts it can fuse.
+
+AOTAutograd hands the backend the forward and the backward graph in core ATen. In each, every
+node is offered to fusebox (its ATen table, `rules/aten.ron`, spells ATen ops as ONNX nodes);
+PyTorch's capability-based partitioner groups the nodes fusebox takes into maximal convex parts,
+and each part runs as one fusebox program on the CPU backend. Everything else stays in PyTorch,
+so an unsupported op never refuses a model: `last_report()` says what stayed and why.
+
+A part is compiled on its first call, for the shapes and dtypes of that call's tensors, and
+again for each new combination (kept per part; the kernels themselves are cached by source, so
+a size met again costs no compiler run). Tensors are passed by address: a contiguous CPU tensor
+of the right dtype is read in place, and the outputs are tensors fusebox writes directly.
+
+Under `torch.autocast` the casts PyTorch inserted are part of the graph (`_to_copy` nodes):
+fusebox keeps them, as PyTorch's own policy decided them, and its rewrites remove the ones that
+cancel. CUDA tensors are not handed to fusebox: a part with one runs in PyTorch.
+"""
+
+import json
+import math
+import operator
+from typing import Dict, List, Optional
+
+import torch
+import torch.fx
+from torch._decomp import core_aten_decompositions
+from torch._dynamo.backends.common import aot_autograd
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupport
+
+from . import FuseboxError, Model, torch_dtypes
+from ._fusebox import Model as _NativeModel
+from ._fusebox import aten_support
+
+__all__ = ["backend", "last_report"]
+
+# Ops that build a constant from their arguments alone; fusebox takes their value (up to this
+# many elements) as a constant of the part, which lets it fold and fuse them.
+_CONSTANT_ELEMENTS = 1 << 20
+# Ops a part made only of them is not worth a call for (PyTorch runs them as views).
+_LAYOUT_OPS = [
+    "aten.view.default",
+    "aten._unsafe_view.default",
+    "aten.reshape.default",
+    "aten.permute.default",
+    "aten.t.default",
+    "aten.expand.default",
+    "aten.unsqueeze.default",
+    "aten.squeeze.dim",
+    "aten.squeeze.dims",
+    "aten.alias.default",
+    "aten.slice.Tensor",
+    "aten.select.int",
+    "_operator.getitem",
+]
+
+_REPORTS: List[dict] = []
+
+
+def last_report() -> List[dict]:
+    """What the backend did with each graph it was given since the last `reset_report()`: the
+    parts fusebox runs (their nodes and kernels) and the nodes left to PyTorch, with why."""
+    return list(_REPORTS)
+
+
+def reset_report() -> None:
+    _REPORTS.clear()
+
+
+def _fusebox_dtype(dtype) -> Optional[str]:
+    for name, d in torch_dtypes().items():
+        if d == dtype:
+            return name
+    return None
+
+
+def _tensor_type(value) -> Optional[dict]:
+    if not isinstance(value, torch.Tensor):
+        return None
+    dtype = _fusebox_dtype(value.dtype)
+    if dtype is None or any(not isinstance(d, int) for d in value.shape):
+        return None
+    return {"dtype": dtype, "shape": [int(d) for d in value.shape]}
+
+
+def _encode(value):
+    """An argument as the JSON fusebox reads (`fusebox::aten::fx`); `None` means it cannot be."""
+    if isinstance(value, torch.fx.Node):
+        if value.op == "call_function" and value.target is operator.getitem:
+            source, index = value.args
+            return {"ref": source.name, "index": int(index)}
+        return {"ref": value.name}
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return {"float": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+    if isinstance(value, torch.dtype):
+        name = _fusebox_dtype(value)
+        return {"dtype": name} if name else _Unencodable
+    if isinstance(value, (torch.device, torch.layout, torch.memory_format)):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        items = [_encode(v) for v in value]
+        return _Unencodable if any(i is _Unencodable for i in items) else items
+    return _Unencodable
+
+
+class _UnencodableType:
+    pass
+
+
+_Unencodable = _UnencodableType()
+
+
+def _named_args(node: torch.fx.Node) -> Optional[dict]:
+    """The node's arguments by schema name, the schema's defaults filled in."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return None
+    named = {}
+    for k, arg in enumerate(schema.arguments):
+        if k < len(node.args):
+            value = node.args[k]
+        elif arg.name in node.kwargs:
+            value = node.kwargs[arg.name]
+        elif arg.has_default_value():
+            value = arg.default_value
+        else:
+            value = None
+        encoded = _encode(value)
+        if encoded is _Unencodable:
+            return None
+        named[arg.name] = encoded
+    return named
+
+
+def _outputs(node: torch.fx.Node):
+    """The node's output types and which outputs are read, from the traced fake values."""
+    value = node.meta.get("val")
+    if isinstance(value, (list, tuple)):
+        types = [_tensor_type(v) for v in value]
+        used = sorted({int(u.args[1]) for u in node.users if u.target is operator.getitem})
+        if any(types[i] is None for i in used) or not used:
+            return None
+        types = [t or {"dtype": "f32", "shape": [0]} for t in types]
+        return types, used
+    t = _tensor_type(value)
+    return ([t], None) if t else None
+
+
+def _is_constant(node: torch.fx.Node) -> bool:
+    """Whether the node builds a small constant from its arguments alone."""
+    if node.op != "call_function" or not hasattr(node.target, "_schema"):
+        return False
+    if any(isinstance(a, torch.fx.Node) for a in node.all_input_nodes):
+        return False
+    tags = getattr(node.target, "tags", ())
+    if torch.Tag.nondeterministic_seeded in tags:
+        return False
+    t = _tensor_type(node.meta.get("val"))
+    return t is not None and math.prod(t["shape"]) <= _CONSTANT_ELEMENTS
+
+
+def _common_dtype(node: torch.fx.Node, named: dict) -> Optional[str]:
+    """PyTorch's result dtype of the `self` and `other` operands (for comparisons)."""
+    if "self" not in named or "other" not in named:
+        return None
+    operands = []
+    for key in ("self", "other"):
+        arg = node.args[0] if key == "self" else (node.args[1] if len(node.args) > 1 else node.kwargs.get("other"))
+        if isinstance(arg, torch.fx.Node):
+            val = arg.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                return None
+            operands.append(torch.empty(val.shape, dtype=val.dtype, device="meta"))
+        elif isinstance(arg, (int, float, bool)):
+            operands.append(arg)
+        else:
+            return None
+    try:
+        return _fusebox_dtype(torch.result_type(*operands))
+    except (TypeError, RuntimeError):
+        return None
+
+
+def _node_json(node: torch.fx.Node) -> Optional[dict]:
+    named = _named_args(node)
+    outs = _outputs(node)
+    if named is None or outs is None:
+        return None
+    types, used = outs
+    entry = {"name": node.name, "target": str(node.target), "args": named, "outputs": types}
+    if used is not None:
+        entry["used"] = used
+    common = _common_dtype(node, named)
+    if common is not None:
+        entry["common"] = common
+    return entry
+
+
+def _graph_json(gm: torch.fx.GraphModule, inputs: List[dict], constants: List[dict]) -> dict:
+    """The graph's nodes fusebox might take, as JSON, with its inputs' and constants' types."""
+    nodes, outputs = [], []
+    constant_names = {c["name"] for c in constants}
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is not operator.getitem and node.name not in constant_names:
+            entry = _node_json(node)
+            if entry is not None:
+                nodes.append(entry)
+        elif node.op == "output":
+            result = node.args[0]
+            for value in result if isinstance(result, (list, tuple)) else [result]:
+                if isinstance(value, torch.fx.Node):
+                    outputs.append(_encode(value))
+    return {"name": gm.__class__.__name__, "inputs": inputs, "constants": constants, "nodes": nodes, "outputs": outputs}
+
+
+class _Support(OperatorSupport):
+    """The nodes fusebox takes: those its ATen table spells (asked once per graph), small
+    constants, and the `getitem`s of taken multi-output nodes."""
+
+    def __init__(self, taken: set):
+        super().__init__()
+        self.taken = taken
+
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        if node.target is operator.getitem:
+            return node.args[0].name in self.taken
+        return node.name in self.taken
+
+
+def _placeholder_types(gm: torch.fx.GraphModule) -> List[dict]:
+    types = []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            t = _tensor_type(node.meta.get("val"))
+            if t is not None:
+                types.append({"name": node.name, **t})
+    return types
+
+
+def _partition(gm: torch.fx.GraphModule, report: dict) -> torch.fx.GraphModule:
+    """`gm` with the parts fusebox takes replaced by `_Part` modules."""
+    constants = {n.name for n in gm.graph.nodes if _is_constant(n)}
+    inputs = _placeholder_types(gm)
+    for node in gm.graph.nodes:
+        if node.name in constants:
+            inputs.append({"name": node.name, **_tensor_type(node.meta["val"])})
+    whole = _graph_json(gm, inputs, [])
+    whole["nodes"] = [n for n in whole["nodes"] if n["name"] not in constants]
+    verdicts = aten_support(json.dumps(whole))
+    taken = {name for name, why in verdicts.items() if why is None} | constants
+    left = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is not operator.getitem and node.name not in taken:
+            left[node.name] = verdicts.get(node.name) or f"`{node.target}` has arguments or outputs fusebox cannot read"
+    report["left_in_pytorch"] = left
+    partitioner = CapabilityBasedPartitioner(
+        gm,
+        _Support(taken),
+        allows_single_node_partition=True,
+        non_compute_ops=_LAYOUT_OPS + [str(n.target) for n in gm.graph.nodes if n.name in constants],
+    )
+    fused = partitioner.partition_and_fuse()
+    parts = []
+    for name, child in list(fused.named_children()):
+        if isinstance(child, torch.fx.GraphModule) and name.startswith("fused_"):
+            part = _Part(child, name)
+            setattr(fused, name, part)
+            parts.append(part.summary)
+    report["parts"] = parts
+    fused.recompile()
+    return fused
+
+
+class _Part(torch.nn.Module):
+    """One part fusebox runs: compiled for each new combination of input shapes and dtypes on
+    first use; if fusebox refuses it, it runs in PyTorch (and the report says why)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str):
+        super().__init__()
+        self.gm = gm
+        self.part_name = name
+        self.compiled: Dict[tuple, object] = {}
+        self.summary = {
+            "name": name,
+            "nodes": [str(n.target) for n in gm.graph.nodes if n.op == "call_function"],
+            "compiled": [],
+        }
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        self.tuple_output = isinstance(output.args[0], (list, tuple))
+
+    def _compile(self, args):
+        gm = self.gm
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        inputs = []
+        for node, arg in zip(placeholders, args):
+            t = _tensor_type(arg)
+            if t is None or arg.device.type != "cpu":
+                return None, "an input is not a CPU tensor of a dtype fusebox has"
+            inputs.append({"name": node.name, **t})
+        constants, data = [], {}
+        for node in gm.graph.nodes:
+            if _is_constant(node):
+                value = node.target(*node.args, **node.kwargs).contiguous()
+                constants.append({"name": node.name, **_tensor_type(value)})
+                data[node.name] = value.reshape(-1).view(torch.uint8).numpy().tobytes()
+        graph = _graph_json(gm, inputs, constants)
+        # One output per value: a repeated output is filled from the first.
+        unique = []
+        for ref in graph["outputs"]:
+            if ref not in unique:
+                unique.append(ref)
+        graph["outputs"] = unique
+        try:
+            model = Model(_NativeModel.from_fx(json.dumps(graph), data))
+            compiled = model.compile("cpu")
+        except FuseboxError as e:
+            return None, str(e)
+        order = [unique.index(ref) for ref in _graph_json(gm, inputs, constants)["outputs"]]
+        names = [p.name for p in placeholders]
+        return (compiled, names, order), None
+
+    def forward(self, *args):
+        key = tuple((a.dtype, tuple(a.shape), a.device.type) if isinstance(a, torch.Tensor) else a for a in args)
+        entry = self.compiled.get(key)
+        if entry is None:
+            entry, why = self._compile(args)
+            self.compiled[key] = entry or False
+            self.summary["compiled"].append(
+                {"shapes": [list(a.shape) for a in args if isinstance(a, torch.Tensor)],
+                 "kernels": entry[0].kernels if entry else None,
+                 "refused": why}
+            )
+        if not entry:
+            return self.gm(*args)
+        compiled, names, order = entry
+        results = compiled.run(dict(zip(names, args)))
+        values = list(results.values())
+        outs = [values[k] for k in order]
+        return tuple(outs) if self.tuple_output else outs[0]
+
+
+def _compiler(gm: torch.fx.GraphModule, example_inputs):
+    from functorch.compile import make_boxed_func
+
+    report = {"graph": gm.__class__.__name__, "nodes": sum(1 for n in gm.graph.nodes if n.op == "call_function")}
+    _REPORTS.append(report)
+    fused = _partition(gm, report)
+    return make_boxed_func(fused.forward)
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """The `torch.compile` backend: AOTAutograd to core ATen, forward and backward each
+    partitioned between fusebox and PyTorch."""
+    return aot_autograd(
+        fw_compiler=_compiler,
+        bw_compiler=_compiler,
+        decompositions=core_aten_decompositions(),
+    )(gm, example_inputs, **kwargs)
+
+
+def _register() -> None:
+    """Registers the backend under its name for `import fusebox.torch` without the package's
+    entry point (a source checkout on `PYTHONPATH`); an installed package has both."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    if "fusebox" not in _COMPILER_FNS:
+        register_backend(compiler_fn=backend, name="fusebox")
+
+
+_register()

@@ -1,0 +1,270 @@
+//! `fusebox._fusebox`: the Rust side of the Python package, a thin layer over
+//! [`fusebox::model`] and [`fusebox::aten`]. The package's Python modules (`python/fusebox/`)
+//! give it its user-facing shape; this module only moves values across: graphs in as paths,
+//! text or JSON, reports out as JSON text, arrays as raw pointers to memory Python owns.
+//!
+//! Every fusebox error becomes a `fusebox.FuseboxError` carrying fusebox's message, with its
+//! file, line and column or node.
+
+use fusebox::dtype::DType;
+use fusebox::model::{Backend, CompileOptions, HostArray};
+use fusebox::rules::RuleSet;
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+create_exception!(
+    _fusebox,
+    FuseboxError,
+    PyException,
+    "An error fusebox reported: a graph, rule file or model it refused (the message names \
+     the file, line and column, or the node), or a run it could not do."
+);
+
+fn fail(e: fusebox::Error) -> PyErr {
+    FuseboxError::new_err(e.to_string())
+}
+
+fn rules(dir: Option<&str>) -> PyResult<RuleSet> {
+    match dir {
+        Some(dir) => RuleSet::load_dir(Path::new(dir)).map_err(fail),
+        None => Ok(RuleSet::defaults()),
+    }
+}
+
+fn dtype(name: &str) -> PyResult<DType> {
+    DType::from_name(name)
+        .ok_or_else(|| FuseboxError::new_err(format!("dtype `{name}` is not one fusebox has")))
+}
+
+/// A graph with its stored values and the rules it was read with.
+#[pyclass(module = "fusebox._fusebox", unsendable)]
+struct Model {
+    model: fusebox::model::Model,
+}
+
+#[pymethods]
+impl Model {
+    /// Reads a RON graph file (with the `.npy` values it names) or an `.onnx` model.
+    #[staticmethod]
+    #[pyo3(signature = (path, rules_dir=None))]
+    fn load(path: &str, rules_dir: Option<&str>) -> PyResult<Model> {
+        let rules = rules(rules_dir)?;
+        let model = fusebox::model::Model::load(Path::new(path), &rules).map_err(fail)?;
+        Ok(Model { model })
+    }
+
+    /// Parses a graph written in fusebox's RON graph format; `name` names it in errors.
+    #[staticmethod]
+    #[pyo3(signature = (text, name, rules_dir=None))]
+    fn parse(text: &str, name: &str, rules_dir: Option<&str>) -> PyResult<Model> {
+        let rules = rules(rules_dir)?;
+        let (graph, _) = fusebox::graph::file::parse(text, name, &rules.ops).map_err(fail)?;
+        let model = fusebox::model::Model::from_graph(graph, &rules).map_err(fail)?;
+        Ok(Model { model })
+    }
+
+    /// Imports an ATen graph sent as JSON (see `fusebox::aten::fx`), with the bytes of its
+    /// constants by name.
+    #[staticmethod]
+    #[pyo3(signature = (json, constants, rules_dir=None))]
+    fn from_fx(
+        json: &str,
+        constants: BTreeMap<String, Vec<u8>>,
+        rules_dir: Option<&str>,
+    ) -> PyResult<Model> {
+        let rules = rules(rules_dir)?;
+        let graph = fusebox::aten::fx::parse(json, "fx graph").map_err(fail)?;
+        let imported = fusebox::aten::import(&graph, &constants, &rules).map_err(fail)?;
+        let loaded = fusebox::model::Loaded {
+            graph: imported.graph,
+            types: imported.types,
+            stored: imported.values.into_iter().collect(),
+            files: BTreeMap::new(),
+            declared: imported.declared,
+            specialized: imported.specialized,
+            source: None,
+        };
+        Ok(Model {
+            model: fusebox::model::Model::from_loaded(loaded, &rules),
+        })
+    }
+
+    /// The inputs: `(name, dtype, shape, stored)`, `stored` telling whether the model holds a
+    /// value for it (a weight), so a run need not give one.
+    fn inputs(&self) -> Vec<(String, String, Vec<usize>, bool)> {
+        let stored = self.model.stored();
+        self.model
+            .inputs()
+            .iter()
+            .map(|i| {
+                (
+                    i.name.clone(),
+                    i.dtype.name().to_string(),
+                    i.shape.clone(),
+                    stored.contains_key(&i.name),
+                )
+            })
+            .collect()
+    }
+
+    /// The outputs: `(name, dtype, shape)`, in order.
+    fn outputs(&self) -> PyResult<Vec<(String, String, Vec<usize>)>> {
+        let types = self.model.types();
+        self.model
+            .graph()
+            .outputs
+            .iter()
+            .map(|name| {
+                let ty = types.get(name).ok_or_else(|| {
+                    FuseboxError::new_err(format!("internal: output `{name}` has no type"))
+                })?;
+                Ok((name.clone(), ty.dtype.name().to_string(), ty.shape.clone()))
+            })
+            .collect()
+    }
+
+    /// Optimizes for a cost profile (`"cpu"` or `"cuda"`) without compiling: the report as
+    /// JSON text (what `fusebox optimize --json` prints) and the `--explain` text.
+    #[pyo3(signature = (profile="cpu", amp=None))]
+    fn optimize(&self, profile: &str, amp: Option<String>) -> PyResult<(String, String)> {
+        let options = fusebox::optimize::Options {
+            profile: profile.to_string(),
+            amp,
+            ..Default::default()
+        };
+        let optimized =
+            fusebox::optimize::optimize(self.model.graph(), self.model.rules(), &options)
+                .map_err(fail)?;
+        let report = serde_json::to_string(&optimized.report)
+            .map_err(|e| FuseboxError::new_err(e.to_string()))?;
+        let names = optimized
+            .input
+            .nodes
+            .iter()
+            .map(|n| n.name.clone())
+            .collect();
+        Ok((report, fusebox::explain::explain(&optimized, &names)))
+    }
+
+    /// Compiles for `"cpu"`, `"cuda"` or `"reference"`.
+    #[pyo3(signature = (backend="cpu", amp=None, no_fusion=false))]
+    fn compile(&self, backend: &str, amp: Option<String>, no_fusion: bool) -> PyResult<Compiled> {
+        let backend = match backend {
+            "cpu" => Backend::Cpu,
+            "cuda" => Backend::Cuda,
+            "reference" => Backend::Reference,
+            other => {
+                return Err(FuseboxError::new_err(format!(
+                    "backend `{other}` is not one of cpu, cuda, reference"
+                )));
+            }
+        };
+        let options = CompileOptions {
+            amp,
+            no_fusion,
+            ..Default::default()
+        };
+        let compiled = self.model.compile(backend, &options).map_err(fail)?;
+        Ok(Compiled { compiled })
+    }
+}
+
+/// A model compiled for one backend.
+#[pyclass(module = "fusebox._fusebox", unsendable)]
+struct Compiled {
+    compiled: fusebox::model::Compiled,
+}
+
+#[pymethods]
+impl Compiled {
+    /// The output names, in the order `run` writes them.
+    fn output_names(&self) -> Vec<String> {
+        self.compiled.output_names()
+    }
+
+    /// The optimization report as JSON text; `None` for the reference backend.
+    fn report(&self) -> PyResult<Option<String>> {
+        self.compiled
+            .report()
+            .map(|r| serde_json::to_string(r).map_err(|e| FuseboxError::new_err(e.to_string())))
+            .transpose()
+    }
+
+    /// Kernels and library calls per run: `(kernels, library_calls)`; `None` for the
+    /// reference backend.
+    fn kernels(&self) -> Option<(usize, usize)> {
+        self.compiled
+            .kernels()
+            .map(|k| (k.kernels, k.library_calls))
+    }
+
+    /// The backend in words.
+    fn describe(&self) -> String {
+        self.compiled.describe()
+    }
+
+    /// Kernel builds so far: `(compiled, found in memory, found on disk)`.
+    fn kernel_builds(&self) -> (usize, usize, usize) {
+        let b = self.compiled.kernel_builds();
+        (b.compiled, b.memory_hits, b.disk_hits)
+    }
+
+    /// Runs on memory Python owns. `inputs`: `(name, dtype, shape, address)`; `outputs`:
+    /// `(dtype, shape, address)` in `output_names` order. The Python layer (`fusebox.Compiled`)
+    /// passes the addresses of C-contiguous NumPy arrays or PyTorch CPU tensors it holds for
+    /// the whole call, and allocates the outputs; nothing else may call this with made-up
+    /// addresses, as it cannot check them.
+    #[pyo3(name = "_run_addresses")]
+    fn run_addresses(
+        &mut self,
+        inputs: Vec<(String, String, Vec<usize>, usize)>,
+        outputs: Vec<(String, Vec<usize>, usize)>,
+    ) -> PyResult<()> {
+        let mut given = BTreeMap::new();
+        for (name, dt, shape, address) in inputs {
+            let array = HostArray {
+                dtype: dtype(&dt)?,
+                shape,
+                data: address as *mut u8,
+            };
+            given.insert(name, array);
+        }
+        let outputs = outputs
+            .into_iter()
+            .map(|(dt, shape, address)| {
+                Ok(HostArray {
+                    dtype: dtype(&dt)?,
+                    shape,
+                    data: address as *mut u8,
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        // SAFETY: the package's Python layer passes arrays it holds, of these dtypes and
+        // shapes, C-contiguous, and freshly allocated outputs (the method's contract).
+        unsafe { self.compiled.run_host(&given, &outputs) }.map_err(fail)
+    }
+}
+
+/// Which nodes of an ATen graph (JSON) fusebox takes: by node name, `None` or the reason why
+/// not.
+#[pyfunction]
+#[pyo3(signature = (json, rules_dir=None))]
+fn aten_support(json: &str, rules_dir: Option<&str>) -> PyResult<BTreeMap<String, Option<String>>> {
+    let rules = rules(rules_dir)?;
+    let graph = fusebox::aten::fx::parse(json, "fx graph").map_err(fail)?;
+    Ok(fusebox::aten::supported(&graph, &rules))
+}
+
+/// The package's native module.
+#[pymodule]
+fn _fusebox(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("FuseboxError", m.py().get_type::<FuseboxError>())?;
+    m.add_class::<Model>()?;
+    m.add_class::<Compiled>()?;
+    m.add_function(wrap_pyfunction!(aten_support, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
