@@ -131,6 +131,9 @@ fn renamed_rules() -> RuleSet {
     }
     rewrites.sort();
     let text = |file: &str| std::fs::read_to_string(repo().join("rules").join(file)).unwrap();
+    let onnx =
+        fusebox::rules::MapTable::load_str(&renamed(&text("onnx.ron")), "renamed/onnx.ron", &ops)
+            .unwrap_or_else(|e| panic!("{e}"));
     RuleSet {
         amp: AmpRules::load_str(&text("amp.ron"), "rules/amp.ron", &ops)
             .unwrap_or_else(|e| panic!("{e}")),
@@ -143,12 +146,8 @@ fn renamed_rules() -> RuleSet {
             &ops,
         )
         .unwrap_or_else(|e| panic!("{e}")),
-        onnx: fusebox::rules::MapTable::load_str(
-            &renamed(&text("onnx.ron")),
-            "renamed/onnx.ron",
-            &ops,
-        )
-        .unwrap_or_else(|e| panic!("{e}")),
+        aten: fusebox::rules::aten::AtenTable::defaults(&onnx),
+        onnx,
         rewrites: fusebox::rewrite::load_rule_set(&ops, &rewrites)
             .unwrap_or_else(|e| panic!("{e}")),
         ops,

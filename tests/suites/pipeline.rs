@@ -12,6 +12,8 @@ mod amp;
 mod amp_optimize;
 #[path = "../architecture.rs"]
 mod architecture;
+#[path = "../aten_import.rs"]
+mod aten_import;
 #[path = "../autodiff.rs"]
 mod autodiff;
 #[path = "../builtin_ops.rs"]

@@ -430,7 +430,7 @@ impl CpuExecutable {
             };
             if let Some(src) = source {
                 let ty = dag.ty(output.value);
-                let bytes = crate::shape::numel(&ty.shape) * ty.dtype.size_bytes();
+                let bytes = ty.shape.iter().product::<usize>() * ty.dtype.size_bytes();
                 // SAFETY: both hold this value's type (the caller's contract), and an output
                 // overlaps no other array.
                 unsafe { std::ptr::copy_nonoverlapping(src, outputs[k], bytes) };

@@ -1,0 +1,162 @@
+"""`torch.compile(..., backend="fusebox")` against eager PyTorch: forward and backward, a module
+with an op fusebox does not take (which stays in PyTorch), new shapes, and autocast."""
+
+import pytest
+
+from conftest import REQUIRED, need
+
+torch = need("torch")
+fusebox_torch = need("fusebox.torch")
+nn = torch.nn
+F = torch.nn.functional
+
+
+class Block(nn.Module):
+    """A GPT-2-style block: causal attention and a tanh-GELU MLP, pre-LayerNorm."""
+
+    def __init__(self, d=64, heads=4):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        shape = (b, t, self.heads, c // self.heads)
+        q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (c // self.heads) ** 0.5)
+        mask = torch.tril(torch.ones(t, t)).view(1, 1, t, t)
+        att = F.softmax(att.masked_fill(mask == 0, float("-inf")), dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class Cell(nn.Module):
+    """An LSTM cell written with chunk()."""
+
+    def __init__(self, n=32):
+        super().__init__()
+        self.gates = nn.Linear(2 * n, 4 * n)
+
+    def forward(self, x, h, c):
+        i, f, o, u = self.gates(torch.cat([x, h], 1)).chunk(4, 1)
+        c2 = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(u)
+        return torch.sigmoid(o) * torch.tanh(c2), c2
+
+
+class Sorted(nn.Module):
+    """A fusible part, an op fusebox does not take (sort), and another fusible part."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 8)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x)) * 2.0
+        y = torch.sort(y, dim=-1).values
+        return torch.tanh(self.b(y - 0.5))
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 10))
+
+
+def compare(module, *inputs, rtol=1e-5, atol=1e-5):
+    """Eager against compiled: outputs, input gradients and parameter gradients."""
+    fusebox_torch.reset_report()
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="fusebox")
+    eager_in = [x.clone().requires_grad_(True) for x in inputs]
+    fused_in = [x.clone().requires_grad_(True) for x in inputs]
+    want, got = module(*eager_in), compiled(*fused_in)
+    want = want if isinstance(want, tuple) else (want,)
+    got = got if isinstance(got, tuple) else (got,)
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w, rtol=rtol, atol=atol)
+    weights = [torch.randn_like(w) for w in want]  # a loss that weighs every element
+    sum((w * k).sum() for w, k in zip(want, weights)).backward()
+    eager_grads = [p.grad.clone() for p in module.parameters()] + [x.grad for x in eager_in]
+    module.zero_grad()
+    sum((g * k).sum() for g, k in zip(got, weights)).backward()
+    fused_grads = [p.grad.clone() for p in module.parameters()] + [x.grad for x in fused_in]
+    for w, g in zip(eager_grads, fused_grads):
+        torch.testing.assert_close(g, w, rtol=rtol * 10, atol=atol * 10)
+    return fusebox_torch.last_report()
+
+
+def parts_ran(report):
+    """The parts fusebox compiled and ran, over every graph of the report."""
+    return [p for graph in report for p in graph["parts"] if any(c["kernels"] for c in p["compiled"])]
+
+
+def test_an_mlp_runs_forward_and_backward_in_fusebox():
+    torch.manual_seed(0)
+    report = compare(mlp(), torch.randn(8, 32))
+    assert len(report) == 2, "a forward and a backward graph"
+    for graph in report:
+        assert graph["left_in_pytorch"] == {}, graph["left_in_pytorch"]
+        assert len(graph["parts"]) == 1
+    assert len(parts_ran(report)) == 2
+
+
+def test_an_lstm_cell_and_its_gradients_match_eager():
+    torch.manual_seed(1)
+    report = compare(Cell(), torch.randn(4, 32), torch.randn(4, 32), torch.randn(4, 32))
+    assert len(parts_ran(report)) == 2
+
+
+def test_a_gpt2_block_matches_eager_forward_and_backward():
+    torch.manual_seed(2)
+    report = compare(Block(), torch.randn(2, 8, 64), rtol=1e-4, atol=1e-4)
+    forward = report[0]
+    assert forward["left_in_pytorch"] == {}, forward["left_in_pytorch"]
+    ops = set(parts_ran(report)[0]["nodes"])
+    assert {"aten.native_layer_norm.default", "aten._softmax.default", "aten.bmm.default"} <= ops
+
+
+def test_an_op_fusebox_does_not_take_stays_in_pytorch():
+    torch.manual_seed(3)
+    report = compare(Sorted(), torch.randn(6, 16))
+    forward = report[0]
+    left = forward["left_in_pytorch"]
+    assert any("sort" in name for name in left), left
+    assert all(reason for reason in left.values())
+    assert len([p for p in forward["parts"] if any(c["kernels"] for c in p["compiled"])]) == 2
+
+
+def test_a_new_shape_compiles_again_and_matches():
+    torch.manual_seed(4)
+    module = mlp()
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="fusebox", dynamic=False)
+    with torch.no_grad():
+        for batch in (4, 8, 4):
+            x = torch.randn(batch, 32)
+            torch.testing.assert_close(compiled(x), module(x), rtol=1e-5, atol=1e-5)
+
+
+def test_autocast_casts_are_kept_and_match_eager_autocast():
+    torch.manual_seed(5)
+    module = mlp()
+    fusebox_torch.reset_report()
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="fusebox")
+    x = torch.randn(8, 32)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want, got = module(x), compiled(x)
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    ops = [op for p in parts_ran(fusebox_torch.last_report()) for op in p["nodes"]]
+    assert "aten._to_copy.default" in ops
+
+
+def test_the_backend_is_registered_by_name():
+    assert "fusebox" in torch._dynamo.list_backends()
+    if REQUIRED:
+        from importlib.metadata import entry_points
+
+        names = [e.name for e in entry_points(group="torch_dynamo_backends")]
+        assert "fusebox" in names, "pip install . registers the entry point"
