@@ -105,11 +105,11 @@ def main():
         tiny = torch.compile(lambda x: torch.relu(x) * 2.0, backend="fusebox")
         x = torch.randn(16)
         tiny(x)
-        part = next(m for m in _parts())
+        part = fusebox_torch._PARTS[-1]
         compiled, names, _ = next(v for v in part.compiled.values() if v)
         out = torch.empty(16)
         native = compiled._native
-        run = lambda: native._run_addresses([(names[0], "f32", [16], x.data_ptr())], [("f32", [16], out.data_ptr())])  # noqa: E731
+        run = lambda: native._run_addresses([(names[0][0], "f32", [16], x.data_ptr())], [("f32", [16], out.data_ptr())])  # noqa: E731
         whole = statistics.median(median_ms(tiny, (x,), 2000) for _ in range(args.rounds)) * 1e3
         glue = statistics.median(median_ms(part, (x,), 2000) for _ in range(args.rounds)) * 1e3
         inner = statistics.median(median_ms(run, (), 2000) for _ in range(args.rounds)) * 1e3
@@ -118,14 +118,6 @@ def main():
         print(f"tiny module (relu(x) * 2, 16 elements), µs per call: {whole:.1f} through torch.compile(backend=\"fusebox\");")
         print(f"{glue:.1f} in fusebox's part (its Python layer and the run), {inner:.1f} in the native run alone:")
         print(f"fusebox's glue {glue - inner:.1f} µs, Dynamo's guards and AOTAutograd's wrapper {whole - glue:.1f} µs; eager {eager:.1f} µs.")
-
-
-def _parts():
-    import gc
-
-    for obj in gc.get_objects():
-        if isinstance(obj, fusebox_torch._Part):
-            yield obj
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ pub struct Model {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     /// C emitted and compiled with the system's C compiler (configured from the environment,
-    /// as `fusebox run` is: `CC`, `FUSEBOX_CACHE`, …).
+    /// as `fusebox run` is: `FUSEBOX_CC`, `FUSEBOX_CACHE_DIR`, …).
     Cpu,
     /// CUDA C compiled with NVRTC and run on a GPU; fails at compile time without one.
     Cuda,

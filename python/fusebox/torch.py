@@ -26,6 +26,8 @@ import torch
 import torch.fx
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
@@ -56,6 +58,8 @@ _LAYOUT_OPS = [
 ]
 
 _REPORTS: List[dict] = []
+# The parts made since the last `reset_report()` (for benchmarks that time one part alone).
+_PARTS: List["_Part"] = []
 
 
 def last_report() -> List[dict]:
@@ -65,7 +69,9 @@ def last_report() -> List[dict]:
 
 
 def reset_report() -> None:
+    """Forgets what `last_report()` holds."""
     _REPORTS.clear()
+    _PARTS.clear()
 
 
 def _fusebox_dtype(dtype) -> Optional[str]:
@@ -75,18 +81,40 @@ def _fusebox_dtype(dtype) -> Optional[str]:
     return None
 
 
+def _size(value) -> Optional[int]:
+    """An int, or a symbolic size's hint (the size it was traced at): a graph with symbolic
+    sizes is asked about, and partitioned, at its hints, and compiled per call at real sizes."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, torch.SymInt):
+        hint = value.node.hint
+        return int(hint) if hint is not None else None
+    return None
+
+
 def _tensor_type(value) -> Optional[dict]:
     if not isinstance(value, torch.Tensor):
         return None
     dtype = _fusebox_dtype(value.dtype)
-    if dtype is None or any(not isinstance(d, int) for d in value.shape):
+    shape = [_size(d) for d in value.shape]
+    if dtype is None or None in shape:
         return None
-    return {"dtype": dtype, "shape": [int(d) for d in value.shape]}
+    return {"dtype": dtype, "shape": shape}
+
+
+def _int_valued(node: torch.fx.Node) -> bool:
+    value = node.meta.get("val")
+    return isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool)
 
 
 def _encode(value):
     """An argument as the JSON fusebox reads (`fusebox::aten::fx`); `None` means it cannot be."""
     if isinstance(value, torch.fx.Node):
+        if _int_valued(value):  # a size computed in the graph: its value (or hint)
+            size = _size(value.meta["val"])
+            return _Unencodable if size is None else size
         if value.op == "call_function" and value.target is operator.getitem:
             source, index = value.args
             return {"ref": source.name, "index": int(index)}
@@ -157,7 +185,7 @@ def _is_constant(node: torch.fx.Node) -> bool:
     """Whether the node builds a small constant from its arguments alone."""
     if node.op != "call_function" or not hasattr(node.target, "_schema"):
         return False
-    if any(isinstance(a, torch.fx.Node) for a in node.all_input_nodes):
+    if not all(_int_valued(a) for a in node.all_input_nodes):
         return False
     tags = getattr(node.target, "tags", ())
     if torch.Tag.nondeterministic_seeded in tags:
@@ -259,13 +287,13 @@ def _partition(gm: torch.fx.GraphModule, report: dict) -> torch.fx.GraphModule:
     taken = {name for name, why in verdicts.items() if why is None} | constants
     left = {}
     for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is not operator.getitem and node.name not in taken:
+        if node.op == "call_function" and node.target is not operator.getitem and node.name not in taken and not _int_valued(node):
             left[node.name] = verdicts.get(node.name) or f"`{node.target}` has arguments or outputs fusebox cannot read"
     report["left_in_pytorch"] = left
     partitioner = CapabilityBasedPartitioner(
         gm,
         _Support(taken),
-        allows_single_node_partition=True,
+        allows_single_node_partition=False,
         non_compute_ops=_LAYOUT_OPS + [str(n.target) for n in gm.graph.nodes if n.name in constants],
     )
     fused = partitioner.partition_and_fuse()
@@ -273,6 +301,7 @@ def _partition(gm: torch.fx.GraphModule, report: dict) -> torch.fx.GraphModule:
     for name, child in list(fused.named_children()):
         if isinstance(child, torch.fx.GraphModule) and name.startswith("fused_"):
             part = _Part(child, name)
+            _PARTS.append(part)
             setattr(fused, name, part)
             parts.append(part.summary)
     report["parts"] = parts
@@ -300,33 +329,35 @@ class _Part(torch.nn.Module):
     def _compile(self, args):
         gm = self.gm
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        inputs = []
-        for node, arg in zip(placeholders, args):
-            t = _tensor_type(arg)
-            if t is None or arg.device.type != "cpu":
-                return None, "an input is not a CPU tensor of a dtype fusebox has"
-            inputs.append({"name": node.name, **t})
+        if any(isinstance(a, torch.Tensor) and (a.device.type != "cpu" or _tensor_type(a) is None) for a in args):
+            return None, "an input is not a CPU tensor of a dtype fusebox has"
+        # Every node's value at this call's sizes (symbolic sizes become the call's ints).
+        FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*args)
+        inputs = [
+            {"name": node.name, **_tensor_type(arg)}
+            for node, arg in zip(placeholders, args)
+            if isinstance(arg, torch.Tensor)
+        ]
         constants, data = [], {}
         for node in gm.graph.nodes:
             if _is_constant(node):
-                value = node.target(*node.args, **node.kwargs).contiguous()
+                concrete = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: _size(n.meta["val"]))
+                value = node.target(*concrete[0], **concrete[1]).contiguous()
                 constants.append({"name": node.name, **_tensor_type(value)})
                 data[node.name] = value.reshape(-1).view(torch.uint8).numpy().tobytes()
         graph = _graph_json(gm, inputs, constants)
         # One output per value: a repeated output is filled from the first.
-        unique = []
-        for ref in graph["outputs"]:
-            if ref not in unique:
-                unique.append(ref)
+        refs = graph["outputs"]
+        unique = [ref for k, ref in enumerate(refs) if ref not in refs[:k]]
         graph["outputs"] = unique
         try:
             model = Model(_NativeModel.from_fx(json.dumps(graph), data))
             compiled = model.compile("cpu")
         except FuseboxError as e:
             return None, str(e)
-        order = [unique.index(ref) for ref in _graph_json(gm, inputs, constants)["outputs"]]
-        names = [p.name for p in placeholders]
-        return (compiled, names, order), None
+        order = [unique.index(ref) for ref in refs]
+        tensors = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        return (compiled, [(placeholders[k].name, k) for k in tensors], order), None
 
     def forward(self, *args):
         key = tuple((a.dtype, tuple(a.shape), a.device.type) if isinstance(a, torch.Tensor) else a for a in args)
@@ -337,12 +368,13 @@ class _Part(torch.nn.Module):
             self.summary["compiled"].append(
                 {"shapes": [list(a.shape) for a in args if isinstance(a, torch.Tensor)],
                  "kernels": entry[0].kernels if entry else None,
+                 "kernel_builds": entry[0].kernel_builds if entry else None,
                  "refused": why}
             )
         if not entry:
             return self.gm(*args)
         compiled, names, order = entry
-        results = compiled.run(dict(zip(names, args)))
+        results = compiled.run({name: args[k] for name, k in names})
         values = list(results.values())
         outs = [values[k] for k in order]
         return tuple(outs) if self.tuple_output else outs[0]

@@ -138,6 +138,32 @@ def test_a_new_shape_compiles_again_and_matches():
             torch.testing.assert_close(compiled(x), module(x), rtol=1e-5, atol=1e-5)
 
 
+def test_symbolic_sizes_compile_per_call_and_reuse_the_kernels(tmp_path, monkeypatch):
+    # Without dynamic=False, Dynamo makes the batch and sequence sizes symbolic after the
+    # first change: the graph is partitioned at its hints, and each part compiles per call
+    # size. A fresh kernel cache shows the kernels are compiled once: the second size finds
+    # them all on disk.
+    monkeypatch.setenv("FUSEBOX_CACHE_DIR", str(tmp_path))
+    torch.manual_seed(6)
+    module = Block()
+    fusebox_torch.reset_report()
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="fusebox")
+    with torch.no_grad():
+        for batch, seq in ((2, 8), (3, 8), (4, 8), (2, 16)):
+            x = torch.randn(batch, seq, 64)
+            torch.testing.assert_close(compiled(x), module(x), rtol=1e-4, atol=1e-4)
+    report = fusebox_torch.last_report()
+    assert len(report) >= 2, "Dynamo compiled again with symbolic sizes"
+    symbolic = report[1]
+    assert all(not why.startswith("`aten") for why in symbolic["left_in_pytorch"].values())
+    builds = [c["kernel_builds"] for p in parts_ran(report[1:]) for c in p["compiled"]]
+    assert len(builds) >= 2, builds
+    first = parts_ran(report[:1])[0]["compiled"][0]["kernel_builds"]
+    assert first["compiled"] >= 1, first
+    assert all(b["compiled"] == 0 and b["disk_hits"] >= 1 for b in builds), builds
+
+
 def test_autocast_casts_are_kept_and_match_eager_autocast():
     torch.manual_seed(5)
     module = mlp()
