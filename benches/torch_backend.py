@@ -99,6 +99,32 @@ def main():
                     runs[key].append(median_ms(fn, inputs, args.iters))
             f, e, i = (statistics.median(runs[k]) for k in ("fusebox", "eager", "inductor"))
             print(f"| {name} | {f:.2f} ms | {e:.2f} | {i:.2f} | {f / e:.2f} | {f / i:.2f} | {error:.1e} |")
+    # Training steps: forward, a loss over every output, backward (parameter gradients).
+    print()
+    print("| training step | fusebox | torch eager | torch.compile (Inductor) | fusebox / eager | fusebox / Inductor | max abs gradient error |")
+    print("|---|---|---|---|---|---|---|")
+    for name, module, inputs in cases:
+        torch._dynamo.reset()
+        engines = {"fusebox": torch.compile(module, backend="fusebox"), "eager": module, "inductor": torch.compile(module)}
+
+        def step(fn):
+            out = fn(*inputs)
+            out = out if isinstance(out, tuple) else (out,)
+            sum(o.square().mean() for o in out).backward()
+
+        grads = {}
+        for key, fn in engines.items():
+            module.zero_grad()
+            step(fn)
+            grads[key] = [p.grad.clone() for p in module.parameters()]
+        error = max((f - e).abs().max().item() for f, e in zip(grads["fusebox"], grads["eager"]))
+        runs = {key: [] for key in engines}
+        for _ in range(args.rounds):
+            for key, fn in engines.items():
+                runs[key].append(median_ms(step, (fn,), max(args.iters // 4, 3)))
+        f, e, i = (statistics.median(runs[k]) for k in ("fusebox", "eager", "inductor"))
+        print(f"| {name} | {f:.2f} ms | {e:.2f} | {i:.2f} | {f / e:.2f} | {f / i:.2f} | {error:.1e} |")
+    with torch.no_grad():
         # The glue: a compiled tiny module against the fusebox run inside it.
         torch._dynamo.reset()
         fusebox_torch.reset_report()
