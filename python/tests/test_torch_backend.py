@@ -60,28 +60,45 @@ class Sorted(nn.Module):
         return torch.tanh(self.b(y - 0.5))
 
 
+def small_cnn():
+    """Conv, batch norm (eval), ReLU, max and average pooling, flatten, Linear."""
+    cnn = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(),
+        nn.Linear(16 * 2 * 2, 10),
+    )
+    with torch.no_grad():
+        cnn[1].running_mean.uniform_(-1, 1)
+        cnn[1].running_var.uniform_(0.5, 2)
+    return cnn
+
+
 def mlp():
     return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 10))
 
 
 def compare(module, *inputs, rtol=1e-5, atol=1e-5):
-    """Eager against compiled: outputs, input gradients and parameter gradients."""
+    """Eager against compiled: outputs, input gradients and parameter gradients. Each runs its
+    forward and backward in turn (a module with state, such as batch norm's running
+    statistics, changes it in the forward)."""
     fusebox_torch.reset_report()
     torch._dynamo.reset()
     compiled = torch.compile(module, backend="fusebox")
-    eager_in = [x.clone().requires_grad_(True) for x in inputs]
-    fused_in = [x.clone().requires_grad_(True) for x in inputs]
-    want, got = module(*eager_in), compiled(*fused_in)
-    want = want if isinstance(want, tuple) else (want,)
-    got = got if isinstance(got, tuple) else (got,)
+    results = []
+    weights = None
+    for engine in (module, compiled):
+        module.zero_grad()
+        given = [x.clone().requires_grad_(True) for x in inputs]
+        out = engine(*given)
+        out = out if isinstance(out, tuple) else (out,)
+        if weights is None:
+            weights = [torch.randn_like(o) for o in out]  # a loss that weighs every element
+        sum((o * k).sum() for o, k in zip(out, weights)).backward()
+        grads = [p.grad.clone() for p in module.parameters()] + [x.grad for x in given]
+        results.append(([o.detach() for o in out], grads))
+    (want, eager_grads), (got, fused_grads) = results
     for w, g in zip(want, got):
         torch.testing.assert_close(g, w, rtol=rtol, atol=atol)
-    weights = [torch.randn_like(w) for w in want]  # a loss that weighs every element
-    sum((w * k).sum() for w, k in zip(want, weights)).backward()
-    eager_grads = [p.grad.clone() for p in module.parameters()] + [x.grad for x in eager_in]
-    module.zero_grad()
-    sum((g * k).sum() for g, k in zip(got, weights)).backward()
-    fused_grads = [p.grad.clone() for p in module.parameters()] + [x.grad for x in fused_in]
     for w, g in zip(eager_grads, fused_grads):
         torch.testing.assert_close(g, w, rtol=rtol * 10, atol=atol * 10)
     return fusebox_torch.last_report()
@@ -125,6 +142,27 @@ def test_an_op_fusebox_does_not_take_stays_in_pytorch():
     assert any("sort" in name for name in left), left
     assert all(reason for reason in left.values())
     assert len([p for p in forward["parts"] if any(c["kernels"] for c in p["compiled"])]) == 2
+
+
+def test_a_cnn_runs_in_fusebox_for_inference_and_partly_for_training():
+    torch.manual_seed(7)
+    cnn = small_cnn().eval()
+    x = torch.randn(2, 3, 16, 16)
+    fusebox_torch.reset_report()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(cnn, backend="fusebox")(x), cnn(x), rtol=1e-5, atol=1e-5)
+    (inference,) = fusebox_torch.last_report()
+    assert inference["left_in_pytorch"] == {}, inference["left_in_pytorch"]
+    ops = set(parts_ran([inference])[0]["nodes"])
+    assert {"aten.convolution.default", "aten.max_pool2d_with_indices.default", "aten.avg_pool2d.default"} <= ops
+    # Training: batch norm's training form and the convolutions' and pools' backward stay in
+    # PyTorch (with why); the rest runs in fusebox, and the gradients match eager.
+    report = compare(small_cnn().train(), x)
+    left = {k: v for graph in report for k, v in graph["left_in_pytorch"].items()}
+    assert "aten.convolution_backward.default` has no entry" in left["convolution_backward"]
+    assert "reads output 1" in left["max_pool2d_with_indices"]
+    assert len(parts_ran(report)) >= 2
 
 
 def test_a_new_shape_compiles_again_and_matches():

@@ -92,7 +92,12 @@ pub fn supported(graph: &FxGraph, rules: &RuleSet) -> BTreeMap<String, Option<St
                 &Specialization::default(),
             )
         });
-        verdicts.insert(node.name.clone(), verdict.err().map(|e| e.to_string()));
+        // The node is the verdict's key: the reason is the message alone.
+        let reason = verdict.err().map(|e| match e.kind {
+            ErrorKind::Input(message) => message,
+            other => other.to_string(),
+        });
+        verdicts.insert(node.name.clone(), reason);
     }
     verdicts
 }

@@ -184,14 +184,18 @@ impl Speller {
             let dims: Vec<i64> = site.out.1.iter().map(|&d| d as i64).collect();
             return Ok(vec![self.ints(&prefix, &dims, true)]);
         }
-        let arg = node.args.get(name).unwrap_or(&Json::Null);
+        let arg = node.args.get(name).cloned().unwrap_or(Json::Null);
         let arg = match (arg, fallback) {
-            (Json::Null, Some(f)) => &Json::from(
-                f.parse::<f64>()
-                    .map_err(|_| format!("fallback `{f}` is not a number"))?,
-            ),
-            _ => arg,
+            (Json::Null, Some(f)) => match f.strip_prefix('$') {
+                Some(other) => node.args.get(other).cloned().unwrap_or(Json::Null),
+                None => Json::from(
+                    f.parse::<f64>()
+                        .map_err(|_| format!("fallback `{f}` is not a number"))?,
+                ),
+            },
+            (arg, _) => arg,
         };
+        let arg = &arg;
         match form {
             Some("i64") | Some("scalar") => {
                 let ints = integers(arg).ok_or_else(|| {

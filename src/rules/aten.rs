@@ -238,9 +238,10 @@ fn check_reference(written: &str, names: &[&str]) -> std::result::Result<(), Str
     }
     if let Some(fallback) = fallback
         && fallback.parse::<f64>().is_err()
+        && fallback.strip_prefix('$').is_none_or(str::is_empty)
     {
         return Err(format!(
-            "`{written}`: the fallback `{fallback}` is not a number"
+            "`{written}`: the fallback `{fallback}` is neither a number nor an argument ($NAME)"
         ));
     }
     Ok(())
