@@ -54,7 +54,16 @@ fn flops(n: u64) -> String {
 
 /// The `--explain` text: what the cost model compared, which rules fired, the e-graph, and
 /// every kernel with its ops, reads and writes.
-pub fn explain(optimized: &Optimized, input_nodes: &BTreeSet<String>) -> String {
+pub fn explain(optimized: &Optimized) -> String {
+    // The nodes of the graph as given: with AMP, the casts the policy inserted are not the
+    // rewrites' doing.
+    let names: BTreeSet<String> = optimized
+        .input
+        .nodes
+        .iter()
+        .map(|n| n.name.clone())
+        .collect();
+    let input_nodes = &names;
     let r: &Report = &optimized.report;
     let mut out = String::new();
     let _ = writeln!(out, "graph `{}`, cost profile `{}`", r.graph, r.profile);

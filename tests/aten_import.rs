@@ -42,30 +42,6 @@ fn arithmetic_promotes_operands_and_scales_by_alpha() {
            "outputs": [{"dtype": "i64", "shape": [3]}]},
           {"name": "d", "target": "aten.div.Tensor", "args": {"self": {"ref": "s"}, "other": {"ref": "f"}},
            "outputs": [{"dtype": "f32", "shape": [3]}]},
-          {"name": "m", "target": "aten.masked_fill.Scalar",
-           "args": {"self": {"ref": "d"}, "mask": {"ref": "c"}, "value": {"float": "-inf"}},
-           "outputs": [{"dtype": "f32", "shape": [3]}]},
-          {"name": "c", "target": "aten.lt.Scalar", "args": {"self": {"ref": "f"}, "other": 0},
-           "outputs": [{"dtype": "bool", "shape": [3]}], "common": "f32"}
-        ],
-        "outputs": [{"ref": "d"}, {"ref": "m"}]}"#;
-    // Nodes arrive in the graph's order: `m` reading `c`, which comes after it, is refused at `m`.
-    let rules = RuleSet::defaults();
-    let graph = aten::fx::parse(json, "g.json").unwrap();
-    let e = aten::import(&graph, &BTreeMap::new(), &rules)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("`c` is not a value of the graph") && e.contains("m"),
-        "{e}"
-    );
-    let json = r#"{"name": "g",
-        "inputs": [{"name": "i", "dtype": "i64", "shape": [3]}, {"name": "f", "dtype": "f32", "shape": [3]}],
-        "nodes": [
-          {"name": "s", "target": "aten.sub.Tensor", "args": {"self": {"ref": "i"}, "other": 3, "alpha": 2},
-           "outputs": [{"dtype": "i64", "shape": [3]}]},
-          {"name": "d", "target": "aten.div.Tensor", "args": {"self": {"ref": "s"}, "other": {"ref": "f"}},
-           "outputs": [{"dtype": "f32", "shape": [3]}]},
           {"name": "c", "target": "aten.lt.Scalar", "args": {"self": {"ref": "f"}, "other": 0},
            "outputs": [{"dtype": "bool", "shape": [3]}], "common": "f32"},
           {"name": "m", "target": "aten.masked_fill.Scalar",
@@ -73,6 +49,17 @@ fn arithmetic_promotes_operands_and_scales_by_alpha() {
            "outputs": [{"dtype": "f32", "shape": [3]}]}
         ],
         "outputs": [{"ref": "d"}, {"ref": "m"}]}"#;
+    // Nodes arrive in the graph's order: `m` reading `c`, written after it, is refused at `m`.
+    let mut misordered: serde_json::Value = serde_json::from_str(json).unwrap();
+    misordered["nodes"].as_array_mut().unwrap().swap(2, 3);
+    let graph = aten::fx::parse(&misordered.to_string(), "g.json").unwrap();
+    let e = aten::import(&graph, &BTreeMap::new(), &RuleSet::defaults())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`c` is not a value of the graph") && e.contains("m"),
+        "{e}"
+    );
     let out = run(
         json,
         &[],

@@ -140,13 +140,7 @@ impl Model {
                 .map_err(fail)?;
         let report = serde_json::to_string(&optimized.report)
             .map_err(|e| FuseboxError::new_err(e.to_string()))?;
-        let names = optimized
-            .input
-            .nodes
-            .iter()
-            .map(|n| n.name.clone())
-            .collect();
-        Ok((report, fusebox::explain::explain(&optimized, &names)))
+        Ok((report, fusebox::explain::explain(&optimized)))
     }
 
     /// Compiles for `"cpu"`, `"cuda"` or `"reference"`.

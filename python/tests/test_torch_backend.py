@@ -1,50 +1,25 @@
 """`torch.compile(..., backend="fusebox")` against eager PyTorch: forward and backward, a module
 with an op fusebox does not take (which stays in PyTorch), new shapes, and autocast."""
 
-import pytest
+import pathlib
+import sys
 
 from conftest import REQUIRED, need
 
 torch = need("torch")
 fusebox_torch = need("fusebox.torch")
 nn = torch.nn
-F = torch.nn.functional
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benches"))
+from torch_modules import Block as GptBlock, Cell as LstmCell  # noqa: E402
 
 
-class Block(nn.Module):
-    """A GPT-2-style block: causal attention and a tanh-GELU MLP, pre-LayerNorm."""
-
-    def __init__(self, d=64, heads=4):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        self.heads = heads
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
-        shape = (b, t, self.heads, c // self.heads)
-        q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / (c // self.heads) ** 0.5)
-        mask = torch.tril(torch.ones(t, t)).view(1, 1, t, t)
-        att = F.softmax(att.masked_fill(mask == 0, float("-inf")), dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
-        x = x + self.proj(y)
-        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+def Block():
+    return GptBlock(d=64, heads=4)
 
 
-class Cell(nn.Module):
-    """An LSTM cell written with chunk()."""
-
-    def __init__(self, n=32):
-        super().__init__()
-        self.gates = nn.Linear(2 * n, 4 * n)
-
-    def forward(self, x, h, c):
-        i, f, o, u = self.gates(torch.cat([x, h], 1)).chunk(4, 1)
-        c2 = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(u)
-        return torch.sigmoid(o) * torch.tanh(c2), c2
+def Cell():
+    return LstmCell(n=32)
 
 
 class Sorted(nn.Module):

@@ -54,14 +54,7 @@ pub(super) fn optimize(args: OptimizeArgs) -> Result<String> {
             String::new()
         };
         if args.explain {
-            // With AMP the casts the policy inserted are not the rewrites' doing.
-            let names = optimized
-                .input
-                .nodes
-                .iter()
-                .map(|n| n.name.clone())
-                .collect();
-            text += &crate::explain::explain(&optimized, &names);
+            text += &crate::explain::explain(&optimized);
         } else {
             text += &crate::explain::summary(&optimized.report);
         }
