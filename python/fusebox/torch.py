@@ -274,7 +274,7 @@ def _placeholder_types(gm: torch.fx.GraphModule) -> List[dict]:
     return types
 
 
-def _partition(gm: torch.fx.GraphModule, report: dict) -> torch.fx.GraphModule:
+def _partition(gm: torch.fx.GraphModule, report: dict, settings: dict) -> torch.fx.GraphModule:
     """`gm` with the parts fusebox takes replaced by `_Part` modules."""
     constants = {n.name for n in gm.graph.nodes if _is_constant(n)}
     inputs = _placeholder_types(gm)
@@ -283,7 +283,7 @@ def _partition(gm: torch.fx.GraphModule, report: dict) -> torch.fx.GraphModule:
             inputs.append({"name": node.name, **_tensor_type(node.meta["val"])})
     whole = _graph_json(gm, inputs, [])
     whole["nodes"] = [n for n in whole["nodes"] if n["name"] not in constants]
-    verdicts = aten_support(json.dumps(whole))
+    verdicts = aten_support(json.dumps(whole), settings["rules"])
     taken = {name for name, why in verdicts.items() if why is None} | constants
     left = {}
     for node in gm.graph.nodes:
@@ -300,7 +300,7 @@ def _partition(gm: torch.fx.GraphModule, report: dict) -> torch.fx.GraphModule:
     parts = []
     for name, child in list(fused.named_children()):
         if isinstance(child, torch.fx.GraphModule) and name.startswith("fused_"):
-            part = _Part(child, name)
+            part = _Part(child, name, settings)
             _PARTS.append(part)
             setattr(fused, name, part)
             parts.append(part.summary)
@@ -313,9 +313,10 @@ class _Part(torch.nn.Module):
     """One part fusebox runs: compiled for each new combination of input shapes and dtypes on
     first use; if fusebox refuses it, it runs in PyTorch (and the report says why)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str):
+    def __init__(self, gm: torch.fx.GraphModule, name: str, settings: dict):
         super().__init__()
         self.gm = gm
+        self.settings = settings
         self.part_name = name
         self.compiled: Dict[tuple, object] = {}
         self.summary = {
@@ -351,8 +352,8 @@ class _Part(torch.nn.Module):
         unique = [ref for k, ref in enumerate(refs) if ref not in refs[:k]]
         graph["outputs"] = unique
         try:
-            model = Model(_NativeModel.from_fx(json.dumps(graph), data))
-            compiled = model.compile("cpu")
+            model = Model(_NativeModel.from_fx(json.dumps(graph), data, self.settings["rules"]))
+            compiled = model.compile(self.settings["engine"])
         except FuseboxError as e:
             return None, str(e)
         order = [unique.index(ref) for ref in refs]
@@ -380,23 +381,46 @@ class _Part(torch.nn.Module):
         return tuple(outs) if self.tuple_output else outs[0]
 
 
-def _compiler(gm: torch.fx.GraphModule, example_inputs):
+def _compiler(settings: dict):
     from functorch.compile import make_boxed_func
 
-    report = {"graph": gm.__class__.__name__, "nodes": sum(1 for n in gm.graph.nodes if n.op == "call_function")}
-    _REPORTS.append(report)
-    fused = _partition(gm, report)
-    return make_boxed_func(fused.forward)
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs):
+        report = {"graph": gm.__class__.__name__, "nodes": sum(1 for n in gm.graph.nodes if n.op == "call_function")}
+        _REPORTS.append(report)
+        fused = _partition(gm, report, settings)
+        return make_boxed_func(fused.forward)
+
+    return compile_graph
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+# What `options` may set, and the defaults.
+_SETTINGS = {
+    # A rule directory laid over the embedded rules (its `aten.ron`, `onnx.ron`, `ops.ron`,
+    # `fusion.ron`, ... as everywhere in fusebox).
+    "rules": None,
+    # What runs the parts: "cpu" (compiled kernels) or "reference" (the unfused evaluator,
+    # to tell a fusion problem from a mapping one).
+    "engine": "cpu",
+}
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs, options: Optional[dict] = None):
     """The `torch.compile` backend: AOTAutograd to core ATen, forward and backward each
-    partitioned between fusebox and PyTorch."""
+    partitioned between fusebox and PyTorch. `torch.compile(model, backend="fusebox",
+    options={"rules": DIR, "engine": "reference"})` sets what `_SETTINGS` lists."""
+    settings = dict(_SETTINGS)
+    for key, value in (options or {}).items():
+        if key not in settings:
+            raise FuseboxError(f"option `{key}` is not one of {', '.join(_SETTINGS)}")
+        settings[key] = None if value is None else str(value)
+    if settings["engine"] not in ("cpu", "reference"):
+        raise FuseboxError(f"engine `{settings['engine']}` is not one of cpu, reference")
+    compile_graph = _compiler(settings)
     return aot_autograd(
-        fw_compiler=_compiler,
-        bw_compiler=_compiler,
+        fw_compiler=compile_graph,
+        bw_compiler=compile_graph,
         decompositions=core_aten_decompositions(),
-    )(gm, example_inputs, **kwargs)
+    )(gm, example_inputs)
 
 
 def _register() -> None:

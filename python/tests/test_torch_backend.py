@@ -4,6 +4,8 @@ with an op fusebox does not take (which stays in PyTorch), new shapes, and autoc
 import pathlib
 import sys
 
+import pytest
+
 from conftest import REQUIRED, need
 
 torch = need("torch")
@@ -199,3 +201,36 @@ def test_the_backend_is_registered_by_name():
 
         names = [e.name for e in entry_points(group="torch_dynamo_backends")]
         assert "fusebox" in names, "pip install . registers the entry point"
+
+
+def test_a_rule_directory_changes_what_fusebox_takes(tmp_path):
+    # A user's aten.ron replaces the table: without an entry for relu, relu stays in PyTorch.
+    table = (pathlib.Path(__file__).resolve().parents[2] / "rules/aten.ron").read_text()
+    kept = [line for line in table.splitlines() if "aten.relu.default" not in line]
+    (tmp_path / "aten.ron").write_text("\n".join(kept))
+    torch.manual_seed(8)
+    module = mlp()
+    x = torch.randn(4, 32)
+    for engine in ("cpu", "reference"):
+        fusebox_torch.reset_report()
+        torch._dynamo.reset()
+        options = {"rules": str(tmp_path), "engine": engine}
+        compiled = torch.compile(module, backend="fusebox", options=options)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), module(x), rtol=1e-5, atol=1e-5)
+        (report,) = fusebox_torch.last_report()
+        assert "no entry" in report["left_in_pytorch"]["relu"], report["left_in_pytorch"]
+        entries = [c for p in report["parts"] for c in p["compiled"]]
+        assert entries and all(c["refused"] is None for c in entries)
+        # The reference engine runs the part unfused: it has no kernels to count.
+        assert all((c["kernels"] is None) == (engine == "reference") for c in entries)
+
+
+def test_options_and_a_broken_table_are_refused_with_their_reason(tmp_path):
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="option `speed` is not one of rules, engine"):
+        torch.compile(mlp(), backend="fusebox", options={"speed": 11})(torch.randn(2, 32))
+    (tmp_path / "aten.ron").write_text('[Aten(op: "aten.relu.default", nodes: [Onnx(op: "Rectify", inputs: ["$self"])])]')
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"aten\.ron:1:\d+.*Rectify"):
+        torch.compile(mlp(), backend="fusebox", options={"rules": str(tmp_path)})(torch.randn(2, 32))
