@@ -17,6 +17,9 @@ For each, alternating rounds time:
   * before: the same with another build (--before), to show what a change did;
   * torch eager: the module under `torch.no_grad()` on --threads threads (mkldnn's direct
     convolutions);
+  * torch.compile: the module compiled by Inductor (its default backend), and, where the
+    fusebox package is importable, by `backend="fusebox"` (the same kernels as `fusebox
+    bench`, called from PyTorch: the difference is the backend's glue and its partition);
   * GEMM floor: `torch.matmul` of the products the model's convolutions are (each conv's
     weight [M, C·k·k] times a materialized im2col matrix [N, C·k·k, P]): the arithmetic the
     model cannot avoid, at the peer's GEMM rate, measured in the same run.
@@ -125,7 +128,14 @@ def main():
         builds["before"] = args.before
     print(f"threads {args.threads}, torch {torch.__version__}, load {os.getloadavg()[0]:.2f}")
     head = "".join(f"{k + ' ms':>12}" for k in builds)
-    print(f"model         {head}  torch ms  gemm floor ms  fusebox/torch  max abs err")
+    try:
+        import fusebox.torch  # noqa: F401  (registers the backend)
+
+        backends = ["inductor", "tc-fusebox"]
+    except ImportError:
+        backends = ["inductor"]
+    compiled_head = "".join(f"{b + ' ms':>18}" for b in backends)
+    print(f"model         {head}  torch ms{compiled_head}  gemm floor ms  fusebox/torch  fusebox/inductor  max abs err")
     for name, cls, shape, products in MODELS:
         if name not in args.models.split(","):
             continue
@@ -152,16 +162,26 @@ def main():
             for w, cols in operands:
                 torch.matmul(w, cols)
 
-        rounds = {k: [] for k in list(builds) + ["torch", "floor"]}
+        compiled = {}
+        for b in backends:
+            torch._dynamo.reset()
+            compiled[b] = torch.compile(model, backend="fusebox") if b == "tc-fusebox" else torch.compile(model)
+            with torch.no_grad():
+                compiled[b](x)  # compile before timing
+                torch.testing.assert_close(compiled[b](x), model(x), rtol=1e-4, atol=1e-4)
+        rounds = {k: [] for k in list(builds) + ["torch", "floor"] + backends}
         for _ in range(args.rounds):
             for k, exe in builds.items():
                 rounds[k].append(bench(exe, path, args.iters, {"x": xfile}))
             rounds["torch"].append(median_ms(lambda: model(x), args.iters))
+            for b in backends:
+                rounds[b].append(median_ms(lambda: compiled[b](x), args.iters))
             rounds["floor"].append(median_ms(floor, args.iters))
         med = {k: statistics.median(r) for k, r in rounds.items()}
         cols = "".join(f"{med[k]:12.3f}" for k in builds)
-        print(f"{name:13s}{cols} {med['torch']:9.3f} {med['floor']:14.3f}"
-              f"   {med['fusebox'] / med['torch']:12.2f}  {err:.1e}")
+        tcs = "".join(f"{med[b]:18.3f}" for b in backends)
+        print(f"{name:13s}{cols} {med['torch']:9.3f}{tcs} {med['floor']:14.3f}"
+              f"   {med['fusebox'] / med['torch']:12.2f}  {med['fusebox'] / med['inductor']:16.2f}  {err:.1e}")
 
 
 if __name__ == "__main__":
