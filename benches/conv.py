@@ -148,6 +148,18 @@ def main():
                           do_constant_folding=False)
         xfile = os.path.join(tmp, "x.npy")
         np.save(xfile, x.numpy())
+        # `fusebox bench` times seeded random values for every input it is not given, weights
+        # included; the model's own weights are given, since the time depends on them (a max
+        # pool's comparisons branch on the values: random weights ran the small CNN at 10.4 ms,
+        # its own at 15.3).
+        given = {"x": xfile}
+        import onnx
+        from onnx import numpy_helper
+
+        for k, t in enumerate(onnx.load(path).graph.initializer):
+            wfile = os.path.join(tmp, f"{name}.w{k}.npy")
+            np.save(wfile, numpy_helper.to_array(t))
+            given[t.name] = wfile
         out = os.path.join(tmp, f"{name}.out")
         subprocess.run([args.fusebox, "run", path, "--backend", "cpu", "--input", f"x={xfile}",
                         "--out", out], check=True, capture_output=True)
@@ -172,7 +184,7 @@ def main():
         rounds = {k: [] for k in list(builds) + ["torch", "floor"] + backends}
         for _ in range(args.rounds):
             for k, exe in builds.items():
-                rounds[k].append(bench(exe, path, args.iters, {"x": xfile}))
+                rounds[k].append(bench(exe, path, args.iters, given))
             rounds["torch"].append(median_ms(lambda: model(x), args.iters))
             for b in backends:
                 rounds[b].append(median_ms(lambda: compiled[b](x), args.iters))
