@@ -3301,3 +3301,73 @@ fn map_positions_divide_exactly_by_reciprocals_up_to_the_cap() {
     }
     assert!(corrected > 0, "no position needed the correction");
 }
+
+/// The scalar min and max (`fb_minf`/`fb_maxf`, `fb_mind`/`fb_maxd`, written as bit masks
+/// without branches) keep torch.maximum/minimum's semantics on the CPU backend: NaN wins, +0
+/// is above -0, infinities order; in f32 and f64, element by element and bit for bit.
+#[test]
+fn scalar_max_and_min_keep_nan_and_signed_zero_semantics() {
+    use fusebox::model::{Backend, CompileOptions, Model};
+    use fusebox::tensor::Tensor;
+    let a = [
+        -0.0,
+        0.0,
+        1.0,
+        f64::NAN,
+        1.0,
+        f64::NEG_INFINITY,
+        3.0,
+        -0.0,
+        f64::INFINITY,
+    ];
+    let b = [0.0, -0.0, f64::NAN, 1.0, 2.0, 5.0, -1.0, -0.0, f64::NAN];
+    let max = [0.0, 0.0, f64::NAN, f64::NAN, 2.0, 5.0, 3.0, -0.0, f64::NAN];
+    let min = [
+        -0.0,
+        -0.0,
+        f64::NAN,
+        f64::NAN,
+        1.0,
+        f64::NEG_INFINITY,
+        -1.0,
+        -0.0,
+        f64::NAN,
+    ];
+    let rules = fusebox::rules::RuleSet::defaults();
+    for dtype in ["f32", "f64"] {
+        let text = format!(
+            r#"Graph(name: "g",
+            inputs: [Input(name: "a", dtype: "{dtype}", shape: [9]), Input(name: "b", dtype: "{dtype}", shape: [9])],
+            nodes: [Node(name: "hi", op: "max", args: ["a", "b"]), Node(name: "lo", op: "min", args: ["a", "b"])],
+            outputs: ["hi", "lo"])"#
+        );
+        let (graph, _) = fusebox::graph::file::parse(&text, "g.ron", &rules.ops).unwrap();
+        let model = Model::from_graph(graph, &rules).unwrap();
+        let mut cpu = model
+            .compile(Backend::Cpu, &CompileOptions::default())
+            .unwrap();
+        let dt = DType::from_name(dtype).unwrap();
+        let inputs = std::collections::BTreeMap::from([
+            (
+                "a".to_string(),
+                Tensor::from_values(dt, &[9], a.to_vec()).unwrap(),
+            ),
+            (
+                "b".to_string(),
+                Tensor::from_values(dt, &[9], b.to_vec()).unwrap(),
+            ),
+        ]);
+        let out = cpu.run(&inputs).unwrap();
+        for (name, want) in [("hi", &max), ("lo", &min)] {
+            let got = out[name].values();
+            for (k, (g, w)) in got.iter().zip(want.iter()).enumerate() {
+                let same = (g.is_nan() && w.is_nan()) || g.to_bits() == w.to_bits();
+                assert!(
+                    same,
+                    "{dtype} {name}[{k}] of {} and {}: {g} (want {w})",
+                    a[k], b[k]
+                );
+            }
+        }
+    }
+}

@@ -108,19 +108,34 @@ static inline int64_t fb_clamp_index(int64_t c, int64_t start, int64_t end) {
     return c < start ? start : (c >= end ? end - 1 : c);
 }
 
-/* min/max: NaN wins, and -0 orders below +0 (equal values differ only in the sign of zero,
-   which the bitwise or/and of their bits resolves). */
+/* min/max: NaN wins (as a + b), and -0 orders below +0 (equal values differ only in the sign
+   of zero, which the bitwise or/and of their bits resolves). Written as masks rather than
+   nested conditionals, which compilers turn into branches: a pooling window's comparisons
+   follow the data, and mispredicted branches made a max pool three times slower on real
+   weights than on random ones (benches/RESULTS.md, 2026-11-29, session 7). */
 static inline float fb_minf(float a, float b) {
-    return (a != a || b != b) ? a + b : (a < b ? a : (b < a ? b : fb_u2f(fb_f2u(a) | fb_f2u(b))));
+    uint32_t ua = fb_f2u(a), ub = fb_f2u(b);
+    uint32_t lt = 0u - (uint32_t)(a < b), gt = 0u - (uint32_t)(b < a), nan = 0u - (uint32_t)(a != a || b != b);
+    uint32_t r = (ua & lt) | (ub & gt) | ((ua | ub) & ~(lt | gt));
+    return fb_u2f((r & ~nan) | (fb_f2u(a + b) & nan));
 }
 static inline float fb_maxf(float a, float b) {
-    return (a != a || b != b) ? a + b : (a > b ? a : (b > a ? b : fb_u2f(fb_f2u(a) & fb_f2u(b))));
+    uint32_t ua = fb_f2u(a), ub = fb_f2u(b);
+    uint32_t gt = 0u - (uint32_t)(a > b), lt = 0u - (uint32_t)(b > a), nan = 0u - (uint32_t)(a != a || b != b);
+    uint32_t r = (ua & gt) | (ub & lt) | ((ua & ub) & ~(gt | lt));
+    return fb_u2f((r & ~nan) | (fb_f2u(a + b) & nan));
 }
 static inline double fb_mind(double a, double b) {
-    return (a != a || b != b) ? a + b : (a < b ? a : (b < a ? b : fb_u2d(fb_d2u(a) | fb_d2u(b))));
+    uint64_t ua = fb_d2u(a), ub = fb_d2u(b);
+    uint64_t lt = 0u - (uint64_t)(a < b), gt = 0u - (uint64_t)(b < a), nan = 0u - (uint64_t)(a != a || b != b);
+    uint64_t r = (ua & lt) | (ub & gt) | ((ua | ub) & ~(lt | gt));
+    return fb_u2d((r & ~nan) | (fb_d2u(a + b) & nan));
 }
 static inline double fb_maxd(double a, double b) {
-    return (a != a || b != b) ? a + b : (a > b ? a : (b > a ? b : fb_u2d(fb_d2u(a) & fb_d2u(b))));
+    uint64_t ua = fb_d2u(a), ub = fb_d2u(b);
+    uint64_t gt = 0u - (uint64_t)(a > b), lt = 0u - (uint64_t)(b > a), nan = 0u - (uint64_t)(a != a || b != b);
+    uint64_t r = (ua & gt) | (ub & lt) | ((ua & ub) & ~(gt | lt));
+    return fb_u2d((r & ~nan) | (fb_d2u(a + b) & nan));
 }
 
 /* Max accumulation: once a NaN is in, it stays. */
