@@ -175,6 +175,7 @@ fn support_names_each_refused_node_and_why() {
           {"name": "ln", "target": "aten.native_layer_norm.default",
            "args": {"input": {"ref": "x"}, "normalized_shape": [8], "weight": null, "bias": null, "eps": 1e-5},
            "outputs": [{"dtype": "f32", "shape": [4, 8]}, {"dtype": "f32", "shape": [4, 1]}, {"dtype": "f32", "shape": [4, 1]}]},
+          {"name": "wrong", "target": "aten.relu.default", "args": {"self": {"ref": "x"}}, "outputs": [{"dtype": "f64", "shape": [4, 8]}]},
           {"name": "bn", "target": "aten._native_batch_norm_legit_no_training.default",
            "args": {"input": {"ref": "x"}, "weight": null, "bias": null, "running_mean": {"ref": "x"}, "running_var": {"ref": "x"}, "momentum": 0.1, "eps": 1e-5},
            "outputs": [{"dtype": "f32", "shape": [4, 8]}, {"dtype": "f32", "shape": [0]}, {"dtype": "f32", "shape": [0]}], "used": [0, 2]}
@@ -200,7 +201,14 @@ fn support_names_each_refused_node_and_why() {
         "{}",
         why("h")
     );
-    assert!(why("ln").contains("no entry"), "{}", why("ln"));
+    // Without a weight, layer norm takes ones as its scale.
+    assert_eq!(verdicts["ln"], None);
+    // A node whose traced output type differs from what fusebox would compute is refused.
+    assert!(
+        why("wrong").contains("fusebox computes output 0 as f32 [4, 8], PyTorch as f64 [4, 8]"),
+        "{}",
+        why("wrong")
+    );
     assert!(why("bn").contains("reads output 2"), "{}", why("bn"));
 }
 

@@ -234,3 +234,40 @@ def test_options_and_a_broken_table_are_refused_with_their_reason(tmp_path):
     torch._dynamo.reset()
     with pytest.raises(Exception, match=r"aten\.ron:1:\d+.*Rectify"):
         torch.compile(mlp(), backend="fusebox", options={"rules": str(tmp_path)})(torch.randn(2, 32))
+
+
+class Classifier(nn.Module):
+    """An embedding classifier trained with cross-entropy: mean pool, LayerNorm without a
+    weight, SiLU, Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 32)
+        self.ln = nn.LayerNorm(32, elementwise_affine=False)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, ids, target):
+        h = self.ln(self.emb(ids).mean(1))
+        return torch.nn.functional.cross_entropy(self.fc(torch.nn.functional.silu(h)), target)
+
+
+def test_a_cross_entropy_training_step_runs_in_fusebox_but_the_embeddings_gradient():
+    torch.manual_seed(9)
+    module = Classifier()
+    ids, target = torch.randint(0, 100, (8, 5)), torch.randint(0, 10, (8,))
+    fusebox_torch.reset_report()
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="fusebox")
+    loss = compiled(ids, target)
+    loss.backward()
+    fused = [p.grad.clone() for p in module.parameters()]
+    module.zero_grad()
+    want = module(ids, target)
+    want.backward()
+    torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-6)
+    for g, w in zip(fused, [p.grad for p in module.parameters()]):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    forward, backward = fusebox_torch.last_report()
+    assert forward["left_in_pytorch"] == {} and len(forward["parts"]) == 1
+    # The embedding's gradient is an index_put with accumulation, which has no entry yet.
+    assert list(backward["left_in_pytorch"]) == ["index_put"], backward["left_in_pytorch"]

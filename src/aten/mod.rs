@@ -52,15 +52,50 @@ pub fn import(
     constants: &BTreeMap<String, Vec<u8>>,
     rules: &RuleSet,
 ) -> Result<Imported> {
-    let model = spell_graph(graph, Some(constants), rules)?;
-    crate::onnx::import_model(
+    import_spelled(graph, Some(constants), rules)
+}
+
+/// Spells and imports `graph` (see [`spell_graph`] for `constants`), and checks that each
+/// output has the dtype and shape PyTorch traced it with: PyTorch reads the results as those,
+/// so a spelling that computes anything else is refused, never handed back.
+fn import_spelled(
+    graph: &FxGraph,
+    constants: Option<&BTreeMap<String, Vec<u8>>>,
+    rules: &RuleSet,
+) -> Result<Imported> {
+    let model = spell_graph(graph, constants, rules)?;
+    let imported = crate::onnx::import_model(
         &model,
         &graph.name,
         None,
         &rules.ops,
         &rules.onnx,
         &Specialization::default(),
-    )
+    )?;
+    for output in &graph.outputs {
+        let traced = graph
+            .nodes
+            .iter()
+            .find(|n| n.name == output.node)
+            .and_then(|n| n.outputs.get(output.index));
+        let (Some(traced), Some(got)) = (traced, imported.types.get(&output.value_name())) else {
+            continue;
+        };
+        if traced.dtype != got.dtype.name() || traced.shape != got.shape {
+            return Err(Error::new(
+                Site::model(&graph.name).with_node(&output.node),
+                ErrorKind::Input(format!(
+                    "fusebox computes output {} as {} {:?}, PyTorch as {} {:?}",
+                    output.index,
+                    got.dtype.name(),
+                    got.shape,
+                    traced.dtype,
+                    traced.shape
+                )),
+            ));
+        }
+    }
+    Ok(imported)
 }
 
 /// For each node of `graph`, `None` where fusebox takes it, else why not: the node alone,
@@ -81,17 +116,7 @@ pub fn supported(graph: &FxGraph, rules: &RuleSet) -> BTreeMap<String, Option<St
             .value_name();
             types.insert(value, (ty.dtype.clone(), ty.shape.clone()));
         }
-        let verdict = alone(node, &types).and_then(|g| {
-            let model = spell_graph(&g, None, rules)?;
-            crate::onnx::import_model(
-                &model,
-                &g.name,
-                None,
-                &rules.ops,
-                &rules.onnx,
-                &Specialization::default(),
-            )
-        });
+        let verdict = alone(node, &types).and_then(|g| import_spelled(&g, None, rules));
         // The node is the verdict's key: the reason is the message alone.
         let reason = verdict.err().map(|e| match e.kind {
             ErrorKind::Input(message) => message,

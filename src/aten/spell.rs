@@ -176,12 +176,30 @@ impl Speller {
         if let Some(value) = local.get(written) {
             return Ok(vec![value.clone()]);
         }
+        if let Ok(number) = written.parse::<f64>() {
+            // A literal number: a constant, as a number argument is.
+            let dtype = site.promoted.unwrap_or(site.out.0);
+            let name = format!("{}.literal", site.node.name);
+            return Ok(vec![self.scalar(&name, dtype, number)?]);
+        }
         let (name, form, fallback) =
             split_reference(written).ok_or_else(|| format!("`{written}` is not a reference"))?;
         let node = site.node;
         let prefix = format!("{}.{name}", node.name);
-        if name == "out" && form == Some("shape") {
-            let dims: Vec<i64> = site.out.1.iter().map(|&d| d as i64).collect();
+        if form == Some("shape") {
+            let shape = if name == "out" {
+                site.out.1.to_vec()
+            } else {
+                let arg = node.args.get(name).unwrap_or(&Json::Null);
+                let r =
+                    FxRef::of(arg).ok_or_else(|| format!("argument `{name}` is not a tensor"))?;
+                let (_, shape) = self
+                    .types
+                    .get(&r.value_name())
+                    .ok_or_else(|| format!("`{}` is not a value of the graph", r.node))?;
+                shape.clone()
+            };
+            let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
             return Ok(vec![self.ints(&prefix, &dims, true)]);
         }
         let arg = node.args.get(name).cloned().unwrap_or(Json::Null);

@@ -84,7 +84,7 @@ pub struct OnnxTemplate {
 pub const FORMS: [&str; 7] = [
     "i64",      // an int or a list of ints as a 1-D int64 constant
     "scalar",   // an int as a 0-D int64 constant
-    "shape",    // `$out.shape`: the output's shape as a 1-D int64 constant
+    "shape",    // a tensor argument's shape (or `$out.shape`, the output's) as a 1-D int64 constant
     "dtype",    // (attributes) a dtype argument, or `$out.dtype`, as an ONNX type code
     "positive", // (attributes) axes, each made non-negative by the rank of the first operand
     "twice",    // (attributes) a list written twice: per-axis pads as ONNX's begins and ends
@@ -217,7 +217,7 @@ pub fn split_reference(written: &str) -> Option<(&str, Option<&str>, Option<&str
 
 /// Why `written` is not a reference a template may use, given the earlier nodes' `names`.
 fn check_reference(written: &str, names: &[&str]) -> std::result::Result<(), String> {
-    if written.is_empty() || names.contains(&written) {
+    if written.is_empty() || names.contains(&written) || written.parse::<f64>().is_ok() {
         return Ok(());
     }
     let Some((name, form, fallback)) = split_reference(written) else {
