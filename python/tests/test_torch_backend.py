@@ -251,7 +251,7 @@ class Classifier(nn.Module):
         return torch.nn.functional.cross_entropy(self.fc(torch.nn.functional.silu(h)), target)
 
 
-def test_a_cross_entropy_training_step_runs_in_fusebox_but_the_embeddings_gradient():
+def test_a_cross_entropy_training_step_runs_in_fusebox_with_the_embeddings_gradient():
     torch.manual_seed(9)
     module = Classifier()
     ids, target = torch.randint(0, 100, (8, 5)), torch.randint(0, 10, (8,))
@@ -269,5 +269,32 @@ def test_a_cross_entropy_training_step_runs_in_fusebox_but_the_embeddings_gradie
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
     forward, backward = fusebox_torch.last_report()
     assert forward["left_in_pytorch"] == {} and len(forward["parts"]) == 1
-    # The embedding's gradient is an index_put with accumulation, which has no entry yet.
-    assert list(backward["left_in_pytorch"]) == ["index_put"], backward["left_in_pytorch"]
+    # The embedding's gradient (an index_put with accumulation) is a ScatterND that adds.
+    assert backward["left_in_pytorch"] == {}, backward["left_in_pytorch"]
+    assert "aten.index_put.default" in parts_ran([backward])[0]["nodes"]
+
+
+class TopTwoExperts(nn.Module):
+    """A top-2 mixture-of-experts layer: the gate's two largest logits, softmaxed, scattered
+    into a dense mask over the experts."""
+
+    def __init__(self, d=16, experts=4):
+        super().__init__()
+        self.gate, self.experts = nn.Linear(d, experts), nn.Linear(d, experts * d)
+        self.shape = (experts, d)
+
+    def forward(self, x):
+        logits = self.gate(x)
+        weights, chosen = torch.topk(logits, 2, dim=-1)
+        mask = torch.zeros_like(logits).scatter(-1, chosen, torch.softmax(weights, dim=-1))
+        outs = self.experts(x).view(x.shape[0], *self.shape)
+        return (outs * mask.unsqueeze(-1)).sum(1)
+
+
+def test_a_top2_mixture_of_experts_runs_in_fusebox_forward_and_backward():
+    torch.manual_seed(10)
+    report = compare(TopTwoExperts(), torch.randn(8, 16))
+    for graph in report:
+        assert graph["left_in_pytorch"] == {}, graph["left_in_pytorch"]
+    ops = {op for p in parts_ran(report) for op in p["nodes"]}
+    assert {"aten.topk.default", "aten.scatter.src"} <= ops

@@ -176,6 +176,14 @@ impl Speller {
         if let Some(value) = local.get(written) {
             return Ok(vec![value.clone()]);
         }
+        if let Some(int) = written
+            .strip_suffix(".i64")
+            .and_then(|i| i.parse::<i64>().ok())
+        {
+            // A literal integer list of one: axes (`"-1.i64"`).
+            let name = format!("{}.literal", site.node.name);
+            return Ok(vec![self.ints(&name, &[int], true)]);
+        }
         if let Ok(number) = written.parse::<f64>() {
             // A literal number: a constant, as a number argument is.
             let dtype = site.promoted.unwrap_or(site.out.0);

@@ -217,7 +217,11 @@ pub fn split_reference(written: &str) -> Option<(&str, Option<&str>, Option<&str
 
 /// Why `written` is not a reference a template may use, given the earlier nodes' `names`.
 fn check_reference(written: &str, names: &[&str]) -> std::result::Result<(), String> {
-    if written.is_empty() || names.contains(&written) || written.parse::<f64>().is_ok() {
+    let literal = written.parse::<f64>().is_ok()
+        || written
+            .strip_suffix(".i64")
+            .is_some_and(|i| i.parse::<i64>().is_ok());
+    if written.is_empty() || names.contains(&written) || literal {
         return Ok(());
     }
     let Some((name, form, fallback)) = split_reference(written) else {
