@@ -14,6 +14,7 @@ Errors are `fusebox.FuseboxError`, with fusebox's message (file, line and column
 """
 
 import json
+import threading
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -74,7 +75,7 @@ class Model:
     def compile(self, backend: str = "cpu", amp: Optional[str] = None, fusion: bool = True) -> "Compiled":
         """Compiles for `"cpu"` (C kernels), `"cuda"` (NVRTC, needs a GPU) or `"reference"`
         (the unfused evaluator). `amp` names a policy of the rules (`"bf16"`, ...)."""
-        return Compiled(self, self._native.compile(backend, amp, not fusion))
+        return Compiled(self, self._native.compile(backend, amp, not fusion), backend)
 
     def __repr__(self):
         ins = ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in self.inputs)
@@ -141,8 +142,11 @@ def _from_bf16_bits(bits: np.ndarray) -> np.ndarray:
 class Compiled:
     """A model compiled for one backend: `run` it on arrays by name."""
 
-    def __init__(self, model: Model, native):
+    def __init__(self, model: Model, native, backend: str):
         self._native = native
+        # A CUDA model's context belongs to the thread that compiled it; the CPU and reference
+        # backends run from any thread, one call at a time.
+        self._owner = threading.get_ident() if backend == "cuda" else None
         self._declared = {t.name: t for t in model.inputs}
         types = {t.name: t for t in model.outputs}
         self._outputs = [types[name] for name in native.output_names()]
@@ -175,6 +179,10 @@ class Compiled:
         a value for may be left out. A value of another dtype of the same kind is converted;
         a C-contiguous array of the declared dtype is read in place, and the outputs are
         written in place, with no copy."""
+        if self._owner is not None and threading.get_ident() != self._owner:
+            raise FuseboxError(
+                "a model compiled for CUDA runs on the thread that compiled it: compile one per thread"
+            )
         given = dict(inputs or {})
         given.update(named)
         use_torch = any(_is_torch(v) for v in given.values())

@@ -14,6 +14,7 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Mutex;
 
 create_exception!(
     _fusebox,
@@ -40,7 +41,7 @@ fn dtype(name: &str) -> PyResult<DType> {
 }
 
 /// A graph with its stored values and the rules it was read with.
-#[pyclass(module = "fusebox._fusebox", unsendable)]
+#[pyclass(module = "fusebox._fusebox", frozen)]
 struct Model {
     model: fusebox::model::Model,
 }
@@ -162,26 +163,50 @@ impl Model {
             ..Default::default()
         };
         let compiled = self.model.compile(backend, &options).map_err(fail)?;
-        Ok(Compiled { compiled })
+        Ok(Compiled {
+            compiled: Shared(Mutex::new(compiled)),
+        })
     }
 }
 
 /// A model compiled for one backend.
-#[pyclass(module = "fusebox._fusebox", unsendable)]
+#[pyclass(module = "fusebox._fusebox", frozen)]
 struct Compiled {
-    compiled: fusebox::model::Compiled,
+    compiled: Shared,
+}
+
+/// A compiled model that any Python thread may use, one at a time.
+struct Shared(Mutex<fusebox::model::Compiled>);
+
+// SAFETY: the mutex lets one thread at a time use the compiled model. What it holds is not
+// tied to the thread that built it: on the CPU, heap buffers, loaded libraries and function
+// pointers, used only during a call; the reference backend holds a graph. The raw pointers
+// that make it neither `Send` nor `Sync` point into memory it owns (packed GEMM operands). A
+// CUDA model's context is used from the thread that compiled it only: the Python layer
+// (`fusebox.Compiled`) refuses other threads for the CUDA backend, so no CUDA call moves.
+unsafe impl Send for Shared {}
+// SAFETY: as above; every access goes through the mutex.
+unsafe impl Sync for Shared {}
+
+impl Compiled {
+    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, fusebox::model::Compiled>> {
+        self.compiled
+            .0
+            .lock()
+            .map_err(|_| FuseboxError::new_err("an earlier run of this model failed midway"))
+    }
 }
 
 #[pymethods]
 impl Compiled {
     /// The output names, in the order `run` writes them.
-    fn output_names(&self) -> Vec<String> {
-        self.compiled.output_names()
+    fn output_names(&self) -> PyResult<Vec<String>> {
+        Ok(self.lock()?.output_names())
     }
 
     /// The optimization report as JSON text; `None` for the reference backend.
     fn report(&self) -> PyResult<Option<String>> {
-        self.compiled
+        self.lock()?
             .report()
             .map(|r| serde_json::to_string(r).map_err(|e| FuseboxError::new_err(e.to_string())))
             .transpose()
@@ -189,21 +214,19 @@ impl Compiled {
 
     /// Kernels and library calls per run: `(kernels, library_calls)`; `None` for the
     /// reference backend.
-    fn kernels(&self) -> Option<(usize, usize)> {
-        self.compiled
-            .kernels()
-            .map(|k| (k.kernels, k.library_calls))
+    fn kernels(&self) -> PyResult<Option<(usize, usize)>> {
+        Ok(self.lock()?.kernels().map(|k| (k.kernels, k.library_calls)))
     }
 
     /// The backend in words.
-    fn describe(&self) -> String {
-        self.compiled.describe()
+    fn describe(&self) -> PyResult<String> {
+        Ok(self.lock()?.describe())
     }
 
     /// Kernel builds so far: `(compiled, found in memory, found on disk)`.
-    fn kernel_builds(&self) -> (usize, usize, usize) {
-        let b = self.compiled.kernel_builds();
-        (b.compiled, b.memory_hits, b.disk_hits)
+    fn kernel_builds(&self) -> PyResult<(usize, usize, usize)> {
+        let b = self.lock()?.kernel_builds();
+        Ok((b.compiled, b.memory_hits, b.disk_hits))
     }
 
     /// Runs on memory Python owns. `inputs`: `(name, dtype, shape, address)`; `outputs`:
@@ -213,7 +236,7 @@ impl Compiled {
     /// addresses, as it cannot check them.
     #[pyo3(name = "_run_addresses")]
     fn run_addresses(
-        &mut self,
+        &self,
         inputs: Vec<(String, String, Vec<usize>, usize)>,
         outputs: Vec<(String, Vec<usize>, usize)>,
     ) -> PyResult<()> {
@@ -238,7 +261,8 @@ impl Compiled {
             .collect::<PyResult<Vec<_>>>()?;
         // SAFETY: the package's Python layer passes arrays it holds, of these dtypes and
         // shapes, C-contiguous, and freshly allocated outputs (the method's contract).
-        unsafe { self.compiled.run_host(&given, &outputs) }.map_err(fail)
+        let mut compiled = self.lock()?;
+        unsafe { compiled.run_host(&given, &outputs) }.map_err(fail)
     }
 }
 

@@ -127,3 +127,28 @@ def test_torch_cpu_tensors_in_give_tensors_out_without_copies():
     got = compiled.run(x=x, bias=bias)
     assert isinstance(got["y"], torch.Tensor) and got["y"].dtype == torch.float32
     torch.testing.assert_close(got["y"], torch.nn.functional.gelu(x + bias), rtol=1e-5, atol=1e-6)
+
+
+def test_a_compiled_model_runs_from_other_threads():
+    import threading
+
+    fusebox = need("fusebox")
+    compiled = fusebox.parse(GELU_BIAS).compile("cpu")
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    want = compiled.run(x=x, bias=np.zeros(3, np.float32))["y"]
+    results, errors = [], []
+
+    def use():
+        try:
+            for _ in range(20):
+                results.append(compiled.run(x=x, bias=np.zeros(3, np.float32))["y"])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    workers = [threading.Thread(target=use) for _ in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors
+    assert len(results) == 60 and all(np.array_equal(r, want) for r in results)

@@ -298,3 +298,31 @@ def test_a_top2_mixture_of_experts_runs_in_fusebox_forward_and_backward():
         assert graph["left_in_pytorch"] == {}, graph["left_in_pytorch"]
     ops = {op for p in parts_ran(report) for op in p["nodes"]}
     assert {"aten.topk.default", "aten.scatter.src"} <= ops
+
+
+def test_a_compiled_module_runs_from_several_threads():
+    import threading
+
+    torch.manual_seed(11)
+    module = mlp()
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="fusebox")
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        want = module(x)
+        compiled(x)
+    errors = []
+
+    def use():
+        try:
+            with torch.no_grad():
+                torch.testing.assert_close(compiled(x), want, rtol=1e-5, atol=1e-5)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    workers = [threading.Thread(target=use) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors
