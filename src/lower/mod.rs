@@ -49,25 +49,22 @@ impl Program {
         inputs: impl ExactSizeIterator<Item = (DType, &'a [usize])>,
     ) -> Result<()> {
         let dag = &self.dag;
-        if inputs.len() != dag.inputs.len() {
-            return Err(Error::input(format!(
-                "{} inputs given, the graph has {}",
-                inputs.len(),
-                dag.inputs.len()
-            )));
-        }
-        for ((dtype, shape), input) in inputs.zip(&dag.inputs) {
-            if dtype != input.ty.dtype || shape != input.ty.shape.as_slice() {
-                return Err(Error::new(
-                    Site::node(&input.name),
-                    ErrorKind::Input(format!(
-                        "expected {} {:?}, got {dtype} {shape:?}",
-                        input.ty.dtype, input.ty.shape
-                    )),
-                ));
-            }
-        }
-        Ok(())
+        let expected = dag.inputs.iter().map(|i| (i.name.as_str(), &i.ty));
+        check_types("inputs", inputs, expected)
+    }
+
+    /// `outputs` (dtype and shape of each array a run writes, in `dag.outputs` order) are what
+    /// the graph computes.
+    pub fn check_outputs<'a>(
+        &self,
+        outputs: impl ExactSizeIterator<Item = (DType, &'a [usize])>,
+    ) -> Result<()> {
+        let dag = &self.dag;
+        let expected = dag
+            .outputs
+            .iter()
+            .map(|o| (o.name.as_str(), dag.ty(o.value)));
+        check_types("outputs", outputs, expected)
     }
 
     /// Every view of every launch stays inside its buffer. Backends check this before running
@@ -777,4 +774,32 @@ fn absorbed_operand(dag: &Dag, nodes: &[usize], arg: Value) -> Result<MatMulOper
         cast,
         view,
     })
+}
+
+/// `given` (dtype and shape of each) against the graph's `expected` values, by position; the
+/// error names the value that differs.
+fn check_types<'a, 'e>(
+    what: &str,
+    given: impl ExactSizeIterator<Item = (DType, &'a [usize])>,
+    expected: impl ExactSizeIterator<Item = (&'e str, &'e crate::graph::TensorType)>,
+) -> Result<()> {
+    if given.len() != expected.len() {
+        return Err(Error::input(format!(
+            "{} {what} given, the graph has {}",
+            given.len(),
+            expected.len()
+        )));
+    }
+    for ((dtype, shape), (name, ty)) in given.zip(expected) {
+        if dtype != ty.dtype || shape != ty.shape.as_slice() {
+            return Err(Error::new(
+                Site::node(name),
+                ErrorKind::Input(format!(
+                    "expected {} {:?}, got {dtype} {shape:?}",
+                    ty.dtype, ty.shape
+                )),
+            ));
+        }
+    }
+    Ok(())
 }

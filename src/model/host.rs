@@ -163,7 +163,8 @@ impl Compiled {
             )));
         }
         crate::backend::Executable::program(executable).check_inputs(types.into_iter())?;
-        executable.check_outputs(outputs.iter().map(|o| (o.dtype, o.shape.as_slice())))?;
+        crate::backend::Executable::program(executable)
+            .check_outputs(outputs.iter().map(|o| (o.dtype, o.shape.as_slice())))?;
         let out: Vec<*mut u8> = outputs.iter().map(|o| o.data).collect();
         // SAFETY: every type is checked; the caller vouches for the arrays' memory, and the
         // stored buffers are borrowed from `self` for the call.

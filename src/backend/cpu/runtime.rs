@@ -248,7 +248,8 @@ impl Executable for CpuExecutable {
     fn run_into(&mut self, inputs: &[Buffer], outputs: &mut [Buffer]) -> Result<()> {
         self.program
             .check_inputs(inputs.iter().map(|b| (b.dtype, b.shape.as_slice())))?;
-        self.check_outputs(outputs.iter().map(|b| (b.dtype, b.shape.as_slice())))?;
+        self.program
+            .check_outputs(outputs.iter().map(|b| (b.dtype, b.shape.as_slice())))?;
         let in_ptrs: Vec<*const u8> = inputs.iter().map(Buffer::as_ptr).collect();
         let out_ptrs: Vec<*mut u8> = outputs.iter_mut().map(|b| b.as_mut_ptr()).collect();
         // SAFETY: each buffer holds exactly its checked type's bytes, aligned to 64, and the
@@ -279,34 +280,9 @@ impl Executable for CpuExecutable {
 }
 
 impl CpuExecutable {
-    /// Checks that `outputs` (dtype, shape) are the program's outputs, in order.
-    pub fn check_outputs<'a>(
-        &self,
-        outputs: impl ExactSizeIterator<Item = (crate::dtype::DType, &'a [usize])>,
-    ) -> Result<()> {
-        let dag = &self.program.dag;
-        if outputs.len() != dag.outputs.len() {
-            return Err(Error::backend(format!(
-                "{} output arrays given, the graph has {} outputs",
-                outputs.len(),
-                dag.outputs.len()
-            )));
-        }
-        for ((dtype, shape), output) in outputs.zip(&dag.outputs) {
-            let ty = dag.ty(output.value);
-            if dtype != ty.dtype || shape != ty.shape.as_slice() {
-                return Err(Error::backend(format!(
-                    "output array for `{}` must be {} {:?}",
-                    output.name, ty.dtype, ty.shape
-                )));
-            }
-        }
-        Ok(())
-    }
-
     /// Runs the program on memory the caller owns: `inputs` in `dag.inputs` order, `outputs`
     /// in `dag.outputs` order, of the types [`crate::lower::Program::check_inputs`] and
-    /// [`CpuExecutable::check_outputs`] accept. This is how a run reads arrays it did not
+    /// [`crate::lower::Program::check_outputs`] accept. This is how a run reads arrays it did not
     /// allocate (NumPy's, PyTorch's) without copying them: the kernels need only each
     /// element's natural alignment (streaming stores check 64-byte alignment themselves).
     ///
