@@ -17,7 +17,7 @@ use fusebox::eval::{evaluate, random_inputs};
 use fusebox::formula;
 use fusebox::graph::file::{parse, to_ron};
 use fusebox::graph::{Graph, Input, Node};
-use fusebox::rules::{Catalogue, MapTable};
+use fusebox::rules::{Catalogue, MapTable, RuleSet};
 use fusebox::shape::checked_numel;
 use fusebox::tensor::Tensor;
 use proptest::prelude::*;
@@ -1799,5 +1799,71 @@ fn onnx_seeds_import() {
         let imported = fusebox::onnx::import(&path, &CATALOGUE, &ONNX_TABLE)
             .unwrap_or_else(|e| panic!("seed {k} must import: {e}"));
         assert!(!imported.graph.nodes.is_empty(), "seed {k}");
+    }
+}
+
+// --------------------------------------------------------------- ATen graphs (torch backend)
+
+/// A part as the torch backend sends it: a layer norm, a product with a constant, a masked
+/// softmax and a split, with numbers, lists, `-inf` and dtypes among the arguments.
+const ATEN_PART: &str = r#"{"name": "fused_0",
+ "inputs": [{"name": "x", "dtype": "f32", "shape": [2, 4, 8]}, {"name": "w", "dtype": "f32", "shape": [8]}],
+ "constants": [{"name": "m", "dtype": "bool", "shape": [4, 4]}],
+ "nodes": [
+  {"name": "ln", "target": "aten.native_layer_norm.default",
+   "args": {"input": {"ref": "x"}, "normalized_shape": [8], "weight": {"ref": "w"}, "bias": null, "eps": 1e-05},
+   "outputs": [{"dtype": "f32", "shape": [2, 4, 8]}, {"dtype": "f32", "shape": [2, 4, 1]}, {"dtype": "f32", "shape": [2, 4, 1]}], "used": [0]},
+  {"name": "t", "target": "aten.permute.default", "args": {"self": {"ref": "ln"}, "dims": [0, 2, 1]},
+   "outputs": [{"dtype": "f32", "shape": [2, 8, 4]}]},
+  {"name": "s", "target": "aten.bmm.default", "args": {"self": {"ref": "ln"}, "mat2": {"ref": "t"}},
+   "outputs": [{"dtype": "f32", "shape": [2, 4, 4]}]},
+  {"name": "f", "target": "aten.masked_fill.Scalar", "args": {"self": {"ref": "s"}, "mask": {"ref": "m"}, "value": {"float": "-inf"}},
+   "outputs": [{"dtype": "f32", "shape": [2, 4, 4]}]},
+  {"name": "p", "target": "aten._softmax.default", "args": {"self": {"ref": "f"}, "dim": -1, "half_to_float": false},
+   "outputs": [{"dtype": "f32", "shape": [2, 4, 4]}]},
+  {"name": "c", "target": "aten._to_copy.default", "args": {"self": {"ref": "p"}, "dtype": {"dtype": "bf16"}},
+   "outputs": [{"dtype": "bf16", "shape": [2, 4, 4]}]},
+  {"name": "sp", "target": "aten.split_with_sizes.default", "args": {"self": {"ref": "c"}, "split_sizes": [1, 3], "dim": 2},
+   "outputs": [{"dtype": "bf16", "shape": [2, 4, 1]}, {"dtype": "bf16", "shape": [2, 4, 3]}]}
+ ],
+ "outputs": [{"ref": "sp", "index": 1}, {"ref": "p"}]}"#;
+
+/// A mutated part is imported or refused with an error, never a panic; whatever imports has
+/// the outputs' traced types (the importer checks them) and passes the graph checker.
+fn aten_property(text: &str) -> Result<(), TestCaseError> {
+    let rules = RuleSet::defaults();
+    let Ok(graph) = fusebox::aten::fx::parse(text, "part.json") else {
+        return Ok(());
+    };
+    let verdicts = fusebox::aten::supported(&graph, &rules);
+    prop_assert_eq!(verdicts.len(), graph.nodes.len());
+    let constants = std::collections::BTreeMap::from([("m".to_string(), vec![1u8; 16])]);
+    if let Ok(imported) = fusebox::aten::import(&graph, &constants, &rules) {
+        let checked = fusebox::graph::check(&imported.graph, &rules.ops);
+        prop_assert!(checked.is_ok(), "{:?}", checked.err());
+    }
+    Ok(())
+}
+
+#[test]
+fn aten_parts_the_original_imports() {
+    let graph = fusebox::aten::fx::parse(ATEN_PART, "part.json").unwrap();
+    let constants = std::collections::BTreeMap::from([("m".to_string(), vec![1u8; 16])]);
+    if let Err(e) = fusebox::aten::import(&graph, &constants, &RuleSet::defaults()) {
+        panic!("{e}");
+    }
+}
+
+proptest! {
+    #![proptest_config(config(300))]
+
+    #[test]
+    fn aten_parts_char_mutations(mutations in prop::collection::vec(char_mutation(), 1..4)) {
+        aten_property(&mutate(ATEN_PART, &mutations))?;
+    }
+
+    #[test]
+    fn aten_parts_structured_mutations(mutations in prop::collection::vec(structured_mutation(), 1..4)) {
+        aten_property(&mutate(ATEN_PART, &mutations))?;
     }
 }
