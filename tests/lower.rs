@@ -364,3 +364,42 @@ fn random_graphs_cover_the_layout_forms() {
         );
     }
 }
+
+/// A concat read by ranges whose operands come from a row kernel (a row reduction and the
+/// pointwise ops on its result) is not put in that row kernel: its segments would read a
+/// reduction result the segment evaluation does not compute. Found by the random graphs.
+#[test]
+fn a_concat_of_a_row_reductions_consumers_lowers_and_agrees() {
+    let text = r#"Graph(name: "random",
+        inputs: [Input(name: "x0", dtype: "f32", shape: [1, 2])],
+        nodes: [
+            Node(name: "v0", op: "sum_to_size", args: ["x0"], attrs: {"shape": [1]}),
+            Node(name: "v1", op: "gelu", args: ["v0"]),
+            Node(name: "v2", op: "concat", args: ["v1", "v1"], attrs: {"axis": -1}),
+            Node(name: "v6_c", op: "gt", args: ["v2", "x0"]),
+            Node(name: "v6", op: "where", args: ["v6_c", "x0", "v0"]),
+            Node(name: "v7", op: "neg", args: ["x0"]),
+        ],
+        outputs: ["v6", "v7"])"#;
+    let rules = fusebox::rules::RuleSet::defaults();
+    let (graph, _) = fusebox::graph::file::parse(text, "g.ron", &rules.ops).unwrap();
+    let model = fusebox::model::Model::from_graph(graph, &rules).unwrap();
+    let x =
+        fusebox::tensor::Tensor::from_values(fusebox::dtype::DType::F32, &[1, 2], vec![0.25, -1.5])
+            .unwrap();
+    let inputs = std::collections::BTreeMap::from([("x0".to_string(), x)]);
+    let options = fusebox::model::CompileOptions::default();
+    let got = model
+        .compile(fusebox::model::Backend::Cpu, &options)
+        .unwrap()
+        .run(&inputs)
+        .unwrap();
+    let want = model
+        .compile(fusebox::model::Backend::Reference, &options)
+        .unwrap()
+        .run(&inputs)
+        .unwrap();
+    for name in ["v6", "v7"] {
+        assert_eq!(got[name].values(), want[name].values(), "{name}");
+    }
+}

@@ -292,7 +292,13 @@ impl Builder<'_> {
             {
                 let g = self.group_of[p];
                 if self.is_member(g, epoch) {
-                    if !self.consumable(p) {
+                    // A concat read by ranges evaluates its operands per segment, where no
+                    // row reduction of the kernel is computed: an operand from a kernel that
+                    // consumes one (a row kernel) would read a result that is not there.
+                    let selects = self.select[n].is_some();
+                    if !self.consumable(p)
+                        || (selects && (self.role[p] == Role::Rows || self.group(g).rows))
+                    {
                         return None;
                     }
                     consumes_rows |= self.role[p] == Role::Rows;
@@ -313,9 +319,15 @@ impl Builder<'_> {
                     // A concat read by ranges evaluates its operands at other points of
                     // the domain than its own, where a row reduction's result is not
                     // computed: such a kernel would read the row of another point.
+                    // The same for a producer that consumes a row reduction inside its own
+                    // kernel (a row kernel): its values depend on results the segment
+                    // evaluation does not compute.
                     let selects = self.group(c).select.is_some();
+                    let row_kernel = self.group(a).rows;
                     for &p in producers {
-                        if !self.consumable(p) || (selects && self.role[p] == Role::Rows) {
+                        if !self.consumable(p)
+                            || (selects && (self.role[p] == Role::Rows || row_kernel))
+                        {
                             return None;
                         }
                         consumes_rows |= self.role[p] == Role::Rows;
