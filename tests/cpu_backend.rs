@@ -33,6 +33,9 @@ fn agrees(graph: &Graph, options: &Options, seed: u64, specials: bool) -> Result
         None => graph.clone(),
     };
     let inputs = random_graph::inputs(graph, seed, specials);
+    if decided_by_last_ulps(&reference_graph, &inputs) {
+        return Ok(());
+    }
     let want = fusebox::eval::evaluate(&reference_graph, &rules.ops, &inputs)
         .map_err(|e| e.to_string())?;
     runs_as(graph, options, &inputs, &want)
@@ -54,6 +57,48 @@ fn runs_as(
         assert_same(name, &want[name], &got[name])?;
     }
     Ok(())
+}
+
+/// Whether a comparison in `graph` is decided, somewhere, by the last ulps of its operands:
+/// two different values within a few ulps of each other (`tanh(x) > x` for a tiny `x`, where
+/// the reference's correctly rounded `tanh(x)` equals `x` and a vector `tanh`'s may not). The
+/// backends are held to the float tolerance, not to the last ulp, so such a comparison may flip
+/// and every value computed from it with it: these graphs are not compared.
+fn decided_by_last_ulps(graph: &Graph, inputs: &fusebox::eval::Tensors) -> bool {
+    let Ok(all) = fusebox::eval::evaluate_all(graph, &rules().ops, inputs) else {
+        return false;
+    };
+    graph.nodes.iter().any(|node| {
+        let comparison = ["gt", "ge", "lt", "le", "eq", "ne"].contains(&node.op.as_str());
+        if !comparison || node.args.len() != 2 || node.args[0] == node.args[1] {
+            return false;
+        }
+        let Some(out) = all.get(&node.name) else {
+            return false;
+        };
+        let operand = |k: usize| {
+            let t = all
+                .get(&node.args[k])
+                .or_else(|| inputs.get(&node.args[k]))?;
+            let ulp = match t.dtype {
+                fusebox::dtype::DType::F64 => f64::EPSILON,
+                fusebox::dtype::DType::F32 => f32::EPSILON as f64,
+                fusebox::dtype::DType::F16 => 2f64.powi(-10),
+                fusebox::dtype::DType::BF16 => 2f64.powi(-7),
+                _ => return None,
+            };
+            let values = t.floats().into_owned();
+            let wide: Vec<f64> = values.broadcast(out.shape())?.iter().copied().collect();
+            Some((ulp, wide))
+        };
+        let (Some((ua, a)), Some((ub, b))) = (operand(0), operand(1)) else {
+            return false;
+        };
+        let ulps = 8.0 * ua.max(ub);
+        a.iter().zip(&b).any(|(x, y)| {
+            x.is_finite() && y.is_finite() && (x - y).abs() <= ulps * x.abs().max(y.abs())
+        })
+    })
 }
 
 #[test]
