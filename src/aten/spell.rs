@@ -210,17 +210,7 @@ impl Speller {
             let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
             return Ok(vec![self.ints(&prefix, &dims, true)]);
         }
-        let arg = node.args.get(name).cloned().unwrap_or(Json::Null);
-        let arg = match (arg, fallback) {
-            (Json::Null, Some(f)) => match f.strip_prefix('$') {
-                Some(other) => node.args.get(other).cloned().unwrap_or(Json::Null),
-                None => Json::from(
-                    f.parse::<f64>()
-                        .map_err(|_| format!("fallback `{f}` is not a number"))?,
-                ),
-            },
-            (arg, _) => arg,
-        };
+        let arg = argument(node, name, fallback)?;
         let arg = &arg;
         match form {
             Some("i64") | Some("scalar") => {
@@ -327,6 +317,23 @@ impl Speller {
     }
 }
 
+/// Argument `name` of `node`; where it is None (or an empty list) and the reference has a
+/// fallback (after `|`), the fallback: a number, or another argument (`$NAME`).
+fn argument(node: &FxNode, name: &str, fallback: Option<&str>) -> Spelled<Json> {
+    let arg = node.args.get(name).cloned().unwrap_or(Json::Null);
+    let empty = arg.is_null() || arg.as_array().is_some_and(Vec::is_empty);
+    match fallback {
+        Some(f) if empty => match f.strip_prefix('$') {
+            Some(other) => Ok(node.args.get(other).cloned().unwrap_or(Json::Null)),
+            None => f
+                .parse::<f64>()
+                .map(Json::from)
+                .map_err(|_| format!("fallback `{f}` is not a number")),
+        },
+        _ => Ok(arg),
+    }
+}
+
 /// The first entry for `node`'s op whose conditions hold, or why there is none.
 fn select<'t>(node: &FxNode, table: &'t AtenTable) -> Spelled<&'t AtenMap> {
     let entries = table.entries(&node.target);
@@ -390,18 +397,7 @@ fn attribute(site: &Site, key: &str, value: &ron::Value) -> Spelled<Option<Attri
         };
         return Ok(Some(int_attribute(attr, onnx_code(dtype))));
     }
-    let mut arg = site.node.args.get(name).cloned().unwrap_or(Json::Null);
-    let empty = matches!(&arg, Json::Null) || matches!(&arg, Json::Array(a) if a.is_empty());
-    if empty && let Some(fallback) = fallback {
-        arg = match fallback.strip_prefix('$') {
-            Some(other) => site.node.args.get(other).cloned().unwrap_or(Json::Null),
-            None => Json::from(
-                fallback
-                    .parse::<f64>()
-                    .map_err(|_| format!("fallback `{fallback}` is not a number"))?,
-            ),
-        };
-    }
+    let arg = argument(site.node, name, fallback)?;
     if arg.is_null() {
         return Ok(None);
     }

@@ -206,6 +206,7 @@ fn rule_files_that_are_not_bounded_regular_files_are_refused_by_every_command() 
         "cost.ron",
         "gradients.ron",
         "onnx.ron",
+        "aten.ron",
         "rewrites/mine.ron",
     ];
     let mut commands = graph_commands("g.ron", &["--rules", "r"]);
