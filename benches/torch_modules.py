@@ -22,7 +22,7 @@ class Block(nn.Module):
         shape = (b, t, self.heads, c // self.heads)
         q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) * (1.0 / (c // self.heads) ** 0.5)
-        mask = torch.tril(torch.ones(t, t)).view(1, 1, t, t)
+        mask = torch.tril(torch.ones(t, t, device=x.device)).view(1, 1, t, t)
         att = F.softmax(att.masked_fill(mask == 0, float("-inf")), dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
         x = x + self.proj(y)

@@ -77,7 +77,9 @@ use crate::tensor::Tensor;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+mod device;
 mod host;
+pub use device::DeviceArray;
 pub use host::HostArray;
 
 /// A graph with the stored values of its parameter inputs, and the rule set it was read
@@ -291,6 +293,7 @@ impl Model {
             builds,
             resize,
             host_stored: BTreeMap::new(),
+            device_stored: BTreeMap::new(),
         })
     }
 
@@ -397,6 +400,8 @@ pub struct Compiled {
     /// The stored values in their storage format, made once for runs on host memory
     /// ([`Compiled::run_host`]) of a model that compiles for one size only.
     host_stored: BTreeMap<String, crate::runtime::buffer::Buffer>,
+    /// The same on the GPU, for runs on device memory ([`Compiled::run_device_arrays`]).
+    device_stored: BTreeMap<String, crate::backend::cuda::runtime::DeviceBuffer>,
 }
 
 impl Compiled {

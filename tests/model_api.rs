@@ -156,6 +156,61 @@ fn a_missing_input_is_an_error_that_names_it() {
     }
 }
 
+/// Runs on arrays the caller owns: the CPU backend reads and writes them in place, with the
+/// stored `w` filled in; a wrong name, a missing input and a wrong output shape are errors
+/// naming them; device arrays are refused by a model not compiled for CUDA.
+#[test]
+fn caller_owned_arrays_run_in_place_and_device_arrays_need_a_cuda_model() {
+    use fusebox::model::{DeviceArray, HostArray};
+    let rules = RuleSet::defaults();
+    let model = Model::load(&stored_graph("host"), &rules).unwrap();
+    let mut compiled = model
+        .compile(Backend::Cpu, &CompileOptions::default())
+        .unwrap();
+    assert_eq!(compiled.device_memory(), None);
+    let mut x_data = [1.0f32, 2.0, 3.0, -1.0, -2.0, -3.0];
+    let mut y_data = [f32::NAN; 6];
+    let array = |data: &mut [f32], shape: &[usize]| HostArray {
+        dtype: DType::F32,
+        shape: shape.to_vec(),
+        data: data.as_mut_ptr().cast(),
+    };
+    let given: BTreeMap<String, HostArray> =
+        [("x".to_string(), array(&mut x_data, &[2, 3]))].into();
+    let out = [array(&mut y_data, &[2, 3])];
+    // SAFETY: the arrays live on this stack frame for the calls, of the dtype and shapes given.
+    unsafe { compiled.run_host(&given, &out) }.unwrap();
+    assert_eq!(y_data, [3.0, 0.0, 4.5, -3.0, 0.0, -4.5]);
+    let renamed: BTreeMap<String, HostArray> =
+        [("z".to_string(), array(&mut x_data, &[2, 3]))].into();
+    let err = unsafe { compiled.run_host(&renamed, &out) }
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("the model has no input `z`"), "{err}");
+    let err = unsafe { compiled.run_host(&BTreeMap::new(), &out) }
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no value for input(s) x"), "{err}");
+    let short = [array(&mut y_data[..3], &[3])];
+    let err = unsafe { compiled.run_host(&given, &short) }
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("[3]"), "{err}");
+
+    let device = |address| DeviceArray {
+        dtype: DType::F32,
+        shape: vec![2, 3],
+        address,
+    };
+    let given: BTreeMap<String, DeviceArray> = [("x".to_string(), device(0x1000))].into();
+    // SAFETY: refused before any address or stream is used.
+    let err =
+        unsafe { compiled.run_device_arrays(&given, &[device(0x2000)], std::ptr::null_mut()) }
+            .unwrap_err()
+            .to_string();
+    assert!(err.contains("compile it for cuda"), "{err}");
+}
+
 #[test]
 fn the_reference_backend_refuses_no_fusion_and_cuda_options_need_cuda() {
     let rules = RuleSet::defaults();

@@ -18,6 +18,14 @@
 #                                       #   reference, through the CLI (needs numpy)
 #   benches/gpu/run.sh tests            # the Rust GPU tests (option 2 below)
 #   benches/gpu/run.sh bench            # peers_gpu.py: the table (needs PyTorch with CUDA)
+#   benches/gpu/run.sh python          # the Python package on the GPU: python/tests/test_cuda.py
+#                                       #   (CUDA tensors in place on PyTorch's stream, the
+#                                       #   torch.compile backend's CUDA parts, the committed
+#                                       #   ONNX models), needs the native module built
+#                                       #   (python/fusebox/_fusebox.abi3.so) and PyTorch
+#   benches/gpu/run.sh torch [ARGS]     # benches/torch_backend.py --device cuda ARGS: the
+#                                       #   torch.compile backend against eager and Inductor
+#                                       #   (not part of `all`)
 #   benches/gpu/run.sh sweep [ARGS]     # reduction_sweep.py: column sums of growing size
 #                                       #   against the cost model (not part of `all`)
 #   benches/gpu/run.sh alternate ARGS   # alternate.py ARGS: builds or rule directories
@@ -166,6 +174,20 @@ run_bench() {
     return "${PIPESTATUS[0]}"
 }
 
+# The package from this checkout: python/ first on the path (the native module built and
+# copied beside it, see book/src/python.md).
+run_python() {
+    FUSEBOX_REQUIRE_CUDA=1 FUSEBOX_REQUIRE_PYTHON=1 PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" \
+        "$PYTHON" -m pytest -q -p no:cacheprovider "$ROOT/python/tests/test_cuda.py" 2>&1 | tee "$OUT/python.txt"
+    return "${PIPESTATUS[0]}"
+}
+
+run_torch() {
+    (cd "$ROOT/benches" && PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" \
+        "$PYTHON" torch_backend.py --device cuda "$@") 2>&1 | tee -a "$OUT/torch_backend.txt"
+    return "${PIPESTATUS[0]}"
+}
+
 run_sweep() {
     "$PYTHON" "$HERE/reduction_sweep.py" --fusebox "$FUSEBOX" --iters "$ITERS" --json "$OUT/sweep.json" \
         "$@" 2>&1 | tee "$OUT/sweep.txt"
@@ -184,6 +206,8 @@ case "${1:-all}" in
     check) run_info >/dev/null; run_check || status=1 ;;
     tests) run_tests || status=1 ;;
     bench) run_bench || status=1 ;;
+    python) run_python || status=1 ;;
+    torch) shift; run_torch "$@" || status=1 ;;
     sweep) shift; run_sweep "$@" || status=1 ;;
     alternate) shift; run_alternate "$@" || status=1 ;;
     all)
@@ -191,8 +215,9 @@ case "${1:-all}" in
         run_check || status=1
         run_tests || status=1
         run_bench || status=1
+        run_python || status=1
         ;;
-    *) die "unknown step '$1' (info, check, tests, bench, sweep, alternate or all)" ;;
+    *) die "unknown step '$1' (info, check, tests, bench, python, torch, sweep, alternate or all)" ;;
 esac
 echo "run.sh: results in $OUT" >&2
 exit "$status"

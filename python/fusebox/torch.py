@@ -4,17 +4,20 @@ the parts it can fuse.
 AOTAutograd hands the backend the forward and the backward graph in core ATen. In each, every
 node is offered to fusebox (its ATen table, `rules/aten.ron`, spells ATen ops as ONNX nodes);
 PyTorch's capability-based partitioner groups the nodes fusebox takes into maximal convex parts,
-and each part runs as one fusebox program on the CPU backend. Everything else stays in PyTorch,
+and each part runs as one fusebox program: on the CPU backend for CPU tensors, on the CUDA
+backend for CUDA tensors. Everything else stays in PyTorch,
 so an unsupported op never refuses a model: `last_report()` says what stayed and why.
 
 A part is compiled on its first call, for the shapes and dtypes of that call's tensors, and
 again for each new combination (kept per part; the kernels themselves are cached by source, so
-a size met again costs no compiler run). Tensors are passed by address: a contiguous CPU tensor
-of the right dtype is read in place, and the outputs are tensors fusebox writes directly.
+a size met again costs no compiler run). Tensors are passed by address: a contiguous tensor of
+the right dtype is read in place, and the outputs are tensors fusebox writes directly. On a
+GPU the part's kernels are queued on PyTorch's current stream, in order with PyTorch's own
+work, and nothing waits on the host.
 
 Under `torch.autocast` the casts PyTorch inserted are part of the graph (`_to_copy` nodes):
 fusebox keeps them, as PyTorch's own policy decided them, and its rewrites remove the ones that
-cancel. CUDA tensors are not handed to fusebox: a part with one runs in PyTorch.
+cancel.
 """
 
 import json
@@ -330,8 +333,14 @@ class _Part(torch.nn.Module):
     def _compile(self, args):
         gm = self.gm
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        if any(isinstance(a, torch.Tensor) and (a.device.type != "cpu" or _tensor_type(a) is None) for a in args):
-            return None, "an input is not a CPU tensor of a dtype fusebox has"
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if any(_tensor_type(a) is None for a in tensors):
+            return None, "an input has a dtype fusebox does not have"
+        devices = {a.device for a in tensors}
+        engine = _engine(self.settings["engine"], devices)
+        if engine is None:
+            where = ", ".join(sorted(str(d) for d in devices))
+            return None, f"engine `{self.settings['engine']}` does not run tensors on {where}"
         # Every node's value at this call's sizes (symbolic sizes become the call's ints).
         FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*args)
         inputs = [
@@ -345,7 +354,7 @@ class _Part(torch.nn.Module):
                 concrete = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: _size(n.meta["val"]))
                 value = node.target(*concrete[0], **concrete[1]).contiguous()
                 constants.append({"name": node.name, **_tensor_type(value)})
-                data[node.name] = value.reshape(-1).view(torch.uint8).numpy().tobytes()
+                data[node.name] = value.reshape(-1).view(torch.uint8).cpu().numpy().tobytes()
         graph = _graph_json(gm, inputs, constants)
         # One output per value: a repeated output is filled from the first.
         refs = graph["outputs"]
@@ -353,7 +362,7 @@ class _Part(torch.nn.Module):
         graph["outputs"] = unique
         try:
             model = Model(_NativeModel.from_fx(json.dumps(graph), data, self.settings["rules"]))
-            compiled = model.compile(self.settings["engine"])
+            compiled = model.compile(engine)
         except FuseboxError as e:
             return None, str(e)
         order = [unique.index(ref) for ref in refs]
@@ -381,6 +390,20 @@ class _Part(torch.nn.Module):
         return tuple(outs) if self.tuple_output else outs[0]
 
 
+def _engine(setting: str, devices: set) -> Optional[str]:
+    """The backend that runs a part whose tensors lie on `devices` under the `engine` setting:
+    `auto` takes the CPU backend for CPU tensors and the CUDA backend for tensors on one GPU;
+    `None` when the setting cannot run them (tensors on several devices, CPU and CUDA mixed)."""
+    kinds = {d.type for d in devices}
+    if setting == "reference":
+        return "reference"
+    if kinds <= {"cpu"} and setting in ("auto", "cpu"):
+        return "cpu"
+    if kinds == {"cuda"} and len(devices) == 1 and setting in ("auto", "cuda"):
+        return "cuda"
+    return None
+
+
 def _compiler(settings: dict):
     from functorch.compile import make_boxed_func
 
@@ -398,9 +421,10 @@ _SETTINGS = {
     # A rule directory laid over the embedded rules (its `aten.ron`, `onnx.ron`, `ops.ron`,
     # `fusion.ron`, ... as everywhere in fusebox).
     "rules": None,
-    # What runs the parts: "cpu" (compiled kernels) or "reference" (the unfused evaluator,
-    # to tell a fusion problem from a mapping one).
-    "engine": "cpu",
+    # What runs the parts: "auto" (the CPU backend for CPU tensors, the CUDA backend for
+    # tensors on a GPU), "cpu" or "cuda" (only those tensors; others stay in PyTorch), or
+    # "reference" (the unfused evaluator, to tell a fusion problem from a mapping one).
+    "engine": "auto",
 }
 
 
@@ -413,8 +437,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: Optional[dict] = 
         if key not in settings:
             raise FuseboxError(f"option `{key}` is not one of {', '.join(_SETTINGS)}")
         settings[key] = None if value is None else str(value)
-    if settings["engine"] not in ("cpu", "reference"):
-        raise FuseboxError(f"engine `{settings['engine']}` is not one of cpu, reference")
+    if settings["engine"] not in ("auto", "cpu", "cuda", "reference"):
+        raise FuseboxError(f"engine `{settings['engine']}` is not one of auto, cpu, cuda, reference")
     compile_graph = _compiler(settings)
     return aot_autograd(
         fw_compiler=compile_graph,

@@ -6,8 +6,9 @@
 //! Every fusebox error becomes a `fusebox.FuseboxError` carrying fusebox's message, with its
 //! file, line and column or node.
 
+use fusebox::backend::cuda::runtime::CuStream;
 use fusebox::dtype::DType;
-use fusebox::model::{Backend, CompileOptions, HostArray};
+use fusebox::model::{Backend, CompileOptions, DeviceArray, HostArray};
 use fusebox::rules::RuleSet;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -182,8 +183,9 @@ struct Shared(Mutex<fusebox::model::Compiled>);
 // tied to the thread that built it: on the CPU, heap buffers, loaded libraries and function
 // pointers, used only during a call; the reference backend holds a graph. The raw pointers
 // that make it neither `Send` nor `Sync` point into memory it owns (packed GEMM operands). A
-// CUDA model's context is used from the thread that compiled it only: the Python layer
-// (`fusebox.Compiled`) refuses other threads for the CUDA backend, so no CUDA call moves.
+// CUDA model holds handles of the device's primary context, which every fusebox entry point
+// makes current on the calling thread before a driver call (PyTorch's autograd runs a CUDA
+// backward on a thread of its own, so that thread must be able to run the model too).
 unsafe impl Send for Shared {}
 // SAFETY: as above; every access goes through the mutex.
 unsafe impl Sync for Shared {}
@@ -263,6 +265,52 @@ impl Compiled {
         // shapes, C-contiguous, and freshly allocated outputs (the method's contract).
         let mut compiled = self.lock()?;
         unsafe { compiled.run_host(&given, &outputs) }.map_err(fail)
+    }
+
+    /// The ordinal of the GPU whose memory `_run_device` takes (a CUDA model compiled at
+    /// fixed sizes); `None` otherwise.
+    fn device_memory(&self) -> PyResult<Option<usize>> {
+        Ok(self.lock()?.device_memory())
+    }
+
+    /// Queues a run of a CUDA model on `stream` (a `CUstream` as an integer, PyTorch's
+    /// `torch.cuda.current_stream().cuda_stream`) over GPU memory Python owns, in place, and
+    /// returns without waiting. `inputs`: `(name, dtype, shape, address)`; `outputs`:
+    /// `(dtype, shape, address)` in `output_names` order. The Python layer
+    /// (`fusebox.Compiled.run`) passes contiguous CUDA tensors on the model's device that it
+    /// allocated or holds, on that device's current stream; nothing else may call this with
+    /// made-up addresses or streams, as it cannot check them.
+    #[pyo3(name = "_run_device")]
+    fn run_device(
+        &self,
+        inputs: Vec<(String, String, Vec<usize>, u64)>,
+        outputs: Vec<(String, Vec<usize>, u64)>,
+        stream: usize,
+    ) -> PyResult<()> {
+        let mut given = BTreeMap::new();
+        for (name, dt, shape, address) in inputs {
+            let array = DeviceArray {
+                dtype: dtype(&dt)?,
+                shape,
+                address,
+            };
+            given.insert(name, array);
+        }
+        let outputs = outputs
+            .into_iter()
+            .map(|(dt, shape, address)| {
+                Ok(DeviceArray {
+                    dtype: dtype(&dt)?,
+                    shape,
+                    address,
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let mut compiled = self.lock()?;
+        // SAFETY: the package's Python layer passes tensors it holds on the model's device,
+        // of these dtypes and shapes, contiguous, freshly allocated outputs, and that device's
+        // current stream (the method's contract).
+        unsafe { compiled.run_device_arrays(&given, &outputs, stream as CuStream) }.map_err(fail)
     }
 }
 

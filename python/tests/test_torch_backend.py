@@ -226,10 +226,33 @@ def test_a_rule_directory_changes_what_fusebox_takes(tmp_path):
         assert all((c["kernels"] is None) == (engine == "reference") for c in entries)
 
 
+def test_the_engine_follows_the_tensors_devices():
+    engine = fusebox_torch._engine
+    cpu, gpu0, gpu1 = torch.device("cpu"), torch.device("cuda", 0), torch.device("cuda", 1)
+    assert engine("auto", {cpu}) == "cpu" and engine("cpu", {cpu}) == "cpu"
+    assert engine("auto", {gpu0}) == "cuda" and engine("cuda", {gpu1}) == "cuda"
+    assert engine("cuda", {cpu}) is None and engine("cpu", {gpu0}) is None
+    # Tensors spread over devices stay in PyTorch; the reference engine copies through the host.
+    assert engine("auto", {cpu, gpu0}) is None and engine("auto", {gpu0, gpu1}) is None
+    assert engine("reference", {cpu, gpu0}) == "reference"
+    # A CPU module under engine "cuda" runs in PyTorch, and the report says why.
+    fusebox_torch.reset_report()
+    torch._dynamo.reset()
+    module, x = mlp(), torch.randn(4, 32)
+    compiled = torch.compile(module, backend="fusebox", options={"engine": "cuda"})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), module(x))
+    refused = [c["refused"] for p in fusebox_torch.last_report()[0]["parts"] for c in p["compiled"]]
+    assert refused and all("engine `cuda` does not run tensors on cpu" in r for r in refused), refused
+
+
 def test_options_and_a_broken_table_are_refused_with_their_reason(tmp_path):
     torch._dynamo.reset()
     with pytest.raises(Exception, match="option `speed` is not one of rules, engine"):
         torch.compile(mlp(), backend="fusebox", options={"speed": 11})(torch.randn(2, 32))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="engine `gpu` is not one of auto, cpu, cuda, reference"):
+        torch.compile(mlp(), backend="fusebox", options={"engine": "gpu"})(torch.randn(2, 32))
     (tmp_path / "aten.ron").write_text('[Aten(op: "aten.relu.default", nodes: [Onnx(op: "Rectify", inputs: ["$self"])])]')
     torch._dynamo.reset()
     with pytest.raises(Exception, match=r"aten\.ron:1:\d+.*Rectify"):

@@ -120,48 +120,27 @@ impl Compiled {
         };
         let executable = &mut prepared.executable;
         let dag = &crate::backend::Executable::program(executable).dag;
-        if let Some(name) = inputs
-            .keys()
-            .find(|name| !dag.inputs.iter().any(|i| &i.name == *name))
-        {
-            return Err(Error::input(format!(
-                "the model has no input `{name}`{}",
-                crate::error::hint(name, dag.inputs.iter().map(|i| i.name.as_str()))
-            )));
-        }
         // The stored values of the inputs not given, converted once.
         for input in &dag.inputs {
             if inputs.contains_key(&input.name) || self.host_stored.contains_key(&input.name) {
                 continue;
             }
             if let Some(value) = self.current.stored.get(&input.name) {
-                let converted = value
-                    .cast(input.ty.dtype)
-                    .and_then(|v| Buffer::try_from_tensor(&v))
-                    .map_err(|e| Error::at_node(&input.name, ErrorKind::Input(e.to_string())))?;
+                let converted = stored_buffer(&input.name, value, input.ty.dtype)?;
                 self.host_stored.insert(input.name.clone(), converted);
             }
         }
-        let mut pointers = Vec::with_capacity(dag.inputs.len());
-        let mut types = Vec::with_capacity(dag.inputs.len());
-        let mut missing = Vec::new();
-        for input in &dag.inputs {
-            if let Some(array) = inputs.get(&input.name) {
-                pointers.push(array.data as *const u8);
-                types.push((array.dtype, array.shape.as_slice()));
-            } else if let Some(buffer) = self.host_stored.get(&input.name) {
-                pointers.push(buffer.as_ptr());
-                types.push((buffer.dtype, buffer.shape.as_slice()));
-            } else {
-                missing.push(input.name.as_str());
-            }
-        }
-        if !missing.is_empty() {
-            return Err(Error::input(format!(
-                "no value for input(s) {}",
-                missing.join(", ")
-            )));
-        }
+        let (pointers, types): (Vec<*const u8>, Vec<_>) = in_input_order(
+            &dag.inputs,
+            inputs,
+            |a| (a.data as *const u8, (a.dtype, a.shape.as_slice())),
+            |name| {
+                let b = self.host_stored.get(name)?;
+                Some((b.as_ptr(), (b.dtype, b.shape.as_slice())))
+            },
+        )?
+        .into_iter()
+        .unzip();
         crate::backend::Executable::program(executable).check_inputs(types.into_iter())?;
         crate::backend::Executable::program(executable)
             .check_outputs(outputs.iter().map(|o| (o.dtype, o.shape.as_slice())))?;
@@ -170,6 +149,52 @@ impl Compiled {
         // stored buffers are borrowed from `self` for the call.
         unsafe { executable.run_at(&pointers, &out) }
     }
+}
+
+/// A stored input value in its storage format, converted to the input's dtype.
+pub(super) fn stored_buffer(name: &str, value: &Tensor, dtype: DType) -> Result<Buffer> {
+    value
+        .cast(dtype)
+        .and_then(|v| Buffer::try_from_tensor(&v))
+        .map_err(|e| Error::at_node(name, ErrorKind::Input(e.to_string())))
+}
+
+/// What a run reads for each of the program's inputs, in their order: the array given by name
+/// (`given`), else the model's stored value (`stored`). A name given that the program lacks,
+/// or an input with neither, is an error naming it.
+pub(super) fn in_input_order<'a, A, T>(
+    program_inputs: &'a [crate::dag::DagInput],
+    given: &'a BTreeMap<String, A>,
+    from_given: impl Fn(&'a A) -> T,
+    from_stored: impl Fn(&str) -> Option<T>,
+) -> Result<Vec<T>> {
+    if let Some(name) = given
+        .keys()
+        .find(|name| !program_inputs.iter().any(|i| &i.name == *name))
+    {
+        return Err(Error::input(format!(
+            "the model has no input `{name}`{}",
+            crate::error::hint(name, program_inputs.iter().map(|i| i.name.as_str()))
+        )));
+    }
+    let mut found = Vec::with_capacity(program_inputs.len());
+    let mut missing = Vec::new();
+    for input in program_inputs {
+        match given.get(&input.name).map(&from_given) {
+            Some(value) => found.push(value),
+            None => match from_stored(&input.name) {
+                Some(value) => found.push(value),
+                None => missing.push(input.name.as_str()),
+            },
+        }
+    }
+    if !missing.is_empty() {
+        return Err(Error::input(format!(
+            "no value for input(s) {}",
+            missing.join(", ")
+        )));
+    }
+    Ok(found)
 }
 
 fn dag_outputs(executable: &impl crate::backend::Executable) -> Vec<String> {

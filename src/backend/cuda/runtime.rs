@@ -24,6 +24,13 @@
 //! given back to the pool on the host may still be in use by queued work, but whoever takes it
 //! next can only use it through work queued later on the same stream, which runs after.
 //!
+//! A run can also go to a stream the caller owns (PyTorch's current stream,
+//! [`CudaExecutable::run_on_stream`]). Two events keep the one-stream order then
+//! ([`Device::on_caller_stream`]): the caller's stream waits for the device stream before the
+//! run, and the device stream waits for the caller's after it, both on the GPU. Every run is
+//! still ordered through the device stream, so the pool and the cuBLAS workspace need nothing
+//! more, and the host never waits.
+//!
 //! With [`CudaOptions::cuda_graph`], the first run is captured into a CUDA graph (on a
 //! private stream, so work other threads queue on the device stream cannot leak into it) and
 //! later runs with the same input and output buffers replay it with one launch.
@@ -44,7 +51,7 @@ pub mod pool;
 pub mod probe;
 
 pub use device::{Device, DeviceInfo, Event};
-pub use executable::{CudaExecutable, CudaOptions, ModuleStats};
+pub use executable::{CuStream, CudaExecutable, CudaOptions, ModuleStats};
 pub use pool::DeviceBuffer;
 
 use crate::error::{Error, Result};

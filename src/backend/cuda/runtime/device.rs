@@ -59,6 +59,10 @@ pub struct Device {
     nvrtc: NvrtcSetup,
     pool: Mutex<Pool>,
     blas: Mutex<Option<Blas>>,
+    /// The two events that order work queued on a caller's stream with the device stream
+    /// ([`Device::on_caller_stream`]), created on first use; the lock also keeps two such runs
+    /// from interleaving their fences.
+    fences: Mutex<Option<Fences>>,
     pub(super) modules: ModuleCache,
     pub(super) compiler: NvrtcCompiler,
 }
@@ -133,6 +137,7 @@ impl Device {
             nvrtc,
             pool: Mutex::new(Pool::default()),
             blas: Mutex::new(None),
+            fences: Mutex::new(None),
             modules: ModuleCache::default(),
             compiler: NvrtcCompiler::new(CompileOptions::from_env()),
         })
@@ -282,6 +287,67 @@ impl Device {
             .or_driver("zeroing device memory")
     }
 
+    /// Queues work on `stream`, a stream another library owns (PyTorch's current stream), as
+    /// if it were queued on the device stream: `stream` first waits for everything queued on
+    /// the device stream so far, and the device stream then waits for what `queue` put on
+    /// `stream`. Both waits happen on the GPU; the host never waits. The buffer pool's reuse
+    /// rule (one stream orders every use of a block, see [`super::pool`]) and the one cuBLAS
+    /// workspace keep holding, since every run of fusebox's is still ordered through the
+    /// device stream; work the caller queues on `stream` before and after is ordered with
+    /// fusebox's by `stream` itself, with no synchronization added.
+    ///
+    /// # Safety
+    ///
+    /// `stream` must be a live stream of this device's context (or null, the legacy default
+    /// stream) for as long as work queued on it may run.
+    pub(super) unsafe fn on_caller_stream<T>(
+        &self,
+        stream: CuStream,
+        queue: impl FnOnce(CuStream) -> Result<T>,
+    ) -> Result<T> {
+        self.bind()?;
+        let mut fences = lock(&self.fences);
+        if fences.is_none() {
+            *fences = Some(Fences {
+                device_done: self.fence_event()?,
+                caller_done: self.fence_event()?,
+            });
+        }
+        let Some(f) = fences.as_ref() else {
+            return Err(Error::backend("fence events missing after creation"));
+        };
+        use cudarc::driver::result::{event, stream as streams};
+        use cudarc::driver::sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
+        // SAFETY: live events of this context; the caller vouches for `stream`.
+        unsafe {
+            event::record(f.device_done.cu_event(), self.cu_stream())
+                .or_driver("recording the device stream's fence")?;
+            streams::wait_event(stream, f.device_done.cu_event(), CU_EVENT_WAIT_DEFAULT)
+                .or_driver("ordering the caller's stream after the device stream")?;
+        }
+        let queued = queue(stream);
+        // The device stream waits even when queueing failed midway: what was queued still
+        // uses the executable's buffers.
+        // SAFETY: as above.
+        unsafe {
+            event::record(f.caller_done.cu_event(), stream)
+                .or_driver("recording the caller's stream's fence")?;
+            streams::wait_event(
+                self.cu_stream(),
+                f.caller_done.cu_event(),
+                CU_EVENT_WAIT_DEFAULT,
+            )
+            .or_driver("ordering the device stream after the caller's stream")?;
+        }
+        queued
+    }
+
+    fn fence_event(&self) -> Result<CudaEvent> {
+        self.ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .or_driver("creating a fence event")
+    }
+
     /// A fresh stream for capturing CUDA graphs.
     pub(super) fn new_stream(&self) -> Result<Arc<CudaStream>> {
         self.ctx.new_stream().or_driver("creating a stream")
@@ -327,7 +393,13 @@ pub fn choose_arch(cc: u32, nvrtc_archs: &[u32]) -> Result<String> {
 
 /// A raw stream handle: operations take the stream they go to, which is the device stream
 /// except while a CUDA graph is being captured.
-pub(super) type CuStream = cudarc::driver::sys::CUstream;
+pub type CuStream = cudarc::driver::sys::CUstream;
+
+/// The events [`Device::on_caller_stream`] records and waits on.
+struct Fences {
+    device_done: CudaEvent,
+    caller_done: CudaEvent,
+}
 
 /// A point in the device stream's work, for timing.
 pub struct Event(CudaEvent);

@@ -8,7 +8,8 @@
 //! which is also what lets a run be captured into a CUDA graph.
 
 use super::DriverResult;
-use super::device::{CuStream, Device};
+pub use super::device::CuStream;
+use super::device::Device;
 use super::plan::{Buf, DevicePlan, Op};
 use super::pool::DeviceBuffer;
 use crate::backend::cuda::abi;
@@ -208,25 +209,60 @@ impl CudaExecutable {
         self.device.bind()?;
         let ins: Vec<u64> = inputs.iter().map(DeviceBuffer::device_ptr).collect();
         let outs: Vec<u64> = outputs.iter().map(DeviceBuffer::device_ptr).collect();
-        if !self.options.cuda_graph {
-            return self.enqueue(self.device.cu_stream(), &ins, &outs);
+        self.queue_run(self.device.cu_stream(), &ins, &outs)
+    }
+
+    /// Queues one run on `stream`, a stream of the caller's (PyTorch's current stream), reading
+    /// the inputs at `ins` (in `dag.inputs` order) and writing the results at `outs` (in
+    /// `dag.outputs` order), memory the caller owns. Returns without waiting; the results are
+    /// there for work the caller queues on `stream` later. The run is ordered with everything
+    /// fusebox queues on the device ([`Device::on_caller_stream`]).
+    ///
+    /// # Safety
+    ///
+    /// `stream` is a live stream of this device's (primary) context; each address holds a
+    /// contiguous array of its value's dtype and shape on this device, valid until the queued
+    /// work has run; no output overlaps another array.
+    pub unsafe fn run_on_stream(
+        &mut self,
+        stream: CuStream,
+        ins: &[u64],
+        outs: &[u64],
+    ) -> Result<()> {
+        let dag = &self.program.dag;
+        if ins.len() != dag.inputs.len() || outs.len() != dag.outputs.len() {
+            return Err(Error::backend(format!(
+                "{} inputs and {} outputs given, the graph has {} and {}",
+                ins.len(),
+                outs.len(),
+                dag.inputs.len(),
+                dag.outputs.len()
+            )));
         }
-        let io: Vec<u64> = ins.iter().chain(&outs).copied().collect();
+        let device = self.device.clone();
+        // SAFETY: the caller vouches for `stream`.
+        unsafe { device.on_caller_stream(stream, |s| self.queue_run(s, ins, outs)) }
+    }
+
+    /// Queues one run on `stream`: the captured CUDA graph when the options ask for one (captured
+    /// anew when the input and output addresses changed), else every operation in order.
+    fn queue_run(&mut self, stream: CuStream, ins: &[u64], outs: &[u64]) -> Result<()> {
+        if !self.options.cuda_graph {
+            return self.enqueue(stream, ins, outs);
+        }
+        let io: Vec<u64> = ins.iter().chain(outs).copied().collect();
         if self.captured.as_ref().is_none_or(|c| c.io != io) {
             self.captured = None;
-            self.captured = self.capture(&ins, &outs, io)?;
+            self.captured = self.capture(ins, outs, io)?;
         }
         match &self.captured {
             // SAFETY: the graph's kernels read and write the executable's own buffers and the
             // io buffers it was captured with, which `io` proved are the ones given now.
-            Some(c) => unsafe {
-                cudarc::driver::result::graph::launch(
-                    c.graph.cu_graph_exec(),
-                    self.device.cu_stream(),
-                )
+            Some(c) => {
+                unsafe { cudarc::driver::result::graph::launch(c.graph.cu_graph_exec(), stream) }
+                    .or_driver("launching the CUDA graph")
             }
-            .or_driver("launching the CUDA graph"),
-            None => self.enqueue(self.device.cu_stream(), &ins, &outs),
+            None => self.enqueue(stream, ins, outs),
         }
     }
 

@@ -7,9 +7,10 @@
 //! 2 MiB pages, so a reused block wastes less than half of a small size and less than 2 MiB of
 //! a large one.
 //!
-//! Reuse needs no events because every operation of a device goes to its one stream (see the
-//! [module docs](super)): a block returned while queued work still uses it can only be touched
-//! again by work queued after that work.
+//! Reuse needs no events of its own because every operation of a device is ordered by its one
+//! stream (see the [module docs](super); a run on a caller's stream is fenced into that order):
+//! a block returned while queued work still uses it can only be touched again by work queued
+//! after that work.
 
 use super::DriverResult;
 use super::device::Device;
