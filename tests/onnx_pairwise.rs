@@ -6,7 +6,8 @@
 //! over some, all or empty axes, with ±inf, -0 and wrapping i32; `CumProd` each way), and
 //! `Resize` (nearest, linear and cubic under each coordinate transformation, each nearest
 //! rounding, by scales up and down and by sizes, keep_aspect_ratio_policy, axes, cubic's
-//! `exclude_outside` and coefficient, `tf_crop_and_resize` reaching past the input), built by
+//! `exclude_outside` and coefficient, `tf_crop_and_resize` reaching past the input, linear
+//! and cubic `antialias` shrinking and growing, with `exclude_outside`), built by
 //! `tests/onnx/pairwise_models.py` and run on the reference and CPU backends against
 //! `onnx.reference.ReferenceEvaluator`. Skipped, with a message, where python3 cannot import
 //! onnx, unless `FUSEBOX_REQUIRE_ONNX` is set.

@@ -11,8 +11,15 @@
 //! Supported: `scales` or `sizes` (with `keep_aspect_ratio_policy`), `axes`, every
 //! `coordinate_transformation_mode` (`tf_crop_and_resize` with its region of interest and
 //! `extrapolation_value`: a position mapped outside the input reads no tap and adds the
-//! value), every `nearest_mode`, `cubic_coeff_a` and `exclude_outside`. `antialias` (a wider
-//! footprint when downsampling) is refused.
+//! value), every `nearest_mode`, `cubic_coeff_a`, `exclude_outside` and `antialias`.
+//!
+//! With `antialias`, a linear or cubic filter is stretched by `1 / scale` when an axis shrinks
+//! (`scale < 1`), as ONNX defines it: the triangle (or Keys' cubic) is evaluated at
+//! `scale · (i − ratio)` for the taps `i` around the coordinate, which are then `2/scale`
+//! (or `4/scale`) wide, and the weights are divided by their sum. Shrinking an axis 4× reads
+//! 8 (linear) or 16 (cubic) input positions per output position instead of 2 or 4, each a
+//! gather and a multiply-add fused into the same kernel; an axis that would need more than
+//! `MAX_TAPS` is refused at the node.
 
 use super::proto::Attr;
 use super::structural::{Attrs, float_attr, int_attr, ints_attr, text_attr};
@@ -25,6 +32,11 @@ use onnx_protobuf::NodeProto;
 /// bound on the constants it computes (`fold::FOLD_LIMIT`); a few bytes of `scales` cannot
 /// ask for gigabytes of them.
 const MAX_SIZE: f64 = super::fold::FOLD_LIMIT as f64;
+
+/// The most input positions one output position may read on an axis (an antialiased filter
+/// shrinking by `scale` reads about `4 / scale` for cubic): each tap is a gather, a multiply
+/// and an add in the graph.
+const MAX_TAPS: usize = 64;
 
 /// How one resized axis reads its input: per tap, the input position each output position
 /// reads and its weight, and per output position whether it lies outside a crop's input
@@ -39,18 +51,61 @@ struct Taps {
 #[derive(Clone, Copy)]
 enum Mode<'a> {
     Nearest(&'a str),
-    Linear,
-    Cubic { a: f64, exclude_outside: bool },
+    Linear { antialias: bool },
+    Cubic { a: f64, antialias: bool },
 }
 
 impl Mode<'_> {
-    /// The input positions each output position reads.
-    fn taps(self) -> usize {
+    /// The first tap's offset from the input position just before the coordinate, and the
+    /// number of taps, on an axis resized by `scale`: the filter's half-width (1 for linear,
+    /// 2 for cubic), stretched by `1 / scale` when an antialiased axis shrinks, as ONNX's
+    /// `floor(-support / scale) + 1` and `2 - 2 · first`.
+    fn footprint(self, scale: f64) -> (i64, usize) {
+        let (support, antialias) = match self {
+            Mode::Nearest(_) => return (1, 1),
+            Mode::Linear { antialias, .. } => (1.0, antialias),
+            Mode::Cubic { antialias, .. } => (2.0, antialias),
+        };
+        let stretch = if antialias { scale.min(1.0) } else { 1.0 };
+        let first = (-support / stretch).floor() as i64 + 1;
+        (first, (2 - 2 * first) as usize)
+    }
+
+    /// The weights of the taps `first..` for a coordinate `ratio` past the position before it
+    /// (in (0, 1]), on an axis resized by `scale`.
+    fn weights(self, first: i64, count: usize, ratio: f64, scale: f64) -> Vec<f64> {
         match self {
-            Mode::Nearest(_) => 1,
-            Mode::Linear => 2,
-            Mode::Cubic { .. } => 4,
+            Mode::Nearest(_) => vec![1.0],
+            Mode::Linear { antialias: false } => vec![1.0 - ratio, ratio],
+            Mode::Cubic {
+                a,
+                antialias: false,
+                ..
+            } => cubic(ratio, a).to_vec(),
+            Mode::Linear { .. } | Mode::Cubic { .. } => {
+                let stretch = scale.min(1.0);
+                let at = |i: usize| (((first + i as i64) as f64 - ratio) * stretch).abs();
+                let w: Vec<f64> = (0..count)
+                    .map(|i| match self {
+                        Mode::Cubic { a, .. } => keys(at(i), a),
+                        _ => (1.0 - at(i)).clamp(0.0, 1.0),
+                    })
+                    .collect();
+                let total: f64 = w.iter().sum();
+                w.into_iter().map(|w| w / total).collect()
+            }
         }
+    }
+}
+
+/// Keys' cubic convolution kernel with parameter `a` at distance `x ≥ 0`.
+fn keys(x: f64, a: f64) -> f64 {
+    if x <= 1.0 {
+        ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    } else if x < 2.0 {
+        ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
+    } else {
+        0.0
     }
 }
 
@@ -130,9 +185,16 @@ fn taps(
     scale: f64,
     input: usize,
     output: usize,
+    exclude_outside: bool,
 ) -> Imports<Taps> {
     let last = input as i64 - 1;
-    let n = mode.taps();
+    let (first, n) = mode.footprint(scale);
+    if n > MAX_TAPS {
+        return Err(ImportError::Unsupported(format!(
+            "Resize with antialias by {scale}: {n} input positions per output position, more \
+             than {MAX_TAPS}"
+        )));
+    }
     let mut index = vec![Vec::with_capacity(output); n];
     let mut weight = vec![Vec::with_capacity(output); n];
     let mut outside = Vec::with_capacity(output);
@@ -150,8 +212,7 @@ fn taps(
             true => (below as i64 - 1, 1.0),
             false => (below as i64, at - below),
         };
-        let (mut positions, mut w) = ([0i64; 4], [0f64; 4]);
-        match mode {
+        let positions: Vec<i64> = match mode {
             Mode::Nearest(rounding) => {
                 let up = match rounding {
                     "round_prefer_floor" => ratio > 0.5,
@@ -164,30 +225,23 @@ fn taps(
                         )));
                     }
                 };
-                (positions[0], w[0]) = (base + i64::from(up), 1.0);
+                vec![base + i64::from(up)]
             }
-            Mode::Linear => {
-                positions[..2].copy_from_slice(&[base, base + 1]);
-                w[..2].copy_from_slice(&[1.0 - ratio, ratio]);
-            }
-            Mode::Cubic { a, .. } => {
-                positions = [base - 1, base, base + 1, base + 2];
-                w = cubic(ratio, a);
-            }
-        }
-        let (positions, w) = (&positions[..n], &mut w[..n]);
-        if let Mode::Cubic {
-            exclude_outside: true,
-            ..
-        } = mode
-        {
+            _ => (0..n as i64).map(|i| base + first + i).collect(),
+        };
+        let mut w = mode.weights(first, n, ratio, scale);
+        if exclude_outside {
+            // Taps outside the axis weigh nothing and the rest are scaled to sum to 1 (a
+            // position with no tap inside keeps its zeros, as ONNX's reference does).
             for (p, w) in positions.iter().zip(w.iter_mut()) {
                 if !(0..=last).contains(p) {
                     *w = 0.0;
                 }
             }
             let total: f64 = w.iter().sum();
-            w.iter_mut().for_each(|w| *w /= total);
+            if total != 0.0 {
+                w.iter_mut().for_each(|w| *w /= total);
+            }
         }
         for t in 0..n {
             index[t].push(positions[t].clamp(0, last));
@@ -213,16 +267,18 @@ fn resize_axis(
     mode: Mode<'_>,
     transform: Transform<'_>,
     name: &str,
+    exclude_outside: bool,
 ) -> Imports {
     let input = x.shape()[axis];
-    let taps = taps(mode, transform, scale, input, output)?;
+    let taps = taps(mode, transform, scale, input, output, exclude_outside)?;
+    let count = taps.index.len();
     let at = [("axis", Attr::Int(axis as i64))];
     // A constant along the axis, broadcast over the others.
     let mut along = vec![1; x.shape().len()];
     along[axis] = output;
     let cropped = taps.outside.contains(&true);
     let mut sum: Option<Val> = None;
-    for t in 0..mode.taps() {
+    for t in 0..count {
         let indices = Val::ints(DType::I64, &[output], taps.index[t].clone())?;
         let read = im.onnx("Gather", &[x, &indices], &at, &format!("{name}.t{t}"))?;
         let term = match mode {
@@ -279,12 +335,14 @@ pub(super) fn resize(
     let rank = x.shape().len();
     let transform = text_attr(attrs, "coordinate_transformation_mode", "half_pixel")?;
     let policy = text_attr(attrs, "keep_aspect_ratio_policy", "stretch")?;
+    let antialias = int_attr(attrs, "antialias").unwrap_or(0) != 0;
+    let exclude_outside = int_attr(attrs, "exclude_outside").unwrap_or(0) != 0;
     let mode = match text_attr(attrs, "mode", "nearest")? {
         "nearest" => Mode::Nearest(text_attr(attrs, "nearest_mode", "round_prefer_floor")?),
-        "linear" => Mode::Linear,
+        "linear" => Mode::Linear { antialias },
         "cubic" => Mode::Cubic {
             a: float_attr(attrs, "cubic_coeff_a").unwrap_or(-0.75),
-            exclude_outside: int_attr(attrs, "exclude_outside").unwrap_or(0) != 0,
+            antialias,
         },
         other => {
             return Err(ImportError::Malformed(format!(
@@ -292,9 +350,6 @@ pub(super) fn resize(
             )));
         }
     };
-    if int_attr(attrs, "antialias").unwrap_or(0) != 0 {
-        return Err(ImportError::Unsupported("Resize with antialias".into()));
-    }
     if !x.dtype().is_float() {
         return Err(ImportError::Unsupported(format!(
             "Resize of {} values (fusebox resizes floats)",
@@ -398,8 +453,82 @@ pub(super) fn resize(
             continue;
         }
         let name = format!("{out}.a{axis}");
-        y = resize_axis(im, &y, axis, scale, size, mode, t, &name)?;
+        y = resize_axis(im, &y, axis, scale, size, mode, t, &name, exclude_outside)?;
     }
     let shape = y.shape().to_vec();
     Ok(vec![im.reshape(&y, &shape, out)?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HALF_PIXEL: Transform<'static> = Transform {
+        mode: "half_pixel",
+        roi: (0.0, 1.0),
+        extrapolation: 0.0,
+    };
+
+    #[test]
+    fn antialiasing_stretches_the_filter_only_when_an_axis_shrinks() {
+        let linear = Mode::Linear { antialias: true };
+        let cubic = Mode::Cubic {
+            a: -0.75,
+            antialias: true,
+        };
+        assert_eq!(linear.footprint(0.3), (-3, 8));
+        assert_eq!(cubic.footprint(0.3), (-6, 14));
+        assert_eq!(linear.footprint(2.0), (0, 2));
+        assert_eq!(cubic.footprint(1.0), (-1, 4));
+        // Growing, the antialiased filter is the plain one (its weights already sum to 1).
+        for ratio in [0.25, 0.5, 1.0] {
+            let plain = Mode::Cubic {
+                a: -0.75,
+                antialias: false,
+            };
+            let (a, b) = (
+                cubic.weights(-1, 4, ratio, 1.5),
+                plain.weights(-1, 4, ratio, 1.5),
+            );
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-12),
+                "{a:?} {b:?}"
+            );
+        }
+        // Shrinking to a half: a triangle twice as wide, sampled at the taps, normalized.
+        let w = linear.weights(-1, 4, 0.5, 0.5);
+        assert_eq!(w, vec![0.125, 0.375, 0.375, 0.125]);
+    }
+
+    #[test]
+    fn every_position_of_a_shrunk_axis_reads_weights_summing_to_one() {
+        for mode in [
+            Mode::Linear { antialias: true },
+            Mode::Cubic {
+                a: -0.5,
+                antialias: true,
+            },
+        ] {
+            for exclude_outside in [false, true] {
+                let t = taps(mode, HALF_PIXEL, 0.35, 17, 5, exclude_outside).unwrap();
+                for x in 0..5 {
+                    let total: f64 = t.weight.iter().map(|w| w[x]).sum();
+                    assert!((total - 1.0).abs() < 1e-12, "position {x}: {total}");
+                    assert!(t.index.iter().all(|i| (0..17).contains(&i[x])));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_filter_wider_than_the_tap_limit_is_refused() {
+        let cubic = Mode::Cubic {
+            a: -0.75,
+            antialias: true,
+        };
+        let Err(e) = taps(cubic, HALF_PIXEL, 0.01, 1000, 10, false) else {
+            panic!("a 400-tap filter was accepted");
+        };
+        assert!(e.to_string().contains("more than 64"), "{e}");
+    }
 }

@@ -206,6 +206,17 @@ resize_cases += [
     ("cubic_axes_3_2", "sizes", [10, 3], dict(mode="cubic", axes=[3, 2])),
     ("nearest_one_axis", "scales", [2.5], dict(mode="nearest", axes=[3])),
 ]
+# antialias: linear and cubic filters stretched by 1/scale when an axis shrinks (to 8 and 14
+# taps at 0.3), under several coordinate transformations, by scales and by sizes, with
+# exclude_outside, and upsampling (where the filter is not stretched).
+for mode in ["linear", "cubic"]:
+    for t in ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"]:
+        resize_cases.append((f"antialias_{mode}_{t}", "scales", [1, 1, 0.6, 0.3], dict(mode=mode, coordinate_transformation_mode=t, antialias=1)))
+    resize_cases += [
+        (f"antialias_{mode}_sizes", "sizes", [1, 2, 3, 4], dict(mode=mode, antialias=1)),
+        (f"antialias_{mode}_exclude_outside", "scales", [1, 1, 0.5, 0.45], dict(mode=mode, antialias=1, exclude_outside=1)),
+        (f"antialias_{mode}_up", "scales", [1, 1, 1.8, 0.9], dict(mode=mode, antialias=1)),
+    ]
 for label, by, values, attrs in resize_cases:
     dtype = np.int64 if by == "sizes" else np.float32
     inputs = ["x", "", "values"] if by == "scales" else ["x", "", "", "values"]
