@@ -79,6 +79,24 @@ use std::path::{Path, PathBuf};
 
 mod device;
 mod host;
+
+/// An error naming the first of `given` that is none of `declared` (with the nearest
+/// declared name as a hint).
+fn refuse_unknown<'a>(
+    given: impl IntoIterator<Item = &'a String>,
+    declared: impl Iterator<Item = &'a str> + Clone,
+) -> Result<()> {
+    match given
+        .into_iter()
+        .find(|name| !declared.clone().any(|d| d == name.as_str()))
+    {
+        Some(name) => Err(Error::input(format!(
+            "the model has no input `{name}`{}",
+            crate::error::hint(name, declared)
+        ))),
+        None => Ok(()),
+    }
+}
 pub use device::DeviceArray;
 pub use host::HostArray;
 
@@ -515,15 +533,7 @@ impl Compiled {
     /// dtype); every input neither given nor stored is named in the error.
     fn given_values(&self, given: &BTreeMap<String, Tensor>) -> Result<Tensors> {
         let inputs = &self.current.inputs;
-        if let Some(name) = given
-            .keys()
-            .find(|name| !inputs.iter().any(|i| &i.name == *name))
-        {
-            return Err(Error::input(format!(
-                "the model has no input `{name}`{}",
-                crate::error::hint(name, inputs.iter().map(|i| i.name.as_str()))
-            )));
-        }
+        refuse_unknown(given.keys(), inputs.iter().map(|i| i.name.as_str()))?;
         let mut values = Tensors::new();
         let mut missing = Vec::new();
         for input in inputs {

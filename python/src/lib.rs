@@ -237,30 +237,12 @@ impl Compiled {
     /// the whole call, and allocates the outputs; nothing else may call this with made-up
     /// addresses, as it cannot check them.
     #[pyo3(name = "_run_addresses")]
-    fn run_addresses(
-        &self,
-        inputs: Vec<(String, String, Vec<usize>, usize)>,
-        outputs: Vec<(String, Vec<usize>, usize)>,
-    ) -> PyResult<()> {
-        let mut given = BTreeMap::new();
-        for (name, dt, shape, address) in inputs {
-            let array = HostArray {
-                dtype: dtype(&dt)?,
-                shape,
-                data: address as *mut u8,
-            };
-            given.insert(name, array);
-        }
-        let outputs = outputs
-            .into_iter()
-            .map(|(dt, shape, address)| {
-                Ok(HostArray {
-                    dtype: dtype(&dt)?,
-                    shape,
-                    data: address as *mut u8,
-                })
-            })
-            .collect::<PyResult<Vec<_>>>()?;
+    fn run_addresses(&self, inputs: NamedArrays, outputs: Arrays) -> PyResult<()> {
+        let (given, outputs) = arrays(inputs, outputs, |dtype, shape, address| HostArray {
+            dtype,
+            shape,
+            data: address as *mut u8,
+        })?;
         // SAFETY: the package's Python layer passes arrays it holds, of these dtypes and
         // shapes, C-contiguous, and freshly allocated outputs (the method's contract).
         let mut compiled = self.lock()?;
@@ -281,37 +263,39 @@ impl Compiled {
     /// allocated or holds, on that device's current stream; nothing else may call this with
     /// made-up addresses or streams, as it cannot check them.
     #[pyo3(name = "_run_device")]
-    fn run_device(
-        &self,
-        inputs: Vec<(String, String, Vec<usize>, u64)>,
-        outputs: Vec<(String, Vec<usize>, u64)>,
-        stream: usize,
-    ) -> PyResult<()> {
-        let mut given = BTreeMap::new();
-        for (name, dt, shape, address) in inputs {
-            let array = DeviceArray {
-                dtype: dtype(&dt)?,
-                shape,
-                address,
-            };
-            given.insert(name, array);
-        }
-        let outputs = outputs
-            .into_iter()
-            .map(|(dt, shape, address)| {
-                Ok(DeviceArray {
-                    dtype: dtype(&dt)?,
-                    shape,
-                    address,
-                })
-            })
-            .collect::<PyResult<Vec<_>>>()?;
+    fn run_device(&self, inputs: NamedArrays, outputs: Arrays, stream: usize) -> PyResult<()> {
+        let (given, outputs) = arrays(inputs, outputs, |dtype, shape, address| DeviceArray {
+            dtype,
+            shape,
+            address,
+        })?;
         let mut compiled = self.lock()?;
         // SAFETY: the package's Python layer passes tensors it holds on the model's device,
         // of these dtypes and shapes, contiguous, freshly allocated outputs, and that device's
         // current stream (the method's contract).
         unsafe { compiled.run_device_arrays(&given, &outputs, stream as CuStream) }.map_err(fail)
     }
+}
+
+/// The arrays a run is given, as `(name, dtype, shape, address)` inputs and `(dtype, shape,
+/// address)` outputs, made by `array` (host or device arrays).
+type NamedArrays = Vec<(String, String, Vec<usize>, u64)>;
+type Arrays = Vec<(String, Vec<usize>, u64)>;
+
+fn arrays<A>(
+    inputs: NamedArrays,
+    outputs: Arrays,
+    array: impl Fn(DType, Vec<usize>, u64) -> A,
+) -> PyResult<(BTreeMap<String, A>, Vec<A>)> {
+    let mut given = BTreeMap::new();
+    for (name, dt, shape, address) in inputs {
+        given.insert(name, array(dtype(&dt)?, shape, address));
+    }
+    let outputs = outputs
+        .into_iter()
+        .map(|(dt, shape, address)| Ok(array(dtype(&dt)?, shape, address)))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok((given, outputs))
 }
 
 /// Which nodes of an ATen graph (JSON) fusebox takes: by node name, `None` or the reason why

@@ -168,15 +168,7 @@ pub(super) fn in_input_order<'a, A, T>(
     from_given: impl Fn(&'a A) -> T,
     from_stored: impl Fn(&str) -> Option<T>,
 ) -> Result<Vec<T>> {
-    if let Some(name) = given
-        .keys()
-        .find(|name| !program_inputs.iter().any(|i| &i.name == *name))
-    {
-        return Err(Error::input(format!(
-            "the model has no input `{name}`{}",
-            crate::error::hint(name, program_inputs.iter().map(|i| i.name.as_str()))
-        )));
-    }
+    super::refuse_unknown(given.keys(), program_inputs.iter().map(|i| i.name.as_str()))?;
     let mut found = Vec::with_capacity(program_inputs.len());
     let mut missing = Vec::new();
     for input in program_inputs {

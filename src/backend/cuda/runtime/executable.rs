@@ -229,16 +229,7 @@ impl CudaExecutable {
         ins: &[u64],
         outs: &[u64],
     ) -> Result<()> {
-        let dag = &self.program.dag;
-        if ins.len() != dag.inputs.len() || outs.len() != dag.outputs.len() {
-            return Err(Error::backend(format!(
-                "{} inputs and {} outputs given, the graph has {} and {}",
-                ins.len(),
-                outs.len(),
-                dag.inputs.len(),
-                dag.outputs.len()
-            )));
-        }
+        self.check_counts(ins.len(), outs.len())?;
         let device = self.device.clone();
         // SAFETY: the caller vouches for `stream`.
         unsafe { device.on_caller_stream(stream, |s| self.queue_run(s, ins, outs)) }
@@ -286,21 +277,26 @@ impl CudaExecutable {
         }))
     }
 
+    /// An error unless a run is given as many inputs and outputs as the graph has.
+    fn check_counts(&self, inputs: usize, outputs: usize) -> Result<()> {
+        let dag = &self.program.dag;
+        if inputs != dag.inputs.len() || outputs != dag.outputs.len() {
+            return Err(Error::backend(format!(
+                "{inputs} inputs and {outputs} outputs given, the graph has {} and {}",
+                dag.inputs.len(),
+                dag.outputs.len()
+            )));
+        }
+        Ok(())
+    }
+
     fn check_device_buffers(
         &self,
         inputs: &[DeviceBuffer],
         outputs: &[DeviceBuffer],
     ) -> Result<()> {
+        self.check_counts(inputs.len(), outputs.len())?;
         let dag = &self.program.dag;
-        if inputs.len() != dag.inputs.len() || outputs.len() != dag.outputs.len() {
-            return Err(Error::backend(format!(
-                "{} inputs and {} outputs given, the graph has {} and {}",
-                inputs.len(),
-                outputs.len(),
-                dag.inputs.len(),
-                dag.outputs.len()
-            )));
-        }
         let ordinal = self.device.info().ordinal;
         self.program
             .check_inputs(inputs.iter().map(|b| (b.dtype, b.shape.as_slice())))?;
