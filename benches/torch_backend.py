@@ -170,10 +170,11 @@ def glue(args):
         x = torch.randn(16, device=args.device)
         tiny(x)
         part = fusebox_torch._PARTS[-1]
-        compiled, names, _ = next(v for v in part.compiled.values() if v)
+        compiled = next(v for v in part.compiled.values() if v)[0]
+        name = next(n.name for n in part.gm.graph.nodes if n.op == "placeholder")
         out = torch.empty(16, device=args.device)
         native = compiled._native
-        ins, outs = [(names[0][0], "f32", [16], x.data_ptr())], [("f32", [16], out.data_ptr())]
+        ins, outs = [(name, "f32", [16], x.data_ptr())], [("f32", [16], out.data_ptr())]
         if x.device.type == "cuda":
             stream = torch.cuda.current_stream().cuda_stream
             run = lambda: native._run_device(ins, outs, stream)  # noqa: E731

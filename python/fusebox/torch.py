@@ -367,10 +367,15 @@ class _Part(torch.nn.Module):
             return None, str(e)
         order = [unique.index(ref) for ref in refs]
         tensors = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        return (compiled, [(placeholders[k].name, k) for k in tensors], order), None
+        if engine == "reference":
+            names = [placeholders[k].name for k in tensors]
+            call = lambda ts: list(compiled.run(dict(zip(names, ts))).values())  # noqa: E731
+        else:
+            call = compiled._tensor_call([placeholders[k].name for k in tensors])
+        return (compiled, call, tensors, order), None
 
     def forward(self, *args):
-        key = tuple((a.dtype, tuple(a.shape), a.device.type) if isinstance(a, torch.Tensor) else a for a in args)
+        key = tuple((a.dtype, tuple(a.shape), a.device) if isinstance(a, torch.Tensor) else a for a in args)
         entry = self.compiled.get(key)
         if entry is None:
             entry, why = self._compile(args)
@@ -383,9 +388,8 @@ class _Part(torch.nn.Module):
             )
         if not entry:
             return self.gm(*args)
-        compiled, names, order = entry
-        results = compiled.run({name: args[k] for name, k in names})
-        values = list(results.values())
+        _, call, tensors, order = entry
+        values = call([args[k] for k in tensors])
         outs = [values[k] for k in order]
         return tuple(outs) if self.tuple_output else outs[0]
 
@@ -393,10 +397,13 @@ class _Part(torch.nn.Module):
 def _engine(setting: str, devices: set) -> Optional[str]:
     """The backend that runs a part whose tensors lie on `devices` under the `engine` setting:
     `auto` takes the CPU backend for CPU tensors and the CUDA backend for tensors on one GPU;
-    `None` when the setting cannot run them (tensors on several devices, CPU and CUDA mixed)."""
+    `None` when the setting cannot run them (tensors on several devices, CPU and CUDA mixed,
+    the reference evaluator given GPU tensors)."""
     kinds = {d.type for d in devices}
     if setting == "reference":
-        return "reference"
+        # The evaluator runs on host values, and the part's results must be where its
+        # inputs were.
+        return "reference" if kinds <= {"cpu"} else None
     if kinds <= {"cpu"} and setting in ("auto", "cpu"):
         return "cpu"
     if kinds == {"cuda"} and len(devices) == 1 and setting in ("auto", "cuda"):

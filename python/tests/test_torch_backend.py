@@ -232,9 +232,10 @@ def test_the_engine_follows_the_tensors_devices():
     assert engine("auto", {cpu}) == "cpu" and engine("cpu", {cpu}) == "cpu"
     assert engine("auto", {gpu0}) == "cuda" and engine("cuda", {gpu1}) == "cuda"
     assert engine("cuda", {cpu}) is None and engine("cpu", {gpu0}) is None
-    # Tensors spread over devices stay in PyTorch; the reference engine copies through the host.
+    # Tensors spread over devices stay in PyTorch, and so do GPU tensors under the reference
+    # engine (it evaluates on the host).
     assert engine("auto", {cpu, gpu0}) is None and engine("auto", {gpu0, gpu1}) is None
-    assert engine("reference", {cpu, gpu0}) == "reference"
+    assert engine("reference", {cpu}) == "reference" and engine("reference", {gpu0}) is None
     # A CPU module under engine "cuda" runs in PyTorch, and the report says why.
     fusebox_torch.reset_report()
     torch._dynamo.reset()
