@@ -108,7 +108,7 @@ fn default_rules_are_sound_and_all_exercised() {
 fn every_planted_rule_is_caught_on_every_seed() {
     let catalogue = Catalogue::defaults();
     let rules = load(PLANTED, &catalogue);
-    assert_eq!(rules.len(), 7);
+    assert_eq!(rules.len(), 8);
     for seed in 0..6 {
         let report = check_rules(&rules, &catalogue, &options(seed));
         assert_eq!(
@@ -361,7 +361,7 @@ fn cli_json_has_one_entry_per_rule_direction() {
                 .is_some_and(|f| f.ends_with("planted.ron"))
         })
         .collect();
-    assert_eq!(planted.len(), 7);
+    assert_eq!(planted.len(), 8);
     assert!(planted.iter().all(|c| c["verdict"] == "unsound"));
     let exp = checks
         .iter()

@@ -562,6 +562,70 @@ fn a_transposed_product_becomes_a_product_of_views_with_an_epilogue() {
     }
 }
 
+/// A row scale before a product (`book/examples/gemm/row_scale.ron`, the normalizing half of
+/// an RMS norm, and the same divided instead of multiplied, as a layer norm divides):
+/// `matmul-row-scale-out` (or `-divide-out`) moves the scale past the product, the reduction
+/// that computes it is split off the product's reader, and the scale rides in the call's
+/// epilogue, so the scaled operand is never written. In f32 and f16, the CPU backend and the
+/// interpreter agree with the reference evaluator; under `--strict-ieee` the rules (exact in
+/// real arithmetic only) stay out.
+#[test]
+fn a_row_scale_moves_past_the_product_into_its_epilogue() {
+    let text = std::fs::read_to_string("book/examples/gemm/row_scale.ron")
+        .unwrap()
+        .replace("[2048, 1024]", "[96, 80]")
+        .replace("[1024, 1024]", "[80, 72]");
+    let divided = text
+        .replace(
+            r#"op: "rsqrt", args: ["me"]"#,
+            r#"op: "sqrt", args: ["me"]"#,
+        )
+        .replace(
+            r#"op: "mul", args: ["x", "r"]"#,
+            r#"op: "div", args: ["x", "r"]"#,
+        );
+    for (text, rule) in [
+        (&text, "matmul-row-scale-out"),
+        (&divided, "matmul-row-divide-out"),
+    ] {
+        for dtype in ["f32", "f16"] {
+            let text = text.replace("\"f32\"", &format!("\"{dtype}\""));
+            let g = graph::file::parse(&text, "row_scale.ron", &rules().ops)
+                .unwrap()
+                .0;
+            let optimized = fusebox::optimize::optimize(&g, rules(), &Options::default()).unwrap();
+            assert!(optimized.report.rules.contains_key(rule), "{rule} {dtype}");
+            let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
+            let [
+                fusebox::lower::Step::Kernel(_),
+                fusebox::lower::Step::MatMul(m),
+            ] = program.steps.as_slice()
+            else {
+                panic!(
+                    "the scale's reduction, then the product: {:?}",
+                    program.steps
+                );
+            };
+            assert!(
+                m.epilogue.is_some(),
+                "{rule} {dtype}: the scale in the epilogue"
+            );
+            for seed in 0..3 {
+                cpu_and_interpreter_agree(&g, &program, seed, "y");
+            }
+            let strict = Options {
+                strict_ieee: true,
+                ..Options::default()
+            };
+            let kept = fusebox::optimize::optimize(&g, rules(), &strict).unwrap();
+            assert!(
+                !kept.report.rules.contains_key(rule),
+                "{rule} under strict IEEE"
+            );
+        }
+    }
+}
+
 /// `g`'s output `name` on the CPU backend and `program` (its lowering) in the interpreter
 /// equal the reference evaluator's on seeded inputs.
 fn cpu_and_interpreter_agree(

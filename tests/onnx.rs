@@ -739,7 +739,8 @@ fn ints_attr(name: &str, values: &[i64]) -> onnx_protobuf::AttributeProto {
 /// strides, dilations and pads at the ends of i64, zero and negative ones, a kernel_shape
 /// that disagrees with the weight; transposed convolutions whose pads leave nothing or
 /// disagree with `output_shape`; resizes by huge, negative or zero scales and sizes, or with
-/// modes ONNX does not define, `antialias`, repeated axes, and a crop without its region of
+/// modes ONNX does not define, an antialiased filter wider than fusebox expands, repeated
+/// axes, and a crop without its region of
 /// interest) are located errors, quickly,
 /// never an overflow, a panic or a graph that takes minutes to build.
 #[test]
@@ -818,9 +819,10 @@ fn hostile_window_attributes_are_located_errors() {
             "scales",
             vec![string_attr("coordinate_transformation_mode", "corners")],
         ),
+        // An antialiased cubic shrinking 50 positions to 1: 200 taps a position.
         resize(
-            "scales",
-            vec![int_attr("antialias", 1), string_attr("mode", "linear")],
+            "tinyscale",
+            vec![int_attr("antialias", 1), string_attr("mode", "cubic")],
         ),
         resize("scales", vec![ints_attr("axes", &[2, 2])]),
         // A crop without its region of interest.
@@ -845,6 +847,7 @@ fn hostile_window_attributes_are_located_errors() {
             ("bigscale", [1.0, 1.0, 1e9]),
             ("negscale", [1.0, 1.0, -2.0]),
             ("zerosize", [1.0, 2.0, 0.0]),
+            ("tinyscale", [1.0, 1.0, 0.02]),
         ] {
             let mut t = weights(floats(&values), &[3]);
             t.name = name.into();

@@ -694,6 +694,17 @@ fn layout_cases() -> Vec<Case> {
             "(transpose (matmul $p $w) [-1,-2])",
             "(matmul (transpose $w [1,0]) (transpose $p [1,0]))",
         ),
+        // x [2,3] scaled per row by w [2,1], times x31 [3,1].
+        case(
+            "matmul-row-scale-out",
+            "(matmul (mul $x $w) $x31)",
+            "(mul (matmul $x $x31) $w)",
+        ),
+        case(
+            "matmul-row-divide-out",
+            "(matmul (div $x $w) $x31)",
+            "(div (matmul $x $x31) $w)",
+        ),
         case("transpose-identity", "(transpose $x [0,1])", "$x"),
         case("transpose-identity", "(transpose $x [-2,-1])", "$x"),
         case("transpose-identity", "(transpose $v none)", "$v"),
@@ -1412,6 +1423,29 @@ fn a_declined_computation_skips_the_match() {
     assert!(egraph.analysis.conflicts.is_empty());
     egraph.rebuild();
     assert_eq!(egraph[root].nodes.len(), 1);
+}
+
+/// A row scale moves past a product only when it is constant along each row of the left
+/// operand and both operands are matrices: a per-column scale `v` [3] of `x` [2,3], a scale
+/// of another dtype, and a product with a vector (`v` as the right operand) stay as written.
+#[test]
+fn matmul_row_scale_declines() {
+    let r = rule("matmul-row-scale-out");
+    for start in [
+        "(matmul (mul $x $v) $x31)",
+        "(matmul (mul $x $w) $v)",
+        "(matmul (mul $x $w) (cast $x31 f16))",
+    ] {
+        let mut egraph = inputs();
+        let root = egraph.add_expr(&expr(start));
+        egraph.rebuild();
+        let rewrites = r.rewrites();
+        let matches = rewrites[0].search(&egraph);
+        let applied = rewrites[0].apply(&mut egraph, &matches);
+        assert!(applied.is_empty(), "{start}");
+        egraph.rebuild();
+        assert_eq!(egraph[root].nodes.len(), 1, "{start}");
+    }
 }
 
 /// `transpose-matmul` applies only to a transpose that swaps the product's last two axes and

@@ -208,37 +208,25 @@ class Compiled:
         return {name: finish() for name, finish in results.items()}
 
     def _tensor_call(self, names: List[str]):
-        """A run on PyTorch tensors given in `names`' order, returning the output tensors in
-        `output_names` order, with every lookup made once: what the torch.compile backend
-        calls on each run of a part, where the glue per call is what is left. On the model's
-        GPU for a CUDA model (queued on the current stream), else on the CPU."""
+        """A run on PyTorch CPU tensors given in `names`' order, returning the output tensors
+        in `output_names` order, with every lookup made once: what the torch.compile backend
+        calls on each run of a CPU part, where the glue per call is what is left. (A CUDA
+        part goes through `_run_cuda`, the path measured on a GPU.)"""
         import torch
 
         types = torch_dtypes()
         inputs = [(name, self._declared[name].dtype, types[self._declared[name].dtype]) for name in names]
         outputs = [(o.dtype, tuple(o.shape), types[o.dtype]) for o in self._outputs]
-        native, empty = self._native, torch.empty
-        if self._cuda_device is not None:
-            if self._cuda is None:
-                self._cuda = _CudaCall(self._cuda_device, self._outputs)
-            device, stream = self._cuda.device, self._cuda.stream
-            run = native._run_device
-        else:
-            device, stream = torch.device("cpu"), None
-            run = native._run_addresses
+        native, empty, cpu = self._native, torch.empty, torch.device("cpu")
 
         def call(tensors):
             held = [
-                t if t.dtype == want and t.device == device and t.is_contiguous() else t.to(device=device, dtype=want).contiguous()
+                t if t.dtype == want and t.device == cpu and t.is_contiguous() else t.to(device=cpu, dtype=want).contiguous()
                 for t, (_, _, want) in zip(tensors, inputs)
             ]
             args = [(name, dtype, t.shape, t.data_ptr()) for t, (name, dtype, _) in zip(held, inputs)]
-            outs = [empty(shape, dtype=dtype, device=device) for _, shape, dtype in outputs]
-            results = [(dtype, shape, o.data_ptr()) for o, (dtype, shape, _) in zip(outs, outputs)]
-            if stream is None:
-                run(args, results)
-            else:
-                run(args, results, stream())
+            outs = [empty(shape, dtype=dtype) for _, shape, dtype in outputs]
+            native._run_addresses(args, [(dtype, shape, o.data_ptr()) for o, (dtype, shape, _) in zip(outs, outputs)])
             return outs
 
         return call

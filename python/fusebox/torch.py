@@ -367,11 +367,11 @@ class _Part(torch.nn.Module):
             return None, str(e)
         order = [unique.index(ref) for ref in refs]
         tensors = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        if engine == "reference":
-            names = [placeholders[k].name for k in tensors]
-            call = lambda ts: list(compiled.run(dict(zip(names, ts))).values())  # noqa: E731
+        names = [placeholders[k].name for k in tensors]
+        if engine == "cpu":
+            call = compiled._tensor_call(names)
         else:
-            call = compiled._tensor_call([placeholders[k].name for k in tensors])
+            call = lambda ts: list(compiled.run(dict(zip(names, ts))).values())  # noqa: E731
         return (compiled, call, tensors, order), None
 
     def forward(self, *args):

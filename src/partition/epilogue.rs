@@ -20,6 +20,13 @@
 //!   (`lower::merge_axes`); where one is not, the call stores its product and the kernel runs
 //!   after it.
 //!
+//! A reader that also computes values from other inputs alone (a row scale's reduction over
+//! the call's left operand, after `matmul-row-scale-out` moved the scale past the product) is
+//! first split in two: the nodes that do not depend on the product become a kernel of their
+//! own, in the reader's place, and the rest, when pointwise, is the epilogue (reading what
+//! that kernel wrote). The split is priced like the plain merge, both kernels against the
+//! call and the reader apart.
+//!
 //! The merged kernel is the reader's kernel with the call's nodes added, in the reader's place
 //! (everything the reader reads is computed by then, and nothing between the two read the
 //! product). Its price is the call's arithmetic at the matrix rate, the epilogue's at the
@@ -43,7 +50,34 @@ pub(super) fn absorb_epilogues(
     if !fusion.library_epilogues {
         return partition;
     }
-    super::merge_into_readers(partition, |p, k| merged(dag, facts, profile, p, k))
+    let mut partition = partition;
+    let mut k = 0;
+    while k < partition.kernels.len() {
+        match merged(dag, facts, profile, &partition, k) {
+            Some(Merge {
+                reader,
+                kernel,
+                split_off,
+            }) => {
+                partition.kernels[reader] = kernel;
+                if let Some(before) = split_off {
+                    partition.kernels.insert(reader, before);
+                }
+                partition.kernels.remove(k);
+            }
+            None => k += 1,
+        }
+    }
+    partition.cost = partition.kernels.iter().map(|k| k.cost).sum();
+    partition
+}
+
+/// A library call merged with its epilogue: the merged kernel, which replaces the reader at
+/// index `reader`, and the part of the reader split off to run before it, if any.
+struct Merge {
+    reader: usize,
+    kernel: Kernel,
+    split_off: Option<Kernel>,
 }
 
 /// Kernel `k` merged into the one kernel reading its product, with that kernel's index, where
@@ -54,7 +88,7 @@ fn merged(
     profile: &Profile,
     partition: &Partition,
     k: usize,
-) -> Option<(usize, Kernel)> {
+) -> Option<Merge> {
     let call_kernel = &partition.kernels[k];
     let call = super::mergeable_call(dag, facts, call_kernel)?;
     let node = &dag.nodes[call];
@@ -64,7 +98,7 @@ fn merged(
     let (reader, None) = (readers.next()?, readers.next()) else {
         return None;
     };
-    let epilogue = &partition.kernels[reader];
+    let reading = &partition.kernels[reader];
     let pointwise = |n: usize| dag.nodes[n].op.kind() == OpKind::Pointwise;
     let reshaping = |n: usize| {
         matches!(
@@ -72,33 +106,67 @@ fn merged(
             Some(Builtin::Reshape | Builtin::BroadcastTo)
         )
     };
-    let legal = epilogue.nodes.iter().all(|&n| pointwise(n) || reshaping(n))
-        && epilogue.nodes.iter().any(|&n| pointwise(n));
-    if epilogue.kind != KernelKind::Fused
-        || !legal
-        || !epilogue.segments.is_empty()
-        || !splits_last_axis(&epilogue.domain, &node.ty.shape)
+    if reading.kind != KernelKind::Fused
+        || !reading.segments.is_empty()
+        || !splits_last_axis(&reading.domain, &node.ty.shape)
         || reader < k
     {
         return None;
     }
-    let mut nodes: Vec<usize> = call_kernel
+    // The reader's nodes that depend on the product (the epilogue) and the others.
+    let mut on_product: Vec<usize> = Vec::new();
+    for &n in &reading.nodes {
+        let reads = |v: &Value| match *v {
+            Value::Node(m) => m == call || on_product.contains(&m),
+            Value::Input(_) => false,
+        };
+        if dag.nodes[n].args.iter().any(reads) {
+            on_product.push(n);
+        }
+    }
+    let others: Vec<usize> = reading
         .nodes
         .iter()
-        .chain(&epilogue.nodes)
         .copied()
+        .filter(|n| !on_product.contains(n))
         .collect();
+    let legal = on_product.iter().all(|&n| pointwise(n) || reshaping(n))
+        && on_product.iter().any(|&n| pointwise(n));
+    if !legal {
+        return None;
+    }
+    let split_off = (!others.is_empty() && others.iter().any(|&n| !reshaping(n) && !pointwise(n)))
+        .then(|| {
+            facts.kernel(
+                profile,
+                others.clone(),
+                KernelKind::Fused,
+                reading.domain.clone(),
+                reading.read_extra,
+                |m| others.contains(&m),
+            )
+        });
+    let epilogue: &[usize] = match split_off {
+        Some(_) => &on_product,
+        None => &reading.nodes,
+    };
+    let mut nodes: Vec<usize> = call_kernel.nodes.iter().chain(epilogue).copied().collect();
     nodes.sort_unstable();
     let kernel = facts.kernel(
         profile,
         nodes,
         KernelKind::Library,
-        epilogue.domain.clone(),
-        call_kernel.read_extra + epilogue.read_extra,
-        |m| call_kernel.nodes.contains(&m) || epilogue.nodes.contains(&m),
+        reading.domain.clone(),
+        call_kernel.read_extra + reading.read_extra,
+        |m| call_kernel.nodes.contains(&m) || epilogue.contains(&m),
     );
-    let before = call_kernel.cost.total_us + epilogue.cost.total_us;
-    (kernel.cost.total_us < before).then_some((reader, kernel))
+    let before = call_kernel.cost.total_us + reading.cost.total_us;
+    let after = kernel.cost.total_us + split_off.as_ref().map_or(0.0, |s| s.cost.total_us);
+    (after < before).then_some(Merge {
+        reader,
+        kernel,
+        split_off,
+    })
 }
 
 /// Whether `domain` is `shape` (a product's, of rank 2 or more) or `shape` with its last axis

@@ -61,6 +61,10 @@ pub enum Condition {
     /// The first (a shape attribute or tensor) is the second tensor's shape without its first
     /// axis: `sum_to_size` to it is a sum over axis 0.
     DropsLeadingAxis(String, String),
+    /// The first's shape broadcasts to the second's with size 1 on the second's last axis (or
+    /// the first has no axes): a tensor of it is constant along each row of the second, as a
+    /// per-row scale of a matrix product's left operand is (the product sums along that axis).
+    ConstantAlongLastAxis(String, String),
     /// The permutation attribute (first) leaves every axis of the tensor (second) in place,
     /// so transposing by it copies each element to its own index. An absent permutation
     /// reverses the axes, which is the identity only up to rank 1.
@@ -131,6 +135,7 @@ impl Condition {
             Condition::ConstEq(..) => "ConstEq",
             Condition::ConstPowerOfTwo(..) => "ConstPowerOfTwo",
             Condition::DropsLeadingAxis(..) => "DropsLeadingAxis",
+            Condition::ConstantAlongLastAxis(..) => "ConstantAlongLastAxis",
             Condition::IdentityPerm(..) => "IdentityPerm",
             Condition::Not(..) => "Not",
             Condition::Any(..) => "Any",
@@ -148,7 +153,8 @@ impl Condition {
             }
             Condition::SameShape(a, b)
             | Condition::BroadcastsTo(a, b)
-            | Condition::DropsLeadingAxis(a, b) => vec![(0, a, Shape), (1, b, Shape)],
+            | Condition::DropsLeadingAxis(a, b)
+            | Condition::ConstantAlongLastAxis(a, b) => vec![(0, a, Shape), (1, b, Shape)],
             Condition::KeepsType(a) | Condition::IsConst(a) => vec![(0, a, Tensor)],
             Condition::Rank(a, _) => vec![(0, a, Shape)],
             Condition::DtypeIn(a, _) | Condition::IsFloat(a) => vec![(0, a, Dtype)],
@@ -193,6 +199,11 @@ impl Condition {
                     !x.is_empty() && s[..] == x[1..]
                 })
             }
+            Condition::ConstantAlongLastAxis(a, b) => {
+                both(shape_of(data(a)), shape_of(data(b)), |a, b| {
+                    constant_along_last_axis(&a, &b)
+                })
+            }
             Condition::IdentityPerm(p, x) => {
                 let perm = match data(p) {
                     Some(ClassData::Attr(Leaf::Ints(v))) => Some(v.as_slice()),
@@ -208,6 +219,12 @@ impl Condition {
             Condition::Any(inner) => inner.iter().any(|c| c.holds(egraph, root, subst)),
         }
     }
+}
+
+/// Whether a tensor of shape `a` broadcast to `b` is constant along `b`'s last axis: its own
+/// last axis (which broadcasting aligns with `b`'s) has size 1, or it has no axes.
+pub(crate) fn constant_along_last_axis(a: &[usize], b: &[usize]) -> bool {
+    crate::shape::broadcasts_to(a, b) && (a.is_empty() || b.is_empty() || a.last() == Some(&1))
 }
 
 fn both<T>(a: Option<T>, b: Option<T>, f: impl FnOnce(T, T) -> bool) -> bool {
@@ -424,6 +441,18 @@ mod tests {
         assert!(holds(DropsLeadingAxis(s("?v"), s("?x"))));
         assert!(!holds(DropsLeadingAxis(s("?s"), s("?x"))));
         assert!(!holds(DropsLeadingAxis(s("?s3"), s("?v"))));
+        assert!(constant_along_last_axis(&[4, 1], &[4, 6]));
+        assert!(constant_along_last_axis(&[2, 1, 1], &[2, 4, 6]));
+        assert!(constant_along_last_axis(&[], &[4, 6]));
+        assert!(
+            !constant_along_last_axis(&[6], &[4, 6]),
+            "a per-column value"
+        );
+        assert!(!constant_along_last_axis(&[4, 6], &[4, 6]));
+        assert!(
+            !constant_along_last_axis(&[3, 1], &[4, 6]),
+            "does not broadcast"
+        );
         // Permutations: [0, 1] keeps x's axes, [-2, -1] too, [1, 0] and a wrong rank do not;
         // an absent perm reverses, the identity only up to rank 1.
         assert!(holds(IdentityPerm(s("?id"), s("?x"))));

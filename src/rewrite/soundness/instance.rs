@@ -379,7 +379,12 @@ impl<'r> Plan<'r> {
             sums: self.sums,
             finite_only: self.rule.finite_only,
         };
-        match comparison.first_difference(l, r, left.values().chain(right.values())) {
+        let terms: Vec<Tensor> = [(&prepared.graph, &left), (rhs, &right)]
+            .into_iter()
+            .flat_map(|(graph, values)| contraction_terms(graph, values, self.catalogue))
+            .collect();
+        let values = left.values().chain(right.values()).chain(&terms);
+        match comparison.first_difference(l, r, values) {
             Some(failure) => Outcome::Fails(Box::new((failure, Some(l.clone()), Some(r.clone())))),
             None => Outcome::Holds,
         }
@@ -789,6 +794,19 @@ pub(super) fn apply_hint(
                 *leaf = Leaf::Ints((0..rank as i64).collect());
             }
         }
+        Condition::ConstantAlongLastAxis(a, b) => {
+            if let (Some(a), Some(b)) = (var(a), var(b))
+                && let Some(s) = shape_of(instance, b)
+            {
+                let pool: Vec<Shape> = shape_pool(&s)
+                    .into_iter()
+                    .filter(|p| crate::rewrite::condition::constant_along_last_axis(p, &s))
+                    .collect();
+                if !pool.is_empty() {
+                    set_shape(instance, a, &pool[rng.random_range(0..pool.len())]);
+                }
+            }
+        }
         Condition::DropsLeadingAxis(s, x) => {
             if let (Some(s), Some(x)) = (var(s), var(x)) {
                 let mut shape = shape_of(instance, x).unwrap_or_default();
@@ -801,4 +819,49 @@ pub(super) fn apply_hint(
         }
         _ => {}
     }
+}
+
+/// For every matrix product in `graph`, the product of its operands' magnitudes, `|a| @ |b|`:
+/// the size of the terms each element of the product sums. The comparison's tolerance scales
+/// with the magnitudes involved at each element, and a product's operands do not show them
+/// (an operand of the product's own shape is read elementwise, though the product sums along
+/// its rows), so a sound rule about products (a row scale moved out of one) would otherwise be
+/// held to the rounding of values far smaller than the sums it reorders.
+fn contraction_terms(graph: &Graph, values: &Tensors, catalogue: &Catalogue) -> Vec<Tensor> {
+    let mut terms = Vec::new();
+    for node in &graph.nodes {
+        let is_product = catalogue
+            .get(&node.op)
+            .is_some_and(|op| op.builtin() == Some(crate::rules::Builtin::MatMul));
+        let (Some(a), Some(b)) = (
+            node.args.first().and_then(|a| values.get(a)),
+            node.args.get(1).and_then(|b| values.get(b)),
+        ) else {
+            continue;
+        };
+        if !is_product || !a.dtype.is_float() || !b.dtype.is_float() {
+            continue;
+        }
+        let magnitude = |t: &Tensor| {
+            Tensor::from_array(
+                DType::F64,
+                t.floats()
+                    .mapv(|x| if x.is_finite() { x.abs() } else { 0.0 }),
+            )
+        };
+        let mut g = crate::graph::GraphBuilder::new("terms");
+        let ia = g.input("a", DType::F64, a.shape());
+        let ib = g.input("b", DType::F64, b.shape());
+        let out = g.op("terms", &node.op, &[&ia, &ib]);
+        let graph = g.finish(&[&out]);
+        let inputs: Tensors = [
+            ("a".to_string(), magnitude(a)),
+            ("b".to_string(), magnitude(b)),
+        ]
+        .into();
+        if let Ok(mut result) = eval::evaluate_all(&graph, catalogue, &inputs) {
+            terms.extend(result.remove(&out));
+        }
+    }
+    terms
 }
