@@ -266,6 +266,39 @@ fn a_gather_leads_the_kernel_its_consumers_join() {
     }
 }
 
+/// A row kernel that gathers each token's row and also stores values broadcast along the
+/// batch axis (written from the rows at batch index 0): the C row loop names the gather's
+/// range check and the stores' guards apart. They shared `ok{n}` names, so a gather of
+/// instruction 1 beside a guarded store 1 (a GPT-style LM from token ids, with its position
+/// terms as outputs) did not compile.
+#[test]
+fn a_gathered_row_beside_stores_broadcast_along_the_batch_compiles_and_agrees() {
+    let graph = parse(
+        r#"Graph(
+        name: "embed_rows",
+        inputs: [
+            Input(name: "ids", dtype: "i64", shape: [2, 4]),
+            Input(name: "data", dtype: "f32", shape: [10, 8]),
+            Input(name: "pos", dtype: "f32", shape: [4, 8]),
+        ],
+        nodes: [
+            Node(name: "e", op: "gather", args: ["data", "ids"], attrs: {"axis": 0}),
+            Node(name: "e2", op: "mul", args: ["e", "e"]),
+            Node(name: "p2", op: "mul", args: ["pos", "pos"]),
+            Node(name: "h", op: "add", args: ["e", "p2"]),
+            Node(name: "m", op: "mean", args: ["h"], attrs: {"axes": [-1], "keepdim": true}),
+            Node(name: "y", op: "sub", args: ["h", "m"]),
+        ],
+        outputs: ["e2", "p2", "y"],
+    )"#,
+    );
+    let out = optimize(&graph, rules(), &Options::default()).unwrap();
+    assert_eq!(out.partition.kernels.len(), 1, "one row kernel");
+    for seed in 0..3 {
+        compiled_agree(&graph, seed).unwrap();
+    }
+}
+
 /// An embedding's LayerNorm ([`gather_graphs::embedding_layernorm`]) is one row kernel that
 /// reads each token's row at its id: the CPU computes the id once per row and, when it is in
 /// range, reads the row with its vector loops (rows of 16 and more); a row whose id is out of
@@ -283,7 +316,7 @@ fn an_embedding_layernorm_reads_each_row_at_its_id() {
             assert!(ir.is_row_kernel() && ir.has_gathers());
             assert!(ir.row_gathers().iter().any(|&g| g));
             let source = fusebox::backend::cpu::emit::emit_kernel(ir, "k");
-            assert!(source.contains("const int64_t jv = ok"), "{source}");
+            assert!(source.contains("const int64_t jv = gok"), "{source}");
             for seed in 0..4 {
                 compiled_agree(&graph, seed)
                     .unwrap_or_else(|e| panic!("{dtype:?} width {width} seed {seed}: {e}"));

@@ -404,10 +404,10 @@ pub(crate) trait Spelling {
 
     /// The statement defining row gather `id` ([`KernelIr::row_gathers`]) at `element`, its
     /// view's element at the row's gathered base: the row's index was checked once, into
-    /// `ok{id}`.
+    /// `gok{id}` (apart from the stores' guards, `ok{k}`).
     fn row_gather_definition(&self, ir: &KernelIr, id: ValueId, element: &str) -> String {
         let ty = self.value_type(ir.prec(id));
-        let value = self.gathered(ir, id, &format!("ok{id}"), element);
+        let value = self.gathered(ir, id, &format!("gok{id}"), element);
         format!("const {ty} v{id} = {value};")
     }
 

@@ -276,7 +276,7 @@ impl CKernelWriter<'_> {
 
     /// For each row gather ([`KernelIr::row_gathers`]), once per row: its index `gx{id}`
     /// (the index's values evaluated in a block of their own, since the loops define them
-    /// again), whether it is in range `ok{id}`, and its view's base `b{view}` moved to the
+    /// again), whether it is in range `gok{id}`, and its view's base `b{view}` moved to the
     /// gathered row, or left where it is when out of range (its loads then read nothing).
     /// Returns the condition that every gather of the row is in range, if there are any.
     fn row_gather_bases(&self, out: &mut Out) -> Option<String> {
@@ -299,13 +299,13 @@ impl CKernelWriter<'_> {
             out.line(format!("gx{id} = v{index};"));
             out.close();
             let gx = format!("gx{id}");
-            out.line(format!("const int ok{id} = {};", gather_in_range(&gx, g)));
+            out.line(format!("const int gok{id} = {};", gather_in_range(&gx, g)));
             out.line(format!(
-                "const int64_t b{view} = {} + (ok{id} ? {} : 0);",
+                "const int64_t b{view} = {} + (gok{id} ? {} : 0);",
                 self.row_base(view),
                 gather_offset_of(&gx, g)
             ));
-            oks.push(format!("ok{id}"));
+            oks.push(format!("gok{id}"));
         }
         (!oks.is_empty()).then(|| oks.join(" && "))
     }
