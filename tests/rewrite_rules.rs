@@ -1430,21 +1430,31 @@ fn a_declined_computation_skips_the_match() {
 /// of another dtype, and a product with a vector (`v` as the right operand) stay as written.
 #[test]
 fn matmul_row_scale_declines() {
-    let r = rule("matmul-row-scale-out");
-    for start in [
-        "(matmul (mul $x $v) $x31)",
-        "(matmul (mul $x $w) $v)",
-        "(matmul (mul $x $w) (cast $x31 f16))",
-    ] {
+    declines(
+        "matmul-row-scale-out",
+        &[
+            "(matmul (mul $x $v) $x31)",
+            "(matmul (mul $x $w) $v)",
+            "(matmul (mul $x $w) (cast $x31 f16))",
+        ],
+    );
+}
+
+/// Asserts that rule `name` rewrites none of `starts` (terms over [`inputs`]), and that
+/// trying it leaves no ill-typed class.
+fn declines(name: &str, starts: &[&str]) {
+    let r = rule(name);
+    for start in starts {
         let mut egraph = inputs();
         let root = egraph.add_expr(&expr(start));
         egraph.rebuild();
         let rewrites = r.rewrites();
         let matches = rewrites[0].search(&egraph);
         let applied = rewrites[0].apply(&mut egraph, &matches);
-        assert!(applied.is_empty(), "{start}");
+        assert!(applied.is_empty(), "{name}: {start}");
         egraph.rebuild();
-        assert_eq!(egraph[root].nodes.len(), 1, "{start}");
+        assert_eq!(egraph[root].nodes.len(), 1, "{name}: {start}");
+        assert!(egraph.analysis.ill_typed.is_empty(), "{name}: {start}");
     }
 }
 
@@ -1453,23 +1463,14 @@ fn matmul_row_scale_declines() {
 /// is no product of transposes, nor is the transpose of a product of a vector.
 #[test]
 fn transpose_matmul_declines() {
-    let r = rule("transpose-matmul");
-    for start in [
-        "(transpose (matmul $g3 (transpose $x [1,0])) [2,1,0])",
-        "(transpose (matmul $g3 (transpose $x [1,0])) [1,0,2])",
-        "(transpose (matmul $g $v) none)",
-    ] {
-        let mut egraph = inputs();
-        let root = egraph.add_expr(&expr(start));
-        egraph.rebuild();
-        let rewrites = r.rewrites();
-        let matches = rewrites[0].search(&egraph);
-        let applied = rewrites[0].apply(&mut egraph, &matches);
-        assert!(applied.is_empty(), "{start}");
-        egraph.rebuild();
-        assert_eq!(egraph[root].nodes.len(), 1, "{start}");
-        assert!(egraph.analysis.ill_typed.is_empty());
-    }
+    declines(
+        "transpose-matmul",
+        &[
+            "(transpose (matmul $g3 (transpose $x [1,0])) [2,1,0])",
+            "(transpose (matmul $g3 (transpose $x [1,0])) [1,0,2])",
+            "(transpose (matmul $g $v) none)",
+        ],
+    );
 }
 
 // ------------------------------------------------------------------ layout: what gets extracted
