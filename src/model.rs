@@ -80,6 +80,9 @@ use std::path::{Path, PathBuf};
 mod device;
 mod host;
 
+pub use device::DeviceArray;
+pub use host::HostArray;
+
 /// An error naming the first of `given` that is none of `declared` (with the nearest
 /// declared name as a hint).
 fn refuse_unknown<'a>(
@@ -97,8 +100,6 @@ fn refuse_unknown<'a>(
         None => Ok(()),
     }
 }
-pub use device::DeviceArray;
-pub use host::HostArray;
 
 /// A graph with the stored values of its parameter inputs, and the rule set it was read
 /// with: what [`Model::compile`] compiles.

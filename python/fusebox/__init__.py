@@ -74,7 +74,7 @@ class Model:
     def compile(self, backend: str = "cpu", amp: Optional[str] = None, fusion: bool = True) -> "Compiled":
         """Compiles for `"cpu"` (C kernels), `"cuda"` (NVRTC, needs a GPU) or `"reference"`
         (the unfused evaluator). `amp` names a policy of the rules (`"bf16"`, ...)."""
-        return Compiled(self, self._native.compile(backend, amp, not fusion), backend)
+        return Compiled(self, self._native.compile(backend, amp, not fusion))
 
     def __repr__(self):
         ins = ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in self.inputs)
@@ -141,7 +141,7 @@ def _from_bf16_bits(bits: np.ndarray) -> np.ndarray:
 class Compiled:
     """A model compiled for one backend: `run` it on arrays by name."""
 
-    def __init__(self, model: Model, native, backend: str):
+    def __init__(self, model: Model, native):
         self._native = native
         # The GPU whose memory a CUDA model reads and writes in place (None for the other
         # backends, and for a model compiled per input size, which copies through the host).
@@ -220,10 +220,7 @@ class Compiled:
         native, empty, cpu = self._native, torch.empty, torch.device("cpu")
 
         def call(tensors):
-            held = [
-                t if t.dtype == want and t.device == cpu and t.is_contiguous() else t.to(device=cpu, dtype=want).contiguous()
-                for t, (_, _, want) in zip(tensors, inputs)
-            ]
+            held = [_placed(t, cpu, want) for t, (_, _, want) in zip(tensors, inputs)]
             args = [(name, dtype, t.shape, t.data_ptr()) for t, (name, dtype, _) in zip(held, inputs)]
             outs = [empty(shape, dtype=dtype) for _, shape, dtype in outputs]
             native._run_addresses(args, [(dtype, shape, o.data_ptr()) for o, (dtype, shape, _) in zip(outs, outputs)])
@@ -275,13 +272,17 @@ class _CudaCall:
 
     def on_device(self, value, dtype: str):
         """`value` as a contiguous tensor of `dtype` on the device (itself when it is one)."""
-        want = self.types[dtype]
         if not _is_torch(value):
             storage = np.float32 if dtype == "bf16" else _NUMPY[dtype]
             value = self.torch.from_numpy(np.ascontiguousarray(value, dtype=storage))
-        if value.dtype != want or value.device != self.device:
-            value = value.to(device=self.device, dtype=want)
-        return value if value.is_contiguous() else value.contiguous()
+        return _placed(value, self.device, self.types[dtype])
+
+
+def _placed(tensor, device, dtype):
+    """`tensor` as a contiguous tensor of `dtype` on `device`: itself when it already is one."""
+    if tensor.dtype != dtype or tensor.device != device:
+        tensor = tensor.to(device=device, dtype=dtype)
+    return tensor if tensor.is_contiguous() else tensor.contiguous()
 
 
 def _host(value, dtype: str):

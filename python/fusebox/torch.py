@@ -333,10 +333,10 @@ class _Part(torch.nn.Module):
     def _compile(self, args):
         gm = self.gm
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if any(_tensor_type(a) is None for a in tensors):
+        positions = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        if any(_tensor_type(args[k]) is None for k in positions):
             return None, "an input has a dtype fusebox does not have"
-        devices = {a.device for a in tensors}
+        devices = {args[k].device for k in positions}
         engine = _engine(self.settings["engine"], devices)
         if engine is None:
             where = ", ".join(sorted(str(d) for d in devices))
@@ -366,13 +366,12 @@ class _Part(torch.nn.Module):
         except FuseboxError as e:
             return None, str(e)
         order = [unique.index(ref) for ref in refs]
-        tensors = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        names = [placeholders[k].name for k in tensors]
+        names = [placeholders[k].name for k in positions]
         if engine == "cpu":
             call = compiled._tensor_call(names)
         else:
             call = lambda ts: list(compiled.run(dict(zip(names, ts))).values())  # noqa: E731
-        return (compiled, call, tensors, order), None
+        return (compiled, call, positions, order), None
 
     def forward(self, *args):
         key = tuple((a.dtype, tuple(a.shape), a.device) if isinstance(a, torch.Tensor) else a for a in args)
@@ -388,8 +387,8 @@ class _Part(torch.nn.Module):
             )
         if not entry:
             return self.gm(*args)
-        _, call, tensors, order = entry
-        values = call([args[k] for k in tensors])
+        _, call, positions, order = entry
+        values = call([args[k] for k in positions])
         outs = [values[k] for k in order]
         return tuple(outs) if self.tuple_output else outs[0]
 

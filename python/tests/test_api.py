@@ -7,7 +7,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from conftest import need
+from conftest import errors_in_threads, need
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -130,25 +130,16 @@ def test_torch_cpu_tensors_in_give_tensors_out_without_copies():
 
 
 def test_a_compiled_model_runs_from_other_threads():
-    import threading
-
     fusebox = need("fusebox")
     compiled = fusebox.parse(GELU_BIAS).compile("cpu")
     x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
     want = compiled.run(x=x, bias=np.zeros(3, np.float32))["y"]
-    results, errors = [], []
+    results = []
 
     def use():
-        try:
-            for _ in range(20):
-                results.append(compiled.run(x=x, bias=np.zeros(3, np.float32))["y"])
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(repr(e))
+        for _ in range(20):
+            results.append(compiled.run(x=x, bias=np.zeros(3, np.float32))["y"])
 
-    workers = [threading.Thread(target=use) for _ in range(3)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    errors = errors_in_threads(use, 3)
     assert not errors, errors
     assert len(results) == 60 and all(np.array_equal(r, want) for r in results)

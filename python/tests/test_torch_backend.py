@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import REQUIRED, need
+from conftest import REQUIRED, errors_in_threads, need
 
 torch = need("torch")
 fusebox_torch = need("fusebox.torch")
@@ -325,8 +325,6 @@ def test_a_top2_mixture_of_experts_runs_in_fusebox_forward_and_backward():
 
 
 def test_a_compiled_module_runs_from_several_threads():
-    import threading
-
     torch.manual_seed(11)
     module = mlp()
     torch._dynamo.reset()
@@ -335,18 +333,10 @@ def test_a_compiled_module_runs_from_several_threads():
     with torch.no_grad():
         want = module(x)
         compiled(x)
-    errors = []
 
     def use():
-        try:
-            with torch.no_grad():
-                torch.testing.assert_close(compiled(x), want, rtol=1e-5, atol=1e-5)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(repr(e))
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), want, rtol=1e-5, atol=1e-5)
 
-    workers = [threading.Thread(target=use) for _ in range(2)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    errors = errors_in_threads(use, 2)
     assert not errors, errors

@@ -2,7 +2,7 @@
 //! (PyTorch's) read and written in place, the run queued on that runtime's current stream, so
 //! a binding adds neither a copy nor a host wait.
 
-use super::host::{in_input_order, stored_buffer};
+use super::host::{cache_stored, in_input_order};
 use super::{Compiled, Engine};
 use crate::backend::Executable;
 use crate::backend::cuda::runtime::{CuStream, DeviceBuffer};
@@ -79,16 +79,13 @@ impl Compiled {
         let executable = &mut prepared.executable;
         let device = executable.device().clone();
         let dag = &executable.program().dag;
-        for input in &dag.inputs {
-            if inputs.contains_key(&input.name) || self.device_stored.contains_key(&input.name) {
-                continue;
-            }
-            if let Some(value) = self.current.stored.get(&input.name) {
-                let host = stored_buffer(&input.name, value, input.ty.dtype)?;
-                let uploaded = DeviceBuffer::upload(&device, &host)?;
-                self.device_stored.insert(input.name.clone(), uploaded);
-            }
-        }
+        cache_stored(
+            &dag.inputs,
+            inputs,
+            &self.current.stored,
+            &mut self.device_stored,
+            |host| DeviceBuffer::upload(&device, &host),
+        )?;
         let (addresses, types): (Vec<u64>, Vec<_>) = in_input_order(
             &dag.inputs,
             inputs,

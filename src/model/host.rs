@@ -121,15 +121,13 @@ impl Compiled {
         let executable = &mut prepared.executable;
         let dag = &crate::backend::Executable::program(executable).dag;
         // The stored values of the inputs not given, converted once.
-        for input in &dag.inputs {
-            if inputs.contains_key(&input.name) || self.host_stored.contains_key(&input.name) {
-                continue;
-            }
-            if let Some(value) = self.current.stored.get(&input.name) {
-                let converted = stored_buffer(&input.name, value, input.ty.dtype)?;
-                self.host_stored.insert(input.name.clone(), converted);
-            }
-        }
+        cache_stored(
+            &dag.inputs,
+            inputs,
+            &self.current.stored,
+            &mut self.host_stored,
+            Ok,
+        )?;
         let (pointers, types): (Vec<*const u8>, Vec<_>) = in_input_order(
             &dag.inputs,
             inputs,
@@ -151,12 +149,30 @@ impl Compiled {
     }
 }
 
-/// A stored input value in its storage format, converted to the input's dtype.
-pub(super) fn stored_buffer(name: &str, value: &Tensor, dtype: DType) -> Result<Buffer> {
-    value
-        .cast(dtype)
-        .and_then(|v| Buffer::try_from_tensor(&v))
-        .map_err(|e| Error::at_node(name, ErrorKind::Input(e.to_string())))
+/// Fills `cache` with the stored value of every program input that `given` lacks and the
+/// cache does not hold yet: converted to the input's dtype, in its storage format, and placed
+/// by `place` (a host buffer kept as it is, or uploaded to a device). Runs on memory the
+/// caller owns read stored values from there, made once per compiled model.
+pub(super) fn cache_stored<A, B>(
+    program_inputs: &[crate::dag::DagInput],
+    given: &BTreeMap<String, A>,
+    stored: &crate::eval::Tensors,
+    cache: &mut BTreeMap<String, B>,
+    place: impl Fn(Buffer) -> Result<B>,
+) -> Result<()> {
+    for input in program_inputs {
+        if given.contains_key(&input.name) || cache.contains_key(&input.name) {
+            continue;
+        }
+        if let Some(value) = stored.get(&input.name) {
+            let buffer = value
+                .cast(input.ty.dtype)
+                .and_then(|v| Buffer::try_from_tensor(&v))
+                .map_err(|e| Error::at_node(&input.name, ErrorKind::Input(e.to_string())))?;
+            cache.insert(input.name.clone(), place(buffer)?);
+        }
+    }
+    Ok(())
 }
 
 /// What a run reads for each of the program's inputs, in their order: the array given by name

@@ -833,13 +833,16 @@ fn contraction_terms(graph: &Graph, values: &Tensors, catalogue: &Catalogue) -> 
         let is_product = catalogue
             .get(&node.op)
             .is_some_and(|op| op.builtin() == Some(crate::rules::Builtin::MatMul));
+        if !is_product {
+            continue;
+        }
         let (Some(a), Some(b)) = (
             node.args.first().and_then(|a| values.get(a)),
             node.args.get(1).and_then(|b| values.get(b)),
         ) else {
             continue;
         };
-        if !is_product || !a.dtype.is_float() || !b.dtype.is_float() {
+        if !a.dtype.is_float() || !b.dtype.is_float() {
             continue;
         }
         let magnitude = |t: &Tensor| {

@@ -60,9 +60,9 @@ pub struct Device {
     pool: Mutex<Pool>,
     blas: Mutex<Option<Blas>>,
     /// The two events that order work queued on a caller's stream with the device stream
-    /// ([`Device::on_caller_stream`]), created on first use; the lock also keeps two such runs
-    /// from interleaving their fences.
-    fences: Mutex<Option<Fences>>,
+    /// ([`Device::on_caller_stream`]); the lock keeps two such runs from interleaving their
+    /// fences.
+    fences: Mutex<Fences>,
     pub(super) modules: ModuleCache,
     pub(super) compiler: NvrtcCompiler,
 }
@@ -130,6 +130,10 @@ impl Device {
                 .total_mem()
                 .map_err(|e| open_error(ordinal, "memory size", e))?,
         };
+        let fences = Fences {
+            device_done: fence_event(&ctx, ordinal)?,
+            caller_done: fence_event(&ctx, ordinal)?,
+        };
         Ok(Device {
             ctx,
             stream,
@@ -137,7 +141,7 @@ impl Device {
             nvrtc,
             pool: Mutex::new(Pool::default()),
             blas: Mutex::new(None),
-            fences: Mutex::new(None),
+            fences: Mutex::new(fences),
             modules: ModuleCache::default(),
             compiler: NvrtcCompiler::new(CompileOptions::from_env()),
         })
@@ -306,16 +310,7 @@ impl Device {
         queue: impl FnOnce(CuStream) -> Result<T>,
     ) -> Result<T> {
         self.bind()?;
-        let mut fences = lock(&self.fences);
-        if fences.is_none() {
-            *fences = Some(Fences {
-                device_done: self.fence_event()?,
-                caller_done: self.fence_event()?,
-            });
-        }
-        let Some(f) = fences.as_ref() else {
-            return Err(Error::backend("fence events missing after creation"));
-        };
+        let f = lock(&self.fences);
         use cudarc::driver::result::{event, stream as streams};
         use cudarc::driver::sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
         // SAFETY: live events of this context; the caller vouches for `stream`.
@@ -340,12 +335,6 @@ impl Device {
             .or_driver("ordering the device stream after the caller's stream")?;
         }
         queued
-    }
-
-    fn fence_event(&self) -> Result<CudaEvent> {
-        self.ctx
-            .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
-            .or_driver("creating a fence event")
     }
 
     /// A fresh stream for capturing CUDA graphs.
@@ -394,6 +383,12 @@ pub fn choose_arch(cc: u32, nvrtc_archs: &[u32]) -> Result<String> {
 /// A raw stream handle: operations take the stream they go to, which is the device stream
 /// except while a CUDA graph is being captured.
 pub type CuStream = cudarc::driver::sys::CUstream;
+
+/// An event of `ctx` that orders streams (it times nothing).
+fn fence_event(ctx: &Arc<CudaContext>, ordinal: usize) -> Result<CudaEvent> {
+    ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+        .map_err(|e| open_error(ordinal, "fence event", e))
+}
 
 /// The events [`Device::on_caller_stream`] records and waits on.
 struct Fences {
