@@ -589,10 +589,7 @@ fn a_row_scale_moves_past_the_product_into_its_epilogue() {
         (&divided, "matmul-row-divide-out"),
     ] {
         for dtype in ["f32", "f16"] {
-            let text = text.replace("\"f32\"", &format!("\"{dtype}\""));
-            let g = graph::file::parse(&text, "row_scale.ron", &rules().ops)
-                .unwrap()
-                .0;
+            let g = parsed_at(text, "row_scale.ron", dtype);
             let optimized = fusebox::optimize::optimize(&g, rules(), &Options::default()).unwrap();
             assert!(optimized.report.rules.contains_key(rule), "{rule} {dtype}");
             let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
@@ -626,6 +623,12 @@ fn a_row_scale_moves_past_the_product_into_its_epilogue() {
     }
 }
 
+/// The graph `text` (file `name`) with every f32 value made `dtype`.
+fn parsed_at(text: &str, name: &str, dtype: &str) -> graph::Graph {
+    let text = text.replace("\"f32\"", &format!("\"{dtype}\""));
+    graph::file::parse(&text, name, &rules().ops).unwrap().0
+}
+
 /// `g`'s output `name` on the CPU backend and `program` (its lowering) in the interpreter
 /// equal the reference evaluator's on seeded inputs.
 fn cpu_and_interpreter_agree(
@@ -652,10 +655,7 @@ fn cpu_and_interpreter_agree(
 fn a_product_written_through_its_transpose_agrees() {
     let text = std::fs::read_to_string("book/examples/gemm/head_merge.ron").unwrap();
     for dtype in ["f32", "f16"] {
-        let text = text.replace("\"f32\"", &format!("\"{dtype}\""));
-        let g = graph::file::parse(&text, "head_merge.ron", &rules().ops)
-            .unwrap()
-            .0;
+        let g = parsed_at(&text, "head_merge.ron", dtype);
         let optimized = fusebox::optimize::optimize(&g, rules(), &Options::default()).unwrap();
         let program = fusebox::lower::lower(&optimized.dag, &optimized.partition).unwrap();
         let products: Vec<&fusebox::lower::MatMulStep> = program
