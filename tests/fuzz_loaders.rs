@@ -1790,6 +1790,24 @@ proptest! {
     }
 }
 
+/// Found by the byte fuzzer in CI: a pad of `i64::MIN` has no absolute value in `i64`.
+#[test]
+fn onnx_pads_of_the_most_negative_integer_are_refused() {
+    let mut model = onnx_models::convnet();
+    let graph = model.graph.as_mut().unwrap();
+    let pads = graph.initializer.iter_mut().find(|t| t.name == "pads").unwrap();
+    pads.raw_data = [0i64, 0, i64::MIN, 0, 0, 0, 0, 1]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let bytes = onnx_models::bytes(&model);
+    onnx_property(&bytes).unwrap();
+    let path = onnx_dir().join("model.onnx");
+    std::fs::write(&path, &bytes).unwrap();
+    let e = fusebox::onnx::import(&path, &CATALOGUE, &ONNX_TABLE).unwrap_err();
+    assert!(e.to_string().contains("pads"), "{e}");
+}
+
 #[test]
 fn onnx_seeds_import() {
     for (k, bytes) in ONNX_SEEDS.iter().enumerate() {
@@ -1851,6 +1869,18 @@ fn aten_property(text: &str) -> Result<(), TestCaseError> {
         prop_assert!(checked.is_ok(), "{:?}", checked.err());
     }
     Ok(())
+}
+
+/// Found by the structured fuzzer in CI: a part that reads output `usize::MAX` of a node.
+#[test]
+fn aten_parts_reading_the_largest_output_index_are_refused() {
+    let text = ATEN_PART.replace("\"used\": [0]", "\"used\": [18446744073709551615]");
+    assert_ne!(text, ATEN_PART);
+    aten_property(&text).unwrap();
+    let graph = fusebox::aten::fx::parse(&text, "part.json").unwrap();
+    let constants = std::collections::BTreeMap::from([("m".to_string(), vec![1u8; 16])]);
+    let e = fusebox::aten::import(&graph, &constants, &RuleSet::defaults()).unwrap_err();
+    assert!(e.to_string().contains("reads output"), "{e}");
 }
 
 #[test]

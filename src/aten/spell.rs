@@ -36,7 +36,8 @@ impl Speller {
     pub fn node(&mut self, node: &FxNode, table: &AtenTable) -> Spelled {
         let map = select(node, table)?;
         let used_max = match &node.used {
-            Some(used) => used.iter().max().map_or(0, |&u| u + 1),
+            // Saturating: a file may name output `usize::MAX`, which is refused just below.
+            Some(used) => used.iter().max().map_or(0, |&u| u.saturating_add(1)),
             None => node.outputs.len(),
         };
         if used_max > map.outputs {

@@ -719,7 +719,7 @@ pub(super) fn pad(
         }
         None => (0..rank).collect(),
     };
-    if pads.len() != 2 * axes.len() || pads.iter().any(|p| p.abs() > MAX_EXTENT) {
+    if pads.len() != 2 * axes.len() || pads.iter().any(|p| p.unsigned_abs() > MAX_EXTENT as u64) {
         return Err(ImportError::Malformed(format!(
             "pads {pads:?} must be {} values of at most {MAX_EXTENT} in size",
             2 * axes.len()
