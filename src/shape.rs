@@ -3,6 +3,9 @@
 //! Shape inference and the reference evaluator both use these functions, so a graph that
 //! type-checks is evaluated with exactly the shapes that were checked.
 
+mod padding;
+pub use padding::{Coordinates, Padding};
+
 /// Why a shape rule refuses its operands. Each message names the shapes, axes or sizes
 /// concerned; graph checking reports it at the node, the evaluator and the ONNX importer at
 /// theirs.

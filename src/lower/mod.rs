@@ -408,12 +408,15 @@ pub struct MatMulOperand {
 /// The operand a call reads through absorbed layout ops: its shape as the product sees it,
 /// and where each element lies in the buffer of [`MatMulOperand::value`]: `strided` over
 /// `shape`, or where `split` is given, over its sub-axes (`split.fine`), each axis of `shape`
-/// a row-major group of them (an im2col matrix read from the image's windows).
+/// a row-major group of them (an im2col matrix read from the image's windows). Where
+/// `padding` is given, the strides address that zero padding of the buffer (a convolution's
+/// padded image, never written): an element outside the buffer is zero.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperandView {
     pub shape: Vec<usize>,
     pub strided: crate::shape::Strided,
     pub split: Option<crate::shape::SplitAxes>,
+    pub padding: Option<crate::shape::Padding>,
 }
 
 impl OperandView {
@@ -423,6 +426,7 @@ impl OperandView {
             shape,
             strided,
             split: None,
+            padding: None,
         }
     }
 
@@ -450,7 +454,14 @@ impl MatMulOperand {
             return Ok(());
         };
         let stored = crate::shape::numel(&dag.ty(self.value).shape);
-        match view.strided.within(view.strided_shape(), stored) {
+        let addressed = match &view.padding {
+            // The padding is of the stored value, and the view addresses the padded shape.
+            Some(padding) if padding.source == dag.ty(self.value).shape => padding.padded_len(),
+            Some(_) => None,
+            None => Some(stored),
+        };
+        let inside = addressed.is_some_and(|n| view.strided.within(view.strided_shape(), n));
+        match inside {
             true => Ok(()),
             false => Err(Error::new(
                 Site::node(dag.value_name(self.value)),
@@ -754,7 +765,9 @@ fn absorbed_operand(dag: &Dag, nodes: &[usize], arg: Value) -> Result<MatMulOper
     let shape = &dag.ty(arg).shape;
     let view = match tree.map.split_strided(shape) {
         Some((strided, None))
-            if shape == source_shape && strided == crate::shape::Strided::contiguous(shape) =>
+            if shape == source_shape
+                && strided == crate::shape::Strided::contiguous(shape)
+                && tree.padding.is_none() =>
         {
             None
         }
@@ -762,6 +775,7 @@ fn absorbed_operand(dag: &Dag, nodes: &[usize], arg: Value) -> Result<MatMulOper
             shape: shape.clone(),
             strided,
             split,
+            padding: tree.padding,
         }),
         None => {
             return Err(refused(

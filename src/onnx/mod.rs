@@ -536,6 +536,12 @@ impl<'a> Importer<'a> {
                 if let Some(name) = origin.as_ref().and_then(|o| self.materialized.get(o)) {
                     return (name.clone(), ty);
                 }
+                if origin.is_none()
+                    && let Some(name) = self.splat(t)
+                {
+                    self.types.insert(name.clone(), ty.clone());
+                    return (name, ty);
+                }
                 let literal = self.catalogue.builtin(Builtin::Const).cloned();
                 let base = origin.clone().unwrap_or_else(|| "const".into());
                 // A `const` node holds its value as an f64 attribute: an integer beyond 2^53
@@ -575,6 +581,30 @@ impl<'a> Importer<'a> {
                 (name, ty)
             }
         }
+    }
+
+    /// A computed float constant whose elements are all one value (a padding slab, a
+    /// `ConstantOfShape`) as that value broadcast: a `const` node and a `broadcast_to` of it,
+    /// which kernels compute in place, instead of a stored input read from memory (and a
+    /// library call can see that it is zeros). `None` for any other constant.
+    fn splat(&mut self, t: &Tensor) -> Option<String> {
+        if !t.dtype.is_float() || crate::shape::numel(t.shape()) < 2 {
+            return None;
+        }
+        let floats = t.floats();
+        let mut values = floats.iter();
+        let first = *values.next()?;
+        if !values.all(|v| v.to_bits() == first.to_bits()) {
+            return None;
+        }
+        let broadcast = self.catalogue.builtin(Builtin::BroadcastTo)?.clone();
+        let scalar = Val::floats(t.dtype, &[], vec![first]).ok()?;
+        let (value, value_ty) = self.materialize(&scalar);
+        let name = self.fresh("splat", false);
+        let attrs = BuiltinAttrs::shape(t.shape()).to_attrs();
+        self.push(name.clone(), &broadcast, vec![value], attrs, &[value_ty])
+            .ok()?;
+        Some(name)
     }
 
     /// Appends a checked node and records its type.

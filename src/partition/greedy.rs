@@ -368,6 +368,8 @@ fn absorbable_operands(
                     chain.push(c);
                     stack = vec![c];
                     stack.extend(stacked_views(dag, c, &only_used_by, &is_view));
+                    let below = paddings_below(facts, &stack);
+                    stack.extend(below);
                 }
                 break;
             }
@@ -417,6 +419,62 @@ fn stacked_views(
         }
     }
     members
+}
+
+/// The zero paddings below a stack of views (a convolution's padded image: a concat of the
+/// image between zero slabs per padded axis, [`super::zero_padding`]) whose every reader is
+/// in the stack, and their slabs where nothing else reads them: the call then reads the image
+/// and makes the zeros itself, and no kernel writes the padded copy. Whether the result reads
+/// as one view is [`readable_operand`]'s to check.
+fn paddings_below(facts: &Facts, stack: &[usize]) -> Vec<usize> {
+    let dag = facts.dag;
+    let mut inside: Vec<usize> = stack.to_vec();
+    let owned = |c: usize, inside: &[usize]| {
+        let users = facts.users(c);
+        !facts.graph_output[c] && !users.is_empty() && users.iter().all(|&u| inside.contains(&(u as usize)))
+    };
+    let padding = |c: usize| {
+        let node = &dag.nodes[c];
+        if node.op.builtin() != Some(Builtin::Concat) {
+            return false;
+        }
+        let shapes: Vec<&[usize]> = node.args.iter().map(|&a| &dag.ty(a).shape[..]).collect();
+        matches!(
+            plan_builtin(Builtin::Concat, &shapes, &node.attrs),
+            Ok((BuiltinPlan::Concat(axis), _)) if super::zero_padding(dag, node, axis).is_some()
+        )
+    };
+    loop {
+        let found = inside.iter().find_map(|&m| {
+            dag.nodes[m].args.iter().find_map(|&a| match a {
+                Value::Node(p) if !inside.contains(&p) && padding(p) && owned(p, &inside) => Some(p),
+                _ => None,
+            })
+        });
+        let Some(p) = found else {
+            break;
+        };
+        inside.push(p);
+        // The slabs: views down to a literal, each joining where the padding alone reads it.
+        let mut slabs: Vec<usize> = dag.nodes[p]
+            .args
+            .iter()
+            .filter_map(|&a| match a {
+                Value::Node(q) if super::operand_view::zero_slab(dag, a) => Some(q),
+                _ => None,
+            })
+            .collect();
+        while let Some(q) = slabs.pop() {
+            if inside.contains(&q) || !owned(q, &inside) {
+                continue;
+            }
+            inside.push(q);
+            if let Some(&Value::Node(r)) = dag.nodes[q].args.first() {
+                slabs.push(r);
+            }
+        }
+    }
+    inside.split_off(stack.len())
 }
 
 /// Whether a library call can read its operand `arg` through the nodes of `chain` (from the

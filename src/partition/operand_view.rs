@@ -8,20 +8,29 @@
 //! the spacing as the concat axis's stride. That is how a convolution's im2col matrix (the
 //! image's windows, one shifted slice per kernel offset, stacked) becomes a view of the
 //! image that the GEMM packs from, instead of a copy nine times the image's size.
+//!
+//! Below the windows, a concat of the image between slabs of zeros (its padding, one concat
+//! per padded axis) joins as a [`Padding`]: the view then addresses the padded image, which
+//! is never written; the reader makes the zeros (the CPU GEMM while it packs) or builds the
+//! padded buffer itself.
 
 use crate::dag::{Dag, Value};
 use crate::dtype::DType;
 use crate::graph::check::{BuiltinPlan, plan_builtin};
 use crate::rules::Builtin;
-use crate::shape::{IndexMap, Strided};
+use crate::dag::DagNode;
+use crate::rules::BuiltinAttrs;
+use crate::shape::{IndexMap, Padding, Strided};
 
 /// What a library call reads for one operand: the buffer of `source`, through `map` (from the
-/// operand's value to that buffer), rounded through `casts` (outermost last).
+/// operand's value to that buffer), rounded through `casts` (outermost last). Where `padding`
+/// is given, `map` addresses that padding of `source` instead of its buffer.
 #[derive(Debug, Clone)]
 pub struct OperandTree {
     pub source: Value,
     pub map: IndexMap,
     pub casts: Vec<DType>,
+    pub padding: Option<Padding>,
 }
 
 /// The operand tree below `arg` made of the nodes `member` admits: casts, layout views and
@@ -49,6 +58,9 @@ pub fn operand_tree(dag: &Dag, arg: Value, member: &dyn Fn(usize) -> bool) -> Op
         .collect();
     let (plan, _) = plan_builtin(builtin, &shapes, &node.attrs).ok()?;
     if let BuiltinPlan::Concat(axis) = plan {
+        if let Some(padded) = padded_tree(dag, node, axis, member) {
+            return Some(padded);
+        }
         return stacked_tree(dag, &node.args, axis, member);
     }
     let below = operand_tree(dag, first, member)?;
@@ -62,7 +74,80 @@ fn leaf(dag: &Dag, v: Value) -> OperandTree {
         source: v,
         map: IndexMap::contiguous(&dag.ty(v).shape),
         casts: Vec::new(),
+        padding: None,
     }
+}
+
+/// Whether `v` is zeros: a `const` of +0 seen through broadcasts and reshapes (a padding
+/// slab; +0 only, so that a product over padding is exactly the one over written zeros).
+pub fn zero_slab(dag: &Dag, v: Value) -> bool {
+    let mut at = v;
+    while let Value::Node(p) = at {
+        let node = &dag.nodes[p];
+        match node.op.builtin() {
+            Some(Builtin::BroadcastTo | Builtin::Reshape) => at = node.args[0],
+            Some(Builtin::Const) => {
+                return matches!(
+                    BuiltinAttrs::read(Builtin::Const, &node.attrs),
+                    Ok(BuiltinAttrs::Const { value, .. }) if value == 0.0 && value.is_sign_positive()
+                );
+            }
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// For a concat of one operand between zero slabs ([`zero_slab`]): that operand's position
+/// among its args, and the zeros before and after it along the concat's axis.
+pub fn zero_padding(dag: &Dag, node: &DagNode, axis: usize) -> Option<(usize, usize, usize)> {
+    let mut middle = None;
+    for (i, &a) in node.args.iter().enumerate() {
+        if !zero_slab(dag, a) {
+            if middle.is_some() {
+                return None;
+            }
+            middle = Some(i);
+        }
+    }
+    let m = middle?;
+    let extent = |pieces: &[Value]| -> usize {
+        pieces
+            .iter()
+            .map(|&a| dag.ty(a).shape.get(axis).copied().unwrap_or(0))
+            .sum()
+    };
+    let (before, after) = (extent(&node.args[..m]), extent(&node.args[m + 1..]));
+    (before + after > 0).then_some((m, before, after))
+}
+
+/// A zero padding ([`zero_padding`]) of an operand read as stored, or of such a padding
+/// along another axis, as one [`Padding`] of the stored value, its map the padded shape's
+/// row-major offsets.
+fn padded_tree(
+    dag: &Dag,
+    node: &DagNode,
+    axis: usize,
+    member: &dyn Fn(usize) -> bool,
+) -> Option<OperandTree> {
+    let (m, before, after) = zero_padding(dag, node, axis)?;
+    let inner = node.args[m];
+    let below = operand_tree(dag, inner, member)?;
+    let inner_shape = &dag.ty(inner).shape;
+    let source_shape = &dag.ty(below.source).shape;
+    let plain = below.casts.is_empty()
+        && below.map.as_strided() == Some(&Strided::contiguous(inner_shape))
+        && (below.padding.is_some() || source_shape == inner_shape);
+    if !plain {
+        return None;
+    }
+    let padding = Padding::around(below.padding.as_ref(), source_shape, axis, before, after);
+    Some(OperandTree {
+        source: below.source,
+        map: IndexMap::contiguous(&node.ty.shape),
+        casts: Vec::new(),
+        padding: Some(padding),
+    })
 }
 
 /// The concat along `axis` of `pieces` as one view, where every piece is a strided view
@@ -74,13 +159,18 @@ fn stacked_tree(
     member: &dyn Fn(usize) -> bool,
 ) -> Option<OperandTree> {
     let mut source = None;
+    let mut padding = None;
     let mut views = Vec::with_capacity(pieces.len());
     for &piece in pieces {
         let tree = operand_tree(dag, piece, member)?;
         if !tree.casts.is_empty() || source.is_some_and(|s| s != tree.source) {
             return None;
         }
+        if source.is_some() && padding != tree.padding {
+            return None;
+        }
         source = Some(tree.source);
+        padding = tree.padding;
         views.push((
             tree.map.as_strided()?.clone(),
             dag.ty(piece).shape.as_slice(),
@@ -90,6 +180,7 @@ fn stacked_tree(
         source: source?,
         map: IndexMap::strided(stack(&views, axis)?),
         casts: Vec::new(),
+        padding,
     })
 }
 

@@ -191,6 +191,29 @@ impl Buffer {
         self.len() == 0
     }
 
+    /// The zero padding `padding` of `x` (whose shape is `padding.source`) as a buffer of the
+    /// padded shape: for a reader that cannot make the zeros as it reads. `None` where `x` is
+    /// not that source.
+    pub fn padded_from(
+        x: Elements<'_>,
+        padding: &crate::shape::Padding,
+    ) -> Option<Result<Buffer, AllocError>> {
+        if x.shape != padding.source.as_slice() {
+            return None;
+        }
+        let mut buffer = match Buffer::try_zeroed(x.dtype, &padding.padded()) {
+            Ok(b) => b,
+            Err(e) => return Some(Err(e)),
+        };
+        let size = x.dtype.size_bytes();
+        let bytes = buffer.bytes_mut();
+        padding.for_each_row(|from, to, len| {
+            bytes[to * size..(to + len) * size]
+                .copy_from_slice(&x.bytes[from * size..(from + len) * size]);
+        });
+        Some(Ok(buffer))
+    }
+
     /// Bytes the elements take (without the padding to a whole word).
     pub fn byte_len(&self) -> usize {
         self.len() * self.dtype.size_bytes()

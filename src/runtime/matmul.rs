@@ -339,6 +339,27 @@ pub fn matmul(
     matmul_elements(a.elements(), a_op, b.elements(), b_op, out.elements_mut())
 }
 
+/// An operand read through a zero padding ([`crate::lower::OperandView::padding`]) as one
+/// read through the same view from the padded buffer, built here: for readers that cannot
+/// make the zeros as they read. `None` for an operand with no padding.
+pub fn unpadded(
+    x: Elements<'_>,
+    op: &MatMulOperand,
+    operand: &'static str,
+) -> Result<Option<(Buffer, MatMulOperand)>, MatMulError> {
+    let Some(padding) = op.view.as_ref().and_then(|v| v.padding.as_ref()) else {
+        return Ok(None);
+    };
+    let buffer = Buffer::padded_from(x, padding)
+        .ok_or(MatMulError::ViewOutOfBounds { operand })?
+        .map_err(|_| MatMulError::PackingAlloc)?;
+    let mut op = op.clone();
+    if let Some(view) = op.view.as_mut() {
+        view.padding = None;
+    }
+    Ok(Some((buffer, op)))
+}
+
 /// `out = a @ b` on borrowed elements: the executor passes the buffers kernels wrote, with
 /// no copies.
 pub fn matmul_elements(
@@ -348,6 +369,12 @@ pub fn matmul_elements(
     b_op: &MatMulOperand,
     mut out: ElementsMut<'_>,
 ) -> Result<(), MatMulError> {
+    let (pa, pb) = (unpadded(a, a_op, "left")?, unpadded(b, b_op, "right")?);
+    if pa.is_some() || pb.is_some() {
+        let (a, a_op) = pa.as_ref().map_or((a, a_op), |(x, op)| (x.elements(), op));
+        let (b, b_op) = pb.as_ref().map_or((b, b_op), |(x, op)| (x.elements(), op));
+        return matmul_elements(a, a_op, b, b_op, out);
+    }
     // This path multiplies contiguous operands: a view is gathered into one first.
     let gathered = |x: Elements<'_>, op: &MatMulOperand, name| {
         let Some(view) = &op.view else {

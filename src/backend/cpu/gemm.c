@@ -17,7 +17,7 @@
                  a rounding 1, a rounding 2, b rounding 1, b rounding 2 }
      strides = { A row, A column, B row, B column, C row, C column } (elements)
      offsets = { per batch: A offset, B offset, C offset } (elements)
-     ptrs    = { A, B, C, status, epilogue, packed B, sub-axes }
+     ptrs    = { A, B, C, status, epilogue, packed B, sub-axes, padding }
    status points to an int64 that receives 0, or 1 where a thread could not allocate its
    buffers (nothing is then guaranteed about C). epilogue is NULL, or an fb_gemm_epilogue.
    packed B is NULL, or an fb_gemm_packed_b the caller keeps across the calls of one run that
@@ -27,6 +27,11 @@
    im2col matrix of a convolution, whose rows are the channels and kernel offsets and whose
    columns are the output positions, read from the image itself); the strides of such an axis
    above are then unused.
+   padding is NULL, or an fb_gemm_pad: B reads a zero padding of its buffer (a convolution's
+   padded image, never written). Its offsets are then the buffer's, and element (k, c) is zero
+   unless, on every padded axis p, lo[p] <= rows[p](k) + cols[p](c) < hi[p], the coordinates
+   B's row and column sub-axes reach along p (fb_gemm_pad's own sub-axes, whose strides are
+   coordinate steps); only such elements are read. B then has sub-axes on both its axes.
    dtype codes: 0 f32, 1 f16, 2 bf16. A rounding is a dtype an operand element is rounded to
    after it is read (0 for none): an absorbed cast first, then the product's dtype. */
 
@@ -58,10 +63,19 @@ static inline float fb_gemm_round(float x, int64_t dtype) {
 /* An operand as the packers read it: element (r, c) lies at r * rs + c * cs, or where the
    operand has sub-axes, at rt[r] + ct[c] (tables of the row and column offsets, NULL for an
    axis read through its one stride). */
+/* The padded axes an operand reads (see fb_gemm_pad): per axis, the valid coordinate range
+   and tables of the coordinates its rows and columns reach. */
+#define FB_GEMM_PAD 4
+typedef struct {
+    int64_t n, lo[FB_GEMM_PAD], hi[FB_GEMM_PAD];
+    const int64_t *rc[FB_GEMM_PAD], *cc[FB_GEMM_PAD];
+} fb_gemm_zeros;
+
 typedef struct {
     const void *p;
     int64_t dtype, rs, cs, round1, round2;
     const int64_t *rt, *ct;
+    const fb_gemm_zeros *zeros;
 } fb_gemm_operand;
 
 static inline int64_t fb_gemm_row_at(const fb_gemm_operand *o, int64_t r) { return o->rt ? o->rt[r] : r * o->rs; }
@@ -87,6 +101,42 @@ typedef struct {
 typedef struct {
     fb_gemm_axis axes[4];
 } fb_gemm_split;
+typedef struct {
+    int64_t n, lo[FB_GEMM_PAD], hi[FB_GEMM_PAD];
+    fb_gemm_axis rows[FB_GEMM_PAD], cols[FB_GEMM_PAD];
+} fb_gemm_pad;
+
+/* floor(a / b) for b > 0. */
+static inline int64_t fb_gemm_floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+/* The positions t in [0, n) of a run of columns whose coordinate on each padded axis p is
+   z->rc[p][k] + start[p] + t * step[p] that lie inside every axis's range: [*t0, *t1). */
+static void fb_gemm_valid_run(const fb_gemm_zeros *z, int64_t k, const int64_t *start, const int64_t *step, int64_t n,
+                              int64_t *t0, int64_t *t1) {
+    int64_t lo_t = 0, hi_t = n;
+    for (int64_t p = 0; p < z->n; p++) {
+        const int64_t v = z->rc[p][k] + start[p], s = step[p];
+        const int64_t lo = z->lo[p] - v, hi = z->hi[p] - v; /* need lo <= t * s < hi */
+        int64_t a, b;
+        if (s == 0) {
+            a = lo <= 0 && 0 < hi ? 0 : n;
+            b = n;
+        } else if (s > 0) {
+            /* Divisions only at an image's border: inside, the run is whole. */
+            a = lo <= 0 ? 0 : (lo + s - 1) / s;
+            b = hi >= n * s ? n : hi <= 0 ? 0 : (hi + s - 1) / s;
+        } else {
+            /* t * s < hi  <=>  t > -hi / -s;  lo <= t * s  <=>  t <= -lo / -s */
+            a = fb_gemm_floor_div(-hi, -s) + 1;
+            b = fb_gemm_floor_div(-lo, -s) + 1;
+        }
+        if (a > lo_t) lo_t = a;
+        if (b < hi_t) hi_t = b;
+    }
+    if (hi_t < lo_t) hi_t = lo_t;
+    *t0 = lo_t;
+    *t1 = hi_t;
+}
 
 /* The offsets of an axis's `len` indices through its sub-axes (row-major), into `t`. */
 static void fb_gemm_axis_table(const fb_gemm_axis *x, int64_t len, int64_t *t) {
@@ -195,16 +245,32 @@ static void fb_gemm_pack_b(const fb_gemm_operand *b, int64_t k0, int64_t kc, int
         if (b->rt || b->ct) {
             /* Sub-axes: the strip's columns as runs at a constant step (a row of an image's
                output positions is one run, at the convolution's stride), found once and then
-               read for every k. Run i is columns [start[i], start[i + 1]) from offset off[i]. */
+               read for every k. Run i is columns [start[i], start[i + 1]) from offset off[i];
+               over a padding, its coordinates on padded axis p are zs[i][p] + t * zt[i][p]
+               (a run also breaks where those stop being a progression), so that each k cuts
+               it into zeros, the elements read, and zeros. */
+            const fb_gemm_zeros *z = b->zeros;
+            const int64_t np = z ? z->n : 0;
             int64_t start[FB_GEMM_NR + 1], off[FB_GEMM_NR], step[FB_GEMM_NR];
+            int64_t zs[FB_GEMM_NR][FB_GEMM_PAD], zt[FB_GEMM_NR][FB_GEMM_PAD];
             int64_t runs = 0;
             for (int64_t c = 0; c < w; c++) {
-                const int64_t at = fb_gemm_col_at(b, c0 + s + c);
-                if (runs > 0 && c - start[runs - 1] == 1) step[runs - 1] = at - off[runs - 1];
-                if (runs > 0 && at == off[runs - 1] + (c - start[runs - 1]) * step[runs - 1]) continue;
+                const int64_t col = c0 + s + c, at = fb_gemm_col_at(b, col);
+                if (runs > 0 && c - start[runs - 1] == 1) {
+                    step[runs - 1] = at - off[runs - 1];
+                    for (int64_t p = 0; p < np; p++) zt[runs - 1][p] = z->cc[p][col] - zs[runs - 1][p];
+                }
+                int extends = runs > 0 && at == off[runs - 1] + (c - start[runs - 1]) * step[runs - 1];
+                for (int64_t p = 0; extends && p < np; p++)
+                    extends = z->cc[p][col] == zs[runs - 1][p] + (c - start[runs - 1]) * zt[runs - 1][p];
+                if (extends) continue;
                 start[runs] = c;
                 off[runs] = at;
                 step[runs] = 1;
+                for (int64_t p = 0; p < np; p++) {
+                    zs[runs][p] = z->cc[p][col];
+                    zt[runs][p] = 0;
+                }
                 runs++;
             }
             start[runs] = w;
@@ -213,10 +279,15 @@ static void fb_gemm_pack_b(const fb_gemm_operand *b, int64_t k0, int64_t kc, int
                 float *row = d + k * FB_GEMM_NR;
                 for (int64_t i = 0; i < runs; i++) {
                     const int64_t n = start[i + 1] - start[i];
+                    int64_t t0 = 0, t1 = n;
+                    if (z) fb_gemm_valid_run(z, k0 + k, zs[i], zt[i], n, &t0, &t1);
+                    float *dst = row + start[i];
+                    for (int64_t t = 0; t < t0; t++) dst[t] = 0.0f;
                     if (step[i] == 1)
-                        fb_gemm_load_run(b, base + off[i], n, row + start[i]);
+                        fb_gemm_load_run(b, base + off[i] + t0, t1 - t0, dst + t0);
                     else
-                        fb_gemm_load_strided(b, base + off[i], n, step[i], row + start[i]);
+                        fb_gemm_load_strided(b, base + off[i] + t0 * step[i], t1 - t0, step[i], dst + t0);
+                    for (int64_t t = t1; t < n; t++) dst[t] = 0.0f;
                 }
                 for (int64_t c = w; c < FB_GEMM_NR; c++) row[c] = 0.0f;
             }
@@ -570,6 +641,29 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
         }
         fb_gemm_axis_table(&split->axes[i], lens[i], tables[i]);
     }
+    /* B's padded axes: the coordinates its rows and columns reach along each. */
+    const fb_gemm_pad *pad = (const fb_gemm_pad *)ptrs[7];
+    fb_gemm_zeros zeros = {0};
+    int64_t *coords = NULL;
+    if (pad && pad->n > 0) {
+        zeros.n = pad->n < FB_GEMM_PAD ? pad->n : FB_GEMM_PAD;
+        coords = (int64_t *)malloc((size_t)(zeros.n * (K + N) + 1) * sizeof(int64_t));
+        if (!coords) {
+            for (int i = 0; i < 4; i++) free(tables[i]);
+            *(int64_t *)ptrs[3] = 1;
+            return;
+        }
+        for (int64_t p = 0; p < zeros.n; p++) {
+            int64_t *rc = coords + p * (K + N), *cc = rc + K;
+            fb_gemm_axis_table(&pad->rows[p], K, rc);
+            fb_gemm_axis_table(&pad->cols[p], N, cc);
+            zeros.lo[p] = pad->lo[p];
+            zeros.hi[p] = pad->hi[p];
+            zeros.rc[p] = rc;
+            zeros.cc[p] = cc;
+        }
+    }
+    const fb_gemm_zeros *b_zeros = coords ? &zeros : NULL;
 
     /* The whole of B from the caller's cache, packed there now unless it holds it already:
        for one matrix (or a batch sharing one), where it fits. */
@@ -616,9 +710,9 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
                 const int64_t rows = M - r0 < mc ? M - r0 : mc, cols = N - c0 < nc ? N - c0 : nc;
                 const int64_t ldt = fb_gemm_round_up(cols, FB_GEMM_NR);
                 const fb_gemm_operand a = {(const char *)ptrs[0] + 0, sizes[4], strides[0], strides[1], sizes[7], sizes[8],
-                                           tables[0], tables[1]};
+                                           tables[0], tables[1], NULL};
                 const fb_gemm_operand b = {(const char *)ptrs[1] + 0, sizes[5], strides[2], strides[3], sizes[9], sizes[10],
-                                           tables[2], tables[3]};
+                                           tables[2], tables[3], b_zeros};
                 const int64_t esa = sizes[4] == 0 ? 4 : 2, esb = sizes[5] == 0 ? 4 : 2;
                 fb_gemm_operand ab = a, bb = b;
                 ab.p = (const char *)a.p + offsets[3 * bi] * esa;
@@ -667,5 +761,6 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
         }
     }
     for (int i = 0; i < 4; i++) free(tables[i]);
+    free(coords);
     *(int64_t *)ptrs[3] = failed;
 }

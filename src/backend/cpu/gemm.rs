@@ -28,6 +28,7 @@ use crate::error::Result;
 use crate::lower::{MatMulOperand, ResultView};
 use crate::runtime::buffer::{Elements, ElementsMut};
 use crate::runtime::matmul::{self, MatMulError, OperandLayout, ProductShape, StridedProduct};
+use crate::shape::Padding;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -296,6 +297,7 @@ struct Call {
     strides: [i64; 6],
     offsets: Vec<i64>,
     split: Option<SplitAxesHeader>,
+    zeros: Option<PadHeader>,
 }
 
 /// The most sub-axes the GEMM reads one operand axis through (`FB_GEMM_SUB` in `gemm.c`).
@@ -316,6 +318,99 @@ struct SubAxesHeader {
 #[derive(Debug, Clone, Copy, Default)]
 struct SplitAxesHeader {
     axes: [SubAxesHeader; 4],
+}
+
+/// The most padded axes the GEMM reads a padding through (`FB_GEMM_PAD` in `gemm.c`).
+const GEMM_PAD_AXES: usize = 4;
+
+/// `fb_gemm_pad` in `gemm.c`, field for field: per padded axis of the right-hand operand's
+/// padding, the range of coordinates inside the source (from the view's first element) and
+/// the coordinate steps of its row and column sub-axes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct PadHeader {
+    n: i64,
+    lo: [i64; GEMM_PAD_AXES],
+    hi: [i64; GEMM_PAD_AXES],
+    rows: [SubAxesHeader; GEMM_PAD_AXES],
+    cols: [SubAxesHeader; GEMM_PAD_AXES],
+}
+
+/// `product`, whose right-hand operand reads `padding` (its offsets and strides over the
+/// padded shape), moved onto the stored source: offsets and strides in the source's elements,
+/// with sub-axes on both matrix axes, and the padded axes' coordinates by which the GEMM
+/// tells zeros from elements. `None` where the view's steps are not whole steps along the
+/// padded axes ([`Padding::coordinates`]), a batch matrix starts elsewhere on a padded axis,
+/// or there are more padded axes or sub-axes than the GEMM reads: the padding is then built.
+fn unpad_right(product: &StridedProduct, padding: &Padding) -> Option<(StridedProduct, PadHeader)> {
+    let [rows, cols] = match &product.b_split {
+        Some(split) => split.clone(),
+        None => [
+            vec![(product.inner, product.b_strides[0])],
+            vec![(product.cols, product.b_strides[1])],
+        ],
+    };
+    let padded: Vec<usize> = (0..padding.source.len())
+        .filter(|&d| padding.before[d] + padding.after[d] > 0)
+        .collect();
+    if padded.len() > GEMM_PAD_AXES || rows.len() > GEMM_SUB_AXES || cols.len() > GEMM_SUB_AXES {
+        return None;
+    }
+    let sub: Vec<(usize, i64)> = rows.iter().chain(&cols).copied().collect();
+    let strides = padding.source_strides();
+    // The source offset of coordinates `c`, less `before` where `from` says so.
+    let offset = |c: &[i64], shifted: bool| -> Option<i64> {
+        (0..c.len()).try_fold(0i64, |at, d| {
+            let shift = if shifted { padding.before[d] as i64 } else { 0 };
+            at.checked_add(c[d].checked_sub(shift)?.checked_mul(strides[d])?)
+        })
+    };
+    let first = padding.coordinates(product.offsets.first()?.1, &sub)?;
+    let mut offsets = Vec::with_capacity(product.offsets.len());
+    for &(a, b) in &product.offsets {
+        let c = padding.coordinates(b, &sub)?;
+        if padded.iter().any(|&d| c.start[d] != first.start[d]) {
+            return None;
+        }
+        offsets.push((a, offset(&c.start, true)?));
+    }
+    let (row_steps, col_steps) = first.steps.split_at(rows.len());
+    let moved = |axes: &[(usize, i64)], steps: &[Vec<i64>]| -> Option<Vec<(usize, i64)>> {
+        axes.iter()
+            .zip(steps)
+            .map(|(&(n, _), step)| Some((n, offset(step, false)?)))
+            .collect()
+    };
+    let split = [moved(&rows, row_steps)?, moved(&cols, col_steps)?];
+    let coordinate_axis = |axes: &[(usize, i64)], steps: &[Vec<i64>], d: usize| {
+        let mut header = SubAxesHeader {
+            n: axes.len() as i64,
+            ..SubAxesHeader::default()
+        };
+        for (k, (&(n, _), step)) in axes.iter().zip(steps).enumerate() {
+            header.size[k] = n as i64;
+            header.stride[k] = step[d];
+        }
+        header
+    };
+    let mut header = PadHeader {
+        n: padded.len() as i64,
+        ..PadHeader::default()
+    };
+    for (p, &d) in padded.iter().enumerate() {
+        header.lo[p] = padding.before[d] as i64 - first.start[d];
+        header.hi[p] = (padding.before[d] + padding.source[d]) as i64 - first.start[d];
+        header.rows[p] = coordinate_axis(&rows, row_steps, d);
+        header.cols[p] = coordinate_axis(&cols, col_steps, d);
+    }
+    let innermost = |axes: &[(usize, i64)]| axes.last().map_or(0, |&(_, s)| s);
+    let moved = StridedProduct {
+        b_strides: [innermost(&split[0]), innermost(&split[1])],
+        b_split: Some(split),
+        offsets,
+        ..product.clone()
+    };
+    Some((moved, header))
 }
 
 impl SplitAxesHeader {
@@ -386,6 +481,25 @@ impl Gemm {
         mut out: ElementsMut<'_>,
         placement: Placement<'_>,
     ) -> std::result::Result<bool, MatMulError> {
+        // A left operand read through a zero padding is read from the padded buffer, built
+        // here; a right one too where the packers cannot make its zeros ([`unpad_right`]).
+        let b_padding = b_op.view.as_ref().and_then(|v| v.padding.as_ref());
+        let zeros_made = b_padding.is_some_and(|p| {
+            p.source == b.shape && self.pads_right(a, a_op, b, b_op, &out, p)
+        });
+        let (pa, pb) = (
+            matmul::unpadded(a, a_op, "left")?,
+            match zeros_made {
+                true => None,
+                false => matmul::unpadded(b, b_op, "right")?,
+            },
+        );
+        if pa.is_some() || pb.is_some() {
+            let (a, a_op) = pa.as_ref().map_or((a, a_op), |(x, op)| (x.elements(), op));
+            let (b, b_op) = pb.as_ref().map_or((b, b_op), |(x, op)| (x.elements(), op));
+            // SAFETY: the caller's promises, for the same product.
+            return unsafe { self.matmul_with(a, a_op, b, b_op, out, placement) };
+        }
         let Placement {
             result,
             epilogue,
@@ -410,11 +524,21 @@ impl Gemm {
             split,
             len,
         };
+        // Over a padding the views address the padded shape until `unpad_right` moves them.
+        let b_len = b_padding.map_or(Some(b.len()), Padding::padded_len);
+        let b_len = b_len.ok_or(MatMulError::ViewOutOfBounds { operand: "right" })?;
         let product = matmul::strided_product(
             layout(&a_shape, &a_view, a_op.split(), a.len()),
-            layout(&b_shape, &b_view, b_op.split(), b.len()),
+            layout(&b_shape, &b_view, b_op.split(), b_len),
             Some(out.len()),
         )?;
+        let (product, zeros) = match b_padding {
+            Some(padding) => match unpad_right(&product, padding) {
+                Some((product, header)) => (product, Some(header)),
+                None => return Err(MatMulError::ViewOutOfBounds { operand: "right" }),
+            },
+            None => (product, None),
+        };
         // A batch sharing one right-hand matrix whose left-hand matrices follow one another
         // row after row is one product of all their rows (a `Linear` over a batch, or over a
         // sequence read transposed): one call of a tall matrix instead of many short ones,
@@ -481,10 +605,12 @@ impl Gemm {
                 .flat_map(|(&(oa, ob), oc)| [oa, ob, oc])
                 .collect(),
             split,
+            zeros,
         };
         // SAFETY: `strided_product` checked that every element the operands' views address
-        // lies inside its buffer, and that the result matrices fill `out`;
-        // the operands are read-only here and `out` is borrowed uniquely.
+        // lies inside its buffer (for a padded right operand, inside the padded shape, and
+        // `unpad_right` that the elements it reads are the source's), and that the result
+        // matrices fill `out`; the operands are read-only here and `out` is borrowed uniquely.
         let epilogue_ptr = epilogue.map_or(std::ptr::null(), |e| e as *const EpilogueCall);
         let packed_ptr = packed_b.map_or(std::ptr::null_mut(), PackedB::as_ptr);
         unsafe {
@@ -497,6 +623,38 @@ impl Gemm {
             )
         }
         .map(|_| epilogue.is_some())
+    }
+
+    /// Whether the packers can make the zeros of `b`'s padding themselves ([`unpad_right`])
+    /// for this product; where not, the caller builds the padded buffer.
+    fn pads_right(
+        &self,
+        a: Elements<'_>,
+        a_op: &MatMulOperand,
+        b: Elements<'_>,
+        b_op: &MatMulOperand,
+        out: &ElementsMut<'_>,
+        padding: &Padding,
+    ) -> bool {
+        let (a_shape, a_view) = a_op.layout(a.shape);
+        let (b_shape, b_view) = b_op.layout(b.shape);
+        let (Some(b_len), None) = (padding.padded_len(), a_op.view.as_ref().and_then(|v| v.padding.as_ref())) else {
+            return false;
+        };
+        let layout = |shape, strided, split, len| OperandLayout {
+            shape,
+            strided,
+            split,
+            len,
+        };
+        matmul::strided_product(
+            layout(&a_shape, &a_view, a_op.split(), a.len()),
+            layout(&b_shape, &b_view, b_op.split(), b_len),
+            Some(out.len()),
+        )
+        .ok()
+        .and_then(|product| unpad_right(&product, padding))
+        .is_some()
     }
 
     /// Runs one call.
@@ -519,6 +677,10 @@ impl Gemm {
             .split
             .as_ref()
             .map_or(std::ptr::null(), |s| s as *const SplitAxesHeader);
+        let zeros = call
+            .zeros
+            .as_ref()
+            .map_or(std::ptr::null(), |z| z as *const PadHeader);
         let ptrs = [
             a as *mut c_void,
             b as *mut c_void,
@@ -527,6 +689,7 @@ impl Gemm {
             epilogue as *mut c_void,
             packed_b,
             split as *mut c_void,
+            zeros as *mut c_void,
         ];
         // SAFETY: the caller's promise; `gemm.c` reads the arrays as its ABI documents.
         unsafe {

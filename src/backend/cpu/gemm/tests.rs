@@ -120,6 +120,7 @@ fn strided_and_transposed_operands_give_the_contiguous_product() {
                 strides: [sa[0], sa[1], sb[0], sb[1], ldc, 1].map(|s| s as i64),
                 offsets: vec![0, 0, 0],
                 split: None,
+                zeros: None,
             };
             // SAFETY: the strides address elements below `span` of each buffer; the output
             // has m rows of `ldc`.
@@ -169,6 +170,7 @@ fn bf16_pairs_give_the_f32_paths_bits() {
                 strides: [k as i64, 1, n as i64, 1, n as i64, 1],
                 offsets: vec![0, 0, 0],
                 split: None,
+                zeros: None,
             };
             // SAFETY: contiguous m x k, k x n and m x n matrices in buffers of those sizes.
             unsafe { call_on(&gemm, &call, a, b, &mut out) };
@@ -238,6 +240,7 @@ fn split_view(
         gathered.set(q, buf.get(at as usize));
     }
     let view = crate::lower::OperandView {
+        padding: None,
         shape: shape.to_vec(),
         strided: crate::shape::Strided {
             offset,
@@ -337,6 +340,90 @@ fn operands_read_through_sub_axes_give_the_gathered_product() {
             out_dtype,
             &format!("{dtype} split rows and columns"),
         );
+    }
+}
+
+/// Windows read from a zero padding of a batch of images (a padded convolution: padding on
+/// both spatial axes, uneven, at column steps 1 and 2) give the product of the windows of the
+/// padded images built by hand: the packers make the zeros. A left operand read through a
+/// padding (built before the product) does too.
+#[test]
+fn operands_read_through_a_padding_give_the_padded_product() {
+    let gemm = gemm();
+    let (c, h, w) = (3usize, 13usize, 50usize);
+    let padding = crate::shape::Padding {
+        source: vec![2, c, h, w],
+        before: vec![0, 0, 1, 2],
+        after: vec![0, 0, 2, 1],
+    };
+    let padded = padding.padded();
+    let (hp, wp) = (padded[2], padded[3]);
+    for (dtype, out_dtype) in [
+        (DType::F32, DType::F32),
+        (DType::F16, DType::F32),
+        (DType::BF16, DType::BF16),
+    ] {
+        let images = random(dtype, 2 * c * h * w, 21);
+        let mut shaped = images.clone();
+        shaped.shape = padding.source.clone();
+        let built = Buffer::padded_from(shaped.elements(), &padding)
+            .unwrap()
+            .unwrap();
+        for step in [1usize, 2] {
+            let (oh, ow) = ((hp - 3) / step + 1, (wp - 3) / step + 1);
+            let fine = [
+                (2, (c * hp * wp) as i64),
+                (c, (hp * wp) as i64),
+                (3, wp as i64),
+                (3, 1),
+                (oh, (step * wp) as i64),
+                (ow, step as i64),
+            ];
+            let (k, n) = (c * 9, oh * ow);
+            let (mut bv, bg) = split_view(&built, &[2, k, n], 0, &fine, &[1, 3, 2]);
+            bv.padding = Some(padding.clone());
+            let m = 20;
+            let mut a = random(dtype, m * k, 22);
+            a.shape = vec![m, k];
+            let a_op = MatMulOperand::stored(Value::Input(0));
+            let b_op = MatMulOperand {
+                view: Some(bv),
+                ..MatMulOperand::stored(Value::Input(1))
+            };
+            let mut want = Buffer::zeroed(out_dtype, &[2, m, n]);
+            matmul::matmul(&a, &a_op, &bg, &a_op, &mut want).unwrap();
+            let mut got = Buffer::zeroed(out_dtype, &[2, m, n]);
+            gemm.matmul(
+                a.elements(),
+                &a_op,
+                shaped.elements(),
+                &b_op,
+                got.elements_mut(),
+            )
+            .unwrap();
+            assert_close(&got, &want, out_dtype, &format!("{dtype} padded windows step {step}"));
+            // The same windows as the left operand, transposed: [2, n, k] through the padding.
+            let mut av = b_op.view.clone().unwrap();
+            av.shape = vec![2, n, k];
+            av.split = Some(crate::shape::SplitAxes {
+                fine: vec![2, oh, ow, c, 3, 3],
+                counts: vec![1, 2, 3],
+            });
+            let order = [0, 4, 5, 1, 2, 3];
+            av.strided.strides = order.iter().map(|&i| fine[i].1).collect();
+            let left = MatMulOperand {
+                view: Some(av),
+                ..MatMulOperand::stored(Value::Input(0))
+            };
+            let mut b = random(dtype, k * m, 23);
+            b.shape = vec![k, m];
+            let mut want = Buffer::zeroed(out_dtype, &[2, n, m]);
+            matmul::matmul(&shaped, &left, &b, &a_op, &mut want).unwrap();
+            let mut got = Buffer::zeroed(out_dtype, &[2, n, m]);
+            gemm.matmul(shaped.elements(), &left, b.elements(), &a_op, got.elements_mut())
+                .unwrap();
+            assert_close(&got, &want, out_dtype, &format!("{dtype} padded left step {step}"));
+        }
     }
 }
 

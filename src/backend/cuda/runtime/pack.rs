@@ -94,6 +94,46 @@ pub fn gather(
     (ir, launch)
 }
 
+/// A kernel and its launch (arguments: the source, the padded buffer) that copies a value into
+/// the inside of its zero padding (`shape::Padding`), whose zeros the caller writes first:
+/// cuBLAS cannot make them while it reads, as the CPU GEMM does, so a padded operand (a
+/// convolution's image) is built before it is gathered.
+pub fn place(dtype: DType, padding: &crate::shape::Padding) -> (KernelIr, Launch) {
+    use crate::lower::view::{classify, contiguous_strides, moving_axis};
+    let shape = &padding.source;
+    let rank = shape.len();
+    let mut load_strides = contiguous_strides(shape);
+    let load = classify(dtype, shape, &mut load_strides);
+    let padded_strides = contiguous_strides(&padding.padded());
+    let inside: i64 = (0..rank)
+        .map(|d| padding.before[d] as i64 * padded_strides[d])
+        .sum();
+    let store = View::strided(
+        dtype,
+        (0..rank)
+            .map(|d| moving_axis(d, rank, padded_strides[d]))
+            .collect(),
+    );
+    let (body, _) = convert_body(dtype, &[]);
+    let ir = KernelIr {
+        rank,
+        row_arithmetic: crate::lower::ir::RowArithmetic::default(),
+        loads: vec![load],
+        stores: vec![Store::new(body.len() - 1, store)],
+        body,
+        reductions: Vec::new(),
+    };
+    let launch = Launch {
+        sizes: shape.iter().map(|&d| d as i64).collect(),
+        strides: vec![load_strides, padded_strides],
+        offsets: vec![0, inside],
+        maps: Vec::new(),
+        ranges: Vec::new(),
+        gathers: Vec::new(),
+    };
+    (ir, launch)
+}
+
 /// One operand of an integer product: its dtype, absorbed cast and shape (as the graph has it).
 #[derive(Debug, Clone, Copy)]
 pub struct IntOperand<'a> {

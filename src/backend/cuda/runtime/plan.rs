@@ -25,7 +25,8 @@ pub enum Buf {
     Value(Value),
     /// Output `k` of the run (for aliases of one value under two output names).
     Output(usize),
-    /// A matmul temporary: 0 and 1 for converted operands, 2 for a result before rounding.
+    /// A matmul temporary: 0 and 1 for converted operands, 2 for a result before rounding,
+    /// 3 for a product written through a transpose, 4 and 5 for padded operands.
     Temp(usize),
 }
 
@@ -88,7 +89,7 @@ impl DevicePlan {
         let mut builder = Builder {
             kernels: program.kernels.clone(),
             ops: Vec::new(),
-            temp_bytes: vec![0; 4],
+            temp_bytes: vec![0; 6],
         };
         for step in &program.steps {
             match step {
@@ -313,9 +314,10 @@ impl Builder {
         let (a_view, b_view) = (m.a.layout(&ta.shape).1, m.b.layout(&tb.shape).1);
         // An operand read through sub-axes (an im2col matrix) is gathered: cuBLAS reads two
         // strides per matrix.
+        let padded = |op: &MatMulOperand| op.view.as_ref().is_some_and(|v| v.padding.is_some());
         let (a_lies, b_lies) = (
-            types.a_chain.is_none() && m.a.split().is_none(),
-            types.b_chain.is_none() && m.b.split().is_none(),
+            types.a_chain.is_none() && m.a.split().is_none() && !padded(&m.a),
+            types.b_chain.is_none() && m.b.split().is_none() && !padded(&m.b),
         );
         let contiguous = (
             crate::shape::Strided::contiguous(&a_shape),
@@ -409,13 +411,37 @@ impl Builder {
                 let to = chain.and_then(|c| c.last().copied()).unwrap_or(ty.dtype);
                 let dst = self.temp(index, n * to.size_bytes());
                 if n > 0 {
+                    let source = match &view.padding {
+                        Some(padding) => self.padded(index, ty.dtype, padding, op.value),
+                        None => Buf::Value(op.value),
+                    };
                     let (ir, launch) = pack::gather(ty.dtype, chain.unwrap_or(&[]), view);
                     let kernel = self.intern(ir);
-                    self.kernel(kernel, launch, vec![Buf::Value(op.value), dst]);
+                    self.kernel(kernel, launch, vec![source, dst]);
                 }
                 dst
             }
         }
+    }
+
+    /// The zero padding of `value` in temporary `4 + index`: zeroed, then the value copied
+    /// inside (cuBLAS cannot make the zeros while it reads, as the CPU GEMM does).
+    fn padded(
+        &mut self,
+        index: usize,
+        dtype: DType,
+        padding: &crate::shape::Padding,
+        value: Value,
+    ) -> Buf {
+        let bytes = padding.padded_len().unwrap_or(0) * dtype.size_bytes();
+        let buf = self.temp(4 + index, bytes);
+        self.ops.push(Op::Zero { dst: buf, bytes });
+        if crate::shape::numel(&padding.source) > 0 {
+            let (ir, launch) = pack::place(dtype, padding);
+            let kernel = self.intern(ir);
+            self.kernel(kernel, launch, vec![Buf::Value(value), buf]);
+        }
+        buf
     }
 
     /// Outputs that are graph inputs, or that repeat a value another output already holds,
