@@ -1795,7 +1795,11 @@ proptest! {
 fn onnx_pads_of_the_most_negative_integer_are_refused() {
     let mut model = onnx_models::convnet();
     let graph = model.graph.as_mut().unwrap();
-    let pads = graph.initializer.iter_mut().find(|t| t.name == "pads").unwrap();
+    let pads = graph
+        .initializer
+        .iter_mut()
+        .find(|t| t.name == "pads")
+        .unwrap();
     pads.raw_data = [0i64, 0, i64::MIN, 0, 0, 0, 0, 1]
         .iter()
         .flat_map(|v| v.to_le_bytes())

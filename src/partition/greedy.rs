@@ -431,7 +431,9 @@ fn paddings_below(facts: &Facts, stack: &[usize]) -> Vec<usize> {
     let mut inside: Vec<usize> = stack.to_vec();
     let owned = |c: usize, inside: &[usize]| {
         let users = facts.users(c);
-        !facts.graph_output[c] && !users.is_empty() && users.iter().all(|&u| inside.contains(&(u as usize)))
+        !facts.graph_output[c]
+            && !users.is_empty()
+            && users.iter().all(|&u| inside.contains(&(u as usize)))
     };
     let padding = |c: usize| {
         let node = &dag.nodes[c];
@@ -447,7 +449,9 @@ fn paddings_below(facts: &Facts, stack: &[usize]) -> Vec<usize> {
     loop {
         let found = inside.iter().find_map(|&m| {
             dag.nodes[m].args.iter().find_map(|&a| match a {
-                Value::Node(p) if !inside.contains(&p) && padding(p) && owned(p, &inside) => Some(p),
+                Value::Node(p) if !inside.contains(&p) && padding(p) && owned(p, &inside) => {
+                    Some(p)
+                }
                 _ => None,
             })
         });
@@ -618,13 +622,16 @@ impl Builder<'_> {
     fn place(&mut self, n: usize) {
         // A gather leading its kernel joins none of its producers.
         if matches!(self.role[n], Role::Join | Role::End | Role::Rows) && !self.leads[n] {
+            // Part of a stack read whole: no kernel to price (its operands may be absorbed
+            // slabs, which have none).
+            if self.absorbable[n] == Absorb::Always {
+                self.absorbed[n] = true;
+                return;
+            }
             let producers = self.producer_groups(n);
             let plan = self.best_plan(n, &producers);
-            let absorb = match self.absorbable[n] {
-                Absorb::No => false,
-                Absorb::IfPays => plan.as_ref().is_none_or(|p| self.absorb_pays(n, p)),
-                Absorb::Always => true,
-            };
+            let absorb = self.absorbable[n] == Absorb::IfPays
+                && plan.as_ref().is_none_or(|p| self.absorb_pays(n, p));
             if absorb {
                 self.absorbed[n] = true;
                 return;

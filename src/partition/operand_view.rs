@@ -14,11 +14,11 @@
 //! is never written; the reader makes the zeros (the CPU GEMM while it packs) or builds the
 //! padded buffer itself.
 
+use crate::dag::DagNode;
 use crate::dag::{Dag, Value};
 use crate::dtype::DType;
 use crate::graph::check::{BuiltinPlan, plan_builtin};
 use crate::rules::Builtin;
-use crate::dag::DagNode;
 use crate::rules::BuiltinAttrs;
 use crate::shape::{IndexMap, Padding, Strided};
 

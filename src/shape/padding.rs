@@ -49,7 +49,13 @@ impl Padding {
 
     /// The padding of `inner` (a padding of the same source, or the source itself as a
     /// padding of zeros) padded again by `before` and `after` along `axis`: one padding.
-    pub fn around(inner: Option<&Padding>, source: &[usize], axis: usize, before: usize, after: usize) -> Padding {
+    pub fn around(
+        inner: Option<&Padding>,
+        source: &[usize],
+        axis: usize,
+        before: usize,
+        after: usize,
+    ) -> Padding {
         let mut padding = inner.cloned().unwrap_or_else(|| Padding {
             source: source.to_vec(),
             before: vec![0; source.len()],
@@ -157,12 +163,18 @@ mod tests {
         assert_eq!(p.padded(), vec![2, 6, 5]);
         let source: Vec<u8> = (1..=24).collect();
         let mut out = vec![0u8; p.padded_len().unwrap()];
-        p.for_each_row(|from, to, len| out[to..to + len].copy_from_slice(&source[from..from + len]));
+        p.for_each_row(|from, to, len| {
+            out[to..to + len].copy_from_slice(&source[from..from + len])
+        });
         assert_eq!(out.len(), 60);
         for (q, &v) in out.iter().enumerate() {
             let (a, b, c) = (q / 30, q / 5 % 6, q % 5);
             let inside = (1..4).contains(&b) && c >= 1;
-            let expected = if inside { (a * 12 + (b - 1) * 4 + (c - 1) + 1) as u8 } else { 0 };
+            let expected = if inside {
+                (a * 12 + (b - 1) * 4 + (c - 1) + 1) as u8
+            } else {
+                0
+            };
             assert_eq!(v, expected, "at {q}");
         }
     }

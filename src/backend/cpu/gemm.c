@@ -154,9 +154,25 @@ static void fb_gemm_axis_table(const fb_gemm_axis *x, int64_t len, int64_t *t) {
 
 /* Reads `n` consecutive elements of a row (column stride 1) into `dst` at f32: one loop per
    dtype, so each vectorizes. */
-static inline void fb_gemm_load_run(const fb_gemm_operand *o, int64_t start, int64_t n, float *dst) {
+static inline __attribute__((always_inline)) void fb_gemm_load_run(const fb_gemm_operand *o, int64_t start, int64_t n, float *dst) {
     if (o->dtype == 0) {
-        memcpy(dst, (const float *)o->p + start, (size_t)n * sizeof(float));
+        /* Runs are short (a strip is 48 columns): vectors, the last one overlapping the one
+           before, rather than a call to memcpy per run. */
+        const float *s = (const float *)o->p + start;
+        int64_t i = 0;
+#if defined(__AVX512F__)
+        if (n >= 16) {
+            for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_loadu_ps(s + i));
+            if (i < n) _mm512_storeu_ps(dst + n - 16, _mm512_loadu_ps(s + n - 16));
+            i = n;
+        } else if (n >= 8) {
+            const __m256 lo = _mm256_loadu_ps(s), hi = _mm256_loadu_ps(s + n - 8);
+            _mm256_storeu_ps(dst, lo);
+            _mm256_storeu_ps(dst + n - 8, hi);
+            i = n;
+        }
+#endif
+        for (; i < n; i++) dst[i] = s[i];
     } else if (o->dtype == 1) {
         const uint16_t *s = (const uint16_t *)o->p + start;
         int64_t i = 0;
@@ -274,14 +290,37 @@ static void fb_gemm_pack_b(const fb_gemm_operand *b, int64_t k0, int64_t kc, int
                 runs++;
             }
             start[runs] = w;
+            /* Where a run is whole: the row coordinates v on each padded axis p for which
+               every column of run i is inside, whole_lo[p][i] <= v < whole_hi[p][i]. */
+            int64_t whole_lo[FB_GEMM_PAD][FB_GEMM_NR], whole_hi[FB_GEMM_PAD][FB_GEMM_NR];
+            const int64_t *rc[FB_GEMM_PAD] = {NULL};
+            for (int64_t p = 0; p < np; p++) {
+                rc[p] = z->rc[p] + k0;
+                for (int64_t i = 0; i < runs; i++) {
+                    const int64_t last = zs[i][p] + (start[i + 1] - start[i] - 1) * zt[i][p];
+                    const int64_t low = zt[i][p] < 0 ? last : zs[i][p], high = zt[i][p] < 0 ? zs[i][p] : last;
+                    whole_lo[p][i] = z->lo[p] - low;
+                    whole_hi[p][i] = z->hi[p] - high;
+                }
+            }
             for (int64_t k = 0; k < kc; k++) {
                 const int64_t base = fb_gemm_row_at(b, k0 + k);
                 float *row = d + k * FB_GEMM_NR;
                 for (int64_t i = 0; i < runs; i++) {
                     const int64_t n = start[i + 1] - start[i];
-                    int64_t t0 = 0, t1 = n;
-                    if (z) fb_gemm_valid_run(z, k0 + k, zs[i], zt[i], n, &t0, &t1);
                     float *dst = row + start[i];
+                    int whole = 1;
+                    for (int64_t p = 0; p < np; p++)
+                        whole &= (rc[p][k] >= whole_lo[p][i]) & (rc[p][k] < whole_hi[p][i]);
+                    if (whole) {
+                        if (step[i] == 1)
+                            fb_gemm_load_run(b, base + off[i], n, dst);
+                        else
+                            fb_gemm_load_strided(b, base + off[i], n, step[i], dst);
+                        continue;
+                    }
+                    int64_t t0, t1;
+                    fb_gemm_valid_run(z, k0 + k, zs[i], zt[i], n, &t0, &t1);
                     for (int64_t t = 0; t < t0; t++) dst[t] = 0.0f;
                     if (step[i] == 1)
                         fb_gemm_load_run(b, base + off[i] + t0, t1 - t0, dst + t0);

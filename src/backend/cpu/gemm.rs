@@ -484,9 +484,8 @@ impl Gemm {
         // A left operand read through a zero padding is read from the padded buffer, built
         // here; a right one too where the packers cannot make its zeros ([`unpad_right`]).
         let b_padding = b_op.view.as_ref().and_then(|v| v.padding.as_ref());
-        let zeros_made = b_padding.is_some_and(|p| {
-            p.source == b.shape && self.pads_right(a, a_op, b, b_op, &out, p)
-        });
+        let zeros_made = b_padding
+            .is_some_and(|p| p.source == b.shape && self.pads_right(a, a_op, b, b_op, &out, p));
         let (pa, pb) = (
             matmul::unpadded(a, a_op, "left")?,
             match zeros_made {
@@ -638,7 +637,10 @@ impl Gemm {
     ) -> bool {
         let (a_shape, a_view) = a_op.layout(a.shape);
         let (b_shape, b_view) = b_op.layout(b.shape);
-        let (Some(b_len), None) = (padding.padded_len(), a_op.view.as_ref().and_then(|v| v.padding.as_ref())) else {
+        let (Some(b_len), None) = (
+            padding.padded_len(),
+            a_op.view.as_ref().and_then(|v| v.padding.as_ref()),
+        ) else {
             return false;
         };
         let layout = |shape, strided, split, len| OperandLayout {

@@ -401,7 +401,12 @@ fn operands_read_through_a_padding_give_the_padded_product() {
                 got.elements_mut(),
             )
             .unwrap();
-            assert_close(&got, &want, out_dtype, &format!("{dtype} padded windows step {step}"));
+            assert_close(
+                &got,
+                &want,
+                out_dtype,
+                &format!("{dtype} padded windows step {step}"),
+            );
             // The same windows as the left operand, transposed: [2, n, k] through the padding.
             let mut av = b_op.view.clone().unwrap();
             av.shape = vec![2, n, k];
@@ -420,9 +425,20 @@ fn operands_read_through_a_padding_give_the_padded_product() {
             let mut want = Buffer::zeroed(out_dtype, &[2, n, m]);
             matmul::matmul(&shaped, &left, &b, &a_op, &mut want).unwrap();
             let mut got = Buffer::zeroed(out_dtype, &[2, n, m]);
-            gemm.matmul(shaped.elements(), &left, b.elements(), &a_op, got.elements_mut())
-                .unwrap();
-            assert_close(&got, &want, out_dtype, &format!("{dtype} padded left step {step}"));
+            gemm.matmul(
+                shaped.elements(),
+                &left,
+                b.elements(),
+                &a_op,
+                got.elements_mut(),
+            )
+            .unwrap();
+            assert_close(
+                &got,
+                &want,
+                out_dtype,
+                &format!("{dtype} padded left step {step}"),
+            );
         }
     }
 }
