@@ -26,7 +26,7 @@ use super::compiler::{Compiler, KernelFn, Module};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::lower::{MatMulOperand, ResultView};
-use crate::runtime::buffer::{Elements, ElementsMut};
+use crate::runtime::buffer::{Buffer, Elements, ElementsMut};
 use crate::runtime::matmul::{self, MatMulError, OperandLayout, ProductShape, StridedProduct};
 use crate::shape::Padding;
 use std::ffi::c_void;
@@ -481,18 +481,7 @@ impl Gemm {
         mut out: ElementsMut<'_>,
         placement: Placement<'_>,
     ) -> std::result::Result<bool, MatMulError> {
-        // A left operand read through a zero padding is read from the padded buffer, built
-        // here; a right one too where the packers cannot make its zeros ([`unpad_right`]).
-        let b_padding = b_op.view.as_ref().and_then(|v| v.padding.as_ref());
-        let zeros_made = b_padding
-            .is_some_and(|p| p.source == b.shape && self.pads_right(a, a_op, b, b_op, &out, p));
-        let (pa, pb) = (
-            matmul::unpadded(a, a_op, "left")?,
-            match zeros_made {
-                true => None,
-                false => matmul::unpadded(b, b_op, "right")?,
-            },
-        );
+        let (pa, pb) = self.built_paddings(a, a_op, b, b_op, &out)?;
         if pa.is_some() || pb.is_some() {
             let (a, a_op) = pa.as_ref().map_or((a, a_op), |(x, op)| (x.elements(), op));
             let (b, b_op) = pb.as_ref().map_or((b, b_op), |(x, op)| (x.elements(), op));
@@ -524,6 +513,7 @@ impl Gemm {
             len,
         };
         // Over a padding the views address the padded shape until `unpad_right` moves them.
+        let b_padding = b_op.view.as_ref().and_then(|v| v.padding.as_ref());
         let b_len = b_padding.map_or(Some(b.len()), Padding::padded_len);
         let b_len = b_len.ok_or(MatMulError::ViewOutOfBounds { operand: "right" })?;
         let product = matmul::strided_product(
@@ -622,6 +612,29 @@ impl Gemm {
             )
         }
         .map(|_| epilogue.is_some())
+    }
+
+    /// The padded buffers this product reads from, built here: a left operand's padding
+    /// always, a right one's where the packers cannot make its zeros ([`unpad_right`]).
+    #[allow(clippy::type_complexity)]
+    fn built_paddings(
+        &self,
+        a: Elements<'_>,
+        a_op: &MatMulOperand,
+        b: Elements<'_>,
+        b_op: &MatMulOperand,
+        out: &ElementsMut<'_>,
+    ) -> std::result::Result<(Option<(Buffer, MatMulOperand)>, Option<(Buffer, MatMulOperand)>), MatMulError>
+    {
+        let b_padding = b_op.view.as_ref().and_then(|v| v.padding.as_ref());
+        let zeros_made = b_padding
+            .is_some_and(|p| p.source == b.shape && self.pads_right(a, a_op, b, b_op, out, p));
+        let left = matmul::unpadded(a, a_op, "left")?;
+        let right = match zeros_made {
+            true => None,
+            false => matmul::unpadded(b, b_op, "right")?,
+        };
+        Ok((left, right))
     }
 
     /// Whether the packers can make the zeros of `b`'s padding themselves ([`unpad_right`])
