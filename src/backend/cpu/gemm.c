@@ -76,6 +76,9 @@ typedef struct {
     int64_t dtype, rs, cs, round1, round2;
     const int64_t *rt, *ct;
     const fb_gemm_zeros *zeros;
+    /* Added to every offset before it meets p: a batch matrix's first element, which over a
+       padding may lie before the buffer (only the elements read are inside it). */
+    int64_t origin;
 } fb_gemm_operand;
 
 static inline int64_t fb_gemm_row_at(const fb_gemm_operand *o, int64_t r) { return o->rt ? o->rt[r] : r * o->rs; }
@@ -83,7 +86,7 @@ static inline int64_t fb_gemm_col_at(const fb_gemm_operand *o, int64_t c) { retu
 
 /* The element at offset `at` at f32, rounded as the product demands. */
 static inline float fb_gemm_elem_at(const fb_gemm_operand *o, int64_t at) {
-    float v = fb_gemm_load(o->p, o->dtype, at);
+    float v = fb_gemm_load(o->p, o->dtype, o->origin + at);
     return fb_gemm_round(fb_gemm_round(v, o->round1), o->round2);
 }
 
@@ -121,8 +124,11 @@ static void fb_gemm_valid_run(const fb_gemm_zeros *z, int64_t k, const int64_t *
         if (s == 0) {
             a = lo <= 0 && 0 < hi ? 0 : n;
             b = n;
+        } else if (s == 1) {
+            /* A unit step (a stride-1 convolution's positions): no division. */
+            a = lo;
+            b = hi;
         } else if (s > 0) {
-            /* Divisions only at an image's border: inside, the run is whole. */
             a = lo <= 0 ? 0 : (lo + s - 1) / s;
             b = hi >= n * s ? n : hi <= 0 ? 0 : (hi + s - 1) / s;
         } else {
@@ -158,7 +164,7 @@ static inline __attribute__((always_inline)) void fb_gemm_load_run(const fb_gemm
     if (o->dtype == 0) {
         /* Runs are short (a strip is 48 columns): vectors, the last one overlapping the one
            before, rather than a call to memcpy per run. */
-        const float *s = (const float *)o->p + start;
+        const float *s = (const float *)o->p + (o->origin + start);
         int64_t i = 0;
 #if defined(__AVX512F__)
         if (n >= 16) {
@@ -174,7 +180,7 @@ static inline __attribute__((always_inline)) void fb_gemm_load_run(const fb_gemm
 #endif
         for (; i < n; i++) dst[i] = s[i];
     } else if (o->dtype == 1) {
-        const uint16_t *s = (const uint16_t *)o->p + start;
+        const uint16_t *s = (const uint16_t *)o->p + (o->origin + start);
         int64_t i = 0;
 #if defined(__AVX512F__)
         /* The hardware conversion, exact like fb_h2f (which GCC does not vectorize). */
@@ -183,7 +189,7 @@ static inline __attribute__((always_inline)) void fb_gemm_load_run(const fb_gemm
 #endif
         for (; i < n; i++) dst[i] = fb_h2f(s[i]);
     } else {
-        const uint16_t *s = (const uint16_t *)o->p + start;
+        const uint16_t *s = (const uint16_t *)o->p + (o->origin + start);
         for (int64_t i = 0; i < n; i++) dst[i] = fb_b2f(s[i]);
     }
     if (o->round1 == 1 || o->round2 == 1)
@@ -196,7 +202,7 @@ static inline __attribute__((always_inline)) void fb_gemm_load_run(const fb_gemm
    f32: one loop per dtype, as fb_gemm_load_run. */
 static inline void fb_gemm_load_strided(const fb_gemm_operand *o, int64_t start, int64_t n, int64_t step, float *dst) {
     if (o->dtype == 0) {
-        const float *s = (const float *)o->p + start;
+        const float *s = (const float *)o->p + (o->origin + start);
         int64_t i = 0;
 #if defined(__AVX512F__)
         if (step == 2) {
@@ -212,7 +218,7 @@ static inline void fb_gemm_load_strided(const fb_gemm_operand *o, int64_t start,
 #endif
         for (; i < n; i++) dst[i] = s[i * step];
     } else {
-        const uint16_t *s = (const uint16_t *)o->p + start;
+        const uint16_t *s = (const uint16_t *)o->p + (o->origin + start);
         if (o->dtype == 1)
             for (int64_t i = 0; i < n; i++) dst[i] = fb_h2f(s[i * step]);
         else
@@ -445,7 +451,7 @@ static void fb_gemm_pack_a_pairs(const fb_gemm_operand *a, int64_t r0, int64_t r
                 for (int64_t p = 0; p < kp; p++) d[p * FB_GEMM_MR + r] = 0;
                 continue;
             }
-            const uint16_t *row = (const uint16_t *)a->p + (r0 + s + r) * a->rs + k0;
+            const uint16_t *row = (const uint16_t *)a->p + (a->origin + (r0 + s + r) * a->rs + k0);
             for (int64_t p = 0; p < kc / 2; p++) {
                 uint32_t w;
                 memcpy(&w, row + 2 * p, 4);
@@ -463,7 +469,7 @@ static void fb_gemm_pack_b_pairs(const fb_gemm_operand *b, int64_t k0, int64_t k
         int64_t w = cols - s < FB_GEMM_NR ? cols - s : FB_GEMM_NR;
         uint32_t *d = dst + s * kc;
         for (int64_t p = 0; p < kp; p++) {
-            const uint16_t *lo = (const uint16_t *)b->p + (k0 + 2 * p) * b->rs + c0 + s;
+            const uint16_t *lo = (const uint16_t *)b->p + (b->origin + (k0 + 2 * p) * b->rs + c0 + s);
             const uint16_t *hi = lo + b->rs;
             uint32_t *o = d + p * FB_GEMM_NR;
             if (2 * p + 1 < kc)
@@ -752,10 +758,9 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
                                            tables[0], tables[1], NULL};
                 const fb_gemm_operand b = {(const char *)ptrs[1] + 0, sizes[5], strides[2], strides[3], sizes[9], sizes[10],
                                            tables[2], tables[3], b_zeros};
-                const int64_t esa = sizes[4] == 0 ? 4 : 2, esb = sizes[5] == 0 ? 4 : 2;
                 fb_gemm_operand ab = a, bb = b;
-                ab.p = (const char *)a.p + offsets[3 * bi] * esa;
-                bb.p = (const char *)b.p + offsets[3 * bi + 1] * esb;
+                ab.origin = offsets[3 * bi];
+                bb.origin = offsets[3 * bi + 1];
                 const int reuse = cached || (keep_b && packed_for == bi * nb + jb);
                 if (slices == 0)
                     memset(tile, 0, (size_t)(fb_gemm_round_up(rows, FB_GEMM_MR) * ldt) * sizeof(float));

@@ -624,8 +624,13 @@ impl Gemm {
         b: Elements<'_>,
         b_op: &MatMulOperand,
         out: &ElementsMut<'_>,
-    ) -> std::result::Result<(Option<(Buffer, MatMulOperand)>, Option<(Buffer, MatMulOperand)>), MatMulError>
-    {
+    ) -> std::result::Result<
+        (
+            Option<(Buffer, MatMulOperand)>,
+            Option<(Buffer, MatMulOperand)>,
+        ),
+        MatMulError,
+    > {
         let b_padding = b_op.view.as_ref().and_then(|v| v.padding.as_ref());
         let zeros_made = b_padding
             .is_some_and(|p| p.source == b.shape && self.pads_right(a, a_op, b, b_op, out, p));
