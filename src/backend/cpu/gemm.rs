@@ -320,6 +320,9 @@ struct SplitAxesHeader {
     axes: [SubAxesHeader; 4],
 }
 
+/// A padded buffer built for an operand, and the operand reading it through the same view.
+type BuiltPadding = Option<(Buffer, MatMulOperand)>;
+
 /// The most padded axes the GEMM reads a padding through (`FB_GEMM_PAD` in `gemm.c`).
 const GEMM_PAD_AXES: usize = 4;
 
@@ -616,7 +619,6 @@ impl Gemm {
 
     /// The padded buffers this product reads from, built here: a left operand's padding
     /// always, a right one's where the packers cannot make its zeros ([`unpad_right`]).
-    #[allow(clippy::type_complexity)]
     fn built_paddings(
         &self,
         a: Elements<'_>,
@@ -624,13 +626,7 @@ impl Gemm {
         b: Elements<'_>,
         b_op: &MatMulOperand,
         out: &ElementsMut<'_>,
-    ) -> std::result::Result<
-        (
-            Option<(Buffer, MatMulOperand)>,
-            Option<(Buffer, MatMulOperand)>,
-        ),
-        MatMulError,
-    > {
+    ) -> std::result::Result<(BuiltPadding, BuiltPadding), MatMulError> {
         let b_padding = b_op.view.as_ref().and_then(|v| v.padding.as_ref());
         let zeros_made = b_padding
             .is_some_and(|p| p.source == b.shape && self.pads_right(a, a_op, b, b_op, out, p));
