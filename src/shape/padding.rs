@@ -73,6 +73,9 @@ impl Padding {
     /// zeros from the source's elements. `None` otherwise (the reader then materializes).
     pub fn coordinates(&self, offset: i64, sub_axes: &[(usize, i64)]) -> Option<Coordinates> {
         let padded = self.padded();
+        if padded.contains(&0) {
+            return None;
+        }
         let mut place = vec![1i64; padded.len()];
         for d in (0..padded.len().saturating_sub(1)).rev() {
             place[d] = place[d + 1].checked_mul(i64::try_from(padded[d + 1]).ok()?)?;
@@ -190,6 +193,13 @@ mod tests {
         // A view that would leave the padded shape along the last axis (carrying into the
         // middle one) is not in coordinates.
         assert!(p.coordinates(2, &[(4, 1)]).is_none());
+        // An empty padded shape has no coordinates (nothing to read).
+        let empty = Padding {
+            source: vec![0, 3],
+            before: vec![0, 1],
+            after: vec![0, 0],
+        };
+        assert!(empty.coordinates(0, &[(4, 1)]).is_none());
         // Backwards steps stay exact while in bounds.
         let c = p.coordinates(29, &[(5, -1)]).unwrap();
         assert_eq!((c.start, c.steps), (vec![0, 5, 4], vec![vec![0, 0, -1]]));
