@@ -530,10 +530,26 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
     let mut needs_buffer = dag.output_mask();
     for kernel in &partition.kernels {
         if kernel.kind != KernelKind::Fused {
+            let member = |p: usize| kernel.nodes.contains(&p);
             for &n in &kernel.nodes {
+                // The zero slabs of a padding the call makes itself are read by no one.
+                if crate::partition::zero_slab(dag, Value::Node(n)) {
+                    continue;
+                }
                 for &arg in &dag.nodes[n].args {
                     if let Value::Node(p) = arg {
                         needs_buffer[p] = true;
+                    }
+                }
+                // What the call reads: each operand's source, which may be a literal even
+                // through a zero slab (a product by a broadcast zero).
+                if dag.nodes[n].op.kind() == OpKind::Opaque {
+                    for &arg in &dag.nodes[n].args {
+                        if let Some(tree) = crate::partition::operand_tree(dag, arg, &member)
+                            && let Value::Node(s) = tree.source
+                        {
+                            needs_buffer[s] = true;
+                        }
                     }
                 }
             }

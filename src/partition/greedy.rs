@@ -446,7 +446,34 @@ fn paddings_below(facts: &Facts, stack: &[usize]) -> Vec<usize> {
             Ok((BuiltinPlan::Concat(axis), _)) if super::zero_padding(dag, node, axis).is_some()
         )
     };
+    // Members whose slabs have been looked at.
+    let mut seen = 0;
     loop {
+        while seen < inside.len() {
+            let c = inside[seen];
+            seen += 1;
+            if !padding(c) {
+                continue;
+            }
+            // Its slabs: views down to a literal, each joining where the padding alone reads it.
+            let mut slabs: Vec<usize> = dag.nodes[c]
+                .args
+                .iter()
+                .filter_map(|&a| match a {
+                    Value::Node(q) if super::operand_view::zero_slab(dag, a) => Some(q),
+                    _ => None,
+                })
+                .collect();
+            while let Some(q) = slabs.pop() {
+                if inside.contains(&q) || facts.literal[q] || !owned(q, &inside) {
+                    continue;
+                }
+                inside.push(q);
+                if let Some(&Value::Node(r)) = dag.nodes[q].args.first() {
+                    slabs.push(r);
+                }
+            }
+        }
         let found = inside.iter().find_map(|&m| {
             dag.nodes[m].args.iter().find_map(|&a| match a {
                 Value::Node(p) if !inside.contains(&p) && padding(p) && owned(p, &inside) => {
@@ -455,27 +482,9 @@ fn paddings_below(facts: &Facts, stack: &[usize]) -> Vec<usize> {
                 _ => None,
             })
         });
-        let Some(p) = found else {
-            break;
-        };
-        inside.push(p);
-        // The slabs: views down to a literal, each joining where the padding alone reads it.
-        let mut slabs: Vec<usize> = dag.nodes[p]
-            .args
-            .iter()
-            .filter_map(|&a| match a {
-                Value::Node(q) if super::operand_view::zero_slab(dag, a) => Some(q),
-                _ => None,
-            })
-            .collect();
-        while let Some(q) = slabs.pop() {
-            if inside.contains(&q) || !owned(q, &inside) {
-                continue;
-            }
-            inside.push(q);
-            if let Some(&Value::Node(r)) = dag.nodes[q].args.first() {
-                slabs.push(r);
-            }
+        match found {
+            Some(p) => inside.push(p),
+            None => break,
         }
     }
     inside.split_off(stack.len())

@@ -253,7 +253,7 @@ fn merge_into_readers(
     partition
 }
 
-pub use operand_view::{OperandTree, operand_tree, zero_padding};
+pub use operand_view::{OperandTree, operand_tree, zero_padding, zero_slab};
 
 /// How many launches a partition makes, counted the one way every report uses: generated
 /// kernels (fused loops and copies) apart from library calls (matmul through cuBLAS or

@@ -61,13 +61,46 @@ pub fn gather(
     chain: &[DType],
     view: &crate::lower::OperandView,
 ) -> (KernelIr, Launch) {
-    use crate::lower::view::{classify, contiguous_strides, moving_axis};
     // Over the view's sub-axes where it has them: their row-major order is the operand's.
     let shape = view.strided_shape();
+    let into = crate::lower::view::contiguous_strides(shape);
+    let from_view = (view.strided.strides.clone(), view.strided.offset);
+    strided_copy(from, chain, shape, from_view, (into, 0))
+}
+
+/// A kernel and its launch (arguments: the source, the padded buffer) that copies a value into
+/// the inside of its zero padding (`shape::Padding`), whose zeros the caller writes first:
+/// cuBLAS cannot make them while it reads, as the CPU GEMM does, so a padded operand (a
+/// convolution's image) is built before it is gathered.
+pub fn place(dtype: DType, padding: &crate::shape::Padding) -> (KernelIr, Launch) {
+    use crate::lower::view::contiguous_strides;
+    let padded_strides = contiguous_strides(&padding.padded());
+    let inside: i64 = (0..padding.source.len())
+        .map(|d| padding.before[d] as i64 * padded_strides[d])
+        .sum();
+    let source = (contiguous_strides(&padding.source), 0);
+    strided_copy(
+        dtype,
+        &[],
+        &padding.source,
+        source,
+        (padded_strides, inside),
+    )
+}
+
+/// A kernel and its launch (arguments: the buffer read, the buffer written) that copies
+/// every element of `shape`, read through `(strides, offset)` = `load` and written through
+/// `store`, rounding it through `chain` as [`convert_ir`] does.
+fn strided_copy(
+    from: DType,
+    chain: &[DType],
+    shape: &[usize],
+    (mut load_strides, load_offset): (Vec<i64>, i64),
+    (store_strides, store_offset): (Vec<i64>, i64),
+) -> (KernelIr, Launch) {
+    use crate::lower::view::{classify, moving_axis};
     let rank = shape.len();
-    let mut load_strides = view.strided.strides.clone();
     let load = classify(from, shape, &mut load_strides);
-    let store_strides = contiguous_strides(shape);
     let (body, to) = convert_body(from, chain);
     let store = View::strided(
         to,
@@ -86,47 +119,7 @@ pub fn gather(
     let launch = Launch {
         sizes: shape.iter().map(|&d| d as i64).collect(),
         strides: vec![load_strides, store_strides],
-        offsets: vec![view.strided.offset, 0],
-        maps: Vec::new(),
-        ranges: Vec::new(),
-        gathers: Vec::new(),
-    };
-    (ir, launch)
-}
-
-/// A kernel and its launch (arguments: the source, the padded buffer) that copies a value into
-/// the inside of its zero padding (`shape::Padding`), whose zeros the caller writes first:
-/// cuBLAS cannot make them while it reads, as the CPU GEMM does, so a padded operand (a
-/// convolution's image) is built before it is gathered.
-pub fn place(dtype: DType, padding: &crate::shape::Padding) -> (KernelIr, Launch) {
-    use crate::lower::view::{classify, contiguous_strides, moving_axis};
-    let shape = &padding.source;
-    let rank = shape.len();
-    let mut load_strides = contiguous_strides(shape);
-    let load = classify(dtype, shape, &mut load_strides);
-    let padded_strides = contiguous_strides(&padding.padded());
-    let inside: i64 = (0..rank)
-        .map(|d| padding.before[d] as i64 * padded_strides[d])
-        .sum();
-    let store = View::strided(
-        dtype,
-        (0..rank)
-            .map(|d| moving_axis(d, rank, padded_strides[d]))
-            .collect(),
-    );
-    let (body, _) = convert_body(dtype, &[]);
-    let ir = KernelIr {
-        rank,
-        row_arithmetic: crate::lower::ir::RowArithmetic::default(),
-        loads: vec![load],
-        stores: vec![Store::new(body.len() - 1, store)],
-        body,
-        reductions: Vec::new(),
-    };
-    let launch = Launch {
-        sizes: shape.iter().map(|&d| d as i64).collect(),
-        strides: vec![load_strides, padded_strides],
-        offsets: vec![0, inside],
+        offsets: vec![load_offset, store_offset],
         maps: Vec::new(),
         ranges: Vec::new(),
         gathers: Vec::new(),
@@ -370,6 +363,33 @@ mod tests {
                     "[{i}] {g} vs {w}"
                 );
             }
+        }
+    }
+
+    /// The kernel that places a value inside its zero padding, run over a zeroed buffer,
+    /// gives the padded buffer the CPU builds (padding on the outer and the inner axes,
+    /// uneven, none on the middle one).
+    #[test]
+    fn placed_values_land_inside_their_padding() {
+        let padding = crate::shape::Padding {
+            source: vec![2, 3, 4],
+            before: vec![1, 0, 2],
+            after: vec![0, 0, 1],
+        };
+        for dtype in [DType::F32, DType::BF16] {
+            let mut src = Buffer::zeroed(dtype, &padding.source);
+            for i in 0..src.len() {
+                src.set(i, i as f64 + 1.0);
+            }
+            let want = Buffer::padded_from(src.elements(), &padding)
+                .unwrap()
+                .unwrap();
+            let mut got = Buffer::zeroed(dtype, &padding.padded());
+            let (ir, launch) = place(dtype, &padding);
+            interpret::run(&ir, &launch, &mut [&mut src, &mut got]);
+            let values = |b: &Buffer| (0..b.len()).map(|i| b.get(i)).collect::<Vec<_>>();
+            assert_eq!(values(&got), values(&want), "{dtype}");
+            assert_eq!(values(&got).iter().filter(|&&v| v != 0.0).count(), 24);
         }
     }
 

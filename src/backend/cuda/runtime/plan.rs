@@ -551,6 +551,39 @@ mod tests {
         DevicePlan::new(&program, &EmitOptions::default(), 132).unwrap()
     }
 
+    /// A product by a zero padding of a value (the concat of it between zero slabs that a
+    /// convolution's padding is): cuBLAS cannot make the zeros, so the padded buffer is
+    /// zeroed, the value placed inside, and the operand read from there; no kernel of the
+    /// program writes the slabs.
+    #[test]
+    fn a_padded_operand_is_built_before_the_gemm() {
+        let p = fused_plan(
+            r#"Graph(name: "t",
+                inputs: [Input(name: "w", dtype: "f32", shape: [9, 8]),
+                         Input(name: "x", dtype: "f32", shape: [5, 7])],
+                nodes: [Node(name: "z", op: "const", attrs: {"value": 0.0, "dtype": "f32"}),
+                    Node(name: "top", op: "broadcast_to", args: ["z"], attrs: {"shape": [3, 7]}),
+                    Node(name: "xp", op: "concat", args: ["top", "x"], attrs: {"axis": 0}),
+                    Node(name: "y", op: "matmul", args: ["w", "xp"])],
+                outputs: ["y"])"#,
+        );
+        match &p.ops[..] {
+            [
+                Op::Zero { dst, bytes },
+                Op::Kernel(place),
+                Op::Kernel(gather),
+                Op::Gemm { b, .. },
+            ] => {
+                assert_eq!((*dst, *bytes), (Buf::Temp(5), 8 * 7 * 4));
+                assert_eq!(place.args, [Buf::Value(Value::Input(1)), Buf::Temp(5)]);
+                assert_eq!(place.launch.offsets, [0, 3 * 7]);
+                assert_eq!(gather.args, [Buf::Temp(5), Buf::Temp(1)]);
+                assert_eq!(*b, Buf::Temp(1));
+            }
+            other => panic!("{other:#?}"),
+        }
+    }
+
     /// How cuBLAS reads an operand: `transposed`, with leading dimension `ld`.
     fn read(transposed: bool, ld: usize) -> gemm::MatrixRead {
         gemm::MatrixRead { transposed, ld }
