@@ -531,9 +531,14 @@ pub fn lower(dag: &Dag, partition: &Partition) -> Result<Program> {
     for kernel in &partition.kernels {
         if kernel.kind != KernelKind::Fused {
             let member = |p: usize| kernel.nodes.contains(&p);
+            let call = kernel
+                .nodes
+                .iter()
+                .any(|&n| dag.nodes[n].op.kind() == OpKind::Opaque);
             for &n in &kernel.nodes {
-                // The zero slabs of a padding the call makes itself are read by no one.
-                if crate::partition::zero_slab(dag, Value::Node(n)) {
+                // The zero slabs of a padding a library call makes itself are read by no one
+                // (a copy kernel writing a slab reads its literal).
+                if call && crate::partition::zero_slab(dag, Value::Node(n)) {
                     continue;
                 }
                 for &arg in &dag.nodes[n].args {
