@@ -625,10 +625,10 @@ fn a_row_scale_moves_past_the_product_into_its_epilogue() {
 
 /// A product whose operand is a zero padding of a value (a `concat` of it between zero slabs,
 /// on one axis or two, uneven, as the ONNX importer writes a convolution's padding), as the
-/// right-hand operand and, transposed, as the left-hand one: the padding runs inside the call
-/// (no kernel writes the padded copy; the packers make the zeros of the right-hand one) and
-/// the CPU backend and the interpreter agree with the reference, in f32 and f16, at sizes
-/// across the GEMM's column strips.
+/// right-hand operand, every other column of it (read at a stride: the packers make its
+/// zeros), and, transposed, as the left-hand one: the padding runs inside the call (no
+/// kernel writes the padded copy) and the CPU backend and the interpreter agree with the
+/// reference, in f32 and f16, at sizes across the GEMM's column strips.
 #[test]
 fn a_padded_operand_is_read_without_a_padding_kernel() {
     let slab = |name: &str, shape: &str| {
@@ -639,23 +639,25 @@ fn a_padded_operand_is_read_without_a_padding_kernel() {
     };
     for (k, n) in [(5usize, 7usize), (30, 100)] {
         // x [k, n] padded to [k + 3, n + 2]: 2 rows before, 1 after; 2 columns after.
-        let kp = k + 3;
+        let (kp, np) = (k + 3, n + 2);
         let pads = [
             slab("top", &format!("[2, {n}]")),
             slab("bottom", &format!("[1, {n}]")),
             slab("right", &format!("[{kp}, 2]")),
         ]
         .concat();
-        for product in [r#"["w", "xp"]"#, r#"["xt", "v"]"#] {
+        for product in [r#"["w", "xp"]"#, r#"["xt", "v"]"#, r#"["u", "xs"]"#] {
             let text = format!(
                 r#"Graph(name: "t",
                 inputs: [Input(name: "w", dtype: "f32", shape: [9, {kp}]),
                          Input(name: "v", dtype: "f32", shape: [{kp}, 6]),
+                         Input(name: "u", dtype: "f32", shape: [4, {kp}]),
                          Input(name: "x", dtype: "f32", shape: [{k}, {n}])],
                 nodes: [{pads}
                     Node(name: "rows", op: "concat", args: ["top", "x", "bottom"], attrs: {{"axis": 0}}),
                     Node(name: "xp", op: "concat", args: ["rows", "right"], attrs: {{"axis": 1}}),
                     Node(name: "xt", op: "transpose", args: ["xp"], attrs: {{"perm": [1, 0]}}),
+                    Node(name: "xs", op: "slice", args: ["xp"], attrs: {{"axis": 1, "start": 1, "end": {np}, "step": 2}}),
                     Node(name: "y", op: "matmul", args: {product})],
                 outputs: ["y"])"#
             );
