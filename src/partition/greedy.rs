@@ -435,17 +435,7 @@ fn paddings_below(facts: &Facts, stack: &[usize]) -> Vec<usize> {
             && !users.is_empty()
             && users.iter().all(|&u| inside.contains(&(u as usize)))
     };
-    let padding = |c: usize| {
-        let node = &dag.nodes[c];
-        if node.op.builtin() != Some(Builtin::Concat) {
-            return false;
-        }
-        let shapes: Vec<&[usize]> = node.args.iter().map(|&a| &dag.ty(a).shape[..]).collect();
-        matches!(
-            plan_builtin(Builtin::Concat, &shapes, &node.attrs),
-            Ok((BuiltinPlan::Concat(axis), _)) if super::zero_padding(dag, node, axis).is_some()
-        )
-    };
+    let padding = |c: usize| super::zero_padding(dag, c).is_some();
     // Members whose slabs have been looked at.
     let mut seen = 0;
     loop {

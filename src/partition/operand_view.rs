@@ -14,12 +14,10 @@
 //! is never written; the reader makes the zeros (the CPU GEMM while it packs) or builds the
 //! padded buffer itself.
 
-use crate::dag::DagNode;
 use crate::dag::{Dag, Value};
 use crate::dtype::DType;
 use crate::graph::check::{BuiltinPlan, plan_builtin};
-use crate::rules::Builtin;
-use crate::rules::BuiltinAttrs;
+use crate::rules::{Builtin, BuiltinAttrs};
 use crate::shape::{IndexMap, Padding, Strided};
 
 /// What a library call reads for one operand: the buffer of `source`, through `map` (from the
@@ -58,7 +56,7 @@ pub fn operand_tree(dag: &Dag, arg: Value, member: &dyn Fn(usize) -> bool) -> Op
         .collect();
     let (plan, _) = plan_builtin(builtin, &shapes, &node.attrs).ok()?;
     if let BuiltinPlan::Concat(axis) = plan {
-        if let Some(padded) = padded_tree(dag, node, axis, member) {
+        if let Some(padded) = padded_tree(dag, p, member) {
             return Some(padded);
         }
         return stacked_tree(dag, &node.args, axis, member);
@@ -98,9 +96,29 @@ pub fn zero_slab(dag: &Dag, v: Value) -> bool {
     false
 }
 
-/// For a concat of one operand between zero slabs ([`zero_slab`]): that operand's position
-/// among its args, and the zeros before and after it along the concat's axis.
-pub fn zero_padding(dag: &Dag, node: &DagNode, axis: usize) -> Option<(usize, usize, usize)> {
+/// A concat of one operand between zero slabs ([`zero_slab`]): one axis of a padding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZeroPadding {
+    /// The concat's axis.
+    pub axis: usize,
+    /// The padded operand's position among the concat's args.
+    pub middle: usize,
+    /// The zeros before and after it along `axis`.
+    pub before: usize,
+    pub after: usize,
+}
+
+/// Node `c` as a [`ZeroPadding`], where it is one.
+pub fn zero_padding(dag: &Dag, c: usize) -> Option<ZeroPadding> {
+    let node = &dag.nodes[c];
+    if node.op.builtin() != Some(Builtin::Concat) {
+        return None;
+    }
+    let shapes: Vec<&[usize]> = node.args.iter().map(|&a| &dag.ty(a).shape[..]).collect();
+    let Ok((BuiltinPlan::Concat(axis), _)) = plan_builtin(Builtin::Concat, &shapes, &node.attrs)
+    else {
+        return None;
+    };
     let mut middle = None;
     for (i, &a) in node.args.iter().enumerate() {
         if !zero_slab(dag, a) {
@@ -110,28 +128,29 @@ pub fn zero_padding(dag: &Dag, node: &DagNode, axis: usize) -> Option<(usize, us
             middle = Some(i);
         }
     }
-    let m = middle?;
-    let extent = |pieces: &[Value]| -> usize {
-        pieces
-            .iter()
-            .map(|&a| dag.ty(a).shape.get(axis).copied().unwrap_or(0))
-            .sum()
-    };
-    let (before, after) = (extent(&node.args[..m]), extent(&node.args[m + 1..]));
-    (before + after > 0).then_some((m, before, after))
+    let middle = middle?;
+    let extent = |pieces: &[&[usize]]| -> usize { pieces.iter().map(|s| s[axis]).sum() };
+    let (before, after) = (extent(&shapes[..middle]), extent(&shapes[middle + 1..]));
+    (before + after > 0).then_some(ZeroPadding {
+        axis,
+        middle,
+        before,
+        after,
+    })
 }
 
 /// A zero padding ([`zero_padding`]) of an operand read as stored, or of such a padding
 /// along another axis, as one [`Padding`] of the stored value, its map the padded shape's
 /// row-major offsets.
-fn padded_tree(
-    dag: &Dag,
-    node: &DagNode,
-    axis: usize,
-    member: &dyn Fn(usize) -> bool,
-) -> Option<OperandTree> {
-    let (m, before, after) = zero_padding(dag, node, axis)?;
-    let inner = node.args[m];
+fn padded_tree(dag: &Dag, c: usize, member: &dyn Fn(usize) -> bool) -> Option<OperandTree> {
+    let ZeroPadding {
+        axis,
+        middle,
+        before,
+        after,
+    } = zero_padding(dag, c)?;
+    let node = &dag.nodes[c];
+    let inner = node.args[middle];
     let below = operand_tree(dag, inner, member)?;
     let inner_shape = &dag.ty(inner).shape;
     let source_shape = &dag.ty(below.source).shape;

@@ -73,13 +73,11 @@ impl Padding {
     /// zeros from the source's elements. `None` otherwise (the reader then materializes).
     pub fn coordinates(&self, offset: i64, sub_axes: &[(usize, i64)]) -> Option<Coordinates> {
         let padded = self.padded();
-        if padded.contains(&0) {
+        if padded.contains(&0) || i64::try_from(self.padded_len()?).is_err() {
             return None;
         }
-        let mut place = vec![1i64; padded.len()];
-        for d in (0..padded.len().saturating_sub(1)).rev() {
-            place[d] = place[d + 1].checked_mul(i64::try_from(padded[d + 1]).ok()?)?;
-        }
+        // Its strides are exact: the whole padded shape fits.
+        let place = super::Strided::contiguous(&padded).strides;
         // Each step split greedily from the outermost axis: exact when the result stays in
         // bounds, which is checked below for every element the view reaches.
         let split = |mut t: i64| -> Vec<i64> {
@@ -108,16 +106,6 @@ impl Padding {
         Some(Coordinates { start, steps })
     }
 
-    /// The source's row-major strides, by padded axis: the element of the source at padded
-    /// coordinates `c` is `Σ (c[d] - before[d]) · strides[d]`.
-    pub fn source_strides(&self) -> Vec<i64> {
-        let mut strides = vec![1i64; self.source.len()];
-        for d in (0..self.source.len().saturating_sub(1)).rev() {
-            strides[d] = strides[d + 1].saturating_mul(self.source[d + 1] as i64);
-        }
-        strides
-    }
-
     /// Calls `copy(from, to, len)` for each row of the source (its innermost axis): `len`
     /// elements at element `from` of the source go to element `to` of the padded buffer.
     pub fn for_each_row(&self, mut copy: impl FnMut(usize, usize, usize)) {
@@ -130,16 +118,12 @@ impl Padding {
             copy(0, 0, 1);
             return;
         }
-        let padded = self.padded();
-        let mut place = vec![1usize; rank];
-        for d in (0..rank - 1).rev() {
-            place[d] = place[d + 1] * padded[d + 1];
-        }
+        let place = super::Strided::contiguous(&self.padded()).strides;
         let row = self.source[rank - 1];
         for r in 0..count / row {
             let (mut rest, mut at) = (r, self.before[rank - 1]);
             for d in (0..rank - 1).rev() {
-                at += (rest % self.source[d] + self.before[d]) * place[d];
+                at += (rest % self.source[d] + self.before[d]) * place[d] as usize;
                 rest /= self.source[d];
             }
             copy(r * row, at, row);
@@ -212,6 +196,5 @@ mod tests {
         assert_eq!(outer.before, vec![1, 2]);
         assert_eq!(outer.after, vec![1, 0]);
         assert_eq!(outer.padded(), vec![4, 5]);
-        assert_eq!(outer.source_strides(), vec![3, 1]);
     }
 }

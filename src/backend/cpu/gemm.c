@@ -60,9 +60,6 @@ static inline float fb_gemm_round(float x, int64_t dtype) {
     }
 }
 
-/* An operand as the packers read it: element (r, c) lies at r * rs + c * cs, or where the
-   operand has sub-axes, at rt[r] + ct[c] (tables of the row and column offsets, NULL for an
-   axis read through its one stride). */
 /* The padded axes an operand reads (see fb_gemm_pad): per axis, the valid coordinate range
    and tables of the coordinates its rows and columns reach. */
 #define FB_GEMM_PAD 4
@@ -71,6 +68,9 @@ typedef struct {
     const int64_t *rc[FB_GEMM_PAD], *cc[FB_GEMM_PAD];
 } fb_gemm_zeros;
 
+/* An operand as the packers read it: element (r, c) lies at origin + r * rs + c * cs, or where
+   the operand has sub-axes, at origin + rt[r] + ct[c] (tables of the row and column offsets,
+   NULL for an axis read through its one stride); over a padding, only where `zeros` says. */
 typedef struct {
     const void *p;
     int64_t dtype, rs, cs, round1, round2;

@@ -26,7 +26,7 @@ use super::compiler::{Compiler, KernelFn, Module};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::lower::{MatMulOperand, ResultView};
-use crate::runtime::buffer::{Buffer, Elements, ElementsMut};
+use crate::runtime::buffer::{Elements, ElementsMut};
 use crate::runtime::matmul::{self, MatMulError, OperandLayout, ProductShape, StridedProduct};
 use crate::shape::Padding;
 use std::ffi::c_void;
@@ -320,9 +320,6 @@ struct SplitAxesHeader {
     axes: [SubAxesHeader; 4],
 }
 
-/// A padded buffer built for an operand, and the operand reading it through the same view.
-type BuiltPadding = Option<(Buffer, MatMulOperand)>;
-
 /// The most padded axes the GEMM reads a padding through (`FB_GEMM_PAD` in `gemm.c`).
 const GEMM_PAD_AXES: usize = 4;
 
@@ -360,7 +357,7 @@ fn unpad_right(product: &StridedProduct, padding: &Padding) -> Option<(StridedPr
         return None;
     }
     let sub: Vec<(usize, i64)> = rows.iter().chain(&cols).copied().collect();
-    let strides = padding.source_strides();
+    let strides = crate::shape::Strided::contiguous(&padding.source).strides;
     // The source offset of coordinates `c`, less `before` where `from` says so.
     let offset = |c: &[i64], shifted: bool| -> Option<i64> {
         (0..c.len()).try_fold(0i64, |at, d| {
@@ -484,12 +481,10 @@ impl Gemm {
         mut out: ElementsMut<'_>,
         placement: Placement<'_>,
     ) -> std::result::Result<bool, MatMulError> {
-        let (pa, pb) = self.built_paddings(a, a_op, b, b_op, &out)?;
-        if pa.is_some() || pb.is_some() {
-            let (a, a_op) = pa.as_ref().map_or((a, a_op), |(x, op)| (x.elements(), op));
-            let (b, b_op) = pb.as_ref().map_or((b, b_op), |(x, op)| (x.elements(), op));
+        // A left operand over a padding reads the padded buffer, built here.
+        if let Some((x, op)) = matmul::unpadded(a, a_op, "left")? {
             // SAFETY: the caller's promises, for the same product.
-            return unsafe { self.matmul_with(a, a_op, b, b_op, out, placement) };
+            return unsafe { self.matmul_with(x.elements(), &op, b, b_op, out, placement) };
         }
         let Placement {
             result,
@@ -524,12 +519,30 @@ impl Gemm {
             layout(&b_shape, &b_view, b_op.split(), b_len),
             Some(out.len()),
         )?;
+        // A right operand over a padding: the packers make its zeros where they read it at a
+        // stride and can (`unpad_right`); elsewhere it reads the padded buffer, built here.
+        // Measured (benches/RESULTS.md, 2026-11-30): the packers pay at a strided
+        // convolution's positions, and building the padded image in one pass pays where they
+        // read runs of neighbours (stride 1: 3-9% faster).
         let (product, zeros) = match b_padding {
-            Some(padding) => match unpad_right(&product, padding) {
-                Some((product, header)) => (product, Some(header)),
-                None => return Err(MatMulError::ViewOutOfBounds { operand: "right" }),
-            },
             None => (product, None),
+            Some(padding) => {
+                let packed = (padding.source == b.shape && product.b_strides[1] != 1)
+                    .then(|| unpad_right(&product, padding))
+                    .flatten();
+                match packed {
+                    Some((product, header)) => (product, Some(header)),
+                    None => {
+                        let built = matmul::unpadded(b, b_op, "right")?;
+                        let (x, op) =
+                            built.ok_or(MatMulError::ViewOutOfBounds { operand: "right" })?;
+                        // SAFETY: the caller's promises, for the same product.
+                        return unsafe {
+                            self.matmul_with(a, a_op, x.elements(), &op, out, placement)
+                        };
+                    }
+                }
+            }
         };
         // A batch sharing one right-hand matrix whose left-hand matrices follow one another
         // row after row is one product of all their rows (a `Linear` over a batch, or over a
@@ -615,68 +628,6 @@ impl Gemm {
             )
         }
         .map(|_| epilogue.is_some())
-    }
-
-    /// The padded buffers this product reads from, built here: a left operand's padding
-    /// always, a right one's where the packers cannot make its zeros ([`unpad_right`]).
-    fn built_paddings(
-        &self,
-        a: Elements<'_>,
-        a_op: &MatMulOperand,
-        b: Elements<'_>,
-        b_op: &MatMulOperand,
-        out: &ElementsMut<'_>,
-    ) -> std::result::Result<(BuiltPadding, BuiltPadding), MatMulError> {
-        let b_padding = b_op.view.as_ref().and_then(|v| v.padding.as_ref());
-        let zeros_made = b_padding
-            .is_some_and(|p| p.source == b.shape && self.pads_right(a, a_op, b, b_op, out, p));
-        let left = matmul::unpadded(a, a_op, "left")?;
-        let right = match zeros_made {
-            true => None,
-            false => matmul::unpadded(b, b_op, "right")?,
-        };
-        Ok((left, right))
-    }
-
-    /// Whether the packers make the zeros of `b`'s padding themselves ([`unpad_right`]) for
-    /// this product: where they can, and its columns are read at a stride; otherwise the
-    /// caller builds the padded buffer.
-    fn pads_right(
-        &self,
-        a: Elements<'_>,
-        a_op: &MatMulOperand,
-        b: Elements<'_>,
-        b_op: &MatMulOperand,
-        out: &ElementsMut<'_>,
-        padding: &Padding,
-    ) -> bool {
-        let (a_shape, a_view) = a_op.layout(a.shape);
-        let (b_shape, b_view) = b_op.layout(b.shape);
-        let (Some(b_len), None) = (
-            padding.padded_len(),
-            a_op.view.as_ref().and_then(|v| v.padding.as_ref()),
-        ) else {
-            return false;
-        };
-        let layout = |shape, strided, split, len| OperandLayout {
-            shape,
-            strided,
-            split,
-            len,
-        };
-        matmul::strided_product(
-            layout(&a_shape, &a_view, a_op.split(), a.len()),
-            layout(&b_shape, &b_view, b_op.split(), b_len),
-            Some(out.len()),
-        )
-        .ok()
-        // Measured (benches/RESULTS.md, 2026-11-30): making the zeros while packing pays where
-        // the packer reads the image at a stride (a strided convolution's positions, each
-        // padded copy element read at most once per row), and building the padded image in
-        // one pass pays where it reads runs of neighbours (stride 1: 3-9% faster).
-        .filter(|product| product.b_strides[1] != 1)
-        .and_then(|product| unpad_right(&product, padding))
-        .is_some()
     }
 
     /// Runs one call.

@@ -292,21 +292,11 @@ fn operands_read_through_sub_axes_give_the_gathered_product() {
             };
             let mut a_shaped = a.clone();
             a_shaped.shape = vec![m, k];
-            let mut want = Buffer::zeroed(out_dtype, &[2, m, n]);
-            matmul::matmul(&a_shaped, &a_op, &bg, &a_op, &mut want).unwrap();
-            let mut got = Buffer::zeroed(out_dtype, &[2, m, n]);
-            gemm.matmul(
-                a_shaped.elements(),
-                &a_op,
-                images.elements(),
-                &b_op,
-                got.elements_mut(),
-            )
-            .unwrap();
-            assert_close(
-                &got,
-                &want,
-                out_dtype,
+            gemm_agrees(
+                &gemm,
+                [(&a_shaped, &a_op), (&images, &b_op)],
+                [(&a_shaped, &a_op), (&bg, &a_op)],
+                (out_dtype, &[2, m, n]),
                 &format!("{dtype} windows step {step}"),
             );
         }
@@ -323,21 +313,11 @@ fn operands_read_through_sub_axes_give_the_gathered_product() {
             view: Some(av),
             ..MatMulOperand::stored(Value::Input(0))
         };
-        let mut want = Buffer::zeroed(out_dtype, &[m, n]);
-        matmul::matmul(&ag, &stored, &b_shaped, &stored, &mut want).unwrap();
-        let mut got = Buffer::zeroed(out_dtype, &[m, n]);
-        gemm.matmul(
-            buf.elements(),
-            &a_op,
-            b_shaped.elements(),
-            &stored,
-            got.elements_mut(),
-        )
-        .unwrap();
-        assert_close(
-            &got,
-            &want,
-            out_dtype,
+        gemm_agrees(
+            &gemm,
+            [(&buf, &a_op), (&b_shaped, &stored)],
+            [(&ag, &stored), (&b_shaped, &stored)],
+            (out_dtype, &[m, n]),
             &format!("{dtype} split rows and columns"),
         );
     }
@@ -390,21 +370,11 @@ fn operands_read_through_a_padding_give_the_padded_product() {
                 view: Some(bv),
                 ..MatMulOperand::stored(Value::Input(1))
             };
-            let mut want = Buffer::zeroed(out_dtype, &[2, m, n]);
-            matmul::matmul(&a, &a_op, &bg, &a_op, &mut want).unwrap();
-            let mut got = Buffer::zeroed(out_dtype, &[2, m, n]);
-            gemm.matmul(
-                a.elements(),
-                &a_op,
-                shaped.elements(),
-                &b_op,
-                got.elements_mut(),
-            )
-            .unwrap();
-            assert_close(
-                &got,
-                &want,
-                out_dtype,
+            gemm_agrees(
+                &gemm,
+                [(&a, &a_op), (&shaped, &b_op)],
+                [(&a, &a_op), (&bg, &a_op)],
+                (out_dtype, &[2, m, n]),
                 &format!("{dtype} padded windows step {step}"),
             );
             // The same windows as the left operand, transposed: [2, n, k] through the padding.
@@ -422,25 +392,35 @@ fn operands_read_through_a_padding_give_the_padded_product() {
             };
             let mut b = random(dtype, k * m, 23);
             b.shape = vec![k, m];
-            let mut want = Buffer::zeroed(out_dtype, &[2, n, m]);
-            matmul::matmul(&shaped, &left, &b, &a_op, &mut want).unwrap();
-            let mut got = Buffer::zeroed(out_dtype, &[2, n, m]);
-            gemm.matmul(
-                shaped.elements(),
-                &left,
-                b.elements(),
-                &a_op,
-                got.elements_mut(),
-            )
-            .unwrap();
-            assert_close(
-                &got,
-                &want,
-                out_dtype,
+            gemm_agrees(
+                &gemm,
+                [(&shaped, &left), (&b, &a_op)],
+                [(&shaped, &left), (&b, &a_op)],
+                (out_dtype, &[2, n, m]),
                 &format!("{dtype} padded left step {step}"),
             );
         }
     }
+}
+
+/// The GEMM's product of `operands` within its tolerance of the portable product
+/// ([`matmul::matmul`]) of `reference` (the same operands, read another way or not), both of
+/// `dtype` and `shape`.
+fn gemm_agrees(
+    gemm: &Gemm,
+    operands: [(&Buffer, &MatMulOperand); 2],
+    reference: [(&Buffer, &MatMulOperand); 2],
+    (dtype, shape): (DType, &[usize]),
+    what: &str,
+) {
+    let [(ra, ra_op), (rb, rb_op)] = reference;
+    let mut want = Buffer::zeroed(dtype, shape);
+    matmul::matmul(ra, ra_op, rb, rb_op, &mut want).unwrap();
+    let [(a, a_op), (b, b_op)] = operands;
+    let mut got = Buffer::zeroed(dtype, shape);
+    gemm.matmul(a.elements(), a_op, b.elements(), b_op, got.elements_mut())
+        .unwrap();
+    assert_close(&got, &want, dtype, what);
 }
 
 /// `got` within the GEMM's tolerance of `want` (NaN where it is NaN).
