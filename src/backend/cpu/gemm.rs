@@ -413,6 +413,20 @@ fn unpad_right(product: &StridedProduct, padding: &Padding) -> Option<(StridedPr
     Some((moved, header))
 }
 
+/// [`unpad_right`] where the packers should make the zeros of the right-hand operand's
+/// padding of a `stored` value: measured (benches/RESULTS.md, 2026-11-30), they pay where they
+/// read the image at a stride (a strided convolution's positions), and building the padded
+/// image in one pass pays where they read runs of neighbours (stride 1: 3-9% faster).
+fn packed_zeros(
+    product: &StridedProduct,
+    padding: &Padding,
+    stored: &[usize],
+) -> Option<(StridedProduct, PadHeader)> {
+    (padding.source == stored && product.b_strides[1] != 1)
+        .then(|| unpad_right(product, padding))
+        .flatten()
+}
+
 impl SplitAxesHeader {
     /// The header of a product's split operand axes; `None` where an axis has more sub-axes
     /// than the GEMM reads.
@@ -519,30 +533,19 @@ impl Gemm {
             layout(&b_shape, &b_view, b_op.split(), b_len),
             Some(out.len()),
         )?;
-        // A right operand over a padding: the packers make its zeros where they read it at a
-        // stride and can (`unpad_right`); elsewhere it reads the padded buffer, built here.
-        // Measured (benches/RESULTS.md, 2026-11-30): the packers pay at a strided
-        // convolution's positions, and building the padded image in one pass pays where they
-        // read runs of neighbours (stride 1: 3-9% faster).
+        // A right operand over a padding reads the padded buffer, built here, where the
+        // packers do not make its zeros (`packed_zeros`).
         let (product, zeros) = match b_padding {
             None => (product, None),
-            Some(padding) => {
-                let packed = (padding.source == b.shape && product.b_strides[1] != 1)
-                    .then(|| unpad_right(&product, padding))
-                    .flatten();
-                match packed {
-                    Some((product, header)) => (product, Some(header)),
-                    None => {
-                        let built = matmul::unpadded(b, b_op, "right")?;
-                        let (x, op) =
-                            built.ok_or(MatMulError::ViewOutOfBounds { operand: "right" })?;
-                        // SAFETY: the caller's promises, for the same product.
-                        return unsafe {
-                            self.matmul_with(a, a_op, x.elements(), &op, out, placement)
-                        };
-                    }
+            Some(padding) => match packed_zeros(&product, padding, b.shape) {
+                Some((product, header)) => (product, Some(header)),
+                None => {
+                    let built = matmul::unpadded(b, b_op, "right")?;
+                    let (x, op) = built.ok_or(MatMulError::ViewOutOfBounds { operand: "right" })?;
+                    // SAFETY: the caller's promises, for the same product.
+                    return unsafe { self.matmul_with(a, a_op, x.elements(), &op, out, placement) };
                 }
-            }
+            },
         };
         // A batch sharing one right-hand matrix whose left-hand matrices follow one another
         // row after row is one product of all their rows (a `Linear` over a batch, or over a
