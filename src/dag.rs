@@ -181,6 +181,102 @@ impl Dag {
         self
     }
 
+    /// This dag with each computed constant (a value made from literals alone, such as the
+    /// zero slabs of a padding, `broadcast_to` of a literal) computed anew for every node that
+    /// reads it: it costs nothing to recompute in whatever kernel reads it, while one node
+    /// shared by two library calls would belong to one kernel and be written to memory for
+    /// the other. Extraction merges equal constants (two convolutions' paddings share their
+    /// slabs); partitioning wants them apart again. The literals themselves stay shared.
+    /// Returns `None` when no computed constant is read twice.
+    pub fn with_constants_unshared(&self) -> Option<Dag> {
+        let n = self.nodes.len();
+        let mut constant = vec![false; n];
+        let mut uses = vec![0usize; n];
+        for (i, node) in self.nodes.iter().enumerate() {
+            constant[i] = node
+                .args
+                .iter()
+                .all(|a| matches!(a, Value::Node(j) if constant[*j]));
+            for arg in &node.args {
+                if let Value::Node(j) = *arg {
+                    uses[j] += 1;
+                }
+            }
+        }
+        for out in &self.outputs {
+            if let Value::Node(j) = out.value {
+                uses[j] += 1;
+            }
+        }
+        // Computed constants are copied per reader; literals are not.
+        let copied: Vec<bool> = (0..n)
+            .map(|i| constant[i] && !self.nodes[i].op.is_literal())
+            .collect();
+        if !(0..n).any(|i| copied[i] && uses[i] > 1) {
+            return None;
+        }
+        struct Rebuild<'d> {
+            dag: &'d Dag,
+            copied: Vec<bool>,
+            nodes: Vec<DagNode>,
+            index: Vec<usize>,
+        }
+        impl Rebuild<'_> {
+            /// `v` for the reader being emitted: a copied constant is made anew once per
+            /// reader (`copies` holds this reader's).
+            fn arg(&mut self, v: Value, copies: &mut HashMap<usize, usize>) -> Value {
+                let Value::Node(j) = v else { return v };
+                if !self.copied[j] {
+                    return Value::Node(self.index[j]);
+                }
+                if let Some(&k) = copies.get(&j) {
+                    return Value::Node(k);
+                }
+                let node = &self.dag.nodes[j];
+                let args = node.args.iter().map(|&a| self.arg(a, copies)).collect();
+                self.nodes.push(DagNode {
+                    args,
+                    ..node.clone()
+                });
+                copies.insert(j, self.nodes.len() - 1);
+                Value::Node(self.nodes.len() - 1)
+            }
+        }
+        let mut r = Rebuild {
+            dag: self,
+            copied,
+            nodes: Vec::with_capacity(n),
+            index: vec![usize::MAX; n],
+        };
+        for (i, node) in self.nodes.iter().enumerate() {
+            if r.copied[i] {
+                continue;
+            }
+            let mut copies = HashMap::new();
+            let args = node.args.iter().map(|&a| r.arg(a, &mut copies)).collect();
+            r.nodes.push(DagNode {
+                args,
+                ..node.clone()
+            });
+            r.index[i] = r.nodes.len() - 1;
+        }
+        let outputs = self
+            .outputs
+            .iter()
+            .map(|o| DagOutput {
+                name: o.name.clone(),
+                value: r.arg(o.value, &mut HashMap::new()),
+            })
+            .collect();
+        Some(Dag {
+            name: self.name.clone(),
+            inputs: self.inputs.clone(),
+            nodes: r.nodes,
+            outputs,
+            cast: self.cast.clone(),
+        })
+    }
+
     /// Whether a node's value is a graph output.
     pub fn output_mask(&self) -> Vec<bool> {
         let mut mask = vec![false; self.nodes.len()];

@@ -9,7 +9,8 @@
 //!   and [`rules::RuleSet`], a rule directory over the embedded defaults);
 //! - the graph and its oracle: [`graph`] (IR, file format, checker), [`eval`] (the reference
 //!   evaluator every later stage is tested against), [`amp`] (cast insertion), [`dag`];
-//! - the optimizer: [`egraph`], [`rewrite`], [`saturate`], [`extract`], [`partition`], joined by
+//! - the optimizer: [`egraph`], [`rewrite`], [`saturate`], [`extract`], [`hoist`] (what the
+//!   weights alone determine, computed once), [`partition`], joined by
 //!   [`optimize`], the one pipeline entry, and described by [`explain`];
 //! - code: [`lower`] (the size-free kernel IR), [`runtime`] (host buffers, memory plan, reference
 //!   matmul, IR interpreter), [`backend`] (the `Target`/`Executable` boundary, with the
@@ -33,6 +34,7 @@ pub mod extract;
 pub mod file_limits;
 pub mod formula;
 pub mod graph;
+pub mod hoist;
 pub mod lower;
 pub mod model;
 pub mod onnx;

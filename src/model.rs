@@ -302,12 +302,13 @@ impl Model {
             kept: Vec::new(),
         });
         Ok(Compiled {
-            current: Binding {
-                key: self.specialization(),
+            current: Binding::new(
+                self.specialization(),
                 engine,
-                inputs: self.graph.inputs.clone(),
-                stored: self.stored.clone(),
-            },
+                self.graph.inputs.clone(),
+                self.stored.clone(),
+                &self.rules,
+            )?,
             ops: self.rules.clone(),
             builds,
             resize,
@@ -327,6 +328,7 @@ impl Model {
         let pipeline = Options {
             amp: options.amp.clone(),
             fusion: !options.no_fusion,
+            fixed: self.stored.keys().cloned().collect(),
             ..Options::default()
         };
         Ok(match (backend, compiler) {
@@ -379,6 +381,17 @@ enum Engine {
     Cuda(Box<Prepared<CudaExecutable>>),
 }
 
+impl Engine {
+    /// What computes the values the program reads but the stored values alone determine.
+    fn hoist(&self) -> Option<&crate::hoist::Hoist> {
+        match self {
+            Engine::Reference(_) => None,
+            Engine::Cpu(prepared) => prepared.hoist.as_ref(),
+            Engine::Cuda(prepared) => prepared.hoist.as_ref(),
+        }
+    }
+}
+
 /// A model compiled at one specialization: sizes of its symbolic dimensions, values of the
 /// inputs it uses as constants.
 struct Binding {
@@ -387,6 +400,37 @@ struct Binding {
     /// The graph's inputs at these sizes.
     inputs: Vec<Input>,
     stored: Tensors,
+    /// The values the stored ones alone determine ([`crate::hoist`]), computed once; the
+    /// program reads them as inputs.
+    hoisted: Tensors,
+}
+
+impl Binding {
+    fn new(
+        key: Specialization,
+        engine: Engine,
+        inputs: Vec<Input>,
+        stored: Tensors,
+        rules: &RuleSet,
+    ) -> Result<Binding> {
+        let hoisted = match engine.hoist() {
+            Some(hoist) => hoist.values(&rules.ops, &stored)?,
+            None => Tensors::new(),
+        };
+        Ok(Binding {
+            key,
+            engine,
+            inputs,
+            stored,
+            hoisted,
+        })
+    }
+
+    /// Whether a run giving values for `given` replaces a stored value the hoisted values are
+    /// made of (so they must be computed again for it).
+    fn rehoists<'a>(&self, given: impl Iterator<Item = &'a str>) -> bool {
+        self.engine.hoist().is_some_and(|h| h.depends_on(given))
+    }
 }
 
 /// How a compiled specialized model compiles itself for other sizes or values.
@@ -479,22 +523,43 @@ impl Compiled {
         let binding = &mut self.current;
         // The stored values (the weights, most of the bytes) are lent to the run, not copied:
         // the given values stand in for the ones they replace, which are put back after.
+        let rehoist = binding.rehoists(given.keys().map(String::as_str));
         let mut values = std::mem::take(&mut binding.stored);
         let displaced: Vec<(String, Option<Tensor>)> = given
             .into_iter()
             .map(|(name, value)| (name.clone(), values.insert(name, value)))
             .collect();
+        // The hoisted values join the run's inputs: the ones computed at compile time, or,
+        // where a given value replaces a stored one they are made of, computed from it now.
+        let hoisted = match binding.engine.hoist() {
+            Some(hoist) if rehoist => hoist.values(&self.ops.ops, &values),
+            _ => Ok(std::mem::take(&mut binding.hoisted)),
+        };
+        let hoisted = match hoisted {
+            Ok(hoisted) => hoisted,
+            Err(e) => {
+                restore(&mut values, displaced);
+                binding.stored = values;
+                return Err(e);
+            }
+        };
+        let hoisted_names: Vec<String> = hoisted.keys().cloned().collect();
+        values.extend(hoisted);
         let outputs = match &mut binding.engine {
             Engine::Reference(graph) => crate::eval::evaluate(graph, &self.ops.ops, &values),
             Engine::Cpu(prepared) => prepared.executable.run_tensors(&values),
             Engine::Cuda(prepared) => prepared.executable.run_tensors(&values),
         };
-        for (name, stored) in displaced {
-            match stored {
-                Some(stored) => values.insert(name, stored),
-                None => values.remove(&name),
-            };
+        let mut hoisted = Tensors::new();
+        for name in hoisted_names {
+            if let Some(value) = values.remove(&name) {
+                hoisted.insert(name, value);
+            }
         }
+        if !rehoist {
+            binding.hoisted = hoisted;
+        }
+        restore(&mut values, displaced);
         binding.stored = values;
         Ok(outputs?.into_iter().collect())
     }
@@ -515,12 +580,7 @@ impl Compiled {
                 let (engine, builds) =
                     model.engine(resize.backend, &resize.options, resize.compiler.as_ref())?;
                 self.builds = self.builds.plus(&builds);
-                Binding {
-                    key,
-                    engine,
-                    inputs: model.graph.inputs,
-                    stored: model.stored,
-                }
+                Binding::new(key, engine, model.graph.inputs, model.stored, &self.ops)?
             }
         };
         resize.kept.push(std::mem::replace(&mut self.current, next));
@@ -571,11 +631,25 @@ impl Compiled {
     }
 }
 
+/// Puts back the stored values a run's given values stood in for (`displaced`, as
+/// [`Compiled::run`] collected them), and removes the given ones that replaced nothing.
+fn restore(values: &mut Tensors, displaced: Vec<(String, Option<Tensor>)>) {
+    for (name, stored) in displaced {
+        match stored {
+            Some(stored) => values.insert(name, stored),
+            None => values.remove(&name),
+        };
+    }
+}
+
 /// A graph, its types, and the stored value of each parameter input that has one.
 pub struct Loaded {
     pub graph: Graph,
     pub types: TypeMap,
     pub stored: Tensors,
+    /// Every input the model holds a value for (its weights), whether or not this load read
+    /// the value (see [`Stored`]): the inputs fixed for the model's runs.
+    pub storing: BTreeSet<String>,
     /// For a RON graph file, the resolved path of each stored value's `.npy` (an ONNX model's
     /// weights have none: they live inside the model).
     pub files: BTreeMap<String, PathBuf>,
@@ -652,6 +726,7 @@ pub fn load_values_specialized(
         return Ok(Loaded {
             graph: imported.graph,
             types: imported.types,
+            storing: imported.values.keys().cloned().collect(),
             stored: imported
                 .values
                 .into_iter()
@@ -716,6 +791,11 @@ pub fn load_values_specialized(
         resolved.insert(name.clone(), real);
     }
     Ok(Loaded {
+        storing: files
+            .keys()
+            .filter(|name| graph.input(name).is_some())
+            .cloned()
+            .collect(),
         graph,
         types,
         stored,

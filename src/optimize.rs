@@ -16,6 +16,7 @@ use crate::egraph::{self, ENode, FuseGraph};
 use crate::error::Result;
 use crate::extract::{self, ExtractOptions, Method};
 use crate::graph::Graph;
+use crate::hoist::{self, Hoist};
 use crate::partition::{self, Kernel, KernelKind, Partition};
 use crate::rules::{Builtin, OpKind, Profile, RuleSet};
 use crate::saturate::{self, Limits, PhaseReport, Saturation, Stop};
@@ -23,7 +24,7 @@ use crate::shape::{self, Shape};
 use egg::Id;
 use serde::Serialize;
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 /// How to optimize.
@@ -47,6 +48,10 @@ pub struct Options {
     /// Rewrite and fuse. Off, the graph (with its AMP casts) runs one op per kernel: the
     /// unfused baseline, through the same lowering and code generators.
     pub fusion: bool,
+    /// The inputs whose values are the same on every run (a model's stored weights): what
+    /// they alone determine is computed once, not per run ([`crate::hoist`]), and extraction
+    /// prices each candidate without it. Empty (the default), every input may change per run.
+    pub fixed: BTreeSet<String>,
 }
 
 impl Default for Options {
@@ -60,6 +65,7 @@ impl Default for Options {
             strict_ieee: false,
             amp: None,
             fusion: true,
+            fixed: BTreeSet::new(),
         }
     }
 }
@@ -67,10 +73,15 @@ impl Default for Options {
 /// The result of [`optimize`].
 #[derive(Debug, Clone)]
 pub struct Optimized {
-    /// The optimized graph, ready to save or evaluate. Output names are the input's.
+    /// The optimized graph, ready to save or evaluate. Output names are the input's. It
+    /// includes what [`Optimized::hoist`] computes, so it runs on the inputs alone.
     pub graph: Graph,
-    /// The same graph in index form; kernel node indices refer to it.
+    /// The graph that runs every time, in index form: [`Optimized::graph`] without the hoisted
+    /// values, which it reads as inputs. Kernel node indices refer to it.
     pub dag: Dag,
+    /// What computes the hoisted values from the fixed inputs ([`Options::fixed`]), once;
+    /// `None` when nothing is hoisted.
+    pub hoist: Option<Hoist>,
     /// The graph optimization started from: the input, or with AMP the input with the
     /// policy's casts inserted (what `fusebox run --amp` evaluates).
     pub input: Graph,
@@ -117,6 +128,10 @@ pub struct Report {
     pub rules: BTreeMap<String, usize>,
     pub extraction: ExtractionReport,
     pub kernels: Vec<KernelReport>,
+    /// The values computed once from the fixed inputs ([`Options::fixed`]), which the
+    /// kernels read as inputs. Left out of the JSON when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hoisted: Vec<String>,
     pub time_ms: f64,
 }
 
@@ -219,8 +234,8 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
     let graph = graph.as_ref();
     let input = Dag::from_graph(graph, &rules.ops)?.without_dead_nodes();
     let before = partition::unfused(&input, profile);
-    let unrewritten = partition::partition(&input, &rules.fusion, profile);
-    let (dag, after, saturation, extraction) = if options.fusion {
+    let unrewritten = partition::partition(&runs(&input, options), &rules.fusion, profile);
+    let (whole, after, saturation, extraction) = if options.fusion {
         fuse(&input, &unrewritten, rules, profile, options)?
     } else {
         let extraction = ExtractionReport {
@@ -232,7 +247,19 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
         let not_run = Saturation::not_run();
         (input.clone(), before.clone(), not_run, extraction)
     };
-    let optimized = dag.to_graph();
+    let optimized = whole.to_graph();
+    let hoist::Split { run: dag, hoist } = if options.fusion {
+        let split = hoist::split(&whole, &options.fixed);
+        hoist::Split {
+            run: split.run.with_constants_unshared().unwrap_or(split.run),
+            ..split
+        }
+    } else {
+        hoist::Split {
+            run: whole,
+            hoist: None,
+        }
+    };
     let (count_before, count_after) = (before.count(), after.count());
     let cast_kernels_after = after
         .kernels
@@ -276,11 +303,16 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
             .iter()
             .map(|k| kernel_report(&dag, k))
             .collect(),
+        hoisted: hoist
+            .as_ref()
+            .map(|h| h.values_named().to_vec())
+            .unwrap_or_default(),
         time_ms: start.elapsed().as_secs_f64() * 1e3,
     };
     Ok(Optimized {
         graph: optimized,
         dag,
+        hoist,
         input: graph.clone(),
         partition: after,
         report,
@@ -328,9 +360,17 @@ fn fuse(
 
     let extract_start = Instant::now();
     let cost = |dag: &Dag| {
-        partition::partition(dag, &rules.fusion, profile)
+        partition::partition(&runs(dag, options), &rules.fusion, profile)
             .cost
             .total_us
+    };
+    let fixed = hoist::fixed_classes(&egraph, &options.fixed);
+    let estimate = |egraph: &FuseGraph, id: Id, node: &ENode| {
+        if fixed.contains(&id) {
+            0.0
+        } else {
+            estimate(egraph, id, node)
+        }
     };
     let extraction = extract::extract(&egraph, &seeded, &cost, &estimate, &options.extract);
     let extract_ms = extract_start.elapsed().as_secs_f64() * 1e3;
@@ -339,7 +379,7 @@ fn fuse(
     // `max(x, x)` is proven equal to `x`, choosing it would be a cycle), and the partitioner
     // only fuses along producer-consumer edges, so a simpler graph can fuse worse. The input
     // fused as written is always a valid answer: keep it when extraction did not beat it.
-    let mut after = partition::partition(&extraction.dag, &rules.fusion, profile);
+    let mut after = partition::partition(&runs(&extraction.dag, options), &rules.fusion, profile);
     let mut dag = extraction.dag;
     // Strictly cheaper by more than rounding: two forms of equal cost sum their kernels in
     // different orders, and a tie decided by the last bit would choose differently at different
@@ -360,6 +400,20 @@ fn fuse(
             time_ms: extract_ms,
         },
     ))
+}
+
+/// What of `dag` runs every time, as the partitioner sees it: all of it, less what the fixed
+/// inputs alone determine, with each computed constant made where it is read
+/// ([`Dag::with_constants_unshared`]).
+fn runs<'d>(dag: &'d Dag, options: &Options) -> Cow<'d, Dag> {
+    let run = match hoist::split(dag, &options.fixed) {
+        hoist::Split { hoist: None, .. } => Cow::Borrowed(dag),
+        hoist::Split { run, .. } => Cow::Owned(run),
+    };
+    match run.with_constants_unshared() {
+        Some(unshared) => Cow::Owned(unshared),
+        None => run,
+    }
 }
 
 /// The relative difference below which two modeled costs are equal.

@@ -11,10 +11,11 @@
 use crate::backend::{BenchFacts, Executable, Target};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::Graph;
+use crate::hoist::Hoist;
 use crate::lower;
 use crate::optimize::{Optimized, Options, Report, optimize};
 use crate::partition::{KernelCount, Partition};
-use crate::rules::RuleSet;
+use crate::rules::{Catalogue, RuleSet};
 use crate::runtime::buffer::Buffer;
 use serde::Serialize;
 use std::time::Instant;
@@ -32,6 +33,11 @@ pub struct Prepared<E: Executable> {
     pub compile: E::CompileStats,
     /// What [`optimize`] did: kernels, bytes and modeled cost before and after.
     pub report: Report,
+    /// What computes the values the program reads as inputs but the fixed inputs alone
+    /// determine ([`Options::fixed`]); `None` when there are none.
+    pub hoist: Option<Hoist>,
+    /// The ops the hoist is evaluated with.
+    pub catalogue: Catalogue,
 }
 
 impl<E: Executable> Prepared<E> {
@@ -42,29 +48,36 @@ impl<E: Executable> Prepared<E> {
     }
 
     /// The inputs of `graph` in the order the program takes them: the value `given` holds
-    /// for an input, else a seeded random one (as [`Prepared::random_inputs`]).
+    /// for an input, else a seeded random one (as [`Prepared::random_inputs`]); the hoisted
+    /// values among them are computed from those of the fixed inputs.
     pub fn inputs(
         &self,
         graph: &Graph,
         given: &crate::eval::Tensors,
         seed: u64,
     ) -> Result<Vec<Buffer>> {
+        let mut values = crate::eval::Tensors::new();
+        for (index, input) in graph.inputs.iter().enumerate() {
+            let value = match given.get(&input.name) {
+                Some(value) => value.clone(),
+                None => crate::eval::try_random_input(graph, index, seed)?,
+            };
+            values.insert(input.name.clone(), value);
+        }
+        if let Some(hoist) = &self.hoist {
+            let hoisted = hoist.values(&self.catalogue, &values)?;
+            values.extend(hoisted);
+        }
         self.executable
             .program()
             .dag
             .inputs
             .iter()
             .map(|input| {
-                let index = graph
-                    .inputs
-                    .iter()
-                    .position(|i| i.name == input.name)
-                    .expect("the program keeps the graph's inputs");
-                let value = match given.get(&input.name) {
-                    Some(value) => value.clone(),
-                    None => crate::eval::try_random_input(graph, index, seed)?,
-                };
-                Buffer::try_from_tensor(&value)
+                let value = values
+                    .get(&input.name)
+                    .expect("the program's inputs are the graph's and the hoisted values");
+                Buffer::try_from_tensor(value)
                     .map_err(|e| Error::at_node(&input.name, ErrorKind::Input(e.to_string())))
             })
             .collect()
@@ -89,6 +102,8 @@ pub fn prepare<T: Target>(
         executable,
         partition: optimized.partition,
         report: optimized.report,
+        hoist: optimized.hoist,
+        catalogue: rules.ops.clone(),
         optimize_ms,
         compile_ms,
     })

@@ -306,6 +306,7 @@ fn defaults_load_with_phases_and_docs() {
             "rules/rewrites/casts.ron",
             "rules/rewrites/layout.ron",
             "rules/rewrites/matmul.ron",
+            "rules/rewrites/normalization.ron",
             "rules/rewrites/sum_to_size.ron",
         ])
     );
@@ -704,6 +705,27 @@ fn layout_cases() -> Vec<Case> {
             "matmul-row-divide-out",
             "(matmul (div $x $w) $x31)",
             "(div (matmul $x $x31) $w)",
+        ),
+        case(
+            "matmul-row-scale-in",
+            "(mul (matmul $x $x31) $w)",
+            "(matmul (mul $x $w) $x31)",
+        ),
+        case(
+            "matmul-column-scale-in",
+            "(matmul (mul $x $v) $x31)",
+            "(matmul $x (mul $x31 (reshape $v [3,1])))",
+        ),
+        // x [2,3] reshaped to [2,3,1]: x31 [3,1] varies along the split axis whole.
+        case(
+            "reshape-mul-broadcast",
+            "(mul (reshape $x [2,3,1]) $x31)",
+            "(reshape (mul $x (reshape $x31 [3])) [2,3,1])",
+        ),
+        case(
+            "normalize-affine",
+            "(add (mul (div (sub $x $v) $w) $z) $v)",
+            "(add (mul $x (div $z $w)) (sub $v (mul (div $v $w) $z)))",
         ),
         case("transpose-identity", "(transpose $x [0,1])", "$x"),
         case("transpose-identity", "(transpose $x [-2,-1])", "$x"),
@@ -1423,6 +1445,23 @@ fn a_declined_computation_skips_the_match() {
     assert!(egraph.analysis.conflicts.is_empty());
     egraph.rebuild();
     assert_eq!(egraph[root].nodes.len(), 1);
+}
+
+/// Scales move onto a product's operands only where the algebra allows: a per-column scale of
+/// a product (`v` [3] of a [3,3] product) is no row scale of its left operand; a scale of `x`
+/// varying along its rows too (`y` [2,3]) is no column scale of the right operand's rows; a
+/// scale varying along part of the axes a reshape merges does not pass the reshape.
+#[test]
+fn scales_moving_onto_operands_decline_elsewhere() {
+    declines(
+        "matmul-row-scale-in",
+        &["(mul (matmul $x31 (reshape $v [1,3])) $v)"],
+    );
+    declines("matmul-column-scale-in", &["(matmul (mul $x $y) $x31)"]);
+    declines(
+        "reshape-mul-broadcast",
+        &["(mul (reshape $g [4,2,3]) (reshape $w [2,1,1]))"],
+    );
 }
 
 /// A row scale moves past a product only when it is constant along each row of the left

@@ -83,6 +83,7 @@ impl Model {
         let loaded = fusebox::model::Loaded {
             graph: imported.graph,
             types: imported.types,
+            storing: imported.values.keys().cloned().collect(),
             stored: imported.values.into_iter().collect(),
             files: BTreeMap::new(),
             declared: imported.declared,

@@ -37,16 +37,21 @@ pub(super) fn bench(args: BenchArgs) -> Result<String> {
     // bench times the --input values and seeded random values for the rest, whatever an
     // input stores: no stored value is read (nor can a broken one stop it).
     let arrays = read_arrays(&args.inputs)?;
-    let graph = model::load_for_arrays(
+    let loaded = model::load_for_arrays(
         &args.graph,
         &rules,
         model::Stored::None,
         &args.dims,
         &arrays,
-    )?
-    .graph;
+    )?;
+    let graph = loaded.graph;
     let given = check_arrays(&graph, arrays)?;
-    let options = run_options(args.amp, args.no_fusion);
+    // The inputs that store values are the weights: the same in every timed run, as they are
+    // in every run of a compiled model.
+    let options = Options {
+        fixed: loaded.storing,
+        ..run_options(args.amp, args.no_fusion)
+    };
     let timing = Timing {
         iters: args.iters,
         given: &given,

@@ -27,6 +27,8 @@ pub(super) fn optimize(args: OptimizeArgs) -> Result<String> {
         progress: true,
         strict_ieee: args.strict_ieee,
         amp: args.amp,
+        // As `run` and `bench` compile it: the stored values are the same on every run.
+        fixed: loaded.storing.clone(),
         ..Default::default()
     };
     let optimized = crate::optimize::optimize(&graph, &rules, &options)?;

@@ -64,25 +64,43 @@ impl Compiled {
                  only; compile it with its sizes fixed to run on device memory",
             ));
         }
-        let Engine::Cuda(prepared) = &mut self.current.engine else {
+        if !matches!(self.current.engine, Engine::Cuda(_)) {
             return Err(Error::input(format!(
                 "device arrays were given to a model compiled for {}; compile it for cuda",
                 self.describe()
             )));
-        };
+        }
         if let Some(array) = inputs.values().chain(outputs).find(|a| !a.aligned()) {
             return Err(Error::input(format!(
                 "a {} array at {:#x} is not aligned to its element",
                 array.dtype, array.address
             )));
         }
+        if let Some(name) = inputs
+            .keys()
+            .find(|name| self.current.rehoists(std::iter::once(name.as_str())))
+        {
+            return Err(Error::at_node(
+                name,
+                crate::error::ErrorKind::Input(
+                    "this stored value was used at compile time to compute values the kernels \
+                     read (a folded weight); give it on the host (`run`), which computes them \
+                     again, or compile the model with it as a value of its own"
+                        .into(),
+                ),
+            ));
+        }
+        let Engine::Cuda(prepared) = &mut self.current.engine else {
+            unreachable!("checked above")
+        };
         let executable = &mut prepared.executable;
         let device = executable.device().clone();
         let dag = &executable.program().dag;
+        let (stored, hoisted) = (&self.current.stored, &self.current.hoisted);
         cache_stored(
             &dag.inputs,
             inputs,
-            &self.current.stored,
+            |name| stored.get(name).or_else(|| hoisted.get(name)),
             &mut self.device_stored,
             |host| DeviceBuffer::upload(&device, &host),
         )?;

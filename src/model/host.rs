@@ -88,7 +88,10 @@ impl Compiled {
         inputs: &BTreeMap<String, HostArray>,
         outputs: &[HostArray],
     ) -> Result<()> {
+        // A run that replaces a stored value the hoisted values are made of computes them
+        // again, through `run`.
         let in_place = self.resize.is_none()
+            && !self.current.rehoists(inputs.keys().map(String::as_str))
             && inputs.values().chain(outputs).all(HostArray::aligned)
             && matches!(self.current.engine, Engine::Cpu(_));
         if !in_place {
@@ -120,11 +123,12 @@ impl Compiled {
         };
         let executable = &mut prepared.executable;
         let dag = &crate::backend::Executable::program(executable).dag;
+        let (stored, hoisted) = (&self.current.stored, &self.current.hoisted);
         // The stored values of the inputs not given, converted once.
         cache_stored(
             &dag.inputs,
             inputs,
-            &self.current.stored,
+            |name| stored.get(name).or_else(|| hoisted.get(name)),
             &mut self.host_stored,
             Ok,
         )?;
@@ -149,14 +153,15 @@ impl Compiled {
     }
 }
 
-/// Fills `cache` with the stored value of every program input that `given` lacks and the
-/// cache does not hold yet: converted to the input's dtype, in its storage format, and placed
-/// by `place` (a host buffer kept as it is, or uploaded to a device). Runs on memory the
-/// caller owns read stored values from there, made once per compiled model.
-pub(super) fn cache_stored<A, B>(
+/// Fills `cache` with the stored value (`stored` finds it, a hoisted value too) of every
+/// program input that `given` lacks and the cache does not hold yet: converted to the input's
+/// dtype, in its storage format, and placed by `place` (a host buffer kept as it is, or
+/// uploaded to a device). Runs on memory the caller owns read stored values from there, made
+/// once per compiled model.
+pub(super) fn cache_stored<'s, A, B>(
     program_inputs: &[crate::dag::DagInput],
     given: &BTreeMap<String, A>,
-    stored: &crate::eval::Tensors,
+    stored: impl Fn(&str) -> Option<&'s Tensor>,
     cache: &mut BTreeMap<String, B>,
     place: impl Fn(Buffer) -> Result<B>,
 ) -> Result<()> {
@@ -164,7 +169,7 @@ pub(super) fn cache_stored<A, B>(
         if given.contains_key(&input.name) || cache.contains_key(&input.name) {
             continue;
         }
-        if let Some(value) = stored.get(&input.name) {
+        if let Some(value) = stored(&input.name) {
             let buffer = value
                 .cast(input.ty.dtype)
                 .and_then(|v| Buffer::try_from_tensor(&v))

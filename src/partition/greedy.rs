@@ -367,7 +367,7 @@ fn absorbable_operands(
                 if fusion.library_views && dag.nodes[c].op.builtin() == Some(Builtin::Concat) {
                     chain.push(c);
                     stack = vec![c];
-                    stack.extend(stacked_views(dag, c, &only_used_by, &is_view));
+                    stack.extend(stacked_views(facts, c, &is_view));
                     let below = paddings_below(facts, &stack);
                     stack.extend(below);
                 }
@@ -390,35 +390,51 @@ fn absorbable_operands(
     absorbable
 }
 
-/// The views below concat `c` that may stack with it into one view of a buffer: each used
-/// only by the node above it and none a graph output, down through the views and concats of
-/// each operand. Whether they do stack is [`readable_operand`]'s to check, once for the
-/// whole operand (a stack that does not is dropped with its concat).
-fn stacked_views(
-    dag: &Dag,
-    c: usize,
-    only_used_by: &dyn Fn(usize, u32) -> bool,
-    is_view: &dyn Fn(usize) -> bool,
-) -> Vec<usize> {
-    let mut members = Vec::new();
-    for &piece in &dag.nodes[c].args {
-        let (mut at, mut above) = (piece, c as u32);
-        while let Value::Node(p) = at
-            && only_used_by(p, above)
-        {
-            if is_view(p) {
-                members.push(p);
-                (above, at) = (p as u32, dag.nodes[p].args[0]);
-                continue;
+/// The views below concat `c` that may stack with it into one view of a buffer: the views and
+/// concats down each operand whose every reader is `c` or another of them, none a graph
+/// output. A view several of them read (extraction merges equal slices, so the rows of a
+/// convolution's windows share the slice of each row offset) joins once. Whether they do stack
+/// is [`readable_operand`]'s to check, once for the whole operand (a stack that does not is
+/// dropped with its concat).
+fn stacked_views(facts: &Facts, c: usize, is_view: &dyn Fn(usize) -> bool) -> Vec<usize> {
+    let dag = facts.dag;
+    let mut members: Vec<usize> = Vec::new();
+    let mut seen: HashSet<usize> = HashSet::new();
+    let mut tops = vec![c];
+    while let Some(top) = tops.pop() {
+        for &piece in &dag.nodes[top].args {
+            let mut at = piece;
+            while let Value::Node(p) = at
+                && seen.insert(p)
+            {
+                if is_view(p) {
+                    members.push(p);
+                    at = dag.nodes[p].args[0];
+                    continue;
+                }
+                if dag.nodes[p].op.builtin() == Some(Builtin::Concat) {
+                    members.push(p);
+                    tops.push(p);
+                }
+                break;
             }
-            if dag.nodes[p].op.builtin() == Some(Builtin::Concat) {
-                members.push(p);
-                members.extend(stacked_views(dag, p, only_used_by, is_view));
-            }
-            break;
         }
     }
-    members
+    // Keep the ones read only from inside; dropping one can leave what only it read with a
+    // reader outside, so repeat until nothing changes.
+    loop {
+        let inside: HashSet<usize> = members.iter().copied().chain([c]).collect();
+        let before = members.len();
+        members.retain(|&m| {
+            let users = facts.users(m);
+            !facts.graph_output[m]
+                && !users.is_empty()
+                && users.iter().all(|&u| inside.contains(&(u as usize)))
+        });
+        if members.len() == before {
+            return members;
+        }
+    }
 }
 
 /// The zero paddings below a stack of views (a convolution's padded image: a concat of the

@@ -102,6 +102,26 @@ pub enum Compute {
         b: String,
         perm: String,
     },
+    /// A pointwise operand `x` of `reshape(p, to)` (it broadcasts to the reshape's result)
+    /// as an operand of `p` itself: `into` is a shape for `x` such that `reshape(x, into)`
+    /// broadcast to `p`'s shape holds at each element of `p` the value `x` holds at the same
+    /// element of the reshaped result. The reshape groups axes (runs of `p`'s axes and of the
+    /// result's whose sizes multiply to the same count); over each group `x` must be either
+    /// constant (size 1 on every axis of it) or the group's full sizes (varying over it in the
+    /// same row-major order), and declines otherwise. Leading axes of size 1 are left out, so
+    /// a per-channel scale `[C, 1, 1]` of a convolution's `[N, C, H, W]` result, reshaped from
+    /// its product `[N, C, H·W]`, becomes `[C, 1]`: a per-row scale of the product.
+    ReshapeOperand {
+        into: String,
+        x: String,
+        from: String,
+        to: String,
+    },
+    /// A vector `x` (every axis of size 1 but the last) as a column: `into` is `[n, 1]` for
+    /// `x`'s last axis `n`. A scale of a product's left operand along its last axis (the axis
+    /// the product sums over) is a scale of the right operand's rows: `(x·g) W = x (g W)`
+    /// with `g` as a column. Declines for anything else, and for a rank-0 `x`.
+    ColumnOf { into: String, x: String },
 }
 
 /// What an input of a computation must be bound to.
@@ -163,6 +183,8 @@ impl Compute {
             Compute::SliceOfConcat { .. } => "SliceOfConcat",
             Compute::SliceOperand { .. } => "SliceOperand",
             Compute::SwapProduct { .. } => "SwapProduct",
+            Compute::ReshapeOperand { .. } => "ReshapeOperand",
+            Compute::ColumnOf { .. } => "ColumnOf",
         }
     }
 
@@ -184,6 +206,7 @@ impl Compute {
                 vec![("into", 4, into.len()), ("slice", 3, slice.len())]
             }
             Compute::SwapProduct { into, .. } => vec![("into", 2, into.len())],
+            Compute::ReshapeOperand { .. } | Compute::ColumnOf { .. } => Vec::new(),
         }
     }
 
@@ -244,13 +267,21 @@ impl Compute {
                 (Arg::one("b", b), Reads::Tensor),
                 (Arg::one("perm", perm), Reads::Attr(AttrType::Ints)),
             ],
+            Compute::ReshapeOperand { x, from, to, .. } => vec![
+                (Arg::one("x", x), Reads::Tensor),
+                (Arg::one("from", from), Reads::Tensor),
+                (Arg::one("to", to), Reads::Attr(AttrType::Ints)),
+            ],
+            Compute::ColumnOf { x, .. } => vec![(Arg::one("x", x), Reads::Tensor)],
         }
     }
 
     /// The variables the computation binds, with the attribute type each gets.
     pub fn outputs(&self) -> Vec<(Arg<'_>, AttrType)> {
         match self {
-            Compute::ComposePerm { into, .. } => vec![(Arg::one("into", into), AttrType::Ints)],
+            Compute::ComposePerm { into, .. }
+            | Compute::ReshapeOperand { into, .. }
+            | Compute::ColumnOf { into, .. } => vec![(Arg::one("into", into), AttrType::Ints)],
             Compute::SwapProduct { into, .. } => Arg::list("into", into)
                 .map(|a| (a, AttrType::Ints))
                 .collect(),
@@ -426,6 +457,12 @@ impl Compute {
             Compute::SwapProduct { a, b, perm, .. } => {
                 swap_product(&shape_of(a)?, &shape_of(b)?, ints(perm)?.as_deref())
             }
+            Compute::ReshapeOperand { x, from, to, .. } => {
+                let from = shape_of(from)?;
+                let to = shape::reshape_target(&from, &ints(to)??).ok()?;
+                reshape_operand(&shape_of(x)?, &from, &to).map(|s| vec![shape_leaf(&s)])
+            }
+            Compute::ColumnOf { x, .. } => column_of(&shape_of(x)?),
         }
     }
 }
@@ -467,6 +504,67 @@ fn swap_product(a: &[usize], b: &[usize], perm: Option<&[i64]>) -> Option<Vec<Le
         leaf(swap_last_two(a.len())),
         leaf(swap_last_two(b.len())),
     ])
+}
+
+/// [`Compute::ReshapeOperand`] for an operand of shape `x` of a reshape from `from` to `to`.
+fn reshape_operand(x: &[usize], from: &[usize], to: &[usize]) -> Option<Vec<usize>> {
+    if !shape::broadcasts_to(x, to) || from.contains(&0) {
+        return None;
+    }
+    // x right-aligned against the result, with size 1 on the axes it lacks.
+    let mut aligned = vec![1; to.len() - x.len()];
+    aligned.extend_from_slice(x);
+    let mut out = Vec::with_capacity(from.len());
+    let (mut i, mut j) = (0, 0);
+    while i < from.len() || j < to.len() {
+        // The smallest run of axes on each side with equal element counts (size-1 axes
+        // join the run they follow, or form their own).
+        let (i0, j0) = (i, j);
+        let (mut a, mut b) = (1usize, 1usize);
+        loop {
+            if a <= b && i < from.len() {
+                a = a.checked_mul(from[i])?;
+                i += 1;
+            } else if j < to.len() {
+                b = b.checked_mul(to[j])?;
+                j += 1;
+            } else if i < from.len() {
+                a = a.checked_mul(from[i])?;
+                i += 1;
+            } else {
+                break;
+            }
+            if a == b && (i == from.len() || from[i] != 1) && (j == to.len() || to[j] != 1) {
+                break;
+            }
+        }
+        if a != b {
+            return None;
+        }
+        let group = &aligned[j0..j];
+        if group.iter().all(|&d| d == 1) {
+            out.extend(std::iter::repeat_n(1, i - i0));
+        } else if group == &to[j0..j] {
+            out.extend_from_slice(&from[i0..i]);
+        } else {
+            return None;
+        }
+    }
+    let lead = out.iter().take_while(|&&d| d == 1).count();
+    Some(out.split_off(lead))
+}
+
+/// [`Compute::ColumnOf`] for a vector of shape `x`.
+fn column_of(x: &[usize]) -> Option<Vec<Leaf>> {
+    let (&n, rest) = x.split_last()?;
+    rest.iter()
+        .all(|&d| d == 1)
+        .then(|| vec![shape_leaf(&[n, 1])])
+}
+
+/// A shape as an `Ints` attribute leaf.
+fn shape_leaf(shape: &[usize]) -> Leaf {
+    Leaf::Ints(shape.iter().map(|&d| d as i64).collect())
 }
 
 /// Slice attributes `(start, end, step)` that select `len` elements from `start` by `step`:
@@ -607,6 +705,57 @@ mod tests {
             ],
         );
         assert_eq!(out, Some(vec![Leaf::int(0), Leaf::int(0), Leaf::int(1)]));
+    }
+
+    #[test]
+    fn reshape_operands_follow_the_axes_they_vary_along() {
+        let c = Compute::ReshapeOperand {
+            into: s("?s"),
+            x: s("?x"),
+            from: s("?p"),
+            to: s("?t"),
+        };
+        let shape = |v: &[i64]| ClassData::Attr(Leaf::Ints(v.to_vec()));
+        let go = |x: &[usize], p: &[usize], t: &[i64]| {
+            run(
+                &c,
+                &[("?x", tensor(x)), ("?p", tensor(p)), ("?t", shape(t))],
+            )
+        };
+        let ints = |v: &[i64]| Some(vec![Leaf::Ints(v.to_vec())]);
+        // A per-channel scale of a convolution's [N, C, H, W] result, reshaped from the
+        // product [N, C, H*W], is a per-row scale of the product.
+        assert_eq!(go(&[4, 1, 1], &[2, 4, 15], &[2, 4, 3, 5]), ints(&[4, 1]));
+        assert_eq!(
+            go(&[1, 4, 1, 1], &[2, 4, 15], &[2, -1, 3, 5]),
+            ints(&[4, 1])
+        );
+        // Varying over a whole merged group keeps its order: [3, 5] over [15].
+        assert_eq!(go(&[3, 5], &[2, 4, 15], &[2, 4, 3, 5]), ints(&[15]));
+        assert_eq!(go(&[4, 3, 5], &[2, 4, 15], &[2, 4, 3, 5]), ints(&[4, 15]));
+        // Size-1 axes on either side, and a scalar.
+        assert_eq!(go(&[4, 1], &[2, 1, 4, 1], &[2, 4, 1]), ints(&[4, 1]));
+        assert_eq!(go(&[], &[6], &[2, 3]), ints(&[]));
+        // One group of all axes: x over all of it is x reshaped, element for element.
+        assert_eq!(go(&[2, 3], &[3, 2], &[2, 3]), ints(&[3, 2]));
+        // Varying along part of a merged group cannot be said of the product: declines.
+        assert_eq!(go(&[3, 1], &[2, 4, 15], &[2, 4, 3, 5]), None);
+        assert_eq!(go(&[1, 3], &[3, 2], &[2, 3]), None);
+        // x must broadcast to the result.
+        assert_eq!(go(&[5, 1, 1], &[2, 4, 15], &[2, 4, 3, 5]), None);
+    }
+
+    #[test]
+    fn a_vector_becomes_a_column() {
+        let c = Compute::ColumnOf {
+            into: s("?c"),
+            x: s("?g"),
+        };
+        let go = |x: &[usize]| run(&c, &[("?g", tensor(x))]);
+        assert_eq!(go(&[8]), Some(vec![Leaf::Ints(vec![8, 1])]));
+        assert_eq!(go(&[1, 1, 8]), Some(vec![Leaf::Ints(vec![8, 1])]));
+        assert_eq!(go(&[2, 8]), None);
+        assert_eq!(go(&[]), None);
     }
 
     #[test]

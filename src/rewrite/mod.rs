@@ -178,7 +178,7 @@ impl Rule {
 
 /// The default rule files, by file name, as embedded in the binary. A user's rule directory
 /// replaces a file of the same name (`rewrites/casts.ron`) and adds any others.
-pub const DEFAULT_RULE_FILES: [(&str, &str); 6] = [
+pub const DEFAULT_RULE_FILES: [(&str, &str); 7] = [
     (
         "algebra.ron",
         include_str!("../../rules/rewrites/algebra.ron"),
@@ -199,6 +199,10 @@ pub const DEFAULT_RULE_FILES: [(&str, &str); 6] = [
     (
         "matmul.ron",
         include_str!("../../rules/rewrites/matmul.ron"),
+    ),
+    (
+        "normalization.ron",
+        include_str!("../../rules/rewrites/normalization.ron"),
     ),
 ];
 

@@ -372,6 +372,16 @@ impl<'r> Plan<'r> {
                 )));
             }
         };
+        // Outside a `finite_only` rule's claim (see `Comparison`): a computed value that
+        // underflowed.
+        let underflows = |values: &Tensors| {
+            values
+                .iter()
+                .any(|(name, t)| !inputs.contains_key(name) && holds_subnormal(t))
+        };
+        if self.rule.finite_only && (underflows(&left) || underflows(&right)) {
+            return Outcome::Skipped;
+        }
         let l = &left[&prepared.graph.outputs[0]];
         let r = &right[&rhs.outputs[0]];
         let comparison = Comparison {

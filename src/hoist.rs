@@ -1,0 +1,412 @@
+//! Values the fixed inputs alone determine, computed once instead of on every run.
+//!
+//! A model's stored values (its weights) are the same on every run of a compiled model, so
+//! whatever is computed from them and from constants alone (a batch norm's
+//! `scale / sqrt(var + eps)`, a weight scaled by the norm before it, a weight cast to bf16
+//! under AMP) need not be computed per run. [`split`] cuts such values out of an extracted
+//! graph: the part that stays (the run graph) reads each of them as an input, and the part cut
+//! out (the [`Hoist`]) computes them from the fixed inputs. Extraction prices candidate graphs
+//! by their run graph only, so a rewrite that moves arithmetic onto the weights (folding a
+//! batch norm into a convolution's weights) wins exactly when the fixed inputs make it free.
+//!
+//! What is hoisted is bounded: a value that is only a view of a weight (a transpose, a reshape)
+//! stays in the run graph, where a library call reads it through strides at no cost, and a
+//! value larger than the fixed inputs it is made of (a weight broadcast to the batch) stays
+//! too, since storing it would cost more memory and bytes than computing it.
+//!
+//! The run graph and the hoist share the names of the hoisted values: the run graph declares
+//! them as inputs, the hoist returns them as outputs. Whoever runs the program computes them
+//! once ([`Hoist::values`], by the reference evaluator, which is exact per op as the kernels
+//! are) and again whenever a run replaces one of the fixed inputs they are made of.
+
+use crate::dag::{Dag, DagInput, DagNode, DagOutput, Value};
+use crate::egraph::{ENode, FuseGraph};
+use crate::error::{Error, ErrorKind, Result};
+use crate::eval::Tensors;
+use crate::graph::Graph;
+use crate::rules::{Catalogue, OpKind};
+use crate::shape::numel;
+use egg::Id;
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// The part of a graph computed from its fixed inputs: a graph whose inputs are fixed inputs
+/// and whose outputs are the values the run graph reads as inputs.
+#[derive(Debug, Clone)]
+pub struct Hoist {
+    pub graph: Graph,
+}
+
+impl Hoist {
+    /// The fixed inputs the hoisted values are made of.
+    pub fn reads(&self) -> impl Iterator<Item = &str> {
+        self.graph.inputs.iter().map(|i| i.name.as_str())
+    }
+
+    /// The hoisted values' names, as the run graph's inputs name them.
+    pub fn values_named(&self) -> &[String] {
+        &self.graph.outputs
+    }
+
+    /// Whether a run that gives its own values for `given` must compute the hoisted values
+    /// again (it replaces a fixed input they are made of).
+    pub fn depends_on<'a>(&self, mut given: impl Iterator<Item = &'a str>) -> bool {
+        given.any(|name| self.reads().any(|r| r == name))
+    }
+
+    /// The hoisted values, computed from `values` (which holds every input the hoist reads,
+    /// and may hold others).
+    pub fn values(&self, catalogue: &Catalogue, values: &Tensors) -> Result<Tensors> {
+        let mut read = Tensors::new();
+        for input in &self.graph.inputs {
+            let value = values.get(&input.name).ok_or_else(|| {
+                Error::at_node(
+                    &input.name,
+                    ErrorKind::Input("no value for this input, which folded values read".into()),
+                )
+            })?;
+            let copy = value
+                .try_clone()
+                .map_err(|e| Error::at_node(&input.name, ErrorKind::Eval(e.to_string())))?;
+            read.insert(input.name.clone(), copy);
+        }
+        crate::eval::evaluate(&self.graph, catalogue, &read)
+    }
+}
+
+/// A graph cut in two by [`split`].
+#[derive(Debug, Clone)]
+pub struct Split {
+    /// The graph that runs every time: the hoisted values are among its inputs, the fixed
+    /// inputs it no longer reads are not.
+    pub run: Dag,
+    /// What computes the hoisted values; `None` when nothing was hoisted (then `run` is the
+    /// graph given).
+    pub hoist: Option<Hoist>,
+}
+
+/// Where a node's value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// From constants alone: kernels compute it in place (a padding's zeros).
+    Constant,
+    /// From fixed inputs (and constants), with at least one fixed input.
+    Fixed,
+    /// From an input given at run time.
+    Run,
+}
+
+/// Cuts `dag` into the values computed from the inputs named in `fixed` alone (hoisted) and
+/// the rest (see the module documentation for which values are hoisted).
+pub fn split(dag: &Dag, fixed: &BTreeSet<String>) -> Split {
+    let unchanged = || Split {
+        run: dag.clone(),
+        hoist: None,
+    };
+    if fixed.is_empty() {
+        return unchanged();
+    }
+    let (hoisted, reads) = hoistable(dag, fixed);
+    let users = dag.users();
+    // The hoisted values the run graph reads: those with a reader that is not hoisted.
+    let frontier: Vec<usize> = (0..dag.nodes.len())
+        .filter(|&i| hoisted[i] && users[i].iter().any(|&u| !hoisted[u]))
+        .collect();
+    if frontier.is_empty() {
+        return unchanged();
+    }
+    let hoist = hoist_dag(dag, &frontier, &reads);
+    Split {
+        run: run_dag(dag, &hoisted, &frontier, fixed, &hoist),
+        hoist: Some(Hoist {
+            graph: hoist.to_graph(),
+        }),
+    }
+}
+
+/// Per node, whether it is hoisted: computed from fixed inputs (and constants) alone, with
+/// some arithmetic along the way, no larger than the fixed inputs it reads, and not a graph
+/// output (an output is the run's to write).
+/// Also returns, per node, the fixed inputs it reads (by index; empty where it reads none).
+fn hoistable(dag: &Dag, fixed: &BTreeSet<String>) -> (Vec<bool>, Vec<BTreeSet<usize>>) {
+    let n = dag.nodes.len();
+    let mut source = vec![Source::Constant; n];
+    // Whether some op on the way from the fixed inputs is arithmetic (not a view).
+    let mut computes = vec![false; n];
+    // The fixed inputs each Fixed node reads, for the size bound.
+    let mut reads: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
+    for (i, node) in dag.nodes.iter().enumerate() {
+        let mut s = Source::Constant;
+        let mut arithmetic = false;
+        for &arg in &node.args {
+            let (arg_source, arg_computes) = match arg {
+                Value::Input(k) if fixed.contains(&dag.inputs[k].name) => {
+                    reads[i].insert(k);
+                    (Source::Fixed, false)
+                }
+                Value::Input(_) => (Source::Run, false),
+                Value::Node(j) => {
+                    if source[j] == Source::Fixed {
+                        let inner = reads[j].clone();
+                        reads[i].extend(inner);
+                    }
+                    (source[j], computes[j])
+                }
+            };
+            s = match (s, arg_source) {
+                (Source::Run, _) | (_, Source::Run) => Source::Run,
+                (Source::Fixed, _) | (_, Source::Fixed) => Source::Fixed,
+                _ => Source::Constant,
+            };
+            arithmetic |= arg_computes;
+        }
+        source[i] = s;
+        computes[i] = arithmetic || node.op.kind() != OpKind::Layout;
+        if s != Source::Fixed {
+            reads[i].clear();
+        }
+    }
+    let outputs = dag.output_mask();
+    let hoisted = (0..n)
+        .map(|i| {
+            source[i] == Source::Fixed
+                && computes[i]
+                && !outputs[i]
+                && numel(&dag.nodes[i].ty.shape)
+                    <= reads[i]
+                        .iter()
+                        .map(|&k| numel(&dag.inputs[k].ty.shape))
+                        .sum::<usize>()
+        })
+        .collect();
+    (hoisted, reads)
+}
+
+/// The hoisted nodes (and the constant nodes they read) as a graph of the fixed inputs they
+/// read, returning the frontier's values.
+fn hoist_dag(dag: &Dag, frontier: &[usize], reads: &[BTreeSet<usize>]) -> Dag {
+    // The nodes the frontier needs: hoisted ones, and below them constants and views of fixed
+    // inputs (which the run graph may read as well, where they are computed again for free).
+    let mut needed = vec![false; dag.nodes.len()];
+    for &i in frontier {
+        needed[i] = true;
+    }
+    for i in (0..dag.nodes.len()).rev() {
+        if needed[i] {
+            for arg in &dag.nodes[i].args {
+                if let Value::Node(j) = *arg {
+                    needed[j] = true;
+                }
+            }
+        }
+    }
+    let mut inputs: Vec<DagInput> = Vec::new();
+    let mut input_of = vec![None; dag.inputs.len()];
+    let mut node_of = vec![None; dag.nodes.len()];
+    let mut nodes: Vec<DagNode> = Vec::new();
+    for (i, node) in dag.nodes.iter().enumerate() {
+        if !needed[i] {
+            continue;
+        }
+        let args = node
+            .args
+            .iter()
+            .map(|&arg| match arg {
+                Value::Input(k) => Value::Input(*input_of[k].get_or_insert_with(|| {
+                    inputs.push(dag.inputs[k].clone());
+                    inputs.len() - 1
+                })),
+                Value::Node(j) => Value::Node(node_of[j].expect("an argument comes first")),
+            })
+            .collect();
+        node_of[i] = Some(nodes.len());
+        nodes.push(DagNode {
+            args,
+            ..node.clone()
+        });
+    }
+    let names = value_names(dag, frontier, reads);
+    Dag {
+        name: format!("{}.hoisted", dag.name),
+        inputs,
+        nodes,
+        outputs: frontier
+            .iter()
+            .zip(names)
+            .map(|(&i, name)| DagOutput {
+                name,
+                value: Value::Node(node_of[i].expect("needed")),
+            })
+            .collect(),
+        cast: dag.cast.clone(),
+    }
+}
+
+/// The run graph: the nodes not hoisted, reading the frontier (named as the hoist's outputs)
+/// as inputs.
+fn run_dag(
+    dag: &Dag,
+    hoisted: &[bool],
+    frontier: &[usize],
+    fixed: &BTreeSet<String>,
+    hoist: &Dag,
+) -> Dag {
+    let mut read = vec![false; dag.inputs.len()];
+    for (i, node) in dag.nodes.iter().enumerate() {
+        if hoisted[i] {
+            continue;
+        }
+        for arg in &node.args {
+            if let Value::Input(k) = *arg {
+                read[k] = true;
+            }
+        }
+    }
+    for out in &dag.outputs {
+        if let Value::Input(k) = out.value {
+            read[k] = true;
+        }
+    }
+    // A fixed input only the hoist reads leaves the run graph; every other input stays,
+    // read or not, so a run may still give it.
+    let hoist_reads: HashSet<&str> = hoist.inputs.iter().map(|i| i.name.as_str()).collect();
+    let mut inputs = Vec::new();
+    let mut input_of = vec![None; dag.inputs.len()];
+    for (k, input) in dag.inputs.iter().enumerate() {
+        if read[k] || !fixed.contains(&input.name) || !hoist_reads.contains(input.name.as_str()) {
+            input_of[k] = Some(inputs.len());
+            inputs.push(input.clone());
+        }
+    }
+    let mut value_of = vec![None; dag.nodes.len()];
+    for (&i, out) in frontier.iter().zip(&hoist.outputs) {
+        value_of[i] = Some(Value::Input(inputs.len()));
+        inputs.push(DagInput {
+            name: out.name.clone(),
+            ty: dag.nodes[i].ty.clone(),
+        });
+    }
+    let renumber = |v: Value, value_of: &[Option<Value>]| match v {
+        Value::Input(k) => Value::Input(input_of[k].expect("a read input is kept")),
+        Value::Node(j) => value_of[j].expect("an argument comes first"),
+    };
+    let mut nodes = Vec::new();
+    for (i, node) in dag.nodes.iter().enumerate() {
+        if hoisted[i] {
+            continue;
+        }
+        let args = node.args.iter().map(|&a| renumber(a, &value_of)).collect();
+        value_of[i] = Some(Value::Node(nodes.len()));
+        nodes.push(DagNode {
+            args,
+            ..node.clone()
+        });
+    }
+    let outputs = dag
+        .outputs
+        .iter()
+        .map(|o| DagOutput {
+            name: o.name.clone(),
+            value: renumber(o.value, &value_of),
+        })
+        .collect();
+    Dag {
+        name: dag.name.clone(),
+        inputs,
+        nodes,
+        outputs,
+        cast: dag.cast.clone(),
+    }
+    .without_dead_nodes()
+}
+
+/// Names for the frontier's values, unique among the graph's inputs, outputs, other nodes and
+/// each other: `W.folded` after the first fixed input `W` each is made of (the node's own name
+/// is often one extraction made up).
+fn value_names(dag: &Dag, frontier: &[usize], reads: &[BTreeSet<usize>]) -> Vec<String> {
+    let on_frontier: HashSet<usize> = frontier.iter().copied().collect();
+    let mut taken: HashSet<String> = dag
+        .inputs
+        .iter()
+        .map(|i| i.name.clone())
+        .chain(dag.outputs.iter().map(|o| o.name.clone()))
+        .chain(
+            (0..dag.nodes.len())
+                .filter(|i| !on_frontier.contains(i))
+                .map(|i| dag.nodes[i].name.clone()),
+        )
+        .collect();
+    frontier
+        .iter()
+        .map(|&i| {
+            let base = match reads[i].first() {
+                Some(&k) => format!("{}.folded", dag.inputs[k].name),
+                None => dag.nodes[i].name.clone(),
+            };
+            let mut name = base.clone();
+            let mut k = 1;
+            while !taken.insert(name.clone()) {
+                name = format!("{base}.{k}");
+                k += 1;
+            }
+            name
+        })
+        .collect()
+}
+
+/// The e-classes whose value the inputs in `fixed` determine (with constants), through at
+/// least one of them: what [`split`] would hoist, before views and sizes are considered.
+/// Extraction's per-node estimate counts their e-nodes as free, so its bottom-up pass can
+/// reach a form that moves arithmetic onto the weights (several rewrites deep) at all; the
+/// true cost of each candidate, after the split, then decides.
+pub fn fixed_classes(egraph: &FuseGraph, fixed: &BTreeSet<String>) -> HashSet<Id> {
+    if fixed.is_empty() {
+        return HashSet::new();
+    }
+    let mut source: HashMap<Id, Source> = HashMap::new();
+    let attribute = |id: Id| egraph[id].nodes.iter().all(|n| matches!(n, ENode::Attr(_)));
+    loop {
+        let mut changed = false;
+        for class in egraph.classes() {
+            if source.get(&class.id) == Some(&Source::Fixed) {
+                continue;
+            }
+            for node in &class.nodes {
+                let found = match node {
+                    ENode::Input(name) if fixed.contains(name.as_str()) => Some(Source::Fixed),
+                    ENode::Input(_) | ENode::Attr(_) => None,
+                    ENode::Op(_, children) => {
+                        let mut s = Some(Source::Constant);
+                        for &c in children {
+                            let c = egraph.find(c);
+                            s = match (s, source.get(&c)) {
+                                (None, _) => None,
+                                _ if attribute(c) => s,
+                                (_, None | Some(Source::Run)) => None,
+                                (Some(Source::Fixed), _) | (_, Some(Source::Fixed)) => {
+                                    Some(Source::Fixed)
+                                }
+                                _ => Some(Source::Constant),
+                            };
+                        }
+                        s
+                    }
+                };
+                if let Some(found) = found
+                    && source.get(&class.id) != Some(&found)
+                    && !(found == Source::Constant && source.contains_key(&class.id))
+                {
+                    source.insert(class.id, found);
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    source
+        .into_iter()
+        .filter(|(_, s)| *s == Source::Fixed)
+        .map(|(id, _)| id)
+        .collect()
+}
