@@ -167,6 +167,21 @@ fn write_costs(out: &mut String, r: &Report) {
             "  no rewrite made the fused graph cheaper; the input's form was kept"
         );
     }
+    if !r.hoisted.is_empty() {
+        let _ = writeln!(
+            out,
+            "computed once from the stored values, read by the kernels as inputs:"
+        );
+        for h in &r.hoisted {
+            let _ = writeln!(
+                out,
+                "  {} from {}: {}",
+                h.name,
+                list(&h.reads),
+                list(&h.ops)
+            );
+        }
+    }
     if r.amp.is_some() {
         // Casts fused into a computing kernel or absorbed by a library call cost no launch of
         // their own; the ones that still do are what AMP's cast placement failed to hide.
@@ -472,4 +487,21 @@ pub fn summary(r: &Report) -> String {
         r.egraph.iterations,
         r.egraph.stop_reason
     ) + &amp
+        + &hoisted_line(r)
+}
+
+/// `hoisted: N values computed once from the stored values (names)`, or nothing.
+fn hoisted_line(r: &Report) -> String {
+    match r.hoisted.len() {
+        0 => String::new(),
+        n => format!(
+            "hoisted: {} computed once from the stored values ({})\n",
+            count(n, "value"),
+            r.hoisted
+                .iter()
+                .map(|h| h.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }

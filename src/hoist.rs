@@ -27,6 +27,7 @@ use crate::graph::Graph;
 use crate::rules::{Catalogue, OpKind};
 use crate::shape::numel;
 use egg::Id;
+use serde::Serialize;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// The part of a graph computed from its fixed inputs: a graph whose inputs are fixed inputs
@@ -45,6 +46,47 @@ impl Hoist {
     /// The hoisted values' names, as the run graph's inputs name them.
     pub fn values_named(&self) -> &[String] {
         &self.graph.outputs
+    }
+
+    /// Each hoisted value with what it is made of: the fixed inputs it reads and its ops, in
+    /// graph order (`name = op`), as the report lists them.
+    pub fn describe(&self) -> Vec<HoistedValue> {
+        let graph = &self.graph;
+        let position: HashMap<&str, usize> = graph
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect();
+        graph
+            .outputs
+            .iter()
+            .map(|out| {
+                let mut needed = vec![false; graph.nodes.len()];
+                let mut reads = BTreeSet::new();
+                let mut work = vec![out.as_str()];
+                while let Some(name) = work.pop() {
+                    match position.get(name) {
+                        Some(&i) if !needed[i] => {
+                            needed[i] = true;
+                            work.extend(graph.nodes[i].args.iter().map(String::as_str));
+                        }
+                        Some(_) => {}
+                        None => {
+                            reads.insert(name.to_string());
+                        }
+                    }
+                }
+                HoistedValue {
+                    name: out.clone(),
+                    reads: reads.into_iter().collect(),
+                    ops: (0..graph.nodes.len())
+                        .filter(|&i| needed[i])
+                        .map(|i| format!("{} = {}", graph.nodes[i].name, graph.nodes[i].op))
+                        .collect(),
+                }
+            })
+            .collect()
     }
 
     /// Whether a run that gives its own values for `given` must compute the hoisted values
@@ -71,6 +113,17 @@ impl Hoist {
         }
         crate::eval::evaluate(&self.graph, catalogue, &read)
     }
+}
+
+/// One hoisted value as the report shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct HoistedValue {
+    /// The input name the kernels read it by.
+    pub name: String,
+    /// The fixed inputs it is computed from.
+    pub reads: Vec<String>,
+    /// `name = op` for each op computing it, in order.
+    pub ops: Vec<String>,
 }
 
 /// A graph cut in two by [`split`].
@@ -409,4 +462,113 @@ pub fn fixed_classes(egraph: &FuseGraph, fixed: &BTreeSet<String>) -> HashSet<Id
         .filter(|(_, s)| *s == Source::Fixed)
         .map(|(id, _)| id)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::graph::GraphBuilder;
+    use crate::rules::Catalogue;
+
+    fn dag(graph: &Graph) -> Dag {
+        Dag::from_graph(graph, &Catalogue::defaults()).unwrap()
+    }
+
+    fn fixed(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    fn input_names(dag: &Dag) -> Vec<&str> {
+        dag.inputs.iter().map(|i| i.name.as_str()).collect()
+    }
+
+    /// `x @ (w * g)` with `w` and `g` fixed: the scaled weight is hoisted (and the run reads
+    /// it instead of `w` and `g`); the same with nothing fixed hoists nothing.
+    #[test]
+    fn arithmetic_on_fixed_inputs_is_hoisted() {
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", DType::F32, &[4, 3]);
+        let w = b.input("w", DType::F32, &[3, 5]);
+        let g = b.input("g", DType::F32, &[3, 1]);
+        let s = b.op("s", "mul", &[&w, &g]);
+        let y = b.op("y", "matmul", &[&x, &s]);
+        let d = dag(&b.finish(&[&y]));
+        let split = split(&d, &fixed(&["w", "g"]));
+        let hoist = split.hoist.expect("hoisted");
+        assert_eq!(hoist.values_named(), ["w.folded"]);
+        assert_eq!(hoist.reads().collect::<Vec<_>>(), ["w", "g"]);
+        assert_eq!(input_names(&split.run), ["x", "w.folded"]);
+        assert_eq!(split.run.nodes.len(), 1);
+        assert!(super::split(&d, &BTreeSet::new()).hoist.is_none());
+        // A fixed input that a run-time value is combined with is not enough.
+        assert!(super::split(&d, &fixed(&["w"])).hoist.is_none());
+    }
+
+    /// Views of a weight cost a library call nothing, so they stay; a value larger than the
+    /// fixed inputs it is made of (a weight broadcast over the batch) stays, and the
+    /// arithmetic below it is hoisted; a graph output is the run's to write.
+    #[test]
+    fn views_broadcasts_and_outputs_stay_in_the_run() {
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", DType::F32, &[64, 8]);
+        let w = b.input("w", DType::F32, &[8, 8]);
+        let v = b.input("v", DType::F32, &[8]);
+        let wt = b.op("wt", "transpose", &[&w]);
+        let y = b.op("y", "matmul", &[&x, &wt]);
+        let e = b.op("e", "exp", &[&v]);
+        let big = b.op_with(
+            "big",
+            "broadcast_to",
+            &[&e],
+            &[("shape", vec![64i64, 8].into())],
+        );
+        let z = b.op("z", "add", &[&y, &big]);
+        let out = b.op("out", "neg", &[&v]);
+        let d = dag(&b.finish(&[&z, &out]));
+        let split = split(&d, &fixed(&["w", "v"]));
+        let hoist = split.hoist.expect("exp(v) is hoisted");
+        assert_eq!(hoist.values_named(), ["v.folded"]);
+        // w is still read (through its transpose), v too (by the output `out`).
+        assert_eq!(input_names(&split.run), ["x", "w", "v", "v.folded"]);
+        let ops: Vec<&str> = split.run.nodes.iter().map(|n| n.op.name()).collect();
+        assert_eq!(ops, ["transpose", "matmul", "broadcast_to", "add", "neg"]);
+    }
+
+    /// Constants alone are the kernels' to make (a padding's zeros): never hoisted, and a
+    /// hoisted value that reads one gets its own copy.
+    #[test]
+    fn constants_stay_and_are_copied_into_the_hoist() {
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", DType::F32, &[2, 3]);
+        let w = b.input("w", DType::F32, &[3]);
+        let one = b.op_with(
+            "one",
+            "const",
+            &[],
+            &[
+                ("value", 1.0.into()),
+                ("dtype", crate::attr::AttrValue::DType(DType::F32)),
+            ],
+        );
+        let ones = b.op_with(
+            "ones",
+            "broadcast_to",
+            &[&one],
+            &[("shape", vec![2i64, 3].into())],
+        );
+        let wp = b.op("wp", "add", &[&w, &one]);
+        let y = b.op("y", "mul", &[&x, &wp]);
+        let z = b.op("z", "add", &[&y, &ones]);
+        let d = dag(&b.finish(&[&z]));
+        let split = split(&d, &fixed(&["w"]));
+        let hoist = split.hoist.expect("w + 1 is hoisted");
+        let hoist_ops: Vec<&str> = hoist.graph.nodes.iter().map(|n| n.op.as_str()).collect();
+        assert_eq!(hoist_ops, ["const", "add"]);
+        let run_ops: Vec<&str> = split.run.nodes.iter().map(|n| n.op.name()).collect();
+        assert_eq!(run_ops, ["const", "broadcast_to", "mul", "add"]);
+        assert_eq!(input_names(&split.run), ["x", "w.folded"]);
+        assert!(hoist.depends_on(["w"].into_iter()));
+        assert!(!hoist.depends_on(["x"].into_iter()));
+    }
 }

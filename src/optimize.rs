@@ -16,7 +16,7 @@ use crate::egraph::{self, ENode, FuseGraph};
 use crate::error::Result;
 use crate::extract::{self, ExtractOptions, Method};
 use crate::graph::Graph;
-use crate::hoist::{self, Hoist};
+use crate::hoist::{self, Hoist, HoistedValue};
 use crate::partition::{self, Kernel, KernelKind, Partition};
 use crate::rules::{Builtin, OpKind, Profile, RuleSet};
 use crate::saturate::{self, Limits, PhaseReport, Saturation, Stop};
@@ -131,7 +131,7 @@ pub struct Report {
     /// The values computed once from the fixed inputs ([`Options::fixed`]), which the
     /// kernels read as inputs. Left out of the JSON when there are none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub hoisted: Vec<String>,
+    pub hoisted: Vec<HoistedValue>,
     pub time_ms: f64,
 }
 
@@ -303,10 +303,7 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
             .iter()
             .map(|k| kernel_report(&dag, k))
             .collect(),
-        hoisted: hoist
-            .as_ref()
-            .map(|h| h.values_named().to_vec())
-            .unwrap_or_default(),
+        hoisted: hoist.as_ref().map(Hoist::describe).unwrap_or_default(),
         time_ms: start.elapsed().as_secs_f64() * 1e3,
     };
     Ok(Optimized {

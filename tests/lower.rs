@@ -27,8 +27,25 @@ fn lowered(graph: &Graph, options: &Options) -> Program {
 
 /// Runs `program` in the interpreter on `graph`'s inputs and compares with the reference.
 fn agrees(graph: &Graph, program: &Program, seed: u64, specials: bool) -> Result<(), String> {
-    let inputs = random_graph::inputs(graph, seed, specials);
+    agrees_hoisted(graph, program, None, seed, specials)
+}
+
+/// [`agrees`] for a program that reads the values `hoist` computes from the graph's inputs.
+fn agrees_hoisted(
+    graph: &Graph,
+    program: &Program,
+    hoist: Option<&fusebox::hoist::Hoist>,
+    seed: u64,
+    specials: bool,
+) -> Result<(), String> {
+    let mut inputs = random_graph::inputs(graph, seed, specials);
     let want = fusebox::eval::evaluate(graph, &rules().ops, &inputs).map_err(|e| e.to_string())?;
+    if let Some(hoist) = hoist {
+        let hoisted = hoist
+            .values(&rules().ops, &inputs)
+            .map_err(|e| e.to_string())?;
+        inputs.extend(hoisted);
+    }
     let buffers = random_graph::input_buffers(program, &inputs);
     let got = interpret::run_program(program, &buffers).map_err(|e| e.to_string())?;
     for (o, b) in program.dag.outputs.iter().zip(&got) {
@@ -162,6 +179,40 @@ proptest! {
         };
         agrees(&graph, &program, seed, specials).map_err(|e| TestCaseError::fail(format!(
             "{e}\n{}", graph::file::to_ron(&graph))))?;
+    }
+
+    /// Random graphs with some inputs fixed (a model's stored weights): what those alone
+    /// determine is hoisted out, computed by the reference evaluator and read by the program
+    /// as inputs, and the program still equals the reference on the whole graph.
+    #[test]
+    fn hoisted_random_graphs_agree(
+        dims in prop_oneof![Just((3usize, 4usize)), Just((1, 5)), Just((2, 1)), Just((0, 3)), Just((16, 70))],
+        inputs in prop::collection::vec((0usize..4, 0usize..6), 1..4),
+        steps in prop::collection::vec(random_graph::step(true), 2..14),
+        fixed_inputs in 0u32..16,
+        seed in 0u64..1000,
+        specials in any::<bool>(),
+    ) {
+        let catalogue = &rules().ops;
+        let Some(graph) = random_graph::build(catalogue, dims, &inputs, &steps) else { return Ok(()) };
+        let fixed = graph
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| fixed_inputs >> i & 1 == 1)
+            .map(|(_, input)| input.name.clone())
+            .collect();
+        let options = Options {
+            strict_ieee: random_graph::strict_ieee_for(&graph, seed, specials),
+            fixed,
+            ..Options::default()
+        };
+        let out = optimize(&graph, rules(), &options).expect("optimize");
+        let program = lower::lower(&out.dag, &out.partition)
+            .unwrap_or_else(|e| panic!("lower: {e}\n{}", graph::file::to_ron(&graph)));
+        agrees_hoisted(&graph, &program, out.hoist.as_ref(), seed, specials).map_err(|e| {
+            TestCaseError::fail(format!("{e}\n{}", graph::file::to_ron(&graph)))
+        })?;
     }
 
     /// Integer graphs at the extremes (see `random_graph::int_step`), optimized (or not),

@@ -37,6 +37,8 @@ mod examples;
 mod gather;
 #[path = "../gpu_scripts.rs"]
 mod gpu_scripts;
+#[path = "../hoist.rs"]
+mod hoist;
 #[path = "../index_maps.rs"]
 mod index_maps;
 #[path = "../integers.rs"]

@@ -299,7 +299,7 @@ impl Report {
             let _ = writeln!(
                 out,
                 "note: checked on finite values only (exact in real arithmetic, not under \
-                 Inf/NaN): {}",
+                 Inf/NaN, signed zeros or underflow): {}",
                 finite.join(", ")
             );
         }
