@@ -20,13 +20,12 @@
 //! are) and again whenever a run replaces one of the fixed inputs they are made of.
 
 use crate::dag::{Dag, DagInput, DagNode, DagOutput, Value};
-use crate::egraph::{ENode, FuseGraph};
+use crate::egraph::Origin;
 use crate::error::{Error, ErrorKind, Result};
 use crate::eval::Tensors;
 use crate::graph::Graph;
 use crate::rules::{Catalogue, OpKind};
 use crate::shape::numel;
-use egg::Id;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -132,31 +131,16 @@ pub struct Split {
     /// The graph that runs every time: the hoisted values are among its inputs, the fixed
     /// inputs it no longer reads are not.
     pub run: Dag,
-    /// What computes the hoisted values; `None` when nothing was hoisted (then `run` is the
-    /// graph given).
-    pub hoist: Option<Hoist>,
-}
-
-/// Where a node's value comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Source {
-    /// From constants alone: kernels compute it in place (a padding's zeros).
-    Constant,
-    /// From fixed inputs (and constants), with at least one fixed input.
-    Fixed,
-    /// From an input given at run time.
-    Run,
+    /// What computes the hoisted values.
+    pub hoist: Hoist,
 }
 
 /// Cuts `dag` into the values computed from the inputs named in `fixed` alone (hoisted) and
-/// the rest (see the module documentation for which values are hoisted).
-pub fn split(dag: &Dag, fixed: &BTreeSet<String>) -> Split {
-    let unchanged = || Split {
-        run: dag.clone(),
-        hoist: None,
-    };
+/// the rest (see the module documentation for which values are hoisted); `None` when nothing
+/// is hoisted.
+pub fn split(dag: &Dag, fixed: &BTreeSet<String>) -> Option<Split> {
     if fixed.is_empty() {
-        return unchanged();
+        return None;
     }
     let (hoisted, reads) = hoistable(dag, fixed);
     let users = dag.users();
@@ -165,15 +149,15 @@ pub fn split(dag: &Dag, fixed: &BTreeSet<String>) -> Split {
         .filter(|&i| hoisted[i] && users[i].iter().any(|&u| !hoisted[u]))
         .collect();
     if frontier.is_empty() {
-        return unchanged();
+        return None;
     }
     let hoist = hoist_dag(dag, &frontier, &reads);
-    Split {
+    Some(Split {
         run: run_dag(dag, &hoisted, &frontier, fixed, &hoist),
-        hoist: Some(Hoist {
+        hoist: Hoist {
             graph: hoist.to_graph(),
-        }),
-    }
+        },
+    })
 }
 
 /// Per node, whether it is hoisted: computed from fixed inputs (and constants) alone, with
@@ -182,46 +166,42 @@ pub fn split(dag: &Dag, fixed: &BTreeSet<String>) -> Split {
 /// Also returns, per node, the fixed inputs it reads (by index; empty where it reads none).
 fn hoistable(dag: &Dag, fixed: &BTreeSet<String>) -> (Vec<bool>, Vec<BTreeSet<usize>>) {
     let n = dag.nodes.len();
-    let mut source = vec![Source::Constant; n];
+    let mut source = vec![Origin::Constant; n];
     // Whether some op on the way from the fixed inputs is arithmetic (not a view).
     let mut computes = vec![false; n];
     // The fixed inputs each Fixed node reads, for the size bound.
     let mut reads: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
     for (i, node) in dag.nodes.iter().enumerate() {
-        let mut s = Source::Constant;
+        let mut s = Origin::Constant;
         let mut arithmetic = false;
         for &arg in &node.args {
             let (arg_source, arg_computes) = match arg {
                 Value::Input(k) if fixed.contains(&dag.inputs[k].name) => {
                     reads[i].insert(k);
-                    (Source::Fixed, false)
+                    (Origin::Fixed, false)
                 }
-                Value::Input(_) => (Source::Run, false),
+                Value::Input(_) => (Origin::Run, false),
                 Value::Node(j) => {
-                    if source[j] == Source::Fixed {
+                    if source[j] == Origin::Fixed {
                         let inner = reads[j].clone();
                         reads[i].extend(inner);
                     }
                     (source[j], computes[j])
                 }
             };
-            s = match (s, arg_source) {
-                (Source::Run, _) | (_, Source::Run) => Source::Run,
-                (Source::Fixed, _) | (_, Source::Fixed) => Source::Fixed,
-                _ => Source::Constant,
-            };
+            s = s.max(arg_source);
             arithmetic |= arg_computes;
         }
         source[i] = s;
         computes[i] = arithmetic || node.op.kind() != OpKind::Layout;
-        if s != Source::Fixed {
+        if s != Origin::Fixed {
             reads[i].clear();
         }
     }
     let outputs = dag.output_mask();
     let hoisted = (0..n)
         .map(|i| {
-            source[i] == Source::Fixed
+            source[i] == Origin::Fixed
                 && computes[i]
                 && !outputs[i]
                 && numel(&dag.nodes[i].ty.shape)
@@ -406,64 +386,6 @@ fn value_names(dag: &Dag, frontier: &[usize], reads: &[BTreeSet<usize>]) -> Vec<
         .collect()
 }
 
-/// The e-classes whose value the inputs in `fixed` determine (with constants), through at
-/// least one of them: what [`split`] would hoist, before views and sizes are considered.
-/// Extraction's per-node estimate counts their e-nodes as free, so its bottom-up pass can
-/// reach a form that moves arithmetic onto the weights (several rewrites deep) at all; the
-/// true cost of each candidate, after the split, then decides.
-pub fn fixed_classes(egraph: &FuseGraph, fixed: &BTreeSet<String>) -> HashSet<Id> {
-    if fixed.is_empty() {
-        return HashSet::new();
-    }
-    let mut source: HashMap<Id, Source> = HashMap::new();
-    let attribute = |id: Id| egraph[id].nodes.iter().all(|n| matches!(n, ENode::Attr(_)));
-    loop {
-        let mut changed = false;
-        for class in egraph.classes() {
-            if source.get(&class.id) == Some(&Source::Fixed) {
-                continue;
-            }
-            for node in &class.nodes {
-                let found = match node {
-                    ENode::Input(name) if fixed.contains(name.as_str()) => Some(Source::Fixed),
-                    ENode::Input(_) | ENode::Attr(_) => None,
-                    ENode::Op(_, children) => {
-                        let mut s = Some(Source::Constant);
-                        for &c in children {
-                            let c = egraph.find(c);
-                            s = match (s, source.get(&c)) {
-                                (None, _) => None,
-                                _ if attribute(c) => s,
-                                (_, None | Some(Source::Run)) => None,
-                                (Some(Source::Fixed), _) | (_, Some(Source::Fixed)) => {
-                                    Some(Source::Fixed)
-                                }
-                                _ => Some(Source::Constant),
-                            };
-                        }
-                        s
-                    }
-                };
-                if let Some(found) = found
-                    && source.get(&class.id) != Some(&found)
-                    && !(found == Source::Constant && source.contains_key(&class.id))
-                {
-                    source.insert(class.id, found);
-                    changed = true;
-                }
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
-    source
-        .into_iter()
-        .filter(|(_, s)| *s == Source::Fixed)
-        .map(|(id, _)| id)
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -494,15 +416,15 @@ mod tests {
         let s = b.op("s", "mul", &[&w, &g]);
         let y = b.op("y", "matmul", &[&x, &s]);
         let d = dag(&b.finish(&[&y]));
-        let split = split(&d, &fixed(&["w", "g"]));
-        let hoist = split.hoist.expect("hoisted");
+        let split = split(&d, &fixed(&["w", "g"])).expect("hoisted");
+        let hoist = split.hoist;
         assert_eq!(hoist.values_named(), ["w.folded"]);
         assert_eq!(hoist.reads().collect::<Vec<_>>(), ["w", "g"]);
         assert_eq!(input_names(&split.run), ["x", "w.folded"]);
         assert_eq!(split.run.nodes.len(), 1);
-        assert!(super::split(&d, &BTreeSet::new()).hoist.is_none());
+        assert!(super::split(&d, &BTreeSet::new()).is_none());
         // A fixed input that a run-time value is combined with is not enough.
-        assert!(super::split(&d, &fixed(&["w"])).hoist.is_none());
+        assert!(super::split(&d, &fixed(&["w"])).is_none());
     }
 
     /// Views of a weight cost a library call nothing, so they stay; a value larger than the
@@ -526,8 +448,8 @@ mod tests {
         let z = b.op("z", "add", &[&y, &big]);
         let out = b.op("out", "neg", &[&v]);
         let d = dag(&b.finish(&[&z, &out]));
-        let split = split(&d, &fixed(&["w", "v"]));
-        let hoist = split.hoist.expect("exp(v) is hoisted");
+        let split = split(&d, &fixed(&["w", "v"])).expect("exp(v) is hoisted");
+        let hoist = split.hoist;
         assert_eq!(hoist.values_named(), ["v.folded"]);
         // w is still read (through its transpose), v too (by the output `out`).
         assert_eq!(input_names(&split.run), ["x", "w", "v", "v.folded"]);
@@ -561,8 +483,8 @@ mod tests {
         let y = b.op("y", "mul", &[&x, &wp]);
         let z = b.op("z", "add", &[&y, &ones]);
         let d = dag(&b.finish(&[&z]));
-        let split = split(&d, &fixed(&["w"]));
-        let hoist = split.hoist.expect("w + 1 is hoisted");
+        let split = split(&d, &fixed(&["w"])).expect("w + 1 is hoisted");
+        let hoist = split.hoist;
         let hoist_ops: Vec<&str> = hoist.graph.nodes.iter().map(|n| n.op.as_str()).collect();
         assert_eq!(hoist_ops, ["const", "add"]);
         let run_ops: Vec<&str> = split.run.nodes.iter().map(|n| n.op.name()).collect();

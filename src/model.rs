@@ -118,6 +118,9 @@ pub struct Model {
     /// The ONNX model a specialized model (symbolic dimensions, or inputs used as constants)
     /// is imported from again for other arrays.
     source: Option<PathBuf>,
+    /// The stored values that are weights, the same on every run ([`Loaded::storing`]): what
+    /// they alone determine is computed once ([`crate::hoist`]).
+    fixed: BTreeSet<String>,
 }
 
 /// Where [`Model::compile`] puts a model.
@@ -173,7 +176,14 @@ impl Model {
     /// A model of what [`load_values`] read: its stored values are the ones it was asked for
     /// (`fusebox run` leaves out those `--input` replaces).
     pub fn from_loaded(loaded: Loaded, rules: &RuleSet) -> Model {
+        let fixed = loaded
+            .storing
+            .iter()
+            .filter(|name| loaded.stored.contains_key(*name))
+            .cloned()
+            .collect();
         Model {
+            fixed,
             graph: loaded.graph,
             types: loaded.types,
             stored: loaded.stored,
@@ -196,6 +206,7 @@ impl Model {
             declared: Declared::default(),
             specialized: BTreeMap::new(),
             source: None,
+            fixed: BTreeSet::new(),
         })
     }
 
@@ -328,7 +339,7 @@ impl Model {
         let pipeline = Options {
             amp: options.amp.clone(),
             fusion: !options.no_fusion,
-            fixed: self.stored.keys().cloned().collect(),
+            fixed: self.fixed.clone(),
             ..Options::default()
         };
         Ok(match (backend, compiler) {
@@ -647,8 +658,10 @@ pub struct Loaded {
     pub graph: Graph,
     pub types: TypeMap,
     pub stored: Tensors,
-    /// Every input the model holds a value for (its weights), whether or not this load read
-    /// the value (see [`Stored`]): the inputs fixed for the model's runs.
+    /// Every input the model holds a weight for, whether or not this load read the value
+    /// (see [`Stored`]): the inputs fixed for the model's runs. Empty where the stored values
+    /// are not weights but values of one call (torch.compile's constants, rebuilt at each
+    /// size), which nothing should be folded into.
     pub storing: BTreeSet<String>,
     /// For a RON graph file, the resolved path of each stored value's `.npy` (an ONNX model's
     /// weights have none: they live inside the model).

@@ -234,7 +234,7 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
     let graph = graph.as_ref();
     let input = Dag::from_graph(graph, &rules.ops)?.without_dead_nodes();
     let before = partition::unfused(&input, profile);
-    let unrewritten = partition::partition(&runs(&input, options), &rules.fusion, profile);
+    let unrewritten = partition::partition(&runs(&input, options).0, &rules.fusion, profile);
     let (whole, after, saturation, extraction) = if options.fusion {
         fuse(&input, &unrewritten, rules, profile, options)?
     } else {
@@ -248,17 +248,12 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
         (input.clone(), before.clone(), not_run, extraction)
     };
     let optimized = whole.to_graph();
-    let hoist::Split { run: dag, hoist } = if options.fusion {
-        let split = hoist::split(&whole, &options.fixed);
-        hoist::Split {
-            run: split.run.with_constants_unshared().unwrap_or(split.run),
-            ..split
-        }
+    // The graph the partition was priced on, and what it leaves out.
+    let (dag, hoist) = if options.fusion {
+        let (run, hoist) = runs(&whole, options);
+        (run.into_owned(), hoist)
     } else {
-        hoist::Split {
-            run: whole,
-            hoist: None,
-        }
+        (whole, None)
     };
     let (count_before, count_after) = (before.count(), after.count());
     let cast_kernels_after = after
@@ -344,6 +339,7 @@ fn fuse(
     options: &Options,
 ) -> Result<(Dag, Partition, Saturation, ExtractionReport)> {
     let mut egraph = egraph::new_egraph(input, &rules.ops);
+    egraph.analysis.fixed = options.fixed.iter().map(|n| egg::Symbol::from(n)).collect();
     let mut seeded = egraph::seed(&mut egraph, input);
     egraph.rebuild();
     let active: Vec<&crate::rewrite::Rule> = rules
@@ -357,17 +353,16 @@ fn fuse(
 
     let extract_start = Instant::now();
     let cost = |dag: &Dag| {
-        partition::partition(&runs(dag, options), &rules.fusion, profile)
+        partition::partition(&runs(dag, options).0, &rules.fusion, profile)
             .cost
             .total_us
     };
-    let fixed = hoist::fixed_classes(&egraph, &options.fixed);
-    let estimate = |egraph: &FuseGraph, id: Id, node: &ENode| {
-        if fixed.contains(&id) {
-            0.0
-        } else {
-            estimate(egraph, id, node)
-        }
+    // What the fixed inputs determine is computed once: free to the bottom-up estimate, so
+    // that extraction can reach a form that moves work onto the weights several rewrites deep
+    // (the true cost of each candidate, after the hoist, then decides).
+    let estimate = |egraph: &FuseGraph, id: Id, node: &ENode| match egraph[id].data.tensor() {
+        Some(t) if t.origin == egraph::Origin::Fixed => 0.0,
+        _ => estimate(egraph, id, node),
     };
     let extraction = extract::extract(&egraph, &seeded, &cost, &estimate, &options.extract);
     let extract_ms = extract_start.elapsed().as_secs_f64() * 1e3;
@@ -376,7 +371,7 @@ fn fuse(
     // `max(x, x)` is proven equal to `x`, choosing it would be a cycle), and the partitioner
     // only fuses along producer-consumer edges, so a simpler graph can fuse worse. The input
     // fused as written is always a valid answer: keep it when extraction did not beat it.
-    let mut after = partition::partition(&runs(&extraction.dag, options), &rules.fusion, profile);
+    let mut after = partition::partition(&runs(&extraction.dag, options).0, &rules.fusion, profile);
     let mut dag = extraction.dag;
     // Strictly cheaper by more than rounding: two forms of equal cost sum their kernels in
     // different orders, and a tie decided by the last bit would choose differently at different
@@ -400,16 +395,16 @@ fn fuse(
 }
 
 /// What of `dag` runs every time, as the partitioner sees it: all of it, less what the fixed
-/// inputs alone determine, with each computed constant made where it is read
-/// ([`Dag::with_constants_unshared`]).
-fn runs<'d>(dag: &'d Dag, options: &Options) -> Cow<'d, Dag> {
-    let run = match hoist::split(dag, &options.fixed) {
-        hoist::Split { hoist: None, .. } => Cow::Borrowed(dag),
-        hoist::Split { run, .. } => Cow::Owned(run),
+/// inputs alone determine (returned as the hoist that computes it), with each computed
+/// constant made where it is read ([`Dag::with_constants_unshared`]).
+fn runs<'d>(dag: &'d Dag, options: &Options) -> (Cow<'d, Dag>, Option<Hoist>) {
+    let (run, hoist) = match hoist::split(dag, &options.fixed) {
+        Some(split) => (Cow::Owned(split.run), Some(split.hoist)),
+        None => (Cow::Borrowed(dag), None),
     };
     match run.with_constants_unshared() {
-        Some(unshared) => Cow::Owned(unshared),
-        None => run,
+        Some(unshared) => (Cow::Owned(unshared), hoist),
+        None => (run, hoist),
     }
 }
 

@@ -151,8 +151,8 @@ fn a_run_that_replaces_a_folded_weight_computes_it_again() {
 }
 
 /// Without stored values nothing is fixed: a scale on a weight would cost a kernel over the
-/// weight on every run, so the cost model keeps the RMS norm's weight on the activations and
-/// nothing is hoisted.
+/// weight on every run (cheaper or dearer than the kernel it saves depending on the batch), so
+/// the rules that move it there do not apply and nothing is hoisted.
 #[test]
 fn weights_given_on_every_run_are_not_folded() {
     let rules = RuleSet::defaults();

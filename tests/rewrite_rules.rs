@@ -328,7 +328,11 @@ fn egraph_with(inputs: &[(&str, DType, &[usize])]) -> FuseGraph {
             )
         })
         .collect();
-    FuseGraph::new(TypeAnalysis::new(catalogue(), inputs))
+    let mut analysis = TypeAnalysis::new(catalogue(), inputs);
+    // Every input is a stored weight here, so the rules that move work onto weights
+    // (`Fixed` conditions) apply; `work_moves_onto_weights_only` checks the other case.
+    analysis.fixed = analysis.inputs.keys().copied().collect();
+    FuseGraph::new(analysis)
 }
 
 fn expr(text: &str) -> RecExpr<ENode> {
@@ -1462,6 +1466,35 @@ fn scales_moving_onto_operands_decline_elsewhere() {
         "reshape-mul-broadcast",
         &["(mul (reshape $g [4,2,3]) (reshape $w [2,1,1]))"],
     );
+}
+
+/// With the weights given on every run (no input fixed) the rules that move work onto them do
+/// not apply: the move would cost a kernel over the weight per run, which pays at some batch
+/// sizes and not at others, and a model compiled at several sizes must keep its kernels.
+#[test]
+fn work_moves_onto_weights_only() {
+    let cases = [
+        ("matmul-row-scale-in", "(mul (matmul $x $x31) $w)"),
+        ("matmul-column-scale-in", "(matmul (mul $x $v) $x31)"),
+        ("normalize-affine", "(add (mul (div (sub $x $v) $w) $z) $v)"),
+    ];
+    for (name, start) in cases {
+        let r = rule(name);
+        let mut egraph = inputs();
+        // Only x is fixed: the scales and the other operand are given per run.
+        egraph.analysis.fixed = [Symbol::from("x")].into_iter().collect();
+        let root = egraph.add_expr(&expr(start));
+        egraph.rebuild();
+        let rewrites = r.rewrites();
+        let matches = rewrites[0].search(&egraph);
+        assert!(!matches.is_empty(), "{name}: the pattern matches {start}");
+        assert!(
+            rewrites[0].apply(&mut egraph, &matches).is_empty(),
+            "{name}"
+        );
+        egraph.rebuild();
+        assert_eq!(egraph[root].nodes.len(), 1, "{name}: {start}");
+    }
 }
 
 /// A row scale moves past a product only when it is constant along each row of the left

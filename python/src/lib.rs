@@ -83,7 +83,9 @@ impl Model {
         let loaded = fusebox::model::Loaded {
             graph: imported.graph,
             types: imported.types,
-            storing: imported.values.keys().cloned().collect(),
+            // The constants are values at this call's sizes (a mask, positions), rebuilt for
+            // every size Dynamo calls with, not weights: nothing is folded into them.
+            storing: Default::default(),
             stored: imported.values.into_iter().collect(),
             files: BTreeMap::new(),
             declared: imported.declared,

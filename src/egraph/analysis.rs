@@ -17,7 +17,7 @@ use crate::graph::check::infer_op;
 use crate::rules::{Builtin, Catalogue, OpDef, Semantics};
 use crate::tensor::{Data, Tensor};
 use egg::{Analysis, DidMerge, EGraph, Id, Symbol};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// The e-graph fusebox saturates.
 pub type FuseGraph = EGraph<ENode, TypeAnalysis>;
@@ -28,6 +28,27 @@ pub struct TensorData {
     pub ty: TensorType,
     /// `Some(v)`: every element equals `v` (already rounded to the dtype).
     pub constant: Option<Constant>,
+    /// What the value is computed from: whether it is the same on every run.
+    pub origin: Origin,
+}
+
+/// What a value is computed from, as far as it decides where the work runs: constants alone
+/// (kernels make it in place), the fixed inputs of [`TypeAnalysis::fixed`] and constants (the
+/// model's stored weights: computed once, see [`crate::hoist`]), or something given per run.
+/// Ordered from most to least fixed; a class takes the most fixed of its members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Origin {
+    Constant,
+    Fixed,
+    Run,
+}
+
+impl Origin {
+    /// The origin of an op's result from its operands' (an op without operands is a
+    /// constant).
+    pub fn of(operands: impl IntoIterator<Item = Origin>) -> Origin {
+        operands.into_iter().max().unwrap_or(Origin::Constant)
+    }
 }
 
 /// A class's uniform value, held as its tensor holds it: an integer class's value is an exact
@@ -184,6 +205,9 @@ impl ClassData {
 pub struct TypeAnalysis {
     pub catalogue: Catalogue,
     pub inputs: HashMap<Symbol, TensorType>,
+    /// The inputs whose values are the same on every run (a model's stored weights; see
+    /// [`Origin`]). Set before any class is added.
+    pub fixed: HashSet<Symbol>,
     /// Classes merged although their data disagree; each entry says what met what.
     pub conflicts: Vec<String>,
     /// Per rewrite rule, how many instances of its right-hand side the checked applier refused
@@ -192,10 +216,20 @@ pub struct TypeAnalysis {
 }
 
 impl TypeAnalysis {
+    /// The origin of input `name`'s value.
+    pub fn input_origin(&self, name: Symbol) -> Origin {
+        if self.fixed.contains(&name) {
+            Origin::Fixed
+        } else {
+            Origin::Run
+        }
+    }
+
     pub fn new(catalogue: Catalogue, inputs: HashMap<Symbol, TensorType>) -> TypeAnalysis {
         TypeAnalysis {
             catalogue,
             inputs,
+            fixed: HashSet::new(),
             conflicts: Vec::new(),
             ill_typed: BTreeMap::new(),
         }
@@ -307,7 +341,12 @@ pub fn op_data(
     let ty = infer_op(op, &types, &attrs).map_err(|(_, kind)| IllTyped::Infer(kind))?;
     let refs: Vec<&TensorData> = operands.iter().collect();
     let constant = uniform_value(op, &refs, &attrs, &ty);
-    Ok(TensorData { ty, constant })
+    let origin = Origin::of(operands.iter().map(|t| t.origin));
+    Ok(TensorData {
+        ty,
+        constant,
+        origin,
+    })
 }
 
 /// The value every element of the result shares, when the operands make that certain.
@@ -363,6 +402,7 @@ impl Analysis<ENode> for TypeAnalysis {
                 Some(ty) => ClassData::Tensor(TensorData {
                     ty: ty.clone(),
                     constant: None,
+                    origin: egraph.analysis.input_origin(*name),
                 }),
                 None => ClassData::Invalid(IllTyped::NotAnInput(name.to_string())),
             },
@@ -384,7 +424,11 @@ impl Analysis<ENode> for TypeAnalysis {
                     ));
                     return DidMerge(false, true);
                 }
-                match (x.constant, y.constant) {
+                // Equal values: the class is as fixed as its most fixed member.
+                let origin = x.origin.min(y.origin);
+                let origin_changed = (origin != x.origin, origin != y.origin);
+                x.origin = origin;
+                let merged = match (x.constant, y.constant) {
                     (None, Some(v)) => {
                         x.constant = Some(v);
                         DidMerge(true, false)
@@ -398,7 +442,8 @@ impl Analysis<ENode> for TypeAnalysis {
                         DidMerge(false, true)
                     }
                     _ => DidMerge(false, false),
-                }
+                };
+                merged | DidMerge(origin_changed.0, origin_changed.1)
             }
             (ClassData::Attr(x), ClassData::Attr(y)) if *x == y => DidMerge(false, false),
             (x, y) => {
@@ -420,6 +465,7 @@ impl Analysis<ENode> for TypeAnalysis {
         let Some(TensorData {
             ty,
             constant: Some(value),
+            ..
         }) = egraph[id].data.tensor().cloned()
         else {
             return;

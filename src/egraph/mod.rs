@@ -7,6 +7,6 @@ pub mod analysis;
 pub mod build;
 pub mod language;
 
-pub use analysis::{ClassData, FuseGraph, TensorData, TypeAnalysis};
+pub use analysis::{ClassData, FuseGraph, Origin, TensorData, TypeAnalysis};
 pub use build::{ChoiceError, Seeded, dag_from_choice, new_egraph, seed};
 pub use language::{ENode, Leaf};

@@ -50,6 +50,7 @@ pub fn instance_data(
                 Some(ty) => ClassData::Tensor(crate::egraph::TensorData {
                     ty: ty.clone(),
                     constant: None,
+                    origin: egraph.analysis.input_origin(*name),
                 }),
                 None => return Err(IllTyped::NotAnInput(name.to_string())),
             },

@@ -610,6 +610,7 @@ mod tests {
                 shape: shape.to_vec(),
             },
             constant: None,
+            origin: crate::egraph::Origin::Run,
         })
     }
 

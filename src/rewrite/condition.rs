@@ -65,6 +65,14 @@ pub enum Condition {
     /// the first has no axes): a tensor of it is constant along each row of the second, as a
     /// per-row scale of a matrix product's left operand is (the product sums along that axis).
     ConstantAlongLastAxis(String, String),
+    /// The tensor's value is computed from the model's fixed inputs (its stored weights) and
+    /// constants alone, through at least one fixed input ([`crate::egraph::Origin::Fixed`]),
+    /// so work moved onto it runs once, when the model is compiled, rather than on every run. Says nothing about the value: a rule that
+    /// moves arithmetic from the activations onto a weight uses it to apply only where that
+    /// pays at every size (with the weights given per run, the same move would cost a kernel
+    /// over the weight per run, cheaper or dearer than the kernel it saves depending on the
+    /// batch).
+    Fixed(String),
     /// The permutation attribute (first) leaves every axis of the tensor (second) in place,
     /// so transposing by it copies each element to its own index. An absent permutation
     /// reverses the axes, which is the identity only up to rank 1.
@@ -137,6 +145,7 @@ impl Condition {
             Condition::DropsLeadingAxis(..) => "DropsLeadingAxis",
             Condition::ConstantAlongLastAxis(..) => "ConstantAlongLastAxis",
             Condition::IdentityPerm(..) => "IdentityPerm",
+            Condition::Fixed(..) => "Fixed",
             Condition::Not(..) => "Not",
             Condition::Any(..) => "Any",
         }
@@ -155,7 +164,9 @@ impl Condition {
             | Condition::BroadcastsTo(a, b)
             | Condition::DropsLeadingAxis(a, b)
             | Condition::ConstantAlongLastAxis(a, b) => vec![(0, a, Shape), (1, b, Shape)],
-            Condition::KeepsType(a) | Condition::IsConst(a) => vec![(0, a, Tensor)],
+            Condition::KeepsType(a) | Condition::IsConst(a) | Condition::Fixed(a) => {
+                vec![(0, a, Tensor)]
+            }
             Condition::Rank(a, _) => vec![(0, a, Shape)],
             Condition::DtypeIn(a, _) | Condition::IsFloat(a) => vec![(0, a, Dtype)],
             Condition::ConstEq(a, _) | Condition::ConstPowerOfTwo(a) => vec![(0, a, Number)],
@@ -191,6 +202,9 @@ impl Condition {
             Condition::IsConst(a) => data(a)
                 .and_then(ClassData::tensor)
                 .is_some_and(|t| t.constant.is_some()),
+            Condition::Fixed(a) => data(a)
+                .and_then(ClassData::tensor)
+                .is_some_and(|t| t.origin == crate::egraph::Origin::Fixed),
             Condition::ConstEq(a, v) => number_of(data(a)).is_some_and(|(x, _)| x == *v),
             Condition::ConstPowerOfTwo(a) => number_of(data(a))
                 .is_some_and(|(x, dtype)| power_of_two_with_exact_reciprocal(x, dtype)),

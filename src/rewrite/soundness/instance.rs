@@ -208,6 +208,13 @@ impl<'r> Plan<'r> {
         }
         let ty = dag.ty(dag.outputs[0].value).clone();
         let mut egraph = new_egraph(&dag, self.catalogue);
+        // Every input counts as fixed: `Fixed` conditions say where work runs, not what a
+        // value is, so the rules they guard are checked like any other.
+        egraph.analysis.fixed = dag
+            .inputs
+            .iter()
+            .map(|i| egg::Symbol::from(i.name.as_str()))
+            .collect();
         let seeded = seed(&mut egraph, &dag);
         egraph.rebuild();
         let root = egraph.find(seeded.outputs[0].1);
