@@ -339,7 +339,7 @@ fn fuse(
     options: &Options,
 ) -> Result<(Dag, Partition, Saturation, ExtractionReport)> {
     let mut egraph = egraph::new_egraph(input, &rules.ops);
-    egraph.analysis.fixed = options.fixed.iter().map(|n| egg::Symbol::from(n)).collect();
+    egraph.analysis.fixed = options.fixed.iter().map(egg::Symbol::from).collect();
     let mut seeded = egraph::seed(&mut egraph, input);
     egraph.rebuild();
     let active: Vec<&crate::rewrite::Rule> = rules
