@@ -21,7 +21,7 @@
 
 use crate::dag::{Dag, DagInput, DagNode, DagOutput, Value};
 use crate::egraph::Origin;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::Result;
 use crate::eval::Tensors;
 use crate::graph::Graph;
 use crate::rules::{Catalogue, OpKind};
@@ -97,20 +97,7 @@ impl Hoist {
     /// The hoisted values, computed from `values` (which holds every input the hoist reads,
     /// and may hold others).
     pub fn values(&self, catalogue: &Catalogue, values: &Tensors) -> Result<Tensors> {
-        let mut read = Tensors::new();
-        for input in &self.graph.inputs {
-            let value = values.get(&input.name).ok_or_else(|| {
-                Error::at_node(
-                    &input.name,
-                    ErrorKind::Input("no value for this input, which folded values read".into()),
-                )
-            })?;
-            let copy = value
-                .try_clone()
-                .map_err(|e| Error::at_node(&input.name, ErrorKind::Eval(e.to_string())))?;
-            read.insert(input.name.clone(), copy);
-        }
-        crate::eval::evaluate(&self.graph, catalogue, &read)
+        crate::eval::evaluate_among(&self.graph, catalogue, values)
     }
 }
 

@@ -99,6 +99,28 @@ pub fn evaluate(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> Resul
 /// Like [`evaluate`] but returns every intermediate value too (for debugging and for tests
 /// that compare values inside a graph).
 pub fn evaluate_all(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> Result<Tensors> {
+    evaluate_reading(graph, catalogue, inputs, false)
+}
+
+/// [`evaluate`] on the values `values` holds for the graph's inputs, among others it may hold
+/// (a model's stored values, of which a graph of values made from some of them reads a few):
+/// only those inputs are copied.
+pub fn evaluate_among(graph: &Graph, catalogue: &Catalogue, values: &Tensors) -> Result<Tensors> {
+    let mut all = evaluate_reading(graph, catalogue, values, true)?;
+    Ok(graph
+        .outputs
+        .iter()
+        .filter_map(|name| Some((name.clone(), all.remove(name)?)))
+        .collect())
+}
+
+/// [`evaluate_all`], refusing names `inputs` holds besides the graph's inputs unless `others`.
+fn evaluate_reading(
+    graph: &Graph,
+    catalogue: &Catalogue,
+    inputs: &Tensors,
+    others: bool,
+) -> Result<Tensors> {
     let types = check(graph, catalogue)?;
     for (name, ty) in &types {
         check_size(name, &ty.shape)?;
@@ -129,7 +151,7 @@ pub fn evaluate_all(graph: &Graph, catalogue: &Catalogue, inputs: &Tensors) -> R
             .map_err(|e| Error::at_node(&input.name, ErrorKind::Eval(e.to_string())))?;
         values.insert(input.name.clone(), copy);
     }
-    for name in inputs.keys() {
+    for name in inputs.keys().filter(|_| !others) {
         if graph.input(name).is_none() {
             return Err(Error::at_node(
                 name,
