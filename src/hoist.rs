@@ -37,14 +37,16 @@ pub struct Hoist {
 }
 
 impl Hoist {
+    /// The hoist of a [`Split`].
+    pub fn new(hoist: &Dag) -> Hoist {
+        Hoist {
+            graph: hoist.to_graph(),
+        }
+    }
+
     /// The fixed inputs the hoisted values are made of.
     pub fn reads(&self) -> impl Iterator<Item = &str> {
         self.graph.inputs.iter().map(|i| i.name.as_str())
-    }
-
-    /// The hoisted values' names, as the run graph's inputs name them.
-    pub fn values_named(&self) -> &[String] {
-        &self.graph.outputs
     }
 
     /// Each hoisted value with what it is made of: the fixed inputs it reads and its ops, in
@@ -118,8 +120,9 @@ pub struct Split {
     /// The graph that runs every time: the hoisted values are among its inputs, the fixed
     /// inputs it no longer reads are not.
     pub run: Dag,
-    /// What computes the hoisted values.
-    pub hoist: Hoist,
+    /// What computes the hoisted values, in index form ([`Hoist::new`] makes the graph, for
+    /// the split that is kept: extraction prices many candidates by their run graph alone).
+    pub hoist: Dag,
 }
 
 /// Cuts `dag` into the values computed from the inputs named in `fixed` alone (hoisted) and
@@ -141,9 +144,7 @@ pub fn split(dag: &Dag, fixed: &BTreeSet<String>) -> Option<Split> {
     let hoist = hoist_dag(dag, &frontier, &reads);
     Some(Split {
         run: run_dag(dag, &hoisted, &frontier, fixed, &hoist),
-        hoist: Hoist {
-            graph: hoist.to_graph(),
-        },
+        hoist,
     })
 }
 
@@ -404,8 +405,8 @@ mod tests {
         let y = b.op("y", "matmul", &[&x, &s]);
         let d = dag(&b.finish(&[&y]));
         let split = split(&d, &fixed(&["w", "g"])).expect("hoisted");
-        let hoist = split.hoist;
-        assert_eq!(hoist.values_named(), ["w.folded"]);
+        let hoist = Hoist::new(&split.hoist);
+        assert_eq!(hoist.graph.outputs, ["w.folded"]);
         assert_eq!(hoist.reads().collect::<Vec<_>>(), ["w", "g"]);
         assert_eq!(input_names(&split.run), ["x", "w.folded"]);
         assert_eq!(split.run.nodes.len(), 1);
@@ -436,8 +437,8 @@ mod tests {
         let out = b.op("out", "neg", &[&v]);
         let d = dag(&b.finish(&[&z, &out]));
         let split = split(&d, &fixed(&["w", "v"])).expect("exp(v) is hoisted");
-        let hoist = split.hoist;
-        assert_eq!(hoist.values_named(), ["v.folded"]);
+        let hoist = Hoist::new(&split.hoist);
+        assert_eq!(hoist.graph.outputs, ["v.folded"]);
         // w is still read (through its transpose), v too (by the output `out`).
         assert_eq!(input_names(&split.run), ["x", "w", "v", "v.folded"]);
         let ops: Vec<&str> = split.run.nodes.iter().map(|n| n.op.name()).collect();
@@ -471,7 +472,7 @@ mod tests {
         let z = b.op("z", "add", &[&y, &ones]);
         let d = dag(&b.finish(&[&z]));
         let split = split(&d, &fixed(&["w"])).expect("w + 1 is hoisted");
-        let hoist = split.hoist;
+        let hoist = Hoist::new(&split.hoist);
         let hoist_ops: Vec<&str> = hoist.graph.nodes.iter().map(|n| n.op.as_str()).collect();
         assert_eq!(hoist_ops, ["const", "add"]);
         let run_ops: Vec<&str> = split.run.nodes.iter().map(|n| n.op.name()).collect();

@@ -234,9 +234,10 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
     let graph = graph.as_ref();
     let input = Dag::from_graph(graph, &rules.ops)?.without_dead_nodes();
     let before = partition::unfused(&input, profile);
-    let unrewritten = partition::partition(&runs(&input, options).0, &rules.fusion, profile);
-    let (whole, after, saturation, extraction) = if options.fusion {
-        fuse(&input, &unrewritten, rules, profile, options)?
+    let unrewritten = Chosen::of(input.clone(), options, rules, profile);
+    let cost_unrewritten = unrewritten.partition.cost.total_us;
+    let (chosen, saturation, extraction) = if options.fusion {
+        fuse(&input, unrewritten, rules, profile, options)?
     } else {
         let extraction = ExtractionReport {
             method: None,
@@ -244,17 +245,21 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
             kept_input: true,
             time_ms: 0.0,
         };
-        let not_run = Saturation::not_run();
-        (input.clone(), before.clone(), not_run, extraction)
+        let baseline = Chosen {
+            whole: input.clone(),
+            run: input.clone(),
+            hoist: None,
+            partition: before.clone(),
+        };
+        (baseline, Saturation::not_run(), extraction)
     };
-    let optimized = whole.to_graph();
-    // The graph the partition was priced on, and what it leaves out.
-    let (dag, hoist) = if options.fusion {
-        let (run, hoist) = runs(&whole, options);
-        (run.into_owned(), hoist)
-    } else {
-        (whole, None)
-    };
+    let optimized = chosen.whole.to_graph();
+    let Chosen {
+        run: dag,
+        partition: after,
+        ..
+    } = chosen;
+    let hoist = chosen.hoist.as_ref().map(Hoist::new);
     let (count_before, count_after) = (before.count(), after.count());
     let cast_kernels_after = after
         .kernels
@@ -280,7 +285,7 @@ pub fn optimize(graph: &Graph, rules: &RuleSet, options: &Options) -> Result<Opt
         bytes_before: before.cost.bytes,
         bytes_after: after.cost.bytes,
         cost_before: before.cost.total_us,
-        cost_unrewritten: unrewritten.cost.total_us,
+        cost_unrewritten,
         cost_after: after.cost.total_us,
         egraph: EGraphReport {
             nodes: saturation.nodes,
@@ -333,11 +338,11 @@ pub fn with_amp<'g>(
 /// and what the two phases did. `unrewritten` is `input` fused as written.
 fn fuse(
     input: &Dag,
-    unrewritten: &Partition,
+    unrewritten: Chosen,
     rules: &RuleSet,
     profile: &Profile,
     options: &Options,
-) -> Result<(Dag, Partition, Saturation, ExtractionReport)> {
+) -> Result<(Chosen, Saturation, ExtractionReport)> {
     let mut egraph = egraph::new_egraph(input, &rules.ops);
     egraph.analysis.fixed = options.fixed.iter().map(egg::Symbol::from).collect();
     let mut seeded = egraph::seed(&mut egraph, input);
@@ -371,19 +376,15 @@ fn fuse(
     // `max(x, x)` is proven equal to `x`, choosing it would be a cycle), and the partitioner
     // only fuses along producer-consumer edges, so a simpler graph can fuse worse. The input
     // fused as written is always a valid answer: keep it when extraction did not beat it.
-    let mut after = partition::partition(&runs(&extraction.dag, options).0, &rules.fusion, profile);
-    let mut dag = extraction.dag;
+    let extracted = Chosen::of(extraction.dag, options, rules, profile);
     // Strictly cheaper by more than rounding: two forms of equal cost sum their kernels in
     // different orders, and a tie decided by the last bit would choose differently at different
     // sizes of a symbolic dimension (and so compile other kernels for each).
-    let kept_input = unrewritten.cost.total_us < after.cost.total_us * (1.0 - COST_TIE);
-    if kept_input {
-        dag = input.clone();
-        after = unrewritten.clone();
-    }
+    let kept_input =
+        unrewritten.partition.cost.total_us < extracted.partition.cost.total_us * (1.0 - COST_TIE);
+    let chosen = if kept_input { unrewritten } else { extracted };
     Ok((
-        dag,
-        after,
+        chosen,
         saturation,
         ExtractionReport {
             method: Some(extraction.method),
@@ -397,7 +398,7 @@ fn fuse(
 /// What of `dag` runs every time, as the partitioner sees it: all of it, less what the fixed
 /// inputs alone determine (returned as the hoist that computes it), with each computed
 /// constant made where it is read ([`Dag::with_constants_unshared`]).
-fn runs<'d>(dag: &'d Dag, options: &Options) -> (Cow<'d, Dag>, Option<Hoist>) {
+fn runs<'d>(dag: &'d Dag, options: &Options) -> (Cow<'d, Dag>, Option<Dag>) {
     let (run, hoist) = match hoist::split(dag, &options.fixed) {
         Some(split) => (Cow::Owned(split.run), Some(split.hoist)),
         None => (Cow::Borrowed(dag), None),
@@ -405,6 +406,28 @@ fn runs<'d>(dag: &'d Dag, options: &Options) -> (Cow<'d, Dag>, Option<Hoist>) {
     match run.with_constants_unshared() {
         Some(unshared) => (Cow::Owned(unshared), hoist),
         None => (run, hoist),
+    }
+}
+
+/// A candidate graph as the pipeline keeps it: the whole graph (what `--emit ron` saves), what
+/// of it runs every time ([`runs`]) with the hoist it leaves out, and the partition of that.
+struct Chosen {
+    whole: Dag,
+    run: Dag,
+    hoist: Option<Dag>,
+    partition: Partition,
+}
+
+impl Chosen {
+    fn of(whole: Dag, options: &Options, rules: &RuleSet, profile: &Profile) -> Chosen {
+        let (run, hoist) = runs(&whole, options);
+        let run = run.into_owned();
+        Chosen {
+            whole,
+            partition: partition::partition(&run, &rules.fusion, profile),
+            run,
+            hoist,
+        }
     }
 }
 
