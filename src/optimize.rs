@@ -357,11 +357,7 @@ fn fuse(
     seeded.canonicalize(&egraph);
 
     let extract_start = Instant::now();
-    let cost = |dag: &Dag| {
-        partition::partition(&runs(dag, options).0, &rules.fusion, profile)
-            .cost
-            .total_us
-    };
+    let cost = |dag: &Dag| runs(dag, options, rules, profile).2.cost.total_us;
     // What the fixed inputs determine is computed once: free to the bottom-up estimate, so
     // that extraction can reach a form that moves work onto the weights several rewrites deep
     // (the true cost of each candidate, after the hoist, then decides).
@@ -395,18 +391,29 @@ fn fuse(
     ))
 }
 
-/// What of `dag` runs every time, as the partitioner sees it: all of it, less what the fixed
-/// inputs alone determine (returned as the hoist that computes it), with each computed
-/// constant made where it is read ([`Dag::with_constants_unshared`]).
-fn runs<'d>(dag: &'d Dag, options: &Options) -> (Cow<'d, Dag>, Option<Dag>) {
+/// What of `dag` runs every time, as the partitioner sees it, and its partition: all of it,
+/// less what the fixed inputs alone determine (returned as the hoist that computes it). Where
+/// extraction merged equal computed constants (two convolutions' padding slabs), the form with
+/// each made anew where it is read ([`Dag::with_constants_unshared`]) is priced too, and the
+/// cheaper kept.
+fn runs<'d>(
+    dag: &'d Dag,
+    options: &Options,
+    rules: &RuleSet,
+    profile: &Profile,
+) -> (Cow<'d, Dag>, Option<Dag>, Partition) {
     let (run, hoist) = match hoist::split(dag, &options.fixed) {
         Some(split) => (Cow::Owned(split.run), Some(split.hoist)),
         None => (Cow::Borrowed(dag), None),
     };
-    match run.with_constants_unshared() {
-        Some(unshared) => (Cow::Owned(unshared), hoist),
-        None => (run, hoist),
+    let shared = partition::partition(&run, &rules.fusion, profile);
+    if let Some(unshared) = run.with_constants_unshared() {
+        let apart = partition::partition(&unshared, &rules.fusion, profile);
+        if apart.cost.total_us < shared.cost.total_us {
+            return (Cow::Owned(unshared), hoist, apart);
+        }
     }
+    (run, hoist, shared)
 }
 
 /// A candidate graph as the pipeline keeps it: the whole graph (what `--emit ron` saves), what
@@ -420,11 +427,11 @@ struct Chosen {
 
 impl Chosen {
     fn of(whole: Dag, options: &Options, rules: &RuleSet, profile: &Profile) -> Chosen {
-        let (run, hoist) = runs(&whole, options);
+        let (run, hoist, partition) = runs(&whole, options, rules, profile);
         let run = run.into_owned();
         Chosen {
             whole,
-            partition: partition::partition(&run, &rules.fusion, profile),
+            partition,
             run,
             hoist,
         }
