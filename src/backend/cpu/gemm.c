@@ -43,6 +43,11 @@
 /* Packed B of a whole K x NC column block is kept (and reused by the blocks below it) while it
    is at most this many floats; a larger one is packed one KC slice at a time. */
 #define FB_GEMM_B_KEEP (8 << 20)
+/* Packed A of a whole MC x K row block is kept (and reused by the next blocks the same thread
+   takes of the same rows: a Linear's activations beside each column block of the weight, a
+   convolution's weights beside every image of the batch) while it is at most this many
+   floats; a larger one is packed one KC slice at a time. */
+#define FB_GEMM_A_KEEP (1 << 18)
 
 static inline float fb_gemm_load(const void *p, int64_t dtype, int64_t i) {
     switch (dtype) {
@@ -231,11 +236,61 @@ static inline void fb_gemm_load_strided(const fb_gemm_operand *o, int64_t start,
 /* A's rows [r0, r0 + rows) and columns [k0, k0 + kc) into MR-row strips: strip s holds, for
    each k, MR consecutive values of rows s*MR.. (rows past the end are zero, so the microkernel
    always runs whole strips; they only ever reach output rows that are never stored). */
+#if defined(__AVX512F__)
+/* Eight runs of f32 values, `rs` apart, each `kc` long, transposed into `d`: value k of run r
+   goes to d[k * ld + r]. Eight values of each run at a time, as an 8 x 8 transpose in
+   registers. This is how a row-major A becomes MR-row strips and a transposed B (a `Linear`'s
+   weight) NR-column strips: packing was a fifth of a large product's time when each value went
+   through a scalar store of its own. */
+static void fb_gemm_transpose8_f32(const float *src, int64_t rs, int64_t kc, float *d, int64_t ld) {
+    int64_t k = 0;
+    for (; k + 8 <= kc; k += 8) {
+        const float *p = src + k;
+        __m256 r0 = _mm256_loadu_ps(p), r1 = _mm256_loadu_ps(p + rs), r2 = _mm256_loadu_ps(p + 2 * rs),
+               r3 = _mm256_loadu_ps(p + 3 * rs), r4 = _mm256_loadu_ps(p + 4 * rs), r5 = _mm256_loadu_ps(p + 5 * rs),
+               r6 = _mm256_loadu_ps(p + 6 * rs), r7 = _mm256_loadu_ps(p + 7 * rs);
+        /* Pairs of rows interleaved, then quads, then the two 128-bit halves exchanged. */
+        __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+               t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+               t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+        __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+               u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+               u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+               u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+        float *o = d + k * ld;
+        _mm256_storeu_ps(o, _mm256_permute2f128_ps(u0, u4, 0x20));
+        _mm256_storeu_ps(o + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
+        _mm256_storeu_ps(o + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
+        _mm256_storeu_ps(o + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
+        _mm256_storeu_ps(o + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
+        _mm256_storeu_ps(o + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
+        _mm256_storeu_ps(o + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
+        _mm256_storeu_ps(o + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+    for (; k < kc; k++)
+        for (int64_t r = 0; r < 8; r++) d[k * ld + r] = src[r * rs + k];
+}
+#endif
+
 static void fb_gemm_pack_a(const fb_gemm_operand *a, int64_t r0, int64_t rows, int64_t k0, int64_t kc,
                            float *dst) {
+    /* f32 values used as they are: whole strips copy without conversion. */
+    const int plain = a->dtype == 0 && !a->round1 && !a->round2 && !a->rt && !a->ct;
     for (int64_t s = 0; s < rows; s += FB_GEMM_MR) {
         int64_t h = rows - s < FB_GEMM_MR ? rows - s : FB_GEMM_MR;
         float *d = dst + s * kc;
+        const float *first = plain ? (const float *)a->p + (a->origin + (r0 + s) * a->rs + k0 * a->cs) : NULL;
+#if defined(__AVX512F__)
+        if (plain && h == FB_GEMM_MR && a->cs == 1) {
+            fb_gemm_transpose8_f32(first, a->rs, kc, d, FB_GEMM_MR);
+            continue;
+        }
+#endif
+        if (plain && h == FB_GEMM_MR && a->rs == 1) {
+            /* A transposed operand: each k's eight rows are neighbours. */
+            for (int64_t k = 0; k < kc; k++) memcpy(d + k * FB_GEMM_MR, first + k * a->cs, FB_GEMM_MR * sizeof(float));
+            continue;
+        }
         if (h < FB_GEMM_MR)
             memset(d, 0, (size_t)(kc * FB_GEMM_MR) * sizeof(float));
         if (a->rt || a->ct) {
@@ -346,7 +401,14 @@ static void fb_gemm_pack_b(const fb_gemm_operand *b, int64_t k0, int64_t kc, int
             float run[FB_GEMM_KC];
             if (w < FB_GEMM_NR)
                 memset(d, 0, (size_t)(kc * FB_GEMM_NR) * sizeof(float));
-            for (int64_t c = 0; c < w; c++) {
+            int64_t c = 0;
+#if defined(__AVX512F__)
+            if (b->dtype == 0 && !b->round1 && !b->round2) {
+                const float *first = (const float *)b->p + (b->origin + k0 + (c0 + s) * b->cs);
+                for (; c + 8 <= w; c += 8) fb_gemm_transpose8_f32(first + c * b->cs, b->cs, kc, d + c, FB_GEMM_NR);
+            }
+#endif
+            for (; c < w; c++) {
                 fb_gemm_load_run(b, (c0 + s + c) * b->cs + k0, kc, run);
                 for (int64_t k = 0; k < kc; k++) d[k * FB_GEMM_NR + c] = run[k];
             }
@@ -652,8 +714,10 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
     const int64_t items = batches * mb * nb;
     const int64_t kc_max = K < FB_GEMM_KC ? K : FB_GEMM_KC;
     const int64_t slices = K > 0 ? (K + FB_GEMM_KC - 1) / FB_GEMM_KC : 0;
-    const int keep_b = K * nc <= FB_GEMM_B_KEEP;
-    const size_t a_floats = (size_t)(mc * kc_max), b_floats = (size_t)((keep_b ? K : kc_max) * nc);
+    /* Kept only where a thread may reuse it: below another row block. */
+    const int keep_b = mb > 1 && K * nc <= FB_GEMM_B_KEEP;
+    const int keep_a = K * mc <= FB_GEMM_A_KEEP;
+    const size_t a_floats = (size_t)(mc * (keep_a ? K : kc_max)), b_floats = (size_t)((keep_b ? K : kc_max) * nc);
     const size_t tile_floats = (size_t)(mc * nc);
     const fb_gemm_epilogue *epilogue = (const fb_gemm_epilogue *)ptrs[4];
     /* The epilogue's scratch holds a tile in the product's dtype, at most 4 bytes each. */
@@ -745,8 +809,10 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
             failed = 1;
         } else {
             float *pa = buf, *pb = buf + a_floats, *tile = pb + b_floats;
-            /* The (batch, column block) whose whole packed B `pb` holds, if keep_b. */
-            int64_t packed_for = -1;
+            /* The (batch, column block) whose whole packed B `pb` holds, if keep_b; the row
+               block and A matrix (its first element) whose whole packed A `pa` holds, if
+               keep_a. */
+            int64_t packed_for = -1, a_rows_for = -1, a_origin_for = 0;
 #pragma omp for schedule(dynamic, 1)
             for (int64_t item = 0; item < items; item++) {
                 /* Row blocks run fastest, so a thread's consecutive blocks tend to share B. */
@@ -762,11 +828,14 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
                 ab.origin = offsets[3 * bi];
                 bb.origin = offsets[3 * bi + 1];
                 const int reuse = cached || (keep_b && packed_for == bi * nb + jb);
+                const int reuse_a = keep_a && a_rows_for == ib && a_origin_for == ab.origin;
+                const int64_t a_strips = fb_gemm_round_up(rows, FB_GEMM_MR);
                 if (slices == 0)
                     memset(tile, 0, (size_t)(fb_gemm_round_up(rows, FB_GEMM_MR) * ldt) * sizeof(float));
                 for (int64_t s = 0; s < slices; s++) {
                     const int64_t k0 = s * FB_GEMM_KC, kc = K - k0 < FB_GEMM_KC ? K - k0 : FB_GEMM_KC;
                     float *pbs = cached ? (float *)cached + jb * K * nc + k0 * ldt : keep_b ? pb + k0 * ldt : pb;
+                    float *pas = keep_a ? pa + k0 * a_strips : pa;
 #if defined(__AVX512BF16__)
                     if (pairs) {
                         if (!reuse && fb_gemm_direct_pairs(&bb))
@@ -775,27 +844,29 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
                             fb_gemm_pack_b(&bb, k0, kc, c0, cols, pbs);
                             for (int64_t j = 0; j < cols; j += FB_GEMM_NR) fb_gemm_pairs(pbs + j * kc, kc, FB_GEMM_NR);
                         }
-                        if (fb_gemm_direct_pairs(&ab))
-                            fb_gemm_pack_a_pairs(&ab, r0, rows, k0, kc, (uint32_t *)(void *)pa);
-                        else {
-                            fb_gemm_pack_a(&ab, r0, rows, k0, kc, pa);
-                            for (int64_t i = 0; i < rows; i += FB_GEMM_MR) fb_gemm_pairs(pa + i * kc, kc, FB_GEMM_MR);
+                        if (!reuse_a && fb_gemm_direct_pairs(&ab))
+                            fb_gemm_pack_a_pairs(&ab, r0, rows, k0, kc, (uint32_t *)(void *)pas);
+                        else if (!reuse_a) {
+                            fb_gemm_pack_a(&ab, r0, rows, k0, kc, pas);
+                            for (int64_t i = 0; i < rows; i += FB_GEMM_MR) fb_gemm_pairs(pas + i * kc, kc, FB_GEMM_MR);
                         }
                         for (int64_t i = 0; i < rows; i += FB_GEMM_MR)
                             for (int64_t j = 0; j < cols; j += FB_GEMM_NR)
-                                fb_gemm_micro_bf16(kc, (const uint32_t *)(const void *)(pa + i * kc),
+                                fb_gemm_micro_bf16(kc, (const uint32_t *)(const void *)(pas + i * kc),
                                                    (const uint32_t *)(const void *)(pbs + j * kc), tile + i * ldt + j,
                                                    ldt, s > 0);
                         continue;
                     }
 #endif
                     if (!reuse) fb_gemm_pack_b(&bb, k0, kc, c0, cols, pbs);
-                    fb_gemm_pack_a(&ab, r0, rows, k0, kc, pa);
+                    if (!reuse_a) fb_gemm_pack_a(&ab, r0, rows, k0, kc, pas);
                     for (int64_t i = 0; i < rows; i += FB_GEMM_MR)
                         for (int64_t j = 0; j < cols; j += FB_GEMM_NR)
-                            fb_gemm_micro(kc, pa + i * kc, pbs + j * kc, tile + i * ldt + j, ldt, s > 0);
+                            fb_gemm_micro(kc, pas + i * kc, pbs + j * kc, tile + i * ldt + j, ldt, s > 0);
                 }
                 packed_for = keep_b ? bi * nb + jb : -1;
+                a_rows_for = keep_a ? ib : -1;
+                a_origin_for = ab.origin;
                 char *out = (char *)ptrs[2] + offsets[3 * bi + 2] * (c_dtype == 0 ? 4 : 2);
                 if (!epilogue || epilogue->store_product)
                     fb_gemm_store(tile, ldt, rows, cols, out, c_dtype, rsc, csc, r0, c0);

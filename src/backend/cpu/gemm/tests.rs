@@ -148,6 +148,66 @@ fn strided_and_transposed_operands_give_the_contiguous_product() {
     }
 }
 
+/// A left-hand matrix shared by a batch (a convolution's weights beside each image) whose row
+/// blocks, K slices and column blocks the threads take in turn: each thread packs a row block
+/// of A once and reuses it for the next blocks it takes of the same rows, so a reuse that kept
+/// the wrong rows, the wrong matrix or the wrong slice shows in the product. The right-hand
+/// matrices are read row-major and transposed (a `Linear`'s weight, packed by transposes of
+/// 8 x 8 blocks), with a width that leaves a partial strip and a partial group of 8.
+#[test]
+fn a_left_hand_matrix_packed_once_serves_every_block_of_its_rows() {
+    let gemm = gemm();
+    let (batches, m, k, n) = (3usize, 203usize, 300usize, 437usize);
+    for (dtype, out_dtype) in [(DType::F32, DType::F32), (DType::BF16, DType::F32)] {
+        for (label, sb) in [("row-major B", [n, 1]), ("transposed B", [1, k])] {
+            let a = random(dtype, m * k, 7);
+            let b = random(dtype, batches * k * n, 8);
+            let mut want = Buffer::zeroed(out_dtype, &[batches * m * n]);
+            let op = MatMulOperand::stored(Value::Input(0));
+            let ac = gather(&a, m, k, [k, 1]);
+            for i in 0..batches {
+                let mut bi = Buffer::zeroed(dtype, &[k * n]);
+                for e in 0..k * n {
+                    bi.set(e, b.get(i * k * n + e));
+                }
+                let bc = gather(&bi, k, n, sb);
+                let mut one = Buffer::zeroed(out_dtype, &[m, n]);
+                matmul::matmul(&ac, &op, &bc, &op, &mut one).unwrap();
+                for e in 0..m * n {
+                    want.set(i * m * n + e, one.get(e));
+                }
+            }
+            let plan = operand_plan(dtype, None, out_dtype).unwrap();
+            let call = Call {
+                sizes: [
+                    batches as i64,
+                    m as i64,
+                    k as i64,
+                    n as i64,
+                    plan[0],
+                    plan[0],
+                    code(out_dtype).unwrap(),
+                    plan[1],
+                    plan[2],
+                    plan[1],
+                    plan[2],
+                ],
+                strides: [k as i64, 1, sb[0] as i64, sb[1] as i64, n as i64, 1],
+                // A's offset is the same for every batch matrix.
+                offsets: (0..batches)
+                    .flat_map(|i| [0, (i * k * n) as i64, (i * m * n) as i64])
+                    .collect(),
+                split: None,
+                zeros: None,
+            };
+            let mut got = Buffer::zeroed(out_dtype, &[batches * m * n]);
+            // SAFETY: A spans m x k, each batch's B k x n at its offset, C m x n per batch.
+            unsafe { call_on(&gemm, &call, &a, &b, &mut got) };
+            assert_close(&got, &want, out_dtype, &format!("{dtype} {label}"));
+        }
+    }
+}
+
 /// A product of bf16 values gives the same f32 bits whether its operands are stored as bf16
 /// (the `vdpbf16ps` pair path, where the CPU has it) or as f32 (the f32 microkernel): the pairs
 /// are packed so that both add the same products in the same order. Odd K ends on a half pair.
