@@ -699,8 +699,11 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
     if (work < 262144.0) threads = 1;
     const int64_t mc = M < FB_GEMM_MC ? fb_gemm_round_up(M, FB_GEMM_MR) : FB_GEMM_MC;
     const int64_t mb = (M + mc - 1) / mc;
-    int64_t nc = N < FB_GEMM_NC ? fb_gemm_round_up(N, FB_GEMM_NR) : FB_GEMM_NC;
-    int64_t nb = (N + nc - 1) / nc;
+    /* As many column blocks as NC-wide ones need, of even width (784 columns as 288, 288
+       and 208 rather than 384, 384 and a block of 16 that fills a third of its strip). */
+    int64_t nb = (N + FB_GEMM_NC - 1) / FB_GEMM_NC;
+    int64_t nc = fb_gemm_round_up((N + nb - 1) / nb, FB_GEMM_NR);
+    nb = (N + nc - 1) / nc;
     if (threads > 1 && batches * mb * nb < 4 * threads) {
         /* At least four blocks per thread where N allows (blocks of two strips or more), so
            that a thread the OS preempts holds up little of the product: blocks are handed out
