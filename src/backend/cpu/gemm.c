@@ -100,6 +100,12 @@ static inline float fb_gemm_elem(const fb_gemm_operand *o, int64_t r, int64_t c)
     return fb_gemm_elem_at(o, fb_gemm_row_at(o, r) + fb_gemm_col_at(o, c));
 }
 
+/* Whether the operand is f32 values (read through plain strides) that the product rounds to
+   bf16 and to nothing else: rounding to bf16 twice is rounding once. */
+static inline int fb_gemm_rounds_to_bf16(const fb_gemm_operand *o) {
+    return o->dtype == 0 && !o->rt && !o->ct && (o->round1 == 2 || o->round2 == 2) && (o->round1 | o->round2) == 2;
+}
+
 /* An operand axis read through sub-axes: n (size, stride) pairs, outermost first, n = 0 for
    an axis read through its one stride. fb_gemm_split holds A's rows and columns, then B's. */
 #define FB_GEMM_SUB 8
@@ -239,16 +245,31 @@ static inline void fb_gemm_load_strided(const fb_gemm_operand *o, int64_t start,
 #if defined(__AVX512F__)
 /* Eight runs of f32 values, `rs` apart, each `kc` long, transposed into `d`: value k of run r
    goes to d[k * ld + r]. Eight values of each run at a time, as an 8 x 8 transpose in
-   registers. This is how a row-major A becomes MR-row strips and a transposed B (a `Linear`'s
-   weight) NR-column strips: packing was a fifth of a large product's time when each value went
-   through a scalar store of its own. */
-static void fb_gemm_transpose8_f32(const float *src, int64_t rs, int64_t kc, float *d, int64_t ld) {
+   registers, rounded to bf16 on the way where `bf16` (an f32 operand of a bf16 product). This
+   is how a row-major A becomes MR-row strips and a transposed B (a `Linear`'s weight) NR-column
+   strips: packing was a fifth of a large product's time when each value went through a scalar
+   store of its own. */
+/* Eight f32 values rounded to bf16 (nearest, ties to even; a NaN stays a quiet NaN), as f32:
+   fb_rnd_fb on each lane. */
+static inline __m256 fb_gemm_rnd_fb8(__m256 x) {
+    const __m256i u = _mm256_castps_si256(x), high = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), high);
+    const __m256i q = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x400000)), high);
+    return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(q), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+static void fb_gemm_transpose8_f32(const float *src, int64_t rs, int64_t kc, float *d, int64_t ld, int bf16) {
     int64_t k = 0;
     for (; k + 8 <= kc; k += 8) {
         const float *p = src + k;
         __m256 r0 = _mm256_loadu_ps(p), r1 = _mm256_loadu_ps(p + rs), r2 = _mm256_loadu_ps(p + 2 * rs),
                r3 = _mm256_loadu_ps(p + 3 * rs), r4 = _mm256_loadu_ps(p + 4 * rs), r5 = _mm256_loadu_ps(p + 5 * rs),
                r6 = _mm256_loadu_ps(p + 6 * rs), r7 = _mm256_loadu_ps(p + 7 * rs);
+        if (bf16) {
+            r0 = fb_gemm_rnd_fb8(r0), r1 = fb_gemm_rnd_fb8(r1), r2 = fb_gemm_rnd_fb8(r2), r3 = fb_gemm_rnd_fb8(r3);
+            r4 = fb_gemm_rnd_fb8(r4), r5 = fb_gemm_rnd_fb8(r5), r6 = fb_gemm_rnd_fb8(r6), r7 = fb_gemm_rnd_fb8(r7);
+        }
         /* Pairs of rows interleaved, then quads, then the two 128-bit halves exchanged. */
         __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
                t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
@@ -268,21 +289,23 @@ static void fb_gemm_transpose8_f32(const float *src, int64_t rs, int64_t kc, flo
         _mm256_storeu_ps(o + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
     }
     for (; k < kc; k++)
-        for (int64_t r = 0; r < 8; r++) d[k * ld + r] = src[r * rs + k];
+        for (int64_t r = 0; r < 8; r++) d[k * ld + r] = bf16 ? fb_rnd_fb(src[r * rs + k]) : src[r * rs + k];
 }
 #endif
 
 static void fb_gemm_pack_a(const fb_gemm_operand *a, int64_t r0, int64_t rows, int64_t k0, int64_t kc,
                            float *dst) {
-    /* f32 values used as they are: whole strips copy without conversion. */
+    /* f32 values used as they are: whole strips copy without conversion; f32 values rounded
+       to bf16 alone (no f16 rounding) are rounded as vectors while transposed. */
     const int plain = a->dtype == 0 && !a->round1 && !a->round2 && !a->rt && !a->ct;
+    const int to_bf16 = fb_gemm_rounds_to_bf16(a);
     for (int64_t s = 0; s < rows; s += FB_GEMM_MR) {
         int64_t h = rows - s < FB_GEMM_MR ? rows - s : FB_GEMM_MR;
         float *d = dst + s * kc;
-        const float *first = plain ? (const float *)a->p + (a->origin + (r0 + s) * a->rs + k0 * a->cs) : NULL;
+        const float *first = plain || to_bf16 ? (const float *)a->p + (a->origin + (r0 + s) * a->rs + k0 * a->cs) : NULL;
 #if defined(__AVX512F__)
-        if (plain && h == FB_GEMM_MR && a->cs == 1) {
-            fb_gemm_transpose8_f32(first, a->rs, kc, d, FB_GEMM_MR);
+        if ((plain || to_bf16) && h == FB_GEMM_MR && a->cs == 1) {
+            fb_gemm_transpose8_f32(first, a->rs, kc, d, FB_GEMM_MR, to_bf16);
             continue;
         }
 #endif
@@ -403,9 +426,11 @@ static void fb_gemm_pack_b(const fb_gemm_operand *b, int64_t k0, int64_t kc, int
                 memset(d, 0, (size_t)(kc * FB_GEMM_NR) * sizeof(float));
             int64_t c = 0;
 #if defined(__AVX512F__)
-            if (b->dtype == 0 && !b->round1 && !b->round2) {
+            const int to_bf16 = fb_gemm_rounds_to_bf16(b);
+            if ((b->dtype == 0 && !b->round1 && !b->round2) || to_bf16) {
                 const float *first = (const float *)b->p + (b->origin + k0 + (c0 + s) * b->cs);
-                for (; c + 8 <= w; c += 8) fb_gemm_transpose8_f32(first + c * b->cs, b->cs, kc, d + c, FB_GEMM_NR);
+                for (; c + 8 <= w; c += 8)
+                    fb_gemm_transpose8_f32(first + c * b->cs, b->cs, kc, d + c, FB_GEMM_NR, to_bf16);
             }
 #endif
             for (; c < w; c++) {

@@ -148,6 +148,58 @@ fn strided_and_transposed_operands_give_the_contiguous_product() {
     }
 }
 
+/// f32 operands that the product rounds to bf16 (an absorbed cast: AMP's `Linear` in bf16)
+/// give the bits of the same product of the operands rounded beforehand: the packers round
+/// eight values at a time while transposing a row-major A and a transposed B, to nearest with
+/// ties to even, NaN kept. Values are drawn so that many lie halfway between two bf16 values.
+#[test]
+fn operands_rounded_to_bf16_while_packed_give_the_rounded_operands_product() {
+    let gemm = gemm();
+    let (m, k, n) = (37usize, 300usize, 101usize);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+    let mut draw = |len: usize| {
+        let mut buf = Buffer::zeroed(DType::F32, &[len]);
+        for i in 0..len {
+            // A bf16 value plus 0, a half or a quarter of its last place, either sign.
+            let base = half::bf16::from_f32(rng.random_range(-2.0f32..2.0)).to_bits() as u32;
+            let bits = (base << 16) | [0u32, 0x8000, 0x4000, 0xc000][rng.random_range(0..4usize)];
+            buf.set(i, f32::from_bits(bits) as f64);
+        }
+        buf.set(len / 3, f64::NAN);
+        buf.set(len / 2, f64::INFINITY);
+        buf
+    };
+    let (a, b) = (draw(m * k), draw(k * n));
+    let rounded = |x: &Buffer| {
+        let mut r = Buffer::zeroed(DType::F32, &[x.len()]);
+        (0..x.len()).for_each(|i| r.set(i, half::bf16::from_f64(x.get(i)).to_f64()));
+        r
+    };
+    let (ar, br) = (rounded(&a), rounded(&b));
+    // B transposed: stored [n, k].
+    let run = |a: &Buffer, b: &Buffer, round: i64| {
+        let mut out = Buffer::zeroed(DType::F32, &[m * n]);
+        let call = Call {
+            sizes: [1, m as i64, k as i64, n as i64, 0, 0, 0, round, 0, round, 0],
+            strides: [k as i64, 1, 1, k as i64, n as i64, 1],
+            offsets: vec![0, 0, 0],
+            split: None,
+            zeros: None,
+        };
+        // SAFETY: an m x k row-major A, a k x n B stored as n rows of k, an m x n output.
+        unsafe { call_on(&gemm, &call, a, b, &mut out) };
+        out
+    };
+    let (packed, beforehand) = (run(&a, &b, 2), run(&ar, &br, 0));
+    for i in 0..m * n {
+        let (x, y) = (packed.get(i), beforehand.get(i));
+        assert!(
+            (x.is_nan() && y.is_nan()) || x.to_bits() == y.to_bits(),
+            "[{i}]: {x} vs {y}"
+        );
+    }
+}
+
 /// A left-hand matrix shared by a batch (a convolution's weights beside each image) whose row
 /// blocks, K slices and column blocks the threads take in turn: each thread packs a row block
 /// of A once and reuses it for the next blocks it takes of the same rows, so a reuse that kept
