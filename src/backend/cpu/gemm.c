@@ -259,16 +259,30 @@ static inline __m256 fb_gemm_rnd_fb8(__m256 x) {
     return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(q), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
-static void fb_gemm_transpose8_f32(const float *src, int64_t rs, int64_t kc, float *d, int64_t ld, int bf16) {
+/* What fb_gemm_transpose8_f32 does to each value on the way: nothing, round it to bf16, or
+   swap the two bf16 halves of a 32-bit word (a pair of bf16 values along K, as vdpbf16ps
+   reads them: k = 2p in the high half). */
+enum { FB_GEMM_AS_IS, FB_GEMM_TO_BF16, FB_GEMM_SWAP_HALVES };
+
+static inline __m256 fb_gemm_swap_halves8(__m256 x) {
+    const __m256i u = _mm256_castps_si256(x);
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(u, 16), _mm256_srli_epi32(u, 16)));
+}
+
+static void fb_gemm_transpose8_f32(const float *src, int64_t rs, int64_t kc, float *d, int64_t ld, int mode) {
     int64_t k = 0;
     for (; k + 8 <= kc; k += 8) {
         const float *p = src + k;
         __m256 r0 = _mm256_loadu_ps(p), r1 = _mm256_loadu_ps(p + rs), r2 = _mm256_loadu_ps(p + 2 * rs),
                r3 = _mm256_loadu_ps(p + 3 * rs), r4 = _mm256_loadu_ps(p + 4 * rs), r5 = _mm256_loadu_ps(p + 5 * rs),
                r6 = _mm256_loadu_ps(p + 6 * rs), r7 = _mm256_loadu_ps(p + 7 * rs);
-        if (bf16) {
+        if (mode == FB_GEMM_TO_BF16) {
             r0 = fb_gemm_rnd_fb8(r0), r1 = fb_gemm_rnd_fb8(r1), r2 = fb_gemm_rnd_fb8(r2), r3 = fb_gemm_rnd_fb8(r3);
             r4 = fb_gemm_rnd_fb8(r4), r5 = fb_gemm_rnd_fb8(r5), r6 = fb_gemm_rnd_fb8(r6), r7 = fb_gemm_rnd_fb8(r7);
+        } else if (mode == FB_GEMM_SWAP_HALVES) {
+            r0 = fb_gemm_swap_halves8(r0), r1 = fb_gemm_swap_halves8(r1), r2 = fb_gemm_swap_halves8(r2);
+            r3 = fb_gemm_swap_halves8(r3), r4 = fb_gemm_swap_halves8(r4), r5 = fb_gemm_swap_halves8(r5);
+            r6 = fb_gemm_swap_halves8(r6), r7 = fb_gemm_swap_halves8(r7);
         }
         /* Pairs of rows interleaved, then quads, then the two 128-bit halves exchanged. */
         __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
@@ -289,7 +303,14 @@ static void fb_gemm_transpose8_f32(const float *src, int64_t rs, int64_t kc, flo
         _mm256_storeu_ps(o + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
     }
     for (; k < kc; k++)
-        for (int64_t r = 0; r < 8; r++) d[k * ld + r] = bf16 ? fb_rnd_fb(src[r * rs + k]) : src[r * rs + k];
+        for (int64_t r = 0; r < 8; r++) {
+            /* Read and written as bits (the source may be bf16 pairs). */
+            uint32_t w;
+            memcpy(&w, src + r * rs + k, 4);
+            if (mode == FB_GEMM_SWAP_HALVES) w = (w << 16) | (w >> 16);
+            else if (mode == FB_GEMM_TO_BF16) w = fb_f2u(fb_rnd_fb(fb_u2f(w)));
+            memcpy(d + k * ld + r, &w, 4);
+        }
 }
 #endif
 
@@ -305,7 +326,7 @@ static void fb_gemm_pack_a(const fb_gemm_operand *a, int64_t r0, int64_t rows, i
         const float *first = plain || to_bf16 ? (const float *)a->p + (a->origin + (r0 + s) * a->rs + k0 * a->cs) : NULL;
 #if defined(__AVX512F__)
         if ((plain || to_bf16) && h == FB_GEMM_MR && a->cs == 1) {
-            fb_gemm_transpose8_f32(first, a->rs, kc, d, FB_GEMM_MR, to_bf16);
+            fb_gemm_transpose8_f32(first, a->rs, kc, d, FB_GEMM_MR, to_bf16 ? FB_GEMM_TO_BF16 : FB_GEMM_AS_IS);
             continue;
         }
 #endif
@@ -430,7 +451,8 @@ static void fb_gemm_pack_b(const fb_gemm_operand *b, int64_t k0, int64_t kc, int
             if ((b->dtype == 0 && !b->round1 && !b->round2) || to_bf16) {
                 const float *first = (const float *)b->p + (b->origin + k0 + (c0 + s) * b->cs);
                 for (; c + 8 <= w; c += 8)
-                    fb_gemm_transpose8_f32(first + c * b->cs, b->cs, kc, d + c, FB_GEMM_NR, to_bf16);
+                    fb_gemm_transpose8_f32(first + c * b->cs, b->cs, kc, d + c, FB_GEMM_NR,
+                                           to_bf16 ? FB_GEMM_TO_BF16 : FB_GEMM_AS_IS);
             }
 #endif
             for (; c < w; c++) {
@@ -533,6 +555,20 @@ static void fb_gemm_pack_a_pairs(const fb_gemm_operand *a, int64_t r0, int64_t r
     for (int64_t s = 0; s < rows; s += FB_GEMM_MR) {
         int64_t h = rows - s < FB_GEMM_MR ? rows - s : FB_GEMM_MR;
         uint32_t *d = dst + s * kc; /* strips start where the f32 strips would */
+#if defined(__AVX512F__)
+        if (h == FB_GEMM_MR) {
+            /* The rows' whole pairs are 32-bit words in a row: transposed as f32 strips are. */
+            const uint16_t *first = (const uint16_t *)a->p + (a->origin + (r0 + s) * a->rs + k0);
+            if ((a->rs & 1) == 0) {
+                fb_gemm_transpose8_f32((const float *)(const void *)first, a->rs / 2, kc / 2, (float *)(void *)d,
+                                       FB_GEMM_MR, FB_GEMM_SWAP_HALVES);
+                if (kc & 1)
+                    for (int64_t r = 0; r < FB_GEMM_MR; r++)
+                        d[(kp - 1) * FB_GEMM_MR + r] = (uint32_t)first[r * a->rs + kc - 1] << 16;
+                continue;
+            }
+        }
+#endif
         for (int64_t r = 0; r < FB_GEMM_MR; r++) {
             if (r >= h) {
                 for (int64_t p = 0; p < kp; p++) d[p * FB_GEMM_MR + r] = 0;

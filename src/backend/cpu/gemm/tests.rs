@@ -266,8 +266,15 @@ fn a_left_hand_matrix_packed_once_serves_every_block_of_its_rows() {
 #[test]
 fn bf16_pairs_give_the_f32_paths_bits() {
     let gemm = gemm();
-    for (m, k, n) in [(37usize, 301usize, 101usize), (8, 1, 48), (130, 520, 400)] {
-        let a = random(DType::BF16, m * k, 7);
+    // A's rows `lda` apart: odd (pairs read one by one), and even with an odd K (whole pairs
+    // read as 32-bit words, transposed eight rows at a time, the last half pair alone).
+    for (m, k, n, lda) in [
+        (37usize, 301usize, 101usize, 301usize),
+        (37, 301, 101, 302),
+        (8, 1, 48, 1),
+        (130, 520, 400, 520),
+    ] {
+        let a = random(DType::BF16, m * lda, 7);
         let b = random(DType::BF16, k * n, 8);
         let widen = |x: &Buffer| {
             let mut w = Buffer::zeroed(DType::F32, &[x.len()]);
@@ -279,12 +286,13 @@ fn bf16_pairs_give_the_f32_paths_bits() {
             let mut out = Buffer::zeroed(DType::F32, &[m * n]);
             let call = Call {
                 sizes: [1, m as i64, k as i64, n as i64, code, code, 0, 0, 0, 0, 0],
-                strides: [k as i64, 1, n as i64, 1, n as i64, 1],
+                strides: [lda as i64, 1, n as i64, 1, n as i64, 1],
                 offsets: vec![0, 0, 0],
                 split: None,
                 zeros: None,
             };
-            // SAFETY: contiguous m x k, k x n and m x n matrices in buffers of those sizes.
+            // SAFETY: m rows of lda (at least k), a contiguous k x n and m x n in buffers of
+            // those sizes.
             unsafe { call_on(&gemm, &call, a, b, &mut out) };
             out
         };
