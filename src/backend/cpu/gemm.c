@@ -7,7 +7,8 @@
    sum over KC-deep slices of K, each slice packing an MC x KC piece of A (MR-row strips) and
    a KC x NC piece of B (NR-column strips) into contiguous buffers, and running an MR x NR
    register-blocked microkernel over every strip pair (bf16 pairs on `vdpbf16ps` where both
-   operands are bf16 values and the target has AVX512-BF16). A block accumulates in an f32
+   operands are bf16 values and the target has AVX512-BF16). A thread keeps the packed A of a
+   whole row block, where it is small, for the next blocks it takes of the same rows. A block accumulates in an f32
    tile that stays in L2; once its last slice is added, it is stored, or handed to a fused
    epilogue (bias, activation, residual: a generated kernel run on the tile while it is in
    cache, see fb_gemm_epilogue below).
