@@ -179,25 +179,15 @@ fn operands_rounded_to_bf16_while_packed_give_the_rounded_operands_product() {
     // B transposed: stored [n, k].
     let run = |a: &Buffer, b: &Buffer, round: i64| {
         let mut out = Buffer::zeroed(DType::F32, &[m * n]);
-        let call = Call {
-            sizes: [1, m as i64, k as i64, n as i64, 0, 0, 0, round, 0, round, 0],
-            strides: [k as i64, 1, 1, k as i64, n as i64, 1],
-            offsets: vec![0, 0, 0],
-            split: None,
-            zeros: None,
-        };
+        let call = one_product(
+            [1, m as i64, k as i64, n as i64, 0, 0, 0, round, 0, round, 0],
+            [k as i64, 1, 1, k as i64, n as i64, 1],
+        );
         // SAFETY: an m x k row-major A, a k x n B stored as n rows of k, an m x n output.
         unsafe { call_on(&gemm, &call, a, b, &mut out) };
         out
     };
-    let (packed, beforehand) = (run(&a, &b, 2), run(&ar, &br, 0));
-    for i in 0..m * n {
-        let (x, y) = (packed.get(i), beforehand.get(i));
-        assert!(
-            (x.is_nan() && y.is_nan()) || x.to_bits() == y.to_bits(),
-            "[{i}]: {x} vs {y}"
-        );
-    }
+    assert_same_bits(&run(&a, &b, 2), &run(&ar, &br, 0), "rounded while packed");
 }
 
 /// A left-hand matrix shared by a batch (a convolution's weights beside each image) whose row
@@ -284,26 +274,17 @@ fn bf16_pairs_give_the_f32_paths_bits() {
         let (a32, b32) = (widen(&a), widen(&b));
         let run = |a: &Buffer, b: &Buffer, code: i64| {
             let mut out = Buffer::zeroed(DType::F32, &[m * n]);
-            let call = Call {
-                sizes: [1, m as i64, k as i64, n as i64, code, code, 0, 0, 0, 0, 0],
-                strides: [lda as i64, 1, n as i64, 1, n as i64, 1],
-                offsets: vec![0, 0, 0],
-                split: None,
-                zeros: None,
-            };
+            let call = one_product(
+                [1, m as i64, k as i64, n as i64, code, code, 0, 0, 0, 0, 0],
+                [lda as i64, 1, n as i64, 1, n as i64, 1],
+            );
             // SAFETY: m rows of lda (at least k), a contiguous k x n and m x n in buffers of
             // those sizes.
             unsafe { call_on(&gemm, &call, a, b, &mut out) };
             out
         };
-        let (pairs, f32s) = (run(&a, &b, 2), run(&a32, &b32, 0));
-        for i in 0..m * n {
-            let (x, y) = (pairs.get(i), f32s.get(i));
-            assert!(
-                (x.is_nan() && y.is_nan()) || x.to_bits() == y.to_bits(),
-                "{m}x{k}x{n} [{i}]: {x} vs {y}"
-            );
-        }
+        let what = format!("{m}x{k}x{n}, rows {lda} apart");
+        assert_same_bits(&run(&a, &b, 2), &run(&a32, &b32, 0), &what);
     }
 }
 
@@ -555,5 +536,27 @@ fn assert_close(got: &Buffer, want: &Buffer, dtype: DType, what: &str) {
         let same =
             (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= rtol * (y.abs() + scale);
         assert!(same, "{what}: [{i}] {x} vs {y}");
+    }
+}
+
+/// A call of one matrix product (no batch, no sub-axes, no padding).
+fn one_product(sizes: [i64; 11], strides: [i64; 6]) -> Call {
+    Call {
+        sizes,
+        strides,
+        offsets: vec![0, 0, 0],
+        split: None,
+        zeros: None,
+    }
+}
+
+/// `got` and `want` hold the same bits (NaN where the other is NaN).
+fn assert_same_bits(got: &Buffer, want: &Buffer, what: &str) {
+    for i in 0..want.len() {
+        let (x, y) = (got.get(i), want.get(i));
+        assert!(
+            (x.is_nan() && y.is_nan()) || x.to_bits() == y.to_bits(),
+            "{what} [{i}]: {x} vs {y}"
+        );
     }
 }
