@@ -219,12 +219,36 @@ static inline void fb_gemm_load_strided(const fb_gemm_operand *o, int64_t start,
 #if defined(__AVX512F__)
         if (step == 2) {
             /* A stride-2 convolution's positions: the even lanes of two vectors, while the
-               second vector ends within the run (masked loads and stores are slow on some
-               cores), the rest one by one. */
+               second vector ends within the run, then the end of the run from its last value
+               backwards (masked loads and stores were slower here), short runs one by one. */
             const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-            for (; i + 17 <= n; i += 16) {
-                const __m512 lo = _mm512_loadu_ps(s + 2 * i), hi = _mm512_loadu_ps(s + 2 * i + 16);
-                _mm512_storeu_ps(dst + i, _mm512_permutex2var_ps(lo, even, hi));
+            const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+            if (n >= 17) {
+                for (; i + 17 <= n; i += 16) {
+                    const __m512 lo = _mm512_loadu_ps(s + 2 * i), hi = _mm512_loadu_ps(s + 2 * i + 16);
+                    _mm512_storeu_ps(dst + i, _mm512_permutex2var_ps(lo, even, hi));
+                }
+                /* The last 16 positions again, as the odd lanes of the 32 values that end on the
+                   run's last one (they start inside the run, since n >= 17): no load past the
+                   run, no masked access, a store over values already written. */
+                if (i < n) {
+                    const float *e = s + 2 * n - 33;
+                    const __m512 lo = _mm512_loadu_ps(e), hi = _mm512_loadu_ps(e + 16);
+                    _mm512_storeu_ps(dst + n - 16, _mm512_permutex2var_ps(lo, odd, hi));
+                    i = n;
+                }
+            } else if (n >= 9) {
+                /* The first 8 positions (even lanes of 16 values from the start) and the last 8
+                   (odd lanes of the 16 that end on the run's last value). */
+                const __m256 a0 = _mm256_loadu_ps(s), a1 = _mm256_loadu_ps(s + 8);
+                const __m256 b0 = _mm256_loadu_ps(s + 2 * n - 17), b1 = _mm256_loadu_ps(s + 2 * n - 9);
+                const __m256 first = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                    _mm256_castps_pd(_mm256_shuffle_ps(a0, a1, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
+                const __m256 last = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                    _mm256_castps_pd(_mm256_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0)));
+                _mm256_storeu_ps(dst, first);
+                _mm256_storeu_ps(dst + n - 8, last);
+                i = n;
             }
         }
 #endif

@@ -431,75 +431,78 @@ fn operands_read_through_sub_axes_give_the_gathered_product() {
 #[test]
 fn operands_read_through_a_padding_give_the_padded_product() {
     let gemm = gemm();
-    let (c, h, w) = (3usize, 13usize, 50usize);
-    let padding = crate::shape::Padding {
-        source: vec![2, c, h, w],
-        before: vec![0, 0, 1, 2],
-        after: vec![0, 0, 2, 1],
-    };
-    let padded = padding.padded();
-    let (hp, wp) = (padded[2], padded[3]);
-    for (dtype, out_dtype) in [
-        (DType::F32, DType::F32),
-        (DType::F16, DType::F32),
-        (DType::BF16, DType::BF16),
-    ] {
-        let images = random(dtype, 2 * c * h * w, 21);
-        let mut shaped = images.clone();
-        shaped.shape = padding.source.clone();
-        let built = Buffer::padded_from(shaped.elements(), &padding)
-            .unwrap()
-            .unwrap();
-        for step in [1usize, 2] {
-            let (oh, ow) = ((hp - 3) / step + 1, (wp - 3) / step + 1);
-            let fine = [
-                (2, (c * hp * wp) as i64),
-                (c, (hp * wp) as i64),
-                (3, wp as i64),
-                (3, 1),
-                (oh, (step * wp) as i64),
-                (ow, step as i64),
-            ];
-            let (k, n) = (c * 9, oh * ow);
-            let (mut bv, bg) = split_view(&built, &[2, k, n], 0, &fine, &[1, 3, 2]);
-            bv.padding = Some(padding.clone());
-            let m = 20;
-            let mut a = random(dtype, m * k, 22);
-            a.shape = vec![m, k];
-            let a_op = MatMulOperand::stored(Value::Input(0));
-            let b_op = MatMulOperand {
-                view: Some(bv),
-                ..MatMulOperand::stored(Value::Input(1))
-            };
-            gemm_agrees(
-                &gemm,
-                [(&a, &a_op), (&shaped, &b_op)],
-                [(&a, &a_op), (&bg, &a_op)],
-                (out_dtype, &[2, m, n]),
-                &format!("{dtype} padded windows step {step}"),
-            );
-            // The same windows as the left operand, transposed: [2, n, k] through the padding.
-            let mut av = b_op.view.clone().unwrap();
-            av.shape = vec![2, n, k];
-            av.split = Some(crate::shape::SplitAxes {
-                fine: vec![2, oh, ow, c, 3, 3],
-                counts: vec![1, 2, 3],
-            });
-            let order = [0, 4, 5, 1, 2, 3];
-            av.strided.strides = order.iter().map(|&i| fine[i].1).collect();
-            let left = MatMulOperand {
-                view: Some(av),
-                ..MatMulOperand::stored(Value::Input(0))
-            };
-            let mut b = random(dtype, k * m, 23);
-            b.shape = vec![k, m];
-            gemm_agrees(
-                &gemm,
-                [(&shaped, &left), (&b, &a_op)],
-                [(&shaped, &left), (&b, &a_op)],
-                (out_dtype, &[2, n, m]),
-                &format!("{dtype} padded left step {step}"),
-            );
+    // Output rows of 26 and, at step 2, of 16 positions: the packers' runs of every length
+    // class (whole vectors and a tail from the end, two half vectors, one by one).
+    for (c, h, w) in [(3usize, 13usize, 50usize), (2, 9, 30)] {
+        let padding = crate::shape::Padding {
+            source: vec![2, c, h, w],
+            before: vec![0, 0, 1, 2],
+            after: vec![0, 0, 2, 1],
+        };
+        let padded = padding.padded();
+        let (hp, wp) = (padded[2], padded[3]);
+        for (dtype, out_dtype) in [
+            (DType::F32, DType::F32),
+            (DType::F16, DType::F32),
+            (DType::BF16, DType::BF16),
+        ] {
+            let images = random(dtype, 2 * c * h * w, 21);
+            let mut shaped = images.clone();
+            shaped.shape = padding.source.clone();
+            let built = Buffer::padded_from(shaped.elements(), &padding)
+                .unwrap()
+                .unwrap();
+            for step in [1usize, 2] {
+                let (oh, ow) = ((hp - 3) / step + 1, (wp - 3) / step + 1);
+                let fine = [
+                    (2, (c * hp * wp) as i64),
+                    (c, (hp * wp) as i64),
+                    (3, wp as i64),
+                    (3, 1),
+                    (oh, (step * wp) as i64),
+                    (ow, step as i64),
+                ];
+                let (k, n) = (c * 9, oh * ow);
+                let (mut bv, bg) = split_view(&built, &[2, k, n], 0, &fine, &[1, 3, 2]);
+                bv.padding = Some(padding.clone());
+                let m = 20;
+                let mut a = random(dtype, m * k, 22);
+                a.shape = vec![m, k];
+                let a_op = MatMulOperand::stored(Value::Input(0));
+                let b_op = MatMulOperand {
+                    view: Some(bv),
+                    ..MatMulOperand::stored(Value::Input(1))
+                };
+                gemm_agrees(
+                    &gemm,
+                    [(&a, &a_op), (&shaped, &b_op)],
+                    [(&a, &a_op), (&bg, &a_op)],
+                    (out_dtype, &[2, m, n]),
+                    &format!("{dtype} padded windows step {step}"),
+                );
+                // The same windows as the left operand, transposed: [2, n, k] through the padding.
+                let mut av = b_op.view.clone().unwrap();
+                av.shape = vec![2, n, k];
+                av.split = Some(crate::shape::SplitAxes {
+                    fine: vec![2, oh, ow, c, 3, 3],
+                    counts: vec![1, 2, 3],
+                });
+                let order = [0, 4, 5, 1, 2, 3];
+                av.strided.strides = order.iter().map(|&i| fine[i].1).collect();
+                let left = MatMulOperand {
+                    view: Some(av),
+                    ..MatMulOperand::stored(Value::Input(0))
+                };
+                let mut b = random(dtype, k * m, 23);
+                b.shape = vec![k, m];
+                gemm_agrees(
+                    &gemm,
+                    [(&shaped, &left), (&b, &a_op)],
+                    [(&shaped, &left), (&b, &a_op)],
+                    (out_dtype, &[2, n, m]),
+                    &format!("{dtype} padded left step {step}"),
+                );
+            }
         }
     }
 }
