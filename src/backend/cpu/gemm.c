@@ -802,7 +802,12 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
     }
     const int64_t items = batches * mb * nb;
     const int64_t kc_max = K < FB_GEMM_KC ? K : FB_GEMM_KC;
-    const int64_t slices = K > 0 ? (K + FB_GEMM_KC - 1) / FB_GEMM_KC : 0;
+    /* Slices of even depth, a multiple of 8 (a convolution's K = 576 as 3 x 192, not 256,
+       256 and 64, whose tile is loaded and stored again for a quarter of the work); at most
+       KC deep, and none empty. */
+    const int64_t least = K > 0 ? (K + FB_GEMM_KC - 1) / FB_GEMM_KC : 0;
+    const int64_t kcs = least > 0 ? fb_gemm_round_up((K + least - 1) / least, 8) : FB_GEMM_KC;
+    const int64_t slices = K > 0 ? (K + kcs - 1) / kcs : 0;
     /* Kept only where a thread may reuse it: below another row block. */
     const int keep_b = mb > 1 && K * nc <= FB_GEMM_B_KEEP;
     const int keep_a = K * mc <= FB_GEMM_A_KEEP;
@@ -881,7 +886,7 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
             for (int64_t item = 0; item < nb * slices; item++) {
                 const int64_t jb = item / slices, s = item % slices;
                 const int64_t c0 = jb * nc, cols = N - c0 < nc ? N - c0 : nc;
-                const int64_t k0 = s * FB_GEMM_KC, kc = K - k0 < FB_GEMM_KC ? K - k0 : FB_GEMM_KC;
+                const int64_t k0 = s * kcs, kc = K - k0 < kcs ? K - k0 : kcs;
                 fb_gemm_pack_b_slice(&b, k0, kc, c0, cols, cache->data + jb * K * nc + k0 * fb_gemm_round_up(cols, FB_GEMM_NR),
                                      pairs);
             }
@@ -922,7 +927,7 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
                 if (slices == 0)
                     memset(tile, 0, (size_t)(fb_gemm_round_up(rows, FB_GEMM_MR) * ldt) * sizeof(float));
                 for (int64_t s = 0; s < slices; s++) {
-                    const int64_t k0 = s * FB_GEMM_KC, kc = K - k0 < FB_GEMM_KC ? K - k0 : FB_GEMM_KC;
+                    const int64_t k0 = s * kcs, kc = K - k0 < kcs ? K - k0 : kcs;
                     float *pbs = cached ? (float *)cached + jb * K * nc + k0 * ldt : keep_b ? pb + k0 * ldt : pb;
                     float *pas = keep_a ? pa + k0 * a_strips : pa;
 #if defined(__AVX512BF16__)
