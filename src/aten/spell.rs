@@ -527,7 +527,12 @@ fn encode(dtype: DType, value: f64) -> Option<Vec<u8>> {
         DType::F32 => (value as f32).to_le_bytes().to_vec(),
         DType::F64 => value.to_le_bytes().to_vec(),
         DType::F16 => f16::from_f64(value).to_bits().to_le_bytes().to_vec(),
-        DType::BF16 => bf16::from_f64(value).to_bits().to_le_bytes().to_vec(),
+        // Rounded by `DType::round` first: `half`'s `bf16::from_f64` (2.7) drops the f64's low
+        // 32 bits before rounding, so a value just above a tie rounds down.
+        DType::BF16 => bf16::from_f64(DType::BF16.round(value))
+            .to_bits()
+            .to_le_bytes()
+            .to_vec(),
         DType::Bool => vec![u8::from(value != 0.0)],
         DType::I8 | DType::U8 => vec![int() as u8],
         DType::I16 | DType::U16 => (int() as u16).to_le_bytes().to_vec(),
@@ -546,6 +551,25 @@ mod tests {
             let code = onnx_code(dtype);
             assert_eq!(crate::onnx::proto::dtype_of(code as i32).ok(), Some(dtype));
         }
+    }
+
+    /// bf16 constants round to nearest: a value just above the halfway point between two
+    /// bf16 values rounds up, however small the excess (1 + 2^-8 is the tie between 1 and
+    /// 1 + 2^-7; `half`'s own `from_f64` rounds these down).
+    #[test]
+    fn bf16_constants_just_above_a_tie_round_up() {
+        let up = 0x3f81u16.to_le_bytes().to_vec();
+        for excess in [2f64.powi(-23), 2f64.powi(-40), 2f64.powi(-50)] {
+            assert_eq!(
+                encode(DType::BF16, 1.0 + 2f64.powi(-8) + excess),
+                Some(up.clone())
+            );
+        }
+        // The tie itself goes to the even neighbour, 1.
+        assert_eq!(
+            encode(DType::BF16, 1.0 + 2f64.powi(-8)),
+            Some(0x3f80u16.to_le_bytes().to_vec())
+        );
     }
 
     #[test]

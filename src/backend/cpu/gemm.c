@@ -170,6 +170,31 @@ static void fb_gemm_axis_table(const fb_gemm_axis *x, int64_t len, int64_t *t) {
     }
 }
 
+#if defined(__AVX512F__)
+/* Eight f32 values rounded to bf16 (nearest, ties to even; a NaN stays a quiet NaN), as f32:
+   fb_rnd_fb on each lane. */
+static inline __m256 fb_gemm_rnd_fb8(__m256 x) {
+    const __m256i u = _mm256_castps_si256(x), high = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), high);
+    const __m256i q = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x400000)), high);
+    return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(q), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+#endif
+
+/* The `n` values at `dst` rounded as the product demands of operand `o` (after they were read
+   at f32): eight at a time where that is bf16 alone (AMP's casts of f32 activations; the
+   scalar loop had made packing a bf16 convolution's windows two thirds of its time). */
+static inline void fb_gemm_round_run(const fb_gemm_operand *o, float *dst, int64_t n) {
+    if (!o->round1 && !o->round2) return;
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    if ((o->round1 | o->round2) == 2)
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, fb_gemm_rnd_fb8(_mm256_loadu_ps(dst + i)));
+#endif
+    for (; i < n; i++) dst[i] = fb_gemm_round(fb_gemm_round(dst[i], o->round1), o->round2);
+}
+
 /* Reads `n` consecutive elements of a row (column stride 1) into `dst` at f32: one loop per
    dtype, so each vectorizes. */
 static inline __attribute__((always_inline)) void fb_gemm_load_run(const fb_gemm_operand *o, int64_t start, int64_t n, float *dst) {
@@ -204,10 +229,7 @@ static inline __attribute__((always_inline)) void fb_gemm_load_run(const fb_gemm
         const uint16_t *s = (const uint16_t *)o->p + (o->origin + start);
         for (int64_t i = 0; i < n; i++) dst[i] = fb_b2f(s[i]);
     }
-    if (o->round1 == 1 || o->round2 == 1)
-        for (int64_t i = 0; i < n; i++) dst[i] = fb_gemm_round(fb_gemm_round(dst[i], o->round1), o->round2);
-    else if (o->round1 == 2 || o->round2 == 2)
-        for (int64_t i = 0; i < n; i++) dst[i] = fb_rnd_fb(dst[i]);
+    fb_gemm_round_run(o, dst, n);
 }
 
 /* Reads `n` elements `step` apart (a strided convolution's output positions) into `dst` at
@@ -260,8 +282,7 @@ static inline void fb_gemm_load_strided(const fb_gemm_operand *o, int64_t start,
         else
             for (int64_t i = 0; i < n; i++) dst[i] = fb_b2f(s[i * step]);
     }
-    if (o->round1 || o->round2)
-        for (int64_t i = 0; i < n; i++) dst[i] = fb_gemm_round(fb_gemm_round(dst[i], o->round1), o->round2);
+    fb_gemm_round_run(o, dst, n);
 }
 
 /* A's rows [r0, r0 + rows) and columns [k0, k0 + kc) into MR-row strips: strip s holds, for
@@ -274,16 +295,6 @@ static inline void fb_gemm_load_strided(const fb_gemm_operand *o, int64_t start,
    is how a row-major A becomes MR-row strips and a transposed B (a `Linear`'s weight) NR-column
    strips: packing was a fifth of a large product's time when each value went through a scalar
    store of its own. */
-/* Eight f32 values rounded to bf16 (nearest, ties to even; a NaN stays a quiet NaN), as f32:
-   fb_rnd_fb on each lane. */
-static inline __m256 fb_gemm_rnd_fb8(__m256 x) {
-    const __m256i u = _mm256_castps_si256(x), high = _mm256_set1_epi32((int)0xffff0000u);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), high);
-    const __m256i q = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x400000)), high);
-    return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(q), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
-
 /* What fb_gemm_transpose8_f32 does to each value on the way: nothing, round it to bf16, or
    swap the two bf16 halves of a 32-bit word (a pair of bf16 values along K, as vdpbf16ps
    reads them: k = 2p in the high half). */

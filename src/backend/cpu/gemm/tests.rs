@@ -172,7 +172,7 @@ fn operands_rounded_to_bf16_while_packed_give_the_rounded_operands_product() {
     let (a, b) = (draw(m * k), draw(k * n));
     let rounded = |x: &Buffer| {
         let mut r = Buffer::zeroed(DType::F32, &[x.len()]);
-        (0..x.len()).for_each(|i| r.set(i, half::bf16::from_f64(x.get(i)).to_f64()));
+        (0..x.len()).for_each(|i| r.set(i, half::bf16::from_f32(x.get(i) as f32).to_f64()));
         r
     };
     let (ar, br) = (rounded(&a), rounded(&b));
@@ -480,6 +480,28 @@ fn operands_read_through_a_padding_give_the_padded_product() {
                     (out_dtype, &[2, m, n]),
                     &format!("{dtype} padded windows step {step}"),
                 );
+                if dtype == DType::F32 {
+                    // An absorbed cast to bf16 (AMP), rounded while the windows are packed,
+                    // gives the bits of the windows of an image rounded beforehand. (From
+                    // f32: `half`'s `bf16::from_f64` rounds down values just above a tie
+                    // whose excess lies in the f64's low 32 bits.)
+                    let mut rounded = shaped.clone();
+                    for i in 0..rounded.len() {
+                        rounded.set(i, half::bf16::from_f32(shaped.get(i) as f32).to_f64());
+                    }
+                    let cast = MatMulOperand {
+                        cast: Some(DType::BF16),
+                        ..b_op.clone()
+                    };
+                    let product = |b: &Buffer, b_op: &MatMulOperand| {
+                        let mut out = Buffer::zeroed(DType::F32, &[2, m, n]);
+                        gemm.matmul(a.elements(), &a_op, b.elements(), b_op, out.elements_mut())
+                            .unwrap();
+                        out
+                    };
+                    let what = format!("bf16 cast of padded windows step {step}");
+                    assert_same_bits(&product(&shaped, &cast), &product(&rounded, &b_op), &what);
+                }
                 // The same windows as the left operand, transposed: [2, n, k] through the padding.
                 let mut av = b_op.view.clone().unwrap();
                 av.shape = vec![2, n, k];
