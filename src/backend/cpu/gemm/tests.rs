@@ -101,22 +101,8 @@ fn strided_and_transposed_operands_give_the_contiguous_product() {
 
             let ldc = n + 5;
             let mut got = Buffer::zeroed(out_dtype, &[m * ldc]);
-            let plan = operand_plan(dtype, None, out_dtype).unwrap();
             let call = Call {
-                sizes: [
-                    1,
-                    m as i64,
-                    k as i64,
-                    n as i64,
-                    plan[0],
-                    plan[0],
-                    code(out_dtype).unwrap(),
-                ]
-                .into_iter()
-                .chain([plan[1], plan[2], plan[1], plan[2]])
-                .collect::<Vec<_>>()
-                .try_into()
-                .unwrap(),
+                sizes: call_sizes([1, m, k, n], dtype, out_dtype),
                 strides: [sa[0], sa[1], sb[0], sb[1], ldc, 1].map(|s| s as i64),
                 offsets: vec![0, 0, 0],
                 split: None,
@@ -219,21 +205,8 @@ fn a_left_hand_matrix_packed_once_serves_every_block_of_its_rows() {
                     want.set(i * m * n + e, one.get(e));
                 }
             }
-            let plan = operand_plan(dtype, None, out_dtype).unwrap();
             let call = Call {
-                sizes: [
-                    batches as i64,
-                    m as i64,
-                    k as i64,
-                    n as i64,
-                    plan[0],
-                    plan[0],
-                    code(out_dtype).unwrap(),
-                    plan[1],
-                    plan[2],
-                    plan[1],
-                    plan[2],
-                ],
+                sizes: call_sizes([batches, m, k, n], dtype, out_dtype),
                 strides: [k as i64, 1, sb[0] as i64, sb[1] as i64, n as i64, 1],
                 // A's offset is the same for every batch matrix.
                 offsets: (0..batches)
@@ -584,4 +557,24 @@ fn assert_same_bits(got: &Buffer, want: &Buffer, what: &str) {
             "{what} [{i}]: {x} vs {y}"
         );
     }
+}
+
+/// The sizes of a call of `batches` products `m x k` by `k x n` of two operands stored as
+/// `dtype`, for a product of `out_dtype` (the operands rounded as it demands).
+fn call_sizes([batches, m, k, n]: [usize; 4], dtype: DType, out_dtype: DType) -> [i64; 11] {
+    let plan = operand_plan(dtype, None, out_dtype).unwrap();
+    let out = code(out_dtype).unwrap();
+    [
+        batches as i64,
+        m as i64,
+        k as i64,
+        n as i64,
+        plan[0],
+        plan[0],
+        out,
+        plan[1],
+        plan[2],
+        plan[1],
+        plan[2],
+    ]
 }
