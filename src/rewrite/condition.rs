@@ -67,11 +67,11 @@ pub enum Condition {
     ConstantAlongLastAxis(String, String),
     /// The tensor's value is computed from the model's fixed inputs (its stored weights) and
     /// constants alone, through at least one fixed input ([`crate::egraph::Origin::Fixed`]),
-    /// so work moved onto it runs once, when the model is compiled, rather than on every run. Says nothing about the value: a rule that
-    /// moves arithmetic from the activations onto a weight uses it to apply only where that
-    /// pays at every size (with the weights given per run, the same move would cost a kernel
-    /// over the weight per run, cheaper or dearer than the kernel it saves depending on the
-    /// batch).
+    /// so work moved onto it runs once, when the model is compiled, rather than on every run.
+    /// Says nothing about the value: a rule that moves arithmetic from the activations onto a
+    /// weight uses it to apply only where that pays at every size (with the weights given per
+    /// run, the same move would cost a kernel over the weight per run, cheaper or dearer than
+    /// the kernel it saves depending on the batch).
     Fixed(String),
     /// The permutation attribute (first) leaves every axis of the tensor (second) in place,
     /// so transposing by it copies each element to its own index. An absent permutation

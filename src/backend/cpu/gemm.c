@@ -8,10 +8,10 @@
    a KC x NC piece of B (NR-column strips) into contiguous buffers, and running an MR x NR
    register-blocked microkernel over every strip pair (bf16 pairs on `vdpbf16ps` where both
    operands are bf16 values and the target has AVX512-BF16). A thread keeps the packed A of a
-   whole row block, where it is small, for the next blocks it takes of the same rows. A block accumulates in an f32
-   tile that stays in L2; once its last slice is added, it is stored, or handed to a fused
-   epilogue (bias, activation, residual: a generated kernel run on the tile while it is in
-   cache, see fb_gemm_epilogue below).
+   whole row block, where it is small, for the next blocks it takes of the same rows. A block
+   accumulates in an f32 tile that stays in L2; once its last slice is added, it is stored, or
+   handed to a fused epilogue (bias, activation, residual: a generated kernel run on the tile
+   while it is in cache, see fb_gemm_epilogue below).
 
    Argument ABI (the kernel ABI's four arrays, see fusebox_gemm below):
      sizes   = { batches, M, K, N, a dtype, b dtype, c dtype,
@@ -101,10 +101,19 @@ static inline float fb_gemm_elem(const fb_gemm_operand *o, int64_t r, int64_t c)
     return fb_gemm_elem_at(o, fb_gemm_row_at(o, r) + fb_gemm_col_at(o, c));
 }
 
-/* Whether the operand is f32 values (read through plain strides) that the product rounds to
-   bf16 and to nothing else: rounding to bf16 twice is rounding once. */
-static inline int fb_gemm_rounds_to_bf16(const fb_gemm_operand *o) {
-    return o->dtype == 0 && !o->rt && !o->ct && (o->round1 == 2 || o->round2 == 2) && (o->round1 | o->round2) == 2;
+/* What the packers' vector copies do to each value on the way: nothing, round it to bf16, or
+   swap the two bf16 halves of a 32-bit word (a pair of bf16 values along K, as vdpbf16ps
+   reads them: k = 2p in the high half). */
+enum { FB_GEMM_AS_IS, FB_GEMM_TO_BF16, FB_GEMM_SWAP_HALVES };
+
+/* How the vector copies may read operand `o`: f32 values through plain strides, used as they
+   are (FB_GEMM_AS_IS) or rounded to bf16 and to nothing else (FB_GEMM_TO_BF16: rounding to
+   bf16 twice is rounding once); -1 for anything else (f16 or bf16 storage, an f16 rounding,
+   sub-axes). */
+static inline int fb_gemm_f32_copy(const fb_gemm_operand *o) {
+    if (o->dtype != 0 || o->rt || o->ct) return -1;
+    if (!o->round1 && !o->round2) return FB_GEMM_AS_IS;
+    return (o->round1 | o->round2) == 2 ? FB_GEMM_TO_BF16 : -1;
 }
 
 /* An operand axis read through sub-axes: n (size, stride) pairs, outermost first, n = 0 for
@@ -243,9 +252,9 @@ static inline void fb_gemm_load_strided(const fb_gemm_operand *o, int64_t start,
             /* A stride-2 convolution's positions: the even lanes of two vectors, while the
                second vector ends within the run, then the end of the run from its last value
                backwards (masked loads and stores were slower here), short runs one by one. */
-            const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-            const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
             if (n >= 17) {
+                const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
                 for (; i + 17 <= n; i += 16) {
                     const __m512 lo = _mm512_loadu_ps(s + 2 * i), hi = _mm512_loadu_ps(s + 2 * i + 16);
                     _mm512_storeu_ps(dst + i, _mm512_permutex2var_ps(lo, even, hi));
@@ -285,27 +294,19 @@ static inline void fb_gemm_load_strided(const fb_gemm_operand *o, int64_t start,
     fb_gemm_round_run(o, dst, n);
 }
 
-/* A's rows [r0, r0 + rows) and columns [k0, k0 + kc) into MR-row strips: strip s holds, for
-   each k, MR consecutive values of rows s*MR.. (rows past the end are zero, so the microkernel
-   always runs whole strips; they only ever reach output rows that are never stored). */
 #if defined(__AVX512F__)
-/* Eight runs of f32 values, `rs` apart, each `kc` long, transposed into `d`: value k of run r
-   goes to d[k * ld + r]. Eight values of each run at a time, as an 8 x 8 transpose in
-   registers, rounded to bf16 on the way where `bf16` (an f32 operand of a bf16 product). This
-   is how a row-major A becomes MR-row strips and a transposed B (a `Linear`'s weight) NR-column
-   strips: packing was a fifth of a large product's time when each value went through a scalar
-   store of its own. */
-/* What fb_gemm_transpose8_f32 does to each value on the way: nothing, round it to bf16, or
-   swap the two bf16 halves of a 32-bit word (a pair of bf16 values along K, as vdpbf16ps
-   reads them: k = 2p in the high half). */
-enum { FB_GEMM_AS_IS, FB_GEMM_TO_BF16, FB_GEMM_SWAP_HALVES };
-
 static inline __m256 fb_gemm_swap_halves8(__m256 x) {
     const __m256i u = _mm256_castps_si256(x);
     return _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(u, 16), _mm256_srli_epi32(u, 16)));
 }
 
-static void fb_gemm_transpose8_f32(const float *src, int64_t rs, int64_t kc, float *d, int64_t ld, int mode) {
+/* Eight runs of 32-bit values, `rs` apart, each `kc` long, transposed into `d`: value k of run
+   r goes to d[k * ld + r], with `mode` (FB_GEMM_AS_IS ...) applied on the way. Eight values of
+   each run at a time, as an 8 x 8 transpose in registers. This is how a row-major A becomes
+   MR-row strips (of f32 values, or of bf16 pairs) and a transposed B (a `Linear`'s weight)
+   NR-column strips: packing was a fifth of a large product's time when each value went
+   through a scalar store of its own. */
+static void fb_gemm_transpose8(const float *src, int64_t rs, int64_t kc, float *d, int64_t ld, int mode) {
     int64_t k = 0;
     for (; k + 8 <= kc; k += 8) {
         const float *p = src + k;
@@ -350,23 +351,23 @@ static void fb_gemm_transpose8_f32(const float *src, int64_t rs, int64_t kc, flo
 }
 #endif
 
+/* A's rows [r0, r0 + rows) and columns [k0, k0 + kc) into MR-row strips: strip s holds, for
+   each k, MR consecutive values of rows s*MR.. (rows past the end are zero, so the microkernel
+   always runs whole strips; they only ever reach output rows that are never stored). */
 static void fb_gemm_pack_a(const fb_gemm_operand *a, int64_t r0, int64_t rows, int64_t k0, int64_t kc,
                            float *dst) {
-    /* f32 values used as they are: whole strips copy without conversion; f32 values rounded
-       to bf16 alone (no f16 rounding) are rounded as vectors while transposed. */
-    const int plain = a->dtype == 0 && !a->round1 && !a->round2 && !a->rt && !a->ct;
-    const int to_bf16 = fb_gemm_rounds_to_bf16(a);
+    const int copy = fb_gemm_f32_copy(a);
     for (int64_t s = 0; s < rows; s += FB_GEMM_MR) {
         int64_t h = rows - s < FB_GEMM_MR ? rows - s : FB_GEMM_MR;
         float *d = dst + s * kc;
-        const float *first = plain || to_bf16 ? (const float *)a->p + (a->origin + (r0 + s) * a->rs + k0 * a->cs) : NULL;
+        const float *first = copy >= 0 ? (const float *)a->p + (a->origin + (r0 + s) * a->rs + k0 * a->cs) : NULL;
 #if defined(__AVX512F__)
-        if ((plain || to_bf16) && h == FB_GEMM_MR && a->cs == 1) {
-            fb_gemm_transpose8_f32(first, a->rs, kc, d, FB_GEMM_MR, to_bf16 ? FB_GEMM_TO_BF16 : FB_GEMM_AS_IS);
+        if (copy >= 0 && h == FB_GEMM_MR && a->cs == 1) {
+            fb_gemm_transpose8(first, a->rs, kc, d, FB_GEMM_MR, copy);
             continue;
         }
 #endif
-        if (plain && h == FB_GEMM_MR && a->rs == 1) {
+        if (copy == FB_GEMM_AS_IS && h == FB_GEMM_MR && a->rs == 1) {
             /* A transposed operand: each k's eight rows are neighbours. */
             for (int64_t k = 0; k < kc; k++) memcpy(d + k * FB_GEMM_MR, first + k * a->cs, FB_GEMM_MR * sizeof(float));
             continue;
@@ -483,12 +484,10 @@ static void fb_gemm_pack_b(const fb_gemm_operand *b, int64_t k0, int64_t kc, int
                 memset(d, 0, (size_t)(kc * FB_GEMM_NR) * sizeof(float));
             int64_t c = 0;
 #if defined(__AVX512F__)
-            const int to_bf16 = fb_gemm_rounds_to_bf16(b);
-            if ((b->dtype == 0 && !b->round1 && !b->round2) || to_bf16) {
+            const int copy = fb_gemm_f32_copy(b);
+            if (copy >= 0) {
                 const float *first = (const float *)b->p + (b->origin + k0 + (c0 + s) * b->cs);
-                for (; c + 8 <= w; c += 8)
-                    fb_gemm_transpose8_f32(first + c * b->cs, b->cs, kc, d + c, FB_GEMM_NR,
-                                           to_bf16 ? FB_GEMM_TO_BF16 : FB_GEMM_AS_IS);
+                for (; c + 8 <= w; c += 8) fb_gemm_transpose8(first + c * b->cs, b->cs, kc, d + c, FB_GEMM_NR, copy);
             }
 #endif
             for (; c < w; c++) {
@@ -596,7 +595,7 @@ static void fb_gemm_pack_a_pairs(const fb_gemm_operand *a, int64_t r0, int64_t r
             /* The rows' whole pairs are 32-bit words in a row: transposed as f32 strips are. */
             const uint16_t *first = (const uint16_t *)a->p + (a->origin + (r0 + s) * a->rs + k0);
             if ((a->rs & 1) == 0) {
-                fb_gemm_transpose8_f32((const float *)(const void *)first, a->rs / 2, kc / 2, (float *)(void *)d,
+                fb_gemm_transpose8((const float *)(const void *)first, a->rs / 2, kc / 2, (float *)(void *)d,
                                        FB_GEMM_MR, FB_GEMM_SWAP_HALVES);
                 if (kc & 1)
                     for (int64_t r = 0; r < FB_GEMM_MR; r++)
@@ -934,13 +933,13 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
                 bb.origin = offsets[3 * bi + 1];
                 const int reuse = cached || (keep_b && packed_for == bi * nb + jb);
                 const int reuse_a = keep_a && a_rows_for == ib && a_origin_for == ab.origin;
-                const int64_t a_strips = fb_gemm_round_up(rows, FB_GEMM_MR);
+                const int64_t whole_rows = fb_gemm_round_up(rows, FB_GEMM_MR);
                 if (slices == 0)
-                    memset(tile, 0, (size_t)(fb_gemm_round_up(rows, FB_GEMM_MR) * ldt) * sizeof(float));
+                    memset(tile, 0, (size_t)(whole_rows * ldt) * sizeof(float));
                 for (int64_t s = 0; s < slices; s++) {
                     const int64_t k0 = s * kcs, kc = K - k0 < kcs ? K - k0 : kcs;
                     float *pbs = cached ? (float *)cached + jb * K * nc + k0 * ldt : keep_b ? pb + k0 * ldt : pb;
-                    float *pas = keep_a ? pa + k0 * a_strips : pa;
+                    float *pas = keep_a ? pa + k0 * whole_rows : pa;
 #if defined(__AVX512BF16__)
                     if (pairs) {
                         if (!reuse && fb_gemm_direct_pairs(&bb))

@@ -156,12 +156,7 @@ fn operands_rounded_to_bf16_while_packed_give_the_rounded_operands_product() {
         buf
     };
     let (a, b) = (draw(m * k), draw(k * n));
-    let rounded = |x: &Buffer| {
-        let mut r = Buffer::zeroed(DType::F32, &[x.len()]);
-        (0..x.len()).for_each(|i| r.set(i, half::bf16::from_f32(x.get(i) as f32).to_f64()));
-        r
-    };
-    let (ar, br) = (rounded(&a), rounded(&b));
+    let (ar, br) = (rounded_to_bf16(&a), rounded_to_bf16(&b));
     // B transposed: stored [n, k].
     let run = |a: &Buffer, b: &Buffer, round: i64| {
         let mut out = Buffer::zeroed(DType::F32, &[m * n]);
@@ -455,13 +450,8 @@ fn operands_read_through_a_padding_give_the_padded_product() {
                 );
                 if dtype == DType::F32 {
                     // An absorbed cast to bf16 (AMP), rounded while the windows are packed,
-                    // gives the bits of the windows of an image rounded beforehand. (From
-                    // f32: `half`'s `bf16::from_f64` rounds down values just above a tie
-                    // whose excess lies in the f64's low 32 bits.)
-                    let mut rounded = shaped.clone();
-                    for i in 0..rounded.len() {
-                        rounded.set(i, half::bf16::from_f32(shaped.get(i) as f32).to_f64());
-                    }
+                    // gives the bits of the windows of an image rounded beforehand.
+                    let rounded = rounded_to_bf16(&shaped);
                     let cast = MatMulOperand {
                         cast: Some(DType::BF16),
                         ..b_op.clone()
@@ -577,4 +567,14 @@ fn call_sizes([batches, m, k, n]: [usize; 4], dtype: DType, out_dtype: DType) ->
         plan[1],
         plan[2],
     ]
+}
+
+/// `x`'s values rounded to bf16 ([`DType::round`], to nearest with ties to even), kept in
+/// `x`'s dtype and shape: operands whose product needs no rounding of its own.
+fn rounded_to_bf16(x: &Buffer) -> Buffer {
+    let mut r = x.clone();
+    for i in 0..r.len() {
+        r.set(i, DType::BF16.round(x.get(i)));
+    }
+    r
 }
