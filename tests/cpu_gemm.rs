@@ -388,6 +388,23 @@ enum Tail {
     ScaledResidual,
     /// `sigmoid(c) * c`, a graph output also needing the product itself (stored too).
     SiluAndProduct,
+    /// A bias gradient after an activation's derivative, as `fusebox grad` writes it:
+    /// `d = c * tanh(pre)` (`pre` of the product's shape) and its column sums
+    /// `sum_to_size(d, [cols])` (over the batch and the rows), both outputs.
+    BiasGrad,
+    /// Reductions alone, each of other axes: `sum(relu(c))` over the columns,
+    /// `reduce_max(c)` over the rows and `mean(c * c)` over everything.
+    Stats,
+}
+
+impl Tail {
+    const ALL: [Tail; 5] = [
+        Tail::BiasGelu,
+        Tail::ScaledResidual,
+        Tail::SiluAndProduct,
+        Tail::BiasGrad,
+        Tail::Stats,
+    ];
 }
 
 /// `graph_text(p)` with `tail` after the product, its output `y`.
@@ -436,6 +453,43 @@ fn tail_text(p: &Product, tail: Tail) -> String {
                 .to_string(),
             "[\"y\", \"c\"]",
         ),
+        Tail::BiasGrad => {
+            let to: &[usize] = if shape.is_empty() { &[] } else { &[cols] };
+            (
+                format!(
+                    "Input(name: \"pre\", dtype: \"{}\", shape: {shape:?})",
+                    p.dtype
+                ),
+                format!(
+                    "Node(name: \"tp\", op: \"tanh\", args: [\"pre\"]), \
+                     Node(name: \"d\", op: \"mul\", args: [\"c\", \"tp\"]), \
+                     Node(name: \"db\", op: \"sum_to_size\", args: [\"d\"], \
+                     attrs: {{\"shape\": {to:?}}})"
+                ),
+                "[\"d\", \"db\"]",
+            )
+        }
+        Tail::Stats => {
+            // Vectors' products have fewer axes: the last one, or all.
+            let axis = |a: i64| match shape.len() {
+                0 => String::new(),
+                1 => ", attrs: {\"axes\": [-1]}".to_string(),
+                _ => format!(", attrs: {{\"axes\": [{a}]}}"),
+            };
+            (
+                String::new(),
+                format!(
+                    "Node(name: \"r\", op: \"relu\", args: [\"c\"]), \
+                     Node(name: \"rs\", op: \"sum\", args: [\"r\"]{}), \
+                     Node(name: \"cm\", op: \"reduce_max\", args: [\"c\"]{}), \
+                     Node(name: \"sq\", op: \"mul\", args: [\"c\", \"c\"]), \
+                     Node(name: \"ms\", op: \"mean\", args: [\"sq\"])",
+                    axis(-1),
+                    axis(-2)
+                ),
+                "[\"rs\", \"cm\", \"ms\"]",
+            )
+        }
     };
     let text = text.replace("outputs: [\"c\"]", &format!("outputs: {outputs}"));
     let text = match inputs.is_empty() {
@@ -494,8 +548,9 @@ fn has_epilogue(p: &Product, tail: Tail) -> bool {
 
 /// Epilogues across the GEMM's block edges (tiles of MC = 128 rows by up to NC = 384
 /// columns, so several tiles per batch matrix), batched, with transposed weights, in each
-/// product dtype: bias + GELU, a scaled ReLU + residual cast to f32, and SiLU whose product is
-/// a graph output as well (stored besides).
+/// product dtype: bias + GELU, a scaled ReLU + residual cast to f32, SiLU whose product is
+/// a graph output as well (stored besides), a bias gradient (column sums over several row
+/// blocks and batch matrices) and reductions of the columns, the rows and everything.
 #[test]
 fn epilogues_across_block_edges_agree() {
     for dtype in ["f32", "f16", "bf16"] {
@@ -515,7 +570,7 @@ fn epilogues_across_block_edges_agree() {
                 n,
                 dtype,
             };
-            for tail in [Tail::BiasGelu, Tail::ScaledResidual, Tail::SiluAndProduct] {
+            for tail in Tail::ALL {
                 assert!(
                     has_epilogue(&p, tail) || tail == Tail::SiluAndProduct,
                     "{tail:?}"
@@ -535,8 +590,8 @@ proptest! {
     /// Random products with an epilogue (empty and unit dims, vectors, which run no
     /// epilogue, views, broadcast batches) agree with the reference evaluator.
     #[test]
-    fn random_epilogues_agree(p in product(), tail in 0..3usize, seed in 0u64..1000) {
-        let tail = [Tail::BiasGelu, Tail::ScaledResidual, Tail::SiluAndProduct][tail];
+    fn random_epilogues_agree(p in product(), tail in 0..Tail::ALL.len(), seed in 0u64..1000) {
+        let tail = Tail::ALL[tail];
         prop_assert!(tail_agrees(&p, tail, seed).is_ok(), "{:?} {:?}: {}", p, tail,
             tail_agrees(&p, tail, seed).unwrap_err());
     }

@@ -130,7 +130,20 @@ fn merged(
         .copied()
         .filter(|n| !on_product.contains(n))
         .collect();
-    let legal = on_product.iter().all(|&n| pointwise(n) || reshaping(n))
+    // A reduction ending the epilogue accumulates each tile's part of its sums; one of the
+    // tile's axes must be among those it reduces, so that the partial sums kept per tile
+    // stay smaller than the product.
+    let product_shape = &node.ty.shape;
+    let rank = product_shape.len();
+    let tiled_reduction = |n: usize| {
+        let x = dag.nodes[n].args.first().map(|&x| dag.ty(x));
+        let reduced = super::reduced_axes(dag, n, rank);
+        x.is_some_and(|x| x.shape == *product_shape)
+            && reduced.is_some_and(|r| r[rank - 1] || r[rank - 2])
+    };
+    let legal = on_product
+        .iter()
+        .all(|&n| pointwise(n) || reshaping(n) || tiled_reduction(n))
         && on_product.iter().any(|&n| pointwise(n));
     if !legal {
         return None;
@@ -150,6 +163,11 @@ fn merged(
         Some(_) => &on_product,
         None => &reading.nodes,
     };
+    // Its reductions end it: one read inside (a row kernel's) needs whole rows, which a tile
+    // does not hold.
+    if facts.row_kernel(epilogue, |m| epilogue.contains(&m)) {
+        return None;
+    }
     let mut nodes: Vec<usize> = call_kernel.nodes.iter().chain(epilogue).copied().collect();
     nodes.sort_unstable();
     let kernel = facts.kernel(

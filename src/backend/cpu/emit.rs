@@ -112,6 +112,32 @@ pub fn emit_kernel(ir: &KernelIr, name: &str) -> String {
     emit_cut_kernel(ir, name, cut(ir).as_ref())
 }
 
+/// The two functions through which a GEMM runs `ir`, an epilogue ending in reductions, on
+/// the tiles of its product, after the kernel `name` in the module: `{name}_tile`, run on
+/// each tile, merging the tile's part of every result into a block of accumulators, and
+/// `{name}_finish`, run once, merging the blocks and storing the results (their ABI is on
+/// `CKernelWriter::for_tiles` and `CKernelWriter::emit_finish`). `None` for a kernel
+/// without reductions, or one that reads a concat by ranges (the GEMM never runs those).
+pub fn emit_tile_functions(ir: &KernelIr, name: &str) -> Option<String> {
+    if ir.reductions.is_empty() || cut(ir).is_some() {
+        return None;
+    }
+    let tile = CKernelWriter::for_tiles(ir).emit(&tile_function(name));
+    let finish = CKernelWriter::new(ir).emit_finish(&finish_function(name));
+    Some(format!("{tile}\n{finish}"))
+}
+
+/// The name of kernel `name`'s form run on each tile ([`emit_tile_functions`]).
+pub fn tile_function(name: &str) -> String {
+    format!("{name}_tile")
+}
+
+/// The name of kernel `name`'s function finishing its tiles' reductions
+/// ([`emit_tile_functions`]).
+pub fn finish_function(name: &str) -> String {
+    format!("{name}_finish")
+}
+
 /// How the C loops run a kernel that reads a concat by ranges in pieces.
 enum Cut {
     /// One function per piece over its segment ([`crate::lower::split::split`]).

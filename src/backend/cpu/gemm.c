@@ -686,6 +686,18 @@ static void fb_gemm_store(const float *tile, int64_t ldt, int64_t rows, int64_t 
    the product argument pointed at the scratch. The product itself is stored as well only
    where `store_product` asks (something else reads it). */
 typedef void (*fb_gemm_kernel)(const int64_t *, const int64_t *, const int64_t *, void *const *);
+
+/* A reduction ending an epilogue (a bias gradient: the column sums of what the epilogue
+   computes from the product). The kernel's form run per tile merges its tile's part of each
+   result, unrounded, into accumulators of 8 bytes (double, or int64 for integers) laid out as
+   the result's buffer: `span` of them, starting from the bits `identity`. Tiles at different
+   coordinates along the reduced axes (bit d of `reduced`: domain axis d) share result
+   elements, so each such coordinate has a block of its own: no two threads touch one
+   accumulator, and the blocks are merged in one order whatever thread ran which tile. */
+typedef struct {
+    int64_t arg, span, identity, reduced;
+} fb_gemm_reduction;
+
 typedef struct {
     fb_gemm_kernel kernel;
     int64_t rank, args, product, store_product;
@@ -693,12 +705,90 @@ typedef struct {
     const int64_t *strides; /* args x rank */
     const int64_t *offsets; /* args */
     void *const *ptrs;      /* args */
+    /* With reductions: `kernel` is the form run per tile, `finish` merges the blocks and
+       stores the results, with sizes followed by (blocks, span) per reduction and pointers
+       followed by each reduction's first block. */
+    fb_gemm_kernel finish;
+    int64_t reductions;
+    const fb_gemm_reduction *reduction; /* reductions */
 } fb_gemm_epilogue;
 
-/* The epilogue over the rows x cols tile at row r0, column c0 of batch matrix bi. */
-static void fb_gemm_epilogue_tile(const fb_gemm_epilogue *e, const float *tile, int64_t ldt, int64_t rows,
-                                  int64_t cols, int64_t c_dtype, void *scratch, int64_t bi, int64_t r0,
-                                  int64_t c0) {
+/* The blocks of accumulators of an epilogue's reductions for one call: per reduction its
+   first block's place in `acc` (in accumulators) and block count, and the tiling that says
+   which block a tile's part goes to. */
+typedef struct {
+    int64_t *first, *count;
+    unsigned char *acc;
+    int64_t mb, nb;
+} fb_gemm_blocks;
+
+/* The block of reduction r for the tile at batch coordinates `at`, row block ib, column block
+   jb: the tile's coordinates along the reduced axes, in row-major order. */
+static int64_t fb_gemm_block(const fb_gemm_epilogue *e, const fb_gemm_blocks *b, int64_t r, const int64_t *at,
+                             int64_t ib, int64_t jb) {
+    const int64_t rank = e->rank, reduced = e->reduction[r].reduced;
+    int64_t block = 0;
+    for (int64_t d = 0; d < rank - 2; d++)
+        if (reduced >> d & 1) block = block * e->sizes[d] + at[d];
+    if (reduced >> (rank - 2) & 1) block = block * b->mb + ib;
+    if (reduced >> (rank - 1) & 1) block = block * b->nb + jb;
+    return block;
+}
+
+/* Allocates and fills with their identities the blocks of `e`'s reductions over a product of
+   mb x nb tiles per batch matrix. Returns 0 where memory runs out (nothing is then held). */
+static int fb_gemm_blocks_new(const fb_gemm_epilogue *e, int64_t mb, int64_t nb, fb_gemm_blocks *b) {
+    const int64_t n = e->reductions, rank = e->rank;
+    b->mb = mb;
+    b->nb = nb;
+    b->first = (int64_t *)malloc((size_t)(2 * n) * sizeof(int64_t));
+    b->acc = NULL;
+    if (!b->first) return 0;
+    b->count = b->first + n;
+    int64_t total = 0;
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t reduced = e->reduction[r].reduced;
+        int64_t count = 1;
+        for (int64_t d = 0; d < rank - 2; d++)
+            if (reduced >> d & 1) count *= e->sizes[d];
+        if (reduced >> (rank - 2) & 1) count *= mb;
+        if (reduced >> (rank - 1) & 1) count *= nb;
+        b->first[r] = total;
+        b->count[r] = count;
+        total += count * e->reduction[r].span;
+    }
+    b->acc = (unsigned char *)malloc((size_t)(total > 0 ? total : 1) * 8);
+    if (!b->acc) {
+        free(b->first);
+        return 0;
+    }
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t end = b->first[r] + b->count[r] * e->reduction[r].span;
+        for (int64_t i = b->first[r]; i < end; i++) memcpy(b->acc + 8 * i, &e->reduction[r].identity, 8);
+    }
+    return 1;
+}
+
+/* Every result of `e`'s reductions from its blocks, through the kernel's `finish`. */
+static void fb_gemm_blocks_finish(const fb_gemm_epilogue *e, fb_gemm_blocks *b) {
+    const int64_t rank = e->rank, args = e->args, n = e->reductions;
+    int64_t sizes[rank + 2 * n];
+    void *ptrs[args + n];
+    for (int64_t d = 0; d < rank; d++) sizes[d] = e->sizes[d];
+    for (int64_t a = 0; a < args; a++) ptrs[a] = e->ptrs[a];
+    for (int64_t r = 0; r < n; r++) {
+        sizes[rank + 2 * r] = b->count[r];
+        sizes[rank + 2 * r + 1] = e->reduction[r].span;
+        ptrs[args + r] = b->acc + 8 * b->first[r];
+    }
+    e->finish(sizes, e->strides, e->offsets, (void *const *)ptrs);
+}
+
+/* The epilogue over the rows x cols tile at row r0 (row block ib), column c0 (column block jb)
+   of batch matrix bi; its reductions' parts into `blocks`. */
+static void fb_gemm_epilogue_tile(const fb_gemm_epilogue *e, const fb_gemm_blocks *blocks, const float *tile,
+                                  int64_t ldt, int64_t rows, int64_t cols, int64_t c_dtype, void *scratch,
+                                  int64_t bi, int64_t r0, int64_t c0, int64_t ib, int64_t jb) {
     const int64_t rank = e->rank, args = e->args, p = e->product;
     int64_t at[rank], sizes[rank], strides[args * rank], offsets[args];
     void *ptrs[args];
@@ -728,6 +818,11 @@ static void fb_gemm_epilogue_tile(const fb_gemm_epilogue *e, const float *tile, 
     strides[p * rank + rank - 1] = cols > 1 ? 1 : 0;
     offsets[p] = 0;
     ptrs[p] = scratch;
+    for (int64_t r = 0; r < e->reductions; r++) {
+        const fb_gemm_reduction *red = &e->reduction[r];
+        const int64_t block = blocks->first[r] + fb_gemm_block(e, blocks, r, at, ib, jb) * red->span;
+        ptrs[red->arg] = blocks->acc + 8 * block;
+    }
     e->kernel(sizes, strides, offsets, (void *const *)ptrs);
 }
 
@@ -784,7 +879,21 @@ static int64_t fb_gemm_round_up(int64_t x, int64_t q) { return (x + q - 1) / q *
 void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
     const int64_t batches = sizes[0], M = sizes[1], K = sizes[2], N = sizes[3];
     *(int64_t *)ptrs[3] = 0;
-    if (batches <= 0 || M <= 0 || N <= 0) return;
+    if (batches <= 0 || M <= 0 || N <= 0) {
+        /* No tile: an epilogue's reductions are their identities (a mean of nothing NaN). */
+        const fb_gemm_epilogue *e = (const fb_gemm_epilogue *)ptrs[4];
+        fb_gemm_blocks none = {0};
+        if (e && e->reductions > 0) {
+            if (!fb_gemm_blocks_new(e, 0, 0, &none)) {
+                *(int64_t *)ptrs[3] = 1;
+                return;
+            }
+            fb_gemm_blocks_finish(e, &none);
+            free(none.acc);
+            free(none.first);
+        }
+        return;
+    }
     const int64_t c_dtype = sizes[6];
     const int64_t rsc = strides[4], csc = strides[5];
 
@@ -877,6 +986,14 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
         }
     }
     const fb_gemm_zeros *b_zeros = coords ? &zeros : NULL;
+    /* The epilogue's reductions' accumulators. */
+    fb_gemm_blocks blocks = {0};
+    if (epilogue && epilogue->reductions > 0 && !fb_gemm_blocks_new(epilogue, mb, nb, &blocks)) {
+        for (int i = 0; i < 4; i++) free(tables[i]);
+        free(coords);
+        *(int64_t *)ptrs[3] = 1;
+        return;
+    }
 
     /* The whole of B from the caller's cache, packed there now unless it holds it already:
        for one matrix (or a batch sharing one), where it fits. */
@@ -975,9 +1092,15 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
                 if (!epilogue || epilogue->store_product)
                     fb_gemm_store(tile, ldt, rows, cols, out, c_dtype, rsc, csc, r0, c0);
                 if (epilogue)
-                    fb_gemm_epilogue_tile(epilogue, tile, ldt, rows, cols, c_dtype, tile + tile_floats, bi, r0, c0);
+                    fb_gemm_epilogue_tile(epilogue, &blocks, tile, ldt, rows, cols, c_dtype, tile + tile_floats, bi, r0,
+                                          c0, ib, jb);
             }
         }
+    }
+    if (blocks.acc) {
+        if (!failed) fb_gemm_blocks_finish(epilogue, &blocks);
+        free(blocks.acc);
+        free(blocks.first);
     }
     for (int i = 0; i < 4; i++) free(tables[i]);
     free(coords);

@@ -189,7 +189,10 @@ fn operand_ptr(x: &Elements<'_>) -> Option<*const c_void> {
 /// A generated kernel the GEMM runs on each finished tile of the product (`fb_gemm_epilogue`
 /// in `gemm.c`, field for field): the kernel, the rank of its domain (the product's shape),
 /// its argument count, the argument that reads the product, whether the product is stored
-/// too, and its launch over the whole domain (sizes, flat strides, offsets, pointers).
+/// too, and its launch over the whole domain (sizes, flat strides, offsets, pointers). An
+/// epilogue ending in reductions gives the kernel's form run per tile, the function that
+/// finishes its reductions and a [`TileReduction`] per reduction
+/// (`backend::cpu::emit::emit_tile_functions`); any other gives no `finish` and none.
 #[repr(C)]
 #[derive(Debug)]
 pub struct EpilogueCall {
@@ -202,6 +205,23 @@ pub struct EpilogueCall {
     pub strides: *const i64,
     pub offsets: *const i64,
     pub ptrs: *const *mut c_void,
+    pub finish: Option<KernelFn>,
+    pub reductions: i64,
+    pub reduction: *const TileReduction,
+}
+
+/// A reduction ending an epilogue, as the GEMM keeps its per-tile parts (`fb_gemm_reduction`
+/// in `gemm.c`, field for field): the kernel argument that is its result, the elements of the
+/// result's buffer (each block of accumulators has as many), the bits of its accumulators'
+/// starting value (an `f64`, or an `i64` for integers) and, as bit `d`, whether it reduces
+/// domain axis `d`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileReduction {
+    pub arg: i64,
+    pub span: i64,
+    pub identity: i64,
+    pub reduced: i64,
 }
 
 /// Where a product goes besides its buffer: the transpose of it it is written as, and the

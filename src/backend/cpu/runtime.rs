@@ -10,7 +10,7 @@
 
 use super::compiler::{CompileStats, Compiler, KernelFn, Module};
 use super::emit;
-use super::gemm::{EpilogueCall, Gemm, PackedB, Placement};
+use super::gemm::{EpilogueCall, Gemm, PackedB, Placement, TileReduction};
 use crate::backend::{BenchFacts, Executable, Target};
 use crate::dag::Value;
 use crate::error::{Error, ErrorKind, Result, Site};
@@ -34,6 +34,11 @@ pub struct CpuExecutable {
     /// Per step, whether it is a product whose epilogue the GEMM runs on each tile
     /// ([`runs_per_tile`]).
     per_tile: Vec<bool>,
+    /// Per `program.kernels` entry run per tile with reductions ([`tiled_reductions`]): its
+    /// form run on each tile and the function finishing its reductions.
+    tile_functions: Vec<Option<(KernelFn, KernelFn)>>,
+    /// Per step, the reductions its epilogue ends in, where the GEMM runs it per tile.
+    tile_reductions: Vec<Vec<TileReduction>>,
     plan: MemoryPlan,
     /// Per node, the first output naming it ([`crate::dag::Dag::first_output_of`]).
     output_of: Vec<Option<usize>>,
@@ -99,32 +104,102 @@ fn shared_b(program: &Program) -> (Vec<Option<usize>>, Vec<PackedB>) {
 }
 
 /// The C source of `program`'s kernels, and each kernel's name in it (equal kernels share one
-/// name, and the emitter writes each name once).
+/// name, and the emitter writes each name once). A kernel that a GEMM runs per tile with
+/// reductions is followed by its two functions for that ([`emit::emit_tile_functions`]).
 pub fn module_source(program: &Program) -> (String, Vec<String>) {
     let names: Vec<String> = program.kernels.iter().map(emit::kernel_name).collect();
     let pairs: Vec<(String, &crate::lower::KernelIr)> =
         names.iter().cloned().zip(&program.kernels).collect();
-    (emit::emit_module(&pairs), names)
+    let mut source = emit::emit_module(&pairs);
+    for (k, tiled) in tiled_reductions(program).into_iter().enumerate() {
+        if let Some(text) = tiled
+            .then(|| emit::emit_tile_functions(&program.kernels[k], &names[k]))
+            .flatten()
+        {
+            source.push('\n');
+            source.push_str(&text);
+        }
+    }
+    (source, names)
+}
+
+/// Per `program.kernels` entry, whether it ends in reductions and is the epilogue of a product
+/// whose GEMM runs it per tile.
+fn tiled_reductions(program: &Program) -> Vec<bool> {
+    let mut tiled = vec![false; program.kernels.len()];
+    for step in &program.steps {
+        if let Step::MatMul(m) = step
+            && let Some(e) = &m.epilogue
+            && runs_per_tile(program, m, e)
+            && !program.kernels[e.step.kernel].reductions.is_empty()
+        {
+            tiled[e.step.kernel] = true;
+        }
+    }
+    tiled
 }
 
 /// Whether the GEMM may run epilogue `e` of product `m` on each tile: its launch is plain
 /// strides (no index-map stages, no ranges) over the product's shape, and both operands are
 /// matrices or batches of them, so the shape's last two axes are the tile's rows and columns.
-fn runs_per_tile(dag: &crate::dag::Dag, m: &MatMulStep, e: &Epilogue) -> bool {
+/// Its reductions, if any, end the kernel (no row kernel reads one back, which would need
+/// whole rows) and each reduces the rows or the columns, so that a tile's part of a result
+/// is a partial sum over the tile and the per-tile blocks of them stay smaller than the
+/// product (`fb_gemm_reduction` in `gemm.c`).
+fn runs_per_tile(program: &Program, m: &MatMulStep, e: &Epilogue) -> bool {
+    let dag = &program.dag;
     let launch = &e.step.launch;
     let shape = &dag.ty(m.out).shape;
     let matrices = [&m.a, &m.b]
         .iter()
         .all(|op| op.layout(&dag.ty(op.value).shape).0.len() >= 2);
+    let ir = &program.kernels[e.step.kernel];
+    let rank = shape.len();
+    let reductions_tile = !ir.is_row_kernel()
+        && ir
+            .reductions
+            .iter()
+            .all(|r| r.reduced.len() == rank && (r.reduced[rank - 1] || r.reduced[rank - 2]));
     matrices
+        && reductions_tile
         && launch.maps.iter().all(|stages| stages.is_empty())
         && launch.ranges.is_empty()
-        && launch.sizes.len() == shape.len()
+        && launch.sizes.len() == rank
         && launch
             .sizes
             .iter()
             .zip(shape)
             .all(|(&n, &d)| n as usize == d)
+}
+
+/// The reductions epilogue `e` ends in, as the GEMM keeps their per-tile parts.
+fn tile_reductions(program: &Program, e: &Epilogue) -> Vec<TileReduction> {
+    let ir = &program.kernels[e.step.kernel];
+    ir.reductions
+        .iter()
+        .enumerate()
+        .map(|(r, red)| {
+            let arg = ir.reduction_arg(r);
+            let span = program.dag.ty(e.step.args[arg]).shape.iter().product::<usize>();
+            let identity = match crate::lower::accumulate::Accumulator::of_reduction(red).identity()
+            {
+                crate::lower::accumulate::Identity::Float(x) => x.to_bits() as i64,
+                crate::lower::accumulate::Identity::Int(i) => i,
+            };
+            let reduced = red
+                .reduced
+                .iter()
+                .enumerate()
+                .filter(|&(_, &r)| r)
+                .fold(0i64, |bits, (d, _)| bits | 1 << d);
+            TileReduction {
+                arg: arg as i64,
+                span: span as i64,
+                identity,
+                reduced,
+            }
+        })
+        .collect()
 }
 
 impl CpuExecutable {
@@ -162,15 +237,41 @@ impl CpuExecutable {
                     .map_or_else(Vec::new, |e| e.step.launch.sizes_and_ranges()),
             })
             .collect();
-        let per_tile = program
+        let per_tile: Vec<bool> = program
             .steps
             .iter()
             .map(|step| match step {
                 Step::MatMul(m) => m
                     .epilogue
                     .as_ref()
-                    .is_some_and(|e| runs_per_tile(&program.dag, m, e)),
+                    .is_some_and(|e| runs_per_tile(&program, m, e)),
                 Step::Kernel(_) => false,
+            })
+            .collect();
+        let tile_functions = tiled_reductions(&program)
+            .into_iter()
+            .zip(&names)
+            .map(|(tiled, name)| {
+                tiled
+                    .then(|| {
+                        Ok((
+                            module.kernel(&emit::tile_function(name))?,
+                            module.kernel(&emit::finish_function(name))?,
+                        ))
+                    })
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let tile_reductions = program
+            .steps
+            .iter()
+            .zip(&per_tile)
+            .map(|(step, &tiled)| match step {
+                Step::MatMul(m) if tiled => m
+                    .epilogue
+                    .as_ref()
+                    .map_or_else(Vec::new, |e| tile_reductions(&program, e)),
+                _ => Vec::new(),
             })
             .collect();
         let (packed_of, packed) = shared_b(&program);
@@ -190,6 +291,8 @@ impl CpuExecutable {
             flat_strides,
             flat_sizes,
             per_tile,
+            tile_functions,
+            tile_reductions,
             plan,
             slots,
             _module: module,
@@ -357,16 +460,24 @@ impl CpuExecutable {
                             .map(|&v| pointer(v) as *mut c_void)
                             .collect()
                     });
-                    let per_tile = epilogue.filter(|_| self.per_tile[s]).map(|e| EpilogueCall {
-                        kernel: self.functions[e.step.kernel],
-                        rank: e.step.launch.sizes.len() as i64,
-                        args: e.step.args.len() as i64,
-                        product: e.product as i64,
-                        store_product: i64::from(e.store_product),
-                        sizes: e.step.launch.sizes.as_ptr(),
-                        strides: self.flat_strides[s].as_ptr(),
-                        offsets: e.step.launch.offsets.as_ptr(),
-                        ptrs: ptrs.as_ptr(),
+                    let per_tile = epilogue.filter(|_| self.per_tile[s]).map(|e| {
+                        // An epilogue ending in reductions runs its form for tiles.
+                        let tiled = self.tile_functions[e.step.kernel];
+                        let reductions = &self.tile_reductions[s];
+                        EpilogueCall {
+                            kernel: tiled.map_or(self.functions[e.step.kernel], |(t, _)| t),
+                            rank: e.step.launch.sizes.len() as i64,
+                            args: e.step.args.len() as i64,
+                            product: e.product as i64,
+                            store_product: i64::from(e.store_product),
+                            sizes: e.step.launch.sizes.as_ptr(),
+                            strides: self.flat_strides[s].as_ptr(),
+                            offsets: e.step.launch.offsets.as_ptr(),
+                            ptrs: ptrs.as_ptr(),
+                            finish: tiled.map(|(_, f)| f),
+                            reductions: reductions.len() as i64,
+                            reduction: reductions.as_ptr(),
+                        }
                     });
                     // SAFETY: `check_bounds` proved the epilogue's launch over the product's
                     // whole shape lies inside its buffers, so each tile's does; its outputs

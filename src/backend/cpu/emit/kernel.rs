@@ -127,6 +127,10 @@ pub(super) struct CKernelWriter<'a> {
     /// select's axis, its launch ranges and each piece's kernel. Every row segment then
     /// evaluates only the pieces its elements lie in (see [`CKernelWriter::segment`]).
     nest_pieces: Option<NestPieces<'a>>,
+    /// Whether this is the form a GEMM runs on each tile of its product ([`Self::for_tiles`]):
+    /// one thread, and each reduction's results merged, unrounded, into accumulators at the
+    /// result's place instead of stored.
+    slots: bool,
 }
 
 /// The pieces a kernel's row segments choose from, by their coordinates on `axis`.
@@ -149,6 +153,7 @@ impl<'a> CKernelWriter<'a> {
             // in a row kernel reading it along its rows (lane masks, `vector::supports`).
             vector: vector::supports(ir),
             nest_pieces: None,
+            slots: false,
         };
         kernel.body = kernel.body_lines();
         if ir.is_row_kernel() {
@@ -178,6 +183,19 @@ impl<'a> CKernelWriter<'a> {
             .iter()
             .flat_map(|p| &p.kernels)
             .any(|k| k.vector);
+        kernel
+    }
+
+    /// The form of `ir` (an epilogue ending in reductions, see [`crate::lower::Epilogue`])
+    /// that a GEMM runs on each finished tile of its product. It runs on the GEMM's thread
+    /// that made the tile, so it starts no threads. Each reduction's pointer is a block of
+    /// accumulators (`double`, or `int64_t` for integers) laid out as the result's buffer,
+    /// one block per tile sharing the result's elements (the caller chooses which); the tile's
+    /// part of each result is merged into the accumulator at the result's place, neither
+    /// divided (a mean) nor rounded: [`Self::emit_finish`] does both once every tile is in.
+    pub(super) fn for_tiles(ir: &'a KernelIr) -> Self {
+        let mut kernel = CKernelWriter::new(ir);
+        kernel.slots = true;
         kernel
     }
 
@@ -418,9 +436,13 @@ impl<'a> CKernelWriter<'a> {
         };
         out.line(format!("const int64_t outer = {outer};"));
         out.line("const int64_t total = outer * inner;");
-        out.line(format!(
-            "const int nt = total > {PARALLEL_MIN} ? omp_get_max_threads() : 1;"
-        ));
+        if self.slots {
+            out.line("const int nt = 1;");
+        } else {
+            out.line(format!(
+                "const int nt = total > {PARALLEL_MIN} ? omp_get_max_threads() : 1;"
+            ));
+        }
         if self.vector {
             out.line("#if defined(FB_AVX512)");
             out.line(format!(
@@ -432,28 +454,87 @@ impl<'a> CKernelWriter<'a> {
     }
 
     fn arguments(&self, out: &mut Out) {
-        for (arg, view) in self.ir.views().enumerate() {
-            let ty = C.storage_type(view.dtype);
-            let constness = if matches!(self.ir.arg(arg), Arg::Load(_)) {
-                "const "
-            } else {
-                ""
-            };
-            out.line(format!(
-                "{constness}{ty} *p{arg} = ({constness}{ty} *)ptrs[{arg}];"
-            ));
-            out.line(format!("const int64_t o{arg} = offsets[{arg}];"));
-            for (d, axis) in view.axes.iter().enumerate() {
-                if *axis == Axis::Strided {
-                    out.line(format!(
-                        "const int64_t s{arg}_{d} = strides[{}];",
-                        arg * self.rank + d
-                    ));
-                }
-            }
+        for arg in 0..self.ir.arg_count() {
+            self.argument(out, arg);
             self.map_arguments(out, arg);
         }
     }
+
+    /// Argument `arg`'s pointer, offset and run-time strides. A reduction's pointer in the
+    /// form run per tile points at accumulators ([`Self::for_tiles`]).
+    fn argument(&self, out: &mut Out, arg: usize) {
+        let view = self.ir.view(arg);
+        let ty = match self.ir.arg(arg) {
+            Arg::Reduction(r) if self.slots => self.acc_type(r),
+            _ => C.storage_type(view.dtype),
+        };
+        let constness = if matches!(self.ir.arg(arg), Arg::Load(_)) {
+            "const "
+        } else {
+            ""
+        };
+        out.line(format!(
+            "{constness}{ty} *p{arg} = ({constness}{ty} *)ptrs[{arg}];"
+        ));
+        out.line(format!("const int64_t o{arg} = offsets[{arg}];"));
+        for (d, axis) in view.axes.iter().enumerate() {
+            if *axis == Axis::Strided {
+                out.line(format!(
+                    "const int64_t s{arg}_{d} = strides[{}];",
+                    arg * self.rank + d
+                ));
+            }
+        }
+    }
+
+    /// The function `name` that finishes the reductions of [`Self::for_tiles`]'s form once a
+    /// GEMM has run it on every tile: over the whole domain (`sizes`, and the results'
+    /// strides and offsets as the kernel's launch has them), each result is its accumulators
+    /// merged in block order, divided for a mean, rounded once and stored. Reduction `r`'s
+    /// blocks are `ptrs[args + r]` (`args` the kernel's argument count): `sizes[rank + 2r]`
+    /// blocks of `sizes[rank + 2r + 1]` accumulators each.
+    pub(super) fn emit_finish(&self, name: &str) -> String {
+        let mut out = Out {
+            text: String::new(),
+            depth: 0,
+        };
+        out.open(format!(
+            "void {name}(const int64_t *sizes, const int64_t *strides, \
+             const int64_t *offsets, void *const *ptrs)"
+        ));
+        for d in 0..self.rank {
+            out.line(format!("const int64_t n{d} = sizes[{d}];"));
+        }
+        for r in 0..self.ir.reductions.len() {
+            self.argument(&mut out, self.ir.reduction_arg(r));
+        }
+        out.line("const int nt = omp_get_max_threads();");
+        self.reduction_preamble(&mut out);
+        let args = self.ir.arg_count();
+        for r in 0..self.ir.reductions.len() {
+            let ty = self.acc_type(r);
+            let at = self.rank + 2 * r;
+            out.line(format!("const int64_t nb{r} = sizes[{at}];"));
+            out.line(format!("const int64_t bl{r} = sizes[{}];", at + 1));
+            out.line(format!(
+                "const {ty} *h{r} = (const {ty} *)ptrs[{}];",
+                args + r
+            ));
+        }
+        self.finalize(&mut out, |r| {
+            vec![
+                format!("{} a = {};", self.acc_type(r), self.identity(r)),
+                format!(
+                    "for (int64_t u = 0; u < nb{r}; u++) a = {};",
+                    self.merge(r, "a", &format!("h{r}[u * bl{r} + at]"))
+                ),
+            ]
+        });
+        out.close();
+        out.text
+    }
+
+    /// The multiplier of coordinate `d` in argument `arg`'s index, if it moves on `d`.
 
     /// The stages of argument `arg`'s index map, from the words after the strides (layout on
     /// [`crate::lower::ir::Launch`]): per stage `k` of rank `r`, offset `c{arg}_{k}`, sizes

@@ -94,13 +94,19 @@ impl CKernelWriter<'_> {
         }
     }
 
-    /// The store of an accumulated result `a` of reduction `r` at index `at` of its output.
+    /// The store of an accumulated result `a` of reduction `r` at index `at` of its output;
+    /// in the form run per tile, `a` merged into the accumulator there.
     pub(super) fn finish(&self, out: &mut Out, r: usize, at: &str) {
         let red = &self.ir.reductions[r];
+        let arg = self.ir.reduction_arg(r);
+        if self.slots {
+            let merged = self.merge(r, &format!("p{arg}[{at}]"), "a");
+            out.line(format!("p{arg}[{at}] = {merged};"));
+            return;
+        }
         if red.kind == ReduceKind::Mean {
             out.line(format!("a = a / cnt{r};"));
         }
-        let arg = self.ir.reduction_arg(r);
         let held = self.acc(r).result_prec();
         let value = C.store(red.view.dtype, &C.round(held, red.view.dtype, "a"));
         out.line(format!("p{arg}[{at}] = {value};"));
@@ -122,7 +128,8 @@ impl CKernelWriter<'_> {
     }
 
     /// Rounds and stores every output element of every reduction; `source(r)` is the C
-    /// statement setting `double a` for output `k` of reduction `r`.
+    /// statements setting `a` for output `k` of reduction `r`, which lies at `at` in its
+    /// buffer.
     pub(super) fn finalize(&self, out: &mut Out, source: impl Fn(usize) -> Vec<String>) {
         for (r, red) in self.ir.reductions.iter().enumerate() {
             let arg = self.ir.reduction_arg(r);
@@ -130,9 +137,6 @@ impl CKernelWriter<'_> {
                 "#pragma omp parallel for schedule(static) if(nt > 1 && on{r} > 4096)"
             ));
             out.open(format!("for (int64_t k = 0; k < on{r}; k++)"));
-            for line in source(r) {
-                out.line(line);
-            }
             let kept: Vec<usize> = (0..self.rank).filter(|&d| !red.reduced[d]).collect();
             out.line(format!("int64_t at = o{arg};"));
             if let Some((&first, rest)) = kept.split_first() {
@@ -146,6 +150,9 @@ impl CKernelWriter<'_> {
                 if let Some(t) = self.term(arg, first, "rem") {
                     out.line(format!("at += {t};"));
                 }
+            }
+            for line in source(r) {
+                out.line(line);
             }
             self.finish(out, r, "at");
             out.close();
