@@ -20,6 +20,14 @@
 //!   (`lower::merge_axes`); where one is not, the call stores its product and the kernel runs
 //!   after it.
 //!
+//! The epilogue may end in reductions that nothing in it reads (a bias gradient: the column
+//! sums of what the epilogue computes from the product, in a graph `fusebox grad` wrote),
+//! each over a value of the product's shape (its domain is the product's, not split) and
+//! reducing the rows or the columns, or both (and batch axes): a tile then holds a part of
+//! each sum, which the backend keeps per tile and adds up once every tile is done, in
+//! partial sums far fewer than the product's elements. A reduction read inside the kernel (a
+//! row kernel's softmax) needs whole rows, which a tile does not have.
+//!
 //! A reader that also computes values from other inputs alone (a row scale's reduction over
 //! the call's left operand, after `matmul-row-scale-out` moved the scale past the product) is
 //! first split in two: the nodes that do not depend on the product become a kernel of their

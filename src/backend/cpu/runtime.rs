@@ -180,7 +180,12 @@ fn tile_reductions(program: &Program, e: &Epilogue) -> Vec<TileReduction> {
         .enumerate()
         .map(|(r, red)| {
             let arg = ir.reduction_arg(r);
-            let span = program.dag.ty(e.step.args[arg]).shape.iter().product::<usize>();
+            let span = program
+                .dag
+                .ty(e.step.args[arg])
+                .shape
+                .iter()
+                .product::<usize>();
             let identity = match crate::lower::accumulate::Accumulator::of_reduction(red).identity()
             {
                 crate::lower::accumulate::Identity::Float(x) => x.to_bits() as i64,

@@ -521,14 +521,12 @@ impl<'a> CKernelWriter<'a> {
                 args + r
             ));
         }
-        self.finalize(&mut out, |r| {
-            vec![
-                format!("{} a = {};", self.acc_type(r), self.identity(r)),
-                format!(
-                    "for (int64_t u = 0; u < nb{r}; u++) a = {};",
-                    self.merge(r, "a", &format!("h{r}[u * bl{r} + at]"))
-                ),
-            ]
+        let identity = |r: usize| vec![format!("{} a = {};", self.acc_type(r), self.identity(r))];
+        self.finalize_at(&mut out, identity, |r| {
+            vec![format!(
+                "for (int64_t u = 0; u < nb{r}; u++) a = {};",
+                self.merge(r, "a", &format!("h{r}[u * bl{r} + at]"))
+            )]
         });
         out.close();
         out.text

@@ -128,15 +128,28 @@ impl CKernelWriter<'_> {
     }
 
     /// Rounds and stores every output element of every reduction; `source(r)` is the C
-    /// statements setting `a` for output `k` of reduction `r`, which lies at `at` in its
-    /// buffer.
+    /// statement setting `double a` for output `k` of reduction `r`.
     pub(super) fn finalize(&self, out: &mut Out, source: impl Fn(usize) -> Vec<String>) {
+        self.finalize_at(out, source, |_| Vec::new());
+    }
+
+    /// [`Self::finalize`] with statements `at_source(r)` after the output's place `at` in its
+    /// buffer is known, before the store.
+    pub(super) fn finalize_at(
+        &self,
+        out: &mut Out,
+        source: impl Fn(usize) -> Vec<String>,
+        at_source: impl Fn(usize) -> Vec<String>,
+    ) {
         for (r, red) in self.ir.reductions.iter().enumerate() {
             let arg = self.ir.reduction_arg(r);
             out.line(format!(
                 "#pragma omp parallel for schedule(static) if(nt > 1 && on{r} > 4096)"
             ));
             out.open(format!("for (int64_t k = 0; k < on{r}; k++)"));
+            for line in source(r) {
+                out.line(line);
+            }
             let kept: Vec<usize> = (0..self.rank).filter(|&d| !red.reduced[d]).collect();
             out.line(format!("int64_t at = o{arg};"));
             if let Some((&first, rest)) = kept.split_first() {
@@ -151,7 +164,7 @@ impl CKernelWriter<'_> {
                     out.line(format!("at += {t};"));
                 }
             }
-            for line in source(r) {
+            for line in at_source(r) {
                 out.line(line);
             }
             self.finish(out, r, "at");
