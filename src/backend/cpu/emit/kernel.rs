@@ -532,8 +532,6 @@ impl<'a> CKernelWriter<'a> {
         out.text
     }
 
-    /// The multiplier of coordinate `d` in argument `arg`'s index, if it moves on `d`.
-
     /// The stages of argument `arg`'s index map, from the words after the strides (layout on
     /// [`crate::lower::ir::Launch`]): per stage `k` of rank `r`, offset `c{arg}_{k}`, sizes
     /// `m{arg}_{k}_{e}` (the outermost is never needed), strides `t{arg}_{k}_{e}`, and the
