@@ -2324,6 +2324,34 @@ fn emulated_convolutional_models_match_the_reference() {
     }
 }
 
+/// The joint graph of two `Linear` layers with an activation between them
+/// ([`common::linear_stack_joint`]), whose first bias gradient ends a product's epilogue: the
+/// epilogue's kernel (run after the product, as the CUDA backend runs it) and every other
+/// kernel, emulated in 32- and 64-bit indexing, equal the reference evaluator in f32 and f16
+/// (no infinities among the inputs: see `cpu_gemm::a_linear_stacks_bias_gradient_runs_in_an_epilogue`).
+#[test]
+fn emulated_epilogues_ending_in_bias_gradients_match_the_reference() {
+    for dtype in ["f32", "f16"] {
+        let graph = common::linear_stack_joint([37, 20, 70, 9], "gelu", dtype);
+        let program = lowered(&graph);
+        assert_eq!(
+            common::epilogue_reductions(&program).iter().sum::<usize>(),
+            1,
+            "{dtype}"
+        );
+        check(&program.kernels);
+        let mut emulated = BTreeMap::new();
+        for wide in [false, true] {
+            let Some(result) =
+                emulated_agrees(&graph, &program, &mut emulated, 5, false, wide, None)
+            else {
+                return;
+            };
+            result.unwrap_or_else(|e| panic!("{dtype}: {e}"));
+        }
+    }
+}
+
 /// Reductions of nothing ([`row_graphs::empty_reductions`]) write their identities from the
 /// emitted CUDA as the reference does: 0 for a sum, NaN for a mean, -inf for a max (rows and
 /// columns), +inf for a min, in f32 and f16.

@@ -90,3 +90,57 @@ pub fn temp_dir(tag: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// The joint forward + backward graph `fusebox grad` writes for two PyTorch `Linear` layers
+/// with `activation` between them, `activation(x @ w1ᵀ + b1) @ w2ᵀ + b2`, on `rows` rows of
+/// `features` values, `hidden` between the layers and `out` out, in `dtype`: each bias
+/// gradient is the column sums of a value computed from a product.
+pub fn linear_stack_joint(
+    [rows, features, hidden, out]: [usize; 4],
+    activation: &str,
+    dtype: &str,
+) -> Graph {
+    let text = format!(
+        "Graph(name: \"linear_stack\", inputs: [\
+         Input(name: \"x\", dtype: \"{dtype}\", shape: [{rows}, {features}]), \
+         Input(name: \"w1\", dtype: \"{dtype}\", shape: [{hidden}, {features}]), \
+         Input(name: \"b1\", dtype: \"{dtype}\", shape: [{hidden}]), \
+         Input(name: \"w2\", dtype: \"{dtype}\", shape: [{out}, {hidden}]), \
+         Input(name: \"b2\", dtype: \"{dtype}\", shape: [{out}])], nodes: [\
+         Node(name: \"w1t\", op: \"transpose\", args: [\"w1\"]), \
+         Node(name: \"h\", op: \"matmul\", args: [\"x\", \"w1t\"]), \
+         Node(name: \"hb\", op: \"add\", args: [\"h\", \"b1\"]), \
+         Node(name: \"a\", op: \"{activation}\", args: [\"hb\"]), \
+         Node(name: \"w2t\", op: \"transpose\", args: [\"w2\"]), \
+         Node(name: \"o\", op: \"matmul\", args: [\"a\", \"w2t\"]), \
+         Node(name: \"y\", op: \"add\", args: [\"o\", \"b2\"])], outputs: [\"y\"])"
+    );
+    let rules = random_graph::rules();
+    let graph = fusebox::graph::file::parse(&text, "linear_stack.ron", &rules.ops)
+        .unwrap()
+        .0;
+    fusebox::autodiff::grad(
+        &graph,
+        &rules.ops,
+        &rules.gradients,
+        &fusebox::autodiff::Wrt::AllFloatInputs,
+    )
+    .unwrap()
+    .graph
+}
+
+/// The reductions each library call of `program` runs in its epilogue, call by call.
+pub fn epilogue_reductions(program: &fusebox::lower::Program) -> Vec<usize> {
+    program
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            fusebox::lower::Step::MatMul(m) => Some(
+                m.epilogue
+                    .as_ref()
+                    .map_or(0, |e| program.kernels[e.step.kernel].reductions.len()),
+            ),
+            fusebox::lower::Step::Kernel(_) => None,
+        })
+        .collect()
+}
