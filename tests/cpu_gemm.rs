@@ -393,7 +393,8 @@ enum Tail {
     /// `sum_to_size(d, [cols])` (over the batch and the rows), both outputs.
     BiasGrad,
     /// Reductions alone, each of other axes: `sum(relu(c))` over the columns,
-    /// `reduce_max(c)` over the rows and `mean(c * c)` over everything.
+    /// `reduce_max(c)` over the rows, `mean(c * c)` over everything, and the NaNs of each
+    /// column counted (`sum` of a bool: an integer accumulator, i64).
     Stats,
 }
 
@@ -483,11 +484,14 @@ fn tail_text(p: &Product, tail: Tail) -> String {
                      Node(name: \"rs\", op: \"sum\", args: [\"r\"]{}), \
                      Node(name: \"cm\", op: \"reduce_max\", args: [\"c\"]{}), \
                      Node(name: \"sq\", op: \"mul\", args: [\"c\", \"c\"]), \
-                     Node(name: \"ms\", op: \"mean\", args: [\"sq\"])",
+                     Node(name: \"ms\", op: \"mean\", args: [\"sq\"]), \
+                     Node(name: \"nan\", op: \"ne\", args: [\"c\", \"c\"]), \
+                     Node(name: \"nans\", op: \"sum\", args: [\"nan\"]{})",
                     axis(-1),
+                    axis(-2),
                     axis(-2)
                 ),
-                "[\"rs\", \"cm\", \"ms\"]",
+                "[\"rs\", \"cm\", \"ms\", \"nans\"]",
             )
         }
     };
