@@ -65,6 +65,20 @@ impl Out {
         self.text.push('\n');
     }
 
+    /// The opened body of C function `name` with the kernel ABI
+    /// ([`crate::lower::ir::Launch`]).
+    fn function(name: &str) -> Out {
+        let mut out = Out {
+            text: String::new(),
+            depth: 0,
+        };
+        out.open(format!(
+            "void {name}(const int64_t *sizes, const int64_t *strides, \
+             const int64_t *offsets, void *const *ptrs)"
+        ));
+        out
+    }
+
     /// `header {`, one level deeper.
     fn open(&mut self, header: impl AsRef<str>) {
         let header = header.as_ref();
@@ -355,14 +369,7 @@ impl<'a> CKernelWriter<'a> {
 
     /// The C function `name`.
     pub(super) fn emit(&self, name: &str) -> String {
-        let mut out = Out {
-            text: String::new(),
-            depth: 0,
-        };
-        out.open(format!(
-            "void {name}(const int64_t *sizes, const int64_t *strides, \
-             const int64_t *offsets, void *const *ptrs)"
-        ));
+        let mut out = Out::function(name);
         self.preamble(&mut out);
         if self.ir.is_scatter_kernel() {
             self.scatter(&mut out);
@@ -494,14 +501,7 @@ impl<'a> CKernelWriter<'a> {
     /// blocks are `ptrs[args + r]` (`args` the kernel's argument count): `sizes[rank + 2r]`
     /// blocks of `sizes[rank + 2r + 1]` accumulators each.
     pub(super) fn emit_finish(&self, name: &str) -> String {
-        let mut out = Out {
-            text: String::new(),
-            depth: 0,
-        };
-        out.open(format!(
-            "void {name}(const int64_t *sizes, const int64_t *strides, \
-             const int64_t *offsets, void *const *ptrs)"
-        ));
+        let mut out = Out::function(name);
         for d in 0..self.rank {
             out.line(format!("const int64_t n{d} = sizes[{d}];"));
         }
