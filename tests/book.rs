@@ -454,3 +454,22 @@ fn the_books_per_row_pieces_listing_is_the_emitters() {
         &format!("{}\n\n{wrapper}", walk.join("\n")),
     );
 }
+
+/// `book/examples/gemm/no_epilogues/fusion.ron`, which the GEMM chapter calls the default
+/// `fusion.ron` with `library_epilogues` off, is that: its comment header, then the shipped
+/// file with that one line changed.
+#[test]
+fn the_books_rules_without_epilogues_are_the_shipped_rules_but_one_line() {
+    let shipped = std::fs::read_to_string(repo().join("rules/fusion.ron")).unwrap();
+    let book =
+        std::fs::read_to_string(repo().join("book/examples/gemm/no_epilogues/fusion.ron")).unwrap();
+    let off = shipped.replace(
+        "    library_epilogues: true,",
+        "    library_epilogues: false,",
+    );
+    assert_ne!(off, shipped);
+    let header = book
+        .strip_suffix(off.as_str())
+        .expect("the shipped rules, one line off");
+    assert!(header.lines().all(|l| l.starts_with("//")), "{header}");
+}

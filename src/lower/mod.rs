@@ -378,12 +378,14 @@ impl MatMulStep {
     }
 }
 
-/// The pointwise kernel a matrix product runs on its product (fusion.ron's
-/// `library_epilogues`): an ordinary kernel over the product's shape that reads the product
-/// as argument `product` (a load of [`MatMulStep::out`]). Run after the product over the whole
-/// domain, it computes what the unfused graph computes; a backend may instead run it on each
-/// finished tile of the product, with the launch cut to the tile, and never store the
-/// product (`store_product` says whether anything else reads it).
+/// The kernel a matrix product runs on its product (fusion.ron's `library_epilogues`): an
+/// ordinary kernel over the product's shape, pointwise or ending in reductions, that reads the
+/// product as argument `product` (a load of [`MatMulStep::out`]). Run after the product over
+/// the whole domain, it computes what the unfused graph computes; a backend may instead run
+/// it on each finished tile of the product, with the launch cut to the tile, and never store
+/// the product (`store_product` says whether anything else reads it). Run per tile, a
+/// reduction's results are partial: the backend adds up the tiles' parts before storing them
+/// (the CPU's `fb_gemm_reduction`).
 #[derive(Debug, Clone)]
 pub struct Epilogue {
     pub step: KernelStep,

@@ -24,9 +24,10 @@
 //! sums of what the epilogue computes from the product, in a graph `fusebox grad` wrote),
 //! each over a value of the product's shape (its domain is the product's, not split) and
 //! reducing the rows or the columns, or both (and batch axes): a tile then holds a part of
-//! each sum, which the backend keeps per tile and adds up once every tile is done, in
-//! partial sums far fewer than the product's elements. A reduction read inside the kernel (a
-//! row kernel's softmax) needs whole rows, which a tile does not have.
+//! each sum, which the backend keeps per tile and adds up once every tile is done: at most
+//! one partial sum per element of the product, and for a bias gradient one row of them per
+//! block of rows. A reduction read inside the kernel (a row kernel's softmax) needs whole
+//! rows, which a tile does not have.
 //!
 //! A reader that also computes values from other inputs alone (a row scale's reduction over
 //! the call's left operand, after `matmul-row-scale-out` moved the scale past the product) is
