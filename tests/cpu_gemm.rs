@@ -581,7 +581,9 @@ fn has_epilogue(p: &Product, tail: Tail) -> bool {
 }
 
 /// Epilogues across the GEMM's block edges (tiles of MC = 128 rows by up to NC = 384
-/// columns, so several tiles per batch matrix), batched, with transposed weights, in each
+/// columns, so several tiles per batch matrix), batched (a batch sharing its weight is
+/// multiplied as one tall matrix, whose tiles cross from one batch matrix into the next),
+/// with transposed weights, in each
 /// product dtype: bias + GELU, a scaled ReLU + residual cast to f32, SiLU whose product is
 /// a graph output as well (stored besides), a bias gradient (column sums over several row
 /// blocks and batch matrices) and reductions of the columns, the rows and everything.
@@ -592,6 +594,9 @@ fn epilogues_across_block_edges_agree() {
             (131, 70, 389, vec![]),
             (9, 257, 49, vec![2]),
             (300, 33, 777, vec![]),
+            // Folded into one tall matrix of 150 rows: the first row block holds all of the
+            // first two batch matrices and part of the third.
+            (50, 70, 389, vec![3]),
         ] {
             let p = Product {
                 a: plain(&batch),

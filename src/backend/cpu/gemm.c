@@ -711,6 +711,9 @@ typedef struct {
     fb_gemm_kernel finish;
     int64_t reductions;
     const fb_gemm_reduction *reduction; /* reductions */
+    /* Where the batch's matrices are multiplied as one tall matrix (the caller folded them):
+       the rows of each, else 0. A tile's rows then run as their parts in each matrix. */
+    int64_t fold_rows;
 } fb_gemm_epilogue;
 
 /* The blocks of accumulators of an epilogue's reductions for one call: per reduction its
@@ -786,7 +789,29 @@ static void fb_gemm_blocks_finish(const fb_gemm_epilogue *e, fb_gemm_blocks *b) 
 
 /* The epilogue over the rows x cols tile at row r0 (row block ib), column c0 (column block jb)
    of batch matrix bi; its reductions' parts into `blocks`. */
+static void fb_gemm_epilogue_part(const fb_gemm_epilogue *e, const fb_gemm_blocks *blocks, const float *tile,
+                                  int64_t ldt, int64_t rows, int64_t cols, int64_t c_dtype, void *scratch,
+                                  int64_t bi, int64_t r0, int64_t c0, int64_t ib, int64_t jb);
+
+/* fb_gemm_epilogue_part over a tile of the product, in each batch matrix the tile holds rows
+   of when the batch was folded into one tall matrix (`fold_rows`). */
 static void fb_gemm_epilogue_tile(const fb_gemm_epilogue *e, const fb_gemm_blocks *blocks, const float *tile,
+                                  int64_t ldt, int64_t rows, int64_t cols, int64_t c_dtype, void *scratch,
+                                  int64_t bi, int64_t r0, int64_t c0, int64_t ib, int64_t jb) {
+    const int64_t fold = e->fold_rows;
+    if (fold <= 0) {
+        fb_gemm_epilogue_part(e, blocks, tile, ldt, rows, cols, c_dtype, scratch, bi, r0, c0, ib, jb);
+        return;
+    }
+    for (int64_t r = r0; r < r0 + rows;) {
+        const int64_t in = r % fold, n = fold - in < r0 + rows - r ? fold - in : r0 + rows - r;
+        fb_gemm_epilogue_part(e, blocks, tile + (r - r0) * ldt, ldt, n, cols, c_dtype, scratch, r / fold, in, c0, ib,
+                              jb);
+        r += n;
+    }
+}
+
+static void fb_gemm_epilogue_part(const fb_gemm_epilogue *e, const fb_gemm_blocks *blocks, const float *tile,
                                   int64_t ldt, int64_t rows, int64_t cols, int64_t c_dtype, void *scratch,
                                   int64_t bi, int64_t r0, int64_t c0, int64_t ib, int64_t jb) {
     const int64_t rank = e->rank, args = e->args, p = e->product;

@@ -194,7 +194,7 @@ fn operand_ptr(x: &Elements<'_>) -> Option<*const c_void> {
 /// finishes its reductions and a [`TileReduction`] per reduction
 /// (`backend::cpu::emit::emit_tile_functions`); any other gives no `finish` and none.
 #[repr(C)]
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct EpilogueCall {
     pub kernel: KernelFn,
     pub rank: i64,
@@ -208,6 +208,9 @@ pub struct EpilogueCall {
     pub finish: Option<KernelFn>,
     pub reductions: i64,
     pub reduction: *const TileReduction,
+    /// The rows of each batch matrix where the GEMM multiplies a batch's matrices as one tall
+    /// matrix (`fold_batches`; its tiles then cut across them), else 0. The GEMM sets it.
+    pub fold_rows: i64,
 }
 
 /// A reduction ending an epilogue, as the GEMM keeps its per-tile parts (`fb_gemm_reduction`
@@ -570,10 +573,11 @@ impl Gemm {
         // A batch sharing one right-hand matrix whose left-hand matrices follow one another
         // row after row is one product of all their rows (a `Linear` over a batch, or over a
         // sequence read transposed): one call of a tall matrix instead of many short ones,
-        // each of which would stream the whole right-hand matrix. Its epilogue, cut to tiles
-        // of the batch matrices, then runs after it.
+        // each of which would stream the whole right-hand matrix. Its epilogue runs on each
+        // tile's rows of each batch matrix (a tile may end one and start the next).
         let folded = fold_batches(&product).filter(|_| result.is_none());
-        let epilogue = epilogue.filter(|_| folded.is_none());
+        let fold_rows = folded.as_ref().map_or(0, |_| product.rows as i64);
+        let epilogue = epilogue.map(|e| EpilogueCall { fold_rows, ..*e });
         let product = folded.unwrap_or(product);
         // Where each result matrix goes: contiguous, or through the result's view.
         let (c_strides, c_offsets) = match result {
@@ -639,7 +643,9 @@ impl Gemm {
         // lies inside its buffer (for a padded right operand, inside the padded shape, and
         // `unpad_right` that the elements it reads are the source's), and that the result
         // matrices fill `out`; the operands are read-only here and `out` is borrowed uniquely.
-        let epilogue_ptr = epilogue.map_or(std::ptr::null(), |e| e as *const EpilogueCall);
+        let epilogue_ptr = epilogue
+            .as_ref()
+            .map_or(std::ptr::null(), |e| e as *const EpilogueCall);
         let packed_ptr = packed_b.map_or(std::ptr::null_mut(), PackedB::as_ptr);
         unsafe {
             self.call(

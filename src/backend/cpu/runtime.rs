@@ -482,6 +482,7 @@ impl CpuExecutable {
                             finish: tiled.map(|(_, f)| f),
                             reductions: reductions.len() as i64,
                             reduction: reductions.as_ptr(),
+                            fold_rows: 0,
                         }
                     });
                     // SAFETY: `check_bounds` proved the epilogue's launch over the product's
