@@ -1131,3 +1131,31 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
     free(coords);
     *(int64_t *)ptrs[3] = failed;
 }
+
+/* A padded copy of a tensor (a convolution's image inside its zero border) into a buffer of
+   zeros, its rows copied by the threads: sizes = {rank >= 1, element bytes, source shape,
+   zeros before, zeros after (rank each)}; ptrs = {source, destination}. Row r of the source
+   (a point of every axis but the last) goes to its place among the padded rows. */
+void fusebox_pad_rows(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
+    (void)strides;
+    (void)offsets;
+    const int64_t rank = sizes[0], size = sizes[1];
+    const int64_t *source = sizes + 2, *before = source + rank, *after = before + rank;
+    const int64_t last = rank - 1, len = source[last] * size;
+    int64_t rows = 1;
+    for (int64_t d = 0; d < last; d++) rows *= source[d];
+    if (len == 0 || rows == 0) return;
+    const char *src = (const char *)ptrs[0];
+    char *dst = (char *)ptrs[1];
+#pragma omp parallel for schedule(static) if (rows * len > (1 << 20))
+    for (int64_t r = 0; r < rows; r++) {
+        /* Row r's coordinates on the outer axes, innermost first, placed in the padded shape. */
+        int64_t rest = r, at = before[last], step = before[last] + source[last] + after[last];
+        for (int64_t d = last - 1; d >= 0; d--) {
+            at += (rest % source[d] + before[d]) * step;
+            rest /= source[d];
+            step *= before[d] + source[d] + after[d];
+        }
+        memcpy(dst + at * size, src + r * len, (size_t)len);
+    }
+}

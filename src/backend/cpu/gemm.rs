@@ -26,7 +26,7 @@ use super::compiler::{Compiler, KernelFn, Module};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::lower::{MatMulOperand, ResultView};
-use crate::runtime::buffer::{Elements, ElementsMut};
+use crate::runtime::buffer::{Buffer, Elements, ElementsMut};
 use crate::runtime::matmul::{self, MatMulError, OperandLayout, ProductShape, StridedProduct};
 use crate::shape::Padding;
 use std::ffi::c_void;
@@ -39,6 +39,9 @@ const GEMM: &str = include_str!("gemm.c");
 /// The GEMM's entry point in the compiled module.
 const ENTRY: &str = "fusebox_gemm";
 
+/// The padded copy's entry point in `gemm.c`.
+const PAD_ROWS: &str = "fusebox_pad_rows";
+
 /// The complete C translation unit of the GEMM.
 pub fn source() -> String {
     format!("{HELPERS}\n#if defined(__AVX512F__)\n#include <immintrin.h>\n#endif\n\n{GEMM}")
@@ -47,6 +50,8 @@ pub fn source() -> String {
 /// The loaded GEMM.
 pub struct Gemm {
     function: KernelFn,
+    /// `fusebox_pad_rows`: a padded operand's rows copied into its zeros by the threads.
+    pad_rows: KernelFn,
     /// The library stays loaded as long as `function` may be called.
     _module: Arc<Module>,
 }
@@ -482,8 +487,52 @@ impl Gemm {
         let module = compiler.compile(&source())?;
         Ok(Gemm {
             function: module.kernel(ENTRY)?,
+            pad_rows: module.kernel(PAD_ROWS)?,
             _module: module,
         })
+    }
+
+    /// [`matmul::unpadded`] with the rows copied by the GEMM's threads (`fusebox_pad_rows`):
+    /// the padded image of a stride-1 convolution is a few MiB per call, and copied on the
+    /// calling thread alone it left the other threads waiting.
+    fn unpadded(
+        &self,
+        x: Elements<'_>,
+        op: &MatMulOperand,
+        operand: &'static str,
+    ) -> std::result::Result<Option<(Buffer, MatMulOperand)>, MatMulError> {
+        let Some(padding) = op.view.as_ref().and_then(|v| v.padding.as_ref()) else {
+            return Ok(None);
+        };
+        let source = operand_ptr(&x).filter(|_| x.shape == padding.source.as_slice());
+        let Some(source) = source.filter(|_| !x.shape.is_empty()) else {
+            return matmul::unpadded(x, op, operand);
+        };
+        let mut buffer = Buffer::try_zeroed(x.dtype, &padding.padded())
+            .map_err(|_| MatMulError::PackingAlloc)?;
+        let geometry: Vec<i64> = [x.shape.len(), x.dtype.size_bytes()]
+            .into_iter()
+            .chain(padding.source.iter().copied())
+            .chain(padding.before.iter().copied())
+            .chain(padding.after.iter().copied())
+            .map(|n| n as i64)
+            .collect();
+        let ptrs = [source as *mut c_void, buffer.as_mut_ptr() as *mut c_void];
+        // SAFETY: the source holds `x.shape`'s elements, which `padding.source` equals, and the
+        // buffer the padded shape's; each row lands inside it (the padding's own geometry).
+        unsafe {
+            (self.pad_rows)(
+                geometry.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null(),
+                ptrs.as_ptr(),
+            );
+        }
+        let mut op = op.clone();
+        if let Some(view) = op.view.as_mut() {
+            view.padding = None;
+        }
+        Ok(Some((buffer, op)))
     }
 
     /// `out = a @ b` with NumPy's matmul rules, as [`matmul::matmul_elements`] computes it.
@@ -519,7 +568,7 @@ impl Gemm {
         placement: Placement<'_>,
     ) -> std::result::Result<bool, MatMulError> {
         // A left operand over a padding reads the padded buffer, built here.
-        if let Some((x, op)) = matmul::unpadded(a, a_op, "left")? {
+        if let Some((x, op)) = self.unpadded(a, a_op, "left")? {
             // SAFETY: the caller's promises, for the same product.
             return unsafe { self.matmul_with(x.elements(), &op, b, b_op, out, placement) };
         }
@@ -563,7 +612,7 @@ impl Gemm {
             Some(padding) => match packed_zeros(&product, padding, b.shape) {
                 Some((product, header)) => (product, Some(header)),
                 None => {
-                    let built = matmul::unpadded(b, b_op, "right")?;
+                    let built = self.unpadded(b, b_op, "right")?;
                     let (x, op) = built.ok_or(MatMulError::ViewOutOfBounds { operand: "right" })?;
                     // SAFETY: the caller's promises, for the same product.
                     return unsafe { self.matmul_with(a, a_op, x.elements(), &op, out, placement) };
