@@ -200,7 +200,11 @@ fn graph_text(p: &Product) -> String {
 fn inputs(g: &graph::Graph, seed: u64) -> fusebox::eval::Tensors {
     let mut tensors = fusebox::eval::random_inputs(g, seed);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x9e44);
-    for t in tensors.values_mut() {
+    // In the graph's input order, so that a seed gives the same inputs in every process.
+    for input in &g.inputs {
+        let Some(t) = tensors.get_mut(&input.name) else {
+            continue;
+        };
         let dtype = t.dtype;
         if let fusebox::tensor::Data::Float(a) = &mut t.data {
             let len = a.len();

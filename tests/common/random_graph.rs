@@ -722,7 +722,12 @@ pub fn strict_ieee_for(graph: &Graph, seed: u64, specials: bool) -> bool {
 pub fn inputs(graph: &Graph, seed: u64, specials: bool) -> Tensors {
     let mut tensors = eval::random_inputs(graph, seed);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
-    for t in tensors.values_mut() {
+    // In the graph's input order (`Tensors` is a hash map, whose order changes from one
+    // process to the next), so that a seed gives the same inputs everywhere.
+    for input in &graph.inputs {
+        let Some(t) = tensors.get_mut(&input.name) else {
+            continue;
+        };
         let dtype = t.dtype;
         match &mut t.data {
             Data::Int(a) => {
