@@ -347,10 +347,24 @@ pub fn unpadded(
     op: &MatMulOperand,
     operand: &'static str,
 ) -> Result<Option<(Buffer, MatMulOperand)>, MatMulError> {
+    unpadded_by(x, op, operand, Buffer::padded_from)
+}
+
+/// [`unpadded`] with the padded buffer built by `build` (as [`Buffer::padded_from`] builds
+/// it: `None` where `x` is not the padding's source): a backend's own, faster copy.
+pub fn unpadded_by(
+    x: Elements<'_>,
+    op: &MatMulOperand,
+    operand: &'static str,
+    build: impl FnOnce(
+        Elements<'_>,
+        &crate::shape::Padding,
+    ) -> Option<Result<Buffer, crate::tensor::AllocError>>,
+) -> Result<Option<(Buffer, MatMulOperand)>, MatMulError> {
     let Some(padding) = op.view.as_ref().and_then(|v| v.padding.as_ref()) else {
         return Ok(None);
     };
-    let buffer = Buffer::padded_from(x, padding)
+    let buffer = build(x, padding)
         .ok_or(MatMulError::ViewOutOfBounds { operand })?
         .map_err(|_| MatMulError::PackingAlloc)?;
     let mut op = op.clone();

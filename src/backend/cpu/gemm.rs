@@ -29,6 +29,7 @@ use crate::lower::{MatMulOperand, ResultView};
 use crate::runtime::buffer::{Buffer, Elements, ElementsMut};
 use crate::runtime::matmul::{self, MatMulError, OperandLayout, ProductShape, StridedProduct};
 use crate::shape::Padding;
+use crate::tensor::AllocError;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -501,15 +502,26 @@ impl Gemm {
         op: &MatMulOperand,
         operand: &'static str,
     ) -> std::result::Result<Option<(Buffer, MatMulOperand)>, MatMulError> {
-        let Some(padding) = op.view.as_ref().and_then(|v| v.padding.as_ref()) else {
-            return Ok(None);
+        matmul::unpadded_by(x, op, operand, |x, padding| self.padded(x, padding))
+    }
+
+    /// [`Buffer::padded_from`], the rows copied by `fusebox_pad_rows`; for other dtypes than
+    /// the GEMM reads, and for a scalar, `Buffer::padded_from` itself.
+    fn padded(
+        &self,
+        x: Elements<'_>,
+        padding: &Padding,
+    ) -> Option<std::result::Result<Buffer, AllocError>> {
+        if x.shape != padding.source.as_slice() {
+            return None;
+        }
+        let Some(source) = operand_ptr(&x).filter(|_| !x.shape.is_empty()) else {
+            return Buffer::padded_from(x, padding);
         };
-        let source = operand_ptr(&x).filter(|_| x.shape == padding.source.as_slice());
-        let Some(source) = source.filter(|_| !x.shape.is_empty()) else {
-            return matmul::unpadded(x, op, operand);
+        let mut buffer = match Buffer::try_zeroed(x.dtype, &padding.padded()) {
+            Ok(b) => b,
+            Err(e) => return Some(Err(e)),
         };
-        let mut buffer = Buffer::try_zeroed(x.dtype, &padding.padded())
-            .map_err(|_| MatMulError::PackingAlloc)?;
         let geometry: Vec<i64> = [x.shape.len(), x.dtype.size_bytes()]
             .into_iter()
             .chain(padding.source.iter().copied())
@@ -528,11 +540,7 @@ impl Gemm {
                 ptrs.as_ptr(),
             );
         }
-        let mut op = op.clone();
-        if let Some(view) = op.view.as_mut() {
-            view.padding = None;
-        }
-        Ok(Some((buffer, op)))
+        Some(Ok(buffer))
     }
 
     /// `out = a @ b` with NumPy's matmul rules, as [`matmul::matmul_elements`] computes it.

@@ -289,6 +289,14 @@ fn batches_sharing_a_matrix_fold_into_one_product() {
     assert!(fold_batches(&product(3, 8, vec![(0, 0)])).is_none());
 }
 
+/// Graph input `input` as an operand read through `view`.
+fn read_through(input: usize, view: crate::lower::OperandView) -> MatMulOperand {
+    MatMulOperand {
+        view: Some(view),
+        ..MatMulOperand::stored(Value::Input(input))
+    }
+}
+
 /// An operand view whose axes are each a group of strided sub-axes (`fine`, `counts`) over a
 /// buffer, and that operand gathered contiguously by hand (row-major over the sub-axes).
 fn split_view(
@@ -355,10 +363,7 @@ fn operands_read_through_sub_axes_give_the_gathered_product() {
             let m = 70;
             let a = random(dtype, m * k, 9);
             let a_op = MatMulOperand::stored(Value::Input(0));
-            let b_op = MatMulOperand {
-                view: Some(bv),
-                ..MatMulOperand::stored(Value::Input(1))
-            };
+            let b_op = read_through(1, bv);
             let mut a_shaped = a.clone();
             a_shaped.shape = vec![m, k];
             gemm_agrees(
@@ -378,10 +383,7 @@ fn operands_read_through_sub_axes_give_the_gathered_product() {
         let mut b_shaped = b.clone();
         b_shaped.shape = vec![k, n];
         let stored = MatMulOperand::stored(Value::Input(1));
-        let a_op = MatMulOperand {
-            view: Some(av),
-            ..MatMulOperand::stored(Value::Input(0))
-        };
+        let a_op = read_through(0, av);
         gemm_agrees(
             &gemm,
             [(&buf, &a_op), (&b_shaped, &stored)],
@@ -437,10 +439,7 @@ fn operands_read_through_a_padding_give_the_padded_product() {
                 let mut a = random(dtype, m * k, 22);
                 a.shape = vec![m, k];
                 let a_op = MatMulOperand::stored(Value::Input(0));
-                let b_op = MatMulOperand {
-                    view: Some(bv),
-                    ..MatMulOperand::stored(Value::Input(1))
-                };
+                let b_op = read_through(1, bv);
                 gemm_agrees(
                     &gemm,
                     [(&a, &a_op), (&shaped, &b_op)],
@@ -474,10 +473,7 @@ fn operands_read_through_a_padding_give_the_padded_product() {
                 });
                 let order = [0, 4, 5, 1, 2, 3];
                 av.strided.strides = order.iter().map(|&i| fine[i].1).collect();
-                let left = MatMulOperand {
-                    view: Some(av),
-                    ..MatMulOperand::stored(Value::Input(0))
-                };
+                let left = read_through(0, av);
                 let mut b = random(dtype, k * m, 23);
                 b.shape = vec![k, m];
                 gemm_agrees(
