@@ -7,7 +7,9 @@
 //! which need 64-byte alignment, apply to whole buffers.
 
 use crate::dtype::{Category, DType};
-use crate::tensor::{AllocError, Data, Tensor};
+/// The error of an allocation that failed, as buffers report it.
+pub use crate::tensor::AllocError;
+use crate::tensor::{Data, Tensor};
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 

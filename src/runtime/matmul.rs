@@ -359,7 +359,7 @@ pub fn unpadded_by(
     build: impl FnOnce(
         Elements<'_>,
         &crate::shape::Padding,
-    ) -> Option<Result<Buffer, crate::tensor::AllocError>>,
+    ) -> Option<Result<Buffer, crate::runtime::buffer::AllocError>>,
 ) -> Result<Option<(Buffer, MatMulOperand)>, MatMulError> {
     let Some(padding) = op.view.as_ref().and_then(|v| v.padding.as_ref()) else {
         return Ok(None);

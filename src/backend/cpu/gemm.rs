@@ -26,10 +26,9 @@ use super::compiler::{Compiler, KernelFn, Module};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::lower::{MatMulOperand, ResultView};
-use crate::runtime::buffer::{Buffer, Elements, ElementsMut};
+use crate::runtime::buffer::{AllocError, Buffer, Elements, ElementsMut};
 use crate::runtime::matmul::{self, MatMulError, OperandLayout, ProductShape, StridedProduct};
 use crate::shape::Padding;
-use crate::tensor::AllocError;
 use std::ffi::c_void;
 use std::sync::Arc;
 
