@@ -106,6 +106,47 @@ fn windows() -> impl Strategy<Value = Window> {
         )
 }
 
+/// Stride-1 convolutions big enough for the CPU GEMM to read their image in place (see
+/// [`Window::read_in_place`]): 1 to 3 spatial axes, the last up to 80 long, so that products
+/// have many column blocks, narrow last strips and, over 3 axes, long runs of dropped
+/// columns; up to 20 output channels per group (a partial row strip), dilations, pads and
+/// groups.
+fn large_windows() -> impl Strategy<Value = Window> {
+    (
+        (1..3usize, 1..3usize, 1..21usize, 1..3usize),
+        prop::collection::vec(
+            (1..8usize, 1..4usize, 1..3usize, 0..3usize, 0..3usize),
+            0..3,
+        ),
+        (8..81usize, 1..4usize, 1..3usize, 0..3usize, 0..3usize),
+        any::<bool>(),
+    )
+        .prop_map(
+            |((batch, channels, per_group, groups), outer, last, auto)| {
+                let axes: Vec<_> = outer.into_iter().chain([last]).collect();
+                Window {
+                    op: 0,
+                    batch,
+                    channels: channels * groups,
+                    per_group,
+                    groups,
+                    spatial: axes
+                        .iter()
+                        .map(|&(n, k, d, _, _)| n.max((k - 1) * d + 1))
+                        .collect(),
+                    kernel: axes.iter().map(|a| a.1).collect(),
+                    strides: vec![1; axes.len()],
+                    dilations: axes.iter().map(|a| a.2).collect(),
+                    pads: (!auto).then(|| axes.iter().map(|a| (a.3, a.4)).collect()),
+                    same_lower: batch == 2,
+                    ceil: false,
+                    include_pad: false,
+                    output_padding: vec![0; axes.len()],
+                }
+            },
+        )
+}
+
 fn ints(name: &str, v: &[usize]) -> AttributeProto {
     let mut a = AttributeProto::new();
     a.name = name.into();
@@ -154,6 +195,27 @@ impl Window {
                 (out >= 1).then_some((b, a, out as usize))
             })
             .collect()
+    }
+
+    /// Whether the CPU GEMM reads this convolution's (padded) image in place rather than
+    /// packing it (`fb_gemm_direct_span` in `gemm.c`): stride 1, at least one 48-column strip
+    /// of output positions, and the positions' offsets in the padded image spanning at most
+    /// a quarter more than there are positions.
+    fn read_in_place(&self) -> bool {
+        if self.op != 0 || self.strides.iter().any(|&s| s != 1) {
+            return false;
+        }
+        let geometry = self.geometry();
+        let padded: Vec<usize> = (0..self.spatial.len())
+            .map(|i| self.spatial[i] + geometry[i].0 + geometry[i].1)
+            .collect();
+        let positions: usize = geometry.iter().map(|g| g.2).product();
+        let (mut span, mut pitch) = (1, 1);
+        for i in (0..padded.len()).rev() {
+            span += (geometry[i].2 - 1) * pitch;
+            pitch *= padded[i];
+        }
+        positions >= 48 && span <= positions + positions / 4
     }
 
     /// Per axis: padding before and after, and the output size, as ONNX defines them.
@@ -446,6 +508,51 @@ proptest! {
         prop_assume!(window.op != 3 || window.transposed_geometry().is_some());
         agrees(&window, seed).map_err(|e| TestCaseError::fail(format!("{e}\n{window:?}")))?;
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: common::random_graph::cases(24),
+        ..ProptestConfig::default()
+    })]
+
+    /// Random stride-1 convolutions of the size the GEMM reads in place equal their
+    /// definition on the reference and the CPU.
+    #[test]
+    fn large_stride_1_convolutions_match_their_definition(window in large_windows(), seed in 0u64..1000) {
+        agrees(&window, seed).map_err(|e| TestCaseError::fail(format!("{e}\n{window:?}")))?;
+    }
+}
+
+/// Most large windows are read in place, over every spatial rank, with and without groups,
+/// and some with a last strip narrower than 48 or several column blocks.
+#[test]
+fn large_windows_are_mostly_read_in_place() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = large_windows();
+    let all: Vec<Window> = (0..400)
+        .map(|_| strategy.new_tree(&mut runner).unwrap().current())
+        .collect();
+    let direct: Vec<&Window> = all.iter().filter(|w| w.read_in_place()).collect();
+    let positions = |w: &Window| w.geometry().iter().map(|g| g.2).product::<usize>();
+    assert!(direct.len() > 200, "{}", direct.len());
+    for rank in 1..=3 {
+        assert!(
+            direct.iter().filter(|w| w.spatial.len() == rank).count() > 20,
+            "rank {rank}"
+        );
+    }
+    assert!(direct.iter().filter(|w| w.groups > 1).count() > 50);
+    assert!(direct.iter().filter(|w| w.per_group > 8).count() > 50);
+    assert!(direct.iter().filter(|w| positions(w) > 384).count() > 30);
+    assert!(direct.iter().filter(|w| positions(w) % 48 != 0).count() > 150);
+    assert!(
+        direct
+            .iter()
+            .filter(|w| w.dilations.iter().any(|&d| d > 1))
+            .count()
+            > 50
+    );
 }
 
 /// The geometry the generator covers, in fair numbers over 400 windows: each op, two spatial

@@ -95,6 +95,35 @@ fn batch_norm_folds_into_the_convolution_weights_and_matches_pytorch() {
     }
 }
 
+/// The block's two convolutions read padded images the CPU backend keeps from one product to
+/// the next and from run to run, copying only the interior each time: runs on other inputs,
+/// and then on the first again, still give the reference's and PyTorch's values (a border
+/// written by anything would show, the second input being large and positive).
+#[test]
+fn a_block_run_again_on_other_inputs_reads_zeros_around_its_images() {
+    let rules = RuleSet::defaults();
+    let dir = repo().join("tests/onnx/cnn");
+    let model = Model::load(&dir.join("resnet_block.ts.onnx"), &rules).unwrap();
+    let mut compiled = model
+        .compile(Backend::Cpu, &CompileOptions::default())
+        .unwrap();
+    let x = Tensor::read_npy(&dir.join("resnet_block.in.x.npy")).unwrap();
+    let torch = Tensor::read_npy(&dir.join("resnet_block.out.0.npy")).unwrap();
+    let shifted: Vec<f64> = x.values().iter().map(|v| 3.0 * v.abs() + 100.0).collect();
+    let other = Tensor::from_values(fusebox::dtype::DType::F32, x.shape(), shifted).unwrap();
+    let want = reference(&model, &one("x", other.clone()));
+    for (run, input) in [x.clone(), other, x].into_iter().enumerate() {
+        let out = compiled.run(&one("x", input)).unwrap();
+        let y = out.values().next().unwrap();
+        let expected = if run == 1 {
+            want.values().next().unwrap()
+        } else {
+            &torch
+        };
+        assert_close(&format!("run {run}"), y, expected, 1e-5);
+    }
+}
+
 #[test]
 fn a_norms_weight_folds_into_the_next_products_weight() {
     let rules = RuleSet::defaults();

@@ -534,6 +534,24 @@ static inline void fb_gemm_micro(int64_t kc, const float *restrict a, const floa
     }
     FB_TILE_STORE
 }
+/* The microkernel reading B where it lies rather than packed (see fb_gemm_direct_span): the
+   NR columns of row k start at b + koff[k], contiguous. */
+static inline void fb_gemm_micro_direct(int64_t kc, const float *restrict a, const float *b, const int64_t *koff,
+                                        float *restrict c, int64_t ldc, int acc) {
+    FB_TILE_ZERO
+    for (int64_t k = 0; k < kc; k++) {
+        const float *row = b + koff[k];
+        __m512 b0 = _mm512_loadu_ps(row), b1 = _mm512_loadu_ps(row + 16), b2 = _mm512_loadu_ps(row + 32);
+#define FB_FMA(r) { __m512 ar = _mm512_set1_ps(a[r]); \
+        c##r##0 = _mm512_fmadd_ps(ar, b0, c##r##0); \
+        c##r##1 = _mm512_fmadd_ps(ar, b1, c##r##1); \
+        c##r##2 = _mm512_fmadd_ps(ar, b2, c##r##2); }
+        FB_FMA(0) FB_FMA(1) FB_FMA(2) FB_FMA(3) FB_FMA(4) FB_FMA(5) FB_FMA(6) FB_FMA(7)
+#undef FB_FMA
+        a += FB_GEMM_MR;
+    }
+    FB_TILE_STORE
+}
 #else
 /* The portable microkernel: the same tile in plain C, which the compiler vectorizes for
    whatever the target has. */
@@ -680,11 +698,11 @@ static void fb_gemm_store(const float *tile, int64_t ldt, int64_t rows, int64_t 
 /* A fused epilogue: a generated kernel (the kernel ABI of lower::ir::Launch, no index-map
    stages and no ranges) over the product's shape [batch.., M, N] whose argument `product`
    reads the product, with its launch for that whole shape. On each finished tile the GEMM
-   rounds the tile to the product's dtype into a per-thread scratch (row stride = the tile's
-   columns) and runs the kernel over the tile alone: sizes 1 on the batch axes and the tile's
-   rows and columns on the last two, every argument's offset moved to the tile's first point,
-   the product argument pointed at the scratch. The product itself is stored as well only
-   where `store_product` asks (something else reads it). */
+   runs the kernel over the tile alone: sizes 1 on the batch axes and the tile's rows and
+   columns on the last two, every argument's offset moved to the tile's first point, the
+   product argument pointed at the f32 tile itself (an f32 product), or at the tile rounded to
+   the product's dtype in a per-thread scratch (row stride = the tile's columns). The product
+   itself is stored as well only where `store_product` asks (something else reads it). */
 typedef void (*fb_gemm_kernel)(const int64_t *, const int64_t *, const int64_t *, void *const *);
 
 /* A reduction ending an epilogue (a bias gradient: the column sums of what the epilogue
@@ -817,7 +835,9 @@ static void fb_gemm_epilogue_part(const fb_gemm_epilogue *e, const fb_gemm_block
     const int64_t rank = e->rank, args = e->args, p = e->product;
     int64_t at[rank], sizes[rank], strides[args * rank], offsets[args];
     void *ptrs[args];
-    fb_gemm_store(tile, ldt, rows, cols, scratch, c_dtype, cols, 1, 0, 0);
+    /* An f32 product is read from the tile itself; another is rounded into the scratch. */
+    const int64_t pitch = c_dtype == 0 ? ldt : cols;
+    if (c_dtype != 0) fb_gemm_store(tile, ldt, rows, cols, scratch, c_dtype, cols, 1, 0, 0);
     int64_t rest = bi;
     for (int64_t d = rank - 3; d >= 0; d--) {
         at[d] = rest % e->sizes[d];
@@ -839,10 +859,10 @@ static void fb_gemm_epilogue_part(const fb_gemm_epilogue *e, const fb_gemm_block
         ptrs[a] = e->ptrs[a];
     }
     for (int64_t d = 0; d < rank; d++) strides[p * rank + d] = 0;
-    strides[p * rank + rank - 2] = rows > 1 ? cols : 0;
+    strides[p * rank + rank - 2] = rows > 1 ? pitch : 0;
     strides[p * rank + rank - 1] = cols > 1 ? 1 : 0;
     offsets[p] = 0;
-    ptrs[p] = scratch;
+    ptrs[p] = c_dtype == 0 ? (void *)tile : scratch;
     for (int64_t r = 0; r < e->reductions; r++) {
         const fb_gemm_reduction *red = &e->reduction[r];
         const int64_t block = blocks->first[r] + fb_gemm_block(e, blocks, r, at, ib, jb) * red->span;
@@ -901,6 +921,50 @@ static float *fb_gemm_scratch(size_t floats) {
 
 static int64_t fb_gemm_round_up(int64_t x, int64_t q) { return (x + q - 1) / q * q; }
 
+/* B read where it lies. A stride-1 convolution's B (rows: channel and kernel offset; columns:
+   output positions) reads its padded image at offset rows(k) + cols(c), and cols(c) = oh * Wp +
+   ow runs through every offset from 0 to the last but the Wp - W between one output row's end
+   and the next row's start. Taken as V "virtual" columns at unit stride (those few extra ones
+   computed and dropped), each row of an NR-column strip is NR contiguous floats of the image:
+   the microkernel loads them from there (fb_gemm_micro_direct), and B is never packed (packing
+   the image's windows was a sixth of a ResNet block's time). Returns V where the column
+   offsets `ct` rise and V exceeds N by at most a quarter, else 0. */
+static int64_t fb_gemm_direct_span(const int64_t *ct, int64_t N) {
+    if (!ct || N < FB_GEMM_NR) return 0;
+    for (int64_t c = 1; c < N; c++)
+        if (ct[c] <= ct[c - 1]) return 0;
+    const int64_t span = ct[N - 1] - ct[0] + 1;
+    return span <= N + N / 4 ? span : 0;
+}
+
+/* The first column whose virtual column (ct[c] - ct[0]) is at least v. */
+static int64_t fb_gemm_first_column(const int64_t *ct, int64_t N, int64_t v) {
+    int64_t lo = 0, hi = N;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (ct[mid] - ct[0] < v) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* A tile over virtual columns from v0 (see fb_gemm_direct_span) with its columns [cf, cl)
+   moved to the front of each row, in order, so that it reads as the tile of those columns.
+   Runs of neighbouring columns move together; each moves left (ct rises by at least 1 per
+   column), over columns already moved or dropped. */
+static void fb_gemm_compact(float *tile, int64_t ldt, int64_t rows, const int64_t *ct, int64_t cf, int64_t cl,
+                            int64_t v0) {
+    for (int64_t c = cf; c < cl;) {
+        int64_t e = c + 1;
+        while (e < cl && ct[e] == ct[e - 1] + 1) e++;
+        const int64_t from = ct[c] - ct[0] - v0, to = c - cf;
+        if (from != to)
+            for (int64_t r = 0; r < rows; r++)
+                memmove(tile + r * ldt + to, tile + r * ldt + from, (size_t)(e - c) * sizeof(float));
+        c = e;
+    }
+}
+
 void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
     const int64_t batches = sizes[0], M = sizes[1], K = sizes[2], N = sizes[3];
     *(int64_t *)ptrs[3] = 0;
@@ -921,59 +985,6 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
     }
     const int64_t c_dtype = sizes[6];
     const int64_t rsc = strides[4], csc = strides[5];
-
-    /* Blocks: MC rows (fewer for a short A), NC columns, narrower column blocks when that
-       gives the threads too few. */
-    int threads = omp_get_max_threads();
-    double work = (double)batches * (double)M * (double)N * (double)(K > 0 ? K : 1);
-    if (work < 262144.0) threads = 1;
-    const int64_t mc = M < FB_GEMM_MC ? fb_gemm_round_up(M, FB_GEMM_MR) : FB_GEMM_MC;
-    const int64_t mb = (M + mc - 1) / mc;
-    /* As many column blocks as NC-wide ones need, of even width (784 columns as 288, 288
-       and 208 rather than 384, 384 and a block of 16 that fills a third of its strip). */
-    int64_t nb = (N + FB_GEMM_NC - 1) / FB_GEMM_NC;
-    int64_t nc = fb_gemm_round_up((N + nb - 1) / nb, FB_GEMM_NR);
-    nb = (N + nc - 1) / nc;
-    if (threads > 1 && batches * mb * nb < 4 * threads) {
-        /* At least four blocks per thread where N allows (blocks of two strips or more), so
-           that a thread the OS preempts holds up little of the product: blocks are handed out
-           dynamically. */
-        int64_t want = (4 * threads + batches * mb - 1) / (batches * mb);
-        nc = fb_gemm_round_up((N + want - 1) / want, FB_GEMM_NR);
-        if (nc < 2 * FB_GEMM_NR) nc = 2 * FB_GEMM_NR;
-        if (nc > fb_gemm_round_up(N, FB_GEMM_NR)) nc = fb_gemm_round_up(N, FB_GEMM_NR);
-        nb = (N + nc - 1) / nc;
-    }
-    const int64_t items = batches * mb * nb;
-    const int64_t kc_max = K < FB_GEMM_KC ? K : FB_GEMM_KC;
-    /* Slices of even depth, a multiple of 8 (a convolution's K = 576 as 3 x 192, not 256,
-       256 and 64, whose tile is loaded and stored again for a quarter of the work); at most
-       KC deep, and none empty. */
-    const int64_t least = K > 0 ? (K + FB_GEMM_KC - 1) / FB_GEMM_KC : 0;
-    const int64_t kcs = least > 0 ? fb_gemm_round_up((K + least - 1) / least, 8) : FB_GEMM_KC;
-    const int64_t slices = K > 0 ? (K + kcs - 1) / kcs : 0;
-    /* Kept only where a thread may reuse it: below another row block. */
-    const int keep_b = mb > 1 && K * nc <= FB_GEMM_B_KEEP;
-    const int keep_a = K * mc <= FB_GEMM_A_KEEP;
-    const size_t a_floats = (size_t)(mc * (keep_a ? K : kc_max)), b_floats = (size_t)((keep_b ? K : kc_max) * nc);
-    const size_t tile_floats = (size_t)(mc * nc);
-    const fb_gemm_epilogue *epilogue = (const fb_gemm_epilogue *)ptrs[4];
-    /* The epilogue's scratch holds a tile in the product's dtype, at most 4 bytes each. */
-    const size_t scratch_floats = epilogue ? tile_floats : 0;
-    /* The dtype each operand's values are exact in after its roundings: both bf16 (code 2)
-       lets the product run on bf16 pairs where the CPU has them. */
-    const int64_t a_exact = sizes[8] ? sizes[8] : (sizes[7] ? sizes[7] : sizes[4]);
-    const int64_t b_exact = sizes[10] ? sizes[10] : (sizes[9] ? sizes[9] : sizes[5]);
-#if defined(__AVX512BF16__)
-    const int pairs = a_exact == 2 && b_exact == 2;
-#else
-    const int pairs = 0;
-    (void)pairs;
-    (void)a_exact;
-    (void)b_exact;
-#endif
-    int failed = 0;
-
     /* The offsets of the operand axes read through sub-axes: A's rows and columns, B's. */
     const fb_gemm_split *split = (const fb_gemm_split *)ptrs[6];
     int64_t *tables[4] = {NULL, NULL, NULL, NULL};
@@ -988,6 +999,79 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
         }
         fb_gemm_axis_table(&split->axes[i], lens[i], tables[i]);
     }
+    /* The dtype each operand's values are exact in after its roundings: both bf16 (code 2)
+       lets the product run on bf16 pairs where the CPU has them. */
+    const int64_t a_exact = sizes[8] ? sizes[8] : (sizes[7] ? sizes[7] : sizes[4]);
+    const int64_t b_exact = sizes[10] ? sizes[10] : (sizes[9] ? sizes[9] : sizes[5]);
+#if defined(__AVX512BF16__)
+    const int pairs = a_exact == 2 && b_exact == 2;
+#else
+    const int pairs = 0;
+    (void)pairs;
+    (void)a_exact;
+    (void)b_exact;
+#endif
+    /* B read where it lies (fb_gemm_direct_span): f32 values used as they are, no padding to
+       read as zeros, not packed in pairs; N is then the virtual column count for the
+       blocking, and a tile's columns are virtual ones until it is finished. */
+    int64_t span = 0;
+#if defined(__AVX512F__)
+    if (!pairs && sizes[5] == 0 && !sizes[9] && !sizes[10] && !(ptrs[7] && ((const fb_gemm_pad *)ptrs[7])->n > 0))
+        span = fb_gemm_direct_span(tables[3], N);
+    if (span > 0 && !tables[2] && K > 0) {
+        tables[2] = (int64_t *)malloc((size_t)K * sizeof(int64_t));
+        if (!tables[2]) {
+            for (int i = 0; i < 4; i++) free(tables[i]);
+            *(int64_t *)ptrs[3] = 1;
+            return;
+        }
+        for (int64_t k = 0; k < K; k++) tables[2][k] = k * strides[2];
+    }
+#endif
+    const int direct = span > 0;
+    const int64_t NV = direct ? span : N;
+
+
+    /* Blocks: MC rows (fewer for a short A), NC columns, narrower column blocks when that
+       gives the threads too few. */
+    int threads = omp_get_max_threads();
+    double work = (double)batches * (double)M * (double)N * (double)(K > 0 ? K : 1);
+    if (work < 262144.0) threads = 1;
+    const int64_t mc = M < FB_GEMM_MC ? fb_gemm_round_up(M, FB_GEMM_MR) : FB_GEMM_MC;
+    const int64_t mb = (M + mc - 1) / mc;
+    /* As many column blocks as NC-wide ones need, of even width (784 columns as 288, 288
+       and 208 rather than 384, 384 and a block of 16 that fills a third of its strip). */
+    int64_t nb = (NV + FB_GEMM_NC - 1) / FB_GEMM_NC;
+    int64_t nc = fb_gemm_round_up((NV + nb - 1) / nb, FB_GEMM_NR);
+    nb = (NV + nc - 1) / nc;
+    if (threads > 1 && batches * mb * nb < 4 * threads) {
+        /* At least four blocks per thread where N allows (blocks of two strips or more), so
+           that a thread the OS preempts holds up little of the product: blocks are handed out
+           dynamically. */
+        int64_t want = (4 * threads + batches * mb - 1) / (batches * mb);
+        nc = fb_gemm_round_up((NV + want - 1) / want, FB_GEMM_NR);
+        if (nc < 2 * FB_GEMM_NR) nc = 2 * FB_GEMM_NR;
+        if (nc > fb_gemm_round_up(NV, FB_GEMM_NR)) nc = fb_gemm_round_up(NV, FB_GEMM_NR);
+        nb = (NV + nc - 1) / nc;
+    }
+    const int64_t items = batches * mb * nb;
+    const int64_t kc_max = K < FB_GEMM_KC ? K : FB_GEMM_KC;
+    /* Slices of even depth, a multiple of 8 (a convolution's K = 576 as 3 x 192, not 256,
+       256 and 64, whose tile is loaded and stored again for a quarter of the work); at most
+       KC deep, and none empty. */
+    const int64_t least = K > 0 ? (K + FB_GEMM_KC - 1) / FB_GEMM_KC : 0;
+    const int64_t kcs = least > 0 ? fb_gemm_round_up((K + least - 1) / least, 8) : FB_GEMM_KC;
+    const int64_t slices = K > 0 ? (K + kcs - 1) / kcs : 0;
+    /* Kept only where a thread may reuse it: below another row block. */
+    const int keep_b = !direct && mb > 1 && K * nc <= FB_GEMM_B_KEEP;
+    const int keep_a = K * mc <= FB_GEMM_A_KEEP;
+    const size_t a_floats = (size_t)(mc * (keep_a ? K : kc_max)), b_floats = (size_t)((keep_b ? K : kc_max) * nc);
+    const size_t tile_floats = (size_t)(mc * nc);
+    const fb_gemm_epilogue *epilogue = (const fb_gemm_epilogue *)ptrs[4];
+    /* The epilogue's scratch holds a tile in the product's dtype (f16 or bf16). */
+    const size_t scratch_floats = epilogue && c_dtype != 0 ? tile_floats : 0;
+    int failed = 0;
+
     /* B's padded axes: the coordinates its rows and columns reach along each. */
     const fb_gemm_pad *pad = (const fb_gemm_pad *)ptrs[7];
     fb_gemm_zeros zeros = {0};
@@ -1064,7 +1148,7 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
                 /* Row blocks run fastest, so a thread's consecutive blocks tend to share B. */
                 const int64_t ib = item % mb, jb = (item / mb) % nb, bi = item / (mb * nb);
                 const int64_t r0 = ib * mc, c0 = jb * nc;
-                const int64_t rows = M - r0 < mc ? M - r0 : mc, cols = N - c0 < nc ? N - c0 : nc;
+                const int64_t rows = M - r0 < mc ? M - r0 : mc, cols = NV - c0 < nc ? NV - c0 : nc;
                 const int64_t ldt = fb_gemm_round_up(cols, FB_GEMM_NR);
                 const fb_gemm_operand a = {(const char *)ptrs[0] + 0, sizes[4], strides[0], strides[1], sizes[7], sizes[8],
                                            tables[0], tables[1], NULL};
@@ -1104,6 +1188,25 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
                         continue;
                     }
 #endif
+#if defined(__AVX512F__)
+                    if (direct) {
+                        /* Whole strips straight from the image; a last narrower strip packed,
+                           since its NR floats per row would reach past B's last element. */
+                        const float *bv = (const float *)ptrs[1] + (bb.origin + tables[3][0] + c0);
+                        const int64_t *koff = tables[2] + k0, whole = cols / FB_GEMM_NR * FB_GEMM_NR;
+                        for (int64_t k = 0; whole < cols && k < kc; k++) {
+                            float *d = pbs + k * FB_GEMM_NR;
+                            for (int64_t t = 0; t < FB_GEMM_NR; t++) d[t] = whole + t < cols ? bv[koff[k] + whole + t] : 0.0f;
+                        }
+                        if (!reuse_a) fb_gemm_pack_a(&ab, r0, rows, k0, kc, pas);
+                        for (int64_t i = 0; i < rows; i += FB_GEMM_MR) {
+                            for (int64_t j = 0; j < whole; j += FB_GEMM_NR)
+                                fb_gemm_micro_direct(kc, pas + i * kc, bv + j, koff, tile + i * ldt + j, ldt, s > 0);
+                            if (whole < cols) fb_gemm_micro(kc, pas + i * kc, pbs, tile + i * ldt + whole, ldt, s > 0);
+                        }
+                        continue;
+                    }
+#endif
                     if (!reuse) fb_gemm_pack_b(&bb, k0, kc, c0, cols, pbs);
                     if (!reuse_a) fb_gemm_pack_a(&ab, r0, rows, k0, kc, pas);
                     for (int64_t i = 0; i < rows; i += FB_GEMM_MR)
@@ -1113,12 +1216,20 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
                 packed_for = keep_b ? bi * nb + jb : -1;
                 a_rows_for = keep_a ? ib : -1;
                 a_origin_for = ab.origin;
+                /* The tile's columns: over virtual ones, the real columns among them. */
+                int64_t first = c0, width = cols;
+                if (direct) {
+                    first = fb_gemm_first_column(tables[3], N, c0);
+                    width = fb_gemm_first_column(tables[3], N, c0 + cols) - first;
+                    fb_gemm_compact(tile, ldt, rows, tables[3], first, first + width, c0);
+                    if (width == 0) continue;
+                }
                 char *out = (char *)ptrs[2] + offsets[3 * bi + 2] * (c_dtype == 0 ? 4 : 2);
                 if (!epilogue || epilogue->store_product)
-                    fb_gemm_store(tile, ldt, rows, cols, out, c_dtype, rsc, csc, r0, c0);
+                    fb_gemm_store(tile, ldt, rows, width, out, c_dtype, rsc, csc, r0, first);
                 if (epilogue)
-                    fb_gemm_epilogue_tile(epilogue, &blocks, tile, ldt, rows, cols, c_dtype, tile + tile_floats, bi, r0,
-                                          c0, ib, jb);
+                    fb_gemm_epilogue_tile(epilogue, &blocks, tile, ldt, rows, width, c_dtype, tile + tile_floats, bi, r0,
+                                          first, ib, jb);
             }
         }
     }

@@ -241,6 +241,43 @@ pub struct Placement<'a> {
     pub result: Option<&'a ResultView>,
     pub epilogue: Option<&'a EpilogueCall>,
     pub packed_b: Option<&'a PackedB>,
+    /// Where the padded buffer its right-hand operand is read from is kept for the next
+    /// product of the same padding ([`KeptPadding`]).
+    pub padding: Option<&'a KeptPadding>,
+}
+
+/// The padded buffer of a convolution's image, kept from one product to the next (the next
+/// convolution of a ResNet stage, the same one in the next run). Each product copies its
+/// image into the buffer's interior and nothing ever writes the border, so the zeros made
+/// when it was allocated stay: a fresh buffer per product cost a ResNet block's two
+/// convolutions an allocation of a few MiB each, whose pages the system then faulted in and
+/// zeroed (3% of the block's time). One buffer, the last one used, is kept, and reused only
+/// for the very geometry and dtype it was made for; products run one at a time, so it is
+/// never used by two (a buffer per step instead was slower: two images where one stays in
+/// cache, measured in benches/RESULTS.md, 2026-11-30, session 4).
+#[derive(Debug, Default)]
+pub struct KeptPadding {
+    kept: std::cell::RefCell<Option<(Padding, DType, Buffer)>>,
+}
+
+impl KeptPadding {
+    /// The kept buffer, where it was made for `padding` and `dtype`: the caller owns it until
+    /// it gives it back ([`KeptPadding::keep`]).
+    fn take(&self, padding: &Padding, dtype: DType) -> Option<Buffer> {
+        let mut kept = self.kept.borrow_mut();
+        match kept.take() {
+            Some((p, d, buffer)) if p == *padding && d == dtype => Some(buffer),
+            other => {
+                *kept = other;
+                None
+            }
+        }
+    }
+
+    /// Keeps `buffer`, the padded buffer of `padding` in `dtype` with zeros on its border.
+    fn keep(&self, padding: &Padding, dtype: DType, buffer: Buffer) {
+        *self.kept.borrow_mut() = Some((padding.clone(), dtype, buffer));
+    }
 }
 
 /// The GEMM's column strip width (`FB_GEMM_NR` in `gemm.c`): a packed B of K rows and N
@@ -494,22 +531,29 @@ impl Gemm {
 
     /// [`matmul::unpadded`] with the rows copied by the GEMM's threads (`fusebox_pad_rows`):
     /// the padded image of a stride-1 convolution is a few MiB per call, and copied on the
-    /// calling thread alone it left the other threads waiting.
+    /// calling thread alone it left the other threads waiting. The buffer is `kept`'s where it
+    /// holds one of this geometry (its border is then zero already).
     fn unpadded(
         &self,
         x: Elements<'_>,
         op: &MatMulOperand,
         operand: &'static str,
+        kept: Option<&KeptPadding>,
     ) -> std::result::Result<Option<(Buffer, MatMulOperand)>, MatMulError> {
-        matmul::unpadded_by(x, op, operand, |x, padding| self.padded(x, padding))
+        matmul::unpadded_by(x, op, operand, |x, padding| {
+            let reused = kept.and_then(|k| k.take(padding, x.dtype));
+            self.padded(x, padding, reused)
+        })
     }
 
-    /// [`Buffer::padded_from`], the rows copied by `fusebox_pad_rows`; for other dtypes than
-    /// the GEMM reads, and for a scalar, `Buffer::padded_from` itself.
+    /// [`Buffer::padded_from`], the rows copied by `fusebox_pad_rows` into `reused` (a buffer
+    /// of this padding with zeros on its border) or a new buffer of zeros; for other dtypes
+    /// than the GEMM reads, and for a scalar, `Buffer::padded_from` itself.
     fn padded(
         &self,
         x: Elements<'_>,
         padding: &Padding,
+        reused: Option<Buffer>,
     ) -> Option<std::result::Result<Buffer, AllocError>> {
         if x.shape != padding.source.as_slice() {
             return None;
@@ -517,10 +561,11 @@ impl Gemm {
         let Some(source) = operand_ptr(&x).filter(|_| !x.shape.is_empty()) else {
             return Buffer::padded_from(x, padding);
         };
-        let mut buffer = match Buffer::try_zeroed(x.dtype, &padding.padded()) {
-            Ok(b) => b,
-            Err(e) => return Some(Err(e)),
-        };
+        let mut buffer =
+            match reused.map_or_else(|| Buffer::try_zeroed(x.dtype, &padding.padded()), Ok) {
+                Ok(b) => b,
+                Err(e) => return Some(Err(e)),
+            };
         let geometry: Vec<i64> = [x.shape.len(), x.dtype.size_bytes()]
             .into_iter()
             .chain(padding.source.iter().copied())
@@ -575,7 +620,7 @@ impl Gemm {
         placement: Placement<'_>,
     ) -> std::result::Result<bool, MatMulError> {
         // A left operand over a padding reads the padded buffer, built here.
-        if let Some((x, op)) = self.unpadded(a, a_op, "left")? {
+        if let Some((x, op)) = self.unpadded(a, a_op, "left", None)? {
             // SAFETY: the caller's promises, for the same product.
             return unsafe { self.matmul_with(x.elements(), &op, b, b_op, out, placement) };
         }
@@ -583,6 +628,7 @@ impl Gemm {
             result,
             epilogue,
             packed_b,
+            padding: _,
         } = placement;
         let product = out.dtype;
         let plans = (
@@ -619,10 +665,15 @@ impl Gemm {
             Some(padding) => match packed_zeros(&product, padding, b.shape) {
                 Some((product, header)) => (product, Some(header)),
                 None => {
-                    let built = self.unpadded(b, b_op, "right")?;
+                    let built = self.unpadded(b, b_op, "right", placement.padding)?;
                     let (x, op) = built.ok_or(MatMulError::ViewOutOfBounds { operand: "right" })?;
                     // SAFETY: the caller's promises, for the same product.
-                    return unsafe { self.matmul_with(a, a_op, x.elements(), &op, out, placement) };
+                    let ran =
+                        unsafe { self.matmul_with(a, a_op, x.elements(), &op, out, placement) };
+                    if let Some(kept) = placement.padding {
+                        kept.keep(padding, b.dtype, x);
+                    }
+                    return ran;
                 }
             },
         };

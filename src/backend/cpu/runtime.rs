@@ -10,7 +10,7 @@
 
 use super::compiler::{CompileStats, Compiler, KernelFn, Module};
 use super::emit;
-use super::gemm::{EpilogueCall, Gemm, PackedB, Placement, TileReduction};
+use super::gemm::{EpilogueCall, Gemm, KeptPadding, PackedB, Placement, TileReduction};
 use crate::backend::{BenchFacts, Executable, Target};
 use crate::dag::Value;
 use crate::error::{Error, ErrorKind, Result, Site};
@@ -50,6 +50,8 @@ pub struct CpuExecutable {
     /// Per step, the packed right-hand matrix it shares with other products ([`shared_b`]).
     packed_of: Vec<Option<usize>>,
     packed: Vec<PackedB>,
+    /// The padded image the products keep across steps and runs ([`KeptPadding`]).
+    kept_padding: KeptPadding,
     source: String,
     /// What the compiler did while this executable was built.
     stats: CompileStats,
@@ -304,6 +306,7 @@ impl CpuExecutable {
             gemm,
             packed_of,
             packed,
+            kept_padding: KeptPadding::default(),
             source,
             stats: compiler.stats().since(&before),
         })
@@ -500,6 +503,7 @@ impl CpuExecutable {
                                 result: m.result.as_ref(),
                                 epilogue: per_tile.as_ref(),
                                 packed_b: self.packed_of[s].map(|i| &self.packed[i]),
+                                padding: Some(&self.kept_padding),
                             },
                         )
                     }
