@@ -18,7 +18,7 @@
                  a rounding 1, a rounding 2, b rounding 1, b rounding 2 }
      strides = { A row, A column, B row, B column, C row, C column } (elements)
      offsets = { per batch: A offset, B offset, C offset } (elements)
-     ptrs    = { A, B, C, status, epilogue, packed B, sub-axes, padding }
+     ptrs    = { A, B, C, status, epilogue, packed B, sub-axes, padding, rows }
    status points to an int64 that receives 0, or 1 where a thread could not allocate its
    buffers (nothing is then guaranteed about C). epilogue is NULL, or an fb_gemm_epilogue.
    packed B is NULL, or an fb_gemm_packed_b the caller keeps across the calls of one run that
@@ -28,6 +28,9 @@
    im2col matrix of a convolution, whose rows are the channels and kernel offsets and whose
    columns are the output positions, read from the image itself); the strides of such an axis
    above are then unused.
+   rows is NULL, or B's row offsets (K of them, elements): they replace its row axis's
+   stride or sub-axes (a strided convolution's rows over its image split into phases, see
+   fusebox_phase_rows).
    padding is NULL, or an fb_gemm_pad: B reads a zero padding of its buffer (a convolution's
    padded image, never written). Its offsets are then the buffer's, and element (k, c) is zero
    unless, on every padded axis p, lo[p] <= rows[p](k) + cols[p](c) < hi[p], the coordinates
@@ -999,6 +1002,17 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
         }
         fb_gemm_axis_table(&split->axes[i], lens[i], tables[i]);
     }
+    /* B's explicit row offsets, copied so that the tables are all freed alike. */
+    if (ptrs[8] && K > 0) {
+        free(tables[2]);
+        tables[2] = (int64_t *)malloc((size_t)K * sizeof(int64_t));
+        if (!tables[2]) {
+            for (int i = 0; i < 4; i++) free(tables[i]);
+            *(int64_t *)ptrs[3] = 1;
+            return;
+        }
+        memcpy(tables[2], ptrs[8], (size_t)K * sizeof(int64_t));
+    }
     /* The dtype each operand's values are exact in after its roundings: both bf16 (code 2)
        lets the product run on bf16 pairs where the CPU has them. */
     const int64_t a_exact = sizes[8] ? sizes[8] : (sizes[7] ? sizes[7] : sizes[4]);
@@ -1199,11 +1213,14 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
                             for (int64_t t = 0; t < FB_GEMM_NR; t++) d[t] = whole + t < cols ? bv[koff[k] + whole + t] : 0.0f;
                         }
                         if (!reuse_a) fb_gemm_pack_a(&ab, r0, rows, k0, kc, pas);
-                        for (int64_t i = 0; i < rows; i += FB_GEMM_MR) {
-                            for (int64_t j = 0; j < whole; j += FB_GEMM_NR)
+                        /* Strip by strip of B, each read by every strip of A while it is in
+                           L1 (the image's rows are not where the prefetcher looks; A's
+                           packed strips are, and come from L2). */
+                        for (int64_t j = 0; j < whole; j += FB_GEMM_NR)
+                            for (int64_t i = 0; i < rows; i += FB_GEMM_MR)
                                 fb_gemm_micro_direct(kc, pas + i * kc, bv + j, koff, tile + i * ldt + j, ldt, s > 0);
-                            if (whole < cols) fb_gemm_micro(kc, pas + i * kc, pbs, tile + i * ldt + whole, ldt, s > 0);
-                        }
+                        for (int64_t i = 0; whole < cols && i < rows; i += FB_GEMM_MR)
+                            fb_gemm_micro(kc, pas + i * kc, pbs, tile + i * ldt + whole, ldt, s > 0);
                         continue;
                     }
 #endif
@@ -1268,5 +1285,62 @@ void fusebox_pad_rows(const int64_t *sizes, const int64_t *strides, const int64_
             step *= before[d] + source[d] + after[d];
         }
         memcpy(dst + at * size, src + r * len, (size_t)len);
+    }
+}
+
+/* A copy of an f32 tensor into its padded image split into phases (see phases.rs): sizes =
+   {rank >= 1, first split axis t, source shape, zeros before, zeros after, phase counts
+   (rank each)}; ptrs = {source, destination (zeros where nothing lands)}. The destination
+   has shape padded[..t] ++ f[t..] ++ ceil(padded[a] / f[a]) for a >= t, and the element at
+   padded coordinates y goes to (y[..t], y[t..] % f, y[t..] / f). Rows of the source are
+   copied by the threads, each as one run per phase of its last axis. */
+void fusebox_phase_rows(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
+    (void)strides;
+    (void)offsets;
+    const int64_t rank = sizes[0], t = sizes[1];
+    const int64_t *source = sizes + 2, *before = source + rank, *after = before + rank, *f = after + rank;
+    if (rank < 1 || rank > 16 || t < 0 || t >= rank) return;
+    /* Strides of the destination's axes: whole axes before t, then phases, then quotients. */
+    int64_t padded[16], whole[16], phase[16], quot[16], step = 1;
+    for (int64_t a = 0; a < rank; a++) padded[a] = before[a] + source[a] + after[a];
+    for (int64_t a = rank - 1; a >= t; a--) {
+        quot[a] = step;
+        step *= (padded[a] + f[a] - 1) / f[a];
+    }
+    for (int64_t a = rank - 1; a >= t; a--) {
+        phase[a] = step;
+        step *= f[a];
+    }
+    for (int64_t a = t - 1; a >= 0; a--) {
+        whole[a] = step;
+        step *= padded[a];
+    }
+    const int64_t last = rank - 1, len = source[last];
+    int64_t rows = 1;
+    for (int64_t d = 0; d < last; d++) rows *= source[d];
+    if (len == 0 || rows == 0) return;
+    const float *src = (const float *)ptrs[0];
+    float *dst = (float *)ptrs[1];
+    const fb_gemm_operand whole_source = {src, 0, 0, 0, 0, 0, NULL, NULL, NULL, 0};
+#pragma omp parallel for schedule(static) if (rows * len > (1 << 18))
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t rest = r, at = 0;
+        for (int64_t d = last - 1; d >= 0; d--) {
+            const int64_t y = rest % source[d] + before[d];
+            rest /= source[d];
+            at += d < t ? y * whole[d] : (y % f[d]) * phase[d] + (y / f[d]) * quot[d];
+        }
+        /* The last axis: elements x whose padded coordinate leaves remainder p, one run. */
+        const int64_t fl = f[last];
+        for (int64_t p = 0; p < fl; p++) {
+            const int64_t x0 = ((p - before[last]) % fl + fl) % fl;
+            if (x0 >= len) continue;
+            const int64_t n = (len - x0 + fl - 1) / fl, y0 = x0 + before[last];
+            float *out = dst + at + p * phase[last] + (y0 / fl) * quot[last];
+            if (fl == 1)
+                memcpy(out, src + r * len, (size_t)len * sizeof(float));
+            else
+                fb_gemm_load_strided(&whole_source, r * len + x0, n, fl, out);
+        }
     }
 }

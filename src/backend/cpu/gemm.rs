@@ -23,6 +23,7 @@
 //! integers, casts through f64 or integers) go to [`matmul::matmul_elements`].
 
 use super::compiler::{Compiler, KernelFn, Module};
+use super::phases::{self, Phases};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::lower::{MatMulOperand, ResultView};
@@ -41,6 +42,8 @@ const ENTRY: &str = "fusebox_gemm";
 
 /// The padded copy's entry point in `gemm.c`.
 const PAD_ROWS: &str = "fusebox_pad_rows";
+/// The phase split's entry point in `gemm.c` ([`super::phases`]).
+const PHASE_ROWS: &str = "fusebox_phase_rows";
 
 /// The complete C translation unit of the GEMM.
 pub fn source() -> String {
@@ -52,6 +55,8 @@ pub struct Gemm {
     function: KernelFn,
     /// `fusebox_pad_rows`: a padded operand's rows copied into its zeros by the threads.
     pad_rows: KernelFn,
+    /// `fusebox_phase_rows`: a strided convolution's image copied into its phase split.
+    phase_rows: KernelFn,
     /// The library stays loaded as long as `function` may be called.
     _module: Arc<Module>,
 }
@@ -257,16 +262,17 @@ pub struct Placement<'a> {
 /// cache, measured in benches/RESULTS.md, 2026-11-30, session 4).
 #[derive(Debug, Default)]
 pub struct KeptPadding {
-    kept: std::cell::RefCell<Option<(Padding, DType, Buffer)>>,
+    kept: std::cell::RefCell<Option<(Padding, Vec<usize>, DType, Buffer)>>,
 }
 
 impl KeptPadding {
-    /// The kept buffer, where it was made for `padding` and `dtype`: the caller owns it until
-    /// it gives it back ([`KeptPadding::keep`]).
-    fn take(&self, padding: &Padding, dtype: DType) -> Option<Buffer> {
+    /// The kept buffer, where it was made for `padding` split into `phases` (none for the
+    /// padded image itself, [`super::phases::Phases::factors`] for its phase split) and
+    /// `dtype`: the caller owns it until it gives it back ([`KeptPadding::keep`]).
+    fn take(&self, padding: &Padding, phases: &[usize], dtype: DType) -> Option<Buffer> {
         let mut kept = self.kept.borrow_mut();
         match kept.take() {
-            Some((p, d, buffer)) if p == *padding && d == dtype => Some(buffer),
+            Some((p, f, d, buffer)) if p == *padding && f == phases && d == dtype => Some(buffer),
             other => {
                 *kept = other;
                 None
@@ -274,9 +280,10 @@ impl KeptPadding {
         }
     }
 
-    /// Keeps `buffer`, the padded buffer of `padding` in `dtype` with zeros on its border.
-    fn keep(&self, padding: &Padding, dtype: DType, buffer: Buffer) {
-        *self.kept.borrow_mut() = Some((padding.clone(), dtype, buffer));
+    /// Keeps `buffer`, the padded buffer of `padding` split into `phases` in `dtype`, with
+    /// zeros wherever no element of the source lands.
+    fn keep(&self, padding: &Padding, phases: &[usize], dtype: DType, buffer: Buffer) {
+        *self.kept.borrow_mut() = Some((padding.clone(), phases.to_vec(), dtype, buffer));
     }
 }
 
@@ -363,6 +370,8 @@ struct Call {
     offsets: Vec<i64>,
     split: Option<SplitAxesHeader>,
     zeros: Option<PadHeader>,
+    /// B's row offsets, where a table replaces its row axis ([`super::phases`]).
+    b_rows: Option<Vec<i64>>,
 }
 
 /// The most sub-axes the GEMM reads one operand axis through (`FB_GEMM_SUB` in `gemm.c`).
@@ -478,6 +487,30 @@ fn unpad_right(product: &StridedProduct, padding: &Padding) -> Option<(StridedPr
     Some((moved, header))
 }
 
+/// A strided convolution's product moved onto its image's phase split ([`super::phases`]):
+/// where `b` is f32 read as it is (`plan`: no rounding), the product reads it through
+/// sub-axes with its columns at a stride, and `padding` (or no padding) is of `b` itself.
+fn phases_of(
+    product: &StridedProduct,
+    padding: Option<&Padding>,
+    b: &Elements<'_>,
+    plan: [i64; 3],
+) -> Option<(Phases, StridedProduct, Vec<i64>)> {
+    if b.dtype != DType::F32 || plan[1] != 0 || plan[2] != 0 || product.b_strides[1] <= 1 {
+        return None;
+    }
+    let none = Padding {
+        source: b.shape.to_vec(),
+        before: vec![0; b.shape.len()],
+        after: vec![0; b.shape.len()],
+    };
+    let padding = padding.unwrap_or(&none);
+    if padding.source != b.shape || b.shape.is_empty() {
+        return None;
+    }
+    phases::split(product, padding)
+}
+
 /// [`unpad_right`] where the packers should make the zeros of the right-hand operand's
 /// padding of a `stored` value: measured (benches/RESULTS.md, 2026-11-30), they pay where they
 /// read the image at a stride (a strided convolution's positions), and building the padded
@@ -525,6 +558,7 @@ impl Gemm {
         Ok(Gemm {
             function: module.kernel(ENTRY)?,
             pad_rows: module.kernel(PAD_ROWS)?,
+            phase_rows: module.kernel(PHASE_ROWS)?,
             _module: module,
         })
     }
@@ -541,7 +575,7 @@ impl Gemm {
         kept: Option<&KeptPadding>,
     ) -> std::result::Result<Option<(Buffer, MatMulOperand)>, MatMulError> {
         matmul::unpadded_by(x, op, operand, |x, padding| {
-            let reused = kept.and_then(|k| k.take(padding, x.dtype));
+            let reused = kept.and_then(|k| k.take(padding, &[], x.dtype));
             self.padded(x, padding, reused)
         })
     }
@@ -658,23 +692,35 @@ impl Gemm {
             layout(&b_shape, &b_view, b_op.split(), b_len),
             Some(out.len()),
         )?;
-        // A right operand over a padding reads the padded buffer, built here, where the
-        // packers do not make its zeros (`packed_zeros`).
-        let (product, zeros) = match b_padding {
-            None => (product, None),
-            Some(padding) => match packed_zeros(&product, padding, b.shape) {
-                Some((product, header)) => (product, Some(header)),
-                None => {
-                    let built = self.unpadded(b, b_op, "right", placement.padding)?;
-                    let (x, op) = built.ok_or(MatMulError::ViewOutOfBounds { operand: "right" })?;
-                    // SAFETY: the caller's promises, for the same product.
-                    let ran =
-                        unsafe { self.matmul_with(a, a_op, x.elements(), &op, out, placement) };
-                    if let Some(kept) = placement.padding {
-                        kept.keep(padding, b.dtype, x);
+        // A strided convolution reads its image split into phases, built here ([`phases`]);
+        // a right operand over a padding otherwise reads the padded buffer, built here, where
+        // the packers do not make its zeros (`packed_zeros`).
+        let mut b_ptr = b_ptr;
+        let mut split_image = None;
+        let (product, zeros) = match phases_of(&product, b_padding, &b, pb) {
+            Some((phases, moved, rows)) => {
+                let buffer = self.phase_split(&b, &phases, placement.padding)?;
+                b_ptr = buffer.as_ptr() as *const c_void;
+                split_image = Some((phases, buffer, rows));
+                (moved, None)
+            }
+            None => match b_padding {
+                None => (product, None),
+                Some(padding) => match packed_zeros(&product, padding, b.shape) {
+                    Some((product, header)) => (product, Some(header)),
+                    None => {
+                        let built = self.unpadded(b, b_op, "right", placement.padding)?;
+                        let (x, op) =
+                            built.ok_or(MatMulError::ViewOutOfBounds { operand: "right" })?;
+                        // SAFETY: the caller's promises, for the same product.
+                        let ran =
+                            unsafe { self.matmul_with(a, a_op, x.elements(), &op, out, placement) };
+                        if let Some(kept) = placement.padding {
+                            kept.keep(padding, &[], b.dtype, x);
+                        }
+                        return ran;
                     }
-                    return ran;
-                }
+                },
             },
         };
         // A batch sharing one right-hand matrix whose left-hand matrices follow one another
@@ -745,6 +791,7 @@ impl Gemm {
                 .collect(),
             split,
             zeros,
+            b_rows: split_image.as_ref().map(|(_, _, rows)| rows.clone()),
         };
         // SAFETY: `strided_product` checked that every element the operands' views address
         // lies inside its buffer (for a padded right operand, inside the padded shape, and
@@ -754,7 +801,7 @@ impl Gemm {
             .as_ref()
             .map_or(std::ptr::null(), |e| e as *const EpilogueCall);
         let packed_ptr = packed_b.map_or(std::ptr::null_mut(), PackedB::as_ptr);
-        unsafe {
+        let ran = unsafe {
             self.call(
                 &call,
                 [a_ptr, b_ptr],
@@ -762,8 +809,41 @@ impl Gemm {
                 epilogue_ptr,
                 packed_ptr,
             )
+        };
+        if let (Some((phases, buffer, _)), Some(kept)) = (split_image, placement.padding) {
+            kept.keep(&phases.padding, &phases.factors, DType::F32, buffer);
         }
-        .map(|_| epilogue.is_some())
+        ran.map(|_| epilogue.is_some())
+    }
+
+    /// `b`'s image split into `phases` ([`super::phases`]), in `kept`'s buffer where it holds
+    /// one of this split (its zeros are then in place already) or in a new buffer of zeros.
+    fn phase_split(
+        &self,
+        b: &Elements<'_>,
+        phases: &Phases,
+        kept: Option<&KeptPadding>,
+    ) -> std::result::Result<Buffer, MatMulError> {
+        let source = operand_ptr(b).ok_or(MatMulError::ViewOutOfBounds { operand: "right" })?;
+        let reused = kept.and_then(|k| k.take(&phases.padding, &phases.factors, DType::F32));
+        let mut buffer = match reused {
+            Some(buffer) => buffer,
+            None => Buffer::try_zeroed(DType::F32, &phases.shape())
+                .map_err(|_| MatMulError::PackingAlloc)?,
+        };
+        let geometry = phases.geometry();
+        let ptrs = [source as *mut c_void, buffer.as_mut_ptr() as *mut c_void];
+        // SAFETY: `b` holds the padding's source (`phases_of` checked its shape), an f32
+        // tensor, and the buffer the split's shape, inside which every element lands.
+        unsafe {
+            (self.phase_rows)(
+                geometry.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null(),
+                ptrs.as_ptr(),
+            );
+        }
+        Ok(buffer)
     }
 
     /// Runs one call.
@@ -790,6 +870,10 @@ impl Gemm {
             .zeros
             .as_ref()
             .map_or(std::ptr::null(), |z| z as *const PadHeader);
+        let b_rows = call
+            .b_rows
+            .as_ref()
+            .map_or(std::ptr::null(), |r| r.as_ptr());
         let ptrs = [
             a as *mut c_void,
             b as *mut c_void,
@@ -799,6 +883,7 @@ impl Gemm {
             packed_b,
             split as *mut c_void,
             zeros as *mut c_void,
+            b_rows as *mut c_void,
         ];
         // SAFETY: the caller's promise; `gemm.c` reads the arrays as its ABI documents.
         unsafe {
