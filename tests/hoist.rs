@@ -95,32 +95,42 @@ fn batch_norm_folds_into_the_convolution_weights_and_matches_pytorch() {
     }
 }
 
-/// The block's two convolutions read padded images the CPU backend keeps from one product to
-/// the next and from run to run, copying only the interior each time: runs on other inputs,
-/// and then on the first again, still give the reference's and PyTorch's values (a border
-/// written by anything would show, the second input being large and positive).
+/// The block's two convolutions read their images through zero padding: in f32 from slabs
+/// the GEMM fills per block, under AMP (bf16) from a padded image the CPU backend keeps from
+/// one product to the next and from run to run, copying only its interior each time. Runs on
+/// other inputs, and then on the first again, still give the reference's and PyTorch's values
+/// (f32), and the very bits a freshly compiled block gives (both): a border written by
+/// anything would show, the second input being large and positive.
 #[test]
 fn a_block_run_again_on_other_inputs_reads_zeros_around_its_images() {
     let rules = RuleSet::defaults();
     let dir = repo().join("tests/onnx/cnn");
     let model = Model::load(&dir.join("resnet_block.ts.onnx"), &rules).unwrap();
-    let mut compiled = model
-        .compile(Backend::Cpu, &CompileOptions::default())
-        .unwrap();
     let x = Tensor::read_npy(&dir.join("resnet_block.in.x.npy")).unwrap();
     let torch = Tensor::read_npy(&dir.join("resnet_block.out.0.npy")).unwrap();
     let shifted: Vec<f64> = x.values().iter().map(|v| 3.0 * v.abs() + 100.0).collect();
     let other = Tensor::from_values(fusebox::dtype::DType::F32, x.shape(), shifted).unwrap();
     let want = reference(&model, &one("x", other.clone()));
-    for (run, input) in [x.clone(), other, x].into_iter().enumerate() {
-        let out = compiled.run(&one("x", input)).unwrap();
-        let y = out.values().next().unwrap();
-        let expected = if run == 1 {
-            want.values().next().unwrap()
-        } else {
-            &torch
+    for amp in [None, Some("bf16")] {
+        let options = CompileOptions {
+            amp: amp.map(str::to_string),
+            ..CompileOptions::default()
         };
-        assert_close(&format!("run {run}"), y, expected, 1e-5);
+        let mut compiled = model.compile(Backend::Cpu, &options).unwrap();
+        let mut fresh = model.compile(Backend::Cpu, &options).unwrap();
+        let mut outputs = Vec::new();
+        for input in [x.clone(), other.clone(), x.clone()] {
+            let out = compiled.run(&one("x", input)).unwrap();
+            outputs.push(out.values().next().unwrap().clone());
+        }
+        let first_other = fresh.run(&one("x", other.clone())).unwrap();
+        let bits = |t: &Tensor| t.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&outputs[1]), bits(first_other.values().next().unwrap()), "{amp:?}");
+        assert_eq!(bits(&outputs[2]), bits(&outputs[0]), "{amp:?}");
+        if amp.is_none() {
+            assert_close("run 0", &outputs[0], &torch, 1e-5);
+            assert_close("run 1", &outputs[1], want.values().next().unwrap(), 1e-5);
+        }
     }
 }
 

@@ -18,7 +18,7 @@
                  a rounding 1, a rounding 2, b rounding 1, b rounding 2 }
      strides = { A row, A column, B row, B column, C row, C column } (elements)
      offsets = { per batch: A offset, B offset, C offset } (elements)
-     ptrs    = { A, B, C, status, epilogue, packed B, sub-axes, padding, rows }
+     ptrs    = { A, B, C, status, epilogue, packed B, sub-axes, padding, image }
    status points to an int64 that receives 0, or 1 where a thread could not allocate its
    buffers (nothing is then guaranteed about C). epilogue is NULL, or an fb_gemm_epilogue.
    packed B is NULL, or an fb_gemm_packed_b the caller keeps across the calls of one run that
@@ -28,9 +28,9 @@
    im2col matrix of a convolution, whose rows are the channels and kernel offsets and whose
    columns are the output positions, read from the image itself); the strides of such an axis
    above are then unused.
-   rows is NULL, or B's row offsets (K of them, elements): they replace its row axis's
-   stride or sub-axes (a strided convolution's rows over its image split into phases, see
-   fusebox_phase_rows).
+   image is NULL, or an fb_gemm_image: B is a convolution's windows over an f32 image that
+   is never materialized padded (see fb_gemm_image); B's column sub-axes and per-matrix
+   offsets are then in the image's terms, and its row stride or sub-axes unused.
    padding is NULL, or an fb_gemm_pad: B reads a zero padding of its buffer (a convolution's
    padded image, never written). Its offsets are then the buffer's, and element (k, c) is zero
    unless, on every padded axis p, lo[p] <= rows[p](k) + cols[p](c) < hi[p], the coordinates
@@ -931,13 +931,91 @@ static int64_t fb_gemm_round_up(int64_t x, int64_t q) { return (x + q - 1) / q *
    computed and dropped), each row of an NR-column strip is NR contiguous floats of the image:
    the microkernel loads them from there (fb_gemm_micro_direct), and B is never packed (packing
    the image's windows was a sixth of a ResNet block's time). Returns V where the column
-   offsets `ct` rise and V exceeds N by at most a quarter, else 0. */
-static int64_t fb_gemm_direct_span(const int64_t *ct, int64_t N) {
-    if (!ct || N < FB_GEMM_NR) return 0;
+   offsets `ct` rise and V exceeds N by at most a quarter (any V with `any`), else 0. */
+static int64_t fb_gemm_direct_span(const int64_t *ct, int64_t N, int any) {
+    if (!ct || N < (any ? 1 : FB_GEMM_NR)) return 0;
     for (int64_t c = 1; c < N; c++)
         if (ct[c] <= ct[c - 1]) return 0;
     const int64_t span = ct[N - 1] - ct[0] + 1;
-    return span <= N + N / 4 ? span : 0;
+    return any || span <= N + N / 4 ? span : 0;
+}
+
+/* A convolution's B read from its image without building the padded image (stride 1) or its
+   phase split (stride s, see phases.rs). In the split buffer such a B would be read from,
+   element (k, c) of batch matrix bi lies at outer index outer[k] + offsets[bi] and quotient
+   offset offset[k] + ct[c], where the outer index counts (axes before `first`, phase on each
+   axis from `first` on) row-major over (padded[..first], factors[first..]) and the quotient
+   offset counts the quotient coordinates row-major over ceil(padded[a] / factors[a]) for a
+   >= first (`inner` of them). So for one column block and one K slice, B reads a few runs of
+   that space, one per outer index its rows reach: the GEMM copies them from the image into a
+   per-thread slab (zeros where they fall in the padding), which stays in L2 while every
+   strip reads it, rather than copying the whole image into a padded buffer in memory and
+   reading it back (a tenth of a ResNet block's time, an eighth of a strided one's). */
+#define FB_GEMM_IMAGE 8
+typedef struct {
+    int64_t rank, first, inner, outers;
+    int64_t source[FB_GEMM_IMAGE], before[FB_GEMM_IMAGE], after[FB_GEMM_IMAGE], factors[FB_GEMM_IMAGE];
+    const int64_t *outer, *offset; /* K each */
+} fb_gemm_image;
+
+/* Quotient offsets [lo, lo + n) of outer index O of `g`'s split image, read from the image
+   `src`, into dst: each run along the last axis one strided copy between zeros. */
+static void fb_gemm_image_row(const fb_gemm_image *g, const float *src, int64_t O, int64_t lo, int64_t n, float *dst) {
+    const int64_t rank = g->rank, t = g->first, last = rank - 1;
+    const int64_t *f = g->factors, *source = g->source, *before = g->before;
+    int64_t padded[FB_GEMM_IMAGE], qs[FB_GEMM_IMAGE], phase[FB_GEMM_IMAGE], pitch[FB_GEMM_IMAGE];
+    int64_t step = 1, base = 0, rest = O;
+    int inside = O >= 0 && O < g->outers;
+    for (int64_t a = rank - 1; a >= 0; a--) {
+        padded[a] = before[a] + source[a] + g->after[a];
+        qs[a] = a >= t ? (padded[a] + f[a] - 1) / f[a] : padded[a];
+        pitch[a] = step;
+        step *= source[a];
+    }
+    for (int64_t a = last; a >= t; a--) {
+        phase[a] = rest % f[a];
+        rest /= f[a];
+    }
+    for (int64_t a = t - 1; a >= 0; a--) {
+        const int64_t x = rest % padded[a] - before[a];
+        rest /= padded[a];
+        inside &= x >= 0 && x < source[a];
+        base += x * pitch[a];
+    }
+    const fb_gemm_operand image = {src, 0, 0, 0, 0, 0, NULL, NULL, NULL, 0};
+    for (int64_t pos = lo, end = lo + n; pos < end;) {
+        float *d = dst + (pos - lo);
+        if (!inside || pos < 0 || pos >= g->inner) {
+            const int64_t stop = !inside || pos >= g->inner ? end : (end < 0 ? end : 0);
+            memset(d, 0, (size_t)(stop - pos) * sizeof(float));
+            pos = stop;
+            continue;
+        }
+        const int64_t ql = pos % qs[last], run = end - pos < qs[last] - ql ? end - pos : qs[last] - ql;
+        int64_t at = base, r = pos / qs[last];
+        int ok = 1;
+        for (int64_t a = last - 1; a >= t; a--) {
+            const int64_t x = (r % qs[a]) * f[a] + phase[a] - before[a];
+            r /= qs[a];
+            ok &= x >= 0 && x < source[a];
+            at += x * pitch[a];
+        }
+        /* Along the last axis, element i of the run is image element (ql + i) f + phase - before. */
+        const int64_t fl = f[last], shift = phase[last] - before[last];
+        int64_t i0 = -fb_gemm_floor_div(shift, fl) - ql, i1 = -fb_gemm_floor_div(shift - source[last], fl) - ql;
+        i0 = !ok || i0 < 0 ? (ok ? 0 : run) : (i0 > run ? run : i0);
+        i1 = !ok || i1 < i0 ? i0 : (i1 > run ? run : i1);
+        memset(d, 0, (size_t)i0 * sizeof(float));
+        if (i1 > i0) {
+            const int64_t x0 = (ql + i0) * fl + shift;
+            if (fl == 1)
+                memcpy(d + i0, src + at + x0, (size_t)(i1 - i0) * sizeof(float));
+            else
+                fb_gemm_load_strided(&image, at + x0, i1 - i0, fl, d + i0);
+        }
+        memset(d + i1, 0, (size_t)(run - i1) * sizeof(float));
+        pos += run;
+    }
 }
 
 /* The first column whose virtual column (ct[c] - ct[0]) is at least v. */
@@ -1002,17 +1080,7 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
         }
         fb_gemm_axis_table(&split->axes[i], lens[i], tables[i]);
     }
-    /* B's explicit row offsets, copied so that the tables are all freed alike. */
-    if (ptrs[8] && K > 0) {
-        free(tables[2]);
-        tables[2] = (int64_t *)malloc((size_t)K * sizeof(int64_t));
-        if (!tables[2]) {
-            for (int i = 0; i < 4; i++) free(tables[i]);
-            *(int64_t *)ptrs[3] = 1;
-            return;
-        }
-        memcpy(tables[2], ptrs[8], (size_t)K * sizeof(int64_t));
-    }
+
     /* The dtype each operand's values are exact in after its roundings: both bf16 (code 2)
        lets the product run on bf16 pairs where the CPU has them. */
     const int64_t a_exact = sizes[8] ? sizes[8] : (sizes[7] ? sizes[7] : sizes[4]);
@@ -1028,11 +1096,18 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
     /* B read where it lies (fb_gemm_direct_span): f32 values used as they are, no padding to
        read as zeros, not packed in pairs; N is then the virtual column count for the
        blocking, and a tile's columns are virtual ones until it is finished. */
-    int64_t span = 0;
+    const fb_gemm_image *image = (const fb_gemm_image *)ptrs[8];
+    int64_t span = image ? fb_gemm_direct_span(tables[3], N, 1) : 0;
+    if (image && span == 0) {
+        /* The caller promises rising columns (phases.rs); nothing else can read the image. */
+        for (int i = 0; i < 4; i++) free(tables[i]);
+        *(int64_t *)ptrs[3] = 1;
+        return;
+    }
 #if defined(__AVX512F__)
-    if (!pairs && sizes[5] == 0 && !sizes[9] && !sizes[10] && !(ptrs[7] && ((const fb_gemm_pad *)ptrs[7])->n > 0))
-        span = fb_gemm_direct_span(tables[3], N);
-    if (span > 0 && !tables[2] && K > 0) {
+    if (!image && !pairs && sizes[5] == 0 && !sizes[9] && !sizes[10] && !(ptrs[7] && ((const fb_gemm_pad *)ptrs[7])->n > 0))
+        span = fb_gemm_direct_span(tables[3], N, 0);
+    if (span > 0 && !image && !tables[2] && K > 0) {
         tables[2] = (int64_t *)malloc((size_t)K * sizeof(int64_t));
         if (!tables[2]) {
             for (int i = 0; i < 4; i++) free(tables[i]);
@@ -1055,7 +1130,11 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
     const int64_t mb = (M + mc - 1) / mc;
     /* As many column blocks as NC-wide ones need, of even width (784 columns as 288, 288
        and 208 rather than 384, 384 and a block of 16 that fills a third of its strip). */
-    int64_t nb = (NV + FB_GEMM_NC - 1) / FB_GEMM_NC;
+    /* Over an image, wider blocks (a tile of up to 2 MC x NC floats): each block's slabs
+       repeat the rows its windows share with the next block's, and the copies are what an
+       image's block costs beyond its arithmetic (4-5% of a ResNet block at twice NC). */
+    const int64_t nc_max = image ? 2 * FB_GEMM_NC * (FB_GEMM_MC / mc > 1 ? FB_GEMM_MC / mc : 1) : FB_GEMM_NC;
+    int64_t nb = (NV + nc_max - 1) / nc_max;
     int64_t nc = fb_gemm_round_up((NV + nb - 1) / nb, FB_GEMM_NR);
     nb = (NV + nc - 1) / nc;
     if (threads > 1 && batches * mb * nb < 4 * threads) {
@@ -1109,11 +1188,48 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
         }
     }
     const fb_gemm_zeros *b_zeros = coords ? &zeros : NULL;
+    /* Over an image (fb_gemm_image): per K slice, the outer indices its rows reach, in order
+       of first use (slot q of slice s at slab_outer[s * kcs + q], slice_slots[s] of them);
+       per row, where it reads its slab: slot * pitch + its quotient offset less the least. */
+    int64_t *slab_outer = NULL, *slab_koff = NULL, *slice_slots = NULL;
+    int64_t slab_pitch = 0, slab_low = 0, slab_rows = 0;
+    if (image && K > 0) {
+        int64_t high = image->offset[0];
+        slab_low = image->offset[0];
+        for (int64_t k = 1; k < K; k++) {
+            if (image->offset[k] < slab_low) slab_low = image->offset[k];
+            if (image->offset[k] > high) high = image->offset[k];
+        }
+        slab_pitch = fb_gemm_round_up(nc + high - slab_low, 16);
+        slab_outer = (int64_t *)malloc((size_t)(2 * K + slices) * sizeof(int64_t));
+        if (!slab_outer) {
+            for (int i = 0; i < 4; i++) free(tables[i]);
+            free(coords);
+            *(int64_t *)ptrs[3] = 1;
+            return;
+        }
+        slab_koff = slab_outer + K;
+        slice_slots = slab_koff + K;
+        for (int64_t sl = 0; sl < slices; sl++) {
+            const int64_t k0 = sl * kcs, kc = K - k0 < kcs ? K - k0 : kcs;
+            int64_t n = 0;
+            for (int64_t k = k0; k < k0 + kc; k++) {
+                int64_t q = 0;
+                while (q < n && slab_outer[k0 + q] != image->outer[k]) q++;
+                if (q == n) slab_outer[k0 + n++] = image->outer[k];
+                slab_koff[k] = q * slab_pitch + image->offset[k] - slab_low;
+            }
+            slice_slots[sl] = n;
+            if (n > slab_rows) slab_rows = n;
+        }
+    }
+    const size_t slab_floats = (size_t)(slab_rows * slab_pitch);
     /* The epilogue's reductions' accumulators. */
     fb_gemm_blocks blocks = {0};
     if (epilogue && epilogue->reductions > 0 && !fb_gemm_blocks_new(epilogue, mb, nb, &blocks)) {
         for (int i = 0; i < 4; i++) free(tables[i]);
         free(coords);
+        free(slab_outer);
         *(int64_t *)ptrs[3] = 1;
         return;
     }
@@ -1148,11 +1264,12 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
 
 #pragma omp parallel num_threads(threads) if (threads > 1) reduction(| : failed)
     {
-        float *buf = fb_gemm_scratch(a_floats + b_floats + tile_floats + scratch_floats);
+        float *buf = fb_gemm_scratch(a_floats + b_floats + tile_floats + scratch_floats + slab_floats);
         if (!buf) {
             failed = 1;
         } else {
             float *pa = buf, *pb = buf + a_floats, *tile = pb + b_floats;
+            float *slab = tile + tile_floats + scratch_floats;
             /* The (batch, column block) whose whole packed B `pb` holds, if keep_b; the row
                block and A matrix (its first element) whose whole packed A `pa` holds, if
                keep_a. */
@@ -1202,28 +1319,47 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
                         continue;
                     }
 #endif
-#if defined(__AVX512F__)
                     if (direct) {
-                        /* Whole strips straight from the image; a last narrower strip packed,
-                           since its NR floats per row would reach past B's last element. */
-                        const float *bv = (const float *)ptrs[1] + (bb.origin + tables[3][0] + c0);
-                        const int64_t *koff = tables[2] + k0, whole = cols / FB_GEMM_NR * FB_GEMM_NR;
-                        for (int64_t k = 0; whole < cols && k < kc; k++) {
-                            float *d = pbs + k * FB_GEMM_NR;
-                            for (int64_t t = 0; t < FB_GEMM_NR; t++) d[t] = whole + t < cols ? bv[koff[k] + whole + t] : 0.0f;
+                        /* B where it lies (the image, or its slab for this block and slice),
+                           row k at bv + koff[k] + the block's virtual column. Whole strips
+                           straight from there; a last narrower strip (whose NR floats per row
+                           would reach past B's last element) packed, as every strip is
+                           without AVX-512. */
+                        const float *bv;
+                        const int64_t *koff;
+                        if (image) {
+                            const int64_t *outer = slab_outer + s * kcs;
+                            for (int64_t q = 0; q < slice_slots[s]; q++)
+                                fb_gemm_image_row(image, (const float *)ptrs[1], outer[q] + bb.origin,
+                                                  c0 + slab_low, slab_pitch, slab + q * slab_pitch);
+                            bv = slab;
+                            koff = slab_koff + k0;
+                        } else {
+                            bv = (const float *)ptrs[1] + (bb.origin + tables[3][0] + c0);
+                            koff = tables[2] + k0;
                         }
                         if (!reuse_a) fb_gemm_pack_a(&ab, r0, rows, k0, kc, pas);
+#if defined(__AVX512F__)
+                        const int64_t whole = cols / FB_GEMM_NR * FB_GEMM_NR;
                         /* Strip by strip of B, each read by every strip of A while it is in
                            L1 (the image's rows are not where the prefetcher looks; A's
                            packed strips are, and come from L2). */
                         for (int64_t j = 0; j < whole; j += FB_GEMM_NR)
                             for (int64_t i = 0; i < rows; i += FB_GEMM_MR)
                                 fb_gemm_micro_direct(kc, pas + i * kc, bv + j, koff, tile + i * ldt + j, ldt, s > 0);
-                        for (int64_t i = 0; whole < cols && i < rows; i += FB_GEMM_MR)
-                            fb_gemm_micro(kc, pas + i * kc, pbs, tile + i * ldt + whole, ldt, s > 0);
+#else
+                        const int64_t whole = 0;
+#endif
+                        for (int64_t j = whole; j < cols; j += FB_GEMM_NR) {
+                            for (int64_t k = 0; k < kc; k++) {
+                                float *d = pbs + k * FB_GEMM_NR;
+                                for (int64_t t = 0; t < FB_GEMM_NR; t++) d[t] = j + t < cols ? bv[koff[k] + j + t] : 0.0f;
+                            }
+                            for (int64_t i = 0; i < rows; i += FB_GEMM_MR)
+                                fb_gemm_micro(kc, pas + i * kc, pbs, tile + i * ldt + j, ldt, s > 0);
+                        }
                         continue;
                     }
-#endif
                     if (!reuse) fb_gemm_pack_b(&bb, k0, kc, c0, cols, pbs);
                     if (!reuse_a) fb_gemm_pack_a(&ab, r0, rows, k0, kc, pas);
                     for (int64_t i = 0; i < rows; i += FB_GEMM_MR)
@@ -1257,6 +1393,7 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
     }
     for (int i = 0; i < 4; i++) free(tables[i]);
     free(coords);
+    free(slab_outer);
     *(int64_t *)ptrs[3] = failed;
 }
 
@@ -1285,62 +1422,5 @@ void fusebox_pad_rows(const int64_t *sizes, const int64_t *strides, const int64_
             step *= before[d] + source[d] + after[d];
         }
         memcpy(dst + at * size, src + r * len, (size_t)len);
-    }
-}
-
-/* A copy of an f32 tensor into its padded image split into phases (see phases.rs): sizes =
-   {rank >= 1, first split axis t, source shape, zeros before, zeros after, phase counts
-   (rank each)}; ptrs = {source, destination (zeros where nothing lands)}. The destination
-   has shape padded[..t] ++ f[t..] ++ ceil(padded[a] / f[a]) for a >= t, and the element at
-   padded coordinates y goes to (y[..t], y[t..] % f, y[t..] / f). Rows of the source are
-   copied by the threads, each as one run per phase of its last axis. */
-void fusebox_phase_rows(const int64_t *sizes, const int64_t *strides, const int64_t *offsets, void *const *ptrs) {
-    (void)strides;
-    (void)offsets;
-    const int64_t rank = sizes[0], t = sizes[1];
-    const int64_t *source = sizes + 2, *before = source + rank, *after = before + rank, *f = after + rank;
-    if (rank < 1 || rank > 16 || t < 0 || t >= rank) return;
-    /* Strides of the destination's axes: whole axes before t, then phases, then quotients. */
-    int64_t padded[16], whole[16], phase[16], quot[16], step = 1;
-    for (int64_t a = 0; a < rank; a++) padded[a] = before[a] + source[a] + after[a];
-    for (int64_t a = rank - 1; a >= t; a--) {
-        quot[a] = step;
-        step *= (padded[a] + f[a] - 1) / f[a];
-    }
-    for (int64_t a = rank - 1; a >= t; a--) {
-        phase[a] = step;
-        step *= f[a];
-    }
-    for (int64_t a = t - 1; a >= 0; a--) {
-        whole[a] = step;
-        step *= padded[a];
-    }
-    const int64_t last = rank - 1, len = source[last];
-    int64_t rows = 1;
-    for (int64_t d = 0; d < last; d++) rows *= source[d];
-    if (len == 0 || rows == 0) return;
-    const float *src = (const float *)ptrs[0];
-    float *dst = (float *)ptrs[1];
-    const fb_gemm_operand whole_source = {src, 0, 0, 0, 0, 0, NULL, NULL, NULL, 0};
-#pragma omp parallel for schedule(static) if (rows * len > (1 << 18))
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t rest = r, at = 0;
-        for (int64_t d = last - 1; d >= 0; d--) {
-            const int64_t y = rest % source[d] + before[d];
-            rest /= source[d];
-            at += d < t ? y * whole[d] : (y % f[d]) * phase[d] + (y / f[d]) * quot[d];
-        }
-        /* The last axis: elements x whose padded coordinate leaves remainder p, one run. */
-        const int64_t fl = f[last];
-        for (int64_t p = 0; p < fl; p++) {
-            const int64_t x0 = ((p - before[last]) % fl + fl) % fl;
-            if (x0 >= len) continue;
-            const int64_t n = (len - x0 + fl - 1) / fl, y0 = x0 + before[last];
-            float *out = dst + at + p * phase[last] + (y0 / fl) * quot[last];
-            if (fl == 1)
-                memcpy(out, src + r * len, (size_t)len * sizeof(float));
-            else
-                fb_gemm_load_strided(&whole_source, r * len + x0, n, fl, out);
-        }
     }
 }

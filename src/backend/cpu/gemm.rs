@@ -23,7 +23,7 @@
 //! integers, casts through f64 or integers) go to [`matmul::matmul_elements`].
 
 use super::compiler::{Compiler, KernelFn, Module};
-use super::phases::{self, Phases};
+use super::phases::{self, ImageRead};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::lower::{MatMulOperand, ResultView};
@@ -42,8 +42,6 @@ const ENTRY: &str = "fusebox_gemm";
 
 /// The padded copy's entry point in `gemm.c`.
 const PAD_ROWS: &str = "fusebox_pad_rows";
-/// The phase split's entry point in `gemm.c` ([`super::phases`]).
-const PHASE_ROWS: &str = "fusebox_phase_rows";
 
 /// The complete C translation unit of the GEMM.
 pub fn source() -> String {
@@ -55,8 +53,6 @@ pub struct Gemm {
     function: KernelFn,
     /// `fusebox_pad_rows`: a padded operand's rows copied into its zeros by the threads.
     pad_rows: KernelFn,
-    /// `fusebox_phase_rows`: a strided convolution's image copied into its phase split.
-    phase_rows: KernelFn,
     /// The library stays loaded as long as `function` may be called.
     _module: Arc<Module>,
 }
@@ -262,17 +258,16 @@ pub struct Placement<'a> {
 /// cache, measured in benches/RESULTS.md, 2026-11-30, session 4).
 #[derive(Debug, Default)]
 pub struct KeptPadding {
-    kept: std::cell::RefCell<Option<(Padding, Vec<usize>, DType, Buffer)>>,
+    kept: std::cell::RefCell<Option<(Padding, DType, Buffer)>>,
 }
 
 impl KeptPadding {
-    /// The kept buffer, where it was made for `padding` split into `phases` (none for the
-    /// padded image itself, [`super::phases::Phases::factors`] for its phase split) and
-    /// `dtype`: the caller owns it until it gives it back ([`KeptPadding::keep`]).
-    fn take(&self, padding: &Padding, phases: &[usize], dtype: DType) -> Option<Buffer> {
+    /// The kept buffer, where it was made for `padding` and `dtype`: the caller owns it until
+    /// it gives it back ([`KeptPadding::keep`]).
+    fn take(&self, padding: &Padding, dtype: DType) -> Option<Buffer> {
         let mut kept = self.kept.borrow_mut();
         match kept.take() {
-            Some((p, f, d, buffer)) if p == *padding && f == phases && d == dtype => Some(buffer),
+            Some((p, d, buffer)) if p == *padding && d == dtype => Some(buffer),
             other => {
                 *kept = other;
                 None
@@ -280,10 +275,9 @@ impl KeptPadding {
         }
     }
 
-    /// Keeps `buffer`, the padded buffer of `padding` split into `phases` in `dtype`, with
-    /// zeros wherever no element of the source lands.
-    fn keep(&self, padding: &Padding, phases: &[usize], dtype: DType, buffer: Buffer) {
-        *self.kept.borrow_mut() = Some((padding.clone(), phases.to_vec(), dtype, buffer));
+    /// Keeps `buffer`, the padded buffer of `padding` in `dtype` with zeros on its border.
+    fn keep(&self, padding: &Padding, dtype: DType, buffer: Buffer) {
+        *self.kept.borrow_mut() = Some((padding.clone(), dtype, buffer));
     }
 }
 
@@ -370,8 +364,8 @@ struct Call {
     offsets: Vec<i64>,
     split: Option<SplitAxesHeader>,
     zeros: Option<PadHeader>,
-    /// B's row offsets, where a table replaces its row axis ([`super::phases`]).
-    b_rows: Option<Vec<i64>>,
+    /// B's rows in its image, where B is read from the image ([`super::phases`]).
+    image: Option<ImageRows>,
 }
 
 /// The most sub-axes the GEMM reads one operand axis through (`FB_GEMM_SUB` in `gemm.c`).
@@ -487,16 +481,18 @@ fn unpad_right(product: &StridedProduct, padding: &Padding) -> Option<(StridedPr
     Some((moved, header))
 }
 
-/// A strided convolution's product moved onto its image's phase split ([`super::phases`]):
-/// where `b` is f32 read as it is (`plan`: no rounding), the product reads it through
-/// sub-axes with its columns at a stride, and `padding` (or no padding) is of `b` itself.
-fn phases_of(
+/// A convolution's product reading its image in slabs ([`super::phases`]): where `b` is f32
+/// read as it is (`plan`: no rounding), the product reads it through sub-axes over a padding
+/// or with its columns at a stride, and `padding` (or no padding) is of `b` itself. (A
+/// stride-1 convolution without padding reads its image in place, no slab needed.)
+fn image_of(
     product: &StridedProduct,
     padding: Option<&Padding>,
     b: &Elements<'_>,
     plan: [i64; 3],
-) -> Option<(Phases, StridedProduct, Vec<i64>)> {
-    if b.dtype != DType::F32 || plan[1] != 0 || plan[2] != 0 || product.b_strides[1] <= 1 {
+) -> Option<ImageRead> {
+    let strided = product.b_strides[1] > 1;
+    if b.dtype != DType::F32 || plan[1] != 0 || plan[2] != 0 || !(strided || padding.is_some()) {
         return None;
     }
     let none = Padding {
@@ -505,10 +501,88 @@ fn phases_of(
         after: vec![0; b.shape.len()],
     };
     let padding = padding.unwrap_or(&none);
-    if padding.source != b.shape || b.shape.is_empty() {
+    if padding.source != b.shape || b.shape.is_empty() || b.shape.len() > GEMM_IMAGE_AXES {
         return None;
     }
-    phases::split(product, padding)
+    phases::image_read(product, padding)
+}
+
+/// The most axes an image read in slabs has (`FB_GEMM_IMAGE` in `gemm.c`).
+const GEMM_IMAGE_AXES: usize = 8;
+
+/// `fb_gemm_image` in `gemm.c`, field for field; its pointers point into the [`ImageRows`]
+/// it is made from.
+#[repr(C)]
+#[derive(Debug)]
+struct ImageHeader {
+    rank: i64,
+    first: i64,
+    inner: i64,
+    outers: i64,
+    source: [i64; GEMM_IMAGE_AXES],
+    before: [i64; GEMM_IMAGE_AXES],
+    after: [i64; GEMM_IMAGE_AXES],
+    factors: [i64; GEMM_IMAGE_AXES],
+    outer: *const i64,
+    offset: *const i64,
+}
+
+/// A call's image read ([`ImageRead`]) as the GEMM takes it: the header's sizes, and the
+/// rows' outer indices and quotient offsets it points to.
+#[derive(Debug, Clone)]
+struct ImageRows {
+    sizes: [i64; 4],
+    axes: [[i64; GEMM_IMAGE_AXES]; 4],
+    outer: Vec<i64>,
+    offset: Vec<i64>,
+}
+
+impl ImageRows {
+    fn of(read: ImageRead) -> ImageRows {
+        let phases = &read.phases;
+        let (outers, inner) = phases.extents();
+        let mut axes = [[0i64; GEMM_IMAGE_AXES]; 4];
+        let fields = [
+            &phases.padding.source,
+            &phases.padding.before,
+            &phases.padding.after,
+            &phases.factors,
+        ];
+        for (row, field) in axes.iter_mut().zip(fields) {
+            for (slot, &n) in row.iter_mut().zip(field) {
+                *slot = n as i64;
+            }
+        }
+        ImageRows {
+            sizes: [
+                phases.padding.source.len() as i64,
+                phases.first as i64,
+                inner as i64,
+                outers as i64,
+            ],
+            axes,
+            outer: read.outer,
+            offset: read.offset,
+        }
+    }
+
+    /// The header, pointing into `self`.
+    fn header(&self) -> ImageHeader {
+        let [rank, first, inner, outers] = self.sizes;
+        let [source, before, after, factors] = self.axes;
+        ImageHeader {
+            rank,
+            first,
+            inner,
+            outers,
+            source,
+            before,
+            after,
+            factors,
+            outer: self.outer.as_ptr(),
+            offset: self.offset.as_ptr(),
+        }
+    }
 }
 
 /// [`unpad_right`] where the packers should make the zeros of the right-hand operand's
@@ -558,7 +632,6 @@ impl Gemm {
         Ok(Gemm {
             function: module.kernel(ENTRY)?,
             pad_rows: module.kernel(PAD_ROWS)?,
-            phase_rows: module.kernel(PHASE_ROWS)?,
             _module: module,
         })
     }
@@ -575,7 +648,7 @@ impl Gemm {
         kept: Option<&KeptPadding>,
     ) -> std::result::Result<Option<(Buffer, MatMulOperand)>, MatMulError> {
         matmul::unpadded_by(x, op, operand, |x, padding| {
-            let reused = kept.and_then(|k| k.take(padding, &[], x.dtype));
+            let reused = kept.and_then(|k| k.take(padding, x.dtype));
             self.padded(x, padding, reused)
         })
     }
@@ -692,18 +765,12 @@ impl Gemm {
             layout(&b_shape, &b_view, b_op.split(), b_len),
             Some(out.len()),
         )?;
-        // A strided convolution reads its image split into phases, built here ([`phases`]);
-        // a right operand over a padding otherwise reads the padded buffer, built here, where
-        // the packers do not make its zeros (`packed_zeros`).
-        let mut b_ptr = b_ptr;
-        let mut split_image = None;
-        let (product, zeros) = match phases_of(&product, b_padding, &b, pb) {
-            Some((phases, moved, rows)) => {
-                let buffer = self.phase_split(&b, &phases, placement.padding)?;
-                b_ptr = buffer.as_ptr() as *const c_void;
-                split_image = Some((phases, buffer, rows));
-                (moved, None)
-            }
+        // A convolution over a padding or at a stride reads its image in slabs the GEMM
+        // copies ([`phases`]); a right operand over a padding otherwise reads the padded
+        // buffer, built here, where the packers do not make its zeros (`packed_zeros`).
+        let image = image_of(&product, b_padding, &b, pb);
+        let (product, zeros) = match &image {
+            Some(read) => (read.product.clone(), None),
             None => match b_padding {
                 None => (product, None),
                 Some(padding) => match packed_zeros(&product, padding, b.shape) {
@@ -716,7 +783,7 @@ impl Gemm {
                         let ran =
                             unsafe { self.matmul_with(a, a_op, x.elements(), &op, out, placement) };
                         if let Some(kept) = placement.padding {
-                            kept.keep(padding, &[], b.dtype, x);
+                            kept.keep(padding, b.dtype, x);
                         }
                         return ran;
                     }
@@ -791,7 +858,7 @@ impl Gemm {
                 .collect(),
             split,
             zeros,
-            b_rows: split_image.as_ref().map(|(_, _, rows)| rows.clone()),
+            image: image.map(ImageRows::of),
         };
         // SAFETY: `strided_product` checked that every element the operands' views address
         // lies inside its buffer (for a padded right operand, inside the padded shape, and
@@ -801,7 +868,7 @@ impl Gemm {
             .as_ref()
             .map_or(std::ptr::null(), |e| e as *const EpilogueCall);
         let packed_ptr = packed_b.map_or(std::ptr::null_mut(), PackedB::as_ptr);
-        let ran = unsafe {
+        unsafe {
             self.call(
                 &call,
                 [a_ptr, b_ptr],
@@ -809,41 +876,8 @@ impl Gemm {
                 epilogue_ptr,
                 packed_ptr,
             )
-        };
-        if let (Some((phases, buffer, _)), Some(kept)) = (split_image, placement.padding) {
-            kept.keep(&phases.padding, &phases.factors, DType::F32, buffer);
         }
-        ran.map(|_| epilogue.is_some())
-    }
-
-    /// `b`'s image split into `phases` ([`super::phases`]), in `kept`'s buffer where it holds
-    /// one of this split (its zeros are then in place already) or in a new buffer of zeros.
-    fn phase_split(
-        &self,
-        b: &Elements<'_>,
-        phases: &Phases,
-        kept: Option<&KeptPadding>,
-    ) -> std::result::Result<Buffer, MatMulError> {
-        let source = operand_ptr(b).ok_or(MatMulError::ViewOutOfBounds { operand: "right" })?;
-        let reused = kept.and_then(|k| k.take(&phases.padding, &phases.factors, DType::F32));
-        let mut buffer = match reused {
-            Some(buffer) => buffer,
-            None => Buffer::try_zeroed(DType::F32, &phases.shape())
-                .map_err(|_| MatMulError::PackingAlloc)?,
-        };
-        let geometry = phases.geometry();
-        let ptrs = [source as *mut c_void, buffer.as_mut_ptr() as *mut c_void];
-        // SAFETY: `b` holds the padding's source (`phases_of` checked its shape), an f32
-        // tensor, and the buffer the split's shape, inside which every element lands.
-        unsafe {
-            (self.phase_rows)(
-                geometry.as_ptr(),
-                std::ptr::null(),
-                std::ptr::null(),
-                ptrs.as_ptr(),
-            );
-        }
-        Ok(buffer)
+        .map(|_| epilogue.is_some())
     }
 
     /// Runs one call.
@@ -870,10 +904,10 @@ impl Gemm {
             .zeros
             .as_ref()
             .map_or(std::ptr::null(), |z| z as *const PadHeader);
-        let b_rows = call
-            .b_rows
+        let image = call.image.as_ref().map(ImageRows::header);
+        let image_ptr = image
             .as_ref()
-            .map_or(std::ptr::null(), |r| r.as_ptr());
+            .map_or(std::ptr::null(), |h| h as *const ImageHeader);
         let ptrs = [
             a as *mut c_void,
             b as *mut c_void,
@@ -883,7 +917,7 @@ impl Gemm {
             packed_b,
             split as *mut c_void,
             zeros as *mut c_void,
-            b_rows as *mut c_void,
+            image_ptr as *mut c_void,
         ];
         // SAFETY: the caller's promise; `gemm.c` reads the arrays as its ABI documents.
         unsafe {

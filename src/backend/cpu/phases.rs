@@ -44,88 +44,113 @@ impl Phases {
             .collect()
     }
 
-    /// The offset in the split buffer (of `strides`, contiguous over [`Phases::shape`]) of
-    /// the element at padded coordinates `y` (each inside the padded shape).
-    fn offset(&self, strides: &[i64], y: &[i64]) -> i64 {
-        let (t, rank) = (self.first, y.len());
-        let split = rank - t;
-        (0..rank)
-            .map(|a| match a < t {
-                true => y[a] * strides[a],
-                false => {
-                    let f = self.factors[a] as i64;
-                    (y[a] % f) * strides[a] + (y[a] / f) * strides[a + split]
-                }
-            })
-            .sum()
+    /// The split buffer's outer indices (its axes before the quotients) and the quotient
+    /// offsets within one outer index.
+    pub fn extents(&self) -> (usize, usize) {
+        let shape = self.shape();
+        let split = self.padding.source.len() - self.first;
+        let at = shape.len() - split;
+        (shape[..at].iter().product(), shape[at..].iter().product())
     }
 
-    /// `fusebox_phase_rows`'s sizes: rank, first split axis, then per axis the source's size,
-    /// the zeros before and after it, and the phase count.
-    pub fn geometry(&self) -> Vec<i64> {
-        let p = &self.padding;
-        [p.source.len(), self.first]
-            .into_iter()
-            .chain(p.source.iter().copied())
-            .chain(p.before.iter().copied())
-            .chain(p.after.iter().copied())
-            .chain(self.factors.iter().copied())
-            .map(|n| n as i64)
-            .collect()
+    /// The outer index and quotient offset of the element at padded coordinates `y` (each
+    /// inside the padded shape), `strides` being the split buffer's (contiguous over
+    /// [`Phases::shape`]) and `quotients` the quotient offsets per outer index.
+    fn place(&self, strides: &[i64], quotients: i64, y: &[i64]) -> (i64, i64) {
+        let (t, rank) = (self.first, y.len());
+        let split = rank - t;
+        let (mut outer, mut offset) = (0i64, 0i64);
+        for a in 0..rank {
+            let f = self.factors[a] as i64;
+            // Before the split axes a coordinate is a place; from them on, a phase and a
+            // quotient.
+            let (whole, quotient) = if a < t {
+                (y[a], 0)
+            } else {
+                (y[a] % f, y[a] / f)
+            };
+            outer += whole * (strides[a] / quotients);
+            if a >= t {
+                offset += quotient * strides[a + split];
+            }
+        }
+        (outer, offset)
     }
 }
 
+/// A convolution's right-hand operand read from its image as its phase split would hold it
+/// (`fb_gemm_image` in `gemm.c`): the split, the product moved onto the split (each batch
+/// matrix's offset now its outer index shift, B's columns as sub-axes of quotient offsets,
+/// its rows left as one placeholder axis), and per row of B its outer index and quotient
+/// offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRead {
+    pub phases: Phases,
+    pub product: StridedProduct,
+    pub outer: Vec<i64>,
+    pub offset: Vec<i64>,
+}
+
 /// `product`, whose right-hand operand reads `padding`'s padded image (offsets and strides
-/// over the padded shape) with its columns at a stride, moved onto the image's phase split:
-/// the split, the product over the split buffer (B's columns as sub-axes, its row sub-axes
-/// left as one placeholder axis), and B's row offsets. `None` where the view is not a
-/// convolution's windows over the padded shape that a split makes neighbours of: each
-/// column sub-axis moving along one axis of its own, the innermost one by more than 1, each
-/// batch matrix starting at the same place on the split axes, and every element read inside
-/// the split buffer.
-pub fn split(
-    product: &StridedProduct,
-    padding: &Padding,
-) -> Option<(Phases, StridedProduct, Vec<i64>)> {
+/// over the padded shape), as an [`ImageRead`]. `None` where the view is not a convolution's
+/// windows that the split reads at rising quotient offsets: each column sub-axis moving along
+/// one axis of its own (its step there the axis's phase count), outer ones by more than all
+/// inner ones reach, at most twice as many quotient offsets spanned as there are columns,
+/// and each batch matrix starting at the same place on the split axes.
+pub fn image_read(product: &StridedProduct, padding: &Padding) -> Option<ImageRead> {
     let [rows, cols] = product.b_split.clone()?;
     let sub: Vec<(usize, i64)> = rows.iter().chain(&cols).copied().collect();
     let first = padding.coordinates(product.offsets.first()?.1, &sub)?;
     let (row_steps, col_steps) = first.steps.split_at(rows.len());
     let rank = padding.source.len();
-    // Each column sub-axis's axis and step.
+    // Each column sub-axis's axis (`rank` for a sub-axis of size 1, which moves nowhere).
     let mut factors = vec![1usize; rank];
-    let mut moved = Vec::with_capacity(cols.len());
+    let mut along = Vec::with_capacity(cols.len());
     for (step, &(n, _)) in col_steps.iter().zip(&cols) {
-        let along: Vec<usize> = (0..rank).filter(|&a| step[a] != 0).collect();
-        match along[..] {
-            [a] if step[a] > 0 && factors[a] == 1 => {
+        let moved: Vec<usize> = (0..rank).filter(|&a| step[a] != 0).collect();
+        match moved[..] {
+            [a] if step[a] > 0 && factors[a] == 1 && !along.contains(&a) => {
                 factors[a] = step[a] as usize;
-                moved.push(a);
+                along.push(a);
             }
-            [] if n == 1 => moved.push(rank),
+            _ if n == 1 => along.push(rank),
             _ => return None,
         }
     }
-    match moved.last() {
-        Some(&a) if a < rank && factors[a] >= 2 => {}
-        _ => return None,
-    }
-    let t = *moved.iter().filter(|&&a| a < rank).min()?;
+    let t = *along.iter().filter(|&&a| a < rank).min()?;
     let phases = Phases {
         padding: padding.clone(),
         first: t,
         factors,
     };
-    let shape = phases.shape();
-    let strides = crate::shape::Strided::contiguous(&shape).strides;
-    let len = i64::try_from(crate::shape::numel(&shape)).ok()?;
-    // B's rows: the coordinates each reaches from the first matrix's start.
+    let strides = crate::shape::Strided::contiguous(&phases.shape()).strides;
+    let (outers, inner) = phases.extents();
+    let split = rank - t;
+    // Columns: one quotient step of their axis per step, rising.
+    let columns: Vec<(usize, i64)> = cols
+        .iter()
+        .zip(&along)
+        .map(|(&(n, _), &a)| (n, if a < rank { strides[a + split] } else { 0 }))
+        .collect();
+    let mut reach = 0i64;
+    for &(n, stride) in columns.iter().rev() {
+        if n > 1 && stride <= reach {
+            return None;
+        }
+        reach += (n as i64 - 1) * stride;
+    }
+    if reach + 1 > 2 * product.cols.max(1) as i64 {
+        return None;
+    }
+    // B's rows: the place of the coordinates each reaches from the first matrix's start.
     let k = product.inner;
-    let mut table = Vec::with_capacity(k);
+    let (mut outer, mut offset) = (Vec::with_capacity(k), Vec::with_capacity(k));
     let mut at = vec![0usize; rows.len()];
     let mut y = first.start.clone();
     for _ in 0..k {
-        table.push(phases.offset(&strides, &y));
+        let (o, q) = phases.place(&strides, inner as i64, &y);
+        outer.push(o);
+        offset.push(q);
         for d in (0..rows.len()).rev() {
             at[d] += 1;
             for (c, s) in y.iter_mut().zip(&row_steps[d]) {
@@ -140,14 +165,6 @@ pub fn split(
             at[d] = 0;
         }
     }
-    // Columns: one quotient step of their axis per step.
-    let split = rank - t;
-    let columns: Vec<(usize, i64)> = cols
-        .iter()
-        .zip(&moved)
-        .map(|(&(n, _), &a)| (n, if a < rank { strides[a + split] } else { 0 }))
-        .collect();
-    let reach: i64 = columns.iter().map(|&(n, s)| (n as i64 - 1) * s).sum();
     // Batch matrices: moved along the axes before the split ones only.
     let mut offsets = Vec::with_capacity(product.offsets.len());
     for &(a, b) in &product.offsets {
@@ -156,85 +173,103 @@ pub fn split(
             return None;
         }
         let shift: i64 = (0..t)
-            .map(|d| (c.start[d] - first.start[d]) * strides[d])
+            .map(|d| (c.start[d] - first.start[d]) * (strides[d] / inner as i64))
             .sum();
         offsets.push((a, shift));
     }
-    let low = table.iter().min()? + offsets.iter().map(|o| o.1).min()?;
-    let high = table.iter().max()? + offsets.iter().map(|o| o.1).max()? + reach;
-    if low < 0 || high >= len {
+    let shifts = offsets.iter().map(|o| o.1);
+    let (low, high) = (shifts.clone().min()?, shifts.max()?);
+    if outer.iter().min()? + low < 0
+        || outer.iter().max()? + high >= outers as i64
+        || *offset.iter().min()? < 0
+        || offset.iter().max()? + reach >= inner as i64
+    {
         return None;
     }
-    let moved = StridedProduct {
+    let product = StridedProduct {
         b_strides: [1, columns.last()?.1],
         b_split: Some([vec![(k, 1)], columns]),
         offsets,
         ..product.clone()
     };
-    Some((phases, moved, table))
+    Some(ImageRead {
+        phases,
+        product,
+        outer,
+        offset,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A 3x3 convolution at stride 2 with padding 1 over a [1, 2, 5, 6] image: its B over the
-    /// padded [1, 2, 7, 8] image, split into 2 x 2 phases of [4, 4] each.
-    #[test]
-    fn a_stride_2_convolution_reads_each_element_from_its_phase() {
+    /// A 3x3 convolution over a [1, 2, 5, 6] image padded by 1, as im2col's B over the padded
+    /// [1, 2, 7, 8] image: rows (channel, kh, kw), columns (oh, ow) at `stride`.
+    fn convolution(stride: i64, outputs: usize) -> (StridedProduct, Padding) {
         let padding = Padding {
             source: vec![1, 2, 5, 6],
             before: vec![0, 0, 1, 1],
             after: vec![0, 0, 1, 1],
         };
-        // Rows (channel, kh, kw), columns (oh, ow): 3 x 3 outputs.
         let product = StridedProduct {
             batch: vec![1],
             rows: 4,
             inner: 18,
-            cols: 9,
+            cols: outputs * outputs,
             a_strides: [18, 1],
-            b_strides: [1, 2],
+            b_strides: [1, stride],
             offsets: vec![(0, 0)],
             a_split: None,
-            b_split: Some([vec![(2, 56), (3, 8), (3, 1)], vec![(3, 16), (3, 2)]]),
+            b_split: Some([
+                vec![(2, 56), (3, 8), (3, 1)],
+                vec![(outputs, 8 * stride), (outputs, stride)],
+            ]),
         };
-        let (phases, moved, rows) = split(&product, &padding).unwrap();
-        assert_eq!(phases.shape(), [1, 2, 2, 2, 4, 4]);
-        let [_, cols] = moved.b_split.clone().unwrap();
+        (product, padding)
+    }
+
+    /// At stride 2 the image splits into 2 x 2 phases of [4, 4]: element (k, c) of B is padded
+    /// element (channel, 2 oh + kh, 2 ow + kw), which lies in phase (y % 2, x % 2) of its
+    /// channel at quotient (y / 2, x / 2).
+    #[test]
+    fn a_stride_2_convolution_reads_each_element_from_its_phase() {
+        let (product, padding) = convolution(2, 3);
+        let read = image_read(&product, &padding).unwrap();
+        assert_eq!(read.phases.shape(), [1, 2, 2, 2, 4, 4]);
+        assert_eq!(read.phases.extents(), (8, 16));
+        let [_, cols] = read.product.b_split.clone().unwrap();
         assert_eq!(cols, [(3, 4), (3, 1)]);
-        // Element (k, c) of B is padded element (channel, 2 oh + kh, 2 ow + kw), which lies
-        // in phase (y % 2, x % 2) at (y / 2, x / 2).
         for k in 0..18 {
             let (ch, kh, kw) = (k / 9, k / 3 % 3, k % 3);
             for c in 0..9 {
                 let (y, x) = (2 * (c / 3) + kh, 2 * (c % 3) + kw);
-                let want = ch * 64 + (y % 2 * 2 + x % 2) * 16 + y / 2 * 4 + x / 2;
-                let got = rows[k] + (c / 3) as i64 * 4 + (c % 3) as i64;
-                assert_eq!(got, want as i64, "k {k} c {c}");
+                let outer = ch * 4 + y % 2 * 2 + x % 2;
+                let offset = y / 2 * 4 + x / 2;
+                assert_eq!(read.outer[k], outer as i64, "k {k}");
+                let column = (c / 3) as i64 * 4 + (c % 3) as i64;
+                assert_eq!(read.offset[k] + column, offset as i64, "k {k} c {c}");
             }
         }
     }
 
-    /// Columns at unit stride (a stride-1 convolution) are not split.
+    /// At stride 1 nothing splits: one phase per channel, quotients the padded coordinates.
     #[test]
-    fn unit_strides_are_not_split() {
-        let padding = Padding {
-            source: vec![1, 1, 4, 4],
-            before: vec![0, 0, 1, 1],
-            after: vec![0, 0, 1, 1],
-        };
-        let product = StridedProduct {
-            batch: vec![1],
-            rows: 1,
-            inner: 9,
-            cols: 16,
-            a_strides: [9, 1],
-            b_strides: [1, 1],
-            offsets: vec![(0, 0)],
-            a_split: None,
-            b_split: Some([vec![(3, 6), (3, 1)], vec![(4, 6), (4, 1)]]),
-        };
-        assert!(split(&product, &padding).is_none());
+    fn a_stride_1_convolution_reads_its_padded_image() {
+        let (product, padding) = convolution(1, 5);
+        let read = image_read(&product, &padding).unwrap();
+        assert_eq!(read.phases.extents(), (2, 56));
+        assert_eq!(read.outer[9], 1);
+        assert_eq!(read.offset[4], 9);
+    }
+
+    /// Columns whose offsets would not rise (an outer sub-axis stepping less than the inner
+    /// one reaches) are refused.
+    #[test]
+    fn columns_that_overlap_are_refused() {
+        let (mut product, padding) = convolution(1, 5);
+        product.b_split.as_mut().unwrap()[1] = vec![(2, 1), (4, 1)];
+        product.cols = 8;
+        assert!(image_read(&product, &padding).is_none());
     }
 }

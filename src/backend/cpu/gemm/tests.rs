@@ -107,6 +107,7 @@ fn strided_and_transposed_operands_give_the_contiguous_product() {
                 offsets: vec![0, 0, 0],
                 split: None,
                 zeros: None,
+                image: None,
             };
             // SAFETY: the strides address elements below `span` of each buffer; the output
             // has m rows of `ldc`.
@@ -209,6 +210,7 @@ fn a_left_hand_matrix_packed_once_serves_every_block_of_its_rows() {
                     .collect(),
                 split: None,
                 zeros: None,
+                image: None,
             };
             let mut got = Buffer::zeroed(out_dtype, &[batches * m * n]);
             // SAFETY: A spans m x k, each batch's B k x n at its offset, C m x n per batch.
@@ -531,6 +533,7 @@ fn one_product(sizes: [i64; 11], strides: [i64; 6]) -> Call {
         offsets: vec![0, 0, 0],
         split: None,
         zeros: None,
+        image: None,
     }
 }
 
