@@ -106,24 +106,25 @@ fn windows() -> impl Strategy<Value = Window> {
         )
 }
 
-/// Stride-1 convolutions big enough for the CPU GEMM to read their image in place (see
-/// [`Window::read_in_place`]): 1 to 3 spatial axes, the last up to 80 long, so that products
-/// have many column blocks, narrow last strips and, over 3 axes, long runs of dropped
-/// columns; up to 20 output channels per group (a partial row strip), dilations, pads and
-/// groups.
+/// Convolutions big enough for the CPU GEMM to read B where it lies (see
+/// [`Window::read_where_it_lies`]): 1 to 3 spatial axes, the last up to 120 long, so that
+/// products have many column blocks, narrow last strips and, over 3 axes, long runs of
+/// dropped columns; up to 20 output channels per group (a partial row strip), strides 1 to
+/// 3 (mostly 1), dilations, pads or none, and groups.
 fn large_windows() -> impl Strategy<Value = Window> {
+    type Axis = (usize, usize, usize, usize, usize, usize);
+    let axis = |size: std::ops::Range<usize>| {
+        (size, 1..4usize, 1..3usize, 0..3usize, 0..3usize, 0..5usize)
+    };
     (
         (1..3usize, 1..3usize, 1..21usize, 1..3usize),
-        prop::collection::vec(
-            (1..8usize, 1..4usize, 1..3usize, 0..3usize, 0..3usize),
-            0..3,
-        ),
-        (8..81usize, 1..4usize, 1..3usize, 0..3usize, 0..3usize),
-        any::<bool>(),
+        prop::collection::vec(axis(1..8), 0..3),
+        axis(8..121),
+        (any::<bool>(), any::<bool>()),
     )
         .prop_map(
-            |((batch, channels, per_group, groups), outer, last, auto)| {
-                let axes: Vec<_> = outer.into_iter().chain([last]).collect();
+            |((batch, channels, per_group, groups), outer, last, (auto, bare))| {
+                let axes: Vec<Axis> = outer.into_iter().chain([last]).collect();
                 Window {
                     op: 0,
                     batch,
@@ -132,12 +133,17 @@ fn large_windows() -> impl Strategy<Value = Window> {
                     groups,
                     spatial: axes
                         .iter()
-                        .map(|&(n, k, d, _, _)| n.max((k - 1) * d + 1))
+                        .map(|&(n, k, d, ..)| n.max((k - 1) * d + 1))
                         .collect(),
                     kernel: axes.iter().map(|a| a.1).collect(),
-                    strides: vec![1; axes.len()],
+                    // Stride 1 three times in five, 2 and 3 once each.
+                    strides: axes.iter().map(|a| a.5.saturating_sub(2) + 1).collect(),
                     dilations: axes.iter().map(|a| a.2).collect(),
-                    pads: (!auto).then(|| axes.iter().map(|a| (a.3, a.4)).collect()),
+                    pads: match (auto, bare) {
+                        (_, true) => Some(vec![(0, 0); axes.len()]),
+                        (false, false) => Some(axes.iter().map(|a| (a.3, a.4)).collect()),
+                        (true, false) => None,
+                    },
                     same_lower: batch == 2,
                     ceil: false,
                     include_pad: false,
@@ -197,25 +203,31 @@ impl Window {
             .collect()
     }
 
-    /// Whether the CPU GEMM reads this convolution's (padded) image in place rather than
-    /// packing it (`fb_gemm_direct_span` in `gemm.c`): stride 1, at least one 48-column strip
-    /// of output positions, and the positions' offsets in the padded image spanning at most
-    /// a quarter more than there are positions.
-    fn read_in_place(&self) -> bool {
-        if self.op != 0 || self.strides.iter().any(|&s| s != 1) {
+    /// Whether the CPU GEMM reads this convolution's B where it lies rather than packing it
+    /// (`fb_gemm_direct_span` and `fb_gemm_image` in `gemm.c`, `phases.rs`): over a padding
+    /// or at a stride, from slabs of the image (its phase split at a stride) where the
+    /// positions span at most twice as many quotient offsets as there are positions; at
+    /// stride 1 without padding, in place where there is at least one 48-column strip of
+    /// positions and they span at most a quarter more offsets.
+    fn read_where_it_lies(&self) -> bool {
+        if self.op != 0 {
             return false;
         }
         let geometry = self.geometry();
-        let padded: Vec<usize> = (0..self.spatial.len())
-            .map(|i| self.spatial[i] + geometry[i].0 + geometry[i].1)
+        let quotients: Vec<usize> = (0..self.spatial.len())
+            .map(|i| (self.spatial[i] + geometry[i].0 + geometry[i].1).div_ceil(self.strides[i]))
             .collect();
         let positions: usize = geometry.iter().map(|g| g.2).product();
         let (mut span, mut pitch) = (1, 1);
-        for i in (0..padded.len()).rev() {
+        for i in (0..quotients.len()).rev() {
             span += (geometry[i].2 - 1) * pitch;
-            pitch *= padded[i];
+            pitch *= quotients[i];
         }
-        positions >= 48 && span <= positions + positions / 4
+        let padded = geometry.iter().any(|g| g.0 + g.1 > 0);
+        match padded || self.strides.iter().any(|&s| s > 1) {
+            true => span <= 2 * positions,
+            false => positions >= 48 && span <= positions + positions / 4,
+        }
     }
 
     /// Per axis: padding before and after, and the output size, as ONNX defines them.
@@ -516,24 +528,25 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
-    /// Random stride-1 convolutions of the size the GEMM reads in place equal their
-    /// definition on the reference and the CPU.
+    /// Random convolutions of the size the GEMM reads where they lie equal their definition
+    /// on the reference and the CPU.
     #[test]
-    fn large_stride_1_convolutions_match_their_definition(window in large_windows(), seed in 0u64..1000) {
+    fn large_convolutions_match_their_definition(window in large_windows(), seed in 0u64..1000) {
         agrees(&window, seed).map_err(|e| TestCaseError::fail(format!("{e}\n{window:?}")))?;
     }
 }
 
-/// Most large windows are read in place, over every spatial rank, with and without groups,
-/// and some with a last strip narrower than 48 or several column blocks.
+/// Most large windows are read where they lie, over every spatial rank, padded or not, at
+/// stride 1 and above, with and without groups, and some with a last strip narrower than 48
+/// or several column blocks.
 #[test]
-fn large_windows_are_mostly_read_in_place() {
+fn large_windows_are_mostly_read_where_they_lie() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let strategy = large_windows();
     let all: Vec<Window> = (0..400)
         .map(|_| strategy.new_tree(&mut runner).unwrap().current())
         .collect();
-    let direct: Vec<&Window> = all.iter().filter(|w| w.read_in_place()).collect();
+    let direct: Vec<&Window> = all.iter().filter(|w| w.read_where_it_lies()).collect();
     let positions = |w: &Window| w.geometry().iter().map(|g| g.2).product::<usize>();
     assert!(direct.len() > 200, "{}", direct.len());
     for rank in 1..=3 {
@@ -553,6 +566,14 @@ fn large_windows_are_mostly_read_in_place() {
             .count()
             > 50
     );
+    let strided = |w: &&&Window| w.strides.iter().any(|&s| s > 1);
+    assert!(direct.iter().filter(strided).count() > 50);
+    let bare = |w: &&&Window| {
+        w.pads
+            .as_ref()
+            .is_some_and(|p| p.iter().all(|&(b, a)| b + a == 0))
+    };
+    assert!(direct.iter().filter(bare).filter(|w| !strided(w)).count() > 20);
 }
 
 /// The geometry the generator covers, in fair numbers over 400 windows: each op, two spatial

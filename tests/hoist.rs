@@ -125,7 +125,11 @@ fn a_block_run_again_on_other_inputs_reads_zeros_around_its_images() {
         }
         let first_other = fresh.run(&one("x", other.clone())).unwrap();
         let bits = |t: &Tensor| t.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&outputs[1]), bits(first_other.values().next().unwrap()), "{amp:?}");
+        assert_eq!(
+            bits(&outputs[1]),
+            bits(first_other.values().next().unwrap()),
+            "{amp:?}"
+        );
         assert_eq!(bits(&outputs[2]), bits(&outputs[0]), "{amp:?}");
         if amp.is_none() {
             assert_close("run 0", &outputs[0], &torch, 1e-5);
