@@ -481,6 +481,30 @@ fn unpad_right(product: &StridedProduct, padding: &Padding) -> Option<(StridedPr
     Some((moved, header))
 }
 
+/// Where each result matrix of `product` goes: its row and column strides and per-matrix
+/// offsets, contiguous, or through the result's view.
+fn result_layout(
+    result: Option<&ResultView>,
+    product: &StridedProduct,
+) -> std::result::Result<([i64; 2], Vec<i64>), MatMulError> {
+    Ok(match result {
+        None => (
+            [product.cols as i64, 1],
+            (0..product.offsets.len())
+                .map(|i| (i * product.rows * product.cols) as i64)
+                .collect::<Vec<_>>(),
+        ),
+        Some(r) => {
+            let mut shape = product.batch.clone();
+            shape.extend([product.rows, product.cols]);
+            if r.write.strides.len() != shape.len() {
+                return Err(MatMulError::ViewOutOfBounds { operand: "result" });
+            }
+            result_matrices(r, &shape)
+        }
+    })
+}
+
 /// A convolution's product reading its image in slabs ([`super::phases`]): where `b` is f32
 /// read as it is (`plan`: no rounding), the product reads it through sub-axes over a padding
 /// or with its columns at a stride, and `padding` (or no padding) is of `b` itself. (A
@@ -799,23 +823,7 @@ impl Gemm {
         let fold_rows = folded.as_ref().map_or(0, |_| product.rows as i64);
         let epilogue = epilogue.map(|e| EpilogueCall { fold_rows, ..*e });
         let product = folded.unwrap_or(product);
-        // Where each result matrix goes: contiguous, or through the result's view.
-        let (c_strides, c_offsets) = match result {
-            None => (
-                [product.cols as i64, 1],
-                (0..product.offsets.len())
-                    .map(|i| (i * product.rows * product.cols) as i64)
-                    .collect::<Vec<_>>(),
-            ),
-            Some(r) => {
-                let mut shape = product.batch.clone();
-                shape.extend([product.rows, product.cols]);
-                if r.write.strides.len() != shape.len() {
-                    return Err(MatMulError::ViewOutOfBounds { operand: "result" });
-                }
-                result_matrices(r, &shape)
-            }
-        };
+        let (c_strides, c_offsets) = result_layout(result, &product)?;
         let Some(split) = SplitAxesHeader::of(&product) else {
             // More sub-axes than the GEMM reads: the operands are gathered first.
             return portable(a, a_op, b, b_op, out, result);
