@@ -519,42 +519,35 @@ static void fb_gemm_pack_b(const fb_gemm_operand *b, int64_t k0, int64_t kc, int
 #define FB_TILE_STORE FB_ROW_STORE(0) FB_ROW_STORE(1) FB_ROW_STORE(2) FB_ROW_STORE(3) \
     FB_ROW_STORE(4) FB_ROW_STORE(5) FB_ROW_STORE(6) FB_ROW_STORE(7)
 
+/* One k step of the tile: B's 48 values of row k at `row` times A's 8 values at `a`, added to
+   the accumulators. */
+#define FB_FMA(r) { __m512 ar = _mm512_set1_ps(a[r]); \
+        c##r##0 = _mm512_fmadd_ps(ar, b0, c##r##0); \
+        c##r##1 = _mm512_fmadd_ps(ar, b1, c##r##1); \
+        c##r##2 = _mm512_fmadd_ps(ar, b2, c##r##2); }
+#define FB_TILE_STEP(row) { \
+        const __m512 b0 = _mm512_loadu_ps(row), b1 = _mm512_loadu_ps((row) + 16), b2 = _mm512_loadu_ps((row) + 32); \
+        FB_FMA(0) FB_FMA(1) FB_FMA(2) FB_FMA(3) FB_FMA(4) FB_FMA(5) FB_FMA(6) FB_FMA(7) }
+
 /* The MR x NR = 8 x 48 microkernel: 24 zmm accumulators, three B vectors and one broadcast A
    value live per k step (28 of the 32 registers). `acc` adds the tile's earlier slices. */
 static inline void fb_gemm_micro(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c,
                                  int64_t ldc, int acc) {
     FB_TILE_ZERO
-    for (int64_t k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
-#define FB_FMA(r) { __m512 ar = _mm512_set1_ps(a[r]); \
-        c##r##0 = _mm512_fmadd_ps(ar, b0, c##r##0); \
-        c##r##1 = _mm512_fmadd_ps(ar, b1, c##r##1); \
-        c##r##2 = _mm512_fmadd_ps(ar, b2, c##r##2); }
-        FB_FMA(0) FB_FMA(1) FB_FMA(2) FB_FMA(3) FB_FMA(4) FB_FMA(5) FB_FMA(6) FB_FMA(7)
-#undef FB_FMA
-        a += FB_GEMM_MR;
-        b += FB_GEMM_NR;
-    }
+    for (int64_t k = 0; k < kc; k++, a += FB_GEMM_MR, b += FB_GEMM_NR) FB_TILE_STEP(b)
     FB_TILE_STORE
 }
+
 /* The microkernel reading B where it lies rather than packed (see fb_gemm_direct_span): the
    NR columns of row k start at b + koff[k], contiguous. */
 static inline void fb_gemm_micro_direct(int64_t kc, const float *restrict a, const float *b, const int64_t *koff,
                                         float *restrict c, int64_t ldc, int acc) {
     FB_TILE_ZERO
-    for (int64_t k = 0; k < kc; k++) {
-        const float *row = b + koff[k];
-        __m512 b0 = _mm512_loadu_ps(row), b1 = _mm512_loadu_ps(row + 16), b2 = _mm512_loadu_ps(row + 32);
-#define FB_FMA(r) { __m512 ar = _mm512_set1_ps(a[r]); \
-        c##r##0 = _mm512_fmadd_ps(ar, b0, c##r##0); \
-        c##r##1 = _mm512_fmadd_ps(ar, b1, c##r##1); \
-        c##r##2 = _mm512_fmadd_ps(ar, b2, c##r##2); }
-        FB_FMA(0) FB_FMA(1) FB_FMA(2) FB_FMA(3) FB_FMA(4) FB_FMA(5) FB_FMA(6) FB_FMA(7)
-#undef FB_FMA
-        a += FB_GEMM_MR;
-    }
+    for (int64_t k = 0; k < kc; k++, a += FB_GEMM_MR) FB_TILE_STEP(b + koff[k])
     FB_TILE_STORE
 }
+#undef FB_TILE_STEP
+#undef FB_FMA
 #else
 /* The portable microkernel: the same tile in plain C, which the compiler vectorizes for
    whatever the target has. */
