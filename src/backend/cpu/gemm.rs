@@ -247,8 +247,10 @@ pub struct Placement<'a> {
     pub padding: Option<&'a KeptPadding>,
 }
 
-/// The padded buffer of a convolution's image, kept from one product to the next (the next
-/// convolution of a ResNet stage, the same one in the next run). Each product copies its
+/// The padded buffer of a convolution's image, where the GEMM reads one (an AMP convolution,
+/// whose image the packers round; an f32 one reads slabs of its image instead, see
+/// [`super::phases`]), kept from one product to the next (the next convolution of a ResNet
+/// stage, the same one in the next run). Each product copies its
 /// image into the buffer's interior and nothing ever writes the border, so the zeros made
 /// when it was allocated stay: a fresh buffer per product cost a ResNet block's two
 /// convolutions an allocation of a few MiB each, whose pages the system then faulted in and

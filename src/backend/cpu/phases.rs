@@ -1,21 +1,22 @@
-//! A strided convolution's image split into phases, so that the GEMM reads it in place.
+//! A convolution's image as the GEMM reads it: padded, and at a stride split into phases.
 //!
 //! At stride `s`, the output positions of one output row read every `s`-th element of an image
-//! row for each kernel offset. The GEMM packed those gathers for every column block (a quarter
+//! row for each kernel offset; the GEMM packed those gathers for every column block (a quarter
 //! of a strided ResNet block's time). Splitting each strided axis of the padded image into its
 //! `s` phases (the elements whose coordinate leaves remainder `r`, one after another) makes
 //! them neighbours: for a fixed kernel offset, neighbouring output positions read neighbouring
-//! elements of one phase, and the GEMM reads B in place, as it reads a stride-1 convolution's
-//! padded image. The price is one copy of the image per product into a buffer kept from one
-//! product to the next (`KeptPadding`), what building the padded image costs a stride-1
-//! convolution.
+//! elements of one phase. The split buffer is never built: for each column block and K slice
+//! the GEMM copies the runs of it that block reads into a slab (`fb_gemm_image` in `gemm.c`),
+//! making the padding's zeros as it copies. At stride 1 nothing is split and the slabs hold
+//! runs of the padded image.
 //!
 //! For padded shape `P`, first split axis `t` and phase counts `f` (1 on the axes from `t` on
 //! that no output position moves along), the split buffer has shape
 //! `P[..t] ++ f[t..] ++ ceil(P[a] / f[a]) for a in t..`, and the element at padded coordinates
-//! `y` lies at `(y[..t], y[t..] % f, y[t..] / f)`. Where an output position sub-axis moves `f[a]`
-//! along axis `a`, a B element's remainder depends on its row (channel and kernel offset)
-//! alone and its quotient on its row plus its column: the rows get a table of offsets, the
+//! `y` lies at `(y[..t], y[t..] % f, y[t..] / f)`: an *outer index* (the axes before the
+//! quotients) and a *quotient offset*. Where an output position sub-axis moves `f[a]` along
+//! axis `a`, a B element's outer index depends on its row (channel and kernel offset) alone
+//! and its quotient offset on its row plus its column: the rows get a table of both, the
 //! columns stay sub-axes with strides.
 
 use crate::runtime::matmul::StridedProduct;
