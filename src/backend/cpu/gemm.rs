@@ -872,8 +872,10 @@ impl Gemm {
         };
         // SAFETY: `strided_product` checked that every element the operands' views address
         // lies inside its buffer (for a padded right operand, inside the padded shape, and
-        // `unpad_right` that the elements it reads are the source's), and that the result
-        // matrices fill `out`; the operands are read-only here and `out` is borrowed uniquely.
+        // `unpad_right` that the elements it reads are the source's; read from its image,
+        // `image_read` that every outer index and quotient offset lies inside the split, and
+        // the GEMM reads only the image's elements among them), and that the result matrices
+        // fill `out`; the operands are read-only here and `out` is borrowed uniquely.
         let epilogue_ptr = epilogue
             .as_ref()
             .map_or(std::ptr::null(), |e| e as *const EpilogueCall);
