@@ -230,7 +230,7 @@ impl OperandLayout<'_> {
 }
 
 /// The element offset of index `i` along an axis made of `sub_axes` (row-major).
-fn sub_axes_offset(sub_axes: &[(usize, i64)], i: usize) -> i64 {
+pub fn sub_axes_offset(sub_axes: &[(usize, i64)], i: usize) -> i64 {
     let mut rest = i;
     let mut at = 0i64;
     for &(n, s) in sub_axes.iter().rev() {

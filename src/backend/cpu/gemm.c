@@ -1064,7 +1064,8 @@ void fusebox_gemm(const int64_t *sizes, const int64_t *strides, const int64_t *o
     int64_t *tables[4] = {NULL, NULL, NULL, NULL};
     const int64_t lens[4] = {M, K, K, N};
     for (int i = 0; split && i < 4; i++) {
-        if (split->axes[i].n <= 0 || lens[i] <= 0) continue;
+        /* B's rows over an image are its outer indices and quotient offsets instead. */
+        if (split->axes[i].n <= 0 || lens[i] <= 0 || (i == 2 && ptrs[8])) continue;
         tables[i] = (int64_t *)malloc((size_t)lens[i] * sizeof(int64_t));
         if (!tables[i]) {
             for (int j = 0; j < i; j++) free(tables[j]);

@@ -521,16 +521,15 @@ fn image_of(
     if b.dtype != DType::F32 || plan[1] != 0 || plan[2] != 0 || !(strided || padding.is_some()) {
         return None;
     }
-    let none = Padding {
-        source: b.shape.to_vec(),
-        before: vec![0; b.shape.len()],
-        after: vec![0; b.shape.len()],
-    };
-    let padding = padding.unwrap_or(&none);
-    if padding.source != b.shape || b.shape.is_empty() || b.shape.len() > GEMM_IMAGE_AXES {
+    if b.shape.is_empty() || b.shape.len() > GEMM_IMAGE_AXES {
         return None;
     }
-    phases::image_read(product, padding)
+    match padding {
+        Some(padding) => (padding.source == b.shape)
+            .then(|| phases::image_read(product, padding))
+            .flatten(),
+        None => phases::image_read(product, &Padding::around(None, b.shape, 0, 0, 0)),
+    }
 }
 
 /// The most axes an image read in slabs has (`FB_GEMM_IMAGE` in `gemm.c`).
@@ -539,7 +538,7 @@ const GEMM_IMAGE_AXES: usize = 8;
 /// `fb_gemm_image` in `gemm.c`, field for field; its pointers point into the [`ImageRows`]
 /// it is made from.
 #[repr(C)]
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 struct ImageHeader {
     rank: i64,
     first: i64,
@@ -553,60 +552,50 @@ struct ImageHeader {
     offset: *const i64,
 }
 
-/// A call's image read ([`ImageRead`]) as the GEMM takes it: the header's sizes, and the
-/// rows' outer indices and quotient offsets it points to.
+/// A call's image read ([`ImageRead`]) as the GEMM takes it: the header (its pointers set
+/// when the call is made) and the rows' outer indices and quotient offsets it points to.
 #[derive(Debug, Clone)]
 struct ImageRows {
-    sizes: [i64; 4],
-    axes: [[i64; GEMM_IMAGE_AXES]; 4],
+    header: ImageHeader,
     outer: Vec<i64>,
     offset: Vec<i64>,
 }
 
 impl ImageRows {
-    fn of(read: ImageRead) -> ImageRows {
-        let phases = &read.phases;
+    fn of(phases: &phases::Phases, outer: Vec<i64>, offset: Vec<i64>) -> ImageRows {
         let (outers, inner) = phases.extents();
-        let mut axes = [[0i64; GEMM_IMAGE_AXES]; 4];
-        let fields = [
-            &phases.padding.source,
-            &phases.padding.before,
-            &phases.padding.after,
-            &phases.factors,
-        ];
-        for (row, field) in axes.iter_mut().zip(fields) {
-            for (slot, &n) in row.iter_mut().zip(field) {
+        let axes = |field: &[usize]| {
+            let mut axes = [0i64; GEMM_IMAGE_AXES];
+            for (slot, &n) in axes.iter_mut().zip(field) {
                 *slot = n as i64;
             }
-        }
+            axes
+        };
+        let header = ImageHeader {
+            rank: phases.padding.source.len() as i64,
+            first: phases.first as i64,
+            inner: inner as i64,
+            outers: outers as i64,
+            source: axes(&phases.padding.source),
+            before: axes(&phases.padding.before),
+            after: axes(&phases.padding.after),
+            factors: axes(&phases.factors),
+            outer: std::ptr::null(),
+            offset: std::ptr::null(),
+        };
         ImageRows {
-            sizes: [
-                phases.padding.source.len() as i64,
-                phases.first as i64,
-                inner as i64,
-                outers as i64,
-            ],
-            axes,
-            outer: read.outer,
-            offset: read.offset,
+            header,
+            outer,
+            offset,
         }
     }
 
     /// The header, pointing into `self`.
     fn header(&self) -> ImageHeader {
-        let [rank, first, inner, outers] = self.sizes;
-        let [source, before, after, factors] = self.axes;
         ImageHeader {
-            rank,
-            first,
-            inner,
-            outers,
-            source,
-            before,
-            after,
-            factors,
             outer: self.outer.as_ptr(),
             offset: self.offset.as_ptr(),
+            ..self.header
         }
     }
 }
@@ -794,13 +783,15 @@ impl Gemm {
         // A convolution over a padding or at a stride reads its image in slabs the GEMM
         // copies ([`phases`]); a right operand over a padding otherwise reads the padded
         // buffer, built here, where the packers do not make its zeros (`packed_zeros`).
-        let image = image_of(&product, b_padding, &b, pb);
-        let (product, zeros) = match &image {
-            Some(read) => (read.product.clone(), None),
+        let (product, zeros, image) = match image_of(&product, b_padding, &b, pb) {
+            Some(read) => {
+                let rows = ImageRows::of(&read.phases, read.outer, read.offset);
+                (read.product, None, Some(rows))
+            }
             None => match b_padding {
-                None => (product, None),
+                None => (product, None, None),
                 Some(padding) => match packed_zeros(&product, padding, b.shape) {
-                    Some((product, header)) => (product, Some(header)),
+                    Some((product, header)) => (product, Some(header), None),
                     None => {
                         let built = self.unpadded(b, b_op, "right", placement.padding)?;
                         let (x, op) =
@@ -868,7 +859,7 @@ impl Gemm {
                 .collect(),
             split,
             zeros,
-            image: image.map(ImageRows::of),
+            image,
         };
         // SAFETY: `strided_product` checked that every element the operands' views address
         // lies inside its buffer (for a padded right operand, inside the padded shape, and

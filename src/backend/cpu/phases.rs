@@ -19,7 +19,7 @@
 //! and its quotient offset on its row plus its column: the rows get a table of both, the
 //! columns stay sub-axes with strides.
 
-use crate::runtime::matmul::StridedProduct;
+use crate::runtime::matmul::{StridedProduct, sub_axes_offset};
 use crate::shape::Padding;
 
 /// How a padded image is split: its padding, the first split axis and each axis's phases.
@@ -145,27 +145,24 @@ pub fn image_read(product: &StridedProduct, padding: &Padding) -> Option<ImageRe
     }
     // B's rows: the place of the coordinates each reaches from the first matrix's start.
     let k = product.inner;
-    let (mut outer, mut offset) = (Vec::with_capacity(k), Vec::with_capacity(k));
-    let mut at = vec![0usize; rows.len()];
-    let mut y = first.start.clone();
-    for _ in 0..k {
-        let (o, q) = phases.place(&strides, inner as i64, &y);
-        outer.push(o);
-        offset.push(q);
-        for d in (0..rows.len()).rev() {
-            at[d] += 1;
-            for (c, s) in y.iter_mut().zip(&row_steps[d]) {
-                *c += s;
-            }
-            if at[d] < rows[d].0 {
-                break;
-            }
-            for (c, s) in y.iter_mut().zip(&row_steps[d]) {
-                *c -= s * rows[d].0 as i64;
-            }
-            at[d] = 0;
-        }
-    }
+    // Per axis, the row sub-axes' coordinate steps along it: row k's coordinate there is the
+    // first matrix's start plus k's offset through them.
+    let along: Vec<Vec<(usize, i64)>> = (0..rank)
+        .map(|a| {
+            rows.iter()
+                .zip(row_steps)
+                .map(|(&(n, _), step)| (n, step[a]))
+                .collect()
+        })
+        .collect();
+    let (outer, offset): (Vec<i64>, Vec<i64>) = (0..k)
+        .map(|i| {
+            let y: Vec<i64> = (0..rank)
+                .map(|a| first.start[a] + sub_axes_offset(&along[a], i))
+                .collect();
+            phases.place(&strides, inner as i64, &y)
+        })
+        .unzip();
     // Batch matrices: moved along the axes before the split ones only.
     let mut offsets = Vec::with_capacity(product.offsets.len());
     for &(a, b) in &product.offsets {
