@@ -125,6 +125,9 @@ pub struct GpuArgs {
     /// CUDA backend: reductions without float atomics (bitwise reproducible).
     #[arg(long)]
     pub deterministic: bool,
+    /// CUDA backend: run convolutions as im2col GEMMs through cuBLAS, not through cuDNN.
+    #[arg(long)]
+    pub gemm_convolutions: bool,
 }
 
 impl GpuArgs {
@@ -134,6 +137,7 @@ impl GpuArgs {
             device: self.device,
             deterministic: self.deterministic,
             cuda_graph,
+            gemm_convolutions: self.gemm_convolutions,
         }
     }
 }
@@ -302,8 +306,8 @@ pub enum Backend {
     Reference,
     /// Generated C kernels, compiled with the system C compiler and cached on disk.
     Cpu,
-    /// Generated CUDA kernels compiled with NVRTC (and cuBLAS for matmul), run on an NVIDIA
-    /// GPU; needs the CUDA driver.
+    /// Generated CUDA kernels compiled with NVRTC (cuBLAS for matmul, cuDNN for
+    /// convolutions), run on an NVIDIA GPU; needs the CUDA driver.
     Cuda,
 }
 

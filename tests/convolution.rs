@@ -10,6 +10,9 @@ use common::kernel_cache::compiler;
 use common::onnx_models::value_info;
 use common::random_graph::{assert_same, rules};
 use fusebox::backend::Executable;
+use fusebox::backend::cuda::emit::EmitOptions;
+use fusebox::backend::cuda::runtime::conv::ConvGeometry;
+use fusebox::backend::cuda::runtime::plan::DevicePlan;
 use fusebox::dtype::DType;
 use fusebox::eval::Tensors;
 use fusebox::onnx;
@@ -467,8 +470,9 @@ impl Window {
     }
 }
 
-/// `window` imported and run on the reference evaluator and the CPU, against [`Window::direct`].
-fn agrees(window: &Window, seed: u64) -> Result<(), String> {
+/// `window` imported with inputs from `seed` (multiples of 1/4 in [-2, 2), so every product
+/// and sum of a window is exact in f32), and its output by [`Window::direct`].
+fn case(window: &Window, seed: u64) -> Result<(fusebox::graph::Graph, Tensors, Tensor), String> {
     let dir = std::env::temp_dir().join(format!("fusebox-windows-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("w{seed}.onnx"));
@@ -495,11 +499,17 @@ fn agrees(window: &Window, seed: u64) -> Result<(), String> {
     }
     let (shape, values) = window.direct(&inputs["x"], inputs.get("w"));
     let want = Tensor::from_values(DType::F32, &shape, values).unwrap();
-    let got =
-        fusebox::eval::evaluate(&imported.graph, &rules.ops, &inputs).map_err(|e| e.to_string())?;
+    Ok((imported.graph, inputs, want))
+}
+
+/// `window` run on the reference evaluator and the CPU, against [`Window::direct`].
+fn agrees(window: &Window, seed: u64) -> Result<(), String> {
+    let rules = rules();
+    let (graph, inputs, want) = case(window, seed)?;
+    let got = fusebox::eval::evaluate(&graph, &rules.ops, &inputs).map_err(|e| e.to_string())?;
     assert_same("reference y", &want, &got["y"])?;
-    let mut prepared = prepare(&imported.graph, rules, &Options::default(), compiler())
-        .map_err(|e| e.to_string())?;
+    let mut prepared =
+        prepare(&graph, rules, &Options::default(), compiler()).map_err(|e| e.to_string())?;
     let got = prepared
         .executable
         .run_tensors(&inputs)
@@ -601,4 +611,191 @@ fn random_windows_cover_their_forms() {
     assert!(count(&|w| w.pads.is_none() && !w.same_lower) > 40);
     assert!(count(&|w| w.ceil) > 60);
     assert!(count(&|w| w.op == 2 && w.include_pad) > 30);
+}
+
+impl Window {
+    /// The convolution cuDNN runs for this Conv where its symmetric padding (the padding
+    /// before, on both sides) gives the same output: what the CUDA plan's recognizer must
+    /// find, with a kernel axis of one offset at dilation 1 and an axis of one output position
+    /// at the stride past the room after its first window (both say nothing of those).
+    fn cudnn_geometry(&self) -> Option<ConvGeometry> {
+        let geometry = self.geometry();
+        let mut g = ConvGeometry {
+            image: [self.batch, self.channels]
+                .into_iter()
+                .chain(self.spatial.iter().copied())
+                .collect(),
+            out_channels: self.per_group * self.groups,
+            groups: self.groups,
+            kernel: self.kernel.clone(),
+            pads: Vec::new(),
+            strides: self.strides.clone(),
+            dilations: self.dilations.clone(),
+            out: geometry.iter().map(|g| g.2).collect(),
+        };
+        for (i, &(before, _, out)) in geometry.iter().enumerate() {
+            let span = (self.kernel[i] - 1) * self.dilations[i] + 1;
+            let room = (self.spatial[i] + 2 * before).checked_sub(span)?;
+            if self.kernel[i] == 1 {
+                g.dilations[i] = 1;
+            }
+            if out == 1 {
+                g.strides[i] = room + 1;
+            }
+            if room / g.strides[i] + 1 != out {
+                return None;
+            }
+            g.pads.push(before);
+        }
+        Some(g)
+    }
+}
+
+/// On the GPU a Conv is one cuDNN convolution of exactly its geometry, in f32 and under bf16
+/// AMP, wherever its product reads the image through windows and cuDNN's symmetric padding
+/// gives its output; never a convolution of another geometry. Checked on the device plan
+/// (no GPU needed) over 500 random convolutions; the GPU run is `tests/cuda_gpu.rs`.
+#[test]
+fn cuda_plans_each_convolution_for_cudnn_with_its_geometry() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let (small, large) = (windows(), large_windows());
+    let all: Vec<Window> = (0..1000)
+        .map(|i| match i % 2 {
+            0 => small.new_tree(&mut runner).unwrap().current(),
+            _ => large.new_tree(&mut runner).unwrap().current(),
+        })
+        .filter(|w| w.op == 0)
+        .take(500)
+        .collect();
+    let rules = rules();
+    let dir = std::env::temp_dir().join(format!("fusebox-cudnn-plans-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mut expected, mut found) = (0, 0);
+    let mut covered = std::collections::BTreeSet::new();
+    for (i, window) in all.iter().enumerate() {
+        let path = dir.join(format!("w{i}.onnx"));
+        std::fs::write(&path, window.model().write_to_bytes().unwrap()).unwrap();
+        let imported = onnx::import(&path, &rules.ops, &rules.onnx).unwrap();
+        let want = window.cudnn_geometry();
+        for amp in [None, Some("bf16")] {
+            let options = Options {
+                amp: amp.map(String::from),
+                profile: "h200".into(),
+                ..Options::default()
+            };
+            let (program, _, _) =
+                fusebox::runner::lower_graph(&imported.graph, rules, &options).unwrap();
+            let plan = DevicePlan::new(&program, &EmitOptions::default(), 132, true).unwrap();
+            let convs: Vec<(ConvGeometry, DType)> =
+                plan.convolutions().map(|(g, d)| (g.clone(), d)).collect();
+            let what = format!("{window:?} amp {amp:?}: {convs:?}");
+            let dtype = if amp.is_some() {
+                DType::BF16
+            } else {
+                DType::F32
+            };
+            match (&want, &convs[..]) {
+                (Some(want), [(got, d)]) => {
+                    assert_eq!((got, *d), (want, dtype), "{what}");
+                    found += 1;
+                    covered.insert((
+                        window.spatial.len(),
+                        window.groups > 1,
+                        window.strides.iter().any(|&s| s > 1),
+                        want.pads.iter().any(|&p| p > 0),
+                    ));
+                }
+                (_, []) => {}
+                _ => panic!("a convolution cuDNN cannot run as it is, or two: {what}"),
+            }
+            expected += usize::from(want.is_some());
+            // With cuDNN off, every product is a GEMM again.
+            let off = DevicePlan::new(&program, &EmitOptions::default(), 132, false).unwrap();
+            assert_eq!(off.convolutions().count(), 0);
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    // Those left to cuBLAS read their image without windows (a 1x1 kernel at stride 1
+    // without padding, or a 1-D one whose columns are one stride).
+    eprintln!("cuDNN plans {found} of {expected} convolutions it could run");
+    assert!(found * 10 > expected * 8, "{found} of {expected}");
+    for rank in 1..=3 {
+        for form in [
+            (false, false, false),
+            (true, true, true),
+            (false, true, true),
+        ] {
+            let key = (rank, form.0, form.1, form.2);
+            assert!(covered.contains(&key), "{key:?} not covered: {covered:?}");
+        }
+    }
+}
+
+/// On a GPU (`--ignored`): random convolutions and transposed convolutions, through cuDNN and
+/// as im2col GEMMs through cuBLAS (`gemm_convolutions`), in f32 and under bf16 AMP, equal
+/// their definition: exactly up to f32 rounding (the sums are exact in f32, so only an
+/// inexact algorithm such as Winograd's could move them) and, under AMP, the definition
+/// rounded once to bf16, within a bf16 step.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_convolutions_match_their_definition() {
+    use fusebox::backend::cuda::runtime::CudaOptions;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let (small, large) = (windows(), large_windows());
+    let all: Vec<Window> = (0..400)
+        .map(|i| match i % 2 {
+            0 => small.new_tree(&mut runner).unwrap().current(),
+            _ => large.new_tree(&mut runner).unwrap().current(),
+        })
+        .filter(|w| w.op == 0 || (w.op == 3 && w.transposed_geometry().is_some()))
+        .take(48)
+        .collect();
+    let rules = rules();
+    let (mut cases, mut through_cudnn) = (0, 0);
+    for (seed, window) in all.iter().enumerate() {
+        let (graph, inputs, want) = case(window, seed as u64).unwrap();
+        for amp in [None, Some("bf16")] {
+            let options = Options {
+                amp: amp.map(String::from),
+                profile: "h200".into(),
+                ..Options::default()
+            };
+            let (want, rtol) = match amp {
+                None => (want.clone(), common::random_graph::tolerance(DType::F32)),
+                Some(_) => {
+                    let rounded = want
+                        .values()
+                        .iter()
+                        .map(|&v| DType::BF16.round(v))
+                        .collect();
+                    let t = Tensor::from_values(DType::F32, want.shape(), rounded).unwrap();
+                    (t, common::random_graph::tolerance(DType::BF16))
+                }
+            };
+            for gemm_convolutions in [false, true] {
+                let cuda = CudaOptions {
+                    gemm_convolutions,
+                    ..CudaOptions::default()
+                };
+                let what = format!("{window:?} amp {amp:?} gemm {gemm_convolutions}");
+                let mut prepared = prepare(&graph, rules, &options, &cuda)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                let convs = prepared.executable.plan().convolutions().count();
+                assert!(!gemm_convolutions || convs == 0, "{what}");
+                through_cudnn += usize::from(convs > 0);
+                cases += 1;
+                let got = prepared
+                    .executable
+                    .run_tensors(&inputs)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                common::random_graph::assert_close("gpu y", &want, &got["y"], rtol)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
+        }
+    }
+    eprintln!("{cases} GPU runs, {through_cudnn} through cuDNN");
+    assert!(
+        through_cudnn * 3 > cases,
+        "{through_cudnn} of {cases} through cuDNN"
+    );
 }

@@ -229,7 +229,7 @@ fn every_device_plan_compiles_and_names_real_entry_points() {
                     .unwrap_or_else(|e| panic!("{name} {amp:?} fusion {fusion}: {e}"));
                 for deterministic in [false, true] {
                     let what = format!("{name} {amp:?} fusion {fusion} det {deterministic}");
-                    let plan = DevicePlan::new(&program, &EmitOptions { deterministic }, 132)
+                    let plan = DevicePlan::new(&program, &EmitOptions { deterministic }, 132, true)
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
                     let ptx = compiler
                         .compile(&plan.source, "sm_90")
@@ -267,6 +267,12 @@ fn every_device_plan_compiles_and_names_real_entry_points() {
                                     "{what}: {types:?}"
                                 );
                                 assert!(!shape.calls.is_empty(), "{what}: GEMM without calls");
+                            }
+                            Op::Conv { dtype, .. } => {
+                                assert!(
+                                    matches!(dtype, DType::F32 | DType::F16 | DType::BF16),
+                                    "{what}: a cuDNN convolution of {dtype}"
+                                );
                             }
                             Op::Zero { .. } | Op::Copy { .. } => {}
                         }

@@ -30,6 +30,9 @@
 #                                       #   against the cost model (not part of `all`)
 #   benches/gpu/run.sh alternate ARGS   # alternate.py ARGS: builds or rule directories
 #                                       #   alternated on the same graphs (not part of `all`)
+#   benches/gpu/run.sh conv [ARGS]      # conv_gpu.py ARGS: convolutional models through cuDNN
+#                                       #   and as im2col GEMMs beside torch eager and
+#                                       #   torch.compile, f32 and bf16 (not part of `all`)
 #
 # Settings (environment):
 #   FUSEBOX=path          the fusebox binary (default: ./fusebox, else target/release/fusebox)
@@ -132,6 +135,17 @@ setup_libraries() {
             echo "run.sh: $lib: no CUDA 12 or later copy found outside the system path" >&2
         fi
     done
+    # cuDNN 9 (convolutions) keeps its soname, which cudarc tries: its directory is enough
+    # (libcudnn.so.9 opens its engine libraries by name from there).
+    if ! ldconfig -p 2>/dev/null | grep "libcudnn.so.9 " >/dev/null; then
+        for d in $dirs; do
+            if [ -e "$d/libcudnn.so.9" ]; then
+                extra="$extra:$d"
+                echo "run.sh: cudnn: using $d/libcudnn.so.9" >&2
+                break
+            fi
+        done
+    fi
     # The shim first (unversioned names), then the libraries' own directories (NVRTC loads its
     # builtins library, cuBLAS its Lt library, from there).
     export LD_LIBRARY_PATH="$shim$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -194,6 +208,11 @@ run_sweep() {
     return "${PIPESTATUS[0]}"
 }
 
+run_conv() {
+    "$PYTHON" "$HERE/conv_gpu.py" --fusebox "$FUSEBOX" --json "$OUT/conv.json" "$@" 2>&1 | tee "$OUT/conv.txt"
+    return "${PIPESTATUS[0]}"
+}
+
 run_alternate() {
     "$PYTHON" "$HERE/alternate.py" --json "$OUT/alternate.json" "$@" 2>&1 | tee "$OUT/alternate.txt"
     return "${PIPESTATUS[0]}"
@@ -210,6 +229,7 @@ case "${1:-all}" in
     torch) shift; run_torch "$@" || status=1 ;;
     sweep) shift; run_sweep "$@" || status=1 ;;
     alternate) shift; run_alternate "$@" || status=1 ;;
+    conv) shift; run_conv "$@" || status=1 ;;
     all)
         run_info
         run_check || status=1
@@ -217,7 +237,7 @@ case "${1:-all}" in
         run_bench || status=1
         run_python || status=1
         ;;
-    *) die "unknown step '$1' (info, check, tests, bench, python, torch, sweep, alternate or all)" ;;
+    *) die "unknown step '$1' (info, check, tests, bench, python, torch, sweep, alternate, conv or all)" ;;
 esac
 echo "run.sh: results in $OUT" >&2
 exit "$status"

@@ -134,6 +134,18 @@ fn cublas() -> &'static Option<Option<PathBuf>> {
     CUBLAS.get_or_init(find_cublas)
 }
 
+/// Whether cuDNN can be loaded: cudarc's cuDNN calls are safe only when this is true. Without
+/// it, convolutions run as im2col GEMMs through cuBLAS.
+pub fn cudnn_available() -> bool {
+    cudnn().is_some()
+}
+
+/// [`cublas`]'s answer for cuDNN.
+fn cudnn() -> &'static Option<Option<PathBuf>> {
+    static CUDNN: OnceLock<Option<Option<PathBuf>>> = OnceLock::new();
+    CUDNN.get_or_init(find_cudnn)
+}
+
 /// Where `.ci/run` unpacks the NVRTC and runtime wheels: `$XDG_CACHE_HOME/fusebox/cuda-toolkit`
 /// (else under `~/.cache`), holding `nvidia/cuda_nvrtc` and `nvidia/cuda_runtime`.
 pub fn toolkit_cache_dir() -> PathBuf {
@@ -174,6 +186,14 @@ pub fn describe() -> String {
             Some(Some(path)) => format!("found at {}", path.display()),
             Some(None) => "found on the system library path".to_string(),
             None => "not found (pip wheel nvidia-cublas-cu12, or the CUDA toolkit)".to_string(),
+        }
+    );
+    out += &format!(
+        "cuDNN: {}\n",
+        match cudnn() {
+            Some(Some(path)) => format!("found at {}", path.display()),
+            Some(None) => "found on the system library path".to_string(),
+            None => "not found (pip wheel nvidia-cudnn-cu12; without it convolutions run as im2col GEMMs)".to_string(),
         }
     );
     out
@@ -467,6 +487,40 @@ fn python_roots() -> Vec<Candidate> {
 /// cuBLAS from the directories NVRTC is searched in (loaded by path, after cuBLASLt, which it
 /// needs and which a toolkit's `lib64` has no RUNPATH to find), else from the system.
 fn find_cublas() -> Option<Option<PathBuf>> {
+    // SAFETY: the probe only tries to dlopen the library by cudarc's names and closes it.
+    find_by_path("cublas", "cublas", &["cublasLt"], || unsafe {
+        cudarc::cublas::sys::is_culib_present()
+    })
+}
+
+/// cuDNN from the directories NVRTC is searched in (`nvidia/cudnn/lib` of its wheel, loaded by
+/// path after the libraries it opens by name at run time), else from the system.
+fn find_cudnn() -> Option<Option<PathBuf>> {
+    let parts = [
+        "cudnn_graph",
+        "cudnn_engines_precompiled",
+        "cudnn_engines_runtime_compiled",
+        "cudnn_heuristic",
+        "cudnn_ops",
+        "cudnn_cnn",
+    ];
+    // SAFETY: the probe only tries to dlopen the library by cudarc's names and closes it.
+    find_by_path("cudnn", "cudnn", &parts, || unsafe {
+        cudarc::cudnn::sys::is_culib_present()
+    })
+}
+
+/// Library `lib` (package directory `package` of a wheel) from the directories NVRTC is
+/// searched in, loaded by path after `companions` from the same root, which it needs by name;
+/// then `present` (cudarc's probe by its names) says whether cudarc will find it. `Some(path)`
+/// when loaded by path, `Some(None)` when only the system's loader finds it, `None` when it is
+/// missing.
+fn find_by_path(
+    lib: &str,
+    package: &str,
+    companions: &[&str],
+    present: impl Fn() -> bool,
+) -> Option<Option<PathBuf>> {
     let mut roots: Vec<PathBuf> = env_nonempty(CUDA_DIR_VAR)
         .map(PathBuf::from)
         .into_iter()
@@ -475,15 +529,16 @@ fn find_cublas() -> Option<Option<PathBuf>> {
     roots.extend(python_roots().into_iter().map(|c| c.root));
     let found = roots
         .iter()
-        .find_map(|root| find_library(root, "cublas", &["cublas"]).map(|lib| (root, lib)));
+        .find_map(|root| find_library(root, lib, &[package]).map(|path| (root, path)));
     if let Some((root, library)) = &found {
-        if let Some(lt) = find_library(root, "cublasLt", &["cublas"]) {
-            let _ = preload(&lt);
+        for companion in companions {
+            if let Some(path) = find_library(root, companion, &[package]) {
+                let _ = preload(&path);
+            }
         }
         let _ = preload(library);
     }
-    // SAFETY: the probe only tries to dlopen the library by cudarc's names and closes it.
-    if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+    if !present() {
         return None;
     }
     Some(found.map(|(_, library)| library))

@@ -41,6 +41,7 @@
 //! calls cudarc before [`probe`] has checked every library it needs; on a machine without
 //! CUDA, [`Device::get`] returns an error naming what is missing.
 
+pub mod conv;
 mod device;
 mod executable;
 pub mod gemm;

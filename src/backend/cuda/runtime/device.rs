@@ -6,6 +6,7 @@
 //! next one too, and nothing is torn down while another thread may still use it.
 
 use super::DriverResult;
+use super::conv::Dnn;
 use super::gemm::Blas;
 use super::modules::ModuleCache;
 use super::pool::{DeviceBuffer, Pool, bucket};
@@ -59,6 +60,7 @@ pub struct Device {
     nvrtc: NvrtcSetup,
     pool: Mutex<Pool>,
     blas: Mutex<Option<Blas>>,
+    dnn: Mutex<Option<Dnn>>,
     /// The two events that order work queued on a caller's stream with the device stream
     /// ([`Device::on_caller_stream`]); the lock keeps two such runs from interleaving their
     /// fences.
@@ -141,6 +143,7 @@ impl Device {
             nvrtc,
             pool: Mutex::new(Pool::default()),
             blas: Mutex::new(None),
+            dnn: Mutex::new(None),
             fences: Mutex::new(fences),
             modules: ModuleCache::default(),
             compiler: NvrtcCompiler::new(CompileOptions::from_env()),
@@ -251,6 +254,26 @@ impl Device {
         match blas.as_mut() {
             Some(handle) => f(handle),
             None => Err(Error::backend("cuBLAS handle missing after creation")),
+        }
+    }
+
+    /// Runs `f` with the device's cuDNN handle, creating it on first use. Callers check
+    /// [`libs::cudnn_available`](crate::backend::cuda::libs::cudnn_available) first (cudarc
+    /// would panic without the library); this checks again.
+    pub(super) fn with_dnn<T>(&self, f: impl FnOnce(&mut Dnn) -> Result<T>) -> Result<T> {
+        let mut dnn = lock(&self.dnn);
+        if dnn.is_none() {
+            if !crate::backend::cuda::libs::cudnn_available() {
+                return Err(Error::backend(
+                    "cuDNN (libcudnn.so.9) was not found: the plan's convolutions need it",
+                ));
+            }
+            self.bind()?;
+            *dnn = Some(Dnn::new()?);
+        }
+        match dnn.as_mut() {
+            Some(handle) => f(handle),
+            None => Err(Error::backend("cuDNN handle missing after creation")),
         }
     }
 

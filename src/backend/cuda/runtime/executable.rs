@@ -8,6 +8,7 @@
 //! which is also what lets a run be captured into a CUDA graph.
 
 use super::DriverResult;
+use super::conv::ConvCall;
 pub use super::device::CuStream;
 use super::device::Device;
 use super::plan::{Buf, DevicePlan, Op};
@@ -36,6 +37,9 @@ pub struct CudaOptions {
     pub cuda_graph: bool,
     /// Reductions without float atomics, so results are bitwise reproducible run to run.
     pub deterministic: bool,
+    /// Convolutions as im2col GEMMs through cuBLAS even where cuDNN is found (which runs
+    /// them otherwise, see [`super::conv`]): the path of machines without cuDNN.
+    pub gemm_convolutions: bool,
 }
 
 /// What building an executable cost in compilation.
@@ -84,12 +88,18 @@ pub struct CudaExecutable {
     plan: DevicePlan,
     /// Per operation of `plan.ops`: a kernel's functions (`None` for other operations).
     functions: Vec<Option<KernelFunctions>>,
+    /// Per operation of `plan.ops`: a convolution's cuDNN descriptors (`None` for others).
+    convolutions: Vec<Option<ConvCall>>,
+    /// The cuDNN workspace: the most any convolution's algorithm needs.
+    workspace: Option<DeviceBuffer>,
     memory: MemoryPlan,
     slots: Vec<DeviceBuffer>,
     scratch: Vec<DeviceBuffer>,
     temps: Vec<DeviceBuffer>,
     stats: ModuleStats,
     captured: Option<Captured>,
+    /// Whether a run was queued outside a capture (see [`CudaExecutable::queue_run`]).
+    warmed: bool,
 }
 
 impl CudaExecutable {
@@ -102,7 +112,8 @@ impl CudaExecutable {
         let emit_options = EmitOptions {
             deterministic: options.deterministic,
         };
-        let plan = DevicePlan::new(&program, &emit_options, device.info().sm_count)?;
+        let cudnn = !options.gemm_convolutions && crate::backend::cuda::libs::cudnn_available();
+        let plan = DevicePlan::new(&program, &emit_options, device.info().sm_count, cudnn)?;
         // Device-wide counters: another thread building at the same time shows up here too.
         let nvrtc_before = device.compiler.stats();
         let hits_before = device.modules.counts().1;
@@ -137,6 +148,24 @@ impl CudaExecutable {
             // Created now, not during a run: creation allocates, which a graph capture forbids.
             device.with_blas(|_| Ok(()))?;
         }
+        // Descriptors and algorithms chosen now, for the same reason.
+        let convolutions = plan
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Conv {
+                    geometry, dtype, ..
+                } => device
+                    .with_dnn(|dnn| dnn.prepare(geometry, *dtype))
+                    .map(Some),
+                _ => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let workspace_bytes = convolutions.iter().flatten().map(|c| c.workspace).max();
+        let workspace = match workspace_bytes {
+            Some(bytes) if bytes > 0 => Some(DeviceBuffer::raw(&device, bytes)?),
+            _ => None,
+        };
         let raw = |bytes: &usize| DeviceBuffer::raw(&device, *bytes);
         let memory = MemoryPlan::new(&program);
         let slots = memory.slot_bytes.iter().map(raw).collect::<Result<_>>()?;
@@ -148,12 +177,15 @@ impl CudaExecutable {
             options: options.clone(),
             plan,
             functions,
+            convolutions,
+            workspace,
             memory,
             slots,
             scratch,
             temps,
             stats,
             captured: None,
+            warmed: false,
         })
     }
 
@@ -244,6 +276,12 @@ impl CudaExecutable {
         let io: Vec<u64> = ins.iter().chain(outs).copied().collect();
         if self.captured.as_ref().is_none_or(|c| c.io != io) {
             self.captured = None;
+            // cuDNN may set itself up on a convolution's first call (loading its kernels),
+            // which a capture forbids: such a plan runs once plainly before its first capture.
+            if !self.warmed && self.convolutions.iter().any(Option::is_some) {
+                self.enqueue(stream, ins, outs)?;
+                self.warmed = true;
+            }
             self.captured = self.capture(ins, outs, io)?;
         }
         match &self.captured {
@@ -340,7 +378,8 @@ impl CudaExecutable {
     /// Queues every operation of one run on `stream`, in order, without waiting.
     fn enqueue(&self, stream: CuStream, ins: &[u64], outs: &[u64]) -> Result<()> {
         let scratch: Vec<u64> = self.scratch.iter().map(DeviceBuffer::device_ptr).collect();
-        for (op, functions) in self.plan.ops.iter().zip(&self.functions) {
+        let ops = self.plan.ops.iter().zip(&self.functions);
+        for ((op, functions), convolution) in ops.zip(&self.convolutions) {
             match op {
                 Op::Kernel(call) => {
                     let Some(functions) = functions.as_ref().filter(|f| !f.launches.is_empty())
@@ -396,6 +435,21 @@ impl CudaExecutable {
                     );
                     self.device
                         .with_blas(|blas| blas.gemm(stream, types, shape, ptrs))?;
+                }
+                Op::Conv { x, w, y, .. } => {
+                    let Some(call) = convolution else {
+                        return Err(Error::backend(
+                            "a convolution without its cuDNN descriptors",
+                        ));
+                    };
+                    let ptrs = (
+                        self.address(*x, ins, outs),
+                        self.address(*w, ins, outs),
+                        self.address(*y, ins, outs),
+                    );
+                    let workspace = self.workspace.as_ref().map_or(0, DeviceBuffer::device_ptr);
+                    self.device
+                        .with_dnn(|dnn| dnn.forward(stream, call, ptrs, workspace))?;
                 }
                 Op::Zero { dst, bytes } => {
                     self.device

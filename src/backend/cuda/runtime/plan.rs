@@ -7,6 +7,7 @@
 //! `tests/cuda_gpu.rs`). [`super::CudaExecutable`] adds the device: it loads the module,
 //! resolves entry points, takes buffers from the pool and queues the operations.
 
+use super::conv::{self, ConvGeometry};
 use super::gemm::{self, GemmShape, GemmTypes, OperandSpec};
 use super::pack;
 use crate::backend::cuda::abi::{self, LaunchPlan};
@@ -52,6 +53,15 @@ pub enum Op {
         b: Buf,
         c: Buf,
     },
+    /// A convolution through cuDNN ([`conv`]): `y = conv(x, w)`, all three of `dtype` and
+    /// contiguous, of the geometry's shapes.
+    Conv {
+        geometry: ConvGeometry,
+        dtype: DType,
+        x: Buf,
+        w: Buf,
+        y: Buf,
+    },
     Zero {
         dst: Buf,
         bytes: usize,
@@ -83,13 +93,20 @@ pub struct DevicePlan {
 }
 
 impl DevicePlan {
-    /// Plans `program` for a device with `sm_count` SMs.
-    pub fn new(program: &Program, options: &EmitOptions, sm_count: u32) -> Result<DevicePlan> {
+    /// Plans `program` for a device with `sm_count` SMs; with `cudnn`, products that are
+    /// convolutions run through cuDNN ([`conv`]), otherwise every product runs through cuBLAS.
+    pub fn new(
+        program: &Program,
+        options: &EmitOptions,
+        sm_count: u32,
+        cudnn: bool,
+    ) -> Result<DevicePlan> {
         program.check_bounds()?;
         let mut builder = Builder {
             kernels: program.kernels.clone(),
             ops: Vec::new(),
             temp_bytes: vec![0; 6],
+            cudnn,
         };
         for step in &program.steps {
             match step {
@@ -115,6 +132,7 @@ impl DevicePlan {
             kernels,
             mut ops,
             temp_bytes,
+            cudnn: _,
         } = builder;
         let (source, names) = emit::emit_program(&kernels, options);
         let mut scratch_bytes: Vec<usize> = Vec::new();
@@ -170,7 +188,7 @@ impl DevicePlan {
             .map(|op| match op {
                 Op::Kernel(call) => call.plan.launches.len(),
                 Op::Gemm { shape, .. } => shape.calls.len(),
-                Op::Zero { .. } | Op::Copy { .. } => 1,
+                Op::Conv { .. } | Op::Zero { .. } | Op::Copy { .. } => 1,
             })
             .sum()
     }
@@ -178,6 +196,16 @@ impl DevicePlan {
     /// Whether a run calls cuBLAS.
     pub fn uses_blas(&self) -> bool {
         self.ops.iter().any(|op| matches!(op, Op::Gemm { .. }))
+    }
+
+    /// The convolutions a run passes to cuDNN.
+    pub fn convolutions(&self) -> impl Iterator<Item = (&ConvGeometry, DType)> {
+        self.ops.iter().filter_map(|op| match op {
+            Op::Conv {
+                geometry, dtype, ..
+            } => Some((geometry, *dtype)),
+            _ => None,
+        })
     }
 }
 
@@ -188,6 +216,8 @@ struct Builder {
     /// Bytes of each matmul temporary: the largest any product needs (they run one after
     /// another on one stream, so every product can use the same three).
     temp_bytes: Vec<usize>,
+    /// Whether convolutions go to cuDNN.
+    cudnn: bool,
 }
 
 impl Builder {
@@ -309,6 +339,9 @@ impl Builder {
             cast: op.cast,
         };
         let types = gemm::choose_types(spec(&m.a, ta.dtype), spec(&m.b, tb.dtype), tc.dtype);
+        if self.cudnn && len > 0 && shape.k > 0 && self.convolution(program, m, &types, dest) {
+            return Ok(());
+        }
         // cuBLAS reads an operand it needs no conversion of as it lies, through its view,
         // where the view's matrices have a unit stride; otherwise both are made contiguous.
         let (a_view, b_view) = (m.a.layout(&ta.shape).1, m.b.layout(&tb.shape).1);
@@ -383,6 +416,87 @@ impl Builder {
             self.convert(types.output, chain, len, c, dest);
         }
         Ok(())
+    }
+
+    /// Plans `m` as one cuDNN convolution into `dest` where it is one ([`conv::recognize`])
+    /// of a dtype cuDNN convolves with the image, weight and output alike (after the
+    /// operands' conversions, which convert the stored image, never its windows); `false`,
+    /// planning nothing, otherwise.
+    fn convolution(
+        &mut self,
+        program: &Program,
+        m: &MatMulStep,
+        types: &GemmTypes,
+        dest: Buf,
+    ) -> bool {
+        let dag = &program.dag;
+        let Some(view) = &m.b.view else {
+            return false;
+        };
+        if types.out_chain.is_some()
+            || types.input != types.output
+            || !conv::convolves(types.output)
+        {
+            return false;
+        }
+        let (ta, tb) = (dag.ty(m.a.value), dag.ty(m.b.value));
+        let (a_shape, a_view) = m.a.layout(&ta.shape);
+        let (b_shape, b_view) = m.b.layout(&tb.shape);
+        let padding = match &view.padding {
+            Some(padding) if padding.source == tb.shape => padding.clone(),
+            Some(_) => return false,
+            None => crate::shape::Padding::around(None, &tb.shape, 0, 0, 0),
+        };
+        let Some(b_len) = padding.padded_len() else {
+            return false;
+        };
+        // The weight as cuDNN reads it: contiguous, as stored or gathered below.
+        let contiguous = crate::shape::Strided::contiguous(&a_shape);
+        let layout = |shape, strided, split, len| OperandLayout {
+            shape,
+            strided,
+            split,
+            len,
+        };
+        let a_len = crate::shape::numel(&a_shape);
+        let b_layout = layout(&b_shape, &b_view, m.b.split(), b_len);
+        let a_layout = layout(&a_shape, &contiguous, None, a_len);
+        // A right operand cuBLAS reads as it lies (a 1x1 convolution's image) stays a GEMM.
+        let as_it_lies = view.split.is_none()
+            && view.padding.is_none()
+            && types.b_chain.is_none()
+            && matches!(gemm::plan_strided(a_layout, b_layout), Ok(Some(_)));
+        if as_it_lies {
+            return false;
+        }
+        let product = crate::runtime::matmul::strided_product(a_layout, b_layout, None);
+        let Some(geometry) = product.ok().and_then(|p| conv::recognize(&p, &padding)) else {
+            return false;
+        };
+        let stored_contiguous = m.a.view.as_ref().is_none_or(|v| {
+            v.split.is_none()
+                && v.padding.is_none()
+                && a_view == contiguous
+                && crate::shape::numel(&ta.shape) == a_len
+        });
+        let w = match (stored_contiguous, &types.a_chain) {
+            (true, None) => Buf::Value(m.a.value),
+            _ => self.operand(dag, 0, &m.a, types.a_chain.as_deref(), types.input),
+        };
+        let image = MatMulOperand {
+            value: m.b.value,
+            cast: m.b.cast,
+            view: None,
+        };
+        let x = self.operand(dag, 1, &image, types.b_chain.as_deref(), types.input);
+        self.ops.push(Op::Conv {
+            geometry,
+            dtype: types.input,
+            x,
+            w,
+            y: dest,
+        });
+        true
     }
 
     /// The buffer the product reads operand `op` from (`index` 0 for the left, 1 for the
@@ -481,7 +595,7 @@ mod tests {
     }
 
     fn plan(text: &str) -> DevicePlan {
-        DevicePlan::new(&program(text), &EmitOptions::default(), 132).unwrap()
+        DevicePlan::new(&program(text), &EmitOptions::default(), 132, true).unwrap()
     }
 
     /// An integer product is one wrapping reduction kernel reading the operands where they
@@ -548,7 +662,7 @@ mod tests {
         let profile = rules.cost.profile("h200").unwrap();
         let partition = crate::partition::partition(&dag, &rules.fusion, profile);
         let program = crate::lower::lower(&dag, &partition).unwrap();
-        DevicePlan::new(&program, &EmitOptions::default(), 132).unwrap()
+        DevicePlan::new(&program, &EmitOptions::default(), 132, true).unwrap()
     }
 
     /// A product by a zero padding of a value (the concat of it between zero slabs that a
@@ -700,7 +814,7 @@ mod tests {
         let mut again = program.dag.outputs[0].clone();
         again.name = "y_again".into();
         program.dag.outputs.push(again);
-        let p = DevicePlan::new(&program, &EmitOptions::default(), 132).unwrap();
+        let p = DevicePlan::new(&program, &EmitOptions::default(), 132, true).unwrap();
         let copies: Vec<(Buf, Buf, usize)> = p
             .ops
             .iter()
