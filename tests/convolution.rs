@@ -731,11 +731,12 @@ fn cuda_plans_each_convolution_for_cudnn_with_its_geometry() {
     }
 }
 
-/// On a GPU (`--ignored`): random convolutions and transposed convolutions, through cuDNN and
-/// as im2col GEMMs through cuBLAS (`gemm_convolutions`), in f32 and under bf16 AMP, equal
-/// their definition: exactly up to f32 rounding (the sums are exact in f32, so only an
-/// inexact algorithm such as Winograd's could move them) and, under AMP, the definition
-/// rounded once to bf16, within a bf16 step.
+/// On a GPU (`--ignored`): random convolutions and transposed convolutions, through cuDNN
+/// (plain and replayed from a CUDA graph) and as im2col GEMMs through cuBLAS
+/// (`gemm_convolutions`), in f32 and under bf16 AMP, equal their definition: exactly up to
+/// f32 rounding (the sums are exact in f32, so only an inexact algorithm such as Winograd's
+/// could move them) and, under AMP, the definition rounded once to bf16, within a bf16 step;
+/// and cuDNN takes every convolution the plan gives it.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn gpu_convolutions_match_their_definition() {
@@ -772,24 +773,38 @@ fn gpu_convolutions_match_their_definition() {
                     (t, common::random_graph::tolerance(DType::BF16))
                 }
             };
-            for gemm_convolutions in [false, true] {
+            let (program, _, _) = fusebox::runner::lower_graph(&graph, rules, &options).unwrap();
+            let planned = DevicePlan::new(&program, &EmitOptions::default(), 132, true)
+                .unwrap()
+                .convolutions()
+                .count();
+            for (gemm_convolutions, cuda_graph) in [(false, false), (false, true), (true, false)] {
                 let cuda = CudaOptions {
                     gemm_convolutions,
+                    cuda_graph,
                     ..CudaOptions::default()
                 };
-                let what = format!("{window:?} amp {amp:?} gemm {gemm_convolutions}");
+                let what =
+                    format!("{window:?} amp {amp:?} gemm {gemm_convolutions} graph {cuda_graph}");
                 let mut prepared = prepare(&graph, rules, &options, &cuda)
                     .unwrap_or_else(|e| panic!("{what}: {e}"));
                 let convs = prepared.executable.plan().convolutions().count();
-                assert!(!gemm_convolutions || convs == 0, "{what}");
-                through_cudnn += usize::from(convs > 0);
-                cases += 1;
-                let got = prepared
-                    .executable
-                    .run_tensors(&inputs)
-                    .unwrap_or_else(|e| panic!("{what}: {e}"));
-                common::random_graph::assert_close("gpu y", &want, &got["y"], rtol)
-                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                // cuDNN took every convolution planned for it (none fell back to a GEMM).
+                let want_convs = if gemm_convolutions { 0 } else { planned };
+                assert_eq!(convs, want_convs, "{what}");
+                if !gemm_convolutions && !cuda_graph {
+                    through_cudnn += usize::from(convs > 0);
+                    cases += 1;
+                }
+                // Twice: a capture replayed, and the plain run before it.
+                for run in 0..2 {
+                    let got = prepared
+                        .executable
+                        .run_tensors(&inputs)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    common::random_graph::assert_close("gpu y", &want, &got["y"], rtol)
+                        .unwrap_or_else(|e| panic!("{what}, run {run}: {e}"));
+                }
             }
         }
     }

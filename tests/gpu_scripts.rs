@@ -202,3 +202,52 @@ fn reduction_sweep_counts_threads_and_bytes_as_the_cuda_pass_runs() {
     assert!(model(3) > model(2) && model(2) > 0.0, "{rows:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `conv_gpu.py` on the CPU, one small model: it exports the module, checks fusebox's output
+/// against PyTorch's in float64 and prints one row per dtype with the error and the ratios.
+/// Skipped where PyTorch is not installed (CI installs no PyTorch).
+#[test]
+fn conv_gpu_times_and_checks_a_model_on_the_cpu() {
+    let torch = Command::new("python3")
+        .args(["-c", "import torch, onnx"])
+        .output();
+    if !torch.is_ok_and(|o| o.status.success()) {
+        eprintln!("conv_gpu_times_and_checks_a_model_on_the_cpu: skipped, no PyTorch/onnx");
+        return;
+    }
+    let dir = temp_dir("gpu-conv");
+    let json = dir.join("conv.json");
+    let out = script(
+        "conv_gpu.py",
+        &[
+            "--backend",
+            "cpu",
+            "--no-compile",
+            "--fusebox",
+            fusebox(),
+            "--models",
+            "downsample",
+            "--batch",
+            "1",
+            "--rounds",
+            "1",
+            "--iters",
+            "1",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let text = stdout_of(&out);
+    for dtype in ["f32", "bf16"] {
+        let row = text
+            .lines()
+            .find(|l| l.starts_with("downsample") && l.split_whitespace().nth(1) == Some(dtype))
+            .unwrap_or_else(|| panic!("no {dtype} row:\n{text}"));
+        let err: f64 = row.split_whitespace().nth(9).unwrap().parse().unwrap();
+        let bound = if dtype == "f32" { 1e-5 } else { 2e-2 };
+        assert!(err < bound, "{row}");
+    }
+    let saved = std::fs::read_to_string(&json).unwrap();
+    assert_eq!(saved.matches("\"median_ms\"").count(), 2, "{saved}");
+    std::fs::remove_dir_all(&dir).ok();
+}

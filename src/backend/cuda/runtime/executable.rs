@@ -113,7 +113,19 @@ impl CudaExecutable {
             deterministic: options.deterministic,
         };
         let cudnn = !options.gemm_convolutions && crate::backend::cuda::libs::cudnn_available();
-        let plan = DevicePlan::new(&program, &emit_options, device.info().sm_count, cudnn)?;
+        let sm_count = device.info().sm_count;
+        let mut plan = DevicePlan::new(&program, &emit_options, sm_count, cudnn)?;
+        // Descriptors and algorithms chosen now (creation allocates, which a graph capture
+        // forbids). Where cuDNN offers no algorithm fusebox may use for one of them, every
+        // product runs as a GEMM instead, as without cuDNN.
+        let convolutions = match prepare_convolutions(&device, &plan) {
+            Ok(convolutions) => convolutions,
+            Err(_) if cudnn => {
+                plan = DevicePlan::new(&program, &emit_options, sm_count, false)?;
+                plan.ops.iter().map(|_| None).collect()
+            }
+            Err(e) => return Err(e),
+        };
         // Device-wide counters: another thread building at the same time shows up here too.
         let nvrtc_before = device.compiler.stats();
         let hits_before = device.modules.counts().1;
@@ -148,19 +160,6 @@ impl CudaExecutable {
             // Created now, not during a run: creation allocates, which a graph capture forbids.
             device.with_blas(|_| Ok(()))?;
         }
-        // Descriptors and algorithms chosen now, for the same reason.
-        let convolutions = plan
-            .ops
-            .iter()
-            .map(|op| match op {
-                Op::Conv {
-                    geometry, dtype, ..
-                } => device
-                    .with_dnn(|dnn| dnn.prepare(geometry, *dtype))
-                    .map(Some),
-                _ => Ok(None),
-            })
-            .collect::<Result<Vec<_>>>()?;
         let workspace_bytes = convolutions.iter().flatten().map(|c| c.workspace).max();
         let workspace = match workspace_bytes {
             Some(bytes) if bytes > 0 => Some(DeviceBuffer::raw(&device, bytes)?),
@@ -467,6 +466,22 @@ impl CudaExecutable {
         }
         Ok(())
     }
+}
+
+/// Per operation of `plan`, a convolution's cuDNN descriptors and algorithm (`None` for
+/// other operations).
+fn prepare_convolutions(device: &Device, plan: &DevicePlan) -> Result<Vec<Option<ConvCall>>> {
+    plan.ops
+        .iter()
+        .map(|op| match op {
+            Op::Conv {
+                geometry, dtype, ..
+            } => device
+                .with_dnn(|dnn| dnn.prepare(geometry, *dtype))
+                .map(Some),
+            _ => Ok(None),
+        })
+        .collect()
 }
 
 /// Runs before timing: the first run pays for loading (and, with CUDA graphs, capturing);
