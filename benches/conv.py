@@ -91,6 +91,31 @@ MODELS = [
 ]
 
 
+def export(model, x, tmp, name):
+    """`model` on input `x` exported to `tmp/name.onnx` (TorchScript exporter, batch norms
+    kept), with `x` and the model's weights saved as .npy files: the path, x's file, and
+    every input's file by name (the `--input` values of `fusebox bench`)."""
+    import onnx
+    from onnx import numpy_helper
+
+    path = os.path.join(tmp, f"{name}.onnx")
+    torch.onnx.export(model, (x,), path, dynamo=False, opset_version=17,
+                      input_names=["x"], training=torch.onnx.TrainingMode.EVAL,
+                      do_constant_folding=False)
+    xfile = os.path.join(tmp, f"{name}.x.npy")
+    np.save(xfile, x.numpy())
+    # `fusebox bench` times seeded random values for every input it is not given, weights
+    # included; the model's own weights are given, since the time depends on them (a max
+    # pool's comparisons branch on the values: random weights ran the small CNN at 10.4 ms,
+    # its own at 15.3).
+    given = {"x": xfile}
+    for k, t in enumerate(onnx.load(path).graph.initializer):
+        wfile = os.path.join(tmp, f"{name}.w{k}.npy")
+        np.save(wfile, numpy_helper.to_array(t))
+        given[t.name] = wfile
+    return path, xfile, given
+
+
 def bench(fusebox, path, iters, inputs):
     cmd = [fusebox, "bench", path, "--backend", "cpu", "--iters", str(iters), "--json"]
     for k, v in inputs.items():
@@ -142,24 +167,7 @@ def main():
         torch.manual_seed(0)
         model = randomize(cls())
         x = torch.randn(shape)
-        path = os.path.join(tmp, f"{name}.onnx")
-        torch.onnx.export(model, (x,), path, dynamo=False, opset_version=17,
-                          input_names=["x"], training=torch.onnx.TrainingMode.EVAL,
-                          do_constant_folding=False)
-        xfile = os.path.join(tmp, "x.npy")
-        np.save(xfile, x.numpy())
-        # `fusebox bench` times seeded random values for every input it is not given, weights
-        # included; the model's own weights are given, since the time depends on them (a max
-        # pool's comparisons branch on the values: random weights ran the small CNN at 10.4 ms,
-        # its own at 15.3).
-        given = {"x": xfile}
-        import onnx
-        from onnx import numpy_helper
-
-        for k, t in enumerate(onnx.load(path).graph.initializer):
-            wfile = os.path.join(tmp, f"{name}.w{k}.npy")
-            np.save(wfile, numpy_helper.to_array(t))
-            given[t.name] = wfile
+        path, xfile, given = export(model, x, tmp, name)
         out = os.path.join(tmp, f"{name}.out")
         subprocess.run([args.fusebox, "run", path, "--backend", "cpu", "--input", f"x={xfile}",
                         "--out", out], check=True, capture_output=True)

@@ -651,22 +651,29 @@ impl Window {
     }
 }
 
-/// On the GPU a Conv is one cuDNN convolution of exactly its geometry, in f32 and under bf16
-/// AMP, wherever its product reads the image through windows and cuDNN's symmetric padding
-/// gives its output; never a convolution of another geometry. Checked on the device plan
-/// (no GPU needed) over 500 random convolutions; the GPU run is `tests/cuda_gpu.rs`.
-#[test]
-fn cuda_plans_each_convolution_for_cudnn_with_its_geometry() {
+/// The first `count` windows that `keep` accepts, drawn by [`windows`] and [`large_windows`]
+/// in turn from a fixed seed.
+fn sampled_windows(count: usize, keep: impl Fn(&Window) -> bool) -> Vec<Window> {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let (small, large) = (windows(), large_windows());
-    let all: Vec<Window> = (0..1000)
+    (0..)
         .map(|i| match i % 2 {
             0 => small.new_tree(&mut runner).unwrap().current(),
             _ => large.new_tree(&mut runner).unwrap().current(),
         })
-        .filter(|w| w.op == 0)
-        .take(500)
-        .collect();
+        .filter(|w| keep(w))
+        .take(count)
+        .collect()
+}
+
+/// On the GPU a Conv is one cuDNN convolution of exactly its geometry, in f32 and under bf16
+/// AMP, wherever its product reads the image through windows and cuDNN's symmetric padding
+/// gives its output; never a convolution of another geometry. Checked on the device plan
+/// (no GPU needed) over 500 random convolutions; they run on a GPU in
+/// [`gpu_convolutions_match_their_definition`].
+#[test]
+fn cuda_plans_each_convolution_for_cudnn_with_its_geometry() {
+    let all = sampled_windows(500, |w| w.op == 0);
     let rules = rules();
     let dir = std::env::temp_dir().join(format!("fusebox-cudnn-plans-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -741,16 +748,9 @@ fn cuda_plans_each_convolution_for_cudnn_with_its_geometry() {
 #[ignore = "needs an NVIDIA GPU"]
 fn gpu_convolutions_match_their_definition() {
     use fusebox::backend::cuda::runtime::CudaOptions;
-    let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let (small, large) = (windows(), large_windows());
-    let all: Vec<Window> = (0..400)
-        .map(|i| match i % 2 {
-            0 => small.new_tree(&mut runner).unwrap().current(),
-            _ => large.new_tree(&mut runner).unwrap().current(),
-        })
-        .filter(|w| w.op == 0 || (w.op == 3 && w.transposed_geometry().is_some()))
-        .take(48)
-        .collect();
+    let all = sampled_windows(48, |w| {
+        w.op == 0 || (w.op == 3 && w.transposed_geometry().is_some())
+    });
     let rules = rules();
     let (mut cases, mut through_cudnn) = (0, 0);
     for (seed, window) in all.iter().enumerate() {

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from conv import MODELS, randomize  # noqa: E402
+from conv import MODELS, export, randomize  # noqa: E402
 
 
 def bench(fusebox, backend, path, iters, given, extra):
@@ -106,20 +106,7 @@ def main():
         model = randomize(cls())
         shape = (args.batch,) + tuple(shape[1:])
         x = torch.randn(shape)
-        path = os.path.join(tmp, f"{name}.onnx")
-        torch.onnx.export(model, (x,), path, dynamo=False, opset_version=17,
-                          input_names=["x"], training=torch.onnx.TrainingMode.EVAL,
-                          do_constant_folding=False)
-        xfile = os.path.join(tmp, f"{name}.x.npy")
-        np.save(xfile, x.numpy())
-        given = {"x": xfile}
-        import onnx
-        from onnx import numpy_helper
-
-        for k, t in enumerate(onnx.load(path).graph.initializer):
-            wfile = os.path.join(tmp, f"{name}.w{k}.npy")
-            np.save(wfile, numpy_helper.to_array(t))
-            given[t.name] = wfile
+        path, xfile, given = export(model, x, tmp, name)
         with torch.no_grad():
             want = model.double()(x.double()).numpy()
         model.float()

@@ -182,21 +182,28 @@ pub fn describe() -> String {
     );
     out += &format!(
         "cuBLAS: {}\n",
-        match cublas() {
-            Some(Some(path)) => format!("found at {}", path.display()),
-            Some(None) => "found on the system library path".to_string(),
-            None => "not found (pip wheel nvidia-cublas-cu12, or the CUDA toolkit)".to_string(),
-        }
+        found(
+            cublas(),
+            "pip wheel nvidia-cublas-cu12, or the CUDA toolkit"
+        )
     );
     out += &format!(
         "cuDNN: {}\n",
-        match cudnn() {
-            Some(Some(path)) => format!("found at {}", path.display()),
-            Some(None) => "found on the system library path".to_string(),
-            None => "not found (pip wheel nvidia-cudnn-cu12; without it convolutions run as im2col GEMMs)".to_string(),
-        }
+        found(
+            cudnn(),
+            "pip wheel nvidia-cudnn-cu12; without it convolutions run as im2col GEMMs"
+        )
     );
     out
+}
+
+/// Where a library loaded by path ([`find_by_path`]) was found, for `fusebox info`.
+fn found(library: &Option<Option<PathBuf>>, how_to_get: &str) -> String {
+    match library {
+        Some(Some(path)) => format!("found at {}", path.display()),
+        Some(None) => "found on the system library path".to_string(),
+        None => format!("not found ({how_to_get})"),
+    }
 }
 
 /// A directory that may hold NVRTC, and which search step it comes from.

@@ -90,6 +90,30 @@ fn along(steps: &[i64]) -> Option<(usize, usize)> {
     }
 }
 
+/// Per sub-axis longer than one of `sub_axes` (with `steps`, its steps along each padded
+/// axis), the axis it moves along, its size and its step there; `None` unless each moves
+/// along one axis, each past `after` and past the one before it.
+fn rising(
+    sub_axes: &[(usize, i64)],
+    steps: &[Vec<i64>],
+    after: usize,
+) -> Option<Vec<(usize, usize, usize)>> {
+    let mut last = after;
+    let mut out = Vec::with_capacity(sub_axes.len());
+    for (&(n, _), steps) in sub_axes.iter().zip(steps) {
+        if n == 1 {
+            continue;
+        }
+        let (axis, step) = along(steps)?;
+        if axis <= last {
+            return None;
+        }
+        out.push((axis, n, step));
+        last = axis;
+    }
+    Some(out)
+}
+
 /// `sub_axes` ((size, stride) pairs over the row-major offsets of `padded`) with each sub-axis
 /// that runs along one axis past its end cut where it wraps into the axis before: the
 /// partition merges neighbouring sub-axes whose strides chain (a kernel spanning the whole
@@ -148,35 +172,17 @@ pub fn recognize(product: &StridedProduct, padding: &Padding) -> Option<ConvGeom
     let (row_steps, col_steps) = first.steps.split_at(rows.len());
     // Rows: channels by 1, then kernel offsets by their dilations, axes rising.
     let (mut per_group, mut kernel, mut dilations) = (1usize, vec![1; spatial], vec![1; spatial]);
-    let mut last = 0;
-    for (&(n, _), steps) in rows.iter().zip(row_steps) {
-        if n == 1 {
-            continue;
-        }
-        let (axis, step) = along(steps)?;
-        if axis <= last {
-            return None;
-        }
+    for (axis, n, step) in rising(&rows, row_steps, 0)? {
         match axis {
             1 if step == 1 => per_group = n,
             a if a >= 2 => (kernel[a - 2], dilations[a - 2]) = (n, step),
             _ => return None,
         }
-        last = axis;
     }
     // Columns: output positions by their strides, spatial axes rising.
     let (mut out, mut strides) = (vec![1; spatial], vec![1; spatial]);
-    let mut last = 1;
-    for (&(n, _), steps) in cols.iter().zip(col_steps) {
-        if n == 1 {
-            continue;
-        }
-        let (axis, step) = along(steps)?;
-        if axis <= last {
-            return None;
-        }
+    for (axis, n, step) in rising(&cols, col_steps, 1)? {
         (out[axis - 2], strides[axis - 2]) = (n, step);
-        last = axis;
     }
     let (images, channels) = (padding.source[0], padding.source[1]);
     if !channels.is_multiple_of(per_group) || first.start[0] != 0 || first.start[1] != 0 {
