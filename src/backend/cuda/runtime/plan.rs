@@ -440,6 +440,10 @@ impl Builder {
             return false;
         }
         let (ta, tb) = (dag.ty(m.a.value), dag.ty(m.b.value));
+        // cuDNN's images are [N, C, spatial…] with one to three spatial axes.
+        if !(3..=5).contains(&tb.shape.len()) {
+            return false;
+        }
         let (a_shape, a_view) = m.a.layout(&ta.shape);
         let (b_shape, b_view) = m.b.layout(&tb.shape);
         let padding = match &view.padding {
