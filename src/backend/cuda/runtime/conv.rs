@@ -520,3 +520,119 @@ impl Drop for Dnn {
         let _ = unsafe { cudnn::destroy_handle(self.handle) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 3x3 convolution at `stride` and dilation 1 over a [2, 4, 5, 6] image in 2 groups,
+    /// padded by 1, as the im2col product's B over the padded [2, 4, 7, 8] image (rows
+    /// (channel, kh, kw), columns (oh, ow)), 3 output channels per group, `out` positions.
+    fn grouped(stride: i64, out: [usize; 2]) -> (StridedProduct, Padding) {
+        let padding = Padding {
+            source: vec![2, 4, 5, 6],
+            before: vec![0, 0, 1, 1],
+            after: vec![0, 0, 1, 1],
+        };
+        let offsets = (0..4)
+            .map(|i| ((i % 2) * 3 * 18, (i / 2) * 224 + (i % 2) * 2 * 56))
+            .collect();
+        let product = StridedProduct {
+            batch: vec![2, 2],
+            rows: 3,
+            inner: 18,
+            cols: out[0] * out[1],
+            a_strides: [18, 1],
+            b_strides: [1, stride],
+            offsets,
+            a_split: None,
+            b_split: Some([
+                vec![(2, 56), (3, 8), (3, 1)],
+                vec![(out[0], 8 * stride), (out[1], stride)],
+            ]),
+        };
+        (product, padding)
+    }
+
+    #[test]
+    fn a_grouped_padded_convolution_is_read_back_from_its_windows() {
+        for (stride, out) in [(1, [5, 6]), (2, [3, 3])] {
+            let (product, padding) = grouped(stride, out);
+            let g = recognize(&product, &padding).unwrap();
+            assert_eq!(
+                g,
+                ConvGeometry {
+                    image: vec![2, 4, 5, 6],
+                    out_channels: 6,
+                    groups: 2,
+                    kernel: vec![3, 3],
+                    pads: vec![1, 1],
+                    strides: vec![stride as usize; 2],
+                    dilations: vec![1, 1],
+                    out: out.to_vec(),
+                }
+            );
+            assert_eq!(g.weight(), [6, 2, 3, 3]);
+            assert_eq!(g.output(), [2, 6, out[0], out[1]]);
+        }
+    }
+
+    /// What cuDNN cannot run as the view reads it is refused: a padding wider after than the
+    /// output needs on the height (5 rows of output where cuDNN's symmetric padding gives 4),
+    /// a weight read per image (A's offsets moving with the batch), a group that steps by
+    /// something else than its channels, kernel offsets out of order.
+    #[test]
+    fn what_cudnn_would_read_otherwise_is_refused() {
+        let (product, mut padding) = grouped(1, [5, 6]);
+        padding.before[2] = 0;
+        padding.after[2] = 2;
+        assert_eq!(recognize(&product, &padding), None);
+        let (mut product, padding) = grouped(1, [5, 6]);
+        product.offsets[2].0 += 1;
+        assert_eq!(recognize(&product, &padding), None);
+        let (mut product, padding) = grouped(1, [5, 6]);
+        product.offsets[1].1 += 56;
+        assert_eq!(recognize(&product, &padding), None);
+        let (mut product, padding) = grouped(1, [5, 6]);
+        product.b_split.as_mut().unwrap()[0].swap(1, 2);
+        assert_eq!(recognize(&product, &padding), None);
+    }
+
+    /// Sub-axes merged because their strides chain are cut where they wrap: channels with a
+    /// kernel as tall as the padded image, output rows with output columns spanning a whole
+    /// row; a sub-axis that fits, or moves along no single axis, stays.
+    #[test]
+    fn merged_sub_axes_are_cut_where_they_wrap() {
+        let padded = [2, 2, 6, 64];
+        // Two channels x three kernel rows at dilation 2 (6 = the padded height).
+        assert_eq!(unmerged(&[(6, 128)], &padded), [(2, 384), (3, 128)]);
+        // Two output rows x 64 output columns at stride 1.
+        assert_eq!(unmerged(&[(128, 1)], &padded), [(2, 64), (64, 1)]);
+        // Three kernel columns fit in a row.
+        assert_eq!(unmerged(&[(3, 2)], &padded), [(3, 2)]);
+        // A stride along two axes at once is left for `recognize` to refuse.
+        assert_eq!(unmerged(&[(4, 65)], &padded), [(4, 65)]);
+    }
+
+    #[test]
+    fn a_1d_geometry_gets_a_unit_height_for_cudnn() {
+        let g = ConvGeometry {
+            image: vec![1, 3, 10],
+            out_channels: 4,
+            groups: 1,
+            kernel: vec![3],
+            pads: vec![1],
+            strides: vec![2],
+            dilations: vec![1],
+            out: vec![5],
+        };
+        let g2 = g.at_least_2d();
+        assert_eq!(g2.image, [1, 3, 1, 10]);
+        assert_eq!(g2.kernel, [1, 3]);
+        assert_eq!(g2.output(), [1, 4, 1, 5]);
+        assert_eq!(
+            (g2.pads, g2.strides, g2.dilations),
+            (vec![0, 1], vec![1, 2], vec![1, 1])
+        );
+    }
+}
