@@ -770,6 +770,27 @@ fn a_compiler_that_fails_with_the_header_builds_every_kernel_without_it() {
     fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A compiler program still open for writing when fusebox starts it (a wrapper a build step
+/// is finishing, or one written while another thread was starting a child) is run once it is
+/// closed, not reported missing: here the test holds the wrapper open for 30 ms.
+#[test]
+fn a_compiler_still_being_written_is_run_once_it_is_closed() {
+    let dir = temp_dir("busy-cc");
+    let (compiler, log) = logging_compiler(&dir, false);
+    let held = fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("logging-cc"))
+        .unwrap();
+    let closer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        drop(held);
+    });
+    check_scale2(&compiler.compile(&with_system_headers("busy-cc")).unwrap());
+    closer.join().unwrap();
+    assert!(!runs(&log).is_empty());
+    fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn a_damaged_precompiled_header_is_rebuilt() {
     let dir = temp_dir("damaged-header");

@@ -380,10 +380,9 @@ impl Compiler {
             |staging| {
                 let mut command = self.command(staging);
                 command.args(["-x", "c-header", staging.source_name(), "-o"]);
-                let output = command
-                    .arg(staging.artifact_name())
-                    .output()
-                    .map_err(|e| cannot_run(&self.config.cc, &e))?;
+                command.arg(staging.artifact_name());
+                let output =
+                    output_of(&mut command).map_err(|e| cannot_run(&self.config.cc, &e))?;
                 if output.status.success() {
                     Ok(())
                 } else {
@@ -416,9 +415,8 @@ impl Compiler {
             .arg(staging.source_name())
             .arg("-o")
             .arg(staging.artifact_name())
-            .args(LINK_LIBS)
-            .output()
-            .map_err(|e| cannot_run(&self.config.cc, &e))
+            .args(LINK_LIBS);
+        output_of(&mut command).map_err(|e| cannot_run(&self.config.cc, &e))
     }
 
     /// Runs the compiler inside the staging directory on the staged source, reading the
@@ -475,11 +473,29 @@ fn open_library(path: &Path) -> std::result::Result<libloading::Library, libload
     }
 }
 
+/// `ETXTBSY`, "text file busy" (26 on Linux and macOS): the program is open for writing.
+const TEXT_FILE_BUSY: i32 = 26;
+
+/// Runs `command` to completion, trying again for a moment while its program is open for
+/// writing somewhere (`ETXTBSY`): a compiler wrapper a build step has just written is ready a
+/// few milliseconds later, and so is one this process just wrote while another of its threads
+/// was starting a child, which holds every open file until it executes.
+fn output_of(command: &mut Command) -> std::io::Result<std::process::Output> {
+    let mut wait = std::time::Duration::from_millis(5);
+    for _ in 0..6 {
+        match command.output() {
+            Err(e) if e.raw_os_error() == Some(TEXT_FILE_BUSY) => {
+                std::thread::sleep(wait);
+                wait *= 2;
+            }
+            done => return done,
+        }
+    }
+    command.output()
+}
+
 fn query_version(cc: &str) -> Result<String> {
-    let output = Command::new(cc)
-        .arg("--version")
-        .output()
-        .map_err(|e| cannot_run(cc, &e))?;
+    let output = output_of(Command::new(cc).arg("--version")).map_err(|e| cannot_run(cc, &e))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let first = stdout.lines().map(str::trim).find(|l| !l.is_empty());
     match (output.status.success(), first) {
