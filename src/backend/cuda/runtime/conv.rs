@@ -15,10 +15,10 @@
 //! move along one axis of the (padded) image — the channels by 1, then each spatial axis by its
 //! dilation, in order —, each column sub-axis along one spatial axis by its stride, in order,
 //! the batch matrices must step through the images and groups of channels, and A must be the
-//! weight `[M, C/groups, k…]` read row after row. Whatever does not read so (a transposed
-//! weight, a window that starts inside the image, a padding cuDNN cannot express because it
-//! is wider on one side than the output needs) is left to the gather and cuBLAS, which run
-//! every product. cuDNN pads symmetrically, so a padding is taken as `before` on both sides
+//! weight `[M, C/groups, k…]` read row after row. Whatever does not read so (a window that
+//! starts inside the image, a padding cuDNN cannot express because it is wider on one side
+//! than the output needs, a tensor of 2^31 elements or more, whose strides cuDNN's `int`s
+//! cannot hold) is left to the gather and cuBLAS, which run every product. cuDNN pads symmetrically, so a padding is taken as `before` on both sides
 //! where that gives the same output size: the windows then read the same elements (and zeros).
 //!
 //! # Arithmetic
@@ -63,6 +63,20 @@ impl ConvGeometry {
         let mut shape = vec![self.image[0], self.out_channels];
         shape.extend(&self.out);
         shape
+    }
+
+    /// Whether cuDNN's descriptors can describe it: every tensor under 2^31 elements (their
+    /// strides are C `int`s).
+    pub fn fits_cudnn(&self) -> bool {
+        let limit = 1usize << 31;
+        [self.image.clone(), self.weight(), self.output()]
+            .iter()
+            .all(|shape| {
+                shape
+                    .iter()
+                    .try_fold(1usize, |n, &d| n.checked_mul(d))
+                    .is_some_and(|n| n < limit)
+            })
     }
 
     /// The geometry with at least two spatial axes (a unit one put first): cuDNN's
@@ -224,7 +238,7 @@ pub fn recognize(product: &StridedProduct, padding: &Padding) -> Option<ConvGeom
         a == group * (rows_per_group * inner) as i64
             && b == b0 + image * place[0] + group * per_group as i64 * place[1]
     });
-    batches_step.then(|| ConvGeometry {
+    let geometry = batches_step.then(|| ConvGeometry {
         image: padding.source.clone(),
         out_channels: rows_per_group * groups,
         groups,
@@ -233,7 +247,8 @@ pub fn recognize(product: &StridedProduct, padding: &Padding) -> Option<ConvGeom
         strides,
         dilations,
         out,
-    })
+    });
+    geometry.filter(ConvGeometry::fits_cudnn)
 }
 
 /// The dtypes cuDNN convolves here: image, weight and output alike, accumulated in f32.
@@ -630,6 +645,12 @@ mod tests {
         assert_eq!(g2.image, [1, 3, 1, 10]);
         assert_eq!(g2.kernel, [1, 3]);
         assert_eq!(g2.output(), [1, 4, 1, 5]);
+        assert!(g2.fits_cudnn());
+        let huge = ConvGeometry {
+            image: vec![1 << 16, 1 << 10, 32],
+            ..g.clone()
+        };
+        assert!(!huge.fits_cudnn());
         assert_eq!(
             (g2.pads, g2.strides, g2.dilations),
             (vec![0, 1], vec![1, 2], vec![1, 1])
