@@ -684,7 +684,7 @@ fn cuda_plans_each_convolution_for_cudnn_with_its_geometry() {
         std::fs::write(&path, window.model().write_to_bytes().unwrap()).unwrap();
         let imported = onnx::import(&path, &rules.ops, &rules.onnx).unwrap();
         let want = window.cudnn_geometry();
-        for amp in [None, Some("bf16")] {
+        let plan_for = |amp: Option<&str>| {
             let options = Options {
                 amp: amp.map(String::from),
                 profile: "h200".into(),
@@ -693,6 +693,13 @@ fn cuda_plans_each_convolution_for_cudnn_with_its_geometry() {
             let (program, _, _) =
                 fusebox::runner::lower_graph(&imported.graph, rules, &options).unwrap();
             let plan = DevicePlan::new(&program, &EmitOptions::default(), 132, true).unwrap();
+            let off = DevicePlan::new(&program, &EmitOptions::default(), 132, false).unwrap();
+            (plan, off)
+        };
+        // f16 convolutions stay GEMMs (`conv::convolves`).
+        assert_eq!(plan_for(Some("f16")).0.convolutions().count(), 0);
+        for amp in [None, Some("bf16")] {
+            let (plan, off) = plan_for(amp);
             let convs: Vec<(ConvGeometry, DType)> =
                 plan.convolutions().map(|(g, d)| (g.clone(), d)).collect();
             let what = format!("{window:?} amp {amp:?}: {convs:?}");
@@ -717,7 +724,6 @@ fn cuda_plans_each_convolution_for_cudnn_with_its_geometry() {
             }
             expected += usize::from(want.is_some());
             // With cuDNN off, every product is a GEMM again.
-            let off = DevicePlan::new(&program, &EmitOptions::default(), 132, false).unwrap();
             assert_eq!(off.convolutions().count(), 0);
         }
     }
@@ -740,10 +746,10 @@ fn cuda_plans_each_convolution_for_cudnn_with_its_geometry() {
 
 /// On a GPU (`--ignored`): random convolutions and transposed convolutions, through cuDNN
 /// (plain and replayed from a CUDA graph) and as im2col GEMMs through cuBLAS
-/// (`gemm_convolutions`), in f32 and under bf16 AMP, equal their definition: exactly up to
-/// f32 rounding (the sums are exact in f32, so only an inexact algorithm such as Winograd's
-/// could move them) and, under AMP, the definition rounded once to bf16, within a bf16 step;
-/// and cuDNN takes every convolution the plan gives it.
+/// (`gemm_convolutions`), in f32 and under bf16 and f16 AMP, equal their definition: exactly
+/// up to f32 rounding (the sums are exact in f32, so only an inexact algorithm such as
+/// Winograd's could move them) and, under AMP, the definition rounded once to the narrow
+/// dtype, within one of its steps; and cuDNN takes every convolution the plan gives it.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn gpu_convolutions_match_their_definition() {
@@ -755,22 +761,18 @@ fn gpu_convolutions_match_their_definition() {
     let (mut cases, mut through_cudnn) = (0, 0);
     for (seed, window) in all.iter().enumerate() {
         let (graph, inputs, want) = case(window, seed as u64).unwrap();
-        for amp in [None, Some("bf16")] {
+        for amp in [None, Some(DType::BF16), Some(DType::F16)] {
             let options = Options {
-                amp: amp.map(String::from),
+                amp: amp.map(|d| d.to_string()),
                 profile: "h200".into(),
                 ..Options::default()
             };
             let (want, rtol) = match amp {
                 None => (want.clone(), common::random_graph::tolerance(DType::F32)),
-                Some(_) => {
-                    let rounded = want
-                        .values()
-                        .iter()
-                        .map(|&v| DType::BF16.round(v))
-                        .collect();
+                Some(narrow) => {
+                    let rounded = want.values().iter().map(|&v| narrow.round(v)).collect();
                     let t = Tensor::from_values(DType::F32, want.shape(), rounded).unwrap();
-                    (t, common::random_graph::tolerance(DType::BF16))
+                    (t, common::random_graph::tolerance(narrow))
                 }
             };
             let (program, _, _) = fusebox::runner::lower_graph(&graph, rules, &options).unwrap();
