@@ -29,8 +29,14 @@
 //! absorbed AMP cast) are converted first, as for cuBLAS. The algorithm is cuDNN's heuristic
 //! choice among deterministic ones whose workspace fits [`MAX_WORKSPACE`].
 
+use super::device::CuStream;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::runtime::matmul::StridedProduct;
 use crate::shape::Padding;
+use cudarc::cudnn::result as cudnn;
+use cudarc::cudnn::sys;
+use std::ffi::{c_int, c_void};
 
 /// The most workspace one convolution's algorithm may use.
 pub const MAX_WORKSPACE: usize = 256 << 20;
@@ -255,8 +261,7 @@ pub fn recognize(product: &StridedProduct, padding: &Padding) -> Option<ConvGeom
 /// is left out until a GPU has run `gpu_convolutions_match_their_definition` with it (the
 /// session that wrote this had run f32 and bf16): its convolutions stay im2col GEMMs, which
 /// cuBLAS runs in f16 as checked on the GPU. [`Dnn::prepare`] describes f16 already.
-pub fn convolves(dtype: crate::dtype::DType) -> bool {
-    use crate::dtype::DType;
+pub fn convolves(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::BF16)
 }
 
@@ -268,13 +273,6 @@ pub struct Dnn {
 // SAFETY: a cuDNN handle may be used from any thread as long as calls on it are serialized;
 // the device keeps its `Dnn` behind a mutex.
 unsafe impl Send for Dnn {}
-
-use super::device::CuStream;
-use crate::dtype::DType;
-use crate::error::{Error, Result};
-use cudarc::cudnn::result as cudnn;
-use cudarc::cudnn::sys;
-use std::ffi::{c_int, c_void};
 
 /// A failed cuDNN call, naming what was being done.
 fn dnn_error(what: &str, error: cudnn::CudnnError) -> Error {
