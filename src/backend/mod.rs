@@ -123,6 +123,9 @@ pub struct BenchFacts {
     /// cuBLAS calls, fills and copies (cuda backend).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub launches: Option<usize>,
+    /// Of those, the convolutions cuDNN runs (cuda backend; the others' products are GEMMs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cudnn_convolutions: Option<usize>,
     /// GB/s of a device-to-device copy moving the same bytes, timed the same way in the same
     /// process: what `gbps` would be at copy speed (cuda backend).
     #[serde(skip_serializing_if = "Option::is_none")]

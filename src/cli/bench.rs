@@ -106,8 +106,12 @@ fn render(report: &BenchReport) -> String {
     {
         let _ = writeln!(
             text,
-            "on {device}: {} per run{}; a device copy of the same bytes: {copy:.1} GB/s",
+            "on {device}: {} per run{}{}; a device copy of the same bytes: {copy:.1} GB/s",
             count(launches, "device operation"),
+            match facts.cudnn_convolutions {
+                Some(n) if n > 0 => format!(" ({} through cuDNN)", count(n, "convolution")),
+                _ => String::new(),
+            },
             if facts.cuda_graph == Some(true) {
                 ", replayed from a CUDA graph"
             } else {

@@ -599,6 +599,7 @@ impl Executable for CudaExecutable {
             device: Some(device.info().to_string()),
             cuda_graph: Some(self.options.cuda_graph),
             launches: Some(self.launches_per_run()),
+            cudnn_convolutions: Some(self.plan.convolutions().count()),
             copy_gbps: Some((2 * half) as f64 / (copy_ms * 1e6)),
             ..BenchFacts::default()
         })
