@@ -112,19 +112,23 @@ impl CudaExecutable {
         let emit_options = EmitOptions {
             deterministic: options.deterministic,
         };
-        let cudnn = !options.gemm_convolutions && crate::backend::cuda::libs::cudnn_available();
         let sm_count = device.info().sm_count;
+        let cudnn = !options.gemm_convolutions;
         let mut plan = DevicePlan::new(&program, &emit_options, sm_count, cudnn)?;
-        // Descriptors and algorithms chosen now (creation allocates, which a graph capture
-        // forbids). Where cuDNN offers no algorithm fusebox may use for one of them, every
-        // product runs as a GEMM instead, as without cuDNN.
-        let convolutions = match prepare_convolutions(&device, &plan) {
-            Ok(convolutions) => convolutions,
-            Err(_) if cudnn => {
+        // cuDNN is looked for (and loaded) only by a plan with convolutions, and their
+        // descriptors and algorithms are chosen now (creation allocates, which a graph capture
+        // forbids). Where cuDNN is missing, or offers no algorithm fusebox may use for one of
+        // them, every product runs as a GEMM instead.
+        let prepared = match plan.convolutions().next() {
+            Some(_) if !crate::backend::cuda::libs::cudnn_available() => None,
+            _ => prepare_convolutions(&device, &plan).ok(),
+        };
+        let convolutions = match prepared {
+            Some(convolutions) => convolutions,
+            None => {
                 plan = DevicePlan::new(&program, &emit_options, sm_count, false)?;
                 plan.ops.iter().map(|_| None).collect()
             }
-            Err(e) => return Err(e),
         };
         // Device-wide counters: another thread building at the same time shows up here too.
         let nvrtc_before = device.compiler.stats();
