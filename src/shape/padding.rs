@@ -28,7 +28,40 @@ pub struct Coordinates {
     pub steps: Vec<Vec<i64>>,
 }
 
+impl Coordinates {
+    /// The one padded axis a sub-axis with these steps (one of [`Coordinates::steps`]) moves
+    /// along, and its step there; `None` where it moves along several, none, or backwards.
+    pub fn single_axis(steps: &[i64]) -> Option<(usize, usize)> {
+        let mut moved = (0..steps.len()).filter(|&a| steps[a] != 0);
+        match (moved.next(), moved.next()) {
+            (Some(a), None) if steps[a] > 0 => Some((a, steps[a] as usize)),
+            _ => None,
+        }
+    }
+}
+
 impl Padding {
+    /// `source` unpadded, as a padding of zeros on every side: for readers that take one.
+    pub fn none(source: &[usize]) -> Padding {
+        Padding {
+            source: source.to_vec(),
+            before: vec![0; source.len()],
+            after: vec![0; source.len()],
+        }
+    }
+
+    /// The padding through which a view with `padding` (of `source`, or none) reads
+    /// `source`'s buffer; `None` where `padding` pads another shape.
+    pub fn of_view<'a>(
+        padding: Option<&'a Padding>,
+        source: &[usize],
+    ) -> Option<std::borrow::Cow<'a, Padding>> {
+        match padding {
+            Some(p) => (p.source == source).then_some(std::borrow::Cow::Borrowed(p)),
+            None => Some(std::borrow::Cow::Owned(Padding::none(source))),
+        }
+    }
+
     /// The shape views of it address.
     pub fn padded(&self) -> Vec<usize> {
         (0..self.source.len())
@@ -56,11 +89,7 @@ impl Padding {
         before: usize,
         after: usize,
     ) -> Padding {
-        let mut padding = inner.cloned().unwrap_or_else(|| Padding {
-            source: source.to_vec(),
-            before: vec![0; source.len()],
-            after: vec![0; source.len()],
-        });
+        let mut padding = inner.cloned().unwrap_or_else(|| Padding::none(source));
         padding.before[axis] += before;
         padding.after[axis] += after;
         padding
@@ -134,6 +163,26 @@ impl Padding {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sub_axis_moves_along_one_axis_or_none() {
+        assert_eq!(Coordinates::single_axis(&[0, 2, 0]), Some((1, 2)));
+        assert_eq!(Coordinates::single_axis(&[0, 0, 0]), None);
+        assert_eq!(Coordinates::single_axis(&[1, 0, 1]), None);
+        assert_eq!(Coordinates::single_axis(&[0, -1, 0]), None);
+    }
+
+    #[test]
+    fn a_view_reads_its_own_padding_or_none() {
+        let p = Padding::around(None, &[2, 3], 1, 1, 2);
+        assert_eq!(*Padding::of_view(Some(&p), &[2, 3]).unwrap(), p);
+        assert_eq!(Padding::of_view(Some(&p), &[3, 3]), None);
+        let none = Padding::of_view(None, &[2, 3]).unwrap();
+        assert_eq!(
+            (none.padded(), none.before.clone()),
+            (vec![2, 3], vec![0, 0])
+        );
+    }
 
     fn padding() -> Padding {
         // A [2, 3, 4] source padded by 1 and 2 on the middle axis, 1 and 0 on the last.

@@ -524,12 +524,7 @@ fn image_of(
     if b.shape.is_empty() || b.shape.len() > GEMM_IMAGE_AXES {
         return None;
     }
-    match padding {
-        Some(padding) => (padding.source == b.shape)
-            .then(|| phases::image_read(product, padding))
-            .flatten(),
-        None => phases::image_read(product, &Padding::around(None, b.shape, 0, 0, 0)),
-    }
+    phases::image_read(product, &*Padding::of_view(padding, b.shape)?)
 }
 
 /// The most axes an image read in slabs has (`FB_GEMM_IMAGE` in `gemm.c`).

@@ -20,7 +20,7 @@
 //! columns stay sub-axes with strides.
 
 use crate::runtime::matmul::{StridedProduct, sub_axes_offset};
-use crate::shape::Padding;
+use crate::shape::{Coordinates, Padding};
 
 /// How a padded image is split: its padding, the first split axis and each axis's phases.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,10 +108,9 @@ pub fn image_read(product: &StridedProduct, padding: &Padding) -> Option<ImageRe
     let mut factors = vec![1usize; rank];
     let mut along = Vec::with_capacity(cols.len());
     for (step, &(n, _)) in col_steps.iter().zip(&cols) {
-        let moved: Vec<usize> = (0..rank).filter(|&a| step[a] != 0).collect();
-        match moved[..] {
-            [a] if step[a] > 0 && factors[a] == 1 && !along.contains(&a) => {
-                factors[a] = step[a] as usize;
+        match Coordinates::single_axis(step) {
+            Some((a, f)) if factors[a] == 1 && !along.contains(&a) => {
+                factors[a] = f;
                 along.push(a);
             }
             _ if n == 1 => along.push(rank),

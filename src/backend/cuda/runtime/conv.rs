@@ -33,7 +33,7 @@ use super::device::CuStream;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::runtime::matmul::StridedProduct;
-use crate::shape::Padding;
+use crate::shape::{Coordinates, Padding};
 use cudarc::cudnn::result as cudnn;
 use cudarc::cudnn::sys;
 use std::ffi::{c_int, c_void};
@@ -100,16 +100,6 @@ impl ConvGeometry {
     }
 }
 
-/// One sub-axis of B classified: the padded image axis it moves along and its step there.
-/// `None` for a sub-axis that moves along several axes or backwards.
-fn along(steps: &[i64]) -> Option<(usize, usize)> {
-    let moved: Vec<usize> = (0..steps.len()).filter(|&a| steps[a] != 0).collect();
-    match moved[..] {
-        [a] if steps[a] > 0 => Some((a, steps[a] as usize)),
-        _ => None,
-    }
-}
-
 /// Per sub-axis longer than one of `sub_axes` (with `steps`, its steps along each padded
 /// axis), the axis it moves along, its size and its step there; `None` unless each moves
 /// along one axis, each past `after` and past the one before it.
@@ -124,7 +114,7 @@ fn rising(
         if n == 1 {
             continue;
         }
-        let (axis, step) = along(steps)?;
+        let (axis, step) = Coordinates::single_axis(steps)?;
         if axis <= last {
             return None;
         }

@@ -446,10 +446,8 @@ impl Builder {
         }
         let (a_shape, a_view) = m.a.layout(&ta.shape);
         let (b_shape, b_view) = m.b.layout(&tb.shape);
-        let padding = match &view.padding {
-            Some(padding) if padding.source == tb.shape => padding.clone(),
-            Some(_) => return false,
-            None => crate::shape::Padding::around(None, &tb.shape, 0, 0, 0),
+        let Some(padding) = crate::shape::Padding::of_view(view.padding.as_ref(), &tb.shape) else {
+            return false;
         };
         let Some(b_len) = padding.padded_len() else {
             return false;
