@@ -128,6 +128,10 @@ pub struct GpuArgs {
     /// CUDA backend: run convolutions as im2col GEMMs through cuBLAS, not through cuDNN.
     #[arg(long)]
     pub gemm_convolutions: bool,
+    /// CUDA backend: run the bias, residual, scale and ReLU after a GEMM in the GEMM, through
+    /// cuBLASLt's epilogues (not yet checked on a GPU; off by default).
+    #[arg(long)]
+    pub lt_epilogues: bool,
 }
 
 impl GpuArgs {
@@ -138,6 +142,7 @@ impl GpuArgs {
             deterministic: self.deterministic,
             cuda_graph,
             gemm_convolutions: self.gemm_convolutions,
+            lt_epilogues: self.lt_epilogues,
         }
     }
 }

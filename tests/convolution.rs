@@ -12,7 +12,7 @@ use common::random_graph::{assert_same, rules};
 use fusebox::backend::Executable;
 use fusebox::backend::cuda::emit::EmitOptions;
 use fusebox::backend::cuda::runtime::conv::ConvGeometry;
-use fusebox::backend::cuda::runtime::plan::DevicePlan;
+use fusebox::backend::cuda::runtime::plan::{DevicePlan, Libraries};
 use fusebox::dtype::DType;
 use fusebox::eval::Tensors;
 use fusebox::onnx;
@@ -692,8 +692,18 @@ fn cuda_plans_each_convolution_for_cudnn_with_its_geometry() {
             };
             let (program, _, _) =
                 fusebox::runner::lower_graph(&imported.graph, rules, &options).unwrap();
-            let plan = DevicePlan::new(&program, &EmitOptions::default(), 132, true).unwrap();
-            let off = DevicePlan::new(&program, &EmitOptions::default(), 132, false).unwrap();
+            let plan = DevicePlan::new(
+                &program,
+                &EmitOptions::default(),
+                132,
+                Libraries {
+                    cudnn: true,
+                    lt_epilogues: false,
+                },
+            )
+            .unwrap();
+            let off = DevicePlan::new(&program, &EmitOptions::default(), 132, Libraries::default())
+                .unwrap();
             (plan, off)
         };
         // f16 convolutions stay GEMMs (`conv::convolves`).
@@ -776,10 +786,18 @@ fn gpu_convolutions_match_their_definition() {
                 }
             };
             let (program, _, _) = fusebox::runner::lower_graph(&graph, rules, &options).unwrap();
-            let planned = DevicePlan::new(&program, &EmitOptions::default(), 132, true)
-                .unwrap()
-                .convolutions()
-                .count();
+            let planned = DevicePlan::new(
+                &program,
+                &EmitOptions::default(),
+                132,
+                Libraries {
+                    cudnn: true,
+                    lt_epilogues: false,
+                },
+            )
+            .unwrap()
+            .convolutions()
+            .count();
             for (gemm_convolutions, cuda_graph) in [(false, false), (false, true), (true, false)] {
                 let cuda = CudaOptions {
                     gemm_convolutions,

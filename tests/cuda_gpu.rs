@@ -26,7 +26,7 @@ use fusebox::backend::cuda::emit::EmitOptions;
 use fusebox::backend::cuda::libs;
 use fusebox::backend::cuda::nvrtc::{CompileOptions, NvrtcCompiler};
 use fusebox::backend::cuda::runtime::CudaExecutable;
-use fusebox::backend::cuda::runtime::plan::{DevicePlan, Op};
+use fusebox::backend::cuda::runtime::plan::{DevicePlan, Libraries, Op};
 use fusebox::backend::cuda::runtime::{CudaOptions, DeviceBuffer};
 use fusebox::backend::{Executable, Target};
 use fusebox::dtype::DType;
@@ -229,8 +229,16 @@ fn every_device_plan_compiles_and_names_real_entry_points() {
                     .unwrap_or_else(|e| panic!("{name} {amp:?} fusion {fusion}: {e}"));
                 for deterministic in [false, true] {
                     let what = format!("{name} {amp:?} fusion {fusion} det {deterministic}");
-                    let plan = DevicePlan::new(&program, &EmitOptions { deterministic }, 132, true)
-                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let plan = DevicePlan::new(
+                        &program,
+                        &EmitOptions { deterministic },
+                        132,
+                        Libraries {
+                            cudnn: true,
+                            lt_epilogues: false,
+                        },
+                    )
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
                     let ptx = compiler
                         .compile(&plan.source, "sm_90")
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -585,6 +593,47 @@ fn cuda_graph_replay_equals_plain_runs() {
             "{name}: something runs"
         );
     }
+}
+
+/// cuBLASLt's epilogues (`--lt-epilogues`, `src/backend/cuda/runtime/lt.rs`): random
+/// `Linear`s with a bias, residual, scale and ReLU in f32, f16 and bf16, some of cuBLASLt's
+/// form and some near it, against the reference on poisoned outputs, with and without NaN and
+/// infinite inputs, plain and replayed from a CUDA graph; every epilogue of cuBLASLt's form
+/// ran in its GEMM. The check to run before `CudaOptions::lt_epilogues` becomes the default.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn lt_epilogues_match_the_reference() {
+    let mut moved = 0;
+    for seed in 0..64u64 {
+        let case = common::epilogue_graphs::case(seed);
+        for cuda_graph in [false, true] {
+            let cuda = CudaOptions {
+                lt_epilogues: true,
+                cuda_graph,
+                ..CudaOptions::default()
+            };
+            let prepared = prepare(&case.graph, &options(true, None), &cuda);
+            let facts = prepared.executable.bench_facts(1 << 16, 1).unwrap();
+            let count = facts.lt_epilogues.unwrap_or(0);
+            assert!(
+                !case.expressible || count == 1,
+                "{} (seed {seed}): {count} epilogues in cuBLASLt",
+                case.what
+            );
+            moved += count;
+            for specials in [false, true] {
+                agrees(&case.graph, &options(true, None), &cuda, seed, specials).unwrap_or_else(
+                    |e| {
+                        panic!(
+                            "{} (seed {seed}, graph {cuda_graph}, NaN/Inf {specials}): {e}",
+                            case.what
+                        )
+                    },
+                );
+            }
+        }
+    }
+    assert!(moved > 32, "{moved} epilogues ran in cuBLASLt");
 }
 
 /// Another batch size compiles and loads nothing (kernels carry no sizes), and memory taken

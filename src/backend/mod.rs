@@ -126,6 +126,10 @@ pub struct BenchFacts {
     /// Of those, the convolutions cuDNN runs (cuda backend; the others' products are GEMMs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cudnn_convolutions: Option<usize>,
+    /// Of the cuBLAS calls, the GEMMs that run their epilogue through cuBLASLt (cuda backend,
+    /// with `--lt-epilogues`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lt_epilogues: Option<usize>,
     /// GB/s of a device-to-device copy moving the same bytes, timed the same way in the same
     /// process: what `gbps` would be at copy speed (cuda backend).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -106,10 +106,15 @@ fn render(report: &BenchReport) -> String {
     {
         let _ = writeln!(
             text,
-            "on {device}: {} per run{}{}; a device copy of the same bytes: {copy:.1} GB/s",
+            "on {device}: {} per run{}{}{}; a device copy of the same bytes: {copy:.1} GB/s",
             count(launches, "device operation"),
             match facts.cudnn_convolutions {
                 Some(n) if n > 0 => format!(" ({} through cuDNN)", count(n, "convolution")),
+                _ => String::new(),
+            },
+            match facts.lt_epilogues {
+                Some(n) if n > 0 =>
+                    format!(" ({} with its epilogue in cuBLASLt)", count(n, "GEMM")),
                 _ => String::new(),
             },
             if facts.cuda_graph == Some(true) {

@@ -37,6 +37,7 @@ pub fn amp_inputs(g: &Graph, seed: u64) -> Tensors {
 }
 
 pub mod concat_graphs;
+pub mod epilogue_graphs;
 pub mod gather_graphs;
 pub mod kernel_cache;
 pub mod map_positions;

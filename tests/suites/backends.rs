@@ -45,6 +45,8 @@ mod index_maps;
 mod integers;
 #[path = "../lower.rs"]
 mod lower;
+#[path = "../lt_epilogues.rs"]
+mod lt_epilogues;
 #[path = "../model_api.rs"]
 mod model_api;
 #[path = "../numpy_interop.rs"]

@@ -45,6 +45,7 @@ pub mod conv;
 mod device;
 mod executable;
 pub mod gemm;
+pub mod lt;
 mod modules;
 pub mod pack;
 pub mod plan;

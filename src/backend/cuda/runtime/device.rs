@@ -8,6 +8,7 @@
 use super::DriverResult;
 use super::conv::Dnn;
 use super::gemm::Blas;
+use super::lt::Lt;
 use super::modules::ModuleCache;
 use super::pool::{DeviceBuffer, Pool, bucket};
 use super::probe::Libraries;
@@ -60,6 +61,7 @@ pub struct Device {
     nvrtc: NvrtcSetup,
     pool: Mutex<Pool>,
     blas: Mutex<Option<Blas>>,
+    lt: Mutex<Option<Lt>>,
     dnn: Mutex<Option<Dnn>>,
     /// The two events that order work queued on a caller's stream with the device stream
     /// ([`Device::on_caller_stream`]); the lock keeps two such runs from interleaving their
@@ -143,6 +145,7 @@ impl Device {
             nvrtc,
             pool: Mutex::new(Pool::default()),
             blas: Mutex::new(None),
+            lt: Mutex::new(None),
             dnn: Mutex::new(None),
             fences: Mutex::new(fences),
             modules: ModuleCache::default(),
@@ -254,6 +257,25 @@ impl Device {
         match blas.as_mut() {
             Some(handle) => f(handle),
             None => Err(Error::backend("cuBLAS handle missing after creation")),
+        }
+    }
+
+    /// Runs `f` with the device's cuBLASLt handle, creating it on first use. cuBLASLt ships
+    /// with cuBLAS (which loads it); this checks both are there (cudarc would panic otherwise).
+    pub(super) fn with_lt<T>(&self, f: impl FnOnce(&mut Lt) -> Result<T>) -> Result<T> {
+        let mut lt = lock(&self.lt);
+        if lt.is_none() {
+            Libraries::probe().require(true)?;
+            // SAFETY: the probe only tries to dlopen the library by cudarc's names.
+            if !unsafe { cudarc::cublaslt::sys::is_culib_present() } {
+                return Err(Error::backend("cuBLASLt (libcublasLt.so.12) was not found"));
+            }
+            self.bind()?;
+            *lt = Some(Lt::new(self)?);
+        }
+        match lt.as_mut() {
+            Some(handle) => f(handle),
+            None => Err(Error::backend("cuBLASLt handle missing after creation")),
         }
     }
 

@@ -11,7 +11,8 @@ use super::DriverResult;
 use super::conv::ConvCall;
 pub use super::device::CuStream;
 use super::device::Device;
-use super::plan::{Buf, DevicePlan, Op};
+use super::lt::{LtCall, LtPointers};
+use super::plan::{Buf, DevicePlan, Libraries, Op};
 use super::pool::DeviceBuffer;
 use crate::backend::cuda::abi;
 use crate::backend::cuda::emit::EmitOptions;
@@ -40,6 +41,10 @@ pub struct CudaOptions {
     /// Convolutions as im2col GEMMs through cuBLAS even where cuDNN is found (which runs
     /// them otherwise, see [`super::conv`]): the path of machines without cuDNN.
     pub gemm_convolutions: bool,
+    /// Products whose epilogue (bias, residual, scale, ReLU) cuBLASLt can run run it in the
+    /// GEMM ([`super::lt`]) instead of a kernel after it. Off by default until checked on a
+    /// GPU.
+    pub lt_epilogues: bool,
 }
 
 /// What building an executable cost in compilation.
@@ -88,8 +93,9 @@ pub struct CudaExecutable {
     plan: DevicePlan,
     /// Per operation of `plan.ops`: a kernel's functions (`None` for other operations).
     functions: Vec<Option<KernelFunctions>>,
-    /// Per operation of `plan.ops`: a convolution's cuDNN descriptors (`None` for others).
-    convolutions: Vec<Option<ConvCall>>,
+    /// Per operation of `plan.ops`: a convolution's cuDNN descriptors or a GEMM's cuBLASLt
+    /// ones (`None` for others).
+    prepared: Vec<Option<Prepared>>,
     /// The cuDNN workspace: the most any convolution's algorithm needs.
     workspace: Option<DeviceBuffer>,
     memory: MemoryPlan,
@@ -113,21 +119,21 @@ impl CudaExecutable {
             deterministic: options.deterministic,
         };
         let sm_count = device.info().sm_count;
-        let cudnn = !options.gemm_convolutions;
-        let mut plan = DevicePlan::new(&program, &emit_options, sm_count, cudnn)?;
-        // cuDNN is looked for (and loaded) only by a plan with convolutions, and their
-        // descriptors and algorithms are chosen now (creation allocates, which a graph capture
-        // forbids). Where cuDNN is missing, or offers no algorithm fusebox may use for one of
-        // them, every product runs as a GEMM instead.
-        let prepared = match plan.convolutions().next() {
-            Some(_) if !crate::backend::cuda::libs::cudnn_available() => None,
-            _ => prepare_convolutions(&device, &plan).ok(),
+        // cuDNN and cuBLASLt are looked for (and loaded) only by a plan that calls them, and
+        // their descriptors and algorithms are chosen now (creation allocates, which a graph
+        // capture forbids). Where one is missing, or offers no algorithm fusebox may use for
+        // one of its calls, the program is planned again without it.
+        let mut libraries = Libraries {
+            cudnn: !options.gemm_convolutions,
+            lt_epilogues: options.lt_epilogues,
         };
-        let convolutions = match prepared {
-            Some(convolutions) => convolutions,
-            None => {
-                plan = DevicePlan::new(&program, &emit_options, sm_count, false)?;
-                plan.ops.iter().map(|_| None).collect()
+        let (plan, prepared) = loop {
+            let plan = DevicePlan::new(&program, &emit_options, sm_count, libraries)?;
+            match prepare_library_calls(&device, &plan) {
+                Ok(prepared) => break (plan, prepared),
+                Err(Refused::Cudnn) if libraries.cudnn => libraries.cudnn = false,
+                Err(Refused::Lt) if libraries.lt_epilogues => libraries.lt_epilogues = false,
+                Err(_) => return Err(Error::backend("a library call planned without its library")),
             }
         };
         // Device-wide counters: another thread building at the same time shows up here too.
@@ -164,7 +170,13 @@ impl CudaExecutable {
             // Created now, not during a run: creation allocates, which a graph capture forbids.
             device.with_blas(|_| Ok(()))?;
         }
-        let workspace_bytes = convolutions.iter().flatten().map(|c| c.workspace).max();
+        let workspace_bytes = prepared
+            .iter()
+            .filter_map(|p| match p {
+                Some(Prepared::Conv(c)) => Some(c.workspace),
+                _ => None,
+            })
+            .max();
         let workspace = match workspace_bytes {
             Some(bytes) if bytes > 0 => Some(DeviceBuffer::raw(&device, bytes)?),
             _ => None,
@@ -180,7 +192,7 @@ impl CudaExecutable {
             options: options.clone(),
             plan,
             functions,
-            convolutions,
+            prepared,
             workspace,
             memory,
             slots,
@@ -279,9 +291,10 @@ impl CudaExecutable {
         let io: Vec<u64> = ins.iter().chain(outs).copied().collect();
         if self.captured.as_ref().is_none_or(|c| c.io != io) {
             self.captured = None;
-            // cuDNN may set itself up on a convolution's first call (loading its kernels),
-            // which a capture forbids: such a plan runs once plainly before its first capture.
-            if !self.warmed && self.convolutions.iter().any(Option::is_some) {
+            // cuDNN (and cuBLASLt) may set themselves up on a call's first run (loading
+            // kernels), which a capture forbids: such a plan runs once plainly before its
+            // first capture.
+            if !self.warmed && self.prepared.iter().any(Option::is_some) {
                 self.enqueue(stream, ins, outs)?;
                 self.warmed = true;
             }
@@ -382,7 +395,7 @@ impl CudaExecutable {
     fn enqueue(&self, stream: CuStream, ins: &[u64], outs: &[u64]) -> Result<()> {
         let scratch: Vec<u64> = self.scratch.iter().map(DeviceBuffer::device_ptr).collect();
         let ops = self.plan.ops.iter().zip(&self.functions);
-        for ((op, functions), convolution) in ops.zip(&self.convolutions) {
+        for ((op, functions), prepared) in ops.zip(&self.prepared) {
             match op {
                 Op::Kernel(call) => {
                     let Some(functions) = functions.as_ref().filter(|f| !f.launches.is_empty())
@@ -425,11 +438,33 @@ impl CudaExecutable {
                     }
                 }
                 Op::Gemm {
+                    epilogue: Some(epilogue),
+                    a,
+                    b,
+                    c,
+                    ..
+                } => {
+                    let Some(Prepared::Lt(call)) = prepared else {
+                        return Err(Error::backend(
+                            "an epilogue without its cuBLASLt descriptors",
+                        ));
+                    };
+                    let at = LtPointers {
+                        a: self.address(*a, ins, outs),
+                        b: self.address(*b, ins, outs),
+                        bias: epilogue.bias.map(|(buf, _)| self.address(buf, ins, outs)),
+                        residual: epilogue.residual.map(|buf| self.address(buf, ins, outs)),
+                        out: self.address(*c, ins, outs),
+                    };
+                    self.device.with_lt(|lt| lt.matmul(stream, call, at))?;
+                }
+                Op::Gemm {
                     types,
                     shape,
                     a,
                     b,
                     c,
+                    epilogue: None,
                 } => {
                     let ptrs = (
                         self.address(*a, ins, outs),
@@ -440,7 +475,7 @@ impl CudaExecutable {
                         .with_blas(|blas| blas.gemm(stream, types, shape, ptrs))?;
                 }
                 Op::Conv { x, w, y, .. } => {
-                    let Some(call) = convolution else {
+                    let Some(Prepared::Conv(call)) = prepared else {
                         return Err(Error::backend(
                             "a convolution without its cuDNN descriptors",
                         ));
@@ -472,9 +507,29 @@ impl CudaExecutable {
     }
 }
 
-/// Per operation of `plan`, a convolution's cuDNN descriptors and algorithm (`None` for
-/// other operations).
-fn prepare_convolutions(device: &Device, plan: &DevicePlan) -> Result<Vec<Option<ConvCall>>> {
+/// What a library needs prepared for one operation: a convolution's cuDNN descriptors and
+/// algorithm, or a GEMM's cuBLASLt ones.
+enum Prepared {
+    Conv(ConvCall),
+    Lt(LtCall),
+}
+
+/// The library that could not run a call of the plan.
+#[derive(Debug)]
+enum Refused {
+    Cudnn,
+    Lt,
+}
+
+/// Per operation of `plan`, what its library needs prepared (`None` for operations that call
+/// no library but cuBLAS).
+fn prepare_library_calls(
+    device: &Device,
+    plan: &DevicePlan,
+) -> std::result::Result<Vec<Option<Prepared>>, Refused> {
+    if plan.convolutions().next().is_some() && !crate::backend::cuda::libs::cudnn_available() {
+        return Err(Refused::Cudnn);
+    }
     plan.ops
         .iter()
         .map(|op| match op {
@@ -482,7 +537,17 @@ fn prepare_convolutions(device: &Device, plan: &DevicePlan) -> Result<Vec<Option
                 geometry, dtype, ..
             } => device
                 .with_dnn(|dnn| dnn.prepare(geometry, *dtype))
-                .map(Some),
+                .map(|c| Some(Prepared::Conv(c)))
+                .map_err(|_| Refused::Cudnn),
+            Op::Gemm {
+                types,
+                shape,
+                epilogue: Some(epilogue),
+                ..
+            } => device
+                .with_lt(|lt| lt.prepare(types, shape, epilogue))
+                .map(|c| Some(Prepared::Lt(c)))
+                .map_err(|_| Refused::Lt),
             _ => Ok(None),
         })
         .collect()
@@ -604,6 +669,7 @@ impl Executable for CudaExecutable {
             cuda_graph: Some(self.options.cuda_graph),
             launches: Some(self.launches_per_run()),
             cudnn_convolutions: Some(self.plan.convolutions().count()),
+            lt_epilogues: Some(self.plan.lt_epilogues()),
             copy_gbps: Some((2 * half) as f64 / (copy_ms * 1e6)),
             ..BenchFacts::default()
         })

@@ -9,6 +9,7 @@
 
 use super::conv::{self, ConvGeometry};
 use super::gemm::{self, GemmShape, GemmTypes, OperandSpec};
+use super::lt::{self, LtEpilogue};
 use super::pack;
 use crate::backend::cuda::abi::{self, LaunchPlan};
 use crate::backend::cuda::emit::{self, EmitOptions};
@@ -52,6 +53,9 @@ pub enum Op {
         a: Buf,
         b: Buf,
         c: Buf,
+        /// The product's epilogue, run by cuBLASLt on each tile ([`lt`]): `c` is then the
+        /// epilogue's output, and the product itself is never written.
+        epilogue: Option<LtEpilogue<Buf>>,
     },
     /// A convolution through cuDNN ([`conv`]): `y = conv(x, w)`, all three of `dtype` and
     /// contiguous, of the geometry's shapes.
@@ -71,6 +75,15 @@ pub enum Op {
         src: Buf,
         bytes: usize,
     },
+}
+
+/// Which libraries beside cuBLAS a plan may call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Libraries {
+    /// Products that are convolutions run through cuDNN ([`conv`]).
+    pub cudnn: bool,
+    /// Products whose epilogue cuBLASLt can run run through it ([`lt`]), in one call.
+    pub lt_epilogues: bool,
 }
 
 /// Everything about running a program on a GPU that does not need the GPU.
@@ -93,20 +106,20 @@ pub struct DevicePlan {
 }
 
 impl DevicePlan {
-    /// Plans `program` for a device with `sm_count` SMs; with `cudnn`, products that are
-    /// convolutions run through cuDNN ([`conv`]), otherwise every product runs through cuBLAS.
+    /// Plans `program` for a device with `sm_count` SMs, calling the `libraries` beside
+    /// cuBLAS that it may.
     pub fn new(
         program: &Program,
         options: &EmitOptions,
         sm_count: u32,
-        cudnn: bool,
+        libraries: Libraries,
     ) -> Result<DevicePlan> {
         program.check_bounds()?;
         let mut builder = Builder {
             kernels: program.kernels.clone(),
             ops: Vec::new(),
             temp_bytes: vec![0; 6],
-            cudnn,
+            libraries,
         };
         for step in &program.steps {
             match step {
@@ -117,9 +130,11 @@ impl DevicePlan {
                 ),
                 Step::MatMul(m) => {
                     builder.matmul(program, m)?;
-                    // The epilogue runs after the GEMM, over the product's whole shape
-                    // (cuBLASLt's fused epilogues are not used yet).
-                    if let Some(e) = &m.epilogue {
+                    // The epilogue runs in the GEMM where cuBLASLt can run it, otherwise
+                    // after the GEMM, over the product's whole shape.
+                    if let Some(e) = &m.epilogue
+                        && !builder.epilogue_in_gemm(m, e)
+                    {
                         let args = e.step.args.iter().map(|&v| Buf::Value(v)).collect();
                         builder.kernel(e.step.kernel, e.step.launch.clone(), args);
                     }
@@ -132,7 +147,7 @@ impl DevicePlan {
             kernels,
             mut ops,
             temp_bytes,
-            cudnn: _,
+            libraries: _,
         } = builder;
         let (source, names) = emit::emit_program(&kernels, options);
         let mut scratch_bytes: Vec<usize> = Vec::new();
@@ -198,6 +213,22 @@ impl DevicePlan {
         self.ops.iter().any(|op| matches!(op, Op::Gemm { .. }))
     }
 
+    /// The GEMMs that run their epilogue through cuBLASLt.
+    pub fn lt_epilogues(&self) -> usize {
+        self.ops
+            .iter()
+            .filter(|op| {
+                matches!(
+                    op,
+                    Op::Gemm {
+                        epilogue: Some(_),
+                        ..
+                    }
+                )
+            })
+            .count()
+    }
+
     /// The convolutions a run passes to cuDNN.
     pub fn convolutions(&self) -> impl Iterator<Item = (&ConvGeometry, DType)> {
         self.ops.iter().filter_map(|op| match op {
@@ -216,8 +247,7 @@ struct Builder {
     /// Bytes of each matmul temporary: the largest any product needs (they run one after
     /// another on one stream, so every product can use the same three).
     temp_bytes: Vec<usize>,
-    /// Whether convolutions go to cuDNN.
-    cudnn: bool,
+    libraries: Libraries,
 }
 
 impl Builder {
@@ -281,6 +311,50 @@ impl Builder {
         Ok(())
     }
 
+    /// Moves epilogue `e` of product `m` into the GEMM just planned for it, when cuBLASLt may
+    /// run it ([`lt::recognize`]): the GEMM then writes the epilogue's output and no kernel
+    /// runs. Only for a product nothing else reads, written by one call straight into its
+    /// own buffer.
+    fn epilogue_in_gemm(&mut self, m: &MatMulStep, e: &crate::lower::Epilogue) -> bool {
+        if !self.libraries.lt_epilogues || e.store_product || m.result.is_some() {
+            return false;
+        }
+        let Some(Op::Gemm {
+            types,
+            shape,
+            c,
+            epilogue,
+            ..
+        }) = self.ops.last_mut()
+        else {
+            return false;
+        };
+        if *c != Buf::Value(m.out) || epilogue.is_some() || !lt::fits(types, shape) {
+            return false;
+        }
+        let ir = &self.kernels[e.step.kernel];
+        let sizes = &e.step.launch.sizes;
+        let elements = sizes
+            .iter()
+            .try_fold(1usize, |n, &s| n.checked_mul(usize::try_from(s).ok()?));
+        if elements != Some(shape.batches * shape.n * shape.m) {
+            return false;
+        }
+        let Some(r) = lt::recognize(ir, &e.step.launch, e.product, shape.m) else {
+            return false;
+        };
+        let arg = |i: usize| Buf::Value(e.step.args[i]);
+        *epilogue = Some(LtEpilogue {
+            alpha: r.alpha,
+            bias: r.bias.map(|i| (arg(i), ir.loads[i].dtype)),
+            residual: r.residual.map(arg),
+            relu: r.relu,
+            out_dtype: r.out_dtype,
+        });
+        *c = arg(r.out);
+        true
+    }
+
     /// The operations of one matrix product into `dest`: operand conversions, the GEMM (or a
     /// zero fill when the inner dimension is empty), and the final rounding for integer
     /// products.
@@ -339,7 +413,11 @@ impl Builder {
             cast: op.cast,
         };
         let types = gemm::choose_types(spec(&m.a, ta.dtype), spec(&m.b, tb.dtype), tc.dtype);
-        if self.cudnn && len > 0 && shape.k > 0 && self.convolution(program, m, &types, dest) {
+        if self.libraries.cudnn
+            && len > 0
+            && shape.k > 0
+            && self.convolution(program, m, &types, dest)
+        {
             return Ok(());
         }
         // cuBLAS reads an operand it needs no conversion of as it lies, through its view,
@@ -409,6 +487,7 @@ impl Builder {
                     a,
                     b,
                     c,
+                    epilogue: None,
                 });
             }
         }
@@ -597,7 +676,7 @@ mod tests {
     }
 
     fn plan(text: &str) -> DevicePlan {
-        DevicePlan::new(&program(text), &EmitOptions::default(), 132, true).unwrap()
+        DevicePlan::new(&program(text), &EmitOptions::default(), 132, CUDNN).unwrap()
     }
 
     /// An integer product is one wrapping reduction kernel reading the operands where they
@@ -657,14 +736,24 @@ mod tests {
     }
 
     /// The fused program of a graph file's text, under the h200 profile.
+    /// cuDNN for convolutions, cuBLASLt's epilogues off: the default options.
+    const CUDNN: Libraries = Libraries {
+        cudnn: true,
+        lt_epilogues: false,
+    };
+
     fn fused_plan(text: &str) -> DevicePlan {
+        fused_plan_with(text, CUDNN)
+    }
+
+    fn fused_plan_with(text: &str, libraries: Libraries) -> DevicePlan {
         let rules = RuleSet::defaults();
         let (graph, _) = crate::graph::file::parse(text, "t.ron", &rules.ops).unwrap();
         let dag = crate::dag::Dag::from_graph(&graph, &rules.ops).unwrap();
         let profile = rules.cost.profile("h200").unwrap();
         let partition = crate::partition::partition(&dag, &rules.fusion, profile);
         let program = crate::lower::lower(&dag, &partition).unwrap();
-        DevicePlan::new(&program, &EmitOptions::default(), 132, true).unwrap()
+        DevicePlan::new(&program, &EmitOptions::default(), 132, libraries).unwrap()
     }
 
     /// A product by a zero padding of a value (the concat of it between zero slabs that a
@@ -758,9 +847,9 @@ mod tests {
         }
     }
 
-    /// A `Linear` with its bias and ReLU: the GEMM writes the product and the epilogue runs
-    /// after it as one kernel over the product's shape, reading it (cuBLASLt's fused
-    /// epilogues are not used yet); the kernel is the program's epilogue kernel.
+    /// A `Linear` with its bias and ReLU: without cuBLASLt's epilogues (the default), the
+    /// GEMM writes the product and the epilogue runs after it as one kernel over the
+    /// product's shape, reading it; the kernel is the program's epilogue kernel.
     #[test]
     fn an_epilogue_runs_after_its_gemm() {
         let p = fused_plan(
@@ -780,6 +869,90 @@ mod tests {
                 assert_eq!(call.launch.sizes, [8, 32]);
             }
             other => panic!("{other:#?}"),
+        }
+    }
+
+    /// The same `Linear` with cuBLASLt's epilogues: one GEMM that adds the bias, applies the
+    /// ReLU and writes the ReLU's value; no kernel runs and the product is never written.
+    /// A residual added after the ReLU is not cuBLASLt's form: the kernel stays.
+    #[test]
+    fn an_epilogue_runs_in_the_gemm_through_cublaslt() {
+        let linear = |tail: &str, extra: &str| {
+            format!(
+                r#"Graph(name: "t", inputs: [Input(name: "x", dtype: "f32", shape: [8, 16]),
+                   Input(name: "w", dtype: "f32", shape: [32, 16]),
+                   Input(name: "b", dtype: "f32", shape: [32]),
+                   Input(name: "r", dtype: "f32", shape: [8, 32])],
+                 nodes: [Node(name: "wt", op: "transpose", args: ["w"], attrs: {{"perm": [1, 0]}}),
+                         Node(name: "y", op: "matmul", args: ["x", "wt"]),
+                         Node(name: "yb", op: "add", args: ["y", "b"]),
+                         {tail}], outputs: ["out"{extra}])"#
+            )
+        };
+        let lt = Libraries {
+            cudnn: true,
+            lt_epilogues: true,
+        };
+        let p = fused_plan_with(
+            &linear(r#"Node(name: "out", op: "relu", args: ["yb"])"#, ""),
+            lt,
+        );
+        match &p.ops[..] {
+            [Op::Gemm { c, epilogue, .. }] => {
+                assert_eq!(*c, Buf::Value(Value::Node(3)));
+                assert_eq!(
+                    *epilogue,
+                    Some(LtEpilogue {
+                        alpha: 1.0,
+                        bias: Some((Buf::Value(Value::Input(2)), DType::F32)),
+                        residual: None,
+                        relu: true,
+                        out_dtype: DType::F32,
+                    })
+                );
+            }
+            other => panic!("{other:#?}"),
+        }
+        assert_eq!(p.lt_epilogues(), 1);
+        // The residual inside the ReLU is cuBLASLt's `C`.
+        let p = fused_plan_with(
+            &linear(
+                r#"Node(name: "s", op: "add", args: ["r", "yb"]),
+                   Node(name: "out", op: "relu", args: ["s"])"#,
+                "",
+            ),
+            lt,
+        );
+        match &p.ops[..] {
+            [
+                Op::Gemm {
+                    epilogue: Some(e), ..
+                },
+            ] => {
+                assert_eq!(e.residual, Some(Buf::Value(Value::Input(3))));
+                assert!(e.relu);
+            }
+            other => panic!("{other:#?}"),
+        }
+        // After the ReLU, or with the pre-activation kept: a kernel after the GEMM.
+        for graph in [
+            linear(
+                r#"Node(name: "a", op: "relu", args: ["yb"]),
+                   Node(name: "out", op: "add", args: ["a", "r"])"#,
+                "",
+            ),
+            linear(
+                r#"Node(name: "out", op: "relu", args: ["yb"])"#,
+                r#", "yb""#,
+            ),
+        ] {
+            let p = fused_plan_with(&graph, lt);
+            assert_eq!(p.lt_epilogues(), 0);
+            assert!(
+                matches!(&p.ops[..], [Op::Gemm { epilogue: None, .. }, Op::Kernel(_)]),
+                "{:#?}",
+                p.ops
+            );
         }
     }
 
@@ -816,7 +989,7 @@ mod tests {
         let mut again = program.dag.outputs[0].clone();
         again.name = "y_again".into();
         program.dag.outputs.push(again);
-        let p = DevicePlan::new(&program, &EmitOptions::default(), 132, true).unwrap();
+        let p = DevicePlan::new(&program, &EmitOptions::default(), 132, CUDNN).unwrap();
         let copies: Vec<(Buf, Buf, usize)> = p
             .ops
             .iter()

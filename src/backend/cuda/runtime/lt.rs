@@ -1,0 +1,623 @@
+//! Epilogues in the GEMM through cuBLASLt: a product whose epilogue kernel (fusion.ron's
+//! `library_epilogues`) is a bias, a residual, a scale and a ReLU runs as one
+//! `cublasLtMatmul` that applies them to each finished tile, instead of a GEMM that writes the
+//! product and a kernel that reads it back.
+//!
+//! # Recognition
+//!
+//! The program has no "linear" or "relu" op: the epilogue is an ordinary pointwise kernel over
+//! the product's shape. [`recognize`] reads its instructions and accepts exactly the forms
+//! cuBLASLt computes, `D = relu?(alpha·P + C + bias)`:
+//!
+//! - the product `P` loaded once, where the GEMM writes it (contiguous rows);
+//! - optionally multiplied once by a constant (`alpha`), before anything is added to it;
+//! - a sum, in any order, of the product with at most one *bias* (a vector along the product's
+//!   columns, the same for every row: a `Linear`'s bias) and at most one *residual* (a matrix
+//!   of the product's shape, contiguous, in the output's dtype: cuBLASLt's `C` with `beta = 1`);
+//! - optionally a ReLU (`max(sum, 0)`) of the whole sum, then the one store, in the output's
+//!   dtype (rounded once, to nearest even, as the kernel's `Round` does). Roundings to f16 or
+//!   bf16 between these steps (a 16-bit graph rounds after each op) are skipped.
+//!
+//! A residual added after the ReLU, a second store (the pre-activation kept for a backward
+//! pass), a subtraction, f64 arithmetic, a reduction, an index map or a gather: the epilogue
+//! stays a kernel.
+//!
+//! # Arithmetic
+//!
+//! cuBLASLt applies the epilogue to the f32 accumulator. The epilogue kernel instead reads the
+//! product as stored, so where the product is f16 or bf16 (AMP), the fused form skips one
+//! rounding of `P` to that dtype before the bias is added: its result is the unfused one's or
+//! closer to the exact one: each skipped rounding moves it by at most half a unit in the last
+//! place of that dtype (what PyTorch's `addmm` with cuBLASLt's bias epilogue computes for a
+//! bf16 `Linear`). The additions run in
+//! f32 in an order cuBLASLt chooses, as the GEMM's own sums do.
+//!
+//! cuBLASLt's epilogues are used only when [`CudaOptions::lt_epilogues`] asks for them
+//! (`--lt-epilogues`): they have not been run on a GPU yet (`tests/cuda_gpu.rs`'s
+//! `lt_epilogues_match_the_reference` is the check to run first).
+//!
+//! [`CudaOptions::lt_epilogues`]: super::CudaOptions::lt_epilogues
+
+use super::device::{CuStream, Device};
+use super::gemm::{GemmShape, GemmTypes};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::formula::{BinOp, Func};
+use crate::lower::ir::{Instr, KernelIr, Launch, Prec, ValueId};
+use cudarc::cublaslt::result as lt;
+use cudarc::cublaslt::sys;
+use std::ffi::c_void;
+
+/// What one recognized epilogue computes, by argument index of its kernel step:
+/// `out = relu?(alpha·product + residual + bias)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Recognized {
+    pub alpha: f32,
+    /// The argument holding the bias vector (one value per column of the product).
+    pub bias: Option<usize>,
+    /// The argument holding the residual (a matrix like the product, in the output's dtype).
+    pub residual: Option<usize>,
+    pub relu: bool,
+    /// The argument the epilogue stores into, and its dtype.
+    pub out: usize,
+    pub out_dtype: DType,
+}
+
+/// One term of the epilogue's sum.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Term {
+    Product { alpha: f32 },
+    Bias(usize),
+    Residual(usize),
+}
+
+/// How an argument of the epilogue step is read: the product, a bias vector or a matrix
+/// laid out like the product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Operand {
+    Product,
+    Bias,
+    Matrix,
+}
+
+/// The epilogue of a product of `rows × cols` elements (its matrices one after another),
+/// if cuBLASLt can run it; `ir` and `launch` are the epilogue's kernel and launch, and
+/// `product` the argument through which it reads the product.
+pub fn recognize(
+    ir: &KernelIr,
+    launch: &Launch,
+    product: usize,
+    cols: usize,
+) -> Option<Recognized> {
+    let plain = ir.reductions.is_empty()
+        && launch.ranges.is_empty()
+        && launch.gathers.is_empty()
+        && launch.maps.iter().all(Vec::is_empty)
+        && ir.loads.iter().all(|v| v.stages.is_empty());
+    let [store] = &ir.stores[..] else {
+        return None;
+    };
+    if !plain || store.scatter.is_some() || !store.view.stages.is_empty() {
+        return None;
+    }
+    let sizes: Vec<usize> = launch
+        .sizes
+        .iter()
+        .map(|&s| usize::try_from(s).ok())
+        .collect::<Option<_>>()?;
+    if sizes.last().copied().unwrap_or(1) != cols {
+        return None;
+    }
+    let contiguous = crate::shape::Strided::contiguous(&sizes).strides;
+    let arg_reads = |arg: usize| -> Option<Operand> {
+        let strides = launch.strides.get(arg)?;
+        if launch.offsets.get(arg).copied() != Some(0) {
+            return None;
+        }
+        // A stride along an axis of size 1 never moves.
+        let same = |expected: &dyn Fn(usize) -> i64| {
+            strides.len() == sizes.len()
+                && (0..sizes.len()).all(|d| sizes[d] == 1 || strides[d] == expected(d))
+        };
+        let last = sizes.len().checked_sub(1)?;
+        if same(&|d| contiguous[d]) {
+            Some(if arg == product {
+                Operand::Product
+            } else {
+                Operand::Matrix
+            })
+        } else if arg != product && same(&|d| i64::from(d == last)) {
+            Some(Operand::Bias)
+        } else {
+            None
+        }
+    };
+    let out = ir.loads.len();
+    if arg_reads(out)? != Operand::Matrix || arg_reads(product)? != Operand::Product {
+        return None;
+    }
+    let out_dtype = store.view.dtype;
+    let loads = |view: usize| -> Option<Term> {
+        match arg_reads(view)? {
+            Operand::Product => Some(Term::Product { alpha: 1.0 }),
+            Operand::Bias => matches!(ir.loads[view].dtype, DType::F32 | DType::F16 | DType::BF16)
+                .then_some(Term::Bias(view)),
+            Operand::Matrix => (ir.loads[view].dtype == out_dtype).then_some(Term::Residual(view)),
+        }
+    };
+    let body = &ir.body;
+    let mut top = store.value;
+    if let Some(Instr::Round { x, dtype }) = body.get(top)
+        && *dtype == out_dtype
+    {
+        top = *x;
+    }
+    let (relu, sum) = match body.get(top)? {
+        Instr::Call {
+            func: Func::Max,
+            args,
+            prec: Prec::F32,
+        } => match args[..] {
+            [x, zero] | [zero, x] if is_positive_zero(body, zero) => (true, x),
+            _ => return None,
+        },
+        _ => (false, top),
+    };
+    let mut terms = Vec::new();
+    sum_terms(body, sum, &loads, &mut terms)?;
+    let mut recognized = Recognized {
+        alpha: 1.0,
+        bias: None,
+        residual: None,
+        relu,
+        out,
+        out_dtype,
+    };
+    let single_row = sizes.iter().rev().skip(1).all(|&s| s == 1);
+    let mut products = 0;
+    for term in terms {
+        match term {
+            Term::Product { alpha } => {
+                products += 1;
+                recognized.alpha = alpha;
+            }
+            Term::Bias(arg) if recognized.bias.is_none() => recognized.bias = Some(arg),
+            Term::Residual(arg) if recognized.residual.is_none() => recognized.residual = Some(arg),
+            // One row: a bias and a matrix read alike, so either may be either.
+            Term::Residual(arg) if single_row && recognized.bias.is_none() => {
+                recognized.bias = Some(arg)
+            }
+            Term::Bias(arg)
+                if single_row
+                    && recognized.residual.is_none()
+                    && ir.loads[arg].dtype == out_dtype =>
+            {
+                recognized.residual = Some(arg)
+            }
+            _ => return None,
+        }
+    }
+    (products == 1).then_some(recognized)
+}
+
+fn is_positive_zero(body: &[Instr], id: ValueId) -> bool {
+    constant(body, id).is_some_and(|v| v == 0.0 && v.is_sign_positive())
+}
+
+/// The value of `id` when it is a constant (a literal, or a literal rounded to a dtype).
+fn constant(body: &[Instr], id: ValueId) -> Option<f64> {
+    match body.get(id)? {
+        Instr::Const { value, .. } => Some(*value),
+        Instr::Round { x, dtype } => Some(dtype.round(constant(body, *x)?)),
+        _ => None,
+    }
+}
+
+/// Appends the terms whose f32 sum `id` is; `None` when it is anything else.
+fn sum_terms(
+    body: &[Instr],
+    id: ValueId,
+    loads: &dyn Fn(usize) -> Option<Term>,
+    terms: &mut Vec<Term>,
+) -> Option<()> {
+    match body.get(id)? {
+        Instr::Load { view } => terms.push(loads(*view)?),
+        // A rounding to a 16-bit float between the steps: skipped, as cuBLASLt keeps f32.
+        Instr::Round {
+            x,
+            dtype: DType::F16 | DType::BF16,
+        } => sum_terms(body, *x, loads, terms)?,
+        Instr::Binary {
+            op: BinOp::Add,
+            a,
+            b,
+            prec: Prec::F32,
+        } => {
+            sum_terms(body, *a, loads, terms)?;
+            sum_terms(body, *b, loads, terms)?;
+        }
+        // The product scaled by a constant, once: `alpha·P`.
+        Instr::Binary {
+            op: BinOp::Mul,
+            a,
+            b,
+            prec: Prec::F32,
+        } => {
+            let (scale, product) = match (body.get(*a)?, body.get(*b)?) {
+                (_, Instr::Load { view }) => (constant(body, *a)?, *view),
+                (Instr::Load { view }, _) => (constant(body, *b)?, *view),
+                _ => return None,
+            };
+            // The scale as cuBLASLt's f32 alpha, exactly.
+            if f64::from(scale as f32) != scale {
+                return None;
+            }
+            match loads(product)? {
+                Term::Product { .. } => terms.push(Term::Product {
+                    alpha: scale as f32,
+                }),
+                _ => return None,
+            }
+        }
+        _ => return None,
+    }
+    Some(())
+}
+
+/// An epilogue as the GEMM operation runs it: the buffers of [`Recognized`]'s arguments.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LtEpilogue<B> {
+    pub alpha: f32,
+    pub bias: Option<(B, DType)>,
+    pub residual: Option<B>,
+    pub relu: bool,
+    /// D's dtype (the GEMM's output buffer is the operation's `c`).
+    pub out_dtype: DType,
+}
+
+/// Whether cuBLASLt runs a GEMM of these types and shape with an epilogue: f16, bf16 or f32
+/// operands, one call (a strided batch of equal matrices, or one matrix), and a product that
+/// is not rounded again afterwards.
+pub fn fits(types: &GemmTypes, shape: &GemmShape) -> bool {
+    let float = |t: DType| matches!(t, DType::F16 | DType::BF16 | DType::F32);
+    float(types.input)
+        && float(types.output)
+        && types.out_chain.is_none()
+        && shape.calls.len() == 1
+        && shape.k > 0
+        && shape.n > 0
+        && shape.m > 0
+}
+
+fn data_type(dtype: DType) -> Result<sys::cudaDataType> {
+    Ok(match dtype {
+        DType::F16 => sys::cudaDataType::CUDA_R_16F,
+        DType::BF16 => sys::cudaDataType::CUDA_R_16BF,
+        DType::F32 => sys::cudaDataType::CUDA_R_32F,
+        other => return Err(Error::backend(format!("cuBLASLt reads no {other}"))),
+    })
+}
+
+/// The workspace one call may use (as for cuBLAS).
+const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// A cuBLASLt handle of one device, with its workspace.
+pub struct Lt {
+    handle: sys::cublasLtHandle_t,
+    workspace: u64,
+}
+
+// SAFETY: a cuBLASLt handle may be used from any thread as long as calls on it are
+// serialized; the device keeps its `Lt` behind a mutex.
+unsafe impl Send for Lt {}
+
+/// One GEMM with its epilogue, described to cuBLASLt once (at executable build: creating
+/// descriptors and choosing the algorithm allocate, which a graph capture forbids).
+pub struct LtCall {
+    desc: sys::cublasLtMatmulDesc_t,
+    /// cuBLASLt's A (fusebox's B), B (fusebox's A), C and D.
+    layouts: [sys::cublasLtMatrixLayout_t; 4],
+    algo: sys::cublasLtMatmulAlgo_t,
+    workspace: usize,
+    alpha: f32,
+    beta: f32,
+    /// Byte offsets of fusebox's A and B matrices in their buffers.
+    a_offset: u64,
+    b_offset: u64,
+}
+
+// SAFETY: descriptors are plain host objects, used only through `&mut CudaExecutable`.
+unsafe impl Send for LtCall {}
+
+impl Drop for LtCall {
+    fn drop(&mut self) {
+        // SAFETY: each descriptor was created once by `Lt::prepare` and is destroyed once.
+        // Failures here cannot be reported.
+        unsafe {
+            let _ = lt::destroy_matmul_desc(self.desc);
+            for layout in self.layouts {
+                let _ = lt::destroy_matrix_layout(layout);
+            }
+        }
+    }
+}
+
+/// The device addresses of one call: fusebox's A and B, the bias and residual (when the
+/// epilogue has them) and the output.
+#[derive(Debug, Clone, Copy)]
+pub struct LtPointers {
+    pub a: u64,
+    pub b: u64,
+    pub bias: Option<u64>,
+    pub residual: Option<u64>,
+    pub out: u64,
+}
+
+fn lt_error(what: &str, error: lt::CublasError) -> Error {
+    Error::backend(format!("cuBLASLt: {what}: {error:?}"))
+}
+
+/// Sets attribute `attr` of `desc` to `value`.
+///
+/// # Safety
+/// `desc` is live and `T` is the attribute's type.
+unsafe fn set_desc<T>(
+    desc: sys::cublasLtMatmulDesc_t,
+    attr: sys::cublasLtMatmulDescAttributes_t,
+    value: &T,
+) -> Result<()> {
+    // SAFETY: per the caller; `value` is read before the call returns.
+    unsafe {
+        lt::set_matmul_desc_attribute(
+            desc,
+            attr,
+            value as *const T as *const c_void,
+            std::mem::size_of::<T>(),
+        )
+    }
+    .map_err(|e| lt_error(&format!("setting {attr:?}"), e))
+}
+
+/// A column-major layout of `rows × cols` with leading dimension `ld`, in a batch of `count`
+/// matrices `stride` elements apart.
+fn layout(
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    ld: usize,
+    count: usize,
+    stride: usize,
+) -> Result<sys::cublasLtMatrixLayout_t> {
+    let layout = lt::create_matrix_layout(data_type(dtype)?, rows as u64, cols as u64, ld as i64)
+        .map_err(|e| lt_error("creating a matrix layout", e))?;
+    if count > 1 {
+        let set = |attr, value: i64| {
+            let count32 = value as i32;
+            // SAFETY: a live layout; BATCH_COUNT is an int32, the batch offset an int64.
+            unsafe {
+                match attr {
+                    sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT => {
+                        lt::set_matrix_layout_attribute(
+                            layout,
+                            attr,
+                            &count32 as *const i32 as *const c_void,
+                            4,
+                        )
+                    }
+                    _ => lt::set_matrix_layout_attribute(
+                        layout,
+                        attr,
+                        &value as *const i64 as *const c_void,
+                        8,
+                    ),
+                }
+            }
+        };
+        let count = i32::try_from(count)
+            .map_err(|_| Error::backend(format!("{count} matrices exceed cuBLASLt's batch")))?;
+        set(
+            sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+            count as i64,
+        )
+        .and_then(|()| {
+            set(
+                sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                stride as i64,
+            )
+        })
+        .map_err(|e| {
+            // SAFETY: created above, not yet returned.
+            let _ = unsafe { lt::destroy_matrix_layout(layout) };
+            lt_error("setting a batch", e)
+        })?;
+    }
+    Ok(layout)
+}
+
+impl Lt {
+    /// Creates the handle (the context must be current) and its workspace.
+    pub(super) fn new(device: &Device) -> Result<Lt> {
+        let (workspace, bucket) = device.alloc(WORKSPACE_BYTES)?;
+        let handle = lt::create_handle().map_err(|e| {
+            device.release(workspace, bucket);
+            lt_error("creating a handle", e)
+        })?;
+        Ok(Lt { handle, workspace })
+    }
+
+    /// Describes the GEMM of `types` and `shape` (one call, [`fits`]) with `epilogue`, and
+    /// picks cuBLASLt's heuristic algorithm for it; an error when cuBLASLt has none.
+    pub(super) fn prepare<B>(
+        &mut self,
+        types: &GemmTypes,
+        shape: &GemmShape,
+        epilogue: &LtEpilogue<B>,
+    ) -> Result<LtCall> {
+        if !fits(types, shape) {
+            return Err(Error::backend("cuBLASLt cannot run this GEMM's epilogue"));
+        }
+        let call = &shape.calls[0];
+        let desc = lt::create_matmul_desc(
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            sys::cudaDataType::CUDA_R_32F,
+        )
+        .map_err(|e| lt_error("creating a matmul descriptor", e))?;
+        // From here on, `prepared` owns the descriptors (dropped on an error).
+        let mut prepared = LtCall {
+            desc,
+            layouts: [std::ptr::null_mut(); 4],
+            // SAFETY: a plain C struct of integers, all-zero until the heuristic fills it.
+            algo: unsafe { std::mem::zeroed() },
+            workspace: 0,
+            alpha: epilogue.alpha,
+            beta: if epilogue.residual.is_some() {
+                1.0
+            } else {
+                0.0
+            },
+            a_offset: (call.a_offset * types.input.size_bytes()) as u64,
+            b_offset: (call.b_offset * types.input.size_bytes()) as u64,
+        };
+        let op = |transposed: bool| match transposed {
+            true => cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T,
+            false => cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N,
+        };
+        use sys::cublasLtMatmulDescAttributes_t as Attr;
+        let kind = match (epilogue.bias.is_some(), epilogue.relu) {
+            (false, false) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
+            (false, true) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU,
+            (true, false) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
+            (true, true) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
+        };
+        // SAFETY: a live descriptor; each value has its attribute's type.
+        unsafe {
+            set_desc(
+                desc,
+                Attr::CUBLASLT_MATMUL_DESC_TRANSA,
+                &op(shape.b.transposed),
+            )?;
+            set_desc(
+                desc,
+                Attr::CUBLASLT_MATMUL_DESC_TRANSB,
+                &op(shape.a.transposed),
+            )?;
+            set_desc(desc, Attr::CUBLASLT_MATMUL_DESC_EPILOGUE, &kind)?;
+            if let Some((_, dtype)) = epilogue.bias {
+                set_desc(
+                    desc,
+                    Attr::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                    &data_type(dtype)?,
+                )?;
+            }
+        }
+        // Column-major, as for cuBLAS: fusebox's row-major `C[rows×m] = A·B` is cuBLASLt's
+        // `Dᵀ[m×rows] = Bᵀ·Aᵀ`, so cuBLASLt's A is fusebox's B (stored `m×k`, or `k×m` read
+        // transposed) and its B is fusebox's A.
+        let (m, k, rows) = (shape.m, shape.k, call.rows);
+        let stored = |transposed: bool, r: usize, c: usize| match transposed {
+            false => (r, c),
+            true => (c, r),
+        };
+        let (ar, ac) = stored(shape.b.transposed, m, k);
+        let (br, bc) = stored(shape.a.transposed, k, rows);
+        prepared.layouts[0] = layout(types.input, ar, ac, shape.b.ld, call.count, call.b_stride)?;
+        prepared.layouts[1] = layout(types.input, br, bc, shape.a.ld, call.count, call.a_stride)?;
+        for i in 2..4 {
+            prepared.layouts[i] = layout(epilogue.out_dtype, m, rows, m, call.count, rows * m)?;
+        }
+        let pref = lt::create_matmul_pref().map_err(|e| lt_error("creating a preference", e))?;
+        let workspace = WORKSPACE_BYTES as u64;
+        // No split-K reduction in the output's dtype: a long f16 sum is never rounded to f16
+        // halfway (cuBLAS's `DISALLOW_REDUCED_PRECISION_REDUCTION`).
+        let schemes = sys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_INPLACE as u32
+            | sys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE as u32;
+        use sys::cublasLtMatmulPreferenceAttributes_t as Pref;
+        // SAFETY: a live preference; each value has its attribute's type (uint64, uint32).
+        let heuristic = unsafe {
+            lt::set_matmul_pref_attribute(
+                pref,
+                Pref::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &workspace as *const u64 as *const c_void,
+                8,
+            )
+            .and_then(|()| {
+                lt::set_matmul_pref_attribute(
+                    pref,
+                    Pref::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                    &schemes as *const u32 as *const c_void,
+                    4,
+                )
+            })
+            .and_then(|()| {
+                lt::get_matmul_algo_heuristic(
+                    self.handle,
+                    desc,
+                    prepared.layouts[0],
+                    prepared.layouts[1],
+                    prepared.layouts[2],
+                    prepared.layouts[3],
+                    pref,
+                )
+            })
+        };
+        // SAFETY: created above, destroyed once.
+        let _ = unsafe { lt::destroy_matmul_pref(pref) };
+        let heuristic = heuristic.map_err(|e| {
+            lt_error(
+                &format!(
+                    "no algorithm for a {} GEMM {rows}x{k} by {k}x{m} with epilogue {kind:?} into {}",
+                    types.input, epilogue.out_dtype
+                ),
+                e,
+            )
+        })?;
+        prepared.algo = heuristic.algo;
+        prepared.workspace = heuristic.workspaceSize;
+        Ok(prepared)
+    }
+
+    /// Queues the call on `stream`.
+    pub(super) fn matmul(&mut self, stream: CuStream, call: &LtCall, at: LtPointers) -> Result<()> {
+        if let Some(bias) = at.bias {
+            // SAFETY: a live descriptor; the bias pointer is a device address (a `void*`).
+            unsafe {
+                set_desc(
+                    call.desc,
+                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                    &(bias as *const c_void),
+                )?
+            };
+        }
+        let c = at.residual.unwrap_or(at.out);
+        // SAFETY: the plan keeps every matrix inside its buffer; alpha and beta are host f32s
+        // (the scale type) read before the call returns; the workspace is the handle's.
+        unsafe {
+            lt::matmul(
+                self.handle,
+                call.desc,
+                &call.alpha as *const f32 as *const c_void,
+                &call.beta as *const f32 as *const c_void,
+                (at.b + call.b_offset) as *const c_void,
+                call.layouts[0],
+                (at.a + call.a_offset) as *const c_void,
+                call.layouts[1],
+                c as *const c_void,
+                call.layouts[2],
+                at.out as *mut c_void,
+                call.layouts[3],
+                &call.algo,
+                self.workspace as *mut c_void,
+                call.workspace,
+                stream as sys::cudaStream_t,
+            )
+        }
+        .map_err(|e| lt_error("matmul", e))
+    }
+}
+
+impl Drop for Lt {
+    fn drop(&mut self) {
+        // SAFETY: the handle is live and dropped once. A failure here cannot be reported.
+        let _ = unsafe { lt::destroy_handle(self.handle) };
+    }
+}
