@@ -120,6 +120,9 @@ fn alternate_runs_each_variant_in_every_round() {
             &format!("plain={}", fusebox()),
             "--variant",
             &format!("broken={}@{}", fusebox(), rules.display()),
+            // `+FLAG` reaches that variant's `bench` only: unfused, it runs more kernels.
+            "--variant",
+            &format!("unfused={}+--no-fusion", fusebox()),
             "--graphs",
             graph.to_str().unwrap(),
             "--rounds",
@@ -139,13 +142,19 @@ fn alternate_runs_each_variant_in_every_round() {
     let fields: Vec<&str> = plain.split_whitespace().collect();
     assert_eq!(fields[2], "1", "{plain}");
     assert_eq!(fields[5..].len(), 2, "{plain}");
+    let unfused = text
+        .lines()
+        .find(|l| l.starts_with("capped") && l.contains(" unfused "))
+        .unwrap_or_else(|| panic!("no row for the unfused variant:\n{text}"));
+    let kernels: usize = unfused.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(kernels > 1, "{unfused}");
     assert!(
         text.lines()
             .any(|l| l.contains(" broken ") && l.contains("failed")),
         "{text}"
     );
     let saved = std::fs::read_to_string(&json).unwrap();
-    assert_eq!(saved.matches("\"median_ms\"").count(), 2, "{saved}");
+    assert_eq!(saved.matches("\"median_ms\"").count(), 4, "{saved}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -4,7 +4,8 @@ sitting on one GPU: the side-by-side comparison a change to the CUDA kernels or 
 model needs, since a GPU's clocks and neighbours move between sittings.
 
 Each variant is `LABEL=BINARY` or `LABEL=BINARY@RULES_DIR` (the rule directory is laid over
-the embedded rules, as `--rules` does). For every round, every graph and every variant in turn
+the embedded rules, as `--rules` does), optionally followed by `+FLAG`s that only this variant
+passes to `bench` (`lt=./fusebox+--lt-epilogues` beside `plain=./fusebox`). For every round, every graph and every variant in turn
 it runs `fusebox bench G --backend cuda --json --iters N` and records the CUDA-event median,
 the kernels, launches and bytes at kernel boundaries, and the device-to-device copy of those
 bytes that the same call measured. The table gives each variant's medians per round and the
@@ -27,15 +28,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def parse_variant(text):
     label, sep, rest = text.partition("=")
     if not sep or not label or not rest:
-        raise argparse.ArgumentTypeError(f"variant `{text}`: expected LABEL=BINARY[@RULES_DIR]")
-    binary, _, rules = rest.partition("@")
-    return {"label": label, "binary": binary, "rules": rules or None}
+        raise argparse.ArgumentTypeError(f"variant `{text}`: expected LABEL=BINARY[@RULES_DIR][+FLAG...]")
+    head, *flags = rest.split("+")
+    binary, _, rules = head.partition("@")
+    return {"label": label, "binary": binary, "rules": rules or None, "flags": flags}
 
 
 def bench(variant, graph, iters, extra, backend):
     command = [variant["binary"], "bench", graph, "--backend", backend, "--json", "--iters", str(iters)]
     if variant["rules"]:
         command += ["--rules", variant["rules"]]
+    command += variant.get("flags", [])
     done = subprocess.run(command + extra, capture_output=True, text=True)
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1][:200] if done.stderr.strip() else "failed"}
