@@ -13,6 +13,7 @@ use fusebox::backend::Executable;
 use fusebox::backend::cuda::emit::EmitOptions;
 use fusebox::backend::cuda::runtime::conv::ConvGeometry;
 use fusebox::backend::cuda::runtime::plan::{DevicePlan, Libraries};
+
 use fusebox::dtype::DType;
 use fusebox::eval::Tensors;
 use fusebox::onnx;
@@ -24,6 +25,12 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use protobuf::Message;
 use rand::{RngExt, SeedableRng};
+
+/// Convolutions to cuDNN, epilogues after their GEMMs: the CUDA backend's default.
+const CUDNN: Libraries = Libraries {
+    cudnn: true,
+    lt_epilogues: false,
+};
 
 /// One window op's geometry.
 #[derive(Debug, Clone)]
@@ -692,16 +699,7 @@ fn cuda_plans_each_convolution_for_cudnn_with_its_geometry() {
             };
             let (program, _, _) =
                 fusebox::runner::lower_graph(&imported.graph, rules, &options).unwrap();
-            let plan = DevicePlan::new(
-                &program,
-                &EmitOptions::default(),
-                132,
-                Libraries {
-                    cudnn: true,
-                    lt_epilogues: false,
-                },
-            )
-            .unwrap();
+            let plan = DevicePlan::new(&program, &EmitOptions::default(), 132, CUDNN).unwrap();
             let off = DevicePlan::new(&program, &EmitOptions::default(), 132, Libraries::default())
                 .unwrap();
             (plan, off)
@@ -786,18 +784,10 @@ fn gpu_convolutions_match_their_definition() {
                 }
             };
             let (program, _, _) = fusebox::runner::lower_graph(&graph, rules, &options).unwrap();
-            let planned = DevicePlan::new(
-                &program,
-                &EmitOptions::default(),
-                132,
-                Libraries {
-                    cudnn: true,
-                    lt_epilogues: false,
-                },
-            )
-            .unwrap()
-            .convolutions()
-            .count();
+            let planned = DevicePlan::new(&program, &EmitOptions::default(), 132, CUDNN)
+                .unwrap()
+                .convolutions()
+                .count();
             for (gemm_convolutions, cuda_graph) in [(false, false), (false, true), (true, false)] {
                 let cuda = CudaOptions {
                     gemm_convolutions,
