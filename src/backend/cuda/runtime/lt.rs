@@ -32,6 +32,10 @@
 //! bf16 `Linear`). The additions run in
 //! f32 in an order cuBLASLt chooses, as the GEMM's own sums do.
 //!
+//! The algorithm is cuBLASLt's heuristic choice, made at build time twice: for pointers aligned
+//! to 16 bytes and for any pointers, since the heuristic otherwise assumes 256-byte alignment
+//! and a run's buffers are known only then; each run takes the one its pointers allow.
+//!
 //! cuBLASLt's epilogues are used only when [`CudaOptions::lt_epilogues`] asks for them
 //! (`--lt-epilogues`): they have not been run on a GPU yet (`tests/cuda_gpu.rs`'s
 //! `lt_epilogues_match_the_reference` is the check to run first).
@@ -317,13 +321,35 @@ pub struct LtCall {
     desc: sys::cublasLtMatmulDesc_t,
     /// cuBLASLt's A (fusebox's B), B (fusebox's A), C and D.
     layouts: [sys::cublasLtMatrixLayout_t; 4],
-    algo: sys::cublasLtMatmulAlgo_t,
-    workspace: usize,
+    /// The algorithm for pointers aligned to [`ALIGNED`] bytes, and the one for any pointers
+    /// (cuBLASLt's heuristic assumes 256-byte alignment unless told otherwise, and the
+    /// buffers of a run are known only then: a caller's tensor may start anywhere).
+    aligned: Algorithm,
+    any: Algorithm,
     alpha: f32,
     beta: f32,
     /// Byte offsets of fusebox's A and B matrices in their buffers.
     a_offset: u64,
     b_offset: u64,
+}
+
+/// One algorithm cuBLASLt's heuristic chose, with the workspace it uses and the alignment of
+/// every pointer it was chosen for.
+#[derive(Clone, Copy)]
+struct Algorithm {
+    algo: sys::cublasLtMatmulAlgo_t,
+    workspace: usize,
+    alignment: u64,
+}
+
+/// The alignment the fast algorithm asks of every pointer: 16 bytes, one vector access.
+const ALIGNED: u64 = 16;
+
+/// The largest power of two, at most 256, that divides every address.
+fn alignment_of(addresses: impl IntoIterator<Item = u64>) -> u64 {
+    addresses
+        .into_iter()
+        .fold(256, |align, a| align.min(1 << a.trailing_zeros().min(8)))
 }
 
 // SAFETY: descriptors are plain host objects, used only through `&mut CudaExecutable`.
@@ -466,9 +492,18 @@ impl Lt {
         let mut prepared = LtCall {
             desc,
             layouts: [std::ptr::null_mut(); 4],
-            // SAFETY: a plain C struct of integers, all-zero until the heuristic fills it.
-            algo: unsafe { std::mem::zeroed() },
-            workspace: 0,
+            aligned: Algorithm {
+                // SAFETY: a plain C struct of integers, all-zero until the heuristic fills it.
+                algo: unsafe { std::mem::zeroed() },
+                workspace: 0,
+                alignment: ALIGNED,
+            },
+            any: Algorithm {
+                // SAFETY: as above.
+                algo: unsafe { std::mem::zeroed() },
+                workspace: 0,
+                alignment: 1,
+            },
             alpha: epilogue.alpha,
             beta: if epilogue.residual.is_some() {
                 1.0
@@ -525,55 +560,106 @@ impl Lt {
         for i in 2..4 {
             prepared.layouts[i] = layout(epilogue.out_dtype, m, rows, m, call.count, rows * m)?;
         }
-        let pref = lt::create_matmul_pref().map_err(|e| lt_error("creating a preference", e))?;
+        let element = types
+            .input
+            .size_bytes()
+            .min(epilogue.out_dtype.size_bytes()) as u64;
+        for alignment in [ALIGNED, element] {
+            let what = format!(
+                "a {} GEMM {rows}x{k} by {k}x{m} with epilogue {kind:?} into {} ({alignment}-byte pointers)",
+                types.input, epilogue.out_dtype
+            );
+            let (algo, workspace) = self
+                .heuristic(
+                    &prepared,
+                    epilogue.bias.as_ref().map(|(_, t)| *t),
+                    alignment,
+                )
+                .map_err(|e| lt_error(&format!("no algorithm for {what}"), e))?;
+            let choice = Algorithm {
+                algo,
+                workspace,
+                alignment,
+            };
+            match alignment {
+                ALIGNED => prepared.aligned = choice,
+                _ => prepared.any = choice,
+            }
+        }
+        Ok(prepared)
+    }
+
+    /// cuBLASLt's heuristic choice for `call` with every pointer aligned to `alignment` bytes
+    /// (the bias pointer too, when there is one: the heuristic reads its value, never what it
+    /// points to, so an address of that alignment stands in until the run sets the real one).
+    fn heuristic(
+        &mut self,
+        call: &LtCall,
+        bias: Option<DType>,
+        alignment: u64,
+    ) -> std::result::Result<(sys::cublasLtMatmulAlgo_t, usize), lt::CublasError> {
+        use sys::cublasLtMatmulPreferenceAttributes_t as Pref;
+        let pref = lt::create_matmul_pref()?;
         let workspace = WORKSPACE_BYTES as u64;
         // No split-K reduction in the output's dtype: a long f16 sum is never rounded to f16
         // halfway (cuBLAS's `DISALLOW_REDUCED_PRECISION_REDUCTION`).
         let schemes = sys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_INPLACE as u32
             | sys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE as u32;
-        use sys::cublasLtMatmulPreferenceAttributes_t as Pref;
-        // SAFETY: a live preference; each value has its attribute's type (uint64, uint32).
-        let heuristic = unsafe {
-            lt::set_matmul_pref_attribute(
-                pref,
+        let align32 = alignment as u32;
+        // SAFETY: a live preference and descriptor; each value has its attribute's type
+        // (uint64 workspace, uint32 scheme mask and alignments, a `void*` bias pointer).
+        let chosen = unsafe {
+            let set = |attr, value: *const c_void, size| {
+                lt::set_matmul_pref_attribute(pref, attr, value, size)
+            };
+            set(
                 Pref::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                 &workspace as *const u64 as *const c_void,
                 8,
             )
             .and_then(|()| {
-                lt::set_matmul_pref_attribute(
-                    pref,
+                set(
                     Pref::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                     &schemes as *const u32 as *const c_void,
                     4,
                 )
             })
             .and_then(|()| {
+                [
+                    Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                    Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                    Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                ]
+                .into_iter()
+                .try_for_each(|attr| set(attr, &align32 as *const u32 as *const c_void, 4))
+            })
+            .and_then(|()| match bias {
+                // A bias is always aligned to its own element.
+                Some(dtype) => lt::set_matmul_desc_attribute(
+                    call.desc,
+                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                    &(alignment.max(dtype.size_bytes() as u64) as *const c_void)
+                        as *const *const c_void as *const c_void,
+                    std::mem::size_of::<*const c_void>(),
+                ),
+                None => Ok(()),
+            })
+            .and_then(|()| {
                 lt::get_matmul_algo_heuristic(
                     self.handle,
-                    desc,
-                    prepared.layouts[0],
-                    prepared.layouts[1],
-                    prepared.layouts[2],
-                    prepared.layouts[3],
+                    call.desc,
+                    call.layouts[0],
+                    call.layouts[1],
+                    call.layouts[2],
+                    call.layouts[3],
                     pref,
                 )
             })
         };
         // SAFETY: created above, destroyed once.
         let _ = unsafe { lt::destroy_matmul_pref(pref) };
-        let heuristic = heuristic.map_err(|e| {
-            lt_error(
-                &format!(
-                    "no algorithm for a {} GEMM {rows}x{k} by {k}x{m} with epilogue {kind:?} into {}",
-                    types.input, epilogue.out_dtype
-                ),
-                e,
-            )
-        })?;
-        prepared.algo = heuristic.algo;
-        prepared.workspace = heuristic.workspaceSize;
-        Ok(prepared)
+        chosen.map(|h| (h.algo, h.workspaceSize))
     }
 
     /// Queues the call on `stream`.
@@ -589,6 +675,12 @@ impl Lt {
             };
         }
         let c = at.residual.unwrap_or(at.out);
+        let (a, b) = (at.a + call.a_offset, at.b + call.b_offset);
+        let alignment = alignment_of([a, b, c, at.out].into_iter().chain(at.bias));
+        let chosen = match alignment >= call.aligned.alignment {
+            true => &call.aligned,
+            false => &call.any,
+        };
         // SAFETY: the plan keeps every matrix inside its buffer; alpha and beta are host f32s
         // (the scale type) read before the call returns; the workspace is the handle's.
         unsafe {
@@ -597,17 +689,17 @@ impl Lt {
                 call.desc,
                 &call.alpha as *const f32 as *const c_void,
                 &call.beta as *const f32 as *const c_void,
-                (at.b + call.b_offset) as *const c_void,
+                b as *const c_void,
                 call.layouts[0],
-                (at.a + call.a_offset) as *const c_void,
+                a as *const c_void,
                 call.layouts[1],
                 c as *const c_void,
                 call.layouts[2],
                 at.out as *mut c_void,
                 call.layouts[3],
-                &call.algo,
+                &chosen.algo,
                 self.workspace as *mut c_void,
-                call.workspace,
+                chosen.workspace,
                 stream as sys::cudaStream_t,
             )
         }
@@ -619,5 +711,20 @@ impl Drop for Lt {
     fn drop(&mut self) {
         // SAFETY: the handle is live and dropped once. A failure here cannot be reported.
         let _ = unsafe { lt::destroy_handle(self.handle) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The alignment a run's pointers share picks the algorithm: 256-byte pool blocks and a
+    /// row slice 4 floats in are 16-byte aligned; a tensor one f16 into a buffer is not.
+    #[test]
+    fn pointers_share_their_smallest_power_of_two() {
+        assert_eq!(alignment_of([0x7f00_0000_0000, 0x7f00_0000_0100]), 256);
+        assert_eq!(alignment_of([0x7f00_0000_0000, 0x7f00_0000_0010]), 16);
+        assert_eq!(alignment_of([0x7f00_0000_0002, 0x7f00_0000_0100]), 2);
+        assert_eq!(alignment_of([]), 256);
     }
 }
