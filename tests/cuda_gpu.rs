@@ -208,7 +208,9 @@ fn cublas_supports(input: DType, output: DType) -> bool {
 /// Every example, fused and unfused, plain and under both AMP policies, in both reduction
 /// modes: the device plan's module compiles with NVRTC for sm_90, every entry point a launch
 /// names is in the PTX, every parameter block is laid out, and every GEMM reads and writes
-/// types cuBLAS supports. This is all of the runtime's glue that can be checked without a GPU.
+/// types cuBLAS supports. Deterministic plans also move epilogues into cuBLASLt where they
+/// can (`--lt-epilogues`), which must leave every other kernel's entry points in the module.
+/// This is all of the runtime's glue that can be checked without a GPU.
 #[test]
 fn every_device_plan_compiles_and_names_real_entry_points() {
     if !nvrtc_ready("every_device_plan_compiles_and_names_real_entry_points") {
@@ -220,6 +222,7 @@ fn every_device_plan_compiles_and_names_real_entry_points() {
     });
     let rules = rules();
     let mut conversions = 0;
+    let mut lt_epilogues = 0;
     for name in EXAMPLES {
         let graph = load(name);
         for amp in [None, Some("f16"), Some("bf16")] {
@@ -235,7 +238,7 @@ fn every_device_plan_compiles_and_names_real_entry_points() {
                         132,
                         Libraries {
                             cudnn: true,
-                            lt_epilogues: false,
+                            lt_epilogues: deterministic,
                         },
                     )
                     .unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -269,11 +272,28 @@ fn every_device_plan_compiles_and_names_real_entry_points() {
                                     conversions += 1;
                                 }
                             }
-                            Op::Gemm { types, shape, .. } => {
+                            Op::Gemm {
+                                types,
+                                shape,
+                                epilogue,
+                                ..
+                            } => {
                                 assert!(
                                     cublas_supports(types.input, types.output),
                                     "{what}: {types:?}"
                                 );
+                                if let Some(e) = epilogue {
+                                    assert!(deterministic, "{what}: cuBLASLt while off");
+                                    assert_eq!(shape.calls.len(), 1, "{what}");
+                                    assert!(
+                                        matches!(
+                                            e.out_dtype,
+                                            DType::F32 | DType::F16 | DType::BF16
+                                        ),
+                                        "{what}: {e:?}"
+                                    );
+                                    lt_epilogues += 1;
+                                }
                                 assert!(!shape.calls.is_empty(), "{what}: GEMM without calls");
                             }
                             Op::Conv { dtype, .. } => {
@@ -293,6 +313,7 @@ fn every_device_plan_compiles_and_names_real_entry_points() {
         conversions > 0,
         "AMP matmuls with absorbed casts exercise the conversion kernels"
     );
+    assert!(lt_epilogues > 0, "the examples' Linears reach cuBLASLt");
 }
 
 // ---------------------------------------------------------------------------------------------
