@@ -86,6 +86,9 @@ def main():
     parser.add_argument("--no-training", action="store_true", help="time inference only")
     parser.add_argument("--no-glue", action="store_true", help="skip the glue measurement")
     parser.add_argument("--glue-only", action="store_true", help="only the glue measurement")
+    parser.add_argument("--lt-epilogues", action="store_true",
+                        help="also time fusebox with options={'lt_epilogues': True} (CUDA: epilogues in cuBLASLt), "
+                             "inference only, in the same rounds")
     args = parser.parse_args()
     if args.glue_only:
         glue(args)
@@ -102,8 +105,9 @@ def main():
         autocast = contextlib.nullcontext
     where = torch.cuda.get_device_name(torch.device(args.device)) if on_gpu else f"{args.threads} threads"
     print(f"torch {torch.__version__}, {where}, amp {args.amp or 'off'}, {args.rounds} rounds of {args.iters}", file=sys.stderr)
-    print("| module | fusebox | torch eager | torch.compile (Inductor) | fusebox / eager | fusebox / Inductor | max abs error | ops in fusebox |")
-    print("|---|---|---|---|---|---|---|---|")
+    lt = " | fusebox lt_epilogues | lt / fusebox | lt max abs error" if args.lt_epilogues else ""
+    print(f"| module | fusebox | torch eager | torch.compile (Inductor) | fusebox / eager | fusebox / Inductor | max abs error | ops in fusebox{lt} |")
+    print("|---|---|---|---|---|---|---|---|" + ("---|---|---|" if lt else ""))
     with torch.no_grad(), autocast():
         for name, module, inputs in cases:
             torch._dynamo.reset()
@@ -117,12 +121,23 @@ def main():
             want = want if isinstance(want, tuple) else (want,)
             got = got if isinstance(got, tuple) else (got,)
             error = max((g.float() - w.float()).abs().max().item() for g, w in zip(got, want))
-            runs = {"fusebox": [], "eager": [], "inductor": []}
+            engines = [("fusebox", fused), ("eager", module), ("inductor", inductor)]
+            if args.lt_epilogues:
+                with_lt = torch.compile(module, backend="fusebox", options={"lt_epilogues": True})
+                got_lt = with_lt(*inputs)
+                got_lt = got_lt if isinstance(got_lt, tuple) else (got_lt,)
+                lt_error = max((g.float() - w.float()).abs().max().item() for g, w in zip(got_lt, want))
+                engines.append(("lt", with_lt))
+            runs = {key: [] for key, _ in engines}
             for _ in range(args.rounds):
-                for key, fn in (("fusebox", fused), ("eager", module), ("inductor", inductor)):
+                for key, fn in engines:
                     runs[key].append(timed(fn, inputs, args.iters))
             f, e, i = (statistics.median(runs[k]) for k in ("fusebox", "eager", "inductor"))
-            print(f"| {name} | {f:.2f} ms | {e:.2f} | {i:.2f} | {f / e:.2f} | {f / i:.2f} | {error:.1e} | {ran} |")
+            row = f"| {name} | {f:.2f} ms | {e:.2f} | {i:.2f} | {f / e:.2f} | {f / i:.2f} | {error:.1e} | {ran} |"
+            if args.lt_epilogues:
+                t = statistics.median(runs["lt"])
+                row += f" {t:.2f} ms | {t / f:.2f} | {lt_error:.1e} |"
+            print(row)
     if not args.no_training:
         training(cases, timed, autocast, args)
     if not args.no_glue:

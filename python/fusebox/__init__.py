@@ -71,10 +71,18 @@ class Model:
         report, explanation = self._native.optimize(profile, amp)
         return Optimization(json.loads(report), explanation)
 
-    def compile(self, backend: str = "cpu", amp: Optional[str] = None, fusion: bool = True) -> "Compiled":
+    def compile(
+        self,
+        backend: str = "cpu",
+        amp: Optional[str] = None,
+        fusion: bool = True,
+        lt_epilogues: bool = False,
+    ) -> "Compiled":
         """Compiles for `"cpu"` (C kernels), `"cuda"` (NVRTC, needs a GPU) or `"reference"`
-        (the unfused evaluator). `amp` names a policy of the rules (`"bf16"`, ...)."""
-        return Compiled(self, self._native.compile(backend, amp, not fusion))
+        (the unfused evaluator). `amp` names a policy of the rules (`"bf16"`, ...).
+        `lt_epilogues` (`"cuda"` only, as `--lt-epilogues`) runs a GEMM's bias, residual,
+        scale and ReLU in the GEMM through cuBLASLt."""
+        return Compiled(self, self._native.compile(backend, amp, not fusion, lt_epilogues))
 
     def __repr__(self):
         ins = ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in self.inputs)

@@ -362,7 +362,7 @@ class _Part(torch.nn.Module):
         graph["outputs"] = unique
         try:
             model = Model(_NativeModel.from_fx(json.dumps(graph), data, self.settings["rules"]))
-            compiled = model.compile(engine)
+            compiled = model.compile(engine, lt_epilogues=self.settings["lt_epilogues"] and engine == "cuda")
         except FuseboxError as e:
             return None, str(e)
         order = [unique.index(ref) for ref in refs]
@@ -431,6 +431,9 @@ _SETTINGS = {
     # tensors on a GPU), "cpu" or "cuda" (only those tensors; others stay in PyTorch), or
     # "reference" (the unfused evaluator, to tell a fusion problem from a mapping one).
     "engine": "auto",
+    # The CUDA backend's `--lt-epilogues`: a GEMM's bias, residual, scale and ReLU run in the
+    # GEMM through cuBLASLt (True or False; parts on the CPU ignore it).
+    "lt_epilogues": False,
 }
 
 
@@ -442,7 +445,9 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: Optional[dict] = 
     for key, value in (options or {}).items():
         if key not in settings:
             raise FuseboxError(f"option `{key}` is not one of {', '.join(_SETTINGS)}")
-        settings[key] = None if value is None else str(value)
+        settings[key] = value if value is None or key == "lt_epilogues" else str(value)
+    if not isinstance(settings["lt_epilogues"], bool):
+        raise FuseboxError(f"lt_epilogues `{settings['lt_epilogues']}` is not True or False")
     if settings["engine"] not in ("auto", "cpu", "cuda", "reference"):
         raise FuseboxError(f"engine `{settings['engine']}` is not one of auto, cpu, cuda, reference")
     compile_graph = _compiler(settings)

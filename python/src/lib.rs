@@ -148,9 +148,16 @@ impl Model {
         Ok((report, fusebox::explain::explain(&optimized)))
     }
 
-    /// Compiles for `"cpu"`, `"cuda"` or `"reference"`.
-    #[pyo3(signature = (backend="cpu", amp=None, no_fusion=false))]
-    fn compile(&self, backend: &str, amp: Option<String>, no_fusion: bool) -> PyResult<Compiled> {
+    /// Compiles for `"cpu"`, `"cuda"` or `"reference"`; `lt_epilogues` (CUDA only) runs the
+    /// epilogues cuBLASLt can run in the GEMM.
+    #[pyo3(signature = (backend="cpu", amp=None, no_fusion=false, lt_epilogues=false))]
+    fn compile(
+        &self,
+        backend: &str,
+        amp: Option<String>,
+        no_fusion: bool,
+        lt_epilogues: bool,
+    ) -> PyResult<Compiled> {
         let backend = match backend {
             "cpu" => Backend::Cpu,
             "cuda" => Backend::Cuda,
@@ -164,7 +171,10 @@ impl Model {
         let options = CompileOptions {
             amp,
             no_fusion,
-            ..Default::default()
+            cuda: fusebox::backend::cuda::runtime::CudaOptions {
+                lt_epilogues,
+                ..Default::default()
+            },
         };
         let compiled = self.model.compile(backend, &options).map_err(fail)?;
         Ok(Compiled {

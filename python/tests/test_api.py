@@ -114,6 +114,8 @@ def test_errors_carry_fuseboxs_location():
         compiled.run(x=np.zeros((3, 4), np.float32), bias=np.zeros(3, np.float32))
     with pytest.raises(fusebox.FuseboxError, match="not one of cpu, cuda, reference"):
         fusebox.parse(GELU_BIAS).compile("tpu")
+    with pytest.raises(fusebox.FuseboxError, match="CUDA options apply to Backend::Cuda"):
+        fusebox.parse(GELU_BIAS).compile("cpu", lt_epilogues=True)
     with pytest.raises(fusebox.FuseboxError):
         fusebox.load(ROOT / "no/such/model.onnx")
 

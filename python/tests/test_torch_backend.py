@@ -254,6 +254,15 @@ def test_options_and_a_broken_table_are_refused_with_their_reason(tmp_path):
     torch._dynamo.reset()
     with pytest.raises(Exception, match="engine `gpu` is not one of auto, cpu, cuda, reference"):
         torch.compile(mlp(), backend="fusebox", options={"engine": "gpu"})(torch.randn(2, 32))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="lt_epilogues `yes` is not True or False"):
+        torch.compile(mlp(), backend="fusebox", options={"lt_epilogues": "yes"})(torch.randn(2, 32))
+    # A CUDA option: parts on the CPU run as without it.
+    torch._dynamo.reset()
+    module, x = mlp(), torch.randn(4, 32)
+    with torch.no_grad():
+        got = torch.compile(module, backend="fusebox", options={"lt_epilogues": True})(x)
+        torch.testing.assert_close(got, module(x))
     (tmp_path / "aten.ron").write_text('[Aten(op: "aten.relu.default", nodes: [Onnx(op: "Rectify", inputs: ["$self"])])]')
     torch._dynamo.reset()
     with pytest.raises(Exception, match=r"aten\.ron:1:\d+.*Rectify"):
