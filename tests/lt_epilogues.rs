@@ -1,13 +1,14 @@
 //! cuBLASLt's epilogues, planned without a GPU (`src/backend/cuda/runtime/lt.rs`): every
 //! epilogue of a form cuBLASLt computes is moved into its GEMM, and every epilogue moved there
-//! computes, by cuBLASLt's formula `relu?(alpha·P + C + bias)` applied to the reference's
-//! values, what the graph computes.
+//! computes, by cuBLASLt's formula `activation(alpha·P + C + bias)` (ReLU, GELU's tanh form or
+//! none) applied to the reference's values, what the graph computes.
 
 use crate::common;
 
 use common::epilogue_graphs;
 use common::random_graph::{self, rules};
 use fusebox::backend::cuda::emit::EmitOptions;
+use fusebox::backend::cuda::runtime::lt::Activation;
 use fusebox::backend::cuda::runtime::plan::{Buf, DevicePlan, Libraries, Op};
 use fusebox::dtype::DType;
 use fusebox::eval::Tensors;
@@ -111,9 +112,14 @@ fn lt_epilogues_are_planned_exactly_where_cublaslt_computes_them() {
                     .as_ref()
                     .map_or(0.0, |b| b.as_slice_memory_order().unwrap()[i % cols]);
                 let mut got = f64::from(e.alpha) * pv + r + b;
-                if e.relu {
-                    got = got.max(0.0);
-                }
+                got = match e.activation {
+                    Activation::None => got,
+                    Activation::Relu => got.max(0.0),
+                    Activation::GeluTanh => {
+                        let inner = 0.7978845608028654 * (got + 0.044715 * got * got * got);
+                        0.5 * got * (1.0 + inner.tanh())
+                    }
+                };
                 let got = e.out_dtype.round(got);
                 // cuBLASLt keeps f32 between the steps that the graph rounds to a 16-bit
                 // dtype: a few of its units apart at most.

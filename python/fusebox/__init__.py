@@ -81,7 +81,7 @@ class Model:
         """Compiles for `"cpu"` (C kernels), `"cuda"` (NVRTC, needs a GPU) or `"reference"`
         (the unfused evaluator). `amp` names a policy of the rules (`"bf16"`, ...).
         `lt_epilogues` (`"cuda"` only, as `--lt-epilogues`) runs a GEMM's bias, residual,
-        scale and ReLU in the GEMM through cuBLASLt."""
+        scale and ReLU or tanh GELU in the GEMM through cuBLASLt."""
         return Compiled(self, self._native.compile(backend, amp, not fusion, lt_epilogues))
 
     def __repr__(self):

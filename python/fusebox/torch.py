@@ -431,7 +431,7 @@ _SETTINGS = {
     # tensors on a GPU), "cpu" or "cuda" (only those tensors; others stay in PyTorch), or
     # "reference" (the unfused evaluator, to tell a fusion problem from a mapping one).
     "engine": "auto",
-    # The CUDA backend's `--lt-epilogues`: a GEMM's bias, residual, scale and ReLU run in the
+    # The CUDA backend's `--lt-epilogues`: a GEMM's bias, residual, scale and ReLU or tanh GELU run in the
     # GEMM through cuBLASLt (True or False; parts on the CPU ignore it).
     "lt_epilogues": False,
 }

@@ -1,7 +1,7 @@
 //! Random `Linear`-like graphs whose product is followed by an epilogue of the kinds
-//! cuBLASLt runs (bias, residual, scale, ReLU) and of kinds near them that it cannot
-//! (a bias along the rows, a subtraction, a ReLU before the residual, the pre-activation kept
-//! as an output), for `src/backend/cuda/runtime/lt.rs`.
+//! cuBLASLt runs (bias, residual, scale, ReLU or GELU's tanh form) and of kinds near them that
+//! it cannot (a bias along the rows, a subtraction, an activation before the residual, the
+//! exact GELU, the pre-activation kept as an output), for `src/backend/cuda/runtime/lt.rs`.
 
 use fusebox::graph::{self, Graph};
 use rand::rngs::StdRng;
@@ -89,22 +89,30 @@ pub fn case(seed: u64) -> EpilogueCase {
     }
     let residual = rng.random_bool(0.4);
     let relu = rng.random_range(0..3); // 0 none, 1 at the end, 2 before the residual
+    // The activation: cuBLASLt's two, or the exact (erf) GELU, which it does not have.
+    let (act, act_expressible) = [
+        ("relu", true),
+        ("relu", true),
+        ("gelu_tanh", true),
+        ("gelu", false),
+    ][rng.random_range(0..4)];
     if residual {
         inputs.push(format!(
             r#"Input(name: "r", dtype: "{dtype}", shape: {})"#,
             lead(m)
         ));
         if relu == 2 {
-            last = node(&mut nodes, "relu", &last, None, "yr");
+            last = node(&mut nodes, act, &last, None, "yr");
             expressible = false;
-            what.push("relu".into());
+            what.push(act.into());
         }
         last = node(&mut nodes, "add", &last, Some("r"), "yres");
         what.push("residual".into());
     }
     if relu == 1 || (relu == 2 && !residual) {
-        last = node(&mut nodes, "relu", &last, None, "out");
-        what.push("relu".into());
+        last = node(&mut nodes, act, &last, None, "out");
+        expressible &= act_expressible;
+        what.push(act.into());
     }
     let mut outputs = vec![last.clone()];
     if last != "y" && rng.random_bool(0.15) {

@@ -1,5 +1,5 @@
 //! Epilogues in the GEMM through cuBLASLt: a product whose epilogue kernel (fusion.ron's
-//! `library_epilogues`) is a bias, a residual, a scale and a ReLU runs as one
+//! `library_epilogues`) is a bias, a residual, a scale and a ReLU or tanh-form GELU runs as one
 //! `cublasLtMatmul` that applies them to each finished tile, instead of a GEMM that writes the
 //! product and a kernel that reads it back.
 //!
@@ -7,14 +7,16 @@
 //!
 //! The program has no "linear" or "relu" op: the epilogue is an ordinary pointwise kernel over
 //! the product's shape. [`recognize`] reads its instructions and accepts exactly the forms
-//! cuBLASLt computes, `D = relu?(alpha·P + C + bias)`:
+//! cuBLASLt computes, `D = activation(alpha·P + C + bias)`:
 //!
 //! - the product `P` loaded once, where the GEMM writes it (contiguous rows);
 //! - optionally multiplied once by a constant (`alpha`), before anything is added to it;
 //! - a sum, in any order, of the product with at most one *bias* (a vector along the product's
 //!   columns, the same for every row: a `Linear`'s bias) and at most one *residual* (a matrix
 //!   of the product's shape, contiguous, in the output's dtype: cuBLASLt's `C` with `beta = 1`);
-//! - optionally a ReLU (`max(sum, 0)`) of the whole sum, then the one store, in the output's
+//! - optionally an activation of the whole sum — ReLU (`max(sum, +0)`) or GELU's tanh form
+//!   written as `ops.ron`'s `gelu_tanh` writes it (sums and products in either order; the
+//!   exact, erf GELU is not cuBLASLt's) —, then the one store, in the output's
 //!   dtype (rounded once, to nearest even, as the kernel's `Round` does). Roundings to f16 or
 //!   bf16 between these steps (a 16-bit graph rounds after each op) are skipped.
 //!
@@ -52,8 +54,19 @@ use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
 use std::ffi::c_void;
 
+/// The activation cuBLASLt applies last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    None,
+    /// `max(x, 0)`.
+    Relu,
+    /// GELU's tanh form, `0.5·x·(1 + tanh(0.7978845608·(x + 0.044715·x³)))`: cuBLASLt's
+    /// GELU, and PyTorch's `gelu(approximate="tanh")`.
+    GeluTanh,
+}
+
 /// What one recognized epilogue computes, by argument index of its kernel step:
-/// `out = relu?(alpha·product + residual + bias)`.
+/// `out = activation(alpha·product + residual + bias)`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Recognized {
     pub alpha: f32,
@@ -61,7 +74,7 @@ pub struct Recognized {
     pub bias: Option<usize>,
     /// The argument holding the residual (a matrix like the product, in the output's dtype).
     pub residual: Option<usize>,
-    pub relu: bool,
+    pub activation: Activation,
     /// The argument the epilogue stores into, and its dtype.
     pub out: usize,
     pub out_dtype: DType,
@@ -156,24 +169,14 @@ pub fn recognize(
     {
         top = *x;
     }
-    let (relu, sum) = match body.get(top)? {
-        Instr::Call {
-            func: Func::Max,
-            args,
-            prec: Prec::F32,
-        } => match args[..] {
-            [x, zero] | [zero, x] if is_positive_zero(body, zero) => (true, x),
-            _ => return None,
-        },
-        _ => (false, top),
-    };
+    let (activation, sum) = activation_of(body, top);
     let mut terms = Vec::new();
     sum_terms(body, sum, &loads, &mut terms)?;
     let mut recognized = Recognized {
         alpha: 1.0,
         bias: None,
         residual: None,
-        relu,
+        activation,
         out,
         out_dtype,
     };
@@ -202,6 +205,101 @@ pub fn recognize(
         }
     }
     (products == 1).then_some(recognized)
+}
+
+/// The activation `top` applies to the value it returns with it: ReLU as `max(x, +0)`, GELU's
+/// tanh form exactly as its formula is written (products and sums in either order), or
+/// none. Anything else is no activation, and the caller finds no sum in it.
+fn activation_of(body: &[Instr], top: ValueId) -> (Activation, ValueId) {
+    if let Some(Instr::Call {
+        func: Func::Max,
+        args,
+        prec: Prec::F32,
+    }) = body.get(top)
+        && let [a, b] = args[..]
+    {
+        if is_positive_zero(body, b) {
+            return (Activation::Relu, a);
+        }
+        if is_positive_zero(body, a) {
+            return (Activation::Relu, b);
+        }
+    }
+    let mut x = None;
+    if gelu_tanh().matches(body, top, &mut x)
+        && let Some(x) = x
+    {
+        return (Activation::GeluTanh, x);
+    }
+    (Activation::None, top)
+}
+
+/// An expression of one value `X` in f32, for matching instructions.
+enum Pattern {
+    X,
+    /// A literal as the f32 instructions hold it (rounded to f32).
+    Const(f64),
+    /// An f32 sum or product: its operands in either order (both are exact in IEEE).
+    Commutative(BinOp, Box<Pattern>, Box<Pattern>),
+    Call(Func, Box<Pattern>),
+}
+
+/// `0.5·x·(1 + tanh(0.7978845608028654·(x + 0.044715·x·x·x)))`, as `ops.ron`'s `gelu_tanh`
+/// writes it (left to right: `((0.5·x)·(…))`, `((0.044715·x)·x)·x`).
+fn gelu_tanh() -> Pattern {
+    use Pattern::*;
+    let mul = |a, b| Commutative(BinOp::Mul, Box::new(a), Box::new(b));
+    let add = |a, b| Commutative(BinOp::Add, Box::new(a), Box::new(b));
+    let cube = mul(mul(mul(Const(0.044715), X), X), X);
+    let inner = mul(Const(0.7978845608028654), add(X, cube));
+    mul(
+        mul(Const(0.5), X),
+        add(Const(1.0), Call(Func::Tanh, Box::new(inner))),
+    )
+}
+
+impl Pattern {
+    /// Whether `id` computes this expression, with `x` the one value `X` stands for (bound
+    /// by the first `X` matched, and then the same everywhere).
+    fn matches(&self, body: &[Instr], id: ValueId, x: &mut Option<ValueId>) -> bool {
+        match self {
+            Pattern::X => match x {
+                Some(bound) => *bound == id,
+                None => {
+                    *x = Some(id);
+                    true
+                }
+            },
+            Pattern::Const(value) => constant(body, id) == Some(f64::from(*value as f32)),
+            Pattern::Call(func, arg) => matches!(
+                body.get(id),
+                Some(Instr::Call { func: f, args, prec: Prec::F32 })
+                    if f == func && args.len() == 1 && arg.matches(body, args[0], x)
+            ),
+            Pattern::Commutative(op, p, q) => {
+                let Some(Instr::Binary {
+                    op: o,
+                    a,
+                    b,
+                    prec: Prec::F32,
+                }) = body.get(id)
+                else {
+                    return false;
+                };
+                if o != op {
+                    return false;
+                }
+                for (first, second) in [(*a, *b), (*b, *a)] {
+                    let mut tried = *x;
+                    if p.matches(body, first, &mut tried) && q.matches(body, second, &mut tried) {
+                        *x = tried;
+                        return true;
+                    }
+                }
+                false
+            }
+        }
+    }
 }
 
 fn is_positive_zero(body: &[Instr], id: ValueId) -> bool {
@@ -274,7 +372,7 @@ pub struct LtEpilogue<B> {
     pub alpha: f32,
     pub bias: Option<(B, DType)>,
     pub residual: Option<B>,
-    pub relu: bool,
+    pub activation: Activation,
     /// D's dtype (the GEMM's output buffer is the operation's `c`).
     pub out_dtype: DType,
 }
@@ -517,12 +615,15 @@ impl Lt {
             true => cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T,
             false => cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N,
         };
+        use sys::cublasLtEpilogue_t as Kind;
         use sys::cublasLtMatmulDescAttributes_t as Attr;
-        let kind = match (epilogue.bias.is_some(), epilogue.relu) {
-            (false, false) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
-            (false, true) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU,
-            (true, false) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
-            (true, true) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
+        let kind = match (epilogue.bias.is_some(), epilogue.activation) {
+            (false, Activation::None) => Kind::CUBLASLT_EPILOGUE_DEFAULT,
+            (false, Activation::Relu) => Kind::CUBLASLT_EPILOGUE_RELU,
+            (false, Activation::GeluTanh) => Kind::CUBLASLT_EPILOGUE_GELU,
+            (true, Activation::None) => Kind::CUBLASLT_EPILOGUE_BIAS,
+            (true, Activation::Relu) => Kind::CUBLASLT_EPILOGUE_RELU_BIAS,
+            (true, Activation::GeluTanh) => Kind::CUBLASLT_EPILOGUE_GELU_BIAS,
         };
         // SAFETY: a live descriptor; each value has its attribute's type.
         unsafe {

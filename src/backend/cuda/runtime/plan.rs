@@ -348,7 +348,7 @@ impl Builder {
             alpha: r.alpha,
             bias: r.bias.map(|i| (arg(i), ir.loads[i].dtype)),
             residual: r.residual.map(arg),
-            relu: r.relu,
+            activation: r.activation,
             out_dtype: r.out_dtype,
         });
         *c = arg(r.out);
@@ -874,7 +874,8 @@ mod tests {
 
     /// The same `Linear` with cuBLASLt's epilogues: one GEMM that adds the bias, applies the
     /// ReLU and writes the ReLU's value; no kernel runs and the product is never written.
-    /// A residual added after the ReLU is not cuBLASLt's form: the kernel stays.
+    /// GELU's tanh form is cuBLASLt's GELU. A residual added after the ReLU, or the exact
+    /// (erf) GELU, is not cuBLASLt's form: the kernel stays.
     #[test]
     fn an_epilogue_runs_in_the_gemm_through_cublaslt() {
         let linear = |tail: &str, extra: &str| {
@@ -906,7 +907,7 @@ mod tests {
                         alpha: 1.0,
                         bias: Some((Buf::Value(Value::Input(2)), DType::F32)),
                         residual: None,
-                        relu: true,
+                        activation: lt::Activation::Relu,
                         out_dtype: DType::F32,
                     })
                 );
@@ -930,12 +931,30 @@ mod tests {
                 },
             ] => {
                 assert_eq!(e.residual, Some(Buf::Value(Value::Input(3))));
-                assert!(e.relu);
+                assert_eq!(e.activation, lt::Activation::Relu);
             }
             other => panic!("{other:#?}"),
         }
-        // After the ReLU, or with the pre-activation kept: a kernel after the GEMM.
+        // GELU's tanh form is cuBLASLt's GELU.
+        let p = fused_plan_with(
+            &linear(r#"Node(name: "out", op: "gelu_tanh", args: ["yb"])"#, ""),
+            lt,
+        );
+        match &p.ops[..] {
+            [
+                Op::Gemm {
+                    epilogue: Some(e), ..
+                },
+            ] => {
+                assert_eq!(e.activation, lt::Activation::GeluTanh);
+                assert!(e.bias.is_some());
+            }
+            other => panic!("{other:#?}"),
+        }
+        // After the ReLU, with the pre-activation kept, or the exact GELU: a kernel after the
+        // GEMM.
         for graph in [
+            linear(r#"Node(name: "out", op: "gelu", args: ["yb"])"#, ""),
             linear(
                 r#"Node(name: "a", op: "relu", args: ["yb"]),
                    Node(name: "out", op: "add", args: ["a", "r"])"#,
