@@ -128,8 +128,8 @@ pub struct GpuArgs {
     /// CUDA backend: run convolutions as im2col GEMMs through cuBLAS, not through cuDNN.
     #[arg(long)]
     pub gemm_convolutions: bool,
-    /// CUDA backend: run the bias, residual, scale and ReLU or tanh GELU after a GEMM in the GEMM, through
-    /// cuBLASLt's epilogues (not yet checked on a GPU; off by default).
+    /// CUDA backend: run the bias, residual, scale and ReLU or tanh GELU after a GEMM in the
+    /// GEMM, through cuBLASLt's epilogues (not yet checked on a GPU; off by default).
     #[arg(long)]
     pub lt_epilogues: bool,
 }

@@ -41,9 +41,9 @@ pub struct CudaOptions {
     /// Convolutions as im2col GEMMs through cuBLAS even where cuDNN is found (which runs
     /// them otherwise, see [`super::conv`]): the path of machines without cuDNN.
     pub gemm_convolutions: bool,
-    /// Products whose epilogue (bias, residual, scale, ReLU or tanh GELU) cuBLASLt can run run it in the
-    /// GEMM ([`super::lt`]) instead of a kernel after it. Off by default until checked on a
-    /// GPU.
+    /// Products whose epilogue (bias, residual, scale, ReLU or tanh GELU) cuBLASLt can run
+    /// run it in the GEMM ([`super::lt`]) instead of a kernel after it. Off by default until
+    /// checked on a GPU.
     pub lt_epilogues: bool,
 }
 
