@@ -391,6 +391,14 @@ pub fn fits(types: &GemmTypes, shape: &GemmShape) -> bool {
         && shape.m > 0
 }
 
+/// Whether cuBLASLt multiplies operands of `input` into an output of `out` with a bias of
+/// `bias`, accumulating in f32: the output in the operands' dtype or in f32, the bias in the
+/// output's dtype or in f32 (the combinations its documentation lists; a program asking for
+/// another would lose all its epilogues to the re-plan when the heuristic finds none).
+pub fn supports(input: DType, out: DType, bias: Option<DType>) -> bool {
+    (out == input || out == DType::F32) && bias.is_none_or(|b| b == out || b == DType::F32)
+}
+
 fn data_type(dtype: DType) -> Result<sys::cudaDataType> {
     Ok(match dtype {
         DType::F16 => sys::cudaDataType::CUDA_R_16F,

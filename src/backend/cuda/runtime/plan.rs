@@ -343,6 +343,10 @@ impl Builder {
         let Some(r) = lt::recognize(ir, &e.step.launch, e.product, shape.m) else {
             return false;
         };
+        let bias_dtype = r.bias.map(|i| ir.loads[i].dtype);
+        if !lt::supports(types.input, r.out_dtype, bias_dtype) {
+            return false;
+        }
         let arg = |i: usize| Buf::Value(e.step.args[i]);
         *epilogue = Some(LtEpilogue {
             alpha: r.alpha,
