@@ -53,6 +53,7 @@ fn lt_epilogues_are_planned_exactly_where_cublaslt_computes_them() {
             case.what
         );
         let epilogues = plan.lt_epilogues();
+        assert_eq!(plan.unwritten.len(), epilogues, "{}", case.what);
         if case.expressible {
             expressible += 1;
             assert_eq!(epilogues, 1, "{} (seed {seed}): not moved", case.what);

@@ -24,6 +24,12 @@ pub struct MemoryPlan {
 
 impl MemoryPlan {
     pub fn new(program: &Program) -> MemoryPlan {
+        MemoryPlan::without(program, &[])
+    }
+
+    /// The plan of `program` run by a backend that never writes the nodes `unwritten` (a
+    /// product whose epilogue a library call runs on the product's tiles): they take no slot.
+    pub fn without(program: &Program, unwritten: &[usize]) -> MemoryPlan {
         let dag = &program.dag;
         let n = dag.nodes.len();
         let output = dag.output_mask();
@@ -61,7 +67,11 @@ impl MemoryPlan {
             let (_, writes) = step.reads_writes(&program.kernels);
             for v in writes {
                 let Value::Node(i) = v else { continue };
-                if output[i] || slot_of[i].is_some() || first_write[i] != s {
+                if output[i]
+                    || slot_of[i].is_some()
+                    || first_write[i] != s
+                    || unwritten.contains(&i)
+                {
                     continue;
                 }
                 let need = bytes(i);

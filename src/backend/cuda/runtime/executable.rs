@@ -182,7 +182,7 @@ impl CudaExecutable {
             _ => None,
         };
         let raw = |bytes: &usize| DeviceBuffer::raw(&device, *bytes);
-        let memory = MemoryPlan::new(&program);
+        let memory = MemoryPlan::without(&program, &plan.unwritten);
         let slots = memory.slot_bytes.iter().map(raw).collect::<Result<_>>()?;
         let scratch = plan.scratch_bytes.iter().map(raw).collect::<Result<_>>()?;
         let temps = plan.temp_bytes.iter().map(raw).collect::<Result<_>>()?;

@@ -103,6 +103,9 @@ pub struct DevicePlan {
     pub scratch_bytes: Vec<usize>,
     /// Per dag node: the output it is written to directly (the first output naming it).
     pub output_of: Vec<Option<usize>>,
+    /// The nodes no operation writes: products whose epilogue cuBLASLt runs on their tiles
+    /// (for [`crate::runtime::memory::MemoryPlan::without`]).
+    pub unwritten: Vec<usize>,
 }
 
 impl DevicePlan {
@@ -120,6 +123,7 @@ impl DevicePlan {
             ops: Vec::new(),
             temp_bytes: vec![0; 6],
             libraries,
+            unwritten: Vec::new(),
         };
         for step in &program.steps {
             match step {
@@ -148,6 +152,7 @@ impl DevicePlan {
             mut ops,
             temp_bytes,
             libraries: _,
+            unwritten,
         } = builder;
         let (source, names) = emit::emit_program(&kernels, options);
         let mut scratch_bytes: Vec<usize> = Vec::new();
@@ -176,6 +181,7 @@ impl DevicePlan {
             temp_bytes,
             scratch_bytes,
             output_of,
+            unwritten,
         })
     }
 
@@ -248,6 +254,8 @@ struct Builder {
     /// another on one stream, so every product can use the same three).
     temp_bytes: Vec<usize>,
     libraries: Libraries,
+    /// Products an epilogue in cuBLASLt keeps from being written.
+    unwritten: Vec<usize>,
 }
 
 impl Builder {
@@ -356,6 +364,9 @@ impl Builder {
             out_dtype: r.out_dtype,
         });
         *c = arg(r.out);
+        if let Value::Node(i) = m.out {
+            self.unwritten.push(i);
+        }
         true
     }
 
@@ -751,13 +762,22 @@ mod tests {
     }
 
     fn fused_plan_with(text: &str, libraries: Libraries) -> DevicePlan {
+        DevicePlan::new(
+            &program_fused(text),
+            &EmitOptions::default(),
+            132,
+            libraries,
+        )
+        .unwrap()
+    }
+
+    fn program_fused(text: &str) -> Program {
         let rules = RuleSet::defaults();
         let (graph, _) = crate::graph::file::parse(text, "t.ron", &rules.ops).unwrap();
         let dag = crate::dag::Dag::from_graph(&graph, &rules.ops).unwrap();
         let profile = rules.cost.profile("h200").unwrap();
         let partition = crate::partition::partition(&dag, &rules.fusion, profile);
-        let program = crate::lower::lower(&dag, &partition).unwrap();
-        DevicePlan::new(&program, &EmitOptions::default(), 132, libraries).unwrap()
+        crate::lower::lower(&dag, &partition).unwrap()
     }
 
     /// A product by a zero padding of a value (the concat of it between zero slabs that a
@@ -919,6 +939,21 @@ mod tests {
             other => panic!("{other:#?}"),
         }
         assert_eq!(p.lt_epilogues(), 1);
+        // The product is never written, so it takes no memory.
+        assert_eq!(p.unwritten, [1]);
+        let memory = crate::runtime::memory::MemoryPlan::without(
+            &program_fused(&linear(
+                r#"Node(name: "out", op: "relu", args: ["yb"])"#,
+                "",
+            )),
+            &p.unwritten,
+        );
+        assert_eq!(memory.slot_of[1], None);
+        let program = program_fused(&linear(
+            r#"Node(name: "out", op: "relu", args: ["yb"])"#,
+            "",
+        ));
+        assert!(crate::runtime::memory::MemoryPlan::new(&program).slot_of[1].is_some());
         // The residual inside the ReLU is cuBLASLt's `C`.
         let p = fused_plan_with(
             &linear(
