@@ -10,6 +10,7 @@ use common::random_graph::{self, rules};
 use fusebox::backend::cuda::emit::EmitOptions;
 use fusebox::backend::cuda::runtime::lt::Activation;
 use fusebox::backend::cuda::runtime::plan::{Buf, DevicePlan, Libraries, Op};
+use fusebox::dag::Value;
 use fusebox::dtype::DType;
 use fusebox::eval::Tensors;
 use fusebox::optimize::{Options, optimize};
@@ -67,31 +68,19 @@ fn lt_epilogues_are_planned_exactly_where_cublaslt_computes_them() {
         let inputs = random_graph::inputs(&case.graph, seed, false);
         let values = fusebox::eval::evaluate_all(&optimized.graph, &rules().ops, &inputs)
             .unwrap_or_else(|e| panic!("{}: {e}", case.what));
-        for op in &plan.ops {
-            let Op::Gemm {
+        // The moved epilogues in order, each with its product (the matmul node the GEMM
+        // belongs to, as the reference computed it).
+        let moved = plan.ops.iter().filter_map(|op| match op {
+            Op::Gemm {
                 c,
                 epilogue: Some(e),
                 ..
-            } = op
-            else {
-                continue;
-            };
-            // The product as the reference computed it: the matmul node the GEMM belongs to.
-            let product = program
-                .steps
-                .iter()
-                .find_map(|s| match s {
-                    fusebox::lower::Step::MatMul(m)
-                        if m.epilogue.as_ref().is_some_and(|ep| {
-                            ep.step.args.iter().any(|&a| Buf::Value(a) == *c)
-                        }) =>
-                    {
-                        Some(m.out)
-                    }
-                    _ => None,
-                })
-                .expect("the epilogue's product");
-            let p = value_of(&optimized.dag, &values, Buf::Value(product)).floats();
+            } => Some((c, e)),
+            _ => None,
+        });
+        for ((c, e), &product) in moved.zip(&plan.unwritten) {
+            let product = Buf::Value(Value::Node(product));
+            let p = value_of(&optimized.dag, &values, product).floats();
             let want = value_of(&optimized.dag, &values, *c);
             assert_eq!(want.dtype, e.out_dtype, "{}", case.what);
             let want = want.floats();

@@ -359,9 +359,10 @@ fn int(value: usize, what: &str) -> Result<i32> {
     })
 }
 
-/// Workspace for cuBLAS, set explicitly so that calls captured into a CUDA graph never
-/// allocate (32 MiB is what NVIDIA recommends for Hopper).
-const WORKSPACE_BYTES: usize = 32 << 20;
+/// Workspace for cuBLAS (and for cuBLASLt's handle, [`super::lt`]), set explicitly so that
+/// calls captured into a CUDA graph never allocate (32 MiB is what NVIDIA recommends for
+/// Hopper).
+pub(super) const WORKSPACE_BYTES: usize = 32 << 20;
 
 /// A cuBLAS handle of one device, with its workspace.
 pub struct Blas {

@@ -45,7 +45,7 @@
 //! [`CudaOptions::lt_epilogues`]: super::CudaOptions::lt_epilogues
 
 use super::device::{CuStream, Device};
-use super::gemm::{GemmShape, GemmTypes};
+use super::gemm::{GemmShape, GemmTypes, WORKSPACE_BYTES};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::formula::{BinOp, Func};
@@ -63,21 +63,6 @@ pub enum Activation {
     /// GELU's tanh form, `0.5·x·(1 + tanh(0.7978845608·(x + 0.044715·x³)))`: cuBLASLt's
     /// GELU, and PyTorch's `gelu(approximate="tanh")`.
     GeluTanh,
-}
-
-/// What one recognized epilogue computes, by argument index of its kernel step:
-/// `out = activation(alpha·product + residual + bias)`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Recognized {
-    pub alpha: f32,
-    /// The argument holding the bias vector (one value per column of the product).
-    pub bias: Option<usize>,
-    /// The argument holding the residual (a matrix like the product, in the output's dtype).
-    pub residual: Option<usize>,
-    pub activation: Activation,
-    /// The argument the epilogue stores into, and its dtype.
-    pub out: usize,
-    pub out_dtype: DType,
 }
 
 /// One term of the epilogue's sum.
@@ -98,14 +83,15 @@ enum Operand {
 }
 
 /// The epilogue of a product of `rows × cols` elements (its matrices one after another),
-/// if cuBLASLt can run it; `ir` and `launch` are the epilogue's kernel and launch, and
-/// `product` the argument through which it reads the product.
+/// over the kernel's argument indices, with the argument it stores into, if cuBLASLt can run
+/// it; `ir` and `launch` are the epilogue's kernel and launch, and `product` the argument
+/// through which it reads the product.
 pub fn recognize(
     ir: &KernelIr,
     launch: &Launch,
     product: usize,
     cols: usize,
-) -> Option<Recognized> {
+) -> Option<(LtEpilogue<usize>, usize)> {
     let plain = ir.reductions.is_empty()
         && launch.ranges.is_empty()
         && launch.gathers.is_empty()
@@ -172,12 +158,11 @@ pub fn recognize(
     let (activation, sum) = activation_of(body, top);
     let mut terms = Vec::new();
     sum_terms(body, sum, &loads, &mut terms)?;
-    let mut recognized = Recognized {
+    let mut recognized = LtEpilogue {
         alpha: 1.0,
         bias: None,
         residual: None,
         activation,
-        out,
         out_dtype,
     };
     let single_row = sizes.iter().rev().skip(1).all(|&s| s == 1);
@@ -188,11 +173,13 @@ pub fn recognize(
                 products += 1;
                 recognized.alpha = alpha;
             }
-            Term::Bias(arg) if recognized.bias.is_none() => recognized.bias = Some(arg),
+            Term::Bias(arg) if recognized.bias.is_none() => {
+                recognized.bias = Some((arg, ir.loads[arg].dtype))
+            }
             Term::Residual(arg) if recognized.residual.is_none() => recognized.residual = Some(arg),
             // One row: a bias and a matrix read alike, so either may be either.
             Term::Residual(arg) if single_row && recognized.bias.is_none() => {
-                recognized.bias = Some(arg)
+                recognized.bias = Some((arg, ir.loads[arg].dtype))
             }
             Term::Bias(arg)
                 if single_row
@@ -204,7 +191,7 @@ pub fn recognize(
             _ => return None,
         }
     }
-    (products == 1).then_some(recognized)
+    (products == 1).then_some((recognized, out))
 }
 
 /// The activation `top` applies to the value it returns with it: ReLU as `max(x, +0)`, GELU's
@@ -366,7 +353,9 @@ fn sum_terms(
     Some(())
 }
 
-/// An epilogue as the GEMM operation runs it: the buffers of [`Recognized`]'s arguments.
+/// What an epilogue computes, `out = activation(alpha·product + residual + bias)`, with its
+/// operands as `B`: the epilogue kernel's argument indices ([`recognize`]), or the buffers the
+/// GEMM operation reads.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LtEpilogue<B> {
     pub alpha: f32,
@@ -375,6 +364,19 @@ pub struct LtEpilogue<B> {
     pub activation: Activation,
     /// D's dtype (the GEMM's output buffer is the operation's `c`).
     pub out_dtype: DType,
+}
+
+impl<B> LtEpilogue<B> {
+    /// The same epilogue with each operand mapped by `f`.
+    pub fn map<C>(self, f: impl Fn(B) -> C) -> LtEpilogue<C> {
+        LtEpilogue {
+            alpha: self.alpha,
+            bias: self.bias.map(|(b, dtype)| (f(b), dtype)),
+            residual: self.residual.map(&f),
+            activation: self.activation,
+            out_dtype: self.out_dtype,
+        }
+    }
 }
 
 /// Whether cuBLASLt runs a GEMM of these types and shape with an epilogue: f16, bf16 or f32
@@ -407,9 +409,6 @@ fn data_type(dtype: DType) -> Result<sys::cudaDataType> {
         other => return Err(Error::backend(format!("cuBLASLt reads no {other}"))),
     })
 }
-
-/// The workspace one call may use (as for cuBLAS).
-const WORKSPACE_BYTES: usize = 32 << 20;
 
 /// A cuBLASLt handle of one device, with its workspace.
 pub struct Lt {
@@ -520,50 +519,50 @@ fn layout(
     count: usize,
     stride: usize,
 ) -> Result<sys::cublasLtMatrixLayout_t> {
+    let count = i32::try_from(count)
+        .map_err(|_| Error::backend(format!("{count} matrices exceed cuBLASLt's batch")))?;
     let layout = lt::create_matrix_layout(data_type(dtype)?, rows as u64, cols as u64, ld as i64)
         .map_err(|e| lt_error("creating a matrix layout", e))?;
     if count > 1 {
-        let set = |attr, value: i64| {
-            let count32 = value as i32;
-            // SAFETY: a live layout; BATCH_COUNT is an int32, the batch offset an int64.
-            unsafe {
-                match attr {
-                    sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT => {
-                        lt::set_matrix_layout_attribute(
-                            layout,
-                            attr,
-                            &count32 as *const i32 as *const c_void,
-                            4,
-                        )
-                    }
-                    _ => lt::set_matrix_layout_attribute(
-                        layout,
-                        attr,
-                        &value as *const i64 as *const c_void,
-                        8,
-                    ),
-                }
-            }
+        use sys::cublasLtMatrixLayoutAttribute_t as Attr;
+        let stride = stride as i64;
+        // SAFETY: a live layout; BATCH_COUNT is an int32, the batch offset an int64.
+        let batch = unsafe {
+            set_layout(layout, Attr::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count).and_then(|()| {
+                set_layout(
+                    layout,
+                    Attr::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                    &stride,
+                )
+            })
         };
-        let count = i32::try_from(count)
-            .map_err(|_| Error::backend(format!("{count} matrices exceed cuBLASLt's batch")))?;
-        set(
-            sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-            count as i64,
-        )
-        .and_then(|()| {
-            set(
-                sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                stride as i64,
-            )
-        })
-        .map_err(|e| {
+        if let Err(e) = batch {
             // SAFETY: created above, not yet returned.
             let _ = unsafe { lt::destroy_matrix_layout(layout) };
-            lt_error("setting a batch", e)
-        })?;
+            return Err(lt_error("setting a batch", e));
+        }
     }
     Ok(layout)
+}
+
+/// Sets attribute `attr` of `layout` to `value`.
+///
+/// # Safety
+/// `layout` is live and `T` is the attribute's type.
+unsafe fn set_layout<T>(
+    layout: sys::cublasLtMatrixLayout_t,
+    attr: sys::cublasLtMatrixLayoutAttribute_t,
+    value: &T,
+) -> std::result::Result<(), lt::CublasError> {
+    // SAFETY: per the caller; `value` is read before the call returns.
+    unsafe {
+        lt::set_matrix_layout_attribute(
+            layout,
+            attr,
+            value as *const T as *const c_void,
+            std::mem::size_of::<T>(),
+        )
+    }
 }
 
 impl Lt {

@@ -348,22 +348,16 @@ impl Builder {
         if elements != Some(shape.batches * shape.n * shape.m) {
             return false;
         }
-        let Some(r) = lt::recognize(ir, &e.step.launch, e.product, shape.m) else {
+        let Some((recognized, out)) = lt::recognize(ir, &e.step.launch, e.product, shape.m) else {
             return false;
         };
-        let bias_dtype = r.bias.map(|i| ir.loads[i].dtype);
-        if !lt::supports(types.input, r.out_dtype, bias_dtype) {
+        let bias_dtype = recognized.bias.map(|(_, dtype)| dtype);
+        if !lt::supports(types.input, recognized.out_dtype, bias_dtype) {
             return false;
         }
         let arg = |i: usize| Buf::Value(e.step.args[i]);
-        *epilogue = Some(LtEpilogue {
-            alpha: r.alpha,
-            bias: r.bias.map(|i| (arg(i), ir.loads[i].dtype)),
-            residual: r.residual.map(arg),
-            activation: r.activation,
-            out_dtype: r.out_dtype,
-        });
-        *c = arg(r.out);
+        *epilogue = Some(recognized.map(arg));
+        *c = arg(out);
         if let Value::Node(i) = m.out {
             self.unwritten.push(i);
         }
